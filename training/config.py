@@ -1,0 +1,229 @@
+"""TrainConfig: the trainer's whole configuration, validated before any work starts.
+
+The same model is read in three places and must agree everywhere:
+
+* inside the stack file, as the value of the ``multislice:training`` key (``infra.config``);
+* as ``config.json`` inside the startup script on every TPU VM (``python -m training run``);
+* in tests and benchmarks, built directly.
+
+Unknown keys are rejected. Every error names the key path (``parallelism.ici.fsdp``) and the
+allowed values; :func:`format_errors` turns a pydantic ``ValidationError`` into those lines.
+
+Parallelism follows the Cloud TPU Multislice overview (SEED-NOTES.md, "Parallelism rules"):
+the mesh has axes ``(data, fsdp, tensor)``; inside a slice (ICI) their product is the chips
+per slice, across slices (DCN) their product is the number of slices, and DCN tensor
+parallelism must be 1. Those two products need the accelerator catalog and the slice count,
+so ``infra.config.StackConfig`` checks them; this module checks what the trainer alone knows
+(divisibility of the batch, heads and widths by the mesh axes that shard them).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import pydantic
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic_core import PydanticCustomError
+
+#: Byte-level language model: one token per byte.
+VOCAB_SIZE = 256
+
+MESH_AXES = ("data", "fsdp", "tensor")
+
+
+class StrictModel(BaseModel):
+    """Base for every config model: unknown keys rejected, instances immutable."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def invalid(path: str, message: str) -> PydanticCustomError:
+    """An error for a cross-field rule, pointing at ``path`` below the model that raised it.
+
+    Raise it from a ``model_validator``; :func:`format_errors` joins the model's location and
+    ``path`` into one dotted key path.
+    """
+    return PydanticCustomError("multislice_config", "{message}", {"path": path, "message": message})
+
+
+def format_errors(error: pydantic.ValidationError, prefix: str = "") -> list[str]:
+    """One ``"<key path>: <what is wrong and what is allowed>"`` line per validation error.
+
+    Args:
+      error: the pydantic error.
+      prefix: prepended to every key path (e.g. ``"multislice:training"``).
+    """
+    lines = []
+    for item in error.errors(include_url=False):
+        loc = [str(part) for part in item["loc"]]
+        ctx = item.get("ctx") or {}
+        if item["type"] == "multislice_config" and ctx.get("path"):
+            loc.append(str(ctx["path"]))
+        path = ".".join([prefix, *loc] if prefix else loc).replace(":.", ":")
+        message = item["msg"]
+        if item["type"] == "extra_forbidden":
+            message = "unknown key"
+        elif item["type"] == "literal_error":
+            message = f"got {item.get('input')!r}; " + message.replace("Input should be", "allowed:")
+        lines.append(f"{path or '(top level)'}: {message}")
+    return lines
+
+
+class AxisSizes(StrictModel):
+    """Sizes of the mesh axes over one network (ICI inside a slice, or DCN across slices)."""
+
+    data: int = Field(1, ge=1, description="Data parallelism: batch split, parameters replicated.")
+    fsdp: int = Field(1, ge=1, description="Fully sharded data parallelism: batch and parameters split.")
+    tensor: int = Field(1, ge=1, description="Tensor (model) parallelism: heads and hidden units split.")
+
+    @property
+    def product(self) -> int:
+        return self.data * self.fsdp * self.tensor
+
+
+class ParallelismConfig(StrictModel):
+    """Hybrid mesh shape: ``ici`` axes inside each slice, ``dcn`` axes across slices.
+
+    The mesh axis ``a`` has size ``ici.a * dcn.a`` (SEED-NOTES.md, "Parallelism rules").
+    """
+
+    ici: AxisSizes = AxisSizes()
+    dcn: AxisSizes = AxisSizes()
+
+    @property
+    def mesh_shape(self) -> dict[str, int]:
+        """Size of each mesh axis, in ``MESH_AXES`` order."""
+        return {axis: getattr(self.ici, axis) * getattr(self.dcn, axis) for axis in MESH_AXES}
+
+    @property
+    def batch_shards(self) -> int:
+        """How many ways the batch is split: data × fsdp over both networks."""
+        shape = self.mesh_shape
+        return shape["data"] * shape["fsdp"]
+
+
+class ModelConfig(StrictModel):
+    """A byte-level decoder-only transformer (pre-norm, causal self-attention, GELU MLP)."""
+
+    d_model: int = Field(256, ge=8, description="Residual stream width.")
+    n_layers: int = Field(4, ge=1)
+    n_heads: int = Field(4, ge=1)
+    d_ff: int | None = Field(None, ge=1, description="MLP hidden width; default 4 × d_model.")
+    compute_dtype: Literal["float32", "bfloat16"] = Field(
+        "bfloat16", description="Matmul/activation dtype; parameters and optimizer state stay float32."
+    )
+
+    @property
+    def ff_width(self) -> int:
+        return self.d_ff if self.d_ff is not None else 4 * self.d_model
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    @model_validator(mode="after")
+    def _heads_divide_width(self) -> ModelConfig:
+        if self.d_model % self.n_heads:
+            raise invalid("n_heads", f"must divide d_model={self.d_model}; got {self.n_heads}")
+        return self
+
+
+class OptimizerConfig(StrictModel):
+    """optax AdamW with warmup then a decay schedule, and global-norm gradient clipping."""
+
+    peak_learning_rate: float = Field(3e-3, gt=0)
+    warmup_steps: int = Field(20, ge=0)
+    schedule: Literal["cosine", "linear", "constant"] = "cosine"
+    end_learning_rate_fraction: float = Field(
+        0.1, ge=0, le=1, description="Final learning rate as a fraction of the peak (cosine/linear)."
+    )
+    weight_decay: float = Field(0.1, ge=0)
+    b1: float = Field(0.9, gt=0, lt=1)
+    b2: float = Field(0.95, gt=0, lt=1)
+    grad_clip_norm: float | None = Field(1.0, gt=0, description="Global-norm clip; null disables it.")
+
+
+class CheckpointConfig(StrictModel):
+    """Orbax checkpoint policy: save every ``interval_steps`` and at the last step."""
+
+    interval_steps: int = Field(50, ge=1)
+    keep: int = Field(3, ge=1, description="Finalized checkpoints kept (older ones are deleted).")
+    async_save: bool = Field(True, description="Write checkpoints in the background while training.")
+
+
+class DataConfig(StrictModel):
+    """Where the training text comes from.
+
+    ``source`` is ``"stdlib"`` (the Python standard library's own source files: real text
+    present on every machine with Python) or a glob of text files, local or ``gs://``.
+    Files are read as bytes; the split into train and eval is by file, deterministic.
+    """
+
+    source: str = Field("stdlib", min_length=1)
+    eval_fraction: float = Field(0.05, gt=0, lt=0.5, description="Share of files held out for eval.")
+    seed: int = Field(0, ge=0, description="Seed of the example order (data is a pure function of the step).")
+
+
+class TrainConfig(StrictModel):
+    """Everything the trainer needs besides its run directory and cluster identity."""
+
+    model: ModelConfig = ModelConfig()
+    sequence_length: int = Field(256, ge=8, description="Tokens (bytes) per training sequence.")
+    global_batch_size: int = Field(32, ge=1, description="Sequences per step, summed over all slices.")
+    steps: int = Field(200, ge=1, description="Total optimizer steps of the run.")
+    optimizer: OptimizerConfig = OptimizerConfig()
+    checkpoint: CheckpointConfig = CheckpointConfig()
+    data: DataConfig = DataConfig()
+    parallelism: ParallelismConfig = ParallelismConfig()
+    seed: int = Field(0, ge=0, description="Parameter initialization seed.")
+    log_every_steps: int = Field(10, ge=1, description="Progress log period (metrics.jsonl gets every step).")
+    eval_every_steps: int = Field(0, ge=0, description="Eval-loss period in steps; 0 disables eval.")
+    eval_batches: int = Field(2, ge=1, description="Global batches per eval.")
+
+    @property
+    def global_batch_tokens(self) -> int:
+        """Tokens per optimizer step: global batch × sequence length."""
+        return self.global_batch_size * self.sequence_length
+
+    @model_validator(mode="after")
+    def _mesh_divides_shapes(self) -> TrainConfig:
+        par = self.parallelism
+        if par.dcn.tensor != 1:
+            raise invalid(
+                "parallelism.dcn.tensor",
+                f"must be 1 (tensor parallelism over DCN is not supported); got {par.dcn.tensor}",
+            )
+        shape = par.mesh_shape
+        shards = par.batch_shards
+        if self.global_batch_size % shards:
+            raise invalid(
+                "global_batch_size",
+                f"{self.global_batch_size} is not divisible by the data-parallel size {shards} "
+                f"(ici.data×ici.fsdp×dcn.data×dcn.fsdp); use a multiple of {shards}",
+            )
+        tensor, fsdp = shape["tensor"], shape["fsdp"]
+        checks = [
+            ("model.n_heads", self.model.n_heads, tensor, "tensor"),
+            ("model.d_ff", self.model.ff_width, tensor, "tensor"),
+            ("model.d_model", self.model.d_model, fsdp, "fsdp"),
+        ]
+        if VOCAB_SIZE % tensor:
+            raise invalid("parallelism.ici.tensor", f"tensor size {tensor} must divide the vocabulary {VOCAB_SIZE}")
+        for path, value, size, axis in checks:
+            if value % size:
+                raise invalid(path, f"{value} is not divisible by the {axis} mesh axis size {size}")
+        return self
+
+
+def load_train_config(data: dict[str, Any] | str | bytes) -> TrainConfig:
+    """Parse a TrainConfig from a mapping or JSON text.
+
+    Raises:
+      ValueError: one line per invalid key, each naming its key path.
+    """
+    try:
+        if isinstance(data, (str, bytes)):
+            return TrainConfig.model_validate_json(data)
+        return TrainConfig.model_validate(data)
+    except pydantic.ValidationError as err:
+        raise ValueError("invalid trainer config:\n  " + "\n  ".join(format_errors(err))) from None
