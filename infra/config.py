@@ -20,20 +20,28 @@ Rules and their sources:
 * ici.data × ici.fsdp × ici.tensor = chips per slice and dcn.data × dcn.fsdp × dcn.tensor =
   slices, dcn.tensor = 1 (SEED-NOTES.md, "Parallelism rules");
 * the global batch divides by the data-parallel size (``training.config``);
-* ``reservationName`` only with ``capacity: reserved``.
+* ``reservationName`` only with ``capacity: reserved``; a reservation name or a full
+  ``projects/<p>/locations/<zone>/reservations/<name>`` path;
+* ``multislice:network``, ``multislice:bucket``, ``multislice:queuedResource`` and
+  ``multislice:labels`` (objects) describe the cloud environment around the slices; their
+  defaults give a complete environment (see :class:`NetworkSettings`, :class:`BucketSettings`,
+  :class:`QueuedResourceSettings`). GCP naming rules come from the Compute Engine, Cloud
+  Storage and IAM references cited on each field.
 """
 
 from __future__ import annotations
 
+import hashlib
+import ipaddress
 import json
 import os
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import pydantic
 import yaml
-from pydantic import Field, field_validator, model_validator
+from pydantic import BeforeValidator, Field, field_validator, model_validator
 
 from infra import accelerators
 from training.config import StrictModel, TrainConfig, format_errors, invalid
@@ -48,6 +56,241 @@ CAPACITY_TYPES = ("spot", "on-demand", "reserved", "best-effort")
 _ZONE = re.compile(r"^[a-z]+-[a-z]+[0-9]+-[a-z]$")
 _PROJECT = re.compile(r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$")
 _STACK = re.compile(r"^[A-Za-z0-9_.-]+$")
+#: Compute Engine resource names (RFC 1035): https://cloud.google.com/compute/docs/naming-resources
+_GCE_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
+_GCE_PATH = re.compile(r"^projects/[a-z][a-z0-9-]{4,28}[a-z0-9]/(global|regions/[a-z0-9-]+)/(networks|subnetworks)/[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
+_RESERVATION_PATH = re.compile(
+    r"^(projects|folders|organizations)/[A-Za-z0-9-]+/locations/[a-z0-9-]+/reservations/([a-z]([-a-z0-9]{0,61}[a-z0-9])?|-)$"
+)
+#: Cloud Storage bucket names: https://cloud.google.com/storage/docs/buckets#naming (dots not allowed
+#: here: they would need domain verification).
+_BUCKET = re.compile(r"^[a-z0-9][a-z0-9_-]{1,61}[a-z0-9]$")
+#: Label keys/values: https://cloud.google.com/resource-manager/docs/labels-overview#requirements
+_LABEL_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
+_LABEL_VALUE = re.compile(r"^[a-z0-9_-]{0,63}$")
+_DURATION = re.compile(r"^(?:(?P<d>\d+)d)?(?:(?P<h>\d+)h)?(?:(?P<m>\d+)m)?(?:(?P<s>\d+)s)?$")
+
+#: Ranges Identity-Aware Proxy TCP forwarding connects from; the only SSH source the firewall
+#: admits. Source: https://cloud.google.com/iap/docs/using-tcp-forwarding#create-firewall-rule
+IAP_SSH_RANGE = "35.235.240.0/20"
+#: Labels this program sets on every labelled resource; ``multislice:labels`` may not override them.
+RESERVED_LABELS = ("managed-by", "multislice-stack", "multislice-run")
+
+
+def parse_duration(value: Any) -> int:
+    """Seconds in a duration written ``"90s"``, ``"30m"``, ``"2h"``, ``"1d"``, ``"1h30m"`` or as a
+    number of seconds.
+
+    Raises:
+      ValueError: anything else (pydantic turns it into a key-path error line).
+    """
+    if isinstance(value, bool):
+        raise ValueError(f"{value!r} is not a duration; write e.g. '90s', '30m', '2h', '1d'")
+    if isinstance(value, int):
+        seconds = value
+    elif isinstance(value, str) and value.strip().isdigit():
+        seconds = int(value.strip())
+    elif isinstance(value, str) and value.strip() and (m := _DURATION.match(value.strip())):
+        seconds = (
+            int(m["d"] or 0) * 86400 + int(m["h"] or 0) * 3600 + int(m["m"] or 0) * 60 + int(m["s"] or 0)
+        )
+    else:
+        raise ValueError(f"{value!r} is not a duration; write e.g. '90s', '30m', '2h', '1d' or seconds")
+    if seconds <= 0:
+        raise ValueError(f"{value!r}: the duration must be positive")
+    return seconds
+
+
+#: A positive duration in whole seconds, written as seconds or ``"30m"``-style text.
+Duration = Annotated[int, BeforeValidator(parse_duration)]
+
+
+def _gce_name_or_path(value: str | None, what: str) -> str | None:
+    if value is None or _GCE_NAME.match(value) or _GCE_PATH.match(value):
+        return value
+    raise ValueError(
+        f"{value!r} is not a {what} name (lowercase letters, digits, hyphens; starts with a letter; "
+        f"at most 63 characters) or a projects/<project>/.../{what}s/<name> path"
+    )
+
+
+class _Settings(StrictModel):
+    model_config = StrictModel.model_config | {"populate_by_name": True}
+
+
+class NetworkSettings(_Settings):
+    """``multislice:network``: the VPC the TPU VMs live in.
+
+    By default a custom-mode VPC with one subnetwork in the zone's region (Private Google
+    Access on), a Cloud Router with Cloud NAT (VMs have no external IPs) and the firewall
+    rules are created. ``existingNetwork`` + ``existingSubnetwork`` reuse a VPC instead: only
+    the firewall rules are then created in it, and NAT only when ``nat: true``.
+    """
+
+    mtu: int = Field(
+        8896,
+        ge=1300,
+        le=8896,
+        description="VPC MTU in bytes; 8896 (the largest GCE allows) carries DCN traffic in fewer packets. "
+        "Source: https://cloud.google.com/vpc/docs/mtu",
+    )
+    existing_network: str | None = Field(None, alias="existingNetwork", description="Reuse this VPC (name or path).")
+    existing_subnetwork: str | None = Field(
+        None, alias="existingSubnetwork", description="Reuse this subnetwork of the VPC (name or path), in the zone's region."
+    )
+    subnet_cidr: str = Field("10.130.0.0/20", alias="subnetCidr", description="Primary range of the created subnetwork.")
+    nat: bool | None = Field(None, description="Cloud Router + NAT; default: on for a created VPC, off for a reused one.")
+
+    @field_validator("existing_network")
+    @classmethod
+    def _network_name(cls, value: str | None) -> str | None:
+        return _gce_name_or_path(value, "network")
+
+    @field_validator("existing_subnetwork")
+    @classmethod
+    def _subnetwork_name(cls, value: str | None) -> str | None:
+        return _gce_name_or_path(value, "subnetwork")
+
+    @field_validator("subnet_cidr")
+    @classmethod
+    def _cidr(cls, value: str) -> str:
+        try:
+            net = ipaddress.IPv4Network(value, strict=True)
+        except ValueError as err:
+            raise ValueError(f"{value!r} is not an IPv4 CIDR range like '10.130.0.0/20' ({err})") from None
+        if not net.is_private or net.prefixlen < 8 or net.prefixlen > 29:
+            raise ValueError(
+                f"{value!r} must be a private (RFC 1918) range with a prefix length from /8 to /29"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _reuse_is_complete(self) -> NetworkSettings:
+        if (self.existing_network is None) != (self.existing_subnetwork is None):
+            missing = "existingSubnetwork" if self.existing_subnetwork is None else "existingNetwork"
+            raise invalid(missing, "existingNetwork and existingSubnetwork are set together (reuse both or neither)")
+        if self.existing_network is not None:
+            for key, field in (("subnetCidr", "subnet_cidr"), ("mtu", "mtu")):
+                if field in self.model_fields_set:
+                    raise invalid(key, "only applies to a network created here; remove it when reusing existingNetwork")
+        return self
+
+    @property
+    def reuses_network(self) -> bool:
+        return self.existing_network is not None
+
+    @property
+    def creates_nat(self) -> bool:
+        return self.nat if self.nat is not None else not self.reuses_network
+
+
+class BucketSettings(_Settings):
+    """``multislice:bucket``: the regional checkpoint bucket.
+
+    Lifecycle: objects under ``runs/`` move to Nearline after ``nearlineAfterDays`` (Orbax keeps
+    rewriting the newest checkpoints, so only old ones age) and are deleted after
+    ``deleteAfterDays`` when set; incomplete multipart uploads are aborted after a day. Soft
+    delete is off by default because Orbax deletes superseded checkpoints all the time (GCS
+    allows 0 or 7–90 days: https://cloud.google.com/storage/docs/soft-delete).
+    """
+
+    name: str | None = Field(None, description="Bucket name; default '<project>-<stack>-ckpt'.")
+    force_destroy: bool = Field(False, alias="forceDestroy", description="Let `pulumi destroy` delete a non-empty bucket.")
+    protect: bool | None = Field(None, description="Pulumi `protect`; default: on for stacks named prod or prod-*.")
+    nearline_after_days: int | None = Field(30, ge=1, alias="nearlineAfterDays")
+    delete_after_days: int | None = Field(None, ge=1, alias="deleteAfterDays")
+    soft_delete_days: int = Field(0, ge=0, le=90, alias="softDeleteDays")
+
+    @field_validator("name")
+    @classmethod
+    def _bucket_name(cls, value: str | None) -> str | None:
+        if value is not None and (not _BUCKET.match(value) or value.startswith("goog") or "google" in value):
+            raise ValueError(
+                f"{value!r} is not a bucket name (3–63 lowercase letters, digits, '-', '_'; starts and ends "
+                "with a letter or digit; no 'goog' prefix or 'google')"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _lifecycle(self) -> BucketSettings:
+        if 0 < self.soft_delete_days < 7:
+            raise invalid("softDeleteDays", f"must be 0 (off) or 7–90 days; got {self.soft_delete_days}")
+        if (
+            self.delete_after_days is not None
+            and self.nearline_after_days is not None
+            and self.delete_after_days <= self.nearline_after_days
+        ):
+            raise invalid(
+                "deleteAfterDays",
+                f"{self.delete_after_days} must be greater than nearlineAfterDays ({self.nearline_after_days}), "
+                "or set nearlineAfterDays to null",
+            )
+        return self
+
+
+#: States a create may wait for, in the order a queued resource passes them (tpu_v2
+#: QueuedResourceState; FAILED/SUSPENDED/DELETING are never waited for).
+WAIT_STATES = ("ACCEPTED", "WAITING_FOR_RESOURCES", "PROVISIONING", "ACTIVE")
+
+
+class QueuedResourceSettings(_Settings):
+    """``multislice:queuedResource``: how the queued resource is requested and waited for."""
+
+    wait_for: Literal["ACCEPTED", "WAITING_FOR_RESOURCES", "PROVISIONING", "ACTIVE"] = Field(
+        "ACTIVE", alias="waitFor", description="`pulumi up` returns once the QR reached this state or a later one."
+    )
+    create_timeout: Duration = Field(
+        1800, alias="createTimeout", description="Longest wait for waitFor; past it the QR stays recorded, still queued."
+    )
+    delete_timeout: Duration = Field(1200, alias="deleteTimeout", description="Longest wait for a delete (2–5 min typical).")
+    valid_until: Duration | None = Field(
+        None, alias="validUntil", description="Queueing policy valid_until_duration: the API fails the request after it."
+    )
+
+    @model_validator(mode="after")
+    def _bounds(self) -> QueuedResourceSettings:
+        if self.valid_until is not None and self.valid_until < 600:
+            raise invalid("validUntil", f"{self.valid_until}s is shorter than 10 minutes; allow the queue time to work")
+        return self
+
+
+def _labels(value: Any) -> dict[str, str]:
+    if not isinstance(value, dict):
+        raise ValueError("must be a mapping of label key to value")
+    problems = []
+    for key, item in value.items():
+        if not isinstance(key, str) or not _LABEL_KEY.match(key):
+            problems.append(f"key {key!r} must be 1–63 lowercase letters, digits, '_' or '-', starting with a letter")
+        elif key in RESERVED_LABELS:
+            problems.append(f"key {key!r} is set by this program; reserved keys: {', '.join(RESERVED_LABELS)}")
+        if not isinstance(item, str) or not _LABEL_VALUE.match(item):
+            problems.append(f"value {item!r} of {key!r} must be a string of 0–63 lowercase letters, digits, '_' or '-'")
+    if len(value) > 64 - len(RESERVED_LABELS):
+        problems.append(f"at most {64 - len(RESERVED_LABELS)} labels (GCP allows 64 per resource)")
+    if problems:
+        raise ValueError("; ".join(problems))
+    return dict(value)
+
+
+def label_value(text: str) -> str:
+    """``text`` as a valid GCP label value: lowercase, other characters → '-', ≤ 63 chars."""
+    return re.sub(r"[^a-z0-9_-]", "-", text.lower())[:63]
+
+
+def gce_name(*parts: str, limit: int = 63) -> str:
+    """A Compute Engine style name (RFC 1035, ≤ ``limit`` chars) from ``parts`` joined by '-'.
+
+    Characters outside ``[a-z0-9-]`` become '-'. A name longer than ``limit`` is cut and
+    ends with 6 hex digits of its sha256, so distinct long inputs stay distinct.
+    """
+    raw = "-".join(parts).lower()
+    name = re.sub(r"-+", "-", re.sub(r"[^a-z0-9-]", "-", raw)).strip("-")
+    if not name or not name[0].isalpha():
+        name = "m-" + name
+    if len(name) > limit:
+        digest = hashlib.sha256(raw.encode()).hexdigest()[:6]
+        name = name[: limit - 7].rstrip("-") + "-" + digest
+    return name
 
 
 class StackConfigError(ValueError):
@@ -84,6 +327,12 @@ class StackConfig(StrictModel):
         None, pattern=_STACK.pattern, alias="multislice:runName", description="Run directory name; default: stack."
     )
     training: TrainConfig = Field(TrainConfig(), alias="multislice:training")
+    network: NetworkSettings = Field(NetworkSettings(), alias="multislice:network")
+    bucket: BucketSettings = Field(BucketSettings(), alias="multislice:bucket")
+    queued_resource: QueuedResourceSettings = Field(QueuedResourceSettings(), alias="multislice:queuedResource")
+    labels: Annotated[dict[str, str], BeforeValidator(_labels)] = Field(
+        default_factory=dict, alias="multislice:labels", description="Extra labels on every labelled resource."
+    )
 
     @field_validator("project")
     @classmethod
@@ -100,6 +349,16 @@ class StackConfig(StrictModel):
     def _zone_format(cls, value: str) -> str:
         if not _ZONE.match(value):
             raise ValueError(f"{value!r} is not a zone name like 'us-central2-b' (<region>-<letter>)")
+        return value
+
+    @field_validator("reservation_name")
+    @classmethod
+    def _reservation(cls, value: str | None) -> str | None:
+        if value is not None and not (_GCE_NAME.match(value) or _RESERVATION_PATH.match(value)):
+            raise ValueError(
+                f"{value!r} is not a reservation name (lowercase letters, digits, hyphens) or a "
+                "projects/<project>/locations/<zone>/reservations/<name> path"
+            )
         return value
 
     @field_validator("accelerator_type")
@@ -156,6 +415,59 @@ class StackConfig(StrictModel):
     def effective_run_name(self) -> str:
         return self.run_name or self.stack
 
+    # Names of the cloud resources (deterministic, so local tools can find them) -----------
+
+    @property
+    def resource_prefix(self) -> str:
+        """``multislice-<stack>`` as a GCE name: the stem of every resource name."""
+        return gce_name("multislice", self.stack, limit=40)
+
+    @property
+    def queued_resource_id(self) -> str:
+        """Id of the queued resource; also the node id (1 slice) or node id prefix (slices > 1)."""
+        return self.resource_prefix
+
+    @property
+    def node_ids(self) -> list[str]:
+        """Node (slice) ids the QR creates: ``<prefix>-0 … <prefix>-<n-1>``, or ``<id>`` for 1 slice."""
+        if self.slices == 1:
+            return [self.queued_resource_id]
+        return [f"{self.queued_resource_id}-{i}" for i in range(self.slices)]
+
+    @property
+    def network_tag(self) -> str:
+        """Network tag on every TPU VM; the firewall rules target and admit it."""
+        return f"{self.resource_prefix}-tpu"
+
+    @property
+    def bucket_name(self) -> str:
+        """Checkpoint bucket: ``multislice:bucket.name`` or ``<project>-<stack>-ckpt``."""
+        if self.bucket.name:
+            return self.bucket.name
+        return gce_name(self.project, self.stack, "ckpt", limit=63)
+
+    @property
+    def run_dir(self) -> str:
+        """``gs://<bucket>/runs/<run name>``: the value of the nodes' ``multislice-run-dir`` metadata."""
+        return f"gs://{self.bucket_name}/runs/{self.effective_run_name}"
+
+    @property
+    def bucket_protected(self) -> bool:
+        """Pulumi ``protect`` on the bucket: ``multislice:bucket.protect``, default on for prod stacks."""
+        if self.bucket.protect is not None:
+            return self.bucket.protect
+        return self.stack == "prod" or self.stack.startswith("prod-")
+
+    @property
+    def resource_labels(self) -> dict[str, str]:
+        """Labels on every labelled resource: ``multislice:labels`` plus the reserved ones."""
+        return {
+            **self.labels,
+            "managed-by": "pulumi",
+            "multislice-stack": label_value(self.stack),
+            "multislice-run": label_value(self.effective_run_name),
+        }
+
     @property
     def workers_per_slice(self) -> int:
         return self.accelerator.hosts
@@ -174,7 +486,13 @@ def _allowed_keys() -> list[str]:
 
 def _structured_keys() -> set[str]:
     """Keys whose value is an object (Pulumi hands these to programs as JSON text)."""
-    return {"multislice:training"}
+    return {
+        "multislice:training",
+        "multislice:network",
+        "multislice:bucket",
+        "multislice:queuedResource",
+        "multislice:labels",
+    }
 
 
 def validate_stack(stack: str, config: dict[str, Any], source: str) -> StackConfig:
