@@ -1,0 +1,53 @@
+"""Fault injection specs for the local emulation: ``SLICE@STEP``.
+
+* ``--preempt SLICE@STEP``: SIGTERM to every process of the slice's VMs (a maintenance event
+  or spot preemption notice: the trainer may save), then SIGKILL after a grace period
+  (GCE gives preempted VMs 30 s).
+* ``--kill SLICE@STEP``: SIGKILL to every process of the slice's VMs (a hardware fault).
+
+The fault fires once, the first time training reports a completed step ≥ STEP. Afterwards
+the emulator repairs the queued resource the way Cloud TPU auto-repair does: the failed
+slice is recreated (fresh local disks) and every other slice is restarted (SEED-NOTES.md,
+"Auto-repair").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Literal
+
+FaultKind = Literal["preempt", "kill"]
+_SPEC = re.compile(r"^\s*(\d+)\s*@\s*(\d+)\s*$")
+
+
+class FaultSpecError(ValueError):
+    """A malformed or impossible fault spec; the message names the option."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Fault:
+    kind: FaultKind
+    slice_id: int
+    step: int
+
+    def __str__(self) -> str:
+        return f"{self.kind} slice {self.slice_id} at step {self.step}"
+
+
+def parse_fault(kind: FaultKind, spec: str, *, slices: int, total_steps: int) -> Fault:
+    """Parse ``SLICE@STEP``.
+
+    Raises:
+      FaultSpecError: wrong shape, slice outside ``[0, slices)``, or step outside
+        ``[1, total_steps)`` (a fault at or after the last step could never fire).
+    """
+    match = _SPEC.match(spec)
+    if not match:
+        raise FaultSpecError(f"--{kind} {spec!r}: expected SLICE@STEP, e.g. --{kind} 1@40")
+    slice_id, step = int(match.group(1)), int(match.group(2))
+    if slice_id >= slices:
+        raise FaultSpecError(f"--{kind} {spec!r}: slice {slice_id} does not exist (slices 0..{slices - 1})")
+    if not 1 <= step < total_steps:
+        raise FaultSpecError(f"--{kind} {spec!r}: step must be between 1 and {total_steps - 1} (the run has {total_steps} steps)")
+    return Fault(kind, slice_id, step)

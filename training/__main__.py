@@ -1,0 +1,70 @@
+"""``python -m training``: the trainer's command line (what the startup script runs).
+
+    python -m training run --config config.json --run-dir gs://bucket/runs/dev
+    python -m training run --config config.json --run-dir /tmp/run --single-process
+
+``run`` reads the process identity from the TPU metadata server (``$GCE_METADATA_IP``)
+unless ``--single-process`` is given, and exits with the codes of ``training.train``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import typer
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="The multislice JAX trainer.")
+
+
+def _setup_logging(label: str) -> None:
+    logging.basicConfig(
+        level=os.environ.get("MULTISLICE_LOG_LEVEL", "INFO"),
+        format=f"%(asctime)s %(levelname)s [{label}] %(name)s: %(message)s",
+        datefmt="%H:%M:%S",
+        force=True,
+    )
+    for noisy in ("absl", "jax._src", "orbax", "etils"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+@app.command()
+def run(
+    config: Path = typer.Option(..., exists=True, dir_okay=False, help="TrainConfig as JSON."),
+    run_dir: str = typer.Option(..., help="Run directory: local path or gs:// URI, shared by all processes."),
+    single_process: bool = typer.Option(False, help="Run as the whole job, without TPU metadata."),
+) -> None:
+    """Train (or resume) until the configured number of steps; exit 0 when complete."""
+    from training import cluster, train
+    from training.config import load_train_config
+
+    try:
+        train_config = load_train_config(config.read_bytes())
+    except ValueError as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(train.EXIT_CONFIG) from None
+    if single_process:
+        identity = cluster.ClusterIdentity.single_process()
+    else:
+        try:
+            identity = cluster.identity_from_metadata()
+        except cluster.MetadataError as err:
+            typer.echo(f"error: {err}", err=True)
+            raise typer.Exit(train.EXIT_FAILED) from None
+    _setup_logging(f"p{identity.process_id}")
+    raise typer.Exit(train.main(train_config, run_dir, identity))
+
+
+@app.command()
+def version() -> None:
+    """Print the versions of the trainer's key libraries."""
+    import jax
+    import optax
+    import orbax.checkpoint
+
+    typer.echo(f"jax {jax.__version__}  optax {optax.__version__}  orbax-checkpoint {orbax.checkpoint.__version__}")
+
+
+if __name__ == "__main__":
+    app()

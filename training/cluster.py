@@ -1,0 +1,209 @@
+"""Who am I in the job: process identity from TPU VM metadata, and ``jax.distributed``.
+
+A Cloud TPU VM learns its place from the GCE metadata server (mirrors
+``jax/_src/clusters/cloud_tpu_cluster.py``, checked in DESIGN.md):
+
+* ``instance/attributes/agent-worker-number``: this VM's worker index inside its slice;
+* ``instance/attributes/worker-network-endpoints``: comma list of the slice's workers, each
+  ``name:id:ip`` (the IP is the third field) or a bare host name;
+* ``instance/attributes/tpu-env``: lines ``KEY: 'value'``; a multislice queued resource sets
+  ``MEGASCALE_COORDINATOR_ADDRESS``, ``MEGASCALE_NUM_SLICES`` and ``MEGASCALE_SLICE_ID``.
+
+``process_id = slice_id × workers_per_slice + worker`` and the coordinator (process 0) is
+the MEGASCALE coordinator host, or the slice's first worker for a single slice, on port
+8482 (JAX ≥ 0.8.1). The metadata host is ``$GCE_METADATA_IP`` (host[:port]) when set: the
+local emulator points each emulated VM at its own loopback metadata server.
+
+Identity is read afresh at every start and never cached: after auto-repair the MEGASCALE
+values can change, and stale ones hang libtpu (DESIGN.md).
+
+Environment knobs (the emulator sets them; real VMs use the defaults):
+``MULTISLICE_COORDINATOR_PORT`` (default 8482), ``MULTISLICE_INIT_TIMEOUT_S`` (default 900,
+generous because slices of a cold multislice start boot minutes apart),
+``MULTISLICE_HEARTBEAT_TIMEOUT_S`` (default 100).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import time
+import urllib.error
+import urllib.request
+
+log = logging.getLogger(__name__)
+
+#: JAX's coordinator port on Cloud TPU since JAX 0.8.1 (cloud_tpu_cluster.coordinator_port).
+DEFAULT_COORDINATOR_PORT = 8482
+DEFAULT_INIT_TIMEOUT_S = 900
+DEFAULT_HEARTBEAT_TIMEOUT_S = 100
+METADATA_PATH = "/computeMetadata/v1/instance/attributes/"
+
+
+class MetadataError(RuntimeError):
+    """The metadata server did not answer, or answered something unusable."""
+
+
+def metadata_host() -> str:
+    return os.environ.get("GCE_METADATA_IP", "metadata.google.internal")
+
+
+def get_metadata(key: str, *, required: bool = True, attempts: int = 6, timeout_s: float = 10.0) -> str | None:
+    """Read ``instance/attributes/<key>`` from the metadata server.
+
+    Retries connection errors and 5xx with a short backoff (bounded: ``attempts`` tries,
+    ``timeout_s`` each). A 404 means the key is not set.
+
+    Returns:
+      The value as text, or None when the key is absent and ``required`` is False.
+
+    Raises:
+      MetadataError: absent required key, or the server unreachable after all attempts.
+    """
+    url = f"http://{metadata_host()}{METADATA_PATH}{key}"
+    request = urllib.request.Request(url, headers={"Metadata-Flavor": "Google"})
+    last_error: Exception | None = None
+    for attempt in range(attempts):
+        try:
+            with urllib.request.urlopen(request, timeout=timeout_s) as response:
+                return response.read().decode()
+        except urllib.error.HTTPError as err:
+            if err.code == 404:
+                if required:
+                    raise MetadataError(f"metadata key {key!r} is not set ({url})") from None
+                return None
+            last_error = err
+        except (urllib.error.URLError, OSError) as err:
+            last_error = err
+        time.sleep(min(0.5 * 2**attempt, 5.0))
+    raise MetadataError(f"metadata server unreachable for {key!r} at {url}: {last_error}")
+
+
+def parse_tpu_env(text: str) -> dict[str, str]:
+    """Parse ``tpu-env`` lines ``KEY: 'value'`` into a dict (quotes stripped)."""
+    env = {}
+    for line in text.splitlines():
+        if ":" in line:
+            key, value = line.split(":", 1)
+            env[key.strip()] = value.strip().strip("'")
+    return env
+
+
+def parse_worker_endpoints(text: str) -> list[str]:
+    """Hosts of the slice's workers from ``worker-network-endpoints``, in worker order.
+
+    Raises:
+      MetadataError: an entry is neither ``host`` nor ``name:id:ip``.
+    """
+    hosts = []
+    for entry in text.strip().split(","):
+        parts = entry.split(":")
+        if len(parts) == 1 and parts[0]:
+            hosts.append(parts[0])
+        elif len(parts) == 3:
+            hosts.append(parts[2])
+        else:
+            raise MetadataError(f"unsupported worker-network-endpoints entry {entry!r}")
+    return hosts
+
+
+@dataclasses.dataclass(frozen=True)
+class ClusterIdentity:
+    """This process's place in the job.
+
+    Attributes:
+      worker: index of this VM inside its slice (0-based).
+      workers_per_slice: TPU VMs per slice.
+      slice_id: index of this slice (0-based).
+      num_slices: slices in the job.
+      coordinator_address: ``host:port`` of process 0's coordination service.
+      accelerator_type: e.g. ``v4-8``; None outside a TPU VM.
+    """
+
+    worker: int
+    workers_per_slice: int
+    slice_id: int
+    num_slices: int
+    coordinator_address: str
+    accelerator_type: str | None = None
+
+    @property
+    def process_id(self) -> int:
+        return self.slice_id * self.workers_per_slice + self.worker
+
+    @property
+    def num_processes(self) -> int:
+        return self.num_slices * self.workers_per_slice
+
+    @property
+    def label(self) -> str:
+        return f"slice {self.slice_id} worker {self.worker}"
+
+    @classmethod
+    def single_process(cls) -> ClusterIdentity:
+        """One process that is the whole job (no jax.distributed)."""
+        return cls(worker=0, workers_per_slice=1, slice_id=0, num_slices=1, coordinator_address="")
+
+
+def identity_from_metadata() -> ClusterIdentity:
+    """Read this VM's identity from the metadata server (see module docstring).
+
+    Raises:
+      MetadataError: a required key is missing or malformed.
+    """
+    worker_text = get_metadata("agent-worker-number")
+    hosts = parse_worker_endpoints(get_metadata("worker-network-endpoints"))
+    tpu_env = parse_tpu_env(get_metadata("tpu-env", required=False) or "")
+    accelerator_type = get_metadata("accelerator-type", required=False)
+    try:
+        worker = int(worker_text.strip())
+        num_slices = int(tpu_env.get("MEGASCALE_NUM_SLICES") or 1)
+        slice_id = int(tpu_env.get("MEGASCALE_SLICE_ID") or 0)
+    except ValueError as err:
+        raise MetadataError(f"malformed TPU metadata: {err}") from None
+    if not 0 <= worker < len(hosts):
+        raise MetadataError(f"agent-worker-number {worker} is outside the slice's {len(hosts)} workers")
+    if not 0 <= slice_id < num_slices:
+        raise MetadataError(f"MEGASCALE_SLICE_ID {slice_id} is outside MEGASCALE_NUM_SLICES {num_slices}")
+    coordinator_host = tpu_env.get("MEGASCALE_COORDINATOR_ADDRESS") or hosts[0]
+    coordinator_host = coordinator_host.split(":")[0]
+    port = int(os.environ.get("MULTISLICE_COORDINATOR_PORT", DEFAULT_COORDINATOR_PORT))
+    return ClusterIdentity(
+        worker=worker,
+        workers_per_slice=len(hosts),
+        slice_id=slice_id,
+        num_slices=num_slices,
+        coordinator_address=f"{coordinator_host}:{port}",
+        accelerator_type=(accelerator_type or "").strip() or None,
+    )
+
+
+def initialize(identity: ClusterIdentity) -> None:
+    """Start ``jax.distributed`` with explicit values and timeouts (never auto-detection).
+
+    A single-process identity does nothing. Timeouts come from the environment knobs in
+    the module docstring.
+    """
+    if identity.num_processes == 1:
+        return
+    import jax
+
+    init_timeout = int(os.environ.get("MULTISLICE_INIT_TIMEOUT_S", DEFAULT_INIT_TIMEOUT_S))
+    heartbeat = int(os.environ.get("MULTISLICE_HEARTBEAT_TIMEOUT_S", DEFAULT_HEARTBEAT_TIMEOUT_S))
+    log.info(
+        "jax.distributed.initialize coordinator=%s process %d/%d (init timeout %ds, heartbeat %ds)",
+        identity.coordinator_address,
+        identity.process_id,
+        identity.num_processes,
+        init_timeout,
+        heartbeat,
+    )
+    jax.distributed.initialize(
+        coordinator_address=identity.coordinator_address,
+        num_processes=identity.num_processes,
+        process_id=identity.process_id,
+        cluster_detection_method="deactivate",
+        initialization_timeout=init_timeout,
+        heartbeat_timeout_seconds=heartbeat,
+    )

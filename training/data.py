@@ -1,0 +1,210 @@
+"""Training text as bytes, with batches that are a pure function of the step.
+
+Source (``DataConfig.source``):
+
+* ``"stdlib"``: the ``*.py`` files of the running Python's standard library
+  (``sysconfig.get_paths()['stdlib']``, ``site-packages`` excluded) — real text on any
+  machine with Python. Different Python builds ship slightly different files, so two
+  machines agree byte for byte only on the same Python build (every emulated VM shares one;
+  every real VM installs the same pinned Python).
+* a glob of files, local (``/data/*.txt``) or Cloud Storage (``gs://bucket/dir/*.txt``, read
+  through etils.epath, which needs gcsfs on the VM).
+
+Files are split into train and eval by a hash of their relative path (stable when files
+are added or removed), then each split is a virtual concatenation of its files (sorted by
+path, each followed by a newline). Example ``i`` is the window of ``sequence_length + 1``
+bytes starting at ``i × sequence_length``.
+
+Order: ``grain.MapDataset.range(n).shuffle(seed).repeat()`` — a random-access permutation,
+reshuffled every epoch. Row ``r`` of the global batch of step ``s`` (0-based) is example
+``order[s × global_batch + r]``: nothing depends on history, so a run resumed at any step
+reads exactly the data an uninterrupted run would have read (closes the gap SEED-NOTES.md
+notes in the reference loader). Each host reads only its own rows
+(``training.mesh.process_batch_rows``).
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import functools
+import hashlib
+import logging
+import sysconfig
+from pathlib import Path
+
+import grain
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+SEPARATOR = b"\n"
+
+
+class DataError(ValueError):
+    """The configured data source cannot be read or is too small."""
+
+
+@dataclasses.dataclass(frozen=True)
+class SourceFile:
+    path: str  # local path or gs:// URI
+    relative: str  # stable name used for the train/eval split
+    size: int  # bytes, separator excluded
+
+
+def _is_remote(path: str) -> bool:
+    return "://" in path
+
+
+def list_source_files(source: str) -> list[SourceFile]:
+    """Files of a data source, sorted by relative path.
+
+    Raises:
+      DataError: the glob matches no non-empty file.
+    """
+    files: list[SourceFile] = []
+    if source == "stdlib":
+        root = Path(sysconfig.get_paths()["stdlib"])
+        for path in sorted(root.rglob("*.py")):
+            relative = path.relative_to(root).as_posix()
+            if "site-packages" in relative or "__pycache__" in relative:
+                continue
+            size = path.stat().st_size
+            if size:
+                files.append(SourceFile(str(path), relative, size))
+    elif _is_remote(source):
+        from etils import epath
+
+        bucket_path, glob = _split_glob(source)
+        for path in sorted(epath.Path(bucket_path).glob(glob), key=str):
+            stat = path.stat()
+            if stat.length:
+                files.append(SourceFile(str(path), str(path)[len(bucket_path) :].lstrip("/"), stat.length))
+    else:
+        base, glob = _split_glob(source)
+        root = Path(base)
+        for path in sorted(root.glob(glob)) if glob else [root]:
+            if path.is_file() and path.stat().st_size:
+                files.append(SourceFile(str(path), path.relative_to(root).as_posix() if glob else path.name, path.stat().st_size))
+    if not files:
+        raise DataError(f"training.data.source {source!r} matches no non-empty file")
+    return sorted(files, key=lambda f: f.relative)
+
+
+def _split_glob(source: str) -> tuple[str, str]:
+    """Split ``dir/sub/*.txt`` into the longest wildcard-free directory and the pattern."""
+    parts = source.split("/")
+    for index, part in enumerate(parts):
+        if any(ch in part for ch in "*?["):
+            return "/".join(parts[:index]) or "/", "/".join(parts[index:])
+    return source, ""
+
+
+def is_eval_file(relative: str, eval_fraction: float) -> bool:
+    """Deterministic split: the first 8 bytes of sha256(relative path) as a fraction."""
+    digest = hashlib.sha256(relative.encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64 < eval_fraction
+
+
+class ByteCorpus:
+    """A read-only concatenation of files (each followed by ``SEPARATOR``), read lazily."""
+
+    def __init__(self, files: list[SourceFile]):
+        self.files = files
+        self.starts = [0]
+        for f in files:
+            self.starts.append(self.starts[-1] + f.size + len(SEPARATOR))
+        self.size = self.starts[-1]
+
+    @functools.lru_cache(maxsize=64)
+    def _file_bytes(self, index: int) -> np.ndarray:
+        path = self.files[index].path
+        if _is_remote(path):
+            from etils import epath
+
+            data = epath.Path(path).read_bytes()
+        else:
+            data = Path(path).read_bytes()
+        if len(data) != self.files[index].size:
+            raise DataError(f"{path} changed size while training ({self.files[index].size} -> {len(data)} bytes)")
+        return np.frombuffer(data + SEPARATOR, dtype=np.uint8)
+
+    def read(self, offset: int, length: int) -> np.ndarray:
+        """``length`` bytes from ``offset`` of the concatenation, as uint8."""
+        out = np.empty(length, dtype=np.uint8)
+        filled = 0
+        index = bisect.bisect_right(self.starts, offset) - 1
+        while filled < length:
+            data = self._file_bytes(index)
+            begin = offset + filled - self.starts[index]
+            chunk = data[begin : begin + length - filled]
+            out[filled : filled + len(chunk)] = chunk
+            filled += len(chunk)
+            index += 1
+        return out
+
+
+@dataclasses.dataclass
+class Split:
+    corpus: ByteCorpus
+    num_examples: int
+
+
+class TextDataset:
+    """Train/eval examples of ``sequence_length + 1`` bytes; batches by step.
+
+    Args:
+      source: ``"stdlib"`` or a glob (see module docstring).
+      sequence_length: tokens per example input; examples carry one more byte (the target).
+      eval_fraction: share of files held out.
+      seed: example order seed.
+
+    Raises:
+      DataError: no files, or a split shorter than one example.
+    """
+
+    def __init__(self, source: str, sequence_length: int, eval_fraction: float, seed: int):
+        files = list_source_files(source)
+        train = [f for f in files if not is_eval_file(f.relative, eval_fraction)]
+        held_out = [f for f in files if is_eval_file(f.relative, eval_fraction)]
+        if not held_out and len(train) > 1:  # tiny corpora: still hold one file out
+            held_out, train = train[-1:], train[:-1]
+        self.sequence_length = sequence_length
+        self.train = self._split(train, "train")
+        self.eval = self._split(held_out or train, "eval")
+        self.train_order = grain.MapDataset.range(self.train.num_examples).shuffle(seed=seed).repeat()
+        log.info(
+            "data %s: %d train files (%.1f MB, %d examples), %d eval files (%d examples)",
+            source,
+            len(train),
+            self.train.corpus.size / 1e6,
+            self.train.num_examples,
+            len(held_out),
+            self.eval.num_examples,
+        )
+
+    def _split(self, files: list[SourceFile], name: str) -> Split:
+        corpus = ByteCorpus(files)
+        count = (corpus.size - 1) // self.sequence_length
+        if count < 1:
+            raise DataError(
+                f"the {name} split has {corpus.size} bytes, fewer than one sequence of "
+                f"{self.sequence_length + 1}; add data or shorten training.sequence_length"
+            )
+        return Split(corpus, count)
+
+    def _example(self, split: Split, index: int) -> np.ndarray:
+        return split.corpus.read(index * self.sequence_length, self.sequence_length + 1)
+
+    def train_rows(self, step: int, global_batch_size: int, start: int, stop: int) -> np.ndarray:
+        """Rows ``[start, stop)`` of the global batch for 0-based ``step``: int32 ``[stop-start, S+1]``."""
+        base = step * global_batch_size
+        rows = [self._example(self.train, self.train_order[base + r]) for r in range(start, stop)]
+        return np.stack(rows).astype(np.int32)
+
+    def eval_rows(self, batch: int, global_batch_size: int, start: int, stop: int) -> np.ndarray:
+        """Rows of eval batch ``batch``: consecutive held-out examples (no shuffling)."""
+        base = batch * global_batch_size
+        n = self.eval.num_examples
+        rows = [self._example(self.eval, (base + r) % n) for r in range(start, stop)]
+        return np.stack(rows).astype(np.int32)

@@ -1,0 +1,132 @@
+"""The hybrid (DCN × ICI) device mesh, its axis names, and the sharding rules.
+
+Mesh axes are ``(data, fsdp, tensor)`` (``training.config.MESH_AXES``). Axis ``a`` has size
+``dcn.a × ici.a``: devices of one slice fill the ICI block of the mesh, and the slices are
+laid out along the DCN factors, exactly as ``jax.experimental.mesh_utils.
+create_hybrid_device_mesh`` does (SEED-NOTES.md: "user code only changes how the mesh is
+built"). The difference is how devices are grouped into slices ("granules"):
+
+* on Cloud TPU, by ``device.slice_index`` (set by the multislice runtime);
+* elsewhere (CPU emulation, GPU), every device reports slice 0, so slices are emulated by
+  grouping processes: ``process_index // workers_per_slice`` (DESIGN.md, "JAX
+  multi-process on CPU").
+
+Sharding rules map each array dimension's *logical* axis name (declared by the model) to
+mesh axes, MaxText-style: the batch splits over ``data`` and ``fsdp``, weights split their
+``embed`` dimension over ``fsdp`` and their ``heads``/``mlp``/``vocab`` dimension over
+``tensor``.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Sequence
+
+import jax
+import numpy as np
+from jax.experimental import mesh_utils
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from training.config import MESH_AXES, ParallelismConfig
+
+#: logical axis name -> mesh axes it is split over (None: replicated).
+LOGICAL_AXIS_RULES: dict[str, str | tuple[str, ...] | None] = {
+    "batch": ("data", "fsdp"),
+    "sequence": None,
+    "embed": "fsdp",
+    "activation_embed": None,
+    "heads": "tensor",
+    "head_dim": None,
+    "mlp": "tensor",
+    "vocab": "tensor",
+    "layers": None,
+    "norm": None,
+}
+
+
+class MeshError(ValueError):
+    """The devices present cannot form the configured mesh."""
+
+
+def slice_granules(devices: Sequence[jax.Device], workers_per_slice: int) -> list[list[jax.Device]]:
+    """Group devices by slice, in slice order.
+
+    Uses ``device.slice_index`` on TPU; elsewhere emulates slices as consecutive groups of
+    ``workers_per_slice`` processes.
+    """
+    on_tpu = devices[0].platform == "tpu" and hasattr(devices[0], "slice_index")
+    groups: dict[int, list[jax.Device]] = collections.defaultdict(list)
+    for device in devices:
+        key = device.slice_index if on_tpu else device.process_index // workers_per_slice
+        groups[key].append(device)
+    return [sorted(groups[key], key=lambda d: (d.process_index, d.id)) for key in sorted(groups)]
+
+
+def build_mesh(
+    parallelism: ParallelismConfig,
+    *,
+    workers_per_slice: int = 1,
+    devices: Sequence[jax.Device] | None = None,
+) -> Mesh:
+    """Build the ``(data, fsdp, tensor)`` mesh of shape ``dcn × ici``.
+
+    Args:
+      parallelism: ICI and DCN axis sizes.
+      workers_per_slice: processes per slice (used only where devices carry no slice index).
+      devices: default ``jax.devices()`` (all processes).
+
+    Raises:
+      MeshError: the slice count differs from the DCN product, or a slice's device count
+        from the ICI product; the message names the config key.
+    """
+    devices = list(devices if devices is not None else jax.devices())
+    ici_shape = [getattr(parallelism.ici, axis) for axis in MESH_AXES]
+    dcn_shape = [getattr(parallelism.dcn, axis) for axis in MESH_AXES]
+    granules = slice_granules(devices, workers_per_slice)
+    if len(granules) != int(np.prod(dcn_shape)):
+        raise MeshError(
+            f"parallelism.dcn: data×fsdp×tensor = {int(np.prod(dcn_shape))} but the job has "
+            f"{len(granules)} slice(s) ({len(devices)} devices, {workers_per_slice} worker(s) per slice)"
+        )
+    for index, granule in enumerate(granules):
+        if len(granule) != int(np.prod(ici_shape)):
+            raise MeshError(
+                f"parallelism.ici: data×fsdp×tensor = {int(np.prod(ici_shape))} but slice {index} has "
+                f"{len(granule)} devices"
+            )
+    per_slice = [mesh_utils.create_device_mesh(ici_shape, granule) for granule in granules]
+    slice_grid = np.arange(len(granules)).reshape(dcn_shape)
+    blocks = np.vectorize(lambda i: per_slice[i], otypes=[object])(slice_grid)
+    return Mesh(np.block(blocks.tolist()), MESH_AXES)
+
+
+def logical_to_spec(logical_axes: Sequence[str | None]) -> PartitionSpec:
+    """PartitionSpec for an array whose dimensions have these logical axis names."""
+    return PartitionSpec(*(LOGICAL_AXIS_RULES[name] if name is not None else None for name in logical_axes))
+
+
+def sharding_for(mesh: Mesh, logical_axes: Sequence[str | None]) -> NamedSharding:
+    return NamedSharding(mesh, logical_to_spec(logical_axes))
+
+
+def batch_sharding(mesh: Mesh) -> NamedSharding:
+    """Sharding of a ``[batch, sequence]`` token array."""
+    return sharding_for(mesh, ("batch", "sequence"))
+
+
+def process_batch_rows(mesh: Mesh, global_batch_size: int, sequence_length: int) -> tuple[int, int]:
+    """Rows ``[start, stop)`` of the global batch that this process's devices hold.
+
+    Raises:
+      MeshError: this process's rows are not one contiguous block (the mesh would need a
+        different data layout).
+    """
+    sharding = batch_sharding(mesh)
+    indices = sharding.addressable_devices_indices_map((global_batch_size, sequence_length))
+    rows = sorted({(idx[0].start or 0, idx[0].stop if idx[0].stop is not None else global_batch_size) for idx in indices.values()})
+    start, stop = rows[0][0], rows[0][1]
+    for row_start, row_stop in rows[1:]:
+        if row_start != stop:
+            raise MeshError(f"this process's batch rows are not contiguous: {rows}")
+        stop = row_stop
+    return start, stop

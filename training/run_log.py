@@ -1,0 +1,100 @@
+"""Append-only JSON-lines files in the run directory: ``metrics.jsonl`` and ``events.jsonl``.
+
+Process 0 writes them; everyone may read them (the local emulator reads them to inject
+faults at a given step and to summarize a run).
+
+* Local run directory: each record is appended, flushed and fsynced at once, so a killed
+  process loses nothing it had written.
+* ``gs://`` run directory: objects cannot be appended to. Records go to a VM-local spool
+  (seeded from the existing object at start, so records of earlier attempts survive a
+  slice being recreated) and the whole spool is uploaded by :meth:`JsonlLog.sync` — the
+  trainer syncs at every checkpoint and at exit. A crash loses at most the records since
+  the last checkpoint, which are also the steps that will be recomputed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+
+def is_remote(path: str) -> bool:
+    return "://" in path
+
+
+def join(base: str, *parts: str) -> str:
+    return "/".join([base.rstrip("/"), *parts])
+
+
+class JsonlLog:
+    """An append-only JSON-lines file at ``path`` (local or ``gs://``).
+
+    Args:
+      path: where the file lives.
+      enabled: False on every process but 0: appends are ignored.
+    """
+
+    def __init__(self, path: str, enabled: bool = True):
+        self.path = path
+        self.enabled = enabled
+        self._remote = is_remote(path)
+        self._file = None
+        if not enabled:
+            return
+        if self._remote:
+            from etils import epath
+
+            spool_root = Path(os.environ.get("MULTISLICE_HOME", tempfile.gettempdir())) / "spool"
+            spool_root.mkdir(parents=True, exist_ok=True)
+            self._spool = spool_root / path.replace("://", "_").replace("/", "_")
+            remote = epath.Path(path)
+            self._spool.write_bytes(remote.read_bytes() if remote.exists() else b"")
+            self._file = open(self._spool, "a", encoding="utf-8")
+        else:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            self._file = open(path, "a", encoding="utf-8")
+
+    def append(self, record: dict[str, Any]) -> None:
+        if self._file is None:
+            return
+        self._file.write(json.dumps(record, sort_keys=True) + "\n")
+        self._file.flush()
+        if not self._remote:
+            os.fsync(self._file.fileno())
+
+    def sync(self) -> None:
+        """Upload the spool to a remote path (no-op for local paths)."""
+        if self._file is None or not self._remote:
+            return
+        from etils import epath
+
+        self._file.flush()
+        epath.Path(self.path).write_bytes(self._spool.read_bytes())
+
+    def close(self) -> None:
+        if self._file is not None:
+            self.sync()
+            self._file.close()
+            self._file = None
+
+
+def read_jsonl(path: str) -> list[dict[str, Any]]:
+    """All complete records of a JSON-lines file (a torn last line is skipped); [] if absent."""
+    if is_remote(path):
+        from etils import epath
+
+        p = epath.Path(path)
+        text = p.read_text() if p.exists() else ""
+    else:
+        p = Path(path)
+        text = p.read_text() if p.exists() else ""
+    records = []
+    for line in text.splitlines():
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return records
