@@ -1,0 +1,229 @@
+"""``multislice``: the command line.
+
+    multislice local up [--stack dev] [--kill 1@40] [--preempt 0@80] [--fresh] [--summary-json F]
+    multislice local down [--stack dev]
+    multislice local status [--stack dev]
+    multislice render --stack prod [-o script.sh]
+
+Errors end with one ``error:`` line naming the cause and a non-zero exit: 2 for bad input
+(stack file, options), 1 for a failed run, 130 for Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Converge and emulate Cloud TPU Multislice training environments.",
+)
+local_app = typer.Typer(no_args_is_help=True, help="Run a stack's queued resource on this machine (no cloud).")
+app.add_typer(local_app, name="local")
+
+console = Console(stderr=False, highlight=False)
+err_console = Console(stderr=True, highlight=False)
+
+STACK_OPTION = typer.Option("dev", "--stack", "-s", help="Stack name: stacks/Pulumi.<stack>.yaml.")
+CONFIG_FILE_OPTION = typer.Option(
+    None, "--config-file", help="A stack file anywhere (instead of --stack); the stack name is taken from it."
+)
+
+
+def fail(message: str, code: int = 2) -> typer.Exit:
+    err_console.print(f"[bold red]error:[/] {message}", soft_wrap=True)
+    return typer.Exit(code)
+
+
+def load_config(stack: str, config_file: Optional[Path]):
+    from infra.config import StackConfigError, load_stack, load_stack_file
+
+    try:
+        return load_stack_file(config_file) if config_file else load_stack(stack)
+    except StackConfigError as err:
+        raise fail(str(err)) from None
+
+
+def state_root() -> Path:
+    """Where local emulations keep their state: ``$MULTISLICE_STATE_DIR`` or
+    ``<project>/.multislice/local``."""
+    from infra.config import default_stacks_dir
+
+    env = os.environ.get("MULTISLICE_STATE_DIR")
+    return Path(env) if env else default_stacks_dir().resolve().parent / ".multislice" / "local"
+
+
+def local_paths(config):
+    from infra.local.emulator import LocalPaths
+
+    return LocalPaths(state_root() / config.stack, config.effective_run_name)
+
+
+def print_summary(result: dict) -> None:
+    table = Table(title="run summary", show_header=False, title_justify="left")
+    for key in ("complete", "steps_completed", "total_steps", "final_loss", "final_eval_loss", "restarts",
+                "steps_lost", "wall_seconds", "faults", "run_dir", "logs_dir"):
+        if key in result:
+            value = result[key]
+            if isinstance(value, float):
+                value = f"{value:.4f}"
+            elif isinstance(value, list):
+                value = "; ".join(value) or "none"
+            table.add_row(key, str(value))
+    console.print(table)
+
+
+@local_app.command("up")
+def local_up(
+    stack: str = STACK_OPTION,
+    config_file: Optional[Path] = CONFIG_FILE_OPTION,
+    kill: list[str] = typer.Option([], "--kill", metavar="SLICE@STEP", help="SIGKILL a slice's VMs at a step (hardware fault). Repeatable."),
+    preempt: list[str] = typer.Option([], "--preempt", metavar="SLICE@STEP", help="SIGTERM a slice's VMs at a step (preemption notice), SIGKILL after the grace period. Repeatable."),
+    fresh: bool = typer.Option(False, "--fresh", help="Discard the stack's previous local run and start over."),
+    summary_json: Optional[Path] = typer.Option(None, "--summary-json", help="Also write the summary as JSON here."),
+    coordinator_port: Optional[int] = typer.Option(None, "--coordinator-port", min=1, max=65535, help="Fixed jax.distributed coordinator port (default: a free one)."),
+    timeout: float = typer.Option(3600, "--timeout", min=1, help="Give up after this many seconds."),
+    stall_timeout: float = typer.Option(600, "--stall-timeout", min=1, help="Give up after this many seconds without a new training step."),
+    preempt_grace: float = typer.Option(30, "--preempt-grace", min=0, help="Seconds between SIGTERM and SIGKILL for --preempt (GCE: 30)."),
+    heartbeat_timeout: int = typer.Option(10, "--heartbeat-timeout", min=2, help="jax.distributed heartbeat timeout (s) in the emulated VMs."),
+) -> None:
+    """Run the stack's multislice queued resource as local processes and train to completion.
+
+    Resumes an unfinished run; reports a finished one without retraining (--fresh starts over).
+    """
+    from infra import startup
+    from infra.local import emulator, summary
+    from infra.local.faults import FaultSpecError, parse_fault
+
+    config = load_config(stack, config_file)
+    paths = local_paths(config)
+    total = config.training.steps
+    try:
+        faults = [parse_fault("kill", spec, slices=config.slices, total_steps=total) for spec in kill]
+        faults += [parse_fault("preempt", spec, slices=config.slices, total_steps=total) for spec in preempt]
+    except FaultSpecError as err:
+        raise fail(str(err)) from None
+    state = emulator.read_state(paths)
+    if state and emulator.pid_alive(int(state.get("pid", 0))):
+        raise fail(
+            f"a local run of stack {config.stack!r} is already running (pid {state['pid']}); "
+            f"stop it with: multislice local down --stack {config.stack}"
+        )
+    if state:
+        emulator.stop_recorded(paths)  # leftovers of an emulator that died
+    if coordinator_port is not None:
+        try:
+            emulator.check_port_free(coordinator_port)
+        except emulator.EmulationError as err:
+            raise fail(str(err)) from None
+    if fresh:
+        emulator.discard_run(paths)
+        console.log(f"--fresh: discarded the previous run of stack {config.stack!r}")
+    elif (paths.run_dir / "COMPLETE").exists():
+        result = summary.summarize(paths.run_dir, total) | {"wall_seconds": 0.0, "faults": []}
+        console.log(f"run {paths.run_dir} is already complete; nothing to do (use --fresh to start over)")
+        if faults:
+            console.log("note: the requested faults were not injected: the run is complete")
+        print_summary(result)
+        _write_summary(summary_json, result)
+        return
+    try:
+        script = startup.render(config)
+    except ValueError as err:
+        raise fail(str(err)) from None
+    console.log(
+        f"stack {config.stack}: {config.slices} × {config.accelerator_type} ({config.total_workers} VMs), "
+        f"{total} steps, run dir {paths.run_dir}"
+    )
+    resource = emulator.LocalQueuedResource(config, paths, script.text, report=console.log)
+    options = emulator.Options(
+        faults=faults,
+        coordinator_port=coordinator_port,
+        heartbeat_timeout_s=heartbeat_timeout,
+        preempt_grace_s=preempt_grace,
+        timeout_s=timeout,
+        stall_timeout_s=stall_timeout,
+    )
+    try:
+        result = resource.up(options)
+    except emulator.Interrupted:
+        raise fail("interrupted; every emulated VM was stopped (run `multislice local up` again to resume)", 130) from None
+    except emulator.EmulationError as err:
+        raise fail(str(err), 1) from None
+    print_summary(result)
+    _write_summary(summary_json, result)
+    if not result["complete"]:
+        raise fail("the VMs exited but the run is not complete", 1)
+
+
+def _write_summary(path: Optional[Path], result: dict) -> None:
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+
+
+@local_app.command("down")
+def local_down(stack: Optional[str] = typer.Option(None, "--stack", "-s", help="Only this stack (default: every stack).")) -> None:
+    """Stop local runs (every emulated VM process and the emulator), keeping their run directories."""
+    from infra.local.emulator import LocalPaths, stop_recorded
+
+    root = state_root()
+    stacks = [stack] if stack else sorted(p.parent.name for p in root.glob("*/emulator.json"))
+    stopped = False
+    for name in stacks:
+        actions = stop_recorded(LocalPaths(root / name, name))
+        for action in actions:
+            console.print(f"{name}: {action}")
+        stopped = stopped or bool(actions)
+    if not stopped:
+        console.print("no local run is running")
+
+
+@local_app.command("status")
+def local_status(stack: str = STACK_OPTION, config_file: Optional[Path] = CONFIG_FILE_OPTION) -> None:
+    """Show whether the stack's local run is running, and its progress."""
+    from infra.local import emulator, summary
+
+    config = load_config(stack, config_file)
+    paths = local_paths(config)
+    state = emulator.read_state(paths)
+    running = bool(state and emulator.pid_alive(int(state.get("pid", 0))))
+    console.print(f"stack {config.stack}: {'running (pid ' + str(state['pid']) + ')' if running else 'not running'}")
+    if paths.run_dir.exists():
+        print_summary(summary.summarize(paths.run_dir, config.training.steps))
+
+
+@app.command()
+def render(
+    stack: str = STACK_OPTION,
+    config_file: Optional[Path] = CONFIG_FILE_OPTION,
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the script here instead of stdout."),
+) -> None:
+    """Print the stack's startup script: the exact bytes every TPU VM of the stack boots."""
+    from infra import startup
+
+    config = load_config(stack, config_file)
+    try:
+        script = startup.render(config)
+    except ValueError as err:
+        raise fail(str(err)) from None
+    if output:
+        output.write_text(script.text)
+        err_console.print(
+            f"wrote {output}: {script.size_bytes} bytes, script sha256 {script.sha256}, bundle sha256 {script.bundle_sha256}"
+        )
+    else:
+        typer.echo(script.text, nl=False)
+
+
+def main() -> None:  # pragma: no cover - console script entry point
+    app()
+
+

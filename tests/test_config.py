@@ -1,0 +1,227 @@
+"""StackConfig / TrainConfig: every validation rule, with its error text, and the two read paths."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from infra import accelerators
+from infra import config as config_mod
+from infra.config import StackConfigError, available_stacks, from_pulumi_config, load_stack, load_stack_file, validate_stack
+from training.config import TrainConfig, load_train_config
+
+STACKS = Path(__file__).resolve().parents[1] / "stacks"
+
+
+def dev_map() -> dict:
+    return copy.deepcopy(yaml.safe_load((STACKS / "Pulumi.dev.yaml").read_text())["config"])
+
+
+def errors_of(config: dict, stack: str = "t") -> list[str]:
+    with pytest.raises(StackConfigError) as info:
+        validate_stack(stack, config, "test")
+    return info.value.lines
+
+
+def engine_view(config: dict) -> dict[str, str]:
+    """The config map as the Pulumi engine hands it to a program: scalars as strings,
+    objects as JSON text."""
+    out = {}
+    for key, value in config.items():
+        if isinstance(value, (dict, list)):
+            out[key] = json.dumps(value)
+        elif isinstance(value, bool):
+            out[key] = "true" if value else "false"
+        else:
+            out[key] = str(value)
+    return out
+
+
+@pytest.mark.parametrize("stack", ["dev", "staging", "prod"])
+def test_shipped_stacks_are_valid_and_both_read_paths_agree(stack):
+    from_yaml = load_stack(stack, STACKS)
+    raw = yaml.safe_load((STACKS / f"Pulumi.{stack}.yaml").read_text())["config"]
+    from_engine = from_pulumi_config(stack, engine_view(raw))
+    assert from_yaml == from_engine
+    assert from_yaml.stack == stack
+
+
+def test_dev_stack_is_the_cheapest_real_multislice():
+    dev = load_stack("dev", STACKS)
+    assert (dev.accelerator_type, dev.slices, dev.capacity) == ("v4-8", 2, "spot")
+    assert dev.effective_runtime_version == accelerators.GENERATIONS["v4"].default_runtime_version
+
+
+def test_available_stacks_lists_the_shipped_ones():
+    assert {"dev", "staging", "prod"} <= set(available_stacks(STACKS))
+
+
+def test_unknown_top_level_key_is_rejected_with_the_allowed_keys():
+    config = dev_map() | {"multislice:slice": 2}
+    (line,) = errors_of(config)
+    assert line.startswith("multislice:slice: unknown key; allowed keys: ")
+    assert "multislice:slices" in line
+
+
+def test_keys_without_namespace_belong_to_the_project():
+    config = dev_map()
+    config["slices"] = config.pop("multislice:slices")
+    assert validate_stack("t", config, "test").slices == 2
+
+
+def test_other_gcp_keys_and_namespaces_are_left_alone():
+    config = dev_map() | {"gcp:impersonateServiceAccount": "x@y.iam.gserviceaccount.com", "pulumi:tags": {"a": 1}}
+    assert validate_stack("t", config, "test").project == "acme-ml-dev"
+
+
+def test_unknown_nested_training_key_names_its_path():
+    config = dev_map()
+    config["multislice:training"]["model"]["dmodel"] = 3
+    (line,) = errors_of(config)
+    assert line == "multislice:training.model.dmodel: unknown key"
+
+
+def test_unknown_accelerator_type_lists_allowed_values():
+    config = dev_map() | {"multislice:acceleratorType": "v4-7"}
+    (line,) = errors_of(config)
+    assert line.startswith("multislice:acceleratorType: ")
+    assert "v4-{8,16,32" in line
+
+
+@pytest.mark.parametrize("slices", [0, 257])
+def test_slices_between_1_and_256(slices):
+    config = dev_map() | {"multislice:slices": slices}
+    config["multislice:training"]["parallelism"]["dcn"] = {"data": 1}
+    lines = errors_of(config)
+    assert lines[0].startswith("multislice:slices: Input should be")
+    assert ("1" if slices == 0 else "256") in lines[0]
+
+
+def test_multislice_only_where_the_generation_supports_it(monkeypatch):
+    real = accelerators.parse_accelerator_type
+
+    def no_multislice(name):
+        acc = real(name)
+        return dataclasses.replace(acc, generation=dataclasses.replace(acc.generation, supports_multislice=False))
+
+    monkeypatch.setattr(accelerators, "parse_accelerator_type", no_multislice)
+    (line,) = errors_of(dev_map())
+    assert line == "multislice:slices: Multislice needs TPU v4 or later; v4-8 allows only 1 slice"
+
+
+def test_ici_product_must_equal_chips_per_slice():
+    config = dev_map()
+    config["multislice:training"]["parallelism"]["ici"] = {"fsdp": 8}
+    config["multislice:training"]["global_batch_size"] = 32
+    (line,) = errors_of(config)
+    assert line == (
+        "multislice:training.parallelism.ici: data×fsdp×tensor = 1×8×1 = 8 must equal the chips per slice of v4-8: 4"
+    )
+
+
+def test_dcn_product_must_equal_slices():
+    config = dev_map()
+    config["multislice:training"]["parallelism"]["dcn"] = {"data": 1}
+    (line,) = errors_of(config)
+    assert line == "multislice:training.parallelism.dcn: data×fsdp×tensor = 1×1×1 = 1 must equal multislice:slices: 2"
+
+
+def test_dcn_tensor_must_be_1():
+    config = dev_map()
+    config["multislice:training"]["parallelism"]["dcn"] = {"data": 1, "tensor": 2}
+    (line,) = errors_of(config)
+    assert line.startswith("multislice:training.parallelism.dcn.tensor: must be 1")
+
+
+def test_global_batch_divisible_by_data_parallel_size():
+    config = dev_map()
+    config["multislice:training"]["global_batch_size"] = 12  # data-parallel size is 2 × 4 = 8
+    (line,) = errors_of(config)
+    assert line.startswith("multislice:training.global_batch_size: 12 is not divisible by the data-parallel size 8")
+
+
+def test_reservation_name_needs_reserved_capacity():
+    config = dev_map() | {"multislice:reservationName": "my-reservation"}
+    (line,) = errors_of(config)
+    assert line.startswith("multislice:reservationName: is only used with multislice:capacity 'reserved'")
+
+
+def test_capacity_lists_allowed_values():
+    config = dev_map() | {"multislice:capacity": "cheap"}
+    (line,) = errors_of(config)
+    assert line.startswith("multislice:capacity: got 'cheap'; allowed:")
+    for value in ("spot", "on-demand", "reserved", "best-effort"):
+        assert value in line
+
+
+@pytest.mark.parametrize("key", ["gcp:project", "gcp:zone", "multislice:acceleratorType"])
+def test_required_keys(key):
+    config = dev_map()
+    del config[key]
+    assert f"{key}: required key is missing" in errors_of(config)
+
+
+def test_zone_format():
+    config = dev_map() | {"gcp:zone": "us-central2"}
+    (line,) = errors_of(config)
+    assert line.startswith("gcp:zone: Value error, 'us-central2' is not a zone name")
+
+
+def test_several_problems_are_reported_together():
+    config = dev_map() | {"multislice:bogus": 1, "multislice:other": 2}
+    lines = errors_of(config)
+    assert [line.split(":")[1] for line in lines] == ["bogus", "other"]
+
+
+def test_tensor_parallelism_must_divide_heads():
+    config = dev_map()
+    config["multislice:training"]["model"]["n_heads"] = 2
+    config["multislice:training"]["parallelism"]["ici"] = {"fsdp": 1, "tensor": 4}
+    config["multislice:training"]["global_batch_size"] = 16
+    (line,) = errors_of(config)
+    assert line == "multislice:training.model.n_heads: 2 is not divisible by the tensor mesh axis size 4"
+
+
+def test_missing_stack_names_the_known_stacks(tmp_path):
+    (tmp_path / "Pulumi.a.yaml").write_text("config: {}\n")
+    with pytest.raises(StackConfigError, match=r"no stack 'b': .*Pulumi.b.yaml does not exist; stacks here: a"):
+        load_stack("b", tmp_path)
+
+
+def test_malformed_yaml_is_one_clear_error(tmp_path):
+    path = tmp_path / "Pulumi.bad.yaml"
+    path.write_text("config:\n  gcp:project: [unclosed\n")
+    with pytest.raises(StackConfigError, match=r"is not valid YAML"):
+        load_stack_file(path)
+
+
+def test_secret_values_are_refused(tmp_path):
+    config = dev_map() | {"multislice:runtimeVersion": {"secure": "AAAbase64"}}
+    (line,) = errors_of(config)
+    assert line.startswith("multislice:runtimeVersion: secret values are not supported")
+
+
+def test_training_object_from_engine_must_be_json():
+    config = engine_view(dev_map())
+    config["multislice:training"] = "{not json"
+    (line,) = errors_of(config)
+    assert line.startswith("multislice:training: not a JSON object")
+
+
+def test_train_config_json_round_trip_and_errors():
+    dev = load_stack("dev", STACKS).training
+    assert load_train_config(dev.model_dump_json()) == dev
+    with pytest.raises(ValueError, match=r"sequence_length: Input should be greater than or equal to 8"):
+        load_train_config({"sequence_length": 0})
+    assert TrainConfig().global_batch_tokens == 32 * 256
+
+
+def test_config_module_reads_defaults_from_catalog():
+    dev = load_stack("dev", STACKS)
+    assert dev.region == "us-central2"
+    assert config_mod.StackConfig.model_fields["slices"].alias == "multislice:slices"
