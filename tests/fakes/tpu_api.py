@@ -1,0 +1,516 @@
+"""A loopback fake of the Cloud TPU v2 REST API, for driving the real ``google.cloud.tpu_v2``
+client (REST transport) in tests.
+
+What it serves (the paths of ``tpu_v2.services.tpu.transports.rest_base``)::
+
+    POST   /v2/projects/*/locations/*/queuedResources?queuedResourceId=&requestId=   CreateQueuedResource
+    GET    /v2/projects/*/locations/*/queuedResources                                ListQueuedResources
+    GET    /v2/projects/*/locations/*/queuedResources/*                              GetQueuedResource
+    DELETE /v2/projects/*/locations/*/queuedResources/*?force=                       DeleteQueuedResource
+    POST   /v2/projects/*/locations/*/queuedResources/*:reset                        ResetQueuedResource
+    GET    /v2/projects/*/locations/*/nodes/*                                        GetNode
+    PATCH  /v2/projects/*/locations/*/nodes/*?updateMask=                            UpdateNode
+    GET    /v2/projects/*/locations/*/operations/*                                   GetOperation
+
+Every body is parsed and every response built with the client library's own message types
+(``tpu_v2.QueuedResource``, ``tpu_v2.Node``, ``operations_pb2.Operation``,
+``google.rpc.Status``) and ``json_format`` with unknown fields rejected, so a field name the
+provider gets wrong fails here exactly as it would against the real service.
+
+Scripting (all thread-safe; the server runs in a daemon thread on 127.0.0.1:0):
+
+* ``progression``: the states a new queued resource passes, one per GET (default
+  CREATING → ACCEPTED → WAITING_FOR_RESOURCES → PROVISIONING → ACTIVE); the last one sticks.
+  End it in WAITING_FOR_RESOURCES to model a stockout.
+* ``fail_after(states, active_slices, message)``: pass ``states`` then go FAILED with the first
+  ``active_slices`` nodes READY and the rest never created, ``failedData.error`` = message.
+* ``fault(rpc, status, message, details=, times=)``: the next ``times`` calls of ``rpc``
+  answer with that error (``google.rpc.Status`` JSON with typed ``details``).
+* ``op_polls``: GETs before a long-running operation reports ``done``; ``delete_polls``: GETs
+  a deleted queued resource stays DELETING before it is gone.
+
+``calls`` records every request (rpc name, method, path, query, parsed body, status) so tests
+can assert e.g. "UpdateNode on every node, then ResetQueuedResource, and no delete".
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+import threading
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from google.cloud import tpu_v2
+from google.longrunning import operations_pb2
+from google.protobuf import any_pb2, empty_pb2, json_format, timestamp_pb2
+from google.protobuf.message import Message
+from google.rpc import code_pb2, error_details_pb2, status_pb2
+
+DEFAULT_PROGRESSION = ("CREATING", "ACCEPTED", "WAITING_FOR_RESOURCES", "PROVISIONING", "ACTIVE")
+
+_LOC = r"(?P<parent>projects/[^/]+/locations/[^/]+)"
+_ROUTES: list[tuple[str, re.Pattern[str], str]] = [
+    ("POST", re.compile(rf"^/v2/{_LOC}/queuedResources$"), "CreateQueuedResource"),
+    ("GET", re.compile(rf"^/v2/{_LOC}/queuedResources$"), "ListQueuedResources"),
+    ("GET", re.compile(rf"^/v2/{_LOC}/queuedResources/(?P<id>[^/:]+)$"), "GetQueuedResource"),
+    ("DELETE", re.compile(rf"^/v2/{_LOC}/queuedResources/(?P<id>[^/:]+)$"), "DeleteQueuedResource"),
+    ("POST", re.compile(rf"^/v2/{_LOC}/queuedResources/(?P<id>[^/:]+):reset$"), "ResetQueuedResource"),
+    ("GET", re.compile(rf"^/v2/{_LOC}/nodes/(?P<id>[^/:]+)$"), "GetNode"),
+    ("PATCH", re.compile(rf"^/v2/{_LOC}/nodes/(?P<id>[^/:]+)$"), "UpdateNode"),
+    ("GET", re.compile(rf"^/v2/{_LOC}/operations/(?P<id>[^/:]+)$"), "GetOperation"),
+]
+
+#: HTTP status for each google.rpc code used here (https://cloud.google.com/apis/design/errors).
+_HTTP_FOR_CODE = {
+    "INVALID_ARGUMENT": 400,
+    "FAILED_PRECONDITION": 400,
+    "PERMISSION_DENIED": 403,
+    "NOT_FOUND": 404,
+    "ALREADY_EXISTS": 409,
+    "RESOURCE_EXHAUSTED": 429,
+    "INTERNAL": 500,
+    "UNAVAILABLE": 503,
+}
+
+
+@dataclass
+class Call:
+    """One request the fake answered."""
+
+    rpc: str
+    method: str
+    path: str
+    query: dict[str, list[str]]
+    body: dict[str, Any] | None
+    status: int = 0
+
+
+@dataclass
+class _Fault:
+    http: int
+    status: str
+    message: str
+    details: tuple[Message, ...]
+
+
+@dataclass
+class _QueuedResourceRecord:
+    qr: tpu_v2.QueuedResource
+    states: list[str]
+    step: int = 0
+    active_slices_on_failure: int = 0
+    failure_message: str = ""
+    deleting_left: int | None = None
+    resets: int = 0
+
+
+@dataclass
+class _Operation:
+    op: operations_pb2.Operation
+    polls_left: int
+
+
+class ApiError(Exception):
+    """Raised inside handlers; becomes a google.rpc.Status JSON error response."""
+
+    def __init__(self, status: str, message: str, details: tuple[Message, ...] = ()):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.details = details
+
+
+def _json(message: Message) -> dict[str, Any]:
+    return json_format.MessageToDict(message, preserving_proto_field_name=False)
+
+
+def _now() -> timestamp_pb2.Timestamp:
+    stamp = timestamp_pb2.Timestamp()
+    stamp.GetCurrentTime()
+    return stamp
+
+
+def quota_failure(metric: str = "TPUV4sPodPerProjectPerZoneForTPUAPI", description: str = "") -> tuple[Message, ...]:
+    """``details`` of an allocation-quota error as the TPU API sends it: QuotaFailure + ErrorInfo."""
+    violation = error_details_pb2.QuotaFailure.Violation(
+        subject=f"quota_metric:{metric}", description=description or f"Quota limit '{metric}' has been exceeded."
+    )
+    info = error_details_pb2.ErrorInfo(reason="QUOTA_EXCEEDED", domain="tpu.googleapis.com", metadata={"quota_metric": metric})
+    return (error_details_pb2.QuotaFailure(violations=[violation]), info)
+
+
+def rate_limited() -> tuple[Message, ...]:
+    """``details`` of a request-rate 429 (retryable)."""
+    return (error_details_pb2.ErrorInfo(reason="RATE_LIMIT_EXCEEDED", domain="googleapis.com"),)
+
+
+class FakeTpuApi:
+    """The fake server. Use as a context manager; ``endpoint`` is ``http://127.0.0.1:<port>``."""
+
+    def __init__(
+        self,
+        progression: tuple[str, ...] | list[str] = DEFAULT_PROGRESSION,
+        *,
+        op_polls: int = 1,
+        delete_polls: int = 1,
+        hosts_per_slice: int = 1,
+    ) -> None:
+        self.progression = list(progression)
+        self.op_polls = op_polls
+        self.delete_polls = delete_polls
+        self.hosts_per_slice = hosts_per_slice
+        self.calls: list[Call] = []
+        self.queued_resources: dict[str, _QueuedResourceRecord] = {}
+        self.nodes: dict[str, tpu_v2.Node] = {}
+        self.operations: dict[str, _Operation] = {}
+        self._faults: dict[str, list[_Fault]] = {}
+        self._failure: tuple[list[str], int, str] | None = None
+        self._ids = itertools.count(1)
+        self._lock = threading.RLock()
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # lifecycle --------------------------------------------------------------------------
+
+    def start(self) -> FakeTpuApi:
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # headers and body go out as separate writes
+
+            def log_message(self, *args: Any) -> None:  # keep test output clean
+                pass
+
+            def _serve(self) -> None:
+                fake._handle(self)
+
+            do_GET = do_POST = do_PATCH = do_DELETE = _serve
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.01}, name="fake-tpu-api", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    def __enter__(self) -> FakeTpuApi:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def endpoint(self) -> str:
+        assert self._server is not None, "start() the fake first"
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    # scripting --------------------------------------------------------------------------
+
+    def fault(
+        self,
+        rpc: str,
+        status: str,
+        message: str = "",
+        *,
+        details: tuple[Message, ...] = (),
+        times: int = 1,
+    ) -> None:
+        """Answer the next ``times`` calls of ``rpc`` with an error of google.rpc code ``status``
+        (HTTP status per https://cloud.google.com/apis/design/errors)."""
+        with self._lock:
+            self._faults.setdefault(rpc, []).extend(
+                [_Fault(_HTTP_FOR_CODE[status], status, message or f"injected {status}", details)] * times
+            )
+
+    def continue_with(self, qr_name: str, *states: str) -> None:
+        """Let an existing queued resource move on through ``states`` (one per GET)."""
+        with self._lock:
+            self.queued_resources[qr_name].states.extend(states)
+
+    def set_state(self, qr_name: str, state: str, *, active_slices: int = 0, message: str = "") -> None:
+        """Force a queued resource into ``state`` now (e.g. FAILED after a preemption)."""
+        with self._lock:
+            record = self.queued_resources[qr_name]
+            record.states = record.states[: record.step + 1] + [state]
+            record.step += 1
+            record.active_slices_on_failure, record.failure_message = active_slices, message
+            self._set_state(record, state)
+
+    def fail_after(self, states: list[str], active_slices: int, message: str) -> None:
+        """New queued resources pass ``states``, then turn FAILED with ``active_slices`` nodes READY."""
+        with self._lock:
+            self._failure = (list(states), active_slices, message)
+
+    def rpcs(self, *, include_reads: bool = True) -> list[str]:
+        """Names of the RPCs served, in order (optionally without Get/List)."""
+        with self._lock:
+            names = [c.rpc for c in self.calls]
+        if include_reads:
+            return names
+        return [n for n in names if not n.startswith(("Get", "List"))]
+
+    def add_active(self, qr: tpu_v2.QueuedResource) -> None:
+        """Seed an existing ACTIVE queued resource (with its nodes), as if created earlier."""
+        with self._lock:
+            record = _QueuedResourceRecord(qr=qr, states=["ACTIVE"])
+            qr.state = tpu_v2.QueuedResourceState(state="ACTIVE")
+            self.queued_resources[qr.name] = record
+            self._materialize_nodes(record, len(self._node_ids(qr)), "READY")
+
+    # request handling -------------------------------------------------------------------
+
+    def _handle(self, handler: BaseHTTPRequestHandler) -> None:
+        url = urlsplit(handler.path)
+        query = parse_qs(url.query)
+        length = int(handler.headers.get("Content-Length") or 0)
+        raw = handler.rfile.read(length) if length else b""
+        body = json.loads(raw) if raw else None
+        rpc, match = "Unknown", None
+        for method, pattern, name in _ROUTES:
+            if handler.command == method and (match := pattern.match(url.path)):
+                rpc = name
+                break
+        call = Call(rpc=rpc, method=handler.command, path=url.path, query=query, body=body)
+        with self._lock:
+            self.calls.append(call)
+            try:
+                if match is None:
+                    raise ApiError("NOT_FOUND", f"no route for {handler.command} {url.path}")
+                faults = self._faults.get(rpc)
+                if faults:
+                    fault = faults.pop(0)
+                    raise ApiError(fault.status, fault.message, fault.details)
+                status, payload = 200, getattr(self, f"_rpc_{rpc}")(match, query, raw)
+            except ApiError as err:
+                status, payload = self._error(err)
+            except json_format.ParseError as err:  # the client sent a field the API does not have
+                status, payload = self._error(ApiError("INVALID_ARGUMENT", f"Invalid JSON payload: {err}"))
+            call.status = status
+        data = json.dumps(payload).encode()
+        handler.send_response(status)
+        handler.send_header("Content-Type", "application/json; charset=UTF-8")
+        handler.send_header("Content-Length", str(len(data)))
+        handler.end_headers()
+        handler.wfile.write(data)
+
+    def _error(self, err: ApiError) -> tuple[int, dict[str, Any]]:
+        http = _HTTP_FOR_CODE.get(err.status, 500)
+        status = status_pb2.Status(code=code_pb2.Code.Value(err.status), message=err.message)
+        for detail in err.details:
+            packed = any_pb2.Any()
+            packed.Pack(detail)
+            status.details.append(packed)
+        body = _json(status)
+        return http, {
+            "error": {
+                "code": http,
+                "message": err.message,
+                "status": err.status,
+                "details": body.get("details", []),
+            }
+        }
+
+    def _operation(self, parent: str, verb: str, target: str, response: Message | None) -> dict[str, Any]:
+        name = f"{parent}/operations/operation-{next(self._ids)}"
+        meta = tpu_v2.OperationMetadata(verb=verb, target=target, api_version="v2")
+        op = operations_pb2.Operation(name=name, done=self.op_polls <= 0)
+        op.metadata.Pack(tpu_v2.OperationMetadata.pb(meta))
+        op.response.Pack(response if response is not None else empty_pb2.Empty())
+        self.operations[name] = _Operation(op=op, polls_left=self.op_polls)
+        return _json(op)
+
+    # queued resources ---------------------------------------------------------------------
+
+    @staticmethod
+    def _node_ids(qr: tpu_v2.QueuedResource) -> list[str]:
+        spec = qr.tpu.node_spec[0]
+        if "multislice_params" in spec:
+            params = spec.multislice_params
+            prefix = params.node_id_prefix or qr.name.rsplit("/", 1)[1]
+            return [f"{prefix}-{i}" for i in range(params.node_count)]
+        return [spec.node_id]
+
+    def _materialize_nodes(self, record: _QueuedResourceRecord, count: int, state: str) -> None:
+        qr = record.qr
+        spec = qr.tpu.node_spec[0]
+        for index, node_id in enumerate(self._node_ids(qr)[:count]):
+            name = f"{spec.parent}/nodes/{node_id}"
+            if name in self.nodes:
+                continue
+            node = tpu_v2.Node.wrap(tpu_v2.Node.pb(spec.node).__deepcopy__())
+            node.name = name
+            node.state = state
+            node.health = "HEALTHY"
+            node.queued_resource = qr.name
+            node.multislice_node = len(self._node_ids(qr)) > 1
+            node.create_time = _now()
+            for host in range(self.hosts_per_slice):
+                node.network_endpoints.append(
+                    tpu_v2.NetworkEndpoint(ip_address=f"10.130.{index}.{host + 2}", port=8470)
+                )
+            self.nodes[name] = node
+
+    def _set_state(self, record: _QueuedResourceRecord, state: str) -> None:
+        qr = record.qr
+        qr.state = tpu_v2.QueuedResourceState(state=state)
+        if state == "ACTIVE":
+            self._materialize_nodes(record, len(self._node_ids(qr)), "READY")
+        elif state == "FAILED":
+            self._materialize_nodes(record, record.active_slices_on_failure, "READY")
+            qr.state = tpu_v2.QueuedResourceState(
+                state="FAILED",
+                failed_data=tpu_v2.QueuedResourceState.FailedData(
+                    error=status_pb2.Status(code=code_pb2.RESOURCE_EXHAUSTED, message=record.failure_message)
+                ),
+            )
+
+    def _rpc_CreateQueuedResource(self, match: re.Match[str], query: dict[str, list[str]], raw: bytes) -> dict[str, Any]:
+        parent = match["parent"]
+        qr_id = (query.get("queuedResourceId") or [""])[0]
+        if not qr_id:
+            raise ApiError("INVALID_ARGUMENT", "queued_resource_id is required")
+        qr = tpu_v2.QueuedResource.from_json(raw, ignore_unknown_fields=False)
+        name = f"{parent}/queuedResources/{qr_id}"
+        if name in self.queued_resources:
+            raise ApiError("ALREADY_EXISTS", f"QueuedResource {name} already exists")
+        if len(qr.tpu.node_spec) != 1:
+            raise ApiError("INVALID_ARGUMENT", "exactly one node_spec is supported")
+        spec = qr.tpu.node_spec[0]
+        if "multislice_params" in spec and spec.multislice_params.node_count <= 1:
+            raise ApiError("INVALID_ARGUMENT", "multislice_params.node_count must be > 1")
+        if "multislice_params" not in spec and not spec.node_id:
+            raise ApiError("INVALID_ARGUMENT", "node_id or multislice_params is required")
+        qr.name = name
+        qr.create_time = _now()
+        if self._failure is not None:
+            states, active, message = self._failure
+            record = _QueuedResourceRecord(qr=qr, states=[*states, "FAILED"], active_slices_on_failure=active, failure_message=message)
+        else:
+            record = _QueuedResourceRecord(qr=qr, states=list(self.progression))
+        self.queued_resources[name] = record
+        self._set_state(record, record.states[0])
+        return self._operation(parent, "create", name, tpu_v2.QueuedResource.pb(qr))
+
+    def _rpc_ListQueuedResources(self, match: re.Match[str], query: dict[str, list[str]], raw: bytes) -> dict[str, Any]:
+        prefix = match["parent"] + "/queuedResources/"
+        items = [r.qr for n, r in sorted(self.queued_resources.items()) if n.startswith(prefix)]
+        return _json(tpu_v2.ListQueuedResourcesResponse.pb(tpu_v2.ListQueuedResourcesResponse(queued_resources=items)))
+
+    def _record(self, match: re.Match[str]) -> _QueuedResourceRecord:
+        name = f"{match['parent']}/queuedResources/{match['id']}"
+        record = self.queued_resources.get(name)
+        if record is None:
+            raise ApiError("NOT_FOUND", f"Resource '{name}' was not found")
+        return record
+
+    def _rpc_GetQueuedResource(self, match: re.Match[str], query: dict[str, list[str]], raw: bytes) -> dict[str, Any]:
+        record = self._record(match)
+        if record.deleting_left is not None:
+            if record.deleting_left <= 0:
+                self._forget(record)
+                raise ApiError("NOT_FOUND", f"Resource '{record.qr.name}' was not found")
+            record.deleting_left -= 1
+        elif record.step < len(record.states) - 1:
+            record.step += 1
+            self._set_state(record, record.states[record.step])
+        return _json(tpu_v2.QueuedResource.pb(record.qr))
+
+    def _forget(self, record: _QueuedResourceRecord) -> None:
+        del self.queued_resources[record.qr.name]
+        for name in [n for n, node in self.nodes.items() if node.queued_resource == record.qr.name]:
+            del self.nodes[name]
+
+    def _rpc_DeleteQueuedResource(self, match: re.Match[str], query: dict[str, list[str]], raw: bytes) -> dict[str, Any]:
+        record = self._record(match)
+        force = (query.get("force") or ["false"])[0].lower() == "true"
+        has_nodes = any(node.queued_resource == record.qr.name for node in self.nodes.values())
+        if has_nodes and not force:
+            raise ApiError("FAILED_PRECONDITION", "the queued resource has nodes; delete them first or use force")
+        if record.deleting_left is None:
+            record.deleting_left = self.delete_polls
+            record.qr.state = tpu_v2.QueuedResourceState(state="DELETING")
+            if self.delete_polls <= 0:
+                self._forget(record)
+        return self._operation(match["parent"], "delete", record.qr.name, None)
+
+    def _rpc_ResetQueuedResource(self, match: re.Match[str], query: dict[str, list[str]], raw: bytes) -> dict[str, Any]:
+        record = self._record(match)
+        json_format.Parse(raw or b"{}", tpu_v2.ResetQueuedResourceRequest.pb(tpu_v2.ResetQueuedResourceRequest()))
+        if record.qr.state.state != tpu_v2.QueuedResourceState.State.ACTIVE:
+            raise ApiError("FAILED_PRECONDITION", f"cannot reset a queued resource in state {record.qr.state.state.name}")
+        record.resets += 1
+        return self._operation(match["parent"], "reset", record.qr.name, tpu_v2.QueuedResource.pb(record.qr))
+
+    # nodes ----------------------------------------------------------------------------------
+
+    def _node(self, match: re.Match[str]) -> tpu_v2.Node:
+        name = f"{match['parent']}/nodes/{match['id']}"
+        node = self.nodes.get(name)
+        if node is None:
+            raise ApiError("NOT_FOUND", f"Resource '{name}' was not found")
+        return node
+
+    def _rpc_GetNode(self, match: re.Match[str], query: dict[str, list[str]], raw: bytes) -> dict[str, Any]:
+        return _json(tpu_v2.Node.pb(self._node(match)))
+
+    #: UpdateNode's update_mask paths (tpu_v2 UpdateNodeRequest docs).
+    UPDATABLE = ("description", "tags", "labels", "metadata", "network_config.enable_external_ips")
+
+    def _rpc_UpdateNode(self, match: re.Match[str], query: dict[str, list[str]], raw: bytes) -> dict[str, Any]:
+        node = self._node(match)
+        mask = [p for item in query.get("updateMask", []) for p in item.split(",") if p]
+        if not mask:
+            raise ApiError("INVALID_ARGUMENT", "update_mask is required")
+        patch = tpu_v2.Node.from_json(raw, ignore_unknown_fields=False)
+        for path in mask:
+            snake = re.sub(r"([A-Z])", lambda m: "_" + m[1].lower(), path)
+            if snake not in self.UPDATABLE:
+                raise ApiError("INVALID_ARGUMENT", f"update_mask path {path!r} is not updatable")
+            if snake == "network_config.enable_external_ips":
+                node.network_config.enable_external_ips = patch.network_config.enable_external_ips
+            elif snake in ("labels", "metadata"):
+                target = getattr(node, snake)
+                target.clear()
+                target.update(dict(getattr(patch, snake)))
+            elif snake == "tags":
+                del node.tags[:]
+                node.tags.extend(patch.tags)
+            else:
+                setattr(node, snake, getattr(patch, snake))
+        return self._operation(match["parent"], "update", node.name, tpu_v2.Node.pb(node))
+
+    # operations -----------------------------------------------------------------------------
+
+    def _rpc_GetOperation(self, match: re.Match[str], query: dict[str, list[str]], raw: bytes) -> dict[str, Any]:
+        name = f"{match['parent']}/operations/{match['id']}"
+        entry = self.operations.get(name)
+        if entry is None:
+            raise ApiError("NOT_FOUND", f"Operation '{name}' was not found")
+        entry.polls_left -= 1
+        if entry.polls_left <= 0:
+            entry.op.done = True
+        return _json(entry.op)
+
+    # views for assertions -----------------------------------------------------------------
+
+    def resets(self, qr_name: str) -> int:
+        with self._lock:
+            record = self.queued_resources.get(qr_name)
+            return record.resets if record else 0
+
+    def node(self, name: str) -> tpu_v2.Node:
+        with self._lock:
+            return self.nodes[name]
