@@ -28,7 +28,7 @@ app = typer.Typer(
 local_app = typer.Typer(no_args_is_help=True, help="Run a stack's queued resource on this machine (no cloud).")
 app.add_typer(local_app, name="local")
 
-console = Console(stderr=False, highlight=False)
+console = Console(stderr=False, highlight=False, log_path=False)
 err_console = Console(stderr=True, highlight=False)
 
 STACK_OPTION = typer.Option("dev", "--stack", "-s", help="Stack name: stacks/Pulumi.<stack>.yaml.")

@@ -1,0 +1,82 @@
+"""training.data: real text, deterministic per-step batches, host row slicing, bad sources."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from training import data
+
+
+@pytest.fixture(scope="module")
+def stdlib_data():
+    return data.TextDataset("stdlib", sequence_length=64, eval_fraction=0.05, seed=0)
+
+
+def test_default_corpus_is_the_stdlib_source(stdlib_data):
+    names = {f.relative for f in stdlib_data.train.corpus.files} | {f.relative for f in stdlib_data.eval.corpus.files}
+    assert "os.py" in names and "json/decoder.py" in names
+    assert stdlib_data.train.corpus.size > 5_000_000  # megabytes of real text, not a toy string
+
+
+def test_train_and_eval_files_are_disjoint_and_split_by_path(stdlib_data):
+    train = {f.relative for f in stdlib_data.train.corpus.files}
+    held_out = {f.relative for f in stdlib_data.eval.corpus.files}
+    assert train and held_out and not train & held_out
+    assert all(data.is_eval_file(name, 0.05) for name in held_out)
+    share = len(held_out) / (len(train) + len(held_out))
+    assert 0.02 < share < 0.10
+
+
+def test_rows_are_a_pure_function_of_the_step(stdlib_data):
+    again = data.TextDataset("stdlib", sequence_length=64, eval_fraction=0.05, seed=0)
+    a = stdlib_data.train_rows(7, 16, 0, 16)
+    b = again.train_rows(7, 16, 0, 16)
+    assert a.shape == (16, 65) and a.dtype == np.int32
+    np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(a, stdlib_data.train_rows(8, 16, 0, 16))
+    other_seed = data.TextDataset("stdlib", sequence_length=64, eval_fraction=0.05, seed=1)
+    assert not np.array_equal(a, other_seed.train_rows(7, 16, 0, 16))
+
+
+def test_host_rows_are_slices_of_the_global_batch(stdlib_data):
+    full = stdlib_data.train_rows(3, 8, 0, 8)
+    np.testing.assert_array_equal(stdlib_data.train_rows(3, 8, 4, 8), full[4:])
+    np.testing.assert_array_equal(stdlib_data.eval_rows(1, 8, 2, 5), stdlib_data.eval_rows(1, 8, 0, 8)[2:5])
+
+
+def test_examples_are_windows_of_the_concatenated_files(tmp_path):
+    (tmp_path / "a.txt").write_bytes(b"0123456789")
+    (tmp_path / "b.txt").write_bytes(b"abcdefghij")
+    (tmp_path / "c.txt").write_bytes(b"ABCDEFGHIJ")
+    corpus = data.ByteCorpus(data.list_source_files(str(tmp_path / "*.txt")))
+    assert corpus.size == 33
+    assert bytes(corpus.read(8, 6)) == b"89\nabc"
+    assert bytes(corpus.read(20, 5)) == b"j\nABC"
+
+
+def test_each_epoch_visits_every_example_once(tmp_path):
+    (tmp_path / "a.txt").write_bytes(bytes(range(32, 127)) * 3)
+    (tmp_path / "z.txt").write_bytes(b"held out? " * 20)
+    ds = data.TextDataset(str(tmp_path / "*.txt"), sequence_length=8, eval_fraction=0.01, seed=3)
+    n = ds.train.num_examples
+    order = [ds.train_order[i] for i in range(n)]
+    assert sorted(order) == list(range(n))
+    assert [ds.train_order[i] for i in range(n, 2 * n)] != order  # reshuffled next epoch
+
+
+def test_glob_matching_nothing_is_a_clear_error(tmp_path):
+    with pytest.raises(data.DataError, match=r"training.data.source '.*nothing-\*.txt' matches no non-empty file"):
+        data.TextDataset(str(tmp_path / "nothing-*.txt"), 8, 0.05, 0)
+
+
+def test_corpus_shorter_than_one_sequence_is_a_clear_error(tmp_path):
+    (tmp_path / "a.txt").write_bytes(b"tiny")
+    (tmp_path / "b.txt").write_bytes(b"tiny")
+    with pytest.raises(data.DataError, match="fewer than one sequence"):
+        data.TextDataset(str(tmp_path / "*.txt"), 64, 0.05, 0)
+
+
+def test_gcs_glob_splits_into_bucket_prefix_and_pattern():
+    assert data._split_glob("gs://bucket/corpora/bytes/*.txt") == ("gs://bucket/corpora/bytes", "*.txt")
+    assert data._split_glob("/data/**/*.txt") == ("/data", "**/*.txt")

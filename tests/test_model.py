@@ -1,0 +1,96 @@
+"""training.model and training.optimizer on CPU."""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from training import model
+from training.config import ModelConfig, OptimizerConfig
+from training.optimizer import learning_rate_schedule, make_optimizer
+
+CFG = ModelConfig(d_model=32, n_layers=2, n_heads=4, compute_dtype="float32")
+
+
+def test_param_count_matches_the_arrays():
+    params = model.init_params(CFG, jax.random.key(0))
+    counted = sum(int(np.prod(leaf.shape)) for leaf in jax.tree.leaves(params))
+    assert model.param_count(CFG) == counted
+
+
+def test_logical_axes_cover_every_dimension():
+    params = model.init_params(CFG, jax.random.key(0))
+    axes = model.logical_axes(CFG)
+    is_axes = lambda x: isinstance(x, tuple)  # noqa: E731
+    pairs = jax.tree.leaves(jax.tree.map(lambda a, p: (len(a), p.ndim), axes, params, is_leaf=is_axes), is_leaf=is_axes)
+    assert pairs and all(n_axes == ndim for n_axes, ndim in pairs)
+
+
+def test_flops_per_token_counts_matmul_weights():
+    # Direct count: per layer q,k,v,o are D×D and the MLP is 2·D·F; the unembedding D×256.
+    d, f, n, s = 32, 128, 2, 64
+    weights = n * (4 * d * d + 2 * d * f) + d * 256
+    assert model.flops_per_token(CFG, s) == 6 * weights + 12 * n * d * s
+
+
+def test_initial_loss_is_near_uniform():
+    params = model.init_params(CFG, jax.random.key(0))
+    batch = jax.random.randint(jax.random.key(1), (4, 17), 0, 256)
+    loss = float(model.loss_fn(params, batch, CFG))
+    assert abs(loss - math.log(256)) < 0.1
+
+
+def test_forward_is_causal():
+    params = model.init_params(CFG, jax.random.key(0))
+    tokens = jax.random.randint(jax.random.key(1), (2, 16), 0, 256)
+    changed = tokens.at[:, 10:].set((tokens[:, 10:] + 1) % 256)
+    a = model.forward(params, tokens, CFG)
+    b = model.forward(params, changed, CFG)
+    assert a.shape == (2, 16, 256) and a.dtype == jnp.float32
+    np.testing.assert_array_equal(np.asarray(a[:, :10]), np.asarray(b[:, :10]))
+    assert not np.allclose(np.asarray(a[:, 10:]), np.asarray(b[:, 10:]))
+
+
+def test_a_few_adamw_steps_reduce_the_loss_on_repeated_text():
+    params = model.init_params(CFG, jax.random.key(0))
+    text = np.frombuffer((b"the quick brown fox jumps over the lazy dog. " * 8)[:8 * 33], dtype=np.uint8)
+    batch = jnp.asarray(text.reshape(8, 33).astype(np.int32))
+    opt, _ = make_optimizer(OptimizerConfig(peak_learning_rate=1e-2, warmup_steps=0, schedule="constant"), 50)
+    state = opt.init(params)
+
+    @jax.jit
+    def step(params, state):
+        loss, grads = jax.value_and_grad(model.loss_fn)(params, batch, CFG)
+        updates, state = opt.update(grads, state, params)
+        return jax.tree.map(lambda p, u: p + u, params, updates), state, loss
+
+    losses = []
+    for _ in range(30):
+        params, state, loss = step(params, state)
+        losses.append(float(loss))
+    assert losses[-1] < 0.5 * losses[0]
+
+
+@pytest.mark.parametrize("schedule", ["cosine", "linear", "constant"])
+def test_schedule_warms_up_then_decays_to_the_end_fraction(schedule):
+    cfg = OptimizerConfig(peak_learning_rate=1.0, warmup_steps=10, schedule=schedule, end_learning_rate_fraction=0.1)
+    lr = learning_rate_schedule(cfg, 110)
+    assert float(lr(0)) == 0.0
+    assert float(lr(5)) == pytest.approx(0.5)
+    assert float(lr(10)) == pytest.approx(1.0)
+    assert float(lr(110)) == pytest.approx(1.0 if schedule == "constant" else 0.1)
+
+
+def test_weight_decay_skips_norm_scales():
+    params = {"w": jnp.ones((2, 2)), "scale": jnp.ones((2,))}
+    opt, _ = make_optimizer(
+        OptimizerConfig(peak_learning_rate=1.0, warmup_steps=0, schedule="constant", weight_decay=0.5, grad_clip_norm=None), 10
+    )
+    zero = jax.tree.map(jnp.zeros_like, params)
+    updates, _ = opt.update(zero, opt.init(params), params)
+    assert float(jnp.abs(updates["scale"]).max()) == 0.0
+    assert float(jnp.abs(updates["w"]).max()) == pytest.approx(0.5)
