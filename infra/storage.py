@@ -1,0 +1,91 @@
+"""The checkpoint bucket: regional, private, with lifecycle rules for old checkpoint objects."""
+
+from __future__ import annotations
+
+import pulumi
+import pulumi_gcp as gcp
+
+from infra.config import StackConfig
+
+#: Prefix of every run directory in the bucket (``gs://<bucket>/runs/<run name>``).
+RUNS_PREFIX = "runs/"
+
+
+def lifecycle_rules(config: StackConfig) -> list[gcp.storage.BucketLifecycleRuleArgs]:
+    """Lifecycle rules of the checkpoint bucket (``multislice:bucket``).
+
+    * incomplete multipart uploads (an interrupted checkpoint write) are aborted after 1 day;
+    * objects under ``runs/`` move to Nearline after ``nearlineAfterDays`` (default 30): Orbax
+      keeps rewriting the newest checkpoints, so only checkpoints of old or finished runs age
+      that far;
+    * objects under ``runs/`` are deleted after ``deleteAfterDays`` when it is set (off by
+      default: deleting the last checkpoint of a paused run would lose it).
+
+    Source for the rule semantics: https://cloud.google.com/storage/docs/lifecycle
+    """
+    bucket = config.bucket
+    rules = [
+        gcp.storage.BucketLifecycleRuleArgs(
+            action=gcp.storage.BucketLifecycleRuleActionArgs(type="AbortIncompleteMultipartUpload"),
+            condition=gcp.storage.BucketLifecycleRuleConditionArgs(age=1),
+        )
+    ]
+    if bucket.nearline_after_days is not None:
+        rules.append(
+            gcp.storage.BucketLifecycleRuleArgs(
+                action=gcp.storage.BucketLifecycleRuleActionArgs(type="SetStorageClass", storage_class="NEARLINE"),
+                condition=gcp.storage.BucketLifecycleRuleConditionArgs(
+                    age=bucket.nearline_after_days,
+                    matches_prefixes=[RUNS_PREFIX],
+                    matches_storage_classes=["STANDARD"],
+                ),
+            )
+        )
+    if bucket.delete_after_days is not None:
+        rules.append(
+            gcp.storage.BucketLifecycleRuleArgs(
+                action=gcp.storage.BucketLifecycleRuleActionArgs(type="Delete"),
+                condition=gcp.storage.BucketLifecycleRuleConditionArgs(
+                    age=bucket.delete_after_days, matches_prefixes=[RUNS_PREFIX]
+                ),
+            )
+        )
+    return rules
+
+
+class CheckpointBucket(pulumi.ComponentResource):
+    """The regional checkpoint bucket in the TPU zone's region.
+
+    Uniform bucket-level access, public access prevention enforced, Standard class, the
+    stack's labels, :func:`lifecycle_rules`, soft delete ``softDeleteDays`` (0 = off by
+    default: Orbax deletes superseded checkpoints all the time). ``force_destroy`` is off
+    unless ``multislice:bucket.forceDestroy``; the bucket is ``protect``-ed on prod stacks
+    (``StackConfig.bucket_protected``).
+
+    Attributes (Outputs): ``name``, ``url`` (``gs://<name>``), ``run_dir``
+    (``gs://<name>/runs/<run name>``, the nodes' ``multislice-run-dir``).
+    """
+
+    def __init__(self, name: str, config: StackConfig, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("multislice:gcp:CheckpointBucket", name, None, opts)
+        settings = config.bucket
+        self.bucket = gcp.storage.Bucket(
+            name,
+            name=config.bucket_name,
+            project=config.project,
+            location=config.region.upper(),
+            storage_class="STANDARD",
+            uniform_bucket_level_access=True,
+            public_access_prevention="enforced",
+            force_destroy=settings.force_destroy,
+            labels=dict(sorted(config.resource_labels.items())),
+            lifecycle_rules=lifecycle_rules(config),
+            soft_delete_policy=gcp.storage.BucketSoftDeletePolicyArgs(
+                retention_duration_seconds=settings.soft_delete_days * 86400
+            ),
+            opts=pulumi.ResourceOptions(parent=self, protect=config.bucket_protected, delete_before_replace=True),
+        )
+        self.name = self.bucket.name
+        self.url = self.bucket.name.apply(lambda n: f"gs://{n}")
+        self.run_dir = self.bucket.name.apply(lambda n: f"gs://{n}/{RUNS_PREFIX}{config.effective_run_name}")
+        self.register_outputs({"name": self.name, "url": self.url, "runDir": self.run_dir})
