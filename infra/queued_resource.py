@@ -208,7 +208,8 @@ def queued_resource_props(
         "tags": tags,
         "labels": dict(sorted(config.resource_labels.items())),
         "metadata": {STARTUP_SCRIPT_KEY: script.text, RUN_DIR_KEY: config.run_dir},
-        "trainer": config.training.model_dump(mode="json"),
+        # None values are dropped: the engine stores no nulls, so previews compare like with like.
+        "trainer": config.training.model_dump(mode="json", exclude_none=True),
         "runDir": config.run_dir,
         "bundleSha256": script.bundle_sha256,
         "startupScriptSha256": script.sha256,

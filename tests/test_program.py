@@ -1,0 +1,404 @@
+"""The Pulumi program (infra/__main__.py) under pulumi mocks, for every stack in stacks/.
+
+The config reaches the program the way the engine hands it over (``namespace:key`` →
+string, objects as JSON text) and is parsed by the program itself (``load_config``). The
+recording monitor keeps every registration: type, name, inputs and options (protect,
+hideDiffs, dependencies); the exports are the resolved values ``define`` exported.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import pulumi
+import pytest
+import yaml
+from pulumi.runtime import mocks as pulumi_mocks
+from pulumi.runtime import rpc, settings
+
+import infra.__main__ as program
+from infra import startup
+from infra.config import IAP_SSH_RANGE, StackConfigError, available_stacks, load_stack, stack_file
+from infra.queued_resource import RUN_DIR_KEY, STARTUP_SCRIPT_KEY
+
+STACKS = available_stacks()
+QR_TYPE = "pulumi-python:dynamic/tpu:QueuedResource"
+FIREWALL = "gcp:compute/firewall:Firewall"
+LOOKED_UP_CIDR = "10.20.0.0/16"
+
+
+@dataclass
+class Registration:
+    typ: str
+    name: str
+    urn: str
+    inputs: dict[str, Any]
+    protect: bool
+    hide_diffs: list[str]
+    dependencies: list[str]
+    parent: str
+
+
+@dataclass
+class World:
+    """What one program evaluation registered."""
+
+    registrations: list[Registration] = field(default_factory=list)
+    exports: dict[str, Any] = field(default_factory=dict)
+    calls: list[str] = field(default_factory=list)
+
+    def of(self, typ: str) -> list[Registration]:
+        return [r for r in self.registrations if r.typ == typ]
+
+    def one(self, typ: str) -> Registration:
+        found = self.of(typ)
+        assert len(found) == 1, f"{typ}: {len(found)} registrations"
+        return found[0]
+
+
+class Mocks(pulumi.runtime.Mocks):
+    """Cloud-like outputs: ids/paths, service account emails, and a ready QR."""
+
+    def __init__(self, world: World, *, qr_ready: bool = True):
+        self.world = world
+        self.qr_ready = qr_ready
+
+    def new_resource(self, args: pulumi.runtime.MockResourceArgs):
+        inputs = dict(args.inputs)
+        outs = dict(inputs)
+        project = inputs.get("project", "p")
+        typ = args.typ
+        if typ == "gcp:compute/network:Network":
+            id_ = f"projects/{project}/global/networks/{inputs['name']}"
+        elif typ == "gcp:compute/subnetwork:Subnetwork":
+            id_ = f"projects/{project}/regions/{inputs['region']}/subnetworks/{inputs['name']}"
+        elif typ == "gcp:serviceaccount/account:Account":
+            email = f"{inputs['accountId']}@{project}.iam.gserviceaccount.com"
+            id_ = f"projects/{project}/serviceAccounts/{email}"
+            outs.update(email=email, member=f"serviceAccount:{email}")
+        elif typ == "gcp:storage/bucket:Bucket":
+            id_ = inputs["name"]
+            outs["url"] = f"gs://{inputs['name']}"
+        elif typ == QR_TYPE:
+            id_ = f"projects/{project}/locations/{inputs['zone']}/queuedResources/{inputs['queuedResourceId']}"
+            prefix = inputs.get("nodeIdPrefix")
+            names = [f"{prefix}-{i}" for i in range(int(inputs["slices"]))] if prefix else [inputs["nodeId"]]
+            state = "ACTIVE" if self.qr_ready else "WAITING_FOR_RESOURCES"
+            outs.update(
+                queuedResourceName=id_,
+                state=state,
+                ready=self.qr_ready,
+                statusMessage="ACTIVE" if self.qr_ready else "queued resource 'x' is still WAITING_FOR_RESOURCES; recorded in the stack",
+                nodeNames=names,
+                nodes=[],
+            )
+        else:
+            id_ = f"{args.name}-id"
+        return id_, outs
+
+    def call(self, args: pulumi.runtime.MockCallArgs):
+        self.world.calls.append(args.token)
+        if args.token == "gcp:compute/getSubnetwork:getSubnetwork":
+            return {"ipCidrRange": LOOKED_UP_CIDR, "name": args.args.get("name"), "region": args.args.get("region")}
+        return {}
+
+
+class RecordingMonitor(pulumi_mocks.MockMonitor):
+    def __init__(self, mocks: Mocks):
+        super().__init__(mocks)
+        self.world = mocks.world
+
+    def RegisterResource(self, request):
+        response = super().RegisterResource(request)
+        if request.type != "pulumi:pulumi:Stack":
+            inputs = rpc.deserialize_properties(request.object) if request.custom else {}
+            self.world.registrations.append(
+                Registration(
+                    typ=request.type,
+                    name=request.name,
+                    urn=response.urn,
+                    inputs=_plain(inputs),
+                    protect=bool(request.protect),
+                    hide_diffs=list(request.hideDiffs),
+                    dependencies=list(request.dependencies),
+                    parent=request.parent,
+                )
+            )
+        return response
+
+
+def _plain(value: Any) -> Any:
+    return json.loads(json.dumps(value, default=str))
+
+
+def engine_config(stack_config: dict[str, Any]) -> dict[str, str]:
+    """A stack file's ``config:`` as the engine hands it to a program (strings, JSON objects)."""
+    out = {}
+    for key, value in stack_config.items():
+        if isinstance(value, (dict, list)):
+            out[key] = json.dumps(value)
+        elif isinstance(value, bool):
+            out[key] = "true" if value else "false"
+        else:
+            out[key] = str(value)
+    return out
+
+
+def stack_map(stack: str) -> dict[str, Any]:
+    return yaml.safe_load(stack_file(stack).read_text())["config"]
+
+
+def evaluate(stack: str, config_map: dict[str, Any] | None = None, *, qr_ready: bool = True) -> World:
+    """Run the program for ``stack`` under mocks; return what it registered and exported."""
+    world = World()
+    mocks = Mocks(world, qr_ready=qr_ready)
+    settings.ROOT.set(None)  # a fresh root Stack resource per evaluation
+    pulumi.runtime.set_mocks(mocks, project="multislice", stack=stack, preview=False, monitor=RecordingMonitor(mocks))
+    pulumi.runtime.set_all_config(engine_config(config_map if config_map is not None else stack_map(stack)))
+
+    @pulumi.runtime.test
+    def run():
+        env = program.define(program.load_config())
+        return pulumi.Output.all(**env.exports).apply(lambda values: world.exports.update(_plain(values)))
+
+    run()
+    return world
+
+
+@pytest.fixture(scope="module")
+def worlds() -> dict[str, World]:
+    return {stack: evaluate(stack) for stack in STACKS}
+
+
+@pytest.fixture(scope="module")
+def renders() -> dict[str, startup.RenderedScript]:
+    return {stack: startup.render(load_stack(stack)) for stack in STACKS}
+
+
+def test_every_shipped_stack_is_covered():
+    assert {"dev", "staging", "prod"} <= set(STACKS)
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_resource_set(worlds, stack):
+    world = worlds[stack]
+    config = load_stack(stack)
+    types = [r.typ for r in world.registrations]
+    assert types.count("gcp:projects/service:Service") == 7
+    services = {r.inputs["service"] for r in world.of("gcp:projects/service:Service")}
+    assert {"tpu.googleapis.com", "compute.googleapis.com", "storage.googleapis.com", "iam.googleapis.com"} <= services
+    assert all(r.inputs["disableOnDestroy"] is False for r in world.of("gcp:projects/service:Service"))
+    for typ in ("gcp:compute/network:Network", "gcp:compute/subnetwork:Subnetwork", "gcp:compute/router:Router",
+                "gcp:compute/routerNat:RouterNat", "gcp:storage/bucket:Bucket", "gcp:serviceaccount/account:Account", QR_TYPE):
+        assert types.count(typ) == 1, typ
+    assert types.count(FIREWALL) == 2
+    for component in ("multislice:gcp:ProjectServices", "multislice:gcp:Network", "multislice:gcp:CheckpointBucket",
+                      "multislice:gcp:Identity"):
+        assert types.count(component) == 1, component
+    # Every cloud resource hangs under a component (the QR sits at the top).
+    components = {r.urn for r in world.registrations if r.typ.startswith("multislice:gcp:")}
+    for reg in world.registrations:
+        if reg.typ.startswith("gcp:"):
+            assert reg.parent in components, reg.name
+    vpc = world.one("gcp:compute/network:Network").inputs
+    assert vpc["autoCreateSubnetworks"] is False and vpc["mtu"] == 8896
+    subnet = world.one("gcp:compute/subnetwork:Subnetwork").inputs
+    assert subnet["region"] == config.region and subnet["privateIpGoogleAccess"] is True
+    nat = world.one("gcp:compute/routerNat:RouterNat").inputs
+    assert nat["sourceSubnetworkIpRangesToNat"] == "LIST_OF_SUBNETWORKS"
+    assert nat["subnetworks"][0]["name"].endswith(f"/subnetworks/{subnet['name']}")
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_firewall_targets_the_qr_tags_and_nothing_is_open_to_the_internet(worlds, stack):
+    world = worlds[stack]
+    qr = world.one(QR_TYPE).inputs
+    tags = qr["tags"]
+    assert tags == [load_stack(stack).network_tag]
+    rules = {r.inputs["name"].rsplit("-", 2)[-2] + "-" + r.inputs["name"].rsplit("-", 1)[-1]: r.inputs for r in world.of(FIREWALL)}
+    for rule in rules.values():
+        assert rule["targetTags"] == tags
+        assert rule["direction"] == "INGRESS"
+        assert "0.0.0.0/0" not in rule.get("sourceRanges", [])
+        assert rule.get("sourceRanges") or rule.get("sourceTags")  # never "from anywhere" by omission
+        assert rule["network"] == qr["network"]
+    internal = next(r for r in rules.values() if r["name"].endswith("-internal"))
+    assert internal["sourceTags"] == tags
+    assert internal["sourceRanges"] == [world.one("gcp:compute/subnetwork:Subnetwork").inputs["ipCidrRange"]]
+    assert sorted(a["protocol"] for a in internal["allows"]) == ["icmp", "tcp", "udp"]
+    assert all("ports" not in a for a in internal["allows"])  # all ports: DCN and the coordinator (8482)
+    ssh = next(r for r in rules.values() if r["name"].endswith("-iap-ssh"))
+    assert ssh["sourceRanges"] == [IAP_SSH_RANGE] and "sourceTags" not in ssh
+    assert ssh["allows"] == [{"protocol": "tcp", "ports": ["22"]}]
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_bucket_is_private_regional_and_protected_in_prod(worlds, stack):
+    world = worlds[stack]
+    config = load_stack(stack)
+    bucket = world.one("gcp:storage/bucket:Bucket")
+    inputs = bucket.inputs
+    assert inputs["name"] == config.bucket_name
+    assert inputs["publicAccessPrevention"] == "enforced"
+    assert inputs["uniformBucketLevelAccess"] is True
+    assert inputs["location"] == config.region.upper()
+    assert inputs["forceDestroy"] is False
+    assert inputs["labels"]["multislice-stack"] == stack and inputs["labels"]["managed-by"] == "pulumi"
+    actions = [rule["action"]["type"] for rule in inputs["lifecycleRules"]]
+    assert actions == ["AbortIncompleteMultipartUpload", "SetStorageClass"]
+    assert inputs["lifecycleRules"][1]["condition"]["matchesPrefixes"] == ["runs/"]
+    assert bucket.protect is (stack == "prod")
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_nodes_run_as_our_service_account_with_least_privilege(worlds, stack):
+    world = worlds[stack]
+    config = load_stack(stack)
+    account = world.one("gcp:serviceaccount/account:Account").inputs
+    email = f"{account['accountId']}@{config.project}.iam.gserviceaccount.com"
+    qr = world.one(QR_TYPE).inputs
+    assert qr["serviceAccount"] == email
+    assert world.exports["serviceAccountEmail"] == email
+    bucket_grants = world.of("gcp:storage/bucketIAMMember:BucketIAMMember")
+    ours = [g.inputs for g in bucket_grants if g.inputs["bucket"] == config.bucket_name]
+    assert [(g["role"], g["member"]) for g in ours] == [("roles/storage.objectUser", f"serviceAccount:{email}")]
+    project_roles = sorted(g.inputs["role"] for g in world.of("gcp:projects/iAMMember:IAMMember"))
+    assert project_roles == ["roles/logging.logWriter", "roles/monitoring.metricWriter"]
+    others = [g.inputs for g in bucket_grants if g.inputs["bucket"] != config.bucket_name]
+    if config.training.data.source.startswith("gs://"):
+        data_bucket = config.training.data.source[5:].split("/")[0]
+        assert [(g["bucket"], g["role"]) for g in others] == [(data_bucket, "roles/storage.objectViewer")]
+    else:
+        assert others == []
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_node_count_prefix_and_shape_come_from_the_config(worlds, stack):
+    world = worlds[stack]
+    config = load_stack(stack)
+    qr = world.one(QR_TYPE).inputs
+    assert qr["slices"] == config.slices
+    assert qr["acceleratorType"] == config.accelerator_type
+    assert qr["runtimeVersion"] == config.effective_runtime_version
+    assert qr["capacity"] == config.capacity
+    assert qr["nodeIdPrefix"] == config.queued_resource_id and "nodeId" not in qr
+    assert world.exports["nodeNames"] == config.node_ids
+    assert qr["network"].endswith(f"/networks/{world.exports['networkName']}")
+    assert qr["subnetwork"].endswith(f"/subnetworks/{world.exports['subnetworkName']}")
+    if config.capacity == "reserved":
+        assert qr["reservationName"] == f"projects/{config.project}/locations/{config.zone}/reservations/{config.reservation_name}"
+    # The engine stores numbers as doubles and drops nulls.
+    assert qr["trainer"] == json.loads(config.training.model_dump_json(exclude_none=True), parse_int=float)
+
+
+def _bundle_from_script(text: str) -> bytes:
+    match = re.search(r"<<'MULTISLICE_BUNDLE'\n(.*?)^MULTISLICE_BUNDLE$", text, re.S | re.M)
+    assert match, "no MULTISLICE_BUNDLE heredoc in the startup script"
+    return base64.b64decode(match.group(1))
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_startup_script_in_metadata_is_the_local_render(worlds, renders, stack):
+    world = worlds[stack]
+    config = load_stack(stack)
+    local = renders[stack]
+    qr = world.one(QR_TYPE).inputs
+    text = qr["metadata"][STARTUP_SCRIPT_KEY]
+    assert hashlib.sha256(text.encode()).hexdigest() == local.sha256 == qr["startupScriptSha256"]
+    assert hashlib.sha256(_bundle_from_script(text)).hexdigest() == local.bundle_sha256 == qr["bundleSha256"]
+    assert qr["requirementsSha256"] == local.requirements_sha256
+    assert qr["startupScriptBytes"] == local.size_bytes == len(text.encode())
+    assert qr["metadata"][RUN_DIR_KEY] == config.run_dir == world.exports["runDir"]
+    assert world.exports["checkpointPath"] == f"{config.run_dir}/checkpoints"
+    assert world.exports["bucketUrl"] == f"gs://{config.bucket_name}"
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_the_script_diff_is_hidden_and_the_qr_waits_for_its_dependencies(worlds, stack):
+    world = worlds[stack]
+    qr = world.one(QR_TYPE)
+    assert qr.hide_diffs == [f'metadata["{STARTUP_SCRIPT_KEY}"]']
+    # depends_on a component means depends on every resource inside it: the NAT, the firewall
+    # rules, the bucket grants and the APIs all exist before any VM boots into the script.
+    components = {r.urn for r in world.registrations if r.typ.startswith("multislice:gcp:")}
+    inside = {r.urn for r in world.registrations if r.parent in components}
+    assert inside and inside <= set(qr.dependencies)
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_exports(worlds, stack):
+    world = worlds[stack]
+    config = load_stack(stack)
+    assert set(world.exports) == {
+        "bucketUrl", "runDir", "checkpointPath", "queuedResourceName", "queuedResourceState", "nodeNames",
+        "serviceAccountEmail", "networkName", "subnetworkName", "networkTag", "loggingFilter", "sshHint",
+        "startupScriptBytes", "startupScriptSha256", "bundleSha256",
+    }
+    assert world.exports["queuedResourceName"] == (
+        f"projects/{config.project}/locations/{config.zone}/queuedResources/{config.queued_resource_id}")
+    log_filter = world.exports["loggingFilter"]
+    assert 'resource.type="tpu_worker"' in log_filter and f'resource.labels.zone="{config.zone}"' in log_filter
+    assert all(f'"{node}"' in log_filter for node in config.node_ids)
+    assert "--tunnel-through-iap" in world.exports["sshHint"] and config.node_ids[0] in world.exports["sshHint"]
+
+
+def test_evaluating_twice_gives_identical_inputs():
+    first, second = evaluate("dev"), evaluate("dev")
+    # Registration order is asynchronous; identity is by (type, name).
+    a = {(r.typ, r.name): r.inputs for r in first.registrations}
+    b = {(r.typ, r.name): r.inputs for r in second.registrations}
+    assert a.keys() == b.keys() and len(a) == len(first.registrations)
+    for key in a:
+        assert a[key] == b[key], key  # includes the QR's pickled provider
+    assert first.exports == second.exports
+
+
+def test_a_still_queued_qr_fails_the_update_but_is_recorded():
+    with pytest.raises(Exception, match="still WAITING_FOR_RESOURCES; recorded in the stack"):
+        evaluate("dev", qr_ready=False)
+
+
+def test_reused_network_creates_only_firewall_rules_in_it():
+    config = stack_map("dev")
+    config["multislice:network"] = {"existingNetwork": "shared-vpc", "existingSubnetwork": "tpu-subnet"}
+    world = evaluate("dev", config)
+    types = [r.typ for r in world.registrations]
+    for typ in ("gcp:compute/network:Network", "gcp:compute/subnetwork:Subnetwork", "gcp:compute/routerNat:RouterNat"):
+        assert typ not in types
+    qr = world.one(QR_TYPE).inputs
+    assert qr["network"] == "projects/acme-ml-dev/global/networks/shared-vpc"
+    assert qr["subnetwork"] == "projects/acme-ml-dev/regions/us-central2/subnetworks/tpu-subnet"
+    internal = next(r.inputs for r in world.of(FIREWALL) if r.inputs["name"].endswith("-internal"))
+    assert internal["network"] == qr["network"] and internal["sourceRanges"] == [LOOKED_UP_CIDR]
+    assert "gcp:compute/getSubnetwork:getSubnetwork" in world.calls
+
+
+@pytest.mark.parametrize(
+    "change, key",
+    [
+        ({"multislice:capacity": "best-effort"}, "multislice:capacity"),
+        ({"gcp:zone": "uscentral2b"}, "gcp:zone"),
+        ({"multislice:capacity": "spot", "multislice:reservationName": "acme"}, "multislice:reservationName"),
+        ({"multislice:slices": 300}, "multislice:slices"),
+        ({"multislice:network": {"subnetCidr": "0.0.0.0/0"}}, "multislice:network.subnetCidr"),
+    ],
+)
+def test_unprovisionable_stacks_fail_before_any_resource_naming_the_key(change, key):
+    config = {**stack_map("dev"), **change}
+    with pytest.raises(StackConfigError) as err:
+        evaluate("dev", config)
+    assert any(line.startswith(f"{key}:") for line in err.value.lines), err.value
+
+
+def test_prod_evaluation_time_under_mocks():
+    start = time.perf_counter()
+    evaluate("prod")
+    elapsed = time.perf_counter() - start
+    print(f"prod program evaluation under mocks: {elapsed:.2f}s")
+    assert elapsed < 20
