@@ -753,8 +753,8 @@ class QueuedResourceProvider(ResourceProvider):
         )
 
     def update(self, id_: str, olds: dict[str, Any], news: dict[str, Any]) -> UpdateResult:
-        from google.protobuf import field_mask_pb2
         from google.cloud import tpu_v2
+        from google.protobuf import field_mask_pb2
 
         client = self._client()
         label = news["queuedResourceId"]

@@ -290,7 +290,7 @@ def test_unchanged_program_means_no_diff(active, props):
 def test_metadata_only_change_updates_every_node_then_resets_and_never_deletes(fake, dev, active, props):
     provider, id_, outs = active
     # Someone ran `gcloud ... tpu-vm ssh`: it added ssh-keys to a node's metadata.
-    first = f"projects/acme-ml-dev/locations/us-central2-b/nodes/multislice-dev-0"
+    first = "projects/acme-ml-dev/locations/us-central2-b/nodes/multislice-dev-0"
     fake.node(first).metadata["ssh-keys"] = "alice:ssh-ed25519 AAAA"
 
     new = queued_resource_props(

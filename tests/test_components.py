@@ -1,0 +1,200 @@
+"""The environment keys of a stack (multislice:network/bucket/queuedResource/labels), the names
+derived from them, and what the components declare for them (under pulumi mocks)."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from infra.config import (
+    StackConfigError,
+    from_pulumi_config,
+    gce_name,
+    load_stack_file,
+    parse_duration,
+    validate_stack,
+)
+from infra.identity import data_bucket
+from tests.fakes.pulumi_program import QR_TYPE, engine_config, evaluate, stack_map
+
+ENVIRONMENT = {
+    "multislice:network": {"mtu": 1460, "subnetCidr": "10.64.0.0/16"},
+    "multislice:bucket": {"name": "acme-ckpt-dev", "forceDestroy": True, "protect": True,
+                          "nearlineAfterDays": 60, "deleteAfterDays": 365, "softDeleteDays": 7},
+    "multislice:queuedResource": {"waitFor": "PROVISIONING", "createTimeout": "2h", "validUntil": "1d",
+                                  "deleteTimeout": "15m"},
+    "multislice:labels": {"team": "research", "cost-center": "ml-42"},
+}
+
+
+def dev_with(**changes) -> dict:
+    return {**stack_map("dev"), **changes}
+
+
+def errors(config: dict) -> list[str]:
+    with pytest.raises(StackConfigError) as err:
+        validate_stack("dev", config, "test")
+    return err.value.lines
+
+
+# config ---------------------------------------------------------------------------------
+
+
+def test_environment_keys_read_the_same_from_yaml_and_from_the_engine(tmp_path):
+    import yaml
+
+    config = dev_with(**ENVIRONMENT)
+    path = tmp_path / "Pulumi.dev.yaml"
+    path.write_text(yaml.safe_dump({"config": config}))
+    from_file = load_stack_file(path)
+    from_engine = from_pulumi_config("dev", engine_config(config))
+    assert from_file == from_engine
+    assert from_file.network.mtu == 1460 and from_file.network.subnet_cidr == "10.64.0.0/16"
+    assert from_file.bucket_name == "acme-ckpt-dev" and from_file.bucket_protected is True
+    assert from_file.queued_resource.create_timeout == 7200 and from_file.queued_resource.valid_until == 86400
+    assert from_file.queued_resource.wait_for == "PROVISIONING"
+    assert from_file.resource_labels == {"team": "research", "cost-center": "ml-42", "managed-by": "pulumi",
+                                         "multislice-stack": "dev", "multislice-run": "dev"}
+
+
+def test_defaults_give_a_complete_environment():
+    config = validate_stack("dev", stack_map("dev"), "test")
+    assert config.network.mtu == 8896 and config.network.creates_nat and not config.network.reuses_network
+    assert config.bucket.force_destroy is False and config.bucket_protected is False
+    assert config.queued_resource.wait_for == "ACTIVE" and config.queued_resource.create_timeout == 1800
+    prod = validate_stack("prod", stack_map("prod"), "test")
+    assert prod.bucket_protected is True
+    assert validate_stack("prod", {**stack_map("prod"), "multislice:bucket": {"protect": False}}, "t").bucket_protected is False
+
+
+@pytest.mark.parametrize(
+    "change, expected",
+    [
+        ({"multislice:network": {"mtu": 9000}}, "multislice:network.mtu: Input should be less than or equal to 8896"),
+        ({"multislice:network": {"existingNetwork": "vpc"}}, "multislice:network.existingSubnetwork: existingNetwork and"),
+        ({"multislice:network": {"existingNetwork": "vpc", "existingSubnetwork": "s", "subnetCidr": "10.0.0.0/20"}},
+         "multislice:network.subnetCidr: only applies to a network created here"),
+        ({"multislice:network": {"existingNetwork": "Bad_Name", "existingSubnetwork": "s"}},
+         "multislice:network.existingNetwork: Value error, 'Bad_Name' is not a network name"),
+        ({"multislice:network": {"subnetCidr": "10.0.0.1/20"}}, "multislice:network.subnetCidr: Value error, '10.0.0.1/20' is not an IPv4 CIDR"),
+        ({"multislice:network": {"subnetCidr": "8.8.0.0/16"}}, "multislice:network.subnetCidr: Value error, '8.8.0.0/16' must be a private"),
+        ({"multislice:network": {"nat": "maybe"}}, "multislice:network.nat:"),
+        ({"multislice:network": {"vpc": "x"}}, "multislice:network.vpc: unknown key"),
+        ({"multislice:bucket": {"name": "Has.Dots"}}, "multislice:bucket.name: Value error, 'Has.Dots' is not a bucket name"),
+        ({"multislice:bucket": {"name": "google-ckpt"}}, "multislice:bucket.name:"),
+        ({"multislice:bucket": {"softDeleteDays": 3}}, "multislice:bucket.softDeleteDays: must be 0 (off) or 7–90 days"),
+        ({"multislice:bucket": {"deleteAfterDays": 10}}, "multislice:bucket.deleteAfterDays: 10 must be greater than nearlineAfterDays"),
+        ({"multislice:queuedResource": {"waitFor": "READY"}}, "multislice:queuedResource.waitFor: got 'READY'; allowed: 'ACCEPTED'"),
+        ({"multislice:queuedResource": {"createTimeout": "30 minutes"}}, "multislice:queuedResource.createTimeout: Value error"),
+        ({"multislice:queuedResource": {"validUntil": "5m"}}, "multislice:queuedResource.validUntil: 300s is shorter than 10 minutes"),
+        ({"multislice:labels": {"Team": "x"}}, "multislice:labels: Value error, key 'Team' must be"),
+        ({"multislice:labels": {"managed-by": "me"}}, "multislice:labels: Value error, key 'managed-by' is set by this program"),
+        ({"multislice:labels": "{not json"}, "multislice:labels: not a JSON object"),
+        ({"multislice:reservationName": "My Reservation", "multislice:capacity": "reserved"},
+         "multislice:reservationName: Value error, 'My Reservation' is not a reservation name"),
+    ],
+)
+def test_bad_environment_keys_name_the_key_path(change, expected):
+    lines = errors(dev_with(**change))
+    assert any(line.startswith(expected) for line in lines), lines
+
+
+def test_reservation_may_be_a_full_path():
+    path = "projects/acme-ml-prod/locations/us-east5-a/reservations/acme-v5p"
+    config = validate_stack("prod", {**stack_map("prod"), "multislice:reservationName": path}, "t")
+    assert config.reservation_name == path
+
+
+@pytest.mark.parametrize(
+    "text, seconds",
+    [(90, 90), ("90", 90), ("90s", 90), ("30m", 1800), ("2h", 7200), ("1d", 86400), ("1h30m", 5400)],
+)
+def test_durations(text, seconds):
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "0", "-5", "1.5h", "2 hours", True, None])
+def test_bad_durations(text):
+    with pytest.raises(ValueError, match="duration"):
+        parse_duration(text)
+
+
+# names ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stack", ["dev", "Prod_EU.2", "x" * 80])
+def test_derived_names_follow_gcp_naming_rules(stack):
+    config = validate_stack(stack, stack_map("dev"), "t")
+    rfc1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+    for name in [config.queued_resource_id, *config.node_ids, config.network_tag]:
+        assert rfc1035.match(name) and len(name) <= 63, name
+    assert re.match(r"^[a-z0-9][a-z0-9_-]{1,61}[a-z0-9]$", config.bucket_name)
+    account_id = gce_name("multislice", config.stack, "tpu", limit=30)
+    assert 6 <= len(account_id) <= 30 and rfc1035.match(account_id)
+    assert all(re.match(r"^[a-z0-9_-]{0,63}$", v) for v in config.resource_labels.values())
+
+
+def test_long_names_stay_distinct():
+    assert gce_name("a" * 70, limit=40) != gce_name("a" * 71, limit=40)
+
+
+def test_single_slice_node_id_is_the_qr_id():
+    config = validate_stack("dev", dev_with(**{"multislice:slices": 1, "multislice:training": {
+        **stack_map("dev")["multislice:training"],
+        "parallelism": {"ici": {"data": 1, "fsdp": 4, "tensor": 1}, "dcn": {"data": 1, "fsdp": 1, "tensor": 1}}}}), "t")
+    assert config.node_ids == [config.queued_resource_id]
+
+
+def test_data_bucket_only_for_other_gs_buckets():
+    prod = validate_stack("prod", stack_map("prod"), "t")
+    assert data_bucket(prod) == "acme-ml-prod-corpora"
+    own = prod.model_copy(update={"training": prod.training.model_copy(update={
+        "data": prod.training.data.model_copy(update={"source": f"gs://{prod.bucket_name}/data/*.txt"})})})
+    assert data_bucket(own) is None
+    assert data_bucket(validate_stack("dev", stack_map("dev"), "t")) is None
+
+
+# components under mocks ---------------------------------------------------------------------------
+
+
+def test_environment_keys_reach_the_resources():
+    world = evaluate("dev", dev_with(**ENVIRONMENT))
+    vpc = world.one("gcp:compute/network:Network").inputs
+    assert vpc["mtu"] == 1460
+    assert world.one("gcp:compute/subnetwork:Subnetwork").inputs["ipCidrRange"] == "10.64.0.0/16"
+    bucket = world.one("gcp:storage/bucket:Bucket")
+    assert bucket.inputs["name"] == "acme-ckpt-dev" and bucket.inputs["forceDestroy"] is True and bucket.protect is True
+    rules = {(r["action"]["type"], r["condition"]["age"]) for r in bucket.inputs["lifecycleRules"]}
+    assert rules == {("AbortIncompleteMultipartUpload", 1), ("SetStorageClass", 60), ("Delete", 365)}
+    assert bucket.inputs["softDeletePolicy"]["retentionDurationSeconds"] == 7 * 86400
+    assert bucket.inputs["labels"]["team"] == "research"
+    qr = world.one(QR_TYPE).inputs
+    assert qr["labels"]["cost-center"] == "ml-42" and qr["labels"]["managed-by"] == "pulumi"
+    assert qr["waitFor"] == "PROVISIONING"
+    assert qr["createTimeoutSeconds"] == 7200 and qr["deleteTimeoutSeconds"] == 900 and qr["validUntilSeconds"] == 86400
+    assert qr["metadata"]["multislice-run-dir"] == "gs://acme-ckpt-dev/runs/dev"
+    assert world.exports["bucketUrl"] == "gs://acme-ckpt-dev"
+
+
+def test_reused_network_with_nat_gets_a_router_and_nat_on_that_subnetwork():
+    world = evaluate("dev", dev_with(**{"multislice:network": {
+        "existingNetwork": "projects/acme-ml-dev/global/networks/shared",
+        "existingSubnetwork": "projects/acme-ml-dev/regions/us-central2/subnetworks/tpus", "nat": True}}))
+    nat = world.one("gcp:compute/routerNat:RouterNat").inputs
+    assert nat["subnetworks"][0]["name"] == "projects/acme-ml-dev/regions/us-central2/subnetworks/tpus"
+    assert world.one("gcp:compute/router:Router").inputs["network"] == "projects/acme-ml-dev/global/networks/shared"
+    assert world.exports["networkName"] == "shared" and world.exports["subnetworkName"] == "tpus"
+
+
+def test_trainer_config_is_a_structured_input_so_previews_name_the_changed_key():
+    base = evaluate("dev").one(QR_TYPE).inputs
+    training = json.loads(json.dumps(stack_map("dev")["multislice:training"]))
+    training["optimizer"]["peak_learning_rate"] = 0.001
+    changed = evaluate("dev", dev_with(**{"multislice:training": training})).one(QR_TYPE).inputs
+    differing = {k for k in base if base[k] != changed.get(k)}
+    assert differing == {"trainer", "metadata", "startupScriptSha256", "startupScriptBytes"} or differing == {
+        "trainer", "metadata", "startupScriptSha256"}
+    assert changed["trainer"]["optimizer"]["peak_learning_rate"] == 0.001
+    assert base["bundleSha256"] == changed["bundleSha256"]  # the code did not change, only its config
