@@ -105,6 +105,7 @@ def local_up(
     config = load_config(stack, config_file)
     paths = local_paths(config)
     total = config.training.steps
+    check_local_data_source(config.training.data.source)
     try:
         faults = [parse_fault("kill", spec, slices=config.slices, total_steps=total) for spec in kill]
         faults += [parse_fault("preempt", spec, slices=config.slices, total_steps=total) for spec in preempt]
@@ -161,6 +162,23 @@ def local_up(
     _write_summary(summary_json, result)
     if not result["complete"]:
         raise fail("the VMs exited but the run is not complete", 1)
+
+
+def check_local_data_source(source: str) -> None:
+    """Fail before anything starts if the emulated VMs could not read the training data."""
+    from training.data import DataError, list_source_files
+
+    if source == "stdlib":
+        return
+    if "://" in source:
+        raise fail(
+            f"multislice:training.data.source {source!r}: the local emulation reads only 'stdlib' or local "
+            "files; use a stack whose data source is local (e.g. --config-file with source: /path/*.txt)"
+        )
+    try:
+        list_source_files(source)
+    except DataError as err:
+        raise fail(f"multislice:{err}") from None
 
 
 def _write_summary(path: Optional[Path], result: dict) -> None:
@@ -223,7 +241,7 @@ def render(
         typer.echo(script.text, nl=False)
 
 
-def main() -> None:  # pragma: no cover - console script entry point
+if __name__ == "__main__":
     app()
 
 

@@ -35,7 +35,8 @@ Runtime contract (the emulator and ``training/__main__.py`` rely on it):
   ``$MULTISLICE_HOME/app/<bundle_sha256>/`` (completion marker ``.complete``).
 * supervision: ``$PY -m training run --config <app>/config.json --run-dir <run_dir>`` with
   cwd and ``PYTHONPATH`` = ``<app>``. Exit 0 → exit 0. Non-zero → restart after 1, 2, 4, …
-  (capped 60) seconds, at most :data:`MAX_RESTARTS` times, then exit 1. SIGTERM/SIGINT →
+  (capped 60) seconds, at most :data:`MAX_RESTARTS` times, then exit 1; status
+  :data:`CONFIG_ERROR_STATUS` (78) is never restarted: the script exits with it. SIGTERM/SIGINT →
   SIGTERM to the trainer, wait, exit with the trainer's status, no restart (exit 128+signal
   if the signal comes while no trainer runs, i.e. during a restart delay).
 """
@@ -63,6 +64,11 @@ TARGET_SIZE_BYTES = 64 * 1024
 
 #: Restarts of a failing trainer before the script gives up (exit 1).
 MAX_RESTARTS = 10
+
+#: Trainer exit status for a configuration that can never work (EX_CONFIG from sysexits.h;
+#: ``training.train.EXIT_CONFIG``): restarting would only repeat the error, so the script
+#: exits with it at once.
+CONFIG_ERROR_STATUS = 78
 
 #: First restart delay and its cap, seconds (overridable on the VM through the environment).
 RESTART_BACKOFF_S = 1
@@ -174,6 +180,7 @@ readonly BUNDLE_SHA256=@@BUNDLE_SHA256@@
 readonly REQUIREMENTS_SHA256=@@REQUIREMENTS_SHA256@@
 readonly PYTHON_VERSION=@@PYTHON_VERSION@@
 readonly MAX_RESTARTS=@@MAX_RESTARTS@@
+readonly CONFIG_ERROR_STATUS=@@CONFIG_ERROR_STATUS@@
 readonly METADATA_URL="http://${GCE_METADATA_IP:-@@DEFAULT_METADATA_HOST@@}/computeMetadata/v1/instance/attributes"
 backoff=${MULTISLICE_RESTART_BACKOFF_S:-@@BACKOFF@@}
 backoff_max=${MULTISLICE_RESTART_BACKOFF_MAX_S:-@@BACKOFF_MAX@@}
@@ -384,6 +391,10 @@ while true; do
     log "trainer completed"
     exit 0
   fi
+  if ((status == CONFIG_ERROR_STATUS)); then
+    log "error: the trainer's configuration cannot work here (status $status); not restarting"
+    exit "$status"
+  fi
   if ((restarts >= MAX_RESTARTS)); then
     log "error: trainer exited with status $status; giving up after $MAX_RESTARTS restarts"
     exit 1
@@ -454,6 +465,7 @@ def render(config: StackConfig, *, project_root: Path | None = None) -> Rendered
         "PYTHON_VERSION": _quote(requirements.target.python_version),
         "UV_VERSION": uv.version,
         "MAX_RESTARTS": str(MAX_RESTARTS),
+        "CONFIG_ERROR_STATUS": str(CONFIG_ERROR_STATUS),
         "BACKOFF": str(RESTART_BACKOFF_S),
         "BACKOFF_MAX": str(RESTART_BACKOFF_MAX_S),
         "DEFAULT_HOME": DEFAULT_HOME,

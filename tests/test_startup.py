@@ -206,6 +206,7 @@ case ${FAKE_MODE:-ok} in
   ok) exit 0 ;;
   fail-twice) if ((n <= 2)); then exit 3; fi; exit 0 ;;
   always-fail) exit 5 ;;
+  config-error) exit 78 ;;
   wait-term)
     trap 'echo "fake trainer got SIGTERM"; exit 7' TERM
     touch "$FAKE_DIR/ready.$n"
@@ -486,6 +487,17 @@ def test_gives_up_after_ten_restarts(vm):
     delays = [re.search(r"in ([0-9.]+)s$", line).group(1) for line in lines if "restart " in line and " in " in line]
     assert delays == ["0.01"] + ["0.02"] * 9
     assert lines[-1] == "error: trainer exited with status 5; giving up after 10 restarts"
+
+
+def test_config_error_status_is_not_restarted(vm):
+    from training.train import EXIT_CONFIG
+
+    assert startup.CONFIG_ERROR_STATUS == EXIT_CONFIG == 78
+    result = vm.run(FAKE_MODE="config-error")
+    assert result.returncode == 78
+    lines = _assert_prefixed(result.stdout)
+    assert vm.attempts == 1
+    assert lines[-1] == "error: the trainer's configuration cannot work here (status 78); not restarting"
 
 
 def test_default_backoff_doubles_to_sixty(vm):

@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 import pydantic
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 #: Byte-level language model: one token per byte.
@@ -160,6 +160,17 @@ class DataConfig(StrictModel):
     """
 
     source: str = Field("stdlib", min_length=1)
+
+    @field_validator("source")
+    @classmethod
+    def _absolute_or_uri(cls, value: str) -> str:
+        if value == "stdlib" or value.startswith("/") or "://" in value:
+            return value
+        raise ValueError(
+            f"{value!r} must be 'stdlib', an absolute path/glob (the trainer runs in its own directory "
+            "on every VM) or a URI like gs://bucket/dir/*.txt"
+        )
+
     eval_fraction: float = Field(0.05, gt=0, lt=0.5, description="Share of files held out for eval.")
     seed: int = Field(0, ge=0, description="Seed of the example order (data is a pure function of the step).")
 

@@ -62,24 +62,16 @@ def slice_granules(devices: Sequence[jax.Device], workers_per_slice: int) -> lis
     return [sorted(groups[key], key=lambda d: (d.process_index, d.id)) for key in sorted(groups)]
 
 
-def build_mesh(
-    parallelism: ParallelismConfig,
-    *,
-    workers_per_slice: int = 1,
-    devices: Sequence[jax.Device] | None = None,
-) -> Mesh:
-    """Build the ``(data, fsdp, tensor)`` mesh of shape ``dcn × ici``.
-
-    Args:
-      parallelism: ICI and DCN axis sizes.
-      workers_per_slice: processes per slice (used only where devices carry no slice index).
-      devices: default ``jax.devices()`` (all processes).
+def hybrid_device_array(
+    parallelism: ParallelismConfig, devices: Sequence[jax.Device], workers_per_slice: int = 1
+) -> np.ndarray:
+    """The ``(data, fsdp, tensor)``-shaped device array: each slice fills one ICI block and
+    the blocks are tiled along the DCN factors (as ``create_hybrid_device_mesh``).
 
     Raises:
       MeshError: the slice count differs from the DCN product, or a slice's device count
         from the ICI product; the message names the config key.
     """
-    devices = list(devices if devices is not None else jax.devices())
     ici_shape = [getattr(parallelism.ici, axis) for axis in MESH_AXES]
     dcn_shape = [getattr(parallelism.dcn, axis) for axis in MESH_AXES]
     granules = slice_granules(devices, workers_per_slice)
@@ -97,7 +89,20 @@ def build_mesh(
     per_slice = [mesh_utils.create_device_mesh(ici_shape, granule) for granule in granules]
     slice_grid = np.arange(len(granules)).reshape(dcn_shape)
     blocks = np.vectorize(lambda i: per_slice[i], otypes=[object])(slice_grid)
-    return Mesh(np.block(blocks.tolist()), MESH_AXES)
+    return np.block(blocks.tolist())
+
+
+def build_mesh(
+    parallelism: ParallelismConfig,
+    *,
+    workers_per_slice: int = 1,
+    devices: Sequence[jax.Device] | None = None,
+) -> Mesh:
+    """Build the ``(data, fsdp, tensor)`` mesh of shape ``dcn × ici`` over ``devices``
+    (default ``jax.devices()``, all processes). Raises MeshError (see
+    :func:`hybrid_device_array`)."""
+    devices = list(devices if devices is not None else jax.devices())
+    return Mesh(hybrid_device_array(parallelism, devices, workers_per_slice), MESH_AXES)
 
 
 def logical_to_spec(logical_axes: Sequence[str | None]) -> PartitionSpec:

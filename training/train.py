@@ -63,7 +63,11 @@ class _SigtermFlag:
         self.received = False
 
     def install(self) -> None:
-        signal.signal(signal.SIGTERM, self._handle)
+        self._previous = signal.signal(signal.SIGTERM, self._handle)
+
+    def uninstall(self) -> None:
+        if hasattr(self, "_previous"):
+            signal.signal(signal.SIGTERM, self._previous)
 
     def _handle(self, signum, frame) -> None:
         del signum, frame
@@ -109,6 +113,13 @@ def run(config: TrainConfig, run_dir: str, identity: cluster.ClusterIdentity) ->
     sigterm = _SigtermFlag()
     if identity.num_processes == 1:
         sigterm.install()
+    try:
+        return _train(config, run_dir, identity, sigterm)
+    finally:
+        sigterm.uninstall()
+
+
+def _train(config: TrainConfig, run_dir: str, identity: cluster.ClusterIdentity, sigterm: _SigtermFlag) -> RunResult:
     is_writer = jax.process_index() == 0
     checkpointing.check_run_config(run_dir, config, is_writer)
 
@@ -138,7 +149,7 @@ def run(config: TrainConfig, run_dir: str, identity: cluster.ClusterIdentity) ->
         loss, grads = jax.value_and_grad(model.loss_fn)(state["params"], batch, config.model, constrain)
         updates, opt_state = opt.update(grads, state["opt_state"], state["params"])
         params = optax.apply_updates(state["params"], updates)
-        return {"params": params, "opt_state": opt_state}, {"loss": loss, "grad_norm": optax.global_norm(grads)}
+        return {"params": params, "opt_state": opt_state}, {"loss": loss, "grad_norm": optax.tree.norm(grads)}
 
     def eval_step(params, batch):
         return model.loss_fn(params, batch, config.model, constrain)

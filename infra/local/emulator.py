@@ -124,36 +124,50 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
-class MetricsTail:
-    """Reads complete new lines of ``metrics.jsonl`` as training appends them."""
+class JsonlTail:
+    """Complete new records of a JSON-lines file, as the trainer appends them."""
 
     def __init__(self, path: Path):
         self.path = path
         self.offset = 0
-        self.last_step = 0
-        self.last_loss: float | None = None
-        self.last_change = time.monotonic()
 
-    def poll(self) -> None:
+    def poll(self) -> list[dict[str, Any]]:
         try:
             with open(self.path, "rb") as f:
                 f.seek(self.offset)
                 data = f.read()
         except FileNotFoundError:
-            return
+            return []
         end = data.rfind(b"\n")
         if end < 0:
-            return
+            return []
         self.offset += end + 1
+        records = []
         for line in data[: end + 1].splitlines():
             try:
-                record = json.loads(line)
+                records.append(json.loads(line))
             except json.JSONDecodeError:
                 continue
+        return records
+
+
+class MetricsTail(JsonlTail):
+    """Follows ``metrics.jsonl``: the newest step and loss, and when it last advanced."""
+
+    def __init__(self, path: Path):
+        super().__init__(path)
+        self.last_step = 0
+        self.last_loss: float | None = None
+        self.last_change = time.monotonic()
+
+    def poll(self) -> list[dict[str, Any]]:
+        records = super().poll()
+        for record in records:
             if "loss" in record:
                 self.last_step = int(record["step"])
                 self.last_loss = float(record["loss"])
                 self.last_change = time.monotonic()
+        return records
 
 
 class LocalQueuedResource:
@@ -312,6 +326,8 @@ class LocalQueuedResource:
         pending = sorted(options.faults, key=lambda f: f.step)
         tail = MetricsTail(self.paths.run_dir / "metrics.jsonl")
         tail.poll()
+        events = JsonlTail(self.paths.run_dir / "events.jsonl")
+        events.poll()
         total = self.config.training.steps
         for fault in list(pending):
             if fault.step <= tail.last_step:
@@ -329,6 +345,8 @@ class LocalQueuedResource:
             while True:
                 time.sleep(options.poll_s)
                 tail.poll()
+                for event in events.poll():
+                    self._report_event(event)
                 if tail.last_step != last_report_step:
                     self._progress(tail, total)
                     last_report_step = tail.last_step
@@ -367,6 +385,16 @@ class LocalQueuedResource:
             }
         )
         return result
+
+    def _report_event(self, event: dict[str, Any]) -> None:
+        kind, step = event.get("event"), event.get("step")
+        if kind == "start":
+            how = "resumed from the checkpoint of step" if event.get("restored") else "started at step"
+            self.report(f"training {how} {step} ({event.get('processes')} processes, {event.get('devices')} devices)")
+        elif kind == "checkpoint" and event.get("preemption"):
+            self.report(f"preemption checkpoint saved at step {step}")
+        elif kind == "preempted":
+            self.report(f"training stopped after the preemption checkpoint of step {step}")
 
     def _progress(self, tail: MetricsTail, total: int) -> None:
         every = max(1, total // 10)
