@@ -77,7 +77,7 @@ class Environment:
 
 def _require_ready(args: list[Any]) -> None:
     ready, message = args
-    if ready is False:
+    if ready is False and not pulumi.runtime.is_dry_run():  # a preview only shows the plan
         # The QR exists and is recorded in the stack (create returned); fail the update so
         # nobody mistakes a still-queued request for a running job.
         raise pulumi.RunError(message or "the queued resource is not ready")

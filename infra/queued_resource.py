@@ -12,7 +12,8 @@ created inside the methods. Bump :data:`PROVIDER_VERSION` when the provider's se
 
 Lifecycle (resource type ``pulumi-python:dynamic/tpu:QueuedResource``):
 
-* **create** – one ``CreateQueuedResource`` (``multislice_params`` for slices > 1, ``node_id``
+* **create** – one ``CreateQueuedResource`` (a QR with this id that carries this stack's
+  labels and shape, left by an interrupted earlier run, is adopted and converged instead) (``multislice_params`` for slices > 1, ``node_id``
   for one slice; external IPs off; our tags, service account, labels and metadata; spot tier,
   reservation or on-demand; ``valid_until_duration``), then a bounded wait, printing progress,
   until the QR reaches ``waitFor`` (default ACTIVE) or a later state.
@@ -39,6 +40,9 @@ Lifecycle (resource type ``pulumi-python:dynamic/tpu:QueuedResource``):
 Errors: HTTP 429 (rate limits) and 5xx are retried with exponential backoff by
 ``google.api_core.retry.Retry``; allocation-quota (429 with a QuotaFailure) and permission
 (403) errors are not retried and become one message saying what to fix.
+
+Credentials: Application Default Credentials (``gcloud auth application-default login`` or
+``GOOGLE_APPLICATION_CREDENTIALS``); the gcp provider's ``gcp:credentials`` key is not read here.
 
 Tuning (tests make these small): constructor arguments, else the environment variables
 ``MULTISLICE_TPU_API_ENDPOINT`` (e.g. ``http://127.0.0.1:PORT``: a plain-http endpoint must
@@ -111,7 +115,6 @@ REPLACE_KEYS = (
     "network",
     "subnetwork",
     "serviceAccount",
-    "validUntilSeconds",
 )
 #: Input keys UpdateNode changes in place (its update_mask: description, tags, labels,
 #: metadata, network_config.enable_external_ips).
@@ -119,7 +122,9 @@ NODE_KEYS = ("metadata", "labels", "tags")
 #: Input keys that describe the metadata for readable diffs; they change with it.
 DESCRIPTIVE_KEYS = ("trainer", "runDir", "bundleSha256", "startupScriptSha256", "requirementsSha256", "startupScriptBytes")
 #: Input keys that only steer the provider (no API call when they change alone).
-BEHAVIOUR_KEYS = ("waitFor", "createTimeoutSeconds", "deleteTimeoutSeconds", "version")
+#: ``validUntilSeconds`` (the queueing deadline) only matters while a QR waits in the queue:
+#: a change is recorded and used by the next create, never a reason to give up capacity.
+BEHAVIOUR_KEYS = ("waitFor", "createTimeoutSeconds", "deleteTimeoutSeconds", "validUntilSeconds", "version")
 INPUT_KEYS = REPLACE_KEYS + NODE_KEYS + DESCRIPTIVE_KEYS + BEHAVIOUR_KEYS
 #: Output-only keys.
 OUTPUT_KEYS = ("queuedResourceName", "state", "ready", "statusMessage", "nodeNames", "nodes", "nodesInSync", "pendingNodeSync")
@@ -261,7 +266,7 @@ def build_queued_resource(props: dict[str, Any]) -> tpu_v2.QueuedResource:
         metadata=dict(props.get("metadata") or {}),
         labels=dict(props.get("labels") or {}),
         tags=list(props.get("tags") or []),
-        description=f"multislice {props['queuedResourceId']} ({props['slices']} x {props['acceleratorType']})",
+        description=f"multislice {props['queuedResourceId']} ({int(props['slices'])} x {props['acceleratorType']})",
     )
     spec = tpu_v2.QueuedResource.Tpu.NodeSpec(parent=parent_of(props), node=node)
     if props.get("nodeIdPrefix"):
@@ -336,6 +341,15 @@ def is_retryable(exc: BaseException) -> bool:
     if isinstance(exc, (requests_exceptions.ConnectionError, requests_exceptions.Timeout, auth_exceptions.TransportError)):
         return True
     return is_service_disabled(exc)
+
+
+def is_new_service_account_race(exc: BaseException) -> bool:
+    """400/404 naming the service account: IAM is eventually consistent, and the account was
+    typically created moments before (pulumi-gcp's own TPU example waits 60 s after it)."""
+    from google.api_core import exceptions
+
+    message = str(getattr(exc, "message", exc)).lower()
+    return isinstance(exc, (exceptions.BadRequest, exceptions.NotFound)) and "service account" in message
 
 
 def explain(exc: BaseException, action: str, props: dict[str, Any]) -> QueuedResourceError:
@@ -463,14 +477,14 @@ class QueuedResourceProvider(ResourceProvider):
             transport="rest", credentials=credentials, client_options=ClientOptions(api_endpoint=endpoint)
         )
 
-    def _retry(self) -> Any:
+    def _retry(self, predicate: Callable[[BaseException], bool] = is_retryable) -> Any:
         from google.api_core import retry as retries
 
         def on_error(exc: BaseException) -> None:
             self._say(f"transient API error, retrying with backoff: {type(exc).__name__}: {getattr(exc, 'message', exc)}")
 
         return retries.Retry(
-            predicate=is_retryable,
+            predicate=predicate,
             initial=self._setting(self.retry_initial_seconds, "MULTISLICE_TPU_RETRY_INITIAL_SECONDS", 1.0),
             maximum=30.0,
             multiplier=2.0,
@@ -631,6 +645,22 @@ class QueuedResourceProvider(ResourceProvider):
             time.sleep(delay)
             delay = min(delay * 1.5, cap)
 
+    @staticmethod
+    def _is_ours(qr: Any, props: dict[str, Any]) -> bool:
+        """Whether a live QR is the one ``props`` describes: this stack's labels and shape."""
+        if len(qr.tpu.node_spec) != 1:
+            return False
+        spec = qr.tpu.node_spec[0]
+        labels = dict(spec.node.labels)
+        wanted = props.get("labels") or {}
+        count = spec.multislice_params.node_count if "multislice_params" in spec else 1
+        return (
+            labels.get("managed-by") == wanted.get("managed-by") == "pulumi"
+            and labels.get("multislice-stack") == wanted.get("multislice-stack")
+            and spec.node.accelerator_type == props["acceleratorType"]
+            and count == int(props["slices"])
+        )
+
     def _fail(self, client: Any, qr: Any, props: dict[str, Any]) -> QueuedResourceFailed:
         """Describe a FAILED/SUSPENDED QR, delete it, and return the error to raise."""
         description = self._describe_failure(client, qr, props)
@@ -700,21 +730,33 @@ class QueuedResourceProvider(ResourceProvider):
             queued_resource=build_queued_resource(props),
             request_id=str(uuid.uuid4()),  # the same id on every retry: creates at most once
         )
-        self._say(f"{label}: creating ({props['slices']} x {props['acceleratorType']}, {props['capacity']}) in {props['zone']}")
-        try:
-            operation = client.create_queued_resource(request=request, retry=self._retry())
-        except Exception as exc:
-            raise explain(exc, "creating", props) from None
+        self._say(f"{label}: creating ({int(props['slices'])} x {props['acceleratorType']}, {props['capacity']}) in {props['zone']}")
         timeout = float(props.get("createTimeoutSeconds") or 1800)
         try:
-            operation.result(retry=self._retry(), polling=self._polling(min(timeout, 600.0)))
-        except exceptions.GoogleAPICallError as exc:  # the operation itself failed
-            qr = self._get(client, name)
-            if qr is not None:
-                raise self._fail(client, qr, props) from None
+            operation = client.create_queued_resource(
+                request=request,
+                retry=self._retry(lambda e: is_retryable(e) or is_new_service_account_race(e)),
+            )
+        except exceptions.Conflict as exc:
+            # Ours from an interrupted earlier `pulumi up` (same stack label, same shape)? Adopt
+            # it rather than leave it orphaned; anything else is not ours to touch.
+            existing = self._get(client, name)
+            if existing is None or not self._is_ours(existing, props):
+                raise explain(exc, "creating", props) from None
+            self._say(f"{label}: adopting the queued resource an interrupted earlier run created ({_state_name(existing)})")
+            operation = None
+        except Exception as exc:
             raise explain(exc, "creating", props) from None
-        except Exception:  # operation polling timed out: the state wait below decides
-            pass
+        if operation is not None:
+            try:
+                operation.result(retry=self._retry(), polling=self._polling(min(timeout, 600.0)))
+            except exceptions.GoogleAPICallError as exc:  # the operation itself failed
+                qr = self._get(client, name)
+                if qr is not None:
+                    raise self._fail(client, qr, props) from None
+                raise explain(exc, "creating", props) from None
+            except Exception:  # operation polling timed out: the state wait below decides
+                pass
         wait = self._wait_state(client, props, props.get("waitFor") or "ACTIVE", timeout)
         if wait.failed:
             if wait.qr is None:
@@ -732,6 +774,9 @@ class QueuedResourceProvider(ResourceProvider):
             self._say(message)
             return CreateResult(name, self._outputs(props, wait.qr, None, ready=False, message=message))
         nodes = self._node_views(client, props) if wait.state == "ACTIVE" else []
+        if operation is None and nodes and not all(n["inSync"] for n in nodes):
+            # Adopted with an older spec: converge its nodes now, as an update would.
+            return CreateResult(name, self.update(name, {}, props).outs)
         return CreateResult(name, self._outputs(props, wait.qr, nodes, ready=True, message=f"{wait.state} after {_seconds(wait.elapsed)}"))
 
     def read(self, id_: str, props: dict[str, Any]) -> ReadResult:

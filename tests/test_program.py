@@ -213,6 +213,7 @@ def test_evaluating_twice_gives_identical_inputs():
 def test_a_still_queued_qr_fails_the_update_but_is_recorded():
     with pytest.raises(Exception, match="still WAITING_FOR_RESOURCES; recorded in the stack"):
         evaluate("dev", qr_ready=False)
+    evaluate("dev", qr_ready=False, preview=True)  # a preview just shows the plan
 
 
 def test_reused_network_creates_only_firewall_rules_in_it():

@@ -253,6 +253,19 @@ def test_just_enabled_api_403_service_disabled_is_retried(fake, props):
     assert provider_for(fake).create(props).outs["ready"] is True
 
 
+def test_a_just_created_service_account_not_yet_visible_is_retried(fake, props):
+    fake.fault("CreateQueuedResource", "INVALID_ARGUMENT", f"Service account {SERVICE_ACCOUNT} does not exist.")
+    assert provider_for(fake).create(props).outs["ready"] is True
+    assert [c.status for c in fake.calls if c.rpc == "CreateQueuedResource"] == [400, 200]
+
+
+def test_other_invalid_arguments_are_not_retried(fake, props):
+    fake.fault("CreateQueuedResource", "INVALID_ARGUMENT", "runtime version 'nope' is not supported")
+    with pytest.raises(QueuedResourceError, match="runtime version 'nope' is not supported"):
+        provider_for(fake).create(props)
+    assert fake.rpcs() == ["CreateQueuedResource"]
+
+
 def test_persistent_5xx_while_waiting_keeps_the_qr_recorded(fake, props):
     fake.progression = ["CREATING", "WAITING_FOR_RESOURCES"]
     fake.fault("GetQueuedResource", "UNAVAILABLE", times=10_000)
@@ -262,12 +275,26 @@ def test_persistent_5xx_while_waiting_keeps_the_qr_recorded(fake, props):
     assert qr_name(props) in fake.queued_resources
 
 
-def test_already_existing_qr_outside_the_stack_is_not_adopted(fake, props):
+def test_a_qr_with_this_id_from_elsewhere_is_not_adopted(fake, props):
     provider = provider_for(fake)
-    provider.create(props)
+    provider.create({**props, "labels": {**props["labels"], "multislice-stack": "someone-else"}})
+    fake.calls.clear()
     with pytest.raises(QueuedResourceError, match="already exists in us-central2-b but not in this stack"):
         provider.create(props)
-    assert "DeleteQueuedResource" not in fake.rpcs()
+    assert fake.rpcs(include_reads=False) == ["CreateQueuedResource"]
+
+
+def test_our_qr_left_by_an_interrupted_run_is_adopted_and_converged(fake, dev, props):
+    provider = provider_for(fake)
+    provider.create(props)  # ... and then `pulumi up` was killed before recording it
+    fake.calls.clear()
+    newer = queued_resource_props(
+        dev, script("#!/bin/bash\necho v2\n"), network=NETWORK, subnetwork=SUBNETWORK,
+        service_account=SERVICE_ACCOUNT, tags=[TAG],
+    )
+    result = provider.create(newer)
+    assert result.id == qr_name(props) and result.outs["ready"] is True and result.outs["nodesInSync"] is True
+    assert fake.rpcs(include_reads=False) == ["CreateQueuedResource", "UpdateNode", "UpdateNode", "ResetQueuedResource"]
 
 
 # diff / update ------------------------------------------------------------------------------------
@@ -345,7 +372,8 @@ def test_replace_deletes_then_creates_the_new_shape(fake, active, props):
 
 def test_provider_only_keys_update_without_api_writes(fake, active, props):
     provider, id_, outs = active
-    new = {**props, "createTimeoutSeconds": 60, "version": "2"}
+    # The queueing deadline only matters in the queue: never a reason to give up capacity.
+    new = {**props, "createTimeoutSeconds": 60, "version": "2", "validUntilSeconds": 3600}
     assert provider.diff(id_, outs, new).replaces == []
     provider.update(id_, outs, new)
     assert fake.rpcs(include_reads=False) == []

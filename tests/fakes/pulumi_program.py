@@ -149,12 +149,15 @@ def stack_map(stack: str) -> dict[str, Any]:
     return yaml.safe_load(stack_file(stack).read_text())["config"]
 
 
-def evaluate(stack: str, config_map: dict[str, Any] | None = None, *, qr_ready: bool = True) -> World:
-    """Run the program for ``stack`` under mocks; return what it registered and exported."""
+def evaluate(
+    stack: str, config_map: dict[str, Any] | None = None, *, qr_ready: bool = True, preview: bool = False
+) -> World:
+    """Run the program for ``stack`` under mocks (an update, or a preview); return what it
+    registered and exported."""
     world = World()
     mocks = Mocks(world, qr_ready=qr_ready)
     settings.ROOT.set(None)  # a fresh root Stack resource per evaluation
-    pulumi.runtime.set_mocks(mocks, project="multislice", stack=stack, preview=False, monitor=RecordingMonitor(mocks))
+    pulumi.runtime.set_mocks(mocks, project="multislice", stack=stack, preview=preview, monitor=RecordingMonitor(mocks))
     pulumi.runtime.set_all_config(engine_config(config_map if config_map is not None else stack_map(stack)))
 
     @pulumi.runtime.test
