@@ -468,3 +468,23 @@ def test_provider_pickles_by_module_reference():
     assert type(restored) is QueuedResourceProvider
     assert serialize_provider(QueuedResourceProvider()) == serialize_provider(QueuedResourceProvider())
     pickle.dumps(restored)
+
+
+# the fake itself -------------------------------------------------------------------------------------
+
+
+def test_fake_rejects_fields_the_api_does_not_have_and_lists_with_the_real_client(fake, props):
+    import requests
+    from google.api_core.client_options import ClientOptions
+    from google.auth.credentials import AnonymousCredentials
+
+    url = f"{fake.endpoint}/v2/projects/p/locations/z/queuedResources?queuedResourceId=q"
+    response = requests.post(url, json={"tpu": {"nodeSpec": [{"parent": "projects/p/locations/z", "nodeId": "n",
+                                                               "node": {"acceleratorTyp": "v4-8"}}]}}, timeout=5)
+    assert response.status_code == 400 and "acceleratorTyp" in response.json()["error"]["message"]
+
+    provider_for(fake).create(props)
+    client = tpu_v2.TpuClient(transport="rest", credentials=AnonymousCredentials(),
+                              client_options=ClientOptions(api_endpoint=fake.endpoint))
+    listed = list(client.list_queued_resources(parent="projects/acme-ml-dev/locations/us-central2-b"))
+    assert [q.name for q in listed] == [qr_name(props)]
