@@ -228,14 +228,10 @@ class BucketSettings(_Settings):
         return self
 
 
-#: States a create may wait for, in the order a queued resource passes them (tpu_v2
-#: QueuedResourceState; FAILED/SUSPENDED/DELETING are never waited for).
-WAIT_STATES = ("ACCEPTED", "WAITING_FOR_RESOURCES", "PROVISIONING", "ACTIVE")
-
-
 class QueuedResourceSettings(_Settings):
     """``multislice:queuedResource``: how the queued resource is requested and waited for."""
 
+    #: States in the order a queued resource passes them (tpu_v2 QueuedResourceState).
     wait_for: Literal["ACCEPTED", "WAITING_FOR_RESOURCES", "PROVISIONING", "ACTIVE"] = Field(
         "ACTIVE", alias="waitFor", description="`pulumi up` returns once the QR reached this state or a later one."
     )
