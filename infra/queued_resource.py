@@ -594,12 +594,13 @@ class QueuedResourceProvider(ResourceProvider):
         outs = {k: v for k, v in props.items() if k in INPUT_KEYS}
         outs.update(
             queuedResourceName=qr_name_of(props),
-            state=_state_name(qr) if qr is not None else "NOT_FOUND",
+            state=_state_name(qr) if qr is not None else "UNKNOWN",
             ready=ready,
             statusMessage=message,
             nodeNames=node_ids(props),
             nodes=nodes or [],
-            nodesInSync=bool(nodes) and all(n.get("inSync") for n in nodes),
+            # None (not False) while there are no nodes to compare: nothing to converge yet.
+            nodesInSync=all(n.get("inSync") for n in nodes) if nodes else None,
             pendingNodeSync=pending_node_sync,
         )
         return outs

@@ -210,6 +210,12 @@ def test_evaluating_twice_gives_identical_inputs():
     assert first.exports == second.exports
 
 
+def test_the_program_runs_as_the_language_host_runs_it(worlds):
+    world = evaluate("dev", as_main=True)
+    assert sorted((r.typ, r.name) for r in world.registrations) == sorted(
+        (r.typ, r.name) for r in worlds["dev"].registrations)
+
+
 def test_a_still_queued_qr_fails_the_update_but_is_recorded():
     with pytest.raises(Exception, match="still WAITING_FOR_RESOURCES; recorded in the stack"):
         evaluate("dev", qr_ready=False)

@@ -386,9 +386,15 @@ def test_update_while_still_queued_defers_node_sync(fake, props):
     outs = provider.create(queued).outs
     assert outs["ready"] is True and outs["state"] == "WAITING_FOR_RESOURCES"
     new = {**queued, "labels": {**queued["labels"], "team": "x"}}
+    assert outs["nodesInSync"] is None  # no nodes yet: nothing to converge
+    assert provider.diff(qr_name(props), outs, dict(queued)).changes is False  # queued and unchanged: a no-op
     outs2 = provider.update(qr_name(props), outs, new).outs
     assert outs2["pendingNodeSync"] is True and "UpdateNode" not in fake.rpcs()
     assert provider.diff(qr_name(props), outs2, new).changes is True  # the next up applies it
+    fake.continue_with(qr_name(props), "PROVISIONING", "ACTIVE")
+    outs3 = provider.update(qr_name(props), outs2, new).outs
+    assert outs3["nodesInSync"] is True and outs3["pendingNodeSync"] is False
+    assert fake.rpcs(include_reads=False)[-2:] == ["UpdateNode", "UpdateNode"]
 
 
 def test_update_of_a_qr_deleted_outside_pulumi_says_refresh(fake, active, props):

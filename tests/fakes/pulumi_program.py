@@ -11,7 +11,9 @@ is ACTIVE (or still queued, on request).
 from __future__ import annotations
 
 import json
+import runpy
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pulumi
@@ -150,10 +152,16 @@ def stack_map(stack: str) -> dict[str, Any]:
 
 
 def evaluate(
-    stack: str, config_map: dict[str, Any] | None = None, *, qr_ready: bool = True, preview: bool = False
+    stack: str,
+    config_map: dict[str, Any] | None = None,
+    *,
+    qr_ready: bool = True,
+    preview: bool = False,
+    as_main: bool = False,
 ) -> World:
     """Run the program for ``stack`` under mocks (an update, or a preview); return what it
-    registered and exported."""
+    registered and exported (``as_main``: run infra/ the way the language host does; exports
+    are then not captured)."""
     world = World()
     mocks = Mocks(world, qr_ready=qr_ready)
     settings.ROOT.set(None)  # a fresh root Stack resource per evaluation
@@ -165,5 +173,10 @@ def evaluate(
         env = program.define(program.load_config())
         return pulumi.Output.all(**env.exports).apply(lambda values: world.exports.update(_plain(values)))
 
-    run()
+    @pulumi.runtime.test
+    def run_as_pulumi_does():
+        # The Python language host runs `main: infra/` with runpy (infra/ first on sys.path).
+        runpy.run_path(str(Path(program.__file__).parent), run_name="__main__")
+
+    (run_as_pulumi_does if as_main else run)()
     return world
