@@ -144,24 +144,29 @@ def forward(
       float32 logits ``[B, S, 256]``.
     """
     dtype = jnp.dtype(cfg.compute_dtype)
-    x = params["embed"][tokens].astype(dtype)
+    # FSDP: gather the embedding table's sharded width before the lookup (its gradient is
+    # then reduce-scattered back), instead of resharding the activations.
+    embed = constrain(params["embed"], ("vocab", "activation_embed"))
+    x = embed[tokens].astype(dtype)
     x = constrain(x, ("batch", "sequence", "activation_embed"))
     seq = tokens.shape[1]
     mask = jnp.tril(jnp.ones((seq, seq), dtype=bool))
     scale = 1.0 / math.sqrt(cfg.head_dim)
 
     def layer(x, p):
-        h = _rms_norm(x, p["ln1"])
-        q = _rope(jnp.einsum("bsd,dhk->bshk", h, p["wq"].astype(dtype)))
-        k = _rope(jnp.einsum("bsd,dhk->bshk", h, p["wk"].astype(dtype)))
-        v = jnp.einsum("bsd,dhk->bshk", h, p["wv"].astype(dtype))
+        bsd = ("batch", "sequence", "activation_embed")
+        bshk = ("batch", "sequence", "heads", "head_dim")
+        h = constrain(_rms_norm(x, p["ln1"]), bsd)
+        q = constrain(_rope(jnp.einsum("bsd,dhk->bshk", h, p["wq"].astype(dtype))), bshk)
+        k = constrain(_rope(jnp.einsum("bsd,dhk->bshk", h, p["wk"].astype(dtype))), bshk)
+        v = constrain(jnp.einsum("bsd,dhk->bshk", h, p["wv"].astype(dtype)), bshk)
         scores = jnp.einsum("bqhk,bthk->bhqt", q, k).astype(jnp.float32) * scale
         scores = jnp.where(mask[None, None], scores, jnp.finfo(jnp.float32).min)
         weights = jax.nn.softmax(scores, axis=-1).astype(dtype)
-        attn = jnp.einsum("bhqt,bthk->bqhk", weights, v)
-        x = x + jnp.einsum("bshk,hkd->bsd", attn, p["wo"].astype(dtype))
-        h = _rms_norm(x, p["ln2"])
-        h = jax.nn.gelu(jnp.einsum("bsd,df->bsf", h, p["w_in"].astype(dtype)))
+        attn = constrain(jnp.einsum("bhqt,bthk->bqhk", weights, v), bshk)
+        x = constrain(x + jnp.einsum("bshk,hkd->bsd", attn, p["wo"].astype(dtype)), bsd)
+        h = constrain(_rms_norm(x, p["ln2"]), bsd)
+        h = constrain(jax.nn.gelu(jnp.einsum("bsd,df->bsf", h, p["w_in"].astype(dtype))), ("batch", "sequence", "mlp"))
         x = x + jnp.einsum("bsf,fd->bsd", h, p["w_out"].astype(dtype))
         return constrain(x, ("batch", "sequence", "activation_embed")), None
 
