@@ -2,6 +2,7 @@
 
     python -m training run --config config.json --run-dir gs://bucket/runs/dev
     python -m training run --config config.json --run-dir /tmp/run --single-process
+    python -m training bench shardings --ici-fsdp 4 [--dcn-data 2] [--json]
 
 ``run`` reads the process identity from the TPU metadata server (``$GCE_METADATA_IP``)
 unless ``--single-process`` is given, and exits with the codes of ``training.train``.
@@ -64,6 +65,67 @@ def version() -> None:
     import orbax.checkpoint
 
     typer.echo(f"jax {jax.__version__}  optax {optax.__version__}  orbax-checkpoint {orbax.checkpoint.__version__}")
+
+
+bench_app = typer.Typer(no_args_is_help=True, help="Measure what a mesh achieves (training/bench.py).")
+app.add_typer(bench_app, name="bench")
+
+
+@bench_app.callback()
+def bench() -> None:
+    """Benchmarks that run unchanged on CPU, GPU and TPU."""
+
+
+@bench_app.command("shardings")
+def bench_shardings(
+    ici_data: int = typer.Option(1, help="Data parallelism inside a slice."),
+    ici_fsdp: int = typer.Option(1, help="FSDP inside a slice."),
+    ici_tensor: int = typer.Option(1, help="Tensor parallelism inside a slice."),
+    dcn_data: int = typer.Option(1, help="Data parallelism across slices."),
+    dcn_fsdp: int = typer.Option(1, help="FSDP across slices."),
+    dcn_tensor: int = typer.Option(1, help="Tensor parallelism across slices (must be 1)."),
+    batch_size: int = typer.Option(1024, help="Rows per device; the global batch is this × devices."),
+    embedding_dimension: int = typer.Option(512, help="E; the feed-forward width is 4E."),
+    layers: int = typer.Option(4, help="MLP blocks."),
+    steps: int = typer.Option(5, help="Timed steps (median reported)."),
+    warmup: int = typer.Option(2, help="Untimed steps first (the first compiles)."),
+    dtype: str = typer.Option("auto", help="auto (bfloat16 on TPU/GPU, float32 on CPU), float32 or bfloat16."),
+    from_metadata: bool = typer.Option(False, help="Join the TPU job read from metadata (run on every worker)."),
+    timeout: float = typer.Option(600, min=1, help="Give up on emulated slices after this many seconds."),
+    json_output: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+) -> None:
+    """The seed's MLP-stack shardings experiment: TFLOP/s per device and efficiency."""
+    import json
+
+    from training import bench as bench_lib
+
+    try:
+        spec = bench_lib.spec_from_options(
+            ici_data=ici_data, ici_fsdp=ici_fsdp, ici_tensor=ici_tensor, dcn_data=dcn_data, dcn_fsdp=dcn_fsdp,
+            dcn_tensor=dcn_tensor, batch_size=batch_size, embedding_dimension=embedding_dimension, layers=layers,
+            steps=steps, warmup=warmup, dtype=dtype,
+        )
+    except bench_lib.BenchConfigError as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(2) from None
+    try:
+        result = bench_lib.run(spec, from_metadata=from_metadata, timeout_s=timeout,
+                               report=lambda line: typer.echo(line, err=True))
+    except bench_lib.BenchError as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(1) from None
+    except KeyboardInterrupt:
+        typer.echo("error: interrupted; every benchmark process was stopped", err=True)
+        raise typer.Exit(130) from None
+    if result.get("processes", 1) > 1 and not result.get("emulated_slices"):
+        import jax
+
+        if jax.process_index() != 0:
+            return
+    if json_output:
+        typer.echo(json.dumps(result, indent=2))
+    else:
+        typer.echo(bench_lib.summary(result))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,153 @@
+"""training.bench and ``multislice bench shardings`` / ``python -m training bench shardings``:
+tiny CPU runs (in-process on the test's 8 CPU devices, and 2 emulated slices), the figures'
+formulas, bad options, and that no child process outlives a failure."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from infra.cli import app as multislice_app
+from training import bench
+from training.__main__ import app as training_app
+
+TINY = {"batch_size": 16, "embedding_dimension": 64, "layers": 2, "steps": 2, "warmup": 1}
+runner = CliRunner()
+
+
+def test_spec_figures_follow_the_seed():
+    spec = bench.spec_from_options(ici_fsdp=4, dcn_data=2, batch_size=8, embedding_dimension=32, layers=3)
+    assert spec.devices == 8 and spec.slices == 2 and spec.devices_per_slice == 4
+    assert spec.parameters == 2 * 32 * 128 * 3  # 2 · D_FF · D_EMB · layers
+    assert spec.global_batch == 8 * 8  # batch size per device × devices
+    assert spec.flops_per_step == 6 * spec.parameters * spec.global_batch
+    assert spec.resolved_dtype("cpu") == "float32" and spec.resolved_dtype("tpu") == "bfloat16"
+    assert bench.BenchSpec.from_json(spec.to_json()) == spec
+
+
+@pytest.mark.parametrize(
+    ("options", "names"),
+    [
+        ({"ici_fsdp": 0}, "--ici-fsdp"),
+        ({"dcn_data": -2}, "--dcn-data"),
+        ({"batch_size": 0}, "--batch-size"),
+        ({"embedding_dimension": -1}, "--embedding-dimension"),
+        ({"layers": 0}, "--layers"),
+        ({"warmup": 0}, "--warmup"),
+        ({"dtype": "float16"}, "--dtype"),
+        ({"dcn_tensor": 2, "dcn_data": 1}, "--dcn-tensor"),
+        ({"ici_fsdp": 3, "embedding_dimension": 64}, "--embedding-dimension"),
+        ({"ici_tensor": 3, "embedding_dimension": 64}, "--embedding-dimension"),
+    ],
+)
+def test_bad_options_name_the_option(options, names):
+    with pytest.raises(bench.BenchConfigError, match=names):
+        bench.spec_from_options(**options)
+
+
+def check_result(result: dict, devices: int) -> None:
+    assert result["tflops_per_device"] > 0
+    assert result["efficiency"] > 0
+    assert result["devices"] == devices
+    assert result["aggregate_tflops"] == pytest.approx(result["tflops_per_device"] * devices)
+    assert result["efficiency"] == pytest.approx(result["aggregate_tflops"] / result["reference_tflops"])
+    assert len(result["step_times"]) == result["spec"]["steps"]
+    assert len(result["reference"]["tflops_before_after"]) == 2
+
+
+def test_tiny_cpu_run_in_process_reports_positive_tflops():
+    spec = bench.spec_from_options(ici_data=2, ici_fsdp=2, ici_tensor=2, **TINY)
+    result = bench.run(spec)
+    check_result(result, 8)
+    assert result["platform"] == "cpu" and result["dtype"] == "float32"
+    assert result["processes"] == 1 and not result["emulated_slices"]
+    assert result["reference"]["matmul_shape"] == [16 * 8, 64, 256]  # global rows on CPU
+    assert "efficiency:" in bench.summary(result)
+
+
+def test_mesh_that_does_not_match_the_devices_is_a_config_error():
+    spec = bench.spec_from_options(ici_fsdp=4, **TINY)  # the test process has 8 CPU devices
+    with pytest.raises(bench.BenchConfigError, match="parallelism.ici"):
+        bench.run(spec)
+
+
+def test_two_emulated_slices_on_cpu():
+    spec = bench.spec_from_options(ici_fsdp=2, dcn_data=2, **TINY)
+    lines: list[str] = []
+    result = bench.run(spec, timeout_s=120, report=lines.append)
+    check_result(result, 4)
+    assert result["emulated_slices"] and result["processes"] == 2 and result["slices"] == 2
+    assert any("2 emulated slices × 2 CPU devices" in line for line in lines)
+
+
+def collect_children(monkeypatch) -> list:
+    started = []
+    original = bench._Children.start
+
+    def start(self, name, task, env):
+        original(self, name, task, env)
+        started.append(self.procs[-1][1])
+
+    monkeypatch.setattr(bench._Children, "start", start)
+    return started
+
+
+def test_timeout_kills_every_child(monkeypatch):
+    started = collect_children(monkeypatch)
+    spec = bench.spec_from_options(dcn_data=2, **TINY)
+    with pytest.raises(bench.BenchError, match="timed out"):
+        bench.run_emulated(spec, timeout_s=0.5)
+    assert len(started) == 2
+    assert all(proc.poll() is not None for proc in started)
+
+
+def test_ctrl_c_kills_every_child(monkeypatch):
+    started = collect_children(monkeypatch)
+
+    def interrupted(self, deadline, what):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(bench._Children, "wait", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        bench.run_emulated(bench.spec_from_options(dcn_data=2, **TINY))
+    assert len(started) == 2 and all(proc.poll() is not None for proc in started)
+
+
+def test_a_failing_child_is_reported_with_its_log(monkeypatch):
+    monkeypatch.setattr(bench, "CHILD_INIT_TIMEOUT_S", 2)
+    env = bench._child_env
+    # Slice 1 gets the wrong device count: its mesh cannot be built and it exits non-zero.
+    monkeypatch.setattr(bench, "_child_env", lambda devices, cpus: env(devices + (cpus == [1]), cpus))
+    monkeypatch.setattr(bench, "_cpu_shares", lambda n: [[0], [1]])
+    with pytest.raises(bench.BenchError, match=r"slice-\d exited with code 1; its log ends"):
+        bench.run_emulated(bench.spec_from_options(dcn_data=2, **TINY), timeout_s=60)
+
+
+def options(**extra) -> list[str]:
+    args = []
+    for key, value in {**TINY, **extra}.items():
+        args += [f"--{key.replace('_', '-')}", str(value)]
+    return args
+
+
+def test_multislice_bench_shardings_json():
+    result = runner.invoke(multislice_app, ["bench", "shardings", "--ici-fsdp", "8", "--json", *options()])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["tflops_per_device"] > 0 and data["efficiency"] > 0
+
+
+def test_multislice_bench_shardings_bad_option_is_exit_2():
+    result = runner.invoke(multislice_app, ["bench", "shardings", "--dcn-tensor", "2", "--dcn-data", "1"])
+    assert result.exit_code == 2
+    assert "error:" in result.output and "--dcn-tensor" in result.output
+
+
+def test_python_m_training_bench_shardings_keeps_run():
+    result = runner.invoke(training_app, ["bench", "shardings", "--ici-fsdp", "8", *options()])
+    assert result.exit_code == 0, result.output
+    assert "TFLOP/s per device" in result.stdout and "efficiency:" in result.stdout
+    help_text = runner.invoke(training_app, ["--help"]).output
+    assert "run" in help_text and "bench" in help_text
