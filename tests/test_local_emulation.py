@@ -152,3 +152,54 @@ def test_coordinator_port_in_use(tmp_path):
     assert f"--coordinator-port {port} is already in use" in text
     assert processes_under(tmp_path) == []
     assert not (tmp_path / "emu" / "emulator.json").exists()
+
+
+def _start_background(tmp_path: Path) -> subprocess.Popen:
+    env = {**os.environ, "MULTISLICE_STATE_DIR": str(tmp_path), "COLUMNS": "200"}
+    for key in ("JAX_PLATFORMS", "JAX_NUM_CPU_DEVICES"):
+        env.pop(key, None)
+    return subprocess.Popen(
+        CLI + ["local", "up", "--config-file", str(STACK)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def _wait_for_training(tmp_path: Path, proc: subprocess.Popen, timeout: float = 120) -> None:
+    metrics = tmp_path / "emu" / "bucket" / "runs" / "emu" / "metrics.jsonl"
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if metrics.exists() and metrics.read_text().count("\n") >= 2:
+            return
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.2)
+    proc.kill()
+    raise AssertionError("training did not start")
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_every_vm(tmp_path):
+    import signal
+
+    proc = _start_background(tmp_path)
+    _wait_for_training(tmp_path, proc)
+    assert processes_under(tmp_path)  # the emulated VMs are running
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, out + err
+    assert "interrupted; every emulated VM was stopped" in err
+    assert processes_under(tmp_path) == []
+    assert not (tmp_path / "emu" / "emulator.json").exists()
+
+
+@pytest.mark.slow
+def test_local_down_stops_a_running_emulation(tmp_path):
+    proc = _start_background(tmp_path)
+    _wait_for_training(tmp_path, proc)
+    down = run_cli(["local", "down", "--stack", "emu"], tmp_path, timeout=60)
+    assert down.returncode == 0, down.stderr
+    assert "asked emulator pid" in down.stdout
+    proc.communicate(timeout=60)
+    assert proc.returncode != 0
+    assert processes_under(tmp_path) == []
+    assert "no local run is running" in run_cli(["local", "down"], tmp_path).stdout
