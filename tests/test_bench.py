@@ -55,6 +55,7 @@ def check_result(result: dict, devices: int) -> None:
     assert result["efficiency"] == pytest.approx(result["aggregate_tflops"] / result["reference_tflops"])
     assert len(result["step_times"]) == result["spec"]["steps"]
     assert len(result["reference"]["tflops_before_after"]) == 2
+    assert len(result["reference"]["times"]) == 2 and len(result["reference"]["times"][0]) == bench.REFERENCE_SAMPLES
 
 
 def test_tiny_cpu_run_in_process_reports_positive_tflops():
