@@ -113,10 +113,12 @@ def local_up(
         faults += [parse_fault("preempt", spec, slices=config.slices, total_steps=total) for spec in preempt]
     except FaultSpecError as err:
         raise fail(str(err)) from None
+    lock = emulator.acquire_lock(paths)
     state = emulator.read_state(paths)
-    if state and emulator.pid_alive(int(state.get("pid", 0))):
+    if lock is None:
+        pid = state.get("pid", "?") if state else "?"
         raise fail(
-            f"a local run of stack {config.stack!r} is already running (pid {state['pid']}); "
+            f"a local run of stack {config.stack!r} is already running (pid {pid}); "
             f"stop it with: multislice local down --stack {config.stack}"
         )
     if state:

@@ -196,6 +196,8 @@ def test_ctrl_c_stops_every_vm(tmp_path):
 def test_local_down_stops_a_running_emulation(tmp_path):
     proc = _start_background(tmp_path)
     _wait_for_training(tmp_path, proc)
+    second = run_cli(["local", "up", "--config-file", str(STACK)], tmp_path, timeout=60)
+    assert f"a local run of stack 'emu' is already running (pid {proc.pid})" in _error_of(second)
     down = run_cli(["local", "down", "--stack", "emu"], tmp_path, timeout=60)
     assert down.returncode == 0, down.stderr
     assert "asked emulator pid" in down.stdout

@@ -114,6 +114,23 @@ def check_port_free(port: int) -> None:
             ) from None
 
 
+def acquire_lock(paths: LocalPaths):
+    """Hold ``<state>/lock`` (flock) for this process's lifetime; None if another holds it.
+
+    The kernel releases the lock when the process exits, however it exits.
+    """
+    import fcntl
+
+    paths.root.mkdir(parents=True, exist_ok=True)
+    handle = open(paths.root / "lock", "w")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        return None
+    return handle
+
+
 def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
