@@ -12,6 +12,7 @@ import yaml
 
 from infra import accelerators
 from infra import config as config_mod
+from tests.fakes.pulumi_program import engine_config
 from infra.config import StackConfigError, available_stacks, from_pulumi_config, load_stack, load_stack_file, validate_stack
 from training.config import TrainConfig, load_train_config
 
@@ -28,25 +29,11 @@ def errors_of(config: dict, stack: str = "t") -> list[str]:
     return info.value.lines
 
 
-def engine_view(config: dict) -> dict[str, str]:
-    """The config map as the Pulumi engine hands it to a program: scalars as strings,
-    objects as JSON text."""
-    out = {}
-    for key, value in config.items():
-        if isinstance(value, (dict, list)):
-            out[key] = json.dumps(value)
-        elif isinstance(value, bool):
-            out[key] = "true" if value else "false"
-        else:
-            out[key] = str(value)
-    return out
-
-
 @pytest.mark.parametrize("stack", ["dev", "staging", "prod"])
 def test_shipped_stacks_are_valid_and_both_read_paths_agree(stack):
     from_yaml = load_stack(stack, STACKS)
     raw = yaml.safe_load((STACKS / f"Pulumi.{stack}.yaml").read_text())["config"]
-    from_engine = from_pulumi_config(stack, engine_view(raw))
+    from_engine = from_pulumi_config(stack, engine_config(raw))
     assert from_yaml == from_engine
     assert from_yaml.stack == stack
 
@@ -207,7 +194,7 @@ def test_secret_values_are_refused(tmp_path):
 
 
 def test_training_object_from_engine_must_be_json():
-    config = engine_view(dev_map())
+    config = engine_config(dev_map())
     config["multislice:training"] = "{not json"
     (line,) = errors_of(config)
     assert line.startswith("multislice:training: not a JSON object")

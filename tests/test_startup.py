@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import http.server
 import io
 import json
 import os
@@ -23,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from infra import lockfile, startup
+from infra.local.metadata import MetadataServer
 from infra.config import StackConfig, load_stack
 from training.config import TrainConfig
 
@@ -238,55 +238,6 @@ case $2 in
     done ;;
 esac
 """
-
-
-class MetadataServer:
-    """A loopback GCE metadata server serving ``instance/attributes/<key>``."""
-
-    PREFIX = "/computeMetadata/v1/instance/attributes/"
-
-    def __init__(self, attributes: dict[str, str]):
-        self.attributes = attributes
-        self.requests: list[str] = []
-        server = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self):  # noqa: N802 (http.server API)
-                server.requests.append(self.path)
-                if self.headers.get("Metadata-Flavor") != "Google":
-                    self._reply(403, "missing Metadata-Flavor: Google")
-                elif self.path.startswith(server.PREFIX) and self.path[len(server.PREFIX) :] in server.attributes:
-                    self._reply(200, server.attributes[self.path[len(server.PREFIX) :]])
-                else:
-                    self._reply(404, "not found")
-
-            def _reply(self, code: int, body: str):
-                data = body.encode()
-                self.send_response(code)
-                self.send_header("Metadata-Flavor", "Google")
-                self.send_header("Content-Type", "application/text")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args):
-                pass
-
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-
-    @property
-    def address(self) -> str:
-        host, port = self.httpd.server_address[:2]
-        return f"{host}:{port}"
-
-    def __enter__(self) -> MetadataServer:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.httpd.shutdown()
-        self.httpd.server_close()
 
 
 class Vm:

@@ -27,10 +27,13 @@ class MetadataServer:
     def __init__(self, attributes: Mapping[str, str]):
         self._attributes = dict(attributes)
         self._lock = threading.Lock()
+        #: Paths requested so far, in order (what a VM asked its metadata server for).
+        self.requests: list[str] = []
         server = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_GET(self):  # noqa: N802 (http.server naming)
+                server.requests.append(self.path)
                 if self.headers.get("Metadata-Flavor") != "Google":
                     self._reply(403, "Missing Metadata-Flavor:Google header.\n")
                     return
