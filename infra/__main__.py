@@ -26,6 +26,7 @@ from typing import Any
 import pulumi
 
 from infra import config as stack_config
+from infra import planner
 from infra import startup
 from infra.config import StackConfig
 from infra.identity import Identity
@@ -92,6 +93,8 @@ def define(config: StackConfig, script: startup.RenderedScript | None = None) ->
       infra.startup.StartupScriptTooLarge: the script exceeds one metadata value.
     """
     check_provisionable(config)
+    for advisory in planner.advisories(config):  # predicted DCN-bound or over HBM (multislice plan)
+        pulumi.log.warn(advisory)
     script = script if script is not None else startup.render(config)
 
     services = ProjectServices("apis", config)

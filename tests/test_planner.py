@@ -354,3 +354,31 @@ def test_cli_plan_human_output(tmp_path):
     assert result.exit_code == 0, result.output
     for text in ("stack dev", "mesh", "memory per chip", "22,000 FLOP/bit", "DCN-bound", "recommendations", "sources"):
         assert text in result.output
+
+
+# --- the Pulumi program's preview advisory ---------------------------------------------------
+
+
+def program_warnings(monkeypatch, config_map=None) -> list[str]:
+    import pulumi
+
+    from tests.fakes.pulumi_program import evaluate
+
+    warnings: list[str] = []
+    monkeypatch.setattr(pulumi.log, "warn", lambda message, *args, **kwargs: warnings.append(message))
+    evaluate("dev", config_map, preview=True)
+    return warnings
+
+
+def test_pulumi_preview_warns_when_dcn_bound(monkeypatch):
+    warnings = program_warnings(monkeypatch)
+    assert [w for w in warnings if "predicted DCN-bound" in w] == planner.advisories(load_stack("dev", STACKS))
+
+
+def test_pulumi_preview_is_quiet_for_a_compute_bound_stack(monkeypatch):
+    from tests.fakes.pulumi_program import stack_map
+
+    config_map = stack_map("dev")
+    config_map["multislice:training"] = dict(config_map["multislice:training"], global_batch_size=5504)
+    warnings = program_warnings(monkeypatch, config_map)
+    assert not [w for w in warnings if "predicted" in w]

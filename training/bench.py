@@ -218,7 +218,7 @@ def spec_from_options(
 # --- measurements (in-process) ---------------------------------------------------------------
 
 
-def _median_seconds(fn: Callable[[], Any], steps: int, warmup: int) -> list[float]:
+def _timed_calls(fn: Callable[[], Any], steps: int, warmup: int) -> list[float]:
     """Wall seconds of ``steps`` calls of ``fn`` (each blocked until ready) after ``warmup``."""
     import jax
 
@@ -248,7 +248,7 @@ def matmul_reference(rows: int, k: int, n: int, dtype: str, *, steps: int = 5, w
     x = jax.device_put(jax.random.normal(kx, (rows, k), dt), device)
     w = jax.device_put(jax.random.normal(kw, (k, n), dt), device)
     matmul = jax.jit(lambda a, b: a @ b)
-    times = _median_seconds(lambda: matmul(x, w), steps, warmup)
+    times = _timed_calls(lambda: matmul(x, w), steps, warmup)
     seconds = statistics.median(times)
     del x, w
     return {
@@ -314,7 +314,7 @@ def measure_shardings(spec: BenchSpec, mesh, dtype: str) -> dict[str, Any]:
         state["params"] = step(state["params"], x)
         return state["params"]
 
-    times = _median_seconds(one_step, spec.steps, spec.warmup)
+    times = _timed_calls(one_step, spec.steps, spec.warmup)
     seconds = statistics.median(times)
     return {"step_seconds": seconds, "step_times": times, "flops_per_second": spec.flops_per_step / seconds}
 
