@@ -6,7 +6,8 @@ same per-device work on 2 emulated slices (one CPU process per slice, jax.distri
 
 Each figure is ``training.bench``'s efficiency: aggregate achieved FLOP/s (6 · parameters ·
 batch per step) ÷ the FLOP/s of one large matmul of the layer's shape in one process using
-the whole machine, measured in the same run just before and after (best of the two).
+the whole machine, measured in the same run just before and after (the median of all
+those samples, as the step time is the median of the timed steps).
 Throughput on a CPU says nothing about TPUs; the ratios say what the sharding costs on the
 same hardware (DESIGN.md). Targets (issue 4): ≥ 0.8 for one process, ≥ 0.6 for 2 emulated
 slices. The machine's load average is printed with the figures: on a shared machine,
