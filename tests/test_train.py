@@ -55,6 +55,32 @@ def test_run_trains_to_completion_and_writes_its_records(uninterrupted):
     assert all(m["tflops_per_device"] > 0 and m["tokens_per_s"] > 0 for m in metrics if "loss" in m)
 
 
+def tensorboard_scalars(run_dir: Path, tag: str) -> list[tuple[int, float]]:
+    """(step, value) of ``tag`` from every event file, parsed as TFRecords (length, crc,
+    data, crc) of tensorboardX's Event protos."""
+    import struct
+
+    from tensorboardX.proto.event_pb2 import Event
+
+    found = []
+    for path in sorted((run_dir / "tensorboard").iterdir()):
+        data = path.read_bytes()
+        offset = 0
+        while offset < len(data):
+            (length,) = struct.unpack("<Q", data[offset : offset + 8])
+            event = Event.FromString(data[offset + 12 : offset + 12 + length])
+            offset += 12 + length + 4
+            found += [(event.step, v.simple_value) for v in event.summary.value if v.tag == tag]
+    return found
+
+
+def test_tensorboard_gets_the_training_and_eval_curves(uninterrupted):
+    loss = tensorboard_scalars(uninterrupted, "train/loss")
+    assert [step for step, _ in loss] == list(range(1, 13))
+    assert [v for _, v in loss] == pytest.approx([v for _, v in losses(uninterrupted)])
+    assert [step for step, _ in tensorboard_scalars(uninterrupted, "eval/loss")] == [6, 12]
+
+
 def test_a_finished_run_exits_at_once(uninterrupted):
     before = (uninterrupted / "metrics.jsonl").read_text()
     result = train.run(CONFIG, str(uninterrupted), SINGLE)

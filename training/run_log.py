@@ -1,4 +1,5 @@
-"""Append-only JSON-lines files in the run directory: ``metrics.jsonl`` and ``events.jsonl``.
+"""What a run records: JSON-lines files (``metrics.jsonl``, ``events.jsonl``) and TensorBoard
+scalars (``tensorboard/``) in the run directory.
 
 Process 0 writes them; everyone may read them (the local emulator reads them to inject
 faults at a given step and to summarize a run).
@@ -79,6 +80,59 @@ class JsonlLog:
             self.sync()
             self._file.close()
             self._file = None
+
+
+class TensorBoardLog:
+    """TensorBoard scalars under ``<run_dir>/tensorboard`` (tensorboardX event files).
+
+    Each start writes a new event file with ``purge_step`` = the step it resumed from, so
+    TensorBoard drops the steps a restart recomputes instead of drawing them twice. For a
+    ``gs://`` run directory the event files are written to the VM-local spool and copied up
+    by :meth:`sync` (tensorboardX itself would need google-cloud-storage).
+
+    Args:
+      run_dir: the run directory.
+      start_step: the step this start resumes from.
+      enabled: False on every process but 0.
+    """
+
+    def __init__(self, run_dir: str, start_step: int, enabled: bool = True):
+        self.remote_dir = join(run_dir, "tensorboard") if is_remote(run_dir) else None
+        self._writer = None
+        if not enabled:
+            return
+        from tensorboardX import SummaryWriter
+
+        if self.remote_dir is None:
+            self.local_dir = Path(run_dir) / "tensorboard"
+        else:
+            spool_root = Path(os.environ.get("MULTISLICE_HOME", tempfile.gettempdir())) / "spool"
+            self.local_dir = spool_root / self.remote_dir.replace("://", "_").replace("/", "_")
+        self.local_dir.mkdir(parents=True, exist_ok=True)
+        self._writer = SummaryWriter(logdir=str(self.local_dir), purge_step=start_step, flush_secs=30)
+
+    def scalars(self, step: int, values: dict[str, float]) -> None:
+        if self._writer is None:
+            return
+        for name, value in values.items():
+            self._writer.add_scalar(name, value, step)
+
+    def sync(self) -> None:
+        """Flush; for a remote run directory, copy the event files up."""
+        if self._writer is None:
+            return
+        self._writer.flush()
+        if self.remote_dir is not None:
+            from etils import epath
+
+            for path in self.local_dir.iterdir():
+                epath.Path(join(self.remote_dir, path.name)).write_bytes(path.read_bytes())
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self.sync()
+            self._writer.close()
+            self._writer = None
 
 
 def read_jsonl(path: str) -> list[dict[str, Any]]:

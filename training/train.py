@@ -39,7 +39,7 @@ import optax
 
 from training import checkpointing, cluster, data, mesh as mesh_lib, model, optimizer as optimizer_lib
 from training.config import TrainConfig
-from training.run_log import JsonlLog, join
+from training.run_log import JsonlLog, TensorBoardLog, join
 
 log = logging.getLogger("training")
 
@@ -170,6 +170,7 @@ def _train(config: TrainConfig, run_dir: str, identity: cluster.ClusterIdentity,
         start_step, state = restored
     metrics_log = JsonlLog(join(run_dir, "metrics.jsonl"), enabled=is_writer)
     events_log = JsonlLog(join(run_dir, "events.jsonl"), enabled=is_writer)
+    tensorboard = TensorBoardLog(run_dir, start_step, enabled=is_writer)
     events_log.append(
         {
             "event": "start",
@@ -215,14 +216,15 @@ def _train(config: TrainConfig, run_dir: str, identity: cluster.ClusterIdentity,
             "loss": loss,
             "grad_norm": float(metrics["grad_norm"]),
             "learning_rate": float(schedule(step - 1)),
-            "step_time_s": round(step_time, 6),
-            "tokens_per_s": round(config.global_batch_tokens / step_time, 3),
-            "tflops_per_device": round(flops_per_step / step_time / jax.device_count() / 1e12, 6),
+            "step_time_s": _significant(step_time),
+            "tokens_per_s": _significant(config.global_batch_tokens / step_time),
+            "tflops_per_device": _significant(flops_per_step / step_time / jax.device_count() / 1e12),
         }
         if first_record:
             entry["includes_compile"] = True
             first_record = False
         metrics_log.append(entry)
+        tensorboard.scalars(step, {f"train/{k}": entry[k] for k in ("loss", "grad_norm", "learning_rate", "tokens_per_s", "tflops_per_device")})
         if step % config.log_every_steps == 0 or step == config.steps:
             log.info(
                 "step %d/%d loss %.4f  %.3f s/step  %.0f tokens/s  %.4f TFLOP/s/device",
@@ -241,6 +243,7 @@ def _train(config: TrainConfig, run_dir: str, identity: cluster.ClusterIdentity,
         ]
         value = sum(losses) / len(losses)
         metrics_log.append({"step": step, "eval_loss": value})
+        tensorboard.scalars(step, {"eval/loss": value})
         log.info("step %d eval loss %.4f (%d batches)", step, value, len(losses))
 
     exit_code = EXIT_COMPLETE
@@ -260,6 +263,7 @@ def _train(config: TrainConfig, run_dir: str, identity: cluster.ClusterIdentity,
             events_log.append({"event": "checkpoint", "step": step, "preemption": preempted, "time": time.time()})
             metrics_log.sync()
             events_log.sync()
+            tensorboard.sync()
         if config.eval_every_steps and step % config.eval_every_steps == 0:
             if pending is not None:
                 record(*pending)
@@ -282,7 +286,13 @@ def _train(config: TrainConfig, run_dir: str, identity: cluster.ClusterIdentity,
     manager.close()
     metrics_log.close()
     events_log.close()
+    tensorboard.close()
     return RunResult(exit_code, step, last_loss)
+
+
+def _significant(value: float, digits: int = 6) -> float:
+    """``value`` rounded to ``digits`` significant digits (keeps tiny CPU rates non-zero)."""
+    return float(f"{value:.{digits}g}")
 
 
 def main(config: TrainConfig, run_dir: str, identity: cluster.ClusterIdentity) -> int:
