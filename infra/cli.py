@@ -71,7 +71,7 @@ def local_paths(config):
 def print_summary(result: dict) -> None:
     table = Table(title="run summary", show_header=False, title_justify="left")
     for key in ("complete", "steps_completed", "total_steps", "final_loss", "final_eval_loss", "restarts",
-                "steps_lost", "wall_seconds", "faults", "run_dir", "logs_dir"):
+                "steps_lost", "training_seconds", "wall_seconds", "faults", "run_dir", "logs_dir"):
         if key in result:
             value = result[key]
             if isinstance(value, float):
@@ -129,10 +129,10 @@ def local_up(
         except emulator.EmulationError as err:
             raise fail(str(err)) from None
     if fresh:
-        emulator.discard_run(paths)
-        console.log(f"--fresh: discarded the previous run of stack {config.stack!r}")
+        if emulator.discard_run(paths):
+            console.log(f"--fresh: discarded the previous run of stack {config.stack!r}")
     elif (paths.run_dir / "COMPLETE").exists():
-        result = summary.summarize(paths.run_dir, total) | {"wall_seconds": 0.0, "faults": []}
+        result = summary.summarize(paths.run_dir, total) | {"wall_seconds": 0.0}
         console.log(f"run {paths.run_dir} is already complete; nothing to do (use --fresh to start over)")
         if faults:
             console.log("note: the requested faults were not injected: the run is complete")
@@ -251,7 +251,7 @@ def plan_command(
     config_file: Optional[Path] = CONFIG_FILE_OPTION,
     json_output: bool = typer.Option(False, "--json", help="Print the plan as JSON (for machines)."),
 ) -> None:
-    """Before `pulumi up`: the mesh, per-chip memory against HBM, and the seed's DCN check."""
+    """Before `pulumi up`: the mesh, per-chip memory against HBM, and the Multislice overview's DCN check."""
     from infra import planner
 
     config = load_config(stack, config_file)
@@ -301,7 +301,7 @@ def print_plan(p) -> None:
     memory.add_row("total", f"{gib(mem.total)} of {gib(mem.capacity)} HBM ({mem.fraction:.1%}): {verdict}")
     console.print(memory)
     console.print(
-        f"DCN check (seed): hardware arithmetic intensity = {dcn.chips_per_host} chips/host × "
+        f"DCN check (Multislice overview): hardware arithmetic intensity = {dcn.chips_per_host} chips/host × "
         f"{dcn.peak_flops_per_chip:.4g} FLOP/s ÷ {dcn.dcn_bits_per_second_per_host:.4g} bit/s per host = "
         f"{dcn.arithmetic_intensity:,.0f} FLOP/bit"
     )
@@ -310,7 +310,7 @@ def print_plan(p) -> None:
         console.print(
             f"  operational intensity 4 × {dcn.tokens_per_replica:,.0f} / {dcn.bits_per_parameter} = "
             f"{dcn.operational_intensity:,.0f} FLOP/bit: {verdict}\n"
-            f"  minimum batch {dcn.min_batch_tokens:,.0f} tokens per replica; with the seed's "
+            f"  minimum batch {dcn.min_batch_tokens:,.0f} tokens per replica; with the Multislice overview's "
             f"{planner.SAFETY_MARGIN:g}× margin {dcn.recommended_batch_tokens:,.0f}"
             + ("" if dcn.meets_margin else " (not met)")
         )
@@ -345,7 +345,7 @@ def bench_shardings(
     timeout: float = typer.Option(600, "--timeout", min=1, help="Give up on emulated slices after this many seconds."),
     json_output: bool = typer.Option(False, "--json", help="Print the result as JSON (tflops_per_device, efficiency, ...)."),
 ) -> None:
-    """The seed's MLP-stack experiment over a (dcn × ici) mesh: TFLOP/s per device and the
+    """The Multislice overview's MLP-stack experiment over a (dcn × ici) mesh: TFLOP/s per device and the
     efficiency against one large matmul measured in the same run. --dcn-* > 1 without TPU
     slices runs one emulated slice per local CPU process."""
     from training import bench

@@ -18,22 +18,22 @@ DCN arithmetic (SEED-NOTES.md, "DCN arithmetic", from the Cloud TPU Multislice o
 * The backward pass costs 4·B FLOPs per parameter (of the 6·B·P of a transformer step), so
   the model's operational intensity is ``OI = 4·B / 32`` (2 replicas) or ``4·B / 64`` (more).
   The step is DCN-bound when ``OI < AI``; the minimum batch is ``AI × bits / 4`` tokens
-  (v4: 176,000 for 2 slices, 352,000 for more), and the seed recommends a large margin
+  (v4: 176,000 for 2 slices, 352,000 for more), and the overview recommends a large margin
   because DCN can drop packets briefly: "data parallelism only at ≥ ~350,000 tokens per pod
   (two pods) to ~700,000 (many pods)", i.e. :data:`SAFETY_MARGIN` = 2 × the minimum.
 
 **Which batch B is.** B is the number of tokens *one DCN replica* processes per step: the
 global batch in tokens divided by ``parallelism.dcn.data`` (``global_batch_size ×
 sequence_length / dcn.data``). With ``dcn.fsdp = 1`` a replica is one slice ("tokens per
-pod" in the seed); with ``dcn.fsdp > 1`` it is a group of ``dcn.fsdp`` slices. This is the
-only reading under which the seed's inequality compares like with like: a replica of n chips
+pod" in the overview); with ``dcn.fsdp > 1`` it is a group of ``dcn.fsdp`` slices. This is the
+only reading under which the Multislice overview's inequality compares like with like: a replica of n chips
 computes ``4·B·P`` backward FLOPs in ``4·B·P / (n · peak)`` seconds while its n / chips-per-host
 hosts move ``32·P`` bits in ``32·P / (n · DCN bits/s per chip)`` seconds, so compute hides the
 all-reduce iff ``4·B/32 ≥ peak / DCN per chip = AI``. The *global* batch is B × replicas (the
 seed's "scale the global batch linearly" with the number of slices). The number of replicas
 taking part in the all-reduce (``dcn.data``) chooses 32 or 64 bits. The traffic of FSDP over
 DCN (``dcn.fsdp > 1``: parameter all-gathers and gradient reduce-scatters between the slices
-of a group) is not covered by the seed's formula and is not modelled; the plan says so.
+of a group) is not covered by the Multislice overview's formula and is not modelled; the plan says so.
 
 Memory per chip
 ---------------
@@ -103,8 +103,11 @@ __all__ = [
     "plan_training",
 ]
 
-_SEED_DCN = 'SEED-NOTES.md "DCN arithmetic" (Cloud TPU Multislice overview)'
-_SEED_PAR = 'SEED-NOTES.md "Parallelism rules" (Cloud TPU Multislice overview)'
+#: The public source of the DCN arithmetic and parallelism guidance (summarized for the team
+#: in ../shared/SEED-NOTES.md). User-facing output cites the public page.
+MULTISLICE_OVERVIEW = "Cloud TPU Multislice overview, https://cloud.google.com/tpu/docs/multislice-introduction"
+_SEED_DCN = f"{MULTISLICE_OVERVIEW} (DCN arithmetic)"
+_SEED_PAR = f"{MULTISLICE_OVERVIEW} (parallelism rules)"
 _KORTHIKANTI = (
     'Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models", '
     "arXiv:2205.05198, §4.1 (per-layer activation memory), adapted (see infra/planner.py)"
@@ -400,7 +403,7 @@ class Plan:
       global_batch_tokens: tokens per optimizer step over all slices.
       memory: per-chip memory estimate.
       dcn: the DCN check.
-      recommendations: advice from the seed's parallelism guidance, most important first.
+      recommendations: advice from the Multislice overview's parallelism guidance, most important first.
       sources: figure -> where it comes from.
     """
 
@@ -623,25 +626,25 @@ def _recommendations(p: Plan, train: TrainConfig) -> list[str]:
                 f"DCN-bound: {dcn.tokens_per_replica:,.0f} tokens per replica give an operational intensity of "
                 f"{dcn.operational_intensity:,.0f} FLOP/bit < {dcn.arithmetic_intensity:,.0f}; raise "
                 f"global_batch_size to ≥ {need_seqs} sequences ({need_tokens:,.0f} tokens), ≥ {margin_seqs} with "
-                f"the seed's {SAFETY_MARGIN:g}× margin; when adding slices, scale the global batch linearly"
+                f"the Multislice overview's {SAFETY_MARGIN:g}× margin; when adding slices, scale the global batch linearly"
             )
             pipe = _pipeline_depth(p, train)
             if pipe:
                 out.append(pipe)
         elif not dcn.meets_margin:
             out.append(
-                f"compute-bound but below the seed's {SAFETY_MARGIN:g}× margin (DCN can drop packets briefly): "
+                f"compute-bound but below the Multislice overview's {SAFETY_MARGIN:g}× margin (DCN can drop packets briefly): "
                 f"{dcn.tokens_per_replica:,.0f} tokens per replica, recommended ≥ "
                 f"{dcn.recommended_batch_tokens:,.0f} (global_batch_size ≥ {margin_seqs})"
             )
         else:
             out.append(
-                f"pure data parallelism over DCN is compute-bound with the seed's margin "
+                f"pure data parallelism over DCN is compute-bound with the Multislice overview's margin "
                 f"({dcn.tokens_per_replica:,.0f} ≥ {dcn.recommended_batch_tokens:,.0f} tokens per replica)"
             )
     elif p.slices > 1:
         out.append(
-            "no data parallelism over DCN (dcn.data = 1): the seed's DCN check does not apply; FSDP traffic over "
+            "no data parallelism over DCN (dcn.data = 1): the Multislice overview's DCN check does not apply; FSDP traffic over "
             "DCN is not modelled"
         )
     # ICI: FSDP is almost always preferred to data parallelism inside a slice.
@@ -668,7 +671,7 @@ def _memory_advice(p: Plan, train: TrainConfig) -> str:
             v = _variant(train, dcn={"data": par.dcn.data // fsdp, "fsdp": par.dcn.fsdp * fsdp})
             if v is not None and memory_per_chip(v, mem.capacity).fits:
                 tips.append(
-                    f"FSDP over DCN (the seed's second choice, to relieve memory): dcn {{data: "
+                    f"FSDP over DCN (the Multislice overview's second choice, to relieve memory): dcn {{data: "
                     f"{par.dcn.data // fsdp}, fsdp: {par.dcn.fsdp * fsdp}}} → "
                     f"{_gib(memory_per_chip(v, mem.capacity).total)}"
                 )

@@ -154,12 +154,24 @@ def test_coordinator_port_in_use(tmp_path):
     assert not (tmp_path / "emu" / "emulator.json").exists()
 
 
+def long_stack(tmp_path: Path) -> Path:
+    """The emu stack with so many steps that it cannot finish while a test interrupts it."""
+    path = tmp_path / "long" / "Pulumi.emu.yaml"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(STACK.read_text().replace("    steps: 24", "    steps: 100000"))
+    return path
+
+
 def _start_background(tmp_path: Path) -> subprocess.Popen:
     env = {**os.environ, "MULTISLICE_STATE_DIR": str(tmp_path), "COLUMNS": "200"}
     for key in ("JAX_PLATFORMS", "JAX_NUM_CPU_DEVICES"):
         env.pop(key, None)
     return subprocess.Popen(
-        CLI + ["local", "up", "--config-file", str(STACK)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        CLI + ["local", "up", "--config-file", str(long_stack(tmp_path))],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
 
 
@@ -196,7 +208,7 @@ def test_ctrl_c_stops_every_vm(tmp_path):
 def test_local_down_stops_a_running_emulation(tmp_path):
     proc = _start_background(tmp_path)
     _wait_for_training(tmp_path, proc)
-    second = run_cli(["local", "up", "--config-file", str(STACK)], tmp_path, timeout=60)
+    second = run_cli(["local", "up", "--config-file", str(long_stack(tmp_path))], tmp_path, timeout=60)
     assert f"a local run of stack 'emu' is already running (pid {proc.pid})" in _error_of(second)
     down = run_cli(["local", "down", "--stack", "emu"], tmp_path, timeout=60)
     assert down.returncode == 0, down.stderr

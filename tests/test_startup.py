@@ -297,7 +297,17 @@ class Vm:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
+            start_new_session=True,  # its own process group: kill_all() reaches the fake trainer too
         )
+
+    @staticmethod
+    def kill_all(proc: subprocess.Popen) -> None:
+        """SIGKILL the script and every process it started (a failed test leaves nothing)."""
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait(timeout=10)
 
     @property
     def attempts(self) -> int:
@@ -498,8 +508,7 @@ def test_sigterm_is_forwarded_and_not_restarted(vm):
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=20) == 7  # the trainer's own exit status
     finally:
-        if proc.poll() is None:
-            proc.kill()
+        vm.kill_all(proc)
     reader.thread.join(timeout=10)
     lines = _assert_prefixed("\n".join(reader.lines))
     assert "fake trainer got SIGTERM" in lines
@@ -518,8 +527,7 @@ def test_sigterm_during_restart_delay(vm):
         assert proc.wait(timeout=10) == 143
         assert time.monotonic() - started < 5
     finally:
-        if proc.poll() is None:
-            proc.kill()
+        vm.kill_all(proc)
     reader.thread.join(timeout=10)
     assert vm.attempts == 1
     assert "stopping during the restart delay (SIGTERM)" in _assert_prefixed("\n".join(reader.lines))

@@ -510,7 +510,9 @@ def find_processes(emulation_id: str) -> list[int]:
     return sorted(found)
 
 
-def discard_run(paths: LocalPaths) -> None:
-    """``--fresh``: delete the run directory and the VMs' disks and logs."""
+def discard_run(paths: LocalPaths) -> bool:
+    """``--fresh``: delete the run directory and the VMs' disks and logs; True if a run existed."""
+    existed = paths.run_dir.exists()
     for path in (paths.run_dir, paths.root / "vms", paths.root / "logs"):
         shutil.rmtree(path, ignore_errors=True)
+    return existed

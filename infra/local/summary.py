@@ -5,7 +5,9 @@
 * ``restarts``: trainer starts after the first (``start`` events in ``events.jsonl``);
 * ``steps_lost``: step records written again after a restart — work computed, lost with
   the process and recomputed from the last checkpoint;
-* ``complete``: the completion marker exists.
+* ``complete``: the completion marker exists;
+* ``training_seconds``: from the run's first start to its last event (all attempts, across
+  every ``local up`` of the run).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ def summarize(run_dir: Path, total_steps: int) -> dict[str, Any]:
         steps_completed = max(steps_completed, int(completion["step"]))
     final = [m for m in steps if int(m["step"]) == steps_completed]
     starts = [e for e in events if e.get("event") == "start"]
+    times = [float(e["time"]) for e in events if "time" in e]
     return {
         "run_dir": str(run_dir),
         "complete": completion is not None,
@@ -38,4 +41,5 @@ def summarize(run_dir: Path, total_steps: int) -> dict[str, Any]:
         "final_eval_loss": float(evals[-1]["eval_loss"]) if evals else None,
         "restarts": max(len(starts) - 1, 0),
         "steps_lost": len(steps) - len({int(m["step"]) for m in steps}),
+        "training_seconds": round(max(times) - min(times), 3) if times else None,
     }
