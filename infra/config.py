@@ -31,6 +31,7 @@ Rules and their sources:
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import ipaddress
 import json
@@ -55,7 +56,9 @@ CAPACITY_TYPES = ("spot", "on-demand", "reserved", "best-effort")
 
 _ZONE = re.compile(r"^[a-z]+-[a-z]+[0-9]+-[a-z]$")
 _PROJECT = re.compile(r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$")
-_STACK = re.compile(r"^[A-Za-z0-9_.-]+$")
+#: Stack and run names become directory names (local state, ``gs://<bucket>/runs/<run>``):
+#: they start with a letter or digit, so "." and ".." can never name a parent directory.
+_STACK = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 #: Compute Engine resource names (RFC 1035): https://cloud.google.com/compute/docs/naming-resources
 _GCE_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
 _GCE_PATH = re.compile(r"^projects/[a-z][a-z0-9-]{4,28}[a-z0-9]/(global|regions/[a-z0-9-]+)/(networks|subnetworks)/[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
@@ -307,7 +310,7 @@ class StackConfig(StrictModel):
 
     model_config = StrictModel.model_config | {"populate_by_name": True}
 
-    stack: str = Field(pattern=_STACK.pattern)
+    stack: str
     project: str = Field(alias="gcp:project", description="GCP project id.")
     zone: str = Field(alias="gcp:zone", description="Zone of the TPU slices, e.g. us-central2-b.")
     accelerator_type: str = Field(alias="multislice:acceleratorType", description="e.g. v4-8, v5p-16, v6e-256.")
@@ -320,7 +323,7 @@ class StackConfig(StrictModel):
     )
     reservation_name: str | None = Field(None, min_length=1, alias="multislice:reservationName")
     run_name: str | None = Field(
-        None, pattern=_STACK.pattern, alias="multislice:runName", description="Run directory name; default: stack."
+        None, alias="multislice:runName", description="Run directory name; default: stack."
     )
     training: TrainConfig = Field(TrainConfig(), alias="multislice:training")
     network: NetworkSettings = Field(NetworkSettings(), alias="multislice:network")
@@ -329,6 +332,16 @@ class StackConfig(StrictModel):
     labels: Annotated[dict[str, str], BeforeValidator(_labels)] = Field(
         default_factory=dict, alias="multislice:labels", description="Extra labels on every labelled resource."
     )
+
+    @field_validator("stack", "run_name")
+    @classmethod
+    def _directory_name(cls, value: str | None) -> str | None:
+        if value is not None and not _STACK.match(value):
+            raise ValueError(
+                f"{value!r} must start with a letter or digit and hold only letters, digits, '.', '_' "
+                "and '-' (at most 100 characters): it names directories"
+            )
+        return value
 
     @field_validator("project")
     @classmethod
@@ -512,6 +525,9 @@ def validate_stack(stack: str, config: dict[str, Any], source: str) -> StackConf
         if namespace == "gcp" and full_key not in GCP_KEYS:
             continue  # provider configuration, not ours
         if namespace not in (NAMESPACE, "gcp"):
+            close = difflib.get_close_matches(namespace, [NAMESPACE, "gcp"], n=1, cutoff=0.75)
+            if close:
+                unknown.append(f"{key} (did you mean {close[0]}:{key.split(':', 1)[1]}?)")
             continue
         if full_key not in allowed:
             unknown.append(full_key)
@@ -531,6 +547,8 @@ def validate_stack(stack: str, config: dict[str, Any], source: str) -> StackConf
         values[full_key] = value
     lines = [
         f"{key}: unknown key; allowed keys: {', '.join(k for k in allowed if k.startswith(NAMESPACE))}"
+        if "did you mean" not in key
+        else f"{key.split(' ', 1)[0]}: unknown namespace {key.split(' ', 1)[1]}"
         for key in unknown
     ]
     for key in ("gcp:project", "gcp:zone", "multislice:acceleratorType"):
@@ -585,10 +603,16 @@ def load_stack_file(path: Path, stack: str | None = None) -> StackConfig:
     if stack is None:
         name = path.name
         stack = name[len("Pulumi.") : -len(".yaml")] if name.startswith("Pulumi.") and name.endswith(".yaml") else path.stem
+    if path.is_dir():
+        raise StackConfigError(f"stack file {path} is a directory, not a Pulumi.<stack>.yaml file")
     if not path.is_file():
         raise StackConfigError(f"stack file {path} does not exist")
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as err:
+        raise StackConfigError(f"stack file {path} is not UTF-8 text ({err.reason} at byte {err.start})") from None
+    except RecursionError:
+        raise StackConfigError(f"stack file {path} nests too deeply to be a stack file") from None
     except yaml.YAMLError as err:
         raise StackConfigError(f"stack file {path} is not valid YAML: {err}") from None
     if not isinstance(data, dict) or not isinstance(data.get("config", {}), dict):

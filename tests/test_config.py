@@ -156,7 +156,7 @@ def test_required_keys(key):
 def test_zone_format():
     config = dev_map() | {"gcp:zone": "us-central2"}
     (line,) = errors_of(config)
-    assert line.startswith("gcp:zone: Value error, 'us-central2' is not a zone name")
+    assert line.startswith("gcp:zone: 'us-central2' is not a zone name")
 
 
 def test_several_problems_are_reported_together():
@@ -212,3 +212,39 @@ def test_config_module_reads_defaults_from_catalog():
     dev = load_stack("dev", STACKS)
     assert dev.region == "us-central2"
     assert config_mod.StackConfig.model_fields["slices"].alias == "multislice:slices"
+
+
+@pytest.mark.parametrize("name", [".", "..", "-x", "a/b", ""])
+def test_run_and_stack_names_cannot_point_outside_their_directory(name):
+    (line,) = errors_of(dev_map() | {"multislice:runName": name})
+    assert line.startswith(f"multislice:runName: {name!r} must start with a letter or digit")
+    with pytest.raises(StackConfigError, match=r"stack: .* must start with a letter or digit"):
+        validate_stack(name, dev_map(), "test")
+
+
+def test_namespace_typo_is_caught():
+    config = dev_map()
+    config["multislce:slices"] = config.pop("multislice:slices")
+    lines = errors_of(config)
+    assert "multislce:slices: unknown namespace (did you mean multislice:slices?)" in lines
+
+
+@pytest.mark.parametrize("value", [float("inf"), float("nan")])
+def test_non_finite_numbers_are_rejected(value):
+    config = dev_map()
+    config["multislice:training"]["optimizer"]["peak_learning_rate"] = value
+    (line,) = errors_of(config)
+    assert line == "multislice:training.optimizer.peak_learning_rate: Input should be a finite number"
+
+
+def test_unreadable_stack_files(tmp_path):
+    binary = tmp_path / "Pulumi.bin.yaml"
+    binary.write_bytes(b"config:\n  gcp:project: \xff\xfe\n")
+    with pytest.raises(StackConfigError, match="is not UTF-8 text"):
+        load_stack_file(binary)
+    deep = tmp_path / "Pulumi.deep.yaml"
+    deep.write_text("config: " + "[" * 5000 + "]" * 5000 + "\n")
+    with pytest.raises(StackConfigError, match="nests too deeply|is not valid YAML|must be a mapping"):
+        load_stack_file(deep)
+    with pytest.raises(StackConfigError, match="is a directory"):
+        load_stack_file(tmp_path)

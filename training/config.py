@@ -34,7 +34,7 @@ MESH_AXES = ("data", "fsdp", "tensor")
 class StrictModel(BaseModel):
     """Base for every config model: unknown keys rejected, instances immutable."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 def invalid(path: str, message: str) -> PydanticCustomError:
@@ -61,6 +61,8 @@ def format_errors(error: pydantic.ValidationError, prefix: str = "") -> list[str
             loc.append(str(ctx["path"]))
         path = ".".join([prefix, *loc] if prefix else loc).replace(":.", ":")
         message = item["msg"]
+        if item["type"] == "value_error":
+            message = message.removeprefix("Value error, ")
         if item["type"] == "extra_forbidden":
             message = "unknown key"
         elif item["type"] == "literal_error":
