@@ -146,3 +146,78 @@ def test_changed_model_in_an_existing_run_dir_is_refused(uninterrupted, tmp_path
 def test_unreadable_data_source_is_a_config_error(tmp_path):
     config = CONFIG.model_copy(update={"data": CONFIG.data.model_copy(update={"source": str(tmp_path / "none-*.txt")})})
     assert train.main(config, str(tmp_path / "run"), SINGLE) == train.EXIT_CONFIG
+
+
+def copy_run(source: Path, target: Path) -> Path:
+    import shutil
+
+    shutil.copytree(source, target)
+    return target
+
+
+def test_a_malformed_completion_marker_does_not_end_an_unfinished_run(uninterrupted, tmp_path, monkeypatch):
+    real_rows = data.TextDataset.train_rows
+
+    def crash_at_step_9(self, step, *args):
+        if step == 9:
+            raise RuntimeError("injected crash")
+        return real_rows(self, step, *args)
+
+    monkeypatch.setattr(data.TextDataset, "train_rows", crash_at_step_9)
+    with pytest.raises(RuntimeError):
+        train.run(CONFIG, str(tmp_path), SINGLE)
+    monkeypatch.setattr(data.TextDataset, "train_rows", real_rows)
+    for garbage in (b"garbage!!", b"[1]", b'{"step": "abc"}', b"\xff\xfe"):
+        (tmp_path / "COMPLETE").write_bytes(garbage)
+        assert checkpointing.read_completion(str(tmp_path)) is None
+    result = train.run(CONFIG, str(tmp_path), SINGLE)
+    assert (result.exit_code, result.step) == (train.EXIT_COMPLETE, 12)
+    assert dict(losses(tmp_path)) == dict(losses(uninterrupted))
+    assert checkpointing.read_completion(str(tmp_path))["step"] == 12
+
+
+def test_raising_steps_continues_a_finished_run(uninterrupted, tmp_path):
+    run_dir = copy_run(uninterrupted, tmp_path / "run")
+    longer = CONFIG.model_copy(update={"steps": 14})
+    result = train.run(longer, str(run_dir), SINGLE)
+    assert (result.exit_code, result.step) == (train.EXIT_COMPLETE, 14)
+    assert [s for s, _ in losses(run_dir)] == list(range(1, 15))
+
+
+def test_a_damaged_newest_checkpoint_falls_back_to_the_previous_one(uninterrupted, tmp_path):
+    run_dir = copy_run(uninterrupted, tmp_path / "run")
+    (run_dir / "COMPLETE").unlink()
+    damaged = 0
+    for path in (run_dir / "checkpoints" / "12").rglob("*"):
+        if path.is_file() and "METADATA" not in path.name:
+            path.write_bytes(b"")
+            damaged += 1
+    assert damaged
+    result = train.run(CONFIG, str(run_dir), SINGLE)
+    assert (result.exit_code, result.step) == (train.EXIT_COMPLETE, 12)
+    assert (run_dir / "checkpoints" / "12.unreadable").is_dir()  # kept for inspection
+    records = losses(run_dir)
+    assert [s for s, _ in records[12:]] == [9, 10, 11, 12]  # recomputed from the step-8 checkpoint
+    assert dict(records) == dict(losses(uninterrupted))
+
+
+def test_checkpoints_of_another_model_are_a_config_error_and_keep_the_record(uninterrupted, tmp_path):
+    run_dir = copy_run(uninterrupted, tmp_path / "run")
+    (run_dir / "COMPLETE").unlink()
+    (run_dir / "train_config.json").unlink()
+    bigger = CONFIG.model_copy(update={"model": CONFIG.model.model_copy(update={"d_model": 64})})
+    with pytest.raises(checkpointing.CheckpointRestoreError, match=r"no checkpoint in .* can be restored: step 12: "):
+        train.run(bigger, str(run_dir), SINGLE)
+    assert not (run_dir / "train_config.json").exists()  # not rewritten with the new model
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir() if p.name[0].isdigit()) == ["12", "8"]
+    assert train.main(bigger, str(run_dir), SINGLE) == train.EXIT_CONFIG
+
+
+def test_unusable_run_dirs_and_records_are_config_errors(tmp_path):
+    (tmp_path / "file").write_text("x")
+    assert train.main(CONFIG, str(tmp_path / "file"), SINGLE) == train.EXIT_CONFIG
+    assert train.main(CONFIG, "  ", SINGLE) == train.EXIT_CONFIG
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "train_config.json").write_text('{"model": {"d_mod')
+    with pytest.raises(checkpointing.RunConfigMismatch, match="train_config.json is unreadable"):
+        train.run(CONFIG, str(tmp_path / "run"), SINGLE)

@@ -22,6 +22,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import math
+import os
+import time
 from typing import Any
 
 import orbax.checkpoint as ocp
@@ -33,6 +36,7 @@ from training.run_log import join
 log = logging.getLogger(__name__)
 
 COMPLETE_MARKER = "COMPLETE"
+RUN_CONFIG_FILE = "train_config.json"
 
 
 class RunConfigMismatch(ValueError):
@@ -55,14 +59,34 @@ def checkpoint_dir(run_dir: str) -> str:
 
 
 def read_completion(run_dir: str) -> dict[str, Any] | None:
-    """The completion record if the run finished, else None."""
+    """The completion record ``{"step": int ≥ 1, "loss": float | None}``, or None.
+
+    A marker that is unreadable or malformed counts as absent (with a warning): the trainer
+    then restores the newest checkpoint, and when that is the last step it writes a fresh
+    marker at once, so a damaged marker costs nothing and never ends an unfinished run.
+    """
     marker = epath.Path(join(run_dir, COMPLETE_MARKER))
     if not marker.exists():
         return None
     try:
-        return json.loads(marker.read_text())
-    except json.JSONDecodeError:
-        return {"step": None}
+        record = json.loads(marker.read_bytes().decode("utf-8"))
+        step = record["step"]
+        loss = record.get("loss")
+        if isinstance(step, bool) or not isinstance(step, int) or step < 1:
+            raise ValueError(f"step {step!r} is not a positive integer")
+        if loss is not None and (isinstance(loss, bool) or not isinstance(loss, (int, float)) or not math.isfinite(loss)):
+            raise ValueError(f"loss {loss!r} is not a finite number")
+    except (ValueError, TypeError, KeyError, AttributeError, UnicodeDecodeError) as err:
+        log.warning("ignoring the malformed completion marker %s (%s)", marker, err)
+        return None
+    return {"step": step, "loss": None if loss is None else float(loss)}
+
+
+def is_complete(run_dir: str, total_steps: int) -> dict[str, Any] | None:
+    """The completion record if the run reached ``total_steps`` (raising ``steps`` in the
+    config makes a finished run continue from its last checkpoint)."""
+    record = read_completion(run_dir)
+    return record if record is not None and record["step"] >= total_steps else None
 
 
 def write_completion(run_dir: str, record: dict[str, Any]) -> None:
@@ -71,37 +95,55 @@ def write_completion(run_dir: str, record: dict[str, Any]) -> None:
     if "://" in run_dir:
         marker.write_text(json.dumps(record, sort_keys=True))
         return
-    tmp = epath.Path(join(run_dir, COMPLETE_MARKER + ".tmp"))
-    tmp.write_text(json.dumps(record, sort_keys=True))
-    tmp.rename(marker)
+    tmp = join(run_dir, COMPLETE_MARKER + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(json.dumps(record, sort_keys=True))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, str(marker))  # atomic, and replaces a damaged marker
 
 
-def check_run_config(run_dir: str, config: TrainConfig, is_writer: bool) -> None:
-    """Record the run's TrainConfig at its first start; refuse a different model later.
+#: Keys whose change makes an existing run's checkpoints or data order meaningless.
+RUN_IDENTITY_KEYS = ("model", "sequence_length", "data", "seed")
+
+
+def check_run_config(run_dir: str, config: TrainConfig) -> None:
+    """Refuse to continue a run whose recorded TrainConfig has a different model or data.
 
     Changing ``steps``, the schedule, the checkpoint policy or the parallelism of an existing
     run is allowed (checkpoints are resharded on restore); changing the model, sequence
     length or data would make the checkpoints unusable or the data order different.
 
     Raises:
-      RunConfigMismatch: names the keys that differ.
+      RunConfigMismatch: names the keys that differ, or says the record is unreadable.
     """
-    path = epath.Path(join(run_dir, "train_config.json"))
-    if path.exists():
-        recorded = json.loads(path.read_text())
-        current = json.loads(config.model_dump_json())
-        differing = [
-            key for key in ("model", "sequence_length", "data", "seed") if recorded.get(key) != current.get(key)
-        ]
-        if differing:
-            raise RunConfigMismatch(
-                f"run directory {run_dir} holds a run with different training.{', training.'.join(differing)}: "
-                f"recorded {', '.join(json.dumps(recorded.get(k)) for k in differing)}; "
-                "use a new multislice:runName (or `multislice local up --fresh`) to start a new run"
-            )
-    elif is_writer:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(config.model_dump_json(indent=2))
+    path = epath.Path(join(run_dir, RUN_CONFIG_FILE))
+    if not path.exists():
+        return
+    try:
+        recorded = json.loads(path.read_bytes().decode("utf-8"))
+        if not isinstance(recorded, dict):
+            raise ValueError("not a JSON object")
+    except (ValueError, UnicodeDecodeError) as err:
+        raise RunConfigMismatch(
+            f"{path} is unreadable ({err}); it records the run's TrainConfig: restore it, or delete it to "
+            "accept the current config (the checkpoints must still match it)"
+        ) from None
+    current = json.loads(config.model_dump_json())
+    differing = [key for key in RUN_IDENTITY_KEYS if recorded.get(key) != current.get(key)]
+    if differing:
+        raise RunConfigMismatch(
+            f"run directory {run_dir} holds a run with different training.{', training.'.join(differing)}: "
+            f"recorded {', '.join(json.dumps(recorded.get(k)) for k in differing)}; "
+            "use a new multislice:runName (or `multislice local up --fresh`) to start a new run"
+        )
+
+
+def record_run_config(run_dir: str, config: TrainConfig) -> None:
+    """Write ``train_config.json`` (process 0, once the state was restored or initialized)."""
+    path = epath.Path(join(run_dir, RUN_CONFIG_FILE))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(config.model_dump_json(indent=2))
 
 
 def make_manager(run_dir: str, config: TrainConfig) -> ocp.CheckpointManager:
@@ -119,14 +161,62 @@ def save(manager: ocp.CheckpointManager, step: int, state: Any) -> None:
     manager.save(step, args=ocp.args.StandardSave(state), force=True)
 
 
-def restore(manager: ocp.CheckpointManager, abstract_state: Any) -> tuple[int, Any] | None:
-    """Restore the newest finalized checkpoint onto ``abstract_state``'s shardings.
+class CheckpointRestoreError(RuntimeError):
+    """No checkpoint of the run can be restored; restarting will not help."""
+
+
+def restore(
+    manager: ocp.CheckpointManager, abstract_state: Any, *, is_writer: bool, attempts: int = 2
+) -> tuple[int, Any] | None:
+    """Restore the newest finalized checkpoint that can be read, onto ``abstract_state``'s
+    shardings.
+
+    A checkpoint that fails to restore ``attempts`` times (damaged files, or a shape that
+    no longer matches) is skipped for the next older one; once an older one restores, the
+    unreadable newer ones are renamed ``<step>.unreadable`` by process 0 (kept for
+    inspection, and out of the way of the steps that will be saved again).
 
     Returns:
-      ``(step, state)``, or None when there is no finalized checkpoint.
+      ``(step, state)``, or None when the run has no finalized checkpoint.
+
+    Raises:
+      CheckpointRestoreError: checkpoints exist but none can be restored; the message has
+        each step's error.
     """
-    step = manager.latest_step()
-    if step is None:
-        return None
-    state = manager.restore(step, args=ocp.args.StandardRestore(abstract_state))
-    return step, state
+    steps = sorted(manager.all_steps(), reverse=True)
+    failures: list[tuple[int, str]] = []
+    for step in steps:
+        for attempt in range(attempts):
+            try:
+                state = manager.restore(step, args=ocp.args.StandardRestore(abstract_state))
+            except Exception as err:  # orbax/tensorstore raise many types for damaged data
+                error = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+                log.error("restoring checkpoint %d failed (attempt %d/%d): %s", step, attempt + 1, attempts, error)
+                if attempt + 1 < attempts:
+                    time.sleep(1.0)
+                continue
+            if failures:
+                _set_aside([s for s, _ in failures], manager, is_writer)
+            return step, state
+        failures.append((step, error))
+    if failures:
+        raise CheckpointRestoreError(
+            f"no checkpoint in {manager.directory} can be restored: "
+            + "; ".join(f"step {s}: {e}" for s, e in failures)
+            + ". If the model changed, start a new run (multislice:runName or --fresh); if the files are "
+            "damaged, move the bad step directories away"
+        )
+    return None
+
+
+def _set_aside(steps: list[int], manager: ocp.CheckpointManager, is_writer: bool) -> None:
+    from jax.experimental import multihost_utils
+
+    if is_writer:
+        for step in steps:
+            source = epath.Path(manager.directory) / str(step)
+            target = epath.Path(manager.directory) / f"{step}.unreadable"
+            log.warning("moving unreadable checkpoint %s to %s", source, target)
+            source.rename(target)
+    multihost_utils.sync_global_devices("multislice_checkpoints_set_aside")
+    manager.reload()

@@ -54,9 +54,11 @@ class JsonlLog:
             remote = epath.Path(path)
             self._spool.write_bytes(remote.read_bytes() if remote.exists() else b"")
             self._file = open(self._spool, "a", encoding="utf-8")
+            _end_torn_line(self._spool, self._file)
         else:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
             self._file = open(path, "a", encoding="utf-8")
+            _end_torn_line(Path(path), self._file)
 
     def append(self, record: dict[str, Any]) -> None:
         if self._file is None:
@@ -80,6 +82,19 @@ class JsonlLog:
             self.sync()
             self._file.close()
             self._file = None
+
+
+def _end_torn_line(path: Path, handle) -> None:
+    """A process killed mid-write can leave a last line without its newline; end it, so the
+    next record starts on a line of its own (the torn line stays, unparseable, and readers
+    skip it)."""
+    size = path.stat().st_size
+    if size:
+        with open(path, "rb") as f:
+            f.seek(size - 1)
+            if f.read(1) != b"\n":
+                handle.write("\n")
+                handle.flush()
 
 
 class TensorBoardLog:

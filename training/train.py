@@ -104,10 +104,11 @@ def run(config: TrainConfig, run_dir: str, identity: cluster.ClusterIdentity) ->
     Raises:
       checkpointing.RunConfigMismatch, data.DataError, mesh_lib.MeshError: unusable config.
     """
-    done = checkpointing.read_completion(run_dir)
+    check_run_dir(run_dir)
+    done = checkpointing.is_complete(run_dir, config.steps)
     if done is not None:
-        log.info("run %s is already complete (step %s); nothing to do", run_dir, done.get("step"))
-        return RunResult(EXIT_COMPLETE, int(done.get("step") or config.steps), done.get("loss"))
+        log.info("run %s is already complete (step %d); nothing to do", run_dir, done["step"])
+        return RunResult(EXIT_COMPLETE, done["step"], done["loss"])
 
     cluster.initialize(identity)
     sigterm = _SigtermFlag()
@@ -121,7 +122,7 @@ def run(config: TrainConfig, run_dir: str, identity: cluster.ClusterIdentity) ->
 
 def _train(config: TrainConfig, run_dir: str, identity: cluster.ClusterIdentity, sigterm: _SigtermFlag) -> RunResult:
     is_writer = jax.process_index() == 0
-    checkpointing.check_run_config(run_dir, config, is_writer)
+    checkpointing.check_run_config(run_dir, config)
 
     mesh = mesh_lib.build_mesh(config.parallelism, workers_per_slice=identity.workers_per_slice)
     dataset = data.TextDataset(
@@ -163,11 +164,13 @@ def _train(config: TrainConfig, run_dir: str, identity: cluster.ClusterIdentity,
     abstract_state = jax.tree.map(
         lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), jax.eval_shape(init_state), shardings
     )
-    restored = checkpointing.restore(manager, abstract_state)
+    restored = checkpointing.restore(manager, abstract_state, is_writer=is_writer)
     if restored is None:
         start_step, state = 0, jax.jit(init_state, out_shardings=shardings)()
     else:
         start_step, state = restored
+    if is_writer:
+        checkpointing.record_run_config(run_dir, config)
     metrics_log = JsonlLog(join(run_dir, "metrics.jsonl"), enabled=is_writer)
     events_log = JsonlLog(join(run_dir, "events.jsonl"), enabled=is_writer)
     tensorboard = TensorBoardLog(run_dir, start_step, enabled=is_writer)
@@ -290,6 +293,22 @@ def _train(config: TrainConfig, run_dir: str, identity: cluster.ClusterIdentity,
     return RunResult(exit_code, step, last_loss)
 
 
+class RunDirError(ValueError):
+    """The run directory argument cannot be a run directory."""
+
+
+def check_run_dir(run_dir: str) -> None:
+    """Refuse an empty run directory or a local path that is a file.
+
+    Raises:
+      RunDirError: with the reason.
+    """
+    if not run_dir.strip():
+        raise RunDirError("the run directory is empty; give a local directory or a gs:// URI")
+    if "://" not in run_dir and os.path.exists(run_dir) and not os.path.isdir(run_dir):
+        raise RunDirError(f"the run directory {run_dir} is a file, not a directory")
+
+
 def _significant(value: float, digits: int = 6) -> float:
     """``value`` rounded to ``digits`` significant digits (keeps tiny CPU rates non-zero)."""
     return float(f"{value:.{digits}g}")
@@ -305,7 +324,13 @@ def main(config: TrainConfig, run_dir: str, identity: cluster.ClusterIdentity) -
     distributed = identity.num_processes > 1
     try:
         result = run(config, run_dir, identity)
-    except (checkpointing.RunConfigMismatch, mesh_lib.MeshError, data.DataError) as err:
+    except (
+        checkpointing.RunConfigMismatch,
+        checkpointing.CheckpointRestoreError,
+        mesh_lib.MeshError,
+        data.DataError,
+        RunDirError,
+    ) as err:
         log.error("configuration error: %s", err)
         return _finish(EXIT_CONFIG, distributed)
     except Exception:

@@ -5,7 +5,7 @@
 * ``restarts``: trainer starts after the first (``start`` events in ``events.jsonl``);
 * ``steps_lost``: step records written again after a restart — work computed, lost with
   the process and recomputed from the last checkpoint;
-* ``complete``: the completion marker exists;
+* ``complete``: a valid completion marker for at least ``total_steps`` exists;
 * ``training_seconds``: from the run's first start to its last event (all attempts, across
   every ``local up`` of the run).
 """
@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from training.checkpointing import read_completion
+from training.checkpointing import is_complete, read_completion
 from training.run_log import read_jsonl
 
 
@@ -34,7 +34,7 @@ def summarize(run_dir: Path, total_steps: int) -> dict[str, Any]:
     times = [float(e["time"]) for e in events if "time" in e]
     return {
         "run_dir": str(run_dir),
-        "complete": completion is not None,
+        "complete": is_complete(str(run_dir), total_steps) is not None,
         "steps_completed": steps_completed,
         "total_steps": total_steps,
         "final_loss": float(final[-1]["loss"]) if final else None,
