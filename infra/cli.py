@@ -21,6 +21,7 @@ from typing import Optional
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 app = typer.Typer(
     add_completion=False,
@@ -30,8 +31,15 @@ app = typer.Typer(
 local_app = typer.Typer(no_args_is_help=True, help="Run a stack's queued resource on this machine (no cloud).")
 app.add_typer(local_app, name="local")
 
-console = Console(stderr=False, highlight=False, log_path=False)
-err_console = Console(stderr=True, highlight=False)
+# No emoji codes (":train:" in a key typo is not an emoji) and no markup in user-provided text:
+# messages that carry paths, keys or globs are printed with markup=False or as Text.
+console = Console(stderr=False, highlight=False, log_path=False, emoji=False)
+err_console = Console(stderr=True, highlight=False, emoji=False)
+
+
+def say(message: str) -> None:
+    """A timestamped progress line; the text is printed as is."""
+    console.log(message, markup=False)
 
 STACK_OPTION = typer.Option("dev", "--stack", "-s", help="Stack name: stacks/Pulumi.<stack>.yaml.")
 CONFIG_FILE_OPTION = typer.Option(
@@ -40,7 +48,7 @@ CONFIG_FILE_OPTION = typer.Option(
 
 
 def fail(message: str, code: int = 2) -> typer.Exit:
-    err_console.print(f"[bold red]error:[/] {message}", soft_wrap=True)
+    err_console.print(Text.assemble(("error:", "bold red"), " ", message), soft_wrap=True)
     return typer.Exit(code)
 
 
@@ -78,7 +86,7 @@ def print_summary(result: dict) -> None:
                 value = f"{value:.4f}"
             elif isinstance(value, list):
                 value = "; ".join(value) or "none"
-            table.add_row(key, str(value))
+            table.add_row(key, Text(str(value)))
     console.print(table)
 
 
@@ -103,6 +111,7 @@ def local_up(
     from infra import startup
     from infra.local import emulator, summary
     from infra.local.faults import FaultSpecError, parse_fault
+    from training.checkpointing import is_complete
 
     config = load_config(stack, config_file)
     paths = local_paths(config)
@@ -121,8 +130,13 @@ def local_up(
             f"a local run of stack {config.stack!r} is already running (pid {pid}); "
             f"stop it with: multislice local down --stack {config.stack}"
         )
-    if state:
-        emulator.stop_recorded(paths)  # leftovers of an emulator that died
+    if state:  # leftovers of an emulator that died (we hold the lock: it is not running)
+        for action in emulator.stop_recorded(paths, signal_emulator=False):
+            say(f"cleanup of an earlier run: {action}")
+    if summary_json is not None:
+        problem = _unwritable(summary_json)
+        if problem:
+            raise fail(f"--summary-json {summary_json}: {problem}")
     if coordinator_port is not None:
         try:
             emulator.check_port_free(coordinator_port)
@@ -130,12 +144,12 @@ def local_up(
             raise fail(str(err)) from None
     if fresh:
         if emulator.discard_run(paths):
-            console.log(f"--fresh: discarded the previous run of stack {config.stack!r}")
-    elif (paths.run_dir / "COMPLETE").exists():
+            say(f"--fresh: discarded the previous run of stack {config.stack!r}")
+    elif is_complete(str(paths.run_dir), total):
         result = summary.summarize(paths.run_dir, total) | {"wall_seconds": 0.0}
-        console.log(f"run {paths.run_dir} is already complete; nothing to do (use --fresh to start over)")
+        say(f"run {paths.run_dir} is already complete; nothing to do (use --fresh to start over)")
         if faults:
-            console.log("note: the requested faults were not injected: the run is complete")
+            say("note: the requested faults were not injected: the run is complete")
         print_summary(result)
         _write_summary(summary_json, result)
         return
@@ -143,11 +157,17 @@ def local_up(
         script = startup.render(config)
     except ValueError as err:
         raise fail(str(err)) from None
-    console.log(
+    say(
         f"stack {config.stack}: {config.slices} × {config.accelerator_type} ({config.total_workers} VMs), "
         f"{total} steps, run dir {paths.run_dir}"
     )
-    resource = emulator.LocalQueuedResource(config, paths, script.text, report=console.log)
+    cores = os.cpu_count() or 1
+    if config.total_workers > 2 * cores:
+        say(
+            f"warning: {config.total_workers} emulated VMs × {config.accelerator.chips_per_host} CPU devices on "
+            f"{cores} cores: expect slow steps and long compiles"
+        )
+    resource = emulator.LocalQueuedResource(config, paths, script.text, report=say)
     options = emulator.Options(
         faults=faults,
         coordinator_port=coordinator_port,
@@ -185,10 +205,26 @@ def check_local_data_source(source: str) -> None:
         raise fail(f"multislice:{err}") from None
 
 
+def _unwritable(path: Path) -> str | None:
+    """Why ``path`` cannot be written as a file, or None (checked before any work starts)."""
+    if path.is_dir():
+        return "is a directory"
+    parent = path.parent if str(path.parent) else Path(".")
+    existing = next((p for p in [parent, *parent.parents] if p.exists()), None)
+    if existing is None or not existing.is_dir():
+        return f"{existing or parent} is not a directory"
+    if not os.access(existing, os.W_OK):
+        return f"{existing} is not writable"
+    return None
+
+
 def _write_summary(path: Optional[Path], result: dict) -> None:
     if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+        except OSError as err:
+            raise fail(f"--summary-json {path}: {err.strerror or err}", 1) from None
 
 
 @local_app.command("down")
@@ -202,7 +238,7 @@ def local_down(stack: Optional[str] = typer.Option(None, "--stack", "-s", help="
     for name in stacks:
         actions = stop_recorded(LocalPaths(root / name, name))
         for action in actions:
-            console.print(f"{name}: {action}")
+            console.print(f"{name}: {action}", markup=False)
         stopped = stopped or bool(actions)
     if not stopped:
         console.print("no local run is running")
@@ -216,8 +252,18 @@ def local_status(stack: str = STACK_OPTION, config_file: Optional[Path] = CONFIG
     config = load_config(stack, config_file)
     paths = local_paths(config)
     state = emulator.read_state(paths)
-    running = bool(state and emulator.pid_alive(int(state.get("pid", 0))))
-    console.print(f"stack {config.stack}: {'running (pid ' + str(state['pid']) + ')' if running else 'not running'}")
+    running = bool(state and emulator.emulator_alive(state))
+    orphans = emulator.find_processes(state["emulation_id"]) if state and state.get("emulation_id") else []
+    if running:
+        console.print(f"stack {config.stack}: running (pid {state['pid']})", markup=False)
+    elif orphans:
+        console.print(
+            f"stack {config.stack}: the emulator is gone but {len(orphans)} emulated VM process(es) still run; "
+            f"stop them with: multislice local down --stack {config.stack}",
+            markup=False,
+        )
+    else:
+        console.print(f"stack {config.stack}: not running", markup=False)
     if paths.run_dir.exists():
         print_summary(summary.summarize(paths.run_dir, config.training.steps))
 
@@ -237,7 +283,10 @@ def render(
     except ValueError as err:
         raise fail(str(err)) from None
     if output:
-        output.write_text(script.text)
+        try:
+            output.write_text(script.text)
+        except OSError as err:
+            raise fail(f"--output {output}: {err.strerror or err}") from None
         err_console.print(
             f"wrote {output}: {script.size_bytes} bytes, script sha256 {script.sha256}, bundle sha256 {script.bundle_sha256}"
         )

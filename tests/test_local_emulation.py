@@ -217,3 +217,58 @@ def test_local_down_stops_a_running_emulation(tmp_path):
     assert proc.returncode != 0
     assert processes_under(tmp_path) == []
     assert "no local run is running" in run_cli(["local", "down"], tmp_path).stdout
+
+
+def test_user_text_is_printed_literally(tmp_path):
+    odd = tmp_path / "[bold]x" / "Pulumi.odd.yaml"
+    text = _error_of(run_cli(["plan", "--config-file", str(odd)], tmp_path))
+    assert "[bold]x" in text and "Traceback" not in text
+    typo = tmp_path / "Pulumi.typo.yaml"
+    typo.write_text(STACK.read_text().replace("multislice:capacity: spot", "multislice:capacity: spot\n  multislice:train: 1"))
+    assert "multislice:train: unknown key" in _error_of(run_cli(["local", "up", "--config-file", str(typo)], tmp_path))
+
+
+def test_unwritable_summary_path_fails_before_anything_runs(tmp_path):
+    text = _error_of(run_cli(["local", "up", "--config-file", str(STACK), "--summary-json", str(tmp_path)], tmp_path))
+    assert f"--summary-json {tmp_path}: is a directory" in text
+    assert not (tmp_path / "emu" / "bucket").exists()
+
+
+def test_fault_specs_take_ascii_digits_only(tmp_path):
+    text = _error_of(run_cli(["local", "up", "--config-file", str(STACK), "--kill", "１@3"], tmp_path))
+    assert "expected SLICE@STEP" in text
+
+
+def test_a_stale_state_file_never_signals_an_unrelated_process(tmp_path):
+    bystander = subprocess.Popen(["sleep", "60"])
+    try:
+        (tmp_path / "emu").mkdir()
+        (tmp_path / "emu" / "emulator.json").write_text(
+            json.dumps({"pid": bystander.pid, "pid_start": 1, "stack": "emu", "emulation_id": "x", "vms": []})
+        )
+        result = run_cli(["local", "down", "--stack", "emu"], tmp_path)
+        assert result.returncode == 0
+        assert bystander.poll() is None  # still running: its start time is not the recorded one
+    finally:
+        bystander.kill()
+
+
+@pytest.mark.slow
+def test_a_crashed_emulator_leaves_vms_that_status_reports_and_down_stops(tmp_path):
+    import signal
+
+    proc = _start_background(tmp_path)
+    _wait_for_training(tmp_path, proc)
+    proc.send_signal(signal.SIGKILL)  # no cleanup possible
+    proc.communicate(timeout=30)
+    assert processes_under(tmp_path)  # orphaned emulated VMs
+    status = run_cli(["local", "status", "--config-file", str(long_stack(tmp_path))], tmp_path)
+    assert "the emulator is gone but" in status.stdout and "still run" in status.stdout
+    down = run_cli(["local", "down", "--stack", "emu"], tmp_path)
+    assert "killed" in down.stdout
+    import time
+
+    deadline = time.monotonic() + 10
+    while processes_under(tmp_path) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert processes_under(tmp_path) == []

@@ -131,6 +131,26 @@ def acquire_lock(paths: LocalPaths):
     return handle
 
 
+def process_start_time(pid: int) -> int | None:
+    """Start time of ``pid`` in clock ticks since boot (/proc/<pid>/stat field 22), or None."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[19])
+
+
+def emulator_alive(state: dict[str, Any]) -> bool:
+    """True if the emulator recorded in ``state`` still runs: same pid AND same start time
+    (a reused pid belongs to another process and is never signalled)."""
+    pid = int(state.get("pid", 0) or 0)
+    if not pid or not pid_alive(pid):
+        return False
+    recorded = state.get("pid_start")
+    current = process_start_time(pid)
+    return recorded is None or current is None or recorded == current
+
+
 def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -288,6 +308,7 @@ class LocalQueuedResource:
     def _write_state(self) -> None:
         state = {
             "pid": os.getpid(),
+            "pid_start": process_start_time(os.getpid()),
             "stack": self.config.stack,
             "emulation_id": self.emulation_id,
             "vms": [{"slice": vm.slice_id, "worker": vm.worker, "pgid": vm.pgid} for vm in self.vms],
@@ -385,9 +406,10 @@ class LocalQueuedResource:
                 if now - start > options.timeout_s:
                     raise EmulationError(f"the run exceeded --timeout {options.timeout_s:.0f} s; logs: {self.paths.root / 'logs'}")
                 if now - tail.last_change > options.stall_timeout_s:
+                    first = self.vms[0]
                     raise EmulationError(
                         f"no training progress for {options.stall_timeout_s:.0f} s (last step {tail.last_step}); "
-                        f"logs: {self.paths.root / 'logs'}"
+                        f"logs: {self.paths.root / 'logs'}; the end of {first.name}'s log:\n" + _tail_text(first.log_path)
                     )
         finally:
             self.shutdown()
@@ -438,7 +460,7 @@ class LocalQueuedResource:
             raise Interrupted(signal.Signals(signum).name)
 
         previous = {}
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             try:
                 previous[sig] = signal.signal(sig, interrupt)
             except ValueError:  # not the main thread
@@ -466,18 +488,19 @@ def read_state(paths: LocalPaths) -> dict[str, Any] | None:
         return None
 
 
-def stop_recorded(paths: LocalPaths, wait_s: float = 15.0) -> list[str]:
+def stop_recorded(paths: LocalPaths, wait_s: float = 15.0, signal_emulator: bool = True) -> list[str]:
     """Stop a run recorded in the state file (``multislice local down``).
 
-    Asks the emulator to shut down (SIGTERM) and waits; then SIGKILLs any recorded VM
-    process group still alive. Returns what it did, one line per action.
+    Asks the emulator to shut down (SIGTERM; only if the recorded pid is still that
+    emulator) and waits; then SIGKILLs every process that carries the run's emulation id.
+    Returns what it did, one line per action.
     """
     state = read_state(paths)
     if state is None:
         return []
     actions = []
-    pid = int(state.get("pid", 0))
-    if pid and pid != os.getpid() and pid_alive(pid):
+    pid = int(state.get("pid", 0) or 0)
+    if signal_emulator and pid != os.getpid() and emulator_alive(state):
         os.kill(pid, signal.SIGTERM)
         actions.append(f"asked emulator pid {pid} to stop")
         deadline = time.monotonic() + wait_s

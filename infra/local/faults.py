@@ -18,7 +18,7 @@ import re
 from typing import Literal
 
 FaultKind = Literal["preempt", "kill"]
-_SPEC = re.compile(r"^\s*(\d+)\s*@\s*(\d+)\s*$")
+_SPEC = re.compile(r"^\s*([0-9]+)\s*@\s*([0-9]+)\s*$")  # ASCII digits only
 
 
 class FaultSpecError(ValueError):
