@@ -412,6 +412,11 @@ def bench_shardings(
         raise fail(str(err), 1) from None
     except KeyboardInterrupt:
         raise fail("interrupted; every benchmark process was stopped", 130) from None
+    except Exception as err:  # jax raises JaxRuntimeError (RESOURCE_EXHAUSTED) when arrays do not fit
+        if "memory" not in str(err).lower() and "RESOURCE_EXHAUSTED" not in str(err):
+            raise
+        first = str(err).splitlines()[0]
+        raise fail(f"out of memory: {first}; reduce --batch-size, --embedding-dimension or --layers", 1) from None
     if json_output:
         typer.echo(json.dumps(result, indent=2))
     else:
