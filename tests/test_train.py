@@ -92,7 +92,8 @@ def test_a_finished_run_exits_at_once(uninterrupted):
     assert (uninterrupted / "metrics.jsonl").read_text() == before
 
 
-def test_crash_then_resume_gives_bit_identical_losses(uninterrupted, tmp_path, monkeypatch):
+def crash_at_data_step_9(run_dir: Path, monkeypatch) -> None:
+    """Run CONFIG in ``run_dir`` until it crashes while loading the batch of data step 9."""
     real_rows = data.TextDataset.train_rows
 
     def crash_at_step_9(self, step, *args):
@@ -102,8 +103,12 @@ def test_crash_then_resume_gives_bit_identical_losses(uninterrupted, tmp_path, m
 
     monkeypatch.setattr(data.TextDataset, "train_rows", crash_at_step_9)
     with pytest.raises(RuntimeError, match="injected crash"):
-        train.run(CONFIG, str(tmp_path), SINGLE)
+        train.run(CONFIG, str(run_dir), SINGLE)
     monkeypatch.setattr(data.TextDataset, "train_rows", real_rows)
+
+
+def test_crash_then_resume_gives_bit_identical_losses(uninterrupted, tmp_path, monkeypatch):
+    crash_at_data_step_9(tmp_path, monkeypatch)
     result = train.run(CONFIG, str(tmp_path), SINGLE)
     assert result.exit_code == train.EXIT_COMPLETE
     resumed = losses(tmp_path)
@@ -160,17 +165,7 @@ def copy_run(source: Path, target: Path) -> Path:
 
 
 def test_a_malformed_completion_marker_does_not_end_an_unfinished_run(uninterrupted, tmp_path, monkeypatch):
-    real_rows = data.TextDataset.train_rows
-
-    def crash_at_step_9(self, step, *args):
-        if step == 9:
-            raise RuntimeError("injected crash")
-        return real_rows(self, step, *args)
-
-    monkeypatch.setattr(data.TextDataset, "train_rows", crash_at_step_9)
-    with pytest.raises(RuntimeError):
-        train.run(CONFIG, str(tmp_path), SINGLE)
-    monkeypatch.setattr(data.TextDataset, "train_rows", real_rows)
+    crash_at_data_step_9(tmp_path, monkeypatch)
     for garbage in (b"garbage!!", b"[1]", b'{"step": "abc"}', b"\xff\xfe"):
         (tmp_path / "COMPLETE").write_bytes(garbage)
         assert checkpointing.read_completion(str(tmp_path)) is None
