@@ -77,7 +77,7 @@ def test_killed_slice_is_repaired_and_resumes_bit_identically(uninterrupted, tmp
     killed = up(tmp_path, "--kill", "1@14")
     assert killed["complete"] is True
     assert killed["restarts"] == 1 and killed["faults"] == ["kill slice 1 at step 14"]
-    assert 1 <= killed["steps_lost"] <= 6  # work after the step-12 checkpoint was redone
+    assert killed["steps_lost"] in range(1, 7)  # work after the step-12 checkpoint was redone
     assert "repair: recreating slice 1, restarting slice(s) 0" in killed["stdout"]
     assert "training resumed from the checkpoint of step 12" in killed["stdout"]
     reference = dict(step_losses(Path(uninterrupted["run_dir"])))
