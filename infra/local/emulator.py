@@ -319,9 +319,12 @@ class LocalQueuedResource:
 
     # Faults and repair ----------------------------------------------------------------------
 
-    def _inject(self, fault: Fault, options: Options) -> None:
+    def _inject(self, fault: Fault, options: Options, observed_step: int) -> None:
+        # The emulator polls metrics.jsonl, so training may already be past the fault's step
+        # (a fast step, a loaded machine); the report says where training actually was.
         targets = [vm for vm in self.vms if vm.slice_id == fault.slice_id]
-        self.report(f"fault: {fault} ({'SIGTERM, then SIGKILL after grace' if fault.kind == 'preempt' else 'SIGKILL'})")
+        how = "SIGTERM, then SIGKILL after grace" if fault.kind == "preempt" else "SIGKILL"
+        self.report(f"fault: {fault} ({how}; training had reported step {observed_step})")
         self.faults_fired.append(str(fault))
         if fault.kind == "preempt":
             for vm in targets:
@@ -389,7 +392,7 @@ class LocalQueuedResource:
                     self._progress(tail, total)
                     last_report_step = tail.last_step
                 if pending and tail.last_step >= pending[0].step:
-                    self._inject(pending.pop(0), options)
+                    self._inject(pending.pop(0), options, tail.last_step)
                     tail.last_change = time.monotonic()
                     continue
                 codes = [vm.poll() for vm in self.vms]

@@ -5,7 +5,9 @@
   (GCE gives preempted VMs 30 s).
 * ``--kill SLICE@STEP``: SIGKILL to every process of the slice's VMs (a hardware fault).
 
-The fault fires once, the first time training reports a completed step ≥ STEP. Afterwards
+The fault fires once, the first time the emulator sees (it polls ``metrics.jsonl`` every
+``poll_s``) a completed step ≥ STEP; with fast steps training may be a few steps further by
+then, and the steps it loses are counted from where it really was. Afterwards
 the emulator repairs the queued resource the way Cloud TPU auto-repair does: the failed
 slice is recreated (fresh local disks) and every other slice is restarted (SEED-NOTES.md,
 "Auto-repair").
