@@ -589,6 +589,39 @@ def available_stacks(stacks_dir: Path | None = None) -> list[str]:
     return sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in directory.glob("Pulumi.*.yaml"))
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that rejects a key repeated in one mapping, as Pulumi's own YAML reader
+    (go-yaml v3) does; PyYAML would silently keep the last value."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            try:
+                first = seen.setdefault(key, key_node.start_mark.line)
+            except TypeError:
+                continue  # unhashable: the base constructor reports it
+            if first != key_node.start_mark.line:
+                raise yaml.constructor.ConstructorError(
+                    "while constructing a mapping",
+                    node.start_mark,
+                    f"found duplicate key {key!r} (first at line {first + 1})",
+                    key_node.start_mark,
+                )
+        return super().construct_mapping(node, deep=deep)
+
+
+def _load_yaml(text: str, name: str) -> Any:
+    loader = _UniqueKeyLoader(text)
+    loader.name = name  # error marks say the file, not "<unicode string>"
+    try:
+        return loader.get_single_data()
+    finally:
+        loader.dispose()
+
+
 def load_stack_file(path: Path, stack: str | None = None) -> StackConfig:
     """Read and validate a stack file anywhere on disk.
 
@@ -608,7 +641,7 @@ def load_stack_file(path: Path, stack: str | None = None) -> StackConfig:
     if not path.is_file():
         raise StackConfigError(f"stack file {path} does not exist")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = _load_yaml(path.read_text(encoding="utf-8"), str(path))
     except UnicodeDecodeError as err:
         raise StackConfigError(f"stack file {path} is not UTF-8 text ({err.reason} at byte {err.start})") from None
     except RecursionError:

@@ -187,6 +187,50 @@ def test_malformed_yaml_is_one_clear_error(tmp_path):
         load_stack_file(path)
 
 
+def test_duplicate_keys_are_refused_with_both_lines(tmp_path):
+    # Pulumi's YAML reader (go-yaml v3) rejects a repeated key; PyYAML alone keeps the last one.
+    path = tmp_path / "Pulumi.dup.yaml"
+    text = (STACKS / "Pulumi.dev.yaml").read_text() + "  multislice:slices: 3\n"
+    path.write_text(text)
+    first = next(n for n, line in enumerate(text.splitlines(), 1) if line.startswith("  multislice:slices:"))
+    with pytest.raises(StackConfigError) as info:
+        load_stack_file(path)
+    message = str(info.value)
+    assert f"found duplicate key 'multislice:slices' (first at line {first})" in message
+    assert f'in "{path}", line {len(text.splitlines())}' in message
+
+
+def test_merge_key_overrides_are_not_duplicates(tmp_path):
+    path = tmp_path / "Pulumi.merge.yaml"
+    path.write_text(
+        "config:\n  gcp:project: p-123456\n  gcp:zone: us-central2-b\n  multislice:acceleratorType: v4-8\n"
+        "  multislice:training:\n    parallelism: {ici: {fsdp: 4}}\n"
+        "    model: {<<: {d_model: 64, n_heads: 2}, n_heads: 4}\n"
+    )
+    config = load_stack_file(path)
+    assert (config.training.model.d_model, config.training.model.n_heads) == (64, 4)
+
+
+@pytest.mark.parametrize(
+    "change, key",
+    [
+        ({"multislice:slices": True}, "multislice:slices"),
+        ({"multislice:network": {"mtu": False}}, "multislice:network.mtu"),
+        ({"multislice:training": {"steps": True}}, "multislice:training.steps"),
+        ({"multislice:training": {"optimizer": {"peak_learning_rate": True}}}, "multislice:training.optimizer.peak_learning_rate"),
+        ({"multislice:training": {"model": {"d_ff": False}}}, "multislice:training.model.d_ff"),
+    ],
+)
+def test_booleans_are_not_numbers(change, key):
+    (line,) = errors_of(dev_map() | change)
+    assert line.startswith(f"{key}: got ") and line.endswith("expected a number, not a boolean"), line
+
+
+def test_boolean_fields_still_take_booleans():
+    config = validate_stack("t", dev_map() | {"multislice:bucket": {"forceDestroy": True}}, "test")
+    assert config.bucket.force_destroy is True
+
+
 def test_secret_values_are_refused(tmp_path):
     config = dev_map() | {"multislice:runtimeVersion": {"secure": "AAAbase64"}}
     (line,) = errors_of(config)

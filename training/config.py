@@ -19,10 +19,12 @@ so ``infra.config.StackConfig`` checks them; this module checks what the trainer
 
 from __future__ import annotations
 
+import types
+import typing
 from typing import Any, Literal
 
 import pydantic
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 #: Byte-level language model: one token per byte.
@@ -35,6 +37,25 @@ class StrictModel(BaseModel):
     """Base for every config model: unknown keys rejected, instances immutable."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_booleans_for_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        # pydantic's lax mode reads true/false as 1/0 for int and float fields; in a config
+        # file that is always a mistake (``steps: yes`` would train one step).
+        if isinstance(value, bool) and info.field_name and _numeric_not_bool(cls.model_fields[info.field_name].annotation):
+            raise PydanticCustomError("bool_for_number", "got {value}; expected a number, not a boolean", {"value": str(value).lower()})
+        return value
+
+
+def _numeric_not_bool(annotation: Any) -> bool:
+    """Whether a field's type takes numbers (int/float, optionally in a union) but not bools."""
+    while typing.get_origin(annotation) is typing.Annotated:
+        annotation = typing.get_args(annotation)[0]
+    origin = typing.get_origin(annotation)
+    members = typing.get_args(annotation) if origin in (typing.Union, types.UnionType) else (annotation,)
+    members = tuple(typing.get_args(m)[0] if typing.get_origin(m) is typing.Annotated else m for m in members)
+    return bool not in members and any(m in (int, float) for m in members)
 
 
 def invalid(path: str, message: str) -> PydanticCustomError:
