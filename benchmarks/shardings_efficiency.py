@@ -25,6 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from infra.local import bench_slices  # noqa: E402
 from training import bench  # noqa: E402
 
 TARGETS = {"one process, one device": 0.8, "2 emulated slices": 0.6}
@@ -40,7 +41,7 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=600.0)
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     args = parser.parse_args()
-    os.environ.pop("JAX_NUM_CPU_DEVICES", None)  # one device in this process (training.bench.run)
+    os.environ.pop("JAX_NUM_CPU_DEVICES", None)  # one device in this process (infra.local.bench_slices.run)
     os.environ["JAX_PLATFORMS"] = "cpu"
     size = {
         "batch_size": args.batch_size,
@@ -58,7 +59,7 @@ def main() -> int:
     for name, spec in runs.items():
         load = os.getloadavg()
         print(f"{name}: running (load average {load[0]:.2f})", file=sys.stderr, flush=True)
-        results[name] = bench.run(spec, timeout_s=args.timeout, report=lambda line: print(f"  {line}", file=sys.stderr))
+        results[name] = bench_slices.run(spec, timeout_s=args.timeout, report=lambda line: print(f"  {line}", file=sys.stderr))
         results[name]["load_average_before"] = list(load)
     wall = time.perf_counter() - start
     if args.json:

@@ -397,6 +397,7 @@ def bench_shardings(
     """The Multislice overview's MLP-stack experiment over a (dcn × ici) mesh: TFLOP/s per device and the
     efficiency against one large matmul measured in the same run. --dcn-* > 1 without TPU
     slices runs one emulated slice per local CPU process."""
+    from infra.local import bench_slices
     from training import bench
 
     try:
@@ -405,7 +406,7 @@ def bench_shardings(
             dcn_tensor=dcn_tensor, batch_size=batch_size, embedding_dimension=embedding_dimension, layers=layers,
             steps=steps, warmup=warmup, dtype=dtype,
         )
-        result = bench.run(spec, timeout_s=timeout, report=lambda line: err_console.print(line, markup=False, soft_wrap=True))
+        result = bench_slices.run(spec, timeout_s=timeout, report=lambda line: err_console.print(line, markup=False, soft_wrap=True))
     except bench.BenchConfigError as err:
         raise fail(str(err)) from None
     except bench.BenchError as err:

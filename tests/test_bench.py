@@ -10,6 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from infra.cli import app as multislice_app
+from infra.local import bench_slices
 from training import bench
 from training.__main__ import app as training_app
 
@@ -77,21 +78,32 @@ def test_mesh_that_does_not_match_the_devices_is_a_config_error():
 def test_two_emulated_slices_on_cpu():
     spec = bench.spec_from_options(ici_fsdp=2, dcn_data=2, **TINY)
     lines: list[str] = []
-    result = bench.run(spec, timeout_s=120, report=lines.append)
+    result = bench_slices.run(spec, timeout_s=120, report=lines.append)
     check_result(result, 4)
     assert result["emulated_slices"] and result["processes"] == 2 and result["slices"] == 2
     assert any("2 emulated slices × 2 CPU devices" in line for line in lines)
 
 
+def test_trainer_bench_refuses_slices_it_cannot_span():
+    # The bundle's bench (python -m training) runs in the job it is in; slices are emulated
+    # only by the local launcher (infra.local.bench_slices), which is not shipped to the VMs.
+    spec = bench.spec_from_options(dcn_data=2, **TINY)
+    assert bench.needs_emulated_slices(spec) and not bench.needs_emulated_slices(bench.spec_from_options(**TINY))
+    with pytest.raises(bench.BenchConfigError, match=r"--dcn-\*: 2 slices.*--from-metadata.*multislice bench shardings"):
+        bench.run(spec)
+    result = runner.invoke(training_app, ["bench", "shardings", "--dcn-data", "2", *options()])
+    assert result.exit_code == 2 and "--from-metadata" in result.output
+
+
 def collect_children(monkeypatch) -> list:
     started = []
-    original = bench._Children.start
+    original = bench_slices._Children.start
 
     def start(self, name, task, env):
         original(self, name, task, env)
         started.append(self.procs[-1][1])
 
-    monkeypatch.setattr(bench._Children, "start", start)
+    monkeypatch.setattr(bench_slices._Children, "start", start)
     return started
 
 
@@ -99,7 +111,7 @@ def test_timeout_kills_every_child(monkeypatch):
     started = collect_children(monkeypatch)
     spec = bench.spec_from_options(dcn_data=2, **TINY)
     with pytest.raises(bench.BenchError, match="timed out"):
-        bench.run_emulated(spec, timeout_s=0.5)
+        bench_slices.run_emulated(spec, timeout_s=0.5)
     assert len(started) == 2
     assert all(proc.poll() is not None for proc in started)
 
@@ -110,20 +122,20 @@ def test_ctrl_c_kills_every_child(monkeypatch):
     def interrupted(self, deadline, what):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(bench._Children, "wait", interrupted)
+    monkeypatch.setattr(bench_slices._Children, "wait", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        bench.run_emulated(bench.spec_from_options(dcn_data=2, **TINY))
+        bench_slices.run_emulated(bench.spec_from_options(dcn_data=2, **TINY))
     assert len(started) == 2 and all(proc.poll() is not None for proc in started)
 
 
 def test_a_failing_child_is_reported_with_its_log(monkeypatch):
-    monkeypatch.setattr(bench, "CHILD_INIT_TIMEOUT_S", 2)
-    env = bench._child_env
+    monkeypatch.setattr(bench_slices, "CHILD_INIT_TIMEOUT_S", 2)
+    env = bench_slices._child_env
     # Slice 1 gets the wrong device count: its mesh cannot be built and it exits non-zero.
-    monkeypatch.setattr(bench, "_child_env", lambda devices, cpus: env(devices + (cpus == [1]), cpus))
-    monkeypatch.setattr(bench, "_cpu_shares", lambda n: [[0], [1]])
+    monkeypatch.setattr(bench_slices, "_child_env", lambda devices, cpus: env(devices + (cpus == [1]), cpus))
+    monkeypatch.setattr(bench_slices, "_cpu_shares", lambda n: [[0], [1]])
     with pytest.raises(bench.BenchError, match=r"slice-\d exited with code 1; its log ends"):
-        bench.run_emulated(bench.spec_from_options(dcn_data=2, **TINY), timeout_s=60)
+        bench_slices.run_emulated(bench.spec_from_options(dcn_data=2, **TINY), timeout_s=60)
 
 
 def options(**extra) -> list[str]:

@@ -2,7 +2,7 @@
 
     python -m training run --config config.json --run-dir gs://bucket/runs/dev
     python -m training run --config config.json --run-dir /tmp/run --single-process
-    python -m training bench shardings --ici-fsdp 4 [--dcn-data 2] [--json]
+    python -m training bench shardings --ici-fsdp 4 [--dcn-data 2 --from-metadata] [--json]
 
 ``run`` reads the process identity from the TPU metadata server (``$GCE_METADATA_IP``)
 unless ``--single-process`` is given, and exits with the codes of ``training.train``.
@@ -91,7 +91,6 @@ def bench_shardings(
     warmup: int = typer.Option(2, help="Untimed steps first (the first compiles)."),
     dtype: str = typer.Option("auto", help="auto (bfloat16 on TPU/GPU, float32 on CPU), float32 or bfloat16."),
     from_metadata: bool = typer.Option(False, help="Join the TPU job read from metadata (run on every worker)."),
-    timeout: float = typer.Option(600, min=1, help="Give up on emulated slices after this many seconds."),
     json_output: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
     """The seed's MLP-stack shardings experiment: TFLOP/s per device and efficiency."""
@@ -109,15 +108,17 @@ def bench_shardings(
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(2) from None
     try:
-        result = bench_lib.run(spec, from_metadata=from_metadata, timeout_s=timeout,
-                               report=lambda line: typer.echo(line, err=True))
+        result = bench_lib.run(spec, from_metadata=from_metadata, report=lambda line: typer.echo(line, err=True))
+    except bench_lib.BenchConfigError as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(2) from None
     except bench_lib.BenchError as err:
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(1) from None
     except KeyboardInterrupt:
         typer.echo("error: interrupted; every benchmark process was stopped", err=True)
         raise typer.Exit(130) from None
-    if result.get("processes", 1) > 1 and not result.get("emulated_slices"):
+    if result.get("processes", 1) > 1:
         import jax
 
         if jax.process_index() != 0:

@@ -34,12 +34,8 @@ Where it runs:
 * a single process (CPU with emulated devices, one GPU, one TPU VM): in-process;
 * on a TPU multislice or multi-host slice, every worker runs the same command with
   ``--from-metadata`` (identity from TPU metadata, as ``python -m training run``);
-* ``dcn > 1`` without TPU slices: the slices are emulated on CPU, one process per slice with
-  the ici product of CPU devices (``JAX_NUM_CPU_DEVICES``), joined by ``jax.distributed`` on
-  127.0.0.1 (a free coordinator port) and grouped into slices by ``training.mesh``. When the
-  machine has at least as many cores as processes, each process is pinned to its own share
-  of the cores (the reference uses all of them). Every child is killed on error, timeout
-  or Ctrl-C.
+* ``dcn > 1`` without TPU slices: ``multislice bench shardings`` emulates the slices as
+  local CPU processes (``infra.local.bench_slices``), each calling :func:`measure_shardings`.
 
 This module ships to the TPU VMs: it imports nothing from ``infra``.
 """
@@ -47,18 +43,11 @@ This module ships to the TPU VMs: it imports nothing from ``infra``.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
-import signal
-import socket
 import statistics
-import subprocess
-import sys
-import tempfile
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 from training.config import MESH_AXES, AxisSizes, ParallelismConfig
@@ -393,175 +382,28 @@ def run_in_process(spec: BenchSpec, *, workers_per_slice: int = 1, report: Calla
                    processes=jax.process_count(), emulated=False)
 
 
-# --- emulated slices: one CPU process per slice ----------------------------------------------
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that is free right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _cpu_shares(processes: int) -> list[list[int]] | None:
-    """Disjoint, equal CPU sets for ``processes`` children, or None when the machine has fewer
-    usable cores than processes (then nobody is pinned)."""
-    if not hasattr(os, "sched_getaffinity"):
-        return None
-    cpus = sorted(os.sched_getaffinity(0))
-    if len(cpus) < processes or processes < 2:
-        return None
-    per = len(cpus) // processes
-    return [cpus[i * per : (i + 1) * per] for i in range(processes)]
-
-
-def _child_env(devices: int, cpus: list[int] | None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "XLA_", "TPU_", "MEGASCALE_"))}
-    env.pop(_CPUS_ENV, None)
-    package_root = str(Path(__file__).resolve().parents[1])
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
-    env.update(
-        {
-            "JAX_PLATFORMS": "cpu",
-            "JAX_NUM_CPU_DEVICES": str(devices),
-            "PYTHONUNBUFFERED": "1",
-            "MULTISLICE_INIT_TIMEOUT_S": str(CHILD_INIT_TIMEOUT_S),
-            "MULTISLICE_HEARTBEAT_TIMEOUT_S": str(CHILD_HEARTBEAT_TIMEOUT_S),
-        }
-    )
-    if cpus:
-        env[_CPUS_ENV] = ",".join(str(c) for c in cpus)
-    return env
-
-
-class _Children:
-    """Child processes, each in its own session, all killed on exit from the ``with``."""
-
-    def __init__(self, workdir: Path):
-        self.workdir = workdir
-        self.procs: list[tuple[str, subprocess.Popen, Path]] = []
-
-    def start(self, name: str, task: dict[str, Any], env: dict[str, str]) -> None:
-        log = self.workdir / f"{name}.log"
-        with open(log, "wb") as out:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "training.bench", json.dumps(task)],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=env,
-                start_new_session=True,
-            )
-        self.procs.append((name, proc, log))
-
-    def wait(self, deadline: float, what: str) -> None:
-        """Wait for every started child to exit 0.
-
-        Raises:
-          BenchError: one exited non-zero (with its log's tail), or the deadline passed.
-        """
-        while True:
-            running = False
-            for name, proc, log in self.procs:
-                code = proc.poll()
-                if code is None:
-                    running = True
-                elif code != 0:
-                    raise BenchError(f"{what}: {name} exited with code {code}; its log ends:\n{_tail(log)}")
-            if not running:
-                return
-            if time.monotonic() > deadline:
-                names = [name for name, proc, _ in self.procs if proc.poll() is None]
-                raise BenchError(f"{what}: timed out (still running: {', '.join(names)}); raise --timeout")
-            time.sleep(0.1)
-
-    def kill_all(self) -> None:
-        for _, proc, _ in self.procs:
-            if proc.poll() is None:
-                _signal_group(proc, signal.SIGTERM)
-        end = time.monotonic() + 3.0
-        for _, proc, _ in self.procs:
-            try:
-                proc.wait(timeout=max(0.0, end - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                _signal_group(proc, signal.SIGKILL)
-                proc.wait(timeout=5.0)
-        self.procs.clear()
-
-    def __enter__(self) -> _Children:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.kill_all()
-
-
-def _signal_group(proc: subprocess.Popen, sig: signal.Signals) -> None:
-    try:
-        os.killpg(proc.pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _tail(path: Path, lines: int = 20) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no log)"
-
-
-def run_emulated(spec: BenchSpec, *, timeout_s: float = 600.0, report: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
-    """Emulate the ``spec.slices`` slices on CPU: one process per slice with the ici product of
-    CPU devices, joined by jax.distributed on 127.0.0.1. The reference matmul runs in this
-    process on its CPU device (one process, whole machine) before and after, while no child
-    is running. Children are killed on any exit.
-
-    Raises:
-      BenchError: a child failed or the run passed ``timeout_s`` seconds.
-    """
-    dtype = spec.resolved_dtype("cpu")
-    deadline = time.monotonic() + timeout_s
-    shares = _cpu_shares(spec.slices)
-    rows = _reference_rows(spec, "cpu")
+def needs_emulated_slices(spec: BenchSpec) -> bool:
+    """Whether ``spec`` asks for more slices than this process's job has: ``dcn > 1`` in a single
+    process without TPU slices (``infra.local.bench_slices`` then emulates them on CPU)."""
+    if spec.slices == 1:
+        return False
     import jax
 
-    cpu = jax.devices("cpu")[0]
-
-    def reference() -> dict[str, Any]:
-        return matmul_reference(rows, spec.embedding_dimension, spec.ff_width, dtype,
-                                steps=max(spec.steps, REFERENCE_SAMPLES), warmup=spec.warmup, device=cpu)
-
-    report(f"reference matmul [{rows}, {spec.embedding_dimension}]·[{spec.embedding_dimension}, {spec.ff_width}] "
-           f"{dtype}: this process, whole machine")
-    before = reference()
-    with tempfile.TemporaryDirectory(prefix="multislice-bench-") as tmp, _Children(Path(tmp)) as children:
-        port = free_port()
-        out = Path(tmp) / "bench.json"
-        report(
-            f"benchmark: {spec.slices} emulated slices × {spec.devices_per_slice} CPU devices "
-            f"(processes on 127.0.0.1:{port}{', pinned to cores ' + str(shares) if shares else ''})"
-        )
-        for index in range(spec.slices):
-            task = {"spec": {**spec.to_json(), "dtype": dtype}, "process_id": index,
-                    "num_processes": spec.slices, "coordinator": f"127.0.0.1:{port}", "result": str(out)}
-            children.start(f"slice-{index}", task, _child_env(spec.devices_per_slice, shares[index] if shares else None))
-        children.wait(deadline, "emulated slices")
-        bench = json.loads(out.read_text())
-    after = reference()
-    return _result(spec, bench, [before, after], platform="cpu", dtype=dtype, processes=spec.slices, emulated=True)
+    device = jax.devices()[0]
+    return jax.process_count() == 1 and not (device.platform == "tpu" and hasattr(device, "slice_index"))
 
 
-def run(spec: BenchSpec, *, from_metadata: bool = False, timeout_s: float = 600.0,
-        report: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
-    """Run the benchmark where it can run (see the module docstring): in this process, in the
-    TPU job read from metadata (``from_metadata``), or as emulated CPU slices when
-    ``dcn > 1`` and this single process has no TPU slices.
+def run(spec: BenchSpec, *, from_metadata: bool = False, report: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
+    """Run the benchmark in this process, or (``from_metadata``) in the TPU job read from
+    metadata, every worker running the same command.
 
     Unless ``JAX_NUM_CPU_DEVICES`` or ``XLA_FLAGS`` set the CPU device count, the CPU backend
     of a single slice gets ``spec.devices`` devices (so ``--ici-fsdp 4`` just works on CPU).
 
     Raises:
-      BenchConfigError: the mesh does not match the devices.
-      BenchError: the run failed, or (``from_metadata``) the TPU metadata is unusable.
+      BenchConfigError: the mesh does not match the devices, or ``dcn > 1`` where this
+        process has no slices to span (emulated slices are launched by ``multislice bench``).
+      BenchError: (``from_metadata``) the TPU metadata is unusable.
     """
     if from_metadata:
         from training import cluster
@@ -581,10 +423,11 @@ def run(spec: BenchSpec, *, from_metadata: bool = False, timeout_s: float = 600.
             jax.config.update("jax_num_cpu_devices", spec.devices)
         except RuntimeError:
             pass  # the backend already exists: use its devices
-    if spec.slices > 1:
-        device = jax.devices()[0]
-        if jax.process_count() == 1 and not (device.platform == "tpu" and hasattr(device, "slice_index")):
-            return run_emulated(spec, timeout_s=timeout_s, report=report)
+    if needs_emulated_slices(spec):
+        raise BenchConfigError(
+            f"--dcn-*: {spec.slices} slices, but this is one process without TPU slices; on TPU VMs pass "
+            "--from-metadata on every worker, elsewhere run `multislice bench shardings` (it emulates the slices)"
+        )
     return run_in_process(spec, report=report)
 
 
@@ -613,56 +456,3 @@ def summary(result: dict[str, Any]) -> str:
             f"efficiency: {result['efficiency']:.3f}",
         ]
     )
-
-
-# --- child entry point: python -m training.bench '<task json>' ----------------------------------
-
-
-def _set_parent_death_signal() -> None:
-    """Linux: die with SIGKILL when the launching process dies (no orphans)."""
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
-def _child(task: dict[str, Any]) -> int:
-    _set_parent_death_signal()
-    cpus = os.environ.get(_CPUS_ENV)
-    if cpus and hasattr(os, "sched_setaffinity"):
-        os.sched_setaffinity(0, {int(c) for c in cpus.split(",")})
-    result_path = Path(task["result"])
-    from training import cluster
-    from training import mesh as mesh_lib
-
-    spec = BenchSpec.from_json(task["spec"])
-    identity = cluster.ClusterIdentity(
-        worker=0, workers_per_slice=1, slice_id=task["process_id"], num_slices=task["num_processes"],
-        coordinator_address=task["coordinator"],
-    )
-    try:
-        cluster.initialize(identity)
-        import jax
-
-        mesh = mesh_lib.build_mesh(spec.parallelism, workers_per_slice=1)
-        result = measure_shardings(spec, mesh, spec.dtype)
-        if jax.process_index() == 0:
-            result_path.write_text(json.dumps(result))
-        jax.distributed.shutdown()
-    except BaseException:  # noqa: BLE001 - report, then exit without the shutdown barrier
-        import traceback
-
-        traceback.print_exc()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(1)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(_child(json.loads(sys.argv[1])))
