@@ -589,6 +589,14 @@ def available_stacks(stacks_dir: Path | None = None) -> list[str]:
     return sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in directory.glob("Pulumi.*.yaml"))
 
 
+class DuplicateKeyError(yaml.YAMLError):
+    """A key repeated in one YAML mapping (lines are 1-based)."""
+
+    def __init__(self, key: Any, line: int, first_line: int):
+        super().__init__(f"duplicate key {key!r} at line {line} (first at line {first_line})")
+        self.key, self.line, self.first_line = key, line, first_line
+
+
 class _UniqueKeyLoader(yaml.SafeLoader):
     """SafeLoader that rejects a key repeated in one mapping, as Pulumi's own YAML reader
     (go-yaml v3) does; PyYAML would silently keep the last value."""
@@ -604,12 +612,7 @@ class _UniqueKeyLoader(yaml.SafeLoader):
             except TypeError:
                 continue  # unhashable: the base constructor reports it
             if first != key_node.start_mark.line:
-                raise yaml.constructor.ConstructorError(
-                    "while constructing a mapping",
-                    node.start_mark,
-                    f"found duplicate key {key!r} (first at line {first + 1})",
-                    key_node.start_mark,
-                )
+                raise DuplicateKeyError(key, key_node.start_mark.line + 1, first + 1)
         return super().construct_mapping(node, deep=deep)
 
 
@@ -646,6 +649,8 @@ def load_stack_file(path: Path, stack: str | None = None) -> StackConfig:
         raise StackConfigError(f"stack file {path} is not UTF-8 text ({err.reason} at byte {err.start})") from None
     except RecursionError:
         raise StackConfigError(f"stack file {path} nests too deeply to be a stack file") from None
+    except DuplicateKeyError as err:
+        raise StackConfigError(f"stack file {path}: {err}; keep one of them") from None
     except yaml.YAMLError as err:
         raise StackConfigError(f"stack file {path} is not valid YAML: {err}") from None
     if not isinstance(data, dict) or not isinstance(data.get("config", {}), dict):
