@@ -13,8 +13,10 @@ Errors end with one ``error:`` line naming the cause and a non-zero exit: 2 for 
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Optional
 
@@ -33,7 +35,20 @@ app.add_typer(local_app, name="local")
 
 # No emoji codes (":train:" in a key typo is not an emoji) and no markup in user-provided text:
 # messages that carry paths, keys or globs are printed with markup=False or as Text.
-console = Console(stderr=False, highlight=False, log_path=False, emoji=False)
+class _StdoutConsole(Console):
+    """rich exits with a silent SystemExit(1) when stdout's reader goes away; raise
+    BrokenPipeError instead (after rich's own switch of stdout to /dev/null), so that the
+    command can stop its work and say why (:func:`stops_when_stdout_closes`)."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        raise BrokenPipeError("standard output was closed")
+
+
+console = _StdoutConsole(stderr=False, highlight=False, log_path=False, emoji=False)
 err_console = Console(stderr=True, highlight=False, emoji=False)
 
 
@@ -90,7 +105,27 @@ def print_summary(result: dict) -> None:
     console.print(table)
 
 
+def stops_when_stdout_closes(command):
+    """``multislice local up | head``: when the reader goes away, the next progress line
+    raises BrokenPipeError and the emulation stops (its ``finally`` stops every VM). Say so on
+    stderr instead of click's silent exit 1, and keep the interpreter's final flush quiet."""
+
+    @functools.wraps(command)
+    def wrapper(*args, **kwargs):
+        try:
+            return command(*args, **kwargs)
+        except BrokenPipeError:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
+            raise fail("standard output was closed (e.g. by `| head`); every emulated VM was stopped "
+                       "(run `multislice local up` again to resume)", 1) from None
+
+    return wrapper
+
+
 @local_app.command("up")
+@stops_when_stdout_closes
 def local_up(
     stack: str = STACK_OPTION,
     config_file: Optional[Path] = CONFIG_FILE_OPTION,
@@ -178,8 +213,9 @@ def local_up(
     )
     try:
         result = resource.up(options)
-    except emulator.Interrupted:
-        raise fail("interrupted; every emulated VM was stopped (run `multislice local up` again to resume)", 130) from None
+    except emulator.Interrupted as err:
+        why = "stopped by SIGTERM (e.g. `multislice local down`)" if str(err) == "SIGTERM" else f"interrupted ({err})"
+        raise fail(f"{why}; every emulated VM was stopped (run `multislice local up` again to resume)", 130) from None
     except emulator.EmulationError as err:
         raise fail(str(err), 1) from None
     print_summary(result)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -211,7 +212,37 @@ def test_ctrl_c_stops_every_vm(tmp_path):
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, out + err
-    assert "interrupted; every emulated VM was stopped" in err
+    assert "error: interrupted (SIGINT); every emulated VM was stopped" in err
+    assert processes_under(tmp_path) == []
+    assert not (tmp_path / "emu" / "emulator.json").exists()
+
+
+@pytest.mark.slow
+def test_closed_stdout_stops_every_vm_with_a_message(tmp_path):
+    # `multislice local up | head`: the reader leaves while training runs.
+    env = {**os.environ, "MULTISLICE_STATE_DIR": str(tmp_path), "COLUMNS": "200"}
+    for key in ("JAX_PLATFORMS", "JAX_NUM_CPU_DEVICES"):
+        env.pop(key, None)
+    stack = tmp_path / "s" / "Pulumi.emu.yaml"  # a progress line every 10 steps
+    stack.parent.mkdir()
+    stack.write_text(STACK.read_text().replace("    steps: 24", "    steps: 100"))
+    proc = subprocess.Popen(CLI + ["local", "up", "--config-file", str(stack)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        seen = []
+        while not any(b" loss " in line for line in seen):
+            seen.append(proc.stdout.readline())
+            assert seen[-1], (seen, proc.communicate(timeout=60))
+        assert processes_under(tmp_path)  # the emulated VMs are training
+        proc.stdout.close()
+        err = proc.stderr.read().decode()
+        assert proc.wait(timeout=120) == 1, err
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)  # the emulator stops its VMs on SIGINT
+            proc.wait(timeout=60)
+    assert "error: standard output was closed" in err and "every emulated VM was stopped" in err
+    assert "Traceback" not in err and "Exception ignored" not in err
     assert processes_under(tmp_path) == []
     assert not (tmp_path / "emu" / "emulator.json").exists()
 
@@ -225,8 +256,9 @@ def test_local_down_stops_a_running_emulation(tmp_path):
     down = run_cli(["local", "down", "--stack", "emu"], tmp_path, timeout=60)
     assert down.returncode == 0, down.stderr
     assert "asked emulator pid" in down.stdout
-    proc.communicate(timeout=60)
-    assert proc.returncode != 0
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    assert "error: stopped by SIGTERM (e.g. `multislice local down`); every emulated VM was stopped" in err
     assert processes_under(tmp_path) == []
     assert "no local run is running" in run_cli(["local", "down"], tmp_path).stdout
 
