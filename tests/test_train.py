@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 from pathlib import Path
@@ -30,6 +31,15 @@ SINGLE = ClusterIdentity.single_process()
 # Failed restores (the damaged-checkpoint tests) leave orbax coroutines that are collected
 # later, in whichever test runs then; they are expected and harmless here.
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+
+
+# Each failed orbax read also leaves an asyncio task whose exception nobody retrieves; asyncio
+# logs it when the task is collected, often at interpreter exit, as "Task exception was never
+# retrieved" plus a TensorStore spec: hundreds of lines after pytest's result line that read
+# like a failure. The failures themselves are asserted (CheckpointRestoreError), so asyncio's
+# logger is turned off for the rest of this pytest process once this module is imported;
+# the trainer and the emulation tests run in subprocesses and keep theirs.
+logging.getLogger("asyncio").disabled = True
 
 
 def losses(run_dir: Path) -> list[tuple[int, float]]:
