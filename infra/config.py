@@ -590,29 +590,40 @@ def available_stacks(stacks_dir: Path | None = None) -> list[str]:
 
 
 class DuplicateKeyError(yaml.YAMLError):
-    """A key repeated in one YAML mapping (lines are 1-based)."""
+    """A key repeated in one YAML mapping (lines are 1-based; keys as written)."""
 
-    def __init__(self, key: Any, line: int, first_line: int):
-        super().__init__(f"duplicate key {key!r} at line {line} (first at line {first_line})")
-        self.key, self.line, self.first_line = key, line, first_line
+    def __init__(self, key: str, line: int, first_key: str, first_line: int):
+        first = f"first at line {first_line}" if key == first_key else f"same as {first_key!r} at line {first_line}"
+        super().__init__(f"duplicate key {key!r} at line {line} ({first})")
+        self.key, self.line, self.first_key, self.first_line = key, line, first_key, first_line
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
     """SafeLoader that rejects a key repeated in one mapping, as Pulumi's own YAML reader
-    (go-yaml v3) does; PyYAML would silently keep the last value."""
+    (go-yaml v3) does; PyYAML would silently keep the last value. Keys compare as the
+    Python values they load as (so ``1`` and ``true`` collide: one dict cannot hold both)."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: dict[Any, int] = {}
-        for key_node, _ in node.value:
+        seen: dict[Any, tuple[int, str]] = {}
+        key_nodes: set[int] = set()
+        previous_line = 0
+        for key_node, value_node in node.value:
             if key_node.tag == "tag:yaml.org,2002:merge":
                 continue
+            line = key_node.start_mark.line
+            if line < previous_line or id(key_node) in key_nodes:
+                line = value_node.start_mark.line  # an alias: its node is the anchor's, written earlier
+            previous_line = line
+            key_nodes.add(id(key_node))
             key = self.construct_object(key_node, deep=True)
+            written = key_node.value if isinstance(key_node, yaml.ScalarNode) else str(key)
             try:
-                first = seen.setdefault(key, key_node.start_mark.line)
+                first = seen.get(key)
             except TypeError:
                 continue  # unhashable: the base constructor reports it
-            if first != key_node.start_mark.line:
-                raise DuplicateKeyError(key, key_node.start_mark.line + 1, first + 1)
+            if first is not None:
+                raise DuplicateKeyError(written, line + 1, first[1], first[0] + 1)
+            seen[key] = (line, written)
         return super().construct_mapping(node, deep=deep)
 
 

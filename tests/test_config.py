@@ -199,6 +199,24 @@ def test_duplicate_keys_are_refused_with_both_lines(tmp_path):
     assert str(info.value) == f"stack file {path}: duplicate key 'multislice:slices' at line {last} (first at line {first}); keep one of them"
 
 
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("a: {x: 1, x: 2}\n", "duplicate key 'x' at line 1 (first at line 1)"),  # flow style, one line
+        ("s: [{x: 1, x: 2}]\n", "duplicate key 'x' at line 1 (first at line 1)"),
+        ("k: &k x\nm:\n  x: 1\n  *k : 2\n", "duplicate key 'x' at line 4 (first at line 3)"),  # alias key
+        ("b: &b {x: 1, x: 2}\nc:\n  <<: *b\n", "duplicate key 'x' at line 1 (first at line 1)"),
+        ("1: a\ntrue: b\n", "duplicate key 'true' at line 2 (same as '1' at line 1)"),  # one dict key
+    ],
+)
+def test_every_spelling_of_a_repeated_key_is_caught(tmp_path, text, message):
+    path = tmp_path / "Pulumi.dup.yaml"
+    path.write_text(text)
+    with pytest.raises(StackConfigError) as info:
+        load_stack_file(path)
+    assert str(info.value) == f"stack file {path}: {message}; keep one of them"
+
+
 def test_merge_key_overrides_are_not_duplicates(tmp_path):
     path = tmp_path / "Pulumi.merge.yaml"
     path.write_text(
