@@ -108,7 +108,8 @@ def print_summary(result: dict) -> None:
 def stops_when_stdout_closes(command):
     """``multislice local up | head``: when the reader goes away, the next progress line
     raises BrokenPipeError and the emulation stops (its ``finally`` stops every VM). Say so on
-    stderr instead of click's silent exit 1, and keep the interpreter's final flush quiet."""
+    stderr instead of rich's silent exit 1. (A run that completed anyway exits 0: local_up
+    handles that case itself.)"""
 
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
@@ -213,13 +214,22 @@ def local_up(
     )
     try:
         result = resource.up(options)
+    except BrokenPipeError:
+        if not is_complete(str(paths.run_dir), total):
+            raise  # stops_when_stdout_closes says so
+        result = summary.summarize(paths.run_dir, total)  # the last step's line found no reader
     except emulator.Interrupted as err:
         why = "stopped by SIGTERM (e.g. `multislice local down`)" if str(err) == "SIGTERM" else f"interrupted ({err})"
         raise fail(f"{why}; every emulated VM was stopped (run `multislice local up` again to resume)", 130) from None
     except emulator.EmulationError as err:
         raise fail(str(err), 1) from None
-    print_summary(result)
     _write_summary(summary_json, result)
+    try:
+        print_summary(result)
+    except BrokenPipeError:
+        if not result["complete"]:
+            raise
+        return  # the run is complete; nobody reads the summary table
     if not result["complete"]:
         raise fail("the VMs exited but the run is not complete", 1)
 

@@ -248,6 +248,33 @@ def test_closed_stdout_stops_every_vm_with_a_message(tmp_path):
 
 
 @pytest.mark.slow
+def test_closed_stdout_after_the_last_step_still_completes(tmp_path):
+    # The reader leaves after the last progress line: the run finishes, only the summary table
+    # finds no reader; that is exit 0, and --summary-json still gets the summary.
+    env = {**os.environ, "MULTISLICE_STATE_DIR": str(tmp_path), "COLUMNS": "200"}
+    for key in ("JAX_PLATFORMS", "JAX_NUM_CPU_DEVICES"):
+        env.pop(key, None)
+    summary_path = tmp_path / "summary.json"
+    proc = subprocess.Popen(CLI + ["local", "up", "--config-file", str(STACK), "--summary-json", str(summary_path)],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        line = b""
+        while b"step 24/24" not in line:
+            line = proc.stdout.readline()
+            assert line, proc.communicate(timeout=60)
+        proc.stdout.close()
+        err = proc.stderr.read().decode()
+        assert proc.wait(timeout=120) == 0, err
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            proc.wait(timeout=60)
+    assert "error" not in err
+    assert json.loads(summary_path.read_text())["complete"] is True
+    assert processes_under(tmp_path) == []
+
+
+@pytest.mark.slow
 def test_local_down_stops_a_running_emulation(tmp_path):
     proc = _start_background(tmp_path)
     _wait_for_training(tmp_path, proc)
