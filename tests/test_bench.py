@@ -5,6 +5,12 @@ formulas, bad options, and that no child process outlives a failure."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -126,6 +132,52 @@ def test_ctrl_c_kills_every_child(monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         bench_slices.run_emulated(bench.spec_from_options(dcn_data=2, **TINY))
     assert len(started) == 2 and all(proc.poll() is not None for proc in started)
+
+
+def _children_of(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+            found.append(int(entry.name))
+    return found
+
+
+def test_sigterm_to_the_launcher_kills_every_child_and_cleans_up(tmp_path):
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    for key in ("JAX_PLATFORMS", "JAX_NUM_CPU_DEVICES", "XLA_FLAGS"):
+        env.pop(key, None)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "infra.cli", "bench", "shardings", "--dcn-data", "2", *options(steps=1000)],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not list(tmp_path.glob("multislice-bench-*/slice-1.log")) or len(_children_of(proc.pid)) < 2:
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate(timeout=10)
+            time.sleep(0.1)
+        children = _children_of(proc.pid)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert "every benchmark process was stopped" in err
+    assert not [pid for pid in children if Path(f"/proc/{pid}").exists()]
+    assert not list(tmp_path.glob("multislice-bench-*"))
+
+
+def test_a_child_whose_launcher_is_gone_does_not_run():
+    # The launcher was SIGKILLed before the child armed PR_SET_PDEATHSIG: the child's parent
+    # is then not the launcher recorded in its task.
+    task = {"parent_pid": os.getpid() + 10**7}
+    result = subprocess.run([sys.executable, "-m", "infra.local.bench_slices", json.dumps(task)],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1 and result.stdout == "", result.stderr
 
 
 def test_a_failing_child_is_reported_with_its_log(monkeypatch):

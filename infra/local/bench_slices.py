@@ -7,7 +7,8 @@ process per slice with the ici product of CPU devices (``JAX_NUM_CPU_DEVICES``),
 at least as many cores as processes, each process is pinned to its own share of the cores;
 the reference matmul runs in the launching process on the whole machine while no slice
 runs (see ``training.bench`` for the figures). Every child is killed on error, timeout or
-Ctrl-C, and dies with the launcher (Linux ``PR_SET_PDEATHSIG``).
+Ctrl-C, SIGTERM or SIGHUP, and dies with the launcher (Linux ``PR_SET_PDEATHSIG``; a child
+whose launcher died before that was armed exits at once).
 
 This is local-emulation code, like ``infra.local.emulator``: it is not part of the trainer
 bundle that ships to the TPU VMs (``training/`` is), which runs ``training.bench`` directly.
@@ -15,6 +16,7 @@ bundle that ships to the TPU VMs (``training/`` is), which runs ``training.bench
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -117,16 +119,13 @@ class _Children:
             time.sleep(0.1)
 
     def kill_all(self) -> None:
+        # SIGKILL at once: a child holds no state worth saving, and jax's preemption notifier
+        # catches SIGTERM, so a SIGTERM would only delay the end.
         for _, proc, _ in self.procs:
             if proc.poll() is None:
-                _signal_group(proc, signal.SIGTERM)
-        end = time.monotonic() + 3.0
-        for _, proc, _ in self.procs:
-            try:
-                proc.wait(timeout=max(0.0, end - time.monotonic()))
-            except subprocess.TimeoutExpired:
                 _signal_group(proc, signal.SIGKILL)
-                proc.wait(timeout=5.0)
+        for _, proc, _ in self.procs:
+            proc.wait(timeout=10.0)
         self.procs.clear()
 
     def __enter__(self) -> _Children:
@@ -148,6 +147,27 @@ def _tail(path: Path, lines: int = 20) -> str:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
         return "(no log)"
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt():
+    """SIGTERM and SIGHUP act as Ctrl-C while children run, so the ``with`` blocks kill them and
+    remove their temporary directory (the default action would end this process at once)."""
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    previous = {}
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        try:
+            previous[sig] = signal.signal(sig, interrupt)
+        except ValueError:  # not the main thread: leave the handlers alone
+            pass
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def run_emulated(spec: BenchSpec, *, timeout_s: float = 600.0, report: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
@@ -174,7 +194,8 @@ def run_emulated(spec: BenchSpec, *, timeout_s: float = 600.0, report: Callable[
     report(f"reference matmul [{rows}, {spec.embedding_dimension}]·[{spec.embedding_dimension}, {spec.ff_width}] "
            f"{dtype}: this process, whole machine")
     before = reference()
-    with tempfile.TemporaryDirectory(prefix="multislice-bench-") as tmp, _Children(Path(tmp)) as children:
+    with _terminate_as_interrupt(), tempfile.TemporaryDirectory(prefix="multislice-bench-") as tmp, \
+            _Children(Path(tmp)) as children:
         port = free_port()
         out = Path(tmp) / "bench.json"
         report(
@@ -182,7 +203,7 @@ def run_emulated(spec: BenchSpec, *, timeout_s: float = 600.0, report: Callable[
             f"(processes on 127.0.0.1:{port}{', pinned to cores ' + str(shares) if shares else ''})"
         )
         for index in range(spec.slices):
-            task = {"spec": {**spec.to_json(), "dtype": dtype}, "process_id": index,
+            task = {"spec": {**spec.to_json(), "dtype": dtype}, "process_id": index, "parent_pid": os.getpid(),
                     "num_processes": spec.slices, "coordinator": f"127.0.0.1:{port}", "result": str(out)}
             children.start(f"slice-{index}", task, _child_env(spec.devices_per_slice, shares[index] if shares else None))
         children.wait(deadline, "emulated slices")
@@ -224,6 +245,8 @@ def _set_parent_death_signal() -> None:
 
 def _child(task: dict[str, Any]) -> int:
     _set_parent_death_signal()
+    if os.getppid() != task["parent_pid"]:
+        return 1  # the launcher died before the death signal was armed: do not run orphaned
     cpus = os.environ.get(_CPUS_ENV)
     if cpus and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {int(c) for c in cpus.split(",")})
