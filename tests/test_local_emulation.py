@@ -20,11 +20,23 @@ STACK = Path(__file__).parent / "stacks" / "Pulumi.emu.yaml"
 CLI = [sys.executable, "-m", "infra.cli"]
 
 
-def run_cli(args: list[str], state_dir: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+def cli_env(state_dir: Path) -> dict[str, str]:
+    """The CLI's environment: state under ``state_dir``, JAX left to the emulator."""
     env = {**os.environ, "MULTISLICE_STATE_DIR": str(state_dir), "COLUMNS": "200"}
     for key in ("JAX_PLATFORMS", "JAX_NUM_CPU_DEVICES"):
         env.pop(key, None)
-    return subprocess.run(CLI + args, env=env, capture_output=True, text=True, timeout=timeout)
+    return env
+
+
+def run_cli(args: list[str], state_dir: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(CLI + args, env=cli_env(state_dir), capture_output=True, text=True, timeout=timeout)
+
+
+def stop_if_running(proc: subprocess.Popen) -> None:
+    """Test cleanup: SIGINT makes the emulator stop its VMs."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=60)
 
 
 def processes_under(root: Path) -> list[int]:
@@ -176,9 +188,7 @@ def long_stack(tmp_path: Path) -> Path:
 
 
 def _start_background(tmp_path: Path) -> subprocess.Popen:
-    env = {**os.environ, "MULTISLICE_STATE_DIR": str(tmp_path), "COLUMNS": "200"}
-    for key in ("JAX_PLATFORMS", "JAX_NUM_CPU_DEVICES"):
-        env.pop(key, None)
+    env = cli_env(tmp_path)
     return subprocess.Popen(
         CLI + ["local", "up", "--config-file", str(long_stack(tmp_path))],
         env=env,
@@ -220,9 +230,7 @@ def test_ctrl_c_stops_every_vm(tmp_path):
 @pytest.mark.slow
 def test_closed_stdout_stops_every_vm_with_a_message(tmp_path):
     # `multislice local up | head`: the reader leaves while training runs.
-    env = {**os.environ, "MULTISLICE_STATE_DIR": str(tmp_path), "COLUMNS": "200"}
-    for key in ("JAX_PLATFORMS", "JAX_NUM_CPU_DEVICES"):
-        env.pop(key, None)
+    env = cli_env(tmp_path)
     stack = tmp_path / "s" / "Pulumi.emu.yaml"  # a progress line every 10 steps
     stack.parent.mkdir()
     stack.write_text(STACK.read_text().replace("    steps: 24", "    steps: 100"))
@@ -238,9 +246,7 @@ def test_closed_stdout_stops_every_vm_with_a_message(tmp_path):
         err = proc.stderr.read().decode()
         assert proc.wait(timeout=120) == 1, err
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)  # the emulator stops its VMs on SIGINT
-            proc.wait(timeout=60)
+        stop_if_running(proc)
     assert "error: standard output was closed" in err and "every emulated VM was stopped" in err
     assert "Traceback" not in err and "Exception ignored" not in err
     assert processes_under(tmp_path) == []
@@ -251,9 +257,7 @@ def test_closed_stdout_stops_every_vm_with_a_message(tmp_path):
 def test_closed_stdout_after_the_last_step_still_completes(tmp_path):
     # The reader leaves after the last progress line: the run finishes, only the summary table
     # finds no reader; that is exit 0, and --summary-json still gets the summary.
-    env = {**os.environ, "MULTISLICE_STATE_DIR": str(tmp_path), "COLUMNS": "200"}
-    for key in ("JAX_PLATFORMS", "JAX_NUM_CPU_DEVICES"):
-        env.pop(key, None)
+    env = cli_env(tmp_path)
     summary_path = tmp_path / "summary.json"
     proc = subprocess.Popen(CLI + ["local", "up", "--config-file", str(STACK), "--summary-json", str(summary_path)],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -266,9 +270,7 @@ def test_closed_stdout_after_the_last_step_still_completes(tmp_path):
         err = proc.stderr.read().decode()
         assert proc.wait(timeout=120) == 0, err
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)
-            proc.wait(timeout=60)
+        stop_if_running(proc)
     assert "error" not in err
     assert json.loads(summary_path.read_text())["complete"] is True
     assert processes_under(tmp_path) == []
