@@ -20,10 +20,8 @@ from pulumi.runtime.rpc import UNKNOWN
 from infra.config import StackConfigError, load_stack
 from infra.queued_resource import QueuedResourceProvider
 from infra.queued_resource.inputs import (
-    DESCRIPTIVE_KEYS,
     INPUT_KEYS,
     OUTPUT_KEYS,
-    PROVIDER_ONLY_KEYS,
     PROVIDER_VERSION,
     REPLACE_KEYS,
     RUN_DIR_KEY,
@@ -34,6 +32,7 @@ from infra.queued_resource.inputs import (
     build_queued_resource,
     check_provisionable,
     differs,
+    keys_of,
     node_ids,
     parent_of,
     reservation_path,
@@ -149,22 +148,23 @@ def test_descriptive_keys_follow_the_script_and_provider_only_keys_the_queued_re
     other_training = props_for(dev.model_copy(update={"training": dev.training.model_copy(update={"seed": 7})}))
     other_run = props_for(dev.model_copy(update={"run_name": "second"}))
     describing = changed_keys(base, other_script) | changed_keys(base, other_training) | changed_keys(base, other_run)
-    assert describing - set(UPDATE_IN_PLACE_KEYS) == set(DESCRIPTIVE_KEYS)
+    assert describing - set(UPDATE_IN_PLACE_KEYS) == set(keys_of(Kind.DESCRIPTIVE))
 
     settings = dev.queued_resource.model_copy(
         update={"wait_for": "PROVISIONING", "create_timeout": 60, "delete_timeout": 60, "valid_until": 7200}
     )
     steering = changed_keys(base, props_for(dev.model_copy(update={"queued_resource": settings})))
-    assert steering | {"version"} == set(PROVIDER_ONLY_KEYS)
+    assert steering | {"version"} == set(keys_of(Kind.PROVIDER_ONLY))
 
 
 def test_the_key_tuples_partition_the_properties():
     engine_names = [f.metadata["key"] for f in dataclasses.fields(QueuedResourceInputs)]
     assert len(engine_names) == len(set(engine_names))
-    groups = (REPLACE_KEYS, UPDATE_IN_PLACE_KEYS, DESCRIPTIVE_KEYS, PROVIDER_ONLY_KEYS, OUTPUT_KEYS)
+    groups = [keys_of(kind) for kind in Kind]
     assert sum(len(group) for group in groups) == len(engine_names)
     assert set().union(*groups) == set(engine_names)
-    assert INPUT_KEYS == REPLACE_KEYS + UPDATE_IN_PLACE_KEYS + DESCRIPTIVE_KEYS + PROVIDER_ONLY_KEYS
+    assert (REPLACE_KEYS, UPDATE_IN_PLACE_KEYS, OUTPUT_KEYS) == tuple(keys_of(k) for k in (Kind.REPLACE, Kind.UPDATE_IN_PLACE, Kind.OUTPUT))
+    assert INPUT_KEYS == keys_of(Kind.REPLACE, Kind.UPDATE_IN_PLACE, Kind.DESCRIPTIVE, Kind.PROVIDER_ONLY)
     # The outputs the resource class declares are the OUTPUT fields.
     from infra.queued_resource import QueuedResource
 

@@ -2,8 +2,9 @@
 
 The engine sees the properties under camelCase names (``queuedResourceId``); each field of
 :class:`QueuedResourceInputs` carries that name and its :class:`Kind` in its metadata, and the
-key tuples the provider uses (:data:`REPLACE_KEYS`, :data:`UPDATE_IN_PLACE_KEYS`, ...) are
-derived from it, so a key's lifecycle is stated once.
+key tuples the provider uses (:data:`REPLACE_KEYS`, :data:`UPDATE_IN_PLACE_KEYS`,
+:data:`INPUT_KEYS`, :data:`OUTPUT_KEYS`; :func:`keys_of` for any kind) are derived from it, so
+a key's lifecycle is stated once.
 
 Which kind a key has follows from the Cloud TPU API
 (https://cloud.google.com/tpu/docs/reference/rest/v2/projects.locations.queuedResources):
@@ -138,8 +139,6 @@ def keys_of(*kinds: Kind) -> tuple[str, ...]:
 
 REPLACE_KEYS = keys_of(Kind.REPLACE)
 UPDATE_IN_PLACE_KEYS = keys_of(Kind.UPDATE_IN_PLACE)
-DESCRIPTIVE_KEYS = keys_of(Kind.DESCRIPTIVE)
-PROVIDER_ONLY_KEYS = keys_of(Kind.PROVIDER_ONLY)
 INPUT_KEYS = keys_of(Kind.REPLACE, Kind.UPDATE_IN_PLACE, Kind.DESCRIPTIVE, Kind.PROVIDER_ONLY)
 OUTPUT_KEYS = keys_of(Kind.OUTPUT)
 
