@@ -7,89 +7,34 @@ Every case drives the real ``google.cloud.tpu_v2.TpuClient`` (REST transport) at
 from __future__ import annotations
 
 import base64
-import hashlib
 import pickle
-from dataclasses import dataclass
 
 import dill
 import pytest
 from google.cloud import tpu_v2
 
-from infra import queued_resource as qrmod
-from infra.config import load_stack
 from infra.queued_resource import (
     QueuedResourceError,
     QueuedResourceFailed,
     QueuedResourceProvider,
-    QuotaOrPermissionError,
     queued_resource_props,
 )
-from tests.fakes.tpu_api import FakeTpuApi, quota_failure, rate_limited
-
-NETWORK = "projects/acme-ml-dev/global/networks/multislice-dev-net"
-SUBNETWORK = "projects/acme-ml-dev/regions/us-central2/subnetworks/multislice-dev-subnet"
-SERVICE_ACCOUNT = "multislice-dev-tpu@acme-ml-dev.iam.gserviceaccount.com"
-TAG = "multislice-dev-tpu"
-
-
-@dataclass(frozen=True)
-class Script:
-    """Stands in for infra.startup.RenderedScript (the provider only reads these fields)."""
-
-    text: str
-    sha256: str
-    bundle_sha256: str = "b" * 64
-    requirements_sha256: str = "r" * 64
-
-    @property
-    def size_bytes(self) -> int:
-        return len(self.text.encode())
-
-
-def script(text: str = "#!/bin/bash\necho v1\n") -> Script:
-    return Script(text=text, sha256=hashlib.sha256(text.encode()).hexdigest())
-
-
-@pytest.fixture(scope="module")
-def dev():
-    return load_stack("dev")
-
-
-@pytest.fixture
-def props(dev):
-    return queued_resource_props(
-        dev, script(), network=NETWORK, subnetwork=SUBNETWORK, service_account=SERVICE_ACCOUNT, tags=[TAG]
-    )
-
-
-@pytest.fixture
-def fake():
-    with FakeTpuApi() as server:
-        yield server
-
-
-def provider_for(fake: FakeTpuApi, lines: list[str] | None = None, **overrides) -> QueuedResourceProvider:
-    settings = dict(
-        api_endpoint=fake.endpoint,
-        poll_seconds=0.005,
-        max_poll_seconds=0.01,
-        retry_initial_seconds=0.005,
-        retry_deadline_seconds=1.0,
-        progress=(lines.append if lines is not None else (lambda _line: None)),
-    )
-    settings.update(overrides)
-    return QueuedResourceProvider(**settings)
-
-
-def qr_name(props) -> str:
-    return f"projects/{props['project']}/locations/{props['zone']}/queuedResources/{props['queuedResourceId']}"
-
-
-def create_body(fake: FakeTpuApi) -> tpu_v2.QueuedResource:
-    call = next(c for c in fake.calls if c.rpc == "CreateQueuedResource" and c.status == 200)
-    import json
-
-    return tpu_v2.QueuedResource.from_json(json.dumps(call.body))
+from infra.queued_resource.inputs import CLOUD_PLATFORM_SCOPE
+from tests.fakes.queued_resource import (  # noqa: F401 (active, dev, fake, props: fixtures)
+    NETWORK,
+    SERVICE_ACCOUNT,
+    SUBNETWORK,
+    TAG,
+    active,
+    create_body,
+    dev,
+    fake,
+    props,
+    provider_for,
+    qr_name,
+    script,
+)
+from tests.fakes.tpu_api import FakeTpuApi
 
 
 # create ---------------------------------------------------------------------------------------
@@ -125,7 +70,7 @@ def test_create_reaches_active_with_the_whole_node_spec(fake, props):
     assert node.network_config.enable_external_ips is False
     assert list(node.tags) == [TAG]
     assert node.service_account.email == SERVICE_ACCOUNT
-    assert list(node.service_account.scope) == [qrmod.CLOUD_PLATFORM_SCOPE]
+    assert list(node.service_account.scope) == [CLOUD_PLATFORM_SCOPE]
     assert node.metadata["startup-script"] == props["metadata"]["startup-script"]
     assert node.metadata["multislice-run-dir"] == "gs://acme-ml-dev-dev-ckpt/runs/dev"
     assert node.labels["managed-by"] == "pulumi" and node.labels["multislice-stack"] == "dev"
@@ -143,16 +88,6 @@ def test_single_slice_uses_node_id_and_reserved_capacity_a_reservation_path(fake
     assert spec.node_id == "multislice-dev" and "multislice_params" not in spec
     assert body.reservation_name.endswith("/reservations/acme-v4") and "spot" not in body
     assert result.outs["nodeNames"] == ["multislice-dev"]
-
-
-def test_reservation_path_and_best_effort_rejected_before_any_api_call(dev):
-    from infra.config import StackConfigError
-
-    prod = load_stack("prod")
-    assert qrmod.reservation_path(prod) == "projects/acme-ml-prod/locations/us-east5-a/reservations/acme-v5p-training"
-    assert qrmod.reservation_path(dev) is None
-    with pytest.raises(StackConfigError, match=r"multislice:capacity: 'best-effort'.*allowed: spot, on-demand, reserved"):
-        qrmod.check_provisionable(dev.model_copy(update={"capacity": "best-effort"}))
 
 
 def test_valid_until_becomes_the_queueing_policy(fake, props):
@@ -202,79 +137,6 @@ def test_failed_with_some_slices_active_is_deleted_and_explained(fake, props):
     assert qr_name(props) not in fake.queued_resources and not fake.nodes
 
 
-def test_quota_error_is_one_clear_message_and_not_retried(fake, props):
-    fake.fault("CreateQueuedResource", "RESOURCE_EXHAUSTED",
-               "Quota limit 'TPUV4sPodPerProjectPerZoneForTPUAPI' has been exceeded.", details=quota_failure())
-    with pytest.raises(QuotaOrPermissionError) as err:
-        provider_for(fake).create(props)
-    text = str(err.value)
-    assert "TPU quota exhausted in us-central2-b of project acme-ml-dev" in text
-    assert "TPUV4sPodPerProjectPerZoneForTPUAPI" in text
-    assert "iam-admin/quotas?project=acme-ml-dev" in text and "multislice:slices" in text
-    assert fake.rpcs() == ["CreateQueuedResource"]
-
-
-def test_permission_error_says_which_roles_are_missing(fake, props):
-    fake.fault("CreateQueuedResource", "PERMISSION_DENIED", "Permission 'tpu.queuedResources.create' denied")
-    with pytest.raises(QuotaOrPermissionError) as err:
-        provider_for(fake).create(props)
-    text = str(err.value)
-    assert "permission denied" in text and "roles/tpu.admin" in text
-    assert f"roles/iam.serviceAccountUser on {SERVICE_ACCOUNT}" in text
-    assert fake.rpcs() == ["CreateQueuedResource"]
-
-
-def test_rate_limit_429_then_success_is_retried_with_one_request_id(fake, props):
-    fake.fault("CreateQueuedResource", "RESOURCE_EXHAUSTED", "Quota exceeded for quota metric 'Requests'",
-               details=rate_limited(), times=2)
-    lines: list[str] = []
-    result = provider_for(fake, lines).create(props)
-    assert result.outs["ready"] is True
-    creates = [c for c in fake.calls if c.rpc == "CreateQueuedResource"]
-    assert [c.status for c in creates] == [429, 429, 200]
-    assert len({c.query["requestId"][0] for c in creates}) == 1  # idempotent retries
-    assert sum("retrying with backoff" in line for line in lines) == 2
-
-
-def test_503_and_500_on_reads_are_retried(fake, props):
-    fake.fault("GetQueuedResource", "UNAVAILABLE", times=2)
-    fake.fault("GetNode", "INTERNAL", times=1)
-    result = provider_for(fake).create(props)
-    assert result.outs["ready"] is True
-    statuses = [c.status for c in fake.calls if c.rpc == "GetQueuedResource"]
-    assert statuses[:3] == [503, 503, 200]
-
-
-def test_just_enabled_api_403_service_disabled_is_retried(fake, props):
-    from google.rpc import error_details_pb2
-
-    info = error_details_pb2.ErrorInfo(reason="SERVICE_DISABLED", domain="googleapis.com")
-    fake.fault("CreateQueuedResource", "PERMISSION_DENIED", "Cloud TPU API has not been used", details=(info,))
-    assert provider_for(fake).create(props).outs["ready"] is True
-
-
-def test_a_just_created_service_account_not_yet_visible_is_retried(fake, props):
-    fake.fault("CreateQueuedResource", "INVALID_ARGUMENT", f"Service account {SERVICE_ACCOUNT} does not exist.")
-    assert provider_for(fake).create(props).outs["ready"] is True
-    assert [c.status for c in fake.calls if c.rpc == "CreateQueuedResource"] == [400, 200]
-
-
-def test_other_invalid_arguments_are_not_retried(fake, props):
-    fake.fault("CreateQueuedResource", "INVALID_ARGUMENT", "runtime version 'nope' is not supported")
-    with pytest.raises(QueuedResourceError, match="runtime version 'nope' is not supported"):
-        provider_for(fake).create(props)
-    assert fake.rpcs() == ["CreateQueuedResource"]
-
-
-def test_persistent_5xx_while_waiting_keeps_the_qr_recorded(fake, props):
-    fake.progression = ["CREATING", "WAITING_FOR_RESOURCES"]
-    fake.fault("GetQueuedResource", "UNAVAILABLE", times=10_000)
-    result = provider_for(fake, retry_deadline_seconds=0.2).create(props)
-    assert result.outs["ready"] is False
-    assert "ServiceUnavailable" in result.outs["statusMessage"] or "UNAVAILABLE" in result.outs["statusMessage"].upper()
-    assert qr_name(props) in fake.queued_resources
-
-
 def test_a_qr_with_this_id_from_elsewhere_is_not_adopted(fake, props):
     provider = provider_for(fake)
     provider.create({**props, "labels": {**props["labels"], "multislice-stack": "someone-else"}})
@@ -298,14 +160,6 @@ def test_our_qr_left_by_an_interrupted_run_is_adopted_and_converged(fake, dev, p
 
 
 # diff / update ------------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def active(fake, props):
-    provider = provider_for(fake)
-    result = provider.create(props)
-    fake.calls.clear()
-    return provider, result.id, result.outs
 
 
 def test_unchanged_program_means_no_diff(active, props):
@@ -474,6 +328,69 @@ def test_provider_pickles_by_module_reference():
     assert type(restored) is QueuedResourceProvider
     assert serialize_provider(QueuedResourceProvider()) == serialize_provider(QueuedResourceProvider())
     pickle.dumps(restored)
+
+
+def test_check_leaves_values_unknown_during_preview_to_the_next_check(props):
+    from pulumi.runtime.rpc import UNKNOWN
+
+    unknown = {**props, "slices": UNKNOWN, "capacity": UNKNOWN, "waitFor": UNKNOWN, "metadata": UNKNOWN}
+    assert QueuedResourceProvider().check({}, unknown).failures == []
+
+
+def test_the_provider_class_keeps_the_name_existing_stacks_pickled():
+    import infra.queued_resource
+
+    assert infra.queued_resource.QueuedResourceProvider is QueuedResourceProvider
+    assert (QueuedResourceProvider.__module__, QueuedResourceProvider.__qualname__) == (
+        "infra.queued_resource",
+        "QueuedResourceProvider",
+    )
+    assert infra.queued_resource.QueuedResource.__module__ == "infra.queued_resource"
+
+
+def test_dill_pickles_the_provider_by_reference_as_pulumi_does():
+    import pickletools
+
+    provider = QueuedResourceProvider(api_endpoint="http://127.0.0.1:1", poll_seconds=0.5)
+    # The call of pulumi.dynamic.dynamic.serialize_provider.
+    data = dill.dumps(provider, protocol=pickle.DEFAULT_PROTOCOL, recurse=True)
+    strings = [arg for _op, arg, _pos in pickletools.genops(data) if isinstance(arg, str)]
+    # STACK_GLOBAL of the module and class name, nothing of the class body.
+    assert strings[:2] == ["infra.queued_resource", "QueuedResourceProvider"]
+    assert not any("infra.queued_resource." in s for s in strings)  # no submodule referenced
+    restored = dill.loads(data)
+    assert type(restored) is QueuedResourceProvider and restored == provider
+
+
+#: ``serialize_provider(QueuedResourceProvider())`` as written into stacks by the provider before
+#: it became a package (infra/queued_resource.py at commit 7675861): existing stacks hold this.
+PICKLED_BEFORE_THE_PACKAGE = (
+    "gASVrwAAAAAAAACMFWluZnJhLnF1ZXVlZF9yZXNvdXJjZZSMFlF1ZXVlZFJlc291cmNlUHJvdmlkZXKUk5QpgZR9lCiMDGFwaV9lbmRwb2ludJRO"
+    "jBBtYXhfcG9sbF9zZWNvbmRzlE6MDHBvbGxfc2Vjb25kc5ROjAhwcm9ncmVzc5ROjBZyZXRyeV9kZWFkbGluZV9zZWNvbmRzlE6MFXJldHJ5X2lu"
+    "aXRpYWxfc2Vjb25kc5ROdWIu"
+)
+
+
+def test_a_provider_pickled_by_an_existing_stack_still_updates_and_deletes(fake, props, monkeypatch):
+    from pulumi.dynamic.dynamic import serialize_provider
+
+    assert serialize_provider(QueuedResourceProvider()) == PICKLED_BEFORE_THE_PACKAGE  # same bytes as before
+    restored = dill.loads(base64.b64decode(PICKLED_BEFORE_THE_PACKAGE))
+    assert type(restored) is QueuedResourceProvider
+    # The stack's provider reads its settings from the environment (all fields are None).
+    for name, value in [("MULTISLICE_TPU_API_ENDPOINT", fake.endpoint), ("MULTISLICE_TPU_POLL_SECONDS", "0.005"),
+                        ("MULTISLICE_TPU_MAX_POLL_SECONDS", "0.01"), ("MULTISLICE_TPU_RETRY_INITIAL_SECONDS", "0.005"),
+                        ("MULTISLICE_TPU_RETRY_DEADLINE_SECONDS", "1")]:
+        monkeypatch.setenv(name, value)
+    restored.progress = lambda _line: None
+    outs = provider_for(fake).create(props).outs
+    new = {**props, "labels": {**props["labels"], "team": "research"}}
+    assert restored.diff(qr_name(props), outs, new).replaces == []
+    updated = restored.update(qr_name(props), outs, new).outs
+    assert updated["nodesInSync"] is True
+    restored.delete(qr_name(props), updated)
+    assert qr_name(props) not in fake.queued_resources
+    assert fake.rpcs(include_reads=False) == ["CreateQueuedResource", "UpdateNode", "UpdateNode", "DeleteQueuedResource"]
 
 
 # the fake itself -------------------------------------------------------------------------------------

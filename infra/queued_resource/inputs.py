@@ -1,0 +1,327 @@
+"""The queued resource's properties: one dataclass, each field with its engine name and kind.
+
+The engine sees the properties under camelCase names (``queuedResourceId``); each field of
+:class:`QueuedResourceInputs` carries that name and its :class:`Kind` in its metadata, and the
+key tuples the provider uses (:data:`REPLACE_KEYS`, :data:`UPDATE_IN_PLACE_KEYS`,
+:data:`INPUT_KEYS`, :data:`OUTPUT_KEYS`; :func:`keys_of` for any kind) are derived from it, so
+a key's lifecycle is stated once.
+
+Which kind a key has follows from the Cloud TPU API
+(https://cloud.google.com/tpu/docs/reference/rest/v2/projects.locations.queuedResources):
+a queued resource cannot be changed once created, and ``projects.locations.nodes.patch``
+(``UpdateNode``) changes only ``description``, ``tags``, ``labels``, ``metadata`` and
+``network_config.enable_external_ips`` of a node
+(https://cloud.google.com/tpu/docs/reference/rest/v2/projects.locations.nodes/patch).
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from dataclasses import MISSING, dataclass, field, fields
+from typing import TYPE_CHECKING, Any
+
+import pulumi
+from pulumi.runtime.rpc import UNKNOWN
+
+from infra.queued_resource.states import state_name
+
+if TYPE_CHECKING:  # pragma: no cover
+    from google.cloud import tpu_v2
+
+    from infra.config import StackConfig
+    from infra.startup import RenderedScript
+
+#: Bump when create/diff/update/delete semantics change (an input: shows in previews).
+PROVIDER_VERSION = "1"
+
+#: Metadata keys on every node (the startup script reads the run dir from the second).
+STARTUP_SCRIPT_KEY = "startup-script"
+RUN_DIR_KEY = "multislice-run-dir"
+
+#: OAuth scope of the VMs: access is governed by the service account's IAM roles
+#: (https://cloud.google.com/compute/docs/access/service-accounts#accesscopesiam).
+CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
+
+#: Capacity types the tpu_v2 API can express (best-effort exists only in v2alpha1).
+API_CAPACITY = ("spot", "on-demand", "reserved")
+
+
+class Kind(enum.Enum):
+    """What a change of a property means."""
+
+    #: Delete + create: the queued resource is immutable, and the node fields outside
+    #: UpdateNode's mask cannot change in place.
+    REPLACE = "replace"
+    #: UpdateNode changes it on every node; no capacity is given up.
+    UPDATE_IN_PLACE = "update_in_place"
+    #: Describes the metadata for readable diffs (the script's own diff is hidden); it
+    #: changes with the metadata and causes no API call of its own.
+    DESCRIPTIVE = "descriptive"
+    #: Steers the provider only (waits, deadlines, version): recorded, no API call.
+    PROVIDER_ONLY = "provider_only"
+    #: Reported by the provider; declared as ``None`` when the resource is registered.
+    OUTPUT = "output"
+
+
+def _prop(key: str, kind: Kind, default: Any = MISSING) -> Any:
+    return field(default=default, metadata={"key": key, "kind": kind})
+
+
+@dataclass(frozen=True, kw_only=True)
+class QueuedResourceInputs:
+    """The properties of a ``pulumi-python:dynamic/tpu:QueuedResource``.
+
+    Values of ``network``, ``subnetwork``, ``service_account`` and ``tags`` may be Pulumi
+    Outputs. Optional fields left ``None`` are absent from :meth:`to_props` (the engine stores
+    no nulls). Timeouts are seconds.
+    """
+
+    # Kind.REPLACE ---------------------------------------------------------------------------
+    project: str = _prop("project", Kind.REPLACE)
+    zone: str = _prop("zone", Kind.REPLACE)
+    queued_resource_id: str = _prop("queuedResourceId", Kind.REPLACE)
+    #: The node id of a one-slice QR; ``node_id_prefix`` (``<prefix>-<i>``) for slices > 1.
+    node_id: str | None = _prop("nodeId", Kind.REPLACE, None)
+    node_id_prefix: str | None = _prop("nodeIdPrefix", Kind.REPLACE, None)
+    accelerator_type: str = _prop("acceleratorType", Kind.REPLACE)
+    runtime_version: str = _prop("runtimeVersion", Kind.REPLACE)
+    slices: int = _prop("slices", Kind.REPLACE)
+    capacity: str = _prop("capacity", Kind.REPLACE)
+    #: ``projects/<p>/locations/<zone>/reservations/<name>`` with ``capacity: reserved``.
+    reservation_name: str | None = _prop("reservationName", Kind.REPLACE, None)
+    network: pulumi.Input[str] = _prop("network", Kind.REPLACE)
+    subnetwork: pulumi.Input[str] = _prop("subnetwork", Kind.REPLACE)
+    service_account: pulumi.Input[str] = _prop("serviceAccount", Kind.REPLACE)
+    # Kind.UPDATE_IN_PLACE --------------------------------------------------------------------
+    metadata: dict[str, str] = _prop("metadata", Kind.UPDATE_IN_PLACE)
+    labels: dict[str, str] = _prop("labels", Kind.UPDATE_IN_PLACE)
+    tags: pulumi.Input[list[str]] = _prop("tags", Kind.UPDATE_IN_PLACE)
+    # Kind.DESCRIPTIVE ------------------------------------------------------------------------
+    trainer: dict[str, Any] = _prop("trainer", Kind.DESCRIPTIVE)
+    run_dir: str = _prop("runDir", Kind.DESCRIPTIVE)
+    bundle_sha256: str = _prop("bundleSha256", Kind.DESCRIPTIVE)
+    startup_script_sha256: str = _prop("startupScriptSha256", Kind.DESCRIPTIVE)
+    requirements_sha256: str = _prop("requirementsSha256", Kind.DESCRIPTIVE)
+    startup_script_bytes: int = _prop("startupScriptBytes", Kind.DESCRIPTIVE)
+    # Kind.PROVIDER_ONLY ----------------------------------------------------------------------
+    wait_for: str = _prop("waitFor", Kind.PROVIDER_ONLY)
+    create_timeout_seconds: float = _prop("createTimeoutSeconds", Kind.PROVIDER_ONLY)
+    delete_timeout_seconds: float = _prop("deleteTimeoutSeconds", Kind.PROVIDER_ONLY)
+    #: The queueing deadline only matters while a QR waits in the queue: a change is recorded
+    #: and used by the next create, never a reason to give up capacity.
+    valid_until_seconds: float | None = _prop("validUntilSeconds", Kind.PROVIDER_ONLY, None)
+    version: str = _prop("version", Kind.PROVIDER_ONLY, PROVIDER_VERSION)
+    # Kind.OUTPUT -----------------------------------------------------------------------------
+    queued_resource_name: str | None = _prop("queuedResourceName", Kind.OUTPUT, None)
+    state: str | None = _prop("state", Kind.OUTPUT, None)
+    ready: bool | None = _prop("ready", Kind.OUTPUT, None)
+    status_message: str | None = _prop("statusMessage", Kind.OUTPUT, None)
+    node_names: list[str] | None = _prop("nodeNames", Kind.OUTPUT, None)
+    nodes: list[dict[str, Any]] | None = _prop("nodes", Kind.OUTPUT, None)
+    #: ``None`` while there are no nodes to compare.
+    nodes_in_sync: bool | None = _prop("nodesInSync", Kind.OUTPUT, None)
+    pending_node_sync: bool | None = _prop("pendingNodeSync", Kind.OUTPUT, None)
+
+    def to_props(self) -> dict[str, Any]:
+        """The inputs under their engine names; ``None`` values and outputs are left out."""
+        return {
+            f.metadata["key"]: getattr(self, f.name)
+            for f in fields(self)
+            if f.metadata["kind"] is not Kind.OUTPUT and getattr(self, f.name) is not None
+        }
+
+
+def keys_of(*kinds: Kind) -> tuple[str, ...]:
+    """Engine names of the properties of ``kinds``, in declaration order."""
+    return tuple(f.metadata["key"] for f in fields(QueuedResourceInputs) if f.metadata["kind"] in kinds)
+
+
+REPLACE_KEYS = keys_of(Kind.REPLACE)
+UPDATE_IN_PLACE_KEYS = keys_of(Kind.UPDATE_IN_PLACE)
+INPUT_KEYS = keys_of(Kind.REPLACE, Kind.UPDATE_IN_PLACE, Kind.DESCRIPTIVE, Kind.PROVIDER_ONLY)
+OUTPUT_KEYS = keys_of(Kind.OUTPUT)
+
+
+def differs(old: Any, new: Any) -> bool:
+    """Whether a property changed; a value not yet known (``pulumi preview``) counts as changed."""
+    if old == UNKNOWN or new == UNKNOWN:
+        return True
+    return json.dumps(old, sort_keys=True, default=str) != json.dumps(new, sort_keys=True, default=str)
+
+
+# From the stack config -------------------------------------------------------------------
+
+
+def reservation_path(config: StackConfig) -> str | None:
+    """The QR's ``reservation_name`` for ``capacity: reserved``.
+
+    A short name becomes ``projects/<project>/locations/<zone>/reservations/<name>``; without
+    a name it is ``.../reservations/-`` (any reservation of the project in the zone), as
+    ``gcloud compute tpus queued-resources create --reserved`` sends it (gcloud's
+    ``queued_resource_util.CreateReservationName``).
+    """
+    if config.capacity != "reserved":
+        return None
+    name = config.reservation_name or "-"
+    if "/" in name:
+        return name
+    return f"projects/{config.project}/locations/{config.zone}/reservations/{name}"
+
+
+def check_provisionable(config: StackConfig) -> None:
+    """Reject stacks the tpu_v2 API cannot provision, naming the key, before any API call.
+
+    Raises:
+      infra.config.StackConfigError
+    """
+    from infra.config import StackConfigError
+
+    if config.capacity not in API_CAPACITY:
+        raise StackConfigError(
+            f"stack {config.stack!r} cannot be provisioned:",
+            [
+                f"multislice:capacity: {config.capacity!r} needs the TPU v2alpha1 API, which this program "
+                f"does not use; allowed: {', '.join(API_CAPACITY)}"
+            ],
+        )
+
+
+def queued_resource_props(
+    config: StackConfig,
+    script: RenderedScript,
+    *,
+    network: pulumi.Input[str],
+    subnetwork: pulumi.Input[str],
+    service_account: pulumi.Input[str],
+    tags: pulumi.Input[list[str]],
+) -> dict[str, Any]:
+    """The QR's inputs for a stack (camelCase engine names; some values may be Outputs).
+
+    ``metadata`` holds the startup script and the run directory; ``trainer`` (the TrainConfig
+    as a plain object) and the sha256 values describe the script so ``pulumi preview --diff``
+    shows which key changed while the script's own diff is hidden. Pure: equal configs give
+    equal dicts.
+
+    Raises:
+      infra.config.StackConfigError: the stack cannot be provisioned (:func:`check_provisionable`).
+    """
+    check_provisionable(config)
+    settings = config.queued_resource
+    inputs = QueuedResourceInputs(
+        project=config.project,
+        zone=config.zone,
+        queued_resource_id=config.queued_resource_id,
+        node_id=None if config.slices > 1 else config.queued_resource_id,
+        node_id_prefix=config.queued_resource_id if config.slices > 1 else None,
+        accelerator_type=config.accelerator_type,
+        runtime_version=config.effective_runtime_version,
+        slices=config.slices,
+        capacity=config.capacity,
+        reservation_name=reservation_path(config),
+        network=network,
+        subnetwork=subnetwork,
+        service_account=service_account,
+        tags=tags,
+        labels=dict(sorted(config.resource_labels.items())),
+        metadata={STARTUP_SCRIPT_KEY: script.text, RUN_DIR_KEY: config.run_dir},
+        # None values are dropped: the engine stores no nulls, so previews compare like with like.
+        trainer=config.training.model_dump(mode="json", exclude_none=True),
+        run_dir=config.run_dir,
+        bundle_sha256=script.bundle_sha256,
+        startup_script_sha256=script.sha256,
+        requirements_sha256=script.requirements_sha256,
+        startup_script_bytes=script.size_bytes,
+        wait_for=settings.wait_for,
+        create_timeout_seconds=settings.create_timeout,
+        delete_timeout_seconds=settings.delete_timeout,
+        valid_until_seconds=settings.valid_until,
+    )
+    return inputs.to_props()
+
+
+# Derived from the props --------------------------------------------------------------------
+
+
+def node_ids(props: dict[str, Any]) -> list[str]:
+    """Node ids the QR of ``props`` creates: ``<prefix>-0…`` (slices > 1) or ``nodeId``."""
+    if props.get("nodeIdPrefix"):
+        return [f"{props['nodeIdPrefix']}-{i}" for i in range(int(props["slices"]))]
+    return [props.get("nodeId") or props["queuedResourceId"]]
+
+
+def parent_of(props: dict[str, Any]) -> str:
+    """``projects/<project>/locations/<zone>``: the parent of the QR and its nodes."""
+    return f"projects/{props['project']}/locations/{props['zone']}"
+
+
+def qr_name_of(props: dict[str, Any]) -> str:
+    """The QR's resource name, ``projects/<p>/locations/<zone>/queuedResources/<id>``."""
+    return f"{parent_of(props)}/queuedResources/{props['queuedResourceId']}"
+
+
+def outputs_for(
+    props: dict[str, Any],
+    qr: Any | None,
+    nodes: list[dict[str, Any]] | None,
+    *,
+    ready: bool,
+    message: str = "",
+    pending_node_sync: bool = False,
+) -> dict[str, Any]:
+    """The resource's outputs: the inputs of ``props`` plus every :data:`OUTPUT_KEYS` value.
+
+    Args:
+      qr: the live ``tpu_v2.QueuedResource`` (None: state ``UNKNOWN``).
+      nodes: per-node views (``TpuApi.node_views``); None or empty while there are none.
+    """
+    outs = {k: v for k, v in props.items() if k in INPUT_KEYS}
+    outs.update(
+        queuedResourceName=qr_name_of(props),
+        state=state_name(qr) if qr is not None else "UNKNOWN",
+        ready=ready,
+        statusMessage=message,
+        nodeNames=node_ids(props),
+        nodes=nodes or [],
+        # None (not False) while there are no nodes to compare: nothing to converge yet.
+        nodesInSync=all(n.get("inSync") for n in nodes) if nodes else None,
+        pendingNodeSync=pending_node_sync,
+    )
+    return outs
+
+
+def build_queued_resource(props: dict[str, Any]) -> tpu_v2.QueuedResource:
+    """The ``tpu_v2.QueuedResource`` message for ``props`` (see :func:`queued_resource_props`)."""
+    from google.cloud import tpu_v2
+    from google.protobuf import duration_pb2
+
+    node = tpu_v2.Node(
+        accelerator_type=props["acceleratorType"],
+        runtime_version=props["runtimeVersion"],
+        network_config=tpu_v2.NetworkConfig(
+            network=props["network"], subnetwork=props["subnetwork"], enable_external_ips=False
+        ),
+        service_account=tpu_v2.ServiceAccount(email=props["serviceAccount"], scope=[CLOUD_PLATFORM_SCOPE]),
+        metadata=dict(props.get("metadata") or {}),
+        labels=dict(props.get("labels") or {}),
+        tags=list(props.get("tags") or []),
+        description=f"multislice {props['queuedResourceId']} ({int(props['slices'])} x {props['acceleratorType']})",
+    )
+    spec = tpu_v2.QueuedResource.Tpu.NodeSpec(parent=parent_of(props), node=node)
+    if props.get("nodeIdPrefix"):
+        spec.multislice_params = tpu_v2.QueuedResource.Tpu.NodeSpec.MultisliceParams(
+            node_count=int(props["slices"]), node_id_prefix=props["nodeIdPrefix"]
+        )
+    else:
+        spec.node_id = props.get("nodeId") or props["queuedResourceId"]
+    qr = tpu_v2.QueuedResource(tpu=tpu_v2.QueuedResource.Tpu(node_spec=[spec]))
+    capacity = props["capacity"]
+    if capacity == "spot":
+        qr.spot = tpu_v2.QueuedResource.Spot()
+    elif capacity == "reserved":
+        qr.reservation_name = props["reservationName"]
+    if props.get("validUntilSeconds"):
+        qr.queueing_policy = tpu_v2.QueuedResource.QueueingPolicy(
+            valid_until_duration=duration_pb2.Duration(seconds=int(props["validUntilSeconds"]))
+        )
+    return qr

@@ -1,0 +1,99 @@
+"""What the queued-resource tests share: the dev stack's props (with a stand-in for the rendered
+startup script), the loopback TPU API fake (:mod:`tests.fakes.tpu_api`), and a provider aimed
+at it with millisecond poll intervals and retry delays.
+
+Test modules import the fixtures they use by name, e.g.
+``from tests.fakes.queued_resource import dev, fake, props``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+
+import pytest
+from google.cloud import tpu_v2
+
+from infra.config import load_stack
+from infra.queued_resource import QueuedResourceProvider, queued_resource_props
+from tests.fakes.tpu_api import FakeTpuApi
+
+NETWORK = "projects/acme-ml-dev/global/networks/multislice-dev-net"
+SUBNETWORK = "projects/acme-ml-dev/regions/us-central2/subnetworks/multislice-dev-subnet"
+SERVICE_ACCOUNT = "multislice-dev-tpu@acme-ml-dev.iam.gserviceaccount.com"
+TAG = "multislice-dev-tpu"
+
+
+@dataclass(frozen=True)
+class Script:
+    """Stands in for infra.startup.RenderedScript (the provider only reads these fields)."""
+
+    text: str
+    sha256: str
+    bundle_sha256: str = "b" * 64
+    requirements_sha256: str = "r" * 64
+
+    @property
+    def size_bytes(self) -> int:
+        return len(self.text.encode())
+
+
+def script(text: str = "#!/bin/bash\necho v1\n", **fields: str) -> Script:
+    return Script(text=text, sha256=hashlib.sha256(text.encode()).hexdigest(), **fields)
+
+
+def props_for(config, rendered: Script | None = None) -> dict:
+    """``queued_resource_props`` of ``config`` with this module's network, account and tag."""
+    return queued_resource_props(
+        config, rendered or script(), network=NETWORK, subnetwork=SUBNETWORK, service_account=SERVICE_ACCOUNT, tags=[TAG]
+    )
+
+
+def provider_for(fake: FakeTpuApi, lines: list[str] | None = None, **overrides) -> QueuedResourceProvider:
+    settings = dict(
+        api_endpoint=fake.endpoint,
+        poll_seconds=0.005,
+        max_poll_seconds=0.01,
+        retry_initial_seconds=0.005,
+        retry_deadline_seconds=1.0,
+        progress=(lines.append if lines is not None else (lambda _line: None)),
+    )
+    settings.update(overrides)
+    return QueuedResourceProvider(**settings)
+
+
+def qr_name(props) -> str:
+    return f"projects/{props['project']}/locations/{props['zone']}/queuedResources/{props['queuedResourceId']}"
+
+
+def create_body(fake: FakeTpuApi) -> tpu_v2.QueuedResource:
+    """The ``tpu_v2.QueuedResource`` of the first successful CreateQueuedResource the fake got."""
+    call = next(c for c in fake.calls if c.rpc == "CreateQueuedResource" and c.status == 200)
+    return tpu_v2.QueuedResource.from_json(json.dumps(call.body))
+
+
+@pytest.fixture(scope="module")
+def dev():
+    return load_stack("dev")
+
+
+@pytest.fixture
+def props(dev):
+    return props_for(dev)
+
+
+@pytest.fixture
+def fake():
+    with FakeTpuApi() as server:
+        yield server
+
+
+@pytest.fixture
+def active(fake, props):
+    """(provider, id, outputs) of an ACTIVE queued resource of ``props``; the fake's call log
+    is cleared."""
+    provider = provider_for(fake)
+    result = provider.create(props)
+    fake.calls.clear()
+    return provider, result.id, result.outs
