@@ -15,7 +15,8 @@ Modules, each with the formulas and public sources of its figures:
   preview warnings;
 * :mod:`infra.planner.render`: the rich rendering of a plan (imported by the CLI only).
 
-This module assembles them: :class:`Plan`, :func:`plan` and :func:`advisories`. Both take a :class:`~infra.config.StackConfig`, whose
+This module assembles them: :class:`Plan` (its ``--json`` made from the dataclass fields),
+:func:`plan` and :func:`advisories`. Both take a :class:`~infra.config.StackConfig`, whose
 validation already guarantees what the arithmetic relies on (1 ≤ slices ≤ 256, Multislice
 only on v4 and later, ICI product = chips per slice, DCN product = slices, DCN tensor = 1, a
 global batch that splits over the mesh); nothing here checks those again.
@@ -24,6 +25,7 @@ global batch that splits over the mesh); nothing here checks those again.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from infra.config import StackConfig
@@ -82,6 +84,8 @@ class Plan:
       slices, chips_per_slice, chips, hosts_per_slice, hosts, chips_per_host: the job's size
         (hosts = TPU VMs, one process each).
       parallelism: the ICI and DCN axis sizes.
+      mesh: derived from ``parallelism``: ``axis -> {"dcn": n, "ici": n, "size": n}`` for
+        data, fsdp, tensor.
       parameters: parameter count (``training.model.param_count``).
       sequence_length, global_batch_size: sequences of tokens per step.
       global_batch_tokens: tokens per optimizer step over all slices.
@@ -101,68 +105,71 @@ class Plan:
     hosts_per_slice: int
     hosts: int
     chips_per_host: int
-    parallelism: ParallelismConfig
+    parallelism: ParallelismConfig = dataclasses.field(metadata={"json": None})  # as "mesh"
+    mesh: dict[str, dict[str, int]] = dataclasses.field(init=False)
     parameters: int
     sequence_length: int
     global_batch_size: int
     global_batch_tokens: int
-    dcn: DcnCheck
-    memory: MemoryEstimate
+    dcn: DcnCheck = dataclasses.field(metadata={"json": ""})
+    memory: MemoryEstimate = dataclasses.field(metadata={"json": ""})
     recommendations: tuple[str, ...]
     sources: dict[str, str]
 
-    @property
-    def mesh(self) -> dict[str, dict[str, int]]:
-        """``axis -> {"dcn": n, "ici": n, "size": n}`` for data, fsdp, tensor."""
+    def __post_init__(self) -> None:
         par = self.parallelism
-        return {
+        mesh = {
             axis: {"dcn": getattr(par.dcn, axis), "ici": getattr(par.ici, axis), "size": par.mesh_shape[axis]}
             for axis in MESH_AXES
         }
+        object.__setattr__(self, "mesh", mesh)
 
     def to_json(self) -> dict[str, Any]:
-        """A JSON-ready dict (``multislice plan --json``)."""
-        dcn, mem = self.dcn, self.memory
-        return {
-            "stack": self.stack,
-            "accelerator_type": self.accelerator_type,
-            "generation": self.generation,
-            "slices": self.slices,
-            "chips_per_slice": self.chips_per_slice,
-            "chips": self.chips,
-            "hosts_per_slice": self.hosts_per_slice,
-            "hosts": self.hosts,
-            "chips_per_host": self.chips_per_host,
-            "mesh": self.mesh,
-            "parameters": self.parameters,
-            "sequence_length": self.sequence_length,
-            "global_batch_size": self.global_batch_size,
-            "global_batch_tokens": self.global_batch_tokens,
-            "dcn_replicas": dcn.replicas,
-            "tokens_per_replica": dcn.tokens_per_replica,
-            "arithmetic_intensity": dcn.arithmetic_intensity,
-            "peak_flops_per_chip": dcn.peak_flops_per_chip,
-            "dcn_bits_per_second_per_host": dcn.dcn_bits_per_second_per_host,
-            "dcn_bits_per_parameter": dcn.bits_per_parameter,
-            "operational_intensity": dcn.operational_intensity,
-            "min_batch_tokens": dcn.min_batch_tokens,
-            "recommended_batch_tokens": dcn.recommended_batch_tokens,
-            "safety_margin": SAFETY_MARGIN,
-            "dcn_bound": dcn.dcn_bound,
-            "meets_dcn_margin": dcn.meets_margin,
-            "hbm_bytes_per_chip": mem.total,
-            "hbm_capacity_bytes": mem.capacity,
-            "hbm_fraction": mem.fraction,
-            "fits_in_hbm": mem.fits,
-            "memory_bytes_per_chip": {
-                "parameters": mem.parameters,
-                "gradients": mem.gradients,
-                "optimizer_state": mem.optimizer_state,
-                "activations": mem.activations,
-            },
-            "recommendations": list(self.recommendations),
-            "sources": dict(self.sources),
-        }
+        """A JSON-ready dict (``multislice plan --json``), made from the dataclass fields of the
+        plan, of its :class:`DcnCheck` and of its :class:`MemoryEstimate` (see
+        :func:`_json_document`)."""
+        return _json_document(self)
+
+
+def _json_document(obj: Any) -> dict[str, Any]:
+    """The dataclass ``obj`` as a JSON-ready dict: one key per field, the field name or its
+    ``metadata["json"]`` (a dotted key nests; None leaves the field out; ``""`` puts a nested
+    dataclass's keys at this level). Nested dataclasses become objects, tuples become lists.
+
+    Raises:
+      ValueError: two fields map to the same key (a programming error).
+    """
+    out: dict[str, Any] = {}
+    for path, value in _json_leaves(obj, ()):
+        node = out
+        for key in path[:-1]:
+            node = node.setdefault(key, {})
+        if path[-1] in node:
+            raise ValueError(f"two fields map to the JSON key {'.'.join(path)!r}")
+        node[path[-1]] = value
+    return out
+
+
+def _json_leaves(obj: Any, prefix: tuple[str, ...]) -> Iterator[tuple[tuple[str, ...], Any]]:
+    """``(key path, JSON value)`` of every field of the dataclass ``obj`` (see :func:`_json_document`)."""
+    for field in dataclasses.fields(obj):
+        key = field.metadata.get("json", field.name)
+        if key is None:
+            continue
+        path = prefix + tuple(part for part in key.split(".") if part)
+        value = getattr(obj, field.name)
+        if dataclasses.is_dataclass(value):
+            yield from _json_leaves(value, path)
+        else:
+            yield path, _json_value(value)
+
+
+def _json_value(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {key: _json_value(item) for key, item in value.items()}
+    if isinstance(value, (tuple, list)):
+        return [_json_value(item) for item in value]
+    return value
 
 
 def plan(config: StackConfig) -> Plan:

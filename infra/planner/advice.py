@@ -19,7 +19,7 @@ import math
 from typing import TYPE_CHECKING
 
 from infra.config import StackConfig
-from infra.planner.dcn import SAFETY_MARGIN, operational_intensity
+from infra.planner.dcn import operational_intensity
 from infra.planner.memory import HBM_TIGHT_FRACTION, memory_per_chip
 
 if TYPE_CHECKING:
@@ -98,7 +98,7 @@ def recommendations(p: Plan, config: StackConfig) -> tuple[str, ...]:
                 f"DCN-bound: {dcn.tokens_per_replica:,.0f} tokens per replica give an operational intensity of "
                 f"{dcn.operational_intensity:,.0f} FLOP/bit < {dcn.arithmetic_intensity:,.0f}; raise "
                 f"global_batch_size to ≥ {need_seqs} sequences ({need_tokens:,.0f} tokens), ≥ {margin_seqs} with "
-                f"the Multislice overview's {SAFETY_MARGIN:g}× margin; when adding slices, scale the global "
+                f"the Multislice overview's {dcn.safety_margin:g}× margin; when adding slices, scale the global "
                 "batch linearly"
             )
             pipe = _pipeline_depth(p)
@@ -106,7 +106,7 @@ def recommendations(p: Plan, config: StackConfig) -> tuple[str, ...]:
                 out.append(pipe)
         elif not dcn.meets_margin:
             out.append(
-                f"compute-bound but below the Multislice overview's {SAFETY_MARGIN:g}× margin (DCN can drop "
+                f"compute-bound but below the Multislice overview's {dcn.safety_margin:g}× margin (DCN can drop "
                 f"packets briefly): {dcn.tokens_per_replica:,.0f} tokens per replica, recommended ≥ "
                 f"{dcn.recommended_batch_tokens:,.0f} (global_batch_size ≥ {margin_seqs})"
             )

@@ -134,26 +134,32 @@ class DcnCheck:
       bits_per_parameter: 32 or 64; None with a single replica.
       operational_intensity: 4·B / bits, FLOP per bit; None with a single replica.
       min_batch_tokens: minimum B (tokens per replica); None with a single replica.
-      recommended_batch_tokens: ``SAFETY_MARGIN × min_batch_tokens``; None with one replica.
+      recommended_batch_tokens: ``safety_margin × min_batch_tokens``; None with one replica.
+      safety_margin: :data:`SAFETY_MARGIN`.
       dcn_bound: True when ``operational_intensity < arithmetic_intensity``.
       meets_margin: True when B ≥ the recommended batch (or no DCN all-reduce happens).
       dcn_fsdp: ``parallelism.dcn.fsdp`` (FSDP traffic over DCN is not modelled when > 1).
       chips_per_host: chips per TPU VM.
+
+    A field's ``metadata["json"]`` is its key in ``multislice plan --json`` (``Plan.to_json``);
+    ``dcn_fsdp`` and ``chips_per_host`` are left out there (the plan's ``mesh`` and
+    ``chips_per_host`` carry them).
     """
 
-    replicas: int
+    replicas: int = dataclasses.field(metadata={"json": "dcn_replicas"})
     tokens_per_replica: float
     arithmetic_intensity: float
     peak_flops_per_chip: float
     dcn_bits_per_second_per_host: float
-    bits_per_parameter: int | None
+    bits_per_parameter: int | None = dataclasses.field(metadata={"json": "dcn_bits_per_parameter"})
     operational_intensity: float | None
     min_batch_tokens: float | None
     recommended_batch_tokens: float | None
+    safety_margin: float
     dcn_bound: bool
-    meets_margin: bool
-    dcn_fsdp: int
-    chips_per_host: int
+    meets_margin: bool = dataclasses.field(metadata={"json": "meets_dcn_margin"})
+    dcn_fsdp: int = dataclasses.field(metadata={"json": None})
+    chips_per_host: int = dataclasses.field(metadata={"json": None})
 
     @property
     def applies(self) -> bool:
@@ -184,6 +190,7 @@ def dcn_check(accelerator: AcceleratorType, parallelism: ParallelismConfig, glob
         "arithmetic_intensity": ai,
         "peak_flops_per_chip": accelerator.generation.peak_bf16_flops_per_chip,
         "dcn_bits_per_second_per_host": accelerator.dcn_bits_per_second_per_host,
+        "safety_margin": SAFETY_MARGIN,
         "dcn_fsdp": parallelism.dcn.fsdp,
         "chips_per_host": accelerator.chips_per_host,
     }

@@ -129,25 +129,29 @@ def activation_bytes_per_chip(train: TrainConfig) -> int:
 @dataclasses.dataclass(frozen=True)
 class MemoryEstimate:
     """Bytes per chip. ``parameters``, ``gradients`` and ``optimizer_state`` are float32 shards;
-    ``activations`` is :func:`activation_bytes_per_chip`; ``capacity`` is the chip's HBM."""
+    ``activations`` is :func:`activation_bytes_per_chip`; ``capacity`` is the chip's HBM.
 
-    parameters: int
-    gradients: int
-    optimizer_state: int
-    activations: int
-    capacity: int
+    Derived (not constructor arguments): ``total`` (bytes, the four parts), ``fraction``
+    (``total / capacity``) and ``fits`` (``total ≤ capacity``).
 
-    @property
-    def total(self) -> int:
-        return self.parameters + self.gradients + self.optimizer_state + self.activations
+    A field's ``metadata["json"]`` is its key in ``multislice plan --json`` (``Plan.to_json``;
+    a dotted key nests: the four parts go under ``memory_bytes_per_chip``).
+    """
 
-    @property
-    def fits(self) -> bool:
-        return self.total <= self.capacity
+    parameters: int = dataclasses.field(metadata={"json": "memory_bytes_per_chip.parameters"})
+    gradients: int = dataclasses.field(metadata={"json": "memory_bytes_per_chip.gradients"})
+    optimizer_state: int = dataclasses.field(metadata={"json": "memory_bytes_per_chip.optimizer_state"})
+    activations: int = dataclasses.field(metadata={"json": "memory_bytes_per_chip.activations"})
+    capacity: int = dataclasses.field(metadata={"json": "hbm_capacity_bytes"})
+    total: int = dataclasses.field(init=False, metadata={"json": "hbm_bytes_per_chip"})
+    fraction: float = dataclasses.field(init=False, metadata={"json": "hbm_fraction"})
+    fits: bool = dataclasses.field(init=False, metadata={"json": "fits_in_hbm"})
 
-    @property
-    def fraction(self) -> float:
-        return self.total / self.capacity
+    def __post_init__(self) -> None:
+        total = self.parameters + self.gradients + self.optimizer_state + self.activations
+        object.__setattr__(self, "total", total)
+        object.__setattr__(self, "fraction", total / self.capacity)
+        object.__setattr__(self, "fits", total <= self.capacity)
 
 
 def memory_per_chip(train: TrainConfig, hbm_capacity_bytes: int) -> MemoryEstimate:

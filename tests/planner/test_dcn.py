@@ -102,7 +102,7 @@ def test_dcn_check_carries_the_catalog_figures_and_the_margin():
     assert check.dcn_fsdp == 1 and check.bits_per_parameter == 64
     assert check.tokens_per_replica == 500_000
     assert check.min_batch_tokens == pytest.approx(check.arithmetic_intensity * 64 / 4)
-    assert planner.SAFETY_MARGIN == 2.0
+    assert check.safety_margin == planner.SAFETY_MARGIN == 2.0
     assert check.recommended_batch_tokens == pytest.approx(2.0 * check.min_batch_tokens)
     assert check.meets_margin is (500_000 >= check.recommended_batch_tokens)
 
