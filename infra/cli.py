@@ -348,6 +348,7 @@ def plan_command(
 ) -> None:
     """Before `pulumi up`: the mesh, per-chip memory against HBM, and the Multislice overview's DCN check."""
     from infra import planner
+    from infra.planner.render import print_plan
 
     config = load_config(stack, config_file)
     try:
@@ -357,66 +358,7 @@ def plan_command(
     if json_output:
         typer.echo(json.dumps(result.to_json(), indent=2))
     else:
-        print_plan(result)
-
-
-def print_plan(p) -> None:
-    """Human-readable ``multislice plan`` output (an ``infra.planner.Plan``)."""
-    from infra import planner
-
-    def gib(n: float) -> str:
-        return f"{n / 2**30:,.2f} GiB" if n >= 2**30 else f"{n / 2**20:,.1f} MiB"
-
-    dcn, mem = p.dcn, p.memory
-    console.print(
-        f"[bold]stack {p.stack}[/]: {p.slices} × {p.accelerator_type} ({p.generation}) = {p.chips} chips on "
-        f"{p.hosts} TPU VMs ({p.hosts_per_slice} per slice, {p.chips_per_host} chips each); "
-        f"{p.parameters:,} parameters"
-    )
-    mesh = Table(title="mesh (size = dcn × ici)", title_justify="left")
-    for column in ("axis", "dcn", "ici", "size"):
-        mesh.add_column(column, justify="left" if column == "axis" else "right")
-    for axis, sizes in p.mesh.items():
-        mesh.add_row(axis, str(sizes["dcn"]), str(sizes["ici"]), str(sizes["size"]))
-    console.print(mesh)
-    console.print(
-        f"global batch: {p.global_batch_size} sequences × {p.sequence_length} tokens = "
-        f"{p.global_batch_tokens:,} tokens per step; {dcn.tokens_per_replica:,.0f} per DCN replica "
-        f"({dcn.replicas} replica{'s' if dcn.replicas != 1 else ''})"
-    )
-    memory = Table(title="memory per chip (estimate)", title_justify="left", show_header=False)
-    for name, value in (
-        ("parameters (float32)", mem.parameters),
-        ("gradients (float32)", mem.gradients),
-        ("optimizer state (AdamW mu, nu)", mem.optimizer_state),
-        ("activations", mem.activations),
-    ):
-        memory.add_row(name, gib(value))
-    verdict = "[green]fits[/]" if mem.fits else "[bold red]OVER HBM[/]"
-    memory.add_row("total", f"{gib(mem.total)} of {gib(mem.capacity)} HBM ({mem.fraction:.1%}): {verdict}")
-    console.print(memory)
-    console.print(
-        f"DCN check (Multislice overview): hardware arithmetic intensity = {dcn.chips_per_host} chips/host × "
-        f"{dcn.peak_flops_per_chip:.4g} FLOP/s ÷ {dcn.dcn_bits_per_second_per_host:.4g} bit/s per host = "
-        f"{dcn.arithmetic_intensity:,.0f} FLOP/bit"
-    )
-    if dcn.applies:
-        verdict = "[bold red]DCN-bound[/]" if dcn.dcn_bound else "[green]compute-bound[/]"
-        console.print(
-            f"  operational intensity 4 × {dcn.tokens_per_replica:,.0f} / {dcn.bits_per_parameter} = "
-            f"{dcn.operational_intensity:,.0f} FLOP/bit: {verdict}\n"
-            f"  minimum batch {dcn.min_batch_tokens:,.0f} tokens per replica; with the Multislice overview's "
-            f"{planner.SAFETY_MARGIN:g}× margin {dcn.recommended_batch_tokens:,.0f}"
-            + ("" if dcn.meets_margin else " (not met)")
-        )
-    else:
-        console.print("  no data parallelism over DCN: no gradient all-reduce crosses DCN")
-    console.print("recommendations:")
-    for line in p.recommendations:
-        console.print(f"  - {line}", soft_wrap=True, markup=False)
-    console.print("sources:")
-    for key, source in p.sources.items():
-        console.print(f"  {key}: {source}", soft_wrap=True, markup=False)
+        print_plan(result, console)
 
 
 bench_app = typer.Typer(no_args_is_help=True, help="Measure what a mesh achieves (training/bench.py).")

@@ -1,0 +1,179 @@
+"""Memory per chip: float32 training state sharded like the parameters, plus activations.
+
+Parameters, gradients and optimizer state are float32 (``training.model``,
+``training.optimizer``: AdamW keeps two float32 moments, ``mu`` and ``nu``, shaped like the
+parameters; its int32 step counters are ignored). All three are sharded exactly like the
+parameters: each dimension's logical axis (``training.model.logical_axes``) is split over the
+mesh axes ``training.mesh.LOGICAL_AXIS_RULES`` assigns it (``embed`` over fsdp; ``heads``,
+``mlp``, ``vocab`` over tensor), as ``training.train`` shards its state. Parameter shapes are
+taken from ``training.model.init_params`` with ``jax.eval_shape`` (no arrays are made).
+
+Activations are the tensors autodiff keeps for the backward pass (``training.train`` does no
+rematerialization), adapted from Korthikanti et al. 2022, "Reducing Activation Recomputation
+in Large Transformer Models" (arXiv:2205.05198), §4.1: ``s·b·h·(34 + 5·a·s/h)`` bytes per layer
+for 16-bit activations with dropout, ``s·b·h·(10 + 24/t + 5·a·s/(h·t))`` with t-way tensor
+parallelism. This model has no dropout (the two dropout masks, ``2·s·b·h`` bytes, and the
+dropout output go), computes the attention scores and the softmax in float32 and casts the
+probabilities to ``compute_dtype``, and its MLP width is ``d_ff`` (not always 4h). With
+``e`` bytes per element of ``compute_dtype``, ``b`` sequences per chip (``global_batch_size ÷
+(data × fsdp)``), ``s`` = sequence_length, ``h`` = d_model, ``f`` = d_ff, ``a`` = heads and t the
+tensor axis size, :func:`activation_bytes_per_chip` counts per layer
+
+* replicated over tensor: ``4·e·s·b·h`` (the two norm inputs and the two norm outputs that
+  feed the QKV and MLP-in matmuls);
+* split over tensor: ``(4·e·s·b·h + 2·e·s·b·f + a·s²·b·(4 + e′)) / t`` (q and k after RoPE, v,
+  the attention output feeding ``wo``; the GELU input and output; the float32 softmax output
+  plus, when ``compute_dtype`` is not float32, its ``e′ = e``-byte cast);
+
+and once for the output layer ``2·e·s·b·h + 2·4·s·b·V / t`` (final norm input, unembedding
+input, float32 logits and log-probabilities over the V = 256 byte vocabulary). With
+bfloat16 and f = 4h this is ``s·b·h·(8 + 24/t) + 6·a·s²·b/t`` per layer: the paper's
+``10 + 24/t`` less the ``2·s·b·h`` of dropout masks, and ``6`` instead of ``5`` for the
+float32 softmax. XLA's own temporaries, fragmentation and the runtime's reserve are not
+counted: treat an estimate above :data:`HBM_TIGHT_FRACTION` of HBM as at risk.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from training.config import VOCAB_SIZE, TrainConfig
+
+__all__ = [
+    "ACTIVATIONS_SOURCE",
+    "HBM_TIGHT_FRACTION",
+    "MemoryEstimate",
+    "activation_bytes_per_chip",
+    "memory_per_chip",
+    "parameter_shapes",
+]
+
+#: Where the activation formula comes from (``Plan.sources["activations"]``).
+ACTIVATIONS_SOURCE = (
+    'Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models", '
+    "arXiv:2205.05198, §4.1 (per-layer activation memory), adapted (see infra/planner/memory.py)"
+)
+
+#: Planner heuristic, not from a document: an estimate above this share of HBM is flagged as
+#: tight because XLA temporaries and fragmentation are not in the estimate.
+HBM_TIGHT_FRACTION = 0.9
+
+_F32_BYTES = 4
+_DTYPE_BYTES = {"float32": 4, "bfloat16": 2}
+_ADAM_MOMENTS = 2  # optax.adamw: mu and nu, float32, shaped like the parameters
+
+
+def parameter_shapes(train: TrainConfig) -> dict[str, tuple[tuple[int, ...], tuple[str | None, ...]]]:
+    """Every parameter of the trainer's model: ``path -> (shape, logical axes)``.
+
+    Shapes come from ``training.model.init_params`` through ``jax.eval_shape`` (abstract: no
+    arrays, no device), axes from ``training.model.logical_axes``; paths are ``/``-joined
+    tree keys, e.g. ``layers/wq``.
+    """
+    import jax
+
+    from training import model
+
+    abstract = jax.eval_shape(lambda: model.init_params(train.model, jax.random.key(0)))
+    axes = model.logical_axes(train.model)
+    out: dict[str, tuple[tuple[int, ...], tuple[str | None, ...]]] = {}
+
+    def walk(tree: Any, ax: Any, prefix: str) -> None:
+        if isinstance(tree, Mapping):
+            for key in tree:
+                walk(tree[key], ax[key], f"{prefix}/{key}" if prefix else str(key))
+        else:
+            if len(ax) != len(tree.shape):
+                raise ValueError(f"{prefix}: {len(tree.shape)} dimensions but {len(ax)} logical axes")
+            out[prefix] = (tuple(int(d) for d in tree.shape), tuple(ax))
+
+    walk(abstract, axes, "")
+    return out
+
+
+def _shard_elements(shape: tuple[int, ...], axes: tuple[str | None, ...], mesh_shape: Mapping[str, int]) -> int:
+    """Elements of one device's shard: each dimension split over the mesh axes its logical
+    axis maps to (training.mesh.LOGICAL_AXIS_RULES), rounded up like a padded shard."""
+    from training.mesh import LOGICAL_AXIS_RULES
+
+    elements = 1
+    for dim, name in zip(shape, axes, strict=True):
+        rule = LOGICAL_AXIS_RULES[name] if name is not None else None
+        mesh_axes = () if rule is None else (rule,) if isinstance(rule, str) else tuple(rule)
+        ways = math.prod(mesh_shape[a] for a in mesh_axes)
+        elements *= -(-dim // ways)
+    return elements
+
+
+def activation_bytes_per_chip(train: TrainConfig) -> int:
+    """Activation bytes one chip keeps for the backward pass at the configured batch and
+    sequence length (formula and source: the module docstring).
+
+    ``train`` is validated: its global batch splits evenly over the data × fsdp axes
+    (``TrainConfig`` rejects one that does not, naming ``global_batch_size``).
+    """
+    par = train.parallelism
+    b = train.global_batch_size // par.batch_shards
+    s, h, f = train.sequence_length, train.model.d_model, train.model.ff_width
+    a, t, n = train.model.n_heads, par.mesh_shape["tensor"], train.model.n_layers
+    e = _DTYPE_BYTES[train.model.compute_dtype]
+    softmax = a * s * s * b * (_F32_BYTES + (e if e != _F32_BYTES else 0))
+    per_layer = 4 * e * s * b * h + (4 * e * s * b * h + 2 * e * s * b * f + softmax) / t
+    output = 2 * e * s * b * h + 2 * _F32_BYTES * s * b * VOCAB_SIZE / t
+    return int(math.ceil(n * per_layer + output))
+
+
+@dataclasses.dataclass(frozen=True)
+class MemoryEstimate:
+    """Bytes per chip. ``parameters``, ``gradients`` and ``optimizer_state`` are float32 shards;
+    ``activations`` is :func:`activation_bytes_per_chip`; ``capacity`` is the chip's HBM.
+
+    Derived (not constructor arguments): ``total`` (bytes, the four parts), ``fraction``
+    (``total / capacity``) and ``fits`` (``total ≤ capacity``).
+
+    A field's ``metadata["json"]`` is its key in ``multislice plan --json`` (``Plan.to_json``;
+    a dotted key nests: the four parts go under ``memory_bytes_per_chip``).
+    """
+
+    parameters: int = dataclasses.field(metadata={"json": "memory_bytes_per_chip.parameters"})
+    gradients: int = dataclasses.field(metadata={"json": "memory_bytes_per_chip.gradients"})
+    optimizer_state: int = dataclasses.field(metadata={"json": "memory_bytes_per_chip.optimizer_state"})
+    activations: int = dataclasses.field(metadata={"json": "memory_bytes_per_chip.activations"})
+    capacity: int = dataclasses.field(metadata={"json": "hbm_capacity_bytes"})
+    total: int = dataclasses.field(init=False, metadata={"json": "hbm_bytes_per_chip"})
+    fraction: float = dataclasses.field(init=False, metadata={"json": "hbm_fraction"})
+    fits: bool = dataclasses.field(init=False, metadata={"json": "fits_in_hbm"})
+
+    def __post_init__(self) -> None:
+        total = self.parameters + self.gradients + self.optimizer_state + self.activations
+        object.__setattr__(self, "total", total)
+        object.__setattr__(self, "fraction", total / self.capacity)
+        object.__setattr__(self, "fits", total <= self.capacity)
+
+
+def memory_per_chip(train: TrainConfig, hbm_capacity_bytes: int) -> MemoryEstimate:
+    """Per-chip memory of training ``train`` on its mesh (see the module docstring).
+
+    Args:
+      train: the trainer config (model, batch, sequence length, parallelism), validated.
+      hbm_capacity_bytes: HBM of one chip (``Generation.hbm_bytes_per_chip``).
+
+    Raises:
+      ValueError: a non-positive capacity.
+    """
+    if not isinstance(hbm_capacity_bytes, int) or hbm_capacity_bytes <= 0:
+        raise ValueError(f"hbm_capacity_bytes must be a positive int; got {hbm_capacity_bytes!r}")
+    mesh_shape = train.parallelism.mesh_shape
+    params = sum(
+        _shard_elements(shape, axes, mesh_shape) * _F32_BYTES for shape, axes in parameter_shapes(train).values()
+    )
+    return MemoryEstimate(
+        parameters=params,
+        gradients=params,
+        optimizer_state=_ADAM_MOMENTS * params,
+        activations=activation_bytes_per_chip(train),
+        capacity=hbm_capacity_bytes,
+    )

@@ -1,0 +1,128 @@
+"""infra.planner.memory: memory per chip against a direct count of sharded arrays, and the
+adapted Korthikanti activation formula."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import numpy as np
+import optax
+import pytest
+
+from infra import planner
+from tests.planner.stacks import V4
+from training import mesh as mesh_lib
+from training import model
+from training.config import TrainConfig
+from training.optimizer import make_optimizer
+
+
+def direct_count(train: TrainConfig) -> dict[str, int]:
+    """Bytes of the parameter and optimizer-state shards on each device, counted from real
+    arrays sharded the way training.train shards them (8 CPU devices, one process)."""
+    mesh = mesh_lib.build_mesh(train.parallelism)
+    axes = model.logical_axes(train.model)
+    is_axes = lambda x: isinstance(x, tuple) and all(isinstance(a, (str, type(None))) for a in x)  # noqa: E731
+    param_shardings = jax.tree.map(lambda a: mesh_lib.sharding_for(mesh, a), axes, is_leaf=is_axes)
+    opt, _ = make_optimizer(train.optimizer, train.steps)
+    params = jax.jit(lambda: model.init_params(train.model, jax.random.key(0)), out_shardings=param_shardings)()
+    abstract_opt = jax.eval_shape(opt.init, params)
+    opt_shardings = optax.tree_map_params(
+        opt, lambda _, s: s, abstract_opt, param_shardings, transform_non_params=lambda _: mesh_lib.sharding_for(mesh, ())
+    )
+    opt_state = jax.jit(opt.init, out_shardings=opt_shardings)(params)
+
+    def per_device(tree, keep=lambda a: True) -> set[int]:
+        totals: dict[int, int] = {}
+        for leaf in jax.tree.leaves(tree):
+            if not keep(leaf):
+                continue
+            for shard in leaf.addressable_shards:
+                totals[shard.device.id] = totals.get(shard.device.id, 0) + shard.data.nbytes
+        return set(totals.values())
+
+    (param_bytes,) = per_device(params)
+    (moment_bytes,) = per_device(opt_state, keep=lambda a: a.ndim > 0)
+    (counter_bytes,) = per_device(opt_state, keep=lambda a: a.ndim == 0)
+    return {"params": param_bytes, "moments": moment_bytes, "counters": counter_bytes,
+            "count": sum(int(np.prod(x.shape)) for x in jax.tree.leaves(params))}
+
+
+@pytest.mark.parametrize(
+    "ici", [{"data": 1, "fsdp": 8, "tensor": 1}, {"data": 2, "fsdp": 2, "tensor": 2}, {"data": 1, "fsdp": 2, "tensor": 4}]
+)
+def test_memory_matches_a_direct_count_of_sharded_arrays(ici):
+    train = TrainConfig.model_validate(
+        {
+            "model": {"d_model": 64, "n_layers": 2, "n_heads": 4, "d_ff": 96},
+            "sequence_length": 32,
+            "global_batch_size": 8,
+            "parallelism": {"ici": ici},
+        }
+    )
+    counted = direct_count(train)
+    mem = planner.memory_per_chip(train, V4.hbm_bytes_per_chip)
+    assert counted["count"] == model.param_count(train.model)
+    assert mem.parameters == counted["params"]
+    assert mem.gradients == mem.parameters  # float32, sharded like the parameters
+    assert mem.optimizer_state == counted["moments"]  # AdamW mu + nu
+    assert counted["counters"] <= 16  # int32 step counters, not estimated
+    assert mem.capacity == 32 * 2**30
+
+
+def test_parameter_shapes_are_the_models_with_their_logical_axes():
+    train = TrainConfig.model_validate({"model": {"d_model": 64, "n_layers": 2, "n_heads": 4, "d_ff": 96}})
+    params = model.init_params(train.model, jax.random.key(0))
+    axes = model.logical_axes(train.model)
+    flat = {
+        "/".join(str(k.key) for k in path): (tuple(leaf.shape), axes_leaf)
+        for (path, leaf), axes_leaf in zip(
+            jax.tree_util.tree_leaves_with_path(params),
+            jax.tree.leaves(axes, is_leaf=lambda x: isinstance(x, tuple)),
+            strict=True,
+        )
+    }
+    assert planner.parameter_shapes(train) == flat
+
+
+def test_activation_formula_is_korthikanti_adapted():
+    s, b, h, a, n = 128, 2, 64, 4, 3
+    base = {"model": {"d_model": h, "n_layers": n, "n_heads": a}, "sequence_length": s, "global_batch_size": b}
+    bf16 = TrainConfig.model_validate(base | {"model": base["model"] | {"compute_dtype": "bfloat16"}})
+    # Korthikanti et al. 2022: s·b·h·34 + 5·a·s²·b per layer (16-bit, with dropout). Here: no
+    # dropout masks (−2·s·b·h), float32 softmax plus its bf16 cast (6 instead of 5 × a·s²·b).
+    per_layer = s * b * h * 34 + 5 * a * s * s * b - 2 * s * b * h + a * s * s * b
+    output = 2 * 2 * s * b * h + 2 * 4 * s * b * 256
+    assert planner.activation_bytes_per_chip(bf16) == n * per_layer + output
+    f32 = TrainConfig.model_validate(base | {"model": base["model"] | {"compute_dtype": "float32"}})
+    per_layer = 4 * s * b * h * 4 + 4 * s * b * h * 4 + 2 * 4 * s * b * 4 * h + 4 * a * s * s * b
+    assert planner.activation_bytes_per_chip(f32) == n * per_layer + 2 * 4 * s * b * h + 2 * 4 * s * b * 256
+
+
+def test_activations_split_over_batch_and_tensor_axes():
+    base = {"model": {"d_model": 64, "n_layers": 2, "n_heads": 4}, "sequence_length": 64, "global_batch_size": 16}
+    one = planner.activation_bytes_per_chip(TrainConfig.model_validate(base))
+    fsdp = planner.activation_bytes_per_chip(
+        TrainConfig.model_validate(base | {"parallelism": {"ici": {"fsdp": 8}}})
+    )
+    assert fsdp * 8 == one
+    tensor = planner.activation_bytes_per_chip(
+        TrainConfig.model_validate(base | {"parallelism": {"ici": {"tensor": 4}}})
+    )
+    assert one / 4 < tensor < one  # norms stay replicated, the rest is split
+
+
+def test_memory_estimate_derives_total_fraction_and_fit():
+    mem = planner.MemoryEstimate(parameters=100, gradients=100, optimizer_state=200, activations=624, capacity=1024)
+    assert (mem.total, mem.fraction, mem.fits) == (1024, 1.0, True)  # exactly full still fits
+    over = dataclasses.replace(mem, activations=625)
+    assert (over.total, over.fits) == (1025, False) and over.fraction == pytest.approx(1025 / 1024)
+    with pytest.raises(TypeError):
+        planner.MemoryEstimate(1, 1, 1, 1, 8, total=4)  # derived, not an argument
+
+
+def test_bad_capacity_raises_value_errors():
+    for capacity in (0, -1):
+        with pytest.raises(ValueError, match="hbm_capacity_bytes"):
+            planner.memory_per_chip(TrainConfig(), capacity)

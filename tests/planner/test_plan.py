@@ -1,0 +1,206 @@
+"""infra.planner: the plan of a stack, its ``--json`` document, and ``multislice plan``."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from infra import planner
+from infra.cli import app
+from infra.config import load_stack
+from tests.planner.stacks import STACKS, stack
+from training.model import param_count
+
+
+@pytest.mark.parametrize("name", ["dev", "staging", "prod"])
+def test_shipped_stacks_plan(name):
+    config = load_stack(name, STACKS)
+    p = planner.plan(config)
+    assert p.chips == config.slices * config.accelerator.chips
+    assert p.hosts == config.total_workers
+    assert p.memory.fits
+    assert p.dcn.tokens_per_replica == config.training.global_batch_tokens / config.training.parallelism.dcn.data
+    assert p.recommendations[0].startswith("dcn tensor parallelism is 1")
+    assert (len(planner.advisories(config)) > 0) == p.dcn.dcn_bound
+
+
+def test_plan_describes_the_stack():
+    config = stack("v4-16", slices=4, training={"global_batch_size": 64, "parallelism": {"ici": {"fsdp": 4, "tensor": 2}, "dcn": {"data": 2, "fsdp": 2}}})
+    p = planner.plan(config)
+    assert (p.stack, p.accelerator_type, p.generation) == ("t", "v4-16", "v4")
+    assert (p.slices, p.chips_per_slice, p.chips, p.hosts_per_slice, p.hosts, p.chips_per_host) == (4, 8, 32, 2, 8, 4)
+    assert p.mesh == {
+        "data": {"dcn": 2, "ici": 1, "size": 2},
+        "fsdp": {"dcn": 2, "ici": 4, "size": 8},
+        "tensor": {"dcn": 1, "ici": 2, "size": 2},
+    }
+    assert p.parameters == param_count(config.training.model)
+    assert (p.sequence_length, p.global_batch_size, p.global_batch_tokens) == (1024, 64, 64 * 1024)
+    assert p.memory == planner.memory_per_chip(config.training, 32 * 2**30)
+    assert p.dcn == planner.dcn_check(config.accelerator, config.training.parallelism, 64 * 1024)
+    assert all(planner.MULTISLICE_OVERVIEW in p.sources[key] for key in ("arithmetic_intensity", "parallelism_guidance"))
+    assert "arXiv:2205.05198" in p.sources["activations"]
+
+
+def reference_json(p: planner.Plan) -> dict:
+    """The ``--json`` document as it was written out by hand before it was made from the
+    dataclass fields: every key and value must stay."""
+    dcn, mem = p.dcn, p.memory
+    return {
+        "stack": p.stack,
+        "accelerator_type": p.accelerator_type,
+        "generation": p.generation,
+        "slices": p.slices,
+        "chips_per_slice": p.chips_per_slice,
+        "chips": p.chips,
+        "hosts_per_slice": p.hosts_per_slice,
+        "hosts": p.hosts,
+        "chips_per_host": p.chips_per_host,
+        "mesh": {
+            axis: {"dcn": getattr(p.parallelism.dcn, axis), "ici": getattr(p.parallelism.ici, axis),
+                   "size": getattr(p.parallelism.dcn, axis) * getattr(p.parallelism.ici, axis)}
+            for axis in ("data", "fsdp", "tensor")
+        },
+        "parameters": p.parameters,
+        "sequence_length": p.sequence_length,
+        "global_batch_size": p.global_batch_size,
+        "global_batch_tokens": p.global_batch_tokens,
+        "dcn_replicas": dcn.replicas,
+        "tokens_per_replica": dcn.tokens_per_replica,
+        "arithmetic_intensity": dcn.arithmetic_intensity,
+        "peak_flops_per_chip": dcn.peak_flops_per_chip,
+        "dcn_bits_per_second_per_host": dcn.dcn_bits_per_second_per_host,
+        "dcn_bits_per_parameter": dcn.bits_per_parameter,
+        "operational_intensity": dcn.operational_intensity,
+        "min_batch_tokens": dcn.min_batch_tokens,
+        "recommended_batch_tokens": dcn.recommended_batch_tokens,
+        "safety_margin": planner.SAFETY_MARGIN,
+        "dcn_bound": dcn.dcn_bound,
+        "meets_dcn_margin": dcn.meets_margin,
+        "hbm_bytes_per_chip": mem.parameters + mem.gradients + mem.optimizer_state + mem.activations,
+        "hbm_capacity_bytes": mem.capacity,
+        "hbm_fraction": mem.total / mem.capacity,
+        "fits_in_hbm": mem.total <= mem.capacity,
+        "memory_bytes_per_chip": {
+            "parameters": mem.parameters,
+            "gradients": mem.gradients,
+            "optimizer_state": mem.optimizer_state,
+            "activations": mem.activations,
+        },
+        "recommendations": list(p.recommendations),
+        "sources": dict(p.sources),
+    }
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        load_stack("dev", STACKS),
+        load_stack("prod", STACKS),
+        stack(slices=1),
+        stack(slices=4, training={"global_batch_size": 400, "parallelism": {"ici": {"fsdp": 4}, "dcn": {"data": 2, "fsdp": 2}}}),
+    ],
+    ids=["dev", "prod", "one-slice", "dcn-fsdp"],
+)
+def test_json_keeps_every_key_and_value(config):
+    p = planner.plan(config)
+    document = p.to_json()
+    assert document == reference_json(p)
+    assert json.loads(json.dumps(document)) == document  # JSON-ready: no tuples, no models
+
+
+def test_json_is_made_from_the_dataclass_fields():
+    """A field added to a plan's dataclass appears in ``--json`` under its metadata key,
+    nested by a dotted key; a field mapped to None stays out."""
+
+    @dataclasses.dataclass(frozen=True)
+    class Extra:
+        a: int
+        b: int = dataclasses.field(metadata={"json": "group.b"})
+        c: int = dataclasses.field(metadata={"json": None})
+
+    @dataclasses.dataclass(frozen=True)
+    class Outer:
+        x: str
+        nested: Extra = dataclasses.field(metadata={"json": ""})
+        inner: Extra = dataclasses.field(metadata={"json": "inner"})
+        items: tuple[int, ...] = ()
+
+    document = planner._json_document(Outer("x", Extra(1, 2, 3), Extra(4, 5, 6), (7, 8)))
+    assert document == {"x": "x", "a": 1, "group": {"b": 2}, "inner": {"a": 4, "group": {"b": 5}}, "items": [7, 8]}
+
+    @dataclasses.dataclass(frozen=True)
+    class Clash:
+        a: int
+        nested: Extra = dataclasses.field(metadata={"json": ""})
+
+    with pytest.raises(ValueError, match="'a'"):
+        planner._json_document(Clash(0, Extra(1, 2, 3)))
+
+
+# --- the command -----------------------------------------------------------------------------
+
+runner = CliRunner()
+
+
+def write_stack(tmp_path: Path, edit) -> Path:
+    data = yaml.safe_load((STACKS / "Pulumi.dev.yaml").read_text())
+    config = copy.deepcopy(data["config"])
+    edit(config)
+    path = tmp_path / "Pulumi.bad.yaml"
+    path.write_text(yaml.safe_dump({"config": config}))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("edit", "key"),
+    [
+        (lambda c: c.update({"multislice:acceleratorType": "v4-12"}), "multislice:acceleratorType"),
+        (lambda c: c["multislice:training"]["parallelism"]["ici"].update({"fsdp": 2}), "parallelism.ici"),
+        (lambda c: c.update({"multislice:slices": 3}), "parallelism.dcn"),
+        (lambda c: c["multislice:training"].update({"global_batch_size": 12}), "global_batch_size"),
+        (lambda c: c["multislice:training"].update({"sequence_length": 0}), "sequence_length"),
+        (lambda c: c["multislice:training"]["parallelism"]["ici"].update({"data": -1}), "parallelism.ici.data"),
+        (lambda c: c.update({"multislice:slices": 0}), "multislice:slices"),
+    ],
+)
+def test_cli_bad_stack_is_one_clear_error_naming_the_key(tmp_path, edit, key):
+    result = runner.invoke(app, ["plan", "--config-file", str(write_stack(tmp_path, edit))])
+    assert result.exit_code == 2
+    assert "error:" in result.output and key in result.output
+    assert "Traceback" not in result.output
+    assert isinstance(result.exception, SystemExit)  # typer.Exit, not a crash
+
+
+def test_cli_plan_json_has_the_documented_keys():
+    result = runner.invoke(app, ["plan", "--stack", "staging", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    for key, kind in {
+        "dcn_bound": bool,
+        "min_batch_tokens": float,
+        "operational_intensity": float,
+        "arithmetic_intensity": float,
+        "hbm_bytes_per_chip": int,
+        "hbm_capacity_bytes": int,
+        "fits_in_hbm": bool,
+        "global_batch_tokens": int,
+    }.items():
+        assert isinstance(data[key], kind), key
+    assert data["mesh"]["fsdp"] == {"dcn": 1, "ici": 16, "size": 16}
+    assert (data["chips"], data["hosts"], data["slices"]) == (32, 8, 2)
+    assert data["arithmetic_intensity"] == pytest.approx(22_000)
+    assert data == planner.plan(load_stack("staging", STACKS)).to_json()
+
+
+def test_cli_plan_human_output(tmp_path):
+    result = runner.invoke(app, ["plan", "--config-file", str(STACKS / "Pulumi.dev.yaml")])
+    assert result.exit_code == 0, result.output
+    for text in ("stack dev", "mesh", "memory per chip", "22,000 FLOP/bit", "DCN-bound", "recommendations", "sources"):
+        assert text in result.output
