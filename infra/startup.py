@@ -169,7 +169,7 @@ def render(config: StackConfig, *, project_root: Path | None = None) -> Rendered
     Raises:
       StartupScriptTooLarge: the script exceeds :data:`METADATA_VALUE_LIMIT_BYTES` (256 KiB,
         the GCE limit on one metadata value).
-      infra.lockfile.LockfileError: the lock cannot give the VM's pinned requirements.
+      infra.uv_lock.LockfileError: the lock cannot give the VM's pinned requirements.
       FileNotFoundError: no ``training/*.py`` under ``project_root``.
     """
     root = Path(project_root) if project_root is not None else default_project_root()

@@ -19,6 +19,7 @@ import pytest
 from infra import lockfile, startup
 from infra.config import StackConfig, load_stack
 from infra.local.metadata import MetadataServer
+from infra.target_environment import read_python_version
 from training.config import TrainConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -389,7 +390,7 @@ def test_environment_step_builds_once(vm, script):
     calls = (vm.fake_dir / "calls").read_text().splitlines()
     assert len(calls) == 4, calls
     assert calls[0].startswith("python3 -m pip install") and "--require-hashes" in calls[0]
-    assert calls[1].startswith(f"uv --no-config python install {lockfile.read_python_version(ROOT)} ")
+    assert calls[1].startswith(f"uv --no-config python install {read_python_version(ROOT)} ")
     assert f"install-dir={vm.home / 'python'}" in calls[1]
     assert calls[2].startswith("uv --no-config venv") and "--relocatable" in calls[2]
     assert calls[3].startswith("uv --no-config pip install") and "--require-hashes" in calls[3]
