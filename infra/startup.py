@@ -1,4 +1,4 @@
-"""The TPU VM startup script: rendering and the reproducible trainer bundle.
+"""The TPU VM startup script, rendered from ``infra/startup.sh.in`` for a stack.
 
 :func:`render` turns a :class:`~infra.config.StackConfig` into one bash script that every TPU
 VM of the stack boots with (metadata key ``startup-script``). The same bytes run in the local
@@ -150,11 +150,6 @@ def _heredoc_body(text: str, delimiter: str) -> str:
     return text.removesuffix("\n")
 
 
-def default_project_root() -> Path:
-    """The checkout this module lives in (training/, uv.lock, pyproject.toml, .python-version)."""
-    return lockfile.default_project_root()
-
-
 def render(config: StackConfig, *, project_root: Path | None = None) -> RenderedScript:
     """Render the startup script of a stack.
 
@@ -172,7 +167,7 @@ def render(config: StackConfig, *, project_root: Path | None = None) -> Rendered
       infra.uv_lock.LockfileError: the lock cannot give the VM's pinned requirements.
       FileNotFoundError: no ``training/*.py`` under ``project_root``.
     """
-    root = Path(project_root) if project_root is not None else default_project_root()
+    root = Path(project_root) if project_root is not None else lockfile.default_project_root()
     bundle = build_bundle(root / BUNDLE_PACKAGE)
     bundle_sha256 = hashlib.sha256(bundle).hexdigest()
     requirements = lockfile.pinned_requirements(root)
