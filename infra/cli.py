@@ -25,6 +25,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from training.bench_spec import BenchOptions, with_bench_options
+
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
@@ -366,21 +368,10 @@ app.add_typer(bench_app, name="bench")
 
 
 @bench_app.command("shardings")
+@with_bench_options
 def bench_shardings(
-    ici_data: int = typer.Option(1, "--ici-data", help="Data parallelism inside a slice."),
-    ici_fsdp: int = typer.Option(1, "--ici-fsdp", help="FSDP inside a slice."),
-    ici_tensor: int = typer.Option(1, "--ici-tensor", help="Tensor parallelism inside a slice."),
-    dcn_data: int = typer.Option(1, "--dcn-data", help="Data parallelism across slices."),
-    dcn_fsdp: int = typer.Option(1, "--dcn-fsdp", help="FSDP across slices."),
-    dcn_tensor: int = typer.Option(1, "--dcn-tensor", help="Tensor parallelism across slices (must be 1)."),
-    batch_size: int = typer.Option(1024, "--batch-size", help="Rows per device; the global batch is this × devices."),
-    embedding_dimension: int = typer.Option(512, "--embedding-dimension", help="E; the feed-forward width is 4E."),
-    layers: int = typer.Option(4, "--layers", help="MLP blocks."),
-    steps: int = typer.Option(5, "--steps", help="Timed steps (the median is reported)."),
-    warmup: int = typer.Option(2, "--warmup", help="Untimed steps first (the first one compiles)."),
-    dtype: str = typer.Option("auto", "--dtype", help="auto (bfloat16 on TPU/GPU, float32 on CPU), float32 or bfloat16."),
+    options: BenchOptions,
     timeout: float = typer.Option(600, "--timeout", min=1, help="Give up on emulated slices after this many seconds."),
-    json_output: bool = typer.Option(False, "--json", help="Print the result as JSON (tflops_per_device, efficiency, ...)."),
 ) -> None:
     """The Multislice overview's MLP-stack experiment over a (dcn × ici) mesh: TFLOP/s per device and the
     efficiency against one large matmul measured in the same run. --dcn-* > 1 without TPU
@@ -389,11 +380,7 @@ def bench_shardings(
     from training import bench
 
     try:
-        spec = bench.spec_from_options(
-            ici_data=ici_data, ici_fsdp=ici_fsdp, ici_tensor=ici_tensor, dcn_data=dcn_data, dcn_fsdp=dcn_fsdp,
-            dcn_tensor=dcn_tensor, batch_size=batch_size, embedding_dimension=embedding_dimension, layers=layers,
-            steps=steps, warmup=warmup, dtype=dtype,
-        )
+        spec = options.spec()
         result = bench_slices.run(spec, timeout_s=timeout, report=lambda line: err_console.print(line, markup=False, soft_wrap=True))
     except bench.BenchConfigError as err:
         raise fail(str(err)) from None
@@ -406,7 +393,7 @@ def bench_shardings(
             raise
         first = str(err).splitlines()[0]
         raise fail(f"out of memory: {first}; reduce --batch-size, --embedding-dimension or --layers", 1) from None
-    if json_output:
+    if options.json_output:
         typer.echo(json.dumps(result, indent=2))
     else:
         console.print(bench.summary(result), markup=False, soft_wrap=True)

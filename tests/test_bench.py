@@ -1,6 +1,7 @@
 """training.bench and ``multislice bench shardings`` / ``python -m training bench shardings``:
-tiny CPU runs (in-process on the test's 8 CPU devices, and 2 emulated slices), the figures'
-formulas, bad options, and that no child process outlives a failure."""
+tiny CPU runs (in-process on the test's 8 CPU devices, and 2 emulated slices), and that no
+child process outlives a failure. The spec, its formulas, bad options and the shared option
+declaration: tests/test_bench_spec.py."""
 
 from __future__ import annotations
 
@@ -19,39 +20,10 @@ from infra.cli import app as multislice_app
 from infra.local import bench_slices
 from training import bench
 from training.__main__ import app as training_app
+from training.bench_spec import spec_from_options
 
 TINY = {"batch_size": 16, "embedding_dimension": 64, "layers": 2, "steps": 2, "warmup": 1}
 runner = CliRunner()
-
-
-def test_spec_figures_follow_the_seed():
-    spec = bench.spec_from_options(ici_fsdp=4, dcn_data=2, batch_size=8, embedding_dimension=32, layers=3)
-    assert spec.devices == 8 and spec.slices == 2 and spec.devices_per_slice == 4
-    assert spec.parameters == 2 * 32 * 128 * 3  # 2 · D_FF · D_EMB · layers
-    assert spec.global_batch == 8 * 8  # batch size per device × devices
-    assert spec.flops_per_step == 6 * spec.parameters * spec.global_batch
-    assert spec.resolved_dtype("cpu") == "float32" and spec.resolved_dtype("tpu") == "bfloat16"
-    assert bench.BenchSpec.from_json(spec.to_json()) == spec
-
-
-@pytest.mark.parametrize(
-    ("options", "names"),
-    [
-        ({"ici_fsdp": 0}, "--ici-fsdp"),
-        ({"dcn_data": -2}, "--dcn-data"),
-        ({"batch_size": 0}, "--batch-size"),
-        ({"embedding_dimension": -1}, "--embedding-dimension"),
-        ({"layers": 0}, "--layers"),
-        ({"warmup": 0}, "--warmup"),
-        ({"dtype": "float16"}, "--dtype"),
-        ({"dcn_tensor": 2, "dcn_data": 1}, "--dcn-tensor"),
-        ({"ici_fsdp": 3, "embedding_dimension": 64}, "--embedding-dimension"),
-        ({"ici_tensor": 3, "embedding_dimension": 64}, "--embedding-dimension"),
-    ],
-)
-def test_bad_options_name_the_option(options, names):
-    with pytest.raises(bench.BenchConfigError, match=names):
-        bench.spec_from_options(**options)
 
 
 def check_result(result: dict, devices: int) -> None:
@@ -66,7 +38,7 @@ def check_result(result: dict, devices: int) -> None:
 
 
 def test_tiny_cpu_run_in_process_reports_positive_tflops():
-    spec = bench.spec_from_options(ici_data=2, ici_fsdp=2, ici_tensor=2, **TINY)
+    spec = spec_from_options(ici_data=2, ici_fsdp=2, ici_tensor=2, **TINY)
     result = bench.run(spec)
     check_result(result, 8)
     assert result["platform"] == "cpu" and result["dtype"] == "float32"
@@ -76,13 +48,13 @@ def test_tiny_cpu_run_in_process_reports_positive_tflops():
 
 
 def test_mesh_that_does_not_match_the_devices_is_a_config_error():
-    spec = bench.spec_from_options(ici_fsdp=4, **TINY)  # the test process has 8 CPU devices
+    spec = spec_from_options(ici_fsdp=4, **TINY)  # the test process has 8 CPU devices
     with pytest.raises(bench.BenchConfigError, match="parallelism.ici"):
         bench.run(spec)
 
 
 def test_two_emulated_slices_on_cpu():
-    spec = bench.spec_from_options(ici_fsdp=2, dcn_data=2, **TINY)
+    spec = spec_from_options(ici_fsdp=2, dcn_data=2, **TINY)
     lines: list[str] = []
     result = bench_slices.run(spec, timeout_s=120, report=lines.append)
     check_result(result, 4)
@@ -93,8 +65,8 @@ def test_two_emulated_slices_on_cpu():
 def test_trainer_bench_refuses_slices_it_cannot_span():
     # The bundle's bench (python -m training) runs in the job it is in; slices are emulated
     # only by the local launcher (infra.local.bench_slices), which is not shipped to the VMs.
-    spec = bench.spec_from_options(dcn_data=2, **TINY)
-    assert bench.needs_emulated_slices(spec) and not bench.needs_emulated_slices(bench.spec_from_options(**TINY))
+    spec = spec_from_options(dcn_data=2, **TINY)
+    assert bench.needs_emulated_slices(spec) and not bench.needs_emulated_slices(spec_from_options(**TINY))
     with pytest.raises(bench.BenchConfigError, match=r"--dcn-\*: 2 slices.*--from-metadata.*multislice bench shardings"):
         bench.run(spec)
     result = runner.invoke(training_app, ["bench", "shardings", "--dcn-data", "2", *options()])
@@ -115,7 +87,7 @@ def collect_children(monkeypatch) -> list:
 
 def test_timeout_kills_every_child(monkeypatch):
     started = collect_children(monkeypatch)
-    spec = bench.spec_from_options(dcn_data=2, **TINY)
+    spec = spec_from_options(dcn_data=2, **TINY)
     with pytest.raises(bench.BenchError, match="timed out"):
         bench_slices.run_emulated(spec, timeout_s=0.5)
     assert len(started) == 2
@@ -130,7 +102,7 @@ def test_ctrl_c_kills_every_child(monkeypatch):
 
     monkeypatch.setattr(bench_slices._Children, "wait", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        bench_slices.run_emulated(bench.spec_from_options(dcn_data=2, **TINY))
+        bench_slices.run_emulated(spec_from_options(dcn_data=2, **TINY))
     assert len(started) == 2 and all(proc.poll() is not None for proc in started)
 
 
@@ -187,7 +159,7 @@ def test_a_failing_child_is_reported_with_its_log(monkeypatch):
     monkeypatch.setattr(bench_slices, "_child_env", lambda devices, cpus: env(devices + (cpus == [1]), cpus))
     monkeypatch.setattr(bench_slices, "_cpu_shares", lambda n: [[0], [1]])
     with pytest.raises(bench.BenchError, match=r"slice-\d exited with code 1; its log ends"):
-        bench_slices.run_emulated(bench.spec_from_options(dcn_data=2, **TINY), timeout_s=60)
+        bench_slices.run_emulated(spec_from_options(dcn_data=2, **TINY), timeout_s=60)
 
 
 def options(**extra) -> list[str]:

@@ -1,5 +1,6 @@
 """infra/lockfile.py: the VM's pinned requirements are a complete, minimal, deterministic
-closure of the trainer's dependencies taken from uv.lock."""
+closure of the trainer's dependencies taken from uv.lock. (Reading the lock:
+tests/test_uv_lock.py; the VM as a target: tests/test_target_environment.py.)"""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from infra import lockfile
-from infra.lockfile import LockfileError, TargetEnvironment
+from infra.target_environment import TargetEnvironment
+from infra.uv_lock import LockfileError
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -135,7 +137,7 @@ def test_requirements_text_format(pinned):
     hashes = [line.strip().rstrip(" \\") for line in text.splitlines() if line.startswith(" ")]
     assert all(h.startswith("--hash=sha256:") and len(h) == len("--hash=sha256:") + 64 for h in hashes)
     assert len(hashes) == sum(len(p.hashes) for p in pinned.packages)
-    # Small enough for the startup script (DESIGN: ~170 KB with every hash of every file).
+    # Small enough for the startup script (`uv export`, with every hash of every file: ~170 KB).
     assert len(text.encode()) < 16 * 1024
 
 
@@ -167,17 +169,6 @@ def test_pinned_uv_wheel():
     assert wheel.requirement_text == f"uv=={wheel.version} \\\n    --hash=sha256:{wheel.sha256}\n"
 
 
-def test_python_version_from_file(tmp_path):
-    assert lockfile.read_python_version(ROOT) == (ROOT / ".python-version").read_text().strip()
-    (tmp_path / ".python-version").write_text("# comment\n3.12.4\n")
-    assert lockfile.read_python_version(tmp_path) == "3.12.4"
-    (tmp_path / ".python-version").write_text("pypy3.10\n")
-    with pytest.raises(LockfileError, match="not a CPython version"):
-        lockfile.read_python_version(tmp_path)
-    with pytest.raises(LockfileError, match="does not exist"):
-        lockfile.read_python_version(tmp_path / "nowhere")
-
-
 def test_markers_follow_the_python_version():
     """numpy is locked twice (2.4.x below 3.12, 2.5.x above): the target picks one."""
     py311 = lockfile.pinned_requirements(ROOT, target=TargetEnvironment("3.11"))
@@ -185,14 +176,6 @@ def test_markers_follow_the_python_version():
     assert py311["numpy"].version != py312["numpy"].version
     assert all("cp312" in a.filename or "py3" in a.filename or "abi3" in a.filename for a in py312["numpy"].artifacts)
     assert py311.text != py312.text
-
-
-def test_patch_dependent_marker_is_an_error():
-    target = TargetEnvironment("3.11")
-    assert target.evaluate("python_full_version < '3.12'", context="x")
-    with pytest.raises(LockfileError, match="patch release"):
-        target.evaluate("python_full_version < '3.11.4'", context="pkg → dep")
-    assert TargetEnvironment("3.11.9").evaluate("python_full_version >= '3.11.4'", context="x")
 
 
 def test_missing_root_names_the_package():

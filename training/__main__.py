@@ -16,6 +16,8 @@ from pathlib import Path
 
 import typer
 
+from training.bench_spec import BenchOptions, with_bench_options
+
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="The multislice JAX trainer.")
 
 
@@ -77,21 +79,10 @@ def bench() -> None:
 
 
 @bench_app.command("shardings")
+@with_bench_options
 def bench_shardings(
-    ici_data: int = typer.Option(1, help="Data parallelism inside a slice."),
-    ici_fsdp: int = typer.Option(1, help="FSDP inside a slice."),
-    ici_tensor: int = typer.Option(1, help="Tensor parallelism inside a slice."),
-    dcn_data: int = typer.Option(1, help="Data parallelism across slices."),
-    dcn_fsdp: int = typer.Option(1, help="FSDP across slices."),
-    dcn_tensor: int = typer.Option(1, help="Tensor parallelism across slices (must be 1)."),
-    batch_size: int = typer.Option(1024, help="Rows per device; the global batch is this × devices."),
-    embedding_dimension: int = typer.Option(512, help="E; the feed-forward width is 4E."),
-    layers: int = typer.Option(4, help="MLP blocks."),
-    steps: int = typer.Option(5, help="Timed steps (median reported)."),
-    warmup: int = typer.Option(2, help="Untimed steps first (the first compiles)."),
-    dtype: str = typer.Option("auto", help="auto (bfloat16 on TPU/GPU, float32 on CPU), float32 or bfloat16."),
+    options: BenchOptions,
     from_metadata: bool = typer.Option(False, help="Join the TPU job read from metadata (run on every worker)."),
-    json_output: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
     """The seed's MLP-stack shardings experiment: TFLOP/s per device and efficiency."""
     import json
@@ -99,11 +90,7 @@ def bench_shardings(
     from training import bench as bench_lib
 
     try:
-        spec = bench_lib.spec_from_options(
-            ici_data=ici_data, ici_fsdp=ici_fsdp, ici_tensor=ici_tensor, dcn_data=dcn_data, dcn_fsdp=dcn_fsdp,
-            dcn_tensor=dcn_tensor, batch_size=batch_size, embedding_dimension=embedding_dimension, layers=layers,
-            steps=steps, warmup=warmup, dtype=dtype,
-        )
+        spec = options.spec()
     except bench_lib.BenchConfigError as err:
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(2) from None
@@ -123,7 +110,7 @@ def bench_shardings(
 
         if jax.process_index() != 0:
             return
-    if json_output:
+    if options.json_output:
         typer.echo(json.dumps(result, indent=2))
     else:
         typer.echo(bench_lib.summary(result))

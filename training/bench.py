@@ -1,8 +1,11 @@
 """The shardings benchmark: what a (dcn × ici) mesh achieves on an MLP stack.
 
-The seed's pedagogical experiment (SEED-NOTES.md, "Headline results to beat": MaxText's
-``pedagogical_examples/shardings.py``; FSDP 4-way on v4-8, batch 131072, embedding 2048:
-about 260 TFLOP/s per chip): ``layers`` MLP blocks ``x → relu(x·W_in) → relu(·W_out)`` with
+The MLP-stack experiment of the Cloud TPU Multislice overview
+(https://cloud.google.com/tpu/docs/multislice-introduction), MaxText's
+``pedagogical_examples/shardings.py``
+(https://github.com/AI-Hypercomputer/maxtext/blob/main/pedagogical_examples/shardings.py;
+FSDP 4-way on v4-8, batch 131072, embedding 2048: about 260 TFLOP/s per chip there):
+``layers`` MLP blocks ``x → relu(x·W_in) → relu(·W_out)`` with
 ``W_in`` ``[E, 4E]`` and ``W_out`` ``[4E, E]``, ``value_and_grad`` of the sum of the output and
 an SGD update, all under one ``jax.jit``, over the hybrid mesh of ``training.mesh.build_mesh``
 with the trainer's sharding rules (``embed`` over fsdp, ``mlp`` over tensor, the batch over
@@ -10,7 +13,7 @@ data × fsdp).
 
 Figures (all measured in the same run):
 
-* FLOPs per step = 6 · parameters · global batch rows (the seed's formula; parameters =
+* FLOPs per step = 6 · parameters · global batch rows (shardings.py's formula; parameters =
   ``2 · E · 4E · layers``, global batch = ``--batch-size`` per device × devices). It counts
   the input gradient of the first matmul, which autodiff never computes (x is data), so
   it overstates the work by ``1 / (12 · layers)`` (2 % at 4 layers).
@@ -37,12 +40,12 @@ Where it runs:
 * ``dcn > 1`` without TPU slices: ``multislice bench shardings`` emulates the slices as
   local CPU processes (``infra.local.bench_slices``), each calling :func:`measure_shardings`.
 
-This module ships to the TPU VMs: it imports nothing from ``infra``.
+The benchmark's definition and command-line options are :mod:`training.bench_spec`. This
+module ships to the TPU VMs: it imports nothing from ``infra``.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 import statistics
@@ -50,158 +53,17 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from training.config import MESH_AXES, AxisSizes, ParallelismConfig
+from training.bench_spec import BenchConfigError, BenchSpec
+from training.config import MESH_AXES
 
-#: Seconds a child waits for the others in jax.distributed.initialize, and its heartbeat.
-CHILD_INIT_TIMEOUT_S = 60
-CHILD_HEARTBEAT_TIMEOUT_S = 10
+#: Learning rate of the benchmark's SGD update (its value does not change the work).
 SGD_LEARNING_RATE = 1e-4
 #: Timed reference matmuls before, and again after, the benchmark (at least ``--steps``).
 REFERENCE_SAMPLES = 10
-_CPUS_ENV = "MULTISLICE_BENCH_CPUS"
-
-
-class BenchConfigError(ValueError):
-    """Benchmark options that cannot work; the message names the option."""
 
 
 class BenchError(RuntimeError):
     """The benchmark run failed (a child crashed, timed out, or the mesh could not be built)."""
-
-
-@dataclasses.dataclass(frozen=True)
-class BenchSpec:
-    """One shardings benchmark.
-
-    Attributes:
-      ici, dcn: mesh axis sizes (``data``, ``fsdp``, ``tensor``) inside and across slices.
-      batch_size: rows per device (the global batch is this × devices, as in the seed).
-      embedding_dimension: E; the feed-forward width is 4E.
-      layers: MLP blocks.
-      steps: timed steps (and timed reference matmuls); the median is used.
-      warmup: untimed steps first (the first one compiles).
-      dtype: "float32", "bfloat16", or "auto" (bfloat16 on TPU/GPU, float32 on CPU, where
-        XLA's bfloat16 matmuls are slow).
-    """
-
-    ici: dict[str, int] = dataclasses.field(default_factory=lambda: {"data": 1, "fsdp": 1, "tensor": 1})
-    dcn: dict[str, int] = dataclasses.field(default_factory=lambda: {"data": 1, "fsdp": 1, "tensor": 1})
-    batch_size: int = 1024
-    embedding_dimension: int = 512
-    layers: int = 4
-    steps: int = 5
-    warmup: int = 2
-    dtype: str = "auto"
-
-    def __post_init__(self) -> None:
-        problems = []
-        for net in ("ici", "dcn"):
-            sizes = getattr(self, net)
-            if set(sizes) != set(MESH_AXES):
-                problems.append(f"--{net}-*: expected the axes {', '.join(MESH_AXES)}; got {sorted(sizes)}")
-                continue
-            for axis in MESH_AXES:
-                if not _positive_int(sizes[axis]):
-                    problems.append(f"--{net}-{axis}: must be a positive integer; got {sizes[axis]!r}")
-        for name in ("batch_size", "embedding_dimension", "layers", "steps"):
-            if not _positive_int(getattr(self, name)):
-                problems.append(f"--{name.replace('_', '-')}: must be a positive integer; got {getattr(self, name)!r}")
-        if not isinstance(self.warmup, int) or self.warmup < 1:
-            problems.append(f"--warmup: must be at least 1 (the first step compiles); got {self.warmup!r}")
-        if self.dtype not in ("auto", "float32", "bfloat16"):
-            problems.append(f"--dtype: allowed: auto, float32, bfloat16; got {self.dtype!r}")
-        if problems:
-            raise BenchConfigError("; ".join(problems))
-        if self.dcn["tensor"] != 1:
-            raise BenchConfigError(f"--dcn-tensor: must be 1 (tensor parallelism never crosses DCN); got {self.dcn['tensor']}")
-        shape = self.parallelism.mesh_shape
-        if self.embedding_dimension % shape["fsdp"]:
-            raise BenchConfigError(
-                f"--embedding-dimension {self.embedding_dimension} is not divisible by the fsdp axis "
-                f"(ici × dcn = {shape['fsdp']})"
-            )
-        if (4 * self.embedding_dimension) % shape["tensor"]:
-            raise BenchConfigError(
-                f"--embedding-dimension: the feed-forward width {4 * self.embedding_dimension} is not divisible by "
-                f"the tensor axis {shape['tensor']}"
-            )
-        if self.global_batch % self.parallelism.batch_shards:
-            raise BenchConfigError(
-                f"--batch-size: the global batch {self.global_batch} (= batch size × {self.devices} devices) is not "
-                f"divisible by data × fsdp = {self.parallelism.batch_shards}"
-            )
-
-    @property
-    def parallelism(self) -> ParallelismConfig:
-        return ParallelismConfig(ici=AxisSizes(**self.ici), dcn=AxisSizes(**self.dcn))
-
-    @property
-    def slices(self) -> int:
-        return self.parallelism.dcn.product
-
-    @property
-    def devices_per_slice(self) -> int:
-        return self.parallelism.ici.product
-
-    @property
-    def devices(self) -> int:
-        return self.slices * self.devices_per_slice
-
-    @property
-    def ff_width(self) -> int:
-        return 4 * self.embedding_dimension
-
-    @property
-    def parameters(self) -> int:
-        """2 · E · 4E per layer (the seed's ``2 * D_FF * D_EMB * NUM_LAYERS``)."""
-        return 2 * self.embedding_dimension * self.ff_width * self.layers
-
-    @property
-    def global_batch(self) -> int:
-        return self.batch_size * self.devices
-
-    @property
-    def flops_per_step(self) -> float:
-        """6 · parameters · global batch rows (forward 2, backward 4 per parameter per row)."""
-        return 6.0 * self.parameters * self.global_batch
-
-    def resolved_dtype(self, platform: str) -> str:
-        if self.dtype != "auto":
-            return self.dtype
-        return "float32" if platform == "cpu" else "bfloat16"
-
-    def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> BenchSpec:
-        return cls(**data)
-
-
-def _positive_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value > 0
-
-
-def spec_from_options(
-    *,
-    ici_data: int = 1,
-    ici_fsdp: int = 1,
-    ici_tensor: int = 1,
-    dcn_data: int = 1,
-    dcn_fsdp: int = 1,
-    dcn_tensor: int = 1,
-    **rest: Any,
-) -> BenchSpec:
-    """A :class:`BenchSpec` from command-line options (``--ici-fsdp 4`` → ``ici_fsdp=4``).
-
-    Raises:
-      BenchConfigError: the options cannot form a benchmark (the message names the option).
-    """
-    return BenchSpec(
-        ici={"data": ici_data, "fsdp": ici_fsdp, "tensor": ici_tensor},
-        dcn={"data": dcn_data, "fsdp": dcn_fsdp, "tensor": dcn_tensor},
-        **rest,
-    )
 
 
 # --- measurements (in-process) ---------------------------------------------------------------
@@ -239,7 +101,6 @@ def matmul_reference(rows: int, k: int, n: int, dtype: str, *, steps: int = 5, w
     matmul = jax.jit(lambda a, b: a @ b)
     times = _timed_calls(lambda: matmul(x, w), steps, warmup)
     seconds = statistics.median(times)
-    del x, w
     return {
         "flops_per_second": 2.0 * rows * k * n / seconds,
         "seconds": seconds,
@@ -308,15 +169,18 @@ def measure_shardings(spec: BenchSpec, mesh, dtype: str) -> dict[str, Any]:
     return {"step_seconds": seconds, "step_times": times, "flops_per_second": spec.flops_per_step / seconds}
 
 
-def _reference_rows(spec: BenchSpec, platform: str) -> int:
+def reference_rows(spec: BenchSpec, platform: str) -> int:
     """Rows of the reference matmul: the global batch on CPU (the whole machine is the unit),
     one device's rows on an accelerator (one chip is the unit)."""
     return spec.global_batch if platform == "cpu" else spec.batch_size
 
 
-def _result(spec: BenchSpec, bench: dict[str, Any], references: Sequence[dict[str, Any]], *, platform: str,
+def figures(spec: BenchSpec, bench: dict[str, Any], references: Sequence[dict[str, Any]], *, platform: str,
             dtype: str, processes: int, emulated: bool) -> dict[str, Any]:
-    """The benchmark's figures (see the module docstring)."""
+    """The benchmark's result (see the module docstring): ``bench`` is
+    :func:`measure_shardings`'s, ``references`` the :func:`matmul_reference` runs before and
+    after it, all on ``platform`` in ``dtype``, over ``processes`` processes (``emulated``:
+    emulated slices)."""
     samples = [t for r in references for t in r["times"]]
     rows, k, n = references[0]["shape"]
     matmul_rate = 2.0 * rows * k * n / statistics.median(samples)
@@ -371,14 +235,14 @@ def run_in_process(spec: BenchSpec, *, workers_per_slice: int = 1, report: Calla
         raise BenchConfigError(
             f"--ici-*/--dcn-*: {err}; the flags must multiply out to the job's devices per slice and slices"
         ) from None
-    rows = _reference_rows(spec, platform)
+    rows = reference_rows(spec, platform)
     report(f"reference matmul [{rows}, {spec.embedding_dimension}]·[{spec.embedding_dimension}, {spec.ff_width}] {dtype}")
     samples = max(spec.steps, REFERENCE_SAMPLES)
     before = matmul_reference(rows, spec.embedding_dimension, spec.ff_width, dtype, steps=samples, warmup=spec.warmup)
     report(f"benchmark: mesh {dict(mesh.shape)}, {spec.parameters:,} parameters, global batch {spec.global_batch}")
     bench = measure_shardings(spec, mesh, dtype)
     after = matmul_reference(rows, spec.embedding_dimension, spec.ff_width, dtype, steps=samples, warmup=spec.warmup)
-    return _result(spec, bench, [before, after], platform=platform, dtype=dtype,
+    return figures(spec, bench, [before, after], platform=platform, dtype=dtype,
                    processes=jax.process_count(), emulated=False)
 
 

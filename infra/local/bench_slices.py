@@ -33,12 +33,12 @@ from training import bench
 from training.bench import (
     REFERENCE_SAMPLES,
     BenchError,
-    BenchSpec,
-    _reference_rows,
-    _result,
+    figures,
     matmul_reference,
     measure_shardings,
+    reference_rows,
 )
+from training.bench_spec import BenchSpec
 
 #: Seconds a child waits for the others in jax.distributed.initialize, and its heartbeat.
 CHILD_INIT_TIMEOUT_S = 60
@@ -182,7 +182,7 @@ def run_emulated(spec: BenchSpec, *, timeout_s: float = 600.0, report: Callable[
     dtype = spec.resolved_dtype("cpu")
     deadline = time.monotonic() + timeout_s
     shares = _cpu_shares(spec.slices)
-    rows = _reference_rows(spec, "cpu")
+    rows = reference_rows(spec, "cpu")
     import jax
 
     cpu = jax.devices("cpu")[0]
@@ -209,7 +209,7 @@ def run_emulated(spec: BenchSpec, *, timeout_s: float = 600.0, report: Callable[
         children.wait(deadline, "emulated slices")
         bench = json.loads(out.read_text())
     after = reference()
-    return _result(spec, bench, [before, after], platform="cpu", dtype=dtype, processes=spec.slices, emulated=True)
+    return figures(spec, bench, [before, after], platform="cpu", dtype=dtype, processes=spec.slices, emulated=True)
 
 
 def run(spec: BenchSpec, *, from_metadata: bool = False, timeout_s: float = 600.0,

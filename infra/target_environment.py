@@ -1,0 +1,163 @@
+"""A Cloud TPU VM as an install target: CPython of ``.python-version`` on glibc Linux x86_64.
+
+:class:`TargetEnvironment` answers, for the VM rather than the machine running this code,
+the two questions that decide which locked packages and files the VM installs: does a PEP 508
+marker hold (https://peps.python.org/pep-0508/#environment-markers), and which wheel tags
+(https://packaging.python.org/en/latest/specifications/platform-compatibility-tags/) can it
+install, best first. :mod:`infra.lockfile` uses both to pin the VM's requirements.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+from packaging.markers import Marker
+from packaging.tags import Tag, compatible_tags, cpython_tags
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+
+from infra.uv_lock import LockfileError
+
+#: Highest glibc of the target: Cloud TPU VM base images are Ubuntu 22.04 (glibc 2.35).
+#: libtpu needs manylinux_2_31, jaxlib manylinux_2_27.
+TARGET_GLIBC: tuple[int, int] = (2, 35)
+
+# Legacy manylinux names (PEP 600): manylinux2014 = 2.17, manylinux2010 = 2.12, manylinux1 = 2.5.
+_LEGACY_MANYLINUX = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
+
+
+def read_python_version(project_root: Path) -> str:
+    """The Python version the project pins in ``.python-version`` (e.g. ``"3.11"``).
+
+    Raises:
+      LockfileError: the file is missing or holds no ``X.Y`` / ``X.Y.Z`` version.
+    """
+    path = Path(project_root) / ".python-version"
+    try:
+        lines = path.read_text().splitlines()
+    except FileNotFoundError:
+        raise LockfileError(f"{path} does not exist; it names the Python version of the TPU VMs") from None
+    for line in lines:
+        value = line.split("#", 1)[0].strip()
+        if not value:
+            continue
+        parts = value.split(".")
+        if not (2 <= len(parts) <= 3 and all(p.isdigit() for p in parts)):
+            raise LockfileError(f"{path}: {value!r} is not a CPython version like '3.11' or '3.11.9'")
+        return value
+    raise LockfileError(f"{path} is empty; write a CPython version like '3.11'")
+
+
+@dataclass(frozen=True)
+class TargetEnvironment:
+    """Where the pinned requirements will be installed: CPython ``python_version`` on
+    glibc Linux x86_64 (a Cloud TPU VM).
+
+    Attributes:
+      python_version: ``"3.11"`` or ``"3.11.9"`` (as in ``.python-version``).
+      glibc: highest glibc version (major, minor) of the target.
+    """
+
+    python_version: str
+    glibc: tuple[int, int] = TARGET_GLIBC
+
+    @property
+    def major_minor(self) -> tuple[int, int]:
+        major, minor = self.python_version.split(".")[:2]
+        return int(major), int(minor)
+
+    @property
+    def description(self) -> str:
+        major, minor = self.major_minor
+        return f"CPython {self.python_version} (cp{major}{minor}) on manylinux_{self.glibc[0]}_{self.glibc[1]} x86_64"
+
+    def marker_environments(self) -> list[dict[str, str]]:
+        """PEP 508 marker environments of the target.
+
+        With ``"3.11"`` the patch release is whatever ``uv python install`` picks on the VM,
+        so two environments are returned (``3.11.0`` and ``3.11.99``); a marker must agree on
+        both (:meth:`evaluate`).
+        """
+        if self.python_version.count(".") == 2:
+            full_versions = [self.python_version]
+        else:
+            full_versions = [f"{self.python_version}.0", f"{self.python_version}.99"]
+        major, minor = self.major_minor
+        return [
+            {
+                "implementation_name": "cpython",
+                "implementation_version": full,
+                "os_name": "posix",
+                "platform_machine": "x86_64",
+                "platform_python_implementation": "CPython",
+                "platform_release": "",
+                "platform_system": "Linux",
+                "platform_version": "",
+                "python_full_version": full,
+                "python_version": f"{major}.{minor}",
+                "sys_platform": "linux",
+                "extra": "",
+            }
+            for full in full_versions
+        ]
+
+    def evaluate(self, marker: str | None, *, context: str) -> bool:
+        """Whether a PEP 508 marker holds on the target.
+
+        Raises:
+          LockfileError: the marker's value depends on the Python patch release (pin a full
+            version in ``.python-version``), or it does not parse.
+        """
+        if not marker:
+            return True
+        try:
+            parsed = Marker(marker)
+        except Exception as err:  # packaging.markers.InvalidMarker
+            raise LockfileError(f"{context}: invalid marker {marker!r}: {err}") from None
+        results = {parsed.evaluate(dict(env)) for env in self.marker_environments()}
+        if len(results) > 1:
+            raise LockfileError(
+                f"{context}: marker {marker!r} depends on the patch release of Python "
+                f"{self.python_version}; pin a full version (e.g. {self.python_version}.9) in .python-version"
+            )
+        return results.pop()
+
+    @cached_property
+    def platforms(self) -> tuple[str, ...]:
+        """Platform tags, most specific first (``manylinux_2_35_x86_64`` … ``linux_x86_64``)."""
+        major, top = self.glibc
+        names: list[str] = []
+        for minor in range(top, 4, -1):
+            names.append(f"manylinux_{major}_{minor}_x86_64")
+            if minor in _LEGACY_MANYLINUX:
+                names.append(f"{_LEGACY_MANYLINUX[minor]}_x86_64")
+        names.append("linux_x86_64")
+        return tuple(names)
+
+    @cached_property
+    def tags(self) -> tuple[Tag, ...]:
+        """Wheel tags the target accepts, in installer priority order (best first).
+
+        Built with ``packaging.tags`` for the target, not the running interpreter: the ABI
+        list is given explicitly (``cpXY``, plus ``abi3``/``none`` which packaging adds).
+        """
+        major, minor = self.major_minor
+        version = (major, minor)
+        interpreter = f"cp{major}{minor}"
+        tags = list(cpython_tags(version, abis=[interpreter], platforms=self.platforms))
+        tags += list(compatible_tags(version, interpreter, self.platforms))
+        return tuple(dict.fromkeys(tags))
+
+    @cached_property
+    def _rank(self) -> dict[Tag, int]:
+        return {tag: i for i, tag in enumerate(self.tags)}
+
+    def wheel_rank(self, filename: str) -> int | None:
+        """Priority of a wheel on the target (lower is better), or None if it cannot install."""
+        try:
+            _, _, _, wheel_tags = parse_wheel_filename(filename)
+        except InvalidWheelFilename:
+            return None
+        ranks = [self._rank[t] for t in wheel_tags if t in self._rank]
+        return min(ranks) if ranks else None
