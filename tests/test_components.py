@@ -16,7 +16,8 @@ from infra.config import (
     parse_duration,
     validate_stack,
 )
-from infra.identity import data_bucket
+from infra.__main__ import component_args
+from infra.service_account import data_bucket
 from tests.fakes.pulumi_program import QR_TYPE, engine_config, evaluate, stack_map
 
 ENVIRONMENT = {
@@ -149,11 +150,15 @@ def test_single_slice_node_id_is_the_qr_id():
 
 def test_data_bucket_only_for_other_gs_buckets():
     prod = validate_stack("prod", stack_map("prod"), "t")
-    assert data_bucket(prod) == "acme-ml-prod-corpora"
+    assert prod.training.data.source.startswith("gs://acme-ml-prod-corpora/")
+    assert component_args(prod).service_account.data_bucket == "acme-ml-prod-corpora"
     own = prod.model_copy(update={"training": prod.training.model_copy(update={
         "data": prod.training.data.model_copy(update={"source": f"gs://{prod.bucket_name}/data/*.txt"})})})
-    assert data_bucket(own) is None
-    assert data_bucket(validate_stack("dev", stack_map("dev"), "t")) is None
+    assert component_args(own).service_account.data_bucket is None
+    assert component_args(validate_stack("dev", stack_map("dev"), "t")).service_account.data_bucket is None
+    assert data_bucket("gs://corpora/x/*.txt", "ckpt") == "corpora"
+    assert data_bucket("gs://ckpt/data/*.txt", "ckpt") is None
+    assert data_bucket("/data/*.txt", "ckpt") is None
 
 
 # components under mocks ---------------------------------------------------------------------------

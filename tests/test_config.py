@@ -141,9 +141,29 @@ def test_reservation_name_needs_reserved_capacity():
 def test_capacity_lists_allowed_values():
     config = dev_map() | {"multislice:capacity": "cheap"}
     (line,) = errors_of(config)
-    assert line.startswith("multislice:capacity: got 'cheap'; allowed:")
-    for value in ("spot", "on-demand", "reserved", "best-effort"):
-        assert value in line
+    assert line == "multislice:capacity: got 'cheap'; allowed: 'spot', 'on-demand' or 'reserved'"
+
+
+def test_best_effort_capacity_is_refused_by_validation_not_at_preview(tmp_path):
+    # The tpu_v2 API has no best-effort tier (only v2alpha1 does); Spot supersedes it.
+    config = dev_map() | {"multislice:capacity": "best-effort"}
+    (line,) = errors_of(config)
+    assert line.startswith("multislice:capacity: got 'best-effort'; the tpu_v2 API has no best-effort tier")
+    assert line.endswith("allowed: spot, on-demand, reserved")
+    assert config_mod.CAPACITY_TYPES == ("spot", "on-demand", "reserved")
+    path = tmp_path / "Pulumi.be.yaml"
+    path.write_text(yaml.safe_dump({"config": config}))
+    with pytest.raises(StackConfigError) as info:
+        load_stack_file(path)
+    assert info.value.lines == [line]
+    with pytest.raises(StackConfigError) as info:
+        from_pulumi_config("be", engine_config(config))
+    assert info.value.lines == [line]
+
+
+@pytest.mark.parametrize("capacity", ["spot", "on-demand"])
+def test_every_capacity_type_validates(capacity):
+    assert validate_stack("t", dev_map() | {"multislice:capacity": capacity}, "test").capacity == capacity
 
 
 @pytest.mark.parametrize("key", ["gcp:project", "gcp:zone", "multislice:acceleratorType"])

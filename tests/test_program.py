@@ -15,7 +15,8 @@ import time
 import pytest
 
 from infra import startup
-from infra.config import IAP_SSH_RANGE, StackConfigError, available_stacks, load_stack
+from infra.config import StackConfigError, available_stacks, load_stack
+from infra.network import IAP_SSH_RANGE
 from infra.queued_resource import RUN_DIR_KEY, STARTUP_SCRIPT_KEY
 from tests.fakes.pulumi_program import FIREWALL, LOOKED_UP_CIDR, QR_TYPE, World, evaluate, stack_map
 
@@ -50,7 +51,7 @@ def test_resource_set(worlds, stack):
         assert types.count(typ) == 1, typ
     assert types.count(FIREWALL) == 2
     for component in ("multislice:gcp:ProjectServices", "multislice:gcp:Network", "multislice:gcp:CheckpointBucket",
-                      "multislice:gcp:Identity"):
+                      "multislice:gcp:ServiceAccount"):
         assert types.count(component) == 1, component
     # Every cloud resource hangs under a component (the QR sits at the top).
     components = {r.urn for r in world.registrations if r.typ.startswith("multislice:gcp:")}
