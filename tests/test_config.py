@@ -289,10 +289,20 @@ def test_train_config_json_round_trip_and_errors():
     assert TrainConfig().global_batch_tokens == 32 * 256
 
 
-def test_config_module_reads_defaults_from_catalog():
+def test_config_module_reads_defaults_from_catalog(monkeypatch):
     dev = load_stack("dev", STACKS)
     assert dev.region == "us-central2"
     assert config_mod.StackConfig.model_fields["slices"].alias == "multislice:slices"
+    assert dev.runtime_version is None  # dev takes the catalog's runtime version
+    real = accelerators.parse_accelerator_type
+
+    def other_default(name):
+        acc = real(name)
+        return dataclasses.replace(acc, generation=dataclasses.replace(acc.generation, default_runtime_version="tpu-x"))
+
+    monkeypatch.setattr(accelerators, "parse_accelerator_type", other_default)
+    assert dev.effective_runtime_version == "tpu-x"
+    assert dev.model_copy(update={"runtime_version": "mine"}).effective_runtime_version == "mine"
 
 
 @pytest.mark.parametrize("name", [".", "..", "-x", "a/b", ""])
@@ -325,7 +335,7 @@ def test_unreadable_stack_files(tmp_path):
         load_stack_file(binary)
     deep = tmp_path / "Pulumi.deep.yaml"
     deep.write_text("config: " + "[" * 5000 + "]" * 5000 + "\n")
-    with pytest.raises(StackConfigError, match="nests too deeply|is not valid YAML|must be a mapping"):
+    with pytest.raises(StackConfigError, match="nests too deeply to be a stack file"):
         load_stack_file(deep)
     with pytest.raises(StackConfigError, match="is a directory"):
         load_stack_file(tmp_path)
