@@ -339,3 +339,21 @@ def test_unreadable_stack_files(tmp_path):
         load_stack_file(deep)
     with pytest.raises(StackConfigError, match="is a directory"):
         load_stack_file(tmp_path)
+
+
+def test_stacks_dir_discovery(tmp_path, monkeypatch):
+    monkeypatch.delenv("MULTISLICE_STACKS_DIR", raising=False)
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    monkeypatch.chdir(outside)
+    # No multislice Pulumi.yaml above the working directory: the checkout's own stacks/.
+    assert config_mod.default_stacks_dir() == STACKS
+    project = tmp_path / "proj"
+    (project / "deep" / "er").mkdir(parents=True)
+    (project / "Pulumi.yaml").write_text("name: multislice\nstackConfigDir: cfg\n")
+    monkeypatch.chdir(project / "deep" / "er")
+    assert config_mod.default_stacks_dir() == project / "cfg"
+    (project / "deep" / "Pulumi.yaml").write_text("name: another-project\n")
+    assert config_mod.default_stacks_dir() == project / "cfg"  # other projects' files are passed over
+    monkeypatch.setenv("MULTISLICE_STACKS_DIR", str(tmp_path / "env"))
+    assert config_mod.default_stacks_dir() == tmp_path / "env"
