@@ -356,3 +356,12 @@ def test_stacks_dir_discovery(tmp_path, monkeypatch):
     assert config_mod.default_stacks_dir() == project / "cfg"  # other projects' files are passed over
     monkeypatch.setenv("MULTISLICE_STACKS_DIR", str(tmp_path / "env"))
     assert config_mod.default_stacks_dir() == tmp_path / "env"
+
+
+def test_object_valued_keys_are_the_ones_the_engine_sends_as_json_text():
+    assert set(config_mod.STRUCTURED_KEYS) == {
+        "multislice:training", "multislice:network", "multislice:bucket", "multislice:queuedResource", "multislice:labels"}
+    config = engine_config(dev_map() | {"multislice:labels": {"team": "ml"}, "multislice:network": {"mtu": 1500}})
+    assert isinstance(config["multislice:labels"], str)
+    parsed = from_pulumi_config("dev", config)
+    assert (parsed.labels, parsed.network.mtu) == ({"team": "ml"}, 1500)

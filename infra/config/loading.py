@@ -24,6 +24,7 @@ from __future__ import annotations
 import difflib
 import json
 import os
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -37,13 +38,17 @@ from training.validation import format_errors
 #: impersonation, …) belong to the gcp provider and are left alone.
 GCP_KEYS = ("gcp:project", "gcp:zone")
 NAMESPACE = "multislice"
+
+
+def _object_valued(annotation: Any) -> bool:
+    return (isinstance(annotation, type) and issubclass(annotation, pydantic.BaseModel)) or typing.get_origin(
+        annotation
+    ) is dict
+
+
 #: Keys whose value is an object (Pulumi hands these to programs as JSON text).
-STRUCTURED_KEYS = (
-    "multislice:training",
-    "multislice:network",
-    "multislice:bucket",
-    "multislice:queuedResource",
-    "multislice:labels",
+STRUCTURED_KEYS = tuple(
+    field.alias for field in StackConfig.model_fields.values() if field.alias and _object_valued(field.annotation)
 )
 #: The checkout's own stacks/ (infra/config/loading.py → the repository root).
 _CHECKOUT_STACKS = Path(__file__).resolve().parents[2] / "stacks"
