@@ -1,13 +1,14 @@
-"""The Pulumi program: StackConfig → project APIs, network, bucket, identity, queued resource.
+"""The Pulumi program: StackConfig → project APIs, network, bucket, service account, queued resource.
 
 ``pulumi up -s <stack>`` reads ``stacks/Pulumi.<stack>.yaml`` through :mod:`infra.config`
 (every validation error names its key, before any resource exists), renders the startup
-script (:mod:`infra.startup`) and declares::
+script (:mod:`infra.startup`) and declares (each component takes its own args model, built
+here from the StackConfig by :func:`component_args`)::
 
     ProjectServices   tpu, compute, storage, iam, ... APIs enabled (everything depends on it)
     Network           VPC + subnetwork + Cloud NAT + firewall (tag-scoped, IAP-only SSH)
     CheckpointBucket  regional, private, lifecycle rules; protected on prod
-    Identity          the VMs' service account: bucket objects, logs, metrics; nothing else
+    ServiceAccount    the VMs' service account: bucket objects, logs, metrics; nothing else
     QueuedResource    the Multislice QR (dynamic provider, infra/queued_resource.py)
 
 Exports: bucketUrl, runDir, checkpointPath, queuedResourceName, queuedResourceState,
@@ -29,11 +30,11 @@ from infra import config as stack_config
 from infra import planner
 from infra import startup
 from infra.config import StackConfig
-from infra.identity import Identity
-from infra.network import Network
-from infra.queued_resource import QueuedResource, check_provisionable, queued_resource_props
-from infra.services import ProjectServices
-from infra.storage import CheckpointBucket
+from infra.network import Network, NetworkArgs
+from infra.queued_resource import QueuedResource, queued_resource_props
+from infra.service_account import ServiceAccount, ServiceAccountArgs, data_bucket
+from infra.services import ProjectServices, ServicesArgs
+from infra.storage import BucketArgs, CheckpointBucket
 
 
 def load_config() -> StackConfig:
@@ -63,6 +64,38 @@ def ssh_hint(config: StackConfig) -> str:
     )
 
 
+@dataclass(frozen=True)
+class ComponentArgs:
+    """The args of each component, derived from one StackConfig."""
+
+    services: ServicesArgs
+    network: NetworkArgs
+    bucket: BucketArgs
+    service_account: ServiceAccountArgs
+
+
+def component_args(config: StackConfig) -> ComponentArgs:
+    """Each component's own args: only the keys it reads (names and labels via infra.naming)."""
+    return ComponentArgs(
+        services=ServicesArgs(project=config.project),
+        network=NetworkArgs(stack=config.stack, project=config.project, region=config.region, settings=config.network),
+        bucket=BucketArgs(
+            stack=config.stack,
+            project=config.project,
+            region=config.region,
+            run_name=config.effective_run_name,
+            labels=config.resource_labels,
+            protect=config.bucket_protected,
+            settings=config.bucket,
+        ),
+        service_account=ServiceAccountArgs(
+            stack=config.stack,
+            project=config.project,
+            data_bucket=data_bucket(config.training.data.source, config.bucket_name),
+        ),
+    )
+
+
 @dataclass
 class Environment:
     """What :func:`define` declared (for tests and for readers)."""
@@ -70,7 +103,7 @@ class Environment:
     services: ProjectServices
     network: Network
     bucket: CheckpointBucket
-    identity: Identity
+    service_account: ServiceAccount
     queued_resource: QueuedResource
     script: startup.RenderedScript
     exports: dict[str, Any]
@@ -87,35 +120,37 @@ def _require_ready(args: list[Any]) -> None:
 def define(config: StackConfig, script: startup.RenderedScript | None = None) -> Environment:
     """Declare the whole environment of ``config`` and export its outputs.
 
+    ``config`` is already valid: :func:`load_config` raises ``infra.config.StackConfigError``
+    (naming the key) before any resource is registered.
+
     Raises:
-      infra.config.StackConfigError: the stack cannot be provisioned (e.g. best-effort
-        capacity), naming the key, before any resource is registered.
       infra.startup.StartupScriptTooLarge: the script exceeds one metadata value.
     """
-    check_provisionable(config)
     for advisory in planner.advisories(config):  # predicted DCN-bound or over HBM (multislice plan)
         pulumi.log.warn(advisory)
     script = script if script is not None else startup.render(config)
 
-    services = ProjectServices("apis", config)
+    args = component_args(config)
+    services = ProjectServices("apis", args.services)
     after_apis = pulumi.ResourceOptions(depends_on=[services])
-    network = Network("network", config, opts=after_apis)
-    bucket = CheckpointBucket("checkpoints", config, opts=after_apis)
-    identity = Identity("identity", config, bucket=bucket.name, opts=after_apis)
+    network = Network("network", args.network, opts=after_apis)
+    bucket = CheckpointBucket("checkpoints", args.bucket, opts=after_apis)
+    # Logical name "identity" kept from before the rename: it is part of existing stacks' URNs.
+    service_account = ServiceAccount("identity", args.service_account, bucket=bucket.name, opts=after_apis)
 
     props = queued_resource_props(
         config,
         script,
         network=network.network,
         subnetwork=network.subnetwork,
-        service_account=identity.email,
+        service_account=service_account.email,
         tags=[network.tag],
     )
     queued_resource = QueuedResource(
         "queued-resource",
         props,
         # The VMs boot into the script at once: NAT, firewall, bucket grants must exist first.
-        opts=pulumi.ResourceOptions(depends_on=[services, network, bucket, identity]),
+        opts=pulumi.ResourceOptions(depends_on=[services, network, bucket, service_account]),
     )
     pulumi.Output.all(queued_resource.ready, queued_resource.statusMessage).apply(_require_ready)
 
@@ -126,7 +161,7 @@ def define(config: StackConfig, script: startup.RenderedScript | None = None) ->
         "queuedResourceName": queued_resource.queuedResourceName,
         "queuedResourceState": queued_resource.state,
         "nodeNames": queued_resource.nodeNames,
-        "serviceAccountEmail": identity.email,
+        "serviceAccountEmail": service_account.email,
         "networkName": network.network_name,
         "subnetworkName": network.subnetwork_name,
         "networkTag": network.tag,
@@ -138,7 +173,7 @@ def define(config: StackConfig, script: startup.RenderedScript | None = None) ->
     }
     for key, value in exports.items():
         pulumi.export(key, value)
-    return Environment(services, network, bucket, identity, queued_resource, script, exports)
+    return Environment(services, network, bucket, service_account, queued_resource, script, exports)
 
 
 if __name__ == "__main__":

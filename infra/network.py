@@ -5,7 +5,22 @@ from __future__ import annotations
 import pulumi
 import pulumi_gcp as gcp
 
-from infra.config import IAP_SSH_RANGE, StackConfig, gce_name
+from infra import naming
+from infra.config.environment import NetworkSettings
+from training.validation import StrictModel
+
+#: Ranges Identity-Aware Proxy TCP forwarding connects from; the only SSH source the firewall
+#: admits. Source: https://cloud.google.com/iap/docs/using-tcp-forwarding#create-firewall-rule
+IAP_SSH_RANGE = "35.235.240.0/20"
+
+
+class NetworkArgs(StrictModel):
+    """What :class:`Network` needs: the stack (names, tag), where, and ``multislice:network``."""
+
+    stack: str
+    project: str
+    region: str
+    settings: NetworkSettings = NetworkSettings()
 
 
 def _path(value: str, project: str, collection: str, region: str | None = None) -> str:
@@ -32,6 +47,9 @@ class Network(pulumi.ComponentResource):
 
       Nothing is opened to 0.0.0.0/0.
 
+    Resource names and the tag come from :mod:`infra.naming` (``<prefix>-net``,
+    ``<prefix>-subnet``, …, tag ``<prefix>-tpu``).
+
     With ``existingNetwork``/``existingSubnetwork`` only the firewall rules (and NAT if
     ``nat: true``) are created in the reused VPC; the subnet range is looked up.
 
@@ -40,18 +58,20 @@ class Network(pulumi.ComponentResource):
     ``firewall_names``.
     """
 
-    def __init__(self, name: str, config: StackConfig, opts: pulumi.ResourceOptions | None = None) -> None:
+    def __init__(self, name: str, args: NetworkArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("multislice:gcp:Network", name, None, opts)
-        settings = config.network
+        settings, project, region = args.settings, args.project, args.region
         # Fixed names: a replacement must delete the old resource first.
         fixed = pulumi.ResourceOptions(parent=self, delete_before_replace=True)
-        prefix = config.resource_prefix
-        self.tag: str = config.network_tag
+        self.tag: str = naming.network_tag(args.stack)
+
+        def resource_name(role: str) -> str:
+            return naming.network_resource_name(args.stack, role)
 
         if settings.reuses_network:
             assert settings.existing_network and settings.existing_subnetwork
-            self.network = pulumi.Output.from_input(_path(settings.existing_network, config.project, "networks"))
-            subnet_path = _path(settings.existing_subnetwork, config.project, "subnetworks", config.region)
+            self.network = pulumi.Output.from_input(_path(settings.existing_network, project, "networks"))
+            subnet_path = _path(settings.existing_subnetwork, project, "subnetworks", region)
             self.subnetwork = pulumi.Output.from_input(subnet_path)
             parts = subnet_path.split("/")
             looked_up = gcp.compute.get_subnetwork_output(
@@ -63,19 +83,19 @@ class Network(pulumi.ComponentResource):
         else:
             vpc = gcp.compute.Network(
                 f"{name}-vpc",
-                name=gce_name(prefix, "net"),
-                project=config.project,
+                name=resource_name("net"),
+                project=project,
                 auto_create_subnetworks=False,
                 mtu=settings.mtu,
                 routing_mode="REGIONAL",
-                description=f"Multislice stack {config.stack}: TPU VMs and their DCN traffic",
+                description=f"Multislice stack {args.stack}: TPU VMs and their DCN traffic",
                 opts=fixed,
             )
             subnet = gcp.compute.Subnetwork(
                 f"{name}-subnet",
-                name=gce_name(prefix, "subnet"),
-                project=config.project,
-                region=config.region,
+                name=resource_name("subnet"),
+                project=project,
+                region=region,
                 network=vpc.id,
                 ip_cidr_range=settings.subnet_cidr,
                 private_ip_google_access=True,
@@ -88,17 +108,17 @@ class Network(pulumi.ComponentResource):
         if settings.creates_nat:
             router = gcp.compute.Router(
                 f"{name}-router",
-                name=gce_name(prefix, "router"),
-                project=config.project,
-                region=config.region,
+                name=resource_name("router"),
+                project=project,
+                region=region,
                 network=self.network,
                 opts=fixed,
             )
             gcp.compute.RouterNat(
                 f"{name}-nat",
-                name=gce_name(prefix, "nat"),
-                project=config.project,
-                region=config.region,
+                name=resource_name("nat"),
+                project=project,
+                region=region,
                 router=router.name,
                 nat_ip_allocate_option="AUTO_ONLY",
                 source_subnetwork_ip_ranges_to_nat="LIST_OF_SUBNETWORKS",
@@ -116,8 +136,8 @@ class Network(pulumi.ComponentResource):
 
         internal = gcp.compute.Firewall(
             f"{name}-internal",
-            name=gce_name(prefix, "internal"),
-            project=config.project,
+            name=resource_name("internal"),
+            project=project,
             network=self.network,
             direction="INGRESS",
             priority=1000,
@@ -134,8 +154,8 @@ class Network(pulumi.ComponentResource):
         )
         ssh = gcp.compute.Firewall(
             f"{name}-iap-ssh",
-            name=gce_name(prefix, "iap-ssh"),
-            project=config.project,
+            name=resource_name("iap-ssh"),
+            project=project,
             network=self.network,
             direction="INGRESS",
             priority=1000,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pulumi
 import pulumi_gcp as gcp
 
-from infra.config import StackConfig
+from training.validation import StrictModel
 
 #: APIs this program uses: the TPU API (queued resources), Compute Engine (VPC, firewall,
 #: NAT; TPU VMs run on it), Cloud Storage (checkpoints), IAM (the VMs' service account),
@@ -21,8 +21,15 @@ REQUIRED_APIS = (
 )
 
 
+class ServicesArgs(StrictModel):
+    """What :class:`ProjectServices` needs: the project and the APIs to enable."""
+
+    project: str
+    apis: tuple[str, ...] = REQUIRED_APIS
+
+
 class ProjectServices(pulumi.ComponentResource):
-    """Enables :data:`REQUIRED_APIS` on the stack's project.
+    """Enables ``args.apis`` (:data:`REQUIRED_APIS` by default) on ``args.project``.
 
     Other components take this as a ``depends_on`` so a fresh project converges in one
     ``pulumi up``. Destroying the stack leaves the APIs enabled (``disable_on_destroy=False``):
@@ -32,18 +39,18 @@ class ProjectServices(pulumi.ComponentResource):
       services: service name -> ``gcp.projects.Service``.
     """
 
-    def __init__(self, name: str, config: StackConfig, opts: pulumi.ResourceOptions | None = None) -> None:
+    def __init__(self, name: str, args: ServicesArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("multislice:gcp:ProjectServices", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         self.services = {
             api: gcp.projects.Service(
                 f"{name}-{api.split('.')[0]}",
-                project=config.project,
+                project=args.project,
                 service=api,
                 disable_on_destroy=False,
                 disable_dependent_services=False,
                 opts=child,
             )
-            for api in REQUIRED_APIS
+            for api in args.apis
         }
         self.register_outputs({"services": list(self.services)})

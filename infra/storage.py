@@ -5,13 +5,30 @@ from __future__ import annotations
 import pulumi
 import pulumi_gcp as gcp
 
-from infra.config import StackConfig
+from infra import naming
+from infra.config.environment import BucketSettings
+from infra.naming import RUNS_PREFIX
+from training.validation import StrictModel
 
-#: Prefix of every run directory in the bucket (``gs://<bucket>/runs/<run name>``).
-RUNS_PREFIX = "runs/"
+
+class BucketArgs(StrictModel):
+    """What :class:`CheckpointBucket` needs.
+
+    ``stack``/``project`` name the bucket (``infra.naming.bucket_name``: ``settings.name`` or
+    ``<project>-<stack>-ckpt``); ``run_name`` names the run directory; ``labels`` are the
+    resource labels (``infra.naming.resource_labels``); ``protect`` is Pulumi ``protect``.
+    """
+
+    stack: str
+    project: str
+    region: str
+    run_name: str
+    labels: dict[str, str]
+    protect: bool = False
+    settings: BucketSettings = BucketSettings()
 
 
-def lifecycle_rules(config: StackConfig) -> list[gcp.storage.BucketLifecycleRuleArgs]:
+def lifecycle_rules(bucket: BucketSettings) -> list[gcp.storage.BucketLifecycleRuleArgs]:
     """Lifecycle rules of the checkpoint bucket (``multislice:bucket``).
 
     * incomplete multipart uploads (an interrupted checkpoint write) are aborted after 1 day;
@@ -23,7 +40,6 @@ def lifecycle_rules(config: StackConfig) -> list[gcp.storage.BucketLifecycleRule
 
     Source for the rule semantics: https://cloud.google.com/storage/docs/lifecycle
     """
-    bucket = config.bucket
     rules = [
         gcp.storage.BucketLifecycleRuleArgs(
             action=gcp.storage.BucketLifecycleRuleActionArgs(type="AbortIncompleteMultipartUpload"),
@@ -59,33 +75,33 @@ class CheckpointBucket(pulumi.ComponentResource):
     Uniform bucket-level access, public access prevention enforced, Standard class, the
     stack's labels, :func:`lifecycle_rules`, soft delete ``softDeleteDays`` (0 = off by
     default: Orbax deletes superseded checkpoints all the time). ``force_destroy`` is off
-    unless ``multislice:bucket.forceDestroy``; the bucket is ``protect``-ed on prod stacks
-    (``StackConfig.bucket_protected``).
+    unless ``multislice:bucket.forceDestroy``; the bucket is ``protect``-ed when
+    ``args.protect`` (on prod stacks by default: ``StackConfig.bucket_protected``).
 
     Attributes (Outputs): ``name``, ``url`` (``gs://<name>``), ``run_dir``
     (``gs://<name>/runs/<run name>``, the nodes' ``multislice-run-dir``).
     """
 
-    def __init__(self, name: str, config: StackConfig, opts: pulumi.ResourceOptions | None = None) -> None:
+    def __init__(self, name: str, args: BucketArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("multislice:gcp:CheckpointBucket", name, None, opts)
-        settings = config.bucket
+        settings = args.settings
         self.bucket = gcp.storage.Bucket(
             name,
-            name=config.bucket_name,
-            project=config.project,
-            location=config.region.upper(),
+            name=naming.bucket_name(args.project, args.stack, settings.name),
+            project=args.project,
+            location=args.region.upper(),
             storage_class="STANDARD",
             uniform_bucket_level_access=True,
             public_access_prevention="enforced",
             force_destroy=settings.force_destroy,
-            labels=dict(sorted(config.resource_labels.items())),
-            lifecycle_rules=lifecycle_rules(config),
+            labels=dict(sorted(args.labels.items())),
+            lifecycle_rules=lifecycle_rules(settings),
             soft_delete_policy=gcp.storage.BucketSoftDeletePolicyArgs(
                 retention_duration_seconds=settings.soft_delete_days * 86400
             ),
-            opts=pulumi.ResourceOptions(parent=self, protect=config.bucket_protected, delete_before_replace=True),
+            opts=pulumi.ResourceOptions(parent=self, protect=args.protect, delete_before_replace=True),
         )
         self.name = self.bucket.name
         self.url = self.bucket.name.apply(lambda n: f"gs://{n}")
-        self.run_dir = self.bucket.name.apply(lambda n: f"gs://{n}/{RUNS_PREFIX}{config.effective_run_name}")
+        self.run_dir = self.bucket.name.apply(lambda n: naming.run_dir(n, args.run_name))
         self.register_outputs({"name": self.name, "url": self.url, "runDir": self.run_dir})

@@ -9,15 +9,21 @@ import re
 import pytest
 
 from infra.config import (
+    BucketSettings,
+    NetworkSettings,
     StackConfigError,
     from_pulumi_config,
-    gce_name,
     load_stack_file,
     parse_duration,
     validate_stack,
 )
-from infra.identity import data_bucket
-from tests.fakes.pulumi_program import QR_TYPE, engine_config, evaluate, stack_map
+from infra import naming
+from infra.__main__ import component_args
+from infra.network import Network, NetworkArgs
+from infra.service_account import ServiceAccount, ServiceAccountArgs, data_bucket
+from infra.services import ProjectServices, ServicesArgs
+from infra.storage import BucketArgs, CheckpointBucket
+from tests.fakes.pulumi_program import FIREWALL, QR_TYPE, declare, engine_config, evaluate, stack_map
 
 ENVIRONMENT = {
     "multislice:network": {"mtu": 1460, "subnetCidr": "10.64.0.0/16"},
@@ -124,20 +130,32 @@ def test_bad_durations(text):
 # names ---------------------------------------------------------------------------------------
 
 
+RFC1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+
+
 @pytest.mark.parametrize("stack", ["dev", "Prod_EU.2", "x" * 80])
-def test_derived_names_follow_gcp_naming_rules(stack):
+def test_declared_names_follow_gcp_naming_rules(stack):
+    # What the program registers, not what a helper computes: every GCE resource name, the
+    # service account id, the bucket name, the QR and node ids, the network tag and labels.
     config = validate_stack(stack, stack_map("dev"), "t")
-    rfc1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-    for name in [config.queued_resource_id, *config.node_ids, config.network_tag]:
-        assert rfc1035.match(name) and len(name) <= 63, name
-    assert re.match(r"^[a-z0-9][a-z0-9_-]{1,61}[a-z0-9]$", config.bucket_name)
-    account_id = gce_name("multislice", config.stack, "tpu", limit=30)
-    assert 6 <= len(account_id) <= 30 and rfc1035.match(account_id)
-    assert all(re.match(r"^[a-z0-9_-]{0,63}$", v) for v in config.resource_labels.values())
-
-
-def test_long_names_stay_distinct():
-    assert gce_name("a" * 70, limit=40) != gce_name("a" * 71, limit=40)
+    world = evaluate(stack, stack_map("dev"))
+    gce_types = ("gcp:compute/network:Network", "gcp:compute/subnetwork:Subnetwork", "gcp:compute/router:Router",
+                 "gcp:compute/routerNat:RouterNat", "gcp:compute/firewall:Firewall")
+    names = [r.inputs["name"] for r in world.registrations if r.typ in gce_types]
+    assert len(names) == 6 and len(set(names)) == 6
+    qr = world.one(QR_TYPE).inputs
+    for name in [*names, qr["queuedResourceId"], *world.exports["nodeNames"], world.exports["networkTag"], *qr["tags"]]:
+        assert RFC1035.match(name) and len(name) <= 63, name
+    account_id = world.one("gcp:serviceaccount/account:Account").inputs["accountId"]
+    assert 6 <= len(account_id) <= 30 and RFC1035.match(account_id), account_id
+    bucket = world.one("gcp:storage/bucket:Bucket").inputs
+    assert re.match(r"^[a-z0-9][a-z0-9_-]{1,61}[a-z0-9]$", bucket["name"]) and "google" not in bucket["name"]
+    for labels in (bucket["labels"], qr["labels"]):
+        assert labels["multislice-stack"] == naming.label_value(stack)
+        assert all(re.match(r"^[a-z][a-z0-9_-]{0,62}$", k) and re.match(r"^[a-z0-9_-]{0,63}$", v) for k, v in labels.items())
+    # StackConfig's names are the registered ones.
+    assert (qr["queuedResourceId"], world.exports["nodeNames"], qr["tags"], bucket["name"]) == (
+        config.queued_resource_id, config.node_ids, [config.network_tag], config.bucket_name)
 
 
 def test_single_slice_node_id_is_the_qr_id():
@@ -149,11 +167,15 @@ def test_single_slice_node_id_is_the_qr_id():
 
 def test_data_bucket_only_for_other_gs_buckets():
     prod = validate_stack("prod", stack_map("prod"), "t")
-    assert data_bucket(prod) == "acme-ml-prod-corpora"
+    assert prod.training.data.source.startswith("gs://acme-ml-prod-corpora/")
+    assert component_args(prod).service_account.data_bucket == "acme-ml-prod-corpora"
     own = prod.model_copy(update={"training": prod.training.model_copy(update={
         "data": prod.training.data.model_copy(update={"source": f"gs://{prod.bucket_name}/data/*.txt"})})})
-    assert data_bucket(own) is None
-    assert data_bucket(validate_stack("dev", stack_map("dev"), "t")) is None
+    assert component_args(own).service_account.data_bucket is None
+    assert component_args(validate_stack("dev", stack_map("dev"), "t")).service_account.data_bucket is None
+    assert data_bucket("gs://corpora/x/*.txt", "ckpt") == "corpora"
+    assert data_bucket("gs://ckpt/data/*.txt", "ckpt") is None
+    assert data_bucket("/data/*.txt", "ckpt") is None
 
 
 # components under mocks ---------------------------------------------------------------------------
@@ -198,3 +220,36 @@ def test_trainer_config_is_a_structured_input_so_previews_name_the_changed_key()
         "trainer", "metadata", "startupScriptSha256"}
     assert changed["trainer"]["optimizer"]["peak_learning_rate"] == 0.001
     assert base["bundleSha256"] == changed["bundleSha256"]  # the code did not change, only its config
+
+
+def test_each_component_is_declared_from_its_own_args_alone():
+    # No StackConfig anywhere: the args models carry everything the components read.
+    def build():
+        ProjectServices("apis", ServicesArgs(project="acme-ml-qa", apis=("tpu.googleapis.com",)))
+        Network("net", NetworkArgs(stack="qa", project="acme-ml-qa", region="europe-west4",
+                                   settings=NetworkSettings(mtu=1500)))
+        bucket = CheckpointBucket("ckpt", BucketArgs(stack="qa", project="acme-ml-qa", region="europe-west4",
+                                                     run_name="r7", labels={"team": "x"}, protect=True,
+                                                     settings=BucketSettings(nearline_after_days=None)))
+        ServiceAccount("sa", ServiceAccountArgs(stack="qa", project="acme-ml-qa", data_bucket="corpora"),
+                       bucket=bucket.name)
+
+    world = declare(build)
+    assert [r.inputs["service"] for r in world.of("gcp:projects/service:Service")] == ["tpu.googleapis.com"]
+    assert sorted(r.inputs["name"] for r in world.registrations if r.typ.startswith("gcp:compute/")) == sorted(
+        f"multislice-qa-{role}" for role in ("net", "subnet", "router", "nat", "internal", "iap-ssh"))
+    assert world.one("gcp:compute/network:Network").inputs["mtu"] == 1500
+    assert world.one("gcp:compute/subnetwork:Subnetwork").inputs["region"] == "europe-west4"
+    assert {tuple(r.inputs["targetTags"]) for r in world.of(FIREWALL)} == {("multislice-qa-tpu",)}
+    bucket = world.one("gcp:storage/bucket:Bucket")
+    assert (bucket.inputs["name"], bucket.inputs["location"], bucket.inputs["labels"], bucket.protect) == (
+        "acme-ml-qa-qa-ckpt", "EUROPE-WEST4", {"team": "x"}, True)
+    assert [r["action"]["type"] for r in bucket.inputs["lifecycleRules"]] == ["AbortIncompleteMultipartUpload"]
+    assert world.one("gcp:serviceaccount/account:Account").inputs["accountId"] == "multislice-qa-tpu"
+    grants = {(g.inputs["bucket"], g.inputs["role"]) for g in world.of("gcp:storage/bucketIAMMember:BucketIAMMember")}
+    assert grants == {("acme-ml-qa-qa-ckpt", "roles/storage.objectUser"), ("corpora", "roles/storage.objectViewer")}
+
+
+def test_component_args_refuse_unknown_keys():
+    with pytest.raises(ValueError, match="mtu"):
+        NetworkArgs(stack="qa", project="acme-ml-qa", region="europe-west4", mtu=1500)

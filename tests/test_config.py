@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import json
 from pathlib import Path
 
 import pytest
@@ -141,9 +140,29 @@ def test_reservation_name_needs_reserved_capacity():
 def test_capacity_lists_allowed_values():
     config = dev_map() | {"multislice:capacity": "cheap"}
     (line,) = errors_of(config)
-    assert line.startswith("multislice:capacity: got 'cheap'; allowed:")
-    for value in ("spot", "on-demand", "reserved", "best-effort"):
-        assert value in line
+    assert line == "multislice:capacity: got 'cheap'; allowed: 'spot', 'on-demand' or 'reserved'"
+
+
+def test_best_effort_capacity_is_refused_by_validation_not_at_preview(tmp_path):
+    # The tpu_v2 API has no best-effort tier (only v2alpha1 does); Spot supersedes it.
+    config = dev_map() | {"multislice:capacity": "best-effort"}
+    (line,) = errors_of(config)
+    assert line.startswith("multislice:capacity: got 'best-effort'; the tpu_v2 API has no best-effort tier")
+    assert line.endswith("allowed: spot, on-demand, reserved")
+    assert config_mod.CAPACITY_TYPES == ("spot", "on-demand", "reserved")
+    path = tmp_path / "Pulumi.be.yaml"
+    path.write_text(yaml.safe_dump({"config": config}))
+    with pytest.raises(StackConfigError) as info:
+        load_stack_file(path)
+    assert info.value.lines == [line]
+    with pytest.raises(StackConfigError) as info:
+        from_pulumi_config("be", engine_config(config))
+    assert info.value.lines == [line]
+
+
+@pytest.mark.parametrize("capacity", ["spot", "on-demand"])
+def test_every_capacity_type_validates(capacity):
+    assert validate_stack("t", dev_map() | {"multislice:capacity": capacity}, "test").capacity == capacity
 
 
 @pytest.mark.parametrize("key", ["gcp:project", "gcp:zone", "multislice:acceleratorType"])
@@ -269,10 +288,20 @@ def test_train_config_json_round_trip_and_errors():
     assert TrainConfig().global_batch_tokens == 32 * 256
 
 
-def test_config_module_reads_defaults_from_catalog():
+def test_config_module_reads_defaults_from_catalog(monkeypatch):
     dev = load_stack("dev", STACKS)
     assert dev.region == "us-central2"
     assert config_mod.StackConfig.model_fields["slices"].alias == "multislice:slices"
+    assert dev.runtime_version is None  # dev takes the catalog's runtime version
+    real = accelerators.parse_accelerator_type
+
+    def other_default(name):
+        acc = real(name)
+        return dataclasses.replace(acc, generation=dataclasses.replace(acc.generation, default_runtime_version="tpu-x"))
+
+    monkeypatch.setattr(accelerators, "parse_accelerator_type", other_default)
+    assert dev.effective_runtime_version == "tpu-x"
+    assert dev.model_copy(update={"runtime_version": "mine"}).effective_runtime_version == "mine"
 
 
 @pytest.mark.parametrize("name", [".", "..", "-x", "a/b", ""])
@@ -305,7 +334,34 @@ def test_unreadable_stack_files(tmp_path):
         load_stack_file(binary)
     deep = tmp_path / "Pulumi.deep.yaml"
     deep.write_text("config: " + "[" * 5000 + "]" * 5000 + "\n")
-    with pytest.raises(StackConfigError, match="nests too deeply|is not valid YAML|must be a mapping"):
+    with pytest.raises(StackConfigError, match="nests too deeply to be a stack file"):
         load_stack_file(deep)
     with pytest.raises(StackConfigError, match="is a directory"):
         load_stack_file(tmp_path)
+
+
+def test_stacks_dir_discovery(tmp_path, monkeypatch):
+    monkeypatch.delenv("MULTISLICE_STACKS_DIR", raising=False)
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    monkeypatch.chdir(outside)
+    # No multislice Pulumi.yaml above the working directory: the checkout's own stacks/.
+    assert config_mod.default_stacks_dir() == STACKS
+    project = tmp_path / "proj"
+    (project / "deep" / "er").mkdir(parents=True)
+    (project / "Pulumi.yaml").write_text("name: multislice\nstackConfigDir: cfg\n")
+    monkeypatch.chdir(project / "deep" / "er")
+    assert config_mod.default_stacks_dir() == project / "cfg"
+    (project / "deep" / "Pulumi.yaml").write_text("name: another-project\n")
+    assert config_mod.default_stacks_dir() == project / "cfg"  # other projects' files are passed over
+    monkeypatch.setenv("MULTISLICE_STACKS_DIR", str(tmp_path / "env"))
+    assert config_mod.default_stacks_dir() == tmp_path / "env"
+
+
+def test_object_valued_keys_are_the_ones_the_engine_sends_as_json_text():
+    assert set(config_mod.STRUCTURED_KEYS) == {
+        "multislice:training", "multislice:network", "multislice:bucket", "multislice:queuedResource", "multislice:labels"}
+    config = engine_config(dev_map() | {"multislice:labels": {"team": "ml"}, "multislice:network": {"mtu": 1500}})
+    assert isinstance(config["multislice:labels"], str)
+    parsed = from_pulumi_config("dev", config)
+    assert (parsed.labels, parsed.network.mtu) == ({"team": "ml"}, 1500)

@@ -9,35 +9,130 @@ from pydantic import BaseModel
 from typer.testing import CliRunner
 
 from infra.cli import app
-from infra.config import StackConfig
+from infra.config import CAPACITY_TYPES, StackConfig
 from training.config import TrainConfig
 
 README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
 
 
-def field_keys(model: type[BaseModel]) -> set[str]:
-    keys = set()
+REFERENCE = README.split("## Stack configuration reference", 1)[1].split("\n## ", 1)[0]
+
+
+def tables(text: str) -> list[list[list[str]]]:
+    """Markdown tables in ``text``: rows of stripped cells, header and rule rows dropped."""
+    found, rows = [], []
+    for line in [*text.splitlines(), ""]:
+        if line.startswith("|"):
+            cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+            if not set("".join(cells)) <= set("- ") and cells[0] != "key":
+                rows.append(cells)
+        elif rows:
+            found.append(rows)
+            rows = []
+    return found
+
+
+STACK_TABLE, TRAINING_TABLE = tables(REFERENCE)
+
+
+def ticked(cell: str) -> list[str]:
+    return re.findall(r"`([^`]+)`", cell)
+
+
+def documented_paths(cell: str) -> list[str]:
+    """Key paths a training-table key cell names: ``a.b``, ``c`` (→ ``a.c``), ``a.{x,y}``."""
+    paths, prefix = [], ""
+    for item in ticked(cell):
+        if "." in item:
+            prefix = item.rsplit(".", 1)[0] + "."
+        name = item.rsplit(".", 1)[-1]
+        expanded = name[1:-1].split(",") if name.startswith("{") else [name]
+        paths += [prefix + part for part in expanded]
+    return paths
+
+
+def leaf_paths(model: type[BaseModel], prefix: str = "") -> dict[str, object]:
+    """Every leaf key path of ``model`` → its default."""
+    leaves: dict[str, object] = {}
     for name, field in model.model_fields.items():
-        keys.add(field.alias or name)
         annotation = field.annotation
         if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-            keys |= field_keys(annotation)
-    return keys
+            leaves |= leaf_paths(annotation, f"{prefix}{name}.")
+        else:
+            leaves[prefix + name] = field.default
+    return leaves
+
+
+def nested_model(field) -> type[BaseModel] | None:
+    annotation = field.annotation
+    return annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None
 
 
 def test_every_stack_key_is_documented():
-    top = {field.alias for field in StackConfig.model_fields.values() if field.alias}
-    nested = set()
+    # One row per key of the stack table, naming exactly the keys StackConfig reads.
+    rows = [ticked(row[0]) for row in STACK_TABLE]
+    assert all(len(keys) == 1 for keys in rows), rows
+    documented = [keys[0] for keys in rows]
+    keys = [field.alias for field in StackConfig.model_fields.values() if field.alias]
+    assert sorted(documented) == sorted(keys)
+
+
+def test_every_key_of_an_environment_object_is_in_its_row():
+    rows = {ticked(row[0])[0]: row for row in STACK_TABLE}
     for field in StackConfig.model_fields.values():
-        if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel) and field.annotation is not TrainConfig:
-            nested |= field_keys(field.annotation)
-    missing = sorted(key for key in top | nested if f"`{key}" not in README and f"{key}`" not in README and f" {key} " not in README)
-    assert missing == []
+        model = nested_model(field)
+        if model is None or model is TrainConfig:
+            continue
+        meaning = ticked(rows[field.alias][2])
+        missing = [sub.alias or name for name, sub in model.model_fields.items() if (sub.alias or name) not in meaning]
+        assert missing == [], (field.alias, missing)
+
+
+def test_stack_table_defaults_and_allowed_capacities_are_the_schemas():
+    rows = {ticked(row[0])[0]: row for row in STACK_TABLE}
+    for field in StackConfig.model_fields.values():
+        if isinstance(field.default, (str, int)) and field.alias:
+            assert rows[field.alias][1].strip("`") == str(field.default), field.alias
+    assert ticked(rows["multislice:capacity"][2].split("(")[0]) == list(CAPACITY_TYPES)
 
 
 def test_every_training_key_is_documented():
-    missing = sorted(key for key in field_keys(TrainConfig) if key not in README)
-    assert missing == []
+    # In the training table's key column, as a full key path, and nothing that is not a key.
+    documented = [path for row in TRAINING_TABLE for path in documented_paths(row[0])]
+    assert len(documented) == len(set(documented))
+    assert sorted(documented) == sorted(leaf_paths(TrainConfig))
+
+
+def _shown(default: object) -> str | None:
+    if isinstance(default, bool):
+        return str(default).lower()
+    if isinstance(default, (int, float)):
+        return repr(float(default))
+    if isinstance(default, str):
+        return default
+    return None
+
+
+def test_training_table_defaults_are_the_models():
+    defaults = leaf_paths(TrainConfig)
+    checked = 0
+    for row in TRAINING_TABLE:
+        paths = documented_paths(row[0])
+        cells = [cell.strip().strip("`") for cell in row[1].split(",")]
+        if len(cells) == 1:
+            cells = cells * len(paths)
+        assert len(cells) == len(paths), row
+        for path, cell in zip(paths, cells):
+            expected = _shown(defaults[path])
+            if expected is None:
+                continue  # e.g. d_ff: null means 4·d_model
+            try:
+                shown = repr(float(cell))
+            except ValueError:
+                shown = cell
+            assert shown == expected, (path, cell, defaults[path])
+            checked += 1
+    assert checked >= len(defaults) - 1
 
 
 def test_set_up_commands_use_existing_options():

@@ -7,9 +7,10 @@ The same model is read in three places and must agree everywhere:
 * in tests and benchmarks, built directly.
 
 Unknown keys are rejected. Every error names the key path (``parallelism.ici.fsdp``) and the
-allowed values; :func:`format_errors` turns a pydantic ``ValidationError`` into those lines.
+allowed values (:mod:`training.validation` holds the strict base model and the error lines).
 
-Parallelism follows the Cloud TPU Multislice overview (SEED-NOTES.md, "Parallelism rules"):
+Parallelism follows the Cloud TPU Multislice overview
+(https://cloud.google.com/tpu/docs/multislice-introduction):
 the mesh has axes ``(data, fsdp, tensor)``; inside a slice (ICI) their product is the chips
 per slice, across slices (DCN) their product is the number of slices, and DCN tensor
 parallelism must be 1. Those two products need the accelerator catalog and the slice count,
@@ -19,77 +20,17 @@ so ``infra.config.StackConfig`` checks them; this module checks what the trainer
 
 from __future__ import annotations
 
-import types
-import typing
 from typing import Any, Literal
 
 import pydantic
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
-from pydantic_core import PydanticCustomError
+from pydantic import Field, field_validator, model_validator
+
+from training.validation import StrictModel, format_errors, invalid
 
 #: Byte-level language model: one token per byte.
 VOCAB_SIZE = 256
 
 MESH_AXES = ("data", "fsdp", "tensor")
-
-
-class StrictModel(BaseModel):
-    """Base for every config model: unknown keys rejected, instances immutable."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
-
-    @field_validator("*", mode="before")
-    @classmethod
-    def _no_booleans_for_numbers(cls, value: Any, info: ValidationInfo) -> Any:
-        # pydantic's lax mode reads true/false as 1/0 for int and float fields; in a config
-        # file that is always a mistake (``steps: yes`` would train one step).
-        if isinstance(value, bool) and info.field_name and _numeric_not_bool(cls.model_fields[info.field_name].annotation):
-            raise PydanticCustomError("bool_for_number", "got {value}; expected a number, not a boolean", {"value": str(value).lower()})
-        return value
-
-
-def _numeric_not_bool(annotation: Any) -> bool:
-    """Whether a field's type takes numbers (int/float, optionally in a union) but not bools."""
-    while typing.get_origin(annotation) is typing.Annotated:
-        annotation = typing.get_args(annotation)[0]
-    origin = typing.get_origin(annotation)
-    members = typing.get_args(annotation) if origin in (typing.Union, types.UnionType) else (annotation,)
-    members = tuple(typing.get_args(m)[0] if typing.get_origin(m) is typing.Annotated else m for m in members)
-    return bool not in members and any(m in (int, float) for m in members)
-
-
-def invalid(path: str, message: str) -> PydanticCustomError:
-    """An error for a cross-field rule, pointing at ``path`` below the model that raised it.
-
-    Raise it from a ``model_validator``; :func:`format_errors` joins the model's location and
-    ``path`` into one dotted key path.
-    """
-    return PydanticCustomError("multislice_config", "{message}", {"path": path, "message": message})
-
-
-def format_errors(error: pydantic.ValidationError, prefix: str = "") -> list[str]:
-    """One ``"<key path>: <what is wrong and what is allowed>"`` line per validation error.
-
-    Args:
-      error: the pydantic error.
-      prefix: prepended to every key path (e.g. ``"multislice:training"``).
-    """
-    lines = []
-    for item in error.errors(include_url=False):
-        loc = [str(part) for part in item["loc"]]
-        ctx = item.get("ctx") or {}
-        if item["type"] == "multislice_config" and ctx.get("path"):
-            loc.append(str(ctx["path"]))
-        path = ".".join([prefix, *loc] if prefix else loc).replace(":.", ":")
-        message = item["msg"]
-        if item["type"] == "value_error":
-            message = message.removeprefix("Value error, ")
-        if item["type"] == "extra_forbidden":
-            message = "unknown key"
-        elif item["type"] == "literal_error":
-            message = f"got {item.get('input')!r}; " + message.replace("Input should be", "allowed:")
-        lines.append(f"{path or '(top level)'}: {message}")
-    return lines
 
 
 class AxisSizes(StrictModel):
@@ -107,7 +48,8 @@ class AxisSizes(StrictModel):
 class ParallelismConfig(StrictModel):
     """Hybrid mesh shape: ``ici`` axes inside each slice, ``dcn`` axes across slices.
 
-    The mesh axis ``a`` has size ``ici.a * dcn.a`` (SEED-NOTES.md, "Parallelism rules").
+    The mesh axis ``a`` has size ``ici.a * dcn.a``
+    (https://cloud.google.com/tpu/docs/multislice-introduction).
     """
 
     ici: AxisSizes = AxisSizes()

@@ -14,7 +14,7 @@ import json
 import runpy
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import pulumi
 import yaml
@@ -40,6 +40,9 @@ class Registration:
     hide_diffs: list[str]
     dependencies: list[str]
     parent: str
+    #: Former identities the program declared (``aliases``), each as its non-empty alias spec
+    #: fields (``type``, ``name``, ``parentUrn``, …) or ``{"urn": ...}``.
+    aliases: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -125,9 +128,17 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
                     hide_diffs=list(request.hideDiffs),
                     dependencies=list(request.dependencies),
                     parent=request.parent,
+                    aliases=[_alias(alias) for alias in request.aliases],
                 )
             )
         return response
+
+
+def _alias(alias: Any) -> dict[str, Any]:
+    if alias.WhichOneof("alias") == "urn":
+        return {"urn": alias.urn}
+    # An empty parentUrn means "the current parent" (pulumi.runtime.resource.create_alias_spec).
+    return {descriptor.name: value for descriptor, value in alias.spec.ListFields() if value not in ("", False)}
 
 
 def _plain(value: Any) -> Any:
@@ -162,11 +173,7 @@ def evaluate(
     """Run the program for ``stack`` under mocks (an update, or a preview); return what it
     registered and exported (``as_main``: run infra/ the way the language host does; exports
     are then not captured)."""
-    world = World()
-    mocks = Mocks(world, qr_ready=qr_ready)
-    settings.ROOT.set(None)  # a fresh root Stack resource per evaluation
-    pulumi.runtime.set_mocks(mocks, project="multislice", stack=stack, preview=preview, monitor=RecordingMonitor(mocks))
-    pulumi.runtime.set_all_config(engine_config(config_map if config_map is not None else stack_map(stack)))
+    world = _start(stack, engine_config(config_map if config_map is not None else stack_map(stack)), qr_ready, preview)
 
     @pulumi.runtime.test
     def run():
@@ -179,4 +186,26 @@ def evaluate(
         runpy.run_path(str(Path(program.__file__).parent), run_name="__main__")
 
     (run_as_pulumi_does if as_main else run)()
+    return world
+
+
+def _start(stack: str, config: dict[str, str], qr_ready: bool, preview: bool) -> World:
+    world = World()
+    mocks = Mocks(world, qr_ready=qr_ready)
+    settings.ROOT.set(None)  # a fresh root Stack resource per evaluation
+    pulumi.runtime.set_mocks(mocks, project="multislice", stack=stack, preview=preview, monitor=RecordingMonitor(mocks))
+    pulumi.runtime.set_all_config(config)
+    return world
+
+
+def declare(build: Callable[[], Any], stack: str = "t") -> World:
+    """Run ``build`` (which declares resources, e.g. one component from its own args) under
+    the same mocks, with an empty config map; return what it registered."""
+    world = _start(stack, {}, qr_ready=True, preview=False)
+
+    @pulumi.runtime.test
+    def run():
+        build()
+
+    run()
     return world

@@ -1,11 +1,16 @@
-"""The TPU VMs' service account and its least-privilege grants."""
+"""The TPU VMs' service account and its least-privilege grants.
+
+(The trainer's ``training.cluster.ClusterIdentity`` is something else: a process's slice,
+worker and rank.)
+"""
 
 from __future__ import annotations
 
 import pulumi
 import pulumi_gcp as gcp
 
-from infra.config import StackConfig, gce_name
+from infra import naming
+from training.validation import StrictModel
 
 #: Bucket-level role on the checkpoint bucket: create, read, list, overwrite and delete
 #: objects (Orbax writes, finalizes and garbage-collects checkpoints); nothing on the bucket
@@ -17,16 +22,31 @@ DATA_ROLE = "roles/storage.objectViewer"
 PROJECT_ROLES = ("roles/logging.logWriter", "roles/monitoring.metricWriter")
 
 
-def data_bucket(config: StackConfig) -> str | None:
-    """The bucket of ``training.data.source`` when it is a ``gs://`` glob other than ours."""
-    source = config.training.data.source
+#: The component's type token before it was renamed from ``Identity``; the alias keeps the
+#: URNs of existing stacks (the account and its grants are not replaced).
+#: https://www.pulumi.com/docs/iac/concepts/options/aliases/
+FORMER_TYPE = "multislice:gcp:Identity"
+
+
+def data_bucket(source: str, checkpoint_bucket: str) -> str | None:
+    """The bucket of a training-data ``source`` when it is a ``gs://`` glob in a bucket other
+    than ``checkpoint_bucket`` (that one is granted already); else None."""
     if not source.startswith("gs://"):
         return None
     name = source[len("gs://") :].split("/", 1)[0]
-    return None if name == config.bucket_name else name
+    return None if name == checkpoint_bucket else name
 
 
-class Identity(pulumi.ComponentResource):
+class ServiceAccountArgs(StrictModel):
+    """What :class:`ServiceAccount` needs: the stack (account id), the project, and the bucket
+    of ``gs://`` training data if the trainer reads any (:func:`data_bucket`)."""
+
+    stack: str
+    project: str
+    data_bucket: str | None = None
+
+
+class ServiceAccount(pulumi.ComponentResource):
     """A dedicated service account for the TPU VMs, with least privilege.
 
     Grants: :data:`CHECKPOINT_ROLE` on the checkpoint bucket only; :data:`DATA_ROLE` on the
@@ -34,24 +54,30 @@ class Identity(pulumi.ComponentResource):
     (log and metric writing) on the project. Nothing else project-wide: no editor, no
     storage admin, no TPU admin.
 
+    The account id is ``infra.naming.service_account_id`` (``multislice-<stack>-tpu``);
+    ``bucket`` is the checkpoint bucket's name (an Output of the bucket component).
+
     Attributes (Outputs): ``email``, ``member`` (``serviceAccount:<email>``).
     """
 
     def __init__(
         self,
         name: str,
-        config: StackConfig,
+        args: ServiceAccountArgs,
         *,
         bucket: pulumi.Input[str],
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
-        super().__init__("multislice:gcp:Identity", name, None, opts)
+        renamed = pulumi.ResourceOptions(aliases=[pulumi.Alias(type_=FORMER_TYPE)])
+        super().__init__(
+            "multislice:gcp:ServiceAccount", name, None, pulumi.ResourceOptions.merge(opts, renamed)
+        )
         child = pulumi.ResourceOptions(parent=self)
         self.account = gcp.serviceaccount.Account(
             f"{name}-tpu-vms",
-            account_id=gce_name("multislice", config.stack, "tpu", limit=30),
-            project=config.project,
-            display_name=f"Multislice {config.stack} TPU VMs",
+            account_id=naming.service_account_id(args.stack),
+            project=args.project,
+            display_name=f"Multislice {args.stack} TPU VMs",
             description="Runs the trainer on the stack's TPU VMs: checkpoint bucket objects, logs, metrics.",
             opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True),
         )
@@ -62,15 +88,17 @@ class Identity(pulumi.ComponentResource):
                 f"{name}-checkpoints", bucket=bucket, role=CHECKPOINT_ROLE, member=self.member, opts=child
             )
         ]
-        if (data := data_bucket(config)) is not None:
+        if args.data_bucket is not None:
             self.grants.append(
-                gcp.storage.BucketIAMMember(f"{name}-training-data", bucket=data, role=DATA_ROLE, member=self.member, opts=child)
+                gcp.storage.BucketIAMMember(
+                    f"{name}-training-data", bucket=args.data_bucket, role=DATA_ROLE, member=self.member, opts=child
+                )
             )
         for role in PROJECT_ROLES:
             self.grants.append(
                 gcp.projects.IAMMember(
                     f"{name}-{role.split('/')[1].replace('.', '-').lower()}",
-                    project=config.project,
+                    project=args.project,
                     role=role,
                     member=self.member,
                     opts=child,

@@ -1,0 +1,63 @@
+"""A stack's configuration: schema, loading, and the names derived from it.
+
+* :mod:`infra.config.schema`: :class:`StackConfig`, the validated model of a stack's
+  ``config:`` map (its derived names delegate to :mod:`infra.naming`);
+* :mod:`infra.config.environment`: the ``multislice:network``, ``multislice:bucket`` and
+  ``multislice:queuedResource`` models and durations;
+* :mod:`infra.config.loading`: the stack file (YAML, duplicate keys refused) and the Pulumi
+  engine's config map → :class:`StackConfig`, stack discovery, :class:`StackConfigError`.
+
+Everything is importable from ``infra.config`` itself.
+"""
+
+from infra.config.environment import (
+    BucketSettings,
+    Duration,
+    NetworkSettings,
+    QueuedResourceSettings,
+    parse_duration,
+)
+from infra.config.loading import (
+    GCP_KEYS,
+    NAMESPACE,
+    STRUCTURED_KEYS,
+    DuplicateKeyError,
+    StackConfigError,
+    available_stacks,
+    default_stacks_dir,
+    from_pulumi_config,
+    load_stack,
+    load_stack_file,
+    pulumi_config_map,
+    stack_file,
+    validate_stack,
+)
+from infra.config.schema import CAPACITY_TYPES, Capacity, StackConfig
+from infra.naming import RESERVED_LABELS, gce_name, label_value
+
+__all__ = [
+    "CAPACITY_TYPES",
+    "GCP_KEYS",
+    "NAMESPACE",
+    "RESERVED_LABELS",
+    "STRUCTURED_KEYS",
+    "BucketSettings",
+    "Capacity",
+    "DuplicateKeyError",
+    "Duration",
+    "NetworkSettings",
+    "QueuedResourceSettings",
+    "StackConfig",
+    "StackConfigError",
+    "available_stacks",
+    "default_stacks_dir",
+    "from_pulumi_config",
+    "gce_name",
+    "label_value",
+    "load_stack",
+    "load_stack_file",
+    "parse_duration",
+    "pulumi_config_map",
+    "stack_file",
+    "validate_stack",
+]

@@ -1,0 +1,198 @@
+"""The environment keys of a stack: ``multislice:network``, ``multislice:bucket`` and
+``multislice:queuedResource``.
+
+Their defaults give a complete environment around the slices (a VPC with NAT and firewall,
+a regional checkpoint bucket, a queued resource that ``pulumi up`` waits for until ACTIVE).
+GCP naming rules come from the Compute Engine and Cloud Storage references cited on each
+check (:mod:`infra.naming` holds the rules themselves).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import BeforeValidator, Field, field_validator, model_validator
+
+from infra import naming
+from training.validation import StrictModel, invalid
+
+#: A network or subnetwork given as a path: https://cloud.google.com/compute/docs/naming-resources
+_GCE_PATH = re.compile(
+    r"^projects/[a-z][a-z0-9-]{4,28}[a-z0-9]/(global|regions/[a-z0-9-]+)/(networks|subnetworks)/[a-z]([-a-z0-9]{0,61}[a-z0-9])?$"
+)
+_DURATION = re.compile(r"^(?:(?P<d>\d+)d)?(?:(?P<h>\d+)h)?(?:(?P<m>\d+)m)?(?:(?P<s>\d+)s)?$")
+
+
+def parse_duration(value: Any) -> int:
+    """Seconds in a duration written ``"90s"``, ``"30m"``, ``"2h"``, ``"1d"``, ``"1h30m"`` or as a
+    number of seconds.
+
+    Raises:
+      ValueError: anything else (pydantic turns it into a key-path error line).
+    """
+    if isinstance(value, bool):
+        raise ValueError(f"{value!r} is not a duration; write e.g. '90s', '30m', '2h', '1d'")
+    if isinstance(value, int):
+        seconds = value
+    elif isinstance(value, str) and value.strip().isdigit():
+        seconds = int(value.strip())
+    elif isinstance(value, str) and value.strip() and (m := _DURATION.match(value.strip())):
+        seconds = (
+            int(m["d"] or 0) * 86400 + int(m["h"] or 0) * 3600 + int(m["m"] or 0) * 60 + int(m["s"] or 0)
+        )
+    else:
+        raise ValueError(f"{value!r} is not a duration; write e.g. '90s', '30m', '2h', '1d' or seconds")
+    if seconds <= 0:
+        raise ValueError(f"{value!r}: the duration must be positive")
+    return seconds
+
+
+#: A positive duration in whole seconds, written as seconds or ``"30m"``-style text.
+Duration = Annotated[int, BeforeValidator(parse_duration)]
+
+
+def _gce_name_or_path(value: str | None, what: str) -> str | None:
+    if value is None or naming.GCE_NAME.match(value) or _GCE_PATH.match(value):
+        return value
+    raise ValueError(
+        f"{value!r} is not a {what} name (lowercase letters, digits, hyphens; starts with a letter; "
+        f"at most 63 characters) or a projects/<project>/.../{what}s/<name> path"
+    )
+
+
+class _Settings(StrictModel):
+    model_config = StrictModel.model_config | {"populate_by_name": True}
+
+
+class NetworkSettings(_Settings):
+    """``multislice:network``: the VPC the TPU VMs live in.
+
+    By default a custom-mode VPC with one subnetwork in the zone's region (Private Google
+    Access on), a Cloud Router with Cloud NAT (VMs have no external IPs) and the firewall
+    rules are created. ``existingNetwork`` + ``existingSubnetwork`` reuse a VPC instead: only
+    the firewall rules are then created in it, and NAT only when ``nat: true``.
+    """
+
+    mtu: int = Field(
+        8896,
+        ge=1300,
+        le=8896,
+        description="VPC MTU in bytes; 8896 (the largest GCE allows) carries DCN traffic in fewer packets. "
+        "Source: https://cloud.google.com/vpc/docs/mtu",
+    )
+    existing_network: str | None = Field(None, alias="existingNetwork", description="Reuse this VPC (name or path).")
+    existing_subnetwork: str | None = Field(
+        None, alias="existingSubnetwork", description="Reuse this subnetwork of the VPC (name or path), in the zone's region."
+    )
+    subnet_cidr: str = Field("10.130.0.0/20", alias="subnetCidr", description="Primary range of the created subnetwork.")
+    nat: bool | None = Field(None, description="Cloud Router + NAT; default: on for a created VPC, off for a reused one.")
+
+    @field_validator("existing_network")
+    @classmethod
+    def _network_name(cls, value: str | None) -> str | None:
+        return _gce_name_or_path(value, "network")
+
+    @field_validator("existing_subnetwork")
+    @classmethod
+    def _subnetwork_name(cls, value: str | None) -> str | None:
+        return _gce_name_or_path(value, "subnetwork")
+
+    @field_validator("subnet_cidr")
+    @classmethod
+    def _cidr(cls, value: str) -> str:
+        try:
+            net = ipaddress.IPv4Network(value, strict=True)
+        except ValueError as err:
+            raise ValueError(f"{value!r} is not an IPv4 CIDR range like '10.130.0.0/20' ({err})") from None
+        if not net.is_private or net.prefixlen < 8 or net.prefixlen > 29:
+            raise ValueError(
+                f"{value!r} must be a private (RFC 1918) range with a prefix length from /8 to /29"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _reuse_is_complete(self) -> NetworkSettings:
+        if (self.existing_network is None) != (self.existing_subnetwork is None):
+            missing = "existingSubnetwork" if self.existing_subnetwork is None else "existingNetwork"
+            raise invalid(missing, "existingNetwork and existingSubnetwork are set together (reuse both or neither)")
+        if self.existing_network is not None:
+            for key, field in (("subnetCidr", "subnet_cidr"), ("mtu", "mtu")):
+                if field in self.model_fields_set:
+                    raise invalid(key, "only applies to a network created here; remove it when reusing existingNetwork")
+        return self
+
+    @property
+    def reuses_network(self) -> bool:
+        return self.existing_network is not None
+
+    @property
+    def creates_nat(self) -> bool:
+        return self.nat if self.nat is not None else not self.reuses_network
+
+
+class BucketSettings(_Settings):
+    """``multislice:bucket``: the regional checkpoint bucket.
+
+    Lifecycle: objects under ``runs/`` move to Nearline after ``nearlineAfterDays`` (Orbax keeps
+    rewriting the newest checkpoints, so only old ones age) and are deleted after
+    ``deleteAfterDays`` when set; incomplete multipart uploads are aborted after a day. Soft
+    delete is off by default because Orbax deletes superseded checkpoints all the time (GCS
+    allows 0 or 7–90 days: https://cloud.google.com/storage/docs/soft-delete).
+    """
+
+    name: str | None = Field(None, description="Bucket name; default '<project>-<stack>-ckpt'.")
+    force_destroy: bool = Field(False, alias="forceDestroy", description="Let `pulumi destroy` delete a non-empty bucket.")
+    protect: bool | None = Field(None, description="Pulumi `protect`; default: on for stacks named prod or prod-*.")
+    nearline_after_days: int | None = Field(30, ge=1, alias="nearlineAfterDays")
+    delete_after_days: int | None = Field(None, ge=1, alias="deleteAfterDays")
+    soft_delete_days: int = Field(0, ge=0, le=90, alias="softDeleteDays")
+
+    @field_validator("name")
+    @classmethod
+    def _bucket_name(cls, value: str | None) -> str | None:
+        if value is not None and (not naming.BUCKET_NAME.match(value) or value.startswith("goog") or "google" in value):
+            raise ValueError(
+                f"{value!r} is not a bucket name (3–63 lowercase letters, digits, '-', '_'; starts and ends "
+                "with a letter or digit; no 'goog' prefix or 'google')"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _lifecycle(self) -> BucketSettings:
+        if 0 < self.soft_delete_days < 7:
+            raise invalid("softDeleteDays", f"must be 0 (off) or 7–90 days; got {self.soft_delete_days}")
+        if (
+            self.delete_after_days is not None
+            and self.nearline_after_days is not None
+            and self.delete_after_days <= self.nearline_after_days
+        ):
+            raise invalid(
+                "deleteAfterDays",
+                f"{self.delete_after_days} must be greater than nearlineAfterDays ({self.nearline_after_days}), "
+                "or set nearlineAfterDays to null",
+            )
+        return self
+
+
+class QueuedResourceSettings(_Settings):
+    """``multislice:queuedResource``: how the queued resource is requested and waited for."""
+
+    #: States in the order a queued resource passes them (tpu_v2 QueuedResourceState).
+    wait_for: Literal["ACCEPTED", "WAITING_FOR_RESOURCES", "PROVISIONING", "ACTIVE"] = Field(
+        "ACTIVE", alias="waitFor", description="`pulumi up` returns once the QR reached this state or a later one."
+    )
+    create_timeout: Duration = Field(
+        1800, alias="createTimeout", description="Longest wait for waitFor; past it the QR stays recorded, still queued."
+    )
+    delete_timeout: Duration = Field(1200, alias="deleteTimeout", description="Longest wait for a delete (2–5 min typical).")
+    valid_until: Duration | None = Field(
+        None, alias="validUntil", description="Queueing policy valid_until_duration: the API fails the request after it."
+    )
+
+    @model_validator(mode="after")
+    def _bounds(self) -> QueuedResourceSettings:
+        if self.valid_until is not None and self.valid_until < 600:
+            raise invalid("validUntil", f"{self.valid_until}s is shorter than 10 minutes; allow the queue time to work")
+        return self

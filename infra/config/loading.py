@@ -1,0 +1,260 @@
+"""Reading a stack: the stack file (YAML) or the Pulumi engine's config map → StackConfig.
+
+A stack is ``stacks/Pulumi.<stack>.yaml`` (``stackConfigDir: stacks`` in Pulumi.yaml). Its
+``config:`` map holds ``gcp:project``, ``gcp:zone`` and the ``multislice:*`` keys. Two paths
+read it and must give equal models (tests/test_config.py checks this):
+
+* inside ``pulumi up``/``preview``: :func:`from_pulumi_config` reads the engine's config map
+  (scalars arrive as strings, objects as JSON text);
+* everywhere else (local emulation, ``multislice plan``, rendering): :func:`load_stack`
+  reads the YAML file directly.
+
+Validation happens before any resource exists. A :class:`StackConfigError` lists every
+problem as ``<key path>: <what is wrong; what is allowed>``.
+
+The YAML reader refuses a key repeated in one mapping, as Pulumi's own reader (go-yaml v3)
+does, and names both lines. It is PyYAML's SafeLoader with one override rather than
+ruamel.yaml: ruamel refuses duplicates too, but its error names the line where the
+*mapping* starts, not the first occurrence of the key, points an alias key at its anchor and
+spells ``true`` as ``True`` — the one-line message below would need the same bookkeeping.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import typing
+from pathlib import Path
+from typing import Any
+
+import pydantic
+import yaml
+
+from infra.config.schema import StackConfig
+from training.validation import format_errors
+
+#: Keys of other namespaces that this program reads. All other ``gcp:*`` keys (credentials,
+#: impersonation, …) belong to the gcp provider and are left alone.
+GCP_KEYS = ("gcp:project", "gcp:zone")
+NAMESPACE = "multislice"
+
+
+def _object_valued(annotation: Any) -> bool:
+    return (isinstance(annotation, type) and issubclass(annotation, pydantic.BaseModel)) or typing.get_origin(
+        annotation
+    ) is dict
+
+
+#: Keys whose value is an object (Pulumi hands these to programs as JSON text).
+STRUCTURED_KEYS = tuple(
+    field.alias for field in StackConfig.model_fields.values() if field.alias and _object_valued(field.annotation)
+)
+#: The checkout's own stacks/ (infra/config/loading.py → the repository root).
+_CHECKOUT_STACKS = Path(__file__).resolve().parents[2] / "stacks"
+
+
+class StackConfigError(ValueError):
+    """A stack file that cannot be used; ``lines`` holds one ``key path: problem`` each."""
+
+    def __init__(self, summary: str, lines: list[str] | None = None):
+        self.summary = summary
+        self.lines = list(lines or [])
+        text = summary if not self.lines else summary + "\n" + "\n".join(f"  {line}" for line in self.lines)
+        super().__init__(text)
+
+
+def _allowed_keys() -> list[str]:
+    return [f.alias for name, f in StackConfig.model_fields.items() if f.alias]
+
+
+def validate_stack(stack: str, config: dict[str, Any], source: str) -> StackConfig:
+    """Build a StackConfig from a stack's ``config:`` map.
+
+    Args:
+      stack: the stack name.
+      config: keys as written in the stack file (``"multislice:slices"``); values may be
+        typed (YAML) or strings/JSON text (the Pulumi engine).
+      source: where the map came from, for the error summary.
+
+    Raises:
+      StackConfigError: one line per problem, each naming the key.
+    """
+    values: dict[str, Any] = {}
+    unknown: list[str] = []
+    allowed = _allowed_keys()
+    for key, value in config.items():
+        namespace = key.split(":", 1)[0] if ":" in key else NAMESPACE
+        full_key = key if ":" in key else f"{NAMESPACE}:{key}"
+        if namespace == "gcp" and full_key not in GCP_KEYS:
+            continue  # provider configuration, not ours
+        if namespace not in (NAMESPACE, "gcp"):
+            close = difflib.get_close_matches(namespace, [NAMESPACE, "gcp"], n=1, cutoff=0.75)
+            if close:
+                unknown.append(f"{key} (did you mean {close[0]}:{key.split(':', 1)[1]}?)")
+            continue
+        if full_key not in allowed:
+            unknown.append(full_key)
+            continue
+        if isinstance(value, dict) and set(value) == {"secure"}:
+            raise StackConfigError(
+                f"stack {stack!r} ({source}) is invalid:",
+                [f"{full_key}: secret values are not supported for this key; store it in plain text"],
+            )
+        if full_key in STRUCTURED_KEYS and isinstance(value, str):
+            try:
+                value = json.loads(value)
+            except json.JSONDecodeError as err:
+                raise StackConfigError(
+                    f"stack {stack!r} ({source}) is invalid:", [f"{full_key}: not a JSON object ({err})"]
+                ) from None
+        values[full_key] = value
+    lines = [
+        f"{key}: unknown key; allowed keys: {', '.join(k for k in allowed if k.startswith(NAMESPACE))}"
+        if "did you mean" not in key
+        else f"{key.split(' ', 1)[0]}: unknown namespace {key.split(' ', 1)[1]}"
+        for key in unknown
+    ]
+    for key in ("gcp:project", "gcp:zone", "multislice:acceleratorType"):
+        if key not in values:
+            lines.append(f"{key}: required key is missing")
+    if lines:
+        raise StackConfigError(f"stack {stack!r} ({source}) is invalid:", lines)
+    try:
+        return StackConfig.model_validate({"stack": stack, **values})
+    except pydantic.ValidationError as err:
+        raise StackConfigError(f"stack {stack!r} ({source}) is invalid:", format_errors(err)) from None
+
+
+def default_stacks_dir() -> Path:
+    """``stacks/`` of the project: the nearest Pulumi.yaml above the working directory that
+    names this project, else the checkout this package was installed from."""
+    env = os.environ.get("MULTISLICE_STACKS_DIR")
+    if env:
+        return Path(env)
+    for parent in [Path.cwd(), *Path.cwd().parents]:
+        project = parent / "Pulumi.yaml"
+        if project.is_file():
+            try:
+                data = yaml.safe_load(project.read_text()) or {}
+            except yaml.YAMLError:
+                continue
+            if data.get("name") == "multislice":
+                return parent / str(data.get("stackConfigDir", "."))
+    return _CHECKOUT_STACKS
+
+
+def stack_file(stack: str, stacks_dir: Path | None = None) -> Path:
+    return (stacks_dir or default_stacks_dir()) / f"Pulumi.{stack}.yaml"
+
+
+def available_stacks(stacks_dir: Path | None = None) -> list[str]:
+    directory = stacks_dir or default_stacks_dir()
+    return sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in directory.glob("Pulumi.*.yaml"))
+
+
+class DuplicateKeyError(yaml.YAMLError):
+    """A key repeated in one YAML mapping (lines are 1-based; keys as written)."""
+
+    def __init__(self, key: str, line: int, first_key: str, first_line: int):
+        first = f"first at line {first_line}" if key == first_key else f"same as {first_key!r} at line {first_line}"
+        super().__init__(f"duplicate key {key!r} at line {line} ({first})")
+        self.key, self.line, self.first_key, self.first_line = key, line, first_key, first_line
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that rejects a key repeated in one mapping, as Pulumi's own YAML reader
+    (go-yaml v3) does; PyYAML would silently keep the last value. Keys compare as the
+    Python values they load as (so ``1`` and ``true`` collide: one dict cannot hold both)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, tuple[int, str]] = {}
+        key_nodes: set[int] = set()
+        previous_line = 0
+        for key_node, value_node in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            line = key_node.start_mark.line
+            if line < previous_line or id(key_node) in key_nodes:
+                line = value_node.start_mark.line  # an alias: its node is the anchor's, written earlier
+            previous_line = line
+            key_nodes.add(id(key_node))
+            key = self.construct_object(key_node, deep=True)
+            written = key_node.value if isinstance(key_node, yaml.ScalarNode) else str(key)
+            try:
+                first = seen.get(key)
+            except TypeError:
+                continue  # unhashable: the base constructor reports it
+            if first is not None:
+                raise DuplicateKeyError(written, line + 1, first[1], first[0] + 1)
+            seen[key] = (line, written)
+        return super().construct_mapping(node, deep=deep)
+
+
+def _load_yaml(text: str, name: str) -> Any:
+    loader = _UniqueKeyLoader(text)
+    loader.name = name  # error marks say the file, not "<unicode string>"
+    try:
+        return loader.get_single_data()
+    finally:
+        loader.dispose()
+
+
+def load_stack_file(path: Path, stack: str | None = None) -> StackConfig:
+    """Read and validate a stack file anywhere on disk.
+
+    Args:
+      path: a ``Pulumi.<stack>.yaml`` file.
+      stack: stack name; by default taken from the file name.
+
+    Raises:
+      StackConfigError: missing or malformed file, or invalid keys.
+    """
+    path = Path(path)
+    if stack is None:
+        name = path.name
+        stack = name[len("Pulumi.") : -len(".yaml")] if name.startswith("Pulumi.") and name.endswith(".yaml") else path.stem
+    if path.is_dir():
+        raise StackConfigError(f"stack file {path} is a directory, not a Pulumi.<stack>.yaml file")
+    if not path.is_file():
+        raise StackConfigError(f"stack file {path} does not exist")
+    try:
+        data = _load_yaml(path.read_text(encoding="utf-8"), str(path))
+    except UnicodeDecodeError as err:
+        raise StackConfigError(f"stack file {path} is not UTF-8 text ({err.reason} at byte {err.start})") from None
+    except RecursionError:
+        raise StackConfigError(f"stack file {path} nests too deeply to be a stack file") from None
+    except DuplicateKeyError as err:
+        raise StackConfigError(f"stack file {path}: {err}; keep one of them") from None
+    except yaml.YAMLError as err:
+        raise StackConfigError(f"stack file {path} is not valid YAML: {err}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("config", {}), dict):
+        raise StackConfigError(f"stack file {path} must be a mapping with a 'config:' mapping inside")
+    return validate_stack(stack, data.get("config") or {}, str(path))
+
+
+def load_stack(stack: str, stacks_dir: Path | None = None) -> StackConfig:
+    """Read and validate ``stacks/Pulumi.<stack>.yaml``.
+
+    Raises:
+      StackConfigError: the stack does not exist (the message lists those that do), or is invalid.
+    """
+    path = stack_file(stack, stacks_dir)
+    if not path.is_file():
+        known = available_stacks(stacks_dir)
+        raise StackConfigError(
+            f"no stack {stack!r}: {path} does not exist; stacks here: {', '.join(known) or 'none'}"
+        )
+    return load_stack_file(path, stack)
+
+
+def from_pulumi_config(stack: str, config: dict[str, Any]) -> StackConfig:
+    """Build the StackConfig from the Pulumi engine's config map (``namespace:key`` → string)."""
+    return validate_stack(stack, config, "pulumi config")
+
+
+def pulumi_config_map() -> dict[str, Any]:
+    """The whole config map of the running Pulumi program (PULUMI_CONFIG plus explicit sets)."""
+    from pulumi.runtime import config as runtime_config
+
+    return {**runtime_config.get_config_env(), **runtime_config.CONFIG.get()}
