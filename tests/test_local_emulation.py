@@ -14,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psutil
 import pytest
 
 STACK = Path(__file__).parent / "stacks" / "Pulumi.emu.yaml"
@@ -41,15 +42,11 @@ def stop_if_running(proc: subprocess.Popen) -> None:
 
 def processes_under(root: Path) -> list[int]:
     """Live processes whose MULTISLICE_HOME lies under ``root`` (the emulated VMs)."""
-    marker = f"MULTISLICE_HOME={root}".encode()
     found = []
-    for entry in Path("/proc").glob("[0-9]*"):
-        try:
-            environ = (entry / "environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if any(item.startswith(marker) for item in environ):
-            found.append(int(entry.name))
+    for process in psutil.process_iter(["environ"], ad_value=None):
+        home = (process.info["environ"] or {}).get("MULTISLICE_HOME", "")
+        if home.startswith(str(root)):
+            found.append(process.pid)
     return found
 
 
