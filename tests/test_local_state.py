@@ -98,6 +98,40 @@ def test_down_stops_the_recorded_emulator_and_its_vms(tmp_path):
         emulator.stdout.close()
 
 
+# Stands in for an emulator that stops its own VM on SIGTERM (after a moment, like a grace
+# period) and then exits: `local down` must wait for it instead of SIGKILLing the VM first.
+STOPS_ITS_VM = """
+import os, signal, sys, time
+vm = int(sys.argv[1])
+def stop(*args):
+    time.sleep(1)
+    os.kill(vm, signal.SIGTERM)
+    sys.exit(0)
+signal.signal(signal.SIGTERM, stop)
+print("ready", flush=True)
+time.sleep(600)
+"""
+
+
+def test_down_waits_for_the_emulator_to_stop_its_vms(tmp_path):
+    paths = LocalPaths(tmp_path / "emu", "emu")
+    emulation_id = uuid.uuid4().hex
+    vm = start_vm(emulation_id)
+    emulator = subprocess.Popen([sys.executable, "-c", STOPS_ITS_VM, str(vm.pid)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert emulator.stdout.readline() == "ready\n"
+        record(paths, emulator.pid, supervisor.start_time(emulator.pid), emulation_id)
+        actions = state_lib.stop_recorded(paths, wait_s=120)
+        assert emulator.poll() is not None  # down returned only once the emulator had gone
+        assert vm.wait(timeout=60) == -signal.SIGTERM  # stopped by its emulator, not killed by down
+        assert actions == [f"asked emulator pid {emulator.pid} to stop"]
+    finally:
+        for proc in (emulator, vm):
+            proc.kill()
+            proc.wait()
+        emulator.stdout.close()
+
+
 def test_a_reused_pid_is_never_signalled(tmp_path):
     paths = LocalPaths(tmp_path / "emu", "emu")
     stranger = subprocess.Popen(["sleep", "600"])
