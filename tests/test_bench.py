@@ -175,6 +175,7 @@ def test_a_child_whose_launcher_is_gone_does_not_run():
     result = subprocess.run([sys.executable, "-m", "infra.local.bench_slices", json.dumps(task)],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 1 and result.stdout == "", result.stderr
+    assert "Traceback" not in result.stderr  # it stopped before doing anything, not by failing
 
 
 def test_a_failing_child_is_reported_with_its_log(monkeypatch):
