@@ -44,10 +44,23 @@ def processes_under(root: Path) -> list[int]:
     """Live processes whose MULTISLICE_HOME lies under ``root`` (the emulated VMs)."""
     found = []
     for process in psutil.process_iter(["environ"], ad_value=None):
-        home = (process.info["environ"] or {}).get("MULTISLICE_HOME", "")
-        if home.startswith(str(root)):
+        home = (process.info["environ"] or {}).get("MULTISLICE_HOME")
+        if home and Path(home).is_relative_to(root):
             found.append(process.pid)
     return found
+
+
+@pytest.fixture(autouse=True)
+def no_vm_outlives_its_test(tmp_path_factory):
+    """Cleanup, after a test's own assertions: a test that failed or timed out may have killed
+    its emulator and left that run's VMs training; kill them, so that they do not slow down
+    the tests that follow."""
+    yield
+    for pid in processes_under(tmp_path_factory.getbasetemp()):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 def step_losses(run_dir: Path) -> list[tuple[int, float]]:
