@@ -95,7 +95,6 @@ from infra.queued_resource.errors import (
     root_cause,
 )
 from infra.queued_resource.inputs import (
-    API_CAPACITY,
     INPUT_KEYS,
     OUTPUT_KEYS,
     PROVIDER_VERSION,
@@ -104,7 +103,6 @@ from infra.queued_resource.inputs import (
     STARTUP_SCRIPT_KEY,
     UPDATE_IN_PLACE_KEYS,
     build_queued_resource,
-    check_provisionable,
     differs,
     node_ids,
     outputs_for,
@@ -124,7 +122,6 @@ __all__ = [
     "QueuedResourceFailed",
     "QueuedResourceProvider",
     "QuotaOrPermissionError",
-    "check_provisionable",
     "queued_resource_props",
 ]
 
@@ -182,6 +179,8 @@ class QueuedResourceProvider(ResourceProvider):
     # ResourceProvider -----------------------------------------------------------------------
 
     def check(self, _olds: dict[str, Any], news: dict[str, Any]) -> CheckResult:
+        from infra.config.schema import CAPACITY_TYPES
+
         failures: list[CheckFailure] = []
 
         def known(key: str) -> bool:
@@ -194,8 +193,8 @@ class QueuedResourceProvider(ResourceProvider):
             failures.append(CheckFailure("slices", f"must be 1..256; got {news['slices']!r}"))
         if known("slices") and int(news.get("slices") or 0) > 1 and not news.get("nodeIdPrefix"):
             failures.append(CheckFailure("nodeIdPrefix", "required when slices > 1"))
-        if known("capacity") and news["capacity"] not in API_CAPACITY:
-            failures.append(CheckFailure("capacity", f"must be one of {', '.join(API_CAPACITY)}; got {news['capacity']!r}"))
+        if known("capacity") and news["capacity"] not in CAPACITY_TYPES:
+            failures.append(CheckFailure("capacity", f"must be one of {', '.join(CAPACITY_TYPES)}; got {news['capacity']!r}"))
         if known("capacity") and news["capacity"] == "reserved" and not news.get("reservationName"):
             failures.append(CheckFailure("reservationName", "required with capacity 'reserved'"))
         if known("waitFor") and news["waitFor"] not in STATE_ORDER[1:]:

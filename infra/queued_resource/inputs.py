@@ -43,10 +43,6 @@ RUN_DIR_KEY = "multislice-run-dir"
 #: (https://cloud.google.com/compute/docs/access/service-accounts#accesscopesiam).
 CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 
-#: Capacity types the tpu_v2 API can express (best-effort exists only in v2alpha1).
-API_CAPACITY = ("spot", "on-demand", "reserved")
-
-
 class Kind(enum.Enum):
     """What a change of a property means."""
 
@@ -169,24 +165,6 @@ def reservation_path(config: StackConfig) -> str | None:
     return f"projects/{config.project}/locations/{config.zone}/reservations/{name}"
 
 
-def check_provisionable(config: StackConfig) -> None:
-    """Reject stacks the tpu_v2 API cannot provision, naming the key, before any API call.
-
-    Raises:
-      infra.config.StackConfigError
-    """
-    from infra.config import StackConfigError
-
-    if config.capacity not in API_CAPACITY:
-        raise StackConfigError(
-            f"stack {config.stack!r} cannot be provisioned:",
-            [
-                f"multislice:capacity: {config.capacity!r} needs the TPU v2alpha1 API, which this program "
-                f"does not use; allowed: {', '.join(API_CAPACITY)}"
-            ],
-        )
-
-
 def queued_resource_props(
     config: StackConfig,
     script: RenderedScript,
@@ -201,12 +179,9 @@ def queued_resource_props(
     ``metadata`` holds the startup script and the run directory; ``trainer`` (the TrainConfig
     as a plain object) and the sha256 values describe the script so ``pulumi preview --diff``
     shows which key changed while the script's own diff is hidden. Pure: equal configs give
-    equal dicts.
-
-    Raises:
-      infra.config.StackConfigError: the stack cannot be provisioned (:func:`check_provisionable`).
+    equal dicts. ``config`` is already valid (its capacity is one the ``tpu_v2`` API can
+    express: :data:`infra.config.CAPACITY_TYPES`).
     """
-    check_provisionable(config)
     settings = config.queued_resource
     inputs = QueuedResourceInputs(
         project=config.project,
