@@ -25,10 +25,11 @@ from infra.queued_resource.errors import (
     is_service_disabled,
     root_cause,
 )
-from tests.fakes.queued_resource import (  # noqa: F401 (dev, fake, props: fixtures)
+from tests.fakes.queued_resource import (  # noqa: F401 (dev, fake, no_ambient_credentials, props: fixtures)
     SERVICE_ACCOUNT,
     dev,
     fake,
+    no_ambient_credentials,
     props,
     provider_for,
     qr_name,

@@ -36,7 +36,13 @@ from infra.queued_resource.inputs import (
     parent_of,
     reservation_path,
 )
-from tests.fakes.queued_resource import dev, props, props_for, script  # noqa: F401 (dev, props: fixtures)
+from tests.fakes.queued_resource import (  # noqa: F401 (dev, no_ambient_credentials, props: fixtures)
+    dev,
+    no_ambient_credentials,
+    props,
+    props_for,
+    script,
+)
 
 #: Node fields UpdateNode's update_mask accepts, as paths of the create request below.
 UPDATABLE = tuple(f"body.tpu.node_spec.0.node.{name}" for name in ("description", "tags", "labels", "metadata"))

@@ -33,7 +33,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from infra.startup import RenderedScript
 
 #: Bump when create/diff/update/delete semantics change (an input: shows in previews).
-PROVIDER_VERSION = "1"
+#: 2: credentials as pulumi-gcp takes them; lost nodes replace; update resumes part-way.
+PROVIDER_VERSION = "2"
 
 #: Metadata keys on every node (the startup script reads the run dir from the second).
 STARTUP_SCRIPT_KEY = "startup-script"
@@ -118,6 +119,12 @@ class QueuedResourceInputs:
     #: ``None`` while there are no nodes to compare.
     nodes_in_sync: bool | None = _prop("nodesInSync", Kind.OUTPUT, None)
     pending_node_sync: bool | None = _prop("pendingNodeSync", Kind.OUTPUT, None)
+    #: Nodes an update did not finish (it stopped part-way); the next ``pulumi up`` does them.
+    pending_nodes: list[str] | None = _prop("pendingNodes", Kind.OUTPUT, None)
+    #: Node metadata changed but the VMs were not reset yet.
+    pending_reset: bool | None = _prop("pendingReset", Kind.OUTPUT, None)
+    #: Nodes of an ACTIVE queued resource that are gone (deleted, preempted): it is replaced.
+    lost_nodes: list[str] | None = _prop("lostNodes", Kind.OUTPUT, None)
 
     def to_props(self) -> dict[str, Any]:
         """The inputs under their engine names; ``None`` values and outputs are left out."""
@@ -243,12 +250,17 @@ def outputs_for(
     ready: bool,
     message: str = "",
     pending_node_sync: bool = False,
+    pending_nodes: list[str] | None = None,
+    pending_reset: bool = False,
+    lost_nodes: list[str] | None = None,
 ) -> dict[str, Any]:
     """The resource's outputs: the inputs of ``props`` plus every :data:`OUTPUT_KEYS` value.
 
     Args:
       qr: the live ``tpu_v2.QueuedResource`` (None: state ``UNKNOWN``).
       nodes: per-node views (``TpuApi.node_views``); None or empty while there are none.
+      pending_node_sync, pending_nodes, pending_reset: what an update left to do.
+      lost_nodes: nodes of an ACTIVE QR that are gone.
     """
     outs = {k: v for k, v in props.items() if k in INPUT_KEYS}
     outs.update(
@@ -261,6 +273,9 @@ def outputs_for(
         # None (not False) while there are no nodes to compare: nothing to converge yet.
         nodesInSync=all(n.get("inSync") for n in nodes) if nodes else None,
         pendingNodeSync=pending_node_sync,
+        pendingNodes=list(pending_nodes or []),
+        pendingReset=pending_reset,
+        lostNodes=list(lost_nodes or []),
     )
     return outs
 

@@ -8,9 +8,11 @@ What it serves (the paths of ``tpu_v2.services.tpu.transports.rest_base``)::
     GET    /v2/projects/*/locations/*/queuedResources/*                              GetQueuedResource
     DELETE /v2/projects/*/locations/*/queuedResources/*?force=                       DeleteQueuedResource
     POST   /v2/projects/*/locations/*/queuedResources/*:reset                        ResetQueuedResource
+    GET    /v2/projects/*/locations/*/nodes?pageSize=&pageToken=                     ListNodes
     GET    /v2/projects/*/locations/*/nodes/*                                        GetNode
     PATCH  /v2/projects/*/locations/*/nodes/*?updateMask=                            UpdateNode
     GET    /v2/projects/*/locations/*/operations/*                                   GetOperation
+    POST   /v1/projects/-/serviceAccounts/*:generateAccessToken   (IAM Credentials)  GenerateAccessToken
 
 Every body is parsed and every response built with the client library's own message types
 (``tpu_v2.QueuedResource``, ``tpu_v2.Node``, ``operations_pb2.Operation``,
@@ -29,17 +31,42 @@ Scripting (all thread-safe; the server runs in a daemon thread on 127.0.0.1:0):
 * ``op_polls``: GETs before a long-running operation reports ``done``; ``delete_polls``: GETs
   a deleted queued resource stays DELETING before it is gone.
 
-``calls`` records every request (rpc name, method, path, query, parsed body, status) so tests
-can assert e.g. "UpdateNode on every node, then ResetQueuedResource, and no delete".
+* ``flaky(rate, statuses, rpcs=, seed=)``: answer that fraction of calls (of ``rpcs``, default
+  all) with one of ``statuses`` (e.g. 429 RESOURCE_EXHAUSTED with a rate-limit ErrorInfo, 503),
+  drawn from a seeded generator, so a 256-node run meets the same storms every time.
+* ``preempt(qr_name)``: a Spot preemption: the nodes are PREEMPTED, the QR SUSPENDING, then
+  (next GET) SUSPENDED with its nodes deleted. ``lose_node(name)``: a node deleted under an
+  ACTIVE QR.
+* ``latency``: seconds each request takes (slept outside the lock), so concurrent clients
+  overlap as against the real service; ``max_in_flight`` is the most requests seen at once.
+
+Authentication, as the real service answers it (https://cloud.google.com/apis/design/errors):
+
+* ``require_auth(tokens)``: only ``Authorization: Bearer <token>`` of ``tokens`` (token →
+  identity) or a JWT signed by a key of ``trust_key(email, public_pem)`` (a self-signed
+  service-account JWT) is accepted; anything else is 401 UNAUTHENTICATED.
+* ``deny(identity)``: that identity gets 403 PERMISSION_DENIED (IAM_PERMISSION_DENIED).
+* ``disable_api(project, number=)``: requests billed to ``project`` (their
+  ``X-Goog-User-Project``; without one, to ``credential_project``) get 403 SERVICE_DISABLED
+  whose ErrorInfo ``consumer`` names the project by number, as the service does.
+* ``GenerateAccessToken`` (the IAM Credentials API) gives a caller accepted above a token for
+  the service account it impersonates (identity ``impersonated:<email>``).
+
+``calls`` records every request (rpc name, method, path, query, parsed body, status, the
+Authorization and X-Goog-User-Project headers) so tests can assert e.g. "UpdateNode on every
+node, then ResetQueuedResource, and no delete"; ``counts()`` tallies them by RPC.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+import random
 import re
 import threading
-from dataclasses import dataclass
+import time
+from collections import Counter
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -59,15 +86,21 @@ _ROUTES: list[tuple[str, re.Pattern[str], str]] = [
     ("GET", re.compile(rf"^/v2/{_LOC}/queuedResources/(?P<id>[^/:]+)$"), "GetQueuedResource"),
     ("DELETE", re.compile(rf"^/v2/{_LOC}/queuedResources/(?P<id>[^/:]+)$"), "DeleteQueuedResource"),
     ("POST", re.compile(rf"^/v2/{_LOC}/queuedResources/(?P<id>[^/:]+):reset$"), "ResetQueuedResource"),
+    ("GET", re.compile(rf"^/v2/{_LOC}/nodes$"), "ListNodes"),
     ("GET", re.compile(rf"^/v2/{_LOC}/nodes/(?P<id>[^/:]+)$"), "GetNode"),
     ("PATCH", re.compile(rf"^/v2/{_LOC}/nodes/(?P<id>[^/:]+)$"), "UpdateNode"),
     ("GET", re.compile(rf"^/v2/{_LOC}/operations/(?P<id>[^/:]+)$"), "GetOperation"),
+    ("POST", re.compile(r"^/v1/projects/-/serviceAccounts/(?P<email>[^/:]+):generateAccessToken$"), "GenerateAccessToken"),
 ]
+
+#: RPCs of the IAM Credentials API (authenticated, but not billed to a TPU quota project).
+_IAM_RPCS = ("GenerateAccessToken",)
 
 #: HTTP status for each google.rpc code used here (https://cloud.google.com/apis/design/errors).
 _HTTP_FOR_CODE = {
     "INVALID_ARGUMENT": 400,
     "FAILED_PRECONDITION": 400,
+    "UNAUTHENTICATED": 401,
     "PERMISSION_DENIED": 403,
     "NOT_FOUND": 404,
     "ALREADY_EXISTS": 409,
@@ -87,6 +120,7 @@ class Call:
     query: dict[str, list[str]]
     body: dict[str, Any] | None
     status: int = 0
+    headers: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -95,6 +129,7 @@ class _Fault:
     status: str
     message: str
     details: tuple[Message, ...]
+    path_contains: str = ""
 
 
 @dataclass
@@ -148,6 +183,23 @@ def rate_limited() -> tuple[Message, ...]:
     return (error_details_pb2.ErrorInfo(reason="RATE_LIMIT_EXCEEDED", domain="googleapis.com"),)
 
 
+def service_disabled(consumer: str) -> tuple[Message, ...]:
+    """``details`` of a 403 for a disabled Cloud TPU API in project ``consumer`` (id or number)."""
+    return (
+        error_details_pb2.ErrorInfo(
+            reason="SERVICE_DISABLED",
+            domain="googleapis.com",
+            metadata={
+                "consumer": f"projects/{consumer}",
+                "service": "tpu.googleapis.com",
+                "serviceTitle": "Cloud TPU API",
+                "containerInfo": consumer,
+                "activationUrl": f"https://console.developers.google.com/apis/api/tpu.googleapis.com/overview?project={consumer}",
+            },
+        ),
+    )
+
+
 class FakeTpuApi:
     """The fake server. Use as a context manager; ``endpoint`` is ``http://127.0.0.1:<port>``."""
 
@@ -168,7 +220,20 @@ class FakeTpuApi:
         self.nodes: dict[str, tpu_v2.Node] = {}
         self.operations: dict[str, _Operation] = {}
         self._faults: dict[str, list[_Fault]] = {}
+        self._flaky: tuple[float, tuple[tuple[str, tuple[Message, ...]], ...], tuple[str, ...] | None, random.Random] | None = None
         self._failure: tuple[list[str], int, str] | None = None
+        self.page_size = 50
+        self.latency = 0.0
+        self.in_flight = 0
+        self.max_in_flight = 0
+        # authentication: None accepts anonymous calls
+        self.tokens: dict[str, str] | None = None
+        self.trusted_keys: dict[str, str] = {}
+        self.denied: set[str] = set()
+        self.disabled: dict[str, str] = {}
+        #: The project a request without X-Goog-User-Project is billed to (gcloud's own OAuth
+        #: client project for user credentials, known by number only).
+        self.credential_project = "764086051850"
         self._ids = itertools.count(1)
         self._lock = threading.RLock()
         self._server: ThreadingHTTPServer | None = None
@@ -227,13 +292,54 @@ class FakeTpuApi:
         *,
         details: tuple[Message, ...] = (),
         times: int = 1,
+        path_contains: str = "",
     ) -> None:
-        """Answer the next ``times`` calls of ``rpc`` with an error of google.rpc code ``status``
-        (HTTP status per https://cloud.google.com/apis/design/errors)."""
+        """Answer the next ``times`` calls of ``rpc`` (whose path contains ``path_contains``, e.g.
+        one node's name) with an error of google.rpc code ``status`` (HTTP status per
+        https://cloud.google.com/apis/design/errors)."""
         with self._lock:
             self._faults.setdefault(rpc, []).extend(
-                [_Fault(_HTTP_FOR_CODE[status], status, message or f"injected {status}", details)] * times
+                [_Fault(_HTTP_FOR_CODE[status], status, message or f"injected {status}", details, path_contains)] * times
             )
+
+    def flaky(
+        self,
+        rate: float,
+        statuses: tuple[str, ...] = ("RESOURCE_EXHAUSTED", "UNAVAILABLE"),
+        *,
+        rpcs: tuple[str, ...] | None = None,
+        seed: int = 0,
+    ) -> None:
+        """Answer a fraction ``rate`` of the calls of ``rpcs`` (None: all) with one of
+        ``statuses`` (RESOURCE_EXHAUSTED carries a rate-limit ErrorInfo: a retryable 429)."""
+        choices = tuple((s, rate_limited() if s == "RESOURCE_EXHAUSTED" else ()) for s in statuses)
+        with self._lock:
+            self._flaky = (rate, choices, rpcs, random.Random(seed))
+
+    def require_auth(self, tokens: dict[str, str]) -> None:
+        """Accept only these bearer tokens (token → identity) and trusted self-signed JWTs."""
+        with self._lock:
+            self.tokens = dict(tokens)
+
+    def trust_key(self, email: str, public_pem: str) -> None:
+        """Accept JWTs that service account ``email`` signs with this key (self-signed JWT)."""
+        with self._lock:
+            self.trusted_keys[email] = public_pem
+
+    def deny(self, identity: str) -> None:
+        """Answer ``identity``'s calls with 403 PERMISSION_DENIED."""
+        with self._lock:
+            self.denied.add(identity)
+
+    def disable_api(self, project: str, *, number: str | None = None) -> None:
+        """Disable the Cloud TPU API in ``project`` (named in errors by ``number``, else the id)."""
+        with self._lock:
+            self.disabled[project] = number or project
+
+    def counts(self) -> Counter[str]:
+        """Calls served per RPC."""
+        with self._lock:
+            return Counter(c.rpc for c in self.calls)
 
     def continue_with(self, qr_name: str, *states: str) -> None:
         """Let an existing queued resource move on through ``states`` (one per GET)."""
@@ -262,6 +368,23 @@ class FakeTpuApi:
             return names
         return [n for n in names if not n.startswith(("Get", "List"))]
 
+    def preempt(self, qr_name: str) -> None:
+        """A Spot preemption: nodes PREEMPTED and the QR SUSPENDING now; at the next GET the QR is
+        SUSPENDED and its nodes are deleted (Spot VMs cannot be restarted, only recreated)."""
+        with self._lock:
+            record = self.queued_resources[qr_name]
+            for node in self.nodes.values():
+                if node.queued_resource == qr_name:
+                    node.state = "PREEMPTED"
+            record.states = record.states[: record.step + 1] + ["SUSPENDING", "SUSPENDED"]
+            record.step += 1
+            self._set_state(record, "SUSPENDING")
+
+    def lose_node(self, name: str) -> None:
+        """Delete node ``name`` (full resource name) while its QR stays as it is."""
+        with self._lock:
+            del self.nodes[name]
+
     def add_active(self, qr: tpu_v2.QueuedResource) -> None:
         """Seed an existing ACTIVE queued resource (with its nodes), as if created earlier."""
         with self._lock:
@@ -283,28 +406,121 @@ class FakeTpuApi:
             if handler.command == method and (match := pattern.match(url.path)):
                 rpc = name
                 break
-        call = Call(rpc=rpc, method=handler.command, path=url.path, query=query, body=body)
+        headers = {k.lower(): v for k, v in handler.headers.items() if k.lower() in ("authorization", "x-goog-user-project")}
+        call = Call(rpc=rpc, method=handler.command, path=url.path, query=query, body=body, headers=headers)
         with self._lock:
-            self.calls.append(call)
-            try:
-                if match is None:
-                    raise ApiError("NOT_FOUND", f"no route for {handler.command} {url.path}")
-                faults = self._faults.get(rpc)
-                if faults:
-                    fault = faults.pop(0)
-                    raise ApiError(fault.status, fault.message, fault.details)
-                status, payload = 200, getattr(self, f"_rpc_{rpc}")(match, query, raw)
-            except ApiError as err:
-                status, payload = self._error(err)
-            except json_format.ParseError as err:  # the client sent a field the API does not have
-                status, payload = self._error(ApiError("INVALID_ARGUMENT", f"Invalid JSON payload: {err}"))
-            call.status = status
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            if self.latency:
+                time.sleep(self.latency)
+            with self._lock:
+                self.calls.append(call)
+                try:
+                    if match is None:
+                        raise ApiError("NOT_FOUND", f"no route for {handler.command} {url.path}")
+                    identity = self._authenticate(headers)
+                    if rpc not in _IAM_RPCS:
+                        self._authorize(rpc, identity, headers)
+                    self._inject(rpc, url.path)
+                    if rpc == "GenerateAccessToken":
+                        status, payload = 200, self._generate_access_token(match["email"])
+                    else:
+                        status, payload = 200, getattr(self, f"_rpc_{rpc}")(match, query, raw)
+                except ApiError as err:
+                    status, payload = self._error(err)
+                except json_format.ParseError as err:  # the client sent a field the API does not have
+                    status, payload = self._error(ApiError("INVALID_ARGUMENT", f"Invalid JSON payload: {err}"))
+                call.status = status
+        finally:
+            with self._lock:
+                self.in_flight -= 1
         data = json.dumps(payload).encode()
         handler.send_response(status)
         handler.send_header("Content-Type", "application/json; charset=UTF-8")
         handler.send_header("Content-Length", str(len(data)))
         handler.end_headers()
         handler.wfile.write(data)
+
+    def _inject(self, rpc: str, path: str) -> None:
+        faults = self._faults.get(rpc)
+        if faults:
+            for index, fault in enumerate(faults):
+                if fault.path_contains in path:
+                    faults.pop(index)
+                    raise ApiError(fault.status, fault.message, fault.details)
+        if self._flaky is not None:
+            rate, choices, rpcs, rng = self._flaky
+            if (rpcs is None or rpc in rpcs) and rng.random() < rate:
+                status, details = choices[rng.randrange(len(choices))]
+                raise ApiError(status, f"injected {status} (flaky)", details)
+
+    # authentication -------------------------------------------------------------------------
+
+    def _authenticate(self, headers: dict[str, str]) -> str | None:
+        """The caller's identity (None: anonymous, accepted while no tokens are required)."""
+        if self.tokens is None:
+            return None
+        auth = headers.get("authorization", "")
+        if not auth.startswith("Bearer "):
+            raise ApiError(
+                "UNAUTHENTICATED",
+                "Request is missing required authentication credential. Expected OAuth 2 access token, login cookie "
+                "or other valid authentication credential.",
+            )
+        token = auth.removeprefix("Bearer ")
+        if token in self.tokens:
+            return self.tokens[token]
+        identity = self._verify_jwt(token)
+        if identity is None:
+            raise ApiError(
+                "UNAUTHENTICATED",
+                "Request had invalid authentication credentials. Expected OAuth 2 access token, login cookie or other "
+                "valid authentication credential.",
+            )
+        return identity
+
+    def _verify_jwt(self, token: str) -> str | None:
+        from google.auth import jwt
+
+        try:
+            claims = jwt.decode(token, verify=False)
+        except ValueError:
+            return None
+        email = claims.get("iss")
+        pem = self.trusted_keys.get(email)
+        if pem is None:
+            return None
+        try:
+            jwt.decode(token, certs=pem, verify=True, audience=claims.get("aud"))
+        except ValueError:
+            return None
+        return email
+
+    def _authorize(self, rpc: str, identity: str | None, headers: dict[str, str]) -> None:
+        if identity is not None and identity in self.denied:
+            raise ApiError(
+                "PERMISSION_DENIED",
+                f"Permission denied for {identity} on {rpc} (or it may not exist).",
+                (error_details_pb2.ErrorInfo(reason="IAM_PERMISSION_DENIED", domain="tpu.googleapis.com"),),
+            )
+        billed = headers.get("x-goog-user-project") or self.credential_project
+        if billed in self.disabled:
+            consumer = self.disabled[billed]
+            raise ApiError(
+                "PERMISSION_DENIED",
+                f"Cloud TPU API has not been used in project {consumer} before or it is disabled. Enable it by "
+                f"visiting https://console.developers.google.com/apis/api/tpu.googleapis.com/overview?project={consumer} "
+                "then retry.",
+                service_disabled(consumer),
+            )
+
+    def _generate_access_token(self, email: str) -> dict[str, Any]:
+        if self.tokens is None:
+            self.tokens = {}
+        token = f"impersonated-{email}-{next(self._ids)}"
+        self.tokens[token] = f"impersonated:{email}"
+        return {"accessToken": token, "expireTime": "2099-01-01T00:00:00Z"}
 
     def _error(self, err: ApiError) -> tuple[int, dict[str, Any]]:
         http = _HTTP_FOR_CODE.get(err.status, 500)
@@ -368,6 +584,9 @@ class FakeTpuApi:
         qr.state = tpu_v2.QueuedResourceState(state=state)
         if state == "ACTIVE":
             self._materialize_nodes(record, len(self._node_ids(qr)), "READY")
+        elif state == "SUSPENDED":
+            for name in [n for n, node in self.nodes.items() if node.queued_resource == qr.name]:
+                del self.nodes[name]
         elif state == "FAILED":
             self._materialize_nodes(record, record.active_slices_on_failure, "READY")
             qr.state = tpu_v2.QueuedResourceState(
@@ -462,6 +681,15 @@ class FakeTpuApi:
         if node is None:
             raise ApiError("NOT_FOUND", f"Resource '{name}' was not found")
         return node
+
+    def _rpc_ListNodes(self, match: re.Match[str], query: dict[str, list[str]], raw: bytes) -> dict[str, Any]:
+        prefix = match["parent"] + "/nodes/"
+        names = sorted(n for n in self.nodes if n.startswith(prefix))
+        size = int((query.get("pageSize") or [0])[0]) or self.page_size
+        start = int((query.get("pageToken") or ["0"])[0] or 0)
+        page = [self.nodes[n] for n in names[start : start + size]]
+        token = str(start + size) if start + size < len(names) else ""
+        return _json(tpu_v2.ListNodesResponse.pb(tpu_v2.ListNodesResponse(nodes=page, next_page_token=token)))
 
     def _rpc_GetNode(self, match: re.Match[str], query: dict[str, list[str]], raw: bytes) -> dict[str, Any]:
         return _json(tpu_v2.Node.pb(self._node(match)))
