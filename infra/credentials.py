@@ -139,9 +139,14 @@ def _delegates(setting: Setting | None) -> tuple[str, ...]:
 def path_or_contents(value: str) -> tuple[str, bool]:
     """``(contents, was_a_path)``: the file's text when ``value`` (``~`` expanded) names an
     existing file, else ``value`` itself (terraform-provider-google ``verify.PathOrContents``)."""
-    path = Path(value).expanduser() if len(value) < 4096 and "\n" not in value else None
-    if path is not None and path.is_file():
-        return path.read_text(), True
+    if value.lstrip().startswith("{") or "\n" in value:
+        return value, False
+    try:
+        path = Path(value).expanduser()
+        if path.is_file():
+            return path.read_text(), True
+    except (OSError, RuntimeError):  # not a usable path (too long, no home directory): contents
+        pass
     return value, False
 
 

@@ -26,31 +26,19 @@ Scripting (all thread-safe; the server runs in a daemon thread on 127.0.0.1:0):
   End it in WAITING_FOR_RESOURCES to model a stockout.
 * ``fail_after(states, active_slices, message)``: pass ``states`` then go FAILED with the first
   ``active_slices`` nodes READY and the rest never created, ``failedData.error`` = message.
-* ``fault(rpc, status, message, details=, times=)``: the next ``times`` calls of ``rpc``
-  answer with that error (``google.rpc.Status`` JSON with typed ``details``).
+* ``fault(rpc, status, ...)`` and ``flaky(rate, statuses, ...)``: injected errors
+  (:mod:`tests.fakes.tpu_faults`; ``google.rpc.Status`` JSON with typed ``details``,
+  :mod:`tests.fakes.rpc_errors`).
 * ``op_polls``: GETs before a long-running operation reports ``done``; ``delete_polls``: GETs
   a deleted queued resource stays DELETING before it is gone.
-
-* ``flaky(rate, statuses, rpcs=, seed=)``: answer that fraction of calls (of ``rpcs``, default
-  all) with one of ``statuses`` (e.g. 429 RESOURCE_EXHAUSTED with a rate-limit ErrorInfo, 503),
-  drawn from a seeded generator, so a 256-node run meets the same storms every time.
 * ``preempt(qr_name)``: a Spot preemption: the nodes are PREEMPTED, the QR SUSPENDING, then
   (next GET) SUSPENDED with its nodes deleted. ``lose_node(name)``: a node deleted under an
   ACTIVE QR.
-* ``latency``: seconds each request takes (slept outside the lock), so concurrent clients
-  overlap as against the real service; ``max_in_flight`` is the most requests seen at once.
-
-Authentication, as the real service answers it (https://cloud.google.com/apis/design/errors):
-
-* ``require_auth(tokens)``: only ``Authorization: Bearer <token>`` of ``tokens`` (token →
-  identity) or a JWT signed by a key of ``trust_key(email, public_pem)`` (a self-signed
-  service-account JWT) is accepted; anything else is 401 UNAUTHENTICATED.
-* ``deny(identity)``: that identity gets 403 PERMISSION_DENIED (IAM_PERMISSION_DENIED).
-* ``disable_api(project, number=)``: requests billed to ``project`` (their
-  ``X-Goog-User-Project``; without one, to ``credential_project``) get 403 SERVICE_DISABLED
-  whose ErrorInfo ``consumer`` names the project by number, as the service does.
-* ``GenerateAccessToken`` (the IAM Credentials API) gives a caller accepted above a token for
-  the service account it impersonates (identity ``impersonated:<email>``).
+* ``page_size``: nodes per ``ListNodes`` page (default 50); ``latency``: seconds each request
+  takes (slept outside the lock), so concurrent clients overlap as against the real service;
+  ``max_in_flight`` is the most requests seen at once.
+* ``auth``: callers, permissions and disabled APIs (:mod:`tests.fakes.tpu_auth`: 401, 403,
+  SERVICE_DISABLED per quota project, self-signed service-account JWTs, impersonation).
 
 ``calls`` records every request (rpc name, method, path, query, parsed body, status, the
 Authorization and X-Goog-User-Project headers) so tests can assert e.g. "UpdateNode on every
@@ -61,7 +49,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import random
 import re
 import threading
 import time
@@ -73,9 +60,15 @@ from urllib.parse import parse_qs, urlsplit
 
 from google.cloud import tpu_v2
 from google.longrunning import operations_pb2
-from google.protobuf import any_pb2, empty_pb2, json_format, timestamp_pb2
+from google.protobuf import empty_pb2, json_format, timestamp_pb2
 from google.protobuf.message import Message
-from google.rpc import code_pb2, error_details_pb2, status_pb2
+from google.rpc import code_pb2, status_pb2
+
+from tests.fakes.rpc_errors import ApiError, error_response, quota_failure, rate_limited, service_disabled
+from tests.fakes.tpu_auth import FakeAuth
+from tests.fakes.tpu_faults import FaultPlan
+
+__all__ = ["ApiError", "Call", "FakeTpuApi", "quota_failure", "rate_limited", "service_disabled"]
 
 DEFAULT_PROGRESSION = ("CREATING", "ACCEPTED", "WAITING_FOR_RESOURCES", "PROVISIONING", "ACTIVE")
 
@@ -96,20 +89,6 @@ _ROUTES: list[tuple[str, re.Pattern[str], str]] = [
 #: RPCs of the IAM Credentials API (authenticated, but not billed to a TPU quota project).
 _IAM_RPCS = ("GenerateAccessToken",)
 
-#: HTTP status for each google.rpc code used here (https://cloud.google.com/apis/design/errors).
-_HTTP_FOR_CODE = {
-    "INVALID_ARGUMENT": 400,
-    "FAILED_PRECONDITION": 400,
-    "UNAUTHENTICATED": 401,
-    "PERMISSION_DENIED": 403,
-    "NOT_FOUND": 404,
-    "ALREADY_EXISTS": 409,
-    "RESOURCE_EXHAUSTED": 429,
-    "INTERNAL": 500,
-    "UNAVAILABLE": 503,
-}
-
-
 @dataclass
 class Call:
     """One request the fake answered."""
@@ -121,15 +100,6 @@ class Call:
     body: dict[str, Any] | None
     status: int = 0
     headers: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass
-class _Fault:
-    http: int
-    status: str
-    message: str
-    details: tuple[Message, ...]
-    path_contains: str = ""
 
 
 @dataclass
@@ -149,16 +119,6 @@ class _Operation:
     polls_left: int
 
 
-class ApiError(Exception):
-    """Raised inside handlers; becomes a google.rpc.Status JSON error response."""
-
-    def __init__(self, status: str, message: str, details: tuple[Message, ...] = ()):
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.details = details
-
-
 def _json(message: Message) -> dict[str, Any]:
     return json_format.MessageToDict(message, preserving_proto_field_name=False)
 
@@ -167,37 +127,6 @@ def _now() -> timestamp_pb2.Timestamp:
     stamp = timestamp_pb2.Timestamp()
     stamp.GetCurrentTime()
     return stamp
-
-
-def quota_failure(metric: str = "TPUV4sPodPerProjectPerZoneForTPUAPI", description: str = "") -> tuple[Message, ...]:
-    """``details`` of an allocation-quota error as the TPU API sends it: QuotaFailure + ErrorInfo."""
-    violation = error_details_pb2.QuotaFailure.Violation(
-        subject=f"quota_metric:{metric}", description=description or f"Quota limit '{metric}' has been exceeded."
-    )
-    info = error_details_pb2.ErrorInfo(reason="QUOTA_EXCEEDED", domain="tpu.googleapis.com", metadata={"quota_metric": metric})
-    return (error_details_pb2.QuotaFailure(violations=[violation]), info)
-
-
-def rate_limited() -> tuple[Message, ...]:
-    """``details`` of a request-rate 429 (retryable)."""
-    return (error_details_pb2.ErrorInfo(reason="RATE_LIMIT_EXCEEDED", domain="googleapis.com"),)
-
-
-def service_disabled(consumer: str) -> tuple[Message, ...]:
-    """``details`` of a 403 for a disabled Cloud TPU API in project ``consumer`` (id or number)."""
-    return (
-        error_details_pb2.ErrorInfo(
-            reason="SERVICE_DISABLED",
-            domain="googleapis.com",
-            metadata={
-                "consumer": f"projects/{consumer}",
-                "service": "tpu.googleapis.com",
-                "serviceTitle": "Cloud TPU API",
-                "containerInfo": consumer,
-                "activationUrl": f"https://console.developers.google.com/apis/api/tpu.googleapis.com/overview?project={consumer}",
-            },
-        ),
-    )
 
 
 class FakeTpuApi:
@@ -219,21 +148,13 @@ class FakeTpuApi:
         self.queued_resources: dict[str, _QueuedResourceRecord] = {}
         self.nodes: dict[str, tpu_v2.Node] = {}
         self.operations: dict[str, _Operation] = {}
-        self._faults: dict[str, list[_Fault]] = {}
-        self._flaky: tuple[float, tuple[tuple[str, tuple[Message, ...]], ...], tuple[str, ...] | None, random.Random] | None = None
+        self.faults = FaultPlan()
+        self.auth = FakeAuth()
         self._failure: tuple[list[str], int, str] | None = None
         self.page_size = 50
         self.latency = 0.0
         self.in_flight = 0
         self.max_in_flight = 0
-        # authentication: None accepts anonymous calls
-        self.tokens: dict[str, str] | None = None
-        self.trusted_keys: dict[str, str] = {}
-        self.denied: set[str] = set()
-        self.disabled: dict[str, str] = {}
-        #: The project a request without X-Goog-User-Project is billed to (gcloud's own OAuth
-        #: client project for user credentials, known by number only).
-        self.credential_project = "764086051850"
         self._ids = itertools.count(1)
         self._lock = threading.RLock()
         self._server: ThreadingHTTPServer | None = None
@@ -294,47 +215,15 @@ class FakeTpuApi:
         times: int = 1,
         path_contains: str = "",
     ) -> None:
-        """Answer the next ``times`` calls of ``rpc`` (whose path contains ``path_contains``, e.g.
-        one node's name) with an error of google.rpc code ``status`` (HTTP status per
-        https://cloud.google.com/apis/design/errors)."""
+        """Answer the next ``times`` calls of ``rpc`` (whose path contains ``path_contains``) with
+        an error of google.rpc code ``status`` (:class:`~tests.fakes.tpu_faults.FaultPlan`)."""
         with self._lock:
-            self._faults.setdefault(rpc, []).extend(
-                [_Fault(_HTTP_FOR_CODE[status], status, message or f"injected {status}", details, path_contains)] * times
-            )
+            self.faults.add(rpc, status, message, details=details, times=times, path_contains=path_contains)
 
-    def flaky(
-        self,
-        rate: float,
-        statuses: tuple[str, ...] = ("RESOURCE_EXHAUSTED", "UNAVAILABLE"),
-        *,
-        rpcs: tuple[str, ...] | None = None,
-        seed: int = 0,
-    ) -> None:
-        """Answer a fraction ``rate`` of the calls of ``rpcs`` (None: all) with one of
-        ``statuses`` (RESOURCE_EXHAUSTED carries a rate-limit ErrorInfo: a retryable 429)."""
-        choices = tuple((s, rate_limited() if s == "RESOURCE_EXHAUSTED" else ()) for s in statuses)
+    def flaky(self, rate: float, statuses: tuple[str, ...] = ("RESOURCE_EXHAUSTED", "UNAVAILABLE"), **kwargs: Any) -> None:
+        """Fail a fraction ``rate`` of calls (:meth:`~tests.fakes.tpu_faults.FaultPlan.flaky`)."""
         with self._lock:
-            self._flaky = (rate, choices, rpcs, random.Random(seed))
-
-    def require_auth(self, tokens: dict[str, str]) -> None:
-        """Accept only these bearer tokens (token → identity) and trusted self-signed JWTs."""
-        with self._lock:
-            self.tokens = dict(tokens)
-
-    def trust_key(self, email: str, public_pem: str) -> None:
-        """Accept JWTs that service account ``email`` signs with this key (self-signed JWT)."""
-        with self._lock:
-            self.trusted_keys[email] = public_pem
-
-    def deny(self, identity: str) -> None:
-        """Answer ``identity``'s calls with 403 PERMISSION_DENIED."""
-        with self._lock:
-            self.denied.add(identity)
-
-    def disable_api(self, project: str, *, number: str | None = None) -> None:
-        """Disable the Cloud TPU API in ``project`` (named in errors by ``number``, else the id)."""
-        with self._lock:
-            self.disabled[project] = number or project
+            self.faults.flaky(rate, statuses, **kwargs)
 
     def counts(self) -> Counter[str]:
         """Calls served per RPC."""
@@ -419,18 +308,18 @@ class FakeTpuApi:
                 try:
                     if match is None:
                         raise ApiError("NOT_FOUND", f"no route for {handler.command} {url.path}")
-                    identity = self._authenticate(headers)
+                    identity = self.auth.authenticate(headers)
                     if rpc not in _IAM_RPCS:
-                        self._authorize(rpc, identity, headers)
-                    self._inject(rpc, url.path)
+                        self.auth.authorize(rpc, identity, headers)
+                    self.faults.inject(rpc, url.path)
                     if rpc == "GenerateAccessToken":
-                        status, payload = 200, self._generate_access_token(match["email"])
+                        status, payload = 200, self.auth.generate_access_token(match["email"])
                     else:
                         status, payload = 200, getattr(self, f"_rpc_{rpc}")(match, query, raw)
                 except ApiError as err:
-                    status, payload = self._error(err)
+                    status, payload = error_response(err)
                 except json_format.ParseError as err:  # the client sent a field the API does not have
-                    status, payload = self._error(ApiError("INVALID_ARGUMENT", f"Invalid JSON payload: {err}"))
+                    status, payload = error_response(ApiError("INVALID_ARGUMENT", f"Invalid JSON payload: {err}"))
                 call.status = status
         finally:
             with self._lock:
@@ -441,103 +330,6 @@ class FakeTpuApi:
         handler.send_header("Content-Length", str(len(data)))
         handler.end_headers()
         handler.wfile.write(data)
-
-    def _inject(self, rpc: str, path: str) -> None:
-        faults = self._faults.get(rpc)
-        if faults:
-            for index, fault in enumerate(faults):
-                if fault.path_contains in path:
-                    faults.pop(index)
-                    raise ApiError(fault.status, fault.message, fault.details)
-        if self._flaky is not None:
-            rate, choices, rpcs, rng = self._flaky
-            if (rpcs is None or rpc in rpcs) and rng.random() < rate:
-                status, details = choices[rng.randrange(len(choices))]
-                raise ApiError(status, f"injected {status} (flaky)", details)
-
-    # authentication -------------------------------------------------------------------------
-
-    def _authenticate(self, headers: dict[str, str]) -> str | None:
-        """The caller's identity (None: anonymous, accepted while no tokens are required)."""
-        if self.tokens is None:
-            return None
-        auth = headers.get("authorization", "")
-        if not auth.startswith("Bearer "):
-            raise ApiError(
-                "UNAUTHENTICATED",
-                "Request is missing required authentication credential. Expected OAuth 2 access token, login cookie "
-                "or other valid authentication credential.",
-            )
-        token = auth.removeprefix("Bearer ")
-        if token in self.tokens:
-            return self.tokens[token]
-        identity = self._verify_jwt(token)
-        if identity is None:
-            raise ApiError(
-                "UNAUTHENTICATED",
-                "Request had invalid authentication credentials. Expected OAuth 2 access token, login cookie or other "
-                "valid authentication credential.",
-            )
-        return identity
-
-    def _verify_jwt(self, token: str) -> str | None:
-        from google.auth import jwt
-
-        try:
-            claims = jwt.decode(token, verify=False)
-        except ValueError:
-            return None
-        email = claims.get("iss")
-        pem = self.trusted_keys.get(email)
-        if pem is None:
-            return None
-        try:
-            jwt.decode(token, certs=pem, verify=True, audience=claims.get("aud"))
-        except ValueError:
-            return None
-        return email
-
-    def _authorize(self, rpc: str, identity: str | None, headers: dict[str, str]) -> None:
-        if identity is not None and identity in self.denied:
-            raise ApiError(
-                "PERMISSION_DENIED",
-                f"Permission denied for {identity} on {rpc} (or it may not exist).",
-                (error_details_pb2.ErrorInfo(reason="IAM_PERMISSION_DENIED", domain="tpu.googleapis.com"),),
-            )
-        billed = headers.get("x-goog-user-project") or self.credential_project
-        if billed in self.disabled:
-            consumer = self.disabled[billed]
-            raise ApiError(
-                "PERMISSION_DENIED",
-                f"Cloud TPU API has not been used in project {consumer} before or it is disabled. Enable it by "
-                f"visiting https://console.developers.google.com/apis/api/tpu.googleapis.com/overview?project={consumer} "
-                "then retry.",
-                service_disabled(consumer),
-            )
-
-    def _generate_access_token(self, email: str) -> dict[str, Any]:
-        if self.tokens is None:
-            self.tokens = {}
-        token = f"impersonated-{email}-{next(self._ids)}"
-        self.tokens[token] = f"impersonated:{email}"
-        return {"accessToken": token, "expireTime": "2099-01-01T00:00:00Z"}
-
-    def _error(self, err: ApiError) -> tuple[int, dict[str, Any]]:
-        http = _HTTP_FOR_CODE.get(err.status, 500)
-        status = status_pb2.Status(code=code_pb2.Code.Value(err.status), message=err.message)
-        for detail in err.details:
-            packed = any_pb2.Any()
-            packed.Pack(detail)
-            status.details.append(packed)
-        body = _json(status)
-        return http, {
-            "error": {
-                "code": http,
-                "message": err.message,
-                "status": err.status,
-                "details": body.get("details", []),
-            }
-        }
 
     def _operation(self, parent: str, verb: str, target: str, response: Message | None) -> dict[str, Any]:
         name = f"{parent}/operations/operation-{next(self._ids)}"
