@@ -297,6 +297,32 @@ def problem(
     return None
 
 
+def _from_info(info: dict[str, Any], scopes: list[str]) -> Any:
+    """google-auth credentials of a credentials JSON whose type :data:`FILE_TYPES` allows (the
+    type-specific loaders google-auth recommends over its generic one).
+
+    Raises:
+      ValueError: not a JSON object of an allowed type, or google-auth cannot load it.
+    """
+    import warnings
+
+    import google.auth
+    from google.oauth2 import credentials as oauth2_credentials
+    from google.oauth2 import service_account
+
+    kind = info.get("type") if isinstance(info, dict) else None
+    if kind not in FILE_TYPES:
+        raise ValueError(f"credential type {kind!r}; expected one of {', '.join(FILE_TYPES)}")
+    if kind == "service_account":
+        return service_account.Credentials.from_service_account_info(info, scopes=scopes)
+    if kind == "authorized_user":
+        return oauth2_credentials.Credentials.from_authorized_user_info(info, scopes=scopes)
+    with warnings.catch_warnings():  # the type was checked above, as the warning asks
+        warnings.simplefilter("ignore", DeprecationWarning)
+        credentials, _ = google.auth.load_credentials_from_dict(info, scopes=scopes)
+    return credentials
+
+
 def load(settings: CredentialSettings, *, quota_project: str, iam_endpoint: str | None = None) -> Any:
     """The ``google.auth.credentials.Credentials`` of ``settings`` with ``quota_project``.
 
@@ -314,10 +340,18 @@ def load(settings: CredentialSettings, *, quota_project: str, iam_endpoint: str 
     try:
         if settings.access_token is not None:
             token, _ = path_or_contents(settings.access_token.value)
-            base: Any = oauth2_credentials.Credentials(token=token.strip())
+
+            def cannot_renew(_request: Any, scopes: Any = None) -> Any:  # called after a 401
+                raise exceptions.RefreshError(
+                    "the API rejected it (401) and an access token cannot be renewed: it has expired or been revoked"
+                )
+
+            base: Any = oauth2_credentials.Credentials(
+                token=token.strip(), refresh_handler=cannot_renew, quota_project_id=quota_project
+            )
         elif settings.credentials is not None:
             text, _ = path_or_contents(settings.credentials.value)
-            base, _ = google.auth.load_credentials_from_dict(json.loads(text), scopes=scopes)
+            base = _from_info(json.loads(text), scopes)
         else:
             base, _ = google.auth.default(scopes=scopes)
     except (exceptions.GoogleAuthError, ValueError) as exc:
@@ -339,6 +373,6 @@ def load(settings: CredentialSettings, *, quota_project: str, iam_endpoint: str 
             delegates=list(settings.delegates) or None,
             iam_endpoint_override=override,
         )
-    if hasattr(credentials, "with_quota_project"):
-        credentials = credentials.with_quota_project(quota_project)
+    if getattr(credentials, "quota_project_id", None) != quota_project and hasattr(credentials, "with_quota_project"):
+        credentials = credentials.with_quota_project(quota_project)  # (a copy would lose the refresh handler above)
     return credentials

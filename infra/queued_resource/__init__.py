@@ -156,6 +156,10 @@ class QueuedResourceProvider(ResourceProvider):
 
     serialize_as_secret_always = False  # nothing secret is captured
 
+    def __getstate__(self) -> dict[str, Any]:
+        """The pickled fields: never what :meth:`configure` received (the stack's secrets)."""
+        return {k: v for k, v in self.__dict__.items() if k != "_gcp_config"}
+
     # settings ---------------------------------------------------------------------------
 
     def configure(self, req: ConfigureRequest) -> None:

@@ -18,6 +18,7 @@ that project.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 
@@ -165,13 +166,17 @@ def explain(
     exc = root_cause(exc)
     name = props.get("queuedResourceId", "?")
     project, zone = props.get("project", "?"), props.get("zone", "?")
-    message = getattr(exc, "message", None) or str(exc)
+    message = re.sub(r"^(GET|POST|PATCH|PUT|DELETE) \S+: ", "", getattr(exc, "message", None) or str(exc))
     if isinstance(exc, QueuedResourceError):
         return exc
-    if isinstance(exc, (exceptions.Unauthorized, auth_exceptions.RefreshError, auth_exceptions.DefaultCredentialsError)):
-        what = "were rejected (401)" if isinstance(exc, exceptions.Unauthorized) else "could not produce a token"
+    if isinstance(exc, exceptions.Unauthorized):
         return CredentialsRejected(
-            f"{action} queued resource {name!r}: {credentials} {what}: {' '.join(message.split())}; {HOW_TO_SET}"
+            f"{action} queued resource {name!r}: the API rejected {credentials} (401 UNAUTHENTICATED: "
+            f"{' '.join(message.split())}); {HOW_TO_SET}"
+        )
+    if isinstance(exc, (auth_exceptions.RefreshError, auth_exceptions.DefaultCredentialsError)):
+        return CredentialsRejected(
+            f"{action} queued resource {name!r}: {credentials} could not be used: {' '.join(message.split())}; {HOW_TO_SET}"
         )
     consumer = disabled_in(exc)
     if consumer and not is_disabled_in_our_project(exc, props.get("project"), quota_project):
