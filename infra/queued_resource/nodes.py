@@ -188,16 +188,17 @@ def update_nodes(
     if not work:
         return result
     total, done, stop = len(work), 0, False
-    step = max(1, total // 10)
-    last_report = time.monotonic()
-    say(f"updating {total} node(s), {min(concurrency, total)} at a time")
+    step = max(1, total // 10)  # a progress line every 10% (and every PROGRESS_EVERY_SECONDS)
+    next_report, last_report = step, time.monotonic()
+    stopped_by = ""
+    say(f"updating {total} node(s), at most {min(concurrency, total)} at a time")
     queue = list(reversed(work))
     with ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="update-node") as pool:
         running: dict[Future[None], tuple[str, list[str]]] = {}
         while queue or running:
             while queue and len(running) < concurrency and not stop:
                 if remaining() <= 0:
-                    stop = True
+                    stop, stopped_by = True, "the deadline passed first"
                     break
                 node_id, patch, mask = queue.pop()
                 running[pool.submit(update, patch, mask)] = (node_id, mask)
@@ -212,13 +213,14 @@ def update_nodes(
                     result.metadata_changed = result.metadata_changed or "metadata" in mask
                 else:
                     result.failed[node_id] = describe(error)
-                    stop = stop or is_fatal(error)
+                    if not stop and is_fatal(error):
+                        stop, stopped_by = True, f"stopped after node {node_id}'s error, which every node would get"
                 done += 1
             now = time.monotonic()
-            if done % step == 0 or done == total or now - last_report >= PROGRESS_EVERY_SECONDS:
+            if done >= next_report or done == total or now - last_report >= PROGRESS_EVERY_SECONDS:
                 failed = f", {len(result.failed)} failed" if result.failed else ""
                 say(f"updated {len(result.updated)}/{total} node(s){failed}")
-                last_report = now
-        for node_id, _patch, _mask in queue:  # never started (deadline or a fatal error)
-            result.failed.setdefault(node_id, "not started: " + ("the deadline passed" if remaining() <= 0 else "stopped after an error every node would get"))
+                next_report, last_report = (done // step + 1) * step, now
+    for node_id, _patch, _mask in queue:  # never started
+        result.failed[node_id] = f"not started: {stopped_by}"
     return result

@@ -23,7 +23,8 @@ class _Fault:
     status: str
     message: str
     details: tuple[Message, ...]
-    path_contains: str = ""
+    path_contains: str
+    times: int
 
 
 class FaultPlan:
@@ -38,9 +39,7 @@ class FaultPlan:
     ) -> None:
         if status not in HTTP_FOR_CODE:
             raise ValueError(f"unknown google.rpc code {status!r}")
-        self._faults.setdefault(rpc, []).extend(
-            [_Fault(status, message or f"injected {status}", details, path_contains)] * times
-        )
+        self._faults.setdefault(rpc, []).append(_Fault(status, message or f"injected {status}", details, path_contains, times))
 
     def flaky(
         self, rate: float, statuses: tuple[str, ...], *, rpcs: tuple[str, ...] | None = None, seed: int = 0
@@ -50,12 +49,10 @@ class FaultPlan:
 
     def inject(self, rpc: str, path: str) -> None:
         """Raise the error due for this call of ``rpc`` on ``path``, if any."""
-        faults = self._faults.get(rpc)
-        if faults:
-            for index, fault in enumerate(faults):
-                if fault.path_contains in path:
-                    faults.pop(index)
-                    raise ApiError(fault.status, fault.message, fault.details)
+        for fault in self._faults.get(rpc, ()):
+            if fault.times > 0 and fault.path_contains in path:
+                fault.times -= 1
+                raise ApiError(fault.status, fault.message, fault.details)
         if self._flaky is not None:
             rate, choices, rpcs, rng = self._flaky
             if (rpcs is None or rpc in rpcs) and rng.random() < rate:
