@@ -19,11 +19,9 @@ their kinds), :mod:`~infra.queued_resource.errors` (exception types, retried err
 :mod:`~infra.queued_resource.states` (QR states), :mod:`~infra.queued_resource.api` (the TPU
 client, reads and waits), :mod:`~infra.queued_resource.nodes` (node views, patches, the
 concurrent node update) and :mod:`~infra.queued_resource.converge` (update in place); the
-provider and the resource are here. Credentials: :mod:`infra.credentials`, the gcp provider's
-keys and environment variables in its order; :meth:`QueuedResourceProvider.configure` receives
-the stack config, :meth:`~QueuedResourceProvider.check` rejects missing or malformed
-credentials at ``pulumi preview`` with one line (no network call), and requests are billed to
-``gcp:project``.
+provider and the resource are here. Credentials (:mod:`infra.credentials`, as the gcp
+provider takes them) arrive through ``configure``; ``check`` rejects missing or malformed ones
+at ``pulumi preview`` with one line and no network call; requests are billed to ``gcp:project``.
 
 Lifecycle (resource type ``pulumi-python:dynamic/tpu:QueuedResource``); each call has one
 deadline for everything it does (API retries, operation polling, state waits): create and
@@ -40,9 +38,11 @@ update ``createTimeoutSeconds``, delete ``deleteTimeoutSeconds``:
 * **read** – live state: QR state, each node's state and health (one ``ListNodes`` per page),
   whether the nodes carry the recorded metadata/labels/tags, and the nodes of an ACTIVE QR
   that are gone (``lostNodes``). A QR that no longer exists reads as gone (empty id).
-  ``Pulumi.yaml`` sets ``options.refresh: always``, so every ``pulumi up``/``preview`` reads
-  first: a preempted Spot QR (SUSPENDED, nodes deleted; Spot slices cannot be restarted,
-  only recreated) shows as a replacement, a deleted one as a create.
+  ``Pulumi.yaml`` sets ``options.refresh: always`` (Pulumi CLI 3.14+,
+  https://www.pulumi.com/docs/iac/concepts/projects/project-file/), so every ``pulumi up`` /
+  ``preview`` / ``destroy`` reads first: a preempted Spot QR (SUSPENDED, nodes deleted; Spot
+  TPUs cannot be restarted, only recreated: https://cloud.google.com/tpu/docs/spot) shows as a
+  replacement, a deleted one as a create. (Not a live read in ``diff``: diff stays offline.)
 * **diff** – replace (delete first: the ids are fixed) on accelerator type, slice count,
   runtime version, capacity, reservation, network, subnetwork, service account or zone, or a
   recorded FAILED/SUSPENDING/SUSPENDED state or lost nodes; update in place when only
