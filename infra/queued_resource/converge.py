@@ -144,7 +144,12 @@ def converge(api: TpuApi, id_: str, olds: dict[str, Any], news: dict[str, Any], 
         if wait.failed:
             raise api.delete_failed(wait.qr, news) if wait.qr is not None else QueuedResourceError(wait.error)
     nodes = api.node_views(news)
-    if reset_due:
+    if not wait.reached:
+        message = (
+            f"queued resource {label!r} is {wait.state} after {duration_text(wait.elapsed)} (every VM was reset); "
+            "run `pulumi up` again to keep waiting"
+        )
+    elif reset_due:
         message = f"{wait.state}; metadata updated and every VM reset"
     else:
         message = f"{wait.state}; nodes in sync"

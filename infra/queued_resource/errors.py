@@ -123,7 +123,7 @@ def is_fatal_for_every_call(exc: BaseException) -> bool:
     exc = root_cause(exc)
     return (
         isinstance(exc, (exceptions.Unauthorized, exceptions.Forbidden, exceptions.PermissionDenied))
-        or isinstance(exc, auth_exceptions.RefreshError)
+        or (isinstance(exc, auth_exceptions.GoogleAuthError) and not isinstance(exc, auth_exceptions.TransportError))
         or isinstance(exc, QuotaOrPermissionError)
         or is_quota_exhausted(exc)
     )
@@ -174,7 +174,7 @@ def explain(
             f"{action} queued resource {name!r}: the API rejected {credentials} (401 UNAUTHENTICATED: "
             f"{' '.join(message.split())}); {HOW_TO_SET}"
         )
-    if isinstance(exc, (auth_exceptions.RefreshError, auth_exceptions.DefaultCredentialsError)):
+    if isinstance(exc, auth_exceptions.GoogleAuthError) and not isinstance(exc, auth_exceptions.TransportError):
         return CredentialsRejected(
             f"{action} queued resource {name!r}: {credentials} could not be used: {' '.join(message.split())}; {HOW_TO_SET}"
         )
