@@ -182,6 +182,19 @@ def test_impersonation_wraps_the_source_credentials(key_pem):
     assert creds.quota_project_id == "acme-ml-dev"
 
 
+def test_adc_is_billed_to_gcp_project_not_the_quota_project_the_login_recorded(tmp_path, monkeypatch):
+    from google.oauth2 import credentials as oauth2
+
+    adc = tmp_path / "application_default_credentials.json"
+    adc.write_text(json.dumps({"type": "authorized_user", "client_id": "c", "client_secret": "s", "refresh_token": "r",
+                               "quota_project_id": "my-personal-project"}))
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(adc))
+    monkeypatch.setenv("GOOGLE_CLOUD_QUOTA_PROJECT", "another-project")
+    creds = load(resolve(), quota_project="acme-ml-dev")
+    assert isinstance(creds, oauth2.Credentials) and creds.refresh_token == "r"
+    assert creds.quota_project_id == "acme-ml-dev"
+
+
 def test_unloadable_credentials_and_no_adc_raise_one_line(monkeypatch):
     with pytest.raises(CredentialsError, match=r"^gcp:credentials: .*; set gcp:credentials or gcp:accessToken"):
         load(resolve({"gcp:credentials": json.dumps({"type": "service_account", "client_email": "a@b", "token_uri": "x",
