@@ -9,8 +9,8 @@ The fault fires once, the first time the emulator sees (it polls ``metrics.jsonl
 ``poll_s``) a completed step ≥ STEP; with fast steps training may be a few steps further by
 then, and the steps it loses are counted from where it really was. Afterwards
 the emulator repairs the queued resource the way Cloud TPU auto-repair does: the failed
-slice is recreated (fresh local disks) and every other slice is restarted (SEED-NOTES.md,
-"Auto-repair").
+slice is recreated (fresh local disks) and every other slice is restarted (docs/cloud-tpu.md,
+"Multislice").
 """
 
 from __future__ import annotations
