@@ -12,7 +12,8 @@ from infra.cli import app
 from infra.config import CAPACITY_TYPES, StackConfig
 from training.config import TrainConfig
 
-README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text()
 
 
 REFERENCE = README.split("## Stack configuration reference", 1)[1].split("\n## ", 1)[0]
@@ -148,3 +149,32 @@ def test_set_up_commands_use_existing_options():
 def test_ci_runs_the_readme_test_command():
     ci = (Path(__file__).resolve().parents[1] / ".ci" / "run").read_text()
     assert "pip install uv && uv run --frozen pytest" in ci
+
+
+def test_ci_fails_on_a_stale_lock_before_testing():
+    lines = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
+    check = next(i for i, line in enumerate(lines) if line.startswith("uv lock --check"))
+    tests = lines.index("pip install uv && uv run --frozen pytest")
+    assert check < tests
+    # `set -e` stops the script when the check fails; the check itself exits non-zero.
+    assert "set -euo pipefail" in lines and "|| {" in lines[check] and lines[check].endswith("exit 1; }")
+
+
+def test_readme_states_the_minimum_pulumi_cli():
+    # 3.145.0: dynamic providers use the uv toolchain's virtualenv; 3.146.0: their output is shown.
+    match = re.search(r"Pulumi CLI\]\([^)]*\)\s+\*\*(\d+)\.(\d+)\.(\d+) or later\*\*", README)
+    assert match and tuple(map(int, match.groups())) >= (3, 146, 0)
+
+
+def test_no_file_cites_the_internal_notes():
+    # Facts the code relies on cite public sources or docs/ pages of this repository.
+    internal = ["DESIGN" + ".md", "SEED" + "-NOTES", "seed " + "notes", "seed " + "doc"]
+    offenders = []
+    for folder in ("infra", "training", "tests", "benchmarks", "docs", "stacks"):
+        for path in (ROOT / folder).rglob("*"):
+            if path.suffix in (".py", ".in", ".md", ".yaml") and path.is_file():
+                text = path.read_text(encoding="utf-8").lower()
+                offenders += [f"{path.relative_to(ROOT)}: {word}" for word in internal if word.lower() in text]
+    readme = README.lower()
+    offenders += [f"README.md: {word}" for word in internal if word.lower() in readme]
+    assert offenders == []
