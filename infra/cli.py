@@ -88,7 +88,7 @@ def state_root() -> Path:
 
 
 def local_paths(config):
-    from infra.local.emulator import LocalPaths
+    from infra.local.state import LocalPaths
 
     return LocalPaths(state_root() / config.stack, config.effective_run_name)
 
@@ -148,6 +148,7 @@ def local_up(
     """
     from infra import startup
     from infra.local import emulator, summary
+    from infra.local import state as local_state
     from infra.local.faults import FaultSpecError, parse_fault
     from training.checkpointing import is_complete
 
@@ -160,8 +161,8 @@ def local_up(
         faults += [parse_fault("preempt", spec, slices=config.slices, total_steps=total) for spec in preempt]
     except FaultSpecError as err:
         raise fail(str(err)) from None
-    lock = emulator.acquire_lock(paths)
-    state = emulator.read_state(paths)
+    lock = local_state.acquire_lock(paths)
+    state = local_state.read_state(paths)
     if lock is None:
         pid = state.get("pid", "?") if state else "?"
         raise fail(
@@ -169,7 +170,7 @@ def local_up(
             f"stop it with: multislice local down --stack {config.stack}"
         )
     if state:  # leftovers of an emulator that died (we hold the lock: it is not running)
-        for action in emulator.stop_recorded(paths, signal_emulator=False):
+        for action in local_state.stop_recorded(paths, signal_emulator=False):
             say(f"cleanup of an earlier run: {action}")
     if summary_json is not None:
         problem = _unwritable(summary_json)
@@ -181,7 +182,7 @@ def local_up(
         except emulator.EmulationError as err:
             raise fail(str(err)) from None
     if fresh:
-        if emulator.discard_run(paths):
+        if local_state.discard_run(paths):
             say(f"--fresh: discarded the previous run of stack {config.stack!r}")
     elif is_complete(str(paths.run_dir), total):
         result = summary.summarize(paths.run_dir, total) | {"wall_seconds": 0.0}
@@ -278,7 +279,7 @@ def _write_summary(path: Optional[Path], result: dict) -> None:
 @local_app.command("down")
 def local_down(stack: Optional[str] = typer.Option(None, "--stack", "-s", help="Only this stack (default: every stack).")) -> None:
     """Stop local runs (every emulated VM process and the emulator), keeping their run directories."""
-    from infra.local.emulator import LocalPaths, stop_recorded
+    from infra.local.state import LocalPaths, stop_recorded
 
     root = state_root()
     stacks = [stack] if stack else sorted(p.parent.name for p in root.glob("*/emulator.json"))
@@ -295,13 +296,14 @@ def local_down(stack: Optional[str] = typer.Option(None, "--stack", "-s", help="
 @local_app.command("status")
 def local_status(stack: str = STACK_OPTION, config_file: Optional[Path] = CONFIG_FILE_OPTION) -> None:
     """Show whether the stack's local run is running, and its progress."""
-    from infra.local import emulator, summary
+    from infra.local import state as local_state
+    from infra.local import summary
 
     config = load_config(stack, config_file)
     paths = local_paths(config)
-    state = emulator.read_state(paths)
-    running = bool(state and emulator.emulator_alive(state))
-    orphans = emulator.find_processes(state["emulation_id"]) if state and state.get("emulation_id") else []
+    state = local_state.read_state(paths)
+    running = bool(state and local_state.emulator_alive(state))
+    orphans = local_state.find_processes(state["emulation_id"]) if state and state.get("emulation_id") else []
     if running:
         console.print(f"stack {config.stack}: running (pid {state['pid']})", markup=False)
     elif orphans:

@@ -11,8 +11,8 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
+import psutil
 import pytest
 from typer.testing import CliRunner
 
@@ -73,15 +73,17 @@ def test_trainer_bench_refuses_slices_it_cannot_span():
     assert result.exit_code == 2 and "--from-metadata" in result.output
 
 
-def collect_children(monkeypatch) -> list:
+def collect_children(monkeypatch) -> list[subprocess.Popen]:
+    """The processes run_emulated starts (each child's group leader), as it starts them."""
     started = []
-    original = bench_slices._Children.start
+    original = bench_slices._start_child
 
-    def start(self, name, task, env):
-        original(self, name, task, env)
-        started.append(self.procs[-1][1])
+    def start(name, task, env, workdir):
+        group = original(name, task, env, workdir)
+        started.append(group.proc)
+        return group
 
-    monkeypatch.setattr(bench_slices._Children, "start", start)
+    monkeypatch.setattr(bench_slices, "_start_child", start)
     return started
 
 
@@ -97,25 +99,20 @@ def test_timeout_kills_every_child(monkeypatch):
 def test_ctrl_c_kills_every_child(monkeypatch):
     started = collect_children(monkeypatch)
 
-    def interrupted(self, deadline, what):
+    def interrupted(children, deadline, what):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(bench_slices._Children, "wait", interrupted)
+    monkeypatch.setattr(bench_slices, "_wait_children", interrupted)
     with pytest.raises(KeyboardInterrupt):
         bench_slices.run_emulated(spec_from_options(dcn_data=2, **TINY))
     assert len(started) == 2 and all(proc.poll() is not None for proc in started)
 
 
 def _children_of(pid: int) -> list[int]:
-    found = []
-    for entry in Path("/proc").glob("[0-9]*"):
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-            found.append(int(entry.name))
-    return found
+    try:
+        return [child.pid for child in psutil.Process(pid).children()]
+    except psutil.NoSuchProcess:
+        return []
 
 
 def test_sigterm_to_the_launcher_kills_every_child_and_cleans_up(tmp_path):
@@ -139,7 +136,7 @@ def test_sigterm_to_the_launcher_kills_every_child_and_cleans_up(tmp_path):
             proc.kill()
     assert proc.returncode == 130, err
     assert "every benchmark process was stopped" in err
-    assert not [pid for pid in children if Path(f"/proc/{pid}").exists()]
+    assert not [pid for pid in children if psutil.pid_exists(pid)]
     assert not list(tmp_path.glob("multislice-bench-*"))
 
 
@@ -150,6 +147,7 @@ def test_a_child_whose_launcher_is_gone_does_not_run():
     result = subprocess.run([sys.executable, "-m", "infra.local.bench_slices", json.dumps(task)],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 1 and result.stdout == "", result.stderr
+    assert "Traceback" not in result.stderr  # it stopped before doing anything, not by failing
 
 
 def test_a_failing_child_is_reported_with_its_log(monkeypatch):

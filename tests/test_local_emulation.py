@@ -14,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psutil
 import pytest
 
 STACK = Path(__file__).parent / "stacks" / "Pulumi.emu.yaml"
@@ -41,16 +42,25 @@ def stop_if_running(proc: subprocess.Popen) -> None:
 
 def processes_under(root: Path) -> list[int]:
     """Live processes whose MULTISLICE_HOME lies under ``root`` (the emulated VMs)."""
-    marker = f"MULTISLICE_HOME={root}".encode()
     found = []
-    for entry in Path("/proc").glob("[0-9]*"):
-        try:
-            environ = (entry / "environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if any(item.startswith(marker) for item in environ):
-            found.append(int(entry.name))
+    for process in psutil.process_iter(["environ"], ad_value=None):
+        home = (process.info["environ"] or {}).get("MULTISLICE_HOME")
+        if home and Path(home).is_relative_to(root):
+            found.append(process.pid)
     return found
+
+
+@pytest.fixture(autouse=True)
+def no_vm_outlives_its_test(tmp_path_factory):
+    """Cleanup, after a test's own assertions: a test that failed or timed out may have killed
+    its emulator and left that run's VMs training; kill them, so that they do not slow down
+    the tests that follow."""
+    yield
+    for pid in processes_under(tmp_path_factory.getbasetemp()):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 def step_losses(run_dir: Path) -> list[tuple[int, float]]:

@@ -6,9 +6,10 @@ process per slice with the ici product of CPU devices (``JAX_NUM_CPU_DEVICES``),
 ``training.mesh``, each running ``training.bench.measure_shardings``. When the machine has
 at least as many cores as processes, each process is pinned to its own share of the cores;
 the reference matmul runs in the launching process on the whole machine while no slice
-runs (see ``training.bench`` for the figures). Every child is killed on error, timeout or
-Ctrl-C, SIGTERM or SIGHUP, and dies with the launcher (Linux ``PR_SET_PDEATHSIG``; a child
-whose launcher died before that was armed exits at once).
+runs (see ``training.bench`` for the figures). Every child is its own process group
+(``infra.local.supervisor``), killed on error, timeout or Ctrl-C, SIGTERM or SIGHUP, and
+dies with the launcher (Linux ``PR_SET_PDEATHSIG``; a child whose launcher died before
+that was armed exits at once).
 
 This is local-emulation code, like ``infra.local.emulator``: it is not part of the trainer
 bundle that ships to the TPU VMs (``training/`` is), which runs ``training.bench`` directly.
@@ -16,11 +17,8 @@ bundle that ships to the TPU VMs (``training/`` is), which runs ``training.bench
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -28,7 +26,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from infra.local.emulator import free_port
+from infra.local import supervisor
+from infra.local.ports import free_port
+from infra.local.supervisor import ProcessGroup
+from infra.local.tails import last_lines
 from training import bench
 from training.bench import (
     REFERENCE_SAMPLES,
@@ -77,97 +78,30 @@ def _child_env(devices: int, cpus: list[int] | None) -> dict[str, str]:
     return env
 
 
-class _Children:
-    """Child processes, each in its own session, all killed on exit from the ``with``."""
-
-    def __init__(self, workdir: Path):
-        self.workdir = workdir
-        self.procs: list[tuple[str, subprocess.Popen, Path]] = []
-
-    def start(self, name: str, task: dict[str, Any], env: dict[str, str]) -> None:
-        log = self.workdir / f"{name}.log"
-        with open(log, "wb") as out:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "infra.local.bench_slices", json.dumps(task)],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=env,
-                start_new_session=True,
-            )
-        self.procs.append((name, proc, log))
-
-    def wait(self, deadline: float, what: str) -> None:
-        """Wait for every started child to exit 0.
-
-        Raises:
-          BenchError: one exited non-zero (with its log's tail), or the deadline passed.
-        """
-        while True:
-            running = False
-            for name, proc, log in self.procs:
-                code = proc.poll()
-                if code is None:
-                    running = True
-                elif code != 0:
-                    raise BenchError(f"{what}: {name} exited with code {code}; its log ends:\n{_tail(log)}")
-            if not running:
-                return
-            if time.monotonic() > deadline:
-                names = [name for name, proc, _ in self.procs if proc.poll() is None]
-                raise BenchError(f"{what}: timed out (still running: {', '.join(names)}); raise --timeout")
-            time.sleep(0.1)
-
-    def kill_all(self) -> None:
-        # SIGKILL at once: a child holds no state worth saving, and jax's preemption notifier
-        # catches SIGTERM, so a SIGTERM would only delay the end.
-        for _, proc, _ in self.procs:
-            if proc.poll() is None:
-                _signal_group(proc, signal.SIGKILL)
-        for _, proc, _ in self.procs:
-            proc.wait(timeout=10.0)
-        self.procs.clear()
-
-    def __enter__(self) -> _Children:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.kill_all()
+def _start_child(name: str, task: dict[str, Any], env: dict[str, str], workdir: Path) -> ProcessGroup:
+    """One emulated slice: ``python -m infra.local.bench_slices '<task>'`` in its own process
+    group, its output in ``<workdir>/<name>.log``."""
+    return ProcessGroup.start(
+        name, [sys.executable, "-m", "infra.local.bench_slices", json.dumps(task)], log_path=workdir / f"{name}.log", env=env
+    )
 
 
-def _signal_group(proc: subprocess.Popen, sig: signal.Signals) -> None:
+def _wait_children(children: list[ProcessGroup], deadline: float, what: str) -> None:
+    """Wait for every child to exit 0.
+
+    Raises:
+      BenchError: one exited non-zero (with its log's tail), or the deadline passed.
+    """
     try:
-        os.killpg(proc.pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _tail(path: Path, lines: int = 20) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no log)"
-
-
-@contextlib.contextmanager
-def _terminate_as_interrupt():
-    """SIGTERM and SIGHUP act as Ctrl-C while children run, so the ``with`` blocks kill them and
-    remove their temporary directory (the default action would end this process at once)."""
-
-    def interrupt(signum, frame):
-        raise KeyboardInterrupt(signal.Signals(signum).name)
-
-    previous = {}
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        try:
-            previous[sig] = signal.signal(sig, interrupt)
-        except ValueError:  # not the main thread: leave the handlers alone
-            pass
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        supervisor.wait_groups(children, deadline)
+    except supervisor.GroupFailed as failed:
+        log = last_lines(failed.group.log_path, 20)
+        raise BenchError(
+            f"{what}: {failed.group.name} exited with code {failed.code}; its log ends:\n"
+            + ("(no log)" if log is None else "\n".join(log))
+        ) from None
+    except supervisor.DeadlineExceeded as late:
+        raise BenchError(f"{what}: timed out (still running: {', '.join(late.running)}); raise --timeout") from None
 
 
 def run_emulated(spec: BenchSpec, *, timeout_s: float = 600.0, report: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
@@ -194,8 +128,11 @@ def run_emulated(spec: BenchSpec, *, timeout_s: float = 600.0, report: Callable[
     report(f"reference matmul [{rows}, {spec.embedding_dimension}]·[{spec.embedding_dimension}, {spec.ff_width}] "
            f"{dtype}: this process, whole machine")
     before = reference()
-    with _terminate_as_interrupt(), tempfile.TemporaryDirectory(prefix="multislice-bench-") as tmp, \
-            _Children(Path(tmp)) as children:
+    # SIGTERM and SIGHUP act as Ctrl-C while children run, so that they are killed (SIGKILL at
+    # once: a child holds no state worth saving, and jax's preemption notifier catches SIGTERM)
+    # and the temporary directory is removed.
+    with supervisor.signals_raise(KeyboardInterrupt), tempfile.TemporaryDirectory(prefix="multislice-bench-") as tmp, \
+            supervisor.killed_on_exit() as children:
         port = free_port()
         out = Path(tmp) / "bench.json"
         report(
@@ -205,8 +142,9 @@ def run_emulated(spec: BenchSpec, *, timeout_s: float = 600.0, report: Callable[
         for index in range(spec.slices):
             task = {"spec": {**spec.to_json(), "dtype": dtype}, "process_id": index, "parent_pid": os.getpid(),
                     "num_processes": spec.slices, "coordinator": f"127.0.0.1:{port}", "result": str(out)}
-            children.start(f"slice-{index}", task, _child_env(spec.devices_per_slice, shares[index] if shares else None))
-        children.wait(deadline, "emulated slices")
+            env = _child_env(spec.devices_per_slice, shares[index] if shares else None)
+            children.append(_start_child(f"slice-{index}", task, env, Path(tmp)))
+        _wait_children(children, deadline, "emulated slices")
         bench = json.loads(out.read_text())
     after = reference()
     return figures(spec, bench, [before, after], platform="cpu", dtype=dtype, processes=spec.slices, emulated=True)
@@ -230,22 +168,8 @@ def run(spec: BenchSpec, *, from_metadata: bool = False, timeout_s: float = 600.
 # --- child entry point: python -m infra.local.bench_slices '<task json>' -------------------------
 
 
-def _set_parent_death_signal() -> None:
-    """Linux: die with SIGKILL when the launching process dies (no orphans)."""
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
 def _child(task: dict[str, Any]) -> int:
-    _set_parent_death_signal()
-    if os.getppid() != task["parent_pid"]:
+    if not supervisor.die_with_parent(task["parent_pid"]):
         return 1  # the launcher died before the death signal was armed: do not run orphaned
     cpus = os.environ.get(_CPUS_ENV)
     if cpus and hasattr(os, "sched_setaffinity"):

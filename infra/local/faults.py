@@ -2,15 +2,16 @@
 
 * ``--preempt SLICE@STEP``: SIGTERM to every process of the slice's VMs (a maintenance event
   or spot preemption notice: the trainer may save), then SIGKILL after a grace period
-  (GCE gives preempted VMs 30 s).
+  (GCE gives preempted Spot VMs 30 s: https://cloud.google.com/compute/docs/instances/spot#preemption-process).
 * ``--kill SLICE@STEP``: SIGKILL to every process of the slice's VMs (a hardware fault).
 
 The fault fires once, the first time the emulator sees (it polls ``metrics.jsonl`` every
 ``poll_s``) a completed step ≥ STEP; with fast steps training may be a few steps further by
 then, and the steps it loses are counted from where it really was. Afterwards
 the emulator repairs the queued resource the way Cloud TPU auto-repair does: the failed
-slice is recreated (fresh local disks) and every other slice is restarted (docs/cloud-tpu.md,
-"Multislice").
+slice is recreated as a whole (fresh local disks; the instances of a slice are recovered
+together: https://cloud.google.com/tpu/docs/failure-recovery) and every other slice is
+restarted (the job's processes cannot go on without the failed slice's).
 """
 
 from __future__ import annotations

@@ -1,0 +1,148 @@
+"""Where a stack's local emulation keeps its state, and how a run is found and stopped.
+
+``<state root>/<stack>/`` holds:
+
+* ``bucket/``: the checkpoint bucket; the run directory is ``bucket/runs/<run name>``;
+* ``vms/slice-S-worker-W/``: each emulated VM's local disk (``MULTISLICE_HOME``);
+* ``logs/slice-S-worker-W.log``: each VM's console output;
+* ``lock``: held (flock) by the running emulator for its whole life;
+* ``emulator.json``: the running emulator's pid and start time, its emulation id (the
+  value of ``MULTISLICE_EMULATION_ID`` in every VM process's environment) and the VMs'
+  process groups, so that ``multislice local down`` can stop a run whose emulator died.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import signal
+from pathlib import Path
+from typing import IO, Any
+
+from infra.local import supervisor
+
+#: Environment variable every emulated VM process carries, with its run's emulation id: lets
+#: tests and ``local down`` find processes that outlived the emulator.
+EMULATION_ID_ENV = "MULTISLICE_EMULATION_ID"
+
+
+@dataclasses.dataclass(frozen=True)
+class LocalPaths:
+    """Where a stack's emulation keeps its state (``<state root>/<stack>/``)."""
+
+    root: Path
+    run_name: str
+
+    @property
+    def bucket(self) -> Path:
+        return self.root / "bucket"
+
+    @property
+    def run_dir(self) -> Path:
+        return self.bucket / "runs" / self.run_name
+
+    @property
+    def state_file(self) -> Path:
+        return self.root / "emulator.json"
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.root / "logs"
+
+    def vm_home(self, slice_id: int, worker: int) -> Path:
+        return self.root / "vms" / f"slice-{slice_id}-worker-{worker}"
+
+    def vm_log(self, slice_id: int, worker: int) -> Path:
+        return self.logs_dir / f"slice-{slice_id}-worker-{worker}.log"
+
+
+def acquire_lock(paths: LocalPaths) -> IO[str] | None:
+    """Hold ``<state>/lock`` (flock) for this process's lifetime; None if another holds it.
+
+    The kernel releases the lock when the process exits, however it exits.
+    """
+    import fcntl
+
+    paths.root.mkdir(parents=True, exist_ok=True)
+    handle = open(paths.root / "lock", "w")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        return None
+    return handle
+
+
+def write_state(paths: LocalPaths, *, stack: str, emulation_id: str, vms: list[dict[str, Any]]) -> None:
+    """Record this process as the running emulator (atomically: temporary file, rename).
+
+    Args:
+      vms: one ``{"slice", "worker", "node", "pgid"}`` record per emulated VM.
+    """
+    state = {
+        "pid": os.getpid(),
+        "pid_start": supervisor.start_time(os.getpid()),
+        "stack": stack,
+        "emulation_id": emulation_id,
+        "vms": vms,
+    }
+    tmp = paths.state_file.with_suffix(".tmp")
+    tmp.write_text(json.dumps(state, indent=2))
+    tmp.replace(paths.state_file)
+
+
+def read_state(paths: LocalPaths) -> dict[str, Any] | None:
+    """The recorded state, or None if there is none (or it is unreadable)."""
+    try:
+        return json.loads(paths.state_file.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+
+
+def forget_state(paths: LocalPaths) -> None:
+    paths.state_file.unlink(missing_ok=True)
+
+
+def emulator_alive(state: dict[str, Any]) -> bool:
+    """True if the emulator recorded in ``state`` still runs: same pid AND same start time
+    (a reused pid belongs to another process and is never signalled)."""
+    return supervisor.same_process(int(state.get("pid", 0) or 0), state.get("pid_start"))
+
+
+def find_processes(emulation_id: str) -> list[int]:
+    """PIDs of live processes whose environment carries this emulation id."""
+    return supervisor.find_by_env(EMULATION_ID_ENV, emulation_id)
+
+
+def stop_recorded(paths: LocalPaths, wait_s: float = 15.0, signal_emulator: bool = True) -> list[str]:
+    """Stop a run recorded in the state file (``multislice local down``).
+
+    Asks the emulator to shut down (SIGTERM; only if the recorded pid is still that
+    emulator) and waits up to ``wait_s`` seconds; then SIGKILLs every process that carries
+    the run's emulation id, and forgets the state. Returns what it did, one line per action.
+    """
+    state = read_state(paths)
+    if state is None:
+        return []
+    actions = []
+    pid = int(state.get("pid", 0) or 0)
+    if signal_emulator and pid != os.getpid() and emulator_alive(state):
+        os.kill(pid, signal.SIGTERM)
+        actions.append(f"asked emulator pid {pid} to stop")
+        supervisor.wait_gone(pid, wait_s)
+    emulation_id = state.get("emulation_id")
+    killed = supervisor.kill_pids(find_processes(emulation_id)) if emulation_id else []
+    if killed:
+        actions.append(f"killed {len(killed)} emulated VM process(es): {' '.join(map(str, killed))}")
+    forget_state(paths)
+    return actions
+
+
+def discard_run(paths: LocalPaths) -> bool:
+    """``--fresh``: delete the run directory and the VMs' disks and logs; True if a run existed."""
+    existed = paths.run_dir.exists()
+    for path in (paths.run_dir, paths.root / "vms", paths.logs_dir):
+        shutil.rmtree(path, ignore_errors=True)
+    return existed

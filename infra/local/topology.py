@@ -1,0 +1,77 @@
+"""What each emulated TPU VM is told about its place in the queued resource.
+
+A TPU VM of a queued resource learns its place from GCE metadata; the emulator serves the
+same keys (``infra.local.metadata``), with the values a real TPU VM of the stack would get:
+
+* ``agent-worker-number``: the worker index inside the slice;
+* ``worker-network-endpoints``: ``<node>-w-<i>:<i>:<ip>`` for each worker of the slice
+  (every worker is 127.0.0.1 here);
+* ``tpu-env``: ``ACCELERATOR_TYPE``, ``WORKER_ID``, ``NODE_ID`` and, for more than one
+  slice, the ``MEGASCALE_*`` values of a multislice queued resource;
+* ``accelerator-type``, ``startup-script``, and this project's ``multislice-run-dir``.
+
+The node (slice) names are the stack's real ones, :attr:`infra.config.StackConfig.node_ids`,
+the ids the queued resource's nodes get on Cloud TPU.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from infra.config import StackConfig
+from infra.local.state import EMULATION_ID_ENV
+
+#: Port part of ``MEGASCALE_COORDINATOR_ADDRESS`` as a queued resource sets it (JAX replaces it).
+MEGASCALE_PORT = 8080
+#: Environment prefixes the emulator's own environment may carry but a VM must not inherit.
+_HOST_ONLY_PREFIXES = ("JAX_", "XLA_", "MULTISLICE_", "GCE_METADATA", "TPU_", "MEGASCALE_")
+
+
+def vm_metadata(config: StackConfig, slice_id: int, worker: int, *, startup_script: str, run_dir: str) -> dict[str, str]:
+    """The metadata attributes of worker ``worker`` of slice ``slice_id`` (keys as on GCE)."""
+    acc = config.accelerator
+    node = config.node_ids[slice_id]
+    endpoints = ",".join(f"{node}-w-{i}:{i}:127.0.0.1" for i in range(acc.hosts))
+    tpu_env = [
+        f"ACCELERATOR_TYPE: '{acc.name}'",
+        f"WORKER_ID: '{worker}'",
+        f"NODE_ID: '{node}'",
+    ]
+    if config.slices > 1:
+        tpu_env += [
+            f"MEGASCALE_COORDINATOR_ADDRESS: '127.0.0.1:{MEGASCALE_PORT}'",
+            f"MEGASCALE_NUM_SLICES: '{config.slices}'",
+            f"MEGASCALE_SLICE_ID: '{slice_id}'",
+            f"MEGASCALE_PORT: '{MEGASCALE_PORT}'",
+        ]
+    return {
+        "agent-worker-number": str(worker),
+        "worker-network-endpoints": endpoints,
+        "tpu-env": "\n".join(tpu_env) + "\n",
+        "accelerator-type": acc.name,
+        "startup-script": startup_script,
+        "multislice-run-dir": run_dir,
+    }
+
+
+def vm_environment(
+    config: StackConfig, *, emulation_id: str, coordinator_port: int, heartbeat_timeout_s: int, init_timeout_s: int
+) -> dict[str, str]:
+    """The environment every emulated VM's startup script runs with: this process's, less
+    JAX / TPU / metadata settings, plus the emulation's (CPU devices, this virtualenv's
+    Python, the coordinator port, the run's emulation id)."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith(_HOST_ONLY_PREFIXES)}
+    env.update(
+        {
+            EMULATION_ID_ENV: emulation_id,
+            "MULTISLICE_PYTHON": sys.executable,
+            "MULTISLICE_COORDINATOR_PORT": str(coordinator_port),
+            "MULTISLICE_HEARTBEAT_TIMEOUT_S": str(heartbeat_timeout_s),
+            "MULTISLICE_INIT_TIMEOUT_S": str(init_timeout_s),
+            "JAX_PLATFORMS": "cpu",
+            "JAX_NUM_CPU_DEVICES": str(config.accelerator.chips_per_host),
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
+    return env

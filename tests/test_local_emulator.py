@@ -1,0 +1,138 @@
+"""infra.local.emulator's lifecycle without a trainer: the VMs boot a stand-in startup script
+(served by their metadata servers, like the real one), and a fault's repair recreates the
+failed slice (its disk wiped) and restarts every other slice (SIGTERM first) on the emu
+stack's 2 slices × 1 worker."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from infra.config import load_stack_file
+from infra.local.emulator import LocalQueuedResource, Options
+from infra.local.faults import Fault
+from infra.local.state import EMULATION_ID_ENV, LocalPaths
+
+STACK = Path(__file__).parent / "stacks" / "Pulumi.emu.yaml"
+# Stands in for the startup script: says where it booted, keeps running like a trainer, and
+# on SIGTERM (shutdown, preemption notice) writes a line and exits.
+SCRIPT = """#!/bin/bash
+trap 'echo "got SIGTERM"; exit 0' TERM
+sleep 600 &
+echo "up on $MULTISLICE_HOME"
+wait
+"""
+
+
+def running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def wait_until_up(resource) -> None:
+    """Until every VM's current boot has set its SIGTERM handler (60 s at most)."""
+    deadline = time.monotonic() + 60
+    for vm in resource.vms:
+        while "up on" not in boot_log(vm.log_path, vm.boots):
+            assert time.monotonic() < deadline, vm.log_path.read_text()
+            time.sleep(0.02)
+
+
+def boot_log(log: Path, boot: int) -> str:
+    """The part of a VM's console log written by boot number ``boot``."""
+    text = log.read_text()
+    start = text.index(f"===== boot {boot} of ")
+    end = text.find("===== boot ", start + 1)
+    return text[start : end if end >= 0 else None]
+
+
+@pytest.fixture
+def resource(tmp_path):
+    config = load_stack_file(STACK)
+    lines: list[str] = []
+    resource = LocalQueuedResource(config, LocalPaths(tmp_path / "emu", "emu"), SCRIPT, report=lines.append)
+    resource.lines = lines
+    resource.create()
+    resource.boot_all(Options(reboot_grace_s=120, preempt_grace_s=120))
+    try:
+        wait_until_up(resource)
+        yield resource
+    finally:
+        resource.shutdown()
+
+
+def leaders(resource) -> dict[int, int]:
+    return {vm.slice_id: vm.pgid for vm in resource.vms}
+
+
+def put_on_disks(resource) -> None:
+    for vm in resource.vms:
+        (vm.home / "checkpoint-cache").write_text(f"slice {vm.slice_id}")
+
+
+def test_boot_records_every_vm_and_its_node(resource):
+    assert [(vm.slice_id, vm.worker) for vm in resource.vms] == [(0, 0), (1, 0)]
+    assert [vm.node for vm in resource.vms] == resource.config.node_ids
+    state = json.loads(resource.paths.state_file.read_text())
+    assert state["pid"] == os.getpid() and state["emulation_id"] == resource.emulation_id
+    assert state["vms"] == [{"slice": vm.slice_id, "worker": vm.worker, "node": vm.node, "pgid": vm.pgid} for vm in resource.vms]
+    for vm in resource.vms:
+        assert psutil.Process(vm.pgid).environ()[EMULATION_ID_ENV] == resource.emulation_id
+
+
+def test_repair_recreates_the_failed_slice_and_restarts_the_others(resource):
+    put_on_disks(resource)
+    before = leaders(resource)
+    resource.repair(1, Options(reboot_grace_s=120))
+    assert resource.lines[-1] == "repair: recreating slice 1, restarting slice(s) 0"
+    slice0, slice1 = resource.vms
+    # Recreated: a fresh disk. Restarted: the same disk.
+    assert not (slice1.home / "checkpoint-cache").exists()
+    assert (slice0.home / "checkpoint-cache").read_text() == "slice 0"
+    # Every VM of the first boot is gone, and every VM booted again.
+    assert not [pid for pid in before.values() if running(pid)]
+    assert all(vm.boots == 2 and running(vm.pgid) for vm in resource.vms)
+    assert "got SIGTERM" in boot_log(slice0.log_path, 1)  # a restart is a shutdown: SIGTERM first
+    wait_until_up(resource)  # each VM ran its startup script again (asserts within 60 s)
+    for vm in resource.vms:
+        assert f"up on {vm.home}" in boot_log(vm.log_path, 2)
+    assert resource.repairs == 1
+    state = json.loads(resource.paths.state_file.read_text())
+    assert [vm["pgid"] for vm in state["vms"]] == [vm.pgid for vm in resource.vms]
+
+
+@pytest.mark.parametrize("kind", ["kill", "preempt"])
+def test_a_fault_strikes_its_slice_then_repairs(resource, kind):
+    put_on_disks(resource)
+    before = leaders(resource)
+    resource.inject(Fault(kind, 0, 5), Options(reboot_grace_s=120, preempt_grace_s=120), observed_step=7)
+    how = "SIGTERM, then SIGKILL after grace" if kind == "preempt" else "SIGKILL"
+    assert resource.lines == [
+        f"fault: {kind} slice 0 at step 5 ({how}; training had reported step 7)",
+        "repair: recreating slice 0, restarting slice(s) 1",
+    ]
+    assert resource.faults_fired == [f"{kind} slice 0 at step 5"]
+    slice0, slice1 = resource.vms
+    # A preempted VM gets the notice (SIGTERM) and may save; a killed one gets no notice.
+    assert ("got SIGTERM" in boot_log(slice0.log_path, 1)) == (kind == "preempt")
+    assert "got SIGTERM" in boot_log(slice1.log_path, 1)
+    assert not (slice0.home / "checkpoint-cache").exists()
+    assert (slice1.home / "checkpoint-cache").exists()
+    assert not [pid for pid in before.values() if running(pid)]
+    assert all(vm.boots == 2 and running(vm.pgid) for vm in resource.vms)
+
+
+def test_shutdown_stops_every_vm_and_forgets_the_state(resource):
+    pids = [pid for vm in resource.vms for pid in [vm.pgid] + [c.pid for c in psutil.Process(vm.pgid).children(recursive=True)]]
+    resource.shutdown()
+    assert not [pid for pid in pids if running(pid)]
+    assert not resource.paths.state_file.exists()
+    for vm in resource.vms:
+        assert "got SIGTERM" in boot_log(vm.log_path, 1)

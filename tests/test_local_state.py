@@ -1,0 +1,177 @@
+"""infra.local.state: a stack's state directory, the lock a running emulator holds, and
+stopping a recorded run (``multislice local down``) without ever signalling a process that
+is not the recorded one."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+import psutil
+
+from infra.local import state as state_lib
+from infra.local import supervisor
+from infra.local.state import EMULATION_ID_ENV, LocalPaths
+
+# Stands in for a running emulator: exits 0 on SIGTERM.
+EMULATOR = "import signal, sys, time; signal.signal(signal.SIGTERM, lambda *a: sys.exit(0)); print('ready', flush=True); time.sleep(600)"
+
+
+def running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def record(paths: LocalPaths, pid: int, pid_start: float | None, emulation_id: str) -> None:
+    paths.root.mkdir(parents=True, exist_ok=True)
+    paths.state_file.write_text(json.dumps({"pid": pid, "pid_start": pid_start, "stack": "emu", "emulation_id": emulation_id, "vms": []}))
+
+
+def start_vm(emulation_id: str) -> subprocess.Popen:
+    return subprocess.Popen(["sleep", "600"], env={**os.environ, EMULATION_ID_ENV: emulation_id})
+
+
+def test_paths(tmp_path):
+    paths = LocalPaths(tmp_path / "emu", "run-a")
+    assert paths.run_dir == tmp_path / "emu" / "bucket" / "runs" / "run-a"
+    assert paths.vm_home(1, 2) == tmp_path / "emu" / "vms" / "slice-1-worker-2"
+    assert paths.vm_log(1, 2) == tmp_path / "emu" / "logs" / "slice-1-worker-2.log"
+    assert paths.state_file == tmp_path / "emu" / "emulator.json"
+
+
+def test_one_lock_holder_at_a_time(tmp_path):
+    paths = LocalPaths(tmp_path / "emu", "emu")
+    first = state_lib.acquire_lock(paths)
+    assert first is not None
+    assert state_lib.acquire_lock(paths) is None  # flock conflicts between open files, in one process too
+    first.close()
+    second = state_lib.acquire_lock(paths)
+    assert second is not None
+    second.close()
+
+
+def test_state_written_and_read_back(tmp_path):
+    paths = LocalPaths(tmp_path / "emu", "emu")
+    paths.root.mkdir(parents=True)
+    assert state_lib.read_state(paths) is None
+    vms = [{"slice": 0, "worker": 0, "node": "n-0", "pgid": 123}]
+    state_lib.write_state(paths, stack="emu", emulation_id="abc", vms=vms)
+    state = state_lib.read_state(paths)
+    assert (state["pid"], state["stack"], state["emulation_id"], state["vms"]) == (os.getpid(), "emu", "abc", vms)
+    assert state_lib.emulator_alive(state)
+    assert not state_lib.emulator_alive({**state, "pid_start": state["pid_start"] - 1})
+    paths.state_file.write_text("{torn")
+    assert state_lib.read_state(paths) is None
+
+
+def test_down_stops_the_recorded_emulator_and_its_vms(tmp_path):
+    paths = LocalPaths(tmp_path / "emu", "emu")
+    emulation_id = uuid.uuid4().hex
+    emulator = subprocess.Popen([sys.executable, "-c", EMULATOR], stdout=subprocess.PIPE, text=True)
+    vm = start_vm(emulation_id)
+    bystander = start_vm(uuid.uuid4().hex)  # another run's VM
+    try:
+        assert emulator.stdout.readline() == "ready\n"
+        record(paths, emulator.pid, supervisor.start_time(emulator.pid), emulation_id)
+        deadline = time.monotonic() + 60
+        while not supervisor.find_by_env(EMULATION_ID_ENV, emulation_id):  # the VM's environment is readable
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        actions = state_lib.stop_recorded(paths, wait_s=60)
+        assert emulator.wait(timeout=60) == 0  # it got SIGTERM and exited by itself
+        assert vm.wait(timeout=60) == -signal.SIGKILL
+        assert actions == [f"asked emulator pid {emulator.pid} to stop", f"killed 1 emulated VM process(es): {vm.pid}"]
+        assert running(bystander.pid)
+        assert not paths.state_file.exists()
+        assert state_lib.stop_recorded(paths) == []  # nothing recorded any more
+    finally:
+        for proc in (emulator, vm, bystander):
+            proc.kill()
+            proc.wait()
+        emulator.stdout.close()
+
+
+# Stands in for an emulator that stops its own VM on SIGTERM (after a moment, like a grace
+# period) and then exits: `local down` must wait for it instead of SIGKILLing the VM first.
+STOPS_ITS_VM = """
+import os, signal, sys, time
+vm = int(sys.argv[1])
+def stop(*args):
+    time.sleep(1)
+    os.kill(vm, signal.SIGTERM)
+    sys.exit(0)
+signal.signal(signal.SIGTERM, stop)
+print("ready", flush=True)
+time.sleep(600)
+"""
+
+
+def test_down_waits_for_the_emulator_to_stop_its_vms(tmp_path):
+    paths = LocalPaths(tmp_path / "emu", "emu")
+    emulation_id = uuid.uuid4().hex
+    vm = start_vm(emulation_id)
+    emulator = subprocess.Popen([sys.executable, "-c", STOPS_ITS_VM, str(vm.pid)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert emulator.stdout.readline() == "ready\n"
+        record(paths, emulator.pid, supervisor.start_time(emulator.pid), emulation_id)
+        actions = state_lib.stop_recorded(paths, wait_s=120)
+        assert emulator.poll() is not None  # down returned only once the emulator had gone
+        assert vm.wait(timeout=60) == -signal.SIGTERM  # stopped by its emulator, not killed by down
+        assert actions == [f"asked emulator pid {emulator.pid} to stop"]
+    finally:
+        for proc in (emulator, vm):
+            proc.kill()
+            proc.wait()
+        emulator.stdout.close()
+
+
+def test_a_reused_pid_is_never_signalled(tmp_path):
+    paths = LocalPaths(tmp_path / "emu", "emu")
+    stranger = subprocess.Popen(["sleep", "600"])
+    try:
+        started = supervisor.start_time(stranger.pid)
+        record(paths, stranger.pid, started + 1, uuid.uuid4().hex)  # that pid, but another process
+        assert not state_lib.emulator_alive(state_lib.read_state(paths))
+        assert state_lib.stop_recorded(paths, wait_s=0) == []
+        assert running(stranger.pid)
+        assert not paths.state_file.exists()
+    finally:
+        stranger.kill()
+        stranger.wait()
+
+
+def test_signal_emulator_false_only_clears_leftover_vms(tmp_path):
+    # `local up` holds the lock: a recorded emulator cannot be running; only its VMs are left.
+    paths = LocalPaths(tmp_path / "emu", "emu")
+    emulation_id = uuid.uuid4().hex
+    vm = start_vm(emulation_id)
+    try:
+        record(paths, os.getpid(), supervisor.start_time(os.getpid()), emulation_id)
+        deadline = time.monotonic() + 60
+        while not supervisor.find_by_env(EMULATION_ID_ENV, emulation_id):
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert state_lib.stop_recorded(paths, signal_emulator=False) == [f"killed 1 emulated VM process(es): {vm.pid}"]
+        assert vm.wait(timeout=60) == -signal.SIGKILL
+    finally:
+        vm.kill()
+        vm.wait()
+
+
+def test_discard_run_keeps_only_the_bucket_s_other_runs(tmp_path):
+    paths = LocalPaths(tmp_path / "emu", "emu")
+    other = LocalPaths(tmp_path / "emu", "other")
+    for path in (paths.run_dir / "metrics.jsonl", other.run_dir / "metrics.jsonl", paths.vm_home(0, 0) / "x", paths.vm_log(0, 0)):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("x")
+    assert state_lib.discard_run(paths) is True
+    assert not paths.run_dir.exists() and not (paths.root / "vms").exists() and not paths.logs_dir.exists()
+    assert (other.run_dir / "metrics.jsonl").exists()
+    assert state_lib.discard_run(paths) is False
