@@ -10,6 +10,10 @@ from typer.testing import CliRunner
 
 from infra.cli import app
 from infra.config import CAPACITY_TYPES, StackConfig
+from infra.queued_resource import QueuedResourceProvider
+from tests.fakes.clock import clock  # noqa: F401 (fixture)
+from tests.fakes.queued_resource import dev, no_ambient_credentials, props  # noqa: F401 (fixtures)
+from tests.fakes.tpu_api import FakeTpuApi
 from training.config import TrainConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -178,3 +182,27 @@ def test_no_file_cites_the_internal_notes():
     readme = README.lower()
     offenders += [f"README.md: {word}" for word in internal if word.lower() in readme]
     assert offenders == []
+
+
+def readme_example_pattern(example: str, qr_id: str) -> re.Pattern[str]:
+    """A README example as a pattern: its stack's queued resource id becomes ``qr_id``, each
+    duration (``3m07s``) any duration, and an elided ``(…)`` any parenthesis."""
+    pattern = re.escape(example.replace("multislice-staging", qr_id))
+    pattern = re.sub(r"\d+m\d\ds", lambda _m: r"(?:\d+m\d\ds|\d+s)", pattern)
+    return re.compile(pattern.replace(re.escape("(…)"), r"\(.+?\)"))
+
+
+def test_readme_shows_what_pulumi_up_prints_while_a_qr_waits(clock, props, capsys):
+    # A create that never leaves the queue, with the provider's own defaults (poll schedule,
+    # progress period, printing to stderr as the Pulumi CLI shows it) on a virtual clock.
+    text = " ".join(README.split())
+    progress = re.search(r"`(\[multislice queued-resource\] [^`]+)`", text)[1]
+    timed_out = re.search(r"`(queued resource 'multislice-staging' is still [^`]+)`", text)[1]
+    with FakeTpuApi(["CREATING", "WAITING_FOR_RESOURCES"]) as fake:
+        outs = QueuedResourceProvider(api_endpoint=fake.endpoint).create({**props, "createTimeoutSeconds": 1800}).outs
+    printed = capsys.readouterr().err.replace("`", "").splitlines()
+    qr_id = props["queuedResourceId"]
+    waiting = [line for line in printed if readme_example_pattern(progress, qr_id).fullmatch(line)]
+    assert len(waiting) >= 1800 // 60 - 1, printed  # "a line when the state changes, and every minute"
+    assert outs["ready"] is False
+    assert readme_example_pattern(timed_out, qr_id).fullmatch(outs["statusMessage"].replace("`", "")), outs
