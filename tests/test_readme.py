@@ -206,3 +206,23 @@ def test_readme_shows_what_pulumi_up_prints_while_a_qr_waits(clock, props, capsy
     assert len(waiting) >= 1800 // 60 - 1, printed  # "a line when the state changes, and every minute"
     assert outs["ready"] is False
     assert readme_example_pattern(timed_out, qr_id).fullmatch(outs["statusMessage"].replace("`", "")), outs
+
+
+def test_docs_pages_the_code_cites_exist_with_their_sections():
+    # `docs/<page>.md` (optionally followed by `, "Section"`) in code, tests and README.
+    cited = re.compile(r'docs/([a-z0-9-]+\.md)(?:,\s+"([^"]+)")?')
+    seen = []
+    paths = [ROOT / "README.md"] + [p for folder in ("infra", "training", "tests", "benchmarks", "docs")
+                                    for p in (ROOT / folder).rglob("*") if p.suffix in (".py", ".in", ".md", ".sh")]
+    for path in (p for p in paths if p.name != "test_readme.py"):  # this file's patterns are no citations
+        for page, section in cited.findall(path.read_text(encoding="utf-8")):
+            doc = ROOT / "docs" / page
+            assert doc.is_file(), f"{path.relative_to(ROOT)} cites docs/{page}"
+            headings = [line.lstrip("#").strip() for line in doc.read_text().splitlines() if line.startswith("#")]
+            assert not section or any(h.startswith(section) for h in headings), (path.relative_to(ROOT), page, section)
+            seen.append((page, section))
+    assert {"cloud-tpu.md", "jax-on-cpu.md", "deploying.md"} <= {page for page, _ in seen}
+    assert any(section for _, section in seen)
+    # Every page says where its facts come from.
+    for doc in (ROOT / "docs").glob("*.md"):
+        assert "https://" in doc.read_text(), doc.name
