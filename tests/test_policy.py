@@ -167,7 +167,9 @@ def test_secret_patterns(line, kind):
     assert [m.line for m in found] == [2] and kind in found[0].kind
 
 
-@pytest.mark.parametrize("line", ['TOKEN="$(curl -s metadata)"', "password_file=/etc/pw", 'secret="short"'])
+@pytest.mark.parametrize(
+    "line", ['TOKEN="${VAULT_TOKEN_VALUE}"', 'PASSWORD="$(cat /run/secrets/db)"', "password_file=/etc/pw", 'secret="short"']
+)
 def test_secret_patterns_leave_non_literals_alone(line):
     from infra.policy.secret_patterns import find_secrets
 
