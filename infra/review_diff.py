@@ -121,8 +121,9 @@ def trainer_file_changes(old_training: Path, new_training: Path) -> list[tuple[s
     return sorted(status.items())
 
 
-def _side(stack: str, project_root: Path) -> tuple[dict[str, Any], Any]:
-    """The raw ``config:`` map and the evaluated World of ``stack`` in ``project_root``."""
+def _side(stack: str, project_root: Path, label: str) -> tuple[dict[str, Any], Any]:
+    """The raw ``config:`` map and the evaluated World of ``stack`` in ``project_root``
+    (``label`` names the side in errors: the revision, or "the working tree")."""
     import yaml
 
     from infra import program_mocks, startup
@@ -132,8 +133,10 @@ def _side(stack: str, project_root: Path) -> tuple[dict[str, Any], Any]:
     try:
         config = load_stack_file(path, stack)
         script = startup.render(config, project_root=project_root)
-    except (StackConfigError, ValueError, FileNotFoundError) as err:
-        raise DiffError(f"{path}: {str(err).splitlines()[0]}") from None
+    except StackConfigError as err:  # the problems, not the summary that names a temporary path
+        raise DiffError(f"stack {stack!r} in {label}: {'; '.join(err.lines) or err.summary}") from None
+    except (ValueError, FileNotFoundError) as err:
+        raise DiffError(f"stack {stack!r} in {label}: {str(err).splitlines()[0]}") from None
     config_map = yaml.safe_load(path.read_text())["config"]
     return config_map, (program_mocks.evaluate(stack, config_map, script=script, preview=True), script)
 
@@ -185,8 +188,8 @@ def diff_stack(stack: str, against: str, project_root: Path) -> StackDiff:
         raise DiffError(f"stack {stack!r} does not exist in the working tree (no stacks/Pulumi.{stack}.yaml)")
     with tempfile.TemporaryDirectory(prefix="multislice-diff-") as tmp:
         commit, old_root = _revision_tree(project_root, against, stack, Path(tmp))
-        old_map, (old_world, old_script) = _side(stack, old_root)
-        new_map, (new_world, new_script) = _side(stack, project_root)
+        old_map, (old_world, old_script) = _side(stack, old_root, against)
+        new_map, (new_world, new_script) = _side(stack, project_root, "the working tree")
         return StackDiff(
             stack=stack,
             against=against,

@@ -98,3 +98,10 @@ def test_config_changes_cover_added_and_removed_keys():
     old = {"a": 1, "t": {"x": 1, "y": {"z": 2}}}
     new = {"t": {"x": 1, "y": {"z": 3}}, "b": "s"}
     assert config_changes(old, new) == [("a", 1, None), ("b", None, "s"), ("t.y.z", 2, 3)]
+
+
+def test_a_stack_file_that_does_not_validate_names_the_side(repo):
+    path = repo / "stacks" / "Pulumi.dev.yaml"
+    path.write_text(path.read_text().replace("multislice:slices: 2", "multislice:slices: 0"))
+    with pytest.raises(DiffError, match=r"^stack 'dev' in the working tree: .*multislice:slices"):
+        diff_stack("dev", "HEAD", repo)
