@@ -312,7 +312,7 @@ def local_down(stack: Optional[str] = typer.Option(None, "--stack", "-s", help="
     stacks = [stack] if stack else sorted(p.parent.name for p in root.glob("*/emulator.json"))
     stopped = False
     for name in stacks:
-        actions = stop_recorded(LocalPaths(root / name, name))
+        actions = stop_recorded(LocalPaths(root / name))
         for action in actions:
             console.print(f"{name}: {action}", markup=False)
         stopped = stopped or bool(actions)
