@@ -212,7 +212,7 @@ class LocalQueuedResource:
     def inject(self, fault: Fault, options: Options, observed_step: int) -> None:
         """Strike the fault's slice (``kill``: SIGKILL; ``preempt``: SIGTERM, then SIGKILL
         after ``preempt_grace_s``), then :meth:`repair`."""
-        # The emulator polls metrics.jsonl, so training may already be past the fault's step
+        # The emulator polls the metrics log, so training may already be past the fault's step
         # (a fast step, a loaded machine); the report says where training actually was.
         targets = _groups(vm for vm in self.vms if vm.slice_id == fault.slice_id)
         how = "SIGTERM, then SIGKILL after grace" if fault.kind == "preempt" else "SIGKILL"
