@@ -10,8 +10,12 @@ from __future__ import annotations
 
 import gzip
 import io
+import sys
 import tarfile
+import zlib
 from pathlib import Path
+
+from infra.content_cache import ContentCache, key_of
 
 #: Name of the trainer package inside the bundle (``python -m training``).
 BUNDLE_PACKAGE = "training"
@@ -61,3 +65,21 @@ def build_bundle(training_dir: Path) -> bytes:
     with gzip.GzipFile(filename="", mode="wb", fileobj=gz_buffer, compresslevel=9, mtime=0) as gz:
         gz.write(tar_buffer.getvalue())
     return gz_buffer.getvalue()
+
+
+def cached_bundle(training_dir: Path, cache: ContentCache) -> bytes:
+    """:func:`build_bundle` of ``training_dir``, built once per content: the cache key is every
+    bundled file's relative path and bytes (not its mtime), this module's source, and the
+    Python and zlib versions (tarfile and deflate shape the bytes).
+
+    Raises:
+      FileNotFoundError: as :func:`build_bundle` (nothing is cached then).
+    """
+    training_dir = Path(training_dir)
+    files = bundle_files(training_dir) if training_dir.is_dir() else []
+    if not files:
+        return build_bundle(training_dir)
+    parts: list[bytes | str] = [Path(__file__).read_bytes(), sys.version, zlib.ZLIB_RUNTIME_VERSION]
+    for path in files:
+        parts += [path.relative_to(training_dir).as_posix(), path.read_bytes()]
+    return cache.get_or_compute("bundle", key_of(*parts), lambda: build_bundle(training_dir))

@@ -53,8 +53,8 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from infra import lockfile
-from infra.bundle import BUNDLE_PACKAGE, build_bundle
+from infra import content_cache, lockfile
+from infra.bundle import BUNDLE_PACKAGE, cached_bundle
 from infra.config import StackConfig
 
 #: GCE limit on one metadata value: "less than or equal to 262144 bytes (256 KiB)"
@@ -168,18 +168,18 @@ def render(config: StackConfig, *, project_root: Path | None = None) -> Rendered
       FileNotFoundError: no ``training/*.py`` under ``project_root``.
     """
     root = Path(project_root) if project_root is not None else lockfile.default_project_root()
-    bundle = build_bundle(root / BUNDLE_PACKAGE)
+    cache = content_cache.for_project(root)  # bundle and pins: computed once per content
+    bundle = cached_bundle(root / BUNDLE_PACKAGE, cache)
     bundle_sha256 = hashlib.sha256(bundle).hexdigest()
-    requirements = lockfile.pinned_requirements(root)
-    uv = lockfile.pinned_uv(root, target=requirements.target)
+    pins = lockfile.vm_pins(root, cache)
     values = {
         "STACK": config.stack,
         "ACCELERATOR": config.accelerator_type,
         "SLICES": str(config.slices),
         "BUNDLE_SHA256": bundle_sha256,
-        "REQUIREMENTS_SHA256": requirements.sha256,
-        "PYTHON_VERSION": shlex.quote(requirements.target.python_version),
-        "UV_VERSION": uv.version,
+        "REQUIREMENTS_SHA256": pins.requirements_sha256,
+        "PYTHON_VERSION": shlex.quote(pins.python_version),
+        "UV_VERSION": pins.uv_version,
         "MAX_RESTARTS": str(MAX_RESTARTS),
         "CONFIG_ERROR_STATUS": str(CONFIG_ERROR_STATUS),
         "BACKOFF": str(RESTART_BACKOFF_S),
@@ -187,8 +187,8 @@ def render(config: StackConfig, *, project_root: Path | None = None) -> Rendered
         "DEFAULT_HOME": DEFAULT_HOME,
         "DEFAULT_METADATA_HOST": DEFAULT_METADATA_HOST,
         "RUN_DIR_ATTRIBUTE": RUN_DIR_ATTRIBUTE,
-        "REQUIREMENTS": _heredoc_body(requirements.text, "MULTISLICE_REQUIREMENTS"),
-        "UV_REQUIREMENT": _heredoc_body(uv.requirement_text, "MULTISLICE_UV"),
+        "REQUIREMENTS": _heredoc_body(pins.requirements_text, "MULTISLICE_REQUIREMENTS"),
+        "UV_REQUIREMENT": _heredoc_body(pins.uv_requirement_text, "MULTISLICE_UV"),
         "BUNDLE_BASE64": _heredoc_body(base64.encodebytes(bundle).decode("ascii"), "MULTISLICE_BUNDLE"),
         "CONFIG_JSON": _heredoc_body(config.training.model_dump_json(), "MULTISLICE_CONFIG"),
     }
@@ -204,7 +204,7 @@ def render(config: StackConfig, *, project_root: Path | None = None) -> Rendered
         text=text,
         sha256=hashlib.sha256(data).hexdigest(),
         bundle_sha256=bundle_sha256,
-        requirements_sha256=requirements.sha256,
+        requirements_sha256=pins.requirements_sha256,
         size_bytes=len(data),
     )
 
