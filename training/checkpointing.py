@@ -5,7 +5,8 @@ Only finalized checkpoints are restored: on a local disk Orbax renames a step's 
 directory when it is finalized; on ``gs://`` (no atomic rename) it writes a
 ``commit_success.txt`` last (https://orbax.readthedocs.io/en/latest/api_reference/
 checkpoint.path.atomicity.html). A save killed mid-flight is ignored and the previous
-finalized step restored.
+finalized step restored (docs/jax-on-cpu.md, "Checkpoints (Orbax)"). The run directory's
+layout: ``training.run_dir``.
 
 The policy (:class:`CheckpointPolicy`): save every ``interval_steps``, at the last step, and
 at a preemption sync point (all hosts agree on the step: ``CheckpointManager.
