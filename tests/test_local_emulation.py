@@ -78,7 +78,7 @@ def no_vm_outlives_its_test(tmp_path_factory):
             pass
 
 
-def records(state_dir: Path, name: str) -> list[dict]:
+def run_records(state_dir: Path, name: str) -> list[dict]:
     """Every record of log ``name`` of the emu stack's run under ``state_dir``, read as
     ``local status`` reads it: through a temporary emulated Cloud Storage over the stack's
     backend (the emulator stopped its own)."""
@@ -88,7 +88,7 @@ def records(state_dir: Path, name: str) -> list[dict]:
 
 
 def step_losses(state_dir: Path) -> list[tuple[int, float]]:
-    return [(r["step"], r["loss"]) for r in records(state_dir, "metrics") if "loss" in r]
+    return [(r["step"], r["loss"]) for r in run_records(state_dir, "metrics") if "loss" in r]
 
 
 def up(tmp_path: Path, *extra: str) -> dict:
@@ -132,7 +132,7 @@ def test_killed_slice_is_repaired_and_resumes_bit_identically(uninterrupted, tmp
     # and steps R+1..K are computed twice.
     records = step_losses(killed["state_dir"])
     steps = [s for s, _ in records]
-    events = records(killed["state_dir"], "events")
+    events = run_records(killed["state_dir"], "events")
     resumed = [e["step"] for e in events if e["event"] == "start"][1]
     reached = len(steps) - (24 - resumed)  # steps 1..K, then R+1..24
     assert reached >= 14 and resumed % 6 == 0 and 12 <= resumed <= reached
@@ -158,11 +158,11 @@ def test_preempted_slice_saves_then_resumes_without_losing_steps(uninterrupted, 
 @pytest.mark.slow
 def test_finished_run_is_reported_without_retraining(uninterrupted, tmp_path):
     state = uninterrupted["state_dir"]
-    before = records(state, "metrics")
+    before = run_records(state, "metrics")
     result = run_cli(["local", "up", "--config-file", str(STACK)], state)
     assert result.returncode == 0, result.stderr
     assert "already complete; nothing to do" in result.stdout
-    assert records(state, "metrics") == before
+    assert run_records(state, "metrics") == before
     assert processes_under(state) == []
 
 
