@@ -91,7 +91,7 @@ def state_root() -> Path:
 def local_paths(config):
     from infra.local.state import LocalPaths
 
-    return LocalPaths(state_root() / config.stack, config.effective_run_name)
+    return LocalPaths(state_root() / config.stack)
 
 
 def print_summary(result: dict) -> None:
@@ -138,6 +138,7 @@ def local_up(
     fresh: bool = typer.Option(False, "--fresh", help="Discard the stack's previous local run and start over."),
     summary_json: Optional[Path] = typer.Option(None, "--summary-json", help="Also write the summary as JSON here."),
     coordinator_port: Optional[int] = typer.Option(None, "--coordinator-port", min=1, max=65535, help="Fixed jax.distributed coordinator port (default: a free one)."),
+    gcs_port: Optional[int] = typer.Option(None, "--gcs-port", min=1, max=65535, help="Fixed port of the emulated Cloud Storage (default: a free one)."),
     timeout: float = typer.Option(3600, "--timeout", min=1, help="Give up after this many seconds."),
     stall_timeout: float = typer.Option(600, "--stall-timeout", min=1, help="Give up after this many seconds without a new training step."),
     preempt_grace: float = typer.Option(30, "--preempt-grace", min=0, help="Seconds between SIGTERM and SIGKILL for --preempt (GCE: 30)."),
@@ -148,15 +149,15 @@ def local_up(
     Resumes an unfinished run; reports a finished one without retraining (--fresh starts over).
     """
     from infra import startup
-    from infra.local import emulator, summary
+    from infra.local import emulator
     from infra.local import state as local_state
     from infra.local.faults import FaultSpecError, parse_fault
-    from training.checkpointing import is_complete
+    from infra.local.gcs import GcsServerError
 
     config = load_config(stack, config_file)
     paths = local_paths(config)
     total = config.training.steps
-    check_local_data_source(config.training.data.source)
+    check_data_source(config, stored=False)
     try:
         faults = [parse_fault("kill", spec, slices=config.slices, total_steps=total) for spec in kill]
         faults += [parse_fault("preempt", spec, slices=config.slices, total_steps=total) for spec in preempt]
@@ -182,32 +183,13 @@ def local_up(
             emulator.check_port_free(coordinator_port)
         except emulator.EmulationError as err:
             raise fail(str(err)) from None
-    if fresh:
-        if local_state.discard_run(paths):
-            say(f"--fresh: discarded the previous run of stack {config.stack!r}")
-    elif is_complete(str(paths.run_dir), total):
-        result = summary.summarize(paths.run_dir, total) | {"wall_seconds": 0.0}
-        say(f"run {paths.run_dir} is already complete; nothing to do (use --fresh to start over)")
-        if faults:
-            say("note: the requested faults were not injected: the run is complete")
-        print_summary(result)
-        _write_summary(summary_json, result)
-        return
     try:
         script = startup.render(config)
     except ValueError as err:
         raise fail(str(err)) from None
-    say(
-        f"stack {config.stack}: {config.slices} × {config.accelerator_type} ({config.total_workers} VMs), "
-        f"{total} steps, run dir {paths.run_dir}"
-    )
-    cores = os.cpu_count() or 1
-    if config.total_workers > 2 * cores:
-        say(
-            f"warning: {config.total_workers} emulated VMs × {config.accelerator.chips_per_host} CPU devices on "
-            f"{cores} cores: expect slow steps and long compiles"
-        )
-    resource = emulator.LocalQueuedResource(config, paths, script.text, report=say)
+    if fresh:
+        local_state.discard_machines(paths)
+    resource = emulator.LocalQueuedResource(config, paths, script.text, report=say, gcs_port=gcs_port)
     options = emulator.Options(
         faults=faults,
         coordinator_port=coordinator_port,
@@ -217,16 +199,17 @@ def local_up(
         stall_timeout_s=stall_timeout,
     )
     try:
-        result = resource.up(options)
-    except BrokenPipeError:
-        if not is_complete(str(paths.run_dir), total):
-            raise  # stops_when_stdout_closes says so
-        result = summary.summarize(paths.run_dir, total)  # the last step's line found no reader
+        with resource.running():
+            result = _train_locally(resource, options, fresh, summary_json)
+    except GcsServerError as err:
+        raise fail(f"{err}; nothing was started", 2) from None
     except emulator.Interrupted as err:
         why = "stopped by SIGTERM (e.g. `multislice local down`)" if str(err) == "SIGTERM" else f"interrupted ({err})"
         raise fail(f"{why}; every emulated VM was stopped (run `multislice local up` again to resume)", 130) from None
     except emulator.EmulationError as err:
         raise fail(str(err), 1) from None
+    if result is None:
+        return  # already complete: reported
     _write_summary(summary_json, result)
     try:
         print_summary(result)
@@ -238,17 +221,61 @@ def local_up(
         raise fail("the VMs exited but the run is not complete", 1)
 
 
-def check_local_data_source(source: str) -> None:
-    """Fail before anything starts if the emulated VMs could not read the training data."""
+def _train_locally(resource, options, fresh: bool, summary_json: Optional[Path]) -> Optional[dict]:
+    """``local up`` once the stack's storage serves (inside ``resource.running()``): discard
+    (``--fresh``) or report a finished run, else train; the summary, or None when reported."""
+    from infra.local import summary
+    from infra.local import state as local_state
+    from training.checkpointing import is_complete
+
+    config, run_dir, total = resource.config, resource.run_dir, resource.config.training.steps
+    if fresh:
+        if local_state.discard_run(run_dir):
+            say(f"--fresh: discarded the previous run of stack {config.stack!r}")
+    elif is_complete(run_dir, total):
+        result = summary.summarize(run_dir, total) | {"wall_seconds": 0.0}
+        say(f"run {run_dir} is already complete; nothing to do (use --fresh to start over)")
+        if options.faults:
+            say("note: the requested faults were not injected: the run is complete")
+        print_summary(result)
+        _write_summary(summary_json, result)
+        return None
+    check_data_source(config, stored=True)
+    say(
+        f"stack {config.stack}: {config.slices} × {config.accelerator_type} ({config.total_workers} VMs), "
+        f"{total} steps, run dir {run_dir} (emulated Cloud Storage at {resource.storage.url})"
+    )
+    cores = os.cpu_count() or 1
+    if config.total_workers > 2 * cores:
+        say(
+            f"warning: {config.total_workers} emulated VMs × {config.accelerator.chips_per_host} CPU devices on "
+            f"{cores} cores: expect slow steps and long compiles"
+        )
+    try:
+        return resource.up(options)
+    except BrokenPipeError:
+        if not is_complete(run_dir, total):
+            raise  # stops_when_stdout_closes says so
+        return summary.summarize(run_dir, total)  # the last step's line found no reader
+
+
+def check_data_source(config, *, stored: bool) -> None:
+    """Fail before any VM starts if the emulated VMs could not read the training data: a local
+    glob must match files; a ``gs://`` source must lie in the stack's bucket (the only one the
+    emulation serves) and, once the storage serves (``stored``), match objects there."""
     from training.data import DataError, list_source_files
 
+    source = config.training.data.source
     if source == "stdlib":
         return
-    if "://" in source:
+    remote = "://" in source
+    if remote and not source.startswith(f"gs://{config.bucket_name}/"):
         raise fail(
-            f"multislice:training.data.source {source!r}: the local emulation reads only 'stdlib' or local "
-            "files; use a stack whose data source is local (e.g. --config-file with source: /path/*.txt)"
+            f"multislice:training.data.source {source!r}: the local emulation serves only the stack's bucket "
+            f"gs://{config.bucket_name}; put the data there (e.g. gs://{config.bucket_name}/data/*.txt) or use local files"
         )
+    if remote != stored:
+        return
     try:
         list_source_files(source)
     except DataError as err:
@@ -286,7 +313,7 @@ def local_down(stack: Optional[str] = typer.Option(None, "--stack", "-s", help="
     stacks = [stack] if stack else sorted(p.parent.name for p in root.glob("*/emulator.json"))
     stopped = False
     for name in stacks:
-        actions = stop_recorded(LocalPaths(root / name, name))
+        actions = stop_recorded(LocalPaths(root / name))
         for action in actions:
             console.print(f"{name}: {action}", markup=False)
         stopped = stopped or bool(actions)
@@ -296,9 +323,12 @@ def local_down(stack: Optional[str] = typer.Option(None, "--stack", "-s", help="
 
 @local_app.command("status")
 def local_status(stack: str = STACK_OPTION, config_file: Optional[Path] = CONFIG_FILE_OPTION) -> None:
-    """Show whether the stack's local run is running, and its progress."""
+    """Show whether the stack's local run is running, and its progress (read through the
+    emulated Cloud Storage: the running emulator's, or one started for this command)."""
     from infra.local import state as local_state
     from infra.local import summary
+    from infra.local.gcs import GcsServerError, clients_pointed_at
+    from training.run_dir import RunDir
 
     config = load_config(stack, config_file)
     paths = local_paths(config)
@@ -309,14 +339,21 @@ def local_status(stack: str = STACK_OPTION, config_file: Optional[Path] = CONFIG
         console.print(f"stack {config.stack}: running (pid {state['pid']})", markup=False)
     elif orphans:
         console.print(
-            f"stack {config.stack}: the emulator is gone but {len(orphans)} emulated VM process(es) still run; "
+            f"stack {config.stack}: the emulator is gone but {len(orphans)} emulated process(es) still run; "
             f"stop them with: multislice local down --stack {config.stack}",
             markup=False,
         )
     else:
         console.print(f"stack {config.stack}: not running", markup=False)
-    if paths.run_dir.exists():
-        print_summary(summary.summarize(paths.run_dir, config.training.steps))
+    run_dir = RunDir(config.run_dir)
+    try:
+        with clients_pointed_at(paths.gcs_root, paths.gcs_log, state.get("storage_url") if running else None) as stored:
+            if stored and run_dir.list("*"):
+                print_summary(summary.summarize(run_dir, config.training.steps))
+            else:
+                console.print(f"no run in {run_dir} yet", markup=False)
+    except GcsServerError as err:
+        raise fail(f"cannot read the run: {err}", 1) from None
 
 
 @app.command()

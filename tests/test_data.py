@@ -80,3 +80,20 @@ def test_corpus_shorter_than_one_sequence_is_a_clear_error(tmp_path):
 def test_gcs_glob_splits_into_bucket_prefix_and_pattern():
     assert data._split_glob("gs://bucket/corpora/bytes/*.txt") == ("gs://bucket/corpora/bytes", "*.txt")
     assert data._split_glob("/data/**/*.txt") == ("/data", "**/*.txt")
+
+
+def test_a_gcs_glob_is_listed_and_read_through_the_storage_api(bucket):
+    # The emulated Cloud Storage of tests/conftest.py, reached as a TPU VM reaches GCS.
+    from etils import epath
+
+    base = epath.Path(f"gs://{bucket}/corpora/bytes")
+    for name, content in (("a.txt", b"0123456789"), ("b.txt", b"abcdefghij"), ("c.txt", b"ABCDEFGHIJ"), ("d.md", b"no"), ("e.txt", b"")):
+        (base / name).write_bytes(content)
+    files = data.list_source_files(f"gs://{bucket}/corpora/bytes/*.txt")
+    assert [(f.relative, f.size) for f in files] == [("a.txt", 10), ("b.txt", 10), ("c.txt", 10)]  # empty e.txt skipped
+    corpus = data.ByteCorpus(files)
+    assert corpus.size == 33
+    assert bytes(corpus.read(8, 6)) == b"89\nabc"
+    assert bytes(corpus.read(20, 5)) == b"j\nABC"
+    with pytest.raises(data.DataError, match="matches no non-empty file"):
+        data.list_source_files(f"gs://{bucket}/corpora/none/*.txt")

@@ -17,7 +17,13 @@ from pathlib import Path
 import psutil
 import pytest
 
+from infra.config import load_stack_file
+from infra.local import gcs
+from training.run_dir import RunDir
+from training.run_log import RecordLog, read_records
+
 STACK = Path(__file__).parent / "stacks" / "Pulumi.emu.yaml"
+RUN_DIR = load_stack_file(STACK).run_dir  # gs://<the stack's bucket>/runs/emu
 CLI = [sys.executable, "-m", "infra.cli"]
 
 
@@ -41,13 +47,22 @@ def stop_if_running(proc: subprocess.Popen) -> None:
 
 
 def processes_under(root: Path) -> list[int]:
-    """Live processes whose MULTISLICE_HOME lies under ``root`` (the emulated VMs)."""
+    """Live processes of the emulations whose state lies under ``root``: the emulated VMs
+    (their MULTISLICE_HOME) and the emulated Cloud Storage (started by the CLI, with its
+    MULTISLICE_STATE_DIR); the CLI itself, once exited, is not one."""
     found = []
     for process in psutil.process_iter(["environ"], ad_value=None):
-        home = (process.info["environ"] or {}).get("MULTISLICE_HOME")
+        environ = process.info["environ"] or {}
+        if process.pid == os.getpid() or "MULTISLICE_EMULATION_ID" not in environ:
+            continue
+        home = environ.get("MULTISLICE_HOME") or environ.get("MULTISLICE_STATE_DIR")
         if home and Path(home).is_relative_to(root):
             found.append(process.pid)
     return found
+
+
+def listening(port: int) -> bool:
+    return any(c.laddr.port == port and c.status == psutil.CONN_LISTEN for c in psutil.net_connections("tcp"))
 
 
 @pytest.fixture(autouse=True)
@@ -63,9 +78,17 @@ def no_vm_outlives_its_test(tmp_path_factory):
             pass
 
 
-def step_losses(run_dir: Path) -> list[tuple[int, float]]:
-    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return [(r["step"], r["loss"]) for r in records if "loss" in r]
+def run_records(state_dir: Path, name: str) -> list[dict]:
+    """Every record of log ``name`` of the emu stack's run under ``state_dir``, read as
+    ``local status`` reads it: through a temporary emulated Cloud Storage over the stack's
+    backend (the emulator stopped its own)."""
+    with gcs.clients_pointed_at(state_dir / "emu" / "gcs", state_dir / "reader.log") as stored:
+        assert stored
+        return read_records(RunDir(RUN_DIR), name)
+
+
+def step_losses(state_dir: Path) -> list[tuple[int, float]]:
+    return [(r["step"], r["loss"]) for r in run_records(state_dir, "metrics") if "loss" in r]
 
 
 def up(tmp_path: Path, *extra: str) -> dict:
@@ -74,7 +97,9 @@ def up(tmp_path: Path, *extra: str) -> dict:
     assert result.returncode == 0, result.stdout + result.stderr
     assert processes_under(tmp_path) == []
     summary = json.loads(summary_path.read_text())
+    assert summary["run_dir"] == RUN_DIR  # the gs:// run directory `pulumi up` gives the VMs
     summary["stdout"] = result.stdout
+    summary["state_dir"] = tmp_path
     return summary
 
 
@@ -87,7 +112,7 @@ def uninterrupted(tmp_path_factory) -> dict:
 def test_uninterrupted_run_completes(uninterrupted):
     assert uninterrupted["complete"] is True
     assert (uninterrupted["steps_completed"], uninterrupted["restarts"], uninterrupted["steps_lost"]) == (24, 0, 0)
-    losses = step_losses(Path(uninterrupted["run_dir"]))
+    losses = step_losses(uninterrupted["state_dir"])
     assert [s for s, _ in losses] == list(range(1, 25))
     assert uninterrupted["final_loss"] == losses[-1][1]
     for key in ("steps_completed", "final_loss", "restarts", "steps_lost", "wall_seconds", "run_dir"):
@@ -105,9 +130,9 @@ def test_killed_slice_is_repaired_and_resumes_bit_identically(uninterrupted, tmp
     # The emulator polls for progress, so the SIGKILL lands at some step K ≥ 14 (later on a
     # loaded machine); training resumes from the newest checkpoint R ≤ K (interval 6, so R ≥ 12)
     # and steps R+1..K are computed twice.
-    records = step_losses(Path(killed["run_dir"]))
+    records = step_losses(killed["state_dir"])
     steps = [s for s, _ in records]
-    events = [json.loads(line) for line in (Path(killed["run_dir"]) / "events.jsonl").read_text().splitlines()]
+    events = run_records(killed["state_dir"], "events")
     resumed = [e["step"] for e in events if e["event"] == "start"][1]
     reached = len(steps) - (24 - resumed)  # steps 1..K, then R+1..24
     assert reached >= 14 and resumed % 6 == 0 and 12 <= resumed <= reached
@@ -116,7 +141,7 @@ def test_killed_slice_is_repaired_and_resumes_bit_identically(uninterrupted, tmp
     assert f"training resumed from the checkpoint of step {resumed}" in killed["stdout"]
     assert killed["steps_lost"] == reached - resumed
     assert steps == list(range(1, reached + 1)) + list(range(resumed + 1, 25))
-    reference = dict(step_losses(Path(uninterrupted["run_dir"])))
+    reference = dict(step_losses(uninterrupted["state_dir"]))
     assert dict(records) == reference  # final loss of every step, compared exactly
     assert all(loss == reference[step] for step, loss in records)  # the redone steps too
 
@@ -127,17 +152,18 @@ def test_preempted_slice_saves_then_resumes_without_losing_steps(uninterrupted, 
     assert preempted["complete"] is True
     assert preempted["restarts"] == 1 and preempted["steps_lost"] == 0
     assert "preemption checkpoint saved at step" in preempted["stdout"]
-    assert dict(step_losses(Path(preempted["run_dir"]))) == dict(step_losses(Path(uninterrupted["run_dir"])))
+    assert dict(step_losses(preempted["state_dir"])) == dict(step_losses(uninterrupted["state_dir"]))
 
 
 @pytest.mark.slow
 def test_finished_run_is_reported_without_retraining(uninterrupted, tmp_path):
-    state = Path(uninterrupted["run_dir"]).parents[3]
-    before = (Path(uninterrupted["run_dir"]) / "metrics.jsonl").read_text()
+    state = uninterrupted["state_dir"]
+    before = run_records(state, "metrics")
     result = run_cli(["local", "up", "--config-file", str(STACK)], state)
     assert result.returncode == 0, result.stderr
     assert "already complete; nothing to do" in result.stdout
-    assert (Path(uninterrupted["run_dir"]) / "metrics.jsonl").read_text() == before
+    assert run_records(state, "metrics") == before
+    assert processes_under(state) == []
 
 
 def _error_of(result: subprocess.CompletedProcess) -> str:
@@ -189,6 +215,47 @@ def test_coordinator_port_in_use(tmp_path):
     assert not (tmp_path / "emu" / "emulator.json").exists()
 
 
+def test_gcs_port_in_use(tmp_path):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        text = _error_of(run_cli(["local", "up", "--config-file", str(STACK), "--gcs-port", str(port)], tmp_path))
+    assert f"--gcs-port {port} is already in use" in text and "nothing was started" in text
+    assert processes_under(tmp_path) == []
+    assert not (tmp_path / "emu" / "emulator.json").exists()
+
+
+def test_status_reads_a_stored_run_through_the_storage_api(tmp_path):
+    # A run stored by an earlier `local up` (written here as the trainer writes it, through a
+    # server over the stack's backend); `local status` starts its own server to read it.
+    config = load_stack_file(STACK)
+    with gcs.GcsServer(tmp_path / "emu" / "gcs", tmp_path / "writer.log") as server:
+        server.create_bucket(config.bucket_name)
+        restore = gcs.point_clients_at(server.url)
+        try:
+            run = RunDir(RUN_DIR)
+            metrics, events = RecordLog(run, "metrics"), RecordLog(run, "events")
+            events.append({"event": "start", "step": 0, "time": 100.0})
+            for window in ((1, 2), (3, 4), (5, 6)):
+                for step in window:
+                    metrics.append({"step": step, "loss": 5.0 - step / 10})
+                metrics.sync()
+            events.append({"event": "checkpoint", "step": 6, "time": 112.5})
+            events.sync()
+        finally:
+            restore()
+    status = run_cli(["local", "status", "--config-file", str(STACK)], tmp_path)
+    assert status.returncode == 0, status.stderr
+    cells = [[cell.strip() for cell in line.split("│")[1:-1]] for line in status.stdout.splitlines()]
+    rows = {row[0]: row[1] for row in cells if len(row) == 2}  # the summary table's rows
+    assert "stack emu: not running" in status.stdout
+    assert (rows["steps_completed"], rows["total_steps"], rows["final_loss"]) == ("6", "24", f"{5.0 - 6 / 10:.4f}")
+    assert (rows["complete"], rows["restarts"], rows["training_seconds"], rows["run_dir"]) == ("False", "0", "12.5000", RUN_DIR)
+    empty = run_cli(["local", "status", "--config-file", str(STACK)], tmp_path / "none")
+    assert f"no run in {RUN_DIR} yet" in empty.stdout
+
+
 def long_stack(tmp_path: Path) -> Path:
     """The emu stack with so many steps that it cannot finish while a test interrupts it."""
     path = tmp_path / "long" / "Pulumi.emu.yaml"
@@ -209,17 +276,26 @@ def _start_background(tmp_path: Path) -> subprocess.Popen:
 
 
 def _wait_for_training(tmp_path: Path, proc: subprocess.Popen, timeout: float = 120) -> None:
-    metrics = tmp_path / "emu" / "bucket" / "runs" / "emu" / "metrics.jsonl"
+    """Wait until the trainer synced its first metrics window (an object in the stack's bucket
+    on the emulated Cloud Storage's backend: one file per object)."""
+    bucket = RUN_DIR.removeprefix("gs://").split("/", 1)[0]
+    metrics = tmp_path / "emu" / "gcs" / bucket / "runs" / "emu" / "metrics"
     import time
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if metrics.exists() and metrics.read_text().count("\n") >= 2:
+        if metrics.is_dir() and any(metrics.iterdir()):
             return
         assert proc.poll() is None, proc.communicate()
         time.sleep(0.2)
     proc.kill()
     raise AssertionError("training did not start")
+
+
+def storage_port(state_dir: Path) -> int:
+    """The port of the running emulation's Cloud Storage, from its state file."""
+    url = json.loads((state_dir / "emu" / "emulator.json").read_text())["storage_url"]
+    return int(url.rsplit(":", 1)[1])
 
 
 @pytest.mark.slow
@@ -229,11 +305,14 @@ def test_ctrl_c_stops_every_vm(tmp_path):
     proc = _start_background(tmp_path)
     _wait_for_training(tmp_path, proc)
     assert processes_under(tmp_path)  # the emulated VMs are running
+    port = storage_port(tmp_path)
+    assert listening(port)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, out + err
     assert "error: interrupted (SIGINT); every emulated VM was stopped" in err
-    assert processes_under(tmp_path) == []
+    assert processes_under(tmp_path) == []  # the VMs and the storage server
+    assert not listening(port)
     assert not (tmp_path / "emu" / "emulator.json").exists()
 
 
@@ -292,6 +371,8 @@ def test_local_down_stops_a_running_emulation(tmp_path):
     _wait_for_training(tmp_path, proc)
     second = run_cli(["local", "up", "--config-file", str(long_stack(tmp_path))], tmp_path, timeout=60)
     assert f"a local run of stack 'emu' is already running (pid {proc.pid})" in _error_of(second)
+    port = storage_port(tmp_path)
+    assert listening(port)
     down = run_cli(["local", "down", "--stack", "emu"], tmp_path, timeout=60)
     assert down.returncode == 0, down.stderr
     assert "asked emulator pid" in down.stdout
@@ -299,6 +380,7 @@ def test_local_down_stops_a_running_emulation(tmp_path):
     assert proc.returncode == 130
     assert "error: stopped by SIGTERM (e.g. `multislice local down`); every emulated VM was stopped" in err
     assert processes_under(tmp_path) == []
+    assert not listening(port)
     assert "no local run is running" in run_cli(["local", "down"], tmp_path).stdout
 
 
@@ -314,7 +396,7 @@ def test_user_text_is_printed_literally(tmp_path):
 def test_unwritable_summary_path_fails_before_anything_runs(tmp_path):
     text = _error_of(run_cli(["local", "up", "--config-file", str(STACK), "--summary-json", str(tmp_path)], tmp_path))
     assert f"--summary-json {tmp_path}: is a directory" in text
-    assert not (tmp_path / "emu" / "bucket").exists()
+    assert not (tmp_path / "emu" / "gcs").exists()
 
 
 def test_fault_specs_take_ascii_digits_only(tmp_path):
@@ -342,9 +424,11 @@ def test_a_crashed_emulator_leaves_vms_that_status_reports_and_down_stops(tmp_pa
 
     proc = _start_background(tmp_path)
     _wait_for_training(tmp_path, proc)
+    port = storage_port(tmp_path)
     proc.send_signal(signal.SIGKILL)  # no cleanup possible
     proc.communicate(timeout=30)
-    assert processes_under(tmp_path)  # orphaned emulated VMs
+    assert processes_under(tmp_path)  # orphaned emulated VMs and storage server
+    assert listening(port)
     status = run_cli(["local", "status", "--config-file", str(long_stack(tmp_path))], tmp_path)
     assert "the emulator is gone but" in status.stdout and "still run" in status.stdout
     down = run_cli(["local", "down", "--stack", "emu"], tmp_path)
@@ -352,6 +436,7 @@ def test_a_crashed_emulator_leaves_vms_that_status_reports_and_down_stops(tmp_pa
     import time
 
     deadline = time.monotonic() + 10
-    while processes_under(tmp_path) and time.monotonic() < deadline:
+    while (processes_under(tmp_path) or listening(port)) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert processes_under(tmp_path) == []
+    assert not listening(port)

@@ -1,20 +1,24 @@
 """infra.local.emulator's lifecycle without a trainer: the VMs boot a stand-in startup script
-(served by their metadata servers, like the real one), and a fault's repair recreates the
-failed slice (its disk wiped) and restarts every other slice (SIGTERM first) on the emu
-stack's 2 slices × 1 worker."""
+(served by their metadata servers, like the real one) with the stack's gs:// run directory and
+an emulated Cloud Storage, and a fault's repair recreates the failed slice (its disk wiped)
+and restarts every other slice (SIGTERM first) on the emu stack's 2 slices × 1 worker. A
+storage server that dies stops the run with one message."""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
+import threading
 import time
+import urllib.request
 from pathlib import Path
 
 import psutil
 import pytest
 
 from infra.config import load_stack_file
-from infra.local.emulator import LocalQueuedResource, Options
+from infra.local.emulator import EmulationError, LocalQueuedResource, Options
 from infra.local.faults import Fault
 from infra.local.state import EMULATION_ID_ENV, LocalPaths
 
@@ -57,11 +61,12 @@ def boot_log(log: Path, boot: int) -> str:
 def resource(tmp_path):
     config = load_stack_file(STACK)
     lines: list[str] = []
-    resource = LocalQueuedResource(config, LocalPaths(tmp_path / "emu", "emu"), SCRIPT, report=lines.append)
+    resource = LocalQueuedResource(config, LocalPaths(tmp_path / "emu"), SCRIPT, report=lines.append)
     resource.lines = lines
-    resource.create()
-    resource.boot_all(Options(reboot_grace_s=120, preempt_grace_s=120))
     try:
+        resource.open_storage()
+        resource.create()
+        resource.boot_all(Options(reboot_grace_s=120, preempt_grace_s=120))
         wait_until_up(resource)
         yield resource
     finally:
@@ -85,6 +90,20 @@ def test_boot_records_every_vm_and_its_node(resource):
     assert state["vms"] == [{"slice": vm.slice_id, "worker": vm.worker, "node": vm.node, "pgid": vm.pgid} for vm in resource.vms]
     for vm in resource.vms:
         assert psutil.Process(vm.pgid).environ()[EMULATION_ID_ENV] == resource.emulation_id
+
+
+def test_every_vm_gets_the_stack_s_gs_run_dir_and_its_storage(resource):
+    config, storage = resource.config, resource.storage
+    assert resource.run_dir.root == config.run_dir == f"gs://{config.bucket_name}/runs/{config.effective_run_name}"
+    with urllib.request.urlopen(f"{storage.url}/storage/v1/b/{config.bucket_name}") as response:
+        assert json.load(response)["name"] == config.bucket_name  # the bucket pulumi up would create
+    state = json.loads(resource.paths.state_file.read_text())
+    assert state["storage_url"] == storage.url
+    assert psutil.Process(storage.group.pgid).environ()[EMULATION_ID_ENV] == resource.emulation_id  # `local down` finds it
+    for vm in resource.vms:
+        assert vm.metadata.attributes["multislice-run-dir"] == config.run_dir
+        env = psutil.Process(vm.pgid).environ()
+        assert {key: env.get(key) for key in storage.client_env()} == storage.client_env()
 
 
 def test_repair_recreates_the_failed_slice_and_restarts_the_others(resource):
@@ -131,8 +150,35 @@ def test_a_fault_strikes_its_slice_then_repairs(resource, kind):
 
 def test_shutdown_stops_every_vm_and_forgets_the_state(resource):
     pids = [pid for vm in resource.vms for pid in [vm.pgid] + [c.pid for c in psutil.Process(vm.pgid).children(recursive=True)]]
+    pids.append(resource.storage.group.pgid)
     resource.shutdown()
     assert not [pid for pid in pids if running(pid)]
+    assert os.environ.get("STORAGE_EMULATOR_HOST") != resource.storage.url  # this process's clients restored
     assert not resource.paths.state_file.exists()
     for vm in resource.vms:
         assert "got SIGTERM" in boot_log(vm.log_path, 1)
+
+
+def test_a_storage_server_that_dies_stops_the_run_with_one_message(tmp_path):
+    resource = LocalQueuedResource(load_stack_file(STACK), LocalPaths(tmp_path / "emu"), SCRIPT, report=lambda line: None)
+
+    def kill_storage_once_the_vms_are_up():
+        deadline = time.monotonic() + 60
+        while len(resource.vms) < 2 or any(vm.group is None for vm in resource.vms):
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        wait_until_up(resource)
+        resource.storage.group.signal(signal.SIGKILL)
+
+    with resource.running():
+        killer = threading.Thread(target=kill_storage_once_the_vms_are_up)
+        killer.start()
+        with pytest.raises(EmulationError) as failure:
+            resource.up(Options(poll_s=0.05))
+        killer.join()
+        vm_pids = [vm.pgid for vm in resource.vms]
+        assert not [pid for pid in vm_pids if running(pid)]  # every VM was stopped
+    message = str(failure.value)
+    assert message.startswith(f"the emulated Cloud Storage (fake-gcs-server on {resource.storage.url}) stopped (killed by SIGKILL)")
+    assert "every emulated VM was stopped" in message and "run `multislice local up` again to resume" in message
+    assert not resource.paths.state_file.exists()

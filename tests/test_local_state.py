@@ -17,6 +17,7 @@ import psutil
 from infra.local import state as state_lib
 from infra.local import supervisor
 from infra.local.state import EMULATION_ID_ENV, LocalPaths
+from training.run_dir import RunDir
 
 # Stands in for a running emulator: exits 0 on SIGTERM.
 EMULATOR = "import signal, sys, time; signal.signal(signal.SIGTERM, lambda *a: sys.exit(0)); print('ready', flush=True); time.sleep(600)"
@@ -39,15 +40,16 @@ def start_vm(emulation_id: str) -> subprocess.Popen:
 
 
 def test_paths(tmp_path):
-    paths = LocalPaths(tmp_path / "emu", "run-a")
-    assert paths.run_dir == tmp_path / "emu" / "bucket" / "runs" / "run-a"
+    paths = LocalPaths(tmp_path / "emu")
+    assert paths.gcs_root == tmp_path / "emu" / "gcs"
+    assert paths.gcs_log == tmp_path / "emu" / "logs" / "fake-gcs-server.log"
     assert paths.vm_home(1, 2) == tmp_path / "emu" / "vms" / "slice-1-worker-2"
     assert paths.vm_log(1, 2) == tmp_path / "emu" / "logs" / "slice-1-worker-2.log"
     assert paths.state_file == tmp_path / "emu" / "emulator.json"
 
 
 def test_one_lock_holder_at_a_time(tmp_path):
-    paths = LocalPaths(tmp_path / "emu", "emu")
+    paths = LocalPaths(tmp_path / "emu")
     first = state_lib.acquire_lock(paths)
     assert first is not None
     assert state_lib.acquire_lock(paths) is None  # flock conflicts between open files, in one process too
@@ -58,13 +60,14 @@ def test_one_lock_holder_at_a_time(tmp_path):
 
 
 def test_state_written_and_read_back(tmp_path):
-    paths = LocalPaths(tmp_path / "emu", "emu")
+    paths = LocalPaths(tmp_path / "emu")
     paths.root.mkdir(parents=True)
     assert state_lib.read_state(paths) is None
     vms = [{"slice": 0, "worker": 0, "node": "n-0", "pgid": 123}]
-    state_lib.write_state(paths, stack="emu", emulation_id="abc", vms=vms)
+    state_lib.write_state(paths, stack="emu", emulation_id="abc", vms=vms, storage_url="http://127.0.0.1:9")
     state = state_lib.read_state(paths)
     assert (state["pid"], state["stack"], state["emulation_id"], state["vms"]) == (os.getpid(), "emu", "abc", vms)
+    assert state["storage_url"] == "http://127.0.0.1:9"
     assert state_lib.emulator_alive(state)
     assert not state_lib.emulator_alive({**state, "pid_start": state["pid_start"] - 1})
     paths.state_file.write_text("{torn")
@@ -72,7 +75,7 @@ def test_state_written_and_read_back(tmp_path):
 
 
 def test_down_stops_the_recorded_emulator_and_its_vms(tmp_path):
-    paths = LocalPaths(tmp_path / "emu", "emu")
+    paths = LocalPaths(tmp_path / "emu")
     emulation_id = uuid.uuid4().hex
     emulator = subprocess.Popen([sys.executable, "-c", EMULATOR], stdout=subprocess.PIPE, text=True)
     vm = start_vm(emulation_id)
@@ -114,7 +117,7 @@ time.sleep(600)
 
 
 def test_down_waits_for_the_emulator_to_stop_its_vms(tmp_path):
-    paths = LocalPaths(tmp_path / "emu", "emu")
+    paths = LocalPaths(tmp_path / "emu")
     emulation_id = uuid.uuid4().hex
     vm = start_vm(emulation_id)
     emulator = subprocess.Popen([sys.executable, "-c", STOPS_ITS_VM, str(vm.pid)], stdout=subprocess.PIPE, text=True)
@@ -133,7 +136,7 @@ def test_down_waits_for_the_emulator_to_stop_its_vms(tmp_path):
 
 
 def test_a_reused_pid_is_never_signalled(tmp_path):
-    paths = LocalPaths(tmp_path / "emu", "emu")
+    paths = LocalPaths(tmp_path / "emu")
     stranger = subprocess.Popen(["sleep", "600"])
     try:
         started = supervisor.start_time(stranger.pid)
@@ -149,7 +152,7 @@ def test_a_reused_pid_is_never_signalled(tmp_path):
 
 def test_signal_emulator_false_only_clears_leftover_vms(tmp_path):
     # `local up` holds the lock: a recorded emulator cannot be running; only its VMs are left.
-    paths = LocalPaths(tmp_path / "emu", "emu")
+    paths = LocalPaths(tmp_path / "emu")
     emulation_id = uuid.uuid4().hex
     vm = start_vm(emulation_id)
     try:
@@ -165,13 +168,23 @@ def test_signal_emulator_false_only_clears_leftover_vms(tmp_path):
         vm.wait()
 
 
-def test_discard_run_keeps_only_the_bucket_s_other_runs(tmp_path):
-    paths = LocalPaths(tmp_path / "emu", "emu")
-    other = LocalPaths(tmp_path / "emu", "other")
-    for path in (paths.run_dir / "metrics.jsonl", other.run_dir / "metrics.jsonl", paths.vm_home(0, 0) / "x", paths.vm_log(0, 0)):
+def test_discard_run_keeps_the_bucket_s_other_runs(bucket):
+    # Through the emulated Cloud Storage, as `local up --fresh` does.
+    run, other = RunDir(f"gs://{bucket}/runs/emu"), RunDir(f"gs://{bucket}/runs/other")
+    for run_dir in (run, other):
+        run_dir.write("metrics/00000000.jsonl", b"{}\n")
+        run_dir.write("checkpoints/6/commit_success.txt", b"x")
+    assert state_lib.discard_run(run) is True
+    assert run.list("*") == []
+    assert other.list("*") == ["checkpoints", "metrics"]
+    assert state_lib.discard_run(run) is False
+
+
+def test_discard_machines_keeps_the_storage(tmp_path):
+    paths = LocalPaths(tmp_path / "emu")
+    for path in (paths.gcs_root / "b" / "runs" / "emu" / "x", paths.vm_home(0, 0) / "x", paths.vm_log(0, 0)):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("x")
-    assert state_lib.discard_run(paths) is True
-    assert not paths.run_dir.exists() and not (paths.root / "vms").exists() and not paths.logs_dir.exists()
-    assert (other.run_dir / "metrics.jsonl").exists()
-    assert state_lib.discard_run(paths) is False
+    state_lib.discard_machines(paths)
+    assert not (paths.root / "vms").exists() and not paths.logs_dir.exists()
+    assert (paths.gcs_root / "b" / "runs" / "emu" / "x").exists()

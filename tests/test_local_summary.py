@@ -1,23 +1,31 @@
 """infra.local.summary: the run summary from what the trainer wrote in a run directory
-(synthetic ``metrics.jsonl`` / ``events.jsonl`` / ``COMPLETE`` written here, as the trainer
-writes them: training.run_log.JsonlLog and training.checkpointing.write_completion)."""
+(synthetic ``metrics`` / ``events`` logs and ``COMPLETE`` written here, as the trainer writes
+them: training.run_log.RecordLog and training.checkpointing.write_completion), locally and
+through the emulated Cloud Storage."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import pytest
 
 from infra.local.summary import summarize
 from training.checkpointing import write_completion
-from training.run_log import JsonlLog
+from training.run_dir import RunDir
+from training.run_log import RecordLog
 
 
-def write_run(run_dir: Path, metrics: list[dict], events: list[dict]) -> None:
-    for name, records in (("metrics.jsonl", metrics), ("events.jsonl", events)):
-        log = JsonlLog(str(run_dir / name))
-        for record in records:
+@pytest.fixture
+def tmp_run(tmp_path) -> RunDir:
+    return RunDir(str(tmp_path))
+
+
+def write_run(run_dir: RunDir, metrics: list[dict], events: list[dict], window: int = 4) -> None:
+    """The records as the trainer writes them: ``window`` records per object."""
+    for name, records in (("metrics", metrics), ("events", events)):
+        log = RecordLog(run_dir, name)
+        for index, record in enumerate(records, 1):
             log.append(record)
+            if index % window == 0:
+                log.sync()
         log.close()
 
 
@@ -29,7 +37,7 @@ def steps(first: int, last: int) -> list[dict]:
     return [{"step": s, "loss": loss(s), "learning_rate": 1e-3} for s in range(first, last + 1)]
 
 
-def test_a_run_killed_once_and_resumed(tmp_path):
+def test_a_run_killed_once_and_resumed(tmp_run):
     # Attempt 1 trains steps 1..9 and checkpoints at 6; it is killed; attempt 2 restores
     # step 6 and trains 7..12: steps 7, 8, 9 are computed twice.
     killed_at, restored, total = 9, 6, 12
@@ -41,11 +49,11 @@ def test_a_run_killed_once_and_resumed(tmp_path):
         {"event": "start", "step": restored, "restored": True, "time": 1030.5},
         {"event": "complete", "step": total, "loss": loss(total), "time": 1042.25},
     ]
-    write_run(tmp_path, metrics, events)
-    write_completion(str(tmp_path), {"step": total, "loss": loss(total)})
-    result = summarize(tmp_path, total)
+    write_run(tmp_run, metrics, events)
+    write_completion(tmp_run, {"step": total, "loss": loss(total)})
+    result = summarize(tmp_run, total)
     assert result == {
-        "run_dir": str(tmp_path),
+        "run_dir": str(tmp_run),
         "complete": True,
         "steps_completed": total,
         "total_steps": total,
@@ -57,62 +65,63 @@ def test_a_run_killed_once_and_resumed(tmp_path):
     }
 
 
-def test_steps_lost_counts_every_recomputed_record(tmp_path):
+def test_steps_lost_counts_every_recomputed_record(tmp_run):
     # Three attempts: 1..5 (killed, checkpoint 4), 5..8 (killed, checkpoint 6), 7..10.
     metrics = steps(1, 5) + steps(5, 8) + steps(7, 10)
     events = [{"event": "start", "step": s, "time": float(s)} for s in (0, 4, 6)]
-    write_run(tmp_path, metrics, events)
-    result = summarize(tmp_path, 10)
+    write_run(tmp_run, metrics, events)
+    result = summarize(tmp_run, 10)
     assert result["steps_lost"] == len([5]) + len([7, 8])
     assert result["restarts"] == 2
     assert result["steps_completed"] == 10 and result["complete"] is False  # no marker yet
 
 
-def test_a_preempted_run_loses_no_step(tmp_path):
+def test_a_preempted_run_loses_no_step(tmp_run):
     # A preemption saves the step every process reached: the next attempt starts after it.
-    write_run(tmp_path, steps(1, 7) + steps(8, 12), [{"event": "start", "time": 5.0}, {"event": "start", "time": 9.0}])
-    result = summarize(tmp_path, 12)
+    write_run(tmp_run, steps(1, 7) + steps(8, 12), [{"event": "start", "time": 5.0}, {"event": "start", "time": 9.0}])
+    result = summarize(tmp_run, 12)
     assert (result["restarts"], result["steps_lost"], result["training_seconds"]) == (1, 0, 4.0)
 
 
-def test_the_final_loss_is_the_last_record_of_the_last_step(tmp_path):
+def test_the_final_loss_is_the_last_record_of_the_last_step(tmp_run):
     # The last step recomputed after a restart: the newest record is the one that counts.
-    write_run(tmp_path, steps(1, 3) + [{"step": 3, "loss": 0.125}], [])
-    assert summarize(tmp_path, 3)["final_loss"] == 0.125
+    write_run(tmp_run, steps(1, 3) + [{"step": 3, "loss": 0.125}], [])
+    assert summarize(tmp_run, 3)["final_loss"] == 0.125
 
 
-def test_the_completion_marker_gives_the_step_when_metrics_lag(tmp_path):
-    write_run(tmp_path, steps(1, 4), [])
-    write_completion(str(tmp_path), {"step": 8, "loss": 0.5})
-    result = summarize(tmp_path, 8)
+def test_the_completion_marker_gives_the_step_when_metrics_lag(tmp_run):
+    write_run(tmp_run, steps(1, 4), [])
+    write_completion(tmp_run, {"step": 8, "loss": 0.5})
+    result = summarize(tmp_run, 8)
     assert result["steps_completed"] == 8 and result["complete"] is True
     assert result["final_loss"] is None  # no metrics record of step 8
 
 
 @pytest.mark.parametrize("marker_step", [5, 7])
-def test_a_marker_short_of_the_total_is_not_complete(tmp_path, marker_step):
+def test_a_marker_short_of_the_total_is_not_complete(tmp_run, marker_step):
     # Raising `steps` after a run finished makes it continue from its last checkpoint.
-    write_run(tmp_path, steps(1, marker_step), [])
-    write_completion(str(tmp_path), {"step": marker_step, "loss": loss(marker_step)})
-    assert summarize(tmp_path, 8)["complete"] is False
-    assert summarize(tmp_path, marker_step)["complete"] is True
+    write_run(tmp_run, steps(1, marker_step), [])
+    write_completion(tmp_run, {"step": marker_step, "loss": loss(marker_step)})
+    assert summarize(tmp_run, 8)["complete"] is False
+    assert summarize(tmp_run, marker_step)["complete"] is True
 
 
-def test_torn_records_are_skipped(tmp_path):
-    write_run(tmp_path, steps(1, 2), [])
-    with open(tmp_path / "metrics.jsonl", "a") as f:
-        f.write('{"step": 3, "lo')  # a writer killed mid-record
-    log = JsonlLog(str(tmp_path / "metrics.jsonl"))  # the next attempt ends the torn line
-    for record in steps(3, 4):
-        log.append(record)
-    log.close()
-    result = summarize(tmp_path, 4)
-    assert result["steps_completed"] == 4 and result["steps_lost"] == 0
+def test_a_run_read_through_the_emulated_cloud_storage(bucket):
+    # The same records as test_a_run_killed_once_and_resumed, in gs://: the same summary.
+    run_dir = RunDir(f"gs://{bucket}/runs/demo")
+    metrics = steps(1, 9) + steps(7, 12)
+    events = [{"event": "start", "step": 0, "time": 1000.0}, {"event": "start", "step": 6, "time": 1030.5}]
+    write_run(run_dir, metrics, events)
+    write_completion(run_dir, {"step": 12, "loss": loss(12)})
+    result = summarize(run_dir, 12)
+    assert result["run_dir"] == f"gs://{bucket}/runs/demo"
+    assert (result["complete"], result["steps_completed"], result["final_loss"]) == (True, 12, loss(12))
+    assert (result["restarts"], result["steps_lost"], result["training_seconds"]) == (1, 3, 30.5)
 
 
-def test_an_empty_run_directory(tmp_path):
-    assert summarize(tmp_path, 5) == {
-        "run_dir": str(tmp_path),
+def test_an_empty_run_directory(tmp_run):
+    assert summarize(tmp_run, 5) == {
+        "run_dir": str(tmp_run),
         "complete": False,
         "steps_completed": 0,
         "total_steps": 5,

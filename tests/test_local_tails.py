@@ -1,110 +1,84 @@
-"""infra.local.tails: following the trainer's JSON-lines files while they are written, and
-the end of a log for error messages."""
+"""infra.local.tails: following the trainer's record logs (one object per sync window,
+training.run_log) while they are written, locally and through the emulated Cloud Storage,
+and the end of a log for error messages."""
 
 from __future__ import annotations
 
-import json
-import os
 import time
 
-from infra.local.tails import JsonlTail, MetricsTail, last_lines
+import pytest
+
+from infra.local.tails import MetricsTail, RecordTail, last_lines
+from training.run_dir import RunDir
+from training.run_log import RecordLog
 
 
-def line(record: dict) -> bytes:
-    return (json.dumps(record) + "\n").encode()
+@pytest.fixture(params=["local", "gs"])
+def run_dir(request, tmp_path) -> RunDir:
+    if request.param == "local":
+        return RunDir(str(tmp_path / "run"))
+    return RunDir(f"gs://{request.getfixturevalue('bucket')}/runs/demo")
 
 
-def append(path, data: bytes) -> None:
-    with open(path, "ab") as f:
-        f.write(data)
+def write(run_dir: RunDir, name: str, *records: dict) -> None:
+    """One sync window of ``records``, as a new writer (a trainer start) writes it."""
+    log = RecordLog(run_dir, name)
+    for record in records:
+        log.append(record)
+    log.close()
 
 
-def test_an_absent_file_has_no_records_until_it_appears(tmp_path):
-    path = tmp_path / "events.jsonl"
-    tail = JsonlTail(path)
+def test_an_absent_log_has_no_records_until_it_appears(run_dir):
+    tail = RecordTail(run_dir, "events")
     assert tail.poll() == [] and tail.poll() == []
-    append(path, line({"event": "start"}))
+    write(run_dir, "events", {"event": "start"})
     assert tail.poll() == [{"event": "start"}]
 
 
-def test_each_record_is_returned_once(tmp_path):
-    path = tmp_path / "m.jsonl"
-    tail = JsonlTail(path)
-    append(path, line({"step": 1}) + line({"step": 2}))
+def test_each_record_is_returned_once(run_dir):
+    tail = RecordTail(run_dir, "metrics")
+    write(run_dir, "metrics", {"step": 1}, {"step": 2})
     assert tail.poll() == [{"step": 1}, {"step": 2}]
     assert tail.poll() == []
-    append(path, line({"step": 3}))
-    assert tail.poll() == [{"step": 3}]
+    write(run_dir, "metrics", {"step": 3})
+    write(run_dir, "metrics", {"step": 4})
+    assert tail.poll() == [{"step": 3}, {"step": 4}]
     assert tail.poll() == []
 
 
-def test_a_partial_line_waits_for_its_newline(tmp_path):
-    path = tmp_path / "m.jsonl"
-    tail = JsonlTail(path)
-    record = line({"step": 1, "loss": 2.5})
-    append(path, record[:7])  # the writer is mid-record
-    assert tail.poll() == []
-    append(path, record[7:-1])
-    assert tail.poll() == []
-    append(path, b"\n" + line({"step": 2, "loss": 2.0}))
-    assert tail.poll() == [{"step": 1, "loss": 2.5}, {"step": 2, "loss": 2.0}]
-
-
-def test_a_torn_line_is_skipped_and_later_records_are_read(tmp_path):
-    # A writer killed mid-record leaves a line without its end; the next writer ends it with
-    # a newline (training.run_log) and appends whole records.
-    path = tmp_path / "m.jsonl"
-    tail = JsonlTail(path)
-    append(path, line({"step": 1}) + b'{"step": 2, "lo')
-    assert tail.poll() == [{"step": 1}]
-    append(path, b"\n" + line({"step": 2}) + b"\xff\xfe garbage\n" + b"[1, 2]\n" + line({"step": 3}))
-    assert tail.poll() == [{"step": 2}, {"step": 3}]
-
-
-def test_a_truncated_file_is_read_again_from_its_start(tmp_path):
-    path = tmp_path / "m.jsonl"
-    tail = JsonlTail(path)
-    append(path, line({"step": 1}) + line({"step": 2}) + line({"step": 3}))
+def test_a_discarded_and_restarted_log_is_read_from_its_start(tmp_path):
+    run_dir = RunDir(str(tmp_path / "run"))
+    tail = RecordTail(run_dir, "metrics")
+    for step in (1, 2, 3):
+        write(run_dir, "metrics", {"step": step})
     assert len(tail.poll()) == 3
-    path.write_bytes(line({"step": 7}))  # shorter than what was read
+    for path in (tmp_path / "run" / "metrics").iterdir():  # --fresh
+        path.unlink()
+    write(run_dir, "metrics", {"step": 7})
     assert tail.poll() == [{"step": 7}]
 
 
-def test_a_replaced_file_is_read_from_its_start(tmp_path):
-    # Replaced (a new inode, e.g. written elsewhere and renamed over) with longer content:
-    # its size alone would not show it.
-    path = tmp_path / "m.jsonl"
-    tail = JsonlTail(path)
-    append(path, line({"step": 1}))
-    assert tail.poll() == [{"step": 1}]
-    new = tmp_path / "new.jsonl"
-    new.write_bytes(line({"step": 10}) + line({"step": 11}) + line({"step": 12}))
-    os.replace(new, path)
-    assert tail.poll() == [{"step": 10}, {"step": 11}, {"step": 12}]
-    assert tail.poll() == []
-
-
 def test_metrics_tail_follows_training_records_only(tmp_path):
-    path = tmp_path / "metrics.jsonl"
-    tail = MetricsTail(path)
+    run_dir = RunDir(str(tmp_path / "run"))
+    tail = MetricsTail(run_dir)
     assert (tail.last_step, tail.last_loss) == (0, None)
-    append(path, line({"step": 1, "loss": 3.0}) + line({"step": 2, "loss": 2.5}) + line({"step": 2, "eval_loss": 9.0}))
+    write(run_dir, "metrics", {"step": 1, "loss": 3.0}, {"step": 2, "loss": 2.5}, {"step": 2, "eval_loss": 9.0})
     tail.poll()
     assert (tail.last_step, tail.last_loss) == (2, 2.5)  # the eval record is not a training step
     # After a restart the trainer writes earlier steps again: the newest record wins.
-    append(path, line({"step": 1, "loss": 3.0}))
+    write(run_dir, "metrics", {"step": 1, "loss": 3.0})
     tail.poll()
     assert (tail.last_step, tail.last_loss) == (1, 3.0)
 
 
 def test_metrics_tail_marks_when_a_step_was_last_seen(tmp_path):
-    path = tmp_path / "metrics.jsonl"
-    tail = MetricsTail(path)
+    run_dir = RunDir(str(tmp_path / "run"))
+    tail = MetricsTail(run_dir)
     tail.last_change = before = time.monotonic() - 100.0  # as if long ago
-    append(path, line({"step": 1, "eval_loss": 1.0}))
+    write(run_dir, "metrics", {"step": 1, "eval_loss": 1.0})
     tail.poll()
     assert tail.last_change == before  # no training record: no progress
-    append(path, line({"step": 1, "loss": 1.0}))
+    write(run_dir, "metrics", {"step": 1, "loss": 1.0})
     tail.poll()
     assert tail.last_change > before
 

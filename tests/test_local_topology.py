@@ -11,6 +11,7 @@ import pytest
 
 from infra.config import StackConfig, load_stack_file
 from infra.local import topology
+from infra.local.gcs import client_env
 from infra.local.metadata import MetadataServer
 from infra.local.state import EMULATION_ID_ENV
 from training import cluster
@@ -72,7 +73,11 @@ def test_the_vm_environment(tmp_path, monkeypatch):
     for inherited in ("JAX_PLATFORMS", "XLA_FLAGS", "TPU_NAME", "MEGASCALE_SLICE_ID", "GCE_METADATA_IP", "MULTISLICE_HOME"):
         monkeypatch.setenv(inherited, "from-the-host")
     monkeypatch.setenv("SOME_USER_SETTING", "kept")
-    env = topology.vm_environment(config, emulation_id="abc", coordinator_port=4321, heartbeat_timeout_s=7, init_timeout_s=99)
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", "http://127.0.0.1:1")  # e.g. another emulation's
+    storage = client_env("http://127.0.0.1:4443")
+    env = topology.vm_environment(
+        config, emulation_id="abc", coordinator_port=4321, heartbeat_timeout_s=7, init_timeout_s=99, storage_env=storage
+    )
     assert env["SOME_USER_SETTING"] == "kept"
     assert "XLA_FLAGS" not in env and "TPU_NAME" not in env and "MEGASCALE_SLICE_ID" not in env
     assert "GCE_METADATA_IP" not in env and "MULTISLICE_HOME" not in env  # the VM sets its own
@@ -81,3 +86,6 @@ def test_the_vm_environment(tmp_path, monkeypatch):
     assert env["JAX_NUM_CPU_DEVICES"] == str(config.accelerator.chips_per_host)
     assert env["MULTISLICE_PYTHON"] == sys.executable
     assert (env["MULTISLICE_COORDINATOR_PORT"], env["MULTISLICE_HEARTBEAT_TIMEOUT_S"], env["MULTISLICE_INIT_TIMEOUT_S"]) == ("4321", "7", "99")
+    # The trainer's storage clients reach the emulated Cloud Storage (infra.local.gcs).
+    assert env["STORAGE_EMULATOR_HOST"] == env["TENSORSTORE_GCS_HTTP_URL"] == "http://127.0.0.1:4443"
+    assert {key: env[key] for key in storage} == storage

@@ -1,4 +1,7 @@
-"""training.train in one process (8 CPU devices): complete, resume bit for bit, preemption."""
+"""training.train in one process (8 CPU devices): complete, resume bit for bit, preemption,
+damaged checkpoints, on a gs:// run directory and gs:// training data served by the emulated
+Cloud Storage of tests/conftest.py (Orbax's arrays through tensorstore, everything else
+through gcsfs), as on Cloud TPU; and on a local run directory."""
 
 from __future__ import annotations
 
@@ -6,13 +9,19 @@ import json
 import logging
 import os
 import signal
+import sysconfig
+import uuid
 from pathlib import Path
 
+import fsspec
 import pytest
 
+from tests.test_run_log import tensorboard_scalars
 from training import checkpointing, data, train
 from training.cluster import ClusterIdentity
 from training.config import TrainConfig
+from training.run_dir import RunDir
+from training.run_log import read_records
 
 CONFIG = TrainConfig.model_validate(
     {
@@ -42,68 +51,100 @@ pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptio
 logging.getLogger("asyncio").disabled = True
 
 
-def losses(run_dir: Path) -> list[tuple[int, float]]:
-    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return [(r["step"], r["loss"]) for r in records if "loss" in r]
+@pytest.fixture(scope="module")
+def train_bucket(gcs_server) -> str:
+    """A bucket with the training data: 40 files of the standard library's json, email and
+    http packages as ``gs://<bucket>/corpus/*.txt``."""
+    name = f"train-{uuid.uuid4().hex[:12]}"
+    gcs_server.create_bucket(name)
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    sources = sorted(p for package in ("json", "email", "http") for p in (stdlib / package).glob("*.py"))[:40]
+    fs = fsspec.filesystem("gs")
+    for path in sources:
+        fs.pipe(f"{name}/corpus/{path.parent.name}-{path.stem}.txt", path.read_bytes())
+    return name
 
 
 @pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory) -> Path:
-    run_dir = tmp_path_factory.mktemp("uninterrupted")
-    result = train.run(CONFIG, str(run_dir), SINGLE)
+def config(train_bucket) -> TrainConfig:
+    return CONFIG.model_copy(update={"data": CONFIG.data.model_copy(update={"source": f"gs://{train_bucket}/corpus/*.txt"})})
+
+
+@pytest.fixture
+def gs_run(train_bucket) -> str:
+    """A new run directory in the bucket."""
+    return f"gs://{train_bucket}/runs/{uuid.uuid4().hex[:8]}"
+
+
+def losses(run_dir: str) -> list[tuple[int, float]]:
+    """(step, loss) of every training record of the run, in the order written."""
+    return [(r["step"], r["loss"]) for r in read_records(RunDir(run_dir), "metrics") if "loss" in r]
+
+
+def checkpoint_names(run_dir: str) -> list[str]:
+    return sorted(name.split("/", 1)[1] for name in RunDir(run_dir).list("checkpoints/*"))
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(train_bucket, config) -> str:
+    run_dir = f"gs://{train_bucket}/runs/uninterrupted"
+    result = train.run(config, run_dir, SINGLE)
     assert result.exit_code == train.EXIT_COMPLETE and result.step == 12
     return run_dir
 
 
-def test_run_trains_to_completion_and_writes_its_records(uninterrupted):
+def test_run_trains_to_completion_and_writes_its_records(uninterrupted, config):
+    run = RunDir(uninterrupted)
     steps = losses(uninterrupted)
     assert [s for s, _ in steps] == list(range(1, 13))
     assert steps[-1][1] < steps[0][1]
-    assert json.loads((uninterrupted / "COMPLETE").read_text())["step"] == 12
-    events = [json.loads(line)["event"] for line in (uninterrupted / "events.jsonl").read_text().splitlines()]
-    assert events == ["start", "checkpoint", "checkpoint", "checkpoint", "complete"]
-    finalized = sorted(int(p.name) for p in (uninterrupted / "checkpoints").iterdir() if p.name.isdigit())
-    assert finalized == [8, 12]  # checkpoint.keep = 2
-    metrics = [json.loads(line) for line in (uninterrupted / "metrics.jsonl").read_text().splitlines()]
+    assert json.loads(run.read("COMPLETE"))["step"] == 12
+    assert [e["event"] for e in read_records(run, "events")] == ["start", "checkpoint", "checkpoint", "checkpoint", "complete"]
+    assert checkpoint_names(uninterrupted) == ["12", "8"]  # checkpoint.keep = 2
+    assert TrainConfig.model_validate_json(run.read("train_config.json")) == config
+    metrics = read_records(run, "metrics")
     assert [m["step"] for m in metrics if "eval_loss" in m] == [6, 12]
     assert all(m["tflops_per_device"] > 0 and m["tokens_per_s"] > 0 for m in metrics if "loss" in m)
+    # Syncs at log_every_steps (10), the checkpoints (4, 8, 12) and exit (after the step-12
+    # eval): one object per window, none rewritten.
+    assert [[r["step"] for r in read_records_of(run, name)] for name in run.list("metrics/*")] == [
+        [1, 2, 3, 4], [5, 6, 6, 7, 8], [9, 10], [11, 12], [12]
+    ]
 
 
-def tensorboard_scalars(run_dir: Path, tag: str) -> list[tuple[int, float]]:
-    """(step, value) of ``tag`` from every event file, parsed as TFRecords (length, crc,
-    data, crc) of tensorboardX's Event protos."""
-    import struct
+def read_records_of(run: RunDir, name: str) -> list[dict]:
+    from training.run_log import parse_records
 
-    from tensorboardX.proto.event_pb2 import Event
-
-    found = []
-    for path in sorted((run_dir / "tensorboard").iterdir()):
-        data = path.read_bytes()
-        offset = 0
-        while offset < len(data):
-            (length,) = struct.unpack("<Q", data[offset : offset + 8])
-            event = Event.FromString(data[offset + 12 : offset + 12 + length])
-            offset += 12 + length + 4
-            found += [(event.step, v.simple_value) for v in event.summary.value if v.tag == tag]
-    return found
+    return parse_records(run.read(name))
 
 
 def test_tensorboard_gets_the_training_and_eval_curves(uninterrupted):
-    loss = tensorboard_scalars(uninterrupted, "train/loss")
+    run = RunDir(uninterrupted)
+    loss = tensorboard_scalars(run, "train/loss")
     assert [step for step, _ in loss] == list(range(1, 13))
     assert [v for _, v in loss] == pytest.approx([v for _, v in losses(uninterrupted)])
-    assert [step for step, _ in tensorboard_scalars(uninterrupted, "eval/loss")] == [6, 12]
+    assert [step for step, _ in tensorboard_scalars(run, "eval/loss")] == [6, 12]
+    assert len(run.list("tensorboard/*")) == 4  # one file per checkpoint window, and the last
 
 
-def test_a_finished_run_exits_at_once(uninterrupted):
-    before = (uninterrupted / "metrics.jsonl").read_text()
-    result = train.run(CONFIG, str(uninterrupted), SINGLE)
+def objects(run_dir: str) -> dict[str, str]:
+    """Every object under ``run_dir`` with its generation (a rewritten object gets a new one,
+    https://cloud.google.com/storage/docs/metadata#generation-number)."""
+    fs = fsspec.filesystem("gs")
+    fs.invalidate_cache()
+    return {name: str(info["generation"]) for name, info in fs.find(run_dir, detail=True).items()}
+
+
+def test_a_finished_run_exits_at_once(uninterrupted, config):
+    before = objects(uninterrupted)
+    assert any("/checkpoints/12/" in name for name in before)
+    result = train.run(config, uninterrupted, SINGLE)
     assert (result.exit_code, result.step) == (train.EXIT_COMPLETE, 12)
-    assert (uninterrupted / "metrics.jsonl").read_text() == before
+    assert objects(uninterrupted) == before  # nothing written, nothing rewritten
 
 
-def crash_at_data_step_9(run_dir: Path, monkeypatch) -> None:
-    """Run CONFIG in ``run_dir`` until it crashes while loading the batch of data step 9."""
+def crash_at_data_step_9(config: TrainConfig, run_dir: str, monkeypatch) -> None:
+    """Run ``config`` in ``run_dir`` until it crashes while loading the batch of data step 9."""
     real_rows = data.TextDataset.train_rows
 
     def crash_at_step_9(self, step, *args):
@@ -113,15 +154,21 @@ def crash_at_data_step_9(run_dir: Path, monkeypatch) -> None:
 
     monkeypatch.setattr(data.TextDataset, "train_rows", crash_at_step_9)
     with pytest.raises(RuntimeError, match="injected crash"):
-        train.run(CONFIG, str(run_dir), SINGLE)
+        train.run(config, run_dir, SINGLE)
     monkeypatch.setattr(data.TextDataset, "train_rows", real_rows)
 
 
-def test_crash_then_resume_gives_bit_identical_losses(uninterrupted, tmp_path, monkeypatch):
-    crash_at_data_step_9(tmp_path, monkeypatch)
-    result = train.run(CONFIG, str(tmp_path), SINGLE)
-    assert result.exit_code == train.EXIT_COMPLETE
-    resumed = losses(tmp_path)
+def test_crash_then_resume_gives_bit_identical_losses(uninterrupted, config, tmp_path, monkeypatch):
+    # On a local run directory (a path: a single machine, or a mounted file system), the same
+    # run as on gs:// bit for bit; the gs:// restores are the tests below.
+    run_dir = str(tmp_path / "run")
+    crash_at_data_step_9(config, run_dir, monkeypatch)
+    result = train.run(config, run_dir, SINGLE)
+    assert (result.exit_code, result.step) == (train.EXIT_COMPLETE, 12)
+    assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir()) == ["12", "8"]
+    assert json.loads((tmp_path / "run" / "COMPLETE").read_text())["step"] == 12
+    assert {step for step, _ in tensorboard_scalars(RunDir(run_dir), "train/loss")} == set(range(1, 13))
+    resumed = losses(run_dir)
     # The crash came while building the batch of step 10: step 9 had run but was never
     # recorded; the restart restored the step-8 checkpoint and ran 9..12.
     final = dict(resumed)  # last record per step wins
@@ -135,7 +182,9 @@ def test_crash_then_resume_gives_bit_identical_losses(uninterrupted, tmp_path, m
     assert [r["compile_cache_hits"] > 0 for r in first_records] == [False, True]
 
 
-def test_sigterm_saves_the_current_step_then_resume_completes(uninterrupted, tmp_path, monkeypatch):
+def test_sigterm_saves_the_current_step_then_resume_completes(uninterrupted, config, gs_run, monkeypatch):
+    # Synchronous checkpoints here (the other runs save asynchronously).
+    config = config.model_copy(update={"checkpoint": config.checkpoint.model_copy(update={"async_save": False})})
     real_rows = data.TextDataset.train_rows
 
     def preempt_at_step_5(self, step, *args):
@@ -145,85 +194,85 @@ def test_sigterm_saves_the_current_step_then_resume_completes(uninterrupted, tmp
 
     monkeypatch.setattr(data.TextDataset, "train_rows", preempt_at_step_5)
     previous = signal.getsignal(signal.SIGTERM)
-    result = train.run(CONFIG, str(tmp_path), SINGLE)
+    result = train.run(config, gs_run, SINGLE)
     assert signal.getsignal(signal.SIGTERM) == previous  # handler restored
     assert (result.exit_code, result.step) == (train.EXIT_PREEMPTED, 6)
-    assert not (tmp_path / "COMPLETE").exists()
+    assert RunDir(gs_run).read("COMPLETE") is None
+    assert checkpoint_names(gs_run) == ["4", "6"]
     monkeypatch.setattr(data.TextDataset, "train_rows", real_rows)
-    result = train.run(CONFIG, str(tmp_path), SINGLE)
+    result = train.run(config, gs_run, SINGLE)
     assert result.exit_code == train.EXIT_COMPLETE
-    assert dict(losses(tmp_path)) == dict(losses(uninterrupted))
-    assert [s for s, _ in losses(tmp_path)] == list(range(1, 13))  # no step lost or redone
+    assert dict(losses(gs_run)) == dict(losses(uninterrupted))
+    assert [s for s, _ in losses(gs_run)] == list(range(1, 13))  # no step lost or redone
 
 
-def test_changed_model_in_an_existing_run_dir_is_refused(uninterrupted, tmp_path):
-    run_dir = tmp_path / "run"
-    run_dir.mkdir()
-    (run_dir / "train_config.json").write_text((uninterrupted / "train_config.json").read_text())
-    bigger = CONFIG.model_copy(update={"model": CONFIG.model.model_copy(update={"d_model": 64})})
+def test_changed_model_in_an_existing_run_dir_is_refused(uninterrupted, config, gs_run):
+    RunDir(gs_run).write("train_config.json", RunDir(uninterrupted).read("train_config.json"))
+    bigger = config.model_copy(update={"model": config.model.model_copy(update={"d_model": 64})})
     with pytest.raises(checkpointing.RunConfigMismatch, match=r"different training.model"):
-        train.run(bigger, str(run_dir), SINGLE)
-    assert train.main(bigger, str(run_dir), SINGLE) == train.EXIT_CONFIG
+        train.run(bigger, gs_run, SINGLE)
+    assert train.main(bigger, gs_run, SINGLE) == train.EXIT_CONFIG
 
 
-def test_unreadable_data_source_is_a_config_error(tmp_path):
+def test_unreadable_data_source_is_a_config_error(tmp_path, train_bucket):
     config = CONFIG.model_copy(update={"data": CONFIG.data.model_copy(update={"source": str(tmp_path / "none-*.txt")})})
+    assert train.main(config, str(tmp_path / "run"), SINGLE) == train.EXIT_CONFIG
+    config = CONFIG.model_copy(update={"data": CONFIG.data.model_copy(update={"source": f"gs://{train_bucket}/none/*.txt"})})
     assert train.main(config, str(tmp_path / "run"), SINGLE) == train.EXIT_CONFIG
 
 
-def copy_run(source: Path, target: Path) -> Path:
-    import shutil
-
-    shutil.copytree(source, target)
+def copy_run(source: str, target: str) -> str:
+    fsspec.filesystem("gs").copy(source, target, recursive=True)
     return target
 
 
-def test_a_malformed_completion_marker_does_not_end_an_unfinished_run(uninterrupted, tmp_path, monkeypatch):
-    crash_at_data_step_9(tmp_path, monkeypatch)
+def test_a_malformed_completion_marker_does_not_end_an_unfinished_run(uninterrupted, config, gs_run, monkeypatch):
+    crash_at_data_step_9(config, gs_run, monkeypatch)
     for garbage in (b"garbage!!", b"[1]", b'{"step": "abc"}', b"\xff\xfe"):
-        (tmp_path / "COMPLETE").write_bytes(garbage)
-        assert checkpointing.read_completion(str(tmp_path)) is None
-    result = train.run(CONFIG, str(tmp_path), SINGLE)
+        RunDir(gs_run).write("COMPLETE", garbage)
+        assert checkpointing.read_completion(RunDir(gs_run)) is None
+    result = train.run(config, gs_run, SINGLE)
     assert (result.exit_code, result.step) == (train.EXIT_COMPLETE, 12)
-    assert dict(losses(tmp_path)) == dict(losses(uninterrupted))
-    assert checkpointing.read_completion(str(tmp_path))["step"] == 12
+    assert dict(losses(gs_run)) == dict(losses(uninterrupted))
+    assert checkpointing.read_completion(RunDir(gs_run))["step"] == 12
 
 
-def test_raising_steps_continues_a_finished_run(uninterrupted, tmp_path):
-    run_dir = copy_run(uninterrupted, tmp_path / "run")
-    longer = CONFIG.model_copy(update={"steps": 14})
-    result = train.run(longer, str(run_dir), SINGLE)
+def test_raising_steps_continues_a_finished_run(uninterrupted, config, gs_run):
+    run_dir = copy_run(uninterrupted, gs_run)
+    longer = config.model_copy(update={"steps": 14})
+    result = train.run(longer, run_dir, SINGLE)
     assert (result.exit_code, result.step) == (train.EXIT_COMPLETE, 14)
     assert [s for s, _ in losses(run_dir)] == list(range(1, 15))
 
 
-def test_a_damaged_newest_checkpoint_falls_back_to_the_previous_one(uninterrupted, tmp_path):
-    run_dir = copy_run(uninterrupted, tmp_path / "run")
-    (run_dir / "COMPLETE").unlink()
+def test_a_damaged_newest_checkpoint_falls_back_to_the_previous_one(uninterrupted, config, gs_run):
+    run_dir = copy_run(uninterrupted, gs_run)
+    fs = fsspec.filesystem("gs")
+    fs.rm(f"{run_dir}/COMPLETE")
     damaged = 0
-    for path in (run_dir / "checkpoints" / "12").rglob("*"):
-        if path.is_file() and "METADATA" not in path.name:
-            path.write_bytes(b"")
+    for path in fs.find(f"{run_dir}/checkpoints/12"):
+        if "METADATA" not in path.rsplit("/", 1)[1]:
+            fs.pipe(path, b"")
             damaged += 1
     assert damaged
-    result = train.run(CONFIG, str(run_dir), SINGLE)
+    result = train.run(config, run_dir, SINGLE)
     assert (result.exit_code, result.step) == (train.EXIT_COMPLETE, 12)
-    assert (run_dir / "checkpoints" / "12.unreadable").is_dir()  # kept for inspection
+    assert "12.unreadable" in checkpoint_names(run_dir)  # kept for inspection
     records = losses(run_dir)
     assert [s for s, _ in records[12:]] == [9, 10, 11, 12]  # recomputed from the step-8 checkpoint
     assert dict(records) == dict(losses(uninterrupted))
 
 
-def test_checkpoints_of_another_model_are_a_config_error_and_keep_the_record(uninterrupted, tmp_path):
-    run_dir = copy_run(uninterrupted, tmp_path / "run")
-    (run_dir / "COMPLETE").unlink()
-    (run_dir / "train_config.json").unlink()
-    bigger = CONFIG.model_copy(update={"model": CONFIG.model.model_copy(update={"d_model": 64})})
+def test_checkpoints_of_another_model_are_a_config_error_and_keep_the_record(uninterrupted, config, gs_run):
+    run_dir = copy_run(uninterrupted, gs_run)
+    fs = fsspec.filesystem("gs")
+    fs.rm([f"{run_dir}/COMPLETE", f"{run_dir}/train_config.json"])
+    bigger = config.model_copy(update={"model": config.model.model_copy(update={"d_model": 64})})
     with pytest.raises(checkpointing.CheckpointRestoreError, match=r"no checkpoint in .* can be restored: step 12: "):
-        train.run(bigger, str(run_dir), SINGLE)
-    assert not (run_dir / "train_config.json").exists()  # not rewritten with the new model
-    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir() if p.name[0].isdigit()) == ["12", "8"]
-    assert train.main(bigger, str(run_dir), SINGLE) == train.EXIT_CONFIG
+        train.run(bigger, run_dir, SINGLE)
+    assert RunDir(run_dir).read("train_config.json") is None  # not rewritten with the new model
+    assert checkpoint_names(run_dir) == ["12", "8"]
+    assert train.main(bigger, run_dir, SINGLE) == train.EXIT_CONFIG
 
 
 def test_unusable_run_dirs_and_records_are_config_errors(tmp_path):

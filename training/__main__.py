@@ -28,7 +28,7 @@ def _setup_logging(label: str) -> None:
         datefmt="%H:%M:%S",
         force=True,
     )
-    for noisy in ("absl", "jax._src", "orbax", "etils"):
+    for noisy in ("absl", "jax._src", "orbax", "etils", "fsspec", "gcsfs"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 

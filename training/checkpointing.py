@@ -1,16 +1,12 @@
-"""Checkpoints (Orbax), the checkpoint policy, and the run's completion marker.
+"""Checkpoints (Orbax), the checkpoint policy, and the run's completion marker, in the run
+directory (``training.run_dir``: local path or ``gs://``).
 
-Run directory layout (local path or ``gs://``)::
-
-    <run_dir>/checkpoints/<step>/   Orbax checkpoints; only finalized ones are restored
-    <run_dir>/train_config.json     the TrainConfig of the run's first start
-    <run_dir>/metrics.jsonl         one record per step (training.run_log)
-    <run_dir>/events.jsonl          start / checkpoint / preempted / complete records
-    <run_dir>/COMPLETE              written once the last step's checkpoint is finalized
-
-Orbax writes a checkpoint under a temporary name and renames it when finalized; a save
-killed mid-flight leaves ``<step>.orbax-checkpoint-tmp*`` and ``latest_step()`` picks the
-previous finalized step (docs/jax-on-cpu.md, "Checkpoints").
+Only finalized checkpoints are restored: on a local disk Orbax renames a step's temporary
+directory when it is finalized; on ``gs://`` (no atomic rename) it writes a
+``commit_success.txt`` last (https://orbax.readthedocs.io/en/latest/api_reference/
+checkpoint.path.atomicity.html). A save killed mid-flight is ignored and the previous
+finalized step restored (docs/jax-on-cpu.md, "Checkpoints (Orbax)"). The run directory's
+layout: ``training.run_dir``.
 
 The policy (:class:`CheckpointPolicy`): save every ``interval_steps``, at the last step, and
 at a preemption sync point (all hosts agree on the step: ``CheckpointManager.
@@ -23,7 +19,6 @@ import dataclasses
 import json
 import logging
 import math
-import os
 import time
 from typing import Any
 
@@ -31,7 +26,7 @@ import orbax.checkpoint as ocp
 from etils import epath
 
 from training.config import TrainConfig
-from training.run_log import join
+from training.run_dir import RunDir
 
 log = logging.getLogger(__name__)
 
@@ -54,22 +49,18 @@ class CheckpointPolicy:
         return preempted or step == self.total_steps or step % self.interval_steps == 0
 
 
-def checkpoint_dir(run_dir: str) -> str:
-    return join(run_dir, "checkpoints")
-
-
-def read_completion(run_dir: str) -> dict[str, Any] | None:
+def read_completion(run_dir: RunDir) -> dict[str, Any] | None:
     """The completion record ``{"step": int ≥ 1, "loss": float | None}``, or None.
 
     A marker that is unreadable or malformed counts as absent (with a warning): the trainer
     then restores the newest checkpoint, and when that is the last step it writes a fresh
     marker at once, so a damaged marker costs nothing and never ends an unfinished run.
     """
-    marker = epath.Path(join(run_dir, COMPLETE_MARKER))
-    if not marker.exists():
+    data = run_dir.read(COMPLETE_MARKER)
+    if data is None:
         return None
     try:
-        record = json.loads(marker.read_bytes().decode("utf-8"))
+        record = json.loads(data.decode("utf-8"))
         step = record["step"]
         loss = record.get("loss")
         if isinstance(step, bool) or not isinstance(step, int) or step < 1:
@@ -77,37 +68,28 @@ def read_completion(run_dir: str) -> dict[str, Any] | None:
         if loss is not None and (isinstance(loss, bool) or not isinstance(loss, (int, float)) or not math.isfinite(loss)):
             raise ValueError(f"loss {loss!r} is not a finite number")
     except (ValueError, TypeError, KeyError, AttributeError, UnicodeDecodeError) as err:
-        log.warning("ignoring the malformed completion marker %s (%s)", marker, err)
+        log.warning("ignoring the malformed completion marker %s (%s)", run_dir / COMPLETE_MARKER, err)
         return None
     return {"step": step, "loss": None if loss is None else float(loss)}
 
 
-def is_complete(run_dir: str, total_steps: int) -> dict[str, Any] | None:
+def is_complete(run_dir: RunDir, total_steps: int) -> dict[str, Any] | None:
     """The completion record if the run reached ``total_steps`` (raising ``steps`` in the
     config makes a finished run continue from its last checkpoint)."""
     record = read_completion(run_dir)
     return record if record is not None and record["step"] >= total_steps else None
 
 
-def write_completion(run_dir: str, record: dict[str, Any]) -> None:
-    """Write the completion marker (temporary name, then rename, where the filesystem can)."""
-    marker = epath.Path(join(run_dir, COMPLETE_MARKER))
-    if "://" in run_dir:
-        marker.write_text(json.dumps(record, sort_keys=True))
-        return
-    tmp = join(run_dir, COMPLETE_MARKER + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(json.dumps(record, sort_keys=True))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, str(marker))  # atomic, and replaces a damaged marker
+def write_completion(run_dir: RunDir, record: dict[str, Any]) -> None:
+    """Write the completion marker (atomically; it replaces a damaged marker)."""
+    run_dir.write(COMPLETE_MARKER, json.dumps(record, sort_keys=True).encode())
 
 
 #: Keys whose change makes an existing run's checkpoints or data order meaningless.
 RUN_IDENTITY_KEYS = ("model", "sequence_length", "data", "seed")
 
 
-def check_run_config(run_dir: str, config: TrainConfig) -> None:
+def check_run_config(run_dir: RunDir, config: TrainConfig) -> None:
     """Refuse to continue a run whose recorded TrainConfig has a different model or data.
 
     Changing ``steps``, the schedule, the checkpoint policy or the parallelism of an existing
@@ -117,16 +99,16 @@ def check_run_config(run_dir: str, config: TrainConfig) -> None:
     Raises:
       RunConfigMismatch: names the keys that differ, or says the record is unreadable.
     """
-    path = epath.Path(join(run_dir, RUN_CONFIG_FILE))
-    if not path.exists():
+    data = run_dir.read(RUN_CONFIG_FILE)
+    if data is None:
         return
     try:
-        recorded = json.loads(path.read_bytes().decode("utf-8"))
+        recorded = json.loads(data.decode("utf-8"))
         if not isinstance(recorded, dict):
             raise ValueError("not a JSON object")
     except (ValueError, UnicodeDecodeError) as err:
         raise RunConfigMismatch(
-            f"{path} is unreadable ({err}); it records the run's TrainConfig: restore it, or delete it to "
+            f"{run_dir / RUN_CONFIG_FILE} is unreadable ({err}); it records the run's TrainConfig: restore it, or delete it to "
             "accept the current config (the checkpoints must still match it)"
         ) from None
     current = json.loads(config.model_dump_json())
@@ -139,14 +121,12 @@ def check_run_config(run_dir: str, config: TrainConfig) -> None:
         )
 
 
-def record_run_config(run_dir: str, config: TrainConfig) -> None:
+def record_run_config(run_dir: RunDir, config: TrainConfig) -> None:
     """Write ``train_config.json`` (process 0, once the state was restored or initialized)."""
-    path = epath.Path(join(run_dir, RUN_CONFIG_FILE))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(config.model_dump_json(indent=2))
+    run_dir.write(RUN_CONFIG_FILE, config.model_dump_json(indent=2).encode())
 
 
-def make_manager(run_dir: str, config: TrainConfig) -> ocp.CheckpointManager:
+def make_manager(run_dir: RunDir, config: TrainConfig) -> ocp.CheckpointManager:
     """An Orbax CheckpointManager over ``<run_dir>/checkpoints`` keeping ``checkpoint.keep``
     finalized steps; saves are forced by :class:`CheckpointPolicy`, not Orbax's own policy."""
     options = ocp.CheckpointManagerOptions(
@@ -154,7 +134,7 @@ def make_manager(run_dir: str, config: TrainConfig) -> ocp.CheckpointManager:
         enable_async_checkpointing=config.checkpoint.async_save,
         create=True,
     )
-    return ocp.CheckpointManager(checkpoint_dir(run_dir), options=options)
+    return ocp.CheckpointManager(run_dir / "checkpoints", options=options)
 
 
 def save(manager: ocp.CheckpointManager, step: int, state: Any) -> None:

@@ -35,6 +35,7 @@ from pathlib import Path
 
 import grain
 import numpy as np
+from etils import epath
 
 log = logging.getLogger(__name__)
 
@@ -50,10 +51,6 @@ class SourceFile:
     path: str  # local path or gs:// URI
     relative: str  # stable name used for the train/eval split
     size: int  # bytes, separator excluded
-
-
-def _is_remote(path: str) -> bool:
-    return "://" in path
 
 
 def list_source_files(source: str) -> list[SourceFile]:
@@ -72,9 +69,7 @@ def list_source_files(source: str) -> list[SourceFile]:
             size = path.stat().st_size
             if size:
                 files.append(SourceFile(str(path), relative, size))
-    elif _is_remote(source):
-        from etils import epath
-
+    elif "://" in source:  # epath's glob (no "**": each level is one listing request)
         bucket_path, glob = _split_glob(source)
         for path in sorted(epath.Path(bucket_path).glob(glob), key=str):
             stat = path.stat()
@@ -119,12 +114,7 @@ class ByteCorpus:
     @functools.lru_cache(maxsize=64)
     def _file_bytes(self, index: int) -> np.ndarray:
         path = self.files[index].path
-        if _is_remote(path):
-            from etils import epath
-
-            data = epath.Path(path).read_bytes()
-        else:
-            data = Path(path).read_bytes()
+        data = epath.Path(path).read_bytes()
         if len(data) != self.files[index].size:
             raise DataError(f"{path} changed size while training ({self.files[index].size} -> {len(data)} bytes)")
         return np.frombuffer(data + SEPARATOR, dtype=np.uint8)

@@ -1,169 +1,126 @@
-"""What a run records: JSON-lines files (``metrics.jsonl``, ``events.jsonl``) and TensorBoard
-scalars (``tensorboard/``) in the run directory.
+"""What a run records: JSON-lines records (``metrics``, ``events``) and TensorBoard scalars.
 
-Process 0 writes them; everyone may read them (the local emulator reads them to inject
+Process 0 writes them; everyone may read them (the local emulator follows them to inject
 faults at a given step and to summarize a run).
 
-* Local run directory: each record is appended, flushed and fsynced at once, so a killed
-  process loses nothing it had written.
-* ``gs://`` run directory: objects cannot be appended to. Records go to a VM-local spool
-  (seeded from the existing object at start, so records of earlier attempts survive a
-  slice being recreated) and the whole spool is uploaded by :meth:`JsonlLog.sync` — the
-  trainer syncs at every checkpoint and at exit. A crash loses at most the records since
-  the last checkpoint, which are also the steps that will be recomputed.
+Records are buffered in memory and :meth:`RecordLog.sync` writes the window since the last
+sync as one new object, ``<run>/<name>/<n>.jsonl`` (``n`` continues after the objects
+already there, so the records of earlier attempts stay in front). Nothing is rewritten: a
+sync costs the bytes of its own window however long the run is (an object cannot be
+appended to, so a single growing file would be uploaded whole on every sync). The trainer
+syncs every ``log_every_steps``, at each checkpoint and at exit; a killed process loses only
+its unsynced window, steps that are recomputed from the last checkpoint anyway.
+
+TensorBoard event files (tensorboardX) are written to a local spool; :meth:`TensorBoardLog.
+sync` closes the current file, uploads it once to ``<run>/tensorboard/`` and starts the
+next one, for the same reason.
 """
 
 from __future__ import annotations
 
 import json
-import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
 
-
-def is_remote(path: str) -> bool:
-    return "://" in path
+from training.run_dir import RunDir
 
 
-def join(base: str, *parts: str) -> str:
-    return "/".join([base.rstrip("/"), *parts])
+def segments(run_dir: RunDir, name: str) -> list[str]:
+    """The objects of log ``name``, oldest first (names relative to the run directory)."""
+    return run_dir.list(f"{name}/*.jsonl")
 
 
-class JsonlLog:
-    """An append-only JSON-lines file at ``path`` (local or ``gs://``).
+def parse_records(data: bytes) -> list[dict[str, Any]]:
+    """The JSON-object lines of ``data``; other lines are skipped."""
+    records = []
+    for line in data.splitlines():
+        try:
+            record = json.loads(line)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            continue
+        if isinstance(record, dict):
+            records.append(record)
+    return records
+
+
+def read_records(run_dir: RunDir, name: str) -> list[dict[str, Any]]:
+    """Every record of log ``name``, in the order written; [] if there is none."""
+    return [r for segment in segments(run_dir, name) for r in parse_records(run_dir.read(segment) or b"")]
+
+
+class RecordLog:
+    """An append-only JSON-lines log ``<run>/<name>/`` (see the module docstring).
 
     Args:
-      path: where the file lives.
       enabled: False on every process but 0: appends are ignored.
     """
 
-    def __init__(self, path: str, enabled: bool = True):
-        self.path = path
-        self.enabled = enabled
-        self._remote = is_remote(path)
-        self._file = None
-        if not enabled:
-            return
-        if self._remote:
-            from etils import epath
-
-            spool_root = Path(os.environ.get("MULTISLICE_HOME", tempfile.gettempdir())) / "spool"
-            spool_root.mkdir(parents=True, exist_ok=True)
-            self._spool = spool_root / path.replace("://", "_").replace("/", "_")
-            remote = epath.Path(path)
-            self._spool.write_bytes(remote.read_bytes() if remote.exists() else b"")
-            self._file = open(self._spool, "a", encoding="utf-8")
-            _end_torn_line(self._spool, self._file)
-        else:
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
-            self._file = open(path, "a", encoding="utf-8")
-            _end_torn_line(Path(path), self._file)
+    def __init__(self, run_dir: RunDir, name: str, enabled: bool = True):
+        self.run_dir, self.name, self.enabled = run_dir, name, enabled
+        self._lines: list[str] = []
+        existing = segments(run_dir, name) if enabled else []
+        self._next = int(Path(existing[-1]).stem) + 1 if existing else 0
 
     def append(self, record: dict[str, Any]) -> None:
-        if self._file is None:
-            return
-        self._file.write(json.dumps(record, sort_keys=True) + "\n")
-        self._file.flush()
-        if not self._remote:
-            os.fsync(self._file.fileno())
+        if self.enabled:
+            self._lines.append(json.dumps(record, sort_keys=True) + "\n")
 
-    def sync(self) -> None:
-        """Upload the spool to a remote path (no-op for local paths)."""
-        if self._file is None or not self._remote:
-            return
-        from etils import epath
+    def sync(self) -> int:
+        """Write the records appended since the last sync as one object; its size in bytes."""
+        if not self._lines:
+            return 0
+        data = "".join(self._lines).encode()
+        self.run_dir.write(f"{self.name}/{self._next:08d}.jsonl", data)
+        self._next += 1
+        self._lines = []
+        return len(data)
 
-        self._file.flush()
-        epath.Path(self.path).write_bytes(self._spool.read_bytes())
-
-    def close(self) -> None:
-        if self._file is not None:
-            self.sync()
-            self._file.close()
-            self._file = None
-
-
-def _end_torn_line(path: Path, handle) -> None:
-    """A process killed mid-write can leave a last line without its newline; end it, so the
-    next record starts on a line of its own (the torn line stays, unparseable, and readers
-    skip it)."""
-    size = path.stat().st_size
-    if size:
-        with open(path, "rb") as f:
-            f.seek(size - 1)
-            if f.read(1) != b"\n":
-                handle.write("\n")
-                handle.flush()
+    close = sync
 
 
 class TensorBoardLog:
-    """TensorBoard scalars under ``<run_dir>/tensorboard`` (tensorboardX event files).
+    """TensorBoard scalars under ``<run>/tensorboard`` (tensorboardX event files).
 
-    Each start writes a new event file with ``purge_step`` = the step it resumed from, so
-    TensorBoard drops the steps a restart recomputes instead of drawing them twice. For a
-    ``gs://`` run directory the event files are written to the VM-local spool and copied up
-    by :meth:`sync` (tensorboardX itself would need google-cloud-storage).
+    The first file of each start has ``purge_step`` = the step it resumed from, so
+    TensorBoard drops the steps a restart recomputes instead of drawing them twice.
 
     Args:
-      run_dir: the run directory.
       start_step: the step this start resumes from.
       enabled: False on every process but 0.
     """
 
-    def __init__(self, run_dir: str, start_step: int, enabled: bool = True):
-        self.remote_dir = join(run_dir, "tensorboard") if is_remote(run_dir) else None
+    def __init__(self, run_dir: RunDir, start_step: int, enabled: bool = True):
+        self.run_dir, self.enabled = run_dir, enabled
+        self._purge_step: int | None = start_step
         self._writer = None
-        if not enabled:
-            return
-        from tensorboardX import SummaryWriter
-
-        if self.remote_dir is None:
-            self.local_dir = Path(run_dir) / "tensorboard"
-        else:
-            spool_root = Path(os.environ.get("MULTISLICE_HOME", tempfile.gettempdir())) / "spool"
-            self.local_dir = spool_root / self.remote_dir.replace("://", "_").replace("/", "_")
-        self.local_dir.mkdir(parents=True, exist_ok=True)
-        self._writer = SummaryWriter(logdir=str(self.local_dir), purge_step=start_step, flush_secs=30)
+        self._files = 0
+        self._spool = Path(tempfile.mkdtemp(prefix="tensorboard-")) if enabled else None
 
     def scalars(self, step: int, values: dict[str, float]) -> None:
-        if self._writer is None:
+        if not self.enabled:
             return
+        if self._writer is None:
+            from tensorboardX import SummaryWriter
+
+            self._files += 1  # unique names within a second: time, host, then this suffix
+            self._writer = SummaryWriter(str(self._spool), purge_step=self._purge_step, filename_suffix=f".{self._files:06d}")
+            self._purge_step = None
         for name, value in values.items():
             self._writer.add_scalar(name, value, step)
 
     def sync(self) -> None:
-        """Flush; for a remote run directory, copy the event files up."""
+        """Close the current event file and upload it (nothing if no scalar came since)."""
         if self._writer is None:
             return
-        self._writer.flush()
-        if self.remote_dir is not None:
-            from etils import epath
-
-            for path in self.local_dir.iterdir():
-                epath.Path(join(self.remote_dir, path.name)).write_bytes(path.read_bytes())
+        self._writer.close()
+        self._writer = None
+        for path in sorted(self._spool.iterdir()):
+            self.run_dir.write(f"tensorboard/{path.name}", path.read_bytes())
+            path.unlink()
 
     def close(self) -> None:
-        if self._writer is not None:
-            self.sync()
-            self._writer.close()
-            self._writer = None
-
-
-def read_jsonl(path: str) -> list[dict[str, Any]]:
-    """All complete records of a JSON-lines file (a torn last line is skipped); [] if absent."""
-    if is_remote(path):
-        from etils import epath
-
-        p = epath.Path(path)
-        text = p.read_text() if p.exists() else ""
-    else:
-        p = Path(path)
-        text = p.read_text() if p.exists() else ""
-    records = []
-    for line in text.splitlines():
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return records
+        self.sync()
+        if self._spool is not None:
+            shutil.rmtree(self._spool, ignore_errors=True)

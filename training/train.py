@@ -40,7 +40,8 @@ import optax
 
 from training import checkpointing, cluster, compile_cache, data, mesh as mesh_lib, model, optimizer as optimizer_lib
 from training.config import TrainConfig
-from training.run_log import JsonlLog, TensorBoardLog, join
+from training.run_dir import RunDir, RunDirError
+from training.run_log import RecordLog, TensorBoardLog
 
 log = logging.getLogger("training")
 
@@ -91,21 +92,21 @@ def _state_shardings(cfg: TrainConfig, mesh, optimizer, abstract_params) -> Any:
     return {"params": param_shardings, "opt_state": opt_shardings}
 
 
-def run(config: TrainConfig, run_dir: str, identity: cluster.ClusterIdentity) -> RunResult:
+def run(config: TrainConfig, run_dir_uri: str, identity: cluster.ClusterIdentity) -> RunResult:
     """Train until ``config.steps`` or a preemption notice; see the module docstring.
 
     Args:
       config: the trainer config.
-      run_dir: run directory (local path or ``gs://`` URI), shared by all processes.
+      run_dir_uri: run directory (local path or ``gs://`` URI), shared by all processes.
       identity: this process's place in the job.
 
     Returns:
       The exit code to use and the last completed step.
 
     Raises:
-      checkpointing.RunConfigMismatch, data.DataError, mesh_lib.MeshError: unusable config.
+      checkpointing.RunConfigMismatch, data.DataError, mesh_lib.MeshError, RunDirError: unusable config.
     """
-    check_run_dir(run_dir)
+    run_dir = RunDir(run_dir_uri)
     done = checkpointing.is_complete(run_dir, config.steps)
     if done is not None:
         log.info("run %s is already complete (step %d); nothing to do", run_dir, done["step"])
@@ -122,7 +123,7 @@ def run(config: TrainConfig, run_dir: str, identity: cluster.ClusterIdentity) ->
         sigterm.uninstall()
 
 
-def _train(config: TrainConfig, run_dir: str, identity: cluster.ClusterIdentity, sigterm: _SigtermFlag) -> RunResult:
+def _train(config: TrainConfig, run_dir: RunDir, identity: cluster.ClusterIdentity, sigterm: _SigtermFlag) -> RunResult:
     is_writer = jax.process_index() == 0
     checkpointing.check_run_config(run_dir, config)
 
@@ -173,8 +174,8 @@ def _train(config: TrainConfig, run_dir: str, identity: cluster.ClusterIdentity,
         start_step, state = restored
     if is_writer:
         checkpointing.record_run_config(run_dir, config)
-    metrics_log = JsonlLog(join(run_dir, "metrics.jsonl"), enabled=is_writer)
-    events_log = JsonlLog(join(run_dir, "events.jsonl"), enabled=is_writer)
+    metrics_log = RecordLog(run_dir, "metrics", enabled=is_writer)
+    events_log = RecordLog(run_dir, "events", enabled=is_writer)
     tensorboard = TensorBoardLog(run_dir, start_step, enabled=is_writer)
     events_log.append(
         {
@@ -186,6 +187,7 @@ def _train(config: TrainConfig, run_dir: str, identity: cluster.ClusterIdentity,
             "time": time.time(),
         }
     )
+    events_log.sync()
     log.info(
         "%s at step %d/%d: %d processes, %d devices, mesh %s, %.2fM parameters, rows [%d, %d) of %d",
         "resuming" if restored else "starting",
@@ -234,6 +236,8 @@ def _train(config: TrainConfig, run_dir: str, identity: cluster.ClusterIdentity,
         metrics_log.append(entry)
         tensorboard.scalars(step, {f"train/{k}": entry[k] for k in ("loss", "grad_norm", "learning_rate", "tokens_per_s", "tflops_per_device")})
         if step % config.log_every_steps == 0 or step == config.steps:
+            metrics_log.sync()  # one object per window: training.run_log
+            events_log.sync()
             log.info(
                 "step %d/%d loss %.4f  %.3f s/step  %.0f tokens/s  %.4f TFLOP/s/device",
                 step,
@@ -296,22 +300,6 @@ def _train(config: TrainConfig, run_dir: str, identity: cluster.ClusterIdentity,
     events_log.close()
     tensorboard.close()
     return RunResult(exit_code, step, last_loss)
-
-
-class RunDirError(ValueError):
-    """The run directory argument cannot be a run directory."""
-
-
-def check_run_dir(run_dir: str) -> None:
-    """Refuse an empty run directory or a local path that is a file.
-
-    Raises:
-      RunDirError: with the reason.
-    """
-    if not run_dir.strip():
-        raise RunDirError("the run directory is empty; give a local directory or a gs:// URI")
-    if "://" not in run_dir and os.path.exists(run_dir) and not os.path.isdir(run_dir):
-        raise RunDirError(f"the run directory {run_dir} is a file, not a directory")
 
 
 def _significant(value: float, digits: int = 6) -> float:

@@ -10,26 +10,31 @@ runs on Cloud TPU:
 * ``chips per host`` CPU devices per VM (``JAX_NUM_CPU_DEVICES``), ``JAX_PLATFORMS=cpu``;
 * only the environment step differs: ``MULTISLICE_PYTHON`` points the script at this
   machine's virtualenv instead of building one;
-* the checkpoint bucket is a directory; the run directory is ``<bucket>/runs/<run name>``
-  (``infra.local.state``).
+* the checkpoint bucket is the stack's, ``StackConfig.bucket_name``, served by a loopback
+  Cloud Storage (``infra.local.gcs``, one per stack, persistent under the stack's state
+  directory); every VM gets the run directory ``pulumi up`` puts in the metadata,
+  ``gs://<bucket>/runs/<run name>``, and the environment that points the trainer's storage
+  clients at the server. The emulator reads the run through the same API.
 
 It injects faults (infra.local.faults) when training reports the given step, then repairs
 like Cloud TPU auto-repair: the failed slice is recreated (its VMs get fresh disks), every
 other slice is restarted, and the trainer resumes from the newest finalized checkpoint.
 
 Nothing is left behind: Ctrl-C / SIGTERM / errors stop every VM (SIGTERM, grace, SIGKILL:
-``infra.local.supervisor``) and every metadata server; ``emulator.json`` in the stack's
-state directory records the process groups so ``multislice local down`` can stop a run
-whose emulator died.
+``infra.local.supervisor``), every metadata server and the storage server; ``emulator.json``
+in the stack's state directory records them so ``multislice local down`` can stop a run
+whose emulator died. If the storage server stops during a run, every VM is stopped and the
+run can be resumed by running ``multislice local up`` again.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import signal
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,12 +43,14 @@ from infra.local import state as state_lib
 from infra.local import summary as summary_lib
 from infra.local import supervisor, topology
 from infra.local.faults import Fault
+from infra.local.gcs import GcsServer, GcsServerError, bucket_name_error, point_clients_at
 from infra.local.metadata import MetadataServer
 from infra.local.ports import bind_error, free_port
-from infra.local.state import LocalPaths
+from infra.local.state import EMULATION_ID_ENV, LocalPaths
 from infra.local.supervisor import GroupFailed, ProcessGroup
-from infra.local.tails import JsonlTail, MetricsTail, last_lines
+from infra.local.tails import MetricsTail, RecordTail, last_lines
 from infra.local.vm import EmulatedVM
+from training.run_dir import RunDir
 
 #: Seconds :meth:`LocalQueuedResource.shutdown` gives the VMs between SIGTERM and SIGKILL.
 SHUTDOWN_GRACE_S = 5.0
@@ -90,6 +97,7 @@ class LocalQueuedResource:
       paths: state directories.
       startup_script: the rendered startup script text.
       report: ``(message) -> None`` for progress and events.
+      gcs_port: a fixed port for the storage server (None: a free one).
     """
 
     def __init__(
@@ -98,6 +106,7 @@ class LocalQueuedResource:
         paths: LocalPaths,
         startup_script: str,
         report: Callable[[str], None] = print,
+        gcs_port: int | None = None,
     ):
         self.config = config
         self.paths = paths
@@ -108,8 +117,58 @@ class LocalQueuedResource:
         self.servers: list[MetadataServer] = []
         self.repairs = 0
         self.faults_fired: list[str] = []
+        self.storage = GcsServer(paths.gcs_root, paths.gcs_log, port=gcs_port, env={EMULATION_ID_ENV: self.emulation_id})
+        self._restore_env: Callable[[], None] = lambda: None
+        #: The run directory, read by this process through :attr:`storage`.
+        self.run_dir = RunDir(config.run_dir)
 
     # Lifecycle ------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[LocalQueuedResource]:
+        """Serve the stack's bucket (:meth:`open_storage`) for the block; on leaving it, however
+        it is left, stop every VM and server (:meth:`shutdown`). Ctrl-C, SIGTERM and SIGHUP
+        raise :class:`Interrupted` inside the block.
+
+        Raises:
+          GcsServerError: the storage server cannot start (nothing else was started).
+        """
+        with supervisor.signals_raise(Interrupted, (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)):
+            try:
+                self.open_storage()
+                yield self
+            finally:
+                self.shutdown()
+
+    def open_storage(self) -> None:
+        """Start the storage server, create the stack's bucket (if new), point this process's
+        storage clients at the server until :meth:`shutdown`, and record the state.
+
+        Raises:
+          GcsServerError: the bucket name would be refused by Cloud Storage, or the server
+            cannot start.
+        """
+        bucket = self.config.bucket_name
+        problem = bucket_name_error(bucket)
+        if problem:
+            raise GcsServerError(
+                f"the stack's bucket name {bucket!r} (multislice:bucket.name, default <gcp:project>-<stack>-ckpt) "
+                f"would be refused by Cloud Storage: {problem}"
+            )
+        self.paths.root.mkdir(parents=True, exist_ok=True)
+        self.storage.start()
+        self._restore_env = point_clients_at(self.storage.url)
+        self._record_state()
+        self.storage.create_bucket(bucket)
+
+    def _record_state(self) -> None:
+        state_lib.write_state(
+            self.paths,
+            stack=self.config.stack,
+            emulation_id=self.emulation_id,
+            vms=[{"slice": vm.slice_id, "worker": vm.worker, "node": vm.node, "pgid": vm.pgid} for vm in self.vms],
+            storage_url=self.storage.url if self.storage.alive() else None,
+        )
 
     def create(self) -> None:
         """Create the VMs (one metadata server each; nothing runs yet)."""
@@ -138,25 +197,22 @@ class LocalQueuedResource:
             coordinator_port=port,
             heartbeat_timeout_s=options.heartbeat_timeout_s,
             init_timeout_s=options.init_timeout_s,
+            storage_env=self.storage.client_env(),
         )
-        run_dir = str(self.paths.run_dir.resolve())
         for vm in self.vms:
             vm.metadata.update(
-                topology.vm_metadata(self.config, vm.slice_id, vm.worker, startup_script=self.startup_script, run_dir=run_dir)
+                topology.vm_metadata(
+                    self.config, vm.slice_id, vm.worker, startup_script=self.startup_script, run_dir=self.config.run_dir
+                )
             )
         for vm in self.vms:
             vm.boot(env)
-        state_lib.write_state(
-            self.paths,
-            stack=self.config.stack,
-            emulation_id=self.emulation_id,
-            vms=[{"slice": vm.slice_id, "worker": vm.worker, "node": vm.node, "pgid": vm.pgid} for vm in self.vms],
-        )
+        self._record_state()
 
     def inject(self, fault: Fault, options: Options, observed_step: int) -> None:
         """Strike the fault's slice (``kill``: SIGKILL; ``preempt``: SIGTERM, then SIGKILL
         after ``preempt_grace_s``), then :meth:`repair`."""
-        # The emulator polls metrics.jsonl, so training may already be past the fault's step
+        # The emulator polls the metrics log, so training may already be past the fault's step
         # (a fast step, a loaded machine); the report says where training actually was.
         targets = _groups(vm for vm in self.vms if vm.slice_id == fault.slice_id)
         how = "SIGTERM, then SIGKILL after grace" if fault.kind == "preempt" else "SIGKILL"
@@ -184,49 +240,61 @@ class LocalQueuedResource:
         self.repairs += 1
         self.boot_all(options)
 
-    def shutdown(self) -> None:
-        """Stop every VM (SIGTERM, short grace, SIGKILL) and metadata server; forget the state file."""
+    def stop_vms(self) -> None:
+        """Stop every VM (SIGTERM, short grace, SIGKILL) and metadata server."""
         supervisor.stop_groups(_groups(self.vms), SHUTDOWN_GRACE_S)
         for server in self.servers:
             server.stop()
         self.servers.clear()
+
+    def shutdown(self) -> None:
+        """Stop every VM and metadata server, then the storage server; forget the state file."""
+        self.stop_vms()
+        self.storage.stop()
+        self._restore_env()
         state_lib.forget_state(self.paths)
+
+    def storage_stopped(self) -> EmulationError:
+        """The error for a storage server that stopped during the run."""
+        return EmulationError(
+            f"the emulated Cloud Storage (fake-gcs-server on {self.storage.url}) stopped ({self.storage.exit_description()}); "
+            f"every emulated VM was stopped; its log: {self.storage.log_path}; run `multislice local up` again to resume "
+            "from the last checkpoint"
+        )
 
     # Main loop ------------------------------------------------------------------------------
 
     def up(self, options: Options) -> dict[str, Any]:
-        """Boot every VM, supervise until the run completes, return the run summary.
+        """Boot every VM, supervise until the run completes, return the run summary. Call it
+        inside :meth:`running` (the storage server must be up).
 
         Raises:
-          EmulationError: a VM gave up, no progress for ``stall_timeout_s``, or the run
-            exceeded ``timeout_s``; every process is stopped first.
-          Interrupted: Ctrl-C / SIGTERM; every process is stopped first.
+          EmulationError: a VM gave up, the storage server stopped, no progress for
+            ``stall_timeout_s``, or the run exceeded ``timeout_s``; every VM is stopped first.
+          Interrupted: Ctrl-C / SIGTERM; every VM is stopped first.
         """
         start = time.monotonic()
-        self.paths.root.mkdir(parents=True, exist_ok=True)
-        self.paths.run_dir.mkdir(parents=True, exist_ok=True)
         pending = sorted(options.faults, key=lambda f: f.step)
-        tail = MetricsTail(self.paths.run_dir / "metrics.jsonl")
+        tail = MetricsTail(self.run_dir)
         tail.poll()
-        events = JsonlTail(self.paths.run_dir / "events.jsonl")
+        events = RecordTail(self.run_dir, "events")
         events.poll()
         total = self.config.training.steps
         for fault in list(pending):
             if fault.step <= tail.last_step:
                 self.report(f"note: {fault} will not fire: the run is already at step {tail.last_step}")
                 pending.remove(fault)
-        with supervisor.signals_raise(Interrupted, (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)):
-            try:
-                self.create()
-                self.report(
-                    f"booting {len(self.vms)} VM(s): {self.config.slices} slice(s) × {self.config.accelerator.hosts} "
-                    f"worker(s) of {self.config.accelerator_type}, {self.config.accelerator.chips_per_host} CPU devices each"
-                )
-                self.boot_all(options)
-                self._supervise(options, pending, tail, events, start)
-            finally:
-                self.shutdown()
-        result = summary_lib.summarize(self.paths.run_dir, total)
+        try:
+            self.create()
+            self.report(
+                f"booting {len(self.vms)} VM(s): {self.config.slices} slice(s) × {self.config.accelerator.hosts} "
+                f"worker(s) of {self.config.accelerator_type}, {self.config.accelerator.chips_per_host} CPU devices each"
+            )
+            self.boot_all(options)
+            self._supervise(options, pending, tail, events, start)
+        finally:
+            self.stop_vms()
+        result = summary_lib.summarize(self.run_dir, total)
         result.update(
             {
                 "wall_seconds": round(time.monotonic() - start, 3),
@@ -237,17 +305,25 @@ class LocalQueuedResource:
         )
         return result
 
-    def _supervise(self, options: Options, pending: list[Fault], tail: MetricsTail, events: JsonlTail, start: float) -> None:
+    def _supervise(self, options: Options, pending: list[Fault], tail: MetricsTail, events: RecordTail, start: float) -> None:
         """Follow the run until every VM's startup script exited 0 (see :meth:`up`)."""
         total = self.config.training.steps
         last_report_step = tail.last_step
         while True:
             time.sleep(options.poll_s)
-            tail.poll()
-            for event in events.poll():
+            if not self.storage.alive():
+                raise self.storage_stopped()
+            try:
+                tail.poll()
+                new_events = events.poll()
+            except Exception:  # gcsfs raises aiohttp's and its own errors when the server is gone
+                if not self.storage.alive():
+                    raise self.storage_stopped() from None
+                raise
+            for event in new_events:
                 self._report_event(event)
             if tail.last_step != last_report_step:
-                self._progress(tail, total)
+                self._progress(tail, last_report_step, total)
                 last_report_step = tail.last_step
             if pending and tail.last_step >= pending[0].step:
                 self.inject(pending.pop(0), options, tail.last_step)
@@ -281,9 +357,11 @@ class LocalQueuedResource:
         elif kind == "preempted":
             self.report(f"training stopped after the preemption checkpoint of step {step}")
 
-    def _progress(self, tail: MetricsTail, total: int) -> None:
+    def _progress(self, tail: MetricsTail, previous_step: int, total: int) -> None:
+        """A progress line each time training passes a tenth of the run (records arrive one
+        sync window at a time) and at the last step."""
         every = max(1, total // 10)
-        if tail.last_step % every == 0 or tail.last_step == total:
+        if tail.last_step // every != previous_step // every or tail.last_step == total:
             self.report(f"step {tail.last_step}/{total}  loss {tail.last_loss:.4f}")
 
 

@@ -5,9 +5,10 @@
   (GCE gives preempted Spot VMs 30 s: https://cloud.google.com/compute/docs/instances/spot#preemption-process).
 * ``--kill SLICE@STEP``: SIGKILL to every process of the slice's VMs (a hardware fault).
 
-The fault fires once, the first time the emulator sees (it polls ``metrics.jsonl`` every
-``poll_s``) a completed step ≥ STEP; with fast steps training may be a few steps further by
-then, and the steps it loses are counted from where it really was. Afterwards
+The fault fires once, the first time the emulator sees (it polls the run's ``metrics`` log
+every ``poll_s``; the trainer syncs it every ``log_every_steps`` and at each checkpoint) a
+completed step ≥ STEP; training may be a few steps further by then, and the steps it loses
+are counted from where it really was. Afterwards
 the emulator repairs the queued resource the way Cloud TPU auto-repair does: the failed
 slice is recreated as a whole (fresh local disks; the instances of a slice are recovered
 together: https://cloud.google.com/tpu/docs/failure-recovery) and every other slice is

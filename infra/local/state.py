@@ -2,13 +2,17 @@
 
 ``<state root>/<stack>/`` holds:
 
-* ``bucket/``: the checkpoint bucket; the run directory is ``bucket/runs/<run name>``;
+* ``gcs/``: the emulated Cloud Storage's backend (``infra.local.gcs``): the stack's bucket
+  is ``gcs/<bucket>/``, and the run directory ``gs://<bucket>/runs/<run name>`` its objects
+  under ``runs/<run name>/``; read them through the server, not as files;
 * ``vms/slice-S-worker-W/``: each emulated VM's local disk (``MULTISLICE_HOME``);
-* ``logs/slice-S-worker-W.log``: each VM's console output;
+* ``logs/slice-S-worker-W.log``: each VM's console output; ``logs/fake-gcs-server.log``;
 * ``lock``: held (flock) by the running emulator for its whole life;
 * ``emulator.json``: the running emulator's pid and start time, its emulation id (the
-  value of ``MULTISLICE_EMULATION_ID`` in every VM process's environment) and the VMs'
-  process groups, so that ``multislice local down`` can stop a run whose emulator died.
+  value of ``MULTISLICE_EMULATION_ID`` in the environment of every VM process and of the
+  storage server), the VMs' process groups and the storage server's URL, so that
+  ``multislice local down`` can stop a run whose emulator died and ``multislice local
+  status`` can read a running one.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from infra.local import supervisor
+from training.run_dir import RunDir
 
 #: Environment variable every emulated VM process carries, with its run's emulation id: lets
 #: tests and ``local down`` find processes that outlived the emulator.
@@ -33,15 +38,14 @@ class LocalPaths:
     """Where a stack's emulation keeps its state (``<state root>/<stack>/``)."""
 
     root: Path
-    run_name: str
 
     @property
-    def bucket(self) -> Path:
-        return self.root / "bucket"
+    def gcs_root(self) -> Path:
+        return self.root / "gcs"
 
     @property
-    def run_dir(self) -> Path:
-        return self.bucket / "runs" / self.run_name
+    def gcs_log(self) -> Path:
+        return self.logs_dir / "fake-gcs-server.log"
 
     @property
     def state_file(self) -> Path:
@@ -75,11 +79,14 @@ def acquire_lock(paths: LocalPaths) -> IO[str] | None:
     return handle
 
 
-def write_state(paths: LocalPaths, *, stack: str, emulation_id: str, vms: list[dict[str, Any]]) -> None:
+def write_state(
+    paths: LocalPaths, *, stack: str, emulation_id: str, vms: list[dict[str, Any]], storage_url: str | None = None
+) -> None:
     """Record this process as the running emulator (atomically: temporary file, rename).
 
     Args:
       vms: one ``{"slice", "worker", "node", "pgid"}`` record per emulated VM.
+      storage_url: the emulated Cloud Storage's URL (``http://127.0.0.1:<port>``).
     """
     state = {
         "pid": os.getpid(),
@@ -87,6 +94,7 @@ def write_state(paths: LocalPaths, *, stack: str, emulation_id: str, vms: list[d
         "stack": stack,
         "emulation_id": emulation_id,
         "vms": vms,
+        "storage_url": storage_url,
     }
     tmp = paths.state_file.with_suffix(".tmp")
     tmp.write_text(json.dumps(state, indent=2))
@@ -140,9 +148,16 @@ def stop_recorded(paths: LocalPaths, wait_s: float = 15.0, signal_emulator: bool
     return actions
 
 
-def discard_run(paths: LocalPaths) -> bool:
-    """``--fresh``: delete the run directory and the VMs' disks and logs; True if a run existed."""
-    existed = paths.run_dir.exists()
-    for path in (paths.run_dir, paths.root / "vms", paths.logs_dir):
+def discard_machines(paths: LocalPaths) -> None:
+    """``--fresh``, before the storage server starts: delete the VMs' disks and the logs."""
+    for path in (paths.root / "vms", paths.logs_dir):
         shutil.rmtree(path, ignore_errors=True)
-    return existed
+
+
+def discard_run(run_dir: RunDir) -> bool:
+    """``--fresh``: delete every object of the run directory (through the storage API);
+    True if there was any."""
+    if not run_dir.list("*"):
+        return False
+    run_dir.path.rmtree()
+    return True

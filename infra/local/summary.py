@@ -1,10 +1,12 @@
-"""The summary of a run, computed from what the trainer wrote in its run directory.
+"""The summary of a run, computed from what the trainer wrote in its run directory (read
+through the run directory's storage API, as the trainer wrote it: ``training.run_dir``).
 
 * ``steps_completed``: highest step with a metrics record (or the completion marker's);
 * ``final_loss``: training loss of that step's last record;
-* ``restarts``: trainer starts after the first (``start`` events in ``events.jsonl``);
+* ``restarts``: trainer starts after the first (``start`` events);
 * ``steps_lost``: step records written again after a restart — work computed, lost with
-  the process and recomputed from the last checkpoint;
+  the process and recomputed from the last checkpoint (steps of a window that was never
+  synced are not seen, so this is a lower bound: ``training.run_log``);
 * ``complete``: a valid completion marker for at least ``total_steps`` exists;
 * ``training_seconds``: from the run's first start to its last event (all attempts, across
   every ``local up`` of the run).
@@ -12,20 +14,20 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-from training.checkpointing import is_complete, read_completion
-from training.run_log import read_jsonl
+from training.checkpointing import read_completion
+from training.run_dir import RunDir
+from training.run_log import read_records
 
 
-def summarize(run_dir: Path, total_steps: int) -> dict[str, Any]:
+def summarize(run_dir: RunDir, total_steps: int) -> dict[str, Any]:
     """Summary dict of the run in ``run_dir`` (see module docstring)."""
-    metrics = read_jsonl(str(run_dir / "metrics.jsonl"))
-    events = read_jsonl(str(run_dir / "events.jsonl"))
+    metrics = read_records(run_dir, "metrics")
+    events = read_records(run_dir, "events")
     steps = [m for m in metrics if "loss" in m]
     evals = [m for m in metrics if "eval_loss" in m]
-    completion = read_completion(str(run_dir))
+    completion = read_completion(run_dir)
     steps_completed = max((int(m["step"]) for m in steps), default=0)
     if completion and completion.get("step") is not None:
         steps_completed = max(steps_completed, int(completion["step"]))
@@ -34,7 +36,7 @@ def summarize(run_dir: Path, total_steps: int) -> dict[str, Any]:
     times = [float(e["time"]) for e in events if "time" in e]
     return {
         "run_dir": str(run_dir),
-        "complete": is_complete(str(run_dir), total_steps) is not None,
+        "complete": completion is not None and completion["step"] >= total_steps,
         "steps_completed": steps_completed,
         "total_steps": total_steps,
         "final_loss": float(final[-1]["loss"]) if final else None,

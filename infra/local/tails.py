@@ -1,61 +1,48 @@
-"""Following what processes write: the trainer's JSON-lines records and the VMs' logs.
+"""Following what processes write: the trainer's records and the VMs' logs.
 
-* :class:`JsonlTail`: the complete new records of a JSON-lines file since the last poll. A
-  last line without its newline is left for a later poll (the writer may be mid-record); a
-  line that never parses (a record torn by a killed writer, which the next writer ends with
-  a newline: ``training.run_log``) is skipped. A file that shrank or was replaced is read
-  again from its start.
-* :class:`MetricsTail`: the newest training step and loss of ``metrics.jsonl``, and when it
-  last advanced (the emulator's fault trigger and stall detector).
+* :class:`RecordTail`: the new records of one of the trainer's logs (``metrics``, ``events``:
+  ``training.run_log``) since the last poll, read from the run directory through its storage
+  API. The trainer writes each sync window as a new object and never rewrites one, so a poll
+  lists the log's objects (one request) and reads only those it has not read. A listing
+  that went backwards (the run was discarded and started again) is read from its start.
+* :class:`MetricsTail`: the newest training step and loss, and when it last advanced (the
+  emulator's fault trigger and stall detector).
 * :func:`last_lines`: the end of a log file, for error messages.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import time
 from pathlib import Path
 from typing import Any
 
+from training.run_dir import RunDir
+from training.run_log import parse_records, segments
 
-class JsonlTail:
-    """Complete new records of the JSON-lines file ``path`` (see module docstring)."""
 
-    def __init__(self, path: Path):
-        self.path = path
-        self.offset = 0
-        self._identity: tuple[int, int] | None = None
+class RecordTail:
+    """New records of log ``name`` of ``run_dir`` (see the module docstring)."""
+
+    def __init__(self, run_dir: RunDir, name: str):
+        self.run_dir = run_dir
+        self.name = name
+        self._last = ""  # the newest object read; names sort in writing order
 
     def poll(self) -> list[dict[str, Any]]:
-        """Records completed since the last poll, in file order; [] while the file is absent."""
-        try:
-            with open(self.path, "rb") as f:
-                stat = os.fstat(f.fileno())
-                identity = (stat.st_dev, stat.st_ino)
-                if identity != self._identity or stat.st_size < self.offset:
-                    self._identity, self.offset = identity, 0  # a new or truncated file
-                f.seek(self.offset)
-                data = f.read()
-        except FileNotFoundError:
-            return []
-        end = data.rfind(b"\n")
-        if end < 0:
-            return []
-        self.offset += end + 1
+        """Records written since the last poll, in writing order; [] while there are none."""
+        names = segments(self.run_dir, self.name)
+        if names and names[-1] < self._last:
+            self._last = ""
         records = []
-        for line in data[: end + 1].splitlines():
-            try:
-                record = json.loads(line)
-            except (json.JSONDecodeError, UnicodeDecodeError):
-                continue
-            if isinstance(record, dict):
-                records.append(record)
+        for name in names:
+            if name > self._last:
+                records += parse_records(self.run_dir.read(name) or b"")
+                self._last = name
         return records
 
 
-class MetricsTail(JsonlTail):
-    """Follows ``metrics.jsonl``: the newest step and loss, and when it last advanced.
+class MetricsTail(RecordTail):
+    """Follows the ``metrics`` log: the newest step and loss, and when it last advanced.
 
     Attributes:
       last_step: step of the newest training record (one with ``loss``); 0 before any.
@@ -64,8 +51,8 @@ class MetricsTail(JsonlTail):
         construction, or of the caller's reset).
     """
 
-    def __init__(self, path: Path):
-        super().__init__(path)
+    def __init__(self, run_dir: RunDir):
+        super().__init__(run_dir, "metrics")
         self.last_step = 0
         self.last_loss: float | None = None
         self.last_change = time.monotonic()

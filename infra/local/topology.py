@@ -8,7 +8,9 @@ same keys (``infra.local.metadata``), with the values a real TPU VM of the stack
   (every worker is 127.0.0.1 here);
 * ``tpu-env``: ``ACCELERATOR_TYPE``, ``WORKER_ID``, ``NODE_ID`` and, for more than one
   slice, the ``MEGASCALE_*`` values of a multislice queued resource;
-* ``accelerator-type``, ``startup-script``, and this project's ``multislice-run-dir``.
+* ``accelerator-type``, ``startup-script``, and this project's ``multislice-run-dir``: the
+  stack's ``gs://<bucket>/runs/<run>``, as ``pulumi up`` sets it; the emulated Cloud Storage
+  serves it (``infra.local.gcs``), found through the environment (:func:`vm_environment`).
 
 The node (slice) names are the stack's real ones, :attr:`infra.config.StackConfig.node_ids`,
 the ids the queued resource's nodes get on Cloud TPU.
@@ -56,11 +58,18 @@ def vm_metadata(config: StackConfig, slice_id: int, worker: int, *, startup_scri
 
 
 def vm_environment(
-    config: StackConfig, *, emulation_id: str, coordinator_port: int, heartbeat_timeout_s: int, init_timeout_s: int
+    config: StackConfig,
+    *,
+    emulation_id: str,
+    coordinator_port: int,
+    heartbeat_timeout_s: int,
+    init_timeout_s: int,
+    storage_env: dict[str, str],
 ) -> dict[str, str]:
     """The environment every emulated VM's startup script runs with: this process's, less
     JAX / TPU / metadata settings, plus the emulation's (CPU devices, this virtualenv's
-    Python, the coordinator port, the run's emulation id)."""
+    Python, the coordinator port, the run's emulation id) and ``storage_env``, which points
+    the Cloud Storage clients at the emulated server (:meth:`infra.local.gcs.GcsServer.client_env`)."""
     env = {key: value for key, value in os.environ.items() if not key.startswith(_HOST_ONLY_PREFIXES)}
     env.update(
         {
@@ -72,6 +81,7 @@ def vm_environment(
             "JAX_PLATFORMS": "cpu",
             "JAX_NUM_CPU_DEVICES": str(config.accelerator.chips_per_host),
             "PYTHONUNBUFFERED": "1",
+            **storage_env,
         }
     )
     return env

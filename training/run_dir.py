@@ -1,0 +1,78 @@
+"""The run directory: a local path or a ``gs://`` URI behind one interface (etils.epath).
+
+Layout (``training.checkpointing``, ``training.run_log``)::
+
+    <run>/checkpoints/<step>/    Orbax checkpoints
+    <run>/train_config.json      the TrainConfig of the run
+    <run>/metrics/<n>.jsonl      records of one sync window each, n = 00000000, 00000001, ...
+    <run>/events/<n>.jsonl       start / checkpoint / preempted / complete records
+    <run>/tensorboard/           TensorBoard event files, one per sync window
+    <run>/COMPLETE               written once the last step's checkpoint is finalized
+
+Every file is written whole and never appended to (Cloud Storage objects cannot be):
+:meth:`RunDir.write` uploads one object (an object write is atomic: readers see the old or
+the new object, https://cloud.google.com/storage/docs/consistency) or, on a local disk,
+renames a synced temporary file over the target.
+"""
+
+from __future__ import annotations
+
+import os
+
+from etils import epath
+
+
+class RunDirError(ValueError):
+    """The run directory argument cannot be a run directory."""
+
+
+class RunDir:
+    """Run directory ``root`` (local path or ``gs://bucket/prefix``).
+
+    Raises:
+      RunDirError: ``root`` is empty, or a local path that is a file.
+    """
+
+    def __init__(self, root: str):
+        if not root.strip():
+            raise RunDirError("the run directory is empty; give a local directory or a gs:// URI")
+        self.root = root.rstrip("/")
+        self.remote = "://" in root
+        self.path = epath.Path(self.root)
+        if not self.remote and os.path.exists(root) and not os.path.isdir(root):
+            raise RunDirError(f"the run directory {root} is a file, not a directory")
+
+    def __str__(self) -> str:
+        return self.root
+
+    def __truediv__(self, name: str) -> epath.Path:
+        return self.path / name
+
+    def read(self, name: str) -> bytes | None:
+        """The bytes of ``<run>/<name>``, or None if it does not exist."""
+        try:
+            return (self.path / name).read_bytes()
+        except FileNotFoundError:
+            return None
+
+    def write(self, name: str, data: bytes) -> None:
+        """Write ``<run>/<name>`` whole and atomically (see the module docstring)."""
+        target = self.path / name
+        if self.remote:
+            target.write_bytes(data)
+            return
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = f"{target}.tmp"
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+
+    def list(self, pattern: str) -> list[str]:
+        """Names (relative to the run directory) matching the glob ``pattern``, sorted.
+
+        A fresh listing each call: gcsfs answers ``iterdir`` from a cache of earlier listings,
+        which would miss what other processes wrote since; ``glob`` asks the server.
+        """
+        return sorted(str(p)[len(self.root) + 1 :] for p in self.path.glob(pattern))
