@@ -177,8 +177,7 @@ def test_crash_then_resume_gives_bit_identical_losses(uninterrupted, config, tmp
     assert [s for s, _ in resumed[len(first_pass):]] == [9, 10, 11, 12]
     assert all(loss == final[step] for step, loss in first_pass)
     # The restart loaded the compiled train step from the run directory's compilation cache.
-    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
-    first_records = [r for r in records if r.get("includes_compile")]
+    first_records = [r for r in read_records(RunDir(run_dir), "metrics") if r.get("includes_compile")]
     assert [r["compile_cache_hits"] > 0 for r in first_records] == [False, True]
 
 
@@ -204,6 +203,11 @@ def test_sigterm_saves_the_current_step_then_resume_completes(uninterrupted, con
     assert result.exit_code == train.EXIT_COMPLETE
     assert dict(losses(gs_run)) == dict(losses(uninterrupted))
     assert [s for s, _ in losses(gs_run)] == list(range(1, 13))  # no step lost or redone
+    # The compilation cache is in the bucket (gs://.../compilation_cache): the resumed
+    # process, like a slice recreated with a fresh disk, loads its executables from there.
+    assert RunDir(gs_run).list("compilation_cache/*")
+    first_records = [r for r in read_records(RunDir(gs_run), "metrics") if r.get("includes_compile")]
+    assert [r["compile_cache_hits"] > 0 for r in first_records] == [False, True]
 
 
 def test_changed_model_in_an_existing_run_dir_is_refused(uninterrupted, config, gs_run):

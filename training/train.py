@@ -112,7 +112,7 @@ def run(config: TrainConfig, run_dir_uri: str, identity: cluster.ClusterIdentity
         log.info("run %s is already complete (step %d); nothing to do", run_dir, done["step"])
         return RunResult(EXIT_COMPLETE, done["step"], done["loss"])
 
-    compile_cache.enable(run_dir)  # before the first compilation: a restart loads the train step
+    compile_cache.enable(str(run_dir))  # before the first compilation: a restart loads the train step
     cluster.initialize(identity)
     sigterm = _SigtermFlag()
     if identity.num_processes == 1:
