@@ -1,20 +1,34 @@
-"""The trainer bundle: ``training/*.py`` as a reproducible ``tar.gz``.
+"""Reproducible archives for the VMs: the trainer bundle, the release payload, its compression.
 
-The startup script (:mod:`infra.startup`) carries this archive, base64 in a quoted heredoc,
-onto every TPU VM and checks its sha256 there before unpacking it. Equal sources give equal
-bytes (no timestamps, owners or local paths), so the script changes only when the trainer
-code does.
+A **release** is everything a TPU VM runs for a stack: the boot logic, the trainer package
+(``training/*.py``), the trainer config and the pinned requirements. The startup script
+(:mod:`infra.startup`) carries it as one uncompressed tar (:func:`build_archive`), compressed
+with xz (:func:`compress`) and base64-encoded; the VM checks the sha256 of the *uncompressed*
+tar before unpacking it. That sha256 is the **release id**: it depends on the content only,
+never on the compressor, so two operators whose lzma/zlib builds compress differently render
+scripts with the same release id (``infra.queued_resource`` keeps the recorded script when
+only the compressed bytes differ), and the release record in the bucket
+(:mod:`infra.release`) stores the uncompressed tar.
+
+Equal inputs give equal bytes: entries sorted by name, regular files only, mtime 0,
+uid/gid 0, no user/group names, mode 0644, POSIX ustar format (no PAX headers, which could
+carry times).
 """
 
 from __future__ import annotations
 
-import gzip
 import io
+import lzma
 import tarfile
+from collections.abc import Mapping
 from pathlib import Path
 
 #: Name of the trainer package inside the bundle (``python -m training``).
 BUNDLE_PACKAGE = "training"
+
+#: xz preset of :func:`compress`: level 9 with the "extreme" flag (xz(1), ``-9e``), the
+#: smallest output of the stock presets; decompressing it needs 65 MiB of memory.
+XZ_PRESET = 9 | lzma.PRESET_EXTREME
 
 
 def bundle_files(training_dir: Path) -> list[Path]:
@@ -29,14 +43,8 @@ def bundle_files(training_dir: Path) -> list[Path]:
     return sorted(files, key=lambda p: p.relative_to(training_dir).as_posix())
 
 
-def build_bundle(training_dir: Path) -> bytes:
-    """A reproducible ``tar.gz`` of the trainer package.
-
-    Entries are ``training/<relative path>`` for :func:`bundle_files`, sorted, regular files
-    only, with mtime 0, uid/gid 0, empty user/group names and mode 0644 (PAX format); the
-    gzip header has mtime 0 and no file name. Equal sources give equal bytes on a machine;
-    across machines the bytes also depend on the deflate implementation (zlib; a zlib-ng
-    build of Python would compress differently).
+def trainer_files(training_dir: Path) -> dict[str, bytes]:
+    """``{"training/<relative path>": content}`` for :func:`bundle_files`.
 
     Raises:
       FileNotFoundError: ``training_dir`` is missing or holds no ``*.py`` file.
@@ -45,11 +53,22 @@ def build_bundle(training_dir: Path) -> bytes:
     files = bundle_files(training_dir) if training_dir.is_dir() else []
     if not files:
         raise FileNotFoundError(f"no *.py files under {training_dir}: nothing to bundle")
-    tar_buffer = io.BytesIO()
-    with tarfile.open(fileobj=tar_buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for path in files:
-            data = path.read_bytes()
-            info = tarfile.TarInfo(f"{BUNDLE_PACKAGE}/{path.relative_to(training_dir).as_posix()}")
+    return {f"{BUNDLE_PACKAGE}/{p.relative_to(training_dir).as_posix()}": p.read_bytes() for p in files}
+
+
+def build_archive(files: Mapping[str, bytes]) -> bytes:
+    """A reproducible, uncompressed ustar archive of ``files`` (archive path → content).
+
+    Raises:
+      ValueError: a path is absolute, has ``..``, or is too long for ustar (the message names it).
+    """
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        for name in sorted(files):
+            if name.startswith("/") or ".." in name.split("/"):
+                raise ValueError(f"archive path {name!r} must be relative and without '..'")
+            data = files[name]
+            info = tarfile.TarInfo(name)
             info.size = len(data)
             info.mtime = 0
             info.mode = 0o644
@@ -57,7 +76,21 @@ def build_bundle(training_dir: Path) -> bytes:
             info.uname = info.gname = ""
             info.type = tarfile.REGTYPE
             tar.addfile(info, io.BytesIO(data))
-    gz_buffer = io.BytesIO()
-    with gzip.GzipFile(filename="", mode="wb", fileobj=gz_buffer, compresslevel=9, mtime=0) as gz:
-        gz.write(tar_buffer.getvalue())
-    return gz_buffer.getvalue()
+    return buffer.getvalue()
+
+
+def build_bundle(training_dir: Path) -> bytes:
+    """The trainer package alone as a reproducible uncompressed tar (``training/…`` entries,
+    see :func:`build_archive`); its sha256 is the ``bundleSha256`` the program exports.
+
+    Raises:
+      FileNotFoundError: ``training_dir`` is missing or holds no ``*.py`` file.
+    """
+    return build_archive(trainer_files(training_dir))
+
+
+def compress(data: bytes, preset: int = XZ_PRESET) -> bytes:
+    """``data`` as an xz stream (``xz -dc`` on the VM decompresses it; xz-utils is a
+    required package of Debian and Ubuntu). The bytes depend on the liblzma build and the
+    preset; nothing compares them (see the module docstring)."""
+    return lzma.compress(data, format=lzma.FORMAT_XZ, check=lzma.CHECK_CRC64, preset=preset)
