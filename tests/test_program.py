@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import io
 import json
+import lzma
 import re
+import tarfile
 
 import pytest
 
 from infra import startup
+from infra.bundle import build_archive
 from infra.config import StackConfigError, available_stacks, load_stack
 from infra.network import IAP_SSH_RANGE
 from infra.queued_resource import RUN_DIR_KEY, STARTUP_SCRIPT_KEY
@@ -150,9 +154,13 @@ def test_node_count_prefix_and_shape_come_from_the_config(worlds, stack):
 
 
 def _bundle_from_script(text: str) -> bytes:
-    match = re.search(r"<<'MULTISLICE_BUNDLE'\n(.*?)^MULTISLICE_BUNDLE$", text, re.S | re.M)
-    assert match, "no MULTISLICE_BUNDLE heredoc in the startup script"
-    return base64.b64decode(match.group(1))
+    """The trainer bundle (``training/*`` of the embedded release, as infra.bundle archives it)."""
+    match = re.search(r"<<'MULTISLICE_RELEASE'[^\n]*\n(.*?)^MULTISLICE_RELEASE$", text, re.S | re.M)
+    assert match, "no MULTISLICE_RELEASE heredoc in the startup script"
+    release = lzma.decompress(base64.b64decode(match.group(1)))
+    with tarfile.open(fileobj=io.BytesIO(release), mode="r:") as tar:
+        files = {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.name.startswith("training/")}
+    return build_archive(files)
 
 
 @pytest.mark.parametrize("stack", STACKS)

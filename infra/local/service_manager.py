@@ -196,7 +196,8 @@ class Manager:
         while _group_alive(proc.pid) and time.monotonic() < deadline:
             proc.poll()
             time.sleep(POLL_S)
-        if proc.poll() is None or _group_alive(proc.pid):
+        timed_out = proc.poll() is None or _group_alive(proc.pid)
+        if timed_out:
             self.say(f"{unit.name}: State 'stop-sigterm' timed out. Killing.")
             self._kill(service, signal.SIGKILL)
             proc.wait()
@@ -211,6 +212,8 @@ class Manager:
             service.exit_code, service.exit_status = "killed", status.name.removeprefix("SIG")
             clean = status in CLEAN_SIGNALS or status in unit.success_exit_status
             result = "success" if clean else "signal"
+        if timed_out:
+            clean, result = False, "timeout"
         if not clean:
             self.say(f"{unit.name}: Main process exited, code={service.exit_code}, status={service.exit_status}")
         post_env = {**self.env, **unit.environment, "SERVICE_RESULT": result, "EXIT_CODE": service.exit_code, "EXIT_STATUS": service.exit_status}
