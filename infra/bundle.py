@@ -13,15 +13,22 @@ only the compressed bytes differ), and the release record in the bucket
 Equal inputs give equal bytes: entries sorted by name, regular files only, mtime 0,
 uid/gid 0, no user/group names, mode 0644, POSIX ustar format (no PAX headers, which could
 carry times).
+
+The expensive step, xz at its highest preset, is done once per content
+(:func:`cached_compress`, :mod:`infra.content_cache`); so is the trainer bundle
+(:func:`cached_bundle`).
 """
 
 from __future__ import annotations
 
 import io
 import lzma
+import sys
 import tarfile
 from collections.abc import Mapping
 from pathlib import Path
+
+from infra.content_cache import ContentCache, key_of
 
 #: Name of the trainer package inside the bundle (``python -m training``).
 BUNDLE_PACKAGE = "training"
@@ -94,3 +101,31 @@ def compress(data: bytes, preset: int = XZ_PRESET) -> bytes:
     required package of Debian and Ubuntu). The bytes depend on the liblzma build and the
     preset; nothing compares them (see the module docstring)."""
     return lzma.compress(data, format=lzma.FORMAT_XZ, check=lzma.CHECK_CRC64, preset=preset)
+
+
+def cached_bundle(training_dir: Path, cache: ContentCache) -> bytes:
+    """:func:`build_bundle` of ``training_dir``, built once per content: the cache key is every
+    bundled file's relative path and bytes (not its mtime), this module's source and the
+    Python version (tarfile shapes the bytes).
+
+    Raises:
+      FileNotFoundError: as :func:`build_bundle` (nothing is cached then).
+    """
+    training_dir = Path(training_dir)
+    files = bundle_files(training_dir) if training_dir.is_dir() else []
+    if not files:
+        return build_bundle(training_dir)
+    parts: list[bytes | str] = [Path(__file__).read_bytes(), sys.version]
+    for path in files:
+        parts += [path.relative_to(training_dir).as_posix(), path.read_bytes()]
+    return cache.get_or_compute("bundle", key_of(*parts), lambda: build_bundle(training_dir))
+
+
+def cached_compress(data: bytes, cache: ContentCache, preset: int = XZ_PRESET) -> bytes:
+    """:func:`compress` of ``data``, compressed once per content: the cache key is ``data``,
+    the preset, this module's source and the Python version (its lzma module and liblzma
+    build shape the bytes). A cached stream from another liblzma build would differ in bytes
+    only, never in what it decompresses to (the VM checks the release id of the result).
+    """
+    key = key_of(Path(__file__).read_bytes(), sys.version, str(preset), data)
+    return cache.get_or_compute("release-xz", key, lambda: compress(data, preset))

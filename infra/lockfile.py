@@ -23,15 +23,20 @@ The output is deterministic: packages sorted by name, hashes sorted, no timestam
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import json
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+import packaging
 from packaging.utils import canonicalize_name
 
+from infra.content_cache import ContentCache, key_of
 from infra.target_environment import TargetEnvironment, read_python_version
 from infra.uv_lock import PROJECT_NAME, Artifact, Lock, LockfileError, package_key
 
@@ -288,3 +293,48 @@ def pinned_uv(
         raise LockfileError(f"uv=={pinned.version}: no wheel for {target.description} in {lock.path.name}")
     best = pinned.artifacts[0]
     return PinnedWheel(name="uv", version=pinned.version, filename=best.filename, url=best.url, sha256=best.sha256)
+
+
+@dataclass(frozen=True)
+class VmPins:
+    """What the startup script pins on a TPU VM (:func:`vm_pins`).
+
+    Attributes:
+      requirements_text, requirements_sha256: ``PinnedRequirements.text`` and ``.sha256``.
+      python_version: the target's CPython version (``.python-version``).
+      uv_version, uv_requirement_text: ``PinnedWheel.version`` and ``.requirement_text`` of uv.
+    """
+
+    requirements_text: str
+    requirements_sha256: str
+    python_version: str
+    uv_version: str
+    uv_requirement_text: str
+
+
+def vm_pins(project_root: Path | None = None, cache: ContentCache | None = None) -> VmPins:
+    """:func:`pinned_requirements` and :func:`pinned_uv` of the checkout, computed once per
+    content when ``cache`` is given: the key is the bytes of ``uv.lock`` and
+    ``.python-version`` (not their mtimes), the source of this module and of the modules it
+    reads the lock with, and the Python and ``packaging`` versions.
+
+    Raises:
+      LockfileError: as :func:`pinned_requirements` / :func:`pinned_uv` (nothing is cached).
+    """
+    root = Path(project_root) if project_root is not None else default_project_root()
+
+    def compute() -> bytes:
+        requirements = pinned_requirements(root)
+        uv = pinned_uv(root, target=requirements.target)
+        pins = VmPins(requirements.text, requirements.sha256, requirements.target.python_version, uv.version, uv.requirement_text)
+        return json.dumps(dataclasses.asdict(pins), sort_keys=True).encode()
+
+    if cache is None:
+        return VmPins(**json.loads(compute()))
+    parts: list[bytes | str] = [sys.version, packaging.__version__]
+    for module in (__name__, Lock.__module__, TargetEnvironment.__module__):
+        parts.append(Path(sys.modules[module].__file__ or "").read_bytes())
+    for name in ("uv.lock", ".python-version"):
+        path = root / name
+        parts += [name, path.read_bytes() if path.is_file() else "(missing)"]
+    return VmPins(**json.loads(cache.get_or_compute("vm-pins", key_of(*parts), compute)))

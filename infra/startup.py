@@ -53,7 +53,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from infra import bundle, lockfile
+from infra import bundle, content_cache, lockfile
 from infra.bundle import BUNDLE_PACKAGE
 from infra.config import StackConfig
 
@@ -185,16 +185,16 @@ def release_id_of(script_text: str) -> str | None:
     return match.group(1) if match else None
 
 
-def boot_script(config: StackConfig, requirements: lockfile.PinnedRequirements, uv: lockfile.PinnedWheel) -> str:
+def boot_script(config: StackConfig, pins: lockfile.VmPins) -> str:
     """``boot.sh`` of the release: ``infra/boot.sh.in`` filled for ``config``."""
     values = {
         "STACK": config.stack,
         "ACCELERATOR": config.accelerator_type,
         "SLICES": str(config.slices),
         "BOOTSTRAP_SHA256": hashlib.sha256(template().encode()).hexdigest(),
-        "REQUIREMENTS_SHA256": requirements.sha256,
-        "PYTHON_VERSION": shlex.quote(requirements.target.python_version),
-        "UV_VERSION": uv.version,
+        "REQUIREMENTS_SHA256": pins.requirements_sha256,
+        "PYTHON_VERSION": shlex.quote(pins.python_version),
+        "UV_VERSION": pins.uv_version,
         "UNIT": TRAINER_UNIT,
         "ATTEMPTS": str(ATTEMPTS),
         "BUILD_ATTEMPTS": str(BUILD_ATTEMPTS),
@@ -216,28 +216,28 @@ def boot_script(config: StackConfig, requirements: lockfile.PinnedRequirements, 
     return fill(template(BOOT_RESOURCE), values, BOOT_RESOURCE)
 
 
-def release_files(config: StackConfig, project_root: Path) -> tuple[dict[str, bytes], lockfile.PinnedRequirements]:
-    """Path → content of every file of the stack's release, and the pinned requirements."""
-    requirements = lockfile.pinned_requirements(project_root)
-    uv = lockfile.pinned_uv(project_root, target=requirements.target)
+def release_files(config: StackConfig, project_root: Path, cache: content_cache.ContentCache | None = None) -> tuple[dict[str, bytes], lockfile.VmPins]:
+    """Path → content of every file of the stack's release, and the VM's pins (computed once
+    per content with ``cache``, :func:`infra.lockfile.vm_pins`)."""
+    pins = lockfile.vm_pins(project_root, cache)
     files = bundle.trainer_files(project_root / BUNDLE_PACKAGE)
     files.update(
         {
-            "boot.sh": boot_script(config, requirements, uv).encode(),
+            "boot.sh": boot_script(config, pins).encode(),
             "trainer.sh": template(TRAINER_RESOURCE).encode(),
             "config.json": (config.training.model_dump_json() + "\n").encode(),
-            "requirements.txt": requirements.text.encode(),
-            "uv-requirements.txt": uv.requirement_text.encode(),
+            "requirements.txt": pins.requirements_text.encode(),
+            "uv-requirements.txt": pins.uv_requirement_text.encode(),
         }
     )
-    return files, requirements
+    return files, pins
 
 
 def render(
     config: StackConfig,
     *,
     project_root: Path | None = None,
-    compress=bundle.compress,
+    compress=None,
 ) -> RenderedScript:
     """Render the startup script of a stack.
 
@@ -245,8 +245,10 @@ def render(
       config: the validated stack (its ``training`` is the release's config.json).
       project_root: checkout with ``training/``, ``uv.lock``, ``.python-version``; default:
         the one this module lives in. The output does not depend on where it is.
-      compress: ``bytes -> xz bytes`` for the embedded release (tests pass another level to
-        show that the release id does not depend on it).
+      compress: ``bytes -> xz bytes`` for the embedded release; default
+        :func:`infra.bundle.compress`, done once per content (:func:`infra.bundle.cached_compress`).
+        Tests pass another level or implementation to show that the release id does not
+        depend on it.
 
     Returns:
       RenderedScript; ``text`` is identical for identical inputs (and compressor).
@@ -258,19 +260,21 @@ def render(
       FileNotFoundError: no ``training/*.py`` under ``project_root``.
     """
     root = Path(project_root) if project_root is not None else lockfile.default_project_root()
-    files, requirements = release_files(config, root)
+    cache = content_cache.for_project(root)  # bundle, pins and compressed release: once per content
+    bundle_sha256 = hashlib.sha256(bundle.cached_bundle(root / BUNDLE_PACKAGE, cache)).hexdigest()
+    files, pins = release_files(config, root, cache)
     release = bundle.build_archive(files)
     release_id = hashlib.sha256(release).hexdigest()
-    trainer = {name: data for name, data in files.items() if name.startswith(f"{BUNDLE_PACKAGE}/")}
+    compressed = bundle.cached_compress(release, cache) if compress is None else compress(release)
     values = {
         "STACK": config.stack,
         "ACCELERATOR": config.accelerator_type,
         "SLICES": str(config.slices),
         "RELEASE_ID": release_id,
-        "BUNDLE_SHA256": hashlib.sha256(bundle.build_archive(trainer)).hexdigest(),
-        "REQUIREMENTS_SHA256": requirements.sha256,
+        "BUNDLE_SHA256": bundle_sha256,
+        "REQUIREMENTS_SHA256": pins.requirements_sha256,
         "DEFAULT_HOME": DEFAULT_HOME,
-        "RELEASE_BASE64": base64.encodebytes(compress(release)).decode("ascii").removesuffix("\n"),
+        "RELEASE_BASE64": base64.encodebytes(compressed).decode("ascii").removesuffix("\n"),
     }
     text = fill(template(), values)
     data = text.encode("utf-8")
@@ -286,6 +290,6 @@ def render(
         release_id=release_id,
         release=release,
         bundle_sha256=values["BUNDLE_SHA256"],
-        requirements_sha256=requirements.sha256,
+        requirements_sha256=pins.requirements_sha256,
         size_bytes=len(data),
     )

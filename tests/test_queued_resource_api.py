@@ -7,10 +7,11 @@ from __future__ import annotations
 import pytest
 from google.cloud import tpu_v2
 
-from infra.queued_resource.api import TpuApi, is_ours, node_in_sync, node_patch
+from infra.queued_resource.api import TpuApi, is_ours
+from infra.queued_resource.nodes import node_in_sync, node_patch
 from infra.queued_resource.errors import QueuedResourceError
 from infra.queued_resource.inputs import build_queued_resource
-from tests.fakes.queued_resource import dev, props  # noqa: F401 (fixtures)
+from tests.fakes.queued_resource import dev, no_ambient_credentials, props  # noqa: F401 (fixtures)
 
 
 def test_a_plain_http_endpoint_must_be_loopback():

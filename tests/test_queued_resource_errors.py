@@ -16,24 +16,29 @@ from google.cloud import tpu_v2
 from google.rpc import error_details_pb2
 
 from infra.queued_resource.errors import (
+    CredentialsRejected,
     QueuedResourceError,
     QuotaOrPermissionError,
+    disabled_in,
     explain,
+    is_disabled_in_our_project,
+    is_fatal_for_every_call,
     is_new_service_account_race,
     is_quota_exhausted,
     is_retryable,
     is_service_disabled,
     root_cause,
 )
-from tests.fakes.queued_resource import (  # noqa: F401 (dev, fake, props: fixtures)
+from tests.fakes.queued_resource import (  # noqa: F401 (dev, fake, no_ambient_credentials, props: fixtures)
     SERVICE_ACCOUNT,
     dev,
     fake,
+    no_ambient_credentials,
     props,
     provider_for,
     qr_name,
 )
-from tests.fakes.tpu_api import FakeTpuApi, quota_failure, rate_limited
+from tests.fakes.tpu_api import FakeTpuApi, quota_failure, rate_limited, service_disabled
 
 SERVICE_DISABLED = (error_details_pb2.ErrorInfo(reason="SERVICE_DISABLED", domain="googleapis.com"),)
 
@@ -70,6 +75,54 @@ def api_error(fake: FakeTpuApi, status: str, message: str, details=()) -> except
 def test_api_errors_are_classified_by_type_reason_and_details(fake, status, message, details, quota, disabled, retryable):
     exc = api_error(fake, status, message, details)
     assert (is_quota_exhausted(exc), is_service_disabled(exc), is_retryable(exc)) == (quota, disabled, retryable)
+
+
+@pytest.mark.parametrize(
+    "consumer, quota_project, ours",
+    [
+        ("acme-ml-dev", None, True),         # named by id: the stack's project
+        ("acme-billing", "acme-billing", False),  # another project by id
+        ("4242", "acme-ml-dev", True),       # by number, and the requests were billed to gcp:project
+        ("4242", "acme-billing", False),     # by number, billed to another project
+        ("764086051850", None, False),       # by number, no quota project sent: the credentials' own
+    ],
+)
+def test_service_disabled_is_ours_only_when_it_names_gcp_project(fake, consumer, quota_project, ours):
+    exc = api_error(fake, "PERMISSION_DENIED", f"Cloud TPU API has not been used in project {consumer}",
+                    service_disabled(consumer))
+    assert disabled_in(exc) == consumer
+    assert is_disabled_in_our_project(exc, "acme-ml-dev", quota_project) is ours
+    assert is_retryable(exc, project="acme-ml-dev", quota_project=quota_project) is ours
+    assert disabled_in(api_error(fake, "PERMISSION_DENIED", "denied")) is None
+
+
+def test_errors_every_call_would_get_stop_a_fan_out(fake):
+    assert is_fatal_for_every_call(api_error(fake, "PERMISSION_DENIED", "denied"))
+    assert is_fatal_for_every_call(api_error(fake, "RESOURCE_EXHAUSTED", "Quota limit exceeded.", quota_failure()))
+    assert is_fatal_for_every_call(exceptions.RetryError("gave up", api_error(fake, "PERMISSION_DENIED", "denied")))
+    assert not is_fatal_for_every_call(api_error(fake, "UNAVAILABLE", "try again"))
+    assert not is_fatal_for_every_call(api_error(fake, "INTERNAL", "one node's backend"))
+
+
+def test_a_401_names_the_credentials_and_what_to_set(props):
+    from google.auth import exceptions as auth_exceptions
+
+    unauthorized = exceptions.Unauthorized(
+        "GET http://127.0.0.1:1/v2/projects/p/locations/z/queuedResources/q: Request is missing required authentication "
+        "credential. Expected OAuth 2 access token,\n login cookie or other valid authentication credential."
+    )
+    explained = explain(unauthorized, "reading", props, credentials="the credentials of GOOGLE_CREDENTIALS")
+    assert type(explained) is CredentialsRejected
+    assert str(explained).startswith(
+        "reading queued resource 'multislice-dev': the API rejected the credentials of GOOGLE_CREDENTIALS "
+        "(401 UNAUTHENTICATED: Request is missing required authentication credential. Expected OAuth 2 access token, login"
+    )
+    assert "GET http" not in str(explained) and "\n" not in str(explained)
+    refresh = explain(auth_exceptions.RefreshError("invalid_grant: Token has been expired or revoked."), "creating", props,
+                      credentials="Application Default Credentials")
+    assert type(refresh) is CredentialsRejected and "Application Default Credentials could not be used: invalid_grant" in str(refresh)
+    # A network failure reaching the token endpoint is not a credentials problem (it is retried).
+    assert type(explain(auth_exceptions.TransportError("connection reset"), "creating", props)) is QueuedResourceError
 
 
 def test_transport_errors_are_retried():

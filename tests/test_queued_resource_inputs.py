@@ -17,7 +17,7 @@ import pytest
 from google.cloud import tpu_v2
 from pulumi.runtime.rpc import UNKNOWN
 
-from infra.config import StackConfigError, load_stack
+from infra.config import load_stack
 from infra.queued_resource import QueuedResourceProvider
 from infra.queued_resource.inputs import (
     INPUT_KEYS,
@@ -30,14 +30,19 @@ from infra.queued_resource.inputs import (
     Kind,
     QueuedResourceInputs,
     build_queued_resource,
-    check_provisionable,
     differs,
     keys_of,
     node_ids,
     parent_of,
     reservation_path,
 )
-from tests.fakes.queued_resource import dev, props, props_for, script  # noqa: F401 (dev, props: fixtures)
+from tests.fakes.queued_resource import (  # noqa: F401 (dev, no_ambient_credentials, props: fixtures)
+    dev,
+    no_ambient_credentials,
+    props,
+    props_for,
+    script,
+)
 
 #: Node fields UpdateNode's update_mask accepts, as paths of the create request below.
 UPDATABLE = tuple(f"body.tpu.node_spec.0.node.{name}" for name in ("description", "tags", "labels", "metadata"))
@@ -205,11 +210,11 @@ def test_an_unknown_value_during_preview_always_differs():
     assert differs({"a": [1, 2]}, {"a": [2, 1]})
 
 
-def test_reservation_path_and_best_effort_rejected_before_any_api_call(dev):
+def test_reservation_path_names_the_reservation_or_any_in_the_zone(dev):
     prod = load_stack("prod")
     assert reservation_path(prod) == "projects/acme-ml-prod/locations/us-east5-a/reservations/acme-v5p-training"
     assert reservation_path(dev) is None
     reserved = dev.model_copy(update={"capacity": "reserved", "reservation_name": None})
     assert reservation_path(reserved) == "projects/acme-ml-dev/locations/us-central2-b/reservations/-"
-    with pytest.raises(StackConfigError, match=r"multislice:capacity: 'best-effort'.*allowed: spot, on-demand, reserved"):
-        check_provisionable(dev.model_copy(update={"capacity": "best-effort"}))
+    full = dev.model_copy(update={"capacity": "reserved", "reservation_name": "folders/7/locations/us-central2-b/reservations/r"})
+    assert reservation_path(full) == "folders/7/locations/us-central2-b/reservations/r"

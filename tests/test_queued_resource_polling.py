@@ -7,32 +7,10 @@ are checked exactly and without waiting.
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
-from infra.queued_resource.polling import PollSchedule, Polled, duration_text, poll_until
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-        self.sleeps: list[float] = []
-
-    def monotonic(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.sleeps.append(seconds)
-        self.now += seconds
-
-
-@pytest.fixture
-def clock(monkeypatch) -> FakeClock:
-    fake = FakeClock()
-    monkeypatch.setattr(time, "monotonic", fake.monotonic)
-    monkeypatch.setattr(time, "sleep", fake.sleep)
-    return fake
+from infra.queued_resource.polling import Deadline, PollSchedule, Polled, duration_text, poll_until
+from tests.fakes.clock import FakeClock, clock  # noqa: F401 (clock: fixture)
 
 
 class Observations:
@@ -139,6 +117,14 @@ def test_operation_polling_follows_the_schedule_and_gives_up_after_its_timeout()
     polling = PollSchedule(0.5, 8, 1.5).operation_polling(42.0)
     assert polling.timeout == 42.0
     assert "initial=0.5, maximum=8.0, multiplier=1.5" in str(polling)  # Retry.__str__ shows its delays
+
+
+def test_a_deadline_counts_down_from_its_creation_and_never_below_zero(clock):
+    deadline = Deadline(100)
+    clock.sleep(30)
+    assert (deadline.elapsed(), deadline.remaining(), deadline.expired()) == (30, 70, False)
+    clock.sleep(80)
+    assert (deadline.elapsed(), deadline.remaining(), deadline.expired()) == (110, 0, True)
 
 
 @pytest.mark.parametrize("seconds, text", [(0, "0s"), (42.9, "42s"), (60, "1m00s"), (187, "3m07s"), (3600, "60m00s")])

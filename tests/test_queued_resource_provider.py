@@ -20,15 +20,17 @@ from infra.queued_resource import (
     queued_resource_props,
 )
 from infra.queued_resource.inputs import CLOUD_PLATFORM_SCOPE
-from tests.fakes.queued_resource import (  # noqa: F401 (active, dev, fake, props: fixtures)
+from tests.fakes.queued_resource import (  # noqa: F401 (access_token, active, dev, fake, no_ambient_credentials, props: fixtures)
     NETWORK,
     SERVICE_ACCOUNT,
     SUBNETWORK,
     TAG,
+    access_token,
     active,
     create_body,
     dev,
     fake,
+    no_ambient_credentials,
     props,
     provider_for,
     qr_name,
@@ -308,7 +310,7 @@ def test_delete_that_does_not_finish_in_time_fails_loudly(props):
 # check / pickling --------------------------------------------------------------------------------------
 
 
-def test_check_rejects_what_the_api_cannot_take(props):
+def test_check_rejects_what_the_api_cannot_take(props, access_token):
     provider = QueuedResourceProvider()
     bad = {**props, "capacity": "best-effort", "slices": 300, "waitFor": "READY"}
     failures = {f.property: f.reason for f in provider.check({}, bad).failures}
@@ -330,7 +332,7 @@ def test_provider_pickles_by_module_reference():
     pickle.dumps(restored)
 
 
-def test_check_leaves_values_unknown_during_preview_to_the_next_check(props):
+def test_check_leaves_values_unknown_during_preview_to_the_next_check(props, access_token):
     from pulumi.runtime.rpc import UNKNOWN
 
     unknown = {**props, "slices": UNKNOWN, "capacity": UNKNOWN, "waitFor": UNKNOWN, "metadata": UNKNOWN}

@@ -11,10 +11,10 @@ built"). The difference is how devices are grouped into slices ("granules"):
   grouping processes: ``process_index // workers_per_slice`` (DESIGN.md, "JAX
   multi-process on CPU").
 
-Sharding rules map each array dimension's *logical* axis name (declared by the model) to
-mesh axes, MaxText-style: the batch splits over ``data`` and ``fsdp``, weights split their
-``embed`` dimension over ``fsdp`` and their ``heads``/``mlp``/``vocab`` dimension over
-``tensor``.
+Sharding rules (``training.shapes.LOGICAL_AXIS_RULES``) map each array dimension's *logical*
+axis name (declared by the model) to mesh axes, MaxText-style: the batch splits over ``data``
+and ``fsdp``, weights split their ``embed`` dimension over ``fsdp`` and their
+``heads``/``mlp``/``vocab`` dimension over ``tensor``.
 """
 
 from __future__ import annotations
@@ -28,20 +28,7 @@ from jax.experimental import mesh_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from training.config import MESH_AXES, ParallelismConfig
-
-#: logical axis name -> mesh axes it is split over (None: replicated).
-LOGICAL_AXIS_RULES: dict[str, str | tuple[str, ...] | None] = {
-    "batch": ("data", "fsdp"),
-    "sequence": None,
-    "embed": "fsdp",
-    "activation_embed": None,
-    "heads": "tensor",
-    "head_dim": None,
-    "mlp": "tensor",
-    "vocab": "tensor",
-    "layers": None,
-    "norm": None,
-}
+from training.shapes import LOGICAL_AXIS_RULES  # jax-free: the planner reads it too
 
 
 class MeshError(ValueError):

@@ -8,20 +8,7 @@ residual] → RMSNorm → unembedding to 256 byte logits. Layers are stacked alo
 Parameters are float32; matmuls and activations use ``ModelConfig.compute_dtype``; the
 softmax and the loss are computed in float32.
 
-Shapes (B batch, S sequence, D d_model, H heads, K head_dim, F d_ff, L layers, V = 256):
-
-=========  ==============  ======================================
-param      shape           logical axes (see ``training.mesh``)
-=========  ==============  ======================================
-embed      [V, D]          (vocab, embed)
-ln1, ln2   [L, D]          (layers, norm)
-wq/wk/wv   [L, D, H, K]    (layers, embed, heads, head_dim)
-wo         [L, H, K, D]    (layers, heads, head_dim, embed)
-w_in       [L, D, F]       (layers, embed, mlp)
-w_out      [L, F, D]       (layers, mlp, embed)
-ln_f       [D]             (norm,)
-unembed    [D, V]          (embed, vocab)
-=========  ==============  ======================================
+Parameter shapes and logical axes: ``training.shapes`` (no jax; the planner reads it too).
 """
 
 from __future__ import annotations
@@ -32,7 +19,9 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from training import shapes
 from training.config import VOCAB_SIZE, ModelConfig
+from training.shapes import param_count as param_count  # re-exported (training.train)
 
 Params = dict[str, Any]
 
@@ -43,56 +32,25 @@ INIT_STD = 0.02  # GPT-2 initialization (Radford et al. 2019)
 
 def logical_axes(cfg: ModelConfig) -> Params:
     """Logical axis names of every parameter dimension (same tree as :func:`init_params`)."""
-    del cfg
-    return {
-        "embed": ("vocab", "embed"),
-        "layers": {
-            "ln1": ("layers", "norm"),
-            "wq": ("layers", "embed", "heads", "head_dim"),
-            "wk": ("layers", "embed", "heads", "head_dim"),
-            "wv": ("layers", "embed", "heads", "head_dim"),
-            "wo": ("layers", "heads", "head_dim", "embed"),
-            "ln2": ("layers", "norm"),
-            "w_in": ("layers", "embed", "mlp"),
-            "w_out": ("layers", "mlp", "embed"),
-        },
-        "ln_f": ("norm",),
-        "unembed": ("embed", "vocab"),
-    }
+    return jax.tree.map(lambda p: p.axes, shapes.params(cfg), is_leaf=lambda x: isinstance(x, shapes.Param))
 
 
 def init_params(cfg: ModelConfig, key: jax.Array) -> Params:
-    """Random float32 parameters: N(0, 0.02²) weights, output projections scaled by
-    1/√(2L) (GPT-2), unit norm scales."""
-    d, h, k, f, n = cfg.d_model, cfg.n_heads, cfg.head_dim, cfg.ff_width, cfg.n_layers
-    keys = jax.random.split(key, 7)
-    out_std = INIT_STD / math.sqrt(2 * n)
+    """Random float32 parameters shaped as ``training.shapes.params``: unit norm scales,
+    N(0, 0.02²) weights, output projections (wo, w_out) scaled by 1/√(2L) (GPT-2)."""
+    keys = iter([*jax.random.split(key, 7), jax.random.fold_in(key, 7)])
+    out_std = INIT_STD / math.sqrt(2 * cfg.n_layers)
 
-    def normal(key, shape, std):
-        return std * jax.random.normal(key, shape, jnp.float32)
+    def init(name: str, p: shapes.Param) -> jax.Array:
+        if p.axes[-1] == "norm":
+            return jnp.ones(p.shape, jnp.float32)
+        std = out_std if name in ("wo", "w_out") else INIT_STD
+        return std * jax.random.normal(next(keys), p.shape, jnp.float32)
 
     return {
-        "embed": normal(keys[0], (VOCAB_SIZE, d), INIT_STD),
-        "layers": {
-            "ln1": jnp.ones((n, d), jnp.float32),
-            "wq": normal(keys[1], (n, d, h, k), INIT_STD),
-            "wk": normal(keys[2], (n, d, h, k), INIT_STD),
-            "wv": normal(keys[3], (n, d, h, k), INIT_STD),
-            "wo": normal(keys[4], (n, h, k, d), out_std),
-            "ln2": jnp.ones((n, d), jnp.float32),
-            "w_in": normal(keys[5], (n, d, f), INIT_STD),
-            "w_out": normal(keys[6], (n, f, d), out_std),
-        },
-        "ln_f": jnp.ones((d,), jnp.float32),
-        "unembed": normal(jax.random.fold_in(key, 7), (d, VOCAB_SIZE), INIT_STD),
+        name: {n: init(n, p) for n, p in spec.items()} if isinstance(spec, dict) else init(name, spec)
+        for name, spec in shapes.params(cfg).items()
     }
-
-
-def param_count(cfg: ModelConfig) -> int:
-    """Number of parameters, counted from the shapes of :func:`init_params`."""
-    d, f, n = cfg.d_model, cfg.ff_width, cfg.n_layers
-    per_layer = 2 * d + 4 * d * d + 2 * d * f
-    return 2 * VOCAB_SIZE * d + n * per_layer + d
 
 
 def flops_per_token(cfg: ModelConfig, sequence_length: int) -> float:

@@ -50,6 +50,7 @@ from infra.planner.memory import (
     parameter_shapes,
 )
 from training.config import MESH_AXES, ParallelismConfig
+from training.shapes import param_count
 
 __all__ = [
     "BACKWARD_FLOPS_PER_PARAMETER_PER_TOKEN",
@@ -86,7 +87,7 @@ class Plan:
       parallelism: the ICI and DCN axis sizes.
       mesh: derived from ``parallelism``: ``axis -> {"dcn": n, "ici": n, "size": n}`` for
         data, fsdp, tensor.
-      parameters: parameter count (``training.model.param_count``).
+      parameters: parameter count (``training.shapes.param_count``).
       sequence_length, global_batch_size: sequences of tokens per step.
       global_batch_tokens: tokens per optimizer step over all slices.
       dcn: the DCN check.
@@ -179,8 +180,6 @@ def plan(config: StackConfig) -> Plan:
     Raises nothing for a valid ``StackConfig``: every rule the arithmetic needs is one of its
     validation rules (see the module docstring).
     """
-    from training.model import param_count
-
     accelerator, train = config.accelerator, config.training
     gen = accelerator.generation
     src = gen.sources

@@ -3,10 +3,12 @@
 Parameters, gradients and optimizer state are float32 (``training.model``,
 ``training.optimizer``: AdamW keeps two float32 moments, ``mu`` and ``nu``, shaped like the
 parameters; its int32 step counters are ignored). All three are sharded exactly like the
-parameters: each dimension's logical axis (``training.model.logical_axes``) is split over the
-mesh axes ``training.mesh.LOGICAL_AXIS_RULES`` assigns it (``embed`` over fsdp; ``heads``,
-``mlp``, ``vocab`` over tensor), as ``training.train`` shards its state. Parameter shapes are
-taken from ``training.model.init_params`` with ``jax.eval_shape`` (no arrays are made).
+parameters: each dimension's logical axis is split over the mesh axes
+``training.shapes.LOGICAL_AXIS_RULES`` assigns it (``embed`` over fsdp; ``heads``, ``mlp``,
+``vocab`` over tensor), as ``training.train`` shards its state. Parameter shapes and logical
+axes are ``training.shapes``, the jax-free module ``training.model.init_params`` creates its
+parameters from (tests/test_shapes.py checks both against ``jax.eval_shape`` of the real
+init), so the arithmetic is exact and needs no jax.
 
 Activations are the tensors autodiff keeps for the backward pass (``training.train`` does no
 rematerialization), adapted from Korthikanti et al. 2022, "Reducing Activation Recomputation
@@ -38,9 +40,10 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Mapping
-from typing import Any
 
+from training import shapes
 from training.config import VOCAB_SIZE, TrainConfig
+from training.shapes import LOGICAL_AXIS_RULES
 
 __all__ = [
     "ACTIVATIONS_SOURCE",
@@ -67,38 +70,14 @@ _ADAM_MOMENTS = 2  # optax.adamw: mu and nu, float32, shaped like the parameters
 
 
 def parameter_shapes(train: TrainConfig) -> dict[str, tuple[tuple[int, ...], tuple[str | None, ...]]]:
-    """Every parameter of the trainer's model: ``path -> (shape, logical axes)``.
-
-    Shapes come from ``training.model.init_params`` through ``jax.eval_shape`` (abstract: no
-    arrays, no device), axes from ``training.model.logical_axes``; paths are ``/``-joined
-    tree keys, e.g. ``layers/wq``.
-    """
-    import jax
-
-    from training import model
-
-    abstract = jax.eval_shape(lambda: model.init_params(train.model, jax.random.key(0)))
-    axes = model.logical_axes(train.model)
-    out: dict[str, tuple[tuple[int, ...], tuple[str | None, ...]]] = {}
-
-    def walk(tree: Any, ax: Any, prefix: str) -> None:
-        if isinstance(tree, Mapping):
-            for key in tree:
-                walk(tree[key], ax[key], f"{prefix}/{key}" if prefix else str(key))
-        else:
-            if len(ax) != len(tree.shape):
-                raise ValueError(f"{prefix}: {len(tree.shape)} dimensions but {len(ax)} logical axes")
-            out[prefix] = (tuple(int(d) for d in tree.shape), tuple(ax))
-
-    walk(abstract, axes, "")
-    return out
+    """Every parameter of the trainer's model: ``path -> (shape, logical axes)``, from
+    ``training.shapes.flat_params`` (paths are ``/``-joined tree keys, e.g. ``layers/wq``)."""
+    return {path: (param.shape, param.axes) for path, param in shapes.flat_params(train.model).items()}
 
 
 def _shard_elements(shape: tuple[int, ...], axes: tuple[str | None, ...], mesh_shape: Mapping[str, int]) -> int:
     """Elements of one device's shard: each dimension split over the mesh axes its logical
-    axis maps to (training.mesh.LOGICAL_AXIS_RULES), rounded up like a padded shard."""
-    from training.mesh import LOGICAL_AXIS_RULES
-
+    axis maps to (training.shapes.LOGICAL_AXIS_RULES), rounded up like a padded shard."""
     elements = 1
     for dim, name in zip(shape, axes, strict=True):
         rule = LOGICAL_AXIS_RULES[name] if name is not None else None

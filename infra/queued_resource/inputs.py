@@ -33,7 +33,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from infra.startup import RenderedScript
 
 #: Bump when create/diff/update/delete semantics change (an input: shows in previews).
-PROVIDER_VERSION = "1"
+#: 2: credentials as pulumi-gcp takes them; lost nodes replace; update resumes part-way.
+PROVIDER_VERSION = "2"
 
 #: Metadata keys on every node (the startup script reads the run dir from the second).
 STARTUP_SCRIPT_KEY = "startup-script"
@@ -42,10 +43,6 @@ RUN_DIR_KEY = "multislice-run-dir"
 #: OAuth scope of the VMs: access is governed by the service account's IAM roles
 #: (https://cloud.google.com/compute/docs/access/service-accounts#accesscopesiam).
 CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
-
-#: Capacity types the tpu_v2 API can express (best-effort exists only in v2alpha1).
-API_CAPACITY = ("spot", "on-demand", "reserved")
-
 
 class Kind(enum.Enum):
     """What a change of a property means."""
@@ -122,6 +119,12 @@ class QueuedResourceInputs:
     #: ``None`` while there are no nodes to compare.
     nodes_in_sync: bool | None = _prop("nodesInSync", Kind.OUTPUT, None)
     pending_node_sync: bool | None = _prop("pendingNodeSync", Kind.OUTPUT, None)
+    #: Nodes an update did not finish (it stopped part-way); the next ``pulumi up`` does them.
+    pending_nodes: list[str] | None = _prop("pendingNodes", Kind.OUTPUT, None)
+    #: Node metadata changed but the VMs were not reset yet.
+    pending_reset: bool | None = _prop("pendingReset", Kind.OUTPUT, None)
+    #: Nodes of an ACTIVE queued resource that are gone (deleted, preempted): it is replaced.
+    lost_nodes: list[str] | None = _prop("lostNodes", Kind.OUTPUT, None)
 
     def to_props(self) -> dict[str, Any]:
         """The inputs under their engine names; ``None`` values and outputs are left out."""
@@ -169,24 +172,6 @@ def reservation_path(config: StackConfig) -> str | None:
     return f"projects/{config.project}/locations/{config.zone}/reservations/{name}"
 
 
-def check_provisionable(config: StackConfig) -> None:
-    """Reject stacks the tpu_v2 API cannot provision, naming the key, before any API call.
-
-    Raises:
-      infra.config.StackConfigError
-    """
-    from infra.config import StackConfigError
-
-    if config.capacity not in API_CAPACITY:
-        raise StackConfigError(
-            f"stack {config.stack!r} cannot be provisioned:",
-            [
-                f"multislice:capacity: {config.capacity!r} needs the TPU v2alpha1 API, which this program "
-                f"does not use; allowed: {', '.join(API_CAPACITY)}"
-            ],
-        )
-
-
 def queued_resource_props(
     config: StackConfig,
     script: RenderedScript,
@@ -201,12 +186,9 @@ def queued_resource_props(
     ``metadata`` holds the startup script and the run directory; ``trainer`` (the TrainConfig
     as a plain object) and the sha256 values describe the script so ``pulumi preview --diff``
     shows which key changed while the script's own diff is hidden. Pure: equal configs give
-    equal dicts.
-
-    Raises:
-      infra.config.StackConfigError: the stack cannot be provisioned (:func:`check_provisionable`).
+    equal dicts. ``config`` is already valid (its capacity is one the ``tpu_v2`` API can
+    express: :data:`infra.config.CAPACITY_TYPES`).
     """
-    check_provisionable(config)
     settings = config.queued_resource
     inputs = QueuedResourceInputs(
         project=config.project,
@@ -268,12 +250,17 @@ def outputs_for(
     ready: bool,
     message: str = "",
     pending_node_sync: bool = False,
+    pending_nodes: list[str] | None = None,
+    pending_reset: bool = False,
+    lost_nodes: list[str] | None = None,
 ) -> dict[str, Any]:
     """The resource's outputs: the inputs of ``props`` plus every :data:`OUTPUT_KEYS` value.
 
     Args:
       qr: the live ``tpu_v2.QueuedResource`` (None: state ``UNKNOWN``).
       nodes: per-node views (``TpuApi.node_views``); None or empty while there are none.
+      pending_node_sync, pending_nodes, pending_reset: what an update left to do.
+      lost_nodes: nodes of an ACTIVE QR that are gone.
     """
     outs = {k: v for k, v in props.items() if k in INPUT_KEYS}
     outs.update(
@@ -286,6 +273,9 @@ def outputs_for(
         # None (not False) while there are no nodes to compare: nothing to converge yet.
         nodesInSync=all(n.get("inSync") for n in nodes) if nodes else None,
         pendingNodeSync=pending_node_sync,
+        pendingNodes=list(pending_nodes or []),
+        pendingReset=pending_reset,
+        lostNodes=list(lost_nodes or []),
     )
     return outs
 

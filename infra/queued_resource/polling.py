@@ -27,6 +27,30 @@ def duration_text(seconds: float) -> str:
     return f"{value // 60}m{value % 60:02d}s" if value >= 60 else f"{value}s"
 
 
+class Deadline:
+    """One time budget shared by every step of a lifecycle call (an operation's polling, the
+    state wait after it, API retries), so the steps together never exceed it.
+
+    Args:
+      seconds: the budget, from now (``time.monotonic``).
+    """
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = float(seconds)
+        self._start = time.monotonic()
+
+    def elapsed(self) -> float:
+        """Seconds since the deadline was set."""
+        return time.monotonic() - self._start
+
+    def remaining(self) -> float:
+        """Seconds left (never negative)."""
+        return max(0.0, self.seconds - self.elapsed())
+
+    def expired(self) -> bool:
+        return self.remaining() <= 0.0
+
+
 @dataclass(frozen=True)
 class PollSchedule:
     """Delays between polls, in seconds: ``first``, then ×``multiplier`` up to ``maximum``.

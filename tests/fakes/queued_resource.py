@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import pytest
 from google.cloud import tpu_v2
 
+from infra import credentials
 from infra.config import load_stack
 from infra.queued_resource import QueuedResourceProvider, queued_resource_props
 from tests.fakes.tpu_api import FakeTpuApi
@@ -71,6 +72,35 @@ def create_body(fake: FakeTpuApi) -> tpu_v2.QueuedResource:
     """The ``tpu_v2.QueuedResource`` of the first successful CreateQueuedResource the fake got."""
     call = next(c for c in fake.calls if c.rpc == "CreateQueuedResource" and c.status == 200)
     return tpu_v2.QueuedResource.from_json(json.dumps(call.body))
+
+
+#: Environment variables through which ambient credentials could reach a test.
+CREDENTIAL_ENV = (
+    *(name for names in credentials.SOURCES.values() for name in names),
+    "GOOGLE_APPLICATION_CREDENTIALS",
+    "GOOGLE_CLOUD_QUOTA_PROJECT",
+    "GCE_METADATA_HOST",
+    "GCE_METADATA_IP",
+    "MULTISLICE_TPU_API_ENDPOINT",
+    "MULTISLICE_TPU_CONCURRENCY",
+)
+
+
+@pytest.fixture(autouse=True)
+def no_ambient_credentials(monkeypatch, tmp_path):
+    """No credentials of the machine running the tests: none of :data:`CREDENTIAL_ENV`, an
+    empty gcloud config directory, and not a Google Cloud VM (autouse where imported)."""
+    for name in CREDENTIAL_ENV:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("CLOUDSDK_CONFIG", str(tmp_path / "gcloud"))
+    monkeypatch.setattr(credentials, "PRODUCT_NAME_FILE", tmp_path / "product_name")
+
+
+@pytest.fixture
+def access_token(monkeypatch) -> str:
+    """An access token in GOOGLE_OAUTH_ACCESS_TOKEN (as pulumi-gcp would take it)."""
+    monkeypatch.setenv("GOOGLE_OAUTH_ACCESS_TOKEN", "ya29.test-token")
+    return "ya29.test-token"
 
 
 @pytest.fixture(scope="module")

@@ -8,9 +8,11 @@ What it serves (the paths of ``tpu_v2.services.tpu.transports.rest_base``)::
     GET    /v2/projects/*/locations/*/queuedResources/*                              GetQueuedResource
     DELETE /v2/projects/*/locations/*/queuedResources/*?force=                       DeleteQueuedResource
     POST   /v2/projects/*/locations/*/queuedResources/*:reset                        ResetQueuedResource
+    GET    /v2/projects/*/locations/*/nodes?pageSize=&pageToken=                     ListNodes
     GET    /v2/projects/*/locations/*/nodes/*                                        GetNode
     PATCH  /v2/projects/*/locations/*/nodes/*?updateMask=                            UpdateNode
     GET    /v2/projects/*/locations/*/operations/*                                   GetOperation
+    POST   /v1/projects/-/serviceAccounts/*:generateAccessToken   (IAM Credentials)  GenerateAccessToken
 
 Every body is parsed and every response built with the client library's own message types
 (``tpu_v2.QueuedResource``, ``tpu_v2.Node``, ``operations_pb2.Operation``,
@@ -24,13 +26,23 @@ Scripting (all thread-safe; the server runs in a daemon thread on 127.0.0.1:0):
   End it in WAITING_FOR_RESOURCES to model a stockout.
 * ``fail_after(states, active_slices, message)``: pass ``states`` then go FAILED with the first
   ``active_slices`` nodes READY and the rest never created, ``failedData.error`` = message.
-* ``fault(rpc, status, message, details=, times=)``: the next ``times`` calls of ``rpc``
-  answer with that error (``google.rpc.Status`` JSON with typed ``details``).
+* ``fault(rpc, status, ...)`` and ``flaky(rate, statuses, ...)``: injected errors
+  (:mod:`tests.fakes.tpu_faults`; ``google.rpc.Status`` JSON with typed ``details``,
+  :mod:`tests.fakes.rpc_errors`).
 * ``op_polls``: GETs before a long-running operation reports ``done``; ``delete_polls``: GETs
   a deleted queued resource stays DELETING before it is gone.
+* ``preempt(qr_name)``: a Spot preemption: the nodes are PREEMPTED, the QR SUSPENDING, then
+  (next GET) SUSPENDED with its nodes deleted. ``lose_node(name)``: a node deleted under an
+  ACTIVE QR.
+* ``page_size``: nodes per ``ListNodes`` page (default 50); ``latency``: seconds each request
+  takes (slept outside the lock), so concurrent clients overlap as against the real service;
+  ``max_in_flight`` is the most requests seen at once.
+* ``auth``: callers, permissions and disabled APIs (:mod:`tests.fakes.tpu_auth`: 401, 403,
+  SERVICE_DISABLED per quota project, self-signed service-account JWTs, impersonation).
 
-``calls`` records every request (rpc name, method, path, query, parsed body, status) so tests
-can assert e.g. "UpdateNode on every node, then ResetQueuedResource, and no delete".
+``calls`` records every request (rpc name, method, path, query, parsed body, status, the
+Authorization and X-Goog-User-Project headers) so tests can assert e.g. "UpdateNode on every
+node, then ResetQueuedResource, and no delete"; ``counts()`` tallies them by RPC.
 """
 
 from __future__ import annotations
@@ -39,16 +51,24 @@ import itertools
 import json
 import re
 import threading
-from dataclasses import dataclass
+import time
+from collections import Counter
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from google.cloud import tpu_v2
 from google.longrunning import operations_pb2
-from google.protobuf import any_pb2, empty_pb2, json_format, timestamp_pb2
+from google.protobuf import empty_pb2, json_format, timestamp_pb2
 from google.protobuf.message import Message
-from google.rpc import code_pb2, error_details_pb2, status_pb2
+from google.rpc import code_pb2, status_pb2
+
+from tests.fakes.rpc_errors import ApiError, error_response, quota_failure, rate_limited, service_disabled
+from tests.fakes.tpu_auth import FakeAuth
+from tests.fakes.tpu_faults import FaultPlan
+
+__all__ = ["ApiError", "Call", "FakeTpuApi", "quota_failure", "rate_limited", "service_disabled"]
 
 DEFAULT_PROGRESSION = ("CREATING", "ACCEPTED", "WAITING_FOR_RESOURCES", "PROVISIONING", "ACTIVE")
 
@@ -59,23 +79,15 @@ _ROUTES: list[tuple[str, re.Pattern[str], str]] = [
     ("GET", re.compile(rf"^/v2/{_LOC}/queuedResources/(?P<id>[^/:]+)$"), "GetQueuedResource"),
     ("DELETE", re.compile(rf"^/v2/{_LOC}/queuedResources/(?P<id>[^/:]+)$"), "DeleteQueuedResource"),
     ("POST", re.compile(rf"^/v2/{_LOC}/queuedResources/(?P<id>[^/:]+):reset$"), "ResetQueuedResource"),
+    ("GET", re.compile(rf"^/v2/{_LOC}/nodes$"), "ListNodes"),
     ("GET", re.compile(rf"^/v2/{_LOC}/nodes/(?P<id>[^/:]+)$"), "GetNode"),
     ("PATCH", re.compile(rf"^/v2/{_LOC}/nodes/(?P<id>[^/:]+)$"), "UpdateNode"),
     ("GET", re.compile(rf"^/v2/{_LOC}/operations/(?P<id>[^/:]+)$"), "GetOperation"),
+    ("POST", re.compile(r"^/v1/projects/-/serviceAccounts/(?P<email>[^/:]+):generateAccessToken$"), "GenerateAccessToken"),
 ]
 
-#: HTTP status for each google.rpc code used here (https://cloud.google.com/apis/design/errors).
-_HTTP_FOR_CODE = {
-    "INVALID_ARGUMENT": 400,
-    "FAILED_PRECONDITION": 400,
-    "PERMISSION_DENIED": 403,
-    "NOT_FOUND": 404,
-    "ALREADY_EXISTS": 409,
-    "RESOURCE_EXHAUSTED": 429,
-    "INTERNAL": 500,
-    "UNAVAILABLE": 503,
-}
-
+#: RPCs of the IAM Credentials API (authenticated, but not billed to a TPU quota project).
+_IAM_RPCS = ("GenerateAccessToken",)
 
 @dataclass
 class Call:
@@ -87,14 +99,7 @@ class Call:
     query: dict[str, list[str]]
     body: dict[str, Any] | None
     status: int = 0
-
-
-@dataclass
-class _Fault:
-    http: int
-    status: str
-    message: str
-    details: tuple[Message, ...]
+    headers: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -114,16 +119,6 @@ class _Operation:
     polls_left: int
 
 
-class ApiError(Exception):
-    """Raised inside handlers; becomes a google.rpc.Status JSON error response."""
-
-    def __init__(self, status: str, message: str, details: tuple[Message, ...] = ()):
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.details = details
-
-
 def _json(message: Message) -> dict[str, Any]:
     return json_format.MessageToDict(message, preserving_proto_field_name=False)
 
@@ -132,20 +127,6 @@ def _now() -> timestamp_pb2.Timestamp:
     stamp = timestamp_pb2.Timestamp()
     stamp.GetCurrentTime()
     return stamp
-
-
-def quota_failure(metric: str = "TPUV4sPodPerProjectPerZoneForTPUAPI", description: str = "") -> tuple[Message, ...]:
-    """``details`` of an allocation-quota error as the TPU API sends it: QuotaFailure + ErrorInfo."""
-    violation = error_details_pb2.QuotaFailure.Violation(
-        subject=f"quota_metric:{metric}", description=description or f"Quota limit '{metric}' has been exceeded."
-    )
-    info = error_details_pb2.ErrorInfo(reason="QUOTA_EXCEEDED", domain="tpu.googleapis.com", metadata={"quota_metric": metric})
-    return (error_details_pb2.QuotaFailure(violations=[violation]), info)
-
-
-def rate_limited() -> tuple[Message, ...]:
-    """``details`` of a request-rate 429 (retryable)."""
-    return (error_details_pb2.ErrorInfo(reason="RATE_LIMIT_EXCEEDED", domain="googleapis.com"),)
 
 
 class FakeTpuApi:
@@ -167,8 +148,13 @@ class FakeTpuApi:
         self.queued_resources: dict[str, _QueuedResourceRecord] = {}
         self.nodes: dict[str, tpu_v2.Node] = {}
         self.operations: dict[str, _Operation] = {}
-        self._faults: dict[str, list[_Fault]] = {}
+        self.faults = FaultPlan()
+        self.auth = FakeAuth()
         self._failure: tuple[list[str], int, str] | None = None
+        self.page_size = 50
+        self.latency = 0.0
+        self.in_flight = 0
+        self.max_in_flight = 0
         self._ids = itertools.count(1)
         self._lock = threading.RLock()
         self._server: ThreadingHTTPServer | None = None
@@ -227,13 +213,22 @@ class FakeTpuApi:
         *,
         details: tuple[Message, ...] = (),
         times: int = 1,
+        path_contains: str = "",
     ) -> None:
-        """Answer the next ``times`` calls of ``rpc`` with an error of google.rpc code ``status``
-        (HTTP status per https://cloud.google.com/apis/design/errors)."""
+        """Answer the next ``times`` calls of ``rpc`` (whose path contains ``path_contains``) with
+        an error of google.rpc code ``status`` (:class:`~tests.fakes.tpu_faults.FaultPlan`)."""
         with self._lock:
-            self._faults.setdefault(rpc, []).extend(
-                [_Fault(_HTTP_FOR_CODE[status], status, message or f"injected {status}", details)] * times
-            )
+            self.faults.add(rpc, status, message, details=details, times=times, path_contains=path_contains)
+
+    def flaky(self, rate: float, statuses: tuple[str, ...] = ("RESOURCE_EXHAUSTED", "UNAVAILABLE"), **kwargs: Any) -> None:
+        """Fail a fraction ``rate`` of calls (:meth:`~tests.fakes.tpu_faults.FaultPlan.flaky`)."""
+        with self._lock:
+            self.faults.flaky(rate, statuses, **kwargs)
+
+    def counts(self) -> Counter[str]:
+        """Calls served per RPC."""
+        with self._lock:
+            return Counter(c.rpc for c in self.calls)
 
     def continue_with(self, qr_name: str, *states: str) -> None:
         """Let an existing queued resource move on through ``states`` (one per GET)."""
@@ -262,6 +257,23 @@ class FakeTpuApi:
             return names
         return [n for n in names if not n.startswith(("Get", "List"))]
 
+    def preempt(self, qr_name: str) -> None:
+        """A Spot preemption: nodes PREEMPTED and the QR SUSPENDING now; at the next GET the QR is
+        SUSPENDED and its nodes are deleted (Spot VMs cannot be restarted, only recreated)."""
+        with self._lock:
+            record = self.queued_resources[qr_name]
+            for node in self.nodes.values():
+                if node.queued_resource == qr_name:
+                    node.state = "PREEMPTED"
+            record.states = record.states[: record.step + 1] + ["SUSPENDING", "SUSPENDED"]
+            record.step += 1
+            self._set_state(record, "SUSPENDING")
+
+    def lose_node(self, name: str) -> None:
+        """Delete node ``name`` (full resource name) while its QR stays as it is."""
+        with self._lock:
+            del self.nodes[name]
+
     def add_active(self, qr: tpu_v2.QueuedResource) -> None:
         """Seed an existing ACTIVE queued resource (with its nodes), as if created earlier."""
         with self._lock:
@@ -283,45 +295,41 @@ class FakeTpuApi:
             if handler.command == method and (match := pattern.match(url.path)):
                 rpc = name
                 break
-        call = Call(rpc=rpc, method=handler.command, path=url.path, query=query, body=body)
+        headers = {k.lower(): v for k, v in handler.headers.items() if k.lower() in ("authorization", "x-goog-user-project")}
+        call = Call(rpc=rpc, method=handler.command, path=url.path, query=query, body=body, headers=headers)
         with self._lock:
-            self.calls.append(call)
-            try:
-                if match is None:
-                    raise ApiError("NOT_FOUND", f"no route for {handler.command} {url.path}")
-                faults = self._faults.get(rpc)
-                if faults:
-                    fault = faults.pop(0)
-                    raise ApiError(fault.status, fault.message, fault.details)
-                status, payload = 200, getattr(self, f"_rpc_{rpc}")(match, query, raw)
-            except ApiError as err:
-                status, payload = self._error(err)
-            except json_format.ParseError as err:  # the client sent a field the API does not have
-                status, payload = self._error(ApiError("INVALID_ARGUMENT", f"Invalid JSON payload: {err}"))
-            call.status = status
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            if self.latency:
+                time.sleep(self.latency)
+            with self._lock:
+                self.calls.append(call)
+                try:
+                    if match is None:
+                        raise ApiError("NOT_FOUND", f"no route for {handler.command} {url.path}")
+                    identity = self.auth.authenticate(headers)
+                    if rpc not in _IAM_RPCS:
+                        self.auth.authorize(rpc, identity, headers)
+                    self.faults.inject(rpc, url.path)
+                    if rpc == "GenerateAccessToken":
+                        status, payload = 200, self.auth.generate_access_token(match["email"])
+                    else:
+                        status, payload = 200, getattr(self, f"_rpc_{rpc}")(match, query, raw)
+                except ApiError as err:
+                    status, payload = error_response(err)
+                except json_format.ParseError as err:  # the client sent a field the API does not have
+                    status, payload = error_response(ApiError("INVALID_ARGUMENT", f"Invalid JSON payload: {err}"))
+                call.status = status
+        finally:
+            with self._lock:
+                self.in_flight -= 1
         data = json.dumps(payload).encode()
         handler.send_response(status)
         handler.send_header("Content-Type", "application/json; charset=UTF-8")
         handler.send_header("Content-Length", str(len(data)))
         handler.end_headers()
         handler.wfile.write(data)
-
-    def _error(self, err: ApiError) -> tuple[int, dict[str, Any]]:
-        http = _HTTP_FOR_CODE.get(err.status, 500)
-        status = status_pb2.Status(code=code_pb2.Code.Value(err.status), message=err.message)
-        for detail in err.details:
-            packed = any_pb2.Any()
-            packed.Pack(detail)
-            status.details.append(packed)
-        body = _json(status)
-        return http, {
-            "error": {
-                "code": http,
-                "message": err.message,
-                "status": err.status,
-                "details": body.get("details", []),
-            }
-        }
 
     def _operation(self, parent: str, verb: str, target: str, response: Message | None) -> dict[str, Any]:
         name = f"{parent}/operations/operation-{next(self._ids)}"
@@ -368,6 +376,9 @@ class FakeTpuApi:
         qr.state = tpu_v2.QueuedResourceState(state=state)
         if state == "ACTIVE":
             self._materialize_nodes(record, len(self._node_ids(qr)), "READY")
+        elif state == "SUSPENDED":
+            for name in [n for n, node in self.nodes.items() if node.queued_resource == qr.name]:
+                del self.nodes[name]
         elif state == "FAILED":
             self._materialize_nodes(record, record.active_slices_on_failure, "READY")
             qr.state = tpu_v2.QueuedResourceState(
@@ -462,6 +473,15 @@ class FakeTpuApi:
         if node is None:
             raise ApiError("NOT_FOUND", f"Resource '{name}' was not found")
         return node
+
+    def _rpc_ListNodes(self, match: re.Match[str], query: dict[str, list[str]], raw: bytes) -> dict[str, Any]:
+        prefix = match["parent"] + "/nodes/"
+        names = sorted(n for n in self.nodes if n.startswith(prefix))
+        size = int((query.get("pageSize") or [0])[0]) or self.page_size
+        start = int((query.get("pageToken") or ["0"])[0] or 0)
+        page = [self.nodes[n] for n in names[start : start + size]]
+        token = str(start + size) if start + size < len(names) else ""
+        return _json(tpu_v2.ListNodesResponse.pb(tpu_v2.ListNodesResponse(nodes=page, next_page_token=token)))
 
     def _rpc_GetNode(self, match: re.Match[str], query: dict[str, list[str]], raw: bytes) -> dict[str, Any]:
         return _json(tpu_v2.Node.pb(self._node(match)))

@@ -1,0 +1,145 @@
+"""The dynamic provider's own process, as Pulumi runs it, watched for imports and network use.
+
+Pulumi serves a dynamic provider from ``python -m pulumi.dynamic`` (a gRPC server that prints
+its port, unpickles the provider from each request's ``__provider`` property and calls its
+methods). :class:`ProviderProcess` starts exactly that module, behind a PEP 578 audit hook
+installed first (``python -m tests.fakes.provider_process REPORT``), and plays the engine:
+:meth:`~ProviderProcess.check` and :meth:`~ProviderProcess.diff` send the protobuf requests the
+engine sends. The hook refuses every network operation of Python code (connect, DNS lookup,
+sendto: the Google clients' HTTP and auth stacks), and records it and every import of a Google
+API client or HTTP module; :meth:`~ProviderProcess.stop` ends the process (SIGINT, which the
+server handles) and returns that record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+#: Audit events of network use (https://docs.python.org/3/library/audit_events.html).
+NETWORK_EVENTS = frozenset(
+    {"socket.connect", "socket.getaddrinfo", "socket.gethostbyname", "socket.gethostbyaddr", "socket.sendto", "socket.sendmsg"}
+)
+#: Module prefixes of the Google API client stack (tpu_v2, api_core transports, auth, HTTP).
+CLIENT_MODULES = ("google.cloud", "google.api_core", "google.auth", "requests", "urllib3")
+
+ROOT = Path(__file__).resolve().parents[2]
+URN = "urn:pulumi:stack::multislice::pulumi-python:dynamic/tpu:QueuedResource::queued-resource"
+PROVIDER_KEY = "__provider"
+
+
+class ProviderProcess:
+    """``python -m pulumi.dynamic`` under the audit hook, and a gRPC client to it.
+
+    Args:
+      provider: ``pulumi.dynamic.dynamic.serialize_provider`` text of the provider.
+      env: extra environment of the process.
+      timeout_s: limit of each request.
+    """
+
+    def __init__(self, provider: str, *, env: dict[str, str] | None = None, timeout_s: float = 120.0):
+        import grpc
+        from pulumi.runtime.proto import provider_pb2_grpc
+
+        self.provider, self.timeout_s = provider, timeout_s
+        self._report = Path(tempfile.mkdtemp()) / "report.json"
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.fakes.provider_process", str(self._report)],
+            cwd=ROOT, stdout=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
+        )
+        port = self._proc.stdout.readline().decode().strip()
+        if not port.isdigit():
+            self._proc.kill()
+            raise RuntimeError(f"the provider process printed {port!r} instead of its port")
+        self._channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+        self._stub = provider_pb2_grpc.ResourceProviderStub(self._channel)
+
+    def _struct(self, props: dict[str, Any]) -> Any:
+        from pulumi.runtime import rpc
+
+        loop = asyncio.new_event_loop()
+        try:
+            return loop.run_until_complete(rpc.serialize_properties({**props, PROVIDER_KEY: self.provider}, {}))
+        finally:
+            loop.close()
+
+    def check(self, olds: dict[str, Any], news: dict[str, Any]) -> list[str]:
+        """``Check``: the failures as ``"property: reason"``."""
+        from pulumi.runtime import proto
+
+        response = self._stub.Check(proto.CheckRequest(urn=URN, olds=self._struct(olds), news=self._struct(news)), timeout=self.timeout_s)
+        return [f"{f.property}: {f.reason}" for f in response.failures]
+
+    def diff(self, id_: str, olds: dict[str, Any], news: dict[str, Any]) -> tuple[str, list[str]]:
+        """``Diff``: (``DIFF_NONE``/``DIFF_SOME``/``DIFF_UNKNOWN``, replaced properties)."""
+        from pulumi.runtime import proto
+
+        request = proto.DiffRequest(id=id_, urn=URN, olds=self._struct(olds), news=self._struct(news))
+        response = self._stub.Diff(request, timeout=self.timeout_s)
+        return proto.DiffResponse.DiffChanges.Name(response.changes), list(response.replaces)
+
+    def read(self, id_: str, props: dict[str, Any]) -> str:
+        """``Read`` (a refresh): the error the process answered, or "" on success."""
+        import grpc
+        from pulumi.runtime import proto
+
+        try:
+            self._stub.Read(proto.ReadRequest(id=id_, urn=URN, properties=self._struct(props)), timeout=self.timeout_s)
+        except grpc.RpcError as err:
+            return str(err.details())
+        return ""
+
+    def stop(self) -> dict[str, list[str]]:
+        """End the process; its record: ``{"network": [...], "client_modules": [...]}``."""
+        self._channel.close()
+        self._proc.send_signal(signal.SIGINT)
+        try:
+            self._proc.wait(timeout=30)
+        finally:
+            if self._proc.poll() is None:
+                self._proc.kill()
+                self._proc.wait()
+        return json.loads(self._report.read_text())
+
+    def __enter__(self) -> ProviderProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._proc.poll() is None:
+            self._proc.kill()
+            self._proc.wait()
+
+
+def _serve_under_audit(report: Path) -> None:
+    """Run ``pulumi.dynamic`` as ``__main__`` behind the hook; write the record at exit."""
+    network: list[str] = []
+    imported: set[str] = set()
+
+    def hook(event: str, args: tuple) -> None:
+        if event == "import" and str(args[0]).startswith(CLIENT_MODULES):
+            imported.add(str(args[0]))
+        elif event in NETWORK_EVENTS:
+            network.append(f"{event} {args!r}")
+            raise OSError(f"network access refused in the provider process: {event} {args!r}")
+
+    def write_report() -> None:
+        imported.update(m for m in sys.modules if m.startswith(CLIENT_MODULES))
+        report.write_text(json.dumps({"network": network, "client_modules": sorted(imported)}))
+
+    sys.addaudithook(hook)
+    atexit.register(write_report)
+    import runpy
+
+    runpy.run_module("pulumi.dynamic", run_name="__main__", alter_sys=True)
+
+
+if __name__ == "__main__":
+    _serve_under_audit(Path(sys.argv[1]))
