@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import io
 import lzma
+import re
 import sys
 import tarfile
 from collections.abc import Mapping
@@ -33,9 +34,19 @@ from infra.content_cache import ContentCache, key_of
 #: Name of the trainer package inside the bundle (``python -m training``).
 BUNDLE_PACKAGE = "training"
 
+#: The line of a rendered startup script (infra/startup.sh.in) that names its release.
+RELEASE_LINE = re.compile(r"^readonly RELEASE_ID=([0-9a-f]{64})$", re.M)
+
 #: xz preset of :func:`compress`: level 9 with the "extreme" flag (xz(1), ``-9e``), the
 #: smallest output of the stock presets; decompressing it needs 65 MiB of memory.
 XZ_PRESET = 9 | lzma.PRESET_EXTREME
+
+
+def release_id_of(script_text: str) -> str | None:
+    """The release id a rendered startup script carries, or None (not one of ours, or from
+    before releases had ids). Equal ids mean equal content whatever compressed it."""
+    match = RELEASE_LINE.search(script_text)
+    return match.group(1) if match else None
 
 
 def bundle_files(training_dir: Path) -> list[Path]:

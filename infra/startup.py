@@ -54,7 +54,7 @@ from importlib import resources
 from pathlib import Path
 
 from infra import bundle, content_cache, lockfile
-from infra.bundle import BUNDLE_PACKAGE
+from infra.bundle import BUNDLE_PACKAGE, release_id_of  # noqa: F401 (part of this module's API)
 from infra.config import StackConfig
 
 #: GCE limit on one metadata value: "less than or equal to 262144 bytes (256 KiB)"
@@ -110,7 +110,6 @@ BOOT_RESOURCE = "boot.sh.in"
 TRAINER_RESOURCE = "trainer.sh"
 
 _PLACEHOLDER = re.compile(r"@@([A-Z0-9_]+)@@")
-_RELEASE_LINE = re.compile(r"^readonly RELEASE_ID=([0-9a-f]{64})$", re.M)
 
 
 class StartupScriptTooLarge(ValueError):
@@ -176,13 +175,6 @@ def record_object(stack: str) -> str:
 def release_object(stack: str, release_id: str) -> str:
     """Bucket object holding release ``release_id`` (its tar, base64)."""
     return f"multislice/{stack}/releases/{release_id}.tar.b64"
-
-
-def release_id_of(script_text: str) -> str | None:
-    """The release id a rendered startup script carries, or None (not one of ours, or from
-    before releases had ids). Equal ids mean equal content whatever compressed it."""
-    match = _RELEASE_LINE.search(script_text)
-    return match.group(1) if match else None
 
 
 def boot_script(config: StackConfig, pins: lockfile.VmPins) -> str:
