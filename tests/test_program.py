@@ -290,3 +290,24 @@ def test_the_service_account_keeps_the_urns_it_had_as_identity(worlds):
     children = sorted(r.name for r in world.registrations if r.parent == component.urn)
     assert children == ["identity-checkpoints", "identity-logging-logwriter", "identity-monitoring-metricwriter",
                         "identity-tpu-vms"]
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_the_release_record_names_the_release_the_script_carries(worlds, renders, stack):
+    world, config, script = worlds[stack], load_stack(stack), renders[stack]
+    assert world.one("multislice:gcp:ReleaseRecord")
+    objects = {r.inputs["name"]: r for r in world.of("gcp:storage/bucketObject:BucketObject")}
+    record_name, payload_name = startup.record_object(stack), startup.release_object(stack, script.release_id)
+    assert set(objects) == {record_name, payload_name}
+    assert all(o.inputs["bucket"] == config.bucket_name for o in objects.values())
+    def content(obj) -> str:  # pulumi-gcp marks BucketObject.content secret: the engine sees it wrapped
+        value = obj.inputs["content"]
+        return value["value"] if isinstance(value, dict) else value
+
+    record = json.loads(content(objects[record_name]))
+    assert record == {"format": 1, "payload": payload_name, "release": script.release_id, "runDir": config.run_dir, "stack": stack}
+    payload = base64.b64decode(content(objects[payload_name]))
+    assert hashlib.sha256(payload).hexdigest() == script.release_id  # what the VMs verify
+    assert objects[payload_name].urn in objects[record_name].dependencies  # the payload exists first
+    qr_script = world.one(QR_TYPE).inputs["metadata"][STARTUP_SCRIPT_KEY]
+    assert startup.release_id_of(qr_script) == script.release_id
