@@ -7,6 +7,7 @@ never starts the trainer on a guessed or partial value."""
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 
 from infra import lockfile, startup
@@ -158,3 +159,18 @@ def test_an_install_that_always_fails_is_bounded(vm):
     assert lines[-1] == f"error: environment: the build failed {startup.BUILD_ATTEMPTS} times (last status 1); see the lines above"
     assert_nothing_started(vm)
     assert os.listdir(vm.home / "envs") == []  # nothing half-written is left to be used
+
+
+def test_a_half_written_environment_is_rebuilt_not_used(vm, script):
+    """An environment directory without its completion mark (a build cut off by power loss
+    before the mark was written) is never used: it is rebuilt in place."""
+    sha = script.requirements_sha256
+    half = vm.home / "envs" / sha / "bin"
+    half.mkdir(parents=True)
+    shutil.copy(vm.bin / "python", half / "python")
+    result = vm.run(use_fake_python=False)
+    assert result.returncode == 0, result.stdout
+    lines = prefixed(result.stdout)
+    assert any(line.startswith(f"environment: building envs/{sha[:12]}") for line in lines), lines
+    assert len((vm.fake_dir / "calls").read_text().splitlines()) == 4
+    assert (vm.home / "envs" / sha / ".complete").read_text().strip() == sha
