@@ -9,7 +9,7 @@ batch per step) ÷ the FLOP/s of one large matmul of the layer's shape in one pr
 the whole machine, measured in the same run just before and after (the median of all
 those samples, as the step time is the median of the timed steps).
 Throughput on a CPU says nothing about TPUs; the ratios say what the sharding costs on the
-same hardware (DESIGN.md). Targets (issue 4): ≥ 0.8 for one process, ≥ 0.6 for 2 emulated
+same hardware (docs/jax-on-cpu.md, "Throughput"). Targets (issue 4): ≥ 0.8 for one process, ≥ 0.6 for 2 emulated
 slices. The machine's load average is printed with the figures: on a shared machine,
 compare runs at similar load, and run more than once.
 """

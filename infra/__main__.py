@@ -10,14 +10,22 @@ here from the StackConfig by :func:`component_args`)::
     CheckpointBucket  regional, private, lifecycle rules; protected on prod
     ServiceAccount    the VMs' service account: bucket objects, logs, metrics; nothing else
     ReleaseRecord     the release every VM boot runs, in the bucket (infra/release.py)
-    QueuedResource    the Multislice QR (dynamic provider, infra/queued_resource.py)
+    QueuedResource    the Multislice QR (dynamic provider, infra/queued_resource/)
 
 Exports: bucketUrl, runDir, checkpointPath, queuedResourceName, queuedResourceState,
 nodeNames, serviceAccountEmail, networkName, subnetworkName, networkTag, loggingFilter,
 sshHint, startupScriptBytes, startupScriptSha256, bundleSha256.
 
+Errors: a stack that cannot work stops ``pulumi preview``/``up`` with one message naming the
+key (:func:`main` raises it as ``pulumi.RunError``). The Python language host prints a
+``RunError`` as its message alone and any other exception as "Program failed with an unhandled
+exception" plus a traceback (``pulumi-language-python-exec`` in
+https://github.com/pulumi/pulumi/tree/master/sdk/python/cmd; ``pulumi.RunError``'s docstring:
+"a clean exit rather than the usual verbose unhandled error logic").
+
 Tests evaluate :func:`define` under ``pulumi.runtime.set_mocks``; ``pulumi up`` runs this file
-as ``__main__``. There is no code path that only works under mocks.
+as ``__main__`` (tests/test_program.py also runs it the way the language host does). There is
+no code path that only works under mocks.
 """
 
 from __future__ import annotations
@@ -84,10 +92,11 @@ def component_args(config: StackConfig) -> ComponentArgs:
         bucket=BucketArgs(
             stack=config.stack,
             project=config.project,
-            region=config.region,
+            location=config.bucket_location,
             run_name=config.effective_run_name,
             labels=config.resource_labels,
             protect=config.bucket_protected,
+            soft_delete_days=config.bucket_soft_delete_days,
             settings=config.bucket,
         ),
         service_account=ServiceAccountArgs(
@@ -130,6 +139,8 @@ def define(config: StackConfig, script: startup.RenderedScript | None = None) ->
     """
     for advisory in planner.advisories(config):  # predicted DCN-bound or over HBM (multislice plan)
         pulumi.log.warn(advisory)
+    for warning in config.catalog_warnings:  # what multislice:allowUnlisted let through
+        pulumi.log.warn(warning)
     script = script if script is not None else startup.render(config)
 
     args = component_args(config)
@@ -179,5 +190,22 @@ def define(config: StackConfig, script: startup.RenderedScript | None = None) ->
     return Environment(services, network, bucket, service_account, queued_resource, script, exports)
 
 
+#: Errors that mean "this stack cannot work as configured": shown as their message alone.
+USER_ERRORS: tuple[type[Exception], ...] = (stack_config.StackConfigError, startup.StartupScriptTooLarge)
+
+
+def main() -> Environment:
+    """What ``pulumi preview``/``up`` runs: :func:`define` of the running stack.
+
+    Raises:
+      pulumi.RunError: the stack's config is invalid or its startup script too large; the
+        message is the error's own (every line names its key), without a traceback.
+    """
+    try:
+        return define(load_config())
+    except USER_ERRORS as err:
+        raise pulumi.RunError(str(err)) from None
+
+
 if __name__ == "__main__":
-    define(load_config())
+    main()

@@ -7,7 +7,7 @@ An accelerator type is ``f"{type_prefix}-{N}"``. What ``N`` counts depends on th
   "--accelerator-type is a formatted string v$VERSION_NUMBERp-$CORES_COUNT. For example,
   v5p-32 specifies a v5p TPU slice with 32 TensorCores (16 chips)"
   (https://cloud.google.com/tpu/docs/v5p). Both have 2 TensorCores per chip, so
-  chips = N / 2 (v4-8 = 4 chips, v4-16 = 8 chips: seed notes).
+  chips = N / 2 (v4-8 = 4 chips, v4-16 = 8 chips).
 * **v5e (``v5litepod-N``) and v6e count chips.** "The value you specify for AcceleratorType is
   a string with the format: v$VERSION_NUMBER-$CHIP_COUNT" (https://cloud.google.com/tpu/docs/v5e);
   the v6e table lists v6e-1 for 1x1, v6e-4 for 2x2, v6e-8 for 2x4
@@ -19,13 +19,24 @@ docs' v5e/v6e "Hosts" column counts 8-chip physical machines instead (4x4 = 2 ho
 in the v6e table), so it is not used for that. Chips per VM, per the docs' tables:
 
 * v4, v5p: 4 chips per VM for every slice (v5p table: 2x2x1 = 4 chips, 1 host; 2x2x2 = 8 chips,
-  2 hosts; "4-chip VM"; seed notes: v4-8 = one VM, v4-16 = two).
+  2 hosts; "4-chip VM"; v4: 4 chips per host, so v4-8 = one VM and v4-16 = two, as the Cloud
+  TPU Multislice overview https://cloud.google.com/tpu/docs/multislice-introduction uses them).
 * v5e, v6e: slices of up to 8 chips are one VM holding all chips (v6e-1/-4/-8 are 1 VM;
   v5litepod-1/-4/-8 map to machine types ct5lp-hightpu-1t/-4t/-8t); larger (multi-host) slices
   use 4-chip VMs (v6e table: 4x4 = 16 chips on 4 VMs ... 16x16 = 256 chips on 64 VMs,
   ct6e-standard-4t). The v5e page says only "each TPU VM in a v5e TPU slice contains 1, 4 or 8
   chips"; 4-chip VMs for v5litepod-16 and larger (ct5lp-hightpu-4t) is taken from Google's
   AI-Hypercomputer/xpk ``system_characteristics.py`` and matches v6e.
+
+Where a generation runs: ``Generation.zones`` lists the zones of the "TPU regions and zones"
+page (https://cloud.google.com/tpu/docs/regions-zones) that could be read in the stored copy
+of that page (its North America tables, and v6e's europe-west4-a); the other regions' tables
+of that page were cut off in that copy and are *not* listed here, unverified. Cloud TPU opens
+new zones over time: a stack may name an unlisted zone with ``multislice:allowUnlisted:
+[zone]`` (``pulumi preview`` then warns instead of failing), and the zone belongs in this
+catalog once the page lists it. ``Generation.runtime_versions`` are the TPU software versions
+the "PyTorch and JAX" table of https://cloud.google.com/tpu/docs/runtimes names for the
+generation (one each); ``multislice:allowUnlisted: [runtimeVersion]`` admits another one.
 
 Every number carries its source in ``Generation.sources``. Pure data and arithmetic: no I/O.
 """
@@ -54,21 +65,26 @@ _RUNTIMES = "https://cloud.google.com/tpu/docs/runtimes"
 _TYPES = "https://cloud.google.com/tpu/docs/types-topologies"
 _XPK = "https://github.com/AI-Hypercomputer/xpk/blob/main/src/xpk/core/system_characteristics.py"
 _RUNTIME_ROW = _RUNTIMES + ' table "PyTorch and JAX" (TPU version -> TPU software version), row '
+_ZONES = "https://cloud.google.com/tpu/docs/regions-zones"
+_ZONE_ROW = _ZONES + ' table "TPU type ({gen}) | TPU cores | Supported zones", row "All {gen} configurations"'
+#: The Cloud TPU Multislice overview: Multislice concepts, limits and the DCN arithmetic.
+MULTISLICE_OVERVIEW = "https://cloud.google.com/tpu/docs/multislice-introduction"
+_OVERVIEW = f"Cloud TPU Multislice overview ({MULTISLICE_OVERVIEW})"
 
 _GiB = 2**30
 _GB = 10**9
 
 MAX_SLICES: int = 256
-"""Most slices (nodes) one Multislice queued resource may hold. Source: seed notes (Cloud TPU
-Multislice overview: "Up to 256 slices per queued resource")."""
+"""Most slices (nodes) one Multislice queued resource may hold: up to 256 slices per queued
+resource. Source: the Cloud TPU Multislice overview (:data:`MULTISLICE_OVERVIEW`)."""
 
 
 @dataclass(frozen=True)
 class Generation:
     """One TPU generation and the facts the environment model needs about it.
 
-    Units: FLOP/s, bytes, bits per second. ``sources`` maps each field name to the document
-    (URL + table row) or "seed notes" it came from, and says when a value is a proxy.
+    Units: FLOP/s, bytes, bits per second. ``sources`` maps each field name to the public
+    document (URL + table row) it came from, and says when a value is a proxy.
 
     Attributes:
         name: generation name used in configs: "v4", "v5e", "v5p", "v6e".
@@ -90,6 +106,9 @@ class Generation:
         chips_per_physical_host: chips on the physical machine the DCN figure refers to.
         max_single_vm_chips: largest slice (in chips) served by one VM holding all its chips.
         multi_host_chips_per_vm: chips per VM in slices larger than ``max_single_vm_chips``.
+        zones: zones that offer the generation (see the module docstring for what is listed).
+        runtime_versions: TPU software versions known to work for JAX on the generation;
+            ``default_runtime_version`` is always among them (added first when missing).
     """
 
     name: str
@@ -106,8 +125,12 @@ class Generation:
     chips_per_physical_host: int = 4
     max_single_vm_chips: int = 4
     multi_host_chips_per_vm: int = 4
+    zones: tuple[str, ...] = ()
+    runtime_versions: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        if self.default_runtime_version not in self.runtime_versions:  # the default is always known
+            object.__setattr__(self, "runtime_versions", (self.default_runtime_version, *self.runtime_versions))
         if self.suffix_counts not in ("tensorcores", "chips"):
             raise ValueError(
                 f"suffix_counts must be 'tensorcores' or 'chips', not {self.suffix_counts!r}"
@@ -177,7 +200,8 @@ class Generation:
     @property
     def flops_per_dcn_bit(self) -> float:
         """Hardware arithmetic intensity over DCN, FLOP per bit: peak bf16 FLOP/s per chip
-        divided by DCN bits/s per chip. v4: 275e12 / (50e9 / 4) = 22,000 (seed notes)."""
+        divided by DCN bits/s per chip. v4: 275e12 / (50e9 / 4) = 22,000, the figure of the Cloud
+        TPU Multislice overview (:data:`MULTISLICE_OVERVIEW`)."""
         return self.peak_bf16_flops_per_chip / self.dcn_bits_per_second_per_chip
 
     def allowed_compact(self) -> str:
@@ -234,7 +258,6 @@ class AcceleratorType:
         return self.generation.dcn_bits_per_second_per_chip * self.chips_per_host
 
 
-_SEED = "seed notes (Cloud TPU Multislice overview)"
 
 GENERATIONS: dict[str, Generation] = {
     g.name: g
@@ -253,25 +276,29 @@ GENERATIONS: dict[str, Generation] = {
             chips_per_physical_host=4,
             max_single_vm_chips=4,
             multi_host_chips_per_vm=4,
+            zones=("us-central2-b",),
             sources={
                 "tensorcores_per_chip": f'{_V4} "Each TPU v4 chip contains two TensorCores"',
                 "suffix_counts": f'{_TYPES} "v4-128 specifies a configuration with v4 TPUs '
-                'and 128 TensorCores"; seed notes (v4-8 = 4 chips)',
+                f'and 128 TensorCores"; 2 TensorCores per chip, so v4-8 = 4 chips ({_OVERVIEW})',
                 "sizes": f"{_XPK} (v4 topologies 2x2x1 .. 8x16x16 -> v4-8 .. v4-4096). PROXY: "
                 f"the v4 configuration table of {_V4} could not be read in the stored copy; "
                 f'{_TYPES} only states the rule "AxBxC where A<=B<=C and A,B,C are all <=4 or '
                 'all integer multiples of 4"',
-                "chips_per_host": f"seed notes (4 chips per host VM; v4-8 = one VM, v4-16 = 8 "
+                "chips_per_host": f"{_OVERVIEW}: 4 chips per host (v4-8 = one VM, v4-16 = 8 "
                 f"chips); {_XPK} (chips_per_vm 4, machine type ct4p-hightpu-4t)",
                 "default_runtime_version": _RUNTIME_ROW + '"v4 and older | tpu-ubuntu2204-base"',
                 "peak_bf16_flops_per_chip": f'{_V4} key specifications row "Peak compute per '
-                'chip | 275 teraflops (bf16 or int8)"; seed notes (275e12)',
+                f'chip | 275 teraflops (bf16 or int8)"; {_OVERVIEW} (275e12 FLOP/s)',
                 "hbm_bytes_per_chip": f'{_V4} row "HBM2 capacity and bandwidth | 32 GiB, '
                 '1200 GBps" (GiB: 32 * 2**30 bytes)',
-                "dcn_bits_per_second_per_host": "seed notes (v4: 4 chips per host; the host's "
-                "DCN bandwidth: 50 Gbps); not in the v4 page's specification table",
-                "chips_per_physical_host": "seed notes (4 chips per host)",
-                "supports_multislice": _SEED + ' "Only TPU v4 and later support Multislice"',
+                "dcn_bits_per_second_per_host": f"{_OVERVIEW}: v4, 4 chips per host, the host's "
+                "DCN bandwidth 50 Gbps (its arithmetic 4 x 275e12 / 50e9 = 22,000 FLOP/bit); not in "
+                "the v4 page's specification table",
+                "chips_per_physical_host": f"{_OVERVIEW}: 4 chips per host",
+                "supports_multislice": f"{_OVERVIEW}: only TPU v4 and later support Multislice",
+                "zones": _ZONE_ROW.format(gen="v4") + ": us-central2-b (the only v4 zone listed)",
+                "runtime_versions": _RUNTIME_ROW + '"v4 and older | tpu-ubuntu2204-base"',
             },
         ),
         Generation(
@@ -288,6 +315,7 @@ GENERATIONS: dict[str, Generation] = {
             chips_per_physical_host=8,
             max_single_vm_chips=8,
             multi_host_chips_per_vm=4,
+            zones=("us-central1-a", "us-south1-a", "us-west1-c", "us-west4-a"),
             sources={
                 "tensorcores_per_chip": f'{_V5E} "Each v5e chip contains one TensorCore"',
                 "suffix_counts": f'{_V5E} "The value you specify for AcceleratorType is a '
@@ -311,7 +339,9 @@ GENERATIONS: dict[str, Generation] = {
                 'bandwidth per Pod | 6.4 Tbps" over 256 chips / 8 = 32 hosts. NIC capacity '
                 "used as the DCN figure",
                 "chips_per_physical_host": f'{_V5E} row "Chips per host | 8"',
-                "supports_multislice": _SEED + ' "Only TPU v4 and later support Multislice"',
+                "supports_multislice": f"{_OVERVIEW}: only TPU v4 and later support Multislice",
+                "zones": _ZONE_ROW.format(gen="v5e") + ": us-central1-a, us-south1-a, us-west1-c, us-west4-a (North America table)",
+                "runtime_versions": _RUNTIME_ROW + '"v5e | v2-alpha-tpuv5-lite"',
             },
         ),
         Generation(
@@ -328,6 +358,7 @@ GENERATIONS: dict[str, Generation] = {
             chips_per_physical_host=4,
             max_single_vm_chips=4,
             multi_host_chips_per_vm=4,
+            zones=("us-central1-a", "us-east5-a"),
             sources={
                 "tensorcores_per_chip": f'{_V5P} row "Number of TensorCores per chip | 2"; '
                 '"v5p-32 specifies a v5p TPU slice with 32 TensorCores (16 chips)"',
@@ -351,7 +382,9 @@ GENERATIONS: dict[str, Generation] = {
                 'bandwidth per chip (Gbps) | 50" times 4 chips per host (4-chip VM); the docs '
                 "give it per chip, the per-host value is derived",
                 "chips_per_physical_host": f'{_V5P} rows "(4-chip VM)"; hosts = chips / 4',
-                "supports_multislice": _SEED + ' "Only TPU v4 and later support Multislice"',
+                "supports_multislice": f"{_OVERVIEW}: only TPU v4 and later support Multislice",
+                "zones": _ZONE_ROW.format(gen="v5p") + ": us-central1-a, us-east5-a (North America table)",
+                "runtime_versions": _RUNTIME_ROW + '"v5p | v2-alpha-tpuv5"',
             },
         ),
         Generation(
@@ -368,6 +401,7 @@ GENERATIONS: dict[str, Generation] = {
             chips_per_physical_host=8,
             max_single_vm_chips=8,
             multi_host_chips_per_vm=4,
+            zones=("us-central1-b", "us-east1-d", "us-east5-a", "us-east5-b", "europe-west4-a"),
             sources={
                 "tensorcores_per_chip": f'{_V6E} "Each v6e chip contains one TensorCore"',
                 "suffix_counts": f'{_V6E} supported configurations table "Accelerator type (TPU '
@@ -388,7 +422,9 @@ GENERATIONS: dict[str, Generation] = {
                 'bandwidth per Pod | 25.6 Tbps" over 32 hosts. NIC capacity used as the DCN '
                 "figure",
                 "chips_per_physical_host": f'{_V6E} row "Chips per host | 8"',
-                "supports_multislice": _SEED + ' "Only TPU v4 and later support Multislice"',
+                "supports_multislice": f"{_OVERVIEW}: only TPU v4 and later support Multislice",
+                "zones": _ZONE_ROW.format(gen="v6e") + ": us-central1-b, us-east1-d, us-east5-a, us-east5-b (North America table), europe-west4-a (Europe table)",
+                "runtime_versions": _RUNTIME_ROW + '"Trillium (v6e) | v2-alpha-tpuv6e"',
             },
         ),
     )

@@ -2,7 +2,16 @@
 
 Every name is a pure function of the stack name (and project, slice count or run name), so
 ``pulumi up``, ``multislice plan``, the local emulator and the tests all find the same
-resources without asking the cloud. The stem of every name is :func:`resource_prefix`
+resources without asking the cloud.
+
+One stack, one set of names: a stack name must already be spelled the way GCP names are
+(:func:`check_stack_name`: lowercase letters, digits and single hyphens, at most
+:data:`STACK_NAME_LIMIT` characters). Such a name goes into every derived name unchanged and
+uncut (``multislice-<stack>``, ``multislice-<stack>-tpu``, ``<project>-<stack>-ckpt``), so two
+distinct stacks never share a queued resource, network, service account or bucket. Names that
+would have to be rewritten (``Staging``, ``qa_1``, ``prod.eu``) are refused rather than mapped:
+``Staging`` and ``staging``, or ``qa_1`` and ``qa-1``, would otherwise become the same
+resources. The stem of every name is :func:`resource_prefix`
 (``multislice-<stack>``); a ``Network`` component, for example, creates
 ``multislice-dev-net``, ``multislice-dev-subnet``, ``multislice-dev-router``,
 ``multislice-dev-nat``, ``multislice-dev-internal`` and ``multislice-dev-iap-ssh``.
@@ -47,6 +56,42 @@ PREFIX_LIMIT = 40
 ACCOUNT_ID_LIMIT = 30
 #: Suffixes of the names a ``Network`` component gives its resources.
 NETWORK_ROLES = ("net", "subnet", "router", "nat", "internal", "iap-ssh")
+#: Longest stack name: ``multislice-<stack>-tpu`` (the service account id, the tightest
+#: derived name) must fit the 30 characters IAM allows without being cut.
+STACK_NAME_LIMIT = ACCOUNT_ID_LIMIT - len("multislice--tpu")
+#: A stack name as GCP names are spelled: lowercase letters and digits in runs joined by single
+#: hyphens (RFC 1035 characters; a leading digit is fine inside ``multislice-<stack>``).
+STACK_NAME = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
+
+
+_SLICE_SUFFIX = re.compile(r"-([0-9]+)$")
+
+
+def check_stack_name(stack: str) -> str:
+    """``stack`` if every name derived from it can hold it unchanged and uncut.
+
+    Besides the spelling, a name may not end in ``-<number>``: the nodes of a multi-slice
+    queued resource are ``<id>-0``, ``<id>-1``, … (:func:`node_ids`), so the one node of stack
+    ``qa-1`` would be slice 1 of stack ``qa``.
+
+    Raises:
+      ValueError: anything else, saying what is allowed (the message starts with the name).
+    """
+    rename = "rename the stack (pulumi stack rename) and its stacks/Pulumi.<stack>.yaml"
+    if not isinstance(stack, str) or not STACK_NAME.match(stack) or len(stack) > STACK_NAME_LIMIT:
+        raise ValueError(
+            f"{stack!r} must start with a letter or digit and hold only lowercase letters, digits and single "
+            f"'-' (at most {STACK_NAME_LIMIT} characters): it is spelled into every resource name unchanged, "
+            "so that two stacks never share a queued resource, network or bucket (Staging and staging, or "
+            f"qa_1 and qa-1, would); {rename}"
+        )
+    if match := _SLICE_SUFFIX.search(stack):
+        base = stack[: match.start()]
+        raise ValueError(
+            f"{stack!r} must not end in '-<number>': the node of its queued resource would be named like slice "
+            f"{match[1]} of stack {base!r} ({resource_prefix(stack)}); write {base + match[1]!r} instead, or {rename}"
+        )
+    return stack
 
 
 def gce_name(*parts: str, limit: int = 63) -> str:

@@ -1,4 +1,13 @@
-"""The VPC the TPU VMs live in: subnetwork, Cloud NAT and the firewall rules for DCN and SSH."""
+"""The VPC the TPU VMs live in: subnetwork, Cloud NAT and the firewall rules for DCN and SSH.
+
+Firewall semantics this module relies on (Compute Engine API, ``firewalls`` resource,
+https://cloud.google.com/compute/docs/reference/rest/v1/firewalls): "If both [sourceRanges and
+sourceTags] are set, an inbound connection is allowed if the range or the tag of the source
+matches", so a rule that names the subnet range *and* the tag admits every VM of the subnet.
+The internal rule therefore admits by tag alone: only the stack's TPU VMs reach each other.
+Rules, routers and NAT gateways belong to the network's project, which for a Shared VPC is the
+host project (https://cloud.google.com/vpc/docs/shared-vpc).
+"""
 
 from __future__ import annotations
 
@@ -8,6 +17,9 @@ import pulumi_gcp as gcp
 from infra import naming
 from infra.config.environment import NetworkSettings
 from training.validation import StrictModel
+
+#: The key a subnetwork that belongs to another network is reported under.
+SUBNETWORK_KEY = "multislice:network.existingSubnetwork"
 
 #: Ranges Identity-Aware Proxy TCP forwarding connects from; the only SSH source the firewall
 #: admits. Source: https://cloud.google.com/iap/docs/using-tcp-forwarding#create-firewall-rule
@@ -23,12 +35,27 @@ class NetworkArgs(StrictModel):
     settings: NetworkSettings = NetworkSettings()
 
 
-def _path(value: str, project: str, collection: str, region: str | None = None) -> str:
-    """``value`` as a resource path (a bare name gets ``projects/<p>/(global|regions/<r>)/...``)."""
-    if "/" in value:
-        return value
-    scope = f"regions/{region}" if region else "global"
-    return f"projects/{project}/{scope}/{collection}/{value}"
+def check_subnetwork_network(network_path: str, subnet_path: str, subnet_network: str | None) -> str:
+    """``network_path`` if the looked-up subnetwork belongs to that network.
+
+    Args:
+      network_path: ``projects/<p>/global/networks/<n>`` (``existingNetwork``).
+      subnet_path: the subnetwork's path (``existingSubnetwork``), for the message.
+      subnet_network: the ``network`` URL the Compute API returns for the subnetwork
+        (``https://www.googleapis.com/compute/v1/projects/<p>/global/networks/<n>``); None or
+        empty when unknown (the check then passes: nothing to compare).
+
+    Raises:
+      pulumi.RunError: the subnetwork is in another network; the TPU API would refuse the
+        pair only after everything else exists. The message names the key.
+    """
+    if subnet_network and not subnet_network.endswith("/" + network_path):
+        other = subnet_network.split("/projects/", 1)[-1]
+        raise pulumi.RunError(
+            f"{SUBNETWORK_KEY}: {subnet_path} belongs to network projects/{other}, not to existingNetwork "
+            f"{network_path}; name a subnetwork of that network"
+        )
+    return network_path
 
 
 class Network(pulumi.ComponentResource):
@@ -41,8 +68,9 @@ class Network(pulumi.ComponentResource):
       (the startup script installs the trainer's pinned wheels).
     * Firewall, both INGRESS and both scoped to the VMs' network tag:
 
-      - ``<prefix>-internal``: all TCP, UDP and ICMP from the same tag and the subnet range —
-        DCN traffic between slices and the JAX coordinator (port 8482 since JAX 0.8.1);
+      - ``<prefix>-internal``: all TCP, UDP and ICMP from the same tag only (not the subnet
+        range: a reused subnetwork holds other VMs) — DCN traffic between slices and the JAX
+        coordinator (port 8482 since JAX 0.8.1);
       - ``<prefix>-iap-ssh``: TCP 22 from the IAP TCP-forwarding range 35.235.240.0/20 only.
 
       Nothing is opened to 0.0.0.0/0.
@@ -50,8 +78,10 @@ class Network(pulumi.ComponentResource):
     Resource names and the tag come from :mod:`infra.naming` (``<prefix>-net``,
     ``<prefix>-subnet``, …, tag ``<prefix>-tpu``).
 
-    With ``existingNetwork``/``existingSubnetwork`` only the firewall rules (and NAT if
-    ``nat: true``) are created in the reused VPC; the subnet range is looked up.
+    With ``existingNetwork``/``existingSubnetwork`` only the firewall rules (and router + NAT
+    if ``nat: true``) are created, in the network's project (the host project of a Shared
+    VPC). The subnetwork is looked up (``getSubnetwork``) at preview: a missing one fails
+    there, and one of another network fails with :func:`check_subnetwork_network`.
 
     Attributes (Outputs): ``network`` and ``subnetwork`` (resource paths, what the TPU API
     takes), ``network_name``, ``subnetwork_name``, ``subnet_cidr``, ``tag`` (str),
@@ -60,7 +90,9 @@ class Network(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: NetworkArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("multislice:gcp:Network", name, None, opts)
-        settings, project, region = args.settings, args.project, args.region
+        settings, region = args.settings, args.region
+        # The network's own project: where its firewall rules, router and NAT must live.
+        project = settings.host_project(args.project)
         # Fixed names: a replacement must delete the old resource first.
         fixed = pulumi.ResourceOptions(parent=self, delete_before_replace=True)
         self.tag: str = naming.network_tag(args.stack)
@@ -69,14 +101,16 @@ class Network(pulumi.ComponentResource):
             return naming.network_resource_name(args.stack, role)
 
         if settings.reuses_network:
-            assert settings.existing_network and settings.existing_subnetwork
-            self.network = pulumi.Output.from_input(_path(settings.existing_network, project, "networks"))
-            subnet_path = _path(settings.existing_subnetwork, project, "subnetworks", region)
-            self.subnetwork = pulumi.Output.from_input(subnet_path)
+            network_path = settings.network_path(args.project)
+            subnet_path = settings.subnetwork_path(args.project, region)
+            assert network_path and subnet_path
             parts = subnet_path.split("/")
             looked_up = gcp.compute.get_subnetwork_output(
                 name=parts[-1], region=parts[3], project=parts[1], opts=pulumi.InvokeOutputOptions(parent=self)
             )
+            # Everything in the network waits for the check that the subnetwork is in it.
+            self.network = looked_up.network.apply(lambda url: check_subnetwork_network(network_path, subnet_path, url))
+            self.subnetwork = pulumi.Output.from_input(subnet_path)
             self.subnet_cidr = looked_up.ip_cidr_range
             self.network_name = self.network.apply(lambda p: p.rsplit("/", 1)[-1])
             self.subnetwork_name = pulumi.Output.from_input(parts[-1])
@@ -148,7 +182,6 @@ class Network(pulumi.ComponentResource):
                 gcp.compute.FirewallAllowArgs(protocol="icmp"),
             ],
             source_tags=[self.tag],
-            source_ranges=[self.subnet_cidr],
             target_tags=[self.tag],
             opts=fixed,
         )

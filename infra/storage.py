@@ -1,9 +1,11 @@
-"""The checkpoint bucket: regional, private, with lifecycle rules for old checkpoint objects."""
+"""The checkpoint bucket: private, in the TPU region's storage location, with lifecycle rules
+for old checkpoint objects."""
 
 from __future__ import annotations
 
 import pulumi
 import pulumi_gcp as gcp
+from pydantic import Field
 
 from infra import naming
 from infra.config.environment import BucketSettings
@@ -15,16 +17,20 @@ class BucketArgs(StrictModel):
     """What :class:`CheckpointBucket` needs.
 
     ``stack``/``project`` name the bucket (``infra.naming.bucket_name``: ``settings.name`` or
-    ``<project>-<stack>-ckpt``); ``run_name`` names the run directory; ``labels`` are the
-    resource labels (``infra.naming.resource_labels``); ``protect`` is Pulumi ``protect``.
+    ``<project>-<stack>-ckpt``); ``location`` is a Cloud Storage location
+    (``StackConfig.bucket_location``: not every TPU region is one); ``run_name`` names the run
+    directory; ``labels`` are the resource labels (``infra.naming.resource_labels``);
+    ``protect`` is Pulumi ``protect``; ``soft_delete_days`` the soft-delete retention
+    (``StackConfig.bucket_soft_delete_days``: 7 on production stacks, else 0, unless set).
     """
 
     stack: str
     project: str
-    region: str
+    location: str
     run_name: str
     labels: dict[str, str]
     protect: bool = False
+    soft_delete_days: int = Field(0, ge=0, le=90)
     settings: BucketSettings = BucketSettings()
 
 
@@ -70,11 +76,12 @@ def lifecycle_rules(bucket: BucketSettings) -> list[gcp.storage.BucketLifecycleR
 
 
 class CheckpointBucket(pulumi.ComponentResource):
-    """The regional checkpoint bucket in the TPU zone's region.
+    """The checkpoint bucket, in ``args.location``.
 
     Uniform bucket-level access, public access prevention enforced, Standard class, the
-    stack's labels, :func:`lifecycle_rules`, soft delete ``softDeleteDays`` (0 = off by
-    default: Orbax deletes superseded checkpoints all the time). ``force_destroy`` is off
+    stack's labels, :func:`lifecycle_rules`, soft delete ``args.soft_delete_days`` (7 days on
+    production stacks, 0 elsewhere: Orbax deletes superseded checkpoints all the time, and
+    each soft-deleted one stays billed for the retention). ``force_destroy`` is off
     unless ``multislice:bucket.forceDestroy``; the bucket is ``protect``-ed when
     ``args.protect`` (on prod stacks by default: ``StackConfig.bucket_protected``).
 
@@ -89,7 +96,7 @@ class CheckpointBucket(pulumi.ComponentResource):
             name,
             name=naming.bucket_name(args.project, args.stack, settings.name),
             project=args.project,
-            location=args.region.upper(),
+            location=args.location.upper(),
             storage_class="STANDARD",
             uniform_bucket_level_access=True,
             public_access_prevention="enforced",
@@ -97,7 +104,7 @@ class CheckpointBucket(pulumi.ComponentResource):
             labels=dict(sorted(args.labels.items())),
             lifecycle_rules=lifecycle_rules(settings),
             soft_delete_policy=gcp.storage.BucketSoftDeletePolicyArgs(
-                retention_duration_seconds=settings.soft_delete_days * 86400
+                retention_duration_seconds=args.soft_delete_days * 86400
             ),
             opts=pulumi.ResourceOptions(parent=self, protect=args.protect, delete_before_replace=True),
         )

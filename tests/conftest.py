@@ -1,6 +1,6 @@
 """Test-session setup: JAX runs on CPU with 8 emulated devices in the test process.
 
-Set before anything imports jax (DESIGN.md: the device count must be fixed before import).
+Set before anything imports jax (the device count is fixed at import: docs/jax-on-cpu.md).
 Subprocesses (the local emulation) get their own JAX environment from the emulator.
 """
 

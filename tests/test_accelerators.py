@@ -20,14 +20,14 @@ from infra.accelerators import (
 ALL = accelerator_types()
 
 
-# --- examples from the brief / seed notes ------------------------------------------------
+# --- examples from the Cloud TPU Multislice overview (accelerators.MULTISLICE_OVERVIEW) -------
 
 
 @pytest.mark.parametrize(
     ("name", "chips", "tensorcores", "hosts", "chips_per_host"),
     [
-        ("v4-8", 4, 8, 1, 4),  # seed notes: v4-8 = 4 chips = one VM
-        ("v4-16", 8, 16, 2, 4),  # seed notes: v4-16 = 8 chips
+        ("v4-8", 4, 8, 1, 4),  # Multislice overview: v4-8 = 4 chips = one VM
+        ("v4-16", 8, 16, 2, 4),  # Multislice overview: v4-16 = 8 chips
         ("v4-128", 64, 128, 16, 4),  # types-topologies: v4-128 = 128 TensorCores
         ("v5p-8", 4, 8, 1, 4),  # v5p table: 2x2x1 | 8 cores | 4 chips | 1 host
         ("v5p-16", 8, 16, 2, 4),  # v5p table: 2x2x2 | 16 | 8 | 2
@@ -60,8 +60,8 @@ def test_v4_16_is_multi_host_and_v4_8_is_not():
     assert parse_accelerator_type("v4-16").is_multi_host
 
 
-def test_seed_notes_device_count_four_v4_16_slices():
-    # Seed notes: len(jax.devices()) must equal total chips, e.g. 4 x v4-16 -> 32.
+def test_multislice_overview_device_count_four_v4_16_slices():
+    # Multislice overview: len(jax.devices()) must equal total chips, e.g. 4 x v4-16 -> 32.
     assert 4 * parse_accelerator_type("v4-16").chips == 32
 
 
@@ -121,7 +121,7 @@ def test_catalog_order_and_keys():
 
 
 def test_max_slices():
-    assert MAX_SLICES == 256  # seed notes: up to 256 slices per queued resource
+    assert MAX_SLICES == 256  # Multislice overview: up to 256 slices per queued resource
 
 
 def test_dataclasses_are_frozen_and_hashable():
@@ -188,8 +188,8 @@ def test_pod_level_docs_agree_with_per_host_dcn():
     assert GENERATIONS["v6e"].dcn_bits_per_second_per_host * 256 / 8 == pytest.approx(25.6e12)
 
 
-def test_seed_notes_v4_dcn_arithmetic_intensity():
-    # Seed notes: 4 x 275e12 / 50e9 = 22,000 FLOP per bit for v4.
+def test_multislice_overview_v4_dcn_arithmetic_intensity():
+    # Multislice overview: 4 x 275e12 / 50e9 = 22,000 FLOP per bit for v4.
     v4 = GENERATIONS["v4"]
     acc = parse_accelerator_type("v4-16")
     assert v4.dcn_bits_per_second_per_host == 50e9
@@ -204,10 +204,33 @@ def test_peak_flops_per_slice():
     assert parse_accelerator_type("v6e-256").peak_bf16_flops_per_slice == 256 * 918e12
 
 
-def test_sources_cite_docs_or_seed_notes():
+def test_sources_cite_public_documents():
+    # Every source is a public address (`multislice plan --json` prints them), not internal notes.
     for gen in GENERATIONS.values():
         for key, src in gen.sources.items():
-            assert "https://" in src or "seed notes" in src, (gen.name, key)
+            assert "https://" in src, (gen.name, key)
+            assert "seed" not in src.lower(), (gen.name, key)  # tests/test_readme.py sweeps the rest
+
+
+ZONE = re.compile(r"^[a-z]+-[a-z]+[0-9]+-[a-z]$")
+
+
+def test_zones_and_runtime_versions_per_generation():
+    # https://cloud.google.com/tpu/docs/regions-zones, North America tables (and v6e's Europe row).
+    assert {g.name: g.zones for g in GENERATIONS.values()} == {
+        "v4": ("us-central2-b",),
+        "v5e": ("us-central1-a", "us-south1-a", "us-west1-c", "us-west4-a"),
+        "v5p": ("us-central1-a", "us-east5-a"),
+        "v6e": ("us-central1-b", "us-east1-d", "us-east5-a", "us-east5-b", "europe-west4-a"),
+    }
+    for gen in GENERATIONS.values():
+        assert all(ZONE.match(z) for z in gen.zones) and len(set(gen.zones)) == len(gen.zones)
+        assert gen.runtime_versions == (gen.default_runtime_version,)
+        assert gen.sources["zones"].startswith("https://cloud.google.com/tpu/docs/regions-zones")
+        assert gen.sources["runtime_versions"].startswith("https://cloud.google.com/tpu/docs/runtimes")
+    # A replaced default is still a known version.
+    changed = dataclasses.replace(GENERATIONS["v4"], default_runtime_version="tpu-x")
+    assert changed.runtime_versions == ("tpu-x", "tpu-ubuntu2204-base")
 
 
 # --- errors ----------------------------------------------------------------------------

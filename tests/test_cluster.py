@@ -36,7 +36,7 @@ def test_identity_of_a_multislice_worker(monkeypatch):
         monkeypatch.setenv("GCE_METADATA_IP", server.address)
         monkeypatch.delenv("MULTISLICE_COORDINATOR_PORT", raising=False)
         identity = cluster.identity_from_metadata()
-    # process_id = slice_id × workers_per_slice + worker (DESIGN.md / cloud_tpu_cluster.py)
+    # process_id = slice_id × workers_per_slice + worker (JAX's cloud_tpu_cluster.py; docs/cloud-tpu.md)
     assert identity.process_id == 2 * 2 + 1
     assert identity.num_processes == 4 * 2
     assert identity.coordinator_address == "10.0.0.7:8482"

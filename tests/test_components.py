@@ -69,10 +69,15 @@ def test_defaults_give_a_complete_environment():
     config = validate_stack("dev", stack_map("dev"), "test")
     assert config.network.mtu == 8896 and config.network.creates_nat and not config.network.reuses_network
     assert config.bucket.force_destroy is False and config.bucket_protected is False
+    assert config.bucket_soft_delete_days == 0  # Orbax deletes superseded checkpoints all the time
     assert config.queued_resource.wait_for == "ACTIVE" and config.queued_resource.create_timeout == 1800
     prod = validate_stack("prod", stack_map("prod"), "test")
     assert prod.bucket_protected is True
-    assert validate_stack("prod", {**stack_map("prod"), "multislice:bucket": {"protect": False}}, "t").bucket_protected is False
+    assert prod.bucket_soft_delete_days == 7  # a deleted checkpoint of prod stays restorable for a week
+    assert validate_stack("prod-eu", stack_map("prod"), "test").bucket_soft_delete_days == 7
+    unprotected = validate_stack("prod", {**stack_map("prod"), "multislice:bucket": {"protect": False, "softDeleteDays": 0}}, "t")
+    assert unprotected.bucket_protected is False and unprotected.bucket_soft_delete_days == 0
+    assert validate_stack("dev", dev_with(**{"multislice:bucket": {"softDeleteDays": 30}}), "t").bucket_soft_delete_days == 30
 
 
 @pytest.mark.parametrize(
@@ -87,6 +92,15 @@ def test_defaults_give_a_complete_environment():
         ({"multislice:network": {"subnetCidr": "10.0.0.1/20"}}, "multislice:network.subnetCidr: '10.0.0.1/20' is not an IPv4 CIDR"),
         ({"multislice:network": {"subnetCidr": "8.8.0.0/16"}}, "multislice:network.subnetCidr: '8.8.0.0/16' must be a private"),
         ({"multislice:network": {"nat": "maybe"}}, "multislice:network.nat:"),
+        ({"multislice:network": {"existingNetwork": "vpc", "existingSubnetwork": "s"}},
+         "multislice:network.nat: required when reusing existingNetwork"),
+        ({"multislice:network": {"existingNetwork": "vpc", "existingSubnetwork":
+          "projects/acme-ml-dev/regions/europe-west4/subnetworks/s", "nat": True}},
+         "multislice:network.existingSubnetwork: is in region 'europe-west4' but gcp:zone us-central2-b is in"),
+        ({"multislice:network": {"existingNetwork": "projects/host-proj/global/networks/v", "existingSubnetwork":
+          "projects/other-proj/regions/us-central2/subnetworks/s", "nat": False}},
+         "multislice:network.existingSubnetwork: is in project 'other-proj' but existingNetwork is in 'host-proj'"),
+        ({"multislice:bucket": {"location": "us central"}}, "multislice:bucket.location: 'us central' is not a Cloud"),
         ({"multislice:network": {"vpc": "x"}}, "multislice:network.vpc: unknown key"),
         ({"multislice:bucket": {"name": "Has.Dots"}}, "multislice:bucket.name: 'Has.Dots' is not a bucket name"),
         ({"multislice:bucket": {"name": "google-ckpt"}}, "multislice:bucket.name:"),
@@ -133,7 +147,7 @@ def test_bad_durations(text):
 RFC1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 
 
-@pytest.mark.parametrize("stack", ["dev", "Prod_EU.2", "x" * 80])
+@pytest.mark.parametrize("stack", ["dev", "prod-eu2", "9-lives", "a" * naming.STACK_NAME_LIMIT])
 def test_declared_names_follow_gcp_naming_rules(stack):
     # What the program registers, not what a helper computes: every GCE resource name, the
     # service account id, the bucket name, the QR and node ids, the network tag and labels.
@@ -200,10 +214,24 @@ def test_environment_keys_reach_the_resources():
     assert world.exports["bucketUrl"] == "gs://acme-ckpt-dev"
 
 
+@pytest.mark.parametrize("stack", ["Prod_EU.2", "x" * 80, "Staging", "qa_1", "qa-1", "a--b"])
+def test_stack_names_that_would_be_rewritten_are_refused_before_any_resource(stack):
+    with pytest.raises(StackConfigError) as err:
+        evaluate(stack, stack_map("dev"))
+    (line,) = err.value.lines
+    assert line.startswith(f"stack: {stack!r} must "), line
+
+
+def test_bucket_location_key_overrides_the_catalog():
+    world = evaluate("dev", dev_with(**{"multislice:bucket": {"location": "us"}}))
+    assert world.one("gcp:storage/bucket:Bucket").inputs["location"] == "US"
+
+
 def test_reused_network_with_nat_gets_a_router_and_nat_on_that_subnetwork():
     world = evaluate("dev", dev_with(**{"multislice:network": {
         "existingNetwork": "projects/acme-ml-dev/global/networks/shared",
-        "existingSubnetwork": "projects/acme-ml-dev/regions/us-central2/subnetworks/tpus", "nat": True}}))
+        "existingSubnetwork": "projects/acme-ml-dev/regions/us-central2/subnetworks/tpus", "nat": True}}),
+        subnet_network="https://www.googleapis.com/compute/v1/projects/acme-ml-dev/global/networks/shared")
     nat = world.one("gcp:compute/routerNat:RouterNat").inputs
     assert nat["subnetworks"][0]["name"] == "projects/acme-ml-dev/regions/us-central2/subnetworks/tpus"
     assert world.one("gcp:compute/router:Router").inputs["network"] == "projects/acme-ml-dev/global/networks/shared"
@@ -228,8 +256,9 @@ def test_each_component_is_declared_from_its_own_args_alone():
         ProjectServices("apis", ServicesArgs(project="acme-ml-qa", apis=("tpu.googleapis.com",)))
         Network("net", NetworkArgs(stack="qa", project="acme-ml-qa", region="europe-west4",
                                    settings=NetworkSettings(mtu=1500)))
-        bucket = CheckpointBucket("ckpt", BucketArgs(stack="qa", project="acme-ml-qa", region="europe-west4",
+        bucket = CheckpointBucket("ckpt", BucketArgs(stack="qa", project="acme-ml-qa", location="europe-west4",
                                                      run_name="r7", labels={"team": "x"}, protect=True,
+                                                     soft_delete_days=7,
                                                      settings=BucketSettings(nearline_after_days=None)))
         ServiceAccount("sa", ServiceAccountArgs(stack="qa", project="acme-ml-qa", data_bucket="corpora"),
                        bucket=bucket.name)
@@ -245,6 +274,7 @@ def test_each_component_is_declared_from_its_own_args_alone():
     assert (bucket.inputs["name"], bucket.inputs["location"], bucket.inputs["labels"], bucket.protect) == (
         "acme-ml-qa-qa-ckpt", "EUROPE-WEST4", {"team": "x"}, True)
     assert [r["action"]["type"] for r in bucket.inputs["lifecycleRules"]] == ["AbortIncompleteMultipartUpload"]
+    assert bucket.inputs["softDeletePolicy"]["retentionDurationSeconds"] == 7 * 86400
     assert world.one("gcp:serviceaccount/account:Account").inputs["accountId"] == "multislice-qa-tpu"
     grants = {(g.inputs["bucket"], g.inputs["role"]) for g in world.of("gcp:storage/bucketIAMMember:BucketIAMMember")}
     assert grants == {("acme-ml-qa-qa-ckpt", "roles/storage.objectUser"), ("corpora", "roles/storage.objectViewer")}

@@ -360,8 +360,62 @@ def test_stacks_dir_discovery(tmp_path, monkeypatch):
 
 def test_object_valued_keys_are_the_ones_the_engine_sends_as_json_text():
     assert set(config_mod.STRUCTURED_KEYS) == {
-        "multislice:training", "multislice:network", "multislice:bucket", "multislice:queuedResource", "multislice:labels"}
-    config = engine_config(dev_map() | {"multislice:labels": {"team": "ml"}, "multislice:network": {"mtu": 1500}})
-    assert isinstance(config["multislice:labels"], str)
+        "multislice:training", "multislice:network", "multislice:bucket", "multislice:queuedResource", "multislice:labels",
+        "multislice:allowUnlisted"}
+    config = engine_config(dev_map() | {"multislice:labels": {"team": "ml"}, "multislice:network": {"mtu": 1500},
+                                        "multislice:allowUnlisted": ["runtimeVersion"]})
+    assert isinstance(config["multislice:labels"], str) and isinstance(config["multislice:allowUnlisted"], str)
     parsed = from_pulumi_config("dev", config)
-    assert (parsed.labels, parsed.network.mtu) == ({"team": "ml"}, 1500)
+    assert (parsed.labels, parsed.network.mtu, parsed.allow_unlisted) == ({"team": "ml"}, 1500, ("runtimeVersion",))
+
+
+# The catalog: zones and runtime versions per generation (infra.accelerators) ----------------
+
+
+def test_a_zone_that_does_not_offer_the_generation_is_refused_with_the_ones_that_do():
+    (line,) = errors_of(dev_map() | {"gcp:zone": "us-east5-a"})
+    v4 = accelerators.GENERATIONS["v4"]
+    assert line.startswith(f"gcp:zone: us-east5-a does not offer TPU v4 (v4-8); zones that do: {', '.join(v4.zones)} "
+                           "(https://cloud.google.com/tpu/docs/regions-zones)")
+    assert "us-east5-a offers v5p, v6e" in line  # where that zone would work
+    assert line.endswith("add 'multislice:allowUnlisted: [zone]' to the stack")
+
+
+@pytest.mark.parametrize("version", ["tpu ubuntu", "tpu-ubuntu2204-base; curl x | sh", "TPU-UBUNTU2204-BASE", "-x", "a" * 64])
+def test_a_runtime_version_is_a_plain_name(version):
+    # Even with the catalog check relaxed: nothing else can reach the TPU API.
+    for extra in ({}, {"multislice:allowUnlisted": ["runtimeVersion"]}):
+        (line,) = errors_of(dev_map() | {"multislice:runtimeVersion": version} | extra)
+        assert line.startswith(f"multislice:runtimeVersion: {version!r} is not a TPU software version name")
+
+
+def test_a_runtime_version_of_another_generation_is_refused():
+    (line,) = errors_of(dev_map() | {"multislice:runtimeVersion": "v2-alpha-tpuv6e"})
+    assert line.startswith("multislice:runtimeVersion: 'v2-alpha-tpuv6e' is not a TPU software version for v4; "
+                           "known: tpu-ubuntu2204-base")
+    assert line.endswith("add 'multislice:allowUnlisted: [runtimeVersion]' to the stack")
+
+
+def test_allow_unlisted_admits_a_new_zone_or_version_with_a_warning():
+    config = validate_stack("t", dev_map() | {"gcp:zone": "us-central2-a", "multislice:runtimeVersion": "tpu-ubuntu2404-base",
+                                             "multislice:allowUnlisted": ["zone", "runtimeVersion"]}, "test")
+    assert [w.split(" is not in")[0] for w in config.catalog_warnings] == [
+        "gcp:zone us-central2-a", "multislice:runtimeVersion 'tpu-ubuntu2404-base'"]
+    assert validate_stack("t", dev_map(), "test").catalog_warnings == []
+    (line,) = errors_of(dev_map() | {"multislice:allowUnlisted": ["acceleratorType"]})
+    assert line.startswith("multislice:allowUnlisted.0: got 'acceleratorType'; allowed: 'zone' or 'runtimeVersion'")
+
+
+def test_every_shipped_stack_runs_a_listed_zone_and_version():
+    for stack in available_stacks(STACKS):
+        config = load_stack(stack, STACKS)
+        gen = config.accelerator.generation
+        assert config.zone in gen.zones and config.effective_runtime_version in gen.runtime_versions, stack
+        assert config.allow_unlisted == () and config.catalog_warnings == []
+
+
+@pytest.mark.parametrize("zone", ["us-central1-ai1a", "us-south1-ai1b"])
+def test_ai_zones_are_zone_names(zone):
+    # The regions-zones page lists AI zones such as us-central1-ai1a (v6e).
+    config = validate_stack("t", dev_map() | {"gcp:zone": zone, "multislice:allowUnlisted": ["zone"]}, "test")
+    assert config.region == zone.rsplit("-", 1)[0]

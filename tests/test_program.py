@@ -11,8 +11,12 @@ import hashlib
 import io
 import json
 import lzma
+import os
 import re
+import subprocess
+import sys
 import tarfile
+from pathlib import Path
 
 import pytest
 
@@ -21,7 +25,7 @@ from infra.bundle import build_archive
 from infra.config import StackConfigError, available_stacks, load_stack
 from infra.network import IAP_SSH_RANGE
 from infra.queued_resource import RUN_DIR_KEY, STARTUP_SCRIPT_KEY
-from tests.fakes.pulumi_program import FIREWALL, LOOKED_UP_CIDR, QR_TYPE, World, evaluate, stack_map
+from tests.fakes.pulumi_program import FIREWALL, QR_TYPE, World, engine_config, evaluate, stack_map
 
 STACKS = available_stacks()
 
@@ -85,8 +89,8 @@ def test_firewall_targets_the_qr_tags_and_nothing_is_open_to_the_internet(worlds
         assert rule.get("sourceRanges") or rule.get("sourceTags")  # never "from anywhere" by omission
         assert rule["network"] == qr["network"]
     internal = next(r for r in rules if r["name"].endswith("-internal"))
-    assert internal["sourceTags"] == tags
-    assert internal["sourceRanges"] == [world.one("gcp:compute/subnetwork:Subnetwork").inputs["ipCidrRange"]]
+    # By tag alone: GCP ORs sourceRanges with sourceTags, so a range would admit the whole subnet.
+    assert internal["sourceTags"] == tags and "sourceRanges" not in internal
     assert sorted(a["protocol"] for a in internal["allows"]) == ["icmp", "tcp", "udp"]
     assert all("ports" not in a for a in internal["allows"])  # all ports: DCN and the coordinator (8482)
     ssh = next(r for r in rules if r["name"].endswith("-iap-ssh"))
@@ -103,7 +107,10 @@ def test_bucket_is_private_regional_and_protected_in_prod(worlds, stack):
     assert inputs["name"] == config.bucket_name
     assert inputs["publicAccessPrevention"] == "enforced"
     assert inputs["uniformBucketLevelAccess"] is True
-    assert inputs["location"] == config.region.upper()
+    # us-central2 (the v4 region of dev and staging) is not a Cloud Storage location.
+    assert inputs["location"] == {"us-central2": "US-CENTRAL1", "us-east5": "US-EAST5"}[config.region]
+    # Soft delete: 7 days on prod (documented cost), off elsewhere (Orbax deletes old checkpoints).
+    assert inputs["softDeletePolicy"]["retentionDurationSeconds"] == (7 * 86400 if stack == "prod" else 0)
     assert inputs["forceDestroy"] is False
     assert inputs["labels"]["multislice-stack"] == stack and inputs["labels"]["managed-by"] == "pulumi"
     actions = [rule["action"]["type"] for rule in inputs["lifecycleRules"]]
@@ -232,19 +239,63 @@ def test_a_still_queued_qr_fails_the_update_but_is_recorded():
     evaluate("dev", qr_ready=False, preview=True)  # a preview just shows the plan
 
 
-def test_reused_network_creates_only_firewall_rules_in_it():
+COMPUTE = "https://www.googleapis.com/compute/v1/"
+
+
+def test_reused_network_with_its_own_egress_creates_only_firewall_rules_in_it():
     config = stack_map("dev")
-    config["multislice:network"] = {"existingNetwork": "shared-vpc", "existingSubnetwork": "tpu-subnet"}
-    world = evaluate("dev", config)
+    config["multislice:network"] = {"existingNetwork": "shared-vpc", "existingSubnetwork": "tpu-subnet", "nat": False}
+    world = evaluate("dev", config, subnet_network=COMPUTE + "projects/acme-ml-dev/global/networks/shared-vpc")
     types = [r.typ for r in world.registrations]
-    for typ in ("gcp:compute/network:Network", "gcp:compute/subnetwork:Subnetwork", "gcp:compute/routerNat:RouterNat"):
+    for typ in ("gcp:compute/network:Network", "gcp:compute/subnetwork:Subnetwork", "gcp:compute/router:Router",
+                "gcp:compute/routerNat:RouterNat"):
         assert typ not in types
     qr = world.one(QR_TYPE).inputs
     assert qr["network"] == "projects/acme-ml-dev/global/networks/shared-vpc"
     assert qr["subnetwork"] == "projects/acme-ml-dev/regions/us-central2/subnetworks/tpu-subnet"
+    for rule in world.of(FIREWALL):
+        assert rule.inputs["network"] == qr["network"] and rule.inputs["project"] == "acme-ml-dev"
     internal = next(r.inputs for r in world.of(FIREWALL) if r.inputs["name"].endswith("-internal"))
-    assert internal["network"] == qr["network"] and internal["sourceRanges"] == [LOOKED_UP_CIDR]
+    assert internal["sourceTags"] == qr["tags"] and "sourceRanges" not in internal  # not the shared subnet
     assert "gcp:compute/getSubnetwork:getSubnetwork" in world.calls
+
+
+def test_a_reused_network_must_say_how_its_vms_reach_the_internet():
+    # The VMs have no external IPs and the startup script downloads Python and wheels.
+    config = {**stack_map("dev"), "multislice:network": {"existingNetwork": "vpc", "existingSubnetwork": "tpus"}}
+    with pytest.raises(StackConfigError) as err:
+        evaluate("dev", config)
+    (line,) = err.value.lines
+    assert line.startswith("multislice:network.nat: required when reusing existingNetwork")
+    assert "true creates a Cloud Router and Cloud NAT" in line and "false states" in line
+
+
+def test_shared_vpc_firewall_router_and_nat_live_in_the_host_project():
+    host = "acme-net-host"
+    config = {**stack_map("dev"), "multislice:network": {
+        "existingNetwork": f"projects/{host}/global/networks/shared", "existingSubnetwork": "tpus", "nat": True}}
+    world = evaluate("dev", config, subnet_network=f"{COMPUTE}projects/{host}/global/networks/shared")
+    qr = world.one(QR_TYPE).inputs
+    # A subnetwork given by name is the host network's, in the zone's region.
+    assert qr["subnetwork"] == f"projects/{host}/regions/us-central2/subnetworks/tpus"
+    assert qr["network"] == f"projects/{host}/global/networks/shared"
+    rules = world.of(FIREWALL)
+    assert len(rules) == 2 and {r.inputs["project"] for r in rules} == {host}
+    assert world.one("gcp:compute/router:Router").inputs["project"] == host
+    assert world.one("gcp:compute/routerNat:RouterNat").inputs["project"] == host
+    # The stack's own resources stay in the stack's project.
+    assert world.one("gcp:storage/bucket:Bucket").inputs["project"] == "acme-ml-dev"
+    assert world.one("gcp:serviceaccount/account:Account").inputs["project"] == "acme-ml-dev"
+    assert world.one(QR_TYPE).inputs["project"] == "acme-ml-dev"
+
+
+def test_a_subnetwork_of_another_network_fails_the_preview_naming_the_key():
+    config = {**stack_map("dev"), "multislice:network": {
+        "existingNetwork": "vpc-a", "existingSubnetwork": "tpus", "nat": False}}
+    with pytest.raises(Exception, match=r"multislice:network.existingSubnetwork: projects/acme-ml-dev/regions/"
+                                        r"us-central2/subnetworks/tpus belongs to network projects/acme-ml-dev/"
+                                        r"global/networks/vpc-b, not to existingNetwork"):
+        evaluate("dev", config, preview=True, subnet_network=COMPUTE + "projects/acme-ml-dev/global/networks/vpc-b")
 
 
 @pytest.mark.parametrize(
@@ -255,6 +306,15 @@ def test_reused_network_creates_only_firewall_rules_in_it():
         ({"multislice:capacity": "spot", "multislice:reservationName": "acme"}, "multislice:reservationName"),
         ({"multislice:slices": 300}, "multislice:slices"),
         ({"multislice:network": {"subnetCidr": "0.0.0.0/0"}}, "multislice:network.subnetCidr"),
+        # What the TPU API would refuse only after the network, bucket and service account exist:
+        ({"gcp:zone": "us-east5-a"}, "gcp:zone"),  # no v4 there
+        ({"multislice:runtimeVersion": "tpu-ubuntu2204-base; rm -rf /"}, "multislice:runtimeVersion"),
+        ({"multislice:runtimeVersion": "v2-alpha-tpuv5"}, "multislice:runtimeVersion"),  # v5p's, not v4's
+        ({"multislice:network": {"existingNetwork": "vpc", "existingSubnetwork":
+          "projects/acme-ml-dev/regions/us-east5/subnetworks/s", "nat": True}}, "multislice:network.existingSubnetwork"),
+        ({"multislice:network": {"existingNetwork": "projects/acme-net-host/global/networks/shared", "existingSubnetwork":
+          "projects/acme-ml-dev/regions/us-central2/subnetworks/s", "nat": True}}, "multislice:network.existingSubnetwork"),
+        ({"gcp:zone": "us-central9-a", "multislice:allowUnlisted": ["zone"]}, "multislice:bucket.location"),
     ],
 )
 def test_unprovisionable_stacks_fail_before_any_resource_naming_the_key(change, key):
@@ -311,3 +371,47 @@ def test_the_release_record_names_the_release_the_script_carries(worlds, renders
     assert objects[payload_name].urn in objects[record_name].dependencies  # the payload exists first
     qr_script = world.one(QR_TYPE).inputs["metadata"][STARTUP_SCRIPT_KEY]
     assert startup.release_id_of(qr_script) == script.release_id
+
+
+# As the language host runs the program (tests/fakes/language_host.py) ------------------------
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_as_the_language_host(program: Path, config: dict, *, preview: bool = True) -> subprocess.CompletedProcess:
+    """``pulumi preview`` (or ``up``) of stack dev: the program run by the language host's
+    steps against mocks; the config arrives in PULUMI_CONFIG as the engine sends it."""
+    env = {**os.environ, "PULUMI_CONFIG": json.dumps(engine_config(config))}
+    command = [sys.executable, "-m", "tests.fakes.language_host", "--stack", "dev",
+               "--dry_run", "true" if preview else "false", str(program)]
+    return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_a_config_error_under_pulumi_preview_is_one_message_naming_the_key():
+    result = run_as_the_language_host(ROOT / "infra", {**stack_map("dev"), "multislice:slices": 300})
+    assert result.returncode == 1  # the host's status after a pulumi.RunError
+    lines = result.stderr.splitlines()
+    assert lines == ["error: stack 'dev' (pulumi config) is invalid:",
+                     "  multislice:slices: Input should be less than or equal to 256"], result.stderr
+    assert "Traceback" not in result.stdout
+
+
+def test_without_run_error_the_language_host_would_print_a_traceback(tmp_path):
+    # The same config error raised as it is (not as pulumi.RunError): what users would see.
+    (tmp_path / "__main__.py").write_text("from infra.__main__ import define, load_config\n\ndefine(load_config())\n")
+    result = run_as_the_language_host(tmp_path, {**stack_map("dev"), "multislice:slices": 300})
+    assert result.returncode == 32
+    assert "error: Program failed with an unhandled exception:" in result.stderr
+    assert "Traceback (most recent call last)" in result.stderr and "StackConfigError" in result.stderr
+
+
+def test_allow_unlisted_turns_the_catalog_checks_into_warnings():
+    config = {**stack_map("dev"), "gcp:zone": "us-central2-a", "multislice:runtimeVersion": "tpu-ubuntu2404-base",
+              "multislice:allowUnlisted": ["zone", "runtimeVersion"]}
+    result = run_as_the_language_host(ROOT / "infra", config)
+    assert result.returncode == 0, result.stderr
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("warning: ")]
+    assert any(w.startswith("warning: gcp:zone us-central2-a is not in the catalog's zones for TPU v4") for w in warnings)
+    assert any(w.startswith("warning: multislice:runtimeVersion 'tpu-ubuntu2404-base' is not in the catalog")
+               for w in warnings)
+    assert not [line for line in result.stderr.splitlines() if line.startswith("error")]

@@ -14,6 +14,9 @@ from tests.fakes.queued_resource import active, dev, fake, props  # noqa: F401 (
 
 def provider_process(**env: str) -> ProviderProcess:
     # The provider the program pickles: no endpoint, so an API call would go to the real TPU API.
+    # Credentials as an operator has them (an access token, read offline by check); without
+    # any, check reports the missing credentials instead (tests/test_queued_resource_provider.py).
+    env = {"GOOGLE_OAUTH_ACCESS_TOKEN": "ya29.offline-test-token", **env}
     return ProviderProcess(serialize_provider(QueuedResourceProvider()), env=env)
 
 
@@ -46,4 +49,4 @@ def test_a_refresh_does_import_the_client_and_is_refused_the_network(active, pro
     assert error
     assert "google.cloud.tpu_v2" in record["client_modules"]
     assert "google.api_core" in record["client_modules"]
-    assert record["network"]  # e.g. the credentials lookup (GCE metadata server)
+    assert record["network"]  # the connection to the TPU API

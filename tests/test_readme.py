@@ -10,9 +10,14 @@ from typer.testing import CliRunner
 
 from infra.cli import app
 from infra.config import CAPACITY_TYPES, StackConfig
+from infra.queued_resource import QueuedResourceProvider
+from tests.fakes.clock import clock  # noqa: F401 (fixture)
+from tests.fakes.queued_resource import dev, no_ambient_credentials, props  # noqa: F401 (fixtures)
+from tests.fakes.tpu_api import FakeTpuApi
 from training.config import TrainConfig
 
-README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text()
 
 
 REFERENCE = README.split("## Stack configuration reference", 1)[1].split("\n## ", 1)[0]
@@ -148,3 +153,76 @@ def test_set_up_commands_use_existing_options():
 def test_ci_runs_the_readme_test_command():
     ci = (Path(__file__).resolve().parents[1] / ".ci" / "run").read_text()
     assert "pip install uv && uv run --frozen pytest" in ci
+
+
+def test_ci_fails_on_a_stale_lock_before_testing():
+    lines = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
+    check = next(i for i, line in enumerate(lines) if line.startswith("uv lock --check"))
+    tests = lines.index("pip install uv && uv run --frozen pytest")
+    assert check < tests
+    # `set -e` stops the script when the check fails; the check itself exits non-zero.
+    assert "set -euo pipefail" in lines and "|| {" in lines[check] and lines[check].endswith("exit 1; }")
+
+
+def test_readme_states_the_minimum_pulumi_cli():
+    # 3.145.0: dynamic providers use the uv toolchain's virtualenv; 3.146.0: their output is shown.
+    match = re.search(r"Pulumi CLI\]\([^)]*\)\s+\*\*(\d+)\.(\d+)\.(\d+) or later\*\*", README)
+    assert match and tuple(map(int, match.groups())) >= (3, 146, 0)
+
+
+def test_no_file_cites_the_internal_notes():
+    # Facts the code relies on cite public sources or docs/ pages of this repository.
+    internal = ["DESIGN" + ".md", "SEED" + "-NOTES", "seed " + "notes", "seed " + "doc"]
+    offenders = []
+    for folder in ("infra", "training", "tests", "benchmarks", "docs", "stacks"):
+        for path in (ROOT / folder).rglob("*"):
+            if path.suffix in (".py", ".in", ".md", ".yaml") and path.is_file():
+                text = path.read_text(encoding="utf-8").lower()
+                offenders += [f"{path.relative_to(ROOT)}: {word}" for word in internal if word.lower() in text]
+    readme = README.lower()
+    offenders += [f"README.md: {word}" for word in internal if word.lower() in readme]
+    assert offenders == []
+
+
+def readme_example_pattern(example: str, qr_id: str) -> re.Pattern[str]:
+    """A README example as a pattern: its stack's queued resource id becomes ``qr_id``, each
+    duration (``3m07s``) any duration, and an elided ``(…)`` any parenthesis."""
+    pattern = re.escape(example.replace("multislice-staging", qr_id))
+    pattern = re.sub(r"\d+m\d\ds", lambda _m: r"(?:\d+m\d\ds|\d+s)", pattern)
+    return re.compile(pattern.replace(re.escape("(…)"), r"\(.+?\)"))
+
+
+def test_readme_shows_what_pulumi_up_prints_while_a_qr_waits(clock, props, capsys):
+    # A create that never leaves the queue, with the provider's own defaults (poll schedule,
+    # progress period, printing to stderr as the Pulumi CLI shows it) on a virtual clock.
+    text = " ".join(README.split())
+    progress = re.search(r"`(\[multislice queued-resource\] [^`]+)`", text)[1]
+    timed_out = re.search(r"`(queued resource 'multislice-staging' is still [^`]+)`", text)[1]
+    with FakeTpuApi(["CREATING", "WAITING_FOR_RESOURCES"]) as fake:
+        outs = QueuedResourceProvider(api_endpoint=fake.endpoint).create({**props, "createTimeoutSeconds": 1800}).outs
+    printed = capsys.readouterr().err.replace("`", "").splitlines()
+    qr_id = props["queuedResourceId"]
+    waiting = [line for line in printed if readme_example_pattern(progress, qr_id).fullmatch(line)]
+    assert len(waiting) >= 1800 // 60 - 1, printed  # "a line when the state changes, and every minute"
+    assert outs["ready"] is False
+    assert readme_example_pattern(timed_out, qr_id).fullmatch(outs["statusMessage"].replace("`", "")), outs
+
+
+def test_docs_pages_the_code_cites_exist_with_their_sections():
+    # `docs/<page>.md` (optionally followed by `, "Section"`) in code, tests and README.
+    cited = re.compile(r'docs/([a-z0-9-]+\.md)(?:,\s+"([^"]+)")?')
+    seen = []
+    paths = [ROOT / "README.md"] + [p for folder in ("infra", "training", "tests", "benchmarks", "docs")
+                                    for p in (ROOT / folder).rglob("*") if p.suffix in (".py", ".in", ".md", ".sh")]
+    for path in (p for p in paths if p.name != "test_readme.py"):  # this file's patterns are no citations
+        for page, section in cited.findall(path.read_text(encoding="utf-8")):
+            doc = ROOT / "docs" / page
+            assert doc.is_file(), f"{path.relative_to(ROOT)} cites docs/{page}"
+            headings = [line.lstrip("#").strip() for line in doc.read_text().splitlines() if line.startswith("#")]
+            assert not section or any(h.startswith(section) for h in headings), (path.relative_to(ROOT), page, section)
+            seen.append((page, section))
+    assert {"cloud-tpu.md", "jax-on-cpu.md", "deploying.md"} <= {page for page, _ in seen}
+    assert any(section for _, section in seen)
+    # Every page says where its facts come from.
+    for doc in (ROOT / "docs").glob("*.md"):
+        assert "https://" in doc.read_text(), doc.name

@@ -10,7 +10,7 @@ Run directory layout (local path or ``gs://``)::
 
 Orbax writes a checkpoint under a temporary name and renames it when finalized; a save
 killed mid-flight leaves ``<step>.orbax-checkpoint-tmp*`` and ``latest_step()`` picks the
-previous finalized step (DESIGN.md, "Orbax").
+previous finalized step (docs/jax-on-cpu.md, "Checkpoints").
 
 The policy (:class:`CheckpointPolicy`): save every ``interval_steps``, at the last step, and
 at a preemption sync point (all hosts agree on the step: ``CheckpointManager.

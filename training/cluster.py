@@ -1,7 +1,7 @@
 """Who am I in the job: process identity from TPU VM metadata, and ``jax.distributed``.
 
 A Cloud TPU VM learns its place from the GCE metadata server (mirrors
-``jax/_src/clusters/cloud_tpu_cluster.py``, checked in DESIGN.md):
+``jax/_src/clusters/cloud_tpu_cluster.py``; see docs/cloud-tpu.md):
 
 * ``instance/attributes/agent-worker-number``: this VM's worker index inside its slice;
 * ``instance/attributes/worker-network-endpoints``: comma list of the slice's workers, each
@@ -15,7 +15,7 @@ the MEGASCALE coordinator host, or the slice's first worker for a single slice, 
 local emulator points each emulated VM at its own loopback metadata server.
 
 Identity is read afresh at every start and never cached: after auto-repair the MEGASCALE
-values can change, and stale ones hang libtpu (DESIGN.md).
+values can change, and stale ones point at VMs that are gone (docs/cloud-tpu.md).
 
 Environment knobs (the emulator sets them; real VMs use the defaults):
 ``MULTISLICE_COORDINATOR_PORT`` (default 8482), ``MULTISLICE_INIT_TIMEOUT_S`` (default 900,

@@ -18,8 +18,8 @@ bytes starting at ``i × sequence_length``.
 Order: ``grain.MapDataset.range(n).shuffle(seed).repeat()`` — a random-access permutation,
 reshuffled every epoch. Row ``r`` of the global batch of step ``s`` (0-based) is example
 ``order[s × global_batch + r]``: nothing depends on history, so a run resumed at any step
-reads exactly the data an uninterrupted run would have read (closes the gap SEED-NOTES.md
-notes in the reference loader). Each host reads only its own rows
+reads exactly the data an uninterrupted run would have read (no loader position to save or
+lose at a preemption). Each host reads only its own rows
 (``training.mesh.process_batch_rows``).
 """
 

@@ -3,13 +3,13 @@
 Mesh axes are ``(data, fsdp, tensor)`` (``training.config.MESH_AXES``). Axis ``a`` has size
 ``dcn.a × ici.a``: devices of one slice fill the ICI block of the mesh, and the slices are
 laid out along the DCN factors, exactly as ``jax.experimental.mesh_utils.
-create_hybrid_device_mesh`` does (SEED-NOTES.md: "user code only changes how the mesh is
-built"). The difference is how devices are grouped into slices ("granules"):
+create_hybrid_device_mesh`` does (the Cloud TPU Multislice overview: XLA generates the DCN
+communication, user code only builds the mesh; docs/cloud-tpu.md). The difference is how devices are grouped into slices ("granules"):
 
 * on Cloud TPU, by ``device.slice_index`` (set by the multislice runtime);
 * elsewhere (CPU emulation, GPU), every device reports slice 0, so slices are emulated by
-  grouping processes: ``process_index // workers_per_slice`` (DESIGN.md, "JAX
-  multi-process on CPU").
+  grouping processes: ``process_index // workers_per_slice`` (docs/jax-on-cpu.md,
+  "Devices").
 
 Sharding rules (``training.shapes.LOGICAL_AXIS_RULES``) map each array dimension's *logical*
 axis name (declared by the model) to mesh axes, MaxText-style: the batch splits over ``data``

@@ -18,8 +18,8 @@ Exit codes (the startup script's supervisor acts on them): ``EXIT_COMPLETE`` 0,
 
 With several processes, an error in one leaves the others blocked in collectives; so any
 exception ends the process with ``os._exit`` (no shutdown barrier, which would hang), and
-the supervisor/auto-repair restarts the job from the last checkpoint (DESIGN.md, "Killing
-one process").
+the supervisor/auto-repair restarts the job from the last checkpoint (docs/jax-on-cpu.md,
+"Failures").
 """
 
 from __future__ import annotations

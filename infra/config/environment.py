@@ -22,6 +22,8 @@ from training.validation import StrictModel, invalid
 _GCE_PATH = re.compile(
     r"^projects/[a-z][a-z0-9-]{4,28}[a-z0-9]/(global|regions/[a-z0-9-]+)/(networks|subnetworks)/[a-z]([-a-z0-9]{0,61}[a-z0-9])?$"
 )
+#: A Cloud Storage location as written: a region, a dual-region or a multi-region.
+_LOCATION = re.compile(r"^[A-Za-z]+(?:-[A-Za-z]+[0-9]+|[0-9]*)$")
 _DURATION = re.compile(r"^(?:(?P<d>\d+)d)?(?:(?P<h>\d+)h)?(?:(?P<m>\d+)m)?(?:(?P<s>\d+)s)?$")
 
 
@@ -53,6 +55,11 @@ def parse_duration(value: Any) -> int:
 Duration = Annotated[int, BeforeValidator(parse_duration)]
 
 
+def _project_of(path: str | None) -> str | None:
+    """The project of a ``projects/<p>/...`` path; None for a bare name."""
+    return path.split("/")[1] if path and path.startswith("projects/") else None
+
+
 def _gce_name_or_path(value: str | None, what: str) -> str | None:
     if value is None or naming.GCE_NAME.match(value) or _GCE_PATH.match(value):
         return value
@@ -70,9 +77,23 @@ class NetworkSettings(_Settings):
     """``multislice:network``: the VPC the TPU VMs live in.
 
     By default a custom-mode VPC with one subnetwork in the zone's region (Private Google
-    Access on), a Cloud Router with Cloud NAT (VMs have no external IPs) and the firewall
-    rules are created. ``existingNetwork`` + ``existingSubnetwork`` reuse a VPC instead: only
-    the firewall rules are then created in it, and NAT only when ``nat: true``.
+    Access on), a Cloud Router with Cloud NAT and the firewall rules are created. The VMs have
+    no external IPs, and their startup script downloads Python and the trainer's wheels from
+    the internet, so they need egress: Cloud NAT provides it.
+
+    ``existingNetwork`` + ``existingSubnetwork`` reuse a VPC instead: the firewall rules are
+    created in it, and the stack must say how its VMs reach the internet: ``nat: true``
+    creates a Cloud Router + Cloud NAT for the subnetwork, ``nat: false`` states that the
+    network already provides egress (its own Cloud NAT, a proxy). Without ``nat`` a reused
+    network is refused: VMs that cannot build their environment would boot-loop silently.
+
+    Shared VPC: a network given as ``projects/<host>/global/networks/<name>`` in another
+    project is a Shared VPC host network. Firewall rules, the Cloud Router and NAT of a
+    network live in the network's own project (https://cloud.google.com/vpc/docs/shared-vpc:
+    the host project holds the network, its subnets and its firewall rules), so they are
+    created in ``<host>`` (:meth:`host_project`), and a subnetwork given by name is looked up
+    there. The subnetwork must be in the network's project and the zone's region (checked by
+    ``StackConfig``, which knows both).
     """
 
     mtu: int = Field(
@@ -121,6 +142,14 @@ class NetworkSettings(_Settings):
             for key, field in (("subnetCidr", "subnet_cidr"), ("mtu", "mtu")):
                 if field in self.model_fields_set:
                     raise invalid(key, "only applies to a network created here; remove it when reusing existingNetwork")
+            if self.nat is None:
+                raise invalid(
+                    "nat",
+                    "required when reusing existingNetwork: the TPU VMs have no external IPs and their startup "
+                    "script downloads Python and wheels from the internet; true creates a Cloud Router and Cloud "
+                    "NAT for the subnetwork, false states that the network already provides egress (its own "
+                    "Cloud NAT or a proxy)",
+                )
         return self
 
     @property
@@ -129,25 +158,59 @@ class NetworkSettings(_Settings):
 
     @property
     def creates_nat(self) -> bool:
+        """Whether a Cloud Router + NAT is created: ``nat``, or true for a created network."""
         return self.nat if self.nat is not None else not self.reuses_network
+
+    def host_project(self, project: str) -> str:
+        """The project holding the network (and its firewall rules, router and NAT): the
+        project of an ``existingNetwork`` path, else ``project`` (the stack's ``gcp:project``)."""
+        return (_project_of(self.existing_network) if self.existing_network else None) or project
+
+    def network_path(self, project: str) -> str | None:
+        """``projects/<host>/global/networks/<name>`` of a reused network, else None."""
+        if self.existing_network is None:
+            return None
+        if "/" in self.existing_network:
+            return self.existing_network
+        return f"projects/{project}/global/networks/{self.existing_network}"
+
+    def subnetwork_path(self, project: str, region: str) -> str | None:
+        """``projects/<host>/regions/<region>/subnetworks/<name>`` of a reused subnetwork (a bare
+        name is in the network's project and the zone's region), else None."""
+        if self.existing_subnetwork is None:
+            return None
+        if "/" in self.existing_subnetwork:
+            return self.existing_subnetwork
+        return f"projects/{self.host_project(project)}/regions/{region}/subnetworks/{self.existing_subnetwork}"
 
 
 class BucketSettings(_Settings):
-    """``multislice:bucket``: the regional checkpoint bucket.
+    """``multislice:bucket``: the checkpoint bucket.
+
+    Location: ``location``, else the Cloud Storage location of the TPU zone's region
+    (:mod:`infra.bucket_location`: not every TPU region is a storage location).
 
     Lifecycle: objects under ``runs/`` move to Nearline after ``nearlineAfterDays`` (Orbax keeps
     rewriting the newest checkpoints, so only old ones age) and are deleted after
-    ``deleteAfterDays`` when set; incomplete multipart uploads are aborted after a day. Soft
-    delete is off by default because Orbax deletes superseded checkpoints all the time (GCS
-    allows 0 or 7–90 days: https://cloud.google.com/storage/docs/soft-delete).
+    ``deleteAfterDays`` when set; incomplete multipart uploads are aborted after a day.
+
+    Soft delete (``softDeleteDays``; GCS allows 0 or 7–90 days and keeps a deleted object
+    restorable, and billed at its storage class's rate, for that long:
+    https://cloud.google.com/storage/docs/soft-delete): by default 7 days on production stacks
+    (``prod``, ``prod-*``: a checkpoint deleted by mistake can be restored) and 0 elsewhere,
+    because Orbax deletes every superseded checkpoint, and each one then stays billed for the
+    retention period (docs/deploying.md estimates the cost).
     """
 
     name: str | None = Field(None, description="Bucket name; default '<project>-<stack>-ckpt'.")
+    location: str | None = Field(
+        None, description="Cloud Storage location (region, dual- or multi-region); default: the TPU region's."
+    )
     force_destroy: bool = Field(False, alias="forceDestroy", description="Let `pulumi destroy` delete a non-empty bucket.")
     protect: bool | None = Field(None, description="Pulumi `protect`; default: on for stacks named prod or prod-*.")
     nearline_after_days: int | None = Field(30, ge=1, alias="nearlineAfterDays")
     delete_after_days: int | None = Field(None, ge=1, alias="deleteAfterDays")
-    soft_delete_days: int = Field(0, ge=0, le=90, alias="softDeleteDays")
+    soft_delete_days: int | None = Field(None, ge=0, le=90, alias="softDeleteDays")
 
     @field_validator("name")
     @classmethod
@@ -159,9 +222,19 @@ class BucketSettings(_Settings):
             )
         return value
 
+    @field_validator("location")
+    @classmethod
+    def _location(cls, value: str | None) -> str | None:
+        if value is not None and not _LOCATION.match(value):
+            raise ValueError(
+                f"{value!r} is not a Cloud Storage location like 'US-CENTRAL1', 'NAM4' or 'US' "
+                "(https://cloud.google.com/storage/docs/locations)"
+            )
+        return value.upper() if value is not None else None
+
     @model_validator(mode="after")
     def _lifecycle(self) -> BucketSettings:
-        if 0 < self.soft_delete_days < 7:
+        if self.soft_delete_days is not None and 0 < self.soft_delete_days < 7:
             raise invalid("softDeleteDays", f"must be 0 (off) or 7–90 days; got {self.soft_delete_days}")
         if (
             self.delete_after_days is not None

@@ -43,10 +43,10 @@ NAMESPACE = "multislice"
 def _object_valued(annotation: Any) -> bool:
     return (isinstance(annotation, type) and issubclass(annotation, pydantic.BaseModel)) or typing.get_origin(
         annotation
-    ) is dict
+    ) in (dict, list, tuple)
 
 
-#: Keys whose value is an object (Pulumi hands these to programs as JSON text).
+#: Keys whose value is an object or a list (Pulumi hands these to programs as JSON text).
 STRUCTURED_KEYS = tuple(
     field.alias for field in StackConfig.model_fields.values() if field.alias and _object_valued(field.annotation)
 )

@@ -18,7 +18,18 @@ Rules and their sources:
   https://cloud.google.com/tpu/docs/reference/rest/v2/projects.locations.queuedResources);
   ``best-effort`` exists only in the v2alpha1 API, and Spot supersedes it;
 * ``reservationName`` only with ``capacity: reserved``; a reservation name or a full
-  ``projects/<p>/locations/<zone>/reservations/<name>`` path.
+  ``projects/<p>/locations/<zone>/reservations/<name>`` path;
+* the stack name is spelled the way GCP names are (``infra.naming.check_stack_name``): two
+  stacks never map to one set of resource names;
+* ``gcp:zone`` offers the accelerator's generation and ``runtimeVersion`` is one the
+  generation runs (``Generation.zones`` and ``Generation.runtime_versions`` of
+  ``infra.accelerators``, with their public sources), unless ``multislice:allowUnlisted``
+  names the check (``zone``, ``runtimeVersion``): the catalog can lag behind Cloud TPU, and
+  an unlisted value then only warns. A runtime version is always a plain name
+  (``[a-z0-9.-]``): the TPU API would refuse anything else only after the network, bucket and
+  service account exist;
+* a reused subnetwork is in the zone's region, and the bucket has a location
+  (``infra.bucket_location``: ``us-central2``, the v4 region, is not a storage location).
 """
 
 from __future__ import annotations
@@ -30,6 +41,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BeforeValidator, Field, field_validator, model_validator
 
 from infra import accelerators, naming
+from infra import bucket_location as locations
 from infra.config.environment import BucketSettings, NetworkSettings, QueuedResourceSettings
 from training.config import TrainConfig
 from training.validation import StrictModel, invalid
@@ -37,12 +49,21 @@ from training.validation import StrictModel, invalid
 #: How the slices are paid for (``multislice:capacity``).
 Capacity = Literal["spot", "on-demand", "reserved"]
 CAPACITY_TYPES: tuple[str, ...] = typing.get_args(Capacity)
+#: Soft-delete retention of a production stack's checkpoint bucket, days (the smallest nonzero
+#: value GCS allows: https://cloud.google.com/storage/docs/soft-delete).
+PRODUCTION_SOFT_DELETE_DAYS = 7
 
-_ZONE = re.compile(r"^[a-z]+-[a-z]+[0-9]+-[a-z]$")
+#: ``<region>-<letter>``, or an AI zone ``<region>-ai<n><letter>`` (the regions-zones page lists
+#: e.g. us-central1-ai1a: https://cloud.google.com/tpu/docs/regions-zones).
+_ZONE = re.compile(r"^[a-z]+-[a-z]+[0-9]+-(?:[a-z]|ai[0-9]+[a-z]?)$")
+#: A TPU software version as the runtimes page spells them (tpu-ubuntu2204-base, v2-alpha-tpuv5).
+_RUNTIME_VERSION = re.compile(r"^[a-z0-9](?:[a-z0-9.-]{0,61}[a-z0-9])?$")
+#: Catalog checks ``multislice:allowUnlisted`` can relax into warnings.
+Unlisted = Literal["zone", "runtimeVersion"]
 _PROJECT = re.compile(r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$")
-#: Stack and run names become directory names (local state, ``gs://<bucket>/runs/<run>``):
-#: they start with a letter or digit, so "." and ".." can never name a parent directory.
-_STACK = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+#: Run names become directory names (``gs://<bucket>/runs/<run>``, local state): they start
+#: with a letter or digit, so "." and ".." can never name a parent directory.
+_RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 _RESERVATION_PATH = re.compile(
     r"^(projects|folders|organizations)/[A-Za-z0-9-]+/locations/[a-z0-9-]+/reservations/([a-z]([-a-z0-9]{0,61}[a-z0-9])?|-)$"
 )
@@ -87,14 +108,32 @@ class StackConfig(StrictModel):
     labels: Annotated[dict[str, str], BeforeValidator(naming.check_labels)] = Field(
         default_factory=dict, alias="multislice:labels", description="Extra labels on every labelled resource."
     )
+    allow_unlisted: tuple[Unlisted, ...] = Field(
+        (), alias="multislice:allowUnlisted", description="Catalog checks that only warn: zone, runtimeVersion."
+    )
 
-    @field_validator("stack", "run_name")
+    @field_validator("stack")
+    @classmethod
+    def _stack_name(cls, value: str) -> str:
+        return naming.check_stack_name(value)
+
+    @field_validator("run_name")
     @classmethod
     def _directory_name(cls, value: str | None) -> str | None:
-        if value is not None and not _STACK.match(value):
+        if value is not None and not _RUN_NAME.match(value):
             raise ValueError(
                 f"{value!r} must start with a letter or digit and hold only letters, digits, '.', '_' "
                 "and '-' (at most 100 characters): it names directories"
+            )
+        return value
+
+    @field_validator("runtime_version")
+    @classmethod
+    def _runtime_version_spelling(cls, value: str | None) -> str | None:
+        if value is not None and not _RUNTIME_VERSION.match(value):
+            raise ValueError(
+                f"{value!r} is not a TPU software version name (lowercase letters, digits, '.', '-'; e.g. "
+                "'tpu-ubuntu2204-base'; https://cloud.google.com/tpu/docs/runtimes)"
             )
         return value
 
@@ -145,6 +184,14 @@ class StackConfig(StrictModel):
                 "multislice:reservationName",
                 f"is only used with multislice:capacity 'reserved' (capacity is {self.capacity!r})",
             )
+        self._catalog_lists(gen)
+        self._reused_subnetwork()
+        if self.bucket.location is None and locations.bucket_location(self.region) is None:
+            raise invalid(
+                "multislice:bucket.location",
+                f"required: region {self.region!r} of gcp:zone is not a Cloud Storage location this program knows "
+                "(https://cloud.google.com/storage/docs/locations); set a location, e.g. a nearby region",
+            )
         par = self.training.parallelism
         if par.ici.product != acc.chips:
             raise invalid(
@@ -160,7 +207,65 @@ class StackConfig(StrictModel):
             )
         return self
 
+    def _reused_subnetwork(self) -> None:
+        """A reused subnetwork is in the network's project and the zone's region."""
+        subnet = self.network.subnetwork_path(self.project, self.region)
+        if subnet is None:
+            return
+        _, subnet_project, _, subnet_region, *_ = subnet.split("/")
+        host = self.network.host_project(self.project)
+        if subnet_project != host:
+            raise invalid(
+                "multislice:network.existingSubnetwork",
+                f"is in project {subnet_project!r} but existingNetwork is in {host!r}; a subnetwork belongs to its "
+                "network's project (for Shared VPC: the host project; a bare network name means gcp:project)",
+            )
+        if subnet_region != self.region:
+            raise invalid(
+                "multislice:network.existingSubnetwork",
+                f"is in region {subnet_region!r} but gcp:zone {self.zone} is in {self.region!r}; the TPU VMs need "
+                "a subnetwork of their zone's region",
+            )
+
+    def _catalog_lists(self, gen: accelerators.Generation) -> None:
+        """``gcp:zone`` and the runtime version against the catalog (see the module docstring)."""
+        override = "if Cloud TPU offers it now, add 'multislice:allowUnlisted: [{key}]' to the stack"
+        if self.zone not in gen.zones and "zone" not in self.allow_unlisted:
+            others = sorted(g.name for g in accelerators.GENERATIONS.values() if self.zone in g.zones)
+            raise invalid(
+                "gcp:zone",
+                f"{self.zone} does not offer TPU {gen.name} ({self.accelerator_type}); zones that do: "
+                f"{', '.join(gen.zones)} ({gen.sources['zones'].split(' ')[0]})"
+                + (f"; {self.zone} offers {', '.join(others)}" if others else "")
+                + "; "
+                + override.format(key="zone"),
+            )
+        version = self.runtime_version
+        if version is not None and version not in gen.runtime_versions and "runtimeVersion" not in self.allow_unlisted:
+            raise invalid(
+                "multislice:runtimeVersion",
+                f"{version!r} is not a TPU software version for {gen.name}; known: {', '.join(gen.runtime_versions)} "
+                f"(https://cloud.google.com/tpu/docs/runtimes); " + override.format(key="runtimeVersion"),
+            )
+
     # Derived values -------------------------------------------------------------------------
+
+    @property
+    def catalog_warnings(self) -> list[str]:
+        """What ``multislice:allowUnlisted`` let through (``pulumi preview`` prints each)."""
+        gen = self.accelerator.generation
+        warnings = []
+        if self.zone not in gen.zones:
+            warnings.append(
+                f"gcp:zone {self.zone} is not in the catalog's zones for TPU {gen.name} ({', '.join(gen.zones)}); "
+                "allowed by multislice:allowUnlisted"
+            )
+        if self.effective_runtime_version not in gen.runtime_versions:
+            warnings.append(
+                f"multislice:runtimeVersion {self.effective_runtime_version!r} is not in the catalog for TPU "
+                f"{gen.name} ({', '.join(gen.runtime_versions)}); allowed by multislice:allowUnlisted"
+            )
+        return warnings
 
     @property
     def accelerator(self) -> accelerators.AcceleratorType:
@@ -169,7 +274,26 @@ class StackConfig(StrictModel):
     @property
     def region(self) -> str:
         """The zone's region: ``us-central2-b`` → ``us-central2``."""
-        return self.zone.rsplit("-", 1)[0]
+        return locations.region_of(self.zone)
+
+    @property
+    def is_production(self) -> bool:
+        """A production stack: named ``prod`` or ``prod-*`` (protected bucket, soft delete on)."""
+        return self.stack == "prod" or self.stack.startswith("prod-")
+
+    @property
+    def bucket_location(self) -> str:
+        """``multislice:bucket.location``, else the storage location of the zone's region."""
+        location = self.bucket.location or locations.bucket_location(self.region)
+        assert location is not None  # _consistent refused the stack otherwise
+        return location
+
+    @property
+    def bucket_soft_delete_days(self) -> int:
+        """``multislice:bucket.softDeleteDays``, else 7 on production stacks and 0 elsewhere."""
+        if self.bucket.soft_delete_days is not None:
+            return self.bucket.soft_delete_days
+        return PRODUCTION_SOFT_DELETE_DAYS if self.is_production else 0
 
     @property
     def effective_runtime_version(self) -> str:
@@ -216,7 +340,7 @@ class StackConfig(StrictModel):
         """Pulumi ``protect`` on the bucket: ``multislice:bucket.protect``, default on for prod stacks."""
         if self.bucket.protect is not None:
             return self.bucket.protect
-        return self.stack == "prod" or self.stack.startswith("prod-")
+        return self.is_production
 
     @property
     def resource_labels(self) -> dict[str, str]:

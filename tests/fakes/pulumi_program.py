@@ -63,11 +63,17 @@ class World:
 
 
 class Mocks(pulumi.runtime.Mocks):
-    """Cloud-like outputs: ids/paths, service account emails, and a ready QR."""
+    """Cloud-like outputs: ids/paths, service account emails, and a ready QR.
 
-    def __init__(self, world: World, *, qr_ready: bool = True):
+    ``subnet_network``: the ``network`` URL getSubnetwork answers for a reused subnetwork (the
+    Compute API's ``https://www.googleapis.com/compute/v1/projects/<p>/global/networks/<n>``);
+    None answers without one.
+    """
+
+    def __init__(self, world: World, *, qr_ready: bool = True, subnet_network: str | None = None):
         self.world = world
         self.qr_ready = qr_ready
+        self.subnet_network = subnet_network
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs):
         inputs = dict(args.inputs)
@@ -105,7 +111,9 @@ class Mocks(pulumi.runtime.Mocks):
     def call(self, args: pulumi.runtime.MockCallArgs):
         self.world.calls.append(args.token)
         if args.token == "gcp:compute/getSubnetwork:getSubnetwork":
-            return {"ipCidrRange": LOOKED_UP_CIDR, "name": args.args.get("name"), "region": args.args.get("region")}
+            answer = {"ipCidrRange": LOOKED_UP_CIDR, "name": args.args.get("name"), "region": args.args.get("region"),
+                      "project": args.args.get("project")}
+            return answer | ({"network": self.subnet_network} if self.subnet_network else {})
         return {}
 
 
@@ -169,11 +177,13 @@ def evaluate(
     qr_ready: bool = True,
     preview: bool = False,
     as_main: bool = False,
+    subnet_network: str | None = None,
 ) -> World:
     """Run the program for ``stack`` under mocks (an update, or a preview); return what it
-    registered and exported (``as_main``: run infra/ the way the language host does; exports
-    are then not captured)."""
-    world = _start(stack, engine_config(config_map if config_map is not None else stack_map(stack)), qr_ready, preview)
+    registered and exported (``as_main``: run infra/ with runpy as the language host does;
+    exports are then not captured). ``subnet_network``: see :class:`Mocks`."""
+    config = engine_config(config_map if config_map is not None else stack_map(stack))
+    world = _start(stack, config, qr_ready, preview, subnet_network)
 
     @pulumi.runtime.test
     def run():
@@ -189,9 +199,9 @@ def evaluate(
     return world
 
 
-def _start(stack: str, config: dict[str, str], qr_ready: bool, preview: bool) -> World:
+def _start(stack: str, config: dict[str, str], qr_ready: bool, preview: bool, subnet_network: str | None = None) -> World:
     world = World()
-    mocks = Mocks(world, qr_ready=qr_ready)
+    mocks = Mocks(world, qr_ready=qr_ready, subnet_network=subnet_network)
     settings.ROOT.set(None)  # a fresh root Stack resource per evaluation
     pulumi.runtime.set_mocks(mocks, project="multislice", stack=stack, preview=preview, monitor=RecordingMonitor(mocks))
     pulumi.runtime.set_all_config(config)
