@@ -266,7 +266,8 @@ def render(
         "BUNDLE_SHA256": bundle_sha256,
         "REQUIREMENTS_SHA256": pins.requirements_sha256,
         "DEFAULT_HOME": DEFAULT_HOME,
-        "RELEASE_BASE64": base64.encodebytes(compressed).decode("ascii").removesuffix("\n"),
+        # One line: base64's line breaks would add a byte per 76 (about 730 bytes here).
+        "RELEASE_BASE64": base64.b64encode(compressed).decode("ascii"),
     }
     text = fill(template(), values)
     data = text.encode("utf-8")
