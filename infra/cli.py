@@ -3,7 +3,8 @@
     multislice local up [--stack dev] [--kill 1@40] [--preempt 0@80] [--fresh] [--summary-json F]
     multislice local down [--stack dev]
     multislice local status [--stack dev]
-    multislice render --stack prod [-o script.sh]
+    multislice render --stack prod [-o script.sh] [--config]
+    multislice check --stack prod [--policy-config policy.json]     (infra/review_cli.py)
     multislice plan --stack prod [--json]
     multislice bench shardings --ici-fsdp 4 [--dcn-data 2] [--json]
 
@@ -323,11 +324,19 @@ def render(
     stack: str = STACK_OPTION,
     config_file: Optional[Path] = CONFIG_FILE_OPTION,
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the script here instead of stdout."),
+    resolved_config: bool = typer.Option(
+        False, "--config", help="Print the resolved stack config (every key, defaults filled in) instead of the script."
+    ),
 ) -> None:
     """Print the stack's startup script: the exact bytes every TPU VM of the stack boots."""
     from infra import startup
 
     config = load_config(stack, config_file)
+    if resolved_config:
+        from infra.config.resolved import resolved_config_yaml
+
+        typer.echo(resolved_config_yaml(config), nl=False)
+        return
     try:
         script = startup.render(config)
     except ValueError as err:
@@ -400,6 +409,10 @@ def bench_shardings(
     else:
         console.print(bench.summary(result), markup=False, soft_wrap=True)
 
+
+from infra import review_cli  # noqa: E402  (its commands use the helpers above)
+
+review_cli.register(app)
 
 if __name__ == "__main__":
     app()

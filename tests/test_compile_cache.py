@@ -30,8 +30,6 @@ def _process(run_dir: str) -> dict:
         **os.environ,
         "PYTHONPATH": str(ROOT),
         "JAX_PLATFORMS": "cpu",
-        # Cache every executable, however fast it compiled (JAX's default floor is 1 s).
-        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
     }
     env.pop("JAX_COMPILATION_CACHE_DIR", None)
     done = subprocess.run([sys.executable, "-c", PROGRAM, run_dir], env=env, capture_output=True, text=True, timeout=300)

@@ -129,6 +129,10 @@ def test_crash_then_resume_gives_bit_identical_losses(uninterrupted, tmp_path, m
     first_pass = resumed[: len(resumed) - 4]
     assert [s for s, _ in resumed[len(first_pass):]] == [9, 10, 11, 12]
     assert all(loss == final[step] for step, loss in first_pass)
+    # The restart loaded the compiled train step from the run directory's compilation cache.
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    first_records = [r for r in records if r.get("includes_compile")]
+    assert [r["compile_cache_hits"] > 0 for r in first_records] == [False, True]
 
 
 def test_sigterm_saves_the_current_step_then_resume_completes(uninterrupted, tmp_path, monkeypatch):

@@ -70,7 +70,10 @@ def enable(run_dir: str) -> str:
     """Use ``<run_dir>/compilation_cache`` as JAX's persistent compilation cache.
 
     Call before the first compilation of the run. Calling it again with another run
-    directory (tests run several in one process) moves the cache there.
+    directory (tests run several in one process) moves the cache there. Every executable is
+    cached, however fast it compiled (JAX's default floor is 1 s): a run has a handful, and
+    a cold restart of a many-host job pays the slowest host's compile of each. The statistics
+    (:func:`stats`) start from zero.
 
     Returns:
       The cache directory.
@@ -79,7 +82,9 @@ def enable(run_dir: str) -> str:
     path = cache_dir(run_dir)
     compilation_cache.reset_cache()
     compilation_cache.set_cache_dir(path)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     with _lock:
+        _stats.hits, _stats.seconds_saved = 0, 0.0
         if not _listening:
             jax.monitoring.register_event_listener(_on_event)
             jax.monitoring.register_event_duration_secs_listener(_on_duration)

@@ -3,7 +3,8 @@
 ``run(config, run_dir, identity)`` does, on every process of the job:
 
 1. exit 0 at once if ``<run_dir>/COMPLETE`` exists (a VM that reboots after the run ended);
-2. ``jax.distributed.initialize`` from the identity (training.cluster);
+2. JAX's persistent compilation cache in the run directory (training.compile_cache), then
+   ``jax.distributed.initialize`` from the identity (training.cluster);
 3. build the hybrid mesh (training.mesh), shard parameters and optimizer state;
 4. restore the newest finalized checkpoint, or initialize from the seed;
 5. train: the batch of step ``s`` is a pure function of ``s`` (training.data), so a resumed
@@ -37,7 +38,7 @@ import jax
 import numpy as np
 import optax
 
-from training import checkpointing, cluster, data, mesh as mesh_lib, model, optimizer as optimizer_lib
+from training import checkpointing, cluster, compile_cache, data, mesh as mesh_lib, model, optimizer as optimizer_lib
 from training.config import TrainConfig
 from training.run_log import JsonlLog, TensorBoardLog, join
 
@@ -110,6 +111,7 @@ def run(config: TrainConfig, run_dir: str, identity: cluster.ClusterIdentity) ->
         log.info("run %s is already complete (step %d); nothing to do", run_dir, done["step"])
         return RunResult(EXIT_COMPLETE, done["step"], done["loss"])
 
+    compile_cache.enable(run_dir)  # before the first compilation: a restart loads the train step
     cluster.initialize(identity)
     sigterm = _SigtermFlag()
     if identity.num_processes == 1:
@@ -225,6 +227,9 @@ def _train(config: TrainConfig, run_dir: str, identity: cluster.ClusterIdentity,
         }
         if first_record:
             entry["includes_compile"] = True
+            cache = compile_cache.stats()
+            entry["compile_cache_hits"] = cache.hits
+            log.info("compilation cache: %d executables loaded, %.1f s of compilation saved", cache.hits, cache.seconds_saved)
             first_record = False
         metrics_log.append(entry)
         tensorboard.scalars(step, {f"train/{k}": entry[k] for k in ("loss", "grad_norm", "learning_rate", "tokens_per_s", "tflops_per_device")})

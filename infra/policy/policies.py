@@ -1,0 +1,271 @@
+"""The multislice CrossGuard policies, as ``pulumi_policy`` objects: :data:`POLICIES`.
+
+``pulumi preview --policy-pack infra/policy`` runs them through the Pulumi CLI (the pack's
+``__main__.py`` builds the ``PolicyPack``); ``multislice check`` runs the same objects over the
+resources the program declares under mocks (:mod:`infra.policy.evaluate`), without the CLI or
+cloud credentials. A resource policy gets the resource's *inputs* (``args.props``), camelCase
+as the engine has them; numbers may arrive as floats.
+
+Mandatory (a violation fails the preview/update; ``multislice check`` exits 1):
+
+* ``firewall-no-public-ingress``: no INGRESS rule from ``0.0.0.0/0`` or ``::/0``;
+* ``tpu-no-external-ips``: TPU nodes have no external IPs unless the pack config sets
+  ``allowExternalIps: true`` for the stack;
+* ``bucket-private-uniform``: public access prevention ``enforced`` and uniform bucket-level
+  access (https://cloud.google.com/storage/docs/public-access-prevention,
+  https://cloud.google.com/storage/docs/uniform-bucket-level-access);
+* ``tpu-dedicated-service-account``: the nodes run as a named service account, never the
+  Compute Engine default one (``<number>-compute@developer.gserviceaccount.com``, which has
+  the Editor role by default: https://cloud.google.com/compute/docs/access/service-accounts#default_service_account);
+* ``dcn-tensor-parallelism-one``: ``training.parallelism.dcn.tensor == 1``;
+* ``multislice-v4-or-later``: more than one slice only on TPU v4 and later, at most 256 slices
+  (https://cloud.google.com/tpu/docs/multislice-introduction);
+* ``startup-script-safe``: the startup script within one GCE metadata value (256 KiB) and free
+  of credentials (:mod:`infra.policy.secret_patterns`);
+* ``training-fits-hbm``: the per-chip memory estimate (``multislice plan``) within the
+  accelerator's HBM, unless the pack config sets ``allowOverHbm: true``;
+* ``multislice-program``: the stack declares a multislice queued resource (the pack was not
+  pointed at another program).
+
+Advisory (printed as warnings): ``required-labels`` (env, owner, cost-center on every resource
+that takes labels) and ``prod-capacity`` (a prod queued resource on reserved or on-demand
+capacity, or protected; Spot capacity can be preempted at any time:
+https://cloud.google.com/tpu/docs/spot).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pulumi_policy import (
+    EnforcementLevel,
+    PolicyConfigSchema,
+    ReportViolation,
+    ResourceValidationArgs,
+    ResourceValidationPolicy,
+    StackValidationArgs,
+    StackValidationPolicy,
+)
+
+from infra import accelerators
+from infra.policy.secret_patterns import find_secrets
+from infra.queued_resource.inputs import STARTUP_SCRIPT_KEY
+from infra.startup import METADATA_VALUE_LIMIT_BYTES
+
+__all__ = ["POLICIES", "QUEUED_RESOURCE_TYPE", "REQUIRED_LABELS", "DEFAULT_COMPUTE_SA_SUFFIX"]
+
+QUEUED_RESOURCE_TYPE = "pulumi-python:dynamic/tpu:QueuedResource"
+FIREWALL_TYPE = "gcp:compute/firewall:Firewall"
+BUCKET_TYPE = "gcp:storage/bucket:Bucket"
+#: pulumi-gcp's single TPU VM, held to the same node rules as the queued resource's nodes.
+TPU_VM_TYPE = "gcp:tpu/v2Vm:V2Vm"
+#: pulumi-gcp's own (single-slice) queued resource.
+GCP_QUEUED_RESOURCE_TYPE = "gcp:tpu/v2QueuedResource:V2QueuedResource"
+
+PUBLIC_RANGES = ("0.0.0.0/0", "::/0")
+DEFAULT_COMPUTE_SA_SUFFIX = "-compute@developer.gserviceaccount.com"
+REQUIRED_LABELS = ("env", "owner", "cost-center")
+
+MANDATORY = EnforcementLevel.MANDATORY
+ADVISORY = EnforcementLevel.ADVISORY
+
+
+def _tpu_nodes(args: ResourceValidationArgs) -> list[Mapping[str, Any]]:
+    """The node-shaped inputs of a TPU resource: the multislice QR's own props, a V2Vm's, or
+    each node spec of pulumi-gcp's queued resource."""
+    if args.resource_type in (QUEUED_RESOURCE_TYPE, TPU_VM_TYPE):
+        return [args.props]
+    if args.resource_type == GCP_QUEUED_RESOURCE_TYPE:
+        return [spec.get("node") or {} for spec in (args.props.get("tpu") or {}).get("nodeSpecs") or []]
+    return []
+
+
+# Mandatory ------------------------------------------------------------------------------------
+
+
+def _firewall_no_public_ingress(args: ResourceValidationArgs, report: ReportViolation) -> None:
+    if args.resource_type != FIREWALL_TYPE:
+        return
+    if (args.props.get("direction") or "INGRESS").upper() != "INGRESS":
+        return
+    public = [r for r in args.props.get("sourceRanges") or [] if r in PUBLIC_RANGES]
+    if public:
+        report(f"firewall rule {args.name!r} admits ingress from {', '.join(public)}; "
+               "open ports only to the subnetwork, network tags or IAP (35.235.240.0/20)")
+
+
+def _tpu_no_external_ips(args: ResourceValidationArgs, report: ReportViolation) -> None:
+    if args.get_config().get("allowExternalIps", False):
+        return
+    for node in _tpu_nodes(args):
+        external = node.get("enableExternalIps")
+        if external is None:
+            external = (node.get("networkConfig") or {}).get("enableExternalIps")
+        if external:
+            report(f"TPU resource {args.name!r} gives its VMs external IPs; use Cloud NAT, or set "
+                   "allowExternalIps: true for this stack in the policy pack config")
+
+
+def _bucket_private_uniform(args: ResourceValidationArgs, report: ReportViolation) -> None:
+    if args.resource_type != BUCKET_TYPE:
+        return
+    if args.props.get("publicAccessPrevention") != "enforced":
+        report(f"bucket {args.name!r}: publicAccessPrevention is "
+               f"{args.props.get('publicAccessPrevention')!r}, must be 'enforced'")
+    if args.props.get("uniformBucketLevelAccess") is not True:
+        report(f"bucket {args.name!r}: uniformBucketLevelAccess must be true (no per-object ACLs)")
+
+
+def _service_account_email(node: Mapping[str, Any]) -> Any:
+    account = node.get("serviceAccount")
+    return account.get("email") if isinstance(account, Mapping) else account
+
+
+def _tpu_dedicated_service_account(args: ResourceValidationArgs, report: ReportViolation) -> None:
+    for node in _tpu_nodes(args):
+        email = _service_account_email(node)
+        if not email:
+            report(f"TPU resource {args.name!r} names no service account: its VMs would run as the "
+                   "Compute Engine default service account")
+        elif str(email).endswith(DEFAULT_COMPUTE_SA_SUFFIX):
+            report(f"TPU resource {args.name!r} runs as the Compute Engine default service account "
+                   f"{email}; use a dedicated, least-privilege one")
+
+
+def _parallelism(args: ResourceValidationArgs) -> Mapping[str, Any]:
+    return ((args.props.get("trainer") or {}).get("parallelism") or {})
+
+
+def _dcn_tensor_one(args: ResourceValidationArgs, report: ReportViolation) -> None:
+    if args.resource_type != QUEUED_RESOURCE_TYPE:
+        return
+    dcn = _parallelism(args).get("dcn") or {}
+    tensor = dcn.get("tensor", 1)
+    if int(tensor) != 1:
+        report(f"queued resource {args.name!r}: training.parallelism.dcn.tensor is {int(tensor)}; tensor "
+               "parallelism over DCN is too slow (Multislice overview): keep dcn.tensor = 1")
+
+
+def _multislice_v4_or_later(args: ResourceValidationArgs, report: ReportViolation) -> None:
+    if args.resource_type != QUEUED_RESOURCE_TYPE:
+        return
+    slices = int(args.props.get("slices") or 1)
+    name = str(args.props.get("acceleratorType"))
+    if slices > accelerators.MAX_SLICES:
+        report(f"queued resource {args.name!r}: {slices} slices; Multislice allows at most {accelerators.MAX_SLICES}")
+    if slices > 1:
+        try:
+            supported = accelerators.parse_accelerator_type(name).generation.supports_multislice
+        except accelerators.UnknownAcceleratorType:
+            supported = False
+        if not supported:
+            report(f"queued resource {args.name!r}: {slices} slices of {name}; Multislice needs TPU v4 or later")
+
+
+def _startup_script_safe(args: ResourceValidationArgs, report: ReportViolation) -> None:
+    for node in _tpu_nodes(args):
+        script = (node.get("metadata") or {}).get(STARTUP_SCRIPT_KEY)
+        if not isinstance(script, str):
+            continue
+        size = len(script.encode())
+        if size > METADATA_VALUE_LIMIT_BYTES:
+            report(f"TPU resource {args.name!r}: startup script is {size} bytes; one GCE metadata value "
+                   f"holds at most {METADATA_VALUE_LIMIT_BYTES}")
+        for found in find_secrets(script):
+            report(f"TPU resource {args.name!r}: startup script line {found.line} holds {found.kind}; "
+                   "node metadata is readable on the VM and by project viewers: use the service account")
+
+
+def _integral(value: Any) -> Any:
+    """Engine numbers are floats: 2.0 → 2, recursively (the trainer config has int fields)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, Mapping):  # also pulumi_policy's proxies of the engine's inputs
+        return {k: _integral(v) for k, v in value.items()}
+    if isinstance(value, Sequence) and not isinstance(value, str):
+        return [_integral(v) for v in value]
+    return value
+
+
+def _training_fits_hbm(args: ResourceValidationArgs, report: ReportViolation) -> None:
+    if args.resource_type != QUEUED_RESOURCE_TYPE or args.get_config().get("allowOverHbm", False):
+        return
+    from infra.planner.memory import memory_per_chip
+    from training.config import TrainConfig
+
+    try:
+        accelerator = accelerators.parse_accelerator_type(str(args.props.get("acceleratorType")))
+        train = TrainConfig.model_validate(_integral(dict(args.props.get("trainer") or {})))
+    except ValueError as err:  # UnknownAcceleratorType and pydantic's ValidationError are ValueErrors
+        report(f"queued resource {args.name!r}: cannot estimate memory: {str(err).splitlines()[0]}")
+        return
+    estimate = memory_per_chip(train, accelerator.generation.hbm_bytes_per_chip)
+    if not estimate.fits:
+        report(f"queued resource {args.name!r}: training needs ~{estimate.total / 2**30:.1f} GiB per chip, "
+               f"{accelerator.name} has {estimate.capacity / 2**30:.0f} GiB of HBM (multislice plan); "
+               "shrink the model or batch, shard more (fsdp), or set allowOverHbm: true in the pack config")
+
+
+def _multislice_program(args: StackValidationArgs, report: ReportViolation) -> None:
+    if not any(r.resource_type == QUEUED_RESOURCE_TYPE for r in args.resources):
+        report(f"this stack declares no {QUEUED_RESOURCE_TYPE}: the multislice policy pack checks the "
+               "multislice program only")
+
+
+# Advisory -------------------------------------------------------------------------------------
+
+
+def _required_labels(args: ResourceValidationArgs, report: ReportViolation) -> None:
+    if "labels" not in args.props or args.resource_type not in (QUEUED_RESOURCE_TYPE, BUCKET_TYPE, TPU_VM_TYPE):
+        return
+    labels = args.props.get("labels") or {}
+    missing = [key for key in REQUIRED_LABELS if not labels.get(key)]
+    if missing:
+        report(f"{args.name!r} lacks the label(s) {', '.join(missing)} (cost attribution)")
+
+
+def _is_prod(labels: Mapping[str, Any]) -> bool:
+    stack = str(labels.get("multislice-stack") or "")
+    return labels.get("env") == "prod" or stack == "prod" or stack.startswith("prod-")
+
+
+def _prod_capacity(args: ResourceValidationArgs, report: ReportViolation) -> None:
+    if args.resource_type != QUEUED_RESOURCE_TYPE or not _is_prod(args.props.get("labels") or {}):
+        return
+    capacity = args.props.get("capacity")
+    if capacity not in ("reserved", "on-demand") and not args.opts.protect:
+        report(f"prod queued resource {args.name!r} is on {capacity} capacity and not protected: "
+               "it can be preempted at any time; use reserved capacity or protect it")
+
+
+def _resource(name: str, description: str, validate, level: EnforcementLevel, **config: Any) -> ResourceValidationPolicy:
+    schema = PolicyConfigSchema(properties={key: {"type": "boolean", "default": default} for key, default in config.items()}) if config else None
+    return ResourceValidationPolicy(name=name, description=description, validate=validate,
+                                    enforcement_level=level, config_schema=schema)
+
+
+POLICIES = [
+    _resource("firewall-no-public-ingress", "No firewall ingress from 0.0.0.0/0 or ::/0.",
+              _firewall_no_public_ingress, MANDATORY),
+    _resource("tpu-no-external-ips", "TPU VMs have no external IPs unless the stack allows them.",
+              _tpu_no_external_ips, MANDATORY, allowExternalIps=False),
+    _resource("bucket-private-uniform", "Buckets enforce public access prevention and uniform bucket-level access.",
+              _bucket_private_uniform, MANDATORY),
+    _resource("tpu-dedicated-service-account", "TPU VMs run as a dedicated service account, never the default compute one.",
+              _tpu_dedicated_service_account, MANDATORY),
+    _resource("dcn-tensor-parallelism-one", "No tensor parallelism over DCN (dcn.tensor = 1).",
+              _dcn_tensor_one, MANDATORY),
+    _resource("multislice-v4-or-later", "Multislice only on TPU v4 and later, at most 256 slices.",
+              _multislice_v4_or_later, MANDATORY),
+    _resource("startup-script-safe", "The startup script fits one metadata value and holds no credentials.",
+              _startup_script_safe, MANDATORY),
+    _resource("training-fits-hbm", "The estimated per-chip training memory fits the accelerator's HBM.",
+              _training_fits_hbm, MANDATORY, allowOverHbm=False),
+    StackValidationPolicy(name="multislice-program", description="The stack is a multislice program.",
+                          validate=_multislice_program, enforcement_level=MANDATORY),
+    _resource("required-labels", "Resources carry the env, owner and cost-center labels.",
+              _required_labels, ADVISORY),
+    _resource("prod-capacity", "Prod queued resources use reserved or on-demand capacity, or are protected.",
+              _prod_capacity, ADVISORY),
+]

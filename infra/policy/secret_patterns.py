@@ -1,0 +1,73 @@
+"""Credential patterns a startup script must not carry.
+
+Node metadata is readable by every process on the VM (``curl metadata.google.internal``) and
+by anyone with ``tpu.nodes.get`` on the project, so a credential in the startup script is a
+leaked credential. The VMs authenticate as their service account through the metadata server
+and need none. The patterns are the documented shapes of each credential:
+
+* PEM private keys (RFC 7468 §10 ``-----BEGIN PRIVATE KEY-----`` and the RSA/EC/DSA/OpenSSH
+  variants) and the ``"private_key"`` field of a Google service-account key file
+  (https://cloud.google.com/iam/docs/keys-create-delete);
+* Google OAuth 2.0 access tokens, which start ``ya29.``
+  (https://developers.google.com/identity/protocols/oauth2), and Google API keys, ``AIza``
+  followed by 35 characters (https://cloud.google.com/docs/authentication/api-keys);
+* AWS access key ids, ``AKIA``/``ASIA`` + 16 upper-case letters or digits
+  (https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_identifiers.html);
+* GitHub tokens, ``ghp_``/``gho_``/``ghu_``/``ghs_``/``ghr_`` + 36 characters
+  (https://github.blog/engineering/platform-security/behind-githubs-new-authentication-token-formats/);
+* a quoted literal assigned to a name that says password, secret, token or API key
+  (``PASSWORD="hunter22"``, ``api_key: 'abc…'``), at least 8 characters, the way secret
+  scanners flag hard-coded passwords. A value taken from a variable or a command
+  (``TOKEN="$(curl …)"``) is not a literal and is not flagged.
+
+The trainer bundle inside the script is base64 of a gzipped tar: its contents are not
+scanned here (the bundle is built from the checkout's ``training/`` package).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+__all__ = ["PATTERNS", "SecretMatch", "find_secrets"]
+
+#: (what it is, pattern); each is searched over the whole text.
+PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("a PEM private key", re.compile(r"-----BEGIN (?:RSA |EC |DSA |OPENSSH |ENCRYPTED )?PRIVATE KEY-----")),
+    ("a service-account key file's private_key", re.compile(r"\"private_key\"\s*:\s*\"")),
+    ("a Google OAuth access token", re.compile(r"\bya29\.[0-9A-Za-z_-]{20,}")),
+    ("a Google API key", re.compile(r"\bAIza[0-9A-Za-z_-]{35}\b")),
+    ("an AWS access key id", re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b")),
+    ("a GitHub token", re.compile(r"\bgh[pousr]_[A-Za-z0-9]{36}\b")),
+    (
+        "a hard-coded password or token",
+        re.compile(
+            r"(?i)\b[a-z0-9_]*(?:password|passwd|secret|token|api[_-]?key)[a-z0-9_]*\s*[:=]\s*"
+            r"([\"'])[^\"'\s$`]{8,}\1"
+        ),
+    ),
+)
+
+
+@dataclass(frozen=True)
+class SecretMatch:
+    """One finding: what it looks like and its 1-based line number (the value is not kept)."""
+
+    kind: str
+    line: int
+
+
+def find_secrets(text: str) -> list[SecretMatch]:
+    """Every credential-shaped string in ``text``, in order of position.
+
+    Args:
+      text: a script or any other text.
+
+    Returns:
+      One :class:`SecretMatch` per match; empty when none.
+    """
+    found: list[tuple[int, SecretMatch]] = []
+    for kind, pattern in PATTERNS:
+        for match in pattern.finditer(text):
+            found.append((match.start(), SecretMatch(kind, text.count("\n", 0, match.start()) + 1)))
+    return [m for _, m in sorted(found, key=lambda item: item[0])]

@@ -1,0 +1,228 @@
+"""Evaluate the Pulumi program (infra/__main__.py) under ``pulumi.runtime.set_mocks``: offline.
+
+The tests, ``multislice check`` (the policy pack over what a stack declares) and ``multislice
+diff`` evaluate the program this way: no Pulumi CLI, no engine, no cloud credentials
+(https://www.pulumi.com/docs/iac/guides/testing/unit/).
+
+The config reaches the program the way the engine hands it over (``namespace:key`` →
+string, objects as JSON text) and the program parses it itself (``load_config``). A
+recording monitor keeps every registration: type, name, inputs and options (protect,
+hideDiffs, dependencies, parent); exports are the resolved values ``define`` exported. The
+mocks answer like the cloud would: resource paths as ids, service-account emails, a QR that
+is ACTIVE (or still queued, on request).
+"""
+
+from __future__ import annotations
+
+import json
+import runpy
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import pulumi
+import yaml
+from pulumi.runtime import mocks as pulumi_mocks
+from pulumi.runtime import rpc, settings
+
+import infra.__main__ as program
+from infra.config import stack_file
+
+QR_TYPE = "pulumi-python:dynamic/tpu:QueuedResource"
+FIREWALL = "gcp:compute/firewall:Firewall"
+#: ipCidrRange the getSubnetwork lookup answers for a reused subnetwork.
+LOOKED_UP_CIDR = "10.20.0.0/16"
+
+
+@dataclass
+class Registration:
+    typ: str
+    name: str
+    urn: str
+    inputs: dict[str, Any]
+    protect: bool
+    hide_diffs: list[str]
+    dependencies: list[str]
+    parent: str
+    #: Former identities the program declared (``aliases``), each as its non-empty alias spec
+    #: fields (``type``, ``name``, ``parentUrn``, …) or ``{"urn": ...}``.
+    aliases: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class World:
+    """What one program evaluation registered."""
+
+    registrations: list[Registration] = field(default_factory=list)
+    exports: dict[str, Any] = field(default_factory=dict)
+    calls: list[str] = field(default_factory=list)
+
+    def of(self, typ: str) -> list[Registration]:
+        return [r for r in self.registrations if r.typ == typ]
+
+    def one(self, typ: str) -> Registration:
+        found = self.of(typ)
+        assert len(found) == 1, f"{typ}: {len(found)} registrations"
+        return found[0]
+
+
+class Mocks(pulumi.runtime.Mocks):
+    """Cloud-like outputs: ids/paths, service account emails, and a ready QR.
+
+    ``subnet_network``: the ``network`` URL getSubnetwork answers for a reused subnetwork (the
+    Compute API's ``https://www.googleapis.com/compute/v1/projects/<p>/global/networks/<n>``);
+    None answers without one.
+    """
+
+    def __init__(self, world: World, *, qr_ready: bool = True, subnet_network: str | None = None):
+        self.world = world
+        self.qr_ready = qr_ready
+        self.subnet_network = subnet_network
+
+    def new_resource(self, args: pulumi.runtime.MockResourceArgs):
+        inputs = dict(args.inputs)
+        outs = dict(inputs)
+        project = inputs.get("project", "p")
+        typ = args.typ
+        if typ == "gcp:compute/network:Network":
+            id_ = f"projects/{project}/global/networks/{inputs['name']}"
+        elif typ == "gcp:compute/subnetwork:Subnetwork":
+            id_ = f"projects/{project}/regions/{inputs['region']}/subnetworks/{inputs['name']}"
+        elif typ == "gcp:serviceaccount/account:Account":
+            email = f"{inputs['accountId']}@{project}.iam.gserviceaccount.com"
+            id_ = f"projects/{project}/serviceAccounts/{email}"
+            outs.update(email=email, member=f"serviceAccount:{email}")
+        elif typ == "gcp:storage/bucket:Bucket":
+            id_ = inputs["name"]
+            outs["url"] = f"gs://{inputs['name']}"
+        elif typ == QR_TYPE:
+            id_ = f"projects/{project}/locations/{inputs['zone']}/queuedResources/{inputs['queuedResourceId']}"
+            prefix = inputs.get("nodeIdPrefix")
+            names = [f"{prefix}-{i}" for i in range(int(inputs["slices"]))] if prefix else [inputs["nodeId"]]
+            state = "ACTIVE" if self.qr_ready else "WAITING_FOR_RESOURCES"
+            outs.update(
+                queuedResourceName=id_,
+                state=state,
+                ready=self.qr_ready,
+                statusMessage="ACTIVE" if self.qr_ready else "queued resource 'x' is still WAITING_FOR_RESOURCES; recorded in the stack",
+                nodeNames=names,
+                nodes=[],
+            )
+        else:
+            id_ = f"{args.name}-id"
+        return id_, outs
+
+    def call(self, args: pulumi.runtime.MockCallArgs):
+        self.world.calls.append(args.token)
+        if args.token == "gcp:compute/getSubnetwork:getSubnetwork":
+            answer = {"ipCidrRange": LOOKED_UP_CIDR, "name": args.args.get("name"), "region": args.args.get("region"),
+                      "project": args.args.get("project")}
+            return answer | ({"network": self.subnet_network} if self.subnet_network else {})
+        return {}
+
+
+class RecordingMonitor(pulumi_mocks.MockMonitor):
+    def __init__(self, mocks: Mocks):
+        super().__init__(mocks)
+        self.world = mocks.world
+
+    def RegisterResource(self, request):
+        response = super().RegisterResource(request)
+        if request.type != "pulumi:pulumi:Stack":
+            inputs = rpc.deserialize_properties(request.object) if request.custom else {}
+            self.world.registrations.append(
+                Registration(
+                    typ=request.type,
+                    name=request.name,
+                    urn=response.urn,
+                    inputs=_plain(inputs),
+                    protect=bool(request.protect),
+                    hide_diffs=list(request.hideDiffs),
+                    dependencies=list(request.dependencies),
+                    parent=request.parent,
+                    aliases=[_alias(alias) for alias in request.aliases],
+                )
+            )
+        return response
+
+
+def _alias(alias: Any) -> dict[str, Any]:
+    if alias.WhichOneof("alias") == "urn":
+        return {"urn": alias.urn}
+    # An empty parentUrn means "the current parent" (pulumi.runtime.resource.create_alias_spec).
+    return {descriptor.name: value for descriptor, value in alias.spec.ListFields() if value not in ("", False)}
+
+
+def _plain(value: Any) -> Any:
+    return json.loads(json.dumps(value, default=str))
+
+
+def engine_config(stack_config: dict[str, Any]) -> dict[str, str]:
+    """A stack file's ``config:`` as the engine hands it to a program (strings, JSON objects)."""
+    out = {}
+    for key, value in stack_config.items():
+        if isinstance(value, (dict, list)):
+            out[key] = json.dumps(value)
+        elif isinstance(value, bool):
+            out[key] = "true" if value else "false"
+        else:
+            out[key] = str(value)
+    return out
+
+
+def stack_map(stack: str) -> dict[str, Any]:
+    return yaml.safe_load(stack_file(stack).read_text())["config"]
+
+
+def evaluate(
+    stack: str,
+    config_map: dict[str, Any] | None = None,
+    *,
+    qr_ready: bool = True,
+    preview: bool = False,
+    as_main: bool = False,
+    script: Any = None,
+    subnet_network: str | None = None,
+) -> World:
+    """Run the program for ``stack`` under mocks (an update, or a preview); return what it
+    registered and exported (``as_main``: run infra/ with runpy as the language host does;
+    exports are then not captured; ``script``: an ``infra.startup.RenderedScript`` to declare
+    instead of rendering one from this checkout, e.g. one rendered from another revision's
+    trainer; ``subnet_network``: see :class:`Mocks`)."""
+    config = engine_config(config_map if config_map is not None else stack_map(stack))
+    world = _start(stack, config, qr_ready, preview, subnet_network)
+
+    @pulumi.runtime.test
+    def run():
+        env = program.define(program.load_config(), script)
+        return pulumi.Output.all(**env.exports).apply(lambda values: world.exports.update(_plain(values)))
+
+    @pulumi.runtime.test
+    def run_as_pulumi_does():
+        # The Python language host runs `main: infra/` with runpy (infra/ first on sys.path).
+        runpy.run_path(str(Path(program.__file__).parent), run_name="__main__")
+
+    (run_as_pulumi_does if as_main else run)()
+    return world
+
+
+def _start(stack: str, config: dict[str, str], qr_ready: bool, preview: bool, subnet_network: str | None = None) -> World:
+    world = World()
+    mocks = Mocks(world, qr_ready=qr_ready, subnet_network=subnet_network)
+    settings.ROOT.set(None)  # a fresh root Stack resource per evaluation
+    pulumi.runtime.set_mocks(mocks, project="multislice", stack=stack, preview=preview, monitor=RecordingMonitor(mocks))
+    pulumi.runtime.set_all_config(config)
+    return world
+
+
+def declare(build: Callable[[], Any], stack: str = "t") -> World:
+    """Run ``build`` (which declares resources, e.g. one component from its own args) under
+    the same mocks, with an empty config map; return what it registered."""
+    world = _start(stack, {}, qr_ready=True, preview=False)
+
+    @pulumi.runtime.test
+    def run():
+        build()
+
+    run()
+    return world

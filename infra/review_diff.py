@@ -1,0 +1,201 @@
+"""What the change between a git revision and the working tree does to a stack, offline.
+
+``multislice diff --stack S --against REV``: REV's tree is read with ``git archive`` (no
+checkout, no worktree bookkeeping); both sides are rendered and evaluated with *this*
+checkout's program under mocks (:mod:`infra.program_mocks`), so the difference is the one the
+stack file and the trainer make, the way ``pulumi preview`` would see them after ``pulumi up``
+of REV. Reported:
+
+* the stack-file keys that changed (dotted paths into ``multislice:training``);
+* the trainer bundle's sha256 on both sides and the bundled files added, removed or modified;
+* each resource created, deleted or changed, with the changed input keys. The queued resource
+  is classified by its provider's own ``diff`` (``QueuedResourceProvider.diff``: replace on
+  :data:`infra.queued_resource.inputs.REPLACE_KEYS`, else update in place), from a healthy
+  ACTIVE recorded state. Other resources are pulumi-gcp's: whether a changed key replaces
+  them is the provider schema's call (shown as ``update or replace``).
+
+No cloud credentials and no Pulumi CLI are needed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import subprocess
+import tarfile
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["DiffError", "ResourceChange", "StackDiff", "diff_stack"]
+
+GIT_TIMEOUT_S = 60
+
+
+class DiffError(ValueError):
+    """A revision, stack or checkout the diff cannot read (one line)."""
+
+
+@dataclass(frozen=True)
+class ResourceChange:
+    """``action``: create, delete, replace, update (in place) or update-or-replace (pulumi-gcp)."""
+
+    name: str
+    typ: str
+    action: str
+    keys: tuple[str, ...] = ()
+    replace_keys: tuple[str, ...] = ()
+
+
+@dataclass
+class StackDiff:
+    stack: str
+    against: str
+    commit: str
+    config_changes: list[tuple[str, Any, Any]] = field(default_factory=list)
+    bundle_sha256: tuple[str, str] = ("", "")
+    trainer_files: list[tuple[str, str]] = field(default_factory=list)
+    resources: list[ResourceChange] = field(default_factory=list)
+
+    @property
+    def replaces(self) -> bool:
+        return any(r.action in ("replace", "delete") for r in self.resources)
+
+
+def _git(root: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
+    try:
+        return subprocess.run(["git", "-C", str(root), *args], capture_output=True, timeout=GIT_TIMEOUT_S, check=False)
+    except FileNotFoundError:
+        raise DiffError("git is not installed") from None
+    except subprocess.TimeoutExpired:
+        raise DiffError(f"git {args[0]} took longer than {GIT_TIMEOUT_S}s") from None
+
+
+def _revision_tree(root: Path, against: str, stack: str, into: Path) -> tuple[str, Path]:
+    """Extract REV's tree into ``into``; return REV's commit and the project root inside it."""
+    top = _git(root, "rev-parse", "--show-toplevel")
+    if top.returncode:
+        raise DiffError(f"{root} is not in a git repository")
+    resolved = _git(root, "rev-parse", "--verify", "--quiet", f"{against}^{{commit}}")
+    if resolved.returncode:
+        raise DiffError(f"--against {against!r}: no such commit in {top.stdout.decode().strip()}")
+    commit = resolved.stdout.decode().strip()
+    prefix = _git(root, "rev-parse", "--show-prefix").stdout.decode().strip()
+    if _git(root, "cat-file", "-e", f"{commit}:{prefix}stacks/Pulumi.{stack}.yaml").returncode:
+        raise DiffError(f"stack {stack!r} does not exist at {against} ({commit[:12]}): no {prefix}stacks/Pulumi.{stack}.yaml")
+    archive = _git(root, "archive", "--format=tar", commit, "--", prefix or ".")
+    if archive.returncode:
+        raise DiffError(f"git archive {against}: {archive.stderr.decode().strip().splitlines()[-1:]}")
+    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+        tar.extractall(into, filter="data")
+    return commit, into / prefix
+
+
+def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(value, dict) and value:
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            out |= _flatten(item, f"{prefix}.{key}" if prefix else str(key))
+        return out
+    return {prefix: value}
+
+
+def config_changes(old: dict[str, Any], new: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+    """``(dotted key, old, new)`` for every stack-file key that differs; ``None``: absent."""
+    a, b = _flatten(old), _flatten(new)
+    return [(key, a.get(key), b.get(key)) for key in sorted(a.keys() | b.keys()) if a.get(key) != b.get(key)]
+
+
+def trainer_file_changes(old_training: Path, new_training: Path) -> list[tuple[str, str]]:
+    """``(training/<path>, added|removed|modified)`` over the bundled files of both trees."""
+    from infra.bundle import BUNDLE_PACKAGE, bundle_files
+
+    def digests(directory: Path) -> dict[str, str]:
+        files = bundle_files(directory) if directory.is_dir() else []
+        return {f"{BUNDLE_PACKAGE}/{p.relative_to(directory).as_posix()}": hashlib.sha256(p.read_bytes()).hexdigest() for p in files}
+
+    a, b = digests(old_training), digests(new_training)
+    status = {path: "removed" for path in a.keys() - b.keys()} | {path: "added" for path in b.keys() - a.keys()}
+    status |= {path: "modified" for path in a.keys() & b.keys() if a[path] != b[path]}
+    return sorted(status.items())
+
+
+def _side(stack: str, project_root: Path, label: str) -> tuple[dict[str, Any], Any]:
+    """The raw ``config:`` map and the evaluated World of ``stack`` in ``project_root``
+    (``label`` names the side in errors: the revision, or "the working tree")."""
+    import yaml
+
+    from infra import program_mocks, startup
+    from infra.config import StackConfigError, load_stack_file
+
+    path = project_root / "stacks" / f"Pulumi.{stack}.yaml"
+    try:
+        config = load_stack_file(path, stack)
+        script = startup.render(config, project_root=project_root)
+    except StackConfigError as err:  # the problems, not the summary that names a temporary path
+        raise DiffError(f"stack {stack!r} in {label}: {'; '.join(err.lines) or err.summary}") from None
+    except (ValueError, FileNotFoundError) as err:
+        raise DiffError(f"stack {stack!r} in {label}: {str(err).splitlines()[0]}") from None
+    config_map = yaml.safe_load(path.read_text())["config"]
+    return config_map, (program_mocks.evaluate(stack, config_map, script=script, preview=True), script)
+
+
+def _queued_resource_change(name: str, typ: str, old: dict[str, Any], new: dict[str, Any]) -> ResourceChange | None:
+    from infra.queued_resource import QueuedResourceProvider
+    from infra.queued_resource.inputs import INPUT_KEYS, differs
+
+    recorded = {**old, "state": "ACTIVE", "ready": True, "nodesInSync": True}  # a healthy QR, as REV left it
+    result = QueuedResourceProvider().diff("diff", recorded, new)
+    if not result.changes:
+        return None
+    keys = tuple(k for k in INPUT_KEYS if differs(old.get(k), new.get(k)))
+    replaces = tuple(result.replaces or ())
+    return ResourceChange(name, typ, "replace" if replaces else "update", keys, replaces)
+
+
+def _resource_changes(old_world: Any, new_world: Any) -> list[ResourceChange]:
+    from infra.program_mocks import QR_TYPE
+
+    def by_urn(world: Any) -> dict[str, Any]:
+        return {r.urn: r for r in world.registrations}
+
+    old, new = by_urn(old_world), by_urn(new_world)
+    changes = [ResourceChange(old[u].name, old[u].typ, "delete") for u in old.keys() - new.keys()]
+    changes += [ResourceChange(new[u].name, new[u].typ, "create") for u in new.keys() - old.keys()]
+    for urn in old.keys() & new.keys():
+        a, b = old[urn], new[urn]
+        inputs_a = {k: v for k, v in a.inputs.items() if k != "__provider"}
+        inputs_b = {k: v for k, v in b.inputs.items() if k != "__provider"}
+        if a.typ == QR_TYPE:
+            change = _queued_resource_change(b.name, b.typ, inputs_a, inputs_b)
+            if change:
+                changes.append(change)
+        elif inputs_a != inputs_b:
+            keys = tuple(sorted(k for k in inputs_a.keys() | inputs_b.keys() if inputs_a.get(k) != inputs_b.get(k)))
+            changes.append(ResourceChange(b.name, b.typ, "update-or-replace", keys))
+    return sorted(changes, key=lambda c: (c.typ, c.name))
+
+
+def diff_stack(stack: str, against: str, project_root: Path) -> StackDiff:
+    """The change from ``against`` (a git revision) to the working tree of ``project_root``.
+
+    Raises:
+      DiffError: not a git checkout, no such revision, the stack is missing at the revision,
+        or a side's stack file does not validate.
+    """
+    if not (project_root / "stacks" / f"Pulumi.{stack}.yaml").is_file():
+        raise DiffError(f"stack {stack!r} does not exist in the working tree (no stacks/Pulumi.{stack}.yaml)")
+    with tempfile.TemporaryDirectory(prefix="multislice-diff-") as tmp:
+        commit, old_root = _revision_tree(project_root, against, stack, Path(tmp))
+        old_map, (old_world, old_script) = _side(stack, old_root, against)
+        new_map, (new_world, new_script) = _side(stack, project_root, "the working tree")
+        return StackDiff(
+            stack=stack,
+            against=against,
+            commit=commit,
+            config_changes=config_changes(old_map, new_map),
+            bundle_sha256=(old_script.bundle_sha256, new_script.bundle_sha256),
+            trainer_files=trainer_file_changes(old_root / "training", project_root / "training"),
+            resources=_resource_changes(old_world, new_world),
+        )

@@ -1,0 +1,216 @@
+"""Each CrossGuard policy (infra/policy/policies.py) on a resource that passes and one that fails.
+
+The policies run through pulumi_policy's own ``validate`` with ``ResourceValidationArgs`` /
+``StackValidationArgs`` built as the package's tests and its analyzer build them. The passing
+queued resource is the one the program declares for the dev stack (evaluated under mocks);
+each failing one changes exactly the property the policy is about.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from inspect import isawaitable
+from typing import Any
+
+import pytest
+from pulumi_policy import (
+    EnforcementLevel,
+    PolicyCustomTimeouts,
+    PolicyResource,
+    PolicyResourceOptions,
+    ResourceValidationArgs,
+    ResourceValidationPolicy,
+    StackValidationArgs,
+    StackValidationPolicy,
+)
+
+from pulumi_policy.proxy import unknown_checking_proxy
+
+from infra.policy import policies
+from infra.policy.policies import POLICIES
+from infra.startup import METADATA_VALUE_LIMIT_BYTES
+from tests.fakes.pulumi_program import QR_TYPE, evaluate
+
+BY_NAME = {policy.name: policy for policy in POLICIES}
+FIREWALL = "gcp:compute/firewall:Firewall"
+BUCKET = "gcp:storage/bucket:Bucket"
+
+
+def options(protect: bool = False) -> PolicyResourceOptions:
+    return PolicyResourceOptions(protect, [], None, [], PolicyCustomTimeouts(0, 0, 0), [])
+
+
+def violations(name: str, typ: str, props: dict[str, Any], *, config: dict | None = None, protect: bool = False) -> list[str]:
+    """Messages ``policy.validate`` reports for one resource."""
+    policy = BY_NAME[name]
+    assert isinstance(policy, ResourceValidationPolicy)
+    found: list[str] = []
+    # wrapped as pulumi_policy's analyzer wraps the inputs it deserializes (Mapping/Sequence proxies)
+    args = ResourceValidationArgs(typ, unknown_checking_proxy(props), f"urn:pulumi:t::multislice::{typ}::r", "r",
+                                  options(protect), None, config or {})
+    result = policy.validate(args, lambda message, urn=None: found.append(message))
+    if isawaitable(result):
+        asyncio.run(result)
+    return found
+
+
+@pytest.fixture(scope="module")
+def dev_qr() -> dict[str, Any]:
+    world = evaluate("dev")
+    props = dict(world.one(QR_TYPE).inputs)
+    props.pop("__provider", None)
+    return props
+
+
+def changed(props: dict[str, Any], **updates: Any) -> dict[str, Any]:
+    out = copy.deepcopy(props)
+    out.update(updates)
+    return out
+
+
+def test_policy_levels_and_names():
+    mandatory = {p.name for p in POLICIES if p.enforcement_level is EnforcementLevel.MANDATORY}
+    advisory = {p.name for p in POLICIES if p.enforcement_level is EnforcementLevel.ADVISORY}
+    assert mandatory == {
+        "firewall-no-public-ingress", "tpu-no-external-ips", "bucket-private-uniform", "tpu-dedicated-service-account",
+        "dcn-tensor-parallelism-one", "multislice-v4-or-later", "startup-script-safe", "training-fits-hbm",
+        "multislice-program",
+    }
+    assert advisory == {"required-labels", "prod-capacity"}
+
+
+@pytest.mark.parametrize("ranges", [["0.0.0.0/0"], ["10.0.0.0/8", "::/0"]])
+def test_firewall_public_ingress_fails(ranges):
+    props = {"direction": "INGRESS", "sourceRanges": ranges, "allows": [{"protocol": "tcp", "ports": ["22"]}]}
+    assert violations("firewall-no-public-ingress", FIREWALL, props)
+    # direction defaults to INGRESS in the Compute API
+    assert violations("firewall-no-public-ingress", FIREWALL, {k: v for k, v in props.items() if k != "direction"})
+
+
+def test_firewall_private_or_egress_passes():
+    assert violations("firewall-no-public-ingress", FIREWALL, {"direction": "INGRESS", "sourceRanges": ["35.235.240.0/20"]}) == []
+    assert violations("firewall-no-public-ingress", FIREWALL, {"direction": "EGRESS", "destinationRanges": ["0.0.0.0/0"]}) == []
+
+
+def test_external_ips_fail_unless_the_stack_allows_them(dev_qr):
+    assert violations("tpu-no-external-ips", QR_TYPE, dev_qr) == []
+    exposed = changed(dev_qr, enableExternalIps=True)
+    assert violations("tpu-no-external-ips", QR_TYPE, exposed)
+    assert violations("tpu-no-external-ips", "gcp:tpu/v2Vm:V2Vm", {"networkConfig": {"enableExternalIps": True}})
+    assert violations("tpu-no-external-ips", QR_TYPE, exposed, config={"allowExternalIps": True}) == []
+
+
+def test_bucket_must_be_private_and_uniform():
+    good = {"publicAccessPrevention": "enforced", "uniformBucketLevelAccess": True}
+    assert violations("bucket-private-uniform", BUCKET, good) == []
+    assert len(violations("bucket-private-uniform", BUCKET, {**good, "publicAccessPrevention": "inherited"})) == 1
+    assert len(violations("bucket-private-uniform", BUCKET, {**good, "uniformBucketLevelAccess": False})) == 1
+    assert len(violations("bucket-private-uniform", BUCKET, {})) == 2
+
+
+def test_program_bucket_passes():
+    bucket = evaluate("dev").one(BUCKET)
+    assert violations("bucket-private-uniform", BUCKET, bucket.inputs) == []
+
+
+def test_tpu_service_account_is_dedicated(dev_qr):
+    assert dev_qr["serviceAccount"].endswith(".iam.gserviceaccount.com")
+    assert violations("tpu-dedicated-service-account", QR_TYPE, dev_qr) == []
+    default = changed(dev_qr, serviceAccount="123456789-compute@developer.gserviceaccount.com")
+    assert "default service account" in violations("tpu-dedicated-service-account", QR_TYPE, default)[0]
+    assert violations("tpu-dedicated-service-account", QR_TYPE, {k: v for k, v in dev_qr.items() if k != "serviceAccount"})
+
+
+def test_dcn_tensor_parallelism_must_be_one(dev_qr):
+    assert violations("dcn-tensor-parallelism-one", QR_TYPE, dev_qr) == []
+    bad = copy.deepcopy(dev_qr)
+    bad["trainer"]["parallelism"]["dcn"] = {"data": 1, "fsdp": 1, "tensor": 2.0}  # engine numbers are floats
+    assert "dcn.tensor is 2" in violations("dcn-tensor-parallelism-one", QR_TYPE, bad)[0]
+
+
+@pytest.mark.parametrize(
+    "accelerator, slices, ok",
+    [("v4-8", 2, True), ("v5p-128", 256, True), ("v4-8", 257, False), ("v3-8", 2, False), ("v2-8", 1, True)],
+)
+def test_multislice_generation_and_size(dev_qr, accelerator, slices, ok):
+    props = changed(dev_qr, acceleratorType=accelerator, slices=float(slices))
+    assert (violations("multislice-v4-or-later", QR_TYPE, props) == []) is ok
+
+
+def test_startup_script_limit_and_credentials(dev_qr):
+    assert violations("startup-script-safe", QR_TYPE, dev_qr) == []
+    script = dev_qr["metadata"]["startup-script"]
+    big = changed(dev_qr, metadata={**dev_qr["metadata"], "startup-script": script + "#" * METADATA_VALUE_LIMIT_BYTES})
+    assert "bytes" in violations("startup-script-safe", QR_TYPE, big)[0]
+    leaked = script.replace("\n", '\nexport DB_PASSWORD="correct-horse-battery"\n', 1)
+    found = violations("startup-script-safe", QR_TYPE, changed(dev_qr, metadata={**dev_qr["metadata"], "startup-script": leaked}))
+    assert len(found) == 1 and "line 2" in found[0] and "password" in found[0]
+
+
+@pytest.mark.parametrize(
+    "line, kind",
+    [
+        ("-----BEGIN RSA PRIVATE KEY-----", "PEM private key"),
+        ('{"type": "service_account", "private_key": "x"}', "private_key"),
+        ("curl -H 'Authorization: Bearer ya29.a0AfH6SMBx3kZQ7c9T1uVwE8r'", "OAuth access token"),
+        ("KEY=AIzaSyA1234567890abcdefghijklmnopqrstuv", "API key"),
+        ("AWS_ACCESS_KEY_ID=AKIAIOSFODNN7EXAMPLE", "AWS access key"),
+        ("git clone https://ghp_" + "a" * 36 + "@github.com/x/y", "GitHub token"),
+        ("api_key: 'abcdefgh12345'", "password or token"),
+    ],
+)
+def test_secret_patterns(line, kind):
+    from infra.policy.secret_patterns import find_secrets
+
+    found = find_secrets("#!/bin/bash\n" + line + "\n")
+    assert [m.line for m in found] == [2] and kind in found[0].kind
+
+
+@pytest.mark.parametrize(
+    "line", ['TOKEN="${VAULT_TOKEN_VALUE}"', 'PASSWORD="$(cat /run/secrets/db)"', "password_file=/etc/pw", 'secret="short"']
+)
+def test_secret_patterns_leave_non_literals_alone(line):
+    from infra.policy.secret_patterns import find_secrets
+
+    assert find_secrets(line) == []
+
+
+def test_training_over_hbm_fails_unless_overridden(dev_qr):
+    assert violations("training-fits-hbm", QR_TYPE, dev_qr) == []
+    huge = copy.deepcopy(dev_qr)
+    huge["trainer"]["model"]["d_model"] = 65536.0  # the issue's example, on v4-8 (32 GiB per chip)
+    found = violations("training-fits-hbm", QR_TYPE, huge)
+    assert len(found) == 1 and "GiB per chip" in found[0] and "32 GiB" in found[0]
+    assert violations("training-fits-hbm", QR_TYPE, huge, config={"allowOverHbm": True}) == []
+
+
+def stack_violations(resources: list[tuple[str, dict]]) -> list[str]:
+    policy = BY_NAME["multislice-program"]
+    assert isinstance(policy, StackValidationPolicy)
+    found: list[str] = []
+    stack = [PolicyResource(t, unknown_checking_proxy(p), f"urn:{i}", f"r{i}", options(), None, None, [], {}) for i, (t, p) in enumerate(resources)]
+    policy.validate(StackValidationArgs(stack), lambda message, urn=None: found.append(message))
+    return found
+
+
+def test_a_program_that_is_not_ours_is_named(dev_qr):
+    assert stack_violations([(FIREWALL, {}), (QR_TYPE, dev_qr)]) == []
+    found = stack_violations([(BUCKET, {"name": "b"})])
+    assert len(found) == 1 and policies.QUEUED_RESOURCE_TYPE in found[0]
+
+
+def test_required_labels_advisory(dev_qr):
+    labelled = changed(dev_qr, labels={**dev_qr["labels"], "env": "dev", "owner": "ml-infra", "cost-center": "cc-42"})
+    assert violations("required-labels", QR_TYPE, labelled) == []
+    found = violations("required-labels", QR_TYPE, changed(labelled, labels={"env": "dev"}))
+    assert len(found) == 1 and "owner, cost-center" in found[0]
+
+
+def test_prod_queued_resource_on_spot_needs_protection(dev_qr):
+    prod_labels = {**dev_qr["labels"], "multislice-stack": "prod"}
+    spot = changed(dev_qr, labels=prod_labels, capacity="spot")
+    assert violations("prod-capacity", QR_TYPE, spot)
+    assert violations("prod-capacity", QR_TYPE, spot, protect=True) == []
+    assert violations("prod-capacity", QR_TYPE, changed(spot, capacity="reserved")) == []
+    assert violations("prod-capacity", QR_TYPE, dev_qr) == []  # dev on spot: not prod
