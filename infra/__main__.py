@@ -9,6 +9,7 @@ here from the StackConfig by :func:`component_args`)::
     Network           VPC + subnetwork + Cloud NAT + firewall (tag-scoped, IAP-only SSH)
     CheckpointBucket  regional, private, lifecycle rules; protected on prod
     ServiceAccount    the VMs' service account: bucket objects, logs, metrics; nothing else
+    ReleaseRecord     the release every VM boot runs, in the bucket (infra/release.py)
     QueuedResource    the Multislice QR (dynamic provider, infra/queued_resource/)
 
 Exports: bucketUrl, runDir, checkpointPath, queuedResourceName, queuedResourceState,
@@ -40,6 +41,7 @@ from infra import startup
 from infra.config import StackConfig
 from infra.network import Network, NetworkArgs
 from infra.queued_resource import QueuedResource, queued_resource_props
+from infra.release import ReleaseRecord
 from infra.service_account import ServiceAccount, ServiceAccountArgs, data_bucket
 from infra.services import ProjectServices, ServicesArgs
 from infra.storage import BucketArgs, CheckpointBucket
@@ -148,6 +150,7 @@ def define(config: StackConfig, script: startup.RenderedScript | None = None) ->
     bucket = CheckpointBucket("checkpoints", args.bucket, opts=after_apis)
     # Logical name "identity" kept from before the rename: it is part of existing stacks' URNs.
     service_account = ServiceAccount("identity", args.service_account, bucket=bucket.name, opts=after_apis)
+    release = ReleaseRecord("release", config, script, bucket=bucket.name, opts=after_apis)  # what every boot runs
 
     props = queued_resource_props(
         config,
@@ -161,7 +164,7 @@ def define(config: StackConfig, script: startup.RenderedScript | None = None) ->
         "queued-resource",
         props,
         # The VMs boot into the script at once: NAT, firewall, bucket grants must exist first.
-        opts=pulumi.ResourceOptions(depends_on=[services, network, bucket, service_account]),
+        opts=pulumi.ResourceOptions(depends_on=[services, network, bucket, service_account, release]),
     )
     pulumi.Output.all(queued_resource.ready, queued_resource.statusMessage).apply(_require_ready)
 

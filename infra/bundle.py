@@ -1,24 +1,52 @@
-"""The trainer bundle: ``training/*.py`` as a reproducible ``tar.gz``.
+"""Reproducible archives for the VMs: the trainer bundle, the release payload, its compression.
 
-The startup script (:mod:`infra.startup`) carries this archive, base64 in a quoted heredoc,
-onto every TPU VM and checks its sha256 there before unpacking it. Equal sources give equal
-bytes (no timestamps, owners or local paths), so the script changes only when the trainer
-code does.
+A **release** is everything a TPU VM runs for a stack: the boot logic, the trainer package
+(``training/*.py``), the trainer config and the pinned requirements. The startup script
+(:mod:`infra.startup`) carries it as one uncompressed tar (:func:`build_archive`), compressed
+with xz (:func:`compress`) and base64-encoded; the VM checks the sha256 of the *uncompressed*
+tar before unpacking it. That sha256 is the **release id**: it depends on the content only,
+never on the compressor, so two operators whose lzma/zlib builds compress differently render
+scripts with the same release id (``infra.queued_resource`` keeps the recorded script when
+only the compressed bytes differ), and the release record in the bucket
+(:mod:`infra.release`) stores the uncompressed tar.
+
+Equal inputs give equal bytes: entries sorted by name, regular files only, mtime 0,
+uid/gid 0, no user/group names, mode 0644, POSIX ustar format (no PAX headers, which could
+carry times).
+
+The expensive step, xz at its highest preset, is done once per content
+(:func:`cached_compress`, :mod:`infra.content_cache`); so is the trainer bundle
+(:func:`cached_bundle`).
 """
 
 from __future__ import annotations
 
-import gzip
 import io
+import lzma
+import re
 import sys
 import tarfile
-import zlib
+from collections.abc import Mapping
 from pathlib import Path
 
 from infra.content_cache import ContentCache, key_of
 
 #: Name of the trainer package inside the bundle (``python -m training``).
 BUNDLE_PACKAGE = "training"
+
+#: The line of a rendered startup script (infra/startup.sh.in) that names its release.
+RELEASE_LINE = re.compile(r"^readonly RELEASE_ID=([0-9a-f]{64})$", re.M)
+
+#: xz preset of :func:`compress`: level 9 with the "extreme" flag (xz(1), ``-9e``), the
+#: smallest output of the stock presets; decompressing it needs 65 MiB of memory.
+XZ_PRESET = 9 | lzma.PRESET_EXTREME
+
+
+def release_id_of(script_text: str) -> str | None:
+    """The release id a rendered startup script carries, or None (not one of ours, or from
+    before releases had ids). Equal ids mean equal content whatever compressed it."""
+    match = RELEASE_LINE.search(script_text)
+    return match.group(1) if match else None
 
 
 def bundle_files(training_dir: Path) -> list[Path]:
@@ -33,14 +61,8 @@ def bundle_files(training_dir: Path) -> list[Path]:
     return sorted(files, key=lambda p: p.relative_to(training_dir).as_posix())
 
 
-def build_bundle(training_dir: Path) -> bytes:
-    """A reproducible ``tar.gz`` of the trainer package.
-
-    Entries are ``training/<relative path>`` for :func:`bundle_files`, sorted, regular files
-    only, with mtime 0, uid/gid 0, empty user/group names and mode 0644 (PAX format); the
-    gzip header has mtime 0 and no file name. Equal sources give equal bytes on a machine;
-    across machines the bytes also depend on the deflate implementation (zlib; a zlib-ng
-    build of Python would compress differently).
+def trainer_files(training_dir: Path) -> dict[str, bytes]:
+    """``{"training/<relative path>": content}`` for :func:`bundle_files`.
 
     Raises:
       FileNotFoundError: ``training_dir`` is missing or holds no ``*.py`` file.
@@ -49,11 +71,22 @@ def build_bundle(training_dir: Path) -> bytes:
     files = bundle_files(training_dir) if training_dir.is_dir() else []
     if not files:
         raise FileNotFoundError(f"no *.py files under {training_dir}: nothing to bundle")
-    tar_buffer = io.BytesIO()
-    with tarfile.open(fileobj=tar_buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for path in files:
-            data = path.read_bytes()
-            info = tarfile.TarInfo(f"{BUNDLE_PACKAGE}/{path.relative_to(training_dir).as_posix()}")
+    return {f"{BUNDLE_PACKAGE}/{p.relative_to(training_dir).as_posix()}": p.read_bytes() for p in files}
+
+
+def build_archive(files: Mapping[str, bytes]) -> bytes:
+    """A reproducible, uncompressed ustar archive of ``files`` (archive path → content).
+
+    Raises:
+      ValueError: a path is absolute, has ``..``, or is too long for ustar (the message names it).
+    """
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        for name in sorted(files):
+            if name.startswith("/") or ".." in name.split("/"):
+                raise ValueError(f"archive path {name!r} must be relative and without '..'")
+            data = files[name]
+            info = tarfile.TarInfo(name)
             info.size = len(data)
             info.mtime = 0
             info.mode = 0o644
@@ -61,16 +94,33 @@ def build_bundle(training_dir: Path) -> bytes:
             info.uname = info.gname = ""
             info.type = tarfile.REGTYPE
             tar.addfile(info, io.BytesIO(data))
-    gz_buffer = io.BytesIO()
-    with gzip.GzipFile(filename="", mode="wb", fileobj=gz_buffer, compresslevel=9, mtime=0) as gz:
-        gz.write(tar_buffer.getvalue())
-    return gz_buffer.getvalue()
+    return buffer.getvalue()
+
+
+def build_bundle(training_dir: Path) -> bytes:
+    """The trainer package alone as a reproducible uncompressed tar (``training/…`` entries,
+    see :func:`build_archive`); its sha256 is the ``bundleSha256`` the program exports.
+
+    Raises:
+      FileNotFoundError: ``training_dir`` is missing or holds no ``*.py`` file.
+    """
+    return build_archive(trainer_files(training_dir))
+
+
+def compress(data: bytes, preset: int = XZ_PRESET) -> bytes:
+    """``data`` as an xz stream (``xz -dc`` on the VM decompresses it; xz-utils is a
+    required package of Debian and Ubuntu): LZMA2 at ``preset`` with ``pb=0`` (no position
+    alignment, xz(1) "pb=0 is good for text"; the release is text), about 100 bytes less than
+    the preset alone. The bytes depend on the liblzma build and the preset; nothing compares
+    them (see the module docstring)."""
+    filters = [{"id": lzma.FILTER_LZMA2, "preset": preset, "pb": 0}]
+    return lzma.compress(data, format=lzma.FORMAT_XZ, check=lzma.CHECK_CRC64, filters=filters)
 
 
 def cached_bundle(training_dir: Path, cache: ContentCache) -> bytes:
     """:func:`build_bundle` of ``training_dir``, built once per content: the cache key is every
-    bundled file's relative path and bytes (not its mtime), this module's source, and the
-    Python and zlib versions (tarfile and deflate shape the bytes).
+    bundled file's relative path and bytes (not its mtime), this module's source and the
+    Python version (tarfile shapes the bytes).
 
     Raises:
       FileNotFoundError: as :func:`build_bundle` (nothing is cached then).
@@ -79,7 +129,17 @@ def cached_bundle(training_dir: Path, cache: ContentCache) -> bytes:
     files = bundle_files(training_dir) if training_dir.is_dir() else []
     if not files:
         return build_bundle(training_dir)
-    parts: list[bytes | str] = [Path(__file__).read_bytes(), sys.version, zlib.ZLIB_RUNTIME_VERSION]
+    parts: list[bytes | str] = [Path(__file__).read_bytes(), sys.version]
     for path in files:
         parts += [path.relative_to(training_dir).as_posix(), path.read_bytes()]
     return cache.get_or_compute("bundle", key_of(*parts), lambda: build_bundle(training_dir))
+
+
+def cached_compress(data: bytes, cache: ContentCache, preset: int = XZ_PRESET) -> bytes:
+    """:func:`compress` of ``data``, compressed once per content: the cache key is ``data``,
+    the preset, this module's source and the Python version (its lzma module and liblzma
+    build shape the bytes). A cached stream from another liblzma build would differ in bytes
+    only, never in what it decompresses to (the VM checks the release id of the result).
+    """
+    key = key_of(Path(__file__).read_bytes(), sys.version, str(preset), data)
+    return cache.get_or_compute("release-xz", key, lambda: compress(data, preset))

@@ -1,46 +1,46 @@
-"""The TPU VM startup script, rendered from ``infra/startup.sh.in`` for a stack.
+"""The TPU VM startup script, rendered for a stack: a small bootstrap carrying one release.
 
-:func:`render` turns a :class:`~infra.config.StackConfig` into one bash script that every TPU
-VM of the stack boots with (metadata key ``startup-script``). The same bytes run in the local
-emulator (``infra/local``), so the script is byte-identical for a given checkout on every
-machine and every run: no timestamps, no absolute local paths, sorted everything. A change of
-the trainer code, the trainer config or the pinned requirements changes the script, and only
-such a change does (the queued resource converges by updating metadata and resetting).
+:func:`render` turns a :class:`~infra.config.StackConfig` into the bash script every TPU VM
+of the stack boots with (metadata key ``startup-script``). The same bytes run in the local
+emulator (``infra/local``). Equal inputs give equal bytes: no timestamps, no absolute local
+paths, sorted everything.
 
-The bash lives in ``infra/startup.sh.in`` (package data, shellchecked by
-tests/test_startup.py); :func:`render` fills its ``@@NAME@@`` placeholders in one pass. The
-script carries three payloads:
+The script is a bootstrap (``infra/startup.sh.in``) plus a **release**: an uncompressed tar
+(:func:`infra.bundle.build_archive`) of
 
-* the trainer bundle (:func:`infra.bundle.build_bundle`): ``training/*.py`` as a tar.gz,
-  base64 in a quoted heredoc; its sha256 is checked on the VM before unpacking;
-* the trainer config: ``config.training.model_dump_json()`` (a :class:`TrainConfig`);
-* the pinned requirements of the VM environment (``infra.lockfile``) and the pinned ``uv``
-  wheel that installs them.
+* ``boot.sh`` (``infra/boot.sh.in``, filled here): reads the metadata with bounded retries
+  and shape checks, checks the release record in the bucket (:mod:`infra.release`), builds
+  the environment with bounded retries, writes and starts the ``multislice-trainer.service``
+  systemd unit (docs/vm-boot.md);
+* ``trainer.sh`` (``infra/trainer.sh``): the unit's ``ExecStart=`` (restart backoff, line
+  prefix, ``exec`` of the trainer) and ``ExecStopPost=`` (one line per trainer exit);
+* ``training/*.py``, ``config.json`` (``config.training``), ``requirements.txt`` (the pinned,
+  hash-checked wheels of ``infra.lockfile``) and ``uv-requirements.txt`` (the pinned ``uv``).
 
-Runtime contract (the emulator and ``training/__main__.py`` rely on it):
+The **release id** is the sha256 of that tar: it changes with any of these and with the
+bootstrap template (whose sha256 ``boot.sh`` carries), and never with the compressor. The
+bootstrap carries the tar xz-compressed and base64-encoded, checks the sha256 of the
+decompressed tar against the release id, unpacks it once into
+``$MULTISLICE_HOME/releases/<release id>/`` and runs its ``boot.sh``.
 
-* environment inputs, all optional (defaults are a real TPU VM):
-  ``GCE_METADATA_IP`` (metadata server ``host[:port]``, default ``metadata.google.internal``),
-  ``MULTISLICE_HOME`` (VM-local state, default ``/var/lib/multislice``),
-  ``MULTISLICE_PYTHON`` (a Python that already has the trainer's dependencies; then no
-  environment is built and nothing is installed),
-  ``MULTISLICE_RESTART_BACKOFF_S`` / ``MULTISLICE_RESTART_BACKOFF_MAX_S`` (first restart delay
-  and its cap in seconds, decimals allowed; default 1 and 60; tests make them small).
-  Every other variable passes through to the trainer unchanged; the script adds
-  ``PYTHONPATH=<app>`` and ``PYTHONUNBUFFERED=1`` (unless already set).
-* metadata (``instance/attributes/``): ``agent-worker-number`` (absent → 0, with a warning),
-  ``tpu-env`` (``MEGASCALE_SLICE_ID: '<n>'``; absent → slice 0), ``multislice-run-dir``
-  (required: the run directory, local path or ``gs://`` URI).
-* every output line, the script's and the trainer's, starts with ``[slice S worker W] ``.
-* idempotent: the environment ``$MULTISLICE_HOME/venv`` is rebuilt only when its stored
-  requirements sha256 differs; the bundle unpacks once into
-  ``$MULTISLICE_HOME/app/<bundle_sha256>/`` (completion marker ``.complete``).
-* supervision: ``$PY -m training run --config <app>/config.json --run-dir <run_dir>`` with
-  cwd and ``PYTHONPATH`` = ``<app>``. Exit 0 → exit 0. Non-zero → restart after 1, 2, 4, …
-  (capped 60) seconds, at most :data:`MAX_RESTARTS` times, then exit 1; status
-  :data:`CONFIG_ERROR_STATUS` (78) is never restarted: the script exits with it. SIGTERM/SIGINT →
-  SIGTERM to the trainer, wait, exit with the trainer's status, no restart (exit 128+signal
-  if the signal comes while no trainer runs, i.e. during a restart delay).
+Runtime contract (the emulator, ``training/__main__.py`` and docs/vm-boot.md rely on it):
+
+* environment inputs, all optional (defaults are a real TPU VM): ``GCE_METADATA_IP``,
+  ``MULTISLICE_HOME`` (default :data:`DEFAULT_HOME`), ``MULTISLICE_PYTHON`` (a Python that
+  already has the trainer's dependencies: no environment is built), ``MULTISLICE_SYSTEMD_DIR``
+  (unit files, default :data:`DEFAULT_UNIT_DIR`), ``MULTISLICE_RETRY_DELAY_S`` (first delay of
+  every boot retry), ``MULTISLICE_RESTART_BACKOFF_S`` / ``MULTISLICE_RESTART_BACKOFF_MAX_S``
+  (trainer restart backoff), ``STORAGE_EMULATOR_HOST`` (GCS endpoint);
+* metadata (``instance/``): ``attributes/agent-worker-number`` (a number; absent → 0),
+  ``attributes/tpu-env`` (``MEGASCALE_SLICE_ID: '<n>'``; absent → slice 0),
+  ``attributes/multislice-run-dir`` (required: ``gs://bucket/path`` or a local path),
+  ``service-accounts/default/token`` (for the release record, only with a ``gs://`` run dir);
+* every output line starts with ``[slice S worker W] ``;
+* ``systemctl daemon-reload | reset-failed | start | restart | is-active | show`` on
+  :data:`TRAINER_UNIT`; the trainer exits 0 (complete: not restarted), 75 (preempted: saved;
+  restarted unless the unit is being stopped), 78 (:data:`CONFIG_ERROR_STATUS`: never
+  restarted) or other (restarted after the backoff, at most :data:`MAX_RESTARTS` times within
+  :data:`START_LIMIT_INTERVAL_S`).
 """
 
 from __future__ import annotations
@@ -53,8 +53,8 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from infra import content_cache, lockfile
-from infra.bundle import BUNDLE_PACKAGE, cached_bundle
+from infra import bundle, content_cache, lockfile
+from infra.bundle import BUNDLE_PACKAGE, release_id_of  # noqa: F401 (part of this module's API)
 from infra.config import StackConfig
 
 #: GCE limit on one metadata value: "less than or equal to 262144 bytes (256 KiB)"
@@ -64,24 +64,52 @@ METADATA_VALUE_LIMIT_BYTES = 256 * 1024
 #: What we aim for (and what tests/test_startup.py checks for the checked-in stacks).
 TARGET_SIZE_BYTES = 64 * 1024
 
-#: Restarts of a failing trainer before the script gives up (exit 1).
+#: The systemd unit that runs the trainer (written by boot.sh; docs/vm-boot.md).
+TRAINER_UNIT = "multislice-trainer.service"
+
+#: Restarts of a failing trainer within :data:`START_LIMIT_INTERVAL_S` before systemd gives up
+#: (``StartLimitBurst=`` is this + 1 starts; systemd.unit(5)).
 MAX_RESTARTS = 10
+START_LIMIT_INTERVAL_S = 3600
 
 #: Trainer exit status for a configuration that can never work (EX_CONFIG from sysexits.h;
-#: ``training.train.EXIT_CONFIG``): restarting would only repeat the error, so the script
-#: exits with it at once.
+#: ``training.train.EXIT_CONFIG``): ``RestartPreventExitStatus=`` keeps systemd from restarting it.
 CONFIG_ERROR_STATUS = 78
 
-#: First restart delay and its cap, seconds (overridable on the VM through the environment).
+#: First trainer restart delay and its cap, seconds (``trainer.sh`` doubles it per restart:
+#: systemd 249 of Ubuntu 22.04 has no ``RestartSteps=``, added in systemd 254).
 RESTART_BACKOFF_S = 1
 RESTART_BACKOFF_MAX_S = 60
+#: systemd's own delay before a restart (``RestartSec=``; its default, systemd.service(5)).
+RESTART_SEC = "100ms"
 
-#: Default VM-local state directory and metadata host.
+#: ``TimeoutStopSec=``: seconds systemd waits after SIGTERM before SIGKILL. GCE gives a VM
+#: 30 s (Spot) or 120 s (standard) between ACPI soft off and power off
+#: (https://cloud.google.com/compute/docs/reference/rest/v1/instances, ``scheduling.skipGuestOsShutdown``);
+#: the trainer's preemption save must fit in the notice, and this must not cut it shorter.
+STOP_TIMEOUT_S = 120
+
+#: Boot retries: metadata and bucket reads (ATTEMPTS tries, first delay RETRY_DELAY_S doubling
+#: to 60 s) and the environment build (BUILD_ATTEMPTS tries, first delay BUILD_RETRY_DELAY_S).
+ATTEMPTS = 6
+RETRY_DELAY_S = 1
+BUILD_ATTEMPTS = 4
+BUILD_RETRY_DELAY_S = 15
+
+#: Defaults of a real TPU VM: state directory, metadata host, unit directory.
 DEFAULT_HOME = "/var/lib/multislice"
 DEFAULT_METADATA_HOST = "metadata.google.internal"
+DEFAULT_UNIT_DIR = "/etc/systemd/system"
 
 #: Metadata attribute that holds the run directory (set by the queued resource).
 RUN_DIR_ATTRIBUTE = "multislice-run-dir"
+
+#: Package data of :mod:`infra`: the bootstrap, the boot logic and the unit's launcher.
+TEMPLATE_RESOURCE = "startup.sh.in"
+BOOT_RESOURCE = "boot.sh.in"
+TRAINER_RESOURCE = "trainer.sh"
+
+_PLACEHOLDER = re.compile(r"@@([A-Z0-9_]+)@@")
 
 
 class StartupScriptTooLarge(ValueError):
@@ -94,72 +122,128 @@ class RenderedScript:
 
     Attributes:
       text: the whole bash script (UTF-8, ``\\n`` line ends).
-      sha256: hex sha256 of ``text`` encoded as UTF-8.
-      bundle_sha256: hex sha256 of the decoded trainer bundle (the tar.gz bytes).
-      requirements_sha256: hex sha256 of the embedded requirements text.
+      sha256: hex sha256 of ``text`` encoded as UTF-8 (depends on the compressor).
+      release_id: hex sha256 of ``release`` (does not).
+      release: the release, an uncompressed tar (what the bucket's release record points to).
+      bundle_sha256: hex sha256 of the trainer bundle alone (``infra.bundle.build_bundle``).
+      requirements_sha256: hex sha256 of the pinned requirements text.
       size_bytes: ``len(text.encode())``, what counts against the metadata limit.
     """
 
     text: str
     sha256: str
+    release_id: str
+    release: bytes
     bundle_sha256: str
     requirements_sha256: str
     size_bytes: int
 
 
-#: The script's bash, with ``@@NAME@@`` placeholders: package data of :mod:`infra`.
-TEMPLATE_RESOURCE = "startup.sh.in"
-
-_PLACEHOLDER = re.compile(r"@@([A-Z0-9_]+)@@")
-
-
-def template() -> str:
-    """The bash of the startup script, placeholders unfilled (``infra/startup.sh.in``).
+def template(resource: str = TEMPLATE_RESOURCE) -> str:
+    """A template of the script, placeholders unfilled (package data of :mod:`infra`).
 
     Everything but the ``@@NAME@@`` placeholders is literal bash. A payload placeholder has a
     line of its own, followed by the line that ends its quoted heredoc, so that the template
     itself is a well-formed script that shellcheck can lint.
     """
-    return resources.files("infra").joinpath(TEMPLATE_RESOURCE).read_text(encoding="utf-8")
+    return resources.files("infra").joinpath(resource).read_text(encoding="utf-8")
 
 
-def fill(text: str, values: dict[str, str]) -> str:
+def fill(text: str, values: dict[str, str], name: str = TEMPLATE_RESOURCE) -> str:
     """``text`` with every ``@@NAME@@`` replaced by ``values[NAME]``, in one pass (a value
     that happens to contain ``@@NAME@@`` is never substituted again).
 
     Raises:
       ValueError: a placeholder has no value, or a value has no placeholder (the template
-        and the renderer disagree; the message names them).
+        ``name`` and the renderer disagree; the message names them).
     """
     used = set(_PLACEHOLDER.findall(text))
     if used != set(values):
         missing, unused = sorted(used - set(values)), sorted(set(values) - used)
         raise ValueError(
-            f"{TEMPLATE_RESOURCE} and infra/startup.py disagree: placeholders without a value {missing}, "
+            f"{name} and infra/startup.py disagree: placeholders without a value {missing}, "
             f"values without a placeholder {unused}"
         )
     return _PLACEHOLDER.sub(lambda m: values[m.group(1)], text)
 
 
-def _heredoc_body(text: str, delimiter: str) -> str:
-    """``text`` for a payload placeholder, whose next template line is ``delimiter``: the
-    body is ``text`` with a final newline (added if missing), so the value is ``text``
-    without it. Refuses text that holds the delimiter as a line."""
-    if any(line == delimiter for line in text.splitlines()):
-        raise ValueError(f"payload contains the heredoc delimiter line {delimiter!r}")
-    return text.removesuffix("\n")
+def record_object(stack: str) -> str:
+    """Bucket object of the stack's release record (JSON, written by :mod:`infra.release`)."""
+    return f"multislice/{stack}/release.json"
 
 
-def render(config: StackConfig, *, project_root: Path | None = None) -> RenderedScript:
+def release_object(stack: str, release_id: str) -> str:
+    """Bucket object holding release ``release_id`` (its tar, base64)."""
+    return f"multislice/{stack}/releases/{release_id}.tar.b64"
+
+
+def boot_script(config: StackConfig, pins: lockfile.VmPins) -> str:
+    """``boot.sh`` of the release: ``infra/boot.sh.in`` filled for ``config``."""
+    values = {
+        "STACK": config.stack,
+        "ACCELERATOR": config.accelerator_type,
+        "SLICES": str(config.slices),
+        "BOOTSTRAP_SHA256": hashlib.sha256(template().encode()).hexdigest(),
+        "REQUIREMENTS_SHA256": pins.requirements_sha256,
+        "PYTHON_VERSION": shlex.quote(pins.python_version),
+        "UV_VERSION": pins.uv_version,
+        "UNIT": TRAINER_UNIT,
+        "ATTEMPTS": str(ATTEMPTS),
+        "BUILD_ATTEMPTS": str(BUILD_ATTEMPTS),
+        "RETRY_DELAY_S": str(RETRY_DELAY_S),
+        "BUILD_RETRY_DELAY_S": str(BUILD_RETRY_DELAY_S),
+        "BACKOFF": str(RESTART_BACKOFF_S),
+        "BACKOFF_MAX": str(RESTART_BACKOFF_MAX_S),
+        "RESTART_SEC": RESTART_SEC,
+        "START_LIMIT_INTERVAL_S": str(START_LIMIT_INTERVAL_S),
+        "START_LIMIT_BURST": str(MAX_RESTARTS + 1),
+        "CONFIG_ERROR_STATUS": str(CONFIG_ERROR_STATUS),
+        "STOP_TIMEOUT_S": str(STOP_TIMEOUT_S),
+        "DEFAULT_HOME": DEFAULT_HOME,
+        "DEFAULT_METADATA_HOST": DEFAULT_METADATA_HOST,
+        "DEFAULT_UNIT_DIR": DEFAULT_UNIT_DIR,
+        "RUN_DIR_ATTRIBUTE": RUN_DIR_ATTRIBUTE,
+        "RECORD_OBJECT": record_object(config.stack),
+    }
+    return fill(template(BOOT_RESOURCE), values, BOOT_RESOURCE)
+
+
+def release_files(config: StackConfig, project_root: Path, cache: content_cache.ContentCache | None = None) -> tuple[dict[str, bytes], lockfile.VmPins]:
+    """Path → content of every file of the stack's release, and the VM's pins (computed once
+    per content with ``cache``, :func:`infra.lockfile.vm_pins`)."""
+    pins = lockfile.vm_pins(project_root, cache)
+    files = bundle.trainer_files(project_root / BUNDLE_PACKAGE)
+    files.update(
+        {
+            "boot.sh": boot_script(config, pins).encode(),
+            "trainer.sh": template(TRAINER_RESOURCE).encode(),
+            "config.json": (config.training.model_dump_json() + "\n").encode(),
+            "requirements.txt": pins.requirements_text.encode(),
+            "uv-requirements.txt": pins.uv_requirement_text.encode(),
+        }
+    )
+    return files, pins
+
+
+def render(
+    config: StackConfig,
+    *,
+    project_root: Path | None = None,
+    compress=None,
+) -> RenderedScript:
     """Render the startup script of a stack.
 
     Args:
-      config: the validated stack (its ``training`` is embedded as config.json).
+      config: the validated stack (its ``training`` is the release's config.json).
       project_root: checkout with ``training/``, ``uv.lock``, ``.python-version``; default:
         the one this module lives in. The output does not depend on where it is.
+      compress: ``bytes -> xz bytes`` for the embedded release; default
+        :func:`infra.bundle.compress`, done once per content (:func:`infra.bundle.cached_compress`).
+        Tests pass another level or implementation to show that the release id does not
+        depend on it.
 
     Returns:
-      RenderedScript; ``text`` is identical for identical inputs.
+      RenderedScript; ``text`` is identical for identical inputs (and compressor).
 
     Raises:
       StartupScriptTooLarge: the script exceeds :data:`METADATA_VALUE_LIMIT_BYTES` (256 KiB,
@@ -168,29 +252,22 @@ def render(config: StackConfig, *, project_root: Path | None = None) -> Rendered
       FileNotFoundError: no ``training/*.py`` under ``project_root``.
     """
     root = Path(project_root) if project_root is not None else lockfile.default_project_root()
-    cache = content_cache.for_project(root)  # bundle and pins: computed once per content
-    bundle = cached_bundle(root / BUNDLE_PACKAGE, cache)
-    bundle_sha256 = hashlib.sha256(bundle).hexdigest()
-    pins = lockfile.vm_pins(root, cache)
+    cache = content_cache.for_project(root)  # bundle, pins and compressed release: once per content
+    bundle_sha256 = hashlib.sha256(bundle.cached_bundle(root / BUNDLE_PACKAGE, cache)).hexdigest()
+    files, pins = release_files(config, root, cache)
+    release = bundle.build_archive(files)
+    release_id = hashlib.sha256(release).hexdigest()
+    compressed = bundle.cached_compress(release, cache) if compress is None else compress(release)
     values = {
         "STACK": config.stack,
         "ACCELERATOR": config.accelerator_type,
         "SLICES": str(config.slices),
+        "RELEASE_ID": release_id,
         "BUNDLE_SHA256": bundle_sha256,
         "REQUIREMENTS_SHA256": pins.requirements_sha256,
-        "PYTHON_VERSION": shlex.quote(pins.python_version),
-        "UV_VERSION": pins.uv_version,
-        "MAX_RESTARTS": str(MAX_RESTARTS),
-        "CONFIG_ERROR_STATUS": str(CONFIG_ERROR_STATUS),
-        "BACKOFF": str(RESTART_BACKOFF_S),
-        "BACKOFF_MAX": str(RESTART_BACKOFF_MAX_S),
         "DEFAULT_HOME": DEFAULT_HOME,
-        "DEFAULT_METADATA_HOST": DEFAULT_METADATA_HOST,
-        "RUN_DIR_ATTRIBUTE": RUN_DIR_ATTRIBUTE,
-        "REQUIREMENTS": _heredoc_body(pins.requirements_text, "MULTISLICE_REQUIREMENTS"),
-        "UV_REQUIREMENT": _heredoc_body(pins.uv_requirement_text, "MULTISLICE_UV"),
-        "BUNDLE_BASE64": _heredoc_body(base64.encodebytes(bundle).decode("ascii"), "MULTISLICE_BUNDLE"),
-        "CONFIG_JSON": _heredoc_body(config.training.model_dump_json(), "MULTISLICE_CONFIG"),
+        # One line: base64's line breaks would add a byte per 76 (about 730 bytes here).
+        "RELEASE_BASE64": base64.b64encode(compressed).decode("ascii"),
     }
     text = fill(template(), values)
     data = text.encode("utf-8")
@@ -203,8 +280,9 @@ def render(config: StackConfig, *, project_root: Path | None = None) -> Rendered
     return RenderedScript(
         text=text,
         sha256=hashlib.sha256(data).hexdigest(),
-        bundle_sha256=bundle_sha256,
+        release_id=release_id,
+        release=release,
+        bundle_sha256=values["BUNDLE_SHA256"],
         requirements_sha256=pins.requirements_sha256,
         size_bytes=len(data),
     )
-

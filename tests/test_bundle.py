@@ -1,17 +1,19 @@
-"""infra/bundle.py: the trainer bundle is a reproducible tar.gz of training/*.py and nothing
-else."""
+"""infra/bundle.py: reproducible uncompressed archives (the trainer bundle, the release), and
+xz compression whose bytes nothing depends on."""
 
 from __future__ import annotations
 
 import io
+import lzma
 import os
 import shutil
+import subprocess
 import tarfile
 from pathlib import Path
 
 import pytest
 
-from infra.bundle import BUNDLE_PACKAGE, build_bundle, bundle_files
+from infra.bundle import BUNDLE_PACKAGE, build_archive, build_bundle, bundle_files, compress, trainer_files
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -29,9 +31,8 @@ def test_bundle_deterministic_and_extractable(tmp_path):
         os.utime(path, (1, 1))
     assert build_bundle(training) == bundle == build_bundle(ROOT / "training")
 
-    assert bundle[:2] == b"\x1f\x8b" and bundle[4:8] == b"\0\0\0\0"  # gzip mtime 0
-    assert not bundle[3] & 0x08  # no FNAME field
-    with tarfile.open(fileobj=io.BytesIO(bundle), mode="r:gz") as tar:
+    assert bundle[257:263] == b"ustar\0"  # POSIX ustar, uncompressed
+    with tarfile.open(fileobj=io.BytesIO(bundle), mode="r:") as tar:
         members = tar.getmembers()
         names = [m.name for m in members]
         expected = sorted(f"training/{p.name}" for p in (ROOT / "training").glob("*.py"))
@@ -39,6 +40,7 @@ def test_bundle_deterministic_and_extractable(tmp_path):
         for member in members:
             assert member.isreg() and member.mode == 0o644 and member.mtime == 0
             assert (member.uid, member.gid, member.uname, member.gname) == (0, 0, "", "")
+            assert not member.pax_headers
             data = tar.extractfile(member).read()
             assert data == (ROOT / member.name).read_bytes()
         tar.extractall(tmp_path / "out", filter="data")
@@ -52,8 +54,21 @@ def test_subpackages_are_bundled_in_path_order(tmp_path):
         (training / relative).parent.mkdir(parents=True, exist_ok=True)
         (training / relative).write_text(f"# {relative}\n")
     assert [p.relative_to(training).as_posix() for p in bundle_files(training)] == ["a.py", "b.py", "sub/a.py"]
-    with tarfile.open(fileobj=io.BytesIO(build_bundle(training)), mode="r:gz") as tar:
+    assert list(trainer_files(training)) == [f"{BUNDLE_PACKAGE}/a.py", f"{BUNDLE_PACKAGE}/b.py", f"{BUNDLE_PACKAGE}/sub/a.py"]
+    with tarfile.open(fileobj=io.BytesIO(build_bundle(training)), mode="r:") as tar:
         assert tar.getnames() == [f"{BUNDLE_PACKAGE}/a.py", f"{BUNDLE_PACKAGE}/b.py", f"{BUNDLE_PACKAGE}/sub/a.py"]
+
+
+def test_archive_sorts_entries_and_refuses_paths_outside(tmp_path):
+    files = {"z.txt": b"z\n", "boot.sh": b"#!/bin/bash\n", "training/a.py": b"a = 1\n"}
+    archive = build_archive(files)
+    assert archive == build_archive(dict(reversed(list(files.items()))))
+    with tarfile.open(fileobj=io.BytesIO(archive), mode="r:") as tar:
+        assert tar.getnames() == ["boot.sh", "training/a.py", "z.txt"]
+        assert {m.name: tar.extractfile(m).read() for m in tar.getmembers()} == files
+    for bad in ("/etc/passwd", "../x", "a/../../x"):
+        with pytest.raises(ValueError, match="relative"):
+            build_archive({bad: b""})
 
 
 def test_empty_training_dir(tmp_path):
@@ -61,3 +76,15 @@ def test_empty_training_dir(tmp_path):
         build_bundle(tmp_path)
     with pytest.raises(FileNotFoundError, match="nothing to bundle"):
         build_bundle(tmp_path / "missing")
+
+
+def test_compress_is_xz_that_the_xz_tool_reads(tmp_path):
+    data = build_bundle(ROOT / "training")
+    packed = compress(data)
+    assert packed[:6] == b"\xfd7zXZ\0" and len(packed) < len(data) / 3
+    assert lzma.decompress(packed) == data
+    if shutil.which("xz"):
+        assert subprocess.run(["xz", "-dc"], input=packed, capture_output=True, check=True).stdout == data
+    # Another level gives other bytes for the same content: nothing may compare them.
+    other = compress(data, preset=1)
+    assert other != packed and lzma.decompress(other) == data

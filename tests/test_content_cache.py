@@ -1,10 +1,12 @@
 """infra/content_cache.py and the work cached by content: the trainer bundle
-(``infra.bundle.cached_bundle``) and the VM's pins (``infra.lockfile.vm_pins``). A changed
+(``infra.bundle.cached_bundle``), the xz stream of a release (``infra.bundle.cached_compress``)
+and the VM's pins (``infra.lockfile.vm_pins``). A changed
 input is a miss, an unchanged one (even with a new mtime) a hit; entries are atomic and
 checked."""
 
 from __future__ import annotations
 
+import lzma
 import os
 import shutil
 import subprocess
@@ -32,7 +34,7 @@ def _copy_project(dest: Path) -> Path:
 def counted(monkeypatch):
     """Calls of the uncached computations, by name."""
     calls: list[str] = []
-    real_build, real_pins = bundle.build_bundle, lockfile.pinned_requirements
+    real_build, real_pins, real_compress = bundle.build_bundle, lockfile.pinned_requirements, bundle.compress
 
     def build_bundle(training_dir):
         calls.append("bundle")
@@ -42,7 +44,12 @@ def counted(monkeypatch):
         calls.append("pins")
         return real_pins(*args, **kwargs)
 
+    def compress(data, *args):
+        calls.append("xz")
+        return real_compress(data, *args)
+
     monkeypatch.setattr(bundle, "build_bundle", build_bundle)
+    monkeypatch.setattr(bundle, "compress", compress)
     monkeypatch.setattr(lockfile, "pinned_requirements", pinned_requirements)
     return calls
 
@@ -142,6 +149,20 @@ def test_bundle_key_covers_the_building_code(tmp_path, counted, monkeypatch):
     assert counted == ["bundle", "bundle"]
 
 
+def test_release_compression_hits_on_same_content_and_misses_on_a_change(tmp_path, counted):
+    cache = ContentCache(tmp_path / "cache")
+    release = bundle.build_archive({"boot.sh": b"echo one\n", "training/a.py": b"A = 1\n"})
+    first = bundle.cached_compress(release, cache)
+    assert counted == ["xz"] and lzma.decompress(first) == release
+    assert bundle.cached_compress(release, ContentCache(tmp_path / "cache")) == first
+    assert counted == ["xz"]
+    changed = bundle.build_archive({"boot.sh": b"echo two\n", "training/a.py": b"A = 1\n"})
+    assert lzma.decompress(bundle.cached_compress(changed, cache)) == changed
+    assert counted == ["xz", "xz"]
+    bundle.cached_compress(release, cache, preset=1)  # another preset: another stream
+    assert counted == ["xz", "xz", "xz"]
+
+
 def test_pins_hit_on_same_content_and_miss_on_a_changed_lock(tmp_path, counted):
     project = _copy_project(tmp_path / "p")
     cache = ContentCache(tmp_path / "cache")
@@ -185,13 +206,13 @@ def test_render_uses_the_project_cache_and_gives_the_same_bytes(tmp_path, counte
     monkeypatch.delenv(content_cache.CACHE_DIR_ENV, raising=False)
     config = load_stack("dev", ROOT / "stacks")
     first = startup.render(config, project_root=project)
-    assert counted == ["bundle", "pins"]
+    assert counted == ["bundle", "pins", "xz"]
     assert (project / ".multislice" / "cache").is_dir()
     second = startup.render(config, project_root=project)
-    assert counted == ["bundle", "pins"]  # both hit
+    assert counted == ["bundle", "pins", "xz"]  # all hit
     assert second == first
     monkeypatch.setenv(content_cache.CACHE_DIR_ENV, str(tmp_path / "elsewhere"))
     assert startup.render(config, project_root=project) == first  # a cold cache: same bytes
-    assert counted == ["bundle", "pins"] * 2
+    assert counted == ["bundle", "pins", "xz"] * 2
     assert (tmp_path / "elsewhere").is_dir()
 

@@ -8,16 +8,20 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import io
 import json
+import lzma
 import os
 import re
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
 
 from infra import startup
+from infra.bundle import build_archive
 from infra.config import StackConfigError, available_stacks, load_stack
 from infra.network import IAP_SSH_RANGE
 from infra.queued_resource import RUN_DIR_KEY, STARTUP_SCRIPT_KEY
@@ -157,9 +161,13 @@ def test_node_count_prefix_and_shape_come_from_the_config(worlds, stack):
 
 
 def _bundle_from_script(text: str) -> bytes:
-    match = re.search(r"<<'MULTISLICE_BUNDLE'\n(.*?)^MULTISLICE_BUNDLE$", text, re.S | re.M)
-    assert match, "no MULTISLICE_BUNDLE heredoc in the startup script"
-    return base64.b64decode(match.group(1))
+    """The trainer bundle (``training/*`` of the embedded release, as infra.bundle archives it)."""
+    match = re.search(r"<<'MULTISLICE_RELEASE'[^\n]*\n(.*?)^MULTISLICE_RELEASE$", text, re.S | re.M)
+    assert match, "no MULTISLICE_RELEASE heredoc in the startup script"
+    release = lzma.decompress(base64.b64decode(match.group(1)))
+    with tarfile.open(fileobj=io.BytesIO(release), mode="r:") as tar:
+        files = {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.name.startswith("training/")}
+    return build_archive(files)
 
 
 @pytest.mark.parametrize("stack", STACKS)
@@ -342,6 +350,27 @@ def test_the_service_account_keeps_the_urns_it_had_as_identity(worlds):
     children = sorted(r.name for r in world.registrations if r.parent == component.urn)
     assert children == ["identity-checkpoints", "identity-logging-logwriter", "identity-monitoring-metricwriter",
                         "identity-tpu-vms"]
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_the_release_record_names_the_release_the_script_carries(worlds, renders, stack):
+    world, config, script = worlds[stack], load_stack(stack), renders[stack]
+    assert world.one("multislice:gcp:ReleaseRecord")
+    objects = {r.inputs["name"]: r for r in world.of("gcp:storage/bucketObject:BucketObject")}
+    record_name, payload_name = startup.record_object(stack), startup.release_object(stack, script.release_id)
+    assert set(objects) == {record_name, payload_name}
+    assert all(o.inputs["bucket"] == config.bucket_name for o in objects.values())
+    def content(obj) -> str:  # pulumi-gcp marks BucketObject.content secret: the engine sees it wrapped
+        value = obj.inputs["content"]
+        return value["value"] if isinstance(value, dict) else value
+
+    record = json.loads(content(objects[record_name]))
+    assert record == {"format": 1, "payload": payload_name, "release": script.release_id, "runDir": config.run_dir, "stack": stack}
+    payload = base64.b64decode(content(objects[payload_name]))
+    assert hashlib.sha256(payload).hexdigest() == script.release_id  # what the VMs verify
+    assert objects[payload_name].urn in objects[record_name].dependencies  # the payload exists first
+    qr_script = world.one(QR_TYPE).inputs["metadata"][STARTUP_SCRIPT_KEY]
+    assert startup.release_id_of(qr_script) == script.release_id
 
 
 # As the language host runs the program (tests/fakes/language_host.py) ------------------------

@@ -1,20 +1,24 @@
-"""infra/startup.py and its template infra/startup.sh.in: the rendered startup script is
-reproducible, small and valid bash, and the template is filled exactly. What the script does
-on a VM is tests/test_startup_sh.py."""
+"""infra/startup.py and its templates (infra/startup.sh.in, boot.sh.in, trainer.sh): the rendered
+startup script is reproducible, small and valid bash, carries its release intact, and the
+templates are filled exactly. What the script does on a VM is tests/test_startup_sh.py."""
 
 from __future__ import annotations
 
 import base64
 import hashlib
+import io
+import json
+import lzma
 import os
 import re
 import shutil
 import subprocess
+import tarfile
 from pathlib import Path
 
 import pytest
 
-from infra import lockfile, startup
+from infra import bundle, lockfile, startup
 from infra.bundle import build_bundle
 from infra.config import StackConfig, load_stack
 
@@ -57,8 +61,17 @@ def test_identical_bytes_from_two_checkouts(tmp_path, stacks, rendered):
             assert str(path) not in a.text
 
 
+def release_of(text: str) -> dict[str, bytes]:
+    """The files of the release a rendered script embeds (decoded as the VM decodes it)."""
+    body = re.search(r"<<'MULTISLICE_RELEASE'[^\n]*\n(.*?)\nMULTISLICE_RELEASE\n", text, re.S).group(1)
+    archive = lzma.decompress(base64.b64decode(body))
+    with tarfile.open(fileobj=io.BytesIO(archive), mode="r:") as tar:
+        return {m.name: tar.extractfile(m).read() for m in tar.getmembers()}
+
+
 def test_stacks_differ_only_where_they_should(rendered):
     assert len({r.text for r in rendered.values()}) == len(STACKS)
+    assert len({r.release_id for r in rendered.values()}) == len(STACKS)
     assert len({r.bundle_sha256 for r in rendered.values()}) == 1
     assert len({r.requirements_sha256 for r in rendered.values()}) == 1
 
@@ -80,22 +93,61 @@ def test_header_and_fields(stacks, rendered):
         assert script.text.startswith("#!/bin/bash\n")
         assert f"stack {name}:" in head
         assert f"{config.accelerator_type} x {config.slices}" in head
+        assert f"release:             {script.release_id}" in head
         assert f"bundle sha256:       {script.bundle_sha256}" in head
         assert f"requirements sha256: {script.requirements_sha256}" in head
         assert "rendered by infra/startup.py — do not edit" in head
         data = script.text.encode()
         assert script.size_bytes == len(data)
         assert script.sha256 == hashlib.sha256(data).hexdigest()
-        assert script.requirements_sha256 == requirements.sha256
-        assert requirements.text in script.text
-        assert lockfile.pinned_uv(ROOT).requirement_text in script.text
-        assert config.training.model_dump_json() + "\n" in script.text
+        assert script.requirements_sha256 == requirements.sha256 == hashlib.sha256(requirements.text.encode()).hexdigest()
+        assert script.bundle_sha256 == hashlib.sha256(build_bundle(ROOT / "training")).hexdigest()
+        files = release_of(script.text)
+        assert files["requirements.txt"] == requirements.text.encode()
+        assert files["uv-requirements.txt"] == lockfile.pinned_uv(ROOT).requirement_text.encode()
+        assert json.loads(files["config.json"]) == json.loads(config.training.model_dump_json())
+        assert files["trainer.sh"] == (ROOT / "infra" / "trainer.sh").read_bytes()
+        boot = files["boot.sh"].decode()
+        assert f"readonly REQUIREMENTS_SHA256={requirements.sha256}" in boot
+        assert f"stack {name} ({config.accelerator_type} x {config.slices})" in boot
+        bootstrap = hashlib.sha256(startup.template().encode()).hexdigest()
+        assert f"sha256 {bootstrap}" in boot  # a change of the bootstrap is a new release
 
 
 def test_size_within_target(rendered):
     for name, script in rendered.items():
         assert script.size_bytes <= startup.TARGET_SIZE_BYTES, (name, script.size_bytes)
         assert script.size_bytes <= startup.METADATA_VALUE_LIMIT_BYTES
+
+
+def test_release_id_is_the_sha256_of_the_uncompressed_release(rendered):
+    for name, script in rendered.items():
+        assert script.release_id == hashlib.sha256(script.release).hexdigest(), name
+        assert startup.release_id_of(script.text) == script.release_id
+        assert release_of(script.text) == dict(_members(script.release))
+        assert f"readonly RELEASE_ID={script.release_id}\n" in script.text
+    assert startup.release_id_of("#!/bin/bash\necho not ours\n") is None
+
+
+def _members(archive: bytes):
+    with tarfile.open(fileobj=io.BytesIO(archive), mode="r:") as tar:
+        return [(m.name, tar.extractfile(m).read()) for m in tar.getmembers()]
+
+
+def test_another_compressor_changes_the_bytes_not_the_release(stacks, rendered):
+    """Two operators whose lzma builds (or levels) differ render different scripts for the
+    same content; the release id, which the provider compares, stays the same."""
+    other = startup.render(stacks["dev"], project_root=ROOT, compress=lambda data: bundle.compress(data, preset=1))
+    dev = rendered["dev"]
+    assert other.text != dev.text and other.sha256 != dev.sha256
+    assert (other.release_id, other.release, other.bundle_sha256) == (dev.release_id, dev.release, dev.bundle_sha256)
+    assert startup.release_id_of(other.text) == startup.release_id_of(dev.text) == dev.release_id
+
+
+def test_release_holds_exactly_what_the_vm_runs(rendered):
+    names = set(release_of(rendered["dev"].text))
+    trainer = {f"training/{p.name}" for p in (ROOT / "training").glob("*.py")}
+    assert names == trainer | {"boot.sh", "trainer.sh", "config.json", "requirements.txt", "uv-requirements.txt"}
 
 
 def test_too_large_is_an_error(tmp_path, stacks):
@@ -131,44 +183,51 @@ def test_bash_syntax(tmp_path, rendered, name):
 
 @pytest.mark.skipif(not SHELLCHECK.exists(), reason="/usr/bin/shellcheck is not installed on this machine")
 def test_shellcheck(tmp_path, rendered):
-    script = tmp_path / "startup.sh"
-    script.write_text(rendered["dev"].text)
-    result = subprocess.run([str(SHELLCHECK), "--shell=bash", str(script)], capture_output=True, text=True)
+    """The bootstrap and the release's two scripts, as rendered."""
+    files = release_of(rendered["dev"].text)
+    paths = []
+    for name, text in (("startup.sh", rendered["dev"].text.encode()), ("boot.sh", files["boot.sh"]), ("trainer.sh", files["trainer.sh"])):
+        paths.append(tmp_path / name)
+        paths[-1].write_bytes(text)
+    result = subprocess.run([str(SHELLCHECK), "--shell=bash", *map(str, paths)], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
-
-
-def test_bundle_in_script_decodes_to_the_same_bytes(rendered):
-    text = rendered["dev"].text
-    body = text.split("<<'MULTISLICE_BUNDLE'\n", 1)[1].split("\nMULTISLICE_BUNDLE\n", 1)[0]
-    decoded = base64.b64decode(body)
-    assert hashlib.sha256(decoded).hexdigest() == rendered["dev"].bundle_sha256
-    assert decoded == build_bundle(ROOT / "training")
 
 
 # Template -----------------------------------------------------------------------------------
 
 
-def test_template_is_package_data():
-    """render() reads the template through importlib.resources (what an installed wheel
-    has), and it is the checked-in file."""
-    assert startup.template() == (ROOT / "infra" / startup.TEMPLATE_RESOURCE).read_text(encoding="utf-8")
-    assert startup.template().startswith("#!/bin/bash\n")
+TEMPLATES = (startup.TEMPLATE_RESOURCE, startup.BOOT_RESOURCE, startup.TRAINER_RESOURCE)
+
+
+@pytest.mark.parametrize("resource", TEMPLATES)
+def test_template_is_package_data(resource):
+    """render() reads the templates through importlib.resources (what an installed wheel
+    has), and they are the checked-in files."""
+    assert startup.template(resource) == (ROOT / "infra" / resource).read_text(encoding="utf-8")
+    assert startup.template(resource).startswith("#!/bin/bash\n")
 
 
 @pytest.mark.skipif(not SHELLCHECK.exists(), reason="/usr/bin/shellcheck is not installed on this machine")
-def test_shellcheck_template():
-    """The template itself is a well-formed script: each payload placeholder has its own line
-    and every heredoc is closed."""
-    path = ROOT / "infra" / startup.TEMPLATE_RESOURCE
-    result = subprocess.run([str(SHELLCHECK), "--shell=bash", str(path)], capture_output=True, text=True)
+def test_shellcheck_templates():
+    """The templates themselves are well-formed scripts: each payload placeholder has its own
+    line and every heredoc is closed."""
+    paths = [str(ROOT / "infra" / resource) for resource in TEMPLATES]
+    result = subprocess.run([str(SHELLCHECK), "--shell=bash", *paths], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_every_placeholder_is_filled(rendered):
     placeholders = set(re.findall(r"@@([A-Z0-9_]+)@@", startup.template()))
-    assert {"STACK", "BUNDLE_BASE64", "REQUIREMENTS", "CONFIG_JSON"} <= placeholders
+    assert {"STACK", "RELEASE_ID", "RELEASE_BASE64"} <= placeholders
+    assert {"RUN_DIR_ATTRIBUTE", "RECORD_OBJECT", "STOP_TIMEOUT_S"} <= set(re.findall(r"@@([A-Z0-9_]+)@@", startup.template(startup.BOOT_RESOURCE)))
+    assert not re.search(r"@@[A-Z0-9_]+@@", startup.template(startup.TRAINER_RESOURCE))
     for name, script in rendered.items():
         assert not re.search(r"@@[A-Z0-9_]+@@", script.text), name
+        assert not re.search(rb"@@[A-Z0-9_]+@@", release_of(script.text)["boot.sh"]), name
+
+
+def test_trainer_sh_names_the_unit_startup_writes():
+    assert f"readonly UNIT={startup.TRAINER_UNIT}\n" in startup.template(startup.TRAINER_RESOURCE)
 
 
 def test_fill_is_one_pass_and_refuses_drift():

@@ -2,7 +2,10 @@
 
 Answers ``GET /computeMetadata/v1/instance/attributes/<key>`` with the ``Metadata-Flavor:
 Google`` header required (403 without it, like GCE), 404 for unknown keys, and the
-directory listing at ``.../attributes/``. The keys a TPU VM of a multislice queued resource
+directory listing at ``.../attributes/``; and ``.../instance/service-accounts/default/token``
+with an access token in GCE's JSON shape (``access_token``, ``expires_in``, ``token_type``;
+https://cloud.google.com/compute/docs/access/authenticate-workloads#applications), which an
+emulated GCS server accepts without checking. The keys a TPU VM of a multislice queued resource
 has and that JAX and our startup script read: ``agent-worker-number``,
 ``worker-network-endpoints``, ``tpu-env`` (with ``MEGASCALE_*``), ``accelerator-type``,
 ``startup-script``, plus our ``multislice-run-dir``. Attributes can be replaced while it
@@ -10,15 +13,22 @@ runs (a repaired slice gets new values).
 
 Bound to 127.0.0.1 on a free port; point a process at it with
 ``GCE_METADATA_IP=127.0.0.1:<port>`` (the variable JAX's cloud_tpu_cluster honours).
+:meth:`MetadataServer.fail` scripts transient faults (e.g. HTTP 503 with a body, as a
+metadata server answers while it is not ready) for the boot tests.
 """
 
 from __future__ import annotations
 
 import http.server
+import json
 import threading
 from collections.abc import Mapping
 
-PREFIX = "/computeMetadata/v1/instance/attributes/"
+INSTANCE = "/computeMetadata/v1/instance/"
+PREFIX = INSTANCE + "attributes/"
+TOKEN_PATH = INSTANCE + "service-accounts/default/token"
+#: The access token the emulated VMs get (an emulated GCS server does not check it).
+EMULATED_TOKEN = "emulated-access-token"
 
 
 class MetadataServer:
@@ -27,6 +37,7 @@ class MetadataServer:
     def __init__(self, attributes: Mapping[str, str]):
         self._attributes = dict(attributes)
         self._lock = threading.Lock()
+        self._faults: dict[str, list[tuple[int, str]]] = {}
         #: Paths requested so far, in order (what a VM asked its metadata server for).
         self.requests: list[str] = []
         server = self
@@ -38,6 +49,14 @@ class MetadataServer:
                     self._reply(403, "Missing Metadata-Flavor:Google header.\n")
                     return
                 path = self.path.split("?", 1)[0]
+                fault = server._next_fault(path)
+                if fault is not None:
+                    self._reply(*fault)
+                    return
+                if path == TOKEN_PATH:
+                    token = {"access_token": EMULATED_TOKEN, "expires_in": 3599, "token_type": "Bearer"}
+                    self._reply(200, json.dumps(token), "application/json")
+                    return
                 if not path.startswith(PREFIX):
                     self._reply(404, "not found\n")
                     return
@@ -50,11 +69,11 @@ class MetadataServer:
                 else:
                     self._reply(404, "not found\n")
 
-            def _reply(self, code: int, body: str) -> None:
+            def _reply(self, code: int, body: str, content_type: str = "application/text") -> None:
                 data = body.encode()
                 self.send_response(code)
                 self.send_header("Metadata-Flavor", "Google")
-                self.send_header("Content-Type", "application/text")
+                self.send_header("Content-Type", content_type)
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
@@ -81,6 +100,17 @@ class MetadataServer:
     def update(self, attributes: Mapping[str, str]) -> None:
         with self._lock:
             self._attributes.update(attributes)
+
+    def fail(self, key: str, times: int, code: int = 503, body: str = "Service Unavailable\n") -> None:
+        """Answer the next ``times`` requests for ``key`` (a path under ``instance/``, e.g.
+        ``attributes/multislice-run-dir``) with HTTP ``code`` and ``body``, then normally."""
+        with self._lock:
+            self._faults.setdefault(INSTANCE + key, []).extend([(code, body)] * times)
+
+    def _next_fault(self, path: str) -> tuple[int, str] | None:
+        with self._lock:
+            queue = self._faults.get(path)
+            return queue.pop(0) if queue else None
 
     def stop(self) -> None:
         self._httpd.shutdown()

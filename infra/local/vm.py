@@ -1,26 +1,56 @@
-"""One emulated TPU VM: a process group that boots by running its startup script.
+"""One emulated TPU VM: a session whose first process is the VM's (emulated) systemd.
 
-Booting does what the GCE guest agent does on a TPU VM: read ``startup-script`` from the
-VM's own metadata server and run it with bash. The process group (a new session,
-:class:`infra.local.supervisor.ProcessGroup`) holds the script, its log prefixer and the
-trainer, so signals reach all of them, like a VM shutdown:
+Booting does what a TPU VM does: the guest agent reads ``startup-script`` from the VM's own
+metadata server and systemd runs it in ``google-startup-scripts.service``; the script hands
+the trainer to ``multislice-trainer.service``. Here the first process is
+``python -m infra.local.systemd boot`` (:mod:`infra.local.systemd`), which runs the script,
+serves its ``systemctl`` and supervises the trainer unit from the unit file the script wrote.
+The VM's processes form one session (:class:`VmProcesses`), and signals reach them as they
+reach a VM:
 
-* ``SIGTERM``: shutdown / preemption notice;
-* ``SIGKILL``: power loss / hardware fault.
+* ``SIGTERM``: ACPI shutdown / preemption notice, delivered to the VM's systemd, which stops
+  the units (``KillSignal=`` to the trainer, SIGKILL after ``TimeoutStopSec=``) and then the rest;
+* ``SIGKILL``: power loss / hardware fault, delivered to every process of the VM at once.
 
-The VM's local disk is a directory (``MULTISLICE_HOME``); :meth:`EmulatedVM.wipe_disk` is
-what recreating the VM does to it. Output goes to one log file per VM, appended across
-boots with a line marking each boot.
+The VM's local disk is a directory (``MULTISLICE_HOME``; unit files in its ``systemd/``,
+the ``/run`` analogue in ``run/``); :meth:`EmulatedVM.wipe_disk` is what recreating the VM
+does to it. Output goes to one log file per VM (the serial console), appended across boots
+with a line marking each boot.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
+import sys
 import urllib.request
 from pathlib import Path
 
 from infra.local.metadata import PREFIX, MetadataServer
+from infra.local.service_manager import session_pids
 from infra.local.supervisor import ProcessGroup
+
+
+class VmProcesses(ProcessGroup):
+    """The processes of one emulated VM: a session led by its systemd (``pgid`` = its pid).
+
+    Units run in process groups of their own inside the session (their cgroups), so a VM-wide
+    signal cannot be a ``killpg``: SIGKILL goes to every process of the session (power loss),
+    any other signal to the VM's systemd alone (it stops the units as systemd does).
+    """
+
+    def signal(self, sig: signal.Signals) -> None:
+        targets = session_pids(self.pgid) if sig == signal.SIGKILL else [self.proc.pid]
+        for pid in targets:
+            try:
+                os.kill(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    def alive(self) -> bool:
+        self.proc.poll()  # reap the leader if it exited, so a zombie does not count
+        return bool(session_pids(self.pgid))
 
 
 class EmulatedVM:
@@ -42,7 +72,7 @@ class EmulatedVM:
         self.log_path = log_path
         self.metadata = metadata
         #: The processes of the current boot; None before the first.
-        self.group: ProcessGroup | None = None
+        self.group: VmProcesses | None = None
         self.boots = 0
 
     @property
@@ -54,8 +84,13 @@ class EmulatedVM:
     def pgid(self) -> int | None:
         return self.group.pgid if self.group is not None else None
 
-    def boot(self, env: dict[str, str]) -> ProcessGroup:
-        """Fetch the startup script from metadata and run it in a new process group.
+    @property
+    def unit_dir(self) -> Path:
+        """The VM's ``/etc/systemd/system`` (on its disk: it survives a reboot, not a recreation)."""
+        return self.home / "systemd"
+
+    def boot(self, env: dict[str, str]) -> VmProcesses:
+        """Fetch the startup script from metadata and boot: the VM's systemd runs it.
 
         Raises:
           urllib.error.URLError: the metadata server does not answer (10 s timeout).
@@ -68,10 +103,12 @@ class EmulatedVM:
         self.home.mkdir(parents=True, exist_ok=True)
         script_path = self.home / "startup-script"
         script_path.write_bytes(script)
+        runtime = self.home / "run"
+        shutil.rmtree(runtime, ignore_errors=True)  # /run is empty at every boot
         self.boots += 1
-        self.group = ProcessGroup.start(
+        self.group = VmProcesses.start(
             self.name,
-            ["bash", str(script_path)],
+            boot_command(script_path, self.unit_dir, runtime),
             log_path=self.log_path,
             env={**env, "GCE_METADATA_IP": self.metadata.address, "MULTISLICE_HOME": str(self.home)},
             cwd=self.home,
@@ -83,3 +120,9 @@ class EmulatedVM:
     def wipe_disk(self) -> None:
         """Recreating a VM gives it a fresh boot disk."""
         shutil.rmtree(self.home, ignore_errors=True)
+
+
+def boot_command(script: Path, unit_dir: Path, runtime_dir: Path) -> list[str]:
+    """The command that boots an emulated VM: its systemd, running ``script`` as the startup
+    script with unit files in ``unit_dir`` and ``/run`` in ``runtime_dir``."""
+    return [sys.executable, "-m", "infra.local.systemd", "boot", "--unit-dir", str(unit_dir), "--runtime-dir", str(runtime_dir), str(script)]

@@ -100,6 +100,7 @@ from infra.queued_resource.errors import (
     root_cause,
 )
 from infra.queued_resource.inputs import (
+    content_view,
     INPUT_KEYS,
     OUTPUT_KEYS,
     PROVIDER_VERSION,
@@ -256,6 +257,8 @@ class QueuedResourceProvider(ResourceProvider):
         return CheckResult(news, failures)
 
     def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> DiffResult:
+        # The startup script compares by its release id (the uncompressed content), not its bytes.
+        olds, news = content_view(olds), content_view(news)
         replaces = [k for k in REPLACE_KEYS if differs(olds.get(k), news.get(k))]
         if olds.get("state") in FAILED_STATES:
             replaces.append("state")

@@ -21,7 +21,7 @@ from typing import Any
 
 from infra.queued_resource.api import REQUEST_TIMEOUT_SECONDS, TpuApi
 from infra.queued_resource.errors import QueuedResourceError, is_fatal_for_every_call
-from infra.queued_resource.inputs import Kind, differs, keys_of, node_ids, outputs_for
+from infra.queued_resource.inputs import Kind, content_view, differs, keys_of, node_ids, outputs_for
 from infra.queued_resource.nodes import NodeSync, update_nodes
 from infra.queued_resource.polling import Deadline, duration_text
 from infra.queued_resource.states import FAILED_STATES, state_name
@@ -77,7 +77,8 @@ def converge(api: TpuApi, id_: str, olds: dict[str, Any], news: dict[str, Any], 
             + "\nRun `pulumi up` again: its refresh (or `pulumi refresh`) records the failure and the update replaces "
             "the queued resource."
         )
-    node_change = any(differs(olds.get(k), news.get(k)) for k in keys_of(Kind.UPDATE_IN_PLACE)) or bool(
+    old_content, new_content = content_view(olds), content_view(news)
+    node_change = any(differs(old_content.get(k), new_content.get(k)) for k in keys_of(Kind.UPDATE_IN_PLACE)) or bool(
         olds.get("pendingNodeSync")
     )
     target = news.get("waitFor") or "ACTIVE"

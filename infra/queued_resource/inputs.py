@@ -146,6 +146,39 @@ INPUT_KEYS = keys_of(Kind.REPLACE, Kind.UPDATE_IN_PLACE, Kind.DESCRIPTIVE, Kind.
 OUTPUT_KEYS = keys_of(Kind.OUTPUT)
 
 
+#: Descriptive keys that hash or measure the compressed script: they depend on the operator's
+#: compressor (liblzma build, preset), so :func:`content_view` leaves them out once the script
+#: names its release (the sha256 of the uncompressed release, :mod:`infra.bundle`).
+COMPRESSED_FORM_KEYS = ("startupScriptSha256", "startupScriptBytes")
+
+
+def metadata_content(key: str, value: Any) -> Any:
+    """What a node metadata value means: for the startup script, ``release:<release id>``
+    when it names one (two renderings of one release by different compressors are equal);
+    any other value as it is."""
+    if key == STARTUP_SCRIPT_KEY and isinstance(value, str):
+        from infra.bundle import release_id_of  # stdlib only; kept out of the import path
+
+        release = release_id_of(value)
+        if release is not None:
+            return f"release:{release}"
+    return value
+
+
+def content_view(props: dict[str, Any]) -> dict[str, Any]:
+    """``props`` as diff compares them: the startup script by its release id
+    (:func:`metadata_content`) and, when it has one, without :data:`COMPRESSED_FORM_KEYS`.
+    A no-op ``pulumi up`` by an operator whose compressor differs is then a no-op."""
+    view = dict(props)
+    metadata = props.get("metadata")
+    if isinstance(metadata, dict):
+        view["metadata"] = {k: metadata_content(k, v) for k, v in metadata.items()}
+        if str(view["metadata"].get(STARTUP_SCRIPT_KEY, "")).startswith("release:"):
+            for key in COMPRESSED_FORM_KEYS:
+                view.pop(key, None)
+    return view
+
+
 def differs(old: Any, new: Any) -> bool:
     """Whether a property changed; a value not yet known (``pulumi preview``) counts as changed."""
     if old == UNKNOWN or new == UNKNOWN:

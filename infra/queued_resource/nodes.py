@@ -21,6 +21,8 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
 
+from infra.queued_resource.inputs import metadata_content
+
 #: Concurrent node requests (``MULTISLICE_TPU_CONCURRENCY`` overrides). Cloud TPU's request
 #: quotas are per minute and per project (https://cloud.google.com/tpu/docs/quota); a few
 #: requests in flight keep a 256-node update to minutes without bursting into them.
@@ -39,14 +41,19 @@ PROGRESS_EVERY_SECONDS = 30.0
 
 def node_in_sync(node: Any, props: dict[str, Any]) -> bool:
     """Whether a ``tpu_v2.Node`` carries the metadata, labels and tags of ``props`` (other
-    metadata keys and labels, such as ``ssh-keys``, may be there too)."""
+    metadata keys and labels, such as ``ssh-keys``, may be there too). The startup script
+    counts as carried when it names the same release (:func:`~infra.queued_resource.inputs.metadata_content`)."""
     metadata = dict(node.metadata)
     labels = dict(node.labels)
     return (
-        all(metadata.get(k) == v for k, v in (props.get("metadata") or {}).items())
+        all(metadata_content(k, metadata.get(k)) == metadata_content(k, v) for k, v in (props.get("metadata") or {}).items())
         and all(labels.get(k) == v for k, v in (props.get("labels") or {}).items())
         and list(node.tags) == list(props.get("tags") or [])
     )
+
+
+def _meaning(metadata: dict[str, str]) -> dict[str, Any]:
+    return {k: metadata_content(k, v) for k, v in metadata.items()}
 
 
 def node_patch(node: Any, olds: dict[str, Any], news: dict[str, Any]) -> tuple[Any, list[str]]:
@@ -64,7 +71,7 @@ def node_patch(node: Any, olds: dict[str, Any], news: dict[str, Any]) -> tuple[A
         **{k: v for k, v in live_metadata.items() if k not in (olds.get("metadata") or {})},
         **(news.get("metadata") or {}),
     }
-    if wanted_metadata != live_metadata:
+    if _meaning(wanted_metadata) != _meaning(live_metadata):  # not for a recompressed script alone
         patch.metadata = wanted_metadata
         mask.append("metadata")
     live_labels = dict(node.labels)

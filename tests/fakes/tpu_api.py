@@ -274,6 +274,19 @@ class FakeTpuApi:
         with self._lock:
             del self.nodes[name]
 
+    def recreate_node(self, name: str) -> tpu_v2.Node:
+        """Cloud TPU recreates node ``name`` (full resource name) from its QR's node spec, as it
+        does after a repair or a Spot slice's return: the node gets the QR's creation-time
+        metadata, labels and tags, whatever ``UpdateNode`` had set on the old one (there is no
+        API to change a QR's spec). Returns the new node."""
+        with self._lock:
+            record = self.queued_resources[self.nodes[name].queued_resource]
+            del self.nodes[name]
+            node_id = name.rsplit("/", 1)[1]
+            index = self._node_ids(record.qr).index(node_id)
+            self._materialize_nodes(record, index + 1, "READY")
+            return self.nodes[name]
+
     def add_active(self, qr: tpu_v2.QueuedResource) -> None:
         """Seed an existing ACTIVE queued resource (with its nodes), as if created earlier."""
         with self._lock:

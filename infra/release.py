@@ -1,0 +1,93 @@
+"""The release record: which release every TPU VM of a stack runs, declared by ``pulumi up``.
+
+A queued resource's node spec cannot change after creation (there is no API for it:
+https://cloud.google.com/tpu/docs/reference/rest/v2/projects.locations.queuedResources), so
+after an in-place update (``UpdateNode`` + reset, :mod:`infra.queued_resource`) the QR still
+holds the creation-time metadata, and a slice Cloud TPU recreates from it boots the startup
+script of that time. So every ``pulumi up`` also writes two objects to the checkpoint bucket
+(:class:`ReleaseRecord`):
+
+* ``multislice/<stack>/releases/<release id>.tar.b64``: the release (the uncompressed tar the
+  startup script embeds, :attr:`infra.startup.RenderedScript.release`), base64;
+* ``multislice/<stack>/release.json`` (:func:`record_json`): ``{"format": 1, "payload":
+  <that object>, "release": <release id>, "runDir": <run dir>, "stack": <stack>}``, written
+  after the payload exists.
+
+A booting VM (``boot.sh``, docs/vm-boot.md) reads the record over the GCS JSON API with its
+metadata-server token; when the record names another release than the one it carries, it
+fetches the payload, checks that its sha256 is the release id, and runs that release (and the
+record's run dir) instead. Both objects hold uncompressed content, so their bytes, like the
+release id, do not depend on the operator's compressor: a no-op ``pulumi up`` stays a no-op.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import pulumi
+import pulumi_gcp as gcp
+
+from infra import startup
+from infra.config import StackConfig
+
+#: Version of the record's JSON shape (``boot.sh`` reads ``release``, ``payload``, ``runDir``).
+RECORD_FORMAT = 1
+
+
+def record_json(config: StackConfig, script: startup.RenderedScript) -> str:
+    """The record's content: one line of JSON, keys sorted (equal inputs give equal bytes)."""
+    record = {
+        "format": RECORD_FORMAT,
+        "payload": startup.release_object(config.stack, script.release_id),
+        "release": script.release_id,
+        "runDir": config.run_dir,
+        "stack": config.stack,
+    }
+    return json.dumps(record, sort_keys=True) + "\n"
+
+
+def payload_text(script: startup.RenderedScript) -> str:
+    """The release tar as base64 text (a ``BucketObject``'s ``content`` is a string)."""
+    return base64.encodebytes(script.release).decode("ascii")
+
+
+class ReleaseRecord(pulumi.ComponentResource):
+    """The stack's current release in its checkpoint bucket (see the module docstring).
+
+    Args:
+      name: Pulumi name of the component.
+      config: the stack.
+      script: its rendered startup script (the release it carries is the one recorded).
+      bucket: the checkpoint bucket's name.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        config: StackConfig,
+        script: startup.RenderedScript,
+        *,
+        bucket: pulumi.Input[str],
+        opts: pulumi.ResourceOptions | None = None,
+    ):
+        super().__init__("multislice:gcp:ReleaseRecord", name, None, opts)
+        self.payload = gcp.storage.BucketObject(
+            f"{name}-payload",
+            bucket=bucket,
+            name=startup.release_object(config.stack, script.release_id),
+            content=payload_text(script),
+            content_type="text/plain",
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        self.record = gcp.storage.BucketObject(
+            f"{name}-record",
+            bucket=bucket,
+            name=startup.record_object(config.stack),
+            content=record_json(config, script),
+            content_type="application/json",
+            cache_control="no-store",
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.payload]),
+        )
+        self.release_id = script.release_id
+        self.register_outputs({"releaseId": script.release_id, "record": self.record.self_link})

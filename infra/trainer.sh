@@ -1,0 +1,54 @@
+#!/bin/bash
+# ExecStart= and ExecStopPost= of multislice-trainer.service, the unit that boot.sh writes
+# (part of the release; docs/vm-boot.md). Every line it writes starts with [slice S worker W].
+#
+#   trainer.sh run PYTHON CONFIG RUN_DIR
+#       Before a restart, wait the backoff: MULTISLICE_RESTART_BACKOFF_S doubled per restart
+#       (the unit's NRestarts), at most MULTISLICE_RESTART_BACKOFF_MAX_S; then become the
+#       trainer (exec, so that systemd's SIGTERM reaches it). Its output is prefixed by a
+#       process that ignores SIGTERM and ends when the trainer does.
+#   trainer.sh stopped
+#       One line saying how the trainer ended (systemd sets SERVICE_RESULT, EXIT_CODE and
+#       EXIT_STATUS for ExecStopPost=).
+set -euo pipefail
+
+readonly UNIT=multislice-trainer.service
+readonly PREFIX="[slice ${MULTISLICE_SLICE:-?} worker ${MULTISLICE_WORKER:-?}] "
+say() { printf '%s%s\n' "$PREFIX" "$*"; }
+
+case ${1:-} in
+  run)
+    (($# == 4)) || { say "usage: trainer.sh run PYTHON CONFIG RUN_DIR"; exit 2; }
+    py=$2 config=$3 run_dir=$4
+    restarts=$(systemctl show --property=NRestarts --value "$UNIT" 2>/dev/null) || restarts=0
+    [[ $restarts =~ ^[0-9]+$ ]] || restarts=0
+    if ((restarts > 0)); then
+      delay=$(awk -v b="${MULTISLICE_RESTART_BACKOFF_S:-1}" -v m="${MULTISLICE_RESTART_BACKOFF_MAX_S:-60}" -v n="$restarts" \
+        'BEGIN { d = b * 2 ^ (n - 1); print (d < m) ? d : m }')
+      say "trainer: restart $restarts, after ${delay}s of backoff"
+      sleep "$delay"
+    fi
+    say "trainer: starting $py -m training run --config $config --run-dir $run_dir"
+    prefix() {
+      trap '' TERM INT HUP
+      local line
+      while IFS= read -r line || [[ -n $line ]]; do printf '%s%s\n' "$PREFIX" "$line"; done
+    }
+    exec > >(prefix) 2>&1
+    exec "$py" -m training run --config "$config" --run-dir "$run_dir"
+    ;;
+  stopped)
+    status=${EXIT_STATUS:-?}
+    case ${EXIT_CODE:-}:$status in
+      exited:0) say "trainer: exited with status 0: training is complete" ;;
+      exited:75) say "trainer: exited with status 75: it saved a checkpoint after a preemption notice" ;;
+      exited:78) say "trainer: exited with status 78: its configuration cannot work here; it is not restarted" ;;
+      exited:*) say "trainer: exited with status $status ($SERVICE_RESULT)" ;;
+      *) say "trainer: ended by signal $status (${SERVICE_RESULT:-?})" ;;
+    esac
+    ;;
+  *)
+    say "usage: trainer.sh run PYTHON CONFIG RUN_DIR | trainer.sh stopped"
+    exit 2
+    ;;
+esac

@@ -1,0 +1,274 @@
+"""An emulated TPU VM for the startup-script tests: the rendered script booted by the VM's
+emulated systemd (``infra.local.vm.boot_command``, as the emulator boots it), with a loopback
+metadata server, a loopback GCS, and fake interpreters that record what they were run with.
+
+Fixtures (import them by name): ``dev_stack``, ``script`` (the dev stack's rendered script),
+``gcs`` (fake-gcs-server with the dev stack's bucket), ``vm`` (slice 1, worker 2, run dir
+:data:`RUN_DIR`).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import stat
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from infra import startup
+from infra.config import StackConfig, load_stack
+from infra.local.metadata import MetadataServer
+from infra.local.service_manager import session_pids
+from infra.local.vm import boot_command
+from tests.fakes.gcs_server import FakeGcs
+
+ROOT = Path(__file__).resolve().parents[2]
+BUCKET = "acme-ml-dev-checkpoints"
+RUN_DIR = f"gs://{BUCKET}/runs/dev"
+PREFIX = "[slice 1 worker 2] "
+TPU_ENV = (
+    "ACCELERATOR_TYPE: 'v4-16'\n"
+    "MEGASCALE_COORDINATOR_ADDRESS: '10.0.0.2:8080'\n"
+    "MEGASCALE_NUM_SLICES: '2'\n"
+    "MEGASCALE_SLICE_ID: '1'\n"
+    "WORKER_ID: '2'\n"
+)
+
+FAKE_PYTHON = r"""#!/bin/bash
+# Stands in for "python -m training run ...": records argv/cwd/env, then acts per FAKE_MODE.
+n=$(( $(cat "$FAKE_DIR/count" 2>/dev/null || echo 0) + 1 ))
+echo "$n" >"$FAKE_DIR/count"
+printf '%s\n' "$0" "$@" >"$FAKE_DIR/argv.$n"
+pwd >"$FAKE_DIR/cwd.$n"
+env -0 >"$FAKE_DIR/env.$n"
+echo "fake trainer attempt $n on stdout"
+echo "fake trainer attempt $n on stderr" >&2
+case ${FAKE_MODE:-ok} in
+  ok) exit 0 ;;
+  fail-twice) if ((n <= 2)); then exit 3; fi; exit 0 ;;
+  always-fail) exit 5 ;;
+  config-error) exit 78 ;;
+  wait-term)
+    trap 'echo "fake trainer got SIGTERM"; exit 7' TERM
+    touch "$FAKE_DIR/ready.$n"
+    while true; do sleep 0.05; done ;;
+  save-on-term)
+    trap 'sleep 0.5; echo checkpoint >"$FAKE_DIR/saved.$n"; echo "fake trainer saved its checkpoint"; exit 75' TERM
+    touch "$FAKE_DIR/ready.$n"
+    while true; do sleep 0.05; done ;;
+esac
+"""
+
+# pip (python3 -m pip install --target DIR -r FILE) and uv, faked for the environment step.
+# FAKE_PIP_FAILURES=N: the first N pip runs fail (a flaky index); "always": every run does.
+FAKE_PYTHON3 = r"""#!/bin/bash
+echo "python3 $*" >>"$FAKE_DIR/calls"
+runs=$(( $(cat "$FAKE_DIR/pip-runs" 2>/dev/null || echo 0) + 1 ))
+echo "$runs" >"$FAKE_DIR/pip-runs"
+if [[ ${FAKE_PIP_FAILURES:-0} == always ]] || ((runs <= ${FAKE_PIP_FAILURES:-0})); then
+  echo "ERROR: Could not install packages due to an OSError: connection reset (fake)" >&2
+  exit 1
+fi
+args=("$@"); target=''; req=''
+for ((i = 0; i < ${#args[@]}; i++)); do
+  case ${args[i]} in --target) target=${args[i + 1]} ;; -r) req=${args[i + 1]} ;; esac
+done
+cp "$req" "$FAKE_DIR/uv-requirements.txt"
+mkdir -p "$target/bin"
+cp "$FAKE_BIN/uv" "$target/bin/uv"
+"""
+
+FAKE_UV = r"""#!/bin/bash
+echo "uv $* [install-dir=$UV_PYTHON_INSTALL_DIR cache=$UV_CACHE_DIR]" >>"$FAKE_DIR/calls"
+args=("$@")
+case $2 in
+  python) mkdir -p "$UV_PYTHON_INSTALL_DIR/cpython-$4" ;;
+  venv) dir=${args[-1]}; mkdir -p "$dir/bin"; cp "$FAKE_BIN/python" "$dir/bin/python" ;;
+  pip)
+    for ((i = 0; i < ${#args[@]}; i++)); do
+      if [[ ${args[i]} == -r ]]; then cp "${args[i + 1]}" "$FAKE_DIR/requirements.txt"; fi
+    done ;;
+esac
+"""
+
+
+class Vm:
+    """One emulated VM: its disk, fake interpreters and metadata server (see the module docstring)."""
+
+    def __init__(self, tmp: Path, script_text: str, attributes: dict[str, str], gcs: FakeGcs | None = None):
+        self.tmp = tmp
+        self.script = tmp / "startup-script"
+        self.script.write_text(script_text)
+        self.release_id = startup.release_id_of(script_text) or ""
+        self.home = tmp / "home"
+        self.home.mkdir()
+        self.unit_dir = self.home / "systemd"
+        self.fake_dir = tmp / "records"
+        self.fake_dir.mkdir()
+        self.bin = tmp / "fakebin"
+        self.bin.mkdir()
+        for name, text in (("python", FAKE_PYTHON), ("python3", FAKE_PYTHON3), ("uv", FAKE_UV)):
+            path = self.bin / name
+            path.write_text(text)
+            path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+        self.metadata = MetadataServer(attributes)
+        self.gcs = gcs
+        self.console = tmp / "console.log"
+        self.boots = 0
+
+    def env(self, *, use_fake_python: bool = True, **extra: str) -> dict[str, str]:
+        env = {
+            "PATH": os.environ["PATH"],
+            "HOME": str(self.tmp),
+            "LANG": "C.UTF-8",
+            "GCE_METADATA_IP": self.metadata.address,
+            "MULTISLICE_HOME": str(self.home),
+            "MULTISLICE_RETRY_DELAY_S": "0.01",
+            "MULTISLICE_RESTART_BACKOFF_S": "0.01",
+            "FAKE_DIR": str(self.fake_dir),
+            "FAKE_BIN": str(self.bin),
+            "PASS_THROUGH_CHECK": "kept as is",
+        }
+        if self.gcs is not None:
+            env["STORAGE_EMULATOR_HOST"] = self.gcs.endpoint
+        if use_fake_python:
+            env["MULTISLICE_PYTHON"] = str(self.bin / "python")
+        else:
+            env["PATH"] = f"{self.bin}:{env['PATH']}"
+        env.update(extra)
+        return env
+
+    def popen_with(self, env: dict[str, str]) -> subprocess.Popen:
+        """Boot the VM (its systemd in a new session, output to a fresh console log)."""
+        self.boots += 1
+        log = open(self.console, "w")  # noqa: SIM115 (the child holds it)
+        with log:
+            return subprocess.Popen(
+                boot_command(self.script, self.unit_dir, self.home / "run"),
+                env=env,
+                cwd=self.home,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    def popen(self, **env) -> subprocess.Popen:
+        proc = self.popen_with(self.env(**env))
+        proc.stdout = _Console(self.console)  # type: ignore[assignment]
+        return proc
+
+    def run_with(self, env: dict[str, str], timeout: float = 180) -> subprocess.CompletedProcess:
+        """Boot and wait until the VM has nothing left to do; its console output is ``stdout``."""
+        proc = self.popen_with(env)
+        try:
+            code = proc.wait(timeout=timeout)
+        finally:
+            self.kill_all(proc)
+        return subprocess.CompletedProcess(proc.args, code, stdout=self.console.read_text(), stderr="")
+
+    def run(self, timeout: float = 180, **env) -> subprocess.CompletedProcess:
+        return self.run_with(self.env(**env), timeout)
+
+    def run_inside(self, attempt: int, timeout: float = 120) -> subprocess.CompletedProcess:
+        """Run the startup script again inside the running VM (with the environment its
+        trainer attempt ``attempt`` got: the VM's systemctl, metadata and disk)."""
+        env = self.environ(attempt)
+        return subprocess.run(["bash", str(self.script)], env=env, cwd=self.home, capture_output=True, text=True, timeout=timeout)
+
+    @staticmethod
+    def kill_all(proc: subprocess.Popen) -> None:
+        """SIGKILL every process of the VM's session (power off: a failed test leaves nothing)."""
+        for pid in session_pids(proc.pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        proc.wait(timeout=30)
+        deadline = time.monotonic() + 10
+        while session_pids(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.02)
+
+    def wait_for_file(self, name: str, proc: subprocess.Popen, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while not (self.fake_dir / name).exists():
+            assert time.monotonic() < deadline and proc.poll() is None, self.console.read_text()
+            time.sleep(0.02)
+
+    def wait_for_output(self, proc: subprocess.Popen, needle: str, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while needle not in self.console.read_text():
+            assert time.monotonic() < deadline and proc.poll() is None, self.console.read_text()
+            time.sleep(0.02)
+
+    def trainer_processes(self) -> list[int]:
+        """Live fake-trainer processes of this VM."""
+        fake = str(self.bin / "python")
+        found = []
+        for process in psutil.process_iter(["cmdline", "status"]):
+            cmdline = process.info["cmdline"] or []
+            if fake in cmdline[:2] and "training" in cmdline and process.info["status"] != psutil.STATUS_ZOMBIE:
+                found.append(process.pid)
+        return found
+
+    @property
+    def attempts(self) -> int:
+        path = self.fake_dir / "count"
+        return int(path.read_text()) if path.exists() else 0
+
+    def argv(self, n: int) -> list[str]:
+        return (self.fake_dir / f"argv.{n}").read_text().splitlines()
+
+    def environ(self, n: int) -> dict[str, str]:
+        items = (self.fake_dir / f"env.{n}").read_bytes().split(b"\0")
+        return dict(item.decode().split("=", 1) for item in items if item)
+
+
+class _Console:
+    """``proc.stdout`` of a booted VM: its console log, read once it is needed."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def read(self) -> str:
+        return self.path.read_text()
+
+
+def prefixed(output: str, prefix: str = PREFIX) -> list[str]:
+    """The VM's lines without their ``[slice S worker W]`` prefix; systemd's own lines
+    (``systemd[1]: ...``) are left out; every other line must carry the prefix."""
+    lines = [line for line in output.splitlines() if not line.startswith("systemd[1]: ")]
+    assert lines, f"no output: {output!r}"
+    bad = [line for line in lines if not line.startswith(prefix)]
+    assert not bad, bad
+    return [line[len(prefix) :] for line in lines]
+
+
+@pytest.fixture(scope="module")
+def dev_stack() -> StackConfig:
+    return load_stack("dev", ROOT / "stacks")
+
+
+@pytest.fixture(scope="module")
+def script(dev_stack) -> startup.RenderedScript:
+    return startup.render(dev_stack, project_root=ROOT)
+
+
+@pytest.fixture(scope="module")
+def gcs() -> Iterator[FakeGcs]:
+    with FakeGcs() as server:
+        server.create_bucket(BUCKET)
+        yield server
+
+
+@pytest.fixture
+def vm(tmp_path, script, gcs) -> Iterator[Vm]:
+    attributes = {"agent-worker-number": "2", "tpu-env": TPU_ENV, "multislice-run-dir": RUN_DIR}
+    machine = Vm(tmp_path, script.text, attributes, gcs)
+    with machine.metadata:
+        yield machine
