@@ -209,8 +209,9 @@ def test_running_the_script_again_leaves_the_running_trainer_alone(vm):
 def test_a_corrupt_embedded_release_is_refused(tmp_path, script, gcs):
     text = script.text
     body_start = text.index("<<'MULTISLICE_RELEASE'")
-    line_start = text.index("\n", text.index("\n", body_start) + 1) + 1  # the second line of the payload
-    corrupt = text[:line_start] + ("A" if text[line_start] != "A" else "B") + text[line_start + 1 :]
+    payload_start = text.index("\n", body_start) + 1  # the payload: one line of base64
+    middle = (payload_start + text.index("\n", payload_start)) // 2
+    corrupt = text[:middle] + ("A" if text[middle] != "A" else "B") + text[middle + 1 :]
     machine = Vm(tmp_path, corrupt, {"agent-worker-number": "0", "multislice-run-dir": "/tmp/x"}, gcs)
     with machine.metadata:
         result = machine.run()
