@@ -49,6 +49,7 @@ import base64
 import hashlib
 import re
 import shlex
+import dataclasses
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -128,6 +129,9 @@ class RenderedScript:
       bundle_sha256: hex sha256 of the trainer bundle alone (``infra.bundle.build_bundle``).
       requirements_sha256: hex sha256 of the pinned requirements text.
       size_bytes: ``len(text.encode())``, what counts against the metadata limit.
+      files: path in the release → the first :data:`FILE_DIGEST_CHARS` hex digits of the
+        file's sha256, sorted by path: what a preview shows of a release change (the files
+        that changed), instead of the script's base64.
     """
 
     text: str
@@ -137,6 +141,7 @@ class RenderedScript:
     bundle_sha256: str
     requirements_sha256: str
     size_bytes: int
+    files: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 def template(resource: str = TEMPLATE_RESOURCE) -> str:
@@ -206,6 +211,16 @@ def boot_script(config: StackConfig, pins: lockfile.VmPins) -> str:
         "RECORD_OBJECT": record_object(config.stack),
     }
     return fill(template(BOOT_RESOURCE), values, BOOT_RESOURCE)
+
+
+#: Hex digits of each file's sha256 a preview shows (64 bits: a changed file is never missed
+#: by chance in practice, and a line of the diff stays short).
+FILE_DIGEST_CHARS = 16
+
+
+def file_digests(files: dict[str, bytes]) -> dict[str, str]:
+    """Path → short sha256 (:data:`FILE_DIGEST_CHARS` hex digits) of each file, sorted by path."""
+    return {path: hashlib.sha256(files[path]).hexdigest()[:FILE_DIGEST_CHARS] for path in sorted(files)}
 
 
 def release_files(config: StackConfig, project_root: Path, cache: content_cache.ContentCache | None = None) -> tuple[dict[str, bytes], lockfile.VmPins]:
@@ -285,4 +300,5 @@ def render(
         bundle_sha256=values["BUNDLE_SHA256"],
         requirements_sha256=pins.requirements_sha256,
         size_bytes=len(data),
+        files=file_digests(files),
     )

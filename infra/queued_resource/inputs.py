@@ -101,6 +101,10 @@ class QueuedResourceInputs:
     startup_script_sha256: str = _prop("startupScriptSha256", Kind.DESCRIPTIVE)
     requirements_sha256: str = _prop("requirementsSha256", Kind.DESCRIPTIVE)
     startup_script_bytes: int = _prop("startupScriptBytes", Kind.DESCRIPTIVE)
+    #: Path → short sha256 of every file in the release (``RenderedScript.files``): a preview
+    #: of a trainer change lists the files that changed. Absent in stacks created before it;
+    #: its first appearance is a descriptive-only update (no API call).
+    release_files: dict[str, str] | None = _prop("releaseFiles", Kind.DESCRIPTIVE, None)
     # Kind.PROVIDER_ONLY ----------------------------------------------------------------------
     wait_for: str = _prop("waitFor", Kind.PROVIDER_ONLY)
     create_timeout_seconds: float = _prop("createTimeoutSeconds", Kind.PROVIDER_ONLY)
@@ -247,6 +251,7 @@ def queued_resource_props(
         startup_script_sha256=script.sha256,
         requirements_sha256=script.requirements_sha256,
         startup_script_bytes=script.size_bytes,
+        release_files=dict(script.files) or None,
         wait_for=settings.wait_for,
         create_timeout_seconds=settings.create_timeout,
         delete_timeout_seconds=settings.delete_timeout,

@@ -39,6 +39,11 @@ class Script:
     def size_bytes(self) -> int:
         return len(self.text.encode())
 
+    @property
+    def files(self) -> dict[str, str]:
+        """One release file, the script itself (RenderedScript.files lists the release's)."""
+        return {"script.sh": self.sha256[:16]}
+
 
 def script(text: str = "#!/bin/bash\necho v1\n", **fields: str) -> Script:
     return Script(text=text, sha256=hashlib.sha256(text.encode()).hexdigest(), **fields)
