@@ -219,7 +219,7 @@ def test_checkpoints_of_another_model_are_a_config_error_and_keep_the_record(uni
     (run_dir / "COMPLETE").unlink()
     (run_dir / "train_config.json").unlink()
     bigger = CONFIG.model_copy(update={"model": CONFIG.model.model_copy(update={"d_model": 64})})
-    with pytest.raises(checkpointing.CheckpointRestoreError, match=r"no checkpoint in .* can be restored: step 12: "):
+    with pytest.raises(checkpointing.CheckpointRestoreError, match=r"no checkpoint in .* can be restored: step 12 \(\S+/checkpoints/12\): "):
         train.run(bigger, str(run_dir), SINGLE)
     assert not (run_dir / "train_config.json").exists()  # not rewritten with the new model
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir() if p.name[0].isdigit()) == ["12", "8"]
