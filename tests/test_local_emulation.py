@@ -193,7 +193,7 @@ def test_invalid_stack_names_the_key(tmp_path):
 
 def test_bad_fault_spec(tmp_path):
     text = _error_of(run_cli(["local", "up", "--config-file", str(STACK), "--kill", "5@3"], tmp_path))
-    assert "--kill '5@3': slice 5 does not exist (slices 0..1)" in text
+    assert "--kill '5@3': slice 5 does not exist: the stack has 2 slices (slices 0..1)" in text
 
 
 def test_corpus_glob_matching_nothing(tmp_path):

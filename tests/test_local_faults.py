@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+import yaml
 
 from infra.local.faults import Fault, FaultSpecError, parse_fault
 
@@ -40,7 +43,9 @@ def test_only_ascii_digits(spec):
 def test_slice_out_of_range(slices):
     with pytest.raises(FaultSpecError) as err:
         parse_fault("kill", f"{slices}@3", slices=slices, total_steps=10)
-    assert str(err.value) == f"--kill '{slices}@3': slice {slices} does not exist (slices 0..{slices - 1})"
+    which = "slice 0" if slices == 1 else f"slices 0..{slices - 1}"
+    plural = "s" if slices != 1 else ""
+    assert str(err.value) == f"--kill '{slices}@3': slice {slices} does not exist: the stack has {slices} slice{plural} ({which})"
     assert parse_fault("kill", f"{slices - 1}@3", slices=slices, total_steps=10).slice_id == slices - 1
 
 
@@ -50,8 +55,78 @@ def test_step_outside_the_run(step):
     # could never fire, and step 0 is before any step.
     with pytest.raises(FaultSpecError) as err:
         parse_fault("kill", f"0@{step}", slices=1, total_steps=10)
-    assert str(err.value) == f"--kill '0@{step}': step must be between 1 and 9 (the run has 10 steps)"
+    assert str(err.value) == (
+        f"--kill '0@{step}': step {step} is outside the run: training.steps is 10, so a fault can fire at steps 1..9"
+    )
 
 
 def test_the_last_step_that_can_fire():
     assert parse_fault("kill", "0@9", slices=1, total_steps=10).step == 9
+
+
+# --- through `multislice local up`, in-process: refused before anything starts ----------------
+
+EMU_STACK = Path(__file__).parent / "stacks" / "Pulumi.emu.yaml"
+
+
+def emu_stack() -> tuple[int, int]:
+    """The test stack's slice count and training.steps, read from its file."""
+    config = yaml.safe_load(EMU_STACK.read_text())["config"]
+    return config["multislice:slices"], config["multislice:training"]["steps"]
+
+
+@pytest.fixture
+def nothing_may_start(monkeypatch, tmp_path):
+    """``multislice local up`` with its state under ``tmp_path``, where taking the run's lock
+    (the first thing that touches the state) or booting the emulated queued resource fails
+    the test."""
+    from infra.local import emulator
+    from infra.local import state as local_state
+
+    def started(*args, **kwargs):
+        raise AssertionError("the run started despite a bad fault spec")
+
+    monkeypatch.setattr(local_state, "acquire_lock", started)
+    monkeypatch.setattr(emulator.LocalQueuedResource, "up", started)
+    monkeypatch.setenv("MULTISLICE_STATE_DIR", str(tmp_path))
+    return tmp_path
+
+
+def local_up(*args: str):
+    from typer.testing import CliRunner
+
+    from infra.cli import app
+
+    return CliRunner().invoke(app, ["local", "up", "--config-file", str(EMU_STACK), *args], env={"COLUMNS": "80"})
+
+
+@pytest.mark.parametrize("kind", ["kill", "preempt"])
+@pytest.mark.parametrize("extra", [0, 3])
+def test_local_up_refuses_a_fault_on_a_slice_the_stack_lacks(nothing_may_start, kind, extra):
+    slices, steps = emu_stack()
+    spec = f"{slices + extra}@{steps // 2}"
+    result = local_up(f"--{kind}", spec)
+    assert result.exit_code == 2, result.output
+    assert result.output.splitlines() == [
+        f"error: --{kind} '{spec}': slice {slices + extra} does not exist: the stack has {slices} slices "
+        f"(slices 0..{slices - 1})"
+    ]
+    assert list(nothing_may_start.iterdir()) == []  # no state, no bucket, no VM
+
+
+@pytest.mark.parametrize("kind", ["kill", "preempt"])
+def test_local_up_refuses_a_fault_beyond_the_runs_steps(nothing_may_start, kind):
+    slices, steps = emu_stack()
+    for step in (steps, steps + 1):
+        result = local_up(f"--{kind}", f"0@{step}")
+        assert result.exit_code == 2, result.output
+        (line,) = result.output.splitlines()
+        assert line.startswith(f"error: --{kind} '0@{step}': step {step} is outside the run: training.steps is {steps}")
+    assert list(nothing_may_start.iterdir()) == []
+
+
+def test_local_up_checks_every_fault_before_starting(nothing_may_start):
+    """A valid --kill does not let a bad --preempt after it through."""
+    slices, steps = emu_stack()
+    result = local_up("--kill", f"0@{steps // 2}", "--preempt", f"{slices}@{steps // 2}")
+    assert result.exit_code == 2 and f"--preempt '{slices}@{steps // 2}': slice {slices} does not exist" in result.output

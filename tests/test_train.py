@@ -272,7 +272,7 @@ def test_checkpoints_of_another_model_are_a_config_error_and_keep_the_record(uni
     fs = fsspec.filesystem("gs")
     fs.rm([f"{run_dir}/COMPLETE", f"{run_dir}/train_config.json"])
     bigger = config.model_copy(update={"model": config.model.model_copy(update={"d_model": 64})})
-    with pytest.raises(checkpointing.CheckpointRestoreError, match=r"no checkpoint in .* can be restored: step 12: "):
+    with pytest.raises(checkpointing.CheckpointRestoreError, match=r"no checkpoint in .* can be restored: step 12 \(\S+/checkpoints/12\): "):
         train.run(bigger, run_dir, SINGLE)
     assert RunDir(run_dir).read("train_config.json") is None  # not rewritten with the new model
     assert checkpoint_names(run_dir) == ["12", "8"]

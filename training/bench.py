@@ -32,6 +32,12 @@ Figures (all measured in the same run):
     hardware;
   - on an accelerator, one chip over its per-device rows, times the number of devices.
 
+* ``reference.spread`` = the faster ÷ the slower of the before and after reference medians.
+  Above :data:`REFERENCE_SPREAD_LIMIT` the machine's speed changed during the run, and an
+  efficiency above 1 means the reference understated the capacity the benchmark had: either
+  way ``efficiency_trusted`` is False and ``warnings`` (also printed by :func:`summary`) says
+  the efficiency is too noisy to trust (:func:`reference_check`).
+
 Where it runs:
 
 * a single process (CPU with emulated devices, one GPU, one TPU VM): in-process;
@@ -60,6 +66,11 @@ from training.config import MESH_AXES
 SGD_LEARNING_RATE = 1e-4
 #: Timed reference matmuls before, and again after, the benchmark (at least ``--steps``).
 REFERENCE_SAMPLES = 10
+#: Largest spread (faster ÷ slower median) of the before and after reference matmuls for which
+#: the efficiency is trusted. A heuristic of this benchmark, not from a document: a machine
+#: whose matmul speed changes by half within one run (other load, frequency scaling) gives a
+#: reference that does not say what capacity the benchmark had.
+REFERENCE_SPREAD_LIMIT = 1.5
 
 
 class BenchError(RuntimeError):
@@ -175,6 +186,43 @@ def reference_rows(spec: BenchSpec, platform: str) -> int:
     return spec.global_batch if platform == "cpu" else spec.batch_size
 
 
+def reference_check(rates: Sequence[float], efficiency: float, *, limit: float = REFERENCE_SPREAD_LIMIT) -> dict[str, Any]:
+    """Whether an efficiency can be trusted, from the reference matmul rates measured before
+    and after the benchmark.
+
+    Args:
+      rates: FLOP/s (any one unit) of each reference run, e.g. the before and after medians;
+        all positive.
+      efficiency: aggregate FLOP/s ÷ the reference capacity (dimensionless).
+      limit: largest trusted spread (:data:`REFERENCE_SPREAD_LIMIT`).
+
+    Returns:
+      ``{"spread": max(rates) / min(rates), "trusted": bool, "warnings": [str, ...]}``: not
+      trusted, with one warning each, when the spread exceeds ``limit`` or the efficiency
+      exceeds 1 (a sharded step faster than one large matmul of its own layer shape on the
+      same hardware means the reference understated the capacity).
+
+    Raises:
+      ValueError: no rates, or a rate that is not positive.
+    """
+    if not rates or min(rates) <= 0:
+        raise ValueError(f"reference rates must be positive; got {list(rates)!r}")
+    spread = max(rates) / min(rates)
+    warnings = []
+    if spread > limit:
+        warnings.append(
+            f"the reference matmuls before and after the benchmark differ {spread:.2f}× (more than {limit:g}×): "
+            "the machine's speed changed during the run, so the efficiency is too noisy to trust; rerun on a "
+            "quieter machine"
+        )
+    if efficiency > 1:
+        warnings.append(
+            f"efficiency {efficiency:.3f} is above 1: the benchmark outran one large matmul of its own layer shape, "
+            "so the reference understated the machine's capacity; the efficiency is too noisy to trust"
+        )
+    return {"spread": spread, "trusted": not warnings, "warnings": warnings}
+
+
 def figures(spec: BenchSpec, bench: dict[str, Any], references: Sequence[dict[str, Any]], *, platform: str,
             dtype: str, processes: int, emulated: bool) -> dict[str, Any]:
     """The benchmark's result (see the module docstring): ``bench`` is
@@ -187,9 +235,12 @@ def figures(spec: BenchSpec, bench: dict[str, Any], references: Sequence[dict[st
     units = 1 if platform == "cpu" else spec.devices
     capacity = matmul_rate * units
     aggregate = bench["flops_per_second"]
+    check = reference_check([r["flops_per_second"] for r in references], aggregate / capacity)
     return {
         "tflops_per_device": aggregate / spec.devices / 1e12,
         "efficiency": aggregate / capacity,
+        "efficiency_trusted": check["trusted"],
+        "warnings": check["warnings"],
         "aggregate_tflops": aggregate / 1e12,
         "reference_tflops": capacity / 1e12,
         "reference": {
@@ -197,6 +248,7 @@ def figures(spec: BenchSpec, bench: dict[str, Any], references: Sequence[dict[st
             "matmul_shape": [rows, k, n],
             "matmul_tflops": matmul_rate / 1e12,
             "tflops_before_after": [r["flops_per_second"] / 1e12 for r in references],
+            "spread": check["spread"],
             "times": [r["times"] for r in references],
         },
         "step_seconds": bench["step_seconds"],
@@ -296,7 +348,9 @@ def run(spec: BenchSpec, *, from_metadata: bool = False, report: Callable[[str],
 
 
 def summary(result: dict[str, Any]) -> str:
-    """A few human-readable lines about a :func:`run` result."""
+    """A few human-readable lines about a :func:`run` result; the efficiency line gives the
+    reference spread, followed by one ``warning:`` line per :func:`reference_check` warning
+    (recomputed from the printed figures, so an efficiency above 1 never prints without one)."""
     mesh = ", ".join(f"{axis} {v['dcn']}×{v['ici']}" for axis, v in result["mesh"].items())
     spec = result["spec"]
     ref = result["reference"]
@@ -306,6 +360,7 @@ def summary(result: dict[str, Any]) -> str:
         where += ", emulated slices"
     times = ", ".join(f"{t:.3f}" for t in result["step_times"])
     before_after = ", ".join(f"{t:.4g}" for t in ref["tflops_before_after"])
+    check = reference_check(ref["tflops_before_after"], result["efficiency"])  # from the figures it prints
     return "\n".join(
         [
             f"shardings: {result['slices']} slice(s) × {result['devices'] // result['slices']} device(s) "
@@ -317,6 +372,8 @@ def summary(result: dict[str, Any]) -> str:
             "(6 · parameters · batch per step)",
             f"reference: matmul [{rows}, {k}]·[{k}, {n}] on {ref['unit']}: {result['reference_tflops']:.4g} TFLOP/s "
             f"(median of all samples; medians before/after: {before_after})",
-            f"efficiency: {result['efficiency']:.3f}",
+            f"efficiency: {result['efficiency']:.3f} (reference spread before/after {check['spread']:.2f}×, trusted up "
+            f"to {REFERENCE_SPREAD_LIMIT:g}×)",
+            *(f"warning: {line}" for line in check["warnings"]),
         ]
     )

@@ -19,6 +19,7 @@ import dataclasses
 import json
 import logging
 import math
+import re
 import time
 from typing import Any
 
@@ -145,6 +146,67 @@ class CheckpointRestoreError(RuntimeError):
     """No checkpoint of the run can be restored; restarting will not help."""
 
 
+#: TensorStore appends the full JSON spec of the array it failed on to its errors, as
+#: ``[tensorstore_spec='{...}']`` (and ``[tensorstore_spec[1]='...']``): kilobytes of driver
+#: options that say nothing a reader of the log needs; the path is in the message before it.
+#: (Quotes may come escaped, as in a KeyError's message, which is its key's repr.)
+_TENSORSTORE_SPEC = re.compile(r"\s*\[tensorstore_spec(?:\[\d+\])?=\\?'.*?\\?'\]")
+#: Longest error text a checkpoint message quotes (characters); a longer one keeps its start
+#: (the error's kind) and its end (TensorStore's innermost cause), joined by " … ".
+ERROR_TEXT_LIMIT = 400
+
+
+def step_path(manager: ocp.CheckpointManager, step: int) -> str:
+    """The directory of checkpoint ``step`` (``<run_dir>/checkpoints/<step>``), as text."""
+    return str(epath.Path(manager.directory) / str(step))
+
+
+def describe(step: int, path: str) -> str:
+    """How every log message and error names a checkpoint: ``step 12 (<path>)``."""
+    return f"step {step} ({path})"
+
+
+def _without_reprs(text: str) -> str:
+    """``text`` with Python object reprs (``<bound method TensorStore.read of <...>>``,
+    ``<tensorstore.Future object at 0x7f...>``) replaced by the name they stand for
+    (``TensorStore.read``, ``tensorstore.Future``); other ``<``/``>`` stay as they are."""
+    out, i = [], 0
+    while i < len(text):
+        if text[i] != "<":
+            out.append(text[i])
+            i += 1
+            continue
+        depth, j = 0, i
+        while j < len(text):
+            depth += {"<": 1, ">": -1}.get(text[j], 0)
+            if depth == 0:
+                break
+            j += 1
+        segment = text[i : j + 1]
+        bound = re.match(r"<bound method ([\w.]+) of ", segment)
+        obj = re.match(r"<([\w.]+) object at 0x[0-9a-fA-F]+>$", segment)
+        if j < len(text) and (bound or obj):
+            out.append((bound or obj).group(1))
+            i = j + 1
+        else:
+            out.append("<")
+            i += 1
+    return "".join(out)
+
+
+def error_text(err: BaseException, limit: int = ERROR_TEXT_LIMIT) -> str:
+    """One line about ``err`` for a checkpoint message: ``Type: first line of the message``,
+    without TensorStore's spec annotations or object reprs, at most ``limit`` characters (a
+    longer line keeps its start and its end, joined by `` … ``)."""
+    message = str(err).strip()
+    first = message.splitlines()[0] if message else ""
+    text = f"{type(err).__name__}: {_without_reprs(_TENSORSTORE_SPEC.sub('', first)).strip()}".rstrip(": .")
+    if len(text) <= limit:
+        return text
+    keep = (limit - 3) // 2
+    return f"{text[:keep]} … {text[-keep:]}"
+
+
 def restore(
     manager: ocp.CheckpointManager, abstract_state: Any, *, is_writer: bool, attempts: int = 2
 ) -> tuple[int, Any] | None:
@@ -159,30 +221,41 @@ def restore(
     Returns:
       ``(step, state)``, or None when the run has no finalized checkpoint.
 
+    Every message about a checkpoint names it by step and path (:func:`describe`) and quotes
+    errors through :func:`error_text` (no object reprs, no TensorStore spec dumps); falling
+    back to an older step is logged as a warning that names both steps and the reason.
+
     Raises:
       CheckpointRestoreError: checkpoints exist but none can be restored; the message has
-        each step's error.
+        each step's path and error.
     """
     steps = sorted(manager.all_steps(), reverse=True)
     failures: list[tuple[int, str]] = []
     for step in steps:
+        where = describe(step, step_path(manager, step))
         for attempt in range(attempts):
             try:
                 state = manager.restore(step, args=ocp.args.StandardRestore(abstract_state))
             except Exception as err:  # orbax/tensorstore raise many types for damaged data
-                error = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
-                log.error("restoring checkpoint %d failed (attempt %d/%d): %s", step, attempt + 1, attempts, error)
+                error = error_text(err)
+                log.error("restoring checkpoint %s failed (attempt %d/%d): %s", where, attempt + 1, attempts, error)
                 if attempt + 1 < attempts:
                     time.sleep(1.0)
                 continue
             if failures:
+                log.warning(
+                    "fell back to checkpoint %s: the newer %s could not be restored (%s)",
+                    where,
+                    ", ".join(describe(s, step_path(manager, s)) for s, _ in failures),
+                    "; ".join(f"step {s}: {e}" for s, e in failures),
+                )
                 _set_aside([s for s, _ in failures], manager, is_writer)
             return step, state
         failures.append((step, error))
     if failures:
         raise CheckpointRestoreError(
             f"no checkpoint in {manager.directory} can be restored: "
-            + "; ".join(f"step {s}: {e}" for s, e in failures)
+            + "; ".join(f"{describe(s, step_path(manager, s))}: {e}" for s, e in failures)
             + ". If the model changed, start a new run (multislice:runName or --fresh); if the files are "
             "damaged, move the bad step directories away"
         )
@@ -196,7 +269,7 @@ def _set_aside(steps: list[int], manager: ocp.CheckpointManager, is_writer: bool
         for step in steps:
             source = epath.Path(manager.directory) / str(step)
             target = epath.Path(manager.directory) / f"{step}.unreadable"
-            log.warning("moving unreadable checkpoint %s to %s", source, target)
+            log.warning("moving unreadable checkpoint %s to %s", describe(step, str(source)), target)
             source.rename(target)
     multihost_utils.sync_global_devices("multislice_checkpoints_set_aside")
     manager.reload()

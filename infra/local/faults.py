@@ -42,16 +42,30 @@ class Fault:
 def parse_fault(kind: FaultKind, spec: str, *, slices: int, total_steps: int) -> Fault:
     """Parse ``SLICE@STEP``.
 
+    Args:
+      kind: the option (``--kill`` or ``--preempt``) the message names.
+      spec: the option's value.
+      slices: the stack's slice count (``multislice:slices``).
+      total_steps: the run's ``training.steps``.
+
     Raises:
-      FaultSpecError: wrong shape, slice outside ``[0, slices)``, or step outside
-        ``[1, total_steps)`` (a fault at or after the last step could never fire).
+      FaultSpecError: one line naming the option and its value: wrong shape, a slice outside
+        ``[0, slices)`` (with the slice count), or a step outside ``[1, total_steps)`` (a
+        fault at or after the last step could never fire; with ``training.steps``).
     """
     match = _SPEC.match(spec)
     if not match:
         raise FaultSpecError(f"--{kind} {spec!r}: expected SLICE@STEP, e.g. --{kind} 1@40")
     slice_id, step = int(match.group(1)), int(match.group(2))
     if slice_id >= slices:
-        raise FaultSpecError(f"--{kind} {spec!r}: slice {slice_id} does not exist (slices 0..{slices - 1})")
+        which = "slice 0" if slices == 1 else f"slices 0..{slices - 1}"
+        raise FaultSpecError(
+            f"--{kind} {spec!r}: slice {slice_id} does not exist: the stack has {slices} "
+            f"slice{'s' if slices != 1 else ''} ({which})"
+        )
     if not 1 <= step < total_steps:
-        raise FaultSpecError(f"--{kind} {spec!r}: step must be between 1 and {total_steps - 1} (the run has {total_steps} steps)")
+        raise FaultSpecError(
+            f"--{kind} {spec!r}: step {step} is outside the run: training.steps is {total_steps}, so a fault "
+            f"can fire at steps 1..{total_steps - 1}"
+        )
     return Fault(kind, slice_id, step)

@@ -38,11 +38,12 @@ from infra.planner.dcn import (
     dcn_bits_per_parameter,
     dcn_check,
     hardware_arithmetic_intensity,
-    min_batch_tokens,
+    min_tokens_per_replica,
     operational_intensity,
 )
 from infra.planner.memory import (
     ACTIVATIONS_SOURCE,
+    ESTIMATE_SOURCE,
     HBM_TIGHT_FRACTION,
     MemoryEstimate,
     activation_bytes_per_chip,
@@ -66,7 +67,7 @@ __all__ = [
     "dcn_check",
     "hardware_arithmetic_intensity",
     "memory_per_chip",
-    "min_batch_tokens",
+    "min_tokens_per_replica",
     "operational_intensity",
     "parameter_shapes",
     "plan",
@@ -193,10 +194,14 @@ def plan(config: StackConfig) -> Plan:
             else ""
         ),
         "chips_per_host": src["chips_per_host"],
-        "hbm_bytes_per_chip": src["hbm_bytes_per_chip"],
+        "hbm_capacity_bytes_per_chip": src["hbm_bytes_per_chip"],
+        "hbm_estimated_bytes_per_chip": ESTIMATE_SOURCE,
         "arithmetic_intensity": _DCN_ARITHMETIC + ": chips per host × peak FLOP/s per chip ÷ DCN bits/s per host",
-        "operational_intensity": _DCN_ARITHMETIC + ": 4·B/32 (2 replicas) or 4·B/64 (more); B = tokens per replica",
-        "safety_margin": _DCN_ARITHMETIC + ': "≥ ~350,000 tokens per pod (two pods) to ~700,000 (many pods)" = 2 × minimum',
+        "operational_intensity": _DCN_ARITHMETIC
+        + ": 4·B/32 (2 replicas) or 4·B/64 (more); B = tokens per replica (global batch tokens ÷ dcn.data)",
+        "min_tokens_per_replica": _DCN_ARITHMETIC + ": AI × bits per parameter ÷ 4, the B at which 4·B/bits = AI; "
+        "global: × replicas",
+        "safety_margin": _DCN_ARITHMETIC + ': "≥ ~350,000 tokens per pod (two pods) to ~700,000 (many pods)" = 2 × the minimum tokens per replica',
         "activations": ACTIVATIONS_SOURCE,
         "parallelism_guidance": _PARALLELISM_RULES,
     }

@@ -59,7 +59,7 @@ def recommendations(p: Plan, config: StackConfig) -> tuple[str, ...]:
     # Memory first: a job that does not fit does not run.
     if not mem.fits:
         out.append(
-            f"over HBM: the estimate is {_gib(mem.total)} per chip against {_gib(capacity)} "
+            f"over HBM: the estimate is {_gib(mem.total)} per chip against a capacity of {_gib(capacity)} "
             f"({mem.fraction:.0%}); {_memory_advice(p, config)}"
         )
     elif mem.fraction > HBM_TIGHT_FRACTION:
@@ -88,18 +88,17 @@ def recommendations(p: Plan, config: StackConfig) -> tuple[str, ...]:
                 )
     if dcn.applies:
         replicas = dcn.replicas
-        need_tokens = dcn.min_batch_tokens * replicas
-        margin_tokens = dcn.recommended_batch_tokens * replicas
         shards, seq = par.batch_shards, p.sequence_length
-        need_seqs = _round_up(need_tokens / seq, shards)
-        margin_seqs = _round_up(margin_tokens / seq, shards)
+        need_seqs = _round_up(dcn.min_global_batch_tokens / seq, shards)
+        margin_seqs = _round_up(dcn.recommended_global_batch_tokens / seq, shards)
         if dcn.dcn_bound:
             out.append(
                 f"DCN-bound: {dcn.tokens_per_replica:,.0f} tokens per replica give an operational intensity of "
-                f"{dcn.operational_intensity:,.0f} FLOP/bit < {dcn.arithmetic_intensity:,.0f}; raise "
-                f"global_batch_size to ≥ {need_seqs} sequences ({need_tokens:,.0f} tokens), ≥ {margin_seqs} with "
-                f"the Multislice overview's {dcn.safety_margin:g}× margin; when adding slices, scale the global "
-                "batch linearly"
+                f"{dcn.operational_intensity:,.0f} FLOP/bit < {dcn.arithmetic_intensity:,.0f} FLOP/bit; raise "
+                f"global_batch_size to ≥ {need_seqs} sequences ({dcn.min_global_batch_tokens:,.0f} tokens global = "
+                f"{dcn.min_tokens_per_replica:,.0f} per replica × {replicas} replicas), ≥ {margin_seqs} "
+                f"({dcn.recommended_global_batch_tokens:,.0f} tokens global) with the Multislice overview's "
+                f"{dcn.safety_margin:g}× margin; when adding slices, scale the global batch linearly"
             )
             pipe = _pipeline_depth(p)
             if pipe:
@@ -108,12 +107,13 @@ def recommendations(p: Plan, config: StackConfig) -> tuple[str, ...]:
             out.append(
                 f"compute-bound but below the Multislice overview's {dcn.safety_margin:g}× margin (DCN can drop "
                 f"packets briefly): {dcn.tokens_per_replica:,.0f} tokens per replica, recommended ≥ "
-                f"{dcn.recommended_batch_tokens:,.0f} (global_batch_size ≥ {margin_seqs})"
+                f"{dcn.recommended_tokens_per_replica:,.0f} per replica (global_batch_size ≥ {margin_seqs} "
+                f"sequences, {dcn.recommended_global_batch_tokens:,.0f} tokens global)"
             )
         else:
             out.append(
                 f"pure data parallelism over DCN is compute-bound with the Multislice overview's margin "
-                f"({dcn.tokens_per_replica:,.0f} ≥ {dcn.recommended_batch_tokens:,.0f} tokens per replica)"
+                f"({dcn.tokens_per_replica:,.0f} ≥ {dcn.recommended_tokens_per_replica:,.0f} tokens per replica)"
             )
     elif p.slices > 1:
         out.append(
@@ -188,12 +188,12 @@ def advisory_lines(p: Plan) -> list[str]:
         out.append(
             f"stack {p.stack}: predicted DCN-bound: {p.dcn.tokens_per_replica:,.0f} tokens per DCN replica "
             f"(operational intensity {p.dcn.operational_intensity:,.0f} FLOP/bit) < the "
-            f"{p.dcn.min_batch_tokens:,.0f} needed on {p.accelerator_type} "
+            f"{p.dcn.min_tokens_per_replica:,.0f} per replica needed on {p.accelerator_type} "
             f"(arithmetic intensity {p.dcn.arithmetic_intensity:,.0f} FLOP/bit) {hint}"
         )
     if not p.memory.fits:
         out.append(
-            f"stack {p.stack}: predicted over HBM: {_gib(p.memory.total)} per chip > "
-            f"{_gib(p.memory.capacity)} on {p.accelerator_type} {hint}"
+            f"stack {p.stack}: predicted over HBM: an estimated {_gib(p.memory.total)} per chip > the "
+            f"{_gib(p.memory.capacity)} HBM capacity of {p.accelerator_type} {hint}"
         )
     return out

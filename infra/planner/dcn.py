@@ -12,8 +12,8 @@ Source: the Cloud TPU Multislice overview (:data:`MULTISLICE_OVERVIEW`), its DCN
   (:func:`dcn_bits_per_parameter`).
 * The backward pass costs 4·B FLOPs per parameter (of the 6·B·P of a transformer step), so
   the model's operational intensity is ``OI = 4·B / 32`` (2 replicas) or ``4·B / 64`` (more).
-  The step is DCN-bound when ``OI < AI``; the minimum batch is ``AI × bits / 4`` tokens
-  (v4: 176,000 for 2 slices, 352,000 for more), and the overview recommends a large margin
+  The step is DCN-bound when ``OI < AI``; the minimum batch is ``AI × bits / 4`` tokens per
+  replica (v4: 176,000 for 2 slices, 352,000 for more; the global batch is that × replicas), and the overview recommends a large margin
   because DCN can drop packets briefly: "data parallelism only at ≥ ~350,000 tokens per pod
   (two pods) to ~700,000 (many pods)", i.e. :data:`SAFETY_MARGIN` = 2 × the minimum.
 
@@ -49,7 +49,7 @@ __all__ = [
     "dcn_bits_per_parameter",
     "dcn_check",
     "hardware_arithmetic_intensity",
-    "min_batch_tokens",
+    "min_tokens_per_replica",
     "operational_intensity",
 ]
 
@@ -109,9 +109,10 @@ def operational_intensity(tokens_per_replica: float, replicas: int) -> float:
     return BACKWARD_FLOPS_PER_PARAMETER_PER_TOKEN * tokens_per_replica / dcn_bits_per_parameter(replicas)
 
 
-def min_batch_tokens(arithmetic_intensity: float, replicas: int) -> float:
-    """Smallest tokens per replica (per pod) for which ``operational_intensity ≥
-    arithmetic_intensity``: ``AI × bits / 4``. v4: 176,000 (2 replicas), 352,000 (more).
+def min_tokens_per_replica(arithmetic_intensity: float, replicas: int) -> float:
+    """Smallest batch B of one replica (tokens per step per pod, not the global batch) for
+    which ``operational_intensity ≥ arithmetic_intensity``: ``AI × bits / 4``. v4: 176,000
+    (2 replicas), 352,000 (more); the global batch is that × ``replicas``.
 
     Raises:
       ValueError: ``arithmetic_intensity`` ≤ 0 or ``replicas`` < 2.
@@ -133,13 +134,21 @@ class DcnCheck:
         TPU VM) the arithmetic intensity is computed from, with ``chips_per_host``.
       bits_per_parameter: 32 or 64; None with a single replica.
       operational_intensity: 4·B / bits, FLOP per bit; None with a single replica.
-      min_batch_tokens: minimum B (tokens per replica); None with a single replica.
-      recommended_batch_tokens: ``safety_margin × min_batch_tokens``; None with one replica.
+      min_tokens_per_replica: minimum B (tokens per step of one replica); None with a single
+        replica.
+      recommended_tokens_per_replica: ``safety_margin × min_tokens_per_replica``; None with
+        one replica.
       safety_margin: :data:`SAFETY_MARGIN`.
       dcn_bound: True when ``operational_intensity < arithmetic_intensity``.
       meets_margin: True when B ≥ the recommended batch (or no DCN all-reduce happens).
       dcn_fsdp: ``parallelism.dcn.fsdp`` (FSDP traffic over DCN is not modelled when > 1).
       chips_per_host: chips per TPU VM.
+
+    Derived (not constructor arguments): ``min_global_batch_tokens`` and
+    ``recommended_global_batch_tokens``, the two per-replica figures × ``replicas`` (tokens
+    per step over all slices, comparable with ``Plan.global_batch_tokens``); None with one
+    replica. Every token count says whether it is per replica or global, in the field name
+    and in its ``--json`` key.
 
     A field's ``metadata["json"]`` is its key in ``multislice plan --json`` (``Plan.to_json``);
     ``dcn_fsdp`` and ``chips_per_host`` are left out there (the plan's ``mesh`` and
@@ -153,13 +162,23 @@ class DcnCheck:
     dcn_bits_per_second_per_host: float
     bits_per_parameter: int | None = dataclasses.field(metadata={"json": "dcn_bits_per_parameter"})
     operational_intensity: float | None
-    min_batch_tokens: float | None
-    recommended_batch_tokens: float | None
+    min_tokens_per_replica: float | None
+    recommended_tokens_per_replica: float | None
     safety_margin: float
     dcn_bound: bool
     meets_margin: bool = dataclasses.field(metadata={"json": "meets_dcn_margin"})
     dcn_fsdp: int = dataclasses.field(metadata={"json": None})
     chips_per_host: int = dataclasses.field(metadata={"json": None})
+    min_global_batch_tokens: float | None = dataclasses.field(init=False)
+    recommended_global_batch_tokens: float | None = dataclasses.field(init=False)
+
+    def __post_init__(self) -> None:
+        for per_replica, global_ in (
+            ("min_tokens_per_replica", "min_global_batch_tokens"),
+            ("recommended_tokens_per_replica", "recommended_global_batch_tokens"),
+        ):
+            value = getattr(self, per_replica)
+            object.__setattr__(self, global_, None if value is None else value * self.replicas)
 
     @property
     def applies(self) -> bool:
@@ -199,19 +218,19 @@ def dcn_check(accelerator: AcceleratorType, parallelism: ParallelismConfig, glob
             **common,
             bits_per_parameter=None,
             operational_intensity=None,
-            min_batch_tokens=None,
-            recommended_batch_tokens=None,
+            min_tokens_per_replica=None,
+            recommended_tokens_per_replica=None,
             dcn_bound=False,
             meets_margin=True,
         )
     oi = operational_intensity(tokens, replicas)
-    minimum = min_batch_tokens(ai, replicas)
+    minimum = min_tokens_per_replica(ai, replicas)
     return DcnCheck(
         **common,
         bits_per_parameter=dcn_bits_per_parameter(replicas),
         operational_intensity=oi,
-        min_batch_tokens=minimum,
-        recommended_batch_tokens=SAFETY_MARGIN * minimum,
+        min_tokens_per_replica=minimum,
+        recommended_tokens_per_replica=SAFETY_MARGIN * minimum,
         dcn_bound=oi < ai,
         meets_margin=tokens >= SAFETY_MARGIN * minimum,
     )

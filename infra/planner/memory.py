@@ -47,6 +47,7 @@ from training.shapes import LOGICAL_AXIS_RULES
 
 __all__ = [
     "ACTIVATIONS_SOURCE",
+    "ESTIMATE_SOURCE",
     "HBM_TIGHT_FRACTION",
     "MemoryEstimate",
     "activation_bytes_per_chip",
@@ -58,6 +59,14 @@ __all__ = [
 ACTIVATIONS_SOURCE = (
     'Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models", '
     "arXiv:2205.05198, §4.1 (per-layer activation memory), adapted (see infra/planner/memory.py)"
+)
+
+#: Where the per-chip estimate (``MemoryEstimate.total``, ``hbm_estimated_bytes_per_chip`` in
+#: ``multislice plan --json``) comes from: this module's model, not the HBM capacity.
+ESTIMATE_SOURCE = (
+    "estimate of infra/planner/memory.py: float32 parameters, gradients and the two AdamW moments mu and nu "
+    "(optax.adamw, https://optax.readthedocs.io/en/latest/api/optimizers.html#optax.adamw), each sharded like "
+    "the parameters, plus activations (see activations); XLA temporaries not counted"
 )
 
 #: Planner heuristic, not from a document: an estimate above this share of HBM is flagged as
@@ -108,21 +117,24 @@ def activation_bytes_per_chip(train: TrainConfig) -> int:
 @dataclasses.dataclass(frozen=True)
 class MemoryEstimate:
     """Bytes per chip. ``parameters``, ``gradients`` and ``optimizer_state`` are float32 shards;
-    ``activations`` is :func:`activation_bytes_per_chip`; ``capacity`` is the chip's HBM.
+    ``activations`` is :func:`activation_bytes_per_chip`; ``capacity`` is the chip's HBM
+    capacity from the catalog (``Generation.hbm_bytes_per_chip``).
 
     Derived (not constructor arguments): ``total`` (bytes, the four parts), ``fraction``
     (``total / capacity``) and ``fits`` (``total ≤ capacity``).
 
     A field's ``metadata["json"]`` is its key in ``multislice plan --json`` (``Plan.to_json``;
-    a dotted key nests: the four parts go under ``memory_bytes_per_chip``).
+    a dotted key nests: the four parts go under ``memory_bytes_per_chip``). The estimate and the
+    capacity have distinct keys, ``hbm_estimated_bytes_per_chip`` and
+    ``hbm_capacity_bytes_per_chip``, each with its own entry in ``Plan.sources``.
     """
 
     parameters: int = dataclasses.field(metadata={"json": "memory_bytes_per_chip.parameters"})
     gradients: int = dataclasses.field(metadata={"json": "memory_bytes_per_chip.gradients"})
     optimizer_state: int = dataclasses.field(metadata={"json": "memory_bytes_per_chip.optimizer_state"})
     activations: int = dataclasses.field(metadata={"json": "memory_bytes_per_chip.activations"})
-    capacity: int = dataclasses.field(metadata={"json": "hbm_capacity_bytes"})
-    total: int = dataclasses.field(init=False, metadata={"json": "hbm_bytes_per_chip"})
+    capacity: int = dataclasses.field(metadata={"json": "hbm_capacity_bytes_per_chip"})
+    total: int = dataclasses.field(init=False, metadata={"json": "hbm_estimated_bytes_per_chip"})
     fraction: float = dataclasses.field(init=False, metadata={"json": "hbm_fraction"})
     fits: bool = dataclasses.field(init=False, metadata={"json": "fits_in_hbm"})
 

@@ -46,7 +46,9 @@ def print_plan(p: Plan, console: Console) -> None:
     ):
         memory.add_row(name, _size(value))
     verdict = "[green]fits[/]" if mem.fits else "[bold red]OVER HBM[/]"
-    memory.add_row("total", f"{_size(mem.total)} of {_size(mem.capacity)} HBM ({mem.fraction:.1%}): {verdict}")
+    memory.add_row(
+        "total (estimate)", f"{_size(mem.total)} of {_size(mem.capacity)} HBM capacity ({mem.fraction:.1%}): {verdict}"
+    )
     console.print(memory)
     console.print(
         f"DCN check (Multislice overview): hardware arithmetic intensity = {dcn.chips_per_host} chips/host × "
@@ -58,8 +60,10 @@ def print_plan(p: Plan, console: Console) -> None:
         console.print(
             f"  operational intensity 4 × {dcn.tokens_per_replica:,.0f} / {dcn.bits_per_parameter} = "
             f"{dcn.operational_intensity:,.0f} FLOP/bit: {verdict}\n"
-            f"  minimum batch {dcn.min_batch_tokens:,.0f} tokens per replica; with the Multislice overview's "
-            f"{dcn.safety_margin:g}× margin {dcn.recommended_batch_tokens:,.0f}"
+            f"  minimum batch {dcn.min_tokens_per_replica:,.0f} tokens per replica "
+            f"({dcn.min_global_batch_tokens:,.0f} global); with the Multislice overview's {dcn.safety_margin:g}× "
+            f"margin {dcn.recommended_tokens_per_replica:,.0f} tokens per replica "
+            f"({dcn.recommended_global_batch_tokens:,.0f} global)"
             + ("" if dcn.meets_margin else " (not met)")
         )
     else:

@@ -56,6 +56,9 @@ def test_dcn_bound_recommendation_gives_the_batch_and_pipeline_fallback():
     p = planner.plan(stack(slices=4, training={"global_batch_size": 16}))
     text = " ".join(p.recommendations)
     assert "raise global_batch_size to ≥ 1376 sequences" in text  # 4 × 352,000 / 1024 → multiple of 16
+    per_replica = 4 * 275e12 / 50e9 * 64 / 4  # 4 replicas: 64 bits per parameter
+    assert f"({4 * per_replica:,.0f} tokens global = {per_replica:,.0f} per replica × 4 replicas)" in text
+    assert f"({8 * per_replica:,.0f} tokens global) with the Multislice overview's 2× margin" in text
     assert "pipeline parallelism" in text
 
 
@@ -77,7 +80,7 @@ def test_compute_bound_stack_that_fits_has_no_advisory():
 
 def test_dcn_bound_advisory_names_the_figures():
     (line,) = planner.advisories(stack(slices=2, training={"global_batch_size": 16}))
-    assert "DCN-bound" in line and "176,000" in line and "22,000" in line and "multislice plan" in line
+    assert "DCN-bound" in line and "176,000 per replica needed" in line and "22,000" in line and "multislice plan" in line
     assert line.startswith("stack t: ") and line.endswith("(see: multislice plan --stack t)")
 
 

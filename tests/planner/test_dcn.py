@@ -28,13 +28,13 @@ def test_arithmetic_intensity_uses_the_vm_share_of_the_host_dcn(name):
 def test_overview_minimum_batches():
     assert planner.dcn_bits_per_parameter(2) == 32
     assert planner.dcn_bits_per_parameter(3) == planner.dcn_bits_per_parameter(256) == 64
-    assert planner.min_batch_tokens(22_000, 2) == pytest.approx(176_000)
-    assert planner.min_batch_tokens(22_000, 4) == pytest.approx(352_000)
+    assert planner.min_tokens_per_replica(22_000, 2) == pytest.approx(176_000)
+    assert planner.min_tokens_per_replica(22_000, 4) == pytest.approx(352_000)
     assert planner.operational_intensity(176_000, 2) == pytest.approx(22_000)
     assert planner.operational_intensity(352_000, 3) == pytest.approx(22_000)
     # The overview's margin: ~350,000 (two pods) to ~700,000 (many pods).
-    assert planner.SAFETY_MARGIN * planner.min_batch_tokens(22_000, 2) == pytest.approx(352_000)
-    assert planner.SAFETY_MARGIN * planner.min_batch_tokens(22_000, 8) == pytest.approx(704_000)
+    assert planner.SAFETY_MARGIN * planner.min_tokens_per_replica(22_000, 2) == pytest.approx(352_000)
+    assert planner.SAFETY_MARGIN * planner.min_tokens_per_replica(22_000, 8) == pytest.approx(704_000)
 
 
 @pytest.mark.parametrize(
@@ -56,7 +56,9 @@ def test_dcn_verdict_on_both_sides_of_the_overview_thresholds(slices, batch, tok
     assert p.dcn.tokens_per_replica == tokens
     assert p.dcn.arithmetic_intensity == pytest.approx(22_000)
     assert p.dcn.operational_intensity == pytest.approx(oi)
-    assert p.dcn.min_batch_tokens == pytest.approx(176_000 if slices == 2 else 352_000)
+    assert p.dcn.min_tokens_per_replica == pytest.approx(176_000 if slices == 2 else 352_000)
+    assert p.dcn.min_global_batch_tokens == pytest.approx(slices * (176_000 if slices == 2 else 352_000))
+    assert p.dcn.recommended_global_batch_tokens == pytest.approx(2 * slices * (176_000 if slices == 2 else 352_000))
     assert p.dcn.dcn_bound is bound
     assert p.dcn.meets_margin is margin
     assert p.global_batch_tokens == batch * 1024
@@ -83,7 +85,8 @@ def test_replicas_are_dcn_data_not_slices():
 def test_single_slice_has_no_dcn_all_reduce():
     p = planner.plan(stack(slices=1))
     assert p.dcn.replicas == 1 and not p.dcn.applies
-    assert p.dcn.operational_intensity is None and p.dcn.min_batch_tokens is None
+    assert p.dcn.operational_intensity is None and p.dcn.min_tokens_per_replica is None
+    assert p.dcn.min_global_batch_tokens is None and p.dcn.recommended_global_batch_tokens is None
     assert p.dcn.dcn_bound is False
     assert p.dcn.arithmetic_intensity == pytest.approx(22_000)
 
@@ -101,10 +104,13 @@ def test_dcn_check_carries_the_catalog_figures_and_the_margin():
     )
     assert check.dcn_fsdp == 1 and check.bits_per_parameter == 64
     assert check.tokens_per_replica == 500_000
-    assert check.min_batch_tokens == pytest.approx(check.arithmetic_intensity * 64 / 4)
+    assert check.min_tokens_per_replica == pytest.approx(check.arithmetic_intensity * 64 / 4)
     assert check.safety_margin == planner.SAFETY_MARGIN == 2.0
-    assert check.recommended_batch_tokens == pytest.approx(2.0 * check.min_batch_tokens)
-    assert check.meets_margin is (500_000 >= check.recommended_batch_tokens)
+    assert check.recommended_tokens_per_replica == pytest.approx(2.0 * check.min_tokens_per_replica)
+    assert check.meets_margin is (500_000 >= check.recommended_tokens_per_replica)
+    # The global figures are the per-replica ones over the 3 replicas: comparable with the global batch.
+    assert check.min_global_batch_tokens == pytest.approx(3 * check.arithmetic_intensity * 64 / 4)
+    assert check.recommended_global_batch_tokens == pytest.approx(3 * 2.0 * check.arithmetic_intensity * 64 / 4)
 
 
 def test_bad_arguments_raise_value_errors():
@@ -114,7 +120,7 @@ def test_bad_arguments_raise_value_errors():
         lambda: planner.dcn_bits_per_parameter(0),
         lambda: planner.operational_intensity(0, 2),
         lambda: planner.operational_intensity(-5, 2),
-        lambda: planner.min_batch_tokens(0, 2),
+        lambda: planner.min_tokens_per_replica(0, 2),
         lambda: planner.dcn_check(acc, ParallelismConfig(), 0),
     ):
         with pytest.raises(ValueError):

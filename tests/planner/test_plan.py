@@ -49,8 +49,9 @@ def test_plan_describes_the_stack():
 
 
 def reference_json(p: planner.Plan) -> dict:
-    """The ``--json`` document as it was written out by hand before it was made from the
-    dataclass fields: every key and value must stay."""
+    """The ``--json`` document written out by hand (it was, before it was made from the
+    dataclass fields): every key and value must stay. Token counts say per replica or global
+    and the HBM estimate and capacity have distinct keys (issue 12.5)."""
     dcn, mem = p.dcn, p.memory
     return {
         "stack": p.stack,
@@ -78,13 +79,15 @@ def reference_json(p: planner.Plan) -> dict:
         "dcn_bits_per_second_per_host": dcn.dcn_bits_per_second_per_host,
         "dcn_bits_per_parameter": dcn.bits_per_parameter,
         "operational_intensity": dcn.operational_intensity,
-        "min_batch_tokens": dcn.min_batch_tokens,
-        "recommended_batch_tokens": dcn.recommended_batch_tokens,
+        "min_tokens_per_replica": dcn.min_tokens_per_replica,
+        "recommended_tokens_per_replica": dcn.recommended_tokens_per_replica,
+        "min_global_batch_tokens": None if dcn.replicas < 2 else dcn.min_tokens_per_replica * dcn.replicas,
+        "recommended_global_batch_tokens": None if dcn.replicas < 2 else dcn.recommended_tokens_per_replica * dcn.replicas,
         "safety_margin": planner.SAFETY_MARGIN,
         "dcn_bound": dcn.dcn_bound,
         "meets_dcn_margin": dcn.meets_margin,
-        "hbm_bytes_per_chip": mem.parameters + mem.gradients + mem.optimizer_state + mem.activations,
-        "hbm_capacity_bytes": mem.capacity,
+        "hbm_estimated_bytes_per_chip": mem.parameters + mem.gradients + mem.optimizer_state + mem.activations,
+        "hbm_capacity_bytes_per_chip": mem.capacity,
         "hbm_fraction": mem.total / mem.capacity,
         "fits_in_hbm": mem.total <= mem.capacity,
         "memory_bytes_per_chip": {
@@ -184,11 +187,12 @@ def test_cli_plan_json_has_the_documented_keys():
     data = json.loads(result.output)
     for key, kind in {
         "dcn_bound": bool,
-        "min_batch_tokens": float,
+        "min_tokens_per_replica": float,
+        "min_global_batch_tokens": float,
         "operational_intensity": float,
         "arithmetic_intensity": float,
-        "hbm_bytes_per_chip": int,
-        "hbm_capacity_bytes": int,
+        "hbm_estimated_bytes_per_chip": int,
+        "hbm_capacity_bytes_per_chip": int,
         "fits_in_hbm": bool,
         "global_batch_tokens": int,
     }.items():
@@ -204,3 +208,33 @@ def test_cli_plan_human_output(tmp_path):
     assert result.exit_code == 0, result.output
     for text in ("stack dev", "mesh", "memory per chip", "22,000 FLOP/bit", "DCN-bound", "recommendations", "sources"):
         assert text in result.output
+
+
+def test_dev_json_names_each_quantity_once_with_its_own_source():
+    """dev (2 × v4-8, 16 sequences × 128 tokens): each token count is per replica or global
+    and has one key; the HBM estimate and the HBM capacity have separate keys and sources
+    (the estimate's is the memory model, not the catalog's capacity row). Values from the
+    overview's arithmetic: AI = 4 × 275e12 / 50e9, minimum = AI × 32 / 4 per replica."""
+    result = runner.invoke(app, ["plan", "--stack", "dev", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert "hbm_bytes_per_chip" not in data and "hbm_capacity_bytes" not in data and "min_batch_tokens" not in data and "hbm_bytes_per_chip" not in data["sources"]
+    for key in data:
+        if "tokens" in key:
+            assert key.endswith("_per_replica") or "global" in key, key
+    minimum = 4 * 275e12 / 50e9 * 32 / 4
+    assert data["min_tokens_per_replica"] == pytest.approx(minimum)
+    assert data["min_global_batch_tokens"] == pytest.approx(2 * minimum)
+    assert data["recommended_tokens_per_replica"] == pytest.approx(2 * minimum)
+    assert data["recommended_global_batch_tokens"] == pytest.approx(4 * minimum)
+    assert (data["global_batch_tokens"], data["tokens_per_replica"]) == (16 * 128, 16 * 128 / 2)
+    parts = data["memory_bytes_per_chip"]
+    assert data["hbm_estimated_bytes_per_chip"] == sum(parts.values())
+    assert data["hbm_capacity_bytes_per_chip"] == 32 * 2**30
+    sources = data["sources"]
+    v4 = load_stack("dev", STACKS).accelerator.generation
+    assert sources["hbm_capacity_bytes_per_chip"] == v4.sources["hbm_bytes_per_chip"]
+    assert "HBM" in sources["hbm_capacity_bytes_per_chip"]
+    estimate = sources["hbm_estimated_bytes_per_chip"]
+    assert "capacity" not in estimate and "cloud.google.com/tpu/docs/v4" not in estimate
+    assert "infra/planner/memory.py" in estimate and "optax" in estimate

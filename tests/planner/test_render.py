@@ -50,13 +50,34 @@ def test_dev_stack_output_gives_size_mesh_batch_memory_and_dcn_check():
         f"global batch: {train.global_batch_size} sequences × {train.sequence_length} tokens = {tokens:,} tokens per "
         f"step; {tokens // par.dcn.data:,} per DCN replica ({par.dcn.data} replicas)"
     ) in text
-    assert "32.00 GiB HBM" in text and ": fits" in text and "OVER HBM" not in text
+    assert row(text, "total (estimate)", f"{p.memory.total / 2**20:,.1f} MiB of 32.00 GiB HBM capacity")
+    assert ": fits" in text and "OVER HBM" not in text
     assert "hardware arithmetic intensity = 4 chips/host × 2.75e+14 FLOP/s ÷ 5e+10 bit/s per host = 22,000 FLOP/bit" in text
     replica_tokens = tokens // 2
     assert (
         f"operational intensity 4 × {replica_tokens:,} / 32 = {4 * replica_tokens // 32:,} FLOP/bit: DCN-bound" in text
     )
-    assert "minimum batch 176,000 tokens per replica; with the Multislice overview's 2× margin 352,000 (not met)" in text
+    minimum = 4 * 275e12 / 50e9 * 32 / 4  # tokens per replica, 2 replicas
+    assert (
+        f"minimum batch {minimum:,.0f} tokens per replica ({2 * minimum:,.0f} global); with the Multislice "
+        f"overview's 2× margin {2 * minimum:,.0f} tokens per replica ({4 * minimum:,.0f} global) (not met)"
+    ) in text
+
+
+def test_every_token_figure_of_the_dcn_check_says_per_replica_or_global():
+    """A figure is never printed bare: each number of tokens in the DCN lines and the
+    recommendations is followed by "tokens per replica", "per replica", "tokens global",
+    "global" or "tokens per step" (the issue: one figure, 352,000, read both ways)."""
+    p = planner.plan(load_stack("dev", STACKS))
+    text = rendered(p)
+    all_lines = text.splitlines()
+    lines = all_lines[all_lines.index("recommendations:") + 1 : all_lines.index("sources:")]
+    lines += [line for line in all_lines if "minimum batch" in line or "global batch:" in line]
+    assert len(lines) >= 4
+    for line in lines:
+        for match in re.finditer(r"(\d{1,3}(?:,\d{3})+)(?! (sequences|FLOP))", line):
+            after = line[match.end():]
+            assert re.match(r" (tokens )?(per replica|global|per step|per DCN replica)", after), (match.group(), line)
 
 
 def test_every_recommendation_and_source_is_printed_whole():
@@ -83,7 +104,7 @@ def test_single_slice_has_no_dcn_lines():
 def test_compute_bound_stack_with_margin():
     text = rendered(planner.plan(stack(slices=2, training={"global_batch_size": 704})))
     assert "FLOP/bit: compute-bound" in text
-    assert "2× margin 352,000" in text and "(not met)" not in text
+    assert "2× margin 352,000 tokens per replica (704,000 global)" in text and "(not met)" not in text
 
 
 def test_over_hbm_total_and_sizes_in_mib_and_gib():
@@ -92,7 +113,7 @@ def test_over_hbm_total_and_sizes_in_mib_and_gib():
     text = rendered(p)
     total = p.memory.parameters + p.memory.gradients + p.memory.optimizer_state + p.memory.activations
     assert total >= 2**30
-    assert f"{total / 2**30:,.2f} GiB of 32.00 GiB HBM ({total / (32 * 2**30):.1%}): OVER HBM" in text
+    assert f"{total / 2**30:,.2f} GiB of 32.00 GiB HBM capacity ({total / (32 * 2**30):.1%}): OVER HBM" in text
     small = planner.plan(stack(slices=1))
     assert small.memory.parameters < 2**30
     assert row(rendered(small), "parameters (float32)", f"{small.memory.parameters / 2**20:,.1f} MiB")
