@@ -1,0 +1,296 @@
+"""``multislice local up | down | status``: a stack's queued resource emulated on this machine.
+
+Registered on :data:`infra.cli.app` by :func:`register`; the emulation itself is
+:mod:`infra.local`. Errors as in :mod:`infra.cli`: one ``error:`` line, exit 2 for bad input,
+1 for a failed run, 130 for Ctrl-C, 143 for SIGTERM.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from infra.cli import CONFIG_FILE_OPTION, STACK_OPTION, console, fail, load_config, say, state_root
+
+local_app = typer.Typer(no_args_is_help=True, help="Run a stack's queued resource on this machine (no cloud).")
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``local up | down | status`` to ``app``."""
+    app.add_typer(local_app, name="local")
+
+
+def local_paths(config):
+    from infra.local.state import LocalPaths
+
+    return LocalPaths(state_root() / config.stack)
+
+
+def print_summary(result: dict) -> None:
+    table = Table(title="run summary", show_header=False, title_justify="left")
+    for key in ("complete", "steps_completed", "total_steps", "final_loss", "final_eval_loss", "restarts",
+                "steps_lost", "training_seconds", "wall_seconds", "faults", "run_dir", "logs_dir"):
+        if key in result:
+            value = result[key]
+            if isinstance(value, float):
+                value = f"{value:.4f}"
+            elif isinstance(value, list):
+                value = "; ".join(value) or "none"
+            table.add_row(key, Text(str(value)))
+    console.print(table)
+
+
+def stops_when_stdout_closes(command):
+    """``multislice local up | head``: when the reader goes away, the next progress line
+    raises BrokenPipeError and the emulation stops (its ``finally`` stops every VM). Say so on
+    stderr instead of rich's silent exit 1. (A run that completed anyway exits 0: local_up
+    handles that case itself.)"""
+
+    @functools.wraps(command)
+    def wrapper(*args, **kwargs):
+        try:
+            return command(*args, **kwargs)
+        except BrokenPipeError:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
+            raise fail("standard output was closed (e.g. by `| head`); every emulated VM was stopped "
+                       "(run `multislice local up` again to resume)", 1) from None
+
+    return wrapper
+
+
+@local_app.command("up")
+@stops_when_stdout_closes
+def local_up(
+    stack: str = STACK_OPTION,
+    config_file: Optional[Path] = CONFIG_FILE_OPTION,
+    kill: list[str] = typer.Option([], "--kill", metavar="SLICE@STEP", help="SIGKILL a slice's VMs at a step (hardware fault). Repeatable."),
+    preempt: list[str] = typer.Option([], "--preempt", metavar="SLICE@STEP", help="SIGTERM a slice's VMs at a step (preemption notice), SIGKILL after the grace period. Repeatable."),
+    fresh: bool = typer.Option(False, "--fresh", help="Discard the stack's previous local run and start over."),
+    summary_json: Optional[Path] = typer.Option(None, "--summary-json", help="Also write the summary as JSON here."),
+    coordinator_port: Optional[int] = typer.Option(None, "--coordinator-port", min=1, max=65535, help="Fixed jax.distributed coordinator port (default: a free one)."),
+    gcs_port: Optional[int] = typer.Option(None, "--gcs-port", min=1, max=65535, help="Fixed port of the emulated Cloud Storage (default: a free one)."),
+    timeout: float = typer.Option(3600, "--timeout", min=1, help="Give up after this many seconds."),
+    stall_timeout: float = typer.Option(600, "--stall-timeout", min=1, help="Give up after this many seconds without a new training step."),
+    preempt_grace: float = typer.Option(30, "--preempt-grace", min=0, help="Seconds between SIGTERM and SIGKILL for --preempt (GCE: 30)."),
+    heartbeat_timeout: int = typer.Option(10, "--heartbeat-timeout", min=2, help="jax.distributed heartbeat timeout (s) in the emulated VMs."),
+) -> None:
+    """Run the stack's multislice queued resource as local processes and train to completion.
+
+    Resumes an unfinished run; reports a finished one without retraining (--fresh starts over).
+    """
+    from infra import startup
+    from infra.local import emulator
+    from infra.local import state as local_state
+    from infra.local.faults import FaultSpecError, parse_fault
+    from infra.local.gcs import GcsServerError
+
+    config = load_config(stack, config_file)
+    paths = local_paths(config)
+    total = config.training.steps
+    check_data_source(config, stored=False)
+    try:
+        faults = [parse_fault("kill", spec, slices=config.slices, total_steps=total) for spec in kill]
+        faults += [parse_fault("preempt", spec, slices=config.slices, total_steps=total) for spec in preempt]
+    except FaultSpecError as err:
+        raise fail(str(err)) from None
+    lock = local_state.acquire_lock(paths)
+    state = local_state.read_state(paths)
+    if lock is None:
+        pid = state.get("pid", "?") if state else "?"
+        raise fail(
+            f"a local run of stack {config.stack!r} is already running (pid {pid}); "
+            f"stop it with: multislice local down --stack {config.stack}"
+        )
+    if state:  # leftovers of an emulator that died (we hold the lock: it is not running)
+        for action in local_state.stop_recorded(paths, signal_emulator=False):
+            say(f"cleanup of an earlier run: {action}")
+    if summary_json is not None:
+        problem = _unwritable(summary_json)
+        if problem:
+            raise fail(f"--summary-json {summary_json}: {problem}")
+    if coordinator_port is not None:
+        try:
+            emulator.check_port_free(coordinator_port)
+        except emulator.EmulationError as err:
+            raise fail(str(err)) from None
+    try:
+        script = startup.render(config)
+    except ValueError as err:
+        raise fail(str(err)) from None
+    if fresh:
+        local_state.discard_machines(paths)
+    resource = emulator.LocalQueuedResource(config, paths, script.text, report=say, gcs_port=gcs_port)
+    options = emulator.Options(
+        faults=faults,
+        coordinator_port=coordinator_port,
+        heartbeat_timeout_s=heartbeat_timeout,
+        preempt_grace_s=preempt_grace,
+        timeout_s=timeout,
+        stall_timeout_s=stall_timeout,
+    )
+    try:
+        with resource.running():
+            result = _train_locally(resource, options, fresh, summary_json)
+    except GcsServerError as err:
+        raise fail(f"{err}; nothing was started", 2) from None
+    except emulator.Interrupted as err:
+        why = "stopped by SIGTERM (e.g. `multislice local down`)" if str(err) == "SIGTERM" else f"interrupted ({err})"
+        raise fail(f"{why}; every emulated VM was stopped (run `multislice local up` again to resume)", 130) from None
+    except emulator.EmulationError as err:
+        raise fail(str(err), 1) from None
+    if result is None:
+        return  # already complete: reported
+    _write_summary(summary_json, result)
+    try:
+        print_summary(result)
+    except BrokenPipeError:
+        if not result["complete"]:
+            raise
+        return  # the run is complete; nobody reads the summary table
+    if not result["complete"]:
+        raise fail("the VMs exited but the run is not complete", 1)
+
+
+def _train_locally(resource, options, fresh: bool, summary_json: Optional[Path]) -> Optional[dict]:
+    """``local up`` once the stack's storage serves (inside ``resource.running()``): discard
+    (``--fresh``) or report a finished run, else train; the summary, or None when reported."""
+    from infra.local import summary
+    from infra.local import state as local_state
+    from training.checkpointing import is_complete
+
+    config, run_dir, total = resource.config, resource.run_dir, resource.config.training.steps
+    if fresh:
+        if local_state.discard_run(run_dir):
+            say(f"--fresh: discarded the previous run of stack {config.stack!r}")
+    elif is_complete(run_dir, total):
+        result = summary.summarize(run_dir, total) | {"wall_seconds": 0.0}
+        say(f"run {run_dir} is already complete; nothing to do (use --fresh to start over)")
+        if options.faults:
+            say("note: the requested faults were not injected: the run is complete")
+        print_summary(result)
+        _write_summary(summary_json, result)
+        return None
+    check_data_source(config, stored=True)
+    say(
+        f"stack {config.stack}: {config.slices} × {config.accelerator_type} ({config.total_workers} VMs), "
+        f"{total} steps, run dir {run_dir} (emulated Cloud Storage at {resource.storage.url})"
+    )
+    cores = os.cpu_count() or 1
+    if config.total_workers > 2 * cores:
+        say(
+            f"warning: {config.total_workers} emulated VMs × {config.accelerator.chips_per_host} CPU devices on "
+            f"{cores} cores: expect slow steps and long compiles"
+        )
+    try:
+        return resource.up(options)
+    except BrokenPipeError:
+        if not is_complete(run_dir, total):
+            raise  # stops_when_stdout_closes says so
+        return summary.summarize(run_dir, total)  # the last step's line found no reader
+
+
+def check_data_source(config, *, stored: bool) -> None:
+    """Fail before any VM starts if the emulated VMs could not read the training data: a local
+    glob must match files; a ``gs://`` source must lie in the stack's bucket (the only one the
+    emulation serves) and, once the storage serves (``stored``), match objects there."""
+    from training.data import DataError, list_source_files
+
+    source = config.training.data.source
+    if source == "stdlib":
+        return
+    remote = "://" in source
+    if remote and not source.startswith(f"gs://{config.bucket_name}/"):
+        raise fail(
+            f"multislice:training.data.source {source!r}: the local emulation serves only the stack's bucket "
+            f"gs://{config.bucket_name}; put the data there (e.g. gs://{config.bucket_name}/data/*.txt) or use local files"
+        )
+    if remote != stored:
+        return
+    try:
+        list_source_files(source)
+    except DataError as err:
+        raise fail(f"multislice:{err}") from None
+
+
+def _unwritable(path: Path) -> str | None:
+    """Why ``path`` cannot be written as a file, or None (checked before any work starts)."""
+    if path.is_dir():
+        return "is a directory"
+    parent = path.parent if str(path.parent) else Path(".")
+    existing = next((p for p in [parent, *parent.parents] if p.exists()), None)
+    if existing is None or not existing.is_dir():
+        return f"{existing or parent} is not a directory"
+    if not os.access(existing, os.W_OK):
+        return f"{existing} is not writable"
+    return None
+
+
+def _write_summary(path: Optional[Path], result: dict) -> None:
+    if path is not None:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+        except OSError as err:
+            raise fail(f"--summary-json {path}: {err.strerror or err}", 1) from None
+
+
+@local_app.command("down")
+def local_down(stack: Optional[str] = typer.Option(None, "--stack", "-s", help="Only this stack (default: every stack).")) -> None:
+    """Stop local runs (every emulated VM process and the emulator), keeping their run directories."""
+    from infra.local.state import LocalPaths, stop_recorded
+
+    root = state_root()
+    stacks = [stack] if stack else sorted(p.parent.name for p in root.glob("*/emulator.json"))
+    stopped = False
+    for name in stacks:
+        actions = stop_recorded(LocalPaths(root / name))
+        for action in actions:
+            console.print(f"{name}: {action}", markup=False)
+        stopped = stopped or bool(actions)
+    if not stopped:
+        console.print("no local run is running")
+
+
+@local_app.command("status")
+def local_status(stack: str = STACK_OPTION, config_file: Optional[Path] = CONFIG_FILE_OPTION) -> None:
+    """Show whether the stack's local run is running, and its progress (read through the
+    emulated Cloud Storage: the running emulator's, or one started for this command)."""
+    from infra.local import state as local_state
+    from infra.local import summary
+    from infra.local.gcs import GcsServerError, clients_pointed_at
+    from training.run_dir import RunDir
+
+    config = load_config(stack, config_file)
+    paths = local_paths(config)
+    state = local_state.read_state(paths)
+    running = bool(state and local_state.emulator_alive(state))
+    orphans = local_state.find_processes(state["emulation_id"]) if state and state.get("emulation_id") else []
+    if running:
+        console.print(f"stack {config.stack}: running (pid {state['pid']})", markup=False)
+    elif orphans:
+        console.print(
+            f"stack {config.stack}: the emulator is gone but {len(orphans)} emulated process(es) still run; "
+            f"stop them with: multislice local down --stack {config.stack}",
+            markup=False,
+        )
+    else:
+        console.print(f"stack {config.stack}: not running", markup=False)
+    run_dir = RunDir(config.run_dir)
+    try:
+        with clients_pointed_at(paths.gcs_root, paths.gcs_log, state.get("storage_url") if running else None) as stored:
+            if stored and run_dir.list("*"):
+                print_summary(summary.summarize(run_dir, config.training.steps))
+            else:
+                console.print(f"no run in {run_dir} yet", markup=False)
+    except GcsServerError as err:
+        raise fail(f"cannot read the run: {err}", 1) from None
