@@ -75,7 +75,7 @@ def test_policy_levels_and_names():
     assert mandatory == {
         "firewall-no-public-ingress", "tpu-no-external-ips", "bucket-private-uniform", "tpu-dedicated-service-account",
         "dcn-tensor-parallelism-one", "multislice-v4-or-later", "startup-script-safe", "training-fits-hbm",
-        "multislice-program",
+        "data-source-exists", "multislice-program",
     }
     assert advisory == {"required-labels", "prod-capacity"}
 
@@ -183,6 +183,50 @@ def test_training_over_hbm_fails_unless_overridden(dev_qr):
     found = violations("training-fits-hbm", QR_TYPE, huge)
     assert len(found) == 1 and "GiB per chip" in found[0] and "32 GiB" in found[0]
     assert violations("training-fits-hbm", QR_TYPE, huge, config={"allowOverHbm": True}) == []
+
+
+def with_source(props: dict[str, Any], source: str) -> dict[str, Any]:
+    out = copy.deepcopy(props)
+    out["trainer"].setdefault("data", {})["source"] = source
+    return out
+
+
+def test_a_gs_data_source_must_match_a_non_empty_object(dev_qr, bucket):
+    import gcsfs
+
+    fs = gcsfs.GCSFileSystem(token="anon", skip_instance_cache=True)
+    fs.pipe({f"{bucket}/corpus/a.txt": b"some text", f"{bucket}/corpus/empty.txt": b"", f"{bucket}/other/b.md": b"x"})
+    assert violations("data-source-exists", QR_TYPE, with_source(dev_qr, f"gs://{bucket}/corpus/*.txt")) == []
+    for source, reason in [
+        (f"gs://{bucket}/corpus/*.json", "matches no non-empty object (0 object(s) matched)"),
+        (f"gs://{bucket}/corpus/empty.txt", "matches no non-empty object (1 object(s) matched)"),
+        (f"gs://{bucket}-missing/corpus/*.txt", "does not exist"),
+    ]:
+        found = violations("data-source-exists", QR_TYPE, with_source(dev_qr, source))
+        assert len(found) == 1 and found[0].startswith(f"multislice:training.data.source {source!r}") and reason in found[0], found
+
+
+def test_a_gs_data_source_is_unchecked_without_credentials(dev_qr, monkeypatch, tmp_path):
+    # No emulator, no credentials in the environment or gcloud's config: nothing is sent (an
+    # attempt would fail the test: the socket guard below refuses any connection).
+    import socket
+
+    for key in ("STORAGE_EMULATOR_HOST", "GOOGLE_APPLICATION_CREDENTIALS", "GOOGLE_CREDENTIALS", "GOOGLE_OAUTH_ACCESS_TOKEN",
+                "GOOGLE_CLOUD_KEYFILE_JSON", "GCLOUD_KEYFILE_JSON", "GCE_METADATA_HOST", "GCE_METADATA_IP"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("CLOUDSDK_CONFIG", str(tmp_path))
+    monkeypatch.setattr("infra.credentials.PRODUCT_NAME_FILE", tmp_path / "product_name")
+
+    attempts = []
+
+    def refuse(sock, address):
+        attempts.append(address)
+        raise ConnectionRefusedError("no network in this test")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    assert violations("data-source-exists", QR_TYPE, with_source(dev_qr, "gs://acme-ml-prod-corpora/bytes/*.txt")) == []
+    assert violations("data-source-exists", QR_TYPE, with_source(dev_qr, "stdlib")) == []
+    assert attempts == []
 
 
 def stack_violations(resources: list[tuple[str, dict]]) -> list[str]:

@@ -24,6 +24,8 @@ Mandatory (a violation fails the preview/update; ``multislice check`` exits 1):
   of credentials (:mod:`infra.policy.secret_patterns`);
 * ``training-fits-hbm``: the per-chip memory estimate (``multislice plan``) within the
   accelerator's HBM, unless the pack config sets ``allowOverHbm: true``;
+* ``data-source-exists``: a ``gs://`` ``training.data.source`` matches a non-empty object,
+  checked when the credentials at hand can list it (:mod:`infra.policy.data_source`);
 * ``multislice-program``: the stack declares a multislice queued resource (the pack was not
   pointed at another program).
 
@@ -207,6 +209,26 @@ def _training_fits_hbm(args: ResourceValidationArgs, report: ReportViolation) ->
                "shrink the model or batch, shard more (fsdp), or set allowOverHbm: true in the pack config")
 
 
+def _data_source_exists(args: ResourceValidationArgs, report: ReportViolation) -> None:
+    if args.resource_type != QUEUED_RESOURCE_TYPE:
+        return
+    source = str(((args.props.get("trainer") or {}).get("data") or {}).get("source") or "")
+    if not source.startswith("gs://"):
+        return
+    from infra.policy.data_source import SourceUnlistable, list_gs_source
+
+    try:
+        listing = list_gs_source(source, str(args.props.get("project") or ""))
+    except SourceUnlistable:
+        return  # these credentials cannot list it: unchecked here; the trainer checks on the VM
+    except FileNotFoundError as err:
+        report(f"multislice:training.data.source {source!r}: {err}")
+        return
+    if listing.non_empty == 0:
+        report(f"multislice:training.data.source {source!r} matches no non-empty object "
+               f"({listing.objects} object(s) matched); the trainer would stop at once on every VM")
+
+
 def _multislice_program(args: StackValidationArgs, report: ReportViolation) -> None:
     if not any(r.resource_type == QUEUED_RESOURCE_TYPE for r in args.resources):
         report(f"this stack declares no {QUEUED_RESOURCE_TYPE}: the multislice policy pack checks the "
@@ -262,6 +284,8 @@ POLICIES = [
               _startup_script_safe, MANDATORY),
     _resource("training-fits-hbm", "The estimated per-chip training memory fits the accelerator's HBM.",
               _training_fits_hbm, MANDATORY, allowOverHbm=False),
+    _resource("data-source-exists", "A gs:// training data source matches a non-empty object (when listable).",
+              _data_source_exists, MANDATORY),
     StackValidationPolicy(name="multislice-program", description="The stack is a multislice program.",
                           validate=_multislice_program, enforcement_level=MANDATORY),
     _resource("required-labels", "Resources carry the env, owner and cost-center labels.",
