@@ -5,10 +5,10 @@
 1. exit 0 at once if ``<run_dir>/COMPLETE`` exists (a VM that reboots after the run ended);
 2. JAX's persistent compilation cache in the run directory (training.compile_cache), then
    ``jax.distributed.initialize`` from the identity (training.cluster);
-3. build the hybrid mesh (training.mesh), shard parameters and optimizer state;
-4. restore the newest finalized checkpoint, or initialize from the seed;
+3. build the hybrid mesh (training.mesh) and the jitted steps (training.step);
+4. restore the newest finalized checkpoint, or initialize from the seed (training.state);
 5. train: the batch of step ``s`` is a pure function of ``s`` (training.data), so a resumed
-   run computes exactly what an uninterrupted one would;
+   run computes exactly what an uninterrupted one would; metrics: training.recorder;
 6. save per :class:`training.checkpointing.CheckpointPolicy`; on a preemption notice
    (SIGTERM) every process saves the same agreed step and exits ``EXIT_PREEMPTED``;
 7. after the last step's checkpoint is finalized, process 0 writes ``COMPLETE``.
@@ -27,19 +27,18 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 import os
 import signal
 import sys
 import time
-from typing import Any
 
 import jax
 import numpy as np
-import optax
 
 from training import checkpointing, cluster, compile_cache, data, mesh as mesh_lib, model, optimizer as optimizer_lib
+from training import state as state_lib, step as step_lib
 from training.config import TrainConfig
+from training.recorder import MetricsRecorder
 from training.run_dir import RunDir, RunDirError
 from training.run_log import RecordLog, TensorBoardLog
 
@@ -74,22 +73,6 @@ class _SigtermFlag:
     def _handle(self, signum, frame) -> None:
         del signum, frame
         self.received = True
-
-
-def _state_shardings(cfg: TrainConfig, mesh, optimizer, abstract_params) -> Any:
-    axes = model.logical_axes(cfg.model)
-    is_axes = lambda x: isinstance(x, tuple) and all(isinstance(a, (str, type(None))) for a in x)  # noqa: E731
-    param_shardings = jax.tree.map(lambda a: mesh_lib.sharding_for(mesh, a), axes, is_leaf=is_axes)
-    abstract_opt = jax.eval_shape(optimizer.init, abstract_params)
-    replicated = mesh_lib.sharding_for(mesh, ())
-    opt_shardings = optax.tree_map_params(
-        optimizer,
-        lambda _, sharding: sharding,
-        abstract_opt,
-        param_shardings,
-        transform_non_params=lambda _: replicated,
-    )
-    return {"params": param_shardings, "opt_state": opt_shardings}
 
 
 def run(config: TrainConfig, run_dir_uri: str, identity: cluster.ClusterIdentity) -> RunResult:
@@ -139,39 +122,12 @@ def _train(config: TrainConfig, run_dir: RunDir, identity: cluster.ClusterIdenti
         return jax.make_array_from_process_local_data(batch_sharding, local_rows, global_shape)
 
     opt, schedule = optimizer_lib.make_optimizer(config.optimizer, config.steps)
-    abstract_params = jax.eval_shape(lambda: model.init_params(config.model, jax.random.key(0)))
-    shardings = _state_shardings(config, mesh, opt, abstract_params)
-
-    def init_state():
-        params = model.init_params(config.model, jax.random.key(config.seed))
-        return {"params": params, "opt_state": opt.init(params)}
-
-    def constrain(x, axes):
-        return jax.lax.with_sharding_constraint(x, mesh_lib.sharding_for(mesh, axes))
-
-    def train_step(state, batch):
-        loss, grads = jax.value_and_grad(model.loss_fn)(state["params"], batch, config.model, constrain)
-        updates, opt_state = opt.update(grads, state["opt_state"], state["params"])
-        params = optax.apply_updates(state["params"], updates)
-        return {"params": params, "opt_state": opt_state}, {"loss": loss, "grad_norm": optax.tree.norm(grads)}
-
-    def eval_step(params, batch):
-        return model.loss_fn(params, batch, config.model, constrain)
-
-    train_step_jit = jax.jit(
-        train_step, in_shardings=(shardings, batch_sharding), out_shardings=(shardings, None), donate_argnums=0
-    )
-    eval_step_jit = jax.jit(eval_step, in_shardings=(shardings["params"], batch_sharding))
+    shardings = state_lib.shardings(config, mesh, opt)
+    train_step = step_lib.make_train_step(config.model, opt, mesh, shardings, batch_sharding)
+    eval_step = step_lib.make_eval_step(config.model, mesh, shardings["params"], batch_sharding)
 
     manager = checkpointing.make_manager(run_dir, config)
-    abstract_state = jax.tree.map(
-        lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), jax.eval_shape(init_state), shardings
-    )
-    restored = checkpointing.restore(manager, abstract_state, is_writer=is_writer)
-    if restored is None:
-        start_step, state = 0, jax.jit(init_state, out_shardings=shardings)()
-    else:
-        start_step, state = restored
+    start_step, state, restored = state_lib.restore_or_init(config, opt, shardings, manager, is_writer=is_writer)
     if is_writer:
         checkpointing.record_run_config(run_dir, config)
     metrics_log = RecordLog(run_dir, "metrics", enabled=is_writer)
@@ -181,7 +137,7 @@ def _train(config: TrainConfig, run_dir: RunDir, identity: cluster.ClusterIdenti
         {
             "event": "start",
             "step": start_step,
-            "restored": restored is not None,
+            "restored": restored,
             "processes": identity.num_processes,
             "devices": jax.device_count(),
             "time": time.time(),
@@ -203,73 +159,20 @@ def _train(config: TrainConfig, run_dir: RunDir, identity: cluster.ClusterIdenti
     )
 
     policy = checkpointing.CheckpointPolicy(config.checkpoint.interval_steps, config.steps)
-    flops_per_step = model.flops_per_token(config.model, config.sequence_length) * config.global_batch_tokens
-    last_loss: float | None = None
+    recorder = MetricsRecorder(config, schedule, metrics_log, events_log, tensorboard, jax.device_count())
     pending: tuple[int, dict[str, jax.Array]] | None = None
-    last_time = time.perf_counter()
-    first_record = True
-
-    def record(step: int, metrics: dict[str, jax.Array]) -> None:
-        nonlocal last_time, last_loss, first_record
-        loss = float(metrics["loss"])  # blocks until that step finished
-        now = time.perf_counter()
-        step_time = now - last_time
-        last_time = now
-        last_loss = loss
-        if not math.isfinite(loss):
-            raise FloatingPointError(f"loss is {loss} at step {step}")
-        entry = {
-            "step": step,
-            "loss": loss,
-            "grad_norm": float(metrics["grad_norm"]),
-            "learning_rate": float(schedule(step - 1)),
-            "step_time_s": _significant(step_time),
-            "tokens_per_s": _significant(config.global_batch_tokens / step_time),
-            "tflops_per_device": _significant(flops_per_step / step_time / jax.device_count() / 1e12),
-        }
-        if first_record:
-            entry["includes_compile"] = True
-            cache = compile_cache.stats()
-            entry["compile_cache_hits"] = cache.hits
-            log.info("compilation cache: %d executables loaded, %.1f s of compilation saved", cache.hits, cache.seconds_saved)
-            first_record = False
-        metrics_log.append(entry)
-        tensorboard.scalars(step, {f"train/{k}": entry[k] for k in ("loss", "grad_norm", "learning_rate", "tokens_per_s", "tflops_per_device")})
-        if step % config.log_every_steps == 0 or step == config.steps:
-            metrics_log.sync()  # one object per window: training.run_log
-            events_log.sync()
-            log.info(
-                "step %d/%d loss %.4f  %.3f s/step  %.0f tokens/s  %.4f TFLOP/s/device",
-                step,
-                config.steps,
-                loss,
-                step_time,
-                entry["tokens_per_s"],
-                entry["tflops_per_device"],
-            )
-
-    def evaluate(step: int, params) -> None:
-        losses = [
-            float(eval_step_jit(params, global_batch(dataset.eval_rows(b, config.global_batch_size, *rows))))
-            for b in range(config.eval_batches)
-        ]
-        value = sum(losses) / len(losses)
-        metrics_log.append({"step": step, "eval_loss": value})
-        tensorboard.scalars(step, {"eval/loss": value})
-        log.info("step %d eval loss %.4f (%d batches)", step, value, len(losses))
-
     exit_code = EXIT_COMPLETE
     step = start_step
     for data_step in range(start_step, config.steps):
         batch = global_batch(dataset.train_rows(data_step, config.global_batch_size, *rows))
-        state, metrics = train_step_jit(state, batch)
+        state, metrics = train_step(state, batch)
         step = data_step + 1
         if pending is not None:
-            record(*pending)
+            recorder.train(*pending)
         pending = (step, metrics)
         preempted = manager.reached_preemption(step) or sigterm.received
         if policy.should_save(step, preempted):
-            record(*pending)
+            recorder.train(*pending)
             pending = None
             checkpointing.save(manager, step, state)
             events_log.append({"event": "checkpoint", "step": step, "preemption": preempted, "time": time.time()})
@@ -278,15 +181,19 @@ def _train(config: TrainConfig, run_dir: RunDir, identity: cluster.ClusterIdenti
             tensorboard.sync()
         if config.eval_every_steps and step % config.eval_every_steps == 0:
             if pending is not None:
-                record(*pending)
+                recorder.train(*pending)
                 pending = None
-            evaluate(step, state["params"])
+            recorder.eval(step, [
+                float(eval_step(state["params"], global_batch(dataset.eval_rows(b, config.global_batch_size, *rows))))
+                for b in range(config.eval_batches)
+            ])
         if preempted:
             log.warning("preemption notice: saved step %d; exiting for restart", step)
             exit_code = EXIT_PREEMPTED
             break
     if pending is not None:
-        record(*pending)
+        recorder.train(*pending)
+    last_loss = recorder.last_loss
     manager.wait_until_finished()
     if exit_code == EXIT_PREEMPTED:
         events_log.append({"event": "preempted", "step": step, "time": time.time()})
@@ -300,11 +207,6 @@ def _train(config: TrainConfig, run_dir: RunDir, identity: cluster.ClusterIdenti
     events_log.close()
     tensorboard.close()
     return RunResult(exit_code, step, last_loss)
-
-
-def _significant(value: float, digits: int = 6) -> float:
-    """``value`` rounded to ``digits`` significant digits (keeps tiny CPU rates non-zero)."""
-    return float(f"{value:.{digits}g}")
 
 
 def main(config: TrainConfig, run_dir: str, identity: cluster.ClusterIdentity) -> int:

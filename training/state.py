@@ -1,0 +1,52 @@
+"""The train state ``{"params", "opt_state"}``: its shardings, and its restore or init."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import optax
+from jax.sharding import Mesh
+
+from training import checkpointing, mesh as mesh_lib, model
+from training.config import TrainConfig
+
+
+def shardings(cfg: TrainConfig, mesh: Mesh, optimizer: optax.GradientTransformation) -> Any:
+    """The state's ``NamedSharding`` tree: params by their logical axes
+    (:func:`training.model.logical_axes`), optimizer moments as their params, the rest
+    (step counts) replicated."""
+    axes = model.logical_axes(cfg.model)
+    is_axes = lambda x: isinstance(x, tuple) and all(isinstance(a, (str, type(None))) for a in x)  # noqa: E731
+    param_shardings = jax.tree.map(lambda a: mesh_lib.sharding_for(mesh, a), axes, is_leaf=is_axes)
+    abstract_params = jax.eval_shape(lambda: model.init_params(cfg.model, jax.random.key(0)))
+    abstract_opt = jax.eval_shape(optimizer.init, abstract_params)
+    replicated = mesh_lib.sharding_for(mesh, ())
+    opt_shardings = optax.tree_map_params(
+        optimizer,
+        lambda _, sharding: sharding,
+        abstract_opt,
+        param_shardings,
+        transform_non_params=lambda _: replicated,
+    )
+    return {"params": param_shardings, "opt_state": opt_shardings}
+
+
+def restore_or_init(
+    cfg: TrainConfig, optimizer: optax.GradientTransformation, state_shardings: Any, manager: Any, *, is_writer: bool
+) -> tuple[int, Any, bool]:
+    """``(step, state, restored)``: the newest readable checkpoint of ``manager``
+    (:func:`training.checkpointing.restore`), else step 0 and params from ``cfg.seed``; laid
+    out as ``state_shardings``. Raises checkpointing.CheckpointRestoreError."""
+
+    def init_state():
+        params = model.init_params(cfg.model, jax.random.key(cfg.seed))
+        return {"params": params, "opt_state": optimizer.init(params)}
+
+    abstract_state = jax.tree.map(
+        lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), jax.eval_shape(init_state), state_shardings
+    )
+    restored = checkpointing.restore(manager, abstract_state, is_writer=is_writer)
+    if restored is None:
+        return 0, jax.jit(init_state, out_shardings=state_shardings)(), False
+    return (*restored, True)
