@@ -130,3 +130,83 @@ def test_local_up_checks_every_fault_before_starting(nothing_may_start):
     slices, steps = emu_stack()
     result = local_up("--kill", f"0@{steps // 2}", "--preempt", f"{slices}@{steps // 2}")
     assert result.exit_code == 2 and f"--preempt '{slices}@{steps // 2}': slice {slices} does not exist" in result.output
+
+
+# --- FaultSchedule: when a fault fires, from the trainer's records alone -----------------------
+
+from infra.local.faults import FaultSchedule  # noqa: E402
+
+
+def start(step: int) -> dict:
+    """The ``start`` event a trainer writes before its first step (training.train)."""
+    return {"event": "start", "step": step, "restored": step > 0, "processes": 2, "devices": 8, "time": 0.0}
+
+
+def trained(*steps: int) -> list[dict]:
+    """Training records of ``steps`` (an eval record in between, which is no step report)."""
+    return [{"step": s, "loss": 5.0 - s / 100} for s in steps] + [{"step": steps[-1], "eval_loss": 4.0}]
+
+
+def kill(slice_id: int, step: int) -> Fault:
+    return Fault("kill", slice_id, step)
+
+
+def test_a_fault_fires_once_the_attempt_reaches_its_step():
+    schedule = FaultSchedule([kill(1, 30)])
+    schedule.observe([start(0)], trained(27, 28))
+    assert schedule.due() is None
+    schedule.observe([], trained(29, 30))
+    assert schedule.due() == kill(1, 30)
+    assert schedule.due() is None and schedule.pending == []
+
+
+def test_steps_reported_before_any_start_do_not_count():
+    # The emulation has booted but no trainer of this attempt has started: records written
+    # before (none should exist, but a late window of an earlier process could) are ignored.
+    schedule = FaultSchedule([kill(1, 3)])
+    schedule.observe([], trained(5, 6))
+    assert schedule.due() is None
+    schedule.observe([start(0)], trained(3))
+    assert schedule.due() == kill(1, 3)
+
+
+def test_after_a_repair_only_the_next_attempt_counts():
+    # The bug of issue 14.9: --kill 1@30 --kill 1@31 fired the second fault during the
+    # reboot, on step 32 of the killed attempt.
+    schedule = FaultSchedule([kill(1, 31), kill(1, 30)])
+    schedule.observe([start(0)], trained(29, 30, 31, 32))
+    assert schedule.due() == kill(1, 30)
+    assert schedule.due() is None  # the killed attempt's step 32 no longer counts
+    schedule.observe([start(30)], [])  # the repaired run resumed from the step-30 checkpoint
+    assert schedule.attempt_step == 30 and schedule.due() is None
+    schedule.observe([], trained(31))
+    assert schedule.due() == kill(1, 31)
+
+
+def test_the_same_fault_twice_fires_twice_once_per_attempt():
+    schedule = FaultSchedule([kill(1, 14), kill(1, 14)])
+    schedule.observe([start(0)], trained(14, 15, 16))
+    assert schedule.due() == kill(1, 14)
+    assert schedule.due() is None  # one fault per attempt: step 16 no longer counts
+    schedule.observe([], trained(17, 18))  # the struck attempt is not followed any more
+    assert schedule.due() is None
+    schedule.observe([start(12)], trained(13))
+    assert schedule.due() is None
+    schedule.observe([], trained(14))
+    assert schedule.due() == kill(1, 14)
+
+
+def test_a_repaired_run_that_resumed_past_the_step_fires_at_its_first_report():
+    schedule = FaultSchedule([kill(0, 10), Fault("preempt", 1, 11)])
+    schedule.observe([start(0)], trained(10, 11, 12))
+    assert schedule.due() == kill(0, 10)
+    schedule.observe([start(12)], [])
+    # The repaired run resumed from the step-12 checkpoint: the run as it is now is past 11,
+    # so the preemption fires at once instead of never.
+    assert schedule.due() == Fault("preempt", 1, 11)
+
+
+def test_faults_the_run_is_already_past_are_skipped():
+    schedule = FaultSchedule([kill(0, 5), kill(1, 20), kill(0, 12)], run_step=12)
+    assert schedule.skipped == [kill(0, 5), kill(0, 12)]
+    assert schedule.pending == [kill(1, 20)]

@@ -42,7 +42,7 @@ from infra.config import StackConfig
 from infra.local import state as state_lib
 from infra.local import summary as summary_lib
 from infra.local import supervisor, topology
-from infra.local.faults import Fault
+from infra.local.faults import Fault, FaultSchedule
 from infra.local.gcs import GcsServer, GcsServerError, bucket_name_error, point_clients_at
 from infra.local.metadata import MetadataServer
 from infra.local.ports import bind_error, free_port
@@ -209,9 +209,12 @@ class LocalQueuedResource:
             vm.boot(env)
         self._record_state()
 
-    def inject(self, fault: Fault, options: Options, observed_step: int) -> None:
+    def inject(
+        self, fault: Fault, options: Options, observed_step: int, settle: Callable[[], None] = lambda: None
+    ) -> None:
         """Strike the fault's slice (``kill``: SIGKILL; ``preempt``: SIGTERM, then SIGKILL
-        after ``preempt_grace_s``), then :meth:`repair`."""
+        after ``preempt_grace_s``), then :meth:`repair` (``settle`` runs once every process
+        of the struck attempt is gone, before the reboot)."""
         # The emulator polls the metrics log, so training may already be past the fault's step
         # (a fast step, a loaded machine); the report says where training actually was.
         targets = _groups(vm for vm in self.vms if vm.slice_id == fault.slice_id)
@@ -222,11 +225,12 @@ class LocalQueuedResource:
             supervisor.stop_groups(targets, options.preempt_grace_s)
         else:
             supervisor.kill_groups(targets)
-        self.repair(fault.slice_id, options)
+        self.repair(fault.slice_id, options, settle)
 
-    def repair(self, failed_slice: int, options: Options) -> None:
+    def repair(self, failed_slice: int, options: Options, settle: Callable[[], None] = lambda: None) -> None:
         """Cloud TPU auto-repair: recreate the failed slice (its VMs stopped and their disks
-        wiped), restart every other slice (SIGTERM, ``reboot_grace_s``, SIGKILL), boot all."""
+        wiped), restart every other slice (SIGTERM, ``reboot_grace_s``, SIGKILL), then call
+        ``settle`` (no process of the old attempt is left to write a record) and boot all."""
         others = sorted({vm.slice_id for vm in self.vms if vm.slice_id != failed_slice})
         self.report(
             f"repair: recreating slice {failed_slice}"
@@ -237,6 +241,7 @@ class LocalQueuedResource:
         for vm in failed:
             vm.wipe_disk()
         supervisor.stop_groups(_groups(vm for vm in self.vms if vm.slice_id != failed_slice), options.reboot_grace_s)
+        settle()
         self.repairs += 1
         self.boot_all(options)
 
@@ -274,16 +279,14 @@ class LocalQueuedResource:
           Interrupted: Ctrl-C / SIGTERM; every VM is stopped first.
         """
         start = time.monotonic()
-        pending = sorted(options.faults, key=lambda f: f.step)
         tail = MetricsTail(self.run_dir)
         tail.poll()
         events = RecordTail(self.run_dir, "events")
         events.poll()
         total = self.config.training.steps
-        for fault in list(pending):
-            if fault.step <= tail.last_step:
-                self.report(f"note: {fault} will not fire: the run is already at step {tail.last_step}")
-                pending.remove(fault)
+        schedule = FaultSchedule(options.faults, run_step=tail.last_step)
+        for fault in schedule.skipped:
+            self.report(f"note: {fault} will not fire: the run is already at step {tail.last_step}")
         try:
             self.create()
             self.report(
@@ -291,7 +294,7 @@ class LocalQueuedResource:
                 f"worker(s) of {self.config.accelerator_type}, {self.config.accelerator.chips_per_host} CPU devices each"
             )
             self.boot_all(options)
-            self._supervise(options, pending, tail, events, start)
+            self._supervise(options, schedule, tail, events, start)
         finally:
             self.stop_vms()
         result = summary_lib.summarize(self.run_dir, total)
@@ -305,28 +308,41 @@ class LocalQueuedResource:
         )
         return result
 
-    def _supervise(self, options: Options, pending: list[Fault], tail: MetricsTail, events: RecordTail, start: float) -> None:
+    def _supervise(
+        self, options: Options, schedule: FaultSchedule, tail: MetricsTail, events: RecordTail, start: float
+    ) -> None:
         """Follow the run until every VM's startup script exited 0 (see :meth:`up`)."""
-        total = self.config.training.steps
-        last_report_step = tail.last_step
-        while True:
-            time.sleep(options.poll_s)
-            if not self.storage.alive():
-                raise self.storage_stopped()
+        last_report_step = [tail.last_step]
+
+        def read() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+            """New (events, metrics) records, reported. Events first: an attempt writes its
+            ``start`` before its first step, so its steps never arrive ahead of it."""
             try:
-                tail.poll()
                 new_events = events.poll()
+                new_metrics = tail.poll()
             except Exception:  # gcsfs raises aiohttp's and its own errors when the server is gone
                 if not self.storage.alive():
                     raise self.storage_stopped() from None
                 raise
             for event in new_events:
                 self._report_event(event)
-            if tail.last_step != last_report_step:
-                self._progress(tail, last_report_step, total)
-                last_report_step = tail.last_step
-            if pending and tail.last_step >= pending[0].step:
-                self.inject(pending.pop(0), options, tail.last_step)
+            if tail.last_step != last_report_step[0]:
+                self._progress(tail, last_report_step[0], self.config.training.steps)
+                last_report_step[0] = tail.last_step
+            return new_events, new_metrics
+
+        def settle() -> None:
+            """Read the struck attempt's last records: reported, never fed to the schedule."""
+            read()
+
+        while True:
+            time.sleep(options.poll_s)
+            if not self.storage.alive():
+                raise self.storage_stopped()
+            schedule.observe(*read())
+            fault = schedule.due()
+            if fault is not None:
+                self.inject(fault, options, schedule.attempt_step or 0, settle)
                 tail.last_change = time.monotonic()
                 continue
             try:

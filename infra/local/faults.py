@@ -7,8 +7,10 @@
 
 The fault fires once, the first time the emulator sees (it polls the run's ``metrics`` log
 every ``poll_s``; the trainer syncs it every ``log_every_steps`` and at each checkpoint) a
-completed step ≥ STEP; training may be a few steps further by then, and the steps it loses
-are counted from where it really was. Afterwards
+completed step ≥ STEP *of the current attempt* (:class:`FaultSchedule`): steps reported
+before a repair never count, so a second fault waits until the repaired run has started and
+reached its step. Training may be a few steps further by then, and the steps it loses are
+counted from where it really was. Afterwards
 the emulator repairs the queued resource the way Cloud TPU auto-repair does: the failed
 slice is recreated as a whole (fresh local disks; the instances of a slice are recovered
 together: https://cloud.google.com/tpu/docs/failure-recovery) and every other slice is
@@ -19,7 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Literal
+from typing import Any, Literal
 
 FaultKind = Literal["preempt", "kill"]
 _SPEC = re.compile(r"^\s*([0-9]+)\s*@\s*([0-9]+)\s*$")  # ASCII digits only
@@ -69,3 +71,57 @@ def parse_fault(kind: FaultKind, spec: str, *, slices: int, total_steps: int) ->
             f"can fire at steps 1..{total_steps - 1}"
         )
     return Fault(kind, slice_id, step)
+
+
+class FaultSchedule:
+    """When each requested fault fires, decided from the trainer's records alone.
+
+    A fault ``SLICE@STEP`` fires once the *current attempt* of the run (the trainer processes
+    started by the latest boot) has reported a completed step ≥ STEP. Records of an earlier
+    attempt never count: a fault that fires disarms the schedule until the events log shows
+    the next trainer ``start`` (``training.train`` writes one per start,
+    with the step it resumed from, before its first step), and only training records read
+    after that start advance :attr:`attempt_step`. So two faults a step apart, or the same
+    fault given twice, cause two repairs and two trainer restarts: the second waits for the
+    repaired run to reach its step again (or, when the run resumed past it, for the repaired
+    run's first reported step).
+
+    Faults fire one per attempt, in step order (ties in the order given). Feed it with
+    :meth:`observe` (new ``events`` records first, then new ``metrics`` records); ask
+    :meth:`due`. Records the struck attempt wrote before it died must not be fed after a
+    fault (the emulator reads them before the reboot and drops them): only a ``start``
+    tells one attempt from the next.
+
+    Args:
+      faults: the requested faults.
+      run_step: the newest step the run had reported before this emulation started (0 for
+        a new run); faults at or below it are :attr:`skipped` (the run is already past them).
+    """
+
+    def __init__(self, faults: list[Fault], run_step: int = 0):
+        ordered = sorted(faults, key=lambda f: f.step)
+        self.skipped = [f for f in ordered if f.step <= run_step]
+        self.pending = [f for f in ordered if f.step > run_step]
+        #: Newest step the current attempt has reported; None until the attempt's ``start``.
+        self.attempt_step: int | None = None
+
+    def observe(self, events: list[dict[str, Any]], metrics: list[dict[str, Any]]) -> None:
+        """Take new records: ``events`` (a ``start`` arms the schedule for a new attempt,
+        from the step it resumed at) then ``metrics`` (training records, those with a
+        ``loss``, advance :attr:`attempt_step` while armed)."""
+        for event in events:
+            if event.get("event") == "start":
+                self.attempt_step = int(event.get("step") or 0)
+        if self.attempt_step is None:
+            return
+        for record in metrics:
+            if "loss" in record:
+                self.attempt_step = max(self.attempt_step, int(record["step"]))
+
+    def due(self) -> Fault | None:
+        """The fault to fire now (removed from :attr:`pending`; the schedule then waits for
+        the next attempt's ``start``), or None."""
+        if self.pending and self.attempt_step is not None and self.attempt_step >= self.pending[0].step:
+            self.attempt_step = None
+            return self.pending.pop(0)
+        return None
