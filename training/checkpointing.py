@@ -26,8 +26,9 @@ from typing import Any
 import orbax.checkpoint as ocp
 from etils import epath
 
-from training.config import TrainConfig
+from training.config import ModelConfig, TrainConfig
 from training.run_dir import RunDir
+from training.shapes import param_count
 
 log = logging.getLogger(__name__)
 
@@ -86,19 +87,44 @@ def write_completion(run_dir: RunDir, record: dict[str, Any]) -> None:
     run_dir.write(COMPLETE_MARKER, json.dumps(record, sort_keys=True).encode())
 
 
-#: Keys whose change makes an existing run's checkpoints or data order meaningless.
-RUN_IDENTITY_KEYS = ("model", "sequence_length", "data", "seed")
+#: What identifies a run: the model (the checkpoint's shapes), the global batch, the sequence
+#: length and the data (the batch of step ``s`` is rows ``s × global_batch ...`` of the data
+#: order: training.data), and the init seed. Everything else may change between attempts,
+#: parallelism and slice count included: checkpoints are resharded onto the new mesh on
+#: restore (docs/faults.md, "Elastic resume").
+RUN_IDENTITY_KEYS = ("model", "global_batch_size", "sequence_length", "data", "seed")
+
+
+def _describe_value(key: str, value: Any) -> str:
+    """``value`` of identity key ``key`` for a message: a model as its shape and parameter
+    count (``d_model=32 n_layers=1 n_heads=2 d_ff=128 compute_dtype=float32, 29,504
+    parameters``), other values as JSON."""
+    if key == "model" and isinstance(value, dict):
+        try:
+            model = ModelConfig.model_validate(value)
+        except ValueError:
+            return json.dumps(value, sort_keys=True)
+        return (
+            f"d_model={model.d_model} n_layers={model.n_layers} n_heads={model.n_heads} d_ff={model.ff_width} "
+            f"compute_dtype={model.compute_dtype}, {param_count(model):,} parameters"
+        )
+    return json.dumps(value, sort_keys=True)
 
 
 def check_run_config(run_dir: RunDir, config: TrainConfig) -> None:
-    """Refuse to continue a run whose recorded TrainConfig has a different model or data.
+    """Refuse to continue a run whose recorded TrainConfig (``train_config.json``) differs in
+    a :data:`RUN_IDENTITY_KEYS` key.
 
-    Changing ``steps``, the schedule, the checkpoint policy or the parallelism of an existing
-    run is allowed (checkpoints are resharded on restore); changing the model, sequence
-    length or data would make the checkpoints unusable or the data order different.
+    Changing ``steps``, the schedule, the checkpoint policy, the parallelism or the slice
+    count of an existing run is allowed (checkpoints are resharded on restore, and the global
+    batch of each step is the same rows of the data whatever the mesh); changing the model,
+    global batch, sequence length, data or seed would make the checkpoints unusable or the
+    data order different.
 
     Raises:
-      RunConfigMismatch: names the keys that differ, or says the record is unreadable.
+      RunConfigMismatch: one line naming, for each differing key, what the run directory has
+        and what the config asks (a model by its shape: :func:`_describe_value`), or saying
+        the record is unreadable.
     """
     data = run_dir.read(RUN_CONFIG_FILE)
     if data is None:
@@ -117,8 +143,12 @@ def check_run_config(run_dir: RunDir, config: TrainConfig) -> None:
     if differing:
         raise RunConfigMismatch(
             f"run directory {run_dir} holds a run with different training.{', training.'.join(differing)}: "
-            f"recorded {', '.join(json.dumps(recorded.get(k)) for k in differing)}; "
-            "use a new multislice:runName (or `multislice local up --fresh`) to start a new run"
+            + "; ".join(
+                f"training.{key}: the run directory has {_describe_value(key, recorded.get(key))}, "
+                f"the config asks {_describe_value(key, current.get(key))}"
+                for key in differing
+            )
+            + "; use a new multislice:runName (or `multislice local up --fresh`) to start a new run"
         )
 
 
