@@ -312,11 +312,12 @@ class LocalQueuedResource:
         self, options: Options, schedule: FaultSchedule, tail: MetricsTail, events: RecordTail, start: float
     ) -> None:
         """Follow the run until every VM's startup script exited 0 (see :meth:`up`)."""
-        last_report_step = [tail.last_step]
+        last_report_step = tail.last_step
 
         def read() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
             """New (events, metrics) records, reported. Events first: an attempt writes its
             ``start`` before its first step, so its steps never arrive ahead of it."""
+            nonlocal last_report_step
             try:
                 new_events = events.poll()
                 new_metrics = tail.poll()
@@ -326,9 +327,9 @@ class LocalQueuedResource:
                 raise
             for event in new_events:
                 self._report_event(event)
-            if tail.last_step != last_report_step[0]:
-                self._progress(tail, last_report_step[0], self.config.training.steps)
-                last_report_step[0] = tail.last_step
+            if tail.last_step != last_report_step:
+                self._progress(tail, last_report_step, self.config.training.steps)
+                last_report_step = tail.last_step
             return new_events, new_metrics
 
         def settle() -> None:
@@ -340,9 +341,10 @@ class LocalQueuedResource:
             if not self.storage.alive():
                 raise self.storage_stopped()
             schedule.observe(*read())
+            reached = schedule.attempt_step or 0
             fault = schedule.due()
             if fault is not None:
-                self.inject(fault, options, schedule.attempt_step or 0, settle)
+                self.inject(fault, options, reached, settle)
                 tail.last_change = time.monotonic()
                 continue
             try:
