@@ -1,28 +1,11 @@
 """Goodput of a run: productive step time ÷ wall time, and badput seconds by cause.
 
-Computed from the ``events`` and ``metrics`` records of every attempt (training.run_log;
-process 0 writes them). Wall time runs from the first attempt's process start to the
-``complete`` event (or the last record of an unfinished run). Each attempt spans its process
-start ``b`` to its last record ``e``; the time is split, in seconds:
-
-* ``initialization``: ``b`` to the ``start`` event (interpreter, imports, compile cache,
-  ``jax.distributed.initialize`` — waiting for peers —, mesh, data), less the restore;
-* ``checkpoint_restore``: ``start.restore_s`` of a restored attempt;
-* ``compilation``: a first step's time beyond the steady step time (median of the other
-  steps' ``step_time_s``);
-* ``checkpoint_save``: ``checkpoint.save_s`` (the blocking part of a save) and, in an attempt
-  that exits, what is left of its span (waiting for the last save to finalize);
-* ``evaluation``: ``eval_s`` of the eval records;
-* ``recomputed_steps``: steps whose record appears again later (lost with a process and
-  recomputed from a checkpoint), the rest being productive;
-* ``boot``: from one attempt's last record to the next one's process start: the repair,
-  waiting for capacity, the VM boot, restart back-off (and a killed process's unsynced steps).
-
-``ml-goodput-measurement`` (https://pypi.org/project/ml-goodput-measurement/) is not used:
-its recorder and calculator read and write Google Cloud Logging only (a project with the
-Logging API is required), importing it needs google-cloud-logging, -storage and scipy on
-every VM, and the only way to feed it other records is a constructor argument documented
-as "should never be passed directly by the user". Its badput causes are mirrored here.
+From the ``events`` and ``metrics`` records of every attempt (training.run_log); wall time
+runs from the first process start to the ``complete`` event. Causes and how each is
+measured: docs/goodput.md. Not ml-goodput-measurement (https://pypi.org/project/
+ml-goodput-measurement/): it records to and reads from Google Cloud Logging only, needs
+google-cloud-logging, -storage and scipy on every VM, and takes other records only through a
+constructor argument documented as "should never be passed directly by the user".
 """
 
 from __future__ import annotations
