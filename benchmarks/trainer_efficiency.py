@@ -1,6 +1,6 @@
 """Trainer efficiency: the trainer's model FLOP/s ÷ a matmul's FLOP/s, in the same run.
 
-    uv run --frozen python benchmarks/trainer_efficiency.py [--steps 12] [--repeat 1] [--json]
+    uv run --frozen python benchmarks/trainer_efficiency.py [--steps 12] [--stack dev] [--repeat 1] [--json]
 
 In one process on one device (this machine's CPU, or the accelerator JAX finds), the
 trainer (``training.train.run``) trains the default ``TrainConfig`` model in a fresh local
@@ -36,8 +36,8 @@ from training.run_dir import RunDir  # noqa: E402
 from training.run_log import read_records  # noqa: E402
 
 
-def measure(steps: int) -> dict:
-    config = TrainConfig(steps=steps, checkpoint=CheckpointConfig(interval_steps=steps + 1))
+def measure(base: TrainConfig, steps: int) -> dict:
+    config = base.model_copy(update={"steps": steps, "checkpoint": CheckpointConfig(interval_steps=steps + 1)})
     rows, d, f = config.global_batch_tokens, config.model.d_model, config.model.ff_width
     dtype = config.model.compute_dtype
     before = bench.matmul_reference(rows, d, f, dtype, steps=10, warmup=2)
@@ -61,15 +61,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--stack", help="Train this stack's model, sequence length and batch (one device) instead of the default TrainConfig.")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    base = TrainConfig()
+    if args.stack:
+        from infra.config import load_stack
+
+        base = load_stack(args.stack).training.model_copy(update={"parallelism": TrainConfig().parallelism})
     logging.basicConfig(level=logging.WARNING)
     runs = []
     for _ in range(args.repeat):
         load = os.getloadavg()
-        runs.append(measure(args.steps) | {"load_average": [round(x, 1) for x in (*load, *os.getloadavg())]})
+        runs.append(measure(base, args.steps) | {"load_average": [round(x, 1) for x in (*load, *os.getloadavg())]})
     if args.json:
-        print(json.dumps({"model": TrainConfig().model.model_dump(), "runs": runs}, indent=2))
+        print(json.dumps({"model": base.model.model_dump(), "runs": runs}, indent=2))
         return
     for run in runs:
         rows, d, f = run["matmul_shape"]
