@@ -45,7 +45,7 @@ def measure(base: TrainConfig, steps: int) -> dict:
         result = train.run(config, tmp, ClusterIdentity.single_process())
         assert result.exit_code == train.EXIT_COMPLETE, result
         step_times = [m["step_time_s"] for m in read_records(RunDir(tmp), "metrics") if "step_time_s" in m][1:]
-    after = bench.matmul_reference(rows, d, f, dtype, steps=10, warmup=2)
+        after = bench.matmul_reference(rows, d, f, dtype, steps=10, warmup=2)  # JAX's compile cache is still in tmp
     step_s = statistics.median(step_times)
     model_rate = model.flops_per_token(config.model, config.sequence_length) * config.global_batch_tokens / step_s
     matmul_rate = 2.0 * rows * d * f / statistics.median(before["times"] + after["times"])
