@@ -37,7 +37,7 @@ def local_paths(config):
 def print_summary(result: dict) -> None:
     table = Table(title="run summary", show_header=False, title_justify="left")
     for key in ("complete", "steps_completed", "total_steps", "final_loss", "final_eval_loss", "restarts",
-                "steps_lost", "training_seconds", "wall_seconds", "faults", "run_dir", "logs_dir"):
+                "steps_lost", "training_seconds", "wall_seconds", "goodput", "badput", "faults", "run_dir", "logs_dir"):
         if key in result:
             value = result[key]
             if isinstance(value, float):

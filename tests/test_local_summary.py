@@ -5,9 +5,13 @@ through the emulated Cloud Storage."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
+from infra.cli import app  # noqa: F401  (registers infra.local_cli first: the CLI's import order)
 from infra.local.summary import summarize
+from infra.local_cli import print_summary
 from training.checkpointing import write_completion
 from training.run_dir import RunDir
 from training.run_log import RecordLog
@@ -62,6 +66,13 @@ def test_a_run_killed_once_and_resumed(tmp_run):
         "restarts": 1,
         "steps_lost": killed_at - restored,
         "training_seconds": 42.25,
+        # These records carry no step times: nothing is productive. Attempt 1 spans
+        # 1000-1010 (its last record); 1010-1030.5 is the restart; attempt 2 exits at 1042.25.
+        "goodput": 0.0,
+        "badput": {
+            "initialization": 0.0, "compilation": 0.0, "checkpoint_save": 1042.25 - 1030.5, "checkpoint_restore": 0.0,
+            "evaluation": 0.0, "recomputed_steps": 0.0, "boot": 1030.5 - 1010.0, "other": 1010.0 - 1000.0,
+        },
     }
 
 
@@ -130,4 +141,35 @@ def test_an_empty_run_directory(tmp_run):
         "restarts": 0,
         "steps_lost": 0,
         "training_seconds": None,
+        "goodput": None,
+        "badput": {},
     }
+
+
+def test_goodput_and_badput_of_timed_records_in_the_summary_its_json_and_its_table(tmp_run, capsys):
+    # The trainer's timings: process start 990, start event 1000, steps of 1 s (step 1: 4 s,
+    # compiling), a 0.5 s save after step 2, complete at 1005.5 right after step 3.
+    events = [
+        {"event": "start", "step": 0, "restored": False, "time": 1000.0, "process_start": 990.0, "restore_s": 1.0},
+        {"event": "checkpoint", "step": 2, "time": 1005.5, "save_s": 0.5},
+        {"event": "complete", "step": 3, "time": 1006.5},
+    ]
+    metrics = [
+        {"step": 1, "loss": 3.0, "step_time_s": 4.0, "includes_compile": True, "time": 1004.0},
+        {"step": 2, "loss": 2.0, "step_time_s": 1.0, "time": 1005.0},
+        {"step": 3, "loss": 1.0, "step_time_s": 1.0, "time": 1006.5},
+    ]
+    write_run(tmp_run, metrics, events)
+    write_completion(tmp_run, {"step": 3, "loss": 1.0})
+    result = summarize(tmp_run, 3)
+    wall, productive = 1006.5 - 990.0, 3 * 1.0
+    assert result["goodput"] == round(productive / wall, 4)
+    assert result["badput"] == {
+        "initialization": 10.0, "compilation": 3.0, "checkpoint_save": 0.5, "checkpoint_restore": 0.0,
+        "evaluation": 0.0, "recomputed_steps": 0.0, "boot": 0.0, "other": 0.0,
+    }
+    assert json.loads(json.dumps(result))["badput"] == result["badput"]  # --summary-json
+    print_summary(result)
+    table = " ".join(capsys.readouterr().out.replace("│", " ").split())  # the cells' words, wrapped or not
+    assert f"goodput {productive / wall:.4f} badput" in table
+    assert "initialization 10.0 s; compilation 3.0 s; checkpoint_save 0.5 s" in table

@@ -4,6 +4,7 @@ losses and an injected clock (no wall-clock time), written to a local run direct
 from __future__ import annotations
 
 import math
+import time
 
 import numpy as np
 import pytest
@@ -67,15 +68,48 @@ def test_each_step_gets_its_rates_and_the_first_says_it_includes_compilation(par
     assert recorder.last_loss == LOSSES[3][0]
     assert tensorboard_scalars(run, "train/loss") == [(s, LOSSES[s][0]) for s in (1, 2, 3)]
     assert [s for s, _ in tensorboard_scalars(run, "train/tokens_per_s")] == [1, 2, 3]
+    assert all("mfu" not in r for r in records)  # no peak FLOP/s configured: no MFU
 
 
-def test_eval_records_the_mean_loss(parts):
+def test_eval_records_the_mean_loss_and_its_time_which_the_next_step_excludes(parts):
     run, recorder, logs = parts
     recorder.eval(4, [2.0, 3.5])
+    recorder.train(1, metrics(1))
     for log in logs:
         log.close()
-    assert read_records(run, "metrics") == [{"step": 4, "eval_loss": 2.75}]
+    eval_record, step_record = read_records(run, "metrics")
+    eval_s = TIMES[1] - TIMES[0]  # construction to the eval's record
+    assert eval_record == {"step": 4, "eval_loss": 2.75, "eval_s": eval_s, "time": pytest.approx(recorder.epoch + TIMES[1], abs=1e-3)}
+    assert step_record["step_time_s"] == pytest.approx(TIMES[2] - TIMES[1], rel=1e-5)  # not the eval's 0.5 s
     assert tensorboard_scalars(run, "eval/loss") == [(4, 2.75)]
+
+
+def test_a_lap_is_the_time_since_the_last_record_and_is_not_a_steps_time(parts):
+    run, recorder, logs = parts
+    recorder.train(1, metrics(1))
+    assert recorder.lap() == pytest.approx(TIMES[2] - TIMES[1])  # e.g. a checkpoint save
+    recorder.train(2, metrics(2))
+    logs[0].close()
+    records = read_records(run, "metrics")
+    assert records[1]["step_time_s"] == pytest.approx(TIMES[3] - TIMES[2], rel=1e-5)
+    # ``time`` is the record's wall-clock time: the clock's reading plus a fixed epoch offset.
+    assert [r["time"] for r in records] == pytest.approx([recorder.epoch + TIMES[1], recorder.epoch + TIMES[3]], abs=1e-3)
+    assert abs(recorder.epoch + TIMES[0] - time.time()) < 3600  # seconds since the epoch, not of the clock
+
+
+def test_mfu_is_the_per_chip_rate_over_the_configured_peak(tmp_path):
+    run = RunDir(str(tmp_path))
+    peak = 2.5e9  # FLOP/s per chip
+    logs = RecordLog(run, "metrics"), RecordLog(run, "events"), TensorBoardLog(run, 0)
+    cfg = CFG.model_copy(update={"peak_flops_per_chip": peak})
+    recorder = MetricsRecorder(cfg, lambda count: 0.001, *logs, DEVICES, clock=Clock(TIMES))
+    recorder.train(1, metrics(1))
+    for log in logs:
+        log.close()
+    (record,) = read_records(run, "metrics")
+    flops = model.flops_per_token(CFG.model, CFG.sequence_length) * CFG.global_batch_size * CFG.sequence_length
+    assert record["mfu"] == pytest.approx(flops / (TIMES[1] - TIMES[0]) / DEVICES / peak, rel=1e-5)
+    assert [s for s, _ in tensorboard_scalars(run, "train/mfu")] == [1]
 
 
 @pytest.mark.parametrize("loss", [math.nan, math.inf])

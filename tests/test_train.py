@@ -10,6 +10,7 @@ import logging
 import os
 import signal
 import sysconfig
+import time
 import uuid
 from pathlib import Path
 
@@ -33,6 +34,7 @@ CONFIG = TrainConfig.model_validate(
         "checkpoint": {"interval_steps": 4, "keep": 2},
         "eval_every_steps": 6,
         "parallelism": {"ici": {"data": 2, "fsdp": 2, "tensor": 2}},
+        "peak_flops_per_chip": 275e12,  # TPU v4's (the devices here are CPUs: a tiny MFU)
     }
 )
 SINGLE = ClusterIdentity.single_process()
@@ -88,7 +90,12 @@ def checkpoint_names(run_dir: str) -> list[str]:
 @pytest.fixture(scope="module")
 def uninterrupted(train_bucket, config) -> str:
     run_dir = f"gs://{train_bucket}/runs/uninterrupted"
-    result = train.run(config, run_dir, SINGLE)
+    # A trainer's process starts for its run (goodput's wall time begins there); pytest's ran
+    # other tests first, so this run's process start is the moment it is called.
+    with pytest.MonkeyPatch.context() as patch:
+        started = time.time()
+        patch.setattr(train, "process_start_time", lambda: started)
+        result = train.run(config, run_dir, SINGLE)
     assert result.exit_code == train.EXIT_COMPLETE and result.step == 12
     return run_dir
 
@@ -110,6 +117,26 @@ def test_run_trains_to_completion_and_writes_its_records(uninterrupted, config):
     assert [[r["step"] for r in read_records_of(run, name)] for name in run.list("metrics/*")] == [
         [1, 2, 3, 4], [5, 6, 6, 7, 8], [9, 10], [11, 12], [12]
     ]
+
+
+def test_goodput_json_and_the_tensorboard_scalars(uninterrupted):
+    run = RunDir(uninterrupted)
+    report = json.loads(run.read("goodput.json"))
+    assert 0 < report["goodput"] <= 1
+    assert (report["attempts"], report["steps_lost"], report["complete"]) == (1, 0, True)
+    badput = report["badput"]
+    assert all(seconds >= 0 for seconds in badput.values()) and sum(badput.values()) <= report["wall_seconds"]
+    assert report["productive_seconds"] + sum(badput.values()) == pytest.approx(report["wall_seconds"], abs=0.01)
+    assert badput["recomputed_steps"] == badput["boot"] == badput["checkpoint_restore"] == 0  # nothing failed
+    assert badput["checkpoint_save"] > 0 and badput["evaluation"] > 0  # 3 saves, 2 evals
+    steps = [m for m in read_records(run, "metrics") if "loss" in m]
+    assert report["productive_seconds"] <= sum(m["step_time_s"] for m in steps)
+    assert 0 < report["mfu"] < 1 and all(0 < m["mfu"] < 1 for m in steps)
+    events = read_records(run, "events")
+    assert events[0]["restore_s"] >= 0 and all(e["save_s"] >= 0 for e in events if e["event"] == "checkpoint")
+    assert tensorboard_scalars(run, "goodput/goodput") == [(12, pytest.approx(report["goodput"]))]
+    assert [s for s, _ in tensorboard_scalars(run, "train/mfu")] == list(range(1, 13))
+    assert tensorboard_scalars(run, "goodput/badput_compilation_s") == [(12, pytest.approx(badput["compilation"]))]
 
 
 def read_records_of(run: RunDir, name: str) -> list[dict]:
@@ -198,9 +225,14 @@ def test_sigterm_saves_the_current_step_then_resume_completes(uninterrupted, con
     assert (result.exit_code, result.step) == (train.EXIT_PREEMPTED, 6)
     assert RunDir(gs_run).read("COMPLETE") is None
     assert checkpoint_names(gs_run) == ["4", "6"]
+    report = json.loads(RunDir(gs_run).read("goodput.json"))  # written at the preemption exit too
+    assert (report["attempts"], report["complete"]) == (1, False) and 0 < report["goodput"] <= 1
     monkeypatch.setattr(data.TextDataset, "train_rows", real_rows)
     result = train.run(config, gs_run, SINGLE)
     assert result.exit_code == train.EXIT_COMPLETE
+    report = json.loads(RunDir(gs_run).read("goodput.json"))
+    assert (report["attempts"], report["complete"], report["steps_lost"]) == (2, True, 0)
+    assert report["badput"]["checkpoint_restore"] > 0
     assert dict(losses(gs_run)) == dict(losses(uninterrupted))
     assert [s for s, _ in losses(gs_run)] == list(range(1, 13))  # no step lost or redone
     # The compilation cache is in the bucket (gs://.../compilation_cache): the resumed

@@ -155,6 +155,12 @@ class TrainConfig(StrictModel):
     log_every_steps: int = Field(10, ge=1, description="Progress log period (metrics.jsonl gets every step).")
     eval_every_steps: int = Field(0, ge=0, description="Eval-loss period in steps; 0 disables eval.")
     eval_batches: int = Field(2, ge=1, description="Global batches per eval.")
+    peak_flops_per_chip: float | None = Field(
+        None,
+        gt=0,
+        description="Peak dense bf16 FLOP/s of one chip, the denominator of MFU; infra.config fills it "
+        "from the accelerator catalog; null: no MFU.",
+    )
 
     @property
     def global_batch_tokens(self) -> int:

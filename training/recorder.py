@@ -1,7 +1,9 @@
-"""Per-step training metrics: records (training.run_log), TensorBoard scalars, the log line."""
+"""Per-step training metrics: records (training.run_log), TensorBoard scalars, the log line;
+and the run's goodput (training.goodput) as ``goodput.json`` and TensorBoard scalars."""
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import time
@@ -9,18 +11,23 @@ from typing import Callable
 
 import optax
 
-from training import compile_cache, model
+from training import compile_cache, goodput, model
 from training.config import TrainConfig
-from training.run_log import RecordLog, TensorBoardLog
+from training.run_log import RecordLog, TensorBoardLog, read_records
+
+#: The goodput report process 0 writes in the run directory at completion and at each preemption exit.
+GOODPUT_FILE = "goodput.json"
 
 log = logging.getLogger("training")
 
 
 class MetricsRecorder:
     """Writes one ``metrics`` record per step. Step time is ``clock()`` (seconds) since the
-    previous record or construction, so the first one ``includes_compile``; TFLOP/s per device
-    uses :func:`training.model.flops_per_token` over ``devices``. ``metrics_log`` and
-    ``events_log`` sync every ``log_every_steps`` and at the last step."""
+    previous record, :meth:`lap` or construction, so the first one ``includes_compile``;
+    ``time`` is seconds since the epoch. TFLOP/s per device uses
+    :func:`training.model.flops_per_token` over ``devices`` (one device per TPU chip), MFU
+    divides it by ``cfg.peak_flops_per_chip``. ``metrics_log`` and ``events_log`` sync every
+    ``log_every_steps`` and at the last step."""
 
     def __init__(
         self,
@@ -37,7 +44,15 @@ class MetricsRecorder:
         self.flops_per_step = model.flops_per_token(cfg.model, cfg.sequence_length) * cfg.global_batch_tokens
         self.last_loss: float | None = None
         self.last_time = clock()
+        self.epoch = time.time() - self.last_time  # clock() + epoch: seconds since the epoch
         self.first = True
+
+    def lap(self) -> float:
+        """Seconds since the last record or lap (e.g. a checkpoint save); the next step's
+        time starts now, so it excludes them."""
+        now = self.clock()
+        seconds, self.last_time = now - self.last_time, now
+        return _significant(seconds)
 
     def train(self, step: int, metrics: dict) -> None:
         """Record step ``step``'s ``{"loss", "grad_norm"}`` (scalars; blocks until computed).
@@ -57,7 +72,10 @@ class MetricsRecorder:
             "step_time_s": _significant(step_time),
             "tokens_per_s": _significant(self.cfg.global_batch_tokens / step_time),
             "tflops_per_device": _significant(self.flops_per_step / step_time / self.devices / 1e12),
+            "time": round(self.epoch + now, 3),
         }
+        if self.cfg.peak_flops_per_chip:
+            entry["mfu"] = _significant(self.flops_per_step / step_time / self.devices / self.cfg.peak_flops_per_chip)
         if self.first:
             entry["includes_compile"] = True
             cache = compile_cache.stats()
@@ -65,7 +83,8 @@ class MetricsRecorder:
             log.info("compilation cache: %d executables loaded, %.1f s of compilation saved", cache.hits, cache.seconds_saved)
             self.first = False
         self.metrics_log.append(entry)
-        self.tensorboard.scalars(step, {f"train/{k}": entry[k] for k in ("loss", "grad_norm", "learning_rate", "tokens_per_s", "tflops_per_device")})
+        names = ("loss", "grad_norm", "learning_rate", "tokens_per_s", "tflops_per_device", "mfu")
+        self.tensorboard.scalars(step, {f"train/{k}": entry[k] for k in names if k in entry})
         if step % self.cfg.log_every_steps == 0 or step == self.cfg.steps:
             self.metrics_log.sync()  # one object per window: training.run_log
             self.events_log.sync()
@@ -80,11 +99,35 @@ class MetricsRecorder:
             )
 
     def eval(self, step: int, losses: list[float]) -> None:
-        """Record the mean of ``losses`` (one per eval batch) as ``eval_loss`` at ``step``."""
+        """Record the mean of ``losses`` (one per eval batch) as ``eval_loss`` at ``step``, with
+        ``eval_s``, the seconds since the last record or lap (the eval: not a step's time)."""
         value = sum(losses) / len(losses)
-        self.metrics_log.append({"step": step, "eval_loss": value})
+        eval_s = self.lap()
+        self.metrics_log.append({"step": step, "eval_loss": value, "eval_s": eval_s, "time": round(self.epoch + self.last_time, 3)})
         self.tensorboard.scalars(step, {"eval/loss": value})
         log.info("step %d eval loss %.4f (%d batches)", step, value, len(losses))
+
+    def write_goodput(self, step: int) -> dict | None:
+        """Process 0: sync the records, account the run's goodput over every attempt
+        (training.goodput), write it as ``goodput.json`` and as ``goodput/*`` TensorBoard
+        scalars at ``step``; the report (None on other processes or before any start)."""
+        if not self.metrics_log.enabled:
+            return None
+        self.metrics_log.sync()
+        self.events_log.sync()
+        run_dir = self.metrics_log.run_dir
+        tokens = self.cfg.global_batch_tokens
+        report = goodput.account(
+            read_records(run_dir, "events"), read_records(run_dir, "metrics"), tokens, self.flops_per_step, self.cfg.peak_flops_per_chip
+        )
+        if report is None:
+            return None
+        run_dir.write(GOODPUT_FILE, (json.dumps(report, indent=2, sort_keys=True) + "\n").encode())
+        scalars = {"goodput/goodput": report["goodput"]} | {f"goodput/badput_{k}_s": v for k, v in report["badput"].items()}
+        self.tensorboard.scalars(step, scalars)
+        log.info("goodput %.3f of %.1f s; badput %s", report["goodput"], report["wall_seconds"],
+                 ", ".join(f"{k} {v:.1f} s" for k, v in report["badput"].items() if v))
+        return report
 
 
 def _significant(value: float, digits: int = 6) -> float:

@@ -37,6 +37,7 @@ import numpy as np
 
 from training import checkpointing, cluster, compile_cache, data, mesh as mesh_lib, model, optimizer as optimizer_lib
 from training import state as state_lib, step as step_lib
+from training.goodput import process_start_time
 from training.config import TrainConfig
 from training.recorder import MetricsRecorder
 from training.run_dir import RunDir, RunDirError
@@ -127,7 +128,9 @@ def _train(config: TrainConfig, run_dir: RunDir, identity: cluster.ClusterIdenti
     eval_step = step_lib.make_eval_step(config.model, mesh, shardings["params"], batch_sharding)
 
     manager = checkpointing.make_manager(run_dir, config)
+    restoring = time.time()
     start_step, state, restored = state_lib.restore_or_init(config, opt, shardings, manager, is_writer=is_writer)
+    restore_s = time.time() - restoring
     if is_writer:
         checkpointing.record_run_config(run_dir, config)
     metrics_log = RecordLog(run_dir, "metrics", enabled=is_writer)
@@ -141,6 +144,8 @@ def _train(config: TrainConfig, run_dir: RunDir, identity: cluster.ClusterIdenti
             "processes": identity.num_processes,
             "devices": jax.device_count(),
             "time": time.time(),
+            "process_start": process_start_time(),  # goodput: from here to "time" is start-up
+            "restore_s": round(restore_s, 3),
         }
     )
     events_log.sync()
@@ -175,7 +180,7 @@ def _train(config: TrainConfig, run_dir: RunDir, identity: cluster.ClusterIdenti
             recorder.train(*pending)
             pending = None
             checkpointing.save(manager, step, state)
-            events_log.append({"event": "checkpoint", "step": step, "preemption": preempted, "time": time.time()})
+            events_log.append({"event": "checkpoint", "step": step, "preemption": preempted, "time": time.time(), "save_s": recorder.lap()})
             metrics_log.sync()
             events_log.sync()
             tensorboard.sync()
@@ -202,6 +207,7 @@ def _train(config: TrainConfig, run_dir: RunDir, identity: cluster.ClusterIdenti
         if is_writer:
             checkpointing.write_completion(run_dir, {"step": step, "loss": last_loss})
         log.info("training complete at step %d, loss %s", step, last_loss)
+    recorder.write_goodput(step)  # goodput.json over every attempt so far (process 0)
     manager.close()
     metrics_log.close()
     events_log.close()

@@ -112,6 +112,27 @@ class StackConfig(StrictModel):
         (), alias="multislice:allowUnlisted", description="Catalog checks that only warn: zone, runtimeVersion."
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _peak_flops_from_catalog(cls, data: Any) -> Any:
+        """``training.peak_flops_per_chip`` (the trainer's MFU denominator) from the catalog's
+        ``peak_bf16_flops_per_chip`` of the accelerator type, unless the stack sets it; the
+        trainer never imports infra/, so the program renders the number into its config."""
+        if not isinstance(data, dict):
+            return data
+        key = "multislice:training" if "multislice:training" in data or "training" not in data else "training"
+        try:
+            peak = accelerators.parse_accelerator_type(data.get("multislice:acceleratorType", data.get("accelerator_type"))).generation.peak_bf16_flops_per_chip
+        except (ValueError, TypeError):
+            return data  # the accelerator type's own validator reports it
+        training = data.get(key, {})
+        if isinstance(training, TrainConfig):
+            if training.peak_flops_per_chip is None:
+                training = training.model_copy(update={"peak_flops_per_chip": peak})
+        elif isinstance(training, dict):
+            training = {"peak_flops_per_chip": peak} | training
+        return data | {key: training}
+
     @field_validator("stack")
     @classmethod
     def _stack_name(cls, value: str) -> str:

@@ -9,16 +9,28 @@ through the run directory's storage API, as the trainer wrote it: ``training.run
   synced are not seen, so this is a lower bound: ``training.run_log``);
 * ``complete``: a valid completion marker for at least ``total_steps`` exists;
 * ``training_seconds``: from the run's first start to its last event (all attempts, across
-  every ``local up`` of the run).
+  every ``local up`` of the run);
+* ``goodput`` (in [0, 1]) and ``badput`` (seconds by cause): :func:`training.goodput.account`
+  over every attempt, from the first process start to the ``complete`` event (or the last
+  record); the trainer writes the same report as ``goodput.json``.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from training import goodput
 from training.checkpointing import read_completion
 from training.run_dir import RunDir
 from training.run_log import read_records
+
+
+class Badput(dict):
+    """Seconds by cause (a dict, so JSON as one); printed as ``cause 1.2 s; …``, largest first."""
+
+    def __str__(self) -> str:
+        causes = sorted(((s, c) for c, s in self.items() if s >= 0.05), reverse=True)
+        return "; ".join(f"{cause} {seconds:.1f} s" for seconds, cause in causes) or "none"
 
 
 def summarize(run_dir: RunDir, total_steps: int) -> dict[str, Any]:
@@ -34,6 +46,7 @@ def summarize(run_dir: RunDir, total_steps: int) -> dict[str, Any]:
     final = [m for m in steps if int(m["step"]) == steps_completed]
     starts = [e for e in events if e.get("event") == "start"]
     times = [float(e["time"]) for e in events if "time" in e]
+    report = goodput.account(events, metrics)
     return {
         "run_dir": str(run_dir),
         "complete": completion is not None and completion["step"] >= total_steps,
@@ -44,4 +57,6 @@ def summarize(run_dir: RunDir, total_steps: int) -> dict[str, Any]:
         "restarts": max(len(starts) - 1, 0),
         "steps_lost": len(steps) - len({int(m["step"]) for m in steps}),
         "training_seconds": round(max(times) - min(times), 3) if times else None,
+        "goodput": report["goodput"] if report else None,
+        "badput": Badput(report["badput"] if report else {}),
     }

@@ -1,0 +1,91 @@
+"""Trainer efficiency: the trainer's model FLOP/s ÷ a matmul's FLOP/s, in the same run.
+
+    uv run --frozen python benchmarks/trainer_efficiency.py [--steps 12] [--stack dev] [--repeat 1] [--json]
+
+In one process on one device (this machine's CPU, or the accelerator JAX finds), the
+trainer (``training.train.run``) trains the default ``TrainConfig`` model in a fresh local
+run directory. Model FLOP/s = :func:`training.model.flops_per_token` (6·N + 12·L·D·S: PaLM,
+Chowdhery et al. 2022, arXiv:2204.02311, Appendix B) × tokens per step ÷ the median
+``step_time_s`` of the steps after the first (compile excluded). The reference is
+:func:`training.bench.matmul_reference` of the model's MLP matmul, ``[batch·sequence, d_model]
+· [d_model, d_ff]`` in the model's compute dtype, timed just before and just after the
+training (median of both), on the same device: the ratio says how much of what this device
+does on one large matmul the whole training step achieves (attention, norms, the optimizer,
+the data pipeline and the metrics included). The load average is printed: rerun on a quiet
+machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from training import bench, model, train  # noqa: E402
+from training.cluster import ClusterIdentity  # noqa: E402
+from training.config import CheckpointConfig, TrainConfig  # noqa: E402
+from training.run_dir import RunDir  # noqa: E402
+from training.run_log import read_records  # noqa: E402
+
+
+def measure(base: TrainConfig, steps: int) -> dict:
+    config = base.model_copy(update={"steps": steps, "checkpoint": CheckpointConfig(interval_steps=steps + 1)})
+    rows, d, f = config.global_batch_tokens, config.model.d_model, config.model.ff_width
+    dtype = config.model.compute_dtype
+    before = bench.matmul_reference(rows, d, f, dtype, steps=10, warmup=2)
+    with tempfile.TemporaryDirectory(prefix="trainer-efficiency-") as tmp:
+        result = train.run(config, tmp, ClusterIdentity.single_process())
+        assert result.exit_code == train.EXIT_COMPLETE, result
+        step_times = [m["step_time_s"] for m in read_records(RunDir(tmp), "metrics") if "step_time_s" in m][1:]
+        after = bench.matmul_reference(rows, d, f, dtype, steps=10, warmup=2)  # JAX's compile cache is still in tmp
+    step_s = statistics.median(step_times)
+    model_rate = model.flops_per_token(config.model, config.sequence_length) * config.global_batch_tokens / step_s
+    matmul_rate = 2.0 * rows * d * f / statistics.median(before["times"] + after["times"])
+    check = bench.reference_check([2.0 * rows * d * f / r["seconds"] for r in (before, after)], model_rate / matmul_rate)
+    return {
+        "platform": before["platform"], "dtype": dtype, "matmul_shape": [rows, d, f],
+        "median_step_s": step_s, "model_tflops": model_rate / 1e12, "matmul_tflops": matmul_rate / 1e12,
+        "ratio": model_rate / matmul_rate, "reference_spread": check["spread"], "warnings": check["warnings"],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--steps", type=int, default=12)
+    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--stack", help="Train this stack's model, sequence length and batch (one device) instead of the default TrainConfig.")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    base = TrainConfig()
+    if args.stack:
+        from infra.config import load_stack
+
+        base = load_stack(args.stack).training.model_copy(update={"parallelism": TrainConfig().parallelism})
+    logging.basicConfig(level=logging.WARNING)
+    runs = []
+    for _ in range(args.repeat):
+        load = os.getloadavg()
+        runs.append(measure(base, args.steps) | {"load_average": [round(x, 1) for x in (*load, *os.getloadavg())]})
+    if args.json:
+        print(json.dumps({"model": base.model.model_dump(), "runs": runs}, indent=2))
+        return
+    for run in runs:
+        rows, d, f = run["matmul_shape"]
+        print(
+            f"{run['platform']}: trainer {run['model_tflops']:.4g} TFLOP/s (median step {run['median_step_s']:.3f} s) ÷ "
+            f"matmul [{rows}, {d}]·[{d}, {f}] {run['dtype']} {run['matmul_tflops']:.4g} TFLOP/s = {run['ratio']:.3f} "
+            f"(reference spread {run['reference_spread']:.2f}); load average before/after {run['load_average']}"
+            + "".join(f"\n  warning: {w}" for w in run["warnings"])
+        )
+
+
+if __name__ == "__main__":
+    main()

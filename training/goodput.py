@@ -1,0 +1,109 @@
+"""Goodput of a run: productive step time ÷ wall time, and badput seconds by cause.
+
+From the ``events`` and ``metrics`` records of every attempt (training.run_log); wall time
+runs from the first process start to the ``complete`` event. Causes and how each is
+measured: docs/goodput.md. Not ml-goodput-measurement (https://pypi.org/project/
+ml-goodput-measurement/): it records to and reads from Google Cloud Logging only, needs
+google-cloud-logging, -storage and scipy on every VM, and takes other records only through a
+constructor argument documented as "should never be passed directly by the user".
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from typing import Any
+
+CAUSES = ("initialization", "compilation", "checkpoint_save", "checkpoint_restore", "evaluation", "recomputed_steps", "boot", "other")
+
+
+def process_start_time() -> float | None:
+    """This process's start, seconds since the epoch (``starttime``, field 22 of
+    ``/proc/self/stat``, in clock ticks since boot: proc(5)); None without /proc."""
+    try:
+        with open("/proc/self/stat") as stat:
+            ticks = int(stat.read().rsplit(")", 1)[1].split()[19])
+        return time.time() - time.clock_gettime(time.CLOCK_BOOTTIME) + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
+
+
+def account(
+    events: list[dict[str, Any]],
+    metrics: list[dict[str, Any]],
+    tokens_per_step: float | None = None,
+    flops_per_step: float | None = None,
+    peak_flops_per_chip: float | None = None,
+) -> dict[str, Any] | None:
+    """Goodput and badput of a run from its records (all attempts, in the order written).
+
+    Args:
+      events: ``start`` (``time``, ``process_start``, ``restore_s``, ``restored``,
+        ``devices``), ``checkpoint`` (``time``, ``save_s``), ``preempted``/``complete``
+        (``time``) records; times in seconds since the epoch.
+      metrics: step records (``step``, ``time``, ``step_time_s``, ``includes_compile``) and
+        eval records (``eval_s``).
+      tokens_per_step, flops_per_step: for the rates; FLOPs per step as
+        training.model.flops_per_token × tokens.
+      peak_flops_per_chip: FLOP/s, for MFU.
+
+    Returns:
+      ``goodput`` (in [0, 1]), ``wall_seconds``, ``productive_seconds``, ``badput`` (seconds
+      by cause, :data:`CAUSES`), ``steps_lost``, ``attempts``, ``complete`` and, when the
+      arguments allow, ``tokens_per_s``, ``tflops_per_chip``, ``mfu``; None before any start.
+    """
+    starts = sorted((e for e in events if e.get("event") == "start" and "time" in e), key=lambda e: e["time"])
+    if not starts:
+        return None
+    timed = [r for r in events + metrics if "time" in r]
+    complete = [float(e["time"]) for e in events if e.get("event") == "complete" and "time" in e]
+    end = max(complete) if complete else max(float(r["time"]) for r in timed)
+    badput = dict.fromkeys(CAUSES, 0.0)
+    steps = [m for m in metrics if "step_time_s" in m]
+    steady = statistics.median([m["step_time_s"] for m in steps if not m.get("includes_compile")] or [0.0])
+    last = {m["step"]: i for i, m in enumerate(steps)}
+    productive = 0.0
+    for i, m in enumerate(steps):
+        compile_s = max(0.0, m["step_time_s"] - steady) if m.get("includes_compile") else 0.0
+        badput["compilation"] += compile_s
+        if last[m["step"]] == i:
+            productive += m["step_time_s"] - compile_s
+        else:
+            badput["recomputed_steps"] += m["step_time_s"] - compile_s
+    begins, last_time = [], None
+    for k, start in enumerate(starts):
+        # A later process start than the previous attempt's last record (else one process ran both).
+        begins.append(max(float(start.get("process_start") or start["time"]), last_time or 0.0))
+        if last_time is not None:
+            badput["boot"] += begins[k] - last_time
+        bound = float(starts[k + 1]["time"]) if k + 1 < len(starts) else float("inf")
+        inside = [r for r in timed if float(start["time"]) <= float(r["time"]) < bound]
+        restore = float(start.get("restore_s", 0.0)) if start.get("restored") else 0.0
+        badput["checkpoint_restore"] += restore
+        badput["initialization"] += float(start["time"]) - begins[k] - restore
+        last_time = max(float(r["time"]) for r in inside)
+        busy = sum(float(r.get("step_time_s", 0.0)) + float(r.get("save_s", 0.0)) + float(r.get("eval_s", 0.0)) for r in inside)
+        badput["checkpoint_save"] += sum(float(r.get("save_s", 0.0)) for r in inside)
+        badput["evaluation"] += sum(float(r.get("eval_s", 0.0)) for r in inside)
+        if any(r.get("event") in ("preempted", "complete") for r in inside):
+            badput["checkpoint_save"] += max(0.0, last_time - float(start["time"]) - busy)
+    wall = max(end - begins[0], 0.0)
+    badput["other"] = max(0.0, wall - productive - sum(badput.values()))
+    result = {
+        "goodput": round(min(productive / wall, 1.0), 4) if wall > 0 else 0.0,
+        "wall_seconds": round(wall, 3),
+        "productive_seconds": round(productive, 3),
+        "badput": {cause: round(seconds, 3) for cause, seconds in badput.items()},
+        "steps_lost": len(steps) - len(last),
+        "attempts": len(starts),
+        "complete": bool(complete),
+    }
+    if tokens_per_step and productive > 0:
+        result["tokens_per_s"] = round(len(last) * tokens_per_step / productive, 3)
+        if flops_per_step:
+            per_chip = len(last) * flops_per_step / productive / int(starts[-1].get("devices", 1))
+            result["tflops_per_chip"] = float(f"{per_chip / 1e12:.6g}")
+            if peak_flops_per_chip:
+                result["mfu"] = float(f"{per_chip / peak_flops_per_chip:.6g}")
+    return result
