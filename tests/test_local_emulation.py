@@ -105,7 +105,30 @@ def up(tmp_path: Path, *extra: str) -> dict:
 
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory) -> dict:
-    return up(tmp_path_factory.mktemp("uninterrupted"))
+    """The reference run, read to its last progress line only: the reader then leaves, as
+    `multislice local up | head` does (test_closed_stdout_after_the_last_step_still_completes
+    asserts what that does; the others, the run itself). Its summary (from --summary-json),
+    the stdout it read, the stderr and the exit status."""
+    state_dir = tmp_path_factory.mktemp("uninterrupted")
+    summary_path = state_dir / "summary.json"
+    command = CLI + ["local", "up", "--config-file", str(STACK), "--summary-json", str(summary_path)]
+    proc = subprocess.Popen(command, env=cli_env(state_dir), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        lines = [b""]
+        while b"step 24/24" not in lines[-1]:
+            lines.append(proc.stdout.readline())
+            assert lines[-1], (lines, proc.communicate(timeout=60))
+        proc.stdout.close()
+        err = proc.stderr.read().decode()
+        returncode = proc.wait(timeout=120)
+    finally:
+        stop_if_running(proc)
+    assert returncode == 0, b"".join(lines).decode() + err
+    assert processes_under(state_dir) == []
+    summary = json.loads(summary_path.read_text())
+    assert summary["run_dir"] == RUN_DIR  # the gs:// run directory `pulumi up` gives the VMs
+    summary.update(stdout=b"".join(lines).decode(), stderr=err, returncode=returncode, state_dir=state_dir)
+    return summary
 
 
 @pytest.mark.slow
@@ -276,15 +299,17 @@ def _start_background(tmp_path: Path) -> subprocess.Popen:
 
 
 def _wait_for_training(tmp_path: Path, proc: subprocess.Popen, timeout: float = 120) -> None:
-    """Wait until the trainer synced its first metrics window (an object in the stack's bucket
-    on the emulated Cloud Storage's backend: one file per object)."""
+    """Wait until training started: every trainer process joined the job and the first one
+    synced the run's ``start`` event (the first object of its events log, in the stack's bucket
+    on the emulated Cloud Storage's backend: one file per object). The tests that stop a run
+    need nothing later (the train step's compile, the first steps)."""
     bucket = RUN_DIR.removeprefix("gs://").split("/", 1)[0]
-    metrics = tmp_path / "emu" / "gcs" / bucket / "runs" / "emu" / "metrics"
+    events = tmp_path / "emu" / "gcs" / bucket / "runs" / "emu" / "events"
     import time
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if metrics.is_dir() and any(metrics.iterdir()):
+        if events.is_dir() and any(events.iterdir()):
             return
         assert proc.poll() is None, proc.communicate()
         time.sleep(0.2)
@@ -343,26 +368,15 @@ def test_closed_stdout_stops_every_vm_with_a_message(tmp_path):
 
 
 @pytest.mark.slow
-def test_closed_stdout_after_the_last_step_still_completes(tmp_path):
-    # The reader leaves after the last progress line: the run finishes, only the summary table
-    # finds no reader; that is exit 0, and --summary-json still gets the summary.
-    env = cli_env(tmp_path)
-    summary_path = tmp_path / "summary.json"
-    proc = subprocess.Popen(CLI + ["local", "up", "--config-file", str(STACK), "--summary-json", str(summary_path)],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        line = b""
-        while b"step 24/24" not in line:
-            line = proc.stdout.readline()
-            assert line, proc.communicate(timeout=60)
-        proc.stdout.close()
-        err = proc.stderr.read().decode()
-        assert proc.wait(timeout=120) == 0, err
-    finally:
-        stop_if_running(proc)
-    assert "error" not in err
+def test_closed_stdout_after_the_last_step_still_completes(uninterrupted):
+    # The reader of the uninterrupted run left after the last progress line: the run finished,
+    # only the summary table found no reader; that is exit 0, and --summary-json still got the
+    # summary.
+    assert uninterrupted["returncode"] == 0, uninterrupted["stderr"]
+    assert "error" not in uninterrupted["stderr"]
+    summary_path = uninterrupted["state_dir"] / "summary.json"
     assert json.loads(summary_path.read_text())["complete"] is True
-    assert processes_under(tmp_path) == []
+    assert processes_under(uninterrupted["state_dir"]) == []
 
 
 @pytest.mark.slow
