@@ -164,7 +164,7 @@ def _bundle_from_script(text: str) -> bytes:
     """The trainer bundle (``training/*`` of the embedded release, as infra.bundle archives it)."""
     match = re.search(r"<<'MULTISLICE_RELEASE'[^\n]*\n(.*?)^MULTISLICE_RELEASE$", text, re.S | re.M)
     assert match, "no MULTISLICE_RELEASE heredoc in the startup script"
-    release = lzma.decompress(base64.b64decode(match.group(1)))
+    release = lzma.decompress(base64.b85decode(match.group(1).strip()))
     with tarfile.open(fileobj=io.BytesIO(release), mode="r:") as tar:
         files = {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.name.startswith("training/")}
     return build_archive(files)
