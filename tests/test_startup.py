@@ -188,7 +188,8 @@ def test_another_compressor_changes_the_bytes_not_the_release(stacks, rendered):
 def test_release_holds_exactly_what_the_vm_runs(rendered):
     names = set(release_of(rendered["dev"].text))
     trainer = {f"training/{p.name}" for p in (ROOT / "training").glob("*.py")}
-    assert names == trainer | {"boot.sh", "trainer.sh", "config.json", "requirements.txt", "uv-requirements.txt"}
+    assert names == trainer | {"boot.sh", "trainer.sh", "release-on-complete.sh", "config.json", "requirements.txt",
+                               "uv-requirements.txt"}
 
 
 def test_too_large_is_an_error(tmp_path, stacks):
@@ -237,7 +238,7 @@ def test_shellcheck(tmp_path, rendered):
 # Template -----------------------------------------------------------------------------------
 
 
-TEMPLATES = (startup.TEMPLATE_RESOURCE, startup.BOOT_RESOURCE, startup.TRAINER_RESOURCE)
+TEMPLATES = (startup.TEMPLATE_RESOURCE, startup.BOOT_RESOURCE, startup.TRAINER_RESOURCE, startup.RELEASE_RESOURCE)
 
 
 @pytest.mark.parametrize("resource", TEMPLATES)
