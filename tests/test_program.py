@@ -451,3 +451,20 @@ def test_allow_unlisted_turns_the_catalog_checks_into_warnings():
     assert any(w.startswith("warning: multislice:runtimeVersion 'tpu-ubuntu2404-base' is not in the catalog")
                for w in warnings)
     assert not [line for line in result.stderr.splitlines() if line.startswith("error")]
+
+
+def test_a_released_queued_resource_warns_why_nothing_is_created(monkeypatch):
+    """A QR the provider reads as released (its run completed): `pulumi preview`/`up` print its
+    status line as a warning, and neither fails for the QR not being ready."""
+    import infra.__main__ as program
+
+    warned: list[str] = []
+    monkeypatch.setattr(program.pulumi.log, "warn", lambda message, *args, **kwargs: warned.append(message))
+    monkeypatch.setattr(program.pulumi.runtime, "is_dry_run", lambda: False)
+    status = "released: the run gs://b/runs/dev completed at step 120, so ... set a new multislice:runName"
+    program._require_ready([True, status, True])
+    assert warned == [f"queued resource {status}"]
+    program._require_ready([True, "ACTIVE after 3m", False])
+    assert len(warned) == 1
+    with pytest.raises(program.pulumi.RunError, match="still queued"):
+        program._require_ready([False, "still queued", None])

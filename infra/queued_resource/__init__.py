@@ -95,7 +95,7 @@ from pulumi.runtime.rpc import UNKNOWN
 
 from infra import credentials as gcp_credentials
 from infra.queued_resource.api import REQUEST_TIMEOUT_SECONDS, TpuApi, is_ours
-from infra.queued_resource.completion import CompletionUnknown, new_run_reason, released_message, run_completion
+from infra.queued_resource.completion import new_run_reason, released_outputs
 from infra.queued_resource.converge import converge
 from infra.queued_resource.errors import (
     CredentialsRejected,
@@ -217,25 +217,12 @@ class QueuedResourceProvider(ResourceProvider):
         except gcp_credentials.CredentialsError as exc:
             raise CredentialsRejected(f"{props.get('queuedResourceId', 'queued resource')}: {exc}") from None
 
-    def _completion(self, props: dict[str, Any]) -> int | None:
-        """The run's completion step (:func:`~infra.queued_resource.completion.run_completion`),
-        or None when it has not completed or that cannot be read (said on the progress
-        channel: the QR then reads as gone, as before releaseOnComplete existed)."""
-        credentials = None if os.environ.get("STORAGE_EMULATOR_HOST") else self._credentials(props)
-        try:
-            return run_completion(props, credentials)
-        except CompletionUnknown as exc:
-            self._say(f"{props.get('queuedResourceId')}: gone, and whether its run completed is unknown ({exc})")
-            return None
-
     def _released(self, id_: str, props: dict[str, Any], qr: Any | None) -> ReadResult | None:
         """A QR gone (``qr`` None) or DELETING while its run is complete reads as released:
-        converged, kept in the stack under ``id_``; else None."""
-        step = self._completion(props)
-        if step is None:
-            return None
-        message = released_message(props, step)
-        return ReadResult(id_, outputs_for(props, qr, [], ready=True, message=message, completed_step=step))
+        converged, kept in the stack under ``id_`` (:func:`~infra.queued_resource.completion.released_outputs`)."""
+        credentials = None if os.environ.get("STORAGE_EMULATOR_HOST") else self._credentials(props)
+        outs = released_outputs(props, qr, credentials, self._say)
+        return ReadResult(id_, outs) if outs is not None else None
 
     def _api(self, props: dict[str, Any]) -> TpuApi:
         """A :class:`TpuApi` for the QR of ``props`` with this provider's settings and the

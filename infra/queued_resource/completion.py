@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import quote
 
 from pulumi.runtime.rpc import UNKNOWN
+
+from infra.queued_resource.inputs import outputs_for
 
 #: The marker the trainer writes (``training.checkpointing.COMPLETE_MARKER``; not imported:
 #: that module imports orbax and jax).
@@ -135,3 +137,25 @@ def released_message(props: Mapping[str, Any], step: int) -> str:
         f"{props.get('queuedResourceId')!r} was deleted and is not recreated; raise "
         "multislice:training.steps or set a new multislice:runName to start a new run"
     )
+
+
+def released_outputs(
+    props: Mapping[str, Any], qr: Any | None, credentials: Any | None, say: Callable[[str], None]
+) -> dict[str, Any] | None:
+    """The outputs of a released QR (``released`` true, ``completedStep``, the status line of
+    :func:`released_message`) when the run of ``props`` is complete, else None. A completion
+    that cannot be read is said through ``say`` and counts as not complete: the QR then reads
+    as gone and is created again, as before releaseOnComplete existed (its VMs find the run
+    complete and release it again), and ``pulumi destroy`` still works.
+
+    Args:
+      qr: the live ``tpu_v2.QueuedResource`` (DELETING) or None (gone).
+    """
+    try:
+        step = run_completion(props, credentials)
+    except CompletionUnknown as exc:
+        say(f"{props.get('queuedResourceId')}: gone, and whether its run completed is unknown ({exc})")
+        return None
+    if step is None:
+        return None
+    return outputs_for(dict(props), qr, [], ready=True, message=released_message(props, step), completed_step=step)
