@@ -8,7 +8,8 @@ here from the StackConfig by :func:`component_args`)::
     ProjectServices   tpu, compute, storage, iam, ... APIs enabled (everything depends on it)
     Network           VPC + subnetwork + Cloud NAT + firewall (tag-scoped, IAP-only SSH)
     CheckpointBucket  regional, private, lifecycle rules; protected on prod
-    ServiceAccount    the VMs' service account: bucket objects, logs, metrics; nothing else
+    ServiceAccount    the VMs' service account: bucket objects, logs, metrics; with releaseOnComplete
+                      a custom role of tpu.nodes.delete (worker 0 deletes the QR when the run is done)
     ReleaseRecord     the release every VM boot runs, in the bucket (infra/release.py)
     QueuedResource    the Multislice QR (dynamic provider, infra/queued_resource/)
 
