@@ -8,7 +8,8 @@ here from the StackConfig by :func:`component_args`)::
     ProjectServices   tpu, compute, storage, iam, ... APIs enabled (everything depends on it)
     Network           VPC + subnetwork + Cloud NAT + firewall (tag-scoped, IAP-only SSH)
     CheckpointBucket  regional, private, lifecycle rules; protected on prod
-    ServiceAccount    the VMs' service account: bucket objects, logs, metrics; nothing else
+    ServiceAccount    the VMs' service account: bucket objects, logs, metrics; with releaseOnComplete
+                      a custom role of tpu.nodes.delete (worker 0 deletes the QR when the run is done)
     ReleaseRecord     the release every VM boot runs, in the bucket (infra/release.py)
     QueuedResource    the Multislice QR (dynamic provider, infra/queued_resource/)
 
@@ -103,6 +104,7 @@ def component_args(config: StackConfig) -> ComponentArgs:
             stack=config.stack,
             project=config.project,
             data_bucket=data_bucket(config.training.data.source, config.bucket_name),
+            release_on_complete=config.release_on_complete,
         ),
     )
 
@@ -121,7 +123,10 @@ class Environment:
 
 
 def _require_ready(args: list[Any]) -> None:
-    ready, message = args
+    ready, message, released = args
+    if released:  # gone because its run completed (releaseOnComplete): say why nothing is created
+        pulumi.log.warn(f"queued resource {message}")
+        return
     if ready is False and not pulumi.runtime.is_dry_run():  # a preview only shows the plan
         # The QR exists and is recorded in the stack (create returned); fail the update so
         # nobody mistakes a still-queued request for a running job.
@@ -166,7 +171,7 @@ def define(config: StackConfig, script: startup.RenderedScript | None = None) ->
         # The VMs boot into the script at once: NAT, firewall, bucket grants must exist first.
         opts=pulumi.ResourceOptions(depends_on=[services, network, bucket, service_account, release]),
     )
-    pulumi.Output.all(queued_resource.ready, queued_resource.statusMessage).apply(_require_ready)
+    pulumi.Output.all(queued_resource.ready, queued_resource.statusMessage, queued_resource.released).apply(_require_ready)
 
     exports: dict[str, Any] = {
         "bucketUrl": bucket.url,

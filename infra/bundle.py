@@ -3,7 +3,7 @@
 A **release** is everything a TPU VM runs for a stack: the boot logic, the trainer package
 (``training/*.py``), the trainer config and the pinned requirements. The startup script
 (:mod:`infra.startup`) carries it as one uncompressed tar (:func:`build_archive`), compressed
-with xz (:func:`compress`) and base64-encoded; the VM checks the sha256 of the *uncompressed*
+with xz (:func:`compress`) and base85-encoded; the VM checks the sha256 of the *uncompressed*
 tar before unpacking it. That sha256 is the **release id**: it depends on the content only,
 never on the compressor, so two operators whose lzma/zlib builds compress differently render
 scripts with the same release id (``infra.queued_resource`` keeps the recorded script when

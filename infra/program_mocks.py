@@ -92,6 +92,9 @@ class Mocks(pulumi.runtime.Mocks):
             email = f"{inputs['accountId']}@{project}.iam.gserviceaccount.com"
             id_ = f"projects/{project}/serviceAccounts/{email}"
             outs.update(email=email, member=f"serviceAccount:{email}")
+        elif typ == "gcp:projects/iAMCustomRole:IAMCustomRole":
+            id_ = f"projects/{project}/roles/{inputs['roleId']}"
+            outs["name"] = id_
         elif typ == "gcp:storage/bucket:Bucket":
             id_ = inputs["name"]
             outs["url"] = f"gs://{inputs['name']}"

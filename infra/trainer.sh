@@ -9,7 +9,7 @@
 #       process that ignores SIGTERM and ends when the trainer does.
 #   trainer.sh stopped
 #       One line saying how the trainer ended (systemd sets SERVICE_RESULT, EXIT_CODE and
-#       EXIT_STATUS for ExecStopPost=).
+#       EXIT_STATUS for ExecStopPost=); after status 0, release-on-complete.sh.
 set -euo pipefail
 
 readonly UNIT=multislice-trainer.service
@@ -46,6 +46,8 @@ case ${1:-} in
       exited:*) say "trainer: exited with status $status ($SERVICE_RESULT)" ;;
       *) say "trainer: ended by signal $status (${SERVICE_RESULT:-?})" ;;
     esac
+    # --- releaseOnComplete: the run is complete; worker 0 of slice 0 deletes the queued resource.
+    if [[ ${EXIT_CODE:-}:$status == exited:0 ]]; then bash "${0%/*}/release-on-complete.sh" || true; fi
     ;;
   *)
     say "usage: trainer.sh run PYTHON CONFIG RUN_DIR | trainer.sh stopped"

@@ -109,6 +109,7 @@ def test_defaults_give_a_complete_environment():
         ({"multislice:queuedResource": {"waitFor": "READY"}}, "multislice:queuedResource.waitFor: got 'READY'; allowed: 'ACCEPTED'"),
         ({"multislice:queuedResource": {"createTimeout": "30 minutes"}}, "multislice:queuedResource.createTimeout: '30 minutes' is not a duration"),
         ({"multislice:queuedResource": {"validUntil": "5m"}}, "multislice:queuedResource.validUntil: 300s is shorter than 10 minutes"),
+        ({"multislice:queuedResource": {"releaseOnComplete": "sometimes"}}, "multislice:queuedResource.releaseOnComplete:"),
         ({"multislice:labels": {"Team": "x"}}, "multislice:labels: key 'Team' must be"),
         ({"multislice:labels": {"managed-by": "me"}}, "multislice:labels: key 'managed-by' is set by this program"),
         ({"multislice:labels": "{not json"}, "multislice:labels: not a JSON object"),
@@ -119,6 +120,23 @@ def test_defaults_give_a_complete_environment():
 def test_bad_environment_keys_name_the_key_path(change, expected):
     lines = errors(dev_with(**change))
     assert any(line.startswith(expected) for line in lines), lines
+
+
+@pytest.mark.parametrize(
+    ("stack", "changes", "expected"),
+    [
+        ("dev", {}, True),  # spot
+        ("dev", {"multislice:capacity": "on-demand"}, True),
+        ("prod", {}, False),  # reserved: the reservation is paid for anyway
+        ("dev", {"multislice:queuedResource": {"releaseOnComplete": False}}, False),
+        ("prod", {"multislice:queuedResource": {"releaseOnComplete": True}}, True),
+    ],
+)
+def test_release_on_complete_defaults_by_capacity(stack, changes, expected):
+    config = validate_stack(stack, {**stack_map(stack), **changes}, "t")
+    assert config.release_on_complete is expected
+    engine = from_pulumi_config(stack, engine_config({**stack_map(stack), **changes}))
+    assert engine.release_on_complete is expected
 
 
 def test_reservation_may_be_a_full_path():

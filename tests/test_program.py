@@ -25,6 +25,7 @@ from infra.bundle import build_archive
 from infra.config import StackConfigError, available_stacks, load_stack
 from infra.network import IAP_SSH_RANGE
 from infra.queued_resource import RUN_DIR_KEY, STARTUP_SCRIPT_KEY
+from infra.queued_resource.inputs import RELEASE_KEY
 from tests.fakes.pulumi_program import FIREWALL, QR_TYPE, World, engine_config, evaluate, stack_map
 
 STACKS = available_stacks()
@@ -132,7 +133,12 @@ def test_nodes_run_as_our_service_account_with_least_privilege(worlds, stack):
     ours = [g.inputs for g in bucket_grants if g.inputs["bucket"] == config.bucket_name]
     assert [(g["role"], g["member"]) for g in ours] == [("roles/storage.objectUser", f"serviceAccount:{email}")]
     project_roles = sorted(g.inputs["role"] for g in world.of("gcp:projects/iAMMember:IAMMember"))
-    assert project_roles == ["roles/logging.logWriter", "roles/monitoring.metricWriter"]
+    release_role = [f"projects/{config.project}/roles/multisliceRelease_{stack}"] if config.release_on_complete else []
+    assert project_roles == release_role + ["roles/logging.logWriter", "roles/monitoring.metricWriter"]
+    assert config.release_on_complete is (config.capacity != "reserved")  # the shipped stacks keep the default
+    custom = world.of("gcp:projects/iAMCustomRole:IAMCustomRole")
+    assert [(r.inputs["roleId"], r.inputs["permissions"]) for r in custom] == (
+        [(f"multisliceRelease_{stack}", ["tpu.nodes.delete"])] if config.release_on_complete else [])
     others = [g.inputs for g in bucket_grants if g.inputs["bucket"] != config.bucket_name]
     if config.training.data.source.startswith("gs://"):
         data_bucket = config.training.data.source[5:].split("/")[0]
@@ -164,10 +170,39 @@ def _bundle_from_script(text: str) -> bytes:
     """The trainer bundle (``training/*`` of the embedded release, as infra.bundle archives it)."""
     match = re.search(r"<<'MULTISLICE_RELEASE'[^\n]*\n(.*?)^MULTISLICE_RELEASE$", text, re.S | re.M)
     assert match, "no MULTISLICE_RELEASE heredoc in the startup script"
-    release = lzma.decompress(base64.b64decode(match.group(1)))
+    release = lzma.decompress(base64.b85decode(match.group(1).strip()))
     with tarfile.open(fileobj=io.BytesIO(release), mode="r:") as tar:
         files = {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.name.startswith("training/")}
     return build_archive(files)
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_release_on_complete_names_the_queued_resource_to_the_vms(worlds, stack):
+    """With releaseOnComplete the nodes' metadata names the QR that worker 0 deletes; without
+    it the key is absent (the VM then keeps the capacity)."""
+    config = load_stack(stack)
+    metadata = worlds[stack].one(QR_TYPE).inputs["metadata"]
+    if config.release_on_complete:
+        assert metadata[RELEASE_KEY] == worlds[stack].exports["queuedResourceName"]
+    else:
+        assert RELEASE_KEY not in metadata
+
+
+def test_release_on_complete_off_grants_nothing_and_names_nothing():
+    world = evaluate("dev", {**stack_map("dev"), "multislice:queuedResource": {"releaseOnComplete": False}})
+    assert world.of("gcp:projects/iAMCustomRole:IAMCustomRole") == []
+    assert sorted(g.inputs["role"] for g in world.of("gcp:projects/iAMMember:IAMMember")) == [
+        "roles/logging.logWriter", "roles/monitoring.metricWriter"]
+    assert RELEASE_KEY not in world.one(QR_TYPE).inputs["metadata"]
+
+
+def test_release_grant_is_bound_to_the_vms_account_only():
+    world = evaluate("staging")
+    email = world.exports["serviceAccountEmail"]
+    role = world.one("gcp:projects/iAMCustomRole:IAMCustomRole")
+    grant = [g.inputs for g in world.of("gcp:projects/iAMMember:IAMMember") if g.inputs["role"].endswith(role.inputs["roleId"])]
+    assert grant == [{"project": "acme-ml-staging", "role": f"projects/acme-ml-staging/roles/{role.inputs['roleId']}",
+                      "member": f"serviceAccount:{email}"}]
 
 
 @pytest.mark.parametrize("stack", STACKS)
@@ -348,8 +383,9 @@ def test_the_service_account_keeps_the_urns_it_had_as_identity(worlds):
     assert component.name == "identity"
     assert component.aliases == [{"type": "multislice:gcp:Identity"}]
     children = sorted(r.name for r in world.registrations if r.parent == component.urn)
+    # dev (spot) releases its capacity on completion: its custom role and grant are new children.
     assert children == ["identity-checkpoints", "identity-logging-logwriter", "identity-monitoring-metricwriter",
-                        "identity-tpu-vms"]
+                        "identity-release-on-complete", "identity-release-role", "identity-tpu-vms"]
 
 
 @pytest.mark.parametrize("stack", STACKS)
@@ -415,3 +451,20 @@ def test_allow_unlisted_turns_the_catalog_checks_into_warnings():
     assert any(w.startswith("warning: multislice:runtimeVersion 'tpu-ubuntu2404-base' is not in the catalog")
                for w in warnings)
     assert not [line for line in result.stderr.splitlines() if line.startswith("error")]
+
+
+def test_a_released_queued_resource_warns_why_nothing_is_created(monkeypatch):
+    """A QR the provider reads as released (its run completed): `pulumi preview`/`up` print its
+    status line as a warning, and neither fails for the QR not being ready."""
+    import infra.__main__ as program
+
+    warned: list[str] = []
+    monkeypatch.setattr(program.pulumi.log, "warn", lambda message, *args, **kwargs: warned.append(message))
+    monkeypatch.setattr(program.pulumi.runtime, "is_dry_run", lambda: False)
+    status = "released: the run gs://b/runs/dev completed at step 120, so ... set a new multislice:runName"
+    program._require_ready([True, status, True])
+    assert warned == [f"queued resource {status}"]
+    program._require_ready([True, "ACTIVE after 3m", False])
+    assert len(warned) == 1
+    with pytest.raises(program.pulumi.RunError, match="still queued"):
+        program._require_ready([False, "still queued", None])

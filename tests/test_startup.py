@@ -17,6 +17,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
+import yaml
 
 from infra import bundle, lockfile, startup
 from infra.bundle import build_bundle
@@ -64,9 +65,49 @@ def test_identical_bytes_from_two_checkouts(tmp_path, stacks, rendered):
 def release_of(text: str) -> dict[str, bytes]:
     """The files of the release a rendered script embeds (decoded as the VM decodes it)."""
     body = re.search(r"<<'MULTISLICE_RELEASE'[^\n]*\n(.*?)\nMULTISLICE_RELEASE\n", text, re.S).group(1)
-    archive = lzma.decompress(base64.b64decode(body))
+    archive = lzma.decompress(base64.b85decode(body))
     with tarfile.open(fileobj=io.BytesIO(archive), mode="r:") as tar:
         return {m.name: tar.extractfile(m).read() for m in tar.getmembers()}
+
+
+def _payload(text: str) -> str:
+    return re.search(r"<<'MULTISLICE_RELEASE'[^\n]*\n(.*?)\nMULTISLICE_RELEASE\n", text, re.S).group(1)
+
+
+def test_payload_is_one_line_of_base85(rendered):
+    """The release rides as base85 (RFC 1924 alphabet): no quote, backslash, space or line
+    break, and 5 characters per 4 bytes, shorter than the same stream in base64."""
+    for name, script in rendered.items():
+        payload = _payload(script.text)
+        assert "\n" not in payload and set(payload) <= startup.PAYLOAD_ALPHABET, name
+        assert not set(payload) & set("\"'\\ ,./:[]"), name
+        compressed = base64.b85decode(payload)
+        assert len(payload) == -(-len(compressed) // 4) * 5
+        assert len(payload) < len(base64.b64encode(compressed)), name
+
+
+def test_payload_survives_bash_json_and_yaml(tmp_path, rendered):
+    """What bash reads from the quoted heredoc is the payload byte for byte (nothing is
+    expanded), and the whole script survives a JSON string (the metadata value in a TPU API
+    request) and a YAML scalar unchanged."""
+    script = rendered["dev"]
+    payload = _payload(script.text)
+    probe = script.text.replace("b85decode <<'MULTISLICE_RELEASE' | unxz", "cat <<'MULTISLICE_RELEASE' >\"$PAYLOAD_OUT\"; exit 0; : ", 1)
+    assert probe != script.text
+    out = tmp_path / "payload"
+    env = {"PATH": os.environ["PATH"], "MULTISLICE_HOME": str(tmp_path / "home"), "PAYLOAD_OUT": str(out)}
+    result = subprocess.run(["bash", "-c", probe], env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert out.read_text() == payload + "\n"
+    assert json.loads(json.dumps({"value": script.text}))["value"] == script.text
+    assert yaml.safe_load(yaml.safe_dump({"startup-script": script.text}))["startup-script"] == script.text
+
+
+def test_encode_payload_refuses_what_the_heredoc_could_not_carry(monkeypatch):
+    assert base64.b85decode(startup.encode_payload(b"\x00\xff" * 7)) == b"\x00\xff" * 7
+    monkeypatch.setattr(startup.base64, "b85encode", lambda data: b"ok'quote")
+    with pytest.raises(ValueError, match="outside RFC 1924"):
+        startup.encode_payload(b"x")
 
 
 def test_stacks_differ_only_where_they_should(rendered):
@@ -147,7 +188,8 @@ def test_another_compressor_changes_the_bytes_not_the_release(stacks, rendered):
 def test_release_holds_exactly_what_the_vm_runs(rendered):
     names = set(release_of(rendered["dev"].text))
     trainer = {f"training/{p.name}" for p in (ROOT / "training").glob("*.py")}
-    assert names == trainer | {"boot.sh", "trainer.sh", "config.json", "requirements.txt", "uv-requirements.txt"}
+    assert names == trainer | {"boot.sh", "trainer.sh", "release-on-complete.sh", "config.json", "requirements.txt",
+                               "uv-requirements.txt"}
 
 
 def test_too_large_is_an_error(tmp_path, stacks):
@@ -196,7 +238,7 @@ def test_shellcheck(tmp_path, rendered):
 # Template -----------------------------------------------------------------------------------
 
 
-TEMPLATES = (startup.TEMPLATE_RESOURCE, startup.BOOT_RESOURCE, startup.TRAINER_RESOURCE)
+TEMPLATES = (startup.TEMPLATE_RESOURCE, startup.BOOT_RESOURCE, startup.TRAINER_RESOURCE, startup.RELEASE_RESOURCE)
 
 
 @pytest.mark.parametrize("resource", TEMPLATES)
@@ -218,7 +260,7 @@ def test_shellcheck_templates():
 
 def test_every_placeholder_is_filled(rendered):
     placeholders = set(re.findall(r"@@([A-Z0-9_]+)@@", startup.template()))
-    assert {"STACK", "RELEASE_ID", "RELEASE_BASE64"} <= placeholders
+    assert {"STACK", "RELEASE_ID", "RELEASE_BASE85"} <= placeholders
     assert {"RUN_DIR_ATTRIBUTE", "RECORD_OBJECT", "STOP_TIMEOUT_S"} <= set(re.findall(r"@@([A-Z0-9_]+)@@", startup.template(startup.BOOT_RESOURCE)))
     assert not re.search(r"@@[A-Z0-9_]+@@", startup.template(startup.TRAINER_RESOURCE))
     for name, script in rendered.items():

@@ -206,12 +206,15 @@ def test_running_the_script_again_leaves_the_running_trainer_alone(vm):
         vm.kill_all(proc)
 
 
-def test_a_corrupt_embedded_release_is_refused(tmp_path, script, gcs):
+@pytest.mark.parametrize("stray", ["A", '"'], ids=["in-alphabet", "outside-base85"])
+def test_a_corrupt_embedded_release_is_refused(tmp_path, script, gcs, stray):
+    """One character of the payload changed: to another base85 digit (decodes to other bytes,
+    which xz or the sha256 check refuses) or to one outside the alphabet (the decoder refuses)."""
     text = script.text
     body_start = text.index("<<'MULTISLICE_RELEASE'")
-    payload_start = text.index("\n", body_start) + 1  # the payload: one line of base64
+    payload_start = text.index("\n", body_start) + 1  # the payload: one line of base85
     middle = (payload_start + text.index("\n", payload_start)) // 2
-    corrupt = text[:middle] + ("A" if text[middle] != "A" else "B") + text[middle + 1 :]
+    corrupt = text[:middle] + (stray if text[middle] != stray else "B") + text[middle + 1 :]
     machine = Vm(tmp_path, corrupt, {"agent-worker-number": "0", "multislice-run-dir": "/tmp/x"}, gcs)
     with machine.metadata:
         result = machine.run()

@@ -263,6 +263,12 @@ class QueuedResourceSettings(_Settings):
     valid_until: Duration | None = Field(
         None, alias="validUntil", description="Queueing policy valid_until_duration: the API fails the request after it."
     )
+    #: None: on for spot and on-demand capacity, off for reserved (``StackConfig.release_on_complete``).
+    release_on_complete: bool | None = Field(
+        None,
+        alias="releaseOnComplete",
+        description="Worker 0 of slice 0 deletes the queued resource once the run is COMPLETE (docs/deploying.md).",
+    )
 
     @model_validator(mode="after")
     def _bounds(self) -> QueuedResourceSettings:

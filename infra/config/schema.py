@@ -317,6 +317,15 @@ class StackConfig(StrictModel):
         return PRODUCTION_SOFT_DELETE_DAYS if self.is_production else 0
 
     @property
+    def release_on_complete(self) -> bool:
+        """``multislice:queuedResource.releaseOnComplete``, else on for ``spot`` and ``on-demand``
+        capacity (billed while it exists) and off for ``reserved`` (the reservation is paid for
+        whether or not a queued resource holds it)."""
+        if self.queued_resource.release_on_complete is not None:
+            return self.queued_resource.release_on_complete
+        return self.capacity != "reserved"
+
+    @property
     def effective_runtime_version(self) -> str:
         return self.runtime_version or self.accelerator.generation.default_runtime_version
 

@@ -20,7 +20,7 @@ and need none. The patterns are the documented shapes of each credential:
   scanners flag hard-coded passwords. A value taken from a variable or a command
   (``TOKEN="$(curl …)"``) is not a literal and is not flagged.
 
-The trainer bundle inside the script is base64 of a gzipped tar: its contents are not
+The trainer bundle inside the script is base85 of an xz tar: its contents are not
 scanned here (the bundle is built from the checkout's ``training/`` package).
 """
 

@@ -37,7 +37,10 @@ update ``createTimeoutSeconds``, delete ``deleteTimeoutSeconds``:
   saying so (``infra/__main__.py``), and the next ``pulumi up`` resumes waiting.
 * **read** – live state: QR state, each node's state and health (one ``ListNodes`` per page),
   whether the nodes carry the recorded metadata/labels/tags, and the nodes of an ACTIVE QR
-  that are gone (``lostNodes``). A QR that no longer exists reads as gone (empty id).
+  that are gone (``lostNodes``). A QR that no longer exists reads as gone (empty id), unless
+  its run completed (``COMPLETE`` for ``trainer.steps`` in the run directory: deleted by
+  ``releaseOnComplete``, or by hand after the run): then it reads as ``released`` (converged,
+  :mod:`~infra.queued_resource.completion`), and so does a DELETING one.
   ``Pulumi.yaml`` sets ``options.refresh: always`` (Pulumi CLI 3.14+,
   https://www.pulumi.com/docs/iac/concepts/projects/project-file/), so every ``pulumi up`` /
   ``preview`` / ``destroy`` reads first: a preempted Spot QR (SUSPENDED, nodes deleted; Spot
@@ -45,7 +48,9 @@ update ``createTimeoutSeconds``, delete ``deleteTimeoutSeconds``:
   replacement, a deleted one as a create. (Not a live read in ``diff``: diff stays offline.)
 * **diff** – replace (delete first: the ids are fixed) on accelerator type, slice count,
   runtime version, capacity, reservation, network, subnetwork, service account or zone, or a
-  recorded FAILED/SUSPENDING/SUSPENDED state or lost nodes; update in place when only
+  recorded FAILED/SUSPENDING/SUSPENDED state or lost nodes; a released QR changes only when
+  the inputs start a new run (a new ``runDir``, more ``trainer.steps``: replace, which creates
+  it); update in place when only
   metadata, labels or tags change (and what describes the metadata); an update is also due
   while the recorded state is not ready or an earlier update left work. No network call.
 * **update** – :mod:`~infra.queued_resource.converge`: ``UpdateNode`` on every node that
@@ -90,6 +95,7 @@ from pulumi.runtime.rpc import UNKNOWN
 
 from infra import credentials as gcp_credentials
 from infra.queued_resource.api import REQUEST_TIMEOUT_SECONDS, TpuApi, is_ours
+from infra.queued_resource.completion import new_run_reason, released_outputs
 from infra.queued_resource.converge import converge
 from infra.queued_resource.errors import (
     CredentialsRejected,
@@ -191,6 +197,33 @@ class QueuedResourceProvider(ResourceProvider):
         else:
             print(f"[multislice queued-resource] {message}", file=sys.stderr, flush=True)
 
+    def _credentials(self, props: dict[str, Any]) -> Any | None:
+        """The stack's credentials billed to its project; None against a local fake without
+        explicit credentials (a local fake never gets ADC).
+
+        Raises:
+          CredentialsRejected: the configured credentials cannot be loaded.
+        """
+        settings = self._credential_settings()
+        project = props.get("project")
+        if self._local() and not settings.explicit:
+            return None
+        try:
+            return gcp_credentials.load(
+                settings,
+                quota_project=settings.quota_project(project) if project else None,
+                iam_endpoint=self._endpoint() if self._local() else None,
+            )
+        except gcp_credentials.CredentialsError as exc:
+            raise CredentialsRejected(f"{props.get('queuedResourceId', 'queued resource')}: {exc}") from None
+
+    def _released(self, id_: str, props: dict[str, Any], qr: Any | None) -> ReadResult | None:
+        """A QR gone (``qr`` None) or DELETING while its run is complete reads as released:
+        converged, kept in the stack under ``id_`` (:func:`~infra.queued_resource.completion.released_outputs`)."""
+        credentials = None if os.environ.get("STORAGE_EMULATOR_HOST") else self._credentials(props)
+        outs = released_outputs(props, qr, credentials, self._say)
+        return ReadResult(id_, outs) if outs is not None else None
+
     def _api(self, props: dict[str, Any]) -> TpuApi:
         """A :class:`TpuApi` for the QR of ``props`` with this provider's settings and the
         stack's credentials, billed to its project (created per call: never pickled).
@@ -201,14 +234,7 @@ class QueuedResourceProvider(ResourceProvider):
         settings = self._credential_settings()
         project = props.get("project")
         quota = settings.quota_project(project) if project else None
-        credentials = None
-        if not self._local() or settings.explicit:  # a local fake never gets ADC
-            try:
-                credentials = gcp_credentials.load(
-                    settings, quota_project=quota, iam_endpoint=self._endpoint() if self._local() else None
-                )
-            except gcp_credentials.CredentialsError as exc:
-                raise CredentialsRejected(f"{props.get('queuedResourceId', 'queued resource')}: {exc}") from None
+        credentials = self._credentials(props)
         first = self._setting(self.poll_seconds, "MULTISLICE_TPU_POLL_SECONDS", 10.0)
         cap = max(first, self._setting(self.max_poll_seconds, "MULTISLICE_TPU_MAX_POLL_SECONDS", 60.0))
         return TpuApi(
@@ -259,6 +285,10 @@ class QueuedResourceProvider(ResourceProvider):
     def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> DiffResult:
         # The startup script compares by its release id (the uncompressed content), not its bytes.
         olds, news = content_view(olds), content_view(news)
+        if olds.get("released"):
+            # Gone because its run completed: nothing to do unless the inputs start a new run.
+            reason = new_run_reason(olds, news)
+            return DiffResult(changes=reason is not None, replaces=[reason] if reason else [], delete_before_replace=True)
         replaces = [k for k in REPLACE_KEYS if differs(olds.get(k), news.get(k))]
         if olds.get("state") in FAILED_STATES:
             replaces.append("state")
@@ -347,9 +377,15 @@ class QueuedResourceProvider(ResourceProvider):
             qr = api.client.get_queued_resource(name=id_, retry=api.retry(), timeout=REQUEST_TIMEOUT_SECONDS)
         except Exception as exc:
             if isinstance(root_cause(exc), exceptions.NotFound):
-                return ReadResult("", {})  # gone: the next `pulumi up` creates it again
+                # Gone. After its run completed (releaseOnComplete): released, converged.
+                # Otherwise the next `pulumi up` creates it again.
+                return self._released(id_, props, None) or ReadResult("", {})
             raise api.explain(exc, "reading", props) from None
         state = state_name(qr)
+        if state == "DELETING":  # e.g. deleted by worker 0 a moment ago
+            released = self._released(id_, props, qr)
+            if released is not None:
+                return released
         nodes = api.node_views(props) if state in ("ACTIVE", *FAILED_STATES) else []
         lost = lost_nodes(nodes) if state == "ACTIVE" else []
         ready = reached(state, props.get("waitFor") or "ACTIVE") and not lost
@@ -396,6 +432,7 @@ class QueuedResource(pulumi.dynamic.Resource, module="tpu", name="QueuedResource
     statusMessage: pulumi.Output[str]
     nodeNames: pulumi.Output[list[str]]
     nodes: pulumi.Output[list[dict[str, Any]]]
+    released: pulumi.Output[bool]
 
     def __init__(self, resource_name: str, props: dict[str, Any], opts: pulumi.ResourceOptions | None = None):
         hidden = pulumi.ResourceOptions(hide_diffs=[f'metadata["{STARTUP_SCRIPT_KEY}"]'])

@@ -34,11 +34,15 @@ if TYPE_CHECKING:  # pragma: no cover
 
 #: Bump when create/diff/update/delete semantics change (an input: shows in previews).
 #: 2: credentials as pulumi-gcp takes them; lost nodes replace; update resumes part-way.
-PROVIDER_VERSION = "2"
+#: 3: releaseOnComplete: a QR gone after its run completed is converged (``released``).
+PROVIDER_VERSION = "3"
 
 #: Metadata keys on every node (the startup script reads the run dir from the second).
 STARTUP_SCRIPT_KEY = "startup-script"
 RUN_DIR_KEY = "multislice-run-dir"
+#: Present only with ``multislice:queuedResource.releaseOnComplete``: the QR's resource name,
+#: which worker 0 of slice 0 deletes once the run is complete (``release-on-complete.sh``).
+RELEASE_KEY = "multislice-release-queued-resource"
 
 #: OAuth scope of the VMs: access is governed by the service account's IAM roles
 #: (https://cloud.google.com/compute/docs/access/service-accounts#accesscopesiam).
@@ -129,6 +133,11 @@ class QueuedResourceInputs:
     pending_reset: bool | None = _prop("pendingReset", Kind.OUTPUT, None)
     #: Nodes of an ACTIVE queued resource that are gone (deleted, preempted): it is replaced.
     lost_nodes: list[str] | None = _prop("lostNodes", Kind.OUTPUT, None)
+    #: The QR is gone because its run completed (``COMPLETE`` in the run directory for
+    #: ``trainer.steps``): converged, not recreated (:mod:`~infra.queued_resource.completion`).
+    released: bool | None = _prop("released", Kind.OUTPUT, None)
+    #: The step of that completion record.
+    completed_step: int | None = _prop("completedStep", Kind.OUTPUT, None)
 
     def to_props(self) -> dict[str, Any]:
         """The inputs under their engine names; ``None`` values and outputs are left out."""
@@ -243,7 +252,7 @@ def queued_resource_props(
         service_account=service_account,
         tags=tags,
         labels=dict(sorted(config.resource_labels.items())),
-        metadata={STARTUP_SCRIPT_KEY: script.text, RUN_DIR_KEY: config.run_dir},
+        metadata=node_metadata(config, script),
         # None values are dropped: the engine stores no nulls, so previews compare like with like.
         trainer=config.training.model_dump(mode="json", exclude_none=True),
         run_dir=config.run_dir,
@@ -258,6 +267,15 @@ def queued_resource_props(
         valid_until_seconds=settings.valid_until,
     )
     return inputs.to_props()
+
+
+def node_metadata(config: StackConfig, script: RenderedScript) -> dict[str, str]:
+    """Every node's metadata: the startup script, the run directory and, with
+    ``releaseOnComplete``, the name of the QR to delete when the run completes."""
+    metadata = {STARTUP_SCRIPT_KEY: script.text, RUN_DIR_KEY: config.run_dir}
+    if config.release_on_complete:
+        metadata[RELEASE_KEY] = f"projects/{config.project}/locations/{config.zone}/queuedResources/{config.queued_resource_id}"
+    return metadata
 
 
 # Derived from the props --------------------------------------------------------------------
@@ -291,6 +309,7 @@ def outputs_for(
     pending_nodes: list[str] | None = None,
     pending_reset: bool = False,
     lost_nodes: list[str] | None = None,
+    completed_step: int | None = None,
 ) -> dict[str, Any]:
     """The resource's outputs: the inputs of ``props`` plus every :data:`OUTPUT_KEYS` value.
 
@@ -299,6 +318,8 @@ def outputs_for(
       nodes: per-node views (``TpuApi.node_views``); None or empty while there are none.
       pending_node_sync, pending_nodes, pending_reset: what an update left to do.
       lost_nodes: nodes of an ACTIVE QR that are gone.
+      completed_step: the run's completion step when the QR is gone because the run completed
+        (``released`` is then true).
     """
     outs = {k: v for k, v in props.items() if k in INPUT_KEYS}
     outs.update(
@@ -314,6 +335,8 @@ def outputs_for(
         pendingNodes=list(pending_nodes or []),
         pendingReset=pending_reset,
         lostNodes=list(lost_nodes or []),
+        released=completed_step is not None,
+        completedStep=completed_step,
     )
     return outs
 

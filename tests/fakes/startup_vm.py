@@ -10,9 +10,11 @@ Fixtures (import them by name): ``dev_stack``, ``script`` (the dev stack's rende
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import stat
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -66,7 +68,9 @@ esac
 
 # pip (python3 -m pip install --target DIR -r FILE) and uv, faked for the environment step.
 # FAKE_PIP_FAILURES=N: the first N pip runs fail (a flaky index); "always": every run does.
+# ``python3 -c CODE`` (the bootstrap's base85 decoder) runs the real Python (the tests' own interpreter).
 FAKE_PYTHON3 = r"""#!/bin/bash
+if [[ ${1:-} == -c ]]; then exec @@REAL_PYTHON@@ "$@"; fi
 echo "python3 $*" >>"$FAKE_DIR/calls"
 runs=$(( $(cat "$FAKE_DIR/pip-runs" 2>/dev/null || echo 0) + 1 ))
 echo "$runs" >"$FAKE_DIR/pip-runs"
@@ -112,7 +116,8 @@ class Vm:
         self.fake_dir.mkdir()
         self.bin = tmp / "fakebin"
         self.bin.mkdir()
-        for name, text in (("python", FAKE_PYTHON), ("python3", FAKE_PYTHON3), ("uv", FAKE_UV)):
+        python3 = FAKE_PYTHON3.replace("@@REAL_PYTHON@@", shlex.quote(sys.executable))
+        for name, text in (("python", FAKE_PYTHON), ("python3", python3), ("uv", FAKE_UV)):
             path = self.bin / name
             path.write_text(text)
             path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
