@@ -274,3 +274,22 @@ def test_signals_raise_leaves_handlers_alone_outside_the_main_thread():
     thread.start()
     thread.join(timeout=30)
     assert seen == [before]
+
+
+def test_only_the_first_signal_raises_so_cleanup_is_not_cut_short():
+    # SIGINT sent to a process group reaches the CLI twice when its launcher forwards it too:
+    # the second must not interrupt the cleanup the first one started.
+    cleaned = []
+    with pytest.raises(Stop, match="SIGINT"):
+        with supervisor.signals_raise(Stop, (signal.SIGINT, signal.SIGTERM)):  # the CLI's block
+            try:
+                with supervisor.signals_raise(Stop, (signal.SIGINT,)):  # the emulator's block
+                    signal.raise_signal(signal.SIGINT)
+            finally:
+                signal.raise_signal(signal.SIGINT)  # ignored: the cleanup goes on
+                signal.raise_signal(signal.SIGTERM)
+                cleaned.append(True)
+    assert cleaned == [True]
+    with pytest.raises(Stop, match="SIGTERM"):  # a new outermost block raises again
+        with supervisor.signals_raise(Stop):
+            signal.raise_signal(signal.SIGTERM)

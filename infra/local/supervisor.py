@@ -225,6 +225,11 @@ def die_with_parent(parent_pid: int) -> bool:
     return os.getppid() == parent_pid
 
 
+#: Whether a :func:`signals_raise` handler has raised since the outermost block was entered.
+_signal_raised = False
+_signal_blocks = 0
+
+
 @contextlib.contextmanager
 def signals_raise(
     exception: Callable[[str], BaseException],
@@ -232,10 +237,18 @@ def signals_raise(
 ) -> Iterator[None]:
     """While inside, each of ``signals`` raises ``exception(<signal name>)`` in the main
     thread (the default action of SIGTERM / SIGHUP would end the process without running
-    ``finally`` blocks). Previous handlers are restored on exit. Outside the main thread
-    handlers cannot be set, and they are left alone."""
+    ``finally`` blocks). Only the first signal raises: later ones (a second Ctrl-C, or SIGINT
+    delivered both to the process group and by a launcher that forwards it) are ignored until
+    the outermost block is left, so that the cleanup the first one started is not cut short.
+    Previous handlers are restored on exit. Outside the main thread handlers cannot be set,
+    and they are left alone."""
+    global _signal_raised, _signal_blocks
 
     def handler(signum, frame):
+        global _signal_raised
+        if _signal_raised:
+            return
+        _signal_raised = True
         raise exception(signal.Signals(signum).name)
 
     previous = {}
@@ -244,11 +257,15 @@ def signals_raise(
             previous[sig] = signal.signal(sig, handler)
         except ValueError:  # not the main thread
             pass
+    _signal_blocks += 1
     try:
         yield
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
+        _signal_blocks -= 1
+        if _signal_blocks == 0:
+            _signal_raised = False
 
 
 # Processes by pid: recorded ones and leftovers --------------------------------------------
