@@ -136,7 +136,8 @@ class LocalQueuedResource:
                 self.open_storage()
                 yield self
             finally:
-                self.shutdown()
+                with supervisor.signals_deferred():  # a second Ctrl-C does not cut it short
+                    self.shutdown()
 
     def open_storage(self) -> None:
         """Start the storage server, create the stack's bucket (if new), point this process's

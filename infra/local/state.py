@@ -161,7 +161,7 @@ def stop_recorded(paths: LocalPaths, wait_s: float = 30.0, signal_emulator: bool
         systemds = [vm["pgid"] for vm in state.get("vms", []) if vm.get("pgid") in members]
         if supervisor.kill_pids(systemds, signal.SIGTERM):
             actions.append(f"sent SIGTERM to {len(systemds)} emulated VM(s)")
-        if not supervisor.wait_gone(pid, wait_s):
+        if not _wait_gone_repeating(pid, signal.SIGTERM, wait_s):
             actions.append(f"emulator pid {pid} is still running after {wait_s:.0f} s; run `multislice local down` again")
             return actions
     killed = supervisor.kill_pids(find_processes(emulation_id)) if emulation_id else []
@@ -172,6 +172,18 @@ def stop_recorded(paths: LocalPaths, wait_s: float = 30.0, signal_emulator: bool
             time.sleep(0.05)
     forget_state(paths)
     return actions
+
+
+def _wait_gone_repeating(pid: int, sig: signal.Signals, timeout_s: float, every_s: float = 3.0) -> bool:
+    """Wait up to ``timeout_s`` for ``pid`` to exit, sending ``sig`` again every ``every_s``
+    seconds (Python may drop the exception its handler raised: ``supervisor.signals_raise``);
+    True if it exited."""
+    deadline = time.monotonic() + timeout_s
+    while not supervisor.wait_gone(pid, min(every_s, max(0.0, deadline - time.monotonic()))):
+        if time.monotonic() >= deadline:
+            return False
+        supervisor.kill_pids([pid], sig)
+    return True
 
 
 def discard_machines(paths: LocalPaths) -> None:

@@ -225,9 +225,21 @@ def die_with_parent(parent_pid: int) -> bool:
     return os.getppid() == parent_pid
 
 
-#: Whether a :func:`signals_raise` handler has raised since the outermost block was entered.
-_signal_raised = False
-_signal_blocks = 0
+#: How many :func:`signals_deferred` blocks are open (their signals are ignored meanwhile).
+_deferred = 0
+
+
+@contextlib.contextmanager
+def signals_deferred() -> Iterator[None]:
+    """Inside, the handlers of :func:`signals_raise` ignore their signals: the cleanup a first
+    signal started (stopping every VM) is not cut short by a second one (a second Ctrl-C, or
+    SIGINT delivered both to the process group and by a launcher that forwards it)."""
+    global _deferred
+    _deferred += 1
+    try:
+        yield
+    finally:
+        _deferred -= 1
 
 
 @contextlib.contextmanager
@@ -237,35 +249,40 @@ def signals_raise(
 ) -> Iterator[None]:
     """While inside, each of ``signals`` raises ``exception(<signal name>)`` in the main
     thread (the default action of SIGTERM / SIGHUP would end the process without running
-    ``finally`` blocks). Only the first signal raises: later ones (a second Ctrl-C, or SIGINT
-    delivered both to the process group and by a launcher that forwards it) are ignored until
-    the outermost block is left, so that the cleanup the first one started is not cut short.
+    ``finally`` blocks), except inside :func:`signals_deferred`. Every signal raises again
+    outside it: Python runs handlers between any two bytecodes, garbage-collector callbacks
+    included, where an exception is dropped (and, inside, not printed either: the
+    ``sys.unraisablehook`` skips it), so a sender that needs the process to stop repeats its
+    signal (``state.stop_recorded``).
     Previous handlers are restored on exit. Outside the main thread handlers cannot be set,
     and they are left alone."""
-    global _signal_raised, _signal_blocks
 
     def handler(signum, frame):
-        global _signal_raised
-        if _signal_raised:
+        if _deferred:
             return
-        _signal_raised = True
         raise exception(signal.Signals(signum).name)
 
+    def unraisable(info) -> None:  # a dropped raise: the sender repeats its signal
+        if not isinstance(info.exc_value, Interrupt):
+            hook(info)
+
+    Interrupt = exception if isinstance(exception, type) else BaseException
+    hook = sys.unraisablehook
     previous = {}
     for sig in signals:
         try:
             previous[sig] = signal.signal(sig, handler)
         except ValueError:  # not the main thread
             pass
-    _signal_blocks += 1
+    if previous:
+        sys.unraisablehook = unraisable
     try:
         yield
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
-        _signal_blocks -= 1
-        if _signal_blocks == 0:
-            _signal_raised = False
+        if previous:
+            sys.unraisablehook = hook
 
 
 # Processes by pid: recorded ones and leftovers --------------------------------------------
