@@ -35,7 +35,7 @@ def local_paths(config):
 
 
 def print_summary(result: dict) -> None:
-    table = Table(title="run summary", show_header=False, title_justify="left")
+    table = Table(show_header=False)  # the title on its own line: a table title is padded to the table's width
     for key in ("complete", "steps_completed", "total_steps", "final_loss", "final_eval_loss", "restarts",
                 "steps_lost", "training_seconds", "wall_seconds", "faults", "run_dir", "logs_dir"):
         if key in result:
@@ -45,6 +45,7 @@ def print_summary(result: dict) -> None:
             elif isinstance(value, list):
                 value = "; ".join(value) or "none"
             table.add_row(key, Text(str(value)))
+    console.print("run summary")
     console.print(table)
 
 
