@@ -226,3 +226,13 @@ def test_docs_pages_the_code_cites_exist_with_their_sections():
     # Every page says where its facts come from.
     for doc in (ROOT / "docs").glob("*.md"):
         assert "https://" in doc.read_text(), doc.name
+
+
+def test_every_local_up_option_is_in_the_readme_table():
+    help_text = CliRunner().invoke(app, ["local", "up", "--help"], env={"COLUMNS": "200"}).output
+    listed = set(re.findall(r"│ (--[a-z][a-z-]*)", help_text)) - {"--help"}
+    assert {"--kill", "--preempt", "--fresh", "--stack"} <= listed  # the help was parsed
+    section = README.split("## The local emulation", 1)[1].split("\n## ", 1)[0]
+    documented = {option for table in tables(section) for row in table for option in re.findall(r"`(--[a-z][a-z-]*)", row[0])}
+    assert listed - documented == set(), "options `local up --help` lists that the README's table omits"
+    assert documented - listed == set(), "options the README's table names that `local up` does not have"
