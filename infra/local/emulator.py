@@ -111,6 +111,7 @@ class LocalQueuedResource:
         self.emulation_id = emulation_id or uuid.uuid4().hex
         self._events: RecordTail | None = None
         self._boot_lines: BootLines | None = None
+        self._following_boot = True  # reporting boot lines until training starts
         self.vms: list[EmulatedVM] = []
         self.servers: list[MetadataServer] = []
         self.repairs = 0
@@ -371,8 +372,6 @@ class LocalQueuedResource:
         if self._boot_lines is not None:
             self._boot_lines.poll()  # skip the stopped boot's last lines
             self._following_boot = True
-
-    _following_boot = True
 
     def _report_boot_lines(self) -> None:
         """Until training starts, the first VM's boot-phase lines as they are written."""
