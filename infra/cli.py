@@ -9,7 +9,11 @@
     multislice bench shardings --ici-fsdp 4 [--dcn-data 2] [--json]
 
 Errors end with one ``error:`` line naming the cause and a non-zero exit: 2 for bad input
-(stack file, options), 1 for a failed run, 130 for Ctrl-C.
+(stack file, options), 1 for a failed run, 130 for Ctrl-C (SIGINT), 143 for SIGTERM.
+
+Commands that neither train nor evaluate the program import nothing heavy (no jax, orbax,
+tensorstore: tests/test_cli_imports.py; benchmarks/cli_speed.py times them): each command
+imports what it needs inside its function, after checking its options.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Optional
 
@@ -47,17 +52,43 @@ class _StdoutConsole(Console):
         raise BrokenPipeError("standard output was closed")
 
 
+#: Width of output that is not a terminal: lines are never wrapped or padded there (a grep for
+#: a printed sentence finds it, whatever ``COLUMNS`` says).
+UNWRAPPED_WIDTH = 100_000
+
 console = _StdoutConsole(stderr=False, highlight=False, log_path=False, emoji=False)
 err_console = Console(stderr=True, highlight=False, emoji=False)
+for _console in (console, err_console):
+    if not _console.is_terminal:
+        _console.width = UNWRAPPED_WIDTH
 
 
 def say(message: str) -> None:
-    """A timestamped progress line; the text is printed as is."""
-    console.log(message, markup=False)
+    """A timestamped progress line; the text is printed as is. In a terminal rich's log line
+    (wrapped to the window); otherwise ``[HH:MM:SS] message`` on one line, unpadded."""
+    if console.is_terminal:
+        console.log(message, markup=False)
+    else:
+        console.print(f"[{time.strftime('%H:%M:%S')}] {message}", markup=False, soft_wrap=True)
 
-STACK_OPTION = typer.Option("dev", "--stack", "-s", help="Stack name: stacks/Pulumi.<stack>.yaml.")
+def _flags_take_no_value() -> None:
+    """typer 0.29's help shows a ``<bool>`` type next to flags (``--fresh``, ``--json``,
+    ``--help``), which take no value; show none (a counting or valued option keeps its type)."""
+    from typer.core import TyperOption
+
+    shown = TyperOption.display_type_rich
+
+    def display_type_rich(self, ctx):
+        return None if self.is_flag and not self.count else shown(self, ctx)
+
+    TyperOption.display_type_rich = display_type_rich
+
+
+_flags_take_no_value()
+
+STACK_OPTION = typer.Option("dev", "--stack", "-s", metavar="NAME", help="Stack name: the file stacks/Pulumi.NAME.yaml.")
 CONFIG_FILE_OPTION = typer.Option(
-    None, "--config-file", help="A stack file anywhere (instead of --stack); the stack name is taken from it."
+    None, "--config-file", metavar="PATH", help="A stack file anywhere (instead of --stack); the stack name is taken from it."
 )
 
 

@@ -35,7 +35,7 @@ def local_paths(config):
 
 
 def print_summary(result: dict) -> None:
-    table = Table(title="run summary", show_header=False, title_justify="left")
+    table = Table(show_header=False)  # the title on its own line: a table title is padded to the table's width
     for key in ("complete", "steps_completed", "total_steps", "final_loss", "final_eval_loss", "restarts",
                 "steps_lost", "training_seconds", "wall_seconds", "goodput", "badput", "faults", "run_dir", "logs_dir"):
         if key in result:
@@ -45,6 +45,7 @@ def print_summary(result: dict) -> None:
             elif isinstance(value, list):
                 value = "; ".join(value) or "none"
             table.add_row(key, Text(str(value)))
+    console.print("run summary")
     console.print(table)
 
 
@@ -76,78 +77,40 @@ def local_up(
     kill: list[str] = typer.Option([], "--kill", metavar="SLICE@STEP", help="SIGKILL a slice's VMs at a step (hardware fault). Repeatable."),
     preempt: list[str] = typer.Option([], "--preempt", metavar="SLICE@STEP", help="SIGTERM a slice's VMs at a step (preemption notice), SIGKILL after the grace period. Repeatable."),
     fresh: bool = typer.Option(False, "--fresh", help="Discard the stack's previous local run and start over."),
-    summary_json: Optional[Path] = typer.Option(None, "--summary-json", help="Also write the summary as JSON here."),
-    coordinator_port: Optional[int] = typer.Option(None, "--coordinator-port", min=1, max=65535, help="Fixed jax.distributed coordinator port (default: a free one)."),
-    gcs_port: Optional[int] = typer.Option(None, "--gcs-port", min=1, max=65535, help="Fixed port of the emulated Cloud Storage (default: a free one)."),
-    timeout: float = typer.Option(3600, "--timeout", min=1, help="Give up after this many seconds."),
-    stall_timeout: float = typer.Option(600, "--stall-timeout", min=1, help="Give up after this many seconds without a new training step."),
-    preempt_grace: float = typer.Option(30, "--preempt-grace", min=0, help="Seconds between SIGTERM and SIGKILL for --preempt (GCE: 30)."),
-    heartbeat_timeout: int = typer.Option(10, "--heartbeat-timeout", min=2, help="jax.distributed heartbeat timeout (s) in the emulated VMs."),
+    summary_json: Optional[Path] = typer.Option(None, "--summary-json", metavar="PATH", help="Also write the summary as JSON here."),
+    coordinator_port: Optional[int] = typer.Option(None, "--coordinator-port", min=1, max=65535, metavar="PORT", help="Fixed jax.distributed coordinator port (default: a free one)."),
+    gcs_port: Optional[int] = typer.Option(None, "--gcs-port", min=1, max=65535, metavar="PORT", help="Fixed port of the emulated Cloud Storage (default: a free one)."),
+    timeout: float = typer.Option(3600, "--timeout", min=1, metavar="SECONDS", help="Give up after this many seconds."),
+    stall_timeout: float = typer.Option(600, "--stall-timeout", min=1, metavar="SECONDS", help="Give up after this many seconds without a new training step."),
+    preempt_grace: float = typer.Option(30, "--preempt-grace", min=0, metavar="SECONDS", help="Seconds between SIGTERM and SIGKILL for --preempt (GCE: 30)."),
+    heartbeat_timeout: int = typer.Option(10, "--heartbeat-timeout", min=2, metavar="SECONDS", help="jax.distributed heartbeat timeout (s) in the emulated VMs."),
 ) -> None:
     """Run the stack's multislice queued resource as local processes and train to completion.
 
     Resumes an unfinished run; reports a finished one without retraining (--fresh starts over).
     """
-    from infra import startup
-    from infra.local import emulator
-    from infra.local import state as local_state
     from infra.local.faults import FaultSpecError, parse_fault
-    from infra.local.gcs import GcsServerError
+    from infra.local.ports import bind_error
 
+    # Options first, with nothing heavy imported: a typo is reported at once.
     config = load_config(stack, config_file)
-    paths = local_paths(config)
     total = config.training.steps
-    check_data_source(config, stored=False)
     try:
         faults = [parse_fault("kill", spec, slices=config.slices, total_steps=total) for spec in kill]
         faults += [parse_fault("preempt", spec, slices=config.slices, total_steps=total) for spec in preempt]
     except FaultSpecError as err:
         raise fail(str(err)) from None
-    lock = local_state.acquire_lock(paths)
-    state = local_state.read_state(paths)
-    if lock is None:
-        pid = state.get("pid", "?") if state else "?"
-        raise fail(
-            f"a local run of stack {config.stack!r} is already running (pid {pid}); "
-            f"stop it with: multislice local down --stack {config.stack}"
-        )
-    if state:  # leftovers of an emulator that died (we hold the lock: it is not running)
-        for action in local_state.stop_recorded(paths, signal_emulator=False):
-            say(f"cleanup of an earlier run: {action}")
     if summary_json is not None:
         problem = _unwritable(summary_json)
         if problem:
             raise fail(f"--summary-json {summary_json}: {problem}")
-    if coordinator_port is not None:
-        try:
-            emulator.check_port_free(coordinator_port)
-        except emulator.EmulationError as err:
-            raise fail(str(err)) from None
-    try:
-        script = startup.render(config)
-    except ValueError as err:
-        raise fail(str(err)) from None
-    if fresh:
-        local_state.discard_machines(paths)
-    resource = emulator.LocalQueuedResource(config, paths, script.text, report=say, gcs_port=gcs_port)
-    options = emulator.Options(
-        faults=faults,
-        coordinator_port=coordinator_port,
-        heartbeat_timeout_s=heartbeat_timeout,
-        preempt_grace_s=preempt_grace,
-        timeout_s=timeout,
-        stall_timeout_s=stall_timeout,
-    )
-    try:
-        with resource.running():
-            result = _train_locally(resource, options, fresh, summary_json)
-    except GcsServerError as err:
-        raise fail(f"{err}; nothing was started", 2) from None
-    except emulator.Interrupted as err:
-        why = "stopped by SIGTERM (e.g. `multislice local down`)" if str(err) == "SIGTERM" else f"interrupted ({err})"
-        raise fail(f"{why}; every emulated VM was stopped (run `multislice local up` again to resume)", 130) from None
-    except emulator.EmulationError as err:
-        raise fail(str(err), 1) from None
+    if coordinator_port is not None and (problem := bind_error(coordinator_port)):
+        raise fail(f"--coordinator-port {coordinator_port} is already in use ({problem}); choose another port or "
+                   "omit the option to use a free one")
+    check_data_source(config, stored=False)
+    options = dict(faults=faults, coordinator_port=coordinator_port, heartbeat_timeout_s=heartbeat_timeout,
+                   preempt_grace_s=preempt_grace, timeout_s=timeout, stall_timeout_s=stall_timeout)
+    result = _run_recorded(config, local_paths(config), options, fresh=fresh, gcs_port=gcs_port, summary_json=summary_json)
     if result is None:
         return  # already complete: reported
     _write_summary(summary_json, result)
@@ -159,6 +122,92 @@ def local_up(
         return  # the run is complete; nobody reads the summary table
     if not result["complete"]:
         raise fail("the VMs exited but the run is not complete", 1)
+
+
+def _run_recorded(config, paths, options: dict, *, fresh: bool, gcs_port, summary_json) -> Optional[dict]:
+    """Hold the stack's lock and record this process in the state file before anything is
+    started (so that `local down` finds and stops it at any moment), run, and forget the
+    state whatever happens. SIGTERM / SIGINT / SIGHUP anywhere in here stop what was started
+    and exit 128 + the signal's number (143, 130, 129)."""
+    import signal
+    import uuid
+
+    from infra.local import state as local_state
+    from infra.local import supervisor
+
+    with supervisor.signals_raise(_Stopped, (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)):
+        try:
+            lock = local_state.acquire_lock(paths)
+            state = local_state.read_state(paths)
+            if lock is None:
+                pid = state.get("pid", "?") if state else "?"
+                raise fail(
+                    f"a local run of stack {config.stack!r} is already running (pid {pid}); "
+                    f"stop it with: multislice local down --stack {config.stack}"
+                )
+            try:
+                if state:  # leftovers of an emulator that died (we hold the lock: it is not running)
+                    for action in local_state.stop_recorded(paths, signal_emulator=False):
+                        say(f"cleanup of an earlier run: {action}")
+                emulation_id = uuid.uuid4().hex
+                local_state.write_state(paths, stack=config.stack, emulation_id=emulation_id, vms=[])
+                return _emulate(config, paths, options, fresh=fresh, gcs_port=gcs_port,
+                                summary_json=summary_json, emulation_id=emulation_id)
+            finally:
+                local_state.forget_state(paths)
+        except _Stopped as err:
+            raise _stopped(str(err)) from None
+
+
+class _Stopped(Exception):
+    """A stop signal reached ``local up``; the message is the signal's name."""
+
+
+def _stopped(name: str) -> typer.Exit:
+    import signal
+
+    why = "stopped by SIGTERM (e.g. `multislice local down`)" if name == "SIGTERM" else f"interrupted ({name})"
+    return fail(f"{why}; every emulated VM was stopped (run `multislice local up` again to resume)",
+                128 + signal.Signals[name].value)
+
+
+def _emulate(config, paths, options: dict, *, fresh: bool, gcs_port, summary_json, emulation_id: str) -> Optional[dict]:
+    """Render the startup script, serve the stack's storage, boot the VMs and train."""
+    from infra import startup
+    from infra.local import emulator
+    from infra.local import state as local_state
+    from infra.local.gcs import GcsServerError
+
+    try:
+        script = startup.render(config)
+    except ValueError as err:
+        raise fail(str(err)) from None
+    if fresh:
+        local_state.discard_machines(paths)
+    with _progress_display(config.training.steps) as progress:
+        resource = emulator.LocalQueuedResource(config, paths, script.text, report=say, gcs_port=gcs_port,
+                                                progress=progress, emulation_id=emulation_id)
+        try:
+            with resource.running():
+                return _train_locally(resource, emulator.Options(**options), fresh, summary_json)
+        except GcsServerError as err:
+            raise fail(f"{err}; nothing was started", 2) from None
+        except emulator.Interrupted as err:
+            raise _stopped(str(err)) from None
+        except emulator.EmulationError as err:
+            raise fail(str(err), 1) from None
+
+
+def _progress_display(total: int):
+    """In a terminal, a live progress bar (lines printed meanwhile appear above it); else plain
+    progress lines (:mod:`infra.local.progress`)."""
+    import contextlib
+
+    from infra.local import progress
+
+    if console.is_terminal:
+        return progress.live_reporter(console, total)
+    return contextlib.nullcontext(progress.plain_reporter(say))
 
 
 def _train_locally(resource, options, fresh: bool, summary_json: Optional[Path]) -> Optional[dict]:
@@ -173,7 +222,7 @@ def _train_locally(resource, options, fresh: bool, summary_json: Optional[Path])
         if local_state.discard_run(run_dir):
             say(f"--fresh: discarded the previous run of stack {config.stack!r}")
     elif is_complete(run_dir, total):
-        result = summary.summarize(run_dir, total) | {"wall_seconds": 0.0}
+        result = summary.summarize(run_dir, total) | {"wall_seconds": _seconds_since_start()}
         say(f"run {run_dir} is already complete; nothing to do (use --fresh to start over)")
         if options.faults:
             say("note: the requested faults were not injected: the run is complete")
@@ -199,12 +248,20 @@ def _train_locally(resource, options, fresh: bool, summary_json: Optional[Path])
         return summary.summarize(run_dir, total)  # the last step's line found no reader
 
 
+def _seconds_since_start() -> float:
+    """Seconds since this command's process started (its wall time so far)."""
+    import time
+
+    from infra.local.supervisor import start_time
+
+    started = start_time(os.getpid())
+    return round(time.time() - started, 3) if started else 0.0
+
+
 def check_data_source(config, *, stored: bool) -> None:
     """Fail before any VM starts if the emulated VMs could not read the training data: a local
     glob must match files; a ``gs://`` source must lie in the stack's bucket (the only one the
     emulation serves) and, once the storage serves (``stored``), match objects there."""
-    from training.data import DataError, list_source_files
-
     source = config.training.data.source
     if source == "stdlib":
         return
@@ -216,6 +273,8 @@ def check_data_source(config, *, stored: bool) -> None:
         )
     if remote != stored:
         return
+    from training.data import DataError, list_source_files
+
     try:
         list_source_files(source)
     except DataError as err:
@@ -245,7 +304,7 @@ def _write_summary(path: Optional[Path], result: dict) -> None:
 
 
 @local_app.command("down")
-def local_down(stack: Optional[str] = typer.Option(None, "--stack", "-s", help="Only this stack (default: every stack).")) -> None:
+def local_down(stack: Optional[str] = typer.Option(None, "--stack", "-s", metavar="NAME", help="Only this stack (default: every stack).")) -> None:
     """Stop local runs (every emulated VM process and the emulator), keeping their run directories."""
     from infra.local.state import LocalPaths, stop_recorded
 

@@ -41,9 +41,9 @@ def _resource_label(urn: str | None) -> str:
 
 
 def check(
-    stack: str = typer.Option("dev", "--stack", "-s", help="Stack name: stacks/Pulumi.<stack>.yaml."),
+    stack: str = typer.Option("dev", "--stack", "-s", metavar="NAME", help="Stack name: the file stacks/Pulumi.NAME.yaml."),
     config_file: Optional[Path] = typer.Option(
-        None, "--config-file", help="A stack file anywhere (instead of --stack); the stack name is taken from it."
+        None, "--config-file", metavar="PATH", help="A stack file anywhere (instead of --stack); the stack name is taken from it."
     ),
     policy_config: Optional[Path] = typer.Option(
         None, "--policy-config", help="Policy configuration: the JSON file `pulumi preview --policy-pack-config` takes."
@@ -83,7 +83,7 @@ def _value(value) -> str:
 
 
 def diff(
-    stack: str = typer.Option("dev", "--stack", "-s", help="Stack name: stacks/Pulumi.<stack>.yaml."),
+    stack: str = typer.Option("dev", "--stack", "-s", metavar="NAME", help="Stack name: the file stacks/Pulumi.NAME.yaml."),
     against: str = typer.Option(..., "--against", help="A git revision (commit, branch, tag) to compare the working tree with."),
 ) -> None:
     """What the change from a git revision to the working tree does to the stack (offline).

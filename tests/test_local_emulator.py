@@ -182,3 +182,24 @@ def test_a_storage_server_that_dies_stops_the_run_with_one_message(tmp_path):
     assert message.startswith(f"the emulated Cloud Storage (fake-gcs-server on {resource.storage.url}) stopped (killed by SIGKILL)")
     assert "every emulated VM was stopped" in message and "run `multislice local up` again to resume" in message
     assert not resource.paths.state_file.exists()
+
+
+def test_a_preemption_checkpoint_is_reported_before_the_repair_it_caused(resource):
+    # The trainer writes its preemption checkpoint event during the grace period, before the
+    # repair; the emulator reports what the events log holds before it reports the repair.
+    from infra.local.tails import RecordTail
+    from training.run_log import RecordLog
+
+    resource._events = RecordTail(resource.run_dir, "events")
+    resource._events.poll()
+    events = RecordLog(resource.run_dir, "events")
+    events.append({"event": "checkpoint", "step": 7, "preemption": True, "time": 1.0})
+    events.append({"event": "preempted", "step": 7, "time": 2.0})
+    events.sync()
+    resource.inject(Fault("preempt", 0, 5), Options(reboot_grace_s=120, preempt_grace_s=120), observed_step=6)
+    assert resource.lines == [
+        "fault: preempt slice 0 at step 5 (SIGTERM, then SIGKILL after grace; training had reported step 6)",
+        "preemption checkpoint saved at step 7",
+        "training stopped after the preemption checkpoint of step 7",
+        "repair: recreating slice 0, restarting slice(s) 1",
+    ]

@@ -30,9 +30,10 @@ def running(pid: int) -> bool:
         return False
 
 
-def record(paths: LocalPaths, pid: int, pid_start: float | None, emulation_id: str) -> None:
+def record(paths: LocalPaths, pid: int, pid_start: float | None, emulation_id: str, vm_pgids: list[int] = ()) -> None:
     paths.root.mkdir(parents=True, exist_ok=True)
-    paths.state_file.write_text(json.dumps({"pid": pid, "pid_start": pid_start, "stack": "emu", "emulation_id": emulation_id, "vms": []}))
+    vms = [{"slice": i, "worker": 0, "node": f"n-{i}", "pgid": pgid} for i, pgid in enumerate(vm_pgids)]
+    paths.state_file.write_text(json.dumps({"pid": pid, "pid_start": pid_start, "stack": "emu", "emulation_id": emulation_id, "vms": vms}))
 
 
 def start_vm(emulation_id: str) -> subprocess.Popen:
@@ -68,6 +69,7 @@ def test_state_written_and_read_back(tmp_path):
     state = state_lib.read_state(paths)
     assert (state["pid"], state["stack"], state["emulation_id"], state["vms"]) == (os.getpid(), "emu", "abc", vms)
     assert state["storage_url"] == "http://127.0.0.1:9"
+    assert state["pgid"] == os.getpgid(0)
     assert state_lib.emulator_alive(state)
     assert not state_lib.emulator_alive({**state, "pid_start": state["pid_start"] - 1})
     paths.state_file.write_text("{torn")
@@ -133,6 +135,59 @@ def test_down_waits_for_the_emulator_to_stop_its_vms(tmp_path):
             proc.kill()
             proc.wait()
         emulator.stdout.close()
+
+
+# Stands in for an emulator whose main thread is busy: it takes seconds to act on SIGTERM.
+SLOW_TO_STOP = "import signal, sys, time; signal.signal(signal.SIGTERM, lambda *a: (time.sleep(3), sys.exit(0))); print('ready', flush=True); time.sleep(600)"
+
+
+def wait_visible(emulation_id: str) -> None:
+    deadline = time.monotonic() + 60
+    while not supervisor.find_by_env(EMULATION_ID_ENV, emulation_id):  # the VM's environment is readable
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+
+
+def test_down_stops_the_recorded_vms_at_once_and_waits_for_the_emulator(tmp_path):
+    # The VMs get SIGTERM from `local down` itself (their systemd stops the trainer), not only
+    # once the emulator acts on its own SIGTERM; a recorded pgid that is not one of the run's
+    # processes (a reused pid) is not signalled.
+    paths = LocalPaths(tmp_path / "emu")
+    emulation_id = uuid.uuid4().hex
+    emulator = subprocess.Popen([sys.executable, "-c", SLOW_TO_STOP], stdout=subprocess.PIPE, text=True)
+    vm = start_vm(emulation_id)
+    stranger = subprocess.Popen(["sleep", "600"])
+    try:
+        assert emulator.stdout.readline() == "ready\n"
+        record(paths, emulator.pid, supervisor.start_time(emulator.pid), emulation_id, [vm.pid, stranger.pid])
+        wait_visible(emulation_id)
+        actions = state_lib.stop_recorded(paths, wait_s=60)
+        assert emulator.poll() == 0  # down returned once the emulator had gone
+        assert vm.wait(timeout=60) == -signal.SIGTERM
+        assert actions == [f"asked emulator pid {emulator.pid} to stop", "sent SIGTERM to 1 emulated VM(s)"]
+        assert running(stranger.pid)
+        assert not paths.state_file.exists()
+    finally:
+        for proc in (emulator, vm, stranger):
+            proc.kill()
+            proc.wait()
+        emulator.stdout.close()
+
+
+def test_an_emulator_that_does_not_stop_keeps_its_state(tmp_path):
+    paths = LocalPaths(tmp_path / "emu")
+    stubborn = subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); time.sleep(600)"],
+                                stdout=subprocess.PIPE, text=True)
+    try:
+        assert stubborn.stdout.readline() == "ready\n"
+        record(paths, stubborn.pid, supervisor.start_time(stubborn.pid), uuid.uuid4().hex)
+        actions = state_lib.stop_recorded(paths, wait_s=0.5)
+        assert actions[-1].startswith(f"emulator pid {stubborn.pid} is still running after")
+        assert paths.state_file.exists() and running(stubborn.pid)
+    finally:
+        stubborn.kill()
+        stubborn.wait()
+        stubborn.stdout.close()
 
 
 def test_a_reused_pid_is_never_signalled(tmp_path):

@@ -274,3 +274,27 @@ def test_signals_raise_leaves_handlers_alone_outside_the_main_thread():
     thread.start()
     thread.join(timeout=30)
     assert seen == [before]
+
+
+def test_signals_are_ignored_while_cleanup_runs_and_raise_again_after():
+    # SIGINT sent to a process group reaches the CLI twice when its launcher forwards it too:
+    # the second must not interrupt the cleanup the first one started.
+    cleaned = []
+    with pytest.raises(Stop, match="SIGINT"):
+        with supervisor.signals_raise(Stop, (signal.SIGINT, signal.SIGTERM)):
+            try:
+                signal.raise_signal(signal.SIGINT)
+            finally:
+                with supervisor.signals_deferred():
+                    signal.raise_signal(signal.SIGINT)  # ignored: the cleanup goes on
+                    signal.raise_signal(signal.SIGTERM)
+                    cleaned.append(True)
+    assert cleaned == [True]
+    # A raise that was dropped (a garbage-collector callback) is not the end: the next raises.
+    with pytest.raises(Stop, match="SIGTERM"):
+        with supervisor.signals_raise(Stop):
+            try:
+                signal.raise_signal(signal.SIGTERM)
+            except Stop:
+                pass  # dropped
+            signal.raise_signal(signal.SIGTERM)

@@ -140,8 +140,14 @@ def test_training_table_defaults_are_the_models():
     assert checked >= len(defaults) - 1
 
 
+#: How the README's two set-up commands start: uv in a virtual environment of its own, which a
+#: Debian/Ubuntu system Python allows (PEP 668 refuses `pip install` outside one).
+SET_UP = "python3 -m venv .venv-uv && .venv-uv/bin/pip install uv && .venv-uv/bin/uv run --frozen "
+TEST_COMMAND = SET_UP + "pytest"
+
+
 def test_set_up_commands_use_existing_options():
-    commands = re.findall(r"^pip install uv && uv run --frozen (.+)$", README, flags=re.M)
+    commands = re.findall(rf"^{re.escape(SET_UP)}(.+)$", README, flags=re.M)
     assert len(commands) == 2 and commands[1] == "pytest"
     words = commands[0].split()
     assert words[:3] == ["multislice", "local", "up"]
@@ -152,13 +158,13 @@ def test_set_up_commands_use_existing_options():
 
 def test_ci_runs_the_readme_test_command():
     ci = (Path(__file__).resolve().parents[1] / ".ci" / "run").read_text()
-    assert "pip install uv && uv run --frozen pytest" in ci
+    assert TEST_COMMAND in ci.splitlines()
 
 
 def test_ci_fails_on_a_stale_lock_before_testing():
     lines = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
-    check = next(i for i, line in enumerate(lines) if line.startswith("uv lock --check"))
-    tests = lines.index("pip install uv && uv run --frozen pytest")
+    check = next(i for i, line in enumerate(lines) if line.startswith(".venv-uv/bin/uv lock --check"))
+    tests = lines.index(TEST_COMMAND)
     assert check < tests
     # `set -e` stops the script when the check fails; the check itself exits non-zero.
     assert "set -euo pipefail" in lines and "|| {" in lines[check] and lines[check].endswith("exit 1; }")
@@ -226,3 +232,13 @@ def test_docs_pages_the_code_cites_exist_with_their_sections():
     # Every page says where its facts come from.
     for doc in (ROOT / "docs").glob("*.md"):
         assert "https://" in doc.read_text(), doc.name
+
+
+def test_every_local_up_option_is_in_the_readme_table():
+    help_text = CliRunner().invoke(app, ["local", "up", "--help"], env={"COLUMNS": "200"}).output
+    listed = set(re.findall(r"│ (--[a-z][a-z-]*)", help_text)) - {"--help"}
+    assert {"--kill", "--preempt", "--fresh", "--stack"} <= listed  # the help was parsed
+    section = README.split("## The local emulation", 1)[1].split("\n## ", 1)[0]
+    documented = {option for table in tables(section) for row in table for option in re.findall(r"`(--[a-z][a-z-]*)", row[0])}
+    assert listed - documented == set(), "options `local up --help` lists that the README's table omits"
+    assert documented - listed == set(), "options the README's table names that `local up` does not have"

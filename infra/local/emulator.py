@@ -40,12 +40,12 @@ from typing import Any
 
 from infra.config import StackConfig
 from infra.local import state as state_lib
-from infra.local import summary as summary_lib
 from infra.local import supervisor, topology
 from infra.local.faults import Fault, FaultSchedule
 from infra.local.gcs import GcsServer, GcsServerError, bucket_name_error, point_clients_at
 from infra.local.metadata import MetadataServer
-from infra.local.ports import bind_error, free_port
+from infra.local.ports import free_port
+from infra.local.progress import BootLines, ProgressTail, RunProgress
 from infra.local.state import EMULATION_ID_ENV, LocalPaths
 from infra.local.supervisor import GroupFailed, ProcessGroup
 from infra.local.tails import MetricsTail, RecordTail, last_lines
@@ -79,16 +79,6 @@ class Options:
     poll_s: float = 0.25
 
 
-def check_port_free(port: int) -> None:
-    """Raise EmulationError if 127.0.0.1:``port`` cannot be bound."""
-    problem = bind_error(port)
-    if problem is not None:
-        raise EmulationError(
-            f"--coordinator-port {port} is already in use ({problem}); choose another port or omit "
-            "the option to use a free one"
-        )
-
-
 class LocalQueuedResource:
     """Run a stack's queued resource as local processes (see module docstring).
 
@@ -98,6 +88,9 @@ class LocalQueuedResource:
       startup_script: the rendered startup script text.
       report: ``(message) -> None`` for progress and events.
       gcs_port: a fixed port for the storage server (None: a free one).
+      progress: ``(RunProgress) -> None``, called at each new training step seen (None: a
+        ``report`` line at each tenth of the run).
+      emulation_id: the id its processes carry (``state.EMULATION_ID_ENV``; None: a new one).
     """
 
     def __init__(
@@ -107,12 +100,18 @@ class LocalQueuedResource:
         startup_script: str,
         report: Callable[[str], None] = print,
         gcs_port: int | None = None,
+        progress: Callable[[RunProgress], None] | None = None,
+        emulation_id: str | None = None,
     ):
         self.config = config
         self.paths = paths
         self.startup_script = startup_script
         self.report = report
-        self.emulation_id = uuid.uuid4().hex
+        self.on_progress = progress
+        self.emulation_id = emulation_id or uuid.uuid4().hex
+        self._events: RecordTail | None = None
+        self._boot_lines: BootLines | None = None
+        self._following_boot = True  # reporting boot lines until training starts
         self.vms: list[EmulatedVM] = []
         self.servers: list[MetadataServer] = []
         self.repairs = 0
@@ -138,7 +137,8 @@ class LocalQueuedResource:
                 self.open_storage()
                 yield self
             finally:
-                self.shutdown()
+                with supervisor.signals_deferred():  # a second Ctrl-C does not cut it short
+                    self.shutdown()
 
     def open_storage(self) -> None:
         """Start the storage server, create the stack's bucket (if new), point this process's
@@ -232,6 +232,7 @@ class LocalQueuedResource:
         wiped), restart every other slice (SIGTERM, ``reboot_grace_s``, SIGKILL), then call
         ``settle`` (no process of the old attempt is left to write a record) and boot all."""
         others = sorted({vm.slice_id for vm in self.vms if vm.slice_id != failed_slice})
+        self._drain_events()
         self.report(
             f"repair: recreating slice {failed_slice}"
             + (f", restarting slice(s) {', '.join(map(str, others))}" if others else "")
@@ -279,9 +280,9 @@ class LocalQueuedResource:
           Interrupted: Ctrl-C / SIGTERM; every VM is stopped first.
         """
         start = time.monotonic()
-        tail = MetricsTail(self.run_dir)
+        tail = ProgressTail(self.run_dir)
         tail.poll()
-        events = RecordTail(self.run_dir, "events")
+        events = self._events = RecordTail(self.run_dir, "events")
         events.poll()
         total = self.config.training.steps
         schedule = FaultSchedule(options.faults, run_step=tail.last_step)
@@ -293,10 +294,13 @@ class LocalQueuedResource:
                 f"booting {len(self.vms)} VM(s): {self.config.slices} slice(s) × {self.config.accelerator.hosts} "
                 f"worker(s) of {self.config.accelerator_type}, {self.config.accelerator.chips_per_host} CPU devices each"
             )
+            self._boot_lines = BootLines(self.vms[0].name, self.vms[0].log_path)
             self.boot_all(options)
             self._supervise(options, schedule, tail, events, start)
         finally:
             self.stop_vms()
+        from infra.local import summary as summary_lib  # reads checkpoints: jax, orbax
+
         result = summary_lib.summarize(self.run_dir, total)
         result.update(
             {
@@ -327,6 +331,7 @@ class LocalQueuedResource:
                 raise
             for event in new_events:
                 self._report_event(event)
+            self._report_boot_lines()
             if tail.last_step != last_report_step:
                 self._progress(tail, last_report_step, self.config.training.steps)
                 last_report_step = tail.last_step
@@ -375,9 +380,36 @@ class LocalQueuedResource:
         elif kind == "preempted":
             self.report(f"training stopped after the preemption checkpoint of step {step}")
 
+    def _drain_events(self) -> None:
+        """Report the events written so far (e.g. the preemption checkpoint a fault caused)
+        before what follows them (the repair): events print in causal order. Boot lines are
+        followed again for the next boot."""
+        if self._events is not None:
+            for event in self._events.poll():
+                self._report_event(event)
+        if self._boot_lines is not None:
+            self._boot_lines.poll()  # skip the stopped boot's last lines
+            self._following_boot = True
+
+    def _report_boot_lines(self) -> None:
+        """Until training starts, the first VM's boot-phase lines as they are written."""
+        if self._boot_lines is None:
+            return
+        lines = self._boot_lines.poll()
+        if self._following_boot:
+            for line in lines:
+                self.report(f"{self._boot_lines.name}: {line}")
+                if line.startswith("training: starting at step"):
+                    self._following_boot = False
+
     def _progress(self, tail: MetricsTail, previous_step: int, total: int) -> None:
-        """A progress line each time training passes a tenth of the run (records arrive one
-        sync window at a time) and at the last step."""
+        """Report progress: to ``progress`` at each new step seen, else a line each time
+        training passes a tenth of the run (records arrive one sync window at a time) and at
+        the last step."""
+        if self.on_progress is not None:
+            self.on_progress(RunProgress(tail.last_step, total, tail.last_loss,
+                                         getattr(tail, "last_tokens_per_s", None), self.repairs))
+            return
         every = max(1, total // 10)
         if tail.last_step // every != previous_step // every or tail.last_step == total:
             self.report(f"step {tail.last_step}/{total}  loss {tail.last_loss:.4f}")

@@ -8,7 +8,8 @@
 * ``vms/slice-S-worker-W/``: each emulated VM's local disk (``MULTISLICE_HOME``);
 * ``logs/slice-S-worker-W.log``: each VM's console output; ``logs/fake-gcs-server.log``;
 * ``lock``: held (flock) by the running emulator for its whole life;
-* ``emulator.json``: the running emulator's pid and start time, its emulation id (the
+* ``emulator.json``: the running emulator's pid, start time and process group (written as
+  soon as ``local up`` holds the lock, before anything is started), its emulation id (the
   value of ``MULTISLICE_EMULATION_ID`` in the environment of every VM process and of the
   storage server), the VMs' process groups and the storage server's URL, so that
   ``multislice local down`` can stop a run whose emulator died and ``multislice local
@@ -23,10 +24,13 @@ import os
 import shutil
 import signal
 from pathlib import Path
-from typing import IO, Any
+import time
+from typing import IO, TYPE_CHECKING, Any
 
 from infra.local import supervisor
-from training.run_dir import RunDir
+
+if TYPE_CHECKING:  # imported by the functions that need it: `local down` stays light
+    from training.run_dir import RunDir
 
 #: Environment variable every emulated VM process carries, with its run's emulation id: lets
 #: tests and ``local down`` find processes that outlived the emulator.
@@ -80,23 +84,31 @@ def acquire_lock(paths: LocalPaths) -> IO[str] | None:
 
 
 def write_state(
-    paths: LocalPaths, *, stack: str, emulation_id: str, vms: list[dict[str, Any]], storage_url: str | None = None
+    paths: LocalPaths,
+    *,
+    stack: str,
+    emulation_id: str,
+    vms: list[dict[str, Any]],
+    storage_url: str | None = None,
 ) -> None:
     """Record this process as the running emulator (atomically: temporary file, rename).
 
     Args:
-      vms: one ``{"slice", "worker", "node", "pgid"}`` record per emulated VM.
+      emulation_id: the value of ``MULTISLICE_EMULATION_ID`` its processes will carry.
+      vms: one ``{"slice", "worker", "node", "pgid"}`` record per emulated VM (the pgid is
+        also the pid of the VM's first process, its systemd).
       storage_url: the emulated Cloud Storage's URL (``http://127.0.0.1:<port>``).
     """
     state = {
         "pid": os.getpid(),
         "pid_start": supervisor.start_time(os.getpid()),
+        "pgid": os.getpgid(0),
         "stack": stack,
         "emulation_id": emulation_id,
         "vms": vms,
         "storage_url": storage_url,
     }
-    tmp = paths.state_file.with_suffix(".tmp")
+    tmp = paths.state_file.with_suffix(f".{os.getpid()}.tmp")
     tmp.write_text(json.dumps(state, indent=2))
     tmp.replace(paths.state_file)
 
@@ -124,28 +136,54 @@ def find_processes(emulation_id: str) -> list[int]:
     return supervisor.find_by_env(EMULATION_ID_ENV, emulation_id)
 
 
-def stop_recorded(paths: LocalPaths, wait_s: float = 15.0, signal_emulator: bool = True) -> list[str]:
-    """Stop a run recorded in the state file (``multislice local down``).
+def stop_recorded(paths: LocalPaths, wait_s: float = 30.0, signal_emulator: bool = True) -> list[str]:
+    """Stop a run recorded in the state file (``multislice local down``) and wait until every
+    one of its processes is gone.
 
-    Asks the emulator to shut down (SIGTERM; only if the recorded pid is still that
-    emulator) and waits up to ``wait_s`` seconds; then SIGKILLs every process that carries
-    the run's emulation id, and forgets the state. Returns what it did, one line per action.
+    Sends SIGTERM to the emulator (only if the recorded pid is still that emulator), which
+    stops its VMs and its storage server, and at once to each recorded VM's systemd (only to
+    processes that carry the run's emulation id), so that the VMs stop even while the
+    emulator is busy; waits up to ``wait_s`` seconds for the emulator to exit; then SIGKILLs
+    every process that still carries the emulation id, waits (up to ``wait_s``) until they are
+    gone, and forgets the state. Returns what it did, one line per action; a recorded emulator
+    that outlives ``wait_s`` is reported and its state kept.
     """
     state = read_state(paths)
     if state is None:
         return []
     actions = []
     pid = int(state.get("pid", 0) or 0)
+    emulation_id = state.get("emulation_id")
     if signal_emulator and pid != os.getpid() and emulator_alive(state):
         os.kill(pid, signal.SIGTERM)
         actions.append(f"asked emulator pid {pid} to stop")
-        supervisor.wait_gone(pid, wait_s)
-    emulation_id = state.get("emulation_id")
+        members = set(find_processes(emulation_id)) if emulation_id else set()
+        systemds = [vm["pgid"] for vm in state.get("vms", []) if vm.get("pgid") in members]
+        if supervisor.kill_pids(systemds, signal.SIGTERM):
+            actions.append(f"sent SIGTERM to {len(systemds)} emulated VM(s)")
+        if not _wait_gone_repeating(pid, signal.SIGTERM, wait_s):
+            actions.append(f"emulator pid {pid} is still running after {wait_s:.0f} s; run `multislice local down` again")
+            return actions
     killed = supervisor.kill_pids(find_processes(emulation_id)) if emulation_id else []
     if killed:
         actions.append(f"killed {len(killed)} emulated VM process(es): {' '.join(map(str, killed))}")
+        deadline = time.monotonic() + wait_s
+        while find_processes(emulation_id) and time.monotonic() < deadline:
+            time.sleep(0.05)
     forget_state(paths)
     return actions
+
+
+def _wait_gone_repeating(pid: int, sig: signal.Signals, timeout_s: float, every_s: float = 3.0) -> bool:
+    """Wait up to ``timeout_s`` for ``pid`` to exit, sending ``sig`` again every ``every_s``
+    seconds (Python may drop the exception its handler raised: ``supervisor.signals_raise``);
+    True if it exited."""
+    deadline = time.monotonic() + timeout_s
+    while not supervisor.wait_gone(pid, min(every_s, max(0.0, deadline - time.monotonic()))):
+        if time.monotonic() >= deadline:
+            return False
+        supervisor.kill_pids([pid], sig)
+    return True
 
 
 def discard_machines(paths: LocalPaths) -> None:

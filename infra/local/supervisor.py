@@ -225,6 +225,23 @@ def die_with_parent(parent_pid: int) -> bool:
     return os.getppid() == parent_pid
 
 
+#: How many :func:`signals_deferred` blocks are open (their signals are ignored meanwhile).
+_deferred = 0
+
+
+@contextlib.contextmanager
+def signals_deferred() -> Iterator[None]:
+    """Inside, the handlers of :func:`signals_raise` ignore their signals: the cleanup a first
+    signal started (stopping every VM) is not cut short by a second one (a second Ctrl-C, or
+    SIGINT delivered both to the process group and by a launcher that forwards it)."""
+    global _deferred
+    _deferred += 1
+    try:
+        yield
+    finally:
+        _deferred -= 1
+
+
 @contextlib.contextmanager
 def signals_raise(
     exception: Callable[[str], BaseException],
@@ -232,23 +249,40 @@ def signals_raise(
 ) -> Iterator[None]:
     """While inside, each of ``signals`` raises ``exception(<signal name>)`` in the main
     thread (the default action of SIGTERM / SIGHUP would end the process without running
-    ``finally`` blocks). Previous handlers are restored on exit. Outside the main thread
-    handlers cannot be set, and they are left alone."""
+    ``finally`` blocks), except inside :func:`signals_deferred`. Every signal raises again
+    outside it: Python runs handlers between any two bytecodes, garbage-collector callbacks
+    included, where an exception is dropped (and, inside, not printed either: the
+    ``sys.unraisablehook`` skips it), so a sender that needs the process to stop repeats its
+    signal (``state.stop_recorded``).
+    Previous handlers are restored on exit. Outside the main thread handlers cannot be set,
+    and they are left alone."""
 
     def handler(signum, frame):
+        if _deferred:
+            return
         raise exception(signal.Signals(signum).name)
 
+    def unraisable(info) -> None:  # a dropped raise: the sender repeats its signal
+        if not isinstance(info.exc_value, Interrupt):
+            hook(info)
+
+    Interrupt = exception if isinstance(exception, type) else BaseException
+    hook = sys.unraisablehook
     previous = {}
     for sig in signals:
         try:
             previous[sig] = signal.signal(sig, handler)
         except ValueError:  # not the main thread
             pass
+    if previous:
+        sys.unraisablehook = unraisable
     try:
         yield
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
+        if previous:
+            sys.unraisablehook = hook
 
 
 # Processes by pid: recorded ones and leftovers --------------------------------------------

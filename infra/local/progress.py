@@ -1,0 +1,143 @@
+"""What ``multislice local up`` shows while a run goes on: boot phases and training progress.
+
+* :class:`BootLines`: the boot-phase lines of one emulated VM's console log as they are
+  written (the startup script's ``boot:``, ``release:``, ``environment:``, ``trainer:`` lines
+  and the trainer's INFO lines until the first step: ``jax.distributed.initialize``, the data,
+  the mesh), so the minute between "booting" and "training started" is not silent.
+* :class:`ProgressTail`: the ``metrics`` log tail (:class:`infra.local.tails.MetricsTail`)
+  that also keeps the trainer's newest ``tokens_per_s``.
+* :class:`RunProgress`: one progress observation (step / total, loss, tokens/s, restarts).
+* :func:`plain_reporter` (no terminal: one unwrapped line per sync window, at most every
+  ``min_interval_s`` and at every tenth of the run) and :func:`live_reporter` (a terminal: a
+  rich progress bar with step/total, loss, tokens/s, ETA and restarts;
+  https://rich.readthedocs.io/en/stable/progress.html).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from infra.local.tails import MetricsTail
+
+#: A boot-phase line of the console log: the startup script's phases and the trainer's INFO
+#: lines (``HH:MM:SS INFO [pN] training...: text``), after the ``[slice S worker W] `` prefix.
+_PHASE = re.compile(r"^(?:(?P<phase>(?:boot|release|environment|trainer|error|warning): .*)"
+                    r"|\d\d:\d\d:\d\d (?:INFO|WARNING|ERROR) \[p\d+\] (?P<trainer>training[\w.]*: .*))$")
+
+
+class BootLines:
+    """New boot-phase lines of the console log ``path`` of VM ``name`` (``slice S worker W``)."""
+
+    def __init__(self, name: str, path: Path):
+        self.name = name
+        self.path = path
+        self._offset = path.stat().st_size if path.exists() else 0
+        self._partial = b""
+
+    def poll(self) -> list[str]:
+        """The phase lines (prefix and timestamp removed) written since the last poll."""
+        try:
+            with open(self.path, "rb") as log:
+                log.seek(self._offset)
+                data = log.read()
+        except OSError:
+            return []
+        self._offset += len(data)
+        *complete, self._partial = (self._partial + data).split(b"\n")
+        prefix = f"[{self.name}] "
+        found = []
+        for raw in complete:
+            line = raw.decode(errors="replace")
+            if not line.startswith(prefix):
+                continue
+            match = _PHASE.match(line[len(prefix):])
+            if match:
+                found.append(match["phase"] or match["trainer"])
+        return found
+
+
+class ProgressTail(MetricsTail):
+    """:class:`MetricsTail` that also keeps ``last_tokens_per_s`` (the trainer's own figure)."""
+
+    def __init__(self, run_dir):
+        super().__init__(run_dir)
+        self.last_tokens_per_s: float | None = None
+
+    def poll(self) -> list[dict[str, Any]]:
+        records = super().poll()
+        for record in records:
+            if "tokens_per_s" in record:
+                self.last_tokens_per_s = float(record["tokens_per_s"])
+        return records
+
+
+@dataclasses.dataclass(frozen=True)
+class RunProgress:
+    """One observation of a run: ``step`` of ``total`` optimizer steps, the step's ``loss``,
+    the trainer's ``tokens_per_s`` (None before it reported one) and the ``restarts`` so far."""
+
+    step: int
+    total: int
+    loss: float | None
+    tokens_per_s: float | None
+    restarts: int
+
+    def line(self) -> str:
+        """``step 40/120  loss 2.3602  1,234 tokens/s  restarts 1``."""
+        return f"step {self.step}/{self.total}  {self.detail()}"
+
+    def detail(self) -> str:
+        """The line without its step (what the progress bar shows next to the bar)."""
+        parts = []
+        if self.loss is not None:
+            parts.append(f"loss {self.loss:.4f}")
+        if self.tokens_per_s is not None:
+            parts.append(f"{self.tokens_per_s:,.0f} tokens/s")
+        parts.append(f"restarts {self.restarts}")
+        return "  ".join(parts)
+
+
+def plain_reporter(report: Callable[[str], None], min_interval_s: float = 10.0) -> Callable[[RunProgress], None]:
+    """Progress as lines through ``report``: at each tenth of the run, at the last step, and
+    otherwise at most one every ``min_interval_s`` seconds."""
+    last = {"step": -1, "time": float("-inf")}
+
+    def show(progress: RunProgress) -> None:
+        every = max(1, progress.total // 10)
+        now = time.monotonic()
+        if (progress.step // every != last["step"] // every or progress.step == progress.total
+                or now - last["time"] >= min_interval_s):
+            report(progress.line())
+            last.update(step=progress.step, time=now)
+
+    return show
+
+
+class live_reporter:
+    """A rich progress bar on ``console`` for the block (a context manager returning the
+    ``(RunProgress) -> None`` callback); lines printed on ``console`` meanwhile appear above it."""
+
+    def __init__(self, console, total: int):
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        self.progress = Progress(
+            TextColumn("step"), MofNCompleteColumn(), BarColumn(), TextColumn("{task.fields[detail]}"),
+            TextColumn("ETA"), TimeRemainingColumn(), console=console, transient=False,
+        )
+        self.task = self.progress.add_task("train", total=total, detail="booting")
+
+    def __enter__(self) -> Callable[[RunProgress], None]:
+        self.progress.start()
+        return self.show
+
+    def __exit__(self, *exc) -> None:
+        self.progress.stop()
+
+    def show(self, progress: RunProgress) -> None:
+        self.progress.update(self.task, completed=progress.step, detail=progress.detail())
+

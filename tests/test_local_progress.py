@@ -1,0 +1,87 @@
+"""What `multislice local up` shows while a run goes on (infra.local.progress), and its output
+without a terminal: plain lines, never wrapped or padded, whatever COLUMNS says."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+
+from rich.console import Console
+
+from infra.local.progress import BootLines, RunProgress, live_reporter, plain_reporter
+
+VM = "slice 0 worker 0"
+
+
+def test_boot_lines_are_the_first_vm_s_phases_as_they_are_written(tmp_path):
+    log = tmp_path / "slice-0-worker-0.log"
+    log.write_text("===== boot 1 of slice 0 worker 0 =====\n[slice 0 worker 0] boot: an earlier boot\n")
+    lines = BootLines(VM, log)  # starts at the end: an earlier boot's lines are not new
+    assert lines.poll() == []
+    with open(log, "a") as out:
+        out.write("===== boot 2 of slice 0 worker 0 =====\n"
+                  "[slice 0 worker 0] boot: stack emu (v4-8 x 2), release b73ca7d52daf\n"
+                  "systemd[1]: Started multislice-trainer.service.\n"
+                  "[slice 1 worker 0] environment: another VM's line\n"
+                  "[slice 0 worker 0] environment: using MULTISLICE_PYTHON=/x (nothing built)\n"
+                  "[slice 0 worker 0] [Gloo] Rank 0 is connected to 1 peer ranks.\n"
+                  "[slice 0 worker 0] 18:21:18 INFO [p0] training.cluster: jax.distributed.initialize coordinator=127.0.0.1:1\n"
+                  "[slice 0 worker 0] trainer: start")  # not a complete line yet
+    assert lines.poll() == [
+        "boot: stack emu (v4-8 x 2), release b73ca7d52daf",
+        "environment: using MULTISLICE_PYTHON=/x (nothing built)",
+        "training.cluster: jax.distributed.initialize coordinator=127.0.0.1:1",
+    ]
+    with open(log, "a") as out:
+        out.write("ing the unit\n")
+    assert lines.poll() == ["trainer: starting the unit"]
+    assert BootLines(VM, tmp_path / "missing.log").poll() == []
+
+
+def test_a_progress_line_has_step_loss_tokens_per_second_and_restarts():
+    assert RunProgress(40, 120, 2.36021, 1234.5, 1).line() == "step 40/120  loss 2.3602  1,234 tokens/s  restarts 1"
+    assert RunProgress(0, 120, None, None, 0).line() == "step 0/120  restarts 0"
+
+
+def test_plain_progress_every_tenth_and_otherwise_rate_limited():
+    lines: list[str] = []
+    show = plain_reporter(lines.append, min_interval_s=1e9)  # never by time: the first step seen, then each tenth
+    for step in range(2, 101, 2):
+        show(RunProgress(step, 100, 1.0, None, 0))
+    assert [line.split()[1] for line in lines] == ["2/100"] + [f"{s}/100" for s in range(10, 101, 10)]
+    every: list[str] = []
+    show = plain_reporter(every.append, min_interval_s=0)  # each new step seen
+    for step in (1, 2, 3):
+        show(RunProgress(step, 100, 1.0, None, 0))
+    assert len(every) == 3
+
+
+def test_the_live_bar_shows_step_total_loss_tokens_per_second_eta_and_restarts():
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=True, width=120, color_system=None)
+    with live_reporter(console, 24) as show:
+        show(RunProgress(12, 24, 4.5084, 707.0, 1))
+    text = out.getvalue()
+    assert "12/24" in text and "loss 4.5084" in text and "707 tokens/s" in text and "restarts 1" in text
+    assert "ETA" in text
+
+
+SAY_AND_SUMMARY = """
+from infra.cli import say
+from infra.local_cli import print_summary
+say("a progress sentence that is much longer than the forty columns this test's COLUMNS allows, on one line")
+print_summary({"complete": True, "run_dir": "gs://a-bucket-name/runs/" + "r" * 80})
+"""
+
+
+def test_without_a_terminal_lines_are_neither_wrapped_nor_padded():
+    env = {**os.environ, "COLUMNS": "40"}
+    out = subprocess.run([sys.executable, "-c", SAY_AND_SUMMARY], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert any(line.endswith("] a progress sentence that is much longer than the forty columns this test's COLUMNS "
+                              "allows, on one line") for line in lines), out.stdout
+    assert any("gs://a-bucket-name/runs/" + "r" * 80 in line for line in lines), out.stdout
+    assert all(line == line.rstrip() for line in lines), out.stdout
