@@ -18,8 +18,8 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from infra import status_cli
 from infra.cli import CONFIG_FILE_OPTION, STACK_OPTION, console, fail, load_config, say, state_root
+from infra.status import options as status_options
 
 local_app = typer.Typer(no_args_is_help=True, help="Run a stack's queued resource on this machine (no cloud).")
 
@@ -266,13 +266,15 @@ def local_down(stack: Optional[str] = typer.Option(None, "--stack", "-s", help="
 def local_status(
     stack: str = STACK_OPTION,
     config_file: Optional[Path] = CONFIG_FILE_OPTION,
-    json_output: bool = status_cli.JSON_OPTION,
-    watch: bool = status_cli.WATCH_OPTION,
-    interval: float = status_cli.INTERVAL_OPTION,
-    plot: Optional[Path] = status_cli.PLOT_OPTION,
+    json_output: bool = status_options.JSON_OPTION,
+    watch: bool = status_options.WATCH_OPTION,
+    interval: float = status_options.INTERVAL_OPTION,
+    plot: Optional[Path] = status_options.PLOT_OPTION,
 ) -> None:
     """Whether the stack's local run is running, and its progress, as `multislice status`
     shows a deployed one (read through the emulated Cloud Storage: the running emulator's, or
     one started for this command)."""
+    from infra import status_cli
+
     config = load_config(stack, config_file)
     status_cli.show_local(config, local_paths(config), json_output=json_output, watch=watch, interval=interval, plot=plot)

@@ -25,14 +25,7 @@ from typing import Optional
 import typer
 
 from infra.cli import CONFIG_FILE_OPTION, STACK_OPTION, console, err_console, fail, load_config
-
-JSON_OPTION = typer.Option(False, "--json", help="Print the status as JSON (stable keys: infra/status/report.py).")
-WATCH_OPTION = typer.Option(False, "--watch", "-w", help="Refresh in place until the run is COMPLETE (Ctrl-C stops).")
-INTERVAL_OPTION = typer.Option(10.0, "--interval", min=0.5, help="Seconds between refreshes of --watch.")
-PLOT_OPTION = typer.Option(
-    None, "--plot", metavar="PATH", help="Also draw loss and tokens/s against step, restarts and preemptions marked, as a PNG."
-)
-
+from infra.status.options import INTERVAL_OPTION, JSON_OPTION, PLOT_OPTION, WATCH_OPTION
 
 def register(app: typer.Typer) -> None:
     """Add ``status`` to ``app``."""
