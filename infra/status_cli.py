@@ -69,14 +69,14 @@ def _cloud_reader(config) -> Iterator[Callable]:
         except gcp.CredentialsError as err:
             raise fail(str(err)) from None
     try:
-        client = capacity.tpu_client(url, None if capacity.is_local_endpoint(url) and not settings.explicit else credentials)
+        base, session = capacity.tpu_session(url, None if capacity.is_local_endpoint(url) and not settings.explicit else credentials)
     except capacity.CapacityError as err:
         raise fail(str(err)) from None
-    store = RunStore(config.run_dir, None if emulated_storage else credentials, config.project)
+    store = RunStore(config.run_dir, None if emulated_storage else credentials)
 
     def read_capacity():
         try:
-            return capacity.read_cloud(client, config.project, config.zone, config.queued_resource_id, config.node_ids)
+            return capacity.read_cloud(session, base, config.project, config.zone, config.queued_resource_id, config.node_ids)
         except capacity.QueuedResourceNotFound as err:
             raise fail(f"stack {config.stack}: {err}: the stack was never deployed, or its queued resource was deleted "
                        f"(deploy it with: pulumi up -s {config.stack})", 1) from None

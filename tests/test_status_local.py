@@ -131,14 +131,15 @@ def test_marks_come_from_the_events():
 
 
 def test_status_imports_nothing_heavy(tmp_path):
-    # The command modules, and a whole `local status` run: no jax, orbax, pulumi or matplotlib.
+    # The command modules, and a whole `local status` run: no jax, orbax, pulumi, matplotlib,
+    # nor the storage and TPU client libraries (infra/status/store.py, capacity.py say why).
     code = (
         "import sys\n"
         "from infra.cli import app\n"
         "import infra.status_cli, infra.status.progress, infra.status.capacity, infra.status.report, infra.status.store\n"
         f"try:\n    app(['local', 'status', '--config-file', {str(STACK)!r}, '--json'])\n"
         "except SystemExit:\n    pass\n"
-        "heavy = sorted(m for m in ('jax', 'orbax', 'orbax.checkpoint', 'pulumi', 'matplotlib', 'tensorflow') if m in sys.modules)\n"
+        "heavy = sorted(m for m in ('jax', 'orbax', 'orbax.checkpoint', 'pulumi', 'matplotlib', 'tensorflow', 'gcsfs', 'google.cloud.tpu_v2', 'google.cloud.storage') if m in sys.modules)\n"
         "print('HEAVY', heavy, file=sys.stderr)\n"
     )
     env = {**os.environ, "MULTISLICE_STATE_DIR": str(tmp_path)}

@@ -1,14 +1,19 @@
 """The capacity a run trains on: the queued resource's state and each slice's node state and
 health.
 
-* Deployed (:func:`read_cloud`): ``GetQueuedResource`` and one ``ListNodes`` per page of the
-  zone's nodes through google-cloud-tpu's ``tpu_v2.TpuClient`` (REST), at the public endpoint or
-  ``MULTISLICE_TPU_API_ENDPOINT`` as the queued-resource provider uses it (a plain-http
-  endpoint must be loopback: a local fake; it gets anonymous credentials unless some are
-  given). QR states:
+* Deployed (:func:`read_cloud`): ``GET queuedResources/<id>`` and ``GET nodes`` (one request per
+  page of the zone's nodes) of the Cloud TPU API v2 over REST
+  (https://cloud.google.com/tpu/docs/reference/rest/v2/projects.locations.queuedResources/get,
+  https://cloud.google.com/tpu/docs/reference/rest/v2/projects.locations.nodes/list), at Google's
+  endpoint or ``MULTISLICE_TPU_API_ENDPOINT`` as the queued-resource provider reads it (a
+  plain-http endpoint must be loopback: a local fake; it is called anonymously unless
+  credentials are given). QR states:
   https://cloud.google.com/tpu/docs/reference/rest/v2/projects.locations.queuedResources#state;
-  node states and health:
-  https://cloud.google.com/tpu/docs/reference/rest/v2/projects.locations.nodes#state.
+  node states and health: https://cloud.google.com/tpu/docs/reference/rest/v2/projects.locations.nodes#state.
+  The provider uses google-cloud-tpu's ``tpu_v2`` client (typed requests, long-running
+  operations); this command needs two GETs, and importing ``tpu_v2`` alone costs about a
+  second of CPU (its protobuf types, gRPC and aiohttp), half the command's 2-second budget, so
+  it sends them with google-auth's ``AuthorizedSession`` (``requests``).
 * Local (:func:`read_local`): the emulator's state file (``infra.local.state``): ACTIVE while
   the emulator runs; a slice is READY while every process group of its emulated VMs lives.
 """
@@ -18,7 +23,7 @@ from __future__ import annotations
 import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 #: Hosts a plain-http TPU API endpoint may name (a local fake).
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
@@ -76,65 +81,90 @@ def is_local_endpoint(url: str | None) -> bool:
     return bool(url) and urlsplit(url).scheme == "http"
 
 
-def tpu_client(url: str | None, credentials: Any = None) -> Any:
-    """A REST ``tpu_v2.TpuClient`` at Google's endpoint or ``url`` (the same rules as the
-    provider's ``infra.queued_resource.api.TpuApi.client_for``, without importing Pulumi).
+#: Google's Cloud TPU API.
+GOOGLE_TPU = "https://tpu.googleapis.com"
+
+
+def tpu_session(url: str | None, credentials: Any = None) -> tuple[str, Any]:
+    """The API's base URL (Google's, or ``url``) and a ``requests`` session for it: google-auth's
+    ``AuthorizedSession`` with ``credentials``, or a plain session (anonymous) for a loopback
+    fake without credentials.
 
     Raises:
-      CapacityError: a plain-http endpoint that is not a loopback address.
+      CapacityError: a plain-http endpoint that is not a loopback address, or no credentials
+        for Google's endpoint.
     """
-    from google.api_core.client_options import ClientOptions
-    from google.auth.credentials import AnonymousCredentials
-    from google.cloud import tpu_v2
+    import requests
 
-    if not url:
-        return tpu_v2.TpuClient(transport="rest", credentials=credentials)
-    parts = urlsplit(url if "://" in url else f"https://{url}")
-    if parts.scheme == "http":
-        if parts.hostname not in LOOPBACK_HOSTS:
+    base = GOOGLE_TPU
+    if url:
+        parts = urlsplit(url if "://" in url else f"https://{url}")
+        if parts.scheme == "http" and parts.hostname not in LOOPBACK_HOSTS:
             raise CapacityError(f"{ENDPOINT_ENV}={url}: a plain-http TPU API endpoint must be a loopback address")
-        credentials = credentials if credentials is not None else AnonymousCredentials()
-    return tpu_v2.TpuClient(transport="rest", credentials=credentials, client_options=ClientOptions(api_endpoint=url))
+        base = f"{parts.scheme}://{parts.netloc}"
+    if credentials is None:
+        if not is_local_endpoint(base):
+            raise CapacityError(f"no credentials for the Cloud TPU API at {base}")
+        return base, requests.Session()
+    from google.auth.transport.requests import AuthorizedSession
+
+    return base, AuthorizedSession(credentials)
 
 
-def read_cloud(client: Any, project: str, zone: str, qr_id: str, node_ids: list[str]) -> CapacityStatus:
-    """The deployed queued resource ``qr_id`` and its nodes ``node_ids``.
+def _get(session: Any, url: str, params: dict[str, Any] | None, qr_id: str) -> dict[str, Any] | None:
+    """The JSON of ``GET url`` (None on 404).
+
+    Raises:
+      CapacityError: any other error, in one line.
+    """
+    try:
+        response = session.get(url, params=params, timeout=REQUEST_TIMEOUT_S)
+    except Exception as err:  # requests and google-auth errors (network, token refresh)
+        first = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise CapacityError(f"cannot reach the Cloud TPU API for queued resource {qr_id!r}: {first}") from None
+    if response.status_code == 404:
+        return None
+    if response.status_code >= 400:
+        try:
+            error = response.json()["error"]
+            message = f"{error.get('status') or response.status_code} {error.get('message', '')}".strip()
+        except (ValueError, KeyError, TypeError):
+            message = f"HTTP {response.status_code} {response.text[:200].strip()}"
+        raise CapacityError(f"the Cloud TPU API refused to read queued resource {qr_id!r}: {message}")
+    return response.json()
+
+
+def read_cloud(session: Any, base: str, project: str, zone: str, qr_id: str, node_ids: list[str]) -> CapacityStatus:
+    """The deployed queued resource ``qr_id`` and its nodes ``node_ids`` (see :func:`tpu_session`).
 
     Raises:
       QueuedResourceNotFound: no such queued resource.
       CapacityError: any other API error (permission, API disabled, network), in one line.
     """
-    from google.api_core import exceptions
-    from google.cloud import tpu_v2
-
     parent = f"projects/{project}/locations/{zone}"
-    try:
-        qr = client.get_queued_resource(name=f"{parent}/queuedResources/{qr_id}", timeout=REQUEST_TIMEOUT_S)
-        wanted = set(node_ids)
-        nodes = {}
-        for node in client.list_nodes(request=tpu_v2.ListNodesRequest(parent=parent), timeout=REQUEST_TIMEOUT_S):
-            node_id = node.name.rsplit("/", 1)[-1]
+    qr = _get(session, f"{base}/v2/{parent}/queuedResources/{quote(qr_id, safe='')}", None, qr_id)
+    if qr is None:
+        raise QueuedResourceNotFound(f"queued resource {qr_id!r} not found in {parent}")
+    wanted, nodes, params = set(node_ids), {}, {"pageSize": 1000}
+    while True:
+        page = _get(session, f"{base}/v2/{parent}/nodes", params, qr_id) or {}
+        for node in page.get("nodes", []):
+            node_id = str(node.get("name", "")).rsplit("/", 1)[-1]
             if node_id in wanted:
                 nodes[node_id] = node
-    except exceptions.NotFound:
-        raise QueuedResourceNotFound(f"queued resource {qr_id!r} not found in {parent}") from None
-    except exceptions.GoogleAPICallError as err:
-        raise CapacityError(f"the Cloud TPU API refused to read queued resource {qr_id!r} in {parent}: {err.code} {err.message}") from None
-    except Exception as err:  # transport and credential errors (google.auth, requests)
-        first = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise CapacityError(f"cannot reach the Cloud TPU API for queued resource {qr_id!r}: {first}") from None
-    state = qr.state.state.name
-    detail = None
-    if "failed_data" in qr.state and qr.state.failed_data.error.message:
-        detail = qr.state.failed_data.error.message
+        if not page.get("nextPageToken"):
+            break
+        params = {**params, "pageToken": page["nextPageToken"]}
+    state = (qr.get("state") or {}).get("state", "STATE_UNSPECIFIED")
+    detail = ((qr.get("state") or {}).get("failedData") or {}).get("error", {}).get("message") or None
     slices = []
     for index, node_id in enumerate(node_ids):
         node = nodes.get(node_id)
         if node is None:
             slices.append(SliceStatus(index, node_id, "MISSING"))
         else:
-            health = node.health.name if node.health else None
-            slices.append(SliceStatus(index, node_id, node.state.name, None if health == "HEALTH_UNSPECIFIED" else health))
+            health = node.get("health")
+            slices.append(SliceStatus(index, node_id, node.get("state", "STATE_UNSPECIFIED"), None if health in (None, "HEALTH_UNSPECIFIED") else health))
     return CapacityStatus(qr_id, state, detail=detail, slices=slices)
 
 

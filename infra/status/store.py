@@ -1,12 +1,16 @@
 """A run directory's objects, read the way ``multislice status`` needs them: one listing per
-folder (names, sizes and update times of up to 1,000 objects per request: Cloud Storage's
-``objects.list`` page, https://cloud.google.com/storage/docs/json_api/v1/objects/list) and the
-few objects it needs fetched concurrently, never a whole log.
+folder (names, sizes and update times, up to 1,000 objects per request) and the few objects it
+needs fetched concurrently, never a whole log.
 
 The run directory is ``gs://<bucket>/runs/<run name>`` (:func:`infra.naming.run_dir`), read
-through gcsfs (https://gcsfs.readthedocs.io/) with the credentials given (or anonymously from
-an emulator, ``STORAGE_EMULATOR_HOST``, as the local emulation and the tests serve one); a local
-directory is read through fsspec's local file system (same interface).
+through the Cloud Storage JSON API (``objects.list`` with ``prefix`` and ``delimiter``,
+https://cloud.google.com/storage/docs/json_api/v1/objects/list; ``objects.get`` with
+``alt=media``, https://cloud.google.com/storage/docs/json_api/v1/objects/get) over a
+``requests`` session: google-auth's ``AuthorizedSession`` with the credentials given, or a plain
+session for an emulator (``STORAGE_EMULATOR_HOST``, which gcsfs and google-cloud-storage also
+honour: the local emulation's fake-gcs-server). Not gcsfs or google-cloud-storage: importing
+either costs about a second of CPU (aiohttp, the storage gRPC and protobuf modules), half the
+command's 2-second budget, for two GET requests.
 """
 
 from __future__ import annotations
@@ -16,9 +20,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+from urllib.parse import quote
 
 #: Seconds one storage request may take.
 REQUEST_TIMEOUT_S = 30.0
+#: Cloud Storage's JSON API.
+GOOGLE_STORAGE = "https://storage.googleapis.com"
+#: Objects fetched at once.
+CONCURRENCY = 8
 
 
 class StoreError(RuntimeError):
@@ -35,61 +44,65 @@ class Entry:
     updated: float | None
 
 
-def _epoch(info: dict[str, Any]) -> float | None:
-    """The update time of a listing entry: gcsfs's ``updated`` (RFC 3339) or a local ``mtime``."""
-    value = info.get("updated") or info.get("mtime")
-    if value is None:
-        return None
-    if isinstance(value, (int, float)):
-        return float(value)
-    if isinstance(value, datetime):
-        return value.timestamp()
+def _epoch(value: Any) -> float | None:
+    """An RFC 3339 time (``updated`` of an object resource) in seconds since the epoch."""
     try:
         return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
     except ValueError:
         return None
 
 
+def storage_url() -> str:
+    """The JSON API's base URL: ``$STORAGE_EMULATOR_HOST`` (``http://`` added when bare) or Google's."""
+    emulator = os.environ.get("STORAGE_EMULATOR_HOST", "")
+    if emulator and emulator != "default":
+        return (emulator if "://" in emulator else f"http://{emulator}").rstrip("/")
+    return GOOGLE_STORAGE
+
+
 class RunStore:
-    """The objects of run directory ``root`` (``gs://bucket/prefix`` or a local path).
+    """The objects of the run directory ``root`` (``gs://bucket/prefix``).
 
     Args:
-      credentials: ``google.auth`` credentials for Cloud Storage; None: anonymous when an
-        emulator is configured (``STORAGE_EMULATOR_HOST``), else Application Default Credentials.
-      project: the project billed for the requests (``gcp:project``).
+      credentials: ``google.auth`` credentials; None: anonymous (an emulator).
+
+    Raises:
+      StoreError: ``root`` is not a ``gs://`` URI.
     """
 
-    def __init__(self, root: str, credentials: Any = None, project: str | None = None):
+    def __init__(self, root: str, credentials: Any = None):
+        import requests
+
         self.root = root.rstrip("/")
-        if self.root.startswith("gs://"):
-            from gcsfs.core import GCSFileSystem  # the plain file system: no bucket-type lookups
-
-            emulator = os.environ.get("STORAGE_EMULATOR_HOST")
-            token = credentials if credentials is not None else ("anon" if emulator else "google_default")
-            self.fs = GCSFileSystem(
-                token=token,
-                project=project or "_",
-                skip_instance_cache=True,
-                use_listings_cache=False,
-                requests_timeout=REQUEST_TIMEOUT_S,
-                timeout=REQUEST_TIMEOUT_S,
-            )
-            self._base = self.root[len("gs://") :]
+        if not self.root.startswith("gs://") or "/" not in self.root[len("gs://") :]:
+            raise StoreError(f"the run directory {root!r} is not a gs://<bucket>/<path> URI")
+        self.bucket, self.prefix = self.root[len("gs://") :].split("/", 1)
+        self.base = f"{storage_url()}/storage/v1/b/{quote(self.bucket, safe='')}/o"
+        if credentials is None:
+            self.session = requests.Session()
         else:
-            from fsspec.implementations.local import LocalFileSystem
+            from google.auth.transport.requests import AuthorizedSession
 
-            self.fs = LocalFileSystem()
-            self._base = os.path.abspath(self.root)
+            self.session = AuthorizedSession(credentials)
 
     def __str__(self) -> str:
         return self.root
 
-    def _path(self, name: str) -> str:
-        return f"{self._base}/{name}" if name else self._base
-
-    def _why(self, err: BaseException, what: str) -> StoreError:
-        text = str(err).splitlines()[0] if str(err) else type(err).__name__
-        return StoreError(f"cannot read {what} of {self.root}: {text}")
+    def _get(self, url: str, params: dict[str, Any] | None, what: str) -> Any:
+        try:
+            response = self.session.get(url, params=params, timeout=REQUEST_TIMEOUT_S)
+        except Exception as err:  # requests and google-auth errors (network, refresh)
+            first = str(err).splitlines()[0] if str(err) else type(err).__name__
+            raise StoreError(f"cannot read {what} of {self.root}: {first}") from None
+        if response.status_code == 404:
+            return None
+        if response.status_code >= 400:
+            try:
+                message = response.json()["error"]["message"]
+            except (ValueError, KeyError, TypeError):
+                message = response.text[:200].strip()
+            raise StoreError(f"cannot read {what} of {self.root}: HTTP {response.status_code} {message}")
+        return response
 
     def list(self, folder: str = "") -> list[Entry]:
         """The objects directly in ``folder`` (relative to the run directory; "" for the root),
@@ -98,18 +111,18 @@ class RunStore:
         Raises:
           StoreError: the storage refused or did not answer (credentials, permissions, network).
         """
-        try:
-            infos = self.fs.ls(self._path(folder), detail=True, refresh=True)
-        except FileNotFoundError:
-            return []
-        except Exception as err:  # gcsfs raises HttpError, OSError, aiohttp and google-auth errors
-            raise self._why(err, f"the listing of {folder or 'the run directory'}") from None
-        prefix = self._base + "/"
-        entries = [
-            Entry(str(info["name"])[len(prefix) :], int(info.get("size") or 0), _epoch(info))
-            for info in infos
-            if info.get("type") == "file" and str(info["name"]).startswith(prefix)
-        ]
+        prefix = f"{self.prefix}/{folder}/" if folder else f"{self.prefix}/"
+        params = {"prefix": prefix, "delimiter": "/", "maxResults": 1000, "fields": "items(name,size,updated),nextPageToken"}
+        entries = []
+        while True:
+            response = self._get(self.base, params, f"the listing of {folder or 'the run directory'}")
+            page = response.json() if response is not None else {}
+            for item in page.get("items", []):
+                name = str(item["name"])[len(f"{self.prefix}/") :]
+                entries.append(Entry(name, int(item.get("size") or 0), _epoch(item.get("updated"))))
+            if not page.get("nextPageToken"):
+                break
+            params = {**params, "pageToken": page["nextPageToken"]}
         return sorted(entries, key=lambda entry: entry.name)
 
     def list_many(self, folders: list[str]) -> dict[str, list[Entry]]:
@@ -117,24 +130,19 @@ class RunStore:
         with ThreadPoolExecutor(max_workers=max(1, len(folders))) as pool:
             return dict(zip(folders, pool.map(self.list, folders)))
 
+    def _read_one(self, name: str) -> bytes | None:
+        url = f"{self.base}/{quote(f'{self.prefix}/{name}', safe='')}"
+        response = self._get(url, {"alt": "media"}, name)
+        return None if response is None else response.content
+
     def read(self, names: list[str]) -> dict[str, bytes]:
-        """The bytes of each object of ``names`` that exists (one concurrent batch).
+        """The bytes of each object of ``names`` that exists (fetched :data:`CONCURRENCY` at once).
 
         Raises:
           StoreError: as :meth:`list`.
         """
         if not names:
             return {}
-        paths = {self._path(name): name for name in names}
-        try:
-            found = self.fs.cat(list(paths), on_error="return")
-        except Exception as err:
-            raise self._why(err, "objects") from None
-        blobs = {}
-        for path, value in found.items():
-            if isinstance(value, FileNotFoundError):
-                continue
-            if isinstance(value, BaseException):
-                raise self._why(value, paths.get(path, path))
-            blobs[paths[path]] = value
-        return blobs
+        with ThreadPoolExecutor(max_workers=min(CONCURRENCY, len(names))) as pool:
+            found = dict(zip(names, pool.map(self._read_one, names)))
+        return {name: data for name, data in found.items() if data is not None}
