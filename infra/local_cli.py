@@ -174,7 +174,7 @@ def _train_locally(resource, options, fresh: bool, summary_json: Optional[Path])
         if local_state.discard_run(run_dir):
             say(f"--fresh: discarded the previous run of stack {config.stack!r}")
     elif is_complete(run_dir, total):
-        result = summary.summarize(run_dir, total) | {"wall_seconds": 0.0}
+        result = summary.summarize(run_dir, total) | {"wall_seconds": _command_seconds()}
         say(f"run {run_dir} is already complete; nothing to do (use --fresh to start over)")
         if options.faults:
             say("note: the requested faults were not injected: the run is complete")
@@ -198,6 +198,16 @@ def _train_locally(resource, options, fresh: bool, summary_json: Optional[Path])
         if not is_complete(run_dir, total):
             raise  # stops_when_stdout_closes says so
         return summary.summarize(run_dir, total)  # the last step's line found no reader
+
+
+def _command_seconds() -> float:
+    """Seconds since this command's process started (the ``wall_seconds`` of a run that was
+    already complete: the time the command took to find that out)."""
+    import time
+
+    import psutil
+
+    return round(time.time() - psutil.Process().create_time(), 3)
 
 
 def check_data_source(config, *, stored: bool) -> None:

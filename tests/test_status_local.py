@@ -146,3 +146,28 @@ def test_status_imports_nothing_heavy(tmp_path):
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert "HEAVY []" in result.stderr, result.stderr
     assert "no run in" in result.stderr  # the command ran
+
+
+def test_an_already_complete_run_reports_the_commands_wall_time(bucket, tmp_path):
+    # `local up` on a finished run only reports it; its wall_seconds is the time the command took
+    # (this process's age), not 0.
+    import time
+    from types import SimpleNamespace
+
+    import psutil
+
+    from infra import local_cli
+    from infra.local import emulator
+    from training.run_dir import RunDir
+
+    run_dir = f"gs://{bucket}/runs/done"
+    upload(run_dir, SyntheticRun(total_steps=6, steps_done=6, log_every=2, checkpoint_every=6).objects())
+    config = load_stack_file(STACK).model_copy(update={"training": load_stack_file(STACK).training.model_copy(update={"steps": 6})})
+    resource = SimpleNamespace(config=config, run_dir=RunDir(run_dir))
+    before = time.time() - psutil.Process().create_time()
+    summary_path = tmp_path / "summary.json"
+    assert local_cli._train_locally(resource, emulator.Options(faults=[]), False, summary_path) is None
+    after = time.time() - psutil.Process().create_time()
+    summary = json.loads(summary_path.read_text())
+    assert summary["complete"] is True
+    assert before <= summary["wall_seconds"] <= after + 0.01
