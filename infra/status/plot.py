@@ -121,7 +121,7 @@ def draw(history: History, run: RunProgress, path: Path, title: str = "") -> Pat
     import matplotlib.pyplot as plt
 
     kept, lost = kept_and_recomputed(history.steps)
-    figure, (loss_ax, rate_ax) = plt.subplots(2, 1, sharex=True, figsize=(9, 6), height_ratios=(3, 2))
+    figure, (loss_ax, rate_ax) = plt.subplots(2, 1, sharex=True, figsize=(10.5, 6), height_ratios=(3, 2))
     if lost:
         loss_ax.plot([int(r["step"]) for r in lost], [float(r["loss"]) for r in lost], ".", color="0.6", label="recomputed after a restart")
     loss_ax.plot([int(r["step"]) for r in kept], [float(r["loss"]) for r in kept], color="tab:blue", label="training loss")
@@ -145,7 +145,7 @@ def draw(history: History, run: RunProgress, path: Path, title: str = "") -> Pat
         loss_ax.annotate("; ".join(texts), (step, 0.97), xycoords=("data", "axes fraction"), rotation=90, fontsize=7,
                          va="top", ha="left", xytext=(2, 0), textcoords="offset points",
                          bbox={"boxstyle": "round,pad=0.2", "facecolor": "white", "edgecolor": "none", "alpha": 0.8})
-    loss_ax.legend(loc="center right", fontsize=8)
+    loss_ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)  # beside the plot: never over a mark
     for axis in (loss_ax, rate_ax):
         axis.grid(alpha=0.3)
     figure.suptitle(figure_title(title, run), fontsize=10)
