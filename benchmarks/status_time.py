@@ -8,7 +8,9 @@ a checkpoint every 100 steps, a failure and a preemption, COMPLETE not yet writt
 emulated Cloud Storage (fake-gcs-server, infra/local/gcs.py) and an ACTIVE 2-slice queued
 resource in the loopback Cloud TPU API fake (tests/fakes/tpu_api.py), then runs
 ``multislice status --config-file <stack> --json`` as a fresh process ``--repeat`` times (after
-one untimed run that fills the bytecode cache) and reports each wall time (spawn to exit:
+one untimed run that fills a private bytecode cache, ``PYTHONPYCACHEPREFIX``, as a user's machine
+has it from the previous command: without one, ``PYTHONDONTWRITEBYTECODE=1`` makes every process
+compile every module it imports, about half of its time) and reports each wall time (spawn to exit:
 interpreter, imports, the TPU API reads and the run directory reads), their median, the
 objects the command read (``infra.status.progress``: the listings, every events object, the two
 newest metrics objects), the CPU time (user + system) of each answer, and the load average. On a shared machine compare runs at similar load.
@@ -80,7 +82,9 @@ def main() -> int:
 
         read_progress(Counting(config.run_dir), args.steps)
         command = [sys.executable, "-m", "infra.cli", "status", "--config-file", str(stack), "--json"]
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX")}
+        env["PYTHONPATH"] = str(ROOT)
+        env["PYTHONPYCACHEPREFIX"] = str(Path(tmp) / "bytecode")  # filled by the untimed run, as a user's machine has it
         first = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
         if first.returncode != 0:
             print(first.stderr, file=sys.stderr)
