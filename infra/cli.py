@@ -3,6 +3,7 @@
     multislice local up [--stack dev] [--kill 1@40] [--preempt 0@80] [--fresh] [--summary-json F]
     multislice local down [--stack dev]
     multislice local status [--stack dev]                           (infra/local_cli.py)
+    multislice status --stack prod [--json] [--watch] [--plot F]    (infra/status_cli.py)
     multislice render --stack prod [-o script.sh] [--config]
     multislice check --stack prod [--policy-config policy.json]     (infra/review_cli.py)
     multislice plan --stack prod [--json]
@@ -217,3 +218,6 @@ else:
 
     local_cli.register(app)
     review_cli.register(app)
+    from infra.status_cli import register as register_status  # `multislice status`: infra/status_cli.py
+
+    register_status(app)

@@ -19,6 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from infra.cli import CONFIG_FILE_OPTION, STACK_OPTION, console, fail, load_config, say, state_root
+from infra.status import options as status_options
 
 local_app = typer.Typer(no_args_is_help=True, help="Run a stack's queued resource on this machine (no cloud).")
 
@@ -321,35 +322,18 @@ def local_down(stack: Optional[str] = typer.Option(None, "--stack", "-s", metava
 
 
 @local_app.command("status")
-def local_status(stack: str = STACK_OPTION, config_file: Optional[Path] = CONFIG_FILE_OPTION) -> None:
-    """Show whether the stack's local run is running, and its progress (read through the
-    emulated Cloud Storage: the running emulator's, or one started for this command)."""
-    from infra.local import state as local_state
-    from infra.local import summary
-    from infra.local.gcs import GcsServerError, clients_pointed_at
-    from training.run_dir import RunDir
+def local_status(
+    stack: str = STACK_OPTION,
+    config_file: Optional[Path] = CONFIG_FILE_OPTION,
+    json_output: bool = status_options.JSON_OPTION,
+    watch: bool = status_options.WATCH_OPTION,
+    interval: float = status_options.INTERVAL_OPTION,
+    plot: Optional[Path] = status_options.PLOT_OPTION,
+) -> None:
+    """Whether the stack's local run is running, and its progress, as `multislice status`
+    shows a deployed one (read through the emulated Cloud Storage: the running emulator's, or
+    one started for this command)."""
+    from infra import status_cli
 
     config = load_config(stack, config_file)
-    paths = local_paths(config)
-    state = local_state.read_state(paths)
-    running = bool(state and local_state.emulator_alive(state))
-    orphans = local_state.find_processes(state["emulation_id"]) if state and state.get("emulation_id") else []
-    if running:
-        console.print(f"stack {config.stack}: running (pid {state['pid']})", markup=False)
-    elif orphans:
-        console.print(
-            f"stack {config.stack}: the emulator is gone but {len(orphans)} emulated process(es) still run; "
-            f"stop them with: multislice local down --stack {config.stack}",
-            markup=False,
-        )
-    else:
-        console.print(f"stack {config.stack}: not running", markup=False)
-    run_dir = RunDir(config.run_dir)
-    try:
-        with clients_pointed_at(paths.gcs_root, paths.gcs_log, state.get("storage_url") if running else None) as stored:
-            if stored and run_dir.list("*"):
-                print_summary(summary.summarize(run_dir, config.training.steps))
-            else:
-                console.print(f"no run in {run_dir} yet", markup=False)
-    except GcsServerError as err:
-        raise fail(f"cannot read the run: {err}", 1) from None
+    status_cli.show_local(config, local_paths(config), json_output=json_output, watch=watch, interval=interval, plot=plot)

@@ -252,31 +252,35 @@ def test_gcs_port_in_use(tmp_path):
 def test_status_reads_a_stored_run_through_the_storage_api(tmp_path):
     # A run stored by an earlier `local up` (written here as the trainer writes it, through a
     # server over the stack's backend); `local status` starts its own server to read it.
+    import time
+
     config = load_stack_file(STACK)
+    t0 = time.time() - 60
     with gcs.GcsServer(tmp_path / "emu" / "gcs", tmp_path / "writer.log") as server:
         server.create_bucket(config.bucket_name)
         restore = gcs.point_clients_at(server.url)
         try:
             run = RunDir(RUN_DIR)
             metrics, events = RecordLog(run, "metrics"), RecordLog(run, "events")
-            events.append({"event": "start", "step": 0, "time": 100.0})
+            events.append({"event": "start", "step": 0, "time": t0})
             for window in ((1, 2), (3, 4), (5, 6)):
                 for step in window:
-                    metrics.append({"step": step, "loss": 5.0 - step / 10})
+                    metrics.append({"step": step, "loss": 5.0 - step / 10, "time": t0 + step})
                 metrics.sync()
-            events.append({"event": "checkpoint", "step": 6, "time": 112.5})
+            events.append({"event": "checkpoint", "step": 6, "time": t0 + 12.5})
             events.sync()
         finally:
             restore()
     status = run_cli(["local", "status", "--config-file", str(STACK)], tmp_path)
     assert status.returncode == 0, status.stderr
     cells = [[cell.strip() for cell in line.split("│")[1:-1]] for line in status.stdout.splitlines()]
-    rows = {row[0]: row[1] for row in cells if len(row) == 2}  # the summary table's rows
+    rows = {row[0]: row[1] for row in cells if len(row) == 2}  # the status table's rows
     assert "stack emu: not running" in status.stdout
-    assert (rows["steps_completed"], rows["total_steps"], rows["final_loss"]) == ("6", "24", f"{5.0 - 6 / 10:.4f}")
-    assert (rows["complete"], rows["restarts"], rows["training_seconds"], rows["run_dir"]) == ("False", "0", "12.5000", RUN_DIR)
+    assert (rows["step"], rows["loss"]) == ("6/24  25%", f"{5.0 - 6 / 10:.4f} (step 6)")
+    assert (rows["restarts"], rows["training_seconds"], rows["run_dir"]) == ("0 (0 after a preemption)", "12.5", RUN_DIR)
+    assert rows["last_checkpoint"].startswith("step 6 at") and "complete" not in rows
     empty = run_cli(["local", "status", "--config-file", str(STACK)], tmp_path / "none")
-    assert f"no run in {RUN_DIR} yet" in empty.stdout
+    assert empty.returncode == 1 and f"no run in {RUN_DIR} yet" in empty.stderr
 
 
 def long_stack(tmp_path: Path) -> Path:

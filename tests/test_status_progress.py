@@ -1,0 +1,143 @@
+"""infra.status.progress: a run's progress read from its newest records, through the emulated
+Cloud Storage (the session's fake-gcs-server), on runs laid out as the trainer writes them."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from infra.status.progress import read_progress, restarts_of
+from infra.status.store import RunStore
+from tests.fakes.synthetic_run import Fault, SyntheticRun, upload
+
+
+class CountingStore(RunStore):
+    """A RunStore that remembers the names of the objects it read."""
+
+    def __init__(self, root: str):
+        super().__init__(root)
+        self.names_read: list[str] = []
+
+    def read(self, names):
+        self.names_read += names
+        return super().read(names)
+
+
+def stored(bucket: str, run: SyntheticRun, name: str = "r") -> CountingStore:
+    run_dir = f"gs://{bucket}/runs/{name}"
+    upload(run_dir, run.objects())
+    return CountingStore(run_dir)
+
+
+def test_a_run_in_progress_with_a_failure_and_a_preemption(bucket):
+    run = SyntheticRun(total_steps=200, steps_done=150, log_every=10, checkpoint_every=50,
+                       faults=[Fault("failure", 75), Fault("preemption", 120)],
+                       goodput={"goodput": 0.8, "badput": {"boot": 120.0, "compilation": 9.0}})
+    store = stored(bucket, run)
+    progress = read_progress(store, 200)
+
+    last = run.metrics[-1]
+    assert progress.exists and not progress.complete
+    assert (progress.step, progress.loss) == (150, last["loss"]) == (150, 5.0 / 2.5)
+    # this attempt's steady steps: 0.5 s each, 1024 tokens per step
+    assert progress.step_time_s == pytest.approx(0.5)
+    assert progress.tokens_per_s == pytest.approx(1024 / 0.5)
+    assert progress.eta_seconds == pytest.approx((200 - 150) * 0.5)
+    assert progress.fraction == pytest.approx(150 / 200)
+    checkpoints = [e for e in run.events if e["event"] == "checkpoint"]
+    assert (progress.last_checkpoint_step, progress.last_checkpoint_at) == (150, checkpoints[-1]["time"])
+    starts = [e for e in run.events if e["event"] == "start"]
+    assert progress.started_at == starts[0]["time"]
+    assert [(r.cause, r.resumed_step, r.restored, r.preempted_step) for r in progress.restarts] == [
+        ("failure", 50, True, None),
+        ("preemption", 120, True, 120),
+    ]
+    assert [r.resumed_at for r in progress.restarts] == [s["time"] for s in starts[1:]]
+    assert progress.preemptions == 1
+    assert progress.goodput == 0.8 and progress.badput == {"boot": 120.0, "compilation": 9.0}
+    assert progress.training_seconds == pytest.approx(checkpoints[-1]["time"] - starts[0]["time"], abs=1e-3)
+
+
+def test_only_the_newest_metrics_objects_are_read(bucket):
+    run = SyntheticRun(total_steps=2000, steps_done=1000, log_every=10, checkpoint_every=100)
+    store = stored(bucket, run)
+    metrics_objects = sorted(name for name in run.objects() if name.startswith("metrics/"))
+    assert len(metrics_objects) == 100
+    read_progress(store, 2000)
+    read = [name for name in store.names_read if name.startswith("metrics/")]
+    assert read == metrics_objects[-2:]
+
+
+def test_older_metrics_objects_are_read_while_the_newest_hold_no_step(bucket):
+    run_dir = f"gs://{bucket}/runs/evals"
+    step = {"step": 4, "loss": 2.5, "step_time_s": 1.0, "tokens_per_s": 100.0}
+    objects = {"metrics/00000000.jsonl": (json.dumps(step) + "\n").encode()}
+    for n in range(1, 4):  # windows that hold only an eval record
+        objects[f"metrics/{n:08d}.jsonl"] = (json.dumps({"step": 4, "eval_loss": 3.0 + n}) + "\n").encode()
+    objects["events/00000000.jsonl"] = (json.dumps({"event": "start", "step": 0, "time": 10.0}) + "\n").encode()
+    upload(run_dir, objects)
+    progress = read_progress(RunStore(run_dir), 10)
+    assert (progress.step, progress.loss, progress.eval_loss, progress.tokens_per_s) == (4, 2.5, 6.0, 100.0)
+
+
+def test_a_complete_run(bucket):
+    run = SyntheticRun(total_steps=60, steps_done=60, log_every=10, checkpoint_every=20)
+    progress = read_progress(stored(bucket, run), 60)
+    done = [e for e in run.events if e["event"] == "complete"]
+    assert progress.complete and progress.completed_step == 60 and progress.step == 60
+    assert (progress.eta_seconds, progress.fraction, progress.completed_at) == (0.0, 1.0, done[0]["time"])
+    # raising training.steps makes the same run unfinished
+    assert not read_progress(RunStore(f"gs://{bucket}/runs/r"), 100).complete
+
+
+@pytest.mark.parametrize("marker", [b"not json", b'{"step": 0}', b'{"step": true}', b'{"loss": 1.0}'])
+def test_a_malformed_completion_marker_is_not_complete(bucket, marker):
+    run = SyntheticRun(total_steps=20, steps_done=20, log_every=10, checkpoint_every=10)
+    objects = run.objects() | {"COMPLETE": marker}
+    upload(f"gs://{bucket}/runs/bad", objects)
+    progress = read_progress(RunStore(f"gs://{bucket}/runs/bad"), 20)
+    assert not progress.complete and progress.completed_step is None
+
+
+@pytest.mark.parametrize("report", [b"{", b'{"goodput": 1.5}', b'{"goodput": "high"}', b"[0.5]"])
+def test_an_unreadable_goodput_report_is_left_out(bucket, report):
+    run = SyntheticRun(total_steps=20, steps_done=10, log_every=10, checkpoint_every=10)
+    upload(f"gs://{bucket}/runs/g", run.objects() | {"goodput.json": report})
+    progress = read_progress(RunStore(f"gs://{bucket}/runs/g"), 20)
+    assert progress.goodput is None and progress.step == 10
+
+
+def test_a_run_directory_that_does_not_exist(bucket):
+    progress = read_progress(RunStore(f"gs://{bucket}/runs/none"), 20)
+    assert not progress.exists and progress.step is None and progress.restarts == []
+
+
+def test_restart_causes_come_from_the_events_between_starts():
+    events = [
+        {"event": "start", "step": 0, "time": 1.0},
+        {"event": "checkpoint", "step": 10, "preemption": False, "time": 2.0},
+        {"event": "start", "step": 10, "restored": True, "time": 3.0},  # no notice: a failure
+        {"event": "checkpoint", "step": 14, "preemption": True, "time": 4.0},  # saved, then killed before "preempted"
+        {"event": "start", "step": 14, "restored": True, "time": 5.0},
+        {"event": "start", "step": 14, "restored": True, "time": 6.0},  # the notice belonged to the previous one
+    ]
+    assert [(r.cause, r.resumed_step, r.preempted_step, r.preempted_at) for r in restarts_of(events)] == [
+        ("failure", 10, None, None),
+        ("preemption", 14, 14, 4.0),
+        ("failure", 14, None, None),
+    ]
+
+
+def test_the_json_keys_are_stable(bucket):
+    run = SyntheticRun(total_steps=40, steps_done=30, log_every=10, checkpoint_every=10, faults=[Fault("preemption", 25)])
+    data = read_progress(stored(bucket, run, "keys"), 40).to_json()
+    assert set(data) == {
+        "run_dir", "exists", "step", "total_steps", "fraction", "loss", "eval_loss", "tokens_per_s", "step_time_s",
+        "eta_seconds", "last_checkpoint_step", "last_checkpoint_at", "started_at", "updated_at", "training_seconds",
+        "restarts", "preemptions", "restart_history", "complete", "completed_step", "completed_at", "goodput",
+        "badput", "goodput_at",
+    }
+    assert data["restarts"] == 1 and data["preemptions"] == 1
+    assert set(data["restart_history"][0]) == {"cause", "resumed_step", "resumed_at", "restored", "preempted_step", "preempted_at"}
+    json.dumps(data)
