@@ -186,3 +186,5 @@ else:
 
     local_cli.register(app)
     review_cli.register(app)
+    from infra import logs_cli  # `multislice logs`, `multislice local logs`
+    logs_cli.register(app)
