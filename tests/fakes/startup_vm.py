@@ -13,6 +13,7 @@ import os
 import signal
 import stat
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -40,6 +41,8 @@ TPU_ENV = (
 )
 
 FAKE_PYTHON = r"""#!/bin/bash
+# The log shipper that trainer.sh pipes the trainer through is the real one (this machine's Python).
+if [[ ${1:-} == -m && ${2:-} == training.log_shipping ]]; then exec "$FAKE_REAL_PYTHON" "$@"; fi
 # Stands in for "python -m training run ...": records argv/cwd/env, then acts per FAKE_MODE.
 n=$(( $(cat "$FAKE_DIR/count" 2>/dev/null || echo 0) + 1 ))
 echo "$n" >"$FAKE_DIR/count"
@@ -132,6 +135,7 @@ class Vm:
             "MULTISLICE_RESTART_BACKOFF_S": "0.01",
             "FAKE_DIR": str(self.fake_dir),
             "FAKE_BIN": str(self.bin),
+            "FAKE_REAL_PYTHON": sys.executable,
             "PASS_THROUGH_CHECK": "kept as is",
         }
         if self.gcs is not None:
