@@ -131,8 +131,8 @@ def logs(
 ) -> None:
     """The trainer's log lines of a deployed stack's workers, from Cloud Logging (oldest first).
 
-    Reads the log multislice-trainer of the stack's TPU nodes, run `runName` (the VMs write it:
-    docs/vm-boot.md). Needs roles/logging.viewer in the stack's project.
+    Reads the log multislice-trainer that the stack's TPU VMs write (docs/vm-boot.md), for the
+    stack's run; needs roles/logging.viewer in the stack's project.
     """
     from infra.logs import cloud
 
