@@ -40,6 +40,7 @@ from infra import config as stack_config
 from infra import planner
 from infra import startup
 from infra.config import StackConfig
+from infra.logs.filter import logging_filter  # the filter `multislice logs` builds on
 from infra.network import Network, NetworkArgs
 from infra.queued_resource import QueuedResource, queued_resource_props
 from infra.release import ReleaseRecord
@@ -51,19 +52,6 @@ from infra.storage import BucketArgs, CheckpointBucket
 def load_config() -> StackConfig:
     """The running stack's StackConfig, from the engine's config map."""
     return stack_config.from_pulumi_config(pulumi.get_stack(), stack_config.pulumi_config_map())
-
-
-def logging_filter(config: StackConfig) -> str:
-    """Cloud Logging filter for the VM logs of this stack's nodes (every worker of every slice;
-    the trainer's lines start with ``[slice S worker W]``). TPU VM logs have the monitored
-    resource type ``tpu_worker`` with labels project_id, zone, node_id, worker_id."""
-    nodes = " OR ".join(f'"{node}"' for node in config.node_ids)
-    return (
-        'resource.type="tpu_worker"'
-        f' AND resource.labels.project_id="{config.project}"'
-        f' AND resource.labels.zone="{config.zone}"'
-        f" AND resource.labels.node_id=({nodes})"
-    )
 
 
 def ssh_hint(config: StackConfig) -> str:

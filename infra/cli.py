@@ -221,3 +221,6 @@ else:
     from infra.status_cli import register as register_status  # `multislice status`: infra/status_cli.py
 
     register_status(app)
+
+    from infra import logs_cli  # `multislice logs`, `multislice local logs`
+    logs_cli.register(app)

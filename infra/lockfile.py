@@ -51,6 +51,7 @@ TRAINER_REQUIREMENTS: tuple[str, ...] = (
     "pydantic",
     "typer",
     "tensorboardX",
+    "google-cloud-logging",
 )
 
 #: The project's extra that a TPU VM installs on top (``jax[tpu]`` → libtpu, ``gcsfs``).

@@ -5,21 +5,29 @@
 #   trainer.sh run PYTHON CONFIG RUN_DIR
 #       Before a restart, wait the backoff: MULTISLICE_RESTART_BACKOFF_S doubled per restart
 #       (the unit's NRestarts), at most MULTISLICE_RESTART_BACKOFF_MAX_S; then become the
-#       trainer (exec, so that systemd's SIGTERM reaches it). Its output is prefixed by a
-#       process that ignores SIGTERM and ends when the trainer does.
-#   trainer.sh stopped
+#       trainer (exec, so that systemd's SIGTERM reaches it). Its output goes through the log
+#       shipper (training/log_shipping.py: the prefix, and Cloud Logging on a TPU VM), which
+#       ignores SIGTERM and ends when the trainer does.
+#   trainer.sh stopped [PYTHON RUN_DIR]
 #       One line saying how the trainer ended (systemd sets SERVICE_RESULT, EXIT_CODE and
-#       EXIT_STATUS for ExecStopPost=); after status 0, release-on-complete.sh.
+#       EXIT_STATUS for ExecStopPost=); after status 0, release-on-complete.sh; with PYTHON,
+#       through the log shipper too.
 set -euo pipefail
 
 readonly UNIT=multislice-trainer.service
-readonly PREFIX="[slice ${MULTISLICE_SLICE:-?} worker ${MULTISLICE_WORKER:-?}] "
-say() { printf '%s%s\n' "$PREFIX" "$*"; }
+prefix="[slice ${MULTISLICE_SLICE:-?} worker ${MULTISLICE_WORKER:-?}] "
+say() { printf '%s%s\n' "$prefix" "$*"; }
+# ship PYTHON RUN_DIR: from here on, this script's output goes through the log shipper.
+ship() {
+  exec > >(trap '' TERM INT HUP; exec "$1" -m training.log_shipping "$2") 2>&1
+  prefix=''
+}
 
 case ${1:-} in
   run)
     (($# == 4)) || { say "usage: trainer.sh run PYTHON CONFIG RUN_DIR"; exit 2; }
     py=$2 config=$3 run_dir=$4
+    ship "$py" "$run_dir"
     restarts=$(systemctl show --property=NRestarts --value "$UNIT" 2>/dev/null) || restarts=0
     [[ $restarts =~ ^[0-9]+$ ]] || restarts=0
     if ((restarts > 0)); then
@@ -29,15 +37,10 @@ case ${1:-} in
       sleep "$delay"
     fi
     say "trainer: starting $py -m training run --config $config --run-dir $run_dir"
-    prefix() {
-      trap '' TERM INT HUP
-      local line
-      while IFS= read -r line || [[ -n $line ]]; do printf '%s%s\n' "$PREFIX" "$line"; done
-    }
-    exec > >(prefix) 2>&1
     exec "$py" -m training run --config "$config" --run-dir "$run_dir"
     ;;
   stopped)
+    if (($# == 3)); then ship "$2" "$3"; fi
     status=${EXIT_STATUS:-?}
     case ${EXIT_CODE:-}:$status in
       exited:0) say "trainer: exited with status 0: training is complete" ;;
@@ -48,9 +51,13 @@ case ${1:-} in
     esac
     # --- releaseOnComplete: the run is complete; worker 0 of slice 0 deletes the queued resource.
     if [[ ${EXIT_CODE:-}:$status == exited:0 ]]; then bash "${0%/*}/release-on-complete.sh" || true; fi
+    if (($# == 3)); then # let the shipper write the line out before the unit's processes are stopped
+      exec >&- 2>&-
+      wait "$!" || true
+    fi
     ;;
   *)
-    say "usage: trainer.sh run PYTHON CONFIG RUN_DIR | trainer.sh stopped"
+    say "usage: trainer.sh run PYTHON CONFIG RUN_DIR | trainer.sh stopped [PYTHON RUN_DIR]"
     exit 2
     ;;
 esac

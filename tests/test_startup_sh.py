@@ -71,7 +71,7 @@ def test_the_unit_is_what_systemd_reads(vm, script):
     assert unit.kill_signal == signal.SIGTERM and unit.kill_mode == "control-group"
     assert unit.timeout_stop_sec == startup.STOP_TIMEOUT_S >= 30  # covers a Spot VM's whole notice
     assert (unit.start_limit_burst, unit.start_limit_interval_sec) == (startup.MAX_RESTARTS + 1, startup.START_LIMIT_INTERVAL_S)
-    assert unit.exec_stop_post == (("/bin/bash", f"{release}/trainer.sh", "stopped"),)
+    assert unit.exec_stop_post == (("/bin/bash", f"{release}/trainer.sh", "stopped", str(vm.bin / "python"), RUN_DIR),)
     analyze = shutil.which("systemd-analyze")
     if analyze:
         result = subprocess.run([analyze, "verify", str(unit_file)], capture_output=True, text=True, timeout=60)

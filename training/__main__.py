@@ -25,7 +25,7 @@ def _setup_logging(label: str) -> None:
     logging.basicConfig(
         level=os.environ.get("MULTISLICE_LOG_LEVEL", "INFO"),
         format=f"%(asctime)s %(levelname)s [{label}] %(name)s: %(message)s",
-        datefmt="%H:%M:%S",
+        datefmt="%Y-%m-%dT%H:%M:%S%z",  # with the UTC offset: `multislice local logs --since` reads it
         force=True,
     )
     for noisy in ("absl", "jax._src", "orbax", "etils", "fsspec", "gcsfs"):

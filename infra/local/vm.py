@@ -15,7 +15,7 @@ reach a VM:
 The VM's local disk is a directory (``MULTISLICE_HOME``; unit files in its ``systemd/``,
 the ``/run`` analogue in ``run/``); :meth:`EmulatedVM.wipe_disk` is what recreating the VM
 does to it. Output goes to one log file per VM (the serial console), appended across boots
-with a line marking each boot.
+with a line marking each boot and its UTC time.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ import shutil
 import signal
 import sys
 import urllib.request
+from datetime import datetime, timezone
 from pathlib import Path
 
 from infra.local.metadata import PREFIX, MetadataServer
@@ -113,7 +114,8 @@ class EmulatedVM:
             env={**env, "GCE_METADATA_IP": self.metadata.address, "MULTISLICE_HOME": str(self.home)},
             cwd=self.home,
             append=True,
-            header=f"===== boot {self.boots} of {self.name} =====",
+            # The boot's time: `multislice local logs --since` dates the console lines from it.
+            header=f"===== boot {self.boots} of {self.name} at {datetime.now(timezone.utc):%Y-%m-%dT%H:%M:%SZ} =====",
         )
         return self.group
 

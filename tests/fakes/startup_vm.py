@@ -42,6 +42,8 @@ TPU_ENV = (
 )
 
 FAKE_PYTHON = r"""#!/bin/bash
+# The log shipper that trainer.sh pipes the trainer through is the real one (this machine's Python).
+if [[ ${1:-} == -m && ${2:-} == training.log_shipping ]]; then exec "$FAKE_REAL_PYTHON" "$@"; fi
 # Stands in for "python -m training run ...": records argv/cwd/env, then acts per FAKE_MODE.
 n=$(( $(cat "$FAKE_DIR/count" 2>/dev/null || echo 0) + 1 ))
 echo "$n" >"$FAKE_DIR/count"
@@ -137,6 +139,7 @@ class Vm:
             "MULTISLICE_RESTART_BACKOFF_S": "0.01",
             "FAKE_DIR": str(self.fake_dir),
             "FAKE_BIN": str(self.bin),
+            "FAKE_REAL_PYTHON": sys.executable,
             "PASS_THROUGH_CHECK": "kept as is",
         }
         if self.gcs is not None:

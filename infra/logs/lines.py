@@ -1,0 +1,77 @@
+"""One trainer log line as ``multislice logs`` prints it, and the ``--since`` argument.
+
+Both sources print the same format, one line per log line::
+
+    [slice S worker W] <the line as the trainer wrote it>
+
+(the prefix the VM's console already carries; a line that carries it is not prefixed twice).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+
+#: ``[slice S worker W] `` at the start of a console line (boot.sh, trainer.sh and the log
+#: shipper write it; ``?`` before the boot has read the metadata).
+PREFIX = re.compile(r"^\[slice (\d+|\?) worker (\d+|\?)\] ")
+
+#: ``--since`` durations: a number and a unit (s, m, h, d).
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+class SinceError(ValueError):
+    """A ``--since`` value that is neither a duration nor an RFC 3339 time (one line)."""
+
+
+@dataclass(frozen=True)
+class LogLine:
+    """One line of one worker.
+
+    Attributes:
+      slice_id, worker: the VM that wrote it.
+      text: the line without its ``[slice S worker W]`` prefix and line end.
+      time: when it was written (UTC; a local console line carries the time of the last
+        timestamp before it, see :mod:`infra.logs.local`), or None if unknown.
+    """
+
+    slice_id: int
+    worker: int
+    text: str
+    time: datetime | None = None
+
+    def render(self) -> str:
+        return f"[slice {self.slice_id} worker {self.worker}] {self.text}"
+
+
+def strip_prefix(line: str) -> str:
+    """``line`` without a leading ``[slice S worker W] ``."""
+    return PREFIX.sub("", line, count=1)
+
+
+def parse_since(value: str, now: datetime | None = None) -> datetime:
+    """The UTC time ``--since`` names: a duration back from ``now`` (``90s``, ``10m``, ``2h``,
+    ``1d``) or an RFC 3339 time (``2026-11-30T17:00:00Z``, ``2026-11-30T18:00:00+01:00``;
+    https://www.rfc-editor.org/rfc/rfc3339#section-5.6).
+
+    Raises:
+      SinceError: anything else, or a time without a UTC offset.
+    """
+    text = value.strip()
+    now = now or datetime.now(timezone.utc)
+    match = _DURATION.match(text)
+    if match:
+        return now - timedelta(seconds=float(match[1]) * _UNIT_SECONDS[match[2]])
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        moment = None
+    if moment is None or "T" not in text.upper():
+        raise SinceError(
+            f"--since {value!r} is neither a duration (30s, 10m, 2h, 1d) nor an RFC 3339 time (2026-11-30T17:00:00Z)"
+        )
+    if moment.tzinfo is None:
+        raise SinceError(f"--since {value!r} has no UTC offset: end it with Z or +HH:MM (RFC 3339)")
+    return moment.astimezone(timezone.utc)

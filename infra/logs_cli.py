@@ -1,0 +1,199 @@
+"""``multislice logs`` and ``multislice local logs``: the trainer's log lines of every worker.
+
+    multislice logs --stack S [--slice N] [--worker W] [--since 10m|2026-11-30T17:00:00Z] [--follow]
+    multislice local logs --stack S [same options]
+
+``logs`` reads a deployed stack's lines from Cloud Logging (:mod:`infra.logs.cloud`; the VMs
+ship them, training/log_shipping.py), ``local logs`` the console logs of the stack's local
+emulation (:mod:`infra.logs.local`). Both print ``[slice S worker W] <line>``, oldest first;
+``--follow`` keeps printing new lines until Ctrl-C. Registered on :data:`infra.cli.app` by
+:func:`register`; nothing heavy is imported before a command runs (the Cloud Logging client
+only inside ``logs``). Errors: one ``error:`` line; exit 2 for bad input (options, stack,
+credentials), 1 for a stack with no logs (never deployed / never run locally) or a failed
+Cloud Logging call, 130 for Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from infra.cli import CONFIG_FILE_OPTION, STACK_OPTION, err_console, fail, load_config, state_root
+
+#: Seconds between two polls of ``local logs --follow`` (the files are on this machine).
+LOCAL_POLL_SECONDS = 0.5
+
+SLICE_OPTION = typer.Option(None, "--slice", min=0, help="Only this slice (0-based).")
+WORKER_OPTION = typer.Option(None, "--worker", min=0, help="Only this worker (TPU VM, 0-based) of each slice.")
+FOLLOW_OPTION = typer.Option(False, "--follow", "-f", help="Keep printing new lines until Ctrl-C.")
+SINCE_OPTION = typer.Option(
+    None, "--since", metavar="TIME", help="Only lines from this long ago (30s, 10m, 2h, 1d) or after an RFC 3339 time (2026-11-30T17:00:00Z)."
+)
+POLLS_OPTION = typer.Option(None, "--polls", hidden=True, min=1, help="With --follow: stop after this many polls (tests).")
+
+
+def check_range(config, slice_id: Optional[int], worker: Optional[int]) -> None:
+    """Exit 2 with one line if ``--slice``/``--worker`` is outside the stack."""
+    if slice_id is not None and slice_id >= config.slices:
+        raise fail(f"--slice {slice_id}: stack {config.stack} has {config.slices} slice(s), 0-{config.slices - 1} "
+                   "(multislice:slices)")
+    hosts = config.workers_per_slice
+    if worker is not None and worker >= hosts:
+        raise fail(f"--worker {worker}: each slice of stack {config.stack} ({config.accelerator_type}) has {hosts} "
+                   f"worker(s), 0-{hosts - 1} (multislice:acceleratorType)")
+
+
+def parse_since_option(since: Optional[str]):
+    from infra.logs.lines import SinceError, parse_since
+
+    try:
+        return parse_since(since) if since is not None else None
+    except SinceError as err:
+        raise fail(str(err)) from None
+
+
+def emit(lines: Iterable) -> int:
+    """Print ``lines`` to stdout (flushed); their number."""
+    count = 0
+    for line in lines:
+        sys.stdout.write(line.render() + "\n")
+        count += 1
+    sys.stdout.flush()
+    return count
+
+
+def stream(poll: Callable[[], list], follow: bool, polls: Optional[int], interval: float) -> int:
+    """Print what ``poll`` returns, once or (``follow``) every ``interval`` seconds until Ctrl-C
+    or ``polls`` polls; the number of lines printed. A closed stdout (``| head``) ends it quietly."""
+    count, done = 0, 0
+    try:
+        while True:
+            count += emit(poll())
+            done += 1
+            if not follow or (polls is not None and done >= polls):
+                return count
+            time.sleep(interval)
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        raise typer.Exit(0) from None
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+
+
+def _config_map(config, config_file: Optional[Path]) -> dict:
+    """The stack file's raw ``config:`` map (its ``gcp:*`` credential keys)."""
+    import yaml
+
+    from infra.config import stack_file
+
+    path = config_file or stack_file(config.stack)
+    try:
+        return (yaml.safe_load(path.read_text()) or {}).get("config") or {}
+    except (OSError, yaml.YAMLError, AttributeError):
+        return {}
+
+
+def _credentials(config, config_file: Optional[Path], endpoint: Optional[str]):
+    """The caller's Google credentials, as the provider takes them (infra/credentials.py); None
+    for a loopback fake without configured credentials. Exits 2 with one line when there are none."""
+    from infra import credentials as gcp
+    from infra.logs.cloud import is_loopback
+
+    settings = gcp.CredentialSettings.resolve(_config_map(config, config_file), os.environ)
+    local = is_loopback(endpoint)
+    problem = gcp.problem(settings, os.environ, require_credentials=not local)
+    if problem:
+        raise fail(problem)
+    if local and not settings.explicit:
+        return None
+    try:
+        return gcp.load(settings, quota_project=settings.quota_project(config.project))
+    except gcp.CredentialsError as err:
+        raise fail(str(err)) from None
+
+
+def logs(
+    stack: str = STACK_OPTION,
+    config_file: Optional[Path] = CONFIG_FILE_OPTION,
+    slice_id: Optional[int] = SLICE_OPTION,
+    worker: Optional[int] = WORKER_OPTION,
+    follow: bool = FOLLOW_OPTION,
+    since: Optional[str] = SINCE_OPTION,
+    polls: Optional[int] = POLLS_OPTION,
+) -> None:
+    """The trainer's log lines of a deployed stack's workers, from Cloud Logging (oldest first).
+
+    Reads the log multislice-trainer that the stack's TPU VMs write (docs/vm-boot.md), for the
+    stack's run; needs roles/logging.viewer in the stack's project.
+    """
+    from infra.logs import cloud
+
+    config = load_config(stack, config_file)
+    check_range(config, slice_id, worker)
+    start = parse_since_option(since)
+    endpoint = os.environ.get(cloud.ENDPOINT_ENV) or None
+    credentials = _credentials(config, config_file, endpoint)
+    try:
+        client = cloud.client_for(config.project, credentials, endpoint)
+        tail = cloud.CloudTail(client, config, slice_id=slice_id, worker=worker, since=start)
+
+        def poll() -> list:
+            try:
+                return tail.poll()
+            except cloud.CloudLogsError as err:
+                if not follow:
+                    raise
+                err_console.print(f"warning: {err}; trying again", markup=False, soft_wrap=True)
+                return []
+
+        printed = stream(poll, follow, polls, cloud.POLL_SECONDS)
+        if printed == 0 and not follow and not tail.any_entry():
+            raise fail(f"stack {config.stack} has no log entries in project {config.project} (nodes "
+                       f"{', '.join(config.node_ids)} in {config.zone}): it was never deployed (pulumi up), "
+                       "or its TPU VMs have not booted yet", 1)
+    except cloud.CloudLogsError as err:
+        raise fail(str(err), 1) from None
+    if printed == 0 and not follow:
+        err_console.print(f"no trainer lines of run {config.effective_run_name} match"
+                          f"{' since ' + since if since else ''}", markup=False, soft_wrap=True)
+
+
+def local_logs(
+    stack: str = STACK_OPTION,
+    config_file: Optional[Path] = CONFIG_FILE_OPTION,
+    slice_id: Optional[int] = SLICE_OPTION,
+    worker: Optional[int] = WORKER_OPTION,
+    follow: bool = FOLLOW_OPTION,
+    since: Optional[str] = SINCE_OPTION,
+    polls: Optional[int] = POLLS_OPTION,
+) -> None:
+    """The console log lines of the stack's emulated VMs (multislice local up), oldest first."""
+    from infra.logs.local import ConsoleTail, vm_logs
+
+    config = load_config(stack, config_file)
+    check_range(config, slice_id, worker)
+    start = parse_since_option(since)
+    logs_dir = state_root() / config.stack / "logs"  # infra.local.state.LocalPaths.logs_dir
+    if not vm_logs(logs_dir) and not follow:
+        raise fail(f"stack {config.stack} was never run locally: no console logs in {logs_dir} "
+                   f"(start it with: multislice local up --stack {config.stack})", 1)
+    tail = ConsoleTail(logs_dir, slice_id=slice_id, worker=worker, since=start)
+    printed = stream(lambda: tail.poll(final=not follow), follow, polls, LOCAL_POLL_SECONDS)
+    if printed == 0 and not follow:
+        err_console.print(f"no lines match in {logs_dir}{' since ' + since if since else ''}", markup=False, soft_wrap=True)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``logs`` to ``app`` and ``logs`` to its ``local`` group (infra/local_cli.py)."""
+    from infra.local_cli import local_app
+
+    app.command("logs")(logs)
+    local_app.command("logs")(local_logs)

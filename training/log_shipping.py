@@ -1,0 +1,120 @@
+"""``python -m training.log_shipping RUN_DIR < lines``: each line to stdout, prefixed, and on a
+TPU VM to Cloud Logging (labels slice, worker, run); never blocks the writer. docs/vm-boot.md."""
+
+from __future__ import annotations
+
+import os
+import queue
+import re
+import signal
+import sys
+import threading
+import urllib.request
+from datetime import datetime, timezone
+
+LOG_NAME = "multislice-trainer"
+FLUSH_AT_EXIT_S = 10.0
+_LEVEL = re.compile(r"^\S+ (DEBUG|INFO|WARNING|ERROR|CRITICAL) ")
+
+
+def metadata(path):
+    host = os.environ.get("GCE_METADATA_IP", "metadata.google.internal")
+    request = urllib.request.Request(f"http://{host}/computeMetadata/v1/{path}", headers={"Metadata-Flavor": "Google"})
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return response.read().decode()
+    except (OSError, ValueError):
+        return None
+
+
+def target(slice_id, worker, run, get=metadata):
+    """(tpu_worker resource labels, entry labels); None unless the metadata names a project,
+    zone and TPU node (not in the local emulation)."""
+    project, zone = get("project/project-id"), get("instance/zone")
+    node = re.search(r"^NODE_ID:\s*'?([^'\s]+)", get("instance/attributes/tpu-env") or "", re.M)
+    if project and zone and node:
+        resource = {"project_id": project, "zone": zone.rsplit("/", 1)[-1], "node_id": node[1], "worker_id": worker}
+        return resource, {"slice": slice_id, "worker": worker, "run": run}
+    return None
+
+
+def ship(lines, found, say):
+    """Write ``(time, text)`` items of ``lines`` in batches until None; failures are dropped."""
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud.logging_v2 import Client, Resource
+
+    endpoint = os.environ.get("MULTISLICE_LOGGING_ENDPOINT")  # a loopback fake in tests
+    client = Client(project=found[0]["project_id"], credentials=AnonymousCredentials() if endpoint else None,
+                    client_options={"api_endpoint": endpoint} if endpoint else None, _use_grpc=False)
+    logger, resource = client.logger(LOG_NAME, labels=found[1]), Resource(type="tpu_worker", labels=found[0])
+    say(f"log shipping: to Cloud Logging, log {LOG_NAME}, node {found[0]['node_id']} worker {found[0]['worker_id']}")
+    failed, item = 0, ()
+    while item is not None:
+        batch = logger.batch()
+        while len(batch.entries) < 200:
+            try:
+                item = lines.get(timeout=1 if batch.entries else None)
+            except queue.Empty:
+                break
+            if item is None:
+                break
+            level = _LEVEL.match(item[1])
+            batch.log_text(item[1], timestamp=item[0], severity=level[1] if level else "DEFAULT", resource=resource)
+        try:
+            if batch.entries:
+                batch.commit()
+        except Exception as err:
+            if not failed:
+                say(f"log shipping: a Cloud Logging write failed ({type(err).__name__}: {err}); lines stay in the journal")
+            failed += len(batch.entries)
+    if failed:
+        say(f"log shipping: {failed} line(s) not written to Cloud Logging")
+
+
+def main(argv):
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)  # the last lines of a stopping trainer still come out
+    slice_id, worker = os.environ.get("MULTISLICE_SLICE", "?"), os.environ.get("MULTISLICE_WORKER", "?")
+    prefix = f"[slice {slice_id} worker {worker}] "
+    lines, state = queue.Queue(10000), {"on": True, "dropped": 0}
+
+    def say(text):
+        sys.stderr.write(f"{prefix}{text}\n")
+        sys.stderr.flush()
+
+    def work():
+        try:
+            found = target(slice_id, worker, os.path.basename(argv[0].rstrip("/")) if argv else "")
+            if found:
+                return ship(lines, found, say)
+        except Exception as err:  # the trainer goes on; its lines stay in the journal
+            say(f"log shipping: off ({type(err).__name__}: {err})")
+        state["on"] = False
+
+    thread = threading.Thread(target=work, daemon=True)
+    thread.start()
+    for raw in sys.stdin.buffer:
+        line = raw.rstrip(b"\r\n")
+        try:
+            sys.stdout.buffer.write(prefix.encode() + line + b"\n")
+            sys.stdout.buffer.flush()
+        except OSError:  # no console: keep reading, so that the writer never blocks
+            pass
+        if state["on"]:
+            try:
+                lines.put_nowait((datetime.now(timezone.utc), line.decode("utf-8", "replace")))
+            except queue.Full:
+                state["dropped"] += 1
+    if state["dropped"]:
+        say(f"log shipping: {state['dropped']} line(s) dropped (queue full)")
+    try:
+        if thread.is_alive():
+            lines.put(None, timeout=FLUSH_AT_EXIT_S)
+    except queue.Full:
+        pass
+    thread.join(FLUSH_AT_EXIT_S)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
