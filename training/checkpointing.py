@@ -8,9 +8,11 @@ checkpoint.path.atomicity.html). A save killed mid-flight is ignored and the pre
 finalized step restored (docs/jax-on-cpu.md, "Checkpoints (Orbax)"). The run directory's
 layout: ``training.run_dir``.
 
-The policy (:class:`CheckpointPolicy`): save every ``interval_steps``, at the last step, and
-at a preemption sync point (all hosts agree on the step: ``CheckpointManager.
-reached_preemption``, backed by ``jax.distributed``'s preemption sync manager).
+The policy (:func:`save_policy`, Orbax's save-decision policies): save every
+``interval_steps``, at the last step, and at a preemption sync point (all hosts agree on the
+step: ``CheckpointManager.reached_preemption``, backed by ``jax.distributed``'s preemption
+sync manager). Restore (:func:`restore`): every process restores the same step, the newest
+all of them can read, or all of them fail.
 """
 
 from __future__ import annotations
@@ -21,11 +23,12 @@ import logging
 import math
 import re
 import time
-from typing import Any
+from typing import Any, Callable
 
 import orbax.checkpoint as ocp
 from etils import epath
 
+from training import agreement
 from training.config import TrainConfig
 from training.run_dir import RunDir
 
@@ -39,15 +42,22 @@ class RunConfigMismatch(ValueError):
     """The run directory belongs to a run with a different model; resuming would fail."""
 
 
-@dataclasses.dataclass(frozen=True)
-class CheckpointPolicy:
-    """When to save. ``step`` is the number of completed optimizer steps."""
-
-    interval_steps: int
-    total_steps: int
-
-    def should_save(self, step: int, preempted: bool = False) -> bool:
-        return preempted or step == self.total_steps or step % self.interval_steps == 0
+def save_policy(interval_steps: int, total_steps: int) -> ocp.checkpoint_managers.SaveDecisionPolicy:
+    """When to save, as Orbax save-decision policies (``CheckpointManagerOptions.
+    save_decision_policy``, https://orbax.readthedocs.io/en/latest/api_reference/
+    checkpoint.save_decision_policy.html): every ``interval_steps`` (``FixedIntervalPolicy``), at
+    the last step (``SpecificStepsPolicy``), and at a preemption sync point
+    (``PreemptionCheckpointingPolicy``: ``CheckpointManager.reached_preemption``). ``step``
+    is the number of completed optimizer steps; ``CheckpointManager.should_save(step)``
+    applies it."""
+    policies = ocp.checkpoint_managers
+    return policies.AnySavePolicy(
+        [
+            policies.FixedIntervalPolicy(interval_steps),
+            policies.SpecificStepsPolicy([total_steps]),
+            policies.PreemptionCheckpointingPolicy(),
+        ]
+    )
 
 
 def read_completion(run_dir: RunDir) -> dict[str, Any] | None:
@@ -129,8 +139,9 @@ def record_run_config(run_dir: RunDir, config: TrainConfig) -> None:
 
 def make_manager(run_dir: RunDir, config: TrainConfig) -> ocp.CheckpointManager:
     """An Orbax CheckpointManager over ``<run_dir>/checkpoints`` keeping ``checkpoint.keep``
-    finalized steps; saves are forced by :class:`CheckpointPolicy`, not Orbax's own policy."""
+    finalized steps, deciding when to save by :func:`save_policy`."""
     options = ocp.CheckpointManagerOptions(
+        save_decision_policy=save_policy(config.checkpoint.interval_steps, config.steps),
         max_to_keep=config.checkpoint.keep,
         enable_async_checkpointing=config.checkpoint.async_save,
         create=True,
@@ -207,16 +218,35 @@ def error_text(err: BaseException, limit: int = ERROR_TEXT_LIMIT) -> str:
     return f"{text[:keep]} … {text[-keep:]}"
 
 
-def restore(
-    manager: ocp.CheckpointManager, abstract_state: Any, *, is_writer: bool, attempts: int = 2
-) -> tuple[int, Any] | None:
-    """Restore the newest finalized checkpoint that can be read, onto ``abstract_state``'s
-    shardings.
+@dataclasses.dataclass(frozen=True)
+class Fallback:
+    """A checkpoint the job skipped on restore: ``tried`` (its step) at ``path``, why
+    (``reason``: one line per process that could not read it), and the ``used`` step."""
 
-    A checkpoint that fails to restore ``attempts`` times (damaged files, or a shape that
-    no longer matches) is skipped for the next older one; once an older one restores, the
-    unreadable newer ones are renamed ``<step>.unreadable`` by process 0 (kept for
-    inspection, and out of the way of the steps that will be saved again).
+    tried: int
+    path: str
+    reason: str
+    used: int
+
+
+def restore(
+    manager: ocp.CheckpointManager,
+    abstract_state: Any,
+    *,
+    is_writer: bool,
+    attempts: int = 2,
+    on_fallback: Callable[[Fallback], None] | None = None,
+) -> tuple[int, Any] | None:
+    """Restore the newest finalized checkpoint that every process can read, onto
+    ``abstract_state``'s shardings; every process of the job restores the same step.
+
+    Each process first restores the newest step it can read itself (a step that fails
+    ``attempts`` times — damaged files, a shape that no longer matches, a read error on this
+    host — is skipped for the next older one); then the processes agree on the minimum of
+    those steps (:func:`training.agreement.all_gather`), and a process that read a newer
+    one restores the agreed step instead. The newer steps are renamed ``<step>.unreadable``
+    by process 0 (kept for inspection, and out of the way of the steps that will be saved
+    again) and ``on_fallback`` gets one :class:`Fallback` per step skipped.
 
     Returns:
       ``(step, state)``, or None when the run has no finalized checkpoint.
@@ -226,50 +256,102 @@ def restore(
     back to an older step is logged as a warning that names both steps and the reason.
 
     Raises:
-      CheckpointRestoreError: checkpoints exist but none can be restored; the message has
-        each step's path and error.
+      CheckpointRestoreError: checkpoints exist but some process can restore none of them
+        (raised on every process); the message has each step's path and error.
+      training.agreement.AgreementError: a peer did not report within the agreement
+        timeout, or processes disagree on whether the run has checkpoints (restart).
     """
-    steps = sorted(manager.all_steps(), reverse=True)
-    failures: list[tuple[int, str]] = []
-    for step in steps:
-        where = describe(step, step_path(manager, step))
-        for attempt in range(attempts):
-            try:
-                state = manager.restore(step, args=ocp.args.StandardRestore(abstract_state))
-            except Exception as err:  # orbax/tensorstore raise many types for damaged data
-                error = error_text(err)
-                log.error("restoring checkpoint %s failed (attempt %d/%d): %s", where, attempt + 1, attempts, error)
-                if attempt + 1 < attempts:
-                    time.sleep(1.0)
-                continue
-            if failures:
-                log.warning(
-                    "fell back to checkpoint %s: the newer %s could not be restored (%s)",
-                    where,
-                    ", ".join(describe(s, step_path(manager, s)) for s, _ in failures),
-                    "; ".join(f"step {s}: {e}" for s, e in failures),
-                )
-                _set_aside([s for s, _ in failures], manager, is_writer)
-            return step, state
-        failures.append((step, error))
-    if failures:
+    step, state, failures = _restore_newest_readable(manager, abstract_state, attempts)
+    reports = [json.loads(r) for r in agreement.all_gather("restore", json.dumps({"step": step, "failures": failures}))]
+    steps = [r["step"] for r in reports]
+    unreadable: dict[int, list[str]] = {}
+    for process, report in enumerate(reports):
+        for failed, error in report["failures"]:
+            unreadable.setdefault(failed, []).append(error if len(reports) == 1 else f"process {process}: {error}")
+    if min(steps) == NONE_READABLE:
         raise CheckpointRestoreError(
-            f"no checkpoint in {manager.directory} can be restored: "
-            + "; ".join(f"{describe(s, step_path(manager, s))}: {e}" for s, e in failures)
+            f"no checkpoint in {manager.directory} can be restored"
+            + ("" if len(reports) == 1 else f" by process(es) {', '.join(str(p) for p, s in enumerate(steps) if s == NONE_READABLE)}")
+            + ": "
+            + "; ".join(f"{describe(s, step_path(manager, s))}: {' | '.join(e)}" for s, e in sorted(unreadable.items(), reverse=True))
             + ". If the model changed, start a new run (multislice:runName or --fresh); if the files are "
             "damaged, move the bad step directories away"
         )
-    return None
+    agreed = min(steps)
+    if agreed == NO_CHECKPOINT:
+        if any(s != NO_CHECKPOINT for s in steps):
+            raise agreement.AgreementError(f"processes see different checkpoints in {manager.directory}: newest readable {steps}")
+        return None
+    if step != agreed:
+        state = _restore_agreed(manager, abstract_state, agreed, attempts)
+    ok = agreement.all_gather("restore-agreed", "" if state is not None else "failed")
+    if state is None or any(ok):
+        raise CheckpointRestoreError(
+            f"checkpoint {describe(agreed, step_path(manager, agreed))}, the newest every process can read, "
+            f"could not be restored by process(es) {', '.join(str(p) for p, r in enumerate(ok) if r)}"
+        )
+    newer = sorted({s for s in unreadable if s > agreed} | {s for s in steps if s > agreed}, reverse=True)
+    if newer:
+        reasons = {s: "; ".join(unreadable.get(s, [])) or "readable here, but not by every process" for s in newer}
+        log.warning(
+            "fell back to checkpoint %s: the newer %s could not be restored (%s)",
+            describe(agreed, step_path(manager, agreed)),
+            ", ".join(describe(s, step_path(manager, s)) for s in newer),
+            "; ".join(f"step {s}: {reasons[s]}" for s in newer),
+        )
+        _set_aside(newer, manager, is_writer)
+        for s in newer:
+            if on_fallback is not None:
+                on_fallback(Fallback(tried=s, path=step_path(manager, s), reason=reasons[s], used=agreed))
+    return agreed, state
+
+
+#: Sentinels of a process's report: the run has no checkpoint; or it has some, none readable.
+NO_CHECKPOINT, NONE_READABLE = 0, -1
+
+
+def _restore_newest_readable(manager: ocp.CheckpointManager, abstract_state: Any, attempts: int) -> tuple[int, Any, list]:
+    """``(step, state, failures)``: the newest step this process restores (or
+    ``NO_CHECKPOINT`` / ``NONE_READABLE``, state None) and ``[step, error]`` of each newer
+    step it could not."""
+    steps = sorted(manager.all_steps(), reverse=True)
+    failures: list[list] = []
+    for step in steps:
+        state, error = _try_restore(manager, abstract_state, step, attempts)
+        if error is None:
+            return step, state, failures
+        failures.append([step, error])
+    return (NONE_READABLE if steps else NO_CHECKPOINT), None, failures
+
+
+def _restore_agreed(manager: ocp.CheckpointManager, abstract_state: Any, step: int, attempts: int) -> Any:
+    """The state of ``step``, or None if this process cannot restore it (logged)."""
+    log.warning("restoring checkpoint %s: the newest step every process can read", describe(step, step_path(manager, step)))
+    state, _ = _try_restore(manager, abstract_state, step, attempts)
+    return state
+
+
+def _try_restore(manager: ocp.CheckpointManager, abstract_state: Any, step: int, attempts: int) -> tuple[Any, str | None]:
+    """``(state, None)``, or ``(None, error text)`` after ``attempts`` failed tries."""
+    where = describe(step, step_path(manager, step))
+    for attempt in range(attempts):
+        try:
+            return manager.restore(step, args=ocp.args.StandardRestore(abstract_state)), None
+        except Exception as err:  # orbax/tensorstore raise many types for damaged data
+            error = error_text(err)
+            log.error("restoring checkpoint %s failed (attempt %d/%d): %s", where, attempt + 1, attempts, error)
+            if attempt + 1 < attempts:
+                time.sleep(1.0)
+    return None, error
 
 
 def _set_aside(steps: list[int], manager: ocp.CheckpointManager, is_writer: bool) -> None:
-    from jax.experimental import multihost_utils
-
     if is_writer:
         for step in steps:
             source = epath.Path(manager.directory) / str(step)
             target = epath.Path(manager.directory) / f"{step}.unreadable"
-            log.warning("moving unreadable checkpoint %s to %s", describe(step, str(source)), target)
-            source.rename(target)
-    multihost_utils.sync_global_devices("multislice_checkpoints_set_aside")
+            if source.exists():
+                log.warning("moving unreadable checkpoint %s to %s", describe(step, str(source)), target)
+                source.rename(target)
+    agreement.barrier("checkpoints-set-aside")
     manager.reload()

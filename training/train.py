@@ -28,14 +28,13 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import signal
 import sys
 import time
 
 import jax
 import numpy as np
 
-from training import checkpointing, cluster, compile_cache, data, mesh as mesh_lib, model, optimizer as optimizer_lib
+from training import checkpointing, cluster, compile_cache, data, mesh as mesh_lib, model, optimizer as optimizer_lib, preemption
 from training import state as state_lib, step as step_lib
 from training.config import TrainConfig
 from training.recorder import MetricsRecorder
@@ -55,24 +54,6 @@ class RunResult:
     exit_code: int
     step: int
     loss: float | None = None
-
-
-class _SigtermFlag:
-    """Preemption notice for a single process (jax.distributed handles it for several)."""
-
-    def __init__(self):
-        self.received = False
-
-    def install(self) -> None:
-        self._previous = signal.signal(signal.SIGTERM, self._handle)
-
-    def uninstall(self) -> None:
-        if hasattr(self, "_previous"):
-            signal.signal(signal.SIGTERM, self._previous)
-
-    def _handle(self, signum, frame) -> None:
-        del signum, frame
-        self.received = True
 
 
 def run(config: TrainConfig, run_dir_uri: str, identity: cluster.ClusterIdentity) -> RunResult:
@@ -96,17 +77,16 @@ def run(config: TrainConfig, run_dir_uri: str, identity: cluster.ClusterIdentity
         return RunResult(EXIT_COMPLETE, done["step"], done["loss"])
 
     compile_cache.enable(str(run_dir))  # before the first compilation: a restart loads the train step
-    cluster.initialize(identity)
-    sigterm = _SigtermFlag()
-    if identity.num_processes == 1:
-        sigterm.install()
+    notice = preemption.Notice()
+    notice.install()  # before jax.distributed: a notice while waiting for peers is not lost
     try:
-        return _train(config, run_dir, identity, sigterm)
+        cluster.initialize(identity)
+        return _train(config, run_dir, identity, notice)
     finally:
-        sigterm.uninstall()
+        notice.uninstall()
 
 
-def _train(config: TrainConfig, run_dir: RunDir, identity: cluster.ClusterIdentity, sigterm: _SigtermFlag) -> RunResult:
+def _train(config: TrainConfig, run_dir: RunDir, identity: cluster.ClusterIdentity, notice: preemption.Notice) -> RunResult:
     is_writer = jax.process_index() == 0
     checkpointing.check_run_config(run_dir, config)
 
@@ -127,12 +107,17 @@ def _train(config: TrainConfig, run_dir: RunDir, identity: cluster.ClusterIdenti
     eval_step = step_lib.make_eval_step(config.model, mesh, shardings["params"], batch_sharding)
 
     manager = checkpointing.make_manager(run_dir, config)
-    start_step, state, restored = state_lib.restore_or_init(config, opt, shardings, manager, is_writer=is_writer)
+    fallbacks: list[checkpointing.Fallback] = []
+    start_step, state, restored = state_lib.restore_or_init(
+        config, opt, shardings, manager, is_writer=is_writer, on_fallback=fallbacks.append
+    )
     if is_writer:
         checkpointing.record_run_config(run_dir, config)
     metrics_log = RecordLog(run_dir, "metrics", enabled=is_writer)
     events_log = RecordLog(run_dir, "events", enabled=is_writer)
     tensorboard = TensorBoardLog(run_dir, start_step, enabled=is_writer)
+    for fallback in fallbacks:  # the CLI prints these (infra/local/emulator.py)
+        events_log.append({"event": "restore_fallback", **dataclasses.asdict(fallback), "time": time.time()})
     events_log.append(
         {
             "event": "start",
@@ -158,7 +143,6 @@ def _train(config: TrainConfig, run_dir: RunDir, identity: cluster.ClusterIdenti
         config.global_batch_size,
     )
 
-    policy = checkpointing.CheckpointPolicy(config.checkpoint.interval_steps, config.steps)
     recorder = MetricsRecorder(config, schedule, metrics_log, events_log, tensorboard, jax.device_count())
     pending: tuple[int, dict[str, jax.Array]] | None = None
     exit_code = EXIT_COMPLETE
@@ -170,8 +154,8 @@ def _train(config: TrainConfig, run_dir: RunDir, identity: cluster.ClusterIdenti
         if pending is not None:
             recorder.train(*pending)
         pending = (step, metrics)
-        preempted = manager.reached_preemption(step) or sigterm.received
-        if policy.should_save(step, preempted):
+        preempted = notice.reached(manager, step)
+        if preempted or manager.should_save(step):
             recorder.train(*pending)
             pending = None
             checkpointing.save(manager, step, state)
@@ -188,7 +172,7 @@ def _train(config: TrainConfig, run_dir: RunDir, identity: cluster.ClusterIdenti
                 for b in range(config.eval_batches)
             ])
         if preempted:
-            log.warning("preemption notice: saved step %d; exiting for restart", step)
+            log.warning("preemption notice: saved step %d (%s); exiting for restart", step, checkpointing.step_path(manager, step))
             exit_code = EXIT_PREEMPTED
             break
     if pending is not None:
