@@ -11,7 +11,8 @@ metadata; it exits with main's code.
 Test-only fault injection (this module never ships to a VM):
 ``TEST_UNREADABLE_STEPS=12,8`` makes this process's reads of those checkpoint steps fail
 (a per-host read failure: the other processes read the same files fine);
-``TEST_STEP_DELAY_S=0.3`` slows every training step by that much (so that a signal lands
+``TEST_RESTORE_DELAY_S=600`` blocks this process's first checkpoint read that long (a
+restore stuck on slow storage); ``TEST_STEP_DELAY_S=0.3`` slows every training step by that much (so that a signal lands
 mid-run).
 """
 
@@ -39,7 +40,7 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def environment(devices: int = 4, **extra: str) -> dict[str, str]:
+def environment(devices: int = 2, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "XLA_", "MULTISLICE_", "TEST_"))}
     env.update(
         {
@@ -48,6 +49,8 @@ def environment(devices: int = 4, **extra: str) -> dict[str, str]:
             "PYTHONUNBUFFERED": "1",
             "MULTISLICE_INIT_TIMEOUT_S": "120",
             "MULTISLICE_HEARTBEAT_TIMEOUT_S": "10",
+            "MULTISLICE_AGREEMENT_TIMEOUT_S": "120",
+            "MULTISLICE_PREEMPTION_GRACE_S": "30",
         }
     )
     env.update(extra)
@@ -128,6 +131,19 @@ def _inject_unreadable_steps(steps: set[int]) -> None:
     ocp.CheckpointManager.restore = restore
 
 
+def _block_restore(delay_s: float) -> None:
+    import orbax.checkpoint as ocp
+
+    real_restore = ocp.CheckpointManager.restore
+
+    def restore(self, step, *args, **kwargs):
+        print(f"TEST: restore of step {step} blocked for {delay_s:.0f} s", flush=True)
+        time.sleep(delay_s)
+        return real_restore(self, step, *args, **kwargs)
+
+    ocp.CheckpointManager.restore = restore
+
+
 def _slow_steps(delay_s: float) -> None:
     from training import data
 
@@ -150,6 +166,8 @@ def main(argv: list[str]) -> int:
     unreadable = os.environ.get("TEST_UNREADABLE_STEPS")
     if unreadable:
         _inject_unreadable_steps({int(s) for s in unreadable.split(",")})
+    if os.environ.get("TEST_RESTORE_DELAY_S"):
+        _block_restore(float(os.environ["TEST_RESTORE_DELAY_S"]))
     if os.environ.get("TEST_STEP_DELAY_S"):
         _slow_steps(float(os.environ["TEST_STEP_DELAY_S"]))
     identity = ClusterIdentity(

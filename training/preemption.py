@@ -58,8 +58,9 @@ EXIT_PREEMPTED, EXIT_FAILED = 75, 1
 class Notice:
     """This process's view of preemption notices, and the watchdog that acts on them.
 
-    ``install()`` from the main thread before ``jax.distributed.initialize``; the loop asks
-    :meth:`reached` after every step; ``uninstall()`` at the end restores the previous
+    ``install()`` from the main thread before ``jax.distributed.initialize``, and set
+    ``joined`` once it returned (asking the coordination service earlier is fatal); the loop
+    asks :meth:`reached` after every step; ``uninstall()`` at the end restores the previous
     SIGTERM handler.
     """
 
@@ -68,6 +69,7 @@ class Notice:
         self.local = False  # a SIGTERM reached this module's handler
         self.trained = False  # this start completed a training step
         self.honouring = False  # the loop reached the agreed step and saves
+        self.joined = False  # jax.distributed is connected: the job's notices can be read
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -130,7 +132,7 @@ class Notice:
         readable, _, _ = select.select([self._pipe[0]], [], [], POLL_S)
         if readable and signal.SIGTERM in os.read(self._pipe[0], 512):
             return "SIGTERM to this process"
-        if _job_noticed():
+        if self.joined and _job_noticed():
             return "to a process of the job"
         return None
 

@@ -3,24 +3,31 @@
 ``run(config, run_dir, identity)`` does, on every process of the job:
 
 1. exit 0 at once if ``<run_dir>/COMPLETE`` exists (a VM that reboots after the run ended);
-2. JAX's persistent compilation cache in the run directory (training.compile_cache), then
-   ``jax.distributed.initialize`` from the identity (training.cluster);
+2. JAX's persistent compilation cache in the run directory (training.compile_cache), the
+   preemption watchdog (training.preemption), then ``jax.distributed.initialize`` from the
+   identity (training.cluster);
 3. build the hybrid mesh (training.mesh) and the jitted steps (training.step);
-4. restore the newest finalized checkpoint, or initialize from the seed (training.state);
+4. restore the newest finalized checkpoint every process can read — all processes restore
+   the same step, or all fail — or initialize from the seed (training.state,
+   training.checkpointing.restore); a fallback is an event ``restore_fallback``;
 5. train: the batch of step ``s`` is a pure function of ``s`` (training.data), so a resumed
    run computes exactly what an uninterrupted one would; metrics: training.recorder;
-6. save per :class:`training.checkpointing.CheckpointPolicy`; on a preemption notice
-   (SIGTERM) every process saves the same agreed step and exits ``EXIT_PREEMPTED``;
+6. save per Orbax's save-decision policies (training.checkpointing.save_policy); on a
+   preemption notice (SIGTERM) to any process every process saves the same agreed step and
+   exits ``EXIT_PREEMPTED``;
 7. after the last step's checkpoint is finalized, process 0 writes ``COMPLETE``.
 
 Exit codes (the startup script's supervisor acts on them): ``EXIT_COMPLETE`` 0,
-``EXIT_FAILED`` 1 (restart), ``EXIT_PREEMPTED`` 75 (state saved; restart resumes),
-``EXIT_CONFIG`` 78 (the configuration can never work here; restarting will not help).
+``EXIT_FAILED`` 1 (restart; also a notice the loop could not honour within the preemption
+grace, and an abort by the coordination service when a peer died), ``EXIT_PREEMPTED`` 75
+(state saved, or nothing trained since the restored checkpoint; restart resumes),
+``EXIT_CONFIG`` 78 (the configuration can never work here, or no checkpoint of the run can
+be restored; restarting will not help).
 
 With several processes, an error in one leaves the others blocked in collectives; so any
 exception ends the process with ``os._exit`` (no shutdown barrier, which would hang), and
-the supervisor/auto-repair restarts the job from the last checkpoint (docs/jax-on-cpu.md,
-"Failures").
+the supervisor/auto-repair restarts the job from the last checkpoint. Every wait is bounded
+(docs/jax-on-cpu.md, "Failures", lists each bound and its setting).
 """
 
 from __future__ import annotations
@@ -81,6 +88,7 @@ def run(config: TrainConfig, run_dir_uri: str, identity: cluster.ClusterIdentity
     notice.install()  # before jax.distributed: a notice while waiting for peers is not lost
     try:
         cluster.initialize(identity)
+        notice.joined = True
         return _train(config, run_dir, identity, notice)
     finally:
         notice.uninstall()
@@ -117,7 +125,10 @@ def _train(config: TrainConfig, run_dir: RunDir, identity: cluster.ClusterIdenti
     events_log = RecordLog(run_dir, "events", enabled=is_writer)
     tensorboard = TensorBoardLog(run_dir, start_step, enabled=is_writer)
     for fallback in fallbacks:  # the CLI prints these (infra/local/emulator.py)
-        events_log.append({"event": "restore_fallback", **dataclasses.asdict(fallback), "time": time.time()})
+        events_log.append(
+            {"event": "restore_fallback", "step": fallback.used, "tried": fallback.tried, "path": fallback.path,
+             "reason": fallback.reason, "time": time.time()}
+        )
     events_log.append(
         {
             "event": "start",
