@@ -47,6 +47,12 @@ def environment(devices: int = 2, **extra: str) -> dict[str, str]:
             "JAX_PLATFORMS": "cpu",
             "JAX_NUM_CPU_DEVICES": str(devices),
             "PYTHONUNBUFFERED": "1",
+            # Without the persistent compilation cache: a resumed process that loads the train
+            # step from the cache can reach its first collective more than gloo's fixed 30 s
+            # ahead of a peer still busy on this loaded 2-core machine ("Gloo context
+            # initialization failed: DEADLINE_EXCEEDED"); both compiling keeps them in step.
+            # The cache has its own tests (tests/test_compile_cache.py, tests/test_train.py).
+            "JAX_ENABLE_COMPILATION_CACHE": "false",
             "MULTISLICE_INIT_TIMEOUT_S": "120",
             "MULTISLICE_HEARTBEAT_TIMEOUT_S": "10",
             "MULTISLICE_AGREEMENT_TIMEOUT_S": "120",
@@ -119,16 +125,25 @@ class Job:
 
 
 def _inject_unreadable_steps(steps: set[int]) -> None:
-    import orbax.checkpoint as ocp
+    """This process's array reads of checkpoint ``steps`` fail, as a read error of that
+    host's storage path would: inside Orbax's restore, after its collective set-up, where
+    the array data is read (the other processes read the same files fine)."""
+    import json as json_lib
 
-    real_restore = ocp.CheckpointManager.restore
+    from orbax.checkpoint._src.serialization import serialization
 
-    def restore(self, step, *args, **kwargs):
-        if step in steps:
-            raise OSError(f"injected read failure of checkpoint step {step} on this host")
-        return real_restore(self, step, *args, **kwargs)
+    real_deserialize = serialization.async_deserialize
+    markers = [f"/checkpoints/{step}/" for step in steps]
 
-    ocp.CheckpointManager.restore = restore
+    async def async_deserialize(user_sharding, tensorstore_spec, *args, **kwargs):
+        spec = tensorstore_spec.to_json() if hasattr(tensorstore_spec, "to_json") else tensorstore_spec
+        text = json_lib.dumps(spec, default=str)
+        for marker in markers:
+            if marker in text:
+                raise OSError(f"injected read failure of checkpoint step {marker.split('/')[2]} on this host")
+        return await real_deserialize(user_sharding, tensorstore_spec, *args, **kwargs)
+
+    serialization.async_deserialize = async_deserialize
 
 
 def _block_restore(delay_s: float) -> None:

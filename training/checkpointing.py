@@ -240,11 +240,12 @@ def restore(
     """Restore the newest finalized checkpoint that every process can read, onto
     ``abstract_state``'s shardings; every process of the job restores the same step.
 
-    Each process first restores the newest step it can read itself (a step that fails
-    ``attempts`` times — damaged files, a shape that no longer matches, a read error on this
-    host — is skipped for the next older one); then the processes agree on the minimum of
-    those steps (:func:`training.agreement.all_gather`), and a process that read a newer
-    one restores the agreed step instead. The newer steps are renamed ``<step>.unreadable``
+    Orbax's multi-process restore runs collectives (barriers, broadcasts), so the processes
+    go through the candidate steps in lockstep: newest first (process 0's listing), all
+    processes try the same step, then share the outcome (:func:`training.agreement.
+    all_gather`, with a timeout); a step that fails on any process ``attempts`` times —
+    damaged files, a shape that no longer matches, a read error on one host — is skipped by
+    all of them for the next older one. The skipped steps are renamed ``<step>.unreadable``
     by process 0 (kept for inspection, and out of the way of the steps that will be saved
     again) and ``on_fallback`` gets one :class:`Fallback` per step skipped.
 
@@ -256,93 +257,50 @@ def restore(
     back to an older step is logged as a warning that names both steps and the reason.
 
     Raises:
-      CheckpointRestoreError: checkpoints exist but some process can restore none of them
-        (raised on every process); the message has each step's path and error.
-      training.agreement.AgreementError: a peer did not report within the agreement
-        timeout, or processes disagree on whether the run has checkpoints (restart).
+      CheckpointRestoreError: checkpoints exist but none can be restored by every process
+        (raised on every process); the message has each step's path and errors.
+      training.agreement.AgreementError: a peer did not report within the agreement timeout.
     """
-    step, state, failures = _restore_newest_readable(manager, abstract_state, attempts)
-    reports = [json.loads(r) for r in agreement.all_gather("restore", json.dumps({"step": step, "failures": failures}))]
-    steps = [r["step"] for r in reports]
-    unreadable: dict[int, list[str]] = {}
-    for process, report in enumerate(reports):
-        for failed, error in report["failures"]:
-            unreadable.setdefault(failed, []).append(error if len(reports) == 1 else f"process {process}: {error}")
-    if min(steps) == NONE_READABLE:
+    steps = json.loads(agreement.all_gather("restore-steps", json.dumps(sorted(manager.all_steps(), reverse=True)))[0])
+    failures: list[tuple[int, str]] = []
+    for step in steps:
+        where = describe(step, step_path(manager, step))
+        for attempt in range(attempts):
+            state, error = None, ""
+            try:
+                state = manager.restore(step, args=ocp.args.StandardRestore(abstract_state))
+            except Exception as err:  # orbax/tensorstore raise many types for damaged data
+                error = error_text(err)
+                log.error("restoring checkpoint %s failed (attempt %d/%d): %s", where, attempt + 1, attempts, error)
+            errors = agreement.all_gather(f"restore-{step}-{attempt}", error)
+            if not any(errors):
+                break
+            error = "; ".join(e if len(errors) == 1 else f"process {p}: {e}" for p, e in enumerate(errors) if e)
+            if error and attempt + 1 < attempts:
+                time.sleep(1.0)
+        else:
+            failures.append((step, error))
+            continue
+        if failures:
+            log.warning(
+                "fell back to checkpoint %s: the newer %s could not be restored (%s)",
+                where,
+                ", ".join(describe(s, step_path(manager, s)) for s, _ in failures),
+                "; ".join(f"step {s}: {e}" for s, e in failures),
+            )
+            _set_aside([s for s, _ in failures], manager, is_writer)
+            for failed, reason in failures:
+                if on_fallback is not None:
+                    on_fallback(Fallback(tried=failed, path=step_path(manager, failed), reason=reason, used=step))
+        return step, state
+    if failures:
         raise CheckpointRestoreError(
-            f"no checkpoint in {manager.directory} can be restored"
-            + ("" if len(reports) == 1 else f" by process(es) {', '.join(str(p) for p, s in enumerate(steps) if s == NONE_READABLE)}")
-            + ": "
-            + "; ".join(f"{describe(s, step_path(manager, s))}: {' | '.join(e)}" for s, e in sorted(unreadable.items(), reverse=True))
+            f"no checkpoint in {manager.directory} can be restored: "
+            + "; ".join(f"{describe(s, step_path(manager, s))}: {e}" for s, e in failures)
             + ". If the model changed, start a new run (multislice:runName or --fresh); if the files are "
             "damaged, move the bad step directories away"
         )
-    agreed = min(steps)
-    if agreed == NO_CHECKPOINT:
-        if any(s != NO_CHECKPOINT for s in steps):
-            raise agreement.AgreementError(f"processes see different checkpoints in {manager.directory}: newest readable {steps}")
-        return None
-    if step != agreed:
-        state = _restore_agreed(manager, abstract_state, agreed, attempts)
-    ok = agreement.all_gather("restore-agreed", "" if state is not None else "failed")
-    if state is None or any(ok):
-        raise CheckpointRestoreError(
-            f"checkpoint {describe(agreed, step_path(manager, agreed))}, the newest every process can read, "
-            f"could not be restored by process(es) {', '.join(str(p) for p, r in enumerate(ok) if r)}"
-        )
-    newer = sorted({s for s in unreadable if s > agreed} | {s for s in steps if s > agreed}, reverse=True)
-    if newer:
-        reasons = {s: "; ".join(unreadable.get(s, [])) or "readable here, but not by every process" for s in newer}
-        log.warning(
-            "fell back to checkpoint %s: the newer %s could not be restored (%s)",
-            describe(agreed, step_path(manager, agreed)),
-            ", ".join(describe(s, step_path(manager, s)) for s in newer),
-            "; ".join(f"step {s}: {reasons[s]}" for s in newer),
-        )
-        _set_aside(newer, manager, is_writer)
-        for s in newer:
-            if on_fallback is not None:
-                on_fallback(Fallback(tried=s, path=step_path(manager, s), reason=reasons[s], used=agreed))
-    return agreed, state
-
-
-#: Sentinels of a process's report: the run has no checkpoint; or it has some, none readable.
-NO_CHECKPOINT, NONE_READABLE = 0, -1
-
-
-def _restore_newest_readable(manager: ocp.CheckpointManager, abstract_state: Any, attempts: int) -> tuple[int, Any, list]:
-    """``(step, state, failures)``: the newest step this process restores (or
-    ``NO_CHECKPOINT`` / ``NONE_READABLE``, state None) and ``[step, error]`` of each newer
-    step it could not."""
-    steps = sorted(manager.all_steps(), reverse=True)
-    failures: list[list] = []
-    for step in steps:
-        state, error = _try_restore(manager, abstract_state, step, attempts)
-        if error is None:
-            return step, state, failures
-        failures.append([step, error])
-    return (NONE_READABLE if steps else NO_CHECKPOINT), None, failures
-
-
-def _restore_agreed(manager: ocp.CheckpointManager, abstract_state: Any, step: int, attempts: int) -> Any:
-    """The state of ``step``, or None if this process cannot restore it (logged)."""
-    log.warning("restoring checkpoint %s: the newest step every process can read", describe(step, step_path(manager, step)))
-    state, _ = _try_restore(manager, abstract_state, step, attempts)
-    return state
-
-
-def _try_restore(manager: ocp.CheckpointManager, abstract_state: Any, step: int, attempts: int) -> tuple[Any, str | None]:
-    """``(state, None)``, or ``(None, error text)`` after ``attempts`` failed tries."""
-    where = describe(step, step_path(manager, step))
-    for attempt in range(attempts):
-        try:
-            return manager.restore(step, args=ocp.args.StandardRestore(abstract_state)), None
-        except Exception as err:  # orbax/tensorstore raise many types for damaged data
-            error = error_text(err)
-            log.error("restoring checkpoint %s failed (attempt %d/%d): %s", where, attempt + 1, attempts, error)
-            if attempt + 1 < attempts:
-                time.sleep(1.0)
-    return None, error
+    return None
 
 
 def _set_aside(steps: list[int], manager: ocp.CheckpointManager, is_writer: bool) -> None:
