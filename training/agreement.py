@@ -1,17 +1,7 @@
-"""What the job's processes agree on, through ``jax.distributed``'s coordination service
-(its key-value store and barriers), never through device collectives: every wait has a
-timeout, so a peer that is gone or stuck becomes an :class:`AgreementError` within
-``MULTISLICE_AGREEMENT_TIMEOUT_S`` (default 300 s, Orbax's own barrier timeout,
-``orbax.checkpoint._src.multihost.multihost.coordination_timeout``) instead of a hang.
-
-The client is ``jax._src.distributed.global_state.client`` (the one Orbax's multihost
-barriers use too); its ``key_value_set`` / ``blocking_key_value_get(key, timeout_in_ms)`` /
-``wait_at_barrier(id, timeout_in_ms)`` are the coordination service's API
-(https://docs.jax.dev/en/latest/_autosummary/jax.distributed.initialize.html starts it).
-Keys live as long as the job's coordination service (one start of the job), so each name is
-used once per start.
-
-With one process (no ``jax.distributed``) every function answers locally.
+"""Agreement among the job's processes through ``jax.distributed``'s coordination service
+(key-value store, barriers), never device collectives: every wait times out after
+``MULTISLICE_AGREEMENT_TIMEOUT_S`` (default 300 s, as Orbax's barriers) with an
+:class:`AgreementError` instead of hanging. Each name is used once per start of the job.
 """
 
 from __future__ import annotations
@@ -31,18 +21,14 @@ def timeout_s() -> int:
 
 
 def client():
-    """The coordination-service client of this process, or None without ``jax.distributed``."""
+    """The coordination-service client (Orbax uses the same), or None."""
     from jax._src import distributed
 
     return distributed.global_state.client
 
 
 def all_gather(name: str, value: str) -> list[str]:
-    """Every process's ``value`` for ``name``, in process order.
-
-    Raises:
-      AgreementError: a process did not publish its value within :func:`timeout_s`.
-    """
+    """Every process's ``value`` for ``name``, in process order. Raises AgreementError."""
     import jax
 
     kv = client()
@@ -61,11 +47,7 @@ def all_gather(name: str, value: str) -> list[str]:
 
 
 def barrier(name: str) -> None:
-    """Wait until every process reaches barrier ``name``.
-
-    Raises:
-      AgreementError: not every process arrived within :func:`timeout_s`.
-    """
+    """Wait until every process reaches barrier ``name``. Raises AgreementError."""
     import jax
 
     kv = client()

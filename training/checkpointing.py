@@ -237,29 +237,22 @@ def restore(
     attempts: int = 2,
     on_fallback: Callable[[Fallback], None] | None = None,
 ) -> tuple[int, Any] | None:
-    """Restore the newest finalized checkpoint that every process can read, onto
-    ``abstract_state``'s shardings; every process of the job restores the same step.
+    """Restore the newest finalized checkpoint every process can read, onto
+    ``abstract_state``'s shardings; all processes restore the same step.
 
-    Orbax's multi-process restore runs collectives (barriers, broadcasts), so the processes
-    go through the candidate steps in lockstep: newest first (process 0's listing), all
-    processes try the same step, then share the outcome (:func:`training.agreement.
-    all_gather`, with a timeout); a step that fails on any process ``attempts`` times —
-    damaged files, a shape that no longer matches, a read error on one host — is skipped by
-    all of them for the next older one. The skipped steps are renamed ``<step>.unreadable``
-    by process 0 (kept for inspection, and out of the way of the steps that will be saved
-    again) and ``on_fallback`` gets one :class:`Fallback` per step skipped.
+    Orbax's multi-process restore runs collectives, so the processes try the steps in
+    lockstep, newest first (process 0's listing), sharing each outcome
+    (:func:`training.agreement.all_gather`); a step that fails ``attempts`` times on any
+    process is skipped by all. Skipped steps are renamed ``<step>.unreadable`` by process 0
+    and reported to ``on_fallback``. Messages name checkpoints by :func:`describe` and quote
+    :func:`error_text`.
 
     Returns:
       ``(step, state)``, or None when the run has no finalized checkpoint.
 
-    Every message about a checkpoint names it by step and path (:func:`describe`) and quotes
-    errors through :func:`error_text` (no object reprs, no TensorStore spec dumps); falling
-    back to an older step is logged as a warning that names both steps and the reason.
-
     Raises:
-      CheckpointRestoreError: checkpoints exist but none can be restored by every process
-        (raised on every process); the message has each step's path and errors.
-      training.agreement.AgreementError: a peer did not report within the agreement timeout.
+      CheckpointRestoreError: no step can be restored by every process (on every process).
+      training.agreement.AgreementError: a peer did not report within the timeout.
     """
     steps = json.loads(agreement.all_gather("restore-steps", json.dumps(sorted(manager.all_steps(), reverse=True)))[0])
     failures: list[tuple[int, str]] = []

@@ -18,22 +18,11 @@ Identity is read afresh at every start and never cached: after auto-repair the M
 values can change, and stale ones point at VMs that are gone (docs/cloud-tpu.md).
 
 Environment knobs (the emulator sets them; real VMs use the defaults), passed to
-``jax.distributed.initialize``
-(https://docs.jax.dev/en/latest/_autosummary/jax.distributed.initialize.html):
-
-* ``MULTISLICE_COORDINATOR_PORT`` (default 8482);
-* ``MULTISLICE_INIT_TIMEOUT_S`` → ``initialization_timeout`` (default 900 s; JAX's is 300):
-  how long a process waits for every peer to connect. Generous because the slices of a cold
-  multislice start (a queued resource provisioning, or auto-repair recreating a slice) boot
-  minutes apart; a process whose peers never come exits non-zero after it;
-* ``MULTISLICE_HEARTBEAT_TIMEOUT_S`` → ``heartbeat_timeout_seconds`` (default 100 s, JAX's):
-  a peer silent that long is dead, and the coordination service ends every process
-  ("Terminating process because the JAX distributed service detected fatal errors"), so a
-  dead peer ends the survivors within this bound (sooner when a collective fails first).
-
-``shutdown_timeout_seconds`` keeps JAX's 300 s. Bounds of the trainer's own waits:
-training.agreement (restore agreement) and training.preemption (notices); the list is in
-docs/jax-on-cpu.md, "Failures".
+``jax.distributed.initialize`` (https://docs.jax.dev/en/latest/_autosummary/jax.distributed.initialize.html):
+``MULTISLICE_COORDINATOR_PORT`` (8482), ``MULTISLICE_INIT_TIMEOUT_S`` →
+``initialization_timeout`` (900 s, JAX's is 300: the slices of a cold multislice start boot
+minutes apart), ``MULTISLICE_HEARTBEAT_TIMEOUT_S`` → ``heartbeat_timeout_seconds`` (100 s:
+a dead peer ends every process within it). Bounds: docs/jax-on-cpu.md, "Failures".
 """
 
 from __future__ import annotations

@@ -1,34 +1,14 @@
-"""Preemption notices (SIGTERM): how the trainer learns of one, and a watchdog so that no
-notice is ever swallowed.
+"""Preemption notices (SIGTERM), and a watchdog so that none is swallowed.
 
-A notice reaches the trainer in one of two ways:
-
-* before ``jax.distributed`` starts (and for the whole run of a single process): this
-  module's SIGTERM handler;
-* once ``jax.distributed`` is up: JAX's preemption sync manager, which installs its own
-  SIGTERM handler and tells every process of the job through the coordination service (key
-  ``RECEIVED_PREEMPTION_NOTICE``); every process learns the step they all stop at from
-  ``CheckpointManager.reached_preemption(step)``
-  (https://docs.jax.dev/en/latest/_autosummary/jax.experimental.multihost_utils.reached_preemption_sync_point.html).
-
-The training loop honours a notice at that step (:meth:`Notice.reached`): it saves and exits
-75. A process blocked elsewhere — waiting for peers in initialization, restoring,
-compiling, in a collective whose peer is gone — cannot, and JAX's handler only records the
-notice. So a watchdog thread acts on every notice, to this process or to any process of
-the job:
-
-* before this start has trained a step (initialization, restore, the first compilation):
-  nothing is lost by stopping, so the process exits ``EXIT_PREEMPTED`` (75) within
-  :data:`SETTLE_S` (the pause lets every peer's watchdog see the notice too);
-* later, if the loop has not begun to honour it within ``MULTISLICE_PREEMPTION_GRACE_S``
-  (default :data:`DEFAULT_GRACE_S`): the process exits ``EXIT_FAILED`` (1; the steps since
-  the last checkpoint are recomputed after the restart).
-
-Either way the process ends within ``SETTLE_S + POLL_S`` or ``grace + POLL_S`` seconds of the
-notice. A Spot VM gets 30 s between its preemption notice and its stop
-(https://cloud.google.com/compute/docs/instances/spot#preemption-process): the default grace
-leaves a loop that has not reached the next step by then to the watchdog only where the VM
-stays up (maintenance, a supervisor's SIGTERM).
+Before ``jax.distributed`` starts (and in a single process) this module's SIGTERM handler
+gets a notice; after, JAX's preemption sync manager owns SIGTERM and tells every process
+(coordination-service key ``RECEIVED_PREEMPTION_NOTICE``), and the loop stops at the agreed
+step (``CheckpointManager.reached_preemption``,
+https://docs.jax.dev/en/latest/_autosummary/jax.experimental.multihost_utils.reached_preemption_sync_point.html).
+A process blocked elsewhere (initialization, restore, compilation, a collective whose peer
+is gone) cannot honour it, so a watchdog thread ends it: exit 75 within ``SETTLE_S +
+POLL_S`` if this start has not trained a step (nothing to save), else exit 1 if the loop has
+not begun to honour the notice within ``MULTISLICE_PREEMPTION_GRACE_S`` (default 60 s).
 """
 
 from __future__ import annotations
@@ -45,24 +25,17 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 DEFAULT_GRACE_S = 60.0
-#: Pause before a "nothing to save" exit, so that every peer sees the notice (seconds).
+#: Pause before a "nothing to save" exit, so every peer sees the notice (s).
 SETTLE_S = 2.0
-#: How often the watchdog looks for a notice to the job (seconds).
 POLL_S = 1.0
-#: The coordination-service key JAX's preemption sync manager sets when any process of the
-#: job gets a notice (xla/tsl/distributed_runtime/preemption/preemption_sync_manager.cc).
+#: Set by JAX's preemption sync manager (xla preemption_sync_manager.cc).
 JOB_NOTICE_KEY = "RECEIVED_PREEMPTION_NOTICE"
 EXIT_PREEMPTED, EXIT_FAILED = 75, 1
 
 
 class Notice:
-    """This process's view of preemption notices, and the watchdog that acts on them.
-
-    ``install()`` from the main thread before ``jax.distributed.initialize``, and set
-    ``joined`` once it returned (asking the coordination service earlier is fatal); the loop
-    asks :meth:`reached` after every step; ``uninstall()`` at the end restores the previous
-    SIGTERM handler.
-    """
+    """``install()`` before ``jax.distributed.initialize``; set ``joined`` after it (asking
+    the service earlier is fatal); the loop asks :meth:`reached` after every step."""
 
     def __init__(self, grace_s: float | None = None):
         self.grace_s = float(os.environ.get("MULTISLICE_PREEMPTION_GRACE_S", DEFAULT_GRACE_S)) if grace_s is None else grace_s
@@ -77,9 +50,7 @@ class Notice:
         if threading.current_thread() is not threading.main_thread():
             return  # signal handlers belong to the main thread; the loop still asks JAX
         self._previous = signal.signal(signal.SIGTERM, self._handle)
-        # The handler above runs only when the main thread runs Python; the wakeup fd is
-        # written by the C-level handler at once, so the watchdog sees a notice even while
-        # the main thread is blocked (https://docs.python.org/3/library/signal.html#signal.set_wakeup_fd).
+        # Written at once by the C-level handler, even while the main thread is blocked.
         self._pipe = os.pipe()
         os.set_blocking(self._pipe[1], False)
         self._previous_fd = signal.set_wakeup_fd(self._pipe[1])
@@ -98,8 +69,7 @@ class Notice:
         self._thread = None
 
     def reached(self, manager: Any, step: int) -> bool:
-        """After training step ``step``: whether every process stops and saves here (the
-        agreed preemption step, or a SIGTERM to this single process)."""
+        """Whether every process saves and stops after training step ``step``."""
         self.trained = True
         hit = bool(manager.reached_preemption(step)) or self.local
         if hit:
