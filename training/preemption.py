@@ -92,7 +92,9 @@ class Notice:
             if self.honouring:
                 return
             waited = time.monotonic() - noticed_at
-            if not self.trained and waited >= SETTLE_S:
+            # The coordinator hosts the coordination service: it leaves last, or its exit
+            # would abort the peers still settling.
+            if not self.trained and waited >= SETTLE_S * (2 if self.joined and _process_index() == 0 else 1):
                 _exit(EXIT_PREEMPTED, "preemption notice before the first training step of this start: nothing to save; exiting")
             if waited >= self.grace_s:
                 _exit(EXIT_FAILED, f"preemption notice not honoured within {self.grace_s:.0f} s (the process is blocked); exiting")
@@ -105,6 +107,12 @@ class Notice:
         if self.joined and _job_noticed():
             return "to a process of the job"
         return None
+
+
+def _process_index() -> int:
+    import jax
+
+    return jax.process_index()
 
 
 def _job_noticed() -> bool:
