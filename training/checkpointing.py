@@ -8,9 +8,11 @@ checkpoint.path.atomicity.html). A save killed mid-flight is ignored and the pre
 finalized step restored (docs/jax-on-cpu.md, "Checkpoints (Orbax)"). The run directory's
 layout: ``training.run_dir``.
 
-The policy (:class:`CheckpointPolicy`): save every ``interval_steps``, at the last step, and
-at a preemption sync point (all hosts agree on the step: ``CheckpointManager.
-reached_preemption``, backed by ``jax.distributed``'s preemption sync manager).
+The policy (:func:`save_policy`, Orbax's save-decision policies): save every
+``interval_steps``, at the last step, and at a preemption sync point (all hosts agree on the
+step: ``CheckpointManager.reached_preemption``, backed by ``jax.distributed``'s preemption
+sync manager). Restore (:func:`restore`): every process restores the same step, the newest
+all of them can read, or all of them fail.
 """
 
 from __future__ import annotations
@@ -21,11 +23,12 @@ import logging
 import math
 import re
 import time
-from typing import Any
+from typing import Any, Callable
 
 import orbax.checkpoint as ocp
 from etils import epath
 
+from training import agreement
 from training.config import ModelConfig, TrainConfig
 from training.run_dir import RunDir
 from training.shapes import param_count
@@ -40,15 +43,22 @@ class RunConfigMismatch(ValueError):
     """The run directory belongs to a run with a different model; resuming would fail."""
 
 
-@dataclasses.dataclass(frozen=True)
-class CheckpointPolicy:
-    """When to save. ``step`` is the number of completed optimizer steps."""
-
-    interval_steps: int
-    total_steps: int
-
-    def should_save(self, step: int, preempted: bool = False) -> bool:
-        return preempted or step == self.total_steps or step % self.interval_steps == 0
+def save_policy(interval_steps: int, total_steps: int) -> ocp.checkpoint_managers.SaveDecisionPolicy:
+    """When to save, as Orbax save-decision policies (``CheckpointManagerOptions.
+    save_decision_policy``, https://orbax.readthedocs.io/en/latest/api_reference/
+    checkpoint.save_decision_policy.html): every ``interval_steps`` (``FixedIntervalPolicy``), at
+    the last step (``SpecificStepsPolicy``), and at a preemption sync point
+    (``PreemptionCheckpointingPolicy``: ``CheckpointManager.reached_preemption``). ``step``
+    is the number of completed optimizer steps; ``CheckpointManager.should_save(step)``
+    applies it."""
+    policies = ocp.checkpoint_managers
+    return policies.AnySavePolicy(
+        [
+            policies.FixedIntervalPolicy(interval_steps),
+            policies.SpecificStepsPolicy([total_steps]),
+            policies.PreemptionCheckpointingPolicy(),
+        ]
+    )
 
 
 def read_completion(run_dir: RunDir) -> dict[str, Any] | None:
@@ -159,8 +169,9 @@ def record_run_config(run_dir: RunDir, config: TrainConfig) -> None:
 
 def make_manager(run_dir: RunDir, config: TrainConfig) -> ocp.CheckpointManager:
     """An Orbax CheckpointManager over ``<run_dir>/checkpoints`` keeping ``checkpoint.keep``
-    finalized steps; saves are forced by :class:`CheckpointPolicy`, not Orbax's own policy."""
+    finalized steps, deciding when to save by :func:`save_policy`."""
     options = ocp.CheckpointManagerOptions(
+        save_decision_policy=save_policy(config.checkpoint.interval_steps, config.steps),
         max_to_keep=config.checkpoint.keep,
         enable_async_checkpointing=config.checkpoint.async_save,
         create=True,
@@ -237,51 +248,74 @@ def error_text(err: BaseException, limit: int = ERROR_TEXT_LIMIT) -> str:
     return f"{text[:keep]} … {text[-keep:]}"
 
 
-def restore(
-    manager: ocp.CheckpointManager, abstract_state: Any, *, is_writer: bool, attempts: int = 2
-) -> tuple[int, Any] | None:
-    """Restore the newest finalized checkpoint that can be read, onto ``abstract_state``'s
-    shardings.
+@dataclasses.dataclass(frozen=True)
+class Fallback:
+    """A checkpoint the job skipped on restore: ``tried`` (its step) at ``path``, why
+    (``reason``: one line per process that could not read it), and the ``used`` step."""
 
-    A checkpoint that fails to restore ``attempts`` times (damaged files, or a shape that
-    no longer matches) is skipped for the next older one; once an older one restores, the
-    unreadable newer ones are renamed ``<step>.unreadable`` by process 0 (kept for
-    inspection, and out of the way of the steps that will be saved again).
+    tried: int
+    path: str
+    reason: str
+    used: int
+
+
+def restore(
+    manager: ocp.CheckpointManager,
+    abstract_state: Any,
+    *,
+    is_writer: bool,
+    attempts: int = 2,
+    on_fallback: Callable[[Fallback], None] | None = None,
+) -> tuple[int, Any] | None:
+    """Restore the newest finalized checkpoint every process can read, onto
+    ``abstract_state``'s shardings; all processes restore the same step.
+
+    Orbax's multi-process restore runs collectives, so the processes try the steps in
+    lockstep, newest first (process 0's listing), sharing each outcome
+    (:func:`training.agreement.all_gather`); a step that fails ``attempts`` times on any
+    process is skipped by all. Skipped steps are renamed ``<step>.unreadable`` by process 0
+    and reported to ``on_fallback``. Messages name checkpoints by :func:`describe` and quote
+    :func:`error_text`.
 
     Returns:
       ``(step, state)``, or None when the run has no finalized checkpoint.
 
-    Every message about a checkpoint names it by step and path (:func:`describe`) and quotes
-    errors through :func:`error_text` (no object reprs, no TensorStore spec dumps); falling
-    back to an older step is logged as a warning that names both steps and the reason.
-
     Raises:
-      CheckpointRestoreError: checkpoints exist but none can be restored; the message has
-        each step's path and error.
+      CheckpointRestoreError: no step can be restored by every process (on every process).
+      training.agreement.AgreementError: a peer did not report within the timeout.
     """
-    steps = sorted(manager.all_steps(), reverse=True)
+    steps = json.loads(agreement.all_gather("restore-steps", json.dumps(sorted(manager.all_steps(), reverse=True)))[0])
     failures: list[tuple[int, str]] = []
     for step in steps:
         where = describe(step, step_path(manager, step))
         for attempt in range(attempts):
+            state, error = None, ""
             try:
                 state = manager.restore(step, args=ocp.args.StandardRestore(abstract_state))
             except Exception as err:  # orbax/tensorstore raise many types for damaged data
                 error = error_text(err)
                 log.error("restoring checkpoint %s failed (attempt %d/%d): %s", where, attempt + 1, attempts, error)
-                if attempt + 1 < attempts:
-                    time.sleep(1.0)
-                continue
-            if failures:
-                log.warning(
-                    "fell back to checkpoint %s: the newer %s could not be restored (%s)",
-                    where,
-                    ", ".join(describe(s, step_path(manager, s)) for s, _ in failures),
-                    "; ".join(f"step {s}: {e}" for s, e in failures),
-                )
-                _set_aside([s for s, _ in failures], manager, is_writer)
-            return step, state
-        failures.append((step, error))
+            errors = agreement.all_gather(f"restore-{step}-{attempt}", error)
+            if not any(errors):
+                break
+            error = "; ".join(e if len(errors) == 1 else f"process {p}: {e}" for p, e in enumerate(errors) if e)
+            if error and attempt + 1 < attempts:
+                time.sleep(1.0)
+        else:
+            failures.append((step, error))
+            continue
+        if failures:
+            log.warning(
+                "fell back to checkpoint %s: the newer %s could not be restored (%s)",
+                where,
+                ", ".join(describe(s, step_path(manager, s)) for s, _ in failures),
+                "; ".join(f"step {s}: {e}" for s, e in failures),
+            )
+            _set_aside([s for s, _ in failures], manager, is_writer)
+            for failed, reason in failures:
+                if on_fallback is not None:
+                    on_fallback(Fallback(tried=failed, path=step_path(manager, failed), reason=reason, used=step))
+        return step, state
     if failures:
         raise CheckpointRestoreError(
             f"no checkpoint in {manager.directory} can be restored: "
@@ -293,13 +327,12 @@ def restore(
 
 
 def _set_aside(steps: list[int], manager: ocp.CheckpointManager, is_writer: bool) -> None:
-    from jax.experimental import multihost_utils
-
     if is_writer:
         for step in steps:
             source = epath.Path(manager.directory) / str(step)
             target = epath.Path(manager.directory) / f"{step}.unreadable"
-            log.warning("moving unreadable checkpoint %s to %s", describe(step, str(source)), target)
-            source.rename(target)
-    multihost_utils.sync_global_devices("multislice_checkpoints_set_aside")
+            if source.exists():
+                log.warning("moving unreadable checkpoint %s to %s", describe(step, str(source)), target)
+                source.rename(target)
+    agreement.barrier("checkpoints-set-aside")
     manager.reload()

@@ -17,10 +17,12 @@ local emulator points each emulated VM at its own loopback metadata server.
 Identity is read afresh at every start and never cached: after auto-repair the MEGASCALE
 values can change, and stale ones point at VMs that are gone (docs/cloud-tpu.md).
 
-Environment knobs (the emulator sets them; real VMs use the defaults):
-``MULTISLICE_COORDINATOR_PORT`` (default 8482), ``MULTISLICE_INIT_TIMEOUT_S`` (default 900,
-generous because slices of a cold multislice start boot minutes apart),
-``MULTISLICE_HEARTBEAT_TIMEOUT_S`` (default 100).
+Environment knobs (the emulator sets them; real VMs use the defaults), passed to
+``jax.distributed.initialize`` (https://docs.jax.dev/en/latest/_autosummary/jax.distributed.initialize.html):
+``MULTISLICE_COORDINATOR_PORT`` (8482), ``MULTISLICE_INIT_TIMEOUT_S`` →
+``initialization_timeout`` (900 s, JAX's is 300: the slices of a cold multislice start boot
+minutes apart), ``MULTISLICE_HEARTBEAT_TIMEOUT_S`` → ``heartbeat_timeout_seconds`` (100 s:
+a dead peer ends every process within it). Bounds: docs/jax-on-cpu.md, "Failures".
 """
 
 from __future__ import annotations

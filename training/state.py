@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import jax
 import optax
@@ -33,11 +33,18 @@ def shardings(cfg: TrainConfig, mesh: Mesh, optimizer: optax.GradientTransformat
 
 
 def restore_or_init(
-    cfg: TrainConfig, optimizer: optax.GradientTransformation, state_shardings: Any, manager: Any, *, is_writer: bool
+    cfg: TrainConfig,
+    optimizer: optax.GradientTransformation,
+    state_shardings: Any,
+    manager: Any,
+    *,
+    is_writer: bool,
+    on_fallback: Callable[[checkpointing.Fallback], None] | None = None,
 ) -> tuple[int, Any, bool]:
-    """``(step, state, restored)``: the newest readable checkpoint of ``manager``
-    (:func:`training.checkpointing.restore`), else step 0 and params from ``cfg.seed``; laid
-    out as ``state_shardings``. Raises checkpointing.CheckpointRestoreError."""
+    """``(step, state, restored)``: the newest checkpoint of ``manager`` that every process
+    can read (:func:`training.checkpointing.restore`; ``on_fallback`` gets each newer step
+    skipped), else step 0 and params from ``cfg.seed``; laid out as ``state_shardings``.
+    Raises checkpointing.CheckpointRestoreError, agreement.AgreementError."""
 
     def init_state():
         params = model.init_params(cfg.model, jax.random.key(cfg.seed))
@@ -46,7 +53,7 @@ def restore_or_init(
     abstract_state = jax.tree.map(
         lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), jax.eval_shape(init_state), state_shardings
     )
-    restored = checkpointing.restore(manager, abstract_state, is_writer=is_writer)
+    restored = checkpointing.restore(manager, abstract_state, is_writer=is_writer, on_fallback=on_fallback)
     if restored is None:
         return 0, jax.jit(init_state, out_shardings=state_shardings)(), False
     return (*restored, True)

@@ -3,24 +3,31 @@
 ``run(config, run_dir, identity)`` does, on every process of the job:
 
 1. exit 0 at once if ``<run_dir>/COMPLETE`` exists (a VM that reboots after the run ended);
-2. JAX's persistent compilation cache in the run directory (training.compile_cache), then
-   ``jax.distributed.initialize`` from the identity (training.cluster);
+2. JAX's persistent compilation cache in the run directory (training.compile_cache), the
+   preemption watchdog (training.preemption), then ``jax.distributed.initialize`` from the
+   identity (training.cluster);
 3. build the hybrid mesh (training.mesh) and the jitted steps (training.step);
-4. restore the newest finalized checkpoint, or initialize from the seed (training.state);
+4. restore the newest finalized checkpoint every process can read — all processes restore
+   the same step, or all fail — or initialize from the seed (training.state,
+   training.checkpointing.restore); a fallback is an event ``restore_fallback``;
 5. train: the batch of step ``s`` is a pure function of ``s`` (training.data), so a resumed
    run computes exactly what an uninterrupted one would; metrics: training.recorder;
-6. save per :class:`training.checkpointing.CheckpointPolicy`; on a preemption notice
-   (SIGTERM) every process saves the same agreed step and exits ``EXIT_PREEMPTED``;
+6. save per Orbax's save-decision policies (training.checkpointing.save_policy); on a
+   preemption notice (SIGTERM) to any process every process saves the same agreed step and
+   exits ``EXIT_PREEMPTED``;
 7. after the last step's checkpoint is finalized, process 0 writes ``COMPLETE``.
 
 Exit codes (the startup script's supervisor acts on them): ``EXIT_COMPLETE`` 0,
-``EXIT_FAILED`` 1 (restart), ``EXIT_PREEMPTED`` 75 (state saved; restart resumes),
-``EXIT_CONFIG`` 78 (the configuration can never work here; restarting will not help).
+``EXIT_FAILED`` 1 (restart; also a notice the loop could not honour within the preemption
+grace, and an abort by the coordination service when a peer died), ``EXIT_PREEMPTED`` 75
+(state saved, or nothing trained since the restored checkpoint; restart resumes),
+``EXIT_CONFIG`` 78 (the configuration can never work here, or no checkpoint of the run can
+be restored; restarting will not help).
 
 With several processes, an error in one leaves the others blocked in collectives; so any
 exception ends the process with ``os._exit`` (no shutdown barrier, which would hang), and
-the supervisor/auto-repair restarts the job from the last checkpoint (docs/jax-on-cpu.md,
-"Failures").
+the supervisor/auto-repair restarts the job from the last checkpoint. Every wait is bounded
+(docs/jax-on-cpu.md, "Failures", lists each bound and its setting).
 """
 
 from __future__ import annotations
@@ -28,14 +35,13 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import signal
 import sys
 import time
 
 import jax
 import numpy as np
 
-from training import checkpointing, cluster, compile_cache, data, mesh as mesh_lib, model, optimizer as optimizer_lib
+from training import checkpointing, cluster, compile_cache, data, mesh as mesh_lib, model, optimizer as optimizer_lib, preemption
 from training import state as state_lib, step as step_lib
 from training.goodput import process_start_time
 from training.config import TrainConfig
@@ -56,24 +62,6 @@ class RunResult:
     exit_code: int
     step: int
     loss: float | None = None
-
-
-class _SigtermFlag:
-    """Preemption notice for a single process (jax.distributed handles it for several)."""
-
-    def __init__(self):
-        self.received = False
-
-    def install(self) -> None:
-        self._previous = signal.signal(signal.SIGTERM, self._handle)
-
-    def uninstall(self) -> None:
-        if hasattr(self, "_previous"):
-            signal.signal(signal.SIGTERM, self._previous)
-
-    def _handle(self, signum, frame) -> None:
-        del signum, frame
-        self.received = True
 
 
 def run(config: TrainConfig, run_dir_uri: str, identity: cluster.ClusterIdentity) -> RunResult:
@@ -97,17 +85,17 @@ def run(config: TrainConfig, run_dir_uri: str, identity: cluster.ClusterIdentity
         return RunResult(EXIT_COMPLETE, done["step"], done["loss"])
 
     compile_cache.enable(str(run_dir))  # before the first compilation: a restart loads the train step
-    cluster.initialize(identity)
-    sigterm = _SigtermFlag()
-    if identity.num_processes == 1:
-        sigterm.install()
+    notice = preemption.Notice()
+    notice.install()  # before jax.distributed: a notice while waiting for peers is not lost
     try:
-        return _train(config, run_dir, identity, sigterm)
+        cluster.initialize(identity)
+        notice.joined = True
+        return _train(config, run_dir, identity, notice)
     finally:
-        sigterm.uninstall()
+        notice.uninstall()
 
 
-def _train(config: TrainConfig, run_dir: RunDir, identity: cluster.ClusterIdentity, sigterm: _SigtermFlag) -> RunResult:
+def _train(config: TrainConfig, run_dir: RunDir, identity: cluster.ClusterIdentity, notice: preemption.Notice) -> RunResult:
     is_writer = jax.process_index() == 0
     checkpointing.check_run_config(run_dir, config)
 
@@ -128,14 +116,22 @@ def _train(config: TrainConfig, run_dir: RunDir, identity: cluster.ClusterIdenti
     eval_step = step_lib.make_eval_step(config.model, mesh, shardings["params"], batch_sharding)
 
     manager = checkpointing.make_manager(run_dir, config)
+    fallbacks: list[checkpointing.Fallback] = []
     restoring = time.time()
-    start_step, state, restored = state_lib.restore_or_init(config, opt, shardings, manager, is_writer=is_writer)
+    start_step, state, restored = state_lib.restore_or_init(
+        config, opt, shardings, manager, is_writer=is_writer, on_fallback=fallbacks.append
+    )
     restore_s = time.time() - restoring
     if is_writer:
         checkpointing.record_run_config(run_dir, config)
     metrics_log = RecordLog(run_dir, "metrics", enabled=is_writer)
     events_log = RecordLog(run_dir, "events", enabled=is_writer)
     tensorboard = TensorBoardLog(run_dir, start_step, enabled=is_writer)
+    for fallback in fallbacks:  # the CLI prints these (infra/local/emulator.py)
+        events_log.append(
+            {"event": "restore_fallback", "step": fallback.used, "tried": fallback.tried, "path": fallback.path,
+             "reason": fallback.reason, "time": time.time()}
+        )
     events_log.append(
         {
             "event": "start",
@@ -163,7 +159,6 @@ def _train(config: TrainConfig, run_dir: RunDir, identity: cluster.ClusterIdenti
         config.global_batch_size,
     )
 
-    policy = checkpointing.CheckpointPolicy(config.checkpoint.interval_steps, config.steps)
     recorder = MetricsRecorder(config, schedule, metrics_log, events_log, tensorboard, jax.device_count())
     pending: tuple[int, dict[str, jax.Array]] | None = None
     exit_code = EXIT_COMPLETE
@@ -175,8 +170,8 @@ def _train(config: TrainConfig, run_dir: RunDir, identity: cluster.ClusterIdenti
         if pending is not None:
             recorder.train(*pending)
         pending = (step, metrics)
-        preempted = manager.reached_preemption(step) or sigterm.received
-        if policy.should_save(step, preempted):
+        preempted = notice.reached(manager, step)
+        if preempted or manager.should_save(step):
             recorder.train(*pending)
             pending = None
             checkpointing.save(manager, step, state)
@@ -193,7 +188,7 @@ def _train(config: TrainConfig, run_dir: RunDir, identity: cluster.ClusterIdenti
                 for b in range(config.eval_batches)
             ])
         if preempted:
-            log.warning("preemption notice: saved step %d; exiting for restart", step)
+            log.warning("preemption notice: saved step %d (%s); exiting for restart", step, checkpointing.step_path(manager, step))
             exit_code = EXIT_PREEMPTED
             break
     if pending is not None:

@@ -379,6 +379,11 @@ class LocalQueuedResource:
             self.report(f"preemption checkpoint saved at step {step}")
         elif kind == "preempted":
             self.report(f"training stopped after the preemption checkpoint of step {step}")
+        elif kind == "restore_fallback":
+            self.report(
+                f"restore fell back from the checkpoint of step {event.get('tried')} ({event.get('path')}): "
+                f"{event.get('reason')}; resuming from step {step}"
+            )
 
     def _drain_events(self) -> None:
         """Report the events written so far (e.g. the preemption checkpoint a fault caused)
