@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from infra.content_cache import ContentCache, key_of
+from infra.shipped_source import strip_documentation
 
 #: Name of the trainer package inside the bundle (``python -m training``).
 BUNDLE_PACKAGE = "training"
@@ -62,7 +63,8 @@ def bundle_files(training_dir: Path) -> list[Path]:
 
 
 def trainer_files(training_dir: Path) -> dict[str, bytes]:
-    """``{"training/<relative path>": content}`` for :func:`bundle_files`.
+    """``{"training/<relative path>": content}`` for :func:`bundle_files`, each as it ships:
+    docstrings and comments blanked, line numbers kept (:mod:`infra.shipped_source`).
 
     Raises:
       FileNotFoundError: ``training_dir`` is missing or holds no ``*.py`` file.
@@ -71,7 +73,10 @@ def trainer_files(training_dir: Path) -> dict[str, bytes]:
     files = bundle_files(training_dir) if training_dir.is_dir() else []
     if not files:
         raise FileNotFoundError(f"no *.py files under {training_dir}: nothing to bundle")
-    return {f"{BUNDLE_PACKAGE}/{p.relative_to(training_dir).as_posix()}": p.read_bytes() for p in files}
+    return {
+        f"{BUNDLE_PACKAGE}/{p.relative_to(training_dir).as_posix()}": strip_documentation(p.read_bytes())
+        for p in files
+    }
 
 
 def build_archive(files: Mapping[str, bytes]) -> bytes:

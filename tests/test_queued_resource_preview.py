@@ -13,6 +13,7 @@ from typing import Any
 from infra import startup
 from infra.config import load_stack
 from infra.program_mocks import QR_TYPE, evaluate
+from infra.shipped_source import strip_documentation
 from infra.queued_resource import QueuedResourceProvider
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,8 +42,11 @@ def test_a_one_line_trainer_change_previews_as_the_changed_file(tmp_path):
         shutil.copy(ROOT / name, root / name)
     config = load_stack("dev")
     before_script = startup.render(config, project_root=root)
+    model_py = root / "training" / "model.py"
+    model_py.write_text(model_py.read_text().replace('"""', '"""Reworded docs, same lines. ', 1))
+    assert startup.render(config, project_root=root) == before_script  # documentation does not ship
     with open(root / "training" / "model.py", "a") as f:
-        f.write("# a one-line change\n")
+        f.write("MODEL_REVISION = 2\n")  # a one-line code change
     after_script = startup.render(config, project_root=root)
 
     before = evaluate("dev", script=before_script).one(QR_TYPE)
@@ -50,7 +54,8 @@ def test_a_one_line_trainer_change_previews_as_the_changed_file(tmp_path):
     assert after.hide_diffs == ['metadata["startup-script"]']
 
     shown = {p: v for p, v in changed_leaves(before.inputs, after.inputs).items() if not hidden(p, after.hide_diffs)}
-    model_digest = startup.file_digests({"m": (root / "training" / "model.py").read_bytes()})["m"]
+    shipped_model = strip_documentation((root / "training" / "model.py").read_bytes())
+    model_digest = startup.file_digests({"m": shipped_model})["m"]
     assert shown['releaseFiles["training/model.py"]'][1] == model_digest
     assert [p for p in shown if p.startswith("releaseFiles")] == ['releaseFiles["training/model.py"]']
     assert set(shown) == {
