@@ -205,3 +205,22 @@ def test_a_dead_peer_ends_the_survivor(preempted_run, tmp_path, jobs):
     codes = job.wait()
     assert codes[1] == -signal.SIGKILL
     assert codes[0] not in (train.EXIT_COMPLETE, train.EXIT_PREEMPTED), logs(job)  # failed: the supervisor restarts it
+
+
+#: Gloo, JAX's CPU collectives, gives up on a peer that reaches a collective's first use more
+#: than a fixed 30 s later ("Gloo context initialization failed: DEADLINE_EXCEEDED").
+GLOO_CONTEXT_TIMEOUT_S = 30
+
+
+@pytest.mark.slow
+def test_a_peer_that_compiles_much_longer_is_waited_for(corpus, tmp_path, jobs):
+    """A resumed process that loads the train step from the persistent compilation cache can
+    reach the first collective long before a peer that compiles it (only process 0 writes the
+    cache). The processes meet at a coordination-service barrier before the first step, so the
+    run completes; without it process 0 waits in gloo's context set-up and fails."""
+    config_path = write_config(tmp_path / "config.json", config(corpus, steps=4))
+    delay = {1: {"TEST_COMPILE_DELAY_S": str(GLOO_CONTEXT_TIMEOUT_S + 15)}}
+    job = Job(config_path, tmp_path / "run", tmp_path, env=delay)
+    jobs.append(job)
+    assert job.wait() == [0, 0], logs(job)
+    assert [e["event"] for e in events(tmp_path / "run")][-1] == "complete"

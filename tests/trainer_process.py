@@ -13,7 +13,8 @@ Test-only fault injection (this module never ships to a VM):
 (a per-host read failure: the other processes read the same files fine);
 ``TEST_RESTORE_DELAY_S=600`` blocks this process's first checkpoint read that long (a
 restore stuck on slow storage); ``TEST_STEP_DELAY_S=0.3`` slows every training step by that much (so that a signal lands
-mid-run).
+mid-run); ``TEST_COMPILE_DELAY_S=45`` delays this process's compilation of the train step that
+long (a peer that loaded it from the persistent compilation cache is that far ahead).
 """
 
 from __future__ import annotations
@@ -47,10 +48,9 @@ def environment(devices: int = 2, **extra: str) -> dict[str, str]:
             "JAX_PLATFORMS": "cpu",
             "JAX_NUM_CPU_DEVICES": str(devices),
             "PYTHONUNBUFFERED": "1",
-            # Without the persistent compilation cache: a resumed process that loads the train
-            # step from the cache can reach its first collective more than gloo's fixed 30 s
-            # ahead of a peer still busy on this loaded 2-core machine ("Gloo context
-            # initialization failed: DEADLINE_EXCEEDED"); both compiling keeps them in step.
+            # Without the persistent compilation cache, so that each run here is independent of
+            # the others. (A process that loads the train step from the cache while its peer
+            # compiles is waited for: test_a_peer_that_compiles_much_longer_is_waited_for.)
             # The cache has its own tests (tests/test_compile_cache.py, tests/test_train.py).
             "JAX_ENABLE_COMPILATION_CACHE": "false",
             "MULTISLICE_INIT_TIMEOUT_S": "120",
@@ -171,6 +171,35 @@ def _slow_steps(delay_s: float) -> None:
     data.TextDataset.train_rows = train_rows
 
 
+def _slow_compile(delay_s: float) -> None:
+    """The train step this process builds takes ``delay_s`` longer to compile (to lower, or
+    on its first call when the trainer does not compile ahead of time)."""
+    from training import step
+
+    real_make = step.make_train_step
+
+    def make_train_step(*args, **kwargs):
+        jitted = real_make(*args, **kwargs)
+
+        class SlowToCompile:
+            compiled = False
+
+            def lower(self, *a, **k):
+                time.sleep(delay_s)
+                SlowToCompile.compiled = True
+                return jitted.lower(*a, **k)
+
+            def __call__(self, *a, **k):
+                if not SlowToCompile.compiled:
+                    time.sleep(delay_s)
+                    SlowToCompile.compiled = True
+                return jitted(*a, **k)
+
+        return SlowToCompile()
+
+    step.make_train_step = make_train_step
+
+
 def main(argv: list[str]) -> int:
     config_path, run_dir, process_id, num_processes, port = argv
     from training import train
@@ -185,6 +214,8 @@ def main(argv: list[str]) -> int:
         _block_restore(float(os.environ["TEST_RESTORE_DELAY_S"]))
     if os.environ.get("TEST_STEP_DELAY_S"):
         _slow_steps(float(os.environ["TEST_STEP_DELAY_S"]))
+    if os.environ.get("TEST_COMPILE_DELAY_S"):
+        _slow_compile(float(os.environ["TEST_COMPILE_DELAY_S"]))
     identity = ClusterIdentity(
         worker=0, workers_per_slice=1, slice_id=int(process_id), num_slices=int(num_processes),
         coordinator_address=f"127.0.0.1:{port}",

@@ -41,7 +41,7 @@ import time
 import jax
 import numpy as np
 
-from training import checkpointing, cluster, compile_cache, data, mesh as mesh_lib, model, optimizer as optimizer_lib, preemption
+from training import agreement, checkpointing, cluster, compile_cache, data, mesh as mesh_lib, model, optimizer as optimizer_lib, preemption
 from training import state as state_lib, step as step_lib
 from training.goodput import process_start_time
 from training.config import TrainConfig
@@ -165,6 +165,8 @@ def _train(config: TrainConfig, run_dir: RunDir, identity: cluster.ClusterIdenti
     step = start_step
     for data_step in range(start_step, config.steps):
         batch = global_batch(dataset.train_rows(data_step, config.global_batch_size, *rows))
+        if data_step == start_step and identity.num_processes > 1:
+            train_step = _compiled_in_step(train_step, state, batch, start_step)
         state, metrics = train_step(state, batch)
         step = data_step + 1
         if pending is not None:
@@ -208,6 +210,24 @@ def _train(config: TrainConfig, run_dir: RunDir, identity: cluster.ClusterIdenti
     events_log.close()
     tensorboard.close()
     return RunResult(exit_code, step, last_loss)
+
+
+def _compiled_in_step(train_step, state, batch, start_step: int):
+    """The train step compiled ahead of time, once every process has compiled it.
+
+    Only process 0 writes JAX's persistent compilation cache, so after a restart process 0
+    may load the step from it while a peer compiles for tens of seconds; on CPU the first
+    collective then fails ("Gloo context initialization failed: DEADLINE_EXCEEDED": gloo waits
+    a fixed 30 s for its peers). A coordination-service barrier (training.agreement, bounded
+    by ``MULTISLICE_AGREEMENT_TIMEOUT_S``) after compiling lets every process reach the first
+    step together; on TPUs it costs one round trip per start.
+
+    Raises:
+      agreement.AgreementError: a peer did not finish compiling within the bound.
+    """
+    compiled = train_step.lower(state, batch).compile()
+    agreement.barrier(f"compiled/{start_step}")
+    return compiled
 
 
 def main(config: TrainConfig, run_dir: str, identity: cluster.ClusterIdentity) -> int:
