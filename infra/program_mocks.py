@@ -209,10 +209,23 @@ def evaluate(
     return world
 
 
+def _ensure_event_loop() -> None:
+    """Pulumi's runtime asks for the main thread's current event loop; an earlier
+    ``asyncio.run`` in this process (Orbax runs its I/O that way) leaves none, and asking then
+    raises "There is no current event loop". Put one back, as the interpreter starts with."""
+    import asyncio
+
+    try:
+        asyncio.get_event_loop_policy().get_event_loop()
+    except RuntimeError:
+        asyncio.set_event_loop(asyncio.new_event_loop())
+
+
 def _start(stack: str, config: dict[str, str], qr_ready: bool, preview: bool, subnet_network: str | None = None) -> World:
     world = World()
     mocks = Mocks(world, qr_ready=qr_ready, subnet_network=subnet_network)
     settings.ROOT.set(None)  # a fresh root Stack resource per evaluation
+    _ensure_event_loop()
     pulumi.runtime.set_mocks(mocks, project="multislice", stack=stack, preview=preview, monitor=RecordingMonitor(mocks))
     pulumi.runtime.set_all_config(config)
     return world

@@ -70,3 +70,18 @@ def bucket(gcs_server) -> str:
     name = f"test-{uuid.uuid4().hex[:16]}"
     assert gcs_server.create_bucket(name)
     return name
+
+
+@pytest.fixture(autouse=True)
+def main_thread_has_an_event_loop():
+    """Orbax runs its I/O with ``asyncio.run``, which leaves the main thread with no current
+    event loop; Pulumi's runtime (the program and policy tests) asks for one and would fail
+    with "There is no current event loop" in whichever test runs after an in-process trainer
+    test. Put one back after every test, as the interpreter starts with."""
+    yield
+    import asyncio
+
+    try:
+        asyncio.get_event_loop_policy().get_event_loop()
+    except RuntimeError:
+        asyncio.set_event_loop(asyncio.new_event_loop())

@@ -4,7 +4,6 @@ watchdog state."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import subprocess
@@ -25,15 +24,6 @@ from training.run_dir import RunDir
 STACK = Path(__file__).parent / "stacks" / "Pulumi.emu.yaml"
 
 
-@pytest.fixture(autouse=True)
-def main_thread_keeps_an_event_loop():
-    """Orbax's ``asyncio.run`` leaves the main thread without an event loop (see
-    tests/test_checkpointing_messages.py); put one back for later tests."""
-    yield
-    try:
-        asyncio.get_event_loop_policy().get_event_loop()
-    except RuntimeError:
-        asyncio.set_event_loop(asyncio.new_event_loop())
 
 
 def test_the_manager_saves_every_interval_and_at_the_last_step(tmp_path):

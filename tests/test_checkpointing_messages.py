@@ -5,7 +5,6 @@ stand-in manager whose error carries a bound-method repr."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import re
 from pathlib import Path
@@ -23,16 +22,6 @@ logging.getLogger("asyncio").disabled = True
 REPR = re.compile(r"<bound method|object at 0x|tensorstore_spec")
 
 
-@pytest.fixture(autouse=True)
-def main_thread_keeps_an_event_loop():
-    """Orbax runs its I/O with ``asyncio.run``, which leaves the main thread with no current
-    event loop; code that asks for one later (Pulumi's mocks in tests/test_components.py)
-    would fail. Put one back, as the interpreter starts with."""
-    yield
-    try:
-        asyncio.get_event_loop_policy().get_event_loop()
-    except RuntimeError:
-        asyncio.set_event_loop(asyncio.new_event_loop())
 
 
 class Store:

@@ -3,7 +3,6 @@ checkpoint in a local run directory (tiny model, 8 CPU devices)."""
 
 from __future__ import annotations
 
-import asyncio
 
 import jax
 import numpy as np
@@ -15,15 +14,6 @@ from training.run_dir import RunDir
 from training.shapes import Param, params as param_shapes
 
 
-@pytest.fixture(autouse=True)
-def main_thread_keeps_an_event_loop():
-    """Orbax's ``asyncio.run`` leaves the main thread without an event loop (see
-    tests/test_checkpointing_messages.py); put one back for later tests."""
-    yield
-    try:
-        asyncio.get_event_loop_policy().get_event_loop()
-    except RuntimeError:
-        asyncio.set_event_loop(asyncio.new_event_loop())
 
 
 @pytest.fixture(scope="module")
