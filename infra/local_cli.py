@@ -246,7 +246,13 @@ def _train_locally(resource, options, fresh: bool, summary_json: Optional[Path])
     except BrokenPipeError:
         if not is_complete(run_dir, total):
             raise  # stops_when_stdout_closes says so
-        return summary.summarize(run_dir, total)  # the last step's line found no reader
+        result = summary.summarize(run_dir, total)  # the last step's line found no reader
+        return result | {
+            "wall_seconds": _seconds_since_start(),
+            "repairs": resource.repairs,
+            "faults": resource.faults_fired,
+            "logs_dir": str(resource.paths.logs_dir),
+        }
 
 
 def _seconds_since_start() -> float:
