@@ -12,7 +12,8 @@
 # Environment: GCE_METADATA_IP, MULTISLICE_TPU_API_ENDPOINT (default https://tpu.googleapis.com).
 set -uo pipefail
 
-readonly PREFIX="[slice ${MULTISLICE_SLICE:-?} worker ${MULTISLICE_WORKER:-?}] "
+# MULTISLICE_LINE_PREFIX: set (possibly empty) by trainer.sh when its log shipper adds the prefix.
+readonly PREFIX=${MULTISLICE_LINE_PREFIX-"[slice ${MULTISLICE_SLICE:-?} worker ${MULTISLICE_WORKER:-?}] "}
 say() { printf '%scapacity: %s\n' "$PREFIX" "$*"; }
 [[ ${MULTISLICE_SLICE:-} == 0 && ${MULTISLICE_WORKER:-} == 0 ]] || exit 0
 readonly METADATA="http://${GCE_METADATA_IP:-metadata.google.internal}/computeMetadata/v1/instance"

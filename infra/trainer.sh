@@ -50,7 +50,7 @@ case ${1:-} in
       *) say "trainer: ended by signal $status (${SERVICE_RESULT:-?})" ;;
     esac
     # --- releaseOnComplete: the run is complete; worker 0 of slice 0 deletes the queued resource.
-    if [[ ${EXIT_CODE:-}:$status == exited:0 ]]; then bash "${0%/*}/release-on-complete.sh" || true; fi
+    if [[ ${EXIT_CODE:-}:$status == exited:0 ]]; then MULTISLICE_LINE_PREFIX=$prefix bash "${0%/*}/release-on-complete.sh" || true; fi
     if (($# == 3)); then # let the shipper write the line out before the unit's processes are stopped
       exec >&- 2>&-
       wait "$!" || true
