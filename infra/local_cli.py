@@ -131,33 +131,52 @@ def _run_recorded(config, paths, options: dict, *, fresh: bool, gcs_port, summar
     state whatever happens. SIGTERM / SIGINT / SIGHUP anywhere in here stop what was started
     and exit 128 + the signal's number (143, 130, 129)."""
     import signal
+
+    from infra.local import supervisor
+
+    try:
+        with supervisor.signals_raise(_Stopped, (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)):
+            return _run_locked(config, paths, options, fresh=fresh, gcs_port=gcs_port, summary_json=summary_json)
+    except typer.Exit as stop:
+        if stop.exit_code not in (129, 130, 143):
+            raise
+        # Stopped by a signal, everything already stopped and forgotten: exit now. `local down`
+        # repeats SIGTERM until this process is gone, and the interpreter's teardown (threads of
+        # tensorstore and grpc) took seconds and could crash (SIGSEGV) when one arrived.
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(signum, signal.SIG_IGN)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(stop.exit_code)
+
+
+def _run_locked(config, paths, options: dict, *, fresh: bool, gcs_port, summary_json) -> Optional[dict]:
+    """The body of :func:`_run_recorded`, inside its signal handlers."""
     import uuid
 
     from infra.local import state as local_state
-    from infra.local import supervisor
 
-    with supervisor.signals_raise(_Stopped, (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)):
+    try:
+        lock = local_state.acquire_lock(paths)
+        state = local_state.read_state(paths)
+        if lock is None:
+            pid = state.get("pid", "?") if state else "?"
+            raise fail(
+                f"a local run of stack {config.stack!r} is already running (pid {pid}); "
+                f"stop it with: multislice local down --stack {config.stack}"
+            )
         try:
-            lock = local_state.acquire_lock(paths)
-            state = local_state.read_state(paths)
-            if lock is None:
-                pid = state.get("pid", "?") if state else "?"
-                raise fail(
-                    f"a local run of stack {config.stack!r} is already running (pid {pid}); "
-                    f"stop it with: multislice local down --stack {config.stack}"
-                )
-            try:
-                if state:  # leftovers of an emulator that died (we hold the lock: it is not running)
-                    for action in local_state.stop_recorded(paths, signal_emulator=False):
-                        say(f"cleanup of an earlier run: {action}")
-                emulation_id = uuid.uuid4().hex
-                local_state.write_state(paths, stack=config.stack, emulation_id=emulation_id, vms=[])
-                return _emulate(config, paths, options, fresh=fresh, gcs_port=gcs_port,
-                                summary_json=summary_json, emulation_id=emulation_id)
-            finally:
-                local_state.forget_state(paths)
-        except _Stopped as err:
-            raise _stopped(str(err)) from None
+            if state:  # leftovers of an emulator that died (we hold the lock: it is not running)
+                for action in local_state.stop_recorded(paths, signal_emulator=False):
+                    say(f"cleanup of an earlier run: {action}")
+            emulation_id = uuid.uuid4().hex
+            local_state.write_state(paths, stack=config.stack, emulation_id=emulation_id, vms=[])
+            return _emulate(config, paths, options, fresh=fresh, gcs_port=gcs_port,
+                            summary_json=summary_json, emulation_id=emulation_id)
+        finally:
+            local_state.forget_state(paths)
+    except _Stopped as err:
+        raise _stopped(str(err)) from None
 
 
 class _Stopped(Exception):

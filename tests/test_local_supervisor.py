@@ -298,3 +298,29 @@ def test_signals_are_ignored_while_cleanup_runs_and_raise_again_after():
             except Stop:
                 pass  # dropped
             signal.raise_signal(signal.SIGTERM)
+
+
+def test_a_stop_signal_whose_exception_was_dropped_is_raised_again_by_the_poll():
+    """Python can run a signal handler inside a garbage-collector callback, where its exception
+    is dropped; Ctrl-C is sent once, so the emulator's poll loop asks again."""
+    import os
+    import signal as signal_lib
+
+    from infra.local import supervisor as supervisor_lib
+
+    class Stop(Exception):
+        pass
+
+    with supervisor_lib.signals_raise(Stop, (signal_lib.SIGINT,)):
+        supervisor_lib.raise_if_signalled()  # nothing received yet: no-op
+        try:
+            os.kill(os.getpid(), signal_lib.SIGINT)
+            for _ in range(1000):  # the handler runs between bytecodes
+                pass
+        except Stop:
+            pass  # dropped, as inside a GC callback
+        with pytest.raises(Stop, match="SIGINT"):
+            supervisor_lib.raise_if_signalled()
+        with supervisor_lib.signals_deferred():
+            supervisor_lib.raise_if_signalled()  # cleanup is not interrupted
+    supervisor_lib.raise_if_signalled()  # outside: forgotten

@@ -343,6 +343,7 @@ class LocalQueuedResource:
 
         while True:
             time.sleep(options.poll_s)
+            supervisor.raise_if_signalled()
             if not self.storage.alive():
                 raise self.storage_stopped()
             schedule.observe(*read())

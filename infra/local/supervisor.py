@@ -258,8 +258,10 @@ def signals_raise(
     and they are left alone."""
 
     def handler(signum, frame):
+        global _signalled
         if _deferred:
             return
+        _signalled = (exception, signal.Signals(signum).name)
         raise exception(signal.Signals(signum).name)
 
     def unraisable(info) -> None:  # a dropped raise: the sender repeats its signal
@@ -279,10 +281,26 @@ def signals_raise(
     try:
         yield
     finally:
+        global _signalled
+        _signalled = None
         for sig, old in previous.items():
             signal.signal(sig, old)
         if previous:
             sys.unraisablehook = hook
+
+
+#: The stop signal :func:`signals_raise` received, as (exception, name); None before any.
+_signalled: tuple[Callable[[str], BaseException], str] | None = None
+
+
+def raise_if_signalled() -> None:
+    """Raise again the stop signal :func:`signals_raise` received, if any (outside
+    :func:`signals_deferred`): a loop that polls calls this, so that a signal whose exception
+    was dropped (raised inside a garbage-collector callback) still stops it, even when the
+    sender signals only once (Ctrl-C)."""
+    if _signalled is not None and not _deferred:
+        exception, name = _signalled
+        raise exception(name)
 
 
 # Processes by pid: recorded ones and leftovers --------------------------------------------
