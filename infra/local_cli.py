@@ -136,7 +136,17 @@ def _run_recorded(config, paths, options: dict, *, fresh: bool, gcs_port, summar
 
     try:
         with supervisor.signals_raise(_Stopped, (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)):
-            return _run_locked(config, paths, options, fresh=fresh, gcs_port=gcs_port, summary_json=summary_json)
+            try:
+                return _run_locked(config, paths, options, fresh=fresh, gcs_port=gcs_port, summary_json=summary_json)
+            except typer.Exit:
+                raise
+            except Exception:
+                # A stop signal's exception that arrived as another one (raised inside an
+                # import that re-raises everything as ImportError): still a stop, not a crash.
+                name = supervisor.signal_received()
+                if name is None:
+                    raise
+                raise _stopped(name) from None
     except typer.Exit as stop:
         if stop.exit_code not in (129, 130, 143):
             raise

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -85,3 +86,30 @@ def test_sigint_to_the_process_group_returns_only_once_every_vm_is_gone(tmp_path
     assert "Traceback" not in err
     assert left == []
     assert state(tmp_path) is None
+
+
+def test_a_stop_signal_that_arrives_as_another_exception_still_exits_as_a_stop():
+    """CI saw `local down` land while `local up` imported numpy, which re-raised the stop as
+    ImportError: `local up` crashed with exit 1 and a traceback instead of exiting 143."""
+    code = """if True:
+        import os, signal, sys
+        from infra import cli, local_cli
+
+        def run_locked(*args, **kwargs):
+            try:
+                os.kill(os.getpid(), signal.SIGTERM)
+                for _ in range(10_000):  # the handler runs between bytecodes
+                    pass
+            except Exception as err:  # as numpy/__init__.py does
+                raise ImportError("numpy._core.multiarray failed to import") from err
+            sys.exit("the stop signal never arrived")
+
+        local_cli._run_locked = run_locked
+        local_cli._run_recorded(None, None, {}, fresh=False, gcs_port=None, summary_json=None)
+        sys.exit("_run_recorded returned")
+    """
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).parents[1])
+    assert proc.returncode == 143, proc.stdout + proc.stderr
+    assert "stopped by SIGTERM" in proc.stderr
+    assert "Traceback" not in proc.stderr

@@ -324,3 +324,23 @@ def test_a_stop_signal_whose_exception_was_dropped_is_raised_again_by_the_poll()
         with supervisor_lib.signals_deferred():
             supervisor_lib.raise_if_signalled()  # cleanup is not interrupted
     supervisor_lib.raise_if_signalled()  # outside: forgotten
+
+
+def test_an_outer_block_still_knows_the_stop_signal_an_inner_block_received():
+    """numpy's ``__init__`` re-raises whatever is raised while it imports as ImportError: a
+    SIGTERM that lands there arrives as an ImportError, and only ``signal_received`` tells
+    ``local up`` that it was stopped."""
+
+    class Inner(Exception):
+        pass
+
+    assert supervisor.signal_received() is None
+    with supervisor.signals_raise(Stop, (signal.SIGTERM,)):
+        with pytest.raises(ImportError):
+            with supervisor.signals_raise(Inner, (signal.SIGTERM,)):
+                try:
+                    signal.raise_signal(signal.SIGTERM)
+                except Inner as err:
+                    raise ImportError("numpy._core.multiarray failed to import") from err
+        assert supervisor.signal_received() == "SIGTERM"  # the inner block was left
+    assert supervisor.signal_received() is None  # forgotten once the outermost block is left

@@ -278,11 +278,15 @@ def signals_raise(
             pass
     if previous:
         sys.unraisablehook = unraisable
+    global _depth
+    _depth += 1
     try:
         yield
     finally:
         global _signalled
-        _signalled = None
+        _depth -= 1
+        if not _depth:  # an outer block still needs to know (signal_received)
+            _signalled = None
         for sig, old in previous.items():
             signal.signal(sig, old)
         if previous:
@@ -290,7 +294,19 @@ def signals_raise(
 
 
 #: The stop signal :func:`signals_raise` received, as (exception, name); None before any.
+#: Kept until the outermost :func:`signals_raise` block is left.
 _signalled: tuple[Callable[[str], BaseException], str] | None = None
+#: How many :func:`signals_raise` blocks are open.
+_depth = 0
+
+
+def signal_received() -> str | None:
+    """The name of the stop signal (``"SIGTERM"``) a :func:`signals_raise` block still open
+    received, or None. The exception its handler raised does not always arrive as itself:
+    code that catches every exception can turn it into another (numpy's ``__init__`` re-raises
+    anything raised while it imports as ``ImportError``), so a caller that sees an unexpected
+    exception asks this to tell a stop from a failure."""
+    return None if _signalled is None else _signalled[1]
 
 
 def raise_if_signalled() -> None:
