@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import yaml
 from typer.testing import CliRunner
 
@@ -14,6 +15,18 @@ from infra.policy.policies import POLICIES
 from tests.fakes.pulumi_program import evaluate
 
 ENV = {"COLUMNS": "250"}
+
+
+@pytest.fixture(autouse=True)
+def no_storage_access(monkeypatch, tmp_path):
+    """The checked-in stacks' gs:// data sources are not listed: no emulated Cloud Storage (the
+    session's, started by whichever test asked first, sets STORAGE_EMULATOR_HOST) and no
+    credentials, so that the result does not depend on the tests that ran before."""
+    for key in ("STORAGE_EMULATOR_HOST", "GOOGLE_APPLICATION_CREDENTIALS", "GOOGLE_CREDENTIALS", "GOOGLE_OAUTH_ACCESS_TOKEN",
+                "GOOGLE_CLOUD_KEYFILE_JSON", "GCLOUD_KEYFILE_JSON", "GCE_METADATA_HOST", "GCE_METADATA_IP"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("CLOUDSDK_CONFIG", str(tmp_path))
+    monkeypatch.setattr("infra.credentials.PRODUCT_NAME_FILE", tmp_path / "product_name")
 
 
 def invoke(*args: str):
