@@ -41,6 +41,9 @@ _BYTECODE_DIR = _share_bytecode()
 def pytest_unconfigure(config):
     if _BYTECODE_DIR is not None:
         shutil.rmtree(_BYTECODE_DIR, ignore_errors=True)
+    shared_cache = sys.modules.get("tests.compilation_cache")
+    if shared_cache is not None:
+        shutil.rmtree(shared_cache.DIR, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -25,13 +25,15 @@ print(json.dumps({"hits": stats.hits, "seconds_saved": stats.seconds_saved}))
 """
 
 
-def _process(run_dir: str) -> dict:
+def _process(run_dir: str, **extra: str) -> dict:
     env = {
         **os.environ,
         "PYTHONPATH": str(ROOT),
         "JAX_PLATFORMS": "cpu",
     }
     env.pop("JAX_COMPILATION_CACHE_DIR", None)
+    env.pop(compile_cache.SHARED_DIR_ENV, None)
+    env.update(extra)
     done = subprocess.run([sys.executable, "-c", PROGRAM, run_dir], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -53,3 +55,11 @@ def test_a_restarted_process_loads_the_executable_from_the_run_directory(tmp_pat
 def test_the_cache_lives_in_the_run_directory():
     assert compile_cache.cache_dir("gs://b/runs/r1/") == "gs://b/runs/r1/compilation_cache"
     assert compile_cache.cache_dir("/tmp/run") == "/tmp/run/compilation_cache"
+
+
+def test_a_shared_cache_directory_serves_every_run_directory(tmp_path):
+    shared = {compile_cache.SHARED_DIR_ENV: str(tmp_path / "shared")}
+    assert _process(str(tmp_path / "runs" / "r1"), **shared)["hits"] == 0
+    assert list((tmp_path / "shared").iterdir())
+    assert _process(str(tmp_path / "runs" / "r2"), **shared)["hits"] >= 1  # another run, same program
+    assert not Path(compile_cache.cache_dir(str(tmp_path / "runs" / "r1"))).exists()

@@ -19,6 +19,7 @@ import pytest
 
 from infra.config import load_stack_file
 from infra.local import gcs
+from tests import compilation_cache
 from training.run_dir import RunDir
 from training.run_log import RecordLog, read_records
 
@@ -28,8 +29,9 @@ CLI = [sys.executable, "-m", "infra.cli"]
 
 
 def cli_env(state_dir: Path) -> dict[str, str]:
-    """The CLI's environment: state under ``state_dir``, JAX left to the emulator."""
-    env = {**os.environ, "MULTISLICE_STATE_DIR": str(state_dir), "COLUMNS": "200"}
+    """The CLI's environment: state under ``state_dir``, JAX left to the emulator, the VMs
+    sharing the session's compilation cache (tests/compilation_cache.py)."""
+    env = {**os.environ, "MULTISLICE_STATE_DIR": str(state_dir), "COLUMNS": "200", **compilation_cache.env()}
     for key in ("JAX_PLATFORMS", "JAX_NUM_CPU_DEVICES"):
         env.pop(key, None)
     return env

@@ -22,6 +22,7 @@ import pytest
 
 from infra.config import load_stack_file
 from infra.local import gcs
+from tests import compilation_cache
 from training import train
 from training.cluster import ClusterIdentity
 from training.run_dir import RunDir
@@ -56,7 +57,7 @@ def state_dir(tmp_path):
 def local_up(state_dir: Path, *extra: str) -> tuple[dict, str]:
     """Run ``multislice local up`` on the test stack; its summary and stdout."""
     summary_path = state_dir / "summary.json"
-    env = {**os.environ, "MULTISLICE_STATE_DIR": str(state_dir), "COLUMNS": "200"}
+    env = {**os.environ, "MULTISLICE_STATE_DIR": str(state_dir), "COLUMNS": "200", **compilation_cache.env()}
     for key in ("JAX_PLATFORMS", "JAX_NUM_CPU_DEVICES"):
         env.pop(key, None)
     result = subprocess.run(

@@ -89,3 +89,15 @@ def test_the_vm_environment(tmp_path, monkeypatch):
     # The trainer's storage clients reach the emulated Cloud Storage (infra.local.gcs).
     assert env["STORAGE_EMULATOR_HOST"] == env["TENSORSTORE_GCS_HTTP_URL"] == "http://127.0.0.1:4443"
     assert {key: env[key] for key in storage} == storage
+
+
+def test_a_shared_compilation_cache_is_passed_on_to_the_vms(tmp_path, monkeypatch):
+    from training.compile_cache import SHARED_DIR_ENV
+
+    config = stack(tmp_path)
+    kwargs = dict(emulation_id="abc", coordinator_port=4321, heartbeat_timeout_s=7, init_timeout_s=99, storage_env={})
+    monkeypatch.delenv(SHARED_DIR_ENV, raising=False)
+    assert SHARED_DIR_ENV not in topology.vm_environment(config, **kwargs)
+    monkeypatch.setenv(SHARED_DIR_ENV, str(tmp_path / "cache"))
+    assert topology.vm_environment(config, **kwargs)[SHARED_DIR_ENV] == str(tmp_path / "cache")
+    assert topology.SHARED_COMPILATION_CACHE_ENV == SHARED_DIR_ENV  # infra/ names the trainer's variable

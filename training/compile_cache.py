@@ -6,8 +6,17 @@ a key over the program, the devices and the compile options
 (https://docs.jax.dev/en/latest/persistent_compilation_cache.html); the directory may be a
 local path or any URI etils.epath opens, ``gs://`` included. We keep it in the run
 directory (``<run_dir>/compilation_cache``), so a recreated slice, whose VMs get fresh disks,
-still finds it in the bucket. In a multi-process job JAX has one process compile and write the
-entry and shares the executable with the others (``jax_share_binary_between_hosts``).
+still finds it in the bucket. In a multi-process job only process 0 writes entries (JAX's
+``_cache_write`` in jax/_src/compiler.py: "Only write cache entries from the first process").
+Measured on the 2-process CPU emulation (tests/stacks/Pulumi.emu.yaml run twice on one cache):
+process 0 loaded 16 executables on the second run, process 1 none, so on CPU the other
+processes still compile; ``jax_share_binary_between_hosts`` (off by default) is not used.
+
+Several runs may share one cache instead: with ``MULTISLICE_COMPILATION_CACHE_DIR`` set in the
+trainer's environment, that directory is used, whatever the run directory (the cache key
+covers the program, so runs of another model or mesh only add entries). The local emulation
+passes the variable on to its VMs; the test suite sets it so that its many short runs of the
+same model compile each program once.
 
 The cache is trusted code (JAX's ``set_cache_dir`` docstring: "Do not share a compilation
 cache with users you do not trust"); the run directory is in the stack's private bucket,
@@ -17,6 +26,7 @@ writable only by the VMs' service account and the stack's operators.
 from __future__ import annotations
 
 import dataclasses
+import os
 import threading
 
 import jax
@@ -24,6 +34,8 @@ from jax.experimental.compilation_cache import compilation_cache
 
 #: Name of the cache directory inside the run directory.
 CACHE_DIR_NAME = "compilation_cache"
+#: Environment variable naming a cache directory shared by several runs (local path or URI).
+SHARED_DIR_ENV = "MULTISLICE_COMPILATION_CACHE_DIR"
 
 # jax.monitoring event names the cache records (jax/_src/compiler.py).
 _HIT_EVENT = "/jax/compilation_cache/cache_hits"
@@ -67,7 +79,8 @@ def cache_dir(run_dir: str) -> str:
 
 
 def enable(run_dir: str) -> str:
-    """Use ``<run_dir>/compilation_cache`` as JAX's persistent compilation cache.
+    """Use ``<run_dir>/compilation_cache`` (or ``$MULTISLICE_COMPILATION_CACHE_DIR``, when set)
+    as JAX's persistent compilation cache.
 
     Call before the first compilation of the run. Calling it again with another run
     directory (tests run several in one process) moves the cache there. Every executable is
@@ -79,7 +92,7 @@ def enable(run_dir: str) -> str:
       The cache directory.
     """
     global _listening
-    path = cache_dir(run_dir)
+    path = os.environ.get(SHARED_DIR_ENV) or cache_dir(run_dir)
     compilation_cache.reset_cache()
     compilation_cache.set_cache_dir(path)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)

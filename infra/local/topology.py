@@ -27,6 +27,8 @@ from infra.local.state import EMULATION_ID_ENV
 #: Port part of ``MEGASCALE_COORDINATOR_ADDRESS`` as a queued resource sets it (JAX replaces it).
 MEGASCALE_PORT = 8080
 #: Environment prefixes the emulator's own environment may carry but a VM must not inherit.
+#: The trainer's ``training.compile_cache.SHARED_DIR_ENV``: passed on to the VMs when set.
+SHARED_COMPILATION_CACHE_ENV = "MULTISLICE_COMPILATION_CACHE_DIR"
 _HOST_ONLY_PREFIXES = ("JAX_", "XLA_", "MULTISLICE_", "GCE_METADATA", "TPU_", "MEGASCALE_")
 
 
@@ -69,7 +71,9 @@ def vm_environment(
     """The environment every emulated VM's startup script runs with: this process's, less
     JAX / TPU / metadata settings, plus the emulation's (CPU devices, this virtualenv's
     Python, the coordinator port, the run's emulation id) and ``storage_env``, which points
-    the Cloud Storage clients at the emulated server (:meth:`infra.local.gcs.GcsServer.client_env`)."""
+    the Cloud Storage clients at the emulated server (:meth:`infra.local.gcs.GcsServer.client_env`).
+    ``MULTISLICE_COMPILATION_CACHE_DIR``, when set here, is passed on: the VMs of every run
+    then share that compilation cache (:mod:`training.compile_cache`)."""
     env = {key: value for key, value in os.environ.items() if not key.startswith(_HOST_ONLY_PREFIXES)}
     env.update(
         {
@@ -84,4 +88,6 @@ def vm_environment(
             **storage_env,
         }
     )
+    if shared_cache := os.environ.get(SHARED_COMPILATION_CACHE_ENV):  # runs share compiled programs
+        env[SHARED_COMPILATION_CACHE_ENV] = shared_cache
     return env
