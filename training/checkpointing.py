@@ -183,7 +183,8 @@ class CheckpointManager(ocp.CheckpointManager):
     restore, and an instance that timed out makes the next use of the key fail or time out
     ("Barrier (Checkpointer:restore::0) is invoked by the task, but the service thinks it is
     the 2-th instance"): the fallback restore of an older step failed or timed out as well,
-    depending on which process came first (docs/jax-on-cpu.md, "Restore agreement"). A read-only manager whose only active process is this one
+    depending on which process came first (docs/jax-on-cpu.md, "Failures": restore
+    agreement). A read-only manager whose only active process is this one
     (``MultiprocessingOptions.active_processes``; Orbax skips its barriers for a single
     process: ``multihost.should_skip_process_sync``) reads the step without it.
     """
