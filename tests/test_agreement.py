@@ -152,19 +152,53 @@ def test_restore_agrees_on_the_newest_step_every_process_can_read(preempted_run,
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_a_checkpoint_unreadable_from_one_process_only_ends_every_process(preempted_run, tmp_path, jobs):
+def test_a_checkpoint_unreadable_from_one_process_only_is_skipped_by_every_process(preempted_run, tmp_path, jobs):
     config_path, run_dir = copy_unfinished(preempted_run, tmp_path)
-    # Step 16's arrays cannot be read from process 1 only (test-only injection in
-    # tests/trainer_process.py, inside Orbax's restore). Orbax's restore runs collectives after
-    # the reads, so process 0 waits in one for process 1: the agreement's timeout (120 s here)
-    # ends process 1, and the coordination service then ends process 0 (heartbeat, 10 s here),
-    # both non-zero, for the supervisor to restart them; today's alternative is a hang.
-    job = Job(config_path, run_dir, tmp_path, env={1: {"TEST_UNREADABLE_STEPS": "16"}})
+    before = dict(losses(run_dir))
+    steps = sorted(int(p.name) for p in (run_dir / "checkpoints").iterdir())
+    unreadable = steps[-1]
+    readable_everywhere = max(s for s in steps if s != unreadable)
+    # The newest step's arrays cannot be read from process 1 only (test-only injection in
+    # tests/trainer_process.py, inside Orbax's restore); process 0 reads them fine. Both must
+    # skip it and restore the next step, and the run completes: nobody waits for a collective
+    # that the other process never joins.
+    job = Job(config_path, run_dir, tmp_path, env={1: {"TEST_UNREADABLE_STEPS": str(unreadable)}})
+    jobs.append(job)
+    assert job.wait() == [train.EXIT_COMPLETE, train.EXIT_COMPLETE], logs(job)
+    starts = [e for e in events(run_dir) if e["event"] == "start"]
+    assert (starts[-1]["step"], starts[-1]["restored"]) == (readable_everywhere, True)
+    (fallback,) = [e for e in events(run_dir) if e["event"] == "restore_fallback"]
+    path = str(run_dir / "checkpoints" / str(unreadable))
+    assert (fallback["tried"], fallback["path"], fallback["step"]) == (unreadable, path, readable_everywhere)
+    # Only process 1 failed to read it: process 0 read it, and did not time out waiting.
+    assert fallback["reason"] == f"process 1: OSError: injected read failure of checkpoint step {unreadable} on this host"
+    assert f"{unreadable}.unreadable" in {p.name for p in (run_dir / "checkpoints").iterdir()}
+    records = losses(run_dir)
+    assert [s for s, _ in records[-(16 - readable_everywhere):]] == list(range(readable_everywhere + 1, 17))
+    assert dict(records) == before  # recomputed bit for bit
+    for i in range(2):
+        assert f"fell back to checkpoint step {readable_everywhere} ({run_dir / 'checkpoints' / str(readable_everywhere)})" in job.log(i), logs(job)
+    assert f"restoring checkpoint step {unreadable} ({path}) failed" in job.log(1)
+    assert f"restoring checkpoint step {unreadable} ({path}) failed" not in job.log(0)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_process_waiting_for_a_peer_stuck_in_restore_ends_and_so_does_the_peer(preempted_run, tmp_path, jobs):
+    config_path, run_dir = copy_unfinished(preempted_run, tmp_path)
+    # Process 1 cannot read step 16 (test-only), and process 0's first read blocks for 10
+    # minutes (test-only: storage that hangs). Process 1 waits for process 0's outcome up to
+    # the agreement timeout (30 s here), then fails; the coordination service then ends the
+    # stuck process 0 (heartbeat, 10 s here); both non-zero, for the supervisor to restart them.
+    short = {"MULTISLICE_AGREEMENT_TIMEOUT_S": "30"}
+    job = Job(config_path, run_dir, tmp_path,
+              env={0: {**short, "TEST_RESTORE_DELAY_S": "600"}, 1: {**short, "TEST_UNREADABLE_STEPS": "16"}})
     jobs.append(job)
     codes = job.wait()
     assert all(code not in (train.EXIT_COMPLETE, train.EXIT_PREEMPTED) for code in codes), logs(job)
+    assert "TEST: restore of step 16 blocked" in job.log(0)
     assert "restoring checkpoint step 16 (" + str(run_dir / "checkpoints" / "16") + ") failed" in job.log(1)
-    assert "did not report 'restore-16-0'" in job.log(1)
+    assert "process 0 did not report 'restore-16-0' within 30 s" in job.log(1), logs(job)
 
 
 @pytest.mark.slow

@@ -167,16 +167,54 @@ def record_run_config(run_dir: RunDir, config: TrainConfig) -> None:
     run_dir.write(RUN_CONFIG_FILE, config.model_dump_json(indent=2).encode())
 
 
-def make_manager(run_dir: RunDir, config: TrainConfig) -> ocp.CheckpointManager:
+class CheckpointManager(ocp.CheckpointManager):
+    """Orbax's CheckpointManager whose :meth:`restore` is this process's read alone, with no
+    barrier of all processes; :func:`restore` shares each read's outcome instead (through
+    :func:`training.agreement.all_gather`, with a timeout) before any process moves on.
+    Saving is Orbax's own, barriers included.
+
+    Why: Orbax's ``Checkpointer.restore`` ends at a barrier of all processes
+    (``Checkpointer:restore``; multihost.py, https://github.com/google/orbax/blob/main/
+    checkpoint/orbax/checkpoint/_src/multihost/multihost.py, ``sync_global_processes``). By
+    default it is a device collective with no timeout (``jax.experimental.multihost_utils.
+    sync_global_devices``): a process that read the step waits there forever for one whose
+    read failed. With Orbax's ``experimental_orbax_use_distributed_barrier`` flag it is a
+    coordination-service barrier with a fixed 300 s timeout, but under one key for every
+    restore, and an instance that timed out makes the next use of the key fail or time out
+    ("Barrier (Checkpointer:restore::0) is invoked by the task, but the service thinks it is
+    the 2-th instance"): the fallback restore of an older step failed or timed out as well,
+    depending on which process came first (docs/jax-on-cpu.md, "Failures": restore
+    agreement). A read-only manager whose only active process is this one
+    (``MultiprocessingOptions.active_processes``; Orbax skips its barriers for a single
+    process: ``multihost.should_skip_process_sync``) reads the step without it.
+    """
+
+    def restore(self, step: int | None, *args: Any, **kwargs: Any) -> Any:
+        """This process's read of checkpoint ``step`` (``CheckpointManager.restore``'s
+        arguments), without Orbax's barrier of all processes. Raises what Orbax raises."""
+        me = ocp.multihost.process_index()
+        alone = ocp.CheckpointManagerOptions(
+            read_only=True,
+            create=False,
+            save_interval_steps=0,
+            enable_async_checkpointing=False,
+            multiprocessing_options=ocp.options.MultiprocessingOptions(primary_host=me, active_processes={me}),
+        )
+        with ocp.CheckpointManager(self.directory, options=alone) as reader:
+            return reader.restore(step, *args, **kwargs)
+
+
+def make_manager(run_dir: RunDir, config: TrainConfig) -> CheckpointManager:
     """An Orbax CheckpointManager over ``<run_dir>/checkpoints`` keeping ``checkpoint.keep``
-    finalized steps, deciding when to save by :func:`save_policy`."""
+    finalized steps, deciding when to save by :func:`save_policy`; its restore reads on this
+    process alone (:class:`CheckpointManager`)."""
     options = ocp.CheckpointManagerOptions(
         save_decision_policy=save_policy(config.checkpoint.interval_steps, config.steps),
         max_to_keep=config.checkpoint.keep,
         enable_async_checkpointing=config.checkpoint.async_save,
         create=True,
     )
-    return ocp.CheckpointManager(run_dir / "checkpoints", options=options)
+    return CheckpointManager(run_dir / "checkpoints", options=options)
 
 
 def save(manager: ocp.CheckpointManager, step: int, state: Any) -> None:
@@ -270,10 +308,14 @@ def restore(
     """Restore the newest finalized checkpoint every process can read, onto
     ``abstract_state``'s shardings; all processes restore the same step.
 
-    Orbax's multi-process restore runs collectives, so the processes try the steps in
-    lockstep, newest first (process 0's listing), sharing each outcome
-    (:func:`training.agreement.all_gather`); a step that fails ``attempts`` times on any
-    process is skipped by all. Skipped steps are renamed ``<step>.unreadable`` by process 0
+    The processes try the steps in lockstep, newest first (process 0's listing): each
+    process reads the step on its own (``manager.restore``; :class:`CheckpointManager` has no
+    barrier there), then they share the outcome (:func:`training.agreement.all_gather`), so a
+    process that read the step waits for the others' outcomes, never for a collective that a
+    process whose read failed does not join. A step that fails ``attempts`` times on any
+    process is skipped by all; a peer that does not report its outcome within
+    ``MULTISLICE_AGREEMENT_TIMEOUT_S`` of this process's own read ends the restore with
+    AgreementError. Skipped steps are renamed ``<step>.unreadable`` by process 0
     and reported to ``on_fallback``. Messages name checkpoints by :func:`describe` and quote
     :func:`error_text`.
 
