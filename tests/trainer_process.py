@@ -42,17 +42,18 @@ def free_port() -> int:
 
 
 def environment(devices: int = 2, **extra: str) -> dict[str, str]:
+    from tests import compilation_cache  # here: the trainer subprocesses import this module too
+
     env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "XLA_", "MULTISLICE_", "TEST_"))}
     env.update(
         {
             "JAX_PLATFORMS": "cpu",
             "JAX_NUM_CPU_DEVICES": str(devices),
             "PYTHONUNBUFFERED": "1",
-            # Without the persistent compilation cache, so that each run here is independent of
-            # the others. (A process that loads the train step from the cache while its peer
-            # compiles is waited for: test_a_peer_that_compiles_much_longer_is_waited_for.)
-            # The cache has its own tests (tests/test_compile_cache.py, tests/test_train.py).
-            "JAX_ENABLE_COMPILATION_CACHE": "false",
+            # One compilation cache for the session's runs (tests/compilation_cache.py): process 0
+            # loads what an earlier test compiled while its peer compiles, and is waited for
+            # (test_a_peer_that_compiles_much_longer_is_waited_for).
+            **compilation_cache.env(),
             "MULTISLICE_INIT_TIMEOUT_S": "120",
             "MULTISLICE_HEARTBEAT_TIMEOUT_S": "10",
             "MULTISLICE_AGREEMENT_TIMEOUT_S": "120",
