@@ -7,7 +7,8 @@ evaluate the program returns in ≤ 1.5 s").
 Each figure is the wall time of the whole command as a user runs it (``.venv/bin/multislice``,
 a fresh process: interpreter start, imports, work, exit), the median of ``--repeat`` runs
 taken in turns after one untimed run of each (which compiles the bytecode a user's machine
-has cached). ``local down`` finds nothing running (a private ``MULTISLICE_STATE_DIR``); the
+has cached; kept in a temporary ``PYTHONPYCACHEPREFIX`` even where ``PYTHONDONTWRITEBYTECODE``
+is set). ``local down`` finds nothing running (a private ``MULTISLICE_STATE_DIR``); the
 typos are rejected before anything starts. ``check`` evaluates the program under mocks, so the
 target does not apply to it; it is listed for comparison. The load average (1 min) is printed
 before and after: on a shared machine, compare runs at similar load and run more than once.
@@ -71,7 +72,11 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="cli-speed-") as state:
-        env = {**os.environ, "MULTISLICE_STATE_DIR": state}
+        # A user's Python keeps the bytecode it compiled (__pycache__); an environment with
+        # PYTHONDONTWRITEBYTECODE set (CI images, sandboxes) would compile every module from
+        # source on every run. Keep it in a temporary prefix, filled by the untimed runs.
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX")}
+        env.update(MULTISLICE_STATE_DIR=state, PYTHONPYCACHEPREFIX=str(Path(state) / "bytecode"))
         load_before = os.getloadavg()[0]
         for argv, _ in COMMANDS.values():  # untimed: bytecode compiled, caches filled
             timed(argv, env)
