@@ -32,8 +32,13 @@ TARGET = 0.85
 def one_run(state_dir: Path) -> dict:
     """One ``local up`` with its own state directory: the summary plus the command's wall time (s)."""
     summary = state_dir / "summary.json"
-    env = {k: v for k, v in os.environ.items() if k not in ("JAX_PLATFORMS", "JAX_NUM_CPU_DEVICES")}
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("JAX_PLATFORMS", "JAX_NUM_CPU_DEVICES", "PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX")}
     env["MULTISLICE_STATE_DIR"] = str(state_dir)
+    # A TPU VM's Python keeps the bytecode it compiled on its first start; where this machine
+    # sets PYTHONDONTWRITEBYTECODE, every emulated start would compile every module from source
+    # (seconds of CPU each). The first start fills a temporary prefix, as on a VM.
+    env["PYTHONPYCACHEPREFIX"] = str(state_dir / "bytecode")
     start = time.monotonic()
     result = subprocess.run(
         [sys.executable, "-m", "infra.cli", *UP, "--summary-json", str(summary)],
