@@ -38,7 +38,8 @@ def local_paths(config):
 def print_summary(result: dict) -> None:
     table = Table(show_header=False)  # the title on its own line: a table title is padded to the table's width
     for key in ("complete", "steps_completed", "total_steps", "final_loss", "final_eval_loss", "restarts",
-                "steps_lost", "training_seconds", "wall_seconds", "goodput", "badput", "faults", "run_dir", "logs_dir"):
+                "steps_lost", "training_seconds", "wall_seconds", "goodput", "badput", "faults", "capacity", "run_dir",
+                "logs_dir"):
         if key in result:
             value = result[key]
             if isinstance(value, float):
@@ -245,6 +246,7 @@ def _train_locally(resource, options, fresh: bool, summary_json: Optional[Path])
     (``--fresh``) or report a finished run, else train; the summary, or None when reported."""
     from infra.local import summary
     from infra.local import state as local_state
+    from infra.status.report import clock
     from training.checkpointing import is_complete
 
     config, run_dir, total = resource.config, resource.run_dir, resource.config.training.steps
@@ -252,8 +254,12 @@ def _train_locally(resource, options, fresh: bool, summary_json: Optional[Path])
         if local_state.discard_run(run_dir):
             say(f"--fresh: discarded the previous run of stack {config.stack!r}")
     elif is_complete(run_dir, total):
-        result = summary.summarize(run_dir, total) | {"wall_seconds": _seconds_since_start()}
-        say(f"run {run_dir} is already complete; nothing to do (use --fresh to start over)")
+        # Converged, as the provider treats a QR gone after its run completed: nothing is created.
+        released = local_state.read_release(resource.paths)
+        result = summary.summarize(run_dir, total) | {"wall_seconds": _seconds_since_start(),
+                                                      "capacity": "released" if released else "kept"}
+        how = f"its queued resource was released at {clock(released.get('released_at'))}; " if released else ""
+        say(f"run {run_dir} is already complete; nothing to do ({how}use --fresh to start over)")
         if options.faults:
             say("note: the requested faults were not injected: the run is complete")
         print_summary(result)
@@ -280,6 +286,7 @@ def _train_locally(resource, options, fresh: bool, summary_json: Optional[Path])
             "wall_seconds": _seconds_since_start(),
             "repairs": resource.repairs,
             "faults": resource.faults_fired,
+            "capacity": resource.release.outcome,
             "logs_dir": str(resource.paths.logs_dir),
         }
 

@@ -77,9 +77,6 @@ def _cloud_reader(config) -> Iterator[Callable]:
     def read_capacity():
         try:
             return capacity.read_cloud(session, base, config.project, config.zone, config.queued_resource_id, config.node_ids)
-        except capacity.QueuedResourceNotFound as err:
-            raise fail(f"stack {config.stack}: {err}: the stack was never deployed, or its queued resource was deleted "
-                       f"(deploy it with: pulumi up -s {config.stack})", 1) from None
         except capacity.CapacityError as err:
             raise fail(str(err), 1) from None
 
@@ -110,21 +107,34 @@ def show_local(config, paths, *, json_output: bool, watch: bool, interval: float
 
 def _reader(config, store, read_capacity: Callable) -> Callable:
     """A function returning a fresh :class:`~infra.status.report.StackStatus` (capacity and
-    progress read concurrently); ``store`` None: no run was ever stored."""
+    progress read concurrently); ``store`` None: no run was ever stored. A queued resource that
+    ``read_capacity`` does not find is RELEASED when the run is complete (as the provider
+    treats it), else an error."""
     from concurrent.futures import ThreadPoolExecutor
 
+    from infra.status import capacity
     from infra.status.progress import RunProgress, read_progress
     from infra.status.report import StackStatus
     from infra.status.store import StoreError
 
     def read():
+        gone = None
         with ThreadPoolExecutor(max_workers=1) as pool:
             progress = pool.submit(read_progress, store, config.training.steps) if store is not None else None
-            cap = read_capacity()
+            try:
+                cap = read_capacity()
+            except capacity.QueuedResourceNotFound as err:
+                cap, gone = None, fail(f"stack {config.stack}: {err}: the stack was never deployed, or its queued resource "
+                                       f"was deleted (deploy it with: pulumi up -s {config.stack})", 1)
             try:
                 run = progress.result() if progress is not None else RunProgress(config.run_dir, config.training.steps)
             except StoreError as err:
-                raise fail(str(err), 1) from None
+                raise (gone or fail(str(err), 1)) from None
+        if cap is None:
+            if not run.complete:
+                raise gone
+            cap = capacity.released(config.queued_resource_id, f"gone after its run completed at step {run.completed_step} "
+                                    "(releaseOnComplete, or deleted by hand); pulumi up does not create it again")
         return StackStatus(config.stack, cap, run)
 
     read.store = store
@@ -135,6 +145,8 @@ def headline(status) -> str:
     """The first line: the stack and its capacity state in words."""
     cap = status.capacity
     if cap.emulated:
+        if cap.state == "RELEASED":
+            return f"stack {status.stack}: not running; its queued resource {cap.id} was released"
         if cap.state == "NOT_RUNNING":
             return f"stack {status.stack}: {cap.detail}" if cap.detail else f"stack {status.stack}: not running"
         return f"stack {status.stack}: running ({cap.detail})"

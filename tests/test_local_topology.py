@@ -68,6 +68,32 @@ def test_one_slice_has_no_megascale_settings(tmp_path):
     assert tpu_env["NODE_ID"] == config.queued_resource_id  # one slice: the node id is the QR id
 
 
+@pytest.mark.parametrize(("capacity", "key", "expected"), [
+    ("spot", None, True), ("on-demand", None, True), ("reserved", None, False), ("spot", False, False), ("reserved", True, True),
+])
+def test_release_on_complete_names_the_queued_resource_as_pulumi_up_does(tmp_path, capacity, key, expected):
+    from infra.queued_resource.inputs import RELEASE_KEY, node_metadata
+    from infra.startup import render
+
+    path = tmp_path / "Pulumi.emu.yaml"
+    variant = STACK.read_text().replace("multislice:capacity: spot", f"multislice:capacity: {capacity}")
+    if capacity == "reserved":
+        variant += "  multislice:reservationName: my-reservation\n"
+    if key is not None:
+        variant += f"  multislice:queuedResource: {{releaseOnComplete: {str(key).lower()}}}\n"
+    path.write_text(variant)
+    config = load_stack_file(path)
+    assert config.release_on_complete is expected
+    pulumi_sets = node_metadata(config, render(config)).get(RELEASE_KEY)  # the nodes' metadata on Cloud TPU
+    for slice_id in range(config.slices):
+        attributes = topology.vm_metadata(config, slice_id, 0, startup_script="", run_dir=config.run_dir)
+        assert attributes.get(RELEASE_KEY) == pulumi_sets
+    if expected:
+        assert pulumi_sets == f"projects/{config.project}/locations/{config.zone}/queuedResources/{config.queued_resource_id}"
+    else:
+        assert pulumi_sets is None
+
+
 def test_the_vm_environment(tmp_path, monkeypatch):
     config = stack(tmp_path)
     for inherited in ("JAX_PLATFORMS", "XLA_FLAGS", "TPU_NAME", "MEGASCALE_SLICE_ID", "GCE_METADATA_IP", "MULTISLICE_HOME"):

@@ -110,6 +110,33 @@ def test_a_stack_that_was_never_deployed(fake, stack):
     assert "never deployed" in result.stderr
 
 
+def test_a_queued_resource_gone_after_its_run_completed_is_released(fake, stack):
+    # releaseOnComplete: worker 0 of slice 0 deleted it once the run wrote COMPLETE. As the
+    # provider treats it (converged), the status shows the finished run, not an error.
+    props = deploy(fake, stack)
+    config = load_stack_file(stack)
+    upload(config.run_dir, SyntheticRun(total_steps=24, steps_done=24, log_every=2, checkpoint_every=6).objects())
+    fake.queued_resources.pop(qr_name(props))
+    fake.nodes.clear()
+    result = invoke("status", "--config-file", stack)
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines()[0] == "stack emu: queued resource multislice-emu is RELEASED"
+    assert "gone after its run completed at step 24" in result.stdout and "COMPLETE at" in result.stdout
+    data = json.loads(invoke("status", "--config-file", stack, "--json").stdout)
+    assert (data["queued_resource"]["state"], data["queued_resource"]["slices"]) == ("RELEASED", [])
+    assert data["run"]["complete"] is True
+
+
+def test_a_queued_resource_gone_before_its_run_completed_is_an_error(fake, stack):
+    props = deploy(fake, stack)
+    upload(load_stack_file(stack).run_dir, in_progress().objects())
+    fake.queued_resources.pop(qr_name(props))
+    result = invoke("status", "--config-file", stack)
+    assert result.exit_code == 1
+    assert result.stderr.count("\n") == 1
+    assert "queued resource 'multislice-emu' not found" in result.stderr and "was deleted" in result.stderr
+
+
 def test_missing_credentials(stack):
     # no MULTISLICE_TPU_API_ENDPOINT: Google's API, which needs credentials (none here)
     result = invoke("status", "--config-file", stack)

@@ -16,6 +16,10 @@ runs on Cloud TPU:
   ``gs://<bucket>/runs/<run name>``, and the environment that points the trainer's storage
   clients at the server. The emulator reads the run through the same API.
 
+With ``multislice:queuedResource.releaseOnComplete`` worker 0 of slice 0 deletes the queued
+resource once the run is complete, through a loopback Cloud TPU API (``infra.local.tpu_api``);
+the emulator then records it as released and stops the VMs still running.
+
 It injects faults (infra.local.faults) when training reports the given step, then repairs
 like Cloud TPU auto-repair: the failed slice is recreated (its VMs get fresh disks), every
 other slice is restarted, and the trainer resumes from the newest finalized checkpoint.
@@ -49,6 +53,7 @@ from infra.local.progress import BootLines, ProgressTail, RunProgress
 from infra.local.state import EMULATION_ID_ENV, LocalPaths
 from infra.local.supervisor import GroupFailed, ProcessGroup
 from infra.local.tails import MetricsTail, RecordTail, last_lines
+from infra.local.tpu_api import NODE_DELETE_DELAY_S, Release
 from infra.local.vm import EmulatedVM
 from training.run_dir import RunDir
 
@@ -77,6 +82,7 @@ class Options:
     timeout_s: float = 3600.0
     stall_timeout_s: float = 600.0
     poll_s: float = 0.25
+    node_delete_delay_s: float = NODE_DELETE_DELAY_S  # after the release, then running VMs are stopped
 
 
 class LocalQueuedResource:
@@ -118,6 +124,8 @@ class LocalQueuedResource:
         self.faults_fired: list[str] = []
         self.storage = GcsServer(paths.gcs_root, paths.gcs_log, port=gcs_port, env={EMULATION_ID_ENV: self.emulation_id})
         self._restore_env: Callable[[], None] = lambda: None
+        #: releaseOnComplete: the emulated TPU API and the record of the release.
+        self.release = Release(config, paths)
         #: The run directory, read by this process through :attr:`storage`.
         self.run_dir = RunDir(config.run_dir)
 
@@ -171,7 +179,8 @@ class LocalQueuedResource:
         )
 
     def create(self) -> None:
-        """Create the VMs (one metadata server each; nothing runs yet)."""
+        """Create the queued resource (its TPU API served) and VMs (one metadata server each)."""
+        self.release.start()
         for slice_id, node in enumerate(self.config.node_ids):
             for worker in range(self.config.accelerator.hosts):
                 server = MetadataServer({})
@@ -198,7 +207,7 @@ class LocalQueuedResource:
             heartbeat_timeout_s=options.heartbeat_timeout_s,
             init_timeout_s=options.init_timeout_s,
             storage_env=self.storage.client_env(),
-        )
+        ) | self.release.environment()
         for vm in self.vms:
             vm.metadata.update(
                 topology.vm_metadata(
@@ -247,11 +256,12 @@ class LocalQueuedResource:
         self.boot_all(options)
 
     def stop_vms(self) -> None:
-        """Stop every VM (SIGTERM, short grace, SIGKILL) and metadata server."""
+        """Stop every VM (SIGTERM, short grace, SIGKILL), metadata server and the TPU API."""
         supervisor.stop_groups(_groups(self.vms), SHUTDOWN_GRACE_S)
         for server in self.servers:
             server.stop()
         self.servers.clear()
+        self.release.stop()
 
     def shutdown(self) -> None:
         """Stop every VM and metadata server, then the storage server; forget the state file."""
@@ -299,6 +309,7 @@ class LocalQueuedResource:
             self._supervise(options, schedule, tail, events, start)
         finally:
             self.stop_vms()
+        self.report(self.release.line())
         from infra.local import summary as summary_lib  # reads checkpoints: jax, orbax
 
         result = summary_lib.summarize(self.run_dir, total)
@@ -307,6 +318,7 @@ class LocalQueuedResource:
                 "wall_seconds": round(time.monotonic() - start, 3),
                 "repairs": self.repairs,
                 "faults": self.faults_fired,
+                "capacity": self.release.outcome,
                 "logs_dir": str(self.paths.logs_dir),
             }
         )
@@ -348,13 +360,15 @@ class LocalQueuedResource:
                 raise self.storage_stopped()
             schedule.observe(*read())
             reached = schedule.attempt_step or 0
-            fault = schedule.due()
+            fault = schedule.due() if not self.release.deleted else None  # a deleted QR is not repaired
             if fault is not None:
                 self.inject(fault, options, reached, settle)
                 tail.last_change = time.monotonic()
                 continue
             try:
                 if supervisor.check_groups(_groups(self.vms)):
+                    return
+                if self.release.delete_nodes(self.vms, options.node_delete_delay_s, self.report):
                     return
             except GroupFailed as failed:
                 raise EmulationError(

@@ -10,7 +10,11 @@ same keys (``infra.local.metadata``), with the values a real TPU VM of the stack
   slice, the ``MEGASCALE_*`` values of a multislice queued resource;
 * ``accelerator-type``, ``startup-script``, and this project's ``multislice-run-dir``: the
   stack's ``gs://<bucket>/runs/<run>``, as ``pulumi up`` sets it; the emulated Cloud Storage
-  serves it (``infra.local.gcs``), found through the environment (:func:`vm_environment`).
+  serves it (``infra.local.gcs``), found through the environment (:func:`vm_environment`);
+* with ``multislice:queuedResource.releaseOnComplete``, ``multislice-release-queued-resource``:
+  the queued resource's name, from the same function as ``pulumi up``
+  (:func:`infra.queued_resource.inputs.release_metadata`); worker 0 of slice 0 deletes it
+  through the emulated TPU API once the run is complete (``infra.local.tpu_api``).
 
 The node (slice) names are the stack's real ones, :attr:`infra.config.StackConfig.node_ids`,
 the ids the queued resource's nodes get on Cloud TPU.
@@ -34,6 +38,8 @@ _HOST_ONLY_PREFIXES = ("JAX_", "XLA_", "MULTISLICE_", "GCE_METADATA", "TPU_", "M
 
 def vm_metadata(config: StackConfig, slice_id: int, worker: int, *, startup_script: str, run_dir: str) -> dict[str, str]:
     """The metadata attributes of worker ``worker`` of slice ``slice_id`` (keys as on GCE)."""
+    from infra.queued_resource.inputs import release_metadata  # imports pulumi: only `local up` needs it
+
     acc = config.accelerator
     node = config.node_ids[slice_id]
     endpoints = ",".join(f"{node}-w-{i}:{i}:127.0.0.1" for i in range(acc.hosts))
@@ -56,6 +62,7 @@ def vm_metadata(config: StackConfig, slice_id: int, worker: int, *, startup_scri
         "accelerator-type": acc.name,
         "startup-script": startup_script,
         "multislice-run-dir": run_dir,
+        **release_metadata(config),
     }
 
 

@@ -272,10 +272,16 @@ def queued_resource_props(
 def node_metadata(config: StackConfig, script: RenderedScript) -> dict[str, str]:
     """Every node's metadata: the startup script, the run directory and, with
     ``releaseOnComplete``, the name of the QR to delete when the run completes."""
-    metadata = {STARTUP_SCRIPT_KEY: script.text, RUN_DIR_KEY: config.run_dir}
-    if config.release_on_complete:
-        metadata[RELEASE_KEY] = f"projects/{config.project}/locations/{config.zone}/queuedResources/{config.queued_resource_id}"
-    return metadata
+    return {STARTUP_SCRIPT_KEY: script.text, RUN_DIR_KEY: config.run_dir, **release_metadata(config)}
+
+
+def release_metadata(config: StackConfig) -> dict[str, str]:
+    """``{RELEASE_KEY: projects/<p>/locations/<zone>/queuedResources/<id>}`` (the QR's resource
+    name) with ``releaseOnComplete``, else ``{}``: what every node's metadata says about the
+    release (the local emulation gives its VMs the same, ``infra.local.topology``)."""
+    if not config.release_on_complete:
+        return {}
+    return {RELEASE_KEY: f"projects/{config.project}/locations/{config.zone}/queuedResources/{config.queued_resource_id}"}
 
 
 # Derived from the props --------------------------------------------------------------------

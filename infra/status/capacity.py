@@ -16,6 +16,12 @@ health.
   it sends them with google-auth's ``AuthorizedSession`` (``requests``).
 * Local (:func:`read_local`): the emulator's state file (``infra.local.state``): ACTIVE while
   the emulator runs; a slice is READY while every process group of its emulated VMs lives.
+
+A queued resource that is gone after its run completed is :data:`RELEASED` (:func:`released`),
+as the queued-resource provider treats it (``infra.queued_resource.completion``): deleted by
+worker 0 of slice 0 (``multislice:queuedResource.releaseOnComplete``) or by hand. Deployed, the
+TPU API no longer knows it and the run directory holds ``COMPLETE``; emulated, the emulation
+recorded the delete (``infra.local.state.read_release``).
 """
 
 from __future__ import annotations
@@ -31,6 +37,8 @@ LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 REQUEST_TIMEOUT_S = 30.0
 #: The environment variable naming another TPU API endpoint (as the provider reads it).
 ENDPOINT_ENV = "MULTISLICE_TPU_API_ENDPOINT"
+#: The state of a queued resource gone after its run completed (not a TPU API state).
+RELEASED = "RELEASED"
 
 
 class QueuedResourceNotFound(LookupError):
@@ -57,8 +65,8 @@ class SliceStatus:
 
 @dataclass
 class CapacityStatus:
-    """The queued resource ``id`` and its ``state`` (a QR state, or ``NOT_RUNNING`` for a
-    local emulation that is not running), ``detail`` (the API's failure reason, or what the
+    """The queued resource ``id`` and its ``state`` (a QR state, ``RELEASED`` when it is gone
+    after its run completed, or ``NOT_RUNNING`` for a local emulation that is not running), ``detail`` (the API's failure reason, or what the
     emulator left behind), and its slices."""
 
     id: str
@@ -168,15 +176,28 @@ def read_cloud(session: Any, base: str, project: str, zone: str, qr_id: str, nod
     return CapacityStatus(qr_id, state, detail=detail, slices=slices)
 
 
+def released(qr_id: str, detail: str, emulated: bool = False) -> CapacityStatus:
+    """The :data:`RELEASED` queued resource ``qr_id`` (no slices: its nodes are deleted)."""
+    return CapacityStatus(qr_id, RELEASED, emulated=emulated, detail=detail)
+
+
 def read_local(paths: Any, qr_id: str, node_ids: list[str], workers_per_slice: int) -> CapacityStatus:
     """The emulated queued resource of a stack whose emulation keeps its state in ``paths``
-    (``infra.local.state.LocalPaths``)."""
+    (``infra.local.state.LocalPaths``): ACTIVE while the emulator runs, else RELEASED when its
+    VMs deleted it once the run completed, else NOT_RUNNING."""
     from infra.local import state as local_state
 
     state = local_state.read_state(paths)
     running = bool(state and local_state.emulator_alive(state))
     if not running:
         orphans = local_state.find_processes(state["emulation_id"]) if state and state.get("emulation_id") else []
+        record = local_state.read_release(paths)
+        if record is not None and not orphans:
+            from infra.status.report import clock
+
+            when = record.get("released_at")
+            at = f" at {clock(when)}" if isinstance(when, (int, float)) else ""
+            return released(qr_id, f"deleted by worker 0 of slice 0{at} once the run was complete (releaseOnComplete)", emulated=True)
         detail = (
             f"the emulator is gone but {len(orphans)} emulated process(es) still run; "
             f"stop them with: multislice local down --stack {state.get('stack')}"

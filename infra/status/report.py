@@ -9,7 +9,8 @@ not known yet is ``null``::
     checked_at            when the status was read
     queued_resource       {id, state, emulated, detail, slices: [{slice, node, state, health,
                           vms_running, vms}]}; state is a queued-resource state (ACTIVE,
-                          WAITING_FOR_RESOURCES, FAILED, SUSPENDED, …) or NOT_RUNNING (an
+                          WAITING_FOR_RESOURCES, FAILED, SUSPENDED, …), RELEASED (gone after
+                          its run completed: releaseOnComplete; no slices) or NOT_RUNNING (an
                           emulation that is not running); a slice's state is its node's
                           (READY, PREEMPTED, …, MISSING when the node does not exist)
     run                   run_dir, exists, step, total_steps, fraction (in [0, 1]), loss (the

@@ -1,0 +1,260 @@
+"""releaseOnComplete in the local emulation: a loopback Cloud TPU API that serves the one call
+the VMs make, and what the emulated queued resource does when it is deleted.
+
+On Cloud TPU, once the run is complete, worker 0 of slice 0 deletes the queued resource named
+by its metadata attribute ``multislice-release-queued-resource`` (``infra/release_on_complete.sh``,
+docs/deploying.md) with the VM's service-account token. The emulation does the same:
+
+* the VMs get the attribute exactly as ``pulumi up`` sets it
+  (:func:`infra.queued_resource.inputs.release_metadata`: only with
+  ``multislice:queuedResource.releaseOnComplete``), the token from their emulated metadata
+  server (:data:`infra.local.metadata.EMULATED_TOKEN`), and ``MULTISLICE_TPU_API_ENDPOINT``
+  pointing at :class:`EmulatedTpuApi` on 127.0.0.1 (always: an emulated VM never reaches
+  Google's API);
+* :class:`EmulatedTpuApi` answers ``DELETE /v2/projects/P/locations/Z/queuedResources/ID?force=true``
+  (https://cloud.google.com/tpu/docs/reference/rest/v2/projects.locations.queuedResources/delete)
+  with a long-running ``Operation``
+  (https://cloud.google.com/tpu/docs/reference/rest/v2/projects.locations.operations#Operation,
+  its ``metadata`` an ``OperationMetadata``), done at once: the emulated queued resource is
+  deleted when the answer is sent. Refusals are ``google.rpc.Status`` JSON with the HTTP code of
+  its status (https://cloud.google.com/apis/design/errors#http_mapping): another method 405;
+  another path, another queued resource or one already deleted 404 ``NOT_FOUND``; a missing or
+  wrong bearer token 401 ``UNAUTHENTICATED``; with releaseOnComplete off 403
+  ``PERMISSION_DENIED`` (the VMs' service account then has no ``tpu.nodes.delete``); without
+  ``force=true`` 400 ``FAILED_PRECONDITION`` (the reference: without force the queued resource
+  is deleted only once its nodes are, and the emulated one has running VMs);
+* :class:`Release` records the deletion in the stack's state (``released.json``,
+  :func:`infra.local.state.record_release`; ``multislice local status`` reports ``RELEASED``)
+  and tells the emulator to stop the VMs still running :data:`NODE_DELETE_DELAY_S` after it
+  (the force delete deletes the nodes). ``local up``'s summary says ``capacity``:
+  ``released`` (the queued resource was deleted on completion) or ``kept`` (it was not:
+  releaseOnComplete off; on Cloud TPU it stays, and is billed, until ``pulumi destroy``).
+"""
+
+from __future__ import annotations
+
+import http.server
+import itertools
+import json
+import re
+import threading
+import time
+from collections.abc import Callable
+from datetime import datetime, timezone
+from urllib.parse import parse_qs, urlsplit
+
+from infra.config import StackConfig
+from infra.local import state as state_lib
+from infra.local import supervisor
+from infra.local.metadata import EMULATED_TOKEN
+from infra.local.state import LocalPaths
+from infra.local.vm import EmulatedVM
+from infra.status.capacity import ENDPOINT_ENV
+
+#: ``/v2/<queued resource name>``, the path of queuedResources.delete.
+DELETE_PATH = re.compile(r"^/v2/(?P<name>projects/[^/]+/locations/[^/]+/queuedResources/[^/]+)$")
+#: Seconds the VMs get to end on their own after the accepted delete (worker 0 of slice 0 writes
+#: its last ``capacity:`` line, the others are done too); then those left are stopped.
+NODE_DELETE_DELAY_S = 30.0
+#: Seconds between SIGTERM and SIGKILL for those VMs.
+STOP_GRACE_S = 5.0
+#: ``summary["capacity"]`` values.
+RELEASED, KEPT = "released", "kept"
+_HTTP = {"FAILED_PRECONDITION": 400, "UNAUTHENTICATED": 401, "PERMISSION_DENIED": 403, "NOT_FOUND": 404}
+
+
+def _rfc3339(moment: float) -> str:
+    return datetime.fromtimestamp(moment, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class EmulatedTpuApi:
+    """Serve ``DELETE`` of one queued resource (see the module docstring) until :meth:`stop`.
+
+    Args:
+      queued_resource: its resource name, ``projects/P/locations/Z/queuedResources/ID``; None:
+        no delete is permitted (releaseOnComplete off: 403 for every well-formed request).
+      on_delete: called with the name once the delete is accepted, before the answer is sent
+        (in the server's thread).
+      token: the bearer token a request must carry.
+    """
+
+    def __init__(
+        self,
+        queued_resource: str | None,
+        on_delete: Callable[[str], None] = lambda name: None,
+        token: str = EMULATED_TOKEN,
+    ):
+        self.queued_resource = queued_resource
+        self._on_delete = on_delete
+        self._token = token
+        #: ``time.monotonic()`` when the delete was accepted; None while it exists.
+        self.deleted_at: float | None = None
+        #: (method, path with query, HTTP status) of every request, in order.
+        self.requests: list[tuple[str, str, int]] = []
+        self._lock = threading.Lock()
+        self._operations = itertools.count(1)
+        api = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_DELETE(self):  # noqa: N802 (http.server naming)
+                self._reply(*api._delete(self.path, self.headers.get("Authorization", "")))
+
+            def _refuse_method(self):
+                self._reply(405, {"error": {"code": 405, "status": "METHOD_NOT_ALLOWED",
+                                            "message": f"the emulated Cloud TPU API serves only DELETE, not {self.command}"}},
+                            allow="DELETE")
+
+            do_GET = do_POST = do_PUT = do_PATCH = do_HEAD = _refuse_method  # noqa: N815
+
+            def _reply(self, code: int, body: dict, allow: str | None = None) -> None:
+                with api._lock:
+                    api.requests.append((self.command, self.path, code))
+                data = json.dumps(body).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json; charset=UTF-8")
+                self.send_header("Content-Length", str(len(data)))
+                if allow:
+                    self.send_header("Allow", allow)
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(data)
+
+            def log_message(self, *args):  # keep the emulator's console clean
+                pass
+
+        self._httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd.daemon_threads = True
+        self._thread = threading.Thread(target=self._httpd.serve_forever, name="tpu-api", daemon=True)
+        self._thread.start()
+
+    @property
+    def endpoint(self) -> str:
+        """``http://127.0.0.1:<port>``, the value for ``MULTISLICE_TPU_API_ENDPOINT``."""
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def _delete(self, target: str, authorization: str) -> tuple[int, dict]:
+        """(HTTP status, JSON body) of ``DELETE target``."""
+        parts = urlsplit(target)
+        match = DELETE_PATH.match(parts.path)
+        if match is None:
+            return _error("NOT_FOUND", f"the emulated Cloud TPU API has no resource at {parts.path}")
+        name = match["name"]
+        if authorization != f"Bearer {self._token}":
+            return _error("UNAUTHENTICATED", "Request had invalid authentication credentials: expected the emulated VMs' access token")
+        if self.queued_resource is None:
+            return _error("PERMISSION_DENIED", f"Permission 'tpu.nodes.delete' denied on '{name}' "
+                          "(multislice:queuedResource.releaseOnComplete is off: the VMs' service account has no such role)")
+        force = (parse_qs(parts.query).get("force") or ["false"])[0].lower() == "true"
+        with self._lock:
+            if name != self.queued_resource or self.deleted_at is not None:
+                return _error("NOT_FOUND", f"Resource '{name}' was not found")
+            if not force:
+                return _error("FAILED_PRECONDITION", f"queued resource '{name}' has running nodes: delete them first or set force=true")
+            self._on_delete(name)
+            self.deleted_at = time.monotonic()
+        now = time.time()
+        parent = name.split("/queuedResources/", 1)[0]
+        return 200, {
+            "name": f"{parent}/operations/operation-{next(self._operations)}",
+            "metadata": {
+                "@type": "type.googleapis.com/google.cloud.tpu.v2.OperationMetadata",
+                "createTime": _rfc3339(now),
+                "endTime": _rfc3339(now),
+                "target": name,
+                "verb": "delete",
+                "apiVersion": "v2",
+            },
+            "done": True,
+            "response": {"@type": "type.googleapis.com/google.protobuf.Empty"},
+        }
+
+    def stop(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join(timeout=5)
+
+    def __enter__(self) -> EmulatedTpuApi:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def _error(status: str, message: str) -> tuple[int, dict]:
+    code = _HTTP[status]
+    return code, {"error": {"code": code, "message": message, "status": status}}
+
+
+class Release:
+    """The emulated queued resource's side of releaseOnComplete, for
+    :class:`infra.local.emulator.LocalQueuedResource`: :meth:`start` when the queued resource is
+    created, :meth:`stop` with its VMs.
+
+    Args:
+      config: the stack (its ``release_on_complete`` and queued resource name).
+      paths: where the release is recorded.
+    """
+
+    def __init__(self, config: StackConfig, paths: LocalPaths):
+        from infra.queued_resource.inputs import RELEASE_KEY, release_metadata
+
+        self.config = config
+        self.paths = paths
+        #: The metadata attribute every VM gets, as ``pulumi up`` sets it (``{}`` when off).
+        self.metadata = release_metadata(config)
+        self.queued_resource = self.metadata.get(RELEASE_KEY)
+        self.api: EmulatedTpuApi | None = None
+
+    def start(self) -> None:
+        """The queued resource is (created again and) not released: forget an earlier release
+        and serve the API for this run."""
+        state_lib.forget_release(self.paths)
+        self.stop()
+        self.api = EmulatedTpuApi(self.queued_resource, on_delete=self._record)
+
+    def _record(self, name: str) -> None:
+        state_lib.record_release(self.paths, name, self.config.run_dir)
+
+    def environment(self) -> dict[str, str]:
+        """What the VMs' environment needs: the TPU API endpoint (:meth:`start` first)."""
+        assert self.api is not None, "Release.start() first"
+        return {ENDPOINT_ENV: self.api.endpoint}
+
+    @property
+    def deleted(self) -> bool:
+        """Whether the VMs deleted the queued resource in this run."""
+        return self.api is not None and self.api.deleted_at is not None
+
+    def delete_nodes(self, vms: list[EmulatedVM], delay_s: float, report: Callable[[str], None]) -> bool:
+        """The force delete deletes the nodes: once ``delay_s`` seconds passed since the delete,
+        stop the VMs still running (SIGTERM, a short grace, SIGKILL; reported) and return True;
+        else False."""
+        if not self.deleted or time.monotonic() - self.api.deleted_at < delay_s:
+            return False
+        groups = [vm.group for vm in vms if vm.group is not None]
+        running = [vm.name for vm in vms if vm.group is not None and vm.group.poll() is None]
+        if running:
+            report(f"capacity: the queued resource was deleted; stopping its VMs still running: {', '.join(running)}")
+        supervisor.stop_groups(groups, STOP_GRACE_S)
+        return True
+
+    @property
+    def outcome(self) -> str:
+        """``summary["capacity"]``: :data:`RELEASED` or :data:`KEPT`."""
+        return RELEASED if self.deleted else KEPT
+
+    def line(self) -> str:
+        """What ``local up`` reports about the capacity once the VMs are gone."""
+        if self.deleted:
+            return (f"capacity: released: worker 0 of slice 0 deleted the queued resource {self.queued_resource} once "
+                    "the run was complete (multislice:queuedResource.releaseOnComplete)")
+        if self.queued_resource is None:
+            return ("capacity: kept: multislice:queuedResource.releaseOnComplete is off, so the VMs do not delete the "
+                    "queued resource (on Cloud TPU it is billed until pulumi destroy)")
+        return f"capacity: kept: the queued resource {self.queued_resource} was not deleted; see the log of slice 0 worker 0"
+
+    def stop(self) -> None:
+        """Stop serving the API (the record stays)."""
+        if self.api is not None:
+            self.api.stop()
