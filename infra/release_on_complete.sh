@@ -49,7 +49,7 @@ while true; do
   code=$(fetch "$METADATA/attributes/multislice-release-queued-resource" -H 'Metadata-Flavor: Google')
   case $code in
     200) name=$(<"$body") && break ;;
-    404) say "kept: no queued resource to release in the metadata (releaseOnComplete off, or an emulated VM)" && exit 0 ;;
+    404) say "kept: no queued resource to release in the metadata (releaseOnComplete off)" && exit 0 ;;
   esac
   pause "$code" "metadata key multislice-release-queued-resource" || exit 0
 done

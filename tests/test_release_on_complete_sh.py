@@ -84,7 +84,7 @@ def test_other_workers_leave_it_to_worker_zero(fake, slice_, worker):
 
 def test_without_the_metadata_key_the_capacity_is_kept(fake):
     lines = run(fake, {})
-    assert lines == ["capacity: kept: no queued resource to release in the metadata (releaseOnComplete off, or an emulated VM)"]
+    assert lines == ["capacity: kept: no queued resource to release in the metadata (releaseOnComplete off)"]
     assert fake.calls == [] and NAME in fake.queued_resources
 
 
