@@ -127,3 +127,20 @@ def test_a_shared_compilation_cache_is_passed_on_to_the_vms(tmp_path, monkeypatc
     monkeypatch.setenv(SHARED_DIR_ENV, str(tmp_path / "cache"))
     assert topology.vm_environment(config, **kwargs)[SHARED_DIR_ENV] == str(tmp_path / "cache")
     assert topology.SHARED_COMPILATION_CACHE_ENV == SHARED_DIR_ENV  # infra/ names the trainer's variable
+
+
+def test_vms_keep_their_bytecode_where_this_machine_does_not_write_it(tmp_path, monkeypatch):
+    config = stack(tmp_path)
+    kwargs = dict(emulation_id="abc", coordinator_port=4321, heartbeat_timeout_s=7, init_timeout_s=99, storage_env={},
+                  bytecode_dir=tmp_path / "bytecode")
+    monkeypatch.delenv("PYTHONPYCACHEPREFIX", raising=False)
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    env = topology.vm_environment(config, **kwargs)
+    assert "PYTHONDONTWRITEBYTECODE" not in env and env["PYTHONPYCACHEPREFIX"] == str(tmp_path / "bytecode")
+    monkeypatch.setenv("PYTHONPYCACHEPREFIX", str(tmp_path / "mine"))  # the user's own prefix is kept
+    env = topology.vm_environment(config, **kwargs)
+    assert env["PYTHONPYCACHEPREFIX"] == str(tmp_path / "mine")
+    monkeypatch.delenv("PYTHONPYCACHEPREFIX")
+    monkeypatch.delenv("PYTHONDONTWRITEBYTECODE")  # Python's default: __pycache__ next to the sources
+    env = topology.vm_environment(config, **kwargs)
+    assert "PYTHONPYCACHEPREFIX" not in env and "PYTHONDONTWRITEBYTECODE" not in env

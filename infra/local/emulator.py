@@ -207,6 +207,7 @@ class LocalQueuedResource:
             heartbeat_timeout_s=options.heartbeat_timeout_s,
             init_timeout_s=options.init_timeout_s,
             storage_env=self.storage.client_env(),
+            bytecode_dir=self.paths.bytecode_dir,
         ) | self.release.environment()
         for vm in self.vms:
             vm.metadata.update(

@@ -68,6 +68,12 @@ class LocalPaths:
     def release_file(self) -> Path:
         return self.root / "released.json"
 
+    @property
+    def bytecode_dir(self) -> Path:
+        """The emulated VMs' Python bytecode, where this machine does not write it
+        (``topology.vm_environment``)."""
+        return self.root / "bytecode"
+
     def vm_home(self, slice_id: int, worker: int) -> Path:
         return self.root / "vms" / f"slice-{slice_id}-worker-{worker}"
 

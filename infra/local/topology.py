@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 from infra.config import StackConfig
 from infra.local.state import EMULATION_ID_ENV
@@ -74,13 +75,20 @@ def vm_environment(
     heartbeat_timeout_s: int,
     init_timeout_s: int,
     storage_env: dict[str, str],
+    bytecode_dir: Path | None = None,
 ) -> dict[str, str]:
     """The environment every emulated VM's startup script runs with: this process's, less
     JAX / TPU / metadata settings, plus the emulation's (CPU devices, this virtualenv's
     Python, the coordinator port, the run's emulation id) and ``storage_env``, which points
     the Cloud Storage clients at the emulated server (:meth:`infra.local.gcs.GcsServer.client_env`).
     ``MULTISLICE_COMPILATION_CACHE_DIR``, when set here, is passed on: the VMs of every run
-    then share that compilation cache (:mod:`training.compile_cache`)."""
+    then share that compilation cache (:mod:`training.compile_cache`).
+    Where this process has ``PYTHONDONTWRITEBYTECODE`` set (some CI images and sandboxes), the
+    VMs keep their bytecode in ``bytecode_dir`` instead (``PYTHONPYCACHEPREFIX``,
+    https://docs.python.org/3/using/cmdline.html): a TPU VM's Python caches what it compiled on
+    its first start, and without it every emulated start would compile each module of jax,
+    orbax and the rest from source (seconds of CPU per process), while nothing is written into
+    this machine's source tree or virtualenv, as the variable asks."""
     env = {key: value for key, value in os.environ.items() if not key.startswith(_HOST_ONLY_PREFIXES)}
     env.update(
         {
@@ -97,4 +105,7 @@ def vm_environment(
     )
     if shared_cache := os.environ.get(SHARED_COMPILATION_CACHE_ENV):  # runs share compiled programs
         env[SHARED_COMPILATION_CACHE_ENV] = shared_cache
+    if bytecode_dir is not None and env.get("PYTHONDONTWRITEBYTECODE") and not env.get("PYTHONPYCACHEPREFIX"):
+        del env["PYTHONDONTWRITEBYTECODE"]
+        env["PYTHONPYCACHEPREFIX"] = str(bytecode_dir)
     return env
