@@ -141,3 +141,19 @@ def test_the_json_keys_are_stable(bucket):
     assert data["restarts"] == 1 and data["preemptions"] == 1
     assert set(data["restart_history"][0]) == {"cause", "resumed_step", "resumed_at", "restored", "preempted_step", "preempted_at"}
     json.dumps(data)
+
+
+def test_the_plot_title_wraps_goodput_between_causes_and_keeps_every_one():
+    from infra.status.plot import TITLE_LINE_CHARS, figure_title
+    from infra.status.progress import RunProgress
+
+    badput = {"initialization": 31.0, "compilation": 22.6, "checkpoint_save": 10.9, "evaluation": 6.0, "boot": 5.8,
+              "recomputed_steps": 5.3, "checkpoint_restore": 1.1}
+    run = RunProgress(run_dir="gs://b/runs/dev", total_steps=120, exists=True, complete=True, completed_step=120,
+                      goodput=0.4391, badput=badput)
+    lines = figure_title("stack dev", run).split("\n")
+    assert lines[0] == "stack dev (COMPLETE, 0 restarts, 0 after a preemption)"
+    assert lines[1].startswith("goodput 0.44; badput initialization 31.0 s; ")
+    assert len(lines) > 2 and all(len(line) <= TITLE_LINE_CHARS for line in lines[1:])
+    text = "; ".join(lines[1:])
+    assert all(f"{cause} {seconds:.1f} s" in text for cause, seconds in badput.items())

@@ -100,12 +100,22 @@ def kept_and_recomputed(steps: list[dict[str, Any]]) -> tuple[list[dict[str, Any
     return kept, sorted(lost, key=lambda r: int(r["step"]))
 
 
+#: Longest line of the title's goodput text (characters): a wider line is cut at the figure's edges.
+TITLE_LINE_CHARS = 90
+
+
 def figure_title(stack_title: str, run: RunProgress) -> str:
     """The figure title: the run, its state, and goodput with badput when known."""
     state = "COMPLETE" if run.complete else f"step {run.step or 0}/{run.total_steps}"
     lines = [f"{stack_title} ({state}, {len(run.restarts)} restarts, {run.preemptions} after a preemption)"]
     if run.goodput is not None:
-        lines.append(f"goodput {run.goodput:.2f}; badput {badput_text(run.badput)}")
+        parts = f"goodput {run.goodput:.2f}; badput {badput_text(run.badput)}".split("; ")
+        lines.append(parts[0])
+        for part in parts[1:]:  # one cause never split; lines short enough for the figure's width
+            if len(lines[-1]) + 2 + len(part) <= TITLE_LINE_CHARS:
+                lines[-1] += "; " + part
+            else:
+                lines.append(part)
     return "\n".join(lines)
 
 
