@@ -29,6 +29,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import jax  # noqa: E402
+from jax.experimental.compilation_cache import compilation_cache as jax_compilation_cache  # noqa: E402
+
 from training import bench, model, train  # noqa: E402
 from training.cluster import ClusterIdentity  # noqa: E402
 from training.config import CheckpointConfig, TrainConfig  # noqa: E402
@@ -46,6 +49,10 @@ def measure(base: TrainConfig, steps: int) -> dict:
         assert result.exit_code == train.EXIT_COMPLETE, result
         step_times = [m["step_time_s"] for m in read_records(RunDir(tmp), "metrics") if "step_time_s" in m][1:]
         after = bench.matmul_reference(rows, d, f, dtype, steps=10, warmup=2)  # JAX's compile cache is still in tmp
+    # The run pointed JAX's persistent cache into tmp, now gone: the next repeat's compiles
+    # would warn that they cannot write there.
+    jax.config.update("jax_compilation_cache_dir", None)
+    jax_compilation_cache.reset_cache()
     step_s = statistics.median(step_times)
     model_rate = model.flops_per_token(config.model, config.sequence_length) * config.global_batch_tokens / step_s
     matmul_rate = 2.0 * rows * d * f / statistics.median(before["times"] + after["times"])
