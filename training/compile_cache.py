@@ -10,7 +10,12 @@ still finds it in the bucket. In a multi-process job only process 0 writes entri
 ``_cache_write`` in jax/_src/compiler.py: "Only write cache entries from the first process").
 Measured on the 2-process CPU emulation (tests/stacks/Pulumi.emu.yaml run twice on one cache):
 process 0 loaded 16 executables on the second run, process 1 none, so on CPU the other
-processes still compile; ``jax_share_binary_between_hosts`` (off by default) is not used.
+processes still compile. Why: the key's compile-options part differs between the processes
+(same computation, versions and flags; with the ``jax._src.cache_key`` logger at DEBUG, the
+hash after "compile_options" is the first to differ between a 2-process job's processes), so
+process 1 looks for entries that only it could have written. ``jax_share_binary_between_hosts``
+(off by default) is not used: by jax/_src/compiler.py, the others would wait for process 0 to
+share an executable that it loaded from the cache instead of compiling, and never shares.
 
 Several runs may share one cache instead: with ``MULTISLICE_COMPILATION_CACHE_DIR`` set in the
 trainer's environment, that directory is used, whatever the run directory (the cache key
