@@ -24,6 +24,8 @@ import json
 import threading
 from collections.abc import Mapping
 
+from infra.local.loopback_http import LoopbackServer
+
 INSTANCE = "/computeMetadata/v1/instance/"
 PREFIX = INSTANCE + "attributes/"
 TOKEN_PATH = INSTANCE + "service-accounts/default/token"
@@ -81,15 +83,12 @@ class MetadataServer:
             def log_message(self, *args):  # keep the emulator's console clean
                 pass
 
-        self._httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self._httpd.serve_forever, name="metadata", daemon=True)
-        self._thread.start()
+        self._server = LoopbackServer(Handler, "metadata")
 
     @property
     def address(self) -> str:
         """``127.0.0.1:<port>``, the value for ``GCE_METADATA_IP``."""
-        host, port = self._httpd.server_address[:2]
+        host, port = self._server.host_port
         return f"{host}:{port}"
 
     @property
@@ -113,9 +112,7 @@ class MetadataServer:
             return queue.pop(0) if queue else None
 
     def stop(self) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._thread.join(timeout=5)
+        self._server.stop()
 
     def __enter__(self) -> MetadataServer:
         return self

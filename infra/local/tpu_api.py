@@ -46,6 +46,7 @@ from urllib.parse import parse_qs, urlsplit
 from infra.config import StackConfig
 from infra.local import state as state_lib
 from infra.local import supervisor
+from infra.local.loopback_http import LoopbackServer
 from infra.local.metadata import EMULATED_TOKEN
 from infra.local.state import LocalPaths
 from infra.local.vm import EmulatedVM
@@ -122,15 +123,12 @@ class EmulatedTpuApi:
             def log_message(self, *args):  # keep the emulator's console clean
                 pass
 
-        self._httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self._httpd.serve_forever, name="tpu-api", daemon=True)
-        self._thread.start()
+        self._server = LoopbackServer(Handler, "tpu-api")
 
     @property
     def endpoint(self) -> str:
         """``http://127.0.0.1:<port>``, the value for ``MULTISLICE_TPU_API_ENDPOINT``."""
-        host, port = self._httpd.server_address[:2]
+        host, port = self._server.host_port
         return f"http://{host}:{port}"
 
     def _delete(self, target: str, authorization: str) -> tuple[int, dict]:
@@ -170,9 +168,7 @@ class EmulatedTpuApi:
         }
 
     def stop(self) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._thread.join(timeout=5)
+        self._server.stop()
 
     def __enter__(self) -> EmulatedTpuApi:
         return self
