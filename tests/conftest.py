@@ -12,6 +12,9 @@ import uuid
 
 import pytest
 
+#: Keeps the tests that share a module-scoped fixture on one pytest-xdist worker.
+pytest_plugins = ["tests.xdist_groups"]
+
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("JAX_NUM_CPU_DEVICES", "8")
 
@@ -88,23 +91,3 @@ def main_thread_has_an_event_loop():
         asyncio.get_event_loop_policy().get_event_loop()
     except RuntimeError:
         asyncio.set_event_loop(asyncio.new_event_loop())
-
-
-def pytest_collection_modifyitems(config, items):
-    """Under pytest-xdist (``--dist loadgroup``, pyproject.toml), the tests that use a
-    module-scoped fixture of their module (a training run or an emulation that several tests
-    read, tens of seconds) run on one worker, so that the fixture runs once; the other tests
-    are spread one by one."""
-    for item in items:
-        infos = getattr(item, "_fixtureinfo", None)
-        if infos is None:
-            continue
-        module = item.nodeid.split("::", 1)[0]
-        shared = any(
-            definition.scope in ("module", "package")
-            for definitions in infos.name2fixturedefs.values()
-            for definition in definitions
-        )
-        if shared:
-            item.add_marker(pytest.mark.xdist_group(module))
-
