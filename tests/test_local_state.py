@@ -138,7 +138,7 @@ def test_down_waits_for_the_emulator_to_stop_its_vms(tmp_path):
 
 
 # Stands in for an emulator whose main thread is busy: it takes seconds to act on SIGTERM.
-SLOW_TO_STOP = "import signal, sys, time; signal.signal(signal.SIGTERM, lambda *a: (time.sleep(3), sys.exit(0))); print('ready', flush=True); time.sleep(600)"
+SLOW_TO_STOP = "import signal, sys, time; signal.signal(signal.SIGTERM, lambda *a: (signal.signal(signal.SIGTERM, signal.SIG_IGN), time.sleep(3), sys.exit(0))); print('ready', flush=True); time.sleep(600)"
 
 
 def wait_visible(emulation_id: str) -> None:
