@@ -7,15 +7,25 @@ a key over the program, the devices and the compile options
 local path or any URI etils.epath opens, ``gs://`` included. We keep it in the run
 directory (``<run_dir>/compilation_cache``), so a recreated slice, whose VMs get fresh disks,
 still finds it in the bucket. In a multi-process job only process 0 writes entries (JAX's
-``_cache_write`` in jax/_src/compiler.py: "Only write cache entries from the first process").
-Measured on the 2-process CPU emulation (tests/stacks/Pulumi.emu.yaml run twice on one cache):
-process 0 loaded 16 executables on the second run, process 1 none, so on CPU the other
-processes still compile. Why: the key's compile-options part differs between the processes
-(same computation, versions and flags; with the ``jax._src.cache_key`` logger at DEBUG, the
-hash after "compile_options" is the first to differ between a 2-process job's processes), so
-process 1 looks for entries that only it could have written. ``jax_share_binary_between_hosts``
-(off by default) is not used: by jax/_src/compiler.py, the others would wait for process 0 to
-share an executable that it loaded from the cache instead of compiling, and never shares.
+``_cache_write`` in jax/_src/compiler.py: "Only write cache entries from the first process"),
+and the other processes read them: a process finds an entry only if its key equals process
+0's key. On the CPU backend (the local emulation) it never does: one part of the key, the
+accelerator configuration (jax/_src/cache_key.py ``_hash_accelerator_config``, XLA's topology
+fingerprint of the job's devices), differs per process. Measured on a 2-process CPU job over
+the same 4 devices: fingerprint 2750224376234440577 in process 0, 17646727468347767552 in
+process 1; the program, versions, flags and compile options hash alike (the
+``jax._src.cache_key`` logger at DEBUG prints each part's hash). So on CPU every process but 0
+compiled every program at every start, and each restart waited for that compile.
+:func:`enable` therefore keys CPU devices by what identifies them in the job (kind, global id,
+process index; the device assignment in the compile options already fixes their order), the
+same in every process, through JAX's private ``_hash_accelerator_config`` (jax is pinned below
+0.11 in pyproject.toml; without that function the cache works as before). Other platforms
+keep JAX's own key: whether TPU processes share it was not measured here (no TPU).
+Measured after the change: in the 2-process job run twice, process 1 loaded the entry process
+0 wrote and computed the same result (tests/test_compile_cache.py).
+``jax_share_binary_between_hosts`` (off by default) is not used: by jax/_src/compiler.py, the
+others would wait for process 0 to share an executable that it loaded from the cache instead
+of compiling, and never shares.
 
 Several runs may share one cache instead: with ``MULTISLICE_COMPILATION_CACHE_DIR`` set in the
 trainer's environment, that directory is used, whatever the run directory (the cache key
@@ -98,6 +108,7 @@ def enable(run_dir: str) -> str:
     """
     global _listening
     path = os.environ.get(SHARED_DIR_ENV) or cache_dir(run_dir)
+    _key_cpu_devices_alike()
     compilation_cache.reset_cache()
     compilation_cache.set_cache_dir(path)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
@@ -108,6 +119,31 @@ def enable(run_dir: str) -> str:
             jax.monitoring.register_event_duration_secs_listener(_on_duration)
             _listening = True
     return path
+
+
+def _key_cpu_devices_alike() -> bool:
+    """Make the accelerator part of JAX's cache key the same in every process of a CPU job
+    (the module docstring says why); other platforms keep JAX's own. Idempotent. Returns
+    whether the key is now shared (False: this JAX has no ``_hash_accelerator_config``)."""
+    from jax._src import cache_key
+
+    original = getattr(cache_key, "_hash_accelerator_config", None)
+    if original is None:
+        return False
+    if getattr(original, "multislice_cpu_alike", False):
+        return True
+
+    def hash_accelerator_config(hash_obj, accelerators) -> None:
+        devices = list(accelerators.flat)
+        if not devices or any(device.platform != "cpu" for device in devices):
+            return original(hash_obj, accelerators)
+        for device in devices:
+            hash_obj.update(f"{device.device_kind}:{device.id}:{device.process_index};".encode())
+        return None
+
+    hash_accelerator_config.multislice_cpu_alike = True
+    cache_key._hash_accelerator_config = hash_accelerator_config
+    return True
 
 
 def stats() -> CacheStats:
