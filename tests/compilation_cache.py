@@ -8,14 +8,28 @@ options, so results are those of a fresh compile. Tests of the cache itself
 (tests/test_compile_cache.py, the cache assertions in tests/test_train.py) use the run
 directory's cache instead: they never add this to their environment.
 
-The directory is removed at the end of the session (tests/conftest.py).
+One directory per session, shared by every pytest-xdist worker: the session's main process
+imports this module first (tests/conftest.py) and records the directory in
+``TESTS_COMPILATION_CACHE_DIR``, which the workers it starts, and the processes they start,
+inherit. The main process removes it at the end of the session (tests/conftest.py).
 """
 
 from __future__ import annotations
 
+import os
 import tempfile
 
-DIR = tempfile.mkdtemp(prefix="multislice-tests-compilation-cache-")
+#: Names the session's directory for the workers and their processes.
+DIR_ENV = "TESTS_COMPILATION_CACHE_DIR"
+
+
+def _session_dir() -> str:
+    if not os.environ.get(DIR_ENV):
+        os.environ[DIR_ENV] = tempfile.mkdtemp(prefix="multislice-tests-compilation-cache-")
+    return os.environ[DIR_ENV]
+
+
+DIR = _session_dir()
 
 
 def env() -> dict[str, str]:

@@ -40,13 +40,15 @@ def _share_bytecode() -> str | None:
 
 _BYTECODE_DIR = _share_bytecode()
 
+# Before the xdist workers start: they inherit the session's compilation cache directory.
+from tests import compilation_cache
+
 
 def pytest_unconfigure(config):
     if _BYTECODE_DIR is not None:
         shutil.rmtree(_BYTECODE_DIR, ignore_errors=True)
-    shared_cache = sys.modules.get("tests.compilation_cache")
-    if shared_cache is not None:
-        shutil.rmtree(shared_cache.DIR, ignore_errors=True)
+    if not hasattr(config, "workerinput"):  # the session's main process: the workers have ended
+        shutil.rmtree(compilation_cache.DIR, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
