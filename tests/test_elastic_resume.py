@@ -24,7 +24,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from training import data, train
+from tests import compilation_cache
+from training import compile_cache, data, train
 from training.cluster import ClusterIdentity
 from training.config import TrainConfig
 from training.run_dir import RunDir
@@ -79,7 +80,10 @@ def reads(monkeypatch) -> list[tuple[int, int, int]]:
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_a_run_saved_on_one_mesh_resumes_on_another(tmp_path, reads):
+def test_a_run_saved_on_one_mesh_resumes_on_another(tmp_path, reads, monkeypatch):
+    # The session's compilation cache (tests/compilation_cache.py): the reference runs below
+    # load what the elastic run compiled for each mesh instead of compiling it again.
+    monkeypatch.setenv(compile_cache.SHARED_DIR_ENV, compilation_cache.DIR)
     run_dir = str(tmp_path / "elastic")
     first = train.run(ON_A, run_dir, SINGLE)
     assert (first.exit_code, first.step) == (train.EXIT_PREEMPTED, PREEMPT_AT + 1)
