@@ -110,7 +110,9 @@ def test_every_process_of_a_restarted_cpu_job_loads_what_process_0_wrote(tmp_pat
     # because compile_cache keys CPU devices alike in every process.
     run_dir = str(tmp_path / "run")
     first = _job(run_dir)
-    assert [p["hits"] for p in first] == [0, 0]
+    # Cold: process 0 finds nothing (it alone writes). Process 1 may already find an entry
+    # process 0 wrote a moment before, if it compiles later.
+    assert first[0]["hits"] == 0
     second = _job(run_dir)
     assert all(p["hits"] >= 1 for p in second), second
     expected = (np.arange(32.0).reshape(8, 4) @ np.arange(32.0).reshape(8, 4).T).sum(axis=0).tolist()
