@@ -111,11 +111,14 @@ def test_two_kills_a_step_apart_make_two_repairs_and_two_restarts(state_dir, tmp
     # every step is within float32 reduction-order noise of an uninterrupted run of the same
     # config in one process (its mesh is laid out differently: 1 × 8 devices instead of 2 × 4,
     # so sums are taken in another order; docs/faults.md measured ~1e-7 relative for such a change).
-    config = STACK_CONFIG.training.model_copy(
-        update={"parallelism": {"ici": {"data": 2, "fsdp": 4, "tensor": 1}, "dcn": {"data": 1, "fsdp": 1, "tensor": 1}}}
+    config = type(STACK_CONFIG.training).model_validate(
+        {
+            **STACK_CONFIG.training.model_dump(),
+            "parallelism": {"ici": {"data": 2, "fsdp": 4, "tensor": 1}, "dcn": {"data": 1, "fsdp": 1, "tensor": 1}},
+        }
     )
     reference_dir = tmp_path_factory.mktemp("reference") / "run"
-    result = train.run(type(config).model_validate(config.model_dump()), str(reference_dir), ClusterIdentity.single_process())
+    result = train.run(config, str(reference_dir), ClusterIdentity.single_process())
     assert result.exit_code == train.EXIT_COMPLETE
     reference = {r["step"]: r["loss"] for r in read_records(RunDir(str(reference_dir)), "metrics") if "loss" in r}
     records = [(r["step"], r["loss"]) for r in run_records(state_dir, "metrics") if "loss" in r]
