@@ -27,15 +27,16 @@ print(json.dumps({"hits": stats.hits, "seconds_saved": stats.seconds_saved}))
 """
 
 
-def _process(run_dir: str, **extra: str) -> dict:
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(ROOT),
-        "JAX_PLATFORMS": "cpu",
-    }
+def _env(**extra: str) -> dict[str, str]:
+    """A CPU JAX process's environment that uses the run directory's cache, not a shared one."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu"}
     env.pop("JAX_COMPILATION_CACHE_DIR", None)
     env.pop(compile_cache.SHARED_DIR_ENV, None)
-    env.update(extra)
+    return env | extra
+
+
+def _process(run_dir: str, **extra: str) -> dict:
+    env = _env(**extra)
     done = subprocess.run([sys.executable, "-c", PROGRAM, run_dir], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -92,9 +93,7 @@ def _job(run_dir: str) -> list[dict]:
     cache hits and result."""
     from tests.trainer_process import free_port
 
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu", "JAX_NUM_CPU_DEVICES": "2"}
-    env.pop("JAX_COMPILATION_CACHE_DIR", None)
-    env.pop(compile_cache.SHARED_DIR_ENV, None)
+    env = _env(JAX_NUM_CPU_DEVICES="2")
     port = str(free_port())
     procs = [
         subprocess.Popen([sys.executable, "-c", JOB, run_dir, str(i), port], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

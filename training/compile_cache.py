@@ -121,17 +121,15 @@ def enable(run_dir: str) -> str:
     return path
 
 
-def _key_cpu_devices_alike() -> bool:
+def _key_cpu_devices_alike() -> None:
     """Make the accelerator part of JAX's cache key the same in every process of a CPU job
-    (the module docstring says why); other platforms keep JAX's own. Idempotent. Returns
-    whether the key is now shared (False: this JAX has no ``_hash_accelerator_config``)."""
+    (the module docstring says why); other platforms keep JAX's own. Idempotent; does
+    nothing on a JAX without ``_hash_accelerator_config``."""
     from jax._src import cache_key
 
     original = getattr(cache_key, "_hash_accelerator_config", None)
-    if original is None:
-        return False
-    if getattr(original, "multislice_cpu_alike", False):
-        return True
+    if original is None or getattr(original, "multislice_cpu_alike", False):
+        return
 
     def hash_accelerator_config(hash_obj, accelerators) -> None:
         devices = list(accelerators.flat)
@@ -143,7 +141,6 @@ def _key_cpu_devices_alike() -> bool:
 
     hash_accelerator_config.multislice_cpu_alike = True
     cache_key._hash_accelerator_config = hash_accelerator_config
-    return True
 
 
 def stats() -> CacheStats:
