@@ -93,7 +93,7 @@ def test_a_stop_signal_that_arrives_as_another_exception_still_exits_as_a_stop()
     ImportError: `local up` crashed with exit 1 and a traceback instead of exiting 143."""
     code = """if True:
         import os, signal, sys
-        from infra import cli, local_cli
+        from infra.local import lifecycle
 
         def run_locked(*args, **kwargs):
             try:
@@ -104,9 +104,10 @@ def test_a_stop_signal_that_arrives_as_another_exception_still_exits_as_a_stop()
                 raise ImportError("numpy._core.multiarray failed to import") from err
             sys.exit("the stop signal never arrived")
 
-        local_cli._run_locked = run_locked
-        local_cli._run_recorded(None, None, {}, fresh=False, gcs_port=None, summary_json=None)
-        sys.exit("_run_recorded returned")
+        lifecycle._run_locked = run_locked
+        lifecycle.run_recorded(None, None, {}, fresh=False, gcs_port=None, say=print, progress=None,
+                               on_stop=lambda stop: print(f"error: {stop}", file=sys.stderr))
+        sys.exit("run_recorded returned")
     """
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                           cwd=Path(__file__).parents[1])

@@ -9,9 +9,8 @@ import json
 
 import pytest
 
-from infra.cli import app  # noqa: F401  (registers infra.local_cli first: the CLI's import order)
+from infra.cli.local import print_summary
 from infra.local.summary import summarize
-from infra.local_cli import print_summary
 from training.checkpointing import write_completion
 from training.run_dir import RunDir
 from training.run_log import RecordLog

@@ -10,8 +10,8 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from infra.cli import app  # first: it registers the command modules (infra.status_cli among them)
-from infra import status_cli  # noqa: I001
+from infra.cli import app
+from infra.cli import status as status_cli
 from infra.config import load_stack_file
 from tests.fakes.queued_resource import no_ambient_credentials, props_for, provider_for, qr_name  # noqa: F401 (fixture)
 from tests.fakes.synthetic_run import Fault, SyntheticRun, upload
@@ -120,6 +120,7 @@ def test_a_queued_resource_gone_after_its_run_completed_is_released(fake, stack)
     fake.nodes.clear()
     result = invoke("status", "--config-file", stack)
     assert result.exit_code == 0, result.output
+    assert result.stderr == ""  # no error line for the queued resource that was not found
     assert result.stdout.splitlines()[0] == "stack emu: queued resource multislice-emu is RELEASED"
     assert "gone after its run completed at step 24" in result.stdout and "COMPLETE at" in result.stdout
     data = json.loads(invoke("status", "--config-file", stack, "--json").stdout)

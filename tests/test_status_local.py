@@ -159,7 +159,7 @@ def test_status_imports_nothing_heavy(tmp_path):
     code = (
         "import sys\n"
         "from infra.cli import app\n"
-        "import infra.status_cli, infra.status.progress, infra.status.capacity, infra.status.report, infra.status.store\n"
+        "import infra.cli.status, infra.status.reader, infra.status.progress, infra.status.capacity, infra.status.report, infra.status.store\n"
         f"try:\n    app(['local', 'status', '--config-file', {str(STACK)!r}, '--json'])\n"
         "except SystemExit:\n    pass\n"
         "heavy = sorted(m for m in ('jax', 'orbax', 'orbax.checkpoint', 'pulumi', 'matplotlib', 'tensorflow', 'gcsfs', 'google.cloud.tpu_v2', 'google.cloud.storage') if m in sys.modules)\n"
@@ -179,8 +179,7 @@ def test_an_already_complete_run_reports_the_commands_wall_time(bucket, tmp_path
 
     import psutil
 
-    from infra import local_cli
-    from infra.local import emulator
+    from infra.local import emulator, lifecycle
     from training.run_dir import RunDir
 
     run_dir = f"gs://{bucket}/runs/done"
@@ -188,16 +187,19 @@ def test_an_already_complete_run_reports_the_commands_wall_time(bucket, tmp_path
     config = load_stack_file(STACK).model_copy(update={"training": load_stack_file(STACK).training.model_copy(update={"steps": 6})})
     resource = SimpleNamespace(config=config, run_dir=RunDir(run_dir), paths=LocalPaths(tmp_path / "emu"))
     before = time.time() - psutil.Process().create_time()
-    summary_path = tmp_path / "summary.json"
-    assert local_cli._train_locally(resource, emulator.Options(faults=[]), False, summary_path) is None
+    said = []
+    outcome = lifecycle.train(resource, emulator.Options(faults=[]), False, said.append)
     after = time.time() - psutil.Process().create_time()
-    summary = json.loads(summary_path.read_text())
+    assert outcome.already_complete  # reported, nothing trained
+    assert said == [f"run {run_dir} is already complete; nothing to do (use --fresh to start over)"]
+    summary = outcome.summary
     assert summary["complete"] is True
     assert before <= summary["wall_seconds"] <= after + 0.01
     assert summary["capacity"] == "kept"  # no release recorded for this run
     # Its VMs released the queued resource when it completed: said, and nothing is created.
     resource.paths.root.mkdir(parents=True)
     record_release(resource.paths, "projects/p/locations/z/queuedResources/multislice-emu", run_dir)
-    assert local_cli._train_locally(resource, emulator.Options(faults=[]), False, summary_path) is None
-    assert json.loads(summary_path.read_text())["capacity"] == "released"
+    outcome = lifecycle.train(resource, emulator.Options(faults=[]), False, said.append)
+    assert outcome.already_complete and outcome.summary["capacity"] == "released"
+    assert said[-1].startswith(f"run {run_dir} is already complete; nothing to do (its queued resource was released at ")
     assert not resource.paths.state_file.exists() and not (resource.paths.root / "vms").exists()

@@ -6,11 +6,11 @@
 ``logs`` reads a deployed stack's lines from Cloud Logging (:mod:`infra.logs.cloud`; the VMs
 ship them, training/log_shipping.py), ``local logs`` the console logs of the stack's local
 emulation (:mod:`infra.logs.local`). Both print ``[slice S worker W] <line>``, oldest first;
-``--follow`` keeps printing new lines until Ctrl-C. Registered on :data:`infra.cli.app` by
-:func:`register`; nothing heavy is imported before a command runs (the Cloud Logging client
-only inside ``logs``). Errors: one ``error:`` line; exit 2 for bad input (options, stack,
-credentials), 1 for a stack with no logs (never deployed / never run locally) or a failed
-Cloud Logging call, 130 for Ctrl-C.
+``--follow`` keeps printing new lines until Ctrl-C. Registered on :data:`infra.cli.app`
+(``local logs`` in the ``local`` group); nothing heavy is imported before a command runs
+(the Cloud Logging client only inside ``logs``). Errors: one ``error:`` line; exit 2 for bad
+input (options, stack, credentials), 1 for a stack with no logs (never deployed / never run
+locally) or a failed Cloud Logging call, 130 for Ctrl-C.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Optional
 
 import typer
 
-from infra.cli import CONFIG_FILE_OPTION, STACK_OPTION, err_console, fail, load_config, state_root
+from infra.cli.options import CONFIG_FILE_OPTION, STACK_OPTION, err_console, fail, load_config, state_root
 
 #: Seconds between two polls of ``local logs --follow`` (the files are on this machine).
 LOCAL_POLL_SECONDS = 0.5
@@ -88,38 +88,6 @@ def stream(poll: Callable[[], list], follow: bool, polls: Optional[int], interva
         raise typer.Exit(130) from None
 
 
-def _config_map(config, config_file: Optional[Path]) -> dict:
-    """The stack file's raw ``config:`` map (its ``gcp:*`` credential keys)."""
-    import yaml
-
-    from infra.config import stack_file
-
-    path = config_file or stack_file(config.stack)
-    try:
-        return (yaml.safe_load(path.read_text()) or {}).get("config") or {}
-    except (OSError, yaml.YAMLError, AttributeError):
-        return {}
-
-
-def _credentials(config, config_file: Optional[Path], endpoint: Optional[str]):
-    """The caller's Google credentials, as the provider takes them (infra/credentials.py); None
-    for a loopback fake without configured credentials. Exits 2 with one line when there are none."""
-    from infra import credentials as gcp
-    from infra.logs.cloud import is_loopback
-
-    settings = gcp.CredentialSettings.resolve(_config_map(config, config_file), os.environ)
-    local = is_loopback(endpoint)
-    problem = gcp.problem(settings, os.environ, require_credentials=not local)
-    if problem:
-        raise fail(problem)
-    if local and not settings.explicit:
-        return None
-    try:
-        return gcp.load(settings, quota_project=settings.quota_project(config.project))
-    except gcp.CredentialsError as err:
-        raise fail(str(err)) from None
-
-
 def logs(
     stack: str = STACK_OPTION,
     config_file: Optional[Path] = CONFIG_FILE_OPTION,
@@ -134,13 +102,18 @@ def logs(
     Reads the log multislice-trainer that the stack's TPU VMs write (docs/vm-boot.md), for the
     stack's run; needs roles/logging.viewer in the stack's project.
     """
+    from infra.config import stack_file
+    from infra.credentials import CredentialsError
     from infra.logs import cloud
 
     config = load_config(stack, config_file)
     check_range(config, slice_id, worker)
     start = parse_since_option(since)
     endpoint = os.environ.get(cloud.ENDPOINT_ENV) or None
-    credentials = _credentials(config, config_file, endpoint)
+    try:
+        credentials = cloud.credentials_for(config, config_file or stack_file(config.stack), endpoint)
+    except CredentialsError as err:
+        raise fail(str(err)) from None
     try:
         client = cloud.client_for(config.project, credentials, endpoint)
         tail = cloud.CloudTail(client, config, slice_id=slice_id, worker=worker, since=start)
@@ -189,11 +162,3 @@ def local_logs(
     printed = stream(lambda: tail.poll(final=not follow), follow, polls, LOCAL_POLL_SECONDS)
     if printed == 0 and not follow:
         err_console.print(f"no lines match in {logs_dir}{' since ' + since if since else ''}", markup=False, soft_wrap=True)
-
-
-def register(app: typer.Typer) -> None:
-    """Add ``logs`` to ``app`` and ``logs`` to its ``local`` group (infra/local_cli.py)."""
-    from infra.local_cli import local_app
-
-    app.command("logs")(logs)
-    local_app.command("logs")(local_logs)

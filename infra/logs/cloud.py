@@ -17,8 +17,10 @@ Google libraries are imported inside functions.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -50,6 +52,36 @@ def is_loopback(endpoint: str | None) -> bool:
         return False
     parts = urlsplit(endpoint if "://" in endpoint else f"https://{endpoint}")
     return parts.scheme == "http" and parts.hostname in LOOPBACK_HOSTS
+
+
+def _config_map(path: Path) -> dict:
+    """The stack file's raw ``config:`` map (its ``gcp:*`` credential keys); empty if unreadable."""
+    import yaml
+
+    try:
+        return (yaml.safe_load(path.read_text()) or {}).get("config") or {}
+    except (OSError, yaml.YAMLError, AttributeError):
+        return {}
+
+
+def credentials_for(config: StackConfig, stack_path: Path, endpoint: str | None) -> Any:
+    """The caller's Google credentials, as the provider takes them (infra/credentials.py, with
+    the ``gcp:*`` keys of the stack file ``stack_path``); None for a loopback fake without
+    configured credentials.
+
+    Raises:
+      infra.credentials.CredentialsError: there are none (one line naming what to set), or they cannot be loaded.
+    """
+    from infra import credentials as gcp
+
+    settings = gcp.CredentialSettings.resolve(_config_map(stack_path), os.environ)
+    local = is_loopback(endpoint)
+    problem = gcp.problem(settings, os.environ, require_credentials=not local)
+    if problem:
+        raise gcp.CredentialsError(problem)
+    if local and not settings.explicit:
+        return None
+    return gcp.load(settings, quota_project=settings.quota_project(config.project))
 
 
 def client_for(project: str, credentials: Any = None, endpoint: str | None = None) -> Any:

@@ -23,7 +23,7 @@ from infra.planner.dcn import operational_intensity
 from infra.planner.memory import HBM_TIGHT_FRACTION, memory_per_chip
 
 if TYPE_CHECKING:
-    from infra.planner import Plan
+    from infra.planner.result import Plan
 
 __all__ = ["advisory_lines", "recommendations"]
 

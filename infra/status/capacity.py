@@ -193,7 +193,7 @@ def read_local(paths: Any, qr_id: str, node_ids: list[str], workers_per_slice: i
         orphans = local_state.find_processes(state["emulation_id"]) if state and state.get("emulation_id") else []
         record = local_state.read_release(paths)
         if record is not None and not orphans:
-            from infra.status.report import clock
+            from infra.status.clock import clock
 
             when = record.get("released_at")
             at = f" at {clock(when)}" if isinstance(when, (int, float)) else ""

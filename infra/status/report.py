@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 from rich.console import Group
@@ -38,6 +37,7 @@ from rich.table import Table
 from rich.text import Text
 
 from infra.status.capacity import CapacityStatus
+from infra.status.clock import clock
 from infra.status.progress import RunProgress
 
 
@@ -60,6 +60,18 @@ class StackStatus:
         }
 
 
+def headline(status: StackStatus) -> str:
+    """The first line: the stack and its capacity state in words."""
+    cap = status.capacity
+    if cap.emulated:
+        if cap.state == "RELEASED":
+            return f"stack {status.stack}: not running; its queued resource {cap.id} was released"
+        if cap.state == "NOT_RUNNING":
+            return f"stack {status.stack}: {cap.detail}" if cap.detail else f"stack {status.stack}: not running"
+        return f"stack {status.stack}: running ({cap.detail})"
+    return f"stack {status.stack}: queued resource {cap.id} is {cap.state}"
+
+
 def duration(seconds: float | None) -> str:
     """``1h02m03s``, ``2m05s`` or ``7s`` (``-`` when unknown)."""
     if seconds is None:
@@ -70,14 +82,6 @@ def duration(seconds: float | None) -> str:
     if hours:
         return f"{hours}h{minutes:02d}m{secs:02d}s"
     return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
-
-
-def clock(moment: float | None) -> str:
-    """A local time of day (with the date when not today), ``-`` when unknown."""
-    if moment is None:
-        return "-"
-    when = datetime.fromtimestamp(moment)
-    return when.strftime("%H:%M:%S") if when.date() == datetime.now().date() else when.strftime("%Y-%m-%d %H:%M:%S")
 
 
 def badput_text(badput: dict[str, float] | None) -> str:

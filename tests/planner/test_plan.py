@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 from infra import planner
 from infra.cli import app
 from infra.config import load_stack
+from infra.planner import result
 from tests.planner.stacks import STACKS, stack
 from training.model import param_count
 
@@ -135,7 +136,7 @@ def test_json_is_made_from_the_dataclass_fields():
         inner: Extra = dataclasses.field(metadata={"json": "inner"})
         items: tuple[int, ...] = ()
 
-    document = planner._json_document(Outer("x", Extra(1, 2, 3), Extra(4, 5, 6), (7, 8)))
+    document = result._json_document(Outer("x", Extra(1, 2, 3), Extra(4, 5, 6), (7, 8)))
     assert document == {"x": "x", "a": 1, "group": {"b": 2}, "inner": {"a": 4, "group": {"b": 5}}, "items": [7, 8]}
 
     @dataclasses.dataclass(frozen=True)
@@ -144,7 +145,7 @@ def test_json_is_made_from_the_dataclass_fields():
         nested: Extra = dataclasses.field(metadata={"json": ""})
 
     with pytest.raises(ValueError, match="'a'"):
-        planner._json_document(Clash(0, Extra(1, 2, 3)))
+        result._json_document(Clash(0, Extra(1, 2, 3)))
 
 
 # --- the command -----------------------------------------------------------------------------

@@ -1,0 +1,49 @@
+"""``multislice``: the command line. One module per command group; this one builds the app.
+
+    multislice local up [--stack dev] [--kill 1@40] [--preempt 0@80] [--fresh] [--summary-json F]
+    multislice local down [--stack dev]
+    multislice local status [--stack dev]                           (local.py)
+    multislice local logs [--stack dev] [--follow]                  (logs.py)
+    multislice status --stack prod [--json] [--watch] [--plot F]    (status.py)
+    multislice logs --stack prod [--since 10m] [--follow]           (logs.py)
+    multislice render --stack prod [-o script.sh] [--config]        (render.py)
+    multislice check --stack prod [--policy-config policy.json]     (check.py)
+    multislice diff --stack prod --against origin/main              (diff.py)
+    multislice plan --stack prod [--json]                           (plan.py)
+    multislice bench shardings --ici-fsdp 4 [--dcn-data 2] [--json] (bench.py)
+
+The console, ``fail``/``say`` and the ``--stack``/``--config-file`` options all commands share
+are in :mod:`infra.cli.options`. Command modules parse options and print; the work is done by
+the packages they call (:mod:`infra.local`, :mod:`infra.status`, :mod:`infra.logs`,
+:mod:`infra.planner`, :mod:`infra.startup`, ...).
+
+Errors end with one ``error:`` line naming the cause and a non-zero exit: 2 for bad input
+(stack file, options), 1 for a failed run, 130 for Ctrl-C (SIGINT), 143 for SIGTERM.
+
+Commands that neither train nor evaluate the program import nothing heavy (no jax, orbax,
+tensorstore: tests/test_cli_imports.py; benchmarks/cli_speed.py times them): each command
+imports what it needs inside its function, after checking its options.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from infra.cli import bench, check, diff, local, logs, plan, render, status
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Converge and emulate Cloud TPU Multislice training environments.",
+)
+
+# The order of registration is the order of `multislice --help` (commands, then groups).
+app.command("render")(render.render)
+app.command("plan")(plan.plan)
+app.add_typer(bench.app, name="bench")
+app.add_typer(local.app, name="local")
+app.command("check")(check.check)
+app.command("diff")(diff.diff)
+app.command("status")(status.status)
+app.command("logs")(logs.logs)
+local.app.command("logs")(logs.local_logs)

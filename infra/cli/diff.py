@@ -1,0 +1,57 @@
+"""``multislice diff``: what the change from a git revision to the working tree does to a stack, offline.
+
+    multislice diff --stack prod --against origin/main
+
+The comparison is :mod:`infra.review_diff`; exit 0, 2 on bad input (no such revision, stack
+missing at it).
+"""
+
+from __future__ import annotations
+
+import typer
+
+from infra.cli.options import STACK_OPTION, console, fail
+
+
+def _value(value) -> str:
+    import json
+
+    return "(absent)" if value is None else json.dumps(value)
+
+
+def diff(
+    stack: str = STACK_OPTION,
+    against: str = typer.Option(..., "--against", help="A git revision (commit, branch, tag) to compare the working tree with."),
+) -> None:
+    """What the change from a git revision to the working tree does to the stack (offline).
+
+    Config keys changed, the trainer bundle's hash and changed files, and which resources are
+    created, deleted, replaced or updated in place (the queued resource by its provider's diff).
+    """
+    from infra.config import default_stacks_dir
+    from infra.review_diff import DiffError, diff_stack
+
+    try:
+        result = diff_stack(stack, against, default_stacks_dir().resolve().parent)
+    except DiffError as err:
+        raise fail(str(err)) from None
+    say = lambda line: console.print(line, markup=False, soft_wrap=True)  # noqa: E731
+    say(f"stack {stack}: working tree against {against} ({result.commit[:12]})")
+    say("config:" if result.config_changes else "config: unchanged")
+    for key, old, new in result.config_changes:
+        say(f"  {key}: {_value(old)} -> {_value(new)}")
+    old_sha, new_sha = result.bundle_sha256
+    if old_sha == new_sha:
+        say(f"trainer bundle: unchanged ({new_sha[:12]})")
+    else:
+        say(f"trainer bundle: {old_sha[:12]} -> {new_sha[:12]}")
+        for path, status in result.trainer_files:
+            say(f"  {status:8} {path}")
+    say("resources:" if result.resources else "resources: no changes")
+    for change in result.resources:
+        detail = ", ".join(change.keys)
+        if change.replace_keys:
+            detail += f" (replaced because of: {', '.join(change.replace_keys)})"
+        elif change.action == "update":
+            detail += " (in place; no capacity given up)"
+        say(f"  {change.action:17} {change.name} ({change.typ}){': ' + detail if detail else ''}")

@@ -1,0 +1,199 @@
+"""``multislice local up | down | status``: a stack's queued resource emulated on this machine.
+
+The ``local`` command group (``local logs``: :mod:`infra.cli.logs`). ``local up`` checks its
+options, runs :func:`infra.local.lifecycle.run_recorded` (the lock, the recorded state, the
+stop signals, the emulation: :mod:`infra.local`) and prints the summary. Errors as in
+:mod:`infra.cli.options`: one ``error:`` line, exit 2 for bad input, 1 for a failed run, 130
+for Ctrl-C, 143 for SIGTERM.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from infra.cli.options import CONFIG_FILE_OPTION, STACK_OPTION, console, fail, load_config, print_error, say, state_root
+from infra.cli.status import INTERVAL_OPTION, JSON_OPTION, PLOT_OPTION, WATCH_OPTION, show_local
+
+#: The ``local`` command group.
+app = typer.Typer(no_args_is_help=True, help="Run a stack's queued resource on this machine (no cloud).")
+
+
+def local_paths(config):
+    from infra.local.state import LocalPaths
+
+    return LocalPaths(state_root() / config.stack)
+
+
+def print_summary(result: dict) -> None:
+    table = Table(show_header=False)  # the title on its own line: a table title is padded to the table's width
+    for key in ("complete", "steps_completed", "total_steps", "final_loss", "final_eval_loss", "restarts",
+                "steps_lost", "training_seconds", "wall_seconds", "goodput", "badput", "faults", "capacity", "run_dir",
+                "logs_dir"):
+        if key in result:
+            value = result[key]
+            if isinstance(value, float):
+                value = f"{value:.4f}"
+            elif isinstance(value, list):
+                value = "; ".join(value) or "none"
+            table.add_row(key, Text(str(value)))
+    console.print("run summary")
+    console.print(table)
+
+
+def stops_when_stdout_closes(command):
+    """``multislice local up | head``: when the reader goes away, the next progress line
+    raises BrokenPipeError and the emulation stops (its ``finally`` stops every VM). Say so on
+    stderr instead of rich's silent exit 1. (A run that completed anyway exits 0: local_up
+    handles that case itself.)"""
+
+    @functools.wraps(command)
+    def wrapper(*args, **kwargs):
+        try:
+            return command(*args, **kwargs)
+        except BrokenPipeError:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
+            raise fail("standard output was closed (e.g. by `| head`); every emulated VM was stopped "
+                       "(run `multislice local up` again to resume)", 1) from None
+
+    return wrapper
+
+
+@app.command("up")
+@stops_when_stdout_closes
+def local_up(
+    stack: str = STACK_OPTION,
+    config_file: Optional[Path] = CONFIG_FILE_OPTION,
+    kill: list[str] = typer.Option([], "--kill", metavar="SLICE@STEP", help="SIGKILL a slice's VMs at a step (hardware fault). Repeatable."),
+    preempt: list[str] = typer.Option([], "--preempt", metavar="SLICE@STEP", help="SIGTERM a slice's VMs at a step (preemption notice), SIGKILL after the grace period. Repeatable."),
+    fresh: bool = typer.Option(False, "--fresh", help="Discard the stack's previous local run and start over."),
+    summary_json: Optional[Path] = typer.Option(None, "--summary-json", metavar="PATH", help="Also write the summary as JSON here."),
+    coordinator_port: Optional[int] = typer.Option(None, "--coordinator-port", min=1, max=65535, metavar="PORT", help="Fixed jax.distributed coordinator port (default: a free one)."),
+    gcs_port: Optional[int] = typer.Option(None, "--gcs-port", min=1, max=65535, metavar="PORT", help="Fixed port of the emulated Cloud Storage (default: a free one)."),
+    timeout: float = typer.Option(3600, "--timeout", min=1, metavar="SECONDS", help="Give up after this many seconds."),
+    stall_timeout: float = typer.Option(600, "--stall-timeout", min=1, metavar="SECONDS", help="Give up after this many seconds without a new training step."),
+    preempt_grace: float = typer.Option(30, "--preempt-grace", min=0, metavar="SECONDS", help="Seconds between SIGTERM and SIGKILL for --preempt (GCE: 30)."),
+    heartbeat_timeout: int = typer.Option(10, "--heartbeat-timeout", min=2, metavar="SECONDS", help="jax.distributed heartbeat timeout (s) in the emulated VMs."),
+) -> None:
+    """Run the stack's multislice queued resource as local processes and train to completion.
+
+    Resumes an unfinished run; reports a finished one without retraining (--fresh starts over).
+    """
+    from infra.local import lifecycle
+    from infra.local.faults import FaultSpecError, parse_fault
+    from infra.local.ports import bind_error
+
+    # Options first, with nothing heavy imported: a typo is reported at once.
+    config = load_config(stack, config_file)
+    total = config.training.steps
+    try:
+        faults = [parse_fault("kill", spec, slices=config.slices, total_steps=total) for spec in kill]
+        faults += [parse_fault("preempt", spec, slices=config.slices, total_steps=total) for spec in preempt]
+    except FaultSpecError as err:
+        raise fail(str(err)) from None
+    if summary_json is not None:
+        problem = _unwritable(summary_json)
+        if problem:
+            raise fail(f"--summary-json {summary_json}: {problem}")
+    if coordinator_port is not None and (problem := bind_error(coordinator_port)):
+        raise fail(f"--coordinator-port {coordinator_port} is already in use ({problem}); choose another port or "
+                   "omit the option to use a free one")
+    options = dict(faults=faults, coordinator_port=coordinator_port, heartbeat_timeout_s=heartbeat_timeout,
+                   preempt_grace_s=preempt_grace, timeout_s=timeout, stall_timeout_s=stall_timeout)
+    try:
+        lifecycle.check_data_source(config, stored=False)
+        outcome = lifecycle.run_recorded(config, local_paths(config), options, fresh=fresh, gcs_port=gcs_port, say=say,
+                                         progress=_progress_display, on_stop=lambda stop: print_error(str(stop)))
+    except lifecycle.UpError as err:
+        raise fail(str(err), err.exit_code) from None
+    result = outcome.summary
+    if outcome.already_complete:  # reported, nothing started
+        print_summary(result)
+        _write_summary(summary_json, result)
+        return
+    _write_summary(summary_json, result)
+    try:
+        print_summary(result)
+    except BrokenPipeError:
+        if not result["complete"]:
+            raise
+        return  # the run is complete; nobody reads the summary table
+    if not result["complete"]:
+        raise fail("the VMs exited but the run is not complete", 1)
+
+
+def _progress_display(total: int):
+    """In a terminal, a live progress bar (lines printed meanwhile appear above it); else plain
+    progress lines (:mod:`infra.local.progress`)."""
+    import contextlib
+
+    from infra.local import progress
+
+    if console.is_terminal:
+        return progress.live_reporter(console, total)
+    return contextlib.nullcontext(progress.plain_reporter(say))
+
+
+def _unwritable(path: Path) -> str | None:
+    """Why ``path`` cannot be written as a file, or None (checked before any work starts)."""
+    if path.is_dir():
+        return "is a directory"
+    parent = path.parent if str(path.parent) else Path(".")
+    existing = next((p for p in [parent, *parent.parents] if p.exists()), None)
+    if existing is None or not existing.is_dir():
+        return f"{existing or parent} is not a directory"
+    if not os.access(existing, os.W_OK):
+        return f"{existing} is not writable"
+    return None
+
+
+def _write_summary(path: Optional[Path], result: dict) -> None:
+    if path is not None:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+        except OSError as err:
+            raise fail(f"--summary-json {path}: {err.strerror or err}", 1) from None
+
+
+@app.command("down")
+def local_down(stack: Optional[str] = typer.Option(None, "--stack", "-s", metavar="NAME", help="Only this stack (default: every stack).")) -> None:
+    """Stop local runs (every emulated VM process and the emulator), keeping their run directories."""
+    from infra.local.state import LocalPaths, stop_recorded
+
+    root = state_root()
+    stacks = [stack] if stack else sorted(p.parent.name for p in root.glob("*/emulator.json"))
+    stopped = False
+    for name in stacks:
+        actions = stop_recorded(LocalPaths(root / name))
+        for action in actions:
+            console.print(f"{name}: {action}", markup=False)
+        stopped = stopped or bool(actions)
+    if not stopped:
+        console.print("no local run is running")
+
+
+@app.command("status")
+def local_status(
+    stack: str = STACK_OPTION,
+    config_file: Optional[Path] = CONFIG_FILE_OPTION,
+    json_output: bool = JSON_OPTION,
+    watch: bool = WATCH_OPTION,
+    interval: float = INTERVAL_OPTION,
+    plot: Optional[Path] = PLOT_OPTION,
+) -> None:
+    """Whether the stack's local run is running, and its progress, as `multislice status`
+    shows a deployed one (read through the emulated Cloud Storage: the running emulator's, or
+    one started for this command)."""
+    config = load_config(stack, config_file)
+    show_local(config, local_paths(config), json_output=json_output, watch=watch, interval=interval, plot=plot)

@@ -1,0 +1,119 @@
+"""Where ``multislice status`` reads a stack from: a function returning a fresh
+:class:`~infra.status.report.StackStatus` each call, for a deployed stack
+(:func:`cloud_reader`: the Cloud TPU API and the checkpoint bucket) or a local emulation
+(:func:`local_reader`: the emulator's state file and its emulated Cloud Storage). Capacity
+and progress are read concurrently.
+
+Credentials for a deployed stack are taken from the environment as the gcp provider takes
+them (:mod:`infra.credentials`: ``GOOGLE_OAUTH_ACCESS_TOKEN``, ``GOOGLE_CREDENTIALS``, …, else
+Application Default Credentials). Failures are :class:`StatusError`: one line and the exit
+status (2 bad input such as credentials, 1 nothing to read or an API that cannot be read).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+
+class StatusError(Exception):
+    """The status cannot be read: the message (one line) and the exit status."""
+
+    def __init__(self, message: str, exit_code: int = 1):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+@contextmanager
+def cloud_reader(config) -> Iterator[Callable]:
+    """A function that reads the deployed stack's status (credentials checked first)."""
+    from infra import credentials as gcp
+    from infra.status import capacity
+    from infra.status.store import RunStore
+
+    settings = gcp.CredentialSettings.resolve({}, os.environ)
+    url = capacity.endpoint()
+    emulated_storage = bool(os.environ.get("STORAGE_EMULATOR_HOST"))
+    needed = not (capacity.is_local_endpoint(url) and emulated_storage)
+    problem = gcp.problem(settings, os.environ, require_credentials=needed)
+    if problem:
+        raise StatusError(problem, 2)
+    credentials = None
+    if needed or settings.explicit:
+        try:
+            credentials = gcp.load(settings, quota_project=settings.quota_project(config.project))
+        except gcp.CredentialsError as err:
+            raise StatusError(str(err), 2) from None
+    try:
+        base, session = capacity.tpu_session(url, None if capacity.is_local_endpoint(url) and not settings.explicit else credentials)
+    except capacity.CapacityError as err:
+        raise StatusError(str(err), 2) from None
+    store = RunStore(config.run_dir, None if emulated_storage else credentials)
+
+    def read_capacity():
+        try:
+            return capacity.read_cloud(session, base, config.project, config.zone, config.queued_resource_id, config.node_ids)
+        except capacity.CapacityError as err:
+            raise StatusError(str(err), 1) from None
+
+    yield stack_reader(config, store, read_capacity)
+
+
+@contextmanager
+def local_reader(config, paths) -> Iterator[Callable]:
+    """A function that reads the emulated stack whose state is in ``paths`` (``multislice
+    local status``), through its emulated Cloud Storage: the running emulator's, else one
+    started over the stored objects while inside."""
+    from infra.local import state as local_state
+    from infra.local.gcs import GcsServerError, clients_pointed_at
+    from infra.status import capacity
+    from infra.status.store import RunStore
+
+    def read_capacity():
+        return capacity.read_local(paths, config.queued_resource_id, config.node_ids, config.workers_per_slice)
+
+    state = local_state.read_state(paths)
+    url = state.get("storage_url") if state and local_state.emulator_alive(state) else None
+    try:
+        with clients_pointed_at(paths.gcs_root, paths.gcs_log, url) as stored:
+            store = RunStore(config.run_dir) if stored else None
+            yield stack_reader(config, store, read_capacity)
+    except GcsServerError as err:
+        raise StatusError(f"cannot read the run: {err}", 1) from None
+
+
+def stack_reader(config, store, read_capacity: Callable) -> Callable:
+    """A function returning a fresh :class:`~infra.status.report.StackStatus` (capacity and
+    progress read concurrently); ``store`` None: no run was ever stored. A queued resource that
+    ``read_capacity`` does not find is RELEASED when the run is complete (as the provider
+    treats it), else an error. The function's ``store`` attribute is ``store``."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from infra.status import capacity
+    from infra.status.progress import RunProgress, read_progress
+    from infra.status.report import StackStatus
+    from infra.status.store import StoreError
+
+    def read():
+        gone = None
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            progress = pool.submit(read_progress, store, config.training.steps) if store is not None else None
+            try:
+                cap = read_capacity()
+            except capacity.QueuedResourceNotFound as err:
+                cap, gone = None, StatusError(f"stack {config.stack}: {err}: the stack was never deployed, or its queued "
+                                              f"resource was deleted (deploy it with: pulumi up -s {config.stack})", 1)
+            try:
+                run = progress.result() if progress is not None else RunProgress(config.run_dir, config.training.steps)
+            except StoreError as err:
+                raise (gone or StatusError(str(err), 1)) from None
+        if cap is None:
+            if not run.complete:
+                raise gone
+            cap = capacity.released(config.queued_resource_id, f"gone after its run completed at step {run.completed_step} "
+                                    "(releaseOnComplete, or deleted by hand); pulumi up does not create it again")
+        return StackStatus(config.stack, cap, run)
+
+    read.store = store
+    return read

@@ -1,0 +1,164 @@
+"""No import cycle among the modules of ``infra/``: the import graph, read statically from
+every module's source, is acyclic.
+
+An edge A -> B is any import in A that makes Python execute B: at module level or inside a
+function (a lazy import still runs B, only later), ``import infra.x.y`` and
+``from infra.x import y`` alike, relative imports resolved. ``from infra.x import y`` goes to
+the submodule ``infra.x.y`` when ``y`` is a module or package, else to ``infra.x`` (its
+``__init__``). Importing ``infra.x.y`` also executes the packages above it (``infra.x``),
+except those that contain A (already being imported when A runs). Any cycle fails, naming its
+modules in order; a cycle that "works" only thanks to import order is one.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = "infra"
+
+
+def module_name(path: Path, root: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def modules_of(root: Path, package: str = PACKAGE) -> dict[str, Path]:
+    """Every module of ``package`` under ``root``: dotted name -> file."""
+    return {module_name(path, root): path for path in sorted((root / package).rglob("*.py"))}
+
+
+def _ancestors(name: str) -> list[str]:
+    parts = name.split(".")
+    return [".".join(parts[:i]) for i in range(1, len(parts))]
+
+
+def imports_of(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """The modules of ``modules`` that importing ``name`` (the file ``path``) can execute
+    directly: every import statement of the file, wherever it stands."""
+    is_package = path.name == "__init__.py"
+    own_package = name if is_package else name.rpartition(".")[0]
+    targets: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            targets |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base_parts = own_package.split(".")
+                base_parts = base_parts[: len(base_parts) - (node.level - 1)]
+                base = ".".join(base_parts + ([node.module] if node.module else []))
+            else:
+                base = node.module or ""
+            for alias in node.names:
+                submodule = f"{base}.{alias.name}"
+                targets.add(submodule if submodule in modules else base)
+    edges: set[str] = set()
+    importer_packages = set(_ancestors(name)) | ({name} if is_package else set())
+    for target in targets:
+        if target not in modules:
+            continue  # outside infra/ (training, third parties, the standard library)
+        edges.add(target)
+        edges |= {p for p in _ancestors(target) if p in modules and p not in importer_packages}
+    return edges
+
+
+def import_graph(root: Path = ROOT, package: str = PACKAGE) -> dict[str, set[str]]:
+    modules = modules_of(root, package)
+    return {name: imports_of(name, path, modules) for name, path in modules.items()}
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """One cycle (its modules in import order, the first repeated at the end) per strongly
+    connected component that has one (Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on_stack: set[str] = set()
+    stack: list[str] = []
+    components: list[list[str]] = []
+    counter = 0
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = counter
+        counter += 1
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, children = work[-1]
+            for child in children:
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                    break
+                if child in on_stack:
+                    low[node] = min(low[node], index[child])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        component.append(member)
+                        if member == node:
+                            break
+                    if len(component) > 1 or node in graph.get(node, ()):
+                        components.append(sorted(component))
+    return [_a_cycle_in(component, graph) for component in components]
+
+
+def _a_cycle_in(component: list[str], graph: dict[str, set[str]]) -> list[str]:
+    """A shortest cycle through the component's first module (breadth-first)."""
+    members = set(component)
+    start = component[0]
+    previous: dict[str, str] = {}
+    frontier = [start]
+    while frontier:
+        following = []
+        for node in frontier:
+            for child in sorted(graph[node] & members):
+                if child == start:
+                    path = [node]
+                    while path[-1] != start:
+                        path.append(previous[path[-1]])
+                    return [start, *reversed(path[:-1]), start] if node != start else [start, start]
+                if child not in previous:
+                    previous[child] = node
+                    following.append(child)
+        frontier = following
+    raise AssertionError(f"no cycle in {component}")
+
+
+def test_infra_has_no_import_cycle():
+    found = cycles(import_graph())
+    assert not found, "import cycles in infra/ (an arrow is an import, at module level or in a function):\n" + "\n".join(
+        "  " + " -> ".join(cycle) for cycle in found
+    )
+
+
+def test_the_graph_sees_every_kind_of_import(tmp_path):
+    # The checker itself: a package whose modules import each other only inside functions, by
+    # relative and absolute `from` imports, is found cyclic; the same package without the
+    # back edge is not.
+    package = tmp_path / "infra"
+    (package / "sub").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "sub" / "__init__.py").write_text("from .inner import thing\n")
+    (package / "sub" / "inner.py").write_text("def thing():\n    from infra import top\n    return top\n")
+    (package / "top.py").write_text("def use():\n    from infra.sub import thing\n    return thing\n")
+    (package / "leaf.py").write_text("import infra.sub.inner\n")
+    graph = import_graph(tmp_path)
+    assert graph["infra.leaf"] == {"infra.sub", "infra.sub.inner"}
+    assert graph["infra.sub.inner"] == {"infra.top"}
+    assert cycles(graph) == [["infra.sub", "infra.sub.inner", "infra.top", "infra.sub"]]
+    (package / "sub" / "inner.py").write_text("def thing():\n    return 1\n")
+    assert cycles(import_graph(tmp_path)) == []
