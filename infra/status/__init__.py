@@ -9,7 +9,10 @@ One concern per module:
   tokens/s, ETA, checkpoints, restarts and preemptions, goodput, COMPLETE);
 * :mod:`~infra.status.capacity`: the queued resource and its slices: the Cloud TPU API
   (``tpu_v2``) for a deployed stack, the emulator's state file for a local one;
-* :mod:`~infra.status.report`: both together, as stable JSON and as a rich table;
+* :mod:`~infra.status.reader`: both read together, from the cloud or from a local emulation
+  (credentials checked first), a fresh status per call;
+* :mod:`~infra.status.report`: both together, as stable JSON and as a rich table (times of
+  day: :mod:`~infra.status.clock`);
 * :mod:`~infra.status.plot`: loss and tokens/s against step with the run's events marked
   (matplotlib, imported only for ``--plot``).
 
