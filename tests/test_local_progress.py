@@ -10,7 +10,7 @@ import sys
 
 from rich.console import Console
 
-from infra.local.progress import BootLines, RunProgress, live_reporter, plain_reporter
+from infra.local.progress import BootLines, ProgressSample, live_reporter, plain_reporter
 
 VM = "slice 0 worker 0"
 
@@ -41,20 +41,20 @@ def test_boot_lines_are_the_first_vm_s_phases_as_they_are_written(tmp_path):
 
 
 def test_a_progress_line_has_step_loss_tokens_per_second_and_restarts():
-    assert RunProgress(40, 120, 2.36021, 1234.5, 1).line() == "step 40/120  loss 2.3602  1,234 tokens/s  restarts 1"
-    assert RunProgress(0, 120, None, None, 0).line() == "step 0/120  restarts 0"
+    assert ProgressSample(40, 120, 2.36021, 1234.5, 1).line() == "step 40/120  loss 2.3602  1,234 tokens/s  restarts 1"
+    assert ProgressSample(0, 120, None, None, 0).line() == "step 0/120  restarts 0"
 
 
 def test_plain_progress_every_tenth_and_otherwise_rate_limited():
     lines: list[str] = []
     show = plain_reporter(lines.append, min_interval_s=1e9)  # never by time: the first step seen, then each tenth
     for step in range(2, 101, 2):
-        show(RunProgress(step, 100, 1.0, None, 0))
+        show(ProgressSample(step, 100, 1.0, None, 0))
     assert [line.split()[1] for line in lines] == ["2/100"] + [f"{s}/100" for s in range(10, 101, 10)]
     every: list[str] = []
     show = plain_reporter(every.append, min_interval_s=0)  # each new step seen
     for step in (1, 2, 3):
-        show(RunProgress(step, 100, 1.0, None, 0))
+        show(ProgressSample(step, 100, 1.0, None, 0))
     assert len(every) == 3
 
 
@@ -62,7 +62,7 @@ def test_the_live_bar_shows_step_total_loss_tokens_per_second_eta_and_restarts()
     out = io.StringIO()
     console = Console(file=out, force_terminal=True, width=120, color_system=None)
     with live_reporter(console, 24) as show:
-        show(RunProgress(12, 24, 4.5084, 707.0, 1))
+        show(ProgressSample(12, 24, 4.5084, 707.0, 1))
     text = out.getvalue()
     assert "12/24" in text and "loss 4.5084" in text and "707 tokens/s" in text and "restarts 1" in text
     assert "ETA" in text

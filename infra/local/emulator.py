@@ -49,7 +49,7 @@ from infra.local.faults import Fault, FaultSchedule
 from infra.local.gcs import GcsServer, GcsServerError, bucket_name_error, point_clients_at
 from infra.local.metadata import MetadataServer
 from infra.local.ports import free_port
-from infra.local.progress import BootLines, ProgressTail, RunProgress
+from infra.local.progress import BootLines, ProgressTail, ProgressSample
 from infra.local.state import EMULATION_ID_ENV, LocalPaths
 from infra.local.supervisor import GroupFailed, ProcessGroup
 from infra.local.tails import MetricsTail, RecordTail, last_lines
@@ -94,7 +94,7 @@ class LocalQueuedResource:
       startup_script: the rendered startup script text.
       report: ``(message) -> None`` for progress and events.
       gcs_port: a fixed port for the storage server (None: a free one).
-      progress: ``(RunProgress) -> None``, called at each new training step seen (None: a
+      progress: ``(ProgressSample) -> None``, called at each new training step seen (None: a
         ``report`` line at each tenth of the run).
       emulation_id: the id its processes carry (``state.EMULATION_ID_ENV``; None: a new one).
     """
@@ -106,7 +106,7 @@ class LocalQueuedResource:
         startup_script: str,
         report: Callable[[str], None] = print,
         gcs_port: int | None = None,
-        progress: Callable[[RunProgress], None] | None = None,
+        progress: Callable[[ProgressSample], None] | None = None,
         emulation_id: str | None = None,
     ):
         self.config = config
@@ -428,7 +428,7 @@ class LocalQueuedResource:
         training passes a tenth of the run (records arrive one sync window at a time) and at
         the last step."""
         if self.on_progress is not None:
-            self.on_progress(RunProgress(tail.last_step, total, tail.last_loss,
+            self.on_progress(ProgressSample(tail.last_step, total, tail.last_loss,
                                          getattr(tail, "last_tokens_per_s", None), self.repairs))
             return
         every = max(1, total // 10)

@@ -6,7 +6,7 @@
   the mesh), so the minute between "booting" and "training started" is not silent.
 * :class:`ProgressTail`: the ``metrics`` log tail (:class:`infra.local.tails.MetricsTail`)
   that also keeps the trainer's newest ``tokens_per_s``.
-* :class:`RunProgress`: one progress observation (step / total, loss, tokens/s, restarts).
+* :class:`ProgressSample`: one progress observation (step / total, loss, tokens/s, restarts).
 * :func:`plain_reporter` (no terminal: one unwrapped line per sync window, at most every
   ``min_interval_s`` and at every tenth of the run) and :func:`live_reporter` (a terminal: a
   rich progress bar with step/total, loss, tokens/s, ETA and restarts;
@@ -77,7 +77,7 @@ class ProgressTail(MetricsTail):
 
 
 @dataclasses.dataclass(frozen=True)
-class RunProgress:
+class ProgressSample:
     """One observation of a run: ``step`` of ``total`` optimizer steps, the step's ``loss``,
     the trainer's ``tokens_per_s`` (None before it reported one) and the ``restarts`` so far."""
 
@@ -102,12 +102,12 @@ class RunProgress:
         return "  ".join(parts)
 
 
-def plain_reporter(report: Callable[[str], None], min_interval_s: float = 10.0) -> Callable[[RunProgress], None]:
+def plain_reporter(report: Callable[[str], None], min_interval_s: float = 10.0) -> Callable[[ProgressSample], None]:
     """Progress as lines through ``report``: at each tenth of the run, at the last step, and
     otherwise at most one every ``min_interval_s`` seconds."""
     last = {"step": -1, "time": float("-inf")}
 
-    def show(progress: RunProgress) -> None:
+    def show(progress: ProgressSample) -> None:
         every = max(1, progress.total // 10)
         now = time.monotonic()
         if (progress.step // every != last["step"] // every or progress.step == progress.total
@@ -120,7 +120,7 @@ def plain_reporter(report: Callable[[str], None], min_interval_s: float = 10.0) 
 
 class live_reporter:
     """A rich progress bar on ``console`` for the block (a context manager returning the
-    ``(RunProgress) -> None`` callback); lines printed on ``console`` meanwhile appear above it."""
+    ``(ProgressSample) -> None`` callback); lines printed on ``console`` meanwhile appear above it."""
 
     def __init__(self, console, total: int):
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
@@ -131,13 +131,13 @@ class live_reporter:
         )
         self.task = self.progress.add_task("train", total=total, detail="booting")
 
-    def __enter__(self) -> Callable[[RunProgress], None]:
+    def __enter__(self) -> Callable[[ProgressSample], None]:
         self.progress.start()
         return self.show
 
     def __exit__(self, *exc) -> None:
         self.progress.stop()
 
-    def show(self, progress: RunProgress) -> None:
+    def show(self, progress: ProgressSample) -> None:
         self.progress.update(self.task, completed=progress.step, detail=progress.detail())
 
