@@ -10,7 +10,7 @@ here from the StackConfig by :func:`component_args`)::
     CheckpointBucket  regional, private, lifecycle rules; protected on prod
     ServiceAccount    the VMs' service account: bucket objects, logs, metrics; with releaseOnComplete
                       a custom role of tpu.nodes.delete (worker 0 deletes the QR when the run is done)
-    ReleaseRecord     the release every VM boot runs, in the bucket (infra/release.py)
+    ReleaseRecord     the release every VM boot runs, in the bucket (infra/components/release.py)
     QueuedResource    the Multislice QR (dynamic provider, infra/queued_resource/)
 
 Exports: bucketUrl, runDir, checkpointPath, queuedResourceName, queuedResourceState,
@@ -41,12 +41,12 @@ from infra import planner
 from infra import startup
 from infra.config import StackConfig
 from infra.logs.filter import logging_filter  # the filter `multislice logs` builds on
-from infra.network import Network, NetworkArgs
+from infra.components.network import Network, NetworkArgs
 from infra.queued_resource import QueuedResource, queued_resource_props
-from infra.release import ReleaseRecord
-from infra.service_account import ServiceAccount, ServiceAccountArgs, data_bucket
-from infra.services import ProjectServices, ServicesArgs
-from infra.storage import BucketArgs, CheckpointBucket
+from infra.components.release import ReleaseRecord
+from infra.components.service_account import ServiceAccount, ServiceAccountArgs, data_bucket
+from infra.components.services import ProjectServices, ServicesArgs
+from infra.components.storage import BucketArgs, CheckpointBucket
 
 
 def load_config() -> StackConfig:

@@ -19,10 +19,10 @@ from infra.config import (
 )
 from infra import naming
 from infra.__main__ import component_args
-from infra.network import Network, NetworkArgs
-from infra.service_account import ServiceAccount, ServiceAccountArgs, data_bucket
-from infra.services import ProjectServices, ServicesArgs
-from infra.storage import BucketArgs, CheckpointBucket
+from infra.components.network import Network, NetworkArgs
+from infra.components.service_account import ServiceAccount, ServiceAccountArgs, data_bucket
+from infra.components.services import ProjectServices, ServicesArgs
+from infra.components.storage import BucketArgs, CheckpointBucket
 from tests.fakes.pulumi_program import FIREWALL, QR_TYPE, declare, engine_config, evaluate, stack_map
 
 ENVIRONMENT = {

@@ -58,7 +58,7 @@ def vm_releases(fake: FakeTpuApi, name: str) -> None:
     with MetadataServer({RELEASE_KEY: name}) as metadata:
         env = {"PATH": os.environ["PATH"], "GCE_METADATA_IP": metadata.address, "MULTISLICE_TPU_API_ENDPOINT": fake.endpoint,
                "MULTISLICE_SLICE": "0", "MULTISLICE_WORKER": "0"}
-        result = subprocess.run(["bash", str(ROOT / "infra" / startup.RELEASE_RESOURCE)], env=env, capture_output=True,
+        result = subprocess.run(["bash", str(ROOT / "infra" / "startup" / startup.RELEASE_RESOURCE)], env=env, capture_output=True,
                                 text=True, timeout=60)
     assert "capacity: released:" in result.stdout, result.stdout + result.stderr
     assert name not in fake.queued_resources

@@ -2,7 +2,7 @@
 the VMs make, and what the emulated queued resource does when it is deleted.
 
 On Cloud TPU, once the run is complete, worker 0 of slice 0 deletes the queued resource named
-by its metadata attribute ``multislice-release-queued-resource`` (``infra/release_on_complete.sh``,
+by its metadata attribute ``multislice-release-queued-resource`` (``infra/startup/release_on_complete.sh``,
 docs/deploying.md) with the VM's service-account token. The emulation does the same:
 
 * the VMs get the attribute exactly as ``pulumi up`` sets it

@@ -2,7 +2,7 @@
 
 With ``multislice:queuedResource.releaseOnComplete`` worker 0 of slice 0 deletes the queued
 resource once its trainer exits 0 (the run wrote ``<run dir>/COMPLETE``; the VM side is
-``infra/release_on_complete.sh``). A later refresh then finds the QR gone; without this module
+``infra/startup/release_on_complete.sh``). A later refresh then finds the QR gone; without this module
 the provider would report it gone and ``pulumi up`` would create it again, booting VMs that
 find the run complete and do nothing. Instead the provider reads the completion record the
 trainer wrote (``training.checkpointing.write_completion``: JSON ``{"step": N, "loss": …}``)

@@ -161,7 +161,7 @@ OUTPUT_KEYS = keys_of(Kind.OUTPUT)
 
 #: Descriptive keys that hash or measure the compressed script: they depend on the operator's
 #: compressor (liblzma build, preset), so :func:`content_view` leaves them out once the script
-#: names its release (the sha256 of the uncompressed release, :mod:`infra.bundle`).
+#: names its release (the sha256 of the uncompressed release, :mod:`infra.startup.bundle`).
 COMPRESSED_FORM_KEYS = ("startupScriptSha256", "startupScriptBytes")
 
 
@@ -170,7 +170,7 @@ def metadata_content(key: str, value: Any) -> Any:
     when it names one (two renderings of one release by different compressors are equal);
     any other value as it is."""
     if key == STARTUP_SCRIPT_KEY and isinstance(value, str):
-        from infra.bundle import release_id_of  # stdlib only; kept out of the import path
+        from infra.startup.bundle import release_id_of  # stdlib only; kept out of the import path
 
         release = release_id_of(value)
         if release is not None:
