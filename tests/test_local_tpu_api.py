@@ -24,7 +24,7 @@ from infra.local.emulator import LocalQueuedResource, Options
 from infra.local.metadata import EMULATED_TOKEN, MetadataServer
 from infra.local.state import LocalPaths
 from infra.local.tpu_api import EmulatedTpuApi
-from infra.queued_resource.inputs import RELEASE_KEY
+from infra.startup.contract import RELEASE_KEY
 from tests.fakes.startup_vm import prefixed
 
 ROOT = Path(__file__).resolve().parents[1]

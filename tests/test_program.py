@@ -24,8 +24,7 @@ from infra import startup
 from infra.startup.bundle import build_archive
 from infra.config import StackConfigError, available_stacks, load_stack
 from infra.components.network import IAP_SSH_RANGE
-from infra.queued_resource import RUN_DIR_KEY, STARTUP_SCRIPT_KEY
-from infra.queued_resource.inputs import RELEASE_KEY
+from infra.startup.contract import RELEASE_KEY, RUN_DIR_KEY, STARTUP_SCRIPT_KEY
 from tests.fakes.pulumi_program import FIREWALL, QR_TYPE, World, engine_config, evaluate, stack_map
 
 STACKS = available_stacks()

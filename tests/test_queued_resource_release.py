@@ -16,9 +16,10 @@ import subprocess
 import pytest
 
 from infra import startup
+from infra.__main__ import component_args
 from infra.components import release
 from infra.config import load_stack
-from infra.queued_resource.inputs import RUN_DIR_KEY, STARTUP_SCRIPT_KEY
+from infra.startup.contract import RUN_DIR_KEY, STARTUP_SCRIPT_KEY
 from infra.queued_resource.nodes import node_in_sync
 from tests.fakes.queued_resource import dev, fake, no_ambient_credentials, props_for, provider_for, qr_name  # noqa: F401 (fixtures)
 from tests.fakes.startup_vm import TPU_ENV, Vm, gcs, prefixed  # noqa: F401 (fixtures)
@@ -100,8 +101,9 @@ def test_a_recreated_node_runs_the_current_release(tmp_path, fake, gcs, dev_with
     assert updated["nodesInSync"] is True and fake.resets(qr_name(created.outs)) == 1
     bucket = config2.bucket_name
     gcs.create_bucket(bucket)
-    gcs.put(bucket, startup.release_object(config2.stack, second.release_id), release.payload_text(second).encode())
-    gcs.put(bucket, startup.record_object(config2.stack), release.record_json(config2, second).encode(), "application/json")
+    recorded = component_args(config2, second).release_record  # what the program's ReleaseRecord writes
+    gcs.put(bucket, startup.release_object(config2.stack, second.release_id), release.payload_text(recorded).encode())
+    gcs.put(bucket, startup.record_object(config2.stack), release.record_json(recorded).encode(), "application/json")
 
     # Cloud TPU recreates slice 1 from the QR's spec: it carries release 1's script again.
     name = node_path(updated, updated["nodeNames"][1])

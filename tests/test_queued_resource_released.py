@@ -16,7 +16,7 @@ import requests
 from infra import startup
 from infra.local.metadata import MetadataServer
 from infra.queued_resource.completion import completed_step, marker_url, new_run_reason
-from infra.queued_resource.inputs import RELEASE_KEY
+from infra.startup.contract import RELEASE_KEY
 from tests.fakes.queued_resource import (  # noqa: F401 (dev, no_ambient_credentials: fixtures)
     dev,
     no_ambient_credentials,

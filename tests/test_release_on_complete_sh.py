@@ -13,7 +13,7 @@ from google.cloud import tpu_v2
 
 from infra import startup
 from infra.local.metadata import EMULATED_TOKEN, MetadataServer
-from infra.queued_resource.inputs import RELEASE_KEY
+from infra.startup.contract import RELEASE_KEY
 from tests.fakes.startup_vm import RUN_DIR, Vm, dev_stack, gcs, prefixed, script  # noqa: F401 (fixtures)
 from tests.fakes.tpu_api import FakeTpuApi
 

@@ -26,7 +26,8 @@ bootstrap carries the tar xz-compressed and base85-encoded (:func:`encode_payloa
 the sha256 of the decompressed tar against the release id, unpacks it once into
 ``$MULTISLICE_HOME/releases/<release id>/`` and runs its ``boot.sh``.
 
-Runtime contract (the emulator, ``training/__main__.py`` and docs/vm-boot.md rely on it):
+Runtime contract (the emulator, ``training/__main__.py`` and docs/vm-boot.md rely on it; the
+names are declared in :mod:`infra.startup.contract`):
 
 * environment inputs, all optional (defaults are a real TPU VM): ``GCE_METADATA_IP``,
   ``MULTISLICE_HOME`` (default :data:`DEFAULT_HOME`), ``MULTISLICE_PYTHON`` (a Python that
@@ -59,6 +60,13 @@ from pathlib import Path
 
 from infra.startup import bundle, content_cache, lockfile
 from infra.startup.bundle import BUNDLE_PACKAGE, release_id_of  # noqa: F401 (part of this module's API)
+from infra.startup.contract import (  # noqa: F401 (record_object, release_object: part of this module's API)
+    DEFAULT_METADATA_HOST,
+    RUN_DIR_KEY,
+    TRAINER_UNIT,
+    record_object,
+    release_object,
+)
 from infra.config import StackConfig
 
 #: GCE limit on one metadata value: "less than or equal to 262144 bytes (256 KiB)"
@@ -67,9 +75,6 @@ METADATA_VALUE_LIMIT_BYTES = 256 * 1024
 
 #: What we aim for (and what tests/test_startup.py checks for the checked-in stacks).
 TARGET_SIZE_BYTES = 64 * 1024
-
-#: The systemd unit that runs the trainer (written by boot.sh; docs/vm-boot.md).
-TRAINER_UNIT = "multislice-trainer.service"
 
 #: Restarts of a failing trainer within :data:`START_LIMIT_INTERVAL_S` before systemd gives up
 #: (``StartLimitBurst=`` is this + 1 starts; systemd.unit(5)).
@@ -100,13 +105,13 @@ RETRY_DELAY_S = 1
 BUILD_ATTEMPTS = 4
 BUILD_RETRY_DELAY_S = 15
 
-#: Defaults of a real TPU VM: state directory, metadata host, unit directory.
+#: Defaults of a real TPU VM: state directory, unit directory (the metadata host,
+#: :data:`~infra.startup.contract.DEFAULT_METADATA_HOST`, is the contract's).
 DEFAULT_HOME = "/var/lib/multislice"
-DEFAULT_METADATA_HOST = "metadata.google.internal"
 DEFAULT_UNIT_DIR = "/etc/systemd/system"
 
 #: Metadata attribute that holds the run directory (set by the queued resource).
-RUN_DIR_ATTRIBUTE = "multislice-run-dir"
+RUN_DIR_ATTRIBUTE = RUN_DIR_KEY
 
 #: Package data of :mod:`infra.startup`: the bootstrap, the boot logic and the unit's launcher.
 TEMPLATE_RESOURCE = "startup.sh.in"
@@ -176,16 +181,6 @@ def fill(text: str, values: dict[str, str], name: str = TEMPLATE_RESOURCE) -> st
             f"values without a placeholder {unused}"
         )
     return _PLACEHOLDER.sub(lambda m: values[m.group(1)], text)
-
-
-def record_object(stack: str) -> str:
-    """Bucket object of the stack's release record (JSON, written by :mod:`infra.components.release`)."""
-    return f"multislice/{stack}/release.json"
-
-
-def release_object(stack: str, release_id: str) -> str:
-    """Bucket object holding release ``release_id`` (its tar, base64)."""
-    return f"multislice/{stack}/releases/{release_id}.tar.b64"
 
 
 def boot_script(config: StackConfig, pins: lockfile.VmPins) -> str:
