@@ -347,3 +347,16 @@ def test_components_and_the_provider_never_import_the_stack_config():
 def test_component_args_refuse_unknown_keys():
     with pytest.raises(ValueError, match="mtu"):
         NetworkArgs(stack="qa", project="acme-ml-qa", region="europe-west4", mtu=1500)
+
+
+def test_importing_the_provider_imports_no_stack_config():
+    # Also not through infra.startup: its package re-exports the renderer lazily (the contract is enough).
+    import subprocess
+    import sys
+
+    from tests.test_layout import ROOT
+
+    probe = "import sys, infra.queued_resource; print(sorted(m for m in sys.modules if m.startswith(('infra.config', 'infra.startup.script'))))"
+    result = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
