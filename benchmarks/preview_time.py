@@ -18,7 +18,7 @@ program's cold evaluation of each stack, their ratio, and a warm evaluation.
 Floor and cold figures are the wall time of the whole process, spawn to exit (interpreter
 start included in both), the median of ``--repeat`` runs taken in turns. Before them, one
 untimed run of each process fills the caches a user's machine has from its previous preview:
-the content cache (``infra.content_cache``; a private ``MULTISLICE_CACHE_DIR``) and, with
+the content cache (``infra.startup.content_cache``; a private ``MULTISLICE_CACHE_DIR``) and, with
 ``--bytecode cached`` (the default), compiled bytecode in a private ``PYTHONPYCACHEPREFIX``;
 that first run is reported too. ``--bytecode none`` makes every process compile every module it
 imports, floor and evaluation alike (``PYTHONDONTWRITEBYTECODE=1`` over an empty prefix),

@@ -2,16 +2,20 @@
 
 ``pulumi up -s <stack>`` reads ``stacks/Pulumi.<stack>.yaml`` through :mod:`infra.config`
 (every validation error names its key, before any resource exists), renders the startup
-script (:mod:`infra.startup`) and declares (each component takes its own args model, built
-here from the StackConfig by :func:`component_args`)::
+script (:mod:`infra.startup`) and declares (each component takes its own args object, built
+here from the StackConfig by :func:`component_args`; the queued resource's inputs by
+:func:`queued_resource_inputs`)::
 
     ProjectServices   tpu, compute, storage, iam, ... APIs enabled (everything depends on it)
     Network           VPC + subnetwork + Cloud NAT + firewall (tag-scoped, IAP-only SSH)
     CheckpointBucket  regional, private, lifecycle rules; protected on prod
     ServiceAccount    the VMs' service account: bucket objects, logs, metrics; with releaseOnComplete
                       a custom role of tpu.nodes.delete (worker 0 deletes the QR when the run is done)
-    ReleaseRecord     the release every VM boot runs, in the bucket (infra/release.py)
+    ReleaseRecord     the release every VM boot runs, in the bucket
     QueuedResource    the Multislice QR (dynamic provider, infra/queued_resource/)
+
+The first five are components of :mod:`infra.components`; the provider package never sees the
+StackConfig either: it gets a :class:`~infra.queued_resource.QueuedResourceInputs`.
 
 Exports: bucketUrl, runDir, checkpointPath, queuedResourceName, queuedResourceState,
 nodeNames, serviceAccountEmail, networkName, subnetworkName, networkTag, loggingFilter,
@@ -41,12 +45,13 @@ from infra import planner
 from infra import startup
 from infra.config import StackConfig
 from infra.logs.filter import logging_filter  # the filter `multislice logs` builds on
-from infra.network import Network, NetworkArgs
-from infra.queued_resource import QueuedResource, queued_resource_props
-from infra.release import ReleaseRecord
-from infra.service_account import ServiceAccount, ServiceAccountArgs, data_bucket
-from infra.services import ProjectServices, ServicesArgs
-from infra.storage import BucketArgs, CheckpointBucket
+from infra.components.network import Network, NetworkArgs
+from infra.components.release import ReleaseRecord, ReleaseRecordArgs
+from infra.components.service_account import ServiceAccount, ServiceAccountArgs, data_bucket
+from infra.components.services import ProjectServices, ServicesArgs
+from infra.components.storage import BucketArgs, CheckpointBucket
+from infra.queued_resource import QueuedResource, QueuedResourceInputs
+from infra.startup import contract
 
 
 def load_config() -> StackConfig:
@@ -71,10 +76,12 @@ class ComponentArgs:
     network: NetworkArgs
     bucket: BucketArgs
     service_account: ServiceAccountArgs
+    release_record: ReleaseRecordArgs
 
 
-def component_args(config: StackConfig) -> ComponentArgs:
-    """Each component's own args: only the keys it reads (names and labels via infra.naming)."""
+def component_args(config: StackConfig, script: startup.RenderedScript) -> ComponentArgs:
+    """Each component's own args: only the keys it reads (names and labels via infra.naming);
+    the release record's from ``script``, the stack's rendered startup script."""
     return ComponentArgs(
         services=ServicesArgs(project=config.project),
         network=NetworkArgs(stack=config.stack, project=config.project, region=config.region, settings=config.network),
@@ -94,6 +101,81 @@ def component_args(config: StackConfig) -> ComponentArgs:
             data_bucket=data_bucket(config.training.data.source, config.bucket_name),
             release_on_complete=config.release_on_complete,
         ),
+        release_record=ReleaseRecordArgs(
+            stack=config.stack, run_dir=config.run_dir, release_id=script.release_id, release=script.release
+        ),
+    )
+
+
+def reservation_path(config: StackConfig) -> str | None:
+    """The QR's ``reservation_name`` for ``capacity: reserved``.
+
+    A short name becomes ``projects/<project>/locations/<zone>/reservations/<name>``; without
+    a name it is ``.../reservations/-`` (any reservation of the project in the zone), as
+    ``gcloud compute tpus queued-resources create --reserved`` sends it (gcloud's
+    ``queued_resource_util.CreateReservationName``).
+    """
+    if config.capacity != "reserved":
+        return None
+    name = config.reservation_name or "-"
+    if "/" in name:
+        return name
+    return f"projects/{config.project}/locations/{config.zone}/reservations/{name}"
+
+
+def queued_resource_inputs(
+    config: StackConfig,
+    script: startup.RenderedScript,
+    *,
+    network: pulumi.Input[str],
+    subnetwork: pulumi.Input[str],
+    service_account: pulumi.Input[str],
+    tags: pulumi.Input[list[str]],
+) -> QueuedResourceInputs:
+    """The QR's inputs for a stack (some values may be Outputs of the other components).
+
+    ``metadata`` holds the startup script, the run directory and, with ``releaseOnComplete``,
+    the QR's own name (:func:`infra.startup.contract.node_metadata`); ``trainer`` (the
+    TrainConfig as a plain object) and the sha256 values describe the script so ``pulumi
+    preview --diff`` shows which key changed while the script's own diff is hidden. Pure:
+    equal configs give equal inputs. ``config`` is already valid (its capacity is one the
+    ``tpu_v2`` API can express: :data:`infra.queued_resource.inputs.CAPACITY_TYPES`).
+    """
+    settings = config.queued_resource
+    return QueuedResourceInputs(
+        project=config.project,
+        zone=config.zone,
+        queued_resource_id=config.queued_resource_id,
+        node_id=None if config.slices > 1 else config.queued_resource_id,
+        node_id_prefix=config.queued_resource_id if config.slices > 1 else None,
+        accelerator_type=config.accelerator_type,
+        runtime_version=config.effective_runtime_version,
+        slices=config.slices,
+        capacity=config.capacity,
+        reservation_name=reservation_path(config),
+        network=network,
+        subnetwork=subnetwork,
+        service_account=service_account,
+        tags=tags,
+        labels=dict(sorted(config.resource_labels.items())),
+        metadata=contract.node_metadata(
+            startup_script=script.text,
+            run_dir=config.run_dir,
+            queued_resource_name=config.queued_resource_name,
+            release_on_complete=config.release_on_complete,
+        ),
+        # None values are dropped: the engine stores no nulls, so previews compare like with like.
+        trainer=config.training.model_dump(mode="json", exclude_none=True),
+        run_dir=config.run_dir,
+        bundle_sha256=script.bundle_sha256,
+        startup_script_sha256=script.sha256,
+        requirements_sha256=script.requirements_sha256,
+        startup_script_bytes=script.size_bytes,
+        release_files=dict(script.files) or None,
+        wait_for=settings.wait_for,
+        create_timeout_seconds=settings.create_timeout,
+        delete_timeout_seconds=settings.delete_timeout,
+        valid_until_seconds=settings.valid_until,
     )
 
 
@@ -136,16 +218,16 @@ def define(config: StackConfig, script: startup.RenderedScript | None = None) ->
         pulumi.log.warn(warning)
     script = script if script is not None else startup.render(config)
 
-    args = component_args(config)
+    args = component_args(config, script)
     services = ProjectServices("apis", args.services)
     after_apis = pulumi.ResourceOptions(depends_on=[services])
     network = Network("network", args.network, opts=after_apis)
     bucket = CheckpointBucket("checkpoints", args.bucket, opts=after_apis)
     # Logical name "identity" kept from before the rename: it is part of existing stacks' URNs.
     service_account = ServiceAccount("identity", args.service_account, bucket=bucket.name, opts=after_apis)
-    release = ReleaseRecord("release", config, script, bucket=bucket.name, opts=after_apis)  # what every boot runs
+    release = ReleaseRecord("release", args.release_record, bucket=bucket.name, opts=after_apis)  # what every boot runs
 
-    props = queued_resource_props(
+    inputs = queued_resource_inputs(
         config,
         script,
         network=network.network,
@@ -155,7 +237,7 @@ def define(config: StackConfig, script: startup.RenderedScript | None = None) ->
     )
     queued_resource = QueuedResource(
         "queued-resource",
-        props,
+        inputs,
         # The VMs boot into the script at once: NAT, firewall, bucket grants must exist first.
         opts=pulumi.ResourceOptions(depends_on=[services, network, bucket, service_account, release]),
     )

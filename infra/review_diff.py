@@ -109,7 +109,7 @@ def config_changes(old: dict[str, Any], new: dict[str, Any]) -> list[tuple[str, 
 
 def trainer_file_changes(old_training: Path, new_training: Path) -> list[tuple[str, str]]:
     """``(training/<path>, added|removed|modified)`` over the bundled files of both trees."""
-    from infra.bundle import BUNDLE_PACKAGE, bundle_files
+    from infra.startup.bundle import BUNDLE_PACKAGE, bundle_files
 
     def digests(directory: Path) -> dict[str, str]:
         files = bundle_files(directory) if directory.is_dir() else []

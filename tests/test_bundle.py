@@ -1,4 +1,4 @@
-"""infra/bundle.py: reproducible uncompressed archives (the trainer bundle, the release), and
+"""infra/startup/bundle.py: reproducible uncompressed archives (the trainer bundle, the release), and
 xz compression whose bytes nothing depends on."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from infra.shipped_source import strip_documentation
-from infra.bundle import BUNDLE_PACKAGE, build_archive, build_bundle, bundle_files, compress, trainer_files
+from infra.startup.shipped_source import strip_documentation
+from infra.startup.bundle import BUNDLE_PACKAGE, build_archive, build_bundle, bundle_files, compress, trainer_files
 
 ROOT = Path(__file__).resolve().parents[1]
 

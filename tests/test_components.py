@@ -19,10 +19,14 @@ from infra.config import (
 )
 from infra import naming
 from infra.__main__ import component_args
-from infra.network import Network, NetworkArgs
-from infra.service_account import ServiceAccount, ServiceAccountArgs, data_bucket
-from infra.services import ProjectServices, ServicesArgs
-from infra.storage import BucketArgs, CheckpointBucket
+from infra.components.network import Network, NetworkArgs
+from infra.components.release import ReleaseRecord, ReleaseRecordArgs
+from infra.components.service_account import ServiceAccount, ServiceAccountArgs, data_bucket
+from infra.components.services import ProjectServices, ServicesArgs
+from infra.components.storage import BucketArgs, CheckpointBucket
+from infra.queued_resource import QueuedResource, QueuedResourceInputs
+from infra.startup import RenderedScript
+from infra.startup.contract import RUN_DIR_KEY, STARTUP_SCRIPT_KEY
 from tests.fakes.pulumi_program import FIREWALL, QR_TYPE, declare, engine_config, evaluate, stack_map
 
 ENVIRONMENT = {
@@ -33,6 +37,11 @@ ENVIRONMENT = {
                                   "deleteTimeout": "15m"},
     "multislice:labels": {"team": "research", "cost-center": "ml-42"},
 }
+
+
+#: A rendered script stand-in for the args that only some tests read (no rendering needed).
+SCRIPT = RenderedScript(text="#!/bin/bash\n", sha256="s" * 64, release_id="0" * 64, release=b"tar", bundle_sha256="b" * 64,
+                        requirements_sha256="r" * 64, size_bytes=12)
 
 
 def dev_with(**changes) -> dict:
@@ -200,11 +209,11 @@ def test_single_slice_node_id_is_the_qr_id():
 def test_data_bucket_only_for_other_gs_buckets():
     prod = validate_stack("prod", stack_map("prod"), "t")
     assert prod.training.data.source.startswith("gs://acme-ml-prod-corpora/")
-    assert component_args(prod).service_account.data_bucket == "acme-ml-prod-corpora"
+    assert component_args(prod, SCRIPT).service_account.data_bucket == "acme-ml-prod-corpora"
     own = prod.model_copy(update={"training": prod.training.model_copy(update={
         "data": prod.training.data.model_copy(update={"source": f"gs://{prod.bucket_name}/data/*.txt"})})})
-    assert component_args(own).service_account.data_bucket is None
-    assert component_args(validate_stack("dev", stack_map("dev"), "t")).service_account.data_bucket is None
+    assert component_args(own, SCRIPT).service_account.data_bucket is None
+    assert component_args(validate_stack("dev", stack_map("dev"), "t"), SCRIPT).service_account.data_bucket is None
     assert data_bucket("gs://corpora/x/*.txt", "ckpt") == "corpora"
     assert data_bucket("gs://ckpt/data/*.txt", "ckpt") is None
     assert data_bucket("/data/*.txt", "ckpt") is None
@@ -280,8 +289,19 @@ def test_each_component_is_declared_from_its_own_args_alone():
                                                      run_name="r7", labels={"team": "x"}, protect=True,
                                                      soft_delete_days=7,
                                                      settings=BucketSettings(nearline_after_days=None)))
-        ServiceAccount("sa", ServiceAccountArgs(stack="qa", project="acme-ml-qa", data_bucket="corpora"),
-                       bucket=bucket.name)
+        account = ServiceAccount("sa", ServiceAccountArgs(stack="qa", project="acme-ml-qa", data_bucket="corpora"),
+                                 bucket=bucket.name)
+        ReleaseRecord("release", ReleaseRecordArgs(stack="qa", run_dir="gs://acme-ml-qa-qa-ckpt/runs/r7",
+                                                   release_id="f" * 64, release=b"the release tar"), bucket=bucket.name)
+        QueuedResource("qr", QueuedResourceInputs(
+            project="acme-ml-qa", zone="europe-west4-a", queued_resource_id="multislice-qa", node_id="multislice-qa",
+            accelerator_type="v5p-8", runtime_version="v2-alpha-tpuv5", slices=1, capacity="spot",
+            network="projects/acme-ml-qa/global/networks/n", subnetwork="projects/acme-ml-qa/regions/europe-west4/subnetworks/s",
+            service_account=account.email, tags=["multislice-qa-tpu"], labels={"team": "x"},
+            metadata={STARTUP_SCRIPT_KEY: "#!/bin/bash\n", RUN_DIR_KEY: "gs://acme-ml-qa-qa-ckpt/runs/r7"},
+            trainer={"steps": 3}, run_dir="gs://acme-ml-qa-qa-ckpt/runs/r7", bundle_sha256="b" * 64,
+            startup_script_sha256="s" * 64, requirements_sha256="r" * 64, startup_script_bytes=12, wait_for="ACTIVE",
+            create_timeout_seconds=60.0, delete_timeout_seconds=60.0))
 
     world = declare(build)
     assert [r.inputs["service"] for r in world.of("gcp:projects/service:Service")] == ["tpu.googleapis.com"]
@@ -298,8 +318,45 @@ def test_each_component_is_declared_from_its_own_args_alone():
     assert world.one("gcp:serviceaccount/account:Account").inputs["accountId"] == "multislice-qa-tpu"
     grants = {(g.inputs["bucket"], g.inputs["role"]) for g in world.of("gcp:storage/bucketIAMMember:BucketIAMMember")}
     assert grants == {("acme-ml-qa-qa-ckpt", "roles/storage.objectUser"), ("corpora", "roles/storage.objectViewer")}
+    # pulumi-gcp marks BucketObject.content secret: the engine sees it wrapped.
+    objects = {r.inputs["name"]: r.inputs["content"]["value"] for r in world.of("gcp:storage/bucketObject:BucketObject")}
+    assert json.loads(objects["multislice/qa/release.json"]) == {
+        "format": 1, "payload": f"multislice/qa/releases/{'f' * 64}.tar.b64", "release": "f" * 64,
+        "runDir": "gs://acme-ml-qa-qa-ckpt/runs/r7", "stack": "qa"}
+    assert objects[f"multislice/qa/releases/{'f' * 64}.tar.b64"] == "dGhlIHJlbGVhc2UgdGFy\n"  # base64 of the tar
+    qr = world.one(QR_TYPE).inputs
+    assert (qr["queuedResourceId"], qr["zone"], qr["acceleratorType"], qr["labels"]) == (
+        "multislice-qa", "europe-west4-a", "v5p-8", {"team": "x"})
+    assert qr["metadata"][RUN_DIR_KEY] == "gs://acme-ml-qa-qa-ckpt/runs/r7" and qr["tags"] == ["multislice-qa-tpu"]
+
+
+def test_components_and_the_provider_never_import_the_stack_config():
+    # Their args (and the provider's inputs) are built by the program, infra/__main__.py.
+    from tests.test_layout import ROOT, imported_modules
+
+    for folder in ("components", "queued_resource"):
+        for path in sorted((ROOT / "infra" / folder).glob("*.py")):
+            imported = {m for m in imported_modules(path) if m == "infra.config" or m.startswith("infra.config.")}
+            # A component's args may hold a settings model of its own key (NetworkSettings, BucketSettings).
+            allowed = {"infra.config.environment"} if folder == "components" else set()
+            assert imported <= allowed, (path, imported)
+    for path in sorted((ROOT / "infra" / "queued_resource").glob("*.py")):
+        assert "StackConfig" not in path.read_text(), path  # not even for type checking
 
 
 def test_component_args_refuse_unknown_keys():
     with pytest.raises(ValueError, match="mtu"):
         NetworkArgs(stack="qa", project="acme-ml-qa", region="europe-west4", mtu=1500)
+
+
+def test_importing_the_provider_imports_no_stack_config():
+    # Also not through infra.startup: its package re-exports the renderer lazily (the contract is enough).
+    import subprocess
+    import sys
+
+    from tests.test_layout import ROOT
+
+    probe = "import sys, infra.queued_resource; print(sorted(m for m in sys.modules if m.startswith(('infra.config', 'infra.startup.script'))))"
+    result = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"

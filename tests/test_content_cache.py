@@ -1,6 +1,6 @@
-"""infra/content_cache.py and the work cached by content: the trainer bundle
-(``infra.bundle.cached_bundle``), the xz stream of a release (``infra.bundle.cached_compress``)
-and the VM's pins (``infra.lockfile.vm_pins``). A changed
+"""infra/startup/content_cache.py and the work cached by content: the trainer bundle
+(``infra.startup.bundle.cached_bundle``), the xz stream of a release (``infra.startup.bundle.cached_compress``)
+and the VM's pins (``infra.startup.lockfile.vm_pins``). A changed
 input is a miss, an unchanged one (even with a new mtime) a hit; entries are atomic and
 checked."""
 
@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from infra import bundle, content_cache, lockfile, startup
+from infra import startup
+from infra.startup import bundle, content_cache, lockfile
 from infra.config import load_stack
-from infra.content_cache import ContentCache, key_of
+from infra.startup.content_cache import ContentCache, key_of
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -104,7 +105,7 @@ def test_concurrent_writers_leave_one_valid_entry(tmp_path):
     # Several processes store the same key at once (each writes many times): every reader in
     # between sees a whole entry or none, and the survivor verifies.
     code = (
-        "import sys; from pathlib import Path; from infra.content_cache import ContentCache\n"
+        "import sys; from pathlib import Path; from infra.startup.content_cache import ContentCache\n"
         "c = ContentCache(Path(sys.argv[1])); payload = bytes(range(256)) * 4096\n"
         "for _ in range(30):\n"
         "    c.put('ns', 'k', payload)\n"

@@ -72,8 +72,9 @@ def test_one_slice_has_no_megascale_settings(tmp_path):
     ("spot", None, True), ("on-demand", None, True), ("reserved", None, False), ("spot", False, False), ("reserved", True, True),
 ])
 def test_release_on_complete_names_the_queued_resource_as_pulumi_up_does(tmp_path, capacity, key, expected):
-    from infra.queued_resource.inputs import RELEASE_KEY, node_metadata
+    from infra.__main__ import queued_resource_inputs
     from infra.startup import render
+    from infra.startup.contract import RELEASE_KEY
 
     path = tmp_path / "Pulumi.emu.yaml"
     variant = STACK.read_text().replace("multislice:capacity: spot", f"multislice:capacity: {capacity}")
@@ -84,7 +85,8 @@ def test_release_on_complete_names_the_queued_resource_as_pulumi_up_does(tmp_pat
     path.write_text(variant)
     config = load_stack_file(path)
     assert config.release_on_complete is expected
-    pulumi_sets = node_metadata(config, render(config)).get(RELEASE_KEY)  # the nodes' metadata on Cloud TPU
+    inputs = queued_resource_inputs(config, render(config), network="n", subnetwork="s", service_account="a", tags=[])
+    pulumi_sets = inputs.metadata.get(RELEASE_KEY)  # the nodes' metadata on Cloud TPU
     for slice_id in range(config.slices):
         attributes = topology.vm_metadata(config, slice_id, 0, startup_script="", run_dir=config.run_dir)
         assert attributes.get(RELEASE_KEY) == pulumi_sets

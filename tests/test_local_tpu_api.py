@@ -24,7 +24,7 @@ from infra.local.emulator import LocalQueuedResource, Options
 from infra.local.metadata import EMULATED_TOKEN, MetadataServer
 from infra.local.state import LocalPaths
 from infra.local.tpu_api import EmulatedTpuApi
-from infra.queued_resource.inputs import RELEASE_KEY
+from infra.startup.contract import RELEASE_KEY
 from tests.fakes.startup_vm import prefixed
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -112,7 +112,7 @@ def test_the_release_script_deletes_through_it(api):
     with MetadataServer({RELEASE_KEY: NAME}) as metadata:
         env = {"PATH": os.environ["PATH"], "GCE_METADATA_IP": metadata.address, "MULTISLICE_TPU_API_ENDPOINT": server.endpoint,
                "MULTISLICE_SLICE": "0", "MULTISLICE_WORKER": "0"}
-        result = subprocess.run(["bash", str(ROOT / "infra" / startup.RELEASE_RESOURCE)], env=env, capture_output=True,
+        result = subprocess.run(["bash", str(ROOT / "infra" / "startup" / startup.RELEASE_RESOURCE)], env=env, capture_output=True,
                                 text=True, timeout=60)
     assert prefixed(result.stdout + result.stderr, "[slice 0 worker 0] ") == [
         f"capacity: the run is complete: deleting queued resource {NAME} (force: its nodes first)",
@@ -126,7 +126,7 @@ def stand_in(others: str) -> str:
     after the trainer exited 0; the other VMs run ``others``."""
     return f"""#!/bin/bash
 if [[ $MULTISLICE_HOME == */slice-0-worker-0 ]]; then
-  MULTISLICE_SLICE=0 MULTISLICE_WORKER=0 exec bash {ROOT / "infra" / startup.RELEASE_RESOURCE}
+  MULTISLICE_SLICE=0 MULTISLICE_WORKER=0 exec bash {ROOT / "infra" / "startup" / startup.RELEASE_RESOURCE}
 fi
 {others}
 """

@@ -1,4 +1,4 @@
-"""infra/lockfile.py: the VM's pinned requirements are a complete, minimal, deterministic
+"""infra/startup/lockfile.py: the VM's pinned requirements are a complete, minimal, deterministic
 closure of the trainer's dependencies taken from uv.lock. (Reading the lock:
 tests/test_uv_lock.py; the VM as a target: tests/test_target_environment.py.)"""
 
@@ -15,9 +15,9 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
-from infra import lockfile
-from infra.target_environment import TargetEnvironment
-from infra.uv_lock import LockfileError
+from infra.startup import lockfile
+from infra.startup.target_environment import TargetEnvironment
+from infra.startup.uv_lock import LockfileError
 
 ROOT = Path(__file__).resolve().parents[1]
 

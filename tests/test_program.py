@@ -21,11 +21,10 @@ from pathlib import Path
 import pytest
 
 from infra import startup
-from infra.bundle import build_archive
+from infra.startup.bundle import build_archive
 from infra.config import StackConfigError, available_stacks, load_stack
-from infra.network import IAP_SSH_RANGE
-from infra.queued_resource import RUN_DIR_KEY, STARTUP_SCRIPT_KEY
-from infra.queued_resource.inputs import RELEASE_KEY
+from infra.components.network import IAP_SSH_RANGE
+from infra.startup.contract import RELEASE_KEY, RUN_DIR_KEY, STARTUP_SCRIPT_KEY
 from tests.fakes.pulumi_program import FIREWALL, QR_TYPE, World, engine_config, evaluate, stack_map
 
 STACKS = available_stacks()
@@ -167,7 +166,7 @@ def test_node_count_prefix_and_shape_come_from_the_config(worlds, stack):
 
 
 def _bundle_from_script(text: str) -> bytes:
-    """The trainer bundle (``training/*`` of the embedded release, as infra.bundle archives it)."""
+    """The trainer bundle (``training/*`` of the embedded release, as infra.startup.bundle archives it)."""
     match = re.search(r"<<'MULTISLICE_RELEASE'[^\n]*\n(.*?)^MULTISLICE_RELEASE$", text, re.S | re.M)
     assert match, "no MULTISLICE_RELEASE heredoc in the startup script"
     release = lzma.decompress(base64.b85decode(match.group(1).strip()))

@@ -24,8 +24,6 @@ from infra.queued_resource.inputs import (
     OUTPUT_KEYS,
     PROVIDER_VERSION,
     REPLACE_KEYS,
-    RUN_DIR_KEY,
-    STARTUP_SCRIPT_KEY,
     UPDATE_IN_PLACE_KEYS,
     Kind,
     QueuedResourceInputs,
@@ -34,8 +32,8 @@ from infra.queued_resource.inputs import (
     keys_of,
     node_ids,
     parent_of,
-    reservation_path,
 )
+from infra.startup.contract import RUN_DIR_KEY, STARTUP_SCRIPT_KEY
 from tests.fakes.queued_resource import (  # noqa: F401 (dev, no_ambient_credentials, props: fixtures)
     dev,
     no_ambient_credentials,
@@ -212,6 +210,8 @@ def test_an_unknown_value_during_preview_always_differs():
 
 
 def test_reservation_path_names_the_reservation_or_any_in_the_zone(dev):
+    from infra.__main__ import reservation_path  # the program computes it from the stack
+
     prod = load_stack("prod")
     assert reservation_path(prod) == "projects/acme-ml-prod/locations/us-east5-a/reservations/acme-v5p-training"
     assert reservation_path(dev) is None
@@ -219,3 +219,10 @@ def test_reservation_path_names_the_reservation_or_any_in_the_zone(dev):
     assert reservation_path(reserved) == "projects/acme-ml-dev/locations/us-central2-b/reservations/-"
     full = dev.model_copy(update={"capacity": "reserved", "reservation_name": "folders/7/locations/us-central2-b/reservations/r"})
     assert reservation_path(full) == "folders/7/locations/us-central2-b/reservations/r"
+
+
+def test_the_provider_accepts_the_capacity_types_the_stack_config_offers():
+    from infra.config import CAPACITY_TYPES as offered
+    from infra.queued_resource.inputs import CAPACITY_TYPES as accepted
+
+    assert accepted == offered  # the provider does not import infra.config: the two are kept equal here

@@ -17,7 +17,6 @@ from infra.queued_resource import (
     QueuedResourceError,
     QueuedResourceFailed,
     QueuedResourceProvider,
-    queued_resource_props,
 )
 from infra.queued_resource.inputs import CLOUD_PLATFORM_SCOPE
 from tests.fakes.queued_resource import (  # noqa: F401 (access_token, active, dev, fake, no_ambient_credentials, props: fixtures)
@@ -32,6 +31,7 @@ from tests.fakes.queued_resource import (  # noqa: F401 (access_token, active, d
     fake,
     no_ambient_credentials,
     props,
+    props_for,
     provider_for,
     qr_name,
     script,
@@ -152,10 +152,7 @@ def test_our_qr_left_by_an_interrupted_run_is_adopted_and_converged(fake, dev, p
     provider = provider_for(fake)
     provider.create(props)  # ... and then `pulumi up` was killed before recording it
     fake.calls.clear()
-    newer = queued_resource_props(
-        dev, script("#!/bin/bash\necho v2\n"), network=NETWORK, subnetwork=SUBNETWORK,
-        service_account=SERVICE_ACCOUNT, tags=[TAG],
-    )
+    newer = props_for(dev, script("#!/bin/bash\necho v2\n"))
     result = provider.create(newer)
     assert result.id == qr_name(props) and result.outs["ready"] is True and result.outs["nodesInSync"] is True
     assert fake.rpcs(include_reads=False) == ["CreateQueuedResource", "UpdateNode", "UpdateNode", "ResetQueuedResource"]
@@ -176,10 +173,7 @@ def test_metadata_only_change_updates_every_node_then_resets_and_never_deletes(f
     first = "projects/acme-ml-dev/locations/us-central2-b/nodes/multislice-dev-0"
     fake.node(first).metadata["ssh-keys"] = "alice:ssh-ed25519 AAAA"
 
-    new = queued_resource_props(
-        dev, script("#!/bin/bash\necho v2\n"), network=NETWORK, subnetwork=SUBNETWORK,
-        service_account=SERVICE_ACCOUNT, tags=[TAG],
-    )
+    new = props_for(dev, script("#!/bin/bash\necho v2\n"))
     diff = provider.diff(id_, outs, new)
     assert diff.changes is True and diff.replaces == []
 

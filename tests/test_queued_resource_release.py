@@ -4,7 +4,7 @@ fake with real rendered startup scripts:
 * no-op means no-op on any operator machine: a script rendered with another compressor (the
   xz tool, another level) is the same release, so diff, refresh and update see no change;
 * a node that Cloud TPU recreates from the QR's creation-time spec still boots the release
-  that the last ``pulumi up`` recorded in the bucket (infra/release.py), fetched and verified.
+  that the last ``pulumi up`` recorded in the bucket (infra/components/release.py), fetched and verified.
 """
 
 from __future__ import annotations
@@ -15,9 +15,11 @@ import subprocess
 
 import pytest
 
-from infra import release, startup
+from infra import startup
+from infra.__main__ import component_args
+from infra.components import release
 from infra.config import load_stack
-from infra.queued_resource.inputs import RUN_DIR_KEY, STARTUP_SCRIPT_KEY
+from infra.startup.contract import RUN_DIR_KEY, STARTUP_SCRIPT_KEY
 from infra.queued_resource.nodes import node_in_sync
 from tests.fakes.queued_resource import dev, fake, no_ambient_credentials, props_for, provider_for, qr_name  # noqa: F401 (fixtures)
 from tests.fakes.startup_vm import TPU_ENV, Vm, gcs, prefixed  # noqa: F401 (fixtures)
@@ -89,7 +91,7 @@ def test_a_changed_release_is_a_change(fake, dev_with_run_dir, rendered):
 
 def test_a_recreated_node_runs_the_current_release(tmp_path, fake, gcs, dev_with_run_dir, rendered):
     # pulumi up #1 created the QR with release 1; pulumi up #2 updated every node in place to
-    # release 2 and wrote release 2's record and payload to the bucket (infra/release.py).
+    # release 2 and wrote release 2's record and payload to the bucket (infra/components/release.py).
     training = dev_with_run_dir.training.model_copy(update={"steps": dev_with_run_dir.training.steps + 7})
     config2 = dev_with_run_dir.model_copy(update={"training": training})
     second = startup.render(config2)
@@ -99,8 +101,9 @@ def test_a_recreated_node_runs_the_current_release(tmp_path, fake, gcs, dev_with
     assert updated["nodesInSync"] is True and fake.resets(qr_name(created.outs)) == 1
     bucket = config2.bucket_name
     gcs.create_bucket(bucket)
-    gcs.put(bucket, startup.release_object(config2.stack, second.release_id), release.payload_text(second).encode())
-    gcs.put(bucket, startup.record_object(config2.stack), release.record_json(config2, second).encode(), "application/json")
+    recorded = component_args(config2, second).release_record  # what the program's ReleaseRecord writes
+    gcs.put(bucket, startup.release_object(config2.stack, second.release_id), release.payload_text(recorded).encode())
+    gcs.put(bucket, startup.record_object(config2.stack), release.record_json(recorded).encode(), "application/json")
 
     # Cloud TPU recreates slice 1 from the QR's spec: it carries release 1's script again.
     name = node_path(updated, updated["nodeNames"][1])

@@ -16,7 +16,7 @@ import requests
 from infra import startup
 from infra.local.metadata import MetadataServer
 from infra.queued_resource.completion import completed_step, marker_url, new_run_reason
-from infra.queued_resource.inputs import RELEASE_KEY
+from infra.startup.contract import RELEASE_KEY
 from tests.fakes.queued_resource import (  # noqa: F401 (dev, no_ambient_credentials: fixtures)
     dev,
     no_ambient_credentials,
@@ -58,7 +58,7 @@ def vm_releases(fake: FakeTpuApi, name: str) -> None:
     with MetadataServer({RELEASE_KEY: name}) as metadata:
         env = {"PATH": os.environ["PATH"], "GCE_METADATA_IP": metadata.address, "MULTISLICE_TPU_API_ENDPOINT": fake.endpoint,
                "MULTISLICE_SLICE": "0", "MULTISLICE_WORKER": "0"}
-        result = subprocess.run(["bash", str(ROOT / "infra" / startup.RELEASE_RESOURCE)], env=env, capture_output=True,
+        result = subprocess.run(["bash", str(ROOT / "infra" / "startup" / startup.RELEASE_RESOURCE)], env=env, capture_output=True,
                                 text=True, timeout=60)
     assert "capacity: released:" in result.stdout, result.stdout + result.stderr
     assert name not in fake.queued_resources

@@ -1,4 +1,4 @@
-"""The VM side of releaseOnComplete (infra/release_on_complete.sh, release-on-complete.sh in the
+"""The VM side of releaseOnComplete (infra/startup/release_on_complete.sh, release-on-complete.sh in the
 release): run with a loopback metadata server against the loopback TPU API fake, alone and as
 the rendered startup script runs it on an emulated VM whose trainer exits 0."""
 
@@ -13,12 +13,12 @@ from google.cloud import tpu_v2
 
 from infra import startup
 from infra.local.metadata import EMULATED_TOKEN, MetadataServer
-from infra.queued_resource.inputs import RELEASE_KEY
+from infra.startup.contract import RELEASE_KEY
 from tests.fakes.startup_vm import RUN_DIR, Vm, dev_stack, gcs, prefixed, script  # noqa: F401 (fixtures)
 from tests.fakes.tpu_api import FakeTpuApi
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "infra" / startup.RELEASE_RESOURCE
+SCRIPT = ROOT / "infra" / "startup" / startup.RELEASE_RESOURCE
 PARENT = "projects/acme-ml-dev/locations/us-central2-b"
 NAME = f"{PARENT}/queuedResources/multislice-dev"
 

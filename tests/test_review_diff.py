@@ -12,7 +12,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from infra.bundle import build_bundle
+from infra.startup.bundle import build_bundle
 from infra.cli import app
 from infra.review_diff import DiffError, config_changes, diff_stack
 

@@ -1,4 +1,4 @@
-"""infra.shipped_source: the trainer ships without docstrings and comments, line for line."""
+"""infra.startup.shipped_source: the trainer ships without docstrings and comments, line for line."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from infra.bundle import bundle_files, trainer_files
-from infra.shipped_source import strip_documentation
+from infra.startup.bundle import bundle_files, trainer_files
+from infra.startup.shipped_source import strip_documentation
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -1,4 +1,4 @@
-"""infra/startup.py and its templates (infra/startup.sh.in, boot.sh.in, trainer.sh): the rendered
+"""infra/startup/script.py and its templates (infra/startup/startup.sh.in, boot.sh.in, trainer.sh): the rendered
 startup script is reproducible, small and valid bash, carries its release intact, and the
 templates are filled exactly. What the script does on a VM is tests/test_startup_sh.py."""
 
@@ -19,8 +19,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from infra import bundle, lockfile, startup
-from infra.bundle import build_bundle
+from infra import startup
+from infra.startup import bundle, lockfile
+from infra.startup.bundle import build_bundle
 from infra.config import StackConfig, load_stack
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -105,7 +106,7 @@ def test_payload_survives_bash_json_and_yaml(tmp_path, rendered):
 
 def test_encode_payload_refuses_what_the_heredoc_could_not_carry(monkeypatch):
     assert base64.b85decode(startup.encode_payload(b"\x00\xff" * 7)) == b"\x00\xff" * 7
-    monkeypatch.setattr(startup.base64, "b85encode", lambda data: b"ok'quote")
+    monkeypatch.setattr("infra.startup.script.base64.b85encode", lambda data: b"ok'quote")
     with pytest.raises(ValueError, match="outside RFC 1924"):
         startup.encode_payload(b"x")
 
@@ -137,7 +138,7 @@ def test_header_and_fields(stacks, rendered):
         assert f"release:             {script.release_id}" in head
         assert f"bundle sha256:       {script.bundle_sha256}" in head
         assert f"requirements sha256: {script.requirements_sha256}" in head
-        assert "rendered by infra/startup.py — do not edit" in head
+        assert "rendered by infra/startup/script.py — do not edit" in head
         data = script.text.encode()
         assert script.size_bytes == len(data)
         assert script.sha256 == hashlib.sha256(data).hexdigest()
@@ -147,7 +148,7 @@ def test_header_and_fields(stacks, rendered):
         assert files["requirements.txt"] == requirements.text.encode()
         assert files["uv-requirements.txt"] == lockfile.pinned_uv(ROOT).requirement_text.encode()
         assert json.loads(files["config.json"]) == json.loads(config.training.model_dump_json())
-        assert files["trainer.sh"] == (ROOT / "infra" / "trainer.sh").read_bytes()
+        assert files["trainer.sh"] == (ROOT / "infra" / "startup" / "trainer.sh").read_bytes()
         boot = files["boot.sh"].decode()
         assert f"readonly REQUIREMENTS_SHA256={requirements.sha256}" in boot
         assert f"stack {name} ({config.accelerator_type} x {config.slices})" in boot
@@ -207,7 +208,7 @@ def test_too_large_is_an_error(tmp_path, stacks):
 
 
 def test_too_large_respects_the_limit_constant(monkeypatch, stacks, rendered):
-    monkeypatch.setattr(startup, "METADATA_VALUE_LIMIT_BYTES", rendered["dev"].size_bytes - 1)
+    monkeypatch.setattr("infra.startup.script.METADATA_VALUE_LIMIT_BYTES", rendered["dev"].size_bytes - 1)
     with pytest.raises(startup.StartupScriptTooLarge, match=str(rendered["dev"].size_bytes)):
         startup.render(stacks["dev"], project_root=ROOT)
 
@@ -245,7 +246,7 @@ TEMPLATES = (startup.TEMPLATE_RESOURCE, startup.BOOT_RESOURCE, startup.TRAINER_R
 def test_template_is_package_data(resource):
     """render() reads the templates through importlib.resources (what an installed wheel
     has), and they are the checked-in files."""
-    assert startup.template(resource) == (ROOT / "infra" / resource).read_text(encoding="utf-8")
+    assert startup.template(resource) == (ROOT / "infra" / "startup" / resource).read_text(encoding="utf-8")
     assert startup.template(resource).startswith("#!/bin/bash\n")
 
 
@@ -253,7 +254,7 @@ def test_template_is_package_data(resource):
 def test_shellcheck_templates():
     """The templates themselves are well-formed scripts: each payload placeholder has its own
     line and every heredoc is closed."""
-    paths = [str(ROOT / "infra" / resource) for resource in TEMPLATES]
+    paths = [str(ROOT / "infra" / "startup" / resource) for resource in TEMPLATES]
     result = subprocess.run([str(SHELLCHECK), "--shell=bash", *paths], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
 

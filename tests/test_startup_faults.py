@@ -10,8 +10,9 @@ import os
 import shutil
 import socket
 
-from infra import lockfile, startup
-from infra.target_environment import read_python_version
+from infra import startup
+from infra.startup import lockfile
+from infra.startup.target_environment import read_python_version
 from tests.fakes.startup_vm import ROOT, RUN_DIR, Vm, dev_stack, gcs, prefixed, script, vm  # noqa: F401 (fixtures)
 
 

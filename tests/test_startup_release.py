@@ -1,5 +1,5 @@
-"""The boot's release check (infra/boot.sh.in, step 2) on an emulated VM: the record that the
-last ``pulumi up`` wrote to the bucket (infra/release.py) decides which release the VM runs.
+"""The boot's release check (infra/startup/boot.sh.in, step 2) on an emulated VM: the record that the
+last ``pulumi up`` wrote to the bucket (infra/components/release.py) decides which release the VM runs.
 The record is read over the GCS JSON API (fake-gcs-server at STORAGE_EMULATOR_HOST) with the
 metadata server's token; another release is fetched and verified before it runs; a payload
 that fails verification stops the boot. The happy path of a recreated node is

@@ -1,4 +1,4 @@
-"""infra/target_environment.py: the TPU VM as an install target (CPython of .python-version
+"""infra/startup/target_environment.py: the TPU VM as an install target (CPython of .python-version
 on glibc 2.35 Linux x86_64): its Python version, PEP 508 markers and accepted wheel tags."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from packaging.tags import Tag
 
-from infra.target_environment import TARGET_GLIBC, TargetEnvironment, read_python_version
-from infra.uv_lock import LockfileError
+from infra.startup.target_environment import TARGET_GLIBC, TargetEnvironment, read_python_version
+from infra.startup.uv_lock import LockfileError
 
 ROOT = Path(__file__).resolve().parents[1]
 

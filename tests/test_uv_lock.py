@@ -1,4 +1,4 @@
-"""infra/uv_lock.py: reading uv.lock (packages by canonical name, edges resolved to entries,
+"""infra/startup/uv_lock.py: reading uv.lock (packages by canonical name, edges resolved to entries,
 artifacts with their sha256) and its errors, each naming the file or package."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from infra.uv_lock import PROJECT_NAME, Artifact, Lock, LockfileError, package_key
+from infra.startup.uv_lock import PROJECT_NAME, Artifact, Lock, LockfileError, package_key
 
 ROOT = Path(__file__).resolve().parents[1]
 

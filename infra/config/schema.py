@@ -346,6 +346,11 @@ class StackConfig(StrictModel):
         return naming.queued_resource_id(self.stack)
 
     @property
+    def queued_resource_name(self) -> str:
+        """The QR's resource name, ``projects/<project>/locations/<zone>/queuedResources/<id>``."""
+        return f"projects/{self.project}/locations/{self.zone}/queuedResources/{self.queued_resource_id}"
+
+    @property
     def node_ids(self) -> list[str]:
         """Node (slice) ids the QR creates: ``<prefix>-0 … <prefix>-<n-1>``, or ``<id>`` for 1 slice."""
         return naming.node_ids(self.stack, self.slices)

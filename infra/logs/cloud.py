@@ -27,9 +27,10 @@ from urllib.parse import urlsplit
 from infra.config import StackConfig
 from infra.logs.filter import resource_filter, trainer_filter
 from infra.logs.lines import LogLine, strip_prefix
+from infra.startup.contract import LOGGING_ENDPOINT_ENV
 
 #: Environment variable naming another Cloud Logging endpoint (a loopback fake in tests).
-ENDPOINT_ENV = "MULTISLICE_LOGGING_ENDPOINT"
+ENDPOINT_ENV = LOGGING_ENDPOINT_ENV
 #: Hosts a plain-http endpoint may name (nothing leaves the machine).
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 #: Seconds between two ``--follow`` polls (12 of the 60 calls a minute allowed).

@@ -16,10 +16,11 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 
 from infra.config import StackConfig
+from infra.startup import contract
 
 #: The log id of the trainer's lines (``projects/<project>/logs/<id>``); training/log_shipping.py
 #: writes it (``LOG_NAME`` there; tests/test_logs_shipping.py keeps the two equal).
-TRAINER_LOG = "multislice-trainer"
+TRAINER_LOG = contract.TRAINER_LOG
 
 
 def resource_filter(project: str, zone: str, nodes: Sequence[str]) -> str:

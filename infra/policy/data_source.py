@@ -16,6 +16,8 @@ import dataclasses
 import os
 from collections.abc import Mapping
 
+from infra.startup.contract import STORAGE_ENDPOINT_ENV
+
 #: Seconds one listing request may take.
 LIST_TIMEOUT_S = 20.0
 
@@ -55,7 +57,7 @@ def list_gs_source(source: str, project: str, environ: Mapping[str, str] | None 
     environ = os.environ if environ is None else environ
     base, pattern = split_glob(source)
     bucket = base.split("/")[0]
-    if environ.get("STORAGE_EMULATOR_HOST"):
+    if environ.get(STORAGE_ENDPOINT_ENV):
         token: object = "anon"
     else:
         settings = credentials.CredentialSettings.resolve({}, environ)

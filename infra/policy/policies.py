@@ -52,8 +52,8 @@ from pulumi_policy import (
 
 from infra import accelerators
 from infra.policy.secret_patterns import find_secrets
-from infra.queued_resource.inputs import STARTUP_SCRIPT_KEY
-from infra.startup import METADATA_VALUE_LIMIT_BYTES
+from infra.startup.contract import STARTUP_SCRIPT_KEY
+from infra.startup.script import METADATA_VALUE_LIMIT_BYTES
 
 __all__ = ["POLICIES", "QUEUED_RESOURCE_TYPE", "REQUIRED_LABELS", "DEFAULT_COMPUTE_SA_SUFFIX"]
 

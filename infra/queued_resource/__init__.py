@@ -106,35 +106,33 @@ from infra.queued_resource.errors import (
     root_cause,
 )
 from infra.queued_resource.inputs import (
+    CAPACITY_TYPES,
     content_view,
     INPUT_KEYS,
     OUTPUT_KEYS,
     PROVIDER_VERSION,
     REPLACE_KEYS,
-    RUN_DIR_KEY,
-    STARTUP_SCRIPT_KEY,
+    QueuedResourceInputs,
     build_queued_resource,
     differs,
     outputs_for,
     parent_of,
     qr_name_of,
-    queued_resource_props,
 )
 from infra.queued_resource.nodes import DEFAULT_CONCURRENCY, lost_nodes
 from infra.queued_resource.polling import Deadline, PollSchedule, duration_text
 from infra.queued_resource.states import FAILED_STATES, STATE_ORDER, reached, state_name
+from infra.startup.contract import RUN_DIR_KEY, STARTUP_SCRIPT_KEY, STORAGE_ENDPOINT_ENV, TPU_API_ENDPOINT_ENV
 
 __all__ = [
     "PROVIDER_VERSION",
-    "RUN_DIR_KEY",
-    "STARTUP_SCRIPT_KEY",
     "CredentialsRejected",
     "QueuedResource",
     "QueuedResourceError",
     "QueuedResourceFailed",
+    "QueuedResourceInputs",
     "QueuedResourceProvider",
     "QuotaOrPermissionError",
-    "queued_resource_props",
 ]
 
 #: Input keys ``check`` requires (Pulumi reports each missing one by name).
@@ -178,7 +176,7 @@ class QueuedResourceProvider(ResourceProvider):
         return gcp_credentials.CredentialSettings.resolve(getattr(self, "_gcp_config", {}), os.environ)
 
     def _endpoint(self) -> str | None:
-        return self.api_endpoint or os.environ.get("MULTISLICE_TPU_API_ENDPOINT") or None
+        return self.api_endpoint or os.environ.get(TPU_API_ENDPOINT_ENV) or None
 
     def _local(self) -> bool:
         """Whether the API is a local fake (a plain-http endpoint, which must be loopback)."""
@@ -220,7 +218,7 @@ class QueuedResourceProvider(ResourceProvider):
     def _released(self, id_: str, props: dict[str, Any], qr: Any | None) -> ReadResult | None:
         """A QR gone (``qr`` None) or DELETING while its run is complete reads as released:
         converged, kept in the stack under ``id_`` (:func:`~infra.queued_resource.completion.released_outputs`)."""
-        credentials = None if os.environ.get("STORAGE_EMULATOR_HOST") else self._credentials(props)
+        credentials = None if os.environ.get(STORAGE_ENDPOINT_ENV) else self._credentials(props)
         outs = released_outputs(props, qr, credentials, self._say)
         return ReadResult(id_, outs) if outs is not None else None
 
@@ -253,8 +251,6 @@ class QueuedResourceProvider(ResourceProvider):
     # ResourceProvider -----------------------------------------------------------------------
 
     def check(self, _olds: dict[str, Any], news: dict[str, Any]) -> CheckResult:
-        from infra.config.schema import CAPACITY_TYPES
-
         failures: list[CheckFailure] = []
 
         def known(key: str) -> bool:
@@ -422,7 +418,7 @@ class QueuedResource(pulumi.dynamic.Resource, module="tpu", name="QueuedResource
 
     Args:
       resource_name: Pulumi name.
-      props: from :func:`queued_resource_props`.
+      inputs: its properties, built by the program (``infra/__main__.py``) from the stack.
       opts: resource options; the startup script's diff is always hidden.
     """
 
@@ -434,11 +430,11 @@ class QueuedResource(pulumi.dynamic.Resource, module="tpu", name="QueuedResource
     nodes: pulumi.Output[list[dict[str, Any]]]
     released: pulumi.Output[bool]
 
-    def __init__(self, resource_name: str, props: dict[str, Any], opts: pulumi.ResourceOptions | None = None):
+    def __init__(self, resource_name: str, inputs: QueuedResourceInputs, opts: pulumi.ResourceOptions | None = None):
         hidden = pulumi.ResourceOptions(hide_diffs=[f'metadata["{STARTUP_SCRIPT_KEY}"]'])
         super().__init__(
             QueuedResourceProvider(),
             resource_name,
-            {**props, **{key: None for key in OUTPUT_KEYS}},
+            {**inputs.to_props(), **{key: None for key in OUTPUT_KEYS}},
             pulumi.ResourceOptions.merge(hidden, opts),
         )

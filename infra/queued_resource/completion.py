@@ -2,7 +2,7 @@
 
 With ``multislice:queuedResource.releaseOnComplete`` worker 0 of slice 0 deletes the queued
 resource once its trainer exits 0 (the run wrote ``<run dir>/COMPLETE``; the VM side is
-``infra/release_on_complete.sh``). A later refresh then finds the QR gone; without this module
+``infra/startup/release_on_complete.sh``). A later refresh then finds the QR gone; without this module
 the provider would report it gone and ``pulumi up`` would create it again, booting VMs that
 find the run complete and do nothing. Instead the provider reads the completion record the
 trainer wrote (``training.checkpointing.write_completion``: JSON ``{"step": N, "loss": …}``)
@@ -29,13 +29,10 @@ from urllib.parse import quote
 from pulumi.runtime.rpc import UNKNOWN
 
 from infra.queued_resource.inputs import outputs_for
+from infra.startup.contract import COMPLETE_MARKER, DEFAULT_STORAGE_ENDPOINT, STORAGE_ENDPOINT_ENV
 
-#: The marker the trainer writes (``training.checkpointing.COMPLETE_MARKER``; not imported:
-#: that module imports orbax and jax).
-COMPLETE_MARKER = "COMPLETE"
 #: Seconds one read of the marker may take.
 READ_TIMEOUT_S = 20.0
-DEFAULT_STORAGE = "https://storage.googleapis.com"
 
 
 class CompletionUnknown(Exception):
@@ -45,7 +42,7 @@ class CompletionUnknown(Exception):
 def storage_endpoint(environ: Mapping[str, str] | None = None) -> str:
     """``STORAGE_EMULATOR_HOST`` (``host:port`` or a URL), else Google's Cloud Storage."""
     environ = os.environ if environ is None else environ
-    host = environ.get("STORAGE_EMULATOR_HOST") or DEFAULT_STORAGE
+    host = environ.get(STORAGE_ENDPOINT_ENV) or DEFAULT_STORAGE_ENDPOINT
     return (host if "://" in host else f"http://{host}").rstrip("/")
 
 

@@ -25,24 +25,20 @@ import pulumi
 from pulumi.runtime.rpc import UNKNOWN
 
 from infra.queued_resource.states import state_name
+from infra.startup.contract import STARTUP_SCRIPT_KEY
 
 if TYPE_CHECKING:  # pragma: no cover
     from google.cloud import tpu_v2
-
-    from infra.config import StackConfig
-    from infra.startup import RenderedScript
 
 #: Bump when create/diff/update/delete semantics change (an input: shows in previews).
 #: 2: credentials as pulumi-gcp takes them; lost nodes replace; update resumes part-way.
 #: 3: releaseOnComplete: a QR gone after its run completed is converged (``released``).
 PROVIDER_VERSION = "3"
 
-#: Metadata keys on every node (the startup script reads the run dir from the second).
-STARTUP_SCRIPT_KEY = "startup-script"
-RUN_DIR_KEY = "multislice-run-dir"
-#: Present only with ``multislice:queuedResource.releaseOnComplete``: the QR's resource name,
-#: which worker 0 of slice 0 deletes once the run is complete (``release-on-complete.sh``).
-RELEASE_KEY = "multislice-release-queued-resource"
+#: The capacity a queued resource can be requested with (:func:`build_queued_resource`): Spot,
+#: on-demand, or a reservation (``multislice:capacity``; ``infra.config.CAPACITY_TYPES`` is the
+#: same tuple, tests/test_queued_resource_inputs.py checks it).
+CAPACITY_TYPES = ("spot", "on-demand", "reserved")
 
 #: OAuth scope of the VMs: access is governed by the service account's IAM roles
 #: (https://cloud.google.com/compute/docs/access/service-accounts#accesscopesiam).
@@ -161,7 +157,7 @@ OUTPUT_KEYS = keys_of(Kind.OUTPUT)
 
 #: Descriptive keys that hash or measure the compressed script: they depend on the operator's
 #: compressor (liblzma build, preset), so :func:`content_view` leaves them out once the script
-#: names its release (the sha256 of the uncompressed release, :mod:`infra.bundle`).
+#: names its release (the sha256 of the uncompressed release, :mod:`infra.startup.bundle`).
 COMPRESSED_FORM_KEYS = ("startupScriptSha256", "startupScriptBytes")
 
 
@@ -170,7 +166,7 @@ def metadata_content(key: str, value: Any) -> Any:
     when it names one (two renderings of one release by different compressors are equal);
     any other value as it is."""
     if key == STARTUP_SCRIPT_KEY and isinstance(value, str):
-        from infra.bundle import release_id_of  # stdlib only; kept out of the import path
+        from infra.startup.bundle import release_id_of  # stdlib only; kept out of the import path
 
         release = release_id_of(value)
         if release is not None:
@@ -197,91 +193,6 @@ def differs(old: Any, new: Any) -> bool:
     if old == UNKNOWN or new == UNKNOWN:
         return True
     return json.dumps(old, sort_keys=True, default=str) != json.dumps(new, sort_keys=True, default=str)
-
-
-# From the stack config -------------------------------------------------------------------
-
-
-def reservation_path(config: StackConfig) -> str | None:
-    """The QR's ``reservation_name`` for ``capacity: reserved``.
-
-    A short name becomes ``projects/<project>/locations/<zone>/reservations/<name>``; without
-    a name it is ``.../reservations/-`` (any reservation of the project in the zone), as
-    ``gcloud compute tpus queued-resources create --reserved`` sends it (gcloud's
-    ``queued_resource_util.CreateReservationName``).
-    """
-    if config.capacity != "reserved":
-        return None
-    name = config.reservation_name or "-"
-    if "/" in name:
-        return name
-    return f"projects/{config.project}/locations/{config.zone}/reservations/{name}"
-
-
-def queued_resource_props(
-    config: StackConfig,
-    script: RenderedScript,
-    *,
-    network: pulumi.Input[str],
-    subnetwork: pulumi.Input[str],
-    service_account: pulumi.Input[str],
-    tags: pulumi.Input[list[str]],
-) -> dict[str, Any]:
-    """The QR's inputs for a stack (camelCase engine names; some values may be Outputs).
-
-    ``metadata`` holds the startup script and the run directory; ``trainer`` (the TrainConfig
-    as a plain object) and the sha256 values describe the script so ``pulumi preview --diff``
-    shows which key changed while the script's own diff is hidden. Pure: equal configs give
-    equal dicts. ``config`` is already valid (its capacity is one the ``tpu_v2`` API can
-    express: :data:`infra.config.CAPACITY_TYPES`).
-    """
-    settings = config.queued_resource
-    inputs = QueuedResourceInputs(
-        project=config.project,
-        zone=config.zone,
-        queued_resource_id=config.queued_resource_id,
-        node_id=None if config.slices > 1 else config.queued_resource_id,
-        node_id_prefix=config.queued_resource_id if config.slices > 1 else None,
-        accelerator_type=config.accelerator_type,
-        runtime_version=config.effective_runtime_version,
-        slices=config.slices,
-        capacity=config.capacity,
-        reservation_name=reservation_path(config),
-        network=network,
-        subnetwork=subnetwork,
-        service_account=service_account,
-        tags=tags,
-        labels=dict(sorted(config.resource_labels.items())),
-        metadata=node_metadata(config, script),
-        # None values are dropped: the engine stores no nulls, so previews compare like with like.
-        trainer=config.training.model_dump(mode="json", exclude_none=True),
-        run_dir=config.run_dir,
-        bundle_sha256=script.bundle_sha256,
-        startup_script_sha256=script.sha256,
-        requirements_sha256=script.requirements_sha256,
-        startup_script_bytes=script.size_bytes,
-        release_files=dict(script.files) or None,
-        wait_for=settings.wait_for,
-        create_timeout_seconds=settings.create_timeout,
-        delete_timeout_seconds=settings.delete_timeout,
-        valid_until_seconds=settings.valid_until,
-    )
-    return inputs.to_props()
-
-
-def node_metadata(config: StackConfig, script: RenderedScript) -> dict[str, str]:
-    """Every node's metadata: the startup script, the run directory and, with
-    ``releaseOnComplete``, the name of the QR to delete when the run completes."""
-    return {STARTUP_SCRIPT_KEY: script.text, RUN_DIR_KEY: config.run_dir, **release_metadata(config)}
-
-
-def release_metadata(config: StackConfig) -> dict[str, str]:
-    """``{RELEASE_KEY: projects/<p>/locations/<zone>/queuedResources/<id>}`` (the QR's resource
-    name) with ``releaseOnComplete``, else ``{}``: what every node's metadata says about the
-    release (the local emulation gives its VMs the same, ``infra.local.topology``)."""
-    if not config.release_on_complete:
-        return {}
-    return {RELEASE_KEY: f"projects/{config.project}/locations/{config.zone}/queuedResources/{config.queued_resource_id}"}
 
 
 # Derived from the props --------------------------------------------------------------------
@@ -348,7 +259,7 @@ def outputs_for(
 
 
 def build_queued_resource(props: dict[str, Any]) -> tpu_v2.QueuedResource:
-    """The ``tpu_v2.QueuedResource`` message for ``props`` (see :func:`queued_resource_props`)."""
+    """The ``tpu_v2.QueuedResource`` message for ``props`` (:meth:`QueuedResourceInputs.to_props`)."""
     from google.cloud import tpu_v2
     from google.protobuf import duration_pb2
 

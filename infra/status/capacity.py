@@ -31,12 +31,14 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 from urllib.parse import quote, urlsplit
 
+from infra.startup.contract import DEFAULT_TPU_API_ENDPOINT, TPU_API_ENDPOINT_ENV
+
 #: Hosts a plain-http TPU API endpoint may name (a local fake).
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 #: Seconds one TPU API request may take.
 REQUEST_TIMEOUT_S = 30.0
 #: The environment variable naming another TPU API endpoint (as the provider reads it).
-ENDPOINT_ENV = "MULTISLICE_TPU_API_ENDPOINT"
+ENDPOINT_ENV = TPU_API_ENDPOINT_ENV
 #: The state of a queued resource gone after its run completed (not a TPU API state).
 RELEASED = "RELEASED"
 
@@ -90,7 +92,7 @@ def is_local_endpoint(url: str | None) -> bool:
 
 
 #: Google's Cloud TPU API.
-GOOGLE_TPU = "https://tpu.googleapis.com"
+GOOGLE_TPU = DEFAULT_TPU_API_ENDPOINT
 
 
 def tpu_session(url: str | None, credentials: Any = None) -> tuple[str, Any]:

@@ -28,12 +28,12 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from infra.startup.contract import COMPLETE_MARKER
 from infra.status.store import Entry, RunStore
 from training.run_log import parse_records
 
 #: Metrics objects read at once (the newest first) while no step record is found.
 METRICS_BATCH = 8
-COMPLETE_MARKER = "COMPLETE"
 GOODPUT_FILE = "goodput.json"
 
 

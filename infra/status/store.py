@@ -22,10 +22,12 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import quote
 
+from infra.startup.contract import DEFAULT_STORAGE_ENDPOINT, STORAGE_ENDPOINT_ENV
+
 #: Seconds one storage request may take.
 REQUEST_TIMEOUT_S = 30.0
 #: Cloud Storage's JSON API.
-GOOGLE_STORAGE = "https://storage.googleapis.com"
+GOOGLE_STORAGE = DEFAULT_STORAGE_ENDPOINT
 #: Objects fetched at once.
 CONCURRENCY = 8
 
@@ -54,7 +56,7 @@ def _epoch(value: Any) -> float | None:
 
 def storage_url() -> str:
     """The JSON API's base URL: ``$STORAGE_EMULATOR_HOST`` (``http://`` added when bare) or Google's."""
-    emulator = os.environ.get("STORAGE_EMULATOR_HOST", "")
+    emulator = os.environ.get(STORAGE_ENDPOINT_ENV, "")
     if emulator and emulator != "default":
         return (emulator if "://" in emulator else f"http://{emulator}").rstrip("/")
     return GOOGLE_STORAGE

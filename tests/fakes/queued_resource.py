@@ -17,7 +17,8 @@ from google.cloud import tpu_v2
 
 from infra import credentials
 from infra.config import load_stack
-from infra.queued_resource import QueuedResourceProvider, queued_resource_props
+from infra.__main__ import queued_resource_inputs
+from infra.queued_resource import QueuedResourceProvider
 from tests.fakes.tpu_api import FakeTpuApi
 
 NETWORK = "projects/acme-ml-dev/global/networks/multislice-dev-net"
@@ -50,10 +51,11 @@ def script(text: str = "#!/bin/bash\necho v1\n", **fields: str) -> Script:
 
 
 def props_for(config, rendered: Script | None = None) -> dict:
-    """``queued_resource_props`` of ``config`` with this module's network, account and tag."""
-    return queued_resource_props(
+    """The QR's props for ``config`` as the program builds them (``queued_resource_inputs``),
+    with this module's network, account and tag."""
+    return queued_resource_inputs(
         config, rendered or script(), network=NETWORK, subnetwork=SUBNETWORK, service_account=SERVICE_ACCOUNT, tags=[TAG]
-    )
+    ).to_props()
 
 
 def provider_for(fake: FakeTpuApi, lines: list[str] | None = None, **overrides) -> QueuedResourceProvider:

@@ -1,6 +1,6 @@
 """The trainer's Python source as it ships to the VMs: documentation removed, lines kept.
 
-Everything under ``training/`` travels inside the startup script (:mod:`infra.bundle`,
+Everything under ``training/`` travels inside the startup script (:mod:`infra.startup.bundle`,
 :mod:`infra.startup`), which we keep under 64 KiB; about 40 % of the trainer's compressed size
 is docstrings and comments, which the VM never reads. :func:`strip_documentation` blanks them
 and keeps every other byte and **every line number**, so a traceback from a TPU VM points at the

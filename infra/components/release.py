@@ -11,7 +11,7 @@ script of that time. So every ``pulumi up`` also writes two objects to the check
   startup script embeds, :attr:`infra.startup.RenderedScript.release`), base64;
 * ``multislice/<stack>/release.json`` (:func:`record_json`): ``{"format": 1, "payload":
   <that object>, "release": <release id>, "runDir": <run dir>, "stack": <stack>}``, written
-  after the payload exists.
+  after the payload exists (object names and fields: :mod:`infra.startup.contract`).
 
 A booting VM (``boot.sh``, docs/vm-boot.md) reads the record over the GCS JSON API with its
 metadata-server token; when the record names another release than the one it carries, it
@@ -28,28 +28,31 @@ import json
 import pulumi
 import pulumi_gcp as gcp
 
-from infra import startup
-from infra.config import StackConfig
-
-#: Version of the record's JSON shape (``boot.sh`` reads ``release``, ``payload``, ``runDir``).
-RECORD_FORMAT = 1
+from infra.startup import contract
+from training.validation import StrictModel
 
 
-def record_json(config: StackConfig, script: startup.RenderedScript) -> str:
+class ReleaseRecordArgs(StrictModel):
+    """What :class:`ReleaseRecord` needs: the stack, its run directory and the release (the
+    program builds it from the StackConfig and the rendered script)."""
+
+    stack: str
+    run_dir: str
+    #: hex sha256 of ``release``.
+    release_id: str
+    #: The uncompressed tar the startup script embeds (``RenderedScript.release``).
+    release: bytes
+
+
+def record_json(args: ReleaseRecordArgs) -> str:
     """The record's content: one line of JSON, keys sorted (equal inputs give equal bytes)."""
-    record = {
-        "format": RECORD_FORMAT,
-        "payload": startup.release_object(config.stack, script.release_id),
-        "release": script.release_id,
-        "runDir": config.run_dir,
-        "stack": config.stack,
-    }
+    record = contract.release_record(stack=args.stack, release_id=args.release_id, run_dir=args.run_dir)
     return json.dumps(record, sort_keys=True) + "\n"
 
 
-def payload_text(script: startup.RenderedScript) -> str:
+def payload_text(args: ReleaseRecordArgs) -> str:
     """The release tar as base64 text (a ``BucketObject``'s ``content`` is a string)."""
-    return base64.encodebytes(script.release).decode("ascii")
+    return base64.encodebytes(args.release).decode("ascii")
 
 
 class ReleaseRecord(pulumi.ComponentResource):
@@ -57,16 +60,14 @@ class ReleaseRecord(pulumi.ComponentResource):
 
     Args:
       name: Pulumi name of the component.
-      config: the stack.
-      script: its rendered startup script (the release it carries is the one recorded).
+      args: the stack, its run directory and the release to record.
       bucket: the checkpoint bucket's name.
     """
 
     def __init__(
         self,
         name: str,
-        config: StackConfig,
-        script: startup.RenderedScript,
+        args: ReleaseRecordArgs,
         *,
         bucket: pulumi.Input[str],
         opts: pulumi.ResourceOptions | None = None,
@@ -75,19 +76,19 @@ class ReleaseRecord(pulumi.ComponentResource):
         self.payload = gcp.storage.BucketObject(
             f"{name}-payload",
             bucket=bucket,
-            name=startup.release_object(config.stack, script.release_id),
-            content=payload_text(script),
+            name=contract.release_object(args.stack, args.release_id),
+            content=payload_text(args),
             content_type="text/plain",
             opts=pulumi.ResourceOptions(parent=self),
         )
         self.record = gcp.storage.BucketObject(
             f"{name}-record",
             bucket=bucket,
-            name=startup.record_object(config.stack),
-            content=record_json(config, script),
+            name=contract.record_object(args.stack),
+            content=record_json(args),
             content_type="application/json",
             cache_control="no-store",
             opts=pulumi.ResourceOptions(parent=self, depends_on=[self.payload]),
         )
-        self.release_id = script.release_id
-        self.register_outputs({"releaseId": script.release_id, "record": self.record.self_link})
+        self.release_id = args.release_id
+        self.register_outputs({"releaseId": args.release_id, "record": self.record.self_link})

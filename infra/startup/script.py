@@ -5,20 +5,20 @@ of the stack boots with (metadata key ``startup-script``). The same bytes run in
 emulator (``infra/local``). Equal inputs give equal bytes: no timestamps, no absolute local
 paths, sorted everything.
 
-The script is a bootstrap (``infra/startup.sh.in``) plus a **release**: an uncompressed tar
-(:func:`infra.bundle.build_archive`) of
+The script is a bootstrap (``infra/startup/startup.sh.in``) plus a **release**: an uncompressed tar
+(:func:`infra.startup.bundle.build_archive`) of
 
-* ``boot.sh`` (``infra/boot.sh.in``, filled here): reads the metadata with bounded retries
-  and shape checks, checks the release record in the bucket (:mod:`infra.release`), builds
+* ``boot.sh`` (``infra/startup/boot.sh.in``, filled here): reads the metadata with bounded retries
+  and shape checks, checks the release record in the bucket (:mod:`infra.components.release`), builds
   the environment with bounded retries, writes and starts the ``multislice-trainer.service``
   systemd unit (docs/vm-boot.md);
-* ``trainer.sh`` (``infra/trainer.sh``): the unit's ``ExecStart=`` (restart backoff, line
+* ``trainer.sh`` (``infra/startup/trainer.sh``): the unit's ``ExecStart=`` (restart backoff, line
   prefix, ``exec`` of the trainer) and ``ExecStopPost=`` (one line per trainer exit);
-* ``release-on-complete.sh`` (``infra/release_on_complete.sh``): after the trainer exits 0,
+* ``release-on-complete.sh`` (``infra/startup/release_on_complete.sh``): after the trainer exits 0,
   worker 0 of slice 0 deletes the queued resource named by the metadata attribute
   ``multislice-release-queued-resource`` (present only with ``releaseOnComplete``);
 * ``training/*.py``, ``config.json`` (``config.training``), ``requirements.txt`` (the pinned,
-  hash-checked wheels of ``infra.lockfile``) and ``uv-requirements.txt`` (the pinned ``uv``).
+  hash-checked wheels of ``infra.startup.lockfile``) and ``uv-requirements.txt`` (the pinned ``uv``).
 
 The **release id** is the sha256 of that tar: it changes with any of these and with the
 bootstrap template (whose sha256 ``boot.sh`` carries), and never with the compressor. The
@@ -26,7 +26,8 @@ bootstrap carries the tar xz-compressed and base85-encoded (:func:`encode_payloa
 the sha256 of the decompressed tar against the release id, unpacks it once into
 ``$MULTISLICE_HOME/releases/<release id>/`` and runs its ``boot.sh``.
 
-Runtime contract (the emulator, ``training/__main__.py`` and docs/vm-boot.md rely on it):
+Runtime contract (the emulator, ``training/__main__.py`` and docs/vm-boot.md rely on it; the
+names are declared in :mod:`infra.startup.contract`):
 
 * environment inputs, all optional (defaults are a real TPU VM): ``GCE_METADATA_IP``,
   ``MULTISLICE_HOME`` (default :data:`DEFAULT_HOME`), ``MULTISLICE_PYTHON`` (a Python that
@@ -57,8 +58,15 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from infra import bundle, content_cache, lockfile
-from infra.bundle import BUNDLE_PACKAGE, release_id_of  # noqa: F401 (part of this module's API)
+from infra.startup import bundle, content_cache, lockfile
+from infra.startup.bundle import BUNDLE_PACKAGE, release_id_of  # noqa: F401 (part of this module's API)
+from infra.startup.contract import (  # noqa: F401 (record_object, release_object: part of this module's API)
+    DEFAULT_METADATA_HOST,
+    RUN_DIR_KEY,
+    TRAINER_UNIT,
+    record_object,
+    release_object,
+)
 from infra.config import StackConfig
 
 #: GCE limit on one metadata value: "less than or equal to 262144 bytes (256 KiB)"
@@ -67,9 +75,6 @@ METADATA_VALUE_LIMIT_BYTES = 256 * 1024
 
 #: What we aim for (and what tests/test_startup.py checks for the checked-in stacks).
 TARGET_SIZE_BYTES = 64 * 1024
-
-#: The systemd unit that runs the trainer (written by boot.sh; docs/vm-boot.md).
-TRAINER_UNIT = "multislice-trainer.service"
 
 #: Restarts of a failing trainer within :data:`START_LIMIT_INTERVAL_S` before systemd gives up
 #: (``StartLimitBurst=`` is this + 1 starts; systemd.unit(5)).
@@ -100,15 +105,15 @@ RETRY_DELAY_S = 1
 BUILD_ATTEMPTS = 4
 BUILD_RETRY_DELAY_S = 15
 
-#: Defaults of a real TPU VM: state directory, metadata host, unit directory.
+#: Defaults of a real TPU VM: state directory, unit directory (the metadata host,
+#: :data:`~infra.startup.contract.DEFAULT_METADATA_HOST`, is the contract's).
 DEFAULT_HOME = "/var/lib/multislice"
-DEFAULT_METADATA_HOST = "metadata.google.internal"
 DEFAULT_UNIT_DIR = "/etc/systemd/system"
 
 #: Metadata attribute that holds the run directory (set by the queued resource).
-RUN_DIR_ATTRIBUTE = "multislice-run-dir"
+RUN_DIR_ATTRIBUTE = RUN_DIR_KEY
 
-#: Package data of :mod:`infra`: the bootstrap, the boot logic and the unit's launcher.
+#: Package data of :mod:`infra.startup`: the bootstrap, the boot logic and the unit's launcher.
 TEMPLATE_RESOURCE = "startup.sh.in"
 BOOT_RESOURCE = "boot.sh.in"
 TRAINER_RESOURCE = "trainer.sh"
@@ -132,7 +137,7 @@ class RenderedScript:
       sha256: hex sha256 of ``text`` encoded as UTF-8 (depends on the compressor).
       release_id: hex sha256 of ``release`` (does not).
       release: the release, an uncompressed tar (what the bucket's release record points to).
-      bundle_sha256: hex sha256 of the trainer bundle alone (``infra.bundle.build_bundle``).
+      bundle_sha256: hex sha256 of the trainer bundle alone (``infra.startup.bundle.build_bundle``).
       requirements_sha256: hex sha256 of the pinned requirements text.
       size_bytes: ``len(text.encode())``, what counts against the metadata limit.
       files: path in the release → the first :data:`FILE_DIGEST_CHARS` hex digits of the
@@ -151,13 +156,13 @@ class RenderedScript:
 
 
 def template(resource: str = TEMPLATE_RESOURCE) -> str:
-    """A template of the script, placeholders unfilled (package data of :mod:`infra`).
+    """A template of the script, placeholders unfilled (package data of :mod:`infra.startup`).
 
     Everything but the ``@@NAME@@`` placeholders is literal bash. A payload placeholder has a
     line of its own, followed by the line that ends its quoted heredoc, so that the template
     itself is a well-formed script that shellcheck can lint.
     """
-    return resources.files("infra").joinpath(resource).read_text(encoding="utf-8")
+    return resources.files("infra.startup").joinpath(resource).read_text(encoding="utf-8")
 
 
 def fill(text: str, values: dict[str, str], name: str = TEMPLATE_RESOURCE) -> str:
@@ -172,24 +177,14 @@ def fill(text: str, values: dict[str, str], name: str = TEMPLATE_RESOURCE) -> st
     if used != set(values):
         missing, unused = sorted(used - set(values)), sorted(set(values) - used)
         raise ValueError(
-            f"{name} and infra/startup.py disagree: placeholders without a value {missing}, "
+            f"{name} and infra/startup/script.py disagree: placeholders without a value {missing}, "
             f"values without a placeholder {unused}"
         )
     return _PLACEHOLDER.sub(lambda m: values[m.group(1)], text)
 
 
-def record_object(stack: str) -> str:
-    """Bucket object of the stack's release record (JSON, written by :mod:`infra.release`)."""
-    return f"multislice/{stack}/release.json"
-
-
-def release_object(stack: str, release_id: str) -> str:
-    """Bucket object holding release ``release_id`` (its tar, base64)."""
-    return f"multislice/{stack}/releases/{release_id}.tar.b64"
-
-
 def boot_script(config: StackConfig, pins: lockfile.VmPins) -> str:
-    """``boot.sh`` of the release: ``infra/boot.sh.in`` filled for ``config``."""
+    """``boot.sh`` of the release: ``infra/startup/boot.sh.in`` filled for ``config``."""
     values = {
         "STACK": config.stack,
         "ACCELERATOR": config.accelerator_type,
@@ -231,7 +226,7 @@ def file_digests(files: dict[str, bytes]) -> dict[str, str]:
 
 def release_files(config: StackConfig, project_root: Path, cache: content_cache.ContentCache | None = None) -> tuple[dict[str, bytes], lockfile.VmPins]:
     """Path → content of every file of the stack's release, and the VM's pins (computed once
-    per content with ``cache``, :func:`infra.lockfile.vm_pins`)."""
+    per content with ``cache``, :func:`infra.startup.lockfile.vm_pins`)."""
     pins = lockfile.vm_pins(project_root, cache)
     files = bundle.trainer_files(project_root / BUNDLE_PACKAGE)
     files.update(
@@ -286,7 +281,7 @@ def render(
       project_root: checkout with ``training/``, ``uv.lock``, ``.python-version``; default:
         the one this module lives in. The output does not depend on where it is.
       compress: ``bytes -> xz bytes`` for the embedded release; default
-        :func:`infra.bundle.compress`, done once per content (:func:`infra.bundle.cached_compress`).
+        :func:`infra.startup.bundle.compress`, done once per content (:func:`infra.startup.bundle.cached_compress`).
         Tests pass another level or implementation to show that the release id does not
         depend on it.
 
@@ -296,7 +291,7 @@ def render(
     Raises:
       StartupScriptTooLarge: the script exceeds :data:`METADATA_VALUE_LIMIT_BYTES` (256 KiB,
         the GCE limit on one metadata value).
-      infra.uv_lock.LockfileError: the lock cannot give the VM's pinned requirements.
+      infra.startup.uv_lock.LockfileError: the lock cannot give the VM's pinned requirements.
       FileNotFoundError: no ``training/*.py`` under ``project_root``.
     """
     root = Path(project_root) if project_root is not None else lockfile.default_project_root()

@@ -5,7 +5,7 @@ The lock is uv's TOML lockfile (https://docs.astral.sh/uv/concepts/projects/layo
 ``[[package]]`` entries with ``name``, ``version``, ``source``, ``dependencies`` (edges with
 optional ``marker``, ``extra``, and ``version``/``source`` when a name has several entries),
 ``optional-dependencies``, ``dev-dependencies`` (dependency groups), ``sdist`` and ``wheels``
-(each with ``url`` and ``hash = "sha256:…"``). :mod:`infra.lockfile` walks it to pin the TPU
+(each with ``url`` and ``hash = "sha256:…"``). :mod:`infra.startup.lockfile` walks it to pin the TPU
 VMs' requirements.
 """
 

@@ -4,7 +4,7 @@
 the two questions that decide which locked packages and files the VM installs: does a PEP 508
 marker hold (https://peps.python.org/pep-0508/#environment-markers), and which wheel tags
 (https://packaging.python.org/en/latest/specifications/platform-compatibility-tags/) can it
-install, best first. :mod:`infra.lockfile` uses both to pin the VM's requirements.
+install, best first. :mod:`infra.startup.lockfile` uses both to pin the VM's requirements.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from packaging.markers import Marker
 from packaging.tags import Tag, compatible_tags, cpython_tags
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
-from infra.uv_lock import LockfileError
+from infra.startup.uv_lock import LockfileError
 
 #: Highest glibc of the target: Cloud TPU VM base images are Ubuntu 22.04 (glibc 2.35).
 #: libtpu needs manylinux_2_31, jaxlib manylinux_2_27.

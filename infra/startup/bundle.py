@@ -8,14 +8,14 @@ tar before unpacking it. That sha256 is the **release id**: it depends on the co
 never on the compressor, so two operators whose lzma/zlib builds compress differently render
 scripts with the same release id (``infra.queued_resource`` keeps the recorded script when
 only the compressed bytes differ), and the release record in the bucket
-(:mod:`infra.release`) stores the uncompressed tar.
+(:mod:`infra.components.release`) stores the uncompressed tar.
 
 Equal inputs give equal bytes: entries sorted by name, regular files only, mtime 0,
 uid/gid 0, no user/group names, mode 0644, POSIX ustar format (no PAX headers, which could
 carry times).
 
 The expensive step, xz at its highest preset, is done once per content
-(:func:`cached_compress`, :mod:`infra.content_cache`); so is the trainer bundle
+(:func:`cached_compress`, :mod:`infra.startup.content_cache`); so is the trainer bundle
 (:func:`cached_bundle`).
 """
 
@@ -29,13 +29,13 @@ import tarfile
 from collections.abc import Mapping
 from pathlib import Path
 
-from infra.content_cache import ContentCache, key_of
-from infra.shipped_source import strip_documentation
+from infra.startup.content_cache import ContentCache, key_of
+from infra.startup.shipped_source import strip_documentation
 
 #: Name of the trainer package inside the bundle (``python -m training``).
 BUNDLE_PACKAGE = "training"
 
-#: The line of a rendered startup script (infra/startup.sh.in) that names its release.
+#: The line of a rendered startup script (infra/startup/startup.sh.in) that names its release.
 RELEASE_LINE = re.compile(r"^readonly RELEASE_ID=([0-9a-f]{64})$", re.M)
 
 #: xz preset of :func:`compress`: level 9 with the "extreme" flag (xz(1), ``-9e``), the
@@ -64,7 +64,7 @@ def bundle_files(training_dir: Path) -> list[Path]:
 
 def trainer_files(training_dir: Path) -> dict[str, bytes]:
     """``{"training/<relative path>": content}`` for :func:`bundle_files`, each as it ships:
-    docstrings and comments blanked, line numbers kept (:mod:`infra.shipped_source`).
+    docstrings and comments blanked, line numbers kept (:mod:`infra.startup.shipped_source`).
 
     Raises:
       FileNotFoundError: ``training_dir`` is missing or holds no ``*.py`` file.

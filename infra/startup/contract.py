@@ -1,0 +1,164 @@
+"""The contract between ``pulumi up`` and a TPU VM: every name both sides spell.
+
+``pulumi up`` (the program, ``infra/__main__.py``, and the queued-resource provider,
+:mod:`infra.queued_resource`) writes node metadata and bucket objects; the VM's scripts
+(``startup.sh.in``, ``boot.sh.in``, ``trainer.sh``, ``release_on_complete.sh`` beside this
+module) and the trainer (``training/``) read them, and the local emulation (:mod:`infra.local`)
+plays Cloud TPU's part. Each name is declared once, here, and everything in ``infra/`` imports
+it from here; the shell templates spell the names too (tests/test_startup_contract.py checks
+that each name a template uses is declared here, and the converse), and ``training/`` (which
+never imports ``infra/``) spells the ones it reads (the same test ties them).
+
+This module imports nothing (it sits below every package that uses it).
+"""
+
+from __future__ import annotations
+
+# Node metadata: ``instance/attributes/<key>`` on every VM of the queued resource ---------------
+
+#: Set by ``pulumi up``: the startup script (GCE runs it at every boot).
+STARTUP_SCRIPT_KEY = "startup-script"
+#: Set by ``pulumi up``: the run directory, ``gs://<bucket>/runs/<run name>`` (or a local path).
+RUN_DIR_KEY = "multislice-run-dir"
+#: Set by ``pulumi up`` with ``multislice:queuedResource.releaseOnComplete`` only: the queued
+#: resource's name, which worker 0 of slice 0 deletes once the run is complete
+#: (``release_on_complete.sh``).
+RELEASE_KEY = "multislice-release-queued-resource"
+#: Set by Cloud TPU on every VM of a queued resource (read by ``boot.sh``, the trainer and JAX:
+#: ``training.cluster``).
+WORKER_NUMBER_KEY = "agent-worker-number"
+WORKER_ENDPOINTS_KEY = "worker-network-endpoints"
+TPU_ENV_KEY = "tpu-env"
+ACCELERATOR_TYPE_KEY = "accelerator-type"
+#: The metadata keys ``pulumi up`` sets (:func:`node_metadata`).
+PULUMI_KEYS = (STARTUP_SCRIPT_KEY, RUN_DIR_KEY, RELEASE_KEY)
+#: The metadata keys Cloud TPU sets.
+CLOUD_TPU_KEYS = (WORKER_NUMBER_KEY, WORKER_ENDPOINTS_KEY, TPU_ENV_KEY, ACCELERATOR_TYPE_KEY)
+
+
+def release_metadata(queued_resource_name: str, *, release_on_complete: bool) -> dict[str, str]:
+    """``{RELEASE_KEY: queued_resource_name}`` with ``releaseOnComplete``, else ``{}``: what
+    every node's metadata says about the release (``pulumi up`` and the local emulation alike).
+
+    Args:
+      queued_resource_name: ``projects/<p>/locations/<zone>/queuedResources/<id>``.
+      release_on_complete: the stack's ``releaseOnComplete``.
+    """
+    return {RELEASE_KEY: queued_resource_name} if release_on_complete else {}
+
+
+def node_metadata(*, startup_script: str, run_dir: str, queued_resource_name: str, release_on_complete: bool) -> dict[str, str]:
+    """Every node's metadata as ``pulumi up`` sets it: the startup script, the run directory and,
+    with ``releaseOnComplete``, the name of the queued resource to delete once the run is complete."""
+    return {
+        STARTUP_SCRIPT_KEY: startup_script,
+        RUN_DIR_KEY: run_dir,
+        **release_metadata(queued_resource_name, release_on_complete=release_on_complete),
+    }
+
+
+# The release record: bucket objects ``pulumi up`` writes and ``boot.sh`` reads ---------------
+
+#: Version of the record's JSON shape.
+RECORD_FORMAT = 1
+#: The record's fields that ``boot.sh`` reads (the others describe it: ``format``, ``stack``).
+RECORD_FIELDS_READ = ("release", "payload", "runDir")
+
+
+def record_object(stack: str) -> str:
+    """Bucket object of the stack's release record (JSON, :func:`release_record`)."""
+    return f"multislice/{stack}/release.json"
+
+
+def release_object(stack: str, release_id: str) -> str:
+    """Bucket object holding release ``release_id`` (its tar, base64)."""
+    return f"multislice/{stack}/releases/{release_id}.tar.b64"
+
+
+def release_record(*, stack: str, release_id: str, run_dir: str) -> dict[str, object]:
+    """The record's fields: the release every VM of ``stack`` runs, where its payload is, and
+    the run directory (``boot.sh`` reads :data:`RECORD_FIELDS_READ`)."""
+    return {
+        "format": RECORD_FORMAT,
+        "payload": release_object(stack, release_id),
+        "release": release_id,
+        "runDir": run_dir,
+        "stack": stack,
+    }
+
+
+# Environment variables ----------------------------------------------------------------------
+# All optional: a real TPU VM sets none of the overrides, and the defaults are Google's.
+
+#: Metadata server ``host[:port]`` (as JAX, google-auth and the VM's scripts read it).
+METADATA_HOST_ENV = "GCE_METADATA_IP"
+#: Cloud Storage endpoint (``host:port`` or a URL; as gcsfs reads it).
+STORAGE_ENDPOINT_ENV = "STORAGE_EMULATOR_HOST"
+#: Cloud TPU API endpoint (the provider, ``status`` and ``release_on_complete.sh``).
+TPU_API_ENDPOINT_ENV = "MULTISLICE_TPU_API_ENDPOINT"
+#: Cloud Logging endpoint (the trainer's log shipper and ``multislice logs``).
+LOGGING_ENDPOINT_ENV = "MULTISLICE_LOGGING_ENDPOINT"
+#: The VM's state directory (releases, environments, boot lock).
+HOME_ENV = "MULTISLICE_HOME"
+#: A Python that already has the trainer's dependencies: no environment is built.
+PYTHON_ENV = "MULTISLICE_PYTHON"
+#: Where ``boot.sh`` writes the trainer's unit file.
+SYSTEMD_DIR_ENV = "MULTISLICE_SYSTEMD_DIR"
+#: First delay of every boot retry (and of ``release_on_complete.sh``'s retries), seconds.
+RETRY_DELAY_ENV = "MULTISLICE_RETRY_DELAY_S"
+#: The trainer's restart backoff and its cap, seconds (``trainer.sh``).
+RESTART_BACKOFF_ENV = "MULTISLICE_RESTART_BACKOFF_S"
+RESTART_BACKOFF_MAX_ENV = "MULTISLICE_RESTART_BACKOFF_MAX_S"
+#: Seconds ``release_on_complete.sh`` keeps retrying the delete.
+RELEASE_DEADLINE_ENV = "MULTISLICE_RELEASE_DEADLINE_S"
+#: Set by ``boot.sh`` in the trainer's unit: this VM's slice and worker (every line's prefix).
+SLICE_ENV = "MULTISLICE_SLICE"
+WORKER_ENV = "MULTISLICE_WORKER"
+#: Trainer settings the local emulation sets (``training.cluster`` reads them; a TPU VM uses
+#: the defaults): the JAX coordinator's port and the ``jax.distributed`` timeouts.
+COORDINATOR_PORT_ENV = "MULTISLICE_COORDINATOR_PORT"
+HEARTBEAT_TIMEOUT_ENV = "MULTISLICE_HEARTBEAT_TIMEOUT_S"
+INIT_TIMEOUT_ENV = "MULTISLICE_INIT_TIMEOUT_S"
+
+#: What the VM's scripts read or pass on (each appears in a template).
+SCRIPT_ENV = (
+    METADATA_HOST_ENV,
+    STORAGE_ENDPOINT_ENV,
+    TPU_API_ENDPOINT_ENV,
+    HOME_ENV,
+    PYTHON_ENV,
+    SYSTEMD_DIR_ENV,
+    RETRY_DELAY_ENV,
+    RESTART_BACKOFF_ENV,
+    RESTART_BACKOFF_MAX_ENV,
+    RELEASE_DEADLINE_ENV,
+    SLICE_ENV,
+    WORKER_ENV,
+)
+#: Passed between the release's own scripts (the bootstrap → ``boot.sh``, ``trainer.sh`` →
+#: ``release_on_complete.sh``); nothing outside the release sets them.
+SCRIPT_INTERNAL_ENV = ("MULTISLICE_RELEASE_ID", "MULTISLICE_RELEASE_FETCHED", "MULTISLICE_LINE_PREFIX")
+#: What the trainer (``training/``) reads (each appears in its source).
+TRAINER_ENV = (
+    METADATA_HOST_ENV,
+    LOGGING_ENDPOINT_ENV,
+    SLICE_ENV,
+    WORKER_ENV,
+    COORDINATOR_PORT_ENV,
+    HEARTBEAT_TIMEOUT_ENV,
+    INIT_TIMEOUT_ENV,
+)
+
+# Endpoints and names on the VM ----------------------------------------------------------------
+
+DEFAULT_METADATA_HOST = "metadata.google.internal"
+DEFAULT_STORAGE_ENDPOINT = "https://storage.googleapis.com"
+DEFAULT_TPU_API_ENDPOINT = "https://tpu.googleapis.com"
+#: The systemd unit that runs the trainer (written by ``boot.sh``; docs/vm-boot.md).
+TRAINER_UNIT = "multislice-trainer.service"
+#: The Cloud Logging log the VMs write (``training.log_shipping.LOG_NAME``) and
+#: ``multislice logs`` reads.
+TRAINER_LOG = "multislice-trainer"
+#: The marker the trainer writes in the run directory once the run is complete
+#: (``training.checkpointing.COMPLETE_MARKER``); the provider reads it (releaseOnComplete).
+COMPLETE_MARKER = "COMPLETE"
