@@ -93,7 +93,6 @@ ELSEWHERE = {
     ("infra/credentials.py", "GCE_METADATA_IP"),
     ("infra/local/vm.py", "startup-script"),
     ("infra/status/plot.py", "COMPLETE"),
-    ("infra/status_cli.py", "STORAGE_EMULATOR_HOST"),
 }
 
 

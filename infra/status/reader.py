@@ -30,11 +30,12 @@ def cloud_reader(config) -> Iterator[Callable]:
     """A function that reads the deployed stack's status (credentials checked first)."""
     from infra import credentials as gcp
     from infra.status import capacity
+    from infra.startup.contract import STORAGE_ENDPOINT_ENV
     from infra.status.store import RunStore
 
     settings = gcp.CredentialSettings.resolve({}, os.environ)
     url = capacity.endpoint()
-    emulated_storage = bool(os.environ.get("STORAGE_EMULATOR_HOST"))
+    emulated_storage = bool(os.environ.get(STORAGE_ENDPOINT_ENV))
     needed = not (capacity.is_local_endpoint(url) and emulated_storage)
     problem = gcp.problem(settings, os.environ, require_credentials=needed)
     if problem:
