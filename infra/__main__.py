@@ -36,9 +36,7 @@ from typing import Any
 
 import pulumi
 
-from infra import config as stack_config
-from infra import planner
-from infra import startup
+from infra import config as stack_config, planner, startup
 from infra.config import StackConfig
 from infra.logs.filter import logging_filter  # the filter `multislice logs` builds on
 from infra.network import Network, NetworkArgs

@@ -24,7 +24,6 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.console import Console
@@ -98,7 +97,7 @@ def fail(message: str, code: int = 2) -> typer.Exit:
     return typer.Exit(code)
 
 
-def load_config(stack: str, config_file: Optional[Path]):
+def load_config(stack: str, config_file: Path | None):
     from infra.config import StackConfigError, load_stack, load_stack_file
 
     try:
@@ -119,8 +118,8 @@ def state_root() -> Path:
 @app.command()
 def render(
     stack: str = STACK_OPTION,
-    config_file: Optional[Path] = CONFIG_FILE_OPTION,
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the script here instead of stdout."),
+    config_file: Path | None = CONFIG_FILE_OPTION,
+    output: Path | None = typer.Option(None, "--output", "-o", help="Write the script here instead of stdout."),
     resolved_config: bool = typer.Option(
         False, "--config", help="Print the resolved stack config (every key, defaults filled in) instead of the script."
     ),
@@ -153,7 +152,7 @@ def render(
 @app.command("plan")
 def plan_command(
     stack: str = STACK_OPTION,
-    config_file: Optional[Path] = CONFIG_FILE_OPTION,
+    config_file: Path | None = CONFIG_FILE_OPTION,
     json_output: bool = typer.Option(False, "--json", help="Print the plan as JSON (for machines)."),
 ) -> None:
     """Before `pulumi up`: the mesh, per-chip memory against HBM, and the Multislice overview's DCN check."""

@@ -307,8 +307,7 @@ def _from_info(info: dict[str, Any], scopes: list[str]) -> Any:
     import warnings
 
     import google.auth
-    from google.oauth2 import credentials as oauth2_credentials
-    from google.oauth2 import service_account
+    from google.oauth2 import credentials as oauth2_credentials, service_account
 
     kind = info.get("type") if isinstance(info, dict) else None
     if kind not in FILE_TYPES:

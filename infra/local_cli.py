@@ -12,7 +12,6 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.table import Table
@@ -75,13 +74,13 @@ def stops_when_stdout_closes(command):
 @stops_when_stdout_closes
 def local_up(
     stack: str = STACK_OPTION,
-    config_file: Optional[Path] = CONFIG_FILE_OPTION,
+    config_file: Path | None = CONFIG_FILE_OPTION,
     kill: list[str] = typer.Option([], "--kill", metavar="SLICE@STEP", help="SIGKILL a slice's VMs at a step (hardware fault). Repeatable."),
     preempt: list[str] = typer.Option([], "--preempt", metavar="SLICE@STEP", help="SIGTERM a slice's VMs at a step (preemption notice), SIGKILL after the grace period. Repeatable."),
     fresh: bool = typer.Option(False, "--fresh", help="Discard the stack's previous local run and start over."),
-    summary_json: Optional[Path] = typer.Option(None, "--summary-json", metavar="PATH", help="Also write the summary as JSON here."),
-    coordinator_port: Optional[int] = typer.Option(None, "--coordinator-port", min=1, max=65535, metavar="PORT", help="Fixed jax.distributed coordinator port (default: a free one)."),
-    gcs_port: Optional[int] = typer.Option(None, "--gcs-port", min=1, max=65535, metavar="PORT", help="Fixed port of the emulated Cloud Storage (default: a free one)."),
+    summary_json: Path | None = typer.Option(None, "--summary-json", metavar="PATH", help="Also write the summary as JSON here."),
+    coordinator_port: int | None = typer.Option(None, "--coordinator-port", min=1, max=65535, metavar="PORT", help="Fixed jax.distributed coordinator port (default: a free one)."),
+    gcs_port: int | None = typer.Option(None, "--gcs-port", min=1, max=65535, metavar="PORT", help="Fixed port of the emulated Cloud Storage (default: a free one)."),
     timeout: float = typer.Option(3600, "--timeout", min=1, metavar="SECONDS", help="Give up after this many seconds."),
     stall_timeout: float = typer.Option(600, "--stall-timeout", min=1, metavar="SECONDS", help="Give up after this many seconds without a new training step."),
     preempt_grace: float = typer.Option(30, "--preempt-grace", min=0, metavar="SECONDS", help="Seconds between SIGTERM and SIGKILL for --preempt (GCE: 30)."),
@@ -126,7 +125,7 @@ def local_up(
         raise fail("the VMs exited but the run is not complete", 1)
 
 
-def _run_recorded(config, paths, options: dict, *, fresh: bool, gcs_port, summary_json) -> Optional[dict]:
+def _run_recorded(config, paths, options: dict, *, fresh: bool, gcs_port, summary_json) -> dict | None:
     """Hold the stack's lock and record this process in the state file before anything is
     started (so that `local down` finds and stops it at any moment), run, and forget the
     state whatever happens. SIGTERM / SIGINT / SIGHUP anywhere in here stop what was started
@@ -161,7 +160,7 @@ def _run_recorded(config, paths, options: dict, *, fresh: bool, gcs_port, summar
         os._exit(stop.exit_code)
 
 
-def _run_locked(config, paths, options: dict, *, fresh: bool, gcs_port, summary_json) -> Optional[dict]:
+def _run_locked(config, paths, options: dict, *, fresh: bool, gcs_port, summary_json) -> dict | None:
     """The body of :func:`_run_recorded`, inside its signal handlers."""
     import uuid
 
@@ -202,11 +201,10 @@ def _stopped(name: str) -> typer.Exit:
                 128 + signal.Signals[name].value)
 
 
-def _emulate(config, paths, options: dict, *, fresh: bool, gcs_port, summary_json, emulation_id: str) -> Optional[dict]:
+def _emulate(config, paths, options: dict, *, fresh: bool, gcs_port, summary_json, emulation_id: str) -> dict | None:
     """Render the startup script, serve the stack's storage, boot the VMs and train."""
     from infra import startup
-    from infra.local import emulator
-    from infra.local import state as local_state
+    from infra.local import emulator, state as local_state
     from infra.local.gcs import GcsServerError
 
     try:
@@ -241,11 +239,10 @@ def _progress_display(total: int):
     return contextlib.nullcontext(progress.plain_reporter(say))
 
 
-def _train_locally(resource, options, fresh: bool, summary_json: Optional[Path]) -> Optional[dict]:
+def _train_locally(resource, options, fresh: bool, summary_json: Path | None) -> dict | None:
     """``local up`` once the stack's storage serves (inside ``resource.running()``): discard
     (``--fresh``) or report a finished run, else train; the summary, or None when reported."""
-    from infra.local import summary
-    from infra.local import state as local_state
+    from infra.local import state as local_state, summary
     from infra.status.report import clock
     from training.checkpointing import is_complete
 
@@ -337,7 +334,7 @@ def _unwritable(path: Path) -> str | None:
     return None
 
 
-def _write_summary(path: Optional[Path], result: dict) -> None:
+def _write_summary(path: Path | None, result: dict) -> None:
     if path is not None:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -347,7 +344,7 @@ def _write_summary(path: Optional[Path], result: dict) -> None:
 
 
 @local_app.command("down")
-def local_down(stack: Optional[str] = typer.Option(None, "--stack", "-s", metavar="NAME", help="Only this stack (default: every stack).")) -> None:
+def local_down(stack: str | None = typer.Option(None, "--stack", "-s", metavar="NAME", help="Only this stack (default: every stack).")) -> None:
     """Stop local runs (every emulated VM process and the emulator), keeping their run directories."""
     from infra.local.state import LocalPaths, stop_recorded
 
@@ -366,11 +363,11 @@ def local_down(stack: Optional[str] = typer.Option(None, "--stack", "-s", metava
 @local_app.command("status")
 def local_status(
     stack: str = STACK_OPTION,
-    config_file: Optional[Path] = CONFIG_FILE_OPTION,
+    config_file: Path | None = CONFIG_FILE_OPTION,
     json_output: bool = status_options.JSON_OPTION,
     watch: bool = status_options.WATCH_OPTION,
     interval: float = status_options.INTERVAL_OPTION,
-    plot: Optional[Path] = status_options.PLOT_OPTION,
+    plot: Path | None = status_options.PLOT_OPTION,
 ) -> None:
     """Whether the stack's local run is running, and its progress, as `multislice status`
     shows a deployed one (read through the emulated Cloud Storage: the running emulator's, or

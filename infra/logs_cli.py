@@ -20,7 +20,6 @@ import sys
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -38,7 +37,7 @@ SINCE_OPTION = typer.Option(
 POLLS_OPTION = typer.Option(None, "--polls", hidden=True, min=1, help="With --follow: stop after this many polls (tests).")
 
 
-def check_range(config, slice_id: Optional[int], worker: Optional[int]) -> None:
+def check_range(config, slice_id: int | None, worker: int | None) -> None:
     """Exit 2 with one line if ``--slice``/``--worker`` is outside the stack."""
     if slice_id is not None and slice_id >= config.slices:
         raise fail(f"--slice {slice_id}: stack {config.stack} has {config.slices} slice(s), 0-{config.slices - 1} "
@@ -49,7 +48,7 @@ def check_range(config, slice_id: Optional[int], worker: Optional[int]) -> None:
                    f"worker(s), 0-{hosts - 1} (multislice:acceleratorType)")
 
 
-def parse_since_option(since: Optional[str]):
+def parse_since_option(since: str | None):
     from infra.logs.lines import SinceError, parse_since
 
     try:
@@ -68,7 +67,7 @@ def emit(lines: Iterable) -> int:
     return count
 
 
-def stream(poll: Callable[[], list], follow: bool, polls: Optional[int], interval: float) -> int:
+def stream(poll: Callable[[], list], follow: bool, polls: int | None, interval: float) -> int:
     """Print what ``poll`` returns, once or (``follow``) every ``interval`` seconds until Ctrl-C
     or ``polls`` polls; the number of lines printed. A closed stdout (``| head``) ends it quietly."""
     count, done = 0, 0
@@ -88,7 +87,7 @@ def stream(poll: Callable[[], list], follow: bool, polls: Optional[int], interva
         raise typer.Exit(130) from None
 
 
-def _config_map(config, config_file: Optional[Path]) -> dict:
+def _config_map(config, config_file: Path | None) -> dict:
     """The stack file's raw ``config:`` map (its ``gcp:*`` credential keys)."""
     import yaml
 
@@ -101,7 +100,7 @@ def _config_map(config, config_file: Optional[Path]) -> dict:
         return {}
 
 
-def _credentials(config, config_file: Optional[Path], endpoint: Optional[str]):
+def _credentials(config, config_file: Path | None, endpoint: str | None):
     """The caller's Google credentials, as the provider takes them (infra/credentials.py); None
     for a loopback fake without configured credentials. Exits 2 with one line when there are none."""
     from infra import credentials as gcp
@@ -122,12 +121,12 @@ def _credentials(config, config_file: Optional[Path], endpoint: Optional[str]):
 
 def logs(
     stack: str = STACK_OPTION,
-    config_file: Optional[Path] = CONFIG_FILE_OPTION,
-    slice_id: Optional[int] = SLICE_OPTION,
-    worker: Optional[int] = WORKER_OPTION,
+    config_file: Path | None = CONFIG_FILE_OPTION,
+    slice_id: int | None = SLICE_OPTION,
+    worker: int | None = WORKER_OPTION,
     follow: bool = FOLLOW_OPTION,
-    since: Optional[str] = SINCE_OPTION,
-    polls: Optional[int] = POLLS_OPTION,
+    since: str | None = SINCE_OPTION,
+    polls: int | None = POLLS_OPTION,
 ) -> None:
     """The trainer's log lines of a deployed stack's workers, from Cloud Logging (oldest first).
 
@@ -168,12 +167,12 @@ def logs(
 
 def local_logs(
     stack: str = STACK_OPTION,
-    config_file: Optional[Path] = CONFIG_FILE_OPTION,
-    slice_id: Optional[int] = SLICE_OPTION,
-    worker: Optional[int] = WORKER_OPTION,
+    config_file: Path | None = CONFIG_FILE_OPTION,
+    slice_id: int | None = SLICE_OPTION,
+    worker: int | None = WORKER_OPTION,
     follow: bool = FOLLOW_OPTION,
-    since: Optional[str] = SINCE_OPTION,
-    polls: Optional[int] = POLLS_OPTION,
+    since: str | None = SINCE_OPTION,
+    polls: int | None = POLLS_OPTION,
 ) -> None:
     """The console log lines of the stack's emulated VMs (multislice local up), oldest first."""
     from infra.logs.local import ConsoleTail, vm_logs

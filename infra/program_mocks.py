@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import json
 import runpy
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pulumi
 import yaml
-from pulumi.runtime import mocks as pulumi_mocks
-from pulumi.runtime import rpc, settings
+from pulumi.runtime import mocks as pulumi_mocks, rpc, settings
 
 import infra.__main__ as program
 from infra.config import stack_file

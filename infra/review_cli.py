@@ -15,13 +15,12 @@ input (no such revision, stack missing at it).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.text import Text
 
 
-def _stack_and_config_map(stack: str, config_file: Optional[Path]) -> tuple[str, dict]:
+def _stack_and_config_map(stack: str, config_file: Path | None) -> tuple[str, dict]:
     """The stack name and its raw ``config:`` map, after validating it (one ``error:`` line)."""
     import yaml
 
@@ -42,10 +41,10 @@ def _resource_label(urn: str | None) -> str:
 
 def check(
     stack: str = typer.Option("dev", "--stack", "-s", metavar="NAME", help="Stack name: the file stacks/Pulumi.NAME.yaml."),
-    config_file: Optional[Path] = typer.Option(
+    config_file: Path | None = typer.Option(
         None, "--config-file", metavar="PATH", help="A stack file anywhere (instead of --stack); the stack name is taken from it."
     ),
-    policy_config: Optional[Path] = typer.Option(
+    policy_config: Path | None = typer.Option(
         None, "--policy-config", help="Policy configuration: the JSON file `pulumi preview --policy-pack-config` takes."
     ),
 ) -> None:

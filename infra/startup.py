@@ -49,10 +49,10 @@ Runtime contract (the emulator, ``training/__main__.py`` and docs/vm-boot.md rel
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import re
 import shlex
-import dataclasses
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path

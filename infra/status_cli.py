@@ -20,12 +20,12 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Optional
 
 import typer
 
 from infra.cli import CONFIG_FILE_OPTION, STACK_OPTION, console, err_console, fail, load_config
 from infra.status.options import INTERVAL_OPTION, JSON_OPTION, PLOT_OPTION, WATCH_OPTION
+
 
 def register(app: typer.Typer) -> None:
     """Add ``status`` to ``app``."""
@@ -34,11 +34,11 @@ def register(app: typer.Typer) -> None:
 
 def status_command(
     stack: str = STACK_OPTION,
-    config_file: Optional[Path] = CONFIG_FILE_OPTION,
+    config_file: Path | None = CONFIG_FILE_OPTION,
     json_output: bool = JSON_OPTION,
     watch: bool = WATCH_OPTION,
     interval: float = INTERVAL_OPTION,
-    plot: Optional[Path] = PLOT_OPTION,
+    plot: Path | None = PLOT_OPTION,
 ) -> None:
     """A deployed stack: its queued resource and slices (Cloud TPU API) and its run's progress
     (the run directory in the checkpoint bucket): step, loss, tokens/s, ETA, checkpoints,
@@ -83,7 +83,7 @@ def _cloud_reader(config) -> Iterator[Callable]:
     yield _reader(config, store, read_capacity)
 
 
-def show_local(config, paths, *, json_output: bool, watch: bool, interval: float, plot: Optional[Path]) -> None:
+def show_local(config, paths, *, json_output: bool, watch: bool, interval: float, plot: Path | None) -> None:
     """``multislice local status``: the emulated stack whose state is in ``paths``, read
     through its emulated Cloud Storage (the running emulator's, else one started for this
     command over the stored objects)."""
@@ -153,7 +153,7 @@ def headline(status) -> str:
     return f"stack {status.stack}: queued resource {cap.id} is {cap.state}"
 
 
-def show(read: Callable, stack: str, *, json_output: bool, watch: bool, interval: float, plot: Optional[Path]) -> None:
+def show(read: Callable, stack: str, *, json_output: bool, watch: bool, interval: float, plot: Path | None) -> None:
     """Read and print the status once, or refresh it in place (``watch``); draw ``plot``."""
     import json
 

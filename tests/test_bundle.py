@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from infra.shipped_source import strip_documentation
 from infra.bundle import BUNDLE_PACKAGE, build_archive, build_bundle, bundle_files, compress, trainer_files
+from infra.shipped_source import strip_documentation
 
 ROOT = Path(__file__).resolve().parents[1]
 

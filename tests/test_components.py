@@ -8,6 +8,8 @@ import re
 
 import pytest
 
+from infra import naming
+from infra.__main__ import component_args
 from infra.config import (
     BucketSettings,
     NetworkSettings,
@@ -17,8 +19,6 @@ from infra.config import (
     parse_duration,
     validate_stack,
 )
-from infra import naming
-from infra.__main__ import component_args
 from infra.network import Network, NetworkArgs
 from infra.service_account import ServiceAccount, ServiceAccountArgs, data_bucket
 from infra.services import ProjectServices, ServicesArgs

@@ -9,10 +9,16 @@ from pathlib import Path
 import pytest
 import yaml
 
-from infra import accelerators
-from infra import config as config_mod
+from infra import accelerators, config as config_mod
+from infra.config import (
+    StackConfigError,
+    available_stacks,
+    from_pulumi_config,
+    load_stack,
+    load_stack_file,
+    validate_stack,
+)
 from tests.fakes.pulumi_program import engine_config
-from infra.config import StackConfigError, available_stacks, from_pulumi_config, load_stack, load_stack_file, validate_stack
 from training.config import TrainConfig, load_train_config
 
 STACKS = Path(__file__).resolve().parents[1] / "stacks"

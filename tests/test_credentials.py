@@ -11,7 +11,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from infra import credentials
-from infra.credentials import HOW_TO_SET, CredentialSettings, CredentialsError, load, path_or_contents, problem
+from infra.credentials import HOW_TO_SET, CredentialsError, CredentialSettings, load, path_or_contents, problem
 from tests.fakes.queued_resource import no_ambient_credentials  # noqa: F401 (autouse fixture)
 
 SA_EMAIL = "deployer@acme-ml-dev.iam.gserviceaccount.com"

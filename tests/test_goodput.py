@@ -10,7 +10,6 @@ import time
 from pathlib import Path
 
 import psutil
-
 import pytest
 
 from training import goodput

@@ -12,7 +12,6 @@ Nothing in the trainer knows about the hold: it is patched into the subprocess's
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess

@@ -14,8 +14,7 @@ import uuid
 
 import psutil
 
-from infra.local import state as state_lib
-from infra.local import supervisor
+from infra.local import state as state_lib, supervisor
 from infra.local.state import EMULATION_ID_ENV, LocalPaths
 from training.run_dir import RunDir
 

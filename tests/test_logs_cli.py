@@ -7,7 +7,7 @@ import json
 import os
 import subprocess
 import sys
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -24,7 +24,7 @@ from tests.fakes.logging_api import FakeLoggingApi, compile_filter
 ROOT = Path(__file__).resolve().parents[1]
 DEV = load_stack("dev")  # 2 slices of v4-8: 1 worker each
 STAGING = load_stack("staging")
-T0 = datetime(2026, 11, 30, 17, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 11, 30, 17, 0, tzinfo=UTC)
 
 
 def stamp(moment: datetime) -> str:
@@ -70,8 +70,8 @@ def test_since_durations_and_rfc3339_times():
     assert parse_since("10m", T0) == T0 - timedelta(minutes=10)
     assert parse_since("2h", T0) == T0 - timedelta(hours=2)
     assert parse_since("1d", T0) == T0 - timedelta(days=1)
-    assert parse_since("2026-11-30T18:30:00+01:00") == datetime(2026, 11, 30, 17, 30, tzinfo=timezone.utc)
-    assert parse_since("2026-11-30T17:30:00Z") == datetime(2026, 11, 30, 17, 30, tzinfo=timezone.utc)
+    assert parse_since("2026-11-30T18:30:00+01:00") == datetime(2026, 11, 30, 17, 30, tzinfo=UTC)
+    assert parse_since("2026-11-30T17:30:00Z") == datetime(2026, 11, 30, 17, 30, tzinfo=UTC)
     for bad in ("yesterday", "10", "10 minutes", "2026-11-30", "2026-11-30T17:30:00"):
         with pytest.raises(SinceError):
             parse_since(bad, T0)
@@ -127,7 +127,7 @@ def test_slice_worker_and_since_narrow_the_request(fake, creds_env):
     assert result.exit_code == 0, result.output
     assert result.stdout.splitlines() == ["[slice 1 worker 0] late"]
     sent = fake.lists[0]["filter"]
-    assert sent == trainer_filter(DEV, slice_id=1, worker=0, since=datetime(2026, 11, 30, 17, 5, tzinfo=timezone.utc))
+    assert sent == trainer_filter(DEV, slice_id=1, worker=0, since=datetime(2026, 11, 30, 17, 5, tzinfo=UTC))
     assert 'resource.labels.worker_id="0"' in sent and 'timestamp>="2026-11-30T17:05:00.000000Z"' in sent
 
 

@@ -6,7 +6,6 @@ Cloud Logging cannot be reached, the trainer is unaffected."""
 from __future__ import annotations
 
 import http.server
-import json
 import os
 import subprocess
 import sys

@@ -24,7 +24,6 @@ from pulumi_policy import (
     StackValidationArgs,
     StackValidationPolicy,
 )
-
 from pulumi_policy.proxy import unknown_checking_proxy
 
 from infra.policy import policies

@@ -8,9 +8,9 @@ import pytest
 from google.cloud import tpu_v2
 
 from infra.queued_resource.api import TpuApi, is_ours
-from infra.queued_resource.nodes import node_in_sync, node_patch
 from infra.queued_resource.errors import QueuedResourceError
 from infra.queued_resource.inputs import build_queued_resource
+from infra.queued_resource.nodes import node_in_sync, node_patch
 from tests.fakes.queued_resource import dev, no_ambient_credentials, props  # noqa: F401 (fixtures)
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from infra.queued_resource.polling import Deadline, PollSchedule, Polled, duration_text, poll_until
+from infra.queued_resource.polling import Deadline, Polled, PollSchedule, duration_text, poll_until
 from tests.fakes.clock import FakeClock, clock  # noqa: F401 (clock: fixture)
 
 

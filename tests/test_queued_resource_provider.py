@@ -38,7 +38,6 @@ from tests.fakes.queued_resource import (  # noqa: F401 (access_token, active, d
 )
 from tests.fakes.tpu_api import FakeTpuApi
 
-
 # create ---------------------------------------------------------------------------------------
 
 

@@ -3,7 +3,6 @@ checkpoint in a local run directory (tiny model, 8 CPU devices)."""
 
 from __future__ import annotations
 
-
 import jax
 import numpy as np
 import pytest
@@ -12,8 +11,6 @@ from tests.test_step import CONFIG
 from training import checkpointing, mesh as mesh_lib, model, optimizer as optimizer_lib, state as state_lib
 from training.run_dir import RunDir
 from training.shapes import Param, params as param_shapes
-
-
 
 
 @pytest.fixture(scope="module")

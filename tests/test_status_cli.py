@@ -11,7 +11,9 @@ import yaml
 from typer.testing import CliRunner
 
 from infra.cli import app  # first: it registers the command modules (infra.status_cli among them)
-from infra import status_cli  # noqa: I001
+
+# isort: split
+from infra import status_cli
 from infra.config import load_stack_file
 from tests.fakes.queued_resource import no_ambient_credentials, props_for, provider_for, qr_name  # noqa: F401 (fixture)
 from tests.fakes.synthetic_run import Fault, SyntheticRun, upload

@@ -23,7 +23,8 @@ import logging
 import math
 import re
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import orbax.checkpoint as ocp
 from etils import epath

@@ -10,7 +10,7 @@ import signal
 import sys
 import threading
 import urllib.request
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 LOG_NAME = "multislice-trainer"
 FLUSH_AT_EXIT_S = 10.0
@@ -102,7 +102,7 @@ def main(argv):
             pass
         if state["on"]:
             try:
-                lines.put_nowait((datetime.now(timezone.utc), line.decode("utf-8", "replace")))
+                lines.put_nowait((datetime.now(UTC), line.decode("utf-8", "replace")))
             except queue.Full:
                 state["dropped"] += 1
     if state["dropped"]:

@@ -7,7 +7,7 @@ import json
 import logging
 import math
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import optax
 

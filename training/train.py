@@ -41,10 +41,21 @@ import time
 import jax
 import numpy as np
 
-from training import agreement, checkpointing, cluster, compile_cache, data, mesh as mesh_lib, model, optimizer as optimizer_lib, preemption
-from training import state as state_lib, step as step_lib
-from training.goodput import process_start_time
+from training import (
+    agreement,
+    checkpointing,
+    cluster,
+    compile_cache,
+    data,
+    mesh as mesh_lib,
+    model,
+    optimizer as optimizer_lib,
+    preemption,
+    state as state_lib,
+    step as step_lib,
+)
 from training.config import TrainConfig
+from training.goodput import process_start_time
 from training.recorder import MetricsRecorder
 from training.run_dir import RunDir, RunDirError
 from training.run_log import RecordLog, TensorBoardLog

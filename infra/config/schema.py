@@ -40,8 +40,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, field_validator, model_validator
 
-from infra import accelerators, naming
-from infra import bucket_location as locations
+from infra import accelerators, bucket_location as locations, naming
 from infra.config.environment import BucketSettings, NetworkSettings, QueuedResourceSettings
 from training.config import TrainConfig
 from training.validation import StrictModel, invalid

@@ -175,8 +175,7 @@ def _child(task: dict[str, Any]) -> int:
     if cpus and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {int(c) for c in cpus.split(",")})
     result_path = Path(task["result"])
-    from training import cluster
-    from training import mesh as mesh_lib
+    from training import cluster, mesh as mesh_lib
 
     spec = BenchSpec.from_json(task["spec"])
     identity = cluster.ClusterIdentity(

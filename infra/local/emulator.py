@@ -43,8 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from infra.config import StackConfig
-from infra.local import state as state_lib
-from infra.local import supervisor, topology
+from infra.local import state as state_lib, supervisor, topology
 from infra.local.faults import Fault, FaultSchedule
 from infra.local.gcs import GcsServer, GcsServerError, bucket_name_error, point_clients_at
 from infra.local.metadata import MetadataServer

@@ -28,8 +28,8 @@ import json
 import os
 import shutil
 import signal
-from pathlib import Path
 import time
+from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from infra.local import supervisor

@@ -40,12 +40,11 @@ import re
 import threading
 import time
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from urllib.parse import parse_qs, urlsplit
 
 from infra.config import StackConfig
-from infra.local import state as state_lib
-from infra.local import supervisor
+from infra.local import state as state_lib, supervisor
 from infra.local.loopback_http import LoopbackServer
 from infra.local.metadata import EMULATED_TOKEN
 from infra.local.state import LocalPaths
@@ -65,7 +64,7 @@ _HTTP = {"FAILED_PRECONDITION": 400, "UNAUTHENTICATED": 401, "PERMISSION_DENIED"
 
 
 def _rfc3339(moment: float) -> str:
-    return datetime.fromtimestamp(moment, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return datetime.fromtimestamp(moment, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 class EmulatedTpuApi:

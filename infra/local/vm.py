@@ -25,7 +25,7 @@ import shutil
 import signal
 import sys
 import urllib.request
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from infra.local.metadata import PREFIX, MetadataServer
@@ -115,7 +115,7 @@ class EmulatedVM:
             cwd=self.home,
             append=True,
             # The boot's time: `multislice local logs --since` dates the console lines from it.
-            header=f"===== boot {self.boots} of {self.name} at {datetime.now(timezone.utc):%Y-%m-%dT%H:%M:%SZ} =====",
+            header=f"===== boot {self.boots} of {self.name} at {datetime.now(UTC):%Y-%m-%dT%H:%M:%SZ} =====",
         )
         return self.group
 

@@ -36,7 +36,6 @@ from pulumi_policy import (
     StackValidationArgs,
     StackValidationPolicy,
 )
-
 from pulumi_policy.proxy import UnknownValueError, unknown_checking_proxy
 
 from infra.policy.policies import POLICIES

@@ -76,8 +76,9 @@ from __future__ import annotations
 import os
 import sys
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 from urllib.parse import urlsplit
 
 import pulumi
@@ -106,7 +107,6 @@ from infra.queued_resource.errors import (
     root_cause,
 )
 from infra.queued_resource.inputs import (
-    content_view,
     INPUT_KEYS,
     OUTPUT_KEYS,
     PROVIDER_VERSION,
@@ -114,6 +114,7 @@ from infra.queued_resource.inputs import (
     RUN_DIR_KEY,
     STARTUP_SCRIPT_KEY,
     build_queued_resource,
+    content_view,
     differs,
     outputs_for,
     parent_of,
