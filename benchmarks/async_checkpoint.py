@@ -1,6 +1,7 @@
 """Async checkpoint overhead at the default model size (issue 14's target: ≤ 5 % of step time).
 
-    uv run --frozen python benchmarks/async_checkpoint.py [--steps 16] [--interval 4] [--stack dev] [--repeat 1] [--json]
+    uv run --frozen python benchmarks/async_checkpoint.py
+        [--steps 16] [--interval 4] [--stack dev] [--repeat 1] [--json]
 
 In one process (one CPU device, this machine), the trainer (``training.train.run``) trains
 the default ``TrainConfig`` model twice per repeat, in turns, each in a fresh local run

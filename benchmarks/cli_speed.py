@@ -98,7 +98,7 @@ def main() -> None:
           f"median of {args.repeat} runs; target {TARGET_S} s")
     for name, (_, applies) in COMMANDS.items():
         verdict = ("ok" if medians[name] <= TARGET_S else "OVER") if applies else "n/a"
-        print(f"  {name:<34} {medians[name]:6.2f} s  {verdict}  (min {min(runs[name]):.2f} s; CPU {cpu_medians[name]:.2f} s)")
+        print(f"  {name:<34} {medians[name]:6.2f} s  {verdict}  " f"(min {min(runs[name]):.2f} s; CPU {cpu_medians[name]:.2f} s)")
     over = [name for name, (_, applies) in COMMANDS.items() if applies and medians[name] > TARGET_S]
     sys.exit(1 if over else 0)
 

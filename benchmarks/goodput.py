@@ -104,10 +104,10 @@ def main() -> None:
             print(
                 f"run {index + 1}: goodput {run['goodput']:.3f} (target ≥ {TARGET}), steps lost {run['steps_lost']}, "
                 f"restarts {run['restarts']}, complete {run['complete']}, final loss {run['final_loss']:.4f}, "
-                f"productive {run['productive_seconds']} s of {run['goodput_wall_seconds']} s from the first process start; "
+                f"productive {run['productive_seconds']} s of {run['goodput_wall_seconds']} " "s from the first process start; "
                 f"command {run['command_seconds']:.0f} s, load average before/after {run['load_average']}\n"
                 f"  badput: {badput}\n"
-                f"  badput per start: {run['badput_seconds_per_start']} s ({run['badput_seconds']} s over {run['starts']} start(s))"
+                f"  badput per start: {run['badput_seconds_per_start']} s " f"({run['badput_seconds']} s over {run['starts']} start(s))"
             )
     command = "multislice " + " ".join(up) + ("" if args.steps == DEV_STEPS else f" (a copy of the dev stack with training.steps {args.steps})")
     if args.json:

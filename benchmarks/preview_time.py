@@ -166,7 +166,7 @@ def report(result: dict) -> str:
         else "none (every process compiles every module it imports)"
     )
     lines = [
-        f"pulumi preview in Python: {result['cores']} cores, load average {load['before'][0]:.2f} → {load['after'][0]:.2f}, "
+        f"pulumi preview in Python: {result['cores']} cores, " f"load average {load['before'][0]:.2f} → {load['after'][0]:.2f}, "
         f"bytecode {mode}, median of {result['repeat']} runs",
         f"  import floor              {result['floor_seconds']:6.2f} s   pulumi, pulumi.dynamic, pulumi_gcp "
         f"{', '.join(modules)} ({len(result['floor_classes'])} resource classes)",

@@ -137,7 +137,7 @@ def main() -> None:
     if args.json:
         print(json.dumps(summary, indent=2))
         return
-    print(f"stack {args.stack}: model on {devices} CPU devices, {args.repeat} restart(s) each, load {summary['load_average'][0]:.1f}")
+    print(f"stack {args.stack}: model on {devices} CPU devices, " f"{args.repeat} restart(s) each, load {summary['load_average'][0]:.1f}")
     for kind in ("cold", "warm"):
         s = summary[kind]
         print(f"  {kind:4}  restart → first step {s['restart_to_first_step_s']:6.1f} s   first step (compile + step) "

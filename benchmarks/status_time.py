@@ -13,7 +13,8 @@ has it from the previous command: without one, ``PYTHONDONTWRITEBYTECODE=1`` mak
 compile every module it imports, about half of its time) and reports each wall time (spawn to exit:
 interpreter, imports, the TPU API reads and the run directory reads), their median, the
 objects the command read (``infra.status.progress``: the listings, every events object, the two
-newest metrics objects), the CPU time (user + system) of each answer, and the load average. On a shared machine compare runs at similar load.
+newest metrics objects), the CPU time (user + system) of each answer, and the load average.
+On a shared machine compare runs at similar load.
 
 Target (issue 12): the answer in ≤ 2 s for a 10,000-step run.
 """
@@ -119,7 +120,7 @@ def main() -> int:
         print(json.dumps(result, indent=2))
     else:
         print(f"multislice status --json for a {args.steps}-step run (step {result['step_reported']} reported): "
-              f"{result['objects_read']} objects read of {metrics_objects} metrics + {result['events_objects']} events objects "
+              f"{result['objects_read']} objects read of {metrics_objects} metrics + " f"{result['events_objects']} events objects "
               f"({result['metrics_objects_read']} metrics objects)")
         print(f"wall time per answer (fresh process): {', '.join(f'{t:.2f}' for t in times)} s; "
               f"median {result['median_seconds']:.2f} s (target ≤ {TARGET_S:.1f} s)")

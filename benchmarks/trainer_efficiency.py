@@ -87,7 +87,7 @@ def main() -> None:
     for run in runs:
         rows, d, f = run["matmul_shape"]
         print(
-            f"{run['platform']}: trainer {run['model_tflops']:.4g} TFLOP/s (median step {run['median_step_s']:.3f} s) ÷ "
+            f"{run['platform']}: trainer {run['model_tflops']:.4g} TFLOP/s " f"(median step {run['median_step_s']:.3f} s) ÷ "
             f"matmul [{rows}, {d}]·[{d}, {f}] {run['dtype']} {run['matmul_tflops']:.4g} TFLOP/s = {run['ratio']:.3f} "
             f"(reference spread {run['reference_spread']:.2f}); load average before/after {run['load_average']}"
             + "".join(f"\n  warning: {w}" for w in run["warnings"])

@@ -423,7 +423,7 @@ GENERATIONS: dict[str, Generation] = {
                 "figure",
                 "chips_per_physical_host": f'{_V6E} row "Chips per host | 8"',
                 "supports_multislice": f"{_OVERVIEW}: only TPU v4 and later support Multislice",
-                "zones": _ZONE_ROW.format(gen="v6e") + ": us-central1-b, us-east1-d, us-east5-a, us-east5-b (North America table), europe-west4-a (Europe table)",
+                "zones": _ZONE_ROW.format(gen="v6e") + ": us-central1-b, us-east1-d, us-east5-a, us-east5-b (North America table), " "europe-west4-a (Europe table)",
                 "runtime_versions": _RUNTIME_ROW + '"Trillium (v6e) | v2-alpha-tpuv6e"',
             },
         ),

@@ -143,7 +143,7 @@ def render(
         except OSError as err:
             raise fail(f"--output {output}: {err.strerror or err}") from None
         err_console.print(
-            f"wrote {output}: {script.size_bytes} bytes, script sha256 {script.sha256}, bundle sha256 {script.bundle_sha256}"
+            f"wrote {output}: {script.size_bytes} bytes, script sha256 {script.sha256}, " f"bundle sha256 {script.bundle_sha256}"
         )
     else:
         typer.echo(script.text, nl=False)

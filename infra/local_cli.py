@@ -309,7 +309,7 @@ def check_data_source(config, *, stored: bool) -> None:
     if remote and not source.startswith(f"gs://{config.bucket_name}/"):
         raise fail(
             f"multislice:training.data.source {source!r}: the local emulation serves only the stack's bucket "
-            f"gs://{config.bucket_name}; put the data there (e.g. gs://{config.bucket_name}/data/*.txt) or use local files"
+            f"gs://{config.bucket_name}; put the data there (e.g. gs://{config.bucket_name}/data/*.txt) " "or use local files"
         )
     if remote != stored:
         return

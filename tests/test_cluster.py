@@ -9,7 +9,7 @@ import pytest
 from infra.local.metadata import MetadataServer
 from training import cluster
 
-TPU_ENV = "ACCELERATOR_TYPE: 'v4-16'\nMEGASCALE_COORDINATOR_ADDRESS: '10.0.0.7:8080'\nMEGASCALE_NUM_SLICES: '4'\nMEGASCALE_SLICE_ID: '2'\n"
+TPU_ENV = "ACCELERATOR_TYPE: 'v4-16'\nMEGASCALE_COORDINATOR_ADDRESS: '10.0.0.7:8080'\n" "MEGASCALE_NUM_SLICES: '4'\nMEGASCALE_SLICE_ID: '2'\n"
 
 
 def test_parse_tpu_env_strips_quotes():

@@ -221,7 +221,7 @@ def test_duplicate_keys_are_refused_with_both_lines(tmp_path):
     with pytest.raises(StackConfigError) as info:
         load_stack_file(path)
     last = len(text.splitlines())
-    assert str(info.value) == f"stack file {path}: duplicate key 'multislice:slices' at line {last} (first at line {first}); keep one of them"
+    assert str(info.value) == f"stack file {path}: duplicate key 'multislice:slices' at line {last} " f"(first at line {first}); keep one of them"
 
 
 @pytest.mark.parametrize(

@@ -77,7 +77,7 @@ def test_another_model_is_refused_with_both_shapes(run_dir, model):
     assert "\n" not in message
     assert message == (
         f"run directory {run_dir} holds a run with different training.model: "
-        f"training.model: the run directory has {model_line(RECORDED.model)}, the config asks {model_line(asked.model)}; "
+        f"training.model: the run directory has {model_line(RECORDED.model)}, " f"the config asks {model_line(asked.model)}; "
         "use a new multislice:runName (or `multislice local up --fresh`) to start a new run"
     )
     assert model_line(RECORDED.model) != model_line(asked.model)

@@ -19,7 +19,7 @@ from infra.local.state import EMULATION_ID_ENV, LocalPaths
 from training.run_dir import RunDir
 
 # Stands in for a running emulator: exits 0 on SIGTERM.
-EMULATOR = "import signal, sys, time; signal.signal(signal.SIGTERM, lambda *a: sys.exit(0)); print('ready', flush=True); time.sleep(600)"
+EMULATOR = "import signal, sys, time; signal.signal(signal.SIGTERM, lambda *a: sys.exit(0)); " "print('ready', flush=True); time.sleep(600)"
 
 
 def running(pid: int) -> bool:
@@ -137,7 +137,7 @@ def test_down_waits_for_the_emulator_to_stop_its_vms(tmp_path):
 
 
 # Stands in for an emulator whose main thread is busy: it takes seconds to act on SIGTERM.
-SLOW_TO_STOP = "import signal, sys, time; signal.signal(signal.SIGTERM, lambda *a: (signal.signal(signal.SIGTERM, signal.SIG_IGN), time.sleep(3), sys.exit(0))); print('ready', flush=True); time.sleep(600)"
+SLOW_TO_STOP = "import signal, sys, time; " "signal.signal(signal.SIGTERM, lambda *a: " "(signal.signal(signal.SIGTERM, signal.SIG_IGN), time.sleep(3), sys.exit(0))); " "print('ready', flush=True); time.sleep(600)"
 
 
 def wait_visible(emulation_id: str) -> None:
@@ -175,7 +175,7 @@ def test_down_stops_the_recorded_vms_at_once_and_waits_for_the_emulator(tmp_path
 
 def test_an_emulator_that_does_not_stop_keeps_its_state(tmp_path):
     paths = LocalPaths(tmp_path / "emu")
-    stubborn = subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); time.sleep(600)"],
+    stubborn = subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); " "print('ready', flush=True); time.sleep(600)"],
                                 stdout=subprocess.PIPE, text=True)
     try:
         assert stubborn.stdout.readline() == "ready\n"

@@ -239,7 +239,7 @@ def test_a_child_dies_with_its_launcher():
 
 
 def test_a_child_whose_launcher_is_already_gone_is_told_so():
-    code = "import sys; from infra.local.supervisor import die_with_parent; sys.exit(0 if die_with_parent(int(sys.argv[1])) else 5)"
+    code = "import sys; from infra.local.supervisor import die_with_parent; " "sys.exit(0 if die_with_parent(int(sys.argv[1])) else 5)"
     stranger = os.getpid() + 10**7
     assert subprocess.run([sys.executable, "-c", code, str(stranger)], timeout=60).returncode == 5
     assert subprocess.run([sys.executable, "-c", code, str(os.getpid())], timeout=60).returncode == 0

@@ -207,7 +207,7 @@ def test_a_bad_since_is_one_line(command):
     result = invoke(*command, "--stack", "dev", "--since", "yesterday")
     assert result.exit_code == 2
     assert result.stderr.splitlines() == [
-        "error: --since 'yesterday' is neither a duration (30s, 10m, 2h, 1d) nor an RFC 3339 time (2026-11-30T17:00:00Z)"]
+        "error: --since 'yesterday' is neither a duration (30s, 10m, 2h, 1d) " "nor an RFC 3339 time (2026-11-30T17:00:00Z)"]
 
 
 # --- local: the emulated VMs' console logs ------------------------------------------------------

@@ -55,7 +55,7 @@ class VmMetadata:
 
     @property
     def address(self) -> str:
-        return "%s:%d" % self._httpd.server_address[:2]
+        return "{}:{}".format(*self._httpd.server_address[:2])
 
     def stop(self) -> None:
         self._httpd.shutdown()
@@ -66,7 +66,7 @@ def tpu_vm_metadata(slice_id: int) -> dict[str, str]:
     return {
         "project/project-id": DEV.project,
         "instance/zone": f"projects/123456789/zones/{DEV.zone}",
-        "instance/attributes/tpu-env": f"ACCELERATOR_TYPE: 'v4-8'\nNODE_ID: '{DEV.node_ids[slice_id]}'\nWORKER_ID: '0'\n",
+        "instance/attributes/tpu-env": f"ACCELERATOR_TYPE: 'v4-8'\nNODE_ID: '{DEV.node_ids[slice_id]}'\n" "WORKER_ID: '0'\n",
     }
 
 

@@ -108,14 +108,14 @@ def test_a_401_names_the_credentials_and_what_to_set(props):
     from google.auth import exceptions as auth_exceptions
 
     unauthorized = exceptions.Unauthorized(
-        "GET http://127.0.0.1:1/v2/projects/p/locations/z/queuedResources/q: Request is missing required authentication "
+        "GET http://127.0.0.1:1/v2/projects/p/locations/z/queuedResources/q: " "Request is missing required authentication "
         "credential. Expected OAuth 2 access token,\n login cookie or other valid authentication credential."
     )
     explained = explain(unauthorized, "reading", props, credentials="the credentials of GOOGLE_CREDENTIALS")
     assert type(explained) is CredentialsRejected
     assert str(explained).startswith(
         "reading queued resource 'multislice-dev': the API rejected the credentials of GOOGLE_CREDENTIALS "
-        "(401 UNAUTHENTICATED: Request is missing required authentication credential. Expected OAuth 2 access token, login"
+        "(401 UNAUTHENTICATED: Request is missing required authentication credential. " "Expected OAuth 2 access token, login"
     )
     assert "GET http" not in str(explained) and "\n" not in str(explained)
     refresh = explain(auth_exceptions.RefreshError("invalid_grant: Token has been expired or revoked."), "creating", props,

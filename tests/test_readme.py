@@ -127,7 +127,7 @@ def test_training_table_defaults_are_the_models():
         if len(cells) == 1:
             cells = cells * len(paths)
         assert len(cells) == len(paths), row
-        for path, cell in zip(paths, cells):
+        for path, cell in zip(paths, cells, strict=True):
             expected = _shown(defaults[path])
             if expected is None:
                 continue  # e.g. d_ff: null means 4·d_model

@@ -55,7 +55,7 @@ def test_each_step_gets_its_rates_and_the_first_says_it_includes_compilation(par
     records = read_records(run, "metrics")
     flops_per_token = model.flops_per_token(CFG.model, CFG.sequence_length)
     tokens = CFG.global_batch_size * CFG.sequence_length
-    for step, record in zip((1, 2, 3), records):  # rates are rounded to 6 significant digits
+    for step, record in zip((1, 2, 3), records, strict=True):  # rates are rounded to 6 significant digits
         step_time = TIMES[step] - TIMES[step - 1]
         assert record["loss"] == LOSSES[step][0] and record["grad_norm"] == LOSSES[step][1]
         assert record["learning_rate"] == pytest.approx(0.001 * (step - 1))

@@ -63,6 +63,6 @@ def test_logical_axes_come_from_shapes_and_every_axis_has_a_rule():
 
 
 def test_shapes_import_no_jax():
-    code = "import sys, training.shapes; print(sorted(m for m in sys.modules if m.split('.')[0] in ('jax', 'jaxlib', 'numpy')))"
+    code = "import sys, training.shapes; " "print(sorted(m for m in sys.modules if m.split('.')[0] in ('jax', 'jaxlib', 'numpy')))"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True, timeout=120)
     assert out.stdout.strip() == "[]"

@@ -57,7 +57,7 @@ def test_a_worker_number_that_stays_wrong_stops_the_boot(tmp_path, script, gcs):
         result = machine.run()
     assert result.returncode == 1
     last = result.stdout.splitlines()[-2:]
-    assert f"[slice ? worker ?] error: metadata key agent-worker-number: malformed value 'two' after {startup.ATTEMPTS} attempts" in last
+    assert f"[slice ? worker ?] error: metadata key agent-worker-number: " f"malformed value 'two' after {startup.ATTEMPTS} attempts" in last
     assert len([r for r in machine.metadata.requests if r.endswith("agent-worker-number")]) == startup.ATTEMPTS
     assert_nothing_started(machine)
 
@@ -123,7 +123,7 @@ def test_environment_builds_once_and_is_reused(vm, script):
     env = vm.environ(1)
     assert "UV_PYTHON_INSTALL_DIR" not in env and "UV_CACHE_DIR" not in env
     assert [p.name for p in (vm.home / "envs").iterdir()] == [sha]
-    assert f"environment: building envs/{sha[:12]} (Python {read_python_version(ROOT)}, uv {lockfile.pinned_uv(ROOT).version}), attempt 1/4" in lines
+    assert f"environment: building envs/{sha[:12]} (Python {read_python_version(ROOT)}, " f"uv {lockfile.pinned_uv(ROOT).version}), attempt 1/4" in lines
 
     again = vm.run(use_fake_python=False)
     assert again.returncode == 0, again.stdout

@@ -108,7 +108,7 @@ def test_a_stack_that_was_never_deployed(fake, stack):
     result = invoke("status", "--config-file", stack)
     assert result.exit_code == 1
     assert result.stderr.count("\n") == 1
-    assert "error: stack emu: queued resource 'multislice-emu' not found in projects/multislice-tests/locations/us-central2-b" in result.stderr
+    assert "error: stack emu: queued resource 'multislice-emu' " "not found in projects/multislice-tests/locations/us-central2-b" in result.stderr
     assert "never deployed" in result.stderr
 
 

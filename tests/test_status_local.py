@@ -159,10 +159,10 @@ def test_status_imports_nothing_heavy(tmp_path):
     code = (
         "import sys\n"
         "from infra.cli import app\n"
-        "import infra.status_cli, infra.status.progress, infra.status.capacity, infra.status.report, infra.status.store\n"
+        "import infra.status_cli, infra.status.progress, infra.status.capacity, " "infra.status.report, infra.status.store\n"
         f"try:\n    app(['local', 'status', '--config-file', {str(STACK)!r}, '--json'])\n"
         "except SystemExit:\n    pass\n"
-        "heavy = sorted(m for m in ('jax', 'orbax', 'orbax.checkpoint', 'pulumi', 'matplotlib', 'tensorflow', 'gcsfs', 'google.cloud.tpu_v2', 'google.cloud.storage') if m in sys.modules)\n"
+        "heavy = sorted(m for m in ('jax', 'orbax', 'orbax.checkpoint', 'pulumi', " "'matplotlib', 'tensorflow', 'gcsfs', 'google.cloud.tpu_v2', 'google.cloud.storage') " "if m in sys.modules)\n"
         "print('HEAVY', heavy, file=sys.stderr)\n"
     )
     env = {**os.environ, "MULTISLICE_STATE_DIR": str(tmp_path)}

@@ -365,10 +365,10 @@ def summary(result: dict[str, Any]) -> str:
         [
             f"shardings: {result['slices']} slice(s) × {result['devices'] // result['slices']} device(s) "
             f"({result['platform']}, {result['dtype']}, {where}); mesh (dcn×ici): {mesh}",
-            f"model: {spec['layers']} MLP layers, E {spec['embedding_dimension']}, FF {4 * spec['embedding_dimension']}: "
+            f"model: {spec['layers']} MLP layers, E {spec['embedding_dimension']}, " f"FF {4 * spec['embedding_dimension']}: "
             f"{result['parameters']:,} parameters; global batch {result['global_batch']:,} rows",
             f"step: {result['step_seconds']:.4f} s (median of {times})",
-            f"achieved: {result['tflops_per_device']:.4g} TFLOP/s per device, {result['aggregate_tflops']:.4g} aggregate "
+            f"achieved: {result['tflops_per_device']:.4g} TFLOP/s per device, " f"{result['aggregate_tflops']:.4g} aggregate "
             "(6 · parameters · batch per step)",
             f"reference: matmul [{rows}, {k}]·[{k}, {n}] on {ref['unit']}: {result['reference_tflops']:.4g} TFLOP/s "
             f"(median of all samples; medians before/after: {before_after})",

@@ -146,7 +146,7 @@ def check_run_config(run_dir: RunDir, config: TrainConfig) -> None:
             raise ValueError("not a JSON object")
     except (ValueError, UnicodeDecodeError) as err:
         raise RunConfigMismatch(
-            f"{run_dir / RUN_CONFIG_FILE} is unreadable ({err}); it records the run's TrainConfig: restore it, or delete it to "
+            f"{run_dir / RUN_CONFIG_FILE} is unreadable ({err}); it records the run's TrainConfig: " "restore it, or delete it to "
             "accept the current config (the checkpoints must still match it)"
         ) from None
     current = json.loads(config.model_dump_json())

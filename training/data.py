@@ -111,7 +111,8 @@ class ByteCorpus:
             self.starts.append(self.starts[-1] + f.size + len(SEPARATOR))
         self.size = self.starts[-1]
 
-    @functools.lru_cache(maxsize=64)
+    # One cache of at most 64 files for all corpora; it keeps a corpus alive, which lives as long as the run anyway.
+    @functools.lru_cache(maxsize=64)  # noqa: B019
     def _file_bytes(self, index: int) -> np.ndarray:
         path = self.files[index].path
         data = epath.Path(path).read_bytes()

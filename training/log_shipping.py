@@ -65,7 +65,7 @@ def ship(lines, found, say):
                 batch.commit()
         except Exception as err:
             if not failed:
-                say(f"log shipping: a Cloud Logging write failed ({type(err).__name__}: {err}); lines stay in the journal")
+                say(f"log shipping: a Cloud Logging write failed ({type(err).__name__}: {err}); " "lines stay in the journal")
             failed += len(batch.entries)
     if failed:
         say(f"log shipping: {failed} line(s) not written to Cloud Logging")

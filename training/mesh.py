@@ -4,7 +4,8 @@ Mesh axes are ``(data, fsdp, tensor)`` (``training.config.MESH_AXES``). Axis ``a
 ``dcn.a × ici.a``: devices of one slice fill the ICI block of the mesh, and the slices are
 laid out along the DCN factors, exactly as ``jax.experimental.mesh_utils.
 create_hybrid_device_mesh`` does (the Cloud TPU Multislice overview: XLA generates the DCN
-communication, user code only builds the mesh; docs/cloud-tpu.md). The difference is how devices are grouped into slices ("granules"):
+communication, user code only builds the mesh; docs/cloud-tpu.md). The difference is how
+devices are grouped into slices ("granules"):
 
 * on Cloud TPU, by ``device.slice_index`` (set by the multislice runtime);
 * elsewhere (CPU emulation, GPU), every device reports slice 0, so slices are emulated by

@@ -273,8 +273,8 @@ class LocalQueuedResource:
     def storage_stopped(self) -> EmulationError:
         """The error for a storage server that stopped during the run."""
         return EmulationError(
-            f"the emulated Cloud Storage (fake-gcs-server on {self.storage.url}) stopped ({self.storage.exit_description()}); "
-            f"every emulated VM was stopped; its log: {self.storage.log_path}; run `multislice local up` again to resume "
+            f"the emulated Cloud Storage (fake-gcs-server on {self.storage.url}) " f"stopped ({self.storage.exit_description()}); "
+            f"every emulated VM was stopped; its log: {self.storage.log_path}; " "run `multislice local up` again to resume "
             "from the last checkpoint"
         )
 
@@ -302,7 +302,7 @@ class LocalQueuedResource:
             self.create()
             self.report(
                 f"booting {len(self.vms)} VM(s): {self.config.slices} slice(s) × {self.config.accelerator.hosts} "
-                f"worker(s) of {self.config.accelerator_type}, {self.config.accelerator.chips_per_host} CPU devices each"
+                f"worker(s) of {self.config.accelerator_type}, " f"{self.config.accelerator.chips_per_host} CPU devices each"
             )
             self._boot_lines = BootLines(self.vms[0].name, self.vms[0].log_path)
             self.boot_all(options)

@@ -169,7 +169,7 @@ class GcsServer:
         if self.fixed_port is not None:
             problem = bind_error(self.fixed_port)
             if problem is not None:
-                raise GcsServerError(f"--gcs-port {self.fixed_port} is already in use ({problem}); choose another port or omit the option")
+                raise GcsServerError(f"--gcs-port {self.fixed_port} is already in use ({problem}); " "choose another port or omit the option")
         self.root.mkdir(parents=True, exist_ok=True)
         for _ in range(3):  # a free port can be taken before the server binds it: try another
             self.port = self.fixed_port or free_port()
@@ -188,11 +188,11 @@ class GcsServer:
         if not self.alive():
             code = self.group.poll()
             raise GcsServerError(
-                f"fake-gcs-server ({binary}) exited at start with status {code}: {self._last_log_line()} (its log: {self.log_path})"
+                f"fake-gcs-server ({binary}) exited at start with status {code}: " f"{self._last_log_line()} (its log: {self.log_path})"
             )
         if self.group.poll() is None and not self._answers():
             self.stop()
-            raise GcsServerError(f"fake-gcs-server did not answer on {self.url} within {READY_TIMEOUT_S:.0f} s (its log: {self.log_path})")
+            raise GcsServerError(f"fake-gcs-server did not answer on {self.url} within {READY_TIMEOUT_S:.0f} s " f"(its log: {self.log_path})")
 
     def _wait_ready(self) -> bool:
         deadline = time.monotonic() + READY_TIMEOUT_S

@@ -185,7 +185,7 @@ def check_groups(groups: Sequence[ProcessGroup]) -> bool:
         others still run.
     """
     codes = [group.poll() for group in groups]
-    for group, code in zip(groups, codes):
+    for group, code in zip(groups, codes, strict=True):
         if code not in (None, 0):
             raise GroupFailed(group, code)
     return all(code == 0 for code in codes)

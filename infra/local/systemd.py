@@ -150,7 +150,7 @@ def boot(script: Path, unit_dir: Path, runtime_dir: Path) -> int:
         {
             "PATH": f"{bin_dir}:{env.get('PATH', '/usr/bin:/bin')}",
             UNIT_DIR_ENV: str(unit_dir),
-            ADDRESS_ENV: "%s:%d" % listener.address,
+            ADDRESS_ENV: "{}:{}".format(*listener.address),
             AUTHKEY_ENV: authkey.hex(),
         }
     )

@@ -247,7 +247,7 @@ class Release:
         if self.queued_resource is None:
             return ("capacity: kept: multislice:queuedResource.releaseOnComplete is off, so the VMs do not delete the "
                     "queued resource (on Cloud TPU it is billed until pulumi destroy)")
-        return f"capacity: kept: the queued resource {self.queued_resource} was not deleted; see the log of slice 0 worker 0"
+        return f"capacity: kept: the queued resource {self.queued_resource} was not deleted; " "see the log of slice 0 worker 0"
 
     def stop(self) -> None:
         """Stop serving the API (the record stays)."""

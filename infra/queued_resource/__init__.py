@@ -320,7 +320,7 @@ class QueuedResourceProvider(ResourceProvider):
             queued_resource=build_queued_resource(props),
             request_id=str(uuid.uuid4()),  # the same id on every retry: creates at most once
         )
-        self._say(f"{label}: creating ({int(props['slices'])} x {props['acceleratorType']}, {props['capacity']}) in {props['zone']}")
+        self._say(f"{label}: creating ({int(props['slices'])} x {props['acceleratorType']}, {props['capacity']}) " f"in {props['zone']}")
         deadline = Deadline(float(props.get("createTimeoutSeconds") or 1800))
         try:
             operation = api.client.create_queued_resource(
@@ -357,7 +357,7 @@ class QueuedResourceProvider(ResourceProvider):
             message = (
                 f"queued resource {label!r} is still {wait.state} after {duration_text(wait.elapsed)} "
                 f"(waiting for {props.get('waitFor') or 'ACTIVE'}; multislice:queuedResource.createTimeout is "
-                f"{duration_text(deadline.seconds)}). It is recorded in the stack and stays queued: run `pulumi up` again "
+                f"{duration_text(deadline.seconds)}). It is recorded in the stack and stays queued: " "run `pulumi up` again "
                 "to keep waiting, or `pulumi destroy` to give up."
             )
             if wait.error:

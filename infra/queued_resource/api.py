@@ -276,7 +276,7 @@ class TpuApi:
             schedule=self.schedule,
             state=lambda qr: state_name(qr) if qr is not None else None,
             report=lambda state, elapsed: self.say(
-                f"{label}: {state} after {duration_text(deadline.elapsed())} (deleting, timeout {duration_text(deadline.seconds)})"
+                f"{label}: {state} after {duration_text(deadline.elapsed())} " f"(deleting, timeout {duration_text(deadline.seconds)})"
             ),
         )
         if polled.done:

@@ -176,7 +176,7 @@ def explain(
         )
     if isinstance(exc, auth_exceptions.GoogleAuthError) and not isinstance(exc, auth_exceptions.TransportError):
         return CredentialsRejected(
-            f"{action} queued resource {name!r}: {credentials} could not be used: {' '.join(message.split())}; {HOW_TO_SET}"
+            f"{action} queued resource {name!r}: {credentials} could not be used: " f"{' '.join(message.split())}; {HOW_TO_SET}"
         )
     consumer = disabled_in(exc)
     if consumer and not is_disabled_in_our_project(exc, props.get("project"), quota_project):

@@ -66,8 +66,8 @@ class SliceStatus:
 @dataclass
 class CapacityStatus:
     """The queued resource ``id`` and its ``state`` (a QR state, ``RELEASED`` when it is gone
-    after its run completed, or ``NOT_RUNNING`` for a local emulation that is not running), ``detail`` (the API's failure reason, or what the
-    emulator left behind), and its slices."""
+    after its run completed, or ``NOT_RUNNING`` for a local emulation that is not running),
+    ``detail`` (the API's failure reason, or what the emulator left behind), and its slices."""
 
     id: str
     state: str

@@ -128,7 +128,7 @@ class RunStore:
     def list_many(self, folders: list[str]) -> dict[str, list[Entry]]:
         """:meth:`list` of each folder, concurrently."""
         with ThreadPoolExecutor(max_workers=max(1, len(folders))) as pool:
-            return dict(zip(folders, pool.map(self.list, folders)))
+            return dict(zip(folders, pool.map(self.list, folders), strict=True))
 
     def _read_one(self, name: str) -> bytes | None:
         url = f"{self.base}/{quote(f'{self.prefix}/{name}', safe='')}"
@@ -144,5 +144,5 @@ class RunStore:
         if not names:
             return {}
         with ThreadPoolExecutor(max_workers=min(CONCURRENCY, len(names))) as pool:
-            found = dict(zip(names, pool.map(self._read_one, names)))
+            found = dict(zip(names, pool.map(self._read_one, names), strict=True))
         return {name: data for name, data in found.items() if data is not None}
