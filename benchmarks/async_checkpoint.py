@@ -58,7 +58,7 @@ def per_step_seconds(base: TrainConfig, steps: int, interval: int, save: bool) -
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").partition("\n")[0])
     parser.add_argument("--steps", type=int, default=16)
     parser.add_argument("--interval", type=int, default=4)
     parser.add_argument("--repeat", type=int, default=1)

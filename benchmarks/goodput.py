@@ -83,7 +83,7 @@ def one_run(state_dir: Path, up: list[str]) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").partition("\n")[0])
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--steps", type=int, default=DEV_STEPS, help="training.steps (default: the dev stack's 120)")
     parser.add_argument("--no-faults", action="store_true", help="no preemption and no kill: the start-up cost alone")
@@ -91,7 +91,10 @@ def main() -> None:
     args = parser.parse_args()
     if args.steps < 8:
         parser.error("--steps must be at least 8 (the faults need distinct steps)")
+    if args.repeat < 1:
+        parser.error("--repeat must be at least 1")
     runs = []
+    up: list[str] = []  # the last run's arguments, for the report
     for index in range(args.repeat):
         load_before = os.getloadavg()
         with tempfile.TemporaryDirectory(prefix="goodput-bench-") as tmp:

@@ -107,7 +107,7 @@ def metrics_sync_bytes(steps: int, log_every: int, tmp: Path) -> dict:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").partition("\n")[0])
     parser.add_argument("--baseline", help="git ref of the directory-bucket emulation (default: see above)")
     parser.add_argument("--repeat", type=int, default=1, help="local up runs of each tree")
     parser.add_argument("--steps", type=int, default=10_000, help="steps of the metrics-sync measurement")

@@ -191,7 +191,7 @@ def report(result: dict) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").partition("\n")[0])
     parser.add_argument("--repeat", type=int, default=3, help="timed runs of each process (median)")
     parser.add_argument("--bytecode", choices=("cached", "none"), default="cached")
     parser.add_argument("--stack", action="append", help="stack to evaluate (repeatable; default: every stack)")

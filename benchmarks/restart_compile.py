@@ -32,6 +32,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -100,7 +101,7 @@ def one_restart(config: Path, work: Path, devices: int, interval: int, cold: boo
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--stack", default="dev")
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--json", action="store_true")
@@ -123,7 +124,7 @@ def main() -> None:
         for i in range(args.repeat):
             for kind in ("cold", "warm"):
                 results[kind].append(one_restart(config, work, devices, interval, kind == "cold", f"{kind}{i}"))
-    summary = {
+    summary: dict[str, Any] = {
         kind: {
             "restart_to_first_step_s": statistics.median(r["restart_to_first_step_s"] for r in rs),
             "first_step_time_s": statistics.median(r["first_step_time_s"] for r in rs),

@@ -65,7 +65,7 @@ def measure(base: TrainConfig, steps: int) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").partition("\n")[0])
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--stack", help="Train this stack's model, sequence length and batch (one device) instead of the default TrainConfig.")

@@ -463,7 +463,7 @@ def _hint(name: str) -> str:
     return ""
 
 
-def parse_accelerator_type(name: str) -> AcceleratorType:
+def parse_accelerator_type(name: object) -> AcceleratorType:
     """Parse and validate an accelerator-type string such as "v4-16" or "v5litepod-8".
 
     Returns the slice's chips, TensorCores, TPU VMs (hosts) and chips per VM. Examples:

@@ -322,8 +322,9 @@ def _from_info(info: dict[str, Any], scopes: list[str]) -> Any:
     return credentials
 
 
-def load(settings: CredentialSettings, *, quota_project: str, iam_endpoint: str | None = None) -> Any:
-    """The ``google.auth.credentials.Credentials`` of ``settings`` with ``quota_project``.
+def load(settings: CredentialSettings, *, quota_project: str | None, iam_endpoint: str | None = None) -> Any:
+    """The ``google.auth.credentials.Credentials`` of ``settings`` with ``quota_project`` (None:
+    none).
 
     Args:
       iam_endpoint: base URL of the IAM Credentials API for impersonation (default: Google's).

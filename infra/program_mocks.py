@@ -115,13 +115,13 @@ class Mocks(pulumi.runtime.Mocks):
             id_ = f"{args.name}-id"
         return id_, outs
 
-    def call(self, args: pulumi.runtime.MockCallArgs):
+    def call(self, args: pulumi.runtime.MockCallArgs) -> tuple[dict, list[tuple[str, str]] | None]:
         self.world.calls.append(args.token)
         if args.token == "gcp:compute/getSubnetwork:getSubnetwork":
             answer = {"ipCidrRange": LOOKED_UP_CIDR, "name": args.args.get("name"), "region": args.args.get("region"),
                       "project": args.args.get("project")}
-            return answer | ({"network": self.subnet_network} if self.subnet_network else {})
-        return {}
+            return answer | ({"network": self.subnet_network} if self.subnet_network else {}), None
+        return {}, None
 
 
 class RecordingMonitor(pulumi_mocks.MockMonitor):

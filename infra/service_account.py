@@ -95,7 +95,7 @@ class ServiceAccount(pulumi.ComponentResource):
         )
         self.email = self.account.email
         self.member = self.account.email.apply(lambda email: f"serviceAccount:{email}")
-        self.grants = [
+        self.grants: list[pulumi.CustomResource] = [
             gcp.storage.BucketIAMMember(
                 f"{name}-checkpoints", bucket=bucket, role=CHECKPOINT_ROLE, member=self.member, opts=child
             )

@@ -19,7 +19,9 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -49,7 +51,7 @@ def status_command(
 
 
 @contextmanager
-def _cloud_reader(config) -> Iterator[Callable]:
+def _cloud_reader(config) -> Iterator[_Reader]:
     """A function that reads the deployed stack's status (credentials checked first)."""
     from infra import credentials as gcp
     from infra.status import capacity
@@ -105,8 +107,20 @@ def show_local(config, paths, *, json_output: bool, watch: bool, interval: float
         raise fail(f"cannot read the run: {err}", 1) from None
 
 
-def _reader(config, store, read_capacity: Callable) -> Callable:
-    """A function returning a fresh :class:`~infra.status.report.StackStatus` (capacity and
+@dataclass
+class _Reader:
+    """Called, reads a fresh :class:`~infra.status.report.StackStatus`; ``store`` is the run's
+    :class:`~infra.status.store.RunStore` (``--plot`` reads it), None when no run was ever stored."""
+
+    read: Callable[[], Any]
+    store: Any
+
+    def __call__(self) -> Any:
+        return self.read()
+
+
+def _reader(config, store, read_capacity: Callable) -> _Reader:
+    """A :class:`_Reader` of a fresh :class:`~infra.status.report.StackStatus` (capacity and
     progress read concurrently); ``store`` None: no run was ever stored. A queued resource that
     ``read_capacity`` does not find is RELEASED when the run is complete (as the provider
     treats it), else an error."""
@@ -132,13 +146,13 @@ def _reader(config, store, read_capacity: Callable) -> Callable:
                 raise (gone or fail(str(err), 1)) from None
         if cap is None:
             if not run.complete:
+                assert gone is not None  # set with cap = None
                 raise gone
             cap = capacity.released(config.queued_resource_id, f"gone after its run completed at step {run.completed_step} "
                                     "(releaseOnComplete, or deleted by hand); pulumi up does not create it again")
         return StackStatus(config.stack, cap, run)
 
-    read.store = store
-    return read
+    return _Reader(read, store)
 
 
 def headline(status) -> str:
@@ -153,7 +167,7 @@ def headline(status) -> str:
     return f"stack {status.stack}: queued resource {cap.id} is {cap.state}"
 
 
-def show(read: Callable, stack: str, *, json_output: bool, watch: bool, interval: float, plot: Path | None) -> None:
+def show(read: _Reader, stack: str, *, json_output: bool, watch: bool, interval: float, plot: Path | None) -> None:
     """Read and print the status once, or refresh it in place (``watch``); draw ``plot``."""
     import json
 

@@ -173,6 +173,13 @@ class CommandLineOption:
 JSON_OPTION = CommandLineOption("json_output", "--json", False, "Print the result as JSON (tflops_per_device, efficiency, ...).")
 
 
+def _default(field: dataclasses.Field) -> Any:
+    """A :class:`BenchSpec` field's default value (its factory's product for a mesh)."""
+    if field.default_factory is not dataclasses.MISSING:
+        return field.default_factory()
+    return field.default
+
+
 def spec_options() -> tuple[CommandLineOption, ...]:
     """The options that make a :class:`BenchSpec` (``--ici-data`` … ``--dtype``), in field
     order, one per mesh axis for ``ici``/``dcn``."""
@@ -180,10 +187,10 @@ def spec_options() -> tuple[CommandLineOption, ...]:
     for field in dataclasses.fields(BenchSpec):
         help_text = field.metadata["help"]
         if isinstance(help_text, dict):  # a mesh: one option per axis
-            defaults = field.default_factory()
+            defaults = _default(field)
             names = [(f"{field.name}_{axis}", defaults[axis], help_text[axis]) for axis in help_text]
         else:
-            names = [(field.name, field.default, help_text)]
+            names = [(field.name, _default(field), help_text)]
         options += [CommandLineOption(name, "--" + name.replace("_", "-"), default, text) for name, default, text in names]
     return tuple(options)
 
@@ -201,7 +208,7 @@ def spec_from_options(**options: Any) -> BenchSpec:
     values: dict[str, Any] = {}
     for field in dataclasses.fields(BenchSpec):
         if isinstance(field.metadata["help"], dict):
-            sizes = field.default_factory()
+            sizes = _default(field)
             values[field.name] = {axis: options.get(f"{field.name}_{axis}", size) for axis, size in sizes.items()}
         elif field.name in options:
             values[field.name] = options[field.name]

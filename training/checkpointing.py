@@ -265,8 +265,9 @@ def _without_reprs(text: str) -> str:
         segment = text[i : j + 1]
         bound = re.match(r"<bound method ([\w.]+) of ", segment)
         obj = re.match(r"<([\w.]+) object at 0x[0-9a-fA-F]+>$", segment)
-        if j < len(text) and (bound or obj):
-            out.append((bound or obj).group(1))
+        match = bound or obj
+        if j < len(text) and match:
+            out.append(match.group(1))
             i = j + 1
         else:
             out.append("<")
@@ -331,6 +332,7 @@ def restore(
     failures: list[tuple[int, str]] = []
     for step in steps:
         where = describe(step, step_path(manager, step))
+        error = ""  # (attempts=0 tries nothing: the step fails without an error text)
         for attempt in range(attempts):
             state, error = None, ""
             try:

@@ -187,10 +187,15 @@ class TextDataset:
     def _example(self, split: Split, index: int) -> np.ndarray:
         return split.corpus.read(index * self.sequence_length, self.sequence_length + 1)
 
+    def _train_index(self, position: int) -> int:
+        index = self.train_order[position]
+        assert index is not None  # grain's None is a filtered-out element: a shuffled range has none
+        return index
+
     def train_rows(self, step: int, global_batch_size: int, start: int, stop: int) -> np.ndarray:
         """Rows ``[start, stop)`` of the global batch for 0-based ``step``: int32 ``[stop-start, S+1]``."""
         base = step * global_batch_size
-        rows = [self._example(self.train, self.train_order[base + r]) for r in range(start, stop)]
+        rows = [self._example(self.train, self._train_index(base + r)) for r in range(start, stop)]
         return np.stack(rows).astype(np.int32)
 
     def eval_rows(self, batch: int, global_batch_size: int, start: int, stop: int) -> np.ndarray:

@@ -9,6 +9,7 @@ import math
 import time
 from collections.abc import Callable
 
+import numpy as np
 import optax
 
 from training import compile_cache, goodput, model
@@ -68,7 +69,7 @@ class MetricsRecorder:
             "step": step,
             "loss": loss,
             "grad_norm": float(metrics["grad_norm"]),
-            "learning_rate": float(self.schedule(step - 1)),
+            "learning_rate": float(np.asarray(self.schedule(step - 1))),  # a 0-d array (optax's ArrayLike)
             "step_time_s": _significant(step_time),
             "tokens_per_s": _significant(self.cfg.global_batch_tokens / step_time),
             "tflops_per_device": _significant(self.flops_per_step / step_time / self.devices / 1e12),

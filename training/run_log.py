@@ -116,6 +116,7 @@ class TensorBoardLog:
             return
         self._writer.close()
         self._writer = None
+        assert self._spool is not None  # a writer was open: enabled
         for path in sorted(self._spool.iterdir()):
             self.run_dir.write(f"tensorboard/{path.name}", path.read_bytes())
             path.unlink()

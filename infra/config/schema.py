@@ -89,26 +89,26 @@ class StackConfig(StrictModel):
     project: str = Field(alias="gcp:project", description="GCP project id.")
     zone: str = Field(alias="gcp:zone", description="Zone of the TPU slices, e.g. us-central2-b.")
     accelerator_type: str = Field(alias="multislice:acceleratorType", description="e.g. v4-8, v5p-16, v6e-256.")
-    slices: int = Field(1, ge=1, le=accelerators.MAX_SLICES, alias="multislice:slices")
+    slices: int = Field(default=1, ge=1, le=accelerators.MAX_SLICES, alias="multislice:slices")
     runtime_version: str | None = Field(
-        None, min_length=1, alias="multislice:runtimeVersion", description="TPU software version; catalog default."
+        default=None, min_length=1, alias="multislice:runtimeVersion", description="TPU software version; catalog default."
     )
     capacity: Annotated[Capacity, BeforeValidator(_capacity)] = Field(
-        "on-demand", alias="multislice:capacity", description="spot, on-demand or reserved."
+        default="on-demand", alias="multislice:capacity", description="spot, on-demand or reserved."
     )
-    reservation_name: str | None = Field(None, min_length=1, alias="multislice:reservationName")
+    reservation_name: str | None = Field(default=None, min_length=1, alias="multislice:reservationName")
     run_name: str | None = Field(
-        None, alias="multislice:runName", description="Run directory name; default: stack."
+        default=None, alias="multislice:runName", description="Run directory name; default: stack."
     )
-    training: TrainConfig = Field(TrainConfig(), alias="multislice:training")
-    network: NetworkSettings = Field(NetworkSettings(), alias="multislice:network")
-    bucket: BucketSettings = Field(BucketSettings(), alias="multislice:bucket")
-    queued_resource: QueuedResourceSettings = Field(QueuedResourceSettings(), alias="multislice:queuedResource")
+    training: TrainConfig = Field(default=TrainConfig(), alias="multislice:training")
+    network: NetworkSettings = Field(default=NetworkSettings(), alias="multislice:network")
+    bucket: BucketSettings = Field(default=BucketSettings(), alias="multislice:bucket")
+    queued_resource: QueuedResourceSettings = Field(default=QueuedResourceSettings(), alias="multislice:queuedResource")
     labels: Annotated[dict[str, str], BeforeValidator(naming.check_labels)] = Field(
         default_factory=dict, alias="multislice:labels", description="Extra labels on every labelled resource."
     )
     allow_unlisted: tuple[Unlisted, ...] = Field(
-        (), alias="multislice:allowUnlisted", description="Catalog checks that only warn: zone, runtimeVersion."
+        default=(), alias="multislice:allowUnlisted", description="Catalog checks that only warn: zone, runtimeVersion."
     )
 
     @model_validator(mode="before")

@@ -185,6 +185,7 @@ class GcsServer:
             )
             if self._wait_ready() or self.fixed_port is not None or "address already in use" not in self._last_log_line():
                 break
+        assert self.group is not None  # the loop above started it
         if not self.alive():
             code = self.group.poll()
             raise GcsServerError(
@@ -196,6 +197,7 @@ class GcsServer:
 
     def _wait_ready(self) -> bool:
         deadline = time.monotonic() + READY_TIMEOUT_S
+        assert self.group is not None  # start() started it
         while self.group.poll() is None and time.monotonic() < deadline:
             if self._answers():
                 return True

@@ -192,7 +192,7 @@ def stop_recorded(paths: LocalPaths, wait_s: float = 30.0, signal_emulator: bool
         return []
     actions = []
     pid = int(state.get("pid", 0) or 0)
-    emulation_id = state.get("emulation_id")
+    emulation_id = str(state.get("emulation_id") or "")
     if signal_emulator and pid != os.getpid() and emulator_alive(state):
         os.kill(pid, signal.SIGTERM)
         actions.append(f"asked emulator pid {pid} to stop")

@@ -31,6 +31,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
+from typing import Self
 
 import psutil
 
@@ -81,7 +82,7 @@ class ProcessGroup:
         cwd: Path | None = None,
         append: bool = False,
         header: str | None = None,
-    ) -> ProcessGroup:
+    ) -> Self:
         """Run ``argv`` in a new session with output to ``log_path``.
 
         Args:

@@ -119,7 +119,7 @@ class EmulatedTpuApi:
                 if self.command != "HEAD":
                     self.wfile.write(data)
 
-            def log_message(self, *args):  # keep the emulator's console clean
+            def log_message(self, format: str, *args: object) -> None:  # keep the emulator's console clean
                 pass
 
         self._server = LoopbackServer(Handler, "tpu-api")
@@ -225,7 +225,8 @@ class Release:
         """The force delete deletes the nodes: once ``delay_s`` seconds passed since the delete,
         stop the VMs still running (SIGTERM, a short grace, SIGKILL; reported) and return True;
         else False."""
-        if not self.deleted or time.monotonic() - self.api.deleted_at < delay_s:
+        deleted_at = self.api.deleted_at if self.api is not None else None  # None: not deleted (``deleted``)
+        if deleted_at is None or time.monotonic() - deleted_at < delay_s:
             return False
         groups = [vm.group for vm in vms if vm.group is not None]
         running = [vm.name for vm in vms if vm.group is not None and vm.group.poll() is None]

@@ -107,7 +107,7 @@ class EmulatedVM:
         runtime = self.home / "run"
         shutil.rmtree(runtime, ignore_errors=True)  # /run is empty at every boot
         self.boots += 1
-        self.group = VmProcesses.start(
+        group = self.group = VmProcesses.start(
             self.name,
             boot_command(script_path, self.unit_dir, runtime),
             log_path=self.log_path,
@@ -117,7 +117,7 @@ class EmulatedVM:
             # The boot's time: `multislice local logs --since` dates the console lines from it.
             header=f"===== boot {self.boots} of {self.name} at {datetime.now(UTC):%Y-%m-%dT%H:%M:%SZ} =====",
         )
-        return self.group
+        return group
 
     def wipe_disk(self) -> None:
         """Recreating a VM gives it a fresh boot disk."""

@@ -92,7 +92,7 @@ def entry_line(entry: Any) -> LogLine | None:
     resource_labels = dict(getattr(entry.resource, "labels", None) or {})
     try:
         slice_id = int(labels["slice"])
-        worker = int(labels.get("worker", resource_labels.get("worker_id")))
+        worker = int(labels["worker"] if "worker" in labels else resource_labels["worker_id"])
     except (KeyError, TypeError, ValueError):
         return None
     payload = entry.payload

@@ -87,6 +87,8 @@ def recommendations(p: Plan, config: StackConfig) -> tuple[str, ...]:
                     f"{_gib(pure_mem.total)} per chip; its DCN traffic is not modelled here"
                 )
     if dcn.applies:
+        # More than one replica: the global figures are set (DcnCheck.__post_init__).
+        assert dcn.min_global_batch_tokens is not None and dcn.recommended_global_batch_tokens is not None
         replicas = dcn.replicas
         shards, seq = par.batch_shards, p.sequence_length
         need_seqs = _round_up(dcn.min_global_batch_tokens / seq, shards)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Mapping
+from typing import Any, cast
 
 #: Seconds one listing request may take.
 LIST_TIMEOUT_S = 20.0
@@ -73,7 +74,8 @@ def list_gs_source(source: str, project: str, environ: Mapping[str, str] | None 
                                  skip_instance_cache=True)
         if not fs.exists(bucket):
             raise FileNotFoundError(f"bucket gs://{bucket} does not exist")
-        found = fs.glob(f"{base}/{pattern}" if pattern else base, detail=True)
+        # detail=True: a dict of name -> info (fsspec's glob is unannotated; its inferred type is the list)
+        found = cast("dict[str, dict[str, Any]]", fs.glob(f"{base}/{pattern}" if pattern else base, detail=True))
     except FileNotFoundError:
         raise
     except Exception as err:  # gcsfs/google-auth raise many types (HttpError, RefreshError, OSError, ...)

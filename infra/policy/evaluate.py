@@ -134,7 +134,7 @@ def _options(protect: bool, parent: str | None) -> PolicyResourceOptions:
     return PolicyResourceOptions(protect, [], None, [], PolicyCustomTimeouts(0, 0, 0), [], parent or None)
 
 
-def _run(policy: Policy, args: Any, sink: list[tuple[str, str | None, bool]], urn: str | None) -> None:
+def _run(policy: ResourceValidationPolicy | StackValidationPolicy, args: Any, sink: list[tuple[str, str | None, bool]], urn: str | None) -> None:
     """Run one validation; entries are (message, urn, unknown). A value not known until the
     update (``UnknownValueError``) is reported the way the CLI's analyzer reports it: an
     advisory "can't run during preview", whatever the policy's level."""

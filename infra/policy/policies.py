@@ -38,12 +38,11 @@ https://cloud.google.com/tpu/docs/spot).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from pulumi_policy import (
     EnforcementLevel,
     PolicyConfigSchema,
-    ReportViolation,
     ResourceValidationArgs,
     ResourceValidationPolicy,
     StackValidationArgs,
@@ -83,10 +82,18 @@ def _tpu_nodes(args: ResourceValidationArgs) -> list[Mapping[str, Any]]:
     return []
 
 
+class Report(Protocol):
+    """The callback a validation reports a violation to: a message and, optionally, the URN of
+    the resource it concerns (pulumi_policy's ``ReportViolation`` alias makes the URN a required
+    positional argument, where its documentation and its callbacks make it optional)."""
+
+    def __call__(self, message: str, urn: str | None = None, /) -> None: ...
+
+
 # Mandatory ------------------------------------------------------------------------------------
 
 
-def _firewall_no_public_ingress(args: ResourceValidationArgs, report: ReportViolation) -> None:
+def _firewall_no_public_ingress(args: ResourceValidationArgs, report: Report) -> None:
     if args.resource_type != FIREWALL_TYPE:
         return
     if (args.props.get("direction") or "INGRESS").upper() != "INGRESS":
@@ -97,7 +104,7 @@ def _firewall_no_public_ingress(args: ResourceValidationArgs, report: ReportViol
                "open ports only to the subnetwork, network tags or IAP (35.235.240.0/20)")
 
 
-def _tpu_no_external_ips(args: ResourceValidationArgs, report: ReportViolation) -> None:
+def _tpu_no_external_ips(args: ResourceValidationArgs, report: Report) -> None:
     if args.get_config().get("allowExternalIps", False):
         return
     for node in _tpu_nodes(args):
@@ -109,7 +116,7 @@ def _tpu_no_external_ips(args: ResourceValidationArgs, report: ReportViolation) 
                    "allowExternalIps: true for this stack in the policy pack config")
 
 
-def _bucket_private_uniform(args: ResourceValidationArgs, report: ReportViolation) -> None:
+def _bucket_private_uniform(args: ResourceValidationArgs, report: Report) -> None:
     if args.resource_type != BUCKET_TYPE:
         return
     if args.props.get("publicAccessPrevention") != "enforced":
@@ -124,7 +131,7 @@ def _service_account_email(node: Mapping[str, Any]) -> Any:
     return account.get("email") if isinstance(account, Mapping) else account
 
 
-def _tpu_dedicated_service_account(args: ResourceValidationArgs, report: ReportViolation) -> None:
+def _tpu_dedicated_service_account(args: ResourceValidationArgs, report: Report) -> None:
     for node in _tpu_nodes(args):
         email = _service_account_email(node)
         if not email:
@@ -139,7 +146,7 @@ def _parallelism(args: ResourceValidationArgs) -> Mapping[str, Any]:
     return ((args.props.get("trainer") or {}).get("parallelism") or {})
 
 
-def _dcn_tensor_one(args: ResourceValidationArgs, report: ReportViolation) -> None:
+def _dcn_tensor_one(args: ResourceValidationArgs, report: Report) -> None:
     if args.resource_type != QUEUED_RESOURCE_TYPE:
         return
     dcn = _parallelism(args).get("dcn") or {}
@@ -149,7 +156,7 @@ def _dcn_tensor_one(args: ResourceValidationArgs, report: ReportViolation) -> No
                "parallelism over DCN is too slow (Multislice overview): keep dcn.tensor = 1")
 
 
-def _multislice_v4_or_later(args: ResourceValidationArgs, report: ReportViolation) -> None:
+def _multislice_v4_or_later(args: ResourceValidationArgs, report: Report) -> None:
     if args.resource_type != QUEUED_RESOURCE_TYPE:
         return
     slices = int(args.props.get("slices") or 1)
@@ -165,7 +172,7 @@ def _multislice_v4_or_later(args: ResourceValidationArgs, report: ReportViolatio
             report(f"queued resource {args.name!r}: {slices} slices of {name}; Multislice needs TPU v4 or later")
 
 
-def _startup_script_safe(args: ResourceValidationArgs, report: ReportViolation) -> None:
+def _startup_script_safe(args: ResourceValidationArgs, report: Report) -> None:
     for node in _tpu_nodes(args):
         script = (node.get("metadata") or {}).get(STARTUP_SCRIPT_KEY)
         if not isinstance(script, str):
@@ -190,7 +197,7 @@ def _integral(value: Any) -> Any:
     return value
 
 
-def _training_fits_hbm(args: ResourceValidationArgs, report: ReportViolation) -> None:
+def _training_fits_hbm(args: ResourceValidationArgs, report: Report) -> None:
     if args.resource_type != QUEUED_RESOURCE_TYPE or args.get_config().get("allowOverHbm", False):
         return
     from infra.planner.memory import memory_per_chip
@@ -209,7 +216,7 @@ def _training_fits_hbm(args: ResourceValidationArgs, report: ReportViolation) ->
                "shrink the model or batch, shard more (fsdp), or set allowOverHbm: true in the pack config")
 
 
-def _data_source_exists(args: ResourceValidationArgs, report: ReportViolation) -> None:
+def _data_source_exists(args: ResourceValidationArgs, report: Report) -> None:
     if args.resource_type != QUEUED_RESOURCE_TYPE:
         return
     source = str(((args.props.get("trainer") or {}).get("data") or {}).get("source") or "")
@@ -229,7 +236,7 @@ def _data_source_exists(args: ResourceValidationArgs, report: ReportViolation) -
                f"({listing.objects} object(s) matched); the trainer would stop at once on every VM")
 
 
-def _multislice_program(args: StackValidationArgs, report: ReportViolation) -> None:
+def _multislice_program(args: StackValidationArgs, report: Report) -> None:
     if not any(r.resource_type == QUEUED_RESOURCE_TYPE for r in args.resources):
         report(f"this stack declares no {QUEUED_RESOURCE_TYPE}: the multislice policy pack checks the "
                "multislice program only")
@@ -238,7 +245,7 @@ def _multislice_program(args: StackValidationArgs, report: ReportViolation) -> N
 # Advisory -------------------------------------------------------------------------------------
 
 
-def _required_labels(args: ResourceValidationArgs, report: ReportViolation) -> None:
+def _required_labels(args: ResourceValidationArgs, report: Report) -> None:
     if "labels" not in args.props or args.resource_type not in (QUEUED_RESOURCE_TYPE, BUCKET_TYPE, TPU_VM_TYPE):
         return
     labels = args.props.get("labels") or {}
@@ -252,7 +259,7 @@ def _is_prod(labels: Mapping[str, Any]) -> bool:
     return labels.get("env") == "prod" or stack == "prod" or stack.startswith("prod-")
 
 
-def _prod_capacity(args: ResourceValidationArgs, report: ReportViolation) -> None:
+def _prod_capacity(args: ResourceValidationArgs, report: Report) -> None:
     if args.resource_type != QUEUED_RESOURCE_TYPE or not _is_prod(args.props.get("labels") or {}):
         return
     capacity = args.props.get("capacity")
@@ -287,7 +294,9 @@ POLICIES = [
     _resource("data-source-exists", "A gs:// training data source matches a non-empty object (when listable).",
               _data_source_exists, MANDATORY),
     StackValidationPolicy(name="multislice-program", description="The stack is a multislice program.",
-                          validate=_multislice_program, enforcement_level=MANDATORY),
+                          # pulumi_policy's StackValidation alias requires the urn its callbacks take as optional (Report)
+                          validate=_multislice_program,  # pyright: ignore[reportArgumentType]
+                          enforcement_level=MANDATORY),
     _resource("required-labels", "Resources carry the env, owner and cost-center labels.",
               _required_labels, ADVISORY),
     _resource("prod-capacity", "Prod queued resources use reserved or on-demand capacity, or are protected.",

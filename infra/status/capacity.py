@@ -198,13 +198,15 @@ def read_local(paths: Any, qr_id: str, node_ids: list[str], workers_per_slice: i
             when = record.get("released_at")
             at = f" at {clock(when)}" if isinstance(when, (int, float)) else ""
             return released(qr_id, f"deleted by worker 0 of slice 0{at} once the run was complete (releaseOnComplete)", emulated=True)
-        detail = (
-            f"the emulator is gone but {len(orphans)} emulated process(es) still run; "
-            f"stop them with: multislice local down --stack {state.get('stack')}"
-            if orphans
-            else None
-        )
+        detail = None
+        if orphans:
+            assert state is not None  # the orphans carry its emulation id
+            detail = (
+                f"the emulator is gone but {len(orphans)} emulated process(es) still run; "
+                f"stop them with: multislice local down --stack {state.get('stack')}"
+            )
         return CapacityStatus(qr_id, "NOT_RUNNING", emulated=True, detail=detail)
+    assert state is not None  # running
     vms = state.get("vms") or []
     slices = []
     for index, node_id in enumerate(node_ids):

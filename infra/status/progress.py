@@ -220,7 +220,7 @@ def read_progress(store: RunStore, total_steps: int) -> RunProgress:
     progress.completed_step = completed
     progress.complete = completed is not None and completed >= total_steps
     finish = [e for e in events if e.get("event") == "complete"]
-    if progress.complete:
+    if progress.complete and completed is not None:  # (complete: completed is not None)
         progress.completed_at = _time(finish[-1]) if finish else root[COMPLETE_MARKER].updated
         progress.step = max(progress.step or 0, completed)
     # the newest record's own time when the trainer writes one, else its object's update time
