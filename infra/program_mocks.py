@@ -120,8 +120,8 @@ class Mocks(pulumi.runtime.Mocks):
         if args.token == "gcp:compute/getSubnetwork:getSubnetwork":
             answer = {"ipCidrRange": LOOKED_UP_CIDR, "name": args.args.get("name"), "region": args.args.get("region"),
                       "project": args.args.get("project")}
-            return answer | ({"network": self.subnet_network} if self.subnet_network else {}), None
-        return {}, None
+            return answer | ({"network": self.subnet_network} if self.subnet_network else {}), []
+        return {}, []  # (no check failures: pulumi's MockMonitor iterates them, though typed Optional)
 
 
 class RecordingMonitor(pulumi_mocks.MockMonitor):

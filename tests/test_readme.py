@@ -171,6 +171,16 @@ def test_ci_fails_on_a_stale_lock_before_testing():
     assert "set -euo pipefail" in lines and "|| {" in lines[check] and lines[check].endswith("exit 1; }")
 
 
+def test_ci_runs_the_linters_the_readme_names():
+    section = README.split("## Development: linters and type checker", 1)[1].split("\n## ", 1)[0]
+    assert "```bash\n.ci/lint\n```" in section
+    ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
+    assert ".ci/lint || lint_status=$?" in ci and ci[-1] == 'exit "$lint_status"'
+    lint = (ROOT / ".ci" / "lint").read_text()
+    for tool in ("ruff check .", "ruff format --check .", "basedpyright", "shellcheck"):
+        assert f"run --frozen {tool}" in lint and f"`{tool}" in section, tool
+
+
 def test_readme_states_the_minimum_pulumi_cli():
     # 3.145.0: dynamic providers use the uv toolchain's virtualenv; 3.146.0: their output is shown.
     match = re.search(r"Pulumi CLI\]\([^)]*\)\s+\*\*(\d+)\.(\d+)\.(\d+) or later\*\*", README)

