@@ -1,6 +1,7 @@
 """Async checkpoint overhead at the default model size (issue 14's target: ≤ 5 % of step time).
 
-    uv run --frozen python benchmarks/async_checkpoint.py [--steps 16] [--interval 4] [--stack dev] [--repeat 1] [--json]
+    uv run --frozen python benchmarks/async_checkpoint.py
+        [--steps 16] [--interval 4] [--stack dev] [--repeat 1] [--json]
 
 In one process (one CPU device, this machine), the trainer (``training.train.run``) trains
 the default ``TrainConfig`` model twice per repeat, in turns, each in a fresh local run
@@ -40,7 +41,9 @@ TARGET = 0.05
 
 def per_step_seconds(base: TrainConfig, steps: int, interval: int, save: bool) -> dict:
     """Train ``steps`` steps of ``base`` in a fresh run directory; seconds per step and per-save figures."""
-    config = base.model_copy(update={"steps": steps, "checkpoint": CheckpointConfig(interval_steps=interval if save else steps + 1)})
+    config = base.model_copy(
+        update={"steps": steps, "checkpoint": CheckpointConfig(interval_steps=interval if save else steps + 1)}
+    )
     with tempfile.TemporaryDirectory(prefix="async-ckpt-") as tmp:
         result = train.run(config, tmp, ClusterIdentity.single_process())
         assert result.exit_code == train.EXIT_COMPLETE, result
@@ -57,11 +60,14 @@ def per_step_seconds(base: TrainConfig, steps: int, interval: int, save: bool) -
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").partition("\n")[0])
     parser.add_argument("--steps", type=int, default=16)
     parser.add_argument("--interval", type=int, default=4)
     parser.add_argument("--repeat", type=int, default=1)
-    parser.add_argument("--stack", help="Train this stack's model, sequence length and batch (one device) instead of the default TrainConfig.")
+    parser.add_argument(
+        "--stack",
+        help="Train this stack's model, sequence length and batch (one device) instead of the default TrainConfig.",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     base = TrainConfig()
@@ -76,13 +82,22 @@ def main() -> None:
         none = per_step_seconds(base, args.steps, args.interval, save=False)
         saving = per_step_seconds(base, args.steps, args.interval, save=True)
         overhead = saving["seconds_per_step"] / none["seconds_per_step"] - 1
-        runs.append({
-            "none": none, "async": saving, "overhead": overhead,
-            "overhead_at_default_interval": overhead * args.interval / DEFAULT_INTERVAL,
-            "load_average": [round(x, 1) for x in (*load, *os.getloadavg())],
-        })
+        runs.append(
+            {
+                "none": none,
+                "async": saving,
+                "overhead": overhead,
+                "overhead_at_default_interval": overhead * args.interval / DEFAULT_INTERVAL,
+                "load_average": [round(x, 1) for x in (*load, *os.getloadavg())],
+            }
+        )
     if args.json:
-        print(json.dumps({"model": base.model.model_dump(), "steps": args.steps, "interval": args.interval, "runs": runs}, indent=2))
+        print(
+            json.dumps(
+                {"model": base.model.model_dump(), "steps": args.steps, "interval": args.interval, "runs": runs},
+                indent=2,
+            )
+        )
         return
     for run in runs:
         print(

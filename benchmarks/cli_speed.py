@@ -67,7 +67,7 @@ def timed(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=5, help="timed runs per command (median reported)")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args()
@@ -91,14 +91,30 @@ def main() -> None:
     medians = {name: statistics.median(times) for name, times in runs.items()}
     cpu_medians = {name: statistics.median(times) for name, times in cpu.items()}
     if args.json:
-        print(json.dumps({"target_s": TARGET_S, "load_average_1min": [load_before, load_after], "cpus": os.cpu_count(),
-                          "median_s": medians, "runs_s": runs, "cpu_median_s": cpu_medians}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "target_s": TARGET_S,
+                    "load_average_1min": [load_before, load_after],
+                    "cpus": os.cpu_count(),
+                    "median_s": medians,
+                    "runs_s": runs,
+                    "cpu_median_s": cpu_medians,
+                },
+                indent=2,
+            )
+        )
         return
-    print(f"load average (1 min) {load_before:.1f} before, {load_after:.1f} after; {os.cpu_count()} CPUs; "
-          f"median of {args.repeat} runs; target {TARGET_S} s")
+    print(
+        f"load average (1 min) {load_before:.1f} before, {load_after:.1f} after; {os.cpu_count()} CPUs; "
+        f"median of {args.repeat} runs; target {TARGET_S} s"
+    )
     for name, (_, applies) in COMMANDS.items():
         verdict = ("ok" if medians[name] <= TARGET_S else "OVER") if applies else "n/a"
-        print(f"  {name:<34} {medians[name]:6.2f} s  {verdict}  (min {min(runs[name]):.2f} s; CPU {cpu_medians[name]:.2f} s)")
+        print(
+            f"  {name:<34} {medians[name]:6.2f} s  {verdict}  "
+            f"(min {min(runs[name]):.2f} s; CPU {cpu_medians[name]:.2f} s)"
+        )
     over = [name for name, (_, applies) in COMMANDS.items() if applies and medians[name] > TARGET_S]
     sys.exit(1 if over else 0)
 

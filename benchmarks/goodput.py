@@ -58,8 +58,11 @@ def up_args(steps: int, with_faults: bool, state_dir: Path) -> list[str]:
 def one_run(state_dir: Path, up: list[str]) -> dict:
     """One ``local up`` with its own state directory: the summary plus the command's wall time (s)."""
     summary = state_dir / "summary.json"
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("JAX_PLATFORMS", "JAX_NUM_CPU_DEVICES", "PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("JAX_PLATFORMS", "JAX_NUM_CPU_DEVICES", "PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX")
+    }
     env["MULTISLICE_STATE_DIR"] = str(state_dir)
     # A TPU VM's Python keeps the bytecode it compiled on its first start; where this machine
     # sets PYTHONDONTWRITEBYTECODE, every emulated start would compile every module from source
@@ -68,7 +71,12 @@ def one_run(state_dir: Path, up: list[str]) -> dict:
     start = time.monotonic()
     result = subprocess.run(
         [sys.executable, "-m", "infra.cli", *up, "--summary-json", str(summary)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=3600, check=False,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=3600,
+        check=False,
     )
     wall = time.monotonic() - start
     if result.returncode != 0:
@@ -76,14 +84,18 @@ def one_run(state_dir: Path, up: list[str]) -> dict:
     data = json.loads(summary.read_text())
     badput = sum(data["badput"].values())  # wall = productive + badput, productive = goodput × wall
     span = badput / (1 - data["goodput"]) if data["goodput"] < 1 else None
-    return data | {"command_seconds": round(wall, 1), "goodput_wall_seconds": round(span, 1) if span else None,
-                   "productive_seconds": round(span - badput, 1) if span else None,
-                   "badput_seconds": round(badput, 1), "starts": data["restarts"] + 1,
-                   "badput_seconds_per_start": round(badput / (data["restarts"] + 1), 1)}
+    return data | {
+        "command_seconds": round(wall, 1),
+        "goodput_wall_seconds": round(span, 1) if span else None,
+        "productive_seconds": round(span - badput, 1) if span else None,
+        "badput_seconds": round(badput, 1),
+        "starts": data["restarts"] + 1,
+        "badput_seconds_per_start": round(badput / (data["restarts"] + 1), 1),
+    }
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").partition("\n")[0])
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--steps", type=int, default=DEV_STEPS, help="training.steps (default: the dev stack's 120)")
     parser.add_argument("--no-faults", action="store_true", help="no preemption and no kill: the start-up cost alone")
@@ -91,7 +103,10 @@ def main() -> None:
     args = parser.parse_args()
     if args.steps < 8:
         parser.error("--steps must be at least 8 (the faults need distinct steps)")
+    if args.repeat < 1:
+        parser.error("--repeat must be at least 1")
     runs = []
+    up: list[str] = []  # the last run's arguments, for the report
     for index in range(args.repeat):
         load_before = os.getloadavg()
         with tempfile.TemporaryDirectory(prefix="goodput-bench-") as tmp:
@@ -100,16 +115,24 @@ def main() -> None:
         run["load_average"] = [round(x, 1) for x in (*load_before, *os.getloadavg())]
         runs.append(run)
         if not args.json:
-            badput = "; ".join(f"{k} {v:.1f} s" for k, v in sorted(run["badput"].items(), key=lambda kv: -kv[1]) if v >= 0.05)
+            badput = "; ".join(
+                f"{k} {v:.1f} s" for k, v in sorted(run["badput"].items(), key=lambda kv: -kv[1]) if v >= 0.05
+            )
             print(
                 f"run {index + 1}: goodput {run['goodput']:.3f} (target ≥ {TARGET}), steps lost {run['steps_lost']}, "
                 f"restarts {run['restarts']}, complete {run['complete']}, final loss {run['final_loss']:.4f}, "
-                f"productive {run['productive_seconds']} s of {run['goodput_wall_seconds']} s from the first process start; "
+                f"productive {run['productive_seconds']} s of {run['goodput_wall_seconds']} "
+                "s from the first process start; "
                 f"command {run['command_seconds']:.0f} s, load average before/after {run['load_average']}\n"
                 f"  badput: {badput}\n"
-                f"  badput per start: {run['badput_seconds_per_start']} s ({run['badput_seconds']} s over {run['starts']} start(s))"
+                f"  badput per start: {run['badput_seconds_per_start']} s "
+                f"({run['badput_seconds']} s over {run['starts']} start(s))"
             )
-    command = "multislice " + " ".join(up) + ("" if args.steps == DEV_STEPS else f" (a copy of the dev stack with training.steps {args.steps})")
+    command = (
+        "multislice "
+        + " ".join(up)
+        + ("" if args.steps == DEV_STEPS else f" (a copy of the dev stack with training.steps {args.steps})")
+    )
     if args.json:
         print(json.dumps({"command": command, "steps": args.steps, "target": TARGET, "runs": runs}, indent=2))
     else:

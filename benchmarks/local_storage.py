@@ -44,7 +44,10 @@ TARGET_WALL_RATIO = 1.25
 def baseline_commit() -> str:
     added = subprocess.run(
         ["git", "log", "--format=%H", "--diff-filter=A", "--", "infra/local/gcs.py"],
-        cwd=ROOT, capture_output=True, text=True, check=True,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout.split()
     if not added:
         raise SystemExit("no commit adds infra/local/gcs.py here; give --baseline REF")
@@ -71,13 +74,22 @@ def local_up(tree: Path, state_dir: Path) -> dict:
     start = time.monotonic()
     result = subprocess.run(
         [sys.executable, "-m", "infra.cli", *UP, "--summary-json", str(summary)],
-        cwd=tree, env=env, capture_output=True, text=True, timeout=3600,
+        cwd=tree,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=3600,
     )
     wall = time.monotonic() - start
     if result.returncode != 0:
         raise SystemExit(f"local up in {tree} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
     data = json.loads(summary.read_text())
-    return {"wall_s": round(wall, 2), "complete": data["complete"], "steps_lost": data["steps_lost"], "restarts": data["restarts"]}
+    return {
+        "wall_s": round(wall, 2),
+        "complete": data["complete"],
+        "steps_lost": data["steps_lost"],
+        "restarts": data["restarts"],
+    }
 
 
 def metrics_sync_bytes(steps: int, log_every: int, tmp: Path) -> dict:
@@ -91,10 +103,17 @@ def metrics_sync_bytes(steps: int, log_every: int, tmp: Path) -> dict:
             total = 0
             rewrite: dict[int, int] = {}
             for step in range(1, steps + 1):
-                log.append({
-                    "step": step, "loss": 2.0 + 1.0 / step, "grad_norm": 0.123456, "learning_rate": 0.003 * (1 - step / steps),
-                    "step_time_s": 0.1234, "tokens_per_s": 16598.0, "tflops_per_device": 0.01234,
-                })
+                log.append(
+                    {
+                        "step": step,
+                        "loss": 2.0 + 1.0 / step,
+                        "grad_norm": 0.123456,
+                        "learning_rate": 0.003 * (1 - step / steps),
+                        "step_time_s": 0.1234,
+                        "tokens_per_s": 16598.0,
+                        "tflops_per_device": 0.01234,
+                    }
+                )
                 if step % log_every == 0:
                     sent = log.sync()
                     total += sent
@@ -107,7 +126,7 @@ def metrics_sync_bytes(steps: int, log_every: int, tmp: Path) -> dict:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").partition("\n")[0])
     parser.add_argument("--baseline", help="git ref of the directory-bucket emulation (default: see above)")
     parser.add_argument("--repeat", type=int, default=1, help="local up runs of each tree")
     parser.add_argument("--steps", type=int, default=10_000, help="steps of the metrics-sync measurement")
@@ -120,8 +139,12 @@ def main() -> int:
         sync = metrics_sync_bytes(args.steps, 10, tmp / "sync")
         early, late = sync["per_sync"][100], sync["per_sync"][args.steps]
         out["metrics_sync_bytes"] = {
-            "step_100": early, f"step_{args.steps}": late, "ratio": round(late / early, 3), "objects": sync["objects"],
-            "rewrite_step_100": sync["rewrite"][100], f"rewrite_step_{args.steps}": sync["rewrite"][args.steps],
+            "step_100": early,
+            f"step_{args.steps}": late,
+            "ratio": round(late / early, 3),
+            "objects": sync["objects"],
+            "rewrite_step_100": sync["rewrite"][100],
+            f"rewrite_step_{args.steps}": sync["rewrite"][args.steps],
         }
         if not args.skip_wall:
             ref = args.baseline or baseline_commit()
@@ -133,8 +156,12 @@ def main() -> int:
             gcs_wall = min(r["wall_s"] for r in runs["gcs"])
             dir_wall = min(r["wall_s"] for r in runs["directory"])
             out["local_up"] = {
-                "command": "multislice " + " ".join(UP), "baseline": ref, "runs": runs,
-                "best_gcs_s": gcs_wall, "best_directory_s": dir_wall, "ratio": round(gcs_wall / dir_wall, 3),
+                "command": "multislice " + " ".join(UP),
+                "baseline": ref,
+                "runs": runs,
+                "best_gcs_s": gcs_wall,
+                "best_directory_s": dir_wall,
+                "ratio": round(gcs_wall / dir_wall, 3),
             }
         out["load_average_after"] = os.getloadavg()
     if args.json:
@@ -142,14 +169,18 @@ def main() -> int:
         return 0
     m = out["metrics_sync_bytes"]
     print(f"load average before: {' '.join(f'{x:.1f}' for x in out['load_average'])}")
-    print(f"metrics sync, bytes uploaded: step 100 {m['step_100']}, step {args.steps} {m[f'step_{args.steps}']} "
-          f"(ratio {m['ratio']}, target ≈ 1; {m['objects']} objects); one rewritten file would upload "
-          f"{m['rewrite_step_100']} and {m[f'rewrite_step_{args.steps}']}")
+    print(
+        f"metrics sync, bytes uploaded: step 100 {m['step_100']}, step {args.steps} {m[f'step_{args.steps}']} "
+        f"(ratio {m['ratio']}, target ≈ 1; {m['objects']} objects); one rewritten file would upload "
+        f"{m['rewrite_step_100']} and {m[f'rewrite_step_{args.steps}']}"
+    )
     if "local_up" in out:
         u = out["local_up"]
-        print(f"`{u['command']}` (best of {args.repeat}): emulated Cloud Storage {u['best_gcs_s']:.1f} s, "
-              f"directory bucket ({u['baseline']}) {u['best_directory_s']:.1f} s: ratio {u['ratio']} "
-              f"(target ≤ {TARGET_WALL_RATIO})")
+        print(
+            f"`{u['command']}` (best of {args.repeat}): emulated Cloud Storage {u['best_gcs_s']:.1f} s, "
+            f"directory bucket ({u['baseline']}) {u['best_directory_s']:.1f} s: ratio {u['ratio']} "
+            f"(target ≤ {TARGET_WALL_RATIO})"
+        )
         for kind, results in u["runs"].items():
             for r in results:
                 print(f"  {kind}: {r}")

@@ -90,7 +90,9 @@ def run(code: str, args: list[str], env: dict[str, str]) -> tuple[float, str]:
       RuntimeError: the process failed (its stderr is in the message).
     """
     start = time.perf_counter()
-    out = subprocess.run([sys.executable, "-c", code, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    out = subprocess.run(
+        [sys.executable, "-c", code, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
+    )
     wall = time.perf_counter() - start
     if out.returncode != 0:
         raise RuntimeError(f"python -c ... {' '.join(args)} failed ({out.returncode}):\n{out.stderr[-4000:]}")
@@ -166,7 +168,8 @@ def report(result: dict) -> str:
         else "none (every process compiles every module it imports)"
     )
     lines = [
-        f"pulumi preview in Python: {result['cores']} cores, load average {load['before'][0]:.2f} → {load['after'][0]:.2f}, "
+        f"pulumi preview in Python: {result['cores']} cores, "
+        f"load average {load['before'][0]:.2f} → {load['after'][0]:.2f}, "
         f"bytecode {mode}, median of {result['repeat']} runs",
         f"  import floor              {result['floor_seconds']:6.2f} s   pulumi, pulumi.dynamic, pulumi_gcp "
         f"{', '.join(modules)} ({len(result['floor_classes'])} resource classes)",
@@ -191,7 +194,7 @@ def report(result: dict) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").partition("\n")[0])
     parser.add_argument("--repeat", type=int, default=3, help="timed runs of each process (median)")
     parser.add_argument("--bytecode", choices=("cached", "none"), default="cached")
     parser.add_argument("--stack", action="append", help="stack to evaluate (repeatable; default: every stack)")

@@ -32,6 +32,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -52,8 +53,22 @@ def _spawn(config: Path, run_dir: Path, devices: int, log: Path) -> subprocess.P
     env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "XLA_"))}
     env.update({"JAX_PLATFORMS": "cpu", "JAX_NUM_CPU_DEVICES": str(devices), "PYTHONPATH": str(ROOT)})
     return subprocess.Popen(
-        [sys.executable, "-m", "training", "run", "--single-process", "--config", str(config), "--run-dir", str(run_dir)],
-        cwd=ROOT, env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT, start_new_session=True,
+        [
+            sys.executable,
+            "-m",
+            "training",
+            "run",
+            "--single-process",
+            "--config",
+            str(config),
+            "--run-dir",
+            str(run_dir),
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=log.open("ab"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
     )
 
 
@@ -95,12 +110,16 @@ def one_restart(config: Path, work: Path, devices: int, interval: int, cold: boo
         wall = time.monotonic() - start
     finally:
         _kill(second)
-    return {"restart_to_first_step_s": wall, "first_step_time_s": record["step_time_s"],
-            "compile_cache_hits": record.get("compile_cache_hits"), "resumed_at_step": record["step"]}
+    return {
+        "restart_to_first_step_s": wall,
+        "first_step_time_s": record["step_time_s"],
+        "compile_cache_hits": record.get("compile_cache_hits"),
+        "resumed_at_step": record["step"],
+    }
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--stack", default="dev")
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--json", action="store_true")
@@ -113,7 +132,10 @@ def main() -> None:
     for side in ("ici", "dcn"):
         for size in par[side].values():
             devices *= size
-    training["parallelism"] = {"ici": {"data": 1, "fsdp": devices, "tensor": 1}, "dcn": {"data": 1, "fsdp": 1, "tensor": 1}}
+    training["parallelism"] = {
+        "ici": {"data": 1, "fsdp": devices, "tensor": 1},
+        "dcn": {"data": 1, "fsdp": 1, "tensor": 1},
+    }
     interval = training["checkpoint"]["interval_steps"]
     results: dict[str, list[dict]] = {"cold": [], "warm": []}
     with tempfile.TemporaryDirectory(prefix="restart-compile-") as tmp:
@@ -123,7 +145,7 @@ def main() -> None:
         for i in range(args.repeat):
             for kind in ("cold", "warm"):
                 results[kind].append(one_restart(config, work, devices, interval, kind == "cold", f"{kind}{i}"))
-    summary = {
+    summary: dict[str, Any] = {
         kind: {
             "restart_to_first_step_s": statistics.median(r["restart_to_first_step_s"] for r in rs),
             "first_step_time_s": statistics.median(r["first_step_time_s"] for r in rs),
@@ -137,11 +159,16 @@ def main() -> None:
     if args.json:
         print(json.dumps(summary, indent=2))
         return
-    print(f"stack {args.stack}: model on {devices} CPU devices, {args.repeat} restart(s) each, load {summary['load_average'][0]:.1f}")
+    print(
+        f"stack {args.stack}: model on {devices} CPU devices, "
+        f"{args.repeat} restart(s) each, load {summary['load_average'][0]:.1f}"
+    )
     for kind in ("cold", "warm"):
         s = summary[kind]
-        print(f"  {kind:4}  restart → first step {s['restart_to_first_step_s']:6.1f} s   first step (compile + step) "
-              f"{s['first_step_time_s']:6.2f} s   cache hits {s['compile_cache_hits']}")
+        print(
+            f"  {kind:4}  restart → first step {s['restart_to_first_step_s']:6.1f} s   first step (compile + step) "
+            f"{s['first_step_time_s']:6.2f} s   cache hits {s['compile_cache_hits']}"
+        )
     print(f"  warm / cold: {summary['warm_over_cold']:.2f}")
 
 

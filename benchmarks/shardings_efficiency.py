@@ -28,13 +28,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from infra.local import bench_slices  # noqa: E402
-from training import bench  # noqa: E402
+from training.bench_spec import spec_from_options  # noqa: E402
 
 TARGETS = {"one process, one device": 0.8, "2 emulated slices": 0.6}
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").partition("\n")[0])
     parser.add_argument("--embedding-dimension", type=int, default=1024)
     parser.add_argument("--batch-size", type=int, default=1024, help="rows per device")
     parser.add_argument("--layers", type=int, default=4)
@@ -53,15 +53,17 @@ def main() -> int:
         "warmup": args.warmup,
     }
     runs = {
-        "one process, one device": bench.spec_from_options(**size),
-        "2 emulated slices": bench.spec_from_options(dcn_data=2, **size),
+        "one process, one device": spec_from_options(**size),
+        "2 emulated slices": spec_from_options(dcn_data=2, **size),
     }
     results = {}
     start = time.perf_counter()
     for name, spec in runs.items():
         load = os.getloadavg()
         print(f"{name}: running (load average {load[0]:.2f})", file=sys.stderr, flush=True)
-        results[name] = bench_slices.run(spec, timeout_s=args.timeout, report=lambda line: print(f"  {line}", file=sys.stderr))
+        results[name] = bench_slices.run(
+            spec, timeout_s=args.timeout, report=lambda line: print(f"  {line}", file=sys.stderr)
+        )
         results[name]["load_average_before"] = list(load)
     wall = time.perf_counter() - start
     if args.json:

@@ -13,7 +13,8 @@ has it from the previous command: without one, ``PYTHONDONTWRITEBYTECODE=1`` mak
 compile every module it imports, about half of its time) and reports each wall time (spawn to exit:
 interpreter, imports, the TPU API reads and the run directory reads), their median, the
 objects the command read (``infra.status.progress``: the listings, every events object, the two
-newest metrics objects), the CPU time (user + system) of each answer, and the load average. On a shared machine compare runs at similar load.
+newest metrics objects), the CPU time (user + system) of each answer, and the load average.
+On a shared machine compare runs at similar load.
 
 Target (issue 12): the answer in ≤ 2 s for a 10,000-step run.
 """
@@ -39,7 +40,7 @@ STACK = ROOT / "tests" / "stacks" / "Pulumi.emu.yaml"
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").partition("\n")[0])
     parser.add_argument("--steps", type=int, default=10_000)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--json", action="store_true")
@@ -55,7 +56,11 @@ def main() -> int:
     from tests.fakes.synthetic_run import Fault, SyntheticRun, upload
     from tests.fakes.tpu_api import FakeTpuApi
 
-    with tempfile.TemporaryDirectory() as tmp, GcsServer(Path(tmp) / "gcs", Path(tmp) / "gcs.log") as server, FakeTpuApi() as fake:
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        GcsServer(Path(tmp) / "gcs", Path(tmp) / "gcs.log") as server,
+        FakeTpuApi() as fake,
+    ):
         os.environ.update(server.client_env())
         os.environ["MULTISLICE_TPU_API_ENDPOINT"] = fake.endpoint
         bucket = "status-benchmark"
@@ -68,8 +73,13 @@ def main() -> int:
         config = load_stack_file(stack)
         provider_for(fake).create(props_for(config))
         done = args.steps * 9 // 10
-        run = SyntheticRun(total_steps=args.steps, steps_done=done, log_every=10, checkpoint_every=100,
-                           faults=[Fault("failure", args.steps // 3 + 5), Fault("preemption", args.steps // 2)])
+        run = SyntheticRun(
+            total_steps=args.steps,
+            steps_done=done,
+            log_every=10,
+            checkpoint_every=100,
+            faults=[Fault("failure", args.steps // 3 + 5), Fault("preemption", args.steps // 2)],
+        )
         objects = run.objects()
         upload(config.run_dir, objects)
 
@@ -84,7 +94,9 @@ def main() -> int:
         command = [sys.executable, "-m", "infra.cli", "status", "--config-file", str(stack), "--json"]
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX")}
         env["PYTHONPATH"] = str(ROOT)
-        env["PYTHONPYCACHEPREFIX"] = str(Path(tmp) / "bytecode")  # filled by the untimed run, as a user's machine has it
+        env["PYTHONPYCACHEPREFIX"] = str(
+            Path(tmp) / "bytecode"
+        )  # filled by the untimed run, as a user's machine has it
         first = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
         if first.returncode != 0:
             print(first.stderr, file=sys.stderr)
@@ -118,13 +130,20 @@ def main() -> int:
     if args.json:
         print(json.dumps(result, indent=2))
     else:
-        print(f"multislice status --json for a {args.steps}-step run (step {result['step_reported']} reported): "
-              f"{result['objects_read']} objects read of {metrics_objects} metrics + {result['events_objects']} events objects "
-              f"({result['metrics_objects_read']} metrics objects)")
-        print(f"wall time per answer (fresh process): {', '.join(f'{t:.2f}' for t in times)} s; "
-              f"median {result['median_seconds']:.2f} s (target ≤ {TARGET_S:.1f} s)")
-        print(f"CPU time per answer (user + system, what an idle machine's wall time is close to): "
-              f"median {result['median_cpu_seconds']:.2f} s")
+        print(
+            f"multislice status --json for a {args.steps}-step run (step {result['step_reported']} reported): "
+            f"{result['objects_read']} objects read of {metrics_objects} metrics + "
+            f"{result['events_objects']} events objects "
+            f"({result['metrics_objects_read']} metrics objects)"
+        )
+        print(
+            f"wall time per answer (fresh process): {', '.join(f'{t:.2f}' for t in times)} s; "
+            f"median {result['median_seconds']:.2f} s (target ≤ {TARGET_S:.1f} s)"
+        )
+        print(
+            f"CPU time per answer (user + system, what an idle machine's wall time is close to): "
+            f"median {result['median_cpu_seconds']:.2f} s"
+        )
         print(f"load average {' '.join(str(x) for x in result['load_average'])} on {result['cpus']} CPUs")
     return 0
 

@@ -56,19 +56,30 @@ def measure(base: TrainConfig, steps: int) -> dict:
     step_s = statistics.median(step_times)
     model_rate = model.flops_per_token(config.model, config.sequence_length) * config.global_batch_tokens / step_s
     matmul_rate = 2.0 * rows * d * f / statistics.median(before["times"] + after["times"])
-    check = bench.reference_check([2.0 * rows * d * f / r["seconds"] for r in (before, after)], model_rate / matmul_rate)
+    check = bench.reference_check(
+        [2.0 * rows * d * f / r["seconds"] for r in (before, after)], model_rate / matmul_rate
+    )
     return {
-        "platform": before["platform"], "dtype": dtype, "matmul_shape": [rows, d, f],
-        "median_step_s": step_s, "model_tflops": model_rate / 1e12, "matmul_tflops": matmul_rate / 1e12,
-        "ratio": model_rate / matmul_rate, "reference_spread": check["spread"], "warnings": check["warnings"],
+        "platform": before["platform"],
+        "dtype": dtype,
+        "matmul_shape": [rows, d, f],
+        "median_step_s": step_s,
+        "model_tflops": model_rate / 1e12,
+        "matmul_tflops": matmul_rate / 1e12,
+        "ratio": model_rate / matmul_rate,
+        "reference_spread": check["spread"],
+        "warnings": check["warnings"],
     }
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").partition("\n")[0])
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--repeat", type=int, default=1)
-    parser.add_argument("--stack", help="Train this stack's model, sequence length and batch (one device) instead of the default TrainConfig.")
+    parser.add_argument(
+        "--stack",
+        help="Train this stack's model, sequence length and batch (one device) instead of the default TrainConfig.",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     base = TrainConfig()
@@ -87,7 +98,8 @@ def main() -> None:
     for run in runs:
         rows, d, f = run["matmul_shape"]
         print(
-            f"{run['platform']}: trainer {run['model_tflops']:.4g} TFLOP/s (median step {run['median_step_s']:.3f} s) ÷ "
+            f"{run['platform']}: trainer {run['model_tflops']:.4g} TFLOP/s "
+            f"(median step {run['median_step_s']:.3f} s) ÷ "
             f"matmul [{rows}, {d}]·[{d}, {f}] {run['dtype']} {run['matmul_tflops']:.4g} TFLOP/s = {run['ratio']:.3f} "
             f"(reference spread {run['reference_spread']:.2f}); load average before/after {run['load_average']}"
             + "".join(f"\n  warning: {w}" for w in run["warnings"])

@@ -40,16 +40,14 @@ from typing import Any
 
 import pulumi
 
-from infra import config as stack_config
-from infra import planner
-from infra import startup
-from infra.config import StackConfig
-from infra.logs.filter import logging_filter  # the filter `multislice logs` builds on
+from infra import config as stack_config, planner, startup
 from infra.components.network import Network, NetworkArgs
 from infra.components.release import ReleaseRecord, ReleaseRecordArgs
 from infra.components.service_account import ServiceAccount, ServiceAccountArgs, data_bucket
 from infra.components.services import ProjectServices, ServicesArgs
 from infra.components.storage import BucketArgs, CheckpointBucket
+from infra.config import StackConfig
+from infra.logs.filter import logging_filter  # the filter `multislice logs` builds on
 from infra.queued_resource import QueuedResource, QueuedResourceInputs
 from infra.startup import contract
 
@@ -241,7 +239,9 @@ def define(config: StackConfig, script: startup.RenderedScript | None = None) ->
         # The VMs boot into the script at once: NAT, firewall, bucket grants must exist first.
         opts=pulumi.ResourceOptions(depends_on=[services, network, bucket, service_account, release]),
     )
-    pulumi.Output.all(queued_resource.ready, queued_resource.statusMessage, queued_resource.released).apply(_require_ready)
+    pulumi.Output.all(queued_resource.ready, queued_resource.statusMessage, queued_resource.released).apply(
+        _require_ready
+    )
 
     exports: dict[str, Any] = {
         "bucketUrl": bucket.url,

@@ -132,9 +132,7 @@ class Generation:
         if self.default_runtime_version not in self.runtime_versions:  # the default is always known
             object.__setattr__(self, "runtime_versions", (self.default_runtime_version, *self.runtime_versions))
         if self.suffix_counts not in ("tensorcores", "chips"):
-            raise ValueError(
-                f"suffix_counts must be 'tensorcores' or 'chips', not {self.suffix_counts!r}"
-            )
+            raise ValueError(f"suffix_counts must be 'tensorcores' or 'chips', not {self.suffix_counts!r}")
         if list(self.sizes) != sorted(set(self.sizes)) or not self.sizes:
             raise ValueError(f"{self.name}: sizes must be non-empty, unique and ascending")
         for size in self.sizes:
@@ -185,8 +183,7 @@ class Generation:
             return chips
         if chips % self.multi_host_chips_per_vm:
             raise ValueError(
-                f"{self.name}: a {chips}-chip slice does not split into "
-                f"{self.multi_host_chips_per_vm}-chip VMs"
+                f"{self.name}: a {chips}-chip slice does not split into {self.multi_host_chips_per_vm}-chip VMs"
             )
         return self.multi_host_chips_per_vm
 
@@ -256,7 +253,6 @@ class AcceleratorType:
         host's bandwidth is shared evenly by its chips (exact for v4/v5p, whose VM is the
         whole 4-chip host; an even-share estimate for 4-chip v5e/v6e VMs)."""
         return self.generation.dcn_bits_per_second_per_chip * self.chips_per_host
-
 
 
 GENERATIONS: dict[str, Generation] = {
@@ -329,8 +325,7 @@ GENERATIONS: dict[str, Generation] = {
                 "matching the v6e table. PROXY for v5litepod-16 and larger: not stated on the "
                 "v5e page excerpts read",
                 "default_runtime_version": _RUNTIME_ROW + '"v5e | v2-alpha-tpuv5-lite"',
-                "peak_bf16_flops_per_chip": f'{_V5E} row "Peak compute per chip (bf16) | 197 '
-                'TFLOPs"',
+                "peak_bf16_flops_per_chip": f'{_V5E} row "Peak compute per chip (bf16) | 197 TFLOPs"',
                 "hbm_bytes_per_chip": f'{_V5E} row "HBM capacity per chip | 16 GB" (older '
                 'revision "HBM2 capacity and bandwidth | 16 GB, 819 GBps"); GB as printed: '
                 "16 * 10**9 bytes",
@@ -340,7 +335,8 @@ GENERATIONS: dict[str, Generation] = {
                 "used as the DCN figure",
                 "chips_per_physical_host": f'{_V5E} row "Chips per host | 8"',
                 "supports_multislice": f"{_OVERVIEW}: only TPU v4 and later support Multislice",
-                "zones": _ZONE_ROW.format(gen="v5e") + ": us-central1-a, us-south1-a, us-west1-c, us-west4-a (North America table)",
+                "zones": _ZONE_ROW.format(gen="v5e")
+                + ": us-central1-a, us-south1-a, us-west1-c, us-west4-a (North America table)",
                 "runtime_versions": _RUNTIME_ROW + '"v5e | v2-alpha-tpuv5-lite"',
             },
         ),
@@ -362,8 +358,7 @@ GENERATIONS: dict[str, Generation] = {
             sources={
                 "tensorcores_per_chip": f'{_V5P} row "Number of TensorCores per chip | 2"; '
                 '"v5p-32 specifies a v5p TPU slice with 32 TensorCores (16 chips)"',
-                "suffix_counts": f'{_V5P} "--accelerator-type is a formatted string '
-                'v$VERSION_NUMBERp-$CORES_COUNT"',
+                "suffix_counts": f'{_V5P} "--accelerator-type is a formatted string v$VERSION_NUMBERp-$CORES_COUNT"',
                 "sizes": f'{_V5P} configurations table column "Cores" (2x2x1=8, 2x2x2=16, '
                 "2x4x4=64, 4x4x4=128, 4x4x8=256, 4x8x8=512, 8x8x8=1024, 8x8x16=2048, "
                 '8x16x16=4096, 16x16x16=8192, 16x16x24=12288) plus the listed types "v5p-8, '
@@ -373,8 +368,7 @@ GENERATIONS: dict[str, Generation] = {
                 'chips / 4 on every row (2x2x1: 4 chips, 1 host); rows "Number of vCPUs (4-chip '
                 'VM)", machine type ct5p-hightpu-4t',
                 "default_runtime_version": _RUNTIME_ROW + '"v5p | v2-alpha-tpuv5"',
-                "peak_bf16_flops_per_chip": f'{_V5P} row "Peak compute per chip (BF16) '
-                '(TFLOPs) | 459"',
+                "peak_bf16_flops_per_chip": f'{_V5P} row "Peak compute per chip (BF16) (TFLOPs) | 459"',
                 "hbm_bytes_per_chip": f'{_V5P} row "HBM capacity per chip (GiB) | 95" (current '
                 'revision: 95 * 2**30 bytes; an older revision printed "HBM2e capacity and '
                 'bandwidth | 95GB, 2765 GBps")',
@@ -413,17 +407,17 @@ GENERATIONS: dict[str, Generation] = {
                 "2x4 (v6e-8, ct6e-standard-8t) on 1 VM; 4x4 = 16 chips on 4 VMs ... 16x16 = 256 "
                 "chips on 64 VMs (ct6e-standard-4t). The 2x4-on-2-VMs row is GKE-only",
                 "default_runtime_version": _RUNTIME_ROW + '"Trillium (v6e) | v2-alpha-tpuv6e"',
-                "peak_bf16_flops_per_chip": f'{_V6E} row "Peak compute per chip (bf16) | 918 '
-                'TFLOPs"',
-                "hbm_bytes_per_chip": f'{_V6E} row "HBM capacity per chip | 32 GB"; GB as '
-                "printed: 32 * 10**9 bytes",
+                "peak_bf16_flops_per_chip": f'{_V6E} row "Peak compute per chip (bf16) | 918 TFLOPs"',
+                "hbm_bytes_per_chip": f'{_V6E} row "HBM capacity per chip | 32 GB"; GB as printed: 32 * 10**9 bytes',
                 "dcn_bits_per_second_per_host": f'{_V6E} row "Per-host NIC configuration | 4 x '
                 '200 Gbps NIC" with "Chips per host | 8"; consistent with "Data center network '
                 'bandwidth per Pod | 25.6 Tbps" over 32 hosts. NIC capacity used as the DCN '
                 "figure",
                 "chips_per_physical_host": f'{_V6E} row "Chips per host | 8"',
                 "supports_multislice": f"{_OVERVIEW}: only TPU v4 and later support Multislice",
-                "zones": _ZONE_ROW.format(gen="v6e") + ": us-central1-b, us-east1-d, us-east5-a, us-east5-b (North America table), europe-west4-a (Europe table)",
+                "zones": _ZONE_ROW.format(gen="v6e")
+                + ": us-central1-b, us-east1-d, us-east5-a, us-east5-b (North America table), "
+                "europe-west4-a (Europe table)",
                 "runtime_versions": _RUNTIME_ROW + '"Trillium (v6e) | v2-alpha-tpuv6e"',
             },
         ),
@@ -463,7 +457,7 @@ def _hint(name: str) -> str:
     return ""
 
 
-def parse_accelerator_type(name: str) -> AcceleratorType:
+def parse_accelerator_type(name: object) -> AcceleratorType:
     """Parse and validate an accelerator-type string such as "v4-16" or "v5litepod-8".
 
     Returns the slice's chips, TensorCores, TPU VMs (hosts) and chips per VM. Examples:
@@ -478,9 +472,7 @@ def parse_accelerator_type(name: str) -> AcceleratorType:
         raise UnknownAcceleratorType(name, "expected a string like 'v4-8'", _allowed_all())
     m = _NAME_RE.match(name)
     if m is None:
-        raise UnknownAcceleratorType(
-            name, "expected '<prefix>-<N>', e.g. 'v4-8'" + _hint(name), _allowed_all()
-        )
+        raise UnknownAcceleratorType(name, "expected '<prefix>-<N>', e.g. 'v4-8'" + _hint(name), _allowed_all())
     gen = _BY_PREFIX.get(m["prefix"])
     if gen is None:
         known = ", ".join(repr(p) for p in _BY_PREFIX)

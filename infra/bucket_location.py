@@ -35,8 +35,15 @@ from __future__ import annotations
 #: Regional Cloud Storage locations this program knows (see the module docstring for sources).
 STORAGE_REGIONS: frozenset[str] = frozenset(
     {
-        "US-CENTRAL1", "US-EAST1", "US-EAST4", "US-EAST5", "US-SOUTH1",
-        "US-WEST1", "US-WEST2", "US-WEST3", "US-WEST4",
+        "US-CENTRAL1",
+        "US-EAST1",
+        "US-EAST4",
+        "US-EAST5",
+        "US-SOUTH1",
+        "US-WEST1",
+        "US-WEST2",
+        "US-WEST3",
+        "US-WEST4",
         "EUROPE-WEST4",
     }
 )

@@ -83,7 +83,7 @@ FILE_TYPES: dict[str, tuple[str, ...]] = {
 
 #: What to do when there are no usable credentials (one line, every option named).
 HOW_TO_SET = (
-    "set gcp:credentials or gcp:accessToken (`pulumi config set --secret gcp:credentials \"$(cat key.json)\"`), "
+    'set gcp:credentials or gcp:accessToken (`pulumi config set --secret gcp:credentials "$(cat key.json)"`), '
     "or GOOGLE_CREDENTIALS / GOOGLE_APPLICATION_CREDENTIALS, or run `gcloud auth application-default login`"
 )
 
@@ -203,7 +203,9 @@ class CredentialSettings:
         else:
             base = "Application Default Credentials"
         if self.impersonate_service_account is not None:
-            base += f" impersonating {self.impersonate_service_account.value} ({self.impersonate_service_account.origin})"
+            base += (
+                f" impersonating {self.impersonate_service_account.value} ({self.impersonate_service_account.origin})"
+            )
         return base
 
 
@@ -307,8 +309,7 @@ def _from_info(info: dict[str, Any], scopes: list[str]) -> Any:
     import warnings
 
     import google.auth
-    from google.oauth2 import credentials as oauth2_credentials
-    from google.oauth2 import service_account
+    from google.oauth2 import credentials as oauth2_credentials, service_account
 
     kind = info.get("type") if isinstance(info, dict) else None
     if kind not in FILE_TYPES:
@@ -323,8 +324,9 @@ def _from_info(info: dict[str, Any], scopes: list[str]) -> Any:
     return credentials
 
 
-def load(settings: CredentialSettings, *, quota_project: str, iam_endpoint: str | None = None) -> Any:
-    """The ``google.auth.credentials.Credentials`` of ``settings`` with ``quota_project``.
+def load(settings: CredentialSettings, *, quota_project: str | None, iam_endpoint: str | None = None) -> Any:
+    """The ``google.auth.credentials.Credentials`` of ``settings`` with ``quota_project`` (None:
+    none).
 
     Args:
       iam_endpoint: base URL of the IAM Credentials API for impersonation (default: Google's).

@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import json
 import runpy
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pulumi
 import yaml
-from pulumi.runtime import mocks as pulumi_mocks
-from pulumi.runtime import rpc, settings
+from pulumi.runtime import mocks as pulumi_mocks, rpc, settings
 
 import infra.__main__ as program
 from infra.config import stack_file
@@ -107,7 +107,9 @@ class Mocks(pulumi.runtime.Mocks):
                 queuedResourceName=id_,
                 state=state,
                 ready=self.qr_ready,
-                statusMessage="ACTIVE" if self.qr_ready else "queued resource 'x' is still WAITING_FOR_RESOURCES; recorded in the stack",
+                statusMessage="ACTIVE"
+                if self.qr_ready
+                else "queued resource 'x' is still WAITING_FOR_RESOURCES; recorded in the stack",
                 nodeNames=names,
                 nodes=[],
             )
@@ -115,13 +117,17 @@ class Mocks(pulumi.runtime.Mocks):
             id_ = f"{args.name}-id"
         return id_, outs
 
-    def call(self, args: pulumi.runtime.MockCallArgs):
+    def call(self, args: pulumi.runtime.MockCallArgs) -> tuple[dict, list[tuple[str, str]] | None]:
         self.world.calls.append(args.token)
         if args.token == "gcp:compute/getSubnetwork:getSubnetwork":
-            answer = {"ipCidrRange": LOOKED_UP_CIDR, "name": args.args.get("name"), "region": args.args.get("region"),
-                      "project": args.args.get("project")}
-            return answer | ({"network": self.subnet_network} if self.subnet_network else {})
-        return {}
+            answer = {
+                "ipCidrRange": LOOKED_UP_CIDR,
+                "name": args.args.get("name"),
+                "region": args.args.get("region"),
+                "project": args.args.get("project"),
+            }
+            return answer | ({"network": self.subnet_network} if self.subnet_network else {}), []
+        return {}, []  # (no check failures: pulumi's MockMonitor iterates them, though typed Optional)
 
 
 class RecordingMonitor(pulumi_mocks.MockMonitor):
@@ -221,7 +227,9 @@ def _ensure_event_loop() -> None:
         asyncio.set_event_loop(asyncio.new_event_loop())
 
 
-def _start(stack: str, config: dict[str, str], qr_ready: bool, preview: bool, subnet_network: str | None = None) -> World:
+def _start(
+    stack: str, config: dict[str, str], qr_ready: bool, preview: bool, subnet_network: str | None = None
+) -> World:
     world = World()
     mocks = Mocks(world, qr_ready=qr_ready, subnet_network=subnet_network)
     settings.ROOT.set(None)  # a fresh root Stack resource per evaluation

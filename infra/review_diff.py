@@ -83,7 +83,9 @@ def _revision_tree(root: Path, against: str, stack: str, into: Path) -> tuple[st
     commit = resolved.stdout.decode().strip()
     prefix = _git(root, "rev-parse", "--show-prefix").stdout.decode().strip()
     if _git(root, "cat-file", "-e", f"{commit}:{prefix}stacks/Pulumi.{stack}.yaml").returncode:
-        raise DiffError(f"stack {stack!r} does not exist at {against} ({commit[:12]}): no {prefix}stacks/Pulumi.{stack}.yaml")
+        raise DiffError(
+            f"stack {stack!r} does not exist at {against} ({commit[:12]}): no {prefix}stacks/Pulumi.{stack}.yaml"
+        )
     archive = _git(root, "archive", "--format=tar", commit, "--", prefix or ".")
     if archive.returncode:
         raise DiffError(f"git archive {against}: {archive.stderr.decode().strip().splitlines()[-1:]}")
@@ -113,7 +115,10 @@ def trainer_file_changes(old_training: Path, new_training: Path) -> list[tuple[s
 
     def digests(directory: Path) -> dict[str, str]:
         files = bundle_files(directory) if directory.is_dir() else []
-        return {f"{BUNDLE_PACKAGE}/{p.relative_to(directory).as_posix()}": hashlib.sha256(p.read_bytes()).hexdigest() for p in files}
+        return {
+            f"{BUNDLE_PACKAGE}/{p.relative_to(directory).as_posix()}": hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in files
+        }
 
     a, b = digests(old_training), digests(new_training)
     status = {path: "removed" for path in a.keys() - b.keys()} | {path: "added" for path in b.keys() - a.keys()}

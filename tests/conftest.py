@@ -41,7 +41,7 @@ def _share_bytecode() -> str | None:
 _BYTECODE_DIR = _share_bytecode()
 
 # Before the xdist workers start: they inherit the session's compilation cache directory.
-from tests import compilation_cache
+from tests import compilation_cache  # noqa: E402 (once the bytecode directory above is set)
 
 
 def pytest_unconfigure(config):

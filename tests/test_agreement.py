@@ -147,7 +147,9 @@ def test_restore_agrees_on_the_newest_step_every_process_can_read(preempted_run,
     assert [s for s, _ in records[-4:]] == [13, 14, 15, 16]  # recomputed from step 12, on both processes
     assert dict(records) == before  # bit for bit
     for i in range(2):
-        assert re.search(r"fell back to checkpoint step 12 \(\S+/checkpoints/12\): the newer step 16", job.log(i)), logs(job)
+        assert re.search(r"fell back to checkpoint step 12 \(\S+/checkpoints/12\): the newer step 16", job.log(i)), (
+            logs(job)
+        )
 
 
 @pytest.mark.slow
@@ -171,13 +173,18 @@ def test_a_checkpoint_unreadable_from_one_process_only_is_skipped_by_every_proce
     path = str(run_dir / "checkpoints" / str(unreadable))
     assert (fallback["tried"], fallback["path"], fallback["step"]) == (unreadable, path, readable_everywhere)
     # Only process 1 failed to read it: process 0 read it, and did not time out waiting.
-    assert fallback["reason"] == f"process 1: OSError: injected read failure of checkpoint step {unreadable} on this host"
+    assert (
+        fallback["reason"] == f"process 1: OSError: injected read failure of checkpoint step {unreadable} on this host"
+    )
     assert f"{unreadable}.unreadable" in {p.name for p in (run_dir / "checkpoints").iterdir()}
     records = losses(run_dir)
-    assert [s for s, _ in records[-(16 - readable_everywhere):]] == list(range(readable_everywhere + 1, 17))
+    assert [s for s, _ in records[-(16 - readable_everywhere) :]] == list(range(readable_everywhere + 1, 17))
     assert dict(records) == before  # recomputed bit for bit
     for i in range(2):
-        assert f"fell back to checkpoint step {readable_everywhere} ({run_dir / 'checkpoints' / str(readable_everywhere)})" in job.log(i), logs(job)
+        assert (
+            f"fell back to checkpoint step {readable_everywhere} ({run_dir / 'checkpoints' / str(readable_everywhere)})"
+            in job.log(i)
+        ), logs(job)
     assert f"restoring checkpoint step {unreadable} ({path}) failed" in job.log(1)
     assert f"restoring checkpoint step {unreadable} ({path}) failed" not in job.log(0)
 
@@ -191,8 +198,12 @@ def test_a_process_waiting_for_a_peer_stuck_in_restore_ends_and_so_does_the_peer
     # the agreement timeout (30 s here), then fails; the coordination service then ends the
     # stuck process 0 (heartbeat, 10 s here); both non-zero, for the supervisor to restart them.
     short = {"MULTISLICE_AGREEMENT_TIMEOUT_S": "30"}
-    job = Job(config_path, run_dir, tmp_path,
-              env={0: {**short, "TEST_RESTORE_DELAY_S": "600"}, 1: {**short, "TEST_UNREADABLE_STEPS": "16"}})
+    job = Job(
+        config_path,
+        run_dir,
+        tmp_path,
+        env={0: {**short, "TEST_RESTORE_DELAY_S": "600"}, 1: {**short, "TEST_UNREADABLE_STEPS": "16"}},
+    )
     jobs.append(job)
     codes = job.wait()
     assert all(code not in (train.EXIT_COMPLETE, train.EXIT_PREEMPTED) for code in codes), logs(job)
@@ -212,7 +223,9 @@ def test_a_notice_while_blocked_in_restore_ends_every_process(preempted_run, tmp
     job.signal(1)
     assert job.wait() == [train.EXIT_PREEMPTED, train.EXIT_PREEMPTED], logs(job)
     for i in range(2):
-        assert "preemption notice before the first training step of this start: nothing to save; exiting 75" in job.log(i)
+        assert "preemption notice before the first training step of this start: nothing to save; exiting 75" in job.log(
+            i
+        )
 
 
 @pytest.mark.timeout(300)
@@ -231,7 +244,10 @@ def test_a_notice_while_waiting_for_peers_ends_the_process(corpus, tmp_path, job
 @pytest.mark.timeout(600)
 def test_a_dead_peer_ends_the_survivor(preempted_run, tmp_path, jobs):
     config_path, run_dir = copy_unfinished(preempted_run, tmp_path)
-    longer = write_config(tmp_path / "longer.json", TrainConfig.model_validate_json(config_path.read_text()).model_copy(update={"steps": 400}))
+    longer = write_config(
+        tmp_path / "longer.json",
+        TrainConfig.model_validate_json(config_path.read_text()).model_copy(update={"steps": 400}),
+    )
     job = Job(longer, run_dir, tmp_path, env=BOTH_SLOW)
     jobs.append(job)
     job.wait_for(0, r"step 18/400 loss")

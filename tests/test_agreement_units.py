@@ -24,8 +24,6 @@ from training.run_dir import RunDir
 STACK = Path(__file__).parent / "stacks" / "Pulumi.emu.yaml"
 
 
-
-
 def test_the_manager_saves_every_interval_and_at_the_last_step(tmp_path):
     config = TrainConfig.model_validate({"steps": 14, "checkpoint": {"interval_steps": 4, "async_save": False}})
     manager = checkpointing.make_manager(RunDir(str(tmp_path)), config)
@@ -43,7 +41,9 @@ def test_the_policy_saves_at_a_preemption_sync_point_whatever_the_step():
 
     def decide(step: int, preempted: bool) -> bool:
         context = ocp.checkpoint_managers.DecisionContext(
-            is_saving_in_progress=False, reached_preemption=preempted, multiprocessing_options=ocp.options.MultiprocessingOptions()
+            is_saving_in_progress=False,
+            reached_preemption=preempted,
+            multiprocessing_options=ocp.options.MultiprocessingOptions(),
         )
         return policy.should_save(info(step=step, time=None, metrics=None), [], context=context)
 
@@ -54,11 +54,18 @@ def test_the_policy_saves_at_a_preemption_sync_point_whatever_the_step():
 def test_a_fallback_is_recorded_with_both_steps_the_path_and_the_reason(tmp_path):
     manager = StandInManager(tmp_path / "checkpoints", fail={12})
     fallbacks: list[checkpointing.Fallback] = []
-    assert checkpointing.restore(manager, None, is_writer=False, attempts=1, on_fallback=fallbacks.append) == (8, {"step": 8})
+    assert checkpointing.restore(manager, None, is_writer=False, attempts=1, on_fallback=fallbacks.append) == (
+        8,
+        {"step": 8},
+    )
     assert fallbacks == [
-        checkpointing.Fallback(tried=12, path=str(tmp_path / "checkpoints" / "12"), reason="KeyError: 'Store.read'", used=8)
+        checkpointing.Fallback(
+            tried=12, path=str(tmp_path / "checkpoints" / "12"), reason="KeyError: 'Store.read'", used=8
+        )
     ]
-    assert checkpointing.restore(StandInManager(tmp_path, fail=set()), None, is_writer=False, on_fallback=fallbacks.append) == (
+    assert checkpointing.restore(
+        StandInManager(tmp_path, fail=set()), None, is_writer=False, on_fallback=fallbacks.append
+    ) == (
         12,
         {"step": 12},
     )
@@ -71,8 +78,14 @@ def test_the_cli_prints_why_restore_fell_back(tmp_path):
     path = "gs://b/runs/dev/checkpoints/12"
     # The event as training.train writes it (tests/test_agreement.py checks the trainer's).
     resource._report_event(
-        {"event": "restore_fallback", "step": 8, "tried": 12, "path": path,
-         "reason": "process 1: ValueError: DATA_LOSS: Error reading manifest", "time": 0.0}
+        {
+            "event": "restore_fallback",
+            "step": 8,
+            "tried": 12,
+            "path": path,
+            "reason": "process 1: ValueError: DATA_LOSS: Error reading manifest",
+            "time": 0.0,
+        }
     )
     assert lines == [
         f"restore fell back from the checkpoint of step 12 ({path}): process 1: ValueError: DATA_LOSS: "
@@ -114,14 +127,26 @@ time.sleep(600)  # blocked: never asks reached()
 @pytest.mark.parametrize(
     ("progress", "code", "message"),
     [
-        ("untrained", preemption.EXIT_PREEMPTED, "before the first training step of this start: nothing to save; exiting 75"),
-        ("trained", preemption.EXIT_FAILED, "preemption notice not honoured within 3 s (the process is blocked); exiting 1"),
+        (
+            "untrained",
+            preemption.EXIT_PREEMPTED,
+            "before the first training step of this start: nothing to save; exiting 75",
+        ),
+        (
+            "trained",
+            preemption.EXIT_FAILED,
+            "preemption notice not honoured within 3 s (the process is blocked); exiting 1",
+        ),
     ],
 )
 def test_the_watchdog_ends_a_blocked_process_after_a_notice(progress, code, message):
     proc = subprocess.Popen(
-        [sys.executable, "-c", BLOCKED, "3", progress], cwd=Path(__file__).parent.parent, stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, text=True, start_new_session=True,
+        [sys.executable, "-c", BLOCKED, "3", progress],
+        cwd=Path(__file__).parent.parent,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
     )
     try:
         assert proc.stdout.readline().strip() == "blocked"

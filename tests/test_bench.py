@@ -67,7 +67,9 @@ def test_trainer_bench_refuses_slices_it_cannot_span():
     # only by the local launcher (infra.local.bench_slices), which is not shipped to the VMs.
     spec = spec_from_options(dcn_data=2, **TINY)
     assert bench.needs_emulated_slices(spec) and not bench.needs_emulated_slices(spec_from_options(**TINY))
-    with pytest.raises(bench.BenchConfigError, match=r"--dcn-\*: 2 slices.*--from-metadata.*multislice bench shardings"):
+    with pytest.raises(
+        bench.BenchConfigError, match=r"--dcn-\*: 2 slices.*--from-metadata.*multislice bench shardings"
+    ):
         bench.run(spec)
     result = runner.invoke(training_app, ["bench", "shardings", "--dcn-data", "2", *options()])
     assert result.exit_code == 2 and "--from-metadata" in result.output
@@ -121,7 +123,10 @@ def test_sigterm_to_the_launcher_kills_every_child_and_cleans_up(tmp_path):
         env.pop(key, None)
     proc = subprocess.Popen(
         [sys.executable, "-m", "infra.cli", "bench", "shardings", "--dcn-data", "2", *options(steps=1000)],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         deadline = time.monotonic() + 120
@@ -144,8 +149,9 @@ def test_a_child_whose_launcher_is_gone_does_not_run():
     # The launcher was SIGKILLed before the child armed PR_SET_PDEATHSIG: the child's parent
     # is then not the launcher recorded in its task.
     task = {"parent_pid": os.getpid() + 10**7}
-    result = subprocess.run([sys.executable, "-m", "infra.local.bench_slices", json.dumps(task)],
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "infra.local.bench_slices", json.dumps(task)], capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 1 and result.stdout == "", result.stderr
     assert "Traceback" not in result.stderr  # it stopped before doing anything, not by failing
 

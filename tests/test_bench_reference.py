@@ -15,7 +15,12 @@ TINY = {"batch_size": 16, "embedding_dimension": 64, "layers": 2, "steps": 2, "w
 def reference(seconds: float, shape: list[int]) -> dict:
     """A :func:`training.bench.matmul_reference` result whose every sample took ``seconds``."""
     rows, k, n = shape
-    return {"flops_per_second": 2.0 * rows * k * n / seconds, "seconds": seconds, "times": [seconds] * 4, "shape": shape}
+    return {
+        "flops_per_second": 2.0 * rows * k * n / seconds,
+        "seconds": seconds,
+        "times": [seconds] * 4,
+        "shape": shape,
+    }
 
 
 def result_for(before_s: float, after_s: float, step_s: float) -> dict:
@@ -24,8 +29,15 @@ def result_for(before_s: float, after_s: float, step_s: float) -> dict:
     spec = spec_from_options(ici_fsdp=8, **TINY)
     shape = [spec.global_batch, spec.embedding_dimension, spec.ff_width]
     measured = {"flops_per_second": spec.flops_per_step / step_s, "step_seconds": step_s, "step_times": [step_s] * 2}
-    return bench.figures(spec, measured, [reference(before_s, shape), reference(after_s, shape)],
-                         platform="cpu", dtype="float32", processes=1, emulated=False)
+    return bench.figures(
+        spec,
+        measured,
+        [reference(before_s, shape), reference(after_s, shape)],
+        platform="cpu",
+        dtype="float32",
+        processes=1,
+        emulated=False,
+    )
 
 
 def test_agreeing_references_and_efficiency_below_1_are_trusted():

@@ -105,7 +105,10 @@ def test_a_decorated_command_gets_the_values_in_one_argument():
     result = CliRunner().invoke(app, ["shardings", "--ici-fsdp", "2", "--dtype", "bfloat16", "--label", "y", "--json"])
     assert result.exit_code == 0, result.output
     assert seen["label"] == "y" and seen["options"].json_output is True
-    assert seen["options"].spec_options == {o.name: o.default for o in spec_options()} | {"ici_fsdp": 2, "dtype": "bfloat16"}
+    assert seen["options"].spec_options == {o.name: o.default for o in spec_options()} | {
+        "ici_fsdp": 2,
+        "dtype": "bfloat16",
+    }
     assert seen["spec"] == BenchSpec(ici={"data": 1, "fsdp": 2, "tensor": 1}, dtype="bfloat16")
     result = CliRunner().invoke(app, ["shardings", "--layers", "many"])
     assert result.exit_code == 2 and "--layers" in result.output

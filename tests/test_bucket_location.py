@@ -28,8 +28,10 @@ def test_the_v4_region_is_not_a_storage_location():
     assert bucket_location.NOT_STORAGE_REGIONS == {"us-central2": "US-CENTRAL1"}
 
 
-@pytest.mark.parametrize("region, expected", [("us-east5", "US-EAST5"), ("europe-west4", "EUROPE-WEST4"),
-                                              ("us-central1", "US-CENTRAL1"), ("mars-north1", None)])
+@pytest.mark.parametrize(
+    "region, expected",
+    [("us-east5", "US-EAST5"), ("europe-west4", "EUROPE-WEST4"), ("us-central1", "US-CENTRAL1"), ("mars-north1", None)],
+)
 def test_a_storage_region_is_its_own_location(region, expected):
     assert location_of(region) == expected
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from infra.startup.shipped_source import strip_documentation
 from infra.startup.bundle import BUNDLE_PACKAGE, build_archive, build_bundle, bundle_files, compress, trainer_files
+from infra.startup.shipped_source import strip_documentation
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -55,7 +55,11 @@ def test_subpackages_are_bundled_in_path_order(tmp_path):
         (training / relative).parent.mkdir(parents=True, exist_ok=True)
         (training / relative).write_text(f"# {relative}\n")
     assert [p.relative_to(training).as_posix() for p in bundle_files(training)] == ["a.py", "b.py", "sub/a.py"]
-    assert list(trainer_files(training)) == [f"{BUNDLE_PACKAGE}/a.py", f"{BUNDLE_PACKAGE}/b.py", f"{BUNDLE_PACKAGE}/sub/a.py"]
+    assert list(trainer_files(training)) == [
+        f"{BUNDLE_PACKAGE}/a.py",
+        f"{BUNDLE_PACKAGE}/b.py",
+        f"{BUNDLE_PACKAGE}/sub/a.py",
+    ]
     with tarfile.open(fileobj=io.BytesIO(build_bundle(training)), mode="r:") as tar:
         assert tar.getnames() == [f"{BUNDLE_PACKAGE}/a.py", f"{BUNDLE_PACKAGE}/b.py", f"{BUNDLE_PACKAGE}/sub/a.py"]
 

@@ -22,8 +22,16 @@ def no_storage_access(monkeypatch, tmp_path):
     """The checked-in stacks' gs:// data sources are not listed: no emulated Cloud Storage (the
     session's, started by whichever test asked first, sets STORAGE_EMULATOR_HOST) and no
     credentials, so that the result does not depend on the tests that ran before."""
-    for key in ("STORAGE_EMULATOR_HOST", "GOOGLE_APPLICATION_CREDENTIALS", "GOOGLE_CREDENTIALS", "GOOGLE_OAUTH_ACCESS_TOKEN",
-                "GOOGLE_CLOUD_KEYFILE_JSON", "GCLOUD_KEYFILE_JSON", "GCE_METADATA_HOST", "GCE_METADATA_IP"):
+    for key in (
+        "STORAGE_EMULATOR_HOST",
+        "GOOGLE_APPLICATION_CREDENTIALS",
+        "GOOGLE_CREDENTIALS",
+        "GOOGLE_OAUTH_ACCESS_TOKEN",
+        "GOOGLE_CLOUD_KEYFILE_JSON",
+        "GCLOUD_KEYFILE_JSON",
+        "GCE_METADATA_HOST",
+        "GCE_METADATA_IP",
+    ):
         monkeypatch.delenv(key, raising=False)
     monkeypatch.setenv("CLOUDSDK_CONFIG", str(tmp_path))
     monkeypatch.setattr("infra.credentials.PRODUCT_NAME_FILE", tmp_path / "product_name")
@@ -58,7 +66,11 @@ def test_a_stack_over_hbm_fails_the_mandatory_policy(tmp_path):
     result = invoke("check", "--config-file", path)
     assert result.exit_code == 1, result.output
     assert "mandatory [training-fits-hbm] queued-resource" in result.output
-    assert result.output.strip().splitlines()[-1].startswith("error: stack dev violates mandatory policies: training-fits-hbm")
+    assert (
+        result.output.strip()
+        .splitlines()[-1]
+        .startswith("error: stack dev violates mandatory policies: training-fits-hbm")
+    )
 
 
 def test_the_documented_override_lets_it_pass(tmp_path):
@@ -76,8 +88,8 @@ def test_a_bad_policy_config_is_one_line(tmp_path):
     result = invoke("check", "--stack", "dev", "--policy-config", str(policy))
     assert result.exit_code == 2
     assert result.output.strip() == (
-        "error: policy config: unknown policy 'training-fits-hmb'; policies: " + ", ".join(
-            p.name for p in __import__("infra.policy.policies", fromlist=["POLICIES"]).POLICIES)
+        "error: policy config: unknown policy 'training-fits-hmb'; policies: "
+        + ", ".join(p.name for p in __import__("infra.policy.policies", fromlist=["POLICIES"]).POLICIES)
     )
 
 

@@ -22,8 +22,6 @@ logging.getLogger("asyncio").disabled = True
 REPR = re.compile(r"<bound method|object at 0x|tensorstore_spec")
 
 
-
-
 class Store:
     def read(self):  # a method whose bound repr ends up in an error message
         return None
@@ -32,7 +30,7 @@ class Store:
 def test_error_text_drops_reprs_and_tensorstore_specs():
     err = ValueError(
         f"DATA_LOSS: reading via {Store().read} from {Store()}: bad manifest "
-        "[tensorstore_spec='{\"driver\":\"zarr\",\"path\":\"w/\"}'] [tensorstore_spec[1]='{\"driver\":\"cast\"}']\nmore"
+        '[tensorstore_spec=\'{"driver":"zarr","path":"w/"}\'] [tensorstore_spec[1]=\'{"driver":"cast"}\']\nmore'
     )
     assert checkpointing.error_text(err) == (
         f"ValueError: DATA_LOSS: reading via Store.read from {__name__}.Store: bad manifest"
@@ -106,7 +104,7 @@ class StandInManager:
 
     def restore(self, step, args):
         if step in self.fail:
-            raise KeyError(f"{Store().read} [tensorstore_spec='{{\"driver\":\"zarr\"}}']")
+            raise KeyError(f'{Store().read} [tensorstore_spec=\'{{"driver":"zarr"}}\']')
         return {"step": step}
 
     def reload(self):

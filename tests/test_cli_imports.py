@@ -47,7 +47,9 @@ def test_light_commands_import_no_jax_orbax_or_tensorstore(name, tmp_path):
     args, expected_code = LIGHT_COMMANDS[name]
     out = tmp_path / "modules.json"
     env = {**os.environ, "MULTISLICE_STATE_DIR": str(tmp_path / "state"), "COLUMNS": "200"}
-    proc = subprocess.run([sys.executable, "-c", DRIVER, str(out), *args], env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", DRIVER, str(out), *args], env=env, capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr
     result = json.loads(out.read_text())
     assert result["code"] in (expected_code, None if expected_code == 0 else expected_code), proc.stdout + proc.stderr

@@ -9,7 +9,10 @@ import pytest
 from infra.local.metadata import MetadataServer
 from training import cluster
 
-TPU_ENV = "ACCELERATOR_TYPE: 'v4-16'\nMEGASCALE_COORDINATOR_ADDRESS: '10.0.0.7:8080'\nMEGASCALE_NUM_SLICES: '4'\nMEGASCALE_SLICE_ID: '2'\n"
+TPU_ENV = (
+    "ACCELERATOR_TYPE: 'v4-16'\nMEGASCALE_COORDINATOR_ADDRESS: '10.0.0.7:8080'\n"
+    "MEGASCALE_NUM_SLICES: '4'\nMEGASCALE_SLICE_ID: '2'\n"
+)
 
 
 def test_parse_tpu_env_strips_quotes():
@@ -44,7 +47,11 @@ def test_identity_of_a_multislice_worker(monkeypatch):
 
 
 def test_single_slice_uses_first_worker_as_coordinator(monkeypatch):
-    attributes = {"agent-worker-number": "0", "worker-network-endpoints": "n:0:10.1.1.1", "tpu-env": "ACCELERATOR_TYPE: 'v4-8'\n"}
+    attributes = {
+        "agent-worker-number": "0",
+        "worker-network-endpoints": "n:0:10.1.1.1",
+        "tpu-env": "ACCELERATOR_TYPE: 'v4-8'\n",
+    }
     with MetadataServer(attributes) as server:
         monkeypatch.setenv("GCE_METADATA_IP", server.address)
         monkeypatch.setenv("MULTISLICE_COORDINATOR_PORT", "1234")

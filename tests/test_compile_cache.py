@@ -37,7 +37,9 @@ def _env(**extra: str) -> dict[str, str]:
 
 def _process(run_dir: str, **extra: str) -> dict:
     env = _env(**extra)
-    done = subprocess.run([sys.executable, "-c", PROGRAM, run_dir], env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", PROGRAM, run_dir], env=env, capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -96,7 +98,13 @@ def _job(run_dir: str) -> list[dict]:
     env = _env(JAX_NUM_CPU_DEVICES="2")
     port = str(free_port())
     procs = [
-        subprocess.Popen([sys.executable, "-c", JOB, run_dir, str(i), port], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [sys.executable, "-c", JOB, run_dir, str(i), port],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for i in range(2)
     ]
     outs = [proc.communicate(timeout=300) for proc in procs]

@@ -8,6 +8,13 @@ import re
 
 import pytest
 
+from infra import naming
+from infra.__main__ import component_args
+from infra.components.network import Network, NetworkArgs
+from infra.components.release import ReleaseRecord, ReleaseRecordArgs
+from infra.components.service_account import ServiceAccount, ServiceAccountArgs, data_bucket
+from infra.components.services import ProjectServices, ServicesArgs
+from infra.components.storage import BucketArgs, CheckpointBucket
 from infra.config import (
     BucketSettings,
     NetworkSettings,
@@ -17,13 +24,6 @@ from infra.config import (
     parse_duration,
     validate_stack,
 )
-from infra import naming
-from infra.__main__ import component_args
-from infra.components.network import Network, NetworkArgs
-from infra.components.release import ReleaseRecord, ReleaseRecordArgs
-from infra.components.service_account import ServiceAccount, ServiceAccountArgs, data_bucket
-from infra.components.services import ProjectServices, ServicesArgs
-from infra.components.storage import BucketArgs, CheckpointBucket
 from infra.queued_resource import QueuedResource, QueuedResourceInputs
 from infra.startup import RenderedScript
 from infra.startup.contract import RUN_DIR_KEY, STARTUP_SCRIPT_KEY
@@ -31,17 +31,34 @@ from tests.fakes.pulumi_program import FIREWALL, QR_TYPE, declare, engine_config
 
 ENVIRONMENT = {
     "multislice:network": {"mtu": 1460, "subnetCidr": "10.64.0.0/16"},
-    "multislice:bucket": {"name": "acme-ckpt-dev", "forceDestroy": True, "protect": True,
-                          "nearlineAfterDays": 60, "deleteAfterDays": 365, "softDeleteDays": 7},
-    "multislice:queuedResource": {"waitFor": "PROVISIONING", "createTimeout": "2h", "validUntil": "1d",
-                                  "deleteTimeout": "15m"},
+    "multislice:bucket": {
+        "name": "acme-ckpt-dev",
+        "forceDestroy": True,
+        "protect": True,
+        "nearlineAfterDays": 60,
+        "deleteAfterDays": 365,
+        "softDeleteDays": 7,
+    },
+    "multislice:queuedResource": {
+        "waitFor": "PROVISIONING",
+        "createTimeout": "2h",
+        "validUntil": "1d",
+        "deleteTimeout": "15m",
+    },
     "multislice:labels": {"team": "research", "cost-center": "ml-42"},
 }
 
 
 #: A rendered script stand-in for the args that only some tests read (no rendering needed).
-SCRIPT = RenderedScript(text="#!/bin/bash\n", sha256="s" * 64, release_id="0" * 64, release=b"tar", bundle_sha256="b" * 64,
-                        requirements_sha256="r" * 64, size_bytes=12)
+SCRIPT = RenderedScript(
+    text="#!/bin/bash\n",
+    sha256="s" * 64,
+    release_id="0" * 64,
+    release=b"tar",
+    bundle_sha256="b" * 64,
+    requirements_sha256="r" * 64,
+    size_bytes=12,
+)
 
 
 def dev_with(**changes) -> dict:
@@ -70,8 +87,13 @@ def test_environment_keys_read_the_same_from_yaml_and_from_the_engine(tmp_path):
     assert from_file.bucket_name == "acme-ckpt-dev" and from_file.bucket_protected is True
     assert from_file.queued_resource.create_timeout == 7200 and from_file.queued_resource.valid_until == 86400
     assert from_file.queued_resource.wait_for == "PROVISIONING"
-    assert from_file.resource_labels == {"team": "research", "cost-center": "ml-42", "managed-by": "pulumi",
-                                         "multislice-stack": "dev", "multislice-run": "dev"}
+    assert from_file.resource_labels == {
+        "team": "research",
+        "cost-center": "ml-42",
+        "managed-by": "pulumi",
+        "multislice-stack": "dev",
+        "multislice-run": "dev",
+    }
 
 
 def test_defaults_give_a_complete_environment():
@@ -84,46 +106,100 @@ def test_defaults_give_a_complete_environment():
     assert prod.bucket_protected is True
     assert prod.bucket_soft_delete_days == 7  # a deleted checkpoint of prod stays restorable for a week
     assert validate_stack("prod-eu", stack_map("prod"), "test").bucket_soft_delete_days == 7
-    unprotected = validate_stack("prod", {**stack_map("prod"), "multislice:bucket": {"protect": False, "softDeleteDays": 0}}, "t")
+    unprotected = validate_stack(
+        "prod", {**stack_map("prod"), "multislice:bucket": {"protect": False, "softDeleteDays": 0}}, "t"
+    )
     assert unprotected.bucket_protected is False and unprotected.bucket_soft_delete_days == 0
-    assert validate_stack("dev", dev_with(**{"multislice:bucket": {"softDeleteDays": 30}}), "t").bucket_soft_delete_days == 30
+    assert (
+        validate_stack("dev", dev_with(**{"multislice:bucket": {"softDeleteDays": 30}}), "t").bucket_soft_delete_days
+        == 30
+    )
 
 
 @pytest.mark.parametrize(
     "change, expected",
     [
         ({"multislice:network": {"mtu": 9000}}, "multislice:network.mtu: Input should be less than or equal to 8896"),
-        ({"multislice:network": {"existingNetwork": "vpc"}}, "multislice:network.existingSubnetwork: existingNetwork and"),
-        ({"multislice:network": {"existingNetwork": "vpc", "existingSubnetwork": "s", "subnetCidr": "10.0.0.0/20"}},
-         "multislice:network.subnetCidr: only applies to a network created here"),
-        ({"multislice:network": {"existingNetwork": "Bad_Name", "existingSubnetwork": "s"}},
-         "multislice:network.existingNetwork: 'Bad_Name' is not a network name"),
-        ({"multislice:network": {"subnetCidr": "10.0.0.1/20"}}, "multislice:network.subnetCidr: '10.0.0.1/20' is not an IPv4 CIDR"),
-        ({"multislice:network": {"subnetCidr": "8.8.0.0/16"}}, "multislice:network.subnetCidr: '8.8.0.0/16' must be a private"),
+        (
+            {"multislice:network": {"existingNetwork": "vpc"}},
+            "multislice:network.existingSubnetwork: existingNetwork and",
+        ),
+        (
+            {"multislice:network": {"existingNetwork": "vpc", "existingSubnetwork": "s", "subnetCidr": "10.0.0.0/20"}},
+            "multislice:network.subnetCidr: only applies to a network created here",
+        ),
+        (
+            {"multislice:network": {"existingNetwork": "Bad_Name", "existingSubnetwork": "s"}},
+            "multislice:network.existingNetwork: 'Bad_Name' is not a network name",
+        ),
+        (
+            {"multislice:network": {"subnetCidr": "10.0.0.1/20"}},
+            "multislice:network.subnetCidr: '10.0.0.1/20' is not an IPv4 CIDR",
+        ),
+        (
+            {"multislice:network": {"subnetCidr": "8.8.0.0/16"}},
+            "multislice:network.subnetCidr: '8.8.0.0/16' must be a private",
+        ),
         ({"multislice:network": {"nat": "maybe"}}, "multislice:network.nat:"),
-        ({"multislice:network": {"existingNetwork": "vpc", "existingSubnetwork": "s"}},
-         "multislice:network.nat: required when reusing existingNetwork"),
-        ({"multislice:network": {"existingNetwork": "vpc", "existingSubnetwork":
-          "projects/acme-ml-dev/regions/europe-west4/subnetworks/s", "nat": True}},
-         "multislice:network.existingSubnetwork: is in region 'europe-west4' but gcp:zone us-central2-b is in"),
-        ({"multislice:network": {"existingNetwork": "projects/host-proj/global/networks/v", "existingSubnetwork":
-          "projects/other-proj/regions/us-central2/subnetworks/s", "nat": False}},
-         "multislice:network.existingSubnetwork: is in project 'other-proj' but existingNetwork is in 'host-proj'"),
+        (
+            {"multislice:network": {"existingNetwork": "vpc", "existingSubnetwork": "s"}},
+            "multislice:network.nat: required when reusing existingNetwork",
+        ),
+        (
+            {
+                "multislice:network": {
+                    "existingNetwork": "vpc",
+                    "existingSubnetwork": "projects/acme-ml-dev/regions/europe-west4/subnetworks/s",
+                    "nat": True,
+                }
+            },
+            "multislice:network.existingSubnetwork: is in region 'europe-west4' but gcp:zone us-central2-b is in",
+        ),
+        (
+            {
+                "multislice:network": {
+                    "existingNetwork": "projects/host-proj/global/networks/v",
+                    "existingSubnetwork": "projects/other-proj/regions/us-central2/subnetworks/s",
+                    "nat": False,
+                }
+            },
+            "multislice:network.existingSubnetwork: is in project 'other-proj' but existingNetwork is in 'host-proj'",
+        ),
         ({"multislice:bucket": {"location": "us central"}}, "multislice:bucket.location: 'us central' is not a Cloud"),
         ({"multislice:network": {"vpc": "x"}}, "multislice:network.vpc: unknown key"),
         ({"multislice:bucket": {"name": "Has.Dots"}}, "multislice:bucket.name: 'Has.Dots' is not a bucket name"),
         ({"multislice:bucket": {"name": "google-ckpt"}}, "multislice:bucket.name:"),
-        ({"multislice:bucket": {"softDeleteDays": 3}}, "multislice:bucket.softDeleteDays: must be 0 (off) or 7–90 days"),
-        ({"multislice:bucket": {"deleteAfterDays": 10}}, "multislice:bucket.deleteAfterDays: 10 must be greater than nearlineAfterDays"),
-        ({"multislice:queuedResource": {"waitFor": "READY"}}, "multislice:queuedResource.waitFor: got 'READY'; allowed: 'ACCEPTED'"),
-        ({"multislice:queuedResource": {"createTimeout": "30 minutes"}}, "multislice:queuedResource.createTimeout: '30 minutes' is not a duration"),
-        ({"multislice:queuedResource": {"validUntil": "5m"}}, "multislice:queuedResource.validUntil: 300s is shorter than 10 minutes"),
-        ({"multislice:queuedResource": {"releaseOnComplete": "sometimes"}}, "multislice:queuedResource.releaseOnComplete:"),
+        (
+            {"multislice:bucket": {"softDeleteDays": 3}},
+            "multislice:bucket.softDeleteDays: must be 0 (off) or 7–90 days",
+        ),
+        (
+            {"multislice:bucket": {"deleteAfterDays": 10}},
+            "multislice:bucket.deleteAfterDays: 10 must be greater than nearlineAfterDays",
+        ),
+        (
+            {"multislice:queuedResource": {"waitFor": "READY"}},
+            "multislice:queuedResource.waitFor: got 'READY'; allowed: 'ACCEPTED'",
+        ),
+        (
+            {"multislice:queuedResource": {"createTimeout": "30 minutes"}},
+            "multislice:queuedResource.createTimeout: '30 minutes' is not a duration",
+        ),
+        (
+            {"multislice:queuedResource": {"validUntil": "5m"}},
+            "multislice:queuedResource.validUntil: 300s is shorter than 10 minutes",
+        ),
+        (
+            {"multislice:queuedResource": {"releaseOnComplete": "sometimes"}},
+            "multislice:queuedResource.releaseOnComplete:",
+        ),
         ({"multislice:labels": {"Team": "x"}}, "multislice:labels: key 'Team' must be"),
         ({"multislice:labels": {"managed-by": "me"}}, "multislice:labels: key 'managed-by' is set by this program"),
         ({"multislice:labels": "{not json"}, "multislice:labels: not a JSON object"),
-        ({"multislice:reservationName": "My Reservation", "multislice:capacity": "reserved"},
-         "multislice:reservationName: 'My Reservation' is not a reservation name"),
+        (
+            {"multislice:reservationName": "My Reservation", "multislice:capacity": "reserved"},
+            "multislice:reservationName: 'My Reservation' is not a reservation name",
+        ),
     ],
 )
 def test_bad_environment_keys_name_the_key_path(change, expected):
@@ -180,8 +256,13 @@ def test_declared_names_follow_gcp_naming_rules(stack):
     # service account id, the bucket name, the QR and node ids, the network tag and labels.
     config = validate_stack(stack, stack_map("dev"), "t")
     world = evaluate(stack, stack_map("dev"))
-    gce_types = ("gcp:compute/network:Network", "gcp:compute/subnetwork:Subnetwork", "gcp:compute/router:Router",
-                 "gcp:compute/routerNat:RouterNat", "gcp:compute/firewall:Firewall")
+    gce_types = (
+        "gcp:compute/network:Network",
+        "gcp:compute/subnetwork:Subnetwork",
+        "gcp:compute/router:Router",
+        "gcp:compute/routerNat:RouterNat",
+        "gcp:compute/firewall:Firewall",
+    )
     names = [r.inputs["name"] for r in world.registrations if r.typ in gce_types]
     assert len(names) == 6 and len(set(names)) == 6
     qr = world.one(QR_TYPE).inputs
@@ -193,16 +274,35 @@ def test_declared_names_follow_gcp_naming_rules(stack):
     assert re.match(r"^[a-z0-9][a-z0-9_-]{1,61}[a-z0-9]$", bucket["name"]) and "google" not in bucket["name"]
     for labels in (bucket["labels"], qr["labels"]):
         assert labels["multislice-stack"] == naming.label_value(stack)
-        assert all(re.match(r"^[a-z][a-z0-9_-]{0,62}$", k) and re.match(r"^[a-z0-9_-]{0,63}$", v) for k, v in labels.items())
+        assert all(
+            re.match(r"^[a-z][a-z0-9_-]{0,62}$", k) and re.match(r"^[a-z0-9_-]{0,63}$", v) for k, v in labels.items()
+        )
     # StackConfig's names are the registered ones.
     assert (qr["queuedResourceId"], world.exports["nodeNames"], qr["tags"], bucket["name"]) == (
-        config.queued_resource_id, config.node_ids, [config.network_tag], config.bucket_name)
+        config.queued_resource_id,
+        config.node_ids,
+        [config.network_tag],
+        config.bucket_name,
+    )
 
 
 def test_single_slice_node_id_is_the_qr_id():
-    config = validate_stack("dev", dev_with(**{"multislice:slices": 1, "multislice:training": {
-        **stack_map("dev")["multislice:training"],
-        "parallelism": {"ici": {"data": 1, "fsdp": 4, "tensor": 1}, "dcn": {"data": 1, "fsdp": 1, "tensor": 1}}}}), "t")
+    config = validate_stack(
+        "dev",
+        dev_with(
+            **{
+                "multislice:slices": 1,
+                "multislice:training": {
+                    **stack_map("dev")["multislice:training"],
+                    "parallelism": {
+                        "ici": {"data": 1, "fsdp": 4, "tensor": 1},
+                        "dcn": {"data": 1, "fsdp": 1, "tensor": 1},
+                    },
+                },
+            }
+        ),
+        "t",
+    )
     assert config.node_ids == [config.queued_resource_id]
 
 
@@ -210,8 +310,13 @@ def test_data_bucket_only_for_other_gs_buckets():
     prod = validate_stack("prod", stack_map("prod"), "t")
     assert prod.training.data.source.startswith("gs://acme-ml-prod-corpora/")
     assert component_args(prod, SCRIPT).service_account.data_bucket == "acme-ml-prod-corpora"
-    own = prod.model_copy(update={"training": prod.training.model_copy(update={
-        "data": prod.training.data.model_copy(update={"source": f"gs://{prod.bucket_name}/data/*.txt"})})})
+    own = prod.model_copy(
+        update={
+            "training": prod.training.model_copy(
+                update={"data": prod.training.data.model_copy(update={"source": f"gs://{prod.bucket_name}/data/*.txt"})}
+            )
+        }
+    )
     assert component_args(own, SCRIPT).service_account.data_bucket is None
     assert component_args(validate_stack("dev", stack_map("dev"), "t"), SCRIPT).service_account.data_bucket is None
     assert data_bucket("gs://corpora/x/*.txt", "ckpt") == "corpora"
@@ -255,10 +360,19 @@ def test_bucket_location_key_overrides_the_catalog():
 
 
 def test_reused_network_with_nat_gets_a_router_and_nat_on_that_subnetwork():
-    world = evaluate("dev", dev_with(**{"multislice:network": {
-        "existingNetwork": "projects/acme-ml-dev/global/networks/shared",
-        "existingSubnetwork": "projects/acme-ml-dev/regions/us-central2/subnetworks/tpus", "nat": True}}),
-        subnet_network="https://www.googleapis.com/compute/v1/projects/acme-ml-dev/global/networks/shared")
+    world = evaluate(
+        "dev",
+        dev_with(
+            **{
+                "multislice:network": {
+                    "existingNetwork": "projects/acme-ml-dev/global/networks/shared",
+                    "existingSubnetwork": "projects/acme-ml-dev/regions/us-central2/subnetworks/tpus",
+                    "nat": True,
+                }
+            }
+        ),
+        subnet_network="https://www.googleapis.com/compute/v1/projects/acme-ml-dev/global/networks/shared",
+    )
     nat = world.one("gcp:compute/routerNat:RouterNat").inputs
     assert nat["subnetworks"][0]["name"] == "projects/acme-ml-dev/regions/us-central2/subnetworks/tpus"
     assert world.one("gcp:compute/router:Router").inputs["network"] == "projects/acme-ml-dev/global/networks/shared"
@@ -283,50 +397,101 @@ def test_each_component_is_declared_from_its_own_args_alone():
     # No StackConfig anywhere: the args models carry everything the components read.
     def build():
         ProjectServices("apis", ServicesArgs(project="acme-ml-qa", apis=("tpu.googleapis.com",)))
-        Network("net", NetworkArgs(stack="qa", project="acme-ml-qa", region="europe-west4",
-                                   settings=NetworkSettings(mtu=1500)))
-        bucket = CheckpointBucket("ckpt", BucketArgs(stack="qa", project="acme-ml-qa", location="europe-west4",
-                                                     run_name="r7", labels={"team": "x"}, protect=True,
-                                                     soft_delete_days=7,
-                                                     settings=BucketSettings(nearline_after_days=None)))
-        account = ServiceAccount("sa", ServiceAccountArgs(stack="qa", project="acme-ml-qa", data_bucket="corpora"),
-                                 bucket=bucket.name)
-        ReleaseRecord("release", ReleaseRecordArgs(stack="qa", run_dir="gs://acme-ml-qa-qa-ckpt/runs/r7",
-                                                   release_id="f" * 64, release=b"the release tar"), bucket=bucket.name)
-        QueuedResource("qr", QueuedResourceInputs(
-            project="acme-ml-qa", zone="europe-west4-a", queued_resource_id="multislice-qa", node_id="multislice-qa",
-            accelerator_type="v5p-8", runtime_version="v2-alpha-tpuv5", slices=1, capacity="spot",
-            network="projects/acme-ml-qa/global/networks/n", subnetwork="projects/acme-ml-qa/regions/europe-west4/subnetworks/s",
-            service_account=account.email, tags=["multislice-qa-tpu"], labels={"team": "x"},
-            metadata={STARTUP_SCRIPT_KEY: "#!/bin/bash\n", RUN_DIR_KEY: "gs://acme-ml-qa-qa-ckpt/runs/r7"},
-            trainer={"steps": 3}, run_dir="gs://acme-ml-qa-qa-ckpt/runs/r7", bundle_sha256="b" * 64,
-            startup_script_sha256="s" * 64, requirements_sha256="r" * 64, startup_script_bytes=12, wait_for="ACTIVE",
-            create_timeout_seconds=60.0, delete_timeout_seconds=60.0))
+        Network(
+            "net",
+            NetworkArgs(stack="qa", project="acme-ml-qa", region="europe-west4", settings=NetworkSettings(mtu=1500)),
+        )
+        bucket = CheckpointBucket(
+            "ckpt",
+            BucketArgs(
+                stack="qa",
+                project="acme-ml-qa",
+                location="europe-west4",
+                run_name="r7",
+                labels={"team": "x"},
+                protect=True,
+                soft_delete_days=7,
+                settings=BucketSettings(nearline_after_days=None),
+            ),
+        )
+        account = ServiceAccount(
+            "sa", ServiceAccountArgs(stack="qa", project="acme-ml-qa", data_bucket="corpora"), bucket=bucket.name
+        )
+        ReleaseRecord(
+            "release",
+            ReleaseRecordArgs(
+                stack="qa", run_dir="gs://acme-ml-qa-qa-ckpt/runs/r7", release_id="f" * 64, release=b"the release tar"
+            ),
+            bucket=bucket.name,
+        )
+        QueuedResource(
+            "qr",
+            QueuedResourceInputs(
+                project="acme-ml-qa",
+                zone="europe-west4-a",
+                queued_resource_id="multislice-qa",
+                node_id="multislice-qa",
+                accelerator_type="v5p-8",
+                runtime_version="v2-alpha-tpuv5",
+                slices=1,
+                capacity="spot",
+                network="projects/acme-ml-qa/global/networks/n",
+                subnetwork="projects/acme-ml-qa/regions/europe-west4/subnetworks/s",
+                service_account=account.email,
+                tags=["multislice-qa-tpu"],
+                labels={"team": "x"},
+                metadata={STARTUP_SCRIPT_KEY: "#!/bin/bash\n", RUN_DIR_KEY: "gs://acme-ml-qa-qa-ckpt/runs/r7"},
+                trainer={"steps": 3},
+                run_dir="gs://acme-ml-qa-qa-ckpt/runs/r7",
+                bundle_sha256="b" * 64,
+                startup_script_sha256="s" * 64,
+                requirements_sha256="r" * 64,
+                startup_script_bytes=12,
+                wait_for="ACTIVE",
+                create_timeout_seconds=60.0,
+                delete_timeout_seconds=60.0,
+            ),
+        )
 
     world = declare(build)
     assert [r.inputs["service"] for r in world.of("gcp:projects/service:Service")] == ["tpu.googleapis.com"]
     assert sorted(r.inputs["name"] for r in world.registrations if r.typ.startswith("gcp:compute/")) == sorted(
-        f"multislice-qa-{role}" for role in ("net", "subnet", "router", "nat", "internal", "iap-ssh"))
+        f"multislice-qa-{role}" for role in ("net", "subnet", "router", "nat", "internal", "iap-ssh")
+    )
     assert world.one("gcp:compute/network:Network").inputs["mtu"] == 1500
     assert world.one("gcp:compute/subnetwork:Subnetwork").inputs["region"] == "europe-west4"
     assert {tuple(r.inputs["targetTags"]) for r in world.of(FIREWALL)} == {("multislice-qa-tpu",)}
     bucket = world.one("gcp:storage/bucket:Bucket")
     assert (bucket.inputs["name"], bucket.inputs["location"], bucket.inputs["labels"], bucket.protect) == (
-        "acme-ml-qa-qa-ckpt", "EUROPE-WEST4", {"team": "x"}, True)
+        "acme-ml-qa-qa-ckpt",
+        "EUROPE-WEST4",
+        {"team": "x"},
+        True,
+    )
     assert [r["action"]["type"] for r in bucket.inputs["lifecycleRules"]] == ["AbortIncompleteMultipartUpload"]
     assert bucket.inputs["softDeletePolicy"]["retentionDurationSeconds"] == 7 * 86400
     assert world.one("gcp:serviceaccount/account:Account").inputs["accountId"] == "multislice-qa-tpu"
     grants = {(g.inputs["bucket"], g.inputs["role"]) for g in world.of("gcp:storage/bucketIAMMember:BucketIAMMember")}
     assert grants == {("acme-ml-qa-qa-ckpt", "roles/storage.objectUser"), ("corpora", "roles/storage.objectViewer")}
     # pulumi-gcp marks BucketObject.content secret: the engine sees it wrapped.
-    objects = {r.inputs["name"]: r.inputs["content"]["value"] for r in world.of("gcp:storage/bucketObject:BucketObject")}
+    objects = {
+        r.inputs["name"]: r.inputs["content"]["value"] for r in world.of("gcp:storage/bucketObject:BucketObject")
+    }
     assert json.loads(objects["multislice/qa/release.json"]) == {
-        "format": 1, "payload": f"multislice/qa/releases/{'f' * 64}.tar.b64", "release": "f" * 64,
-        "runDir": "gs://acme-ml-qa-qa-ckpt/runs/r7", "stack": "qa"}
+        "format": 1,
+        "payload": f"multislice/qa/releases/{'f' * 64}.tar.b64",
+        "release": "f" * 64,
+        "runDir": "gs://acme-ml-qa-qa-ckpt/runs/r7",
+        "stack": "qa",
+    }
     assert objects[f"multislice/qa/releases/{'f' * 64}.tar.b64"] == "dGhlIHJlbGVhc2UgdGFy\n"  # base64 of the tar
     qr = world.one(QR_TYPE).inputs
     assert (qr["queuedResourceId"], qr["zone"], qr["acceleratorType"], qr["labels"]) == (
-        "multislice-qa", "europe-west4-a", "v5p-8", {"team": "x"})
+        "multislice-qa",
+        "europe-west4-a",
+        "v5p-8",
+        {"team": "x"},
+    )
     assert qr["metadata"][RUN_DIR_KEY] == "gs://acme-ml-qa-qa-ckpt/runs/r7" and qr["tags"] == ["multislice-qa-tpu"]
 
 
@@ -356,7 +521,10 @@ def test_importing_the_provider_imports_no_stack_config():
 
     from tests.test_layout import ROOT
 
-    probe = "import sys, infra.queued_resource; print(sorted(m for m in sys.modules if m.startswith(('infra.config', 'infra.startup.script'))))"
+    probe = (
+        "import sys, infra.queued_resource; "
+        "print(sorted(m for m in sys.modules if m.startswith(('infra.config', 'infra.startup.script'))))"
+    )
     result = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"

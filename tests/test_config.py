@@ -9,10 +9,16 @@ from pathlib import Path
 import pytest
 import yaml
 
-from infra import accelerators
-from infra import config as config_mod
+from infra import accelerators, config as config_mod
+from infra.config import (
+    StackConfigError,
+    available_stacks,
+    from_pulumi_config,
+    load_stack,
+    load_stack_file,
+    validate_stack,
+)
 from tests.fakes.pulumi_program import engine_config
-from infra.config import StackConfigError, available_stacks, from_pulumi_config, load_stack, load_stack_file, validate_stack
 from training.config import TrainConfig, load_train_config
 
 STACKS = Path(__file__).resolve().parents[1] / "stacks"
@@ -215,7 +221,10 @@ def test_duplicate_keys_are_refused_with_both_lines(tmp_path):
     with pytest.raises(StackConfigError) as info:
         load_stack_file(path)
     last = len(text.splitlines())
-    assert str(info.value) == f"stack file {path}: duplicate key 'multislice:slices' at line {last} (first at line {first}); keep one of them"
+    assert (
+        str(info.value) == f"stack file {path}: duplicate key 'multislice:slices' at line {last} "
+        f"(first at line {first}); keep one of them"
+    )
 
 
 @pytest.mark.parametrize(
@@ -253,7 +262,10 @@ def test_merge_key_overrides_are_not_duplicates(tmp_path):
         ({"multislice:slices": True}, "multislice:slices"),
         ({"multislice:network": {"mtu": False}}, "multislice:network.mtu"),
         ({"multislice:training": {"steps": True}}, "multislice:training.steps"),
-        ({"multislice:training": {"optimizer": {"peak_learning_rate": True}}}, "multislice:training.optimizer.peak_learning_rate"),
+        (
+            {"multislice:training": {"optimizer": {"peak_learning_rate": True}}},
+            "multislice:training.optimizer.peak_learning_rate",
+        ),
         ({"multislice:training": {"model": {"d_ff": False}}}, "multislice:training.model.d_ff"),
     ],
 )
@@ -360,10 +372,21 @@ def test_stacks_dir_discovery(tmp_path, monkeypatch):
 
 def test_object_valued_keys_are_the_ones_the_engine_sends_as_json_text():
     assert set(config_mod.STRUCTURED_KEYS) == {
-        "multislice:training", "multislice:network", "multislice:bucket", "multislice:queuedResource", "multislice:labels",
-        "multislice:allowUnlisted"}
-    config = engine_config(dev_map() | {"multislice:labels": {"team": "ml"}, "multislice:network": {"mtu": 1500},
-                                        "multislice:allowUnlisted": ["runtimeVersion"]})
+        "multislice:training",
+        "multislice:network",
+        "multislice:bucket",
+        "multislice:queuedResource",
+        "multislice:labels",
+        "multislice:allowUnlisted",
+    }
+    config = engine_config(
+        dev_map()
+        | {
+            "multislice:labels": {"team": "ml"},
+            "multislice:network": {"mtu": 1500},
+            "multislice:allowUnlisted": ["runtimeVersion"],
+        }
+    )
     assert isinstance(config["multislice:labels"], str) and isinstance(config["multislice:allowUnlisted"], str)
     parsed = from_pulumi_config("dev", config)
     assert (parsed.labels, parsed.network.mtu, parsed.allow_unlisted) == ({"team": "ml"}, 1500, ("runtimeVersion",))
@@ -375,13 +398,17 @@ def test_object_valued_keys_are_the_ones_the_engine_sends_as_json_text():
 def test_a_zone_that_does_not_offer_the_generation_is_refused_with_the_ones_that_do():
     (line,) = errors_of(dev_map() | {"gcp:zone": "us-east5-a"})
     v4 = accelerators.GENERATIONS["v4"]
-    assert line.startswith(f"gcp:zone: us-east5-a does not offer TPU v4 (v4-8); zones that do: {', '.join(v4.zones)} "
-                           "(https://cloud.google.com/tpu/docs/regions-zones)")
+    assert line.startswith(
+        f"gcp:zone: us-east5-a does not offer TPU v4 (v4-8); zones that do: {', '.join(v4.zones)} "
+        "(https://cloud.google.com/tpu/docs/regions-zones)"
+    )
     assert "us-east5-a offers v5p, v6e" in line  # where that zone would work
     assert line.endswith("add 'multislice:allowUnlisted: [zone]' to the stack")
 
 
-@pytest.mark.parametrize("version", ["tpu ubuntu", "tpu-ubuntu2204-base; curl x | sh", "TPU-UBUNTU2204-BASE", "-x", "a" * 64])
+@pytest.mark.parametrize(
+    "version", ["tpu ubuntu", "tpu-ubuntu2204-base; curl x | sh", "TPU-UBUNTU2204-BASE", "-x", "a" * 64]
+)
 def test_a_runtime_version_is_a_plain_name(version):
     # Even with the catalog check relaxed: nothing else can reach the TPU API.
     for extra in ({}, {"multislice:allowUnlisted": ["runtimeVersion"]}):
@@ -391,16 +418,27 @@ def test_a_runtime_version_is_a_plain_name(version):
 
 def test_a_runtime_version_of_another_generation_is_refused():
     (line,) = errors_of(dev_map() | {"multislice:runtimeVersion": "v2-alpha-tpuv6e"})
-    assert line.startswith("multislice:runtimeVersion: 'v2-alpha-tpuv6e' is not a TPU software version for v4; "
-                           "known: tpu-ubuntu2204-base")
+    assert line.startswith(
+        "multislice:runtimeVersion: 'v2-alpha-tpuv6e' is not a TPU software version for v4; known: tpu-ubuntu2204-base"
+    )
     assert line.endswith("add 'multislice:allowUnlisted: [runtimeVersion]' to the stack")
 
 
 def test_allow_unlisted_admits_a_new_zone_or_version_with_a_warning():
-    config = validate_stack("t", dev_map() | {"gcp:zone": "us-central2-a", "multislice:runtimeVersion": "tpu-ubuntu2404-base",
-                                             "multislice:allowUnlisted": ["zone", "runtimeVersion"]}, "test")
+    config = validate_stack(
+        "t",
+        dev_map()
+        | {
+            "gcp:zone": "us-central2-a",
+            "multislice:runtimeVersion": "tpu-ubuntu2404-base",
+            "multislice:allowUnlisted": ["zone", "runtimeVersion"],
+        },
+        "test",
+    )
     assert [w.split(" is not in")[0] for w in config.catalog_warnings] == [
-        "gcp:zone us-central2-a", "multislice:runtimeVersion 'tpu-ubuntu2404-base'"]
+        "gcp:zone us-central2-a",
+        "multislice:runtimeVersion 'tpu-ubuntu2404-base'",
+    ]
     assert validate_stack("t", dev_map(), "test").catalog_warnings == []
     (line,) = errors_of(dev_map() | {"multislice:allowUnlisted": ["acceleratorType"]})
     assert line.startswith("multislice:allowUnlisted.0: got 'acceleratorType'; allowed: 'zone' or 'runtimeVersion'")

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from infra import startup
-from infra.startup import bundle, content_cache, lockfile
 from infra.config import load_stack
+from infra.startup import bundle, content_cache, lockfile
 from infra.startup.content_cache import ContentCache, key_of
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -216,4 +216,3 @@ def test_render_uses_the_project_cache_and_gives_the_same_bytes(tmp_path, counte
     assert startup.render(config, project_root=project) == first  # a cold cache: same bytes
     assert counted == ["bundle", "pins", "xz"] * 2
     assert (tmp_path / "elsewhere").is_dir()
-

@@ -11,7 +11,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from infra import credentials
-from infra.credentials import HOW_TO_SET, CredentialSettings, CredentialsError, load, path_or_contents, problem
+from infra.credentials import HOW_TO_SET, CredentialsError, CredentialSettings, load, path_or_contents, problem
 from tests.fakes.queued_resource import no_ambient_credentials  # noqa: F401 (autouse fixture)
 
 SA_EMAIL = "deployer@acme-ml-dev.iam.gserviceaccount.com"
@@ -20,13 +20,21 @@ SA_EMAIL = "deployer@acme-ml-dev.iam.gserviceaccount.com"
 @pytest.fixture(scope="module")
 def key_pem() -> str:
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()).decode()
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    ).decode()
 
 
 def sa_key(pem: str, **overrides) -> dict:
     return {
-        "type": "service_account", "project_id": "acme-ml-dev", "private_key_id": "k1", "private_key": pem,
-        "client_email": SA_EMAIL, "client_id": "1", "token_uri": "https://oauth2.googleapis.com/token", **overrides,
+        "type": "service_account",
+        "project_id": "acme-ml-dev",
+        "private_key_id": "k1",
+        "private_key": pem,
+        "client_email": SA_EMAIL,
+        "client_id": "1",
+        "token_uri": "https://oauth2.googleapis.com/token",
+        **overrides,
     }
 
 
@@ -41,18 +49,23 @@ def test_a_config_key_wins_over_its_environment_variables_which_go_in_pulumi_gcp
     env = {"GOOGLE_CREDENTIALS": "a", "GOOGLE_CLOUD_KEYFILE_JSON": "b", "GCLOUD_KEYFILE_JSON": "c"}
     assert resolve({"gcp:credentials": "cfg"}, **env).credentials.origin == "gcp:credentials"
     assert resolve(**env).credentials.origin == "GOOGLE_CREDENTIALS"
-    assert resolve(GOOGLE_CLOUD_KEYFILE_JSON="b", GCLOUD_KEYFILE_JSON="c").credentials.origin == "GOOGLE_CLOUD_KEYFILE_JSON"
+    assert (
+        resolve(GOOGLE_CLOUD_KEYFILE_JSON="b", GCLOUD_KEYFILE_JSON="c").credentials.origin
+        == "GOOGLE_CLOUD_KEYFILE_JSON"
+    )
     assert resolve(GCLOUD_KEYFILE_JSON="c").credentials.origin == "GCLOUD_KEYFILE_JSON"
     assert resolve(GOOGLE_OAUTH_ACCESS_TOKEN="t").access_token.origin == "GOOGLE_OAUTH_ACCESS_TOKEN"
     assert resolve(GOOGLE_IMPERSONATE_SERVICE_ACCOUNT=SA_EMAIL).impersonate_service_account.value == SA_EMAIL
     # Empty values count as unset, as in pulumi-gcp; other namespaces' keys are ignored.
-    assert resolve({"gcp:credentials": "", "multislice:credentials": "x"}, GOOGLE_CREDENTIALS="a").credentials.origin == (
-        "GOOGLE_CREDENTIALS"
-    )
+    assert resolve(
+        {"gcp:credentials": "", "multislice:credentials": "x"}, GOOGLE_CREDENTIALS="a"
+    ).credentials.origin == ("GOOGLE_CREDENTIALS")
 
 
 def test_delegates_and_user_project_override_parse_as_pulumi_config_gives_them():
-    listed = resolve({"gcp:impersonateServiceAccountDelegates": '["a@p.iam.gserviceaccount.com", "b@p.iam.gserviceaccount.com"]'})
+    listed = resolve(
+        {"gcp:impersonateServiceAccountDelegates": '["a@p.iam.gserviceaccount.com", "b@p.iam.gserviceaccount.com"]'}
+    )
     assert listed.delegates == ("a@p.iam.gserviceaccount.com", "b@p.iam.gserviceaccount.com")
     assert resolve({"gcp:impersonateServiceAccountDelegates": ["x@p"]}).delegates == ("x@p",)
     assert resolve({"gcp:userProjectOverride": True}).user_project_override
@@ -75,7 +88,10 @@ def test_repr_and_describe_never_show_a_token_or_key(key_pem):
     assert "SECRET" not in repr(settings) and "PRIVATE KEY" not in repr(settings)
     assert settings.describe() == "the access token of gcp:accessToken"
     impersonating = resolve({"gcp:impersonateServiceAccount": SA_EMAIL})
-    assert impersonating.describe() == f"Application Default Credentials impersonating {SA_EMAIL} (gcp:impersonateServiceAccount)"
+    assert (
+        impersonating.describe()
+        == f"Application Default Credentials impersonating {SA_EMAIL} (gcp:impersonateServiceAccount)"
+    )
 
 
 def test_a_value_naming_an_existing_file_is_read_from_it(tmp_path, monkeypatch):
@@ -94,15 +110,32 @@ def test_a_value_naming_an_existing_file_is_read_from_it(tmp_path, monkeypatch):
     "config, environ, expected",
     [
         ({}, {}, "no Google Cloud credentials found: set gcp:credentials or gcp:accessToken"),
-        ({"gcp:credentials": "/nonexistent/key.json"}, {}, "gcp:credentials is neither an existing file nor credentials JSON"),
-        ({}, {"GOOGLE_CREDENTIALS": '{"type": "service_account", "client_email": "a@b"}'},
-         "GOOGLE_CREDENTIALS (service_account) lacks private_key, token_uri"),
-        ({"gcp:credentials": '{"type": "api_key"}'}, {}, "gcp:credentials has credential type 'api_key'; expected one of"),
+        (
+            {"gcp:credentials": "/nonexistent/key.json"},
+            {},
+            "gcp:credentials is neither an existing file nor credentials JSON",
+        ),
+        (
+            {},
+            {"GOOGLE_CREDENTIALS": '{"type": "service_account", "client_email": "a@b"}'},
+            "GOOGLE_CREDENTIALS (service_account) lacks private_key, token_uri",
+        ),
+        (
+            {"gcp:credentials": '{"type": "api_key"}'},
+            {},
+            "gcp:credentials has credential type 'api_key'; expected one of",
+        ),
         ({"gcp:credentials": "[1, 2]"}, {}, "gcp:credentials is not a credentials JSON object"),
-        ({}, {"GOOGLE_APPLICATION_CREDENTIALS": "/nonexistent/adc.json"},
-         "GOOGLE_APPLICATION_CREDENTIALS names '/nonexistent/adc.json', which does not exist"),
-        ({"gcp:accessToken": "t", "gcp:impersonateServiceAccount": "deployer"}, {},
-         "gcp:impersonateServiceAccount must be a service account email; got 'deployer'"),
+        (
+            {},
+            {"GOOGLE_APPLICATION_CREDENTIALS": "/nonexistent/adc.json"},
+            "GOOGLE_APPLICATION_CREDENTIALS names '/nonexistent/adc.json', which does not exist",
+        ),
+        (
+            {"gcp:accessToken": "t", "gcp:impersonateServiceAccount": "deployer"},
+            {},
+            "gcp:impersonateServiceAccount must be a service account email; got 'deployer'",
+        ),
     ],
 )
 def test_missing_or_malformed_credentials_are_one_line_naming_what_to_set(config, environ, expected):
@@ -170,8 +203,11 @@ def test_impersonation_wraps_the_source_credentials(key_pem):
     from google.oauth2 import service_account
 
     settings = resolve(
-        {"gcp:credentials": json.dumps(sa_key(key_pem)), "gcp:impersonateServiceAccount": "tpu-admin@acme-ml-dev.iam.gserviceaccount.com",
-         "gcp:impersonateServiceAccountDelegates": '["hop@acme-ml-dev.iam.gserviceaccount.com"]'}
+        {
+            "gcp:credentials": json.dumps(sa_key(key_pem)),
+            "gcp:impersonateServiceAccount": "tpu-admin@acme-ml-dev.iam.gserviceaccount.com",
+            "gcp:impersonateServiceAccountDelegates": '["hop@acme-ml-dev.iam.gserviceaccount.com"]',
+        }
     )
     creds = load(settings, quota_project="acme-ml-dev", iam_endpoint="http://127.0.0.1:9")
     assert isinstance(creds, impersonated_credentials.Credentials)
@@ -186,8 +222,17 @@ def test_adc_is_billed_to_gcp_project_not_the_quota_project_the_login_recorded(t
     from google.oauth2 import credentials as oauth2
 
     adc = tmp_path / "application_default_credentials.json"
-    adc.write_text(json.dumps({"type": "authorized_user", "client_id": "c", "client_secret": "s", "refresh_token": "r",
-                               "quota_project_id": "my-personal-project"}))
+    adc.write_text(
+        json.dumps(
+            {
+                "type": "authorized_user",
+                "client_id": "c",
+                "client_secret": "s",
+                "refresh_token": "r",
+                "quota_project_id": "my-personal-project",
+            }
+        )
+    )
     monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(adc))
     monkeypatch.setenv("GOOGLE_CLOUD_QUOTA_PROJECT", "another-project")
     creds = load(resolve(), quota_project="acme-ml-dev")
@@ -197,8 +242,18 @@ def test_adc_is_billed_to_gcp_project_not_the_quota_project_the_login_recorded(t
 
 def test_unloadable_credentials_and_no_adc_raise_one_line(monkeypatch):
     with pytest.raises(CredentialsError, match=r"^gcp:credentials: .*; set gcp:credentials or gcp:accessToken"):
-        load(resolve({"gcp:credentials": json.dumps({"type": "service_account", "client_email": "a@b", "token_uri": "x",
-                                                      "private_key": "not a key"})}), quota_project="p")
+        load(
+            resolve(
+                {
+                    "gcp:credentials": json.dumps(
+                        {"type": "service_account", "client_email": "a@b", "token_uri": "x", "private_key": "not a key"}
+                    )
+                }
+            ),
+            quota_project="p",
+        )
     monkeypatch.setenv("NO_GCE_CHECK", "True")  # no metadata-server probe from a test
-    with pytest.raises(CredentialsError, match=r"^Application Default Credentials: .*gcloud auth application-default login"):
+    with pytest.raises(
+        CredentialsError, match=r"^Application Default Credentials: .*gcloud auth application-default login"
+    ):
         load(resolve(), quota_project="p")

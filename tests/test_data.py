@@ -87,7 +87,13 @@ def test_a_gcs_glob_is_listed_and_read_through_the_storage_api(bucket):
     from etils import epath
 
     base = epath.Path(f"gs://{bucket}/corpora/bytes")
-    for name, content in (("a.txt", b"0123456789"), ("b.txt", b"abcdefghij"), ("c.txt", b"ABCDEFGHIJ"), ("d.md", b"no"), ("e.txt", b"")):
+    for name, content in (
+        ("a.txt", b"0123456789"),
+        ("b.txt", b"abcdefghij"),
+        ("c.txt", b"ABCDEFGHIJ"),
+        ("d.md", b"no"),
+        ("e.txt", b""),
+    ):
         (base / name).write_bytes(content)
     files = data.list_source_files(f"gs://{bucket}/corpora/bytes/*.txt")
     assert [(f.relative, f.size) for f in files] == [("a.txt", 10), ("b.txt", 10), ("c.txt", 10)]  # empty e.txt skipped

@@ -67,7 +67,13 @@ def model_line(model) -> str:
 
 @pytest.mark.parametrize(
     "model",
-    [{"d_model": 64}, {"n_layers": 3}, {"n_heads": 4}, {"d_ff": 64}, {"d_model": 48, "n_layers": 2, "n_heads": 4, "d_ff": 96}],
+    [
+        {"d_model": 64},
+        {"n_layers": 3},
+        {"n_heads": 4},
+        {"d_ff": 64},
+        {"d_model": 48, "n_layers": 2, "n_heads": 4, "d_ff": 96},
+    ],
 )
 def test_another_model_is_refused_with_both_shapes(run_dir, model):
     asked = changed(model=model)
@@ -77,7 +83,8 @@ def test_another_model_is_refused_with_both_shapes(run_dir, model):
     assert "\n" not in message
     assert message == (
         f"run directory {run_dir} holds a run with different training.model: "
-        f"training.model: the run directory has {model_line(RECORDED.model)}, the config asks {model_line(asked.model)}; "
+        f"training.model: the run directory has {model_line(RECORDED.model)}, "
+        f"the config asks {model_line(asked.model)}; "
         "use a new multislice:runName (or `multislice local up --fresh`) to start a new run"
     )
     assert model_line(RECORDED.model) != model_line(asked.model)
@@ -102,7 +109,9 @@ def test_every_difference_is_named_in_one_line(run_dir):
         check_run_config(run_dir, asked)
     message = str(err.value)
     assert "\n" not in message
-    assert message.startswith(f"run directory {run_dir} holds a run with different training.model, training.global_batch_size: ")
+    assert message.startswith(
+        f"run directory {run_dir} holds a run with different training.model, training.global_batch_size: "
+    )
     assert "training.global_batch_size: the run directory has 8, the config asks 16" in message
 
 
@@ -121,5 +130,8 @@ def test_the_trainer_exits_78_with_the_message_before_any_work(run_dir, caplog, 
     assert code == train.EXIT_CONFIG == 78
     (record,) = [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert record.getMessage().startswith("configuration error: run directory ")
-    assert f"the run directory has {model_line(RECORDED.model)}, the config asks {model_line(asked.model)}" in record.getMessage()
+    assert (
+        f"the run directory has {model_line(RECORDED.model)}, the config asks {model_line(asked.model)}"
+        in record.getMessage()
+    )
     assert json.loads(run_dir.read(checkpointing.RUN_CONFIG_FILE))["model"]["d_model"] == 32  # record kept

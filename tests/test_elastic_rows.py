@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import collections
 import types
+from itertools import pairwise
 
 import jax
 import numpy as np
@@ -29,7 +30,9 @@ SEQUENCE = 33
 def rows_per_process(parallelism: dict, processes: int, workers_per_slice: int) -> dict[int, list[tuple[int, int]]]:
     """Process index -> the (start, stop) row blocks of the global batch its devices hold."""
     per_process = 8 // processes
-    stand_ins = [types.SimpleNamespace(id=i, process_index=i // per_process, platform="cpu", device_kind="cpu") for i in range(8)]
+    stand_ins = [
+        types.SimpleNamespace(id=i, process_index=i // per_process, platform="cpu", device_kind="cpu") for i in range(8)
+    ]
     layout = mesh_lib.hybrid_device_array(ParallelismConfig.model_validate(parallelism), stand_ins, workers_per_slice)
     real = {d.id: d for d in jax.devices()}
     mesh = Mesh(np.vectorize(lambda d: real[d.id], otypes=[object])(layout), MESH_AXES)
@@ -69,9 +72,9 @@ def test_every_row_of_the_global_batch_is_read_once(parallelism, processes, work
     assert sorted(rows) == list(range(processes))  # every process reads some rows
     covered = blocks_of(rows)
     assert covered[0][0] == 0 and covered[-1][1] == GLOBAL_BATCH
-    assert all(stop == next_start for (_, stop), (next_start, _) in zip(covered, covered[1:]))  # no gap, no overlap
+    assert all(stop == next_start for (_, stop), (next_start, _) in pairwise(covered))  # no gap, no overlap
     contiguous = all(
-        stop == start for blocks in rows.values() for (_, stop), (start, _) in zip(blocks, blocks[1:])
+        stop == start for blocks in rows.values() for (_, stop), (start, _) in pairwise(blocks)
     )  # one block per process, as process_batch_rows requires
     assert contiguous == (str(parallelism) not in NOT_CONTIGUOUS), rows
 

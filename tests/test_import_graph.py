@@ -142,8 +142,9 @@ def test_infra_has_no_import_cycle():
     graph = import_graph()
     assert "infra.cli" in graph and "infra.local.lifecycle" in graph  # the walk found the packages
     found = cycles(graph)
-    assert not found, "import cycles in infra/ (an arrow is an import, at module level or in a function):\n" + "\n".join(
-        "  " + " -> ".join(cycle) for cycle in found
+    assert not found, (
+        "import cycles in infra/ (an arrow is an import, at module level or in a function):\n"
+        + "\n".join("  " + " -> ".join(cycle) for cycle in found)
     )
 
 

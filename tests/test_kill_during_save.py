@@ -12,7 +12,6 @@ Nothing in the trainer knows about the hold: it is patched into the subprocess's
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -92,7 +91,9 @@ def kill_during_save(run_dir: str, flag: Path, timeout_s: float = 600) -> str:
     try:
         deadline = time.monotonic() + timeout_s
         while not flag.exists():
-            assert proc.poll() is None, f"the trainer exited ({proc.returncode}) before the save:\n{proc.stderr.read()[-3000:]}"
+            assert proc.poll() is None, (
+                f"the trainer exited ({proc.returncode}) before the save:\n{proc.stderr.read()[-3000:]}"
+            )
             assert time.monotonic() < deadline, "the held save never started"
             time.sleep(0.05)
         proc.send_signal(signal.SIGKILL)
@@ -128,7 +129,7 @@ def test_a_kill_during_an_async_save_resumes_from_the_previous_finalized_step(ki
     assert (result.exit_code, result.step) == (train.EXIT_COMPLETE, 12)
     starts = [e for e in read_records(run, "events") if e["event"] == "start"]
     assert [(e["step"], e["restored"]) for e in starts] == [(0, False), (IN_FLIGHT - 4, True)]
-    after = losses(run_dir)[len(before):]
+    after = losses(run_dir)[len(before) :]
     assert [s for s, _ in after] == list(range(IN_FLIGHT - 4 + 1, 13))
     assert all(loss == uninterrupted[step] for step, loss in before + after)  # bit for bit
     assert result.loss == uninterrupted[12]

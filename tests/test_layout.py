@@ -27,5 +27,7 @@ def test_training_never_imports_infra():
 
 
 def test_no_grab_bag_modules():
-    names = {path.stem for path in (ROOT / "infra").rglob("*.py")} | {path.stem for path in (ROOT / "training").rglob("*.py")}
+    names = {path.stem for path in (ROOT / "infra").rglob("*.py")} | {
+        path.stem for path in (ROOT / "training").rglob("*.py")
+    }
     assert not names & {"utils", "util", "helpers", "misc", "common"}

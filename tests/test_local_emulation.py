@@ -95,7 +95,9 @@ def step_losses(state_dir: Path) -> list[tuple[int, float]]:
 
 def up(tmp_path: Path, *extra: str) -> dict:
     summary_path = tmp_path / "summary.json"
-    result = run_cli(["local", "up", "--config-file", str(STACK), "--summary-json", str(summary_path), *extra], tmp_path)
+    result = run_cli(
+        ["local", "up", "--config-file", str(STACK), "--summary-json", str(summary_path), *extra], tmp_path
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert processes_under(tmp_path) == []
     summary = json.loads(summary_path.read_text())
@@ -183,7 +185,9 @@ def test_killed_slice_is_repaired_and_resumes_bit_identically(uninterrupted, tmp
     resumed = [e["step"] for e in events if e["event"] == "start"][1]
     reached = len(steps) - (24 - resumed)  # steps 1..K, then R+1..24
     assert reached >= 14 and resumed % 6 == 0 and 12 <= resumed <= reached
-    observed = int(re.search(r"fault: kill slice 1 at step 14 \(SIGKILL; training had reported step (\d+)\)", killed["stdout"])[1])
+    observed = int(
+        re.search(r"fault: kill slice 1 at step 14 \(SIGKILL; training had reported step (\d+)\)", killed["stdout"])[1]
+    )
     assert 14 <= observed <= reached
     assert f"training resumed from the checkpoint of step {resumed}" in killed["stdout"]
     assert killed["steps_lost"] == reached - resumed
@@ -249,7 +253,11 @@ def test_bad_fault_spec(tmp_path):
 
 def test_corpus_glob_matching_nothing(tmp_path):
     bad = tmp_path / "Pulumi.bad.yaml"
-    bad.write_text(STACK.read_text().replace("    sequence_length: 32", f"    data: {{source: '{tmp_path}/none/*.txt'}}\n    sequence_length: 32"))
+    bad.write_text(
+        STACK.read_text().replace(
+            "    sequence_length: 32", f"    data: {{source: '{tmp_path}/none/*.txt'}}\n    sequence_length: 32"
+        )
+    )
     text = _error_of(run_cli(["local", "up", "--config-file", str(bad)], tmp_path))
     assert "training.data.source" in text and "matches no non-empty file" in text
     assert not (tmp_path / "bad" / "emulator.json").exists()
@@ -260,7 +268,9 @@ def test_coordinator_port_in_use(tmp_path):
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        text = _error_of(run_cli(["local", "up", "--config-file", str(STACK), "--coordinator-port", str(port)], tmp_path))
+        text = _error_of(
+            run_cli(["local", "up", "--config-file", str(STACK), "--coordinator-port", str(port)], tmp_path)
+        )
     assert f"--coordinator-port {port} is already in use" in text
     assert processes_under(tmp_path) == []
     assert not (tmp_path / "emu" / "emulator.json").exists()
@@ -305,7 +315,11 @@ def test_status_reads_a_stored_run_through_the_storage_api(tmp_path):
     rows = {row[0]: row[1] for row in cells if len(row) == 2}  # the status table's rows
     assert "stack emu: not running" in status.stdout
     assert (rows["step"], rows["loss"]) == ("6/24  25%", f"{5.0 - 6 / 10:.4f} (step 6)")
-    assert (rows["restarts"], rows["training_seconds"], rows["run_dir"]) == ("0 (0 after a preemption)", "12.5", RUN_DIR)
+    assert (rows["restarts"], rows["training_seconds"], rows["run_dir"]) == (
+        "0 (0 after a preemption)",
+        "12.5",
+        RUN_DIR,
+    )
     assert rows["last_checkpoint"].startswith("step 6 at") and "complete" not in rows
     empty = run_cli(["local", "status", "--config-file", str(STACK)], tmp_path / "none")
     assert empty.returncode == 1 and f"no run in {RUN_DIR} yet" in empty.stderr
@@ -380,8 +394,9 @@ def test_closed_stdout_stops_every_vm_with_a_message(tmp_path):
     stack = tmp_path / "s" / "Pulumi.emu.yaml"  # a progress line every 10 steps
     stack.parent.mkdir()
     stack.write_text(STACK.read_text().replace("    steps: 24", "    steps: 100"))
-    proc = subprocess.Popen(CLI + ["local", "up", "--config-file", str(stack)], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        CLI + ["local", "up", "--config-file", str(stack)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
     try:
         seen = []
         while not any(b" loss " in line for line in seen):
@@ -435,7 +450,9 @@ def test_user_text_is_printed_literally(tmp_path):
     text = _error_of(run_cli(["plan", "--config-file", str(odd)], tmp_path))
     assert "[bold]x" in text and "Traceback" not in text
     typo = tmp_path / "Pulumi.typo.yaml"
-    typo.write_text(STACK.read_text().replace("multislice:capacity: spot", "multislice:capacity: spot\n  multislice:train: 1"))
+    typo.write_text(
+        STACK.read_text().replace("multislice:capacity: spot", "multislice:capacity: spot\n  multislice:train: 1")
+    )
     assert "multislice:train: unknown key" in _error_of(run_cli(["local", "up", "--config-file", str(typo)], tmp_path))
 
 

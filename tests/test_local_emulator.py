@@ -87,7 +87,9 @@ def test_boot_records_every_vm_and_its_node(resource):
     assert [vm.node for vm in resource.vms] == resource.config.node_ids
     state = json.loads(resource.paths.state_file.read_text())
     assert state["pid"] == os.getpid() and state["emulation_id"] == resource.emulation_id
-    assert state["vms"] == [{"slice": vm.slice_id, "worker": vm.worker, "node": vm.node, "pgid": vm.pgid} for vm in resource.vms]
+    assert state["vms"] == [
+        {"slice": vm.slice_id, "worker": vm.worker, "node": vm.node, "pgid": vm.pgid} for vm in resource.vms
+    ]
     for vm in resource.vms:
         assert psutil.Process(vm.pgid).environ()[EMULATION_ID_ENV] == resource.emulation_id
 
@@ -99,7 +101,9 @@ def test_every_vm_gets_the_stack_s_gs_run_dir_and_its_storage(resource):
         assert json.load(response)["name"] == config.bucket_name  # the bucket pulumi up would create
     state = json.loads(resource.paths.state_file.read_text())
     assert state["storage_url"] == storage.url
-    assert psutil.Process(storage.group.pgid).environ()[EMULATION_ID_ENV] == resource.emulation_id  # `local down` finds it
+    assert (
+        psutil.Process(storage.group.pgid).environ()[EMULATION_ID_ENV] == resource.emulation_id
+    )  # `local down` finds it
     for vm in resource.vms:
         assert vm.metadata.attributes["multislice-run-dir"] == config.run_dir
         env = psutil.Process(vm.pgid).environ()
@@ -149,7 +153,11 @@ def test_a_fault_strikes_its_slice_then_repairs(resource, kind):
 
 
 def test_shutdown_stops_every_vm_and_forgets_the_state(resource):
-    pids = [pid for vm in resource.vms for pid in [vm.pgid] + [c.pid for c in psutil.Process(vm.pgid).children(recursive=True)]]
+    pids = [
+        pid
+        for vm in resource.vms
+        for pid in [vm.pgid] + [c.pid for c in psutil.Process(vm.pgid).children(recursive=True)]
+    ]
     pids.append(resource.storage.group.pgid)
     resource.shutdown()
     assert not [pid for pid in pids if running(pid)]
@@ -160,7 +168,9 @@ def test_shutdown_stops_every_vm_and_forgets_the_state(resource):
 
 
 def test_a_storage_server_that_dies_stops_the_run_with_one_message(tmp_path):
-    resource = LocalQueuedResource(load_stack_file(STACK), LocalPaths(tmp_path / "emu"), SCRIPT, report=lambda line: None)
+    resource = LocalQueuedResource(
+        load_stack_file(STACK), LocalPaths(tmp_path / "emu"), SCRIPT, report=lambda line: None
+    )
 
     def kill_storage_once_the_vms_are_up():
         deadline = time.monotonic() + 60
@@ -179,7 +189,9 @@ def test_a_storage_server_that_dies_stops_the_run_with_one_message(tmp_path):
         vm_pids = [vm.pgid for vm in resource.vms]
         assert not [pid for pid in vm_pids if running(pid)]  # every VM was stopped
     message = str(failure.value)
-    assert message.startswith(f"the emulated Cloud Storage (fake-gcs-server on {resource.storage.url}) stopped (killed by SIGKILL)")
+    assert message.startswith(
+        f"the emulated Cloud Storage (fake-gcs-server on {resource.storage.url}) stopped (killed by SIGKILL)"
+    )
     assert "every emulated VM was stopped" in message and "run `multislice local up` again to resume" in message
     assert not resource.paths.state_file.exists()
 

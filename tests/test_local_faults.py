@@ -45,7 +45,10 @@ def test_slice_out_of_range(slices):
         parse_fault("kill", f"{slices}@3", slices=slices, total_steps=10)
     which = "slice 0" if slices == 1 else f"slices 0..{slices - 1}"
     plural = "s" if slices != 1 else ""
-    assert str(err.value) == f"--kill '{slices}@3': slice {slices} does not exist: the stack has {slices} slice{plural} ({which})"
+    assert (
+        str(err.value)
+        == f"--kill '{slices}@3': slice {slices} does not exist: the stack has {slices} slice{plural} ({which})"
+    )
     assert parse_fault("kill", f"{slices - 1}@3", slices=slices, total_steps=10).slice_id == slices - 1
 
 
@@ -80,8 +83,7 @@ def nothing_may_start(monkeypatch, tmp_path):
     """``multislice local up`` with its state under ``tmp_path``, where taking the run's lock
     (the first thing that touches the state) or booting the emulated queued resource fails
     the test."""
-    from infra.local import emulator
-    from infra.local import state as local_state
+    from infra.local import emulator, state as local_state
 
     def started(*args, **kwargs):
         raise AssertionError("the run started despite a bad fault spec")
@@ -129,7 +131,9 @@ def test_local_up_checks_every_fault_before_starting(nothing_may_start):
     """A valid --kill does not let a bad --preempt after it through."""
     slices, steps = emu_stack()
     result = local_up("--kill", f"0@{steps // 2}", "--preempt", f"{slices}@{steps // 2}")
-    assert result.exit_code == 2 and f"--preempt '{slices}@{steps // 2}': slice {slices} does not exist" in result.output
+    assert (
+        result.exit_code == 2 and f"--preempt '{slices}@{steps // 2}': slice {slices} does not exist" in result.output
+    )
 
 
 # --- FaultSchedule: when a fault fires, from the trainer's records alone -----------------------

@@ -38,7 +38,12 @@ def emulated_processes(root: Path) -> list[int]:
     for process in psutil.process_iter(["environ"], ad_value=None):
         environ = process.info["environ"] or {}
         home = environ.get("MULTISLICE_HOME") or environ.get("MULTISLICE_STATE_DIR")
-        if process.pid != os.getpid() and "MULTISLICE_EMULATION_ID" in environ and home and Path(home).is_relative_to(root):
+        if (
+            process.pid != os.getpid()
+            and "MULTISLICE_EMULATION_ID" in environ
+            and home
+            and Path(home).is_relative_to(root)
+        ):
             found.append(process.pid)
     return found
 
@@ -61,7 +66,18 @@ def local_up(state_dir: Path, *extra: str) -> tuple[dict, str]:
     for key in ("JAX_PLATFORMS", "JAX_NUM_CPU_DEVICES"):
         env.pop(key, None)
     result = subprocess.run(
-        [sys.executable, "-m", "infra.cli", "local", "up", "--config-file", str(STACK), "--summary-json", str(summary_path), *extra],
+        [
+            sys.executable,
+            "-m",
+            "infra.cli",
+            "local",
+            "up",
+            "--config-file",
+            str(STACK),
+            "--summary-json",
+            str(summary_path),
+            *extra,
+        ],
         env=env,
         capture_output=True,
         text=True,
@@ -94,7 +110,8 @@ def test_two_kills_a_step_apart_make_two_repairs_and_two_restarts(state_dir, tmp
     assert len(starts) == 3 and starts[0] == 0
     lines = [line.split("] ", 1)[-1] for line in stdout.splitlines()]
     order = [
-        line for line in lines
+        line
+        for line in lines
         if line.startswith(("fault: ", "training started at step", "training resumed from the checkpoint"))
     ]
     assert [re.sub(r" \(.*", "", line) for line in order] == [

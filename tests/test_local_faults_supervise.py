@@ -68,8 +68,12 @@ exec {sys.executable} -c '{STAND_IN}' {run_dir}
 def test_each_fault_acts_on_the_run_as_it_is_now(tmp_path, faults):
     config = load_stack_file(STACK)
     lines: list[str] = []
-    resource = LocalQueuedResource(config, LocalPaths(tmp_path / "emu"), startup_script(config.run_dir), report=lines.append)
-    options = Options(faults=faults, poll_s=0.05, reboot_grace_s=10, preempt_grace_s=10, stall_timeout_s=120, timeout_s=500)
+    resource = LocalQueuedResource(
+        config, LocalPaths(tmp_path / "emu"), startup_script(config.run_dir), report=lines.append
+    )
+    options = Options(
+        faults=faults, poll_s=0.05, reboot_grace_s=10, preempt_grace_s=10, stall_timeout_s=120, timeout_s=500
+    )
     with resource.running():
         summary = resource.up(options)
         events = read_records(RunDir(config.run_dir), "events")

@@ -80,7 +80,9 @@ def test_a_taken_fixed_port_is_one_clear_error(tmp_path):
 
 def test_a_missing_binary_is_one_clear_error(tmp_path, monkeypatch):
     monkeypatch.setenv(gcs.BINARY_ENV, str(tmp_path / "nope"))
-    with pytest.raises(GcsServerError, match=rf"{gcs.BINARY_ENV}=.*nope is not an executable file; install fake-gcs-server"):
+    with pytest.raises(
+        GcsServerError, match=rf"{gcs.BINARY_ENV}=.*nope is not an executable file; install fake-gcs-server"
+    ):
         GcsServer(tmp_path / "gcs", tmp_path / "server.log").start()
 
 
@@ -97,7 +99,9 @@ def test_a_server_that_exits_at_start_is_reported_with_its_last_line(tmp_path, m
     fake.write_text("#!/bin/sh\necho 'starting'\necho 'fatal: cannot open the backend' >&2\nexit 3\n")
     fake.chmod(0o755)
     monkeypatch.setenv(gcs.BINARY_ENV, str(fake))
-    with pytest.raises(GcsServerError, match=r"exited at start with status 3: fatal: cannot open the backend \(its log: "):
+    with pytest.raises(
+        GcsServerError, match=r"exited at start with status 3: fatal: cannot open the backend \(its log: "
+    ):
         GcsServer(tmp_path / "gcs", tmp_path / "server.log").start()
 
 

@@ -21,14 +21,17 @@ def test_boot_lines_are_the_first_vm_s_phases_as_they_are_written(tmp_path):
     lines = BootLines(VM, log)  # starts at the end: an earlier boot's lines are not new
     assert lines.poll() == []
     with open(log, "a") as out:
-        out.write("===== boot 2 of slice 0 worker 0 =====\n"
-                  "[slice 0 worker 0] boot: stack emu (v4-8 x 2), release b73ca7d52daf\n"
-                  "systemd[1]: Started multislice-trainer.service.\n"
-                  "[slice 1 worker 0] environment: another VM's line\n"
-                  "[slice 0 worker 0] environment: using MULTISLICE_PYTHON=/x (nothing built)\n"
-                  "[slice 0 worker 0] [Gloo] Rank 0 is connected to 1 peer ranks.\n"
-                  "[slice 0 worker 0] 18:21:18 INFO [p0] training.cluster: jax.distributed.initialize coordinator=127.0.0.1:1\n"
-                  "[slice 0 worker 0] trainer: start")  # not a complete line yet
+        out.write(
+            "===== boot 2 of slice 0 worker 0 =====\n"
+            "[slice 0 worker 0] boot: stack emu (v4-8 x 2), release b73ca7d52daf\n"
+            "systemd[1]: Started multislice-trainer.service.\n"
+            "[slice 1 worker 0] environment: another VM's line\n"
+            "[slice 0 worker 0] environment: using MULTISLICE_PYTHON=/x (nothing built)\n"
+            "[slice 0 worker 0] [Gloo] Rank 0 is connected to 1 peer ranks.\n"
+            "[slice 0 worker 0] 18:21:18 INFO [p0] training.cluster: "
+            "jax.distributed.initialize coordinator=127.0.0.1:1\n"
+            "[slice 0 worker 0] trainer: start"
+        )  # not a complete line yet
     assert lines.poll() == [
         "boot: stack emu (v4-8 x 2), release b73ca7d52daf",
         "environment: using MULTISLICE_PYTHON=/x (nothing built)",
@@ -81,7 +84,11 @@ def test_without_a_terminal_lines_are_neither_wrapped_nor_padded():
     out = subprocess.run([sys.executable, "-c", SAY_AND_SUMMARY], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
-    assert any(line.endswith("] a progress sentence that is much longer than the forty columns this test's COLUMNS "
-                              "allows, on one line") for line in lines), out.stdout
+    assert any(
+        line.endswith(
+            "] a progress sentence that is much longer than the forty columns this test's COLUMNS allows, on one line"
+        )
+        for line in lines
+    ), out.stdout
     assert any("gs://a-bucket-name/runs/" + "r" * 80 in line for line in lines), out.stdout
     assert all(line == line.rstrip() for line in lines), out.stdout

@@ -14,13 +14,15 @@ import uuid
 
 import psutil
 
-from infra.local import state as state_lib
-from infra.local import supervisor
+from infra.local import state as state_lib, supervisor
 from infra.local.state import EMULATION_ID_ENV, LocalPaths
 from training.run_dir import RunDir
 
 # Stands in for a running emulator: exits 0 on SIGTERM.
-EMULATOR = "import signal, sys, time; signal.signal(signal.SIGTERM, lambda *a: sys.exit(0)); print('ready', flush=True); time.sleep(600)"
+EMULATOR = (
+    "import signal, sys, time; signal.signal(signal.SIGTERM, lambda *a: sys.exit(0)); "
+    "print('ready', flush=True); time.sleep(600)"
+)
 
 
 def running(pid: int) -> bool:
@@ -33,7 +35,9 @@ def running(pid: int) -> bool:
 def record(paths: LocalPaths, pid: int, pid_start: float | None, emulation_id: str, vm_pgids: list[int] = ()) -> None:
     paths.root.mkdir(parents=True, exist_ok=True)
     vms = [{"slice": i, "worker": 0, "node": f"n-{i}", "pgid": pgid} for i, pgid in enumerate(vm_pgids)]
-    paths.state_file.write_text(json.dumps({"pid": pid, "pid_start": pid_start, "stack": "emu", "emulation_id": emulation_id, "vms": vms}))
+    paths.state_file.write_text(
+        json.dumps({"pid": pid, "pid_start": pid_start, "stack": "emu", "emulation_id": emulation_id, "vms": vms})
+    )
 
 
 def start_vm(emulation_id: str) -> subprocess.Popen:
@@ -138,7 +142,12 @@ def test_down_waits_for_the_emulator_to_stop_its_vms(tmp_path):
 
 
 # Stands in for an emulator whose main thread is busy: it takes seconds to act on SIGTERM.
-SLOW_TO_STOP = "import signal, sys, time; signal.signal(signal.SIGTERM, lambda *a: (signal.signal(signal.SIGTERM, signal.SIG_IGN), time.sleep(3), sys.exit(0))); print('ready', flush=True); time.sleep(600)"
+SLOW_TO_STOP = (
+    "import signal, sys, time; "
+    "signal.signal(signal.SIGTERM, lambda *a: "
+    "(signal.signal(signal.SIGTERM, signal.SIG_IGN), time.sleep(3), sys.exit(0))); "
+    "print('ready', flush=True); time.sleep(600)"
+)
 
 
 def wait_visible(emulation_id: str) -> None:
@@ -176,8 +185,16 @@ def test_down_stops_the_recorded_vms_at_once_and_waits_for_the_emulator(tmp_path
 
 def test_an_emulator_that_does_not_stop_keeps_its_state(tmp_path):
     paths = LocalPaths(tmp_path / "emu")
-    stubborn = subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); time.sleep(600)"],
-                                stdout=subprocess.PIPE, text=True)
+    stubborn = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+            "print('ready', flush=True); time.sleep(600)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert stubborn.stdout.readline() == "ready\n"
         record(paths, stubborn.pid, supervisor.start_time(stubborn.pid), uuid.uuid4().hex)
@@ -252,7 +269,10 @@ def test_a_release_is_recorded_read_and_forgotten(tmp_path):
     before = time.time()
     state_lib.record_release(paths, "projects/p/locations/z/queuedResources/q", "gs://b/runs/emu")
     record = state_lib.read_release(paths)
-    assert (record["queued_resource"], record["run_dir"]) == ("projects/p/locations/z/queuedResources/q", "gs://b/runs/emu")
+    assert (record["queued_resource"], record["run_dir"]) == (
+        "projects/p/locations/z/queuedResources/q",
+        "gs://b/runs/emu",
+    )
     assert before - 0.001 <= record["released_at"] <= time.time() + 0.001
     assert [p.name for p in paths.root.iterdir()] == ["released.json"]  # no temporary file left
     paths.release_file.write_text("{not json")

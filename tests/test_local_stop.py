@@ -21,7 +21,11 @@ def start_up(tmp_path: Path) -> subprocess.Popen:
     """`local up` in its own process group (as a shell job is), without a terminal."""
     return subprocess.Popen(
         CLI + ["local", "up", "--config-file", str(long_stack(tmp_path))],
-        env=cli_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        env=cli_env(tmp_path),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
     )
 
 
@@ -109,8 +113,9 @@ def test_a_stop_signal_that_arrives_as_another_exception_still_exits_as_a_stop()
                                on_stop=lambda stop: print(f"error: {stop}", file=sys.stderr))
         sys.exit("run_recorded returned")
     """
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                          cwd=Path(__file__).parents[1])
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=Path(__file__).parents[1]
+    )
     assert proc.returncode == 143, proc.stdout + proc.stderr
     assert "stopped by SIGTERM" in proc.stderr
     assert "Traceback" not in proc.stderr

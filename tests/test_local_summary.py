@@ -69,8 +69,14 @@ def test_a_run_killed_once_and_resumed(tmp_run):
         # 1000-1010 (its last record); 1010-1030.5 is the restart; attempt 2 exits at 1042.25.
         "goodput": 0.0,
         "badput": {
-            "initialization": 0.0, "compilation": 0.0, "checkpoint_save": 1042.25 - 1030.5, "checkpoint_restore": 0.0,
-            "evaluation": 0.0, "recomputed_steps": 0.0, "boot": 1030.5 - 1010.0, "other": 1010.0 - 1000.0,
+            "initialization": 0.0,
+            "compilation": 0.0,
+            "checkpoint_save": 1042.25 - 1030.5,
+            "checkpoint_restore": 0.0,
+            "evaluation": 0.0,
+            "recomputed_steps": 0.0,
+            "boot": 1030.5 - 1010.0,
+            "other": 1010.0 - 1000.0,
         },
     }
 
@@ -164,8 +170,14 @@ def test_goodput_and_badput_of_timed_records_in_the_summary_its_json_and_its_tab
     wall, productive = 1006.5 - 990.0, 3 * 1.0
     assert result["goodput"] == round(productive / wall, 4)
     assert result["badput"] == {
-        "initialization": 10.0, "compilation": 3.0, "checkpoint_save": 0.5, "checkpoint_restore": 0.0,
-        "evaluation": 0.0, "recomputed_steps": 0.0, "boot": 0.0, "other": 0.0,
+        "initialization": 10.0,
+        "compilation": 3.0,
+        "checkpoint_save": 0.5,
+        "checkpoint_restore": 0.0,
+        "evaluation": 0.0,
+        "recomputed_steps": 0.0,
+        "boot": 0.0,
+        "other": 0.0,
     }
     assert json.loads(json.dumps(result))["badput"] == result["badput"]  # --summary-json
     print_summary(result)

@@ -34,7 +34,9 @@ def running(pid: int) -> bool:
 
 
 def start(tmp_path: Path, script: str, name: str = "g", **kwargs) -> ProcessGroup:
-    return ProcessGroup.start(name, ["bash", "-c", script], log_path=tmp_path / f"{name}.log", env=dict(os.environ), **kwargs)
+    return ProcessGroup.start(
+        name, ["bash", "-c", script], log_path=tmp_path / f"{name}.log", env=dict(os.environ), **kwargs
+    )
 
 
 def members(group: ProcessGroup) -> list[int]:
@@ -117,7 +119,9 @@ def test_stop_gives_sigterm_first_and_waits_for_a_graceful_exit(tmp_path, groups
 
 
 def test_stop_kills_what_ignores_sigterm_after_the_grace(tmp_path, groups):
-    groups.extend([stubborn := start(tmp_path, STUBBORN, name="stubborn"), graceful := start(tmp_path, GRACEFUL, name="graceful")])
+    groups.extend(
+        [stubborn := start(tmp_path, STUBBORN, name="stubborn"), graceful := start(tmp_path, GRACEFUL, name="graceful")]
+    )
     pids = members(stubborn) + members(graceful)
     supervisor.stop_groups([stubborn, graceful], grace_s=0.2)
     assert stubborn.poll() == -signal.SIGKILL
@@ -239,7 +243,10 @@ def test_a_child_dies_with_its_launcher():
 
 
 def test_a_child_whose_launcher_is_already_gone_is_told_so():
-    code = "import sys; from infra.local.supervisor import die_with_parent; sys.exit(0 if die_with_parent(int(sys.argv[1])) else 5)"
+    code = (
+        "import sys; from infra.local.supervisor import die_with_parent; "
+        "sys.exit(0 if die_with_parent(int(sys.argv[1])) else 5)"
+    )
     stranger = os.getpid() + 10**7
     assert subprocess.run([sys.executable, "-c", code, str(stranger)], timeout=60).returncode == 5
     assert subprocess.run([sys.executable, "-c", code, str(os.getpid())], timeout=60).returncode == 0

@@ -78,9 +78,17 @@ def test_a_unit_file_is_read_whole_or_refused():
     assert (unit.start_limit_interval_sec, unit.start_limit_burst) == (3600, 11)
     assert unit.restart_prevent_exit_status == {78} and unit.kill_signal == signal.SIGINT
     defaults = parse_service("[Service]\nExecStart=/bin/true\n", UNIT)
-    assert (defaults.restart, defaults.kill_mode, defaults.timeout_stop_sec, defaults.start_limit_burst) == ("no", "control-group", 90, 5)
+    assert (defaults.restart, defaults.kill_mode, defaults.timeout_stop_sec, defaults.start_limit_burst) == (
+        "no",
+        "control-group",
+        90,
+        5,
+    )
     for text, message in (
-        ("[Service]\nExecStart=/bin/true\nRestartSteps=5\n", r"test.service:3: \[Service\] RestartSteps= is not a directive"),
+        (
+            "[Service]\nExecStart=/bin/true\nRestartSteps=5\n",
+            r"test.service:3: \[Service\] RestartSteps= is not a directive",
+        ),
         ("[Service]\nExecStart=true\n", "absolute path"),
         ("[Service]\nExecStart=/bin/echo $HOME\n", "does not expand"),
         ("[Service]\nType=forking\nExecStart=/bin/true\n", "Type=forking is not emulated"),
@@ -107,7 +115,11 @@ POST = 'echo "$SERVICE_RESULT $EXIT_CODE $EXIT_STATUS" >>"$RECORDS/post"'
 
 def test_a_failing_unit_restarts_until_the_start_limit(manager, tmp_path):
     start = script_file(tmp_path, "fail.sh", 'echo x >>"$RECORDS/starts"; exit 3')
-    write_unit(manager.unit_dir, f"ExecStart={start}\nRestart=on-failure\nRestartSec=10ms", "StartLimitIntervalSec=1h\nStartLimitBurst=3")
+    write_unit(
+        manager.unit_dir,
+        f"ExecStart={start}\nRestart=on-failure\nRestartSec=10ms",
+        "StartLimitIntervalSec=1h\nStartLimitBurst=3",
+    )
     manager.start(UNIT)
     tick_until(manager, lambda: manager.service(UNIT).state == "failed")
     service = manager.service(UNIT)
@@ -125,7 +137,10 @@ def test_a_failing_unit_restarts_until_the_start_limit(manager, tmp_path):
 def test_restart_prevent_exit_status_and_exec_stop_post(manager, tmp_path):
     start = script_file(tmp_path, "config-error.sh", "exit 78")
     post = script_file(tmp_path, "post.sh", POST)
-    write_unit(manager.unit_dir, f"ExecStart={start}\nExecStopPost={post}\nRestart=on-failure\nRestartSec=10ms\nRestartPreventExitStatus=78")
+    write_unit(
+        manager.unit_dir,
+        f"ExecStart={start}\nExecStopPost={post}\nRestart=on-failure\nRestartSec=10ms\nRestartPreventExitStatus=78",
+    )
     manager.start(UNIT)
     tick_until(manager, lambda: manager.service(UNIT).state == "failed")
     for _ in range(5):
@@ -151,7 +166,10 @@ def test_stop_signals_the_whole_group_then_kills_after_the_timeout(manager, tmp_
         tmp_path, "stubborn.sh", 'trap "" TERM; sleep 300 & echo $! >"$RECORDS/child"; while true; do sleep 0.05; done'
     )
     post = script_file(tmp_path, "post.sh", POST)
-    write_unit(manager.unit_dir, f"ExecStart={start}\nExecStopPost={post}\nRestart=always\nRestartSec=10ms\nTimeoutStopSec=300ms")
+    write_unit(
+        manager.unit_dir,
+        f"ExecStart={start}\nExecStopPost={post}\nRestart=always\nRestartSec=10ms\nTimeoutStopSec=300ms",
+    )
     manager.start(UNIT)
     deadline = time.monotonic() + 30
     while not (tmp_path / "child").exists():

@@ -51,7 +51,9 @@ def test_every_vm_is_named_and_placed_as_on_cloud_tpu(tmp_path, monkeypatch, acc
             tpu_env = cluster.parse_tpu_env(attributes["tpu-env"])
             assert tpu_env["NODE_ID"] == node
             assert tpu_env["WORKER_ID"] == str(worker)
-            assert attributes["worker-network-endpoints"].split(",") == [f"{node}-w-{i}:{i}:127.0.0.1" for i in range(hosts)]
+            assert attributes["worker-network-endpoints"].split(",") == [
+                f"{node}-w-{i}:{i}:127.0.0.1" for i in range(hosts)
+            ]
             assert (attributes["startup-script"], attributes["multislice-run-dir"]) == ("echo hi", "/r")
             assert attributes["accelerator-type"] == accelerator
             identity = identity_seen_by_the_trainer(attributes, monkeypatch)
@@ -68,9 +70,16 @@ def test_one_slice_has_no_megascale_settings(tmp_path):
     assert tpu_env["NODE_ID"] == config.queued_resource_id  # one slice: the node id is the QR id
 
 
-@pytest.mark.parametrize(("capacity", "key", "expected"), [
-    ("spot", None, True), ("on-demand", None, True), ("reserved", None, False), ("spot", False, False), ("reserved", True, True),
-])
+@pytest.mark.parametrize(
+    ("capacity", "key", "expected"),
+    [
+        ("spot", None, True),
+        ("on-demand", None, True),
+        ("reserved", None, False),
+        ("spot", False, False),
+        ("reserved", True, True),
+    ],
+)
 def test_release_on_complete_names_the_queued_resource_as_pulumi_up_does(tmp_path, capacity, key, expected):
     from infra.__main__ import queued_resource_inputs
     from infra.startup import render
@@ -91,14 +100,24 @@ def test_release_on_complete_names_the_queued_resource_as_pulumi_up_does(tmp_pat
         attributes = topology.vm_metadata(config, slice_id, 0, startup_script="", run_dir=config.run_dir)
         assert attributes.get(RELEASE_KEY) == pulumi_sets
     if expected:
-        assert pulumi_sets == f"projects/{config.project}/locations/{config.zone}/queuedResources/{config.queued_resource_id}"
+        assert (
+            pulumi_sets
+            == f"projects/{config.project}/locations/{config.zone}/queuedResources/{config.queued_resource_id}"
+        )
     else:
         assert pulumi_sets is None
 
 
 def test_the_vm_environment(tmp_path, monkeypatch):
     config = stack(tmp_path)
-    for inherited in ("JAX_PLATFORMS", "XLA_FLAGS", "TPU_NAME", "MEGASCALE_SLICE_ID", "GCE_METADATA_IP", "MULTISLICE_HOME"):
+    for inherited in (
+        "JAX_PLATFORMS",
+        "XLA_FLAGS",
+        "TPU_NAME",
+        "MEGASCALE_SLICE_ID",
+        "GCE_METADATA_IP",
+        "MULTISLICE_HOME",
+    ):
         monkeypatch.setenv(inherited, "from-the-host")
     monkeypatch.setenv("SOME_USER_SETTING", "kept")
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", "http://127.0.0.1:1")  # e.g. another emulation's
@@ -113,7 +132,11 @@ def test_the_vm_environment(tmp_path, monkeypatch):
     assert env["JAX_PLATFORMS"] == "cpu"
     assert env["JAX_NUM_CPU_DEVICES"] == str(config.accelerator.chips_per_host)
     assert env["MULTISLICE_PYTHON"] == sys.executable
-    assert (env["MULTISLICE_COORDINATOR_PORT"], env["MULTISLICE_HEARTBEAT_TIMEOUT_S"], env["MULTISLICE_INIT_TIMEOUT_S"]) == ("4321", "7", "99")
+    assert (
+        env["MULTISLICE_COORDINATOR_PORT"],
+        env["MULTISLICE_HEARTBEAT_TIMEOUT_S"],
+        env["MULTISLICE_INIT_TIMEOUT_S"],
+    ) == ("4321", "7", "99")
     # The trainer's storage clients reach the emulated Cloud Storage (infra.local.gcs).
     assert env["STORAGE_EMULATOR_HOST"] == env["TENSORSTORE_GCS_HTTP_URL"] == "http://127.0.0.1:4443"
     assert {key: env[key] for key in storage} == storage
@@ -133,8 +156,14 @@ def test_a_shared_compilation_cache_is_passed_on_to_the_vms(tmp_path, monkeypatc
 
 def test_vms_keep_their_bytecode_where_this_machine_does_not_write_it(tmp_path, monkeypatch):
     config = stack(tmp_path)
-    kwargs = dict(emulation_id="abc", coordinator_port=4321, heartbeat_timeout_s=7, init_timeout_s=99, storage_env={},
-                  bytecode_dir=tmp_path / "bytecode")
+    kwargs = dict(
+        emulation_id="abc",
+        coordinator_port=4321,
+        heartbeat_timeout_s=7,
+        init_timeout_s=99,
+        storage_env={},
+        bytecode_dir=tmp_path / "bytecode",
+    )
     monkeypatch.delenv("PYTHONPYCACHEPREFIX", raising=False)
     monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
     env = topology.vm_environment(config, **kwargs)

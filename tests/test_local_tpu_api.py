@@ -110,10 +110,20 @@ def test_the_release_script_deletes_through_it(api):
     """The VM side (release-on-complete.sh of the release) against the emulated API."""
     server, deleted = api
     with MetadataServer({RELEASE_KEY: NAME}) as metadata:
-        env = {"PATH": os.environ["PATH"], "GCE_METADATA_IP": metadata.address, "MULTISLICE_TPU_API_ENDPOINT": server.endpoint,
-               "MULTISLICE_SLICE": "0", "MULTISLICE_WORKER": "0"}
-        result = subprocess.run(["bash", str(ROOT / "infra" / "startup" / startup.RELEASE_RESOURCE)], env=env, capture_output=True,
-                                text=True, timeout=60)
+        env = {
+            "PATH": os.environ["PATH"],
+            "GCE_METADATA_IP": metadata.address,
+            "MULTISLICE_TPU_API_ENDPOINT": server.endpoint,
+            "MULTISLICE_SLICE": "0",
+            "MULTISLICE_WORKER": "0",
+        }
+        result = subprocess.run(
+            ["bash", str(ROOT / "infra" / "startup" / startup.RELEASE_RESOURCE)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     assert prefixed(result.stdout + result.stderr, "[slice 0 worker 0] ") == [
         f"capacity: the run is complete: deleting queued resource {NAME} (force: its nodes first)",
         f"capacity: released: the TPU API accepted the delete of {NAME}",
@@ -153,8 +163,10 @@ def test_the_emulated_queued_resource_is_released_and_its_vms_stopped(tmp_path):
     record = state_lib.read_release(resource.paths)
     assert (record["queued_resource"], record["run_dir"]) == (name, config.run_dir)
     assert "capacity: the queued resource was deleted; stopping its VMs still running: slice 1 worker 0" in lines
-    assert lines[-1] == (f"capacity: released: worker 0 of slice 0 deleted the queued resource {name} once the run "
-                         "was complete (multislice:queuedResource.releaseOnComplete)")
+    assert lines[-1] == (
+        f"capacity: released: worker 0 of slice 0 deleted the queued resource {name} once the run "
+        "was complete (multislice:queuedResource.releaseOnComplete)"
+    )
     log = resource.paths.vm_log(0, 0).read_text()
     assert f"[slice 0 worker 0] capacity: released: the TPU API accepted the delete of {name}" in log
 
@@ -162,7 +174,9 @@ def test_the_emulated_queued_resource_is_released_and_its_vms_stopped(tmp_path):
 @pytest.mark.timeout(300)
 def test_with_release_off_the_vms_keep_it(tmp_path):
     stack = load_stack_file(STACK)
-    config = stack.model_copy(update={"queued_resource": stack.queued_resource.model_copy(update={"release_on_complete": False})})
+    config = stack.model_copy(
+        update={"queued_resource": stack.queued_resource.model_copy(update={"release_on_complete": False})}
+    )
     assert not config.release_on_complete
     paths = LocalPaths(tmp_path / "emu")
     paths.root.mkdir(parents=True)

@@ -6,7 +6,6 @@ Cloud Logging cannot be reached, the trainer is unaffected."""
 from __future__ import annotations
 
 import http.server
-import json
 import os
 import subprocess
 import sys
@@ -56,7 +55,7 @@ class VmMetadata:
 
     @property
     def address(self) -> str:
-        return "%s:%d" % self._httpd.server_address[:2]
+        return "{}:{}".format(*self._httpd.server_address[:2])
 
     def stop(self) -> None:
         self._httpd.shutdown()
@@ -67,7 +66,8 @@ def tpu_vm_metadata(slice_id: int) -> dict[str, str]:
     return {
         "project/project-id": DEV.project,
         "instance/zone": f"projects/123456789/zones/{DEV.zone}",
-        "instance/attributes/tpu-env": f"ACCELERATOR_TYPE: 'v4-8'\nNODE_ID: '{DEV.node_ids[slice_id]}'\nWORKER_ID: '0'\n",
+        "instance/attributes/tpu-env": f"ACCELERATOR_TYPE: 'v4-8'\nNODE_ID: '{DEV.node_ids[slice_id]}'\n"
+        "WORKER_ID: '0'\n",
     }
 
 
@@ -78,15 +78,34 @@ def fake():
     server.stop()
 
 
-def ship(lines: list[str], metadata_address: str, endpoint: str, slice_id: int = 1, worker: int = 0,
-         run_dir: str = "gs://acme-ml-dev-dev-ckpt/runs/dev", until=None) -> subprocess.CompletedProcess:
+def ship(
+    lines: list[str],
+    metadata_address: str,
+    endpoint: str,
+    slice_id: int = 1,
+    worker: int = 0,
+    run_dir: str = "gs://acme-ml-dev-dev-ckpt/runs/dev",
+    until=None,
+) -> subprocess.CompletedProcess:
     """Run the shipper on ``lines``; with ``until`` (a predicate), keep its input open until
     that holds (at most 120 s), so that a slow start of the client is not cut by the bounded
     flush at end of input."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "GCE_METADATA_IP": metadata_address,
-           cloud.ENDPOINT_ENV: endpoint, "MULTISLICE_SLICE": str(slice_id), "MULTISLICE_WORKER": str(worker)}
-    proc = subprocess.Popen([sys.executable, "-m", "training.log_shipping", run_dir], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "GCE_METADATA_IP": metadata_address,
+        cloud.ENDPOINT_ENV: endpoint,
+        "MULTISLICE_SLICE": str(slice_id),
+        "MULTISLICE_WORKER": str(worker),
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "training.log_shipping", run_dir],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        text=True,
+    )
     err: list[str] = []
     reader = threading.Thread(target=lambda: err.extend(proc.stderr), daemon=True)
     reader.start()
@@ -120,9 +139,11 @@ def test_labels_come_from_the_tpu_vm_metadata():
 def test_a_tpu_vm_ships_every_line_with_its_labels_and_multislice_logs_reads_them(fake, monkeypatch):
     metadata = VmMetadata(tpu_vm_metadata(1))
     try:
-        lines = ["2026-11-30T17:00:05+0000 INFO [p1] training: step 10/120 loss 3.6",
-                 "2026-11-30T17:00:06+0000 ERROR [p1] training: something failed",
-                 "Traceback (most recent call last):"]
+        lines = [
+            "2026-11-30T17:00:05+0000 INFO [p1] training: step 10/120 loss 3.6",
+            "2026-11-30T17:00:06+0000 ERROR [p1] training: something failed",
+            "Traceback (most recent call last):",
+        ]
         result = ship(lines, metadata.address, fake.url, until=lambda err: len(fake.entries) == len(lines))
     finally:
         metadata.stop()
@@ -133,8 +154,10 @@ def test_a_tpu_vm_ships_every_line_with_its_labels_and_multislice_logs_reads_the
     assert [e.get("severity", "DEFAULT") for e in fake.entries] == ["INFO", "ERROR", "DEFAULT"]
     for written in fake.entries:
         assert written["logName"] == f"projects/{DEV.project}/logs/{TRAINER_LOG}"
-        assert written["resource"] == {"type": "tpu_worker", "labels": {
-            "project_id": DEV.project, "zone": DEV.zone, "node_id": DEV.node_ids[1], "worker_id": "0"}}
+        assert written["resource"] == {
+            "type": "tpu_worker",
+            "labels": {"project_id": DEV.project, "zone": DEV.zone, "node_id": DEV.node_ids[1], "worker_id": "0"},
+        }
         assert written["labels"] == {"slice": "1", "worker": "0", "run": "dev"}
     # ... and `multislice logs` finds them with its own filter.
     read = CliRunner().invoke(app, ["logs", "--stack", "dev", "--slice", "1"], env={cloud.ENDPOINT_ENV: fake.url})
@@ -155,8 +178,13 @@ def test_an_unreachable_cloud_logging_changes_nothing_for_the_trainer(fake):
     fake.stop()  # nothing listens there any more
     metadata = VmMetadata(tpu_vm_metadata(0))
     try:
-        result = ship([f"line {i}" for i in range(5)], metadata.address, fake.url, slice_id=0,
-                      until=lambda err: "a Cloud Logging write failed" in err)
+        result = ship(
+            [f"line {i}" for i in range(5)],
+            metadata.address,
+            fake.url,
+            slice_id=0,
+            until=lambda err: "a Cloud Logging write failed" in err,
+        )
     finally:
         metadata.stop()
     assert result.returncode == 0
@@ -171,10 +199,19 @@ def test_sigterm_does_not_stop_the_shipper_before_the_trainer(fake):
     import signal
 
     with MetadataServer({}) as metadata:
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "GCE_METADATA_IP": metadata.address,
-               "MULTISLICE_SLICE": "0", "MULTISLICE_WORKER": "0"}
-        proc = subprocess.Popen([sys.executable, "-m", "training.log_shipping", "runs/dev"], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, env=env)
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(ROOT),
+            "GCE_METADATA_IP": metadata.address,
+            "MULTISLICE_SLICE": "0",
+            "MULTISLICE_WORKER": "0",
+        }
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "training.log_shipping", "runs/dev"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=env,
+        )
         proc.stdin.write(b"before\n")
         proc.stdin.flush()
         assert proc.stdout.readline() == b"[slice 0 worker 0] before\n"

@@ -64,7 +64,9 @@ def test_ici_product_must_match_devices_per_slice():
 
 def test_sharding_rules():
     assert mesh_lib.logical_to_spec(("batch", "sequence")) == PartitionSpec(("data", "fsdp"), None)
-    assert mesh_lib.logical_to_spec(("layers", "embed", "heads", "head_dim")) == PartitionSpec(None, "fsdp", "tensor", None)
+    assert mesh_lib.logical_to_spec(("layers", "embed", "heads", "head_dim")) == PartitionSpec(
+        None, "fsdp", "tensor", None
+    )
     assert mesh_lib.logical_to_spec(("embed", "mlp")) == PartitionSpec("fsdp", "tensor")
 
 

@@ -57,7 +57,7 @@ def test_forward_is_causal():
 
 def test_a_few_adamw_steps_reduce_the_loss_on_repeated_text():
     params = model.init_params(CFG, jax.random.key(0))
-    text = np.frombuffer((b"the quick brown fox jumps over the lazy dog. " * 8)[:8 * 33], dtype=np.uint8)
+    text = np.frombuffer((b"the quick brown fox jumps over the lazy dog. " * 8)[: 8 * 33], dtype=np.uint8)
     batch = jnp.asarray(text.reshape(8, 33).astype(np.int32))
     opt, _ = make_optimizer(OptimizerConfig(peak_learning_rate=1e-2, warmup_steps=0, schedule="constant"), 50)
     state = opt.init(params)
@@ -88,7 +88,10 @@ def test_schedule_warms_up_then_decays_to_the_end_fraction(schedule):
 def test_weight_decay_skips_norm_scales():
     params = {"w": jnp.ones((2, 2)), "scale": jnp.ones((2,))}
     opt, _ = make_optimizer(
-        OptimizerConfig(peak_learning_rate=1.0, warmup_steps=0, schedule="constant", weight_decay=0.5, grad_clip_norm=None), 10
+        OptimizerConfig(
+            peak_learning_rate=1.0, warmup_steps=0, schedule="constant", weight_decay=0.5, grad_clip_norm=None
+        ),
+        10,
     )
     zero = jax.tree.map(jnp.zeros_like, params)
     updates, _ = opt.update(zero, opt.init(params), params)

@@ -16,15 +16,25 @@ from infra.naming import gce_name
 
 def test_names_of_two_long_stacks_with_one_prefix_differ():
     a, b = "x" * 80 + "a", "x" * 80 + "b"
-    for name_of in (naming.queued_resource_id, naming.network_tag, naming.service_account_id,
-                    lambda s: naming.network_resource_name(s, "iap-ssh"), lambda s: naming.bucket_name("acme-ml-dev", s)):
+    for name_of in (
+        naming.queued_resource_id,
+        naming.network_tag,
+        naming.service_account_id,
+        lambda s: naming.network_resource_name(s, "iap-ssh"),
+        lambda s: naming.bucket_name("acme-ml-dev", s),
+    ):
         assert name_of(a) != name_of(b)
 
 
 def test_network_resource_names_are_prefix_and_role():
     assert [naming.network_resource_name("dev", role) for role in naming.NETWORK_ROLES] == [
-        "multislice-dev-net", "multislice-dev-subnet", "multislice-dev-router", "multislice-dev-nat",
-        "multislice-dev-internal", "multislice-dev-iap-ssh"]
+        "multislice-dev-net",
+        "multislice-dev-subnet",
+        "multislice-dev-router",
+        "multislice-dev-nat",
+        "multislice-dev-internal",
+        "multislice-dev-iap-ssh",
+    ]
     with pytest.raises(ValueError, match=r"unknown network resource role 'vpc'; known: net, subnet"):
         naming.network_resource_name("dev", "vpc")
 
@@ -39,7 +49,11 @@ def test_names_of_a_stack():
     assert naming.bucket_name("acme-ml-dev", "dev", "mine") == "mine"
     assert naming.run_dir("b", "r1") == "gs://b/runs/r1"
     assert naming.resource_labels("Dev.1", "Run_2", {"team": "x"}) == {
-        "team": "x", "managed-by": "pulumi", "multislice-stack": "dev-1", "multislice-run": "run_2"}
+        "team": "x",
+        "managed-by": "pulumi",
+        "multislice-stack": "dev-1",
+        "multislice-run": "run_2",
+    }
 
 
 def test_long_names_stay_distinct():
@@ -76,7 +90,9 @@ def test_user_labels_follow_the_label_rules():
     too_many = {f"k{i}": "v" for i in range(naming.MAX_LABELS - len(naming.RESERVED_LABELS) + 1)}
     with pytest.raises(ValueError, match=r"at most 61 labels \(GCP allows 64 per resource\)"):
         naming.check_labels(too_many)
-    with pytest.raises(ValueError, match=r"key 'multislice-run' is set by this program.*value 1 of 'a' must be a string"):
+    with pytest.raises(
+        ValueError, match=r"key 'multislice-run' is set by this program.*value 1 of 'a' must be a string"
+    ):
         naming.check_labels({"multislice-run": "x", "a": 1})
 
 
@@ -85,11 +101,21 @@ def test_user_labels_follow_the_label_rules():
 
 def derived_names(stack: str, project: str = "acme-ml-dev") -> set[tuple[str, str]]:
     """Every (collection, name) a stack's resources take in one project and zone, for 1–3 slices."""
-    names = {("queuedResources", naming.queued_resource_id(stack)), ("serviceAccounts", naming.service_account_id(stack)),
-             ("buckets", naming.bucket_name(project, stack)), ("networkTags", naming.network_tag(stack)),
-             ("labels", naming.label_value(stack))}
-    kinds = {"net": "networks", "subnet": "subnetworks", "router": "routers", "nat": "nats",
-             "internal": "firewalls", "iap-ssh": "firewalls"}
+    names = {
+        ("queuedResources", naming.queued_resource_id(stack)),
+        ("serviceAccounts", naming.service_account_id(stack)),
+        ("buckets", naming.bucket_name(project, stack)),
+        ("networkTags", naming.network_tag(stack)),
+        ("labels", naming.label_value(stack)),
+    }
+    kinds = {
+        "net": "networks",
+        "subnet": "subnetworks",
+        "router": "routers",
+        "nat": "nats",
+        "internal": "firewalls",
+        "iap-ssh": "firewalls",
+    }
     names |= {(kinds[role], naming.network_resource_name(stack, role)) for role in naming.NETWORK_ROLES}
     names |= {("nodes", node) for slices in (1, 2, 3) for node in naming.node_ids(stack, slices)}
     return names
@@ -104,8 +130,9 @@ def accepted(stack: str) -> bool:
     return True
 
 
-@pytest.mark.parametrize("a, b", [("Staging", "staging"), ("qa_1", "qa-1"), ("prod.eu", "prod-eu"), ("a--b", "a-b"),
-                                  ("x" * 16, "x" * 15)])
+@pytest.mark.parametrize(
+    "a, b", [("Staging", "staging"), ("qa_1", "qa-1"), ("prod.eu", "prod-eu"), ("a--b", "a-b"), ("x" * 16, "x" * 15)]
+)
 def test_names_that_would_collapse_into_one_are_refused(a, b):
     # Today's rewriting maps both spellings to the same GCE name; only one may be a stack.
     assert gce_name("multislice", a) == gce_name("multislice", b) or len(a) > naming.STACK_NAME_LIMIT
@@ -122,8 +149,11 @@ def test_a_stack_name_ending_in_a_number_would_be_a_slice_of_another_stack():
 def test_distinct_accepted_stack_names_never_share_a_resource_name():
     # A property over many random names, biased toward the spellings that used to collide.
     rng = random.Random(20260115)
-    stacks = {"".join(rng.choice(alphabet) for _ in range(rng.randint(1, 17)))
-              for alphabet in ("abAB01-_.", "ab01-") for _ in range(3000)}
+    stacks = {
+        "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 17)))
+        for alphabet in ("abAB01-_.", "ab01-")
+        for _ in range(3000)
+    }
     stacks |= {"dev", "staging", "prod", "Staging", "qa_1", "qa-1", "qa", "qa1", "a-b", "a-b-0", "a-0", "a-0-1"}
     owners: dict[tuple[str, str], str] = {}
     kept = [s for s in sorted(stacks) if accepted(s)]

@@ -24,7 +24,6 @@ from pulumi_policy import (
     StackValidationArgs,
     StackValidationPolicy,
 )
-
 from pulumi_policy.proxy import unknown_checking_proxy
 
 from infra.policy import policies
@@ -41,14 +40,23 @@ def options(protect: bool = False) -> PolicyResourceOptions:
     return PolicyResourceOptions(protect, [], None, [], PolicyCustomTimeouts(0, 0, 0), [])
 
 
-def violations(name: str, typ: str, props: dict[str, Any], *, config: dict | None = None, protect: bool = False) -> list[str]:
+def violations(
+    name: str, typ: str, props: dict[str, Any], *, config: dict | None = None, protect: bool = False
+) -> list[str]:
     """Messages ``policy.validate`` reports for one resource."""
     policy = BY_NAME[name]
     assert isinstance(policy, ResourceValidationPolicy)
     found: list[str] = []
     # wrapped as pulumi_policy's analyzer wraps the inputs it deserializes (Mapping/Sequence proxies)
-    args = ResourceValidationArgs(typ, unknown_checking_proxy(props), f"urn:pulumi:t::multislice::{typ}::r", "r",
-                                  options(protect), None, config or {})
+    args = ResourceValidationArgs(
+        typ,
+        unknown_checking_proxy(props),
+        f"urn:pulumi:t::multislice::{typ}::r",
+        "r",
+        options(protect),
+        None,
+        config or {},
+    )
     result = policy.validate(args, lambda message, urn=None: found.append(message))
     if isawaitable(result):
         asyncio.run(result)
@@ -73,9 +81,16 @@ def test_policy_levels_and_names():
     mandatory = {p.name for p in POLICIES if p.enforcement_level is EnforcementLevel.MANDATORY}
     advisory = {p.name for p in POLICIES if p.enforcement_level is EnforcementLevel.ADVISORY}
     assert mandatory == {
-        "firewall-no-public-ingress", "tpu-no-external-ips", "bucket-private-uniform", "tpu-dedicated-service-account",
-        "dcn-tensor-parallelism-one", "multislice-v4-or-later", "startup-script-safe", "training-fits-hbm",
-        "data-source-exists", "multislice-program",
+        "firewall-no-public-ingress",
+        "tpu-no-external-ips",
+        "bucket-private-uniform",
+        "tpu-dedicated-service-account",
+        "dcn-tensor-parallelism-one",
+        "multislice-v4-or-later",
+        "startup-script-safe",
+        "training-fits-hbm",
+        "data-source-exists",
+        "multislice-program",
     }
     assert advisory == {"required-labels", "prod-capacity"}
 
@@ -89,8 +104,16 @@ def test_firewall_public_ingress_fails(ranges):
 
 
 def test_firewall_private_or_egress_passes():
-    assert violations("firewall-no-public-ingress", FIREWALL, {"direction": "INGRESS", "sourceRanges": ["35.235.240.0/20"]}) == []
-    assert violations("firewall-no-public-ingress", FIREWALL, {"direction": "EGRESS", "destinationRanges": ["0.0.0.0/0"]}) == []
+    assert (
+        violations(
+            "firewall-no-public-ingress", FIREWALL, {"direction": "INGRESS", "sourceRanges": ["35.235.240.0/20"]}
+        )
+        == []
+    )
+    assert (
+        violations("firewall-no-public-ingress", FIREWALL, {"direction": "EGRESS", "destinationRanges": ["0.0.0.0/0"]})
+        == []
+    )
 
 
 def test_external_ips_fail_unless_the_stack_allows_them(dev_qr):
@@ -119,7 +142,9 @@ def test_tpu_service_account_is_dedicated(dev_qr):
     assert violations("tpu-dedicated-service-account", QR_TYPE, dev_qr) == []
     default = changed(dev_qr, serviceAccount="123456789-compute@developer.gserviceaccount.com")
     assert "default service account" in violations("tpu-dedicated-service-account", QR_TYPE, default)[0]
-    assert violations("tpu-dedicated-service-account", QR_TYPE, {k: v for k, v in dev_qr.items() if k != "serviceAccount"})
+    assert violations(
+        "tpu-dedicated-service-account", QR_TYPE, {k: v for k, v in dev_qr.items() if k != "serviceAccount"}
+    )
 
 
 def test_dcn_tensor_parallelism_must_be_one(dev_qr):
@@ -144,7 +169,9 @@ def test_startup_script_limit_and_credentials(dev_qr):
     big = changed(dev_qr, metadata={**dev_qr["metadata"], "startup-script": script + "#" * METADATA_VALUE_LIMIT_BYTES})
     assert "bytes" in violations("startup-script-safe", QR_TYPE, big)[0]
     leaked = script.replace("\n", '\nexport DB_PASSWORD="correct-horse-battery"\n', 1)
-    found = violations("startup-script-safe", QR_TYPE, changed(dev_qr, metadata={**dev_qr["metadata"], "startup-script": leaked}))
+    found = violations(
+        "startup-script-safe", QR_TYPE, changed(dev_qr, metadata={**dev_qr["metadata"], "startup-script": leaked})
+    )
     assert len(found) == 1 and "line 2" in found[0] and "password" in found[0]
 
 
@@ -168,7 +195,8 @@ def test_secret_patterns(line, kind):
 
 
 @pytest.mark.parametrize(
-    "line", ['TOKEN="${VAULT_TOKEN_VALUE}"', 'PASSWORD="$(cat /run/secrets/db)"', "password_file=/etc/pw", 'secret="short"']
+    "line",
+    ['TOKEN="${VAULT_TOKEN_VALUE}"', 'PASSWORD="$(cat /run/secrets/db)"', "password_file=/etc/pw", 'secret="short"'],
 )
 def test_secret_patterns_leave_non_literals_alone(line):
     from infra.policy.secret_patterns import find_secrets
@@ -203,7 +231,11 @@ def test_a_gs_data_source_must_match_a_non_empty_object(dev_qr, bucket):
         (f"gs://{bucket}-missing/corpus/*.txt", "does not exist"),
     ]:
         found = violations("data-source-exists", QR_TYPE, with_source(dev_qr, source))
-        assert len(found) == 1 and found[0].startswith(f"multislice:training.data.source {source!r}") and reason in found[0], found
+        assert (
+            len(found) == 1
+            and found[0].startswith(f"multislice:training.data.source {source!r}")
+            and reason in found[0]
+        ), found
 
 
 def test_a_gs_data_source_is_unchecked_without_credentials(dev_qr, monkeypatch, tmp_path):
@@ -211,8 +243,16 @@ def test_a_gs_data_source_is_unchecked_without_credentials(dev_qr, monkeypatch, 
     # attempt would fail the test: the socket guard below refuses any connection).
     import socket
 
-    for key in ("STORAGE_EMULATOR_HOST", "GOOGLE_APPLICATION_CREDENTIALS", "GOOGLE_CREDENTIALS", "GOOGLE_OAUTH_ACCESS_TOKEN",
-                "GOOGLE_CLOUD_KEYFILE_JSON", "GCLOUD_KEYFILE_JSON", "GCE_METADATA_HOST", "GCE_METADATA_IP"):
+    for key in (
+        "STORAGE_EMULATOR_HOST",
+        "GOOGLE_APPLICATION_CREDENTIALS",
+        "GOOGLE_CREDENTIALS",
+        "GOOGLE_OAUTH_ACCESS_TOKEN",
+        "GOOGLE_CLOUD_KEYFILE_JSON",
+        "GCLOUD_KEYFILE_JSON",
+        "GCE_METADATA_HOST",
+        "GCE_METADATA_IP",
+    ):
         monkeypatch.delenv(key, raising=False)
     monkeypatch.setenv("CLOUDSDK_CONFIG", str(tmp_path))
     monkeypatch.setattr("infra.credentials.PRODUCT_NAME_FILE", tmp_path / "product_name")
@@ -233,7 +273,10 @@ def stack_violations(resources: list[tuple[str, dict]]) -> list[str]:
     policy = BY_NAME["multislice-program"]
     assert isinstance(policy, StackValidationPolicy)
     found: list[str] = []
-    stack = [PolicyResource(t, unknown_checking_proxy(p), f"urn:{i}", f"r{i}", options(), None, None, [], {}) for i, (t, p) in enumerate(resources)]
+    stack = [
+        PolicyResource(t, unknown_checking_proxy(p), f"urn:{i}", f"r{i}", options(), None, None, [], {})
+        for i, (t, p) in enumerate(resources)
+    ]
     policy.validate(StackValidationArgs(stack), lambda message, urn=None: found.append(message))
     return found
 

@@ -22,7 +22,9 @@ PACK = Path(__file__).resolve().parents[1] / "infra" / "policy"
 
 @pytest.fixture(scope="module")
 def analyzer():
-    process = subprocess.Popen([sys.executable, "-u", "__main__.py"], cwd=PACK, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [sys.executable, "-u", "__main__.py"], cwd=PACK, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     try:
         port = process.stdout.readline().strip()  # the pack prints its port, then serves
         assert port.isdigit(), process.stderr.read() if process.poll() is not None else port
@@ -58,7 +60,9 @@ def test_a_public_firewall_is_a_mandatory_violation(analyzer):
         name="open",
     )
     diagnostics = analyzer.Analyze(request, timeout=30).diagnostics
-    assert [(d.policyName, d.enforcementLevel) for d in diagnostics] == [("firewall-no-public-ingress", analyzer_pb2.MANDATORY)]
+    assert [(d.policyName, d.enforcementLevel) for d in diagnostics] == [
+        ("firewall-no-public-ingress", analyzer_pb2.MANDATORY)
+    ]
     assert "0.0.0.0/0" in diagnostics[0].message
 
 

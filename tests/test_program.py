@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 
 from infra import startup
-from infra.startup.bundle import build_archive
-from infra.config import StackConfigError, available_stacks, load_stack
 from infra.components.network import IAP_SSH_RANGE
+from infra.config import StackConfigError, available_stacks, load_stack
+from infra.startup.bundle import build_archive
 from infra.startup.contract import RELEASE_KEY, RUN_DIR_KEY, STARTUP_SCRIPT_KEY
 from tests.fakes.pulumi_program import FIREWALL, QR_TYPE, World, engine_config, evaluate, stack_map
 
@@ -53,12 +53,23 @@ def test_resource_set(worlds, stack):
     services = {r.inputs["service"] for r in world.of("gcp:projects/service:Service")}
     assert {"tpu.googleapis.com", "compute.googleapis.com", "storage.googleapis.com", "iam.googleapis.com"} <= services
     assert all(r.inputs["disableOnDestroy"] is False for r in world.of("gcp:projects/service:Service"))
-    for typ in ("gcp:compute/network:Network", "gcp:compute/subnetwork:Subnetwork", "gcp:compute/router:Router",
-                "gcp:compute/routerNat:RouterNat", "gcp:storage/bucket:Bucket", "gcp:serviceaccount/account:Account", QR_TYPE):
+    for typ in (
+        "gcp:compute/network:Network",
+        "gcp:compute/subnetwork:Subnetwork",
+        "gcp:compute/router:Router",
+        "gcp:compute/routerNat:RouterNat",
+        "gcp:storage/bucket:Bucket",
+        "gcp:serviceaccount/account:Account",
+        QR_TYPE,
+    ):
         assert types.count(typ) == 1, typ
     assert types.count(FIREWALL) == 2
-    for component in ("multislice:gcp:ProjectServices", "multislice:gcp:Network", "multislice:gcp:CheckpointBucket",
-                      "multislice:gcp:ServiceAccount"):
+    for component in (
+        "multislice:gcp:ProjectServices",
+        "multislice:gcp:Network",
+        "multislice:gcp:CheckpointBucket",
+        "multislice:gcp:ServiceAccount",
+    ):
         assert types.count(component) == 1, component
     # Every cloud resource hangs under a component (the QR sits at the top).
     components = {r.urn for r in world.registrations if r.typ.startswith("multislice:gcp:")}
@@ -137,7 +148,8 @@ def test_nodes_run_as_our_service_account_with_least_privilege(worlds, stack):
     assert config.release_on_complete is (config.capacity != "reserved")  # the shipped stacks keep the default
     custom = world.of("gcp:projects/iAMCustomRole:IAMCustomRole")
     assert [(r.inputs["roleId"], r.inputs["permissions"]) for r in custom] == (
-        [(f"multisliceRelease_{stack}", ["tpu.nodes.delete"])] if config.release_on_complete else [])
+        [(f"multisliceRelease_{stack}", ["tpu.nodes.delete"])] if config.release_on_complete else []
+    )
     others = [g.inputs for g in bucket_grants if g.inputs["bucket"] != config.bucket_name]
     if config.training.data.source.startswith("gs://"):
         data_bucket = config.training.data.source[5:].split("/")[0]
@@ -160,7 +172,10 @@ def test_node_count_prefix_and_shape_come_from_the_config(worlds, stack):
     assert qr["network"].endswith(f"/networks/{world.exports['networkName']}")
     assert qr["subnetwork"].endswith(f"/subnetworks/{world.exports['subnetworkName']}")
     if config.capacity == "reserved":
-        assert qr["reservationName"] == f"projects/{config.project}/locations/{config.zone}/reservations/{config.reservation_name}"
+        assert (
+            qr["reservationName"]
+            == f"projects/{config.project}/locations/{config.zone}/reservations/{config.reservation_name}"
+        )
     # The engine stores numbers as doubles and drops nulls.
     assert qr["trainer"] == json.loads(config.training.model_dump_json(exclude_none=True), parse_int=float)
 
@@ -191,7 +206,9 @@ def test_release_on_complete_off_grants_nothing_and_names_nothing():
     world = evaluate("dev", {**stack_map("dev"), "multislice:queuedResource": {"releaseOnComplete": False}})
     assert world.of("gcp:projects/iAMCustomRole:IAMCustomRole") == []
     assert sorted(g.inputs["role"] for g in world.of("gcp:projects/iAMMember:IAMMember")) == [
-        "roles/logging.logWriter", "roles/monitoring.metricWriter"]
+        "roles/logging.logWriter",
+        "roles/monitoring.metricWriter",
+    ]
     assert RELEASE_KEY not in world.one(QR_TYPE).inputs["metadata"]
 
 
@@ -199,9 +216,18 @@ def test_release_grant_is_bound_to_the_vms_account_only():
     world = evaluate("staging")
     email = world.exports["serviceAccountEmail"]
     role = world.one("gcp:projects/iAMCustomRole:IAMCustomRole")
-    grant = [g.inputs for g in world.of("gcp:projects/iAMMember:IAMMember") if g.inputs["role"].endswith(role.inputs["roleId"])]
-    assert grant == [{"project": "acme-ml-staging", "role": f"projects/acme-ml-staging/roles/{role.inputs['roleId']}",
-                      "member": f"serviceAccount:{email}"}]
+    grant = [
+        g.inputs
+        for g in world.of("gcp:projects/iAMMember:IAMMember")
+        if g.inputs["role"].endswith(role.inputs["roleId"])
+    ]
+    assert grant == [
+        {
+            "project": "acme-ml-staging",
+            "role": f"projects/acme-ml-staging/roles/{role.inputs['roleId']}",
+            "member": f"serviceAccount:{email}",
+        }
+    ]
 
 
 @pytest.mark.parametrize("stack", STACKS)
@@ -237,12 +263,25 @@ def test_exports(worlds, stack):
     world = worlds[stack]
     config = load_stack(stack)
     assert set(world.exports) == {
-        "bucketUrl", "runDir", "checkpointPath", "queuedResourceName", "queuedResourceState", "nodeNames",
-        "serviceAccountEmail", "networkName", "subnetworkName", "networkTag", "loggingFilter", "sshHint",
-        "startupScriptBytes", "startupScriptSha256", "bundleSha256",
+        "bucketUrl",
+        "runDir",
+        "checkpointPath",
+        "queuedResourceName",
+        "queuedResourceState",
+        "nodeNames",
+        "serviceAccountEmail",
+        "networkName",
+        "subnetworkName",
+        "networkTag",
+        "loggingFilter",
+        "sshHint",
+        "startupScriptBytes",
+        "startupScriptSha256",
+        "bundleSha256",
     }
     assert world.exports["queuedResourceName"] == (
-        f"projects/{config.project}/locations/{config.zone}/queuedResources/{config.queued_resource_id}")
+        f"projects/{config.project}/locations/{config.zone}/queuedResources/{config.queued_resource_id}"
+    )
     log_filter = world.exports["loggingFilter"]
     assert 'resource.type="tpu_worker"' in log_filter and f'resource.labels.zone="{config.zone}"' in log_filter
     nodes = re.search(r"resource\.labels\.node_id=\((.*)\)$", log_filter).group(1)
@@ -264,7 +303,8 @@ def test_evaluating_twice_gives_identical_inputs():
 def test_the_program_runs_as_the_language_host_runs_it(worlds):
     world = evaluate("dev", as_main=True)
     assert sorted((r.typ, r.name) for r in world.registrations) == sorted(
-        (r.typ, r.name) for r in worlds["dev"].registrations)
+        (r.typ, r.name) for r in worlds["dev"].registrations
+    )
 
 
 def test_a_still_queued_qr_fails_the_update_but_is_recorded():
@@ -281,8 +321,12 @@ def test_reused_network_with_its_own_egress_creates_only_firewall_rules_in_it():
     config["multislice:network"] = {"existingNetwork": "shared-vpc", "existingSubnetwork": "tpu-subnet", "nat": False}
     world = evaluate("dev", config, subnet_network=COMPUTE + "projects/acme-ml-dev/global/networks/shared-vpc")
     types = [r.typ for r in world.registrations]
-    for typ in ("gcp:compute/network:Network", "gcp:compute/subnetwork:Subnetwork", "gcp:compute/router:Router",
-                "gcp:compute/routerNat:RouterNat"):
+    for typ in (
+        "gcp:compute/network:Network",
+        "gcp:compute/subnetwork:Subnetwork",
+        "gcp:compute/router:Router",
+        "gcp:compute/routerNat:RouterNat",
+    ):
         assert typ not in types
     qr = world.one(QR_TYPE).inputs
     assert qr["network"] == "projects/acme-ml-dev/global/networks/shared-vpc"
@@ -306,8 +350,14 @@ def test_a_reused_network_must_say_how_its_vms_reach_the_internet():
 
 def test_shared_vpc_firewall_router_and_nat_live_in_the_host_project():
     host = "acme-net-host"
-    config = {**stack_map("dev"), "multislice:network": {
-        "existingNetwork": f"projects/{host}/global/networks/shared", "existingSubnetwork": "tpus", "nat": True}}
+    config = {
+        **stack_map("dev"),
+        "multislice:network": {
+            "existingNetwork": f"projects/{host}/global/networks/shared",
+            "existingSubnetwork": "tpus",
+            "nat": True,
+        },
+    }
     world = evaluate("dev", config, subnet_network=f"{COMPUTE}projects/{host}/global/networks/shared")
     qr = world.one(QR_TYPE).inputs
     # A subnetwork given by name is the host network's, in the zone's region.
@@ -324,11 +374,16 @@ def test_shared_vpc_firewall_router_and_nat_live_in_the_host_project():
 
 
 def test_a_subnetwork_of_another_network_fails_the_preview_naming_the_key():
-    config = {**stack_map("dev"), "multislice:network": {
-        "existingNetwork": "vpc-a", "existingSubnetwork": "tpus", "nat": False}}
-    with pytest.raises(Exception, match=r"multislice:network.existingSubnetwork: projects/acme-ml-dev/regions/"
-                                        r"us-central2/subnetworks/tpus belongs to network projects/acme-ml-dev/"
-                                        r"global/networks/vpc-b, not to existingNetwork"):
+    config = {
+        **stack_map("dev"),
+        "multislice:network": {"existingNetwork": "vpc-a", "existingSubnetwork": "tpus", "nat": False},
+    }
+    with pytest.raises(
+        Exception,
+        match=r"multislice:network.existingSubnetwork: projects/acme-ml-dev/regions/"
+        r"us-central2/subnetworks/tpus belongs to network projects/acme-ml-dev/"
+        r"global/networks/vpc-b, not to existingNetwork",
+    ):
         evaluate("dev", config, preview=True, subnet_network=COMPUTE + "projects/acme-ml-dev/global/networks/vpc-b")
 
 
@@ -344,10 +399,26 @@ def test_a_subnetwork_of_another_network_fails_the_preview_naming_the_key():
         ({"gcp:zone": "us-east5-a"}, "gcp:zone"),  # no v4 there
         ({"multislice:runtimeVersion": "tpu-ubuntu2204-base; rm -rf /"}, "multislice:runtimeVersion"),
         ({"multislice:runtimeVersion": "v2-alpha-tpuv5"}, "multislice:runtimeVersion"),  # v5p's, not v4's
-        ({"multislice:network": {"existingNetwork": "vpc", "existingSubnetwork":
-          "projects/acme-ml-dev/regions/us-east5/subnetworks/s", "nat": True}}, "multislice:network.existingSubnetwork"),
-        ({"multislice:network": {"existingNetwork": "projects/acme-net-host/global/networks/shared", "existingSubnetwork":
-          "projects/acme-ml-dev/regions/us-central2/subnetworks/s", "nat": True}}, "multislice:network.existingSubnetwork"),
+        (
+            {
+                "multislice:network": {
+                    "existingNetwork": "vpc",
+                    "existingSubnetwork": "projects/acme-ml-dev/regions/us-east5/subnetworks/s",
+                    "nat": True,
+                }
+            },
+            "multislice:network.existingSubnetwork",
+        ),
+        (
+            {
+                "multislice:network": {
+                    "existingNetwork": "projects/acme-net-host/global/networks/shared",
+                    "existingSubnetwork": "projects/acme-ml-dev/regions/us-central2/subnetworks/s",
+                    "nat": True,
+                }
+            },
+            "multislice:network.existingSubnetwork",
+        ),
         ({"gcp:zone": "us-central9-a", "multislice:allowUnlisted": ["zone"]}, "multislice:bucket.location"),
     ],
 )
@@ -383,8 +454,14 @@ def test_the_service_account_keeps_the_urns_it_had_as_identity(worlds):
     assert component.aliases == [{"type": "multislice:gcp:Identity"}]
     children = sorted(r.name for r in world.registrations if r.parent == component.urn)
     # dev (spot) releases its capacity on completion: its custom role and grant are new children.
-    assert children == ["identity-checkpoints", "identity-logging-logwriter", "identity-monitoring-metricwriter",
-                        "identity-release-on-complete", "identity-release-role", "identity-tpu-vms"]
+    assert children == [
+        "identity-checkpoints",
+        "identity-logging-logwriter",
+        "identity-monitoring-metricwriter",
+        "identity-release-on-complete",
+        "identity-release-role",
+        "identity-tpu-vms",
+    ]
 
 
 @pytest.mark.parametrize("stack", STACKS)
@@ -395,12 +472,19 @@ def test_the_release_record_names_the_release_the_script_carries(worlds, renders
     record_name, payload_name = startup.record_object(stack), startup.release_object(stack, script.release_id)
     assert set(objects) == {record_name, payload_name}
     assert all(o.inputs["bucket"] == config.bucket_name for o in objects.values())
+
     def content(obj) -> str:  # pulumi-gcp marks BucketObject.content secret: the engine sees it wrapped
         value = obj.inputs["content"]
         return value["value"] if isinstance(value, dict) else value
 
     record = json.loads(content(objects[record_name]))
-    assert record == {"format": 1, "payload": payload_name, "release": script.release_id, "runDir": config.run_dir, "stack": stack}
+    assert record == {
+        "format": 1,
+        "payload": payload_name,
+        "release": script.release_id,
+        "runDir": config.run_dir,
+        "stack": stack,
+    }
     payload = base64.b64decode(content(objects[payload_name]))
     assert hashlib.sha256(payload).hexdigest() == script.release_id  # what the VMs verify
     assert objects[payload_name].urn in objects[record_name].dependencies  # the payload exists first
@@ -417,8 +501,16 @@ def run_as_the_language_host(program: Path, config: dict, *, preview: bool = Tru
     """``pulumi preview`` (or ``up``) of stack dev: the program run by the language host's
     steps against mocks; the config arrives in PULUMI_CONFIG as the engine sends it."""
     env = {**os.environ, "PULUMI_CONFIG": json.dumps(engine_config(config))}
-    command = [sys.executable, "-m", "tests.fakes.language_host", "--stack", "dev",
-               "--dry_run", "true" if preview else "false", str(program)]
+    command = [
+        sys.executable,
+        "-m",
+        "tests.fakes.language_host",
+        "--stack",
+        "dev",
+        "--dry_run",
+        "true" if preview else "false",
+        str(program),
+    ]
     return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
 
 
@@ -426,8 +518,10 @@ def test_a_config_error_under_pulumi_preview_is_one_message_naming_the_key():
     result = run_as_the_language_host(ROOT / "infra", {**stack_map("dev"), "multislice:slices": 300})
     assert result.returncode == 1  # the host's status after a pulumi.RunError
     lines = result.stderr.splitlines()
-    assert lines == ["error: stack 'dev' (pulumi config) is invalid:",
-                     "  multislice:slices: Input should be less than or equal to 256"], result.stderr
+    assert lines == [
+        "error: stack 'dev' (pulumi config) is invalid:",
+        "  multislice:slices: Input should be less than or equal to 256",
+    ], result.stderr
     assert "Traceback" not in result.stdout
 
 
@@ -441,14 +535,21 @@ def test_without_run_error_the_language_host_would_print_a_traceback(tmp_path):
 
 
 def test_allow_unlisted_turns_the_catalog_checks_into_warnings():
-    config = {**stack_map("dev"), "gcp:zone": "us-central2-a", "multislice:runtimeVersion": "tpu-ubuntu2404-base",
-              "multislice:allowUnlisted": ["zone", "runtimeVersion"]}
+    config = {
+        **stack_map("dev"),
+        "gcp:zone": "us-central2-a",
+        "multislice:runtimeVersion": "tpu-ubuntu2404-base",
+        "multislice:allowUnlisted": ["zone", "runtimeVersion"],
+    }
     result = run_as_the_language_host(ROOT / "infra", config)
     assert result.returncode == 0, result.stderr
     warnings = [line for line in result.stderr.splitlines() if line.startswith("warning: ")]
-    assert any(w.startswith("warning: gcp:zone us-central2-a is not in the catalog's zones for TPU v4") for w in warnings)
-    assert any(w.startswith("warning: multislice:runtimeVersion 'tpu-ubuntu2404-base' is not in the catalog")
-               for w in warnings)
+    assert any(
+        w.startswith("warning: gcp:zone us-central2-a is not in the catalog's zones for TPU v4") for w in warnings
+    )
+    assert any(
+        w.startswith("warning: multislice:runtimeVersion 'tpu-ubuntu2404-base' is not in the catalog") for w in warnings
+    )
     assert not [line for line in result.stderr.splitlines() if line.startswith("error")]
 
 

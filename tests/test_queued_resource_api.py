@@ -8,9 +8,9 @@ import pytest
 from google.cloud import tpu_v2
 
 from infra.queued_resource.api import TpuApi, is_ours
-from infra.queued_resource.nodes import node_in_sync, node_patch
 from infra.queued_resource.errors import QueuedResourceError
 from infra.queued_resource.inputs import build_queued_resource
+from infra.queued_resource.nodes import node_in_sync, node_patch
 from tests.fakes.queued_resource import dev, no_ambient_credentials, props  # noqa: F401 (fixtures)
 
 
@@ -27,8 +27,16 @@ def test_the_node_patch_merges_metadata_and_labels_and_replaces_tags():
         labels={"managed-by": "pulumi", "set-by-hand": "yes"},
         tags=["old-tag"],
     )
-    olds = {"metadata": {"startup-script": "v1", "dropped": "x"}, "labels": {"managed-by": "pulumi"}, "tags": ["old-tag"]}
-    news = {"metadata": {"startup-script": "v2"}, "labels": {"managed-by": "pulumi", "team": "research"}, "tags": ["new-tag"]}
+    olds = {
+        "metadata": {"startup-script": "v1", "dropped": "x"},
+        "labels": {"managed-by": "pulumi"},
+        "tags": ["old-tag"],
+    }
+    news = {
+        "metadata": {"startup-script": "v2"},
+        "labels": {"managed-by": "pulumi", "team": "research"},
+        "tags": ["new-tag"],
+    }
     patch, mask = node_patch(live, olds, news)
     assert mask == ["metadata", "labels", "tags"] and patch.name == live.name
     # Keys others set survive; a key the old program set and the new one dropped goes.

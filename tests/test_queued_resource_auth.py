@@ -32,7 +32,9 @@ TOKEN = "ya29.alice"
 
 def configured(provider: QueuedResourceProvider, **config) -> QueuedResourceProvider:
     """``provider`` after the engine's ``configure`` with this stack config (``gcp:`` keys)."""
-    provider.configure(ConfigureRequest(Config({f"gcp:{k}": v for k, v in config.items()} | {"multislice:slices": "2"}, "multislice")))
+    provider.configure(
+        ConfigureRequest(Config({f"gcp:{k}": v for k, v in config.items()} | {"multislice:slices": "2"}, "multislice"))
+    )
     return provider
 
 
@@ -58,7 +60,9 @@ def test_a_malformed_stack_credential_is_reported_at_preview_by_its_key(props, m
     monkeypatch.setenv("GOOGLE_CREDENTIALS", '{"type": "service_account"}')
     provider = configured(QueuedResourceProvider(), credentials="~/keys/missing.json")
     [failure] = provider.check({}, props).failures
-    assert failure.property == "" and failure.reason.startswith("gcp:credentials is neither an existing file nor credentials JSON")
+    assert failure.property == "" and failure.reason.startswith(
+        "gcp:credentials is neither an existing file nor credentials JSON"
+    )
 
 
 def test_stack_config_beats_the_environment_and_reaches_every_call(fake, props, monkeypatch):
@@ -79,7 +83,9 @@ def test_stack_config_beats_the_environment_and_reaches_every_call(fake, props, 
 
 
 def test_the_user_project_override_bills_the_billing_project(fake, props):
-    provider = configured(provider_for(fake), accessToken=TOKEN, billingProject="acme-billing", userProjectOverride="true")
+    provider = configured(
+        provider_for(fake), accessToken=TOKEN, billingProject="acme-billing", userProjectOverride="true"
+    )
     provider.create(props)
     assert {c.headers["x-goog-user-project"] for c in fake.calls} == {"acme-billing"}
 
@@ -117,7 +123,9 @@ def test_a_denied_identity_is_told_which_roles_it_needs(fake, props):
 
 def test_service_disabled_in_another_quota_project_is_reported_not_retried(fake, props):
     fake.auth.disable_api("acme-billing", number="555000111")
-    provider = configured(provider_for(fake), accessToken=TOKEN, billingProject="acme-billing", userProjectOverride="true")
+    provider = configured(
+        provider_for(fake), accessToken=TOKEN, billingProject="acme-billing", userProjectOverride="true"
+    )
     with pytest.raises(QuotaOrPermissionError) as err:
         provider.create(props)
     text = str(err.value)
@@ -130,16 +138,24 @@ def test_service_disabled_in_another_quota_project_is_reported_not_retried(fake,
 def test_service_disabled_for_the_credentials_own_project_is_reported_not_retried(fake, props):
     # Anonymous calls to the fake carry no quota project: it bills gcloud's own project.
     fake.auth.disable_api(fake.auth.credential_project)
-    with pytest.raises(QuotaOrPermissionError, match="disabled in project 764086051850, which these requests are billed to "
-                       r"\(the project of Application Default Credentials\)"):
+    with pytest.raises(
+        QuotaOrPermissionError,
+        match="disabled in project 764086051850, which these requests are billed to "
+        r"\(the project of Application Default Credentials\)",
+    ):
         provider_for(fake).create(props)
     assert [c.status for c in fake.calls] == [403]
 
 
 def test_service_disabled_in_gcp_project_itself_is_retried_as_just_enabled(fake, props):
     # The program enables tpu.googleapis.com moments before; the API names the project by number.
-    fake.fault("CreateQueuedResource", "PERMISSION_DENIED", "Cloud TPU API has not been used in project 4242",
-               details=service_disabled("4242"), times=2)
+    fake.fault(
+        "CreateQueuedResource",
+        "PERMISSION_DENIED",
+        "Cloud TPU API has not been used in project 4242",
+        details=service_disabled("4242"),
+        times=2,
+    )
     outs = configured(provider_for(fake), accessToken=TOKEN).create(props).outs
     assert outs["ready"] is True
     assert [c.status for c in fake.calls if c.rpc == "CreateQueuedResource"] == [403, 403, 200]
@@ -152,31 +168,47 @@ def test_a_service_account_key_signs_its_own_jwt(fake, props):
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     email = "deployer@acme-ml-dev.iam.gserviceaccount.com"
     info = {
-        "type": "service_account", "project_id": "acme-ml-dev", "private_key_id": "k1", "client_id": "1",
-        "private_key": key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                         serialization.NoEncryption()).decode(),
-        "client_email": email, "token_uri": f"{fake.endpoint}/token",
+        "type": "service_account",
+        "project_id": "acme-ml-dev",
+        "private_key_id": "k1",
+        "client_id": "1",
+        "private_key": key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        ).decode(),
+        "client_email": email,
+        "token_uri": f"{fake.endpoint}/token",
     }
     fake.auth.require({})
-    fake.auth.trust_key(email, key.public_key().public_bytes(serialization.Encoding.PEM,
-                                                             serialization.PublicFormat.SubjectPublicKeyInfo).decode())
+    fake.auth.trust_key(
+        email,
+        key.public_key()
+        .public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+        .decode(),
+    )
     provider = configured(provider_for(fake), credentials=json.dumps(info))
     assert provider.check({}, props).failures == []
     assert provider.create(props).outs["ready"] is True
     assert {c.headers["x-goog-user-project"] for c in fake.calls} == {"acme-ml-dev"}
     # The same key, not trusted: 401 naming gcp:credentials.
     fake.auth.trusted_keys.clear()
-    with pytest.raises(CredentialsRejected, match=r"the API rejected the credentials of gcp:credentials \(401 UNAUTHENTICATED: "
-                       "Request had invalid authentication credentials"):
+    with pytest.raises(
+        CredentialsRejected,
+        match=r"the API rejected the credentials of gcp:credentials \(401 UNAUTHENTICATED: "
+        "Request had invalid authentication credentials",
+    ):
         provider.read(qr_name(props), props)
 
 
 def test_impersonation_calls_as_the_impersonated_account(fake, props):
     fake.auth.require({TOKEN: "alice"})
     fake.auth.deny("alice")  # alice herself may not touch TPUs: only the account she impersonates
-    provider = configured(provider_for(fake), accessToken=TOKEN, impersonateServiceAccount="tpu-admin@acme-ml-dev.iam.gserviceaccount.com")
+    provider = configured(
+        provider_for(fake), accessToken=TOKEN, impersonateServiceAccount="tpu-admin@acme-ml-dev.iam.gserviceaccount.com"
+    )
     assert provider.create(props).outs["ready"] is True
     generate = [c for c in fake.calls if c.rpc == "GenerateAccessToken"]
     assert generate and generate[0].headers["authorization"] == f"Bearer {TOKEN}"
-    assert generate[0].path.endswith("/serviceAccounts/tpu-admin@acme-ml-dev.iam.gserviceaccount.com:generateAccessToken")
+    assert generate[0].path.endswith(
+        "/serviceAccounts/tpu-admin@acme-ml-dev.iam.gserviceaccount.com:generateAccessToken"
+    )
     assert {c.headers["authorization"].split("-")[0] for c in tpu_calls(fake)} == {"Bearer impersonated"}

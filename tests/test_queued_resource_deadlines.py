@@ -45,8 +45,13 @@ def test_delete_retrying_and_waiting_takes_at_most_delete_timeout(clock, props, 
     with FakeTpuApi(delete_polls=10**9) as fake:
         provider = provider_for(fake, **PRODUCTION)
         outs = provider.create(props).outs
-        fake.fault("DeleteQueuedResource", "RESOURCE_EXHAUSTED", "Quota exceeded for quota metric 'Requests'",
-                   details=rate_limited(), times=4)
+        fake.fault(
+            "DeleteQueuedResource",
+            "RESOURCE_EXHAUSTED",
+            "Quota exceeded for quota metric 'Requests'",
+            details=rate_limited(),
+            times=4,
+        )
         start = clock.now
         with pytest.raises(QueuedResourceError, match="still being deleted after 20m00s"):
             provider.delete(qr_name(props), {**outs, "deleteTimeoutSeconds": 1200})

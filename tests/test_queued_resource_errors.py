@@ -60,8 +60,14 @@ def api_error(fake: FakeTpuApi, status: str, message: str, details=()) -> except
 @pytest.mark.parametrize(
     "status, message, details, quota, disabled, retryable",
     [
-        ("RESOURCE_EXHAUSTED", "Quota limit 'TPUV4sPodPerProjectPerZoneForTPUAPI' has been exceeded.", quota_failure(),
-         True, False, False),
+        (
+            "RESOURCE_EXHAUSTED",
+            "Quota limit 'TPUV4sPodPerProjectPerZoneForTPUAPI' has been exceeded.",
+            quota_failure(),
+            True,
+            False,
+            False,
+        ),
         ("RESOURCE_EXHAUSTED", "Quota exceeded for quota metric 'Requests'", rate_limited(), False, False, True),
         ("UNAVAILABLE", "backend unavailable", (), False, False, True),
         ("INTERNAL", "internal error", (), False, False, True),
@@ -72,7 +78,9 @@ def api_error(fake: FakeTpuApi, status: str, message: str, details=()) -> except
         ("ALREADY_EXISTS", "exists", (), False, False, False),
     ],
 )
-def test_api_errors_are_classified_by_type_reason_and_details(fake, status, message, details, quota, disabled, retryable):
+def test_api_errors_are_classified_by_type_reason_and_details(
+    fake, status, message, details, quota, disabled, retryable
+):
     exc = api_error(fake, status, message, details)
     assert (is_quota_exhausted(exc), is_service_disabled(exc), is_retryable(exc)) == (quota, disabled, retryable)
 
@@ -80,16 +88,17 @@ def test_api_errors_are_classified_by_type_reason_and_details(fake, status, mess
 @pytest.mark.parametrize(
     "consumer, quota_project, ours",
     [
-        ("acme-ml-dev", None, True),         # named by id: the stack's project
+        ("acme-ml-dev", None, True),  # named by id: the stack's project
         ("acme-billing", "acme-billing", False),  # another project by id
-        ("4242", "acme-ml-dev", True),       # by number, and the requests were billed to gcp:project
-        ("4242", "acme-billing", False),     # by number, billed to another project
-        ("764086051850", None, False),       # by number, no quota project sent: the credentials' own
+        ("4242", "acme-ml-dev", True),  # by number, and the requests were billed to gcp:project
+        ("4242", "acme-billing", False),  # by number, billed to another project
+        ("764086051850", None, False),  # by number, no quota project sent: the credentials' own
     ],
 )
 def test_service_disabled_is_ours_only_when_it_names_gcp_project(fake, consumer, quota_project, ours):
-    exc = api_error(fake, "PERMISSION_DENIED", f"Cloud TPU API has not been used in project {consumer}",
-                    service_disabled(consumer))
+    exc = api_error(
+        fake, "PERMISSION_DENIED", f"Cloud TPU API has not been used in project {consumer}", service_disabled(consumer)
+    )
     assert disabled_in(exc) == consumer
     assert is_disabled_in_our_project(exc, "acme-ml-dev", quota_project) is ours
     assert is_retryable(exc, project="acme-ml-dev", quota_project=quota_project) is ours
@@ -108,19 +117,27 @@ def test_a_401_names_the_credentials_and_what_to_set(props):
     from google.auth import exceptions as auth_exceptions
 
     unauthorized = exceptions.Unauthorized(
-        "GET http://127.0.0.1:1/v2/projects/p/locations/z/queuedResources/q: Request is missing required authentication "
+        "GET http://127.0.0.1:1/v2/projects/p/locations/z/queuedResources/q: "
+        "Request is missing required authentication "
         "credential. Expected OAuth 2 access token,\n login cookie or other valid authentication credential."
     )
     explained = explain(unauthorized, "reading", props, credentials="the credentials of GOOGLE_CREDENTIALS")
     assert type(explained) is CredentialsRejected
     assert str(explained).startswith(
         "reading queued resource 'multislice-dev': the API rejected the credentials of GOOGLE_CREDENTIALS "
-        "(401 UNAUTHENTICATED: Request is missing required authentication credential. Expected OAuth 2 access token, login"
+        "(401 UNAUTHENTICATED: Request is missing required authentication credential. "
+        "Expected OAuth 2 access token, login"
     )
     assert "GET http" not in str(explained) and "\n" not in str(explained)
-    refresh = explain(auth_exceptions.RefreshError("invalid_grant: Token has been expired or revoked."), "creating", props,
-                      credentials="Application Default Credentials")
-    assert type(refresh) is CredentialsRejected and "Application Default Credentials could not be used: invalid_grant" in str(refresh)
+    refresh = explain(
+        auth_exceptions.RefreshError("invalid_grant: Token has been expired or revoked."),
+        "creating",
+        props,
+        credentials="Application Default Credentials",
+    )
+    assert type(
+        refresh
+    ) is CredentialsRejected and "Application Default Credentials could not be used: invalid_grant" in str(refresh)
     # A network failure reaching the token endpoint is not a credentials problem (it is retried).
     assert type(explain(auth_exceptions.TransportError("connection reset"), "creating", props)) is QueuedResourceError
 
@@ -166,8 +183,12 @@ def test_explain_says_what_to_fix_for_each_refusal(fake, props):
 
 
 def test_quota_error_is_one_clear_message_and_not_retried(fake, props):
-    fake.fault("CreateQueuedResource", "RESOURCE_EXHAUSTED",
-               "Quota limit 'TPUV4sPodPerProjectPerZoneForTPUAPI' has been exceeded.", details=quota_failure())
+    fake.fault(
+        "CreateQueuedResource",
+        "RESOURCE_EXHAUSTED",
+        "Quota limit 'TPUV4sPodPerProjectPerZoneForTPUAPI' has been exceeded.",
+        details=quota_failure(),
+    )
     with pytest.raises(QuotaOrPermissionError) as err:
         provider_for(fake).create(props)
     text = str(err.value)
@@ -188,8 +209,13 @@ def test_permission_error_says_which_roles_are_missing(fake, props):
 
 
 def test_rate_limit_429_then_success_is_retried_with_one_request_id(fake, props):
-    fake.fault("CreateQueuedResource", "RESOURCE_EXHAUSTED", "Quota exceeded for quota metric 'Requests'",
-               details=rate_limited(), times=2)
+    fake.fault(
+        "CreateQueuedResource",
+        "RESOURCE_EXHAUSTED",
+        "Quota exceeded for quota metric 'Requests'",
+        details=rate_limited(),
+        times=2,
+    )
     lines: list[str] = []
     result = provider_for(fake, lines).create(props)
     assert result.outs["ready"] is True

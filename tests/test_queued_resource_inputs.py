@@ -86,7 +86,11 @@ def base_props_for(key: str, props: dict) -> dict:
         del single["nodeIdPrefix"]
         return single
     if key == "reservationName":
-        return {**props, "capacity": "reserved", "reservationName": "projects/acme-ml-dev/locations/us-central2-b/reservations/a"}
+        return {
+            **props,
+            "capacity": "reserved",
+            "reservationName": "projects/acme-ml-dev/locations/us-central2-b/reservations/a",
+        }
     if key == "validUntilSeconds":
         return {**props, "validUntilSeconds": 3600}
     return props
@@ -94,7 +98,9 @@ def base_props_for(key: str, props: dict) -> dict:
 
 def flatten(value, prefix: str = "") -> dict[str, object]:
     if isinstance(value, dict) and value:  # an empty message (``spot {}``) is a leaf
-        return {k: v for key, item in value.items() for k, v in flatten(item, f"{prefix}.{key}" if prefix else key).items()}
+        return {
+            k: v for key, item in value.items() for k, v in flatten(item, f"{prefix}.{key}" if prefix else key).items()
+        }
     if isinstance(value, list) and value and isinstance(value[0], dict):
         return {k: v for i, item in enumerate(value) for k, v in flatten(item, f"{prefix}.{i}").items()}
     return {prefix: value}
@@ -148,7 +154,9 @@ def changed_keys(old: dict, new: dict) -> set[str]:
 
 def test_descriptive_keys_follow_the_script_and_provider_only_keys_the_queued_resource_settings(dev):
     base = props_for(dev)
-    other_script = props_for(dev, script("#!/bin/bash\necho version 2\n", bundle_sha256="c" * 64, requirements_sha256="d" * 64))
+    other_script = props_for(
+        dev, script("#!/bin/bash\necho version 2\n", bundle_sha256="c" * 64, requirements_sha256="d" * 64)
+    )
     other_training = props_for(dev.model_copy(update={"training": dev.training.model_copy(update={"seed": 7})}))
     other_run = props_for(dev.model_copy(update={"run_name": "second"}))
     describing = changed_keys(base, other_script) | changed_keys(base, other_training) | changed_keys(base, other_run)
@@ -167,7 +175,9 @@ def test_the_key_tuples_partition_the_properties():
     groups = [keys_of(kind) for kind in Kind]
     assert sum(len(group) for group in groups) == len(engine_names)
     assert set().union(*groups) == set(engine_names)
-    assert (REPLACE_KEYS, UPDATE_IN_PLACE_KEYS, OUTPUT_KEYS) == tuple(keys_of(k) for k in (Kind.REPLACE, Kind.UPDATE_IN_PLACE, Kind.OUTPUT))
+    assert (REPLACE_KEYS, UPDATE_IN_PLACE_KEYS, OUTPUT_KEYS) == tuple(
+        keys_of(k) for k in (Kind.REPLACE, Kind.UPDATE_IN_PLACE, Kind.OUTPUT)
+    )
     assert INPUT_KEYS == keys_of(Kind.REPLACE, Kind.UPDATE_IN_PLACE, Kind.DESCRIPTIVE, Kind.PROVIDER_ONLY)
     # The outputs the resource class declares are the OUTPUT fields.
     from infra.queued_resource import QueuedResource
@@ -190,13 +200,19 @@ def test_props_of_a_stack_carry_every_input_it_sets_and_no_outputs(dev, props):
     single = props_for(dev.model_copy(update={"slices": 1}))
     assert single["nodeId"] == "multislice-dev" and "nodeIdPrefix" not in single
     assert node_ids(single) == ["multislice-dev"]
-    queued = props_for(dev.model_copy(update={"queued_resource": dev.queued_resource.model_copy(update={"valid_until": 7200})}))
+    queued = props_for(
+        dev.model_copy(update={"queued_resource": dev.queued_resource.model_copy(update={"valid_until": 7200})})
+    )
     assert queued["validUntilSeconds"] == 7200
 
 
 def test_to_props_leaves_out_unset_optionals_and_outputs(props):
     inputs = QueuedResourceInputs(
-        **{f.name: props[f.metadata["key"]] for f in dataclasses.fields(QueuedResourceInputs) if f.metadata["key"] in props},
+        **{
+            f.name: props[f.metadata["key"]]
+            for f in dataclasses.fields(QueuedResourceInputs)
+            if f.metadata["key"] in props
+        },
         state="ACTIVE",
         ready=True,
     )
@@ -217,7 +233,9 @@ def test_reservation_path_names_the_reservation_or_any_in_the_zone(dev):
     assert reservation_path(dev) is None
     reserved = dev.model_copy(update={"capacity": "reserved", "reservation_name": None})
     assert reservation_path(reserved) == "projects/acme-ml-dev/locations/us-central2-b/reservations/-"
-    full = dev.model_copy(update={"capacity": "reserved", "reservation_name": "folders/7/locations/us-central2-b/reservations/r"})
+    full = dev.model_copy(
+        update={"capacity": "reserved", "reservation_name": "folders/7/locations/us-central2-b/reservations/r"}
+    )
     assert reservation_path(full) == "folders/7/locations/us-central2-b/reservations/r"
 
 

@@ -19,8 +19,12 @@ NEWS = {"metadata": {"startup-script": "v2"}, "labels": {"managed-by": "pulumi"}
 def live_nodes(count: int, props=OLDS) -> dict[str, tpu_v2.Node]:
     return {
         f"n-{i}": tpu_v2.Node(
-            name=f"projects/p/locations/z/nodes/n-{i}", state="READY", health="HEALTHY",
-            metadata=dict(props["metadata"]), labels=dict(props["labels"]), tags=list(props["tags"]),
+            name=f"projects/p/locations/z/nodes/n-{i}",
+            state="READY",
+            health="HEALTHY",
+            metadata=dict(props["metadata"]),
+            labels=dict(props["labels"]),
+            tags=list(props["tags"]),
         )
         for i in range(count)
     }
@@ -50,8 +54,16 @@ class Recorder:
 def run(live, ids, update, *, concurrency=4, remaining=lambda: 100.0, is_fatal=lambda e: False):
     lines: list[str] = []
     result = update_nodes(
-        live, ids, OLDS, NEWS, update=update, concurrency=concurrency, remaining=remaining,
-        is_fatal=is_fatal, describe=lambda e: f"{type(e).__name__}: {e}", say=lines.append,
+        live,
+        ids,
+        OLDS,
+        NEWS,
+        update=update,
+        concurrency=concurrency,
+        remaining=remaining,
+        is_fatal=is_fatal,
+        describe=lambda e: f"{type(e).__name__}: {e}",
+        say=lines.append,
     )
     return result, lines
 
@@ -90,8 +102,9 @@ def test_an_error_every_node_would_get_stops_starting_new_ones():
 
 def test_nothing_is_started_after_the_deadline():
     budget = iter([5.0, 5.0, 0.0])
-    result, _ = run(live_nodes(10), [f"n-{i}" for i in range(10)], Recorder(), concurrency=1,
-                    remaining=lambda: next(budget, 0.0))
+    result, _ = run(
+        live_nodes(10), [f"n-{i}" for i in range(10)], Recorder(), concurrency=1, remaining=lambda: next(budget, 0.0)
+    )
     assert len(result.updated) == 2
     assert set(result.failed.values()) == {"not started: the deadline passed first"} and len(result.failed) == 8
     assert result.pending == [f"n-{i}" for i in range(2, 10)]  # in node order, not string order

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from infra.queued_resource.polling import Deadline, PollSchedule, Polled, duration_text, poll_until
+from infra.queued_resource.polling import Deadline, Polled, PollSchedule, duration_text, poll_until
 from tests.fakes.clock import FakeClock, clock  # noqa: F401 (clock: fixture)
 
 
@@ -56,7 +56,9 @@ def test_it_returns_the_first_done_observation(clock):
 
 def test_a_zero_timeout_still_observes_once(clock):
     observe = Observations(clock, "ACCEPTED")
-    assert poll_until(observe, done=lambda s: False, timeout=0, schedule=PollSchedule(1, 4)) == Polled("ACCEPTED", False, 0)
+    assert poll_until(observe, done=lambda s: False, timeout=0, schedule=PollSchedule(1, 4)) == Polled(
+        "ACCEPTED", False, 0
+    )
 
 
 def test_progress_is_stated_on_each_new_state_and_again_after_report_every(clock):

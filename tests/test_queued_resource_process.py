@@ -43,7 +43,9 @@ def test_a_refresh_does_import_the_client_and_is_refused_the_network(active, pro
     # The watcher sees what it must: read calls the TPU API, so the client gets imported and
     # its connection attempts are refused (and recorded) by the audit hook.
     _, id_, outs = active
-    with provider_process(MULTISLICE_TPU_RETRY_DEADLINE_SECONDS="1", MULTISLICE_TPU_RETRY_INITIAL_SECONDS="0.1") as process:
+    with provider_process(
+        MULTISLICE_TPU_RETRY_DEADLINE_SECONDS="1", MULTISLICE_TPU_RETRY_INITIAL_SECONDS="0.1"
+    ) as process:
         error = process.read(id_, outs)
         record = process.stop()
     assert error

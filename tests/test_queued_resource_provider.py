@@ -38,7 +38,6 @@ from tests.fakes.queued_resource import (  # noqa: F401 (access_token, active, d
 )
 from tests.fakes.tpu_api import FakeTpuApi
 
-
 # create ---------------------------------------------------------------------------------------
 
 
@@ -81,8 +80,13 @@ def test_create_reaches_active_with_the_whole_node_spec(fake, props):
 
 
 def test_single_slice_uses_node_id_and_reserved_capacity_a_reservation_path(fake, props):
-    single = {**props, "slices": 1, "nodeId": "multislice-dev", "capacity": "reserved",
-              "reservationName": "projects/acme-ml-dev/locations/us-central2-b/reservations/acme-v4"}
+    single = {
+        **props,
+        "slices": 1,
+        "nodeId": "multislice-dev",
+        "capacity": "reserved",
+        "reservationName": "projects/acme-ml-dev/locations/us-central2-b/reservations/acme-v4",
+    }
     del single["nodeIdPrefix"]
     result = provider_for(fake).create(single)
     body = create_body(fake)
@@ -124,8 +128,11 @@ def test_wait_past_timeout_keeps_the_qr_recorded_and_resumes_on_next_up(fake, pr
 
 
 def test_failed_with_some_slices_active_is_deleted_and_explained(fake, props):
-    fake.fail_after(["CREATING", "WAITING_FOR_RESOURCES", "PROVISIONING"], active_slices=1,
-                    message="Insufficient capacity for slice 1 in us-central2-b")
+    fake.fail_after(
+        ["CREATING", "WAITING_FOR_RESOURCES", "PROVISIONING"],
+        active_slices=1,
+        message="Insufficient capacity for slice 1 in us-central2-b",
+    )
     with pytest.raises(QueuedResourceFailed) as err:
         provider_for(fake).create(props)
     text = str(err.value)
@@ -201,8 +208,14 @@ def test_labels_only_change_updates_nodes_without_reset(fake, active, props):
 
 @pytest.mark.parametrize(
     "key, value",
-    [("slices", 4), ("acceleratorType", "v4-16"), ("runtimeVersion", "v2-alpha-tpuv5"), ("capacity", "on-demand"),
-     ("network", "projects/acme-ml-dev/global/networks/other"), ("serviceAccount", "other@x.iam.gserviceaccount.com")],
+    [
+        ("slices", 4),
+        ("acceleratorType", "v4-16"),
+        ("runtimeVersion", "v2-alpha-tpuv5"),
+        ("capacity", "on-demand"),
+        ("network", "projects/acme-ml-dev/global/networks/other"),
+        ("serviceAccount", "other@x.iam.gserviceaccount.com"),
+    ],
 )
 def test_shape_or_capacity_change_means_replace_delete_first(active, props, key, value):
     provider, id_, outs = active
@@ -263,7 +276,9 @@ def test_read_reports_live_state_and_nodes(fake, active, props):
     assert result.id == id_
     assert result.outs["state"] == "ACTIVE"
     assert [(n["name"], n["state"], n["health"]) for n in result.outs["nodes"]] == [
-        ("multislice-dev-0", "READY", "HEALTHY"), ("multislice-dev-1", "READY", "HEALTHY")]
+        ("multislice-dev-0", "READY", "HEALTHY"),
+        ("multislice-dev-1", "READY", "HEALTHY"),
+    ]
 
 
 def test_refresh_after_failure_leads_to_replacement(fake, active, props):
@@ -374,9 +389,13 @@ def test_a_provider_pickled_by_an_existing_stack_still_updates_and_deletes(fake,
     restored = dill.loads(base64.b64decode(PICKLED_BEFORE_THE_PACKAGE))
     assert type(restored) is QueuedResourceProvider
     # The stack's provider reads its settings from the environment (all fields are None).
-    for name, value in [("MULTISLICE_TPU_API_ENDPOINT", fake.endpoint), ("MULTISLICE_TPU_POLL_SECONDS", "0.005"),
-                        ("MULTISLICE_TPU_MAX_POLL_SECONDS", "0.01"), ("MULTISLICE_TPU_RETRY_INITIAL_SECONDS", "0.005"),
-                        ("MULTISLICE_TPU_RETRY_DEADLINE_SECONDS", "1")]:
+    for name, value in [
+        ("MULTISLICE_TPU_API_ENDPOINT", fake.endpoint),
+        ("MULTISLICE_TPU_POLL_SECONDS", "0.005"),
+        ("MULTISLICE_TPU_MAX_POLL_SECONDS", "0.01"),
+        ("MULTISLICE_TPU_RETRY_INITIAL_SECONDS", "0.005"),
+        ("MULTISLICE_TPU_RETRY_DEADLINE_SECONDS", "1"),
+    ]:
         monkeypatch.setenv(name, value)
     restored.progress = lambda _line: None
     outs = provider_for(fake).create(props).outs
@@ -386,7 +405,12 @@ def test_a_provider_pickled_by_an_existing_stack_still_updates_and_deletes(fake,
     assert updated["nodesInSync"] is True
     restored.delete(qr_name(props), updated)
     assert qr_name(props) not in fake.queued_resources
-    assert fake.rpcs(include_reads=False) == ["CreateQueuedResource", "UpdateNode", "UpdateNode", "DeleteQueuedResource"]
+    assert fake.rpcs(include_reads=False) == [
+        "CreateQueuedResource",
+        "UpdateNode",
+        "UpdateNode",
+        "DeleteQueuedResource",
+    ]
 
 
 # the fake itself -------------------------------------------------------------------------------------
@@ -398,12 +422,20 @@ def test_fake_rejects_fields_the_api_does_not_have_and_lists_with_the_real_clien
     from google.auth.credentials import AnonymousCredentials
 
     url = f"{fake.endpoint}/v2/projects/p/locations/z/queuedResources?queuedResourceId=q"
-    response = requests.post(url, json={"tpu": {"nodeSpec": [{"parent": "projects/p/locations/z", "nodeId": "n",
-                                                               "node": {"acceleratorTyp": "v4-8"}}]}}, timeout=5)
+    response = requests.post(
+        url,
+        json={
+            "tpu": {
+                "nodeSpec": [{"parent": "projects/p/locations/z", "nodeId": "n", "node": {"acceleratorTyp": "v4-8"}}]
+            }
+        },
+        timeout=5,
+    )
     assert response.status_code == 400 and "acceleratorTyp" in response.json()["error"]["message"]
 
     provider_for(fake).create(props)
-    client = tpu_v2.TpuClient(transport="rest", credentials=AnonymousCredentials(),
-                              client_options=ClientOptions(api_endpoint=fake.endpoint))
+    client = tpu_v2.TpuClient(
+        transport="rest", credentials=AnonymousCredentials(), client_options=ClientOptions(api_endpoint=fake.endpoint)
+    )
     listed = list(client.list_queued_resources(parent="projects/acme-ml-dev/locations/us-central2-b"))
     assert [q.name for q in listed] == [qr_name(props)]

@@ -19,8 +19,8 @@ from infra import startup
 from infra.__main__ import component_args
 from infra.components import release
 from infra.config import load_stack
-from infra.startup.contract import RUN_DIR_KEY, STARTUP_SCRIPT_KEY
 from infra.queued_resource.nodes import node_in_sync
+from infra.startup.contract import RUN_DIR_KEY, STARTUP_SCRIPT_KEY
 from tests.fakes.queued_resource import dev, fake, no_ambient_credentials, props_for, provider_for, qr_name  # noqa: F401 (fixtures)
 from tests.fakes.startup_vm import TPU_ENV, Vm, gcs, prefixed  # noqa: F401 (fixtures)
 
@@ -120,7 +120,10 @@ def test_a_recreated_node_runs_the_current_release(tmp_path, fake, gcs, dev_with
     assert result.returncode == 0, result.stdout
     lines = prefixed(result.stdout)
     current = second.release_id
-    assert f"release: running release {current[:12]} (verified) instead of the embedded {rendered.release_id[:12]}" in lines
+    assert (
+        f"release: running release {current[:12]} (verified) instead of the embedded {rendered.release_id[:12]}"
+        in lines
+    )
     assert vm.attempts == 1
     argv = vm.argv(1)
     config_path = vm.home / "releases" / current / "config.json"

@@ -56,10 +56,20 @@ def write_marker(gcs_server, run_dir: str, record: dict) -> None:
 def vm_releases(fake: FakeTpuApi, name: str) -> None:
     """Worker 0 of slice 0 after its trainer exited 0: the release's own script."""
     with MetadataServer({RELEASE_KEY: name}) as metadata:
-        env = {"PATH": os.environ["PATH"], "GCE_METADATA_IP": metadata.address, "MULTISLICE_TPU_API_ENDPOINT": fake.endpoint,
-               "MULTISLICE_SLICE": "0", "MULTISLICE_WORKER": "0"}
-        result = subprocess.run(["bash", str(ROOT / "infra" / "startup" / startup.RELEASE_RESOURCE)], env=env, capture_output=True,
-                                text=True, timeout=60)
+        env = {
+            "PATH": os.environ["PATH"],
+            "GCE_METADATA_IP": metadata.address,
+            "MULTISLICE_TPU_API_ENDPOINT": fake.endpoint,
+            "MULTISLICE_SLICE": "0",
+            "MULTISLICE_WORKER": "0",
+        }
+        result = subprocess.run(
+            ["bash", str(ROOT / "infra" / "startup" / startup.RELEASE_RESOURCE)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     assert "capacity: released:" in result.stdout, result.stdout + result.stderr
     assert name not in fake.queued_resources
 
@@ -77,7 +87,11 @@ def test_complete_and_deleted_by_the_vm_is_converged_until_steps_grow(world, gcs
     assert refreshed.outs["released"] is True and refreshed.outs["completedStep"] == steps
     assert refreshed.outs["ready"] is True and refreshed.outs["nodes"] == []
     message = refreshed.outs["statusMessage"]
-    assert f"completed at step {steps}" in message and "multislice:training.steps" in message and props["runDir"] in message
+    assert (
+        f"completed at step {steps}" in message
+        and "multislice:training.steps" in message
+        and props["runDir"] in message
+    )
     diff = provider.diff(name, refreshed.outs, props)
     assert diff.changes is False and diff.replaces == []  # `pulumi up` is a no-op
     assert fake.rpcs(include_reads=False) == []
@@ -145,7 +159,9 @@ def test_unreadable_completion_falls_back_to_gone_and_says_why(world, monkeypatc
 
 def test_marker_url_and_record_parsing():
     env = {"STORAGE_EMULATOR_HOST": "127.0.0.1:4443"}
-    assert marker_url("gs://b/runs/dev", env) == "http://127.0.0.1:4443/storage/v1/b/b/o/runs%2Fdev%2FCOMPLETE?alt=media"
+    assert (
+        marker_url("gs://b/runs/dev", env) == "http://127.0.0.1:4443/storage/v1/b/b/o/runs%2Fdev%2FCOMPLETE?alt=media"
+    )
     assert marker_url("gs://b", {}) == "https://storage.googleapis.com/storage/v1/b/b/o/COMPLETE?alt=media"
     with pytest.raises(ValueError, match="not a gs://bucket/path"):
         marker_url("/tmp/run", env)

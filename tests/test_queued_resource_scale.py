@@ -102,14 +102,20 @@ def test_every_node_updates_in_place_through_429_and_5xx_storms(big, dev):
     # part-way update (the next test), not what this test measures. The backoff starts at 5 ms,
     # so the longer deadline costs nothing when the machine is quiet.
     provider = provider_for(fake, lines, retry_deadline_seconds=30.0)
-    fake.flaky(0.2, ("RESOURCE_EXHAUSTED", "UNAVAILABLE", "INTERNAL"),
-               rpcs=("UpdateNode", "GetOperation", "ListNodes", "GetQueuedResource", "ResetQueuedResource"), seed=7)
+    fake.flaky(
+        0.2,
+        ("RESOURCE_EXHAUSTED", "UNAVAILABLE", "INTERNAL"),
+        rpcs=("UpdateNode", "GetOperation", "ListNodes", "GetQueuedResource", "ResetQueuedResource"),
+        seed=7,
+    )
     new = new_script(props256, dev)
     with measured(fake, "update 256 nodes' metadata, 20% of calls answered 429/500/503"):
         updated = provider.update(qr_name(props256), outs, new).outs
 
     assert updated["ready"] is True and updated["nodesInSync"] is True and updated["pendingNodeSync"] is False
-    assert all(fake.node(node_name(props256, i)).metadata["startup-script"] == "#!/bin/bash\necho v2\n" for i in range(SLICES))
+    assert all(
+        fake.node(node_name(props256, i)).metadata["startup-script"] == "#!/bin/bash\necho v2\n" for i in range(SLICES)
+    )
     assert fake.resets(qr_name(props256)) == 1
     counts = fake.counts()
     storms = sum(1 for c in fake.calls if c.status in (429, 500, 503))
@@ -185,7 +191,9 @@ def test_a_reset_refused_part_way_is_done_by_the_next_up(big, dev):
 
 def test_a_256_slice_qr_that_fails_part_way_is_deleted_with_a_short_message(dev):
     with FakeTpuApi() as fake:
-        fake.fail_after(["CREATING", "PROVISIONING"], active_slices=200, message="Insufficient capacity in us-central2-b")
+        fake.fail_after(
+            ["CREATING", "PROVISIONING"], active_slices=200, message="Insufficient capacity in us-central2-b"
+        )
         with pytest.raises(QueuedResourceFailed) as err:
             provider_for(fake).create({**props_for(dev), "slices": SLICES})
         text = str(err.value)

@@ -127,7 +127,7 @@ def test_training_table_defaults_are_the_models():
         if len(cells) == 1:
             cells = cells * len(paths)
         assert len(cells) == len(paths), row
-        for path, cell in zip(paths, cells):
+        for path, cell in zip(paths, cells, strict=True):
             expected = _shown(defaults[path])
             if expected is None:
                 continue  # e.g. d_ff: null means 4·d_model
@@ -169,6 +169,16 @@ def test_ci_fails_on_a_stale_lock_before_testing():
     assert check < tests
     # `set -e` stops the script when the check fails; the check itself exits non-zero.
     assert "set -euo pipefail" in lines and "|| {" in lines[check] and lines[check].endswith("exit 1; }")
+
+
+def test_ci_runs_the_linters_the_readme_names():
+    section = README.split("## Development: linters and type checker", 1)[1].split("\n## ", 1)[0]
+    assert "```bash\n.ci/lint\n```" in section
+    ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
+    assert ".ci/lint || lint_status=$?" in ci and ci[-1] == 'exit "$lint_status"'
+    lint = (ROOT / ".ci" / "lint").read_text()
+    for tool in ("ruff check .", "ruff format --check .", "basedpyright", "shellcheck"):
+        assert f"run --frozen {tool}" in lint and f"`{tool}" in section, tool
 
 
 def test_readme_states_the_minimum_pulumi_cli():
@@ -219,8 +229,12 @@ def test_docs_pages_the_code_cites_exist_with_their_sections():
     # `docs/<page>.md` (optionally followed by `, "Section"`) in code, tests and README.
     cited = re.compile(r'docs/([a-z0-9-]+\.md)(?:,\s+"([^"]+)")?')
     seen = []
-    paths = [ROOT / "README.md"] + [p for folder in ("infra", "training", "tests", "benchmarks", "docs")
-                                    for p in (ROOT / folder).rglob("*") if p.suffix in (".py", ".in", ".md", ".sh")]
+    paths = [ROOT / "README.md"] + [
+        p
+        for folder in ("infra", "training", "tests", "benchmarks", "docs")
+        for p in (ROOT / folder).rglob("*")
+        if p.suffix in (".py", ".in", ".md", ".sh")
+    ]
     for path in (p for p in paths if p.name != "test_readme.py"):  # this file's patterns are no citations
         for page, section in cited.findall(path.read_text(encoding="utf-8")):
             doc = ROOT / "docs" / page
@@ -237,8 +251,12 @@ def test_docs_pages_the_code_cites_exist_with_their_sections():
 
 def test_source_paths_the_readme_and_docs_cite_exist():
     # A module or template moved (infra/startup/, infra/components/, ...) is cited by its new path.
-    cited = re.compile(r"\b((?:infra|training|tests|benchmarks)/[A-Za-z0-9_/.-]*?(?:\.py|\.sh\.in|\.sh|/))(?![A-Za-z0-9_.-])")
-    texts = {"README.md": README} | {f"docs/{doc.name}": doc.read_text(encoding="utf-8") for doc in (ROOT / "docs").glob("*.md")}
+    cited = re.compile(
+        r"\b((?:infra|training|tests|benchmarks)/[A-Za-z0-9_/.-]*?(?:\.py|\.sh\.in|\.sh|/))(?![A-Za-z0-9_.-])"
+    )
+    texts = {"README.md": README} | {
+        f"docs/{doc.name}": doc.read_text(encoding="utf-8") for doc in (ROOT / "docs").glob("*.md")
+    }
     found = [(name, path) for name, text in texts.items() for path in cited.findall(text)]
     assert len(found) > 20  # the pattern still matches what the pages cite
     assert [(name, path) for name, path in found if not (ROOT / path).exists()] == []
@@ -249,6 +267,8 @@ def test_every_local_up_option_is_in_the_readme_table():
     listed = set(re.findall(r"│ (--[a-z][a-z-]*)", help_text)) - {"--help"}
     assert {"--kill", "--preempt", "--fresh", "--stack"} <= listed  # the help was parsed
     section = README.split("## The local emulation", 1)[1].split("\n## ", 1)[0]
-    documented = {option for table in tables(section) for row in table for option in re.findall(r"`(--[a-z][a-z-]*)", row[0])}
+    documented = {
+        option for table in tables(section) for row in table for option in re.findall(r"`(--[a-z][a-z-]*)", row[0])
+    }
     assert listed - documented == set(), "options `local up --help` lists that the README's table omits"
     assert documented - listed == set(), "options the README's table names that `local up` does not have"

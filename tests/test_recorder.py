@@ -55,13 +55,15 @@ def test_each_step_gets_its_rates_and_the_first_says_it_includes_compilation(par
     records = read_records(run, "metrics")
     flops_per_token = model.flops_per_token(CFG.model, CFG.sequence_length)
     tokens = CFG.global_batch_size * CFG.sequence_length
-    for step, record in zip((1, 2, 3), records):  # rates are rounded to 6 significant digits
+    for step, record in zip((1, 2, 3), records, strict=True):  # rates are rounded to 6 significant digits
         step_time = TIMES[step] - TIMES[step - 1]
         assert record["loss"] == LOSSES[step][0] and record["grad_norm"] == LOSSES[step][1]
         assert record["learning_rate"] == pytest.approx(0.001 * (step - 1))
         assert record["step_time_s"] == pytest.approx(step_time, rel=1e-5)
         assert record["tokens_per_s"] == pytest.approx(tokens / step_time, rel=1e-5)
-        assert record["tflops_per_device"] == pytest.approx(flops_per_token * tokens / step_time / DEVICES / 1e12, rel=1e-5)
+        assert record["tflops_per_device"] == pytest.approx(
+            flops_per_token * tokens / step_time / DEVICES / 1e12, rel=1e-5
+        )
     assert records[0]["includes_compile"] is True
     assert records[0]["compile_cache_hits"] == compile_cache.stats().hits
     assert all("includes_compile" not in r and "compile_cache_hits" not in r for r in records[1:])
@@ -79,7 +81,12 @@ def test_eval_records_the_mean_loss_and_its_time_which_the_next_step_excludes(pa
         log.close()
     eval_record, step_record = read_records(run, "metrics")
     eval_s = TIMES[1] - TIMES[0]  # construction to the eval's record
-    assert eval_record == {"step": 4, "eval_loss": 2.75, "eval_s": eval_s, "time": pytest.approx(recorder.epoch + TIMES[1], abs=1e-3)}
+    assert eval_record == {
+        "step": 4,
+        "eval_loss": 2.75,
+        "eval_s": eval_s,
+        "time": pytest.approx(recorder.epoch + TIMES[1], abs=1e-3),
+    }
     assert step_record["step_time_s"] == pytest.approx(TIMES[2] - TIMES[1], rel=1e-5)  # not the eval's 0.5 s
     assert tensorboard_scalars(run, "eval/loss") == [(4, 2.75)]
 
@@ -93,7 +100,9 @@ def test_a_lap_is_the_time_since_the_last_record_and_is_not_a_steps_time(parts):
     records = read_records(run, "metrics")
     assert records[1]["step_time_s"] == pytest.approx(TIMES[3] - TIMES[2], rel=1e-5)
     # ``time`` is the record's wall-clock time: the clock's reading plus a fixed epoch offset.
-    assert [r["time"] for r in records] == pytest.approx([recorder.epoch + TIMES[1], recorder.epoch + TIMES[3]], abs=1e-3)
+    assert [r["time"] for r in records] == pytest.approx(
+        [recorder.epoch + TIMES[1], recorder.epoch + TIMES[3]], abs=1e-3
+    )
     assert abs(recorder.epoch + TIMES[0] - time.time()) < 3600  # seconds since the epoch, not of the clock
 
 

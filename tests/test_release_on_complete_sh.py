@@ -26,8 +26,11 @@ NAME = f"{PARENT}/queuedResources/multislice-dev"
 def _seed(fake: FakeTpuApi) -> None:
     node = tpu_v2.Node(accelerator_type="v4-8", runtime_version="tpu-ubuntu2204-base")
     spec = tpu_v2.QueuedResource.Tpu.NodeSpec(
-        parent=PARENT, node=node,
-        multislice_params=tpu_v2.QueuedResource.Tpu.NodeSpec.MultisliceParams(node_count=2, node_id_prefix="multislice-dev"),
+        parent=PARENT,
+        node=node,
+        multislice_params=tpu_v2.QueuedResource.Tpu.NodeSpec.MultisliceParams(
+            node_count=2, node_id_prefix="multislice-dev"
+        ),
     )
     fake.add_active(tpu_v2.QueuedResource(name=NAME, tpu=tpu_v2.QueuedResource.Tpu(node_spec=[spec])))
 
@@ -74,8 +77,13 @@ def test_worker_zero_of_slice_zero_force_deletes_the_named_queued_resource(fake)
 @pytest.mark.parametrize(("slice_", "worker"), [("0", "1"), ("1", "0")])
 def test_other_workers_leave_it_to_worker_zero(fake, slice_, worker):
     with MetadataServer({RELEASE_KEY: NAME}) as metadata:
-        env = {"PATH": os.environ["PATH"], "GCE_METADATA_IP": metadata.address, "MULTISLICE_TPU_API_ENDPOINT": fake.endpoint,
-               "MULTISLICE_SLICE": slice_, "MULTISLICE_WORKER": worker}
+        env = {
+            "PATH": os.environ["PATH"],
+            "GCE_METADATA_IP": metadata.address,
+            "MULTISLICE_TPU_API_ENDPOINT": fake.endpoint,
+            "MULTISLICE_SLICE": slice_,
+            "MULTISLICE_WORKER": worker,
+        }
         result = subprocess.run(["bash", str(SCRIPT)], env=env, capture_output=True, text=True, timeout=60)
         assert metadata.requests == []
     assert (result.returncode, result.stdout, result.stderr) == (0, "", "")
@@ -120,15 +128,21 @@ def test_retries_stop_at_the_deadline(fake):
 
 def test_a_malformed_name_is_refused_without_a_request(fake):
     lines = run(fake, {RELEASE_KEY: "projects/x/../../nodes/y"})
-    assert lines[-1].startswith("capacity: error: metadata key multislice-release-queued-resource is not a queued resource name")
+    assert lines[-1].startswith(
+        "capacity: error: metadata key multislice-release-queued-resource is not a queued resource name"
+    )
     assert deletes(fake) == []
 
 
 def test_the_booted_vm_releases_after_its_trainer_exits_0(tmp_path, script, gcs, fake):  # noqa: F811
     """The rendered startup script on worker 0 of slice 0: the (fake) trainer exits 0, the unit's
     ExecStopPost runs trainer.sh stopped, which deletes the QR named in the metadata."""
-    attributes = {"agent-worker-number": "0", "tpu-env": "MEGASCALE_SLICE_ID: '0'\n", "multislice-run-dir": RUN_DIR,
-                  RELEASE_KEY: NAME}
+    attributes = {
+        "agent-worker-number": "0",
+        "tpu-env": "MEGASCALE_SLICE_ID: '0'\n",
+        "multislice-run-dir": RUN_DIR,
+        RELEASE_KEY: NAME,
+    }
     vm = Vm(tmp_path, script.text, attributes, gcs)
     with vm.metadata:
         result = vm.run(MULTISLICE_TPU_API_ENDPOINT=fake.endpoint)
@@ -143,8 +157,12 @@ def test_the_booted_vm_releases_after_its_trainer_exits_0(tmp_path, script, gcs,
 
 
 def test_a_failing_trainer_never_releases(tmp_path, script, gcs, fake):  # noqa: F811
-    attributes = {"agent-worker-number": "0", "tpu-env": "MEGASCALE_SLICE_ID: '0'\n", "multislice-run-dir": RUN_DIR,
-                  RELEASE_KEY: NAME}
+    attributes = {
+        "agent-worker-number": "0",
+        "tpu-env": "MEGASCALE_SLICE_ID: '0'\n",
+        "multislice-run-dir": RUN_DIR,
+        RELEASE_KEY: NAME,
+    }
     vm = Vm(tmp_path, script.text, attributes, gcs)
     with vm.metadata:
         result = vm.run(MULTISLICE_TPU_API_ENDPOINT=fake.endpoint, FAKE_MODE="config-error")

@@ -12,15 +12,17 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from infra.startup.bundle import build_bundle
 from infra.cli import app
 from infra.review_diff import DiffError, config_changes, diff_stack
+from infra.startup.bundle import build_bundle
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True, timeout=60).stdout
+    return subprocess.run(
+        ["git", "-C", str(repo), *args], check=True, capture_output=True, text=True, timeout=60
+    ).stdout
 
 
 @pytest.fixture
@@ -49,7 +51,9 @@ def test_a_one_line_trainer_change_updates_in_place(repo, monkeypatch):
     assert before != after
 
     monkeypatch.setenv("MULTISLICE_STACKS_DIR", str(repo / "stacks"))
-    result = CliRunner().invoke(app, ["diff", "--stack", "dev", "--against", "HEAD"], env={"COLUMNS": "250"}, color=False)
+    result = CliRunner().invoke(
+        app, ["diff", "--stack", "dev", "--against", "HEAD"], env={"COLUMNS": "250"}, color=False
+    )
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     assert "config: unchanged" in lines

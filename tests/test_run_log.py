@@ -62,7 +62,10 @@ def test_only_the_writer_writes(run_dir):
 
 
 def test_lines_that_are_not_records_are_skipped():
-    assert parse_records(b'{"step": 1}\n{"step": 2, "lo\n\xff\xfe\n[1, 2]\n\n{"step": 3}\n') == [{"step": 1}, {"step": 3}]
+    assert parse_records(b'{"step": 1}\n{"step": 2, "lo\n\xff\xfe\n[1, 2]\n\n{"step": 3}\n') == [
+        {"step": 1},
+        {"step": 3},
+    ]
 
 
 def tensorboard_scalars(run_dir: RunDir, tag: str) -> list[tuple[int, float]]:

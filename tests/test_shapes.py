@@ -47,7 +47,10 @@ def test_shapes_are_the_models(cfg):
 @pytest.mark.parametrize("cfg", CONFIGS[:2], ids=["default", "small"])
 def test_flat_params_are_the_tree_paths(cfg):
     abstract = jax.eval_shape(lambda: model.init_params(cfg, jax.random.key(0)))
-    from_jax = {"/".join(str(k.key) for k in path): tuple(leaf.shape) for path, leaf in jax.tree_util.tree_leaves_with_path(abstract)}
+    from_jax = {
+        "/".join(str(k.key) for k in path): tuple(leaf.shape)
+        for path, leaf in jax.tree_util.tree_leaves_with_path(abstract)
+    }
     assert {path: p.shape for path, p in shapes.flat_params(cfg).items()} == from_jax
 
 
@@ -55,7 +58,9 @@ def test_logical_axes_come_from_shapes_and_every_axis_has_a_rule():
     cfg = CONFIGS[1]
     axes = model.logical_axes(cfg)
     is_axes = lambda x: isinstance(x, tuple)  # noqa: E731
-    assert jax.tree.leaves(axes, is_leaf=is_axes) == [p.axes for p in jax.tree.leaves(shapes.params(cfg), is_leaf=_is_param)]
+    assert jax.tree.leaves(axes, is_leaf=is_axes) == [
+        p.axes for p in jax.tree.leaves(shapes.params(cfg), is_leaf=_is_param)
+    ]
     used = {name for p in shapes.flat_params(cfg).values() for name in p.axes}
     assert used <= set(shapes.LOGICAL_AXIS_RULES)
     # The trainer shards by the very rules the planner reads.
@@ -63,6 +68,11 @@ def test_logical_axes_come_from_shapes_and_every_axis_has_a_rule():
 
 
 def test_shapes_import_no_jax():
-    code = "import sys, training.shapes; print(sorted(m for m in sys.modules if m.split('.')[0] in ('jax', 'jaxlib', 'numpy')))"
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True, timeout=120)
+    code = (
+        "import sys, training.shapes; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('jax', 'jaxlib', 'numpy')))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True, timeout=120
+    )
     assert out.stdout.strip() == "[]"

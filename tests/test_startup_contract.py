@@ -38,12 +38,15 @@ def test_every_environment_name_a_template_uses_is_declared_and_each_declared_on
     assert spelled == declared
 
 
-@pytest.mark.parametrize(("name", "default", "template"), [
-    (contract.STORAGE_ENDPOINT_ENV, contract.DEFAULT_STORAGE_ENDPOINT, script.BOOT_RESOURCE),
-    (contract.METADATA_HOST_ENV, contract.DEFAULT_METADATA_HOST, script.RELEASE_RESOURCE),
-    (contract.TPU_API_ENDPOINT_ENV, contract.DEFAULT_TPU_API_ENDPOINT, script.RELEASE_RESOURCE),
-    (contract.METADATA_HOST_ENV, "@@DEFAULT_METADATA_HOST@@", script.BOOT_RESOURCE),  # filled from the contract
-])
+@pytest.mark.parametrize(
+    ("name", "default", "template"),
+    [
+        (contract.STORAGE_ENDPOINT_ENV, contract.DEFAULT_STORAGE_ENDPOINT, script.BOOT_RESOURCE),
+        (contract.METADATA_HOST_ENV, contract.DEFAULT_METADATA_HOST, script.RELEASE_RESOURCE),
+        (contract.TPU_API_ENDPOINT_ENV, contract.DEFAULT_TPU_API_ENDPOINT, script.RELEASE_RESOURCE),
+        (contract.METADATA_HOST_ENV, "@@DEFAULT_METADATA_HOST@@", script.BOOT_RESOURCE),  # filled from the contract
+    ],
+)
 def test_endpoint_defaults_are_the_contracts(name, default, template):
     assert f"${{{name}:-{default}}}" in template_text(template)
 
@@ -102,10 +105,13 @@ def _literals(path: Path) -> set[str]:
         id(node.body[0].value)
         for node in ast.walk(tree)
         if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
-        and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
     }
     return {
-        node.value for node in ast.walk(tree)
+        node.value
+        for node in ast.walk(tree)
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
     }
 

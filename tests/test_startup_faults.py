@@ -47,7 +47,10 @@ def test_a_garbled_value_is_read_again_not_used(vm):
     # Before the identity is known, lines say so; every later one has it (from the second answers).
     first, second, rest = result.stdout.split("\n", 2)
     assert first == "[slice ? worker ?] metadata key agent-worker-number: malformed value '2 2'; retry 1/5 in 0.01s"
-    assert second == "[slice ? worker ?] metadata key tpu-env: malformed value 'MEGASCALE_SLICE_ID: '1x''; retry 1/5 in 0.01s"
+    assert (
+        second
+        == "[slice ? worker ?] metadata key tpu-env: malformed value 'MEGASCALE_SLICE_ID: '1x''; retry 1/5 in 0.01s"
+    )
     prefixed(rest)
     assert vm.environ(1)["MULTISLICE_WORKER"] == "2" and vm.environ(1)["MULTISLICE_SLICE"] == "1"
 
@@ -58,7 +61,10 @@ def test_a_worker_number_that_stays_wrong_stops_the_boot(tmp_path, script, gcs):
         result = machine.run()
     assert result.returncode == 1
     last = result.stdout.splitlines()[-2:]
-    assert f"[slice ? worker ?] error: metadata key agent-worker-number: malformed value 'two' after {startup.ATTEMPTS} attempts" in last
+    assert (
+        f"[slice ? worker ?] error: metadata key agent-worker-number: "
+        f"malformed value 'two' after {startup.ATTEMPTS} attempts" in last
+    )
     assert len([r for r in machine.metadata.requests if r.endswith("agent-worker-number")]) == startup.ATTEMPTS
     assert_nothing_started(machine)
 
@@ -68,12 +74,20 @@ def test_a_run_dir_that_is_not_a_run_dir_stops_the_boot(tmp_path, script, gcs):
     with machine.metadata:
         result = machine.run()
     assert result.returncode == 1
-    assert "error: metadata key multislice-run-dir: malformed value 'gs://Not A Bucket/x' after 6 attempts" in result.stdout
+    assert (
+        "error: metadata key multislice-run-dir: malformed value 'gs://Not A Bucket/x' after 6 attempts"
+        in result.stdout
+    )
     assert_nothing_started(machine)
 
 
 def test_a_slice_id_that_is_not_a_number_stops_the_boot(tmp_path, script, gcs):
-    machine = Vm(tmp_path, script.text, {"agent-worker-number": "0", "tpu-env": "MEGASCALE_SLICE_ID: 'one'\n", "multislice-run-dir": RUN_DIR}, gcs)
+    machine = Vm(
+        tmp_path,
+        script.text,
+        {"agent-worker-number": "0", "tpu-env": "MEGASCALE_SLICE_ID: 'one'\n", "multislice-run-dir": RUN_DIR},
+        gcs,
+    )
     with machine.metadata:
         result = machine.run()
     assert result.returncode == 1
@@ -124,7 +138,10 @@ def test_environment_builds_once_and_is_reused(vm, script):
     env = vm.environ(1)
     assert "UV_PYTHON_INSTALL_DIR" not in env and "UV_CACHE_DIR" not in env
     assert [p.name for p in (vm.home / "envs").iterdir()] == [sha]
-    assert f"environment: building envs/{sha[:12]} (Python {read_python_version(ROOT)}, uv {lockfile.pinned_uv(ROOT).version}), attempt 1/4" in lines
+    assert (
+        f"environment: building envs/{sha[:12]} (Python {read_python_version(ROOT)}, "
+        f"uv {lockfile.pinned_uv(ROOT).version}), attempt 1/4" in lines
+    )
 
     again = vm.run(use_fake_python=False)
     assert again.returncode == 0, again.stdout
@@ -157,7 +174,10 @@ def test_an_install_that_always_fails_is_bounded(vm):
     assert result.returncode == 1
     lines = prefixed(result.stdout)
     assert (vm.fake_dir / "pip-runs").read_text().strip() == str(startup.BUILD_ATTEMPTS)
-    assert lines[-1] == f"error: environment: the build failed {startup.BUILD_ATTEMPTS} times (last status 1); see the lines above"
+    assert (
+        lines[-1]
+        == f"error: environment: the build failed {startup.BUILD_ATTEMPTS} times (last status 1); see the lines above"
+    )
     assert_nothing_started(vm)
     assert os.listdir(vm.home / "envs") == []  # nothing half-written is left to be used
 

@@ -27,7 +27,13 @@ def gcs():
 
 
 def record(stack: str, release_id: str, run_dir: str, payload: str | None = None) -> bytes:
-    body = {"format": 1, "payload": payload or startup.release_object(stack, release_id), "release": release_id, "runDir": run_dir, "stack": stack}
+    body = {
+        "format": 1,
+        "payload": payload or startup.release_object(stack, release_id),
+        "release": release_id,
+        "runDir": run_dir,
+        "stack": stack,
+    }
     return json.dumps(body).encode()
 
 
@@ -35,7 +41,10 @@ def test_no_record_runs_the_embedded_release(vm, script):
     result = vm.run()
     assert result.returncode == 0, result.stdout
     lines = prefixed(result.stdout)
-    assert f"release: {script.release_id[:12]} (the embedded one: no release record at gs://{BUCKET}/multislice/dev/release.json)" in lines
+    assert (
+        f"release: {script.release_id[:12]} (the embedded one: no release record at gs://{BUCKET}/multislice/dev/release.json)"
+        in lines
+    )
     assert vm.attempts == 1
 
 
@@ -43,7 +52,10 @@ def test_a_record_of_this_release_runs_it(vm, gcs, script):
     gcs.put(BUCKET, startup.record_object("dev"), record("dev", script.release_id, RUN_DIR))
     result = vm.run()
     assert result.returncode == 0, result.stdout
-    assert f"release: {script.release_id[:12]} is the current release (gs://{BUCKET}/multislice/dev/release.json)" in prefixed(result.stdout)
+    assert (
+        f"release: {script.release_id[:12]} is the current release (gs://{BUCKET}/multislice/dev/release.json)"
+        in prefixed(result.stdout)
+    )
     assert vm.attempts == 1
 
 
@@ -63,7 +75,10 @@ def test_a_missing_payload_stops_the_boot(vm, gcs):
     other = hashlib.sha256(b"another release").hexdigest()
     gcs.put(BUCKET, startup.record_object("dev"), record("dev", other, RUN_DIR))
     result = vm.run()
-    assert any("cannot be fetched; not starting the older embedded trainer beside updated slices" in line for line in prefixed(result.stdout))
+    assert any(
+        "cannot be fetched; not starting the older embedded trainer beside updated slices" in line
+        for line in prefixed(result.stdout)
+    )
     assert vm.attempts == 0
 
 
@@ -71,6 +86,8 @@ def test_a_malformed_record_runs_the_embedded_release_with_a_warning(vm, gcs, sc
     gcs.put(BUCKET, startup.record_object("dev"), b"<html>not json</html>")
     result = vm.run()
     assert result.returncode == 0, result.stdout
-    assert any(line.startswith("warning: release record ") and "is malformed" in line for line in prefixed(result.stdout))
+    assert any(
+        line.startswith("warning: release record ") and "is malformed" in line for line in prefixed(result.stdout)
+    )
     assert vm.attempts == 1
     assert (vm.fake_dir / "cwd.1").read_text().strip() == str(vm.home / "releases" / script.release_id)

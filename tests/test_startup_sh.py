@@ -66,11 +66,21 @@ def test_the_unit_is_what_systemd_reads(vm, script):
     unit_file = vm.unit_dir / startup.TRAINER_UNIT
     unit = parse_service(unit_file.read_text(), startup.TRAINER_UNIT)
     release = vm.home / "releases" / script.release_id
-    assert unit.exec_start == ("/bin/bash", f"{release}/trainer.sh", "run", str(vm.bin / "python"), f"{release}/config.json", RUN_DIR)
+    assert unit.exec_start == (
+        "/bin/bash",
+        f"{release}/trainer.sh",
+        "run",
+        str(vm.bin / "python"),
+        f"{release}/config.json",
+        RUN_DIR,
+    )
     assert unit.restart == "on-failure" and unit.restart_prevent_exit_status == {startup.CONFIG_ERROR_STATUS}
     assert unit.kill_signal == signal.SIGTERM and unit.kill_mode == "control-group"
     assert unit.timeout_stop_sec == startup.STOP_TIMEOUT_S >= 30  # covers a Spot VM's whole notice
-    assert (unit.start_limit_burst, unit.start_limit_interval_sec) == (startup.MAX_RESTARTS + 1, startup.START_LIMIT_INTERVAL_S)
+    assert (unit.start_limit_burst, unit.start_limit_interval_sec) == (
+        startup.MAX_RESTARTS + 1,
+        startup.START_LIMIT_INTERVAL_S,
+    )
     assert unit.exec_stop_post == (("/bin/bash", f"{release}/trainer.sh", "stopped", str(vm.bin / "python"), RUN_DIR),)
     analyze = shutil.which("systemd-analyze")
     if analyze:
@@ -121,7 +131,9 @@ def test_restarts_with_capped_backoff(vm):
 
 
 def test_gives_up_at_the_start_limit(vm):
-    result = vm.run(FAKE_MODE="always-fail", MULTISLICE_RESTART_BACKOFF_S="0.01", MULTISLICE_RESTART_BACKOFF_MAX_S="0.02")
+    result = vm.run(
+        FAKE_MODE="always-fail", MULTISLICE_RESTART_BACKOFF_S="0.01", MULTISLICE_RESTART_BACKOFF_MAX_S="0.02"
+    )
     assert result.returncode == 1, result.stdout
     lines = prefixed(result.stdout)
     assert vm.attempts == startup.MAX_RESTARTS + 1 == 11
@@ -138,7 +150,9 @@ def test_config_error_status_is_not_restarted(vm):
     result = vm.run(FAKE_MODE="config-error")
     assert result.returncode == 78
     assert vm.attempts == 1
-    assert "trainer: exited with status 78: its configuration cannot work here; it is not restarted" in prefixed(result.stdout)
+    assert "trainer: exited with status 78: its configuration cannot work here; it is not restarted" in prefixed(
+        result.stdout
+    )
 
 
 def test_default_backoff_doubles_to_sixty(vm):

@@ -3,7 +3,6 @@ checkpoint in a local run directory (tiny model, 8 CPU devices)."""
 
 from __future__ import annotations
 
-
 import jax
 import numpy as np
 import pytest
@@ -12,8 +11,6 @@ from tests.test_step import CONFIG
 from training import checkpointing, mesh as mesh_lib, model, optimizer as optimizer_lib, state as state_lib
 from training.run_dir import RunDir
 from training.shapes import Param, params as param_shapes
-
-
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +22,11 @@ def parts():
 
 def test_params_are_sharded_by_their_logical_axes(parts):
     mesh, _, shardings = parts
-    expected = jax.tree.map(lambda p: mesh_lib.sharding_for(mesh, p.axes), param_shapes(CONFIG.model), is_leaf=lambda x: isinstance(x, Param))
+    expected = jax.tree.map(
+        lambda p: mesh_lib.sharding_for(mesh, p.axes),
+        param_shapes(CONFIG.model),
+        is_leaf=lambda x: isinstance(x, Param),
+    )
     assert shardings["params"] == expected
     assert any(s.spec != mesh_lib.sharding_for(mesh, ()).spec for s in jax.tree.leaves(expected))  # not all replicated
 
@@ -37,7 +38,11 @@ def test_a_new_run_starts_at_step_0_from_the_seed(parts, tmp_path):
     manager.close()
     assert (step, restored) == (0, False)
     expected = model.init_params(CONFIG.model, jax.random.key(CONFIG.seed))
-    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6), jax.device_get(state["params"]), jax.device_get(expected))
+    jax.tree.map(
+        lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6),
+        jax.device_get(state["params"]),
+        jax.device_get(expected),
+    )
     assert jax.tree.map(lambda a: a.sharding, state) == shardings
 
 

@@ -10,8 +10,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from infra.cli import app
-from infra.cli import status as status_cli
+from infra.cli import app, status as status_cli
 from infra.config import load_stack_file
 from tests.fakes.queued_resource import no_ambient_credentials, props_for, provider_for, qr_name  # noqa: F401 (fixture)
 from tests.fakes.synthetic_run import Fault, SyntheticRun, upload
@@ -50,9 +49,14 @@ def deploy(fake: FakeTpuApi, stack: str) -> dict:
 
 
 def in_progress() -> SyntheticRun:
-    return SyntheticRun(total_steps=24, steps_done=18, log_every=2, checkpoint_every=6,
-                        faults=[Fault("failure", 9), Fault("preemption", 14)],
-                        goodput={"goodput": 0.75, "badput": {"boot": 120.0}})
+    return SyntheticRun(
+        total_steps=24,
+        steps_done=18,
+        log_every=2,
+        checkpoint_every=6,
+        faults=[Fault("failure", 9), Fault("preemption", 14)],
+        goodput={"goodput": 0.75, "badput": {"boot": 120.0}},
+    )
 
 
 def test_a_deployed_stack_as_json(fake, stack):
@@ -84,8 +88,17 @@ def test_a_deployed_stack_as_a_table(fake, stack):
     assert result.exit_code == 0, result.output
     out = result.stdout
     assert out.splitlines()[0] == "stack emu: queued resource multislice-emu is ACTIVE"
-    for text in ("multislice-emu-0  READY  HEALTHY", "18/24  75%", "step 18 at", "2 (1 after a preemption)",
-                 "failure, resumed from the checkpoint of step 6", "preemption at step 14", "goodput", "0.750", "boot 120.0 s"):
+    for text in (
+        "multislice-emu-0  READY  HEALTHY",
+        "18/24  75%",
+        "step 18 at",
+        "2 (1 after a preemption)",
+        "failure, resumed from the checkpoint of step 6",
+        "preemption at step 14",
+        "goodput",
+        "0.750",
+        "boot 120.0 s",
+    ):
         assert text in out, text
     assert "COMPLETE" not in out
 
@@ -106,7 +119,10 @@ def test_a_stack_that_was_never_deployed(fake, stack):
     result = invoke("status", "--config-file", stack)
     assert result.exit_code == 1
     assert result.stderr.count("\n") == 1
-    assert "error: stack emu: queued resource 'multislice-emu' not found in projects/multislice-tests/locations/us-central2-b" in result.stderr
+    assert (
+        "error: stack emu: queued resource 'multislice-emu' "
+        "not found in projects/multislice-tests/locations/us-central2-b" in result.stderr
+    )
     assert "never deployed" in result.stderr
 
 
@@ -188,8 +204,13 @@ def test_watch_as_json_prints_one_line_per_reading(fake, stack, monkeypatch):
     deploy(fake, stack)
     run_dir = load_stack_file(stack).run_dir
     upload(run_dir, in_progress().objects())
-    monkeypatch.setattr(status_cli.time, "sleep",
-                        lambda _s: upload(run_dir, SyntheticRun(total_steps=24, steps_done=24, log_every=2, checkpoint_every=6).objects()))
+    monkeypatch.setattr(
+        status_cli.time,
+        "sleep",
+        lambda _s: upload(
+            run_dir, SyntheticRun(total_steps=24, steps_done=24, log_every=2, checkpoint_every=6).objects()
+        ),
+    )
     result = invoke("status", "--config-file", stack, "--watch", "--json")
     lines = [json.loads(line) for line in result.stdout.splitlines()]
     assert [(d["run"]["step"], d["run"]["complete"]) for d in lines] == [(18, False), (24, True)]

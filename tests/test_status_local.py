@@ -27,7 +27,9 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
 def invoke(state_dir: Path, *args: str):
-    return CliRunner().invoke(app, list(args), env={"COLUMNS": "250", "MULTISLICE_STATE_DIR": str(state_dir)}, color=False)
+    return CliRunner().invoke(
+        app, list(args), env={"COLUMNS": "250", "MULTISLICE_STATE_DIR": str(state_dir)}, color=False
+    )
 
 
 def store_run(state_dir: Path, run: SyntheticRun) -> None:
@@ -45,8 +47,13 @@ def store_run(state_dir: Path, run: SyntheticRun) -> None:
 @pytest.fixture(scope="module")
 def stored_run(tmp_path_factory) -> tuple[Path, SyntheticRun]:
     state_dir = tmp_path_factory.mktemp("state")
-    run = SyntheticRun(total_steps=24, steps_done=20, log_every=2, checkpoint_every=6,
-                       faults=[Fault("failure", 9), Fault("preemption", 14)])
+    run = SyntheticRun(
+        total_steps=24,
+        steps_done=20,
+        log_every=2,
+        checkpoint_every=6,
+        faults=[Fault("failure", 9), Fault("preemption", 14)],
+    )
     store_run(state_dir, run)
     return state_dir, run
 
@@ -101,11 +108,20 @@ def test_a_running_emulation_reports_each_slices_vms(tmp_path):
     gone = subprocess.Popen(["true"], start_new_session=True)
     gone.wait()
     try:
-        paths.state_file.write_text(json.dumps({
-            "pid": os.getpid(), "pid_start": supervisor.start_time(os.getpid()), "stack": "emu", "emulation_id": "x",
-            "vms": [{"slice": 0, "worker": 0, "node": "multislice-emu-0", "pgid": alive.pid},
-                    {"slice": 1, "worker": 0, "node": "multislice-emu-1", "pgid": gone.pid}],
-        }))
+        paths.state_file.write_text(
+            json.dumps(
+                {
+                    "pid": os.getpid(),
+                    "pid_start": supervisor.start_time(os.getpid()),
+                    "stack": "emu",
+                    "emulation_id": "x",
+                    "vms": [
+                        {"slice": 0, "worker": 0, "node": "multislice-emu-0", "pgid": alive.pid},
+                        {"slice": 1, "worker": 0, "node": "multislice-emu-1", "pgid": gone.pid},
+                    ],
+                }
+            )
+        )
         status = capacity.read_local(paths, "multislice-emu", ["multislice-emu-0", "multislice-emu-1"], 1)
     finally:
         os.killpg(alive.pid, signal.SIGKILL)
@@ -138,8 +154,13 @@ def test_a_released_queued_resource_after_its_run_completed(tmp_path):
 
 
 def test_marks_come_from_the_events():
-    run = SyntheticRun(total_steps=30, steps_done=30, log_every=2, checkpoint_every=6,
-                       faults=[Fault("failure", 10), Fault("preemption", 20)])
+    run = SyntheticRun(
+        total_steps=30,
+        steps_done=30,
+        log_every=2,
+        checkpoint_every=6,
+        faults=[Fault("failure", 10), Fault("preemption", 20)],
+    )
     run.objects()
     steps = [r for r in run.metrics if "loss" in r]
     found = [(m.kind, m.step) for m in marks(run.events, steps)]
@@ -159,10 +180,13 @@ def test_status_imports_nothing_heavy(tmp_path):
     code = (
         "import sys\n"
         "from infra.cli import app\n"
-        "import infra.cli.status, infra.status.reader, infra.status.progress, infra.status.capacity, infra.status.report, infra.status.store\n"
+        "import infra.cli.status, infra.status.reader, infra.status.progress, infra.status.capacity, "
+        "infra.status.report, infra.status.store\n"
         f"try:\n    app(['local', 'status', '--config-file', {str(STACK)!r}, '--json'])\n"
         "except SystemExit:\n    pass\n"
-        "heavy = sorted(m for m in ('jax', 'orbax', 'orbax.checkpoint', 'pulumi', 'matplotlib', 'tensorflow', 'gcsfs', 'google.cloud.tpu_v2', 'google.cloud.storage') if m in sys.modules)\n"
+        "heavy = sorted(m for m in ('jax', 'orbax', 'orbax.checkpoint', 'pulumi', "
+        "'matplotlib', 'tensorflow', 'gcsfs', 'google.cloud.tpu_v2', 'google.cloud.storage') "
+        "if m in sys.modules)\n"
         "print('HEAVY', heavy, file=sys.stderr)\n"
     )
     env = {**os.environ, "MULTISLICE_STATE_DIR": str(tmp_path)}
@@ -184,7 +208,9 @@ def test_an_already_complete_run_reports_the_commands_wall_time(bucket, tmp_path
 
     run_dir = f"gs://{bucket}/runs/done"
     upload(run_dir, SyntheticRun(total_steps=6, steps_done=6, log_every=2, checkpoint_every=6).objects())
-    config = load_stack_file(STACK).model_copy(update={"training": load_stack_file(STACK).training.model_copy(update={"steps": 6})})
+    config = load_stack_file(STACK).model_copy(
+        update={"training": load_stack_file(STACK).training.model_copy(update={"steps": 6})}
+    )
     resource = SimpleNamespace(config=config, run_dir=RunDir(run_dir), paths=LocalPaths(tmp_path / "emu"))
     before = time.time() - psutil.Process().create_time()
     said = []
@@ -201,5 +227,7 @@ def test_an_already_complete_run_reports_the_commands_wall_time(bucket, tmp_path
     record_release(resource.paths, "projects/p/locations/z/queuedResources/multislice-emu", run_dir)
     outcome = lifecycle.train(resource, emulator.Options(faults=[]), False, said.append)
     assert outcome.already_complete and outcome.summary["capacity"] == "released"
-    assert said[-1].startswith(f"run {run_dir} is already complete; nothing to do (its queued resource was released at ")
+    assert said[-1].startswith(
+        f"run {run_dir} is already complete; nothing to do (its queued resource was released at "
+    )
     assert not resource.paths.state_file.exists() and not (resource.paths.root / "vms").exists()

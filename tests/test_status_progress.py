@@ -31,9 +31,14 @@ def stored(bucket: str, run: SyntheticRun, name: str = "r") -> CountingStore:
 
 
 def test_a_run_in_progress_with_a_failure_and_a_preemption(bucket):
-    run = SyntheticRun(total_steps=200, steps_done=150, log_every=10, checkpoint_every=50,
-                       faults=[Fault("failure", 75), Fault("preemption", 120)],
-                       goodput={"goodput": 0.8, "badput": {"boot": 120.0, "compilation": 9.0}})
+    run = SyntheticRun(
+        total_steps=200,
+        steps_done=150,
+        log_every=10,
+        checkpoint_every=50,
+        faults=[Fault("failure", 75), Fault("preemption", 120)],
+        goodput={"goodput": 0.8, "badput": {"boot": 120.0, "compilation": 9.0}},
+    )
     store = stored(bucket, run)
     progress = read_progress(store, 200)
 
@@ -130,16 +135,45 @@ def test_restart_causes_come_from_the_events_between_starts():
 
 
 def test_the_json_keys_are_stable(bucket):
-    run = SyntheticRun(total_steps=40, steps_done=30, log_every=10, checkpoint_every=10, faults=[Fault("preemption", 25)])
+    run = SyntheticRun(
+        total_steps=40, steps_done=30, log_every=10, checkpoint_every=10, faults=[Fault("preemption", 25)]
+    )
     data = read_progress(stored(bucket, run, "keys"), 40).to_json()
     assert set(data) == {
-        "run_dir", "exists", "step", "total_steps", "fraction", "loss", "eval_loss", "tokens_per_s", "step_time_s",
-        "eta_seconds", "last_checkpoint_step", "last_checkpoint_at", "started_at", "updated_at", "training_seconds",
-        "restarts", "preemptions", "restart_history", "complete", "completed_step", "completed_at", "goodput",
-        "badput", "goodput_at",
+        "run_dir",
+        "exists",
+        "step",
+        "total_steps",
+        "fraction",
+        "loss",
+        "eval_loss",
+        "tokens_per_s",
+        "step_time_s",
+        "eta_seconds",
+        "last_checkpoint_step",
+        "last_checkpoint_at",
+        "started_at",
+        "updated_at",
+        "training_seconds",
+        "restarts",
+        "preemptions",
+        "restart_history",
+        "complete",
+        "completed_step",
+        "completed_at",
+        "goodput",
+        "badput",
+        "goodput_at",
     }
     assert data["restarts"] == 1 and data["preemptions"] == 1
-    assert set(data["restart_history"][0]) == {"cause", "resumed_step", "resumed_at", "restored", "preempted_step", "preempted_at"}
+    assert set(data["restart_history"][0]) == {
+        "cause",
+        "resumed_step",
+        "resumed_at",
+        "restored",
+        "preempted_step",
+        "preempted_at",
+    }
     json.dumps(data)
 
 
@@ -147,10 +181,24 @@ def test_the_plot_title_wraps_goodput_between_causes_and_keeps_every_one():
     from infra.status.plot import TITLE_LINE_CHARS, figure_title
     from infra.status.progress import RunProgress
 
-    badput = {"initialization": 31.0, "compilation": 22.6, "checkpoint_save": 10.9, "evaluation": 6.0, "boot": 5.8,
-              "recomputed_steps": 5.3, "checkpoint_restore": 1.1}
-    run = RunProgress(run_dir="gs://b/runs/dev", total_steps=120, exists=True, complete=True, completed_step=120,
-                      goodput=0.4391, badput=badput)
+    badput = {
+        "initialization": 31.0,
+        "compilation": 22.6,
+        "checkpoint_save": 10.9,
+        "evaluation": 6.0,
+        "boot": 5.8,
+        "recomputed_steps": 5.3,
+        "checkpoint_restore": 1.1,
+    }
+    run = RunProgress(
+        run_dir="gs://b/runs/dev",
+        total_steps=120,
+        exists=True,
+        complete=True,
+        completed_step=120,
+        goodput=0.4391,
+        badput=badput,
+    )
     lines = figure_title("stack dev", run).split("\n")
     assert lines[0] == "stack dev (COMPLETE, 0 restarts, 0 after a preemption)"
     assert lines[1].startswith("goodput 0.44; badput initialization 31.0 s; ")

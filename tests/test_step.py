@@ -30,7 +30,9 @@ def setup():
     opt, _ = optimizer_lib.make_optimizer(CONFIG.optimizer, CONFIG.steps)
     shardings = state_lib.shardings(CONFIG, mesh, opt)
     batch_sharding = mesh_lib.batch_sharding(mesh)
-    rows = np.random.default_rng(0).integers(0, 256, (CONFIG.global_batch_size, CONFIG.sequence_length + 1), dtype=np.int32)
+    rows = np.random.default_rng(0).integers(
+        0, 256, (CONFIG.global_batch_size, CONFIG.sequence_length + 1), dtype=np.int32
+    )
     batch = jax.device_put(rows, batch_sharding)
     return mesh, opt, shardings, batch_sharding, batch
 
@@ -50,7 +52,11 @@ def test_train_step_loss_and_grad_norm_are_the_models_and_the_loss_falls(setup):
         direct, grads = jax.value_and_grad(model.loss_fn)(params, np.asarray(batch), CONFIG.model)
         state, metrics = step(state, batch)
         np.testing.assert_allclose(float(metrics["loss"]), float(direct), rtol=1e-5)
-        np.testing.assert_allclose(float(metrics["grad_norm"]), math.sqrt(sum(float(np.sum(np.square(g))) for g in jax.tree.leaves(grads))), rtol=1e-4)
+        np.testing.assert_allclose(
+            float(metrics["grad_norm"]),
+            math.sqrt(sum(float(np.sum(np.square(g))) for g in jax.tree.leaves(grads))),
+            rtol=1e-4,
+        )
         losses.append(float(metrics["loss"]))
     assert losses == sorted(losses, reverse=True) and losses[-1] < losses[0]
     assert jax.tree.map(lambda a: a.sharding, state) == shardings  # the layout is kept

@@ -69,7 +69,9 @@ def train_bucket(gcs_server) -> str:
 
 @pytest.fixture(scope="module")
 def config(train_bucket) -> TrainConfig:
-    return CONFIG.model_copy(update={"data": CONFIG.data.model_copy(update={"source": f"gs://{train_bucket}/corpus/*.txt"})})
+    return CONFIG.model_copy(
+        update={"data": CONFIG.data.model_copy(update={"source": f"gs://{train_bucket}/corpus/*.txt"})}
+    )
 
 
 @pytest.fixture
@@ -106,7 +108,13 @@ def test_run_trains_to_completion_and_writes_its_records(uninterrupted, config):
     assert [s for s, _ in steps] == list(range(1, 13))
     assert steps[-1][1] < steps[0][1]
     assert json.loads(run.read("COMPLETE"))["step"] == 12
-    assert [e["event"] for e in read_records(run, "events")] == ["start", "checkpoint", "checkpoint", "checkpoint", "complete"]
+    assert [e["event"] for e in read_records(run, "events")] == [
+        "start",
+        "checkpoint",
+        "checkpoint",
+        "checkpoint",
+        "complete",
+    ]
     assert checkpoint_names(uninterrupted) == ["12", "8"]  # checkpoint.keep = 2
     assert TrainConfig.model_validate_json(run.read("train_config.json")) == config
     metrics = read_records(run, "metrics")
@@ -115,7 +123,11 @@ def test_run_trains_to_completion_and_writes_its_records(uninterrupted, config):
     # Syncs at log_every_steps (10), the checkpoints (4, 8, 12) and exit (after the step-12
     # eval): one object per window, none rewritten.
     assert [[r["step"] for r in read_records_of(run, name)] for name in run.list("metrics/*")] == [
-        [1, 2, 3, 4], [5, 6, 6, 7, 8], [9, 10], [11, 12], [12]
+        [1, 2, 3, 4],
+        [5, 6, 6, 7, 8],
+        [9, 10],
+        [11, 12],
+        [12],
     ]
 
 
@@ -201,7 +213,7 @@ def test_crash_then_resume_gives_bit_identical_losses(uninterrupted, config, tmp
     final = dict(resumed)  # last record per step wins
     assert final == dict(losses(uninterrupted))  # bit for bit: floats compared exactly
     first_pass = resumed[: len(resumed) - 4]
-    assert [s for s, _ in resumed[len(first_pass):]] == [9, 10, 11, 12]
+    assert [s for s, _ in resumed[len(first_pass) :]] == [9, 10, 11, 12]
     assert all(loss == final[step] for step, loss in first_pass)
     # The restart loaded the compiled train step from the run directory's compilation cache.
     first_records = [r for r in read_records(RunDir(run_dir), "metrics") if r.get("includes_compile")]
@@ -253,7 +265,9 @@ def test_changed_model_in_an_existing_run_dir_is_refused(uninterrupted, config, 
 def test_unreadable_data_source_is_a_config_error(tmp_path, train_bucket):
     config = CONFIG.model_copy(update={"data": CONFIG.data.model_copy(update={"source": str(tmp_path / "none-*.txt")})})
     assert train.main(config, str(tmp_path / "run"), SINGLE) == train.EXIT_CONFIG
-    config = CONFIG.model_copy(update={"data": CONFIG.data.model_copy(update={"source": f"gs://{train_bucket}/none/*.txt"})})
+    config = CONFIG.model_copy(
+        update={"data": CONFIG.data.model_copy(update={"source": f"gs://{train_bucket}/none/*.txt"})}
+    )
     assert train.main(config, str(tmp_path / "run"), SINGLE) == train.EXIT_CONFIG
 
 
@@ -304,7 +318,10 @@ def test_checkpoints_of_another_model_are_a_config_error_and_keep_the_record(uni
     fs = fsspec.filesystem("gs")
     fs.rm([f"{run_dir}/COMPLETE", f"{run_dir}/train_config.json"])
     bigger = config.model_copy(update={"model": config.model.model_copy(update={"d_model": 64})})
-    with pytest.raises(checkpointing.CheckpointRestoreError, match=r"no checkpoint in .* can be restored: step 12 \(\S+/checkpoints/12\): "):
+    with pytest.raises(
+        checkpointing.CheckpointRestoreError,
+        match=r"no checkpoint in .* can be restored: step 12 \(\S+/checkpoints/12\): ",
+    ):
         train.run(bigger, run_dir, SINGLE)
     assert RunDir(run_dir).read("train_config.json") is None  # not rewritten with the new model
     assert checkpoint_names(run_dir) == ["12", "8"]

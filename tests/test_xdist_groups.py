@@ -15,7 +15,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-SHARED = '''
+SHARED = """
 import os, time, pytest
 
 @pytest.fixture(scope="module")
@@ -27,9 +27,9 @@ def run(worker_id):
 @pytest.mark.parametrize("i", range(6))
 def test_reads_the_run(run, i):
     time.sleep(0.05)
-'''
+"""
 
-PLAIN = '''
+PLAIN = """
 import os, time, pytest
 
 @pytest.mark.parametrize("i", range(8))
@@ -37,7 +37,7 @@ def test_plain(worker_id, i):
     time.sleep(0.1)
     with open(os.environ["PLAIN_LOG"], "a") as log:
         log.write(f"{worker_id}\\n")
-'''
+"""
 
 
 def test_a_module_scoped_fixture_runs_once_and_plain_tests_spread(tmp_path):
@@ -54,9 +54,27 @@ def test_a_module_scoped_fixture_runs_once_and_plain_tests_spread(tmp_path):
         "PLAIN_LOG": str(tmp_path / "plain"),
     }
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests.xdist_groups",
-         "-n", "2", "--dist", "loadgroup", str(suite)],
-        cwd=suite, env=env, capture_output=True, text=True, timeout=120, check=False,
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "tests.xdist_groups",
+            "-n",
+            "2",
+            "--dist",
+            "loadgroup",
+            str(suite),
+        ],
+        cwd=suite,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "22 passed" in result.stdout

@@ -68,8 +68,16 @@ class Job:
     """``num_processes`` trainer processes, each in its own process group, logging to
     ``<log_dir>/p<i>.log``."""
 
-    def __init__(self, config_path: Path, run_dir: Path, log_dir: Path, num_processes: int = 2, *, start: bool = True,
-                 env: dict[int, dict[str, str]] | None = None):
+    def __init__(
+        self,
+        config_path: Path,
+        run_dir: Path,
+        log_dir: Path,
+        num_processes: int = 2,
+        *,
+        start: bool = True,
+        env: dict[int, dict[str, str]] | None = None,
+    ):
         self.port = free_port()
         self.logs = [log_dir / f"p{i}.log" for i in range(num_processes)]
         self.procs: list[subprocess.Popen] = []
@@ -80,9 +88,21 @@ class Job:
         with open(self.logs[i], "ab") as log:
             self.procs.append(
                 subprocess.Popen(
-                    [sys.executable, "-m", "tests.trainer_process", str(config_path), str(run_dir), str(i),
-                     str(num_processes), str(self.port)],
-                    cwd=REPO, env=environment(**extra), stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                    [
+                        sys.executable,
+                        "-m",
+                        "tests.trainer_process",
+                        str(config_path),
+                        str(run_dir),
+                        str(i),
+                        str(num_processes),
+                        str(self.port),
+                    ],
+                    cwd=REPO,
+                    env=environment(**extra),
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
                 )
             )
 
@@ -97,7 +117,9 @@ class Job:
             if match:
                 return match
             if self.procs[i].poll() is not None:
-                raise AssertionError(f"process {i} exited {self.procs[i].returncode} before {pattern!r}:\n{self.log(i)[-3000:]}")
+                raise AssertionError(
+                    f"process {i} exited {self.procs[i].returncode} before {pattern!r}:\n{self.log(i)[-3000:]}"
+                )
             time.sleep(0.2)
         raise AssertionError(f"process {i} never logged {pattern!r}:\n{self.log(i)[-3000:]}")
 
@@ -114,7 +136,9 @@ class Job:
                 codes.append(proc.wait(timeout=max(1.0, deadline - time.monotonic())))
             except subprocess.TimeoutExpired:
                 self.kill()
-                raise AssertionError(f"process {i} hung (still running after {timeout_s:.0f} s):\n{self.log(i)[-3000:]}") from None
+                raise AssertionError(
+                    f"process {i} hung (still running after {timeout_s:.0f} s):\n{self.log(i)[-3000:]}"
+                ) from None
         return codes
 
     def kill(self) -> None:
@@ -218,7 +242,10 @@ def main(argv: list[str]) -> int:
     if os.environ.get("TEST_COMPILE_DELAY_S"):
         _slow_compile(float(os.environ["TEST_COMPILE_DELAY_S"]))
     identity = ClusterIdentity(
-        worker=0, workers_per_slice=1, slice_id=int(process_id), num_slices=int(num_processes),
+        worker=0,
+        workers_per_slice=1,
+        slice_id=int(process_id),
+        num_slices=int(num_processes),
         coordinator_address=f"127.0.0.1:{port}",
     )
     _setup_logging(f"p{identity.process_id}")

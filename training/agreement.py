@@ -41,7 +41,8 @@ def all_gather(name: str, value: str) -> list[str]:
             values.append(kv.blocking_key_value_get(f"{_PREFIX}{name}/{process}", timeout_s() * 1000))
         except Exception as err:  # the client raises XlaRuntimeError (DEADLINE_EXCEEDED, UNAVAILABLE, ...)
             raise AgreementError(
-                f"process {process} did not report {name!r} within {timeout_s()} s ({str(err).splitlines()[0] if str(err) else type(err).__name__})"
+                f"process {process} did not report {name!r} within {timeout_s()} s "
+                f"({str(err).splitlines()[0] if str(err) else type(err).__name__})"
             ) from None
     return values
 
@@ -56,4 +57,6 @@ def barrier(name: str) -> None:
     try:
         kv.wait_at_barrier(f"{_PREFIX}{name}", timeout_s() * 1000)
     except Exception as err:
-        raise AgreementError(f"not every process reached {name!r} within {timeout_s()} s ({str(err).splitlines()[0]})") from None
+        raise AgreementError(
+            f"not every process reached {name!r} within {timeout_s()} s ({str(err).splitlines()[0]})"
+        ) from None

@@ -94,7 +94,9 @@ def _timed_calls(fn: Callable[[], Any], steps: int, warmup: int) -> list[float]:
     return times
 
 
-def matmul_reference(rows: int, k: int, n: int, dtype: str, *, steps: int = 5, warmup: int = 2, device=None) -> dict[str, Any]:
+def matmul_reference(
+    rows: int, k: int, n: int, dtype: str, *, steps: int = 5, warmup: int = 2, device=None
+) -> dict[str, Any]:
     """FLOP/s of one ``[rows, k] · [k, n]`` matmul on one device (``jax.devices()[0]`` by
     default), median of ``steps`` timed calls after ``warmup``.
 
@@ -168,7 +170,9 @@ def measure_shardings(spec: BenchSpec, mesh, dtype: str) -> dict[str, Any]:
 
     params = jax.jit(init_params, out_shardings=param_shardings)()
     x = jax.jit(init_data, out_shardings=x_sharding)()
-    step = jax.jit(train_step, in_shardings=(param_shardings, x_sharding), out_shardings=param_shardings, donate_argnums=0)
+    step = jax.jit(
+        train_step, in_shardings=(param_shardings, x_sharding), out_shardings=param_shardings, donate_argnums=0
+    )
     state = {"params": params}
 
     def one_step():
@@ -186,7 +190,9 @@ def reference_rows(spec: BenchSpec, platform: str) -> int:
     return spec.global_batch if platform == "cpu" else spec.batch_size
 
 
-def reference_check(rates: Sequence[float], efficiency: float, *, limit: float = REFERENCE_SPREAD_LIMIT) -> dict[str, Any]:
+def reference_check(
+    rates: Sequence[float], efficiency: float, *, limit: float = REFERENCE_SPREAD_LIMIT
+) -> dict[str, Any]:
     """Whether an efficiency can be trusted, from the reference matmul rates measured before
     and after the benchmark.
 
@@ -223,8 +229,16 @@ def reference_check(rates: Sequence[float], efficiency: float, *, limit: float =
     return {"spread": spread, "trusted": not warnings, "warnings": warnings}
 
 
-def figures(spec: BenchSpec, bench: dict[str, Any], references: Sequence[dict[str, Any]], *, platform: str,
-            dtype: str, processes: int, emulated: bool) -> dict[str, Any]:
+def figures(
+    spec: BenchSpec,
+    bench: dict[str, Any],
+    references: Sequence[dict[str, Any]],
+    *,
+    platform: str,
+    dtype: str,
+    processes: int,
+    emulated: bool,
+) -> dict[str, Any]:
     """The benchmark's result (see the module docstring): ``bench`` is
     :func:`measure_shardings`'s, ``references`` the :func:`matmul_reference` runs before and
     after it, all on ``platform`` in ``dtype``, over ``processes`` processes (``emulated``:
@@ -268,7 +282,9 @@ def figures(spec: BenchSpec, bench: dict[str, Any], references: Sequence[dict[st
     }
 
 
-def run_in_process(spec: BenchSpec, *, workers_per_slice: int = 1, report: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
+def run_in_process(
+    spec: BenchSpec, *, workers_per_slice: int = 1, report: Callable[[str], None] = lambda s: None
+) -> dict[str, Any]:
     """Run the benchmark with the devices this process (and its jax.distributed peers) has.
 
     Raises:
@@ -288,14 +304,17 @@ def run_in_process(spec: BenchSpec, *, workers_per_slice: int = 1, report: Calla
             f"--ici-*/--dcn-*: {err}; the flags must multiply out to the job's devices per slice and slices"
         ) from None
     rows = reference_rows(spec, platform)
-    report(f"reference matmul [{rows}, {spec.embedding_dimension}]·[{spec.embedding_dimension}, {spec.ff_width}] {dtype}")
+    report(
+        f"reference matmul [{rows}, {spec.embedding_dimension}]·[{spec.embedding_dimension}, {spec.ff_width}] {dtype}"
+    )
     samples = max(spec.steps, REFERENCE_SAMPLES)
     before = matmul_reference(rows, spec.embedding_dimension, spec.ff_width, dtype, steps=samples, warmup=spec.warmup)
     report(f"benchmark: mesh {dict(mesh.shape)}, {spec.parameters:,} parameters, global batch {spec.global_batch}")
     bench = measure_shardings(spec, mesh, dtype)
     after = matmul_reference(rows, spec.embedding_dimension, spec.ff_width, dtype, steps=samples, warmup=spec.warmup)
-    return figures(spec, bench, [before, after], platform=platform, dtype=dtype,
-                   processes=jax.process_count(), emulated=False)
+    return figures(
+        spec, bench, [before, after], platform=platform, dtype=dtype, processes=jax.process_count(), emulated=False
+    )
 
 
 def needs_emulated_slices(spec: BenchSpec) -> bool:
@@ -309,7 +328,9 @@ def needs_emulated_slices(spec: BenchSpec) -> bool:
     return jax.process_count() == 1 and not (device.platform == "tpu" and hasattr(device, "slice_index"))
 
 
-def run(spec: BenchSpec, *, from_metadata: bool = False, report: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
+def run(
+    spec: BenchSpec, *, from_metadata: bool = False, report: Callable[[str], None] = lambda s: None
+) -> dict[str, Any]:
     """Run the benchmark in this process, or (``from_metadata``) in the TPU job read from
     metadata, every worker running the same command.
 
@@ -332,8 +353,10 @@ def run(spec: BenchSpec, *, from_metadata: bool = False, report: Callable[[str],
         return run_in_process(spec, workers_per_slice=identity.workers_per_slice, report=report)
     import jax
 
-    if spec.slices == 1 and "JAX_NUM_CPU_DEVICES" not in os.environ and (
-        "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", "")
+    if (
+        spec.slices == 1
+        and "JAX_NUM_CPU_DEVICES" not in os.environ
+        and ("xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""))
     ):
         try:  # a CPU-only machine gets the devices the mesh needs (before any JAX operation)
             jax.config.update("jax_num_cpu_devices", spec.devices)
@@ -365,10 +388,12 @@ def summary(result: dict[str, Any]) -> str:
         [
             f"shardings: {result['slices']} slice(s) × {result['devices'] // result['slices']} device(s) "
             f"({result['platform']}, {result['dtype']}, {where}); mesh (dcn×ici): {mesh}",
-            f"model: {spec['layers']} MLP layers, E {spec['embedding_dimension']}, FF {4 * spec['embedding_dimension']}: "
+            f"model: {spec['layers']} MLP layers, E {spec['embedding_dimension']}, "
+            f"FF {4 * spec['embedding_dimension']}: "
             f"{result['parameters']:,} parameters; global batch {result['global_batch']:,} rows",
             f"step: {result['step_seconds']:.4f} s (median of {times})",
-            f"achieved: {result['tflops_per_device']:.4g} TFLOP/s per device, {result['aggregate_tflops']:.4g} aggregate "
+            f"achieved: {result['tflops_per_device']:.4g} TFLOP/s per device, "
+            f"{result['aggregate_tflops']:.4g} aggregate "
             "(6 · parameters · batch per step)",
             f"reference: matmul [{rows}, {k}]·[{k}, {n}] on {ref['unit']}: {result['reference_tflops']:.4g} TFLOP/s "
             f"(median of all samples; medians before/after: {before_after})",

@@ -49,17 +49,29 @@ class BenchSpec:
       BenchConfigError: the values cannot form a benchmark (the message names the option).
     """
 
-    ici: dict[str, int] = dataclasses.field(default_factory=_unit_axes, metadata={"help": {
-        "data": "Data parallelism inside a slice.",
-        "fsdp": "FSDP inside a slice.",
-        "tensor": "Tensor parallelism inside a slice.",
-    }})
-    dcn: dict[str, int] = dataclasses.field(default_factory=_unit_axes, metadata={"help": {
-        "data": "Data parallelism across slices.",
-        "fsdp": "FSDP across slices.",
-        "tensor": "Tensor parallelism across slices (must be 1).",
-    }})
-    batch_size: int = dataclasses.field(default=1024, metadata={"help": "Rows per device; the global batch is this × devices."})
+    ici: dict[str, int] = dataclasses.field(
+        default_factory=_unit_axes,
+        metadata={
+            "help": {
+                "data": "Data parallelism inside a slice.",
+                "fsdp": "FSDP inside a slice.",
+                "tensor": "Tensor parallelism inside a slice.",
+            }
+        },
+    )
+    dcn: dict[str, int] = dataclasses.field(
+        default_factory=_unit_axes,
+        metadata={
+            "help": {
+                "data": "Data parallelism across slices.",
+                "fsdp": "FSDP across slices.",
+                "tensor": "Tensor parallelism across slices (must be 1).",
+            }
+        },
+    )
+    batch_size: int = dataclasses.field(
+        default=1024, metadata={"help": "Rows per device; the global batch is this × devices."}
+    )
     embedding_dimension: int = dataclasses.field(default=512, metadata={"help": "E; the feed-forward width is 4E."})
     layers: int = dataclasses.field(default=4, metadata={"help": "MLP blocks."})
     steps: int = dataclasses.field(default=5, metadata={"help": "Timed steps (the median is reported)."})
@@ -90,7 +102,9 @@ class BenchSpec:
         if problems:
             raise BenchConfigError("; ".join(problems))
         if self.dcn["tensor"] != 1:
-            raise BenchConfigError(f"--dcn-tensor: must be 1 (tensor parallelism never crosses DCN); got {self.dcn['tensor']}")
+            raise BenchConfigError(
+                f"--dcn-tensor: must be 1 (tensor parallelism never crosses DCN); got {self.dcn['tensor']}"
+            )
         shape = self.parallelism.mesh_shape
         if self.embedding_dimension % shape["fsdp"]:
             raise BenchConfigError(
@@ -170,7 +184,16 @@ class CommandLineOption:
     help: str
 
 
-JSON_OPTION = CommandLineOption("json_output", "--json", False, "Print the result as JSON (tflops_per_device, efficiency, ...).")
+JSON_OPTION = CommandLineOption(
+    "json_output", "--json", False, "Print the result as JSON (tflops_per_device, efficiency, ...)."
+)
+
+
+def _default(field: dataclasses.Field) -> Any:
+    """A :class:`BenchSpec` field's default value (its factory's product for a mesh)."""
+    if field.default_factory is not dataclasses.MISSING:
+        return field.default_factory()
+    return field.default
 
 
 def spec_options() -> tuple[CommandLineOption, ...]:
@@ -180,11 +203,13 @@ def spec_options() -> tuple[CommandLineOption, ...]:
     for field in dataclasses.fields(BenchSpec):
         help_text = field.metadata["help"]
         if isinstance(help_text, dict):  # a mesh: one option per axis
-            defaults = field.default_factory()
+            defaults = _default(field)
             names = [(f"{field.name}_{axis}", defaults[axis], help_text[axis]) for axis in help_text]
         else:
-            names = [(field.name, field.default, help_text)]
-        options += [CommandLineOption(name, "--" + name.replace("_", "-"), default, text) for name, default, text in names]
+            names = [(field.name, _default(field), help_text)]
+        options += [
+            CommandLineOption(name, "--" + name.replace("_", "-"), default, text) for name, default, text in names
+        ]
     return tuple(options)
 
 
@@ -201,7 +226,7 @@ def spec_from_options(**options: Any) -> BenchSpec:
     values: dict[str, Any] = {}
     for field in dataclasses.fields(BenchSpec):
         if isinstance(field.metadata["help"], dict):
-            sizes = field.default_factory()
+            sizes = _default(field)
             values[field.name] = {axis: options.get(f"{field.name}_{axis}", size) for axis, size in sizes.items()}
         elif field.name in options:
             values[field.name] = options[field.name]

@@ -23,7 +23,8 @@ import logging
 import math
 import re
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import orbax.checkpoint as ocp
 from etils import epath
@@ -77,7 +78,9 @@ def read_completion(run_dir: RunDir) -> dict[str, Any] | None:
         loss = record.get("loss")
         if isinstance(step, bool) or not isinstance(step, int) or step < 1:
             raise ValueError(f"step {step!r} is not a positive integer")
-        if loss is not None and (isinstance(loss, bool) or not isinstance(loss, (int, float)) or not math.isfinite(loss)):
+        if loss is not None and (
+            isinstance(loss, bool) or not isinstance(loss, (int, float)) or not math.isfinite(loss)
+        ):
             raise ValueError(f"loss {loss!r} is not a finite number")
     except (ValueError, TypeError, KeyError, AttributeError, UnicodeDecodeError) as err:
         log.warning("ignoring the malformed completion marker %s (%s)", run_dir / COMPLETE_MARKER, err)
@@ -145,7 +148,8 @@ def check_run_config(run_dir: RunDir, config: TrainConfig) -> None:
             raise ValueError("not a JSON object")
     except (ValueError, UnicodeDecodeError) as err:
         raise RunConfigMismatch(
-            f"{run_dir / RUN_CONFIG_FILE} is unreadable ({err}); it records the run's TrainConfig: restore it, or delete it to "
+            f"{run_dir / RUN_CONFIG_FILE} is unreadable ({err}); it records the run's TrainConfig: "
+            "restore it, or delete it to "
             "accept the current config (the checkpoints must still match it)"
         ) from None
     current = json.loads(config.model_dump_json())
@@ -264,8 +268,9 @@ def _without_reprs(text: str) -> str:
         segment = text[i : j + 1]
         bound = re.match(r"<bound method ([\w.]+) of ", segment)
         obj = re.match(r"<([\w.]+) object at 0x[0-9a-fA-F]+>$", segment)
-        if j < len(text) and (bound or obj):
-            out.append((bound or obj).group(1))
+        match = bound or obj
+        if j < len(text) and match:
+            out.append(match.group(1))
             i = j + 1
         else:
             out.append("<")
@@ -330,6 +335,7 @@ def restore(
     failures: list[tuple[int, str]] = []
     for step in steps:
         where = describe(step, step_path(manager, step))
+        error = ""  # (attempts=0 tries nothing: the step fails without an error text)
         for attempt in range(attempts):
             state, error = None, ""
             try:

@@ -33,6 +33,7 @@ import os
 import time
 import urllib.error
 import urllib.request
+from typing import Literal, overload
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +52,10 @@ def metadata_host() -> str:
     return os.environ.get("GCE_METADATA_IP", "metadata.google.internal")
 
 
+@overload
+def get_metadata(key: str, *, required: Literal[True] = True, attempts: int = 6, timeout_s: float = 10.0) -> str: ...
+@overload
+def get_metadata(key: str, *, required: bool, attempts: int = 6, timeout_s: float = 10.0) -> str | None: ...
 def get_metadata(key: str, *, required: bool = True, attempts: int = 6, timeout_s: float = 10.0) -> str | None:
     """Read ``instance/attributes/<key>`` from the metadata server.
 

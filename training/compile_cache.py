@@ -139,7 +139,8 @@ def _key_cpu_devices_alike() -> None:
             hash_obj.update(f"{device.device_kind}:{device.id}:{device.process_index};".encode())
         return None
 
-    hash_accelerator_config.multislice_cpu_alike = True
+    # A marker the getattr above reads back (idempotence).
+    hash_accelerator_config.multislice_cpu_alike = True  # pyright: ignore[reportFunctionMemberAccess]
     cache_key._hash_accelerator_config = hash_accelerator_config
 
 

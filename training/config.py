@@ -36,9 +36,9 @@ MESH_AXES = ("data", "fsdp", "tensor")
 class AxisSizes(StrictModel):
     """Sizes of the mesh axes over one network (ICI inside a slice, or DCN across slices)."""
 
-    data: int = Field(1, ge=1, description="Data parallelism: batch split, parameters replicated.")
-    fsdp: int = Field(1, ge=1, description="Fully sharded data parallelism: batch and parameters split.")
-    tensor: int = Field(1, ge=1, description="Tensor (model) parallelism: heads and hidden units split.")
+    data: int = Field(default=1, ge=1, description="Data parallelism: batch split, parameters replicated.")
+    fsdp: int = Field(default=1, ge=1, description="Fully sharded data parallelism: batch and parameters split.")
+    tensor: int = Field(default=1, ge=1, description="Tensor (model) parallelism: heads and hidden units split.")
 
     @property
     def product(self) -> int:
@@ -70,12 +70,12 @@ class ParallelismConfig(StrictModel):
 class ModelConfig(StrictModel):
     """A byte-level decoder-only transformer (pre-norm, causal self-attention, GELU MLP)."""
 
-    d_model: int = Field(256, ge=8, description="Residual stream width.")
-    n_layers: int = Field(4, ge=1)
-    n_heads: int = Field(4, ge=1)
-    d_ff: int | None = Field(None, ge=1, description="MLP hidden width; default 4 × d_model.")
+    d_model: int = Field(default=256, ge=8, description="Residual stream width.")
+    n_layers: int = Field(default=4, ge=1)
+    n_heads: int = Field(default=4, ge=1)
+    d_ff: int | None = Field(default=None, ge=1, description="MLP hidden width; default 4 × d_model.")
     compute_dtype: Literal["float32", "bfloat16"] = Field(
-        "bfloat16", description="Matmul/activation dtype; parameters and optimizer state stay float32."
+        default="bfloat16", description="Matmul/activation dtype; parameters and optimizer state stay float32."
     )
 
     @property
@@ -96,24 +96,24 @@ class ModelConfig(StrictModel):
 class OptimizerConfig(StrictModel):
     """optax AdamW with warmup then a decay schedule, and global-norm gradient clipping."""
 
-    peak_learning_rate: float = Field(3e-3, gt=0)
-    warmup_steps: int = Field(20, ge=0)
+    peak_learning_rate: float = Field(default=3e-3, gt=0)
+    warmup_steps: int = Field(default=20, ge=0)
     schedule: Literal["cosine", "linear", "constant"] = "cosine"
     end_learning_rate_fraction: float = Field(
-        0.1, ge=0, le=1, description="Final learning rate as a fraction of the peak (cosine/linear)."
+        default=0.1, ge=0, le=1, description="Final learning rate as a fraction of the peak (cosine/linear)."
     )
-    weight_decay: float = Field(0.1, ge=0)
-    b1: float = Field(0.9, gt=0, lt=1)
-    b2: float = Field(0.95, gt=0, lt=1)
-    grad_clip_norm: float | None = Field(1.0, gt=0, description="Global-norm clip; null disables it.")
+    weight_decay: float = Field(default=0.1, ge=0)
+    b1: float = Field(default=0.9, gt=0, lt=1)
+    b2: float = Field(default=0.95, gt=0, lt=1)
+    grad_clip_norm: float | None = Field(default=1.0, gt=0, description="Global-norm clip; null disables it.")
 
 
 class CheckpointConfig(StrictModel):
     """Orbax checkpoint policy: save every ``interval_steps`` and at the last step."""
 
-    interval_steps: int = Field(50, ge=1)
-    keep: int = Field(3, ge=1, description="Finalized checkpoints kept (older ones are deleted).")
-    async_save: bool = Field(True, description="Write checkpoints in the background while training.")
+    interval_steps: int = Field(default=50, ge=1)
+    keep: int = Field(default=3, ge=1, description="Finalized checkpoints kept (older ones are deleted).")
+    async_save: bool = Field(default=True, description="Write checkpoints in the background while training.")
 
 
 class DataConfig(StrictModel):
@@ -124,7 +124,7 @@ class DataConfig(StrictModel):
     Files are read as bytes; the split into train and eval is by file, deterministic.
     """
 
-    source: str = Field("stdlib", min_length=1)
+    source: str = Field(default="stdlib", min_length=1)
 
     @field_validator("source")
     @classmethod
@@ -136,27 +136,27 @@ class DataConfig(StrictModel):
             "on every VM) or a URI like gs://bucket/dir/*.txt"
         )
 
-    eval_fraction: float = Field(0.05, gt=0, lt=0.5, description="Share of files held out for eval.")
-    seed: int = Field(0, ge=0, description="Seed of the example order (data is a pure function of the step).")
+    eval_fraction: float = Field(default=0.05, gt=0, lt=0.5, description="Share of files held out for eval.")
+    seed: int = Field(default=0, ge=0, description="Seed of the example order (data is a pure function of the step).")
 
 
 class TrainConfig(StrictModel):
     """Everything the trainer needs besides its run directory and cluster identity."""
 
     model: ModelConfig = ModelConfig()
-    sequence_length: int = Field(256, ge=8, description="Tokens (bytes) per training sequence.")
-    global_batch_size: int = Field(32, ge=1, description="Sequences per step, summed over all slices.")
-    steps: int = Field(200, ge=1, description="Total optimizer steps of the run.")
+    sequence_length: int = Field(default=256, ge=8, description="Tokens (bytes) per training sequence.")
+    global_batch_size: int = Field(default=32, ge=1, description="Sequences per step, summed over all slices.")
+    steps: int = Field(default=200, ge=1, description="Total optimizer steps of the run.")
     optimizer: OptimizerConfig = OptimizerConfig()
     checkpoint: CheckpointConfig = CheckpointConfig()
     data: DataConfig = DataConfig()
     parallelism: ParallelismConfig = ParallelismConfig()
-    seed: int = Field(0, ge=0, description="Parameter initialization seed.")
-    log_every_steps: int = Field(10, ge=1, description="Progress log period (metrics.jsonl gets every step).")
-    eval_every_steps: int = Field(0, ge=0, description="Eval-loss period in steps; 0 disables eval.")
-    eval_batches: int = Field(2, ge=1, description="Global batches per eval.")
+    seed: int = Field(default=0, ge=0, description="Parameter initialization seed.")
+    log_every_steps: int = Field(default=10, ge=1, description="Progress log period (metrics.jsonl gets every step).")
+    eval_every_steps: int = Field(default=0, ge=0, description="Eval-loss period in steps; 0 disables eval.")
+    eval_batches: int = Field(default=2, ge=1, description="Global batches per eval.")
     peak_flops_per_chip: float | None = Field(
-        None,
+        default=None,
         gt=0,
         description="Peak dense bf16 FLOP/s of one chip, the denominator of MFU; infra.config fills it "
         "from the accelerator catalog; null: no MFU.",

@@ -80,7 +80,9 @@ def list_source_files(source: str) -> list[SourceFile]:
         root = Path(base)
         for path in sorted(root.glob(glob)) if glob else [root]:
             if path.is_file() and path.stat().st_size:
-                files.append(SourceFile(str(path), path.relative_to(root).as_posix() if glob else path.name, path.stat().st_size))
+                files.append(
+                    SourceFile(str(path), path.relative_to(root).as_posix() if glob else path.name, path.stat().st_size)
+                )
     if not files:
         raise DataError(f"training.data.source {source!r} matches no non-empty file")
     return sorted(files, key=lambda f: f.relative)
@@ -111,7 +113,8 @@ class ByteCorpus:
             self.starts.append(self.starts[-1] + f.size + len(SEPARATOR))
         self.size = self.starts[-1]
 
-    @functools.lru_cache(maxsize=64)
+    # One cache of at most 64 files for all corpora; it keeps a corpus alive, which lives as long as the run anyway.
+    @functools.lru_cache(maxsize=64)  # noqa: B019
     def _file_bytes(self, index: int) -> np.ndarray:
         path = self.files[index].path
         data = epath.Path(path).read_bytes()
@@ -186,10 +189,15 @@ class TextDataset:
     def _example(self, split: Split, index: int) -> np.ndarray:
         return split.corpus.read(index * self.sequence_length, self.sequence_length + 1)
 
+    def _train_index(self, position: int) -> int:
+        index = self.train_order[position]
+        assert index is not None  # grain's None is a filtered-out element: a shuffled range has none
+        return index
+
     def train_rows(self, step: int, global_batch_size: int, start: int, stop: int) -> np.ndarray:
         """Rows ``[start, stop)`` of the global batch for 0-based ``step``: int32 ``[stop-start, S+1]``."""
         base = step * global_batch_size
-        rows = [self._example(self.train, self.train_order[base + r]) for r in range(start, stop)]
+        rows = [self._example(self.train, self._train_index(base + r)) for r in range(start, stop)]
         return np.stack(rows).astype(np.int32)
 
     def eval_rows(self, batch: int, global_batch_size: int, start: int, stop: int) -> np.ndarray:

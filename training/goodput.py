@@ -15,7 +15,16 @@ import statistics
 import time
 from typing import Any
 
-CAUSES = ("initialization", "compilation", "checkpoint_save", "checkpoint_restore", "evaluation", "recomputed_steps", "boot", "other")
+CAUSES = (
+    "initialization",
+    "compilation",
+    "checkpoint_save",
+    "checkpoint_restore",
+    "evaluation",
+    "recomputed_steps",
+    "boot",
+    "other",
+)
 
 
 def process_start_time() -> float | None:
@@ -83,7 +92,9 @@ def account(
         badput["checkpoint_restore"] += restore
         badput["initialization"] += float(start["time"]) - begins[k] - restore
         last_time = max(float(r["time"]) for r in inside)
-        busy = sum(float(r.get("step_time_s", 0.0)) + float(r.get("save_s", 0.0)) + float(r.get("eval_s", 0.0)) for r in inside)
+        busy = sum(
+            float(r.get("step_time_s", 0.0)) + float(r.get("save_s", 0.0)) + float(r.get("eval_s", 0.0)) for r in inside
+        )
         badput["checkpoint_save"] += sum(float(r.get("save_s", 0.0)) for r in inside)
         badput["evaluation"] += sum(float(r.get("eval_s", 0.0)) for r in inside)
         if any(r.get("event") in ("preempted", "complete") for r in inside):

@@ -10,7 +10,7 @@ import signal
 import sys
 import threading
 import urllib.request
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 LOG_NAME = "multislice-trainer"
 FLUSH_AT_EXIT_S = 10.0
@@ -44,8 +44,12 @@ def ship(lines, found, say):
     from google.cloud.logging_v2 import Client, Resource
 
     endpoint = os.environ.get("MULTISLICE_LOGGING_ENDPOINT")  # a loopback fake in tests
-    client = Client(project=found[0]["project_id"], credentials=AnonymousCredentials() if endpoint else None,
-                    client_options={"api_endpoint": endpoint} if endpoint else None, _use_grpc=False)
+    client = Client(
+        project=found[0]["project_id"],
+        credentials=AnonymousCredentials() if endpoint else None,
+        client_options={"api_endpoint": endpoint} if endpoint else None,
+        _use_grpc=False,
+    )
     logger, resource = client.logger(LOG_NAME, labels=found[1]), Resource(type="tpu_worker", labels=found[0])
     say(f"log shipping: to Cloud Logging, log {LOG_NAME}, node {found[0]['node_id']} worker {found[0]['worker_id']}")
     failed, item = 0, ()
@@ -65,7 +69,10 @@ def ship(lines, found, say):
                 batch.commit()
         except Exception as err:
             if not failed:
-                say(f"log shipping: a Cloud Logging write failed ({type(err).__name__}: {err}); lines stay in the journal")
+                say(
+                    f"log shipping: a Cloud Logging write failed ({type(err).__name__}: {err}); "
+                    "lines stay in the journal"
+                )
             failed += len(batch.entries)
     if failed:
         say(f"log shipping: {failed} line(s) not written to Cloud Logging")
@@ -102,7 +109,7 @@ def main(argv):
             pass
         if state["on"]:
             try:
-                lines.put_nowait((datetime.now(timezone.utc), line.decode("utf-8", "replace")))
+                lines.put_nowait((datetime.now(UTC), line.decode("utf-8", "replace")))
             except queue.Full:
                 state["dropped"] += 1
     if state["dropped"]:

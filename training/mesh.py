@@ -4,7 +4,8 @@ Mesh axes are ``(data, fsdp, tensor)`` (``training.config.MESH_AXES``). Axis ``a
 ``dcn.a × ici.a``: devices of one slice fill the ICI block of the mesh, and the slices are
 laid out along the DCN factors, exactly as ``jax.experimental.mesh_utils.
 create_hybrid_device_mesh`` does (the Cloud TPU Multislice overview: XLA generates the DCN
-communication, user code only builds the mesh; docs/cloud-tpu.md). The difference is how devices are grouped into slices ("granules"):
+communication, user code only builds the mesh; docs/cloud-tpu.md). The difference is how
+devices are grouped into slices ("granules"):
 
 * on Cloud TPU, by ``device.slice_index`` (set by the multislice runtime);
 * elsewhere (CPU emulation, GPU), every device reports slice 0, so slices are emulated by
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import jax
 import numpy as np
@@ -30,19 +32,24 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from training.config import MESH_AXES, ParallelismConfig
 from training.shapes import LOGICAL_AXIS_RULES  # jax-free: the planner reads it too
 
+if TYPE_CHECKING:  # jaxlib ships no type stubs for its extension types: to a checker jax.Device is no class
+    Device = Any
+else:
+    Device = jax.Device
+
 
 class MeshError(ValueError):
     """The devices present cannot form the configured mesh."""
 
 
-def slice_granules(devices: Sequence[jax.Device], workers_per_slice: int) -> list[list[jax.Device]]:
+def slice_granules(devices: Sequence[Device], workers_per_slice: int) -> list[list[Device]]:
     """Group devices by slice, in slice order.
 
     Uses ``device.slice_index`` on TPU; elsewhere emulates slices as consecutive groups of
     ``workers_per_slice`` processes.
     """
     on_tpu = devices[0].platform == "tpu" and hasattr(devices[0], "slice_index")
-    groups: dict[int, list[jax.Device]] = collections.defaultdict(list)
+    groups: dict[int, list[Device]] = collections.defaultdict(list)
     for device in devices:
         key = device.slice_index if on_tpu else device.process_index // workers_per_slice
         groups[key].append(device)
@@ -50,7 +57,7 @@ def slice_granules(devices: Sequence[jax.Device], workers_per_slice: int) -> lis
 
 
 def hybrid_device_array(
-    parallelism: ParallelismConfig, devices: Sequence[jax.Device], workers_per_slice: int = 1
+    parallelism: ParallelismConfig, devices: Sequence[Device], workers_per_slice: int = 1
 ) -> np.ndarray:
     """The ``(data, fsdp, tensor)``-shaped device array: each slice fills one ICI block and
     the blocks are tiled along the DCN factors (as ``create_hybrid_device_mesh``).
@@ -83,7 +90,7 @@ def build_mesh(
     parallelism: ParallelismConfig,
     *,
     workers_per_slice: int = 1,
-    devices: Sequence[jax.Device] | None = None,
+    devices: Sequence[Device] | None = None,
 ) -> Mesh:
     """Build the ``(data, fsdp, tensor)`` mesh of shape ``dcn × ici`` over ``devices``
     (default ``jax.devices()``, all processes). Raises MeshError (see
@@ -115,7 +122,11 @@ def process_batch_rows(mesh: Mesh, global_batch_size: int, sequence_length: int)
     """
     sharding = batch_sharding(mesh)
     indices = sharding.addressable_devices_indices_map((global_batch_size, sequence_length))
-    rows = sorted({(idx[0].start or 0, idx[0].stop if idx[0].stop is not None else global_batch_size) for idx in indices.values()})
+    batch_slices = []
+    for index in indices.values():
+        assert index is not None  # (None only for shardings that do not index an array; this is a NamedSharding)
+        batch_slices.append(index[0])
+    rows = sorted({(s.start or 0, s.stop if s.stop is not None else global_batch_size) for s in batch_slices})
     start, stop = rows[0][0], rows[0][1]
     for row_start, row_stop in rows[1:]:
         if row_start != stop:

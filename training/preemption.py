@@ -38,7 +38,9 @@ class Notice:
     the service earlier is fatal); the loop asks :meth:`reached` after every step."""
 
     def __init__(self, grace_s: float | None = None):
-        self.grace_s = float(os.environ.get("MULTISLICE_PREEMPTION_GRACE_S", DEFAULT_GRACE_S)) if grace_s is None else grace_s
+        self.grace_s = (
+            float(os.environ.get("MULTISLICE_PREEMPTION_GRACE_S", DEFAULT_GRACE_S)) if grace_s is None else grace_s
+        )
         self.local = False  # a SIGTERM reached this module's handler
         self.trained = False  # this start completed a training step
         self.honouring = False  # the loop reached the agreed step and saves
@@ -95,9 +97,15 @@ class Notice:
             # The coordinator hosts the coordination service: it leaves last, or its exit
             # would abort the peers still settling.
             if not self.trained and waited >= SETTLE_S * (2 if self.joined and _process_index() == 0 else 1):
-                _exit(EXIT_PREEMPTED, "preemption notice before the first training step of this start: nothing to save; exiting")
+                _exit(
+                    EXIT_PREEMPTED,
+                    "preemption notice before the first training step of this start: nothing to save; exiting",
+                )
             if waited >= self.grace_s:
-                _exit(EXIT_FAILED, f"preemption notice not honoured within {self.grace_s:.0f} s (the process is blocked); exiting")
+                _exit(
+                    EXIT_FAILED,
+                    f"preemption notice not honoured within {self.grace_s:.0f} s (the process is blocked); exiting",
+                )
             self._stop.wait(0.2)
 
     def _wait_for_notice(self) -> str | None:

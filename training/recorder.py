@@ -7,8 +7,9 @@ import json
 import logging
 import math
 import time
-from typing import Callable
+from collections.abc import Callable
 
+import numpy as np
 import optax
 
 from training import compile_cache, goodput, model
@@ -68,7 +69,7 @@ class MetricsRecorder:
             "step": step,
             "loss": loss,
             "grad_norm": float(metrics["grad_norm"]),
-            "learning_rate": float(self.schedule(step - 1)),
+            "learning_rate": float(np.asarray(self.schedule(step - 1))),  # a 0-d array (optax's ArrayLike)
             "step_time_s": _significant(step_time),
             "tokens_per_s": _significant(self.cfg.global_batch_tokens / step_time),
             "tflops_per_device": _significant(self.flops_per_step / step_time / self.devices / 1e12),
@@ -80,7 +81,9 @@ class MetricsRecorder:
             entry["includes_compile"] = True
             cache = compile_cache.stats()
             entry["compile_cache_hits"] = cache.hits
-            log.info("compilation cache: %d executables loaded, %.1f s of compilation saved", cache.hits, cache.seconds_saved)
+            log.info(
+                "compilation cache: %d executables loaded, %.1f s of compilation saved", cache.hits, cache.seconds_saved
+            )
             self.first = False
         self.metrics_log.append(entry)
         names = ("loss", "grad_norm", "learning_rate", "tokens_per_s", "tflops_per_device", "mfu")
@@ -103,7 +106,9 @@ class MetricsRecorder:
         ``eval_s``, the seconds since the last record or lap (the eval: not a step's time)."""
         value = sum(losses) / len(losses)
         eval_s = self.lap()
-        self.metrics_log.append({"step": step, "eval_loss": value, "eval_s": eval_s, "time": round(self.epoch + self.last_time, 3)})
+        self.metrics_log.append(
+            {"step": step, "eval_loss": value, "eval_s": eval_s, "time": round(self.epoch + self.last_time, 3)}
+        )
         self.tensorboard.scalars(step, {"eval/loss": value})
         log.info("step %d eval loss %.4f (%d batches)", step, value, len(losses))
 
@@ -118,15 +123,25 @@ class MetricsRecorder:
         run_dir = self.metrics_log.run_dir
         tokens = self.cfg.global_batch_tokens
         report = goodput.account(
-            read_records(run_dir, "events"), read_records(run_dir, "metrics"), tokens, self.flops_per_step, self.cfg.peak_flops_per_chip
+            read_records(run_dir, "events"),
+            read_records(run_dir, "metrics"),
+            tokens,
+            self.flops_per_step,
+            self.cfg.peak_flops_per_chip,
         )
         if report is None:
             return None
         run_dir.write(GOODPUT_FILE, (json.dumps(report, indent=2, sort_keys=True) + "\n").encode())
-        scalars = {"goodput/goodput": report["goodput"]} | {f"goodput/badput_{k}_s": v for k, v in report["badput"].items()}
+        scalars = {"goodput/goodput": report["goodput"]} | {
+            f"goodput/badput_{k}_s": v for k, v in report["badput"].items()
+        }
         self.tensorboard.scalars(step, scalars)
-        log.info("goodput %.3f of %.1f s; badput %s", report["goodput"], report["wall_seconds"],
-                 ", ".join(f"{k} {v:.1f} s" for k, v in report["badput"].items() if v))
+        log.info(
+            "goodput %.3f of %.1f s; badput %s",
+            report["goodput"],
+            report["wall_seconds"],
+            ", ".join(f"{k} {v:.1f} s" for k, v in report["badput"].items() if v),
+        )
         return report
 
 

@@ -105,7 +105,9 @@ class TensorBoardLog:
             from tensorboardX import SummaryWriter
 
             self._files += 1  # unique names within a second: time, host, then this suffix
-            self._writer = SummaryWriter(str(self._spool), purge_step=self._purge_step, filename_suffix=f".{self._files:06d}")
+            self._writer = SummaryWriter(
+                str(self._spool), purge_step=self._purge_step, filename_suffix=f".{self._files:06d}"
+            )
             self._purge_step = None
         for name, value in values.items():
             self._writer.add_scalar(name, value, step)
@@ -116,6 +118,7 @@ class TensorBoardLog:
             return
         self._writer.close()
         self._writer = None
+        assert self._spool is not None  # a writer was open: enabled
         for path in sorted(self._spool.iterdir()):
             self.run_dir.write(f"tensorboard/{path.name}", path.read_bytes())
             path.unlink()

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import optax
@@ -31,7 +32,9 @@ def make_train_step(
         params = optax.apply_updates(state["params"], updates)
         return {"params": params, "opt_state": opt_state}, {"loss": loss, "grad_norm": optax.tree.norm(grads)}
 
-    return jax.jit(train_step, in_shardings=(shardings, batch_sharding), out_shardings=(shardings, None), donate_argnums=0)
+    return jax.jit(
+        train_step, in_shardings=(shardings, batch_sharding), out_shardings=(shardings, None), donate_argnums=0
+    )
 
 
 def make_eval_step(cfg: ModelConfig, mesh: Mesh, param_shardings: Any, batch_sharding: NamedSharding) -> Callable:

@@ -41,10 +41,21 @@ import time
 import jax
 import numpy as np
 
-from training import agreement, checkpointing, cluster, compile_cache, data, mesh as mesh_lib, model, optimizer as optimizer_lib, preemption
-from training import state as state_lib, step as step_lib
-from training.goodput import process_start_time
+from training import (
+    agreement,
+    checkpointing,
+    cluster,
+    compile_cache,
+    data,
+    mesh as mesh_lib,
+    model,
+    optimizer as optimizer_lib,
+    preemption,
+    state as state_lib,
+    step as step_lib,
+)
 from training.config import TrainConfig
+from training.goodput import process_start_time
 from training.recorder import MetricsRecorder
 from training.run_dir import RunDir, RunDirError
 from training.run_log import RecordLog, TensorBoardLog
@@ -95,14 +106,14 @@ def run(config: TrainConfig, run_dir_uri: str, identity: cluster.ClusterIdentity
         notice.uninstall()
 
 
-def _train(config: TrainConfig, run_dir: RunDir, identity: cluster.ClusterIdentity, notice: preemption.Notice) -> RunResult:
+def _train(
+    config: TrainConfig, run_dir: RunDir, identity: cluster.ClusterIdentity, notice: preemption.Notice
+) -> RunResult:
     is_writer = jax.process_index() == 0
     checkpointing.check_run_config(run_dir, config)
 
     mesh = mesh_lib.build_mesh(config.parallelism, workers_per_slice=identity.workers_per_slice)
-    dataset = data.TextDataset(
-        config.data.source, config.sequence_length, config.data.eval_fraction, config.data.seed
-    )
+    dataset = data.TextDataset(config.data.source, config.sequence_length, config.data.eval_fraction, config.data.seed)
     batch_sharding = mesh_lib.batch_sharding(mesh)
     rows = mesh_lib.process_batch_rows(mesh, config.global_batch_size, config.sequence_length + 1)
     global_shape = (config.global_batch_size, config.sequence_length + 1)
@@ -129,8 +140,14 @@ def _train(config: TrainConfig, run_dir: RunDir, identity: cluster.ClusterIdenti
     tensorboard = TensorBoardLog(run_dir, start_step, enabled=is_writer)
     for fallback in fallbacks:  # the CLI prints these (infra/local/emulator.py)
         events_log.append(
-            {"event": "restore_fallback", "step": fallback.used, "tried": fallback.tried, "path": fallback.path,
-             "reason": fallback.reason, "time": time.time()}
+            {
+                "event": "restore_fallback",
+                "step": fallback.used,
+                "tried": fallback.tried,
+                "path": fallback.path,
+                "reason": fallback.reason,
+                "time": time.time(),
+            }
         )
     events_log.append(
         {
@@ -177,7 +194,15 @@ def _train(config: TrainConfig, run_dir: RunDir, identity: cluster.ClusterIdenti
             recorder.train(*pending)
             pending = None
             checkpointing.save(manager, step, state)
-            events_log.append({"event": "checkpoint", "step": step, "preemption": preempted, "time": time.time(), "save_s": recorder.lap()})
+            events_log.append(
+                {
+                    "event": "checkpoint",
+                    "step": step,
+                    "preemption": preempted,
+                    "time": time.time(),
+                    "save_s": recorder.lap(),
+                }
+            )
             metrics_log.sync()
             events_log.sync()
             tensorboard.sync()
@@ -185,12 +210,21 @@ def _train(config: TrainConfig, run_dir: RunDir, identity: cluster.ClusterIdenti
             if pending is not None:
                 recorder.train(*pending)
                 pending = None
-            recorder.eval(step, [
-                float(eval_step(state["params"], global_batch(dataset.eval_rows(b, config.global_batch_size, *rows))))
-                for b in range(config.eval_batches)
-            ])
+            recorder.eval(
+                step,
+                [
+                    float(
+                        eval_step(state["params"], global_batch(dataset.eval_rows(b, config.global_batch_size, *rows)))
+                    )
+                    for b in range(config.eval_batches)
+                ],
+            )
         if preempted:
-            log.warning("preemption notice: saved step %d (%s); exiting for restart", step, checkpointing.step_path(manager, step))
+            log.warning(
+                "preemption notice: saved step %d (%s); exiting for restart",
+                step,
+                checkpointing.step_path(manager, step),
+            )
             exit_code = EXIT_PREEMPTED
             break
     if pending is not None:
@@ -264,5 +298,3 @@ def _finish(code: int, distributed: bool) -> int:
         sys.stderr.flush()
         os._exit(code)
     return code
-
-

@@ -29,8 +29,14 @@ class StrictModel(BaseModel):
     def _no_booleans_for_numbers(cls, value: Any, info: ValidationInfo) -> Any:
         # pydantic's lax mode reads true/false as 1/0 for int and float fields; in a config
         # file that is always a mistake (``steps: yes`` would train one step).
-        if isinstance(value, bool) and info.field_name and _numeric_not_bool(cls.model_fields[info.field_name].annotation):
-            raise PydanticCustomError("bool_for_number", "got {value}; expected a number, not a boolean", {"value": str(value).lower()})
+        if (
+            isinstance(value, bool)
+            and info.field_name
+            and _numeric_not_bool(cls.model_fields[info.field_name].annotation)
+        ):
+            raise PydanticCustomError(
+                "bool_for_number", "got {value}; expected a number, not a boolean", {"value": str(value).lower()}
+            )
         return value
 
 

@@ -28,7 +28,9 @@ def bench_shardings(
 
     try:
         spec = options.spec()
-        result = bench_slices.run(spec, timeout_s=timeout, report=lambda line: err_console.print(line, markup=False, soft_wrap=True))
+        result = bench_slices.run(
+            spec, timeout_s=timeout, report=lambda line: err_console.print(line, markup=False, soft_wrap=True)
+        )
     except bench.BenchConfigError as err:
         raise fail(str(err)) from None
     except bench.BenchError as err:

@@ -11,7 +11,6 @@ otherwise (advisory violations print as warnings), 2 on bad input.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.text import Text
@@ -19,7 +18,7 @@ from rich.text import Text
 from infra.cli.options import CONFIG_FILE_OPTION, STACK_OPTION, console, err_console, fail, load_config
 
 
-def _stack_and_config_map(stack: str, config_file: Optional[Path]) -> tuple[str, dict]:
+def _stack_and_config_map(stack: str, config_file: Path | None) -> tuple[str, dict]:
     """The stack name and its raw ``config:`` map, after validating it (one ``error:`` line)."""
     import yaml
 
@@ -39,8 +38,8 @@ def _resource_label(urn: str | None) -> str:
 
 def check(
     stack: str = STACK_OPTION,
-    config_file: Optional[Path] = CONFIG_FILE_OPTION,
-    policy_config: Optional[Path] = typer.Option(
+    config_file: Path | None = CONFIG_FILE_OPTION,
+    policy_config: Path | None = typer.Option(
         None, "--policy-config", help="Policy configuration: the JSON file `pulumi preview --policy-pack-config` takes."
     ),
 ) -> None:
@@ -60,11 +59,18 @@ def check(
         raise fail(str(err)) from None
     for v in violations:
         tag = ("mandatory", "bold red") if v.mandatory else ("advisory", "yellow")
-        err_console.print(Text.assemble(tag, f" [{v.policy}] {_resource_label(v.resource)}: {v.message}"), soft_wrap=True)
+        err_console.print(
+            Text.assemble(tag, f" [{v.policy}] {_resource_label(v.resource)}: {v.message}"), soft_wrap=True
+        )
     mandatory = sum(v.mandatory for v in violations)
-    summary = (f"stack {name}: {len(POLICIES)} policies, {mandatory} mandatory and "
-               f"{len(violations) - mandatory} advisory violation(s)")
+    summary = (
+        f"stack {name}: {len(POLICIES)} policies, {mandatory} mandatory and "
+        f"{len(violations) - mandatory} advisory violation(s)"
+    )
     console.print(summary, markup=False)
     if mandatory:
-        raise fail(f"stack {name} violates mandatory policies: "
-                   + ", ".join(sorted({v.policy for v in violations if v.mandatory})), 1)
+        raise fail(
+            f"stack {name} violates mandatory policies: "
+            + ", ".join(sorted({v.policy for v in violations if v.mandatory})),
+            1,
+        )

@@ -21,7 +21,9 @@ def _value(value) -> str:
 
 def diff(
     stack: str = STACK_OPTION,
-    against: str = typer.Option(..., "--against", help="A git revision (commit, branch, tag) to compare the working tree with."),
+    against: str = typer.Option(
+        ..., "--against", help="A git revision (commit, branch, tag) to compare the working tree with."
+    ),
 ) -> None:
     """What the change from a git revision to the working tree does to the stack (offline).
 

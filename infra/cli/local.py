@@ -14,7 +14,6 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.table import Table
@@ -35,9 +34,23 @@ def local_paths(config):
 
 def print_summary(result: dict) -> None:
     table = Table(show_header=False)  # the title on its own line: a table title is padded to the table's width
-    for key in ("complete", "steps_completed", "total_steps", "final_loss", "final_eval_loss", "restarts",
-                "steps_lost", "training_seconds", "wall_seconds", "goodput", "badput", "faults", "capacity", "run_dir",
-                "logs_dir"):
+    for key in (
+        "complete",
+        "steps_completed",
+        "total_steps",
+        "final_loss",
+        "final_eval_loss",
+        "restarts",
+        "steps_lost",
+        "training_seconds",
+        "wall_seconds",
+        "goodput",
+        "badput",
+        "faults",
+        "capacity",
+        "run_dir",
+        "logs_dir",
+    ):
         if key in result:
             value = result[key]
             if isinstance(value, float):
@@ -63,8 +76,11 @@ def stops_when_stdout_closes(command):
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, sys.stdout.fileno())
             os.close(devnull)
-            raise fail("standard output was closed (e.g. by `| head`); every emulated VM was stopped "
-                       "(run `multislice local up` again to resume)", 1) from None
+            raise fail(
+                "standard output was closed (e.g. by `| head`); every emulated VM was stopped "
+                "(run `multislice local up` again to resume)",
+                1,
+            ) from None
 
     return wrapper
 
@@ -73,17 +89,58 @@ def stops_when_stdout_closes(command):
 @stops_when_stdout_closes
 def local_up(
     stack: str = STACK_OPTION,
-    config_file: Optional[Path] = CONFIG_FILE_OPTION,
-    kill: list[str] = typer.Option([], "--kill", metavar="SLICE@STEP", help="SIGKILL a slice's VMs at a step (hardware fault). Repeatable."),
-    preempt: list[str] = typer.Option([], "--preempt", metavar="SLICE@STEP", help="SIGTERM a slice's VMs at a step (preemption notice), SIGKILL after the grace period. Repeatable."),
+    config_file: Path | None = CONFIG_FILE_OPTION,
+    kill: list[str] = typer.Option(
+        [], "--kill", metavar="SLICE@STEP", help="SIGKILL a slice's VMs at a step (hardware fault). Repeatable."
+    ),
+    preempt: list[str] = typer.Option(
+        [],
+        "--preempt",
+        metavar="SLICE@STEP",
+        help="SIGTERM a slice's VMs at a step (preemption notice), SIGKILL after the grace period. Repeatable.",
+    ),
     fresh: bool = typer.Option(False, "--fresh", help="Discard the stack's previous local run and start over."),
-    summary_json: Optional[Path] = typer.Option(None, "--summary-json", metavar="PATH", help="Also write the summary as JSON here."),
-    coordinator_port: Optional[int] = typer.Option(None, "--coordinator-port", min=1, max=65535, metavar="PORT", help="Fixed jax.distributed coordinator port (default: a free one)."),
-    gcs_port: Optional[int] = typer.Option(None, "--gcs-port", min=1, max=65535, metavar="PORT", help="Fixed port of the emulated Cloud Storage (default: a free one)."),
+    summary_json: Path | None = typer.Option(
+        None, "--summary-json", metavar="PATH", help="Also write the summary as JSON here."
+    ),
+    coordinator_port: int | None = typer.Option(
+        None,
+        "--coordinator-port",
+        min=1,
+        max=65535,
+        metavar="PORT",
+        help="Fixed jax.distributed coordinator port (default: a free one).",
+    ),
+    gcs_port: int | None = typer.Option(
+        None,
+        "--gcs-port",
+        min=1,
+        max=65535,
+        metavar="PORT",
+        help="Fixed port of the emulated Cloud Storage (default: a free one).",
+    ),
     timeout: float = typer.Option(3600, "--timeout", min=1, metavar="SECONDS", help="Give up after this many seconds."),
-    stall_timeout: float = typer.Option(600, "--stall-timeout", min=1, metavar="SECONDS", help="Give up after this many seconds without a new training step."),
-    preempt_grace: float = typer.Option(30, "--preempt-grace", min=0, metavar="SECONDS", help="Seconds between SIGTERM and SIGKILL for --preempt (GCE: 30)."),
-    heartbeat_timeout: int = typer.Option(10, "--heartbeat-timeout", min=2, metavar="SECONDS", help="jax.distributed heartbeat timeout (s) in the emulated VMs."),
+    stall_timeout: float = typer.Option(
+        600,
+        "--stall-timeout",
+        min=1,
+        metavar="SECONDS",
+        help="Give up after this many seconds without a new training step.",
+    ),
+    preempt_grace: float = typer.Option(
+        30,
+        "--preempt-grace",
+        min=0,
+        metavar="SECONDS",
+        help="Seconds between SIGTERM and SIGKILL for --preempt (GCE: 30).",
+    ),
+    heartbeat_timeout: int = typer.Option(
+        10,
+        "--heartbeat-timeout",
+        min=2,
+        metavar="SECONDS",
+        help="jax.distributed heartbeat timeout (s) in the emulated VMs.",
+    ),
 ) -> None:
     """Run the stack's multislice queued resource as local processes and train to completion.
 
@@ -106,14 +163,30 @@ def local_up(
         if problem:
             raise fail(f"--summary-json {summary_json}: {problem}")
     if coordinator_port is not None and (problem := bind_error(coordinator_port)):
-        raise fail(f"--coordinator-port {coordinator_port} is already in use ({problem}); choose another port or "
-                   "omit the option to use a free one")
-    options = dict(faults=faults, coordinator_port=coordinator_port, heartbeat_timeout_s=heartbeat_timeout,
-                   preempt_grace_s=preempt_grace, timeout_s=timeout, stall_timeout_s=stall_timeout)
+        raise fail(
+            f"--coordinator-port {coordinator_port} is already in use ({problem}); choose another port or "
+            "omit the option to use a free one"
+        )
+    options = dict(
+        faults=faults,
+        coordinator_port=coordinator_port,
+        heartbeat_timeout_s=heartbeat_timeout,
+        preempt_grace_s=preempt_grace,
+        timeout_s=timeout,
+        stall_timeout_s=stall_timeout,
+    )
     try:
         lifecycle.check_data_source(config, stored=False)
-        outcome = lifecycle.run_recorded(config, local_paths(config), options, fresh=fresh, gcs_port=gcs_port, say=say,
-                                         progress=_progress_display, on_stop=lambda stop: print_error(str(stop)))
+        outcome = lifecycle.run_recorded(
+            config,
+            local_paths(config),
+            options,
+            fresh=fresh,
+            gcs_port=gcs_port,
+            say=say,
+            progress=_progress_display,
+            on_stop=lambda stop: print_error(str(stop)),
+        )
     except lifecycle.UpError as err:
         raise fail(str(err), err.exit_code) from None
     result = outcome.summary
@@ -157,7 +230,7 @@ def _unwritable(path: Path) -> str | None:
     return None
 
 
-def _write_summary(path: Optional[Path], result: dict) -> None:
+def _write_summary(path: Path | None, result: dict) -> None:
     if path is not None:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -167,7 +240,11 @@ def _write_summary(path: Optional[Path], result: dict) -> None:
 
 
 @app.command("down")
-def local_down(stack: Optional[str] = typer.Option(None, "--stack", "-s", metavar="NAME", help="Only this stack (default: every stack).")) -> None:
+def local_down(
+    stack: str | None = typer.Option(
+        None, "--stack", "-s", metavar="NAME", help="Only this stack (default: every stack)."
+    ),
+) -> None:
     """Stop local runs (every emulated VM process and the emulator), keeping their run directories."""
     from infra.local.state import LocalPaths, stop_recorded
 
@@ -186,11 +263,11 @@ def local_down(stack: Optional[str] = typer.Option(None, "--stack", "-s", metava
 @app.command("status")
 def local_status(
     stack: str = STACK_OPTION,
-    config_file: Optional[Path] = CONFIG_FILE_OPTION,
+    config_file: Path | None = CONFIG_FILE_OPTION,
     json_output: bool = JSON_OPTION,
     watch: bool = WATCH_OPTION,
     interval: float = INTERVAL_OPTION,
-    plot: Optional[Path] = PLOT_OPTION,
+    plot: Path | None = PLOT_OPTION,
 ) -> None:
     """Whether the stack's local run is running, and its progress, as `multislice status`
     shows a deployed one (read through the emulated Cloud Storage: the running emulator's, or

@@ -20,7 +20,6 @@ import sys
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -33,23 +32,32 @@ SLICE_OPTION = typer.Option(None, "--slice", min=0, help="Only this slice (0-bas
 WORKER_OPTION = typer.Option(None, "--worker", min=0, help="Only this worker (TPU VM, 0-based) of each slice.")
 FOLLOW_OPTION = typer.Option(False, "--follow", "-f", help="Keep printing new lines until Ctrl-C.")
 SINCE_OPTION = typer.Option(
-    None, "--since", metavar="TIME", help="Only lines from this long ago (30s, 10m, 2h, 1d) or after an RFC 3339 time (2026-11-30T17:00:00Z)."
+    None,
+    "--since",
+    metavar="TIME",
+    help="Only lines from this long ago (30s, 10m, 2h, 1d) or after an RFC 3339 time (2026-11-30T17:00:00Z).",
 )
-POLLS_OPTION = typer.Option(None, "--polls", hidden=True, min=1, help="With --follow: stop after this many polls (tests).")
+POLLS_OPTION = typer.Option(
+    None, "--polls", hidden=True, min=1, help="With --follow: stop after this many polls (tests)."
+)
 
 
-def check_range(config, slice_id: Optional[int], worker: Optional[int]) -> None:
+def check_range(config, slice_id: int | None, worker: int | None) -> None:
     """Exit 2 with one line if ``--slice``/``--worker`` is outside the stack."""
     if slice_id is not None and slice_id >= config.slices:
-        raise fail(f"--slice {slice_id}: stack {config.stack} has {config.slices} slice(s), 0-{config.slices - 1} "
-                   "(multislice:slices)")
+        raise fail(
+            f"--slice {slice_id}: stack {config.stack} has {config.slices} slice(s), 0-{config.slices - 1} "
+            "(multislice:slices)"
+        )
     hosts = config.workers_per_slice
     if worker is not None and worker >= hosts:
-        raise fail(f"--worker {worker}: each slice of stack {config.stack} ({config.accelerator_type}) has {hosts} "
-                   f"worker(s), 0-{hosts - 1} (multislice:acceleratorType)")
+        raise fail(
+            f"--worker {worker}: each slice of stack {config.stack} ({config.accelerator_type}) has {hosts} "
+            f"worker(s), 0-{hosts - 1} (multislice:acceleratorType)"
+        )
 
 
-def parse_since_option(since: Optional[str]):
+def parse_since_option(since: str | None):
     from infra.logs.lines import SinceError, parse_since
 
     try:
@@ -68,7 +76,7 @@ def emit(lines: Iterable) -> int:
     return count
 
 
-def stream(poll: Callable[[], list], follow: bool, polls: Optional[int], interval: float) -> int:
+def stream(poll: Callable[[], list], follow: bool, polls: int | None, interval: float) -> int:
     """Print what ``poll`` returns, once or (``follow``) every ``interval`` seconds until Ctrl-C
     or ``polls`` polls; the number of lines printed. A closed stdout (``| head``) ends it quietly."""
     count, done = 0, 0
@@ -90,12 +98,12 @@ def stream(poll: Callable[[], list], follow: bool, polls: Optional[int], interva
 
 def logs(
     stack: str = STACK_OPTION,
-    config_file: Optional[Path] = CONFIG_FILE_OPTION,
-    slice_id: Optional[int] = SLICE_OPTION,
-    worker: Optional[int] = WORKER_OPTION,
+    config_file: Path | None = CONFIG_FILE_OPTION,
+    slice_id: int | None = SLICE_OPTION,
+    worker: int | None = WORKER_OPTION,
     follow: bool = FOLLOW_OPTION,
-    since: Optional[str] = SINCE_OPTION,
-    polls: Optional[int] = POLLS_OPTION,
+    since: str | None = SINCE_OPTION,
+    polls: int | None = POLLS_OPTION,
 ) -> None:
     """The trainer's log lines of a deployed stack's workers, from Cloud Logging (oldest first).
 
@@ -129,24 +137,30 @@ def logs(
 
         printed = stream(poll, follow, polls, cloud.POLL_SECONDS)
         if printed == 0 and not follow and not tail.any_entry():
-            raise fail(f"stack {config.stack} has no log entries in project {config.project} (nodes "
-                       f"{', '.join(config.node_ids)} in {config.zone}): it was never deployed (pulumi up), "
-                       "or its TPU VMs have not booted yet", 1)
+            raise fail(
+                f"stack {config.stack} has no log entries in project {config.project} (nodes "
+                f"{', '.join(config.node_ids)} in {config.zone}): it was never deployed (pulumi up), "
+                "or its TPU VMs have not booted yet",
+                1,
+            )
     except cloud.CloudLogsError as err:
         raise fail(str(err), 1) from None
     if printed == 0 and not follow:
-        err_console.print(f"no trainer lines of run {config.effective_run_name} match"
-                          f"{' since ' + since if since else ''}", markup=False, soft_wrap=True)
+        err_console.print(
+            f"no trainer lines of run {config.effective_run_name} match{' since ' + since if since else ''}",
+            markup=False,
+            soft_wrap=True,
+        )
 
 
 def local_logs(
     stack: str = STACK_OPTION,
-    config_file: Optional[Path] = CONFIG_FILE_OPTION,
-    slice_id: Optional[int] = SLICE_OPTION,
-    worker: Optional[int] = WORKER_OPTION,
+    config_file: Path | None = CONFIG_FILE_OPTION,
+    slice_id: int | None = SLICE_OPTION,
+    worker: int | None = WORKER_OPTION,
     follow: bool = FOLLOW_OPTION,
-    since: Optional[str] = SINCE_OPTION,
-    polls: Optional[int] = POLLS_OPTION,
+    since: str | None = SINCE_OPTION,
+    polls: int | None = POLLS_OPTION,
 ) -> None:
     """The console log lines of the stack's emulated VMs (multislice local up), oldest first."""
     from infra.logs.local import ConsoleTail, vm_logs
@@ -156,9 +170,14 @@ def local_logs(
     start = parse_since_option(since)
     logs_dir = state_root() / config.stack / "logs"  # infra.local.state.LocalPaths.logs_dir
     if not vm_logs(logs_dir) and not follow:
-        raise fail(f"stack {config.stack} was never run locally: no console logs in {logs_dir} "
-                   f"(start it with: multislice local up --stack {config.stack})", 1)
+        raise fail(
+            f"stack {config.stack} was never run locally: no console logs in {logs_dir} "
+            f"(start it with: multislice local up --stack {config.stack})",
+            1,
+        )
     tail = ConsoleTail(logs_dir, slice_id=slice_id, worker=worker, since=start)
     printed = stream(lambda: tail.poll(final=not follow), follow, polls, LOCAL_POLL_SECONDS)
     if printed == 0 and not follow:
-        err_console.print(f"no lines match in {logs_dir}{' since ' + since if since else ''}", markup=False, soft_wrap=True)
+        err_console.print(
+            f"no lines match in {logs_dir}{' since ' + since if since else ''}", markup=False, soft_wrap=True
+        )

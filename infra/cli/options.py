@@ -13,7 +13,6 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.console import Console
@@ -54,6 +53,7 @@ def say(message: str) -> None:
     else:
         console.print(f"[{time.strftime('%H:%M:%S')}] {message}", markup=False, soft_wrap=True)
 
+
 def _flags_take_no_value() -> None:
     """typer 0.29's help shows a ``<bool>`` type next to flags (``--fresh``, ``--json``,
     ``--help``), which take no value; show none (a counting or valued option keeps its type)."""
@@ -69,9 +69,14 @@ def _flags_take_no_value() -> None:
 
 _flags_take_no_value()
 
-STACK_OPTION = typer.Option("dev", "--stack", "-s", metavar="NAME", help="Stack name: the file stacks/Pulumi.NAME.yaml.")
+STACK_OPTION = typer.Option(
+    "dev", "--stack", "-s", metavar="NAME", help="Stack name: the file stacks/Pulumi.NAME.yaml."
+)
 CONFIG_FILE_OPTION = typer.Option(
-    None, "--config-file", metavar="PATH", help="A stack file anywhere (instead of --stack); the stack name is taken from it."
+    None,
+    "--config-file",
+    metavar="PATH",
+    help="A stack file anywhere (instead of --stack); the stack name is taken from it.",
 )
 
 
@@ -86,7 +91,7 @@ def fail(message: str, code: int = 2) -> typer.Exit:
     return typer.Exit(code)
 
 
-def load_config(stack: str, config_file: Optional[Path]):
+def load_config(stack: str, config_file: Path | None):
     from infra.config import StackConfigError, load_stack, load_stack_file
 
     try:

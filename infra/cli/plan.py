@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -14,7 +13,7 @@ from infra.cli.options import CONFIG_FILE_OPTION, STACK_OPTION, console, fail, l
 
 def plan(
     stack: str = STACK_OPTION,
-    config_file: Optional[Path] = CONFIG_FILE_OPTION,
+    config_file: Path | None = CONFIG_FILE_OPTION,
     json_output: bool = typer.Option(False, "--json", help="Print the plan as JSON (for machines)."),
 ) -> None:
     """Before `pulumi up`: the mesh, per-chip memory against HBM, and the Multislice overview's DCN check."""

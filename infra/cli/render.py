@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -12,8 +11,8 @@ from infra.cli.options import CONFIG_FILE_OPTION, STACK_OPTION, err_console, fai
 
 def render(
     stack: str = STACK_OPTION,
-    config_file: Optional[Path] = CONFIG_FILE_OPTION,
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the script here instead of stdout."),
+    config_file: Path | None = CONFIG_FILE_OPTION,
+    output: Path | None = typer.Option(None, "--output", "-o", help="Write the script here instead of stdout."),
     resolved_config: bool = typer.Option(
         False, "--config", help="Print the resolved stack config (every key, defaults filled in) instead of the script."
     ),
@@ -37,7 +36,8 @@ def render(
         except OSError as err:
             raise fail(f"--output {output}: {err.strerror or err}") from None
         err_console.print(
-            f"wrote {output}: {script.size_bytes} bytes, script sha256 {script.sha256}, bundle sha256 {script.bundle_sha256}"
+            f"wrote {output}: {script.size_bytes} bytes, script sha256 {script.sha256}, "
+            f"bundle sha256 {script.bundle_sha256}"
         )
     else:
         typer.echo(script.text, nl=False)

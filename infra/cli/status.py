@@ -13,30 +13,35 @@ there is nothing to show (no queued resource, no run yet) or the API cannot be r
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING
 
 import typer
 
 from infra.cli.options import CONFIG_FILE_OPTION, STACK_OPTION, console, err_console, fail, load_config
+
+if TYPE_CHECKING:
+    from infra.status.reader import StackReader
 
 # The options ``multislice status`` and ``multislice local status`` share.
 JSON_OPTION = typer.Option(False, "--json", help="Print the status as JSON (stable keys: infra/status/report.py).")
 WATCH_OPTION = typer.Option(False, "--watch", "-w", help="Refresh in place until the run is COMPLETE (Ctrl-C stops).")
 INTERVAL_OPTION = typer.Option(10.0, "--interval", min=0.5, help="Seconds between refreshes of --watch.")
 PLOT_OPTION = typer.Option(
-    None, "--plot", metavar="PATH", help="Also draw loss and tokens/s against step, restarts and preemptions marked, as a PNG."
+    None,
+    "--plot",
+    metavar="PATH",
+    help="Also draw loss and tokens/s against step, restarts and preemptions marked, as a PNG.",
 )
 
 
 def status(
     stack: str = STACK_OPTION,
-    config_file: Optional[Path] = CONFIG_FILE_OPTION,
+    config_file: Path | None = CONFIG_FILE_OPTION,
     json_output: bool = JSON_OPTION,
     watch: bool = WATCH_OPTION,
     interval: float = INTERVAL_OPTION,
-    plot: Optional[Path] = PLOT_OPTION,
+    plot: Path | None = PLOT_OPTION,
 ) -> None:
     """A deployed stack: its queued resource and slices (Cloud TPU API) and its run's progress
     (the run directory in the checkpoint bucket): step, loss, tokens/s, ETA, checkpoints,
@@ -51,7 +56,7 @@ def status(
         raise fail(str(err), err.exit_code) from None
 
 
-def show_local(config, paths, *, json_output: bool, watch: bool, interval: float, plot: Optional[Path]) -> None:
+def show_local(config, paths, *, json_output: bool, watch: bool, interval: float, plot: Path | None) -> None:
     """``multislice local status``: the emulated stack whose state is in ``paths``."""
     from infra.status.reader import StatusError, local_reader
 
@@ -62,7 +67,7 @@ def show_local(config, paths, *, json_output: bool, watch: bool, interval: float
         raise fail(str(err), err.exit_code) from None
 
 
-def show(read: Callable, stack: str, *, json_output: bool, watch: bool, interval: float, plot: Optional[Path]) -> None:
+def show(read: StackReader, stack: str, *, json_output: bool, watch: bool, interval: float, plot: Path | None) -> None:
     """Read and print the status once, or refresh it in place (``watch``); draw ``plot``."""
     import json
 
@@ -78,7 +83,11 @@ def show(read: Callable, stack: str, *, json_output: bool, watch: bool, interval
         from rich.live import Live
 
         def view(current):
-            return Group(Text(headline(current)), render(current), Text(f"refreshing every {interval:g} s (Ctrl-C stops)", style="dim"))
+            return Group(
+                Text(headline(current)),
+                render(current),
+                Text(f"refreshing every {interval:g} s (Ctrl-C stops)", style="dim"),
+            )
 
         try:
             with Live(view(status), console=console, auto_refresh=False) as live:

@@ -157,7 +157,9 @@ class Network(pulumi.ComponentResource):
                 nat_ip_allocate_option="AUTO_ONLY",
                 source_subnetwork_ip_ranges_to_nat="LIST_OF_SUBNETWORKS",
                 subnetworks=[
-                    gcp.compute.RouterNatSubnetworkArgs(name=self.subnetwork, source_ip_ranges_to_nats=["ALL_IP_RANGES"])
+                    gcp.compute.RouterNatSubnetworkArgs(
+                        name=self.subnetwork, source_ip_ranges_to_nats=["ALL_IP_RANGES"]
+                    )
                 ],
                 # Many VMs install wheels at once on boot: let busy VMs take more ports.
                 enable_endpoint_independent_mapping=False,

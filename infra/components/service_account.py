@@ -81,9 +81,7 @@ class ServiceAccount(pulumi.ComponentResource):
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         renamed = pulumi.ResourceOptions(aliases=[pulumi.Alias(type_=FORMER_TYPE)])
-        super().__init__(
-            "multislice:gcp:ServiceAccount", name, None, pulumi.ResourceOptions.merge(opts, renamed)
-        )
+        super().__init__("multislice:gcp:ServiceAccount", name, None, pulumi.ResourceOptions.merge(opts, renamed))
         child = pulumi.ResourceOptions(parent=self)
         self.account = gcp.serviceaccount.Account(
             f"{name}-tpu-vms",
@@ -95,7 +93,7 @@ class ServiceAccount(pulumi.ComponentResource):
         )
         self.email = self.account.email
         self.member = self.account.email.apply(lambda email: f"serviceAccount:{email}")
-        self.grants = [
+        self.grants: list[pulumi.CustomResource] = [
             gcp.storage.BucketIAMMember(
                 f"{name}-checkpoints", bucket=bucket, role=CHECKPOINT_ROLE, member=self.member, opts=child
             )

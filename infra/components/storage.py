@@ -30,7 +30,7 @@ class BucketArgs(StrictModel):
     run_name: str
     labels: dict[str, str]
     protect: bool = False
-    soft_delete_days: int = Field(0, ge=0, le=90)
+    soft_delete_days: int = Field(default=0, ge=0, le=90)
     settings: BucketSettings = BucketSettings()
 
 

@@ -41,9 +41,7 @@ def parse_duration(value: Any) -> int:
     elif isinstance(value, str) and value.strip().isdigit():
         seconds = int(value.strip())
     elif isinstance(value, str) and value.strip() and (m := _DURATION.match(value.strip())):
-        seconds = (
-            int(m["d"] or 0) * 86400 + int(m["h"] or 0) * 3600 + int(m["m"] or 0) * 60 + int(m["s"] or 0)
-        )
+        seconds = int(m["d"] or 0) * 86400 + int(m["h"] or 0) * 3600 + int(m["m"] or 0) * 60 + int(m["s"] or 0)
     else:
         raise ValueError(f"{value!r} is not a duration; write e.g. '90s', '30m', '2h', '1d' or seconds")
     if seconds <= 0:
@@ -97,18 +95,26 @@ class NetworkSettings(_Settings):
     """
 
     mtu: int = Field(
-        8896,
+        default=8896,
         ge=1300,
         le=8896,
         description="VPC MTU in bytes; 8896 (the largest GCE allows) carries DCN traffic in fewer packets. "
         "Source: https://cloud.google.com/vpc/docs/mtu",
     )
-    existing_network: str | None = Field(None, alias="existingNetwork", description="Reuse this VPC (name or path).")
-    existing_subnetwork: str | None = Field(
-        None, alias="existingSubnetwork", description="Reuse this subnetwork of the VPC (name or path), in the zone's region."
+    existing_network: str | None = Field(
+        default=None, alias="existingNetwork", description="Reuse this VPC (name or path)."
     )
-    subnet_cidr: str = Field("10.130.0.0/20", alias="subnetCidr", description="Primary range of the created subnetwork.")
-    nat: bool | None = Field(None, description="Cloud Router + NAT; default: on for a created VPC, off for a reused one.")
+    existing_subnetwork: str | None = Field(
+        default=None,
+        alias="existingSubnetwork",
+        description="Reuse this subnetwork of the VPC (name or path), in the zone's region.",
+    )
+    subnet_cidr: str = Field(
+        default="10.130.0.0/20", alias="subnetCidr", description="Primary range of the created subnetwork."
+    )
+    nat: bool | None = Field(
+        default=None, description="Cloud Router + NAT; default: on for a created VPC, off for a reused one."
+    )
 
     @field_validator("existing_network")
     @classmethod
@@ -128,9 +134,7 @@ class NetworkSettings(_Settings):
         except ValueError as err:
             raise ValueError(f"{value!r} is not an IPv4 CIDR range like '10.130.0.0/20' ({err})") from None
         if not net.is_private or net.prefixlen < 8 or net.prefixlen > 29:
-            raise ValueError(
-                f"{value!r} must be a private (RFC 1918) range with a prefix length from /8 to /29"
-            )
+            raise ValueError(f"{value!r} must be a private (RFC 1918) range with a prefix length from /8 to /29")
         return value
 
     @model_validator(mode="after")
@@ -202,15 +206,19 @@ class BucketSettings(_Settings):
     retention period (docs/deploying.md estimates the cost).
     """
 
-    name: str | None = Field(None, description="Bucket name; default '<project>-<stack>-ckpt'.")
+    name: str | None = Field(default=None, description="Bucket name; default '<project>-<stack>-ckpt'.")
     location: str | None = Field(
-        None, description="Cloud Storage location (region, dual- or multi-region); default: the TPU region's."
+        default=None, description="Cloud Storage location (region, dual- or multi-region); default: the TPU region's."
     )
-    force_destroy: bool = Field(False, alias="forceDestroy", description="Let `pulumi destroy` delete a non-empty bucket.")
-    protect: bool | None = Field(None, description="Pulumi `protect`; default: on for stacks named prod or prod-*.")
-    nearline_after_days: int | None = Field(30, ge=1, alias="nearlineAfterDays")
-    delete_after_days: int | None = Field(None, ge=1, alias="deleteAfterDays")
-    soft_delete_days: int | None = Field(None, ge=0, le=90, alias="softDeleteDays")
+    force_destroy: bool = Field(
+        default=False, alias="forceDestroy", description="Let `pulumi destroy` delete a non-empty bucket."
+    )
+    protect: bool | None = Field(
+        default=None, description="Pulumi `protect`; default: on for stacks named prod or prod-*."
+    )
+    nearline_after_days: int | None = Field(default=30, ge=1, alias="nearlineAfterDays")
+    delete_after_days: int | None = Field(default=None, ge=1, alias="deleteAfterDays")
+    soft_delete_days: int | None = Field(default=None, ge=0, le=90, alias="softDeleteDays")
 
     @field_validator("name")
     @classmethod
@@ -254,18 +262,26 @@ class QueuedResourceSettings(_Settings):
 
     #: States in the order a queued resource passes them (tpu_v2 QueuedResourceState).
     wait_for: Literal["ACCEPTED", "WAITING_FOR_RESOURCES", "PROVISIONING", "ACTIVE"] = Field(
-        "ACTIVE", alias="waitFor", description="`pulumi up` returns once the QR reached this state or a later one."
+        default="ACTIVE",
+        alias="waitFor",
+        description="`pulumi up` returns once the QR reached this state or a later one.",
     )
     create_timeout: Duration = Field(
-        1800, alias="createTimeout", description="Longest wait for waitFor; past it the QR stays recorded, still queued."
+        default=1800,
+        alias="createTimeout",
+        description="Longest wait for waitFor; past it the QR stays recorded, still queued.",
     )
-    delete_timeout: Duration = Field(1200, alias="deleteTimeout", description="Longest wait for a delete (2–5 min typical).")
+    delete_timeout: Duration = Field(
+        default=1200, alias="deleteTimeout", description="Longest wait for a delete (2–5 min typical)."
+    )
     valid_until: Duration | None = Field(
-        None, alias="validUntil", description="Queueing policy valid_until_duration: the API fails the request after it."
+        default=None,
+        alias="validUntil",
+        description="Queueing policy valid_until_duration: the API fails the request after it.",
     )
     #: None: on for spot and on-demand capacity, off for reserved (``StackConfig.release_on_complete``).
     release_on_complete: bool | None = Field(
-        None,
+        default=None,
         alias="releaseOnComplete",
         description="Worker 0 of slice 0 deletes the queued resource once the run is COMPLETE (docs/deploying.md).",
     )

@@ -213,7 +213,9 @@ def load_stack_file(path: Path, stack: str | None = None) -> StackConfig:
     path = Path(path)
     if stack is None:
         name = path.name
-        stack = name[len("Pulumi.") : -len(".yaml")] if name.startswith("Pulumi.") and name.endswith(".yaml") else path.stem
+        stack = (
+            name[len("Pulumi.") : -len(".yaml")] if name.startswith("Pulumi.") and name.endswith(".yaml") else path.stem
+        )
     if path.is_dir():
         raise StackConfigError(f"stack file {path} is a directory, not a Pulumi.<stack>.yaml file")
     if not path.is_file():
@@ -242,9 +244,7 @@ def load_stack(stack: str, stacks_dir: Path | None = None) -> StackConfig:
     path = stack_file(stack, stacks_dir)
     if not path.is_file():
         known = available_stacks(stacks_dir)
-        raise StackConfigError(
-            f"no stack {stack!r}: {path} does not exist; stacks here: {', '.join(known) or 'none'}"
-        )
+        raise StackConfigError(f"no stack {stack!r}: {path} does not exist; stacks here: {', '.join(known) or 'none'}")
     return load_stack_file(path, stack)
 
 

@@ -40,8 +40,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, field_validator, model_validator
 
-from infra import accelerators, naming
-from infra import bucket_location as locations
+from infra import accelerators, bucket_location as locations, naming
 from infra.config.environment import BucketSettings, NetworkSettings, QueuedResourceSettings
 from training.config import TrainConfig
 from training.validation import StrictModel, invalid
@@ -90,26 +89,29 @@ class StackConfig(StrictModel):
     project: str = Field(alias="gcp:project", description="GCP project id.")
     zone: str = Field(alias="gcp:zone", description="Zone of the TPU slices, e.g. us-central2-b.")
     accelerator_type: str = Field(alias="multislice:acceleratorType", description="e.g. v4-8, v5p-16, v6e-256.")
-    slices: int = Field(1, ge=1, le=accelerators.MAX_SLICES, alias="multislice:slices")
+    slices: int = Field(default=1, ge=1, le=accelerators.MAX_SLICES, alias="multislice:slices")
     runtime_version: str | None = Field(
-        None, min_length=1, alias="multislice:runtimeVersion", description="TPU software version; catalog default."
+        default=None,
+        min_length=1,
+        alias="multislice:runtimeVersion",
+        description="TPU software version; catalog default.",
     )
     capacity: Annotated[Capacity, BeforeValidator(_capacity)] = Field(
-        "on-demand", alias="multislice:capacity", description="spot, on-demand or reserved."
+        default="on-demand", alias="multislice:capacity", description="spot, on-demand or reserved."
     )
-    reservation_name: str | None = Field(None, min_length=1, alias="multislice:reservationName")
+    reservation_name: str | None = Field(default=None, min_length=1, alias="multislice:reservationName")
     run_name: str | None = Field(
-        None, alias="multislice:runName", description="Run directory name; default: stack."
+        default=None, alias="multislice:runName", description="Run directory name; default: stack."
     )
-    training: TrainConfig = Field(TrainConfig(), alias="multislice:training")
-    network: NetworkSettings = Field(NetworkSettings(), alias="multislice:network")
-    bucket: BucketSettings = Field(BucketSettings(), alias="multislice:bucket")
-    queued_resource: QueuedResourceSettings = Field(QueuedResourceSettings(), alias="multislice:queuedResource")
+    training: TrainConfig = Field(default=TrainConfig(), alias="multislice:training")
+    network: NetworkSettings = Field(default=NetworkSettings(), alias="multislice:network")
+    bucket: BucketSettings = Field(default=BucketSettings(), alias="multislice:bucket")
+    queued_resource: QueuedResourceSettings = Field(default=QueuedResourceSettings(), alias="multislice:queuedResource")
     labels: Annotated[dict[str, str], BeforeValidator(naming.check_labels)] = Field(
         default_factory=dict, alias="multislice:labels", description="Extra labels on every labelled resource."
     )
     allow_unlisted: tuple[Unlisted, ...] = Field(
-        (), alias="multislice:allowUnlisted", description="Catalog checks that only warn: zone, runtimeVersion."
+        default=(), alias="multislice:allowUnlisted", description="Catalog checks that only warn: zone, runtimeVersion."
     )
 
     @model_validator(mode="before")
@@ -122,7 +124,9 @@ class StackConfig(StrictModel):
             return data
         key = "multislice:training" if "multislice:training" in data or "training" not in data else "training"
         try:
-            peak = accelerators.parse_accelerator_type(data.get("multislice:acceleratorType", data.get("accelerator_type"))).generation.peak_bf16_flops_per_chip
+            peak = accelerators.parse_accelerator_type(
+                data.get("multislice:acceleratorType", data.get("accelerator_type"))
+            ).generation.peak_bf16_flops_per_chip
         except (ValueError, TypeError):
             return data  # the accelerator type's own validator reports it
         training = data.get(key, {})

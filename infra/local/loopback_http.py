@@ -22,7 +22,7 @@ class LoopbackServer:
     def host_port(self) -> tuple[str, int]:
         """(``127.0.0.1``, the port it listens on)."""
         host, port = self._httpd.server_address[:2]
-        return host, port
+        return str(host), port  # str already: an AF_INET server's address
 
     def stop(self) -> None:
         """Stop serving and close the socket; waits up to 5 s for the serving thread."""

@@ -80,7 +80,7 @@ class MetadataServer:
                 self.end_headers()
                 self.wfile.write(data)
 
-            def log_message(self, *args):  # keep the emulator's console clean
+            def log_message(self, format: str, *args: object) -> None:  # keep the emulator's console clean
                 pass
 
         self._server = LoopbackServer(Handler, "metadata")

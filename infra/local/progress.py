@@ -26,8 +26,10 @@ from infra.local.tails import MetricsTail
 
 #: A boot-phase line of the console log: the startup script's phases and the trainer's INFO
 #: lines (``HH:MM:SS INFO [pN] training...: text``), after the ``[slice S worker W] `` prefix.
-_PHASE = re.compile(r"^(?:(?P<phase>(?:boot|release|environment|trainer|error|warning): .*)"
-                    r"|\d\d:\d\d:\d\d (?:INFO|WARNING|ERROR) \[p\d+\] (?P<trainer>training[\w.]*: .*))$")
+_PHASE = re.compile(
+    r"^(?:(?P<phase>(?:boot|release|environment|trainer|error|warning): .*)"
+    r"|\d\d:\d\d:\d\d (?:INFO|WARNING|ERROR) \[p\d+\] (?P<trainer>training[\w.]*: .*))$"
+)
 
 
 class BootLines:
@@ -55,7 +57,7 @@ class BootLines:
             line = raw.decode(errors="replace")
             if not line.startswith(prefix):
                 continue
-            match = _PHASE.match(line[len(prefix):])
+            match = _PHASE.match(line[len(prefix) :])
             if match:
                 found.append(match["phase"] or match["trainer"])
         return found
@@ -110,8 +112,11 @@ def plain_reporter(report: Callable[[str], None], min_interval_s: float = 10.0) 
     def show(progress: ProgressSample) -> None:
         every = max(1, progress.total // 10)
         now = time.monotonic()
-        if (progress.step // every != last["step"] // every or progress.step == progress.total
-                or now - last["time"] >= min_interval_s):
+        if (
+            progress.step // every != last["step"] // every
+            or progress.step == progress.total
+            or now - last["time"] >= min_interval_s
+        ):
             report(progress.line())
             last.update(step=progress.step, time=now)
 
@@ -126,8 +131,14 @@ class live_reporter:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
         self.progress = Progress(
-            TextColumn("step"), MofNCompleteColumn(), BarColumn(), TextColumn("{task.fields[detail]}"),
-            TextColumn("ETA"), TimeRemainingColumn(), console=console, transient=False,
+            TextColumn("step"),
+            MofNCompleteColumn(),
+            BarColumn(),
+            TextColumn("{task.fields[detail]}"),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
+            console=console,
+            transient=False,
         )
         self.task = self.progress.add_task("train", total=total, detail="booting")
 
@@ -140,4 +151,3 @@ class live_reporter:
 
     def show(self, progress: ProgressSample) -> None:
         self.progress.update(self.task, completed=progress.step, detail=progress.detail())
-

@@ -216,14 +216,28 @@ class Manager:
             clean, result = False, "timeout"
         if not clean:
             self.say(f"{unit.name}: Main process exited, code={service.exit_code}, status={service.exit_status}")
-        post_env = {**self.env, **unit.environment, "SERVICE_RESULT": result, "EXIT_CODE": service.exit_code, "EXIT_STATUS": service.exit_status}
+        post_env = {
+            **self.env,
+            **unit.environment,
+            "SERVICE_RESULT": result,
+            "EXIT_CODE": service.exit_code,
+            "EXIT_STATUS": service.exit_status,
+        }
         for command in unit.exec_stop_post:
             try:
-                subprocess.run(list(command), cwd=unit.working_directory, env=post_env, stdin=subprocess.DEVNULL, timeout=unit.timeout_stop_sec)
+                subprocess.run(
+                    list(command),
+                    cwd=unit.working_directory,
+                    env=post_env,
+                    stdin=subprocess.DEVNULL,
+                    timeout=unit.timeout_stop_sec,
+                )
             except (OSError, subprocess.TimeoutExpired) as err:
                 self.say(f"{unit.name}: ExecStopPost= failed: {err}")
-        restart = not stopping and status not in unit.restart_prevent_exit_status and (
-            unit.restart == "always" or (unit.restart == "on-failure" and not clean)
+        restart = (
+            not stopping
+            and status not in unit.restart_prevent_exit_status
+            and (unit.restart == "always" or (unit.restart == "on-failure" and not clean))
         )
         with self.lock:
             service.result = result
@@ -245,7 +259,11 @@ class Manager:
                     service.state = "deactivating"
             if exited:
                 self._collect(service, stopping=False)
-            if service.state == "activating" and service.restart_at is not None and time.monotonic() >= service.restart_at:
+            if (
+                service.state == "activating"
+                and service.restart_at is not None
+                and time.monotonic() >= service.restart_at
+            ):
                 with self.lock:
                     service.n_restarts += 1
                 self.say(f"{name}: Scheduled restart job, restart counter is at {service.n_restarts}.")

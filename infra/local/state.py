@@ -28,8 +28,8 @@ import json
 import os
 import shutil
 import signal
-from pathlib import Path
 import time
+from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from infra.local import supervisor
@@ -192,7 +192,7 @@ def stop_recorded(paths: LocalPaths, wait_s: float = 30.0, signal_emulator: bool
         return []
     actions = []
     pid = int(state.get("pid", 0) or 0)
-    emulation_id = state.get("emulation_id")
+    emulation_id = str(state.get("emulation_id") or "")
     if signal_emulator and pid != os.getpid() and emulator_alive(state):
         os.kill(pid, signal.SIGTERM)
         actions.append(f"asked emulator pid {pid} to stop")
@@ -201,7 +201,9 @@ def stop_recorded(paths: LocalPaths, wait_s: float = 30.0, signal_emulator: bool
         if supervisor.kill_pids(systemds, signal.SIGTERM):
             actions.append(f"sent SIGTERM to {len(systemds)} emulated VM(s)")
         if not _wait_gone_repeating(pid, signal.SIGTERM, wait_s):
-            actions.append(f"emulator pid {pid} is still running after {wait_s:.0f} s; run `multislice local down` again")
+            actions.append(
+                f"emulator pid {pid} is still running after {wait_s:.0f} s; run `multislice local down` again"
+            )
             return actions
     killed = supervisor.kill_pids(find_processes(emulation_id)) if emulation_id else []
     if killed:

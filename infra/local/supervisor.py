@@ -31,6 +31,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
+from typing import Self
 
 import psutil
 
@@ -81,7 +82,7 @@ class ProcessGroup:
         cwd: Path | None = None,
         append: bool = False,
         header: str | None = None,
-    ) -> ProcessGroup:
+    ) -> Self:
         """Run ``argv`` in a new session with output to ``log_path``.
 
         Args:
@@ -185,7 +186,7 @@ def check_groups(groups: Sequence[ProcessGroup]) -> bool:
         others still run.
     """
     codes = [group.poll() for group in groups]
-    for group, code in zip(groups, codes):
+    for group, code in zip(groups, codes, strict=True):
         if code not in (None, 0):
             raise GroupFailed(group, code)
     return all(code == 0 for code in codes)

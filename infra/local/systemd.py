@@ -94,6 +94,7 @@ def systemctl(manager: Manager, argv: list[str]) -> tuple[int, str]:
     except JobFailed as err:
         return err.code, f"{err}\n"
 
+
 def _show(service: Service, properties: list[str], value_only: bool, status: bool) -> str:
     values = {
         "Id": service.unit.name,
@@ -151,7 +152,7 @@ def boot(script: Path, unit_dir: Path, runtime_dir: Path) -> int:
         {
             "PATH": f"{bin_dir}:{env.get('PATH', '/usr/bin:/bin')}",
             UNIT_DIR_ENV: str(unit_dir),
-            ADDRESS_ENV: "%s:%d" % listener.address,
+            ADDRESS_ENV: "{}:{}".format(*listener.address),
             AUTHKEY_ENV: authkey.hex(),
         }
     )
@@ -164,7 +165,14 @@ def boot(script: Path, unit_dir: Path, runtime_dir: Path) -> int:
             manager.tick()
             if script_status is None and script_proc.poll() is not None:
                 script_status = script_proc.returncode
-                manager.say(f"{STARTUP_UNIT}: " + ("Deactivated successfully." if script_status == 0 else f"Main process exited, status={script_status}"))
+                manager.say(
+                    f"{STARTUP_UNIT}: "
+                    + (
+                        "Deactivated successfully."
+                        if script_status == 0
+                        else f"Main process exited, status={script_status}"
+                    )
+                )
             if script_status is not None and not manager.busy():
                 return _result(manager, script_status)
             time.sleep(POLL_S)
@@ -226,7 +234,10 @@ def main(argv: list[str]) -> int:
         return systemctl_client(argv[1:])
     if len(argv) == 6 and argv[0] == "boot" and argv[1] == "--unit-dir" and argv[3] == "--runtime-dir":
         return boot(Path(argv[5]), Path(argv[2]), Path(argv[4]))
-    print("usage: python -m infra.local.systemd boot --unit-dir DIR --runtime-dir DIR SCRIPT | systemctl ARGS...", file=sys.stderr)
+    print(
+        "usage: python -m infra.local.systemd boot --unit-dir DIR --runtime-dir DIR SCRIPT | systemctl ARGS...",
+        file=sys.stderr,
+    )
     return 2
 
 

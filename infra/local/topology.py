@@ -38,7 +38,9 @@ SHARED_COMPILATION_CACHE_ENV = "MULTISLICE_COMPILATION_CACHE_DIR"
 _HOST_ONLY_PREFIXES = ("JAX_", "XLA_", "MULTISLICE_", "GCE_METADATA", "TPU_", "MEGASCALE_")
 
 
-def vm_metadata(config: StackConfig, slice_id: int, worker: int, *, startup_script: str, run_dir: str) -> dict[str, str]:
+def vm_metadata(
+    config: StackConfig, slice_id: int, worker: int, *, startup_script: str, run_dir: str
+) -> dict[str, str]:
     """The metadata attributes of worker ``worker`` of slice ``slice_id`` (keys as on GCE)."""
     acc = config.accelerator
     node = config.node_ids[slice_id]

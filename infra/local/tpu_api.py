@@ -40,12 +40,11 @@ import re
 import threading
 import time
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from urllib.parse import parse_qs, urlsplit
 
 from infra.config import StackConfig
-from infra.local import state as state_lib
-from infra.local import supervisor
+from infra.local import state as state_lib, supervisor
 from infra.local.loopback_http import LoopbackServer
 from infra.local.metadata import EMULATED_TOKEN
 from infra.local.state import LocalPaths
@@ -65,7 +64,7 @@ _HTTP = {"FAILED_PRECONDITION": 400, "UNAUTHENTICATED": 401, "PERMISSION_DENIED"
 
 
 def _rfc3339(moment: float) -> str:
-    return datetime.fromtimestamp(moment, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return datetime.fromtimestamp(moment, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 class EmulatedTpuApi:
@@ -101,9 +100,17 @@ class EmulatedTpuApi:
                 self._reply(*api._delete(self.path, self.headers.get("Authorization", "")))
 
             def _refuse_method(self):
-                self._reply(405, {"error": {"code": 405, "status": "METHOD_NOT_ALLOWED",
-                                            "message": f"the emulated Cloud TPU API serves only DELETE, not {self.command}"}},
-                            allow="DELETE")
+                self._reply(
+                    405,
+                    {
+                        "error": {
+                            "code": 405,
+                            "status": "METHOD_NOT_ALLOWED",
+                            "message": f"the emulated Cloud TPU API serves only DELETE, not {self.command}",
+                        }
+                    },
+                    allow="DELETE",
+                )
 
             do_GET = do_POST = do_PUT = do_PATCH = do_HEAD = _refuse_method  # noqa: N815
 
@@ -120,7 +127,7 @@ class EmulatedTpuApi:
                 if self.command != "HEAD":
                     self.wfile.write(data)
 
-            def log_message(self, *args):  # keep the emulator's console clean
+            def log_message(self, format: str, *args: object) -> None:  # keep the emulator's console clean
                 pass
 
         self._server = LoopbackServer(Handler, "tpu-api")
@@ -139,16 +146,25 @@ class EmulatedTpuApi:
             return _error("NOT_FOUND", f"the emulated Cloud TPU API has no resource at {parts.path}")
         name = match["name"]
         if authorization != f"Bearer {self._token}":
-            return _error("UNAUTHENTICATED", "Request had invalid authentication credentials: expected the emulated VMs' access token")
+            return _error(
+                "UNAUTHENTICATED",
+                "Request had invalid authentication credentials: expected the emulated VMs' access token",
+            )
         if self.queued_resource is None:
-            return _error("PERMISSION_DENIED", f"Permission 'tpu.nodes.delete' denied on '{name}' "
-                          "(multislice:queuedResource.releaseOnComplete is off: the VMs' service account has no such role)")
+            return _error(
+                "PERMISSION_DENIED",
+                f"Permission 'tpu.nodes.delete' denied on '{name}' "
+                "(multislice:queuedResource.releaseOnComplete is off: the VMs' service account has no such role)",
+            )
         force = (parse_qs(parts.query).get("force") or ["false"])[0].lower() == "true"
         with self._lock:
             if name != self.queued_resource or self.deleted_at is not None:
                 return _error("NOT_FOUND", f"Resource '{name}' was not found")
             if not force:
-                return _error("FAILED_PRECONDITION", f"queued resource '{name}' has running nodes: delete them first or set force=true")
+                return _error(
+                    "FAILED_PRECONDITION",
+                    f"queued resource '{name}' has running nodes: delete them first or set force=true",
+                )
             self._on_delete(name)
             self.deleted_at = time.monotonic()
         now = time.time()
@@ -224,7 +240,8 @@ class Release:
         """The force delete deletes the nodes: once ``delay_s`` seconds passed since the delete,
         stop the VMs still running (SIGTERM, a short grace, SIGKILL; reported) and return True;
         else False."""
-        if not self.deleted or time.monotonic() - self.api.deleted_at < delay_s:
+        deleted_at = self.api.deleted_at if self.api is not None else None  # None: not deleted (``deleted``)
+        if deleted_at is None or time.monotonic() - deleted_at < delay_s:
             return False
         groups = [vm.group for vm in vms if vm.group is not None]
         running = [vm.name for vm in vms if vm.group is not None and vm.group.poll() is None]
@@ -241,12 +258,19 @@ class Release:
     def line(self) -> str:
         """What ``local up`` reports about the capacity once the VMs are gone."""
         if self.deleted:
-            return (f"capacity: released: worker 0 of slice 0 deleted the queued resource {self.queued_resource} once "
-                    "the run was complete (multislice:queuedResource.releaseOnComplete)")
+            return (
+                f"capacity: released: worker 0 of slice 0 deleted the queued resource {self.queued_resource} once "
+                "the run was complete (multislice:queuedResource.releaseOnComplete)"
+            )
         if self.queued_resource is None:
-            return ("capacity: kept: multislice:queuedResource.releaseOnComplete is off, so the VMs do not delete the "
-                    "queued resource (on Cloud TPU it is billed until pulumi destroy)")
-        return f"capacity: kept: the queued resource {self.queued_resource} was not deleted; see the log of slice 0 worker 0"
+            return (
+                "capacity: kept: multislice:queuedResource.releaseOnComplete is off, so the VMs do not delete the "
+                "queued resource (on Cloud TPU it is billed until pulumi destroy)"
+            )
+        return (
+            f"capacity: kept: the queued resource {self.queued_resource} was not deleted; "
+            "see the log of slice 0 worker 0"
+        )
 
     def stop(self) -> None:
         """Stop serving the API (the record stays)."""

@@ -18,7 +18,10 @@ from dataclasses import dataclass, field
 
 #: Directives this emulation understands, per section (anything else is a UnitError).
 KNOWN = {
-    "Unit": {"Description", "Documentation", "Wants", "Requires", "After", "Before", "StartLimitIntervalSec", "StartLimitBurst"},
+    "Unit": {
+        "Description", "Documentation", "Wants", "Requires", "After", "Before", "StartLimitIntervalSec",
+        "StartLimitBurst",
+    },
     "Service": {
         "Type", "ExecStart", "ExecStopPost", "WorkingDirectory", "Environment", "Restart", "RestartSec",
         "RestartPreventExitStatus", "SuccessExitStatus", "KillMode", "KillSignal", "TimeoutStopSec",

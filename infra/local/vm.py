@@ -25,7 +25,7 @@ import shutil
 import signal
 import sys
 import urllib.request
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from infra.local.metadata import PREFIX, MetadataServer
@@ -108,7 +108,7 @@ class EmulatedVM:
         runtime = self.home / "run"
         shutil.rmtree(runtime, ignore_errors=True)  # /run is empty at every boot
         self.boots += 1
-        self.group = VmProcesses.start(
+        group = self.group = VmProcesses.start(
             self.name,
             boot_command(script_path, self.unit_dir, runtime),
             log_path=self.log_path,
@@ -116,9 +116,9 @@ class EmulatedVM:
             cwd=self.home,
             append=True,
             # The boot's time: `multislice local logs --since` dates the console lines from it.
-            header=f"===== boot {self.boots} of {self.name} at {datetime.now(timezone.utc):%Y-%m-%dT%H:%M:%SZ} =====",
+            header=f"===== boot {self.boots} of {self.name} at {datetime.now(UTC):%Y-%m-%dT%H:%M:%SZ} =====",
         )
-        return self.group
+        return group
 
     def wipe_disk(self) -> None:
         """Recreating a VM gives it a fresh boot disk."""
@@ -128,4 +128,14 @@ class EmulatedVM:
 def boot_command(script: Path, unit_dir: Path, runtime_dir: Path) -> list[str]:
     """The command that boots an emulated VM: its systemd, running ``script`` as the startup
     script with unit files in ``unit_dir`` and ``/run`` in ``runtime_dir``."""
-    return [sys.executable, "-m", "infra.local.systemd", "boot", "--unit-dir", str(unit_dir), "--runtime-dir", str(runtime_dir), str(script)]
+    return [
+        sys.executable,
+        "-m",
+        "infra.local.systemd",
+        "boot",
+        "--unit-dir",
+        str(unit_dir),
+        "--runtime-dir",
+        str(runtime_dir),
+        str(script),
+    ]

@@ -112,8 +112,10 @@ def explain(err: Exception, project: str) -> str:
     message = getattr(err, "message", None) or str(err)
     message = " ".join(str(message).split())
     if code == 403:
-        return (f"Cloud Logging refused to list entries in project {project} ({message}): the caller needs "
-                "roles/logging.viewer there, and the Cloud Logging API must be enabled")
+        return (
+            f"Cloud Logging refused to list entries in project {project} ({message}): the caller needs "
+            "roles/logging.viewer there, and the Cloud Logging API must be enabled"
+        )
     if code == 401:
         return f"Cloud Logging rejected the credentials ({message}); renew them (gcloud auth application-default login)"
     return f"Cloud Logging entries.list in project {project} failed: {type(err).__name__}: {message}"
@@ -125,7 +127,7 @@ def entry_line(entry: Any) -> LogLine | None:
     resource_labels = dict(getattr(entry.resource, "labels", None) or {})
     try:
         slice_id = int(labels["slice"])
-        worker = int(labels.get("worker", resource_labels.get("worker_id")))
+        worker = int(labels["worker"] if "worker" in labels else resource_labels["worker_id"])
     except (KeyError, TypeError, ValueError):
         return None
     payload = entry.payload

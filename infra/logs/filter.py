@@ -13,7 +13,7 @@ an RFC 3339 string).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from infra.config import StackConfig
 from infra.startup import contract
@@ -45,8 +45,8 @@ def logging_filter(config: StackConfig) -> str:
 def rfc3339(moment: datetime) -> str:
     """``moment`` in UTC as ``YYYY-MM-DDTHH:MM:SS.ffffffZ`` (a naive datetime is taken as UTC)."""
     if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
-    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        moment = moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def trainer_filter(

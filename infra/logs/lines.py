@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 #: ``[slice S worker W] `` at the start of a console line (boot.sh, trainer.sh and the log
 #: shipper write it; ``?`` before the boot has read the metadata).
@@ -60,7 +60,7 @@ def parse_since(value: str, now: datetime | None = None) -> datetime:
       SinceError: anything else, or a time without a UTC offset.
     """
     text = value.strip()
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     match = _DURATION.match(text)
     if match:
         return now - timedelta(seconds=float(match[1]) * _UNIT_SECONDS[match[2]])
@@ -74,4 +74,4 @@ def parse_since(value: str, now: datetime | None = None) -> datetime:
         )
     if moment.tzinfo is None:
         raise SinceError(f"--since {value!r} has no UTC offset: end it with Z or +HH:MM (RFC 3339)")
-    return moment.astimezone(timezone.utc)
+    return moment.astimezone(UTC)

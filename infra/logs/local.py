@@ -18,7 +18,7 @@ import heapq
 import os
 import re
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from infra.logs.lines import LogLine, strip_prefix
@@ -39,7 +39,7 @@ def stated_time(text: str) -> datetime | None:
         moment = datetime.fromisoformat(match[1].replace("Z", "+00:00"))
     except ValueError:
         return None
-    return moment.astimezone(timezone.utc) if moment.tzinfo else None
+    return moment.astimezone(UTC) if moment.tzinfo else None
 
 
 def vm_logs(logs_dir: Path) -> dict[tuple[int, int], Path]:
@@ -84,7 +84,7 @@ class ConsoleTail:
         for (slice_id, worker), path in vm_logs(self.logs_dir).items():
             if (self.slice_id is None or slice_id == self.slice_id) and (self.worker is None or worker == self.worker):
                 streams.append(self._read(slice_id, worker, path, final))
-        merged = heapq.merge(*streams, key=lambda line: line.time or datetime.min.replace(tzinfo=timezone.utc))
+        merged = heapq.merge(*streams, key=lambda line: line.time or datetime.min.replace(tzinfo=UTC))
         return [line for line in merged if self.since is None or (line.time is not None and line.time >= self.since)]
 
     def _read(self, slice_id: int, worker: int, path: Path, final: bool) -> list[LogLine]:

@@ -19,9 +19,9 @@ Modules, each with the formulas and public sources of its figures:
   from the dataclass fields).
 
 This module assembles them: :func:`plan` and :func:`advisories`. Both take a
-:class:`~infra.config.StackConfig`, whose validation already guarantees what the arithmetic relies on (1 ≤ slices ≤ 256, Multislice
-only on v4 and later, ICI product = chips per slice, DCN product = slices, DCN tensor = 1, a
-global batch that splits over the mesh); nothing here checks those again.
+:class:`~infra.config.StackConfig`, whose validation already guarantees what the arithmetic
+relies on (1 ≤ slices ≤ 256, Multislice only on v4 and later, ICI product = chips per slice,
+DCN product = slices, DCN tensor = 1, a global batch that splits over the mesh); nothing here checks those again.
 """
 
 from __future__ import annotations
@@ -104,7 +104,8 @@ def plan(config: StackConfig) -> Plan:
         + ": 4·B/32 (2 replicas) or 4·B/64 (more); B = tokens per replica (global batch tokens ÷ dcn.data)",
         "min_tokens_per_replica": _DCN_ARITHMETIC + ": AI × bits per parameter ÷ 4, the B at which 4·B/bits = AI; "
         "global: × replicas",
-        "safety_margin": _DCN_ARITHMETIC + ': "≥ ~350,000 tokens per pod (two pods) to ~700,000 (many pods)" = 2 × the minimum tokens per replica',
+        "safety_margin": _DCN_ARITHMETIC
+        + ': "≥ ~350,000 tokens per pod (two pods) to ~700,000 (many pods)" = 2 × the minimum tokens per replica',
         "activations": ACTIVATIONS_SOURCE,
         "parallelism_guidance": _PARALLELISM_RULES,
     }

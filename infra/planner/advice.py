@@ -32,7 +32,9 @@ def _gib(n: float) -> str:
     return f"{n / 2**30:.2f} GiB"
 
 
-def _variant(config: StackConfig, dcn: dict[str, int] | None = None, ici: dict[str, int] | None = None) -> StackConfig | None:
+def _variant(
+    config: StackConfig, dcn: dict[str, int] | None = None, ici: dict[str, int] | None = None
+) -> StackConfig | None:
     """``config`` with other DCN/ICI axis sizes, or None when that stack would be invalid."""
     par = config.training.parallelism
     training = config.training.model_dump() | {
@@ -64,8 +66,7 @@ def recommendations(p: Plan, config: StackConfig) -> tuple[str, ...]:
         )
     elif mem.fraction > HBM_TIGHT_FRACTION:
         out.append(
-            f"tight on HBM: {mem.fraction:.0%} of {_gib(capacity)} before XLA temporaries; "
-            f"{_memory_advice(p, config)}"
+            f"tight on HBM: {mem.fraction:.0%} of {_gib(capacity)} before XLA temporaries; {_memory_advice(p, config)}"
         )
 
     # DCN: tensor parallelism never crosses DCN; start with pure data parallelism.
@@ -87,6 +88,8 @@ def recommendations(p: Plan, config: StackConfig) -> tuple[str, ...]:
                     f"{_gib(pure_mem.total)} per chip; its DCN traffic is not modelled here"
                 )
     if dcn.applies:
+        # More than one replica: the global figures are set (DcnCheck.__post_init__).
+        assert dcn.min_global_batch_tokens is not None and dcn.recommended_global_batch_tokens is not None
         replicas = dcn.replicas
         shards, seq = par.batch_shards, p.sequence_length
         need_seqs = _round_up(dcn.min_global_batch_tokens / seq, shards)
@@ -136,7 +139,9 @@ def _memory_advice(p: Plan, config: StackConfig) -> str:
     if par.ici.data > 1:
         v = _variant(config, ici={"data": 1, "fsdp": par.ici.data * par.ici.fsdp})
         if v is not None:
-            tips.append(f"ici fsdp {par.ici.data * par.ici.fsdp} → {_gib(memory_per_chip(v.training, mem.capacity).total)}")
+            tips.append(
+                f"ici fsdp {par.ici.data * par.ici.fsdp} → {_gib(memory_per_chip(v.training, mem.capacity).total)}"
+            )
     if p.slices > 1 and par.dcn.data > 1:
         for fsdp in range(2, par.dcn.data + 1):
             if par.dcn.data % fsdp:

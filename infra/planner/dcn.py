@@ -13,9 +13,10 @@ Source: the Cloud TPU Multislice overview (:data:`MULTISLICE_OVERVIEW`), its DCN
 * The backward pass costs 4·B FLOPs per parameter (of the 6·B·P of a transformer step), so
   the model's operational intensity is ``OI = 4·B / 32`` (2 replicas) or ``4·B / 64`` (more).
   The step is DCN-bound when ``OI < AI``; the minimum batch is ``AI × bits / 4`` tokens per
-  replica (v4: 176,000 for 2 slices, 352,000 for more; the global batch is that × replicas), and the overview recommends a large margin
-  because DCN can drop packets briefly: "data parallelism only at ≥ ~350,000 tokens per pod
-  (two pods) to ~700,000 (many pods)", i.e. :data:`SAFETY_MARGIN` = 2 × the minimum.
+  replica (v4: 176,000 for 2 slices, 352,000 for more; the global batch is that × replicas),
+  and the overview recommends a large margin because DCN can drop packets briefly: "data
+  parallelism only at ≥ ~350,000 tokens per pod (two pods) to ~700,000 (many pods)", i.e.
+  :data:`SAFETY_MARGIN` = 2 × the minimum.
 
 **Which batch B is.** B is the number of tokens *one DCN replica* processes per step: the
 global batch in tokens divided by ``parallelism.dcn.data`` (``global_batch_size ×

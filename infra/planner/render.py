@@ -63,8 +63,7 @@ def print_plan(p: Plan, console: Console) -> None:
             f"  minimum batch {dcn.min_tokens_per_replica:,.0f} tokens per replica "
             f"({dcn.min_global_batch_tokens:,.0f} global); with the Multislice overview's {dcn.safety_margin:g}× "
             f"margin {dcn.recommended_tokens_per_replica:,.0f} tokens per replica "
-            f"({dcn.recommended_global_batch_tokens:,.0f} global)"
-            + ("" if dcn.meets_margin else " (not met)")
+            f"({dcn.recommended_global_batch_tokens:,.0f} global)" + ("" if dcn.meets_margin else " (not met)")
         )
     else:
         console.print("  no data parallelism over DCN: no gradient all-reduce crosses DCN")

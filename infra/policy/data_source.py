@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Mapping
+from typing import Any, cast
 
 from infra.startup.contract import STORAGE_ENDPOINT_ENV
 
@@ -71,11 +72,13 @@ def list_gs_source(source: str, project: str, environ: Mapping[str, str] | None 
     import gcsfs
 
     try:
-        fs = gcsfs.GCSFileSystem(token=token, project=project, requests_timeout=LIST_TIMEOUT_S, retries=1,
-                                 skip_instance_cache=True)
+        fs = gcsfs.GCSFileSystem(
+            token=token, project=project, requests_timeout=LIST_TIMEOUT_S, retries=1, skip_instance_cache=True
+        )
         if not fs.exists(bucket):
             raise FileNotFoundError(f"bucket gs://{bucket} does not exist")
-        found = fs.glob(f"{base}/{pattern}" if pattern else base, detail=True)
+        # detail=True: a dict of name -> info (fsspec's glob is unannotated; its inferred type is the list)
+        found = cast("dict[str, dict[str, Any]]", fs.glob(f"{base}/{pattern}" if pattern else base, detail=True))
     except FileNotFoundError:
         raise
     except Exception as err:  # gcsfs/google-auth raise many types (HttpError, RefreshError, OSError, ...)

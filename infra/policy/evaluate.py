@@ -36,7 +36,6 @@ from pulumi_policy import (
     StackValidationArgs,
     StackValidationPolicy,
 )
-
 from pulumi_policy.proxy import UnknownValueError, unknown_checking_proxy
 
 from infra.policy.policies import POLICIES
@@ -135,7 +134,12 @@ def _options(protect: bool, parent: str | None) -> PolicyResourceOptions:
     return PolicyResourceOptions(protect, [], None, [], PolicyCustomTimeouts(0, 0, 0), [], parent or None)
 
 
-def _run(policy: Policy, args: Any, sink: list[tuple[str, str | None, bool]], urn: str | None) -> None:
+def _run(
+    policy: ResourceValidationPolicy | StackValidationPolicy,
+    args: Any,
+    sink: list[tuple[str, str | None, bool]],
+    urn: str | None,
+) -> None:
     """Run one validation; entries are (message, urn, unknown). A value not known until the
     update (``UnknownValueError``) is reported the way the CLI's analyzer reports it: an
     advisory "can't run during preview", whatever the policy's level."""
@@ -155,8 +159,9 @@ async def _await(awaitable: Any) -> None:
     await awaitable
 
 
-def check_world(world: Any, raw_config: Mapping[str, Any] | None = None,
-                policies: Sequence[Policy] = POLICIES) -> list[Violation]:
+def check_world(
+    world: Any, raw_config: Mapping[str, Any] | None = None, policies: Sequence[Policy] = POLICIES
+) -> list[Violation]:
     """Run ``policies`` over what one program evaluation registered.
 
     Args:
@@ -183,8 +188,9 @@ def check_world(world: Any, raw_config: Mapping[str, Any] | None = None,
         found: list[tuple[str, str | None, bool]] = []
         if isinstance(policy, ResourceValidationPolicy):
             for reg, props in resources:
-                args = ResourceValidationArgs(reg.typ, props, reg.urn, reg.name, _options(reg.protect, reg.parent),
-                                              None, setting.properties)
+                args = ResourceValidationArgs(
+                    reg.typ, props, reg.urn, reg.name, _options(reg.protect, reg.parent), None, setting.properties
+                )
                 _run(policy, args, found, reg.urn)
         elif isinstance(policy, StackValidationPolicy):
             stack = [
@@ -199,8 +205,9 @@ def check_world(world: Any, raw_config: Mapping[str, Any] | None = None,
     return violations
 
 
-def check_stack(stack: str, config_map: Mapping[str, Any] | None = None,
-                raw_config: Mapping[str, Any] | None = None) -> list[Violation]:
+def check_stack(
+    stack: str, config_map: Mapping[str, Any] | None = None, raw_config: Mapping[str, Any] | None = None
+) -> list[Violation]:
     """Evaluate the program for ``stack`` under mocks (its stack file's config, or
     ``config_map``) and run every policy over the resources it declares.
 

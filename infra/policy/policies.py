@@ -38,12 +38,11 @@ https://cloud.google.com/tpu/docs/spot).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from pulumi_policy import (
     EnforcementLevel,
     PolicyConfigSchema,
-    ReportViolation,
     ResourceValidationArgs,
     ResourceValidationPolicy,
     StackValidationArgs,
@@ -83,21 +82,31 @@ def _tpu_nodes(args: ResourceValidationArgs) -> list[Mapping[str, Any]]:
     return []
 
 
+class Report(Protocol):
+    """The callback a validation reports a violation to: a message and, optionally, the URN of
+    the resource it concerns (pulumi_policy's ``ReportViolation`` alias makes the URN a required
+    positional argument, where its documentation and its callbacks make it optional)."""
+
+    def __call__(self, message: str, urn: str | None = None, /) -> None: ...
+
+
 # Mandatory ------------------------------------------------------------------------------------
 
 
-def _firewall_no_public_ingress(args: ResourceValidationArgs, report: ReportViolation) -> None:
+def _firewall_no_public_ingress(args: ResourceValidationArgs, report: Report) -> None:
     if args.resource_type != FIREWALL_TYPE:
         return
     if (args.props.get("direction") or "INGRESS").upper() != "INGRESS":
         return
     public = [r for r in args.props.get("sourceRanges") or [] if r in PUBLIC_RANGES]
     if public:
-        report(f"firewall rule {args.name!r} admits ingress from {', '.join(public)}; "
-               "open ports only to the subnetwork, network tags or IAP (35.235.240.0/20)")
+        report(
+            f"firewall rule {args.name!r} admits ingress from {', '.join(public)}; "
+            "open ports only to the subnetwork, network tags or IAP (35.235.240.0/20)"
+        )
 
 
-def _tpu_no_external_ips(args: ResourceValidationArgs, report: ReportViolation) -> None:
+def _tpu_no_external_ips(args: ResourceValidationArgs, report: Report) -> None:
     if args.get_config().get("allowExternalIps", False):
         return
     for node in _tpu_nodes(args):
@@ -105,16 +114,20 @@ def _tpu_no_external_ips(args: ResourceValidationArgs, report: ReportViolation) 
         if external is None:
             external = (node.get("networkConfig") or {}).get("enableExternalIps")
         if external:
-            report(f"TPU resource {args.name!r} gives its VMs external IPs; use Cloud NAT, or set "
-                   "allowExternalIps: true for this stack in the policy pack config")
+            report(
+                f"TPU resource {args.name!r} gives its VMs external IPs; use Cloud NAT, or set "
+                "allowExternalIps: true for this stack in the policy pack config"
+            )
 
 
-def _bucket_private_uniform(args: ResourceValidationArgs, report: ReportViolation) -> None:
+def _bucket_private_uniform(args: ResourceValidationArgs, report: Report) -> None:
     if args.resource_type != BUCKET_TYPE:
         return
     if args.props.get("publicAccessPrevention") != "enforced":
-        report(f"bucket {args.name!r}: publicAccessPrevention is "
-               f"{args.props.get('publicAccessPrevention')!r}, must be 'enforced'")
+        report(
+            f"bucket {args.name!r}: publicAccessPrevention is "
+            f"{args.props.get('publicAccessPrevention')!r}, must be 'enforced'"
+        )
     if args.props.get("uniformBucketLevelAccess") is not True:
         report(f"bucket {args.name!r}: uniformBucketLevelAccess must be true (no per-object ACLs)")
 
@@ -124,32 +137,38 @@ def _service_account_email(node: Mapping[str, Any]) -> Any:
     return account.get("email") if isinstance(account, Mapping) else account
 
 
-def _tpu_dedicated_service_account(args: ResourceValidationArgs, report: ReportViolation) -> None:
+def _tpu_dedicated_service_account(args: ResourceValidationArgs, report: Report) -> None:
     for node in _tpu_nodes(args):
         email = _service_account_email(node)
         if not email:
-            report(f"TPU resource {args.name!r} names no service account: its VMs would run as the "
-                   "Compute Engine default service account")
+            report(
+                f"TPU resource {args.name!r} names no service account: its VMs would run as the "
+                "Compute Engine default service account"
+            )
         elif str(email).endswith(DEFAULT_COMPUTE_SA_SUFFIX):
-            report(f"TPU resource {args.name!r} runs as the Compute Engine default service account "
-                   f"{email}; use a dedicated, least-privilege one")
+            report(
+                f"TPU resource {args.name!r} runs as the Compute Engine default service account "
+                f"{email}; use a dedicated, least-privilege one"
+            )
 
 
 def _parallelism(args: ResourceValidationArgs) -> Mapping[str, Any]:
-    return ((args.props.get("trainer") or {}).get("parallelism") or {})
+    return (args.props.get("trainer") or {}).get("parallelism") or {}
 
 
-def _dcn_tensor_one(args: ResourceValidationArgs, report: ReportViolation) -> None:
+def _dcn_tensor_one(args: ResourceValidationArgs, report: Report) -> None:
     if args.resource_type != QUEUED_RESOURCE_TYPE:
         return
     dcn = _parallelism(args).get("dcn") or {}
     tensor = dcn.get("tensor", 1)
     if int(tensor) != 1:
-        report(f"queued resource {args.name!r}: training.parallelism.dcn.tensor is {int(tensor)}; tensor "
-               "parallelism over DCN is too slow (Multislice overview): keep dcn.tensor = 1")
+        report(
+            f"queued resource {args.name!r}: training.parallelism.dcn.tensor is {int(tensor)}; tensor "
+            "parallelism over DCN is too slow (Multislice overview): keep dcn.tensor = 1"
+        )
 
 
-def _multislice_v4_or_later(args: ResourceValidationArgs, report: ReportViolation) -> None:
+def _multislice_v4_or_later(args: ResourceValidationArgs, report: Report) -> None:
     if args.resource_type != QUEUED_RESOURCE_TYPE:
         return
     slices = int(args.props.get("slices") or 1)
@@ -165,18 +184,22 @@ def _multislice_v4_or_later(args: ResourceValidationArgs, report: ReportViolatio
             report(f"queued resource {args.name!r}: {slices} slices of {name}; Multislice needs TPU v4 or later")
 
 
-def _startup_script_safe(args: ResourceValidationArgs, report: ReportViolation) -> None:
+def _startup_script_safe(args: ResourceValidationArgs, report: Report) -> None:
     for node in _tpu_nodes(args):
         script = (node.get("metadata") or {}).get(STARTUP_SCRIPT_KEY)
         if not isinstance(script, str):
             continue
         size = len(script.encode())
         if size > METADATA_VALUE_LIMIT_BYTES:
-            report(f"TPU resource {args.name!r}: startup script is {size} bytes; one GCE metadata value "
-                   f"holds at most {METADATA_VALUE_LIMIT_BYTES}")
+            report(
+                f"TPU resource {args.name!r}: startup script is {size} bytes; one GCE metadata value "
+                f"holds at most {METADATA_VALUE_LIMIT_BYTES}"
+            )
         for found in find_secrets(script):
-            report(f"TPU resource {args.name!r}: startup script line {found.line} holds {found.kind}; "
-                   "node metadata is readable on the VM and by project viewers: use the service account")
+            report(
+                f"TPU resource {args.name!r}: startup script line {found.line} holds {found.kind}; "
+                "node metadata is readable on the VM and by project viewers: use the service account"
+            )
 
 
 def _integral(value: Any) -> Any:
@@ -190,7 +213,7 @@ def _integral(value: Any) -> Any:
     return value
 
 
-def _training_fits_hbm(args: ResourceValidationArgs, report: ReportViolation) -> None:
+def _training_fits_hbm(args: ResourceValidationArgs, report: Report) -> None:
     if args.resource_type != QUEUED_RESOURCE_TYPE or args.get_config().get("allowOverHbm", False):
         return
     from infra.planner.memory import memory_per_chip
@@ -204,12 +227,14 @@ def _training_fits_hbm(args: ResourceValidationArgs, report: ReportViolation) ->
         return
     estimate = memory_per_chip(train, accelerator.generation.hbm_bytes_per_chip)
     if not estimate.fits:
-        report(f"queued resource {args.name!r}: training needs ~{estimate.total / 2**30:.1f} GiB per chip, "
-               f"{accelerator.name} has {estimate.capacity / 2**30:.0f} GiB of HBM (multislice plan); "
-               "shrink the model or batch, shard more (fsdp), or set allowOverHbm: true in the pack config")
+        report(
+            f"queued resource {args.name!r}: training needs ~{estimate.total / 2**30:.1f} GiB per chip, "
+            f"{accelerator.name} has {estimate.capacity / 2**30:.0f} GiB of HBM (multislice plan); "
+            "shrink the model or batch, shard more (fsdp), or set allowOverHbm: true in the pack config"
+        )
 
 
-def _data_source_exists(args: ResourceValidationArgs, report: ReportViolation) -> None:
+def _data_source_exists(args: ResourceValidationArgs, report: Report) -> None:
     if args.resource_type != QUEUED_RESOURCE_TYPE:
         return
     source = str(((args.props.get("trainer") or {}).get("data") or {}).get("source") or "")
@@ -225,20 +250,24 @@ def _data_source_exists(args: ResourceValidationArgs, report: ReportViolation) -
         report(f"multislice:training.data.source {source!r}: {err}")
         return
     if listing.non_empty == 0:
-        report(f"multislice:training.data.source {source!r} matches no non-empty object "
-               f"({listing.objects} object(s) matched); the trainer would stop at once on every VM")
+        report(
+            f"multislice:training.data.source {source!r} matches no non-empty object "
+            f"({listing.objects} object(s) matched); the trainer would stop at once on every VM"
+        )
 
 
-def _multislice_program(args: StackValidationArgs, report: ReportViolation) -> None:
+def _multislice_program(args: StackValidationArgs, report: Report) -> None:
     if not any(r.resource_type == QUEUED_RESOURCE_TYPE for r in args.resources):
-        report(f"this stack declares no {QUEUED_RESOURCE_TYPE}: the multislice policy pack checks the "
-               "multislice program only")
+        report(
+            f"this stack declares no {QUEUED_RESOURCE_TYPE}: the multislice policy pack checks the "
+            "multislice program only"
+        )
 
 
 # Advisory -------------------------------------------------------------------------------------
 
 
-def _required_labels(args: ResourceValidationArgs, report: ReportViolation) -> None:
+def _required_labels(args: ResourceValidationArgs, report: Report) -> None:
     if "labels" not in args.props or args.resource_type not in (QUEUED_RESOURCE_TYPE, BUCKET_TYPE, TPU_VM_TYPE):
         return
     labels = args.props.get("labels") or {}
@@ -252,44 +281,96 @@ def _is_prod(labels: Mapping[str, Any]) -> bool:
     return labels.get("env") == "prod" or stack == "prod" or stack.startswith("prod-")
 
 
-def _prod_capacity(args: ResourceValidationArgs, report: ReportViolation) -> None:
+def _prod_capacity(args: ResourceValidationArgs, report: Report) -> None:
     if args.resource_type != QUEUED_RESOURCE_TYPE or not _is_prod(args.props.get("labels") or {}):
         return
     capacity = args.props.get("capacity")
     if capacity not in ("reserved", "on-demand") and not args.opts.protect:
-        report(f"prod queued resource {args.name!r} is on {capacity} capacity and not protected: "
-               "it can be preempted at any time; use reserved capacity or protect it")
+        report(
+            f"prod queued resource {args.name!r} is on {capacity} capacity and not protected: "
+            "it can be preempted at any time; use reserved capacity or protect it"
+        )
 
 
-def _resource(name: str, description: str, validate, level: EnforcementLevel, **config: Any) -> ResourceValidationPolicy:
-    schema = PolicyConfigSchema(properties={key: {"type": "boolean", "default": default} for key, default in config.items()}) if config else None
-    return ResourceValidationPolicy(name=name, description=description, validate=validate,
-                                    enforcement_level=level, config_schema=schema)
+def _resource(
+    name: str, description: str, validate, level: EnforcementLevel, **config: Any
+) -> ResourceValidationPolicy:
+    schema = (
+        PolicyConfigSchema(properties={key: {"type": "boolean", "default": default} for key, default in config.items()})
+        if config
+        else None
+    )
+    return ResourceValidationPolicy(
+        name=name, description=description, validate=validate, enforcement_level=level, config_schema=schema
+    )
 
 
 POLICIES = [
-    _resource("firewall-no-public-ingress", "No firewall ingress from 0.0.0.0/0 or ::/0.",
-              _firewall_no_public_ingress, MANDATORY),
-    _resource("tpu-no-external-ips", "TPU VMs have no external IPs unless the stack allows them.",
-              _tpu_no_external_ips, MANDATORY, allowExternalIps=False),
-    _resource("bucket-private-uniform", "Buckets enforce public access prevention and uniform bucket-level access.",
-              _bucket_private_uniform, MANDATORY),
-    _resource("tpu-dedicated-service-account", "TPU VMs run as a dedicated service account, never the default compute one.",
-              _tpu_dedicated_service_account, MANDATORY),
-    _resource("dcn-tensor-parallelism-one", "No tensor parallelism over DCN (dcn.tensor = 1).",
-              _dcn_tensor_one, MANDATORY),
-    _resource("multislice-v4-or-later", "Multislice only on TPU v4 and later, at most 256 slices.",
-              _multislice_v4_or_later, MANDATORY),
-    _resource("startup-script-safe", "The startup script fits one metadata value and holds no credentials.",
-              _startup_script_safe, MANDATORY),
-    _resource("training-fits-hbm", "The estimated per-chip training memory fits the accelerator's HBM.",
-              _training_fits_hbm, MANDATORY, allowOverHbm=False),
-    _resource("data-source-exists", "A gs:// training data source matches a non-empty object (when listable).",
-              _data_source_exists, MANDATORY),
-    StackValidationPolicy(name="multislice-program", description="The stack is a multislice program.",
-                          validate=_multislice_program, enforcement_level=MANDATORY),
-    _resource("required-labels", "Resources carry the env, owner and cost-center labels.",
-              _required_labels, ADVISORY),
-    _resource("prod-capacity", "Prod queued resources use reserved or on-demand capacity, or are protected.",
-              _prod_capacity, ADVISORY),
+    _resource(
+        "firewall-no-public-ingress",
+        "No firewall ingress from 0.0.0.0/0 or ::/0.",
+        _firewall_no_public_ingress,
+        MANDATORY,
+    ),
+    _resource(
+        "tpu-no-external-ips",
+        "TPU VMs have no external IPs unless the stack allows them.",
+        _tpu_no_external_ips,
+        MANDATORY,
+        allowExternalIps=False,
+    ),
+    _resource(
+        "bucket-private-uniform",
+        "Buckets enforce public access prevention and uniform bucket-level access.",
+        _bucket_private_uniform,
+        MANDATORY,
+    ),
+    _resource(
+        "tpu-dedicated-service-account",
+        "TPU VMs run as a dedicated service account, never the default compute one.",
+        _tpu_dedicated_service_account,
+        MANDATORY,
+    ),
+    _resource(
+        "dcn-tensor-parallelism-one", "No tensor parallelism over DCN (dcn.tensor = 1).", _dcn_tensor_one, MANDATORY
+    ),
+    _resource(
+        "multislice-v4-or-later",
+        "Multislice only on TPU v4 and later, at most 256 slices.",
+        _multislice_v4_or_later,
+        MANDATORY,
+    ),
+    _resource(
+        "startup-script-safe",
+        "The startup script fits one metadata value and holds no credentials.",
+        _startup_script_safe,
+        MANDATORY,
+    ),
+    _resource(
+        "training-fits-hbm",
+        "The estimated per-chip training memory fits the accelerator's HBM.",
+        _training_fits_hbm,
+        MANDATORY,
+        allowOverHbm=False,
+    ),
+    _resource(
+        "data-source-exists",
+        "A gs:// training data source matches a non-empty object (when listable).",
+        _data_source_exists,
+        MANDATORY,
+    ),
+    StackValidationPolicy(
+        name="multislice-program",
+        description="The stack is a multislice program.",
+        # pulumi_policy's StackValidation alias requires the urn its callbacks take as optional (Report)
+        validate=_multislice_program,  # pyright: ignore[reportArgumentType]
+        enforcement_level=MANDATORY,
+    ),
+    _resource("required-labels", "Resources carry the env, owner and cost-center labels.", _required_labels, ADVISORY),
+    _resource(
+        "prod-capacity",
+        "Prod queued resources use reserved or on-demand capacity, or are protected.",
+        _prod_capacity,
+        ADVISORY,
+    ),
 ]

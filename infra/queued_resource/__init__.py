@@ -76,8 +76,9 @@ from __future__ import annotations
 import os
 import sys
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 from urllib.parse import urlsplit
 
 import pulumi
@@ -107,13 +108,13 @@ from infra.queued_resource.errors import (
 )
 from infra.queued_resource.inputs import (
     CAPACITY_TYPES,
-    content_view,
     INPUT_KEYS,
     OUTPUT_KEYS,
     PROVIDER_VERSION,
     REPLACE_KEYS,
     QueuedResourceInputs,
     build_queued_resource,
+    content_view,
     differs,
     outputs_for,
     parent_of,
@@ -137,7 +138,15 @@ __all__ = [
 
 #: Input keys ``check`` requires (Pulumi reports each missing one by name).
 REQUIRED_KEYS = (
-    "project", "zone", "queuedResourceId", "acceleratorType", "runtimeVersion", "slices", "capacity", "serviceAccount", "metadata"
+    "project",
+    "zone",
+    "queuedResourceId",
+    "acceleratorType",
+    "runtimeVersion",
+    "slices",
+    "capacity",
+    "serviceAccount",
+    "metadata",
 )
 
 
@@ -238,8 +247,12 @@ class QueuedResourceProvider(ResourceProvider):
         return TpuApi(
             client=TpuApi.client_for(self._endpoint(), credentials),
             schedule=PollSchedule(first=first, maximum=cap, multiplier=1.5),
-            retry_initial_seconds=self._setting(self.retry_initial_seconds, "MULTISLICE_TPU_RETRY_INITIAL_SECONDS", 1.0),
-            retry_deadline_seconds=self._setting(self.retry_deadline_seconds, "MULTISLICE_TPU_RETRY_DEADLINE_SECONDS", 300.0),
+            retry_initial_seconds=self._setting(
+                self.retry_initial_seconds, "MULTISLICE_TPU_RETRY_INITIAL_SECONDS", 1.0
+            ),
+            retry_deadline_seconds=self._setting(
+                self.retry_deadline_seconds, "MULTISLICE_TPU_RETRY_DEADLINE_SECONDS", 300.0
+            ),
             say=self._say,
             project=project,
             quota_project=quota if credentials is not None else None,
@@ -264,16 +277,22 @@ class QueuedResourceProvider(ResourceProvider):
         if known("slices") and int(news.get("slices") or 0) > 1 and not news.get("nodeIdPrefix"):
             failures.append(CheckFailure("nodeIdPrefix", "required when slices > 1"))
         if known("capacity") and news["capacity"] not in CAPACITY_TYPES:
-            failures.append(CheckFailure("capacity", f"must be one of {', '.join(CAPACITY_TYPES)}; got {news['capacity']!r}"))
+            failures.append(
+                CheckFailure("capacity", f"must be one of {', '.join(CAPACITY_TYPES)}; got {news['capacity']!r}")
+            )
         if known("capacity") and news["capacity"] == "reserved" and not news.get("reservationName"):
             failures.append(CheckFailure("reservationName", "required with capacity 'reserved'"))
         if known("waitFor") and news["waitFor"] not in STATE_ORDER[1:]:
-            failures.append(CheckFailure("waitFor", f"must be one of {', '.join(STATE_ORDER[1:])}; got {news['waitFor']!r}"))
+            failures.append(
+                CheckFailure("waitFor", f"must be one of {', '.join(STATE_ORDER[1:])}; got {news['waitFor']!r}")
+            )
         if known("metadata") and isinstance(news["metadata"], dict):
             for key in (STARTUP_SCRIPT_KEY, RUN_DIR_KEY):
                 if not news["metadata"].get(key):
                     failures.append(CheckFailure(f"metadata.{key}", "required"))
-        problem = gcp_credentials.problem(self._credential_settings(), os.environ, require_credentials=not self._local())
+        problem = gcp_credentials.problem(
+            self._credential_settings(), os.environ, require_credentials=not self._local()
+        )
         if problem:  # no property: the engine prints "... resource 'queued-resource' has a problem: <problem>"
             failures.append(CheckFailure("", problem))
         return CheckResult(news, failures)
@@ -284,7 +303,9 @@ class QueuedResourceProvider(ResourceProvider):
         if olds.get("released"):
             # Gone because its run completed: nothing to do unless the inputs start a new run.
             reason = new_run_reason(olds, news)
-            return DiffResult(changes=reason is not None, replaces=[reason] if reason else [], delete_before_replace=True)
+            return DiffResult(
+                changes=reason is not None, replaces=[reason] if reason else [], delete_before_replace=True
+            )
         replaces = [k for k in REPLACE_KEYS if differs(olds.get(k), news.get(k))]
         if olds.get("state") in FAILED_STATES:
             replaces.append("state")
@@ -315,7 +336,10 @@ class QueuedResourceProvider(ResourceProvider):
             queued_resource=build_queued_resource(props),
             request_id=str(uuid.uuid4()),  # the same id on every retry: creates at most once
         )
-        self._say(f"{label}: creating ({int(props['slices'])} x {props['acceleratorType']}, {props['capacity']}) in {props['zone']}")
+        self._say(
+            f"{label}: creating ({int(props['slices'])} x {props['acceleratorType']}, {props['capacity']}) "
+            f"in {props['zone']}"
+        )
         deadline = Deadline(float(props.get("createTimeoutSeconds") or 1800))
         try:
             operation = api.client.create_queued_resource(
@@ -329,13 +353,17 @@ class QueuedResourceProvider(ResourceProvider):
             existing = api.get_queued_resource(name, deadline)
             if existing is None or not is_ours(existing, props):
                 raise api.explain(exc, "creating", props) from None
-            self._say(f"{label}: adopting the queued resource an interrupted earlier run created ({state_name(existing)})")
+            self._say(
+                f"{label}: adopting the queued resource an interrupted earlier run created ({state_name(existing)})"
+            )
             operation = None
         except Exception as exc:
             raise api.explain(exc, "creating", props) from None
         if operation is not None:
             try:
-                operation.result(retry=api.retry(deadline=deadline), polling=api.operation_polling(deadline.remaining()))
+                operation.result(
+                    retry=api.retry(deadline=deadline), polling=api.operation_polling(deadline.remaining())
+                )
             except exceptions.GoogleAPICallError as exc:  # the operation itself failed
                 qr = api.get_queued_resource(name)
                 if qr is not None:
@@ -352,7 +380,8 @@ class QueuedResourceProvider(ResourceProvider):
             message = (
                 f"queued resource {label!r} is still {wait.state} after {duration_text(wait.elapsed)} "
                 f"(waiting for {props.get('waitFor') or 'ACTIVE'}; multislice:queuedResource.createTimeout is "
-                f"{duration_text(deadline.seconds)}). It is recorded in the stack and stays queued: run `pulumi up` again "
+                f"{duration_text(deadline.seconds)}). It is recorded in the stack and stays queued: "
+                "run `pulumi up` again "
                 "to keep waiting, or `pulumi destroy` to give up."
             )
             if wait.error:
@@ -363,7 +392,10 @@ class QueuedResourceProvider(ResourceProvider):
         if operation is None and nodes and not all(n["inSync"] for n in nodes):
             # Adopted with an older spec: converge its nodes now, as an update would.
             return CreateResult(name, converge(api, name, {}, props, deadline))
-        return CreateResult(name, outputs_for(props, wait.qr, nodes, ready=True, message=f"{wait.state} after {duration_text(wait.elapsed)}"))
+        return CreateResult(
+            name,
+            outputs_for(props, wait.qr, nodes, ready=True, message=f"{wait.state} after {duration_text(wait.elapsed)}"),
+        )
 
     def read(self, id_: str, props: dict[str, Any]) -> ReadResult:
         from google.api_core import exceptions
@@ -389,8 +421,15 @@ class QueuedResourceProvider(ResourceProvider):
         return ReadResult(
             id_,
             outputs_for(
-                props, qr, nodes, ready=ready, message=message, pending_node_sync=bool(props.get("pendingNodeSync")),
-                pending_nodes=props.get("pendingNodes"), pending_reset=bool(props.get("pendingReset")), lost_nodes=lost,
+                props,
+                qr,
+                nodes,
+                ready=ready,
+                message=message,
+                pending_node_sync=bool(props.get("pendingNodeSync")),
+                pending_nodes=props.get("pendingNodes"),
+                pending_reset=bool(props.get("pendingReset")),
+                lost_nodes=lost,
             ),
         )
 

@@ -134,9 +134,13 @@ class TpuApi:
         from google.api_core import retry as retries
 
         def on_error(exc: BaseException) -> None:
-            self.say(f"transient API error, retrying with backoff: {type(exc).__name__}: {getattr(exc, 'message', exc)}")
+            self.say(
+                f"transient API error, retrying with backoff: {type(exc).__name__}: {getattr(exc, 'message', exc)}"
+            )
 
-        timeout = self.retry_deadline_seconds if deadline is None else min(self.retry_deadline_seconds, deadline.remaining())
+        timeout = (
+            self.retry_deadline_seconds if deadline is None else min(self.retry_deadline_seconds, deadline.remaining())
+        )
         return retries.Retry(
             predicate=predicate or self.retryable,
             initial=self.retry_initial_seconds,
@@ -153,7 +157,12 @@ class TpuApi:
     def explain(self, exc: BaseException, action: str, props: dict[str, Any]) -> QueuedResourceError:
         """:func:`~infra.queued_resource.errors.explain` with this API's credentials and quota project."""
         return explain(
-            exc, action, props, credentials=self.credentials, quota_project=self.quota_project, quota_origin=self.quota_origin
+            exc,
+            action,
+            props,
+            credentials=self.credentials,
+            quota_project=self.quota_project,
+            quota_origin=self.quota_origin,
         )
 
     # Reads ------------------------------------------------------------------------------------
@@ -163,7 +172,9 @@ class TpuApi:
         from google.api_core import exceptions
 
         try:
-            return self.client.get_queued_resource(name=name, retry=self.retry(deadline=deadline), timeout=REQUEST_TIMEOUT_SECONDS)
+            return self.client.get_queued_resource(
+                name=name, retry=self.retry(deadline=deadline), timeout=REQUEST_TIMEOUT_SECONDS
+            )
         except exceptions.NotFound:
             return None
 
@@ -276,7 +287,8 @@ class TpuApi:
             schedule=self.schedule,
             state=lambda qr: state_name(qr) if qr is not None else None,
             report=lambda state, elapsed: self.say(
-                f"{label}: {state} after {duration_text(deadline.elapsed())} (deleting, timeout {duration_text(deadline.seconds)})"
+                f"{label}: {state} after {duration_text(deadline.elapsed())} "
+                f"(deleting, timeout {duration_text(deadline.seconds)})"
             ),
         )
         if polled.done:

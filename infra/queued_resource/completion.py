@@ -71,7 +71,9 @@ def completed_step(record: bytes, total_steps: int) -> int | None:
     return step if step >= total_steps else None
 
 
-def run_completion(props: Mapping[str, Any], credentials: Any | None, environ: Mapping[str, str] | None = None) -> int | None:
+def run_completion(
+    props: Mapping[str, Any], credentials: Any | None, environ: Mapping[str, str] | None = None
+) -> int | None:
     """The completion step of the run of ``props`` (its ``runDir`` and ``trainer.steps``), or
     None when the run has not completed them (no marker, or a marker for fewer steps).
 
@@ -89,7 +91,9 @@ def run_completion(props: Mapping[str, Any], credentials: Any | None, environ: M
 
     run_dir, steps = props.get("runDir"), (props.get("trainer") or {}).get("steps")
     if not isinstance(run_dir, str) or not isinstance(steps, (int, float)) or isinstance(steps, bool):
-        raise CompletionUnknown(f"no run directory and step count recorded (runDir {run_dir!r}, trainer.steps {steps!r})")
+        raise CompletionUnknown(
+            f"no run directory and step count recorded (runDir {run_dir!r}, trainer.steps {steps!r})"
+        )
     try:
         url = marker_url(run_dir, environ)
     except ValueError as err:
@@ -98,7 +102,9 @@ def run_completion(props: Mapping[str, Any], credentials: Any | None, environ: M
     try:
         response = session.get(url, timeout=READ_TIMEOUT_S)
     except Exception as err:  # requests and google-auth raise many types (ConnectionError, RefreshError, ...)
-        raise CompletionUnknown(f"{run_dir}/{COMPLETE_MARKER}: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}") from None
+        raise CompletionUnknown(
+            f"{run_dir}/{COMPLETE_MARKER}: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+        ) from None
     finally:
         session.close()
     if response.status_code == 404:
@@ -122,7 +128,12 @@ def new_run_reason(olds: Mapping[str, Any], news: Mapping[str, Any]) -> str | No
     trainer = news.get("trainer")
     steps = trainer.get("steps") if isinstance(trainer, dict) else UNKNOWN
     done = olds.get("completedStep")
-    if steps == UNKNOWN or not isinstance(done, (int, float)) or not isinstance(steps, (int, float)) or int(steps) > int(done):
+    if (
+        steps == UNKNOWN
+        or not isinstance(done, (int, float))
+        or not isinstance(steps, (int, float))
+        or int(steps) > int(done)
+    ):
         return "trainer"
     return None
 

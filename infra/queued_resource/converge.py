@@ -49,7 +49,13 @@ def unfinished(
     """Outputs of an update that stopped part-way (see the module docstring)."""
     recorded = {**news, **{k: olds[k] for k in KEPT_WHEN_UNFINISHED if k in olds}}
     return outputs_for(
-        recorded, qr, None, ready=False, message=message, pending_node_sync=True, pending_nodes=pending,
+        recorded,
+        qr,
+        None,
+        ready=False,
+        message=message,
+        pending_node_sync=True,
+        pending_nodes=pending,
         pending_reset=reset_due,
     )
 
@@ -92,14 +98,20 @@ def converge(api: TpuApi, id_: str, olds: dict[str, Any], news: dict[str, Any], 
         # the sync stays pending until a later `pulumi up` finds them ACTIVE.
         message = (
             f"queued resource {label!r} is {wait.state}"
-            + (f" after {duration_text(wait.elapsed)}; run `pulumi up` again to keep waiting" if not wait.reached else "")
+            + (
+                f" after {duration_text(wait.elapsed)}; run `pulumi up` again to keep waiting"
+                if not wait.reached
+                else ""
+            )
             + ("; node metadata/labels/tags will be applied once it is ACTIVE" if node_change else "")
         )
         return outputs_for(news, wait.qr, None, ready=wait.reached, message=message, pending_node_sync=node_change)
 
     ids = node_ids(news)
     if olds.get("pendingNodes"):
-        api.say(f"{label}: resuming the update the last run left part-way ({len(olds['pendingNodes'])} node(s) were left)")
+        api.say(
+            f"{label}: resuming the update the last run left part-way ({len(olds['pendingNodes'])} node(s) were left)"
+        )
     sync: NodeSync = update_nodes(
         api.list_nodes(news, deadline),
         ids,

@@ -107,9 +107,19 @@ def is_retryable(exc: BaseException, *, project: str | None = None, quota_projec
 
     if isinstance(exc, (exceptions.TooManyRequests, exceptions.ResourceExhausted)):
         return not is_quota_exhausted(exc)
-    if isinstance(exc, (exceptions.InternalServerError, exceptions.BadGateway, exceptions.ServiceUnavailable, exceptions.GatewayTimeout)):
+    if isinstance(
+        exc,
+        (
+            exceptions.InternalServerError,
+            exceptions.BadGateway,
+            exceptions.ServiceUnavailable,
+            exceptions.GatewayTimeout,
+        ),
+    ):
         return True
-    if isinstance(exc, (requests_exceptions.ConnectionError, requests_exceptions.Timeout, auth_exceptions.TransportError)):
+    if isinstance(
+        exc, (requests_exceptions.ConnectionError, requests_exceptions.Timeout, auth_exceptions.TransportError)
+    ):
         return True
     return is_disabled_in_our_project(exc, project, quota_project)
 
@@ -176,7 +186,8 @@ def explain(
         )
     if isinstance(exc, auth_exceptions.GoogleAuthError) and not isinstance(exc, auth_exceptions.TransportError):
         return CredentialsRejected(
-            f"{action} queued resource {name!r}: {credentials} could not be used: {' '.join(message.split())}; {HOW_TO_SET}"
+            f"{action} queued resource {name!r}: {credentials} could not be used: "
+            f"{' '.join(message.split())}; {HOW_TO_SET}"
         )
     consumer = disabled_in(exc)
     if consumer and not is_disabled_in_our_project(exc, props.get("project"), quota_project):

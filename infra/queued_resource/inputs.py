@@ -44,6 +44,7 @@ CAPACITY_TYPES = ("spot", "on-demand", "reserved")
 #: (https://cloud.google.com/compute/docs/access/service-accounts#accesscopesiam).
 CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 
+
 class Kind(enum.Enum):
     """What a change of a property means."""
 

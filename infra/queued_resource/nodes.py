@@ -46,7 +46,10 @@ def node_in_sync(node: Any, props: dict[str, Any]) -> bool:
     metadata = dict(node.metadata)
     labels = dict(node.labels)
     return (
-        all(metadata_content(k, metadata.get(k)) == metadata_content(k, v) for k, v in (props.get("metadata") or {}).items())
+        all(
+            metadata_content(k, metadata.get(k)) == metadata_content(k, v)
+            for k, v in (props.get("metadata") or {}).items()
+        )
         and all(labels.get(k) == v for k, v in (props.get("labels") or {}).items())
         and list(node.tags) == list(props.get("tags") or [])
     )
@@ -122,7 +125,9 @@ def describe_nodes(views: list[dict[str, Any]]) -> list[str]:
     lines = [f"  nodes: {', '.join(f'{n} {state}' for state, n in counts.most_common())}"]
     odd = [v["name"] for v in views if v["state"] != "READY" or v["health"] not in ("", "HEALTHY")]
     if odd:
-        shown = ", ".join(odd[:LISTED_NODES]) + (f" and {len(odd) - LISTED_NODES} more" if len(odd) > LISTED_NODES else "")
+        shown = ", ".join(odd[:LISTED_NODES]) + (
+            f" and {len(odd) - LISTED_NODES} more" if len(odd) > LISTED_NODES else ""
+        )
         lines.append(f"  not READY/HEALTHY: {shown}")
     return lines
 

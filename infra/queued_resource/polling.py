@@ -147,7 +147,7 @@ def poll_until(
         return value
 
     try:
-        value = retry_target(
+        retry_target(  # returns what the last attempt returned: last[0] (retry_target is untyped)
             attempt,
             predicate=lambda exc: isinstance(exc, _NotYet),
             sleep_generator=schedule.delays(),
@@ -157,4 +157,4 @@ def poll_until(
         if not isinstance(exc.cause, _NotYet):  # pragma: no cover - only _NotYet is retried
             raise
         return Polled(last[0], False, time.monotonic() - start)
-    return Polled(value, True, time.monotonic() - start)
+    return Polled(last[0], True, time.monotonic() - start)

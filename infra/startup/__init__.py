@@ -72,7 +72,7 @@ if TYPE_CHECKING:  # pragma: no cover
     )
 
 #: The names of :mod:`infra.startup.script` this package re-exports.
-SCRIPT_NAMES = (
+__all__ = [
     "ATTEMPTS",
     "BOOT_RESOURCE",
     "BUILD_ATTEMPTS",
@@ -110,9 +110,8 @@ SCRIPT_NAMES = (
     "release_object",
     "render",
     "template",
-)
-
-__all__ = list(SCRIPT_NAMES)
+]
+SCRIPT_NAMES = frozenset(__all__)
 
 
 def __getattr__(name: str) -> Any:

@@ -55,9 +55,7 @@ def bundle_files(training_dir: Path) -> list[Path]:
     ``__pycache__``), sorted by their POSIX path relative to it."""
     training_dir = Path(training_dir)
     files = [
-        p
-        for p in training_dir.rglob("*.py")
-        if p.is_file() and "__pycache__" not in p.relative_to(training_dir).parts
+        p for p in training_dir.rglob("*.py") if p.is_file() and "__pycache__" not in p.relative_to(training_dir).parts
     ]
     return sorted(files, key=lambda p: p.relative_to(training_dir).as_posix())
 
@@ -74,8 +72,7 @@ def trainer_files(training_dir: Path) -> dict[str, bytes]:
     if not files:
         raise FileNotFoundError(f"no *.py files under {training_dir}: nothing to bundle")
     return {
-        f"{BUNDLE_PACKAGE}/{p.relative_to(training_dir).as_posix()}": strip_documentation(p.read_bytes())
-        for p in files
+        f"{BUNDLE_PACKAGE}/{p.relative_to(training_dir).as_posix()}": strip_documentation(p.read_bytes()) for p in files
     }
 
 

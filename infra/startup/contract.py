@@ -47,7 +47,9 @@ def release_metadata(queued_resource_name: str, *, release_on_complete: bool) ->
     return {RELEASE_KEY: queued_resource_name} if release_on_complete else {}
 
 
-def node_metadata(*, startup_script: str, run_dir: str, queued_resource_name: str, release_on_complete: bool) -> dict[str, str]:
+def node_metadata(
+    *, startup_script: str, run_dir: str, queued_resource_name: str, release_on_complete: bool
+) -> dict[str, str]:
     """Every node's metadata as ``pulumi up`` sets it: the startup script, the run directory and,
     with ``releaseOnComplete``, the name of the queued resource to delete once the run is complete."""
     return {

@@ -172,7 +172,9 @@ def _select_artifacts(package: Mapping[str, Any], target: TargetEnvironment) -> 
         ranked.sort()
         return PinnedPackage(name, version, tuple(a for _, _, a in ranked))
     if "sdist" in package:
-        return PinnedPackage(name, version, (Artifact.from_lock_entry(package["sdist"], package=label),), from_sdist=True)
+        return PinnedPackage(
+            name, version, (Artifact.from_lock_entry(package["sdist"], package=label),), from_sdist=True
+        )
     raise LockfileError(f"{label}: no wheel for {target.description} and no sdist in the lock")
 
 
@@ -327,7 +329,9 @@ def vm_pins(project_root: Path | None = None, cache: ContentCache | None = None)
     def compute() -> bytes:
         requirements = pinned_requirements(root)
         uv = pinned_uv(root, target=requirements.target)
-        pins = VmPins(requirements.text, requirements.sha256, requirements.target.python_version, uv.version, uv.requirement_text)
+        pins = VmPins(
+            requirements.text, requirements.sha256, requirements.target.python_version, uv.version, uv.requirement_text
+        )
         return json.dumps(dataclasses.asdict(pins), sort_keys=True).encode()
 
     if cache is None:

@@ -50,14 +50,15 @@ names are declared in :mod:`infra.startup.contract`):
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import re
 import shlex
-import dataclasses
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from infra.config import StackConfig
 from infra.startup import bundle, content_cache, lockfile
 from infra.startup.bundle import BUNDLE_PACKAGE, release_id_of  # noqa: F401 (part of this module's API)
 from infra.startup.contract import (  # noqa: F401 (record_object, release_object: part of this module's API)
@@ -67,7 +68,6 @@ from infra.startup.contract import (  # noqa: F401 (record_object, release_objec
     record_object,
     release_object,
 )
-from infra.config import StackConfig
 
 #: GCE limit on one metadata value: "less than or equal to 262144 bytes (256 KiB)"
 #: (https://cloud.google.com/compute/docs/reference/rest/v1/Metadata, ``items[].value``).
@@ -224,7 +224,9 @@ def file_digests(files: dict[str, bytes]) -> dict[str, str]:
     return {path: hashlib.sha256(files[path]).hexdigest()[:FILE_DIGEST_CHARS] for path in sorted(files)}
 
 
-def release_files(config: StackConfig, project_root: Path, cache: content_cache.ContentCache | None = None) -> tuple[dict[str, bytes], lockfile.VmPins]:
+def release_files(
+    config: StackConfig, project_root: Path, cache: content_cache.ContentCache | None = None
+) -> tuple[dict[str, bytes], lockfile.VmPins]:
     """Path → content of every file of the stack's release, and the VM's pins (computed once
     per content with ``cache``, :func:`infra.startup.lockfile.vm_pins`)."""
     pins = lockfile.vm_pins(project_root, cache)

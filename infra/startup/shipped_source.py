@@ -24,6 +24,7 @@ from __future__ import annotations
 import ast
 import io
 import tokenize
+from collections.abc import Iterator
 
 
 def strip_documentation(source: bytes) -> bytes:
@@ -42,7 +43,7 @@ def strip_documentation(source: bytes) -> bytes:
             continue  # shares its lines with code: left as it is
         newline = "\n" if lines[last - 1].endswith("\n") else ""
         blank = '"""' + "\n" * (last - first) + '"""' if last > first else '""'
-        lines[first - 1:last] = [head + blank + newline]
+        lines[first - 1 : last] = [head + blank + newline]
     text = "".join(lines)
     comment_at: dict[int, int] = {}
     for token in tokenize.generate_tokens(io.StringIO(text).readline):
@@ -57,7 +58,7 @@ def strip_documentation(source: bytes) -> bytes:
     return "".join(out).encode("utf-8")
 
 
-def _docstring_spans(tree: ast.Module):
+def _docstring_spans(tree: ast.Module) -> Iterator[tuple[int, int, int, int]]:
     """(first line, last line, start column, end column) of every docstring in ``tree``."""
     for node in ast.walk(tree):
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
@@ -67,4 +68,5 @@ def _docstring_spans(tree: ast.Module):
                 and isinstance(first.value, ast.Constant)
                 and isinstance(first.value.value, str)
             ):
+                assert first.end_lineno is not None and first.end_col_offset is not None  # ast.parse sets them
                 yield first.lineno, first.end_lineno, first.col_offset, first.end_col_offset

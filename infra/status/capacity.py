@@ -68,8 +68,8 @@ class SliceStatus:
 @dataclass
 class CapacityStatus:
     """The queued resource ``id`` and its ``state`` (a QR state, ``RELEASED`` when it is gone
-    after its run completed, or ``NOT_RUNNING`` for a local emulation that is not running), ``detail`` (the API's failure reason, or what the
-    emulator left behind), and its slices."""
+    after its run completed, or ``NOT_RUNNING`` for a local emulation that is not running),
+    ``detail`` (the API's failure reason, or what the emulator left behind), and its slices."""
 
     id: str
     state: str
@@ -174,7 +174,14 @@ def read_cloud(session: Any, base: str, project: str, zone: str, qr_id: str, nod
             slices.append(SliceStatus(index, node_id, "MISSING"))
         else:
             health = node.get("health")
-            slices.append(SliceStatus(index, node_id, node.get("state", "STATE_UNSPECIFIED"), None if health in (None, "HEALTH_UNSPECIFIED") else health))
+            slices.append(
+                SliceStatus(
+                    index,
+                    node_id,
+                    node.get("state", "STATE_UNSPECIFIED"),
+                    None if health in (None, "HEALTH_UNSPECIFIED") else health,
+                )
+            )
     return CapacityStatus(qr_id, state, detail=detail, slices=slices)
 
 
@@ -199,21 +206,34 @@ def read_local(paths: Any, qr_id: str, node_ids: list[str], workers_per_slice: i
 
             when = record.get("released_at")
             at = f" at {clock(when)}" if isinstance(when, (int, float)) else ""
-            return released(qr_id, f"deleted by worker 0 of slice 0{at} once the run was complete (releaseOnComplete)", emulated=True)
-        detail = (
-            f"the emulator is gone but {len(orphans)} emulated process(es) still run; "
-            f"stop them with: multislice local down --stack {state.get('stack')}"
-            if orphans
-            else None
-        )
+            return released(
+                qr_id,
+                f"deleted by worker 0 of slice 0{at} once the run was complete (releaseOnComplete)",
+                emulated=True,
+            )
+        detail = None
+        if orphans:
+            assert state is not None  # the orphans carry its emulation id
+            detail = (
+                f"the emulator is gone but {len(orphans)} emulated process(es) still run; "
+                f"stop them with: multislice local down --stack {state.get('stack')}"
+            )
         return CapacityStatus(qr_id, "NOT_RUNNING", emulated=True, detail=detail)
+    assert state is not None  # running
     vms = state.get("vms") or []
     slices = []
     for index, node_id in enumerate(node_ids):
         groups = [int(vm["pgid"]) for vm in vms if vm.get("slice") == index and vm.get("pgid")]
         alive = sum(_group_alive(pgid) for pgid in groups)
         slices.append(
-            SliceStatus(index, node_id, "READY" if groups and alive == workers_per_slice else "REPAIRING", None, alive, workers_per_slice)
+            SliceStatus(
+                index,
+                node_id,
+                "READY" if groups and alive == workers_per_slice else "REPAIRING",
+                None,
+                alive,
+                workers_per_slice,
+            )
         )
     return CapacityStatus(qr_id, "ACTIVE", emulated=True, detail=f"emulator pid {state['pid']}", slices=slices)
 

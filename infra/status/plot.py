@@ -83,7 +83,13 @@ def marks(events: list[dict[str, Any]], steps: list[dict[str, Any]] | None = Non
             found.append(Mark("preemption", restart.preempted_step, f"preemption: saved step {restart.preempted_step}"))
         elif restart.cause == "failure":
             at = reached if reached is not None else resumed
-            found.append(Mark("failure", at, f"failure after step {at}" if reached is not None else f"failure: restart at step {at}"))
+            found.append(
+                Mark(
+                    "failure",
+                    at,
+                    f"failure after step {at}" if reached is not None else f"failure: restart at step {at}",
+                )
+            )
         if restart.restored:
             found.append(Mark("restore", resumed, f"restored step {resumed}"))
     return found
@@ -133,10 +139,24 @@ def draw(history: History, run: RunProgress, path: Path, title: str = "") -> Pat
     kept, lost = kept_and_recomputed(history.steps)
     figure, (loss_ax, rate_ax) = plt.subplots(2, 1, sharex=True, figsize=(10.5, 6), height_ratios=(3, 2))
     if lost:
-        loss_ax.plot([int(r["step"]) for r in lost], [float(r["loss"]) for r in lost], ".", color="0.6", label="recomputed after a restart")
-    loss_ax.plot([int(r["step"]) for r in kept], [float(r["loss"]) for r in kept], color="tab:blue", label="training loss")
+        loss_ax.plot(
+            [int(r["step"]) for r in lost],
+            [float(r["loss"]) for r in lost],
+            ".",
+            color="0.6",
+            label="recomputed after a restart",
+        )
+    loss_ax.plot(
+        [int(r["step"]) for r in kept], [float(r["loss"]) for r in kept], color="tab:blue", label="training loss"
+    )
     if history.evals:
-        loss_ax.plot([int(r["step"]) for r in history.evals], [float(r["eval_loss"]) for r in history.evals], "o", color="tab:purple", label="eval loss")
+        loss_ax.plot(
+            [int(r["step"]) for r in history.evals],
+            [float(r["eval_loss"]) for r in history.evals],
+            "o",
+            color="tab:purple",
+            label="eval loss",
+        )
     rated = [r for r in kept if isinstance(r.get("tokens_per_s"), (int, float)) and not r.get("includes_compile")]
     rate_ax.plot([int(r["step"]) for r in rated], [float(r["tokens_per_s"]) for r in rated], color="tab:gray")
     loss_ax.set_ylabel("loss")
@@ -147,14 +167,28 @@ def draw(history: History, run: RunProgress, path: Path, title: str = "") -> Pat
     for mark in marks(history.events, history.steps):
         colour, style = MARK_STYLES[mark.kind]
         for axis in (loss_ax, rate_ax):
-            axis.axvline(mark.step, color=colour, linestyle=style, linewidth=1.4,
-                         label=mark.kind if axis is loss_ax and mark.kind not in labelled else None)
+            axis.axvline(
+                mark.step,
+                color=colour,
+                linestyle=style,
+                linewidth=1.4,
+                label=mark.kind if axis is loss_ax and mark.kind not in labelled else None,
+            )
         labelled.add(mark.kind)
         labels.setdefault(mark.step, []).append(mark.label)
     for step, texts in labels.items():  # one label per marked step, beside its lines
-        loss_ax.annotate("; ".join(texts), (step, 0.97), xycoords=("data", "axes fraction"), rotation=90, fontsize=7,
-                         va="top", ha="left", xytext=(2, 0), textcoords="offset points",
-                         bbox={"boxstyle": "round,pad=0.2", "facecolor": "white", "edgecolor": "none", "alpha": 0.8})
+        loss_ax.annotate(
+            "; ".join(texts),
+            (step, 0.97),
+            xycoords=("data", "axes fraction"),
+            rotation=90,
+            fontsize=7,
+            va="top",
+            ha="left",
+            xytext=(2, 0),
+            textcoords="offset points",
+            bbox={"boxstyle": "round,pad=0.2", "facecolor": "white", "edgecolor": "none", "alpha": 0.8},
+        )
     loss_ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)  # beside the plot: never over a mark
     for axis in (loss_ax, rate_ax):
         axis.grid(alpha=0.3)

@@ -142,7 +142,9 @@ class RunProgress:
         return data
 
 
-def _newest_steps(store: RunStore, metrics: list[Entry]) -> tuple[list[dict[str, Any]], list[dict[str, Any]], float | None]:
+def _newest_steps(
+    store: RunStore, metrics: list[Entry]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], float | None]:
     """Step records of the newest metrics objects that hold one (oldest first), eval records
     among them, and the newest object's update time; reads newest first, in batches."""
     remaining = list(metrics)
@@ -211,7 +213,10 @@ def read_progress(store: RunStore, total_steps: int) -> RunProgress:
         progress.eval_loss = float(evals[-1]["eval_loss"])
     checkpoints = [e for e in events if e.get("event") == "checkpoint" and "step" in e]
     if checkpoints:
-        progress.last_checkpoint_step, progress.last_checkpoint_at = int(checkpoints[-1]["step"]), _time(checkpoints[-1])
+        progress.last_checkpoint_step, progress.last_checkpoint_at = (
+            int(checkpoints[-1]["step"]),
+            _time(checkpoints[-1]),
+        )
     starts = [e for e in events if e.get("event") == "start"]
     progress.started_at = _time(starts[0]) if starts else None
     progress.restarts = restarts_of(events)
@@ -220,12 +225,14 @@ def read_progress(store: RunStore, total_steps: int) -> RunProgress:
     progress.completed_step = completed
     progress.complete = completed is not None and completed >= total_steps
     finish = [e for e in events if e.get("event") == "complete"]
-    if progress.complete:
+    if progress.complete and completed is not None:  # (complete: completed is not None)
         progress.completed_at = _time(finish[-1]) if finish else root[COMPLETE_MARKER].updated
         progress.step = max(progress.step or 0, completed)
     # the newest record's own time when the trainer writes one, else its object's update time
     newest = _time(steps[-1]) if steps else None
-    times = [t for t in [newest if newest is not None else metrics_updated, *(_time(e) for e in events)] if t is not None]
+    times = [
+        t for t in [newest if newest is not None else metrics_updated, *(_time(e) for e in events)] if t is not None
+    ]
     progress.updated_at = max(times) if times else None
     end = progress.completed_at or progress.updated_at
     if progress.started_at is not None and end is not None:
@@ -261,4 +268,3 @@ def _goodput(data: bytes | None) -> dict[str, Any] | None:
 def seconds_ago(moment: float | None, now: float | None = None) -> float | None:
     """Seconds from ``moment`` to ``now`` (default: the current time)."""
     return None if moment is None else max((now if now is not None else time.time()) - moment, 0.0)
-

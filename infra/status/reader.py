@@ -26,11 +26,11 @@ class StatusError(Exception):
 
 
 @contextmanager
-def cloud_reader(config) -> Iterator[Callable]:
+def cloud_reader(config) -> Iterator[StackReader]:
     """A function that reads the deployed stack's status (credentials checked first)."""
     from infra import credentials as gcp
-    from infra.status import capacity
     from infra.startup.contract import STORAGE_ENDPOINT_ENV
+    from infra.status import capacity
     from infra.status.store import RunStore
 
     settings = gcp.CredentialSettings.resolve({}, os.environ)
@@ -47,22 +47,26 @@ def cloud_reader(config) -> Iterator[Callable]:
         except gcp.CredentialsError as err:
             raise StatusError(str(err), 2) from None
     try:
-        base, session = capacity.tpu_session(url, None if capacity.is_local_endpoint(url) and not settings.explicit else credentials)
+        base, session = capacity.tpu_session(
+            url, None if capacity.is_local_endpoint(url) and not settings.explicit else credentials
+        )
     except capacity.CapacityError as err:
         raise StatusError(str(err), 2) from None
     store = RunStore(config.run_dir, None if emulated_storage else credentials)
 
     def read_capacity():
         try:
-            return capacity.read_cloud(session, base, config.project, config.zone, config.queued_resource_id, config.node_ids)
+            return capacity.read_cloud(
+                session, base, config.project, config.zone, config.queued_resource_id, config.node_ids
+            )
         except capacity.CapacityError as err:
             raise StatusError(str(err), 1) from None
 
-    yield stack_reader(config, store, read_capacity)
+    yield StackReader(config, store, read_capacity)
 
 
 @contextmanager
-def local_reader(config, paths) -> Iterator[Callable]:
+def local_reader(config, paths) -> Iterator[StackReader]:
     """A function that reads the emulated stack whose state is in ``paths`` (``multislice
     local status``), through its emulated Cloud Storage: the running emulator's, else one
     started over the stored objects while inside."""
@@ -79,42 +83,56 @@ def local_reader(config, paths) -> Iterator[Callable]:
     try:
         with clients_pointed_at(paths.gcs_root, paths.gcs_log, url) as stored:
             store = RunStore(config.run_dir) if stored else None
-            yield stack_reader(config, store, read_capacity)
+            yield StackReader(config, store, read_capacity)
     except GcsServerError as err:
         raise StatusError(f"cannot read the run: {err}", 1) from None
 
 
-def stack_reader(config, store, read_capacity: Callable) -> Callable:
-    """A function returning a fresh :class:`~infra.status.report.StackStatus` (capacity and
-    progress read concurrently); ``store`` None: no run was ever stored. A queued resource that
-    ``read_capacity`` does not find is RELEASED when the run is complete (as the provider
-    treats it), else an error. The function's ``store`` attribute is ``store``."""
-    from concurrent.futures import ThreadPoolExecutor
+class StackReader:
+    """Called, returns a fresh :class:`~infra.status.report.StackStatus` (capacity and progress
+    read concurrently); ``store`` (a :class:`~infra.status.store.RunStore`) is None when no run
+    was ever stored. A queued resource that ``read_capacity`` does not find is RELEASED when the
+    run is complete (as the provider treats it), else a :class:`StatusError`."""
 
-    from infra.status import capacity
-    from infra.status.progress import RunProgress, read_progress
-    from infra.status.report import StackStatus
-    from infra.status.store import StoreError
+    def __init__(self, config, store, read_capacity: Callable) -> None:
+        self.config = config
+        self.store = store
+        self.read_capacity = read_capacity
 
-    def read():
+    def __call__(self):
+        from concurrent.futures import ThreadPoolExecutor
+
+        from infra.status import capacity
+        from infra.status.progress import RunProgress, read_progress
+        from infra.status.report import StackStatus
+        from infra.status.store import StoreError
+
+        config, store, read_capacity = self.config, self.store, self.read_capacity
         gone = None
         with ThreadPoolExecutor(max_workers=1) as pool:
             progress = pool.submit(read_progress, store, config.training.steps) if store is not None else None
             try:
                 cap = read_capacity()
             except capacity.QueuedResourceNotFound as err:
-                cap, gone = None, StatusError(f"stack {config.stack}: {err}: the stack was never deployed, or its queued "
-                                              f"resource was deleted (deploy it with: pulumi up -s {config.stack})", 1)
+                cap, gone = (
+                    None,
+                    StatusError(
+                        f"stack {config.stack}: {err}: the stack was never deployed, or its queued "
+                        f"resource was deleted (deploy it with: pulumi up -s {config.stack})",
+                        1,
+                    ),
+                )
             try:
                 run = progress.result() if progress is not None else RunProgress(config.run_dir, config.training.steps)
             except StoreError as err:
                 raise (gone or StatusError(str(err), 1)) from None
         if cap is None:
             if not run.complete:
+                assert gone is not None  # cap is None only when the queued resource was not found
                 raise gone
-            cap = capacity.released(config.queued_resource_id, f"gone after its run completed at step {run.completed_step} "
-                                    "(releaseOnComplete, or deleted by hand); pulumi up does not create it again")
+            cap = capacity.released(
+                config.queued_resource_id,
+                f"gone after its run completed at step {run.completed_step} "
+                "(releaseOnComplete, or deleted by hand); pulumi up does not create it again",
+            )
         return StackStatus(config.stack, cap, run)
-
-    read.store = store
-    return read

@@ -98,14 +98,20 @@ def restart_lines(run: RunProgress) -> list[str]:
             why = f"preemption at step {restart.preempted_step} ({clock(restart.preempted_at)})"
         else:
             why = "failure"
-        source = f"checkpoint of step {restart.resumed_step}" if restart.restored else f"step {restart.resumed_step} (no checkpoint)"
+        source = (
+            f"checkpoint of step {restart.resumed_step}"
+            if restart.restored
+            else f"step {restart.resumed_step} (no checkpoint)"
+        )
         lines.append(f"{clock(restart.resumed_at)} {why}, resumed from the {source}")
     return lines
 
 
 def _capacity_rows(table: Table, capacity: CapacityStatus) -> None:
     label = "emulated queued resource" if capacity.emulated else "queued resource"
-    table.add_row(label, Text(f"{capacity.id}: {capacity.state}" + (f" ({capacity.detail})" if capacity.detail else "")))
+    table.add_row(
+        label, Text(f"{capacity.id}: {capacity.state}" + (f" ({capacity.detail})" if capacity.detail else ""))
+    )
     for item in capacity.slices:
         parts = [item.node, item.state]
         if item.health:
@@ -126,11 +132,16 @@ def render(status: StackStatus) -> Table:
         return table
     done = run.completed_step if run.complete else run.step
     bar = ProgressBar(total=max(run.total_steps, 1), completed=min(done or 0, run.total_steps), width=30)
-    table.add_row("step", Group(Text(f"{done if done is not None else '-'}/{run.total_steps}  {run.fraction:.0%}"), bar))
+    table.add_row(
+        "step", Group(Text(f"{done if done is not None else '-'}/{run.total_steps}  {run.fraction:.0%}"), bar)
+    )
     if run.complete:
         table.add_row("complete", Text(f"COMPLETE at {clock(run.completed_at)} (step {run.completed_step})"))
     else:
-        table.add_row("eta", Text(f"{duration(run.eta_seconds)}" + (f" ({run.step_time_s:.3g} s/step)" if run.step_time_s else "")))
+        table.add_row(
+            "eta",
+            Text(f"{duration(run.eta_seconds)}" + (f" ({run.step_time_s:.3g} s/step)" if run.step_time_s else "")),
+        )
     if run.loss is not None:
         table.add_row("loss", Text(f"{run.loss:.4f} (step {run.step})"))
     if run.eval_loss is not None:
@@ -141,7 +152,9 @@ def render(status: StackStatus) -> Table:
     else:
         table.add_row("last_checkpoint", Text("none yet"))
     if run.goodput is not None:
-        table.add_row("goodput", Text(f"{run.goodput:.3f} (as of {clock(run.goodput_at)}); badput {badput_text(run.badput)}"))
+        table.add_row(
+            "goodput", Text(f"{run.goodput:.3f} (as of {clock(run.goodput_at)}); badput {badput_text(run.badput)}")
+        )
     table.add_row("restarts", Text(f"{len(run.restarts)} ({run.preemptions} after a preemption)"))
     for line in restart_lines(run):
         table.add_row("", Text(line))

@@ -114,7 +114,12 @@ class RunStore:
           StoreError: the storage refused or did not answer (credentials, permissions, network).
         """
         prefix = f"{self.prefix}/{folder}/" if folder else f"{self.prefix}/"
-        params = {"prefix": prefix, "delimiter": "/", "maxResults": 1000, "fields": "items(name,size,updated),nextPageToken"}
+        params = {
+            "prefix": prefix,
+            "delimiter": "/",
+            "maxResults": 1000,
+            "fields": "items(name,size,updated),nextPageToken",
+        }
         entries = []
         while True:
             response = self._get(self.base, params, f"the listing of {folder or 'the run directory'}")
@@ -130,7 +135,7 @@ class RunStore:
     def list_many(self, folders: list[str]) -> dict[str, list[Entry]]:
         """:meth:`list` of each folder, concurrently."""
         with ThreadPoolExecutor(max_workers=max(1, len(folders))) as pool:
-            return dict(zip(folders, pool.map(self.list, folders)))
+            return dict(zip(folders, pool.map(self.list, folders), strict=True))
 
     def _read_one(self, name: str) -> bytes | None:
         url = f"{self.base}/{quote(f'{self.prefix}/{name}', safe='')}"
@@ -146,5 +151,5 @@ class RunStore:
         if not names:
             return {}
         with ThreadPoolExecutor(max_workers=min(CONCURRENCY, len(names))) as pool:
-            found = dict(zip(names, pool.map(self._read_one, names)))
+            found = dict(zip(names, pool.map(self._read_one, names), strict=True))
         return {name: data for name, data in found.items() if data is not None}

@@ -39,7 +39,19 @@ class FakeGcs:
 
     def __enter__(self) -> FakeGcs:
         self._proc = subprocess.Popen(
-            [str(binary()), "-scheme", "http", "-host", "127.0.0.1", "-port", str(self.port), "-backend", "memory", "-log-level", "error"],
+            [
+                str(binary()),
+                "-scheme",
+                "http",
+                "-host",
+                "127.0.0.1",
+                "-port",
+                str(self.port),
+                "-backend",
+                "memory",
+                "-log-level",
+                "error",
+            ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
@@ -60,7 +72,9 @@ class FakeGcs:
             self._proc.wait(timeout=10)
 
     def _request(self, method: str, path: str, data: bytes, content_type: str) -> bytes:
-        request = urllib.request.Request(f"{self.endpoint}{path}", data=data, method=method, headers={"Content-Type": content_type})
+        request = urllib.request.Request(
+            f"{self.endpoint}{path}", data=data, method=method, headers={"Content-Type": content_type}
+        )
         with urllib.request.urlopen(request, timeout=10) as response:
             return response.read()
 
@@ -73,5 +87,7 @@ class FakeGcs:
 
     def get(self, bucket: str, name: str) -> bytes:
         quoted = urllib.parse.quote(name, safe="")
-        with urllib.request.urlopen(f"{self.endpoint}/storage/v1/b/{bucket}/o/{quoted}?alt=media", timeout=10) as response:
+        with urllib.request.urlopen(
+            f"{self.endpoint}/storage/v1/b/{bucket}/o/{quoted}?alt=media", timeout=10
+        ) as response:
             return response.read()

@@ -64,8 +64,12 @@ def main(argv: list[str] | None = None) -> int:
     pulumi.runtime.set_all_config(pulumi.runtime.get_config_env(), pulumi.runtime.get_config_secret_keys_env())
     mocks = Mocks(World())
     pulumi.runtime.set_mocks(
-        mocks, project=args.project, stack=args.stack, preview=args.dry_run == "true",
-        logger=_engine_logger(), monitor=RecordingMonitor(mocks),
+        mocks,
+        project=args.project,
+        stack=args.stack,
+        preview=args.dry_run == "true",
+        logger=_engine_logger(),
+        monitor=RecordingMonitor(mocks),
     )
     settings.ROOT.set(None)  # run_in_stack creates the root stack, as under the real host
 

@@ -22,7 +22,9 @@ import threading
 from datetime import datetime
 from typing import Any
 
-_CLAUSE = re.compile(r'^(?P<path>[A-Za-z_][\w.]*)\s*(?P<op>>=|<=|=|>|<)\s*(?P<value>"[^"]*"|\((?:"[^"]*"(?: OR )?)+\))$')
+_CLAUSE = re.compile(
+    r'^(?P<path>[A-Za-z_][\w.]*)\s*(?P<op>>=|<=|=|>|<)\s*(?P<value>"[^"]*"|\((?:"[^"]*"(?: OR )?)+\))$'
+)
 
 
 class FilterError(ValueError):
@@ -37,9 +39,9 @@ def _field(entry: dict[str, Any], path: str) -> Any:
     if path == "resource.type":
         return entry.get("resource", {}).get("type")
     if path.startswith("resource.labels."):
-        return entry.get("resource", {}).get("labels", {}).get(path[len("resource.labels."):])
+        return entry.get("resource", {}).get("labels", {}).get(path[len("resource.labels.") :])
     if path.startswith("labels."):
-        return entry.get("labels", {}).get(path[len("labels."):])
+        return entry.get("labels", {}).get(path[len("labels.") :])
     if path in ("logName", "timestamp", "severity", "insertId"):
         return entry.get(path)
     raise FilterError(f"unsupported field {path!r}")

@@ -26,7 +26,14 @@ from typing import Any
 
 #: Audit events of network use (https://docs.python.org/3/library/audit_events.html).
 NETWORK_EVENTS = frozenset(
-    {"socket.connect", "socket.getaddrinfo", "socket.gethostbyname", "socket.gethostbyaddr", "socket.sendto", "socket.sendmsg"}
+    {
+        "socket.connect",
+        "socket.getaddrinfo",
+        "socket.gethostbyname",
+        "socket.gethostbyaddr",
+        "socket.sendto",
+        "socket.sendmsg",
+    }
 )
 #: Module prefixes of the Google API client stack (tpu_v2, api_core transports, auth, HTTP).
 CLIENT_MODULES = ("google.cloud", "google.api_core", "google.auth", "requests", "urllib3")
@@ -53,7 +60,9 @@ class ProviderProcess:
         self._report = Path(tempfile.mkdtemp()) / "report.json"
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "tests.fakes.provider_process", str(self._report)],
-            cwd=ROOT, stdout=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
         )
         port = self._proc.stdout.readline().decode().strip()
         if not port.isdigit():
@@ -75,7 +84,9 @@ class ProviderProcess:
         """``Check``: the failures as ``"property: reason"``."""
         from pulumi.runtime import proto
 
-        response = self._stub.Check(proto.CheckRequest(urn=URN, olds=self._struct(olds), news=self._struct(news)), timeout=self.timeout_s)
+        response = self._stub.Check(
+            proto.CheckRequest(urn=URN, olds=self._struct(olds), news=self._struct(news)), timeout=self.timeout_s
+        )
         return [f"{f.property}: {f.reason}" for f in response.failures]
 
     def diff(self, id_: str, olds: dict[str, Any], news: dict[str, Any]) -> tuple[str, list[str]]:

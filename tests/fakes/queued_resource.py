@@ -16,8 +16,8 @@ import pytest
 from google.cloud import tpu_v2
 
 from infra import credentials
-from infra.config import load_stack
 from infra.__main__ import queued_resource_inputs
+from infra.config import load_stack
 from infra.queued_resource import QueuedResourceProvider
 from tests.fakes.tpu_api import FakeTpuApi
 
@@ -54,7 +54,12 @@ def props_for(config, rendered: Script | None = None) -> dict:
     """The QR's props for ``config`` as the program builds them (``queued_resource_inputs``),
     with this module's network, account and tag."""
     return queued_resource_inputs(
-        config, rendered or script(), network=NETWORK, subnetwork=SUBNETWORK, service_account=SERVICE_ACCOUNT, tags=[TAG]
+        config,
+        rendered or script(),
+        network=NETWORK,
+        subnetwork=SUBNETWORK,
+        service_account=SERVICE_ACCOUNT,
+        tags=[TAG],
     ).to_props()
 
 

@@ -45,7 +45,9 @@ def error_response(err: ApiError) -> tuple[int, dict[str, Any]]:
         packed.Pack(detail)
         status.details.append(packed)
     body = json_format.MessageToDict(status, preserving_proto_field_name=False)
-    return http, {"error": {"code": http, "message": err.message, "status": err.status, "details": body.get("details", [])}}
+    return http, {
+        "error": {"code": http, "message": err.message, "status": err.status, "details": body.get("details", [])}
+    }
 
 
 def quota_failure(metric: str = "TPUV4sPodPerProjectPerZoneForTPUAPI", description: str = "") -> tuple[Message, ...]:
@@ -53,7 +55,9 @@ def quota_failure(metric: str = "TPUV4sPodPerProjectPerZoneForTPUAPI", descripti
     violation = error_details_pb2.QuotaFailure.Violation(
         subject=f"quota_metric:{metric}", description=description or f"Quota limit '{metric}' has been exceeded."
     )
-    info = error_details_pb2.ErrorInfo(reason="QUOTA_EXCEEDED", domain="tpu.googleapis.com", metadata={"quota_metric": metric})
+    info = error_details_pb2.ErrorInfo(
+        reason="QUOTA_EXCEEDED", domain="tpu.googleapis.com", metadata={"quota_metric": metric}
+    )
     return (error_details_pb2.QuotaFailure(violations=[violation]), info)
 
 

@@ -187,7 +187,9 @@ class Vm:
         """Run the startup script again inside the running VM (with the environment its
         trainer attempt ``attempt`` got: the VM's systemctl, metadata and disk)."""
         env = self.environ(attempt)
-        return subprocess.run(["bash", str(self.script)], env=env, cwd=self.home, capture_output=True, text=True, timeout=timeout)
+        return subprocess.run(
+            ["bash", str(self.script)], env=env, cwd=self.home, capture_output=True, text=True, timeout=timeout
+        )
 
     @staticmethod
     def kill_all(proc: subprocess.Popen) -> None:

@@ -67,8 +67,14 @@ class SyntheticRun:
                 step += 1
                 seconds = self.step_time_s * (10 if first else 1)
                 now += seconds
-                record = {"step": step, "loss": 5.0 / (1 + step / 100), "grad_norm": 1.0, "step_time_s": seconds,
-                          "tokens_per_s": self.tokens_per_step / seconds, "time": now}
+                record = {
+                    "step": step,
+                    "loss": 5.0 / (1 + step / 100),
+                    "grad_norm": 1.0,
+                    "step_time_s": seconds,
+                    "tokens_per_s": self.tokens_per_step / seconds,
+                    "time": now,
+                }
                 if first:
                     record["includes_compile"] = True
                 first = False

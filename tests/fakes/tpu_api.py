@@ -83,11 +83,16 @@ _ROUTES: list[tuple[str, re.Pattern[str], str]] = [
     ("GET", re.compile(rf"^/v2/{_LOC}/nodes/(?P<id>[^/:]+)$"), "GetNode"),
     ("PATCH", re.compile(rf"^/v2/{_LOC}/nodes/(?P<id>[^/:]+)$"), "UpdateNode"),
     ("GET", re.compile(rf"^/v2/{_LOC}/operations/(?P<id>[^/:]+)$"), "GetOperation"),
-    ("POST", re.compile(r"^/v1/projects/-/serviceAccounts/(?P<email>[^/:]+):generateAccessToken$"), "GenerateAccessToken"),
+    (
+        "POST",
+        re.compile(r"^/v1/projects/-/serviceAccounts/(?P<email>[^/:]+):generateAccessToken$"),
+        "GenerateAccessToken",
+    ),
 ]
 
 #: RPCs of the IAM Credentials API (authenticated, but not billed to a TPU quota project).
 _IAM_RPCS = ("GenerateAccessToken",)
+
 
 @dataclass
 class Call:
@@ -220,7 +225,9 @@ class FakeTpuApi:
         with self._lock:
             self.faults.add(rpc, status, message, details=details, times=times, path_contains=path_contains)
 
-    def flaky(self, rate: float, statuses: tuple[str, ...] = ("RESOURCE_EXHAUSTED", "UNAVAILABLE"), **kwargs: Any) -> None:
+    def flaky(
+        self, rate: float, statuses: tuple[str, ...] = ("RESOURCE_EXHAUSTED", "UNAVAILABLE"), **kwargs: Any
+    ) -> None:
         """Fail a fraction ``rate`` of calls (:meth:`~tests.fakes.tpu_faults.FaultPlan.flaky`)."""
         with self._lock:
             self.faults.flaky(rate, statuses, **kwargs)
@@ -308,7 +315,9 @@ class FakeTpuApi:
             if handler.command == method and (match := pattern.match(url.path)):
                 rpc = name
                 break
-        headers = {k.lower(): v for k, v in handler.headers.items() if k.lower() in ("authorization", "x-goog-user-project")}
+        headers = {
+            k.lower(): v for k, v in handler.headers.items() if k.lower() in ("authorization", "x-goog-user-project")
+        }
         call = Call(rpc=rpc, method=handler.command, path=url.path, query=query, body=body, headers=headers)
         with self._lock:
             self.in_flight += 1
@@ -401,7 +410,9 @@ class FakeTpuApi:
                 ),
             )
 
-    def _rpc_CreateQueuedResource(self, match: re.Match[str], query: dict[str, list[str]], raw: bytes) -> dict[str, Any]:
+    def _rpc_CreateQueuedResource(
+        self, match: re.Match[str], query: dict[str, list[str]], raw: bytes
+    ) -> dict[str, Any]:
         parent = match["parent"]
         qr_id = (query.get("queuedResourceId") or [""])[0]
         if not qr_id:
@@ -421,7 +432,9 @@ class FakeTpuApi:
         qr.create_time = _now()
         if self._failure is not None:
             states, active, message = self._failure
-            record = _QueuedResourceRecord(qr=qr, states=[*states, "FAILED"], active_slices_on_failure=active, failure_message=message)
+            record = _QueuedResourceRecord(
+                qr=qr, states=[*states, "FAILED"], active_slices_on_failure=active, failure_message=message
+            )
         else:
             record = _QueuedResourceRecord(qr=qr, states=list(self.progression))
         self.queued_resources[name] = record
@@ -457,7 +470,9 @@ class FakeTpuApi:
         for name in [n for n, node in self.nodes.items() if node.queued_resource == record.qr.name]:
             del self.nodes[name]
 
-    def _rpc_DeleteQueuedResource(self, match: re.Match[str], query: dict[str, list[str]], raw: bytes) -> dict[str, Any]:
+    def _rpc_DeleteQueuedResource(
+        self, match: re.Match[str], query: dict[str, list[str]], raw: bytes
+    ) -> dict[str, Any]:
         record = self._record(match)
         force = (query.get("force") or ["false"])[0].lower() == "true"
         has_nodes = any(node.queued_resource == record.qr.name for node in self.nodes.values())
@@ -474,7 +489,9 @@ class FakeTpuApi:
         record = self._record(match)
         json_format.Parse(raw or b"{}", tpu_v2.ResetQueuedResourceRequest.pb(tpu_v2.ResetQueuedResourceRequest()))
         if record.qr.state.state != tpu_v2.QueuedResourceState.State.ACTIVE:
-            raise ApiError("FAILED_PRECONDITION", f"cannot reset a queued resource in state {record.qr.state.state.name}")
+            raise ApiError(
+                "FAILED_PRECONDITION", f"cannot reset a queued resource in state {record.qr.state.state.name}"
+            )
         record.resets += 1
         return self._operation(match["parent"], "reset", record.qr.name, tpu_v2.QueuedResource.pb(record.qr))
 

@@ -95,8 +95,10 @@ class FakeAuth:
             consumer = self.disabled[billed]
             raise ApiError(
                 "PERMISSION_DENIED",
-                f"Cloud TPU API has not been used in project {consumer} before or it is disabled. Enable it by visiting "
-                f"https://console.developers.google.com/apis/api/tpu.googleapis.com/overview?project={consumer} then retry.",
+                f"Cloud TPU API has not been used in project {consumer} before or it is disabled. "
+                "Enable it by visiting "
+                f"https://console.developers.google.com/apis/api/tpu.googleapis.com/overview?project={consumer} "
+                "then retry.",
                 service_disabled(consumer),
             )
 

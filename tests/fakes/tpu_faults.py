@@ -32,14 +32,25 @@ class FaultPlan:
 
     def __init__(self) -> None:
         self._faults: dict[str, list[_Fault]] = {}
-        self._flaky: tuple[float, tuple[tuple[str, tuple[Message, ...]], ...], tuple[str, ...] | None, random.Random] | None = None
+        self._flaky: (
+            tuple[float, tuple[tuple[str, tuple[Message, ...]], ...], tuple[str, ...] | None, random.Random] | None
+        ) = None
 
     def add(
-        self, rpc: str, status: str, message: str = "", *, details: tuple[Message, ...] = (), times: int = 1, path_contains: str = ""
+        self,
+        rpc: str,
+        status: str,
+        message: str = "",
+        *,
+        details: tuple[Message, ...] = (),
+        times: int = 1,
+        path_contains: str = "",
     ) -> None:
         if status not in HTTP_FOR_CODE:
             raise ValueError(f"unknown google.rpc code {status!r}")
-        self._faults.setdefault(rpc, []).append(_Fault(status, message or f"injected {status}", details, path_contains, times))
+        self._faults.setdefault(rpc, []).append(
+            _Fault(status, message or f"injected {status}", details, path_contains, times)
+        )
 
     def flaky(
         self, rate: float, statuses: tuple[str, ...], *, rpcs: tuple[str, ...] | None = None, seed: int = 0

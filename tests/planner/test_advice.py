@@ -29,11 +29,19 @@ def test_over_hbm_advice_prices_fsdp_over_dcn_with_the_stack_it_would_be():
     """The memory advice names the first DCN FSDP split that fits, with its estimate: the
     same figure as the plan of that stack written out. (~9.7e9 parameters: 16 bytes each
     over 4 chips exceed 32 GiB, over 8 chips they fit.)"""
-    training = {"model": {"d_model": 4096, "n_layers": 48, "n_heads": 32}, "sequence_length": 128, "global_batch_size": 16}
-    p = planner.plan(stack("v4-8", slices=4, training=training | {"parallelism": {"ici": {"fsdp": 4}, "dcn": {"data": 4}}}))
+    training = {
+        "model": {"d_model": 4096, "n_layers": 48, "n_heads": 32},
+        "sequence_length": 128,
+        "global_batch_size": 16,
+    }
+    p = planner.plan(
+        stack("v4-8", slices=4, training=training | {"parallelism": {"ici": {"fsdp": 4}, "dcn": {"data": 4}}})
+    )
     assert not p.memory.fits
     split = planner.plan(
-        stack("v4-8", slices=4, training=training | {"parallelism": {"ici": {"fsdp": 4}, "dcn": {"data": 2, "fsdp": 2}}})
+        stack(
+            "v4-8", slices=4, training=training | {"parallelism": {"ici": {"fsdp": 4}, "dcn": {"data": 2, "fsdp": 2}}}
+        )
     )
     assert split.memory.fits
     assert p.recommendations[0].startswith("over HBM")
@@ -41,7 +49,10 @@ def test_over_hbm_advice_prices_fsdp_over_dcn_with_the_stack_it_would_be():
 
 
 def test_fsdp_over_dcn_advice_prices_pure_data_parallelism():
-    config = stack(slices=4, training={"global_batch_size": 400, "parallelism": {"ici": {"fsdp": 4}, "dcn": {"data": 2, "fsdp": 2}}})
+    config = stack(
+        slices=4,
+        training={"global_batch_size": 400, "parallelism": {"ici": {"fsdp": 4}, "dcn": {"data": 2, "fsdp": 2}}},
+    )
     pure = planner.plan(stack(slices=4, training={"global_batch_size": 400}))  # dcn {data: 4}
     (line,) = [r for r in planner.plan(config).recommendations if "pure data parallelism over DCN" in r]
     assert f"dcn {{data: 4, fsdp: 1}} fits ({gib(pure.memory.total)} per chip)" in line
@@ -64,7 +75,10 @@ def test_dcn_bound_recommendation_gives_the_batch_and_pipeline_fallback():
 
 @pytest.mark.parametrize(
     ("batch", "verdict"),
-    [(352, "compute-bound but below the Multislice overview's 2× margin"), (704, "compute-bound with the Multislice overview's margin")],
+    [
+        (352, "compute-bound but below the Multislice overview's 2× margin"),
+        (704, "compute-bound with the Multislice overview's margin"),
+    ],
 )
 def test_compute_bound_stacks_get_the_margin_verdict(batch, verdict):
     p = planner.plan(stack(slices=2, training={"global_batch_size": batch}))
@@ -80,7 +94,9 @@ def test_compute_bound_stack_that_fits_has_no_advisory():
 
 def test_dcn_bound_advisory_names_the_figures():
     (line,) = planner.advisories(stack(slices=2, training={"global_batch_size": 16}))
-    assert "DCN-bound" in line and "176,000 per replica needed" in line and "22,000" in line and "multislice plan" in line
+    assert (
+        "DCN-bound" in line and "176,000 per replica needed" in line and "22,000" in line and "multislice plan" in line
+    )
     assert line.startswith("stack t: ") and line.endswith("(see: multislice plan --stack t)")
 
 

@@ -75,7 +75,10 @@ def test_b_is_tokens_per_pod_not_the_global_batch():
 def test_replicas_are_dcn_data_not_slices():
     """4 slices as 2 DCN data replicas × 2 FSDP slices: the all-reduce is between 2 groups."""
     p = planner.plan(
-        stack(slices=4, training={"global_batch_size": 400, "parallelism": {"ici": {"fsdp": 4}, "dcn": {"data": 2, "fsdp": 2}}})
+        stack(
+            slices=4,
+            training={"global_batch_size": 400, "parallelism": {"ici": {"fsdp": 4}, "dcn": {"data": 2, "fsdp": 2}}},
+        )
     )
     assert p.dcn.replicas == 2 and p.dcn.bits_per_parameter == 32
     assert p.dcn.tokens_per_replica == 400 * 1024 / 2
@@ -133,10 +136,14 @@ def test_the_planner_only_sees_validated_meshes():
     base = {"gcp:project": "acme-ml-test", "gcp:zone": "us-central2-b", "multislice:acceleratorType": "v4-16"}
     cases = [
         ({"multislice:slices": 0}, r"multislice:slices"),
-        ({"multislice:training": {"parallelism": {"ici": {"fsdp": 4}}}},
-         r"parallelism.ici: .* = 4 must equal the chips per slice of v4-16: 8"),
-        ({"multislice:slices": 2, "multislice:training": {"parallelism": {"ici": {"fsdp": 8}}}},
-         r"parallelism.dcn: .* = 1 must equal multislice:slices: 2"),
+        (
+            {"multislice:training": {"parallelism": {"ici": {"fsdp": 4}}}},
+            r"parallelism.ici: .* = 4 must equal the chips per slice of v4-16: 8",
+        ),
+        (
+            {"multislice:slices": 2, "multislice:training": {"parallelism": {"ici": {"fsdp": 8}}}},
+            r"parallelism.dcn: .* = 1 must equal multislice:slices: 2",
+        ),
     ]
     for keys, message in cases:
         with pytest.raises(StackConfigError, match=message):

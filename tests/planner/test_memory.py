@@ -12,8 +12,7 @@ import pytest
 
 from infra import planner
 from tests.planner.stacks import V4
-from training import mesh as mesh_lib
-from training import model
+from training import mesh as mesh_lib, model
 from training.config import TrainConfig
 from training.optimizer import make_optimizer
 
@@ -29,7 +28,11 @@ def direct_count(train: TrainConfig) -> dict[str, int]:
     params = jax.jit(lambda: model.init_params(train.model, jax.random.key(0)), out_shardings=param_shardings)()
     abstract_opt = jax.eval_shape(opt.init, params)
     opt_shardings = optax.tree_map_params(
-        opt, lambda _, s: s, abstract_opt, param_shardings, transform_non_params=lambda _: mesh_lib.sharding_for(mesh, ())
+        opt,
+        lambda _, s: s,
+        abstract_opt,
+        param_shardings,
+        transform_non_params=lambda _: mesh_lib.sharding_for(mesh, ()),
     )
     opt_state = jax.jit(opt.init, out_shardings=opt_shardings)(params)
 
@@ -45,12 +48,17 @@ def direct_count(train: TrainConfig) -> dict[str, int]:
     (param_bytes,) = per_device(params)
     (moment_bytes,) = per_device(opt_state, keep=lambda a: a.ndim > 0)
     (counter_bytes,) = per_device(opt_state, keep=lambda a: a.ndim == 0)
-    return {"params": param_bytes, "moments": moment_bytes, "counters": counter_bytes,
-            "count": sum(int(np.prod(x.shape)) for x in jax.tree.leaves(params))}
+    return {
+        "params": param_bytes,
+        "moments": moment_bytes,
+        "counters": counter_bytes,
+        "count": sum(int(np.prod(x.shape)) for x in jax.tree.leaves(params)),
+    }
 
 
 @pytest.mark.parametrize(
-    "ici", [{"data": 1, "fsdp": 8, "tensor": 1}, {"data": 2, "fsdp": 2, "tensor": 2}, {"data": 1, "fsdp": 2, "tensor": 4}]
+    "ici",
+    [{"data": 1, "fsdp": 8, "tensor": 1}, {"data": 2, "fsdp": 2, "tensor": 2}, {"data": 1, "fsdp": 2, "tensor": 4}],
 )
 def test_memory_matches_a_direct_count_of_sharded_arrays(ici):
     train = TrainConfig.model_validate(
@@ -103,9 +111,7 @@ def test_activation_formula_is_korthikanti_adapted():
 def test_activations_split_over_batch_and_tensor_axes():
     base = {"model": {"d_model": 64, "n_layers": 2, "n_heads": 4}, "sequence_length": 64, "global_batch_size": 16}
     one = planner.activation_bytes_per_chip(TrainConfig.model_validate(base))
-    fsdp = planner.activation_bytes_per_chip(
-        TrainConfig.model_validate(base | {"parallelism": {"ici": {"fsdp": 8}}})
-    )
+    fsdp = planner.activation_bytes_per_chip(TrainConfig.model_validate(base | {"parallelism": {"ici": {"fsdp": 8}}}))
     assert fsdp * 8 == one
     tensor = planner.activation_bytes_per_chip(
         TrainConfig.model_validate(base | {"parallelism": {"ici": {"tensor": 4}}})

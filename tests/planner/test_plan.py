@@ -32,7 +32,14 @@ def test_shipped_stacks_plan(name):
 
 
 def test_plan_describes_the_stack():
-    config = stack("v4-16", slices=4, training={"global_batch_size": 64, "parallelism": {"ici": {"fsdp": 4, "tensor": 2}, "dcn": {"data": 2, "fsdp": 2}}})
+    config = stack(
+        "v4-16",
+        slices=4,
+        training={
+            "global_batch_size": 64,
+            "parallelism": {"ici": {"fsdp": 4, "tensor": 2}, "dcn": {"data": 2, "fsdp": 2}},
+        },
+    )
     p = planner.plan(config)
     assert (p.stack, p.accelerator_type, p.generation) == ("t", "v4-16", "v4")
     assert (p.slices, p.chips_per_slice, p.chips, p.hosts_per_slice, p.hosts, p.chips_per_host) == (4, 8, 32, 2, 8, 4)
@@ -45,7 +52,9 @@ def test_plan_describes_the_stack():
     assert (p.sequence_length, p.global_batch_size, p.global_batch_tokens) == (1024, 64, 64 * 1024)
     assert p.memory == planner.memory_per_chip(config.training, 32 * 2**30)
     assert p.dcn == planner.dcn_check(config.accelerator, config.training.parallelism, 64 * 1024)
-    assert all(planner.MULTISLICE_OVERVIEW in p.sources[key] for key in ("arithmetic_intensity", "parallelism_guidance"))
+    assert all(
+        planner.MULTISLICE_OVERVIEW in p.sources[key] for key in ("arithmetic_intensity", "parallelism_guidance")
+    )
     assert "arXiv:2205.05198" in p.sources["activations"]
 
 
@@ -65,8 +74,11 @@ def reference_json(p: planner.Plan) -> dict:
         "hosts": p.hosts,
         "chips_per_host": p.chips_per_host,
         "mesh": {
-            axis: {"dcn": getattr(p.parallelism.dcn, axis), "ici": getattr(p.parallelism.ici, axis),
-                   "size": getattr(p.parallelism.dcn, axis) * getattr(p.parallelism.ici, axis)}
+            axis: {
+                "dcn": getattr(p.parallelism.dcn, axis),
+                "ici": getattr(p.parallelism.ici, axis),
+                "size": getattr(p.parallelism.dcn, axis) * getattr(p.parallelism.ici, axis),
+            }
             for axis in ("data", "fsdp", "tensor")
         },
         "parameters": p.parameters,
@@ -83,7 +95,9 @@ def reference_json(p: planner.Plan) -> dict:
         "min_tokens_per_replica": dcn.min_tokens_per_replica,
         "recommended_tokens_per_replica": dcn.recommended_tokens_per_replica,
         "min_global_batch_tokens": None if dcn.replicas < 2 else dcn.min_tokens_per_replica * dcn.replicas,
-        "recommended_global_batch_tokens": None if dcn.replicas < 2 else dcn.recommended_tokens_per_replica * dcn.replicas,
+        "recommended_global_batch_tokens": None
+        if dcn.replicas < 2
+        else dcn.recommended_tokens_per_replica * dcn.replicas,
         "safety_margin": planner.SAFETY_MARGIN,
         "dcn_bound": dcn.dcn_bound,
         "meets_dcn_margin": dcn.meets_margin,
@@ -108,7 +122,10 @@ def reference_json(p: planner.Plan) -> dict:
         load_stack("dev", STACKS),
         load_stack("prod", STACKS),
         stack(slices=1),
-        stack(slices=4, training={"global_batch_size": 400, "parallelism": {"ici": {"fsdp": 4}, "dcn": {"data": 2, "fsdp": 2}}}),
+        stack(
+            slices=4,
+            training={"global_batch_size": 400, "parallelism": {"ici": {"fsdp": 4}, "dcn": {"data": 2, "fsdp": 2}}},
+        ),
     ],
     ids=["dev", "prod", "one-slice", "dcn-fsdp"],
 )
@@ -219,7 +236,12 @@ def test_dev_json_names_each_quantity_once_with_its_own_source():
     result = runner.invoke(app, ["plan", "--stack", "dev", "--json"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
-    assert "hbm_bytes_per_chip" not in data and "hbm_capacity_bytes" not in data and "min_batch_tokens" not in data and "hbm_bytes_per_chip" not in data["sources"]
+    assert (
+        "hbm_bytes_per_chip" not in data
+        and "hbm_capacity_bytes" not in data
+        and "min_batch_tokens" not in data
+        and "hbm_bytes_per_chip" not in data["sources"]
+    )
     for key in data:
         if "tokens" in key:
             assert key.endswith("_per_replica") or "global" in key, key

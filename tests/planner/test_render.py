@@ -52,7 +52,10 @@ def test_dev_stack_output_gives_size_mesh_batch_memory_and_dcn_check():
     ) in text
     assert row(text, "total (estimate)", f"{p.memory.total / 2**20:,.1f} MiB of 32.00 GiB HBM capacity")
     assert ": fits" in text and "OVER HBM" not in text
-    assert "hardware arithmetic intensity = 4 chips/host × 2.75e+14 FLOP/s ÷ 5e+10 bit/s per host = 22,000 FLOP/bit" in text
+    assert (
+        "hardware arithmetic intensity = 4 chips/host × 2.75e+14 FLOP/s ÷ 5e+10 bit/s per host = 22,000 FLOP/bit"
+        in text
+    )
     replica_tokens = tokens // 2
     assert (
         f"operational intensity 4 × {replica_tokens:,} / 32 = {4 * replica_tokens // 32:,} FLOP/bit: DCN-bound" in text
@@ -76,7 +79,7 @@ def test_every_token_figure_of_the_dcn_check_says_per_replica_or_global():
     assert len(lines) >= 4
     for line in lines:
         for match in re.finditer(r"(\d{1,3}(?:,\d{3})+)(?! (sequences|FLOP))", line):
-            after = line[match.end():]
+            after = line[match.end() :]
             assert re.match(r" (tokens )?(per replica|global|per step|per DCN replica)", after), (match.group(), line)
 
 
