@@ -15,7 +15,7 @@ before and after: on a shared machine, compare runs at similar load and run more
 Next to each wall time is the command's CPU time (user + system, its processes together): on a
 loaded machine the wall time is the CPU time stretched by waiting for a core; on an idle one
 the two are close.
-tests/test_cli_imports.py checks that the light commands import no jax, orbax or tensorstore.
+tests/cli/test_light_imports.py checks that the light commands import no jax, orbax or tensorstore.
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ https://github.com/pulumi/pulumi/tree/master/sdk/python/cmd; ``pulumi.RunError``
 "a clean exit rather than the usual verbose unhandled error logic").
 
 Tests evaluate :func:`define` under ``pulumi.runtime.set_mocks``; ``pulumi up`` runs this file
-as ``__main__`` (tests/test_program.py also runs it the way the language host does). There is
+as ``__main__`` (tests/program/test_program.py also runs it the way the language host does). There is
 no code path that only works under mocks.
 """
 

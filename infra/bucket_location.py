@@ -22,7 +22,7 @@ location is looked up here for the zone's region instead of being the region its
   row is *not* verified here.
 
 :func:`bucket_location` maps every region of a zone in the accelerator catalog
-(``infra.accelerators.Generation.zones``) to a location (``tests/test_bucket_location.py``
+(``infra.accelerators.Generation.zones``) to a location (``tests/config/test_bucket_location.py``
 walks the catalog): a region that is a storage location maps to itself; ``us-central2`` maps to
 ``US-CENTRAL1``, the other central-US region (not a measured choice: checkpoints then cross
 regions, which Cloud Storage bills as network transfer between regions,

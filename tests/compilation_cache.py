@@ -5,7 +5,7 @@ each a fresh process that would compile every program again. With
 ``MULTISLICE_COMPILATION_CACHE_DIR`` (training.compile_cache) pointing here, each program is
 compiled once per session. The cache key covers the program, its devices and the compile
 options, so results are those of a fresh compile. Tests of the cache itself
-(tests/test_compile_cache.py, the cache assertions in tests/test_train.py) use the run
+(tests/training/test_compile_cache.py, the cache assertions in tests/training/test_train.py) use the run
 directory's cache instead: they never add this to their environment.
 
 One directory per session, shared by every pytest-xdist worker: the session's main process

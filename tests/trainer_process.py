@@ -1,5 +1,5 @@
 """Run the trainer as one process of a ``jax.distributed`` job on this machine, for the
-multi-process tests (tests/test_agreement*.py); and the helpers those tests share.
+multi-process tests (tests/training/test_agreement*.py); and the helpers those tests share.
 
     python -m tests.trainer_process CONFIG RUN_DIR PROCESS_ID NUM_PROCESSES PORT
 

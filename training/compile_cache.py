@@ -22,7 +22,7 @@ same in every process, through JAX's private ``_hash_accelerator_config`` (jax i
 0.11 in pyproject.toml; without that function the cache works as before). Other platforms
 keep JAX's own key: whether TPU processes share it was not measured here (no TPU).
 Measured after the change: in the 2-process job run twice, process 1 loaded the entry process
-0 wrote and computed the same result (tests/test_compile_cache.py).
+0 wrote and computed the same result (tests/training/test_compile_cache.py).
 ``jax_share_binary_between_hosts`` (off by default) is not used: by jax/_src/compiler.py, the
 others would wait for process 0 to share an executable that it loaded from the cache instead
 of compiling, and never shares.

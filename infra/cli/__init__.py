@@ -21,7 +21,7 @@ Errors end with one ``error:`` line naming the cause and a non-zero exit: 2 for 
 (stack file, options), 1 for a failed run, 130 for Ctrl-C (SIGINT), 143 for SIGTERM.
 
 Commands that neither train nor evaluate the program import nothing heavy (no jax, orbax,
-tensorstore: tests/test_cli_imports.py; benchmarks/cli_speed.py times them): each command
+tensorstore: tests/cli/test_light_imports.py; benchmarks/cli_speed.py times them): each command
 imports what it needs inside its function, after checking its options.
 """
 

@@ -2,7 +2,7 @@
 
 A stack is ``stacks/Pulumi.<stack>.yaml`` (``stackConfigDir: stacks`` in Pulumi.yaml). Its
 ``config:`` map holds ``gcp:project``, ``gcp:zone`` and the ``multislice:*`` keys. Two paths
-read it and must give equal models (tests/test_config.py checks this):
+read it and must give equal models (tests/config/test_stack_config.py checks this):
 
 * inside ``pulumi up``/``preview``: :func:`from_pulumi_config` reads the engine's config map
   (scalars arrive as strings, objects as JSON text);

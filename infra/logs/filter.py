@@ -19,7 +19,7 @@ from infra.config import StackConfig
 from infra.startup import contract
 
 #: The log id of the trainer's lines (``projects/<project>/logs/<id>``); training/log_shipping.py
-#: writes it (``LOG_NAME`` there; tests/test_logs_shipping.py keeps the two equal).
+#: writes it (``LOG_NAME`` there; tests/training/test_log_shipping.py keeps the two equal).
 TRAINER_LOG = contract.TRAINER_LOG
 
 

@@ -7,7 +7,7 @@ parameters: each dimension's logical axis is split over the mesh axes
 ``training.shapes.LOGICAL_AXIS_RULES`` assigns it (``embed`` over fsdp; ``heads``, ``mlp``,
 ``vocab`` over tensor), as ``training.train`` shards its state. Parameter shapes and logical
 axes are ``training.shapes``, the jax-free module ``training.model.init_params`` creates its
-parameters from (tests/test_shapes.py checks both against ``jax.eval_shape`` of the real
+parameters from (tests/training/test_shapes.py checks both against ``jax.eval_shape`` of the real
 init), so the arithmetic is exact and needs no jax.
 
 Activations are the tensors autodiff keeps for the backward pass (``training.train`` does no

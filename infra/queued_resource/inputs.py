@@ -37,7 +37,7 @@ PROVIDER_VERSION = "3"
 
 #: The capacity a queued resource can be requested with (:func:`build_queued_resource`): Spot,
 #: on-demand, or a reservation (``multislice:capacity``; ``infra.config.CAPACITY_TYPES`` is the
-#: same tuple, tests/test_queued_resource_inputs.py checks it).
+#: same tuple, tests/queued_resource/test_inputs.py checks it).
 CAPACITY_TYPES = ("spot", "on-demand", "reserved")
 
 #: OAuth scope of the VMs: access is governed by the service account's IAM roles

@@ -5,7 +5,7 @@
 (``startup.sh.in``, ``boot.sh.in``, ``trainer.sh``, ``release_on_complete.sh`` beside this
 module) and the trainer (``training/``) read them, and the local emulation (:mod:`infra.local`)
 plays Cloud TPU's part. Each name is declared once, here, and everything in ``infra/`` imports
-it from here; the shell templates spell the names too (tests/test_startup_contract.py checks
+it from here; the shell templates spell the names too (tests/startup/test_contract.py checks
 that each name a template uses is declared here, and the converse), and ``training/`` (which
 never imports ``infra/``) spells the ones it reads (the same test ties them).
 

@@ -41,7 +41,7 @@ from infra.startup.target_environment import TargetEnvironment, read_python_vers
 from infra.startup.uv_lock import PROJECT_NAME, Artifact, Lock, LockfileError, package_key
 
 #: The trainer's direct requirements (``training/`` imports these). pyproject.toml lists
-#: them again in ``[project] dependencies``; tests/test_lockfile.py keeps the two in step.
+#: them again in ``[project] dependencies``; tests/startup/test_lockfile.py keeps the two in step.
 TRAINER_REQUIREMENTS: tuple[str, ...] = (
     "jax",
     "optax",

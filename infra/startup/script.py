@@ -73,7 +73,7 @@ from infra.startup.contract import (  # noqa: F401 (record_object, release_objec
 #: (https://cloud.google.com/compute/docs/reference/rest/v1/Metadata, ``items[].value``).
 METADATA_VALUE_LIMIT_BYTES = 256 * 1024
 
-#: What we aim for (and what tests/test_startup.py checks for the checked-in stacks).
+#: What we aim for (and what tests/startup/test_script.py checks for the checked-in stacks).
 TARGET_SIZE_BYTES = 64 * 1024
 
 #: Restarts of a failing trainer within :data:`START_LIMIT_INTERVAL_S` before systemd gives up

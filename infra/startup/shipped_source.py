@@ -6,7 +6,7 @@ is docstrings and comments, which the VM never reads. :func:`strip_documentation
 and keeps every other byte and **every line number**, so a traceback from a TPU VM points at the
 same line of the repository's file. Consequences, both intended: a change to a docstring or a
 comment alone does not change the release (no VM is restarted for it), and ``__doc__`` of the
-shipped modules is the empty string (nothing in ``training/`` reads it; tests/test_bundle.py
+shipped modules is the empty string (nothing in ``training/`` reads it; tests/startup/test_bundle.py
 checks both).
 
 What is blanked (Python's own definitions,

@@ -1,7 +1,7 @@
 """A synthetic run directory, laid out as the trainer writes one (``training.run_log``: one
 ``metrics``/``events`` object per sync window, numbered in the order written across restarts;
 ``COMPLETE``; ``goodput.json``), uploaded in one concurrent batch to a ``gs://`` run directory of
-the emulated Cloud Storage. Used by tests/test_status*.py and benchmarks/status_time.py.
+the emulated Cloud Storage. Used by tests/status/ and tests/cli/test_status.py and benchmarks/status_time.py.
 
 The timeline: steps 1, 2, … at ``step_time_s`` each (tokens/s = ``tokens_per_step`` ÷ step time;
 step 1 includes the compile and takes 10× as long), a sync every ``log_every`` steps, a

@@ -61,7 +61,7 @@ def test_plan_describes_the_stack():
 def reference_json(p: planner.Plan) -> dict:
     """The ``--json`` document written out by hand (it was, before it was made from the
     dataclass fields): every key and value must stay. Token counts say per replica or global
-    and the HBM estimate and capacity have distinct keys (issue 12.5)."""
+    and the HBM estimate and capacity have distinct keys."""
     dcn, mem = p.dcn, p.memory
     return {
         "stack": p.stack,

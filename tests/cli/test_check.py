@@ -1,0 +1,154 @@
+"""``multislice check`` (the policy pack offline) and ``multislice render --config``."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from infra.cli import app
+from infra.config import load_stack, load_stack_file, stack_file
+from infra.policy.evaluate import check_world
+from infra.policy.policies import POLICIES
+from tests.fakes.pulumi_program import evaluate
+
+ENV = {"COLUMNS": "250"}
+
+
+@pytest.fixture(autouse=True)
+def no_storage_access(monkeypatch, tmp_path):
+    """The checked-in stacks' gs:// data sources are not listed: no emulated Cloud Storage (the
+    session's, started by whichever test asked first, sets STORAGE_EMULATOR_HOST) and no
+    credentials, so that the result does not depend on the tests that ran before."""
+    for key in (
+        "STORAGE_EMULATOR_HOST",
+        "GOOGLE_APPLICATION_CREDENTIALS",
+        "GOOGLE_CREDENTIALS",
+        "GOOGLE_OAUTH_ACCESS_TOKEN",
+        "GOOGLE_CLOUD_KEYFILE_JSON",
+        "GCLOUD_KEYFILE_JSON",
+        "GCE_METADATA_HOST",
+        "GCE_METADATA_IP",
+    ):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("CLOUDSDK_CONFIG", str(tmp_path))
+    monkeypatch.setattr("infra.credentials.PRODUCT_NAME_FILE", tmp_path / "product_name")
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(app, list(args), env=ENV, color=False)
+
+
+def edited_stack(tmp_path, stack: str, edit) -> str:
+    document = yaml.safe_load(stack_file(stack).read_text())
+    edit(document["config"])
+    path = tmp_path / f"Pulumi.{stack}.yaml"
+    path.write_text(yaml.safe_dump(document))
+    return str(path)
+
+
+def test_a_good_stack_passes_with_advisories_only():
+    result = invoke("check", "--stack", "dev")
+    assert result.exit_code == 0, result.output
+    assert f"stack dev: {len(POLICIES)} policies, 0 mandatory and" in result.output
+    assert "[required-labels]" in result.output  # advisory: printed, not fatal
+
+
+def over_hbm(config):
+    config["multislice:training"]["model"]["d_model"] = 65536  # the issue's example on v4-8
+
+
+def test_a_stack_over_hbm_fails_the_mandatory_policy(tmp_path):
+    path = edited_stack(tmp_path, "dev", over_hbm)
+    load_stack_file(tmp_path / "Pulumi.dev.yaml")  # the config itself is valid: only the policy stops it
+    result = invoke("check", "--config-file", path)
+    assert result.exit_code == 1, result.output
+    assert "mandatory [training-fits-hbm] queued-resource" in result.output
+    assert (
+        result.output.strip()
+        .splitlines()[-1]
+        .startswith("error: stack dev violates mandatory policies: training-fits-hbm")
+    )
+
+
+def test_the_documented_override_lets_it_pass(tmp_path):
+    path = edited_stack(tmp_path, "dev", over_hbm)
+    policy = tmp_path / "policy.json"
+    policy.write_text(json.dumps({"training-fits-hbm": {"allowOverHbm": True}}))
+    result = invoke("check", "--config-file", path, "--policy-config", str(policy))
+    assert result.exit_code == 0, result.output
+    assert "training-fits-hbm" not in result.output
+
+
+def test_a_bad_policy_config_is_one_line(tmp_path):
+    policy = tmp_path / "policy.json"
+    policy.write_text(json.dumps({"training-fits-hmb": "advisory"}))
+    result = invoke("check", "--stack", "dev", "--policy-config", str(policy))
+    assert result.exit_code == 2
+    assert result.output.strip() == (
+        "error: policy config: unknown policy 'training-fits-hmb'; policies: "
+        + ", ".join(p.name for p in __import__("infra.policy.policies", fromlist=["POLICIES"]).POLICIES)
+    )
+
+
+def test_an_invalid_stack_names_the_key(tmp_path):
+    path = edited_stack(tmp_path, "dev", lambda c: c.update({"multislice:slices": 0}))
+    result = invoke("check", "--config-file", path)
+    assert result.exit_code == 2 and "multislice:slices" in result.output
+
+
+def test_every_checked_in_stack_passes_the_mandatory_policies():
+    for stack in ("dev", "staging", "prod"):
+        assert [v for v in check_world(evaluate(stack)) if v.mandatory] == [], stack
+
+
+def test_policy_config_levels_change_the_verdict():
+    world = evaluate("dev")
+    advisories = check_world(world)
+    assert advisories and not any(v.mandatory for v in advisories)
+    assert all(v.mandatory for v in check_world(world, {"required-labels": "mandatory"}))
+    assert check_world(world, {"required-labels": {"enforcementLevel": "disabled"}}) == []
+
+
+def test_render_config_prints_the_resolved_stack_file(tmp_path):
+    result = invoke("render", "--stack", "staging", "--config")
+    assert result.exit_code == 0, result.output
+    resolved = yaml.safe_load(result.output)["config"]
+    # every default is spelled out ...
+    assert resolved["multislice:queuedResource"]["waitFor"] == "ACTIVE"
+    assert "multislice:queuedResource" not in yaml.safe_load(stack_file("staging").read_text())["config"]
+    # ... and the printed file is the same stack
+    path = tmp_path / "Pulumi.staging.yaml"
+    path.write_text(result.output)
+    assert load_stack_file(path) == load_stack("staging")
+
+
+def test_the_readme_lists_every_policy_with_its_level():
+    from pathlib import Path
+
+    from pulumi_policy import EnforcementLevel
+
+    from infra.policy.policies import POLICIES
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("## Review workflow", 1)[1].split("\n## ", 1)[0]
+    mandatory_table, advisory_text = section.split("Advisory (warnings):", 1)
+    for policy in POLICIES:
+        where = mandatory_table if policy.enforcement_level is EnforcementLevel.MANDATORY else advisory_text
+        assert f"`{policy.name}`" in where, policy.name
+
+
+def test_a_value_unknown_until_the_update_is_advisory_as_in_the_cli():
+    # During a real preview of a new stack the service account's email is not known yet;
+    # pulumi_policy's analyzer reports "can't run during preview" as advisory. So does check.
+    from pulumi_policy.proxy import UNKNOWN_STRING_VALUE
+
+    from tests.fakes.pulumi_program import QR_TYPE
+
+    world = evaluate("dev")
+    qr = world.one(QR_TYPE)
+    qr.inputs["serviceAccount"] = UNKNOWN_STRING_VALUE
+    found = [v for v in check_world(world) if v.policy == "tpu-dedicated-service-account"]
+    assert len(found) == 1 and not found[0].mandatory and "during preview" in found[0].message

@@ -1,0 +1,111 @@
+"""``multislice diff --stack S --against REV`` on a temporary git repository holding the project's
+stacks, trainer and lock: a one-line trainer change, a slice-count change, and bad input."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from infra.cli import app
+from infra.review_diff import DiffError, config_changes, diff_stack
+from infra.startup.bundle import build_bundle
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", "-C", str(repo), *args], check=True, capture_output=True, text=True, timeout=60
+    ).stdout
+
+
+@pytest.fixture
+def repo(tmp_path) -> Path:
+    repo = tmp_path / "project"
+    shutil.copytree(ROOT / "stacks", repo / "stacks")
+    shutil.copytree(ROOT / "training", repo / "training", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("uv.lock", "pyproject.toml", ".python-version", "Pulumi.yaml"):
+        shutil.copy(ROOT / name, repo / name)
+    (repo / ".gitignore").write_text(".multislice/\n")
+    git(repo, "init", "-q")
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@example.com", "add", "-A")
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-q", "-m", "base")
+    return repo
+
+
+def bundle_sha(training: Path) -> str:
+    return hashlib.sha256(build_bundle(training)).hexdigest()
+
+
+def test_a_one_line_trainer_change_updates_in_place(repo, monkeypatch):
+    before = bundle_sha(repo / "training")
+    with open(repo / "training" / "model.py", "a") as f:
+        f.write("# a one-line change\n")
+    after = bundle_sha(repo / "training")
+    assert before != after
+
+    monkeypatch.setenv("MULTISLICE_STACKS_DIR", str(repo / "stacks"))
+    result = CliRunner().invoke(
+        app, ["diff", "--stack", "dev", "--against", "HEAD"], env={"COLUMNS": "250"}, color=False
+    )
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert "config: unchanged" in lines
+    assert f"trainer bundle: {before[:12]} -> {after[:12]}" in lines
+    assert "  modified training/model.py" in lines
+    changed = [line for line in lines if line.startswith("  update ") or line.startswith("  replace")]
+    assert len(changed) == 1 and "queued-resource" in changed[0] and "in place" in changed[0], lines
+    assert "bundleSha256" in changed[0] and "metadata" in changed[0]
+    assert "base64" not in result.output and len(result.output) < 2000  # no wall of script text
+
+
+def test_more_slices_replace_the_queued_resource(repo):
+    path = repo / "stacks" / "Pulumi.dev.yaml"
+    document = yaml.safe_load(path.read_text())
+    document["config"]["multislice:slices"] = 4
+    document["config"]["multislice:training"]["parallelism"]["dcn"]["data"] = 4
+    path.write_text(yaml.safe_dump(document))
+
+    result = diff_stack("dev", "HEAD", repo)
+    assert result.config_changes == [
+        ("multislice:slices", 2, 4),
+        ("multislice:training.parallelism.dcn.data", 2, 4),
+    ]
+    assert result.trainer_files == [] and result.bundle_sha256[0] == result.bundle_sha256[1]
+    qr = [c for c in result.resources if c.name == "queued-resource"]
+    assert len(qr) == 1 and qr[0].action == "replace" and "slices" in qr[0].replace_keys
+    assert result.replaces
+
+
+def test_no_change_is_no_change(repo):
+    result = diff_stack("staging", "HEAD", repo)
+    assert (result.config_changes, result.trainer_files, result.resources) == ([], [], [])
+
+
+def test_bad_revision_and_missing_stack_are_one_line(repo):
+    with pytest.raises(DiffError, match=r"--against 'no-such-rev': no such commit"):
+        diff_stack("dev", "no-such-rev", repo)
+    shutil.copy(repo / "stacks" / "Pulumi.dev.yaml", repo / "stacks" / "Pulumi.fresh.yaml")
+    with pytest.raises(DiffError, match=r"stack 'fresh' does not exist at HEAD \([0-9a-f]{12}\)"):
+        diff_stack("fresh", "HEAD", repo)
+    with pytest.raises(DiffError, match=r"stack 'gone' does not exist in the working tree"):
+        diff_stack("gone", "HEAD", repo)
+
+
+def test_config_changes_cover_added_and_removed_keys():
+    old = {"a": 1, "t": {"x": 1, "y": {"z": 2}}}
+    new = {"t": {"x": 1, "y": {"z": 3}}, "b": "s"}
+    assert config_changes(old, new) == [("a", 1, None), ("b", None, "s"), ("t.y.z", 2, 3)]
+
+
+def test_a_stack_file_that_does_not_validate_names_the_side(repo):
+    path = repo / "stacks" / "Pulumi.dev.yaml"
+    path.write_text(path.read_text().replace("multislice:slices: 2", "multislice:slices: 0"))
+    with pytest.raises(DiffError, match=r"^stack 'dev' in the working tree: .*multislice:slices"):
+        diff_stack("dev", "HEAD", repo)

@@ -1,0 +1,505 @@
+"""`multislice local up` end to end: 2 emulated slices (1 worker × 4 CPU devices each) run the
+rendered startup script; a killed or preempted slice is repaired and training resumes from the
+last checkpoint with per-step losses bit-identical to an uninterrupted run; nothing is left
+running afterwards. Bad input fails fast with one clear message."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+from infra.config import load_stack_file
+from infra.local import gcs
+from tests import compilation_cache
+from training.run_dir import RunDir
+from training.run_log import RecordLog, read_records
+
+STACK = Path(__file__).parents[1] / "stacks" / "Pulumi.emu.yaml"
+RUN_DIR = load_stack_file(STACK).run_dir  # gs://<the stack's bucket>/runs/emu
+CLI = [sys.executable, "-m", "infra.cli"]
+
+
+def cli_env(state_dir: Path) -> dict[str, str]:
+    """The CLI's environment: state under ``state_dir``, JAX left to the emulator, the VMs
+    sharing the session's compilation cache (tests/compilation_cache.py)."""
+    env = {**os.environ, "MULTISLICE_STATE_DIR": str(state_dir), "COLUMNS": "200", **compilation_cache.env()}
+    for key in ("JAX_PLATFORMS", "JAX_NUM_CPU_DEVICES"):
+        env.pop(key, None)
+    return env
+
+
+def run_cli(args: list[str], state_dir: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(CLI + args, env=cli_env(state_dir), capture_output=True, text=True, timeout=timeout)
+
+
+def stop_if_running(proc: subprocess.Popen) -> None:
+    """Test cleanup: SIGINT makes the emulator stop its VMs."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=60)
+
+
+def processes_under(root: Path) -> list[int]:
+    """Live processes of the emulations whose state lies under ``root``: the emulated VMs
+    (their MULTISLICE_HOME) and the emulated Cloud Storage (started by the CLI, with its
+    MULTISLICE_STATE_DIR); the CLI itself, once exited, is not one."""
+    found = []
+    for process in psutil.process_iter(["environ"], ad_value=None):
+        environ = process.info["environ"] or {}
+        if process.pid == os.getpid() or "MULTISLICE_EMULATION_ID" not in environ:
+            continue
+        home = environ.get("MULTISLICE_HOME") or environ.get("MULTISLICE_STATE_DIR")
+        if home and Path(home).is_relative_to(root):
+            found.append(process.pid)
+    return found
+
+
+def listening(port: int) -> bool:
+    return any(c.laddr.port == port and c.status == psutil.CONN_LISTEN for c in psutil.net_connections("tcp"))
+
+
+@pytest.fixture(autouse=True)
+def no_vm_outlives_its_test(tmp_path_factory):
+    """Cleanup, after a test's own assertions: a test that failed or timed out may have killed
+    its emulator and left that run's VMs training; kill them, so that they do not slow down
+    the tests that follow."""
+    yield
+    for pid in processes_under(tmp_path_factory.getbasetemp()):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def run_records(state_dir: Path, name: str) -> list[dict]:
+    """Every record of log ``name`` of the emu stack's run under ``state_dir``, read as
+    ``local status`` reads it: through a temporary emulated Cloud Storage over the stack's
+    backend (the emulator stopped its own)."""
+    with gcs.clients_pointed_at(state_dir / "emu" / "gcs", state_dir / "reader.log") as stored:
+        assert stored
+        return read_records(RunDir(RUN_DIR), name)
+
+
+def step_losses(state_dir: Path) -> list[tuple[int, float]]:
+    return [(r["step"], r["loss"]) for r in run_records(state_dir, "metrics") if "loss" in r]
+
+
+def up(tmp_path: Path, *extra: str) -> dict:
+    summary_path = tmp_path / "summary.json"
+    result = run_cli(
+        ["local", "up", "--config-file", str(STACK), "--summary-json", str(summary_path), *extra], tmp_path
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert processes_under(tmp_path) == []
+    summary = json.loads(summary_path.read_text())
+    assert summary["run_dir"] == RUN_DIR  # the gs:// run directory `pulumi up` gives the VMs
+    summary["stdout"] = result.stdout
+    summary["state_dir"] = tmp_path
+    return summary
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory) -> dict:
+    """The reference run, read to its last progress line only: the reader then leaves, as
+    `multislice local up | head` does (test_closed_stdout_after_the_last_step_still_completes
+    asserts what that does; the others, the run itself). Its summary (from --summary-json),
+    the stdout it read, the stderr and the exit status."""
+    state_dir = tmp_path_factory.mktemp("uninterrupted")
+    summary_path = state_dir / "summary.json"
+    command = CLI + ["local", "up", "--config-file", str(STACK), "--summary-json", str(summary_path)]
+    proc = subprocess.Popen(command, env=cli_env(state_dir), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        lines = [b""]
+        while b"step 24/24" not in lines[-1]:
+            lines.append(proc.stdout.readline())
+            assert lines[-1], (lines, proc.communicate(timeout=60))
+        proc.stdout.close()
+        err = proc.stderr.read().decode()
+        returncode = proc.wait(timeout=120)
+    finally:
+        stop_if_running(proc)
+    assert returncode == 0, b"".join(lines).decode() + err
+    assert processes_under(state_dir) == []
+    summary = json.loads(summary_path.read_text())
+    assert summary["run_dir"] == RUN_DIR  # the gs:// run directory `pulumi up` gives the VMs
+    summary.update(stdout=b"".join(lines).decode(), stderr=err, returncode=returncode, state_dir=state_dir)
+    return summary
+
+
+@pytest.mark.slow
+def test_uninterrupted_run_completes(uninterrupted):
+    assert uninterrupted["complete"] is True
+    assert (uninterrupted["steps_completed"], uninterrupted["restarts"], uninterrupted["steps_lost"]) == (24, 0, 0)
+    losses = step_losses(uninterrupted["state_dir"])
+    assert [s for s, _ in losses] == list(range(1, 25))
+    assert uninterrupted["final_loss"] == losses[-1][1]
+    for key in ("steps_completed", "final_loss", "restarts", "steps_lost", "wall_seconds", "run_dir"):
+        assert key in uninterrupted
+    log = (Path(uninterrupted["logs_dir"]) / "slice-1-worker-0.log").read_text()
+    assert "[slice 1 worker 0] " in log and "process 1/2" in log
+
+
+@pytest.mark.slow
+def test_the_completed_run_released_its_queued_resource(uninterrupted):
+    # The emu stack is spot: releaseOnComplete is on by default. Once the trainers exited 0,
+    # worker 0 of slice 0 deleted the queued resource through the emulated TPU API.
+    config = load_stack_file(STACK)
+    assert config.capacity == "spot" and config.release_on_complete
+    name = f"projects/{config.project}/locations/{config.zone}/queuedResources/{config.queued_resource_id}"
+    assert uninterrupted["capacity"] == "released"  # --summary-json
+    log = (Path(uninterrupted["logs_dir"]) / "slice-0-worker-0.log").read_text().splitlines()
+    done = log.index("[slice 0 worker 0] trainer: exited with status 0: training is complete")
+    assert log[done + 1 : done + 3] == [
+        f"[slice 0 worker 0] capacity: the run is complete: deleting queued resource {name} (force: its nodes first)",
+        f"[slice 0 worker 0] capacity: released: the TPU API accepted the delete of {name}",
+    ]
+    assert "capacity:" not in (Path(uninterrupted["logs_dir"]) / "slice-1-worker-0.log").read_text()
+    status = run_cli(["local", "status", "--config-file", str(STACK), "--json"], uninterrupted["state_dir"])
+    assert status.returncode == 0, status.stderr
+    capacity = json.loads(status.stdout)["queued_resource"]
+    assert (capacity["state"], capacity["slices"]) == ("RELEASED", [])
+    assert capacity["detail"].startswith("deleted by worker 0 of slice 0 at ")
+
+
+@pytest.mark.slow
+def test_killed_slice_is_repaired_and_resumes_bit_identically(uninterrupted, tmp_path):
+    killed = up(tmp_path, "--kill", "1@14")
+    assert killed["complete"] is True
+    assert killed["restarts"] == 1 and killed["faults"] == ["kill slice 1 at step 14"]
+    assert "repair: recreating slice 1, restarting slice(s) 0" in killed["stdout"]
+    # The emulator polls for progress, so the SIGKILL lands at some step K ≥ 14 (later on a
+    # loaded machine); training resumes from the newest checkpoint R ≤ K (interval 6, so R ≥ 12)
+    # and steps R+1..K are computed twice.
+    records = step_losses(killed["state_dir"])
+    steps = [s for s, _ in records]
+    events = run_records(killed["state_dir"], "events")
+    resumed = [e["step"] for e in events if e["event"] == "start"][1]
+    reached = len(steps) - (24 - resumed)  # steps 1..K, then R+1..24
+    assert reached >= 14 and resumed % 6 == 0 and 12 <= resumed <= reached
+    observed = int(
+        re.search(r"fault: kill slice 1 at step 14 \(SIGKILL; training had reported step (\d+)\)", killed["stdout"])[1]
+    )
+    assert 14 <= observed <= reached
+    assert f"training resumed from the checkpoint of step {resumed}" in killed["stdout"]
+    assert killed["steps_lost"] == reached - resumed
+    assert steps == list(range(1, reached + 1)) + list(range(resumed + 1, 25))
+    reference = dict(step_losses(uninterrupted["state_dir"]))
+    assert dict(records) == reference  # final loss of every step, compared exactly
+    assert all(loss == reference[step] for step, loss in records)  # the redone steps too
+
+
+@pytest.mark.slow
+def test_preempted_slice_saves_then_resumes_without_losing_steps(uninterrupted, tmp_path):
+    preempted = up(tmp_path, "--preempt", "0@9")
+    assert preempted["complete"] is True
+    assert preempted["restarts"] == 1 and preempted["steps_lost"] == 0
+    assert "preemption checkpoint saved at step" in preempted["stdout"]
+    assert dict(step_losses(preempted["state_dir"])) == dict(step_losses(uninterrupted["state_dir"]))
+
+
+@pytest.mark.slow
+def test_finished_run_is_reported_without_retraining(uninterrupted, tmp_path):
+    state = uninterrupted["state_dir"]
+    before = run_records(state, "metrics")
+    summary_path = state / "again.json"
+    result = run_cli(["local", "up", "--config-file", str(STACK), "--summary-json", str(summary_path)], state)
+    assert result.returncode == 0, result.stderr
+    assert "already complete; nothing to do (its queued resource was released at " in result.stdout
+    assert "booting" not in result.stdout  # released and complete: converged, nothing is created again
+    assert json.loads(summary_path.read_text())["capacity"] == "released"
+    assert (state / "emu" / "released.json").exists()
+    assert run_records(state, "metrics") == before
+    assert processes_under(state) == []
+
+
+def _error_of(result: subprocess.CompletedProcess) -> str:
+    assert result.returncode == 2, result.stdout + result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert lines[0].startswith("error: "), result.stderr
+    return result.stderr
+
+
+def test_missing_stack(tmp_path):
+    text = _error_of(run_cli(["local", "up", "--stack", "nope"], tmp_path))
+    assert "no stack 'nope'" in text and "stacks here: " in text
+
+
+def test_malformed_stack_file(tmp_path):
+    bad = tmp_path / "Pulumi.bad.yaml"
+    bad.write_text("config:\n  multislice:slices: [2\n")
+    assert "is not valid YAML" in _error_of(run_cli(["local", "up", "--config-file", str(bad)], tmp_path))
+
+
+def test_invalid_stack_names_the_key(tmp_path):
+    bad = tmp_path / "Pulumi.bad.yaml"
+    bad.write_text(STACK.read_text().replace("multislice:slices: 2", "multislice:slices: 3"))
+    text = _error_of(run_cli(["local", "up", "--config-file", str(bad)], tmp_path))
+    assert "multislice:training.parallelism.dcn: data×fsdp×tensor = 2×1×1 = 2 must equal multislice:slices: 3" in text
+
+
+def test_bad_fault_spec(tmp_path):
+    text = _error_of(run_cli(["local", "up", "--config-file", str(STACK), "--kill", "5@3"], tmp_path))
+    assert "--kill '5@3': slice 5 does not exist: the stack has 2 slices (slices 0..1)" in text
+
+
+def test_corpus_glob_matching_nothing(tmp_path):
+    bad = tmp_path / "Pulumi.bad.yaml"
+    bad.write_text(
+        STACK.read_text().replace(
+            "    sequence_length: 32", f"    data: {{source: '{tmp_path}/none/*.txt'}}\n    sequence_length: 32"
+        )
+    )
+    text = _error_of(run_cli(["local", "up", "--config-file", str(bad)], tmp_path))
+    assert "training.data.source" in text and "matches no non-empty file" in text
+    assert not (tmp_path / "bad" / "emulator.json").exists()
+
+
+def test_coordinator_port_in_use(tmp_path):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        text = _error_of(
+            run_cli(["local", "up", "--config-file", str(STACK), "--coordinator-port", str(port)], tmp_path)
+        )
+    assert f"--coordinator-port {port} is already in use" in text
+    assert processes_under(tmp_path) == []
+    assert not (tmp_path / "emu" / "emulator.json").exists()
+
+
+def test_gcs_port_in_use(tmp_path):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        text = _error_of(run_cli(["local", "up", "--config-file", str(STACK), "--gcs-port", str(port)], tmp_path))
+    assert f"--gcs-port {port} is already in use" in text and "nothing was started" in text
+    assert processes_under(tmp_path) == []
+    assert not (tmp_path / "emu" / "emulator.json").exists()
+
+
+def test_status_reads_a_stored_run_through_the_storage_api(tmp_path):
+    # A run stored by an earlier `local up` (written here as the trainer writes it, through a
+    # server over the stack's backend); `local status` starts its own server to read it.
+    import time
+
+    config = load_stack_file(STACK)
+    t0 = time.time() - 60
+    with gcs.GcsServer(tmp_path / "emu" / "gcs", tmp_path / "writer.log") as server:
+        server.create_bucket(config.bucket_name)
+        restore = gcs.point_clients_at(server.url)
+        try:
+            run = RunDir(RUN_DIR)
+            metrics, events = RecordLog(run, "metrics"), RecordLog(run, "events")
+            events.append({"event": "start", "step": 0, "time": t0})
+            for window in ((1, 2), (3, 4), (5, 6)):
+                for step in window:
+                    metrics.append({"step": step, "loss": 5.0 - step / 10, "time": t0 + step})
+                metrics.sync()
+            events.append({"event": "checkpoint", "step": 6, "time": t0 + 12.5})
+            events.sync()
+        finally:
+            restore()
+    status = run_cli(["local", "status", "--config-file", str(STACK)], tmp_path)
+    assert status.returncode == 0, status.stderr
+    cells = [[cell.strip() for cell in line.split("│")[1:-1]] for line in status.stdout.splitlines()]
+    rows = {row[0]: row[1] for row in cells if len(row) == 2}  # the status table's rows
+    assert "stack emu: not running" in status.stdout
+    assert (rows["step"], rows["loss"]) == ("6/24  25%", f"{5.0 - 6 / 10:.4f} (step 6)")
+    assert (rows["restarts"], rows["training_seconds"], rows["run_dir"]) == (
+        "0 (0 after a preemption)",
+        "12.5",
+        RUN_DIR,
+    )
+    assert rows["last_checkpoint"].startswith("step 6 at") and "complete" not in rows
+    empty = run_cli(["local", "status", "--config-file", str(STACK)], tmp_path / "none")
+    assert empty.returncode == 1 and f"no run in {RUN_DIR} yet" in empty.stderr
+
+
+def long_stack(tmp_path: Path) -> Path:
+    """The emu stack with so many steps that it cannot finish while a test interrupts it."""
+    path = tmp_path / "long" / "Pulumi.emu.yaml"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(STACK.read_text().replace("    steps: 24", "    steps: 100000"))
+    return path
+
+
+def _start_background(tmp_path: Path) -> subprocess.Popen:
+    env = cli_env(tmp_path)
+    return subprocess.Popen(
+        CLI + ["local", "up", "--config-file", str(long_stack(tmp_path))],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _wait_for_training(tmp_path: Path, proc: subprocess.Popen, timeout: float = 120) -> None:
+    """Wait until training started: every trainer process joined the job and the first one
+    synced the run's ``start`` event (the first object of its events log, in the stack's bucket
+    on the emulated Cloud Storage's backend: one file per object). The tests that stop a run
+    need nothing later (the train step's compile, the first steps)."""
+    bucket = RUN_DIR.removeprefix("gs://").split("/", 1)[0]
+    events = tmp_path / "emu" / "gcs" / bucket / "runs" / "emu" / "events"
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if events.is_dir() and any(events.iterdir()):
+            return
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.2)
+    proc.kill()
+    raise AssertionError("training did not start")
+
+
+def storage_port(state_dir: Path) -> int:
+    """The port of the running emulation's Cloud Storage, from its state file."""
+    url = json.loads((state_dir / "emu" / "emulator.json").read_text())["storage_url"]
+    return int(url.rsplit(":", 1)[1])
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_every_vm(tmp_path):
+    import signal
+
+    proc = _start_background(tmp_path)
+    _wait_for_training(tmp_path, proc)
+    assert processes_under(tmp_path)  # the emulated VMs are running
+    port = storage_port(tmp_path)
+    assert listening(port)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, out + err
+    assert "error: interrupted (SIGINT); every emulated VM was stopped" in err
+    assert processes_under(tmp_path) == []  # the VMs and the storage server
+    assert not listening(port)
+    assert not (tmp_path / "emu" / "emulator.json").exists()
+
+
+@pytest.mark.slow
+def test_closed_stdout_stops_every_vm_with_a_message(tmp_path):
+    # `multislice local up | head`: the reader leaves while training runs.
+    env = cli_env(tmp_path)
+    stack = tmp_path / "s" / "Pulumi.emu.yaml"  # a progress line every 10 steps
+    stack.parent.mkdir()
+    stack.write_text(STACK.read_text().replace("    steps: 24", "    steps: 100"))
+    proc = subprocess.Popen(
+        CLI + ["local", "up", "--config-file", str(stack)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    try:
+        seen = []
+        while not any(b" loss " in line for line in seen):
+            seen.append(proc.stdout.readline())
+            assert seen[-1], (seen, proc.communicate(timeout=60))
+        assert processes_under(tmp_path)  # the emulated VMs are training
+        proc.stdout.close()
+        err = proc.stderr.read().decode()
+        assert proc.wait(timeout=120) == 1, err
+    finally:
+        stop_if_running(proc)
+    assert "error: standard output was closed" in err and "every emulated VM was stopped" in err
+    assert "Traceback" not in err and "Exception ignored" not in err
+    assert processes_under(tmp_path) == []
+    assert not (tmp_path / "emu" / "emulator.json").exists()
+
+
+@pytest.mark.slow
+def test_closed_stdout_after_the_last_step_still_completes(uninterrupted):
+    # The reader of the uninterrupted run left after the last progress line: the run finished,
+    # only the summary table found no reader; that is exit 0, and --summary-json still got the
+    # summary.
+    assert uninterrupted["returncode"] == 0, uninterrupted["stderr"]
+    assert "error" not in uninterrupted["stderr"]
+    summary_path = uninterrupted["state_dir"] / "summary.json"
+    assert json.loads(summary_path.read_text())["complete"] is True
+    assert processes_under(uninterrupted["state_dir"]) == []
+
+
+@pytest.mark.slow
+def test_local_down_stops_a_running_emulation(tmp_path):
+    proc = _start_background(tmp_path)
+    _wait_for_training(tmp_path, proc)
+    second = run_cli(["local", "up", "--config-file", str(long_stack(tmp_path))], tmp_path, timeout=60)
+    assert f"a local run of stack 'emu' is already running (pid {proc.pid})" in _error_of(second)
+    port = storage_port(tmp_path)
+    assert listening(port)
+    down = run_cli(["local", "down", "--stack", "emu"], tmp_path, timeout=60)
+    assert down.returncode == 0, down.stderr
+    assert "asked emulator pid" in down.stdout
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143  # 128 + SIGTERM
+    assert "error: stopped by SIGTERM (e.g. `multislice local down`); every emulated VM was stopped" in err
+    assert processes_under(tmp_path) == []
+    assert not listening(port)
+    assert "no local run is running" in run_cli(["local", "down"], tmp_path).stdout
+
+
+def test_user_text_is_printed_literally(tmp_path):
+    odd = tmp_path / "[bold]x" / "Pulumi.odd.yaml"
+    text = _error_of(run_cli(["plan", "--config-file", str(odd)], tmp_path))
+    assert "[bold]x" in text and "Traceback" not in text
+    typo = tmp_path / "Pulumi.typo.yaml"
+    typo.write_text(
+        STACK.read_text().replace("multislice:capacity: spot", "multislice:capacity: spot\n  multislice:train: 1")
+    )
+    assert "multislice:train: unknown key" in _error_of(run_cli(["local", "up", "--config-file", str(typo)], tmp_path))
+
+
+def test_unwritable_summary_path_fails_before_anything_runs(tmp_path):
+    text = _error_of(run_cli(["local", "up", "--config-file", str(STACK), "--summary-json", str(tmp_path)], tmp_path))
+    assert f"--summary-json {tmp_path}: is a directory" in text
+    assert not (tmp_path / "emu" / "gcs").exists()
+
+
+def test_fault_specs_take_ascii_digits_only(tmp_path):
+    text = _error_of(run_cli(["local", "up", "--config-file", str(STACK), "--kill", "１@3"], tmp_path))
+    assert "expected SLICE@STEP" in text
+
+
+def test_a_stale_state_file_never_signals_an_unrelated_process(tmp_path):
+    bystander = subprocess.Popen(["sleep", "60"])
+    try:
+        (tmp_path / "emu").mkdir()
+        (tmp_path / "emu" / "emulator.json").write_text(
+            json.dumps({"pid": bystander.pid, "pid_start": 1, "stack": "emu", "emulation_id": "x", "vms": []})
+        )
+        result = run_cli(["local", "down", "--stack", "emu"], tmp_path)
+        assert result.returncode == 0
+        assert bystander.poll() is None  # still running: its start time is not the recorded one
+    finally:
+        bystander.kill()
+
+
+@pytest.mark.slow
+def test_a_crashed_emulator_leaves_vms_that_status_reports_and_down_stops(tmp_path):
+    import signal
+
+    proc = _start_background(tmp_path)
+    _wait_for_training(tmp_path, proc)
+    port = storage_port(tmp_path)
+    proc.send_signal(signal.SIGKILL)  # no cleanup possible
+    proc.communicate(timeout=30)
+    assert processes_under(tmp_path)  # orphaned emulated VMs and storage server
+    assert listening(port)
+    status = run_cli(["local", "status", "--config-file", str(long_stack(tmp_path))], tmp_path)
+    assert "the emulator is gone but" in status.stdout and "still run" in status.stdout
+    down = run_cli(["local", "down", "--stack", "emu"], tmp_path)
+    assert "killed" in down.stdout
+    import time
+
+    deadline = time.monotonic() + 10
+    while (processes_under(tmp_path) or listening(port)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert processes_under(tmp_path) == []
+    assert not listening(port)

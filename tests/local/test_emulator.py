@@ -1,0 +1,217 @@
+"""infra.local.emulator's lifecycle without a trainer: the VMs boot a stand-in startup script
+(served by their metadata servers, like the real one) with the stack's gs:// run directory and
+an emulated Cloud Storage, and a fault's repair recreates the failed slice (its disk wiped)
+and restarts every other slice (SIGTERM first) on the emu stack's 2 slices × 1 worker. A
+storage server that dies stops the run with one message."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import psutil
+import pytest
+
+from infra.config import load_stack_file
+from infra.local.emulator import EmulationError, LocalQueuedResource, Options
+from infra.local.faults import Fault
+from infra.local.state import EMULATION_ID_ENV, LocalPaths
+
+STACK = Path(__file__).parents[1] / "stacks" / "Pulumi.emu.yaml"
+# Stands in for the startup script: says where it booted, keeps running like a trainer, and
+# on SIGTERM (shutdown, preemption notice) writes a line and exits.
+SCRIPT = """#!/bin/bash
+trap 'echo "got SIGTERM"; exit 0' TERM
+sleep 600 &
+echo "up on $MULTISLICE_HOME"
+wait
+"""
+
+
+def running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def wait_until_up(resource) -> None:
+    """Until every VM's current boot has set its SIGTERM handler (60 s at most)."""
+    deadline = time.monotonic() + 60
+    for vm in resource.vms:
+        while "up on" not in boot_log(vm.log_path, vm.boots):
+            assert time.monotonic() < deadline, vm.log_path.read_text()
+            time.sleep(0.02)
+
+
+def boot_log(log: Path, boot: int) -> str:
+    """The part of a VM's console log written by boot number ``boot``."""
+    text = log.read_text()
+    start = text.index(f"===== boot {boot} of ")
+    end = text.find("===== boot ", start + 1)
+    return text[start : end if end >= 0 else None]
+
+
+@pytest.fixture
+def resource(tmp_path):
+    config = load_stack_file(STACK)
+    lines: list[str] = []
+    resource = LocalQueuedResource(config, LocalPaths(tmp_path / "emu"), SCRIPT, report=lines.append)
+    resource.lines = lines
+    try:
+        resource.open_storage()
+        resource.create()
+        resource.boot_all(Options(reboot_grace_s=120, preempt_grace_s=120))
+        wait_until_up(resource)
+        yield resource
+    finally:
+        resource.shutdown()
+
+
+def leaders(resource) -> dict[int, int]:
+    return {vm.slice_id: vm.pgid for vm in resource.vms}
+
+
+def put_on_disks(resource) -> None:
+    for vm in resource.vms:
+        (vm.home / "checkpoint-cache").write_text(f"slice {vm.slice_id}")
+
+
+def test_boot_records_every_vm_and_its_node(resource):
+    assert [(vm.slice_id, vm.worker) for vm in resource.vms] == [(0, 0), (1, 0)]
+    assert [vm.node for vm in resource.vms] == resource.config.node_ids
+    state = json.loads(resource.paths.state_file.read_text())
+    assert state["pid"] == os.getpid() and state["emulation_id"] == resource.emulation_id
+    assert state["vms"] == [
+        {"slice": vm.slice_id, "worker": vm.worker, "node": vm.node, "pgid": vm.pgid} for vm in resource.vms
+    ]
+    for vm in resource.vms:
+        assert psutil.Process(vm.pgid).environ()[EMULATION_ID_ENV] == resource.emulation_id
+
+
+def test_every_vm_gets_the_stack_s_gs_run_dir_and_its_storage(resource):
+    config, storage = resource.config, resource.storage
+    assert resource.run_dir.root == config.run_dir == f"gs://{config.bucket_name}/runs/{config.effective_run_name}"
+    with urllib.request.urlopen(f"{storage.url}/storage/v1/b/{config.bucket_name}") as response:
+        assert json.load(response)["name"] == config.bucket_name  # the bucket pulumi up would create
+    state = json.loads(resource.paths.state_file.read_text())
+    assert state["storage_url"] == storage.url
+    assert (
+        psutil.Process(storage.group.pgid).environ()[EMULATION_ID_ENV] == resource.emulation_id
+    )  # `local down` finds it
+    for vm in resource.vms:
+        assert vm.metadata.attributes["multislice-run-dir"] == config.run_dir
+        env = psutil.Process(vm.pgid).environ()
+        assert {key: env.get(key) for key in storage.client_env()} == storage.client_env()
+
+
+def test_repair_recreates_the_failed_slice_and_restarts_the_others(resource):
+    put_on_disks(resource)
+    before = leaders(resource)
+    resource.repair(1, Options(reboot_grace_s=120))
+    assert resource.lines[-1] == "repair: recreating slice 1, restarting slice(s) 0"
+    slice0, slice1 = resource.vms
+    # Recreated: a fresh disk. Restarted: the same disk.
+    assert not (slice1.home / "checkpoint-cache").exists()
+    assert (slice0.home / "checkpoint-cache").read_text() == "slice 0"
+    # Every VM of the first boot is gone, and every VM booted again.
+    assert not [pid for pid in before.values() if running(pid)]
+    assert all(vm.boots == 2 and running(vm.pgid) for vm in resource.vms)
+    assert "got SIGTERM" in boot_log(slice0.log_path, 1)  # a restart is a shutdown: SIGTERM first
+    wait_until_up(resource)  # each VM ran its startup script again (asserts within 60 s)
+    for vm in resource.vms:
+        assert f"up on {vm.home}" in boot_log(vm.log_path, 2)
+    assert resource.repairs == 1
+    state = json.loads(resource.paths.state_file.read_text())
+    assert [vm["pgid"] for vm in state["vms"]] == [vm.pgid for vm in resource.vms]
+
+
+@pytest.mark.parametrize("kind", ["kill", "preempt"])
+def test_a_fault_strikes_its_slice_then_repairs(resource, kind):
+    put_on_disks(resource)
+    before = leaders(resource)
+    resource.inject(Fault(kind, 0, 5), Options(reboot_grace_s=120, preempt_grace_s=120), observed_step=7)
+    how = "SIGTERM, then SIGKILL after grace" if kind == "preempt" else "SIGKILL"
+    assert resource.lines == [
+        f"fault: {kind} slice 0 at step 5 ({how}; training had reported step 7)",
+        "repair: recreating slice 0, restarting slice(s) 1",
+    ]
+    assert resource.faults_fired == [f"{kind} slice 0 at step 5"]
+    slice0, slice1 = resource.vms
+    # A preempted VM gets the notice (SIGTERM) and may save; a killed one gets no notice.
+    assert ("got SIGTERM" in boot_log(slice0.log_path, 1)) == (kind == "preempt")
+    assert "got SIGTERM" in boot_log(slice1.log_path, 1)
+    assert not (slice0.home / "checkpoint-cache").exists()
+    assert (slice1.home / "checkpoint-cache").exists()
+    assert not [pid for pid in before.values() if running(pid)]
+    assert all(vm.boots == 2 and running(vm.pgid) for vm in resource.vms)
+
+
+def test_shutdown_stops_every_vm_and_forgets_the_state(resource):
+    pids = [
+        pid
+        for vm in resource.vms
+        for pid in [vm.pgid] + [c.pid for c in psutil.Process(vm.pgid).children(recursive=True)]
+    ]
+    pids.append(resource.storage.group.pgid)
+    resource.shutdown()
+    assert not [pid for pid in pids if running(pid)]
+    assert os.environ.get("STORAGE_EMULATOR_HOST") != resource.storage.url  # this process's clients restored
+    assert not resource.paths.state_file.exists()
+    for vm in resource.vms:
+        assert "got SIGTERM" in boot_log(vm.log_path, 1)
+
+
+def test_a_storage_server_that_dies_stops_the_run_with_one_message(tmp_path):
+    resource = LocalQueuedResource(
+        load_stack_file(STACK), LocalPaths(tmp_path / "emu"), SCRIPT, report=lambda line: None
+    )
+
+    def kill_storage_once_the_vms_are_up():
+        deadline = time.monotonic() + 60
+        while len(resource.vms) < 2 or any(vm.group is None for vm in resource.vms):
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        wait_until_up(resource)
+        resource.storage.group.signal(signal.SIGKILL)
+
+    with resource.running():
+        killer = threading.Thread(target=kill_storage_once_the_vms_are_up)
+        killer.start()
+        with pytest.raises(EmulationError) as failure:
+            resource.up(Options(poll_s=0.05))
+        killer.join()
+        vm_pids = [vm.pgid for vm in resource.vms]
+        assert not [pid for pid in vm_pids if running(pid)]  # every VM was stopped
+    message = str(failure.value)
+    assert message.startswith(
+        f"the emulated Cloud Storage (fake-gcs-server on {resource.storage.url}) stopped (killed by SIGKILL)"
+    )
+    assert "every emulated VM was stopped" in message and "run `multislice local up` again to resume" in message
+    assert not resource.paths.state_file.exists()
+
+
+def test_a_preemption_checkpoint_is_reported_before_the_repair_it_caused(resource):
+    # The trainer writes its preemption checkpoint event during the grace period, before the
+    # repair; the emulator reports what the events log holds before it reports the repair.
+    from infra.local.tails import RecordTail
+    from training.run_log import RecordLog
+
+    resource._events = RecordTail(resource.run_dir, "events")
+    resource._events.poll()
+    events = RecordLog(resource.run_dir, "events")
+    events.append({"event": "checkpoint", "step": 7, "preemption": True, "time": 1.0})
+    events.append({"event": "preempted", "step": 7, "time": 2.0})
+    events.sync()
+    resource.inject(Fault("preempt", 0, 5), Options(reboot_grace_s=120, preempt_grace_s=120), observed_step=6)
+    assert resource.lines == [
+        "fault: preempt slice 0 at step 5 (SIGTERM, then SIGKILL after grace; training had reported step 6)",
+        "preemption checkpoint saved at step 7",
+        "training stopped after the preemption checkpoint of step 7",
+        "repair: recreating slice 0, restarting slice(s) 1",
+    ]

@@ -1,0 +1,177 @@
+"""infra.local.topology: the metadata and environment each emulated TPU VM gets. The node
+names are the stack's real ones (StackConfig.node_ids), and the trainer's own metadata reader
+(training.cluster) finds each VM's place in the queued resource from them."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from infra.config import StackConfig, load_stack_file
+from infra.local import topology
+from infra.local.gcs import client_env
+from infra.local.metadata import MetadataServer
+from infra.local.state import EMULATION_ID_ENV
+from training import cluster
+
+STACK = Path(__file__).parents[1] / "stacks" / "Pulumi.emu.yaml"
+
+
+def stack(tmp_path: Path, *, accelerator: str = "v4-8", slices: int = 2, ici_fsdp: int = 4) -> StackConfig:
+    """The emu stack with another shape (dcn data = slices)."""
+    text = STACK.read_text()
+    text = text.replace("multislice:acceleratorType: v4-8", f"multislice:acceleratorType: {accelerator}")
+    text = text.replace("multislice:slices: 2", f"multislice:slices: {slices}")
+    text = text.replace("ici: {data: 1, fsdp: 4, tensor: 1}", f"ici: {{data: 1, fsdp: {ici_fsdp}, tensor: 1}}")
+    text = text.replace("dcn: {data: 2, fsdp: 1, tensor: 1}", f"dcn: {{data: {slices}, fsdp: 1, tensor: 1}}")
+    text = text.replace("global_batch_size: 8", f"global_batch_size: {slices * ici_fsdp * 2}")
+    path = tmp_path / "Pulumi.emu.yaml"
+    path.write_text(text)
+    return load_stack_file(path)
+
+
+def identity_seen_by_the_trainer(attributes: dict[str, str], monkeypatch) -> cluster.ClusterIdentity:
+    with MetadataServer(attributes) as server:
+        monkeypatch.setenv("GCE_METADATA_IP", server.address)
+        monkeypatch.setenv("MULTISLICE_COORDINATOR_PORT", "1234")
+        return cluster.identity_from_metadata()
+
+
+@pytest.mark.parametrize(("accelerator", "slices", "ici_fsdp"), [("v4-8", 2, 4), ("v4-16", 3, 8), ("v4-8", 1, 4)])
+def test_every_vm_is_named_and_placed_as_on_cloud_tpu(tmp_path, monkeypatch, accelerator, slices, ici_fsdp):
+    config = stack(tmp_path, accelerator=accelerator, slices=slices, ici_fsdp=ici_fsdp)
+    hosts = config.accelerator.hosts
+    assert len(config.node_ids) == slices  # the names the real queued resource's nodes get
+    for slice_id in range(slices):
+        node = config.node_ids[slice_id]
+        for worker in range(hosts):
+            attributes = topology.vm_metadata(config, slice_id, worker, startup_script="echo hi", run_dir="/r")
+            tpu_env = cluster.parse_tpu_env(attributes["tpu-env"])
+            assert tpu_env["NODE_ID"] == node
+            assert tpu_env["WORKER_ID"] == str(worker)
+            assert attributes["worker-network-endpoints"].split(",") == [
+                f"{node}-w-{i}:{i}:127.0.0.1" for i in range(hosts)
+            ]
+            assert (attributes["startup-script"], attributes["multislice-run-dir"]) == ("echo hi", "/r")
+            assert attributes["accelerator-type"] == accelerator
+            identity = identity_seen_by_the_trainer(attributes, monkeypatch)
+            assert (identity.slice_id, identity.worker) == (slice_id, worker)
+            assert (identity.num_slices, identity.workers_per_slice) == (slices, hosts)
+            assert identity.coordinator_address == "127.0.0.1:1234"
+            assert identity.accelerator_type == accelerator
+
+
+def test_one_slice_has_no_megascale_settings(tmp_path):
+    config = stack(tmp_path, slices=1)
+    tpu_env = cluster.parse_tpu_env(topology.vm_metadata(config, 0, 0, startup_script="", run_dir="/r")["tpu-env"])
+    assert not [key for key in tpu_env if key.startswith("MEGASCALE_")]
+    assert tpu_env["NODE_ID"] == config.queued_resource_id  # one slice: the node id is the QR id
+
+
+@pytest.mark.parametrize(
+    ("capacity", "key", "expected"),
+    [
+        ("spot", None, True),
+        ("on-demand", None, True),
+        ("reserved", None, False),
+        ("spot", False, False),
+        ("reserved", True, True),
+    ],
+)
+def test_release_on_complete_names_the_queued_resource_as_pulumi_up_does(tmp_path, capacity, key, expected):
+    from infra.__main__ import queued_resource_inputs
+    from infra.startup import render
+    from infra.startup.contract import RELEASE_KEY
+
+    path = tmp_path / "Pulumi.emu.yaml"
+    variant = STACK.read_text().replace("multislice:capacity: spot", f"multislice:capacity: {capacity}")
+    if capacity == "reserved":
+        variant += "  multislice:reservationName: my-reservation\n"
+    if key is not None:
+        variant += f"  multislice:queuedResource: {{releaseOnComplete: {str(key).lower()}}}\n"
+    path.write_text(variant)
+    config = load_stack_file(path)
+    assert config.release_on_complete is expected
+    inputs = queued_resource_inputs(config, render(config), network="n", subnetwork="s", service_account="a", tags=[])
+    pulumi_sets = inputs.metadata.get(RELEASE_KEY)  # the nodes' metadata on Cloud TPU
+    for slice_id in range(config.slices):
+        attributes = topology.vm_metadata(config, slice_id, 0, startup_script="", run_dir=config.run_dir)
+        assert attributes.get(RELEASE_KEY) == pulumi_sets
+    if expected:
+        assert (
+            pulumi_sets
+            == f"projects/{config.project}/locations/{config.zone}/queuedResources/{config.queued_resource_id}"
+        )
+    else:
+        assert pulumi_sets is None
+
+
+def test_the_vm_environment(tmp_path, monkeypatch):
+    config = stack(tmp_path)
+    for inherited in (
+        "JAX_PLATFORMS",
+        "XLA_FLAGS",
+        "TPU_NAME",
+        "MEGASCALE_SLICE_ID",
+        "GCE_METADATA_IP",
+        "MULTISLICE_HOME",
+    ):
+        monkeypatch.setenv(inherited, "from-the-host")
+    monkeypatch.setenv("SOME_USER_SETTING", "kept")
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", "http://127.0.0.1:1")  # e.g. another emulation's
+    storage = client_env("http://127.0.0.1:4443")
+    env = topology.vm_environment(
+        config, emulation_id="abc", coordinator_port=4321, heartbeat_timeout_s=7, init_timeout_s=99, storage_env=storage
+    )
+    assert env["SOME_USER_SETTING"] == "kept"
+    assert "XLA_FLAGS" not in env and "TPU_NAME" not in env and "MEGASCALE_SLICE_ID" not in env
+    assert "GCE_METADATA_IP" not in env and "MULTISLICE_HOME" not in env  # the VM sets its own
+    assert env[EMULATION_ID_ENV] == "abc"
+    assert env["JAX_PLATFORMS"] == "cpu"
+    assert env["JAX_NUM_CPU_DEVICES"] == str(config.accelerator.chips_per_host)
+    assert env["MULTISLICE_PYTHON"] == sys.executable
+    assert (
+        env["MULTISLICE_COORDINATOR_PORT"],
+        env["MULTISLICE_HEARTBEAT_TIMEOUT_S"],
+        env["MULTISLICE_INIT_TIMEOUT_S"],
+    ) == ("4321", "7", "99")
+    # The trainer's storage clients reach the emulated Cloud Storage (infra.local.gcs).
+    assert env["STORAGE_EMULATOR_HOST"] == env["TENSORSTORE_GCS_HTTP_URL"] == "http://127.0.0.1:4443"
+    assert {key: env[key] for key in storage} == storage
+
+
+def test_a_shared_compilation_cache_is_passed_on_to_the_vms(tmp_path, monkeypatch):
+    from training.compile_cache import SHARED_DIR_ENV
+
+    config = stack(tmp_path)
+    kwargs = dict(emulation_id="abc", coordinator_port=4321, heartbeat_timeout_s=7, init_timeout_s=99, storage_env={})
+    monkeypatch.delenv(SHARED_DIR_ENV, raising=False)
+    assert SHARED_DIR_ENV not in topology.vm_environment(config, **kwargs)
+    monkeypatch.setenv(SHARED_DIR_ENV, str(tmp_path / "cache"))
+    assert topology.vm_environment(config, **kwargs)[SHARED_DIR_ENV] == str(tmp_path / "cache")
+    assert topology.SHARED_COMPILATION_CACHE_ENV == SHARED_DIR_ENV  # infra/ names the trainer's variable
+
+
+def test_vms_keep_their_bytecode_where_this_machine_does_not_write_it(tmp_path, monkeypatch):
+    config = stack(tmp_path)
+    kwargs = dict(
+        emulation_id="abc",
+        coordinator_port=4321,
+        heartbeat_timeout_s=7,
+        init_timeout_s=99,
+        storage_env={},
+        bytecode_dir=tmp_path / "bytecode",
+    )
+    monkeypatch.delenv("PYTHONPYCACHEPREFIX", raising=False)
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    env = topology.vm_environment(config, **kwargs)
+    assert "PYTHONDONTWRITEBYTECODE" not in env and env["PYTHONPYCACHEPREFIX"] == str(tmp_path / "bytecode")
+    monkeypatch.setenv("PYTHONPYCACHEPREFIX", str(tmp_path / "mine"))  # the user's own prefix is kept
+    env = topology.vm_environment(config, **kwargs)
+    assert env["PYTHONPYCACHEPREFIX"] == str(tmp_path / "mine")
+    monkeypatch.delenv("PYTHONPYCACHEPREFIX")
+    monkeypatch.delenv("PYTHONDONTWRITEBYTECODE")  # Python's default: __pycache__ next to the sources
+    env = topology.vm_environment(config, **kwargs)
+    assert "PYTHONPYCACHEPREFIX" not in env and "PYTHONDONTWRITEBYTECODE" not in env

@@ -1,0 +1,60 @@
+"""The TPU API helpers the provider's lifecycle shares (infra/queued_resource/api.py) that are
+pure functions of messages; the reads and waits run against the fake in
+tests/queued_resource/test_provider.py."""
+
+from __future__ import annotations
+
+import pytest
+from google.cloud import tpu_v2
+
+from infra.queued_resource.api import TpuApi, is_ours
+from infra.queued_resource.errors import QueuedResourceError
+from infra.queued_resource.inputs import build_queued_resource
+from infra.queued_resource.nodes import node_in_sync, node_patch
+from tests.fakes.queued_resource import dev, no_ambient_credentials, props  # noqa: F401 (fixtures)
+
+
+def test_a_plain_http_endpoint_must_be_loopback():
+    with pytest.raises(QueuedResourceError, match="'http://10.0.0.7:8080' must be a loopback address"):
+        TpuApi.client_for("http://10.0.0.7:8080")
+    assert isinstance(TpuApi.client_for("http://127.0.0.1:8080"), tpu_v2.TpuClient)
+
+
+def test_the_node_patch_merges_metadata_and_labels_and_replaces_tags():
+    live = tpu_v2.Node(
+        name="projects/p/locations/z/nodes/n-0",
+        metadata={"startup-script": "v1", "dropped": "x", "ssh-keys": "alice:ssh-ed25519 AAAA"},
+        labels={"managed-by": "pulumi", "set-by-hand": "yes"},
+        tags=["old-tag"],
+    )
+    olds = {
+        "metadata": {"startup-script": "v1", "dropped": "x"},
+        "labels": {"managed-by": "pulumi"},
+        "tags": ["old-tag"],
+    }
+    news = {
+        "metadata": {"startup-script": "v2"},
+        "labels": {"managed-by": "pulumi", "team": "research"},
+        "tags": ["new-tag"],
+    }
+    patch, mask = node_patch(live, olds, news)
+    assert mask == ["metadata", "labels", "tags"] and patch.name == live.name
+    # Keys others set survive; a key the old program set and the new one dropped goes.
+    assert dict(patch.metadata) == {"startup-script": "v2", "ssh-keys": "alice:ssh-ed25519 AAAA"}
+    assert dict(patch.labels) == {"managed-by": "pulumi", "set-by-hand": "yes", "team": "research"}
+    assert list(patch.tags) == ["new-tag"]
+    assert not node_in_sync(live, news)
+
+    synced = tpu_v2.Node(name=live.name, metadata={**patch.metadata}, labels={**patch.labels}, tags=list(patch.tags))
+    assert node_patch(synced, news, news) == (tpu_v2.Node(name=live.name), [])
+    assert node_in_sync(synced, news)
+
+
+def test_only_a_qr_with_this_stacks_labels_and_shape_is_ours(props):
+    ours = build_queued_resource(props)
+    assert is_ours(ours, props)
+    assert not is_ours(ours, {**props, "slices": 4})
+    assert not is_ours(ours, {**props, "acceleratorType": "v4-16"})
+    assert not is_ours(ours, {**props, "labels": {**props["labels"], "multislice-stack": "staging"}})
+    unmanaged = build_queued_resource({**props, "labels": {"multislice-stack": "dev"}})
+    assert not is_ours(unmanaged, {**props, "labels": {"multislice-stack": "dev"}})

@@ -1,0 +1,127 @@
+"""infra/startup/contract.py: the names ``pulumi up`` and a TPU VM agree on are declared once.
+
+Each name a shell template (infra/startup/*.sh, *.sh.in) spells is one the contract declares,
+and each one the contract declares for the scripts is spelled where a template uses it; the
+trainer (training/, which never imports infra/) spells the names it reads the same way; and no
+module of infra/ spells a contract value outside the contract."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+from infra.startup import contract, script
+
+ROOT = Path(__file__).resolve().parents[2]
+STARTUP = ROOT / "infra" / "startup"
+TEMPLATES = (script.TEMPLATE_RESOURCE, script.BOOT_RESOURCE, script.TRAINER_RESOURCE, script.RELEASE_RESOURCE)
+#: Environment variable names as the templates spell them (ours, and the two Google ones).
+ENV_NAME = re.compile(r"\b(MULTISLICE_[A-Z0-9_]+|GCE_METADATA_IP|STORAGE_EMULATOR_HOST)\b")
+#: The bootstrap's quoted heredoc delimiter: a word of bash, not an environment variable.
+HEREDOC_DELIMITER = "MULTISLICE_RELEASE"
+
+
+def template_text(name: str) -> str:
+    return (STARTUP / name).read_text(encoding="utf-8")
+
+
+def training_source() -> str:
+    return "\n".join(path.read_text(encoding="utf-8") for path in sorted((ROOT / "training").glob("*.py")))
+
+
+def test_every_environment_name_a_template_uses_is_declared_and_each_declared_one_is_used():
+    spelled = {name for t in TEMPLATES for name in ENV_NAME.findall(template_text(t))} - {HEREDOC_DELIMITER}
+    declared = set(contract.SCRIPT_ENV) | set(contract.SCRIPT_INTERNAL_ENV)
+    assert spelled == declared
+
+
+@pytest.mark.parametrize(
+    ("name", "default", "template"),
+    [
+        (contract.STORAGE_ENDPOINT_ENV, contract.DEFAULT_STORAGE_ENDPOINT, script.BOOT_RESOURCE),
+        (contract.METADATA_HOST_ENV, contract.DEFAULT_METADATA_HOST, script.RELEASE_RESOURCE),
+        (contract.TPU_API_ENDPOINT_ENV, contract.DEFAULT_TPU_API_ENDPOINT, script.RELEASE_RESOURCE),
+        (contract.METADATA_HOST_ENV, "@@DEFAULT_METADATA_HOST@@", script.BOOT_RESOURCE),  # filled from the contract
+    ],
+)
+def test_endpoint_defaults_are_the_contracts(name, default, template):
+    assert f"${{{name}:-{default}}}" in template_text(template)
+
+
+def test_metadata_keys_the_templates_read_are_the_contracts():
+    read = {key for t in TEMPLATES for key in re.findall(r"attributes/([A-Za-z0-9@_-]+)", template_text(t))}
+    assert read == {contract.WORKER_NUMBER_KEY, contract.TPU_ENV_KEY, "@@RUN_DIR_ATTRIBUTE@@", contract.RELEASE_KEY}
+    assert script.RUN_DIR_ATTRIBUTE == contract.RUN_DIR_KEY  # what fills the placeholder
+    assert f"attributes/{contract.RELEASE_KEY}" in template_text(script.RELEASE_RESOURCE)
+
+
+def test_the_release_record_fields_boot_reads_are_the_ones_the_record_has():
+    boot = template_text(script.BOOT_RESOURCE)
+    read = set(re.findall(r'\\"([A-Za-z]+)\\":\[\[:space:\]\]\*', boot))
+    assert read == set(contract.RECORD_FIELDS_READ)
+    record = contract.release_record(stack="dev", release_id="a" * 64, run_dir="gs://b/runs/dev")
+    assert set(contract.RECORD_FIELDS_READ) <= set(record)
+    assert record["payload"] == contract.release_object("dev", "a" * 64) and record["format"] == contract.RECORD_FORMAT
+
+
+def test_the_trainer_unit_is_the_contracts():
+    assert f"readonly UNIT={contract.TRAINER_UNIT}\n" in template_text(script.TRAINER_RESOURCE)
+    assert script.TRAINER_UNIT == contract.TRAINER_UNIT  # fills boot.sh's @@UNIT@@
+
+
+def test_the_trainer_spells_the_names_it_reads_as_the_contract_declares():
+    source = training_source()
+    for name in contract.TRAINER_ENV:
+        assert f'"{name}"' in source, name
+    for key in (contract.WORKER_NUMBER_KEY, contract.WORKER_ENDPOINTS_KEY, contract.TPU_ENV_KEY):
+        assert f'"{key}"' in source, key  # training/cluster.py: the identity JAX's cluster code reads too
+    assert f'"{contract.METADATA_HOST_ENV}", "{contract.DEFAULT_METADATA_HOST}"' in source
+    assert re.search(rf'^LOG_NAME = "{contract.TRAINER_LOG}"$', source, re.M)  # training/log_shipping.py
+    assert re.search(rf'^COMPLETE_MARKER = "{contract.COMPLETE_MARKER}"$', source, re.M)  # training/checkpointing.py
+
+
+def test_the_contract_imports_nothing():
+    tree = ast.parse((STARTUP / "contract.py").read_text())
+    imports = [node for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))]
+    assert [getattr(node, "module", None) for node in imports] == ["__future__"]
+
+
+#: Literals equal to a contract value that mean something else: google-auth's own look-up of
+#: the metadata host (credentials.py), the file an emulated VM keeps its script in (vm.py), a
+#: state word of a figure title (plot.py), and the CLI module another change moves.
+ELSEWHERE = {
+    ("infra/credentials.py", "GCE_METADATA_IP"),
+    ("infra/local/vm.py", "startup-script"),
+    ("infra/status/plot.py", "COMPLETE"),
+}
+
+
+def _literals(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    return {
+        node.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
+    }
+
+
+def test_no_module_of_infra_spells_a_contract_value_outside_the_contract():
+    values = {value for name, value in vars(contract).items() if name.isupper() and isinstance(value, str)}
+    found = {
+        (str(path.relative_to(ROOT)), literal)
+        for path in sorted((ROOT / "infra").rglob("*.py"))
+        if path.name != "contract.py"
+        for literal in _literals(path) & values
+    }
+    assert found <= ELSEWHERE

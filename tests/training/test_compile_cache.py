@@ -1,0 +1,126 @@
+"""training.compile_cache: a second process with the same run directory loads the compiled
+executable from the cache instead of compiling it (what a restarted trainer does)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from training import compile_cache
+
+ROOT = Path(__file__).resolve().parents[2]
+
+PROGRAM = """
+import json, sys
+import jax, jax.numpy as jnp
+from training import compile_cache
+compile_cache.enable(sys.argv[1])
+step = jax.jit(lambda x: jnp.tanh(x @ x.T).sum(axis=0))
+step(jnp.ones((32, 32))).block_until_ready()
+stats = compile_cache.stats()
+print(json.dumps({"hits": stats.hits, "seconds_saved": stats.seconds_saved}))
+"""
+
+
+def _env(**extra: str) -> dict[str, str]:
+    """A CPU JAX process's environment that uses the run directory's cache, not a shared one."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu"}
+    env.pop("JAX_COMPILATION_CACHE_DIR", None)
+    env.pop(compile_cache.SHARED_DIR_ENV, None)
+    return env | extra
+
+
+def _process(run_dir: str, **extra: str) -> dict:
+    env = _env(**extra)
+    done = subprocess.run(
+        [sys.executable, "-c", PROGRAM, run_dir], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_a_restarted_process_loads_the_executable_from_the_run_directory(tmp_path):
+    run_dir = str(tmp_path / "runs" / "r1")
+    first = _process(run_dir)
+    assert first["hits"] == 0
+    entries = list(Path(compile_cache.cache_dir(run_dir)).iterdir())
+    assert entries, "the first process wrote nothing to the cache"
+    second = _process(run_dir)
+    assert second["hits"] >= 1
+    assert second["seconds_saved"] >= 0.0
+    # Another run directory starts cold: the cache is the run's, not the machine's.
+    assert _process(str(tmp_path / "runs" / "r2"))["hits"] == 0
+
+
+def test_the_cache_lives_in_the_run_directory():
+    assert compile_cache.cache_dir("gs://b/runs/r1/") == "gs://b/runs/r1/compilation_cache"
+    assert compile_cache.cache_dir("/tmp/run") == "/tmp/run/compilation_cache"
+
+
+def test_a_shared_cache_directory_serves_every_run_directory(tmp_path):
+    shared = {compile_cache.SHARED_DIR_ENV: str(tmp_path / "shared")}
+    assert _process(str(tmp_path / "runs" / "r1"), **shared)["hits"] == 0
+    assert list((tmp_path / "shared").iterdir())
+    assert _process(str(tmp_path / "runs" / "r2"), **shared)["hits"] >= 1  # another run, same program
+    assert not Path(compile_cache.cache_dir(str(tmp_path / "runs" / "r1"))).exists()
+
+
+JOB = """
+import json, sys
+import numpy as np
+import jax
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from training import compile_cache
+
+run_dir, process_id, port = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+jax.distributed.initialize(f"127.0.0.1:{port}", num_processes=2, process_id=process_id)
+compile_cache.enable(run_dir)
+mesh = Mesh(np.array(jax.devices()).reshape(2, 2), ("data", "fsdp"))
+sharding = NamedSharding(mesh, P("data", "fsdp"))
+x = jax.make_array_from_callback((8, 4), sharding, lambda index: np.arange(32.0).reshape(8, 4)[index])
+step = jax.jit(lambda x: (x @ x.T).sum(axis=0), out_shardings=NamedSharding(mesh, P()))
+y = np.asarray(step(x).addressable_data(0)).tolist()
+print(json.dumps({"hits": compile_cache.stats().hits, "y": y}), flush=True)
+jax.distributed.shutdown()
+"""
+
+
+def _job(run_dir: str) -> list[dict]:
+    """A 2-process CPU job (2 devices each) that jits one sharded program: each process's
+    cache hits and result."""
+    from tests.trainer_process import free_port
+
+    env = _env(JAX_NUM_CPU_DEVICES="2")
+    port = str(free_port())
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", JOB, run_dir, str(i), port],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(2)
+    ]
+    outs = [proc.communicate(timeout=300) for proc in procs]
+    assert [proc.returncode for proc in procs] == [0, 0], [err[-3000:] for _, err in outs]
+    return [json.loads(out.strip().splitlines()[-1]) for out, _ in outs]
+
+
+def test_every_process_of_a_restarted_cpu_job_loads_what_process_0_wrote(tmp_path):
+    # JAX writes entries from process 0 only; on CPU the other processes find them only
+    # because compile_cache keys CPU devices alike in every process.
+    run_dir = str(tmp_path / "run")
+    first = _job(run_dir)
+    # Cold: process 0 finds nothing (it alone writes). Process 1 may already find an entry
+    # process 0 wrote a moment before, if it compiles later.
+    assert first[0]["hits"] == 0
+    second = _job(run_dir)
+    assert all(p["hits"] >= 1 for p in second), second
+    expected = (np.arange(32.0).reshape(8, 4) @ np.arange(32.0).reshape(8, 4).T).sum(axis=0).tolist()
+    assert [p["y"] for p in first + second] == [expected] * 4
