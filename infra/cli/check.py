@@ -2,7 +2,7 @@
 
     multislice check --stack prod [--policy-config policy.json]
 
-Evaluates the program under mocks (:mod:`infra.program_mocks`) and runs the policy pack's
+Evaluates the program under mocks (:mod:`infra.review.program_mocks`) and runs the policy pack's
 policies over what it declares (:mod:`infra.policy.evaluate`): the verdict ``pulumi preview
 --policy-pack infra/policy`` gives, on a laptop or in CI. Exit 1 on a mandatory violation, 0
 otherwise (advisory violations print as warnings), 2 on bad input.

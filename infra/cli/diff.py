@@ -2,7 +2,7 @@
 
     multislice diff --stack prod --against origin/main
 
-The comparison is :mod:`infra.review_diff`; exit 0, 2 on bad input (no such revision, stack
+The comparison is :mod:`infra.review.revision_diff`; exit 0, 2 on bad input (no such revision, stack
 missing at it).
 """
 
@@ -31,7 +31,7 @@ def diff(
     created, deleted, replaced or updated in place (the queued resource by its provider's diff).
     """
     from infra.config import default_stacks_dir
-    from infra.review_diff import DiffError, diff_stack
+    from infra.review.revision_diff import DiffError, diff_stack
 
     try:
         result = diff_stack(stack, against, default_stacks_dir().resolve().parent)

@@ -1,6 +1,6 @@
 """Run the policy pack's policies without the Pulumi CLI: ``multislice check``.
 
-The program is evaluated under mocks (:mod:`infra.program_mocks`, the tests' path: no engine,
+The program is evaluated under mocks (:mod:`infra.review.program_mocks`, the tests' path: no engine,
 no credentials); every registered resource becomes the ``ResourceValidationArgs`` /
 ``PolicyResource`` the CLI's analyzer would build from the same inputs (wrapped in the same
 unknown-checking proxy), and each policy of
@@ -165,7 +165,7 @@ def check_world(
     """Run ``policies`` over what one program evaluation registered.
 
     Args:
-      world: an :class:`infra.program_mocks.World` (registrations with type, name, urn, inputs,
+      world: an :class:`infra.review.program_mocks.World` (registrations with type, name, urn, inputs,
         protect, parent).
       raw_config: policy configuration in the pack config's shape (see the module docstring).
 
@@ -215,7 +215,7 @@ def check_stack(
       infra.config.StackConfigError: the stack's config is invalid (before any policy runs).
       PolicyConfigError: a bad ``raw_config``.
     """
-    from infra import program_mocks
+    from infra.review import program_mocks
 
     parse_policy_config(raw_config or {})  # a bad policy config fails before the evaluation
     world = program_mocks.evaluate(stack, dict(config_map) if config_map is not None else None, preview=True)

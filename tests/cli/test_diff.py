@@ -13,7 +13,7 @@ import yaml
 from typer.testing import CliRunner
 
 from infra.cli import app
-from infra.review_diff import DiffError, config_changes, diff_stack
+from infra.review.revision_diff import DiffError, config_changes, diff_stack
 from infra.startup.bundle import build_bundle
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -12,8 +12,8 @@ from typing import Any
 
 from infra import startup
 from infra.config import load_stack
-from infra.program_mocks import QR_TYPE, evaluate
 from infra.queued_resource import QueuedResourceProvider
+from infra.review.program_mocks import QR_TYPE, evaluate
 from infra.startup.shipped_source import strip_documentation
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -2,7 +2,7 @@
 
 ``multislice diff --stack S --against REV``: REV's tree is read with ``git archive`` (no
 checkout, no worktree bookkeeping); both sides are rendered and evaluated with *this*
-checkout's program under mocks (:mod:`infra.program_mocks`), so the difference is the one the
+checkout's program under mocks (:mod:`infra.review.program_mocks`), so the difference is the one the
 stack file and the trainer make, the way ``pulumi preview`` would see them after ``pulumi up``
 of REV. Reported:
 
@@ -131,8 +131,9 @@ def _side(stack: str, project_root: Path, label: str) -> tuple[dict[str, Any], A
     (``label`` names the side in errors: the revision, or "the working tree")."""
     import yaml
 
-    from infra import program_mocks, startup
+    from infra import startup
     from infra.config import StackConfigError, load_stack_file
+    from infra.review import program_mocks
 
     path = project_root / "stacks" / f"Pulumi.{stack}.yaml"
     try:
@@ -160,7 +161,7 @@ def _queued_resource_change(name: str, typ: str, old: dict[str, Any], new: dict[
 
 
 def _resource_changes(old_world: Any, new_world: Any) -> list[ResourceChange]:
-    from infra.program_mocks import QR_TYPE
+    from infra.review.program_mocks import QR_TYPE
 
     def by_urn(world: Any) -> dict[str, Any]:
         return {r.urn: r for r in world.registrations}
