@@ -14,7 +14,6 @@ from infra import startup
 from infra.config import load_stack
 from infra.program_mocks import QR_TYPE, evaluate
 from infra.queued_resource import QueuedResourceProvider
-from infra.shipped_source import strip_documentation
 from infra.startup.shipped_source import strip_documentation
 
 ROOT = Path(__file__).resolve().parents[1]

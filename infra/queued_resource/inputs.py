@@ -22,10 +22,11 @@ from dataclasses import MISSING, dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 import pulumi
+from pulumi.dynamic import CheckFailure
 from pulumi.runtime.rpc import UNKNOWN
 
-from infra.queued_resource.states import state_name
-from infra.startup.contract import STARTUP_SCRIPT_KEY
+from infra.queued_resource.states import STATE_ORDER, state_name
+from infra.startup.contract import RUN_DIR_KEY, STARTUP_SCRIPT_KEY
 
 if TYPE_CHECKING:  # pragma: no cover
     from google.cloud import tpu_v2
@@ -194,6 +195,52 @@ def differs(old: Any, new: Any) -> bool:
     if old == UNKNOWN or new == UNKNOWN:
         return True
     return json.dumps(old, sort_keys=True, default=str) != json.dumps(new, sort_keys=True, default=str)
+
+
+#: Input keys ``check`` requires (Pulumi reports each missing one by name).
+REQUIRED_KEYS = (
+    "project",
+    "zone",
+    "queuedResourceId",
+    "acceleratorType",
+    "runtimeVersion",
+    "slices",
+    "capacity",
+    "serviceAccount",
+    "metadata",
+)
+
+
+def check_failures(news: dict[str, Any]) -> list[CheckFailure]:
+    """What ``check`` rejects in the new properties ``news``, one failure per property (a value
+    not known yet, in ``pulumi preview``, is not checked). No network call."""
+    failures: list[CheckFailure] = []
+
+    def known(key: str) -> bool:
+        return key in news and news[key] != UNKNOWN
+
+    for key in REQUIRED_KEYS:
+        if key not in news or news[key] in (None, ""):
+            failures.append(CheckFailure(key, "required"))
+    if known("slices") and not (isinstance(news["slices"], (int, float)) and 1 <= int(news["slices"]) <= 256):
+        failures.append(CheckFailure("slices", f"must be 1..256; got {news['slices']!r}"))
+    if known("slices") and int(news.get("slices") or 0) > 1 and not news.get("nodeIdPrefix"):
+        failures.append(CheckFailure("nodeIdPrefix", "required when slices > 1"))
+    if known("capacity") and news["capacity"] not in CAPACITY_TYPES:
+        failures.append(
+            CheckFailure("capacity", f"must be one of {', '.join(CAPACITY_TYPES)}; got {news['capacity']!r}")
+        )
+    if known("capacity") and news["capacity"] == "reserved" and not news.get("reservationName"):
+        failures.append(CheckFailure("reservationName", "required with capacity 'reserved'"))
+    if known("waitFor") and news["waitFor"] not in STATE_ORDER[1:]:
+        failures.append(
+            CheckFailure("waitFor", f"must be one of {', '.join(STATE_ORDER[1:])}; got {news['waitFor']!r}")
+        )
+    if known("metadata") and isinstance(news["metadata"], dict):
+        for key in (STARTUP_SCRIPT_KEY, RUN_DIR_KEY):
+            if not news["metadata"].get(key):
+                failures.append(CheckFailure(f"metadata.{key}", "required"))
+    return failures
 
 
 # Derived from the props --------------------------------------------------------------------
