@@ -1,4 +1,4 @@
-"""releaseOnComplete on the provider's side: a queued resource that worker 0 deleted after the
+"""deleteOnComplete on the provider's side: a queued resource that worker 0 deleted after the
 run completed reads as released (converged) and `pulumi up` leaves it so, until the inputs
 start a new run. Against the loopback TPU fake and the session's emulated Cloud Storage
 (fake-gcs-server), where the run's COMPLETE marker lives as the trainer writes it."""
@@ -16,7 +16,7 @@ import requests
 from infra import startup
 from infra.local.metadata import MetadataServer
 from infra.queued_resource.completion import completed_step, marker_url, new_run_reason
-from infra.startup.contract import RELEASE_KEY
+from infra.startup.contract import DELETE_QUEUED_RESOURCE_KEY
 from tests.fakes.queued_resource import (  # noqa: F401 (dev, no_ambient_credentials: fixtures)
     dev,
     no_ambient_credentials,
@@ -55,7 +55,7 @@ def write_marker(gcs_server, run_dir: str, record: dict) -> None:
 
 def vm_releases(fake: FakeTpuApi, name: str) -> None:
     """Worker 0 of slice 0 after its trainer exited 0: the release's own script."""
-    with MetadataServer({RELEASE_KEY: name}) as metadata:
+    with MetadataServer({DELETE_QUEUED_RESOURCE_KEY: name}) as metadata:
         env = {
             "PATH": os.environ["PATH"],
             "GCE_METADATA_IP": metadata.address,
@@ -64,7 +64,7 @@ def vm_releases(fake: FakeTpuApi, name: str) -> None:
             "MULTISLICE_WORKER": "0",
         }
         result = subprocess.run(
-            ["bash", str(ROOT / "infra" / "startup" / startup.RELEASE_RESOURCE)],
+            ["bash", str(ROOT / "infra" / "startup" / startup.DELETE_ON_COMPLETE_RESOURCE)],
             env=env,
             capture_output=True,
             text=True,

@@ -16,9 +16,9 @@ runs on Cloud TPU:
   ``gs://<bucket>/runs/<run name>``, and the environment that points the trainer's storage
   clients at the server. The emulator reads the run through the same API.
 
-With ``multislice:queuedResource.releaseOnComplete`` worker 0 of slice 0 deletes the queued
+With ``multislice:queuedResource.deleteOnComplete`` worker 0 of slice 0 deletes the queued
 resource once the run is complete, through a loopback Cloud TPU API (``infra.local.tpu_api``);
-the emulator then records it as released and stops the VMs still running.
+the emulator then records the deletion and stops the VMs still running.
 
 It injects faults (infra.local.faults) when training reports the given step, then repairs
 like Cloud TPU auto-repair: the failed slice is recreated (its VMs get fresh disks), every
@@ -51,7 +51,7 @@ from infra.local.progress import BootLines, ProgressSample, ProgressTail, RunRep
 from infra.local.state import EMULATION_ID_ENV, LocalPaths
 from infra.local.supervisor import GroupFailed
 from infra.local.tails import MetricsTail, RecordTail, indented_tail
-from infra.local.tpu_api import NODE_DELETE_DELAY_S, Release
+from infra.local.tpu_api import NODE_DELETE_DELAY_S, DeleteOnComplete
 from infra.local.vm import EmulatedVM, process_groups
 from training.run_dir import RunDir
 
@@ -122,8 +122,8 @@ class LocalQueuedResource:
             paths.gcs_root, paths.gcs_log, port=gcs_port, env={EMULATION_ID_ENV: self.emulation_id}
         )
         self._restore_env: Callable[[], None] = lambda: None
-        #: releaseOnComplete: the emulated TPU API and the record of the release.
-        self.release = Release(config, paths)
+        #: deleteOnComplete: the emulated TPU API and the record of the deletion.
+        self.delete_on_complete = DeleteOnComplete(config, paths)
         #: The run directory, read by this process through :attr:`storage`.
         self.run_dir = RunDir(config.run_dir)
 
@@ -178,7 +178,7 @@ class LocalQueuedResource:
 
     def create(self) -> None:
         """Create the queued resource (its TPU API served) and VMs (one metadata server each)."""
-        self.release.start()
+        self.delete_on_complete.start()
         for slice_id, node in enumerate(self.config.node_ids):
             for worker in range(self.config.accelerator.hosts):
                 server = MetadataServer({})
@@ -208,7 +208,7 @@ class LocalQueuedResource:
                 storage_env=self.storage.client_env(),
                 bytecode_dir=self.paths.bytecode_dir,
             )
-            | self.release.environment()
+            | self.delete_on_complete.environment()
         )
         for vm in self.vms:
             vm.metadata.update(
@@ -265,7 +265,7 @@ class LocalQueuedResource:
         for server in self.servers:
             server.stop()
         self.servers.clear()
-        self.release.stop()
+        self.delete_on_complete.stop()
 
     def shutdown(self) -> None:
         """Stop every VM and metadata server, then the storage server; forget the state file."""
@@ -316,7 +316,7 @@ class LocalQueuedResource:
             self._supervise(options, schedule, tail, events, start)
         finally:
             self.stop_vms()
-        self.report(self.release.line())
+        self.report(self.delete_on_complete.line())
         from infra.local import summary as summary_lib  # reads checkpoints: jax, orbax
 
         result = summary_lib.summarize(self.run_dir, total)
@@ -325,7 +325,7 @@ class LocalQueuedResource:
                 "wall_seconds": round(time.monotonic() - start, 3),
                 "repairs": self.repairs,
                 "faults": self.faults_fired,
-                "capacity": self.release.outcome,
+                "capacity": self.delete_on_complete.outcome,
                 "logs_dir": str(self.paths.logs_dir),
             }
         )
@@ -367,7 +367,7 @@ class LocalQueuedResource:
                 raise self.storage_stopped()
             schedule.observe(*read())
             reached = schedule.attempt_step or 0
-            fault = schedule.due() if not self.release.deleted else None  # a deleted QR is not repaired
+            fault = schedule.due() if not self.delete_on_complete.deleted else None  # a deleted QR is not repaired
             if fault is not None:
                 self.inject(fault, options, reached, settle)
                 tail.last_change = time.monotonic()
@@ -375,7 +375,7 @@ class LocalQueuedResource:
             try:
                 if supervisor.check_groups(process_groups(self.vms)):
                     return
-                if self.release.delete_nodes(self.vms, options.node_delete_delay_s, self.report):
+                if self.delete_on_complete.delete_nodes(self.vms, options.node_delete_delay_s, self.report):
                     return
             except GroupFailed as failed:
                 raise EmulationError(

@@ -42,7 +42,8 @@ update ``createTimeoutSeconds``, delete ``deleteTimeoutSeconds``:
   whether the nodes carry the recorded metadata/labels/tags, and the nodes of an ACTIVE QR
   that are gone (``lostNodes``). A QR that no longer exists reads as gone (empty id), unless
   its run completed (``COMPLETE`` for ``trainer.steps`` in the run directory: deleted by
-  ``releaseOnComplete``, or by hand after the run): then it reads as ``released`` (converged,
+  ``deleteOnComplete``, or by hand after the run): then it reads as ``deletedOnComplete``
+  (converged,
   :mod:`~infra.queued_resource.completion`), and so does a DELETING one.
   ``Pulumi.yaml`` sets ``options.refresh: always`` (Pulumi CLI 3.14+,
   https://www.pulumi.com/docs/iac/concepts/projects/project-file/), so every ``pulumi up`` /
@@ -51,7 +52,7 @@ update ``createTimeoutSeconds``, delete ``deleteTimeoutSeconds``:
   replacement, a deleted one as a create. (Not a live read in ``diff``: diff stays offline.)
 * **diff** – replace (delete first: the ids are fixed) on accelerator type, slice count,
   runtime version, capacity, reservation, network, subnetwork, service account or zone, or a
-  recorded FAILED/SUSPENDING/SUSPENDED state or lost nodes; a released QR changes only when
+  recorded FAILED/SUSPENDING/SUSPENDED state or lost nodes; a QR deleted on complete changes only when
   the inputs start a new run (a new ``runDir``, more ``trainer.steps``: replace, which creates
   it); update in place when only
   metadata, labels or tags change (and what describes the metadata); an update is also due
@@ -97,7 +98,7 @@ from pulumi.dynamic import (
 
 from infra import credentials as gcp_credentials
 from infra.queued_resource.api import TpuApi
-from infra.queued_resource.completion import new_run_reason, released_outputs
+from infra.queued_resource.completion import deleted_on_complete_outputs, new_run_reason
 from infra.queued_resource.converge import converge
 from infra.queued_resource.create import create
 from infra.queued_resource.errors import (
@@ -115,6 +116,7 @@ from infra.queued_resource.inputs import (
     check_failures,
     content_view,
     differs,
+    with_current_keys,
 )
 from infra.queued_resource.nodes import DEFAULT_CONCURRENCY
 from infra.queued_resource.polling import Deadline, PollSchedule, duration_text
@@ -208,11 +210,11 @@ class QueuedResourceProvider(ResourceProvider):
         except gcp_credentials.CredentialsError as exc:
             raise CredentialsRejected(f"{props.get('queuedResourceId', 'queued resource')}: {exc}") from None
 
-    def _released(self, props: dict[str, Any], qr: Any | None) -> dict[str, Any] | None:
-        """The outputs of a QR gone (``qr`` None) or DELETING while its run is complete: released,
-        converged (:func:`~infra.queued_resource.completion.released_outputs`); else None."""
+    def _deleted_on_complete(self, props: dict[str, Any], qr: Any | None) -> dict[str, Any] | None:
+        """The outputs of a QR gone (``qr`` None) or DELETING while its run is complete: deleted on
+        complete, converged (:func:`~infra.queued_resource.completion.deleted_on_complete_outputs`); else None."""
         credentials = None if os.environ.get(STORAGE_ENDPOINT_ENV) else self._credentials(props)
-        return released_outputs(props, qr, credentials, self._say)
+        return deleted_on_complete_outputs(props, qr, credentials, self._say)
 
     def _api(self, props: dict[str, Any]) -> TpuApi:
         """A :class:`TpuApi` for the QR of ``props`` with this provider's settings and the
@@ -257,8 +259,8 @@ class QueuedResourceProvider(ResourceProvider):
 
     def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> DiffResult:
         # The startup script compares by its release id (the uncompressed content), not its bytes.
-        olds, news = content_view(olds), content_view(news)
-        if olds.get("released"):
+        olds, news = content_view(with_current_keys(olds)), content_view(news)
+        if olds.get("deletedOnComplete"):
             # Gone because its run completed: nothing to do unless the inputs start a new run.
             reason = new_run_reason(olds, news)
             return DiffResult(
@@ -286,7 +288,7 @@ class QueuedResourceProvider(ResourceProvider):
         return CreateResult(*create(self._api(props), props, self._say))
 
     def read(self, id_: str, props: dict[str, Any]) -> ReadResult:
-        return ReadResult(*read(self._api(props), id_, props, lambda qr: self._released(props, qr)))
+        return ReadResult(*read(self._api(props), id_, props, lambda qr: self._deleted_on_complete(props, qr)))
 
     def update(self, id_: str, olds: dict[str, Any], news: dict[str, Any]) -> UpdateResult:
         api = self._api(news)
@@ -322,7 +324,7 @@ class QueuedResource(pulumi.dynamic.Resource, module="tpu", name="QueuedResource
     statusMessage: pulumi.Output[str]
     nodeNames: pulumi.Output[list[str]]
     nodes: pulumi.Output[list[dict[str, Any]]]
-    released: pulumi.Output[bool]
+    deletedOnComplete: pulumi.Output[bool]
 
     def __init__(self, resource_name: str, inputs: QueuedResourceInputs, opts: pulumi.ResourceOptions | None = None):
         hidden = pulumi.ResourceOptions(hide_diffs=[f'metadata["{STARTUP_SCRIPT_KEY}"]'])

@@ -33,7 +33,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 #: Bump when create/diff/update/delete semantics change (an input: shows in previews).
 #: 2: credentials as pulumi-gcp takes them; lost nodes replace; update resumes part-way.
-#: 3: releaseOnComplete: a QR gone after its run completed is converged (``released``).
+#: 3: releaseOnComplete (now deleteOnComplete): a QR gone after its run completed is converged
+#:    (the output ``released``, now ``deletedOnComplete``: :data:`FORMER_OUTPUT_KEYS`).
 PROVIDER_VERSION = "3"
 
 #: The capacity a queued resource can be requested with (:func:`build_queued_resource`): Spot,
@@ -133,7 +134,7 @@ class QueuedResourceInputs:
     lost_nodes: list[str] | None = _prop("lostNodes", Kind.OUTPUT, None)
     #: The QR is gone because its run completed (``COMPLETE`` in the run directory for
     #: ``trainer.steps``): converged, not recreated (:mod:`~infra.queued_resource.completion`).
-    released: bool | None = _prop("released", Kind.OUTPUT, None)
+    deleted_on_complete: bool | None = _prop("deletedOnComplete", Kind.OUTPUT, None)
     #: The step of that completion record.
     completed_step: int | None = _prop("completedStep", Kind.OUTPUT, None)
 
@@ -144,6 +145,22 @@ class QueuedResourceInputs:
             for f in fields(self)
             if f.metadata["kind"] is not Kind.OUTPUT and getattr(self, f.name) is not None
         }
+
+
+#: Output keys an earlier provider wrote → their current name (same meaning). A stack whose
+#: state was written before the rename carries ``released``; :func:`with_current_keys` reads it
+#: as ``deletedOnComplete`` (no ``version`` bump: the semantics did not change).
+FORMER_OUTPUT_KEYS = {"released": "deletedOnComplete"}
+
+
+def with_current_keys(props: dict[str, Any]) -> dict[str, Any]:
+    """``props`` (recorded inputs and outputs) with every :data:`FORMER_OUTPUT_KEYS` key under
+    its current name; a current key already present wins."""
+    current = {k: v for k, v in props.items() if k not in FORMER_OUTPUT_KEYS}
+    for former, key in FORMER_OUTPUT_KEYS.items():
+        if former in props and key not in current:
+            current[key] = props[former]
+    return current
 
 
 def keys_of(*kinds: Kind) -> tuple[str, ...]:
@@ -284,7 +301,7 @@ def outputs_for(
       pending_node_sync, pending_nodes, pending_reset: what an update left to do.
       lost_nodes: nodes of an ACTIVE QR that are gone.
       completed_step: the run's completion step when the QR is gone because the run completed
-        (``released`` is then true).
+        (``deletedOnComplete`` is then true).
     """
     outs = {k: v for k, v in props.items() if k in INPUT_KEYS}
     outs.update(
@@ -300,7 +317,7 @@ def outputs_for(
         pendingNodes=list(pending_nodes or []),
         pendingReset=pending_reset,
         lostNodes=list(lost_nodes or []),
-        released=completed_step is not None,
+        deletedOnComplete=completed_step is not None,
         completedStep=completed_step,
     )
     return outs

@@ -38,7 +38,7 @@ def read(api: TpuApi, id_: str, props: dict[str, Any], completed: CompletedRead)
         qr = api.client.get_queued_resource(name=id_, retry=api.retry(), timeout=REQUEST_TIMEOUT_SECONDS)
     except Exception as exc:
         if isinstance(root_cause(exc), exceptions.NotFound):
-            # Gone. After its run completed (releaseOnComplete): released, converged.
+            # Gone. After its run completed (deleteOnComplete): deleted on complete, converged.
             # Otherwise the next `pulumi up` creates it again.
             outs = completed(None)
             return (id_, outs) if outs is not None else ("", {})

@@ -14,9 +14,9 @@ The script is a bootstrap (``infra/startup/startup.sh.in``) plus a **release**: 
   systemd unit (docs/vm-boot.md);
 * ``trainer.sh`` (``infra/startup/trainer.sh``): the unit's ``ExecStart=`` (restart backoff, line
   prefix, ``exec`` of the trainer) and ``ExecStopPost=`` (one line per trainer exit);
-* ``release-on-complete.sh`` (``infra/startup/release_on_complete.sh``): after the trainer exits 0,
+* ``delete-on-complete.sh`` (``infra/startup/delete_on_complete.sh``): after the trainer exits 0,
   worker 0 of slice 0 deletes the queued resource named by the metadata attribute
-  ``multislice-release-queued-resource`` (present only with ``releaseOnComplete``);
+  ``multislice-delete-queued-resource`` (present only with ``deleteOnComplete``);
 * ``training/*.py``, ``config.json`` (``config.training``), ``requirements.txt`` (the pinned,
   hash-checked wheels of ``infra.startup.lockfile``) and ``uv-requirements.txt`` (the pinned ``uv``).
 
@@ -117,9 +117,9 @@ RUN_DIR_ATTRIBUTE = RUN_DIR_KEY
 TEMPLATE_RESOURCE = "startup.sh.in"
 BOOT_RESOURCE = "boot.sh.in"
 TRAINER_RESOURCE = "trainer.sh"
-#: ``release-on-complete.sh`` of the release: deletes the queued resource once the run is
-#: complete (``multislice:queuedResource.releaseOnComplete``; run by trainer.sh).
-RELEASE_RESOURCE = "release_on_complete.sh"
+#: ``delete-on-complete.sh`` of the release: deletes the queued resource once the run is
+#: complete (``multislice:queuedResource.deleteOnComplete``; run by trainer.sh).
+DELETE_ON_COMPLETE_RESOURCE = "delete_on_complete.sh"
 
 _PLACEHOLDER = re.compile(r"@@([A-Z0-9_]+)@@")
 
@@ -235,7 +235,7 @@ def release_files(
         {
             "boot.sh": boot_script(config, pins).encode(),
             "trainer.sh": template(TRAINER_RESOURCE).encode(),
-            "release-on-complete.sh": template(RELEASE_RESOURCE).encode(),
+            "delete-on-complete.sh": template(DELETE_ON_COMPLETE_RESOURCE).encode(),
             "config.json": (config.training.model_dump_json() + "\n").encode(),
             "requirements.txt": pins.requirements_text.encode(),
             "uv-requirements.txt": pins.uv_requirement_text.encode(),
