@@ -262,7 +262,7 @@ def test_discard_machines_keeps_the_storage(tmp_path):
     assert (paths.gcs_root / "b" / "runs" / "emu" / "x").exists()
 
 
-def test_a_release_is_recorded_read_and_forgotten(tmp_path):
+def test_a_deletion_is_recorded_read_and_forgotten(tmp_path):
     paths = LocalPaths(tmp_path / "emu")
     paths.root.mkdir()
     assert state_lib.read_deletion(paths) is None
@@ -276,7 +276,7 @@ def test_a_release_is_recorded_read_and_forgotten(tmp_path):
     assert before - 0.001 <= record["deleted_at"] <= time.time() + 0.001
     assert [p.name for p in paths.root.iterdir()] == ["deleted.json"]  # no temporary file left
     paths.deletion_file.write_text("{not json")
-    assert state_lib.read_deletion(paths) is None  # unreadable: not released
+    assert state_lib.read_deletion(paths) is None  # unreadable: not deleted
     state_lib.forget_deletion(paths)
     state_lib.forget_deletion(paths)  # nothing to forget: fine
     assert not paths.deletion_file.exists()

@@ -3,7 +3,7 @@ resource, answered with a long-running Operation; every other request refused), 
 own script against it, and the emulator's side through ``LocalQueuedResource.up`` with a
 stand-in startup script (no trainer): the release recorded, the VMs still running stopped, the
 summary's ``capacity``; with deleteOnComplete off, nothing deleted. The real trainer's run is
-asserted in tests/test_local_emulation.py (test_the_completed_run_released_its_queued_resource)."""
+asserted in tests/test_local_emulation.py (test_the_completed_run_deleted_its_queued_resource)."""
 
 from __future__ import annotations
 
@@ -99,14 +99,14 @@ def test_other_methods_are_not_allowed(api, method):
     assert deleted == [] and [r[0] for r in server.requests] == [method]
 
 
-def test_with_release_off_the_service_account_may_not_delete():
+def test_with_delete_on_complete_off_the_service_account_may_not_delete():
     with EmulatedTpuApi(None) as server:
         assert error_status(delete(server)) == (403, "PERMISSION_DENIED")
         assert "tpu.nodes.delete" in delete(server).json()["error"]["message"]
         assert server.deleted_at is None
 
 
-def test_the_release_script_deletes_through_it(api):
+def test_the_delete_on_complete_script_deletes_through_it(api):
     """The VM side (delete-on-complete.sh of the release) against the emulated API."""
     server, deleted = api
     with MetadataServer({DELETE_QUEUED_RESOURCE_KEY: NAME}) as metadata:
@@ -126,7 +126,7 @@ def test_the_release_script_deletes_through_it(api):
         )
     assert prefixed(result.stdout + result.stderr, "[slice 0 worker 0] ") == [
         f"capacity: the run is complete: deleting queued resource {NAME} (force: its nodes first)",
-        f"capacity: released: the TPU API accepted the delete of {NAME}",
+        f"capacity: deleted: the TPU API accepted the delete of {NAME}",
     ]
     assert deleted == [NAME] and server.requests == [("DELETE", f"/v2/{NAME}?force=true", 200)]
 
@@ -152,27 +152,27 @@ def emulate(tmp_path: Path, config, script: str) -> tuple[LocalQueuedResource, d
 
 
 @pytest.mark.timeout(300)
-def test_the_emulated_queued_resource_is_released_and_its_vms_stopped(tmp_path):
+def test_the_emulated_queued_resource_is_deleted_and_its_vms_stopped(tmp_path):
     config = load_stack_file(STACK)
     assert config.capacity == "spot" and config.delete_on_complete  # the default for spot
     name = f"projects/{config.project}/locations/{config.zone}/queuedResources/{config.queued_resource_id}"
     # Slice 1's VM would run on; the force delete deletes its node.
     resource, summary, lines = emulate(tmp_path, config, stand_in("exec sleep 600"))
-    assert summary["capacity"] == "released"
-    assert resource.release.api.requests == [("DELETE", f"/v2/{name}?force=true", 200)]
+    assert summary["capacity"] == "deleted"
+    assert resource.delete_on_complete.api.requests == [("DELETE", f"/v2/{name}?force=true", 200)]
     record = state_lib.read_deletion(resource.paths)
     assert (record["queued_resource"], record["run_dir"]) == (name, config.run_dir)
     assert "capacity: the queued resource was deleted; stopping its VMs still running: slice 1 worker 0" in lines
     assert lines[-1] == (
-        f"capacity: released: worker 0 of slice 0 deleted the queued resource {name} once the run "
+        f"capacity: deleted: worker 0 of slice 0 deleted the queued resource {name} once the run "
         "was complete (multislice:queuedResource.deleteOnComplete)"
     )
     log = resource.paths.vm_log(0, 0).read_text()
-    assert f"[slice 0 worker 0] capacity: released: the TPU API accepted the delete of {name}" in log
+    assert f"[slice 0 worker 0] capacity: deleted: the TPU API accepted the delete of {name}" in log
 
 
 @pytest.mark.timeout(300)
-def test_with_release_off_the_vms_keep_it(tmp_path):
+def test_with_delete_on_complete_off_the_vms_keep_it(tmp_path):
     stack = load_stack_file(STACK)
     config = stack.model_copy(
         update={"queued_resource": stack.queued_resource.model_copy(update={"delete_on_complete": False})}
@@ -183,8 +183,8 @@ def test_with_release_off_the_vms_keep_it(tmp_path):
     state_lib.record_deletion(paths, "projects/p/locations/z/queuedResources/q", config.run_dir)  # an earlier run's
     resource, summary, lines = emulate(tmp_path, config, stand_in("exit 0"))
     assert summary["capacity"] == "kept"
-    assert resource.release.api.requests == []
-    assert state_lib.read_deletion(paths) is None  # created again by this `local up`: no longer released
+    assert resource.delete_on_complete.api.requests == []
+    assert state_lib.read_deletion(paths) is None  # created again by this `local up`: no longer deleted
     assert lines[-1].startswith("capacity: kept: multislice:queuedResource.deleteOnComplete is off")
     log = paths.vm_log(0, 0).read_text()
-    assert "[slice 0 worker 0] capacity: kept: no queued resource to release in the metadata" in log
+    assert "[slice 0 worker 0] capacity: kept: no queued resource to delete in the metadata" in log

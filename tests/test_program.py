@@ -143,7 +143,9 @@ def test_nodes_run_as_our_service_account_with_least_privilege(worlds, stack):
     ours = [g.inputs for g in bucket_grants if g.inputs["bucket"] == config.bucket_name]
     assert [(g["role"], g["member"]) for g in ours] == [("roles/storage.objectUser", f"serviceAccount:{email}")]
     project_roles = sorted(g.inputs["role"] for g in world.of("gcp:projects/iAMMember:IAMMember"))
-    delete_role = [f"projects/{config.project}/roles/multisliceDeleteOnComplete_{stack}"] if config.delete_on_complete else []
+    delete_role = (
+        [f"projects/{config.project}/roles/multisliceDeleteOnComplete_{stack}"] if config.delete_on_complete else []
+    )
     assert project_roles == delete_role + ["roles/logging.logWriter", "roles/monitoring.metricWriter"]
     assert config.delete_on_complete is (config.capacity != "reserved")  # the shipped stacks keep the default
     custom = world.of("gcp:projects/iAMCustomRole:IAMCustomRole")
@@ -212,7 +214,7 @@ def test_delete_on_complete_off_grants_nothing_and_names_nothing():
     assert DELETE_QUEUED_RESOURCE_KEY not in world.one(QR_TYPE).inputs["metadata"]
 
 
-def test_release_grant_is_bound_to_the_vms_account_only():
+def test_delete_on_complete_grant_is_bound_to_the_vms_account_only():
     world = evaluate("staging")
     email = world.exports["serviceAccountEmail"]
     role = world.one("gcp:projects/iAMCustomRole:IAMCustomRole")
@@ -453,13 +455,13 @@ def test_the_service_account_keeps_the_urns_it_had_as_identity(worlds):
     assert component.name == "identity"
     assert component.aliases == [{"type": "multislice:gcp:Identity"}]
     children = sorted(r.name for r in world.registrations if r.parent == component.urn)
-    # dev (spot) releases its capacity on completion: its custom role and grant are new children.
+    # dev (spot) deletes its queued resource on complete: its custom role and grant are new children.
     assert children == [
         "identity-checkpoints",
+        "identity-delete-on-complete",
+        "identity-delete-role",
         "identity-logging-logwriter",
         "identity-monitoring-metricwriter",
-        "identity-release-on-complete",
-        "identity-delete-role",
         "identity-tpu-vms",
     ]
 
@@ -553,15 +555,26 @@ def test_allow_unlisted_turns_the_catalog_checks_into_warnings():
     assert not [line for line in result.stderr.splitlines() if line.startswith("error")]
 
 
-def test_a_released_queued_resource_warns_why_nothing_is_created(monkeypatch):
-    """A QR the provider reads as released (its run completed): `pulumi preview`/`up` print its
+def test_release_on_complete_warns_once_at_preview_naming_delete_on_complete():
+    config = {**stack_map("dev"), "multislice:queuedResource": {"releaseOnComplete": False}}
+    result = run_as_the_language_host(ROOT / "infra", config)
+    assert result.returncode == 0, result.stderr
+    warnings = [line for line in result.stderr.splitlines() if "releaseOnComplete" in line]
+    assert warnings == [
+        "warning: multislice:queuedResource.releaseOnComplete is deprecated: rename it to "
+        "multislice:queuedResource.deleteOnComplete (same meaning)"
+    ]
+
+
+def test_a_queued_resource_deleted_on_complete_warns_why_nothing_is_created(monkeypatch):
+    """A QR the provider reads as deleted on complete (its run completed): `pulumi preview`/`up` print its
     status line as a warning, and neither fails for the QR not being ready."""
     import infra.__main__ as program
 
     warned: list[str] = []
     monkeypatch.setattr(program.pulumi.log, "warn", lambda message, *args, **kwargs: warned.append(message))
     monkeypatch.setattr(program.pulumi.runtime, "is_dry_run", lambda: False)
-    status = "released: the run gs://b/runs/dev completed at step 120, so ... set a new multislice:runName"
+    status = "deleted on complete: the run gs://b/runs/dev completed at step 120, so ... set a new multislice:runName"
     program._require_ready([True, status, True])
     assert warned == [f"queued resource {status}"]
     program._require_ready([True, "ACTIVE after 3m", False])

@@ -267,7 +267,12 @@ def test_shellcheck(tmp_path, rendered):
 # Template -----------------------------------------------------------------------------------
 
 
-TEMPLATES = (startup.TEMPLATE_RESOURCE, startup.BOOT_RESOURCE, startup.TRAINER_RESOURCE, startup.DELETE_ON_COMPLETE_RESOURCE)
+TEMPLATES = (
+    startup.TEMPLATE_RESOURCE,
+    startup.BOOT_RESOURCE,
+    startup.TRAINER_RESOURCE,
+    startup.DELETE_ON_COMPLETE_RESOURCE,
+)
 
 
 @pytest.mark.parametrize("resource", TEMPLATES)

@@ -17,7 +17,12 @@ from infra.startup import contract, script
 
 ROOT = Path(__file__).resolve().parents[1]
 STARTUP = ROOT / "infra" / "startup"
-TEMPLATES = (script.TEMPLATE_RESOURCE, script.BOOT_RESOURCE, script.TRAINER_RESOURCE, script.DELETE_ON_COMPLETE_RESOURCE)
+TEMPLATES = (
+    script.TEMPLATE_RESOURCE,
+    script.BOOT_RESOURCE,
+    script.TRAINER_RESOURCE,
+    script.DELETE_ON_COMPLETE_RESOURCE,
+)
 #: Environment variable names as the templates spell them (ours, and the two Google ones).
 ENV_NAME = re.compile(r"\b(MULTISLICE_[A-Z0-9_]+|GCE_METADATA_IP|STORAGE_EMULATOR_HOST)\b")
 #: The bootstrap's quoted heredoc delimiter: a word of bash, not an environment variable.
@@ -53,7 +58,12 @@ def test_endpoint_defaults_are_the_contracts(name, default, template):
 
 def test_metadata_keys_the_templates_read_are_the_contracts():
     read = {key for t in TEMPLATES for key in re.findall(r"attributes/([A-Za-z0-9@_-]+)", template_text(t))}
-    assert read == {contract.WORKER_NUMBER_KEY, contract.TPU_ENV_KEY, "@@RUN_DIR_ATTRIBUTE@@", contract.DELETE_QUEUED_RESOURCE_KEY}
+    assert read == {
+        contract.WORKER_NUMBER_KEY,
+        contract.TPU_ENV_KEY,
+        "@@RUN_DIR_ATTRIBUTE@@",
+        contract.DELETE_QUEUED_RESOURCE_KEY,
+    }
     assert script.RUN_DIR_ATTRIBUTE == contract.RUN_DIR_KEY  # what fills the placeholder
     assert f"attributes/{contract.DELETE_QUEUED_RESOURCE_KEY}" in template_text(script.DELETE_ON_COMPLETE_RESOURCE)
 

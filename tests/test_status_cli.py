@@ -126,7 +126,7 @@ def test_a_stack_that_was_never_deployed(fake, stack):
     assert "never deployed" in result.stderr
 
 
-def test_a_queued_resource_gone_after_its_run_completed_is_released(fake, stack):
+def test_a_queued_resource_gone_after_its_run_completed_is_deleted(fake, stack):
     # deleteOnComplete: worker 0 of slice 0 deleted it once the run wrote COMPLETE. As the
     # provider treats it (converged), the status shows the finished run, not an error.
     props = deploy(fake, stack)
