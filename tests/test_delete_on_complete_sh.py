@@ -1,5 +1,5 @@
-"""The VM side of deleteOnComplete (infra/startup/delete_on_complete.sh, delete-on-complete.sh in the
-software release): run with a loopback metadata server against the loopback TPU API fake, alone and as
+"""The VM side of deleteOnComplete (infra/startup/delete_on_complete.sh, delete-on-complete.sh
+in the software release): run with a loopback metadata server against the loopback TPU API fake, alone and as
 the rendered startup script runs it on an emulated VM whose trainer exits 0."""
 
 from __future__ import annotations

@@ -132,7 +132,7 @@ def test_a_running_emulation_reports_each_slices_vms(tmp_path):
 
 def test_a_queued_resource_deleted_after_its_run_completed(tmp_path):
     # What `local up` leaves when the VMs deleted the queued resource (deleteOnComplete): the
-    # run complete and the release recorded; reported as the deployed status reports a queued
+    # run complete and the deletion recorded; reported as the deployed status reports a queued
     # resource gone after its run completed (test_status_cli.py).
     store_run(tmp_path, SyntheticRun(total_steps=24, steps_done=24, log_every=2, checkpoint_every=6))
     paths = LocalPaths(tmp_path / "emu")
@@ -221,7 +221,7 @@ def test_an_already_complete_run_reports_the_commands_wall_time(bucket, tmp_path
     summary = outcome.summary
     assert summary["complete"] is True
     assert before <= summary["wall_seconds"] <= after + 0.01
-    assert summary["capacity"] == "kept"  # no release recorded for this run
+    assert summary["capacity"] == "kept"  # no deletion recorded for this run
     # Its VMs deleted the queued resource when it completed: said, and nothing is created.
     resource.paths.root.mkdir(parents=True)
     record_deletion(resource.paths, "projects/p/locations/z/queuedResources/multislice-emu", run_dir)
