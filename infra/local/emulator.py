@@ -8,7 +8,7 @@ runs on Cloud TPU:
   own loopback metadata server (infra.local.metadata) answering the keys a real TPU VM of
   the stack has (``infra.local.topology``);
 * ``chips per host`` CPU devices per VM (``JAX_NUM_CPU_DEVICES``), ``JAX_PLATFORMS=cpu``;
-* only the environment step differs: ``MULTISLICE_PYTHON`` points the script at this
+* only the venv step differs: ``MULTISLICE_PYTHON`` points the script at this
   machine's virtualenv instead of building one;
 * the checkpoint bucket is the stack's, ``StackConfig.bucket_name``, served by a loopback
   Cloud Storage (``infra.local.gcs``, one per stack, persistent under the stack's state

@@ -1,7 +1,7 @@
 """What ``multislice local up`` shows while a run goes on: boot phases and training progress.
 
 * :class:`BootLines`: the boot-phase lines of one emulated VM's console log as they are
-  written (the startup script's ``boot:``, ``release:``, ``environment:``, ``trainer:`` lines
+  written (the startup script's ``boot:``, ``release:``, ``venv:``, ``trainer:`` lines
   and the trainer's INFO lines until the first step: ``jax.distributed.initialize``, the data,
   the mesh), so the minute between "booting" and "training started" is not silent.
 * :class:`ProgressTail`: the ``metrics`` log tail (:class:`infra.local.tails.MetricsTail`)
@@ -30,7 +30,7 @@ from infra.local.tails import MetricsTail, RecordTail
 #: A boot-phase line of the console log: the startup script's phases and the trainer's INFO
 #: lines (``HH:MM:SS INFO [pN] training...: text``), after the ``[slice S worker W] `` prefix.
 _PHASE = re.compile(
-    r"^(?:(?P<phase>(?:boot|release|environment|trainer|error|warning): .*)"
+    r"^(?:(?P<phase>(?:boot|release|venv|trainer|error|warning): .*)"
     r"|\d\d:\d\d:\d\d (?:INFO|WARNING|ERROR) \[p\d+\] (?P<trainer>training[\w.]*: .*))$"
 )
 

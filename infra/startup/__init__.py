@@ -11,7 +11,7 @@ Modules:
 * :mod:`~infra.startup.bundle`: the trainer bundle and the release tar (reproducible), and
   :mod:`~infra.startup.shipped_source` (what of ``training/`` ships);
 * :mod:`~infra.startup.lockfile` (uv.lock → the VM's pinned, hash-checked requirements), with
-  :mod:`~infra.startup.uv_lock` (reading the lock) and :mod:`~infra.startup.target_environment`
+  :mod:`~infra.startup.uv_lock` (reading the lock) and :mod:`~infra.startup.install_target`
   (the VM as an install target);
 * :mod:`~infra.startup.content_cache`: work done once per content (bundle, pins, compression).
 

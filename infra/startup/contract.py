@@ -100,9 +100,9 @@ STORAGE_ENDPOINT_ENV = "STORAGE_EMULATOR_HOST"
 TPU_API_ENDPOINT_ENV = "MULTISLICE_TPU_API_ENDPOINT"
 #: Cloud Logging endpoint (the trainer's log shipper and ``multislice logs``).
 LOGGING_ENDPOINT_ENV = "MULTISLICE_LOGGING_ENDPOINT"
-#: The VM's state directory (releases, environments, boot lock).
+#: The VM's state directory (releases, virtualenvs, boot lock).
 HOME_ENV = "MULTISLICE_HOME"
-#: A Python that already has the trainer's dependencies: no environment is built.
+#: A Python that already has the trainer's dependencies: no virtualenv is built.
 PYTHON_ENV = "MULTISLICE_PYTHON"
 #: Where ``boot.sh`` writes the trainer's unit file.
 SYSTEMD_DIR_ENV = "MULTISLICE_SYSTEMD_DIR"

@@ -9,7 +9,7 @@
 # from MULTISLICE_RETRY_DELAY_S, default 1 s, to 30 s) until MULTISLICE_DELETE_DEADLINE_S
 # (default 60 s; the unit's TimeoutStopSec is 120 s); 401/403 and other answers end it at
 # once. One "capacity:" line per outcome; always exits 0 (the run is complete either way).
-# Environment: GCE_METADATA_IP, MULTISLICE_TPU_API_ENDPOINT (default https://tpu.googleapis.com).
+# Environment variables: GCE_METADATA_IP, MULTISLICE_TPU_API_ENDPOINT (default https://tpu.googleapis.com).
 set -uo pipefail
 
 # MULTISLICE_LINE_PREFIX: set (possibly empty) by trainer.sh when its log shipper adds the prefix.
