@@ -9,7 +9,7 @@ here from the StackConfig by :func:`component_args`; the queued resource's input
     ProjectServices   tpu, compute, storage, iam, ... APIs enabled (everything depends on it)
     Network           VPC + subnetwork + Cloud NAT + firewall (tag-scoped, IAP-only SSH)
     CheckpointBucket  regional, private, lifecycle rules; protected on prod
-    ServiceAccount    the VMs' service account: bucket objects, logs, metrics; with releaseOnComplete
+    ServiceAccount    the VMs' service account: bucket objects, logs, metrics; with deleteOnComplete
                       a custom role of tpu.nodes.delete (worker 0 deletes the QR when the run is done)
     ReleaseRecord     the release every VM boot runs, in the bucket
     QueuedResource    the Multislice QR (dynamic provider, infra/queued_resource/)
@@ -97,7 +97,7 @@ def component_args(config: StackConfig, script: startup.RenderedScript) -> Compo
             stack=config.stack,
             project=config.project,
             data_bucket=data_bucket(config.training.data.source, config.bucket_name),
-            release_on_complete=config.release_on_complete,
+            delete_on_complete=config.delete_on_complete,
         ),
         release_record=ReleaseRecordArgs(
             stack=config.stack, run_dir=config.run_dir, release_id=script.release_id, release=script.release
@@ -132,7 +132,7 @@ def queued_resource_inputs(
 ) -> QueuedResourceInputs:
     """The QR's inputs for a stack (some values may be Outputs of the other components).
 
-    ``metadata`` holds the startup script, the run directory and, with ``releaseOnComplete``,
+    ``metadata`` holds the startup script, the run directory and, with ``deleteOnComplete``,
     the QR's own name (:func:`infra.startup.contract.node_metadata`); ``trainer`` (the
     TrainConfig as a plain object) and the sha256 values describe the script so ``pulumi
     preview --diff`` shows which key changed while the script's own diff is hidden. Pure:
@@ -160,7 +160,7 @@ def queued_resource_inputs(
             startup_script=script.text,
             run_dir=config.run_dir,
             queued_resource_name=config.queued_resource_name,
-            release_on_complete=config.release_on_complete,
+            delete_on_complete=config.delete_on_complete,
         ),
         # None values are dropped: the engine stores no nulls, so previews compare like with like.
         trainer=config.training.model_dump(mode="json", exclude_none=True),
@@ -191,8 +191,8 @@ class Environment:
 
 
 def _require_ready(args: list[Any]) -> None:
-    ready, message, released = args
-    if released:  # gone because its run completed (releaseOnComplete): say why nothing is created
+    ready, message, deleted_on_complete = args
+    if deleted_on_complete:  # gone because its run completed (deleteOnComplete): say why nothing is created
         pulumi.log.warn(f"queued resource {message}")
         return
     if ready is False and not pulumi.runtime.is_dry_run():  # a preview only shows the plan
@@ -213,6 +213,8 @@ def define(config: StackConfig, script: startup.RenderedScript | None = None) ->
     for advisory in planner.advisories(config):  # predicted DCN-bound or over HBM (multislice plan)
         pulumi.log.warn(advisory)
     for warning in config.catalog_warnings:  # what multislice:allowUnlisted let through
+        pulumi.log.warn(warning)
+    for warning in config.deprecation_warnings:  # a former key still read, named with its new one
         pulumi.log.warn(warning)
     script = script if script is not None else startup.render(config)
 
@@ -239,7 +241,7 @@ def define(config: StackConfig, script: startup.RenderedScript | None = None) ->
         # The VMs boot into the script at once: NAT, firewall, bucket grants must exist first.
         opts=pulumi.ResourceOptions(depends_on=[services, network, bucket, service_account, release]),
     )
-    pulumi.Output.all(queued_resource.ready, queued_resource.statusMessage, queued_resource.released).apply(
+    pulumi.Output.all(queued_resource.ready, queued_resource.statusMessage, queued_resource.deletedOnComplete).apply(
         _require_ready
     )
 

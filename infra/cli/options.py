@@ -95,9 +95,12 @@ def load_config(stack: str, config_file: Path | None):
     from infra.config import StackConfigError, load_stack, load_stack_file
 
     try:
-        return load_stack_file(config_file) if config_file else load_stack(stack)
+        config = load_stack_file(config_file) if config_file else load_stack(stack)
     except StackConfigError as err:
         raise fail(str(err)) from None
+    for warning in config.deprecation_warnings:
+        err_console.print(Text.assemble(("warning:", "bold yellow"), " ", warning), soft_wrap=True)
+    return config
 
 
 def state_root() -> Path:

@@ -21,13 +21,13 @@ DATA_ROLE = "roles/storage.objectViewer"
 #: The only project-level roles: write log entries and metric points.
 PROJECT_ROLES = ("roles/logging.logWriter", "roles/monitoring.metricWriter")
 #: The permissions of the custom role that lets worker 0 delete the queued resource when the
-#: run completes (``multislice:queuedResource.releaseOnComplete``). Cloud TPU authorizes
+#: run completes (``multislice:queuedResource.deleteOnComplete``). Cloud TPU authorizes
 #: ``projects.locations.queuedResources.delete`` with ``tpu.nodes.delete`` (the method's "IAM
 #: Permissions": https://cloud.google.com/tpu/docs/reference/rest/v2/projects.locations.queuedResources/delete;
 #: there is no ``tpu.queuedResources.*`` permission: https://cloud.google.com/iam/docs/roles-permissions/tpu),
 #: and the force delete of its nodes is part of that call. The narrowest predefined role with
 #: it, ``roles/tpu.editor``, also creates, starts, stops and resets TPUs, hence a custom role.
-RELEASE_PERMISSIONS = ("tpu.nodes.delete",)
+DELETE_PERMISSIONS = ("tpu.nodes.delete",)
 
 
 #: The component's type token before it was renamed from ``Identity``; the alias keeps the
@@ -52,8 +52,8 @@ class ServiceAccountArgs(StrictModel):
     stack: str
     project: str
     data_bucket: str | None = None
-    #: Grant :data:`RELEASE_PERMISSIONS` (``multislice:queuedResource.releaseOnComplete``).
-    release_on_complete: bool = False
+    #: Grant :data:`DELETE_PERMISSIONS` (``multislice:queuedResource.deleteOnComplete``).
+    delete_on_complete: bool = False
 
 
 class ServiceAccount(pulumi.ComponentResource):
@@ -61,8 +61,8 @@ class ServiceAccount(pulumi.ComponentResource):
 
     Grants: :data:`CHECKPOINT_ROLE` on the checkpoint bucket only; :data:`DATA_ROLE` on the
     training-data bucket only when the trainer reads ``gs://`` data; :data:`PROJECT_ROLES`
-    (log and metric writing) on the project; with ``release_on_complete``, a custom role of
-    :data:`RELEASE_PERMISSIONS` alone on the project (:func:`release_role_id`): worker 0
+    (log and metric writing) on the project; with ``delete_on_complete``, a custom role of
+    :data:`DELETE_PERMISSIONS` alone on the project (:func:`delete_role_id`): worker 0
     deletes the queued resource when the run completes. Nothing else project-wide: no
     editor, no storage admin, no TPU admin.
 
@@ -114,23 +114,23 @@ class ServiceAccount(pulumi.ComponentResource):
                     opts=child,
                 )
             )
-        self.release_role: gcp.projects.IAMCustomRole | None = None
-        if args.release_on_complete:
-            self.release_role = gcp.projects.IAMCustomRole(
-                f"{name}-release-role",
+        self.delete_role: gcp.projects.IAMCustomRole | None = None
+        if args.delete_on_complete:
+            self.delete_role = gcp.projects.IAMCustomRole(
+                f"{name}-delete-role",
                 project=args.project,
-                role_id=release_role_id(args.stack),
-                title=f"Multislice {args.stack}: release the queued resource",
+                role_id=delete_role_id(args.stack),
+                title=f"Multislice {args.stack}: delete the queued resource on complete",
                 description="Lets the stack's TPU VMs delete their queued resource once the run is complete "
-                "(multislice:queuedResource.releaseOnComplete).",
-                permissions=list(RELEASE_PERMISSIONS),
+                "(multislice:queuedResource.deleteOnComplete).",
+                permissions=list(DELETE_PERMISSIONS),
                 opts=child,
             )
             self.grants.append(
                 gcp.projects.IAMMember(
-                    f"{name}-release-on-complete",
+                    f"{name}-delete-on-complete",
                     project=args.project,
-                    role=self.release_role.name,
+                    role=self.delete_role.name,
                     member=self.member,
                     opts=child,
                 )
@@ -138,8 +138,8 @@ class ServiceAccount(pulumi.ComponentResource):
         self.register_outputs({"email": self.email, "member": self.member})
 
 
-def release_role_id(stack: str) -> str:
-    """Id of the stack's custom release role: ``multisliceRelease_<stack>`` with ``-`` as
+def delete_role_id(stack: str) -> str:
+    """Id of the stack's custom delete-on-complete role: ``multisliceDeleteOnComplete_<stack>`` with ``-`` as
     ``_`` (a custom role id holds letters, digits, ``_`` and ``.``, 3–64 characters:
     https://cloud.google.com/iam/docs/reference/rest/v1/projects.roles/create)."""
-    return f"multisliceRelease_{stack.replace('-', '_')}"
+    return f"multisliceDeleteOnComplete_{stack.replace('-', '_')}"

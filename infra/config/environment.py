@@ -257,6 +257,11 @@ class BucketSettings(_Settings):
         return self
 
 
+#: The key ``multislice:queuedResource.deleteOnComplete`` had before "release" came to mean a
+#: software release only; read as its deprecated alias.
+FORMER_DELETE_ON_COMPLETE_KEY = "releaseOnComplete"
+
+
 class QueuedResourceSettings(_Settings):
     """``multislice:queuedResource``: how the queued resource is requested and waited for."""
 
@@ -279,15 +284,28 @@ class QueuedResourceSettings(_Settings):
         alias="validUntil",
         description="Queueing policy valid_until_duration: the API fails the request after it.",
     )
-    #: None: on for spot and on-demand capacity, off for reserved (``StackConfig.release_on_complete``).
-    release_on_complete: bool | None = Field(
+    #: None: on for spot and on-demand capacity, off for reserved (``StackConfig.delete_on_complete``).
+    delete_on_complete: bool | None = Field(
         default=None,
-        alias="releaseOnComplete",
+        alias="deleteOnComplete",
         description="Worker 0 of slice 0 deletes the queued resource once the run is COMPLETE (docs/deploying.md).",
+    )
+    #: The former spelling of ``deleteOnComplete`` (same meaning), still read: a stack that
+    #: uses it gets a warning naming the new key (``StackConfig.deprecation_warnings``).
+    delete_on_complete_former_key: bool | None = Field(
+        default=None,
+        alias=FORMER_DELETE_ON_COMPLETE_KEY,
+        description="Deprecated spelling of deleteOnComplete.",
     )
 
     @model_validator(mode="after")
     def _bounds(self) -> QueuedResourceSettings:
         if self.valid_until is not None and self.valid_until < 600:
             raise invalid("validUntil", f"{self.valid_until}s is shorter than 10 minutes; allow the queue time to work")
+        if self.delete_on_complete is not None and self.delete_on_complete_former_key is not None:
+            raise invalid(
+                FORMER_DELETE_ON_COMPLETE_KEY,
+                f"the deprecated spelling of deleteOnComplete; both {FORMER_DELETE_ON_COMPLETE_KEY} and "
+                f"deleteOnComplete are set: keep only deleteOnComplete",
+            )
         return self

@@ -41,7 +41,12 @@ from typing import Annotated, Any, Literal
 from pydantic import BeforeValidator, Field, field_validator, model_validator
 
 from infra import accelerators, bucket_location as locations, naming
-from infra.config.environment import BucketSettings, NetworkSettings, QueuedResourceSettings
+from infra.config.environment import (
+    FORMER_DELETE_ON_COMPLETE_KEY,
+    BucketSettings,
+    NetworkSettings,
+    QueuedResourceSettings,
+)
 from training.config import TrainConfig
 from training.validation import StrictModel, invalid
 
@@ -321,13 +326,25 @@ class StackConfig(StrictModel):
         return PRODUCTION_SOFT_DELETE_DAYS if self.is_production else 0
 
     @property
-    def release_on_complete(self) -> bool:
-        """``multislice:queuedResource.releaseOnComplete``, else on for ``spot`` and ``on-demand``
+    def delete_on_complete(self) -> bool:
+        """``multislice:queuedResource.deleteOnComplete``, else on for ``spot`` and ``on-demand``
         capacity (billed while it exists) and off for ``reserved`` (the reservation is paid for
         whether or not a queued resource holds it)."""
-        if self.queued_resource.release_on_complete is not None:
-            return self.queued_resource.release_on_complete
+        for value in (self.queued_resource.delete_on_complete, self.queued_resource.delete_on_complete_former_key):
+            if value is not None:
+                return value
         return self.capacity != "reserved"
+
+    @property
+    def deprecation_warnings(self) -> list[str]:
+        """Deprecated keys the stack uses, each with its replacement (``pulumi preview`` and the
+        ``multislice`` commands that load the stack print each)."""
+        if self.queued_resource.delete_on_complete_former_key is None:
+            return []
+        return [
+            f"multislice:queuedResource.{FORMER_DELETE_ON_COMPLETE_KEY} is deprecated: rename it to "
+            "multislice:queuedResource.deleteOnComplete (same meaning)"
+        ]
 
     @property
     def effective_runtime_version(self) -> str:

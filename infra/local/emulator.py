@@ -8,7 +8,7 @@ runs on Cloud TPU:
   own loopback metadata server (infra.local.metadata) answering the keys a real TPU VM of
   the stack has (``infra.local.topology``);
 * ``chips per host`` CPU devices per VM (``JAX_NUM_CPU_DEVICES``), ``JAX_PLATFORMS=cpu``;
-* only the environment step differs: ``MULTISLICE_PYTHON`` points the script at this
+* only the venv step differs: ``MULTISLICE_PYTHON`` points the script at this
   machine's virtualenv instead of building one;
 * the checkpoint bucket is the stack's, ``StackConfig.bucket_name``, served by a loopback
   Cloud Storage (``infra.local.gcs``, one per stack, persistent under the stack's state
@@ -16,9 +16,9 @@ runs on Cloud TPU:
   ``gs://<bucket>/runs/<run name>``, and the environment that points the trainer's storage
   clients at the server. The emulator reads the run through the same API.
 
-With ``multislice:queuedResource.releaseOnComplete`` worker 0 of slice 0 deletes the queued
+With ``multislice:queuedResource.deleteOnComplete`` worker 0 of slice 0 deletes the queued
 resource once the run is complete, through a loopback Cloud TPU API (``infra.local.tpu_api``);
-the emulator then records it as released and stops the VMs still running.
+the emulator then records the deletion and stops the VMs still running.
 
 It injects faults (infra.local.faults) when training reports the given step, then repairs
 like Cloud TPU auto-repair: the failed slice is recreated (its VMs get fresh disks), every
@@ -38,8 +38,7 @@ import dataclasses
 import signal
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator
-from pathlib import Path
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from infra.config import StackConfig
@@ -48,12 +47,12 @@ from infra.local.faults import Fault, FaultSchedule
 from infra.local.gcs import GcsServer, GcsServerError, bucket_name_error, point_clients_at
 from infra.local.metadata import MetadataServer
 from infra.local.ports import free_port
-from infra.local.progress import BootLines, ProgressSample, ProgressTail
+from infra.local.progress import BootLines, ProgressSample, ProgressTail, RunReporter
 from infra.local.state import EMULATION_ID_ENV, LocalPaths
-from infra.local.supervisor import GroupFailed, ProcessGroup
-from infra.local.tails import MetricsTail, RecordTail, last_lines
-from infra.local.tpu_api import NODE_DELETE_DELAY_S, Release
-from infra.local.vm import EmulatedVM
+from infra.local.supervisor import GroupFailed
+from infra.local.tails import MetricsTail, RecordTail, indented_tail
+from infra.local.tpu_api import NODE_DELETE_DELAY_S, DeleteOnComplete
+from infra.local.vm import EmulatedVM, process_groups
 from training.run_dir import RunDir
 
 #: Seconds :meth:`LocalQueuedResource.shutdown` gives the VMs between SIGTERM and SIGKILL.
@@ -112,11 +111,9 @@ class LocalQueuedResource:
         self.paths = paths
         self.startup_script = startup_script
         self.report = report
-        self.on_progress = progress
+        #: What the run shows while it goes on: events, the first VM's boot lines, progress.
+        self.reporter = RunReporter(report, progress)
         self.emulation_id = emulation_id or uuid.uuid4().hex
-        self._events: RecordTail | None = None
-        self._boot_lines: BootLines | None = None
-        self._following_boot = True  # reporting boot lines until training starts
         self.vms: list[EmulatedVM] = []
         self.servers: list[MetadataServer] = []
         self.repairs = 0
@@ -125,8 +122,8 @@ class LocalQueuedResource:
             paths.gcs_root, paths.gcs_log, port=gcs_port, env={EMULATION_ID_ENV: self.emulation_id}
         )
         self._restore_env: Callable[[], None] = lambda: None
-        #: releaseOnComplete: the emulated TPU API and the record of the release.
-        self.release = Release(config, paths)
+        #: deleteOnComplete: the emulated TPU API and the record of the deletion.
+        self.delete_on_complete = DeleteOnComplete(config, paths)
         #: The run directory, read by this process through :attr:`storage`.
         self.run_dir = RunDir(config.run_dir)
 
@@ -181,7 +178,7 @@ class LocalQueuedResource:
 
     def create(self) -> None:
         """Create the queued resource (its TPU API served) and VMs (one metadata server each)."""
-        self.release.start()
+        self.delete_on_complete.start()
         for slice_id, node in enumerate(self.config.node_ids):
             for worker in range(self.config.accelerator.hosts):
                 server = MetadataServer({})
@@ -211,7 +208,7 @@ class LocalQueuedResource:
                 storage_env=self.storage.client_env(),
                 bytecode_dir=self.paths.bytecode_dir,
             )
-            | self.release.environment()
+            | self.delete_on_complete.environment()
         )
         for vm in self.vms:
             vm.metadata.update(
@@ -231,7 +228,7 @@ class LocalQueuedResource:
         of the struck attempt is gone, before the reboot)."""
         # The emulator polls the metrics log, so training may already be past the fault's step
         # (a fast step, a loaded machine); the report says where training actually was.
-        targets = _groups(vm for vm in self.vms if vm.slice_id == fault.slice_id)
+        targets = process_groups(vm for vm in self.vms if vm.slice_id == fault.slice_id)
         how = "SIGTERM, then SIGKILL after grace" if fault.kind == "preempt" else "SIGKILL"
         self.report(f"fault: {fault} ({how}; training had reported step {observed_step})")
         self.faults_fired.append(str(fault))
@@ -246,27 +243,29 @@ class LocalQueuedResource:
         wiped), restart every other slice (SIGTERM, ``reboot_grace_s``, SIGKILL), then call
         ``settle`` (no process of the old attempt is left to write a record) and boot all."""
         others = sorted({vm.slice_id for vm in self.vms if vm.slice_id != failed_slice})
-        self._drain_events()
+        self.reporter.drain()
         self.report(
             f"repair: recreating slice {failed_slice}"
             + (f", restarting slice(s) {', '.join(map(str, others))}" if others else "")
         )
         failed = [vm for vm in self.vms if vm.slice_id == failed_slice]
-        supervisor.kill_groups(_groups(failed))
+        supervisor.kill_groups(process_groups(failed))
         for vm in failed:
             vm.wipe_disk()
-        supervisor.stop_groups(_groups(vm for vm in self.vms if vm.slice_id != failed_slice), options.reboot_grace_s)
+        supervisor.stop_groups(
+            process_groups(vm for vm in self.vms if vm.slice_id != failed_slice), options.reboot_grace_s
+        )
         settle()
         self.repairs += 1
         self.boot_all(options)
 
     def stop_vms(self) -> None:
         """Stop every VM (SIGTERM, short grace, SIGKILL), metadata server and the TPU API."""
-        supervisor.stop_groups(_groups(self.vms), SHUTDOWN_GRACE_S)
+        supervisor.stop_groups(process_groups(self.vms), SHUTDOWN_GRACE_S)
         for server in self.servers:
             server.stop()
         self.servers.clear()
-        self.release.stop()
+        self.delete_on_complete.stop()
 
     def shutdown(self) -> None:
         """Stop every VM and metadata server, then the storage server; forget the state file."""
@@ -299,7 +298,7 @@ class LocalQueuedResource:
         start = time.monotonic()
         tail = ProgressTail(self.run_dir)
         tail.poll()
-        events = self._events = RecordTail(self.run_dir, "events")
+        events = self.reporter.events = RecordTail(self.run_dir, "events")
         events.poll()
         total = self.config.training.steps
         schedule = FaultSchedule(options.faults, run_step=tail.last_step)
@@ -312,12 +311,12 @@ class LocalQueuedResource:
                 f"worker(s) of {self.config.accelerator_type}, "
                 f"{self.config.accelerator.chips_per_host} CPU devices each"
             )
-            self._boot_lines = BootLines(self.vms[0].name, self.vms[0].log_path)
+            self.reporter.boot_lines = BootLines(self.vms[0].name, self.vms[0].log_path)
             self.boot_all(options)
             self._supervise(options, schedule, tail, events, start)
         finally:
             self.stop_vms()
-        self.report(self.release.line())
+        self.report(self.delete_on_complete.line())
         from infra.local import summary as summary_lib  # reads checkpoints: jax, orbax
 
         result = summary_lib.summarize(self.run_dir, total)
@@ -326,7 +325,7 @@ class LocalQueuedResource:
                 "wall_seconds": round(time.monotonic() - start, 3),
                 "repairs": self.repairs,
                 "faults": self.faults_fired,
-                "capacity": self.release.outcome,
+                "capacity": self.delete_on_complete.outcome,
                 "logs_dir": str(self.paths.logs_dir),
             }
         )
@@ -350,10 +349,10 @@ class LocalQueuedResource:
                     raise self.storage_stopped() from None
                 raise
             for event in new_events:
-                self._report_event(event)
-            self._report_boot_lines()
+                self.reporter.event(event)
+            self.reporter.boot()
             if tail.last_step != last_report_step:
-                self._progress(tail, last_report_step, self.config.training.steps)
+                self.reporter.progress(tail, last_report_step, self.config.training.steps, self.repairs)
                 last_report_step = tail.last_step
             return new_events, new_metrics
 
@@ -368,20 +367,20 @@ class LocalQueuedResource:
                 raise self.storage_stopped()
             schedule.observe(*read())
             reached = schedule.attempt_step or 0
-            fault = schedule.due() if not self.release.deleted else None  # a deleted QR is not repaired
+            fault = schedule.due() if not self.delete_on_complete.deleted else None  # a deleted QR is not repaired
             if fault is not None:
                 self.inject(fault, options, reached, settle)
                 tail.last_change = time.monotonic()
                 continue
             try:
-                if supervisor.check_groups(_groups(self.vms)):
+                if supervisor.check_groups(process_groups(self.vms)):
                     return
-                if self.release.delete_nodes(self.vms, options.node_delete_delay_s, self.report):
+                if self.delete_on_complete.delete_nodes(self.vms, options.node_delete_delay_s, self.report):
                     return
             except GroupFailed as failed:
                 raise EmulationError(
                     f"{failed.group.name} stopped with exit status {failed.code}; its log: {failed.group.log_path}\n"
-                    + _indented_tail(failed.group.log_path)
+                    + indented_tail(failed.group.log_path)
                 ) from None
             now = time.monotonic()
             if now - start > options.timeout_s:
@@ -392,67 +391,5 @@ class LocalQueuedResource:
                 first = self.vms[0]
                 raise EmulationError(
                     f"no training progress for {options.stall_timeout_s:.0f} s (last step {tail.last_step}); "
-                    f"logs: {self.paths.logs_dir}; the end of {first.name}'s log:\n" + _indented_tail(first.log_path)
+                    f"logs: {self.paths.logs_dir}; the end of {first.name}'s log:\n" + indented_tail(first.log_path)
                 )
-
-    def _report_event(self, event: dict[str, Any]) -> None:
-        kind, step = event.get("event"), event.get("step")
-        if kind == "start":
-            how = "resumed from the checkpoint of step" if event.get("restored") else "started at step"
-            self.report(f"training {how} {step} ({event.get('processes')} processes, {event.get('devices')} devices)")
-        elif kind == "checkpoint" and event.get("preemption"):
-            self.report(f"preemption checkpoint saved at step {step}")
-        elif kind == "preempted":
-            self.report(f"training stopped after the preemption checkpoint of step {step}")
-        elif kind == "restore_fallback":
-            self.report(
-                f"restore fell back from the checkpoint of step {event.get('tried')} ({event.get('path')}): "
-                f"{event.get('reason')}; resuming from step {step}"
-            )
-
-    def _drain_events(self) -> None:
-        """Report the events written so far (e.g. the preemption checkpoint a fault caused)
-        before what follows them (the repair): events print in causal order. Boot lines are
-        followed again for the next boot."""
-        if self._events is not None:
-            for event in self._events.poll():
-                self._report_event(event)
-        if self._boot_lines is not None:
-            self._boot_lines.poll()  # skip the stopped boot's last lines
-            self._following_boot = True
-
-    def _report_boot_lines(self) -> None:
-        """Until training starts, the first VM's boot-phase lines as they are written."""
-        if self._boot_lines is None:
-            return
-        lines = self._boot_lines.poll()
-        if self._following_boot:
-            for line in lines:
-                self.report(f"{self._boot_lines.name}: {line}")
-                if line.startswith("training: starting at step"):
-                    self._following_boot = False
-
-    def _progress(self, tail: MetricsTail, previous_step: int, total: int) -> None:
-        """Report progress: to ``progress`` at each new step seen, else a line each time
-        training passes a tenth of the run (records arrive one sync window at a time) and at
-        the last step."""
-        if self.on_progress is not None:
-            self.on_progress(
-                ProgressSample(
-                    tail.last_step, total, tail.last_loss, getattr(tail, "last_tokens_per_s", None), self.repairs
-                )
-            )
-            return
-        every = max(1, total // 10)
-        if tail.last_step // every != previous_step // every or tail.last_step == total:
-            self.report(f"step {tail.last_step}/{total}  loss {tail.last_loss:.4f}")
-
-
-def _groups(vms: Iterable[EmulatedVM]) -> list[ProcessGroup]:
-    """The process groups of the VMs that have booted."""
-    return [vm.group for vm in vms if vm.group is not None]
-
-
-def _indented_tail(log: Path, lines: int = 15) -> str:
-    """The end of a VM's log, indented under the error message ("" if there is none)."""
-    return "\n".join("    " + line for line in last_lines(log, lines) or [])

@@ -172,6 +172,7 @@ def train(resource, options, fresh: bool, say: Callable[[str], None]) -> Outcome
     """``local up`` once the stack's storage serves (inside ``resource.running()``): discard
     (``--fresh``) or report a finished run, else train."""
     from infra.local import state as local_state, summary
+    from infra.local.tpu_api import DELETED, KEPT
     from infra.status.clock import clock
     from training.checkpointing import is_complete
 
@@ -181,12 +182,12 @@ def train(resource, options, fresh: bool, say: Callable[[str], None]) -> Outcome
             say(f"--fresh: discarded the previous run of stack {config.stack!r}")
     elif is_complete(run_dir, total):
         # Converged, as the provider treats a QR gone after its run completed: nothing is created.
-        released = local_state.read_release(resource.paths)
+        deleted = local_state.read_deletion(resource.paths)
         result = summary.summarize(run_dir, total) | {
             "wall_seconds": _seconds_since_start(),
-            "capacity": "released" if released else "kept",
+            "capacity": DELETED if deleted else KEPT,
         }
-        how = f"its queued resource was released at {clock(released.get('released_at'))}; " if released else ""
+        how = f"its queued resource was deleted at {clock(deleted.get('deleted_at'))}; " if deleted else ""
         say(f"run {run_dir} is already complete; nothing to do ({how}use --fresh to start over)")
         if options.faults:
             say("note: the requested faults were not injected: the run is complete")
@@ -214,7 +215,7 @@ def train(resource, options, fresh: bool, say: Callable[[str], None]) -> Outcome
                 "wall_seconds": _seconds_since_start(),
                 "repairs": resource.repairs,
                 "faults": resource.faults_fired,
-                "capacity": resource.release.outcome,
+                "capacity": resource.delete_on_complete.outcome,
                 "logs_dir": str(resource.paths.logs_dir),
             }
         )

@@ -1,12 +1,15 @@
 """What ``multislice local up`` shows while a run goes on: boot phases and training progress.
 
 * :class:`BootLines`: the boot-phase lines of one emulated VM's console log as they are
-  written (the startup script's ``boot:``, ``release:``, ``environment:``, ``trainer:`` lines
+  written (the startup script's ``boot:``, ``release:``, ``venv:``, ``trainer:`` lines
   and the trainer's INFO lines until the first step: ``jax.distributed.initialize``, the data,
   the mesh), so the minute between "booting" and "training started" is not silent.
 * :class:`ProgressTail`: the ``metrics`` log tail (:class:`infra.local.tails.MetricsTail`)
   that also keeps the trainer's newest ``tokens_per_s``.
 * :class:`ProgressSample`: one progress observation (step / total, loss, tokens/s, restarts).
+* :class:`RunReporter`: what the emulator reports as the run goes on: the trainer's events
+  (start, resume, preemption checkpoint, restore fallback), the first VM's boot lines until
+  training starts, and progress.
 * :func:`plain_reporter` (no terminal: one unwrapped line per sync window, at most every
   ``min_interval_s`` and at every tenth of the run) and :func:`live_reporter` (a terminal: a
   rich progress bar with step/total, loss, tokens/s, ETA and restarts;
@@ -22,12 +25,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from infra.local.tails import MetricsTail
+from infra.local.tails import MetricsTail, RecordTail
 
 #: A boot-phase line of the console log: the startup script's phases and the trainer's INFO
 #: lines (``HH:MM:SS INFO [pN] training...: text``), after the ``[slice S worker W] `` prefix.
 _PHASE = re.compile(
-    r"^(?:(?P<phase>(?:boot|release|environment|trainer|error|warning): .*)"
+    r"^(?:(?P<phase>(?:boot|release|venv|trainer|error|warning): .*)"
     r"|\d\d:\d\d:\d\d (?:INFO|WARNING|ERROR) \[p\d+\] (?P<trainer>training[\w.]*: .*))$"
 )
 
@@ -102,6 +105,79 @@ class ProgressSample:
             parts.append(f"{self.tokens_per_s:,.0f} tokens/s")
         parts.append(f"restarts {self.restarts}")
         return "  ".join(parts)
+
+
+class RunReporter:
+    """Reports a run of ``multislice local up`` as it goes on, through ``report``.
+
+    Args:
+      report: ``(line) -> None``.
+      progress: ``(ProgressSample) -> None`` at each new training step seen (None: a
+        ``report`` line at each tenth of the run).
+
+    The emulator sets :attr:`events` (the run's events log) and :attr:`boot_lines` (the first
+    VM's console log) once they exist.
+    """
+
+    def __init__(self, report: Callable[[str], None], progress: Callable[[ProgressSample], None] | None = None):
+        self.report = report
+        self.on_progress = progress
+        self.events: RecordTail | None = None
+        self.boot_lines: BootLines | None = None
+        self.following_boot = True  # reporting boot lines until training starts
+
+    def event(self, event: dict[str, Any]) -> None:
+        """One record of the events log, as a line (events without one are not reported)."""
+        kind, step = event.get("event"), event.get("step")
+        if kind == "start":
+            how = "resumed from the checkpoint of step" if event.get("restored") else "started at step"
+            self.report(f"training {how} {step} ({event.get('processes')} processes, {event.get('devices')} devices)")
+        elif kind == "checkpoint" and event.get("preemption"):
+            self.report(f"preemption checkpoint saved at step {step}")
+        elif kind == "preempted":
+            self.report(f"training stopped after the preemption checkpoint of step {step}")
+        elif kind == "restore_fallback":
+            self.report(
+                f"restore fell back from the checkpoint of step {event.get('tried')} ({event.get('path')}): "
+                f"{event.get('reason')}; resuming from step {step}"
+            )
+
+    def drain(self) -> None:
+        """Report the events written so far (e.g. the preemption checkpoint a fault caused)
+        before what follows them (the repair): events print in causal order. Boot lines are
+        followed again for the next boot."""
+        if self.events is not None:
+            for event in self.events.poll():
+                self.event(event)
+        if self.boot_lines is not None:
+            self.boot_lines.poll()  # skip the stopped boot's last lines
+            self.following_boot = True
+
+    def boot(self) -> None:
+        """Until training starts, the first VM's boot-phase lines as they are written."""
+        if self.boot_lines is None:
+            return
+        lines = self.boot_lines.poll()
+        if self.following_boot:
+            for line in lines:
+                self.report(f"{self.boot_lines.name}: {line}")
+                if line.startswith("training: starting at step"):
+                    self.following_boot = False
+
+    def progress(self, tail: MetricsTail, previous_step: int, total: int, restarts: int) -> None:
+        """Report progress: to ``progress`` at each new step seen, else a line each time
+        training passes a tenth of the run (records arrive one sync window at a time) and at
+        the last step."""
+        if self.on_progress is not None:
+            self.on_progress(
+                ProgressSample(
+                    tail.last_step, total, tail.last_loss, getattr(tail, "last_tokens_per_s", None), restarts
+                )
+            )
+            return
+        every = max(1, total // 10)
+        if tail.last_step // every != previous_step // every or tail.last_step == total:
+            self.report(f"step {tail.last_step}/{total}  loss {tail.last_loss:.4f}")
 
 
 def plain_reporter(report: Callable[[str], None], min_interval_s: float = 10.0) -> Callable[[ProgressSample], None]:

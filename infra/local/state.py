@@ -14,11 +14,11 @@
   storage server), the VMs' process groups and the storage server's URL, so that
   ``multislice local down`` can stop a run whose emulator died and ``multislice local
   status`` can read a running one;
-* ``released.json``: the emulated queued resource was deleted by its worker 0 of slice 0 once
-  the run completed (``releaseOnComplete``; ``infra.local.tpu_api``): its resource name, when
+* ``deleted.json``: the emulated queued resource was deleted by its worker 0 of slice 0 once
+  the run completed (``deleteOnComplete``; ``infra.local.tpu_api``): its resource name, when
   (seconds since the epoch) and the run directory. Written when the emulated TPU API accepts
   the delete, removed when ``local up`` creates the queued resource again (a new run, or more
-  steps); ``multislice local status`` reports it as ``RELEASED``.
+  steps); ``multislice local status`` reports it as ``DELETED``.
 """
 
 from __future__ import annotations
@@ -65,8 +65,8 @@ class LocalPaths:
         return self.root / "logs"
 
     @property
-    def release_file(self) -> Path:
-        return self.root / "released.json"
+    def deletion_file(self) -> Path:
+        return self.root / "deleted.json"
 
     @property
     def bytecode_dir(self) -> Path:
@@ -140,28 +140,28 @@ def forget_state(paths: LocalPaths) -> None:
     paths.state_file.unlink(missing_ok=True)
 
 
-def record_release(paths: LocalPaths, queued_resource: str, run_dir: str) -> None:
+def record_deletion(paths: LocalPaths, queued_resource: str, run_dir: str) -> None:
     """Record that the emulated queued resource ``queued_resource`` (its resource name) was
     deleted now, after the run in ``run_dir`` completed (atomically: temporary file, rename)."""
-    record = {"queued_resource": queued_resource, "released_at": round(time.time(), 3), "run_dir": run_dir}
-    tmp = paths.release_file.with_suffix(f".{os.getpid()}.tmp")
+    record = {"queued_resource": queued_resource, "deleted_at": round(time.time(), 3), "run_dir": run_dir}
+    tmp = paths.deletion_file.with_suffix(f".{os.getpid()}.tmp")
     tmp.write_text(json.dumps(record, indent=2))
-    tmp.replace(paths.release_file)
+    tmp.replace(paths.deletion_file)
 
 
-def read_release(paths: LocalPaths) -> dict[str, Any] | None:
-    """The release record (:func:`record_release`), or None: the emulated queued resource was
-    not released (or the record is unreadable)."""
+def read_deletion(paths: LocalPaths) -> dict[str, Any] | None:
+    """The deletion record (:func:`record_deletion`), or None: the emulated queued resource was
+    not deleted (or the record is unreadable)."""
     try:
-        record = json.loads(paths.release_file.read_text())
+        record = json.loads(paths.deletion_file.read_text())
     except (FileNotFoundError, json.JSONDecodeError):
         return None
     return record if isinstance(record, dict) else None
 
 
-def forget_release(paths: LocalPaths) -> None:
-    """The queued resource is created again: it is no longer released."""
-    paths.release_file.unlink(missing_ok=True)
+def forget_deletion(paths: LocalPaths) -> None:
+    """The queued resource is created again: it is no longer deleted."""
+    paths.deletion_file.unlink(missing_ok=True)
 
 
 def emulator_alive(state: dict[str, Any]) -> bool:

@@ -74,3 +74,8 @@ def last_lines(path: Path, lines: int) -> list[str] | None:
         return path.read_text(errors="replace").splitlines()[-lines:]
     except OSError:
         return None
+
+
+def indented_tail(log: Path, lines: int = 15) -> str:
+    """The end of a VM's log, indented under an error message ("" if there is none)."""
+    return "\n".join("    " + line for line in last_lines(log, lines) or [])

@@ -11,9 +11,9 @@ same keys (``infra.local.metadata``), with the values a real TPU VM of the stack
 * ``accelerator-type``, ``startup-script``, and this project's ``multislice-run-dir``: the
   stack's ``gs://<bucket>/runs/<run>``, as ``pulumi up`` sets it; the emulated Cloud Storage
   serves it (``infra.local.gcs``), found through the environment (:func:`vm_environment`);
-* with ``multislice:queuedResource.releaseOnComplete``, ``multislice-release-queued-resource``:
+* with ``multislice:queuedResource.deleteOnComplete``, ``multislice-delete-queued-resource``:
   the queued resource's name, from the same function as ``pulumi up``
-  (:func:`infra.startup.contract.release_metadata`); worker 0 of slice 0 deletes it
+  (:func:`infra.startup.contract.delete_on_complete_metadata`); worker 0 of slice 0 deletes it
   through the emulated TPU API once the run is complete (``infra.local.tpu_api``).
 
 The node (slice) names are the stack's real ones, :attr:`infra.config.StackConfig.node_ids`,
@@ -66,7 +66,7 @@ def vm_metadata(
             startup_script=startup_script,
             run_dir=run_dir,
             queued_resource_name=config.queued_resource_name,
-            release_on_complete=config.release_on_complete,
+            delete_on_complete=config.delete_on_complete,
         ),
     }
 

@@ -1,13 +1,13 @@
-"""releaseOnComplete in the local emulation: a loopback Cloud TPU API that serves the one call
+"""deleteOnComplete in the local emulation: a loopback Cloud TPU API that serves the one call
 the VMs make, and what the emulated queued resource does when it is deleted.
 
 On Cloud TPU, once the run is complete, worker 0 of slice 0 deletes the queued resource named
-by its metadata attribute ``multislice-release-queued-resource`` (``infra/startup/release_on_complete.sh``,
+by its metadata attribute ``multislice-delete-queued-resource`` (``infra/startup/delete_on_complete.sh``,
 docs/deploying.md) with the VM's service-account token. The emulation does the same:
 
 * the VMs get the attribute exactly as ``pulumi up`` sets it
-  (:func:`infra.startup.contract.release_metadata`: only with
-  ``multislice:queuedResource.releaseOnComplete``), the token from their emulated metadata
+  (:func:`infra.startup.contract.delete_on_complete_metadata`: only with
+  ``multislice:queuedResource.deleteOnComplete``), the token from their emulated metadata
   server (:data:`infra.local.metadata.EMULATED_TOKEN`), and ``MULTISLICE_TPU_API_ENDPOINT``
   pointing at :class:`EmulatedTpuApi` on 127.0.0.1 (always: an emulated VM never reaches
   Google's API);
@@ -19,16 +19,16 @@ docs/deploying.md) with the VM's service-account token. The emulation does the s
   deleted when the answer is sent. Refusals are ``google.rpc.Status`` JSON with the HTTP code of
   its status (https://cloud.google.com/apis/design/errors#http_mapping): another method 405;
   another path, another queued resource or one already deleted 404 ``NOT_FOUND``; a missing or
-  wrong bearer token 401 ``UNAUTHENTICATED``; with releaseOnComplete off 403
+  wrong bearer token 401 ``UNAUTHENTICATED``; with deleteOnComplete off 403
   ``PERMISSION_DENIED`` (the VMs' service account then has no ``tpu.nodes.delete``); without
   ``force=true`` 400 ``FAILED_PRECONDITION`` (the reference: without force the queued resource
   is deleted only once its nodes are, and the emulated one has running VMs);
-* :class:`Release` records the deletion in the stack's state (``released.json``,
-  :func:`infra.local.state.record_release`; ``multislice local status`` reports ``RELEASED``)
+* :class:`DeleteOnComplete` records the deletion in the stack's state (``deleted.json``,
+  :func:`infra.local.state.record_deletion`; ``multislice local status`` reports ``DELETED``)
   and tells the emulator to stop the VMs still running :data:`NODE_DELETE_DELAY_S` after it
   (the force delete deletes the nodes). ``local up``'s summary says ``capacity``:
-  ``released`` (the queued resource was deleted on completion) or ``kept`` (it was not:
-  releaseOnComplete off; on Cloud TPU it stays, and is billed, until ``pulumi destroy``).
+  ``deleted`` (the queued resource was deleted on completion) or ``kept`` (it was not:
+  deleteOnComplete off; on Cloud TPU it stays, and is billed, until ``pulumi destroy``).
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ from infra.local.loopback_http import LoopbackServer
 from infra.local.metadata import EMULATED_TOKEN
 from infra.local.state import LocalPaths
 from infra.local.vm import EmulatedVM
-from infra.startup.contract import RELEASE_KEY, TPU_API_ENDPOINT_ENV, release_metadata
+from infra.startup.contract import DELETE_QUEUED_RESOURCE_KEY, TPU_API_ENDPOINT_ENV, delete_on_complete_metadata
 
 #: ``/v2/<queued resource name>``, the path of queuedResources.delete.
 DELETE_PATH = re.compile(r"^/v2/(?P<name>projects/[^/]+/locations/[^/]+/queuedResources/[^/]+)$")
@@ -59,7 +59,7 @@ NODE_DELETE_DELAY_S = 30.0
 #: Seconds between SIGTERM and SIGKILL for those VMs.
 STOP_GRACE_S = 5.0
 #: ``summary["capacity"]`` values.
-RELEASED, KEPT = "released", "kept"
+DELETED, KEPT = "deleted", "kept"
 _HTTP = {"FAILED_PRECONDITION": 400, "UNAUTHENTICATED": 401, "PERMISSION_DENIED": 403, "NOT_FOUND": 404}
 
 
@@ -72,7 +72,7 @@ class EmulatedTpuApi:
 
     Args:
       queued_resource: its resource name, ``projects/P/locations/Z/queuedResources/ID``; None:
-        no delete is permitted (releaseOnComplete off: 403 for every well-formed request).
+        no delete is permitted (deleteOnComplete off: 403 for every well-formed request).
       on_delete: called with the name once the delete is accepted, before the answer is sent
         (in the server's thread).
       token: the bearer token a request must carry.
@@ -154,7 +154,7 @@ class EmulatedTpuApi:
             return _error(
                 "PERMISSION_DENIED",
                 f"Permission 'tpu.nodes.delete' denied on '{name}' "
-                "(multislice:queuedResource.releaseOnComplete is off: the VMs' service account has no such role)",
+                "(multislice:queuedResource.deleteOnComplete is off: the VMs' service account has no such role)",
             )
         force = (parse_qs(parts.query).get("force") or ["false"])[0].lower() == "true"
         with self._lock:
@@ -198,37 +198,39 @@ def _error(status: str, message: str) -> tuple[int, dict]:
     return code, {"error": {"code": code, "message": message, "status": status}}
 
 
-class Release:
-    """The emulated queued resource's side of releaseOnComplete, for
+class DeleteOnComplete:
+    """The emulated queued resource's side of deleteOnComplete, for
     :class:`infra.local.emulator.LocalQueuedResource`: :meth:`start` when the queued resource is
     created, :meth:`stop` with its VMs.
 
     Args:
-      config: the stack (its ``release_on_complete`` and queued resource name).
-      paths: where the release is recorded.
+      config: the stack (its ``delete_on_complete`` and queued resource name).
+      paths: where the deletion is recorded.
     """
 
     def __init__(self, config: StackConfig, paths: LocalPaths):
         self.config = config
         self.paths = paths
         #: The metadata attribute every VM gets, as ``pulumi up`` sets it (``{}`` when off).
-        self.metadata = release_metadata(config.queued_resource_name, release_on_complete=config.release_on_complete)
-        self.queued_resource = self.metadata.get(RELEASE_KEY)
+        self.metadata = delete_on_complete_metadata(
+            config.queued_resource_name, delete_on_complete=config.delete_on_complete
+        )
+        self.queued_resource = self.metadata.get(DELETE_QUEUED_RESOURCE_KEY)
         self.api: EmulatedTpuApi | None = None
 
     def start(self) -> None:
-        """The queued resource is (created again and) not released: forget an earlier release
+        """The queued resource is (created again and) not deleted: forget an earlier deletion
         and serve the API for this run."""
-        state_lib.forget_release(self.paths)
+        state_lib.forget_deletion(self.paths)
         self.stop()
         self.api = EmulatedTpuApi(self.queued_resource, on_delete=self._record)
 
     def _record(self, name: str) -> None:
-        state_lib.record_release(self.paths, name, self.config.run_dir)
+        state_lib.record_deletion(self.paths, name, self.config.run_dir)
 
     def environment(self) -> dict[str, str]:
         """What the VMs' environment needs: the TPU API endpoint (:meth:`start` first)."""
-        assert self.api is not None, "Release.start() first"
+        assert self.api is not None, "DeleteOnComplete.start() first"
         return {TPU_API_ENDPOINT_ENV: self.api.endpoint}
 
     @property
@@ -252,19 +254,19 @@ class Release:
 
     @property
     def outcome(self) -> str:
-        """``summary["capacity"]``: :data:`RELEASED` or :data:`KEPT`."""
-        return RELEASED if self.deleted else KEPT
+        """``summary["capacity"]``: :data:`DELETED` or :data:`KEPT`."""
+        return DELETED if self.deleted else KEPT
 
     def line(self) -> str:
         """What ``local up`` reports about the capacity once the VMs are gone."""
         if self.deleted:
             return (
-                f"capacity: released: worker 0 of slice 0 deleted the queued resource {self.queued_resource} once "
-                "the run was complete (multislice:queuedResource.releaseOnComplete)"
+                f"capacity: deleted: worker 0 of slice 0 deleted the queued resource {self.queued_resource} once "
+                "the run was complete (multislice:queuedResource.deleteOnComplete)"
             )
         if self.queued_resource is None:
             return (
-                "capacity: kept: multislice:queuedResource.releaseOnComplete is off, so the VMs do not delete the "
+                "capacity: kept: multislice:queuedResource.deleteOnComplete is off, so the VMs do not delete the "
                 "queued resource (on Cloud TPU it is billed until pulumi destroy)"
             )
         return (

@@ -25,6 +25,7 @@ import shutil
 import signal
 import sys
 import urllib.request
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -139,3 +140,8 @@ def boot_command(script: Path, unit_dir: Path, runtime_dir: Path) -> list[str]:
         str(runtime_dir),
         str(script),
     ]
+
+
+def process_groups(vms: Iterable[EmulatedVM]) -> list[ProcessGroup]:
+    """The process groups of the VMs that have booted."""
+    return [vm.group for vm in vms if vm.group is not None]

@@ -18,10 +18,13 @@ their kinds), :mod:`~infra.queued_resource.errors` (exception types, retried err
 :mod:`~infra.queued_resource.polling` (bounded waits, the shared deadline),
 :mod:`~infra.queued_resource.states` (QR states), :mod:`~infra.queued_resource.api` (the TPU
 client, reads and waits), :mod:`~infra.queued_resource.nodes` (node views, patches, the
-concurrent node update) and :mod:`~infra.queued_resource.converge` (update in place); the
-provider and the resource are here. Credentials (:mod:`infra.credentials`, as the gcp
-provider takes them) arrive through ``configure``; ``check`` rejects missing or malformed ones
-at ``pulumi preview`` with one line and no network call; requests are billed to ``gcp:project``.
+concurrent node update), :mod:`~infra.queued_resource.create` (create, adopt, wait),
+:mod:`~infra.queued_resource.refresh` (read), :mod:`~infra.queued_resource.completion` (a run
+complete) and :mod:`~infra.queued_resource.converge` (update in place); the provider (its
+``check`` and the replace-vs-update rule of ``diff``) and the resource are here. Credentials
+(:mod:`infra.credentials`, as the gcp provider takes them) arrive through ``configure``;
+``check`` rejects missing or malformed ones at ``pulumi preview`` with one line and no network
+call; requests are billed to ``gcp:project``.
 
 Lifecycle (resource type ``pulumi-python:dynamic/tpu:QueuedResource``); each call has one
 deadline for everything it does (API retries, operation polling, state waits): create and
@@ -39,7 +42,8 @@ update ``createTimeoutSeconds``, delete ``deleteTimeoutSeconds``:
   whether the nodes carry the recorded metadata/labels/tags, and the nodes of an ACTIVE QR
   that are gone (``lostNodes``). A QR that no longer exists reads as gone (empty id), unless
   its run completed (``COMPLETE`` for ``trainer.steps`` in the run directory: deleted by
-  ``releaseOnComplete``, or by hand after the run): then it reads as ``released`` (converged,
+  ``deleteOnComplete``, or by hand after the run): then it reads as ``deletedOnComplete``
+  (converged,
   :mod:`~infra.queued_resource.completion`), and so does a DELETING one.
   ``Pulumi.yaml`` sets ``options.refresh: always`` (Pulumi CLI 3.14+,
   https://www.pulumi.com/docs/iac/concepts/projects/project-file/), so every ``pulumi up`` /
@@ -48,7 +52,7 @@ update ``createTimeoutSeconds``, delete ``deleteTimeoutSeconds``:
   replacement, a deleted one as a create. (Not a live read in ``diff``: diff stays offline.)
 * **diff** – replace (delete first: the ids are fixed) on accelerator type, slice count,
   runtime version, capacity, reservation, network, subnetwork, service account or zone, or a
-  recorded FAILED/SUSPENDING/SUSPENDED state or lost nodes; a released QR changes only when
+  recorded FAILED/SUSPENDING/SUSPENDED state or lost nodes; a QR deleted on complete changes only when
   the inputs start a new run (a new ``runDir``, more ``trainer.steps``: replace, which creates
   it); update in place when only
   metadata, labels or tags change (and what describes the metadata); an update is also due
@@ -75,7 +79,6 @@ from __future__ import annotations
 
 import os
 import sys
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -92,38 +95,34 @@ from pulumi.dynamic import (
     ResourceProvider,
     UpdateResult,
 )
-from pulumi.runtime.rpc import UNKNOWN
 
 from infra import credentials as gcp_credentials
-from infra.queued_resource.api import REQUEST_TIMEOUT_SECONDS, TpuApi, is_ours
-from infra.queued_resource.completion import new_run_reason, released_outputs
+from infra.queued_resource.api import TpuApi
+from infra.queued_resource.completion import deleted_on_complete_outputs, new_run_reason
 from infra.queued_resource.converge import converge
+from infra.queued_resource.create import create
 from infra.queued_resource.errors import (
     CredentialsRejected,
     QueuedResourceError,
     QueuedResourceFailed,
     QuotaOrPermissionError,
-    is_new_service_account_race,
-    root_cause,
 )
 from infra.queued_resource.inputs import (
-    CAPACITY_TYPES,
     INPUT_KEYS,
     OUTPUT_KEYS,
     PROVIDER_VERSION,
     REPLACE_KEYS,
     QueuedResourceInputs,
-    build_queued_resource,
+    check_failures,
     content_view,
     differs,
-    outputs_for,
-    parent_of,
-    qr_name_of,
+    with_current_keys,
 )
-from infra.queued_resource.nodes import DEFAULT_CONCURRENCY, lost_nodes
+from infra.queued_resource.nodes import DEFAULT_CONCURRENCY
 from infra.queued_resource.polling import Deadline, PollSchedule, duration_text
-from infra.queued_resource.states import FAILED_STATES, STATE_ORDER, reached, state_name
-from infra.startup.contract import RUN_DIR_KEY, STARTUP_SCRIPT_KEY, STORAGE_ENDPOINT_ENV, TPU_API_ENDPOINT_ENV
+from infra.queued_resource.refresh import read
+from infra.queued_resource.states import FAILED_STATES
+from infra.startup.contract import STARTUP_SCRIPT_KEY, STORAGE_ENDPOINT_ENV, TPU_API_ENDPOINT_ENV
 
 __all__ = [
     "PROVIDER_VERSION",
@@ -135,19 +134,6 @@ __all__ = [
     "QueuedResourceProvider",
     "QuotaOrPermissionError",
 ]
-
-#: Input keys ``check`` requires (Pulumi reports each missing one by name).
-REQUIRED_KEYS = (
-    "project",
-    "zone",
-    "queuedResourceId",
-    "acceleratorType",
-    "runtimeVersion",
-    "slices",
-    "capacity",
-    "serviceAccount",
-    "metadata",
-)
 
 
 @dataclass
@@ -224,12 +210,11 @@ class QueuedResourceProvider(ResourceProvider):
         except gcp_credentials.CredentialsError as exc:
             raise CredentialsRejected(f"{props.get('queuedResourceId', 'queued resource')}: {exc}") from None
 
-    def _released(self, id_: str, props: dict[str, Any], qr: Any | None) -> ReadResult | None:
-        """A QR gone (``qr`` None) or DELETING while its run is complete reads as released:
-        converged, kept in the stack under ``id_`` (:func:`~infra.queued_resource.completion.released_outputs`)."""
+    def _deleted_on_complete(self, props: dict[str, Any], qr: Any | None) -> dict[str, Any] | None:
+        """The outputs of a QR gone (``qr`` None) or DELETING while its run is complete: deleted on
+        complete, converged (:func:`~infra.queued_resource.completion.deleted_on_complete_outputs`); else None."""
         credentials = None if os.environ.get(STORAGE_ENDPOINT_ENV) else self._credentials(props)
-        outs = released_outputs(props, qr, credentials, self._say)
-        return ReadResult(id_, outs) if outs is not None else None
+        return deleted_on_complete_outputs(props, qr, credentials, self._say)
 
     def _api(self, props: dict[str, Any]) -> TpuApi:
         """A :class:`TpuApi` for the QR of ``props`` with this provider's settings and the
@@ -264,32 +249,7 @@ class QueuedResourceProvider(ResourceProvider):
     # ResourceProvider -----------------------------------------------------------------------
 
     def check(self, _olds: dict[str, Any], news: dict[str, Any]) -> CheckResult:
-        failures: list[CheckFailure] = []
-
-        def known(key: str) -> bool:
-            return key in news and news[key] != UNKNOWN
-
-        for key in REQUIRED_KEYS:
-            if key not in news or news[key] in (None, ""):
-                failures.append(CheckFailure(key, "required"))
-        if known("slices") and not (isinstance(news["slices"], (int, float)) and 1 <= int(news["slices"]) <= 256):
-            failures.append(CheckFailure("slices", f"must be 1..256; got {news['slices']!r}"))
-        if known("slices") and int(news.get("slices") or 0) > 1 and not news.get("nodeIdPrefix"):
-            failures.append(CheckFailure("nodeIdPrefix", "required when slices > 1"))
-        if known("capacity") and news["capacity"] not in CAPACITY_TYPES:
-            failures.append(
-                CheckFailure("capacity", f"must be one of {', '.join(CAPACITY_TYPES)}; got {news['capacity']!r}")
-            )
-        if known("capacity") and news["capacity"] == "reserved" and not news.get("reservationName"):
-            failures.append(CheckFailure("reservationName", "required with capacity 'reserved'"))
-        if known("waitFor") and news["waitFor"] not in STATE_ORDER[1:]:
-            failures.append(
-                CheckFailure("waitFor", f"must be one of {', '.join(STATE_ORDER[1:])}; got {news['waitFor']!r}")
-            )
-        if known("metadata") and isinstance(news["metadata"], dict):
-            for key in (STARTUP_SCRIPT_KEY, RUN_DIR_KEY):
-                if not news["metadata"].get(key):
-                    failures.append(CheckFailure(f"metadata.{key}", "required"))
+        failures = check_failures(news)
         problem = gcp_credentials.problem(
             self._credential_settings(), os.environ, require_credentials=not self._local()
         )
@@ -299,8 +259,8 @@ class QueuedResourceProvider(ResourceProvider):
 
     def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> DiffResult:
         # The startup script compares by its release id (the uncompressed content), not its bytes.
-        olds, news = content_view(olds), content_view(news)
-        if olds.get("released"):
+        olds, news = content_view(with_current_keys(olds)), content_view(news)
+        if olds.get("deletedOnComplete"):
             # Gone because its run completed: nothing to do unless the inputs start a new run.
             reason = new_run_reason(olds, news)
             return DiffResult(
@@ -325,113 +285,10 @@ class QueuedResourceProvider(ResourceProvider):
         )
 
     def create(self, props: dict[str, Any]) -> CreateResult:
-        from google.api_core import exceptions
-        from google.cloud import tpu_v2
-
-        api = self._api(props)
-        name, label = qr_name_of(props), props["queuedResourceId"]
-        request = tpu_v2.CreateQueuedResourceRequest(
-            parent=parent_of(props),
-            queued_resource_id=label,
-            queued_resource=build_queued_resource(props),
-            request_id=str(uuid.uuid4()),  # the same id on every retry: creates at most once
-        )
-        self._say(
-            f"{label}: creating ({int(props['slices'])} x {props['acceleratorType']}, {props['capacity']}) "
-            f"in {props['zone']}"
-        )
-        deadline = Deadline(float(props.get("createTimeoutSeconds") or 1800))
-        try:
-            operation = api.client.create_queued_resource(
-                request=request,
-                retry=api.retry(lambda e: api.retryable(e) or is_new_service_account_race(e), deadline),
-                timeout=REQUEST_TIMEOUT_SECONDS,
-            )
-        except exceptions.Conflict as exc:
-            # Ours from an interrupted earlier `pulumi up` (same stack label, same shape)? Adopt
-            # it rather than leave it orphaned; anything else is not ours to touch.
-            existing = api.get_queued_resource(name, deadline)
-            if existing is None or not is_ours(existing, props):
-                raise api.explain(exc, "creating", props) from None
-            self._say(
-                f"{label}: adopting the queued resource an interrupted earlier run created ({state_name(existing)})"
-            )
-            operation = None
-        except Exception as exc:
-            raise api.explain(exc, "creating", props) from None
-        if operation is not None:
-            try:
-                operation.result(
-                    retry=api.retry(deadline=deadline), polling=api.operation_polling(deadline.remaining())
-                )
-            except exceptions.GoogleAPICallError as exc:  # the operation itself failed
-                qr = api.get_queued_resource(name)
-                if qr is not None:
-                    raise api.delete_failed(qr, props) from None
-                raise api.explain(exc, "creating", props) from None
-            except Exception:  # operation polling used up its time: the state wait below decides
-                pass
-        wait = api.wait_for_state(props, props.get("waitFor") or "ACTIVE", deadline)
-        if wait.failed:
-            if wait.qr is None:
-                raise QueuedResourceError(f"creating queued resource {label!r}: {wait.error or 'it disappeared'}")
-            raise api.delete_failed(wait.qr, props)
-        if not wait.reached:
-            message = (
-                f"queued resource {label!r} is still {wait.state} after {duration_text(wait.elapsed)} "
-                f"(waiting for {props.get('waitFor') or 'ACTIVE'}; multislice:queuedResource.createTimeout is "
-                f"{duration_text(deadline.seconds)}). It is recorded in the stack and stays queued: "
-                "run `pulumi up` again "
-                "to keep waiting, or `pulumi destroy` to give up."
-            )
-            if wait.error:
-                message += f" Last error: {wait.error}"
-            self._say(message)
-            return CreateResult(name, outputs_for(props, wait.qr, None, ready=False, message=message))
-        nodes = api.node_views(props) if wait.state == "ACTIVE" else []
-        if operation is None and nodes and not all(n["inSync"] for n in nodes):
-            # Adopted with an older spec: converge its nodes now, as an update would.
-            return CreateResult(name, converge(api, name, {}, props, deadline))
-        return CreateResult(
-            name,
-            outputs_for(props, wait.qr, nodes, ready=True, message=f"{wait.state} after {duration_text(wait.elapsed)}"),
-        )
+        return CreateResult(*create(self._api(props), props, self._say))
 
     def read(self, id_: str, props: dict[str, Any]) -> ReadResult:
-        from google.api_core import exceptions
-
-        api = self._api(props)
-        try:
-            qr = api.client.get_queued_resource(name=id_, retry=api.retry(), timeout=REQUEST_TIMEOUT_SECONDS)
-        except Exception as exc:
-            if isinstance(root_cause(exc), exceptions.NotFound):
-                # Gone. After its run completed (releaseOnComplete): released, converged.
-                # Otherwise the next `pulumi up` creates it again.
-                return self._released(id_, props, None) or ReadResult("", {})
-            raise api.explain(exc, "reading", props) from None
-        state = state_name(qr)
-        if state == "DELETING":  # e.g. deleted by worker 0 a moment ago
-            released = self._released(id_, props, qr)
-            if released is not None:
-                return released
-        nodes = api.node_views(props) if state in ("ACTIVE", *FAILED_STATES) else []
-        lost = lost_nodes(nodes) if state == "ACTIVE" else []
-        ready = reached(state, props.get("waitFor") or "ACTIVE") and not lost
-        message = f"{state}; node(s) gone: {', '.join(lost[:8])}" + (" ..." if len(lost) > 8 else "") if lost else state
-        return ReadResult(
-            id_,
-            outputs_for(
-                props,
-                qr,
-                nodes,
-                ready=ready,
-                message=message,
-                pending_node_sync=bool(props.get("pendingNodeSync")),
-                pending_nodes=props.get("pendingNodes"),
-                pending_reset=bool(props.get("pendingReset")),
-                lost_nodes=lost,
-            ),
-        )
+        return ReadResult(*read(self._api(props), id_, props, lambda qr: self._deleted_on_complete(props, qr)))
 
     def update(self, id_: str, olds: dict[str, Any], news: dict[str, Any]) -> UpdateResult:
         api = self._api(news)
@@ -467,7 +324,7 @@ class QueuedResource(pulumi.dynamic.Resource, module="tpu", name="QueuedResource
     statusMessage: pulumi.Output[str]
     nodeNames: pulumi.Output[list[str]]
     nodes: pulumi.Output[list[dict[str, Any]]]
-    released: pulumi.Output[bool]
+    deletedOnComplete: pulumi.Output[bool]
 
     def __init__(self, resource_name: str, inputs: QueuedResourceInputs, opts: pulumi.ResourceOptions | None = None):
         hidden = pulumi.ResourceOptions(hide_diffs=[f'metadata["{STARTUP_SCRIPT_KEY}"]'])

@@ -1,15 +1,15 @@
-"""Has the queued resource's run completed? The provider's view of ``releaseOnComplete``.
+"""Has the queued resource's run completed? The provider's view of ``deleteOnComplete``.
 
-With ``multislice:queuedResource.releaseOnComplete`` worker 0 of slice 0 deletes the queued
+With ``multislice:queuedResource.deleteOnComplete`` worker 0 of slice 0 deletes the queued
 resource once its trainer exits 0 (the run wrote ``<run dir>/COMPLETE``; the VM side is
-``infra/startup/release_on_complete.sh``). A later refresh then finds the QR gone; without this module
+``infra/startup/delete_on_complete.sh``). A later refresh then finds the QR gone; without this module
 the provider would report it gone and ``pulumi up`` would create it again, booting VMs that
 find the run complete and do nothing. Instead the provider reads the completion record the
 trainer wrote (``training.checkpointing.write_completion``: JSON ``{"step": N, "loss": …}``)
 and reports a QR that is gone (or being deleted) while the run is complete for the recorded
-``trainer.steps`` as **released**: converged. :func:`new_run_reason` says which input change
-starts a new run (a new run directory, or more steps than the completion reached), the
-only changes that bring the QR back.
+``trainer.steps`` as **deleted on complete** (``deletedOnComplete``): converged.
+:func:`new_run_reason` says which input change starts a new run (a new run directory, or
+more steps than the completion reached), the only changes that bring the QR back.
 
 The record is read through the Cloud Storage JSON API
 (https://cloud.google.com/storage/docs/json_api/v1/objects/get, ``alt=media``) with the
@@ -115,12 +115,12 @@ def run_completion(
 
 
 def new_run_reason(olds: Mapping[str, Any], news: Mapping[str, Any]) -> str | None:
-    """Which input of ``news`` starts a new run on a released QR (``olds``), or None.
+    """Which input of ``news`` starts a new run on a QR deleted on complete (``olds``), or None.
 
     ``runDir`` when the run directory changed (``multislice:runName``), ``trainer`` when
     ``trainer.steps`` exceeds the completion step (the trainer resumes the finished run from
     its last checkpoint: ``training.checkpointing.is_complete``). Any other change leaves a
-    finished run finished (its trainer would exit at once), so the QR stays released. A
+    finished run finished (its trainer would exit at once), so the QR stays deleted. A
     value not known yet (``pulumi preview``) counts as a new run.
     """
     if news.get("runDir") == UNKNOWN or news.get("runDir") != olds.get("runDir"):
@@ -138,23 +138,24 @@ def new_run_reason(olds: Mapping[str, Any], news: Mapping[str, Any]) -> str | No
     return None
 
 
-def released_message(props: Mapping[str, Any], step: int) -> str:
-    """The status line of a released QR (``statusMessage``; the program warns with it)."""
+def deleted_on_complete_message(props: Mapping[str, Any], step: int) -> str:
+    """The status line of a QR deleted on complete (``statusMessage``; the program warns with it)."""
     return (
-        f"released: the run {props.get('runDir')} completed at step {step}, so the queued resource "
+        f"deleted on complete: the run {props.get('runDir')} completed at step {step}, so the queued resource "
         f"{props.get('queuedResourceId')!r} was deleted and is not recreated; raise "
         "multislice:training.steps or set a new multislice:runName to start a new run"
     )
 
 
-def released_outputs(
+def deleted_on_complete_outputs(
     props: Mapping[str, Any], qr: Any | None, credentials: Any | None, say: Callable[[str], None]
 ) -> dict[str, Any] | None:
-    """The outputs of a released QR (``released`` true, ``completedStep``, the status line of
-    :func:`released_message`) when the run of ``props`` is complete, else None. A completion
-    that cannot be read is said through ``say`` and counts as not complete: the QR then reads
-    as gone and is created again, as before releaseOnComplete existed (its VMs find the run
-    complete and release it again), and ``pulumi destroy`` still works.
+    """The outputs of a QR deleted on complete (``deletedOnComplete`` true, ``completedStep``,
+    the status line of :func:`deleted_on_complete_message`) when the run of ``props`` is
+    complete, else None. A completion that cannot be read is said through ``say`` and counts
+    as not complete: the QR then reads as gone and is created again, as before
+    deleteOnComplete existed (its VMs find the run complete and delete it again), and
+    ``pulumi destroy`` still works.
 
     Args:
       qr: the live ``tpu_v2.QueuedResource`` (DELETING) or None (gone).
@@ -166,4 +167,6 @@ def released_outputs(
         return None
     if step is None:
         return None
-    return outputs_for(dict(props), qr, [], ready=True, message=released_message(props, step), completed_step=step)
+    return outputs_for(
+        dict(props), qr, [], ready=True, message=deleted_on_complete_message(props, step), completed_step=step
+    )

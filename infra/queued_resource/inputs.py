@@ -22,17 +22,19 @@ from dataclasses import MISSING, dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 import pulumi
+from pulumi.dynamic import CheckFailure
 from pulumi.runtime.rpc import UNKNOWN
 
-from infra.queued_resource.states import state_name
-from infra.startup.contract import STARTUP_SCRIPT_KEY
+from infra.queued_resource.states import STATE_ORDER, state_name
+from infra.startup.contract import RUN_DIR_KEY, STARTUP_SCRIPT_KEY
 
 if TYPE_CHECKING:  # pragma: no cover
     from google.cloud import tpu_v2
 
 #: Bump when create/diff/update/delete semantics change (an input: shows in previews).
 #: 2: credentials as pulumi-gcp takes them; lost nodes replace; update resumes part-way.
-#: 3: releaseOnComplete: a QR gone after its run completed is converged (``released``).
+#: 3: releaseOnComplete (now deleteOnComplete): a QR gone after its run completed is converged
+#:    (the output ``released``, now ``deletedOnComplete``: :data:`FORMER_OUTPUT_KEYS`).
 PROVIDER_VERSION = "3"
 
 #: The capacity a queued resource can be requested with (:func:`build_queued_resource`): Spot,
@@ -132,7 +134,7 @@ class QueuedResourceInputs:
     lost_nodes: list[str] | None = _prop("lostNodes", Kind.OUTPUT, None)
     #: The QR is gone because its run completed (``COMPLETE`` in the run directory for
     #: ``trainer.steps``): converged, not recreated (:mod:`~infra.queued_resource.completion`).
-    released: bool | None = _prop("released", Kind.OUTPUT, None)
+    deleted_on_complete: bool | None = _prop("deletedOnComplete", Kind.OUTPUT, None)
     #: The step of that completion record.
     completed_step: int | None = _prop("completedStep", Kind.OUTPUT, None)
 
@@ -143,6 +145,22 @@ class QueuedResourceInputs:
             for f in fields(self)
             if f.metadata["kind"] is not Kind.OUTPUT and getattr(self, f.name) is not None
         }
+
+
+#: Output keys an earlier provider wrote → their current name (same meaning). A stack whose
+#: state was written before the rename carries ``released``; :func:`with_current_keys` reads it
+#: as ``deletedOnComplete`` (no ``version`` bump: the semantics did not change).
+FORMER_OUTPUT_KEYS = {"released": "deletedOnComplete"}
+
+
+def with_current_keys(props: dict[str, Any]) -> dict[str, Any]:
+    """``props`` (recorded inputs and outputs) with every :data:`FORMER_OUTPUT_KEYS` key under
+    its current name; a current key already present wins."""
+    current = {k: v for k, v in props.items() if k not in FORMER_OUTPUT_KEYS}
+    for former, key in FORMER_OUTPUT_KEYS.items():
+        if former in props and key not in current:
+            current[key] = props[former]
+    return current
 
 
 def keys_of(*kinds: Kind) -> tuple[str, ...]:
@@ -196,6 +214,52 @@ def differs(old: Any, new: Any) -> bool:
     return json.dumps(old, sort_keys=True, default=str) != json.dumps(new, sort_keys=True, default=str)
 
 
+#: Input keys ``check`` requires (Pulumi reports each missing one by name).
+REQUIRED_KEYS = (
+    "project",
+    "zone",
+    "queuedResourceId",
+    "acceleratorType",
+    "runtimeVersion",
+    "slices",
+    "capacity",
+    "serviceAccount",
+    "metadata",
+)
+
+
+def check_failures(news: dict[str, Any]) -> list[CheckFailure]:
+    """What ``check`` rejects in the new properties ``news``, one failure per property (a value
+    not known yet, in ``pulumi preview``, is not checked). No network call."""
+    failures: list[CheckFailure] = []
+
+    def known(key: str) -> bool:
+        return key in news and news[key] != UNKNOWN
+
+    for key in REQUIRED_KEYS:
+        if key not in news or news[key] in (None, ""):
+            failures.append(CheckFailure(key, "required"))
+    if known("slices") and not (isinstance(news["slices"], (int, float)) and 1 <= int(news["slices"]) <= 256):
+        failures.append(CheckFailure("slices", f"must be 1..256; got {news['slices']!r}"))
+    if known("slices") and int(news.get("slices") or 0) > 1 and not news.get("nodeIdPrefix"):
+        failures.append(CheckFailure("nodeIdPrefix", "required when slices > 1"))
+    if known("capacity") and news["capacity"] not in CAPACITY_TYPES:
+        failures.append(
+            CheckFailure("capacity", f"must be one of {', '.join(CAPACITY_TYPES)}; got {news['capacity']!r}")
+        )
+    if known("capacity") and news["capacity"] == "reserved" and not news.get("reservationName"):
+        failures.append(CheckFailure("reservationName", "required with capacity 'reserved'"))
+    if known("waitFor") and news["waitFor"] not in STATE_ORDER[1:]:
+        failures.append(
+            CheckFailure("waitFor", f"must be one of {', '.join(STATE_ORDER[1:])}; got {news['waitFor']!r}")
+        )
+    if known("metadata") and isinstance(news["metadata"], dict):
+        for key in (STARTUP_SCRIPT_KEY, RUN_DIR_KEY):
+            if not news["metadata"].get(key):
+                failures.append(CheckFailure(f"metadata.{key}", "required"))
+    return failures
+
+
 # Derived from the props --------------------------------------------------------------------
 
 
@@ -237,7 +301,7 @@ def outputs_for(
       pending_node_sync, pending_nodes, pending_reset: what an update left to do.
       lost_nodes: nodes of an ACTIVE QR that are gone.
       completed_step: the run's completion step when the QR is gone because the run completed
-        (``released`` is then true).
+        (``deletedOnComplete`` is then true).
     """
     outs = {k: v for k, v in props.items() if k in INPUT_KEYS}
     outs.update(
@@ -253,7 +317,7 @@ def outputs_for(
         pendingNodes=list(pending_nodes or []),
         pendingReset=pending_reset,
         lostNodes=list(lost_nodes or []),
-        released=completed_step is not None,
+        deletedOnComplete=completed_step is not None,
         completedStep=completed_step,
     )
     return outs

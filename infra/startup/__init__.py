@@ -11,13 +11,13 @@ Modules:
 * :mod:`~infra.startup.bundle`: the trainer bundle and the release tar (reproducible), and
   :mod:`~infra.startup.shipped_source` (what of ``training/`` ships);
 * :mod:`~infra.startup.lockfile` (uv.lock → the VM's pinned, hash-checked requirements), with
-  :mod:`~infra.startup.uv_lock` (reading the lock) and :mod:`~infra.startup.target_environment`
+  :mod:`~infra.startup.uv_lock` (reading the lock) and :mod:`~infra.startup.install_target`
   (the VM as an install target);
 * :mod:`~infra.startup.content_cache`: work done once per content (bundle, pins, compression).
 
 Templates (package data, read with :mod:`importlib.resources`): ``startup.sh.in`` (the
 bootstrap), ``boot.sh.in`` (the release's boot logic), ``trainer.sh`` (the unit's launcher)
-and ``release_on_complete.sh`` (docs/vm-boot.md).
+and ``delete_on_complete.sh`` (docs/vm-boot.md).
 
 The public names of :mod:`~infra.startup.script` are also names of this package
 (``from infra import startup; startup.render(config)``), loaded on first use: importing
@@ -41,11 +41,11 @@ if TYPE_CHECKING:  # pragma: no cover
         DEFAULT_HOME,
         DEFAULT_METADATA_HOST,
         DEFAULT_UNIT_DIR,
+        DELETE_ON_COMPLETE_RESOURCE,
         FILE_DIGEST_CHARS,
         MAX_RESTARTS,
         METADATA_VALUE_LIMIT_BYTES,
         PAYLOAD_ALPHABET,
-        RELEASE_RESOURCE,
         RESTART_BACKOFF_MAX_S,
         RESTART_BACKOFF_S,
         RESTART_SEC,
@@ -86,7 +86,7 @@ __all__ = [
     "MAX_RESTARTS",
     "METADATA_VALUE_LIMIT_BYTES",
     "PAYLOAD_ALPHABET",
-    "RELEASE_RESOURCE",
+    "DELETE_ON_COMPLETE_RESOURCE",
     "RESTART_BACKOFF_MAX_S",
     "RESTART_BACKOFF_S",
     "RESTART_SEC",

@@ -2,7 +2,7 @@
 
 ``pulumi up`` (the program, ``infra/__main__.py``, and the queued-resource provider,
 :mod:`infra.queued_resource`) writes node metadata and bucket objects; the VM's scripts
-(``startup.sh.in``, ``boot.sh.in``, ``trainer.sh``, ``release_on_complete.sh`` beside this
+(``startup.sh.in``, ``boot.sh.in``, ``trainer.sh``, ``delete_on_complete.sh`` beside this
 module) and the trainer (``training/``) read them, and the local emulation (:mod:`infra.local`)
 plays Cloud TPU's part. Each name is declared once, here, and everything in ``infra/`` imports
 it from here; the shell templates spell the names too (tests/startup/test_contract.py checks
@@ -20,10 +20,10 @@ from __future__ import annotations
 STARTUP_SCRIPT_KEY = "startup-script"
 #: Set by ``pulumi up``: the run directory, ``gs://<bucket>/runs/<run name>`` (or a local path).
 RUN_DIR_KEY = "multislice-run-dir"
-#: Set by ``pulumi up`` with ``multislice:queuedResource.releaseOnComplete`` only: the queued
+#: Set by ``pulumi up`` with ``multislice:queuedResource.deleteOnComplete`` only: the queued
 #: resource's name, which worker 0 of slice 0 deletes once the run is complete
-#: (``release_on_complete.sh``).
-RELEASE_KEY = "multislice-release-queued-resource"
+#: (``delete_on_complete.sh``).
+DELETE_QUEUED_RESOURCE_KEY = "multislice-delete-queued-resource"
 #: Set by Cloud TPU on every VM of a queued resource (read by ``boot.sh``, the trainer and JAX:
 #: ``training.cluster``).
 WORKER_NUMBER_KEY = "agent-worker-number"
@@ -31,31 +31,31 @@ WORKER_ENDPOINTS_KEY = "worker-network-endpoints"
 TPU_ENV_KEY = "tpu-env"
 ACCELERATOR_TYPE_KEY = "accelerator-type"
 #: The metadata keys ``pulumi up`` sets (:func:`node_metadata`).
-PULUMI_KEYS = (STARTUP_SCRIPT_KEY, RUN_DIR_KEY, RELEASE_KEY)
+PULUMI_KEYS = (STARTUP_SCRIPT_KEY, RUN_DIR_KEY, DELETE_QUEUED_RESOURCE_KEY)
 #: The metadata keys Cloud TPU sets.
 CLOUD_TPU_KEYS = (WORKER_NUMBER_KEY, WORKER_ENDPOINTS_KEY, TPU_ENV_KEY, ACCELERATOR_TYPE_KEY)
 
 
-def release_metadata(queued_resource_name: str, *, release_on_complete: bool) -> dict[str, str]:
-    """``{RELEASE_KEY: queued_resource_name}`` with ``releaseOnComplete``, else ``{}``: what
+def delete_on_complete_metadata(queued_resource_name: str, *, delete_on_complete: bool) -> dict[str, str]:
+    """``{DELETE_QUEUED_RESOURCE_KEY: queued_resource_name}`` with ``deleteOnComplete``, else ``{}``: what
     every node's metadata says about the release (``pulumi up`` and the local emulation alike).
 
     Args:
       queued_resource_name: ``projects/<p>/locations/<zone>/queuedResources/<id>``.
-      release_on_complete: the stack's ``releaseOnComplete``.
+      delete_on_complete: the stack's ``deleteOnComplete``.
     """
-    return {RELEASE_KEY: queued_resource_name} if release_on_complete else {}
+    return {DELETE_QUEUED_RESOURCE_KEY: queued_resource_name} if delete_on_complete else {}
 
 
 def node_metadata(
-    *, startup_script: str, run_dir: str, queued_resource_name: str, release_on_complete: bool
+    *, startup_script: str, run_dir: str, queued_resource_name: str, delete_on_complete: bool
 ) -> dict[str, str]:
     """Every node's metadata as ``pulumi up`` sets it: the startup script, the run directory and,
-    with ``releaseOnComplete``, the name of the queued resource to delete once the run is complete."""
+    with ``deleteOnComplete``, the name of the queued resource to delete once the run is complete."""
     return {
         STARTUP_SCRIPT_KEY: startup_script,
         RUN_DIR_KEY: run_dir,
-        **release_metadata(queued_resource_name, release_on_complete=release_on_complete),
+        **delete_on_complete_metadata(queued_resource_name, delete_on_complete=delete_on_complete),
     }
 
 
@@ -96,23 +96,23 @@ def release_record(*, stack: str, release_id: str, run_dir: str) -> dict[str, ob
 METADATA_HOST_ENV = "GCE_METADATA_IP"
 #: Cloud Storage endpoint (``host:port`` or a URL; as gcsfs reads it).
 STORAGE_ENDPOINT_ENV = "STORAGE_EMULATOR_HOST"
-#: Cloud TPU API endpoint (the provider, ``status`` and ``release_on_complete.sh``).
+#: Cloud TPU API endpoint (the provider, ``status`` and ``delete_on_complete.sh``).
 TPU_API_ENDPOINT_ENV = "MULTISLICE_TPU_API_ENDPOINT"
 #: Cloud Logging endpoint (the trainer's log shipper and ``multislice logs``).
 LOGGING_ENDPOINT_ENV = "MULTISLICE_LOGGING_ENDPOINT"
-#: The VM's state directory (releases, environments, boot lock).
+#: The VM's state directory (releases, virtualenvs, boot lock).
 HOME_ENV = "MULTISLICE_HOME"
-#: A Python that already has the trainer's dependencies: no environment is built.
+#: A Python that already has the trainer's dependencies: no virtualenv is built.
 PYTHON_ENV = "MULTISLICE_PYTHON"
 #: Where ``boot.sh`` writes the trainer's unit file.
 SYSTEMD_DIR_ENV = "MULTISLICE_SYSTEMD_DIR"
-#: First delay of every boot retry (and of ``release_on_complete.sh``'s retries), seconds.
+#: First delay of every boot retry (and of ``delete_on_complete.sh``'s retries), seconds.
 RETRY_DELAY_ENV = "MULTISLICE_RETRY_DELAY_S"
 #: The trainer's restart backoff and its cap, seconds (``trainer.sh``).
 RESTART_BACKOFF_ENV = "MULTISLICE_RESTART_BACKOFF_S"
 RESTART_BACKOFF_MAX_ENV = "MULTISLICE_RESTART_BACKOFF_MAX_S"
-#: Seconds ``release_on_complete.sh`` keeps retrying the delete.
-RELEASE_DEADLINE_ENV = "MULTISLICE_RELEASE_DEADLINE_S"
+#: Seconds ``delete_on_complete.sh`` keeps retrying the delete.
+DELETE_DEADLINE_ENV = "MULTISLICE_DELETE_DEADLINE_S"
 #: Set by ``boot.sh`` in the trainer's unit: this VM's slice and worker (every line's prefix).
 SLICE_ENV = "MULTISLICE_SLICE"
 WORKER_ENV = "MULTISLICE_WORKER"
@@ -133,12 +133,12 @@ SCRIPT_ENV = (
     RETRY_DELAY_ENV,
     RESTART_BACKOFF_ENV,
     RESTART_BACKOFF_MAX_ENV,
-    RELEASE_DEADLINE_ENV,
+    DELETE_DEADLINE_ENV,
     SLICE_ENV,
     WORKER_ENV,
 )
 #: Passed between the release's own scripts (the bootstrap → ``boot.sh``, ``trainer.sh`` →
-#: ``release_on_complete.sh``); nothing outside the release sets them.
+#: ``delete_on_complete.sh``); nothing outside the release sets them.
 SCRIPT_INTERNAL_ENV = ("MULTISLICE_RELEASE_ID", "MULTISLICE_RELEASE_FETCHED", "MULTISLICE_LINE_PREFIX")
 #: What the trainer (``training/``) reads (each appears in its source).
 TRAINER_ENV = (
@@ -162,5 +162,5 @@ TRAINER_UNIT = "multislice-trainer.service"
 #: ``multislice logs`` reads.
 TRAINER_LOG = "multislice-trainer"
 #: The marker the trainer writes in the run directory once the run is complete
-#: (``training.checkpointing.COMPLETE_MARKER``); the provider reads it (releaseOnComplete).
+#: (``training.checkpointing.COMPLETE_MARKER``); the provider reads it (deleteOnComplete).
 COMPLETE_MARKER = "COMPLETE"

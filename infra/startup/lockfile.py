@@ -12,8 +12,8 @@ stay far below the 256 KiB GCE metadata limit. So this module walks the lock its
 1. roots: :data:`TRAINER_REQUIREMENTS` (the trainer's direct dependencies) plus the
    project's ``tpu`` extra (``jax[tpu]``, ``gcsfs``) as recorded for the project in the lock;
 2. closure: follow ``dependencies`` and requested ``optional-dependencies`` (extras) through
-   the lock, keeping only edges whose PEP 508 marker holds on the target environment
-   (:class:`~infra.startup.target_environment.TargetEnvironment`: CPython of ``.python-version``
+   the lock, keeping only edges whose PEP 508 marker holds on the install target
+   (:class:`~infra.startup.install_target.InstallTarget`: CPython of ``.python-version``
    on Linux x86_64);
 3. artifacts: per package keep only the wheels whose tags the target accepts
    (``packaging.tags``); fall back to the sdist only when no wheel matches.
@@ -37,7 +37,7 @@ import packaging
 from packaging.utils import canonicalize_name
 
 from infra.startup.content_cache import ContentCache, key_of
-from infra.startup.target_environment import TargetEnvironment, read_python_version
+from infra.startup.install_target import InstallTarget, read_python_version
 from infra.startup.uv_lock import PROJECT_NAME, Artifact, Lock, LockfileError, package_key
 
 #: The trainer's direct requirements (``training/`` imports these). pyproject.toml lists
@@ -66,9 +66,9 @@ def default_project_root() -> Path:
     return Path(__file__).resolve().parents[2]
 
 
-def target_environment(project_root: Path | None = None) -> TargetEnvironment:
+def install_target(project_root: Path | None = None) -> InstallTarget:
     """The TPU VM target: CPython of ``.python-version`` on Linux x86_64."""
-    return TargetEnvironment(read_python_version(project_root or default_project_root()))
+    return InstallTarget(read_python_version(project_root or default_project_root()))
 
 
 @dataclass(frozen=True)
@@ -103,11 +103,11 @@ class PinnedRequirements:
 
     Attributes:
       packages: sorted by name.
-      target: the environment the pins were evaluated for.
+      target: the install target the pins were evaluated for.
     """
 
     packages: tuple[PinnedPackage, ...]
-    target: TargetEnvironment
+    target: InstallTarget
 
     @cached_property
     def text(self) -> str:
@@ -154,7 +154,7 @@ class PinnedWheel:
         return f"{self.name}=={self.version} \\\n    --hash=sha256:{self.sha256}\n"
 
 
-def _select_artifacts(package: Mapping[str, Any], target: TargetEnvironment) -> PinnedPackage:
+def _select_artifacts(package: Mapping[str, Any], target: InstallTarget) -> PinnedPackage:
     name, version = package_key(package)
     label = f"{name}=={version}"
     source = package.get("source", {})
@@ -203,7 +203,7 @@ def _project_edges(lock: Lock, roots: Iterable[str], extras: Sequence[str]) -> l
 def pinned_requirements(
     project_root: Path | None = None,
     *,
-    target: TargetEnvironment | None = None,
+    target: InstallTarget | None = None,
     roots: Sequence[str] = TRAINER_REQUIREMENTS,
     extras: Sequence[str] = (TPU_EXTRA,),
 ) -> PinnedRequirements:
@@ -211,7 +211,7 @@ def pinned_requirements(
 
     Args:
       project_root: directory with ``uv.lock`` and ``.python-version``; default: this checkout.
-      target: environment to evaluate markers and wheel tags for; default from ``.python-version``.
+      target: install target to evaluate markers and wheel tags for; default from ``.python-version``.
       roots: distribution names that must be dependencies of the project in the lock.
       extras: extras of the project whose dependencies are added (default ``("tpu",)``).
 
@@ -224,7 +224,7 @@ def pinned_requirements(
         marker, or a package with no artifact for the target (the message names it).
     """
     root_dir = Path(project_root) if project_root is not None else default_project_root()
-    target = target or target_environment(root_dir)
+    target = target or install_target(root_dir)
     lock = Lock(root_dir / "uv.lock")
 
     queue: list[tuple[dict[str, Any], str]] = []
@@ -270,7 +270,7 @@ def pinned_requirements(
 def pinned_uv(
     project_root: Path | None = None,
     *,
-    target: TargetEnvironment | None = None,
+    target: InstallTarget | None = None,
     group: str = UV_GROUP,
 ) -> PinnedWheel:
     """The ``uv`` wheel that the lock pins in the project's ``group`` dependency group, for
@@ -280,7 +280,7 @@ def pinned_uv(
       LockfileError: uv is not in the group, or no uv wheel fits the target.
     """
     root_dir = Path(project_root) if project_root is not None else default_project_root()
-    target = target or target_environment(root_dir)
+    target = target or install_target(root_dir)
     lock = Lock(root_dir / "uv.lock")
     project = lock.project()
     edges = [d for d in project.get("dev-dependencies", {}).get(group, []) if canonicalize_name(d["name"]) == "uv"]
@@ -337,7 +337,7 @@ def vm_pins(project_root: Path | None = None, cache: ContentCache | None = None)
     if cache is None:
         return VmPins(**json.loads(compute()))
     parts: list[bytes | str] = [sys.version, packaging.__version__]
-    for module in (__name__, Lock.__module__, TargetEnvironment.__module__):
+    for module in (__name__, Lock.__module__, InstallTarget.__module__):
         parts.append(Path(sys.modules[module].__file__ or "").read_bytes())
     for name in ("uv.lock", ".python-version"):
         path = root / name

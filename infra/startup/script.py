@@ -10,13 +10,13 @@ The script is a bootstrap (``infra/startup/startup.sh.in``) plus a **release**: 
 
 * ``boot.sh`` (``infra/startup/boot.sh.in``, filled here): reads the metadata with bounded retries
   and shape checks, checks the release record in the bucket (:mod:`infra.components.release`), builds
-  the environment with bounded retries, writes and starts the ``multislice-trainer.service``
+  the virtualenv with bounded retries, writes and starts the ``multislice-trainer.service``
   systemd unit (docs/vm-boot.md);
 * ``trainer.sh`` (``infra/startup/trainer.sh``): the unit's ``ExecStart=`` (restart backoff, line
   prefix, ``exec`` of the trainer) and ``ExecStopPost=`` (one line per trainer exit);
-* ``release-on-complete.sh`` (``infra/startup/release_on_complete.sh``): after the trainer exits 0,
+* ``delete-on-complete.sh`` (``infra/startup/delete_on_complete.sh``): after the trainer exits 0,
   worker 0 of slice 0 deletes the queued resource named by the metadata attribute
-  ``multislice-release-queued-resource`` (present only with ``releaseOnComplete``);
+  ``multislice-delete-queued-resource`` (present only with ``deleteOnComplete``);
 * ``training/*.py``, ``config.json`` (``config.training``), ``requirements.txt`` (the pinned,
   hash-checked wheels of ``infra.startup.lockfile``) and ``uv-requirements.txt`` (the pinned ``uv``).
 
@@ -29,9 +29,9 @@ the sha256 of the decompressed tar against the release id, unpacks it once into
 Runtime contract (the emulator, ``training/__main__.py`` and docs/vm-boot.md rely on it; the
 names are declared in :mod:`infra.startup.contract`):
 
-* environment inputs, all optional (defaults are a real TPU VM): ``GCE_METADATA_IP``,
+* environment variables, all optional (defaults are a real TPU VM): ``GCE_METADATA_IP``,
   ``MULTISLICE_HOME`` (default :data:`DEFAULT_HOME`), ``MULTISLICE_PYTHON`` (a Python that
-  already has the trainer's dependencies: no environment is built), ``MULTISLICE_SYSTEMD_DIR``
+  already has the trainer's dependencies: no virtualenv is built), ``MULTISLICE_SYSTEMD_DIR``
   (unit files, default :data:`DEFAULT_UNIT_DIR`), ``MULTISLICE_RETRY_DELAY_S`` (first delay of
   every boot retry), ``MULTISLICE_RESTART_BACKOFF_S`` / ``MULTISLICE_RESTART_BACKOFF_MAX_S``
   (trainer restart backoff), ``STORAGE_EMULATOR_HOST`` (GCS endpoint);
@@ -99,7 +99,7 @@ RESTART_SEC = "100ms"
 STOP_TIMEOUT_S = 120
 
 #: Boot retries: metadata and bucket reads (ATTEMPTS tries, first delay RETRY_DELAY_S doubling
-#: to 60 s) and the environment build (BUILD_ATTEMPTS tries, first delay BUILD_RETRY_DELAY_S).
+#: to 60 s) and the virtualenv build (BUILD_ATTEMPTS tries, first delay BUILD_RETRY_DELAY_S).
 ATTEMPTS = 6
 RETRY_DELAY_S = 1
 BUILD_ATTEMPTS = 4
@@ -117,9 +117,9 @@ RUN_DIR_ATTRIBUTE = RUN_DIR_KEY
 TEMPLATE_RESOURCE = "startup.sh.in"
 BOOT_RESOURCE = "boot.sh.in"
 TRAINER_RESOURCE = "trainer.sh"
-#: ``release-on-complete.sh`` of the release: deletes the queued resource once the run is
-#: complete (``multislice:queuedResource.releaseOnComplete``; run by trainer.sh).
-RELEASE_RESOURCE = "release_on_complete.sh"
+#: ``delete-on-complete.sh`` of the release: deletes the queued resource once the run is
+#: complete (``multislice:queuedResource.deleteOnComplete``; run by trainer.sh).
+DELETE_ON_COMPLETE_RESOURCE = "delete_on_complete.sh"
 
 _PLACEHOLDER = re.compile(r"@@([A-Z0-9_]+)@@")
 
@@ -235,7 +235,7 @@ def release_files(
         {
             "boot.sh": boot_script(config, pins).encode(),
             "trainer.sh": template(TRAINER_RESOURCE).encode(),
-            "release-on-complete.sh": template(RELEASE_RESOURCE).encode(),
+            "delete-on-complete.sh": template(DELETE_ON_COMPLETE_RESOURCE).encode(),
             "config.json": (config.training.model_dump_json() + "\n").encode(),
             "requirements.txt": pins.requirements_text.encode(),
             "uv-requirements.txt": pins.uv_requirement_text.encode(),

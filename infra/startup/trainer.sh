@@ -10,7 +10,7 @@
 #       ignores SIGTERM and ends when the trainer does.
 #   trainer.sh stopped [PYTHON RUN_DIR]
 #       One line saying how the trainer ended (systemd sets SERVICE_RESULT, EXIT_CODE and
-#       EXIT_STATUS for ExecStopPost=); after status 0, release-on-complete.sh; with PYTHON,
+#       EXIT_STATUS for ExecStopPost=); after status 0, delete-on-complete.sh; with PYTHON,
 #       through the log shipper too.
 set -euo pipefail
 
@@ -49,8 +49,8 @@ case ${1:-} in
       exited:*) say "trainer: exited with status $status ($SERVICE_RESULT)" ;;
       *) say "trainer: ended by signal $status (${SERVICE_RESULT:-?})" ;;
     esac
-    # --- releaseOnComplete: the run is complete; worker 0 of slice 0 deletes the queued resource.
-    if [[ ${EXIT_CODE:-}:$status == exited:0 ]]; then MULTISLICE_LINE_PREFIX=$prefix bash "${0%/*}/release-on-complete.sh" || true; fi
+    # --- deleteOnComplete: the run is complete; worker 0 of slice 0 deletes the queued resource.
+    if [[ ${EXIT_CODE:-}:$status == exited:0 ]]; then MULTISLICE_LINE_PREFIX=$prefix bash "${0%/*}/delete-on-complete.sh" || true; fi
     if (($# == 3)); then # let the shipper write the line out before the unit's processes are stopped
       exec >&- 2>&-
       wait "$!" || true

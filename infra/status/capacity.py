@@ -17,11 +17,11 @@ health.
 * Local (:func:`read_local`): the emulator's state file (``infra.local.state``): ACTIVE while
   the emulator runs; a slice is READY while every process group of its emulated VMs lives.
 
-A queued resource that is gone after its run completed is :data:`RELEASED` (:func:`released`),
+A queued resource that is gone after its run completed is :data:`DELETED` (:func:`deleted`),
 as the queued-resource provider treats it (``infra.queued_resource.completion``): deleted by
-worker 0 of slice 0 (``multislice:queuedResource.releaseOnComplete``) or by hand. Deployed, the
+worker 0 of slice 0 (``multislice:queuedResource.deleteOnComplete``) or by hand. Deployed, the
 TPU API no longer knows it and the run directory holds ``COMPLETE``; emulated, the emulation
-recorded the delete (``infra.local.state.read_release``).
+recorded the delete (``infra.local.state.read_deletion``).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ REQUEST_TIMEOUT_S = 30.0
 #: The environment variable naming another TPU API endpoint (as the provider reads it).
 ENDPOINT_ENV = TPU_API_ENDPOINT_ENV
 #: The state of a queued resource gone after its run completed (not a TPU API state).
-RELEASED = "RELEASED"
+DELETED = "DELETED"
 
 
 class QueuedResourceNotFound(LookupError):
@@ -67,7 +67,7 @@ class SliceStatus:
 
 @dataclass
 class CapacityStatus:
-    """The queued resource ``id`` and its ``state`` (a QR state, ``RELEASED`` when it is gone
+    """The queued resource ``id`` and its ``state`` (a QR state, ``DELETED`` when it is gone
     after its run completed, or ``NOT_RUNNING`` for a local emulation that is not running),
     ``detail`` (the API's failure reason, or what the emulator left behind), and its slices."""
 
@@ -185,14 +185,14 @@ def read_cloud(session: Any, base: str, project: str, zone: str, qr_id: str, nod
     return CapacityStatus(qr_id, state, detail=detail, slices=slices)
 
 
-def released(qr_id: str, detail: str, emulated: bool = False) -> CapacityStatus:
-    """The :data:`RELEASED` queued resource ``qr_id`` (no slices: its nodes are deleted)."""
-    return CapacityStatus(qr_id, RELEASED, emulated=emulated, detail=detail)
+def deleted(qr_id: str, detail: str, emulated: bool = False) -> CapacityStatus:
+    """The :data:`DELETED` queued resource ``qr_id`` (no slices: its nodes are deleted)."""
+    return CapacityStatus(qr_id, DELETED, emulated=emulated, detail=detail)
 
 
 def read_local(paths: Any, qr_id: str, node_ids: list[str], workers_per_slice: int) -> CapacityStatus:
     """The emulated queued resource of a stack whose emulation keeps its state in ``paths``
-    (``infra.local.state.LocalPaths``): ACTIVE while the emulator runs, else RELEASED when its
+    (``infra.local.state.LocalPaths``): ACTIVE while the emulator runs, else DELETED when its
     VMs deleted it once the run completed, else NOT_RUNNING."""
     from infra.local import state as local_state
 
@@ -200,15 +200,15 @@ def read_local(paths: Any, qr_id: str, node_ids: list[str], workers_per_slice: i
     running = bool(state and local_state.emulator_alive(state))
     if not running:
         orphans = local_state.find_processes(state["emulation_id"]) if state and state.get("emulation_id") else []
-        record = local_state.read_release(paths)
+        record = local_state.read_deletion(paths)
         if record is not None and not orphans:
             from infra.status.clock import clock
 
-            when = record.get("released_at")
+            when = record.get("deleted_at")
             at = f" at {clock(when)}" if isinstance(when, (int, float)) else ""
-            return released(
+            return deleted(
                 qr_id,
-                f"deleted by worker 0 of slice 0{at} once the run was complete (releaseOnComplete)",
+                f"deleted by worker 0 of slice 0{at} once the run was complete (deleteOnComplete)",
                 emulated=True,
             )
         detail = None

@@ -91,7 +91,7 @@ def local_reader(config, paths) -> Iterator[StackReader]:
 class StackReader:
     """Called, returns a fresh :class:`~infra.status.report.StackStatus` (capacity and progress
     read concurrently); ``store`` (a :class:`~infra.status.store.RunStore`) is None when no run
-    was ever stored. A queued resource that ``read_capacity`` does not find is RELEASED when the
+    was ever stored. A queued resource that ``read_capacity`` does not find is DELETED when the
     run is complete (as the provider treats it), else a :class:`StatusError`."""
 
     def __init__(self, config, store, read_capacity: Callable) -> None:
@@ -130,9 +130,9 @@ class StackReader:
             if not run.complete:
                 assert gone is not None  # cap is None only when the queued resource was not found
                 raise gone
-            cap = capacity.released(
+            cap = capacity.deleted(
                 config.queued_resource_id,
                 f"gone after its run completed at step {run.completed_step} "
-                "(releaseOnComplete, or deleted by hand); pulumi up does not create it again",
+                "(deleteOnComplete, or deleted by hand); pulumi up does not create it again",
             )
         return StackStatus(config.stack, cap, run)

@@ -9,8 +9,8 @@ not known yet is ``null``::
     checked_at            when the status was read
     queued_resource       {id, state, emulated, detail, slices: [{slice, node, state, health,
                           vms_running, vms}]}; state is a queued-resource state (ACTIVE,
-                          WAITING_FOR_RESOURCES, FAILED, SUSPENDED, …), RELEASED (gone after
-                          its run completed: releaseOnComplete; no slices) or NOT_RUNNING (an
+                          WAITING_FOR_RESOURCES, FAILED, SUSPENDED, …), DELETED (gone after
+                          its run completed: deleteOnComplete; no slices) or NOT_RUNNING (an
                           emulation that is not running); a slice's state is its node's
                           (READY, PREEMPTED, …, MISSING when the node does not exist)
     run                   run_dir, exists, step, total_steps, fraction (in [0, 1]), loss (the
@@ -64,8 +64,8 @@ def headline(status: StackStatus) -> str:
     """The first line: the stack and its capacity state in words."""
     cap = status.capacity
     if cap.emulated:
-        if cap.state == "RELEASED":
-            return f"stack {status.stack}: not running; its queued resource {cap.id} was released"
+        if cap.state == "DELETED":
+            return f"stack {status.stack}: not running; its queued resource {cap.id} was deleted"
         if cap.state == "NOT_RUNNING":
             return f"stack {status.stack}: {cap.detail}" if cap.detail else f"stack {status.stack}: not running"
         return f"stack {status.stack}: running ({cap.detail})"

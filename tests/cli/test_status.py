@@ -126,8 +126,8 @@ def test_a_stack_that_was_never_deployed(fake, stack):
     assert "never deployed" in result.stderr
 
 
-def test_a_queued_resource_gone_after_its_run_completed_is_released(fake, stack):
-    # releaseOnComplete: worker 0 of slice 0 deleted it once the run wrote COMPLETE. As the
+def test_a_queued_resource_gone_after_its_run_completed_is_deleted(fake, stack):
+    # deleteOnComplete: worker 0 of slice 0 deleted it once the run wrote COMPLETE. As the
     # provider treats it (converged), the status shows the finished run, not an error.
     props = deploy(fake, stack)
     config = load_stack_file(stack)
@@ -137,10 +137,10 @@ def test_a_queued_resource_gone_after_its_run_completed_is_released(fake, stack)
     result = invoke("status", "--config-file", stack)
     assert result.exit_code == 0, result.output
     assert result.stderr == ""  # no error line for the queued resource that was not found
-    assert result.stdout.splitlines()[0] == "stack emu: queued resource multislice-emu is RELEASED"
+    assert result.stdout.splitlines()[0] == "stack emu: queued resource multislice-emu is DELETED"
     assert "gone after its run completed at step 24" in result.stdout and "COMPLETE at" in result.stdout
     data = json.loads(invoke("status", "--config-file", stack, "--json").stdout)
-    assert (data["queued_resource"]["state"], data["queued_resource"]["slices"]) == ("RELEASED", [])
+    assert (data["queued_resource"]["state"], data["queued_resource"]["slices"]) == ("DELETED", [])
     assert data["run"]["complete"] is True
 
 

@@ -190,8 +190,8 @@ def test_defaults_give_a_complete_environment():
             "multislice:queuedResource.validUntil: 300s is shorter than 10 minutes",
         ),
         (
-            {"multislice:queuedResource": {"releaseOnComplete": "sometimes"}},
-            "multislice:queuedResource.releaseOnComplete:",
+            {"multislice:queuedResource": {"deleteOnComplete": "sometimes"}},
+            "multislice:queuedResource.deleteOnComplete:",
         ),
         ({"multislice:labels": {"Team": "x"}}, "multislice:labels: key 'Team' must be"),
         ({"multislice:labels": {"managed-by": "me"}}, "multislice:labels: key 'managed-by' is set by this program"),
@@ -213,15 +213,15 @@ def test_bad_environment_keys_name_the_key_path(change, expected):
         ("dev", {}, True),  # spot
         ("dev", {"multislice:capacity": "on-demand"}, True),
         ("prod", {}, False),  # reserved: the reservation is paid for anyway
-        ("dev", {"multislice:queuedResource": {"releaseOnComplete": False}}, False),
-        ("prod", {"multislice:queuedResource": {"releaseOnComplete": True}}, True),
+        ("dev", {"multislice:queuedResource": {"deleteOnComplete": False}}, False),
+        ("prod", {"multislice:queuedResource": {"deleteOnComplete": True}}, True),
     ],
 )
-def test_release_on_complete_defaults_by_capacity(stack, changes, expected):
+def test_delete_on_complete_defaults_by_capacity(stack, changes, expected):
     config = validate_stack(stack, {**stack_map(stack), **changes}, "t")
-    assert config.release_on_complete is expected
+    assert config.delete_on_complete is expected
     engine = from_pulumi_config(stack, engine_config({**stack_map(stack), **changes}))
-    assert engine.release_on_complete is expected
+    assert engine.delete_on_complete is expected
 
 
 def test_reservation_may_be_a_full_path():

@@ -457,3 +457,42 @@ def test_ai_zones_are_zone_names(zone):
     # The regions-zones page lists AI zones such as us-central1-ai1a (v6e).
     config = validate_stack("t", dev_map() | {"gcp:zone": zone, "multislice:allowUnlisted": ["zone"]}, "test")
     assert config.region == zone.rsplit("-", 1)[0]
+
+
+@pytest.mark.parametrize("capacity, default", [("spot", True), ("on-demand", True), ("reserved", False)])
+@pytest.mark.parametrize("value", [True, False])
+def test_delete_on_complete_overrides_the_capacity_default(capacity, default, value):
+    base = dev_map() | {"multislice:capacity": capacity}
+    if capacity == "reserved":
+        base["multislice:reservationName"] = "my-reservation"
+    assert validate_stack("t", base, "test").delete_on_complete is default
+    config = validate_stack("t", base | {"multislice:queuedResource": {"deleteOnComplete": value}}, "test")
+    assert config.delete_on_complete is value and config.deprecation_warnings == []
+
+
+@pytest.mark.parametrize("value", [True, False])
+def test_release_on_complete_is_a_deprecated_alias_of_delete_on_complete(tmp_path, value):
+    # The key's name before "release" came to mean a software release only: same meaning, one
+    # warning naming the new key, on both read paths.
+    former = dev_map() | {"multislice:queuedResource": {"releaseOnComplete": value}}
+    current = dev_map() | {"multislice:queuedResource": {"deleteOnComplete": value}}
+    config = validate_stack("t", former, "test")
+    assert config.delete_on_complete is value is validate_stack("t", current, "test").delete_on_complete
+    (warning,) = config.deprecation_warnings
+    assert warning == (
+        "multislice:queuedResource.releaseOnComplete is deprecated: rename it to "
+        "multislice:queuedResource.deleteOnComplete (same meaning)"
+    )
+    path = tmp_path / "Pulumi.t.yaml"
+    path.write_text(yaml.safe_dump({"config": former}))
+    assert load_stack_file(path) == from_pulumi_config("t", engine_config(former)) == config
+
+
+def test_release_on_complete_and_delete_on_complete_together_are_refused():
+    both = dev_map() | {"multislice:queuedResource": {"releaseOnComplete": True, "deleteOnComplete": False}}
+    (line,) = errors_of(both)
+    assert line.startswith("multislice:queuedResource.releaseOnComplete: ")
+    assert "both releaseOnComplete and deleteOnComplete are set: keep only deleteOnComplete" in line
+    with pytest.raises(StackConfigError) as info:
+        from_pulumi_config("t", engine_config(both))
+    assert info.value.lines == [line]

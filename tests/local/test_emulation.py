@@ -149,24 +149,24 @@ def test_uninterrupted_run_completes(uninterrupted):
 
 
 @pytest.mark.slow
-def test_the_completed_run_released_its_queued_resource(uninterrupted):
-    # The emu stack is spot: releaseOnComplete is on by default. Once the trainers exited 0,
+def test_the_completed_run_deleted_its_queued_resource(uninterrupted):
+    # The emu stack is spot: deleteOnComplete is on by default. Once the trainers exited 0,
     # worker 0 of slice 0 deleted the queued resource through the emulated TPU API.
     config = load_stack_file(STACK)
-    assert config.capacity == "spot" and config.release_on_complete
+    assert config.capacity == "spot" and config.delete_on_complete
     name = f"projects/{config.project}/locations/{config.zone}/queuedResources/{config.queued_resource_id}"
-    assert uninterrupted["capacity"] == "released"  # --summary-json
+    assert uninterrupted["capacity"] == "deleted"  # --summary-json
     log = (Path(uninterrupted["logs_dir"]) / "slice-0-worker-0.log").read_text().splitlines()
     done = log.index("[slice 0 worker 0] trainer: exited with status 0: training is complete")
     assert log[done + 1 : done + 3] == [
         f"[slice 0 worker 0] capacity: the run is complete: deleting queued resource {name} (force: its nodes first)",
-        f"[slice 0 worker 0] capacity: released: the TPU API accepted the delete of {name}",
+        f"[slice 0 worker 0] capacity: deleted: the TPU API accepted the delete of {name}",
     ]
     assert "capacity:" not in (Path(uninterrupted["logs_dir"]) / "slice-1-worker-0.log").read_text()
     status = run_cli(["local", "status", "--config-file", str(STACK), "--json"], uninterrupted["state_dir"])
     assert status.returncode == 0, status.stderr
     capacity = json.loads(status.stdout)["queued_resource"]
-    assert (capacity["state"], capacity["slices"]) == ("RELEASED", [])
+    assert (capacity["state"], capacity["slices"]) == ("DELETED", [])
     assert capacity["detail"].startswith("deleted by worker 0 of slice 0 at ")
 
 
@@ -213,10 +213,10 @@ def test_finished_run_is_reported_without_retraining(uninterrupted, tmp_path):
     summary_path = state / "again.json"
     result = run_cli(["local", "up", "--config-file", str(STACK), "--summary-json", str(summary_path)], state)
     assert result.returncode == 0, result.stderr
-    assert "already complete; nothing to do (its queued resource was released at " in result.stdout
-    assert "booting" not in result.stdout  # released and complete: converged, nothing is created again
-    assert json.loads(summary_path.read_text())["capacity"] == "released"
-    assert (state / "emu" / "released.json").exists()
+    assert "already complete; nothing to do (its queued resource was deleted at " in result.stdout
+    assert "booting" not in result.stdout  # deleted and complete: converged, nothing is created again
+    assert json.loads(summary_path.read_text())["capacity"] == "deleted"
+    assert (state / "emu" / "deleted.json").exists()
     assert run_records(state, "metrics") == before
     assert processes_under(state) == []
 

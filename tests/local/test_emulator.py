@@ -202,8 +202,8 @@ def test_a_preemption_checkpoint_is_reported_before_the_repair_it_caused(resourc
     from infra.local.tails import RecordTail
     from training.run_log import RecordLog
 
-    resource._events = RecordTail(resource.run_dir, "events")
-    resource._events.poll()
+    resource.reporter.events = RecordTail(resource.run_dir, "events")
+    resource.reporter.events.poll()
     events = RecordLog(resource.run_dir, "events")
     events.append({"event": "checkpoint", "step": 7, "preemption": True, "time": 1.0})
     events.append({"event": "preempted", "step": 7, "time": 2.0})

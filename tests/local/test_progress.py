@@ -25,8 +25,8 @@ def test_boot_lines_are_the_first_vm_s_phases_as_they_are_written(tmp_path):
             "===== boot 2 of slice 0 worker 0 =====\n"
             "[slice 0 worker 0] boot: stack emu (v4-8 x 2), release b73ca7d52daf\n"
             "systemd[1]: Started multislice-trainer.service.\n"
-            "[slice 1 worker 0] environment: another VM's line\n"
-            "[slice 0 worker 0] environment: using MULTISLICE_PYTHON=/x (nothing built)\n"
+            "[slice 1 worker 0] venv: another VM's line\n"
+            "[slice 0 worker 0] venv: using MULTISLICE_PYTHON=/x (nothing built)\n"
             "[slice 0 worker 0] [Gloo] Rank 0 is connected to 1 peer ranks.\n"
             "[slice 0 worker 0] 18:21:18 INFO [p0] training.cluster: "
             "jax.distributed.initialize coordinator=127.0.0.1:1\n"
@@ -34,7 +34,7 @@ def test_boot_lines_are_the_first_vm_s_phases_as_they_are_written(tmp_path):
         )  # not a complete line yet
     assert lines.poll() == [
         "boot: stack emu (v4-8 x 2), release b73ca7d52daf",
-        "environment: using MULTISLICE_PYTHON=/x (nothing built)",
+        "venv: using MULTISLICE_PYTHON=/x (nothing built)",
         "training.cluster: jax.distributed.initialize coordinator=127.0.0.1:1",
     ]
     with open(log, "a") as out:

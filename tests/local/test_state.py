@@ -262,21 +262,21 @@ def test_discard_machines_keeps_the_storage(tmp_path):
     assert (paths.gcs_root / "b" / "runs" / "emu" / "x").exists()
 
 
-def test_a_release_is_recorded_read_and_forgotten(tmp_path):
+def test_a_deletion_is_recorded_read_and_forgotten(tmp_path):
     paths = LocalPaths(tmp_path / "emu")
     paths.root.mkdir()
-    assert state_lib.read_release(paths) is None
+    assert state_lib.read_deletion(paths) is None
     before = time.time()
-    state_lib.record_release(paths, "projects/p/locations/z/queuedResources/q", "gs://b/runs/emu")
-    record = state_lib.read_release(paths)
+    state_lib.record_deletion(paths, "projects/p/locations/z/queuedResources/q", "gs://b/runs/emu")
+    record = state_lib.read_deletion(paths)
     assert (record["queued_resource"], record["run_dir"]) == (
         "projects/p/locations/z/queuedResources/q",
         "gs://b/runs/emu",
     )
-    assert before - 0.001 <= record["released_at"] <= time.time() + 0.001
-    assert [p.name for p in paths.root.iterdir()] == ["released.json"]  # no temporary file left
-    paths.release_file.write_text("{not json")
-    assert state_lib.read_release(paths) is None  # unreadable: not released
-    state_lib.forget_release(paths)
-    state_lib.forget_release(paths)  # nothing to forget: fine
-    assert not paths.release_file.exists()
+    assert before - 0.001 <= record["deleted_at"] <= time.time() + 0.001
+    assert [p.name for p in paths.root.iterdir()] == ["deleted.json"]  # no temporary file left
+    paths.deletion_file.write_text("{not json")
+    assert state_lib.read_deletion(paths) is None  # unreadable: not deleted
+    state_lib.forget_deletion(paths)
+    state_lib.forget_deletion(paths)  # nothing to forget: fine
+    assert not paths.deletion_file.exists()

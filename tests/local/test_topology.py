@@ -80,25 +80,25 @@ def test_one_slice_has_no_megascale_settings(tmp_path):
         ("reserved", True, True),
     ],
 )
-def test_release_on_complete_names_the_queued_resource_as_pulumi_up_does(tmp_path, capacity, key, expected):
+def test_delete_on_complete_names_the_queued_resource_as_pulumi_up_does(tmp_path, capacity, key, expected):
     from infra.__main__ import queued_resource_inputs
     from infra.startup import render
-    from infra.startup.contract import RELEASE_KEY
+    from infra.startup.contract import DELETE_QUEUED_RESOURCE_KEY
 
     path = tmp_path / "Pulumi.emu.yaml"
     variant = STACK.read_text().replace("multislice:capacity: spot", f"multislice:capacity: {capacity}")
     if capacity == "reserved":
         variant += "  multislice:reservationName: my-reservation\n"
     if key is not None:
-        variant += f"  multislice:queuedResource: {{releaseOnComplete: {str(key).lower()}}}\n"
+        variant += f"  multislice:queuedResource: {{deleteOnComplete: {str(key).lower()}}}\n"
     path.write_text(variant)
     config = load_stack_file(path)
-    assert config.release_on_complete is expected
+    assert config.delete_on_complete is expected
     inputs = queued_resource_inputs(config, render(config), network="n", subnetwork="s", service_account="a", tags=[])
-    pulumi_sets = inputs.metadata.get(RELEASE_KEY)  # the nodes' metadata on Cloud TPU
+    pulumi_sets = inputs.metadata.get(DELETE_QUEUED_RESOURCE_KEY)  # the nodes' metadata on Cloud TPU
     for slice_id in range(config.slices):
         attributes = topology.vm_metadata(config, slice_id, 0, startup_script="", run_dir=config.run_dir)
-        assert attributes.get(RELEASE_KEY) == pulumi_sets
+        assert attributes.get(DELETE_QUEUED_RESOURCE_KEY) == pulumi_sets
     if expected:
         assert (
             pulumi_sets

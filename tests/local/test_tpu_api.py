@@ -2,8 +2,8 @@
 resource, answered with a long-running Operation; every other request refused), the release's
 own script against it, and the emulator's side through ``LocalQueuedResource.up`` with a
 stand-in startup script (no trainer): the release recorded, the VMs still running stopped, the
-summary's ``capacity``; with releaseOnComplete off, nothing deleted. The real trainer's run is
-asserted in tests/local/test_emulation.py (test_the_completed_run_released_its_queued_resource)."""
+summary's ``capacity``; with deleteOnComplete off, nothing deleted. The real trainer's run is
+asserted in tests/local/test_emulation.py (test_the_completed_run_deleted_its_queued_resource)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from infra.local.emulator import LocalQueuedResource, Options
 from infra.local.metadata import EMULATED_TOKEN, MetadataServer
 from infra.local.state import LocalPaths
 from infra.local.tpu_api import EmulatedTpuApi
-from infra.startup.contract import RELEASE_KEY
+from infra.startup.contract import DELETE_QUEUED_RESOURCE_KEY
 from tests.fakes.startup_vm import prefixed
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -99,17 +99,17 @@ def test_other_methods_are_not_allowed(api, method):
     assert deleted == [] and [r[0] for r in server.requests] == [method]
 
 
-def test_with_release_off_the_service_account_may_not_delete():
+def test_with_delete_on_complete_off_the_service_account_may_not_delete():
     with EmulatedTpuApi(None) as server:
         assert error_status(delete(server)) == (403, "PERMISSION_DENIED")
         assert "tpu.nodes.delete" in delete(server).json()["error"]["message"]
         assert server.deleted_at is None
 
 
-def test_the_release_script_deletes_through_it(api):
-    """The VM side (release-on-complete.sh of the release) against the emulated API."""
+def test_the_delete_on_complete_script_deletes_through_it(api):
+    """The VM side (delete-on-complete.sh of the release) against the emulated API."""
     server, deleted = api
-    with MetadataServer({RELEASE_KEY: NAME}) as metadata:
+    with MetadataServer({DELETE_QUEUED_RESOURCE_KEY: NAME}) as metadata:
         env = {
             "PATH": os.environ["PATH"],
             "GCE_METADATA_IP": metadata.address,
@@ -118,7 +118,7 @@ def test_the_release_script_deletes_through_it(api):
             "MULTISLICE_WORKER": "0",
         }
         result = subprocess.run(
-            ["bash", str(ROOT / "infra" / "startup" / startup.RELEASE_RESOURCE)],
+            ["bash", str(ROOT / "infra" / "startup" / startup.DELETE_ON_COMPLETE_RESOURCE)],
             env=env,
             capture_output=True,
             text=True,
@@ -126,7 +126,7 @@ def test_the_release_script_deletes_through_it(api):
         )
     assert prefixed(result.stdout + result.stderr, "[slice 0 worker 0] ") == [
         f"capacity: the run is complete: deleting queued resource {NAME} (force: its nodes first)",
-        f"capacity: released: the TPU API accepted the delete of {NAME}",
+        f"capacity: deleted: the TPU API accepted the delete of {NAME}",
     ]
     assert deleted == [NAME] and server.requests == [("DELETE", f"/v2/{NAME}?force=true", 200)]
 
@@ -136,7 +136,7 @@ def stand_in(others: str) -> str:
     after the trainer exited 0; the other VMs run ``others``."""
     return f"""#!/bin/bash
 if [[ $MULTISLICE_HOME == */slice-0-worker-0 ]]; then
-  MULTISLICE_SLICE=0 MULTISLICE_WORKER=0 exec bash {ROOT / "infra" / "startup" / startup.RELEASE_RESOURCE}
+  MULTISLICE_SLICE=0 MULTISLICE_WORKER=0 exec bash {ROOT / "infra" / "startup" / startup.DELETE_ON_COMPLETE_RESOURCE}
 fi
 {others}
 """
@@ -152,39 +152,39 @@ def emulate(tmp_path: Path, config, script: str) -> tuple[LocalQueuedResource, d
 
 
 @pytest.mark.timeout(300)
-def test_the_emulated_queued_resource_is_released_and_its_vms_stopped(tmp_path):
+def test_the_emulated_queued_resource_is_deleted_and_its_vms_stopped(tmp_path):
     config = load_stack_file(STACK)
-    assert config.capacity == "spot" and config.release_on_complete  # the default for spot
+    assert config.capacity == "spot" and config.delete_on_complete  # the default for spot
     name = f"projects/{config.project}/locations/{config.zone}/queuedResources/{config.queued_resource_id}"
     # Slice 1's VM would run on; the force delete deletes its node.
     resource, summary, lines = emulate(tmp_path, config, stand_in("exec sleep 600"))
-    assert summary["capacity"] == "released"
-    assert resource.release.api.requests == [("DELETE", f"/v2/{name}?force=true", 200)]
-    record = state_lib.read_release(resource.paths)
+    assert summary["capacity"] == "deleted"
+    assert resource.delete_on_complete.api.requests == [("DELETE", f"/v2/{name}?force=true", 200)]
+    record = state_lib.read_deletion(resource.paths)
     assert (record["queued_resource"], record["run_dir"]) == (name, config.run_dir)
     assert "capacity: the queued resource was deleted; stopping its VMs still running: slice 1 worker 0" in lines
     assert lines[-1] == (
-        f"capacity: released: worker 0 of slice 0 deleted the queued resource {name} once the run "
-        "was complete (multislice:queuedResource.releaseOnComplete)"
+        f"capacity: deleted: worker 0 of slice 0 deleted the queued resource {name} once the run "
+        "was complete (multislice:queuedResource.deleteOnComplete)"
     )
     log = resource.paths.vm_log(0, 0).read_text()
-    assert f"[slice 0 worker 0] capacity: released: the TPU API accepted the delete of {name}" in log
+    assert f"[slice 0 worker 0] capacity: deleted: the TPU API accepted the delete of {name}" in log
 
 
 @pytest.mark.timeout(300)
-def test_with_release_off_the_vms_keep_it(tmp_path):
+def test_with_delete_on_complete_off_the_vms_keep_it(tmp_path):
     stack = load_stack_file(STACK)
     config = stack.model_copy(
-        update={"queued_resource": stack.queued_resource.model_copy(update={"release_on_complete": False})}
+        update={"queued_resource": stack.queued_resource.model_copy(update={"delete_on_complete": False})}
     )
-    assert not config.release_on_complete
+    assert not config.delete_on_complete
     paths = LocalPaths(tmp_path / "emu")
     paths.root.mkdir(parents=True)
-    state_lib.record_release(paths, "projects/p/locations/z/queuedResources/q", config.run_dir)  # an earlier run's
+    state_lib.record_deletion(paths, "projects/p/locations/z/queuedResources/q", config.run_dir)  # an earlier run's
     resource, summary, lines = emulate(tmp_path, config, stand_in("exit 0"))
     assert summary["capacity"] == "kept"
-    assert resource.release.api.requests == []
-    assert state_lib.read_release(paths) is None  # created again by this `local up`: no longer released
-    assert lines[-1].startswith("capacity: kept: multislice:queuedResource.releaseOnComplete is off")
+    assert resource.delete_on_complete.api.requests == []
+    assert state_lib.read_deletion(paths) is None  # created again by this `local up`: no longer deleted
+    assert lines[-1].startswith("capacity: kept: multislice:queuedResource.deleteOnComplete is off")
     log = paths.vm_log(0, 0).read_text()
-    assert "[slice 0 worker 0] capacity: kept: no queued resource to release in the metadata" in log
+    assert "[slice 0 worker 0] capacity: kept: no queued resource to delete in the metadata" in log

@@ -24,7 +24,7 @@ from infra import startup
 from infra.components.network import IAP_SSH_RANGE
 from infra.config import StackConfigError, available_stacks, load_stack
 from infra.startup.bundle import build_archive
-from infra.startup.contract import RELEASE_KEY, RUN_DIR_KEY, STARTUP_SCRIPT_KEY
+from infra.startup.contract import DELETE_QUEUED_RESOURCE_KEY, RUN_DIR_KEY, STARTUP_SCRIPT_KEY
 from tests.fakes.pulumi_program import FIREWALL, QR_TYPE, World, engine_config, evaluate, stack_map
 
 STACKS = available_stacks()
@@ -143,12 +143,14 @@ def test_nodes_run_as_our_service_account_with_least_privilege(worlds, stack):
     ours = [g.inputs for g in bucket_grants if g.inputs["bucket"] == config.bucket_name]
     assert [(g["role"], g["member"]) for g in ours] == [("roles/storage.objectUser", f"serviceAccount:{email}")]
     project_roles = sorted(g.inputs["role"] for g in world.of("gcp:projects/iAMMember:IAMMember"))
-    release_role = [f"projects/{config.project}/roles/multisliceRelease_{stack}"] if config.release_on_complete else []
-    assert project_roles == release_role + ["roles/logging.logWriter", "roles/monitoring.metricWriter"]
-    assert config.release_on_complete is (config.capacity != "reserved")  # the shipped stacks keep the default
+    delete_role = (
+        [f"projects/{config.project}/roles/multisliceDeleteOnComplete_{stack}"] if config.delete_on_complete else []
+    )
+    assert project_roles == delete_role + ["roles/logging.logWriter", "roles/monitoring.metricWriter"]
+    assert config.delete_on_complete is (config.capacity != "reserved")  # the shipped stacks keep the default
     custom = world.of("gcp:projects/iAMCustomRole:IAMCustomRole")
     assert [(r.inputs["roleId"], r.inputs["permissions"]) for r in custom] == (
-        [(f"multisliceRelease_{stack}", ["tpu.nodes.delete"])] if config.release_on_complete else []
+        [(f"multisliceDeleteOnComplete_{stack}", ["tpu.nodes.delete"])] if config.delete_on_complete else []
     )
     others = [g.inputs for g in bucket_grants if g.inputs["bucket"] != config.bucket_name]
     if config.training.data.source.startswith("gs://"):
@@ -191,28 +193,28 @@ def _bundle_from_script(text: str) -> bytes:
 
 
 @pytest.mark.parametrize("stack", STACKS)
-def test_release_on_complete_names_the_queued_resource_to_the_vms(worlds, stack):
-    """With releaseOnComplete the nodes' metadata names the QR that worker 0 deletes; without
+def test_delete_on_complete_names_the_queued_resource_to_the_vms(worlds, stack):
+    """With deleteOnComplete the nodes' metadata names the QR that worker 0 deletes; without
     it the key is absent (the VM then keeps the capacity)."""
     config = load_stack(stack)
     metadata = worlds[stack].one(QR_TYPE).inputs["metadata"]
-    if config.release_on_complete:
-        assert metadata[RELEASE_KEY] == worlds[stack].exports["queuedResourceName"]
+    if config.delete_on_complete:
+        assert metadata[DELETE_QUEUED_RESOURCE_KEY] == worlds[stack].exports["queuedResourceName"]
     else:
-        assert RELEASE_KEY not in metadata
+        assert DELETE_QUEUED_RESOURCE_KEY not in metadata
 
 
-def test_release_on_complete_off_grants_nothing_and_names_nothing():
-    world = evaluate("dev", {**stack_map("dev"), "multislice:queuedResource": {"releaseOnComplete": False}})
+def test_delete_on_complete_off_grants_nothing_and_names_nothing():
+    world = evaluate("dev", {**stack_map("dev"), "multislice:queuedResource": {"deleteOnComplete": False}})
     assert world.of("gcp:projects/iAMCustomRole:IAMCustomRole") == []
     assert sorted(g.inputs["role"] for g in world.of("gcp:projects/iAMMember:IAMMember")) == [
         "roles/logging.logWriter",
         "roles/monitoring.metricWriter",
     ]
-    assert RELEASE_KEY not in world.one(QR_TYPE).inputs["metadata"]
+    assert DELETE_QUEUED_RESOURCE_KEY not in world.one(QR_TYPE).inputs["metadata"]
 
 
-def test_release_grant_is_bound_to_the_vms_account_only():
+def test_delete_on_complete_grant_is_bound_to_the_vms_account_only():
     world = evaluate("staging")
     email = world.exports["serviceAccountEmail"]
     role = world.one("gcp:projects/iAMCustomRole:IAMCustomRole")
@@ -453,13 +455,13 @@ def test_the_service_account_keeps_the_urns_it_had_as_identity(worlds):
     assert component.name == "identity"
     assert component.aliases == [{"type": "multislice:gcp:Identity"}]
     children = sorted(r.name for r in world.registrations if r.parent == component.urn)
-    # dev (spot) releases its capacity on completion: its custom role and grant are new children.
+    # dev (spot) deletes its queued resource on complete: its custom role and grant are new children.
     assert children == [
         "identity-checkpoints",
+        "identity-delete-on-complete",
+        "identity-delete-role",
         "identity-logging-logwriter",
         "identity-monitoring-metricwriter",
-        "identity-release-on-complete",
-        "identity-release-role",
         "identity-tpu-vms",
     ]
 
@@ -553,15 +555,26 @@ def test_allow_unlisted_turns_the_catalog_checks_into_warnings():
     assert not [line for line in result.stderr.splitlines() if line.startswith("error")]
 
 
-def test_a_released_queued_resource_warns_why_nothing_is_created(monkeypatch):
-    """A QR the provider reads as released (its run completed): `pulumi preview`/`up` print its
+def test_release_on_complete_warns_once_at_preview_naming_delete_on_complete():
+    config = {**stack_map("dev"), "multislice:queuedResource": {"releaseOnComplete": False}}
+    result = run_as_the_language_host(ROOT / "infra", config)
+    assert result.returncode == 0, result.stderr
+    warnings = [line for line in result.stderr.splitlines() if "releaseOnComplete" in line]
+    assert warnings == [
+        "warning: multislice:queuedResource.releaseOnComplete is deprecated: rename it to "
+        "multislice:queuedResource.deleteOnComplete (same meaning)"
+    ]
+
+
+def test_a_queued_resource_deleted_on_complete_warns_why_nothing_is_created(monkeypatch):
+    """A QR the provider reads as deleted on complete (its run completed): `pulumi preview`/`up` print its
     status line as a warning, and neither fails for the QR not being ready."""
     import infra.__main__ as program
 
     warned: list[str] = []
     monkeypatch.setattr(program.pulumi.log, "warn", lambda message, *args, **kwargs: warned.append(message))
     monkeypatch.setattr(program.pulumi.runtime, "is_dry_run", lambda: False)
-    status = "released: the run gs://b/runs/dev completed at step 120, so ... set a new multislice:runName"
+    status = "deleted on complete: the run gs://b/runs/dev completed at step 120, so ... set a new multislice:runName"
     program._require_ready([True, status, True])
     assert warned == [f"queued resource {status}"]
     program._require_ready([True, "ACTIVE after 3m", False])

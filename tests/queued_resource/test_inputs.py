@@ -20,6 +20,7 @@ from pulumi.runtime.rpc import UNKNOWN
 from infra.config import load_stack
 from infra.queued_resource import QueuedResourceProvider
 from infra.queued_resource.inputs import (
+    FORMER_OUTPUT_KEYS,
     INPUT_KEYS,
     OUTPUT_KEYS,
     PROVIDER_VERSION,
@@ -32,6 +33,7 @@ from infra.queued_resource.inputs import (
     keys_of,
     node_ids,
     parent_of,
+    with_current_keys,
 )
 from infra.startup.contract import RUN_DIR_KEY, STARTUP_SCRIPT_KEY
 from tests.fakes.queued_resource import (  # noqa: F401 (dev, no_ambient_credentials, props: fixtures)
@@ -244,3 +246,15 @@ def test_the_provider_accepts_the_capacity_types_the_stack_config_offers():
     from infra.queued_resource.inputs import CAPACITY_TYPES as accepted
 
     assert accepted == offered  # the provider does not import infra.config: the two are kept equal here
+
+
+def test_outputs_recorded_under_a_former_name_read_under_the_current_one():
+    # A stack whose state the provider wrote before "released" became "deletedOnComplete".
+    assert FORMER_OUTPUT_KEYS == {"released": "deletedOnComplete"}
+    assert set(FORMER_OUTPUT_KEYS.values()) <= set(OUTPUT_KEYS) and not set(FORMER_OUTPUT_KEYS) & set(OUTPUT_KEYS)
+    old = {"queuedResourceId": "q", "released": True, "completedStep": 7}
+    assert with_current_keys(old) == {"queuedResourceId": "q", "deletedOnComplete": True, "completedStep": 7}
+    assert with_current_keys({"released": False}) == {"deletedOnComplete": False}
+    assert with_current_keys({"released": True, "deletedOnComplete": False}) == {"deletedOnComplete": False}
+    current = {"queuedResourceId": "q", "deletedOnComplete": True}
+    assert with_current_keys(current) == current and with_current_keys({}) == {}

@@ -17,7 +17,12 @@ from infra.startup import contract, script
 
 ROOT = Path(__file__).resolve().parents[2]
 STARTUP = ROOT / "infra" / "startup"
-TEMPLATES = (script.TEMPLATE_RESOURCE, script.BOOT_RESOURCE, script.TRAINER_RESOURCE, script.RELEASE_RESOURCE)
+TEMPLATES = (
+    script.TEMPLATE_RESOURCE,
+    script.BOOT_RESOURCE,
+    script.TRAINER_RESOURCE,
+    script.DELETE_ON_COMPLETE_RESOURCE,
+)
 #: Environment variable names as the templates spell them (ours, and the two Google ones).
 ENV_NAME = re.compile(r"\b(MULTISLICE_[A-Z0-9_]+|GCE_METADATA_IP|STORAGE_EMULATOR_HOST)\b")
 #: The bootstrap's quoted heredoc delimiter: a word of bash, not an environment variable.
@@ -42,8 +47,8 @@ def test_every_environment_name_a_template_uses_is_declared_and_each_declared_on
     ("name", "default", "template"),
     [
         (contract.STORAGE_ENDPOINT_ENV, contract.DEFAULT_STORAGE_ENDPOINT, script.BOOT_RESOURCE),
-        (contract.METADATA_HOST_ENV, contract.DEFAULT_METADATA_HOST, script.RELEASE_RESOURCE),
-        (contract.TPU_API_ENDPOINT_ENV, contract.DEFAULT_TPU_API_ENDPOINT, script.RELEASE_RESOURCE),
+        (contract.METADATA_HOST_ENV, contract.DEFAULT_METADATA_HOST, script.DELETE_ON_COMPLETE_RESOURCE),
+        (contract.TPU_API_ENDPOINT_ENV, contract.DEFAULT_TPU_API_ENDPOINT, script.DELETE_ON_COMPLETE_RESOURCE),
         (contract.METADATA_HOST_ENV, "@@DEFAULT_METADATA_HOST@@", script.BOOT_RESOURCE),  # filled from the contract
     ],
 )
@@ -53,9 +58,14 @@ def test_endpoint_defaults_are_the_contracts(name, default, template):
 
 def test_metadata_keys_the_templates_read_are_the_contracts():
     read = {key for t in TEMPLATES for key in re.findall(r"attributes/([A-Za-z0-9@_-]+)", template_text(t))}
-    assert read == {contract.WORKER_NUMBER_KEY, contract.TPU_ENV_KEY, "@@RUN_DIR_ATTRIBUTE@@", contract.RELEASE_KEY}
+    assert read == {
+        contract.WORKER_NUMBER_KEY,
+        contract.TPU_ENV_KEY,
+        "@@RUN_DIR_ATTRIBUTE@@",
+        contract.DELETE_QUEUED_RESOURCE_KEY,
+    }
     assert script.RUN_DIR_ATTRIBUTE == contract.RUN_DIR_KEY  # what fills the placeholder
-    assert f"attributes/{contract.RELEASE_KEY}" in template_text(script.RELEASE_RESOURCE)
+    assert f"attributes/{contract.DELETE_QUEUED_RESOURCE_KEY}" in template_text(script.DELETE_ON_COMPLETE_RESOURCE)
 
 
 def test_the_release_record_fields_boot_reads_are_the_ones_the_record_has():

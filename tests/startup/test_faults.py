@@ -12,7 +12,7 @@ import socket
 
 from infra import startup
 from infra.startup import lockfile
-from infra.startup.target_environment import read_python_version
+from infra.startup.install_target import read_python_version
 from tests.fakes.startup_vm import ROOT, RUN_DIR, Vm, dev_stack, gcs, prefixed, script, vm  # noqa: F401 (fixtures)
 
 
@@ -115,15 +115,16 @@ def test_missing_run_dir_is_a_clear_error(tmp_path, script, gcs):
     assert_nothing_started(machine)
 
 
-def test_environment_builds_once_and_is_reused(vm, script):
+def test_the_venv_builds_once_and_is_reused(vm, script):
     """Without MULTISLICE_PYTHON: pinned uv via pip, uv python/venv/pip install into a
-    temporary directory renamed to envs/<requirements sha256>; a re-run installs nothing; a
-    different requirements hash builds anew and removes the old environment."""
+    temporary directory renamed to venvs/<requirements sha256>; a re-run installs nothing; a
+    different requirements hash builds anew and removes the old virtualenv (and envs/, where
+    virtualenvs were kept before venvs/)."""
     result = vm.run(use_fake_python=False)
     assert result.returncode == 0, result.stdout
     lines = prefixed(result.stdout)
     sha = script.requirements_sha256
-    env_dir = vm.home / "envs" / sha
+    env_dir = vm.home / "venvs" / sha
     assert (env_dir / ".complete").read_text().strip() == sha
     assert (vm.fake_dir / "requirements.txt").read_text() == lockfile.pinned_requirements(ROOT).text
     assert (vm.fake_dir / "uv-requirements.txt").read_text() == lockfile.pinned_uv(ROOT).requirement_text
@@ -137,36 +138,39 @@ def test_environment_builds_once_and_is_reused(vm, script):
     assert vm.argv(1)[0] == str(env_dir / "bin" / "python")
     env = vm.environ(1)
     assert "UV_PYTHON_INSTALL_DIR" not in env and "UV_CACHE_DIR" not in env
-    assert [p.name for p in (vm.home / "envs").iterdir()] == [sha]
+    assert [p.name for p in (vm.home / "venvs").iterdir()] == [sha]
     assert (
-        f"environment: building envs/{sha[:12]} (Python {read_python_version(ROOT)}, "
+        f"venv: building venvs/{sha[:12]} (Python {read_python_version(ROOT)}, "
         f"uv {lockfile.pinned_uv(ROOT).version}), attempt 1/4" in lines
     )
 
     again = vm.run(use_fake_python=False)
     assert again.returncode == 0, again.stdout
-    assert f"environment: reusing envs/{sha[:12]} (requirements unchanged)" in prefixed(again.stdout)
+    assert f"venv: reusing venvs/{sha[:12]} (requirements unchanged)" in prefixed(again.stdout)
     assert len((vm.fake_dir / "calls").read_text().splitlines()) == 4
 
-    # An environment for other requirements (an older release) is not used, and goes.
-    old = vm.home / "envs" / ("0" * 64)
+    # A virtualenv for other requirements (an older release) is not used, and goes; so does a
+    # virtualenv where an earlier boot script kept them (envs/).
+    old = vm.home / "venvs" / ("0" * 64)
     env_dir.rename(old)
+    (vm.home / "envs" / ("1" * 64) / "bin").mkdir(parents=True)
     third = vm.run(use_fake_python=False)
     assert third.returncode == 0, third.stdout
     assert len((vm.fake_dir / "calls").read_text().splitlines()) == 8
-    assert [p.name for p in (vm.home / "envs").iterdir()] == [sha]
+    assert [p.name for p in (vm.home / "venvs").iterdir()] == [sha]
+    assert not (vm.home / "envs").exists()
 
 
 def test_an_install_that_fails_once_is_retried(vm, script):
     result = vm.run(use_fake_python=False, FAKE_PIP_FAILURES="1")
     assert result.returncode == 0, result.stdout
     lines = prefixed(result.stdout)
-    assert "environment: attempt 1/4 failed (status 1); retrying in 0.01s" in lines
-    assert any(line.startswith("environment: building") and line.endswith("attempt 2/4") for line in lines)
-    assert f"environment: ready: envs/{script.requirements_sha256[:12]}" in lines
+    assert "venv: attempt 1/4 failed (status 1); retrying in 0.01s" in lines
+    assert any(line.startswith("venv: building") and line.endswith("attempt 2/4") for line in lines)
+    assert f"venv: ready: venvs/{script.requirements_sha256[:12]}" in lines
     assert (vm.fake_dir / "pip-runs").read_text().strip() == "2"
     assert vm.attempts == 1
-    assert [p.name for p in (vm.home / "envs").iterdir()] == [script.requirements_sha256]  # no half-built leftovers
+    assert [p.name for p in (vm.home / "venvs").iterdir()] == [script.requirements_sha256]  # no half-built leftovers
 
 
 def test_an_install_that_always_fails_is_bounded(vm):
@@ -176,22 +180,22 @@ def test_an_install_that_always_fails_is_bounded(vm):
     assert (vm.fake_dir / "pip-runs").read_text().strip() == str(startup.BUILD_ATTEMPTS)
     assert (
         lines[-1]
-        == f"error: environment: the build failed {startup.BUILD_ATTEMPTS} times (last status 1); see the lines above"
+        == f"error: venv: the build failed {startup.BUILD_ATTEMPTS} times (last status 1); see the lines above"
     )
     assert_nothing_started(vm)
-    assert os.listdir(vm.home / "envs") == []  # nothing half-written is left to be used
+    assert os.listdir(vm.home / "venvs") == []  # nothing half-written is left to be used
 
 
-def test_a_half_written_environment_is_rebuilt_not_used(vm, script):
-    """An environment directory without its completion mark (a build cut off by power loss
+def test_a_half_written_venv_is_rebuilt_not_used(vm, script):
+    """A virtualenv directory without its completion mark (a build cut off by power loss
     before the mark was written) is never used: it is rebuilt in place."""
     sha = script.requirements_sha256
-    half = vm.home / "envs" / sha / "bin"
+    half = vm.home / "venvs" / sha / "bin"
     half.mkdir(parents=True)
     shutil.copy(vm.bin / "python", half / "python")
     result = vm.run(use_fake_python=False)
     assert result.returncode == 0, result.stdout
     lines = prefixed(result.stdout)
-    assert any(line.startswith(f"environment: building envs/{sha[:12]}") for line in lines), lines
+    assert any(line.startswith(f"venv: building venvs/{sha[:12]}") for line in lines), lines
     assert len((vm.fake_dir / "calls").read_text().splitlines()) == 4
-    assert (vm.home / "envs" / sha / ".complete").read_text().strip() == sha
+    assert (vm.home / "venvs" / sha / ".complete").read_text().strip() == sha

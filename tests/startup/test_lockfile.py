@@ -1,6 +1,6 @@
 """infra/startup/lockfile.py: the VM's pinned requirements are a complete, minimal, deterministic
 closure of the trainer's dependencies taken from uv.lock. (Reading the lock:
-tests/startup/test_uv_lock.py; the VM as a target: tests/startup/test_target_environment.py.)"""
+tests/startup/test_uv_lock.py; the VM as a target: tests/startup/test_install_target.py.)"""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from infra.startup import lockfile
-from infra.startup.target_environment import TargetEnvironment
+from infra.startup.install_target import InstallTarget
 from infra.startup.uv_lock import LockfileError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -89,7 +89,7 @@ def test_closure_is_dependency_complete(pinned):
             continue  # e.g. libtpu / gcsfs: not in the local environment
         for text in requires:
             req = Requirement(text)
-            if req.marker is None or all(req.marker.evaluate(env) for env in pinned.target.marker_environments()):
+            if req.marker is None or all(req.marker.evaluate(env) for env in pinned.target.marker_values()):
                 if canonicalize_name(req.name) not in pinned:
                     missing.append(f"{package.name} needs {req}")
     assert not missing, missing
@@ -171,8 +171,8 @@ def test_pinned_uv_wheel():
 
 def test_markers_follow_the_python_version():
     """numpy is locked twice (2.4.x below 3.12, 2.5.x above): the target picks one."""
-    py311 = lockfile.pinned_requirements(ROOT, target=TargetEnvironment("3.11"))
-    py312 = lockfile.pinned_requirements(ROOT, target=TargetEnvironment("3.12"))
+    py311 = lockfile.pinned_requirements(ROOT, target=InstallTarget("3.11"))
+    py312 = lockfile.pinned_requirements(ROOT, target=InstallTarget("3.12"))
     assert py311["numpy"].version != py312["numpy"].version
     assert all("cp312" in a.filename or "py3" in a.filename or "abi3" in a.filename for a in py312["numpy"].artifacts)
     assert py311.text != py312.text

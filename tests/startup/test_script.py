@@ -210,7 +210,7 @@ def test_release_holds_exactly_what_the_vm_runs(rendered):
     assert names == trainer | {
         "boot.sh",
         "trainer.sh",
-        "release-on-complete.sh",
+        "delete-on-complete.sh",
         "config.json",
         "requirements.txt",
         "uv-requirements.txt",
@@ -267,7 +267,12 @@ def test_shellcheck(tmp_path, rendered):
 # Template -----------------------------------------------------------------------------------
 
 
-TEMPLATES = (startup.TEMPLATE_RESOURCE, startup.BOOT_RESOURCE, startup.TRAINER_RESOURCE, startup.RELEASE_RESOURCE)
+TEMPLATES = (
+    startup.TEMPLATE_RESOURCE,
+    startup.BOOT_RESOURCE,
+    startup.TRAINER_RESOURCE,
+    startup.DELETE_ON_COMPLETE_RESOURCE,
+)
 
 
 @pytest.mark.parametrize("resource", TEMPLATES)

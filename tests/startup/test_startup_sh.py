@@ -2,7 +2,7 @@
 emulated systemd runs the script, which starts multislice-trainer.service), with a loopback
 metadata server, a loopback GCS (fake-gcs-server) and fake interpreters: identity, supervision
 by the unit (restart backoff, 78 never restarted, start limit), SIGTERM to the VM, re-runs.
-The boot's faults (metadata, environment build) are tests/startup/test_faults.py; the release
+The boot's faults (metadata, virtualenv build) are tests/startup/test_faults.py; the release
 record is tests/startup/test_release.py."""
 
 from __future__ import annotations
@@ -50,12 +50,12 @@ def test_runs_the_bundled_trainer(vm, dev_stack, script):
     bundled = sorted(p.relative_to(release).as_posix() for p in release.rglob("*.py"))
     assert bundled == sorted(f"training/{p.name}" for p in (ROOT / "training").glob("*.py"))
     assert (release / ".complete").is_file()
-    assert not (vm.home / "envs").exists(), "MULTISLICE_PYTHON must skip the environment step"
+    assert not (vm.home / "venvs").exists(), "MULTISLICE_PYTHON must skip the venv step"
     assert not (vm.fake_dir / "calls").exists(), "nothing may be installed with MULTISLICE_PYTHON"
     paths = [p.split("?")[0].rsplit("/", 1)[-1] for p in vm.metadata.requests]
     assert {"agent-worker-number", "tpu-env", "multislice-run-dir", "token"} <= set(paths)
     # One line per boot phase, each with the slice and worker.
-    for phase in ("boot: stack dev", "release: ", "environment: ", "trainer: (re)starting multislice-trainer.service"):
+    for phase in ("boot: stack dev", "release: ", "venv: ", "trainer: (re)starting multislice-trainer.service"):
         assert any(line.startswith(phase) for line in lines), (phase, lines)
 
 

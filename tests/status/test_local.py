@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from infra.cli import app
 from infra.config import load_stack_file
 from infra.local import gcs, supervisor
-from infra.local.state import LocalPaths, record_release
+from infra.local.state import LocalPaths, record_deletion
 from infra.status import capacity
 from infra.status.plot import kept_and_recomputed, marks
 from tests.fakes.synthetic_run import Fault, SyntheticRun, upload
@@ -130,25 +130,25 @@ def test_a_running_emulation_reports_each_slices_vms(tmp_path):
     assert [(s.state, s.vms_running, s.vms) for s in status.slices] == [("READY", 1, 1), ("REPAIRING", 0, 1)]
 
 
-def test_a_released_queued_resource_after_its_run_completed(tmp_path):
-    # What `local up` leaves when the VMs deleted the queued resource (releaseOnComplete): the
-    # run complete and the release recorded; reported as the deployed status reports a queued
+def test_a_queued_resource_deleted_after_its_run_completed(tmp_path):
+    # What `local up` leaves when the VMs deleted the queued resource (deleteOnComplete): the
+    # run complete and the deletion recorded; reported as the deployed status reports a queued
     # resource gone after its run completed (test_status_cli.py).
     store_run(tmp_path, SyntheticRun(total_steps=24, steps_done=24, log_every=2, checkpoint_every=6))
     paths = LocalPaths(tmp_path / "emu")
     name = "projects/multislice-tests/locations/us-central2-b/queuedResources/multislice-emu"
-    record_release(paths, name, RUN_DIR)
+    record_deletion(paths, name, RUN_DIR)
     result = invoke(tmp_path, "local", "status", "--config-file", str(STACK))
     assert result.exit_code == 0, result.output
-    assert result.stdout.splitlines()[0] == "stack emu: not running; its queued resource multislice-emu was released"
+    assert result.stdout.splitlines()[0] == "stack emu: not running; its queued resource multislice-emu was deleted"
     cells = [[cell.strip() for cell in line.split("│")[1:-1]] for line in result.stdout.splitlines()]
     rows = {row[0]: row[1] for row in cells if len(row) == 2 and row[0]}
-    assert rows["emulated queued resource"].startswith("multislice-emu: RELEASED (deleted by worker 0 of slice 0 at ")
+    assert rows["emulated queued resource"].startswith("multislice-emu: DELETED (deleted by worker 0 of slice 0 at ")
     assert rows["complete"].startswith("COMPLETE at") and rows["step"] == "24/24  100%"
     data = json.loads(invoke(tmp_path, "local", "status", "--config-file", str(STACK), "--json").stdout)
-    assert (data["queued_resource"]["state"], data["queued_resource"]["slices"]) == ("RELEASED", [])
-    # Created again (a new `local up` trains): not released any more.
-    paths.release_file.unlink()
+    assert (data["queued_resource"]["state"], data["queued_resource"]["slices"]) == ("DELETED", [])
+    # Created again (a new `local up` trains): not deleted any more.
+    paths.deletion_file.unlink()
     data = json.loads(invoke(tmp_path, "local", "status", "--config-file", str(STACK), "--json").stdout)
     assert data["queued_resource"]["state"] == "NOT_RUNNING"
 
@@ -221,13 +221,11 @@ def test_an_already_complete_run_reports_the_commands_wall_time(bucket, tmp_path
     summary = outcome.summary
     assert summary["complete"] is True
     assert before <= summary["wall_seconds"] <= after + 0.01
-    assert summary["capacity"] == "kept"  # no release recorded for this run
-    # Its VMs released the queued resource when it completed: said, and nothing is created.
+    assert summary["capacity"] == "kept"  # no deletion recorded for this run
+    # Its VMs deleted the queued resource when it completed: said, and nothing is created.
     resource.paths.root.mkdir(parents=True)
-    record_release(resource.paths, "projects/p/locations/z/queuedResources/multislice-emu", run_dir)
+    record_deletion(resource.paths, "projects/p/locations/z/queuedResources/multislice-emu", run_dir)
     outcome = lifecycle.train(resource, emulator.Options(faults=[]), False, said.append)
-    assert outcome.already_complete and outcome.summary["capacity"] == "released"
-    assert said[-1].startswith(
-        f"run {run_dir} is already complete; nothing to do (its queued resource was released at "
-    )
+    assert outcome.already_complete and outcome.summary["capacity"] == "deleted"
+    assert said[-1].startswith(f"run {run_dir} is already complete; nothing to do (its queued resource was deleted at ")
     assert not resource.paths.state_file.exists() and not (resource.paths.root / "vms").exists()

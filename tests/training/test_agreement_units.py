@@ -77,7 +77,7 @@ def test_the_cli_prints_why_restore_fell_back(tmp_path):
     resource = LocalQueuedResource(load_stack_file(STACK), LocalPaths(tmp_path / "emu"), "", report=lines.append)
     path = "gs://b/runs/dev/checkpoints/12"
     # The event as training.train writes it (tests/training/test_agreement.py checks the trainer's).
-    resource._report_event(
+    resource.reporter.event(
         {
             "event": "restore_fallback",
             "step": 8,

@@ -1,15 +1,15 @@
 #!/bin/bash
-# Release the capacity once the run is complete (multislice:queuedResource.releaseOnComplete;
-# part of the release as release-on-complete.sh; docs/deploying.md). trainer.sh runs it from
+# Delete the queued resource once the run is complete (multislice:queuedResource.deleteOnComplete;
+# part of the release as delete-on-complete.sh; docs/deploying.md). trainer.sh runs it from
 # ExecStopPost= when the trainer exited 0 (it wrote, or found, <run dir>/COMPLETE).
-# On worker 0 of slice 0 only, when the metadata attribute multislice-release-queued-resource
+# On worker 0 of slice 0 only, when the metadata attribute multislice-delete-queued-resource
 # names the queued resource: DELETE <api>/v2/<name>?force=true (its nodes are deleted first,
 # then the QR: https://cloud.google.com/tpu/docs/reference/rest/v2/projects.locations.queuedResources/delete)
 # with the VM's service-account token. No answer, 429 and 5xx are retried (doubling delays
-# from MULTISLICE_RETRY_DELAY_S, default 1 s, to 30 s) until MULTISLICE_RELEASE_DEADLINE_S
+# from MULTISLICE_RETRY_DELAY_S, default 1 s, to 30 s) until MULTISLICE_DELETE_DEADLINE_S
 # (default 60 s; the unit's TimeoutStopSec is 120 s); 401/403 and other answers end it at
 # once. One "capacity:" line per outcome; always exits 0 (the run is complete either way).
-# Environment: GCE_METADATA_IP, MULTISLICE_TPU_API_ENDPOINT (default https://tpu.googleapis.com).
+# Environment variables: GCE_METADATA_IP, MULTISLICE_TPU_API_ENDPOINT (default https://tpu.googleapis.com).
 set -uo pipefail
 
 # MULTISLICE_LINE_PREFIX: set (possibly empty) by trainer.sh when its log shipper adds the prefix.
@@ -18,7 +18,7 @@ say() { printf '%scapacity: %s\n' "$PREFIX" "$*"; }
 [[ ${MULTISLICE_SLICE:-} == 0 && ${MULTISLICE_WORKER:-} == 0 ]] || exit 0
 readonly METADATA="http://${GCE_METADATA_IP:-metadata.google.internal}/computeMetadata/v1/instance"
 readonly API=${MULTISLICE_TPU_API_ENDPOINT:-https://tpu.googleapis.com}
-readonly DEADLINE=${MULTISLICE_RELEASE_DEADLINE_S:-60}
+readonly DEADLINE=${MULTISLICE_DELETE_DEADLINE_S:-60}
 readonly NAME_SHAPE='^projects/[a-z0-9-]+/locations/[a-z0-9-]+/queuedResources/[a-z0-9-]+$'
 delay=${MULTISLICE_RETRY_DELAY_S:-1}
 body=$(mktemp)
@@ -46,14 +46,14 @@ pause() {
 }
 
 while true; do
-  code=$(fetch "$METADATA/attributes/multislice-release-queued-resource" -H 'Metadata-Flavor: Google')
+  code=$(fetch "$METADATA/attributes/multislice-delete-queued-resource" -H 'Metadata-Flavor: Google')
   case $code in
     200) name=$(<"$body") && break ;;
-    404) say "kept: no queued resource to release in the metadata (releaseOnComplete off)" && exit 0 ;;
+    404) say "kept: no queued resource to delete in the metadata (deleteOnComplete off)" && exit 0 ;;
   esac
-  pause "$code" "metadata key multislice-release-queued-resource" || exit 0
+  pause "$code" "metadata key multislice-delete-queued-resource" || exit 0
 done
-[[ $name =~ $NAME_SHAPE ]] || { say "error: metadata key multislice-release-queued-resource is not a queued resource name: '${name:0:80}'"; exit 0; }
+[[ $name =~ $NAME_SHAPE ]] || { say "error: metadata key multislice-delete-queued-resource is not a queued resource name: '${name:0:80}'"; exit 0; }
 
 say "the run is complete: deleting queued resource $name (force: its nodes first)"
 while true; do
@@ -61,10 +61,10 @@ while true; do
   if [[ $code == 200 && $(<"$body") =~ \"access_token\":[[:space:]]*\"([^\"]+)\" ]]; then
     code=$(fetch "$API/v2/$name?force=true" -X DELETE -H "Authorization: Bearer ${BASH_REMATCH[1]}")
     case $code in
-      200) say "released: the TPU API accepted the delete of $name" && exit 0 ;;
-      404) say "released: $name is already gone" && exit 0 ;;
+      200) say "deleted: the TPU API accepted the delete of $name" && exit 0 ;;
+      404) say "deleted: $name is already gone" && exit 0 ;;
       401 | 403)
-        say "error: HTTP $code from the TPU API ($(short)): the VM's service account needs tpu.nodes.delete (the stack's custom role multisliceRelease_<stack>); the queued resource is KEPT (and billed)"
+        say "error: HTTP $code from the TPU API ($(short)): the VM's service account needs tpu.nodes.delete (the stack's custom role multisliceDeleteOnComplete_<stack>); the queued resource is KEPT (and billed)"
         exit 0
         ;;
     esac

@@ -1,6 +1,6 @@
 """A Cloud TPU VM as an install target: CPython of ``.python-version`` on glibc Linux x86_64.
 
-:class:`TargetEnvironment` answers, for the VM rather than the machine running this code,
+:class:`InstallTarget` answers, for the VM rather than the machine running this code,
 the two questions that decide which locked packages and files the VM installs: does a PEP 508
 marker hold (https://peps.python.org/pep-0508/#environment-markers), and which wheel tags
 (https://packaging.python.org/en/latest/specifications/platform-compatibility-tags/) can it
@@ -50,7 +50,7 @@ def read_python_version(project_root: Path) -> str:
 
 
 @dataclass(frozen=True)
-class TargetEnvironment:
+class InstallTarget:
     """Where the pinned requirements will be installed: CPython ``python_version`` on
     glibc Linux x86_64 (a Cloud TPU VM).
 
@@ -72,11 +72,12 @@ class TargetEnvironment:
         major, minor = self.major_minor
         return f"CPython {self.python_version} (cp{major}{minor}) on manylinux_{self.glibc[0]}_{self.glibc[1]} x86_64"
 
-    def marker_environments(self) -> list[dict[str, str]]:
-        """PEP 508 marker environments of the target.
+    def marker_values(self) -> list[dict[str, str]]:
+        """The values of PEP 508's marker variables on the target, one mapping per Python version
+        the target may be.
 
         With ``"3.11"`` the patch release is whatever ``uv python install`` picks on the VM,
-        so two environments are returned (``3.11.0`` and ``3.11.99``); a marker must agree on
+        so two mappings are returned (``3.11.0`` and ``3.11.99``); a marker must agree on
         both (:meth:`evaluate`).
         """
         if self.python_version.count(".") == 2:
@@ -115,7 +116,7 @@ class TargetEnvironment:
             parsed = Marker(marker)
         except Exception as err:  # packaging.markers.InvalidMarker
             raise LockfileError(f"{context}: invalid marker {marker!r}: {err}") from None
-        results = {parsed.evaluate(dict(env)) for env in self.marker_environments()}
+        results = {parsed.evaluate(dict(values)) for values in self.marker_values()}
         if len(results) > 1:
             raise LockfileError(
                 f"{context}: marker {marker!r} depends on the patch release of Python "

@@ -1,4 +1,4 @@
-"""infra/startup/target_environment.py: the TPU VM as an install target (CPython of .python-version
+"""infra/startup/install_target.py: the TPU VM as an install target (CPython of .python-version
 on glibc 2.35 Linux x86_64): its Python version, PEP 508 markers and accepted wheel tags."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from packaging.tags import Tag
 
-from infra.startup.target_environment import TARGET_GLIBC, TargetEnvironment, read_python_version
+from infra.startup.install_target import TARGET_GLIBC, InstallTarget, read_python_version
 from infra.startup.uv_lock import LockfileError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,37 +26,37 @@ def test_python_version_from_file(tmp_path):
 
 
 def test_patch_dependent_marker_is_an_error():
-    target = TargetEnvironment("3.11")
+    target = InstallTarget("3.11")
     assert target.evaluate("python_full_version < '3.12'", context="x")
     with pytest.raises(LockfileError, match="patch release"):
         target.evaluate("python_full_version < '3.11.4'", context="pkg → dep")
-    assert TargetEnvironment("3.11.9").evaluate("python_full_version >= '3.11.4'", context="x")
+    assert InstallTarget("3.11.9").evaluate("python_full_version >= '3.11.4'", context="x")
 
 
-def test_marker_environments_of_a_minor_version_span_its_patch_releases():
-    envs = TargetEnvironment("3.11").marker_environments()
-    assert [e["python_full_version"] for e in envs] == ["3.11.0", "3.11.99"]
-    assert {e["python_version"] for e in envs} == {"3.11"}
-    assert all(e["sys_platform"] == "linux" and e["platform_machine"] == "x86_64" for e in envs)
-    (env,) = TargetEnvironment("3.12.4").marker_environments()
-    assert env["python_full_version"] == "3.12.4" and env["python_version"] == "3.12"
-    assert TargetEnvironment("3.11").evaluate("sys_platform == 'darwin'", context="x") is False
-    assert TargetEnvironment("3.11").evaluate(None, context="x") is True
+def test_marker_values_of_a_minor_version_span_its_patch_releases():
+    mappings = InstallTarget("3.11").marker_values()
+    assert [e["python_full_version"] for e in mappings] == ["3.11.0", "3.11.99"]
+    assert {e["python_version"] for e in mappings} == {"3.11"}
+    assert all(e["sys_platform"] == "linux" and e["platform_machine"] == "x86_64" for e in mappings)
+    (values,) = InstallTarget("3.12.4").marker_values()
+    assert values["python_full_version"] == "3.12.4" and values["python_version"] == "3.12"
+    assert InstallTarget("3.11").evaluate("sys_platform == 'darwin'", context="x") is False
+    assert InstallTarget("3.11").evaluate(None, context="x") is True
     with pytest.raises(LockfileError, match="pkg → dep: invalid marker"):
-        TargetEnvironment("3.11").evaluate("python_version >>> '3'", context="pkg → dep")
+        InstallTarget("3.11").evaluate("python_version >>> '3'", context="pkg → dep")
 
 
 def test_platforms_descend_from_the_target_glibc():
-    platforms = TargetEnvironment("3.11").platforms
+    platforms = InstallTarget("3.11").platforms
     assert TARGET_GLIBC == (2, 35)
     assert platforms[0] == "manylinux_2_35_x86_64" and platforms[-1] == "linux_x86_64"
     assert platforms.index("manylinux_2_17_x86_64") + 1 == platforms.index("manylinux2014_x86_64")
     assert "manylinux_2_36_x86_64" not in platforms and "manylinux1_x86_64" in platforms
-    assert TargetEnvironment("3.11", glibc=(2, 17)).platforms[0] == "manylinux_2_17_x86_64"
+    assert InstallTarget("3.11", glibc=(2, 17)).platforms[0] == "manylinux_2_17_x86_64"
 
 
 def test_wheel_rank_prefers_the_most_specific_installable_wheel():
-    target = TargetEnvironment("3.11")
+    target = InstallTarget("3.11")
     assert target.tags[0] == Tag("cp311", "cp311", "manylinux_2_35_x86_64")
     cp311 = target.wheel_rank("numpy-2.4.6-cp311-cp311-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl")
     abi3 = target.wheel_rank("cryptography-46.0.0-cp311-abi3-manylinux_2_34_x86_64.whl")
