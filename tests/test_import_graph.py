@@ -165,3 +165,52 @@ def test_the_graph_sees_every_kind_of_import(tmp_path):
     assert cycles(graph) == [["infra.sub", "infra.sub.inner", "infra.top", "infra.sub"]]
     (package / "sub" / "inner.py").write_text("def thing():\n    return 1\n")
     assert cycles(import_graph(tmp_path)) == []
+
+
+#: The layers of infra/, lowest first: a module imports only from its own layer or below, and
+#: the units (packages, or top-level modules) of one layer depend on each other without a cycle.
+#: The order is the data flow of the design: cli -> (program | review | policy | status | local)
+#: -> (components | queued_resource | planner | logs) -> startup -> config -> the catalog, names
+#: and the VM contract.
+LAYERS: list[list[str]] = [
+    ["infra", "infra.accelerators", "infra.naming", "infra.bucket_location", "infra.credentials", "infra.clock"],
+    ["infra.startup.contract"],
+    ["infra.config"],
+    ["infra.startup"],
+    ["infra.components", "infra.queued_resource", "infra.planner", "infra.logs"],
+    ["infra.__main__"],
+    ["infra.review", "infra.policy", "infra.local", "infra.status"],
+    ["infra.cli"],
+]
+
+
+def unit_of(module: str) -> tuple[int, str]:
+    """The layer and the unit (the longest entry of :data:`LAYERS` that contains ``module``)."""
+    matches = [
+        (layer, unit)
+        for layer, units in enumerate(LAYERS)
+        for unit in units
+        if module == unit or (unit != "infra" and module.startswith(unit + "."))
+    ]
+    assert matches, f"{module} is in no layer of LAYERS: add it"
+    return max(matches, key=lambda match: len(match[1]))
+
+
+def test_no_module_imports_from_a_higher_layer():
+    graph = import_graph()
+    upward = [
+        f"{module} -> {target}"
+        for module, targets in sorted(graph.items())
+        for target in sorted(targets)
+        if unit_of(target)[0] > unit_of(module)[0]
+    ]
+    assert upward == [], "imports that climb the layers:\n" + "\n".join(upward)
+
+
+def test_the_units_of_one_layer_depend_on_each_other_without_a_cycle():
+    units: dict[str, set[str]] = {}
+    for module, targets in import_graph().items():
+        source = unit_of(module)[1]
+        units.setdefault(source, set())
+        units[source] |= {unit_of(target)[1] for target in targets} - {source}
+    assert cycles(units) == []

@@ -171,9 +171,9 @@ def _emulate(config, paths, options: dict, *, fresh: bool, gcs_port, say, progre
 def train(resource, options, fresh: bool, say: Callable[[str], None]) -> Outcome:
     """``local up`` once the stack's storage serves (inside ``resource.running()``): discard
     (``--fresh``) or report a finished run, else train."""
+    from infra.clock import clock
     from infra.local import state as local_state, summary
     from infra.local.tpu_api import DELETED, KEPT
-    from infra.status.clock import clock
     from training.checkpointing import is_complete
 
     config, run_dir, total = resource.config, resource.run_dir, resource.config.training.steps

@@ -12,7 +12,7 @@ One concern per module:
 * :mod:`~infra.status.reader`: both read together, from the cloud or from a local emulation
   (credentials checked first), a fresh status per call;
 * :mod:`~infra.status.report`: both together, as stable JSON and as a rich table (times of
-  day: :mod:`~infra.status.clock`);
+  day: :mod:`~infra.clock`);
 * :mod:`~infra.status.plot`: loss and tokens/s against step with the run's events marked
   (matplotlib, imported only for ``--plot``).
 

@@ -202,7 +202,7 @@ def read_local(paths: Any, qr_id: str, node_ids: list[str], workers_per_slice: i
         orphans = local_state.find_processes(state["emulation_id"]) if state and state.get("emulation_id") else []
         record = local_state.read_deletion(paths)
         if record is not None and not orphans:
-            from infra.status.clock import clock
+            from infra.clock import clock
 
             when = record.get("deleted_at")
             at = f" at {clock(when)}" if isinstance(when, (int, float)) else ""

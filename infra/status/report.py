@@ -36,8 +36,8 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
+from infra.clock import clock
 from infra.status.capacity import CapacityStatus
-from infra.status.clock import clock
 from infra.status.progress import RunProgress
 
 
