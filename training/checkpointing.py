@@ -21,6 +21,7 @@ import dataclasses
 import json
 import logging
 import math
+import os
 import time
 from typing import Any, Callable
 
@@ -189,6 +190,19 @@ class CheckpointManager(ocp.CheckpointManager):
     process: ``multihost.should_skip_process_sync``) reads the step without it.
     """
 
+    def reload(self) -> None:
+        """Orbax's ``reload`` (the steps listed anew) from a fresh listing of the directory.
+
+        On ``gs://`` Orbax lists through etils.epath and gcsfs, and gcsfs answers ``iterdir``
+        and ``exists`` from the listings it cached earlier in this process (its ``dircache``;
+        https://gcsfs.readthedocs.io/en/latest/api.html, ``invalidate_cache``): after process 0
+        set a step directory aside, another process's reload still listed the step, so its
+        ``should_save`` refused the next save of that step while process 0 saved it, and the
+        two waited for each other until the stall timeout (docs/jax-on-cpu.md, "Checkpoints
+        (Orbax)"). The cached listings are dropped first (nothing on a local disk)."""
+        drop_listing_cache(self.directory)
+        super().reload()
+
     def restore(self, step: int | None, *args: Any, **kwargs: Any) -> Any:
         """This process's read of checkpoint ``step`` (``CheckpointManager.restore``'s
         arguments), without Orbax's barrier of all processes. Raises what Orbax raises."""
@@ -202,6 +216,40 @@ class CheckpointManager(ocp.CheckpointManager):
         )
         with ocp.CheckpointManager(self.directory, options=alone) as reader:
             return reader.restore(step, *args, **kwargs)
+
+
+def drop_listing_cache(path: Any) -> None:
+    """Forget the directory listings this process's fsspec filesystem of ``path`` cached
+    (gcsfs on ``gs://``); the next listing asks the server. Nothing for a local path."""
+    path = epath.Path(path)
+    filesystem = getattr(getattr(path, "_backend", None), "fs", None)  # etils.epath's fsspec backend
+    if filesystem is not None:
+        filesystem(os.fspath(path)).invalidate_cache()
+
+
+def agree_on_steps(manager: ocp.CheckpointManager, attempts: int = 3) -> list[int]:
+    """The checkpoint steps ``manager`` lists, once every process's manager lists the same.
+
+    Orbax's ``should_save(step)`` refuses a step at or below the newest one its manager
+    lists, so a process whose listing differs makes a different save decision and the
+    processes wait for each other (one inside Orbax's save, the other in the next step's
+    collective). Each process shares its listing (:func:`training.agreement.all_gather`);
+    while they differ, every process lists anew (``reload``, from a fresh listing:
+    :meth:`CheckpointManager.reload`), 1 s apart.
+
+    Raises:
+      training.agreement.AgreementError: the listings still differ after ``attempts`` rounds
+        (restarting the job lists anew), or a peer did not report in time.
+    """
+    for attempt in range(attempts):
+        listings = agreement.all_gather(f"checkpoint-steps-{attempt}", json.dumps(sorted(manager.all_steps())))
+        if len(set(listings)) == 1:
+            return json.loads(listings[0])
+        text = "; ".join(f"process {p}: {steps}" for p, steps in enumerate(listings))
+        log.warning("the processes list different checkpoints in %s (%s); listing again", manager.directory, text)
+        time.sleep(1.0)
+        manager.reload()
+    raise agreement.AgreementError(f"the processes list different checkpoints in {manager.directory} after {attempts} listings: {text}")
 
 
 def make_manager(run_dir: RunDir, config: TrainConfig) -> CheckpointManager:
@@ -256,14 +304,16 @@ def restore(
     ``MULTISLICE_AGREEMENT_TIMEOUT_S`` of this process's own read ends the restore with
     AgreementError. Skipped steps are renamed ``<step>.unreadable`` by process 0
     and reported to ``on_fallback``. Messages name checkpoints by :func:`describe` and quote
-    :func:`error_text`.
+    :func:`error_text`. Before it returns, every process's manager lists the same steps
+    (:func:`agree_on_steps`), so all make the same save decisions from here on.
 
     Returns:
       ``(step, state)``, or None when the run has no finalized checkpoint.
 
     Raises:
       CheckpointRestoreError: no step can be restored by every process (on every process).
-      training.agreement.AgreementError: a peer did not report within the timeout.
+      training.agreement.AgreementError: a peer did not report within the timeout, or the
+        processes' listings still differ.
     """
     steps = json.loads(agreement.all_gather("restore-steps", json.dumps(sorted(manager.all_steps(), reverse=True)))[0])
     failures: list[tuple[int, str]] = []
@@ -296,6 +346,7 @@ def restore(
             for failed, reason in failures:
                 if on_fallback is not None:
                     on_fallback(Fallback(tried=failed, path=step_path(manager, failed), reason=reason, used=step))
+        agree_on_steps(manager)
         return step, state
     if failures:
         raise CheckpointRestoreError(
@@ -304,6 +355,7 @@ def restore(
             + ". If the model changed, start a new run (multislice:runName or --fresh); if the files are "
             "damaged, move the bad step directories away"
         )
+    agree_on_steps(manager)
     return None
 
 
