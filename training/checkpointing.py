@@ -11,25 +11,32 @@ layout: ``training.run_dir``.
 The policy (:func:`save_policy`, Orbax's save-decision policies): save every
 ``interval_steps``, at the last step, and at a preemption sync point (all hosts agree on the
 step: ``CheckpointManager.reached_preemption``, backed by ``jax.distributed``'s preemption
-sync manager). Restore (:func:`restore`): every process restores the same step, the newest
-all of them can read, or all of them fail.
+sync manager). Every save records checksums of the state's arrays in the checkpoint
+(training.checkpoint_integrity). Restore (:func:`restore`, training.checkpoint_restore):
+every process restores the same step, the newest all of them can read and whose state passes
+its checks, or all of them fail.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import math
-import os
-import time
-from typing import Any, Callable
+from typing import Any
 
 import orbax.checkpoint as ocp
-from etils import epath
 
-from training import agreement
+from training import checkpoint_integrity
 from training.checkpoint_messages import ERROR_TEXT_LIMIT, describe, error_text, step_path  # noqa: F401 (part of this module's names)
+from training.checkpoint_restore import (  # noqa: F401 (part of this module's names)
+    CheckpointRestoreError,
+    Fallback,
+    agree_on_steps,
+    drop_listing_cache,
+    restore,
+    set_aside,
+    set_aside_steps,
+)
 from training.config import ModelConfig, TrainConfig
 from training.run_dir import RunDir
 from training.shapes import param_count
@@ -206,6 +213,16 @@ class CheckpointManager(ocp.CheckpointManager):
     def restore(self, step: int | None, *args: Any, **kwargs: Any) -> Any:
         """This process's read of checkpoint ``step`` (``CheckpointManager.restore``'s
         arguments), without Orbax's barrier of all processes. Raises what Orbax raises."""
+        with self._alone() as reader:
+            return reader.restore(step, *args, **kwargs)
+
+    def custom_metadata(self, step: int) -> dict[str, Any]:
+        """The ``custom_metadata`` recorded with checkpoint ``step`` (read on this process
+        alone; ``{}`` if none). Raises what Orbax raises."""
+        with self._alone() as reader:
+            return dict(reader.metadata(step).custom_metadata or {})
+
+    def _alone(self) -> ocp.CheckpointManager:
         me = ocp.multihost.process_index()
         alone = ocp.CheckpointManagerOptions(
             read_only=True,
@@ -214,42 +231,7 @@ class CheckpointManager(ocp.CheckpointManager):
             enable_async_checkpointing=False,
             multiprocessing_options=ocp.options.MultiprocessingOptions(primary_host=me, active_processes={me}),
         )
-        with ocp.CheckpointManager(self.directory, options=alone) as reader:
-            return reader.restore(step, *args, **kwargs)
-
-
-def drop_listing_cache(path: Any) -> None:
-    """Forget the directory listings this process's fsspec filesystem of ``path`` cached
-    (gcsfs on ``gs://``); the next listing asks the server. Nothing for a local path."""
-    path = epath.Path(path)
-    filesystem = getattr(getattr(path, "_backend", None), "fs", None)  # etils.epath's fsspec backend
-    if filesystem is not None:
-        filesystem(os.fspath(path)).invalidate_cache()
-
-
-def agree_on_steps(manager: ocp.CheckpointManager, attempts: int = 3) -> list[int]:
-    """The checkpoint steps ``manager`` lists, once every process's manager lists the same.
-
-    Orbax's ``should_save(step)`` refuses a step at or below the newest one its manager
-    lists, so a process whose listing differs makes a different save decision and the
-    processes wait for each other (one inside Orbax's save, the other in the next step's
-    collective). Each process shares its listing (:func:`training.agreement.all_gather`);
-    while they differ, every process lists anew (``reload``, from a fresh listing:
-    :meth:`CheckpointManager.reload`), 1 s apart.
-
-    Raises:
-      training.agreement.AgreementError: the listings still differ after ``attempts`` rounds
-        (restarting the job lists anew), or a peer did not report in time.
-    """
-    for attempt in range(attempts):
-        listings = agreement.all_gather(f"checkpoint-steps-{attempt}", json.dumps(sorted(manager.all_steps())))
-        if len(set(listings)) == 1:
-            return json.loads(listings[0])
-        text = "; ".join(f"process {p}: {steps}" for p, steps in enumerate(listings))
-        log.warning("the processes list different checkpoints in %s (%s); listing again", manager.directory, text)
-        time.sleep(1.0)
-        manager.reload()
-    raise agreement.AgreementError(f"the processes list different checkpoints in {manager.directory} after {attempts} listings: {text}")
+        return ocp.CheckpointManager(self.directory, options=alone)
 
 
 def make_manager(run_dir: RunDir, config: TrainConfig) -> CheckpointManager:
@@ -266,106 +248,16 @@ def make_manager(run_dir: RunDir, config: TrainConfig) -> CheckpointManager:
 
 
 def save(manager: ocp.CheckpointManager, step: int, state: Any) -> None:
-    manager.save(step, args=ocp.args.StandardSave(state), force=True)
-
-
-class CheckpointRestoreError(RuntimeError):
-    """No checkpoint of the run can be restored; restarting will not help."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Fallback:
-    """A checkpoint the job skipped on restore: ``tried`` (its step) at ``path``, why
-    (``reason``: one line per process that could not read it), and the ``used`` step."""
-
-    tried: int
-    path: str
-    reason: str
-    used: int
-
-
-def restore(
-    manager: ocp.CheckpointManager,
-    abstract_state: Any,
-    *,
-    is_writer: bool,
-    attempts: int = 2,
-    on_fallback: Callable[[Fallback], None] | None = None,
-) -> tuple[int, Any] | None:
-    """Restore the newest finalized checkpoint every process can read, onto
-    ``abstract_state``'s shardings; all processes restore the same step.
-
-    The processes try the steps in lockstep, newest first (process 0's listing): each
-    process reads the step on its own (``manager.restore``; :class:`CheckpointManager` has no
-    barrier there), then they share the outcome (:func:`training.agreement.all_gather`), so a
-    process that read the step waits for the others' outcomes, never for a collective that a
-    process whose read failed does not join. A step that fails ``attempts`` times on any
-    process is skipped by all; a peer that does not report its outcome within
-    ``MULTISLICE_AGREEMENT_TIMEOUT_S`` of this process's own read ends the restore with
-    AgreementError. Skipped steps are renamed ``<step>.unreadable`` by process 0
-    and reported to ``on_fallback``. Messages name checkpoints by :func:`describe` and quote
-    :func:`error_text`. Before it returns, every process's manager lists the same steps
-    (:func:`agree_on_steps`), so all make the same save decisions from here on.
-
-    Returns:
-      ``(step, state)``, or None when the run has no finalized checkpoint.
+    """Save ``state`` as checkpoint ``step`` with the checksums of its arrays in the step's
+    ``custom_metadata`` (training.checkpoint_integrity: a restore checks them). A collective:
+    every process calls it.
 
     Raises:
-      CheckpointRestoreError: no step can be restored by every process (on every process).
-      training.agreement.AgreementError: a peer did not report within the timeout, or the
-        processes' listings still differ.
+      FloatingPointError: the state holds non-finite values (never saved: a restore would
+        have to refuse it).
     """
-    steps = json.loads(agreement.all_gather("restore-steps", json.dumps(sorted(manager.all_steps(), reverse=True)))[0])
-    failures: list[tuple[int, str]] = []
-    for step in steps:
-        where = describe(step, step_path(manager, step))
-        for attempt in range(attempts):
-            state, error = None, ""
-            try:
-                state = manager.restore(step, args=ocp.args.StandardRestore(abstract_state))
-            except Exception as err:  # orbax/tensorstore raise many types for damaged data
-                error = error_text(err)
-                log.error("restoring checkpoint %s failed (attempt %d/%d): %s", where, attempt + 1, attempts, error)
-            errors = agreement.all_gather(f"restore-{step}-{attempt}", error)
-            if not any(errors):
-                break
-            error = "; ".join(e if len(errors) == 1 else f"process {p}: {e}" for p, e in enumerate(errors) if e)
-            if error and attempt + 1 < attempts:
-                time.sleep(1.0)
-        else:
-            failures.append((step, error))
-            continue
-        if failures:
-            log.warning(
-                "fell back to checkpoint %s: the newer %s could not be restored (%s)",
-                where,
-                ", ".join(describe(s, step_path(manager, s)) for s, _ in failures),
-                "; ".join(f"step {s}: {e}" for s, e in failures),
-            )
-            _set_aside([s for s, _ in failures], manager, is_writer)
-            for failed, reason in failures:
-                if on_fallback is not None:
-                    on_fallback(Fallback(tried=failed, path=step_path(manager, failed), reason=reason, used=step))
-        agree_on_steps(manager)
-        return step, state
-    if failures:
-        raise CheckpointRestoreError(
-            f"no checkpoint in {manager.directory} can be restored: "
-            + "; ".join(f"{describe(s, step_path(manager, s))}: {e}" for s, e in failures)
-            + ". If the model changed, start a new run (multislice:runName or --fresh); if the files are "
-            "damaged, move the bad step directories away"
-        )
-    agree_on_steps(manager)
-    return None
-
-
-def _set_aside(steps: list[int], manager: ocp.CheckpointManager, is_writer: bool) -> None:
-    if is_writer:
-        for step in steps:
-            source = epath.Path(manager.directory) / str(step)
-            target = epath.Path(manager.directory) / f"{step}.unreadable"
-            if source.exists():
-                log.warning("moving unreadable checkpoint %s to %s", describe(step, str(source)), target)
-                source.rename(target)
-    agreement.barrier("checkpoints-set-aside")
-    manager.reload()
+    summary = checkpoint_integrity.summarize(state)
+    bad = checkpoint_integrity.nonfinite(summary)
+    if bad:
+        raise FloatingPointError(f"the train state of step {step} has {bad}; not saving it")
+    manager.save(step, args=ocp.args.StandardSave(state), force=True, custom_metadata=checkpoint_integrity.record(summary))
