@@ -19,6 +19,7 @@ from pathlib import Path
 import fsspec
 import pytest
 
+from tests.checkpoint_damage import overwrite_keeping_size, poison
 from tests.trainer_process import Job, write_config
 from training import train
 from training.config import TrainConfig
@@ -158,29 +159,17 @@ def test_after_a_fallback_seen_by_one_process_every_process_saves_the_same_steps
         assert "list different checkpoints" not in job.log(i), logs(job)
 
 
-def overwrite_middle(run_dir: str, step: int, directory: str) -> str:
-    """Overwrite 64 bytes in the middle of the largest data file under ``<step>/default/
-    <directory>`` with 0xff, keeping its size (a torn or bit-rotted write); its path."""
-    fs = fsspec.filesystem("gs")
-    files = [p for p in fs.find(f"{run_dir}/checkpoints/{step}/default/{directory}") if "/d/" in p]
-    path = max(files, key=fs.size)
-    data = bytearray(fs.cat(path))
-    middle = len(data) // 2
-    data[middle : middle + 64] = b"\xff" * 64
-    fs.pipe(path, bytes(data))
-    assert fs.size(path) == len(data)
-    return path
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_bytes_overwritten_in_the_newest_checkpoint_are_detected_and_every_process_falls_back(uninterrupted, bucket_name, config_path, tmp_path, jobs):
+def test_bytes_overwritten_in_the_newest_checkpoint_are_detected_and_every_process_falls_back(
+    uninterrupted, bucket_name, corpus, config_path, tmp_path, jobs
+):
     """Step 16's bytes are changed with its size kept, in one of process 1's data files:
     Orbax reads it without complaint; the checksums recorded by its save do not match the
     restored arrays, so both processes skip it, restore step 12, pass the next saves and
     complete bit for bit; one event and one fallback line per process name the step and why."""
     run_dir = unfinished_copy(uninterrupted, bucket_name)
-    damaged = overwrite_middle(run_dir, 16, "ocdbt.process_1")
+    damaged = overwrite_keeping_size(f"{run_dir}/checkpoints", 16, config(corpus), under="ocdbt.process_1")
     job = Job(config_path, run_dir, tmp_path)
     jobs.append(job)
     seconds = resume(job, run_dir, uninterrupted)
@@ -196,39 +185,6 @@ def test_bytes_overwritten_in_the_newest_checkpoint_are_detected_and_every_proce
     assert checkpoint_names(run_dir) == ["12", "16", "16.unreadable", "20"]
 
 
-def poison(run_dir: str, step: int, corpus: str) -> None:
-    """Rewrite checkpoint ``step`` with its parameters × 1e30 (finite, but the next loss
-    overflows) and no checksums: a checkpoint saved before they were recorded, or saved from a
-    state already gone bad, which the restore checks cannot refuse. Orbax in this process (one
-    device), through a scratch directory."""
-    import jax
-    import numpy as np
-    import orbax.checkpoint as ocp
-
-    from training import model, optimizer as optimizer_lib
-
-    cfg = config(corpus)
-    opt, _ = optimizer_lib.make_optimizer(cfg.optimizer, cfg.steps)
-
-    def init():
-        params = model.init_params(cfg.model, jax.random.key(0))
-        return {"params": params, "opt_state": opt.init(params)}
-
-    one = jax.sharding.SingleDeviceSharding(jax.devices()[0])
-    abstract = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=one), jax.eval_shape(init))
-    with ocp.CheckpointManager(f"{run_dir}/checkpoints", options=ocp.CheckpointManagerOptions(read_only=True)) as manager:
-        state = manager.restore(step, args=ocp.args.StandardRestore(abstract))
-    state["params"] = jax.tree.map(lambda x: x * np.float32(1e30), state["params"])
-    assert all(bool(np.isfinite(x).all()) for x in jax.tree.leaves(state))
-    scratch = f"{run_dir}-scratch"
-    with ocp.CheckpointManager(scratch, options=ocp.CheckpointManagerOptions(enable_async_checkpointing=False)) as manager:
-        manager.save(step, args=ocp.args.StandardSave(state))
-    fs = fsspec.filesystem("gs")
-    fs.rm(f"{run_dir}/checkpoints/{step}", recursive=True)
-    fs.copy(f"{scratch}/{step}", f"{run_dir}/checkpoints/{step}", recursive=True)
-    fs.invalidate_cache()
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_a_loss_that_goes_non_finite_after_a_restore_falls_back_once_to_the_checkpoint_before(
@@ -239,7 +195,7 @@ def test_a_loss_that_goes_non_finite_after_a_restore_falls_back_once_to_the_chec
     exit 1 (one event, one line); the restart restores step 12 and completes bit for bit,
     instead of restoring step 16 again and again."""
     run_dir = unfinished_copy(uninterrupted, bucket_name)
-    poison(run_dir, 16, corpus)
+    poison(f"{run_dir}/checkpoints", 16, config(corpus))
     (tmp_path / "first").mkdir()
     job = Job(config_path, run_dir, tmp_path / "first")
     jobs.append(job)
