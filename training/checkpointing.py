@@ -205,8 +205,9 @@ class CheckpointManager(ocp.CheckpointManager):
         https://gcsfs.readthedocs.io/en/latest/api.html, ``invalidate_cache``): after process 0
         set a step directory aside, another process's reload still listed the step, so its
         ``should_save`` refused the next save of that step while process 0 saved it, and the
-        two waited for each other until the stall timeout (docs/jax-on-cpu.md, "Checkpoints
-        (Orbax)"). The cached listings are dropped first (nothing on a local disk)."""
+        two waited for each other until the stall timeout
+        (docs/jax-on-cpu.md, "Checkpoints (Orbax)"). The cached listings are dropped first
+        (nothing on a local disk)."""
         drop_listing_cache(self.directory)
         super().reload()
 
