@@ -55,6 +55,7 @@ def restore_or_init(
     abstract_state = jax.tree.map(
         lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), jax.eval_shape(init_state), state_shardings
     )
+
     def check(step: int, state: Any) -> str:  # a collective first, then this process's read of the record
         summary = checkpoint_integrity.summarize(state)
         return checkpoint_integrity.problems(summary, manager.custom_metadata(step))
