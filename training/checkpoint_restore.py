@@ -42,7 +42,7 @@ def agree_on_steps(manager: ocp.CheckpointManager, attempts: int = 3) -> list[in
     processes wait for each other (one inside Orbax's save, the other in the next step's
     collective). Each process shares its listing (:func:`training.agreement.all_gather`);
     while they differ, every process lists anew (``reload``, from a fresh listing:
-    :meth:`CheckpointManager.reload`), 1 s apart.
+    ``training.checkpointing.CheckpointManager.reload``), 1 s apart.
 
     Raises:
       training.agreement.AgreementError: the listings still differ after ``attempts`` rounds
