@@ -11,25 +11,32 @@ layout: ``training.run_dir``.
 The policy (:func:`save_policy`, Orbax's save-decision policies): save every
 ``interval_steps``, at the last step, and at a preemption sync point (all hosts agree on the
 step: ``CheckpointManager.reached_preemption``, backed by ``jax.distributed``'s preemption
-sync manager). Restore (:func:`restore`): every process restores the same step, the newest
-all of them can read, or all of them fail.
+sync manager). Every save records checksums of the state's arrays in the checkpoint
+(training.checkpoint_integrity). Restore (:func:`restore`, training.checkpoint_restore):
+every process restores the same step, the newest all of them can read and whose state passes
+its checks, or all of them fail.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import math
-import re
-import time
-from collections.abc import Callable
 from typing import Any
 
 import orbax.checkpoint as ocp
-from etils import epath
 
-from training import agreement
+from training import checkpoint_integrity
+from training.checkpoint_messages import ERROR_TEXT_LIMIT, describe, error_text, step_path  # noqa: F401 (part of this module's names)
+from training.checkpoint_restore import (  # noqa: F401 (part of this module's names)
+    CheckpointRestoreError,
+    Fallback,
+    agree_on_steps,
+    drop_listing_cache,
+    restore,
+    set_aside,
+    set_aside_steps,
+)
 from training.config import ModelConfig, TrainConfig
 from training.run_dir import RunDir
 from training.shapes import param_count
@@ -193,9 +200,33 @@ class CheckpointManager(ocp.CheckpointManager):
     process: ``multihost.should_skip_process_sync``) reads the step without it.
     """
 
+    def reload(self) -> None:
+        """Orbax's ``reload`` (the steps listed anew) from a fresh listing of the directory.
+
+        On ``gs://`` Orbax lists through etils.epath and gcsfs, and gcsfs answers ``iterdir``
+        and ``exists`` from the listings it cached earlier in this process (its ``dircache``;
+        https://gcsfs.readthedocs.io/en/latest/api.html, ``invalidate_cache``): after process 0
+        set a step directory aside, another process's reload still listed the step, so its
+        ``should_save`` refused the next save of that step while process 0 saved it, and the
+        two waited for each other until the stall timeout
+        (docs/jax-on-cpu.md, "Checkpoints (Orbax)"). The cached listings are dropped first
+        (nothing on a local disk)."""
+        drop_listing_cache(self.directory)
+        super().reload()
+
     def restore(self, step: int | None, *args: Any, **kwargs: Any) -> Any:
         """This process's read of checkpoint ``step`` (``CheckpointManager.restore``'s
         arguments), without Orbax's barrier of all processes. Raises what Orbax raises."""
+        with self._alone() as reader:
+            return reader.restore(step, *args, **kwargs)
+
+    def custom_metadata(self, step: int) -> dict[str, Any]:
+        """The ``custom_metadata`` recorded with checkpoint ``step`` (read on this process
+        alone; ``{}`` if none). Raises what Orbax raises."""
+        with self._alone() as reader:
+            return dict(reader.metadata(step).custom_metadata or {})
+
+    def _alone(self) -> ocp.CheckpointManager:
         me = ocp.multihost.process_index()
         alone = ocp.CheckpointManagerOptions(
             read_only=True,
@@ -204,8 +235,7 @@ class CheckpointManager(ocp.CheckpointManager):
             enable_async_checkpointing=False,
             multiprocessing_options=ocp.options.MultiprocessingOptions(primary_host=me, active_processes={me}),
         )
-        with ocp.CheckpointManager(self.directory, options=alone) as reader:
-            return reader.restore(step, *args, **kwargs)
+        return ocp.CheckpointManager(self.directory, options=alone)
 
 
 def make_manager(run_dir: RunDir, config: TrainConfig) -> CheckpointManager:
@@ -222,165 +252,18 @@ def make_manager(run_dir: RunDir, config: TrainConfig) -> CheckpointManager:
 
 
 def save(manager: ocp.CheckpointManager, step: int, state: Any) -> None:
-    manager.save(step, args=ocp.args.StandardSave(state), force=True)
-
-
-class CheckpointRestoreError(RuntimeError):
-    """No checkpoint of the run can be restored; restarting will not help."""
-
-
-#: TensorStore appends the full JSON spec of the array it failed on to its errors, as
-#: ``[tensorstore_spec='{...}']`` (and ``[tensorstore_spec[1]='...']``): kilobytes of driver
-#: options that say nothing a reader of the log needs; the path is in the message before it.
-#: (Quotes may come escaped, as in a KeyError's message, which is its key's repr.)
-_TENSORSTORE_SPEC = re.compile(r"\s*\[tensorstore_spec(?:\[\d+\])?=\\?'.*?\\?'\]")
-#: Longest error text a checkpoint message quotes (characters); a longer one keeps its start
-#: (the error's kind) and its end (TensorStore's innermost cause), joined by " … ".
-ERROR_TEXT_LIMIT = 400
-
-
-def step_path(manager: ocp.CheckpointManager, step: int) -> str:
-    """The directory of checkpoint ``step`` (``<run_dir>/checkpoints/<step>``), as text."""
-    return str(epath.Path(manager.directory) / str(step))
-
-
-def describe(step: int, path: str) -> str:
-    """How every log message and error names a checkpoint: ``step 12 (<path>)``."""
-    return f"step {step} ({path})"
-
-
-def _without_reprs(text: str) -> str:
-    """``text`` with Python object reprs (``<bound method TensorStore.read of <...>>``,
-    ``<tensorstore.Future object at 0x7f...>``) replaced by the name they stand for
-    (``TensorStore.read``, ``tensorstore.Future``); other ``<``/``>`` stay as they are."""
-    out, i = [], 0
-    while i < len(text):
-        if text[i] != "<":
-            out.append(text[i])
-            i += 1
-            continue
-        depth, j = 0, i
-        while j < len(text):
-            depth += {"<": 1, ">": -1}.get(text[j], 0)
-            if depth == 0:
-                break
-            j += 1
-        segment = text[i : j + 1]
-        bound = re.match(r"<bound method ([\w.]+) of ", segment)
-        obj = re.match(r"<([\w.]+) object at 0x[0-9a-fA-F]+>$", segment)
-        match = bound or obj
-        if j < len(text) and match:
-            out.append(match.group(1))
-            i = j + 1
-        else:
-            out.append("<")
-            i += 1
-    return "".join(out)
-
-
-def error_text(err: BaseException, limit: int = ERROR_TEXT_LIMIT) -> str:
-    """One line about ``err`` for a checkpoint message: ``Type: first line of the message``,
-    without TensorStore's spec annotations or object reprs, at most ``limit`` characters (a
-    longer line keeps its start and its end, joined by `` … ``)."""
-    message = str(err).strip()
-    first = message.splitlines()[0] if message else ""
-    text = f"{type(err).__name__}: {_without_reprs(_TENSORSTORE_SPEC.sub('', first)).strip()}".rstrip(": .")
-    if len(text) <= limit:
-        return text
-    keep = (limit - 3) // 2
-    return f"{text[:keep]} … {text[-keep:]}"
-
-
-@dataclasses.dataclass(frozen=True)
-class Fallback:
-    """A checkpoint the job skipped on restore: ``tried`` (its step) at ``path``, why
-    (``reason``: one line per process that could not read it), and the ``used`` step."""
-
-    tried: int
-    path: str
-    reason: str
-    used: int
-
-
-def restore(
-    manager: ocp.CheckpointManager,
-    abstract_state: Any,
-    *,
-    is_writer: bool,
-    attempts: int = 2,
-    on_fallback: Callable[[Fallback], None] | None = None,
-) -> tuple[int, Any] | None:
-    """Restore the newest finalized checkpoint every process can read, onto
-    ``abstract_state``'s shardings; all processes restore the same step.
-
-    The processes try the steps in lockstep, newest first (process 0's listing): each
-    process reads the step on its own (``manager.restore``; :class:`CheckpointManager` has no
-    barrier there), then they share the outcome (:func:`training.agreement.all_gather`), so a
-    process that read the step waits for the others' outcomes, never for a collective that a
-    process whose read failed does not join. A step that fails ``attempts`` times on any
-    process is skipped by all; a peer that does not report its outcome within
-    ``MULTISLICE_AGREEMENT_TIMEOUT_S`` of this process's own read ends the restore with
-    AgreementError. Skipped steps are renamed ``<step>.unreadable`` by process 0
-    and reported to ``on_fallback``. Messages name checkpoints by :func:`describe` and quote
-    :func:`error_text`.
-
-    Returns:
-      ``(step, state)``, or None when the run has no finalized checkpoint.
+    """Save ``state`` as checkpoint ``step`` with the checksums of its arrays in the step's
+    ``custom_metadata`` (training.checkpoint_integrity: a restore checks them). A collective:
+    every process calls it.
 
     Raises:
-      CheckpointRestoreError: no step can be restored by every process (on every process).
-      training.agreement.AgreementError: a peer did not report within the timeout.
+      FloatingPointError: the state holds non-finite values (never saved: a restore would
+        have to refuse it).
     """
-    steps = json.loads(agreement.all_gather("restore-steps", json.dumps(sorted(manager.all_steps(), reverse=True)))[0])
-    failures: list[tuple[int, str]] = []
-    for step in steps:
-        where = describe(step, step_path(manager, step))
-        error = ""  # (attempts=0 tries nothing: the step fails without an error text)
-        for attempt in range(attempts):
-            state, error = None, ""
-            try:
-                state = manager.restore(step, args=ocp.args.StandardRestore(abstract_state))
-            except Exception as err:  # orbax/tensorstore raise many types for damaged data
-                error = error_text(err)
-                log.error("restoring checkpoint %s failed (attempt %d/%d): %s", where, attempt + 1, attempts, error)
-            errors = agreement.all_gather(f"restore-{step}-{attempt}", error)
-            if not any(errors):
-                break
-            error = "; ".join(e if len(errors) == 1 else f"process {p}: {e}" for p, e in enumerate(errors) if e)
-            if error and attempt + 1 < attempts:
-                time.sleep(1.0)
-        else:
-            failures.append((step, error))
-            continue
-        if failures:
-            log.warning(
-                "fell back to checkpoint %s: the newer %s could not be restored (%s)",
-                where,
-                ", ".join(describe(s, step_path(manager, s)) for s, _ in failures),
-                "; ".join(f"step {s}: {e}" for s, e in failures),
-            )
-            _set_aside([s for s, _ in failures], manager, is_writer)
-            for failed, reason in failures:
-                if on_fallback is not None:
-                    on_fallback(Fallback(tried=failed, path=step_path(manager, failed), reason=reason, used=step))
-        return step, state
-    if failures:
-        raise CheckpointRestoreError(
-            f"no checkpoint in {manager.directory} can be restored: "
-            + "; ".join(f"{describe(s, step_path(manager, s))}: {e}" for s, e in failures)
-            + ". If the model changed, start a new run (multislice:runName or --fresh); if the files are "
-            "damaged, move the bad step directories away"
-        )
-    return None
-
-
-def _set_aside(steps: list[int], manager: ocp.CheckpointManager, is_writer: bool) -> None:
-    if is_writer:
-        for step in steps:
-            source = epath.Path(manager.directory) / str(step)
-            target = epath.Path(manager.directory) / f"{step}.unreadable"
-            if source.exists():
-                log.warning("moving unreadable checkpoint %s to %s", describe(step, str(source)), target)
-                source.rename(target)
-    agreement.barrier("checkpoints-set-aside")
-    manager.reload()
+    summary = checkpoint_integrity.summarize(state)
+    bad = checkpoint_integrity.nonfinite(summary)
+    if bad:
+        raise FloatingPointError(f"the train state of step {step} has {bad}; not saving it")
+    manager.save(
+        step, args=ocp.args.StandardSave(state), force=True, custom_metadata=checkpoint_integrity.record(summary)
+    )

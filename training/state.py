@@ -9,7 +9,7 @@ import jax
 import optax
 from jax.sharding import Mesh
 
-from training import checkpointing, mesh as mesh_lib, model
+from training import checkpoint_integrity, checkpointing, mesh as mesh_lib, model
 from training.config import TrainConfig
 
 
@@ -43,8 +43,10 @@ def restore_or_init(
     on_fallback: Callable[[checkpointing.Fallback], None] | None = None,
 ) -> tuple[int, Any, bool]:
     """``(step, state, restored)``: the newest checkpoint of ``manager`` that every process
-    can read (:func:`training.checkpointing.restore`; ``on_fallback`` gets each newer step
-    skipped), else step 0 and params from ``cfg.seed``; laid out as ``state_shardings``.
+    can read and whose state passes training.checkpoint_integrity's checks (the checksums its
+    save recorded, finite values) (:func:`training.checkpointing.restore`; ``on_fallback``
+    gets each newer step skipped), else step 0 and params from ``cfg.seed``; laid out as
+    ``state_shardings``.
     Raises checkpointing.CheckpointRestoreError, agreement.AgreementError."""
 
     def init_state():
@@ -54,7 +56,12 @@ def restore_or_init(
     abstract_state = jax.tree.map(
         lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), jax.eval_shape(init_state), state_shardings
     )
-    restored = checkpointing.restore(manager, abstract_state, is_writer=is_writer, on_fallback=on_fallback)
+
+    def check(step: int, state: Any) -> str:  # a collective first, then this process's read of the record
+        summary = checkpoint_integrity.summarize(state)
+        return checkpoint_integrity.problems(summary, manager.custom_metadata(step))
+
+    restored = checkpointing.restore(manager, abstract_state, is_writer=is_writer, on_fallback=on_fallback, check=check)
     if restored is None:
         return 0, jax.jit(init_state, out_shardings=state_shardings)(), False
     return (*restored, True)

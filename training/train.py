@@ -7,9 +7,11 @@
    preemption watchdog (training.preemption), then ``jax.distributed.initialize`` from the
    identity (training.cluster);
 3. build the hybrid mesh (training.mesh) and the jitted steps (training.step);
-4. restore the newest finalized checkpoint every process can read — all processes restore
-   the same step, or all fail — or initialize from the seed (training.state,
-   training.checkpointing.restore); a fallback is an event ``restore_fallback``;
+4. restore the newest finalized checkpoint every process can read and whose state passes
+   its checks (the checksums recorded by its save, finite values:
+   training.checkpoint_integrity) — all processes restore the same step, or all fail — or
+   initialize from the seed (training.state, training.checkpointing.restore); a fallback is
+   an event ``restore_fallback``;
 5. train: the batch of step ``s`` is a pure function of ``s`` (training.data), so a resumed
    run computes exactly what an uninterrupted one would; metrics: training.recorder;
 6. save per Orbax's save-decision policies (training.checkpointing.save_policy); on a
@@ -17,12 +19,18 @@
    exits ``EXIT_PREEMPTED``;
 7. after the last step's checkpoint is finalized, process 0 writes ``COMPLETE``.
 
+A non-finite loss (or state) before the first save after a restore sets the restored
+checkpoint aside (``<step>.nonfinite``) and exits ``EXIT_FAILED``: the restart restores the
+checkpoint before it. Once per run: if the run already holds a ``*.nonfinite`` checkpoint,
+the training itself diverges, and the trainer exits ``EXIT_CONFIG`` (:func:`_fall_back_once`).
+
 Exit codes (the startup script's supervisor acts on them): ``EXIT_COMPLETE`` 0,
 ``EXIT_FAILED`` 1 (restart; also a notice the loop could not honour within the preemption
 grace, and an abort by the coordination service when a peer died), ``EXIT_PREEMPTED`` 75
 (state saved, or nothing trained since the restored checkpoint; restart resumes),
-``EXIT_CONFIG`` 78 (the configuration can never work here, or no checkpoint of the run can
-be restored; restarting will not help).
+``EXIT_CONFIG`` 78 (the configuration can never work here, no checkpoint of the run can be
+restored, or the loss went non-finite again after the run fell back once; restarting will not
+help).
 
 With several processes, an error in one leaves the others blocked in collectives; so any
 exception ends the process with ``os._exit`` (no shutdown barrier, which would hang), and
@@ -33,6 +41,7 @@ the supervisor/auto-repair restarts the job from the last checkpoint. Every wait
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import os
 import sys
@@ -101,14 +110,97 @@ def run(config: TrainConfig, run_dir_uri: str, identity: cluster.ClusterIdentity
     try:
         cluster.initialize(identity)
         notice.joined = True
-        return _train(config, run_dir, identity, notice)
+        start = _Start()
+        try:
+            return _train(config, run_dir, identity, notice, start)
+        except FloatingPointError as err:  # a non-finite loss (training.recorder) or state (checkpointing.save)
+            if start.restored and not start.saved:
+                _fall_back_once(err, start)
+            raise
     finally:
         notice.uninstall()
 
 
+@dataclasses.dataclass
+class _Start:
+    """What this start restored, and whether it has saved since (for :func:`_fall_back_once`)."""
+
+    manager: checkpointing.CheckpointManager | None = None
+    step: int = 0
+    restored: bool = False
+    saved: bool = False
+    is_writer: bool = False
+    events_log: RecordLog | None = None
+
+
+class RestoredStateDiverged(RuntimeError):
+    """The loss went non-finite before the first save after a restore; the restored checkpoint
+    was set aside, and the restart restores the one before it."""
+
+
+class TrainingDiverged(RuntimeError):
+    """The loss went non-finite again after the run fell back once: restarting will not help."""
+
+
+def _fall_back_once(err: FloatingPointError, start: _Start) -> None:
+    """A non-finite loss or state before this start's first save: the state restored from
+    checkpoint ``start.step`` leads to it (damage that passed the restore checks, e.g. finite
+    garbage in a checkpoint saved before checksums were recorded, or a divergence the
+    checkpoint already held). The first time in a run, every process sets that checkpoint
+    aside as ``<step>.nonfinite`` (one ``restore_fallback`` event, one log line) and the
+    restart restores the checkpoint before it; when the run already holds a ``*.nonfinite``
+    checkpoint, the training itself diverges (a restart would loop): it ends for good.
+
+    Raises:
+      RestoredStateDiverged: the checkpoint was set aside (exit 1: restart).
+      TrainingDiverged: the run already fell back once (exit 78).
+    """
+    manager, events_log = start.manager, start.events_log
+    assert manager is not None and events_log is not None  # set by every start that restored
+    where = checkpointing.describe(start.step, checkpointing.step_path(manager, start.step))
+    # Process 0's listing, before it renames anything: every process decides alike.
+    earlier = json.loads(
+        agreement.all_gather("nonfinite-set-aside", json.dumps(checkpointing.set_aside_steps(manager, "nonfinite")))[0]
+    )
+    if earlier:
+        tried = ", ".join(
+            checkpointing.describe(s, checkpointing.step_path(manager, s) + ".nonfinite") for s in earlier
+        )
+        raise TrainingDiverged(
+            f"{err} after restoring checkpoint {where}; the run already fell back from {tried} for a non-finite "
+            "loss, so the training itself diverges from these checkpoints (check the learning rate, the warmup and "
+            "the data); not restarting"
+        ) from None
+    used = max((s for s in manager.all_steps() if s < start.step), default=0)
+    reason = f"{err} after restoring it"
+    events_log.append(
+        {
+            "event": "restore_fallback",
+            "step": used,
+            "tried": start.step,
+            "path": checkpointing.step_path(manager, start.step),
+            "reason": reason,
+            "time": time.time(),
+        }
+    )
+    events_log.sync()
+    message = (
+        f"{err} after restoring checkpoint {where}: set it aside as {start.step}.nonfinite; the restart restores the "
+        f"checkpoint before it ({'step ' + str(used) if used else 'none: the run starts again from its seed'})"
+    )
+    log.error("%s", message)  # before the barrier: a peer may end this process once process 0 has left
+    checkpointing.set_aside([start.step], manager, start.is_writer, suffix="nonfinite")
+    raise RestoredStateDiverged(message) from None
+
+
 def _train(
-    config: TrainConfig, run_dir: RunDir, identity: cluster.ClusterIdentity, notice: preemption.Notice
+    config: TrainConfig,
+    run_dir: RunDir,
+    identity: cluster.ClusterIdentity,
+    notice: preemption.Notice,
+    start: _Start | None = None,
 ) -> RunResult:
+    start = start if start is not None else _Start()
     is_writer = jax.process_index() == 0
     checkpointing.check_run_config(run_dir, config)
 
@@ -137,6 +229,13 @@ def _train(
         checkpointing.record_run_config(run_dir, config)
     metrics_log = RecordLog(run_dir, "metrics", enabled=is_writer)
     events_log = RecordLog(run_dir, "events", enabled=is_writer)
+    start.manager, start.step, start.restored, start.is_writer, start.events_log = (
+        manager,
+        start_step,
+        restored,
+        is_writer,
+        events_log,
+    )
     tensorboard = TensorBoardLog(run_dir, start_step, enabled=is_writer)
     for fallback in fallbacks:  # the CLI prints these (infra/local/emulator.py)
         events_log.append(
@@ -194,6 +293,7 @@ def _train(
             recorder.train(*pending)
             pending = None
             checkpointing.save(manager, step, state)
+            start.saved = True
             events_log.append(
                 {
                     "event": "checkpoint",
@@ -277,12 +377,15 @@ def main(config: TrainConfig, run_dir: str, identity: cluster.ClusterIdentity) -
     except (
         checkpointing.RunConfigMismatch,
         checkpointing.CheckpointRestoreError,
+        TrainingDiverged,
         mesh_lib.MeshError,
         data.DataError,
         RunDirError,
     ) as err:
         log.error("configuration error: %s", err)
         return _finish(EXIT_CONFIG, distributed)
+    except RestoredStateDiverged:  # logged where it was raised
+        return _finish(EXIT_FAILED, distributed)
     except Exception:
         log.exception("training failed")
         return _finish(EXIT_FAILED, distributed)
