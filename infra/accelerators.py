@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 __all__ = [
     "GENERATIONS",
     "MAX_SLICES",
+    "SOFTWARE_CHECKED",
     "AcceleratorType",
     "Generation",
     "UnknownAcceleratorType",
@@ -77,6 +78,12 @@ _GB = 10**9
 MAX_SLICES: int = 256
 """Most slices (nodes) one Multislice queued resource may hold: up to 256 slices per queued
 resource. Source: the Cloud TPU Multislice overview (:data:`MULTISLICE_OVERVIEW`)."""
+
+SOFTWARE_CHECKED: dict[str, str] = {"jax": "0.10.2", "jaxlib": "0.10.2", "libtpu": "0.0.42.1"}
+"""The pins of ``uv.lock`` whose support for every generation of :data:`GENERATIONS` was checked
+(docs/cloud-tpu.md, "JAX and libtpu on each generation": jax's own device table and release
+CI at tag ``jax-v0.10.2``, and the libtpu pin of its ``tpu`` extra). A test fails when
+``uv.lock`` pins other versions, so a bump redoes that check instead of carrying it over."""
 
 
 @dataclass(frozen=True)

@@ -58,6 +58,41 @@ def check_subnetwork_network(network_path: str, subnet_path: str, subnet_network
     return network_path
 
 
+#: The Cloud TPU service agent of a project, by project number, as
+#: https://cloud.google.com/tpu/docs/cross-project-sa grants roles to it.
+TPU_SERVICE_AGENT = "service-{number}@gcp-sa-tpu.iam.gserviceaccount.com"
+
+
+def shared_vpc_notice(project: str, settings: NetworkSettings, region: str) -> str | None:
+    """The preview warning of a stack whose subnetwork is in another project (a Shared VPC
+    host), else None.
+
+    Shared VPC admits a service project's resources into a host subnetwork through
+    ``roles/compute.networkUser`` on the host project or that subnetwork
+    (https://cloud.google.com/vpc/docs/shared-vpc), and the services that create VMs for you
+    need it for their service agents (GKE, Dataproc, Dataflow document it). Cloud TPU's own pages
+    do not say whether its service agent needs it ("the following instructions don't take Shared
+    VPC ... into consideration. Additional configurations or permissions may be required":
+    https://cloud.google.com/tpu/docs/cross-project-sa), so this program neither grants it (that
+    takes IAM admin rights on the host, which a service project's deployer rarely holds) nor
+    refuses the stack: it says what to grant when the queued resource fails for want of it.
+    docs/deploying.md "Shared VPC".
+    """
+    host = settings.host_project(project)
+    subnet = settings.subnetwork_path(project, region)
+    if host == project or subnet is None:
+        return None
+    name, subnet_region = subnet.rsplit("/", 1)[-1], subnet.split("/")[3]
+    agent = TPU_SERVICE_AGENT.format(number=f"$(gcloud projects describe {project} --format='value(projectNumber)')")
+    return (
+        f"Shared VPC: the TPU VMs join {subnet} of host project {host}. If the queued resource fails "
+        f"with a permission error on that subnetwork, a host project admin grants the Cloud TPU service "
+        f"agent of {project} roles/compute.networkUser on it: gcloud compute networks subnets "
+        f"add-iam-policy-binding {name} --project {host} --region {subnet_region} "
+        f'--member "serviceAccount:{agent}" --role roles/compute.networkUser (docs/deploying.md, Shared VPC)'
+    )
+
+
 class Network(pulumi.ComponentResource):
     """Custom-mode VPC, one subnetwork in the zone's region, Cloud Router + NAT, firewall.
 
@@ -100,6 +135,9 @@ class Network(pulumi.ComponentResource):
         def resource_name(role: str) -> str:
             return naming.network_resource_name(args.stack, role)
 
+        notice = shared_vpc_notice(args.project, settings, region)
+        if notice:
+            pulumi.log.warn(notice, resource=self)
         if settings.reuses_network:
             network_path = settings.network_path(args.project)
             subnet_path = settings.subnetwork_path(args.project, region)

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import tomllib
+from pathlib import Path
 
 import pytest
 
 from infra.accelerators import (
     GENERATIONS,
     MAX_SLICES,
+    SOFTWARE_CHECKED,
     AcceleratorType,
     Generation,
     UnknownAcceleratorType,
@@ -269,3 +272,22 @@ def test_hints_for_near_misses():
 def test_v5e_suffix_counts_chips_not_tensorcores():
     with pytest.raises(UnknownAcceleratorType, match=r"counts chips.*v5litepod-\{1,4,8,"):
         parse_accelerator_type("v5litepod-2")
+
+
+def test_the_jax_and_libtpu_pins_are_the_ones_checked_for_every_generation():
+    """docs/cloud-tpu.md records that jax 0.10.2 and the libtpu of its tpu extra support every
+    generation of the catalog; a pin bump in uv.lock must redo that check (and update the
+    record) rather than inherit it."""
+    root = Path(__file__).resolve().parents[2]
+    lock = tomllib.loads((root / "uv.lock").read_text())
+    pinned = {p["name"]: p["version"] for p in lock["package"] if p["name"] in SOFTWARE_CHECKED}
+    assert pinned == SOFTWARE_CHECKED, (
+        f"uv.lock pins {pinned}, the catalog was checked against {SOFTWARE_CHECKED}: check the new "
+        "pins against docs/cloud-tpu.md 'JAX and libtpu on each generation', then update both"
+    )
+    doc = (root / "docs" / "cloud-tpu.md").read_text()
+    section = doc.split("## JAX and libtpu on each generation", 1)[1].split("\n## ", 1)[0]
+    for version in SOFTWARE_CHECKED.values():
+        assert version in section
+    for generation in GENERATIONS.values():
+        assert f"`{generation.type_prefix}`" in section and generation.default_runtime_version in section

@@ -375,6 +375,30 @@ def test_shared_vpc_firewall_router_and_nat_live_in_the_host_project():
     assert world.one(QR_TYPE).inputs["project"] == "acme-ml-dev"
 
 
+def test_a_shared_vpc_stack_warns_once_at_preview_about_the_tpu_service_agent(monkeypatch):
+    """docs/deploying.md "Shared VPC": the program grants nothing in the host project and refuses
+    nothing; the preview names the grant to make if the queued resource fails for want of it."""
+    import pulumi
+
+    warned: list[str] = []
+    monkeypatch.setattr(pulumi.log, "warn", lambda message, *args, **kwargs: warned.append(message))
+    host = "acme-net-host"
+    config = {
+        **stack_map("dev"),
+        "multislice:network": {
+            "existingNetwork": f"projects/{host}/global/networks/shared",
+            "existingSubnetwork": "tpus",
+            "nat": False,
+        },
+    }
+    evaluate("dev", config, subnet_network=f"{COMPUTE}projects/{host}/global/networks/shared", preview=True)
+    shared = [w for w in warned if w.startswith("Shared VPC:")]
+    assert len(shared) == 1 and "roles/compute.networkUser" in shared[0] and host in shared[0]
+    warned.clear()
+    evaluate("dev", preview=True)  # a network of the stack's own project: no such warning
+    assert not [w for w in warned if w.startswith("Shared VPC:")]
+
+
 def test_a_subnetwork_of_another_network_fails_the_preview_naming_the_key():
     config = {
         **stack_map("dev"),
