@@ -55,20 +55,43 @@ class _Read:
     gone: bool = False
 
 
+def live_node_ids(qr: Any) -> list[str | None]:
+    """The node ids a live ``tpu_v2.QueuedResource`` lists, in order, from either shape of its
+    ``tpu.nodeSpec``: one entry per node, each with its ``nodeId`` (how the service answers a
+    read of a multislice QR: docs/cloud-tpu.md), or the single entry of the creation request,
+    whose ``multisliceParams`` stand for ``nodeCount`` nodes ``<nodeIdPrefix or QR id>-<i>``.
+    None for an entry that names no node."""
+    ids: list[str | None] = []
+    for spec in qr.tpu.node_spec:
+        if "multislice_params" in spec:
+            params = spec.multislice_params
+            prefix = params.node_id_prefix or qr.name.rsplit("/", 1)[-1]
+            ids += [f"{prefix}-{i}" for i in range(params.node_count)]
+        else:
+            ids.append(spec.node_id or None)
+    return ids
+
+
 def is_ours(qr: Any, props: dict[str, Any]) -> bool:
-    """Whether a live QR is the one ``props`` describes: this stack's labels and shape."""
-    if len(qr.tpu.node_spec) != 1:
+    """Whether a live QR is the one ``props`` describes: this stack's labels and accelerator
+    type on every ``nodeSpec`` entry, and the nodes of ``props`` (their number, and the ids the
+    QR names). Either shape of ``nodeSpec`` (:func:`live_node_ids`)."""
+    specs = list(qr.tpu.node_spec)
+    if not specs:
         return False
-    spec = qr.tpu.node_spec[0]
-    labels = dict(spec.node.labels)
     wanted = props.get("labels") or {}
-    count = spec.multislice_params.node_count if "multislice_params" in spec else 1
-    return (
-        labels.get("managed-by") == wanted.get("managed-by") == "pulumi"
-        and labels.get("multislice-stack") == wanted.get("multislice-stack")
-        and spec.node.accelerator_type == props["acceleratorType"]
-        and count == int(props["slices"])
-    )
+    if wanted.get("managed-by") != "pulumi":
+        return False
+    for spec in specs:
+        labels = dict(spec.node.labels)
+        if (
+            labels.get("managed-by") != "pulumi"
+            or labels.get("multislice-stack") != wanted.get("multislice-stack")
+            or spec.node.accelerator_type != props["acceleratorType"]
+        ):
+            return False
+    ids, expected = live_node_ids(qr), node_ids(props)
+    return len(ids) == int(props["slices"]) == len(expected) and {i for i in ids if i is not None} <= set(expected)
 
 
 @dataclass
