@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 
 from infra.queued_resource.errors import QueuedResourceError, QueuedResourceFailed, explain, is_retryable
 from infra.queued_resource.inputs import node_ids, parent_of, qr_name_of
-from infra.queued_resource.nodes import DEFAULT_CONCURRENCY, describe_nodes, node_view
+from infra.queued_resource.nodes import DEFAULT_CONCURRENCY, describe_nodes, live_node_ids, node_view, spec_metadata
 from infra.queued_resource.polling import Deadline, PollSchedule, duration_text, poll_until
 from infra.queued_resource.states import FAILED_STATES, reached, state_name
 
@@ -55,27 +55,10 @@ class _Read:
     gone: bool = False
 
 
-def live_node_ids(qr: Any) -> list[str | None]:
-    """The node ids a live ``tpu_v2.QueuedResource`` lists, in order, from either shape of its
-    ``tpu.nodeSpec``: one entry per node, each with its ``nodeId`` (how the service answers a
-    read of a multislice QR: docs/cloud-tpu.md), or the single entry of the creation request,
-    whose ``multisliceParams`` stand for ``nodeCount`` nodes ``<nodeIdPrefix or QR id>-<i>``.
-    None for an entry that names no node."""
-    ids: list[str | None] = []
-    for spec in qr.tpu.node_spec:
-        if "multislice_params" in spec:
-            params = spec.multislice_params
-            prefix = params.node_id_prefix or qr.name.rsplit("/", 1)[-1]
-            ids += [f"{prefix}-{i}" for i in range(params.node_count)]
-        else:
-            ids.append(spec.node_id or None)
-    return ids
-
-
 def is_ours(qr: Any, props: dict[str, Any]) -> bool:
     """Whether a live QR is the one ``props`` describes: this stack's labels and accelerator
     type on every ``nodeSpec`` entry, and the nodes of ``props`` (their number, and the ids the
-    QR names). Either shape of ``nodeSpec`` (:func:`live_node_ids`)."""
+    QR names). Either shape of ``nodeSpec`` (:func:`~infra.queued_resource.nodes.live_node_ids`)."""
     specs = list(qr.tpu.node_spec)
     if not specs:
         return False
@@ -219,11 +202,15 @@ class TpuApi:
                 found[node_id] = node
         return found
 
-    def node_views(self, props: dict[str, Any], live: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    def node_views(
+        self, props: dict[str, Any], live: dict[str, Any] | None = None, qr: Any | None = None
+    ) -> list[dict[str, Any]]:
         """One plain dict per node of ``props`` (:func:`~infra.queued_resource.nodes.node_view`),
-        from ``live`` (default: :meth:`list_nodes`)."""
+        from ``live`` (default: :meth:`list_nodes`); ``qr``, the live QR, gives each node's
+        creation-time metadata (a node recreated from it is in sync: the release record)."""
         live = self.list_nodes(props) if live is None else live
-        return [node_view(node_id, live.get(node_id), props) for node_id in node_ids(props)]
+        created = spec_metadata(qr)
+        return [node_view(node_id, live.get(node_id), props, created.get(node_id)) for node_id in node_ids(props)]
 
     def describe_failure(self, qr: Any, props: dict[str, Any]) -> str:
         """The QR's state, the API's reason and its nodes' states (summarized when many)."""

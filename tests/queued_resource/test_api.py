@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 from google.cloud import tpu_v2
 
-from infra.queued_resource.api import TpuApi, is_ours, live_node_ids
+from infra.queued_resource.api import TpuApi, is_ours
 from infra.queued_resource.errors import QueuedResourceError
 from infra.queued_resource.inputs import build_queued_resource, node_ids
-from infra.queued_resource.nodes import node_in_sync, node_patch
+from infra.queued_resource.nodes import live_node_ids, node_in_sync, node_patch
 from tests.fakes.queued_resource import dev, no_ambient_credentials, props  # noqa: F401 (fixtures)
 
 
