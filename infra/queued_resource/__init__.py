@@ -58,7 +58,9 @@ update ``createTimeoutSeconds``, delete ``deleteTimeoutSeconds``:
   metadata, labels or tags change (and what describes the metadata); an update is also due
   while the recorded state is not ready or an earlier update left work. No network call.
 * **update** – :mod:`~infra.queued_resource.converge`: ``UpdateNode`` on every node that
-  differs, a few at a time, then ``ResetQueuedResource`` when metadata changed; an update
+  differs, a few at a time, then ``ResetQueuedResource`` when the inputs' metadata changed (a node
+  that is merely stale, such as a slice Cloud TPU recreated from the creation-time spec, is
+  updated without a reset: the release record runs the current release); an update
   that stops part-way records what is left and the next ``pulumi up`` finishes it.
 * **delete** – force delete, then wait until the QR is gone.
 

@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 
 from infra.queued_resource.errors import QueuedResourceError, QueuedResourceFailed, explain, is_retryable
 from infra.queued_resource.inputs import node_ids, parent_of, qr_name_of
-from infra.queued_resource.nodes import DEFAULT_CONCURRENCY, describe_nodes, node_view
+from infra.queued_resource.nodes import DEFAULT_CONCURRENCY, describe_nodes, live_node_ids, node_view, spec_metadata
 from infra.queued_resource.polling import Deadline, PollSchedule, duration_text, poll_until
 from infra.queued_resource.states import FAILED_STATES, reached, state_name
 
@@ -56,19 +56,25 @@ class _Read:
 
 
 def is_ours(qr: Any, props: dict[str, Any]) -> bool:
-    """Whether a live QR is the one ``props`` describes: this stack's labels and shape."""
-    if len(qr.tpu.node_spec) != 1:
+    """Whether a live QR is the one ``props`` describes: this stack's labels and accelerator
+    type on every ``nodeSpec`` entry, and the nodes of ``props`` (their number, and the ids the
+    QR names). Either shape of ``nodeSpec`` (:func:`~infra.queued_resource.nodes.live_node_ids`)."""
+    specs = list(qr.tpu.node_spec)
+    if not specs:
         return False
-    spec = qr.tpu.node_spec[0]
-    labels = dict(spec.node.labels)
     wanted = props.get("labels") or {}
-    count = spec.multislice_params.node_count if "multislice_params" in spec else 1
-    return (
-        labels.get("managed-by") == wanted.get("managed-by") == "pulumi"
-        and labels.get("multislice-stack") == wanted.get("multislice-stack")
-        and spec.node.accelerator_type == props["acceleratorType"]
-        and count == int(props["slices"])
-    )
+    if wanted.get("managed-by") != "pulumi":
+        return False
+    for spec in specs:
+        labels = dict(spec.node.labels)
+        if (
+            labels.get("managed-by") != "pulumi"
+            or labels.get("multislice-stack") != wanted.get("multislice-stack")
+            or spec.node.accelerator_type != props["acceleratorType"]
+        ):
+            return False
+    ids, expected = live_node_ids(qr), node_ids(props)
+    return len(ids) == int(props["slices"]) == len(expected) and {i for i in ids if i is not None} <= set(expected)
 
 
 @dataclass
@@ -196,11 +202,15 @@ class TpuApi:
                 found[node_id] = node
         return found
 
-    def node_views(self, props: dict[str, Any], live: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    def node_views(
+        self, props: dict[str, Any], live: dict[str, Any] | None = None, qr: Any | None = None
+    ) -> list[dict[str, Any]]:
         """One plain dict per node of ``props`` (:func:`~infra.queued_resource.nodes.node_view`),
-        from ``live`` (default: :meth:`list_nodes`)."""
+        from ``live`` (default: :meth:`list_nodes`); ``qr``, the live QR, gives each node's
+        creation-time metadata (a node recreated from it is in sync: the release record)."""
         live = self.list_nodes(props) if live is None else live
-        return [node_view(node_id, live.get(node_id), props) for node_id in node_ids(props)]
+        created = spec_metadata(qr)
+        return [node_view(node_id, live.get(node_id), props, created.get(node_id)) for node_id in node_ids(props)]
 
     def describe_failure(self, qr: Any, props: dict[str, Any]) -> str:
         """The QR's state, the API's reason and its nodes' states (summarized when many)."""

@@ -2,10 +2,16 @@
 within one deadline, and record exactly what is left when that cannot finish.
 
 ``UpdateNode`` on every node that differs (merged metadata and labels, tags;
-:mod:`~infra.queued_resource.nodes`, concurrently), then, when any node's metadata changed,
+:mod:`~infra.queued_resource.nodes`, concurrently), then, when the metadata of the inputs
+changed (a new release, run directory, ...) and a node's metadata was updated for it,
 ``ResetQueuedResource`` so every VM re-runs its startup script
 (https://cloud.google.com/tpu/docs/reference/rest/v2/projects.locations.queuedResources/reset)
 and a wait until it is ACTIVE again. No capacity is given up.
+
+A node whose metadata is stale while the inputs' metadata is unchanged (a slice Cloud TPU
+recreated from the QR's creation-time spec, a key edited by hand) gets its ``UpdateNode`` and
+no reset: its VMs already run what the stack records, since every boot runs the release and
+run directory of the release record (docs/vm-boot.md), and a reset would restart every slice.
 
 Stopping part-way (a node's retries exhausted, the deadline, the reset refused) is not an
 exception: the outputs record the *old* metadata, labels and tags (so the next diff still
@@ -129,7 +135,14 @@ def converge(api: TpuApi, id_: str, olds: dict[str, Any], news: dict[str, Any], 
             f"queued resource {label!r} is ACTIVE but node(s) {', '.join(sync.missing[:8])} do not exist (preempted or "
             "deleted): run `pulumi up` again; its refresh records the loss and the update replaces the queued resource"
         )
-    reset_due = sync.metadata_changed or bool(olds.get("pendingReset"))
+    # Reset for a change of the inputs' metadata only (olds is {} when adopting: a change).
+    inputs_changed = differs(old_content.get("metadata"), new_content.get("metadata"))
+    reset_due = (sync.metadata_changed and inputs_changed) or bool(olds.get("pendingReset"))
+    if sync.metadata_changed and not reset_due:
+        api.say(
+            f"{label}: node metadata brought up to date without a reset (the stack's release is unchanged; the "
+            "release record already makes every boot run it)"
+        )
     if not sync.complete:
         first = next(iter(sync.failed.values()))
         message = (
@@ -156,7 +169,7 @@ def converge(api: TpuApi, id_: str, olds: dict[str, Any], news: dict[str, Any], 
         wait = api.wait_for_state(news, "ACTIVE", deadline)
         if wait.failed:
             raise api.delete_failed(wait.qr, news) if wait.qr is not None else QueuedResourceError(wait.error)
-    nodes = api.node_views(news)
+    nodes = api.node_views(news, qr=wait.qr)
     if not wait.reached:
         message = (
             f"queued resource {label!r} is {wait.state} after {duration_text(wait.elapsed)} (every VM was reset); "

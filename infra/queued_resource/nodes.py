@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from infra.queued_resource.inputs import metadata_content
+from infra.startup.contract import RUN_DIR_KEY, STARTUP_SCRIPT_KEY
 
 #: Concurrent node requests (``MULTISLICE_TPU_CONCURRENCY`` overrides). Cloud TPU's request
 #: quotas are per minute and per project (https://cloud.google.com/tpu/docs/quota); a few
@@ -38,18 +39,65 @@ LISTED_NODES = 8
 #: Seconds between progress lines of a long update (besides every 10% of the nodes).
 PROGRESS_EVERY_SECONDS = 30.0
 
+#: Metadata a node may carry from the queued resource's creation-time spec and still run what
+#: the stack records: at boot the release record in the bucket names the release and the run
+#: directory, and a VM runs those instead of its embedded ones (docs/vm-boot.md, "The release
+#: record"). A slice that Cloud TPU recreated (auto-repair) carries the spec's values.
+RECORD_SUPERSEDES = (STARTUP_SCRIPT_KEY, RUN_DIR_KEY)
 
-def node_in_sync(node: Any, props: dict[str, Any]) -> bool:
+
+def spec_nodes(qr: Any) -> list[tuple[str | None, Any]]:
+    """``(node id, the tpu_v2.Node it is created from)`` for every node a live
+    ``tpu_v2.QueuedResource`` lists, in order, from either shape of its ``tpu.nodeSpec``: one
+    entry per node, each with its ``nodeId`` (how the service answers a read of a multislice
+    QR: docs/cloud-tpu.md), or the single entry of the creation request, whose
+    ``multisliceParams`` stand for ``nodeCount`` nodes ``<nodeIdPrefix or QR id>-<i>``. The id
+    is None for an entry that names no node."""
+    nodes: list[tuple[str | None, Any]] = []
+    for spec in qr.tpu.node_spec:
+        if "multislice_params" in spec:
+            params = spec.multislice_params
+            prefix = params.node_id_prefix or qr.name.rsplit("/", 1)[-1]
+            nodes += [(f"{prefix}-{i}", spec.node) for i in range(params.node_count)]
+        else:
+            nodes.append((spec.node_id or None, spec.node))
+    return nodes
+
+
+def live_node_ids(qr: Any) -> list[str | None]:
+    """The node ids a live QR lists (:func:`spec_nodes`)."""
+    return [node_id for node_id, _node in spec_nodes(qr)]
+
+
+def spec_metadata(qr: Any | None) -> dict[str, dict[str, str]]:
+    """Node id → the metadata the QR ``qr`` creates (and recreates) that node with: its
+    creation-time spec, which no API call changes (empty when ``qr`` is None)."""
+    if qr is None:
+        return {}
+    return {node_id: dict(node.metadata) for node_id, node in spec_nodes(qr) if node_id}
+
+
+def node_in_sync(node: Any, props: dict[str, Any], created_with: dict[str, str] | None = None) -> bool:
     """Whether a ``tpu_v2.Node`` carries the metadata, labels and tags of ``props`` (other
     metadata keys and labels, such as ``ssh-keys``, may be there too). The startup script
-    counts as carried when it names the same release (:func:`~infra.queued_resource.inputs.metadata_content`)."""
+    counts as carried when it names the same release (:func:`~infra.queued_resource.inputs.metadata_content`).
+
+    ``created_with``: the metadata of the QR's creation-time spec for this node
+    (:func:`spec_metadata`). A :data:`RECORD_SUPERSEDES` key that still has that value counts as
+    carried: the node was recreated from the spec (auto-repair) and its boot runs the release
+    and run directory of the release record, which every ``pulumi up`` writes."""
     metadata = dict(node.metadata)
     labels = dict(node.labels)
+    created_with = created_with or {}
+
+    def carried(key: str, wanted: str) -> bool:
+        live = metadata_content(key, metadata.get(key))
+        if live == metadata_content(key, wanted):
+            return True
+        return key in RECORD_SUPERSEDES and key in created_with and live == metadata_content(key, created_with[key])
+
     return (
-        all(
-            metadata_content(k, metadata.get(k)) == metadata_content(k, v)
-            for k, v in (props.get("metadata") or {}).items()
-        )
+        all(carried(k, v) for k, v in (props.get("metadata") or {}).items())
         and all(labels.get(k) == v for k, v in (props.get("labels") or {}).items())
         and list(node.tags) == list(props.get("tags") or [])
     )
@@ -91,9 +139,12 @@ def node_patch(node: Any, olds: dict[str, Any], news: dict[str, Any]) -> tuple[A
     return patch, mask
 
 
-def node_view(node_id: str, node: Any | None, props: dict[str, Any]) -> dict[str, Any]:
+def node_view(
+    node_id: str, node: Any | None, props: dict[str, Any], created_with: dict[str, str] | None = None
+) -> dict[str, Any]:
     """The plain dict the provider reports for a node: name, state, health,
-    healthDescription, ipAddresses, inSync (state ``NOT_CREATED`` when it does not exist)."""
+    healthDescription, ipAddresses, inSync (:func:`node_in_sync` with ``created_with``, the
+    node's creation-time metadata) (state ``NOT_CREATED`` when it does not exist)."""
     if node is None:
         return {"name": node_id, "state": "NOT_CREATED", "health": "", "healthDescription": "", "inSync": False}
     return {
@@ -102,7 +153,7 @@ def node_view(node_id: str, node: Any | None, props: dict[str, Any]) -> dict[str
         "health": node.health.name,
         "healthDescription": node.health_description,
         "ipAddresses": [e.ip_address for e in node.network_endpoints],
-        "inSync": node_in_sync(node, props),
+        "inSync": node_in_sync(node, props, created_with),
     }
 
 

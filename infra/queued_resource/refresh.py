@@ -1,7 +1,9 @@
 """Read (refresh): the live state of a recorded queued resource, as the provider's outputs.
 
 The QR state, each node's state and health (one ``ListNodes`` per page), whether the nodes
-carry the recorded metadata/labels/tags, and the nodes of an ACTIVE QR that are gone
+carry the recorded metadata/labels/tags (a node that Cloud TPU recreated from the QR's
+creation-time spec does: the release record makes it boot the recorded release and run
+directory; :func:`~infra.queued_resource.nodes.node_in_sync`), and the nodes of an ACTIVE QR that are gone
 (``lostNodes``: the next diff replaces it). A QR that no longer exists reads as gone, unless
 its run completed (:mod:`~infra.queued_resource.completion`); so does a DELETING one.
 """
@@ -48,7 +50,7 @@ def read(api: TpuApi, id_: str, props: dict[str, Any], completed: CompletedRead)
         outs = completed(qr)
         if outs is not None:
             return id_, outs
-    nodes = api.node_views(props) if state in ("ACTIVE", *FAILED_STATES) else []
+    nodes = api.node_views(props, qr=qr) if state in ("ACTIVE", *FAILED_STATES) else []
     lost = lost_nodes(nodes) if state == "ACTIVE" else []
     ready = reached(state, props.get("waitFor") or "ACTIVE") and not lost
     message = f"{state}; node(s) gone: {', '.join(lost[:8])}" + (" ..." if len(lost) > 8 else "") if lost else state

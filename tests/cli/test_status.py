@@ -60,7 +60,10 @@ def in_progress() -> SyntheticRun:
 
 
 def test_a_deployed_stack_as_json(fake, stack):
-    deploy(fake, stack)
+    props = deploy(fake, stack)
+    # The fake answers as the service does: one nodeSpec entry per slice (docs/cloud-tpu.md).
+    entries = fake.queued_resources[qr_name(props)].qr.tpu.node_spec
+    assert [s.node_id for s in entries] == ["multislice-emu-0", "multislice-emu-1"]
     config = load_stack_file(stack)
     run = in_progress()
     upload(config.run_dir, run.objects())

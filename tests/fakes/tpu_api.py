@@ -34,6 +34,10 @@ Scripting (all thread-safe; the server runs in a daemon thread on 127.0.0.1:0):
 * ``preempt(qr_name)``: a Spot preemption: the nodes are PREEMPTED, the QR SUSPENDING, then
   (next GET) SUSPENDED with its nodes deleted. ``lose_node(name)``: a node deleted under an
   ACTIVE QR.
+* A queued resource read back (Get, List, the create operation's response) lists one
+  ``nodeSpec`` entry per node, each with its ``nodeId`` and no ``multisliceParams``, as the
+  service answers (docs/cloud-tpu.md); ``expand_node_specs=False`` answers with the single
+  entry that was sent instead (the request's shape, which readers accept too).
 * ``page_size``: nodes per ``ListNodes`` page (default 50); ``latency``: seconds each request
   takes (slept outside the lock), so concurrent clients overlap as against the real service;
   ``max_in_flight`` is the most requests seen at once.
@@ -144,8 +148,10 @@ class FakeTpuApi:
         op_polls: int = 1,
         delete_polls: int = 1,
         hosts_per_slice: int = 1,
+        expand_node_specs: bool = True,
     ) -> None:
         self.progression = list(progression)
+        self.expand_node_specs = expand_node_specs
         self.op_polls = op_polls
         self.delete_polls = delete_polls
         self.hosts_per_slice = hosts_per_slice
@@ -297,6 +303,8 @@ class FakeTpuApi:
     def add_active(self, qr: tpu_v2.QueuedResource) -> None:
         """Seed an existing ACTIVE queued resource (with its nodes), as if created earlier."""
         with self._lock:
+            if self.expand_node_specs:
+                self._expand(qr)
             record = _QueuedResourceRecord(qr=qr, states=["ACTIVE"])
             qr.state = tpu_v2.QueuedResourceState(state="ACTIVE")
             self.queued_resources[qr.name] = record
@@ -365,18 +373,41 @@ class FakeTpuApi:
     # queued resources ---------------------------------------------------------------------
 
     @staticmethod
-    def _node_ids(qr: tpu_v2.QueuedResource) -> list[str]:
-        spec = qr.tpu.node_spec[0]
-        if "multislice_params" in spec:
-            params = spec.multislice_params
-            prefix = params.node_id_prefix or qr.name.rsplit("/", 1)[1]
-            return [f"{prefix}-{i}" for i in range(params.node_count)]
-        return [spec.node_id]
+    def _node_specs(qr: tpu_v2.QueuedResource) -> list[tuple[str, tpu_v2.QueuedResource.Tpu.NodeSpec]]:
+        """``(node id, the entry that specifies it)`` for every node of ``qr``, in node order, from
+        either shape: an entry with ``multisliceParams`` stands for ``nodeCount`` nodes
+        ``<prefix>-0…``; an entry with a ``nodeId`` for that one node."""
+        specs = []
+        for spec in qr.tpu.node_spec:
+            if "multislice_params" in spec:
+                params = spec.multislice_params
+                prefix = params.node_id_prefix or qr.name.rsplit("/", 1)[1]
+                specs += [(f"{prefix}-{i}", spec) for i in range(params.node_count)]
+            else:
+                specs.append((spec.node_id, spec))
+        return specs
+
+    @classmethod
+    def _node_ids(cls, qr: tpu_v2.QueuedResource) -> list[str]:
+        return [node_id for node_id, _spec in cls._node_specs(qr)]
+
+    @classmethod
+    def _expand(cls, qr: tpu_v2.QueuedResource) -> None:
+        """List one ``nodeSpec`` entry per node, as the service answers a multislice queued
+        resource (docs/cloud-tpu.md, "A multislice queued resource read back"): each entry has
+        the request's ``parent`` and ``node`` and the node's own ``nodeId``, and no
+        ``multisliceParams``."""
+        entries = [
+            tpu_v2.QueuedResource.Tpu.NodeSpec(
+                parent=spec.parent, node_id=node_id, node=tpu_v2.Node.wrap(tpu_v2.Node.pb(spec.node).__deepcopy__())
+            )
+            for node_id, spec in cls._node_specs(qr)
+        ]
+        qr.tpu = tpu_v2.QueuedResource.Tpu(node_spec=entries)
 
     def _materialize_nodes(self, record: _QueuedResourceRecord, count: int, state: str) -> None:
         qr = record.qr
-        spec = qr.tpu.node_spec[0]
-        for index, node_id in enumerate(self._node_ids(qr)[:count]):
+        for index, (node_id, spec) in enumerate(self._node_specs(qr)[:count]):
             name = f"{spec.parent}/nodes/{node_id}"
             if name in self.nodes:
                 continue
@@ -430,6 +461,8 @@ class FakeTpuApi:
             raise ApiError("INVALID_ARGUMENT", "node_id or multislice_params is required")
         qr.name = name
         qr.create_time = _now()
+        if self.expand_node_specs:
+            self._expand(qr)
         if self._failure is not None:
             states, active, message = self._failure
             record = _QueuedResourceRecord(

@@ -18,7 +18,8 @@ from infra.queued_resource import (
     QueuedResourceFailed,
     QueuedResourceProvider,
 )
-from infra.queued_resource.inputs import CLOUD_PLATFORM_SCOPE
+from infra.queued_resource.api import TpuApi
+from infra.queued_resource.inputs import CLOUD_PLATFORM_SCOPE, parent_of
 from tests.fakes.queued_resource import (  # noqa: F401 (access_token, active, dev, fake, no_ambient_credentials, props: fixtures)
     NETWORK,
     SERVICE_ACCOUNT,
@@ -155,7 +156,26 @@ def test_a_qr_with_this_id_from_elsewhere_is_not_adopted(fake, props):
     assert fake.rpcs(include_reads=False) == ["CreateQueuedResource"]
 
 
-def test_our_qr_left_by_an_interrupted_run_is_adopted_and_converged(fake, dev, props):
+def test_a_multislice_qr_reads_back_with_one_node_spec_per_node(fake, props):
+    provider = provider_for(fake)
+    created = provider.create(props)
+    client = TpuApi.client_for(fake.endpoint)
+    read = client.get_queued_resource(name=created.id)
+    assert len(read.tpu.node_spec) == 2
+    for index, spec in enumerate(read.tpu.node_spec):
+        assert spec.node_id == f"multislice-dev-{index}" and "multislice_params" not in spec
+        assert spec.parent == "projects/acme-ml-dev/locations/us-central2-b"
+        assert spec.node.accelerator_type == props["acceleratorType"]
+        assert dict(spec.node.labels) == props["labels"]
+    assert [qr.name for qr in client.list_queued_resources(parent=parent_of(props))] == [created.id]
+    # The request itself was the single entry with multisliceParams.
+    sent = create_body(fake).tpu.node_spec
+    assert len(sent) == 1 and sent[0].multislice_params.node_count == 2
+
+
+@pytest.mark.parametrize("expand", [True, False], ids=["one-entry-per-node", "as-sent"])
+def test_our_qr_left_by_an_interrupted_run_is_adopted_and_converged(fake, dev, props, expand):
+    fake.expand_node_specs = expand
     provider = provider_for(fake)
     provider.create(props)  # ... and then `pulumi up` was killed before recording it
     fake.calls.clear()

@@ -4,7 +4,11 @@ fake with real rendered startup scripts:
 * no-op means no-op on any operator machine: a script rendered with another compressor (the
   xz tool, another level) is the same release, so diff, refresh and update see no change;
 * a node that Cloud TPU recreates from the QR's creation-time spec still boots the release
-  that the last ``pulumi up`` recorded in the bucket (infra/components/release.py), fetched and verified.
+  that the last ``pulumi up`` recorded in the bucket (infra/components/release.py), fetched and verified;
+* so an auto-repair is not a change: refresh finds the recreated node in sync, diff shows
+  nothing, and an update brings a stale node's metadata up to date with ``UpdateNode`` on that
+  node alone, never ``ResetQueuedResource`` (which would restart every slice); a new release
+  still updates every node and resets.
 """
 
 from __future__ import annotations
@@ -148,3 +152,80 @@ def test_a_recompressed_script_leaves_no_node_sync_pending_while_queued(fake, de
     assert waiting["state"] == "WAITING_FOR_RESOURCES" and not waiting.get("pendingNodeSync")
     changed = {**theirs, "labels": {**theirs["labels"], "team": "ml"}}
     assert provider.update(created.id, created.outs, changed).outs["pendingNodeSync"] is True
+
+
+def released_twice(fake, config, first):
+    """pulumi up #1 created the QR with release ``first``; pulumi up #2 updated every node to
+    release 2 (and reset once). Returns (provider, id, outputs of #2, props of release 2)."""
+    training = config.training.model_copy(update={"steps": config.training.steps + 7})
+    second = startup.render(config.model_copy(update={"training": training}))
+    news = props_for(config.model_copy(update={"training": training}), second)
+    provider = provider_for(fake)
+    created = provider.create(props_for(config, first))
+    updated = provider.update(created.id, created.outs, news).outs
+    assert updated["nodesInSync"] is True and fake.resets(qr_name(news)) == 1
+    fake.calls.clear()
+    return provider, created.id, updated, news
+
+
+@pytest.mark.parametrize("expand", [True, False], ids=["one-entry-per-node", "as-sent"])
+def test_an_auto_repaired_slice_is_no_change(fake, dev_with_run_dir, rendered, expand):
+    fake.expand_node_specs = expand
+    provider, id_, recorded, news = released_twice(fake, dev_with_run_dir, rendered)
+    # Cloud TPU recreates slice 1 from the QR's spec: release 1's script and run directory.
+    name = node_path(news, recorded["nodeNames"][1])
+    node = fake.recreate_node(name)
+    assert node.metadata[STARTUP_SCRIPT_KEY] == rendered.text and not node_in_sync(node, news)
+
+    # `pulumi up` with nothing changed: its refresh finds every node in sync, so no diff.
+    refreshed = provider.read(id_, {**recorded, **news}).outs
+    assert refreshed["nodesInSync"] is True and all(view["inSync"] for view in refreshed["nodes"])
+    diff = provider.diff(id_, refreshed, news)
+    assert diff.changes is False and diff.replaces == []
+    # An update anyway (another reason, or an older provider's pending state) resets nothing:
+    # the recreated node's metadata is brought up to date on that node alone.
+    updated = provider.update(id_, refreshed, news).outs
+    assert fake.rpcs(include_reads=False) == ["UpdateNode"]
+    patch = next(c for c in fake.calls if c.rpc == "UpdateNode")
+    assert patch.path.endswith(recorded["nodeNames"][1]) and patch.query["updateMask"] == ["metadata"]
+    assert fake.resets(qr_name(news)) == 1  # only pulumi up #2's
+    assert fake.node(name).metadata[STARTUP_SCRIPT_KEY] == news["metadata"][STARTUP_SCRIPT_KEY]
+    assert updated["nodesInSync"] is True and updated["ready"] is True
+
+
+def test_a_stale_node_is_updated_alone_without_a_reset(fake, dev_with_run_dir, rendered):
+    provider = provider_for(fake)
+    props = props_for(dev_with_run_dir, rendered)
+    created = provider.create(props)
+    fake.calls.clear()
+    # Someone edited slice 0's run directory by hand (not the creation-time value either).
+    name = node_path(props, created.outs["nodeNames"][0])
+    fake.node(name).metadata[RUN_DIR_KEY] = "gs://elsewhere/run"
+    refreshed = provider.read(created.id, created.outs).outs
+    assert refreshed["nodesInSync"] is False and [v["inSync"] for v in refreshed["nodes"]] == [False, True]
+    diff = provider.diff(created.id, refreshed, props)
+    assert diff.changes is True and diff.replaces == []
+    updated = provider.update(created.id, refreshed, props).outs
+    assert fake.rpcs(include_reads=False) == ["UpdateNode"]
+    patch = next(c for c in fake.calls if c.rpc == "UpdateNode")
+    assert patch.path == "/v2/" + name and patch.query["updateMask"] == ["metadata"]
+    assert fake.resets(qr_name(props)) == 0
+    assert fake.node(name).metadata[RUN_DIR_KEY] == props["metadata"][RUN_DIR_KEY]
+    assert updated["nodesInSync"] is True and "every VM reset" not in updated["statusMessage"]
+
+
+def test_a_new_release_after_a_repair_updates_every_node_and_resets(fake, dev_with_run_dir, rendered):
+    provider, id_, recorded, _news = released_twice(fake, dev_with_run_dir, rendered)
+    fake.recreate_node(node_path(recorded, recorded["nodeNames"][0]))
+    refreshed = provider.read(id_, recorded).outs
+    assert refreshed["nodesInSync"] is True
+    fake.calls.clear()
+    training = dev_with_run_dir.training.model_copy(update={"steps": dev_with_run_dir.training.steps + 11})
+    config3 = dev_with_run_dir.model_copy(update={"training": training})
+    third = props_for(config3, startup.render(config3))
+    diff = provider.diff(id_, refreshed, third)
+    assert diff.changes is True and diff.replaces == []
+    updated = provider.update(id_, refreshed, third).outs
+    assert fake.rpcs(include_reads=False) == ["UpdateNode", "UpdateNode", "ResetQueuedResource"]
+    assert fake.resets(qr_name(third)) == 2
+    assert "every VM reset" in updated["statusMessage"] and updated["nodesInSync"] is True
