@@ -41,8 +41,9 @@ PROGRESS_EVERY_SECONDS = 30.0
 
 #: Metadata a node may carry from the queued resource's creation-time spec and still run what
 #: the stack records: at boot the release record in the bucket names the release and the run
-#: directory, and a VM runs those instead of its embedded ones (docs/vm-boot.md, "The release
-#: record"). A slice that Cloud TPU recreated (auto-repair) carries the spec's values.
+#: directory, and a VM runs those instead of its embedded ones
+#: (docs/vm-boot.md, "The release record"). A slice that Cloud TPU recreated (auto-repair)
+#: carries the spec's values.
 RECORD_SUPERSEDES = (STARTUP_SCRIPT_KEY, RUN_DIR_KEY)
 
 
