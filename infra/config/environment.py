@@ -194,6 +194,11 @@ class BucketSettings(_Settings):
     Location: ``location``, else the Cloud Storage location of the TPU zone's region
     (:mod:`infra.bucket_location`: not every TPU region is a storage location).
 
+    Destroy: without ``forceDestroy``, ``pulumi destroy`` leaves the bucket and its objects in
+    the project (Pulumi's ``retainOnDelete``); ``adopt: true`` makes the next ``pulumi up``
+    import that bucket instead of creating one of the same name
+    (``infra.components.storage.bucket_options``).
+
     Lifecycle: objects under ``runs/`` move to Nearline after ``nearlineAfterDays`` (Orbax keeps
     rewriting the newest checkpoints, so only old ones age) and are deleted after
     ``deleteAfterDays`` when set; incomplete multipart uploads are aborted after a day.
@@ -211,7 +216,14 @@ class BucketSettings(_Settings):
         default=None, description="Cloud Storage location (region, dual- or multi-region); default: the TPU region's."
     )
     force_destroy: bool = Field(
-        default=False, alias="forceDestroy", description="Let `pulumi destroy` delete a non-empty bucket."
+        default=False,
+        alias="forceDestroy",
+        description="`pulumi destroy` deletes the bucket and its objects; else it keeps both (retainOnDelete).",
+    )
+    adopt: bool = Field(
+        default=False,
+        description="Import the existing bucket of this name (kept by an earlier `pulumi destroy`) instead of "
+        "creating it.",
     )
     protect: bool | None = Field(
         default=None, description="Pulumi `protect`; default: on for stacks named prod or prod-*."
