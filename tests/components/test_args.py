@@ -138,7 +138,7 @@ def test_defaults_give_a_complete_environment():
         ),
         (
             {"multislice:network": {"subnetCidr": "8.8.0.0/16"}},
-            "multislice:network.subnetCidr: '8.8.0.0/16' must be a private",
+            "multislice:network.subnetCidr: '8.8.0.0/16' is a public range: use a private one",
         ),
         ({"multislice:network": {"nat": "maybe"}}, "multislice:network.nat:"),
         (
