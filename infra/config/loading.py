@@ -10,7 +10,10 @@ read it and must give equal models (tests/config/test_stack_config.py checks thi
   reads the YAML file directly.
 
 Validation happens before any resource exists. A :class:`StackConfigError` lists every
-problem as ``<key path>: <what is wrong; what is allowed>``.
+problem as ``<key path>: <what is wrong; what is allowed>``: a key of a namespace other than
+:data:`NAMESPACES` is refused, a misspelt key names the nearest one, and no message echoes a
+whole value. A stack file over :data:`MAX_FILE_BYTES`, or one that expands to more than
+:data:`MAX_NODES` YAML nodes through its aliases, is refused before it is expanded.
 
 The YAML reader refuses a key repeated in one mapping, as Pulumi's own reader (go-yaml v3)
 does, and names both lines. It is PyYAML's SafeLoader with one override rather than
