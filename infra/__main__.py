@@ -17,9 +17,10 @@ here from the StackConfig by :func:`component_args`; the queued resource's input
 The first five are components of :mod:`infra.components`; the provider package never sees the
 StackConfig either: it gets a :class:`~infra.queued_resource.QueuedResourceInputs`.
 
-Exports: bucketUrl, runDir, checkpointPath, queuedResourceName, queuedResourceState,
-nodeNames, serviceAccountEmail, networkName, subnetworkName, networkTag, loggingFilter,
-sshHint, startupScriptBytes, startupScriptSha256, bundleSha256.
+Exports: bucketUrl, bucketOnDestroy (what ``pulumi destroy`` does with the bucket), runDir,
+checkpointPath, queuedResourceName, queuedResourceState, nodeNames, serviceAccountEmail,
+networkName, subnetworkName, networkTag, loggingFilter, sshHint, startupScriptBytes,
+startupScriptSha256, bundleSha256.
 
 Errors: a stack that cannot work stops ``pulumi preview``/``up`` with one message naming the
 key (:func:`main` raises it as ``pulumi.RunError``). The Python language host prints a
@@ -247,6 +248,7 @@ def define(config: StackConfig, script: startup.RenderedScript | None = None) ->
 
     exports: dict[str, Any] = {
         "bucketUrl": bucket.url,
+        "bucketOnDestroy": bucket.on_destroy,
         "runDir": bucket.run_dir,
         "checkpointPath": bucket.run_dir.apply(lambda d: f"{d}/checkpoints"),
         "queuedResourceName": queued_resource.queuedResourceName,

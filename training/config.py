@@ -30,6 +30,30 @@ from training.validation import StrictModel, format_errors, invalid
 #: Byte-level language model: one token per byte.
 VOCAB_SIZE = 256
 
+# Upper bounds: far beyond any run this trainer could make, so that a slip of the finger
+# (an extra zero, a number pasted into the wrong key) stops at validation instead of queueing
+# TPUs for a run that cannot finish or cannot fit. Each is well above published figures.
+#: Steps of one run: 10^8 is over 3 years at 1 step/s; published pre-training runs take
+#: 10^5 to 10^6 steps (PaLM 540B: 255k steps, https://arxiv.org/abs/2204.02311 §5; its widths and depth in
+#: Table 1).
+MAX_STEPS = 100_000_000
+#: Bytes per sequence: 2^20 (1 Mi tokens), the longest contexts published today; attention
+#: memory grows with its square.
+MAX_SEQUENCE_LENGTH = 1 << 20
+#: Sequences per step: 2^20; PaLM's largest batch was 2048 sequences (4M tokens).
+MAX_GLOBAL_BATCH_SIZE = 1 << 20
+#: Tokens per step (global batch × sequence length): 2^30, over 16× the largest published
+#: batches (tens of millions of tokens).
+MAX_GLOBAL_BATCH_TOKENS = 1 << 30
+#: Residual width: 2^16; the widest published dense models use 18,432 (PaLM 540B).
+MAX_D_MODEL = 1 << 16
+#: MLP width: 4 × MAX_D_MODEL (PaLM 540B: 73,728).
+MAX_D_FF = 4 * MAX_D_MODEL
+#: Layers: 1,024; published dense models use at most ~128 (PaLM 540B: 118).
+MAX_LAYERS = 1024
+#: Heads: 1,024 (they divide d_model; PaLM 540B uses 48).
+MAX_HEADS = 1024
+
 MESH_AXES = ("data", "fsdp", "tensor")
 
 
@@ -70,10 +94,10 @@ class ParallelismConfig(StrictModel):
 class ModelConfig(StrictModel):
     """A byte-level decoder-only transformer (pre-norm, causal self-attention, GELU MLP)."""
 
-    d_model: int = Field(default=256, ge=8, description="Residual stream width.")
-    n_layers: int = Field(default=4, ge=1)
-    n_heads: int = Field(default=4, ge=1)
-    d_ff: int | None = Field(default=None, ge=1, description="MLP hidden width; default 4 × d_model.")
+    d_model: int = Field(default=256, ge=8, le=MAX_D_MODEL, description="Residual stream width.")
+    n_layers: int = Field(default=4, ge=1, le=MAX_LAYERS)
+    n_heads: int = Field(default=4, ge=1, le=MAX_HEADS)
+    d_ff: int | None = Field(default=None, ge=1, le=MAX_D_FF, description="MLP hidden width; default 4 × d_model.")
     compute_dtype: Literal["float32", "bfloat16"] = Field(
         default="bfloat16", description="Matmul/activation dtype; parameters and optimizer state stay float32."
     )
@@ -144,9 +168,13 @@ class TrainConfig(StrictModel):
     """Everything the trainer needs besides its run directory and cluster identity."""
 
     model: ModelConfig = ModelConfig()
-    sequence_length: int = Field(default=256, ge=8, description="Tokens (bytes) per training sequence.")
-    global_batch_size: int = Field(default=32, ge=1, description="Sequences per step, summed over all slices.")
-    steps: int = Field(default=200, ge=1, description="Total optimizer steps of the run.")
+    sequence_length: int = Field(
+        default=256, ge=8, le=MAX_SEQUENCE_LENGTH, description="Tokens (bytes) per training sequence."
+    )
+    global_batch_size: int = Field(
+        default=32, ge=1, le=MAX_GLOBAL_BATCH_SIZE, description="Sequences per step, summed over all slices."
+    )
+    steps: int = Field(default=200, ge=1, le=MAX_STEPS, description="Total optimizer steps of the run.")
     optimizer: OptimizerConfig = OptimizerConfig()
     checkpoint: CheckpointConfig = CheckpointConfig()
     data: DataConfig = DataConfig()
@@ -166,6 +194,27 @@ class TrainConfig(StrictModel):
     def global_batch_tokens(self) -> int:
         """Tokens per optimizer step: global batch × sequence length."""
         return self.global_batch_size * self.sequence_length
+
+    @model_validator(mode="after")
+    def _plausible_run(self) -> TrainConfig:
+        """Sizes that no run could use, and a warmup the run never finishes (the schedule would
+        clamp it: ``training.optimizer``; only a warmup the config sets is checked, the default
+        20 steps is clamped quietly for short runs)."""
+        if self.global_batch_tokens > MAX_GLOBAL_BATCH_TOKENS:
+            raise invalid(
+                "global_batch_size",
+                f"{self.global_batch_size} sequences × sequence_length {self.sequence_length} = "
+                f"{self.global_batch_tokens:,} tokens per step, above the limit {MAX_GLOBAL_BATCH_TOKENS:,} "
+                "(published runs use tens of millions)",
+            )
+        warmup = self.optimizer.warmup_steps
+        if "warmup_steps" in self.optimizer.model_fields_set and warmup > self.steps:
+            raise invalid(
+                "optimizer.warmup_steps",
+                f"{warmup} is longer than the run (steps: {self.steps}): the learning rate would never reach "
+                "its peak; use fewer warmup steps than steps",
+            )
+        return self
 
     @model_validator(mode="after")
     def _mesh_divides_shapes(self) -> TrainConfig:
@@ -208,4 +257,4 @@ def load_train_config(data: dict[str, Any] | str | bytes) -> TrainConfig:
             return TrainConfig.model_validate_json(data)
         return TrainConfig.model_validate(data)
     except pydantic.ValidationError as err:
-        raise ValueError("invalid trainer config:\n  " + "\n  ".join(format_errors(err))) from None
+        raise ValueError("invalid trainer config:\n  " + "\n  ".join(format_errors(err, model=TrainConfig))) from None

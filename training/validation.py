@@ -3,13 +3,15 @@
 :class:`StrictModel` rejects unknown keys, refuses booleans where a number is expected and
 makes instances immutable; :func:`invalid` raises a cross-field error that points at a key
 path; :func:`format_errors` turns a pydantic ``ValidationError`` into
-``"<key path>: <what is wrong and what is allowed>"`` lines. Used by the trainer's
+``"<key path>: <what is wrong and what is allowed>"`` lines (an unknown key names the nearest
+allowed one; a long value is shortened, never echoed whole: :func:`shorten`). Used by the trainer's
 ``TrainConfig`` (``training.config``) and by the stack schema (``infra.config``), which is
 why it lives in ``training/``: the trainer ships to the VMs and never imports ``infra/``.
 """
 
 from __future__ import annotations
 
+import difflib
 import types
 import typing
 from typing import Any
@@ -59,12 +61,70 @@ def invalid(path: str, message: str) -> PydanticCustomError:
     return PydanticCustomError("multislice_config", "{message}", {"path": path, "message": message})
 
 
-def format_errors(error: pydantic.ValidationError, prefix: str = "") -> list[str]:
+#: Longest ``repr`` of a value an error message shows; longer ones are cut (:func:`shorten`).
+VALUE_LIMIT = 200
+#: Longest error line: a message never carries a whole large value.
+LINE_LIMIT = 1000
+
+
+def shorten(value: Any, limit: int = VALUE_LIMIT) -> str:
+    """``repr(value)``, cut to ``limit`` characters with ``…`` and the full length when longer:
+    error messages name a value, never echo a huge one (a stack file can expand a few bytes
+    into megabytes through YAML aliases)."""
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    return f"{text[: limit - 1]}… ({len(text)} characters)"
+
+
+def _model_at(model: type[BaseModel] | None, loc: list[str]) -> type[BaseModel] | None:
+    """The model class that holds the key at ``loc`` (its last part), walking fields by alias
+    or name from ``model``; None where the path leaves models (a dict, a list)."""
+    for part in loc[:-1]:
+        if model is None:
+            return None
+        field = next(
+            (f for name, f in model.model_fields.items() if part in (name, f.alias)),
+            None,
+        )
+        if field is None:
+            return None
+        model = _model_class(field.annotation)
+    return model
+
+
+def _model_class(annotation: Any) -> type[BaseModel] | None:
+    while typing.get_origin(annotation) is typing.Annotated:
+        annotation = typing.get_args(annotation)[0]
+    members = (
+        typing.get_args(annotation)
+        if typing.get_origin(annotation) in (typing.Union, types.UnionType)
+        else (annotation,)
+    )
+    return next((m for m in members if isinstance(m, type) and issubclass(m, BaseModel)), None)
+
+
+def unknown_key_message(key: str, allowed: list[str], spell: str = "{}") -> str:
+    """``unknown key (did you mean <nearest>?)`` when one allowed key is close (difflib, as the
+    stack keys' namespaces are matched), else ``unknown key; allowed keys: …``. ``spell``
+    formats a suggestion (e.g. ``"multislice:{}"``)."""
+    close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
+    if close:
+        return f"unknown key (did you mean {spell.format(close[0])}?)"
+    return f"unknown key; allowed keys: {', '.join(spell.format(k) for k in allowed)}"
+
+
+def format_errors(error: pydantic.ValidationError, prefix: str = "", model: type[BaseModel] | None = None) -> list[str]:
     """One ``"<key path>: <what is wrong and what is allowed>"`` line per validation error.
 
     Args:
       error: the pydantic error.
       prefix: prepended to every key path (e.g. ``"multislice:training"``).
+      model: the model that was validated; with it an unknown key names the nearest allowed
+        key of its model (or lists them), as a typo'd stack key does.
+
+    Values in the messages are shortened (:func:`shorten`) and each line is at most
+    :data:`LINE_LIMIT` characters.
     """
     lines = []
     for item in error.errors(include_url=False):
@@ -76,9 +136,17 @@ def format_errors(error: pydantic.ValidationError, prefix: str = "") -> list[str
         message = item["msg"]
         if item["type"] == "value_error":
             message = message.removeprefix("Value error, ")
+        given = item.get("input")
         if item["type"] == "extra_forbidden":
+            parent = _model_at(model, loc) if loc else None
             message = "unknown key"
+            if parent is not None:
+                allowed = [f.alias or name for name, f in parent.model_fields.items()]
+                message = unknown_key_message(loc[-1], allowed, "{!r}")
         elif item["type"] == "literal_error":
-            message = f"got {item.get('input')!r}; " + message.replace("Input should be", "allowed:")
-        lines.append(f"{path or '(top level)'}: {message}")
+            message = f"got {shorten(given)}; " + message.replace("Input should be", "allowed:")
+        elif given is not None and len(repr(given)) > VALUE_LIMIT:
+            message = message.replace(repr(given), shorten(given))
+        line = f"{path or '(top level)'}: {message}"
+        lines.append(line if len(line) <= LINE_LIMIT else line[: LINE_LIMIT - 1] + "…")
     return lines

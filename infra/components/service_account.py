@@ -66,6 +66,10 @@ class ServiceAccount(pulumi.ComponentResource):
     deletes the queued resource when the run completes. Nothing else project-wide: no
     editor, no storage admin, no TPU admin.
 
+    The custom role's id ends in the account's unique id (:func:`delete_role_id`), so a stack
+    destroyed and deployed again gets a role id IAM has never seen: a deleted custom role's id
+    stays taken for up to 37 days.
+
     The account id is ``infra.naming.service_account_id`` (``multislice-<stack>-tpu``);
     ``bucket`` is the checkpoint bucket's name (an Output of the bucket component).
 
@@ -119,7 +123,7 @@ class ServiceAccount(pulumi.ComponentResource):
             self.delete_role = gcp.projects.IAMCustomRole(
                 f"{name}-delete-role",
                 project=args.project,
-                role_id=delete_role_id(args.stack),
+                role_id=self.account.unique_id.apply(lambda unique_id: delete_role_id(args.stack, unique_id)),
                 title=f"Multislice {args.stack}: delete the queued resource on complete",
                 description="Lets the stack's TPU VMs delete their queued resource once the run is complete "
                 "(multislice:queuedResource.deleteOnComplete).",
@@ -138,8 +142,38 @@ class ServiceAccount(pulumi.ComponentResource):
         self.register_outputs({"email": self.email, "member": self.member})
 
 
-def delete_role_id(stack: str) -> str:
-    """Id of the stack's custom delete-on-complete role: ``multisliceDeleteOnComplete_<stack>`` with ``-`` as
-    ``_`` (a custom role id holds letters, digits, ``_`` and ``.``, 3–64 characters:
-    https://cloud.google.com/iam/docs/reference/rest/v1/projects.roles/create)."""
-    return f"multisliceDeleteOnComplete_{stack.replace('-', '_')}"
+#: Trailing digits of the service account's unique id that end the custom role's id.
+ROLE_SUFFIX_DIGITS = 10
+
+
+def delete_role_id(stack: str, account_unique_id: str) -> str:
+    """Id of the stack's custom delete-on-complete role:
+    ``multisliceDeleteOnComplete_<stack>_<last 10 digits of the account's unique id>``, with
+    ``-`` in the stack name as ``_`` (a custom role id holds letters, digits, ``_`` and ``.``,
+    3–64 characters: https://cloud.google.com/iam/docs/reference/rest/v1/projects.roles/create;
+    the longest stack name gives 27 + 15 + 1 + 10 = 53).
+
+    Why a suffix that changes with each deployment: a deleted custom role can be undeleted for
+    7 days and is then permanently deleted
+    (https://cloud.google.com/iam/docs/reference/rest/v1/projects.roles/delete); the custom
+    roles guide adds that purging takes 30 more days, during which "you cannot create a new
+    role with the same role ID", so the id is free again only 37 days after the delete
+    (https://cloud.google.com/iam/docs/creating-custom-roles#deleting-custom-role, as quoted
+    in hashicorp/terraform-provider-google#1681 and terraform-google-modules/
+    terraform-google-bastion-host#14). pulumi-gcp's
+    ``IAMCustomRole`` is Terraform's ``google_project_iam_custom_role``, whose create undeletes
+    a soft-deleted role of the same id (hashicorp/terraform-provider-google
+    ``resource_google_project_iam_custom_role.go``, since PR #1681) but only while IAM still
+    returns it: from day 7 to day 37 the create fails with "You can't create a role_id (…)
+    which has been marked for deletion" (the error in bastion-host#14). The service account is
+    created anew by every deployment, and "if you delete a service account, then create a new
+    service account with the same name, the new service account has a different unique ID"
+    (https://cloud.google.com/iam/docs/reference/rest/v1/projects.serviceAccounts), so its
+    unique id names the deployment without a random-number provider.
+
+    Raises:
+      ValueError: ``account_unique_id`` is not a string of digits.
+    """
+    if not account_unique_id.isdigit():
+        raise ValueError(f"a service account's unique id is a number; got {account_unique_id[:40]!r}")
+    return f"multisliceDeleteOnComplete_{stack.replace('-', '_')}_{account_unique_id[-ROLE_SUFFIX_DIGITS:]}"

@@ -10,7 +10,10 @@ read it and must give equal models (tests/config/test_stack_config.py checks thi
   reads the YAML file directly.
 
 Validation happens before any resource exists. A :class:`StackConfigError` lists every
-problem as ``<key path>: <what is wrong; what is allowed>``.
+problem as ``<key path>: <what is wrong; what is allowed>``: a key of a namespace other than
+:data:`NAMESPACES` is refused, a misspelt key names the nearest one, and no message echoes a
+whole value. A stack file over :data:`MAX_FILE_BYTES`, or one that expands to more than
+:data:`MAX_NODES` YAML nodes through its aliases, is refused before it is expanded.
 
 The YAML reader refuses a key repeated in one mapping, as Pulumi's own reader (go-yaml v3)
 does, and names both lines. It is PyYAML's SafeLoader with one override rather than
@@ -32,12 +35,27 @@ import pydantic
 import yaml
 
 from infra.config.schema import StackConfig
-from training.validation import format_errors
+from training.validation import format_errors, unknown_key_message
 
 #: Keys of other namespaces that this program reads. All other ``gcp:*`` keys (credentials,
 #: impersonation, …) belong to the gcp provider and are left alone.
 GCP_KEYS = ("gcp:project", "gcp:zone")
 NAMESPACE = "multislice"
+#: Namespaces a stack file may use: the project's own (``multislice:``, the project name; a key
+#: without a namespace belongs to it too), the gcp provider's (``gcp:``) and the engine's
+#: (``pulumi:``, e.g. ``pulumi:tags``, ``pulumi:disable-default-providers``). Pulumi names
+#: config keys ``<namespace>:<key>`` with the project name as the program's namespace
+#: (https://www.pulumi.com/docs/iac/concepts/config/). A key in any other namespace would be
+#: read by nothing (this program declares no other provider): it is refused, not dropped.
+NAMESPACES = (NAMESPACE, "gcp", "pulumi")
+#: Largest stack file read (bytes): the shipped ones are about 1 KB.
+MAX_FILE_BYTES = 1 << 20
+#: Most YAML nodes a stack file may expand to once aliases are followed: the shipped stacks
+#: hold under 200. A few lines of nested aliases can otherwise expand to billions of nodes
+#: (the "billion laughs" document) and exhaust memory before any key is checked.
+MAX_NODES = 10_000
+#: Longest key shown in an error message.
+_KEY_LIMIT = 100
 
 
 def _object_valued(annotation: Any) -> bool:
@@ -81,20 +99,25 @@ def validate_stack(stack: str, config: dict[str, Any], source: str) -> StackConf
       StackConfigError: one line per problem, each naming the key.
     """
     values: dict[str, Any] = {}
-    unknown: list[str] = []
+    lines: list[str] = []
     allowed = _allowed_keys()
+    ours = [k for k in allowed if k.startswith(f"{NAMESPACE}:")]
     for key, value in config.items():
+        key = str(key)
         namespace = key.split(":", 1)[0] if ":" in key else NAMESPACE
         full_key = key if ":" in key else f"{NAMESPACE}:{key}"
         if namespace == "gcp" and full_key not in GCP_KEYS:
             continue  # provider configuration, not ours
-        if namespace not in (NAMESPACE, "gcp"):
-            close = difflib.get_close_matches(namespace, [NAMESPACE, "gcp"], n=1, cutoff=0.75)
-            if close:
-                unknown.append(f"{key} (did you mean {close[0]}:{key.split(':', 1)[1]}?)")
+        if namespace == "pulumi":
+            continue  # engine options
+        if namespace not in NAMESPACES:
+            lines.append(f"{_short_key(key)}: {_unknown_namespace(namespace, key)}")
             continue
         if full_key not in allowed:
-            unknown.append(full_key)
+            message = unknown_key_message(
+                full_key.split(":", 1)[1], [k.split(":", 1)[1] for k in ours], "multislice:{}"
+            )
+            lines.append(f"{_short_key(full_key)}: {message}")
             continue
         if isinstance(value, dict) and set(value) == {"secure"}:
             raise StackConfigError(
@@ -109,12 +132,6 @@ def validate_stack(stack: str, config: dict[str, Any], source: str) -> StackConf
                     f"stack {stack!r} ({source}) is invalid:", [f"{full_key}: not a JSON object ({err})"]
                 ) from None
         values[full_key] = value
-    lines = [
-        f"{key}: unknown key; allowed keys: {', '.join(k for k in allowed if k.startswith(NAMESPACE))}"
-        if "did you mean" not in key
-        else f"{key.split(' ', 1)[0]}: unknown namespace {key.split(' ', 1)[1]}"
-        for key in unknown
-    ]
     for key in ("gcp:project", "gcp:zone", "multislice:acceleratorType"):
         if key not in values:
             lines.append(f"{key}: required key is missing")
@@ -123,7 +140,24 @@ def validate_stack(stack: str, config: dict[str, Any], source: str) -> StackConf
     try:
         return StackConfig.model_validate({"stack": stack, **values})
     except pydantic.ValidationError as err:
-        raise StackConfigError(f"stack {stack!r} ({source}) is invalid:", format_errors(err)) from None
+        raise StackConfigError(
+            f"stack {stack!r} ({source}) is invalid:", format_errors(err, model=StackConfig)
+        ) from None
+
+
+def _short_key(key: str) -> str:
+    return key if len(key) <= _KEY_LIMIT else f"{key[: _KEY_LIMIT - 1]}… ({len(key)} characters)"
+
+
+def _unknown_namespace(namespace: str, key: str) -> str:
+    """Why a key of another namespace is refused, with the nearest namespace when one is close."""
+    close = difflib.get_close_matches(namespace, list(NAMESPACES), n=1, cutoff=0.75)
+    if close:
+        return f"unknown namespace (did you mean {close[0]}:{_short_key(key.split(':', 1)[1])}?)"
+    return (
+        f"unknown namespace {_short_key(namespace)!r}: a stack file holds multislice:* keys (this program), "
+        "gcp:* keys (the gcp provider) and pulumi:* keys (the engine); nothing reads this one"
+    )
 
 
 def default_stacks_dir() -> Path:
@@ -158,7 +192,7 @@ class DuplicateKeyError(yaml.YAMLError):
 
     def __init__(self, key: str, line: int, first_key: str, first_line: int):
         first = f"first at line {first_line}" if key == first_key else f"same as {first_key!r} at line {first_line}"
-        super().__init__(f"duplicate key {key!r} at line {line} ({first})")
+        super().__init__(f"duplicate key {_short_key(key)!r} at line {line} ({first})")
         self.key, self.line, self.first_key, self.first_line = key, line, first_key, first_line
 
 
@@ -191,11 +225,64 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
+class ExpansionError(yaml.YAMLError):
+    """A YAML document that expands to more than :data:`MAX_NODES` nodes, or whose aliases
+    refer to a node that contains them."""
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.MappingNode):
+        return [part for pair in node.value for part in pair]
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    return []
+
+
+def expanded_nodes(root: yaml.Node, limit: int = MAX_NODES) -> int:
+    """How many nodes the composed document ``root`` becomes once every alias is followed
+    (an alias shares its anchor's node, so the node graph stays as small as the text while
+    the loaded value may not). Iterative and memoized: linear in the graph, not the expansion.
+
+    Raises:
+      ExpansionError: more than ``limit`` nodes, or an alias inside the node it refers to.
+    """
+    sizes: dict[int, int] = {}
+    visiting: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, finished = stack.pop()
+        key = id(node)
+        if finished:
+            visiting.discard(key)
+            sizes[key] = 1 + sum(sizes[id(child)] for child in _children(node))
+            if sizes[key] > limit:
+                raise ExpansionError(
+                    f"expands to more than {limit:,} YAML nodes through its aliases; a stack file holds a few "
+                    "hundred: write the values out instead of nesting aliases"
+                )
+            continue
+        if key in sizes:
+            continue
+        if key in visiting:
+            raise ExpansionError(
+                f"has an alias at line {node.start_mark.line + 1} inside the node it refers to (a recursive "
+                "value): write the values out"
+            )
+        visiting.add(key)
+        stack.append((node, True))
+        stack.extend((child, False) for child in _children(node) if id(child) not in sizes)
+    return sizes[id(root)]
+
+
 def _load_yaml(text: str, name: str) -> Any:
     loader = _UniqueKeyLoader(text)
     loader.name = name  # error marks say the file, not "<unicode string>"
     try:
-        return loader.get_single_data()
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        expanded_nodes(node)  # before constructing: the expansion is what exhausts memory
+        return loader.construct_document(node)
     finally:
         loader.dispose()
 
@@ -220,6 +307,11 @@ def load_stack_file(path: Path, stack: str | None = None) -> StackConfig:
         raise StackConfigError(f"stack file {path} is a directory, not a Pulumi.<stack>.yaml file")
     if not path.is_file():
         raise StackConfigError(f"stack file {path} does not exist")
+    size = path.stat().st_size
+    if size > MAX_FILE_BYTES:
+        raise StackConfigError(
+            f"stack file {path} is {size:,} bytes; a stack file is a few KB (at most {MAX_FILE_BYTES:,} bytes are read)"
+        )
     try:
         data = _load_yaml(path.read_text(encoding="utf-8"), str(path))
     except UnicodeDecodeError as err:
@@ -228,6 +320,8 @@ def load_stack_file(path: Path, stack: str | None = None) -> StackConfig:
         raise StackConfigError(f"stack file {path} nests too deeply to be a stack file") from None
     except DuplicateKeyError as err:
         raise StackConfigError(f"stack file {path}: {err}; keep one of them") from None
+    except ExpansionError as err:
+        raise StackConfigError(f"stack file {path} {err}") from None
     except yaml.YAMLError as err:
         raise StackConfigError(f"stack file {path} is not valid YAML: {err}") from None
     if not isinstance(data, dict) or not isinstance(data.get("config", {}), dict):

@@ -7,13 +7,14 @@ diff`` evaluate the program this way: no Pulumi CLI, no engine, no cloud credent
 The config reaches the program the way the engine hands it over (``namespace:key`` →
 string, objects as JSON text) and the program parses it itself (``load_config``). A
 recording monitor keeps every registration: type, name, inputs and options (protect,
-hideDiffs, dependencies, parent); exports are the resolved values ``define`` exported. The
+retainOnDelete, import id, hideDiffs, dependencies, parent); exports are the resolved values ``define`` exported. The
 mocks answer like the cloud would: resource paths as ids, service-account emails, a QR that
 is ACTIVE (or still queued, on request).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import runpy
 from collections.abc import Callable
@@ -47,6 +48,10 @@ class Registration:
     #: Former identities the program declared (``aliases``), each as its non-empty alias spec
     #: fields (``type``, ``name``, ``parentUrn``, …) or ``{"urn": ...}``.
     aliases: list[dict[str, Any]] = field(default_factory=list)
+    #: ``retainOnDelete``: ``pulumi destroy`` leaves the cloud resource and drops it from the stack.
+    retain_on_delete: bool = False
+    #: The ``import`` option's id ("" when the resource is created, not imported).
+    import_id: str = ""
 
 
 @dataclass
@@ -91,7 +96,7 @@ class Mocks(pulumi.runtime.Mocks):
         elif typ == "gcp:serviceaccount/account:Account":
             email = f"{inputs['accountId']}@{project}.iam.gserviceaccount.com"
             id_ = f"projects/{project}/serviceAccounts/{email}"
-            outs.update(email=email, member=f"serviceAccount:{email}")
+            outs.update(email=email, member=f"serviceAccount:{email}", uniqueId=unique_id(email))
         elif typ == "gcp:projects/iAMCustomRole:IAMCustomRole":
             id_ = f"projects/{project}/roles/{inputs['roleId']}"
             outs["name"] = id_
@@ -150,9 +155,17 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
                     dependencies=list(request.dependencies),
                     parent=request.parent,
                     aliases=[_alias(alias) for alias in request.aliases],
+                    retain_on_delete=bool(request.retainOnDelete),
+                    import_id=request.importId,
                 )
             )
         return response
+
+
+def unique_id(email: str) -> str:
+    """The mocks' ``uniqueId`` of a service account: 21 digits, as IAM's are, derived from
+    ``email`` (IAM assigns a new one to every account it creates)."""
+    return str(int(hashlib.sha256(email.encode()).hexdigest(), 16))[:21]
 
 
 def _alias(alias: Any) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from infra.components.network import Network, NetworkArgs
 from infra.components.release import ReleaseRecord, ReleaseRecordArgs
 from infra.components.service_account import ServiceAccount, ServiceAccountArgs, data_bucket
 from infra.components.services import ProjectServices, ServicesArgs
-from infra.components.storage import BucketArgs, CheckpointBucket
+from infra.components.storage import BucketArgs, CheckpointBucket, bucket_options, on_destroy
 from infra.config import (
     BucketSettings,
     NetworkSettings,
@@ -27,7 +27,7 @@ from infra.config import (
 from infra.queued_resource import QueuedResource, QueuedResourceInputs
 from infra.startup import RenderedScript
 from infra.startup.contract import RUN_DIR_KEY, STARTUP_SCRIPT_KEY
-from tests.fakes.pulumi_program import FIREWALL, QR_TYPE, declare, engine_config, evaluate, stack_map
+from tests.fakes.pulumi_program import FIREWALL, QR_TYPE, declare, engine_config, evaluate, stack_map, unique_id
 
 ENVIRONMENT = {
     "multislice:network": {"mtu": 1460, "subnetCidr": "10.64.0.0/16"},
@@ -138,7 +138,7 @@ def test_defaults_give_a_complete_environment():
         ),
         (
             {"multislice:network": {"subnetCidr": "8.8.0.0/16"}},
-            "multislice:network.subnetCidr: '8.8.0.0/16' must be a private",
+            "multislice:network.subnetCidr: '8.8.0.0/16' is a public range: use a private one",
         ),
         ({"multislice:network": {"nat": "maybe"}}, "multislice:network.nat:"),
         (
@@ -528,3 +528,41 @@ def test_importing_the_provider_imports_no_stack_config():
     result = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+def _bucket_args(**settings) -> BucketArgs:
+    return BucketArgs(
+        stack="qa", project="acme-ml-qa", location="EU", run_name="r", labels={}, settings=BucketSettings(**settings)
+    )
+
+
+def test_the_bucket_outlives_destroy_unless_force_destroy():
+    kept = bucket_options(_bucket_args())
+    assert (kept.retain_on_delete, kept.import_, kept.protect, kept.delete_before_replace) == (True, None, False, True)
+    assert bucket_options(_bucket_args(forceDestroy=True)).retain_on_delete is False
+    assert bucket_options(_bucket_args(adopt=True)).import_ == "acme-ml-qa-qa-ckpt"
+    assert bucket_options(_bucket_args(name="kept-ckpt", adopt=True)).import_ == "kept-ckpt"
+    assert on_destroy("b", _bucket_args()) == (
+        "kept: pulumi destroy removes gs://b from the stack and leaves it and its checkpoints in project acme-ml-qa; "
+        "delete it with: gcloud storage rm -r gs://b; or deploy this stack again with multislice:bucket.adopt: true "
+        "to resume from them"
+    )
+    protected = _bucket_args().model_copy(update={"protect": True})
+    assert on_destroy("b", protected) == (
+        "protected: pulumi destroy fails at gs://b (multislice:bucket.protect); set multislice:bucket.protect: false "
+        "and run pulumi up first, or run pulumi destroy --exclude-protected to keep it in the stack"
+    )
+
+
+def test_the_delete_role_is_declared_with_the_accounts_unique_id():
+    world = declare(
+        lambda: ServiceAccount(
+            "sa", ServiceAccountArgs(stack="qa-2", project="acme-ml-qa", delete_on_complete=True), bucket="b"
+        )
+    )
+    email = "multislice-qa-2-tpu@acme-ml-qa.iam.gserviceaccount.com"
+    role = world.one("gcp:projects/iAMCustomRole:IAMCustomRole")
+    assert role.inputs["roleId"] == f"multisliceDeleteOnComplete_qa_2_{unique_id(email)[-10:]}"
+    assert role.inputs["permissions"] == ["tpu.nodes.delete"]
+    (grant,) = [g for g in world.of("gcp:projects/iAMMember:IAMMember") if "roles/multislice" in g.inputs["role"]]
+    assert grant.inputs["role"] == f"projects/acme-ml-qa/roles/{role.inputs['roleId']}"

@@ -53,10 +53,12 @@ def test_available_stacks_lists_the_shipped_ones():
     assert {"dev", "staging", "prod"} <= set(available_stacks(STACKS))
 
 
-def test_unknown_top_level_key_is_rejected_with_the_allowed_keys():
+def test_unknown_top_level_key_is_rejected_with_the_nearest_or_the_allowed_keys():
     config = dev_map() | {"multislice:slice": 2}
     (line,) = errors_of(config)
-    assert line.startswith("multislice:slice: unknown key; allowed keys: ")
+    assert line == "multislice:slice: unknown key (did you mean multislice:slices?)"
+    (line,) = errors_of(dev_map() | {"multislice:xyzzy": 2})
+    assert line.startswith("multislice:xyzzy: unknown key; allowed keys: multislice:acceleratorType, ")
     assert "multislice:slices" in line
 
 
@@ -75,7 +77,7 @@ def test_unknown_nested_training_key_names_its_path():
     config = dev_map()
     config["multislice:training"]["model"]["dmodel"] = 3
     (line,) = errors_of(config)
-    assert line == "multislice:training.model.dmodel: unknown key"
+    assert line == "multislice:training.model.dmodel: unknown key (did you mean 'd_model'?)"
 
 
 def test_unknown_accelerator_type_lists_allowed_values():

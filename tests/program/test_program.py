@@ -22,10 +22,11 @@ import pytest
 
 from infra import startup
 from infra.components.network import IAP_SSH_RANGE
+from infra.components.service_account import delete_role_id
 from infra.config import StackConfigError, available_stacks, load_stack
 from infra.startup.bundle import build_archive
 from infra.startup.contract import DELETE_QUEUED_RESOURCE_KEY, RUN_DIR_KEY, STARTUP_SCRIPT_KEY
-from tests.fakes.pulumi_program import FIREWALL, QR_TYPE, World, engine_config, evaluate, stack_map
+from tests.fakes.pulumi_program import FIREWALL, QR_TYPE, World, engine_config, evaluate, stack_map, unique_id
 
 STACKS = available_stacks()
 
@@ -128,6 +129,51 @@ def test_bucket_is_private_regional_and_protected_in_prod(worlds, stack):
     assert actions == ["AbortIncompleteMultipartUpload", "SetStorageClass"]
     assert inputs["lifecycleRules"][1]["condition"]["matchesPrefixes"] == ["runs/"]
     assert bucket.protect is (stack == "prod")
+    # Without forceDestroy, `pulumi destroy` keeps the bucket and its checkpoints; created, not imported.
+    assert bucket.retain_on_delete is True and bucket.import_id == ""
+    kept = world.exports["bucketOnDestroy"]
+    if stack == "prod":
+        assert kept.startswith(f"protected: pulumi destroy fails at gs://{config.bucket_name}")
+    else:
+        assert kept == (
+            f"kept: pulumi destroy removes gs://{config.bucket_name} from the stack and leaves it and its checkpoints "
+            f"in project {config.project}; delete it with: gcloud storage rm -r gs://{config.bucket_name}; or "
+            "deploy this stack again with multislice:bucket.adopt: true to resume from them"
+        )
+
+
+def test_force_destroy_deletes_the_bucket_on_destroy():
+    world = evaluate("dev", {**stack_map("dev"), "multislice:bucket": {"forceDestroy": True}})
+    bucket = world.one("gcp:storage/bucket:Bucket")
+    assert bucket.inputs["forceDestroy"] is True and bucket.retain_on_delete is False
+    assert world.exports["bucketOnDestroy"] == (
+        "deleted: pulumi destroy deletes gs://acme-ml-dev-dev-ckpt and every checkpoint in it "
+        "(multislice:bucket.forceDestroy)"
+    )
+
+
+def test_a_kept_bucket_is_adopted_by_the_next_deployment():
+    # After a destroy kept gs://<bucket>, `pulumi up` with adopt imports it (id = its name)
+    # instead of creating one of the same name (which GCS would refuse).
+    world = evaluate("dev", {**stack_map("dev"), "multislice:bucket": {"adopt": True}})
+    bucket = world.one("gcp:storage/bucket:Bucket")
+    assert bucket.import_id == "acme-ml-dev-dev-ckpt" == bucket.inputs["name"]
+    assert bucket.retain_on_delete is True
+    # Nothing else is imported: every other resource is created as before.
+    assert [r.name for r in world.registrations if r.import_id] == ["checkpoints"]
+
+
+def test_the_delete_role_id_is_new_for_every_deployment_of_a_stack():
+    # A deleted custom role's id stays taken for up to 37 days: the id carries the service
+    # account's unique id, which IAM assigns anew to every account it creates.
+    first = delete_role_id("prod-eu", "104250395734566118352")
+    again = delete_role_id("prod-eu", "117923465028135791024")
+    assert first == "multisliceDeleteOnComplete_prod_eu_4566118352"
+    assert again == "multisliceDeleteOnComplete_prod_eu_8135791024" and again != first
+    longest = delete_role_id("a" * 15, "9" * 21)
+    assert len(longest) == 53 and re.fullmatch(r"[A-Za-z0-9_.]{3,64}", longest)
+    with pytest.raises(ValueError, match="a service account's unique id is a number; got 'x'"):
+        delete_role_id("dev", "x")
 
 
 @pytest.mark.parametrize("stack", STACKS)
@@ -143,14 +189,14 @@ def test_nodes_run_as_our_service_account_with_least_privilege(worlds, stack):
     ours = [g.inputs for g in bucket_grants if g.inputs["bucket"] == config.bucket_name]
     assert [(g["role"], g["member"]) for g in ours] == [("roles/storage.objectUser", f"serviceAccount:{email}")]
     project_roles = sorted(g.inputs["role"] for g in world.of("gcp:projects/iAMMember:IAMMember"))
-    delete_role = (
-        [f"projects/{config.project}/roles/multisliceDeleteOnComplete_{stack}"] if config.delete_on_complete else []
-    )
+    # The custom role's id ends in the last 10 digits of the account's unique id (new on every deployment).
+    role_id = f"multisliceDeleteOnComplete_{stack}_{unique_id(email)[-10:]}"
+    delete_role = [f"projects/{config.project}/roles/{role_id}"] if config.delete_on_complete else []
     assert project_roles == delete_role + ["roles/logging.logWriter", "roles/monitoring.metricWriter"]
     assert config.delete_on_complete is (config.capacity != "reserved")  # the shipped stacks keep the default
     custom = world.of("gcp:projects/iAMCustomRole:IAMCustomRole")
     assert [(r.inputs["roleId"], r.inputs["permissions"]) for r in custom] == (
-        [(f"multisliceDeleteOnComplete_{stack}", ["tpu.nodes.delete"])] if config.delete_on_complete else []
+        [(role_id, ["tpu.nodes.delete"])] if config.delete_on_complete else []
     )
     others = [g.inputs for g in bucket_grants if g.inputs["bucket"] != config.bucket_name]
     if config.training.data.source.startswith("gs://"):
@@ -266,6 +312,7 @@ def test_exports(worlds, stack):
     config = load_stack(stack)
     assert set(world.exports) == {
         "bucketUrl",
+        "bucketOnDestroy",
         "runDir",
         "checkpointPath",
         "queuedResourceName",
