@@ -30,8 +30,10 @@ https://github.com/pulumi/pulumi/tree/master/sdk/python/cmd; ``pulumi.RunError``
 "a clean exit rather than the usual verbose unhandled error logic").
 
 Tests evaluate :func:`define` under ``pulumi.runtime.set_mocks``; ``pulumi up`` runs this file
-as ``__main__`` (tests/program/test_program.py also runs it the way the language host does). There is
-no code path that only works under mocks.
+as ``__main__``, through the repository's ``__main__.py`` (Pulumi.yaml has no ``main``: the
+queued resource's provider starts in the program's directory and must find ``.venv`` there;
+docs/deploying.md, "How the Pulumi CLI starts the provider"). tests/program/test_program.py also
+runs it the way the language host does. There is no code path that only works under mocks.
 """
 
 from __future__ import annotations

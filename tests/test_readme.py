@@ -1,10 +1,20 @@
-"""The README stays true: its set-up commands use real options, its reference names every key."""
+"""The README stays true: its set-up commands use real options, its reference names every key,
+its command lines run here as documented (those that can without the cloud or the Pulumi CLI;
+the others each say why not), and its download figures are the lock's."""
 
 from __future__ import annotations
 
+import os
+import platform
 import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tomllib
 from pathlib import Path
 
+import pytest
 from pydantic import BaseModel
 from typer.testing import CliRunner
 
@@ -272,3 +282,169 @@ def test_every_local_up_option_is_in_the_readme_table():
     }
     assert listed - documented == set(), "options `local up --help` lists that the README's table omits"
     assert documented - listed == set(), "options the README's table names that `local up` does not have"
+
+
+# The README's command lines, run against the repository ----------------------------------------
+
+
+def readme_commands() -> list[str]:
+    """Every command of the README's ``bash`` blocks, in order: continuation lines joined,
+    comments dropped, ``a && b`` split into ``a`` and ``b``, whitespace collapsed."""
+    commands = []
+    for block in re.findall(r"```bash\n(.*?)```", README, flags=re.S):
+        for line in block.replace("\\\n", " ").splitlines():
+            line = re.sub(r"(^|\s)#.*$", "", line).strip()
+            commands += [" ".join(part.split()) for part in line.split(" && ") if part.strip()]
+    return commands
+
+
+#: The README's uv prefix: the set-up's `.venv-uv/bin/uv` or the `uv` the examples write.
+UV_RUN = re.compile(r"^(?:\.venv-uv/bin/)?uv run(?: --frozen)?(?: --project \S+)? ")
+#: Commands run here: offline, without credentials or the Pulumi CLI, in seconds.
+RUN = re.compile(r"^multislice (check|render|plan|diff) ")
+#: Commands not run here, each with the reason (first match wins).
+NOT_RUN = {
+    r"^python3 -m venv \.venv-uv$": "the set-up's first step: CI runs the set-up (.ci/run)",
+    r"^\.venv-uv/bin/pip install uv$": "the set-up's second step: CI runs the set-up (.ci/run)",
+    r"^alias uv=": "a shell alias: test_the_uv_alias_names_what_the_set_up_installs",
+    r"^pytest$": "the whole suite: CI runs it (test_ci_runs_the_readme_test_command)",
+    r"^multislice local up ": "emulates a stack for minutes: tests/local/ run it",
+    r"^multislice local (status|logs) ": "reads the run `local up` left in .multislice/: tests/local/, tests/status/",
+    r"^multislice (status|logs) ": "reads Cloud TPU, Cloud Storage or Cloud Logging with credentials",
+    r"^multislice bench shardings ": "measures JAX meshes for tens of seconds: tests/training/ run it",
+    r"^python benchmarks/": "a benchmark: measures for minutes",
+    r"^pulumi ": "needs the Pulumi CLI and cloud credentials",
+    r"^\.ci/lint$": "the linters: CI runs them (test_ci_runs_the_linters_the_readme_names)",
+}
+
+
+def runnable(command: str) -> str | None:
+    """The arguments of ``multislice`` for a README command run here, else None."""
+    words = UV_RUN.sub("", command)
+    return words if RUN.match(words) else None
+
+
+def test_every_readme_command_is_run_or_says_why_not():
+    commands = readme_commands()
+    unclassified = [
+        c for c in commands if runnable(c) is None and not any(re.search(p, UV_RUN.sub("", c)) for p in NOT_RUN)
+    ]
+    assert unclassified == []
+    assert len([c for c in commands if runnable(c)]) >= 5  # check, diff, render, plan × 2
+
+
+def readme_arguments(command: str, tmp_path: Path) -> list[str]:
+    """``multislice``'s arguments for a README command: an optional ``[...]`` part included, the
+    placeholder ``path/to/Pulumi.mystack.yaml`` a copy of the dev stack, and ``origin/main``
+    this checkout's HEAD when the clone has no such branch."""
+    text = re.sub(r"\[([^\]]+)\]", r"\1", runnable(command) or "")
+    if "path/to/" in text:
+        (tmp_path / "path" / "to").mkdir(parents=True)
+        shutil.copy(ROOT / "stacks" / "Pulumi.dev.yaml", tmp_path / "path" / "to" / "Pulumi.mystack.yaml")
+        text = text.replace("path/to/", f"{tmp_path}/path/to/")
+    has_origin = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "-q", "--verify", "origin/main"], capture_output=True
+    )
+    if "origin/main" in text and has_origin.returncode != 0:
+        text = text.replace("origin/main", "HEAD")
+    return shlex.split(text)[1:]
+
+
+@pytest.mark.parametrize("command", [c for c in readme_commands() if runnable(c)])
+def test_the_readme_commands_run_as_documented(command, tmp_path, monkeypatch):
+    # In the repository, as the README says to run them; no emulated Cloud Storage or metadata
+    # server from other tests (the prod stack's gs:// data source is then not listed).
+    for name in ("STORAGE_EMULATOR_HOST", "GCE_METADATA_HOST", "GCE_METADATA_IP"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(ROOT)
+    arguments = readme_arguments(command, tmp_path)
+    result = CliRunner().invoke(app, arguments, env={"COLUMNS": "200"}, color=False)
+    assert result.exit_code == 0, (arguments, result.output)  # check: no mandatory violation
+    assert result.output.strip()
+    if arguments[0] == "check":
+        assert re.search(r"\b0 mandatory\b", result.output), result.output
+
+
+def test_the_policy_files_the_readme_names_exist():
+    named = set(re.findall(r"\bstacks/policy\.[a-z0-9-]+\.json\b", README))
+    assert named and all((ROOT / path).is_file() for path in named), named
+    assert any(f"--policy-config {path}" in README for path in named)  # and a command runs with it
+
+
+def test_the_uv_alias_names_what_the_set_up_installs():
+    alias = next(c for c in readme_commands() if c.startswith("alias uv="))
+    assert alias == 'alias uv="$PWD/.venv-uv/bin/uv"'
+    assert ".venv-uv/bin/pip install uv" in readme_commands()
+
+
+def uv_binary() -> str | None:
+    pinned = Path(sys.prefix) / "bin" / "uv"  # uv.lock pins uv: the project's .venv has it
+    return str(pinned) if pinned.is_file() else shutil.which("uv")
+
+
+@pytest.mark.skipif(uv_binary() is None, reason="no uv here")
+def test_uv_run_needs_the_repository_or_its_path(tmp_path):
+    # Outside the repository (a plain shell: no activated virtualenv), `uv run multislice`
+    # cannot find the command; `--project` names the repository and it runs.
+    uv = uv_binary() or ""
+    venv_bins = {str(Path(sys.prefix) / "bin"), str(ROOT / ".venv" / "bin")}
+    path = os.pathsep.join(p for p in os.environ.get("PATH", "").split(os.pathsep) if p not in venv_bins)
+    env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"} | {"PATH": path}
+    text = " ".join(README.split())
+    said = re.search(r"Elsewhere it fails with `([^`]+)`", text)
+    assert said and "--project" in text
+    plan = ["multislice", "plan", "--stack", "prod", "--json"]
+
+    def run(*options: str) -> subprocess.CompletedProcess[str]:
+        command = [uv, "run", "--frozen", "--offline", *options, *plan]
+        return subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+
+    outside = run()
+    assert outside.returncode != 0 and said[1] in outside.stderr, outside.stderr
+    named = run("--project", str(ROOT))
+    assert named.returncode == 0, named.stderr
+    assert '"dcn_bound"' in named.stdout
+
+
+def pinned_wheels() -> dict[str, int]:
+    """What ``uv run --frozen`` installs on this machine: each package's best wheel for this
+    interpreter (``packaging.tags``) among those uv.lock records, name → size in bytes."""
+    from packaging.requirements import Requirement
+    from packaging.tags import sys_tags
+    from packaging.utils import canonicalize_name, parse_wheel_filename
+
+    export = [uv_binary() or "uv", "export", "--frozen", "--no-emit-project", "--no-hashes", "--no-header"]
+    lines = subprocess.run(export, cwd=ROOT, capture_output=True, text=True, check=True, timeout=60).stdout
+    lock = tomllib.loads((ROOT / "uv.lock").read_text())["package"]
+    by_pin = {(canonicalize_name(p["name"]), p["version"]): p for p in lock}
+    rank = {tag: i for i, tag in enumerate(sys_tags())}
+    sizes = {}
+    for line in (raw.strip() for raw in lines.splitlines()):
+        if not line or line.startswith("#"):
+            continue
+        requirement = Requirement(line)
+        if requirement.marker is not None and not requirement.marker.evaluate():
+            continue
+        name = canonicalize_name(requirement.name)
+        wheels = by_pin[(name, str(requirement.specifier).removeprefix("=="))]["wheels"]
+
+        def fit(wheel: dict) -> int:
+            tags = parse_wheel_filename(wheel["url"].rsplit("/", 1)[1])[3]
+            return min((rank[tag] for tag in tags if tag in rank), default=len(rank))
+
+        sizes[name] = min(wheels, key=fit)["size"]
+    return sizes
+
+
+@pytest.mark.skipif(
+    (sys.platform, platform.machine(), sys.version_info[:2]) != ("linux", "x86_64", (3, 11)) or uv_binary() is None,
+    reason="the README's figures are for Linux x86_64 and Python 3.11, read with uv",
+)
+def test_the_readme_download_figures_are_the_locks():
+    sizes = pinned_wheels()
+    text = " ".join(README.split())
+    count = re.search(r"the (\d+) wheels `uv.lock` pins for Linux x86_64", text)
+    total = re.search(r"; (\d+) MB in all, jaxlib alone (\d+) MB\)", text)
+    assert count and total
+    mb = round(sum(sizes.values()) / 1e6)
+    assert (int(count[1]), int(total[1]), int(total[2])) == (len(sizes), mb, round(sizes["jaxlib"] / 1e6))

@@ -196,6 +196,15 @@ def stack_map(stack: str) -> dict[str, Any]:
     return yaml.safe_load(stack_file(stack).read_text())["config"]
 
 
+def program_directory() -> Path:
+    """The directory the Pulumi CLI runs as the program: Pulumi.yaml's ``main`` (a directory,
+    relative to the project), else the project's own (``getPwdMain`` in pulumi/pulumi's
+    ``pkg/engine/project.go``; docs/deploying.md, "How the Pulumi CLI starts the provider")."""
+    project = Path(program.__file__).resolve().parents[1]
+    main = yaml.safe_load((project / "Pulumi.yaml").read_text()).get("main")
+    return (project / main).resolve() if main else project
+
+
 def evaluate(
     stack: str,
     config_map: dict[str, Any] | None = None,
@@ -207,10 +216,11 @@ def evaluate(
     subnet_network: str | None = None,
 ) -> World:
     """Run the program for ``stack`` under mocks (an update, or a preview); return what it
-    registered and exported (``as_main``: run infra/ with runpy as the language host does;
-    exports are then not captured; ``script``: an ``infra.startup.RenderedScript`` to declare
-    instead of rendering one from this checkout, e.g. one rendered from another revision's
-    trainer; ``subnet_network``: see :class:`Mocks`)."""
+    registered and exported (``as_main``: run the project's program directory with runpy as
+    the language host does, see :func:`program_directory`; exports are then not captured;
+    ``script``: an ``infra.startup.RenderedScript`` to declare instead of rendering one from
+    this checkout, e.g. one rendered from another revision's trainer; ``subnet_network``: see
+    :class:`Mocks`)."""
     config = engine_config(config_map if config_map is not None else stack_map(stack))
     world = _start(stack, config, qr_ready, preview, subnet_network)
 
@@ -221,8 +231,8 @@ def evaluate(
 
     @pulumi.runtime.test
     def run_as_pulumi_does():
-        # The Python language host runs `main: infra/` with runpy (infra/ first on sys.path).
-        runpy.run_path(str(Path(program.__file__).parent), run_name="__main__")
+        # The Python language host runs the program directory with runpy (first on sys.path).
+        runpy.run_path(str(program_directory()), run_name="__main__")
 
     (run_as_pulumi_does if as_main else run)()
     return world

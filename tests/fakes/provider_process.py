@@ -50,24 +50,37 @@ class ProviderProcess:
       provider: ``pulumi.dynamic.dynamic.serialize_provider`` text of the provider.
       env: extra environment of the process.
       timeout_s: limit of each request.
+      process: a provider process started otherwise (as the Pulumi CLI starts it:
+        tests/fakes/pulumi_cli.py), with its stdout a pipe; it has no audit hook, and
+        :meth:`stop` returns no record.
     """
 
-    def __init__(self, provider: str, *, env: dict[str, str] | None = None, timeout_s: float = 120.0):
+    def __init__(
+        self,
+        provider: str,
+        *,
+        env: dict[str, str] | None = None,
+        timeout_s: float = 120.0,
+        process: subprocess.Popen[bytes] | None = None,
+    ):
         import grpc
         from pulumi.runtime.proto import provider_pb2_grpc
 
-        self.provider, self.timeout_s = provider, timeout_s
+        self.provider, self.timeout_s, self._audited = provider, timeout_s, process is None
         self._report = Path(tempfile.mkdtemp()) / "report.json"
-        self._proc = subprocess.Popen(
+        self._proc = process or subprocess.Popen(
             [sys.executable, "-m", "tests.fakes.provider_process", str(self._report)],
             cwd=ROOT,
             stdout=subprocess.PIPE,
             env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
         )
+        assert self._proc.stdout is not None
         port = self._proc.stdout.readline().decode().strip()
         if not port.isdigit():
             self._proc.kill()
-            raise RuntimeError(f"the provider process printed {port!r} instead of its port")
+            _, stderr = self._proc.communicate()
+            said = f": {stderr.decode(errors='replace').strip()}" if stderr else ""
+            raise RuntimeError(f"the provider process printed {port!r} instead of its port{said}")
         self._channel = grpc.insecure_channel(f"127.0.0.1:{port}")
         self._stub = provider_pb2_grpc.ResourceProviderStub(self._channel)
 
@@ -79,6 +92,12 @@ class ProviderProcess:
             return loop.run_until_complete(rpc.serialize_properties({**props, PROVIDER_KEY: self.provider}, {}))
         finally:
             loop.close()
+
+    def plugin_info(self) -> str:
+        """``GetPluginInfo`` (the engine's first call after starting a provider): the version."""
+        from google.protobuf import empty_pb2
+
+        return self._stub.GetPluginInfo(empty_pb2.Empty(), timeout=self.timeout_s).version
 
     def check(self, olds: dict[str, Any], news: dict[str, Any]) -> list[str]:
         """``Check``: the failures as ``"property: reason"``."""
@@ -109,16 +128,20 @@ class ProviderProcess:
         return ""
 
     def stop(self) -> dict[str, list[str]]:
-        """End the process; its record: ``{"network": [...], "client_modules": [...]}``."""
+        """End the process; its record: ``{"network": [...], "client_modules": [...]}`` (``{}``
+        for a process started without the audit hook)."""
         self._channel.close()
-        self._proc.send_signal(signal.SIGINT)
+        if self._audited:
+            self._proc.send_signal(signal.SIGINT)
+        else:  # no record to write: end it as the engine ends a plugin it is done with
+            self._proc.kill()
         try:
             self._proc.wait(timeout=30)
         finally:
             if self._proc.poll() is None:
                 self._proc.kill()
                 self._proc.wait()
-        return json.loads(self._report.read_text())
+        return json.loads(self._report.read_text()) if self._report.exists() else {}
 
     def __enter__(self) -> ProviderProcess:
         return self

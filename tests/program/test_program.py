@@ -26,7 +26,16 @@ from infra.components.service_account import delete_role_id
 from infra.config import StackConfigError, available_stacks, load_stack
 from infra.startup.bundle import build_archive
 from infra.startup.contract import DELETE_QUEUED_RESOURCE_KEY, RUN_DIR_KEY, STARTUP_SCRIPT_KEY
-from tests.fakes.pulumi_program import FIREWALL, QR_TYPE, World, engine_config, evaluate, stack_map, unique_id
+from tests.fakes.pulumi_program import (
+    FIREWALL,
+    QR_TYPE,
+    World,
+    engine_config,
+    evaluate,
+    program_directory,
+    stack_map,
+    unique_id,
+)
 
 STACKS = available_stacks()
 
@@ -568,6 +577,8 @@ def test_the_release_record_names_the_release_the_script_carries(worlds, renders
 # As the language host runs the program (tests/fakes/language_host.py) ------------------------
 
 ROOT = Path(__file__).resolve().parents[2]
+#: The directory the CLI runs as the program (Pulumi.yaml's ``main``, else the project's).
+PROGRAM = program_directory()
 
 
 def run_as_the_language_host(program: Path, config: dict, *, preview: bool = True) -> subprocess.CompletedProcess:
@@ -588,7 +599,7 @@ def run_as_the_language_host(program: Path, config: dict, *, preview: bool = Tru
 
 
 def test_a_config_error_under_pulumi_preview_is_one_message_naming_the_key():
-    result = run_as_the_language_host(ROOT / "infra", {**stack_map("dev"), "multislice:slices": 300})
+    result = run_as_the_language_host(PROGRAM, {**stack_map("dev"), "multislice:slices": 300})
     assert result.returncode == 1  # the host's status after a pulumi.RunError
     lines = result.stderr.splitlines()
     assert lines == [
@@ -614,7 +625,7 @@ def test_allow_unlisted_turns_the_catalog_checks_into_warnings():
         "multislice:runtimeVersion": "tpu-ubuntu2404-base",
         "multislice:allowUnlisted": ["zone", "runtimeVersion"],
     }
-    result = run_as_the_language_host(ROOT / "infra", config)
+    result = run_as_the_language_host(PROGRAM, config)
     assert result.returncode == 0, result.stderr
     warnings = [line for line in result.stderr.splitlines() if line.startswith("warning: ")]
     assert any(
@@ -628,7 +639,7 @@ def test_allow_unlisted_turns_the_catalog_checks_into_warnings():
 
 def test_release_on_complete_warns_once_at_preview_naming_delete_on_complete():
     config = {**stack_map("dev"), "multislice:queuedResource": {"releaseOnComplete": False}}
-    result = run_as_the_language_host(ROOT / "infra", config)
+    result = run_as_the_language_host(PROGRAM, config)
     assert result.returncode == 0, result.stderr
     warnings = [line for line in result.stderr.splitlines() if "releaseOnComplete" in line]
     assert warnings == [
