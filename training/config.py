@@ -198,8 +198,10 @@ class TrainConfig(StrictModel):
     @model_validator(mode="after")
     def _plausible_run(self) -> TrainConfig:
         """Sizes that no run could use, and a warmup the run never finishes (the schedule would
-        clamp it: ``training.optimizer``; only a warmup the config sets is checked, the default
-        20 steps is clamped quietly for short runs)."""
+        clamp it: ``training.optimizer``; only a warmup the config sets to another value than the
+        default is checked: the default 20 steps is clamped quietly for short runs, also where a
+        config was written out with its defaults filled in, as ``train_config.json`` and
+        ``multislice render --config`` write it, and read back)."""
         if self.global_batch_tokens > MAX_GLOBAL_BATCH_TOKENS:
             raise invalid(
                 "global_batch_size",
@@ -208,7 +210,8 @@ class TrainConfig(StrictModel):
                 "(published runs use tens of millions)",
             )
         warmup = self.optimizer.warmup_steps
-        if "warmup_steps" in self.optimizer.model_fields_set and warmup > self.steps:
+        default = type(self.optimizer).model_fields["warmup_steps"].default
+        if "warmup_steps" in self.optimizer.model_fields_set and warmup != default and warmup > self.steps:
             raise invalid(
                 "optimizer.warmup_steps",
                 f"{warmup} is longer than the run (steps: {self.steps}): the learning rate would never reach "

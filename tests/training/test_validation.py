@@ -106,6 +106,9 @@ def test_sizes_beyond_any_run_are_refused(data, line):
 
 def test_the_default_warmup_is_clamped_for_short_runs_not_refused():
     assert load_train_config({"steps": 5}).optimizer.warmup_steps == 20
+    # A config written out with its defaults filled in (train_config.json, render --config) reads back.
+    written = load_train_config({"steps": 5}).model_dump(mode="json")
+    assert load_train_config(written).optimizer.warmup_steps == 20
     assert load_train_config({"steps": 100, "optimizer": {"warmup_steps": 100}}).steps == 100
 
 
