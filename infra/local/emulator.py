@@ -296,9 +296,9 @@ class LocalQueuedResource:
           Interrupted: Ctrl-C / SIGTERM; every VM is stopped first.
         """
         start = time.monotonic()
-        tail = ProgressTail(self.run_dir)
+        tail = ProgressTail(self.run_dir, warn=self.report)
         tail.poll()
-        events = self.reporter.events = RecordTail(self.run_dir, "events")
+        events = self.reporter.events = RecordTail(self.run_dir, "events", warn=self.report)
         events.poll()
         total = self.config.training.steps
         schedule = FaultSchedule(options.faults, run_step=tail.last_step)

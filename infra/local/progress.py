@@ -69,8 +69,8 @@ class BootLines:
 class ProgressTail(MetricsTail):
     """:class:`MetricsTail` that also keeps ``last_tokens_per_s`` (the trainer's own figure)."""
 
-    def __init__(self, run_dir):
-        super().__init__(run_dir)
+    def __init__(self, run_dir, warn: Callable[[str], None] | None = None):
+        super().__init__(run_dir, warn)
         self.last_tokens_per_s: float | None = None
 
     def poll(self) -> list[dict[str, Any]]:
