@@ -249,6 +249,8 @@ def local_down(
     from infra.local.state import LocalPaths, stop_recorded
 
     root = state_root()
+    if stack is not None:
+        _check_stack_name(stack, root)
     stacks = [stack] if stack else sorted(p.parent.name for p in root.glob("*/emulator.json"))
     stopped = False
     for name in stacks:
@@ -257,7 +259,26 @@ def local_down(
             console.print(f"{name}: {action}", markup=False)
         stopped = stopped or bool(actions)
     if not stopped:
-        console.print("no local run is running")
+        console.print(
+            f"no local run of stack {stack!r} is running" if stack else "no local run is running", markup=False
+        )
+
+
+def _check_stack_name(stack: str, root: Path) -> None:
+    """Refuse a ``--stack`` that names neither a stack file nor a stack that ever ran locally
+    (a typo must not look like "nothing to stop" while the real run goes on)."""
+    from infra.config import available_stacks, stack_file
+
+    if stack_file(stack).is_file() or (root / stack).is_dir():
+        return
+    known = available_stacks()
+    ran = sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+    running = sorted(p.parent.name for p in root.glob("*/emulator.json"))
+    raise fail(
+        f"--stack {stack!r}: no such stack ({stack_file(stack)} does not exist and no local run of it was "
+        f"ever made under {root}); stacks: {', '.join(known) or 'none'}; local runs: {', '.join(ran) or 'none'}"
+        + (f"; running now: {', '.join(running)}" if running else "")
+    )
 
 
 @app.command("status")
