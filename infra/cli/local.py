@@ -53,6 +53,8 @@ def print_summary(result: dict) -> None:
     ):
         if key in result:
             value = result[key]
+            if key == "faults" and len(result.get("fault_steps") or []) == len(value):
+                value = [f"{f} (fired after step {s})" for f, s in zip(value, result["fault_steps"], strict=True)]
             if isinstance(value, float):
                 value = f"{value:.4f}"
             elif isinstance(value, list):

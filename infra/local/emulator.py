@@ -118,6 +118,9 @@ class LocalQueuedResource:
         self.servers: list[MetadataServer] = []
         self.repairs = 0
         self.faults_fired: list[str] = []
+        #: For each fault in :attr:`faults_fired`, the newest step the attempt it struck
+        #: reported (read once every process of that attempt was gone): where it really fired.
+        self.fault_steps: list[int] = []
         self.storage = GcsServer(
             paths.gcs_root, paths.gcs_log, port=gcs_port, env={EMULATION_ID_ENV: self.emulation_id}
         )
@@ -221,11 +224,13 @@ class LocalQueuedResource:
         self._record_state()
 
     def inject(
-        self, fault: Fault, options: Options, observed_step: int, settle: Callable[[], None] = lambda: None
+        self, fault: Fault, options: Options, observed_step: int, settle: Callable[[], Any] = lambda: None
     ) -> None:
         """Strike the fault's slice (``kill``: SIGKILL; ``preempt``: SIGTERM, then SIGKILL
         after ``preempt_grace_s``), then :meth:`repair` (``settle`` runs once every process
-        of the struck attempt is gone, before the reboot)."""
+        of the struck attempt is gone, before the reboot; it may return the ``(events,
+        metrics)`` records that attempt wrote last). :attr:`fault_steps` gets the newest step
+        the struck attempt reported: ``observed_step`` or a later one it synced meanwhile."""
         # The emulator polls the metrics log, so training may already be past the fault's step
         # (a fast step, a loaded machine); the report says where training actually was.
         targets = process_groups(vm for vm in self.vms if vm.slice_id == fault.slice_id)
@@ -236,7 +241,15 @@ class LocalQueuedResource:
             supervisor.stop_groups(targets, options.preempt_grace_s)
         else:
             supervisor.kill_groups(targets)
-        self.repair(fault.slice_id, options, settle)
+        reached = [observed_step]
+
+        def settled() -> None:
+            last = settle()
+            if last:
+                reached.extend(int(r["step"]) for r in last[1] if "loss" in r)
+
+        self.repair(fault.slice_id, options, settled)
+        self.fault_steps.append(max(reached))
 
     def repair(self, failed_slice: int, options: Options, settle: Callable[[], None] = lambda: None) -> None:
         """Cloud TPU auto-repair: recreate the failed slice (its VMs stopped and their disks
@@ -299,7 +312,8 @@ class LocalQueuedResource:
         tail = ProgressTail(self.run_dir, warn=self.report)
         tail.poll()
         events = self.reporter.events = RecordTail(self.run_dir, "events", warn=self.report)
-        events.poll()
+        # The run's earlier starts (earlier `local up`s): restarts count from its first start.
+        self.reporter.starts = sum(e.get("event") == "start" for e in events.poll())
         total = self.config.training.steps
         schedule = FaultSchedule(options.faults, run_step=tail.last_step)
         for fault in schedule.skipped:
@@ -325,6 +339,7 @@ class LocalQueuedResource:
                 "wall_seconds": round(time.monotonic() - start, 3),
                 "repairs": self.repairs,
                 "faults": self.faults_fired,
+                "fault_steps": self.fault_steps,
                 "capacity": self.delete_on_complete.outcome,
                 "logs_dir": str(self.paths.logs_dir),
             }
@@ -352,13 +367,13 @@ class LocalQueuedResource:
                 self.reporter.event(event)
             self.reporter.boot()
             if tail.last_step != last_report_step:
-                self.reporter.progress(tail, last_report_step, self.config.training.steps, self.repairs)
+                self.reporter.progress(tail, last_report_step, self.config.training.steps, self.reporter.restarts)
                 last_report_step = tail.last_step
             return new_events, new_metrics
 
-        def settle() -> None:
+        def settle() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
             """Read the struck attempt's last records: reported, never fed to the schedule."""
-            read()
+            return read()
 
         while True:
             time.sleep(options.poll_s)

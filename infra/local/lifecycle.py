@@ -215,6 +215,7 @@ def train(resource, options, fresh: bool, say: Callable[[str], None]) -> Outcome
                 "wall_seconds": _seconds_since_start(),
                 "repairs": resource.repairs,
                 "faults": resource.faults_fired,
+                "fault_steps": resource.fault_steps,
                 "capacity": resource.delete_on_complete.outcome,
                 "logs_dir": str(resource.paths.logs_dir),
             }

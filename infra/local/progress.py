@@ -125,11 +125,20 @@ class RunReporter:
         self.events: RecordTail | None = None
         self.boot_lines: BootLines | None = None
         self.following_boot = True  # reporting boot lines until training starts
+        #: Trainer ``start`` events of the run seen (the caller adds those of earlier runs).
+        self.starts = 0
+
+    @property
+    def restarts(self) -> int:
+        """Trainer starts after the first, counted as the run summary counts them
+        (:mod:`infra.local.summary`): every restart, a repair's or systemd's, shows."""
+        return max(self.starts - 1, 0)
 
     def event(self, event: dict[str, Any]) -> None:
         """One record of the events log, as a line (events without one are not reported)."""
         kind, step = event.get("event"), event.get("step")
         if kind == "start":
+            self.starts += 1
             how = "resumed from the checkpoint of step" if event.get("restored") else "started at step"
             self.report(f"training {how} {step} ({event.get('processes')} processes, {event.get('devices')} devices)")
         elif kind == "checkpoint" and event.get("preemption"):

@@ -194,3 +194,8 @@ def test_malformed_records_are_left_out_of_the_summary(tmp_run):
     )
     summary = summarize(tmp_run, 4)
     assert (summary["steps_completed"], summary["final_loss"], summary["restarts"]) == (4, loss(4), 0)
+
+
+def test_the_table_says_at_which_step_each_fault_fired(capsys):
+    print_summary({"complete": True, "faults": ["kill slice 1 at step 8"], "fault_steps": [11]})
+    assert "kill slice 1 at step 8 (fired after step 11)" in capsys.readouterr().out
