@@ -119,6 +119,11 @@ def _run_locked(config, paths, options: dict, *, fresh: bool, gcs_port, say, pro
                 f"a local run of stack {config.stack!r} is already running (pid {pid}); "
                 f"stop it with: multislice local down --stack {config.stack}"
             )
+        # The first line, at once: what the next seconds are spent on.
+        say(
+            f"local up of stack {config.stack}: rendering the startup script, starting the emulated Cloud Storage, "
+            "then loading jax and orbax to read the run directory (seconds to a minute)"
+        )
         try:
             if state:  # leftovers of an emulator that died (we hold the lock: it is not running)
                 for action in local_state.stop_recorded(paths, signal_emulator=False):
@@ -174,7 +179,9 @@ def train(resource, options, fresh: bool, say: Callable[[str], None]) -> Outcome
     from infra.clock import clock
     from infra.local import state as local_state, summary
     from infra.local.tpu_api import DELETED, KEPT
-    from training.checkpointing import is_complete
+
+    say(f"emulated Cloud Storage at {resource.storage.url}; loading jax and orbax to read the run directory")
+    from training.checkpointing import is_complete  # jax, orbax: seconds
 
     config, run_dir, total = resource.config, resource.run_dir, resource.config.training.steps
     if fresh:
