@@ -129,6 +129,14 @@ def local_up(
         metavar="SECONDS",
         help="Give up after this many seconds without a new training step.",
     ),
+    boot_timeout: float | None = typer.Option(
+        None,
+        "--boot-timeout",
+        min=1,
+        metavar="SECONDS",
+        help="Name a VM whose trainer has not started this many seconds after its boot "
+        "(default: $MULTISLICE_BOOT_TIMEOUT, else 120).",
+    ),
     preempt_grace: float = typer.Option(
         30,
         "--preempt-grace",
@@ -177,6 +185,8 @@ def local_up(
         timeout_s=timeout,
         stall_timeout_s=stall_timeout,
     )
+    if boot_timeout is not None:
+        options["boot_timeout_s"] = boot_timeout
     try:
         lifecycle.check_data_source(config, stored=False)
         outcome = lifecycle.run_recorded(

@@ -43,6 +43,7 @@ from typing import Any
 
 from infra.config import StackConfig
 from infra.local import state as state_lib, supervisor, topology
+from infra.local.boot_watch import BootWatch, default_boot_timeout
 from infra.local.faults import Fault, FaultSchedule
 from infra.local.gcs import GcsServer, GcsServerError, bucket_name_error, point_clients_at
 from infra.local.metadata import MetadataServer
@@ -79,6 +80,7 @@ class Options:
     reboot_grace_s: float = 5.0
     timeout_s: float = 3600.0
     stall_timeout_s: float = 600.0
+    boot_timeout_s: float = dataclasses.field(default_factory=default_boot_timeout)  # each VM, to its trainer
     poll_s: float = 0.25
     node_delete_delay_s: float = NODE_DELETE_DELAY_S  # after the release, then running VMs are stopped
 
@@ -117,6 +119,7 @@ class LocalQueuedResource:
         self.vms: list[EmulatedVM] = []
         self.servers: list[MetadataServer] = []
         self.repairs = 0
+        self.boot_watch = BootWatch()
         self.faults_fired: list[str] = []
         #: For each fault in :attr:`faults_fired`, the newest step the attempt it struck
         #: reported (read once every process of that attempt was gone): where it really fired.
@@ -221,6 +224,7 @@ class LocalQueuedResource:
             )
         for vm in self.vms:
             vm.boot(env)
+        self.boot_watch.booted(self.vms)
         self._record_state()
 
     def inject(
@@ -364,6 +368,8 @@ class LocalQueuedResource:
                     raise self.storage_stopped() from None
                 raise
             for event in new_events:
+                if event.get("event") == "start":
+                    self.boot_watch.trainer_started()
                 self.reporter.event(event)
             self.reporter.boot()
             if tail.last_step != last_report_step:
@@ -389,6 +395,7 @@ class LocalQueuedResource:
                 continue
             try:
                 if supervisor.check_groups(process_groups(self.vms)):
+                    read()  # the last window the VMs wrote before they exited: its step is shown too
                     return
                 if self.delete_on_complete.delete_nodes(self.vms, options.node_delete_delay_s, self.report):
                     return
@@ -397,6 +404,12 @@ class LocalQueuedResource:
                     f"{failed.group.name} stopped with exit status {failed.code}; its log: {failed.group.log_path}\n"
                     + indented_tail(failed.group.log_path)
                 ) from None
+            if missing := self.boot_watch.not_booted(options.boot_timeout_s):
+                raise EmulationError(
+                    f"{', '.join(missing)}: not booting (no trainer {options.boot_timeout_s:.0f} s after its boot; "
+                    f"--boot-timeout); logs: {self.paths.logs_dir}; the end of {missing[0]}'s log:\n"
+                    + indented_tail(next(vm.log_path for vm in self.vms if vm.name == missing[0]))
+                )
             now = time.monotonic()
             if now - start > options.timeout_s:
                 raise EmulationError(

@@ -90,6 +90,7 @@ def test_each_fault_acts_on_the_run_as_it_is_now(tmp_path, faults):
     assert (summary["repairs"], summary["restarts"]) == (2, 2)
     # The restarts shown while running agree with the summary's, at every step shown.
     assert samples[-1].restarts == summary["restarts"]
+    assert samples[-1].step == 24  # the last window, read after the VMs exited, is shown too
     assert [s.restarts for s in samples] == sorted(s.restarts for s in samples)
     assert all(fired >= fault.step for fired, fault in zip(summary["fault_steps"], faults, strict=True))
     starts = [e["step"] for e in events if e["event"] == "start"]
