@@ -77,7 +77,7 @@ def run_recorded(
     could crash (SIGSEGV) when one arrived. Any other failure raises :class:`UpError`."""
     import signal
 
-    from infra.local import supervisor
+    from infra.local import state as local_state, supervisor
 
     try:
         with supervisor.signals_raise(_Stopped, (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)):
@@ -85,6 +85,11 @@ def run_recorded(
                 return _run_locked(config, paths, options, fresh=fresh, gcs_port=gcs_port, say=say, progress=progress)
             except UpError:
                 raise
+            except OSError as err:
+                if err.errno not in local_state.DISK_ERRNOS or supervisor.signal_received():
+                    raise
+                # A full or read-only disk under the run: say so, not a traceback.
+                raise UpError(f"the local emulation cannot write: {local_state.disk_problem(err)}", 1) from None
             except Exception:
                 # A stop signal's exception that arrived as another one (raised inside an
                 # import that re-raises everything as ImportError): still a stop, not a crash.
@@ -110,6 +115,12 @@ def _run_locked(config, paths, options: dict, *, fresh: bool, gcs_port, say, pro
 
     from infra.local import state as local_state
 
+    problem = local_state.check_writable(paths)
+    if problem:
+        raise UpError(
+            f"the local state directory {paths.root} cannot be written: {problem}; "
+            "set MULTISLICE_STATE_DIR to a writable directory with free space"
+        )
     try:
         lock = local_state.acquire_lock(paths)
         state = local_state.read_state(paths)

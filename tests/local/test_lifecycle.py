@@ -4,12 +4,15 @@ were silent: 6-26 s before the first line), naming what it waits for."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+import pytest
 
 STACK = Path(__file__).parents[1] / "stacks" / "Pulumi.emu.yaml"
 #: Seconds to the first line: under a second on an idle machine (measured 0.4-0.6 s; 1.4 s
@@ -41,3 +44,59 @@ def test_the_first_line_comes_at_once_and_says_what_local_up_waits_for(tmp_path)
     assert took < FIRST_LINE_S, took
     # Then: the storage serves; what comes next is the libraries' load.
     assert "emulated Cloud Storage at http://127.0.0.1:" in second and "loading jax and orbax" in second
+
+
+def _up_error(tmp_path, state_dir: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "MULTISLICE_STATE_DIR": state_dir, "COLUMNS": "400"}
+    return subprocess.run(
+        [sys.executable, "-m", "infra.cli", "local", "up", "--config-file", str(STACK)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_a_state_directory_under_a_file_is_named_not_a_traceback(tmp_path):
+    (tmp_path / "file").write_text("")
+    result = _up_error(tmp_path, str(tmp_path / "file" / "state"))
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr and "NotADirectoryError" not in result.stderr
+    text = " ".join(result.stderr.split())
+    assert f"the local state directory {tmp_path}/file/state/emu cannot be written" in text
+    assert "is not a directory" in text and "MULTISLICE_STATE_DIR" in text
+
+
+def test_a_state_directory_whose_parent_cannot_be_made_is_named_not_a_traceback(tmp_path):
+    result = _up_error(tmp_path, "/proc/multislice-absent/state")  # /proc refuses new directories
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr and "FileNotFoundError" not in result.stderr
+    assert "cannot be written: the path cannot be created" in " ".join(result.stderr.split())
+
+
+def test_a_full_disk_met_during_the_run_is_named(tmp_path, monkeypatch):
+    import errno
+
+    from infra.config import load_stack_file
+    from infra.local import lifecycle, state
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "emu" / "emulator.json"))
+
+    monkeypatch.setattr(state, "write_state", full)
+    config = load_stack_file(STACK)
+    with pytest.raises(lifecycle.UpError) as raised:
+        lifecycle.run_recorded(
+            config,
+            state.LocalPaths(tmp_path / "emu"),
+            {},
+            fresh=False,
+            gcs_port=None,
+            say=lambda line: None,
+            progress=lambda total: contextlib.nullcontext(None),
+            on_stop=lambda stop: None,
+        )
+    assert raised.value.exit_code == 1
+    assert str(raised.value) == (
+        f"the local emulation cannot write: no space left on device ({tmp_path}/emu/emulator.json)"
+    )
