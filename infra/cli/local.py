@@ -220,13 +220,11 @@ def local_up(
 def _progress_display(total: int):
     """In a terminal, a live progress bar (lines printed meanwhile appear above it); else plain
     progress lines (:mod:`infra.local.progress`)."""
-    import contextlib
-
     from infra.local import progress
 
     if console.is_terminal:
         return progress.live_reporter(console, total)
-    return contextlib.nullcontext(progress.plain_reporter(say))
+    return progress.plain_reporter(say)
 
 
 def _unwritable(path: Path) -> str | None:
