@@ -175,6 +175,9 @@ def _emulate(config, paths, options: dict, *, fresh: bool, gcs_port, say, progre
         )
         try:
             with resource.running():
+                say(
+                    f"emulated Cloud Storage at {resource.storage.url}; loading jax and orbax to read the run directory"
+                )
                 return train(resource, emulator.Options(**options), fresh, say)
         except GcsServerError as err:
             raise UpError(f"{err}; nothing was started", 2) from None
@@ -190,8 +193,6 @@ def train(resource, options, fresh: bool, say: Callable[[str], None]) -> Outcome
     from infra.clock import clock
     from infra.local import state as local_state, summary
     from infra.local.tpu_api import DELETED, KEPT
-
-    say(f"emulated Cloud Storage at {resource.storage.url}; loading jax and orbax to read the run directory")
     from training.checkpointing import is_complete  # jax, orbax: seconds
 
     config, run_dir, total = resource.config, resource.run_dir, resource.config.training.steps
