@@ -25,10 +25,13 @@ like Cloud TPU auto-repair: the failed slice is recreated (its VMs get fresh dis
 other slice is restarted, and the trainer resumes from the newest finalized checkpoint.
 
 Nothing is left behind: Ctrl-C / SIGTERM / errors stop every VM (SIGTERM, grace, SIGKILL:
-``infra.local.supervisor``), every metadata server and the storage server; ``emulator.json``
-in the stack's state directory records them so ``multislice local down`` can stop a run
-whose emulator died. If the storage server stops during a run, every VM is stopped and the
-run can be resumed by running ``multislice local up`` again.
+``infra.local.supervisor``), every metadata server and the storage server. If the emulator
+itself dies (SIGKILL included), every VM and the storage server stop by themselves within
+``lifeline.ORPHAN_STOP_S`` (``infra.local.lifeline``); ``emulator.json`` in the stack's state
+directory records them so ``multislice local down`` can stop anything left. If the storage
+server stops during a run, every VM is stopped and the run can be resumed by running
+``multislice local up`` again. A VM whose trainer has not started ``boot_timeout_s`` after its
+boot is named (``infra.local.boot_watch``).
 """
 
 from __future__ import annotations
