@@ -53,6 +53,8 @@ def print_summary(result: dict) -> None:
     ):
         if key in result:
             value = result[key]
+            if key == "faults" and len(result.get("fault_steps") or []) == len(value):
+                value = [f"{f} (fired after step {s})" for f, s in zip(value, result["fault_steps"], strict=True)]
             if isinstance(value, float):
                 value = f"{value:.4f}"
             elif isinstance(value, list):
@@ -127,6 +129,14 @@ def local_up(
         metavar="SECONDS",
         help="Give up after this many seconds without a new training step.",
     ),
+    boot_timeout: float | None = typer.Option(
+        None,
+        "--boot-timeout",
+        min=1,
+        metavar="SECONDS",
+        help="Name a VM whose trainer has not started this many seconds after its boot "
+        "(default: $MULTISLICE_BOOT_TIMEOUT, else 120).",
+    ),
     preempt_grace: float = typer.Option(
         30,
         "--preempt-grace",
@@ -175,6 +185,8 @@ def local_up(
         timeout_s=timeout,
         stall_timeout_s=stall_timeout,
     )
+    if boot_timeout is not None:
+        options["boot_timeout_s"] = boot_timeout
     try:
         lifecycle.check_data_source(config, stored=False)
         outcome = lifecycle.run_recorded(
@@ -208,13 +220,11 @@ def local_up(
 def _progress_display(total: int):
     """In a terminal, a live progress bar (lines printed meanwhile appear above it); else plain
     progress lines (:mod:`infra.local.progress`)."""
-    import contextlib
-
     from infra.local import progress
 
     if console.is_terminal:
         return progress.live_reporter(console, total)
-    return contextlib.nullcontext(progress.plain_reporter(say))
+    return progress.plain_reporter(say)
 
 
 def _unwritable(path: Path) -> str | None:
@@ -249,6 +259,8 @@ def local_down(
     from infra.local.state import LocalPaths, stop_recorded
 
     root = state_root()
+    if stack is not None:
+        _check_stack_name(stack, root)
     stacks = [stack] if stack else sorted(p.parent.name for p in root.glob("*/emulator.json"))
     stopped = False
     for name in stacks:
@@ -257,7 +269,26 @@ def local_down(
             console.print(f"{name}: {action}", markup=False)
         stopped = stopped or bool(actions)
     if not stopped:
-        console.print("no local run is running")
+        console.print(
+            f"no local run of stack {stack!r} is running" if stack else "no local run is running", markup=False
+        )
+
+
+def _check_stack_name(stack: str, root: Path) -> None:
+    """Refuse a ``--stack`` that names neither a stack file nor a stack that ever ran locally
+    (a typo must not look like "nothing to stop" while the real run goes on)."""
+    from infra.config import available_stacks, stack_file
+
+    if stack_file(stack).is_file() or (root / stack).is_dir():
+        return
+    known = available_stacks()
+    ran = sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+    running = sorted(p.parent.name for p in root.glob("*/emulator.json"))
+    raise fail(
+        f"--stack {stack!r}: no such stack ({stack_file(stack)} does not exist and no local run of it was "
+        f"ever made under {root}); stacks: {', '.join(known) or 'none'}; local runs: {', '.join(ran) or 'none'}"
+        + (f"; running now: {', '.join(running)}" if running else "")
+    )
 
 
 @app.command("status")

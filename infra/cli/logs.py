@@ -37,6 +37,12 @@ SINCE_OPTION = typer.Option(
     metavar="TIME",
     help="Only lines from this long ago (30s, 10m, 2h, 1d) or after an RFC 3339 time (2026-11-30T17:00:00Z).",
 )
+LIBRARIES_OPTION = typer.Option(
+    True,
+    "--libraries/--no-libraries",
+    help="Show (default) or leave out the notices of libraries: gloo's connection lines and the "
+    "C++ libraries' glog INFO lines (e.g. the storage client's auth notice); their warnings and errors stay.",
+)
 POLLS_OPTION = typer.Option(
     None, "--polls", hidden=True, min=1, help="With --follow: stop after this many polls (tests)."
 )
@@ -64,6 +70,15 @@ def parse_since_option(since: str | None):
         return parse_since(since) if since is not None else None
     except SinceError as err:
         raise fail(str(err)) from None
+
+
+def without_library_notices(poll: Callable[[], list], libraries: bool) -> Callable[[], list]:
+    """``poll``, leaving out library notices unless ``libraries`` (``--no-libraries``)."""
+    if libraries:
+        return poll
+    from infra.logs.lines import is_library_notice
+
+    return lambda: [line for line in poll() if not is_library_notice(line.text)]
 
 
 def emit(lines: Iterable) -> int:
@@ -103,6 +118,7 @@ def logs(
     worker: int | None = WORKER_OPTION,
     follow: bool = FOLLOW_OPTION,
     since: str | None = SINCE_OPTION,
+    libraries: bool = LIBRARIES_OPTION,
     polls: int | None = POLLS_OPTION,
 ) -> None:
     """The trainer's log lines of a deployed stack's workers, from Cloud Logging (oldest first).
@@ -135,7 +151,7 @@ def logs(
                 err_console.print(f"warning: {err}; trying again", markup=False, soft_wrap=True)
                 return []
 
-        printed = stream(poll, follow, polls, cloud.POLL_SECONDS)
+        printed = stream(without_library_notices(poll, libraries), follow, polls, cloud.POLL_SECONDS)
         if printed == 0 and not follow and not tail.any_entry():
             raise fail(
                 f"stack {config.stack} has no log entries in project {config.project} (nodes "
@@ -160,6 +176,7 @@ def local_logs(
     worker: int | None = WORKER_OPTION,
     follow: bool = FOLLOW_OPTION,
     since: str | None = SINCE_OPTION,
+    libraries: bool = LIBRARIES_OPTION,
     polls: int | None = POLLS_OPTION,
 ) -> None:
     """The console log lines of the stack's emulated VMs (multislice local up), oldest first."""
@@ -176,7 +193,9 @@ def local_logs(
             1,
         )
     tail = ConsoleTail(logs_dir, slice_id=slice_id, worker=worker, since=start)
-    printed = stream(lambda: tail.poll(final=not follow), follow, polls, LOCAL_POLL_SECONDS)
+    printed = stream(
+        without_library_notices(lambda: tail.poll(final=not follow), libraries), follow, polls, LOCAL_POLL_SECONDS
+    )
     if printed == 0 and not follow:
         err_console.print(
             f"no lines match in {logs_dir}{' since ' + since if since else ''}", markup=False, soft_wrap=True

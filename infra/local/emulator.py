@@ -25,10 +25,13 @@ like Cloud TPU auto-repair: the failed slice is recreated (its VMs get fresh dis
 other slice is restarted, and the trainer resumes from the newest finalized checkpoint.
 
 Nothing is left behind: Ctrl-C / SIGTERM / errors stop every VM (SIGTERM, grace, SIGKILL:
-``infra.local.supervisor``), every metadata server and the storage server; ``emulator.json``
-in the stack's state directory records them so ``multislice local down`` can stop a run
-whose emulator died. If the storage server stops during a run, every VM is stopped and the
-run can be resumed by running ``multislice local up`` again.
+``infra.local.supervisor``), every metadata server and the storage server. If the emulator
+itself dies (SIGKILL included), every VM and the storage server stop by themselves within
+``lifeline.ORPHAN_STOP_S`` (``infra.local.lifeline``); ``emulator.json`` in the stack's state
+directory records them so ``multislice local down`` can stop anything left. If the storage
+server stops during a run, every VM is stopped and the run can be resumed by running
+``multislice local up`` again. A VM whose trainer has not started ``boot_timeout_s`` after its
+boot is named (``infra.local.boot_watch``).
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from typing import Any
 
 from infra.config import StackConfig
 from infra.local import state as state_lib, supervisor, topology
+from infra.local.boot_watch import BootWatch, default_boot_timeout
 from infra.local.faults import Fault, FaultSchedule
 from infra.local.gcs import GcsServer, GcsServerError, bucket_name_error, point_clients_at
 from infra.local.metadata import MetadataServer
@@ -79,6 +83,7 @@ class Options:
     reboot_grace_s: float = 5.0
     timeout_s: float = 3600.0
     stall_timeout_s: float = 600.0
+    boot_timeout_s: float = dataclasses.field(default_factory=default_boot_timeout)  # each VM, to its trainer
     poll_s: float = 0.25
     node_delete_delay_s: float = NODE_DELETE_DELAY_S  # after the release, then running VMs are stopped
 
@@ -117,7 +122,11 @@ class LocalQueuedResource:
         self.vms: list[EmulatedVM] = []
         self.servers: list[MetadataServer] = []
         self.repairs = 0
+        self.boot_watch = BootWatch()
         self.faults_fired: list[str] = []
+        #: For each fault in :attr:`faults_fired`, the newest step the attempt it struck
+        #: reported (read once every process of that attempt was gone): where it really fired.
+        self.fault_steps: list[int] = []
         self.storage = GcsServer(
             paths.gcs_root, paths.gcs_log, port=gcs_port, env={EMULATION_ID_ENV: self.emulation_id}
         )
@@ -218,14 +227,17 @@ class LocalQueuedResource:
             )
         for vm in self.vms:
             vm.boot(env)
+        self.boot_watch.booted(self.vms)
         self._record_state()
 
     def inject(
-        self, fault: Fault, options: Options, observed_step: int, settle: Callable[[], None] = lambda: None
+        self, fault: Fault, options: Options, observed_step: int, settle: Callable[[], Any] = lambda: None
     ) -> None:
         """Strike the fault's slice (``kill``: SIGKILL; ``preempt``: SIGTERM, then SIGKILL
         after ``preempt_grace_s``), then :meth:`repair` (``settle`` runs once every process
-        of the struck attempt is gone, before the reboot)."""
+        of the struck attempt is gone, before the reboot; it may return the ``(events,
+        metrics)`` records that attempt wrote last). :attr:`fault_steps` gets the newest step
+        the struck attempt reported: ``observed_step`` or a later one it synced meanwhile."""
         # The emulator polls the metrics log, so training may already be past the fault's step
         # (a fast step, a loaded machine); the report says where training actually was.
         targets = process_groups(vm for vm in self.vms if vm.slice_id == fault.slice_id)
@@ -236,7 +248,15 @@ class LocalQueuedResource:
             supervisor.stop_groups(targets, options.preempt_grace_s)
         else:
             supervisor.kill_groups(targets)
-        self.repair(fault.slice_id, options, settle)
+        reached = [observed_step]
+
+        def settled() -> None:
+            last = settle()
+            if last:
+                reached.extend(int(r["step"]) for r in last[1] if "loss" in r)
+
+        self.repair(fault.slice_id, options, settled)
+        self.fault_steps.append(max(reached))
 
     def repair(self, failed_slice: int, options: Options, settle: Callable[[], None] = lambda: None) -> None:
         """Cloud TPU auto-repair: recreate the failed slice (its VMs stopped and their disks
@@ -296,10 +316,11 @@ class LocalQueuedResource:
           Interrupted: Ctrl-C / SIGTERM; every VM is stopped first.
         """
         start = time.monotonic()
-        tail = ProgressTail(self.run_dir)
+        tail = ProgressTail(self.run_dir, warn=self.report)
         tail.poll()
-        events = self.reporter.events = RecordTail(self.run_dir, "events")
-        events.poll()
+        events = self.reporter.events = RecordTail(self.run_dir, "events", warn=self.report)
+        # The run's earlier starts (earlier `local up`s): restarts count from its first start.
+        self.reporter.starts = sum(e.get("event") == "start" for e in events.poll())
         total = self.config.training.steps
         schedule = FaultSchedule(options.faults, run_step=tail.last_step)
         for fault in schedule.skipped:
@@ -325,6 +346,7 @@ class LocalQueuedResource:
                 "wall_seconds": round(time.monotonic() - start, 3),
                 "repairs": self.repairs,
                 "faults": self.faults_fired,
+                "fault_steps": self.fault_steps,
                 "capacity": self.delete_on_complete.outcome,
                 "logs_dir": str(self.paths.logs_dir),
             }
@@ -349,16 +371,18 @@ class LocalQueuedResource:
                     raise self.storage_stopped() from None
                 raise
             for event in new_events:
+                if event.get("event") == "start":
+                    self.boot_watch.trainer_started()
                 self.reporter.event(event)
             self.reporter.boot()
             if tail.last_step != last_report_step:
-                self.reporter.progress(tail, last_report_step, self.config.training.steps, self.repairs)
+                self.reporter.progress(tail, last_report_step, self.config.training.steps, self.reporter.restarts)
                 last_report_step = tail.last_step
             return new_events, new_metrics
 
-        def settle() -> None:
+        def settle() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
             """Read the struck attempt's last records: reported, never fed to the schedule."""
-            read()
+            return read()
 
         while True:
             time.sleep(options.poll_s)
@@ -374,6 +398,7 @@ class LocalQueuedResource:
                 continue
             try:
                 if supervisor.check_groups(process_groups(self.vms)):
+                    read()  # the last window the VMs wrote before they exited: its step is shown too
                     return
                 if self.delete_on_complete.delete_nodes(self.vms, options.node_delete_delay_s, self.report):
                     return
@@ -382,6 +407,12 @@ class LocalQueuedResource:
                     f"{failed.group.name} stopped with exit status {failed.code}; its log: {failed.group.log_path}\n"
                     + indented_tail(failed.group.log_path)
                 ) from None
+            if missing := self.boot_watch.not_booted(options.boot_timeout_s):
+                raise EmulationError(
+                    f"{', '.join(missing)}: not booting (no trainer {options.boot_timeout_s:.0f} s after its boot; "
+                    f"--boot-timeout); logs: {self.paths.logs_dir}; the end of {missing[0]}'s log:\n"
+                    + indented_tail(next(vm.log_path for vm in self.vms if vm.name == missing[0]))
+                )
             now = time.monotonic()
             if now - start > options.timeout_s:
                 raise EmulationError(

@@ -32,6 +32,7 @@ import os
 import platform
 import re
 import signal
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -187,6 +188,10 @@ class GcsServer:
             self.group = ProcessGroup.start(
                 "fake-gcs-server",
                 [
+                    sys.executable,  # the server is SIGKILLed when this process dies
+                    "-m",
+                    "infra.local.lifeline",
+                    "--",
                     str(binary),
                     "-scheme",
                     "http",
@@ -205,6 +210,7 @@ class GcsServer:
                 env={**os.environ, **self.extra_env},
                 append=True,
                 header=f"===== fake-gcs-server on {self.url}, backend {self.root} =====",
+                lifeline=True,
             )
             if (
                 self._wait_ready()

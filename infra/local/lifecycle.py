@@ -77,7 +77,7 @@ def run_recorded(
     could crash (SIGSEGV) when one arrived. Any other failure raises :class:`UpError`."""
     import signal
 
-    from infra.local import supervisor
+    from infra.local import state as local_state, supervisor
 
     try:
         with supervisor.signals_raise(_Stopped, (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)):
@@ -85,6 +85,11 @@ def run_recorded(
                 return _run_locked(config, paths, options, fresh=fresh, gcs_port=gcs_port, say=say, progress=progress)
             except UpError:
                 raise
+            except OSError as err:
+                if err.errno not in local_state.DISK_ERRNOS or supervisor.signal_received():
+                    raise
+                # A full or read-only disk under the run: say so, not a traceback.
+                raise UpError(f"the local emulation cannot write: {local_state.disk_problem(err)}", 1) from None
             except Exception:
                 # A stop signal's exception that arrived as another one (raised inside an
                 # import that re-raises everything as ImportError): still a stop, not a crash.
@@ -110,6 +115,12 @@ def _run_locked(config, paths, options: dict, *, fresh: bool, gcs_port, say, pro
 
     from infra.local import state as local_state
 
+    problem = local_state.check_writable(paths)
+    if problem:
+        raise UpError(
+            f"the local state directory {paths.root} cannot be written: {problem}; "
+            "set MULTISLICE_STATE_DIR to a writable directory with free space"
+        )
     try:
         lock = local_state.acquire_lock(paths)
         state = local_state.read_state(paths)
@@ -119,6 +130,11 @@ def _run_locked(config, paths, options: dict, *, fresh: bool, gcs_port, say, pro
                 f"a local run of stack {config.stack!r} is already running (pid {pid}); "
                 f"stop it with: multislice local down --stack {config.stack}"
             )
+        # The first line, at once: what the next seconds are spent on.
+        say(
+            f"local up of stack {config.stack}: rendering the startup script, starting the emulated Cloud Storage, "
+            "then loading jax and orbax to read the run directory (seconds to a minute)"
+        )
         try:
             if state:  # leftovers of an emulator that died (we hold the lock: it is not running)
                 for action in local_state.stop_recorded(paths, signal_emulator=False):
@@ -159,6 +175,9 @@ def _emulate(config, paths, options: dict, *, fresh: bool, gcs_port, say, progre
         )
         try:
             with resource.running():
+                say(
+                    f"emulated Cloud Storage at {resource.storage.url}; loading jax and orbax to read the run directory"
+                )
                 return train(resource, emulator.Options(**options), fresh, say)
         except GcsServerError as err:
             raise UpError(f"{err}; nothing was started", 2) from None
@@ -174,7 +193,7 @@ def train(resource, options, fresh: bool, say: Callable[[str], None]) -> Outcome
     from infra.clock import clock
     from infra.local import state as local_state, summary
     from infra.local.tpu_api import DELETED, KEPT
-    from training.checkpointing import is_complete
+    from training.checkpointing import is_complete  # jax, orbax: seconds
 
     config, run_dir, total = resource.config, resource.run_dir, resource.config.training.steps
     if fresh:
@@ -215,6 +234,7 @@ def train(resource, options, fresh: bool, say: Callable[[str], None]) -> Outcome
                 "wall_seconds": _seconds_since_start(),
                 "repairs": resource.repairs,
                 "faults": resource.faults_fired,
+                "fault_steps": resource.fault_steps,
                 "capacity": resource.delete_on_complete.outcome,
                 "logs_dir": str(resource.paths.logs_dir),
             }

@@ -10,8 +10,9 @@
 * :class:`RunReporter`: what the emulator reports as the run goes on: the trainer's events
   (start, resume, preemption checkpoint, restore fallback), the first VM's boot lines until
   training starts, and progress.
-* :func:`plain_reporter` (no terminal: one unwrapped line per sync window, at most every
-  ``min_interval_s`` and at every tenth of the run) and :func:`live_reporter` (a terminal: a
+* :class:`plain_reporter` (no terminal: one unwrapped line per sync window, at most every
+  ``min_interval_s``, at every tenth of the run, when the restarts change, and the last step
+  seen at the end) and :func:`live_reporter` (a terminal: a
   rich progress bar with step/total, loss, tokens/s, ETA and restarts;
   https://rich.readthedocs.io/en/stable/progress.html).
 """
@@ -69,8 +70,8 @@ class BootLines:
 class ProgressTail(MetricsTail):
     """:class:`MetricsTail` that also keeps ``last_tokens_per_s`` (the trainer's own figure)."""
 
-    def __init__(self, run_dir):
-        super().__init__(run_dir)
+    def __init__(self, run_dir, warn: Callable[[str], None] | None = None):
+        super().__init__(run_dir, warn)
         self.last_tokens_per_s: float | None = None
 
     def poll(self) -> list[dict[str, Any]]:
@@ -125,11 +126,20 @@ class RunReporter:
         self.events: RecordTail | None = None
         self.boot_lines: BootLines | None = None
         self.following_boot = True  # reporting boot lines until training starts
+        #: Trainer ``start`` events of the run seen (the caller adds those of earlier runs).
+        self.starts = 0
+
+    @property
+    def restarts(self) -> int:
+        """Trainer starts after the first, counted as the run summary counts them
+        (:mod:`infra.local.summary`): every restart, a repair's or systemd's, shows."""
+        return max(self.starts - 1, 0)
 
     def event(self, event: dict[str, Any]) -> None:
         """One record of the events log, as a line (events without one are not reported)."""
         kind, step = event.get("event"), event.get("step")
         if kind == "start":
+            self.starts += 1
             how = "resumed from the checkpoint of step" if event.get("restored") else "started at step"
             self.report(f"training {how} {step} ({event.get('processes')} processes, {event.get('devices')} devices)")
         elif kind == "checkpoint" and event.get("preemption"):
@@ -180,23 +190,45 @@ class RunReporter:
             self.report(f"step {tail.last_step}/{total}  loss {tail.last_loss:.4f}")
 
 
-def plain_reporter(report: Callable[[str], None], min_interval_s: float = 10.0) -> Callable[[ProgressSample], None]:
-    """Progress as lines through ``report``: at each tenth of the run, at the last step, and
-    otherwise at most one every ``min_interval_s`` seconds."""
-    last = {"step": -1, "time": float("-inf")}
+class plain_reporter:
+    """Progress as lines through ``report`` (no terminal): at each tenth of the run, at the
+    last step, when the restart count changes, and otherwise at most one every
+    ``min_interval_s`` seconds. Called with each :class:`ProgressSample`; as a context manager
+    (returning itself), on leaving it prints the newest sample if it was not printed: piped
+    output ends at the step the terminal's bar ends at (a run stopped between two tenths)."""
 
-    def show(progress: ProgressSample) -> None:
+    def __init__(self, report: Callable[[str], None], min_interval_s: float = 10.0):
+        self.report = report
+        self.min_interval_s = min_interval_s
+        self.last: ProgressSample | None = None  # the last one printed
+        self.newest: ProgressSample | None = None  # the last one seen
+        self.last_time = float("-inf")
+
+    def __call__(self, progress: ProgressSample) -> None:
+        self.newest = progress
         every = max(1, progress.total // 10)
         now = time.monotonic()
+        last = self.last
         if (
-            progress.step // every != last["step"] // every
+            last is None
+            or progress.step // every != last.step // every
             or progress.step == progress.total
-            or now - last["time"] >= min_interval_s
+            or progress.restarts != last.restarts
+            or now - self.last_time >= self.min_interval_s
         ):
-            report(progress.line())
-            last.update(step=progress.step, time=now)
+            self.report(progress.line())
+            self.last, self.last_time = progress, now
 
-    return show
+    def __enter__(self) -> plain_reporter:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.newest is not None and self.newest is not self.last:
+            try:
+                self.report(self.newest.line())
+            except OSError:  # a closed stdout: nobody reads the line
+                pass
+            self.last = self.newest
 
 
 class live_reporter:

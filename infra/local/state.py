@@ -24,6 +24,7 @@
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
 import os
 import shutil
@@ -79,6 +80,43 @@ class LocalPaths:
 
     def vm_log(self, slice_id: int, worker: int) -> Path:
         return self.logs_dir / f"slice-{slice_id}-worker-{worker}.log"
+
+
+#: errno values that say the disk, not the program, failed: named as such wherever they arise.
+DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS})
+
+
+def disk_problem(err: OSError) -> str:
+    """What an ``OSError`` met while writing says about the disk, in words: ``no space left
+    on device``, ``disk quota exceeded``, ``read-only file system``, ``permission denied``,
+    ``… is not a directory``, ``… does not exist``."""
+    where = f" ({err.filename})" if err.filename else ""
+    words = {
+        errno.ENOSPC: "no space left on device",
+        errno.EDQUOT: "disk quota exceeded",
+        errno.EROFS: "read-only file system",
+        errno.EACCES: "permission denied",
+        errno.EPERM: "operation not permitted",
+        errno.ENOTDIR: "a component of the path is not a directory",
+        errno.ENOENT: "the path cannot be created (a parent does not exist and cannot be made)",
+    }
+    return words.get(err.errno or 0, err.strerror or str(err)) + where
+
+
+def check_writable(paths: LocalPaths) -> str | None:
+    """Why the stack's state directory cannot hold a run (it is created if absent, and a
+    file is written and removed there), or None."""
+    probe = paths.root / f".write-test.{os.getpid()}"
+    try:
+        paths.root.mkdir(parents=True, exist_ok=True)
+        with open(probe, "wb") as f:
+            f.write(b"\0" * 4096)
+            f.flush()
+            os.fsync(f.fileno())
+        probe.unlink()
+    except OSError as err:
+        return disk_problem(err)
+    return None
 
 
 def acquire_lock(paths: LocalPaths) -> IO[str] | None:

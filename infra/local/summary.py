@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from infra.local.tails import valid_records
 from training import goodput
 from training.checkpointing import read_completion
 from training.run_dir import RunDir
@@ -35,8 +36,8 @@ class Badput(dict):
 
 def summarize(run_dir: RunDir, total_steps: int) -> dict[str, Any]:
     """Summary dict of the run in ``run_dir`` (see module docstring)."""
-    metrics = read_records(run_dir, "metrics")
-    events = read_records(run_dir, "events")
+    metrics = valid_records("metrics", read_records(run_dir, "metrics"))[0]  # malformed: skipped
+    events = valid_records("events", read_records(run_dir, "events"))[0]
     steps = [m for m in metrics if "loss" in m]
     evals = [m for m in metrics if "eval_loss" in m]
     completion = read_completion(run_dir)

@@ -82,16 +82,25 @@ class ProcessGroup:
         cwd: Path | None = None,
         append: bool = False,
         header: str | None = None,
+        lifeline: bool = False,
     ) -> Self:
         """Run ``argv`` in a new session with output to ``log_path``.
 
         Args:
           append: add to the log (else it is truncated first).
           header: a line written to the log before the command's output.
+          lifeline: pass the command this process's lifeline (:mod:`infra.local.lifeline`):
+            the command must watch it and stop when it is cut (this process died).
 
         Raises:
           OSError: the command or the log cannot be opened.
         """
+        pass_fds: tuple[int, ...] = ()
+        if lifeline:
+            from infra.local import lifeline as lifeline_lib
+
+            extra, pass_fds = lifeline_lib.child_settings()
+            env = {**env, **extra}
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(log_path, "ab" if append else "wb") as log:
             if header is not None:
@@ -105,6 +114,7 @@ class ProcessGroup:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                pass_fds=pass_fds,
             )
         return cls(name, proc, log_path)
 

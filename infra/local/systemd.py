@@ -17,6 +17,8 @@ process, leader of its session (:mod:`infra.local.vm`). It
 * on SIGTERM (the VM's ACPI shutdown) stops every unit as above, sends SIGTERM to the startup
   script's main process only (``KillMode=process``), then SIGTERM and, after
   :data:`FINAL_KILL_WAIT_S`, SIGKILL to whatever is left, like systemd-shutdown;
+* when the emulator that booted the VM dies (its lifeline, :mod:`infra.local.lifeline`,
+  reaches end-of-file), powers the VM off: SIGKILL to every process of its session, then exits;
 
 Emulation only: when the startup script has ended and no unit runs or waits to restart, the
 VM has nothing left to do and this process exits — 0, or the script's failing status, or a
@@ -36,6 +38,7 @@ import time
 from multiprocessing.connection import Client, Listener
 from pathlib import Path
 
+from infra.local import lifeline
 from infra.local.service_manager import DEFAULT_TIMEOUT_STOP_S, POLL_S, JobFailed, Manager, Service, session_pids
 from infra.startup.contract import SYSTEMD_DIR_ENV
 
@@ -156,8 +159,12 @@ def boot(script: Path, unit_dir: Path, runtime_dir: Path) -> int:
             AUTHKEY_ENV: authkey.hex(),
         }
     )
+    lifeline_fd = lifeline.inherited_fd(env)
+    env.pop(lifeline.LIFELINE_FD_ENV, None)  # the VM's own processes do not watch it
     manager = Manager(unit_dir, env)
     threading.Thread(target=_serve, args=(manager, listener), daemon=True).start()
+    if lifeline_fd is not None:
+        lifeline.watch(lifeline_fd, lambda: _power_off(manager, leader))
     script_proc = subprocess.Popen(["bash", str(script)], env=env, stdin=subprocess.DEVNULL, process_group=0)
     script_status: int | None = None
     try:
@@ -199,6 +206,33 @@ def _result(manager: Manager, script_status: int) -> int:
             exited = service.exit_code == "exited" and service.result == "exit-code"
             return int(service.exit_status) if exited else 1
     return 0
+
+
+def _power_off(manager: Manager, leader: bool) -> None:
+    """The emulator that started this VM is gone (its lifeline was cut): nothing may train
+    unsupervised. Power the VM off: SIGKILL every other process of the session until none is
+    left (no unit can start meanwhile: the manager's lock is held), then exit."""
+    manager.lock.acquire()  # never released: the process exits below
+    manager.say("the emulator is gone (lifeline cut): powering off (SIGKILL to every process)")
+    if leader:
+        sid = os.getsid(0)
+        deadline = time.monotonic() + FINAL_KILL_WAIT_S
+        while (pids := session_pids(sid, exclude=os.getpid())) and time.monotonic() < deadline:
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            time.sleep(POLL_S)
+    else:  # not a session of its own: only the units' groups are this VM's
+        for service in list(manager.services.values()):
+            if service.proc is not None:
+                try:
+                    os.killpg(service.proc.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+    sys.stdout.flush()
+    os._exit(128 + signal.SIGKILL)
 
 
 def _final_kill(sid: int) -> None:

@@ -7,25 +7,76 @@
   that went backwards (the run was discarded and started again) is read from its start.
 * :class:`MetricsTail`: the newest training step and loss, and when it last advanced (the
   emulator's fault trigger and stall detector).
+* :func:`record_problem`: why a record cannot be used (a step that is not an integer, a
+  null or non-numeric loss or time); such records are skipped, with one warning per log.
 * :func:`last_lines`: the end of a log file, for error messages.
 """
 
 from __future__ import annotations
 
+import math
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from training.run_dir import RunDir
 from training.run_log import parse_records, segments
 
+#: Fields that must be numbers (not booleans, not null) where a record has them.
+_NUMBERS = ("loss", "eval_loss", "tokens_per_s", "time", "step_time_s")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def record_problem(name: str, record: dict[str, Any]) -> str | None:
+    """Why a record of log ``name`` (``metrics``, ``events``) cannot be used, or None: its
+    ``step`` is not an integer (a string, a float, null), a training record has no step, or a
+    numeric field (loss, time, …) is null or not a finite number. A ``complete`` event may
+    carry a null loss (a run that resumed at its last step)."""
+    step = record.get("step")
+    if "step" in record and not _is_int(step):
+        return f"step {step!r} is not an integer"
+    if name == "metrics" and "loss" in record and "step" not in record:
+        return "a training record without a step"
+    for key in _NUMBERS:
+        if key in record and not _is_number(record[key]):
+            if key == "loss" and record[key] is None and record.get("event") == "complete":
+                continue
+            return f"{key} {record[key]!r} is not a number"
+    return None
+
+
+def valid_records(name: str, records: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
+    """The usable records among ``records`` of log ``name``, and one line per skipped one."""
+    kept, skipped = [], []
+    for record in records:
+        problem = record_problem(name, record)
+        if problem is None:
+            kept.append(record)
+        else:
+            skipped.append(f"{problem}: {str(record)[:120]}")
+    return kept, skipped
+
 
 class RecordTail:
-    """New records of log ``name`` of ``run_dir`` (see the module docstring)."""
+    """New records of log ``name`` of ``run_dir`` (see the module docstring).
 
-    def __init__(self, run_dir: RunDir, name: str):
+    Malformed records (:func:`record_problem`) are skipped; the first one is reported through
+    ``warn`` (once per tail), with how to find the others.
+    """
+
+    def __init__(self, run_dir: RunDir, name: str, warn: Callable[[str], None] | None = None):
         self.run_dir = run_dir
         self.name = name
+        self.warn = warn
+        self.skipped = 0
         self._last = ""  # the newest object read; names sort in writing order
 
     def poll(self) -> list[dict[str, Any]]:
@@ -36,7 +87,15 @@ class RecordTail:
         records = []
         for name in names:
             if name > self._last:
-                records += parse_records(self.run_dir.read(name) or b"")
+                kept, skipped = valid_records(self.name, parse_records(self.run_dir.read(name) or b""))
+                if skipped and not self.skipped and self.warn is not None:
+                    self.warn(
+                        f"warning: skipped a malformed record of the run's {self.name} log ({name}): {skipped[0]}"
+                        + ("" if len(skipped) == 1 else f" (and {len(skipped) - 1} more in that object)")
+                        + "; further malformed records are skipped silently"
+                    )
+                self.skipped += len(skipped)
+                records += kept
                 self._last = name
         return records
 
@@ -51,8 +110,8 @@ class MetricsTail(RecordTail):
         construction, or of the caller's reset).
     """
 
-    def __init__(self, run_dir: RunDir):
-        super().__init__(run_dir, "metrics")
+    def __init__(self, run_dir: RunDir, warn: Callable[[str], None] | None = None):
+        super().__init__(run_dir, "metrics", warn)
         self.last_step = 0
         self.last_loss: float | None = None
         self.last_change = time.monotonic()

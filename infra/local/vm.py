@@ -118,6 +118,7 @@ class EmulatedVM:
             append=True,
             # The boot's time: `multislice local logs --since` dates the console lines from it.
             header=f"===== boot {self.boots} of {self.name} at {datetime.now(UTC):%Y-%m-%dT%H:%M:%SZ} =====",
+            lifeline=True,  # its systemd powers the VM off when the emulator dies
         )
         return group
 

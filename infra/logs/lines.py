@@ -46,6 +46,22 @@ class LogLine:
         return f"[slice {self.slice_id} worker {self.worker}] {self.text}"
 
 
+#: Notices libraries print on the console, not the trainer: gloo's connection lines (also
+#: when two processes' lines interleave mid-line) and glog-format INFO lines of the C++
+#: libraries (tensorstore's ``Using GOOGLE_AUTH_TOKEN_FOR_TESTING``, XLA's). Their warnings
+#: and errors (``W``/``E``/``F`` glog lines) are not notices: they stay.
+_LIBRARY_NOTICE = re.compile(
+    r"^(?:\[Gloo\] |I\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ \S+:\d+\] )"
+    r"|(?:\[Gloo\] Rank|peer ranks\. Expected number of connected peer ranks)"
+)
+
+
+def is_library_notice(text: str) -> bool:
+    """True for a line (without its prefix) that a library printed as a notice (see
+    :data:`_LIBRARY_NOTICE`): what ``--no-libraries`` leaves out."""
+    return bool(_LIBRARY_NOTICE.search(text))
+
+
 def strip_prefix(line: str) -> str:
     """``line`` without a leading ``[slice S worker W] ``."""
     return PREFIX.sub("", line, count=1)

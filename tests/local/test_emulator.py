@@ -135,13 +135,19 @@ def test_repair_recreates_the_failed_slice_and_restarts_the_others(resource):
 def test_a_fault_strikes_its_slice_then_repairs(resource, kind):
     put_on_disks(resource)
     before = leaders(resource)
-    resource.inject(Fault(kind, 0, 5), Options(reboot_grace_s=120, preempt_grace_s=120), observed_step=7)
+    # The struck attempt's last records, read once it is gone: it had synced step 8 meanwhile
+    # (an eval record is not a training step).
+    last = ([], [{"step": 8, "loss": 1.0}, {"step": 9, "eval_loss": 2.0}])
+    resource.inject(
+        Fault(kind, 0, 5), Options(reboot_grace_s=120, preempt_grace_s=120), observed_step=7, settle=lambda: last
+    )
     how = "SIGTERM, then SIGKILL after grace" if kind == "preempt" else "SIGKILL"
     assert resource.lines == [
         f"fault: {kind} slice 0 at step 5 ({how}; training had reported step 7)",
         "repair: recreating slice 0, restarting slice(s) 1",
     ]
     assert resource.faults_fired == [f"{kind} slice 0 at step 5"]
+    assert resource.fault_steps == [8]  # where it really fired: not 5, not 7
     slice0, slice1 = resource.vms
     # A preempted VM gets the notice (SIGTERM) and may save; a killed one gets no notice.
     assert ("got SIGTERM" in boot_log(slice0.log_path, 1)) == (kind == "preempt")

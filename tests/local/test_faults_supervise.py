@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -16,9 +17,10 @@ import pytest
 from infra.config import load_stack_file
 from infra.local.emulator import LocalQueuedResource, Options
 from infra.local.faults import Fault
+from infra.local.progress import ProgressSample
 from infra.local.state import LocalPaths
 from training.run_dir import RunDir
-from training.run_log import read_records
+from training.run_log import RecordLog, read_records
 
 STACK = Path(__file__).parents[1] / "stacks" / "Pulumi.emu.yaml"
 ROOT = Path(__file__).resolve().parents[2]
@@ -68,8 +70,13 @@ exec {sys.executable} -c '{STAND_IN}' {run_dir}
 def test_each_fault_acts_on_the_run_as_it_is_now(tmp_path, faults):
     config = load_stack_file(STACK)
     lines: list[str] = []
+    samples: list[ProgressSample] = []
     resource = LocalQueuedResource(
-        config, LocalPaths(tmp_path / "emu"), startup_script(config.run_dir), report=lines.append
+        config,
+        LocalPaths(tmp_path / "emu"),
+        startup_script(config.run_dir),
+        report=lines.append,
+        progress=samples.append,
     )
     options = Options(
         faults=faults, poll_s=0.05, reboot_grace_s=10, preempt_grace_s=10, stall_timeout_s=120, timeout_s=500
@@ -77,11 +84,25 @@ def test_each_fault_acts_on_the_run_as_it_is_now(tmp_path, faults):
     with resource.running():
         summary = resource.up(options)
         events = read_records(RunDir(config.run_dir), "events")
+        metrics = read_records(RunDir(config.run_dir), "metrics")
     assert summary["complete"] is True
     assert summary["faults"] == [str(f) for f in faults]
     assert (summary["repairs"], summary["restarts"]) == (2, 2)
+    # The restarts shown while running agree with the summary's, at every step shown.
+    assert samples[-1].restarts == summary["restarts"]
+    assert samples[-1].step == 24  # the last window, read after the VMs exited, is shown too
+    assert [s.restarts for s in samples] == sorted(s.restarts for s in samples)
+    assert all(fired >= fault.step for fired, fault in zip(summary["fault_steps"], faults, strict=True))
     starts = [e["step"] for e in events if e["event"] == "start"]
     assert len(starts) == 3 and starts[0] == 0
+    # Where each fault really fired: the last step the attempt it struck reported (the
+    # stand-in syncs every step). The next attempt resumed at or before it, and every step in
+    # between was computed twice.
+    fired = summary["fault_steps"]
+    steps = [r["step"] for r in metrics if "loss" in r]
+    assert all(step in steps for step in fired)
+    assert all(resumed <= at for resumed, at in zip(starts[1:], fired, strict=True))
+    assert summary["steps_lost"] == sum(at - resumed for resumed, at in zip(starts[1:], fired, strict=True))
     # In the emulator's report: start, fault, resume, fault, resume; each fault at a step that
     # the attempt it struck had reached (the second one: after the first repair's resume).
     order = [re.sub(r" \(.*", "", line) for line in lines if line.startswith(("fault: ", "training "))]
@@ -95,3 +116,33 @@ def test_each_fault_acts_on_the_run_as_it_is_now(tmp_path, faults):
     reached = [int(m) for line in lines for m in re.findall(r"training had reported step (\d+)\)", line)]
     assert reached[0] >= faults[0].step
     assert reached[1] >= max(faults[1].step, starts[1])
+    assert all(seen <= fired for seen, fired in zip(reached, summary["fault_steps"], strict=True))
+
+
+@pytest.mark.timeout(300)
+def test_a_resumed_run_shows_the_restarts_of_its_earlier_attempts_as_the_summary_does(tmp_path):
+    # An earlier `local up` of the run started the trainer twice, then stopped at step 8.
+    config = load_stack_file(STACK)
+    lines: list[str] = []
+    samples: list[ProgressSample] = []
+    resource = LocalQueuedResource(
+        config,
+        LocalPaths(tmp_path / "emu"),
+        startup_script(config.run_dir),
+        report=lines.append,
+        progress=samples.append,
+    )
+    with resource.running():
+        run = RunDir(config.run_dir)
+        events, metrics = RecordLog(run, "events"), RecordLog(run, "metrics")
+        now = time.time()
+        events.append({"event": "start", "step": 0, "restored": False, "time": now - 20})
+        events.append({"event": "start", "step": 0, "restored": False, "time": now - 10})
+        for step in range(1, 9):
+            metrics.append({"step": step, "loss": 1.0 / step, "time": now - 10 + step})
+        events.close()
+        metrics.close()
+        run.write("ckpt", b"6")
+        summary = resource.up(Options(poll_s=0.05, stall_timeout_s=120, timeout_s=250))
+    assert summary["complete"] is True and summary["restarts"] == 2
+    assert samples and {s.restarts for s in samples} == {2}

@@ -92,3 +92,20 @@ def test_without_a_terminal_lines_are_neither_wrapped_nor_padded():
     ), out.stdout
     assert any("gs://a-bucket-name/runs/" + "r" * 80 in line for line in lines), out.stdout
     assert all(line == line.rstrip() for line in lines), out.stdout
+
+
+def test_plain_progress_shows_each_restart_and_ends_at_the_last_step_seen():
+    # The terminal's bar shows every sample; piped lines must not end short of it, nor hide a
+    # restart until the next tenth.
+    lines: list[str] = []
+    with plain_reporter(lines.append, min_interval_s=1e9) as show:
+        for step, restarts in [(10, 0), (13, 0), (12, 1), (14, 1), (17, 1)]:
+            show(ProgressSample(step, 100, 1.0, None, restarts))
+    assert [(line.split()[1], line.split()[-1]) for line in lines] == [
+        ("10/100", "0"),
+        ("12/100", "1"),  # the restart, at once
+        ("17/100", "1"),  # the last step seen, when the run stopped
+    ]
+    with plain_reporter(lines.append) as show:
+        pass  # nothing seen: nothing printed
+    assert len(lines) == 3

@@ -280,3 +280,30 @@ def test_a_deletion_is_recorded_read_and_forgotten(tmp_path):
     state_lib.forget_deletion(paths)
     state_lib.forget_deletion(paths)  # nothing to forget: fine
     assert not paths.deletion_file.exists()
+
+
+def test_check_writable_names_what_is_wrong_with_the_state_directory(tmp_path, monkeypatch):
+    import builtins
+    import errno
+
+    from infra.local.state import LocalPaths, check_writable
+
+    assert check_writable(LocalPaths(tmp_path / "new" / "emu")) is None
+    assert (tmp_path / "new" / "emu").is_dir() and not list((tmp_path / "new" / "emu").iterdir())
+    (tmp_path / "file").write_text("")
+    assert check_writable(LocalPaths(tmp_path / "file" / "emu")).startswith(
+        "a component of the path is not a directory"
+    )
+    real_open = builtins.open
+
+    def full(path, *args, **kwargs):
+        if ".write-test." in str(path):
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", full)
+    assert check_writable(LocalPaths(tmp_path / "full")).startswith("no space left on device (")
+    monkeypatch.setattr(builtins, "open", real_open)
+    if os.geteuid() != 0:  # root writes anywhere: the mode bits do not stop it
+        (tmp_path / "ro").mkdir(mode=0o555)
+        assert check_writable(LocalPaths(tmp_path / "ro" / "emu")).startswith("permission denied")

@@ -184,3 +184,18 @@ def test_goodput_and_badput_of_timed_records_in_the_summary_its_json_and_its_tab
     table = " ".join(capsys.readouterr().out.replace("│", " ").split())  # the cells' words, wrapped or not
     assert f"goodput {productive / wall:.4f} badput" in table
     assert "initialization 10.0 s; compilation 3.0 s; checkpoint_save 0.5 s" in table
+
+
+def test_malformed_records_are_left_out_of_the_summary(tmp_run):
+    write_run(
+        tmp_run,
+        steps(1, 4) + [{"step": "5", "loss": 1.0}, {"step": None, "loss": 0.5}, {"step": 6, "loss": None}],
+        [{"event": "start", "step": 0, "time": 1.0}, {"event": "start", "step": "x", "time": 2.0}],
+    )
+    summary = summarize(tmp_run, 4)
+    assert (summary["steps_completed"], summary["final_loss"], summary["restarts"]) == (4, loss(4), 0)
+
+
+def test_the_table_says_at_which_step_each_fault_fired(capsys):
+    print_summary({"complete": True, "faults": ["kill slice 1 at step 8"], "fault_steps": [11]})
+    assert "kill slice 1 at step 8 (fired after step 11)" in capsys.readouterr().out

@@ -89,3 +89,49 @@ def test_last_lines(tmp_path):
     assert last_lines(log, 3) == ["line 28", "line 29", "bad \ufffd byte"]
     assert last_lines(log, 100)[0] == "line 0"
     assert last_lines(tmp_path / "absent.log", 3) is None
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"step": "x", "loss": 1.0},
+        {"step": None, "loss": 1.0},
+        {"step": 2.5, "loss": 1.0},
+        {"step": True, "loss": 1.0},
+        {"step": 3, "loss": None},
+        {"step": 3, "loss": "nan?"},
+        {"loss": 1.0},
+        {"step": 3, "loss": 1.0, "tokens_per_s": None},
+    ],
+    ids=["string-step", "null-step", "float-step", "bool-step", "null-loss", "string-loss", "no-step", "null-rate"],
+)
+def test_a_malformed_metrics_record_is_skipped_with_one_warning(tmp_path, bad):
+    from infra.local.progress import ProgressTail
+
+    run_dir = RunDir(str(tmp_path / "run"))
+    warnings: list[str] = []
+    tail = ProgressTail(run_dir, warn=warnings.append)
+    write(run_dir, "metrics", {"step": 1, "loss": 2.0}, bad, {"step": 2, "loss": 1.5})
+    write(run_dir, "metrics", bad)
+    assert tail.poll() == [{"step": 1, "loss": 2.0}, {"step": 2, "loss": 1.5}]
+    assert (tail.last_step, tail.last_loss, tail.skipped) == (2, 1.5, 2)
+    assert len(warnings) == 1 and "skipped a malformed record of the run's metrics log" in warnings[0]
+
+
+def test_a_malformed_event_is_skipped_and_a_completion_with_a_null_loss_is_kept(tmp_path):
+    run_dir = RunDir(str(tmp_path / "run"))
+    warnings: list[str] = []
+    tail = RecordTail(run_dir, "events", warn=warnings.append)
+    write(
+        run_dir,
+        "events",
+        {"event": "start", "step": "7"},
+        {"event": "start", "step": 0, "time": None},
+        {"event": "complete", "step": 4, "loss": None, "time": 1.0},
+    )
+    assert tail.poll() == [{"event": "complete", "step": 4, "loss": None, "time": 1.0}]
+    assert (
+        len(warnings) == 1
+        and "step '7' is not an integer" in warnings[0]
+        and "(and 1 more in that object)" in warnings[0]
+    )
