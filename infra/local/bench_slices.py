@@ -26,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from infra.local import supervisor
+from infra.local import stop_signals, supervisor
 from infra.local.ports import free_port
 from infra.local.supervisor import ProcessGroup
 from infra.local.tails import last_lines
@@ -147,7 +147,7 @@ def run_emulated(
     # once: a child holds no state worth saving, and jax's preemption notifier catches SIGTERM)
     # and the temporary directory is removed.
     with (
-        supervisor.signals_raise(KeyboardInterrupt),
+        stop_signals.signals_raise(KeyboardInterrupt),
         tempfile.TemporaryDirectory(prefix="multislice-bench-") as tmp,
         supervisor.killed_on_exit() as children,
     ):

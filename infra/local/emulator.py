@@ -45,7 +45,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from infra.config import StackConfig
-from infra.local import state as state_lib, supervisor, topology
+from infra.local import state as state_lib, stop_signals, supervisor, topology
 from infra.local.boot_watch import BootWatch, default_boot_timeout
 from infra.local.faults import Fault, FaultSchedule
 from infra.local.gcs import GcsServer, GcsServerError, bucket_name_error, point_clients_at
@@ -147,12 +147,12 @@ class LocalQueuedResource:
         Raises:
           GcsServerError: the storage server cannot start (nothing else was started).
         """
-        with supervisor.signals_raise(Interrupted, (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)):
+        with stop_signals.signals_raise(Interrupted, (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)):
             try:
                 self.open_storage()
                 yield self
             finally:
-                with supervisor.signals_deferred():  # a second Ctrl-C does not cut it short
+                with stop_signals.signals_deferred():  # a second Ctrl-C does not cut it short
                     self.shutdown()
 
     def open_storage(self) -> None:
@@ -386,7 +386,7 @@ class LocalQueuedResource:
 
         while True:
             time.sleep(options.poll_s)
-            supervisor.raise_if_signalled()
+            stop_signals.raise_if_signalled()
             if not self.storage.alive():
                 raise self.storage_stopped()
             schedule.observe(*read())

@@ -77,23 +77,23 @@ def run_recorded(
     could crash (SIGSEGV) when one arrived. Any other failure raises :class:`UpError`."""
     import signal
 
-    from infra.local import state as local_state, supervisor
+    from infra.local import state as local_state, stop_signals
 
     try:
-        with supervisor.signals_raise(_Stopped, (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)):
+        with stop_signals.signals_raise(_Stopped, (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)):
             try:
                 return _run_locked(config, paths, options, fresh=fresh, gcs_port=gcs_port, say=say, progress=progress)
             except UpError:
                 raise
             except OSError as err:
-                if err.errno not in local_state.DISK_ERRNOS or supervisor.signal_received():
+                if err.errno not in local_state.DISK_ERRNOS or stop_signals.signal_received():
                     raise
                 # A full or read-only disk under the run: say so, not a traceback.
                 raise UpError(f"the local emulation cannot write: {local_state.disk_problem(err)}", 1) from None
             except Exception:
                 # A stop signal's exception that arrived as another one (raised inside an
                 # import that re-raises everything as ImportError): still a stop, not a crash.
-                name = supervisor.signal_received()
+                name = stop_signals.signal_received()
                 if name is None:
                     raise
                 raise stopped(name) from None

@@ -255,7 +255,7 @@ def stop_recorded(paths: LocalPaths, wait_s: float = 30.0, signal_emulator: bool
 
 def _wait_gone_repeating(pid: int, sig: signal.Signals, timeout_s: float, every_s: float = 3.0) -> bool:
     """Wait up to ``timeout_s`` for ``pid`` to exit, sending ``sig`` again every ``every_s``
-    seconds (Python may drop the exception its handler raised: ``supervisor.signals_raise``);
+    seconds (Python may drop the exception its handler raised: ``stop_signals.signals_raise``);
     True if it exited."""
     deadline = time.monotonic() + timeout_s
     while not supervisor.wait_gone(pid, min(every_s, max(0.0, deadline - time.monotonic()))):
