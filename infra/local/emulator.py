@@ -37,7 +37,6 @@ boot is named (``infra.local.boot_watch``).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import signal
 import time
 import uuid
@@ -46,46 +45,22 @@ from typing import Any
 
 from infra.config import StackConfig
 from infra.local import state as state_lib, stop_signals, supervisor, topology
-from infra.local.boot_watch import BootWatch, default_boot_timeout
+from infra.local.boot_watch import BootWatch
 from infra.local.faults import Fault, FaultSchedule
 from infra.local.gcs import GcsServer, GcsServerError, bucket_name_error, point_clients_at
 from infra.local.metadata import MetadataServer
+from infra.local.options import EmulationError, Interrupted, Options
 from infra.local.ports import free_port
 from infra.local.progress import BootLines, ProgressSample, ProgressTail, RunReporter
 from infra.local.state import EMULATION_ID_ENV, LocalPaths
 from infra.local.supervisor import GroupFailed
 from infra.local.tails import MetricsTail, RecordTail, indented_tail
-from infra.local.tpu_api import NODE_DELETE_DELAY_S, DeleteOnComplete
+from infra.local.tpu_api import DeleteOnComplete
 from infra.local.vm import EmulatedVM, process_groups
 from training.run_dir import RunDir
 
 #: Seconds :meth:`LocalQueuedResource.shutdown` gives the VMs between SIGTERM and SIGKILL.
 SHUTDOWN_GRACE_S = 5.0
-
-
-class EmulationError(RuntimeError):
-    """The emulated run cannot go on; the message says why and where the logs are."""
-
-
-class Interrupted(Exception):
-    """Ctrl-C or SIGTERM reached the emulator."""
-
-
-@dataclasses.dataclass
-class Options:
-    """Emulation knobs (CLI flags of ``multislice local up``)."""
-
-    faults: list[Fault] = dataclasses.field(default_factory=list)
-    coordinator_port: int | None = None  # None: a free port per boot
-    heartbeat_timeout_s: int = 10
-    init_timeout_s: int = 300
-    preempt_grace_s: float = 30.0  # GCE's preemption notice period
-    reboot_grace_s: float = 5.0
-    timeout_s: float = 3600.0
-    stall_timeout_s: float = 600.0
-    boot_timeout_s: float = dataclasses.field(default_factory=default_boot_timeout)  # each VM, to its trainer
-    poll_s: float = 0.25
-    node_delete_delay_s: float = NODE_DELETE_DELAY_S  # after the release, then running VMs are stopped
 
 
 class LocalQueuedResource:

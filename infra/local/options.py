@@ -1,0 +1,38 @@
+"""The options of an emulation (the flags of ``multislice local up``) and how it ends when it
+cannot go on (:class:`EmulationError`) or is stopped (:class:`Interrupted`); used by
+:mod:`infra.local.emulator` and :mod:`infra.local.lifecycle`."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from infra.local.boot_watch import default_boot_timeout
+from infra.local.faults import Fault
+from infra.local.tpu_api import NODE_DELETE_DELAY_S
+
+
+class EmulationError(RuntimeError):
+    """The emulated run cannot go on; the message says why and where the logs are."""
+
+
+class Interrupted(Exception):
+    """Ctrl-C or SIGTERM reached the emulator."""
+
+
+@dataclasses.dataclass
+class Options:
+    """Emulation knobs (CLI flags of ``multislice local up``)."""
+
+    faults: list[Fault] = dataclasses.field(default_factory=list)
+    coordinator_port: int | None = None  # None: a free port per boot
+    heartbeat_timeout_s: int = 10
+    init_timeout_s: int = 300
+    preempt_grace_s: float = 30.0  # GCE's preemption notice period
+    reboot_grace_s: float = 5.0
+    timeout_s: float = 3600.0
+    stall_timeout_s: float = 600.0
+    boot_timeout_s: float = dataclasses.field(default_factory=default_boot_timeout)  # each VM, to its trainer
+    poll_s: float = 0.25
+    node_delete_delay_s: float = (
+        NODE_DELETE_DELAY_S  # after the queued resource is deleted on complete, running VMs are stopped
+    )
