@@ -91,7 +91,8 @@ def account(
         restore = float(start.get("restore_s", 0.0)) if start.get("restored") else 0.0
         badput["checkpoint_restore"] += restore
         badput["initialization"] += float(start["time"]) - begins[k] - restore
-        last_time = max(float(r["time"]) for r in inside)
+        # (an attempt whose next start has the same time holds no record of its own: its own start)
+        last_time = max((float(r["time"]) for r in inside), default=float(start["time"]))
         busy = sum(
             float(r.get("step_time_s", 0.0)) + float(r.get("save_s", 0.0)) + float(r.get("eval_s", 0.0)) for r in inside
         )

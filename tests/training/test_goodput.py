@@ -145,6 +145,22 @@ def test_an_unfinished_run_counts_to_its_last_record_and_no_start_means_no_repor
     assert goodput.account([{"event": "checkpoint", "time": 1.0}], metrics) is None
 
 
+def test_an_attempt_whose_next_start_has_the_same_time_is_accounted_without_error():
+    # Two starts written within the clock's resolution (an attempt that ended at once): the
+    # first attempt holds no record but its own start; the run is still accounted, and its
+    # causes and productive time still add up to the wall time.
+    events = [
+        {"event": "start", "step": 0, "restored": False, "time": 10.0, "process_start": 4.0},
+        {"event": "start", "step": 0, "restored": False, "time": 10.0, "process_start": 9.0},
+        {"event": "complete", "step": 2, "time": 15.0},
+    ]
+    metrics = [step(1, 13.0, 3.0, first=True), step(2, 14.0, 1.0)]
+    report = goodput.account(events, metrics)
+    assert report is not None and report["attempts"] == 2
+    assert report["wall_seconds"] == pytest.approx(15.0 - 4.0)
+    assert report["productive_seconds"] + sum(report["badput"].values()) == pytest.approx(15.0 - 4.0)
+
+
 def test_records_without_timings_give_no_productive_time_but_no_error():
     # Records of a trainer before goodput accounting: start and complete times only.
     events = [{"event": "start", "step": 0, "time": 100.0}, {"event": "complete", "step": 2, "time": 110.0}]
