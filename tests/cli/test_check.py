@@ -13,6 +13,7 @@ from infra.config import load_stack, load_stack_file, stack_file
 from infra.policy.evaluate import check_world
 from infra.policy.policies import POLICIES
 from tests.fakes.pulumi_program import evaluate
+from tests.fakes.queued_resource import clear_ambient_credentials
 
 ENV = {"COLUMNS": "250"}
 
@@ -22,19 +23,8 @@ def no_storage_access(monkeypatch, tmp_path):
     """The checked-in stacks' gs:// data sources are not listed: no emulated Cloud Storage (the
     session's, started by whichever test asked first, sets STORAGE_EMULATOR_HOST) and no
     credentials, so that the result does not depend on the tests that ran before."""
-    for key in (
-        "STORAGE_EMULATOR_HOST",
-        "GOOGLE_APPLICATION_CREDENTIALS",
-        "GOOGLE_CREDENTIALS",
-        "GOOGLE_OAUTH_ACCESS_TOKEN",
-        "GOOGLE_CLOUD_KEYFILE_JSON",
-        "GCLOUD_KEYFILE_JSON",
-        "GCE_METADATA_HOST",
-        "GCE_METADATA_IP",
-    ):
-        monkeypatch.delenv(key, raising=False)
-    monkeypatch.setenv("CLOUDSDK_CONFIG", str(tmp_path))
-    monkeypatch.setattr("infra.credentials.PRODUCT_NAME_FILE", tmp_path / "product_name")
+    monkeypatch.delenv("STORAGE_EMULATOR_HOST", raising=False)
+    clear_ambient_credentials(monkeypatch, tmp_path)
 
 
 def invoke(*args: str):

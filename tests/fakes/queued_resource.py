@@ -98,14 +98,19 @@ CREDENTIAL_ENV = (
 )
 
 
-@pytest.fixture(autouse=True)
-def no_ambient_credentials(monkeypatch, tmp_path):
+def clear_ambient_credentials(monkeypatch, tmp_path) -> None:
     """No credentials of the machine running the tests: none of :data:`CREDENTIAL_ENV`, an
-    empty gcloud config directory, and not a Google Cloud VM (autouse where imported)."""
+    empty gcloud config directory, and not a Google Cloud VM."""
     for name in CREDENTIAL_ENV:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("CLOUDSDK_CONFIG", str(tmp_path / "gcloud"))
     monkeypatch.setattr(credentials, "PRODUCT_NAME_FILE", tmp_path / "product_name")
+
+
+@pytest.fixture(autouse=True)
+def no_ambient_credentials(monkeypatch, tmp_path):
+    """:func:`clear_ambient_credentials` for every test (autouse where imported)."""
+    clear_ambient_credentials(monkeypatch, tmp_path)
 
 
 @pytest.fixture

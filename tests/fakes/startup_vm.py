@@ -249,6 +249,29 @@ class _Console:
         return self.path.read_text()
 
 
+def run_delete_on_complete(tpu_api_endpoint: str, queued_resource: str) -> subprocess.CompletedProcess[str]:
+    """The release's ``delete-on-complete.sh`` as worker 0 of slice 0 runs it after its trainer
+    exited 0: the metadata names ``queued_resource`` (a loopback metadata server), the TPU API
+    is ``tpu_api_endpoint``. Its output is returned, not checked."""
+    from infra.startup.contract import DELETE_QUEUED_RESOURCE_KEY
+
+    with MetadataServer({DELETE_QUEUED_RESOURCE_KEY: queued_resource}) as metadata:
+        env = {
+            "PATH": os.environ["PATH"],
+            "GCE_METADATA_IP": metadata.address,
+            "MULTISLICE_TPU_API_ENDPOINT": tpu_api_endpoint,
+            "MULTISLICE_SLICE": "0",
+            "MULTISLICE_WORKER": "0",
+        }
+        return subprocess.run(
+            ["bash", str(ROOT / "infra" / "startup" / startup.DELETE_ON_COMPLETE_RESOURCE)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+
 def prefixed(output: str, prefix: str = PREFIX) -> list[str]:
     """The VM's lines without their ``[slice S worker W]`` prefix; systemd's own lines
     (``systemd[1]: ...``) are left out; every other line must carry the prefix."""

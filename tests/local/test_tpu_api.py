@@ -7,8 +7,6 @@ asserted in tests/local/test_emulation.py (test_the_completed_run_deleted_its_qu
 
 from __future__ import annotations
 
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -21,11 +19,10 @@ from infra import startup
 from infra.config import load_stack_file
 from infra.local import state as state_lib
 from infra.local.emulator import LocalQueuedResource, Options
-from infra.local.metadata import EMULATED_TOKEN, MetadataServer
+from infra.local.metadata import EMULATED_TOKEN
 from infra.local.state import LocalPaths
 from infra.local.tpu_api import EmulatedTpuApi
-from infra.startup.contract import DELETE_QUEUED_RESOURCE_KEY
-from tests.fakes.startup_vm import prefixed
+from tests.fakes.startup_vm import prefixed, run_delete_on_complete
 
 ROOT = Path(__file__).resolve().parents[2]
 STACK = Path(__file__).parents[1] / "stacks" / "Pulumi.emu.yaml"
@@ -109,21 +106,7 @@ def test_with_delete_on_complete_off_the_service_account_may_not_delete():
 def test_the_delete_on_complete_script_deletes_through_it(api):
     """The VM side (delete-on-complete.sh of the release) against the emulated API."""
     server, deleted = api
-    with MetadataServer({DELETE_QUEUED_RESOURCE_KEY: NAME}) as metadata:
-        env = {
-            "PATH": os.environ["PATH"],
-            "GCE_METADATA_IP": metadata.address,
-            "MULTISLICE_TPU_API_ENDPOINT": server.endpoint,
-            "MULTISLICE_SLICE": "0",
-            "MULTISLICE_WORKER": "0",
-        }
-        result = subprocess.run(
-            ["bash", str(ROOT / "infra" / "startup" / startup.DELETE_ON_COMPLETE_RESOURCE)],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+    result = run_delete_on_complete(server.endpoint, NAME)
     assert prefixed(result.stdout + result.stderr, "[slice 0 worker 0] ") == [
         f"capacity: the run is complete: deleting queued resource {NAME} (force: its nodes first)",
         f"capacity: deleted: the TPU API accepted the delete of {NAME}",

@@ -30,6 +30,7 @@ from infra.policy import policies
 from infra.policy.policies import POLICIES
 from infra.startup import METADATA_VALUE_LIMIT_BYTES
 from tests.fakes.pulumi_program import QR_TYPE, evaluate
+from tests.fakes.queued_resource import clear_ambient_credentials
 
 BY_NAME = {policy.name: policy for policy in POLICIES}
 FIREWALL = "gcp:compute/firewall:Firewall"
@@ -243,19 +244,8 @@ def test_a_gs_data_source_is_unchecked_without_credentials(dev_qr, monkeypatch, 
     # attempt would fail the test: the socket guard below refuses any connection).
     import socket
 
-    for key in (
-        "STORAGE_EMULATOR_HOST",
-        "GOOGLE_APPLICATION_CREDENTIALS",
-        "GOOGLE_CREDENTIALS",
-        "GOOGLE_OAUTH_ACCESS_TOKEN",
-        "GOOGLE_CLOUD_KEYFILE_JSON",
-        "GCLOUD_KEYFILE_JSON",
-        "GCE_METADATA_HOST",
-        "GCE_METADATA_IP",
-    ):
-        monkeypatch.delenv(key, raising=False)
-    monkeypatch.setenv("CLOUDSDK_CONFIG", str(tmp_path))
-    monkeypatch.setattr("infra.credentials.PRODUCT_NAME_FILE", tmp_path / "product_name")
+    monkeypatch.delenv("STORAGE_EMULATOR_HOST", raising=False)
+    clear_ambient_credentials(monkeypatch, tmp_path)
 
     attempts = []
 

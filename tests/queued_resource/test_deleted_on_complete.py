@@ -6,17 +6,12 @@ start a new run. Against the loopback TPU fake and the session's emulated Cloud 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
 import requests
 
-from infra import startup
-from infra.local.metadata import MetadataServer
 from infra.queued_resource.completion import completed_step, marker_url, new_run_reason
-from infra.startup.contract import DELETE_QUEUED_RESOURCE_KEY
 from tests.fakes.queued_resource import (  # noqa: F401 (dev, no_ambient_credentials: fixtures)
     dev,
     no_ambient_credentials,
@@ -24,6 +19,7 @@ from tests.fakes.queued_resource import (  # noqa: F401 (dev, no_ambient_credent
     provider_for,
     qr_name,
 )
+from tests.fakes.startup_vm import run_delete_on_complete
 from tests.fakes.tpu_api import FakeTpuApi
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -55,21 +51,7 @@ def write_marker(gcs_server, run_dir: str, record: dict) -> None:
 
 def vm_deletes_it(fake: FakeTpuApi, name: str) -> None:
     """Worker 0 of slice 0 after its trainer exited 0: the release's own script."""
-    with MetadataServer({DELETE_QUEUED_RESOURCE_KEY: name}) as metadata:
-        env = {
-            "PATH": os.environ["PATH"],
-            "GCE_METADATA_IP": metadata.address,
-            "MULTISLICE_TPU_API_ENDPOINT": fake.endpoint,
-            "MULTISLICE_SLICE": "0",
-            "MULTISLICE_WORKER": "0",
-        }
-        result = subprocess.run(
-            ["bash", str(ROOT / "infra" / "startup" / startup.DELETE_ON_COMPLETE_RESOURCE)],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+    result = run_delete_on_complete(fake.endpoint, name)
     assert "capacity: deleted:" in result.stdout, result.stdout + result.stderr
     assert name not in fake.queued_resources
 
