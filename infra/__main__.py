@@ -53,6 +53,7 @@ from infra.config import StackConfig
 from infra.logs.filter import logging_filter  # the filter `multislice logs` builds on
 from infra.queued_resource import QueuedResource, QueuedResourceInputs
 from infra.startup import contract
+from infra.startup.workload import WorkloadError
 
 
 def load_config() -> StackConfig:
@@ -103,7 +104,12 @@ def component_args(config: StackConfig, script: startup.RenderedScript) -> Compo
             delete_on_complete=config.delete_on_complete,
         ),
         release_record=ReleaseRecordArgs(
-            stack=config.stack, run_dir=config.run_dir, release_id=script.release_id, release=script.release
+            stack=config.stack,
+            run_dir=config.run_dir,
+            release_id=script.release_id,
+            release=script.release,
+            workload_source=script.workload_source,
+            workload_source_object=script.workload_source_object,
         ),
     )
 
@@ -166,7 +172,10 @@ def queued_resource_inputs(
             delete_on_complete=config.delete_on_complete,
         ),
         # None values are dropped: the engine stores no nulls, so previews compare like with like.
-        trainer=config.training.model_dump(mode="json", exclude_none=True),
+        # A command (multislice:workload) is described by its command, env and steps instead.
+        trainer=config.workload.description()
+        if config.workload is not None
+        else config.training.model_dump(mode="json", exclude_none=True),
         run_dir=config.run_dir,
         bundle_sha256=script.bundle_sha256,
         startup_script_sha256=script.sha256,
@@ -213,7 +222,7 @@ def define(config: StackConfig, script: startup.RenderedScript | None = None) ->
     Raises:
       infra.startup.StartupScriptTooLarge: the script exceeds one metadata value.
     """
-    for advisory in planner.advisories(config):  # predicted DCN-bound or over HBM (multislice plan)
+    for advisory in planner.advisories(config) if config.workload is None else []:  # the trainer's plan
         pulumi.log.warn(advisory)
     for warning in config.catalog_warnings:  # what multislice:allowUnlisted let through
         pulumi.log.warn(warning)
@@ -272,7 +281,11 @@ def define(config: StackConfig, script: startup.RenderedScript | None = None) ->
 
 
 #: Errors that mean "this stack cannot work as configured": shown as their message alone.
-USER_ERRORS: tuple[type[Exception], ...] = (stack_config.StackConfigError, startup.StartupScriptTooLarge)
+USER_ERRORS: tuple[type[Exception], ...] = (
+    stack_config.StackConfigError,
+    startup.StartupScriptTooLarge,
+    WorkloadError,
+)
 
 
 def main() -> Environment:

@@ -162,7 +162,7 @@ def local_up(
 
     # Options first, with nothing heavy imported: a typo is reported at once.
     config = load_config(stack, config_file)
-    total = config.training.steps
+    total = config.total_steps
     try:
         faults = [parse_fault("kill", spec, slices=config.slices, total_steps=total) for spec in kill]
         faults += [parse_fault("preempt", spec, slices=config.slices, total_steps=total) for spec in preempt]

@@ -11,7 +11,12 @@ script of that time. So every ``pulumi up`` also writes two objects to the check
   startup script embeds, :attr:`infra.startup.RenderedScript.release`), base64;
 * ``multislice/<stack>/release.json`` (:func:`record_json`): ``{"format": 1, "payload":
   <that object>, "release": <release id>, "runDir": <run dir>, "stack": <stack>}``, written
-  after the payload exists (object names and fields: :mod:`infra.startup.contract`).
+  after the payload exists (object names and fields: :mod:`infra.startup.contract`);
+* with a ``multislice:workload`` source too large for the startup script,
+  ``multislice/<stack>/sources/<sha256>.tar``: the source's tar, which ``boot.sh`` fetches and
+  checks against the sha256 its release names (:mod:`infra.startup.workload`). It is uploaded
+  from a file (a ``FileAsset``: Pulumi's state keeps its hash, not its bytes) under the
+  project's content cache.
 
 A booting VM (``boot.sh``, docs/vm-boot.md) reads the record over the GCS JSON API with its
 metadata-server token; when the record names another release than the one it carries, it
@@ -23,7 +28,9 @@ release id, do not depend on the operator's compressor: a no-op ``pulumi up`` st
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
+from pathlib import Path
 
 import pulumi
 import pulumi_gcp as gcp
@@ -42,6 +49,9 @@ class ReleaseRecordArgs(StrictModel):
     release_id: str
     #: The uncompressed tar the startup script embeds (``RenderedScript.release``).
     release: bytes
+    #: A command's source tar that travels through the bucket, and its object (``RenderedScript``).
+    workload_source: bytes = b""
+    workload_source_object: str | None = None
 
 
 def record_json(args: ReleaseRecordArgs) -> str:
@@ -53,6 +63,17 @@ def record_json(args: ReleaseRecordArgs) -> str:
 def payload_text(args: ReleaseRecordArgs) -> str:
     """The release tar as base64 text (a ``BucketObject``'s ``content`` is a string)."""
     return base64.encodebytes(args.release).decode("ascii")
+
+
+def source_file(args: ReleaseRecordArgs, directory: Path) -> Path:
+    """The workload source tar as a file ``<directory>/<sha256>.tar`` (written once per content)."""
+    path = Path(directory) / f"{hashlib.sha256(args.workload_source).hexdigest()}.tar"
+    if not path.is_file() or path.stat().st_size != len(args.workload_source):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_bytes(args.workload_source)
+        tmp.replace(path)
+    return path
 
 
 class ReleaseRecord(pulumi.ComponentResource):
@@ -81,6 +102,21 @@ class ReleaseRecord(pulumi.ComponentResource):
             content_type="text/plain",
             opts=pulumi.ResourceOptions(parent=self),
         )
+        needed: list[pulumi.Resource] = [self.payload]
+        self.source: gcp.storage.BucketObject | None = None
+        if args.workload_source_object is not None:
+            from infra.startup import content_cache, lockfile
+
+            cache = content_cache.for_project(lockfile.default_project_root())
+            self.source = gcp.storage.BucketObject(
+                f"{name}-workload-source",
+                bucket=bucket,
+                name=args.workload_source_object,
+                source=pulumi.FileAsset(str(source_file(args, cache.directory / "workload-sources"))),
+                content_type="application/x-tar",
+                opts=pulumi.ResourceOptions(parent=self),
+            )
+            needed.append(self.source)
         self.record = gcp.storage.BucketObject(
             f"{name}-record",
             bucket=bucket,
@@ -88,7 +124,7 @@ class ReleaseRecord(pulumi.ComponentResource):
             content=record_json(args),
             content_type="application/json",
             cache_control="no-store",
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.payload]),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=needed),
         )
         self.release_id = args.release_id
         self.register_outputs({"releaseId": args.release_id, "record": self.record.self_link})

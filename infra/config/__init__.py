@@ -4,6 +4,8 @@
   ``config:`` map (its derived names delegate to :mod:`infra.naming`);
 * :mod:`infra.config.environment`: the ``multislice:network``, ``multislice:bucket`` and
   ``multislice:queuedResource`` models and durations;
+* :mod:`infra.config.workload`: ``multislice:workload``, the user's command instead of the
+  bundled trainer (docs/workloads.md);
 * :mod:`infra.config.loading`: the stack file (YAML, duplicate keys refused) and the Pulumi
   engine's config map → :class:`StackConfig`, stack discovery, :class:`StackConfigError`.
 
@@ -33,6 +35,7 @@ from infra.config.loading import (
     validate_stack,
 )
 from infra.config.schema import CAPACITY_TYPES, Capacity, StackConfig
+from infra.config.workload import WorkloadSettings
 from infra.naming import RESERVED_LABELS, gce_name, label_value
 
 __all__ = [
@@ -49,6 +52,7 @@ __all__ = [
     "QueuedResourceSettings",
     "StackConfig",
     "StackConfigError",
+    "WorkloadSettings",
     "available_stacks",
     "default_stacks_dir",
     "from_pulumi_config",

@@ -27,6 +27,7 @@ from __future__ import annotations
 import difflib
 import json
 import os
+import types
 import typing
 from pathlib import Path
 from typing import Any
@@ -59,6 +60,8 @@ _KEY_LIMIT = 100
 
 
 def _object_valued(annotation: Any) -> bool:
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):  # an optional object: ``X | None``
+        return any(_object_valued(member) for member in typing.get_args(annotation) if member is not type(None))
     return (isinstance(annotation, type) and issubclass(annotation, pydantic.BaseModel)) or typing.get_origin(
         annotation
     ) in (dict, list, tuple)
@@ -86,7 +89,7 @@ def _allowed_keys() -> list[str]:
     return [f.alias for name, f in StackConfig.model_fields.items() if f.alias]
 
 
-def validate_stack(stack: str, config: dict[str, Any], source: str) -> StackConfig:
+def validate_stack(stack: str, config: dict[str, Any], source: str, base_dir: Path | None = None) -> StackConfig:
     """Build a StackConfig from a stack's ``config:`` map.
 
     Args:
@@ -94,6 +97,9 @@ def validate_stack(stack: str, config: dict[str, Any], source: str) -> StackConf
       config: keys as written in the stack file (``"multislice:slices"``); values may be
         typed (YAML) or strings/JSON text (the Pulumi engine).
       source: where the map came from, for the error summary.
+      base_dir: what relative paths in the map are relative to (``multislice:workload.source``
+        and ``.requirements``): the stack file's directory; default :func:`default_stacks_dir`,
+        where ``pulumi up`` reads the stack file from.
 
     Raises:
       StackConfigError: one line per problem, each naming the key.
@@ -138,7 +144,8 @@ def validate_stack(stack: str, config: dict[str, Any], source: str) -> StackConf
     if lines:
         raise StackConfigError(f"stack {stack!r} ({source}) is invalid:", lines)
     try:
-        return StackConfig.model_validate({"stack": stack, **values})
+        context = {"base_dir": Path(base_dir) if base_dir is not None else default_stacks_dir()}
+        return StackConfig.model_validate({"stack": stack, **values}, context=context)
     except pydantic.ValidationError as err:
         raise StackConfigError(
             f"stack {stack!r} ({source}) is invalid:", format_errors(err, model=StackConfig)
@@ -326,7 +333,7 @@ def load_stack_file(path: Path, stack: str | None = None) -> StackConfig:
         raise StackConfigError(f"stack file {path} is not valid YAML: {err}") from None
     if not isinstance(data, dict) or not isinstance(data.get("config", {}), dict):
         raise StackConfigError(f"stack file {path} must be a mapping with a 'config:' mapping inside")
-    return validate_stack(stack, data.get("config") or {}, str(path))
+    return validate_stack(stack, data.get("config") or {}, str(path), base_dir=path.absolute().parent)
 
 
 def load_stack(stack: str, stacks_dir: Path | None = None) -> StackConfig:

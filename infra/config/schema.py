@@ -47,6 +47,7 @@ from infra.config.environment import (
     NetworkSettings,
     QueuedResourceSettings,
 )
+from infra.config.workload import WorkloadSettings
 from training.config import TrainConfig
 from training.validation import StrictModel, invalid
 
@@ -118,6 +119,8 @@ class StackConfig(StrictModel):
     allow_unlisted: tuple[Unlisted, ...] = Field(
         default=(), alias="multislice:allowUnlisted", description="Catalog checks that only warn: zone, runtimeVersion."
     )
+    #: None: the bundled trainer (``multislice:training``); else the user's command (infra.config.workload).
+    workload: WorkloadSettings | None = Field(default=None, alias="multislice:workload")
 
     @model_validator(mode="before")
     @classmethod
@@ -127,6 +130,13 @@ class StackConfig(StrictModel):
         trainer never imports infra/, so the program renders the number into its config."""
         if not isinstance(data, dict):
             return data
+        if data.get("multislice:workload", data.get("workload")) is not None and (
+            "multislice:training" in data or "training" in data
+        ):
+            raise invalid(
+                "multislice:training",
+                "configures the bundled trainer, and multislice:workload runs a command instead: keep one of them",
+            )
         key = "multislice:training" if "multislice:training" in data or "training" not in data else "training"
         try:
             peak = accelerators.parse_accelerator_type(
@@ -222,6 +232,8 @@ class StackConfig(StrictModel):
                 f"required: region {self.region!r} of gcp:zone is not a Cloud Storage location this program knows "
                 "(https://cloud.google.com/storage/docs/locations); set a location, e.g. a nearby region",
             )
+        if self.workload is not None:
+            return self  # the command brings its own parallelism; the trainer's checks do not apply
         par = self.training.parallelism
         if par.ici.product != acc.chips:
             raise invalid(
@@ -345,6 +357,11 @@ class StackConfig(StrictModel):
             f"multislice:queuedResource.{FORMER_DELETE_ON_COMPLETE_KEY} is deprecated: rename it to "
             "multislice:queuedResource.deleteOnComplete (same meaning)"
         ]
+
+    @property
+    def total_steps(self) -> int:
+        """The run's steps: ``multislice:workload.steps`` for a command, else ``training.steps``."""
+        return self.workload.steps if self.workload is not None else self.training.steps
 
     @property
     def effective_runtime_version(self) -> str:

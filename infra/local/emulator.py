@@ -75,6 +75,8 @@ class LocalQueuedResource:
       progress: ``(ProgressSample) -> None``, called at each new training step seen (None: a
         ``report`` line at each tenth of the run).
       emulation_id: the id its processes carry (``state.EMULATION_ID_ENV``; None: a new one).
+      uploads: bucket objects ``pulumi up`` writes that the VMs read (name → bytes; a command's
+        source too large for the startup script), written to the emulated bucket when it serves.
     """
 
     def __init__(
@@ -86,8 +88,10 @@ class LocalQueuedResource:
         gcs_port: int | None = None,
         progress: Callable[[ProgressSample], None] | None = None,
         emulation_id: str | None = None,
+        uploads: dict[str, bytes] | None = None,
     ):
         self.config = config
+        self.uploads = dict(uploads or {})
         self.paths = paths
         self.startup_script = startup_script
         self.report = report
@@ -150,6 +154,8 @@ class LocalQueuedResource:
         self._restore_env = point_clients_at(self.storage.url)
         self._record_state()
         self.storage.create_bucket(bucket)
+        for name, data in sorted(self.uploads.items()):
+            self.storage.upload(bucket, name, data)
 
     def _record_state(self) -> None:
         state_lib.write_state(
@@ -296,7 +302,7 @@ class LocalQueuedResource:
         events = self.reporter.events = RecordTail(self.run_dir, "events", warn=self.report)
         # The run's earlier starts (earlier `local up`s): restarts count from its first start.
         self.reporter.starts = sum(e.get("event") == "start" for e in events.poll())
-        total = self.config.training.steps
+        total = self.config.total_steps
         schedule = FaultSchedule(options.faults, run_step=tail.last_step)
         for fault in schedule.skipped:
             self.report(f"note: {fault} will not fire: the run is already at step {tail.last_step}")
@@ -351,7 +357,7 @@ class LocalQueuedResource:
                 self.reporter.event(event)
             self.reporter.boot()
             if tail.last_step != last_report_step:
-                self.reporter.progress(tail, last_report_step, self.config.training.steps, self.reporter.restarts)
+                self.reporter.progress(tail, last_report_step, self.config.total_steps, self.reporter.restarts)
                 last_report_step = tail.last_step
             return new_events, new_metrics
 

@@ -35,6 +35,7 @@ import signal
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -287,6 +288,28 @@ class GcsServer:
             raise GcsServerError(
                 f"fake-gcs-server refused to create bucket {name!r}: HTTP {err.code} {err.read()[:200]!r}"
             ) from None
+        except OSError as err:
+            raise GcsServerError(f"fake-gcs-server on {self.url} did not answer: {err}") from None
+
+    def upload(self, bucket: str, name: str, data: bytes) -> None:
+        """Write object ``name`` of ``bucket`` (JSON API ``objects.insert``, ``uploadType=media``),
+        as ``pulumi up`` writes the release's objects to the real bucket.
+
+        Raises:
+          GcsServerError: the server refused it or did not answer.
+        """
+        query = urllib.parse.urlencode({"uploadType": "media", "name": name})
+        request = urllib.request.Request(
+            f"{self.url}/upload/storage/v1/b/{urllib.parse.quote(bucket, safe='')}/o?{query}",
+            data=data,
+            headers={"Content-Type": "application/octet-stream"},
+            method="POST",
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=60):
+                return
+        except urllib.error.HTTPError as err:
+            raise GcsServerError(f"fake-gcs-server refused gs://{bucket}/{name}: HTTP {err.code}") from None
         except OSError as err:
             raise GcsServerError(f"fake-gcs-server on {self.url} did not answer: {err}") from None
 

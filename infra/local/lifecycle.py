@@ -169,9 +169,17 @@ def _emulate(config, paths, options: dict, *, fresh: bool, gcs_port, say, progre
         raise UpError(str(err)) from None
     if fresh:
         local_state.discard_machines(paths)
-    with progress(config.training.steps) as reporter:
+    with progress(config.total_steps) as reporter:
+        uploads = {script.workload_source_object: script.workload_source} if script.workload_source_object else {}
         resource = emulator.LocalQueuedResource(
-            config, paths, script.text, report=say, gcs_port=gcs_port, progress=reporter, emulation_id=emulation_id
+            config,
+            paths,
+            script.text,
+            report=say,
+            gcs_port=gcs_port,
+            progress=reporter,
+            emulation_id=emulation_id,
+            uploads=uploads,
         )
         try:
             with resource.running():
@@ -195,7 +203,7 @@ def train(resource, options, fresh: bool, say: Callable[[str], None]) -> Outcome
     from infra.local.tpu_api import DELETED, KEPT
     from training.checkpointing import is_complete  # jax, orbax: seconds
 
-    config, run_dir, total = resource.config, resource.run_dir, resource.config.training.steps
+    config, run_dir, total = resource.config, resource.run_dir, resource.config.total_steps
     if fresh:
         if local_state.discard_run(run_dir):
             say(f"--fresh: discarded the previous run of stack {config.stack!r}")

@@ -36,6 +36,11 @@ MEGASCALE_PORT = 8080
 #: The trainer's ``training.compile_cache.SHARED_DIR_ENV``: passed on to the VMs when set.
 SHARED_COMPILATION_CACHE_ENV = "MULTISLICE_COMPILATION_CACHE_DIR"
 _HOST_ONLY_PREFIXES = ("JAX_", "XLA_", "MULTISLICE_", "GCE_METADATA", "TPU_", "MEGASCALE_")
+#: The directory whose ``sitecustomize.py`` makes ``jax.distributed.initialize()`` (no arguments)
+#: find the emulated job through the VM's metadata server, as it finds a TPU VM's job.
+VM_SITE_DIR = Path(__file__).resolve().parent / "vm_site"
+#: What tells that hook it runs in an emulated VM.
+EMULATED_TPU_ENV = "MULTISLICE_EMULATED_TPU"
 
 
 def vm_metadata(
@@ -92,7 +97,11 @@ def vm_environment(
     https://docs.python.org/3/using/cmdline.html): a TPU VM's Python caches what it compiled on
     its first start, and without it every emulated start would compile each module of jax,
     orbax and the rest from source (seconds of CPU per process), while nothing is written into
-    this machine's source tree or virtualenv, as the variable asks."""
+    this machine's source tree or virtualenv, as the variable asks.
+    ``PYTHONPATH`` starts with :data:`VM_SITE_DIR` and ``MULTISLICE_EMULATED_TPU`` and
+    ``JAX_COORDINATOR_PORT`` are set: a stack's own command calling ``jax.distributed.initialize()``
+    without arguments joins the emulated job (docs/workloads.md; the trainer's unit sets its own
+    ``PYTHONPATH`` and passes the coordinator explicitly)."""
     env = {key: value for key, value in os.environ.items() if not key.startswith(_HOST_ONLY_PREFIXES)}
     env.update(
         {
@@ -103,6 +112,11 @@ def vm_environment(
             contract.INIT_TIMEOUT_ENV: str(init_timeout_s),
             "JAX_PLATFORMS": "cpu",
             "JAX_NUM_CPU_DEVICES": str(config.accelerator.chips_per_host),
+            # A stack's own command: jax.distributed.initialize() auto-detects the emulated job
+            # (vm_site/sitecustomize.py) and JAX takes the coordinator's port from here.
+            EMULATED_TPU_ENV: "1",
+            "JAX_COORDINATOR_PORT": str(coordinator_port),
+            "PYTHONPATH": os.pathsep.join(p for p in (str(VM_SITE_DIR), os.environ.get("PYTHONPATH", "")) if p),
             "PYTHONUNBUFFERED": "1",
             **storage_env,
         }

@@ -213,8 +213,16 @@ def _integral(value: Any) -> Any:
     return value
 
 
+def _runs_a_command(args: ResourceValidationArgs) -> bool:
+    """The queued resource runs a stack's own command (``multislice:workload``): its ``trainer``
+    input describes the command, and the bundled trainer's policies do not apply."""
+    return "command" in (args.props.get("trainer") or {})
+
+
 def _training_fits_hbm(args: ResourceValidationArgs, report: Report) -> None:
     if args.resource_type != QUEUED_RESOURCE_TYPE or args.get_config().get("allowOverHbm", False):
+        return
+    if _runs_a_command(args):
         return
     from infra.planner.memory import memory_per_chip
     from training.config import TrainConfig
@@ -235,7 +243,7 @@ def _training_fits_hbm(args: ResourceValidationArgs, report: Report) -> None:
 
 
 def _data_source_exists(args: ResourceValidationArgs, report: Report) -> None:
-    if args.resource_type != QUEUED_RESOURCE_TYPE:
+    if args.resource_type != QUEUED_RESOURCE_TYPE or _runs_a_command(args):
         return
     source = str(((args.props.get("trainer") or {}).get("data") or {}).get("source") or "")
     if not source.startswith("gs://"):

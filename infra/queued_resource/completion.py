@@ -143,7 +143,8 @@ def deleted_on_complete_message(props: Mapping[str, Any], step: int) -> str:
     return (
         f"deleted on complete: the run {props.get('runDir')} completed at step {step}, so the queued resource "
         f"{props.get('queuedResourceId')!r} was deleted and is not recreated; raise "
-        "multislice:training.steps or set a new multislice:runName to start a new run"
+        "multislice:training.steps (multislice:workload.steps for a command) or set a new multislice:runName to start "
+        "a new run"
     )
 
 

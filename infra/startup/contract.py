@@ -89,6 +89,12 @@ def release_record(*, stack: str, release_id: str, run_dir: str) -> dict[str, ob
     }
 
 
+def workload_source_object(stack: str, source_sha256: str) -> str:
+    """Bucket object holding a ``multislice:workload.source`` too large for the startup script
+    (its tar; ``boot.sh`` fetches it and checks ``source_sha256``)."""
+    return f"multislice/{stack}/sources/{source_sha256}.tar"
+
+
 # Environment variables ----------------------------------------------------------------------
 # All optional: a real TPU VM sets none of the overrides, and the defaults are Google's.
 
@@ -150,6 +156,25 @@ TRAINER_ENV = (
     HEARTBEAT_TIMEOUT_ENV,
     INIT_TIMEOUT_ENV,
 )
+
+#: What a stack's own command finds in its environment (``multislice:workload``; set by
+#: ``training.workload``; docs/workloads.md is the documented contract), besides
+#: ``MULTISLICE_SLICE`` and ``MULTISLICE_WORKER`` and the ``MEGASCALE_*`` values of ``tpu-env``.
+WORKLOAD_ENV = (
+    "MULTISLICE_RUN_DIR",
+    "MULTISLICE_CHECKPOINT_DIR",
+    "MULTISLICE_METRICS_DIR",
+    "MULTISLICE_EVENTS_DIR",
+    "MULTISLICE_STEPS",
+    "MULTISLICE_NUM_SLICES",
+    "MULTISLICE_WORKERS_PER_SLICE",
+    "MULTISLICE_PROCESS_ID",
+    "MULTISLICE_NUM_PROCESSES",
+    "MULTISLICE_COORDINATOR_ADDRESS",
+    "MULTISLICE_ACCELERATOR_TYPE",
+)
+#: The ``tpu-env`` values a multislice queued resource sets, passed to a command as they are.
+MEGASCALE_ENV = ("MEGASCALE_COORDINATOR_ADDRESS", "MEGASCALE_NUM_SLICES", "MEGASCALE_SLICE_ID", "MEGASCALE_PORT")
 
 # Endpoints and names on the VM ----------------------------------------------------------------
 

@@ -59,7 +59,7 @@ from importlib import resources
 from pathlib import Path
 
 from infra.config import StackConfig
-from infra.startup import bundle, content_cache, lockfile
+from infra.startup import bundle, content_cache, lockfile, workload as workload_release
 from infra.startup.bundle import BUNDLE_PACKAGE, release_id_of  # noqa: F401 (part of this module's API)
 from infra.startup.contract import (  # noqa: F401 (record_object, release_object: part of this module's API)
     DEFAULT_METADATA_HOST,
@@ -68,6 +68,7 @@ from infra.startup.contract import (  # noqa: F401 (record_object, release_objec
     record_object,
     release_object,
 )
+from infra.startup.uv_lock import Lock
 
 #: GCE limit on one metadata value: "less than or equal to 262144 bytes (256 KiB)"
 #: (https://cloud.google.com/compute/docs/reference/rest/v1/Metadata, ``items[].value``).
@@ -140,6 +141,9 @@ class RenderedScript:
       bundle_sha256: hex sha256 of the trainer bundle alone (``infra.startup.bundle.build_bundle``).
       requirements_sha256: hex sha256 of the pinned requirements text.
       size_bytes: ``len(text.encode())``, what counts against the metadata limit.
+      workload_source: a command's source tar when it travels through the bucket (too large
+        for the script: :mod:`infra.startup.workload`), else empty.
+      workload_source_object: the bucket object it goes to, else None.
       files: path in the release → the first :data:`FILE_DIGEST_CHARS` hex digits of the
         file's sha256, sorted by path: what a preview shows of a release change (the files
         that changed), instead of the script's base64.
@@ -153,6 +157,8 @@ class RenderedScript:
     requirements_sha256: str
     size_bytes: int
     files: dict[str, str] = dataclasses.field(default_factory=dict)
+    workload_source: bytes = b""
+    workload_source_object: str | None = None
 
 
 def template(resource: str = TEMPLATE_RESOURCE) -> str:
@@ -183,9 +189,16 @@ def fill(text: str, values: dict[str, str], name: str = TEMPLATE_RESOURCE) -> st
     return _PLACEHOLDER.sub(lambda m: values[m.group(1)], text)
 
 
-def boot_script(config: StackConfig, pins: lockfile.VmPins) -> str:
-    """``boot.sh`` of the release: ``infra/startup/boot.sh.in`` filled for ``config``."""
+def boot_script(
+    config: StackConfig, pins: lockfile.VmPins, workload: workload_release.WorkloadRelease | None = None
+) -> str:
+    """``boot.sh`` of the release: ``infra/startup/boot.sh.in`` filled for ``config`` (and its
+    command's release files, with ``multislice:workload``)."""
     values = {
+        "WORKLOAD": "trainer" if workload is None else "command",
+        "WORKLOAD_REQUIREMENTS_SHA256": workload.requirements_sha256 if workload else "",
+        "WORKLOAD_SOURCE_OBJECT": (workload.source_object or "") if workload else "",
+        "WORKLOAD_SOURCE_SHA256": workload.source_sha256 if workload and workload.source_object else "",
         "STACK": config.stack,
         "ACCELERATOR": config.accelerator_type,
         "SLICES": str(config.slices),
@@ -224,23 +237,45 @@ def file_digests(files: dict[str, bytes]) -> dict[str, str]:
     return {path: hashlib.sha256(files[path]).hexdigest()[:FILE_DIGEST_CHARS] for path in sorted(files)}
 
 
+def workload_files(config: StackConfig, project_root: Path) -> workload_release.WorkloadRelease | None:
+    """The release files of the stack's command (:mod:`infra.startup.workload`), None for the trainer.
+
+    Raises:
+      infra.startup.workload.WorkloadError: its requirements cannot install on the VMs.
+    """
+    if config.workload is None:
+        return None
+    lock_path = project_root / "uv.lock"
+    lock = Lock(lock_path) if lock_path.is_file() else None
+    return workload_release.workload_files(config.stack, config.workload, lockfile.install_target(project_root), lock)
+
+
 def release_files(
-    config: StackConfig, project_root: Path, cache: content_cache.ContentCache | None = None
+    config: StackConfig,
+    project_root: Path,
+    cache: content_cache.ContentCache | None = None,
+    workload: workload_release.WorkloadRelease | None = None,
 ) -> tuple[dict[str, bytes], lockfile.VmPins]:
     """Path → content of every file of the stack's release, and the VM's pins (computed once
-    per content with ``cache``, :func:`infra.startup.lockfile.vm_pins`)."""
+    per content with ``cache``, :func:`infra.startup.lockfile.vm_pins`). With a command
+    (``workload``, :func:`workload_files`) the release carries the command's files instead of
+    the trainer's ``config.json``; the trainer package still ships (its launcher,
+    ``training.workload``, and its log shipper run the command)."""
     pins = lockfile.vm_pins(project_root, cache)
     files = bundle.trainer_files(project_root / BUNDLE_PACKAGE)
     files.update(
         {
-            "boot.sh": boot_script(config, pins).encode(),
+            "boot.sh": boot_script(config, pins, workload).encode(),
             "trainer.sh": template(TRAINER_RESOURCE).encode(),
             "delete-on-complete.sh": template(DELETE_ON_COMPLETE_RESOURCE).encode(),
-            "config.json": (config.training.model_dump_json() + "\n").encode(),
             "requirements.txt": pins.requirements_text.encode(),
             "uv-requirements.txt": pins.uv_requirement_text.encode(),
         }
     )
+    if workload is None:
+        files["config.json"] = (config.training.model_dump_json() + "\n").encode()
+    else:
+        files.update(workload.files)
     return files, pins
 
 
@@ -294,12 +329,14 @@ def render(
       StartupScriptTooLarge: the script exceeds :data:`METADATA_VALUE_LIMIT_BYTES` (256 KiB,
         the GCE limit on one metadata value).
       infra.startup.uv_lock.LockfileError: the lock cannot give the VM's pinned requirements.
+      infra.startup.workload.WorkloadError: the command's requirements cannot install on the VMs.
       FileNotFoundError: no ``training/*.py`` under ``project_root``.
     """
     root = Path(project_root) if project_root is not None else lockfile.default_project_root()
     cache = content_cache.for_project(root)  # bundle, pins and compressed release: once per content
     bundle_sha256 = hashlib.sha256(bundle.cached_bundle(root / BUNDLE_PACKAGE, cache)).hexdigest()
-    files, pins = release_files(config, root, cache)
+    workload = workload_files(config, root)
+    files, pins = release_files(config, root, cache, workload)
     release = bundle.build_archive(files)
     release_id = hashlib.sha256(release).hexdigest()
     compressed = bundle.cached_compress(release, cache) if compress is None else compress(release)
@@ -330,4 +367,6 @@ def render(
         requirements_sha256=pins.requirements_sha256,
         size_bytes=len(data),
         files=file_digests(files),
+        workload_source=workload.source_tar if workload and workload.source_object else b"",
+        workload_source_object=workload.source_object if workload else None,
     )

@@ -8,19 +8,37 @@
 #       trainer (exec, so that systemd's SIGTERM reaches it). Its output goes through the log
 #       shipper (training/log_shipping.py: the prefix, and Cloud Logging on a TPU VM), which
 #       ignores SIGTERM and ends when the trainer does.
+#   trainer.sh command PYTHON RUN_DIR BIN
+#       The same for a stack's own command (multislice:workload): after the backoff, become
+#       `python -m training.workload run` (the release on its PYTHONPATH), which becomes the
+#       command with the workload contract's environment and BIN first on PATH (docs/workloads.md).
 #   trainer.sh stopped [PYTHON RUN_DIR]
 #       One line saying how the trainer ended (systemd sets SERVICE_RESULT, EXIT_CODE and
-#       EXIT_STATUS for ExecStopPost=); after status 0, delete-on-complete.sh; with PYTHON,
-#       through the log shipper too.
+#       EXIT_STATUS for ExecStopPost=); after status 0, a command's run is marked complete
+#       (training.workload complete, on worker 0 of slice 0) and delete-on-complete.sh runs;
+#       with PYTHON, through the log shipper too.
 set -euo pipefail
 
 readonly UNIT=multislice-trainer.service
+release=$(cd "${0%/*}" && pwd -P)
 prefix="[slice ${MULTISLICE_SLICE:-?} worker ${MULTISLICE_WORKER:-?}] "
 say() { printf '%s%s\n' "$prefix" "$*"; }
 # ship PYTHON RUN_DIR: from here on, this script's output goes through the log shipper.
 ship() {
-  exec > >(trap '' TERM INT HUP; exec "$1" -m training.log_shipping "$2") 2>&1
+  exec > >(trap '' TERM INT HUP; PYTHONPATH=$release exec "$1" -m training.log_shipping "$2") 2>&1
   prefix=''
+}
+# backoff: before a restart, wait MULTISLICE_RESTART_BACKOFF_S doubled per restart (at most _MAX_S).
+backoff() {
+  local restarts delay
+  restarts=$(systemctl show --property=NRestarts --value "$UNIT" 2>/dev/null) || restarts=0
+  [[ $restarts =~ ^[0-9]+$ ]] || restarts=0
+  if ((restarts > 0)); then
+    delay=$(awk -v b="${MULTISLICE_RESTART_BACKOFF_S:-1}" -v m="${MULTISLICE_RESTART_BACKOFF_MAX_S:-60}" -v n="$restarts" \
+      'BEGIN { d = b * 2 ^ (n - 1); print (d < m) ? d : m }')
+    say "$1: restart $restarts, after ${delay}s of backoff"
+    sleep "$delay"
+  fi
 }
 
 case ${1:-} in
@@ -28,16 +46,17 @@ case ${1:-} in
     (($# == 4)) || { say "usage: trainer.sh run PYTHON CONFIG RUN_DIR"; exit 2; }
     py=$2 config=$3 run_dir=$4
     ship "$py" "$run_dir"
-    restarts=$(systemctl show --property=NRestarts --value "$UNIT" 2>/dev/null) || restarts=0
-    [[ $restarts =~ ^[0-9]+$ ]] || restarts=0
-    if ((restarts > 0)); then
-      delay=$(awk -v b="${MULTISLICE_RESTART_BACKOFF_S:-1}" -v m="${MULTISLICE_RESTART_BACKOFF_MAX_S:-60}" -v n="$restarts" \
-        'BEGIN { d = b * 2 ^ (n - 1); print (d < m) ? d : m }')
-      say "trainer: restart $restarts, after ${delay}s of backoff"
-      sleep "$delay"
-    fi
+    backoff trainer
     say "trainer: starting $py -m training run --config $config --run-dir $run_dir"
     exec "$py" -m training run --config "$config" --run-dir "$run_dir"
+    ;;
+  command)
+    (($# == 4)) || { say "usage: trainer.sh command PYTHON RUN_DIR BIN"; exit 2; }
+    py=$2 run_dir=$3 bin=$4
+    ship "$py" "$run_dir"
+    backoff workload
+    say "workload: starting the command of $release/workload.json (run dir $run_dir)"
+    PYTHONPATH=$release${PYTHONPATH:+:$PYTHONPATH} exec "$py" -m training.workload run --spec "$release/workload.json" --run-dir "$run_dir" --bin "$bin"
     ;;
   stopped)
     if (($# == 3)); then ship "$2" "$3"; fi
@@ -49,6 +68,12 @@ case ${1:-} in
       exited:*) say "trainer: exited with status $status ($SERVICE_RESULT)" ;;
       *) say "trainer: ended by signal $status (${SERVICE_RESULT:-?})" ;;
     esac
+    # --- a command exited 0: its run is complete (worker 0 of slice 0 writes the marker).
+    if [[ ${EXIT_CODE:-}:$status == exited:0 && -f $release/workload.json && (($# == 3)) ]] &&
+      [[ ${MULTISLICE_SLICE:-} == 0 && ${MULTISLICE_WORKER:-} == 0 ]]; then
+      PYTHONPATH=$release "$2" -m training.workload complete --spec "$release/workload.json" --run-dir "$3" ||
+        say "workload: the completion marker could not be written"
+    fi
     # --- deleteOnComplete: the run is complete; worker 0 of slice 0 deletes the queued resource.
     if [[ ${EXIT_CODE:-}:$status == exited:0 ]]; then MULTISLICE_LINE_PREFIX=$prefix bash "${0%/*}/delete-on-complete.sh" || true; fi
     if (($# == 3)); then # let the shipper write the line out before the unit's processes are stopped
@@ -57,7 +82,7 @@ case ${1:-} in
     fi
     ;;
   *)
-    say "usage: trainer.sh run PYTHON CONFIG RUN_DIR | trainer.sh stopped [PYTHON RUN_DIR]"
+    say "usage: trainer.sh run PYTHON CONFIG RUN_DIR | trainer.sh command PYTHON RUN_DIR BIN | trainer.sh stopped [PYTHON RUN_DIR]"
     exit 2
     ;;
 esac

@@ -110,7 +110,7 @@ class StackReader:
         config, store, read_capacity = self.config, self.store, self.read_capacity
         gone = None
         with ThreadPoolExecutor(max_workers=1) as pool:
-            progress = pool.submit(read_progress, store, config.training.steps) if store is not None else None
+            progress = pool.submit(read_progress, store, config.total_steps) if store is not None else None
             try:
                 cap = read_capacity()
             except capacity.QueuedResourceNotFound as err:
@@ -123,7 +123,7 @@ class StackReader:
                     ),
                 )
             try:
-                run = progress.result() if progress is not None else RunProgress(config.run_dir, config.training.steps)
+                run = progress.result() if progress is not None else RunProgress(config.run_dir, config.total_steps)
             except StoreError as err:
                 raise (gone or StatusError(str(err), 1)) from None
         if cap is None:

@@ -1,0 +1,235 @@
+"""``python -m training.workload``: start a stack's own command, and mark its run complete.
+
+A stack with ``multislice:workload`` runs the user's command instead of the trainer, in the
+same systemd unit (``trainer.sh command``, docs/vm-boot.md). This module is the step between
+the unit and the command, shipped with the release like the trainer:
+
+* ``run --spec workload.json --run-dir RUN_DIR [--bin DIR]``: reads this VM's place in the job
+  from the metadata server (:func:`training.cluster.identity_from_metadata`, the trainer's
+  own reader), writes a ``start`` event in the run directory (process 0), builds the
+  command's environment (:func:`command_environment`, the contract of docs/workloads.md)
+  and becomes the command (``os.execvpe``: systemd's SIGTERM and the exit status are the
+  command's own) in the shipped source directory;
+* ``complete --spec workload.json --run-dir RUN_DIR``: after the command exited 0 on worker 0
+  of slice 0 (``trainer.sh stopped``), writes the completion marker ``COMPLETE``
+  (``{"step": steps, "loss": the last metrics record's loss or null}``) unless one for the
+  run's steps exists: ``status``, ``local up`` and the queued-resource provider read it.
+
+``workload.json`` (written by ``infra/startup/script.py``): ``{"command": [...], "env": {...},
+"steps": N}``. Exit statuses before the command starts: 1 (metadata unreadable: restarted),
+78 (the spec or the command cannot work here: never restarted).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from training import cluster
+
+#: Exit statuses of this launcher (those of ``training.train``: 1 restarted, 78 never restarted).
+EXIT_FAILED = 1
+EXIT_CONFIG = 78
+#: The command's working directory inside the release (the shipped ``multislice:workload.source``).
+SOURCE_DIR = "workload"
+#: The run directory's folders the contract names (``training.run_dir``'s layout).
+CHECKPOINTS = "checkpoints"
+METRICS = "metrics"
+EVENTS = "events"
+#: The completion marker (``training.checkpointing.COMPLETE_MARKER``).
+COMPLETE_MARKER = "COMPLETE"
+
+
+def command_environment(
+    base: dict[str, str],
+    identity: cluster.ClusterIdentity,
+    tpu_env: dict[str, str],
+    *,
+    run_dir: str,
+    steps: int,
+    release: str,
+    user_env: dict[str, str],
+    bin_dir: str | None = None,
+) -> dict[str, str]:
+    """The command's environment: ``base`` (the unit's) with the release directory taken out
+    of ``PYTHONPATH`` (it holds this bundle's ``training`` package, which must not shadow the
+    command's modules), ``bin_dir`` first on ``PATH``, the contract's variables and ``user_env``.
+
+    The contract (docs/workloads.md): ``MULTISLICE_RUN_DIR``, ``MULTISLICE_CHECKPOINT_DIR``,
+    ``MULTISLICE_METRICS_DIR``, ``MULTISLICE_EVENTS_DIR``, ``MULTISLICE_STEPS``,
+    ``MULTISLICE_SLICE``, ``MULTISLICE_WORKER``, ``MULTISLICE_NUM_SLICES``,
+    ``MULTISLICE_WORKERS_PER_SLICE``, ``MULTISLICE_PROCESS_ID``, ``MULTISLICE_NUM_PROCESSES``,
+    ``MULTISLICE_COORDINATOR_ADDRESS`` (``host:port`` of process 0, as JAX's Cloud TPU cluster
+    detection computes it), ``MULTISLICE_ACCELERATOR_TYPE`` and the ``MEGASCALE_*`` lines of the
+    ``tpu-env`` metadata exactly as Cloud TPU set them (only a multislice queued resource has
+    them). ``user_env`` cannot hold any of these names (``infra.config.workload`` refuses them).
+    """
+    env = dict(base)
+    paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and os.path.abspath(p) != release]
+    if paths:
+        env["PYTHONPATH"] = os.pathsep.join(paths)
+    else:
+        env.pop("PYTHONPATH", None)
+    if bin_dir:
+        env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '/usr/bin:/bin')}"
+        env["VIRTUAL_ENV"] = str(Path(bin_dir).parent)
+    root = run_dir.rstrip("/")
+    env.update(
+        {
+            "MULTISLICE_RUN_DIR": root,
+            "MULTISLICE_CHECKPOINT_DIR": f"{root}/{CHECKPOINTS}",
+            "MULTISLICE_METRICS_DIR": f"{root}/{METRICS}",
+            "MULTISLICE_EVENTS_DIR": f"{root}/{EVENTS}",
+            "MULTISLICE_STEPS": str(steps),
+            "MULTISLICE_SLICE": str(identity.slice_id),
+            "MULTISLICE_WORKER": str(identity.worker),
+            "MULTISLICE_NUM_SLICES": str(identity.num_slices),
+            "MULTISLICE_WORKERS_PER_SLICE": str(identity.workers_per_slice),
+            "MULTISLICE_PROCESS_ID": str(identity.process_id),
+            "MULTISLICE_NUM_PROCESSES": str(identity.num_processes),
+            "MULTISLICE_COORDINATOR_ADDRESS": identity.coordinator_address,
+            "MULTISLICE_ACCELERATOR_TYPE": identity.accelerator_type or "",
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
+    env.update({k: v for k, v in tpu_env.items() if k.startswith("MEGASCALE_")})
+    env.update(user_env)
+    return env
+
+
+def read_spec(path: Path) -> dict[str, Any]:
+    """``workload.json``: ``{"command": [str, ...], "env": {str: str}, "steps": int}``.
+
+    Raises:
+      ValueError: the file is missing or malformed (names what is wrong).
+    """
+    try:
+        spec = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise ValueError(f"workload spec {path}: {err}") from None
+    command, env, steps = spec.get("command"), spec.get("env", {}), spec.get("steps")
+    if not isinstance(command, list) or not command or not all(isinstance(a, str) for a in command):
+        raise ValueError(f"workload spec {path}: command {command!r} is not a non-empty list of strings")
+    if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+        raise ValueError(f"workload spec {path}: env {env!r} is not a mapping of strings")
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"workload spec {path}: steps {steps!r} is not a positive integer")
+    return spec
+
+
+def newest_checkpoint_step(run_dir: Any) -> int:
+    """The highest step of ``<run>/checkpoints/<step>`` whose name is a number (Orbax's layout;
+    an unfinished save is ``<step>.orbax-checkpoint-tmp…`` and does not count); 0 when none."""
+    steps = [int(Path(name).name) for name in run_dir.list(f"{CHECKPOINTS}/*") if Path(name).name.isdigit()]
+    return max(steps, default=0)
+
+
+def record_start(run_dir_text: str) -> None:
+    """Process 0: append a ``start`` event (``step``: the newest checkpoint's, ``restored``,
+    ``time``, ``workload: "command"``) as a new ``events`` object, the record ``status`` counts
+    restarts by and ``local up`` arms its faults with (``training.run_log``)."""
+    from training.run_dir import RunDir
+    from training.run_log import RecordLog
+
+    run_dir = RunDir(run_dir_text)
+    step = newest_checkpoint_step(run_dir)
+    events = RecordLog(run_dir, EVENTS)
+    events.append(
+        {"event": "start", "step": step, "restored": step > 0, "time": round(time.time(), 3), "workload": "command"}
+    )
+    events.sync()
+
+
+def run(spec_path: Path, run_dir: str, bin_dir: str | None) -> int:
+    """Become the command (see the module docstring); returns only when it cannot start."""
+    try:
+        spec = read_spec(spec_path)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_CONFIG
+    release = str(spec_path.resolve().parent)
+    try:
+        identity = cluster.identity_from_metadata()
+        tpu_env = cluster.parse_tpu_env(cluster.get_metadata("tpu-env", required=False) or "")
+    except cluster.MetadataError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_FAILED
+    if identity.process_id == 0:
+        record_start(run_dir)
+    env = command_environment(
+        dict(os.environ),
+        identity,
+        tpu_env,
+        run_dir=run_dir,
+        steps=spec["steps"],
+        release=release,
+        user_env=spec.get("env", {}),
+        bin_dir=bin_dir,
+    )
+    source = Path(release) / SOURCE_DIR
+    cwd = source if source.is_dir() else Path(release)
+    command = spec["command"]
+    print(
+        f"workload: process {identity.process_id}/{identity.num_processes} starting {json.dumps(command)} in {cwd}",
+        flush=True,
+    )
+    os.chdir(cwd)
+    try:
+        os.execvpe(command[0], command, env)
+    except OSError as err:
+        print(f"error: workload command {command[0]!r} cannot start: {err}", file=sys.stderr)
+        return EXIT_CONFIG
+    return EXIT_FAILED  # not reached: exec replaced this process
+
+
+def completed_step(marker: bytes | None) -> int:
+    """The step of a completion marker (``training.checkpointing.read_completion``'s format),
+    0 when absent or malformed."""
+    try:
+        step = json.loads((marker or b"").decode("utf-8"))["step"]
+    except (ValueError, TypeError, KeyError, UnicodeDecodeError):
+        return 0
+    return step if isinstance(step, int) and not isinstance(step, bool) and step > 0 else 0
+
+
+def complete(spec_path: Path, run_dir_text: str) -> int:
+    """Write ``COMPLETE`` for the run's steps (see the module docstring); 0, or 1 if it cannot."""
+    from training.run_dir import RunDir
+    from training.run_log import read_records
+
+    try:
+        steps = read_spec(spec_path)["steps"]
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_FAILED
+    run_dir = RunDir(run_dir_text)
+    if completed_step(run_dir.read(COMPLETE_MARKER)) >= steps:
+        return 0
+    losses = [r["loss"] for r in read_records(run_dir, METRICS) if isinstance(r.get("loss"), (int, float))]
+    record = {"step": steps, "loss": float(losses[-1]) if losses else None}
+    run_dir.write(COMPLETE_MARKER, json.dumps(record, sort_keys=True).encode())  # training.checkpointing's format
+    print(f"workload: the command exited 0: the run is complete ({run_dir}/COMPLETE, step {steps})", flush=True)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m training.workload", description=__doc__.split("\n")[0] if __doc__ else None
+    )
+    parser.add_argument("action", choices=("run", "complete"))
+    parser.add_argument("--spec", type=Path, required=True, help="workload.json of the release")
+    parser.add_argument("--run-dir", required=True, help="the run directory (gs://… or a local path)")
+    parser.add_argument("--bin", default=None, help="the workload virtualenv's bin/ directory (first on PATH)")
+    args = parser.parse_args(argv)
+    if args.action == "run":
+        return run(args.spec, args.run_dir, args.bin)
+    return complete(args.spec, args.run_dir)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
