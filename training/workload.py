@@ -129,9 +129,9 @@ def newest_checkpoint_step(run_dir: Any) -> int:
     return max(steps, default=0)
 
 
-def record_start(run_dir_text: str) -> None:
+def record_start(run_dir_text: str, processes: int) -> None:
     """Process 0: append a ``start`` event (``step``: the newest checkpoint's, ``restored``,
-    ``time``, ``workload: "command"``) as a new ``events`` object, the record ``status`` counts
+    ``processes``, ``time``, ``workload: "command"``) as a new ``events`` object, the record ``status`` counts
     restarts by and ``local up`` arms its faults with (``training.run_log``)."""
     from training.run_dir import RunDir
     from training.run_log import RecordLog
@@ -140,7 +140,14 @@ def record_start(run_dir_text: str) -> None:
     step = newest_checkpoint_step(run_dir)
     events = RecordLog(run_dir, EVENTS)
     events.append(
-        {"event": "start", "step": step, "restored": step > 0, "time": round(time.time(), 3), "workload": "command"}
+        {
+            "event": "start",
+            "step": step,
+            "restored": step > 0,
+            "processes": processes,
+            "time": round(time.time(), 3),
+            "workload": "command",
+        }
     )
     events.sync()
 
@@ -160,7 +167,7 @@ def run(spec_path: Path, run_dir: str, bin_dir: str | None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_FAILED
     if identity.process_id == 0:
-        record_start(run_dir)
+        record_start(run_dir, identity.num_processes)
     env = command_environment(
         dict(os.environ),
         identity,

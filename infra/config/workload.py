@@ -43,7 +43,6 @@ from typing import Any
 
 from pydantic import Field, ValidationInfo, field_validator
 
-from infra.startup import contract
 from training.validation import StrictModel
 
 #: Largest source directory shipped, bytes (sum of its files). The source travels with every
@@ -61,12 +60,13 @@ MAX_REQUIREMENTS_BYTES = 1024 * 1024
 #: Most steps a command may declare (as ``multislice:training.steps``).
 MAX_STEPS = 10**8
 #: Environment names the contract sets (docs/workloads.md): ``env`` may not override them.
-RESERVED_PREFIXES = ("MULTISLICE_", "MEGASCALE_")
+#: (``GCE_METADATA…`` and ``STORAGE_EMULATOR…``: where the VM's metadata server and Cloud Storage
+#: are, ``infra.startup.contract``'s ``METADATA_HOST_ENV`` and ``STORAGE_ENDPOINT_ENV``.)
+RESERVED_PREFIXES = ("MULTISLICE_", "MEGASCALE_", "GCE_METADATA", "STORAGE_EMULATOR")
 RESERVED_NAMES = frozenset(
     {
-        contract.METADATA_HOST_ENV,
-        contract.STORAGE_ENDPOINT_ENV,
         "PATH",
+        "VIRTUAL_ENV",
         "PYTHONUNBUFFERED",
         "JAX_COORDINATOR_ADDRESS",
         "JAX_COORDINATOR_PORT",
@@ -255,7 +255,7 @@ class WorkloadSettings(StrictModel):
             if name.startswith(RESERVED_PREFIXES) or name in RESERVED_NAMES:
                 raise ValueError(
                     f"{name} is set by the workload contract (docs/workloads.md) and cannot be overridden; "
-                    f"names starting with {' or '.join(RESERVED_PREFIXES)} and {', '.join(sorted(RESERVED_NAMES))} "
+                    f"names starting with {', '.join(RESERVED_PREFIXES)} and {', '.join(sorted(RESERVED_NAMES))} "
                     "are reserved"
                 )
             if isinstance(item, bool) or not isinstance(item, (str, int, float)):

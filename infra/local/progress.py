@@ -141,7 +141,8 @@ class RunReporter:
         if kind == "start":
             self.starts += 1
             how = "resumed from the checkpoint of step" if event.get("restored") else "started at step"
-            self.report(f"training {how} {step} ({event.get('processes')} processes, {event.get('devices')} devices)")
+            sizes = ", ".join(f"{event[k]} {k}" for k in ("processes", "devices") if event.get(k) is not None)
+            self.report(f"training {how} {step}" + (f" ({sizes})" if sizes else ""))
         elif kind == "checkpoint" and event.get("preemption"):
             self.report(f"preemption checkpoint saved at step {step}")
         elif kind == "preempted":

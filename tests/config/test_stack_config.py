@@ -374,6 +374,7 @@ def test_stacks_dir_discovery(tmp_path, monkeypatch):
 
 def test_object_valued_keys_are_the_ones_the_engine_sends_as_json_text():
     assert set(config_mod.STRUCTURED_KEYS) == {
+        "multislice:workload",  # optional (None: the trainer), still an object when set
         "multislice:training",
         "multislice:network",
         "multislice:bucket",

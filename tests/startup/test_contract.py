@@ -93,6 +93,14 @@ def test_the_trainer_spells_the_names_it_reads_as_the_contract_declares():
     assert re.search(rf'^COMPLETE_MARKER = "{contract.COMPLETE_MARKER}"$', source, re.M)  # training/checkpointing.py
 
 
+def test_the_workload_launcher_spells_the_contracts_names():
+    source = (ROOT / "training" / "workload.py").read_text(encoding="utf-8")
+    for name in contract.WORKLOAD_ENV:
+        assert f'"{name}"' in source, name
+    assert '"MEGASCALE_"' in source  # every MEGASCALE_* value of tpu-env is passed on
+    assert all(name.startswith("MEGASCALE_") for name in contract.MEGASCALE_ENV)
+
+
 def test_the_contract_imports_nothing():
     tree = ast.parse((STARTUP / "contract.py").read_text())
     imports = [node for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))]
@@ -101,8 +109,11 @@ def test_the_contract_imports_nothing():
 
 #: Literals equal to a contract value that mean something else: google-auth's own look-up of
 #: the metadata host (credentials.py), the file an emulated VM keeps its script in (vm.py), a
-#: state word of a figure title (plot.py), and the CLI module another change moves.
+#: state word of a figure title (plot.py), the CLI module another change moves, and the key JAX's
+#: GceTpuCluster asks the metadata server (the emulated VM's sitecustomize.py runs in any Python
+#: and imports nothing of infra/).
 ELSEWHERE = {
+    ("infra/local/vm_site/sitecustomize.py", "agent-worker-number"),
     ("infra/credentials.py", "GCE_METADATA_IP"),
     ("infra/local/vm.py", "startup-script"),
     ("infra/status/plot.py", "COMPLETE"),

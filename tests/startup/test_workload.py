@@ -1,0 +1,162 @@
+"""A stack's own command in the release (infra/startup/workload.py, script.py, boot.sh.in,
+trainer.sh): what the release holds, what changes it, the render-time check of the command's
+requirements for the VM, and the boot of a VM whose command's source comes through the bucket."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import tarfile
+
+import pytest
+
+from infra import startup
+from infra.config import StackConfig
+from infra.startup import lockfile, workload as workload_release
+from infra.startup.uv_lock import Lock
+from tests.fakes.startup_vm import (
+    BUCKET,
+    ROOT,
+    RUN_DIR,
+    TPU_ENV,
+    Vm,
+    gcs,  # noqa: F401 (fixture)
+    prefixed,
+)
+
+BASE = {"gcp:project": "acme-ml", "gcp:zone": "us-central2-b", "multislice:acceleratorType": "v4-16"}
+
+
+def command_stack(tmp_path, **workload) -> StackConfig:
+    source = tmp_path / "src"
+    if not source.exists():
+        source.mkdir()
+        (source / "train.py").write_text("print('training')\n")
+    spec = {"command": ["python3", "train.py"], "steps": 10, "source": str(source), **workload}
+    return StackConfig.model_validate({"stack": "dev", **BASE, "multislice:slices": 2, "multislice:workload": spec})
+
+
+def render(config: StackConfig) -> startup.RenderedScript:
+    return startup.render(config, project_root=ROOT)
+
+
+def test_the_release_holds_the_command_not_the_trainer_config(tmp_path):
+    rendered = render(command_stack(tmp_path, env={"A": "1"}))
+    files = set(rendered.files)
+    assert {"workload.json", "workload/train.py", "boot.sh", "trainer.sh", "requirements.txt"} <= files
+    assert "config.json" not in files and "workload-source.json" not in files
+    release = tarfile.open(fileobj=io.BytesIO(rendered.release))
+    spec = json.loads(release.extractfile("workload.json").read())  # type: ignore[union-attr]
+    assert spec == {"command": ["python3", "train.py"], "env": {"A": "1"}, "steps": 10}
+    boot = release.extractfile("boot.sh").read().decode()  # type: ignore[union-attr]
+    assert "readonly WORKLOAD=command\n" in boot and "Description=multislice command (stack dev" in boot
+    assert rendered.workload_source == b"" and rendered.workload_source_object is None
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"command": ["python3", "train.py", "--fast"]},
+        {"env": {"A": "2"}},
+        {"steps": 11},
+    ],
+)
+def test_a_change_to_the_command_is_a_new_release(tmp_path, change):
+    before = render(command_stack(tmp_path))
+    after = render(command_stack(tmp_path, **change))
+    assert after.release_id != before.release_id
+    assert [p for p in after.files if after.files[p] != before.files.get(p)] == ["workload.json"]
+
+
+def test_a_change_to_the_source_is_a_new_release(tmp_path):
+    before = render(command_stack(tmp_path))
+    (tmp_path / "src" / "train.py").write_text("print('training faster')\n")
+    after = render(command_stack(tmp_path))
+    assert after.release_id != before.release_id
+    assert [p for p in after.files if after.files[p] != before.files.get(p)] == ["workload/train.py"]
+
+
+def test_the_trainer_stack_keeps_its_release(tmp_path):
+    config = StackConfig.model_validate(
+        {"stack": "dev", **BASE, "multislice:slices": 1, "multislice:training": {"parallelism": {"ici": {"fsdp": 8}}}}
+    )
+    rendered = render(config)
+    assert "config.json" in rendered.files and "workload.json" not in rendered.files
+    boot = tarfile.open(fileobj=io.BytesIO(rendered.release)).extractfile("boot.sh").read().decode()  # type: ignore[union-attr]
+    assert "readonly WORKLOAD=trainer\n" in boot and "Description=multislice trainer (stack dev" in boot
+
+
+def test_a_large_source_goes_through_the_bucket(tmp_path, monkeypatch):
+    monkeypatch.setattr(workload_release, "INLINE_SOURCE_BYTES", 100)
+    rendered = render(command_stack(tmp_path))
+    assert not any(p.startswith("workload/") for p in rendered.files) and "workload-source.json" in rendered.files
+    sha = hashlib.sha256(rendered.workload_source).hexdigest()
+    assert rendered.workload_source_object == f"multislice/dev/sources/{sha}.tar"
+    names = tarfile.open(fileobj=io.BytesIO(rendered.workload_source)).getnames()
+    assert names == ["train.py"]
+    (tmp_path / "src" / "train.py").write_text("print('changed')\n")
+    assert render(command_stack(tmp_path)).release_id != rendered.release_id  # the reference names the sha256
+
+
+def test_requirements_ship_and_are_checked_for_the_vm(tmp_path):
+    target = lockfile.install_target(ROOT)
+    lock = Lock(ROOT / "uv.lock")
+    numpy = next(p for p in lock.candidates("numpy"))
+    wheels = {w["url"].rsplit("/", 1)[-1]: w["hash"].split(":", 1)[1] for w in numpy["wheels"]}
+    good = next(h for name, h in wheels.items() if target.wheel_rank(name) is not None)
+    mac = [h for name, h in wheels.items() if "macosx" in name]
+    version = numpy["version"]
+
+    def check(text):
+        workload_release.check_requirements(text, target, lock)
+
+    check(f"numpy=={version} --hash=sha256:{good}\n")
+    check(f"unknown-pkg==1.0 --hash=sha256:{'c' * 64}\n")  # not in the lock: uv checks it on the VM
+    check(f"numpy=={version} ; sys_platform == 'darwin' --hash=sha256:{mac[0]}\n")  # not for the VM
+    with pytest.raises(workload_release.WorkloadError, match=r"numpy==.*none of its hashed files installs on CPython"):
+        check(f"numpy=={version} " + " ".join(f"--hash=sha256:{h}" for h in mac) + "\n")
+    header = (
+        "# This file was autogenerated by uv via the following command:\n"
+        "#    uv pip compile r.in --python-version {v} --python-platform {p} --generate-hashes\n"
+    )
+    with pytest.raises(workload_release.WorkloadError, match="compiled for Python 3.12"):
+        check(header.format(v="3.12", p="x86_64-manylinux_2_35") + f"numpy=={version} --hash=sha256:{good}\n")
+    with pytest.raises(workload_release.WorkloadError, match="compiled for platform aarch64-apple-darwin"):
+        check(
+            header.format(v=target.python_version, p="aarch64-apple-darwin")
+            + f"numpy=={version} --hash=sha256:{good}\n"
+        )
+    (tmp_path / "req.txt").write_text(f"numpy=={version} --hash=sha256:{good}\n")
+    rendered = render(command_stack(tmp_path, requirements=str(tmp_path / "req.txt")))
+    assert "workload-requirements.txt" in rendered.files
+    boot = tarfile.open(fileobj=io.BytesIO(rendered.release)).extractfile("boot.sh").read().decode()  # type: ignore[union-attr]
+    sha = hashlib.sha256((tmp_path / "req.txt").read_bytes()).hexdigest()
+    assert f"readonly WORKLOAD_REQUIREMENTS_SHA256={sha}\n" in boot
+
+
+def test_a_vm_fetches_a_large_source_and_starts_the_command(tmp_path, monkeypatch, gcs):  # noqa: F811
+    monkeypatch.setattr(workload_release, "INLINE_SOURCE_BYTES", 100)
+    rendered = render(command_stack(tmp_path))
+    assert rendered.workload_source_object is not None
+    gcs.put(BUCKET, rendered.workload_source_object, rendered.workload_source)
+    attributes = {"agent-worker-number": "2", "tpu-env": TPU_ENV, "multislice-run-dir": RUN_DIR}
+    (tmp_path / "vm").mkdir()
+    machine = Vm(tmp_path / "vm", rendered.text, attributes, gcs)
+    with machine.metadata:
+        result = machine.run()
+        assert result.returncode == 0, result.stdout
+        lines = prefixed(result.stdout)
+        assert f"workload source: fetching gs://{BUCKET}/{rendered.workload_source_object}" in lines
+        release = machine.home / "releases" / rendered.release_id
+        assert (release / "workload" / "train.py").read_text() == "print('training')\n"
+        unit = (machine.unit_dir / "multislice-trainer.service").read_text()
+        assert f"trainer.sh command {machine.bin / 'python'} {RUN_DIR} " in unit and "PYTHONPATH" not in unit
+        argv = machine.argv(1)
+        assert argv[1:6] == ["-m", "training.workload", "run", "--spec", f"{release.resolve()}/workload.json"]
+        assert argv[6:] == ["--run-dir", RUN_DIR, "--bin", str(machine.bin.resolve())]
+        # A corrupt source stops the boot with a message naming it.
+        gcs.put(BUCKET, rendered.workload_source_object, b"not the source")
+        (release / "workload").rename(release / "gone")
+        result = machine.run()
+        assert result.returncode != 0 and "is corrupt: sha256" in result.stdout

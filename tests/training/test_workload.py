@@ -1,0 +1,116 @@
+"""training/workload.py: what a stack's own command finds in its environment (the documented
+contract of docs/workloads.md), its start event and its completion marker."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from infra.startup import contract
+from training import workload
+from training.cluster import ClusterIdentity, parse_tpu_env
+from training.run_dir import RunDir
+from training.run_log import read_records
+
+TPU_ENV = parse_tpu_env(
+    "ACCELERATOR_TYPE: 'v4-16'\nMEGASCALE_COORDINATOR_ADDRESS: '10.0.0.2:8080'\nMEGASCALE_NUM_SLICES: '2'\n"
+    "MEGASCALE_SLICE_ID: '1'\nMEGASCALE_PORT: '8080'\nWORKER_ID: '1'\n"
+)
+IDENTITY = ClusterIdentity(
+    worker=1,
+    workers_per_slice=2,
+    slice_id=1,
+    num_slices=2,
+    coordinator_address="10.0.0.2:8482",
+    accelerator_type="v4-16",
+)
+
+
+def test_the_environment_is_the_contract():
+    env = workload.command_environment(
+        {"PATH": "/usr/bin", "PYTHONPATH": "/rel:/site", "KEEP": "1"},
+        IDENTITY,
+        TPU_ENV,
+        run_dir="gs://b/runs/r/",
+        steps=100,
+        release="/rel",
+        user_env={"XLA_FLAGS": "--x"},
+        bin_dir="/venv/bin",
+    )
+    assert env == {
+        "KEEP": "1",
+        "PATH": "/venv/bin:/usr/bin",
+        "VIRTUAL_ENV": "/venv",
+        "PYTHONPATH": "/site",  # the release (this bundle's training package) is taken out
+        "PYTHONUNBUFFERED": "1",
+        "MULTISLICE_RUN_DIR": "gs://b/runs/r",
+        "MULTISLICE_CHECKPOINT_DIR": "gs://b/runs/r/checkpoints",
+        "MULTISLICE_METRICS_DIR": "gs://b/runs/r/metrics",
+        "MULTISLICE_EVENTS_DIR": "gs://b/runs/r/events",
+        "MULTISLICE_STEPS": "100",
+        "MULTISLICE_SLICE": "1",
+        "MULTISLICE_WORKER": "1",
+        "MULTISLICE_NUM_SLICES": "2",
+        "MULTISLICE_WORKERS_PER_SLICE": "2",
+        "MULTISLICE_PROCESS_ID": "3",
+        "MULTISLICE_NUM_PROCESSES": "4",
+        "MULTISLICE_COORDINATOR_ADDRESS": "10.0.0.2:8482",
+        "MULTISLICE_ACCELERATOR_TYPE": "v4-16",
+        "MEGASCALE_COORDINATOR_ADDRESS": "10.0.0.2:8080",
+        "MEGASCALE_NUM_SLICES": "2",
+        "MEGASCALE_SLICE_ID": "1",
+        "MEGASCALE_PORT": "8080",
+        "XLA_FLAGS": "--x",
+    }
+    assert set(contract.WORKLOAD_ENV) | set(contract.MEGASCALE_ENV) | {contract.SLICE_ENV, contract.WORKER_ENV} <= set(
+        env
+    )
+
+
+def test_a_single_slice_has_no_megascale_values():
+    identity = ClusterIdentity(worker=0, workers_per_slice=1, slice_id=0, num_slices=1, coordinator_address="h:8482")
+    env = workload.command_environment(
+        {}, identity, {"WORKER_ID": "0"}, run_dir="/r", steps=1, release="/rel", user_env={}
+    )
+    assert not [k for k in env if k.startswith("MEGASCALE_")] and "PYTHONPATH" not in env
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ({"command": "x", "steps": 1}, "command 'x' is not a non-empty list"),
+        ({"command": ["x"], "steps": 0}, "steps 0 is not a positive integer"),
+        ({"command": ["x"], "steps": 1, "env": {"A": 1}}, "env {'A': 1} is not a mapping of strings"),
+    ],
+)
+def test_a_bad_spec_is_a_config_error(tmp_path, spec, message):
+    (tmp_path / "workload.json").write_text(json.dumps(spec))
+    with pytest.raises(ValueError, match=message):
+        workload.read_spec(tmp_path / "workload.json")
+    assert workload.run(tmp_path / "workload.json", str(tmp_path / "run"), None) == workload.EXIT_CONFIG
+
+
+def test_start_event_and_completion_marker(tmp_path):
+    run = RunDir(str(tmp_path / "run"))
+    for step in ("4", "8", "12.orbax-checkpoint-tmp-1"):
+        (tmp_path / "run" / "checkpoints" / step).mkdir(parents=True)
+    workload.record_start(str(run), processes=4)
+    (start,) = read_records(run, "events")
+    assert {k: start[k] for k in ("event", "step", "restored", "processes", "workload")} == {
+        "event": "start",
+        "step": 8,
+        "restored": True,
+        "processes": 4,
+        "workload": "command",
+    }
+    (tmp_path / "run" / "metrics").mkdir()
+    (tmp_path / "run" / "metrics" / "00000000.jsonl").write_text(
+        '{"step": 9, "loss": 0.5}\n{"step": 10, "loss": 0.25}\n'
+    )
+    spec = tmp_path / "workload.json"
+    spec.write_text(json.dumps({"command": ["x"], "steps": 10}))
+    assert workload.complete(spec, str(run)) == 0
+    assert json.loads(run.read("COMPLETE") or b"") == {"step": 10, "loss": 0.25}
+    run.write("COMPLETE", b'{"step": 12, "loss": null}')  # the command wrote its own: kept
+    assert workload.complete(spec, str(run)) == 0 and json.loads(run.read("COMPLETE") or b"")["step"] == 12
