@@ -291,3 +291,11 @@ def test_prod_queued_resource_on_spot_needs_protection(dev_qr):
     assert violations("prod-capacity", QR_TYPE, spot, protect=True) == []
     assert violations("prod-capacity", QR_TYPE, changed(spot, capacity="reserved")) == []
     assert violations("prod-capacity", QR_TYPE, dev_qr) == []  # dev on spot: not prod
+
+
+def test_a_command_workload_is_not_held_to_the_trainers_policies(dev_qr):
+    # multislice:workload: the trainer input describes the command (infra/__main__.py), and the
+    # memory estimate and data-source check of the bundled trainer do not apply to it.
+    command = changed(dev_qr, trainer={"command": ["python3", "train.py"], "env": {}, "steps": 100.0})
+    for policy in ("training-fits-hbm", "data-source-exists", "dcn-tensor-parallelism-one"):
+        assert violations(policy, QR_TYPE, command) == [], policy

@@ -663,3 +663,17 @@ def test_a_queued_resource_deleted_on_complete_warns_why_nothing_is_created(monk
     assert len(warned) == 1
     with pytest.raises(program.pulumi.RunError, match="still queued"):
         program._require_ready([False, "still queued", None])
+
+
+def test_a_command_stack_describes_its_command_and_ships_it():
+    # multislice:workload instead of multislice:training: the queued resource's trainer input is
+    # the command's description (the provider reads its steps; policies see a command), and the
+    # release it boots holds the command, not the trainer's config.
+    source = Path(__file__).parents[1] / "fakes" / "workload"
+    config = {k: v for k, v in stack_map("dev").items() if k != "multislice:training"}
+    config["multislice:workload"] = {"command": ["python3", "workload_program.py"], "steps": 30, "source": str(source)}
+    world = evaluate("dev", config)
+    qr = world.one(QR_TYPE)
+    assert qr.inputs["trainer"] == {"command": ["python3", "workload_program.py"], "env": {}, "steps": 30}
+    assert {"workload.json", "workload/workload_program.py"} <= set(qr.inputs["releaseFiles"])
+    assert "config.json" not in qr.inputs["releaseFiles"]
