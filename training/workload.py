@@ -13,7 +13,9 @@ the unit and the command, shipped with the release like the trainer:
 * ``complete --spec workload.json --run-dir RUN_DIR``: after the command exited 0 on worker 0
   of slice 0 (``trainer.sh stopped``), writes the completion marker ``COMPLETE``
   (``{"step": steps, "loss": the last metrics record's loss or null}``) unless one for the
-  run's steps exists: ``status``, ``local up`` and the queued-resource provider read it.
+  run's steps exists: ``status``, ``local up`` and the queued-resource provider read it;
+* ``preempted --spec workload.json --run-dir RUN_DIR``: after the command exited 75 on worker 0
+  of slice 0, appends the ``preempted`` event the trainer writes itself (:func:`record_preempted`).
 
 ``workload.json`` (written by ``infra/startup/script.py``): ``{"command": [...], "env": {...},
 "steps": N}``. Exit statuses before the command starts: 1 (metadata unreadable: restarted),
@@ -224,17 +226,45 @@ def complete(spec_path: Path, run_dir_text: str) -> int:
     return 0
 
 
+def record_preempted(run_dir_text: str) -> int:
+    """After the command exited 75 on process 0: append a ``preempted`` event (``step``: the
+    newest checkpoint's, ``time``, ``workload: "command"``), the record the bundled trainer writes
+    at the same point (``training.train``), so ``status`` counts the next start as a preemption
+    restart and not as a failure; 0, or 1 if it cannot be written."""
+    from training.run_dir import RunDir
+    from training.run_log import RecordLog
+
+    try:
+        run_dir = RunDir(run_dir_text)
+        events = RecordLog(run_dir, EVENTS)
+        events.append(
+            {
+                "event": "preempted",
+                "step": newest_checkpoint_step(run_dir),
+                "time": round(time.time(), 3),
+                "workload": "command",
+            }
+        )
+        events.sync()
+    except OSError as err:
+        print(f"error: the preempted event could not be written to {run_dir_text}: {err}", file=sys.stderr)
+        return EXIT_FAILED
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m training.workload", description=__doc__.split("\n")[0] if __doc__ else None
     )
-    parser.add_argument("action", choices=("run", "complete"))
+    parser.add_argument("action", choices=("run", "complete", "preempted"))
     parser.add_argument("--spec", type=Path, required=True, help="workload.json of the release")
     parser.add_argument("--run-dir", required=True, help="the run directory (gs://… or a local path)")
     parser.add_argument("--bin", default=None, help="the workload virtualenv's bin/ directory (first on PATH)")
     args = parser.parse_args(argv)
     if args.action == "run":
         return run(args.spec, args.run_dir, args.bin)
+    if args.action == "preempted":
+        return record_preempted(args.run_dir)
     return complete(args.spec, args.run_dir)
 
 

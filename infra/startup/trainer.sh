@@ -16,7 +16,8 @@
 #       One line saying how the trainer ended (systemd sets SERVICE_RESULT, EXIT_CODE and
 #       EXIT_STATUS for ExecStopPost=); after status 0, a command's run is marked complete
 #       (training.workload complete, on worker 0 of slice 0) and delete-on-complete.sh runs;
-#       with PYTHON, through the log shipper too.
+#       after status 75, a command's preemption is recorded (training.workload preempted, on
+#       worker 0 of slice 0); with PYTHON, through the log shipper too.
 set -euo pipefail
 
 readonly UNIT=multislice-trainer.service
@@ -73,6 +74,12 @@ case ${1:-} in
       [[ ${MULTISLICE_SLICE:-} == 0 && ${MULTISLICE_WORKER:-} == 0 ]]; then
       PYTHONPATH=$release "$2" -m training.workload complete --spec "$release/workload.json" --run-dir "$3" ||
         say "workload: the completion marker could not be written"
+    fi
+    # --- a command exited 75 (preempted): worker 0 of slice 0 records it, as the trainer does itself.
+    if [[ ${EXIT_CODE:-}:$status == exited:75 && -f $release/workload.json && (($# == 3)) ]] &&
+      [[ ${MULTISLICE_SLICE:-} == 0 && ${MULTISLICE_WORKER:-} == 0 ]]; then
+      PYTHONPATH=$release "$2" -m training.workload preempted --spec "$release/workload.json" --run-dir "$3" ||
+        say "workload: the preempted event could not be written"
     fi
     # --- deleteOnComplete: the run is complete; worker 0 of slice 0 deletes the queued resource.
     if [[ ${EXIT_CODE:-}:$status == exited:0 ]]; then MULTISLICE_LINE_PREFIX=$prefix bash "${0%/*}/delete-on-complete.sh" || true; fi

@@ -114,3 +114,17 @@ def test_start_event_and_completion_marker(tmp_path):
     assert json.loads(run.read("COMPLETE") or b"") == {"step": 10, "loss": 0.25}
     run.write("COMPLETE", b'{"step": 12, "loss": null}')  # the command wrote its own: kept
     assert workload.complete(spec, str(run)) == 0 and json.loads(run.read("COMPLETE") or b"")["step"] == 12
+
+
+def test_a_preempted_command_is_recorded_as_the_trainer_records_it(tmp_path):
+    """After exit 75, the ``preempted`` event makes status count the next start as a preemption."""
+    from infra.status.progress import restarts_of
+
+    run = RunDir(str(tmp_path / "run"))
+    (tmp_path / "run" / "checkpoints" / "6").mkdir(parents=True)
+    workload.record_start(str(run), processes=2)
+    assert workload.main(["preempted", "--spec", str(tmp_path / "unused.json"), "--run-dir", str(run)]) == 0
+    workload.record_start(str(run), processes=2)
+    events = read_records(run, "events")
+    assert [(e["event"], e["step"]) for e in events] == [("start", 6), ("preempted", 6), ("start", 6)]
+    assert [(r.cause, r.preempted_step) for r in restarts_of(events)] == [("preemption", 6)]
