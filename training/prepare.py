@@ -412,6 +412,13 @@ def prepare(spec: PrepareSpec, report: Callable[[str], None] = log.info) -> Prep
         raise PrepareError("--vocab-size applies only to --tokenizer bpe (a tokenizer file has its own)")
     if not 0 < spec.eval_fraction < 0.5:
         raise PrepareError(f"--eval-fraction must be in (0, 0.5); got {spec.eval_fraction}")
+    try:
+        if spec.tokenizer == "bpe":
+            manifest_lib.token_dtype(spec.vocab_size or 0, spec.dtype)  # before training it
+        elif spec.dtype != "auto":
+            manifest_lib.token_dtype(2, spec.dtype)
+    except ManifestError as err:
+        raise PrepareError(str(err)) from None
     storage = Storage(spec.output)
     if manifest_lib.is_dataset(storage):
         existing = manifest_lib.load(storage)

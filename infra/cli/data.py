@@ -83,7 +83,9 @@ def _storage(emulated: bool, output: str, stack: str, config_file: Path | None):
     url = state.get("storage_url") if state and local_state.emulator_alive(state) else None
     try:
         with bucket_served(paths.gcs_root, paths.gcs_log, bucket, url) as served:
-            err_console.print(f"writing to stack {config.stack!r}'s emulated Cloud Storage at {served}", markup=False)
+            err_console.print(
+                f"writing to the emulated Cloud Storage of stack {config.stack!r} at {served}", markup=False
+            )
             yield
     except GcsServerError as err:
         raise fail(f"the emulated Cloud Storage: {err}", 1) from None
