@@ -126,6 +126,8 @@ class Storage:
             return Path(path)
         target = Path(self._path(name))
         target.parent.mkdir(parents=True, exist_ok=True)
+        for stale in target.parent.glob(f"{target.name}.tmp-*"):  # left by an interrupted writer
+            stale.unlink(missing_ok=True)
         return target.with_name(f"{target.name}.tmp-{os.getpid()}")
 
     def commit(self, staged: Path, name: str) -> None:
