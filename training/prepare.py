@@ -15,8 +15,8 @@ Steps (:func:`prepare`):
 2. **Tokenizer** (:mod:`training.tokenizer`): bytes, a tokenizer file, or a BPE trained on the
    train split (at most ``bpe_train_mb`` MB of it), stored as ``tokenizer.json`` before any shard.
 3. **Shards**, one after the other: a reader thread streams the shard's text in segments of
-   :data:`SEGMENT_BYTES` cut after a newline, batched by :data:`BATCH_BYTES` (a queue of
-   :data:`READ_AHEAD` batches); each batch is encoded on every core
+   :data:`training.text_stream.SEGMENT_BYTES` cut after a newline, batched by
+   :data:`BATCH_BYTES` (a queue of :data:`READ_AHEAD` batches); each batch is encoded on every core
    (``encode_batch_fast``), written to a staging file and hashed (sha256, MD5). Memory is
    bounded by a few batches whatever the corpus size. A finished shard is made visible
    atomically (:mod:`training.shard_io`), then recorded in ``prepare/done/<shard>.json``.
@@ -38,22 +38,17 @@ import itertools
 import json
 import logging
 import os
-import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
 
-import fsspec
-
-from training import manifest as manifest_lib, tokenizer as tokenizer_lib
+from training import manifest as manifest_lib, text_stream, tokenizer as tokenizer_lib
 from training.data import DataError, SourceFile, is_eval_file, list_source_files
 from training.manifest import MANIFEST, TOKENIZER_FILE, Manifest, ManifestError, Shard
 from training.shard_io import Storage, StorageError, md5_base64
 
 log = logging.getLogger(__name__)
 
-#: Text per encoded segment; a segment ends after a newline when one is within it.
-SEGMENT_BYTES = 64 << 10
 #: Text per batch handed to the tokenizer at once (at least 256 KiB per core).
 BATCH_BYTES = max(4 << 20, (os.cpu_count() or 1) * (256 << 10))
 #: Batches read ahead of the encoder.
@@ -158,123 +153,6 @@ def make_plan(spec: PrepareSpec, tokenizer_sha: str | None) -> dict:
     return json.loads(json.dumps(plan))  # as read back from plan.json (tuples become lists)
 
 
-def _open(path: str):
-    """A binary file object of ``path`` (local or ``gs://``, through fsspec)."""
-    fs, inner = fsspec.core.url_to_fs(path)
-    return fs.open(inner, "rb")
-
-
-def _edge(f, position: int, size: int) -> int:
-    """Where a piece boundary at nominal ``position`` really is: just after the first newline at
-    or after ``position - 1`` (0 and ``size`` stay)."""
-    if position <= 0 or position >= size:
-        return max(0, min(position, size))
-    f.seek(position - 1)
-    offset = position - 1
-    while block := f.read(64 << 10):
-        found = block.find(b"\n")
-        if found >= 0:
-            return offset + found + 1
-        offset += len(block)
-    return size
-
-
-def _segments(path: str, start: int, end: int, size: int) -> Iterator[bytes]:
-    """The text of a piece in segments of about :data:`SEGMENT_BYTES`, each cut after its last
-    newline (or, in a longer line, before a UTF-8 continuation byte)."""
-    with _open(path) as f:
-        begin, stop = _edge(f, start, size), _edge(f, end, size)
-        f.seek(begin)
-        remaining, carry = stop - begin, b""
-        while remaining > 0 or carry:
-            block = f.read(min(SEGMENT_BYTES, remaining)) if remaining > 0 else b""
-            if remaining > 0 and len(block) == 0:
-                raise PrepareError(f"{path} is shorter than when it was listed ({size} bytes); it changed while read")
-            remaining -= len(block)
-            text = carry + block
-            if remaining <= 0:
-                if text:
-                    yield text
-                return
-            cut = text.rfind(b"\n") + 1
-            if cut == 0:
-                cut = len(text)
-                while cut > 0 and text[cut - 1] & 0xC0 == 0x80:  # not inside a UTF-8 character
-                    cut -= 1
-                if cut and text[cut - 1] >= 0xC0:
-                    cut -= 1
-                cut = cut or len(text)
-            carry = text[cut:]
-            yield text[:cut]
-
-
-def _batches(files: list, pieces: list[list], stop: threading.Event) -> Iterator[tuple[list[bytes], list[bool]]]:
-    """(segments, ends_document) batches of about :data:`BATCH_BYTES` over ``pieces``."""
-    texts: list[bytes] = []
-    ends: list[bool] = []
-    size = 0
-    for index, start, end, last in pieces:
-        path, _, file_size = files[index]
-        previous = None
-        for segment in _segments(path, start, end, file_size):
-            if previous is not None:
-                texts.append(previous)
-                ends.append(False)
-                size += len(previous)
-            previous = segment
-            if size >= BATCH_BYTES:
-                yield texts, ends
-                texts, ends, size = [], [], 0
-            if stop.is_set():
-                return
-        if previous is not None:
-            texts.append(previous)
-            ends.append(last)
-            size += len(previous)
-        elif last:  # an empty last piece still ends its document
-            texts.append(b"")
-            ends.append(True)
-    if texts:
-        yield texts, ends
-
-
-def _read_ahead(batches: Iterator, depth: int, stop: threading.Event) -> Iterator:
-    """``batches`` produced by a thread, at most ``depth`` ahead (its errors re-raised here).
-    Setting ``stop`` (the consumer failed) ends the thread."""
-    buffer: queue.Queue = queue.Queue(maxsize=depth)
-    done = object()
-
-    def put(item) -> bool:
-        while not stop.is_set():
-            try:
-                buffer.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def produce() -> None:
-        try:
-            for item in batches:
-                if not put(item):
-                    return
-        except BaseException as err:  # handed to the consumer
-            put(err)
-            return
-        put(done)
-
-    thread = threading.Thread(target=produce, name="prepare-reader", daemon=True)
-    thread.start()
-    try:
-        while (item := buffer.get()) is not done:
-            if isinstance(item, BaseException):
-                raise item
-            yield item
-    finally:
-        stop.set()
-        thread.join()
-
-
 class _Progress:
     """A progress line at most every ``period_s`` seconds: tokens, text MB/s, shards done."""
 
@@ -315,7 +193,9 @@ def _write_shard(
     stop = threading.Event()
     try:
         with open(staged, "wb") as out:
-            for texts, ends in _read_ahead(_batches(files, pieces, stop), READ_AHEAD, stop):
+            for texts, ends in text_stream.read_ahead(
+                text_stream.batches(files, pieces, stop, BATCH_BYTES), READ_AHEAD, stop
+            ):
                 parts = []
                 for ids, end in zip(tokenizer.encode(texts), ends, strict=True):
                     parts.append(ids)
@@ -378,7 +258,7 @@ def _tokenizer(spec: PrepareSpec, storage: Storage, plan_files: list, train_shar
             seen = 0
             for index, start, end, _ in itertools.chain.from_iterable(s["pieces"] for s in train_shards):
                 path, _, size = plan_files[index]
-                for segment in _segments(path, start, end, size):
+                for segment in text_stream.segments(path, start, end, size):
                     yield segment.decode("utf-8", errors="replace")
                     seen += len(segment)
                     if seen >= budget:
@@ -388,7 +268,7 @@ def _tokenizer(spec: PrepareSpec, storage: Storage, plan_files: list, train_shar
         trained.origin = "trained"
         return trained
     try:
-        with _open(spec.tokenizer) as f:
+        with text_stream.open_binary(spec.tokenizer) as f:
             data = f.read()
     except (OSError, ValueError) as err:
         raise PrepareError(f"cannot read the tokenizer file {spec.tokenizer}: {err}") from None
@@ -464,7 +344,10 @@ def prepare(spec: PrepareSpec, report: Callable[[str], None] = log.info) -> Prep
             kept.append(name)
             progress.add(sum(min(e, files[i][2]) - s for i, s, e, _ in shard["pieces"]), record.tokens)
         else:
-            record = _write_shard(storage, name, files, shard["pieces"], tokenizer, dtype, progress)
+            try:
+                record = _write_shard(storage, name, files, shard["pieces"], tokenizer, dtype, progress)
+            except text_stream.SourceChanged as err:
+                raise PrepareError(f"{err}; run prepare again once the source is stable") from None
             storage.write_bytes(_done_name(name), record.model_dump_json().encode())
             written.append(name)
         records[name] = record
