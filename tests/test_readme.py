@@ -313,6 +313,7 @@ NOT_RUN = {
     r"^multislice (status|logs) ": "reads Cloud TPU, Cloud Storage or Cloud Logging with credentials",
     r"^multislice bench shardings ": "measures JAX meshes for tens of seconds: tests/training/ run it",
     r"^python benchmarks/": "a benchmark: measures for minutes",
+    r"^multislice data prepare ": "writes to a real bucket: tests/cli/test_data.py runs the command on local text",
     r"^pulumi ": "needs the Pulumi CLI and cloud credentials",
     r"^\.ci/lint$": "the linters: CI runs them (test_ci_runs_the_linters_the_readme_names)",
 }

@@ -3,6 +3,7 @@
     python -m training run --config config.json --run-dir gs://bucket/runs/dev
     python -m training run --config config.json --run-dir /tmp/run --single-process
     python -m training bench shardings --ici-fsdp 4 [--dcn-data 2 --from-metadata] [--json]
+    python -m training data prepare 'gs://bucket/text/*.txt' gs://bucket/datasets/web --tokenizer bpe --vocab-size 32000
 
 ``run`` reads the process identity from the TPU metadata server (``$GCE_METADATA_IP``)
 unless ``--single-process`` is given, and exits with the codes of ``training.train``.
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import typer
 
+from training import prepare_options as prepare_opts
 from training.bench_spec import BenchOptions, with_bench_options
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="The multislice JAX trainer.")
@@ -114,6 +116,39 @@ def bench_shardings(
         typer.echo(json.dumps(result, indent=2))
     else:
         typer.echo(bench_lib.summary(result))
+
+
+data_app = typer.Typer(no_args_is_help=True, help="Prepare token datasets (training/prepare.py).")
+app.add_typer(data_app, name="data")
+
+
+@data_app.command("prepare")
+def data_prepare(
+    source: str = prepare_opts.SOURCE,
+    output: str = prepare_opts.OUTPUT,
+    tokenizer: str = prepare_opts.TOKENIZER,
+    vocab_size: int | None = prepare_opts.VOCAB_SIZE,
+    dtype: str = prepare_opts.DTYPE,
+    eval_fraction: float = prepare_opts.EVAL_FRACTION,
+    shard_mb: float = prepare_opts.SHARD_MB,
+    bpe_train_mb: float = prepare_opts.BPE_TRAIN_MB,
+) -> None:
+    """Tokenize SOURCE once into token shards and a manifest at OUTPUT (resumes an interrupted run)."""
+    from training import prepare
+
+    _setup_logging("prepare")
+    spec = prepare.PrepareSpec(source, output, tokenizer, vocab_size, dtype, eval_fraction, shard_mb, bpe_train_mb)
+    try:
+        prepare.prepare(spec, report=lambda line: typer.echo(line, err=True))
+    except prepare.PrepareError as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(2) from None
+    except OSError as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(1) from None
+    except KeyboardInterrupt:
+        typer.echo("error: interrupted; finished shards are kept: run the same command again to resume", err=True)
+        raise typer.Exit(130) from None
 
 
 if __name__ == "__main__":

@@ -131,6 +131,18 @@ def _describe_value(key: str, value: Any) -> str:
     return json.dumps(value, sort_keys=True)
 
 
+def _with_defaults(model: Any) -> Any:
+    """A recorded ``model`` section with the keys a later version added filled with their
+    defaults (a run recorded before ``vocab_size`` existed is the same run), as the config
+    asks it; unchanged when it does not validate."""
+    if not isinstance(model, dict):
+        return model
+    try:
+        return json.loads(ModelConfig.model_validate(model).model_dump_json())
+    except ValueError:
+        return model
+
+
 def check_run_config(run_dir: RunDir, config: TrainConfig) -> None:
     """Refuse to continue a run whose recorded TrainConfig (``train_config.json``) differs in
     a :data:`RUN_IDENTITY_KEYS` key.
@@ -160,6 +172,7 @@ def check_run_config(run_dir: RunDir, config: TrainConfig) -> None:
             "accept the current config (the checkpoints must still match it)"
         ) from None
     current = json.loads(config.model_dump_json())
+    recorded["model"] = _with_defaults(recorded.get("model"))
     differing = [key for key in RUN_IDENTITY_KEYS if recorded.get(key) != current.get(key)]
     if differing:
         raise RunConfigMismatch(

@@ -27,7 +27,8 @@ from pydantic import Field, field_validator, model_validator
 
 from training.validation import StrictModel, format_errors, invalid
 
-#: Byte-level language model: one token per byte.
+#: Byte-level language model: one token per byte (the vocabulary when neither the stack nor a
+#: prepared dataset gives one).
 VOCAB_SIZE = 256
 
 # Upper bounds: far beyond any run this trainer could make, so that a slip of the finger
@@ -92,7 +93,8 @@ class ParallelismConfig(StrictModel):
 
 
 class ModelConfig(StrictModel):
-    """A byte-level decoder-only transformer (pre-norm, causal self-attention, GELU MLP)."""
+    """A decoder-only transformer (pre-norm, causal self-attention, GELU MLP) over bytes or the
+    tokens of a prepared dataset."""
 
     d_model: int = Field(default=256, ge=8, le=MAX_D_MODEL, description="Residual stream width.")
     n_layers: int = Field(default=4, ge=1, le=MAX_LAYERS)
@@ -101,6 +103,18 @@ class ModelConfig(StrictModel):
     compute_dtype: Literal["float32", "bfloat16"] = Field(
         default="bfloat16", description="Matmul/activation dtype; parameters and optimizer state stay float32."
     )
+    vocab_size: int | None = Field(
+        default=None,
+        ge=2,
+        description="Embedding rows and logits; null: from the data (a prepared dataset's manifest; 256 for bytes). "
+        "May exceed the data's vocabulary (padding), never be smaller.",
+    )
+
+    @property
+    def vocab(self) -> int:
+        """The vocabulary the parameters are shaped for: ``vocab_size``, else 256 (bytes); the
+        trainer sets ``vocab_size`` from the data before building the model (training.data.with_vocabulary)."""
+        return self.vocab_size if self.vocab_size is not None else VOCAB_SIZE
 
     @property
     def ff_width(self) -> int:
@@ -241,7 +255,12 @@ class TrainConfig(StrictModel):
             ("model.d_ff", self.model.ff_width, tensor, "tensor"),
             ("model.d_model", self.model.d_model, fsdp, "fsdp"),
         ]
-        if VOCAB_SIZE % tensor:
+        if self.model.vocab % tensor:
+            if self.model.vocab_size is not None:
+                raise invalid(
+                    "model.vocab_size",
+                    f"{self.model.vocab_size} is not divisible by the tensor mesh axis size {tensor}",
+                )
             raise invalid("parallelism.ici.tensor", f"tensor size {tensor} must divide the vocabulary {VOCAB_SIZE}")
         for path, value, size, axis in checks:
             if value % size:

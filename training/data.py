@@ -8,7 +8,10 @@ Source (``DataConfig.source``):
   machines agree byte for byte only on the same Python build (every emulated VM shares one;
   every real VM installs the same pinned Python).
 * a glob of files, local (``/data/*.txt``) or Cloud Storage (``gs://bucket/dir/*.txt``, read
-  through etils.epath, which needs gcsfs on the VM).
+  through etils.epath, which needs gcsfs on the VM);
+* a prepared dataset (``gs://bucket/datasets/<name>`` or a local directory holding a
+  ``manifest.json``, made by ``data prepare``: :mod:`training.prepare`), read by row as tokens
+  (:class:`training.token_data.TokenDataset`); :func:`open_dataset` chooses.
 
 Files are split into train and eval by a hash of their relative path (stable when files
 are added or removed), then each split is a virtual concatenation of its files (sorted by
@@ -32,14 +35,19 @@ import hashlib
 import logging
 import sysconfig
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import grain
 import numpy as np
 from etils import epath
+
+if TYPE_CHECKING:
+    from training.token_data import TokenDataset
 
 log = logging.getLogger(__name__)
 
 SEPARATOR = b"\n"
+#: Byte-level vocabulary: one token per byte.
+BYTE_VOCAB_SIZE = 256
 
 
 class DataError(ValueError):
@@ -144,7 +152,7 @@ class Split:
 
 
 class TextDataset:
-    """Train/eval examples of ``sequence_length + 1`` bytes; batches by step.
+    """Train/eval examples of ``sequence_length + 1`` bytes; batches by step (``vocab_size`` 256).
 
     Args:
       source: ``"stdlib"`` or a glob (see module docstring).
@@ -163,8 +171,11 @@ class TextDataset:
         if not held_out and len(train) > 1:  # tiny corpora: still hold one file out
             held_out, train = train[-1:], train[:-1]
         self.sequence_length = sequence_length
+        self.vocab_size = BYTE_VOCAB_SIZE
         self.train = self._split(train, "train")
         self.eval = self._split(held_out or train, "eval")
+        import grain  # here: it imports jax, which `data prepare` (training.prepare) does without
+
         self.train_order = grain.MapDataset.range(self.train.num_examples).shuffle(seed=seed).repeat()
         log.info(
             "data %s: %d train files (%.1f MB, %d examples), %d eval files (%d examples)",
@@ -206,3 +217,63 @@ class TextDataset:
         n = self.eval.num_examples
         rows = [self._example(self.eval, (base + r) % n) for r in range(start, stop)]
         return np.stack(rows).astype(np.int32)
+
+    def close(self) -> None:
+        """Nothing to release (files are read whole and cached); :class:`TokenDataset` has one too."""
+
+
+def is_prepared_dataset(source: str) -> bool:
+    """True if ``source`` (no wildcard) is a directory or prefix holding a dataset manifest."""
+    from training import manifest
+    from training.shard_io import Storage
+
+    if source == "stdlib" or any(ch in source for ch in "*?["):
+        return False
+    if "://" not in source and not Path(source).is_dir():
+        return False
+    return manifest.is_dataset(Storage(source))
+
+
+def open_dataset(config) -> TextDataset | TokenDataset:
+    """The dataset of ``config`` (a TrainConfig): a prepared dataset when ``training.data.source``
+    names one (:func:`is_prepared_dataset`), else the byte reader.
+
+    Raises:
+      DataError: the source cannot be read, is too small, or is a damaged dataset.
+    """
+    data = config.data
+    if is_prepared_dataset(data.source):
+        from training.token_data import TokenDataset
+
+        return TokenDataset(data.source, config.sequence_length, config.global_batch_size, data.seed, config.steps)
+    return TextDataset(data.source, config.sequence_length, data.eval_fraction, data.seed)
+
+
+def check_source(source: str) -> None:
+    """Raise DataError if ``source`` can be neither a prepared dataset nor a non-empty glob."""
+    if not is_prepared_dataset(source):
+        list_source_files(source)
+
+
+def with_vocabulary(config, vocab_size: int):
+    """``config`` (a TrainConfig) with ``model.vocab_size`` set from the data when it is None.
+
+    Raises:
+      DataError: the config's vocabulary is smaller than the data's (naming both), or the
+        tensor mesh axis does not divide the vocabulary.
+    """
+    stated = config.model.vocab_size
+    if stated is not None and stated < vocab_size:
+        raise DataError(
+            f"training.model.vocab_size is {stated}, smaller than the vocabulary of training.data.source "
+            f"{config.data.source!r} ({vocab_size} ids); set it to at least {vocab_size} or leave it out"
+        )
+    resolved = stated if stated is not None else vocab_size
+    tensor = config.parallelism.mesh_shape["tensor"]
+    if resolved % tensor:
+        padded = -(-resolved // tensor) * tensor
+        raise DataError(
+            f"the vocabulary of {resolved} ids ({'training.model.vocab_size' if stated else 'from the data'}) is not "
+            f"divisible by the tensor mesh axis size {tensor}; set training.model.vocab_size to {padded}"
+        )
+    return config.model_copy(update={"model": config.model.model_copy(update={"vocab_size": resolved})})

@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 
 from training import shapes
-from training.config import VOCAB_SIZE, ModelConfig
+from training.config import ModelConfig
 from training.shapes import param_count as param_count  # re-exported (training.train)
 
 Params = dict[str, Any]
@@ -61,7 +61,7 @@ def flops_per_token(cfg: ModelConfig, sequence_length: int) -> float:
     gather, which costs no FLOPs; the unembedding is a matmul and counts).
     """
     d, f, n = cfg.d_model, cfg.ff_width, cfg.n_layers
-    matmul_params = n * (4 * d * d + 2 * d * f) + d * VOCAB_SIZE
+    matmul_params = n * (4 * d * d + 2 * d * f) + d * cfg.vocab  # cfg.vocab: the resolved vocabulary
     return 6.0 * matmul_params + 12.0 * n * d * sequence_length
 
 

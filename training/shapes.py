@@ -1,14 +1,14 @@
 """The model's parameters without jax: shape and logical axes (D d_model, H heads, K head_dim,
-F d_ff, L layers, V = 256 bytes), and the mesh axes each logical axis is split over.
-``training.model.init_params`` creates its parameters from these shapes; the planner
-(``multislice plan``, ``pulumi preview``) counts and shards them."""
+F d_ff, L layers, V = ``ModelConfig.vocab``: 256 bytes or the data's tokens), and the mesh
+axes each logical axis is split over. ``training.model.init_params`` creates its parameters
+from these shapes; the planner (``multislice plan``, ``pulumi preview``) counts and shards them."""
 
 from __future__ import annotations
 
 import math
 from typing import NamedTuple
 
-from training.config import VOCAB_SIZE, ModelConfig
+from training.config import ModelConfig
 
 #: logical axis name -> mesh axes it is split over (None: replicated).
 LOGICAL_AXIS_RULES: dict[str, str | tuple[str, ...] | None] = {
@@ -38,7 +38,7 @@ def params(cfg: ModelConfig) -> dict:
     qkv = Param((n, d, h, k), ("layers", "embed", "heads", "head_dim"))
     norm = Param((n, d), ("layers", "norm"))
     return {
-        "embed": Param((VOCAB_SIZE, d), ("vocab", "embed")),
+        "embed": Param((cfg.vocab, d), ("vocab", "embed")),
         "layers": {
             "ln1": norm,
             "wq": qkv,
@@ -50,7 +50,7 @@ def params(cfg: ModelConfig) -> dict:
             "w_out": Param((n, f, d), ("layers", "mlp", "embed")),
         },
         "ln_f": Param((d,), ("norm",)),
-        "unembed": Param((d, VOCAB_SIZE), ("embed", "vocab")),
+        "unembed": Param((d, cfg.vocab), ("embed", "vocab")),
     }
 
 

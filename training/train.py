@@ -205,7 +205,8 @@ def _train(
     checkpointing.check_run_config(run_dir, config)
 
     mesh = mesh_lib.build_mesh(config.parallelism, workers_per_slice=identity.workers_per_slice)
-    dataset = data.TextDataset(config.data.source, config.sequence_length, config.data.eval_fraction, config.data.seed)
+    dataset = data.open_dataset(config)  # bytes, or a prepared dataset read by row with prefetch
+    recorded_config, config = config, data.with_vocabulary(config, dataset.vocab_size)
     batch_sharding = mesh_lib.batch_sharding(mesh)
     rows = mesh_lib.process_batch_rows(mesh, config.global_batch_size, config.sequence_length + 1)
     global_shape = (config.global_batch_size, config.sequence_length + 1)
@@ -226,7 +227,7 @@ def _train(
     )
     restore_s = time.time() - restoring
     if is_writer:
-        checkpointing.record_run_config(run_dir, config)
+        checkpointing.record_run_config(run_dir, recorded_config)  # vocab_size as the stack gives it
     metrics_log = RecordLog(run_dir, "metrics", enabled=is_writer)
     events_log = RecordLog(run_dir, "events", enabled=is_writer)
     start.manager, start.step, start.restored, start.is_writer, start.events_log = (
@@ -340,6 +341,7 @@ def _train(
         log.info("training complete at step %d, loss %s", step, last_loss)
     recorder.write_goodput(step)  # goodput.json over every attempt so far (process 0)
     manager.close()
+    dataset.close()
     metrics_log.close()
     events_log.close()
     tensorboard.close()

@@ -11,6 +11,7 @@
     multislice diff --stack prod --against origin/main              (diff.py)
     multislice plan --stack prod [--json]                           (plan.py)
     multislice bench shardings --ici-fsdp 4 [--dcn-data 2] [--json] (bench.py)
+    multislice data prepare SOURCE OUTPUT [--tokenizer bpe --vocab-size N] [--emulated] (data.py)
 
 The console, ``fail``/``say`` and the ``--stack``/``--config-file`` options all commands share
 are in :mod:`infra.cli.options`. Command modules parse options and print; the work is done by
@@ -29,7 +30,7 @@ from __future__ import annotations
 
 import typer
 
-from infra.cli import bench, check, diff, local, logs, plan, render, status
+from infra.cli import bench, check, data, diff, local, logs, plan, render, status
 
 app = typer.Typer(
     add_completion=False,
@@ -41,6 +42,7 @@ app = typer.Typer(
 app.command("render")(render.render)
 app.command("plan")(plan.plan)
 app.add_typer(bench.app, name="bench")
+app.add_typer(data.app, name="data")
 app.add_typer(local.app, name="local")
 app.command("check")(check.check)
 app.command("diff")(diff.diff)

@@ -139,6 +139,32 @@ def _answers(url: str) -> bool:
         return False
 
 
+def create_bucket(url: str, name: str) -> bool:
+    """Create bucket ``name`` (JSON API ``buckets.insert``) on the server at ``url``; False if it
+    already exists.
+
+    Raises:
+      GcsServerError: the server refused it or did not answer.
+    """
+    request = urllib.request.Request(
+        f"{url}/storage/v1/b?project=emulated",
+        data=json.dumps({"name": name}).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=30):
+            return True
+    except urllib.error.HTTPError as err:
+        if err.code == 409:
+            return False
+        raise GcsServerError(
+            f"fake-gcs-server refused to create bucket {name!r}: HTTP {err.code} {err.read()[:200]!r}"
+        ) from None
+    except OSError as err:
+        raise GcsServerError(f"fake-gcs-server on {url} did not answer: {err}") from None
+
+
 class GcsServer:
     """A fake-gcs-server process serving ``root`` on 127.0.0.1 (see the module docstring).
 
@@ -268,28 +294,8 @@ class GcsServer:
         return f"exit status {code}"
 
     def create_bucket(self, name: str) -> bool:
-        """Create bucket ``name`` (JSON API ``buckets.insert``); False if it already exists.
-
-        Raises:
-          GcsServerError: the server refused it or did not answer.
-        """
-        request = urllib.request.Request(
-            f"{self.url}/storage/v1/b?project=emulated",
-            data=json.dumps({"name": name}).encode(),
-            headers={"Content-Type": "application/json"},
-            method="POST",
-        )
-        try:
-            with urllib.request.urlopen(request, timeout=30):
-                return True
-        except urllib.error.HTTPError as err:
-            if err.code == 409:
-                return False
-            raise GcsServerError(
-                f"fake-gcs-server refused to create bucket {name!r}: HTTP {err.code} {err.read()[:200]!r}"
-            ) from None
-        except OSError as err:
-            raise GcsServerError(f"fake-gcs-server on {self.url} did not answer: {err}") from None
+        """Create bucket ``name`` on this server (:func:`create_bucket`)."""
+        return create_bucket(self.url, name)
 
     def upload(self, bucket: str, name: str, data: bytes) -> None:
         """Write object ``name`` of ``bucket`` (JSON API ``objects.insert``, ``uploadType=media``),
@@ -369,3 +375,24 @@ def point_clients_at(url: str) -> Callable[[], None]:
                 os.environ[key] = value
 
     return restore
+
+
+@contextlib.contextmanager
+def bucket_served(root: Path, log_path: Path, bucket: str, url: str | None = None) -> Iterator[str]:
+    """Point this process's storage clients at a stack's emulated Cloud Storage for the block, as
+    :func:`clients_pointed_at` does, but for writing: the stored root is created when no run
+    was ever stored, and so is ``bucket``. Yields the server's URL.
+
+    Raises:
+      GcsServerError: the bucket name would be refused by Cloud Storage, or a temporary server
+        cannot start.
+    """
+    problem = bucket_name_error(bucket)
+    if problem:
+        raise GcsServerError(f"bucket name {bucket!r} would be refused by Cloud Storage: {problem}")
+    root.mkdir(parents=True, exist_ok=True)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with clients_pointed_at(root, log_path, url):
+        served = os.environ[STORAGE_ENDPOINT_ENV]
+        create_bucket(served, bucket)
+        yield served

@@ -276,9 +276,9 @@ def check_data_source(config, *, stored: bool) -> None:
         )
     if remote != stored:
         return
-    from training.data import DataError, list_source_files
+    from training.data import DataError, check_source
 
     try:
-        list_source_files(source)
+        check_source(source)  # a prepared dataset (its manifest) or a glob of text files
     except DataError as err:
         raise UpError(f"multislice:{err}") from None

@@ -28,8 +28,8 @@ tensor axis size, :func:`activation_bytes_per_chip` counts per layer
   plus, when ``compute_dtype`` is not float32, its ``e′ = e``-byte cast);
 
 and once for the output layer ``2·e·s·b·h + 2·4·s·b·V / t`` (final norm input, unembedding
-input, float32 logits and log-probabilities over the V = 256 byte vocabulary). With
-bfloat16 and f = 4h this is ``s·b·h·(8 + 24/t) + 6·a·s²·b/t`` per layer: the paper's
+input, float32 logits and log-probabilities over the vocabulary V: ``training.model.vocab_size``,
+256 bytes when unset). With bfloat16 and f = 4h this is ``s·b·h·(8 + 24/t) + 6·a·s²·b/t`` per layer: the paper's
 ``10 + 24/t`` less the ``2·s·b·h`` of dropout masks, and ``6`` instead of ``5`` for the
 float32 softmax. XLA's own temporaries, fragmentation and the runtime's reserve are not
 counted: treat an estimate above :data:`HBM_TIGHT_FRACTION` of HBM as at risk.
@@ -42,7 +42,7 @@ import math
 from collections.abc import Mapping
 
 from training import shapes
-from training.config import VOCAB_SIZE, TrainConfig
+from training.config import TrainConfig
 from training.shapes import LOGICAL_AXIS_RULES
 
 __all__ = [
@@ -110,7 +110,7 @@ def activation_bytes_per_chip(train: TrainConfig) -> int:
     e = _DTYPE_BYTES[train.model.compute_dtype]
     softmax = a * s * s * b * (_F32_BYTES + (e if e != _F32_BYTES else 0))
     per_layer = 4 * e * s * b * h + (4 * e * s * b * h + 2 * e * s * b * f + softmax) / t
-    output = 2 * e * s * b * h + 2 * _F32_BYTES * s * b * VOCAB_SIZE / t
+    output = 2 * e * s * b * h + 2 * _F32_BYTES * s * b * train.model.vocab / t
     return int(math.ceil(n * per_layer + output))
 
 

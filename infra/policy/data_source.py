@@ -77,8 +77,12 @@ def list_gs_source(source: str, project: str, environ: Mapping[str, str] | None 
         )
         if not fs.exists(bucket):
             raise FileNotFoundError(f"bucket gs://{bucket} does not exist")
+        # A prepared dataset (``data prepare``) is a prefix without a wildcard: its manifest is what counts.
+        target = f"{base}/{pattern}" if pattern else base
+        if not pattern and fs.exists(f"{base}/manifest.json"):
+            target = f"{base}/manifest.json"
         # detail=True: a dict of name -> info (fsspec's glob is unannotated; its inferred type is the list)
-        found = cast("dict[str, dict[str, Any]]", fs.glob(f"{base}/{pattern}" if pattern else base, detail=True))
+        found = cast("dict[str, dict[str, Any]]", fs.glob(target, detail=True))
     except FileNotFoundError:
         raise
     except Exception as err:  # gcsfs/google-auth raise many types (HttpError, RefreshError, OSError, ...)

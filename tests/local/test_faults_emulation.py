@@ -60,8 +60,8 @@ def state_dir(tmp_path):
             pass
 
 
-def local_up(state_dir: Path, *extra: str) -> tuple[dict, str]:
-    """Run ``multislice local up`` on the test stack; its summary and stdout."""
+def local_up(state_dir: Path, *extra: str, stack: Path = STACK) -> tuple[dict, str]:
+    """Run ``multislice local up`` on the test stack (or ``stack``); its summary and stdout."""
     summary_path = state_dir / "summary.json"
     env = {**os.environ, "MULTISLICE_STATE_DIR": str(state_dir), "COLUMNS": "200", **compilation_cache.env()}
     for key in ("JAX_PLATFORMS", "JAX_NUM_CPU_DEVICES"):
@@ -74,7 +74,7 @@ def local_up(state_dir: Path, *extra: str) -> tuple[dict, str]:
             "local",
             "up",
             "--config-file",
-            str(STACK),
+            str(stack),
             "--summary-json",
             str(summary_path),
             *extra,

@@ -230,6 +230,7 @@ def test_a_gs_data_source_must_match_a_non_empty_object(dev_qr, bucket):
         (f"gs://{bucket}/corpus/*.json", "matches no non-empty object (0 object(s) matched)"),
         (f"gs://{bucket}/corpus/empty.txt", "matches no non-empty object (1 object(s) matched)"),
         (f"gs://{bucket}-missing/corpus/*.txt", "does not exist"),
+        (f"gs://{bucket}/datasets/none", "matches no non-empty object (0 object(s) matched)"),
     ]:
         found = violations("data-source-exists", QR_TYPE, with_source(dev_qr, source))
         assert (
@@ -237,6 +238,14 @@ def test_a_gs_data_source_must_match_a_non_empty_object(dev_qr, bucket):
             and found[0].startswith(f"multislice:training.data.source {source!r}")
             and reason in found[0]
         ), found
+
+
+def test_a_prepared_dataset_matches_through_its_manifest(dev_qr, bucket):
+    import gcsfs
+
+    fs = gcsfs.GCSFileSystem(token="anon", skip_instance_cache=True)
+    fs.pipe({f"{bucket}/datasets/web/manifest.json": b"{}", f"{bucket}/datasets/web/train/00000.bin": b"ab"})
+    assert violations("data-source-exists", QR_TYPE, with_source(dev_qr, f"gs://{bucket}/datasets/web")) == []
 
 
 def test_a_gs_data_source_is_unchecked_without_credentials(dev_qr, monkeypatch, tmp_path):
