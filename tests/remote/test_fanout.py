@@ -27,7 +27,14 @@ def test_every_process_starts_before_any_ends_and_lines_interleave_unbroken(tmp_
     # Two workers alternate lines (each waits for the other's file), so the run only ends if
     # both run at once; a third is slow.
     ping, pong = tmp_path / "ping", tmp_path / "pong"
-    wait = "import pathlib, time\ndef wait(p):\n    while not pathlib.Path(p).exists(): time.sleep(0.01)\n"
+    wait = (
+        "import pathlib, sys, time\n"
+        "def wait(p):\n"
+        "    deadline = time.monotonic() + 20\n"  # run one at a time, the first fails instead of hanging
+        "    while not pathlib.Path(p).exists():\n"
+        "        if time.monotonic() > deadline: sys.exit(9)\n"
+        "        time.sleep(0.01)\n"
+    )
     a = wait + f"print('a1', flush=True); open({str(ping)!r}, 'w').close(); wait({str(pong)!r}); print('a2')"
     b = wait + f"wait({str(ping)!r}); print('b1', flush=True); open({str(pong)!r}, 'w').close(); print('b2')"
     slow = "import time; time.sleep(0.5); print('late ' + 'x' * 5000)"
