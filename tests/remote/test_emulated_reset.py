@@ -43,7 +43,8 @@ def test_a_reset_restarts_every_vm_and_waits_until_each_booted_again(tmp_path):
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             state = state_lib.read_state(paths) or {}
-            if state.get("tpu_api_url") and all(vm.get("pgid") for vm in state.get("vms") or [{}]):
+            booted = all(paths.vm_home(s, 0).joinpath("boots").exists() for s in range(2))  # the script ran
+            if state.get("tpu_api_url") and booted:
                 break
             time.sleep(0.05)
         try:
