@@ -62,12 +62,18 @@ def load_config() -> StackConfig:
 
 
 def ssh_hint(config: StackConfig) -> str:
-    """How to reach worker 0 of slice 0 (SSH is open only through IAP TCP forwarding)."""
-    return (
-        f"gcloud compute tpus tpu-vm ssh {config.node_ids[0]} --worker=0 --zone={config.zone} "
+    """How to reach worker 0 of slice 0: SSH is open only through IAP TCP forwarding, and only
+    with ``multislice:network.iapSsh`` (gcloud's GA ``tpu-vm ssh`` has no
+    ``--tunnel-through-iap``; its alpha track has:
+    https://cloud.google.com/sdk/gcloud/reference/alpha/compute/tpus/tpu-vm/ssh; docs/exec-and-reset.md)."""
+    command = (
+        f"gcloud alpha compute tpus tpu-vm ssh {config.node_ids[0]} --worker=0 --zone={config.zone} "
         f"--project={config.project} --tunnel-through-iap "
         "--command='sudo journalctl -u google-startup-scripts.service -f'"
     )
+    if config.network.iap_ssh:
+        return command
+    return f"SSH is closed (set multislice:network.iapSsh: true and run pulumi up), then: {command}"
 
 
 @dataclass(frozen=True)

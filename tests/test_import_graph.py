@@ -179,7 +179,7 @@ LAYERS: list[list[str]] = [
     ["infra.startup"],
     ["infra.components", "infra.queued_resource", "infra.planner", "infra.logs"],
     ["infra.__main__"],
-    ["infra.review", "infra.policy", "infra.local", "infra.status"],
+    ["infra.review", "infra.policy", "infra.local", "infra.status", "infra.remote"],
     ["infra.cli"],
 ]
 

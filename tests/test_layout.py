@@ -45,6 +45,7 @@ TEST_FOLDERS = {
     "policy": "infra/policy",
     "program": "infra/__main__.py",
     "queued_resource": "infra/queued_resource",
+    "remote": "infra/remote",
     "startup": "infra/startup",
     "status": "infra/status",
     "training": "training",

@@ -311,6 +311,9 @@ NOT_RUN = {
     r"^multislice local up ": "emulates a stack for minutes: tests/local/ run it",
     r"^multislice local (status|logs) ": "reads the run `local up` left in .multislice/: tests/local/, tests/status/",
     r"^multislice (status|logs) ": "reads Cloud TPU, Cloud Storage or Cloud Logging with credentials",
+    r"^multislice (exec|reset) ": "acts on a deployed stack's VMs: tests/cli/test_exec.py and "
+    "tests/remote/test_reset.py run them against a stand-in gcloud and the TPU API fake",
+    r"^multislice local (exec|reset) ": "acts on a running local up: tests/local/test_reset_emulation.py",
     r"^multislice bench shardings ": "measures JAX meshes for tens of seconds: tests/training/ run it",
     r"^python benchmarks/": "a benchmark: measures for minutes",
     r"^multislice data prepare ": "writes to a real bucket: tests/cli/test_data.py runs the command on local text",

@@ -12,6 +12,10 @@
     multislice plan --stack prod [--json]                           (plan.py)
     multislice bench shardings --ici-fsdp 4 [--dcn-data 2] [--json] (bench.py)
     multislice data prepare SOURCE OUTPUT [--tokenizer bpe --vocab-size N] [--emulated] (data.py)
+    multislice exec --stack prod [--slice N] [--worker W] [--background] -- CMD...   (exec.py)
+    multislice local exec --stack dev [same options] -- CMD...       (exec.py)
+    multislice reset --stack prod [--yes] [--timeout 600]           (reset.py)
+    multislice local reset --stack dev [--yes]                      (reset.py)
 
 The console, ``fail``/``say`` and the ``--stack``/``--config-file`` options all commands share
 are in :mod:`infra.cli.options`. Command modules parse options and print; the work is done by
@@ -30,7 +34,7 @@ from __future__ import annotations
 
 import typer
 
-from infra.cli import bench, check, data, diff, local, logs, plan, render, status
+from infra.cli import bench, check, data, diff, exec as exec_cli, local, logs, plan, render, reset, status
 
 app = typer.Typer(
     add_completion=False,
@@ -48,4 +52,8 @@ app.command("check")(check.check)
 app.command("diff")(diff.diff)
 app.command("status")(status.status)
 app.command("logs")(logs.logs)
+app.command("exec")(exec_cli.exec_command)
+app.command("reset")(reset.reset)
 local.app.command("logs")(logs.local_logs)
+local.app.command("exec")(exec_cli.local_exec)
+local.app.command("reset")(reset.local_reset)

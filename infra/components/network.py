@@ -24,6 +24,8 @@ SUBNETWORK_KEY = "multislice:network.existingSubnetwork"
 #: Ranges Identity-Aware Proxy TCP forwarding connects from; the only SSH source the firewall
 #: admits. Source: https://cloud.google.com/iap/docs/using-tcp-forwarding#create-firewall-rule
 IAP_SSH_RANGE = "35.235.240.0/20"
+#: The one port that range is admitted on (SSH), and only with ``multislice:network.iapSsh``.
+SSH_PORT = "22"
 
 
 class NetworkArgs(StrictModel):
@@ -106,9 +108,10 @@ class Network(pulumi.ComponentResource):
       - ``<prefix>-internal``: all TCP, UDP and ICMP from the same tag only (not the subnet
         range: a reused subnetwork holds other VMs) — DCN traffic between slices and the JAX
         coordinator (port 8482 since JAX 0.8.1);
-      - ``<prefix>-iap-ssh``: TCP 22 from the IAP TCP-forwarding range 35.235.240.0/20 only.
+      - ``<prefix>-iap-ssh``, only with ``multislice:network.iapSsh: true``: TCP 22 from the IAP
+        TCP-forwarding range 35.235.240.0/20 only (``multislice exec`` connects through it).
 
-      Nothing is opened to 0.0.0.0/0.
+      Nothing is opened to 0.0.0.0/0; without ``iapSsh`` no SSH ingress exists at all.
 
     Resource names and the tag come from :mod:`infra.naming` (``<prefix>-net``,
     ``<prefix>-subnet``, …, tag ``<prefix>-tpu``).
@@ -225,20 +228,23 @@ class Network(pulumi.ComponentResource):
             target_tags=[self.tag],
             opts=fixed,
         )
-        ssh = gcp.compute.Firewall(
-            f"{name}-iap-ssh",
-            name=resource_name("iap-ssh"),
-            project=project,
-            network=self.network,
-            direction="INGRESS",
-            priority=1000,
-            description="SSH to the TPU VMs through Identity-Aware Proxy TCP forwarding only",
-            allows=[gcp.compute.FirewallAllowArgs(protocol="tcp", ports=["22"])],
-            source_ranges=[IAP_SSH_RANGE],
-            target_tags=[self.tag],
-            opts=fixed,
-        )
-        self.firewall_names = pulumi.Output.all(internal.name, ssh.name)
+        names = [internal.name]
+        if settings.iap_ssh:
+            ssh = gcp.compute.Firewall(
+                f"{name}-iap-ssh",
+                name=resource_name("iap-ssh"),
+                project=project,
+                network=self.network,
+                direction="INGRESS",
+                priority=1000,
+                description="SSH to the TPU VMs through Identity-Aware Proxy TCP forwarding only",
+                allows=[gcp.compute.FirewallAllowArgs(protocol="tcp", ports=[SSH_PORT])],
+                source_ranges=[IAP_SSH_RANGE],
+                target_tags=[self.tag],
+                opts=fixed,
+            )
+            names.append(ssh.name)
+        self.firewall_names = pulumi.Output.all(*names)
         self.register_outputs(
             {
                 "network": self.network,

@@ -157,6 +157,10 @@ class NetworkSettings(_Settings):
     created in ``<host>`` (:meth:`host_project`), and a subnetwork given by name is looked up
     there. The subnetwork must be in the network's project and the zone's region (checked by
     ``StackConfig``, which knows both).
+
+    ``iapSsh: true`` adds the one SSH ingress rule: TCP port 22 from Identity-Aware Proxy's
+    TCP-forwarding range only (``multislice exec`` tunnels through IAP, the VMs having no
+    external IPs); off by default, when nothing admits SSH.
     """
 
     mtu: int = Field(
@@ -179,6 +183,13 @@ class NetworkSettings(_Settings):
     )
     nat: bool | None = Field(
         default=None, description="Cloud Router + NAT; default: on for a created VPC, off for a reused one."
+    )
+    iap_ssh: bool = Field(
+        default=False,
+        alias="iapSsh",
+        description="Admit SSH to the TPU VMs through Identity-Aware Proxy TCP forwarding: a firewall rule from "
+        "IAP's range 35.235.240.0/20 on TCP port 22 only (https://cloud.google.com/iap/docs/using-tcp-forwarding); "
+        "`multislice exec` needs it. Off: no SSH ingress at all.",
     )
 
     @field_validator("existing_network")

@@ -164,6 +164,7 @@ class LocalQueuedResource:
             emulation_id=self.emulation_id,
             vms=[{"slice": vm.slice_id, "worker": vm.worker, "node": vm.node, "pgid": vm.pgid} for vm in self.vms],
             storage_url=self.storage.url if self.storage.alive() else None,
+            tpu_api_url=self.delete_on_complete.api.endpoint if self.delete_on_complete.api else None,
         )
 
     def create(self) -> None:
@@ -258,6 +259,15 @@ class LocalQueuedResource:
         )
         settle()
         self.repairs += 1
+        self.boot_all(options)
+
+    def reset_vms(self, options: Options) -> None:
+        """ResetQueuedResource (``multislice local reset``): restart every VM (SIGTERM,
+        ``reboot_grace_s``, SIGKILL) and boot it again; training resumes from the newest
+        finalized checkpoint."""
+        self.reporter.drain()
+        self.report("reset: restarting every VM of the queued resource (ResetQueuedResource)")
+        supervisor.stop_groups(process_groups(self.vms), options.reboot_grace_s)
         self.boot_all(options)
 
     def stop_vms(self) -> None:
@@ -375,6 +385,10 @@ class LocalQueuedResource:
             fault = schedule.due() if not self.delete_on_complete.deleted else None  # a deleted QR is not repaired
             if fault is not None:
                 self.inject(fault, options, reached, settle)
+                tail.last_change = time.monotonic()
+                continue
+            if self.delete_on_complete.take_reset():
+                self.reset_vms(options)
                 tail.last_change = time.monotonic()
                 continue
             try:

@@ -13,7 +13,7 @@
   value of ``MULTISLICE_EMULATION_ID`` in the environment of every VM process and of the
   storage server), the VMs' process groups and the storage server's URL, so that
   ``multislice local down`` can stop a run whose emulator died and ``multislice local
-  status`` can read a running one;
+  status`` can read a running one, and its emulated TPU API's URL (``multislice local reset``);
 * ``deleted.json``: the emulated queued resource was deleted by its worker 0 of slice 0 once
   the run completed (``deleteOnComplete``; ``infra.local.tpu_api``): its resource name, when
   (seconds since the epoch) and the run directory. Written when the emulated TPU API accepts
@@ -143,6 +143,7 @@ def write_state(
     emulation_id: str,
     vms: list[dict[str, Any]],
     storage_url: str | None = None,
+    tpu_api_url: str | None = None,
 ) -> None:
     """Record this process as the running emulator (atomically: temporary file, rename).
 
@@ -151,6 +152,8 @@ def write_state(
       vms: one ``{"slice", "worker", "node", "pgid"}`` record per emulated VM (the pgid is
         also the pid of the VM's first process, its systemd).
       storage_url: the emulated Cloud Storage's URL (``http://127.0.0.1:<port>``).
+      tpu_api_url: the emulated Cloud TPU API's (``infra.local.tpu_api``), where ``multislice
+        local reset`` sends its reset.
     """
     state = {
         "pid": os.getpid(),
@@ -160,6 +163,7 @@ def write_state(
         "emulation_id": emulation_id,
         "vms": vms,
         "storage_url": storage_url,
+        "tpu_api_url": tpu_api_url,
     }
     tmp = paths.state_file.with_suffix(f".{os.getpid()}.tmp")
     tmp.write_text(json.dumps(state, indent=2))

@@ -1,5 +1,6 @@
-"""deleteOnComplete in the local emulation: a loopback Cloud TPU API that serves the one call
-the VMs make, and what the emulated queued resource does when it is deleted.
+"""deleteOnComplete and reset in the local emulation: a loopback Cloud TPU API that serves the
+call the VMs make (delete) and the one ``multislice local reset`` makes (reset), and what the
+emulated queued resource does for each.
 
 On Cloud TPU, once the run is complete, worker 0 of slice 0 deletes the queued resource named
 by its metadata attribute ``multislice-delete-queued-resource`` (``infra/startup/delete_on_complete.sh``,
@@ -23,6 +24,12 @@ docs/deploying.md) with the VM's service-account token. The emulation does the s
   ``PERMISSION_DENIED`` (the VMs' service account then has no ``tpu.nodes.delete``); without
   ``force=true`` 400 ``FAILED_PRECONDITION`` (the reference: without force the queued resource
   is deleted only once its nodes are, and the emulated one has running VMs);
+* it also answers ``POST /v2/projects/P/locations/Z/queuedResources/ID:reset``
+  (https://cloud.google.com/tpu/docs/reference/rest/v2/projects.locations.queuedResources/reset)
+  with an ``Operation`` done at once whose response is the ``QueuedResource`` (its name and
+  state ``ACTIVE``), for the stack's queued resource while it is not deleted (else 404, a wrong
+  token 401); the emulator then restarts every VM (``LocalQueuedResource.reset_vms``), as the
+  reset reboots every VM of a queued resource and their startup scripts run again;
 * :class:`DeleteOnComplete` records the deletion in the stack's state (``deleted.json``,
   :func:`infra.local.state.record_deletion`; ``multislice local status`` reports ``DELETED``)
   and tells the emulator to stop the VMs still running :data:`NODE_DELETE_DELAY_S` after it
@@ -52,7 +59,9 @@ from infra.local.vm import EmulatedVM
 from infra.startup.contract import DELETE_QUEUED_RESOURCE_KEY, TPU_API_ENDPOINT_ENV, delete_on_complete_metadata
 
 #: ``/v2/<queued resource name>``, the path of queuedResources.delete.
-DELETE_PATH = re.compile(r"^/v2/(?P<name>projects/[^/]+/locations/[^/]+/queuedResources/[^/]+)$")
+DELETE_PATH = re.compile(r"^/v2/(?P<name>projects/[^/]+/locations/[^/]+/queuedResources/[^/:]+)$")
+#: ``/v2/<queued resource name>:reset``, the path of queuedResources.reset.
+RESET_PATH = re.compile(r"^/v2/(?P<name>projects/[^/]+/locations/[^/]+/queuedResources/[^/:]+):reset$")
 #: Seconds the VMs get to end on their own after the accepted delete (worker 0 of slice 0 writes
 #: its last ``capacity:`` line, the others are done too); then those left are stopped.
 NODE_DELETE_DELAY_S = 30.0
@@ -68,7 +77,8 @@ def _rfc3339(moment: float) -> str:
 
 
 class EmulatedTpuApi:
-    """Serve ``DELETE`` of one queued resource (see the module docstring) until :meth:`stop`.
+    """Serve ``DELETE`` and ``:reset`` of one queued resource (see the module docstring) until
+    :meth:`stop`.
 
     Args:
       queued_resource: its resource name, ``projects/P/locations/Z/queuedResources/ID``; None:
@@ -76,6 +86,9 @@ class EmulatedTpuApi:
       on_delete: called with the name once the delete is accepted, before the answer is sent
         (in the server's thread).
       token: the bearer token a request must carry.
+      resettable: the resource name a reset may name (None: ``queued_resource``; no reset is
+        served when both are None).
+      on_reset: called with the name once a reset is accepted, before the answer is sent.
     """
 
     def __init__(
@@ -83,36 +96,54 @@ class EmulatedTpuApi:
         queued_resource: str | None,
         on_delete: Callable[[str], None] = lambda name: None,
         token: str = EMULATED_TOKEN,
+        *,
+        resettable: str | None = None,
+        on_reset: Callable[[str], None] = lambda name: None,
     ):
         self.queued_resource = queued_resource
         self._on_delete = on_delete
         self._token = token
+        self.resettable = resettable or queued_resource
+        self._on_reset = on_reset
         #: ``time.monotonic()`` when the delete was accepted; None while it exists.
         self.deleted_at: float | None = None
         #: (method, path with query, HTTP status) of every request, in order.
         self.requests: list[tuple[str, str, int]] = []
+        #: Resets accepted.
+        self.resets = 0
         self._lock = threading.Lock()
         self._operations = itertools.count(1)
         api = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_DELETE(self):  # noqa: N802 (http.server naming)
+                if RESET_PATH.match(urlsplit(self.path).path):
+                    return self._refuse_method()
                 self._reply(*api._delete(self.path, self.headers.get("Authorization", "")))
 
+            def do_POST(self):  # noqa: N802
+                if not RESET_PATH.match(urlsplit(self.path).path):
+                    return self._refuse_method()
+                length = int(self.headers.get("Content-Length") or 0)
+                if length:
+                    self.rfile.read(length)  # ResetQueuedResourceRequest's body: only the name, in the path
+                self._reply(*api._reset(self.path, self.headers.get("Authorization", "")))
+
             def _refuse_method(self):
+                allowed = "POST" if RESET_PATH.match(urlsplit(self.path).path) else "DELETE"
                 self._reply(
                     405,
                     {
                         "error": {
                             "code": 405,
                             "status": "METHOD_NOT_ALLOWED",
-                            "message": f"the emulated Cloud TPU API serves only DELETE, not {self.command}",
+                            "message": f"the emulated Cloud TPU API serves only {allowed} here, not {self.command}",
                         }
                     },
-                    allow="DELETE",
+                    allow=allowed,
                 )
 
-            do_GET = do_POST = do_PUT = do_PATCH = do_HEAD = _refuse_method  # noqa: N815
+            do_GET = do_PUT = do_PATCH = do_HEAD = _refuse_method  # noqa: N815
 
             def _reply(self, code: int, body: dict, allow: str | None = None) -> None:
                 with api._lock:
@@ -183,6 +214,41 @@ class EmulatedTpuApi:
             "response": {"@type": "type.googleapis.com/google.protobuf.Empty"},
         }
 
+    def _reset(self, target: str, authorization: str) -> tuple[int, dict]:
+        """(HTTP status, JSON body) of ``POST target`` (``…/queuedResources/ID:reset``)."""
+        match = RESET_PATH.match(urlsplit(target).path)
+        assert match is not None  # do_POST routes only this path here
+        name = match["name"]
+        if authorization != f"Bearer {self._token}":
+            return _error(
+                "UNAUTHENTICATED",
+                "Request had invalid authentication credentials: expected the emulated VMs' access token",
+            )
+        with self._lock:
+            if name != self.resettable or self.deleted_at is not None:
+                return _error("NOT_FOUND", f"Resource '{name}' was not found")
+            self._on_reset(name)
+            self.resets += 1
+        now = time.time()
+        parent = name.split("/queuedResources/", 1)[0]
+        return 200, {
+            "name": f"{parent}/operations/operation-{next(self._operations)}",
+            "metadata": {
+                "@type": "type.googleapis.com/google.cloud.tpu.v2.OperationMetadata",
+                "createTime": _rfc3339(now),
+                "endTime": _rfc3339(now),
+                "target": name,
+                "verb": "reset",
+                "apiVersion": "v2",
+            },
+            "done": True,
+            "response": {
+                "@type": "type.googleapis.com/google.cloud.tpu.v2.QueuedResource",
+                "name": name,
+                "state": {"state": "ACTIVE"},
+            },
+        }
+
     def stop(self) -> None:
         self._server.stop()
 
@@ -217,13 +283,21 @@ class DeleteOnComplete:
         )
         self.queued_resource = self.metadata.get(DELETE_QUEUED_RESOURCE_KEY)
         self.api: EmulatedTpuApi | None = None
+        #: Set by an accepted reset, cleared by :meth:`take_reset`.
+        self._reset_due = threading.Event()
 
     def start(self) -> None:
         """The queued resource is (created again and) not deleted: forget an earlier deletion
         and serve the API for this run."""
         state_lib.forget_deletion(self.paths)
         self.stop()
-        self.api = EmulatedTpuApi(self.queued_resource, on_delete=self._record)
+        self._reset_due.clear()
+        self.api = EmulatedTpuApi(
+            self.queued_resource,
+            on_delete=self._record,
+            resettable=self.config.queued_resource_name,
+            on_reset=lambda name: self._reset_due.set(),
+        )
 
     def _record(self, name: str) -> None:
         state_lib.record_deletion(self.paths, name, self.config.run_dir)
@@ -232,6 +306,12 @@ class DeleteOnComplete:
         """What the VMs' environment needs: the TPU API endpoint (:meth:`start` first)."""
         assert self.api is not None, "DeleteOnComplete.start() first"
         return {TPU_API_ENDPOINT_ENV: self.api.endpoint}
+
+    def take_reset(self) -> bool:
+        """Whether a reset was accepted since the last call (``multislice local reset``)."""
+        due = self._reset_due.is_set()
+        self._reset_due.clear()
+        return due
 
     @property
     def deleted(self) -> bool:

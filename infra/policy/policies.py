@@ -9,6 +9,10 @@ as the engine has them; numbers may arrive as floats.
 Mandatory (a violation fails the preview/update; ``multislice check`` exits 1):
 
 * ``firewall-no-public-ingress``: no INGRESS rule from ``0.0.0.0/0`` or ``::/0``;
+* ``firewall-ssh-iap-only``: an INGRESS rule that admits TCP port 22 from address ranges admits
+  it from Identity-Aware Proxy's TCP-forwarding range only, and a rule from that range opens TCP
+  port 22 and nothing else (https://cloud.google.com/iap/docs/using-tcp-forwarding; the stack's
+  own rule exists only with ``multislice:network.iapSsh``);
 * ``tpu-no-external-ips``: TPU nodes have no external IPs unless the pack config sets
   ``allowExternalIps: true`` for the stack;
 * ``bucket-private-uniform``: public access prevention ``enforced`` and uniform bucket-level
@@ -50,6 +54,7 @@ from pulumi_policy import (
 )
 
 from infra import accelerators
+from infra.components.network import IAP_SSH_RANGE, SSH_PORT
 from infra.policy.secret_patterns import find_secrets
 from infra.startup.contract import STARTUP_SCRIPT_KEY
 from infra.startup.script import METADATA_VALUE_LIMIT_BYTES
@@ -104,6 +109,51 @@ def _firewall_no_public_ingress(args: ResourceValidationArgs, report: Report) ->
             f"firewall rule {args.name!r} admits ingress from {', '.join(public)}; "
             "open ports only to the subnetwork, network tags or IAP (35.235.240.0/20)"
         )
+
+
+def _opens_ssh(allow: Mapping[str, Any]) -> bool:
+    """Whether one ``allows`` entry admits TCP port 22: protocol ``tcp`` or ``all`` with no
+    ports (every port), the port itself, or a ``low-high`` range holding it."""
+    if str(allow.get("protocol") or "").lower() not in ("tcp", "all", "6"):
+        return False
+    ports = list(allow.get("ports") or [])
+    if not ports:
+        return True
+    for port in map(str, ports):
+        low, _, high = port.partition("-")
+        try:
+            if int(low) <= int(SSH_PORT) <= int(high or low):
+                return True
+        except ValueError:
+            continue
+    return False
+
+
+def _firewall_ssh_iap_only(args: ResourceValidationArgs, report: Report) -> None:
+    if args.resource_type != FIREWALL_TYPE or (args.props.get("direction") or "INGRESS").upper() != "INGRESS":
+        return
+    ranges = [str(r) for r in args.props.get("sourceRanges") or []]
+    allows = list(args.props.get("allows") or [])
+    if not ranges:
+        return  # by network tag or service account only: no address range reaches port 22
+    others = [r for r in ranges if r != IAP_SSH_RANGE]
+    if others and any(_opens_ssh(a) for a in allows):
+        report(
+            f"firewall rule {args.name!r} admits SSH (TCP {SSH_PORT}) from {', '.join(others)}; admit SSH only "
+            f"from Identity-Aware Proxy's range {IAP_SSH_RANGE} (multislice:network.iapSsh) and connect with "
+            "--tunnel-through-iap"
+        )
+    if IAP_SSH_RANGE in ranges:
+        extra = [
+            a
+            for a in allows
+            if str(a.get("protocol") or "").lower() != "tcp" or [str(p) for p in a.get("ports") or []] != [SSH_PORT]
+        ]
+        if extra or not allows:
+            report(
+                f"firewall rule {args.name!r} admits Identity-Aware Proxy's range {IAP_SSH_RANGE} on more than "
+                f"TCP port {SSH_PORT}; open only SSH to it"
+            )
 
 
 def _tpu_no_external_ips(args: ResourceValidationArgs, report: Report) -> None:
@@ -318,6 +368,12 @@ POLICIES = [
         "firewall-no-public-ingress",
         "No firewall ingress from 0.0.0.0/0 or ::/0.",
         _firewall_no_public_ingress,
+        MANDATORY,
+    ),
+    _resource(
+        "firewall-ssh-iap-only",
+        "SSH ingress only from Identity-Aware Proxy's range, and that range only on TCP port 22.",
+        _firewall_ssh_iap_only,
         MANDATORY,
     ),
     _resource(

@@ -399,7 +399,9 @@ def test_each_component_is_declared_from_its_own_args_alone():
         ProjectServices("apis", ServicesArgs(project="acme-ml-qa", apis=("tpu.googleapis.com",)))
         Network(
             "net",
-            NetworkArgs(stack="qa", project="acme-ml-qa", region="europe-west4", settings=NetworkSettings(mtu=1500)),
+            NetworkArgs(
+                stack="qa", project="acme-ml-qa", region="europe-west4", settings=NetworkSettings(mtu=1500, iapSsh=True)
+            ),
         )
         bucket = CheckpointBucket(
             "ckpt",

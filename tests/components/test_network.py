@@ -54,3 +54,29 @@ def test_a_subnetwork_path_of_another_region_is_named_with_its_own_region():
         "acme-ml-dev", settings(existingNetwork=HOST_NETWORK, existingSubnetwork=subnet, nat=False), "us-east5"
     )
     assert notice is not None and "add-iam-policy-binding tpus-east --project acme-net-host --region us-east5" in notice
+
+
+def test_iap_ssh_is_off_unless_the_stack_sets_it():
+    assert settings().iap_ssh is False
+    assert settings(iapSsh=True).iap_ssh is True
+
+
+def test_a_stack_without_iap_ssh_gets_no_ssh_rule_and_one_with_it_gets_port_22_from_iap_only():
+    from infra.components.network import IAP_SSH_RANGE, Network, NetworkArgs
+    from infra.review.program_mocks import declare
+
+    def firewall_rules(**values):
+        world = declare(
+            lambda: Network(
+                "network",
+                NetworkArgs(stack="qa", project="acme-ml-qa", region="us-central2", settings=settings(**values)),
+            )
+        )
+        return [r.inputs for r in world.of("gcp:compute/firewall:Firewall")]
+
+    assert [r["name"] for r in firewall_rules()] == ["multislice-qa-internal"]
+    rules = {r["name"]: r for r in firewall_rules(iapSsh=True)}
+    ssh = rules["multislice-qa-iap-ssh"]
+    assert ssh["sourceRanges"] == [IAP_SSH_RANGE] == ["35.235.240.0/20"]
+    assert ssh["allows"] == [{"protocol": "tcp", "ports": ["22"]}] and ssh["direction"] == "INGRESS"
+    assert ssh["targetTags"] == ["multislice-qa-tpu"] and "sourceTags" not in ssh

@@ -30,7 +30,9 @@ Scripting (all thread-safe; the server runs in a daemon thread on 127.0.0.1:0):
   (:mod:`tests.fakes.tpu_faults`; ``google.rpc.Status`` JSON with typed ``details``,
   :mod:`tests.fakes.rpc_errors`).
 * ``op_polls``: GETs before a long-running operation reports ``done``; ``delete_polls``: GETs
-  a deleted queued resource stays DELETING before it is gone.
+  a deleted queued resource stays DELETING before it is gone. A reset puts every node of the
+  queued resource in ``RESTARTING`` until its operation is done, then ``READY`` again
+  (``node_restarts`` counts them); with ``op_polls=0`` it is done at once and they stay READY.
 * ``preempt(qr_name)``: a Spot preemption: the nodes are PREEMPTED, the QR SUSPENDING, then
   (next GET) SUSPENDED with its nodes deleted. ``lose_node(name)``: a node deleted under an
   ACTIVE QR.
@@ -126,6 +128,8 @@ class _QueuedResourceRecord:
 class _Operation:
     op: operations_pb2.Operation
     polls_left: int
+    #: Nodes that turn READY when the operation is done (a reset's restarting nodes).
+    restarting: list[str] = field(default_factory=list)
 
 
 def _json(message: Message) -> dict[str, Any]:
@@ -159,6 +163,8 @@ class FakeTpuApi:
         self.queued_resources: dict[str, _QueuedResourceRecord] = {}
         self.nodes: dict[str, tpu_v2.Node] = {}
         self.operations: dict[str, _Operation] = {}
+        #: Node name → times a reset restarted it.
+        self.node_restarts: dict[str, int] = {}
         self.faults = FaultPlan()
         self.auth = FakeAuth()
         self._failure: tuple[list[str], int, str] | None = None
@@ -526,7 +532,18 @@ class FakeTpuApi:
                 "FAILED_PRECONDITION", f"cannot reset a queued resource in state {record.qr.state.state.name}"
             )
         record.resets += 1
-        return self._operation(match["parent"], "reset", record.qr.name, tpu_v2.QueuedResource.pb(record.qr))
+        answer = self._operation(match["parent"], "reset", record.qr.name, tpu_v2.QueuedResource.pb(record.qr))
+        # Every VM reboots: its node is RESTARTING until the operation is done, then READY.
+        restarting = [name for name, node in self.nodes.items() if node.queued_resource == record.qr.name]
+        for name in restarting:
+            self.node_restarts[name] = self.node_restarts.get(name, 0) + 1
+        entry = self.operations[answer["name"]]
+        if entry.op.done:
+            return answer
+        for name in restarting:
+            self.nodes[name].state = "RESTARTING"
+        entry.restarting = restarting
+        return answer
 
     # nodes ----------------------------------------------------------------------------------
 
@@ -585,6 +602,10 @@ class FakeTpuApi:
         entry.polls_left -= 1
         if entry.polls_left <= 0:
             entry.op.done = True
+            for node in entry.restarting:
+                if node in self.nodes:
+                    self.nodes[node].state = "READY"
+            entry.restarting = []
         return _json(entry.op)
 
     # views for assertions -----------------------------------------------------------------

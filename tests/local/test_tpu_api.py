@@ -171,3 +171,35 @@ def test_with_delete_on_complete_off_the_vms_keep_it(tmp_path):
     assert lines[-1].startswith("capacity: kept: multislice:queuedResource.deleteOnComplete is off")
     log = paths.vm_log(0, 0).read_text()
     assert "[slice 0 worker 0] capacity: kept: no queued resource to delete in the metadata" in log
+
+
+def test_a_reset_through_the_real_client_is_accepted_and_reported():
+    from google.api_core import exceptions
+    from google.oauth2.credentials import Credentials
+
+    from infra.queued_resource.api import TpuApi
+
+    resets: list[str] = []
+    with EmulatedTpuApi(None, resettable=NAME, on_reset=resets.append) as server:
+        client = TpuApi.client_for(server.endpoint, Credentials(token=EMULATED_TOKEN))
+        operation = client.reset_queued_resource(name=NAME)
+        qr = operation.result(timeout=10)
+        assert (qr.name, qr.state.state.name) == (NAME, "ACTIVE")
+        assert operation.metadata.verb == "reset" and operation.metadata.target == NAME
+        assert resets == [NAME] and server.resets == 1
+        with pytest.raises(exceptions.NotFound):
+            client.reset_queued_resource(name=f"{PARENT}/queuedResources/multislice-prod")
+        wrong = {"Authorization": "Bearer someone-else"}
+        response = requests.post(f"{server.endpoint}/v2/{NAME}:reset", headers=wrong, json={}, timeout=10)
+        assert error_status(response) == (401, "UNAUTHENTICATED")
+        assert resets == [NAME]
+        # Other methods on the reset path are refused, naming POST.
+        response = requests.get(f"{server.endpoint}/v2/{NAME}:reset", headers=AUTH, timeout=10)
+        assert error_status(response) == (405, "METHOD_NOT_ALLOWED") and response.headers["Allow"] == "POST"
+
+
+def test_a_deleted_queued_resource_cannot_be_reset(api):
+    server, deleted = api
+    assert delete(server).status_code == 200
+    response = requests.post(f"{server.endpoint}/v2/{NAME}:reset", headers=AUTH, json={}, timeout=10)
+    assert error_status(response) == (404, "NOT_FOUND") and server.resets == 0

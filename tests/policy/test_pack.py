@@ -60,10 +60,12 @@ def test_a_public_firewall_is_a_mandatory_violation(analyzer):
         name="open",
     )
     diagnostics = analyzer.Analyze(request, timeout=30).diagnostics
+    # Every TCP port from anywhere: public ingress, and SSH from outside IAP's range.
     assert [(d.policyName, d.enforcementLevel) for d in diagnostics] == [
-        ("firewall-no-public-ingress", analyzer_pb2.MANDATORY)
+        ("firewall-no-public-ingress", analyzer_pb2.MANDATORY),
+        ("firewall-ssh-iap-only", analyzer_pb2.MANDATORY),
     ]
-    assert "0.0.0.0/0" in diagnostics[0].message
+    assert all("0.0.0.0/0" in d.message for d in diagnostics)
 
 
 def test_the_stack_policy_names_a_program_that_is_not_ours(analyzer):

@@ -83,6 +83,7 @@ def test_policy_levels_and_names():
     advisory = {p.name for p in POLICIES if p.enforcement_level is EnforcementLevel.ADVISORY}
     assert mandatory == {
         "firewall-no-public-ingress",
+        "firewall-ssh-iap-only",
         "tpu-no-external-ips",
         "bucket-private-uniform",
         "tpu-dedicated-service-account",
@@ -115,6 +116,50 @@ def test_firewall_private_or_egress_passes():
         violations("firewall-no-public-ingress", FIREWALL, {"direction": "EGRESS", "destinationRanges": ["0.0.0.0/0"]})
         == []
     )
+
+
+def test_the_stacks_iap_ssh_rule_passes_the_ssh_policy():
+    from infra.components.network import IAP_SSH_RANGE
+
+    rule = {"direction": "INGRESS", "sourceRanges": [IAP_SSH_RANGE], "allows": [{"protocol": "tcp", "ports": ["22"]}]}
+    assert violations("firewall-ssh-iap-only", FIREWALL, rule) == []
+    # the internal rule: every TCP port, by tag only
+    internal = {"direction": "INGRESS", "sourceTags": ["t"], "allows": [{"protocol": "tcp"}, {"protocol": "udp"}]}
+    assert violations("firewall-ssh-iap-only", FIREWALL, internal) == []
+    # another port from a private range is not SSH
+    web = {"direction": "INGRESS", "sourceRanges": ["10.0.0.0/8"], "allows": [{"protocol": "tcp", "ports": ["443"]}]}
+    assert violations("firewall-ssh-iap-only", FIREWALL, web) == []
+
+
+@pytest.mark.parametrize(
+    "allows",
+    [
+        [{"protocol": "tcp", "ports": ["22"]}],
+        [{"protocol": "tcp"}],  # every TCP port
+        [{"protocol": "tcp", "ports": ["20-25"]}],
+        [{"protocol": "all"}],
+    ],
+)
+def test_ssh_from_another_range_fails(allows):
+    props = {"direction": "INGRESS", "sourceRanges": ["10.0.0.0/8"], "allows": allows}
+    (message,) = violations("firewall-ssh-iap-only", FIREWALL, props)
+    assert "10.0.0.0/8" in message and "35.235.240.0/20" in message
+    # with IAP's range beside it the other range still fails
+    assert violations("firewall-ssh-iap-only", FIREWALL, {**props, "sourceRanges": ["35.235.240.0/20", "10.0.0.0/8"]})
+
+
+@pytest.mark.parametrize(
+    "allows",
+    [
+        [{"protocol": "tcp", "ports": ["22", "3389"]}],
+        [{"protocol": "tcp"}],
+        [{"protocol": "tcp", "ports": ["22"]}, {"protocol": "udp"}],
+    ],
+)
+def test_iap_range_on_more_than_ssh_fails(allows):
+    props = {"direction": "INGRESS", "sourceRanges": ["35.235.240.0/20"], "allows": allows}
+    (message,) = violations("firewall-ssh-iap-only", FIREWALL, props)
+    assert "more than TCP port 22" in message
 
 
 def test_external_ips_fail_unless_the_stack_allows_them(dev_qr):

@@ -73,7 +73,7 @@ def test_resource_set(worlds, stack):
         QR_TYPE,
     ):
         assert types.count(typ) == 1, typ
-    assert types.count(FIREWALL) == 2
+    assert types.count(FIREWALL) == (2 if config.network.iap_ssh else 1)
     for component in (
         "multislice:gcp:ProjectServices",
         "multislice:gcp:Network",
@@ -102,7 +102,8 @@ def test_firewall_targets_the_qr_tags_and_nothing_is_open_to_the_internet(worlds
     tags = qr["tags"]
     assert tags == [load_stack(stack).network_tag]
     rules = [r.inputs for r in world.of(FIREWALL)]
-    assert len(rules) == 2
+    iap_ssh = load_stack(stack).network.iap_ssh
+    assert len(rules) == (2 if iap_ssh else 1)
     for rule in rules:
         assert rule["targetTags"] == tags
         assert rule["direction"] == "INGRESS"
@@ -114,9 +115,17 @@ def test_firewall_targets_the_qr_tags_and_nothing_is_open_to_the_internet(worlds
     assert internal["sourceTags"] == tags and "sourceRanges" not in internal
     assert sorted(a["protocol"] for a in internal["allows"]) == ["icmp", "tcp", "udp"]
     assert all("ports" not in a for a in internal["allows"])  # all ports: DCN and the coordinator (8482)
-    ssh = next(r for r in rules if r["name"].endswith("-iap-ssh"))
-    assert ssh["sourceRanges"] == [IAP_SSH_RANGE] and "sourceTags" not in ssh
-    assert ssh["allows"] == [{"protocol": "tcp", "ports": ["22"]}]
+    ssh = [r for r in rules if r["name"].endswith("-iap-ssh")]
+    if not iap_ssh:  # multislice:network.iapSsh off (the default): no SSH ingress at all
+        assert ssh == []
+        return
+    assert ssh[0]["sourceRanges"] == [IAP_SSH_RANGE] and "sourceTags" not in ssh[0]
+    assert ssh[0]["allows"] == [{"protocol": "tcp", "ports": ["22"]}]
+
+
+def test_some_stack_enables_iap_ssh_and_another_keeps_it_off():
+    # Both branches of the firewall test above run: dev opens SSH through IAP, prod does not.
+    assert load_stack("dev").network.iap_ssh and not load_stack("prod").network.iap_ssh
 
 
 @pytest.mark.parametrize("stack", STACKS)
@@ -345,6 +354,8 @@ def test_exports(worlds, stack):
     nodes = re.search(r"resource\.labels\.node_id=\((.*)\)$", log_filter).group(1)
     assert nodes.split(" OR ") == [f'"{node}"' for node in world.exports["nodeNames"]]
     assert "--tunnel-through-iap" in world.exports["sshHint"] and config.node_ids[0] in world.exports["sshHint"]
+    assert world.exports["sshHint"].startswith("gcloud alpha ") is config.network.iap_ssh
+    assert ("multislice:network.iapSsh: true" in world.exports["sshHint"]) is not config.network.iap_ssh
 
 
 def test_evaluating_twice_gives_identical_inputs():
@@ -414,6 +425,7 @@ def test_shared_vpc_firewall_router_and_nat_live_in_the_host_project():
             "existingNetwork": f"projects/{host}/global/networks/shared",
             "existingSubnetwork": "tpus",
             "nat": True,
+            "iapSsh": True,
         },
     }
     world = evaluate("dev", config, subnet_network=f"{COMPUTE}projects/{host}/global/networks/shared")

@@ -1,0 +1,144 @@
+"""``multislice exec`` and ``multislice local exec``: a command on every worker at once.
+
+    multislice exec --stack S [--slice N] [--worker W] [--background] [--log-dir D] -- CMD...
+    multislice local exec --stack S [same options] -- CMD...
+
+Each output line is printed as it comes, prefixed ``[slice s worker w]``; each worker's full
+output is kept in ``<log dir>/slice-S-worker-W.log`` (default ``./multislice-exec/<stack>/<UTC
+time>/`` for a deployed stack, ``<local state>/<stack>/exec/<UTC time>/`` for the emulation).
+Exit 0 when every worker's command exited 0; else 1, naming each failed worker and its exit
+status. Bad input (no command, a slice or worker the stack lacks, a stack not deployed or not
+running, SSH not enabled) is one ``error:`` line, exit 2, and nothing runs. The work is done
+by :mod:`infra.remote` (docs/exec-and-reset.md).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+
+from infra.cli.options import CONFIG_FILE_OPTION, STACK_OPTION, err_console, fail, load_config, state_root
+
+SLICE_OPTION = typer.Option(None, "--slice", min=0, metavar="N", help="Only the workers of slice N (default: all).")
+WORKER_OPTION = typer.Option(
+    None, "--worker", min=0, metavar="W", help="Only worker W of each selected slice (default: all)."
+)
+BACKGROUND_OPTION = typer.Option(
+    False,
+    "--background",
+    help="Start the command detached (nohup, output to ~/multislice-exec/<time>.log on each worker) and return.",
+)
+LOG_DIR_OPTION = typer.Option(
+    None, "--log-dir", metavar="DIR", help="Keep each worker's output here (default: a new timestamped directory)."
+)
+COMMAND_ARGUMENT = typer.Argument(
+    ..., metavar="-- CMD...", help="The command, after --; its words are joined into one shell line, as ssh does."
+)
+
+
+def _line(command: list[str], background: bool) -> str:
+    from infra.remote.command import EmptyCommand, background_log, command_line, in_background
+
+    try:
+        line = command_line(command)
+    except EmptyCommand as err:
+        raise fail(str(err)) from None
+    return in_background(line, background_log()) if background else line
+
+
+def _log_dir(log_dir: Path | None, default_parent: Path) -> Path:
+    from infra.remote.fanout import new_log_dir
+
+    try:
+        if log_dir is not None:
+            log_dir.mkdir(parents=True, exist_ok=True)
+            return log_dir
+        return new_log_dir(default_parent)
+    except OSError as err:
+        raise fail(f"--log-dir {log_dir or default_parent}: {err.strerror or err}") from None
+
+
+def _run(targets, log_dir: Path, what: str) -> None:
+    """Run the targets, print their lines, and end as the module docstring says."""
+    from infra.remote.fanout import describe_code, run_all
+
+    err_console.print(
+        f"running on {len(targets)} worker(s) of {what} at once; each worker's output: {log_dir}",
+        markup=False,
+        soft_wrap=True,
+    )
+
+    def emit(line: str) -> None:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+
+    try:
+        run = run_all(targets, log_dir, emit)
+    except KeyboardInterrupt:
+        raise fail(f"interrupted: every worker's command was stopped; output so far: {log_dir}", 130) from None
+    except OSError as err:
+        raise fail(f"cannot run the command: {err.strerror or err}", 1) from None
+    if run.failed:
+        named = ", ".join(f"{o.target.name} ({describe_code(o.code)})" for o in run.failed)
+        raise fail(f"{len(run.failed)} of {len(run.outcomes)} worker(s) failed: {named}; their output: {log_dir}", 1)
+    err_console.print(
+        f"all {len(run.outcomes)} worker(s) exited 0 in {run.seconds:.1f} s; output: {log_dir}",
+        markup=False,
+        soft_wrap=True,
+    )
+
+
+def exec_command(
+    command: list[str] = COMMAND_ARGUMENT,
+    stack: str = STACK_OPTION,
+    config_file: Path | None = CONFIG_FILE_OPTION,
+    slice_id: int | None = SLICE_OPTION,
+    worker: int | None = WORKER_OPTION,
+    background: bool = BACKGROUND_OPTION,
+    log_dir: Path | None = LOG_DIR_OPTION,
+) -> None:
+    """Run a command on every worker of a deployed stack at once (gcloud ssh through IAP, no batches)."""
+    from infra.remote import gcloud
+    from infra.remote.selection import RemoteError, select_workers
+
+    config = load_config(stack, config_file)
+    line = _line(command, background)
+    try:
+        workers = select_workers(config, slice_id, worker)
+        if not config.network.iap_ssh and not config.network.reuses_network:
+            raise RemoteError(
+                f"stack {config.stack} admits no SSH: set multislice:network.iapSsh: true in its stack file and run "
+                f"`pulumi up --stack {config.stack}` (a firewall rule for IAP's range, TCP 22 only), then exec"
+            )
+        executable = gcloud.gcloud_executable()
+        gcloud.check_deployed(executable, config)
+        targets = gcloud.targets(executable, config, workers, line)
+    except RemoteError as err:
+        raise fail(str(err), err.exit_code) from None
+    _run(targets, _log_dir(log_dir, Path("multislice-exec") / config.stack), f"stack {config.stack}")
+
+
+def local_exec(
+    command: list[str] = COMMAND_ARGUMENT,
+    stack: str = STACK_OPTION,
+    config_file: Path | None = CONFIG_FILE_OPTION,
+    slice_id: int | None = SLICE_OPTION,
+    worker: int | None = WORKER_OPTION,
+    background: bool = BACKGROUND_OPTION,
+    log_dir: Path | None = LOG_DIR_OPTION,
+) -> None:
+    """Run a command in every emulated VM of a running `local up` at once (its directory and environment)."""
+    from infra.local.state import LocalPaths
+    from infra.remote import emulated
+    from infra.remote.selection import RemoteError, select_workers
+
+    config = load_config(stack, config_file)
+    line = _line(command, background)
+    paths = LocalPaths(state_root() / config.stack)
+    try:
+        targets = emulated.targets(config, paths, select_workers(config, slice_id, worker), line)
+    except RemoteError as err:
+        raise fail(str(err), err.exit_code) from None
+    _run(targets, _log_dir(log_dir, paths.root / "exec"), f"stack {config.stack}'s local run")

@@ -1,0 +1,95 @@
+"""``multislice local exec``: the command in each emulated VM of a running ``local up``.
+
+An emulated TPU VM (``infra.local.vm``) is a process session led by its emulated systemd,
+started in the VM's local disk (``<state>/vms/slice-S-worker-W``, ``MULTISLICE_HOME``) with the
+environment the emulator gives every VM: its own metadata server (``GCE_METADATA_IP``), the
+emulated Cloud Storage, the CPU devices, the emulation id (``infra.local.topology``). A command
+runs there as a login on the VM would: ``bash -c <line>`` in the VM's directory with that
+environment, read from the VM's systemd process at the time of the call (``psutil``,
+https://psutil.readthedocs.io/en/latest/#psutil.Process.environ), so it sees the VM as booted
+now (after a repair, the new metadata server). The VMs are found through the running
+emulator's state file (``infra.local.state``); a VM that is not running at that moment (being
+restarted or repaired) is refused, with nothing started.
+
+A command started with ``--background`` carries the run's emulation id, so ``multislice local
+down`` stops it with the rest; a VM reset or repair does not (it is not one of the VM's units).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from infra.local import state as local_state
+from infra.local.state import EMULATION_ID_ENV, LocalPaths
+from infra.remote.fanout import Target
+from infra.remote.selection import RemoteError, Worker
+
+
+def running_state(config, paths: LocalPaths) -> dict:
+    """The running emulator's recorded state.
+
+    Raises:
+      RemoteError: no ``local up`` of the stack runs (its queued resource deleted once the run
+        completed, or never started), naming what to run first.
+    """
+    stack = config.stack
+    state = local_state.read_state(paths)
+    if state is not None and local_state.emulator_alive(state):
+        return state
+    if local_state.read_deletion(paths) is not None:
+        raise RemoteError(
+            f"stack {stack}'s emulated queued resource was deleted once its run completed (deleteOnComplete): "
+            f"nothing runs; start a new run with `multislice local up --stack {stack} --fresh` first"
+        )
+    raise RemoteError(
+        f"stack {stack} has no local run: start one with `multislice local up --stack {stack}` first "
+        "(in another terminal)"
+    )
+
+
+def vm_environment(pid: int, emulation_id: str) -> dict[str, str] | None:
+    """The environment of process ``pid`` if it is a VM of emulation ``emulation_id``, else
+    None (gone, or the pid now belongs to another process)."""
+    import psutil
+
+    try:
+        env = psutil.Process(pid).environ()
+    except (psutil.Error, OSError):
+        return None
+    return env if env.get(EMULATION_ID_ENV) == emulation_id else None
+
+
+def targets(config, paths: LocalPaths, workers: Sequence[Worker], line: str) -> list[Target]:
+    """One :class:`~infra.remote.fanout.Target` per worker: ``bash -c <line>`` in its VM's
+    directory with its VM's environment.
+
+    Raises:
+      RemoteError: no local run (:func:`running_state`), or a selected VM not running now.
+    """
+    state = running_state(config, paths)
+    emulation_id = str(state.get("emulation_id") or "")
+    booted = {(int(vm["slice"]), int(vm["worker"])): vm.get("pgid") for vm in state.get("vms") or []}
+    found, missing = [], []
+    for worker in workers:
+        pid = booted.get((worker.slice_id, worker.worker))
+        env = vm_environment(int(pid), emulation_id) if pid else None
+        if env is None:
+            missing.append(worker.name)
+            continue
+        found.append(
+            Target(
+                worker.slice_id,
+                worker.worker,
+                ["bash", "-c", line],
+                env=env,
+                cwd=paths.vm_home(worker.slice_id, worker.worker),
+            )
+        )
+    if missing:
+        raise RemoteError(
+            f"{', '.join(missing)} of stack {config.stack}'s local run "
+            f"{'is' if len(missing) == 1 else 'are'} not running now (booting, or restarted by a reset or repair); "
+            f"nothing was run; try again in a moment (multislice local status --stack {config.stack})",
+            1,
+        )
+    return found

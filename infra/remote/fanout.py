@@ -1,0 +1,196 @@
+"""Run one command per worker, all at once, and stream their output with a prefix per worker.
+
+:func:`run_all` starts every :class:`Target`'s process before it reads any output (no batches:
+the Multislice overview warns that ``gcloud compute tpus queued-resources ssh --node=all
+--worker=all --batch-size=N`` deadlocks on a training command when the slices outnumber the
+batch, because a batch's workers wait at the first collective for workers of a batch that never
+starts; https://cloud.google.com/tpu/docs/multislice-introduction). One reader thread per
+process copies each output line to the worker's log file as it arrives and hands it, prefixed
+``[slice s worker w]``, to ``emit``; lines of different workers interleave as they come, a
+line is never cut. Each process runs in a session of its own, so Ctrl-C (or any exception)
+stops every one of them: SIGTERM, :data:`STOP_GRACE_S`, SIGKILL.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+#: Seconds between SIGTERM and SIGKILL when the run is interrupted.
+STOP_GRACE_S = 5.0
+
+
+@dataclass(frozen=True)
+class Target:
+    """One worker and the process that runs the command there.
+
+    Args:
+      slice_id, worker: the worker's place (slice index, worker index in the slice).
+      argv: the local process (``gcloud … ssh …``, or a shell in an emulated VM).
+      env: its environment (None: this process's).
+      cwd: its working directory (None: this process's).
+    """
+
+    slice_id: int
+    worker: int
+    argv: Sequence[str]
+    env: dict[str, str] | None = None
+    cwd: Path | None = None
+
+    @property
+    def name(self) -> str:
+        """``slice S worker W``."""
+        return f"slice {self.slice_id} worker {self.worker}"
+
+    @property
+    def prefix(self) -> str:
+        """``[slice S worker W]``, the start of each of its output lines."""
+        return f"[{self.name}]"
+
+    @property
+    def log_name(self) -> str:
+        """``slice-S-worker-W.log``, its file in the log directory."""
+        return f"slice-{self.slice_id}-worker-{self.worker}.log"
+
+
+@dataclass
+class Outcome:
+    """How one target's process ended: its exit status (negative: killed by that signal),
+    its full output's file, and seconds from the start of :func:`run_all` to its first output
+    line (None: it printed nothing)."""
+
+    target: Target
+    code: int
+    log_path: Path
+    first_output_s: float | None = None
+    lines: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return self.code == 0
+
+
+@dataclass
+class Run:
+    """What :func:`run_all` returns: every outcome, in the targets' order, and the seconds the
+    whole run took."""
+
+    outcomes: list[Outcome]
+    seconds: float
+    log_dir: Path
+    failed: list[Outcome] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.failed = [o for o in self.outcomes if not o.ok]
+
+
+def new_log_dir(parent: Path) -> Path:
+    """A new directory ``parent/<UTC time>`` (``20261201T170315Z``; ``-2``, ``-3``, … when
+    that exists), created with its parents.
+
+    Raises:
+      OSError: it cannot be created.
+    """
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    parent.mkdir(parents=True, exist_ok=True)
+    for attempt in range(1, 1000):
+        path = parent / (stamp if attempt == 1 else f"{stamp}-{attempt}")
+        try:
+            path.mkdir()
+        except FileExistsError:
+            continue
+        return path
+    raise FileExistsError(f"no free log directory name under {parent}")
+
+
+def describe_code(code: int) -> str:
+    """``exit 3``, or ``killed by SIGKILL`` for a negative status."""
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit {code}"
+
+
+def run_all(targets: Sequence[Target], log_dir: Path, emit: Callable[[str], None]) -> Run:
+    """Start every target's process at once, stream its lines to ``emit`` (prefixed, one call
+    per line, never two at a time) and to ``log_dir/<slice-S-worker-W.log>`` (unprefixed, as
+    written), and wait until all exited.
+
+    Raises:
+      OSError: a process cannot be started (those already started are stopped first), or a
+        log file cannot be written.
+      KeyboardInterrupt: Ctrl-C; every process was stopped first.
+    """
+    log_dir.mkdir(parents=True, exist_ok=True)
+    start = time.monotonic()
+    lock = threading.Lock()
+    procs: list[subprocess.Popen[bytes]] = []
+    outcomes = [Outcome(t, 0, log_dir / t.log_name) for t in targets]
+    try:
+        for target in targets:
+            procs.append(
+                subprocess.Popen(
+                    list(target.argv),
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    env=target.env,
+                    cwd=target.cwd,
+                    start_new_session=True,
+                )
+            )
+        readers = [
+            threading.Thread(target=_copy, args=(proc, outcome, emit, lock, start), daemon=True)
+            for proc, outcome in zip(procs, outcomes, strict=True)
+        ]
+        for reader in readers:
+            reader.start()
+        for proc, outcome in zip(procs, outcomes, strict=True):
+            outcome.code = proc.wait()
+        for reader in readers:
+            reader.join()
+    except BaseException:
+        _stop(procs)
+        raise
+    return Run(outcomes, round(time.monotonic() - start, 3), log_dir)
+
+
+def _copy(
+    proc: subprocess.Popen[bytes], outcome: Outcome, emit: Callable[[str], None], lock: threading.Lock, start: float
+) -> None:
+    assert proc.stdout is not None
+    prefix = outcome.target.prefix
+    with open(outcome.log_path, "wb") as log:
+        for raw in iter(proc.stdout.readline, b""):
+            log.write(raw)
+            log.flush()
+            if outcome.first_output_s is None:
+                outcome.first_output_s = round(time.monotonic() - start, 3)
+            outcome.lines += 1
+            line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
+            with lock:
+                emit(f"{prefix} {line}")
+    proc.stdout.close()
+
+
+def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
+    """SIGTERM every process's session, SIGKILL those left after :data:`STOP_GRACE_S`."""
+    for sig, wait_s in ((signal.SIGTERM, STOP_GRACE_S), (signal.SIGKILL, 2.0)):
+        for proc in procs:
+            if proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, sig)
+                except (ProcessLookupError, PermissionError):
+                    pass
+        deadline = time.monotonic() + wait_s
+        while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
+            time.sleep(0.05)

@@ -1,0 +1,186 @@
+"""``multislice exec`` against a stand-in ``gcloud`` on PATH (tests/fakes/gcloud_cli.py): the
+describe, then one ``gcloud alpha compute tpus tpu-vm ssh`` per worker, all at once, with the
+argument lists Cloud TPU needs; output prefixed per worker, logs kept, failures named with
+their exit statuses; bad input refused with one line and nothing run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from infra.cli import app
+from tests.fakes import gcloud_cli
+
+ROOT = Path(__file__).resolve().parents[2]
+ACTIVE = {"exit": 0, "stdout": {"name": "x", "state": {"state": "ACTIVE"}}}
+
+
+def stack_file(tmp_path: Path, *, accelerator: str = "v4-16", iap_ssh: bool = True) -> Path:
+    """The tests' emu stack as 2 slices of ``accelerator`` (v4-16: 2 workers each)."""
+    data = yaml.safe_load((ROOT / "tests" / "stacks" / "Pulumi.emu.yaml").read_text())
+    config = data["config"]
+    config["multislice:acceleratorType"] = accelerator
+    config["multislice:training"]["parallelism"]["ici"]["fsdp"] = 8 if accelerator == "v4-16" else 4
+    config["multislice:training"]["global_batch_size"] = 16
+    if iap_ssh:
+        config["multislice:network"] = {"iapSsh": True}
+    path = tmp_path / "Pulumi.emu.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def run_exec(tmp_path: Path, plan: dict, *args: str, stack: Path | None = None):
+    env = gcloud_cli.install(tmp_path / "gcloud", plan)
+    stack = stack or stack_file(tmp_path)
+    return CliRunner().invoke(
+        app,
+        ["exec", "--config-file", str(stack), "--log-dir", str(tmp_path / "logs"), *args],
+        env={**env, "COLUMNS": "250"},
+        color=False,
+    )
+
+
+def ssh_calls(tmp_path: Path) -> list[dict]:
+    return [c for c in gcloud_cli.calls(tmp_path / "gcloud") if c["argv"][0] == "alpha"]
+
+
+def test_every_worker_gets_its_ssh_at_once_with_the_arguments_cloud_tpu_needs(tmp_path):
+    result = run_exec(tmp_path, {"describe": ACTIVE}, "--", "python3", "shardings.py", "--dcn_data_parallelism", "2")
+    assert result.exit_code == 0, result.output
+    calls = gcloud_cli.calls(tmp_path / "gcloud")
+    assert calls[0]["argv"] == [
+        "compute",
+        "tpus",
+        "queued-resources",
+        "describe",
+        "multislice-emu",
+        "--zone=us-central2-b",
+        "--project=multislice-tests",
+        "--format=json",
+    ]
+    ssh = sorted((c["argv"] for c in calls[1:]), key=lambda argv: (argv[5], argv[8]))
+    assert ssh == [
+        [
+            "alpha",
+            "compute",
+            "tpus",
+            "tpu-vm",
+            "ssh",
+            node,
+            "--zone=us-central2-b",
+            "--project=multislice-tests",
+            f"--worker={worker}",
+            "--tunnel-through-iap",
+            "--quiet",
+            "--command=python3 shardings.py --dcn_data_parallelism 2",
+        ]
+        for node in ("multislice-emu-0", "multislice-emu-1")
+        for worker in (0, 1)
+    ]
+    lines = result.stdout.splitlines()
+    for s in range(2):
+        for w in range(2):
+            assert f"[slice {s} worker {w}] hello from multislice-emu-{s} worker {w}" in lines
+            log = tmp_path / "logs" / f"slice-{s}-worker-{w}.log"
+            assert log.read_text() == f"hello from multislice-emu-{s} worker {w}\n"
+    assert "all 4 worker(s) exited 0" in result.stderr and str(tmp_path / "logs") in result.stderr
+
+
+def test_a_failing_and_a_slow_worker_interleaved_are_named_with_their_statuses(tmp_path):
+    plan = {
+        "describe": ACTIVE,
+        "ssh": {
+            "multislice-emu-0/0": {"lines": ["a1", "a2", "a3"], "delay": 0.3},
+            "multislice-emu-0/1": {"lines": ["b1", "b2", "b3"], "first_delay": 0.15, "delay": 0.3, "exit": 3},
+            "multislice-emu-1/0": {"lines": ["slow"], "first_delay": 1.5},
+            "multislice-emu-1/1": {"lines": ["Connection closed by remote host"], "exit": 255},
+        },
+    }
+    result = run_exec(tmp_path, plan, "--", "train")
+    assert result.exit_code == 1, result.output
+    lines = result.stdout.splitlines()
+    mine = [line for line in lines if "worker 0] a" in line or "worker 1] b" in line]
+    assert mine == [
+        "[slice 0 worker 0] a1",
+        "[slice 0 worker 1] b1",
+        "[slice 0 worker 0] a2",
+        "[slice 0 worker 1] b2",
+        "[slice 0 worker 0] a3",
+        "[slice 0 worker 1] b3",
+    ]
+    assert lines[-1] == "[slice 1 worker 0] slow"
+    error = " ".join(result.stderr.split())
+    assert "error: 2 of 4 worker(s) failed: slice 0 worker 1 (exit 3), slice 1 worker 1 (exit 255)" in error
+    # All at once: every ssh started before the slow one ended.
+    calls = ssh_calls(tmp_path)
+    slow_end = next(c["end"] for c in calls if "multislice-emu-1" in c["argv"] and "--worker=0" in c["argv"])
+    assert len(calls) == 4 and all(c["start"] < slow_end - 1.0 for c in calls)
+
+
+def test_background_wraps_the_command_with_nohup_and_a_log_on_the_worker(tmp_path):
+    result = run_exec(tmp_path, {"describe": ACTIVE}, "--slice", "1", "--worker", "0", "--background", "--", "train")
+    assert result.exit_code == 0, result.output
+    (call,) = ssh_calls(tmp_path)
+    assert call["argv"][5] == "multislice-emu-1" and "--worker=0" in call["argv"]
+    command = call["argv"][-1]
+    assert command.startswith("--command=mkdir -p multislice-exec && { nohup bash -c train > multislice-exec/")
+    assert "2>&1 < /dev/null &" in command
+
+
+def test_a_stack_that_is_not_deployed_is_named_with_what_to_run_first(tmp_path):
+    plan = {
+        "describe": {
+            "exit": 1,
+            "stderr": "ERROR: (gcloud.compute.tpus.queued-resources.describe) NOT_FOUND: Resource "
+            "'projects/multislice-tests/locations/us-central2-b/queuedResources/multislice-emu' was not found",
+        }
+    }
+    result = run_exec(tmp_path, plan, "--", "hostname")
+    assert result.exit_code == 2, result.output
+    error = " ".join(result.stderr.split())
+    assert error.startswith("error: stack emu is not deployed: queued resource multislice-emu not found in")
+    assert "run `pulumi up --stack emu` first" in error and len(result.stderr.strip().splitlines()) == 1
+    assert ssh_calls(tmp_path) == [] and not (tmp_path / "logs").exists()
+
+
+def test_a_queued_resource_that_is_not_active_is_refused(tmp_path):
+    plan = {"describe": {"exit": 0, "stdout": {"state": {"state": "SUSPENDED"}}}}
+    result = run_exec(tmp_path, plan, "--", "hostname")
+    assert result.exit_code == 2 and "is SUSPENDED, not ACTIVE" in result.stderr
+    assert ssh_calls(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--slice", "2", "--", "hostname"], "--slice 2: stack emu has 2 slice(s), 0-1"),
+        (["--worker", "2", "--", "hostname"], "--worker 2: each slice of stack emu (v4-16) has 2 worker(s), 0-1"),
+        (["--", " "], "no command: write it after --"),
+    ],
+)
+def test_a_slice_or_worker_the_stack_lacks_or_no_command_is_refused_before_gcloud_runs(tmp_path, args, message):
+    result = run_exec(tmp_path, {"describe": ACTIVE}, *args)
+    assert result.exit_code == 2, result.output
+    assert message in " ".join(result.stderr.split())
+    assert gcloud_cli.calls(tmp_path / "gcloud") == []
+
+
+def test_a_stack_without_iap_ssh_is_refused(tmp_path):
+    result = run_exec(tmp_path, {"describe": ACTIVE}, "--", "hostname", stack=stack_file(tmp_path, iap_ssh=False))
+    assert result.exit_code == 2
+    assert "admits no SSH: set multislice:network.iapSsh: true" in " ".join(result.stderr.split())
+    assert gcloud_cli.calls(tmp_path / "gcloud") == []
+
+
+def test_the_plan_of_the_stand_in_is_json(tmp_path):
+    # The stand-in itself: an unknown command is refused as gcloud refuses it.
+    env = gcloud_cli.install(tmp_path, {})
+    import subprocess
+
+    out = subprocess.run(["gcloud", "compute", "ssh"], env={**env}, capture_output=True, text=True)
+    assert out.returncode == 2 and "Invalid choice" in out.stderr
+    assert json.loads((tmp_path / "gcloud-plan.json").read_text()) == {}

@@ -1,0 +1,64 @@
+"""``multislice local reset`` and ``multislice local exec`` on a real emulation of the tests' emu
+stack (2 slices × 1 worker, a checkpoint every 6 steps; 96 steps here, so that the reset lands
+while it trains): the reset restarts every VM through the emulated TPU API, exec then runs in
+each emulated VM with its new boot's metadata server, and the run resumes from its newest
+checkpoint and completes. One run (about a minute); run it alone (``-n 0``)."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import threading
+import time
+
+import pytest
+
+from tests.local.test_emulation import CLI, STACK, cli_env, processes_under, run_cli, run_records, stop_if_running
+
+
+@pytest.mark.slow
+def test_exec_then_reset_of_a_run_in_progress_resumes_it_from_its_last_checkpoint(tmp_path):
+    summary_path = tmp_path / "summary.json"
+    stack = tmp_path / "stack" / "Pulumi.emu.yaml"
+    stack.parent.mkdir()
+    stack.write_text(STACK.read_text().replace("    steps: 24", "    steps: 96"))
+    proc = subprocess.Popen(
+        CLI + ["local", "up", "--config-file", str(stack), "--summary-json", str(summary_path)],
+        env=cli_env(tmp_path),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True)
+    reader.start()
+    try:
+        deadline = time.monotonic() + 300
+        while not any(int(m[1]) >= 8 for line in lines if (m := re.search(r"step (\d+)/96", line))):
+            assert proc.poll() is None and time.monotonic() < deadline, "".join(lines) + proc.stderr.read()
+            time.sleep(0.1)
+        reset = run_cli(["local", "reset", "--config-file", str(stack), "--yes"], tmp_path)
+        assert reset.returncode == 0, reset.stdout + reset.stderr
+        assert "slice 0 worker 0: booted again" in reset.stdout and "slice 1 worker 0: booted again" in reset.stdout
+        assert "reset: every emulated VM of stack emu restarted in" in reset.stdout
+        exec_result = run_cli(
+            ["local", "exec", "--config-file", str(stack), "--", 'echo "$GCE_METADATA_IP $(basename $PWD)"'], tmp_path
+        )
+        assert exec_result.returncode == 0, exec_result.stderr
+        got = sorted(exec_result.stdout.splitlines())
+        assert [line.split(" 127.0.0.1:")[0] for line in got] == ["[slice 0 worker 0]", "[slice 1 worker 0]"]
+        assert [line.rsplit(" ", 1)[1] for line in got] == ["slice-0-worker-0", "slice-1-worker-0"]
+        proc.wait(timeout=300)
+        reader.join(timeout=10)
+    finally:
+        stop_if_running(proc)
+    out = "".join(lines)
+    assert proc.returncode == 0, out + proc.stderr.read()
+    assert "reset: restarting every VM of the queued resource (ResetQueuedResource)" in out
+    summary = json.loads(summary_path.read_text())
+    assert summary["complete"] is True and summary["steps_completed"] == 96 and summary["restarts"] == 1
+    starts = [e["step"] for e in run_records(tmp_path, "events") if e["event"] == "start"]
+    assert len(starts) == 2 and starts[1] >= 6  # resumed from a checkpoint, not from scratch
+    assert f"training resumed from the checkpoint of step {starts[1]}" in out
+    assert processes_under(tmp_path) == []

@@ -1,0 +1,77 @@
+"""``multislice local reset`` (infra.remote.emulated_reset) against the emulator itself
+(``LocalQueuedResource.up``) with a stand-in startup script and no trainer: the reset goes
+through the emulated TPU API, every VM is restarted and boots again (its disk kept, unlike a
+repair), and the waiting side sees each VM come back (about 15 s: the emulator's Cloud Storage
+and its run summary, which imports jax and orbax). The trainer's resume after a reset is
+asserted in tests/local/test_reset_emulation.py."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from infra.config import load_stack_file
+from infra.local import state as state_lib
+from infra.local.emulator import LocalQueuedResource, Options
+from infra.local.state import LocalPaths
+from infra.remote import emulated_reset
+from infra.remote.selection import RemoteError
+
+STACK = Path(__file__).parents[1] / "stacks" / "Pulumi.emu.yaml"
+
+#: Counts its boots on the VM's disk; runs until reset on the first, exits 0 on the second.
+SCRIPT = """#!/bin/bash
+boots=$(( $(cat "$MULTISLICE_HOME/boots" 2>/dev/null || echo 0) + 1 ))
+echo "$boots" > "$MULTISLICE_HOME/boots"
+[ "$boots" = 1 ] && exec sleep 600
+exit 0
+"""
+
+
+@pytest.mark.timeout(300)
+def test_a_reset_restarts_every_vm_and_waits_until_each_booted_again(tmp_path):
+    config = load_stack_file(STACK)
+    paths = LocalPaths(tmp_path / "emu")
+    lines: list[str] = []
+    said: list[str] = []
+    outcome: dict = {}
+
+    def reset_once_booted():
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            state = state_lib.read_state(paths) or {}
+            booted = all(paths.vm_home(s, 0).joinpath("boots").exists() for s in range(2))  # the script ran
+            if state.get("tpu_api_url") and booted:
+                break
+            time.sleep(0.05)
+        try:
+            outcome["seconds"] = emulated_reset.reset(
+                config, paths, confirm=lambda question: said.append(question) or True, say=said.append, timeout_s=60
+            )
+        except RemoteError as err:
+            outcome["error"] = err
+
+    resetter = threading.Thread(target=reset_once_booted)
+    resetter.start()
+    resource = LocalQueuedResource(config, paths, SCRIPT, report=lines.append)
+    with resource.running():
+        resource.up(Options(poll_s=0.05, stall_timeout_s=120, timeout_s=240))
+    resetter.join(timeout=60)
+    assert "error" not in outcome, outcome
+    assert "reset: restarting every VM of the queued resource (ResetQueuedResource)" in lines
+    assert resource.delete_on_complete.api is not None and resource.delete_on_complete.api.resets == 1
+    for s in range(2):
+        assert paths.vm_home(s, 0).joinpath("boots").read_text() == "2\n"  # rebooted, disk kept
+        assert f"slice {s} worker 0: booted again" in said
+    assert said[0].startswith("Reset stack emu's emulated queued resource: restart its 2 VM(s)")
+    assert state_lib.find_processes(resource.emulation_id) == []
+
+
+def test_a_stack_with_no_local_run_cannot_be_reset(tmp_path):
+    with pytest.raises(RemoteError, match=r"stack emu has no local run: start one with `multislice local up"):
+        emulated_reset.reset(
+            load_stack_file(STACK), LocalPaths(tmp_path / "emu"), confirm=lambda q: True, say=print, timeout_s=1
+        )

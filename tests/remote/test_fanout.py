@@ -1,0 +1,159 @@
+"""infra.remote.fanout, command and selection: every worker's process at once, each line
+prefixed as it comes, each worker's output in its own file, exit statuses kept; the shell line
+and its --background wrapping; the workers a stack has."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from infra.config import load_stack
+from infra.remote.command import EmptyCommand, background_log, command_line, in_background
+from infra.remote.fanout import Target, describe_code, new_log_dir, run_all
+from infra.remote.selection import RemoteError, select_workers
+
+
+def py(code: str) -> list[str]:
+    return [sys.executable, "-c", code]
+
+
+def test_every_process_starts_before_any_ends_and_lines_interleave_unbroken(tmp_path):
+    # Two workers alternate lines (each waits for the other's file), so the run only ends if
+    # both run at once; a third is slow.
+    ping, pong = tmp_path / "ping", tmp_path / "pong"
+    wait = (
+        "import pathlib, sys, time\n"
+        "def wait(p):\n"
+        "    deadline = time.monotonic() + 20\n"  # run one at a time, the first fails instead of hanging
+        "    while not pathlib.Path(p).exists():\n"
+        "        if time.monotonic() > deadline: sys.exit(9)\n"
+        "        time.sleep(0.01)\n"
+    )
+    a = wait + f"print('a1', flush=True); open({str(ping)!r}, 'w').close(); wait({str(pong)!r}); print('a2')"
+    b = wait + f"wait({str(ping)!r}); print('b1', flush=True); open({str(pong)!r}, 'w').close(); print('b2')"
+    slow = "import time; time.sleep(0.5); print('late ' + 'x' * 5000)"
+    lines: list[str] = []
+    run = run_all([Target(0, 0, py(a)), Target(0, 1, py(b)), Target(1, 0, py(slow))], tmp_path / "logs", lines.append)
+    assert [o.code for o in run.outcomes] == [0, 0, 0] and run.failed == []
+    assert lines.index("[slice 0 worker 0] a1") < lines.index("[slice 0 worker 1] b1")
+    assert lines.index("[slice 0 worker 1] b1") < lines.index("[slice 0 worker 0] a2")
+    assert f"[slice 1 worker 0] late {'x' * 5000}" in lines  # a long line is never cut
+    assert (tmp_path / "logs" / "slice-0-worker-0.log").read_text() == "a1\na2\n"
+    assert (tmp_path / "logs" / "slice-1-worker-0.log").read_text() == f"late {'x' * 5000}\n"
+    assert run.outcomes[2].first_output_s is not None and run.outcomes[2].first_output_s >= 0.5
+
+
+def test_the_slow_worker_does_not_hold_back_the_others(tmp_path):
+    targets = [Target(s, 0, py(f"import time; time.sleep({0.8 if s == 0 else 0}); print({s})")) for s in range(4)]
+    lines: list[str] = []
+    start = time.monotonic()
+    run = run_all(targets, tmp_path, lines.append)
+    assert time.monotonic() - start < 0.8 * 2  # not one after the other
+    assert lines[-1] == "[slice 0 worker 0] 0"  # the slow one's line comes last
+    assert all(o.first_output_s is not None for o in run.outcomes)
+    assert max(o.first_output_s for o in run.outcomes[1:]) < run.outcomes[0].first_output_s
+
+
+def test_failed_workers_keep_their_statuses_and_output(tmp_path):
+    run = run_all(
+        [
+            Target(0, 0, py("print('fine')")),
+            Target(0, 1, py("import sys; print('broken', file=sys.stderr); sys.exit(3)")),
+            Target(1, 0, ["bash", "-c", "kill -KILL $$"]),
+        ],
+        tmp_path,
+        lambda line: None,
+    )
+    assert [(o.target.name, o.code) for o in run.failed] == [("slice 0 worker 1", 3), ("slice 1 worker 0", -9)]
+    assert (tmp_path / "slice-0-worker-1.log").read_text() == "broken\n"  # stderr is kept too
+    assert describe_code(3) == "exit 3" and describe_code(-9) == "killed by SIGKILL"
+
+
+def test_the_environment_and_directory_are_each_targets_own(tmp_path):
+    (tmp_path / "vm").mkdir()
+    lines: list[str] = []
+    run_all(
+        [
+            Target(
+                0,
+                0,
+                ["bash", "-c", "echo $ONLY_HERE $PWD"],
+                env={"ONLY_HERE": "yes", "PATH": "/usr/bin:/bin"},
+                cwd=tmp_path / "vm",
+            )
+        ],
+        tmp_path / "logs",
+        lines.append,
+    )
+    assert lines == [f"[slice 0 worker 0] yes {tmp_path / 'vm'}"]
+
+
+def test_an_interrupt_stops_every_process(tmp_path):
+    marker = tmp_path / "pids"
+    code = (
+        "import os, time\n"
+        f"open({str(marker)!r}, 'a').write(str(os.getpid()) + '\\n')\n"
+        "print('up', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    seen: list[str] = []
+
+    def interrupt():  # Ctrl-C once both printed: SIGINT to this process (not to the workers)
+        while len(seen) < 2:
+            time.sleep(0.01)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    start = time.monotonic()
+    threading.Thread(target=interrupt, daemon=True).start()
+    with pytest.raises(KeyboardInterrupt):
+        run_all([Target(0, w, py(code)) for w in range(2)], tmp_path / "logs", seen.append)
+    pids = [int(p) for p in marker.read_text().split()]
+    assert len(pids) == 2 and time.monotonic() - start < 20
+    for pid in pids:
+        assert subprocess.run(["kill", "-0", str(pid)], capture_output=True).returncode != 0
+
+
+def test_new_log_dirs_never_collide(tmp_path):
+    first, second = new_log_dir(tmp_path / "a"), new_log_dir(tmp_path / "a")
+    assert first != second and first.is_dir() and second.is_dir() and second.name.startswith(first.name)
+
+
+def test_the_command_line_is_the_words_joined_as_ssh_joins_them():
+    assert command_line(["echo", "$HOSTNAME", "a b"]) == "echo $HOSTNAME a b"
+    assert command_line(["python3 train.py --steps 10 | tee log"]) == "python3 train.py --steps 10 | tee log"
+    with pytest.raises(EmptyCommand, match="after --"):
+        command_line([" "])
+
+
+def test_background_returns_at_once_and_keeps_the_output_on_the_worker(tmp_path):
+    log = background_log("20261201T000000Z")
+    assert log == "multislice-exec/20261201T000000Z.log"
+    line = in_background("echo started; sleep 1; echo 'done it'", log)
+    start = time.monotonic()
+    out = subprocess.run(["bash", "-c", line], cwd=tmp_path, capture_output=True, text=True, timeout=10)
+    assert time.monotonic() - start < 1 and out.returncode == 0
+    assert out.stdout.startswith("started pid ") and out.stdout.strip().endswith(f"{tmp_path}/{log}")
+    deadline = time.monotonic() + 10
+    while "done it" not in (tmp_path / log).read_text() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert (tmp_path / log).read_text() == "started\ndone it\n"
+
+
+def test_workers_are_selected_from_the_stack_and_unknown_ones_refused():
+    config = load_stack("dev")  # 2 × v4-8: one worker per slice
+    assert [(w.slice_id, w.worker, w.node) for w in select_workers(config)] == [
+        (0, 0, "multislice-dev-0"),
+        (1, 0, "multislice-dev-1"),
+    ]
+    assert [w.name for w in select_workers(config, slice_id=1)] == ["slice 1 worker 0"]
+    with pytest.raises(RemoteError, match=r"--slice 2: stack dev has 2 slice\(s\), 0-1") as err:
+        select_workers(config, slice_id=2)
+    assert err.value.exit_code == 2
+    with pytest.raises(RemoteError, match=r"--worker 1: each slice of stack dev \(v4-8\) has 1 worker\(s\), 0$"):
+        select_workers(config, worker=1)
