@@ -21,11 +21,13 @@ def direct_count(train: TrainConfig) -> dict[str, int]:
     """Bytes of the parameter and optimizer-state shards on each device, counted from real
     arrays sharded the way training.train shards them (8 CPU devices, one process)."""
     mesh = mesh_lib.build_mesh(train.parallelism)
-    axes = model.logical_axes(train.model)
+    axes = model.logical_axes(train.model, train.vocab_size)
     is_axes = lambda x: isinstance(x, tuple) and all(isinstance(a, (str, type(None))) for a in x)  # noqa: E731
     param_shardings = jax.tree.map(lambda a: mesh_lib.sharding_for(mesh, a), axes, is_leaf=is_axes)
     opt, _ = make_optimizer(train.optimizer, train.steps)
-    params = jax.jit(lambda: model.init_params(train.model, jax.random.key(0)), out_shardings=param_shardings)()
+    params = jax.jit(
+        lambda: model.init_params(train.model, train.vocab_size, jax.random.key(0)), out_shardings=param_shardings
+    )()
     abstract_opt = jax.eval_shape(opt.init, params)
     opt_shardings = optax.tree_map_params(
         opt,
@@ -71,7 +73,7 @@ def test_memory_matches_a_direct_count_of_sharded_arrays(ici):
     )
     counted = direct_count(train)
     mem = planner.memory_per_chip(train, V4.hbm_bytes_per_chip)
-    assert counted["count"] == model.param_count(train.model)
+    assert counted["count"] == model.param_count(train.model, train.vocab_size)
     assert mem.parameters == counted["params"]
     assert mem.gradients == mem.parameters  # float32, sharded like the parameters
     assert mem.optimizer_state == counted["moments"]  # AdamW mu + nu
@@ -81,8 +83,8 @@ def test_memory_matches_a_direct_count_of_sharded_arrays(ici):
 
 def test_parameter_shapes_are_the_models_with_their_logical_axes():
     train = TrainConfig.model_validate({"model": {"d_model": 64, "n_layers": 2, "n_heads": 4, "d_ff": 96}})
-    params = model.init_params(train.model, jax.random.key(0))
-    axes = model.logical_axes(train.model)
+    params = model.init_params(train.model, train.vocab_size, jax.random.key(0))
+    axes = model.logical_axes(train.model, train.vocab_size)
     flat = {
         "/".join(str(k.key) for k in path): (tuple(leaf.shape), axes_leaf)
         for (path, leaf), axes_leaf in zip(

@@ -48,7 +48,7 @@ def test_plan_describes_the_stack():
         "fsdp": {"dcn": 2, "ici": 4, "size": 8},
         "tensor": {"dcn": 1, "ici": 2, "size": 2},
     }
-    assert p.parameters == param_count(config.training.model)
+    assert p.parameters == param_count(config.training.model, config.training.vocab_size)
     assert (p.sequence_length, p.global_batch_size, p.global_batch_tokens) == (1024, 64, 64 * 1024)
     assert p.memory == planner.memory_per_chip(config.training, 32 * 2**30)
     assert p.dcn == planner.dcn_check(config.accelerator, config.training.parallelism, 64 * 1024)

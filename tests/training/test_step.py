@@ -38,7 +38,7 @@ def setup():
 
 
 def fresh_state(opt, shardings):
-    params = model.init_params(CONFIG.model, jax.random.key(CONFIG.seed))
+    params = model.init_params(CONFIG.model, CONFIG.vocab_size, jax.random.key(CONFIG.seed))
     return jax.device_put({"params": params, "opt_state": opt.init(params)}, shardings)
 
 
