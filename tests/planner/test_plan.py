@@ -189,6 +189,12 @@ def write_stack(tmp_path: Path, edit) -> Path:
         (lambda c: c["multislice:training"].update({"sequence_length": 0}), "sequence_length"),
         (lambda c: c["multislice:training"]["parallelism"]["ici"].update({"data": -1}), "parallelism.ici.data"),
         (lambda c: c.update({"multislice:slices": 0}), "multislice:slices"),
+        (lambda c: c["multislice:training"]["model"].update({"preset": "llama-9b"}), "model.preset"),
+        (lambda c: c["multislice:training"]["model"].update({"n_kv_heads": 3}), "model.n_kv_heads"),
+        (lambda c: c["multislice:training"]["model"].update({"attention": "splash"}), "model.attention"),
+        (lambda c: c["multislice:training"]["model"].update({"attention": "cudnn"}), "model.attention"),
+        (lambda c: c["multislice:training"].update({"microbatches": 3}), "multislice:training.microbatches"),
+        (lambda c: c["multislice:training"]["model"].update({"vocab_size": 100}), "model.vocab_size"),
     ],
 )
 def test_cli_bad_stack_is_one_clear_error_naming_the_key(tmp_path, edit, key):
