@@ -130,7 +130,7 @@ def _identity(key: str, value: Any, data_vocab: int) -> Any:
 def _describe_value(key: str, value: Any, data_vocab: int) -> str:
     """``value`` of identity key ``key`` for a message: a model as its shape and parameter
     count (``d_model=32 n_layers=1 n_heads=2 n_kv_heads=2 d_ff=128 mlp=gelu vocab_size=256
-    tie_embeddings=False compute_dtype=float32, 29,504 parameters``), other values as JSON."""
+    tie_embeddings=False compute_dtype=float32, 28,768 parameters``), other values as JSON."""
     if key == "model" and isinstance(value, dict):
         try:
             model = ModelConfig.model_validate(value)

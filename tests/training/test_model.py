@@ -97,3 +97,26 @@ def test_weight_decay_skips_norm_scales():
     updates, _ = opt.update(zero, opt.init(params), params)
     assert float(jnp.abs(updates["scale"]).max()) == 0.0
     assert float(jnp.abs(updates["w"]).max()) == pytest.approx(0.5)
+
+
+def test_flops_per_token_counts_swiglu_gqa_and_the_tied_unembedding():
+    # Per layer: q and o D×D, k and v D×(G·K), three D×F MLP matrices; the unembedding D×V is a
+    # matmul even when it shares the embedding table. Attention: 12·L·(H·K)·S.
+    d, f, n, s, h, g = 64, 96, 2, 32, 8, 2
+    cfg = ModelConfig(d_model=d, n_layers=n, n_heads=h, n_kv_heads=g, d_ff=f, mlp="swiglu", tie_embeddings=True)
+    k = d // h
+    weights = n * (2 * d * d + 2 * d * g * k + 3 * d * f) + d * 1000
+    assert model.flops_per_token(cfg, s, 1000) == 6 * weights + 12 * n * d * s
+
+
+def test_tied_embeddings_unembed_with_the_embedding_table():
+    cfg = ModelConfig(d_model=32, n_layers=1, n_heads=4, tie_embeddings=True, compute_dtype="float32")
+    params = model.init_params(cfg, 300, jax.random.key(0))
+    assert "unembed" not in params and params["embed"].shape == (300, 32)
+    logits = model.forward(params, jnp.zeros((1, 4), jnp.int32), cfg)
+    assert logits.shape == (1, 4, 300)
+    bumped = {**params, "embed": params["embed"].at[7].add(1.0)}  # row 7 also moves logit 7
+    delta = model.forward(bumped, jnp.ones((1, 4), jnp.int32), cfg) - model.forward(
+        params, jnp.ones((1, 4), jnp.int32), cfg
+    )
+    assert float(jnp.abs(delta[..., 7]).min()) > 0 and float(jnp.abs(delta[..., 8]).max()) == 0
