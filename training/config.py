@@ -27,6 +27,7 @@ import pydantic
 from pydantic import Field, field_validator, model_validator
 
 from training import presets
+from training.kernels import kernel_problem
 from training.validation import StrictModel, format_errors, invalid, shorten
 
 #: The vocabulary of byte-level data: one token per byte (``TrainConfig.data_vocab_size``).
@@ -97,21 +98,12 @@ class ParallelismConfig(StrictModel):
         return shape["data"] * shape["fsdp"]
 
 
-#: ``model.attention`` values: ``auto`` picks per platform (:func:`attention_kernel`).
+#: ``model.attention`` values: ``auto`` picks per platform (``training.kernels.attention_kernel``).
 AttentionKernel = Literal["auto", "reference", "xla", "cudnn", "splash"]
 ATTENTION_KERNELS: tuple[str, ...] = typing.get_args(AttentionKernel)
 #: ``model.remat`` values: rematerialization policy of each layer (``training.model``).
 RematPolicy = Literal["none", "full", "dots_saveable", "dots_with_no_batch_dims_saveable"]
 REMAT_POLICIES: tuple[str, ...] = typing.get_args(RematPolicy)
-
-#: What each fused kernel takes (checked at validation; sources in docs/model.md):
-#: cuDNN flash attention: bf16/fp16 inputs, head dim a multiple of 8 and at most 256 (128 before
-#: Hopper; jax/_src/cudnn/fused_attention_stablehlo.py, ``check_is_flash_attention``). Splash
-#: attention (Pallas, TPU): sequences in whole 128-token blocks and head dims of whole 128-lane
-#: vregs, as the kernel's tests exercise them (jax tests/pallas/tpu_splash_attention_kernel_test.py:
-#: head_dim 128 or 256; block sizes 128-512).
-CUDNN_HEAD_DIM_MULTIPLE, CUDNN_MAX_HEAD_DIM = 8, 256
-SPLASH_LANES = 128
 
 
 class ModelConfig(StrictModel):
@@ -120,7 +112,7 @@ class ModelConfig(StrictModel):
 
     ``preset`` names a shape of :data:`training.presets.PRESETS` whose keys fill every key the
     mapping does not set. ``attention`` and ``remat`` choose how the same function is computed
-    (kernel, memory), not what it is: they may change between attempts of a run.
+    (kernel: training.kernels, memory), not what it is: they may change between attempts of a run.
     """
 
     preset: str | None = Field(
@@ -208,45 +200,6 @@ class ModelConfig(StrictModel):
                 "(each key/value head serves a group of query heads)",
             )
         return self
-
-
-def attention_kernel(model: ModelConfig, platform: str, sequence_length: int) -> str:
-    """The kernel ``model.attention`` runs on ``platform`` (``jax.default_backend()``: ``tpu``,
-    ``gpu``/``cuda``/``rocm``, ``cpu``): itself unless ``auto``, which picks ``splash`` on TPU and
-    ``cudnn`` on NVIDIA GPUs where the kernel takes the shapes (:func:`kernel_problem`), else
-    ``xla`` (``jax.nn.dot_product_attention``'s XLA implementation)."""
-    if model.attention != "auto":
-        return model.attention
-    if platform == "tpu" and kernel_problem("splash", model, sequence_length) is None:
-        return "splash"
-    if platform in ("gpu", "cuda") and kernel_problem("cudnn", model, sequence_length) is None:
-        return "cudnn"
-    return "xla"
-
-
-def kernel_problem(kernel: str, model: ModelConfig, sequence_length: int) -> str | None:
-    """Why ``kernel`` cannot take this model's attention, or None (limits: the constants above)."""
-    k = model.head_dim
-    if kernel == "cudnn":
-        if model.compute_dtype != "bfloat16":
-            return (
-                "cudnn needs compute_dtype bfloat16 (cuDNN flash attention takes 16-bit inputs); "
-                f"got {model.compute_dtype}"
-            )
-        if k % CUDNN_HEAD_DIM_MULTIPLE or k > CUDNN_MAX_HEAD_DIM:
-            return (
-                f"cudnn takes head dimensions that are multiples of {CUDNN_HEAD_DIM_MULTIPLE} up to "
-                f"{CUDNN_MAX_HEAD_DIM}; d_model/n_heads = {model.d_model}/{model.n_heads} = {k}"
-            )
-    if kernel == "splash":
-        if k % SPLASH_LANES:
-            return (
-                f"splash takes head dimensions that are multiples of {SPLASH_LANES}; "
-                f"d_model/n_heads = {model.d_model}/{model.n_heads} = {k}"
-            )
-        if sequence_length % SPLASH_LANES:
-            return f"splash takes sequence lengths that are multiples of {SPLASH_LANES}; got {sequence_length}"
-    return None
 
 
 class OptimizerConfig(StrictModel):

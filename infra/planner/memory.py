@@ -30,7 +30,7 @@ and v (key/value heads × head dim: grouped-query attention) and t the tensor ax
   GELU, its input and output, 4 for SwiGLU, the gate and up projections, the SiLU and the
   product; the float32 softmax output plus, when ``compute_dtype`` is not float32, its
   ``e′ = e``-byte cast). A fused kernel (splash, cudnn; ``auto`` counts as TPU's choice,
-  ``training.config.attention_kernel``) keeps a float32 log-sum-exp per query instead,
+  ``training.kernels.attention_kernel``) keeps a float32 log-sum-exp per query instead,
   ``4·a·s·b``;
 
 and once for the output layer ``2·e·s·b·h + 2·4·s·b·V / t`` (final norm input, unembedding
@@ -51,7 +51,8 @@ import math
 from collections.abc import Mapping
 
 from training import shapes
-from training.config import TrainConfig, attention_kernel
+from training.config import TrainConfig
+from training.kernels import attention_kernel
 from training.shapes import LOGICAL_AXIS_RULES
 
 __all__ = [

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from training import attention, mesh as mesh_lib, model
-from training.config import ModelConfig, ParallelismConfig, TrainConfig, attention_kernel, load_train_config
+from training.config import ModelConfig, ParallelismConfig, TrainConfig, load_train_config
+from training.kernels import attention_kernel
 
 F32_OUT, F32_GRAD, BF16 = 2e-5, 1e-4, 2e-2
 
