@@ -4,7 +4,7 @@
 
 In one process on one device (this machine's CPU, or the accelerator JAX finds), the
 trainer (``training.train.run``) trains the default ``TrainConfig`` model in a fresh local
-run directory. Model FLOP/s = :func:`training.model.flops_per_token` (6·N + 12·L·D·S: PaLM,
+run directory. Model FLOP/s = :func:`training.model.flops_per_token` (6·N + 12·L·H·K·S: PaLM,
 Chowdhery et al. 2022, arXiv:2204.02311, Appendix B) × tokens per step ÷ the median
 ``step_time_s`` of the steps after the first (compile excluded). The reference is
 :func:`training.bench.matmul_reference` of the model's MLP matmul, ``[batch·sequence, d_model]
@@ -54,7 +54,11 @@ def measure(base: TrainConfig, steps: int) -> dict:
     jax.config.update("jax_compilation_cache_dir", None)
     jax_compilation_cache.reset_cache()
     step_s = statistics.median(step_times)
-    model_rate = model.flops_per_token(config.model, config.sequence_length) * config.global_batch_tokens / step_s
+    model_rate = (
+        model.flops_per_token(config.model, config.sequence_length, config.vocab_size)
+        * config.global_batch_tokens
+        / step_s
+    )
     matmul_rate = 2.0 * rows * d * f / statistics.median(before["times"] + after["times"])
     check = bench.reference_check(
         [2.0 * rows * d * f / r["seconds"] for r in (before, after)], model_rate / matmul_rate

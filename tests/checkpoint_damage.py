@@ -21,7 +21,7 @@ def restore_alone(checkpoints: str, step: int, cfg: TrainConfig):
     opt, _ = optimizer_lib.make_optimizer(cfg.optimizer, cfg.steps)
 
     def init():
-        params = model.init_params(cfg.model, jax.random.key(0))
+        params = model.init_params(cfg.model, cfg.vocab_size, jax.random.key(0))
         return {"params": params, "opt_state": opt.init(params)}
 
     one = jax.sharding.SingleDeviceSharding(jax.devices()[0])

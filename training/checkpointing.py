@@ -110,48 +110,46 @@ def write_completion(run_dir: RunDir, record: dict[str, Any]) -> None:
 #: What identifies a run: the model (the checkpoint's shapes), the global batch, the sequence
 #: length and the data (the batch of step ``s`` is rows ``s × global_batch ...`` of the data
 #: order: training.data), and the init seed. Everything else may change between attempts,
-#: parallelism and slice count included: checkpoints are resharded onto the new mesh on
-#: restore (docs/faults.md, "Elastic resume").
+#: parallelism, slice count, microbatches, the attention kernel and remat included: checkpoints
+#: are resharded onto the new mesh on restore (docs/faults.md, "Elastic resume"). The model is
+#: compared by ``ModelConfig.architecture`` (defaults resolved, so a record written before an
+#: option existed matches the same model described today).
 RUN_IDENTITY_KEYS = ("model", "global_batch_size", "sequence_length", "data", "seed")
 
 
-def _describe_value(key: str, value: Any) -> str:
+def _identity(key: str, value: Any, data_vocab: int) -> Any:
+    """``value`` of identity key ``key`` as compared: a model by its architecture."""
+    if key == "model" and isinstance(value, dict):
+        try:
+            return ModelConfig.model_validate(value).architecture(data_vocab)
+        except ValueError:
+            return value
+    return value
+
+
+def _describe_value(key: str, value: Any, data_vocab: int) -> str:
     """``value`` of identity key ``key`` for a message: a model as its shape and parameter
-    count (``d_model=32 n_layers=1 n_heads=2 d_ff=128 compute_dtype=float32, 29,504
-    parameters``), other values as JSON."""
+    count (``d_model=32 n_layers=1 n_heads=2 n_kv_heads=2 d_ff=128 mlp=gelu vocab_size=256
+    tie_embeddings=False compute_dtype=float32, 28,768 parameters``), other values as JSON."""
     if key == "model" and isinstance(value, dict):
         try:
             model = ModelConfig.model_validate(value)
         except ValueError:
             return json.dumps(value, sort_keys=True)
-        return (
-            f"d_model={model.d_model} n_layers={model.n_layers} n_heads={model.n_heads} d_ff={model.ff_width} "
-            f"compute_dtype={model.compute_dtype}, {param_count(model):,} parameters"
-        )
+        vocab = model.resolve_vocab(data_vocab)
+        return f"{model.describe(data_vocab)}, {param_count(model, vocab):,} parameters"
     return json.dumps(value, sort_keys=True)
-
-
-def _with_defaults(model: Any) -> Any:
-    """A recorded ``model`` section with the keys a later version added filled with their
-    defaults (a run recorded before ``vocab_size`` existed is the same run), as the config
-    asks it; unchanged when it does not validate."""
-    if not isinstance(model, dict):
-        return model
-    try:
-        return json.loads(ModelConfig.model_validate(model).model_dump_json())
-    except ValueError:
-        return model
 
 
 def check_run_config(run_dir: RunDir, config: TrainConfig) -> None:
     """Refuse to continue a run whose recorded TrainConfig (``train_config.json``) differs in
     a :data:`RUN_IDENTITY_KEYS` key.
 
-    Changing ``steps``, the schedule, the checkpoint policy, the parallelism or the slice
-    count of an existing run is allowed (checkpoints are resharded on restore, and the global
-    batch of each step is the same rows of the data whatever the mesh); changing the model,
-    global batch, sequence length, data or seed would make the checkpoints unusable or the
-    data order different.
+    Changing ``steps``, the schedule, the checkpoint policy, the parallelism, the slice
+    count, the microbatches, the attention kernel or remat of an existing run is allowed
+    (checkpoints are resharded on restore, and the global batch of each step is the same rows
+    of the data whatever the mesh); changing the model, global batch, sequence length, data or
+    seed would make the checkpoints unusable or the data order different.
 
     Raises:
       RunConfigMismatch: one line naming, for each differing key, what the run directory has
@@ -172,14 +170,18 @@ def check_run_config(run_dir: RunDir, config: TrainConfig) -> None:
             "accept the current config (the checkpoints must still match it)"
         ) from None
     current = json.loads(config.model_dump_json())
-    recorded["model"] = _with_defaults(recorded.get("model"))
-    differing = [key for key in RUN_IDENTITY_KEYS if recorded.get(key) != current.get(key)]
+    vocab = config.data_vocab_size
+    differing = [
+        key
+        for key in RUN_IDENTITY_KEYS
+        if _identity(key, recorded.get(key), vocab) != _identity(key, current.get(key), vocab)
+    ]
     if differing:
         raise RunConfigMismatch(
             f"run directory {run_dir} holds a run with different training.{', training.'.join(differing)}: "
             + "; ".join(
-                f"training.{key}: the run directory has {_describe_value(key, recorded.get(key))}, "
-                f"the config asks {_describe_value(key, current.get(key))}"
+                f"training.{key}: the run directory has {_describe_value(key, recorded.get(key), vocab)}, "
+                f"the config asks {_describe_value(key, current.get(key), vocab)}"
                 for key in differing
             )
             + "; use a new multislice:runName (or `multislice local up --fresh`) to start a new run"

@@ -20,16 +20,20 @@ so ``infra.config.StackConfig`` checks them; this module checks what the trainer
 
 from __future__ import annotations
 
+import typing
 from typing import Any, Literal
 
 import pydantic
 from pydantic import Field, field_validator, model_validator
 
-from training.validation import StrictModel, format_errors, invalid
+from training import presets
+from training.kernels import kernel_problem
+from training.validation import StrictModel, format_errors, invalid, shorten
 
-#: Byte-level language model: one token per byte (the vocabulary when neither the stack nor a
-#: prepared dataset gives one).
+#: The vocabulary of byte-level data: one token per byte (``TrainConfig.data_vocab_size``).
 VOCAB_SIZE = 256
+#: RoPE base wavelength (Su et al. 2021, "RoFormer", arXiv:2104.09864, eq. 15).
+ROPE_THETA = 10_000.0
 
 # Upper bounds: far beyond any run this trainer could make, so that a slip of the finger
 # (an extra zero, a number pasted into the wrong key) stops at validation instead of queueing
@@ -54,6 +58,8 @@ MAX_D_FF = 4 * MAX_D_MODEL
 MAX_LAYERS = 1024
 #: Heads: 1,024 (they divide d_model; PaLM 540B uses 48).
 MAX_HEADS = 1024
+#: Vocabulary: 2^22; published vocabularies are at most ~256k (Gemma: 256,000, PaLM: 256k).
+MAX_VOCAB_SIZE = 1 << 22
 
 MESH_AXES = ("data", "fsdp", "tensor")
 
@@ -92,42 +98,111 @@ class ParallelismConfig(StrictModel):
         return shape["data"] * shape["fsdp"]
 
 
-class ModelConfig(StrictModel):
-    """A decoder-only transformer (pre-norm, causal self-attention, GELU MLP) over bytes or the
-    tokens of a prepared dataset."""
+#: ``model.attention`` values: ``auto`` picks per platform (``training.kernels.attention_kernel``).
+AttentionKernel = Literal["auto", "reference", "xla", "cudnn", "splash"]
+ATTENTION_KERNELS: tuple[str, ...] = typing.get_args(AttentionKernel)
+#: ``model.remat`` values: rematerialization policy of each layer (``training.model``).
+RematPolicy = Literal["none", "full", "dots_saveable", "dots_with_no_batch_dims_saveable"]
+REMAT_POLICIES: tuple[str, ...] = typing.get_args(RematPolicy)
 
+
+class ModelConfig(StrictModel):
+    """A decoder-only transformer (pre-norm RMSNorm, causal self-attention with rotary
+    positions, GELU or SwiGLU MLP), by default the byte-level model of the ``byte`` preset.
+
+    ``preset`` names a shape of :data:`training.presets.PRESETS` whose keys fill every key the
+    mapping does not set. ``attention`` and ``remat`` choose how the same function is computed
+    (kernel: training.kernels, memory), not what it is: they may change between attempts of a run.
+    """
+
+    preset: str | None = Field(
+        default=None, description="A training.presets name; its keys fill the keys not set here (default: byte)."
+    )
     d_model: int = Field(default=256, ge=8, le=MAX_D_MODEL, description="Residual stream width.")
     n_layers: int = Field(default=4, ge=1, le=MAX_LAYERS)
-    n_heads: int = Field(default=4, ge=1, le=MAX_HEADS)
+    n_heads: int = Field(default=4, ge=1, le=MAX_HEADS, description="Query heads.")
+    n_kv_heads: int | None = Field(
+        default=None, ge=1, le=MAX_HEADS, description="Key/value heads (grouped-query attention); default n_heads."
+    )
     d_ff: int | None = Field(default=None, ge=1, le=MAX_D_FF, description="MLP hidden width; default 4 × d_model.")
-    compute_dtype: Literal["float32", "bfloat16"] = Field(
-        default="bfloat16", description="Matmul/activation dtype; parameters and optimizer state stay float32."
+    mlp: Literal["gelu", "swiglu"] = Field(
+        default="gelu", description="gelu: two matrices; swiglu: three (Shazeer 2020, arXiv:2002.05202)."
     )
     vocab_size: int | None = Field(
         default=None,
         ge=2,
+        le=MAX_VOCAB_SIZE,
         description="Embedding rows and logits; null: from the data (a prepared dataset's manifest; 256 for bytes). "
         "May exceed the data's vocabulary (padding), never be smaller.",
     )
+    tie_embeddings: bool = Field(default=False, description="Unembed with the transposed embedding table.")
+    rope_theta: float = Field(default=ROPE_THETA, gt=1, description="Rotary embedding base wavelength.")
+    norm_eps: float = Field(default=1e-6, gt=0, lt=1, description="RMSNorm epsilon.")
+    compute_dtype: Literal["float32", "bfloat16"] = Field(
+        default="bfloat16", description="Matmul/activation dtype; parameters and optimizer state stay float32."
+    )
+    attention: AttentionKernel = Field(
+        default="auto", description="Attention kernel; auto: splash on TPU, cudnn on GPU, xla elsewhere."
+    )
+    remat: RematPolicy = Field(default="none", description="Per-layer rematerialization (jax.checkpoint policy).")
 
-    @property
-    def vocab(self) -> int:
-        """The vocabulary the parameters are shaped for: ``vocab_size``, else 256 (bytes); the
-        trainer sets ``vocab_size`` from the data before building the model (training.data.with_vocabulary)."""
-        return self.vocab_size if self.vocab_size is not None else VOCAB_SIZE
+    @model_validator(mode="before")
+    @classmethod
+    def _expand_preset(cls, data: Any) -> Any:
+        try:
+            return presets.expand(data)
+        except KeyError:
+            raise invalid(
+                "preset", f"unknown preset {shorten(data.get('preset'))}; presets: {', '.join(presets.PRESETS)}"
+            ) from None
 
     @property
     def ff_width(self) -> int:
         return self.d_ff if self.d_ff is not None else 4 * self.d_model
 
     @property
+    def kv_heads(self) -> int:
+        """Key/value heads: ``n_kv_heads``, or ``n_heads`` (multi-head attention)."""
+        return self.n_kv_heads if self.n_kv_heads is not None else self.n_heads
+
+    @property
     def head_dim(self) -> int:
         return self.d_model // self.n_heads
+
+    def resolve_vocab(self, data_vocab: int) -> int:
+        """The embedding rows for data of ``data_vocab`` tokens: ``vocab_size``, or the data's.
+        The one place the model's vocabulary is decided (``TrainConfig.vocab_size`` calls it)."""
+        return self.vocab_size if self.vocab_size is not None else data_vocab
+
+    def architecture(self, data_vocab: int) -> dict[str, Any]:
+        """The keys that decide the parameters and the function they compute, defaults resolved
+        (vocabulary, key/value heads, MLP width): what a run's checkpoints depend on. Without the
+        preset name and the kernel/remat choices, which change neither."""
+        resolved = self.model_copy(
+            update={"vocab_size": self.resolve_vocab(data_vocab), "n_kv_heads": self.kv_heads, "d_ff": self.ff_width}
+        )
+        return resolved.model_dump(mode="json", exclude={"preset", "attention", "remat"})
+
+    def describe(self, data_vocab: int) -> str:
+        """The shape in one line, e.g. ``d_model=256 n_layers=4 n_heads=4 n_kv_heads=4 d_ff=1024
+        mlp=gelu vocab_size=256 tie_embeddings=False compute_dtype=bfloat16``."""
+        arch = self.architecture(data_vocab)
+        keys = ("d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff", "mlp", "vocab_size", "tie_embeddings")
+        extra = [k for k in ("rope_theta", "norm_eps") if arch[k] != type(self).model_fields[k].default]
+        return " ".join(f"{k}={arch[k]}" for k in (*keys, *extra, "compute_dtype"))
 
     @model_validator(mode="after")
     def _heads_divide_width(self) -> ModelConfig:
         if self.d_model % self.n_heads:
             raise invalid("n_heads", f"must divide d_model={self.d_model}; got {self.n_heads}")
+        if self.head_dim % 2:
+            raise invalid("n_heads", f"d_model/n_heads = {self.head_dim} must be even (rotary embeddings rotate pairs)")
+        if self.n_heads % self.kv_heads:
+            raise invalid(
+                "n_kv_heads",
+                f"{self.kv_heads} must divide n_heads={self.n_heads} "
+                "(each key/value head serves a group of query heads)",
+            )
         return self
 
 
@@ -188,6 +263,12 @@ class TrainConfig(StrictModel):
     global_batch_size: int = Field(
         default=32, ge=1, le=MAX_GLOBAL_BATCH_SIZE, description="Sequences per step, summed over all slices."
     )
+    microbatches: int = Field(
+        default=1,
+        ge=1,
+        le=MAX_GLOBAL_BATCH_SIZE,
+        description="Gradient accumulation: each step's per-replica batch runs in this many equal parts.",
+    )
     steps: int = Field(default=200, ge=1, le=MAX_STEPS, description="Total optimizer steps of the run.")
     optimizer: OptimizerConfig = OptimizerConfig()
     checkpoint: CheckpointConfig = CheckpointConfig()
@@ -208,6 +289,18 @@ class TrainConfig(StrictModel):
     def global_batch_tokens(self) -> int:
         """Tokens per optimizer step: global batch × sequence length."""
         return self.global_batch_size * self.sequence_length
+
+    @property
+    def data_vocab_size(self) -> int:
+        """Token ids of byte-level data (ids ``0 .. 255``). A prepared dataset's vocabulary (its
+        manifest) enters through ``model.vocab_size``, which the trainer fills from the data when
+        the stack leaves it unset (``training.data.with_vocabulary``)."""
+        return VOCAB_SIZE
+
+    @property
+    def vocab_size(self) -> int:
+        """The model's vocabulary (embedding rows): ``model.vocab_size``, or the data's."""
+        return self.model.resolve_vocab(self.data_vocab_size)
 
     @model_validator(mode="after")
     def _plausible_run(self) -> TrainConfig:
@@ -249,22 +342,47 @@ class TrainConfig(StrictModel):
                 f"{self.global_batch_size} is not divisible by the data-parallel size {shards} "
                 f"(ici.data×ici.fsdp×dcn.data×dcn.fsdp); use a multiple of {shards}",
             )
+        per_replica = self.global_batch_size // shards
+        if per_replica % self.microbatches:
+            raise invalid(
+                "microbatches",
+                f"{self.microbatches} does not divide the per-replica batch {per_replica} (global_batch_size "
+                f"{self.global_batch_size} ÷ data-parallel size {shards}); use a divisor of {per_replica}",
+            )
         tensor, fsdp = shape["tensor"], shape["fsdp"]
         checks = [
             ("model.n_heads", self.model.n_heads, tensor, "tensor"),
+            ("model.n_kv_heads", self.model.kv_heads, tensor, "tensor"),
             ("model.d_ff", self.model.ff_width, tensor, "tensor"),
             ("model.d_model", self.model.d_model, fsdp, "fsdp"),
         ]
-        if self.model.vocab % tensor:
+        if self.vocab_size % tensor:
             if self.model.vocab_size is not None:
                 raise invalid(
-                    "model.vocab_size",
-                    f"{self.model.vocab_size} is not divisible by the tensor mesh axis size {tensor}",
+                    "model.vocab_size", f"{self.vocab_size} is not divisible by the tensor mesh axis size {tensor}"
                 )
-            raise invalid("parallelism.ici.tensor", f"tensor size {tensor} must divide the vocabulary {VOCAB_SIZE}")
+            raise invalid(
+                "parallelism.ici.tensor", f"tensor size {tensor} must divide the vocabulary {self.vocab_size}"
+            )
         for path, value, size, axis in checks:
             if value % size:
                 raise invalid(path, f"{value} is not divisible by the {axis} mesh axis size {size}")
+        return self
+
+    @model_validator(mode="after")
+    def _model_fits_data(self) -> TrainConfig:
+        """A vocabulary that holds every token id of the data, and an attention kernel that
+        takes the model's heads and the sequence length."""
+        if self.model.vocab_size is not None and self.model.vocab_size < self.data_vocab_size:
+            raise invalid(
+                "model.vocab_size",
+                f"{self.model.vocab_size} is smaller than the data's vocabulary {self.data_vocab_size}: token ids "
+                f"up to {self.data_vocab_size - 1} would have no embedding; use at least {self.data_vocab_size} "
+                "or null (the data's)",
+            )
+        problem = kernel_problem(self.model.attention, self.model, self.sequence_length)
+        if problem is not None:
+            raise invalid("model.attention", f"{problem}; use auto, xla or reference")
         return self
 
 

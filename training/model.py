@@ -1,12 +1,15 @@
-"""A byte-level decoder-only transformer in plain JAX.
+"""A decoder-only transformer in plain JAX (docs/model.md: options, presets, kernels).
 
-Architecture (GPT-style, pre-norm): byte embedding → ``n_layers`` × [RMSNorm → causal
-multi-head self-attention with rotary position embeddings → residual; RMSNorm → GELU MLP →
-residual] → RMSNorm → unembedding to 256 byte logits. Layers are stacked along a leading
-``layers`` axis and run with ``jax.lax.scan`` (one compiled layer body: fast compiles).
+Architecture (pre-norm): token embedding → ``n_layers`` × [RMSNorm → causal self-attention
+with rotary position embeddings (``n_heads`` query heads, ``n_kv_heads`` key/value heads:
+grouped-query attention, Ainslie et al. 2023, arXiv:2305.13245) → residual; RMSNorm → GELU or
+SwiGLU MLP → residual] → RMSNorm → unembedding to the vocabulary's logits (its own matrix, or
+the embedding table transposed: ``tie_embeddings``). Layers are stacked along a leading
+``layers`` axis and run with ``jax.lax.scan`` (one compiled layer body: fast compiles); with
+``remat`` the body is wrapped in ``jax.checkpoint`` with the named policy.
 
 Parameters are float32; matmuls and activations use ``ModelConfig.compute_dtype``; the
-softmax and the loss are computed in float32.
+softmax and the loss are computed in float32. Attention kernels: ``training.attention``.
 
 Parameter shapes and logical axes: ``training.shapes`` (no jax; the planner reads it too).
 """
@@ -14,31 +17,43 @@ Parameter shapes and logical axes: ``training.shapes`` (no jax; the planner read
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+from jax.sharding import Mesh
 
-from training import shapes
+from training import attention, shapes
 from training.config import ModelConfig
 from training.shapes import param_count as param_count  # re-exported (training.train)
 
 Params = dict[str, Any]
 
-#: RoPE base wavelength (Su et al. 2021, "RoFormer", eq. 15).
-ROPE_THETA = 10_000.0
 INIT_STD = 0.02  # GPT-2 initialization (Radford et al. 2019)
 
+#: ``model.remat`` -> the ``jax.checkpoint`` policy of each layer (None: recompute everything;
+#: https://docs.jax.dev/en/latest/gradient-checkpointing.html). ``none`` is not wrapped.
+REMAT_POLICIES: dict[str, Callable | None] = {
+    "full": None,
+    "dots_saveable": jax.checkpoint_policies.dots_saveable,
+    "dots_with_no_batch_dims_saveable": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+}
 
-def logical_axes(cfg: ModelConfig) -> Params:
+
+def logical_axes(cfg: ModelConfig, vocab_size: int) -> Params:
     """Logical axis names of every parameter dimension (same tree as :func:`init_params`)."""
-    return jax.tree.map(lambda p: p.axes, shapes.params(cfg), is_leaf=lambda x: isinstance(x, shapes.Param))
+    return jax.tree.map(lambda p: p.axes, shapes.params(cfg, vocab_size), is_leaf=lambda x: isinstance(x, shapes.Param))
 
 
-def init_params(cfg: ModelConfig, key: jax.Array) -> Params:
-    """Random float32 parameters shaped as ``training.shapes.params``: unit norm scales,
-    N(0, 0.02²) weights, output projections (wo, w_out) scaled by 1/√(2L) (GPT-2)."""
-    keys = iter([*jax.random.split(key, 7), jax.random.fold_in(key, 7)])
+def init_params(cfg: ModelConfig, vocab_size: int, key: jax.Array) -> Params:
+    """Random float32 parameters shaped as ``training.shapes.params(cfg, vocab_size)``: unit
+    norm scales, N(0, 0.02²) weights, output projections (wo, w_out) scaled by 1/√(2L) (GPT-2).
+
+    Weights draw their keys in tree order from ``split(key, 7)`` then ``fold_in(key, i)`` for
+    i ≥ 7, so the default model gets the same values as before the options existed."""
+    weights = sum(p.axes[-1] != "norm" for p in shapes.flat_params(cfg, vocab_size).values())
+    keys = iter([*jax.random.split(key, 7), *(jax.random.fold_in(key, i) for i in range(7, max(weights, 8)))])
     out_std = INIT_STD / math.sqrt(2 * cfg.n_layers)
 
     def init(name: str, p: shapes.Param) -> jax.Array:
@@ -49,33 +64,37 @@ def init_params(cfg: ModelConfig, key: jax.Array) -> Params:
 
     return {
         name: {n: init(n, p) for n, p in spec.items()} if isinstance(spec, dict) else init(name, spec)
-        for name, spec in shapes.params(cfg).items()
+        for name, spec in shapes.params(cfg, vocab_size).items()
     }
 
 
-def flops_per_token(cfg: ModelConfig, sequence_length: int) -> float:
+def flops_per_token(cfg: ModelConfig, sequence_length: int, vocab_size: int) -> float:
     """Training FLOPs per token: 6·N for the weight matmuls (forward 2N, backward 4N) plus
-    12·L·D·S for attention scores and values (PaLM, Chowdhery et al. 2022, Appendix B).
+    12·L·H·K·S for attention scores and values (PaLM, Chowdhery et al. 2022, arXiv:2204.02311,
+    Appendix B: ``6N + 12·L·H·Q·T``).
 
-    N counts the weights used in matmuls (all parameters except norms and the embedding
-    gather, which costs no FLOPs; the unembedding is a matmul and counts).
+    N counts the weights used in matmuls (``training.shapes.matmul_params``: SwiGLU's three MLP
+    matrices, grouped-query attention's narrower key/value projections, the unembedding even
+    when tied; not norms nor the embedding gather). The attention term uses the query heads
+    (H·K = d_model): key/value heads do not change the score and value FLOPs. Rematerialized
+    work is not counted (MFU counts the model's FLOPs, not the recomputation).
     """
-    d, f, n = cfg.d_model, cfg.ff_width, cfg.n_layers
-    matmul_params = n * (4 * d * d + 2 * d * f) + d * cfg.vocab  # cfg.vocab: the resolved vocabulary
-    return 6.0 * matmul_params + 12.0 * n * d * sequence_length
+    matmul = shapes.matmul_params(cfg, vocab_size)
+    return 6.0 * matmul + 12.0 * cfg.n_layers * cfg.n_heads * cfg.head_dim * sequence_length
 
 
-def _rms_norm(x: jax.Array, scale: jax.Array, eps: float = 1e-6) -> jax.Array:
+def _rms_norm(x: jax.Array, scale: jax.Array, eps: float) -> jax.Array:
     x32 = x.astype(jnp.float32)
     normed = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps)
     return (normed * scale).astype(x.dtype)
 
 
-def _rope(x: jax.Array) -> jax.Array:
-    """Rotary position embedding over the last axis of ``[B, S, H, K]`` (K even)."""
+def _rope(x: jax.Array, theta: float) -> jax.Array:
+    """Rotary position embedding over the last axis of ``[B, S, H, K]`` (K even), base
+    wavelength ``theta`` (Su et al. 2021, "RoFormer", arXiv:2104.09864, eq. 15)."""
     seq, dim = x.shape[1], x.shape[-1]
     half = dim // 2
-    freqs = ROPE_THETA ** (-jnp.arange(half, dtype=jnp.float32) / half)
+    freqs = theta ** (-jnp.arange(half, dtype=jnp.float32) / half)
     angles = jnp.arange(seq, dtype=jnp.float32)[:, None] * freqs[None, :]  # [S, K/2]
     sin, cos = jnp.sin(angles)[None, :, None, :], jnp.cos(angles)[None, :, None, :]
     x1, x2 = x[..., :half].astype(jnp.float32), x[..., half:].astype(jnp.float32)
@@ -88,58 +107,67 @@ def forward(
     tokens: jax.Array,
     cfg: ModelConfig,
     constrain=lambda x, axes: x,
+    mesh: Mesh | None = None,
 ) -> jax.Array:
     """Logits for every position.
 
     Args:
       params: tree from :func:`init_params`.
-      tokens: int32 ``[B, S]`` byte values in [0, 256).
+      tokens: int32 ``[B, S]`` token ids in [0, vocabulary).
       cfg: model config.
       constrain: ``(array, logical_axes) -> array``; the trainer passes a sharding
         constraint so activations stay split over the batch axes.
+      mesh: the mesh the arrays live on (the splash kernel runs per device on it); None: one device.
 
     Returns:
-      float32 logits ``[B, S, 256]``.
+      float32 logits ``[B, S, V]`` (V: the embedding table's rows).
     """
     dtype = jnp.dtype(cfg.compute_dtype)
+    eps, theta = cfg.norm_eps, cfg.rope_theta
     # FSDP: gather the embedding table's sharded width before the lookup (its gradient is
     # then reduce-scattered back), instead of resharding the activations.
     embed = constrain(params["embed"], ("vocab", "activation_embed"))
     x = embed[tokens].astype(dtype)
     x = constrain(x, ("batch", "sequence", "activation_embed"))
-    seq = tokens.shape[1]
-    mask = jnp.tril(jnp.ones((seq, seq), dtype=bool))
-    scale = 1.0 / math.sqrt(cfg.head_dim)
 
     def layer(x, p):
         bsd = ("batch", "sequence", "activation_embed")
         bshk = ("batch", "sequence", "heads", "head_dim")
-        h = constrain(_rms_norm(x, p["ln1"]), bsd)
-        q = constrain(_rope(jnp.einsum("bsd,dhk->bshk", h, p["wq"].astype(dtype))), bshk)
-        k = constrain(_rope(jnp.einsum("bsd,dhk->bshk", h, p["wk"].astype(dtype))), bshk)
-        v = constrain(jnp.einsum("bsd,dhk->bshk", h, p["wv"].astype(dtype)), bshk)
-        scores = jnp.einsum("bqhk,bthk->bhqt", q, k).astype(jnp.float32) * scale
-        scores = jnp.where(mask[None, None], scores, jnp.finfo(jnp.float32).min)
-        weights = jax.nn.softmax(scores, axis=-1).astype(dtype)
-        attn = constrain(jnp.einsum("bhqt,bthk->bqhk", weights, v), bshk)
+        bsgk = ("batch", "sequence", "kv_heads", "head_dim")
+        h = constrain(_rms_norm(x, p["ln1"], eps), bsd)
+        q = constrain(_rope(jnp.einsum("bsd,dhk->bshk", h, p["wq"].astype(dtype)), theta), bshk)
+        k = constrain(_rope(jnp.einsum("bsd,dhk->bshk", h, p["wk"].astype(dtype)), theta), bsgk)
+        v = constrain(jnp.einsum("bsd,dhk->bshk", h, p["wv"].astype(dtype)), bsgk)
+        attn = constrain(attention.attend(q, k, v, cfg, mesh), bshk)
         x = constrain(x + jnp.einsum("bshk,hkd->bsd", attn, p["wo"].astype(dtype)), bsd)
-        h = constrain(_rms_norm(x, p["ln2"]), bsd)
-        h = constrain(jax.nn.gelu(jnp.einsum("bsd,df->bsf", h, p["w_in"].astype(dtype))), ("batch", "sequence", "mlp"))
+        h = constrain(_rms_norm(x, p["ln2"], eps), bsd)
+        up = jnp.einsum("bsd,df->bsf", h, p["w_in"].astype(dtype))
+        if cfg.mlp == "swiglu":  # SiLU(h·W_gate) ⊙ (h·W_in) (Shazeer 2020, arXiv:2002.05202, eq. 6)
+            up = jax.nn.silu(jnp.einsum("bsd,df->bsf", h, p["w_gate"].astype(dtype))) * up
+        else:
+            up = jax.nn.gelu(up)
+        h = constrain(up, ("batch", "sequence", "mlp"))
         x = x + jnp.einsum("bsf,fd->bsd", h, p["w_out"].astype(dtype))
         return constrain(x, ("batch", "sequence", "activation_embed")), None
 
+    if cfg.remat != "none":  # prevent_cse=False: scan already keeps the recomputation apart
+        layer = jax.checkpoint(layer, policy=REMAT_POLICIES[cfg.remat], prevent_cse=False)
     x, _ = jax.lax.scan(layer, x, params["layers"])
-    x = _rms_norm(x, params["ln_f"])
+    x = _rms_norm(x, params["ln_f"], eps)
+    if cfg.tie_embeddings:
+        return jnp.einsum("bsd,vd->bsv", x, embed.astype(dtype)).astype(jnp.float32)
     return jnp.einsum("bsd,dv->bsv", x, params["unembed"].astype(dtype)).astype(jnp.float32)
 
 
-def loss_fn(params: Params, batch: jax.Array, cfg: ModelConfig, constrain=lambda x, axes: x) -> jax.Array:
-    """Mean next-byte cross-entropy (nats/byte) of a ``[B, S+1]`` int32 batch.
+def loss_fn(
+    params: Params, batch: jax.Array, cfg: ModelConfig, constrain=lambda x, axes: x, mesh: Mesh | None = None
+) -> jax.Array:
+    """Mean next-token cross-entropy (nats/token) of a ``[B, S+1]`` int32 batch.
 
     Inputs are ``batch[:, :-1]``, targets ``batch[:, 1:]``. Returns a float32 scalar.
     """
     inputs, targets = batch[:, :-1], batch[:, 1:]
-    logits = forward(params, inputs, cfg, constrain)
+    logits = forward(params, inputs, cfg, constrain, mesh)
     logprobs = jax.nn.log_softmax(logits, axis=-1)
     picked = jnp.take_along_axis(logprobs, targets[..., None], axis=-1)[..., 0]
     return -jnp.mean(picked)

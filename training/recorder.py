@@ -42,7 +42,9 @@ class MetricsRecorder:
     ):
         self.cfg, self.schedule, self.devices, self.clock = cfg, schedule, devices, clock
         self.metrics_log, self.events_log, self.tensorboard = metrics_log, events_log, tensorboard
-        self.flops_per_step = model.flops_per_token(cfg.model, cfg.sequence_length) * cfg.global_batch_tokens
+        self.flops_per_step = (
+            model.flops_per_token(cfg.model, cfg.sequence_length, cfg.vocab_size) * cfg.global_batch_tokens
+        )
         self.last_loss: float | None = None
         self.last_time = clock()
         self.epoch = time.time() - self.last_time  # clock() + epoch: seconds since the epoch

@@ -17,10 +17,10 @@ def shardings(cfg: TrainConfig, mesh: Mesh, optimizer: optax.GradientTransformat
     """The state's ``NamedSharding`` tree: params by their logical axes
     (:func:`training.model.logical_axes`), optimizer moments as their params, the rest
     (step counts) replicated."""
-    axes = model.logical_axes(cfg.model)
+    axes = model.logical_axes(cfg.model, cfg.vocab_size)
     is_axes = lambda x: isinstance(x, tuple) and all(isinstance(a, (str, type(None))) for a in x)  # noqa: E731
     param_shardings = jax.tree.map(lambda a: mesh_lib.sharding_for(mesh, a), axes, is_leaf=is_axes)
-    abstract_params = jax.eval_shape(lambda: model.init_params(cfg.model, jax.random.key(0)))
+    abstract_params = jax.eval_shape(lambda: model.init_params(cfg.model, cfg.vocab_size, jax.random.key(0)))
     abstract_opt = jax.eval_shape(optimizer.init, abstract_params)
     replicated = mesh_lib.sharding_for(mesh, ())
     opt_shardings = optax.tree_map_params(
@@ -50,7 +50,7 @@ def restore_or_init(
     Raises checkpointing.CheckpointRestoreError, agreement.AgreementError."""
 
     def init_state():
-        params = model.init_params(cfg.model, jax.random.key(cfg.seed))
+        params = model.init_params(cfg.model, cfg.vocab_size, jax.random.key(cfg.seed))
         return {"params": params, "opt_state": optimizer.init(params)}
 
     abstract_state = jax.tree.map(

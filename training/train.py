@@ -216,7 +216,9 @@ def _train(
 
     opt, schedule = optimizer_lib.make_optimizer(config.optimizer, config.steps)
     shardings = state_lib.shardings(config, mesh, opt)
-    train_step = step_lib.make_train_step(config.model, opt, mesh, shardings, batch_sharding)
+    train_step = step_lib.make_train_step(
+        config.model, opt, mesh, shardings, batch_sharding, microbatches=config.microbatches
+    )
     eval_step = step_lib.make_eval_step(config.model, mesh, shardings["params"], batch_sharding)
 
     manager = checkpointing.make_manager(run_dir, config)
@@ -270,7 +272,7 @@ def _train(
         identity.num_processes,
         jax.device_count(),
         dict(mesh.shape),
-        model.param_count(config.model) / 1e6,
+        model.param_count(config.model, config.vocab_size) / 1e6,
         rows[0],
         rows[1],
         config.global_batch_size,

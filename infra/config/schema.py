@@ -13,6 +13,7 @@ Rules and their sources:
 * ici.data × ici.fsdp × ici.tensor = chips per slice and dcn.data × dcn.fsdp × dcn.tensor =
   slices, dcn.tensor = 1 (same source);
 * the global batch divides by the data-parallel size (``training.config``);
+* the trainer's attention kernel is not ``cudnn`` (NVIDIA GPUs' kernel; a stack's chips are TPUs);
 * ``capacity`` is one of :data:`CAPACITY_TYPES`, the capacity the ``tpu_v2`` API's
   QueuedResource can request (``spot``, ``guaranteed``, ``reservation_name``:
   https://cloud.google.com/tpu/docs/reference/rest/v2/projects.locations.queuedResources);
@@ -234,6 +235,12 @@ class StackConfig(StrictModel):
             )
         if self.workload is not None:
             return self  # the command brings its own parallelism; the trainer's checks do not apply
+        if self.training.model.attention == "cudnn":
+            raise invalid(
+                "multislice:training.model.attention",
+                f"cudnn is NVIDIA GPUs' kernel; this stack's accelerator is TPU {self.accelerator_type}: use auto "
+                "(splash on TPU where it takes the shapes), splash, xla or reference",
+            )
         par = self.training.parallelism
         if par.ici.product != acc.chips:
             raise invalid(

@@ -120,7 +120,7 @@ def plan(config: StackConfig) -> Plan:
         hosts=config.slices * accelerator.hosts,
         chips_per_host=accelerator.chips_per_host,
         parallelism=train.parallelism,
-        parameters=param_count(train.model),
+        parameters=param_count(train.model, train.vocab_size),
         sequence_length=train.sequence_length,
         global_batch_size=train.global_batch_size,
         global_batch_tokens=train.global_batch_tokens,

@@ -10,28 +10,37 @@ axes are ``training.shapes``, the jax-free module ``training.model.init_params``
 parameters from (tests/training/test_shapes.py checks both against ``jax.eval_shape`` of the real
 init), so the arithmetic is exact and needs no jax.
 
-Activations are the tensors autodiff keeps for the backward pass (``training.train`` does no
-rematerialization), adapted from Korthikanti et al. 2022, "Reducing Activation Recomputation
-in Large Transformer Models" (arXiv:2205.05198), §4.1: ``s·b·h·(34 + 5·a·s/h)`` bytes per layer
-for 16-bit activations with dropout, ``s·b·h·(10 + 24/t + 5·a·s/(h·t))`` with t-way tensor
-parallelism. This model has no dropout (the two dropout masks, ``2·s·b·h`` bytes, and the
-dropout output go), computes the attention scores and the softmax in float32 and casts the
-probabilities to ``compute_dtype``, and its MLP width is ``d_ff`` (not always 4h). With
-``e`` bytes per element of ``compute_dtype``, ``b`` sequences per chip (``global_batch_size ÷
-(data × fsdp)``), ``s`` = sequence_length, ``h`` = d_model, ``f`` = d_ff, ``a`` = heads and t the
-tensor axis size, :func:`activation_bytes_per_chip` counts per layer
+Activations are the tensors autodiff keeps for the backward pass, adapted from Korthikanti et
+al. 2022, "Reducing Activation Recomputation in Large Transformer Models" (arXiv:2205.05198),
+§4.1: ``s·b·h·(34 + 5·a·s/h)`` bytes per layer for 16-bit activations with dropout,
+``s·b·h·(10 + 24/t + 5·a·s/(h·t))`` with t-way tensor parallelism. This model has no dropout
+(the two dropout masks, ``2·s·b·h`` bytes, and the dropout output go), computes the attention
+scores and the softmax in float32 and casts the probabilities to ``compute_dtype``, and its MLP
+width is ``d_ff`` (not always 4h). With
+``e`` bytes per element of ``compute_dtype``, ``b`` sequences per chip and microbatch
+(``global_batch_size ÷ (data × fsdp) ÷ microbatches``: the step runs one microbatch at a time),
+``s`` = sequence_length, ``h`` = d_model, ``f`` = d_ff, ``a`` = query heads, ``g·k`` the width of k
+and v (key/value heads × head dim: grouped-query attention) and t the tensor axis size,
+:func:`activation_bytes_per_chip` counts per layer
 
 * replicated over tensor: ``4·e·s·b·h`` (the two norm inputs and the two norm outputs that
   feed the QKV and MLP-in matmuls);
-* split over tensor: ``(4·e·s·b·h + 2·e·s·b·f + a·s²·b·(4 + e′)) / t`` (q and k after RoPE, v,
-  the attention output feeding ``wo``; the GELU input and output; the float32 softmax output
-  plus, when ``compute_dtype`` is not float32, its ``e′ = e``-byte cast);
+* split over tensor: ``(e·s·b·(2h + 2·g·k) + m·e·s·b·f + a·s²·b·(4 + e′)) / t`` (q after RoPE and
+  the attention output feeding ``wo``, k after RoPE and v; the MLP's ``m`` f-wide tensors: 2 for
+  GELU, its input and output, 4 for SwiGLU, the gate and up projections, the SiLU and the
+  product; the float32 softmax output plus, when ``compute_dtype`` is not float32, its
+  ``e′ = e``-byte cast). A fused kernel (splash, cudnn; ``auto`` counts as TPU's choice,
+  ``training.kernels.attention_kernel``) keeps a float32 log-sum-exp per query instead,
+  ``4·a·s·b``;
 
 and once for the output layer ``2·e·s·b·h + 2·4·s·b·V / t`` (final norm input, unembedding
-input, float32 logits and log-probabilities over the vocabulary V: ``training.model.vocab_size``,
-256 bytes when unset). With bfloat16 and f = 4h this is ``s·b·h·(8 + 24/t) + 6·a·s²·b/t`` per layer: the paper's
-``10 + 24/t`` less the ``2·s·b·h`` of dropout masks, and ``6`` instead of ``5`` for the
-float32 softmax. XLA's own temporaries, fragmentation and the runtime's reserve are not
+input, float32 logits and log-probabilities over the model's vocabulary V). With GELU,
+g = a, the materialized scores, bfloat16 and f = 4h this is ``s·b·h·(8 + 24/t) + 6·a·s²·b/t``
+per layer: the paper's ``10 + 24/t`` less the ``2·s·b·h`` of dropout masks, and ``6`` instead of
+``5`` for the float32 softmax. ``remat: full`` keeps each layer's input (``e·s·b·h``) and one
+layer's activations, recomputed in the backward pass; the dots policies are counted as no remat
+(an upper bound). With ``microbatches`` > 1 the gradients are counted twice (their float32 sum
+and one microbatch's). XLA's own temporaries, fragmentation and the runtime's reserve are not
 counted: treat an estimate above :data:`HBM_TIGHT_FRACTION` of HBM as at risk.
 """
 
@@ -43,6 +52,7 @@ from collections.abc import Mapping
 
 from training import shapes
 from training.config import TrainConfig
+from training.kernels import attention_kernel
 from training.shapes import LOGICAL_AXIS_RULES
 
 __all__ = [
@@ -81,7 +91,9 @@ _ADAM_MOMENTS = 2  # optax.adamw: mu and nu, float32, shaped like the parameters
 def parameter_shapes(train: TrainConfig) -> dict[str, tuple[tuple[int, ...], tuple[str | None, ...]]]:
     """Every parameter of the trainer's model: ``path -> (shape, logical axes)``, from
     ``training.shapes.flat_params`` (paths are ``/``-joined tree keys, e.g. ``layers/wq``)."""
-    return {path: (param.shape, param.axes) for path, param in shapes.flat_params(train.model).items()}
+    return {
+        path: (param.shape, param.axes) for path, param in shapes.flat_params(train.model, train.vocab_size).items()
+    }
 
 
 def _shard_elements(shape: tuple[int, ...], axes: tuple[str | None, ...], mesh_shape: Mapping[str, int]) -> int:
@@ -100,17 +112,24 @@ def activation_bytes_per_chip(train: TrainConfig) -> int:
     """Activation bytes one chip keeps for the backward pass at the configured batch and
     sequence length (formula and source: the module docstring).
 
-    ``train`` is validated: its global batch splits evenly over the data × fsdp axes
-    (``TrainConfig`` rejects one that does not, naming ``global_batch_size``).
+    ``train`` is validated: its global batch splits evenly over the data × fsdp axes and its
+    per-replica batch over ``microbatches`` (``TrainConfig`` rejects one that does not).
     """
-    par = train.parallelism
-    b = train.global_batch_size // par.batch_shards
-    s, h, f = train.sequence_length, train.model.d_model, train.model.ff_width
-    a, t, n = train.model.n_heads, par.mesh_shape["tensor"], train.model.n_layers
-    e = _DTYPE_BYTES[train.model.compute_dtype]
-    softmax = a * s * s * b * (_F32_BYTES + (e if e != _F32_BYTES else 0))
-    per_layer = 4 * e * s * b * h + (4 * e * s * b * h + 2 * e * s * b * f + softmax) / t
-    output = 2 * e * s * b * h + 2 * _F32_BYTES * s * b * train.model.vocab / t
+    par, model = train.parallelism, train.model
+    b = train.global_batch_size // par.batch_shards // train.microbatches  # one microbatch at a time
+    s, h, f = train.sequence_length, model.d_model, model.ff_width
+    a, t, n = model.n_heads, par.mesh_shape["tensor"], model.n_layers
+    kv = model.kv_heads * model.head_dim  # width of k and v (grouped-query attention)
+    e = _DTYPE_BYTES[model.compute_dtype]
+    if attention_kernel(model, "tpu", s) in ("splash", "cudnn"):  # fused: a float32 logsumexp per query
+        softmax = a * s * b * _F32_BYTES
+    else:  # the float32 scores' softmax and its cast
+        softmax = a * s * s * b * (_F32_BYTES + (e if e != _F32_BYTES else 0))
+    mlp = (4 if model.mlp == "swiglu" else 2) * e * s * b * f
+    per_layer = 4 * e * s * b * h + (e * s * b * (2 * h + 2 * kv) + mlp + softmax) / t
+    output = 2 * e * s * b * h + 2 * _F32_BYTES * s * b * train.vocab_size / t
+    if model.remat == "full":  # only each layer's input is kept; one layer's activations live again in backward
+        return int(math.ceil(n * e * s * b * h + per_layer + output))
     return int(math.ceil(n * per_layer + output))
 
 
@@ -163,7 +182,7 @@ def memory_per_chip(train: TrainConfig, hbm_capacity_bytes: int) -> MemoryEstima
     )
     return MemoryEstimate(
         parameters=params,
-        gradients=params,
+        gradients=params * (2 if train.microbatches > 1 else 1),  # the sum and one microbatch's gradients
         optimizer_state=_ADAM_MOMENTS * params,
         activations=activation_bytes_per_chip(train),
         capacity=hbm_capacity_bytes,

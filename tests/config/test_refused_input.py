@@ -213,3 +213,26 @@ def test_implausible_training_sizes_and_a_warmup_past_the_run_name_their_key():
     config = dev_map()
     config["multislice:training"]["stpes"] = 5
     assert errors_of(config) == ["multislice:training.stpes: unknown key (did you mean 'steps'?)"]
+
+
+def test_bad_model_options_in_a_stack_name_their_key():
+    config = dev_map()
+    config["multislice:training"]["model"]["preset"] = "gpt-5"
+    (line,) = errors_of(config)
+    assert line.startswith("multislice:training.model.preset: unknown preset 'gpt-5'; presets: byte, smollm2-135m, ")
+    config = dev_map()
+    config["multislice:training"]["microbatches"] = 3  # 16 sequences ÷ 8 replicas = 2 per replica
+    assert errors_of(config) == [
+        "multislice:training.microbatches: 3 does not divide the per-replica batch 2 (global_batch_size 16 ÷ "
+        "data-parallel size 8); use a divisor of 2"
+    ]
+    config = dev_map()
+    config["multislice:training"]["model"].update({"d_model": 512, "compute_dtype": "bfloat16", "attention": "cudnn"})
+    assert errors_of(config) == [
+        "multislice:training.model.attention: cudnn is NVIDIA GPUs' kernel; this stack's accelerator is TPU v4-8: "
+        "use auto (splash on TPU where it takes the shapes), splash, xla or reference"
+    ]
+    config = dev_map()
+    config["multislice:training"]["model"].update({"d_model": 512, "attention": "splash", "remat": "full"})
+    config["multislice:training"]["microbatches"] = 2
+    validate_stack("t", config, "test")  # a TPU stack may name the TPU kernel

@@ -21,11 +21,13 @@ def direct_count(train: TrainConfig) -> dict[str, int]:
     """Bytes of the parameter and optimizer-state shards on each device, counted from real
     arrays sharded the way training.train shards them (8 CPU devices, one process)."""
     mesh = mesh_lib.build_mesh(train.parallelism)
-    axes = model.logical_axes(train.model)
+    axes = model.logical_axes(train.model, train.vocab_size)
     is_axes = lambda x: isinstance(x, tuple) and all(isinstance(a, (str, type(None))) for a in x)  # noqa: E731
     param_shardings = jax.tree.map(lambda a: mesh_lib.sharding_for(mesh, a), axes, is_leaf=is_axes)
     opt, _ = make_optimizer(train.optimizer, train.steps)
-    params = jax.jit(lambda: model.init_params(train.model, jax.random.key(0)), out_shardings=param_shardings)()
+    params = jax.jit(
+        lambda: model.init_params(train.model, train.vocab_size, jax.random.key(0)), out_shardings=param_shardings
+    )()
     abstract_opt = jax.eval_shape(opt.init, params)
     opt_shardings = optax.tree_map_params(
         opt,
@@ -60,10 +62,15 @@ def direct_count(train: TrainConfig) -> dict[str, int]:
     "ici",
     [{"data": 1, "fsdp": 8, "tensor": 1}, {"data": 2, "fsdp": 2, "tensor": 2}, {"data": 1, "fsdp": 2, "tensor": 4}],
 )
-def test_memory_matches_a_direct_count_of_sharded_arrays(ici):
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"mlp": "swiglu", "n_heads": 8, "n_kv_heads": 4, "tie_embeddings": True}],
+    ids=["gelu-mha", "swiglu-gqa-tied"],
+)
+def test_memory_matches_a_direct_count_of_sharded_arrays(ici, options):
     train = TrainConfig.model_validate(
         {
-            "model": {"d_model": 64, "n_layers": 2, "n_heads": 4, "d_ff": 96},
+            "model": {"d_model": 64, "n_layers": 2, "n_heads": 4, "d_ff": 96} | options,
             "sequence_length": 32,
             "global_batch_size": 8,
             "parallelism": {"ici": ici},
@@ -71,7 +78,7 @@ def test_memory_matches_a_direct_count_of_sharded_arrays(ici):
     )
     counted = direct_count(train)
     mem = planner.memory_per_chip(train, V4.hbm_bytes_per_chip)
-    assert counted["count"] == model.param_count(train.model)
+    assert counted["count"] == model.param_count(train.model, train.vocab_size)
     assert mem.parameters == counted["params"]
     assert mem.gradients == mem.parameters  # float32, sharded like the parameters
     assert mem.optimizer_state == counted["moments"]  # AdamW mu + nu
@@ -81,8 +88,8 @@ def test_memory_matches_a_direct_count_of_sharded_arrays(ici):
 
 def test_parameter_shapes_are_the_models_with_their_logical_axes():
     train = TrainConfig.model_validate({"model": {"d_model": 64, "n_layers": 2, "n_heads": 4, "d_ff": 96}})
-    params = model.init_params(train.model, jax.random.key(0))
-    axes = model.logical_axes(train.model)
+    params = model.init_params(train.model, train.vocab_size, jax.random.key(0))
+    axes = model.logical_axes(train.model, train.vocab_size)
     flat = {
         "/".join(str(k.key) for k in path): (tuple(leaf.shape), axes_leaf)
         for (path, leaf), axes_leaf in zip(
@@ -106,6 +113,38 @@ def test_activation_formula_is_korthikanti_adapted():
     f32 = TrainConfig.model_validate(base | {"model": base["model"] | {"compute_dtype": "float32"}})
     per_layer = 4 * s * b * h * 4 + 4 * s * b * h * 4 + 2 * 4 * s * b * 4 * h + 4 * a * s * s * b
     assert planner.activation_bytes_per_chip(f32) == n * per_layer + 2 * 4 * s * b * h + 2 * 4 * s * b * 256
+
+
+def test_swiglu_gqa_microbatches_and_full_remat_in_the_activations():
+    s, b, h, a, n, f = 64, 8, 64, 4, 2, 96
+    base = {
+        "model": {"d_model": h, "n_layers": n, "n_heads": a, "d_ff": f, "compute_dtype": "float32"},
+        "sequence_length": s,
+        "global_batch_size": b,
+    }
+
+    def act(**model_keys) -> int:
+        keys = dict(model_keys)
+        top = {k: keys.pop(k) for k in ("microbatches",) if k in keys}
+        return planner.activation_bytes_per_chip(
+            TrainConfig.model_validate(base | top | {"model": base["model"] | keys})
+        )
+
+    e = 4
+    assert act(mlp="swiglu") - act() == n * 2 * e * s * b * f  # gate and up, SiLU and product: 4 f-wide, not 2
+    assert act() - act(n_kv_heads=1) == n * 2 * e * s * b * (h - h // a)  # k and v one head wide
+    assert act(microbatches=4) * 4 == act()  # one microbatch of b/4 at a time
+    output = 2 * e * s * b * h + 2 * 4 * s * b * 256
+    assert act(remat="full") == n * e * s * b * h + (act() - output) // n + output
+    wide = TrainConfig.model_validate(
+        base | {"sequence_length": 128, "model": base["model"] | {"d_model": 512, "attention": "splash"}}
+    )
+    # splash keeps a float32 log-sum-exp per query, not the s×s scores
+    assert planner.activation_bytes_per_chip(wide) < planner.activation_bytes_per_chip(
+        wide.model_copy(update={"model": wide.model.model_copy(update={"attention": "reference"})})
+    )
+    grads = planner.memory_per_chip(TrainConfig.model_validate(base | {"microbatches": 2}), V4.hbm_bytes_per_chip)
+    assert grads.gradients == 2 * grads.parameters  # the float32 sum and one microbatch's
 
 
 def test_activations_split_over_batch_and_tensor_axes():

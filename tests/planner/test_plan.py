@@ -48,7 +48,7 @@ def test_plan_describes_the_stack():
         "fsdp": {"dcn": 2, "ici": 4, "size": 8},
         "tensor": {"dcn": 1, "ici": 2, "size": 2},
     }
-    assert p.parameters == param_count(config.training.model)
+    assert p.parameters == param_count(config.training.model, config.training.vocab_size)
     assert (p.sequence_length, p.global_batch_size, p.global_batch_tokens) == (1024, 64, 64 * 1024)
     assert p.memory == planner.memory_per_chip(config.training, 32 * 2**30)
     assert p.dcn == planner.dcn_check(config.accelerator, config.training.parallelism, 64 * 1024)
@@ -189,6 +189,12 @@ def write_stack(tmp_path: Path, edit) -> Path:
         (lambda c: c["multislice:training"].update({"sequence_length": 0}), "sequence_length"),
         (lambda c: c["multislice:training"]["parallelism"]["ici"].update({"data": -1}), "parallelism.ici.data"),
         (lambda c: c.update({"multislice:slices": 0}), "multislice:slices"),
+        (lambda c: c["multislice:training"]["model"].update({"preset": "llama-9b"}), "model.preset"),
+        (lambda c: c["multislice:training"]["model"].update({"n_kv_heads": 3}), "model.n_kv_heads"),
+        (lambda c: c["multislice:training"]["model"].update({"attention": "splash"}), "model.attention"),
+        (lambda c: c["multislice:training"]["model"].update({"attention": "cudnn"}), "model.attention"),
+        (lambda c: c["multislice:training"].update({"microbatches": 3}), "multislice:training.microbatches"),
+        (lambda c: c["multislice:training"]["model"].update({"vocab_size": 100}), "model.vocab_size"),
     ],
 )
 def test_cli_bad_stack_is_one_clear_error_naming_the_key(tmp_path, edit, key):

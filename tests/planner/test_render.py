@@ -39,7 +39,7 @@ def test_dev_stack_output_gives_size_mesh_batch_memory_and_dcn_check():
     assert (
         f"stack dev: {config.slices} × {acc.name} (v4) = {config.slices * acc.chips} chips on "
         f"{config.total_workers} TPU VMs ({acc.hosts} per slice, {acc.chips_per_host} chips each); "
-        f"{param_count(train.model):,} parameters"
+        f"{param_count(train.model, train.vocab_size):,} parameters"
     ) in text
     par = train.parallelism
     for axis in ("data", "fsdp", "tensor"):

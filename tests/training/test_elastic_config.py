@@ -52,6 +52,10 @@ def changed(**update) -> TrainConfig:
         {"optimizer": {"peak_learning_rate": 1e-3, "warmup_steps": 3}},
         {"checkpoint": {"interval_steps": 3, "keep": 5, "async_save": False}},
         {"log_every_steps": 1, "eval_every_steps": 4},
+        {"microbatches": 2},
+        {"model": {"attention": "reference", "remat": "full"}},
+        {"model": {"preset": "byte", "d_model": 32, "n_layers": 1, "n_heads": 2}},  # the same shape, named
+        {"model": {"n_kv_heads": 2, "d_ff": 128, "vocab_size": 256}},  # the defaults, written out
     ],
 )
 def test_what_may_change_between_attempts(run_dir, update):
@@ -60,8 +64,10 @@ def test_what_may_change_between_attempts(run_dir, update):
 
 def model_line(model) -> str:
     return (
-        f"d_model={model.d_model} n_layers={model.n_layers} n_heads={model.n_heads} d_ff={model.ff_width} "
-        f"compute_dtype={model.compute_dtype}, {param_count(model):,} parameters"
+        f"d_model={model.d_model} n_layers={model.n_layers} n_heads={model.n_heads} n_kv_heads={model.kv_heads} "
+        f"d_ff={model.ff_width} mlp={model.mlp} vocab_size={model.vocab_size or 256} "
+        f"tie_embeddings={model.tie_embeddings} compute_dtype={model.compute_dtype}, "
+        f"{param_count(model, model.vocab_size or 256):,} parameters"
     )
 
 
@@ -73,6 +79,10 @@ def model_line(model) -> str:
         {"n_heads": 4},
         {"d_ff": 64},
         {"d_model": 48, "n_layers": 2, "n_heads": 4, "d_ff": 96},
+        {"mlp": "swiglu"},
+        {"n_heads": 4, "n_kv_heads": 2},
+        {"tie_embeddings": True},
+        {"vocab_size": 512},
     ],
 )
 def test_another_model_is_refused_with_both_shapes(run_dir, model):
@@ -135,3 +145,16 @@ def test_the_trainer_exits_78_with_the_message_before_any_work(run_dir, caplog, 
         in record.getMessage()
     )
     assert json.loads(run_dir.read(checkpointing.RUN_CONFIG_FILE))["model"]["d_model"] == 32  # record kept
+
+
+def test_a_record_written_before_the_model_options_existed_still_matches(tmp_path):
+    # train_config.json as the trainer wrote it before presets, GQA, SwiGLU, tied embeddings,
+    # vocab_size, rope_theta, norm_eps, attention, remat and microbatches existed.
+    run = RunDir(str(tmp_path / "run"))
+    old = json.loads(RECORDED.model_dump_json())
+    old["model"] = {"d_model": 32, "n_layers": 1, "n_heads": 2, "d_ff": None, "compute_dtype": "float32"}
+    del old["microbatches"]
+    run.write(checkpointing.RUN_CONFIG_FILE, json.dumps(old).encode())
+    check_run_config(run, RECORDED)  # no exception
+    with pytest.raises(RunConfigMismatch, match="the config asks d_model=32 n_layers=1 n_heads=4 n_kv_heads=2 "):
+        check_run_config(run, changed(model={"n_heads": 4, "n_kv_heads": 2}))

@@ -17,14 +17,14 @@ CFG = ModelConfig(d_model=32, n_layers=2, n_heads=4, compute_dtype="float32")
 
 
 def test_param_count_matches_the_arrays():
-    params = model.init_params(CFG, jax.random.key(0))
+    params = model.init_params(CFG, 256, jax.random.key(0))
     counted = sum(int(np.prod(leaf.shape)) for leaf in jax.tree.leaves(params))
-    assert model.param_count(CFG) == counted
+    assert model.param_count(CFG, 256) == counted
 
 
 def test_logical_axes_cover_every_dimension():
-    params = model.init_params(CFG, jax.random.key(0))
-    axes = model.logical_axes(CFG)
+    params = model.init_params(CFG, 256, jax.random.key(0))
+    axes = model.logical_axes(CFG, 256)
     is_axes = lambda x: isinstance(x, tuple)  # noqa: E731
     pairs = jax.tree.leaves(jax.tree.map(lambda a, p: (len(a), p.ndim), axes, params, is_leaf=is_axes), is_leaf=is_axes)
     assert pairs and all(n_axes == ndim for n_axes, ndim in pairs)
@@ -34,18 +34,18 @@ def test_flops_per_token_counts_matmul_weights():
     # Direct count: per layer q,k,v,o are D×D and the MLP is 2·D·F; the unembedding D×256.
     d, f, n, s = 32, 128, 2, 64
     weights = n * (4 * d * d + 2 * d * f) + d * 256
-    assert model.flops_per_token(CFG, s) == 6 * weights + 12 * n * d * s
+    assert model.flops_per_token(CFG, s, 256) == 6 * weights + 12 * n * d * s
 
 
 def test_initial_loss_is_near_uniform():
-    params = model.init_params(CFG, jax.random.key(0))
+    params = model.init_params(CFG, 256, jax.random.key(0))
     batch = jax.random.randint(jax.random.key(1), (4, 17), 0, 256)
     loss = float(model.loss_fn(params, batch, CFG))
     assert abs(loss - math.log(256)) < 0.1
 
 
 def test_forward_is_causal():
-    params = model.init_params(CFG, jax.random.key(0))
+    params = model.init_params(CFG, 256, jax.random.key(0))
     tokens = jax.random.randint(jax.random.key(1), (2, 16), 0, 256)
     changed = tokens.at[:, 10:].set((tokens[:, 10:] + 1) % 256)
     a = model.forward(params, tokens, CFG)
@@ -56,7 +56,7 @@ def test_forward_is_causal():
 
 
 def test_a_few_adamw_steps_reduce_the_loss_on_repeated_text():
-    params = model.init_params(CFG, jax.random.key(0))
+    params = model.init_params(CFG, 256, jax.random.key(0))
     text = np.frombuffer((b"the quick brown fox jumps over the lazy dog. " * 8)[: 8 * 33], dtype=np.uint8)
     batch = jnp.asarray(text.reshape(8, 33).astype(np.int32))
     opt, _ = make_optimizer(OptimizerConfig(peak_learning_rate=1e-2, warmup_steps=0, schedule="constant"), 50)
@@ -97,3 +97,26 @@ def test_weight_decay_skips_norm_scales():
     updates, _ = opt.update(zero, opt.init(params), params)
     assert float(jnp.abs(updates["scale"]).max()) == 0.0
     assert float(jnp.abs(updates["w"]).max()) == pytest.approx(0.5)
+
+
+def test_flops_per_token_counts_swiglu_gqa_and_the_tied_unembedding():
+    # Per layer: q and o D×D, k and v D×(G·K), three D×F MLP matrices; the unembedding D×V is a
+    # matmul even when it shares the embedding table. Attention: 12·L·(H·K)·S.
+    d, f, n, s, h, g = 64, 96, 2, 32, 8, 2
+    cfg = ModelConfig(d_model=d, n_layers=n, n_heads=h, n_kv_heads=g, d_ff=f, mlp="swiglu", tie_embeddings=True)
+    k = d // h
+    weights = n * (2 * d * d + 2 * d * g * k + 3 * d * f) + d * 1000
+    assert model.flops_per_token(cfg, s, 1000) == 6 * weights + 12 * n * d * s
+
+
+def test_tied_embeddings_unembed_with_the_embedding_table():
+    cfg = ModelConfig(d_model=32, n_layers=1, n_heads=4, tie_embeddings=True, compute_dtype="float32")
+    params = model.init_params(cfg, 300, jax.random.key(0))
+    assert "unembed" not in params and params["embed"].shape == (300, 32)
+    logits = model.forward(params, jnp.zeros((1, 4), jnp.int32), cfg)
+    assert logits.shape == (1, 4, 300)
+    bumped = {**params, "embed": params["embed"].at[7].add(1.0)}  # row 7 also moves logit 7
+    delta = model.forward(bumped, jnp.ones((1, 4), jnp.int32), cfg) - model.forward(
+        params, jnp.ones((1, 4), jnp.int32), cfg
+    )
+    assert float(jnp.abs(delta[..., 7]).min()) > 0 and float(jnp.abs(delta[..., 8]).max()) == 0

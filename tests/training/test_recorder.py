@@ -53,7 +53,7 @@ def test_each_step_gets_its_rates_and_the_first_says_it_includes_compilation(par
     for log in logs:
         log.close()
     records = read_records(run, "metrics")
-    flops_per_token = model.flops_per_token(CFG.model, CFG.sequence_length)
+    flops_per_token = model.flops_per_token(CFG.model, CFG.sequence_length, CFG.vocab_size)
     tokens = CFG.global_batch_size * CFG.sequence_length
     for step, record in zip((1, 2, 3), records, strict=True):  # rates are rounded to 6 significant digits
         step_time = TIMES[step] - TIMES[step - 1]
@@ -116,7 +116,11 @@ def test_mfu_is_the_per_chip_rate_over_the_configured_peak(tmp_path):
     for log in logs:
         log.close()
     (record,) = read_records(run, "metrics")
-    flops = model.flops_per_token(CFG.model, CFG.sequence_length) * CFG.global_batch_size * CFG.sequence_length
+    flops = (
+        model.flops_per_token(CFG.model, CFG.sequence_length, CFG.vocab_size)
+        * CFG.global_batch_size
+        * CFG.sequence_length
+    )
     assert record["mfu"] == pytest.approx(flops / (TIMES[1] - TIMES[0]) / DEVICES / peak, rel=1e-5)
     assert [s for s, _ in tensorboard_scalars(run, "train/mfu")] == [1]
 

@@ -24,7 +24,7 @@ def test_params_are_sharded_by_their_logical_axes(parts):
     mesh, _, shardings = parts
     expected = jax.tree.map(
         lambda p: mesh_lib.sharding_for(mesh, p.axes),
-        param_shapes(CONFIG.model),
+        param_shapes(CONFIG.model, CONFIG.vocab_size),
         is_leaf=lambda x: isinstance(x, Param),
     )
     assert shardings["params"] == expected
@@ -37,7 +37,7 @@ def test_a_new_run_starts_at_step_0_from_the_seed(parts, tmp_path):
     step, state, restored = state_lib.restore_or_init(CONFIG, opt, shardings, manager, is_writer=True)
     manager.close()
     assert (step, restored) == (0, False)
-    expected = model.init_params(CONFIG.model, jax.random.key(CONFIG.seed))
+    expected = model.init_params(CONFIG.model, CONFIG.vocab_size, jax.random.key(CONFIG.seed))
     jax.tree.map(
         lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6),
         jax.device_get(state["params"]),
@@ -49,7 +49,7 @@ def test_a_new_run_starts_at_step_0_from_the_seed(parts, tmp_path):
 def test_an_existing_checkpoint_is_restored_onto_the_shardings(parts, tmp_path):
     _, opt, shardings = parts
     run_dir = RunDir(str(tmp_path))
-    params = jax.tree.map(lambda p: p + 1.0, model.init_params(CONFIG.model, jax.random.key(7)))
+    params = jax.tree.map(lambda p: p + 1.0, model.init_params(CONFIG.model, CONFIG.vocab_size, jax.random.key(7)))
     saved = jax.device_put({"params": params, "opt_state": opt.init(params)}, shardings)
     manager = checkpointing.make_manager(run_dir, CONFIG)
     checkpointing.save(manager, 3, saved)

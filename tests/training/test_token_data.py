@@ -168,10 +168,10 @@ def test_the_source_names_a_prepared_dataset_or_text(byte_dataset, tmp_path):
 
 def test_the_vocabulary_comes_from_the_data_unless_the_stack_sets_it():
     config = TrainConfig.model_validate({"parallelism": {"ici": {"tensor": 2}}})
-    assert config.model.vocab_size is None and config.model.vocab == 256
-    assert data.with_vocabulary(config, 600).model.vocab == 600
+    assert config.model.vocab_size is None and config.vocab_size == 256
+    assert data.with_vocabulary(config, 600).vocab_size == 600
     padded = config.model_copy(update={"model": config.model.model_copy(update={"vocab_size": 640})})
-    assert data.with_vocabulary(padded, 600).model.vocab == 640  # larger than the data's: padding
+    assert data.with_vocabulary(padded, 600).vocab_size == 640  # larger than the data's: padding
     small = config.model_copy(update={"model": config.model.model_copy(update={"vocab_size": 512})})
     with pytest.raises(
         data.DataError, match=r"training.model.vocab_size is 512, smaller than the vocabulary .* \(600 ids\)"

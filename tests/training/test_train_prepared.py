@@ -69,7 +69,9 @@ def test_crash_then_resume_gives_bit_identical_losses(uninterrupted, config, dat
     monkeypatch.setattr(TokenDataset, "train_rows", crash_at_step_9)
     shapes = []
     real_init = model.init_params
-    monkeypatch.setattr(model, "init_params", lambda cfg, key: shapes.append(cfg.vocab) or real_init(cfg, key))
+    monkeypatch.setattr(
+        model, "init_params", lambda cfg, vocab_size, key: shapes.append(vocab_size) or real_init(cfg, vocab_size, key)
+    )
     with pytest.raises(RuntimeError, match="injected crash"):
         train.run(config, run_dir, SINGLE)
     assert shapes and set(shapes) == {512}  # the embedding and unembedding have the manifest's 512 rows
