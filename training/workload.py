@@ -8,8 +8,8 @@ the unit and the command, shipped with the release like the trainer:
   from the metadata server (:func:`training.cluster.identity_from_metadata`, the trainer's
   own reader), writes a ``start`` event in the run directory (process 0), builds the
   command's environment (:func:`command_environment`, the contract of docs/workloads.md)
-  and becomes the command (``os.execvpe``: systemd's SIGTERM and the exit status are the
-  command's own) in the shipped source directory;
+  and runs the command in the shipped source directory (:func:`supervise`: the exit status is
+  the command's own, except that exit 0 after SIGTERM is 75, preempted);
 * ``complete --spec workload.json --run-dir RUN_DIR``: after the command exited 0 on worker 0
   of slice 0 (``trainer.sh stopped``), writes the completion marker ``COMPLETE``
   (``{"step": steps, "loss": the last metrics record's loss or null}``) unless one for the
@@ -25,8 +25,11 @@ the unit and the command, shipped with the release like the trainer:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -36,6 +39,7 @@ from training import cluster
 
 #: Exit statuses of this launcher (those of ``training.train``: 1 restarted, 78 never restarted).
 EXIT_FAILED = 1
+EXIT_PREEMPTED = 75
 EXIT_CONFIG = 78
 #: The command's working directory inside the release (the shipped ``multislice:workload.source``).
 SOURCE_DIR = "workload"
@@ -187,13 +191,58 @@ def run(spec_path: Path, run_dir: str, bin_dir: str | None) -> int:
         f"workload: process {identity.process_id}/{identity.num_processes} starting {json.dumps(command)} in {cwd}",
         flush=True,
     )
-    os.chdir(cwd)
+    return supervise(command, env, cwd)
+
+
+def supervise(command: list[str], env: dict[str, str], cwd: Path) -> int:
+    """Run ``command`` as this process's child and return the unit's exit status for it.
+
+    The status is the command's own, with one exception: **exit 0 after a stop request
+    (SIGTERM) is 75, "preempted"**. A training command that saves a checkpoint on SIGTERM and
+    then exits 0 (MaxText's ``train.py`` calls ``sys.exit()`` once Orbax's ``reached_preemption``
+    save is done) has stopped early, not finished; counting its 0 as complete would write
+    ``COMPLETE`` and, with ``deleteOnComplete``, delete the capacity mid-run. A command that
+    really had finished exits 0 again at its next start. A child killed by a signal makes this
+    process die of the same signal, so systemd sees what it would see without the launcher.
+
+    SIGTERM reaches the command from systemd itself (``KillMode=control-group`` signals every
+    process of the unit); this process records it, and passes it on once in case it was sent to
+    this process alone (``kill <main pid>``).
+    """
+    stop_requested = False
+    child: subprocess.Popen[bytes] | None = None
+
+    def on_sigterm(signum: int, frame: object) -> None:
+        nonlocal stop_requested
+        if not stop_requested and child is not None and child.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                child.send_signal(signal.SIGTERM)
+        stop_requested = True
+
+    signal.signal(signal.SIGTERM, on_sigterm)
     try:
-        os.execvpe(command[0], command, env)
+        child = subprocess.Popen(command, env=env, cwd=cwd)
     except OSError as err:
         print(f"error: workload command {command[0]!r} cannot start: {err}", file=sys.stderr)
         return EXIT_CONFIG
-    return EXIT_FAILED  # not reached: exec replaced this process
+    if stop_requested and child.poll() is None:  # the stop came while the child was starting
+        with contextlib.suppress(ProcessLookupError):
+            child.send_signal(signal.SIGTERM)
+    status = child.wait()
+    if status < 0:  # killed by a signal: die of the same one
+        print(f"workload: the command was killed by signal {-status}", file=sys.stderr, flush=True)
+        with contextlib.suppress(OSError, ValueError):  # SIGKILL/SIGSTOP cannot be set, and need not be
+            signal.signal(-status, signal.SIG_DFL)
+        os.kill(os.getpid(), -status)
+        return 128 - status  # not reached for a fatal signal
+    if status == 0 and stop_requested:
+        print(
+            f"workload: the command exited 0 after a stop request (SIGTERM): counted as {EXIT_PREEMPTED} "
+            "(preempted), not as complete; its next start resumes it",
+            flush=True,
+        )
+        return EXIT_PREEMPTED
+    return status
 
 
 def completed_step(marker: bytes | None) -> int:

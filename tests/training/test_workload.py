@@ -4,6 +4,11 @@ contract of docs/workloads.md), its start event and its completion marker."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -12,6 +17,8 @@ from training import workload
 from training.cluster import ClusterIdentity, parse_tpu_env
 from training.run_dir import RunDir
 from training.run_log import read_records
+
+ROOT = Path(__file__).resolve().parents[2]
 
 TPU_ENV = parse_tpu_env(
     "ACCELERATOR_TYPE: 'v4-16'\nMEGASCALE_COORDINATOR_ADDRESS: '10.0.0.2:8080'\nMEGASCALE_NUM_SLICES: '2'\n"
@@ -128,3 +135,52 @@ def test_a_preempted_command_is_recorded_as_the_trainer_records_it(tmp_path):
     events = read_records(run, "events")
     assert [(e["event"], e["step"]) for e in events] == [("start", 6), ("preempted", 6), ("start", 6)]
     assert [(r.cause, r.preempted_step) for r in restarts_of(events)] == [("preemption", 6)]
+
+
+def _supervised(tmp_path, script: str) -> subprocess.Popen:
+    """``training.workload.supervise`` of a Python command, in a process of its own."""
+    child = tmp_path / "child.py"
+    child.write_text(script)
+    launcher = (
+        "import os, sys; from pathlib import Path; from training.workload import supervise; "
+        f"sys.exit(supervise([sys.executable, {str(child)!r}], dict(os.environ), Path({str(tmp_path)!r})))"
+    )
+    return subprocess.Popen([sys.executable, "-c", launcher], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+
+
+TRAPS_SIGTERM = """
+import signal, sys, time
+stop = []
+signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+print("ready", flush=True)
+while not stop:
+    time.sleep(0.01)
+sys.exit(int(sys.argv[1]) if len(sys.argv) > 1 else 0)
+"""
+
+
+def test_exit_0_after_sigterm_is_preempted_not_complete(tmp_path):
+    """A command that saves on the notice and exits 0 (as MaxText does) stopped early: 75."""
+    proc = _supervised(tmp_path, TRAPS_SIGTERM)
+    assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+    proc.send_signal(signal.SIGTERM)  # to the launcher alone: it passes the notice on
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == workload.EXIT_PREEMPTED
+    assert "exited 0 after a stop request" in out
+
+
+@pytest.mark.parametrize(("script", "status"), [("import sys; sys.exit(0)", 0), ("import sys; sys.exit(3)", 3)])
+def test_without_a_stop_the_status_is_the_commands(tmp_path, script, status):
+    proc = _supervised(tmp_path, script)
+    proc.communicate(timeout=60)
+    assert proc.returncode == status
+
+
+def test_a_command_killed_by_a_signal_kills_the_launcher_with_it(tmp_path):
+    proc = _supervised(tmp_path, "import os, signal; os.kill(os.getpid(), signal.SIGKILL)")
+    proc.communicate(timeout=60)
+    assert proc.returncode == -signal.SIGKILL
+
+
+def test_a_command_that_cannot_start_is_a_config_error(tmp_path):
+    assert workload.supervise([str(tmp_path / "missing")], dict(os.environ), tmp_path) == workload.EXIT_CONFIG
