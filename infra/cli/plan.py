@@ -21,6 +21,17 @@ def plan(
     from infra.planner.render import print_plan
 
     config = load_config(stack, config_file)
+    if config.workload is not None:
+        # The plan models the bundled trainer (its model, batch and mesh); a command brings its own.
+        message = (
+            f"stack {config.stack} runs its own command (multislice:workload), not the bundled trainer: "
+            "the model, memory and DCN checks of `plan` are the trainer's and do not apply"
+        )
+        if json_output:
+            typer.echo(json.dumps({"stack": config.stack, "workload": "command", "plan": None, "message": message}))
+        else:
+            console.print(message)
+        return
     try:
         result = planner.plan(config)
     except ValueError as err:

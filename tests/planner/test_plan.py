@@ -267,3 +267,13 @@ def test_dev_json_names_each_quantity_once_with_its_own_source():
     estimate = sources["hbm_estimated_bytes_per_chip"]
     assert "capacity" not in estimate and "cloud.google.com/tpu/docs/v4" not in estimate
     assert "infra/planner/memory.py" in estimate and "optax" in estimate
+
+
+@pytest.mark.parametrize("extra", [[], ["--json"]])
+def test_cli_plan_of_a_command_stack_says_the_trainer_checks_do_not_apply(extra):
+    """The plan models the bundled trainer; a stack running its own command gets no trainer numbers."""
+    stack = Path(__file__).parents[1] / "stacks" / "Pulumi.emu-command.yaml"
+    result = runner.invoke(app, ["plan", "--config-file", str(stack), *extra])
+    assert result.exit_code == 0, result.output
+    assert "runs its own command (multislice:workload)" in " ".join(result.output.split())
+    assert "parameters" not in result.output and "memory per chip" not in result.output
