@@ -40,6 +40,7 @@ the supervisor/auto-repair restarts the job from the last checkpoint. Every wait
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import json
 import logging
@@ -98,6 +99,7 @@ def run(config: TrainConfig, run_dir_uri: str, identity: cluster.ClusterIdentity
     Raises:
       checkpointing.RunConfigMismatch, data.DataError, mesh_lib.MeshError, RunDirError: unusable config.
     """
+    entered = time.time()  # goodput: from the process start to here is the interpreter and its imports
     run_dir = RunDir(run_dir_uri)
     done = checkpointing.is_complete(run_dir, config.steps)
     if done is not None:
@@ -107,12 +109,19 @@ def run(config: TrainConfig, run_dir_uri: str, identity: cluster.ClusterIdentity
     compile_cache.enable(str(run_dir))  # before the first compilation: a restart loads the train step
     notice = preemption.Notice()
     notice.install()  # before jax.distributed: a notice while waiting for peers is not lost
+    # Start-up work that needs no peer runs while this process waits for its peers in
+    # jax.distributed.initialize (which releases the GIL): the data set's index. Its errors
+    # (data.DataError) are raised where the result is taken, in _train.
+    pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="startup")
+    dataset = pool.submit(_dataset, config)
+    pool.shutdown(wait=False)
     try:
+        joining = time.time()
         cluster.initialize(identity)
         notice.joined = True
-        start = _Start()
+        start = _Start(timings=_start_timings(entered, joining))
         try:
-            return _train(config, run_dir, identity, notice, start)
+            return _train(config, run_dir, identity, notice, start, dataset)
         except FloatingPointError as err:  # a non-finite loss (training.recorder) or state (checkpointing.save)
             if start.restored and not start.saved:
                 _fall_back_once(err, start)
@@ -131,6 +140,22 @@ class _Start:
     saved: bool = False
     is_writer: bool = False
     events_log: RecordLog | None = None
+    timings: dict[str, float] = dataclasses.field(default_factory=dict)
+
+
+def _start_timings(entered: float, joining: float) -> dict[str, float]:
+    """The start event's ``import_s`` (process start to :func:`run`: the interpreter and its
+    imports; absent without /proc) and ``join_s`` (``jax.distributed.initialize``: waiting
+    for the peers), in seconds (docs/goodput.md)."""
+    timings = {"join_s": round(time.time() - joining, 3)}
+    process_start = process_start_time()
+    if process_start is not None:
+        timings["import_s"] = round(max(0.0, entered - process_start), 3)
+    return timings
+
+
+def _dataset(config: TrainConfig) -> data.TextDataset:
+    return data.TextDataset(config.data.source, config.sequence_length, config.data.eval_fraction, config.data.seed)
 
 
 class RestoredStateDiverged(RuntimeError):
@@ -199,13 +224,14 @@ def _train(
     identity: cluster.ClusterIdentity,
     notice: preemption.Notice,
     start: _Start | None = None,
+    dataset_future: concurrent.futures.Future[data.TextDataset] | None = None,
 ) -> RunResult:
     start = start if start is not None else _Start()
     is_writer = jax.process_index() == 0
     checkpointing.check_run_config(run_dir, config)
 
     mesh = mesh_lib.build_mesh(config.parallelism, workers_per_slice=identity.workers_per_slice)
-    dataset = data.TextDataset(config.data.source, config.sequence_length, config.data.eval_fraction, config.data.seed)
+    dataset = dataset_future.result() if dataset_future is not None else _dataset(config)
     batch_sharding = mesh_lib.batch_sharding(mesh)
     rows = mesh_lib.process_batch_rows(mesh, config.global_batch_size, config.sequence_length + 1)
     global_shape = (config.global_batch_size, config.sequence_length + 1)
@@ -258,6 +284,7 @@ def _train(
             "time": time.time(),
             "process_start": process_start_time(),  # goodput: from here to "time" is start-up
             "restore_s": round(restore_s, 3),
+            **start.timings,
         }
     )
     events_log.sync()
@@ -330,11 +357,13 @@ def _train(
     if pending is not None:
         recorder.train(*pending)
     last_loss = recorder.last_loss
+    waiting = time.time()
     manager.wait_until_finished()
+    save_s = round(time.time() - waiting, 3)  # goodput: the loop blocked by the last async save
     if exit_code == EXIT_PREEMPTED:
-        events_log.append({"event": "preempted", "step": step, "time": time.time()})
+        events_log.append({"event": "preempted", "step": step, "time": time.time(), "save_s": save_s})
     else:
-        events_log.append({"event": "complete", "step": step, "loss": last_loss, "time": time.time()})
+        events_log.append({"event": "complete", "step": step, "loss": last_loss, "time": time.time(), "save_s": save_s})
         if is_writer:
             checkpointing.write_completion(run_dir, {"step": step, "loss": last_loss})
         log.info("training complete at step %d, loss %s", step, last_loss)
