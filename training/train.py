@@ -3,9 +3,9 @@
 ``run(config, run_dir, identity)`` does, on every process of the job:
 
 1. exit 0 at once if ``<run_dir>/COMPLETE`` exists (a VM that reboots after the run ended);
-2. JAX's persistent compilation cache in the run directory (training.compile_cache), the
-   preemption watchdog (training.preemption), then ``jax.distributed.initialize`` from the
-   identity (training.cluster);
+2. JAX's persistent compilation cache, the stack's (training.compile_cache), the preemption
+   watchdog (training.preemption), then ``jax.distributed.initialize`` from the identity
+   (training.cluster), while a thread builds the data set's index;
 3. build the hybrid mesh (training.mesh) and the jitted steps (training.step);
 4. restore the newest finalized checkpoint every process can read and whose state passes
    its checks (the checksums recorded by its save, finite values:
@@ -147,11 +147,16 @@ def _start_timings(entered: float, joining: float) -> dict[str, float]:
     """The start event's ``import_s`` (process start to :func:`run`: the interpreter and its
     imports; absent without /proc) and ``join_s`` (``jax.distributed.initialize``: waiting
     for the peers), in seconds (docs/goodput.md)."""
+    global _imported
     timings = {"join_s": round(time.time() - joining, 3)}
     process_start = process_start_time()
-    if process_start is not None:
+    if process_start is not None and not _imported:  # a second run in one process imported nothing
         timings["import_s"] = round(max(0.0, entered - process_start), 3)
+    _imported = True
     return timings
+
+
+_imported = False
 
 
 def _dataset(config: TrainConfig) -> data.TextDataset:
