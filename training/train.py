@@ -53,6 +53,7 @@ import numpy as np
 
 from training import (
     agreement,
+    checkpoint_integrity,
     checkpointing,
     cluster,
     compile_cache,
@@ -248,6 +249,8 @@ def _train(
     shardings = state_lib.shardings(config, mesh, opt)
     train_step = step_lib.make_train_step(config.model, opt, mesh, shardings, batch_sharding)
     eval_step = step_lib.make_eval_step(config.model, mesh, shardings["params"], batch_sharding)
+    batch_spec = jax.ShapeDtypeStruct(global_shape, np.int32, sharding=batch_sharding)
+    warmed = _warm_up(train_step, eval_step, state_lib.abstract(config, opt, shardings), batch_spec)
 
     manager = checkpointing.make_manager(run_dir, config)
     fallbacks: list[checkpointing.Fallback] = []
@@ -311,6 +314,7 @@ def _train(
     pending: tuple[int, dict[str, jax.Array]] | None = None
     exit_code = EXIT_COMPLETE
     step = start_step
+    warmed.result()  # its errors are the first step's
     for data_step in range(start_step, config.steps):
         batch = global_batch(dataset.train_rows(data_step, config.global_batch_size, *rows))
         if data_step == start_step and identity.num_processes > 1:
@@ -378,6 +382,24 @@ def _train(
     events_log.close()
     tensorboard.close()
     return RunResult(exit_code, step, last_loss)
+
+
+def _warm_up(train_step, eval_step, abstract_state, batch_spec: jax.ShapeDtypeStruct) -> concurrent.futures.Future:
+    """Compile (or load from the compilation cache) the restore's checksums, the train step and
+    the eval step from the state's shapes, in a thread, while the main thread creates the
+    checkpoint manager and restores (reading the checkpoint, waiting for its peers): their
+    first calls then only run (JAX's in-memory caches hold what ``lower(...).compile()``
+    traced and compiled). docs/goodput.md, "Start-up"."""
+
+    def compile_all() -> None:
+        checkpoint_integrity.prepare(abstract_state)
+        train_step.lower(abstract_state, batch_spec).compile()
+        eval_step.lower(abstract_state["params"], batch_spec).compile()
+
+    pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="warm-up")
+    warmed = pool.submit(compile_all)
+    pool.shutdown(wait=False)
+    return warmed
 
 
 def _compiled_in_step(train_step, state, batch, start_step: int):
