@@ -86,6 +86,13 @@ def _summaries(state: Any) -> tuple[Any, Any]:
     return jax.tree.map(_checksum, state), jax.tree.map(_nonfinite, state)
 
 
+def prepare(abstract_state: Any) -> None:
+    """Compile (or load from the compilation cache) what :func:`summarize` runs for a state of
+    ``abstract_state``'s shapes, dtypes and shardings (``jax.ShapeDtypeStruct`` leaves), so that
+    its first call only runs (a start does this while it restores: training.train)."""
+    _summaries.lower(abstract_state).compile()
+
+
 def summarize(state: Any) -> dict[str, tuple[int, int]]:
     """``{array name: (checksum, non-finite count)}`` of every array of ``state``, named by
     its path (``params/blocks/0/w``). A collective: every process calls it with its part of

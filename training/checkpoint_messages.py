@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import re
 
-import orbax.checkpoint as ocp
 from etils import epath
+
+from training.orbax_import import ocp
 
 #: TensorStore appends the full JSON spec of the array it failed on to its errors, as
 #: ``[tensorstore_spec='{...}']`` (and ``[tensorstore_spec[1]='...']``): kilobytes of driver

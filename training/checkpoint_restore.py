@@ -16,11 +16,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import orbax.checkpoint as ocp
 from etils import epath
 
 from training import agreement
 from training.checkpoint_messages import describe, error_text, step_path
+from training.orbax_import import ocp
 
 #: One logger for every message about checkpoints (training.checkpointing's).
 log = logging.getLogger("training.checkpointing")

@@ -24,8 +24,6 @@ import logging
 import math
 from typing import Any
 
-import orbax.checkpoint as ocp
-
 from training import checkpoint_integrity
 from training.checkpoint_messages import ERROR_TEXT_LIMIT, describe, error_text, step_path  # noqa: F401 (part of this module's names)
 from training.checkpoint_restore import (  # noqa: F401 (part of this module's names)
@@ -38,6 +36,7 @@ from training.checkpoint_restore import (  # noqa: F401 (part of this module's n
     set_aside_steps,
 )
 from training.config import ModelConfig, TrainConfig
+from training.orbax_import import ocp
 from training.run_dir import RunDir
 from training.shapes import param_count
 
@@ -253,10 +252,45 @@ class CheckpointManager(ocp.CheckpointManager):
         return ocp.CheckpointManager(self.directory, options=alone)
 
 
+#: Bytes a replica's part of a replicated shard needs before Orbax splits its write among the
+#: replicas (``ArrayHandler(min_slice_bytes_for_replica_parallel=...)``; Orbax's default splits
+#: every replicated array). Splitting slices each array with an eager ``jax.lax.slice_in_dim``
+#: (orbax/checkpoint/_src/serialization/replica_slices.py ``ReplicaSlice.data``): one XLA program
+#: per slice shape, compiled, or loaded from the compilation cache, at every start. For the dev
+#: stack's model (parameters replicated over 2 slices) that was 64 programs and 1.8 s (cache
+#: warm) to 5.5 s (cold) of the first save of every start, against 0.04-0.06 s with this floor
+#: (measured on this project's 2-core machine; docs/goodput.md, "Checkpoint saves"). Slices at
+#: least this large are still split: on large models a shard's write dominates its slicing.
+REPLICA_PARALLEL_MIN_SLICE_BYTES = 8 << 20
+
+
+def _register_array_handler() -> None:
+    """jax.Array's Orbax handler as Orbax registers it (with its array metadata store), but
+    with :data:`REPLICA_PARALLEL_MIN_SLICE_BYTES`; idempotent. Without Orbax's private
+    metadata-store module, Orbax's handler is left as it is."""
+    import jax
+
+    handler = ocp.type_handlers.get_type_handler(jax.Array)
+    if getattr(handler, "multislice_min_slice_bytes", None) == REPLICA_PARALLEL_MIN_SLICE_BYTES:
+        return
+    try:
+        from orbax.checkpoint._src.metadata import array_metadata_store
+    except ImportError:
+        return
+    handler = ocp.type_handlers.ArrayHandler(
+        array_metadata_store=array_metadata_store.Store(),
+        min_slice_bytes_for_replica_parallel=REPLICA_PARALLEL_MIN_SLICE_BYTES,
+    )
+    handler.multislice_min_slice_bytes = REPLICA_PARALLEL_MIN_SLICE_BYTES  # pyright: ignore[reportAttributeAccessIssue]
+    ocp.type_handlers.register_type_handler(jax.Array, handler, override=True)
+
+
 def make_manager(run_dir: RunDir, config: TrainConfig) -> CheckpointManager:
     """An Orbax CheckpointManager over ``<run_dir>/checkpoints`` keeping ``checkpoint.keep``
     finalized steps, deciding when to save by :func:`save_policy`; its restore reads on this
-    process alone (:class:`CheckpointManager`)."""
+    process alone (:class:`CheckpointManager`). Replicated arrays are written whole by one
+    replica unless their slices reach :data:`REPLICA_PARALLEL_MIN_SLICE_BYTES`."""
+    _register_array_handler()
     options = ocp.CheckpointManagerOptions(
         save_decision_policy=save_policy(config.checkpoint.interval_steps, config.steps),
         max_to_keep=config.checkpoint.keep,

@@ -1,56 +1,77 @@
-"""JAX's persistent compilation cache in the run directory: a restarted process skips the compile.
+"""JAX's persistent compilation cache, shared by every run of a stack: a start loads the compiled
+train step instead of compiling it.
 
-Every restart (a preemption, a crash, a slice recreated by auto-repair) used to pay the full
-XLA compile of the train step again. JAX can persist compiled executables and look them up by
-a key over the program, the devices and the compile options
-(https://docs.jax.dev/en/latest/persistent_compilation_cache.html); the directory may be a
-local path or any URI etils.epath opens, ``gs://`` included. We keep it in the run
-directory (``<run_dir>/compilation_cache``), so a recreated slice, whose VMs get fresh disks,
-still finds it in the bucket. In a multi-process job only process 0 writes entries (JAX's
-``_cache_write`` in jax/_src/compiler.py: "Only write cache entries from the first process"),
-and the other processes read them: a process finds an entry only if its key equals process
-0's key. On the CPU backend (the local emulation) it never does: one part of the key, the
-accelerator configuration (jax/_src/cache_key.py ``_hash_accelerator_config``, XLA's topology
-fingerprint of the job's devices), differs per process. Measured on a 2-process CPU job over
-the same 4 devices: fingerprint 2750224376234440577 in process 0, 17646727468347767552 in
-process 1; the program, versions, flags and compile options hash alike (the
-``jax._src.cache_key`` logger at DEBUG prints each part's hash). So on CPU every process but 0
-compiled every program at every start, and each restart waited for that compile.
-:func:`enable` therefore keys CPU devices by what identifies them in the job (kind, global id,
-process index; the device assignment in the compile options already fixes their order), the
-same in every process, through JAX's private ``_hash_accelerator_config`` (jax is pinned below
-0.11 in pyproject.toml; without that function the cache works as before). Other platforms
-keep JAX's own key: whether TPU processes share it was not measured here (no TPU).
-Measured after the change: in the 2-process job run twice, process 1 loaded the entry process
-0 wrote and computed the same result (tests/training/test_compile_cache.py).
-``jax_share_binary_between_hosts`` (off by default) is not used: by jax/_src/compiler.py, the
-others would wait for process 0 to share an executable that it loaded from the cache instead
-of compiling, and never shares.
+Every start (a new run, a preemption, a crash, a slice recreated by auto-repair) would pay the
+full XLA compile of the train step. JAX persists compiled executables and looks them up by a
+key (https://docs.jax.dev/en/latest/persistent_compilation_cache.html); the directory may be a
+local path or any URI etils.epath opens, ``gs://`` included.
 
-Several runs may share one cache instead: with ``MULTISLICE_COMPILATION_CACHE_DIR`` set in the
-trainer's environment, that directory is used, whatever the run directory (the cache key
-covers the program, so runs of another model or mesh only add entries). The local emulation
-passes the variable on to its VMs; the test suite sets it so that its many short runs of the
-same model compile each program once.
+**Where.** ``$MULTISLICE_COMPILATION_CACHE_DIR`` when set: the startup script sets it in the
+trainer's unit to the stack's ``gs://<bucket>/compilation-cache`` (infra/startup/boot.sh.in), a
+folder of the stack's bucket beside ``runs/``, so every run of the stack (a new ``runName``, a
+run started over, a slice whose VMs got fresh disks) loads what an earlier run compiled.
+Without it (the trainer run by hand) the cache is the run directory's
+(``<run_dir>/compilation_cache``).
+
+**Why sharing is safe.** An entry is found only under a key that hashes, in
+jax/_src/cache_key.py ``get`` (https://github.com/jax-ml/jax/blob/jax-v0.10.2/jax/_src/cache_key.py,
+read in the installed jax 0.10.2): the program (the serialized, canonicalized StableHLO module,
+``_hash_computation``), the jaxlib version, the backend (platform and platform version,
+``_hash_platform``), the XLA flags, the compile options (serialized: the device assignment,
+replica and partition counts included), the accelerator configuration
+(``_hash_accelerator_config``: the topology's fingerprint), the compression algorithm and a custom
+hook. Another model, mesh, slice count, accelerator type or JAX version gives another key, so
+runs of other configurations only add entries; none is ever loaded for a program it was not
+compiled from. What the key cannot rule out is a damaged entry (a truncated write, a flipped
+bit): every entry this module writes carries the jax/jaxlib versions and a SHA-256 of its bytes
+(:class:`CheckedCache`), and an entry that fails the check, or that another JAX version wrote,
+is ignored with one warning per process and compiled again (process 0 rewrites it); it is never
+deserialized. A cache directory that cannot be created or written makes the run go on without
+writing to it, with one warning; nothing about the cache ever stops a run.
+
+**Every process finds process 0's entries.** In a multi-process job only process 0 writes
+entries (JAX's ``_cache_write`` in jax/_src/compiler.py: "Only write cache entries from the
+first process"), and the others read them: a process finds an entry only if its key equals
+process 0's key. On the CPU backend (the local emulation) it never does: the accelerator
+configuration (XLA's topology fingerprint of the job's devices) differs per process. Measured
+on a 2-process CPU job over the same 4 devices: fingerprint 2750224376234440577 in process 0,
+17646727468347767552 in process 1; the program, versions, flags and compile options hash alike
+(the ``jax._src.cache_key`` logger at DEBUG prints each part's hash). :func:`enable` therefore
+keys CPU devices by what identifies them in the job (kind, global id, process index; the device
+assignment in the compile options already fixes their order), the same in every process,
+through JAX's private ``_hash_accelerator_config`` (jax is pinned below 0.11 in pyproject.toml;
+without that function the cache works as before). Other platforms keep JAX's own key: whether
+TPU processes share it was not measured here (no TPU). Measured after the change: in the
+2-process job run twice, process 1 loaded the entry process 0 wrote and computed the same result
+(tests/training/test_compile_cache.py). ``jax_share_binary_between_hosts`` (off by default) is
+not used: by jax/_src/compiler.py, the others would wait for process 0 to share an executable
+that it loaded from the cache instead of compiling, and never shares.
 
 The cache is trusted code (JAX's ``set_cache_dir`` docstring: "Do not share a compilation
-cache with users you do not trust"); the run directory is in the stack's private bucket,
-writable only by the VMs' service account and the stack's operators.
+cache with users you do not trust"); the stack's bucket is private, writable only by the VMs'
+service account and the stack's operators.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import logging
 import os
 import threading
 
 import jax
 from jax.experimental.compilation_cache import compilation_cache
 
-#: Name of the cache directory inside the run directory.
+log = logging.getLogger(__name__)
+
+#: Name of the cache directory inside the run directory (without ``SHARED_DIR_ENV``).
 CACHE_DIR_NAME = "compilation_cache"
-#: Environment variable naming a cache directory shared by several runs (local path or URI).
+#: Environment variable naming the cache shared by every run of the stack (local path or URI);
+#: the startup script sets it (``infra.startup.contract.COMPILATION_CACHE_ENV``).
 SHARED_DIR_ENV = "MULTISLICE_COMPILATION_CACHE_DIR"
+#: First line of every entry :class:`CheckedCache` writes; the second names the JAX versions.
+ENTRY_MAGIC = b"multislice-compilation-cache-entry/1\n"
 
 # jax.monitoring event names the cache records (jax/_src/compiler.py).
 _HIT_EVENT = "/jax/compilation_cache/cache_hits"
@@ -94,8 +115,9 @@ def cache_dir(run_dir: str) -> str:
 
 
 def enable(run_dir: str) -> str:
-    """Use ``<run_dir>/compilation_cache`` (or ``$MULTISLICE_COMPILATION_CACHE_DIR``, when set)
-    as JAX's persistent compilation cache.
+    """Use ``$MULTISLICE_COMPILATION_CACHE_DIR`` (the stack's cache), or without it
+    ``<run_dir>/compilation_cache``, as JAX's persistent compilation cache, its entries checked
+    (:class:`CheckedCache`).
 
     Call before the first compilation of the run. Calling it again with another run
     directory (tests run several in one process) moves the cache there. Every executable is
@@ -109,6 +131,7 @@ def enable(run_dir: str) -> str:
     global _listening
     path = os.environ.get(SHARED_DIR_ENV) or cache_dir(run_dir)
     _key_cpu_devices_alike()
+    _check_entries()
     compilation_cache.reset_cache()
     compilation_cache.set_cache_dir(path)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
@@ -142,6 +165,109 @@ def _key_cpu_devices_alike() -> None:
     # A marker the getattr above reads back (idempotence).
     hash_accelerator_config.multislice_cpu_alike = True  # pyright: ignore[reportFunctionMemberAccess]
     cache_key._hash_accelerator_config = hash_accelerator_config
+
+
+def _versions() -> bytes:
+    from jax._src.lib import version_str as jaxlib_version
+
+    return f"jax {jax.__version__} jaxlib {jaxlib_version}\n".encode()
+
+
+class CheckedCache:
+    """JAX's cache of one directory (``base``: jax/_src/lru_cache.py ``LRUCache``, whose
+    ``get``/``put`` take a key and bytes), each entry framed as :data:`ENTRY_MAGIC`, a line
+    naming the jax and jaxlib versions, the SHA-256 of the payload (32 bytes), then the
+    payload (JAX's compressed executable).
+
+    ``get`` returns the payload only when the frame, the versions and the digest all match;
+    otherwise (damaged, truncated, written by another JAX version or by JAX without this
+    frame) the entry is a miss, logged once per process as a warning, and the next ``put`` of
+    its key replaces it. A read that fails is a miss; a write that fails is logged once and
+    ends the writes of this process (the run goes on uncached). Nothing here raises.
+    """
+
+    def __init__(self, base, path: str):
+        self._base, self._path, self._versions = base, path, _versions()
+        self._bad: set[str] = set()
+        self._warned: set[str] = set()
+        self._writable = True
+
+    def _warn_once(self, kind: str, message: str, *args) -> None:
+        if kind not in self._warned:
+            self._warned.add(kind)
+            log.warning(message + " (further such cases are not logged)", *args)
+
+    def get(self, key: str) -> bytes | None:
+        try:
+            entry = self._base.get(key)
+        except Exception as err:  # a read error is a miss: the program is compiled instead
+            self._warn_once("read", "compilation cache %s: cannot read an entry (%s); compiling", self._path, err)
+            return None
+        if entry is None:
+            return None
+        versions_end = entry.find(b"\n", len(ENTRY_MAGIC)) + 1
+        digest_end = versions_end + hashlib.sha256().digest_size
+        if not entry.startswith(ENTRY_MAGIC) or versions_end == 0 or len(entry) < digest_end:
+            why = "it is damaged or was not written by this trainer"
+        elif entry[len(ENTRY_MAGIC) : versions_end] != self._versions:
+            written = entry[len(ENTRY_MAGIC) : versions_end].decode(errors="replace").strip()
+            why = f"it was written by {written}, this is {self._versions.decode().strip()}"
+        elif hashlib.sha256(entry[digest_end:]).digest() != entry[versions_end:digest_end]:
+            why = "its checksum does not match: it is damaged"
+        else:
+            return entry[digest_end:]
+        self._bad.add(key)
+        self._warn_once(
+            "entry", "compilation cache %s: ignoring entry %s: %s; compiling it again", self._path, key, why
+        )
+        return None
+
+    def put(self, key: str, value: bytes) -> None:
+        if not self._writable:
+            return
+        entry = ENTRY_MAGIC + self._versions + hashlib.sha256(value).digest() + value
+        try:
+            directory = getattr(self._base, "path", None)  # LRUCache's
+            if key in self._bad and directory is not None:  # its put keeps an existing entry: remove the bad one
+                from jax._src import lru_cache
+
+                (directory / f"{key}{lru_cache._CACHE_SUFFIX}").unlink(missing_ok=True)
+                self._bad.discard(key)
+            self._base.put(key, entry)
+        except Exception as err:
+            self._writable = False
+            self._warn_once(
+                "write",
+                "compilation cache %s cannot be written (%s); continuing without writing to it",
+                self._path,
+                err,
+            )
+
+
+def _check_entries() -> None:
+    """Make JAX open every cache directory through :class:`CheckedCache` (idempotent), by
+    wrapping jax/_src/compilation_cache.py's private ``get_file_cache`` (jax is pinned below
+    0.11); a directory that cannot be opened (created) is logged once and the run goes on
+    uncached. Without that function JAX's own cache is used unchecked."""
+    from jax._src import compilation_cache as jax_cache
+
+    original = getattr(jax_cache, "get_file_cache", None)
+    if original is None or getattr(original, "multislice_checked", False):
+        return
+
+    def get_file_cache(path: str):
+        try:
+            opened = original(path)
+        except Exception as err:
+            log.warning("compilation cache %s cannot be used (%s); continuing without it", path, err)
+            return None
+        if opened is None:
+            return None
+        base, where = opened
+        return CheckedCache(base, str(where)), where  # JAX calls only get, put and _path
+
+    get_file_cache.multislice_checked = True  # pyright: ignore[reportFunctionMemberAccess]
+    jax_cache.get_file_cache = get_file_cache
 
 
 def stats() -> CacheStats:

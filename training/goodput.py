@@ -47,10 +47,14 @@ def account(
 ) -> dict[str, Any] | None:
     """Goodput and badput of a run from its records (all attempts, in the order written).
 
+    Each cause counts only the time measured for it (docs/goodput.md, "Causes"); what no
+    record explains is ``other``, so productive time and the causes add up to the wall time.
+
     Args:
       events: ``start`` (``time``, ``process_start``, ``restore_s``, ``restored``,
-        ``devices``), ``checkpoint`` (``time``, ``save_s``), ``preempted``/``complete``
-        (``time``) records; times in seconds since the epoch.
+        ``devices``; optionally ``import_s``, ``join_s``), ``checkpoint`` (``time``,
+        ``save_s``), ``preempted``/``complete`` (``time``; ``save_s``: the wait for the last
+        async save) records; times in seconds since the epoch, durations in seconds.
       metrics: step records (``step``, ``time``, ``step_time_s``, ``includes_compile``) and
         eval records (``eval_s``).
       tokens_per_step, flops_per_step: for the rates; FLOPs per step as
@@ -59,8 +63,12 @@ def account(
 
     Returns:
       ``goodput`` (in [0, 1]), ``wall_seconds``, ``productive_seconds``, ``badput`` (seconds
-      by cause, :data:`CAUSES`), ``steps_lost``, ``attempts``, ``complete`` and, when the
-      arguments allow, ``tokens_per_s``, ``tflops_per_chip``, ``mfu``; None before any start.
+      by cause, :data:`CAUSES`), ``steps_lost``, ``attempts``, ``complete``, ``per_attempt``
+      (one dict per attempt: its ``badput`` by cause, ``boot`` being the time before it,
+      ``productive_seconds``, ``start_step``, ``restored``, ``ended`` — ``complete``,
+      ``preempted`` or ``lost`` — and the ``start`` event's ``import_s``/``join_s`` when
+      recorded) and, when the arguments allow, ``tokens_per_s``, ``tflops_per_chip``, ``mfu``;
+      None before any start.
     """
     starts = sorted((e for e in events if e.get("event") == "start" and "time" in e), key=lambda e: e["time"])
     if not starts:
@@ -68,54 +76,84 @@ def account(
     timed = [r for r in events + metrics if "time" in r]
     complete = [float(e["time"]) for e in events if e.get("event") == "complete" and "time" in e]
     end = max(complete) if complete else max(float(r["time"]) for r in timed)
-    badput = dict.fromkeys(CAUSES, 0.0)
     steps = [m for m in metrics if "step_time_s" in m]
     steady = statistics.median([m["step_time_s"] for m in steps if not m.get("includes_compile")] or [0.0])
-    last = {m["step"]: i for i, m in enumerate(steps)}
-    productive = 0.0
-    for i, m in enumerate(steps):
-        compile_s = max(0.0, m["step_time_s"] - steady) if m.get("includes_compile") else 0.0
-        badput["compilation"] += compile_s
-        if last[m["step"]] == i:
-            productive += m["step_time_s"] - compile_s
-        else:
-            badput["recomputed_steps"] += m["step_time_s"] - compile_s
-    begins, last_time = [], None
+    kept = {id(m) for m in {m["step"]: m for m in steps}.values()}  # the last record of each step
+    attempts, last_time = [], None
     for k, start in enumerate(starts):
         # A later process start than the previous attempt's last record (else one process ran both).
-        begins.append(max(float(start.get("process_start") or start["time"]), last_time or 0.0))
-        if last_time is not None:
-            badput["boot"] += begins[k] - last_time
+        begin = max(float(start.get("process_start") or start["time"]), last_time or 0.0)
         bound = float(starts[k + 1]["time"]) if k + 1 < len(starts) else float("inf")
         inside = [r for r in timed if float(start["time"]) <= float(r["time"]) < bound]
-        restore = float(start.get("restore_s", 0.0)) if start.get("restored") else 0.0
-        badput["checkpoint_restore"] += restore
-        badput["initialization"] += float(start["time"]) - begins[k] - restore
+        attempt = _attempt(start, inside, kept, steady, begin, boot=begin - last_time if last_time is not None else 0.0)
+        attempts.append(attempt)
         # (an attempt whose next start has the same time holds no record of its own: its own start)
         last_time = max((float(r["time"]) for r in inside), default=float(start["time"]))
-        busy = sum(
-            float(r.get("step_time_s", 0.0)) + float(r.get("save_s", 0.0)) + float(r.get("eval_s", 0.0)) for r in inside
-        )
-        badput["checkpoint_save"] += sum(float(r.get("save_s", 0.0)) for r in inside)
-        badput["evaluation"] += sum(float(r.get("eval_s", 0.0)) for r in inside)
-        if any(r.get("event") in ("preempted", "complete") for r in inside):
-            badput["checkpoint_save"] += max(0.0, last_time - float(start["time"]) - busy)
-    wall = max(end - begins[0], 0.0)
-    badput["other"] = max(0.0, wall - productive - sum(badput.values()))
+    begin = float(starts[0].get("process_start") or starts[0]["time"])
+    wall = max(end - begin, 0.0)
+    badput: dict[str, float] = {cause: sum(a["badput"][cause] for a in attempts) for cause in CAUSES}
+    productive = sum(a["productive_seconds"] for a in attempts)
+    badput["other"] = max(0.0, wall - productive - sum(v for c, v in badput.items() if c != "other"))
     result = {
         "goodput": round(min(productive / wall, 1.0), 4) if wall > 0 else 0.0,
         "wall_seconds": round(wall, 3),
         "productive_seconds": round(productive, 3),
         "badput": {cause: round(seconds, 3) for cause, seconds in badput.items()},
-        "steps_lost": len(steps) - len(last),
+        "steps_lost": len(steps) - len(kept),
         "attempts": len(starts),
         "complete": bool(complete),
+        "per_attempt": [_rounded(a) for a in attempts],
     }
     if tokens_per_step and productive > 0:
-        result["tokens_per_s"] = round(len(last) * tokens_per_step / productive, 3)
+        result["tokens_per_s"] = round(len(kept) * tokens_per_step / productive, 3)
         if flops_per_step:
-            per_chip = len(last) * flops_per_step / productive / int(starts[-1].get("devices", 1))
+            per_chip = len(kept) * flops_per_step / productive / int(starts[-1].get("devices", 1))
             result["tflops_per_chip"] = float(f"{per_chip / 1e12:.6g}")
             if peak_flops_per_chip:
                 result["mfu"] = float(f"{per_chip / peak_flops_per_chip:.6g}")
     return result
+
+
+def _attempt(
+    start: dict[str, Any], inside: list[dict[str, Any]], kept: set[int], steady: float, begin: float, boot: float
+) -> dict[str, Any]:
+    """One attempt's badput by cause and productive seconds: from ``begin`` (its process start)
+    to its last record, the ``inside`` records (those from its ``start`` event on)."""
+    badput = dict.fromkeys(CAUSES, 0.0)
+    badput["boot"] = boot
+    restore = float(start.get("restore_s", 0.0)) if start.get("restored") else 0.0
+    badput["checkpoint_restore"] = restore
+    badput["initialization"] = float(start["time"]) - begin - restore
+    productive = 0.0
+    for m in (r for r in inside if "step_time_s" in r):
+        compile_s = max(0.0, m["step_time_s"] - steady) if m.get("includes_compile") else 0.0
+        badput["compilation"] += compile_s
+        if id(m) in kept:
+            productive += m["step_time_s"] - compile_s
+        else:
+            badput["recomputed_steps"] += m["step_time_s"] - compile_s
+    # Saves block the loop for save_s: periodic and preemption checkpoints, and at the exit the
+    # wait for the last async save to finalize (the async write overlapping steps is not badput).
+    badput["checkpoint_save"] = sum(float(r.get("save_s", 0.0)) for r in inside)
+    badput["evaluation"] = sum(float(r.get("eval_s", 0.0)) for r in inside)
+    last = max((float(r["time"]) for r in inside), default=float(start["time"]))
+    named = sum(v for c, v in badput.items() if c != "boot")
+    badput["other"] = max(0.0, last - begin - named - productive)
+    ends = [r.get("event") for r in inside if r.get("event") in ("preempted", "complete")]
+    attempt = {
+        "badput": badput,
+        "productive_seconds": productive,
+        "start_step": int(start.get("step", 0)),
+        "restored": bool(start.get("restored")),
+        "ended": ends[-1] if ends else "lost",
+    }
+    for phase in ("import_s", "join_s"):
+        if phase in start:
+            attempt[phase] = float(start[phase])
+    return attempt
+
+
+def _rounded(attempt: dict[str, Any]) -> dict[str, Any]:
+    rounded = {k: round(v, 3) if isinstance(v, float) else v for k, v in attempt.items()}
+    rounded["badput"] = {cause: round(seconds, 3) for cause, seconds in attempt["badput"].items()}
+    return rounded

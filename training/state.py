@@ -33,6 +33,24 @@ def shardings(cfg: TrainConfig, mesh: Mesh, optimizer: optax.GradientTransformat
     return {"params": param_shardings, "opt_state": opt_shardings}
 
 
+def _initializer(cfg: TrainConfig, optimizer: optax.GradientTransformation) -> Callable[[], Any]:
+    def init_state():
+        params = model.init_params(cfg.model, cfg.vocab_size, jax.random.key(cfg.seed))
+        return {"params": params, "opt_state": optimizer.init(params)}
+
+    return init_state
+
+
+def abstract(cfg: TrainConfig, optimizer: optax.GradientTransformation, state_shardings: Any) -> Any:
+    """The train state's shapes, dtypes and shardings (``jax.ShapeDtypeStruct`` leaves, laid
+    out as ``state_shardings``): what a checkpoint restores onto, computed without any FLOP."""
+    return jax.tree.map(
+        lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
+        jax.eval_shape(_initializer(cfg, optimizer)),
+        state_shardings,
+    )
+
+
 def restore_or_init(
     cfg: TrainConfig,
     optimizer: optax.GradientTransformation,
@@ -49,13 +67,8 @@ def restore_or_init(
     ``state_shardings``.
     Raises checkpointing.CheckpointRestoreError, agreement.AgreementError."""
 
-    def init_state():
-        params = model.init_params(cfg.model, cfg.vocab_size, jax.random.key(cfg.seed))
-        return {"params": params, "opt_state": optimizer.init(params)}
-
-    abstract_state = jax.tree.map(
-        lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), jax.eval_shape(init_state), state_shardings
-    )
+    init_state = _initializer(cfg, optimizer)
+    abstract_state = abstract(cfg, optimizer, state_shardings)
 
     def check(step: int, state: Any) -> str:  # a collective first, then this process's read of the record
         summary = checkpoint_integrity.summarize(state)

@@ -3,9 +3,9 @@
 ``run(config, run_dir, identity)`` does, on every process of the job:
 
 1. exit 0 at once if ``<run_dir>/COMPLETE`` exists (a VM that reboots after the run ended);
-2. JAX's persistent compilation cache in the run directory (training.compile_cache), the
-   preemption watchdog (training.preemption), then ``jax.distributed.initialize`` from the
-   identity (training.cluster);
+2. JAX's persistent compilation cache, the stack's (training.compile_cache), the preemption
+   watchdog (training.preemption), then ``jax.distributed.initialize`` from the identity
+   (training.cluster), while a thread builds the data set's index;
 3. build the hybrid mesh (training.mesh) and the jitted steps (training.step);
 4. restore the newest finalized checkpoint every process can read and whose state passes
    its checks (the checksums recorded by its save, finite values:
@@ -40,18 +40,21 @@ the supervisor/auto-repair restarts the job from the last checkpoint. Every wait
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import json
 import logging
 import os
 import sys
 import time
+from typing import TYPE_CHECKING
 
 import jax
 import numpy as np
 
 from training import (
     agreement,
+    checkpoint_integrity,
     checkpointing,
     cluster,
     compile_cache,
@@ -68,6 +71,9 @@ from training.goodput import process_start_time
 from training.recorder import MetricsRecorder
 from training.run_dir import RunDir, RunDirError
 from training.run_log import RecordLog, TensorBoardLog
+
+if TYPE_CHECKING:
+    from training.token_data import TokenDataset
 
 log = logging.getLogger("training")
 
@@ -98,6 +104,7 @@ def run(config: TrainConfig, run_dir_uri: str, identity: cluster.ClusterIdentity
     Raises:
       checkpointing.RunConfigMismatch, data.DataError, mesh_lib.MeshError, RunDirError: unusable config.
     """
+    entered = time.time()  # goodput: from the process start to here is the interpreter and its imports
     run_dir = RunDir(run_dir_uri)
     done = checkpointing.is_complete(run_dir, config.steps)
     if done is not None:
@@ -107,12 +114,19 @@ def run(config: TrainConfig, run_dir_uri: str, identity: cluster.ClusterIdentity
     compile_cache.enable(str(run_dir))  # before the first compilation: a restart loads the train step
     notice = preemption.Notice()
     notice.install()  # before jax.distributed: a notice while waiting for peers is not lost
+    # Start-up work that needs no peer runs while this process waits for its peers in
+    # jax.distributed.initialize (which releases the GIL): the data set's index. Its errors
+    # (data.DataError) are raised where the result is taken, in _train.
+    pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="startup")
+    dataset = pool.submit(_dataset, config)
+    pool.shutdown(wait=False)
     try:
+        joining = time.time()
         cluster.initialize(identity)
         notice.joined = True
-        start = _Start()
+        start = _Start(timings=_start_timings(entered, joining))
         try:
-            return _train(config, run_dir, identity, notice, start)
+            return _train(config, run_dir, identity, notice, start, dataset)
         except FloatingPointError as err:  # a non-finite loss (training.recorder) or state (checkpointing.save)
             if start.restored and not start.saved:
                 _fall_back_once(err, start)
@@ -131,6 +145,27 @@ class _Start:
     saved: bool = False
     is_writer: bool = False
     events_log: RecordLog | None = None
+    timings: dict[str, float] = dataclasses.field(default_factory=dict)
+
+
+def _start_timings(entered: float, joining: float) -> dict[str, float]:
+    """The start event's ``import_s`` (process start to :func:`run`: the interpreter and its
+    imports; absent without /proc) and ``join_s`` (``jax.distributed.initialize``: waiting
+    for the peers), in seconds (docs/goodput.md)."""
+    global _imported
+    timings = {"join_s": round(time.time() - joining, 3)}
+    process_start = process_start_time()
+    if process_start is not None and not _imported:  # a second run in one process imported nothing
+        timings["import_s"] = round(max(0.0, entered - process_start), 3)
+    _imported = True
+    return timings
+
+
+_imported = False
+
+
+def _dataset(config: TrainConfig) -> data.TextDataset | TokenDataset:
+    return data.open_dataset(config)
 
 
 class RestoredStateDiverged(RuntimeError):
@@ -199,13 +234,15 @@ def _train(
     identity: cluster.ClusterIdentity,
     notice: preemption.Notice,
     start: _Start | None = None,
+    dataset_future: concurrent.futures.Future[data.TextDataset | TokenDataset] | None = None,
 ) -> RunResult:
     start = start if start is not None else _Start()
     is_writer = jax.process_index() == 0
     checkpointing.check_run_config(run_dir, config)
 
     mesh = mesh_lib.build_mesh(config.parallelism, workers_per_slice=identity.workers_per_slice)
-    dataset = data.open_dataset(config)  # bytes, or a prepared dataset read by row with prefetch
+    # bytes, or a prepared dataset read by row with prefetch (opened while peers joined: _run)
+    dataset = dataset_future.result() if dataset_future is not None else _dataset(config)
     recorded_config, config = config, data.with_vocabulary(config, dataset.vocab_size)
     batch_sharding = mesh_lib.batch_sharding(mesh)
     rows = mesh_lib.process_batch_rows(mesh, config.global_batch_size, config.sequence_length + 1)
@@ -220,6 +257,8 @@ def _train(
         config.model, opt, mesh, shardings, batch_sharding, microbatches=config.microbatches
     )
     eval_step = step_lib.make_eval_step(config.model, mesh, shardings["params"], batch_sharding)
+    batch_spec = jax.ShapeDtypeStruct(global_shape, np.int32, sharding=batch_sharding)
+    warmed = _warm_up(train_step, eval_step, state_lib.abstract(config, opt, shardings), batch_spec)
 
     manager = checkpointing.make_manager(run_dir, config)
     fallbacks: list[checkpointing.Fallback] = []
@@ -261,6 +300,7 @@ def _train(
             "time": time.time(),
             "process_start": process_start_time(),  # goodput: from here to "time" is start-up
             "restore_s": round(restore_s, 3),
+            **start.timings,
         }
     )
     events_log.sync()
@@ -282,6 +322,7 @@ def _train(
     pending: tuple[int, dict[str, jax.Array]] | None = None
     exit_code = EXIT_COMPLETE
     step = start_step
+    warmed.result()  # its errors are the first step's
     for data_step in range(start_step, config.steps):
         batch = global_batch(dataset.train_rows(data_step, config.global_batch_size, *rows))
         if data_step == start_step and identity.num_processes > 1:
@@ -333,11 +374,13 @@ def _train(
     if pending is not None:
         recorder.train(*pending)
     last_loss = recorder.last_loss
+    waiting = time.time()
     manager.wait_until_finished()
+    save_s = round(time.time() - waiting, 3)  # goodput: the loop blocked by the last async save
     if exit_code == EXIT_PREEMPTED:
-        events_log.append({"event": "preempted", "step": step, "time": time.time()})
+        events_log.append({"event": "preempted", "step": step, "time": time.time(), "save_s": save_s})
     else:
-        events_log.append({"event": "complete", "step": step, "loss": last_loss, "time": time.time()})
+        events_log.append({"event": "complete", "step": step, "loss": last_loss, "time": time.time(), "save_s": save_s})
         if is_writer:
             checkpointing.write_completion(run_dir, {"step": step, "loss": last_loss})
         log.info("training complete at step %d, loss %s", step, last_loss)
@@ -348,6 +391,24 @@ def _train(
     events_log.close()
     tensorboard.close()
     return RunResult(exit_code, step, last_loss)
+
+
+def _warm_up(train_step, eval_step, abstract_state, batch_spec: jax.ShapeDtypeStruct) -> concurrent.futures.Future:
+    """Compile (or load from the compilation cache) the restore's checksums, the train step and
+    the eval step from the state's shapes, in a thread, while the main thread creates the
+    checkpoint manager and restores (reading the checkpoint, waiting for its peers): their
+    first calls then only run (JAX's in-memory caches hold what ``lower(...).compile()``
+    traced and compiled). docs/goodput.md, "Start-up"."""
+
+    def compile_all() -> None:
+        checkpoint_integrity.prepare(abstract_state)
+        train_step.lower(abstract_state, batch_spec).compile()
+        eval_step.lower(abstract_state["params"], batch_spec).compile()
+
+    pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="warm-up")
+    warmed = pool.submit(compile_all)
+    pool.shutdown(wait=False)
+    return warmed
 
 
 def _compiled_in_step(train_step, state, batch, start_step: int):

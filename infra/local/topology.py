@@ -34,7 +34,7 @@ from infra.startup import contract
 MEGASCALE_PORT = 8080
 #: Environment prefixes the emulator's own environment may carry but a VM must not inherit.
 #: The trainer's ``training.compile_cache.SHARED_DIR_ENV``: passed on to the VMs when set.
-SHARED_COMPILATION_CACHE_ENV = "MULTISLICE_COMPILATION_CACHE_DIR"
+SHARED_COMPILATION_CACHE_ENV = contract.COMPILATION_CACHE_ENV
 _HOST_ONLY_PREFIXES = ("JAX_", "XLA_", "MULTISLICE_", "GCE_METADATA", "TPU_", "MEGASCALE_")
 #: The directory whose ``sitecustomize.py`` makes ``jax.distributed.initialize()`` (no arguments)
 #: find the emulated job through the VM's metadata server, as it finds a TPU VM's job.
@@ -90,8 +90,9 @@ def vm_environment(
     JAX / TPU / metadata settings, plus the emulation's (CPU devices, this virtualenv's
     Python, the coordinator port, the run's emulation id) and ``storage_env``, which points
     the Cloud Storage clients at the emulated server (:meth:`infra.local.gcs.GcsServer.client_env`).
-    ``MULTISLICE_COMPILATION_CACHE_DIR``, when set here, is passed on: the VMs of every run
-    then share that compilation cache (:mod:`training.compile_cache`).
+    ``MULTISLICE_COMPILATION_CACHE_DIR``, when set here, is passed on: the VMs then use that
+    compilation cache instead of the stack's ``gs://<bucket>/compilation-cache``, which the
+    startup script gives them otherwise (:mod:`training.compile_cache`).
     Where this process has ``PYTHONDONTWRITEBYTECODE`` set (some CI images and sandboxes), the
     VMs keep their bytecode in ``bytecode_dir`` instead (``PYTHONPYCACHEPREFIX``,
     https://docs.python.org/3/using/cmdline.html): a TPU VM's Python caches what it compiled on

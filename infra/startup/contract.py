@@ -122,6 +122,12 @@ DELETE_DEADLINE_ENV = "MULTISLICE_DELETE_DEADLINE_S"
 #: Set by ``boot.sh`` in the trainer's unit: this VM's slice and worker (every line's prefix).
 SLICE_ENV = "MULTISLICE_SLICE"
 WORKER_ENV = "MULTISLICE_WORKER"
+#: Set by ``boot.sh`` in the trainer's unit: the stack's compilation cache, shared by every run
+#: (``gs://<bucket>/``:data:`COMPILATION_CACHE_FOLDER`; ``training.compile_cache``), unless the
+#: VM's environment already names one (the test suite's, through the local emulation).
+COMPILATION_CACHE_ENV = "MULTISLICE_COMPILATION_CACHE_DIR"
+#: The folder of the stack's bucket that holds the compilation cache, beside ``runs/``.
+COMPILATION_CACHE_FOLDER = "compilation-cache"
 #: Trainer settings the local emulation sets (``training.cluster`` reads them; a TPU VM uses
 #: the defaults): the JAX coordinator's port and the ``jax.distributed`` timeouts.
 COORDINATOR_PORT_ENV = "MULTISLICE_COORDINATOR_PORT"
@@ -142,6 +148,7 @@ SCRIPT_ENV = (
     DELETE_DEADLINE_ENV,
     SLICE_ENV,
     WORKER_ENV,
+    COMPILATION_CACHE_ENV,
 )
 #: Passed between the release's own scripts (the bootstrap → ``boot.sh``, ``trainer.sh`` →
 #: ``delete_on_complete.sh``); nothing outside the release sets them.
@@ -155,6 +162,7 @@ TRAINER_ENV = (
     COORDINATOR_PORT_ENV,
     HEARTBEAT_TIMEOUT_ENV,
     INIT_TIMEOUT_ENV,
+    COMPILATION_CACHE_ENV,
 )
 
 #: What a stack's own command finds in its environment (``multislice:workload``; set by

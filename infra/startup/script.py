@@ -62,6 +62,7 @@ from infra.config import StackConfig
 from infra.startup import bundle, content_cache, lockfile, workload as workload_release
 from infra.startup.bundle import BUNDLE_PACKAGE, release_id_of  # noqa: F401 (part of this module's API)
 from infra.startup.contract import (  # noqa: F401 (record_object, release_object: part of this module's API)
+    COMPILATION_CACHE_FOLDER,
     DEFAULT_METADATA_HOST,
     RUN_DIR_KEY,
     TRAINER_UNIT,
@@ -223,6 +224,7 @@ def boot_script(
         "DEFAULT_UNIT_DIR": DEFAULT_UNIT_DIR,
         "RUN_DIR_ATTRIBUTE": RUN_DIR_ATTRIBUTE,
         "RECORD_OBJECT": record_object(config.stack),
+        "COMPILATION_CACHE_FOLDER": COMPILATION_CACHE_FOLDER,
     }
     return fill(template(BOOT_RESOURCE), values, BOOT_RESOURCE)
 

@@ -89,6 +89,22 @@ def run_records(state_dir: Path, name: str) -> list[dict]:
         return read_records(RunDir(RUN_DIR), name)
 
 
+def assert_causes_add_up(state_dir: Path) -> dict:
+    """The run's goodput.json (written by the trainer at completion): productive time and the
+    badput causes add up to the wall time, so no cause counts time twice (``other``, what no
+    record explains, is never negative, and is a small part here); each attempt's causes add up
+    to the run's. The report."""
+    with gcs.clients_pointed_at(state_dir / "emu" / "gcs", state_dir / "reader.log") as stored:
+        assert stored
+        report = json.loads(RunDir(RUN_DIR).read("goodput.json") or b"null")
+    badput, wall = report["badput"], report["wall_seconds"]
+    assert report["productive_seconds"] + sum(badput.values()) == pytest.approx(wall, abs=0.01), report
+    assert 0 <= badput["other"] <= 0.1 * wall, report
+    for cause in set(badput) - {"other"}:
+        assert sum(a["badput"][cause] for a in report["per_attempt"]) == pytest.approx(badput[cause], abs=0.01)
+    return report
+
+
 def step_losses(state_dir: Path) -> list[tuple[int, float]]:
     return [(r["step"], r["loss"]) for r in run_records(state_dir, "metrics") if "loss" in r]
 
@@ -195,6 +211,11 @@ def test_killed_slice_is_repaired_and_resumes_bit_identically(uninterrupted, tmp
     reference = dict(step_losses(uninterrupted["state_dir"]))
     assert dict(records) == reference  # final loss of every step, compared exactly
     assert all(loss == reference[step] for step, loss in records)  # the redone steps too
+    report = assert_causes_add_up(killed["state_dir"])
+    assert [a["ended"] for a in report["per_attempt"]] == ["lost", "complete"]
+    assert report["per_attempt"][1]["badput"]["boot"] > 0 and report["badput"]["checkpoint_restore"] > 0
+    if reached > resumed:
+        assert report["badput"]["recomputed_steps"] > 0
 
 
 @pytest.mark.slow
@@ -204,6 +225,9 @@ def test_preempted_slice_saves_then_resumes_without_losing_steps(uninterrupted, 
     assert preempted["restarts"] == 1 and preempted["steps_lost"] == 0
     assert "preemption checkpoint saved at step" in preempted["stdout"]
     assert dict(step_losses(preempted["state_dir"])) == dict(step_losses(uninterrupted["state_dir"]))
+    report = assert_causes_add_up(preempted["state_dir"])
+    assert [a["ended"] for a in report["per_attempt"]] == ["preempted", "complete"]
+    assert report["badput"]["recomputed_steps"] == 0 and report["per_attempt"][0]["badput"]["checkpoint_save"] > 0
 
 
 @pytest.mark.slow

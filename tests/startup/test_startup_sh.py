@@ -18,7 +18,8 @@ import pytest
 
 from infra import startup
 from infra.local.units import parse_service
-from tests.fakes.startup_vm import RUN_DIR, Vm, dev_stack, gcs, prefixed, script, vm  # noqa: F401 (fixtures)
+from infra.startup import contract
+from tests.fakes.startup_vm import BUCKET, RUN_DIR, Vm, dev_stack, gcs, prefixed, script, vm  # noqa: F401 (fixtures)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -46,6 +47,8 @@ def test_runs_the_bundled_trainer(vm, dev_stack, script):
     assert env["PASS_THROUGH_CHECK"] == "kept as is"  # the VM's environment reaches the unit
     assert env["GCE_METADATA_IP"] == vm.metadata.address
     assert (env["MULTISLICE_SLICE"], env["MULTISLICE_WORKER"]) == ("1", "2")
+    # The stack's compilation cache: a folder of the run directory's bucket, shared by every run.
+    assert env[contract.COMPILATION_CACHE_ENV] == f"gs://{BUCKET}/{contract.COMPILATION_CACHE_FOLDER}"
     assert (release / "config.json").read_text() == dev_stack.training.model_dump_json() + "\n"
     bundled = sorted(p.relative_to(release).as_posix() for p in release.rglob("*.py"))
     assert bundled == sorted(f"training/{p.name}" for p in (ROOT / "training").glob("*.py"))
@@ -114,6 +117,14 @@ def test_single_slice_without_tpu_env(tmp_path, script, gcs):
     prefixed(result.stdout, "[slice 0 worker 0] ")
     # A relative local run dir is taken relative to where the script was started.
     assert machine.argv(1)[-1] == str(machine.home / "runs" / "r1")
+    # No bucket: the trainer keeps its compilation cache in the run directory.
+    assert contract.COMPILATION_CACHE_ENV not in machine.environ(1)
+
+
+def test_a_compilation_cache_the_environment_names_is_kept(vm):
+    result = vm.run(**{contract.COMPILATION_CACHE_ENV: "/var/cache/multislice-tests"})
+    assert result.returncode == 0, result.stdout
+    assert vm.environ(1)[contract.COMPILATION_CACHE_ENV] == "/var/cache/multislice-tests"
 
 
 def test_restarts_with_capped_backoff(vm):

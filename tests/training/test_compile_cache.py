@@ -124,3 +124,97 @@ def test_every_process_of_a_restarted_cpu_job_loads_what_process_0_wrote(tmp_pat
     assert all(p["hits"] >= 1 for p in second), second
     expected = (np.arange(32.0).reshape(8, 4) @ np.arange(32.0).reshape(8, 4).T).sum(axis=0).tolist()
     assert [p["y"] for p in first + second] == [expected] * 4
+
+
+CHECKED = """
+import json, sys
+import jax, jax.numpy as jnp
+from training import compile_cache
+compile_cache.enable(sys.argv[1])
+step = jax.jit(lambda x: jnp.tanh(x @ x.T).sum(axis=0))
+y = step(jnp.arange(1024.0).reshape(32, 32) / 1024).block_until_ready()
+print(json.dumps({"hits": compile_cache.stats().hits, "y": [float(v) for v in y]}))
+"""
+
+
+def _checked_process(run_dir: str) -> tuple[dict, list[str]]:
+    """One process of CHECKED: its result and the compilation cache's warnings (stderr lines)."""
+    done = subprocess.run(
+        [sys.executable, "-c", CHECKED, run_dir], env=_env(), capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    warnings = [line for line in done.stderr.splitlines() if line.startswith("compilation cache ")]
+    return json.loads(done.stdout.strip().splitlines()[-1]), warnings
+
+
+def test_damaged_entries_and_entries_of_another_jax_version_are_compiled_again_with_one_warning(tmp_path):
+    run_dir = str(tmp_path / "run")
+    cold, warnings = _checked_process(run_dir)
+    assert cold["hits"] == 0 and warnings == []
+    entries = sorted(Path(compile_cache.cache_dir(run_dir)).glob("*-cache"))
+    assert len(entries) >= 2
+    for n, entry in enumerate(entries):
+        data = bytearray(entry.read_bytes())
+        if n % 2:  # a flipped byte in the executable
+            data[-len(data) // 3] ^= 0xFF
+        else:  # the same bytes, framed as another JAX version wrote them
+            data = data.replace(compile_cache._versions(), b"jax 0.0.1 jaxlib 0.0.1\n", 1)
+        entry.write_bytes(bytes(data))
+    damaged, warnings = _checked_process(run_dir)
+    assert damaged["hits"] == 0 and damaged["y"] == cold["y"]  # compiled again, never loaded
+    assert len(warnings) == 1 and "ignoring entry" in warnings[0], warnings
+    rewritten, warnings = _checked_process(run_dir)  # process 0 replaced every bad entry
+    assert rewritten["hits"] >= 1 and rewritten["y"] == cold["y"] and warnings == []
+
+
+def test_a_cache_directory_that_cannot_be_created_leaves_the_run_uncached_with_one_warning(tmp_path):
+    (tmp_path / "file").write_text("not a directory")
+    result, warnings = _checked_process(str(tmp_path / "file" / "run"))
+    assert result["hits"] == 0 and len(result["y"]) == 32
+    assert len(warnings) == 1 and "cannot be used" in warnings[0] and "continuing without it" in warnings[0], warnings
+
+
+class _Entries:
+    """JAX's cache interface over a dict; ``fail`` makes reads or writes raise."""
+
+    def __init__(self, fail: str = ""):
+        self.entries: dict[str, bytes] = {}
+        self.fail = fail
+
+    def get(self, key: str) -> bytes | None:
+        if self.fail == "read":
+            raise OSError("read failed")
+        return self.entries.get(key)
+
+    def put(self, key: str, value: bytes) -> None:
+        if self.fail == "write":
+            raise PermissionError("read-only")
+        self.entries.setdefault(key, value)
+
+
+def test_an_entry_comes_back_only_as_written_by_this_jax(caplog):
+    base = _Entries()
+    cache = compile_cache.CheckedCache(base, "gs://b/compilation-cache")
+    cache.put("k", b"executable")
+    assert cache.get("k") == b"executable" and cache.get("missing") is None
+    framed = base.entries["k"]
+    assert framed.startswith(compile_cache.ENTRY_MAGIC + compile_cache._versions())
+    base.entries["truncated"] = framed[:-3]
+    base.entries["unframed"] = b"what JAX alone writes"
+    base.entries["other"] = framed.replace(compile_cache._versions(), b"jax 0.4.1 jaxlib 0.4.1\n")
+    with caplog.at_level("WARNING", logger=compile_cache.__name__):
+        assert [cache.get(k) for k in ("other", "truncated", "unframed")] == [None, None, None]
+    assert len(caplog.records) == 1  # one warning per process, whatever the number of entries
+    assert "written by jax 0.4.1 jaxlib 0.4.1, this is jax " in caplog.records[0].getMessage()
+
+
+def test_a_failed_write_ends_the_writes_with_one_warning_and_a_failed_read_is_a_miss(caplog):
+    unwritable = compile_cache.CheckedCache(_Entries(fail="write"), "/read-only")
+    with caplog.at_level("WARNING", logger=compile_cache.__name__):
+        unwritable.put("a", b"x")
+        unwritable.put("b", b"y")
+        assert compile_cache.CheckedCache(_Entries(fail="read"), "/gone").get("a") is None
+    messages = [r.getMessage() for r in caplog.records]
+    assert len(messages) == 2, messages
+    assert "/read-only cannot be written (read-only); continuing without writing to it" in messages[0]
+    assert "/gone: cannot read an entry (read failed); compiling" in messages[1]

@@ -166,12 +166,14 @@ def test_after_a_fallback_seen_by_one_process_every_process_saves_the_same_steps
 def test_bytes_overwritten_in_the_newest_checkpoint_are_detected_and_every_process_falls_back(
     uninterrupted, bucket_name, corpus, config_path, tmp_path, jobs
 ):
-    """Step 16's bytes are changed with its size kept, in one of process 1's data files:
-    Orbax reads it without complaint; the checksums recorded by its save do not match the
+    """Step 16's bytes are changed with its size kept, in one of its data files (process 0
+    writes this small model's replicated arrays whole: training.checkpointing's
+    REPLICA_PARALLEL_MIN_SLICE_BYTES; each process reads every array it restores, so where the
+    damage lies does not matter): Orbax reads it without complaint; the checksums recorded by its save do not match the
     restored arrays, so both processes skip it, restore step 12, pass the next saves and
     complete bit for bit; one event and one fallback line per process name the step and why."""
     run_dir = unfinished_copy(uninterrupted, bucket_name)
-    damaged = overwrite_keeping_size(f"{run_dir}/checkpoints", 16, config(corpus), under="ocdbt.process_1")
+    damaged = overwrite_keeping_size(f"{run_dir}/checkpoints", 16, config(corpus), under="ocdbt.process_0")
     job = Job(config_path, run_dir, tmp_path)
     jobs.append(job)
     seconds = resume(job, run_dir, uninterrupted)
