@@ -134,7 +134,15 @@ def data_prepare(
     bpe_train_mb: float = prepare_opts.BPE_TRAIN_MB,
 ) -> None:
     """Tokenize SOURCE once into token shards and a manifest at OUTPUT (resumes an interrupted run)."""
-    from training import prepare
+    try:
+        from training import prepare
+    except ImportError as err:  # the TPU VMs' bundle leaves data prepare out (infra/startup/bundle.py)
+        typer.echo(
+            f"error: data prepare is not part of this installation ({err}); run it on your machine: "
+            "multislice data prepare SOURCE OUTPUT",
+            err=True,
+        )
+        raise typer.Exit(2) from None
 
     _setup_logging("prepare")
     spec = prepare.PrepareSpec(source, output, tokenizer, vocab_size, dtype, eval_fraction, shard_mb, bpe_train_mb)

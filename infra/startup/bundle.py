@@ -50,12 +50,24 @@ def release_id_of(script_text: str) -> str | None:
     return match.group(1) if match else None
 
 
+#: Modules of ``training/`` that run only on the user's machine, never on a TPU VM: ``data
+#: prepare`` (``multislice data prepare`` / ``python -m training data prepare``) tokenizes a corpus
+#: once, and the VMs only read its shards (``training.token_data``). Leaving them out keeps the
+#: startup script under its size target and the ``tokenizers`` package off the VMs' pins.
+MACHINE_ONLY_MODULES: frozenset[str] = frozenset({"prepare.py", "text_stream.py", "tokenizer.py"})
+
+
 def bundle_files(training_dir: Path) -> list[Path]:
     """The files that go into the bundle: ``*.py`` under ``training_dir`` (recursively, no
-    ``__pycache__``), sorted by their POSIX path relative to it."""
+    ``__pycache__``, none of :data:`MACHINE_ONLY_MODULES` at its top level), sorted by their
+    POSIX path relative to it."""
     training_dir = Path(training_dir)
     files = [
-        p for p in training_dir.rglob("*.py") if p.is_file() and "__pycache__" not in p.relative_to(training_dir).parts
+        p
+        for p in training_dir.rglob("*.py")
+        if p.is_file()
+        and "__pycache__" not in p.relative_to(training_dir).parts
+        and p.relative_to(training_dir).as_posix() not in MACHINE_ONLY_MODULES
     ]
     return sorted(files, key=lambda p: p.relative_to(training_dir).as_posix())
 

@@ -52,7 +52,6 @@ TRAINER_REQUIREMENTS: tuple[str, ...] = (
     "typer",
     "tensorboardX",
     "google-cloud-logging",
-    "tokenizers",
 )
 
 #: The project's extra that a TPU VM installs on top (``jax[tpu]`` → libtpu, ``gcsfs``).

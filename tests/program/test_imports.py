@@ -19,8 +19,16 @@ ROOT = Path(__file__).resolve().parents[2]
 
 #: Top-level packages of the trainer's runtime (and what they pull in).
 TRAINER_RUNTIME = ("jax", "jaxlib", "orbax", "optax", "grain", "numpy", "tensorboardX", "etils", "tensorstore")
-#: The jax-free modules of training/ the program reads (config, its validation, the shapes).
-PURE_TRAINING = {"training", "training.config", "training.validation", "training.shapes"}
+#: The jax-free modules of training/ the program reads (config, its validation, the shapes, the
+#: model presets and the attention kernels' limits that the config validates against).
+PURE_TRAINING = {
+    "training",
+    "training.config",
+    "training.validation",
+    "training.shapes",
+    "training.presets",
+    "training.kernels",
+}
 GOOGLE_CLIENTS = ("google.cloud", "google.api_core", "google.auth")
 
 CHILD = """

@@ -3,6 +3,7 @@ xz compression whose bytes nothing depends on."""
 
 from __future__ import annotations
 
+import ast
 import io
 import lzma
 import os
@@ -13,7 +14,15 @@ from pathlib import Path
 
 import pytest
 
-from infra.startup.bundle import BUNDLE_PACKAGE, build_archive, build_bundle, bundle_files, compress, trainer_files
+from infra.startup.bundle import (
+    BUNDLE_PACKAGE,
+    MACHINE_ONLY_MODULES,
+    build_archive,
+    build_bundle,
+    bundle_files,
+    compress,
+    trainer_files,
+)
 from infra.startup.shipped_source import strip_documentation
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,7 +45,9 @@ def test_bundle_deterministic_and_extractable(tmp_path):
     with tarfile.open(fileobj=io.BytesIO(bundle), mode="r:") as tar:
         members = tar.getmembers()
         names = [m.name for m in members]
-        expected = sorted(f"training/{p.name}" for p in (ROOT / "training").glob("*.py"))
+        expected = sorted(
+            f"training/{p.name}" for p in (ROOT / "training").glob("*.py") if p.name not in MACHINE_ONLY_MODULES
+        )
         assert names == expected
         for member in members:
             assert member.isreg() and member.mode == 0o644 and member.mtime == 0
@@ -93,3 +104,23 @@ def test_compress_is_xz_that_the_xz_tool_reads(tmp_path):
     # Another level gives other bytes for the same content: nothing may compare them.
     other = compress(data, preset=1)
     assert other != packed and lzma.decompress(other) == data
+
+
+def test_no_shipped_module_needs_a_machine_only_one():
+    """The VMs' bundle leaves ``data prepare`` out: no module it ships imports one of those, except
+    ``__main__``'s ``data prepare`` command, which says where to run it instead."""
+    machine_only = {name.removesuffix(".py") for name in MACHINE_ONLY_MODULES}
+    offenders = []
+    for path in bundle_files(ROOT / "training"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = {node.module.removeprefix("training.")} | {
+                    alias.name for alias in node.names if node.module == "training"
+                }
+            elif isinstance(node, ast.Import):
+                names = {alias.name.removeprefix("training.") for alias in node.names}
+            else:
+                continue
+            if names & machine_only:
+                offenders.append((path.name, sorted(names & machine_only)))
+    assert offenders == [("__main__.py", ["prepare"])]

@@ -16,6 +16,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from infra.startup import lockfile
+from infra.startup.bundle import bundle_files
 from infra.startup.install_target import InstallTarget
 from infra.startup.uv_lock import LockfileError
 
@@ -28,9 +29,10 @@ def pinned() -> lockfile.PinnedRequirements:
 
 
 def _training_imports() -> dict[str, str]:
-    """Top-level names of absolute imports anywhere in training/*.py → first file seen."""
+    """Top-level names of absolute imports anywhere in the training/*.py a VM runs (the bundle:
+    not ``MACHINE_ONLY_MODULES``, which only the user's machine runs) → first file seen."""
     found: dict[str, str] = {}
-    for path in sorted((ROOT / "training").glob("*.py")):
+    for path in bundle_files(ROOT / "training"):
         tree = ast.parse(path.read_text(), filename=str(path))
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):

@@ -19,6 +19,7 @@ import pytest
 from infra import startup
 from infra.local.units import parse_service
 from infra.startup import contract
+from infra.startup.bundle import MACHINE_ONLY_MODULES
 from tests.fakes.startup_vm import BUCKET, RUN_DIR, Vm, dev_stack, gcs, prefixed, script, vm  # noqa: F401 (fixtures)
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -51,7 +52,9 @@ def test_runs_the_bundled_trainer(vm, dev_stack, script):
     assert env[contract.COMPILATION_CACHE_ENV] == f"gs://{BUCKET}/{contract.COMPILATION_CACHE_FOLDER}"
     assert (release / "config.json").read_text() == dev_stack.training.model_dump_json() + "\n"
     bundled = sorted(p.relative_to(release).as_posix() for p in release.rglob("*.py"))
-    assert bundled == sorted(f"training/{p.name}" for p in (ROOT / "training").glob("*.py"))
+    assert bundled == sorted(
+        f"training/{p.name}" for p in (ROOT / "training").glob("*.py") if p.name not in MACHINE_ONLY_MODULES
+    )
     assert (release / ".complete").is_file()
     assert not (vm.home / "venvs").exists(), "MULTISLICE_PYTHON must skip the venv step"
     assert not (vm.fake_dir / "calls").exists(), "nothing may be installed with MULTISLICE_PYTHON"

@@ -4,6 +4,7 @@ model's vocabulary from the manifest (training.data.with_vocabulary)."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import threading
 
 import numpy as np
@@ -66,7 +67,10 @@ def test_a_step_reads_only_its_rows_ranged_and_the_next_steps_ahead(byte_dataset
     dataset = token_data.TokenDataset(root, 32, 8, seed=0, steps=4)
     reads.clear()
     dataset.train_rows(0, 8, 4, 8)
-    dataset.close()  # waits for the prefetch
+    # Let the prefetch finish before closing (close() drops reads that have not started yet,
+    # which on a loaded machine can be either of the two).
+    concurrent.futures.wait(list(dataset._pending.values()), timeout=60)
+    dataset.close()
     # Step 0 here, steps 1 and 2 (PREFETCH_DEPTH) on the prefetch threads; step 3 is the run's last.
     assert len(reads) == 1 + token_data.PREFETCH_DEPTH
     assert [tid == threading.get_ident() for tid, _ in reads].count(True) == 1
