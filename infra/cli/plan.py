@@ -1,5 +1,6 @@
 """``multislice plan``: the mesh, per-chip memory and the DCN check before ``pulumi up``
-(:mod:`infra.planner`)."""
+(:mod:`infra.planner`); with ``--compile``, XLA's own figure beside the estimate
+(:mod:`infra.planner.compiled`)."""
 
 from __future__ import annotations
 
@@ -15,10 +16,17 @@ def plan(
     stack: str = STACK_OPTION,
     config_file: Path | None = CONFIG_FILE_OPTION,
     json_output: bool = typer.Option(False, "--json", help="Print the plan as JSON (for machines)."),
+    compile_step: bool = typer.Option(
+        False,
+        "--compile",
+        help="Also compile the real train step ahead of time for the stack's mesh on virtual CPU devices "
+        "(nothing is allocated; seconds to minutes) and print XLA's memory per device beside the estimate.",
+    ),
+    compile_timeout: float = typer.Option(600.0, "--compile-timeout", min=1, help="Seconds the compile may take."),
 ) -> None:
     """Before `pulumi up`: the mesh, per-chip memory against HBM, and the Multislice overview's DCN check."""
     from infra import planner
-    from infra.planner.render import print_plan
+    from infra.planner.render import print_compiled, print_plan
 
     config = load_config(stack, config_file)
     if config.workload is not None:
@@ -36,7 +44,22 @@ def plan(
         result = planner.plan(config)
     except ValueError as err:
         raise fail(str(err)) from None
+    comparison = None
+    if compile_step:
+        from infra.planner import compiled
+
+        try:
+            comparison = compiled.compare(
+                config.training, config.accelerator.generation.hbm_bytes_per_chip, compile_timeout
+            )
+        except compiled.CompileError as err:
+            raise fail(f"--compile: {err}") from None
     if json_output:
-        typer.echo(json.dumps(result.to_json(), indent=2))
-    else:
-        print_plan(result, console)
+        document = result.to_json()
+        if comparison is not None:
+            document["compiled"] = comparison.to_json()
+        typer.echo(json.dumps(document, indent=2))
+        return
+    print_plan(result, console)
+    if comparison is not None:
+        print_compiled(comparison, console)

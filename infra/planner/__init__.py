@@ -11,6 +11,8 @@ Modules, each with the formulas and public sources of its figures:
   and its margin, :class:`DcnCheck` (Cloud TPU Multislice overview, DCN arithmetic);
 * :mod:`infra.planner.memory`: parameter shapes, activation bytes (Korthikanti et al. 2022,
   adapted), :class:`MemoryEstimate`;
+* :mod:`infra.planner.levers`: the microbatch count and remat policy that fit the DCN minimum
+  batch in HBM;
 * :mod:`infra.planner.advice`: recommendations (the overview's parallelism rules) and the
   preview warnings;
 * :mod:`infra.planner.render`: the rich rendering of a plan (imported by the CLI only).
@@ -41,6 +43,7 @@ from infra.planner.dcn import (
     min_tokens_per_replica,
     operational_intensity,
 )
+from infra.planner.levers import dcn_batch_fit
 from infra.planner.memory import (
     ACTIVATIONS_SOURCE,
     ESTIMATE_SOURCE,
@@ -109,6 +112,15 @@ def plan(config: StackConfig) -> Plan:
         "activations": ACTIVATIONS_SOURCE,
         "parallelism_guidance": _PARALLELISM_RULES,
     }
+    dcn = dcn_check(accelerator, train.parallelism, train.global_batch_tokens)
+    dcn_batch = None
+    if dcn.dcn_bound:  # more than one replica: the minimum is set
+        assert dcn.min_global_batch_tokens is not None
+        dcn_batch = dcn_batch_fit(train, dcn.min_global_batch_tokens, gen.hbm_bytes_per_chip)
+        sources["dcn_min_batch_in_hbm"] = (
+            "the DCN minimum batch priced with each remat policy and microbatch count (infra/planner/levers.py), "
+            f"fitting at most {HBM_TIGHT_FRACTION:.0%} of HBM"
+        )
     partial = Plan(
         stack=config.stack,
         accelerator_type=accelerator.name,
@@ -124,10 +136,11 @@ def plan(config: StackConfig) -> Plan:
         sequence_length=train.sequence_length,
         global_batch_size=train.global_batch_size,
         global_batch_tokens=train.global_batch_tokens,
-        dcn=dcn_check(accelerator, train.parallelism, train.global_batch_tokens),
+        dcn=dcn,
         memory=memory_per_chip(train, gen.hbm_bytes_per_chip),
         recommendations=(),
         sources=sources,
+        dcn_batch=dcn_batch,
     )
     return dataclasses.replace(partial, recommendations=advice.recommendations(partial, config))
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from infra.config import StackConfig
 from infra.planner.dcn import operational_intensity
+from infra.planner.levers import BatchOption, DcnBatchFit
 from infra.planner.memory import HBM_TIGHT_FRACTION, memory_per_chip
 
 if TYPE_CHECKING:
@@ -103,6 +104,8 @@ def recommendations(p: Plan, config: StackConfig) -> tuple[str, ...]:
                 f"({dcn.recommended_global_batch_tokens:,.0f} tokens global) with the Multislice overview's "
                 f"{dcn.safety_margin:g}× margin; when adding slices, scale the global batch linearly"
             )
+            if p.dcn_batch is not None:
+                out.append(_dcn_batch_advice(p.dcn_batch, capacity))
             pipe = _pipeline_depth(p)
             if pipe:
                 out.append(pipe)
@@ -161,6 +164,32 @@ def _memory_advice(p: Plan, config: StackConfig) -> str:
     return "; ".join(tips) or "a larger slice or a smaller model"
 
 
+def _setting(o: BatchOption) -> str:
+    return f"microbatches {o.microbatches} with remat {o.remat} → {_gib(o.estimate_bytes_per_chip)}"
+
+
+def _dcn_batch_advice(fit: DcnBatchFit, capacity: int) -> str:
+    """The DCN minimum batch against HBM: fits at the stack's settings, or the microbatch count
+    and remat policy that fit it (:mod:`infra.planner.levers`), with the estimate for each."""
+    own = fit.at_stack_settings
+    head = (
+        f"at the DCN minimum batch ({fit.global_batch_size} sequences, {fit.per_replica_batch} per data-parallel "
+        f"shard) with the stack's {_setting(own)} per chip"
+    )
+    if own.fits:
+        return f"{head}: fits in HBM ({_gib(capacity)})"
+    options = "; ".join(_setting(o) + ("" if o.fits else " (does not fit)") for o in fit.options)
+    if fit.choice is None:
+        return (
+            f"{head}: over HBM ({_gib(capacity)}), and no microbatch count dividing {fit.per_replica_batch} with "
+            f"any remat policy fits ({options}): shard more (FSDP), use a larger slice or pipeline parallelism"
+        )
+    return (
+        f"{head}: over HBM ({_gib(capacity)}); set microbatches: {fit.choice.microbatches} and model.remat: "
+        f"{fit.choice.remat} (the cheapest that fits; per policy, the fewest microbatches that fit: {options})"
+    )
+
+
 def _pipeline_depth(p: Plan) -> str | None:
     """The overview's pipeline advice when the batch cannot grow: depth 2 with N/2 replicas,
     then 4 with N/4, until the per-replica batch clears the minimum."""
@@ -185,8 +214,10 @@ def _pipeline_depth(p: Plan) -> str | None:
 
 def advisory_lines(p: Plan) -> list[str]:
     """Warnings for ``pulumi preview``/``up`` from the plan ``p``: one line when the stack is
-    predicted DCN-bound, one when its per-chip memory estimate exceeds HBM; empty when
-    neither. Each line starts with the stack name and ends with how to see the full plan."""
+    predicted DCN-bound, one when the DCN minimum batch would not fit HBM at the stack's
+    microbatches and remat (with the setting that fits, if any), one when its per-chip memory
+    estimate exceeds HBM; empty when none. Each line starts with the stack name and ends with
+    how to see the full plan."""
     out = []
     hint = f"(see: multislice plan --stack {p.stack})"
     if p.dcn.dcn_bound:
@@ -195,6 +226,19 @@ def advisory_lines(p: Plan) -> list[str]:
             f"(operational intensity {p.dcn.operational_intensity:,.0f} FLOP/bit) < the "
             f"{p.dcn.min_tokens_per_replica:,.0f} per replica needed on {p.accelerator_type} "
             f"(arithmetic intensity {p.dcn.arithmetic_intensity:,.0f} FLOP/bit) {hint}"
+        )
+    fit = p.dcn_batch
+    if fit is not None and not fit.at_stack_settings.fits:
+        fix = (
+            f"microbatches: {fit.choice.microbatches} and model.remat: {fit.choice.remat} bring it within HBM "
+            f"(an estimated {_gib(fit.choice.estimate_bytes_per_chip)} per chip)"
+            if fit.choice is not None
+            else "no microbatch count or remat policy brings it within HBM"
+        )
+        out.append(
+            f"stack {p.stack}: the DCN minimum batch ({fit.global_batch_size} sequences) would need an estimated "
+            f"{_gib(fit.at_stack_settings.estimate_bytes_per_chip)} per chip at the stack's microbatches and remat; "
+            f"{fix} {hint}"
         )
     if not p.memory.fits:
         out.append(

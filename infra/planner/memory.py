@@ -10,38 +10,42 @@ axes are ``training.shapes``, the jax-free module ``training.model.init_params``
 parameters from (tests/training/test_shapes.py checks both against ``jax.eval_shape`` of the real
 init), so the arithmetic is exact and needs no jax.
 
-Activations are the tensors autodiff keeps for the backward pass, adapted from Korthikanti et
-al. 2022, "Reducing Activation Recomputation in Large Transformer Models" (arXiv:2205.05198),
-§4.1: ``s·b·h·(34 + 5·a·s/h)`` bytes per layer for 16-bit activations with dropout,
-``s·b·h·(10 + 24/t + 5·a·s/(h·t))`` with t-way tensor parallelism. This model has no dropout
-(the two dropout masks, ``2·s·b·h`` bytes, and the dropout output go), computes the attention
-scores and the softmax in float32 and casts the probabilities to ``compute_dtype``, and its MLP
-width is ``d_ff`` (not always 4h). With
+Activations are the tensors autodiff keeps for the backward pass. The structure follows
+Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models"
+(arXiv:2205.05198), §4.1 (per layer: what each sublayer keeps, split over t-way tensor
+parallelism or not); the counts are this model's own, read with
+``jax.ad_checkpoint.print_saved_residuals`` of ``training.model.loss_fn`` (JAX's list of the
+residuals autodiff saves, https://docs.jax.dev/en/latest/gradient-checkpointing.html) and
+checked against XLA's compiled memory (``infra/planner/compiled.py``, docs/model.md). With
 ``e`` bytes per element of ``compute_dtype``, ``b`` sequences per chip and microbatch
 (``global_batch_size ÷ (data × fsdp) ÷ microbatches``: the step runs one microbatch at a time),
 ``s`` = sequence_length, ``h`` = d_model, ``f`` = d_ff, ``a`` = query heads, ``g·k`` the width of k
 and v (key/value heads × head dim: grouped-query attention) and t the tensor axis size,
 :func:`activation_bytes_per_chip` counts per layer
 
-* replicated over tensor: ``4·e·s·b·h`` (the two norm inputs and the two norm outputs that
-  feed the QKV and MLP-in matmuls);
-* split over tensor: ``(e·s·b·(2h + 2·g·k) + m·e·s·b·f + a·s²·b·(4 + e′)) / t`` (q after RoPE and
-  the attention output feeding ``wo``, k after RoPE and v; the MLP's ``m`` f-wide tensors: 2 for
-  GELU, its input and output, 4 for SwiGLU, the gate and up projections, the SiLU and the
-  product; the float32 softmax output plus, when ``compute_dtype`` is not float32, its
-  ``e′ = e``-byte cast). A fused kernel (splash, cudnn; ``auto`` counts as TPU's choice,
-  ``training.kernels.attention_kernel``) keeps a float32 log-sum-exp per query instead,
-  ``4·a·s·b``;
+* replicated over tensor: ``(16 + 2e)·s·b·h``: each of the two RMSNorms keeps its float32
+  input and normalized value and its ``e``-byte output;
+* split over tensor: ``(e·s·b·(2h + 2·g·k) + 6·e·s·b·f + a·s²·b·(4 + e)) / t``: q after RoPE and
+  the attention output (h wide), k after RoPE and v (g·k wide); six f-wide MLP tensors (GELU's
+  tanh form and SwiGLU alike); the float32 softmax and its ``e``-byte probabilities. A fused
+  kernel (splash, cudnn; ``auto`` counts as TPU's choice, ``training.kernels.attention_kernel``)
+  keeps a float32 log-sum-exp per query instead, ``4·a·s·b``;
+* with a 16-bit ``compute_dtype``, each layer's weights cast to it (``e`` bytes per weight,
+  sharded like the parameters; a float32 cast is the weight itself);
 
-and once for the output layer ``2·e·s·b·h + 2·4·s·b·V / t`` (final norm input, unembedding
-input, float32 logits and log-probabilities over the model's vocabulary V). With GELU,
-g = a, the materialized scores, bfloat16 and f = 4h this is ``s·b·h·(8 + 24/t) + 6·a·s²·b/t``
-per layer: the paper's ``10 + 24/t`` less the ``2·s·b·h`` of dropout masks, and ``6`` instead of
-``5`` for the float32 softmax. ``remat: full`` keeps each layer's input (``e·s·b·h``) and one
-layer's activations, recomputed in the backward pass; the dots policies are counted as no remat
-(an upper bound). With ``microbatches`` > 1 the gradients are counted twice (their float32 sum
-and one microbatch's). XLA's own temporaries, fragmentation and the runtime's reserve are not
-counted: treat an estimate above :data:`HBM_TIGHT_FRACTION` of HBM as at risk.
+and once for the output layer ``(8 + e)·s·b·h + 2·4·s·b·V / t`` (the final norm as above;
+float32 logits and log-probabilities over the model's vocabulary V). Korthikanti's 16-bit,
+dropout-free MLP keeps 2 f-wide tensors and the softmax one: JAX's autodiff of this model keeps
+more (the float32 norm internals, the GELU/SwiGLU intermediates), hence the larger counts.
+``remat: full`` keeps each layer's input (``e·s·b·h``) plus one layer's activations, recomputed
+in the backward pass; the dots policies keep the matmul outputs (q, k, v, the two output
+projections, the MLP's input matmuls; ``dots_saveable`` also the attention's q·kᵀ scores in
+float32 and probabilities·v) plus one layer's other tensors, recomputed. With FSDP (fsdp > 1)
+the float32 embedding tables and one layer's weights are all-gathered whole over fsdp for their
+matmuls and their gradients exist whole before the reduce-scatter: twice those bytes. With
+``microbatches`` > 1 the gradients are counted twice (their float32 sum and one microbatch's).
+XLA's other temporaries, fragmentation and the runtime's reserve are not counted: treat an
+estimate above :data:`HBM_TIGHT_FRACTION` of HBM as at risk.
 """
 
 from __future__ import annotations
@@ -68,7 +72,8 @@ __all__ = [
 #: Where the activation formula comes from (``Plan.sources["activations"]``).
 ACTIVATIONS_SOURCE = (
     'Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models", '
-    "arXiv:2205.05198, §4.1 (per-layer activation memory), adapted (see infra/planner/memory.py)"
+    "arXiv:2205.05198, §4.1 (per-layer activation memory), adapted: counts of the residuals JAX's autodiff saves "
+    "for this model (jax.ad_checkpoint.print_saved_residuals; see infra/planner/memory.py)"
 )
 
 #: Where the per-chip estimate (``MemoryEstimate.total``, ``hbm_estimated_bytes_per_chip`` in
@@ -86,6 +91,8 @@ HBM_TIGHT_FRACTION = 0.9
 _F32_BYTES = 4
 _DTYPE_BYTES = {"float32": 4, "bfloat16": 2}
 _ADAM_MOMENTS = 2  # optax.adamw: mu and nu, float32, shaped like the parameters
+#: f-wide tensors the MLP saves per layer: GELU (tanh form) and SwiGLU alike (print_saved_residuals).
+_MLP_SAVED = 6
 
 
 def parameter_shapes(train: TrainConfig) -> dict[str, tuple[tuple[int, ...], tuple[str | None, ...]]]:
@@ -108,9 +115,21 @@ def _shard_elements(shape: tuple[int, ...], axes: tuple[str | None, ...], mesh_s
     return elements
 
 
-def activation_bytes_per_chip(train: TrainConfig) -> int:
+def _layer_weight_bytes_per_chip(train: TrainConfig, mesh_shape: Mapping[str, int], itemsize: int) -> int:
+    """Bytes one chip holds of every layer's matmul weights (``layers/*`` without the norm
+    scales) at ``itemsize`` bytes per element, sharded like the parameters."""
+    return itemsize * sum(
+        _shard_elements(shape, axes, mesh_shape)
+        for path, (shape, axes) in parameter_shapes(train).items()
+        if path.startswith("layers/") and "norm" not in axes
+    )
+
+
+def activation_bytes_per_chip(train: TrainConfig, platform: str = "tpu") -> int:
     """Activation bytes one chip keeps for the backward pass at the configured batch and
-    sequence length (formula and source: the module docstring).
+    sequence length (formula and source: the module docstring). ``platform`` decides what
+    ``model.attention: auto`` runs (``training.kernels.attention_kernel``): ``tpu`` for a stack,
+    ``cpu`` to compare with a compile on a virtual CPU mesh.
 
     ``train`` is validated: its global batch splits evenly over the data × fsdp axes and its
     per-replica batch over ``microbatches`` (``TrainConfig`` rejects one that does not).
@@ -121,16 +140,44 @@ def activation_bytes_per_chip(train: TrainConfig) -> int:
     a, t, n = model.n_heads, par.mesh_shape["tensor"], model.n_layers
     kv = model.kv_heads * model.head_dim  # width of k and v (grouped-query attention)
     e = _DTYPE_BYTES[model.compute_dtype]
-    if attention_kernel(model, "tpu", s) in ("splash", "cudnn"):  # fused: a float32 logsumexp per query
-        softmax = a * s * b * _F32_BYTES
-    else:  # the float32 scores' softmax and its cast
-        softmax = a * s * s * b * (_F32_BYTES + (e if e != _F32_BYTES else 0))
-    mlp = (4 if model.mlp == "swiglu" else 2) * e * s * b * f
-    per_layer = 4 * e * s * b * h + (e * s * b * (2 * h + 2 * kv) + mlp + softmax) / t
-    output = 2 * e * s * b * h + 2 * _F32_BYTES * s * b * train.vocab_size / t
-    if model.remat == "full":  # only each layer's input is kept; one layer's activations live again in backward
-        return int(math.ceil(n * e * s * b * h + per_layer + output))
-    return int(math.ceil(n * per_layer + output))
+    fused = attention_kernel(model, platform, s) in ("splash", "cudnn")
+    mlp_dots = 2 if model.mlp == "swiglu" else 1  # f-wide matmul outputs: W_in (and W_gate)
+    # The tensors autodiff saves per layer (jax.ad_checkpoint.print_saved_residuals of the layer):
+    norms = (2 * 2 * _F32_BYTES + 2 * e) * s * b * h  # each RMSNorm: its float32 input and normalized x, its output
+    qkvo = e * s * b * (2 * h + 2 * kv)  # q and the attention output (h wide), k and v (kv wide)
+    scores = a * s * b * _F32_BYTES if fused else a * s * s * b * (_F32_BYTES + e)  # logsumexp, or probs + cast
+    mlp = _MLP_SAVED * e * s * b * f
+    per_layer = norms + (qkvo + scores + mlp) / t
+    # Weights cast to compute_dtype inside the layer are saved too (a float32 "cast" is the weight itself).
+    casts = _layer_weight_bytes_per_chip(train, par.mesh_shape, e) if e != _F32_BYTES else 0
+    if model.remat == "none":
+        saved = n * per_layer + casts
+    elif model.remat == "full":  # each layer's input; one layer's activations live again in the backward pass
+        saved = n * e * s * b * h + per_layer + casts / n
+    else:  # dots policies: the matmul outputs (dots_saveable also the attention's); one layer's others recomputed
+        dots = e * s * b * (2 * h + h + 2 * kv + mlp_dots * f) / t  # wo, w_out; q, k, v; W_in (, W_gate)
+        if model.remat == "dots_saveable" and not fused:
+            dots += a * s * s * b * _F32_BYTES / t + e * s * b * h / t  # q·kᵀ scores, probabilities·v
+        saved = n * dots + max(per_layer - dots, 0) + casts
+    output = (2 * _F32_BYTES + e) * s * b * h + 2 * _F32_BYTES * s * b * train.vocab_size / t
+    return int(math.ceil(saved + output + _fsdp_gathered_bytes(train)))
+
+
+def _fsdp_gathered_bytes(train: TrainConfig) -> int:
+    """With FSDP (fsdp > 1) a matmul needs its weight whole over the fsdp axis: the float32
+    embedding (and unembedding) tables and one layer's weights are all-gathered, and their
+    gradients exist whole before the reduce-scatter: twice their bytes without the fsdp split."""
+    mesh_shape = train.parallelism.mesh_shape
+    if mesh_shape["fsdp"] == 1:
+        return 0
+    whole = dict(mesh_shape) | {"fsdp": 1}
+    tables = sum(
+        _shard_elements(shape, axes, whole)
+        for path, (shape, axes) in parameter_shapes(train).items()
+        if not path.startswith("layers/") and "norm" not in axes
+    )
+    layer = _layer_weight_bytes_per_chip(train, whole, _F32_BYTES) // train.model.n_layers
+    return 2 * (_F32_BYTES * tables + layer)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -164,7 +211,7 @@ class MemoryEstimate:
         object.__setattr__(self, "fits", total <= self.capacity)
 
 
-def memory_per_chip(train: TrainConfig, hbm_capacity_bytes: int) -> MemoryEstimate:
+def memory_per_chip(train: TrainConfig, hbm_capacity_bytes: int, platform: str = "tpu") -> MemoryEstimate:
     """Per-chip memory of training ``train`` on its mesh (see the module docstring).
 
     Args:
@@ -184,6 +231,6 @@ def memory_per_chip(train: TrainConfig, hbm_capacity_bytes: int) -> MemoryEstima
         parameters=params,
         gradients=params * (2 if train.microbatches > 1 else 1),  # the sum and one microbatch's gradients
         optimizer_state=_ADAM_MOMENTS * params,
-        activations=activation_bytes_per_chip(train),
+        activations=activation_bytes_per_chip(train, platform),
         capacity=hbm_capacity_bytes,
     )

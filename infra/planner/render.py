@@ -6,8 +6,9 @@ from rich.console import Console
 from rich.table import Table
 
 from infra.planner import Plan
+from infra.planner.compiled import AGREEMENT, CompiledComparison
 
-__all__ = ["print_plan"]
+__all__ = ["print_compiled", "print_plan"]
 
 
 def _size(n: float) -> str:
@@ -73,3 +74,19 @@ def print_plan(p: Plan, console: Console) -> None:
     console.print("sources:")
     for key, source in p.sources.items():
         console.print(f"  {key}: {source}", soft_wrap=True, markup=False)
+
+
+def print_compiled(c: CompiledComparison, console: Console) -> None:
+    """Print XLA's compiled memory per device beside the planner's estimate for the same config
+    (``multislice plan --compile``)."""
+    x = c.xla
+    verdict = "agrees" if c.agrees else "DISAGREES"
+    console.print(
+        f"compiled (XLA, {x['platform']}, {x['devices']} virtual devices): {_size(int(x['total']))} per device = "
+        f"arguments {_size(int(x['argument']))} + outputs {_size(int(x['output']))} − aliased "
+        f"{_size(int(x['alias']))} + temporaries {_size(int(x['temp']))}\n"
+        f"  planner estimate for the same step on {x['platform']}: {_size(c.estimate.total)} per chip, "
+        f"{c.ratio:.2f} × XLA's ({verdict} within ±{AGREEMENT:.0%})" + (f"\n  note: {c.note}" if c.note else ""),
+        soft_wrap=True,
+        markup=False,
+    )

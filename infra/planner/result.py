@@ -8,6 +8,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from infra.planner.dcn import DcnCheck
+from infra.planner.levers import DcnBatchFit
 from infra.planner.memory import MemoryEstimate
 from training.config import MESH_AXES, ParallelismConfig
 
@@ -31,6 +32,8 @@ class Plan:
       recommendations: advice from the Multislice overview's parallelism guidance, most
         important first.
       sources: figure -> where it comes from.
+      dcn_batch: when the stack is DCN-bound, the DCN minimum batch against HBM: the
+        microbatch count and remat policy that fit it (:mod:`infra.planner.levers`); else None.
     """
 
     stack: str
@@ -52,6 +55,7 @@ class Plan:
     memory: MemoryEstimate = dataclasses.field(metadata={"json": ""})
     recommendations: tuple[str, ...]
     sources: dict[str, str]
+    dcn_batch: DcnBatchFit | None = dataclasses.field(default=None, metadata={"json": "dcn_min_batch_in_hbm"})
 
     def __post_init__(self) -> None:
         par = self.parallelism
@@ -102,6 +106,8 @@ def _json_leaves(obj: Any, prefix: tuple[str, ...]) -> Iterator[tuple[tuple[str,
 
 
 def _json_value(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return _json_document(value)
     if isinstance(value, Mapping):
         return {key: _json_value(item) for key, item in value.items()}
     if isinstance(value, (tuple, list)):

@@ -1,5 +1,5 @@
 """infra.planner.memory: memory per chip against a direct count of sharded arrays, and the
-adapted Korthikanti activation formula."""
+activation formula (the residuals autodiff saves, after Korthikanti et al.)."""
 
 from __future__ import annotations
 
@@ -101,21 +101,25 @@ def test_parameter_shapes_are_the_models_with_their_logical_axes():
     assert planner.parameter_shapes(train) == flat
 
 
-def test_activation_formula_is_korthikanti_adapted():
+def test_activation_formula_counts_what_autodiff_saves():
     s, b, h, a, n = 128, 2, 64, 4, 3
     base = {"model": {"d_model": h, "n_layers": n, "n_heads": a}, "sequence_length": s, "global_batch_size": b}
-    bf16 = TrainConfig.model_validate(base | {"model": base["model"] | {"compute_dtype": "bfloat16"}})
-    # Korthikanti et al. 2022: s·b·h·34 + 5·a·s²·b per layer (16-bit, with dropout). Here: no
-    # dropout masks (−2·s·b·h), float32 softmax plus its bf16 cast (6 instead of 5 × a·s²·b).
-    per_layer = s * b * h * 34 + 5 * a * s * s * b - 2 * s * b * h + a * s * s * b
-    output = 2 * 2 * s * b * h + 2 * 4 * s * b * 256
-    assert planner.activation_bytes_per_chip(bf16) == n * per_layer + output
     f32 = TrainConfig.model_validate(base | {"model": base["model"] | {"compute_dtype": "float32"}})
-    per_layer = 4 * s * b * h * 4 + 4 * s * b * h * 4 + 2 * 4 * s * b * 4 * h + 4 * a * s * s * b
-    assert planner.activation_bytes_per_chip(f32) == n * per_layer + 2 * 4 * s * b * h + 2 * 4 * s * b * 256
+    e, f = 4, 4 * h
+    # Per layer: two RMSNorms (float32 input, normalized value, e-byte output), q/k/v/attention
+    # output, six f-wide MLP tensors, the float32 softmax and its e-byte probabilities.
+    per_layer = (16 + 2 * e) * s * b * h + e * s * b * 4 * h + 6 * e * s * b * f + a * s * s * b * (4 + e)
+    output = (8 + e) * s * b * h + 2 * 4 * s * b * 256
+    assert planner.activation_bytes_per_chip(f32) == n * per_layer + output
+    bf16 = TrainConfig.model_validate(base | {"model": base["model"] | {"compute_dtype": "bfloat16"}})
+    e = 2
+    per_layer = (16 + 2 * e) * s * b * h + e * s * b * 4 * h + 6 * e * s * b * f + a * s * s * b * (4 + e)
+    casts = e * n * (4 * h * h + 2 * h * f)  # every layer's weights cast to bfloat16 are saved too
+    output = (8 + e) * s * b * h + 2 * 4 * s * b * 256
+    assert planner.activation_bytes_per_chip(bf16) == n * per_layer + casts + output
 
 
-def test_swiglu_gqa_microbatches_and_full_remat_in_the_activations():
+def test_swiglu_gqa_microbatches_and_remat_in_the_activations():
     s, b, h, a, n, f = 64, 8, 64, 4, 2, 96
     base = {
         "model": {"d_model": h, "n_layers": n, "n_heads": a, "d_ff": f, "compute_dtype": "float32"},
@@ -131,11 +135,18 @@ def test_swiglu_gqa_microbatches_and_full_remat_in_the_activations():
         )
 
     e = 4
-    assert act(mlp="swiglu") - act() == n * 2 * e * s * b * f  # gate and up, SiLU and product: 4 f-wide, not 2
+    assert act(mlp="swiglu") == act()  # six f-wide tensors saved either way (print_saved_residuals)
     assert act() - act(n_kv_heads=1) == n * 2 * e * s * b * (h - h // a)  # k and v one head wide
     assert act(microbatches=4) * 4 == act()  # one microbatch of b/4 at a time
-    output = 2 * e * s * b * h + 2 * 4 * s * b * 256
-    assert act(remat="full") == n * e * s * b * h + (act() - output) // n + output
+    output = (8 + e) * s * b * h + 2 * 4 * s * b * 256
+    per_layer = (act() - output) // n
+    assert act(remat="full") == n * e * s * b * h + per_layer + output
+    # dots policies: the matmul outputs of every layer, one layer's other tensors recomputed
+    dots = e * s * b * (3 * h + 2 * h + f)
+    assert act(remat="dots_with_no_batch_dims_saveable") == n * dots + per_layer - dots + output
+    dots += a * s * s * b * 4 + e * s * b * h
+    assert act(remat="dots_saveable") == n * dots + per_layer - dots + output
+    assert act(remat="full") < act(remat="dots_with_no_batch_dims_saveable") < act(remat="dots_saveable") < act()
     wide = TrainConfig.model_validate(
         base | {"sequence_length": 128, "model": base["model"] | {"d_model": 512, "attention": "splash"}}
     )
@@ -143,15 +154,33 @@ def test_swiglu_gqa_microbatches_and_full_remat_in_the_activations():
     assert planner.activation_bytes_per_chip(wide) < planner.activation_bytes_per_chip(
         wide.model_copy(update={"model": wide.model.model_copy(update={"attention": "reference"})})
     )
+    # auto is splash on a TPU, xla (materialized scores) on a CPU
+    auto = wide.model_copy(update={"model": wide.model.model_copy(update={"attention": "auto"})})
+    assert planner.activation_bytes_per_chip(auto) == planner.activation_bytes_per_chip(wide)
+    assert planner.activation_bytes_per_chip(auto, "cpu") > planner.activation_bytes_per_chip(wide)
     grads = planner.memory_per_chip(TrainConfig.model_validate(base | {"microbatches": 2}), V4.hbm_bytes_per_chip)
     assert grads.gradients == 2 * grads.parameters  # the float32 sum and one microbatch's
 
 
+def test_fsdp_counts_the_gathered_tables_and_one_layer():
+    s, b, h, n = 64, 16, 64, 2
+    base = {"model": {"d_model": h, "n_layers": n, "n_heads": 4, "compute_dtype": "float32"}}
+    base |= {"sequence_length": s, "global_batch_size": b}
+    one = TrainConfig.model_validate(base)
+    fsdp = TrainConfig.model_validate(base | {"parallelism": {"ici": {"fsdp": 8}}})
+    tables = 2 * 256 * h  # embed and unembed, float32, whole over fsdp
+    layer = 4 * h * h + 2 * h * 4 * h
+    assert planner.activation_bytes_per_chip(fsdp) * 8 == planner.activation_bytes_per_chip(one) + 8 * 2 * 4 * (
+        tables + layer
+    )
+
+
 def test_activations_split_over_batch_and_tensor_axes():
-    base = {"model": {"d_model": 64, "n_layers": 2, "n_heads": 4}, "sequence_length": 64, "global_batch_size": 16}
+    model = {"d_model": 64, "n_layers": 2, "n_heads": 4, "compute_dtype": "float32"}  # no weight casts
+    base = {"model": model, "sequence_length": 64, "global_batch_size": 16}
     one = planner.activation_bytes_per_chip(TrainConfig.model_validate(base))
-    fsdp = planner.activation_bytes_per_chip(TrainConfig.model_validate(base | {"parallelism": {"ici": {"fsdp": 8}}}))
-    assert fsdp * 8 == one
+    data = planner.activation_bytes_per_chip(TrainConfig.model_validate(base | {"parallelism": {"ici": {"data": 8}}}))
+    assert data * 8 == one
     tensor = planner.activation_bytes_per_chip(
         TrainConfig.model_validate(base | {"parallelism": {"ici": {"tensor": 4}}})
     )

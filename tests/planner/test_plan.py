@@ -113,6 +113,25 @@ def reference_json(p: planner.Plan) -> dict:
         },
         "recommendations": list(p.recommendations),
         "sources": dict(p.sources),
+        "dcn_min_batch_in_hbm": None if p.dcn_batch is None else dcn_batch_json(p.dcn_batch),
+    }
+
+
+def dcn_batch_json(fit) -> dict:
+    def option(o) -> dict:
+        return {
+            "remat": o.remat,
+            "microbatches": o.microbatches,
+            "estimate_bytes_per_chip": o.estimate_bytes_per_chip,
+            "fits": o.fits,
+        }
+
+    return {
+        "global_batch_size": fit.global_batch_size,
+        "per_replica_batch": fit.per_replica_batch,
+        "at_stack_settings": option(fit.at_stack_settings),
+        "options": [option(o) for o in fit.options],
+        "choice": None if fit.choice is None else option(fit.choice),
     }
 
 
