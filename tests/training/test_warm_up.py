@@ -43,7 +43,7 @@ def test_the_first_calls_after_the_warm_up_compile_nothing():
 
     # A "restored" state and a batch, as the loop has them (their own transfers compile nothing).
     def init():
-        params = model.init_params(CONFIG.model, jax.random.key(0))
+        params = model.init_params(CONFIG.model, CONFIG.vocab_size, jax.random.key(0))
         return {"params": params, "opt_state": opt.init(params)}
 
     state = jax.jit(init, out_shardings=shardings)()
