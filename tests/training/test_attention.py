@@ -32,9 +32,16 @@ def qkv(b: int, s: int, h: int, g: int, k: int, dtype=jnp.float32):
 
 def run(kernel: str, q, k, v, mesh=None):
     cfg = ModelConfig(d_model=q.shape[2] * q.shape[3], n_heads=q.shape[2], n_kv_heads=k.shape[2], attention=kernel)
-    out = attention.attend(q, k, v, cfg, mesh)
-    grads = jax.grad(lambda q, k, v: jnp.sum(jnp.sin(attention.attend(q, k, v, cfg, mesh))), argnums=(0, 1, 2))(q, k, v)
-    return out, grads
+
+    # One compiled program for the output and its gradients, as the model runs the kernels (under
+    # jit); op by op, every small op would be compiled on its own.
+    @jax.jit
+    def out_and_grads(q, k, v):
+        out = attention.attend(q, k, v, cfg, mesh)
+        grads = jax.grad(lambda q, k, v: jnp.sum(jnp.sin(attention.attend(q, k, v, cfg, mesh))), argnums=(0, 1, 2))
+        return out, grads(q, k, v)
+
+    return out_and_grads(q, k, v)
 
 
 def naive(q, k, v):
