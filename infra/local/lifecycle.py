@@ -199,9 +199,12 @@ def train(resource, options, fresh: bool, say: Callable[[str], None]) -> Outcome
     """``local up`` once the stack's storage serves (inside ``resource.running()``): discard
     (``--fresh``) or report a finished run, else train."""
     from infra.clock import clock
-    from infra.local import state as local_state, summary
+    from infra.local.stop_signals import signals_held
     from infra.local.tpu_api import DELETED, KEPT
-    from training.checkpointing import is_complete  # jax, orbax: seconds
+
+    with signals_held():  # a stop during jax's import would abort the process: it is raised after it
+        from infra.local import state as local_state, summary
+        from training.checkpointing import is_complete  # jax, orbax: seconds
 
     config, run_dir, total = resource.config, resource.run_dir, resource.config.total_steps
     if fresh:

@@ -1,7 +1,8 @@
 """Stop signals for the processes that supervise an emulation (``local up``, the emulator, the
 benchmark's emulated slices): SIGTERM, SIGHUP and Ctrl-C turned into an exception in the main
 thread (:func:`signals_raise`), deferred while a first signal's cleanup runs
-(:func:`signals_deferred`), and remembered so that a stop whose exception was dropped or
+(:func:`signals_deferred`), held until work that cannot be interrupted ends
+(:func:`signals_held`), and remembered so that a stop whose exception was dropped or
 rewrapped still ends the run (:func:`signal_received`, :func:`raise_if_signalled`).
 """
 
@@ -14,6 +15,28 @@ from collections.abc import Callable, Iterator, Sequence
 
 #: How many :func:`signals_deferred` blocks are open (their signals are ignored meanwhile).
 _deferred = 0
+#: How many :func:`signals_held` blocks are open, and the first stop that arrived inside them.
+_held = 0
+_pending: tuple[Callable[[str], BaseException], str] | None = None
+
+
+@contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """Inside, a signal of :func:`signals_raise` is remembered instead of raised, and raised when
+    the outermost block ends: for work that an exception from a signal handler cannot unwind.
+    Importing jax is such work: its C++ extension (jaxlib, nanobind) runs Python code while it
+    initializes, and an exception raised there aborts the process (``terminate called after
+    throwing an instance of 'nanobind::python_error'``, SIGABRT) instead of stopping it cleanly."""
+    global _held, _pending
+    _held += 1
+    try:
+        yield
+    finally:
+        _held -= 1
+        if not _held and _pending is not None:
+            exception, name = _pending
+            _pending = None
+            raise exception(name)
 
 
 @contextlib.contextmanager
@@ -45,10 +68,13 @@ def signals_raise(
     and they are left alone."""
 
     def handler(signum, frame):
-        global _signalled
+        global _signalled, _pending
         if _deferred:
             return
         _signalled = (exception, signal.Signals(signum).name)
+        if _held:
+            _pending = _pending or _signalled
+            return
         raise exception(signal.Signals(signum).name)
 
     def unraisable(info) -> None:  # a dropped raise: the sender repeats its signal

@@ -110,3 +110,18 @@ def test_an_outer_block_still_knows_the_stop_signal_an_inner_block_received():
                     raise ImportError("numpy._core.multiarray failed to import") from err
         assert stop_signals.signal_received() == "SIGTERM"  # the inner block was left
     assert stop_signals.signal_received() is None  # forgotten once the outermost block is left
+
+
+class _Stop(Exception):
+    pass
+
+
+def test_a_signal_inside_signals_held_is_raised_when_the_block_ends():
+    """A stop during work a raise cannot unwind (jax's C++ import) waits for that work to end."""
+    reached = []
+    with pytest.raises(_Stop, match="SIGTERM"), stop_signals.signals_raise(_Stop):
+        with stop_signals.signals_held():
+            signal.raise_signal(signal.SIGTERM)
+            reached.append("after the signal, inside")
+        reached.append("after the block")  # not reached: the held stop is raised at its end
+    assert reached == ["after the signal, inside"]
