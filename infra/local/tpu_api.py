@@ -198,20 +198,26 @@ class EmulatedTpuApi:
                 )
             self._on_delete(name)
             self.deleted_at = time.monotonic()
+        return 200, self._done_operation(name, "delete", {"@type": "type.googleapis.com/google.protobuf.Empty"})
+
+    def _done_operation(self, name: str, verb: str, response: dict) -> dict:
+        """A finished long-running operation ``verb`` (``delete``, ``reset``) on queued resource
+        ``name`` with its ``response``, as the TPU API returns one (``google.longrunning.Operation``
+        with ``OperationMetadata``)."""
         now = time.time()
         parent = name.split("/queuedResources/", 1)[0]
-        return 200, {
+        return {
             "name": f"{parent}/operations/operation-{next(self._operations)}",
             "metadata": {
                 "@type": "type.googleapis.com/google.cloud.tpu.v2.OperationMetadata",
                 "createTime": _rfc3339(now),
                 "endTime": _rfc3339(now),
                 "target": name,
-                "verb": "delete",
+                "verb": verb,
                 "apiVersion": "v2",
             },
             "done": True,
-            "response": {"@type": "type.googleapis.com/google.protobuf.Empty"},
+            "response": response,
         }
 
     def _reset(self, target: str, authorization: str) -> tuple[int, dict]:
@@ -229,25 +235,10 @@ class EmulatedTpuApi:
                 return _error("NOT_FOUND", f"Resource '{name}' was not found")
             self._on_reset(name)
             self.resets += 1
-        now = time.time()
-        parent = name.split("/queuedResources/", 1)[0]
-        return 200, {
-            "name": f"{parent}/operations/operation-{next(self._operations)}",
-            "metadata": {
-                "@type": "type.googleapis.com/google.cloud.tpu.v2.OperationMetadata",
-                "createTime": _rfc3339(now),
-                "endTime": _rfc3339(now),
-                "target": name,
-                "verb": "reset",
-                "apiVersion": "v2",
-            },
-            "done": True,
-            "response": {
-                "@type": "type.googleapis.com/google.cloud.tpu.v2.QueuedResource",
-                "name": name,
-                "state": {"state": "ACTIVE"},
-            },
-        }
+        queued_resource = {"name": name, "state": {"state": "ACTIVE"}}
+        return 200, self._done_operation(
+            name, "reset", {"@type": "type.googleapis.com/google.cloud.tpu.v2.QueuedResource", **queued_resource}
+        )
 
     def stop(self) -> None:
         self._server.stop()
