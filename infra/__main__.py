@@ -50,6 +50,7 @@ from infra.components.service_account import ServiceAccount, ServiceAccountArgs,
 from infra.components.services import ProjectServices, ServicesArgs
 from infra.components.storage import BucketArgs, CheckpointBucket
 from infra.config import StackConfig
+from infra.config.dataset import check_dataset
 from infra.logs.filter import logging_filter  # the filter `multislice logs` builds on
 from infra.queued_resource import QueuedResource, QueuedResourceInputs
 from infra.startup import contract
@@ -223,12 +224,21 @@ def define(config: StackConfig, script: startup.RenderedScript | None = None) ->
     """Declare the whole environment of ``config`` and export its outputs.
 
     ``config`` is already valid: :func:`load_config` raises ``infra.config.StackConfigError``
-    (naming the key) before any resource is registered.
+    (naming the key) before any resource is registered; so does the check of a prepared
+    dataset's manifest against the model (:func:`infra.config.dataset.check_dataset`), which
+    warns instead when the manifest cannot be read.
 
     Raises:
+      infra.config.StackConfigError: the model's vocabulary is smaller than the dataset's (or
+        the tensor axis does not divide it), or the dataset's manifest is not valid.
       infra.startup.StartupScriptTooLarge: the script exceeds one metadata value.
     """
-    for advisory in planner.advisories(config) if config.workload is None else []:  # the trainer's plan
+    # The prepared dataset's manifest against the model (raises StackConfigError naming the key);
+    # the plan prices the vocabulary the VMs will train, while the stack is declared as written.
+    checked = check_dataset(config)
+    if checked.warning is not None:
+        pulumi.log.warn(checked.warning)
+    for advisory in planner.advisories(checked.config) if config.workload is None else []:  # the trainer's plan
         pulumi.log.warn(advisory)
     for warning in config.catalog_warnings:  # what multislice:allowUnlisted let through
         pulumi.log.warn(warning)

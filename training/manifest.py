@@ -132,25 +132,35 @@ def load(storage: Storage) -> Manifest:
     data = storage.read(MANIFEST)
     if data is None:
         raise ManifestError(f"{storage.uri(MANIFEST)} does not exist: {storage} is not a prepared dataset")
+    return parse(data, storage.uri(MANIFEST))
+
+
+def parse(data: bytes, where: str) -> Manifest:
+    """The manifest in ``data`` (the bytes of ``manifest.json``; ``where`` names it in errors),
+    with the checks :func:`load` makes: also what ``multislice plan`` and the Pulumi preview
+    read a stack's dataset with, so they refuse what the trainer would.
+
+    Raises:
+      ManifestError: not JSON, not a manifest of this format, or inconsistent (a vocabulary
+        its dtype cannot hold, shard sizes that disagree with their token counts).
+    """
     try:
         manifest = Manifest.model_validate(json.loads(data))
     except (ValueError, pydantic.ValidationError) as err:
         first = str(err).splitlines()[:3]
-        raise ManifestError(f"{storage.uri(MANIFEST)} is not a dataset manifest: {' '.join(first)}") from None
+        raise ManifestError(f"{where} is not a dataset manifest: {' '.join(first)}") from None
     if manifest.version != VERSION:
-        raise ManifestError(
-            f"{storage.uri(MANIFEST)} has format version {manifest.version}; this trainer reads {VERSION}"
-        )
+        raise ManifestError(f"{where} has format version {manifest.version}; this trainer reads {VERSION}")
     if manifest.vocab_size > DTYPE_LIMITS[manifest.dtype]:
         raise ManifestError(
-            f"{storage.uri(MANIFEST)}: a vocabulary of {manifest.vocab_size:,} tokens does not fit its dtype "
+            f"{where}: a vocabulary of {manifest.vocab_size:,} tokens does not fit its dtype "
             f"{manifest.dtype} ({DTYPE_LIMITS[manifest.dtype]:,} ids)"
         )
     for split in manifest.splits.values():
         for shard in split.shards:
             if shard.bytes != shard.tokens * manifest.itemsize:
                 raise ManifestError(
-                    f"{storage.uri(MANIFEST)}: shard {shard.name} records {shard.bytes} bytes for {shard.tokens} "
+                    f"{where}: shard {shard.name} records {shard.bytes} bytes for {shard.tokens} "
                     f"{manifest.dtype} tokens"
                 )
     return manifest

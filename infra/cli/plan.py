@@ -8,8 +8,9 @@ import json
 from pathlib import Path
 
 import typer
+from rich.text import Text
 
-from infra.cli.options import CONFIG_FILE_OPTION, STACK_OPTION, console, fail, load_config
+from infra.cli.options import CONFIG_FILE_OPTION, STACK_OPTION, console, err_console, fail, load_config
 
 
 def plan(
@@ -40,8 +41,21 @@ def plan(
         else:
             console.print(message)
         return
+    from infra.config import StackConfigError
+    from infra.config.dataset import check_dataset
+
     try:
-        result = planner.plan(config)
+        checked = check_dataset(config)  # the dataset's manifest: the vocabulary the VMs will train
+    except StackConfigError as err:
+        raise fail(str(err)) from None
+    if checked.warning is not None:
+        err_console.print(Text.assemble(("warning:", "bold yellow"), " ", checked.warning), soft_wrap=True)
+    vocab_source = None
+    if checked.manifest is not None and config.training.model.vocab_size is None:
+        vocab_source = f"{checked.manifest} (multislice:training.model.vocab_size unset: the model takes the data's)"
+    config = checked.config
+    try:
+        result = planner.plan(config, vocab_source=vocab_source)
     except ValueError as err:
         raise fail(str(err)) from None
     comparison = None

@@ -7,9 +7,12 @@
 * :mod:`infra.config.workload`: ``multislice:workload``, the user's command instead of the
   bundled trainer (docs/workloads.md);
 * :mod:`infra.config.loading`: the stack file (YAML, duplicate keys refused) and the Pulumi
-  engine's config map → :class:`StackConfig`, stack discovery, :class:`StackConfigError`.
+  engine's config map → :class:`StackConfig`, stack discovery, :class:`StackConfigError`;
+* :mod:`infra.config.dataset`: a prepared dataset's manifest (local or ``gs://``) against the
+  model's vocabulary, read by ``multislice plan`` and the program before any resource exists.
 
-Everything is importable from ``infra.config`` itself.
+Everything but :mod:`infra.config.dataset` is importable from ``infra.config`` itself (it reads
+a manifest, locally or from Cloud Storage: its callers import it, and parsing a stack sends no request).
 """
 
 from infra.config.environment import (

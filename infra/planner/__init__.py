@@ -80,9 +80,13 @@ _DCN_ARITHMETIC = f"{MULTISLICE_OVERVIEW} (DCN arithmetic)"
 _PARALLELISM_RULES = f"{MULTISLICE_OVERVIEW} (parallelism rules)"
 
 
-def plan(config: StackConfig) -> Plan:
+def plan(config: StackConfig, *, vocab_source: str | None = None) -> Plan:
     """The plan of the validated stack ``config``: its size and mesh, the per-chip memory
     estimate against the generation's HBM, the DCN check and the recommendations.
+
+    ``vocab_source``: where ``training.model.vocab_size`` was filled in from when the stack
+    leaves it unset (a prepared dataset's manifest: ``config`` is then
+    :attr:`infra.config.dataset.DatasetCheck.config`); named in the plan's sources.
 
     Raises nothing for a valid ``StackConfig``: every rule the arithmetic needs is one of its
     validation rules (see the module docstring).
@@ -112,6 +116,8 @@ def plan(config: StackConfig) -> Plan:
         "activations": ACTIVATIONS_SOURCE,
         "parallelism_guidance": _PARALLELISM_RULES,
     }
+    if vocab_source is not None:
+        sources["vocab_size"] = f"{train.vocab_size:,} ids: {vocab_source}"
     dcn = dcn_check(accelerator, train.parallelism, train.global_batch_tokens)
     dcn_batch = None
     if dcn.dcn_bound:  # more than one replica: the minimum is set

@@ -13,8 +13,9 @@ from typer.testing import CliRunner
 
 from infra import planner
 from infra.cli import app
-from infra.config import load_stack
+from infra.config import load_stack, load_stack_file
 from infra.planner import result
+from tests.config.test_dataset import VOCAB, prepared
 from tests.planner.stacks import STACKS, stack
 from training.model import param_count
 
@@ -296,3 +297,52 @@ def test_cli_plan_of_a_command_stack_says_the_trainer_checks_do_not_apply(extra)
     assert result.exit_code == 0, result.output
     assert "runs its own command (multislice:workload)" in " ".join(result.output.split())
     assert "parameters" not in result.output and "memory per chip" not in result.output
+
+
+# --- a prepared dataset's vocabulary (infra.config.dataset) ------------------------------------
+
+
+@pytest.fixture(scope="module")
+def bpe_dataset(tmp_path_factory) -> str:
+    root = tmp_path_factory.mktemp("dataset")
+    return prepared(str(root / "bpe"), root / "text")
+
+
+def on_dataset(source: str, **model):
+    def edit(config):
+        config["multislice:training"]["data"] = {"source": source}
+        config["multislice:training"]["model"].update(model)
+
+    return edit
+
+
+def test_cli_plan_prices_the_vocabulary_of_the_stacks_dataset(tmp_path, bpe_dataset):
+    path = write_stack(tmp_path, on_dataset(bpe_dataset))
+    result = runner.invoke(app, ["plan", "--config-file", str(path), "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    model = load_stack_file(path, "dev").training.model
+    assert model.vocab_size is None
+    assert data["parameters"] == param_count(model, VOCAB) != param_count(model, 256)  # the manifest's, not bytes'
+    assert data["sources"]["vocab_size"].startswith(f"{VOCAB} ids: {bpe_dataset}/manifest.json")
+    human = runner.invoke(app, ["plan", "--config-file", str(path)])
+    assert human.exit_code == 0 and f"{param_count(model, VOCAB):,} parameters" in human.output
+
+
+def test_cli_plan_refuses_a_vocabulary_smaller_than_the_datasets(tmp_path, bpe_dataset):
+    result = runner.invoke(
+        app, ["plan", "--config-file", str(write_stack(tmp_path, on_dataset(bpe_dataset, vocab_size=256)))]
+    )
+    assert result.exit_code == 2 and isinstance(result.exception, SystemExit)
+    text = " ".join(result.output.split())
+    assert "error:" in text and "multislice:training.model.vocab_size: 256 is smaller than" in text
+    assert f"({VOCAB} ids in its manifest.json)" in text and "Traceback" not in text
+
+
+def test_cli_plan_warns_once_when_the_datasets_manifest_cannot_be_read(tmp_path):
+    source = str(tmp_path / "not-yet")
+    result = runner.invoke(app, ["plan", "--config-file", str(write_stack(tmp_path, on_dataset(source))), "--json"])
+    assert result.exit_code == 0, result.output
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1 and f"multislice:training.data.source {source}" in warnings[0], result.stderr
+    assert "vocab_size" not in json.loads(result.stdout)["sources"]

@@ -26,6 +26,7 @@ from infra.components.service_account import delete_role_id
 from infra.config import StackConfigError, available_stacks, load_stack
 from infra.startup.bundle import build_archive
 from infra.startup.contract import DELETE_QUEUED_RESOURCE_KEY, RUN_DIR_KEY, STARTUP_SCRIPT_KEY
+from tests.config.test_dataset import VOCAB, prepared
 from tests.fakes.pulumi_program import (
     FIREWALL,
     QR_TYPE,
@@ -689,3 +690,56 @@ def test_a_command_stack_describes_its_command_and_ships_it():
     assert qr.inputs["trainer"] == {"command": ["python3", "workload_program.py"], "env": {}, "steps": 30}
     assert {"workload.json", "workload/workload_program.py"} <= set(qr.inputs["releaseFiles"])
     assert "config.json" not in qr.inputs["releaseFiles"]
+
+
+# A prepared dataset's vocabulary against the model (infra.config.dataset) -----------------------
+
+
+def on_dataset(source: str, **model) -> dict:
+    config = stack_map("dev")
+    training = config["multislice:training"]
+    return {
+        **config,
+        "multislice:training": {**training, "data": {"source": source}, "model": training["model"] | model},
+    }
+
+
+def test_a_vocabulary_smaller_than_the_datasets_fails_the_preview_before_any_resource(tmp_path, monkeypatch):
+    from tests.fakes import pulumi_program
+
+    source = prepared(str(tmp_path / "bpe"), tmp_path / "text")
+    created: list[str] = []
+    real = pulumi_program.Mocks.new_resource
+    monkeypatch.setattr(
+        pulumi_program.Mocks, "new_resource", lambda self, args: created.append(args.typ) or real(self, args)
+    )
+    with pytest.raises(StackConfigError) as err:
+        evaluate("dev", on_dataset(source, vocab_size=256), preview=True)
+    assert len(err.value.lines) == 1, err.value
+    assert err.value.lines[0].startswith("multislice:training.model.vocab_size: 256 is smaller than")
+    assert f"({VOCAB} ids in its manifest.json)" in err.value.lines[0]
+    assert created == []
+    evaluate("dev", on_dataset(source), preview=True)  # unset: the model takes the manifest's
+    assert created  # (the same harness registers resources when the stack fits its data)
+
+
+def test_an_unreadable_dataset_manifest_warns_once_at_preview(tmp_path, monkeypatch):
+    import pulumi
+
+    warned: list[str] = []
+    monkeypatch.setattr(pulumi.log, "warn", lambda message, *args, **kwargs: warned.append(message))
+    source = str(tmp_path / "prepared-later")
+    world = evaluate("dev", on_dataset(source), preview=True)
+    about = [w for w in warned if "manifest" in w]
+    assert len(about) == 1 and about[0].startswith(f"multislice:training.data.source {source}: "), warned
+    assert world.one(QR_TYPE).inputs["trainer"]["data"]["source"] == source
+
+
+def test_a_vocabulary_error_under_pulumi_preview_is_one_message_naming_the_key(tmp_path):
+    source = prepared(str(tmp_path / "bpe"), tmp_path / "text")
+    result = run_as_the_language_host(PROGRAM, on_dataset(source, vocab_size=256))
+    assert result.returncode == 1  # the host's status after a pulumi.RunError
+    lines = result.stderr.splitlines()
+    assert lines[0] == "error: stack 'dev' does not fit its training data:", result.stderr
+    assert len(lines) == 2 and lines[1].startswith("  multislice:training.model.vocab_size: 256 is smaller than")
+    assert "Traceback" not in result.stdout + result.stderr
