@@ -253,7 +253,9 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    from training import train
+
+    train.exit_process(main(sys.argv[1:]))  # as the trainer's command line ends
 
 
 def write_config(path: Path, config) -> Path:

@@ -58,7 +58,7 @@ def run(
             typer.echo(f"error: {err}", err=True)
             raise typer.Exit(train.EXIT_FAILED) from None
     _setup_logging(f"p{identity.process_id}")
-    raise typer.Exit(train.main(train_config, run_dir, identity))
+    train.exit_process(train.main(train_config, run_dir, identity))  # no interpreter teardown: it only costs time
 
 
 @app.command()

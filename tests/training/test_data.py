@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sysconfig
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -103,3 +106,43 @@ def test_a_gcs_glob_is_listed_and_read_through_the_storage_api(bucket):
     assert bytes(corpus.read(20, 5)) == b"j\nABC"
     with pytest.raises(data.DataError, match="matches no non-empty file"):
         data.list_source_files(f"gs://{bucket}/corpora/none/*.txt")
+
+
+def _rglob_stdlib_files(root: Path) -> list[tuple[str, str, int]]:
+    """The definition the stdlib listing keeps: ``rglob("*.py")`` less site-packages and
+    ``__pycache__``, empty files dropped, by relative path."""
+    found = []
+    for path in root.rglob("*.py"):
+        relative = path.relative_to(root).as_posix()
+        if "site-packages" not in relative and "__pycache__" not in relative and path.stat().st_size:
+            found.append((str(path), relative, path.stat().st_size))
+    return sorted(found, key=lambda f: f[1])
+
+
+def _listed(files) -> list[tuple[str, str, int]]:
+    return sorted(((f.path, f.relative, f.size) for f in files), key=lambda f: f[1])
+
+
+def test_stdlib_listing_matches_rglob_on_the_real_stdlib():
+    root = Path(sysconfig.get_paths()["stdlib"])
+    assert _listed(data.list_source_files("stdlib")) == _rglob_stdlib_files(root)
+
+
+def test_stdlib_listing_skips_packages_caches_and_symlinked_directories(tmp_path):
+    for relative, text in {
+        "a.py": "x = 1\n",
+        "empty.py": "",
+        "notes.txt": "not python\n",
+        "pkg/b.py": "y = 2\n",
+        "pkg/deep/c.py": "z = 3\n",
+        "pkg/__pycache__/b.py": "cached\n",
+        "site-packages/numpy/d.py": "installed\n",
+        "lib/my-site-packages-copy/e.py": "installed too\n",
+        ".hidden/f.py": "hidden\n",
+    }.items():
+        (tmp_path / relative).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / relative).write_text(text)
+    (tmp_path / "linked").symlink_to(tmp_path / "pkg", target_is_directory=True)  # not followed
+    listed = _listed(data._stdlib_files(tmp_path))
+    assert listed == _rglob_stdlib_files(tmp_path)
+    assert [relative for _, relative, _ in listed] == [".hidden/f.py", "a.py", "pkg/b.py", "pkg/deep/c.py"]
