@@ -1,8 +1,9 @@
 """``multislice local reset`` and ``multislice local exec`` on a real emulation of the tests' emu
-stack (2 slices × 1 worker, a checkpoint every 6 steps; 96 steps here, so that the reset lands
-while it trains): the reset restarts every VM through the emulated TPU API, exec then runs in
-each emulated VM with its new boot's metadata server, and the run resumes from its newest
-checkpoint and completes. One run (about a minute); run it alone (``-n 0``)."""
+stack (2 slices × 1 worker, a checkpoint every 6 steps; 64 steps here, so that the reset, sent at
+step 8, lands while it trains: a new CLI process and the emulator take about 20 steps for it):
+the reset restarts every VM through the emulated TPU API, exec then runs in each emulated VM with
+its new boot's metadata server, and the run resumes from its newest checkpoint and completes. One
+run (about a minute); run it alone (``-n 0``)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ def test_exec_then_reset_of_a_run_in_progress_resumes_it_from_its_last_checkpoin
     summary_path = tmp_path / "summary.json"
     stack = tmp_path / "stack" / "Pulumi.emu.yaml"
     stack.parent.mkdir()
-    stack.write_text(STACK.read_text().replace("    steps: 24", "    steps: 96"))
+    stack.write_text(STACK.read_text().replace("    steps: 24", "    steps: 64"))
     proc = subprocess.Popen(
         CLI + ["local", "up", "--config-file", str(stack), "--summary-json", str(summary_path)],
         env=cli_env(tmp_path),
@@ -35,7 +36,7 @@ def test_exec_then_reset_of_a_run_in_progress_resumes_it_from_its_last_checkpoin
     reader.start()
     try:
         deadline = time.monotonic() + 300
-        while not any(int(m[1]) >= 8 for line in lines if (m := re.search(r"step (\d+)/96", line))):
+        while not any(int(m[1]) >= 8 for line in lines if (m := re.search(r"step (\d+)/64", line))):
             assert proc.poll() is None and time.monotonic() < deadline, "".join(lines) + proc.stderr.read()
             time.sleep(0.1)
         reset = run_cli(["local", "reset", "--config-file", str(stack), "--yes"], tmp_path)
@@ -57,7 +58,7 @@ def test_exec_then_reset_of_a_run_in_progress_resumes_it_from_its_last_checkpoin
     assert proc.returncode == 0, out + proc.stderr.read()
     assert "reset: restarting every VM of the queued resource (ResetQueuedResource)" in out
     summary = json.loads(summary_path.read_text())
-    assert summary["complete"] is True and summary["steps_completed"] == 96 and summary["restarts"] == 1
+    assert summary["complete"] is True and summary["steps_completed"] == 64 and summary["restarts"] == 1
     starts = [e["step"] for e in run_records(tmp_path, "events") if e["event"] == "start"]
     assert len(starts) == 2 and starts[1] >= 6  # resumed from a checkpoint, not from scratch
     assert f"training resumed from the checkpoint of step {starts[1]}" in out
