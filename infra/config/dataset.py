@@ -40,7 +40,7 @@ from typing import Any
 
 from infra.config.loading import StackConfigError
 from infra.config.schema import StackConfig
-from training import manifest as manifest_lib, presets
+from training import presets
 
 #: Seconds the manifest request may take (connect, and each read of the answer); a manifest is
 #: a few hundred bytes per shard.
@@ -87,6 +87,8 @@ def manifest_location(source: str) -> str | None:
     file (the trainer's rule, ``training.data.is_prepared_dataset``)."""
     if source == "stdlib" or any(ch in source for ch in "*?["):
         return None
+    from training import manifest as manifest_lib  # here: it imports numpy, which a preview of a byte stack never needs
+
     if "://" in source:
         return f"{source.rstrip('/')}/{manifest_lib.MANIFEST}" if source.startswith("gs://") else None
     if Path(source).is_file():
@@ -131,7 +133,9 @@ def read_manifest_bytes(
         try:
             return bucket.blob(name).download_as_bytes(**bounded)
         except api_exceptions.NotFound:
-            source = name[: -len(manifest_lib.MANIFEST)].rstrip("/")  # "" for a bucket's root
+            from training.manifest import MANIFEST
+
+            source = name[: -len(MANIFEST)].rstrip("/")  # "" for a bucket's root
             if source and bucket.blob(source).exists(**bounded):
                 return None  # gs://bucket/corpus.txt: one text object, read as bytes
             raise ManifestUnreadable(
@@ -224,6 +228,8 @@ def check_dataset(
     if data is None:
         return DatasetCheck(config)
     summary = f"stack {config.stack!r} does not fit its training data:"
+    from training import manifest as manifest_lib
+
     try:
         manifest = manifest_lib.parse(data, location)
     except manifest_lib.ManifestError as err:
