@@ -117,6 +117,10 @@ ELSEWHERE = {
     ("infra/credentials.py", "GCE_METADATA_IP"),
     ("infra/local/vm.py", "startup-script"),
     ("infra/status/plot.py", "COMPLETE"),
+    # The Cloud Storage emulator's variable (google-cloud-storage's own name), read at preview by
+    # the config layer, which sits below infra.startup (tests/test_import_graph.py); a test in
+    # tests/config/test_dataset.py checks it equals contract.STORAGE_ENDPOINT_ENV.
+    ("infra/config/dataset.py", "STORAGE_EMULATOR_HOST"),
 }
 
 
