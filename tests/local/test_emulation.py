@@ -561,6 +561,15 @@ def test_a_killed_emulators_vms_stop_by_themselves_and_the_next_up_resumes_bit_i
             or int(re.match(r".*step (\d+)/24", line)[1]) < 8
         ):
             assert line, proc.communicate(timeout=60)
+        # Step 6's checkpoint is saved asynchronously: on a loaded machine steps 7 and 8 can be
+        # reported before Orbax finalized it (its commit_success.txt, written last on gs://),
+        # and a run killed then has no checkpoint to resume from. Wait for it.
+        bucket = RUN_DIR.removeprefix("gs://").split("/", 1)[0]
+        finalized = tmp_path / "emu" / "gcs" / bucket / "runs" / "emu" / "checkpoints" / "6" / "commit_success.txt"
+        deadline = time.monotonic() + 60
+        while not finalized.exists():
+            assert time.monotonic() < deadline and proc.poll() is None, "step 6's checkpoint was not finalized"
+            time.sleep(0.05)
         port = storage_port(tmp_path)
         emulation_id = json.loads((tmp_path / "emu" / "emulator.json").read_text())["emulation_id"]
         assert processes_under(tmp_path)
