@@ -1,7 +1,10 @@
 """`multislice local up` end to end: 2 emulated slices (1 worker × 4 CPU devices each) run the
 rendered startup script; a killed or preempted slice is repaired and training resumes from the
 last checkpoint with per-step losses bit-identical to an uninterrupted run; nothing is left
-running afterwards. Bad input fails fast with one clear message."""
+running afterwards. Bad input fails fast with one clear message.
+
+Two full runs are shared by several tests (module fixtures): the uninterrupted reference, and
+one run with a kill and then a preemption, which the kill's and the preemption's tests both read."""
 
 from __future__ import annotations
 
@@ -186,48 +189,78 @@ def test_the_completed_run_deleted_its_queued_resource(uninterrupted):
     assert capacity["detail"].startswith("deleted by worker 0 of slice 0 at ")
 
 
-@pytest.mark.slow
-def test_killed_slice_is_repaired_and_resumes_bit_identically(uninterrupted, tmp_path):
-    killed = up(tmp_path, "--kill", "1@14")
-    assert killed["complete"] is True
-    assert killed["restarts"] == 1 and killed["faults"] == ["kill slice 1 at step 14"]
-    assert "repair: recreating slice 1, restarting slice(s) 0" in killed["stdout"]
-    # The emulator polls for progress, so the SIGKILL lands at some step K ≥ 14 (later on a
-    # loaded machine); training resumes from the newest checkpoint R ≤ K (interval 6, so R ≥ 12)
-    # and steps R+1..K are computed twice.
-    records = step_losses(killed["state_dir"])
-    steps = [s for s, _ in records]
-    events = run_records(killed["state_dir"], "events")
-    resumed = [e["step"] for e in events if e["event"] == "start"][1]
-    reached = len(steps) - (24 - resumed)  # steps 1..K, then R+1..24
-    assert reached >= 14 and resumed % 6 == 0 and 12 <= resumed <= reached
-    observed = int(
-        re.search(r"fault: kill slice 1 at step 14 \(SIGKILL; training had reported step (\d+)\)", killed["stdout"])[1]
+@pytest.fixture(scope="module")
+def faulted(tmp_path_factory) -> dict:
+    """One run with two faults, read by the kill and the preemption tests: slice 1 killed at
+    step 8 (SIGKILL: the steps since the last checkpoint are lost and computed again), then
+    slice 0 preempted at step 16 of the repaired run (SIGTERM: a preemption checkpoint, no step
+    lost). Its summary (with the stdout), events, per-step losses and goodput report (whose
+    causes add up: :func:`assert_causes_add_up`)."""
+    faulted = up(tmp_path_factory.mktemp("faulted"), "--kill", "1@8", "--preempt", "0@16")
+    state_dir = faulted["state_dir"]
+    faulted.update(
+        events=run_records(state_dir, "events"), records=step_losses(state_dir), report=assert_causes_add_up(state_dir)
     )
-    assert 14 <= observed <= reached
-    assert f"training resumed from the checkpoint of step {resumed}" in killed["stdout"]
-    assert killed["steps_lost"] == reached - resumed
+    return faulted
+
+
+@pytest.mark.slow
+def test_killed_slice_is_repaired_and_resumes_bit_identically(uninterrupted, faulted):
+    assert faulted["complete"] is True
+    assert faulted["restarts"] == 2 and faulted["faults"] == ["kill slice 1 at step 8", "preempt slice 0 at step 16"]
+    assert "repair: recreating slice 1, restarting slice(s) 0" in faulted["stdout"]
+    # The emulator polls for progress, so the SIGKILL lands at some step K ≥ 8 (later on a
+    # loaded machine); training resumes from the newest checkpoint R ≤ K (interval 6, so R ≥ 6)
+    # and steps R+1..K are computed twice. The preemption that follows loses no step
+    # (test_preempted_slice_saves_then_resumes_without_losing_steps), so the steps run
+    # 1..K, then R+1..24.
+    records = faulted["records"]
+    steps = [s for s, _ in records]
+    resumed = [e["step"] for e in faulted["events"] if e["event"] == "start"][1]
+    reached = len(steps) - (24 - resumed)  # steps 1..K, then R+1..24
+    assert reached >= 8 and resumed % 6 == 0 and 6 <= resumed <= reached
+    observed = int(
+        re.search(r"fault: kill slice 1 at step 8 \(SIGKILL; training had reported step (\d+)\)", faulted["stdout"])[1]
+    )
+    assert 8 <= observed <= reached
+    assert f"training resumed from the checkpoint of step {resumed}" in faulted["stdout"]
+    assert faulted["steps_lost"] == reached - resumed
     assert steps == list(range(1, reached + 1)) + list(range(resumed + 1, 25))
     reference = dict(step_losses(uninterrupted["state_dir"]))
     assert dict(records) == reference  # final loss of every step, compared exactly
     assert all(loss == reference[step] for step, loss in records)  # the redone steps too
-    report = assert_causes_add_up(killed["state_dir"])
-    assert [a["ended"] for a in report["per_attempt"]] == ["lost", "complete"]
+    report = faulted["report"]
+    assert [a["ended"] for a in report["per_attempt"]] == ["lost", "preempted", "complete"]
     assert report["per_attempt"][1]["badput"]["boot"] > 0 and report["badput"]["checkpoint_restore"] > 0
+    assert report["per_attempt"][1]["badput"]["checkpoint_restore"] > 0  # the kill's restore
     if reached > resumed:
-        assert report["badput"]["recomputed_steps"] > 0
+        assert report["per_attempt"][0]["badput"]["recomputed_steps"] > 0
 
 
 @pytest.mark.slow
-def test_preempted_slice_saves_then_resumes_without_losing_steps(uninterrupted, tmp_path):
-    preempted = up(tmp_path, "--preempt", "0@9")
-    assert preempted["complete"] is True
-    assert preempted["restarts"] == 1 and preempted["steps_lost"] == 0
-    assert "preemption checkpoint saved at step" in preempted["stdout"]
-    assert dict(step_losses(preempted["state_dir"])) == dict(step_losses(uninterrupted["state_dir"]))
-    report = assert_causes_add_up(preempted["state_dir"])
-    assert [a["ended"] for a in report["per_attempt"]] == ["preempted", "complete"]
-    assert report["badput"]["recomputed_steps"] == 0 and report["per_attempt"][0]["badput"]["checkpoint_save"] > 0
+def test_preempted_slice_saves_then_resumes_without_losing_steps(uninterrupted, faulted):
+    assert faulted["complete"] is True
+    assert faulted["restarts"] == 2  # the kill's, then the preemption's
+    assert "repair: recreating slice 0, restarting slice(s) 1" in faulted["stdout"]
+    # The preemption struck the attempt that resumed after the kill, at a step P ≥ 16 of it;
+    # the trainer saved a checkpoint at P and stopped, the next attempt resumed from it.
+    starts = [e["step"] for e in faulted["events"] if e["event"] == "start"]
+    assert len(starts) == 3 and starts[2] >= 16
+    assert f"preemption checkpoint saved at step {starts[2]}" in faulted["stdout"]
+    assert f"training resumed from the checkpoint of step {starts[2]}" in faulted["stdout"]
+    # No step lost to it: from the kill's resume point R on, through the preemption, every step
+    # is computed once, in order; the steps lost are the kill's alone (its attempt's records
+    # after R); and every step's loss is the uninterrupted run's.
+    steps = [s for s, _ in faulted["records"]]
+    after_kill = len(steps) - (24 - starts[1])
+    assert steps[after_kill:] == list(range(starts[1] + 1, 25)) and starts[1] < starts[2] < 24
+    assert faulted["steps_lost"] == sum(1 for s in steps[:after_kill] if s > starts[1])
+    assert dict(faulted["records"]) == dict(step_losses(uninterrupted["state_dir"]))
+    report = faulted["report"]
+    assert [a["ended"] for a in report["per_attempt"]] == ["lost", "preempted", "complete"]
+    preempted = report["per_attempt"][1]
+    assert preempted["badput"]["recomputed_steps"] == 0 and preempted["badput"]["checkpoint_save"] > 0
+    assert report["per_attempt"][2]["start_step"] == starts[2] and report["per_attempt"][2]["restored"]
 
 
 @pytest.mark.slow
@@ -528,6 +561,15 @@ def test_a_killed_emulators_vms_stop_by_themselves_and_the_next_up_resumes_bit_i
             or int(re.match(r".*step (\d+)/24", line)[1]) < 8
         ):
             assert line, proc.communicate(timeout=60)
+        # Step 6's checkpoint is saved asynchronously: on a loaded machine steps 7 and 8 can be
+        # reported before Orbax finalized it (its commit_success.txt, written last on gs://),
+        # and a run killed then has no checkpoint to resume from. Wait for it.
+        bucket = RUN_DIR.removeprefix("gs://").split("/", 1)[0]
+        finalized = tmp_path / "emu" / "gcs" / bucket / "runs" / "emu" / "checkpoints" / "6" / "commit_success.txt"
+        deadline = time.monotonic() + 60
+        while not finalized.exists():
+            assert time.monotonic() < deadline and proc.poll() is None, "step 6's checkpoint was not finalized"
+            time.sleep(0.05)
         port = storage_port(tmp_path)
         emulation_id = json.loads((tmp_path / "emu" / "emulator.json").read_text())["emulation_id"]
         assert processes_under(tmp_path)

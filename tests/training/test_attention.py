@@ -9,6 +9,8 @@ relative, and the kernels round at different points)."""
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -44,6 +46,13 @@ def run(kernel: str, q, k, v, mesh=None):
     return out_and_grads(q, k, v)
 
 
+@functools.cache
+def reference(b: int, s: int, h: int, g: int, k: int, dtype=jnp.float32):
+    """The reference kernel's output and gradients on :func:`qkv`'s inputs of these sizes:
+    computed once, for every test that compares a kernel with it on those inputs."""
+    return run("reference", *qkv(b, s, h, g, k, dtype))
+
+
 def naive(q, k, v):
     """Attention written out head by head in float64 numpy: the reference's reference."""
     q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
@@ -62,14 +71,14 @@ def naive(q, k, v):
 @pytest.mark.parametrize("groups", [4, 2, 1], ids=["mha", "gqa", "mqa"])
 def test_the_reference_is_attention(groups):
     q, k, v = qkv(2, 16, 4, groups, 8)
-    np.testing.assert_allclose(np.asarray(run("reference", q, k, v)[0]), naive(q, k, v), atol=F32_OUT)
+    np.testing.assert_allclose(np.asarray(reference(2, 16, 4, groups, 8)[0]), naive(q, k, v), atol=F32_OUT)
 
 
 @pytest.mark.parametrize("groups", [4, 2, 1], ids=["mha", "gqa", "mqa"])
 def test_xla_equals_the_reference(groups):
     q, k, v = qkv(2, 16, 4, groups, 8)
     out, grads = run("xla", q, k, v)
-    ref_out, ref_grads = run("reference", q, k, v)
+    ref_out, ref_grads = reference(2, 16, 4, groups, 8)
     np.testing.assert_allclose(np.asarray(out), np.asarray(ref_out), atol=F32_OUT)
     for g, r in zip(grads, ref_grads, strict=True):
         np.testing.assert_allclose(np.asarray(g), np.asarray(r), atol=F32_GRAD)
@@ -87,7 +96,7 @@ def test_xla_equals_the_reference_in_bfloat16():
 def test_splash_in_interpret_mode_equals_the_reference(groups):
     q, k, v = qkv(1, 128, 4, groups, 128)  # the kernel's head dim and block: 128
     out, grads = run("splash", q, k, v)
-    ref_out, ref_grads = run("reference", q, k, v)
+    ref_out, ref_grads = reference(1, 128, 4, groups, 128)
     np.testing.assert_allclose(np.asarray(out), np.asarray(ref_out), atol=F32_OUT)
     for g, r in zip(grads, ref_grads, strict=True):
         np.testing.assert_allclose(np.asarray(g), np.asarray(r), atol=F32_GRAD)
@@ -104,6 +113,11 @@ def test_splash_per_device_under_shard_map_equals_the_reference():
     np.testing.assert_allclose(np.asarray(out), np.asarray(run("reference", q, k, v)[0]), atol=F32_OUT)
 
 
+#: The model's loss and gradients as one compiled program per model config (op by op, every
+#: small op of the model and of splash's interpreted kernel would be compiled on its own).
+LOSS_AND_GRADS = jax.jit(jax.value_and_grad(model.loss_fn), static_argnums=2)
+
+
 @pytest.mark.parametrize("kernel", ["xla", "splash"])
 def test_a_gqa_swiglu_model_gives_the_references_loss_and_gradients_with_each_kernel(kernel):
     cfg = ModelConfig(
@@ -111,8 +125,8 @@ def test_a_gqa_swiglu_model_gives_the_references_loss_and_gradients_with_each_ke
     )
     params = model.init_params(cfg, 256, jax.random.key(0))
     batch = jax.random.randint(jax.random.key(1), (2, 129), 0, 256)
-    ref_loss, ref_grads = jax.value_and_grad(model.loss_fn)(params, batch, cfg)
-    loss, grads = jax.value_and_grad(model.loss_fn)(params, batch, cfg.model_copy(update={"attention": kernel}))
+    ref_loss, ref_grads = LOSS_AND_GRADS(params, batch, cfg)  # compiled once, for both kernels
+    loss, grads = LOSS_AND_GRADS(params, batch, cfg.model_copy(update={"attention": kernel}))
     np.testing.assert_allclose(float(loss), float(ref_loss), rtol=1e-5)
     for g, r in zip(jax.tree.leaves(grads), jax.tree.leaves(ref_grads), strict=True):
         np.testing.assert_allclose(np.asarray(g), np.asarray(r), atol=1e-5)

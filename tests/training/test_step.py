@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 
@@ -39,6 +40,11 @@ def setup():
     return mesh, opt, shardings, batch_sharding, batch
 
 
+#: The model's loss and gradients, evaluated directly (one compiled program per model config
+#: and batch shape, shared by the tests here).
+LOSS_AND_GRADS = jax.jit(jax.value_and_grad(model.loss_fn), static_argnums=2)
+
+
 def fresh_state(opt, shardings):
     params = model.init_params(CONFIG.model, CONFIG.vocab_size, jax.random.key(CONFIG.seed))
     return jax.device_put({"params": params, "opt_state": opt.init(params)}, shardings)
@@ -51,7 +57,7 @@ def test_train_step_loss_and_grad_norm_are_the_models_and_the_loss_falls(setup):
     losses = []
     for _ in range(4):
         params = jax.device_get(state["params"])  # the step donates the state
-        direct, grads = jax.value_and_grad(model.loss_fn)(params, np.asarray(batch), CONFIG.model)
+        direct, grads = LOSS_AND_GRADS(params, np.asarray(batch), CONFIG.model)
         state, metrics = step(state, batch)
         np.testing.assert_allclose(float(metrics["loss"]), float(direct), rtol=1e-5)
         np.testing.assert_allclose(
@@ -80,6 +86,7 @@ def test_eval_step_is_the_models_loss_and_leaves_the_params(setup):
 ACCUMULATE = CONFIG.model_copy(update={"global_batch_size": 16})  # 4 rows per data × fsdp shard
 
 
+@functools.cache  # one_update(1) is every accumulation test's reference
 def one_update(microbatches: int, model_cfg=CONFIG.model):
     """Params, loss and grad norm after one step of ACCUMULATE's batch from the seed's state."""
     mesh = mesh_lib.build_mesh(ACCUMULATE.parallelism, workers_per_slice=1)
@@ -126,9 +133,9 @@ def test_remat_gives_the_loss_and_gradients_of_no_remat(policy):
     cfg = CONFIG.model.model_copy(update={"n_layers": 2, "d_model": 16})
     params = model.init_params(cfg, 256, jax.random.key(0))
     batch = jax.random.randint(jax.random.key(1), (2, 9), 0, 256)
-    loss, grads = jax.jit(jax.value_and_grad(model.loss_fn), static_argnums=2)(params, batch, cfg)
+    loss, grads = LOSS_AND_GRADS(params, batch, cfg)  # compiled once for every policy
     remat = cfg.model_copy(update={"remat": policy})
-    r_loss, r_grads = jax.jit(jax.value_and_grad(model.loss_fn), static_argnums=2)(params, batch, remat)
+    r_loss, r_grads = LOSS_AND_GRADS(params, batch, remat)
     assert float(r_loss) == pytest.approx(float(loss), rel=1e-6)
     for a, b in zip(jax.tree.leaves(r_grads), jax.tree.leaves(grads), strict=True):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=0, atol=1e-6)
