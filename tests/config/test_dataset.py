@@ -3,7 +3,6 @@ the model's vocabulary before any resource exists; skipped with one warning when
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 
 import pytest
@@ -11,7 +10,7 @@ import pytest
 from infra.config import StackConfigError, dataset as dataset_lib
 from infra.config.dataset import DatasetCheck, check_dataset, manifest_location
 from infra.startup import contract
-from tests.fakes.queued_resource import clear_ambient_credentials
+from tests.fakes.queued_resource import clear_ambient_credentials, refuse_connections
 from tests.planner.stacks import stack
 from tests.training.test_prepare import corpus
 from training import manifest as manifest_lib, prepare
@@ -146,13 +145,7 @@ def test_a_gs_dataset_without_credentials_sends_nothing(monkeypatch, tmp_path):
     assert dataset_lib.EMULATOR_ENV == contract.STORAGE_ENDPOINT_ENV  # what the emulation sets
     monkeypatch.delenv(dataset_lib.EMULATOR_ENV, raising=False)
     clear_ambient_credentials(monkeypatch, tmp_path)
-    attempts = []
-
-    def refuse(sock, address):
-        attempts.append(address)
-        raise ConnectionRefusedError("no network in this test")
-
-    monkeypatch.setattr(socket.socket, "connect", refuse)
+    attempts = refuse_connections(monkeypatch)
     source = "gs://acme-ml-prod-corpora/datasets/web"
     warning = check_dataset(stack(training=on(source))).warning
     assert warning is not None and warning.startswith(f"{SOURCE_KEY} {source}: ")

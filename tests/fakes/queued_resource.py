@@ -107,6 +107,21 @@ def clear_ambient_credentials(monkeypatch, tmp_path) -> None:
     monkeypatch.setattr(credentials, "PRODUCT_NAME_FILE", tmp_path / "product_name")
 
 
+def refuse_connections(monkeypatch) -> list:
+    """Every ``socket.connect`` of the test fails (ConnectionRefusedError); returns the list the
+    attempted addresses are appended to, so a test can assert that nothing was sent."""
+    import socket
+
+    attempts: list = []
+
+    def refuse(sock, address):
+        attempts.append(address)
+        raise ConnectionRefusedError("no network in this test")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    return attempts
+
+
 @pytest.fixture(autouse=True)
 def no_ambient_credentials(monkeypatch, tmp_path):
     """:func:`clear_ambient_credentials` for every test (autouse where imported)."""

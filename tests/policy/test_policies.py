@@ -30,7 +30,7 @@ from infra.policy import policies
 from infra.policy.policies import POLICIES
 from infra.startup import METADATA_VALUE_LIMIT_BYTES
 from tests.fakes.pulumi_program import QR_TYPE, evaluate
-from tests.fakes.queued_resource import clear_ambient_credentials
+from tests.fakes.queued_resource import clear_ambient_credentials, refuse_connections
 
 BY_NAME = {policy.name: policy for policy in POLICIES}
 FIREWALL = "gcp:compute/firewall:Firewall"
@@ -296,18 +296,9 @@ def test_a_prepared_dataset_matches_through_its_manifest(dev_qr, bucket):
 def test_a_gs_data_source_is_unchecked_without_credentials(dev_qr, monkeypatch, tmp_path):
     # No emulator, no credentials in the environment or gcloud's config: nothing is sent (an
     # attempt would fail the test: the socket guard below refuses any connection).
-    import socket
-
     monkeypatch.delenv("STORAGE_EMULATOR_HOST", raising=False)
     clear_ambient_credentials(monkeypatch, tmp_path)
-
-    attempts = []
-
-    def refuse(sock, address):
-        attempts.append(address)
-        raise ConnectionRefusedError("no network in this test")
-
-    monkeypatch.setattr(socket.socket, "connect", refuse)
+    attempts = refuse_connections(monkeypatch)
     assert violations("data-source-exists", QR_TYPE, with_source(dev_qr, "gs://acme-ml-prod-corpora/bytes/*.txt")) == []
     assert violations("data-source-exists", QR_TYPE, with_source(dev_qr, "stdlib")) == []
     assert attempts == []
