@@ -386,6 +386,20 @@ class TrainConfig(StrictModel):
         return self
 
 
+def vocabulary_mismatch(stated: int | None, data_vocab: int, tensor: int) -> Literal["smaller", "indivisible"] | None:
+    """Whether a model whose ``model.vocab_size`` is ``stated`` (None: it takes the data's) can
+    train on data of ``data_vocab`` token ids with a tensor mesh axis of size ``tensor``:
+    ``"smaller"`` (ids at or above ``stated`` would have no embedding row), ``"indivisible"``
+    (the resolved vocabulary is not a multiple of ``tensor``, over which the embedding is
+    sharded), or None. The one rule behind the trainer's check (``training.data.with_vocabulary``)
+    and the one at plan and preview (``infra.config.dataset``), each phrasing its own message."""
+    if stated is not None and stated < data_vocab:
+        return "smaller"
+    if (stated if stated is not None else data_vocab) % tensor:
+        return "indivisible"
+    return None
+
+
 def load_train_config(data: dict[str, Any] | str | bytes) -> TrainConfig:
     """Parse a TrainConfig from a mapping or JSON text.
 

@@ -41,6 +41,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 from etils import epath
 
+from training.config import vocabulary_mismatch
+
 if TYPE_CHECKING:
     from training.token_data import TokenDataset
 
@@ -278,14 +280,15 @@ def with_vocabulary(config, vocab_size: int):
         tensor mesh axis does not divide the vocabulary.
     """
     stated = config.model.vocab_size
-    if stated is not None and stated < vocab_size:
+    tensor = config.parallelism.mesh_shape["tensor"]
+    mismatch = vocabulary_mismatch(stated, vocab_size, tensor)
+    if mismatch == "smaller":
         raise DataError(
             f"training.model.vocab_size is {stated}, smaller than the vocabulary of training.data.source "
             f"{config.data.source!r} ({vocab_size} ids); set it to at least {vocab_size} or leave it out"
         )
     resolved = stated if stated is not None else vocab_size
-    tensor = config.parallelism.mesh_shape["tensor"]
-    if resolved % tensor:
+    if mismatch == "indivisible":
         padded = -(-resolved // tensor) * tensor
         raise DataError(
             f"the vocabulary of {resolved} ids ({'training.model.vocab_size' if stated else 'from the data'}) is not "

@@ -41,6 +41,7 @@ from typing import Any
 from infra.config.loading import StackConfigError
 from infra.config.schema import StackConfig
 from training import presets
+from training.config import vocabulary_mismatch
 
 #: Seconds the manifest request may take (connect, and each read of the answer); a manifest is
 #: a few hundred bytes per shard.
@@ -180,7 +181,9 @@ def vocabulary_problems(config: StackConfig, data_vocab: int) -> list[str]:
     tensor = config.training.parallelism.mesh_shape["tensor"]
     stated = model.vocab_size
     data = f"the vocabulary of {_SOURCE} {config.training.data.source} ({data_vocab:,} ids in its manifest.json)"
-    if stated is not None and stated < data_vocab:
+    mismatch = vocabulary_mismatch(stated, data_vocab, tensor)
+    if mismatch == "smaller":
+        assert stated is not None
         preset = presets.PRESETS.get(model.preset or "", {})
         if preset.get("vocab_size") == stated:
             return [
@@ -192,7 +195,7 @@ def vocabulary_problems(config: StackConfig, data_vocab: int) -> list[str]:
             f"{_VOCAB}: {stated:,} is smaller than {data}: token ids up to {data_vocab - 1:,} would have no "
             f"embedding; set it to at least {data_vocab} or leave it out (the model then takes the manifest's)"
         ]
-    if stated is None and data_vocab % tensor:
+    if mismatch == "indivisible" and stated is None:  # a stated one the config itself refuses
         padded = -(-data_vocab // tensor) * tensor
         return [
             f"{_VOCAB}: unset, so the model takes {data}, which the tensor mesh axis size {tensor} does not "
