@@ -19,6 +19,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+import yaml
 
 from infra.config import load_stack_file
 from infra.local import gcs
@@ -112,10 +113,10 @@ def step_losses(state_dir: Path) -> list[tuple[int, float]]:
     return [(r["step"], r["loss"]) for r in run_records(state_dir, "metrics") if "loss" in r]
 
 
-def up(tmp_path: Path, *extra: str) -> dict:
+def up(tmp_path: Path, *extra: str, stack: Path = STACK) -> dict:
     summary_path = tmp_path / "summary.json"
     result = run_cli(
-        ["local", "up", "--config-file", str(STACK), "--summary-json", str(summary_path), *extra], tmp_path
+        ["local", "up", "--config-file", str(stack), "--summary-json", str(summary_path), *extra], tmp_path
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert processes_under(tmp_path) == []
@@ -189,6 +190,22 @@ def test_the_completed_run_deleted_its_queued_resource(uninterrupted):
     assert capacity["detail"].startswith("deleted by worker 0 of slice 0 at ")
 
 
+def synchronous_saves(directory: Path) -> Path:
+    """The emu stack (same name, same run directory) with ``checkpoint.async_save: false``.
+
+    With asynchronous saves, step 6's checkpoint may still be unfinalized when a loaded
+    machine reports step 8 and the kill lands; the run then restarts from scratch (a CI run
+    did). A kill test is about the kill: a synchronous save is finalized before step 7
+    starts, so the kill at step ≥ 8 always finds it. Kills during an asynchronous save are
+    tests/training/test_kill_during_save.py's subject."""
+    document = yaml.safe_load(STACK.read_text())
+    document["config"]["multislice:training"]["checkpoint"]["async_save"] = False
+    directory.mkdir(parents=True, exist_ok=True)
+    stack = directory / STACK.name
+    stack.write_text(yaml.safe_dump(document))
+    return stack
+
+
 @pytest.fixture(scope="module")
 def faulted(tmp_path_factory) -> dict:
     """One run with two faults, read by the kill and the preemption tests: slice 1 killed at
@@ -196,7 +213,8 @@ def faulted(tmp_path_factory) -> dict:
     slice 0 preempted at step 16 of the repaired run (SIGTERM: a preemption checkpoint, no step
     lost). Its summary (with the stdout), events, per-step losses and goodput report (whose
     causes add up: :func:`assert_causes_add_up`)."""
-    faulted = up(tmp_path_factory.mktemp("faulted"), "--kill", "1@8", "--preempt", "0@16")
+    state_dir = tmp_path_factory.mktemp("faulted")
+    faulted = up(state_dir, "--kill", "1@8", "--preempt", "0@16", stack=synchronous_saves(state_dir / "stack"))
     state_dir = faulted["state_dir"]
     faulted.update(
         events=run_records(state_dir, "events"), records=step_losses(state_dir), report=assert_causes_add_up(state_dir)
