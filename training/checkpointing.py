@@ -248,6 +248,10 @@ class CheckpointManager(ocp.CheckpointManager):
             save_interval_steps=0,
             enable_async_checkpointing=False,
             multiprocessing_options=ocp.options.MultiprocessingOptions(primary_host=me, active_processes={me}),
+            # Steps are listed, their metadata files not read (their times and metrics, which
+            # a read of one named step does not use): one read of a small file per kept step
+            # saved at every restore (CheckpointManagerOptions.lightweight_initialize).
+            lightweight_initialize=True,
         )
         return ocp.CheckpointManager(self.directory, options=alone)
 

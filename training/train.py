@@ -354,15 +354,13 @@ def _train(
             if pending is not None:
                 recorder.train(*pending)
                 pending = None
-            recorder.eval(
-                step,
-                [
-                    float(
-                        eval_step(state["params"], global_batch(dataset.eval_rows(b, config.global_batch_size, *rows)))
-                    )
-                    for b in range(config.eval_batches)
-                ],
-            )
+            # Every batch dispatched before any loss is read: the host prepares batch b+1
+            # while the devices compute batch b.
+            losses = [
+                eval_step(state["params"], global_batch(dataset.eval_rows(b, config.global_batch_size, *rows)))
+                for b in range(config.eval_batches)
+            ]
+            recorder.eval(step, [float(loss) for loss in losses])
         if preempted:
             log.warning(
                 "preemption notice: saved step %d (%s); exiting for restart",
