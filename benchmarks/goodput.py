@@ -1,7 +1,8 @@
 """Goodput of the dev stack emulated through two preemptions and one kill (targets: ≥ 0.6 for its
 120 steps, ≥ 0.85 for 480).
 
-    uv run --frozen python benchmarks/goodput.py [--repeat 1] [--steps 120] [--no-faults] [--warm-stack] [--json]
+    uv run --frozen python benchmarks/goodput.py [--repeat 1] [--steps 120] [--no-faults] [--warm-stack]
+        [--kill-step N] [--json]
 
 Runs ``multislice local up --stack dev --fresh --preempt 0@30 --preempt 1@60 --kill 1@90
 --summary-json PATH`` (its own state directory each time) and prints, from the summary and
@@ -15,7 +16,9 @@ figures vary with load: rerun on a quiet one.
 
 Goodput depends on how long the run is against what each restart costs: ``--steps N`` runs
 the dev stack with ``training.steps`` N instead (a copy of the stack file, through
-``--config-file``), its faults at the same fractions of the run (25 %, 50 %, 75 %);
+``--config-file``), its preemptions at the same fractions of the run (25 %, 50 %) and its kill
+half an interval after the checkpoint at or before 75 % (:func:`faults`; 480 steps: 120, 240,
+370; ``--kill-step`` puts the kill elsewhere);
 ``--no-faults`` runs it without faults (the start-up cost alone: the best goodput this
 machine allows for that run length). Each run's state directory is new, so by default the
 run is a new stack's first: its compilation cache (``gs://<bucket>/compilation-cache``,
@@ -50,14 +53,27 @@ DEV_STEPS = 120
 TARGETS = {DEV_STEPS: 0.6, 480: 0.85}
 
 
-def faults(steps: int) -> list[str]:
-    """The benchmark's faults at 25 %, 50 % and 75 % of a run of ``steps`` (dev: 30, 60, 90)."""
+def faults(steps: int, interval: int, kill_step: int | None = None) -> list[str]:
+    """The benchmark's faults: preemptions at 25 % and 50 % of a run of ``steps``, and the kill
+    half a checkpoint ``interval`` after the checkpoint at or before 75 % (dev, interval 20:
+    30, 60, 90; 480 steps: 120, 240, 370), or at ``kill_step``.
+
+    Half an interval is what a fault at a random moment loses on average. At exactly 75 % of
+    480 steps the kill would fall on the step-360 checkpoint: the emulator kills once it sees
+    the step reported, while that save is still starting, so a whole interval is lost (the
+    worst case, measured in docs/goodput.md; ``--kill-step 360`` reproduces it)."""
     at = [round(steps * fraction) for fraction in (0.25, 0.5, 0.75)]
-    return ["--preempt", f"0@{at[0]}", "--preempt", f"1@{at[1]}", "--kill", f"1@{at[2]}"]
+    kill = kill_step if kill_step is not None else at[2] // interval * interval + interval // 2
+    return ["--preempt", f"0@{at[0]}", "--preempt", f"1@{at[1]}", "--kill", f"1@{kill}"]
 
 
-def up_args(steps: int, with_faults: bool, state_dir: Path) -> list[str]:
-    """``local up`` arguments: the dev stack itself, or a copy of it with ``training.steps``."""
+def up_args(steps: int, with_faults: bool, state_dir: Path, kill_step: int | None = None) -> list[str]:
+    """``local up`` arguments: the dev stack itself, or a copy of it with ``training.steps``
+    (faults: :func:`faults`)."""
+    interval = yaml.safe_load((ROOT / "stacks" / "Pulumi.dev.yaml").read_text())["config"]["multislice:training"][
+        "checkpoint"
+    ]["interval_steps"]
+    chosen = faults(steps, interval, kill_step) if with_faults else []
     if steps == DEV_STEPS:
         stack = ["--stack", "dev"]
     else:
@@ -66,7 +82,7 @@ def up_args(steps: int, with_faults: bool, state_dir: Path) -> list[str]:
         copy = state_dir / "Pulumi.dev.yaml"  # the stack name comes from the file name
         copy.write_text(yaml.safe_dump(config, sort_keys=False))
         stack = ["--config-file", str(copy)]
-    return ["local", "up", *stack, "--fresh", *(faults(steps) if with_faults else [])]
+    return ["local", "up", *stack, "--fresh", *chosen]
 
 
 def cli_env(state_dir: Path) -> dict[str, str]:
@@ -194,18 +210,25 @@ def main() -> None:
         help="first a warm-up run of the stack in the same state directory (stopped after its first evaluation), "
         "so the measured run (--fresh) is a new run of a stack that ran before: its compilation cache is warm",
     )
+    parser.add_argument(
+        "--kill-step",
+        type=int,
+        help="the kill's step instead of half a checkpoint interval after the one at or before 75 %% of the run",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     if args.steps < 8:
         parser.error("--steps must be at least 8 (the faults need distinct steps)")
     if args.repeat < 1:
         parser.error("--repeat must be at least 1")
+    if args.kill_step is not None and not 0 < args.kill_step < args.steps:
+        parser.error(f"--kill-step must be a step of the run: 1 to {args.steps - 1}")
     runs = []
     up: list[str] = []  # the last run's arguments, for the report
     for index in range(args.repeat):
         load_before = os.getloadavg()
         with tempfile.TemporaryDirectory(prefix="goodput-bench-") as tmp:
-            up = up_args(args.steps, not args.no_faults, Path(tmp))
+            up = up_args(args.steps, not args.no_faults, Path(tmp), args.kill_step)
             warm = warm_up(Path(tmp), up) if args.warm_stack else None
             load_measured = os.getloadavg()
             run = one_run(Path(tmp), up)
