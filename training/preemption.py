@@ -63,6 +63,13 @@ class Notice:
         if self._thread is None:
             return
         self._stop.set()
+        # Wake the watchdog from its select on the pipe (a byte that is no signal's number),
+        # instead of waiting up to POLL_S for it: every exit, and so every restart, ran
+        # through here after the run's last record.
+        try:
+            os.write(self._pipe[1], b"\0")
+        except BlockingIOError:  # the pipe is full: the watchdog has bytes to read anyway
+            pass
         self._thread.join(timeout=2 * POLL_S)
         signal.set_wakeup_fd(self._previous_fd)
         signal.signal(signal.SIGTERM, self._previous)

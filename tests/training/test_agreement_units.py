@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import orbax.checkpoint as ocp
@@ -110,6 +111,21 @@ def test_the_loop_honours_the_agreed_step_or_a_local_sigterm():
     single = preemption.Notice(grace_s=5)
     single.local = True  # what the SIGTERM handler sets
     assert single.reached(Manager(sync_point=None), 1)
+
+
+def test_uninstall_wakes_the_watchdog_instead_of_waiting_for_its_poll(monkeypatch):
+    # Every exit runs through uninstall after the run's last record: a watchdog left to finish
+    # its select (POLL_S) delayed every restart. With a 30 s poll, uninstall must not wait it out.
+    monkeypatch.setattr(preemption, "POLL_S", 30.0)
+    notice = preemption.Notice(grace_s=5)
+    notice.install()
+    watchdog = notice._thread
+    assert watchdog is not None and watchdog.is_alive()
+    time.sleep(0.2)  # the watchdog is in its select on the pipe
+    started = time.monotonic()
+    notice.uninstall()
+    assert not watchdog.is_alive() and time.monotonic() - started < 10
+    assert signal.getsignal(signal.SIGTERM) is not notice._handle  # the previous handler is back
 
 
 BLOCKED = """
