@@ -130,7 +130,15 @@ def main() -> None:
         for _ in range(args.repeat):
             load = os.getloadavg()
             run = measure(base, args.steps)
-            runs.append({"name": name} | run | {"load_average": [round(x, 1) for x in (*load, *os.getloadavg())]})
+            runs.append(
+                {"name": name}
+                | run
+                | {
+                    "load_average": [round(x, 1) for x in (*load, *os.getloadavg())],
+                    # The allocator's settings change the step (docs/model.md): say which ran.
+                    "glibc_tunables": os.environ.get("GLIBC_TUNABLES", ""),
+                }
+            )
             if not args.json:
                 print(line(runs[-1]), flush=True)
     if args.json:
@@ -144,6 +152,7 @@ def line(run: dict) -> str:
         f"(median step {run['median_step_s']:.3f} s of {run['timed_steps']}, spread {run['step_spread']:.2f}) ÷ "
         f"matmul [{rows}, {d}]·[{d}, {f}] {run['dtype']} {run['matmul_tflops']:.4g} TFLOP/s = {run['ratio']:.3f} "
         f"(reference spread {run['reference_spread']:.2f}); load average before/after {run['load_average']}"
+        + (f"; GLIBC_TUNABLES={run['glibc_tunables']}" if run.get("glibc_tunables") else "")
         + "".join(f"\n  warning: {w}" for w in run["warnings"])
     )
 
