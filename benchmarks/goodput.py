@@ -70,15 +70,13 @@ def faults(steps: int, interval: int, kill_step: int | None = None) -> list[str]
 def up_args(steps: int, with_faults: bool, state_dir: Path, kill_step: int | None = None) -> list[str]:
     """``local up`` arguments: the dev stack itself, or a copy of it with ``training.steps``
     (faults: :func:`faults`)."""
-    interval = yaml.safe_load((ROOT / "stacks" / "Pulumi.dev.yaml").read_text())["config"]["multislice:training"][
-        "checkpoint"
-    ]["interval_steps"]
-    chosen = faults(steps, interval, kill_step) if with_faults else []
+    config = yaml.safe_load((ROOT / "stacks" / "Pulumi.dev.yaml").read_text())
+    training = config["config"]["multislice:training"]
+    chosen = faults(steps, training["checkpoint"]["interval_steps"], kill_step) if with_faults else []
     if steps == DEV_STEPS:
         stack = ["--stack", "dev"]
     else:
-        config = yaml.safe_load((ROOT / "stacks" / "Pulumi.dev.yaml").read_text())
-        config["config"]["multislice:training"]["steps"] = steps
+        training["steps"] = steps
         copy = state_dir / "Pulumi.dev.yaml"  # the stack name comes from the file name
         copy.write_text(yaml.safe_dump(config, sort_keys=False))
         stack = ["--config-file", str(copy)]
