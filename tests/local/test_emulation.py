@@ -215,7 +215,6 @@ def faulted(tmp_path_factory) -> dict:
     causes add up: :func:`assert_causes_add_up`)."""
     state_dir = tmp_path_factory.mktemp("faulted")
     faulted = up(state_dir, "--kill", "1@8", "--preempt", "0@16", stack=synchronous_saves(state_dir / "stack"))
-    state_dir = faulted["state_dir"]
     faulted.update(
         events=run_records(state_dir, "events"), records=step_losses(state_dir), report=assert_causes_add_up(state_dir)
     )
