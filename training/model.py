@@ -16,12 +16,14 @@ Parameter shapes and logical axes: ``training.shapes`` (no jax; the planner read
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+from jax.ad_checkpoint import checkpoint_name
 from jax.sharding import Mesh
 
 from training import attention, shapes
@@ -34,10 +36,18 @@ INIT_STD = 0.02  # GPT-2 initialization (Radford et al. 2019)
 
 #: ``model.remat`` -> the ``jax.checkpoint`` policy of each layer (None: recompute everything;
 #: https://docs.jax.dev/en/latest/gradient-checkpointing.html). ``none`` is not wrapped.
+#: ``checkpoint_name`` of every :func:`weight_dot` result. Both ``dots_*`` policies save it
+#: besides the dots they see (the attention's): a weight matmul has no batch dimension.
+DOT_NAME = "weight_dot"
 REMAT_POLICIES: dict[str, Callable | None] = {
     "full": None,
-    "dots_saveable": jax.checkpoint_policies.dots_saveable,
-    "dots_with_no_batch_dims_saveable": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+    "dots_saveable": jax.checkpoint_policies.save_from_both_policies(
+        jax.checkpoint_policies.dots_saveable, jax.checkpoint_policies.save_only_these_names(DOT_NAME)
+    ),
+    "dots_with_no_batch_dims_saveable": jax.checkpoint_policies.save_from_both_policies(
+        jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+        jax.checkpoint_policies.save_only_these_names(DOT_NAME),
+    ),
 }
 
 
@@ -102,6 +112,52 @@ def _rope(x: jax.Array, theta: float) -> jax.Array:
     return rotated.astype(x.dtype)
 
 
+def weight_dot(equation: str, x: jax.Array, w: jax.Array, out_dtype: Any) -> jax.Array:
+    """``jnp.einsum(equation, x, w)`` for the model's weight matmuls: accumulated in float32,
+    returned in ``out_dtype``, and named :data:`DOT_NAME` for the remat policies.
+
+    Args:
+      equation: an einsum ``"lhs,rhs->out"`` in which every index appears in exactly two of the
+        three terms (no sum within one operand, no batch dimension), e.g. ``"bsd,df->bsf"``.
+      x: activations in the compute dtype (bfloat16 or float32).
+      w: weights, already cast to the compute dtype.
+      out_dtype: dtype of the result (the compute dtype, or float32 for the logits).
+
+    In the backward pass the cotangent is rounded to ``x``'s dtype and each of its two matmuls
+    (``dx``, ``dw``) also accumulates in float32 and is rounded to its operand's dtype. That is
+    the arithmetic a plain einsum in bfloat16 has on a TPU (the MXU multiplies bfloat16 and
+    accumulates in float32: https://cloud.google.com/tpu/docs/bfloat16) and on XLA's CPU
+    backend (which runs a bfloat16 → bfloat16 dot as a float32 dot of upcast operands). Asking
+    for the float32 accumulator explicitly (``preferred_element_type``) is what lets XLA's CPU
+    backend use its bfloat16 dot kernels (AVX512-BF16) instead (docs/model.md "Throughput").
+    The matmuls run inside a ``jax.custom_vjp``, whose ``dot_general`` the ``dots_*`` policies
+    cannot see: hence the name, which :data:`REMAT_POLICIES` save.
+    """
+    return checkpoint_name(_accumulating_dot(equation, x, w, out_dtype), DOT_NAME)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 3))
+def _accumulating_dot(equation: str, x: jax.Array, w: jax.Array, out_dtype: Any) -> jax.Array:
+    return jnp.einsum(equation, x, w, preferred_element_type=jnp.float32).astype(out_dtype)
+
+
+def _accumulating_dot_fwd(equation, x, w, out_dtype):
+    return _accumulating_dot(equation, x, w, out_dtype), (x, w)
+
+
+def _accumulating_dot_bwd(equation, out_dtype, residuals, g):
+    x, w = residuals
+    inputs, out = equation.split("->")
+    lhs, rhs = inputs.split(",")
+    g = g.astype(x.dtype)
+    dx = jnp.einsum(f"{out},{rhs}->{lhs}", g, w, preferred_element_type=jnp.float32).astype(x.dtype)
+    dw = jnp.einsum(f"{lhs},{out}->{rhs}", x, g, preferred_element_type=jnp.float32).astype(w.dtype)
+    return dx, dw
+
+
+_accumulating_dot.defvjp(_accumulating_dot_fwd, _accumulating_dot_bwd)
+
+
 def forward(
     params: Params,
     tokens: jax.Array,
@@ -135,19 +191,19 @@ def forward(
         bshk = ("batch", "sequence", "heads", "head_dim")
         bsgk = ("batch", "sequence", "kv_heads", "head_dim")
         h = constrain(_rms_norm(x, p["ln1"], eps), bsd)
-        q = constrain(_rope(jnp.einsum("bsd,dhk->bshk", h, p["wq"].astype(dtype)), theta), bshk)
-        k = constrain(_rope(jnp.einsum("bsd,dhk->bshk", h, p["wk"].astype(dtype)), theta), bsgk)
-        v = constrain(jnp.einsum("bsd,dhk->bshk", h, p["wv"].astype(dtype)), bsgk)
+        q = constrain(_rope(weight_dot("bsd,dhk->bshk", h, p["wq"].astype(dtype), dtype), theta), bshk)
+        k = constrain(_rope(weight_dot("bsd,dhk->bshk", h, p["wk"].astype(dtype), dtype), theta), bsgk)
+        v = constrain(weight_dot("bsd,dhk->bshk", h, p["wv"].astype(dtype), dtype), bsgk)
         attn = constrain(attention.attend(q, k, v, cfg, mesh), bshk)
-        x = constrain(x + jnp.einsum("bshk,hkd->bsd", attn, p["wo"].astype(dtype)), bsd)
+        x = constrain(x + weight_dot("bshk,hkd->bsd", attn, p["wo"].astype(dtype), dtype), bsd)
         h = constrain(_rms_norm(x, p["ln2"], eps), bsd)
-        up = jnp.einsum("bsd,df->bsf", h, p["w_in"].astype(dtype))
+        up = weight_dot("bsd,df->bsf", h, p["w_in"].astype(dtype), dtype)
         if cfg.mlp == "swiglu":  # SiLU(h·W_gate) ⊙ (h·W_in) (Shazeer 2020, arXiv:2002.05202, eq. 6)
-            up = jax.nn.silu(jnp.einsum("bsd,df->bsf", h, p["w_gate"].astype(dtype))) * up
+            up = jax.nn.silu(weight_dot("bsd,df->bsf", h, p["w_gate"].astype(dtype), dtype)) * up
         else:
             up = jax.nn.gelu(up)
         h = constrain(up, ("batch", "sequence", "mlp"))
-        x = x + jnp.einsum("bsf,fd->bsd", h, p["w_out"].astype(dtype))
+        x = x + weight_dot("bsf,fd->bsd", h, p["w_out"].astype(dtype), dtype)
         return constrain(x, ("batch", "sequence", "activation_embed")), None
 
     if cfg.remat != "none":  # prevent_cse=False: scan already keeps the recomputation apart
@@ -155,8 +211,8 @@ def forward(
     x, _ = jax.lax.scan(layer, x, params["layers"])
     x = _rms_norm(x, params["ln_f"], eps)
     if cfg.tie_embeddings:
-        return jnp.einsum("bsd,vd->bsv", x, embed.astype(dtype)).astype(jnp.float32)
-    return jnp.einsum("bsd,dv->bsv", x, params["unembed"].astype(dtype)).astype(jnp.float32)
+        return weight_dot("bsd,vd->bsv", x, embed.astype(dtype), jnp.float32)
+    return weight_dot("bsd,dv->bsv", x, params["unembed"].astype(dtype), jnp.float32)
 
 
 def loss_fn(

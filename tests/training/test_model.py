@@ -120,3 +120,76 @@ def test_tied_embeddings_unembed_with_the_embedding_table():
         params, jnp.ones((1, 4), jnp.int32), cfg
     )
     assert float(jnp.abs(delta[..., 7]).min()) > 0 and float(jnp.abs(delta[..., 8]).max()) == 0
+
+
+# --- the weight matmuls: float32 accumulation, compute-dtype operands -----------------------
+
+#: (equation, x shape, w shape, output dtype): a projection, a head merge, the tied unembedding.
+DOTS = [
+    ("bsd,dhk->bshk", (2, 8, 32), (32, 4, 8), None),
+    ("bshk,hkd->bsd", (2, 8, 4, 8), (4, 8, 32), None),
+    ("bsd,vd->bsv", (2, 8, 32), (300, 32), "float32"),
+]
+
+
+def _dot_and_grads(fn, equation, x, w, out_dtype, r):
+    """Value and (dx, dw) of sum(fn(equation, x, w) · r), in float32."""
+
+    def loss(x, w):
+        return jnp.sum(fn(equation, x, w, out_dtype).astype(jnp.float32) * r)
+
+    value, grads = jax.value_and_grad(loss, argnums=(0, 1))(x, w)
+    return value, [np.asarray(g, np.float32) for g in grads]
+
+
+@pytest.mark.parametrize("equation,x_shape,w_shape,out", DOTS)
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_weight_dot_gives_the_einsum_and_its_gradients(equation, x_shape, w_shape, out, dtype):
+    kx, kw, kr = jax.random.split(jax.random.key(0), 3)
+    x = jax.random.normal(kx, x_shape, jnp.float32).astype(dtype)
+    w = jax.random.normal(kw, w_shape, jnp.float32).astype(dtype)
+    out_dtype = out or dtype
+    r = jax.random.normal(kr, jax.eval_shape(lambda: jnp.einsum(equation, x, w)).shape, jnp.float32)
+
+    def plain(eq, a, b, od):  # the einsum on the same (rounded) operands, all in float32
+        return jnp.einsum(eq, a.astype(jnp.float32), b.astype(jnp.float32)).astype(od)
+
+    value, grads = _dot_and_grads(model.weight_dot, equation, x, w, out_dtype, r)
+    expected, expected_grads = _dot_and_grads(plain, equation, x, w, out_dtype, r)
+    # float32: the same sums in another order; bfloat16: the result and the cotangent are
+    # rounded to 8 significant bits (relative error 2⁻⁸ each).
+    tol = 1e-5 if dtype == "float32" else 2e-2
+    np.testing.assert_allclose(float(value), float(expected), rtol=tol, atol=tol)
+    for got, want in zip(grads, expected_grads, strict=True):
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=tol, atol=tol * float(np.abs(want).max()))
+
+
+@pytest.mark.parametrize("equation,x_shape,w_shape,out", DOTS)
+def test_weight_dot_runs_every_matmul_on_bfloat16_operands_with_a_float32_accumulator(equation, x_shape, w_shape, out):
+    # The point of weight_dot: forward and both backward matmuls take compute-dtype operands
+    # (XLA's CPU backend then uses its bfloat16 kernels) and accumulate in float32, even when
+    # the output (the logits) is float32 and so its cotangent arrives in float32.
+    x = jnp.ones(x_shape, jnp.bfloat16)
+    w = jnp.ones(w_shape, jnp.bfloat16)
+    out_dtype = out or "bfloat16"
+
+    def loss(x, w):
+        return jnp.sum(model.weight_dot(equation, x, w, out_dtype).astype(jnp.float32))
+
+    jaxpr = jax.make_jaxpr(jax.grad(loss, argnums=(0, 1)))(x, w)
+
+    def dots(j):  # every dot_general, in nested jaxprs too
+        for eqn in j.eqns:
+            if eqn.primitive.name == "dot_general":
+                yield eqn
+            for value in eqn.params.values():
+                inner = getattr(value, "jaxpr", value)  # a ClosedJaxpr's Jaxpr
+                if hasattr(inner, "eqns"):
+                    yield from dots(inner)
+
+    found = list(dots(jaxpr.jaxpr))
+    assert len(found) == 3, jaxpr  # forward, dx, dw
+    for eqn in found:
+        assert [str(v.aval.dtype) for v in eqn.invars] == ["bfloat16", "bfloat16"], eqn
+        assert eqn.params["preferred_element_type"] == jnp.float32, eqn
