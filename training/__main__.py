@@ -6,16 +6,26 @@
     python -m training data prepare 'gs://bucket/text/*.txt' gs://bucket/datasets/web --tokenizer bpe --vocab-size 32000
 
 ``run`` reads the process identity from the TPU metadata server (``$GCE_METADATA_IP``)
-unless ``--single-process`` is given, and exits with the codes of ``training.train``.
+unless ``--single-process`` is given, and exits with the codes of ``training.train``. It first
+re-executes itself with glibc's huge-page tunable in ``GLIBC_TUNABLES`` (same PID;
+``training.host_allocator``).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import sys
 from pathlib import Path
 
-import typer
+if __name__ == "__main__" and sys.argv[1:2] == ["run"]:
+    # The trainer runs with glibc's huge-page tunable, which must be in the environment when
+    # the process starts: re-execute now, before the imports below (training/host_allocator.py).
+    from training import host_allocator
+
+    host_allocator.reexec_with_tunable()
+
+import typer  # noqa: E402
 
 from training import prepare_options as prepare_opts
 from training.bench_spec import BenchOptions, with_bench_options
@@ -58,6 +68,7 @@ def run(
             typer.echo(f"error: {err}", err=True)
             raise typer.Exit(train.EXIT_FAILED) from None
     _setup_logging(f"p{identity.process_id}")
+    logging.getLogger("training").info("host allocator: GLIBC_TUNABLES=%s", os.environ.get("GLIBC_TUNABLES", ""))
     train.exit_process(train.main(train_config, run_dir, identity))  # no interpreter teardown: it only costs time
 
 

@@ -24,6 +24,7 @@ import yaml
 from infra.config import load_stack_file
 from infra.local import gcs
 from tests import compilation_cache
+from training import host_allocator
 from training.run_dir import RunDir
 from training.run_log import RecordLog, read_records
 
@@ -166,6 +167,9 @@ def test_uninterrupted_run_completes(uninterrupted):
         assert key in uninterrupted
     log = (Path(uninterrupted["logs_dir"]) / "slice-1-worker-0.log").read_text()
     assert "[slice 1 worker 0] " in log and "process 1/2" in log
+    # The trainer re-executed itself with glibc's huge-page tunable (training/host_allocator.py).
+    if host_allocator.glibc_has_tunable() and "GLIBC_TUNABLES" not in os.environ:
+        assert "host allocator: GLIBC_TUNABLES=glibc.malloc.hugetlb=1" in log
 
 
 @pytest.mark.slow
