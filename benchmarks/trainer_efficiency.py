@@ -14,12 +14,18 @@ Model FLOP/s = :func:`training.model.flops_per_token` (6·N + 12·L·H·K·S: Pa
 al. 2022, arXiv:2204.02311, Appendix B) × tokens per step ÷ the median ``step_time_s`` of the
 steps after the first (compile excluded); the spread of those steps is the slowest ÷ the
 fastest. The reference is :func:`training.bench.matmul_reference` of the model's MLP matmul,
-``[batch·sequence, d_model] · [d_model, d_ff]`` in the model's compute dtype, timed just before
-and just after the training (median of both), on the same device: the ratio says how much of
+``[batch·sequence, d_model] · [d_model, d_ff]`` in the model's compute dtype with float32
+accumulation (the form of the trainer's own weight matmuls), timed just before and just after
+the training (median of both), on the same device; the plain matmul in the compute dtype
+(``a @ b``, the reference before the trainer's matmuls accumulated in float32 explicitly; on
+this CPU the bfloat16 one is about half as fast) is timed too and its ratio printed beside.
+The ratio says how much of
 what this device does on one large matmul the whole training step achieves (attention, norms,
 the optimizer, the data pipeline and the metrics included). The load average is printed:
 rerun on a quiet machine. ``--stack`` trains that stack's model, sequence length and batch
-instead (one device).
+instead (one device). Like ``python -m training run``, the benchmark re-executes itself with
+glibc's huge-page tunable (``training.host_allocator``); ``GLIBC_TUNABLES=glibc.malloc.hugetlb=0``
+measures without it.
 """
 
 from __future__ import annotations
@@ -36,6 +42,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from training import host_allocator  # noqa: E402
+
+if __name__ == "__main__":  # measure the trainer with the allocator `python -m training run` gives it
+    host_allocator.reexec_with_tunable()
+
 import jax  # noqa: E402
 from jax.experimental.compilation_cache import compilation_cache as jax_compilation_cache  # noqa: E402
 
@@ -50,12 +61,19 @@ def measure(base: TrainConfig, steps: int) -> dict:
     config = base.model_copy(update={"steps": steps, "checkpoint": CheckpointConfig(interval_steps=steps + 1)})
     rows, d, f = config.global_batch_tokens, config.model.d_model, config.model.ff_width
     dtype = config.model.compute_dtype
-    before = bench.matmul_reference(rows, d, f, dtype, steps=10, warmup=2)
+
+    def references() -> tuple[dict, dict]:
+        return (
+            bench.matmul_reference(rows, d, f, dtype, steps=10, warmup=2, accumulation_dtype="float32"),
+            bench.matmul_reference(rows, d, f, dtype, steps=10, warmup=2),
+        )
+
+    before, plain_before = references()
     with tempfile.TemporaryDirectory(prefix="trainer-efficiency-") as tmp:
         result = train.run(config, tmp, ClusterIdentity.single_process())
         assert result.exit_code == train.EXIT_COMPLETE, result
         step_times = [m["step_time_s"] for m in read_records(RunDir(tmp), "metrics") if "step_time_s" in m][1:]
-        after = bench.matmul_reference(rows, d, f, dtype, steps=10, warmup=2)  # JAX's compile cache is still in tmp
+        after, plain_after = references()  # JAX's compile cache is still in tmp
     # The run pointed JAX's persistent cache into tmp, now gone: the next repeat's compiles
     # would warn that they cannot write there.
     jax.config.update("jax_compilation_cache_dir", None)
@@ -68,6 +86,7 @@ def measure(base: TrainConfig, steps: int) -> dict:
         / step_s
     )
     matmul_rate = 2.0 * rows * d * f / statistics.median(before["times"] + after["times"])
+    plain_rate = 2.0 * rows * d * f / statistics.median(plain_before["times"] + plain_after["times"])
     check = bench.reference_check(
         [2.0 * rows * d * f / r["seconds"] for r in (before, after)], model_rate / matmul_rate
     )
@@ -81,6 +100,8 @@ def measure(base: TrainConfig, steps: int) -> dict:
         "model_tflops": model_rate / 1e12,
         "matmul_tflops": matmul_rate / 1e12,
         "ratio": model_rate / matmul_rate,
+        "plain_matmul_tflops": plain_rate / 1e12,
+        "ratio_to_plain_matmul": model_rate / plain_rate,
         "reference_spread": check["spread"],
         "warnings": check["warnings"],
     }
@@ -150,8 +171,10 @@ def line(run: dict) -> str:
     return (
         f"{run['name']} on {run['platform']}: trainer {run['model_tflops']:.4g} TFLOP/s "
         f"(median step {run['median_step_s']:.3f} s of {run['timed_steps']}, spread {run['step_spread']:.2f}) ÷ "
-        f"matmul [{rows}, {d}]·[{d}, {f}] {run['dtype']} {run['matmul_tflops']:.4g} TFLOP/s = {run['ratio']:.3f} "
-        f"(reference spread {run['reference_spread']:.2f}); load average before/after {run['load_average']}"
+        f"matmul [{rows}, {d}]·[{d}, {f}] {run['dtype']} (float32 accumulation) {run['matmul_tflops']:.4g} TFLOP/s "
+        f"= {run['ratio']:.3f} (reference spread {run['reference_spread']:.2f}; against the plain "
+        f"{run['dtype']} matmul, {run['plain_matmul_tflops']:.4g} TFLOP/s: {run['ratio_to_plain_matmul']:.3f}); "
+        f"load average before/after {run['load_average']}"
         + (f"; GLIBC_TUNABLES={run['glibc_tunables']}" if run.get("glibc_tunables") else "")
         + "".join(f"\n  warning: {w}" for w in run["warnings"])
     )

@@ -95,13 +95,28 @@ def _timed_calls(fn: Callable[[], Any], steps: int, warmup: int) -> list[float]:
 
 
 def matmul_reference(
-    rows: int, k: int, n: int, dtype: str, *, steps: int = 5, warmup: int = 2, device=None
+    rows: int,
+    k: int,
+    n: int,
+    dtype: str,
+    *,
+    steps: int = 5,
+    warmup: int = 2,
+    device=None,
+    accumulation_dtype: str | None = None,
 ) -> dict[str, Any]:
     """FLOP/s of one ``[rows, k] · [k, n]`` matmul on one device (``jax.devices()[0]`` by
     default), median of ``steps`` timed calls after ``warmup``.
 
+    Both operands are in ``dtype``, and so is the product. ``accumulation_dtype`` None: the
+    product is ``a @ b``, accumulated as XLA chooses for ``dtype``; ``"float32"``: the dot
+    accumulates in float32 (``preferred_element_type``) and is rounded to ``dtype``, as the
+    trainer's weight matmuls are (``training.model``; on XLA's CPU backend this is the form
+    that reaches its bfloat16 dot kernels).
+
     Returns:
-      ``{"flops_per_second", "seconds" (median), "times", "shape", "dtype", "platform"}``.
+      ``{"flops_per_second", "seconds" (median), "times", "shape", "dtype",
+      "accumulation_dtype", "platform"}``.
     """
     import jax
     import jax.numpy as jnp
@@ -111,7 +126,11 @@ def matmul_reference(
     kx, kw = jax.random.split(jax.random.key(1))
     x = jax.device_put(jax.random.normal(kx, (rows, k), dt), device)
     w = jax.device_put(jax.random.normal(kw, (k, n), dt), device)
-    matmul = jax.jit(lambda a, b: a @ b)
+    if accumulation_dtype is None:
+        matmul = jax.jit(lambda a, b: a @ b)
+    else:
+        acc = jnp.dtype(accumulation_dtype)
+        matmul = jax.jit(lambda a, b: jnp.matmul(a, b, preferred_element_type=acc).astype(dt))
     times = _timed_calls(lambda: matmul(x, w), steps, warmup)
     seconds = statistics.median(times)
     return {
@@ -120,6 +139,7 @@ def matmul_reference(
         "times": times,
         "shape": [rows, k, n],
         "dtype": dtype,
+        "accumulation_dtype": accumulation_dtype,
         "platform": device.platform,
     }
 
