@@ -217,14 +217,16 @@ class Vm:
             time.sleep(0.02)
 
     def trainer_processes(self) -> list[int]:
-        """Live fake-trainer processes of this VM."""
+        """Live fake-trainer processes of this VM. A fork of the fake trainer's bash loop
+        carries its command line until it becomes ``sleep``: those (a parent among the found)
+        are not trainers."""
         fake = str(self.bin / "python")
-        found = []
-        for process in psutil.process_iter(["cmdline", "status"]):
+        found: dict[int, int] = {}
+        for process in psutil.process_iter(["cmdline", "status", "ppid"]):
             cmdline = process.info["cmdline"] or []
             if fake in cmdline[:2] and "training" in cmdline and process.info["status"] != psutil.STATUS_ZOMBIE:
-                found.append(process.pid)
-        return found
+                found[process.pid] = process.info["ppid"]
+        return [pid for pid, ppid in found.items() if ppid not in found]
 
     @property
     def attempts(self) -> int:
