@@ -8,8 +8,9 @@ the embedding table transposed: ``tie_embeddings``). Layers are stacked along a 
 ``layers`` axis and run with ``jax.lax.scan`` (one compiled layer body: fast compiles); with
 ``remat`` the body is wrapped in ``jax.checkpoint`` with the named policy.
 
-Parameters are float32; matmuls and activations use ``ModelConfig.compute_dtype``; the
-softmax and the loss are computed in float32. Attention kernels: ``training.attention``.
+Parameters are float32; matmuls and activations use ``ModelConfig.compute_dtype``, the
+weight matmuls accumulating in float32 (:func:`weight_dot`); the softmax and the loss are
+computed in float32. Attention kernels: ``training.attention``.
 
 Parameter shapes and logical axes: ``training.shapes`` (no jax; the planner reads it too).
 """
