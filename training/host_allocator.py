@@ -56,10 +56,12 @@ def glibc_has_tunable() -> bool:
 
 
 def reexec_with_tunable() -> None:
-    """Replace this process by itself (``os.execve`` of ``sys.orig_argv``: same PID, same
-    arguments) with :func:`with_tunable`'s environment; return at once when glibc lacks the
-    tunable or the environment names it already. Call it before any thread or output exists."""
+    """Replace this process by itself (``os.execve``: same PID, same interpreter options and
+    arguments, ``sys.orig_argv`` with the interpreter's absolute path first, so a virtual
+    environment's interpreter finds its environment again) with :func:`with_tunable`'s
+    environment; return at once when glibc lacks the tunable or the environment names it
+    already. Call it before any thread or output exists."""
     env = with_tunable(os.environ)
     if env is None or not glibc_has_tunable():
         return
-    os.execve(sys.executable, sys.orig_argv, env)
+    os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)

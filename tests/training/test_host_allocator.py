@@ -40,7 +40,7 @@ PROBE = (
     "import os, sys; from training import host_allocator; "
     "print('start', os.getpid(), flush=True); "
     "host_allocator.reexec_with_tunable(); "
-    "print('after', os.getpid(), os.environ.get('GLIBC_TUNABLES'), *sys.argv[1:])"
+    "print('after', os.getpid(), os.environ.get('GLIBC_TUNABLES'), f'optimize={sys.flags.optimize}', *sys.argv[1:])"
 )
 
 
@@ -49,7 +49,7 @@ def probe(env_tunables: str | None) -> list[str]:
     if env_tunables is not None:
         env["GLIBC_TUNABLES"] = env_tunables
     return subprocess.run(
-        [sys.executable, "-c", PROBE, "--flag", "value"],
+        [sys.executable, "-O", "-c", PROBE, "--flag", "value"],
         env=env,
         capture_output=True,
         text=True,
@@ -59,13 +59,13 @@ def probe(env_tunables: str | None) -> list[str]:
 
 
 @pytest.mark.skipif(not host_allocator.glibc_has_tunable(), reason="needs glibc >= 2.35 on Linux")
-def test_the_process_reexecutes_itself_with_the_tunable_keeping_pid_and_arguments():
+def test_the_process_reexecutes_itself_with_the_tunable_keeping_pid_options_and_arguments():
     lines = probe(None)
     pid = lines[0].split()[1]
-    assert lines == [f"start {pid}", f"start {pid}", f"after {pid} glibc.malloc.hugetlb=1 --flag value"]
+    assert lines == [f"start {pid}", f"start {pid}", f"after {pid} glibc.malloc.hugetlb=1 optimize=1 --flag value"]
 
 
 def test_a_process_that_names_the_tunable_runs_on_without_reexecuting():
     lines = probe("glibc.malloc.hugetlb=0")
     pid = lines[0].split()[1]
-    assert lines == [f"start {pid}", f"after {pid} glibc.malloc.hugetlb=0 --flag value"]
+    assert lines == [f"start {pid}", f"after {pid} glibc.malloc.hugetlb=0 optimize=1 --flag value"]
