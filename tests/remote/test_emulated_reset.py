@@ -22,11 +22,14 @@ from infra.remote.selection import RemoteError
 
 STACK = Path(__file__).parents[1] / "stacks" / "Pulumi.emu.yaml"
 
-#: Counts its boots on the VM's disk; runs until reset on the first, exits 0 on the second.
+#: Counts its boots on the VM's disk; runs until reset on the first; on the second, runs until
+#: the test has seen the reset end (``reset-done`` on the VM's disk; at most 120 s), then exits
+#: 0. (Exiting at once could end the run before the waiting side saw the VM back.)
 SCRIPT = """#!/bin/bash
 boots=$(( $(cat "$MULTISLICE_HOME/boots" 2>/dev/null || echo 0) + 1 ))
 echo "$boots" > "$MULTISLICE_HOME/boots"
 [ "$boots" = 1 ] && exec sleep 600
+for _ in $(seq 1200); do [ -e "$MULTISLICE_HOME/reset-done" ] && exit 0; sleep 0.1; done
 exit 0
 """
 
@@ -53,6 +56,8 @@ def test_a_reset_restarts_every_vm_and_waits_until_each_booted_again(tmp_path):
             )
         except RemoteError as err:
             outcome["error"] = err
+        for s in range(2):  # the VMs' second boots may end now
+            paths.vm_home(s, 0).joinpath("reset-done").touch()
 
     resetter = threading.Thread(target=reset_once_booted)
     resetter.start()
