@@ -35,11 +35,11 @@ Params = dict[str, Any]
 
 INIT_STD = 0.02  # GPT-2 initialization (Radford et al. 2019)
 
-#: ``model.remat`` -> the ``jax.checkpoint`` policy of each layer (None: recompute everything;
-#: https://docs.jax.dev/en/latest/gradient-checkpointing.html). ``none`` is not wrapped.
 #: ``checkpoint_name`` of every :func:`weight_dot` result. Both ``dots_*`` policies save it
 #: besides the dots they see (the attention's): a weight matmul has no batch dimension.
 DOT_NAME = "weight_dot"
+#: ``model.remat`` -> the ``jax.checkpoint`` policy of each layer (None: recompute everything;
+#: https://docs.jax.dev/en/latest/gradient-checkpointing.html). ``none`` is not wrapped.
 REMAT_POLICIES: dict[str, Callable | None] = {
     "full": None,
     "dots_saveable": jax.checkpoint_policies.save_from_both_policies(
