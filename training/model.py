@@ -5,8 +5,8 @@ with rotary position embeddings (``n_heads`` query heads, ``n_kv_heads`` key/val
 grouped-query attention, Ainslie et al. 2023, arXiv:2305.13245) → residual; RMSNorm → GELU or
 SwiGLU MLP → residual] → RMSNorm → unembedding to the vocabulary's logits (its own matrix, or
 the embedding table transposed: ``tie_embeddings``). Layers are stacked along a leading
-``layers`` axis and run with ``jax.lax.scan`` (one compiled layer body: fast compiles); with
-``remat`` the body is wrapped in ``jax.checkpoint`` with the named policy.
+``layers`` axis and run in one scan (``training.layer_scan``: one compiled layer body, fast
+compiles); with ``remat`` the body is wrapped in ``jax.checkpoint`` with the named policy.
 
 Parameters are float32; matmuls and activations use ``ModelConfig.compute_dtype``, the
 weight matmuls accumulating in float32 (:func:`weight_dot`); the softmax and the loss are
@@ -27,7 +27,7 @@ import jax.numpy as jnp
 from jax.ad_checkpoint import checkpoint_name
 from jax.sharding import Mesh
 
-from training import attention, shapes
+from training import attention, layer_scan, shapes
 from training.config import ModelConfig
 from training.shapes import param_count as param_count  # re-exported (training.train)
 
@@ -209,7 +209,7 @@ def forward(
 
     if cfg.remat != "none":  # prevent_cse=False: scan already keeps the recomputation apart
         layer = jax.checkpoint(layer, policy=REMAT_POLICIES[cfg.remat], prevent_cse=False)
-    x, _ = jax.lax.scan(layer, x, params["layers"])
+    x = layer_scan.scan_layers(layer, x, params["layers"])
     x = _rms_norm(x, params["ln_f"], eps)
     if cfg.tie_embeddings:
         return weight_dot("bsd,vd->bsv", x, embed.astype(dtype), jnp.float32)
