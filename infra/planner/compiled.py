@@ -12,10 +12,7 @@ temp`` of XLA's ``CompiledMemoryStats`` (the formula and its source: :mod:`train
 :func:`compare` sets it beside :func:`infra.planner.memory.memory_per_chip` for the same
 config on the platform the compile ran on (``cpu``: ``model.attention: auto`` runs ``xla`` there,
 materializing the scores, where a TPU runs splash). Measured agreement (docs/model.md): within
-±25 % in float32. The CPU compiler keeps 16-bit (``bfloat16``) activations it saves for the
-backward pass in float32 buffers (it has no bfloat16 dynamic-update-slice: the optimized HLO
-converts the stacked residuals to f32), so for a ``bfloat16`` model XLA's CPU figure is higher
-than a TPU's would be; the comparison says so.
+±25 % in float32 and in bfloat16.
 
 Never called by ``pulumi preview``/``up`` or by a plain ``multislice plan``: a compile takes
 seconds to minutes.
@@ -88,13 +85,12 @@ class CompiledComparison:
 
     ``xla``: :func:`compiled_memory`'s document; ``estimate``: ``memory_per_chip`` on
     ``xla["platform"]``; ``ratio`` = estimate ÷ XLA's total; ``agrees``: within
-    :data:`AGREEMENT`; ``note``: why the figures may differ for this config, or empty."""
+    :data:`AGREEMENT`."""
 
     xla: dict[str, int | str]
     estimate: MemoryEstimate
     ratio: float
     agrees: bool
-    note: str
 
     def to_json(self) -> dict:
         return {
@@ -102,7 +98,6 @@ class CompiledComparison:
             "estimated_bytes_per_device": self.estimate.total,
             "ratio": self.ratio,
             "agrees": self.agrees,
-            "note": self.note,
         }
 
 
@@ -115,10 +110,4 @@ def compare(train: TrainConfig, hbm_capacity_bytes: int, timeout_s: float = 600.
     xla = compiled_memory(train, timeout_s)
     estimate = memory_per_chip(train, hbm_capacity_bytes, str(xla["platform"]))
     ratio = estimate.total / int(xla["total"])
-    note = ""
-    if train.model.compute_dtype != "float32" and xla["platform"] == "cpu":
-        note = (
-            f"compute_dtype {train.model.compute_dtype}: the CPU compiler keeps the saved activations in float32, "
-            "so its figure is higher than a TPU's; compare with compute_dtype float32"
-        )
-    return CompiledComparison(xla=xla, estimate=estimate, ratio=ratio, agrees=abs(ratio - 1) <= AGREEMENT, note=note)
+    return CompiledComparison(xla=xla, estimate=estimate, ratio=ratio, agrees=abs(ratio - 1) <= AGREEMENT)

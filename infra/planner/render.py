@@ -86,7 +86,7 @@ def print_compiled(c: CompiledComparison, console: Console) -> None:
         f"arguments {_size(int(x['argument']))} + outputs {_size(int(x['output']))} − aliased "
         f"{_size(int(x['alias']))} + temporaries {_size(int(x['temp']))}\n"
         f"  planner estimate for the same step on {x['platform']}: {_size(c.estimate.total)} per chip, "
-        f"{c.ratio:.2f} × XLA's ({verdict} within ±{AGREEMENT:.0%})" + (f"\n  note: {c.note}" if c.note else ""),
+        f"{c.ratio:.2f} × XLA's ({verdict} within ±{AGREEMENT:.0%})",
         soft_wrap=True,
         markup=False,
     )

@@ -7,8 +7,8 @@ model), ``smollm2-135m`` (the ~125M preset, all 30 layers) and ``llama-3.2-1b`` 
 16 layers (the layers run in one ``lax.scan``, so the compile does not grow with depth, but 16
 layers of float32 state and activations make a compile on this 2-core machine take no longer,
 only the figures larger; 2 keep the test quick while every per-layer term is exercised). The
-3B-70B presets differ from these only in sizes. Compared in float32: the CPU compiler keeps
-bfloat16 saved activations in float32 buffers (infra/planner/compiled.py), which a TPU does not.
+3B-70B presets differ from these only in sizes. Each is compared in float32 and in bfloat16
+(the default compute dtype).
 """
 
 from __future__ import annotations
@@ -23,26 +23,25 @@ from infra.planner.memory import memory_per_chip
 from training import aot
 from training.config import TrainConfig
 
-F32 = {"compute_dtype": "float32"}
-
 CASES = {
-    "byte-fsdp2-tensor2": {"model": F32, "parallelism": {"ici": {"fsdp": 2, "tensor": 2}}},
+    "byte-fsdp2-tensor2": {"model": {}, "parallelism": {"ici": {"fsdp": 2, "tensor": 2}}},
     "smollm2-135m-fsdp4-remat-full": {
-        "model": F32 | {"preset": "smollm2-135m", "remat": "full"},
+        "model": {"preset": "smollm2-135m", "remat": "full"},
         "global_batch_size": 8,
         "parallelism": {"ici": {"fsdp": 4}},
     },
     "llama-3.2-1b-2-layers-microbatches-2": {
-        "model": F32 | {"preset": "llama-3.2-1b", "n_layers": 2},
+        "model": {"preset": "llama-3.2-1b", "n_layers": 2},
         "global_batch_size": 2,
         "microbatches": 2,
     },
 }
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("keys", CASES.values(), ids=CASES.keys())
-def test_estimate_is_within_a_quarter_of_xla(keys):
-    train = TrainConfig.model_validate(keys)
+def test_estimate_is_within_a_quarter_of_xla(keys, dtype):
+    train = TrainConfig.model_validate(keys | {"model": keys["model"] | {"compute_dtype": dtype}})
     xla = aot.compiled_memory(train, jax.devices())
     estimate = memory_per_chip(train, 2**40, "cpu")
     assert xla.platform == "cpu" and xla.devices == aot.mesh_devices(train)
