@@ -193,3 +193,15 @@ def test_weight_dot_runs_every_matmul_on_bfloat16_operands_with_a_float32_accumu
     for eqn in found:
         assert [str(v.aval.dtype) for v in eqn.invars] == ["bfloat16", "bfloat16"], eqn
         assert eqn.params["preferred_element_type"] == jnp.float32, eqn
+
+
+def test_loss_is_the_mean_negative_log_softmax_of_the_targets():
+    # Computed independently in float64 with numpy from the model's logits.
+    params = model.init_params(CFG, 256, jax.random.key(0))
+    batch = jax.random.randint(jax.random.key(1), (3, 17), 0, 256)
+    logits = np.asarray(model.forward(params, batch[:, :-1], CFG), dtype=np.float64)
+    targets = np.asarray(batch[:, 1:])
+    shifted = logits - logits.max(axis=-1, keepdims=True)
+    log_softmax = shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+    expected = -np.take_along_axis(log_softmax, targets[..., None], axis=-1).mean()
+    assert float(model.loss_fn(params, batch, CFG)) == pytest.approx(expected, rel=1e-6)
