@@ -67,7 +67,8 @@ def scan_layers(layer: Callable[[jax.Array, Any], tuple[jax.Array, Any]], x: jax
     are kept (stacked, as in ``jax.lax.scan``), bfloat16/float16 ones as ``uint16`` (module
     docstring). Residuals that do not depend on the layer (constants of the body) are stacked
     once per layer, where ``jax.lax.scan`` would hoist them: the layer body has only small ones
-    (the rotary tables, the causal mask).
+    (the rotary tables, the causal mask). Reverse mode only: a ``jax.custom_vjp`` has no
+    forward-mode derivative (``jax.jvp``, ``jax.hessian`` raise), which the trainer never takes.
     """
     structure: dict[str, Any] = {}
 
