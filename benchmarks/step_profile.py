@@ -44,7 +44,7 @@ if __name__ == "__main__":
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
-from training import aot, model, optimizer as optimizer_lib  # noqa: E402
+from training import aot, optimizer as optimizer_lib, state as state_lib  # noqa: E402
 from training.config import TrainConfig  # noqa: E402
 
 
@@ -86,8 +86,7 @@ def main() -> None:
     compiled = aot.lower_train_step(config).compile()
     print(f"compiled in {time.perf_counter() - started:.1f} s")
     opt, _ = optimizer_lib.make_optimizer(config.optimizer, config.steps)
-    params = model.init_params(config.model, config.vocab_size, jax.random.key(0))
-    state = {"params": params, "opt_state": opt.init(params)}
+    state = jax.jit(state_lib.initializer(config, opt))()
     rows = np.random.default_rng(0).integers(0, config.vocab_size, (args.batch, config.sequence_length + 1))
     batch = jax.numpy.asarray(rows, dtype=jax.numpy.int32)
     times = []

@@ -41,7 +41,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh
 
-from training import mesh as mesh_lib, model, optimizer as optimizer_lib, state as state_lib, step as step_lib
+from training import mesh as mesh_lib, optimizer as optimizer_lib, state as state_lib, step as step_lib
 from training.config import MESH_AXES, TrainConfig, load_train_config
 
 
@@ -101,13 +101,7 @@ def lower_train_step(config: TrainConfig, devices: list | None = None) -> Any:
     # a jax.jit function: it has .lower
     step: Any = step_lib.make_train_step(config.model, opt, mesh, shardings, batch_sharding, config.microbatches)
 
-    def init_state():
-        params = model.init_params(config.model, config.vocab_size, jax.random.key(0))
-        return {"params": params, "opt_state": opt.init(params)}
-
-    state = jax.tree.map(
-        lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), jax.eval_shape(init_state), shardings
-    )
+    state = state_lib.abstract(config, opt, shardings)
     batch = jax.ShapeDtypeStruct(
         (config.global_batch_size, config.sequence_length + 1), jnp.int32, sharding=batch_sharding
     )

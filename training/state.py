@@ -33,7 +33,11 @@ def shardings(cfg: TrainConfig, mesh: Mesh, optimizer: optax.GradientTransformat
     return {"params": param_shardings, "opt_state": opt_shardings}
 
 
-def _initializer(cfg: TrainConfig, optimizer: optax.GradientTransformation) -> Callable[[], Any]:
+def initializer(cfg: TrainConfig, optimizer: optax.GradientTransformation) -> Callable[[], Any]:
+    """``init_state() -> {"params", "opt_state"}``: the model's initial parameters (seed
+    ``cfg.seed``) and ``optimizer``'s state for them (call it under ``jax.jit`` or
+    ``jax.eval_shape``)."""
+
     def init_state():
         params = model.init_params(cfg.model, cfg.vocab_size, jax.random.key(cfg.seed))
         return {"params": params, "opt_state": optimizer.init(params)}
@@ -46,7 +50,7 @@ def abstract(cfg: TrainConfig, optimizer: optax.GradientTransformation, state_sh
     out as ``state_shardings``): what a checkpoint restores onto, computed without any FLOP."""
     return jax.tree.map(
         lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
-        jax.eval_shape(_initializer(cfg, optimizer)),
+        jax.eval_shape(initializer(cfg, optimizer)),
         state_shardings,
     )
 
@@ -67,7 +71,7 @@ def restore_or_init(
     ``state_shardings``.
     Raises checkpointing.CheckpointRestoreError, agreement.AgreementError."""
 
-    init_state = _initializer(cfg, optimizer)
+    init_state = initializer(cfg, optimizer)
     abstract_state = abstract(cfg, optimizer, state_shardings)
 
     def check(step: int, state: Any) -> str:  # a collective first, then this process's read of the record
