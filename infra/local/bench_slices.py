@@ -167,7 +167,10 @@ def run_emulated(
                 "result": str(out),
             }
             env = _child_env(spec.devices_per_slice, shares[index] if shares else None)
-            children.append(_start_child(f"slice-{index}", task, env, Path(tmp)))
+            # A stop between the child's fork and the append would leave it out of the list
+            # that is killed on exit: it is raised once the child is in the list.
+            with stop_signals.signals_held():
+                children.append(_start_child(f"slice-{index}", task, env, Path(tmp)))
         _wait_children(children, deadline, "emulated slices")
         bench = json.loads(out.read_text())
     after = reference()

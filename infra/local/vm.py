@@ -31,6 +31,7 @@ from pathlib import Path
 
 from infra.local.metadata import PREFIX, MetadataServer
 from infra.local.service_manager import session_pids
+from infra.local.stop_signals import signals_held
 from infra.local.supervisor import ProcessGroup
 from infra.startup.contract import HOME_ENV, METADATA_HOST_ENV, STARTUP_SCRIPT_KEY
 
@@ -109,17 +110,20 @@ class EmulatedVM:
         runtime = self.home / "run"
         shutil.rmtree(runtime, ignore_errors=True)  # /run is empty at every boot
         self.boots += 1
-        group = self.group = VmProcesses.start(
-            self.name,
-            boot_command(script_path, self.unit_dir, runtime),
-            log_path=self.log_path,
-            env={**env, METADATA_HOST_ENV: self.metadata.address, HOME_ENV: str(self.home)},
-            cwd=self.home,
-            append=True,
-            # The boot's time: `multislice local logs --since` dates the console lines from it.
-            header=f"===== boot {self.boots} of {self.name} at {datetime.now(UTC):%Y-%m-%dT%H:%M:%SZ} =====",
-            lifeline=True,  # its systemd powers the VM off when the emulator dies
-        )
+        # A stop between the fork and the assignment would leave the VM out of the emulator's
+        # shutdown: it is raised once self.group holds it.
+        with signals_held():
+            group = self.group = VmProcesses.start(
+                self.name,
+                boot_command(script_path, self.unit_dir, runtime),
+                log_path=self.log_path,
+                env={**env, METADATA_HOST_ENV: self.metadata.address, HOME_ENV: str(self.home)},
+                cwd=self.home,
+                append=True,
+                # The boot's time: `multislice local logs --since` dates the console lines from it.
+                header=f"===== boot {self.boots} of {self.name} at {datetime.now(UTC):%Y-%m-%dT%H:%M:%SZ} =====",
+                lifeline=True,  # its systemd powers the VM off when the emulator dies
+            )
         return group
 
     def wipe_disk(self) -> None:

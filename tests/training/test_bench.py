@@ -110,6 +110,28 @@ def test_ctrl_c_kills_every_child(monkeypatch):
     assert len(started) == 2 and all(proc.poll() is not None for proc in started)
 
 
+def test_a_stop_as_a_child_starts_still_kills_it(monkeypatch):
+    # SIGTERM lands between a child's fork and its entry in the list killed on exit (what the
+    # subprocess test below can hit by chance): the stop is raised only after the entry.
+    started = []
+    original = bench_slices._start_child
+
+    def start_then_signal(name, task, env, workdir):
+        group = original(name, task, env, workdir)
+        started.append(group.proc)
+        os.kill(os.getpid(), signal.SIGTERM)  # Python runs the handler at the next bytecode
+        return group
+
+    monkeypatch.setattr(bench_slices, "_start_child", start_then_signal)
+    try:
+        with pytest.raises(KeyboardInterrupt, match="SIGTERM"):
+            bench_slices.run_emulated(spec_from_options(dcn_data=2, **TINY), timeout_s=60)
+        assert len(started) == 1 and started[0].poll() is not None
+    finally:
+        for proc in started:
+            proc.kill()
+
+
 def _children_of(pid: int) -> list[int]:
     try:
         return [child.pid for child in psutil.Process(pid).children()]
