@@ -1,7 +1,9 @@
 """Test-session setup: JAX runs on CPU with 8 emulated devices in the test process.
 
 Set before anything imports jax (the device count is fixed at import: docs/jax-on-cpu.md).
-Subprocesses (the local emulation) get their own JAX environment from the emulator.
+Subprocesses (the local emulation) get their own JAX environment from the emulator. XLA's CPU
+backend generates code without LLVM's optimizations (tests/compile_flags.py): compiles dominate
+the suite's time.
 """
 
 import os
@@ -12,11 +14,14 @@ import uuid
 
 import pytest
 
+from tests import compile_flags
+
 #: Keeps the tests that share a module-scoped fixture on one pytest-xdist worker.
 pytest_plugins = ["tests.xdist_groups"]
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("JAX_NUM_CPU_DEVICES", "8")
+os.environ["XLA_FLAGS"] = compile_flags.with_fast_compile(os.environ.get("XLA_FLAGS"))
 
 
 def _share_bytecode() -> str | None:

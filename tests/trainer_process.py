@@ -42,7 +42,7 @@ def free_port() -> int:
 
 
 def environment(devices: int = 2, **extra: str) -> dict[str, str]:
-    from tests import compilation_cache  # here: the trainer subprocesses import this module too
+    from tests import compilation_cache, compile_flags  # here: the trainer subprocesses import this module too
 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "XLA_", "MULTISLICE_", "TEST_"))}
     env.update(
@@ -50,6 +50,7 @@ def environment(devices: int = 2, **extra: str) -> dict[str, str]:
             "JAX_PLATFORMS": "cpu",
             "JAX_NUM_CPU_DEVICES": str(devices),
             "PYTHONUNBUFFERED": "1",
+            "XLA_FLAGS": compile_flags.with_fast_compile(None),
             # One compilation cache for the session's runs (tests/compilation_cache.py): process 0
             # loads what an earlier test compiled while its peer compiles, and is waited for
             # (test_a_peer_that_compiles_much_longer_is_waited_for).
