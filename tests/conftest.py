@@ -2,8 +2,8 @@
 
 Set before anything imports jax (the device count is fixed at import: docs/jax-on-cpu.md).
 Subprocesses (the local emulation) get their own JAX environment from the emulator. XLA's CPU
-backend generates code without LLVM's optimizations (tests/compile_flags.py): compiles dominate
-the suite's time.
+backend generates code without LLVM's optimizations (tests/compile_flags.py): much of the suite's
+time is compiling.
 """
 
 import os
