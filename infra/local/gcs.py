@@ -212,30 +212,31 @@ class GcsServer:
         for _ in range(3):  # a free port can be taken before the server binds it: try another
             self.port = self.fixed_port or free_port()
             self._log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
+            argv = [
+                sys.executable,  # the server is SIGKILLed when this process dies
+                "-m",
+                "infra.local.lifeline",
+                "--",
+                str(binary),
+                "-scheme",
+                "http",
+                "-host",
+                "127.0.0.1",
+                "-port",
+                str(self.port),
+                "-backend",
+                "filesystem",
+                "-filesystem-root",
+                str(self.root.resolve()),
+                "-log-level",
+                "warn",
+            ]
             # A stop between the fork and the assignment would leave the server out of stop():
             # it is raised once self.group holds it.
             with stop_signals.signals_held():
                 self.group = ProcessGroup.start(
                     "fake-gcs-server",
-                    [
-                        sys.executable,  # the server is SIGKILLed when this process dies
-                        "-m",
-                        "infra.local.lifeline",
-                        "--",
-                        str(binary),
-                        "-scheme",
-                        "http",
-                        "-host",
-                        "127.0.0.1",
-                        "-port",
-                        str(self.port),
-                        "-backend",
-                        "filesystem",
-                        "-filesystem-root",
-                        str(self.root.resolve()),
-                        "-log-level",
-                        "warn",
-                    ],
+                    argv,
                     log_path=self.log_path,
                     env={**os.environ, **self.extra_env},
                     append=True,
