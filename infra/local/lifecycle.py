@@ -15,7 +15,10 @@ import sys
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # imported by the functions that need them: nothing heavy before the emulation
+    from infra.local.options import Options
 
 #: Exit statuses of a run stopped by SIGHUP, SIGINT, SIGTERM (128 + the signal's number).
 STOP_EXIT_CODES = (129, 130, 143)
@@ -57,7 +60,7 @@ def stopped(name: str) -> UpError:
 def run_recorded(
     config,
     paths,
-    options: dict,
+    options: Options,
     *,
     fresh: bool,
     gcs_port: int | None,
@@ -67,7 +70,7 @@ def run_recorded(
 ) -> Outcome:
     """Hold the stack's lock and record this process in the state file before anything is
     started (so that `local down` finds and stops it at any moment), run, and forget the
-    state whatever happens. ``options``: :class:`infra.local.emulator.Options`' fields;
+    state whatever happens. ``options``: the command's flags;
     ``say`` prints a progress line; ``progress(total_steps)`` opens the progress display.
 
     SIGTERM / SIGINT / SIGHUP anywhere in here stop what was started, ignore further stop
@@ -109,7 +112,7 @@ def run_recorded(
         os._exit(stop.exit_code)
 
 
-def _run_locked(config, paths, options: dict, *, fresh: bool, gcs_port, say, progress) -> Outcome:
+def _run_locked(config, paths, options: Options, *, fresh: bool, gcs_port, say, progress) -> Outcome:
     """The body of :func:`run_recorded`, inside its signal handlers."""
     import uuid
 
@@ -157,7 +160,7 @@ def _run_locked(config, paths, options: dict, *, fresh: bool, gcs_port, say, pro
         raise stopped(str(err)) from None
 
 
-def _emulate(config, paths, options: dict, *, fresh: bool, gcs_port, say, progress, emulation_id: str) -> Outcome:
+def _emulate(config, paths, options: Options, *, fresh: bool, gcs_port, say, progress, emulation_id: str) -> Outcome:
     """Render the startup script, serve the stack's storage, boot the VMs and train."""
     from infra import startup
     from infra.local import emulator, state as local_state
@@ -186,7 +189,7 @@ def _emulate(config, paths, options: dict, *, fresh: bool, gcs_port, say, progre
                 say(
                     f"emulated Cloud Storage at {resource.storage.url}; loading jax and orbax to read the run directory"
                 )
-                return train(resource, emulator.Options(**options), fresh, say)
+                return train(resource, options, fresh, say)
         except GcsServerError as err:
             raise UpError(f"{err}; nothing was started", 2) from None
         except emulator.Interrupted as err:
@@ -195,7 +198,7 @@ def _emulate(config, paths, options: dict, *, fresh: bool, gcs_port, say, progre
             raise UpError(str(err), 1) from None
 
 
-def train(resource, options, fresh: bool, say: Callable[[str], None]) -> Outcome:
+def train(resource, options: Options, fresh: bool, say: Callable[[str], None]) -> Outcome:
     """``local up`` once the stack's storage serves (inside ``resource.running()``): discard
     (``--fresh``) or report a finished run, else train."""
     from infra.clock import clock
