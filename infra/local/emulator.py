@@ -89,7 +89,7 @@ class LocalQueuedResource:
         progress: Callable[[ProgressSample], None] | None = None,
         emulation_id: str | None = None,
         uploads: dict[str, bytes] | None = None,
-    ):
+    ) -> None:
         self.config = config
         self.uploads = dict(uploads or {})
         self.paths = paths

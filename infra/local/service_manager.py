@@ -26,6 +26,7 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from infra.local.units import ServiceUnit, UnitError, parse_service
@@ -41,7 +42,7 @@ CLEAN_SIGNALS = frozenset({signal.SIGHUP, signal.SIGINT, signal.SIGTERM, signal.
 class JobFailed(Exception):
     """A systemctl request failed; ``code`` is systemctl's exit status."""
 
-    def __init__(self, message: str, code: int = 1):
+    def __init__(self, message: str, code: int = 1) -> None:
         super().__init__(message)
         self.code = code
 
@@ -49,7 +50,7 @@ class JobFailed(Exception):
 class Service:
     """The runtime state of one service unit (what ``systemctl show`` reports)."""
 
-    def __init__(self, unit: ServiceUnit):
+    def __init__(self, unit: ServiceUnit) -> None:
         self.unit = unit
         self.state = "inactive"  # inactive | active | deactivating | activating (auto-restart) | failed
         self.result = "success"
@@ -81,7 +82,7 @@ class Service:
 class Manager:
     """The service manager of one emulated VM (see the module docstring)."""
 
-    def __init__(self, unit_dir: Path, env: dict[str, str]):
+    def __init__(self, unit_dir: Path, env: dict[str, str]) -> None:
         self.unit_dir = Path(unit_dir)
         self.env = env
         self.services: dict[str, Service] = {}
@@ -280,7 +281,7 @@ class Manager:
             self.stop(name)
 
 
-def _live_pids(matches, exclude: int | None = None) -> list[int]:
+def _live_pids(matches: Callable[[int], bool], exclude: int | None = None) -> list[int]:
     """Non-zombie processes for which ``matches(pid)`` holds (a zombie whose parent has not
     reaped it yet is gone for our purposes)."""
     import psutil

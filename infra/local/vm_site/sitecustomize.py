@@ -29,6 +29,8 @@ import importlib.abc
 import importlib.machinery
 import os
 import sys
+from collections.abc import Sequence
+from types import ModuleType
 
 #: Set in every emulated VM's environment (``infra.local.topology.vm_environment``).
 EMULATED_TPU_ENV = "MULTISLICE_EMULATED_TPU"
@@ -36,7 +38,7 @@ EMULATED_TPU_ENV = "MULTISLICE_EMULATED_TPU"
 TARGET = "jax._src.clusters.cloud_tpu_cluster"
 
 
-def register(module) -> None:
+def register(module: ModuleType) -> None:
     """Define ``EmulatedTpuCluster`` on top of ``module.GceTpuCluster`` (see the module docstring)."""
 
     class EmulatedTpuCluster(module.GceTpuCluster):
@@ -51,17 +53,17 @@ def register(module) -> None:
             except Exception:  # no metadata server: not an emulated TPU VM
                 return False
 
-    module.EmulatedTpuCluster = EmulatedTpuCluster
+    module.EmulatedTpuCluster = EmulatedTpuCluster  # pyright: ignore[reportAttributeAccessIssue]  a new attribute of jax's module
 
 
 class _Loader(importlib.abc.Loader):
-    def __init__(self, loader):
+    def __init__(self, loader: importlib.abc.Loader) -> None:
         self.loader = loader
 
-    def create_module(self, spec):
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
         return self.loader.create_module(spec)
 
-    def exec_module(self, module) -> None:
+    def exec_module(self, module: ModuleType) -> None:
         self.loader.exec_module(module)
         register(module)
 
@@ -69,7 +71,9 @@ class _Loader(importlib.abc.Loader):
 class _Finder(importlib.abc.MetaPathFinder):
     """Wraps the loader of :data:`TARGET` so that :func:`register` runs right after it."""
 
-    def find_spec(self, fullname, path, target=None):
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
         if fullname != TARGET:
             return None
         spec = importlib.machinery.PathFinder.find_spec(fullname, path)
