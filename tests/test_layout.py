@@ -51,7 +51,13 @@ TEST_FOLDERS = {
     "training": "training",
 }
 #: Tests of the repository as a whole, kept at the top of tests/.
-TOP_LEVEL_TESTS = {"test_import_graph.py", "test_layout.py", "test_readme.py", "test_xdist_groups.py"}
+TOP_LEVEL_TESTS = {
+    "test_import_graph.py",
+    "test_layout.py",
+    "test_pre_commit.py",
+    "test_readme.py",
+    "test_xdist_groups.py",
+}
 
 
 def test_tests_mirror_the_packages():
