@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from tests.local.test_emulation import CLI, STACK, cli_env, processes_under, run_cli, run_records, stop_if_running
+from tests.helpers.emulation import CLI, STACK, cli_env, processes_under, run_cli, run_records, stop_if_running
 
 
 @pytest.mark.slow

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.local.test_emulation import CLI, cli_env, long_stack, processes_under, run_cli
+from tests.helpers.emulation import CLI, cli_env, long_stack, processes_under, run_cli
 
 
 def start_up(tmp_path: Path) -> subprocess.Popen:

@@ -7,7 +7,7 @@ import jax
 import numpy as np
 import pytest
 
-from tests.training.test_step import CONFIG
+from tests.helpers.train_step import CONFIG
 from training import checkpointing, mesh as mesh_lib, model, optimizer as optimizer_lib, state as state_lib
 from training.run_dir import RunDir
 from training.shapes import Param, params as param_shapes

@@ -12,8 +12,8 @@ import uuid
 
 import pytest
 
-from tests.training.test_prepare import corpus
-from tests.training.test_train import CONFIG, SINGLE, losses
+from tests.helpers.datasets import corpus
+from tests.helpers.train_runs import CONFIG, SINGLE, losses
 from training import checkpointing, model, prepare, train
 from training.config import TrainConfig
 from training.run_dir import RunDir
