@@ -22,6 +22,8 @@ import threading
 import time
 from typing import Any
 
+from training import agreement
+
 log = logging.getLogger(__name__)
 
 DEFAULT_GRACE_S = 60.0
@@ -131,8 +133,6 @@ def _process_index() -> int:
 
 
 def _job_noticed() -> bool:
-    from training import agreement
-
     client = agreement.client()
     if client is None:
         return False

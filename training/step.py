@@ -6,7 +6,7 @@ update as one batch (the mean loss over equal-sized microbatches is the mean ove
 with the activations of one microbatch at a time. Microbatch j holds rows ``i·k + j`` of the
 batch: every device's block of rows ``[r·B/n, (r+1)·B/n)`` (n = data × fsdp) contributes B/(n·k)
 rows to each microbatch, so the split is a local reshape, no data moves between devices, and
-the batch of each step is still the rows the data gives for that step (training.data).
+the batch of each step is still the rows the data gives for that step (training.data.text, training.data.tokens).
 """
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ import jax.numpy as jnp
 import optax
 from jax.sharding import Mesh, NamedSharding
 
-from training import mesh as mesh_lib, model
+from training import mesh as mesh_lib
 from training.config import ModelConfig
+from training.model import transformer as model
 
 
 def _constrain(mesh: Mesh) -> Callable:
@@ -37,7 +38,7 @@ def make_train_step(
 ) -> Callable:
     """``step(state, batch) -> (state, {"loss", "grad_norm"})``: ``state`` is ``{"params",
     "opt_state"}`` laid out as ``shardings`` (donated), ``batch`` int32 ``[global_batch,
-    sequence_length + 1]`` tokens; ``loss`` is :func:`training.model.loss_fn` at the params
+    sequence_length + 1]`` tokens; ``loss`` is :func:`training.model.transformer.loss_fn` at the params
     before the update (the mean over the ``microbatches``), ``grad_norm`` its gradient's global
     L2 norm (float32 scalars). ``microbatches`` must divide each device's rows of the batch
     (``TrainConfig`` checks it as ``microbatches``)."""
@@ -72,7 +73,7 @@ def make_train_step(
 
 
 def make_eval_step(cfg: ModelConfig, mesh: Mesh, param_shardings: Any, batch_sharding: NamedSharding) -> Callable:
-    """``eval_step(params, batch) -> loss``: :func:`training.model.loss_fn` (float32 scalar)."""
+    """``eval_step(params, batch) -> loss``: :func:`training.model.transformer.loss_fn` (float32 scalar)."""
     constrain = _constrain(mesh)
 
     def eval_step(params, batch):

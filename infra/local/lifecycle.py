@@ -204,7 +204,7 @@ def train(resource, options, fresh: bool, say: Callable[[str], None]) -> Outcome
 
     with signals_held():  # a stop during jax's import would abort the process: it is raised after it
         from infra.local import state as local_state, summary
-        from training.checkpointing import is_complete  # jax, orbax: seconds
+        from training.checkpoint.manager import is_complete  # jax, orbax: seconds
 
     config, run_dir, total = resource.config, resource.run_dir, resource.config.total_steps
     if fresh:
@@ -279,7 +279,8 @@ def check_data_source(config, *, stored: bool) -> None:
         )
     if remote != stored:
         return
-    from training.data import DataError, check_source
+    from training.data.base import DataError
+    from training.data.sources import check_source
 
     try:
         check_source(source)  # a prepared dataset (its manifest) or a glob of text files

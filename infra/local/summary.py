@@ -6,11 +6,11 @@ through the run directory's storage API, as the trainer wrote it: ``training.run
 * ``restarts``: trainer starts after the first (``start`` events);
 * ``steps_lost``: step records written again after a restart — work computed, lost with
   the process and recomputed from the last checkpoint (steps of a window that was never
-  synced are not seen, so this is a lower bound: ``training.run_log``);
+  synced are not seen, so this is a lower bound: ``training.metrics.run_log``);
 * ``complete``: a valid completion marker for at least ``total_steps`` exists;
 * ``training_seconds``: from the run's first start to its last event (all attempts, across
   every ``local up`` of the run);
-* ``goodput`` (in [0, 1]) and ``badput`` (seconds by cause): :func:`training.goodput.account`
+* ``goodput`` (in [0, 1]) and ``badput`` (seconds by cause): :func:`training.metrics.goodput.account`
   over every attempt, from the first process start to the ``complete`` event (or the last
   record); the trainer writes the same report as ``goodput.json``.
 """
@@ -20,10 +20,10 @@ from __future__ import annotations
 from typing import Any
 
 from infra.local.tails import valid_records
-from training import goodput
-from training.checkpointing import read_completion
+from training.checkpoint.manager import read_completion
+from training.metrics import goodput
+from training.metrics.run_log import read_records
 from training.run_dir import RunDir
-from training.run_log import read_records
 
 
 class Badput(dict):

@@ -1,9 +1,9 @@
 """A run's progress from its run directory, reading only the newest records.
 
-What the trainer writes (``training.run_dir``, ``training.run_log``): ``metrics/<n>.jsonl`` and
+What the trainer writes (``training.run_dir``, ``training.metrics.run_log``): ``metrics/<n>.jsonl`` and
 ``events/<n>.jsonl``, one object per sync window (``n`` = 00000000, 00000001, …, in the order
 written, across restarts), ``COMPLETE`` (``{"step", "loss"}``, written once the last step's
-checkpoint is finalized: ``training.checkpointing.read_completion`` reads the same format) and,
+checkpoint is finalized: ``training.checkpoint.manager.read_completion`` reads the same format) and,
 once the trainer has accounted it, ``goodput.json`` (``{"goodput", "badput", …}``: the goodput of
 every attempt so far, written at completion and at each preemption exit).
 
@@ -30,7 +30,7 @@ from typing import Any
 
 from infra.startup.contract import COMPLETE_MARKER
 from infra.status.store import Entry, RunStore
-from training.run_log import parse_records
+from training.metrics.run_log import parse_records
 
 #: Metrics objects read at once (the newest first) while no step record is found.
 METRICS_BATCH = 8
@@ -39,7 +39,7 @@ GOODPUT_FILE = "goodput.json"
 
 def completion_step(data: bytes | None) -> int | None:
     """The step of a ``COMPLETE`` marker, or None when absent or malformed (as
-    ``training.checkpointing.read_completion`` treats it)."""
+    ``training.checkpoint.manager.read_completion`` treats it)."""
     if data is None:
         return None
     try:

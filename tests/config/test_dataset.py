@@ -13,8 +13,9 @@ from infra.startup import contract
 from tests.fakes.queued_resource import clear_ambient_credentials, refuse_connections
 from tests.planner.stacks import stack
 from tests.training.test_prepare import corpus
-from training import manifest as manifest_lib, prepare
-from training.shard_io import Storage
+from training.data import manifest as manifest_lib
+from training.data.storage import Storage
+from training.prepare import shards as prepare
 
 #: The BPE's vocabulary: not a multiple of 4, so a tensor axis of 4 does not divide it.
 VOCAB = 302

@@ -1,6 +1,6 @@
 """infra.local.summary: the run summary from what the trainer wrote in a run directory
 (synthetic ``metrics`` / ``events`` logs and ``COMPLETE`` written here, as the trainer writes
-them: training.run_log.RecordLog and training.checkpointing.write_completion), locally and
+them: training.metrics.run_log.RecordLog and training.checkpoint.manager.write_completion), locally and
 through the emulated Cloud Storage."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import pytest
 
 from infra.cli.local import print_summary
 from infra.local.summary import summarize
-from training.checkpointing import write_completion
+from training.checkpoint.manager import write_completion
+from training.metrics.run_log import RecordLog
 from training.run_dir import RunDir
-from training.run_log import RecordLog
 
 
 @pytest.fixture

@@ -15,8 +15,8 @@ import pytest
 from infra.startup import contract
 from training import workload
 from training.cluster import ClusterIdentity, parse_tpu_env
+from training.metrics.run_log import read_records
 from training.run_dir import RunDir
-from training.run_log import read_records
 
 ROOT = Path(__file__).resolve().parents[2]
 

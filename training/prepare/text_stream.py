@@ -1,4 +1,4 @@
-"""Streaming a prepared dataset's source text for ``data prepare`` (:mod:`training.prepare`):
+"""Streaming a prepared dataset's source text for ``data prepare`` (:mod:`training.prepare.shards`):
 a file's piece read in segments cut after newlines, segments batched by size, and the batches
 read ahead on a thread, so that memory stays bounded by a few batches whatever the corpus size.
 """

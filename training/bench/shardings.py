@@ -46,7 +46,7 @@ Where it runs:
 * ``dcn > 1`` without TPU slices: ``multislice bench shardings`` emulates the slices as
   local CPU processes (``infra.local.bench_slices``), each calling :func:`measure_shardings`.
 
-The benchmark's definition and command-line options are :mod:`training.bench_spec`. This
+The benchmark's definition and command-line options are :mod:`training.bench.spec`. This
 module ships to the TPU VMs: it imports nothing from ``infra``.
 """
 
@@ -59,7 +59,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from training.bench_spec import BenchConfigError, BenchSpec
+from training.bench.spec import BenchConfigError, BenchSpec
 from training.config import MESH_AXES
 
 #: Learning rate of the benchmark's SGD update (its value does not change the work).
@@ -111,7 +111,7 @@ def matmul_reference(
     Both operands are in ``dtype``, and so is the product. ``accumulation_dtype`` None: the
     product is ``a @ b``, accumulated as XLA chooses for ``dtype``; ``"float32"``: the dot
     accumulates in float32 (``preferred_element_type``) and is rounded to ``dtype``, as the
-    trainer's weight matmuls are (``training.model``; on XLA's CPU backend this is the form
+    trainer's weight matmuls are (``training.model.transformer``; on XLA's CPU backend this is the form
     that reaches its bfloat16 dot kernels).
 
     Returns:
