@@ -87,7 +87,7 @@ class Notice:
             self.honouring = True
         return hit
 
-    def _handle(self, signum, frame) -> None:
+    def _handle(self, signum: int, frame: object) -> None:
         del signum, frame
         self.local = True
 

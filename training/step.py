@@ -45,14 +45,14 @@ def make_train_step(
     constrain = _constrain(mesh)
     grad_fn = jax.value_and_grad(lambda params, rows: model.loss_fn(params, rows, cfg, constrain, mesh))
 
-    def loss_and_grads(params, batch):
+    def loss_and_grads(params: Any, batch: jax.Array) -> tuple[jax.Array, Any]:
         if microbatches == 1:
             return grad_fn(params, batch)
         rows, width = batch.shape
         split = batch.reshape(rows // microbatches, microbatches, width).swapaxes(0, 1)  # [k, B/k, S+1]
         split = constrain(split, (None, "batch", "sequence"))
 
-        def accumulate(carry, rows):
+        def accumulate(carry: tuple[jax.Array, Any], rows: jax.Array) -> tuple[tuple[jax.Array, Any], None]:
             loss, grads = grad_fn(params, rows)
             return jax.tree.map(jnp.add, carry, (loss, grads)), None
 
@@ -61,7 +61,7 @@ def make_train_step(
         (loss, grads), _ = jax.lax.scan(accumulate, (jnp.zeros((), jnp.float32), zeros), split)
         return jax.tree.map(lambda x: x / microbatches, (loss, grads))
 
-    def train_step(state, batch):
+    def train_step(state: dict[str, Any], batch: jax.Array) -> tuple[dict[str, Any], dict[str, jax.Array]]:
         loss, grads = loss_and_grads(state["params"], batch)
         updates, opt_state = optimizer.update(grads, state["opt_state"], state["params"])
         params = optax.apply_updates(state["params"], updates)
@@ -76,7 +76,7 @@ def make_eval_step(cfg: ModelConfig, mesh: Mesh, param_shardings: Any, batch_sha
     """``eval_step(params, batch) -> loss``: :func:`training.model.transformer.loss_fn` (float32 scalar)."""
     constrain = _constrain(mesh)
 
-    def eval_step(params, batch):
+    def eval_step(params: Any, batch: jax.Array) -> jax.Array:
         return model.loss_fn(params, batch, cfg, constrain, mesh)
 
     return jax.jit(eval_step, in_shardings=(param_shardings, batch_sharding))

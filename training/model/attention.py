@@ -97,7 +97,7 @@ def splash(q: jax.Array, k: jax.Array, v: jax.Array, scale: float, mesh: Mesh | 
         block_kv_dq=block,
     )
 
-    def local(q, k, v):  # [b, H, S, K] and [b, G, S, K] on one device
+    def local(q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:  # [b, H, S, K] and [b, G, S, K] on one device
         mask = mask_lib.MultiHeadMask([mask_lib.CausalMask((seq, seq)) for _ in range(q.shape[1])])
         kernel = kernel_lib.make_splash_mha(mask, block_sizes=sizes, head_shards=1, q_seq_shards=1, interpret=interpret)
         return typing.cast(jax.Array, jax.vmap(kernel)(q, k, v))  # no residuals: save_residuals is off

@@ -80,11 +80,11 @@ def scan_layers(layer: Callable[[jax.Array, Any], tuple[jax.Array, Any]], x: jax
     structure: dict[str, Any] = {}
 
     @jax.custom_vjp
-    def run(x, stacked):
+    def run(x: jax.Array, stacked: Any) -> jax.Array:
         return jax.lax.scan(layer, x, stacked)[0]
 
-    def run_fwd(x, stacked):
-        def body(x, p):
+    def run_fwd(x: jax.Array, stacked: Any) -> tuple[jax.Array, list[jax.Array]]:
+        def body(x: jax.Array, p: Any) -> tuple[jax.Array, list[jax.Array]]:
             y, pullback = jax.vjp(lambda x, p: layer(x, p)[0], x, p)
             # pullback is a jax.tree_util.Partial: its leaves are the residual arrays.
             leaves, treedef = jax.tree.flatten(pullback)
@@ -93,8 +93,8 @@ def scan_layers(layer: Callable[[jax.Array, Any], tuple[jax.Array, Any]], x: jax
 
         return jax.lax.scan(body, x, stacked)
 
-    def run_bwd(residuals, g):
-        def body(g, stacked_residuals):
+    def run_bwd(residuals: list[jax.Array], g: jax.Array) -> tuple[jax.Array, Any]:
+        def body(g: jax.Array, stacked_residuals: list[jax.Array]) -> tuple[jax.Array, Any]:
             leaves = [_unpack(r, d) for r, d in zip(stacked_residuals, structure["dtypes"], strict=True)]
             return jax.tree.unflatten(structure["treedef"], leaves)(g)
 

@@ -33,6 +33,8 @@ from training.model import attention, layer_scan, shapes
 from training.model.shapes import param_count as param_count  # re-exported (training.train)
 
 Params = dict[str, Any]
+#: ``constrain(x, logical axes) -> x`` with a sharding constraint (training.step), or the identity.
+Constrain = Callable[[jax.Array, tuple[str | None, ...]], jax.Array]
 
 INIT_STD = 0.02  # GPT-2 initialization (Radford et al. 2019)
 
@@ -143,11 +145,15 @@ def _accumulating_dot(equation: str, x: jax.Array, w: jax.Array, out_dtype: Any)
     return jnp.einsum(equation, x, w, preferred_element_type=jnp.float32).astype(out_dtype)
 
 
-def _accumulating_dot_fwd(equation, x, w, out_dtype):
+def _accumulating_dot_fwd(
+    equation: str, x: jax.Array, w: jax.Array, out_dtype: Any
+) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
     return _accumulating_dot(equation, x, w, out_dtype), (x, w)
 
 
-def _accumulating_dot_bwd(equation, out_dtype, residuals, g):
+def _accumulating_dot_bwd(
+    equation: str, out_dtype: Any, residuals: tuple[jax.Array, jax.Array], g: jax.Array
+) -> tuple[jax.Array, jax.Array]:
     x, w = residuals
     inputs, out = equation.split("->")
     lhs, rhs = inputs.split(",")
@@ -164,7 +170,7 @@ def forward(
     params: Params,
     tokens: jax.Array,
     cfg: ModelConfig,
-    constrain=lambda x, axes: x,
+    constrain: Constrain = lambda x, axes: x,
     mesh: Mesh | None = None,
 ) -> jax.Array:
     """Logits for every position.
@@ -188,7 +194,7 @@ def forward(
     x = embed[tokens].astype(dtype)
     x = constrain(x, ("batch", "sequence", "activation_embed"))
 
-    def layer(x, p):
+    def layer(x: jax.Array, p: Params) -> tuple[jax.Array, None]:
         bsd = ("batch", "sequence", "activation_embed")
         bshk = ("batch", "sequence", "heads", "head_dim")
         bsgk = ("batch", "sequence", "kv_heads", "head_dim")
@@ -218,7 +224,11 @@ def forward(
 
 
 def loss_fn(
-    params: Params, batch: jax.Array, cfg: ModelConfig, constrain=lambda x, axes: x, mesh: Mesh | None = None
+    params: Params,
+    batch: jax.Array,
+    cfg: ModelConfig,
+    constrain: Constrain = lambda x, axes: x,
+    mesh: Mesh | None = None,
 ) -> jax.Array:
     """Mean next-token cross-entropy (nats/token) of a ``[B, S+1]`` int32 batch.
 

@@ -183,7 +183,13 @@ class _Progress:
 
 
 def _write_shard(
-    storage: Storage, name: str, files: list, pieces: list, tokenizer, dtype: str, progress: _Progress
+    storage: Storage,
+    name: str,
+    files: list,
+    pieces: list,
+    tokenizer: tokenizer_lib.Tokenizer,
+    dtype: str,
+    progress: _Progress,
 ) -> Shard:
     """Tokenize ``pieces`` into the shard ``name`` (staged, then committed atomically)."""
     import numpy as np
