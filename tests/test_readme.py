@@ -1,6 +1,8 @@
-"""The README stays true: its set-up commands use real options, its reference names every key,
-its command lines run here as documented (those that can without the cloud or the Pulumi CLI;
-the others each say why not), and its download figures are the lock's."""
+"""The README and the docs pages its sections moved to stay true: the set-up commands use real
+options, the configuration reference (docs/configuration.md) names every key, the command lines
+run here as documented (those that can without the cloud or the Pulumi CLI; the others each say
+why not) with options the CLI has, and the download figures (docs/development.md) are the
+lock's."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+import typer
 from pydantic import BaseModel
 from typer.testing import CliRunner
 
@@ -30,7 +33,38 @@ ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
 
 
-REFERENCE = README.split("## Stack configuration reference", 1)[1].split("\n## ", 1)[0]
+def page(name: str) -> str:
+    return (ROOT / "docs" / name).read_text(encoding="utf-8")
+
+
+def section(text: str, heading: str) -> str:
+    """The part of ``text`` under the heading line that starts with ``heading``, up to the next
+    level-2 heading."""
+    return text.split(heading, 1)[1].split("\n## ", 1)[0]
+
+
+#: The README's former sections, now docs pages (the README links them): the same checks read
+#: them there.
+CONFIGURATION = page("configuration.md")  # "Stack configuration reference"
+EMULATION = page("emulation.md")  # "The local emulation"
+DEPLOYING = page("deploying.md")  # "Deploying for real": its first section
+REVIEW = page("review.md")  # plan, bench shardings, the review workflow
+DEVELOPMENT = page("development.md")  # set-up in detail, layout, linters
+#: The pages whose ``bash`` blocks hold the README's former commands (with the pages' own).
+COMMAND_PAGES = {
+    name: page(name)
+    for name in (
+        "emulation.md",
+        "review.md",
+        "deploying.md",
+        "status-and-logs.md",
+        "exec-and-reset.md",
+        "data.md",
+        "development.md",
+    )
+}
+
+REFERENCE = CONFIGURATION
 
 
 def tables(text: str) -> list[list[list[str]]]:
@@ -182,18 +216,18 @@ def test_ci_fails_on_a_stale_lock_before_testing():
 
 
 def test_ci_runs_the_linters_the_readme_names():
-    section = README.split("## Development: linters and type checker", 1)[1].split("\n## ", 1)[0]
-    assert "```bash\n.ci/lint\n```" in section
+    linters = section(DEVELOPMENT, "## Linters and type checker")
+    assert "```bash\n.ci/lint\n```" in linters
     ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
     assert ".ci/lint || lint_status=$?" in ci and ci[-1] == 'exit "$lint_status"'
     lint = (ROOT / ".ci" / "lint").read_text()
     for tool in ("ruff check .", "ruff format --check .", "basedpyright", "shellcheck"):
-        assert f"run --frozen {tool}" in lint and f"`{tool}" in section, tool
+        assert f"run --frozen {tool}" in lint and f"`{tool}" in linters, tool
 
 
 def test_readme_states_the_minimum_pulumi_cli():
     # 3.145.0: dynamic providers use the uv toolchain's virtualenv; 3.146.0: their output is shown.
-    match = re.search(r"Pulumi CLI\]\([^)]*\)\s+\*\*(\d+)\.(\d+)\.(\d+) or later\*\*", README)
+    match = re.search(r"Pulumi CLI\]\([^)]*\)\s+\*\*(\d+)\.(\d+)\.(\d+) or later\*\*", DEPLOYING)
     assert match and tuple(map(int, match.groups())) >= (3, 146, 0)
 
 
@@ -222,7 +256,7 @@ def readme_example_pattern(example: str, qr_id: str) -> re.Pattern[str]:
 def test_readme_shows_what_pulumi_up_prints_while_a_qr_waits(clock, props, capsys):
     # A create that never leaves the queue, with the provider's own defaults (poll schedule,
     # progress period, printing to stderr as the Pulumi CLI shows it) on a virtual clock.
-    text = " ".join(README.split())
+    text = " ".join(DEPLOYING.split())
     progress = re.search(r"`(\[multislice queued-resource\] [^`]+)`", text)[1]
     timed_out = re.search(r"`(queued resource 'multislice-staging' is still [^`]+)`", text)[1]
     with FakeTpuApi(["CREATING", "WAITING_FOR_RESOURCES"]) as fake:
@@ -276,22 +310,28 @@ def test_every_local_up_option_is_in_the_readme_table():
     help_text = CliRunner().invoke(app, ["local", "up", "--help"], env={"COLUMNS": "200"}).output
     listed = set(re.findall(r"│ (--[a-z][a-z-]*)", help_text)) - {"--help"}
     assert {"--kill", "--preempt", "--fresh", "--stack"} <= listed  # the help was parsed
-    section = README.split("## The local emulation", 1)[1].split("\n## ", 1)[0]
+    options = section(EMULATION, "## `multislice local up` options")
     documented = {
-        option for table in tables(section) for row in table for option in re.findall(r"`(--[a-z][a-z-]*)", row[0])
+        option for table in tables(options) for row in table for option in re.findall(r"`(--[a-z][a-z-]*)", row[0])
     }
-    assert listed - documented == set(), "options `local up --help` lists that the README's table omits"
-    assert documented - listed == set(), "options the README's table names that `local up` does not have"
+    assert listed - documented == set(), "options `local up --help` lists that docs/emulation.md's table omits"
+    assert documented - listed == set(), "options docs/emulation.md's table names that `local up` does not have"
 
 
 # The README's command lines, run against the repository ----------------------------------------
 
 
 def readme_commands() -> list[str]:
-    """Every command of the README's ``bash`` blocks, in order: continuation lines joined,
-    comments dropped, ``a && b`` split into ``a`` and ``b``, whitespace collapsed."""
+    """Every command of the ``bash`` blocks of the README and of ``COMMAND_PAGES``, in order:
+    continuation lines joined, comments dropped, ``a && b`` split into ``a`` and ``b``,
+    whitespace collapsed."""
     commands = []
-    for block in re.findall(r"```bash\n(.*?)```", README, flags=re.S):
+    blocks = [
+        block
+        for text in (README, *COMMAND_PAGES.values())
+        for block in re.findall(r"```bash\n(.*?)```", text, flags=re.S)
+    ]
+    for block in blocks:
         for line in block.replace("\\\n", " ").splitlines():
             line = re.sub(r"(^|\s)#.*$", "", line).strip()
             commands += [" ".join(part.split()) for part in line.split(" && ") if part.strip()]
@@ -316,6 +356,10 @@ NOT_RUN = {
     r"^multislice local (exec|reset) ": "acts on a running local up: tests/local/test_reset_emulation.py",
     r"^multislice bench shardings ": "measures JAX meshes for tens of seconds: tests/training/ run it",
     r"^python benchmarks/": "a benchmark: measures for minutes",
+    r"^multislice data prepare .* --emulated\b": "tokenizes into a stack's emulated bucket for a minute: "
+    "tests/local/test_faults_emulation.py runs one",
+    r"^multislice data prepare \S+ /": "tokenizes into a local directory for a minute: tests/cli/test_data.py runs the "
+    "command on local text",
     r"^multislice data prepare ": "writes to a real bucket: tests/cli/test_data.py runs the command on local text",
     r"^pulumi ": "needs the Pulumi CLI and cloud credentials",
     r"^\.ci/lint$": "the linters: CI runs them (test_ci_runs_the_linters_the_readme_names)",
@@ -370,9 +414,39 @@ def test_the_readme_commands_run_as_documented(command, tmp_path, monkeypatch):
 
 
 def test_the_policy_files_the_readme_names_exist():
-    named = set(re.findall(r"\bstacks/policy\.[a-z0-9-]+\.json\b", README))
+    named = set(re.findall(r"\bstacks/policy\.[a-z0-9-]+\.json\b", REVIEW))
     assert named and all((ROOT / path).is_file() for path in named), named
-    assert any(f"--policy-config {path}" in README for path in named)  # and a command runs with it
+    assert any(f"--policy-config {path}" in REVIEW for path in named)  # and a command runs with it
+
+
+CLI = typer.main.get_command(app)
+
+
+def multislice_words(command: str) -> list[str] | None:
+    """A ``multislice`` command's words after the program name, an optional ``[...]`` part
+    included; None for another program."""
+    words = shlex.split(re.sub(r"\[([^\]]+)\]", r"\1", UV_RUN.sub("", command)))
+    return words[1:] if words[:1] == ["multislice"] else None
+
+
+def test_the_readme_commands_use_existing_options():
+    # Every multislice command of the README and its pages, run here or not, names a command
+    # and options the CLI has (up to a bare `--`, after which the words are the command's).
+    checked = []
+    for command in readme_commands():
+        words = multislice_words(command)
+        if words is None:
+            continue
+        cli = CLI  # a group has `commands` (typer's own click: no click.Group to test against)
+        while words and words[0] in getattr(cli, "commands", {}):
+            cli, words = cli.commands[words[0]], words[1:]
+        assert not hasattr(cli, "commands"), command  # a command, not a group
+        known = {option for param in cli.params for option in (*param.opts, *param.secondary_opts)}
+        own = words[: words.index("--")] if "--" in words else words
+        given = {word.split("=", 1)[0] for word in own if word.startswith("-")}
+        assert given <= known, (command, given - known)
+        checked += sorted(given)
+    assert len(checked) >= 60  # the pattern still finds the commands and their options
 
 
 def test_the_uv_alias_names_what_the_set_up_installs():
@@ -446,7 +520,7 @@ def pinned_wheels() -> dict[str, int]:
 )
 def test_the_readme_download_figures_are_the_locks():
     sizes = pinned_wheels()
-    text = " ".join(README.split())
+    text = " ".join(DEVELOPMENT.split())
     count = re.search(r"the (\d+) wheels `uv.lock` pins for Linux x86_64", text)
     total = re.search(r"; (\d+) MB in all, jaxlib alone (\d+) MB\)", text)
     assert count and total
