@@ -1,8 +1,8 @@
 """The README and the docs pages its sections moved to stay true: the set-up commands use real
 options, the configuration reference (docs/configuration.md) names every key, the command lines
 run here as documented (those that can without the cloud or the Pulumi CLI; the others each say
-why not) with options the CLI has, and the download figures (docs/development.md) are the
-lock's."""
+why not) with options the CLI has, the day-one stack file and its data lines are what the
+commands make, and the download figures (docs/development.md) are the lock's."""
 
 from __future__ import annotations
 
@@ -18,11 +18,12 @@ from pathlib import Path
 
 import pytest
 import typer
+import yaml
 from pydantic import BaseModel
 from typer.testing import CliRunner
 
 from infra.cli import app
-from infra.config import CAPACITY_TYPES, StackConfig
+from infra.config import CAPACITY_TYPES, StackConfig, load_stack, load_stack_file
 from infra.queued_resource import QueuedResourceProvider
 from tests.fakes.clock import clock  # noqa: F401 (fixture)
 from tests.fakes.queued_resource import dev, no_ambient_credentials, props  # noqa: F401 (fixtures)
@@ -354,10 +355,13 @@ NOT_RUN = {
     r"^multislice (exec|reset) ": "acts on a deployed stack's VMs: tests/cli/test_exec.py and "
     "tests/remote/test_reset.py run them against a stand-in gcloud and the TPU API fake",
     r"^multislice local (exec|reset) ": "acts on a running local up: tests/local/test_reset_emulation.py",
+    r"^multislice local down ": "stops a running local up: tests/local/test_emulation.py, tests/cli/test_local_down.py",
+    r"^sed 's/steps: ": "writes the day-one stack file: "
+    "test_the_day_one_stack_is_the_dev_stack_with_more_steps runs it",
     r"^multislice bench shardings ": "measures JAX meshes for tens of seconds: tests/training/ run it",
     r"^python benchmarks/": "a benchmark: measures for minutes",
     r"^multislice data prepare .* --emulated\b": "tokenizes into a stack's emulated bucket for a minute: "
-    "tests/local/test_faults_emulation.py runs one",
+    "tests/local/test_faults_emulation.py runs one; test_emulated_datasets_go_to_the_stacks_bucket checks the bucket",
     r"^multislice data prepare \S+ /": "tokenizes into a local directory for a minute: tests/cli/test_data.py runs the "
     "command on local text",
     r"^multislice data prepare ": "writes to a real bucket: tests/cli/test_data.py runs the command on local text",
@@ -447,6 +451,86 @@ def test_the_readme_commands_use_existing_options():
         assert given <= known, (command, given - known)
         checked += sorted(given)
     assert len(checked) >= 60  # the pattern still finds the commands and their options
+
+
+def day_one() -> str:
+    return section(README, "## Day one")
+
+
+def day_one_stack(home: Path) -> Path:
+    """Run the README's ``sed`` line as a shell would, in the repository with ``home`` as
+    ``~``; the stack file it wrote."""
+    (line,) = [c for c in readme_commands() if c.startswith("sed ")]
+    assert line in " ".join(day_one().split())
+    subprocess.run(["bash", "-c", line], cwd=ROOT, env=os.environ | {"HOME": str(home)}, check=True, timeout=60)
+    target = re.fullmatch(r".* > (\S+)", line)
+    assert target and target[1].startswith("~/"), line
+    return home / target[1].removeprefix("~/")
+
+
+def stack_of(words: list[str], home: Path) -> StackConfig:
+    """The stack a command's ``--config-file`` (``~`` is ``home``) or ``--stack`` names."""
+    if "--config-file" in words:
+        return load_stack_file(Path(words[words.index("--config-file") + 1].replace("~", str(home), 1)))
+    return load_stack(words[words.index("--stack") + 1])
+
+
+def test_the_day_one_stack_is_the_dev_stack_with_more_steps(tmp_path):
+    path = day_one_stack(tmp_path)
+    dev, long = load_stack("dev"), load_stack_file(path)
+    # Longer than the quick start's run, outside stacks/ (in ~), and nothing else changed.
+    assert long.training.steps >= 5 * dev.training.steps
+    assert f"{long.training.steps:,} steps instead of {dev.training.steps}" in " ".join(day_one().split())
+    changed = yaml.safe_load(path.read_text())
+    changed["config"]["multislice:training"]["steps"] = dev.training.steps
+    assert changed == yaml.safe_load((ROOT / "stacks" / "Pulumi.dev.yaml").read_text())
+    # Every day-one command acts on that file's stack: its path, or its name (`local down`).
+    assert f"name, `{long.stack}`, comes from the file's name" in " ".join(day_one().split())
+    commands = [c for c in readme_commands() if c in " ".join(day_one().split()) and multislice_words(c)]
+    assert len(commands) >= 9
+    for command in commands:
+        words = multislice_words(command) or []
+        if "--config-file" in words:
+            assert stack_of(words, tmp_path).stack == long.stack, command
+        else:  # a local run's name: `local down` takes no stack file
+            assert words[:2] == ["local", "down"] and words[words.index("--stack") + 1] == long.stack, command
+
+
+def test_the_day_one_data_lines_point_the_stack_at_the_prepared_dataset(tmp_path):
+    path = day_one_stack(tmp_path)
+    (prepare,) = [c for c in readme_commands() if c in " ".join(day_one().split()) and " data prepare " in c]
+    words = multislice_words(prepare) or []
+    output = words[3]
+    assert (
+        words[:2] == ["data", "prepare"]
+        and "--emulated" in words
+        and stack_of(words, tmp_path) == load_stack_file(path)
+    )
+    # The YAML lines, put where the README says, make a stack that trains on that dataset.
+    (lines,) = re.findall(r"```yaml\n(.*?)```", day_one(), flags=re.S)
+    anchor = "  multislice:training:\n"
+    assert "right under `multislice:training:`" in " ".join(day_one().split())
+    text = path.read_text()
+    assert text.count(anchor) == 1
+    path.write_text(text.replace(anchor, anchor + lines))
+    config = load_stack_file(path)
+    assert config.training.data.source == output
+    assert output.startswith(f"gs://{config.bucket_name}/datasets/")
+    assert config.training.model.vocab_size is None  # the model takes the manifest's vocabulary
+    assert "`<project>-<stack>-ckpt`" in day_one() and config.bucket_name == f"{config.project}-{config.stack}-ckpt"
+
+
+def test_emulated_datasets_go_to_the_stacks_bucket(tmp_path):
+    # `data prepare --emulated` writes only the stack's bucket (infra/cli/data.py refuses another).
+    day_one_stack(tmp_path)
+    checked = 0
+    for command in readme_commands():
+        words = multislice_words(command)
+        if words is None or words[:2] != ["data", "prepare"] or "--emulated" not in words:
+            continue
+        assert words[3].startswith(f"gs://{stack_of(words, tmp_path).bucket_name}/"), command
+        checked += 1
+    assert checked >= 2  # the README's day one and docs/data.md
 
 
 def test_the_uv_alias_names_what_the_set_up_installs():
