@@ -360,8 +360,8 @@ def exit_process(code: int) -> NoReturn:
     everything it writes (its checkpoint manager after the last save finalized, the metrics and
     events logs, the TensorBoard writer: :func:`run`), so what a normal exit adds is only the
     interpreter's finalization — XLA's client and devices, fsspec's I/O thread, every module —
-    about 1.5 s per exit on the development machine, which every preemption restart paid
-    before the VM could be repaired (docs/goodput.md, "Start-up"). Logging and the standard
+    which every preemption restart paid before the VM could be repaired (measured:
+    docs/goodput.md, "Start-up"). Logging and the standard
     streams are flushed first (``os._exit``: https://docs.python.org/3/library/os.html#os._exit).
     """
     logging.shutdown()

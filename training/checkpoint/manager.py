@@ -260,10 +260,9 @@ class CheckpointManager(ocp.CheckpointManager):
 #: replicas (``ArrayHandler(min_slice_bytes_for_replica_parallel=...)``; Orbax's default splits
 #: every replicated array). Splitting slices each array with an eager ``jax.lax.slice_in_dim``
 #: (orbax/checkpoint/_src/serialization/replica_slices.py ``ReplicaSlice.data``): one XLA program
-#: per slice shape, compiled, or loaded from the compilation cache, at every start. For the dev
-#: stack's model (parameters replicated over 2 slices) that was 64 programs and 1.8 s (cache
-#: warm) to 5.5 s (cold) of the first save of every start, against 0.04-0.06 s with this floor
-#: (measured on this project's 2-core machine; docs/goodput.md, "Checkpoint saves"). Slices at
+#: per slice shape, compiled, or loaded from the compilation cache, at every start: for a small
+#: model, seconds of the first save of every start that this floor removes (measured:
+#: docs/goodput.md, "Checkpoint saves"). Slices at
 #: least this large are still split: on large models a shard's write dominates its slicing.
 REPLICA_PARALLEL_MIN_SLICE_BYTES = 8 << 20
 

@@ -56,8 +56,7 @@ def _stdlib_files(root: Path) -> list[SourceFile]:
     directories not followed, as ``Path.rglob`` does), none under a ``site-packages`` or
     ``__pycache__`` directory. One ``os.walk`` that never enters those directories: every
     start of the trainer builds this list, and ``rglob`` plus a filter walked the installed
-    packages too (0.37 s of CPU per process start on the development machine, now 0.02 s;
-    docs/goodput.md, "Start-up")."""
+    packages too (measured: docs/goodput.md, "Start-up")."""
     files: list[SourceFile] = []
     for directory, subdirectories, names in os.walk(root):
         subdirectories[:] = [d for d in subdirectories if "site-packages" not in d and "__pycache__" not in d]
