@@ -32,8 +32,8 @@ sys.path.insert(0, str(ROOT))
 from training import train  # noqa: E402
 from training.cluster import ClusterIdentity  # noqa: E402
 from training.config import CheckpointConfig, TrainConfig  # noqa: E402
+from training.metrics.run_log import read_records  # noqa: E402
 from training.run_dir import RunDir  # noqa: E402
-from training.run_log import read_records  # noqa: E402
 
 DEFAULT_INTERVAL = CheckpointConfig().interval_steps
 TARGET = 0.05

@@ -6,7 +6,7 @@
 
 Runs ``multislice local up --stack dev --fresh --preempt 0@30 --preempt 1@60 --kill 1@90
 --summary-json PATH`` (its own state directory each time) and prints, from the summary and
-the run's records (training.goodput): goodput = productive step time ÷ wall time
+the run's records (training.metrics.goodput): goodput = productive step time ÷ wall time
 from the first trainer process start to the ``complete`` event (boot, compilation, saves,
 restores and recomputed steps included), badput seconds by cause, badput per restart, steps
 lost, the first start's compilation, the command's own wall time, and the machine's load
@@ -46,7 +46,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from training.goodput import account  # noqa: E402
+from training.metrics.goodput import account  # noqa: E402
 
 DEV_STEPS = 120
 #: Goodput targets by run length, with the three faults (an idle 2-core machine).
@@ -110,8 +110,8 @@ def run_records(state_dir: Path, config) -> tuple[list[dict], list[dict]]:
     """The events and metrics of the stack's run stored in ``state_dir``, read through a
     temporary storage server over its emulated bucket."""
     from infra.local import gcs
+    from training.metrics.run_log import read_records
     from training.run_dir import RunDir
-    from training.run_log import read_records
 
     with gcs.clients_pointed_at(state_dir / config.stack / "gcs", state_dir / "reader.log") as stored:
         if not stored:
@@ -126,8 +126,8 @@ def warm_up(state_dir: Path, up: list[str]) -> dict:
     leaves what any earlier run of the stack leaves, the stack's compilation cache
     (``gs://<bucket>/compilation-cache``, every program of the loop in it) and the VMs'
     bytecode. Returns its first start's figures from its records (``per_attempt`` of
-    training.goodput.account): the cold stack's compilation badput, and its imports."""
-    from training.goodput import account
+    training.metrics.goodput.account): the cold stack's compilation badput, and its imports."""
+    from training.metrics.goodput import account
 
     config = stack_config(up)
     past = max(config.training.eval_every_steps or 0, config.training.checkpoint.interval_steps) + 1

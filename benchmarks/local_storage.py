@@ -5,7 +5,7 @@
    just before it (the run directory a plain directory ``bucket/runs/<run>``), run side by
    side: the two alternate, ``--repeat`` times each. Target: ratio ≤ 1.25;
 2. the bytes one metrics sync uploads at step 100 and at step 10,000 of a run: the trainer's
-   ``training.run_log.RecordLog`` writing records shaped like the trainer's to a gs:// run
+   ``training.metrics.run_log.RecordLog`` writing records shaped like the trainer's to a gs:// run
    on a fake-gcs-server, a sync every ``log_every_steps`` (10). Target: flat (ratio ≈ 1);
    for comparison, what rewriting one growing ``metrics.jsonl`` object (the earlier scheme)
    would upload at the same syncs.
@@ -34,8 +34,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from infra.local.gcs import GcsServer, point_clients_at  # noqa: E402
+from training.metrics.run_log import RecordLog  # noqa: E402
 from training.run_dir import RunDir  # noqa: E402
-from training.run_log import RecordLog  # noqa: E402
 
 UP = ["local", "up", "--stack", "dev", "--kill", "1@50", "--fresh"]
 TARGET_WALL_RATIO = 1.25

@@ -41,15 +41,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from training import data, prepare, tokenizer as tokenizer_lib  # noqa: E402
+from training.data.files import SourceFile, list_source_files  # noqa: E402
+from training.prepare import shards as prepare, tokenizer as tokenizer_lib  # noqa: E402
 
 TARGET_THROUGHPUT_RATIO = 0.7
 TARGET_MEMORY_RATIO = 1.25
 TARGET_INPUT_FRACTION = 0.05
 
 
-def corpus_files() -> list[data.SourceFile]:
-    return data.list_source_files("stdlib")
+def corpus_files() -> list[SourceFile]:
+    return list_source_files("stdlib")
 
 
 def throughput(tmp: Path, vocab: int) -> dict:
@@ -136,9 +137,9 @@ def input_time(tmp: Path, tokenizer_file: str, steps: int) -> dict:
     from training import train
     from training.cluster import ClusterIdentity
     from training.config import CheckpointConfig, TrainConfig
+    from training.data.tokens import TokenDataset
+    from training.metrics.run_log import read_records
     from training.run_dir import RunDir
-    from training.run_log import read_records
-    from training.token_data import TokenDataset
 
     server = GcsServer(tmp / "gcs", tmp / "gcs.log")
     server.start()

@@ -12,7 +12,7 @@ In one state directory, one after the other (the floor's rounds on both sides of
    it: the measured run is then a new stack's first);
 2. the goodput benchmark's run (``local up --fresh`` with two preemptions and a kill): a new
    run of the stack; the trainer's badput by cause for each of its restarts
-   (``per_attempt`` of training.goodput.account);
+   (``per_attempt`` of training.metrics.goodput.account);
 3. the floor of a restart, ``--floor-repeat`` rounds after one unmeasured round (which compiles
    this checkout's bytecode), half of them before the run (on the warm-up's checkpoint of the
    same model) and the rest after it (on the run's newest), the median taken. A round is as
@@ -56,20 +56,19 @@ OWN = ("initialization", "checkpoint_restore", "compilation")
 
 def worker(args: argparse.Namespace) -> None:
     """One floor process (see the module docstring); prints its phases as one JSON line."""
-    from training.goodput import process_start_time
+    from training.metrics.goodput import process_start_time
 
     began = process_start_time() or time.time()
     import training.__main__  # noqa: F401  (`python -m training`'s own imports: typer)
-    from training import (  # noqa: F401  (everything training.train imports comes with it)
-        checkpointing,
+    from training import (
         cluster,
         compile_cache,
         mesh as mesh_lib,
         optimizer as optimizer_lib,
         state as state_lib,
         step as step_lib,
-        train,
     )
+    from training.checkpoint import manager as checkpointing
     from training.config import load_train_config
     from training.run_dir import RunDir
 
@@ -98,7 +97,7 @@ def worker(args: argparse.Namespace) -> None:
     manager = checkpointing.make_manager(RunDir(args.run_dir), config)
     ready = time.time()
     # The train step is loaded from the cache while the checkpoint is read, as the trainer does
-    # (training.train._warm_up): the floor is the least a start must do, in the best order.
+    # (training.setup.warm_up): the floor is the least a start must do, in the best order.
     abstract = state_lib.abstract(config, opt, shardings)
     batch = jax.ShapeDtypeStruct(
         (config.global_batch_size, config.sequence_length + 1), jax.numpy.int32, sharding=batch_sharding

@@ -4,7 +4,7 @@ same per-device work on 2 emulated slices (one CPU process per slice, jax.distri
 
     uv run python benchmarks/shardings_efficiency.py [--embedding-dimension 1024] [--json]
 
-Each figure is ``training.bench``'s efficiency: aggregate achieved FLOP/s (6 · parameters ·
+Each figure is ``training.bench.shardings``'s efficiency: aggregate achieved FLOP/s (6 · parameters ·
 batch per step) ÷ the FLOP/s of one large matmul of the layer's shape in one process using
 the whole machine, measured in the same run just before and after (the median of all
 those samples, as the step time is the median of the timed steps).
@@ -12,7 +12,7 @@ Throughput on a CPU says nothing about TPUs; the ratios say what the sharding co
 same hardware (docs/jax-on-cpu.md, "Throughput"). Targets (issue 4): ≥ 0.8 for one process, ≥ 0.6 for 2 emulated
 slices. The machine's load average is printed with the figures: on a shared machine,
 compare runs at similar load, and run more than once. A run whose before/after reference
-matmuls differ more than ``training.bench.REFERENCE_SPREAD_LIMIT`` (1.5×), or whose efficiency
+matmuls differ more than ``training.bench.shardings.REFERENCE_SPREAD_LIMIT`` (1.5×), or whose efficiency
 exceeds 1, is reported as too noisy to judge, with the warning.
 """
 
@@ -28,7 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from infra.local import bench_slices  # noqa: E402
-from training.bench_spec import spec_from_options  # noqa: E402
+from training.bench.spec import spec_from_options  # noqa: E402
 
 TARGETS = {"one process, one device": 0.8, "2 emulated slices": 0.6}
 

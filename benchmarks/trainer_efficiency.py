@@ -6,14 +6,14 @@
 In one process on one device (this machine's CPU, or the accelerator JAX finds), the
 trainer (``training.train.run``) trains each model in each compute dtype in a fresh local run
 directory: ``byte``, the default ``TrainConfig`` (4 layers, batch 32 × 256 tokens), and
-``smollm2-135m``, the ~125M preset (``training.presets``: width 576, 9/3 heads, SwiGLU 1,536,
+``smollm2-135m``, the ~125M preset (``training.model.presets``: width 576, 9/3 heads, SwiGLU 1,536,
 vocabulary 49,152, tied) with ``--smollm-layers`` of its 30 layers (default 4: a full-depth
 step takes tens of seconds on a 2-core CPU; the layers are identical, so depth changes the
 step's length, not its mix of work, apart from the unembedding's share) at 8 × 256 tokens.
-Model FLOP/s = :func:`training.model.flops_per_token` (6·N + 12·L·H·K·S: PaLM, Chowdhery et
+Model FLOP/s = :func:`training.model.transformer.flops_per_token` (6·N + 12·L·H·K·S: PaLM, Chowdhery et
 al. 2022, arXiv:2204.02311, Appendix B) × tokens per step ÷ the median ``step_time_s`` of the
 steps after the first (compile excluded); the spread of those steps is the slowest ÷ the
-fastest. The reference is :func:`training.bench.matmul_reference` of the model's MLP matmul,
+fastest. The reference is :func:`training.bench.shardings.matmul_reference` of the model's MLP matmul,
 ``[batch·sequence, d_model] · [d_model, d_ff]`` in the model's compute dtype with float32
 accumulation (the form of the trainer's own weight matmuls), timed just before and just after
 the training (median of both), on the same device; the plain matmul in the compute dtype
@@ -50,11 +50,13 @@ if __name__ == "__main__":  # measure the trainer with the allocator `python -m 
 import jax  # noqa: E402
 from jax.experimental.compilation_cache import compilation_cache as jax_compilation_cache  # noqa: E402
 
-from training import bench, model, train  # noqa: E402
+from training import train  # noqa: E402
+from training.bench import shardings as bench  # noqa: E402
 from training.cluster import ClusterIdentity  # noqa: E402
 from training.config import CheckpointConfig, TrainConfig  # noqa: E402
+from training.metrics.run_log import read_records  # noqa: E402
+from training.model import transformer as model  # noqa: E402
 from training.run_dir import RunDir  # noqa: E402
-from training.run_log import read_records  # noqa: E402
 
 
 def measure(base: TrainConfig, steps: int) -> dict:

@@ -1,4 +1,4 @@
-"""Damage to a run's checkpoints, for the tests of training.checkpoint_integrity (one process:
+"""Damage to a run's checkpoints, for the tests of training.checkpoint.integrity (one process:
 tests/training/test_checkpoint_integrity.py; two: tests/training/test_trusted_restore.py). Paths are local
 directories or ``gs://`` URIs (fsspec), checkpoints are read and written with Orbax in the
 test's process on one device."""
@@ -12,8 +12,9 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
-from training import model, optimizer as optimizer_lib
+from training import optimizer as optimizer_lib
 from training.config import TrainConfig
+from training.model import transformer as model
 
 
 def restore_alone(checkpoints: str, step: int, cfg: TrainConfig):

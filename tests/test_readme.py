@@ -1,6 +1,8 @@
-"""The README stays true: its set-up commands use real options, its reference names every key,
-its command lines run here as documented (those that can without the cloud or the Pulumi CLI;
-the others each say why not), and its download figures are the lock's."""
+"""The README and the docs pages its sections moved to stay true: the set-up commands use real
+options, the configuration reference (docs/configuration.md) names every key, the command lines
+run here as documented (those that can without the cloud or the Pulumi CLI; the others each say
+why not) with options the CLI has, the day-one stack file and its data lines are what the
+commands make, and the download figures (docs/development.md) are the lock's."""
 
 from __future__ import annotations
 
@@ -15,11 +17,13 @@ import tomllib
 from pathlib import Path
 
 import pytest
+import typer
+import yaml
 from pydantic import BaseModel
 from typer.testing import CliRunner
 
 from infra.cli import app
-from infra.config import CAPACITY_TYPES, StackConfig
+from infra.config import CAPACITY_TYPES, StackConfig, load_stack, load_stack_file
 from infra.queued_resource import QueuedResourceProvider
 from tests.fakes.clock import clock  # noqa: F401 (fixture)
 from tests.fakes.queued_resource import dev, no_ambient_credentials, props  # noqa: F401 (fixtures)
@@ -30,7 +34,38 @@ ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
 
 
-REFERENCE = README.split("## Stack configuration reference", 1)[1].split("\n## ", 1)[0]
+def page(name: str) -> str:
+    return (ROOT / "docs" / name).read_text(encoding="utf-8")
+
+
+def section(text: str, heading: str) -> str:
+    """The part of ``text`` under the heading line that starts with ``heading``, up to the next
+    level-2 heading."""
+    return text.split(heading, 1)[1].split("\n## ", 1)[0]
+
+
+#: The README's former sections, now docs pages (the README links them): the same checks read
+#: them there.
+CONFIGURATION = page("configuration.md")  # "Stack configuration reference"
+EMULATION = page("emulation.md")  # "The local emulation"
+DEPLOYING = page("deploying.md")  # "Deploying for real": its first section
+REVIEW = page("review.md")  # plan, bench shardings, the review workflow
+DEVELOPMENT = page("development.md")  # set-up in detail, layout, linters
+#: The pages whose ``bash`` blocks hold the README's former commands (with the pages' own).
+COMMAND_PAGES = {
+    name: page(name)
+    for name in (
+        "emulation.md",
+        "review.md",
+        "deploying.md",
+        "status-and-logs.md",
+        "exec-and-reset.md",
+        "data.md",
+        "development.md",
+    )
+}
+
+REFERENCE = CONFIGURATION
 
 
 def tables(text: str) -> list[list[list[str]]]:
@@ -182,18 +217,18 @@ def test_ci_fails_on_a_stale_lock_before_testing():
 
 
 def test_ci_runs_the_linters_the_readme_names():
-    section = README.split("## Development: linters and type checker", 1)[1].split("\n## ", 1)[0]
-    assert "```bash\n.ci/lint\n```" in section
+    linters = section(DEVELOPMENT, "## Linters and type checker")
+    assert "```bash\n.ci/lint\n```" in linters
     ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
     assert ".ci/lint || lint_status=$?" in ci and ci[-1] == 'exit "$lint_status"'
     lint = (ROOT / ".ci" / "lint").read_text()
     for tool in ("ruff check .", "ruff format --check .", "basedpyright", "shellcheck"):
-        assert f"run --frozen {tool}" in lint and f"`{tool}" in section, tool
+        assert f"run --frozen {tool}" in lint and f"`{tool}" in linters, tool
 
 
 def test_readme_states_the_minimum_pulumi_cli():
     # 3.145.0: dynamic providers use the uv toolchain's virtualenv; 3.146.0: their output is shown.
-    match = re.search(r"Pulumi CLI\]\([^)]*\)\s+\*\*(\d+)\.(\d+)\.(\d+) or later\*\*", README)
+    match = re.search(r"Pulumi CLI\]\([^)]*\)\s+\*\*(\d+)\.(\d+)\.(\d+) or later\*\*", DEPLOYING)
     assert match and tuple(map(int, match.groups())) >= (3, 146, 0)
 
 
@@ -222,7 +257,7 @@ def readme_example_pattern(example: str, qr_id: str) -> re.Pattern[str]:
 def test_readme_shows_what_pulumi_up_prints_while_a_qr_waits(clock, props, capsys):
     # A create that never leaves the queue, with the provider's own defaults (poll schedule,
     # progress period, printing to stderr as the Pulumi CLI shows it) on a virtual clock.
-    text = " ".join(README.split())
+    text = " ".join(DEPLOYING.split())
     progress = re.search(r"`(\[multislice queued-resource\] [^`]+)`", text)[1]
     timed_out = re.search(r"`(queued resource 'multislice-staging' is still [^`]+)`", text)[1]
     with FakeTpuApi(["CREATING", "WAITING_FOR_RESOURCES"]) as fake:
@@ -276,22 +311,28 @@ def test_every_local_up_option_is_in_the_readme_table():
     help_text = CliRunner().invoke(app, ["local", "up", "--help"], env={"COLUMNS": "200"}).output
     listed = set(re.findall(r"│ (--[a-z][a-z-]*)", help_text)) - {"--help"}
     assert {"--kill", "--preempt", "--fresh", "--stack"} <= listed  # the help was parsed
-    section = README.split("## The local emulation", 1)[1].split("\n## ", 1)[0]
+    options = section(EMULATION, "## `multislice local up` options")
     documented = {
-        option for table in tables(section) for row in table for option in re.findall(r"`(--[a-z][a-z-]*)", row[0])
+        option for table in tables(options) for row in table for option in re.findall(r"`(--[a-z][a-z-]*)", row[0])
     }
-    assert listed - documented == set(), "options `local up --help` lists that the README's table omits"
-    assert documented - listed == set(), "options the README's table names that `local up` does not have"
+    assert listed - documented == set(), "options `local up --help` lists that docs/emulation.md's table omits"
+    assert documented - listed == set(), "options docs/emulation.md's table names that `local up` does not have"
 
 
 # The README's command lines, run against the repository ----------------------------------------
 
 
 def readme_commands() -> list[str]:
-    """Every command of the README's ``bash`` blocks, in order: continuation lines joined,
-    comments dropped, ``a && b`` split into ``a`` and ``b``, whitespace collapsed."""
+    """Every command of the ``bash`` blocks of the README and of ``COMMAND_PAGES``, in order:
+    continuation lines joined, comments dropped, ``a && b`` split into ``a`` and ``b``,
+    whitespace collapsed."""
     commands = []
-    for block in re.findall(r"```bash\n(.*?)```", README, flags=re.S):
+    blocks = [
+        block
+        for text in (README, *COMMAND_PAGES.values())
+        for block in re.findall(r"```bash\n(.*?)```", text, flags=re.S)
+    ]
+    for block in blocks:
         for line in block.replace("\\\n", " ").splitlines():
             line = re.sub(r"(^|\s)#.*$", "", line).strip()
             commands += [" ".join(part.split()) for part in line.split(" && ") if part.strip()]
@@ -314,8 +355,15 @@ NOT_RUN = {
     r"^multislice (exec|reset) ": "acts on a deployed stack's VMs: tests/cli/test_exec.py and "
     "tests/remote/test_reset.py run them against a stand-in gcloud and the TPU API fake",
     r"^multislice local (exec|reset) ": "acts on a running local up: tests/local/test_reset_emulation.py",
+    r"^multislice local down ": "stops a running local up: tests/local/test_emulation.py, tests/cli/test_local_down.py",
+    r"^sed 's/steps: ": "writes the day-one stack file: "
+    "test_the_day_one_stack_is_the_dev_stack_with_more_steps runs it",
     r"^multislice bench shardings ": "measures JAX meshes for tens of seconds: tests/training/ run it",
     r"^python benchmarks/": "a benchmark: measures for minutes",
+    r"^multislice data prepare .* --emulated\b": "tokenizes into a stack's emulated bucket for a minute: "
+    "tests/local/test_faults_emulation.py runs one; test_emulated_datasets_go_to_the_stacks_bucket checks the bucket",
+    r"^multislice data prepare \S+ /": "tokenizes into a local directory for a minute: tests/cli/test_data.py runs the "
+    "command on local text",
     r"^multislice data prepare ": "writes to a real bucket: tests/cli/test_data.py runs the command on local text",
     r"^pulumi ": "needs the Pulumi CLI and cloud credentials",
     r"^\.ci/lint$": "the linters: CI runs them (test_ci_runs_the_linters_the_readme_names)",
@@ -370,9 +418,119 @@ def test_the_readme_commands_run_as_documented(command, tmp_path, monkeypatch):
 
 
 def test_the_policy_files_the_readme_names_exist():
-    named = set(re.findall(r"\bstacks/policy\.[a-z0-9-]+\.json\b", README))
+    named = set(re.findall(r"\bstacks/policy\.[a-z0-9-]+\.json\b", REVIEW))
     assert named and all((ROOT / path).is_file() for path in named), named
-    assert any(f"--policy-config {path}" in README for path in named)  # and a command runs with it
+    assert any(f"--policy-config {path}" in REVIEW for path in named)  # and a command runs with it
+
+
+CLI = typer.main.get_command(app)
+
+
+def multislice_words(command: str) -> list[str] | None:
+    """A ``multislice`` command's words after the program name, an optional ``[...]`` part
+    included; None for another program."""
+    words = shlex.split(re.sub(r"\[([^\]]+)\]", r"\1", UV_RUN.sub("", command)))
+    return words[1:] if words[:1] == ["multislice"] else None
+
+
+def test_the_readme_commands_use_existing_options():
+    # Every multislice command of the README and its pages, run here or not, names a command
+    # and options the CLI has (up to a bare `--`, after which the words are the command's).
+    checked = []
+    for command in readme_commands():
+        words = multislice_words(command)
+        if words is None:
+            continue
+        cli = CLI  # a group has `commands` (typer's own click: no click.Group to test against)
+        while words and words[0] in getattr(cli, "commands", {}):
+            cli, words = cli.commands[words[0]], words[1:]
+        assert not hasattr(cli, "commands"), command  # a command, not a group
+        known = {option for param in cli.params for option in (*param.opts, *param.secondary_opts)}
+        own = words[: words.index("--")] if "--" in words else words
+        given = {word.split("=", 1)[0] for word in own if word.startswith("-")}
+        assert given <= known, (command, given - known)
+        checked += sorted(given)
+    assert len(checked) >= 60  # the pattern still finds the commands and their options
+
+
+def day_one() -> str:
+    return section(README, "## Day one")
+
+
+def day_one_stack(home: Path) -> Path:
+    """Run the README's ``sed`` line as a shell would, in the repository with ``home`` as
+    ``~``; the stack file it wrote."""
+    (line,) = [c for c in readme_commands() if c.startswith("sed ")]
+    assert line in " ".join(day_one().split())
+    subprocess.run(["bash", "-c", line], cwd=ROOT, env=os.environ | {"HOME": str(home)}, check=True, timeout=60)
+    target = re.fullmatch(r".* > (\S+)", line)
+    assert target and target[1].startswith("~/"), line
+    return home / target[1].removeprefix("~/")
+
+
+def stack_of(words: list[str], home: Path) -> StackConfig:
+    """The stack a command's ``--config-file`` (``~`` is ``home``) or ``--stack`` names."""
+    if "--config-file" in words:
+        return load_stack_file(Path(words[words.index("--config-file") + 1].replace("~", str(home), 1)))
+    return load_stack(words[words.index("--stack") + 1])
+
+
+def test_the_day_one_stack_is_the_dev_stack_with_more_steps(tmp_path):
+    path = day_one_stack(tmp_path)
+    dev, long = load_stack("dev"), load_stack_file(path)
+    # Longer than the quick start's run, outside stacks/ (in ~), and nothing else changed.
+    assert long.training.steps >= 5 * dev.training.steps
+    assert f"{long.training.steps:,} steps instead of {dev.training.steps}" in " ".join(day_one().split())
+    changed = yaml.safe_load(path.read_text())
+    changed["config"]["multislice:training"]["steps"] = dev.training.steps
+    assert changed == yaml.safe_load((ROOT / "stacks" / "Pulumi.dev.yaml").read_text())
+    # Every day-one command acts on that file's stack: its path, or its name (`local down`).
+    assert f"name, `{long.stack}`, comes from the file's name" in " ".join(day_one().split())
+    commands = [c for c in readme_commands() if c in " ".join(day_one().split()) and multislice_words(c)]
+    assert len(commands) >= 9
+    for command in commands:
+        words = multislice_words(command) or []
+        if "--config-file" in words:
+            assert stack_of(words, tmp_path).stack == long.stack, command
+        else:  # a local run's name: `local down` takes no stack file
+            assert words[:2] == ["local", "down"] and words[words.index("--stack") + 1] == long.stack, command
+
+
+def test_the_day_one_data_lines_point_the_stack_at_the_prepared_dataset(tmp_path):
+    path = day_one_stack(tmp_path)
+    (prepare,) = [c for c in readme_commands() if c in " ".join(day_one().split()) and " data prepare " in c]
+    words = multislice_words(prepare) or []
+    output = words[3]
+    assert (
+        words[:2] == ["data", "prepare"]
+        and "--emulated" in words
+        and stack_of(words, tmp_path) == load_stack_file(path)
+    )
+    # The YAML lines, put where the README says, make a stack that trains on that dataset.
+    (lines,) = re.findall(r"```yaml\n(.*?)```", day_one(), flags=re.S)
+    anchor = "  multislice:training:\n"
+    assert "right under `multislice:training:`" in " ".join(day_one().split())
+    text = path.read_text()
+    assert text.count(anchor) == 1
+    path.write_text(text.replace(anchor, anchor + lines))
+    config = load_stack_file(path)
+    assert config.training.data.source == output
+    assert output.startswith(f"gs://{config.bucket_name}/datasets/")
+    assert config.training.model.vocab_size is None  # the model takes the manifest's vocabulary
+    assert "`<project>-<stack>-ckpt`" in day_one() and config.bucket_name == f"{config.project}-{config.stack}-ckpt"
+
+
+def test_emulated_datasets_go_to_the_stacks_bucket(tmp_path):
+    # `data prepare --emulated` writes only the stack's bucket (infra/cli/data.py refuses another).
+    day_one_stack(tmp_path)
+    checked = 0
+    for command in readme_commands():
+        words = multislice_words(command)
+        if words is None or words[:2] != ["data", "prepare"] or "--emulated" not in words:
+            continue
+        assert words[3].startswith(f"gs://{stack_of(words, tmp_path).bucket_name}/"), command
+        checked += 1
+    assert checked >= 2  # the README's day one and docs/data.md
 
 
 def test_the_uv_alias_names_what_the_set_up_installs():
@@ -446,7 +604,7 @@ def pinned_wheels() -> dict[str, int]:
 )
 def test_the_readme_download_figures_are_the_locks():
     sizes = pinned_wheels()
-    text = " ".join(README.split())
+    text = " ".join(DEVELOPMENT.split())
     count = re.search(r"the (\d+) wheels `uv.lock` pins for Linux x86_64", text)
     total = re.search(r"; (\d+) MB in all, jaxlib alone (\d+) MB\)", text)
     assert count and total

@@ -186,15 +186,15 @@ def _block_restore(delay_s: float) -> None:
 
 
 def _slow_steps(delay_s: float) -> None:
-    from training import data
+    from training.data.text import TextDataset
 
-    real_rows = data.TextDataset.train_rows
+    real_rows = TextDataset.train_rows
 
     def train_rows(self, *args, **kwargs):
         time.sleep(delay_s)
         return real_rows(self, *args, **kwargs)
 
-    data.TextDataset.train_rows = train_rows
+    TextDataset.train_rows = train_rows
 
 
 def _slow_compile(delay_s: float) -> None:

@@ -27,8 +27,8 @@ if __name__ == "__main__" and sys.argv[1:2] == ["run"]:
 
 import typer  # noqa: E402
 
-from training import prepare_options as prepare_opts
-from training.bench_spec import BenchOptions, with_bench_options
+from training.bench.spec import BenchOptions, with_bench_options
+from training.data import prepare_options as prepare_opts
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="The multislice JAX trainer.")
 
@@ -82,7 +82,7 @@ def version() -> None:
     typer.echo(f"jax {jax.__version__}  optax {optax.__version__}  orbax-checkpoint {orbax.checkpoint.__version__}")
 
 
-bench_app = typer.Typer(no_args_is_help=True, help="Measure what a mesh achieves (training/bench.py).")
+bench_app = typer.Typer(no_args_is_help=True, help="Measure what a mesh achieves (training/bench/shardings.py).")
 app.add_typer(bench_app, name="bench")
 
 
@@ -100,7 +100,7 @@ def bench_shardings(
     """The seed's MLP-stack shardings experiment: TFLOP/s per device and efficiency."""
     import json
 
-    from training import bench as bench_lib
+    from training.bench import shardings as bench_lib
 
     try:
         spec = options.spec()
@@ -129,7 +129,7 @@ def bench_shardings(
         typer.echo(bench_lib.summary(result))
 
 
-data_app = typer.Typer(no_args_is_help=True, help="Prepare token datasets (training/prepare.py).")
+data_app = typer.Typer(no_args_is_help=True, help="Prepare token datasets (training/prepare/shards.py).")
 app.add_typer(data_app, name="data")
 
 
@@ -146,7 +146,7 @@ def data_prepare(
 ) -> None:
     """Tokenize SOURCE once into token shards and a manifest at OUTPUT (resumes an interrupted run)."""
     try:
-        from training import prepare
+        from training.prepare import shards as prepare
     except ImportError as err:  # the TPU VMs' bundle leaves data prepare out (infra/startup/bundle.py)
         typer.echo(
             f"error: data prepare is not part of this installation ({err}); run it on your machine: "

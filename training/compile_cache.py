@@ -59,6 +59,7 @@ import hashlib
 import logging
 import os
 import threading
+from typing import Any
 
 import jax
 from jax.experimental.compilation_cache import compilation_cache
@@ -97,13 +98,13 @@ _lock = threading.Lock()
 _listening = False
 
 
-def _on_event(event: str, **_kwargs) -> None:
+def _on_event(event: str, **_kwargs: Any) -> None:
     if event == _HIT_EVENT:
         with _lock:
             _stats.hits += 1
 
 
-def _on_duration(event: str, duration_secs: float, **_kwargs) -> None:
+def _on_duration(event: str, duration_secs: float, **_kwargs: Any) -> None:
     if event == _SAVED_EVENT:
         with _lock:
             _stats.seconds_saved += max(0.0, float(duration_secs))
@@ -154,7 +155,7 @@ def _key_cpu_devices_alike() -> None:
     if original is None or getattr(original, "multislice_cpu_alike", False):
         return
 
-    def hash_accelerator_config(hash_obj, accelerators) -> None:
+    def hash_accelerator_config(hash_obj: Any, accelerators: Any) -> None:
         devices = list(accelerators.flat)
         if not devices or any(device.platform != "cpu" for device in devices):
             return original(hash_obj, accelerators)
@@ -186,13 +187,13 @@ class CheckedCache:
     ends the writes of this process (the run goes on uncached). Nothing here raises.
     """
 
-    def __init__(self, base, path: str):
+    def __init__(self, base: Any, path: str) -> None:
         self._base, self._path, self._versions = base, path, _versions()
         self._bad: set[str] = set()
         self._warned: set[str] = set()
         self._writable = True
 
-    def _warn_once(self, kind: str, message: str, *args) -> None:
+    def _warn_once(self, kind: str, message: str, *args: object) -> None:
         if kind not in self._warned:
             self._warned.add(kind)
             log.warning(message + " (further such cases are not logged)", *args)

@@ -26,8 +26,8 @@ from typing import Any, Literal
 import pydantic
 from pydantic import Field, field_validator, model_validator
 
-from training import presets
-from training.kernels import kernel_problem
+from training.model import presets
+from training.model.kernels import kernel_problem
 from training.validation import StrictModel, format_errors, invalid, shorten
 
 #: The vocabulary of byte-level data: one token per byte (``TrainConfig.data_vocab_size``).
@@ -98,10 +98,10 @@ class ParallelismConfig(StrictModel):
         return shape["data"] * shape["fsdp"]
 
 
-#: ``model.attention`` values: ``auto`` picks per platform (``training.kernels.attention_kernel``).
+#: ``model.attention`` values: ``auto`` picks per platform (``training.model.kernels.attention_kernel``).
 AttentionKernel = Literal["auto", "reference", "xla", "cudnn", "splash"]
 ATTENTION_KERNELS: tuple[str, ...] = typing.get_args(AttentionKernel)
-#: ``model.remat`` values: rematerialization policy of each layer (``training.model``).
+#: ``model.remat`` values: rematerialization policy of each layer (``training.model.transformer``).
 RematPolicy = Literal["none", "full", "dots_saveable", "dots_with_no_batch_dims_saveable"]
 REMAT_POLICIES: tuple[str, ...] = typing.get_args(RematPolicy)
 
@@ -110,13 +110,13 @@ class ModelConfig(StrictModel):
     """A decoder-only transformer (pre-norm RMSNorm, causal self-attention with rotary
     positions, GELU or SwiGLU MLP), by default the byte-level model of the ``byte`` preset.
 
-    ``preset`` names a shape of :data:`training.presets.PRESETS` whose keys fill every key the
+    ``preset`` names a shape of :data:`training.model.presets.PRESETS` whose keys fill every key the
     mapping does not set. ``attention`` and ``remat`` choose how the same function is computed
-    (kernel: training.kernels, memory), not what it is: they may change between attempts of a run.
+    (kernel: training.model.kernels, memory), not what it is: they may change between attempts of a run.
     """
 
     preset: str | None = Field(
-        default=None, description="A training.presets name; its keys fill the keys not set here (default: byte)."
+        default=None, description="A training.model.presets name; its keys fill the keys not set here (default: byte)."
     )
     d_model: int = Field(default=256, ge=8, le=MAX_D_MODEL, description="Residual stream width.")
     n_layers: int = Field(default=4, ge=1, le=MAX_LAYERS)
@@ -294,7 +294,7 @@ class TrainConfig(StrictModel):
     def data_vocab_size(self) -> int:
         """Token ids of byte-level data (ids ``0 .. 255``). A prepared dataset's vocabulary (its
         manifest) enters through ``model.vocab_size``, which the trainer fills from the data when
-        the stack leaves it unset (``training.data.with_vocabulary``)."""
+        the stack leaves it unset (``training.data.sources.with_vocabulary``)."""
         return VOCAB_SIZE
 
     @property
@@ -391,7 +391,7 @@ def vocabulary_mismatch(stated: int | None, data_vocab: int, tensor: int) -> Lit
     train on data of ``data_vocab`` token ids with a tensor mesh axis of size ``tensor``:
     ``"smaller"`` (ids at or above ``stated`` would have no embedding row), ``"indivisible"``
     (the resolved vocabulary is not a multiple of ``tensor``, over which the embedding is
-    sharded), or None. The one rule behind the trainer's check (``training.data.with_vocabulary``)
+    sharded), or None. The one rule behind the trainer's check (``training.data.sources.with_vocabulary``)
     and the one at plan and preview (``infra.config.dataset``), each phrasing its own message."""
     if stated is not None and stated < data_vocab:
         return "smaller"

@@ -10,6 +10,7 @@ import signal
 import sys
 import threading
 import urllib.request
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 LOG_NAME = "multislice-trainer"
@@ -17,7 +18,7 @@ FLUSH_AT_EXIT_S = 10.0
 _LEVEL = re.compile(r"^\S+ (DEBUG|INFO|WARNING|ERROR|CRITICAL) ")
 
 
-def metadata(path):
+def metadata(path: str) -> str | None:
     host = os.environ.get("GCE_METADATA_IP", "metadata.google.internal")
     request = urllib.request.Request(f"http://{host}/computeMetadata/v1/{path}", headers={"Metadata-Flavor": "Google"})
     try:
@@ -27,7 +28,9 @@ def metadata(path):
         return None
 
 
-def target(slice_id, worker, run, get=metadata):
+def target(
+    slice_id: str, worker: str, run: str, get: Callable[[str], str | None] = metadata
+) -> tuple[dict[str, str], dict[str, str]] | None:
     """(tpu_worker resource labels, entry labels); None unless the metadata names a project,
     zone and TPU node (not in the local emulation)."""
     project, zone = get("project/project-id"), get("instance/zone")
@@ -38,7 +41,7 @@ def target(slice_id, worker, run, get=metadata):
     return None
 
 
-def ship(lines, found, say):
+def ship(lines: queue.Queue, found: tuple[dict[str, str], dict[str, str]], say: Callable[[str], None]) -> None:
     """Write ``(time, text)`` items of ``lines`` in batches until None; failures are dropped."""
     from google.auth.credentials import AnonymousCredentials
     from google.cloud.logging_v2 import Client, Resource
@@ -78,18 +81,18 @@ def ship(lines, found, say):
         say(f"log shipping: {failed} line(s) not written to Cloud Logging")
 
 
-def main(argv):
+def main(argv: list[str]) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)  # the last lines of a stopping trainer still come out
     slice_id, worker = os.environ.get("MULTISLICE_SLICE", "?"), os.environ.get("MULTISLICE_WORKER", "?")
     prefix = f"[slice {slice_id} worker {worker}] "
     lines, state = queue.Queue(10000), {"on": True, "dropped": 0}
 
-    def say(text):
+    def say(text: str) -> None:
         sys.stderr.write(f"{prefix}{text}\n")
         sys.stderr.flush()
 
-    def work():
+    def work() -> None:
         try:
             found = target(slice_id, worker, os.path.basename(argv[0].rstrip("/")) if argv else "")
             if found:

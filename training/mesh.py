@@ -12,7 +12,7 @@ devices are grouped into slices ("granules"):
   grouping processes: ``process_index // workers_per_slice`` (docs/jax-on-cpu.md,
   "Devices").
 
-Sharding rules (``training.shapes.LOGICAL_AXIS_RULES``) map each array dimension's *logical*
+Sharding rules (``training.model.shapes.LOGICAL_AXIS_RULES``) map each array dimension's *logical*
 axis name (declared by the model) to mesh axes, MaxText-style: the batch splits over ``data``
 and ``fsdp``, weights split their ``embed`` dimension over ``fsdp`` and their
 ``heads``/``mlp``/``vocab`` dimension over ``tensor``.
@@ -30,7 +30,7 @@ from jax.experimental import mesh_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from training.config import MESH_AXES, ParallelismConfig
-from training.shapes import LOGICAL_AXIS_RULES  # jax-free: the planner reads it too
+from training.model.shapes import LOGICAL_AXIS_RULES  # jax-free: the planner reads it too
 
 if TYPE_CHECKING:  # jaxlib ships no type stubs for its extension types: to a checker jax.Device is no class
     Device = Any

@@ -22,6 +22,8 @@ import threading
 import time
 from typing import Any
 
+from training import agreement
+
 log = logging.getLogger(__name__)
 
 DEFAULT_GRACE_S = 60.0
@@ -85,7 +87,7 @@ class Notice:
             self.honouring = True
         return hit
 
-    def _handle(self, signum, frame) -> None:
+    def _handle(self, signum: int, frame: object) -> None:
         del signum, frame
         self.local = True
 
@@ -131,8 +133,6 @@ def _process_index() -> int:
 
 
 def _job_noticed() -> bool:
-    from training import agreement
-
     client = agreement.client()
     if client is None:
         return False

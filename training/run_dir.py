@@ -1,6 +1,6 @@
 """The run directory: a local path or a ``gs://`` URI behind one interface (etils.epath).
 
-Layout (``training.checkpointing``, ``training.run_log``)::
+Layout (``training.checkpoint.manager``, ``training.metrics.run_log``)::
 
     <run>/checkpoints/<step>/    Orbax checkpoints
     <run>/train_config.json      the TrainConfig of the run

@@ -9,13 +9,15 @@ import jax
 import optax
 from jax.sharding import Mesh
 
-from training import checkpoint_integrity, checkpointing, mesh as mesh_lib, model
+from training import mesh as mesh_lib
+from training.checkpoint import integrity as checkpoint_integrity, manager as checkpointing
 from training.config import TrainConfig
+from training.model import transformer as model
 
 
 def shardings(cfg: TrainConfig, mesh: Mesh, optimizer: optax.GradientTransformation) -> Any:
     """The state's ``NamedSharding`` tree: params by their logical axes
-    (:func:`training.model.logical_axes`), optimizer moments as their params, the rest
+    (:func:`training.model.transformer.logical_axes`), optimizer moments as their params, the rest
     (step counts) replicated."""
     axes = model.logical_axes(cfg.model, cfg.vocab_size)
     is_axes = lambda x: isinstance(x, tuple) and all(isinstance(a, (str, type(None))) for a in x)  # noqa: E731
@@ -65,8 +67,8 @@ def restore_or_init(
     on_fallback: Callable[[checkpointing.Fallback], None] | None = None,
 ) -> tuple[int, Any, bool]:
     """``(step, state, restored)``: the newest checkpoint of ``manager`` that every process
-    can read and whose state passes training.checkpoint_integrity's checks (the checksums its
-    save recorded, finite values) (:func:`training.checkpointing.restore`; ``on_fallback``
+    can read and whose state passes training.checkpoint.integrity's checks (the checksums its
+    save recorded, finite values) (:func:`training.checkpoint.manager.restore`; ``on_fallback``
     gets each newer step skipped), else step 0 and params from ``cfg.seed``; laid out as
     ``state_shardings``.
     Raises checkpointing.CheckpointRestoreError, agreement.AgreementError."""

@@ -6,7 +6,7 @@ update as one batch (the mean loss over equal-sized microbatches is the mean ove
 with the activations of one microbatch at a time. Microbatch j holds rows ``i·k + j`` of the
 batch: every device's block of rows ``[r·B/n, (r+1)·B/n)`` (n = data × fsdp) contributes B/(n·k)
 rows to each microbatch, so the split is a local reshape, no data moves between devices, and
-the batch of each step is still the rows the data gives for that step (training.data).
+the batch of each step is still the rows the data gives for that step (training.data.text, training.data.tokens).
 """
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ import jax.numpy as jnp
 import optax
 from jax.sharding import Mesh, NamedSharding
 
-from training import mesh as mesh_lib, model
+from training import mesh as mesh_lib
 from training.config import ModelConfig
+from training.model import transformer as model
 
 
 def _constrain(mesh: Mesh) -> Callable:
@@ -37,21 +38,21 @@ def make_train_step(
 ) -> Callable:
     """``step(state, batch) -> (state, {"loss", "grad_norm"})``: ``state`` is ``{"params",
     "opt_state"}`` laid out as ``shardings`` (donated), ``batch`` int32 ``[global_batch,
-    sequence_length + 1]`` tokens; ``loss`` is :func:`training.model.loss_fn` at the params
+    sequence_length + 1]`` tokens; ``loss`` is :func:`training.model.transformer.loss_fn` at the params
     before the update (the mean over the ``microbatches``), ``grad_norm`` its gradient's global
     L2 norm (float32 scalars). ``microbatches`` must divide each device's rows of the batch
     (``TrainConfig`` checks it as ``microbatches``)."""
     constrain = _constrain(mesh)
     grad_fn = jax.value_and_grad(lambda params, rows: model.loss_fn(params, rows, cfg, constrain, mesh))
 
-    def loss_and_grads(params, batch):
+    def loss_and_grads(params: Any, batch: jax.Array) -> tuple[jax.Array, Any]:
         if microbatches == 1:
             return grad_fn(params, batch)
         rows, width = batch.shape
         split = batch.reshape(rows // microbatches, microbatches, width).swapaxes(0, 1)  # [k, B/k, S+1]
         split = constrain(split, (None, "batch", "sequence"))
 
-        def accumulate(carry, rows):
+        def accumulate(carry: tuple[jax.Array, Any], rows: jax.Array) -> tuple[tuple[jax.Array, Any], None]:
             loss, grads = grad_fn(params, rows)
             return jax.tree.map(jnp.add, carry, (loss, grads)), None
 
@@ -60,7 +61,7 @@ def make_train_step(
         (loss, grads), _ = jax.lax.scan(accumulate, (jnp.zeros((), jnp.float32), zeros), split)
         return jax.tree.map(lambda x: x / microbatches, (loss, grads))
 
-    def train_step(state, batch):
+    def train_step(state: dict[str, Any], batch: jax.Array) -> tuple[dict[str, Any], dict[str, jax.Array]]:
         loss, grads = loss_and_grads(state["params"], batch)
         updates, opt_state = optimizer.update(grads, state["opt_state"], state["params"])
         params = optax.apply_updates(state["params"], updates)
@@ -72,10 +73,10 @@ def make_train_step(
 
 
 def make_eval_step(cfg: ModelConfig, mesh: Mesh, param_shardings: Any, batch_sharding: NamedSharding) -> Callable:
-    """``eval_step(params, batch) -> loss``: :func:`training.model.loss_fn` (float32 scalar)."""
+    """``eval_step(params, batch) -> loss``: :func:`training.model.transformer.loss_fn` (float32 scalar)."""
     constrain = _constrain(mesh)
 
-    def eval_step(params, batch):
+    def eval_step(params: Any, batch: jax.Array) -> jax.Array:
         return model.loss_fn(params, batch, cfg, constrain, mesh)
 
     return jax.jit(eval_step, in_shardings=(param_shardings, batch_sharding))

@@ -6,15 +6,16 @@
 2. JAX's persistent compilation cache, the stack's (training.compile_cache), the preemption
    watchdog (training.preemption), then ``jax.distributed.initialize`` from the identity
    (training.cluster), while a thread builds the data set's index;
-3. build the hybrid mesh (training.mesh) and the jitted steps (training.step);
+3. set up the loop (training.setup): build the hybrid mesh (training.mesh) and the jitted
+   steps (training.step), compiled while the checkpoint is read;
 4. restore the newest finalized checkpoint every process can read and whose state passes
    its checks (the checksums recorded by its save, finite values:
-   training.checkpoint_integrity) — all processes restore the same step, or all fail — or
-   initialize from the seed (training.state, training.checkpointing.restore); a fallback is
-   an event ``restore_fallback``;
+   training.checkpoint.integrity) — all processes restore the same step, or all fail — or
+   initialize from the seed (training.state, training.checkpoint.manager.restore); a fallback is
+   an event ``restore_fallback`` (training.checkpoint.fallback);
 5. train: the batch of step ``s`` is a pure function of ``s`` (training.data), so a resumed
-   run computes exactly what an uninterrupted one would; metrics: training.recorder;
-6. save per Orbax's save-decision policies (training.checkpointing.save_policy); on a
+   run computes exactly what an uninterrupted one would; metrics: training.metrics.recorder;
+6. save per Orbax's save-decision policies (training.checkpoint.manager.save_policy); on a
    preemption notice (SIGTERM) to any process every process saves the same agreed step and
    exits ``EXIT_PREEMPTED``;
 7. after the last step's checkpoint is finalized, process 0 writes ``COMPLETE``.
@@ -22,7 +23,8 @@
 A non-finite loss (or state) before the first save after a restore sets the restored
 checkpoint aside (``<step>.nonfinite``) and exits ``EXIT_FAILED``: the restart restores the
 checkpoint before it. Once per run: if the run already holds a ``*.nonfinite`` checkpoint,
-the training itself diverges, and the trainer exits ``EXIT_CONFIG`` (:func:`_fall_back_once`).
+the training itself diverges, and the trainer exits ``EXIT_CONFIG``
+(:func:`training.checkpoint.fallback.fall_back_once`).
 
 Exit codes (the startup script's supervisor acts on them): ``EXIT_COMPLETE`` 0,
 ``EXIT_FAILED`` 1 (restart; also a notice the loop could not honour within the preemption
@@ -42,38 +44,26 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
-import json
 import logging
 import os
 import sys
 import time
-from typing import TYPE_CHECKING, NoReturn
+from typing import Any, NoReturn
 
 import jax
-import numpy as np
 
-from training import (
-    agreement,
-    checkpoint_integrity,
-    checkpointing,
-    cluster,
-    compile_cache,
-    data,
-    mesh as mesh_lib,
-    model,
-    optimizer as optimizer_lib,
-    preemption,
-    state as state_lib,
-    step as step_lib,
-)
+from training import agreement, cluster, compile_cache, mesh as mesh_lib, preemption
+from training.checkpoint import manager as checkpointing
+from training.checkpoint.fallback import RestoredStateDiverged, TrainingDiverged, fall_back_once, fallback_event
 from training.config import TrainConfig
-from training.goodput import process_start_time
-from training.recorder import MetricsRecorder
+from training.data.base import DataError, Dataset
+from training.data.sources import open_dataset
+from training.metrics.goodput import process_start_time
+from training.metrics.recorder import MetricsRecorder
+from training.metrics.run_log import RecordLog, TensorBoardLog
+from training.model.shapes import param_count
 from training.run_dir import RunDir, RunDirError
-from training.run_log import RecordLog, TensorBoardLog
-
-if TYPE_CHECKING:
-    from training.token_data import TokenDataset
+from training.setup import TrainSetup, setup_train_loop
 
 log = logging.getLogger("training")
 
@@ -102,7 +92,7 @@ def run(config: TrainConfig, run_dir_uri: str, identity: cluster.ClusterIdentity
       The exit code to use and the last completed step.
 
     Raises:
-      checkpointing.RunConfigMismatch, data.DataError, mesh_lib.MeshError, RunDirError: unusable config.
+      checkpointing.RunConfigMismatch, DataError, mesh_lib.MeshError, RunDirError: unusable config.
     """
     entered = time.time()  # goodput: from the process start to here is the interpreter and its imports
     run_dir = RunDir(run_dir_uri)
@@ -116,9 +106,9 @@ def run(config: TrainConfig, run_dir_uri: str, identity: cluster.ClusterIdentity
     notice.install()  # before jax.distributed: a notice while waiting for peers is not lost
     # Start-up work that needs no peer runs while this process waits for its peers in
     # jax.distributed.initialize (which releases the GIL): the data set's index. Its errors
-    # (data.DataError) are raised where the result is taken, in _train.
+    # (DataError) are raised where the result is taken, in training.setup.
     pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="startup")
-    dataset = pool.submit(_dataset, config)
+    dataset = pool.submit(open_dataset, config)
     pool.shutdown(wait=False)
     try:
         joining = time.time()
@@ -127,9 +117,10 @@ def run(config: TrainConfig, run_dir_uri: str, identity: cluster.ClusterIdentity
         start = _Start(timings=_start_timings(entered, joining))
         try:
             return _train(config, run_dir, identity, notice, start, dataset)
-        except FloatingPointError as err:  # a non-finite loss (training.recorder) or state (checkpointing.save)
+        except FloatingPointError as err:  # a non-finite loss (training.metrics.recorder) or state (checkpointing.save)
             if start.restored and not start.saved:
-                _fall_back_once(err, start)
+                assert start.manager is not None and start.events_log is not None  # set by every start that restored
+                fall_back_once(err, start.manager, start.step, start.is_writer, start.events_log)
             raise
     finally:
         notice.uninstall()
@@ -137,7 +128,8 @@ def run(config: TrainConfig, run_dir_uri: str, identity: cluster.ClusterIdentity
 
 @dataclasses.dataclass
 class _Start:
-    """What this start restored, and whether it has saved since (for :func:`_fall_back_once`)."""
+    """What this start restored, and whether it has saved since (for
+    :func:`training.checkpoint.fallback.fall_back_once`)."""
 
     manager: checkpointing.CheckpointManager | None = None
     step: int = 0
@@ -164,169 +156,102 @@ def _start_timings(entered: float, joining: float) -> dict[str, float]:
 _imported = False
 
 
-def _dataset(config: TrainConfig) -> data.TextDataset | TokenDataset:
-    return data.open_dataset(config)
-
-
-class RestoredStateDiverged(RuntimeError):
-    """The loss went non-finite before the first save after a restore; the restored checkpoint
-    was set aside, and the restart restores the one before it."""
-
-
-class TrainingDiverged(RuntimeError):
-    """The loss went non-finite again after the run fell back once: restarting will not help."""
-
-
-def _fall_back_once(err: FloatingPointError, start: _Start) -> None:
-    """A non-finite loss or state before this start's first save: the state restored from
-    checkpoint ``start.step`` leads to it (damage that passed the restore checks, e.g. finite
-    garbage in a checkpoint saved before checksums were recorded, or a divergence the
-    checkpoint already held). The first time in a run, every process sets that checkpoint
-    aside as ``<step>.nonfinite`` (one ``restore_fallback`` event, one log line) and the
-    restart restores the checkpoint before it; when the run already holds a ``*.nonfinite``
-    checkpoint, the training itself diverges (a restart would loop): it ends for good.
-
-    Raises:
-      RestoredStateDiverged: the checkpoint was set aside (exit 1: restart).
-      TrainingDiverged: the run already fell back once (exit 78).
-    """
-    manager, events_log = start.manager, start.events_log
-    assert manager is not None and events_log is not None  # set by every start that restored
-    where = checkpointing.describe(start.step, checkpointing.step_path(manager, start.step))
-    # Process 0's listing, before it renames anything: every process decides alike.
-    earlier = json.loads(
-        agreement.all_gather("nonfinite-set-aside", json.dumps(checkpointing.set_aside_steps(manager, "nonfinite")))[0]
-    )
-    if earlier:
-        tried = ", ".join(
-            checkpointing.describe(s, checkpointing.step_path(manager, s) + ".nonfinite") for s in earlier
-        )
-        raise TrainingDiverged(
-            f"{err} after restoring checkpoint {where}; the run already fell back from {tried} for a non-finite "
-            "loss, so the training itself diverges from these checkpoints (check the learning rate, the warmup and "
-            "the data); not restarting"
-        ) from None
-    used = max((s for s in manager.all_steps() if s < start.step), default=0)
-    reason = f"{err} after restoring it"
-    events_log.append(
-        {
-            "event": "restore_fallback",
-            "step": used,
-            "tried": start.step,
-            "path": checkpointing.step_path(manager, start.step),
-            "reason": reason,
-            "time": time.time(),
-        }
-    )
-    events_log.sync()
-    message = (
-        f"{err} after restoring checkpoint {where}: set it aside as {start.step}.nonfinite; the restart restores the "
-        f"checkpoint before it ({'step ' + str(used) if used else 'none: the run starts again from its seed'})"
-    )
-    log.error("%s", message)  # before the barrier: a peer may end this process once process 0 has left
-    checkpointing.set_aside([start.step], manager, start.is_writer, suffix="nonfinite")
-    raise RestoredStateDiverged(message) from None
-
-
 def _train(
     config: TrainConfig,
     run_dir: RunDir,
     identity: cluster.ClusterIdentity,
     notice: preemption.Notice,
     start: _Start | None = None,
-    dataset_future: concurrent.futures.Future[data.TextDataset | TokenDataset] | None = None,
+    dataset_future: concurrent.futures.Future[Dataset] | None = None,
 ) -> RunResult:
+    """Set up (training.setup), record the start, then run the step loop (:func:`_loop`)."""
     start = start if start is not None else _Start()
     is_writer = jax.process_index() == 0
-    checkpointing.check_run_config(run_dir, config)
-
-    mesh = mesh_lib.build_mesh(config.parallelism, workers_per_slice=identity.workers_per_slice)
-    # bytes, or a prepared dataset read by row with prefetch (opened while peers joined: _run)
-    dataset = dataset_future.result() if dataset_future is not None else _dataset(config)
-    recorded_config, config = config, data.with_vocabulary(config, dataset.vocab_size)
-    batch_sharding = mesh_lib.batch_sharding(mesh)
-    rows = mesh_lib.process_batch_rows(mesh, config.global_batch_size, config.sequence_length + 1)
-    global_shape = (config.global_batch_size, config.sequence_length + 1)
-
-    def global_batch(local_rows: np.ndarray) -> jax.Array:
-        return jax.make_array_from_process_local_data(batch_sharding, local_rows, global_shape)
-
-    opt, schedule = optimizer_lib.make_optimizer(config.optimizer, config.steps)
-    shardings = state_lib.shardings(config, mesh, opt)
-    train_step = step_lib.make_train_step(
-        config.model, opt, mesh, shardings, batch_sharding, microbatches=config.microbatches
-    )
-    eval_step = step_lib.make_eval_step(config.model, mesh, shardings["params"], batch_sharding)
-    batch_spec = jax.ShapeDtypeStruct(global_shape, np.int32, sharding=batch_sharding)
-    warmed = _warm_up(train_step, eval_step, state_lib.abstract(config, opt, shardings), batch_spec)
-
-    manager = checkpointing.make_manager(run_dir, config)
-    fallbacks: list[checkpointing.Fallback] = []
-    restoring = time.time()
-    start_step, state, restored = state_lib.restore_or_init(
-        config, opt, shardings, manager, is_writer=is_writer, on_fallback=fallbacks.append
-    )
-    restore_s = time.time() - restoring
-    if is_writer:
-        checkpointing.record_run_config(run_dir, recorded_config)  # vocab_size as the stack gives it
+    setup = setup_train_loop(config, run_dir, identity, dataset_future)
+    config = setup.config
     metrics_log = RecordLog(run_dir, "metrics", enabled=is_writer)
     events_log = RecordLog(run_dir, "events", enabled=is_writer)
     start.manager, start.step, start.restored, start.is_writer, start.events_log = (
-        manager,
-        start_step,
-        restored,
+        setup.manager,
+        setup.start_step,
+        setup.restored,
         is_writer,
         events_log,
     )
-    tensorboard = TensorBoardLog(run_dir, start_step, enabled=is_writer)
-    for fallback in fallbacks:  # the CLI prints these (infra/local/emulator.py)
-        events_log.append(
-            {
-                "event": "restore_fallback",
-                "step": fallback.used,
-                "tried": fallback.tried,
-                "path": fallback.path,
-                "reason": fallback.reason,
-                "time": time.time(),
-            }
-        )
+    tensorboard = TensorBoardLog(run_dir, setup.start_step, enabled=is_writer)
+    for fallback in setup.fallbacks:  # the CLI prints these (infra/local/emulator.py)
+        events_log.append(fallback_event(fallback))
     events_log.append(
         {
             "event": "start",
-            "step": start_step,
-            "restored": restored,
+            "step": setup.start_step,
+            "restored": setup.restored,
             "processes": identity.num_processes,
             "devices": jax.device_count(),
             "time": time.time(),
             "process_start": process_start_time(),  # goodput: from here to "time" is start-up
-            "restore_s": round(restore_s, 3),
+            "restore_s": round(setup.restore_s, 3),
             **start.timings,
         }
     )
     events_log.sync()
     log.info(
         "%s at step %d/%d: %d processes, %d devices, mesh %s, %.2fM parameters, rows [%d, %d) of %d",
-        "resuming" if restored else "starting",
-        start_step,
+        "resuming" if setup.restored else "starting",
+        setup.start_step,
         config.steps,
         identity.num_processes,
         jax.device_count(),
-        dict(mesh.shape),
-        model.param_count(config.model, config.vocab_size) / 1e6,
-        rows[0],
-        rows[1],
+        dict(setup.mesh.shape),
+        param_count(config.model, config.vocab_size) / 1e6,
+        setup.rows[0],
+        setup.rows[1],
         config.global_batch_size,
     )
+    recorder = MetricsRecorder(config, setup.schedule, metrics_log, events_log, tensorboard, jax.device_count())
+    exit_code, step = _loop(setup, identity, notice, start, recorder, metrics_log, events_log, tensorboard)
+    last_loss = recorder.last_loss
+    waiting = time.time()
+    setup.manager.wait_until_finished()
+    save_s = round(time.time() - waiting, 3)  # goodput: the loop blocked by the last async save
+    if exit_code == EXIT_PREEMPTED:
+        events_log.append({"event": "preempted", "step": step, "time": time.time(), "save_s": save_s})
+    else:
+        events_log.append({"event": "complete", "step": step, "loss": last_loss, "time": time.time(), "save_s": save_s})
+        if is_writer:
+            checkpointing.write_completion(run_dir, {"step": step, "loss": last_loss})
+        log.info("training complete at step %d, loss %s", step, last_loss)
+    recorder.write_goodput(step)  # goodput.json over every attempt so far (process 0)
+    setup.manager.close()
+    setup.dataset.close()
+    metrics_log.close()
+    events_log.close()
+    tensorboard.close()
+    return RunResult(exit_code, step, last_loss)
 
-    recorder = MetricsRecorder(config, schedule, metrics_log, events_log, tensorboard, jax.device_count())
+
+def _loop(
+    setup: TrainSetup,
+    identity: cluster.ClusterIdentity,
+    notice: preemption.Notice,
+    start: _Start,
+    recorder: MetricsRecorder,
+    metrics_log: RecordLog,
+    events_log: RecordLog,
+    tensorboard: TensorBoardLog,
+) -> tuple[int, int]:
+    """The steps from ``setup.start_step`` to ``config.steps``: train, record, save per the
+    checkpoint policy or at a preemption notice, evaluate. Returns ``(exit code, last step)``."""
+    config, manager, dataset, rows = setup.config, setup.manager, setup.dataset, setup.rows
+    train_step, eval_step, state = setup.train_step, setup.eval_step, setup.state
     pending: tuple[int, dict[str, jax.Array]] | None = None
     exit_code = EXIT_COMPLETE
-    step = start_step
-    warmed.result()  # its errors are the first step's
-    for data_step in range(start_step, config.steps):
-        batch = global_batch(dataset.train_rows(data_step, config.global_batch_size, *rows))
-        if data_step == start_step and identity.num_processes > 1:
-            train_step = _compiled_in_step(train_step, state, batch, start_step)
+    step = setup.start_step
+    setup.warmed.result()  # its errors are the first step's
+    for data_step in range(setup.start_step, config.steps):
+        batch = setup.global_batch(dataset.train_rows(data_step, config.global_batch_size, *rows))
+        if data_step == setup.start_step and identity.num_processes > 1:
+            train_step = _compiled_in_step(train_step, state, batch, setup.start_step)
         state, metrics = train_step(state, batch)
         step = data_step + 1
         if pending is not None:
@@ -357,7 +282,7 @@ def _train(
             # Every batch dispatched before any loss is read: the host prepares batch b+1
             # while the devices compute batch b.
             losses = [
-                eval_step(state["params"], global_batch(dataset.eval_rows(b, config.global_batch_size, *rows)))
+                eval_step(state["params"], setup.global_batch(dataset.eval_rows(b, config.global_batch_size, *rows)))
                 for b in range(config.eval_batches)
             ]
             recorder.eval(step, [float(loss) for loss in losses])
@@ -371,45 +296,10 @@ def _train(
             break
     if pending is not None:
         recorder.train(*pending)
-    last_loss = recorder.last_loss
-    waiting = time.time()
-    manager.wait_until_finished()
-    save_s = round(time.time() - waiting, 3)  # goodput: the loop blocked by the last async save
-    if exit_code == EXIT_PREEMPTED:
-        events_log.append({"event": "preempted", "step": step, "time": time.time(), "save_s": save_s})
-    else:
-        events_log.append({"event": "complete", "step": step, "loss": last_loss, "time": time.time(), "save_s": save_s})
-        if is_writer:
-            checkpointing.write_completion(run_dir, {"step": step, "loss": last_loss})
-        log.info("training complete at step %d, loss %s", step, last_loss)
-    recorder.write_goodput(step)  # goodput.json over every attempt so far (process 0)
-    manager.close()
-    dataset.close()
-    metrics_log.close()
-    events_log.close()
-    tensorboard.close()
-    return RunResult(exit_code, step, last_loss)
+    return exit_code, step
 
 
-def _warm_up(train_step, eval_step, abstract_state, batch_spec: jax.ShapeDtypeStruct) -> concurrent.futures.Future:
-    """Compile (or load from the compilation cache) the restore's checksums, the train step and
-    the eval step from the state's shapes, in a thread, while the main thread creates the
-    checkpoint manager and restores (reading the checkpoint, waiting for its peers): their
-    first calls then only run (JAX's in-memory caches hold what ``lower(...).compile()``
-    traced and compiled). docs/goodput.md, "Start-up"."""
-
-    def compile_all() -> None:
-        checkpoint_integrity.prepare(abstract_state)
-        train_step.lower(abstract_state, batch_spec).compile()
-        eval_step.lower(abstract_state["params"], batch_spec).compile()
-
-    pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="warm-up")
-    warmed = pool.submit(compile_all)
-    pool.shutdown(wait=False)
-    return warmed
-
-
-def _compiled_in_step(train_step, state, batch, start_step: int):
+def _compiled_in_step(train_step: Any, state: Any, batch: jax.Array, start_step: int) -> Any:
     """The train step compiled ahead of time, once every process has compiled it.
 
     Only process 0 writes JAX's persistent compilation cache, so after a restart process 0
@@ -442,7 +332,7 @@ def main(config: TrainConfig, run_dir: str, identity: cluster.ClusterIdentity) -
         checkpointing.CheckpointRestoreError,
         TrainingDiverged,
         mesh_lib.MeshError,
-        data.DataError,
+        DataError,
         RunDirError,
     ) as err:
         log.error("configuration error: %s", err)
@@ -470,8 +360,8 @@ def exit_process(code: int) -> NoReturn:
     everything it writes (its checkpoint manager after the last save finalized, the metrics and
     events logs, the TensorBoard writer: :func:`run`), so what a normal exit adds is only the
     interpreter's finalization — XLA's client and devices, fsspec's I/O thread, every module —
-    about 1.5 s per exit on the development machine, which every preemption restart paid
-    before the VM could be repaired (docs/goodput.md, "Start-up"). Logging and the standard
+    which every preemption restart paid before the VM could be repaired (measured:
+    docs/goodput.md, "Start-up"). Logging and the standard
     streams are flushed first (``os._exit``: https://docs.python.org/3/library/os.html#os._exit).
     """
     logging.shutdown()

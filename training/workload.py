@@ -47,7 +47,7 @@ SOURCE_DIR = "workload"
 CHECKPOINTS = "checkpoints"
 METRICS = "metrics"
 EVENTS = "events"
-#: The completion marker (``training.checkpointing.COMPLETE_MARKER``).
+#: The completion marker (``training.checkpoint.manager.COMPLETE_MARKER``).
 COMPLETE_MARKER = "COMPLETE"
 
 
@@ -138,9 +138,9 @@ def newest_checkpoint_step(run_dir: Any) -> int:
 def record_start(run_dir_text: str, processes: int) -> None:
     """Process 0: append a ``start`` event (``step``: the newest checkpoint's, ``restored``,
     ``processes``, ``time``, ``workload: "command"``) as a new ``events`` object, the record ``status`` counts
-    restarts by and ``local up`` arms its faults with (``training.run_log``)."""
+    restarts by and ``local up`` arms its faults with (``training.metrics.run_log``)."""
+    from training.metrics.run_log import RecordLog
     from training.run_dir import RunDir
-    from training.run_log import RecordLog
 
     run_dir = RunDir(run_dir_text)
     step = newest_checkpoint_step(run_dir)
@@ -246,7 +246,7 @@ def supervise(command: list[str], env: dict[str, str], cwd: Path) -> int:
 
 
 def completed_step(marker: bytes | None) -> int:
-    """The step of a completion marker (``training.checkpointing.read_completion``'s format),
+    """The step of a completion marker (``training.checkpoint.manager.read_completion``'s format),
     0 when absent or malformed."""
     try:
         step = json.loads((marker or b"").decode("utf-8"))["step"]
@@ -257,8 +257,8 @@ def completed_step(marker: bytes | None) -> int:
 
 def complete(spec_path: Path, run_dir_text: str) -> int:
     """Write ``COMPLETE`` for the run's steps (see the module docstring); 0, or 1 if it cannot."""
+    from training.metrics.run_log import read_records
     from training.run_dir import RunDir
-    from training.run_log import read_records
 
     try:
         steps = read_spec(spec_path)["steps"]
@@ -270,7 +270,7 @@ def complete(spec_path: Path, run_dir_text: str) -> int:
         return 0
     losses = [r["loss"] for r in read_records(run_dir, METRICS) if isinstance(r.get("loss"), (int, float))]
     record = {"step": steps, "loss": float(losses[-1]) if losses else None}
-    run_dir.write(COMPLETE_MARKER, json.dumps(record, sort_keys=True).encode())  # training.checkpointing's format
+    run_dir.write(COMPLETE_MARKER, json.dumps(record, sort_keys=True).encode())  # training.checkpoint.manager's format
     print(f"workload: the command exited 0: the run is complete ({run_dir}/COMPLETE, step {steps})", flush=True)
     return 0
 
@@ -280,8 +280,8 @@ def record_preempted(run_dir_text: str) -> int:
     newest checkpoint's, ``time``, ``workload: "command"``), the record the bundled trainer writes
     at the same point (``training.train``), so ``status`` counts the next start as a preemption
     restart and not as a failure; 0, or 1 if it cannot be written."""
+    from training.metrics.run_log import RecordLog
     from training.run_dir import RunDir
-    from training.run_log import RecordLog
 
     try:
         run_dir = RunDir(run_dir_text)

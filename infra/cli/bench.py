@@ -1,4 +1,4 @@
-"""``multislice bench shardings``: what a mesh achieves (training/bench.py; emulated slices:
+"""``multislice bench shardings``: what a mesh achieves (training/bench/shardings.py; emulated slices:
 :mod:`infra.local.bench_slices`)."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ import json
 import typer
 
 from infra.cli.options import console, err_console, fail
-from training.bench_spec import BenchOptions, with_bench_options
+from training.bench.spec import BenchOptions, with_bench_options
 
 #: The ``bench`` command group.
-app = typer.Typer(no_args_is_help=True, help="Measure what a mesh achieves (training/bench.py).")
+app = typer.Typer(no_args_is_help=True, help="Measure what a mesh achieves (training/bench/shardings.py).")
 
 
 @app.command("shardings")
@@ -24,7 +24,7 @@ def bench_shardings(
     efficiency against one large matmul measured in the same run. --dcn-* > 1 without TPU
     slices runs one emulated slice per local CPU process."""
     from infra.local import bench_slices
-    from training import bench
+    from training.bench import shardings as bench
 
     try:
         spec = options.spec()

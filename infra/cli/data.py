@@ -1,9 +1,9 @@
-"""``multislice data prepare``: tokenize a corpus once into a prepared dataset (training/prepare.py).
+"""``multislice data prepare``: tokenize a corpus once into a prepared dataset (training/prepare/shards.py).
 
     multislice data prepare 'gs://bucket/text/*.txt' gs://bucket/datasets/web --tokenizer bpe --vocab-size 32000
     multislice data prepare '/data/*.txt' gs://<stack bucket>/datasets/web --emulated --stack dev
 
-The work is :func:`training.prepare.prepare` (also ``python -m training data prepare`` on any
+The work is :func:`training.prepare.shards.prepare` (also ``python -m training data prepare`` on any
 machine with the trainer's dependencies). A ``gs://`` output goes through gcsfs, the client
 the trainer reads it with; with ``--emulated`` that is the stack's emulated Cloud Storage (the
 one ``multislice local up`` serves, started for this command when no emulation runs), so
@@ -21,7 +21,7 @@ from pathlib import Path
 import typer
 
 from infra.cli.options import CONFIG_FILE_OPTION, STACK_OPTION, err_console, fail, load_config, say
-from training import prepare_options as opts
+from training.data import prepare_options as opts
 
 #: The ``data`` command group.
 app = typer.Typer(no_args_is_help=True, help="Prepare token datasets for training.data.source.")
@@ -47,7 +47,7 @@ def prepare(
 ) -> None:
     """Tokenize SOURCE once into token shards and a manifest at OUTPUT; a re-run after an
     interruption writes only the missing shards, and a finished dataset is never rewritten."""
-    from training import prepare as prepare_lib
+    from training.prepare import shards as prepare_lib
 
     spec = prepare_lib.PrepareSpec(source, output, tokenizer, vocab_size, dtype, eval_fraction, shard_mb, bpe_train_mb)
     try:

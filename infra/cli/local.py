@@ -41,6 +41,8 @@ def print_summary(result: dict) -> None:
         "final_loss",
         "final_eval_loss",
         "restarts",
+        "restart_causes",
+        "unplanned_restarts",
         "steps_lost",
         "training_seconds",
         "wall_seconds",

@@ -4,9 +4,9 @@ plan`` and ``pulumi preview``/``up`` read the manifest of ``multislice:training.
 The trainer takes the model's vocabulary from the dataset's ``manifest.json`` when
 ``multislice:training.model.vocab_size`` is unset, and refuses a stated (or preset) vocabulary
 smaller than the manifest's, or one the tensor mesh axis does not divide
-(``training.data.with_vocabulary``); but only on the TPU VMs, once the queued resource is
+(``training.data.sources.with_vocabulary``); but only on the TPU VMs, once the queued resource is
 ACTIVE and paid for. :func:`check_dataset` reads the same manifest with the same checks
-(``training.manifest.parse``) and raises the same refusals as a
+(``training.data.manifest.parse``) and raises the same refusals as a
 :class:`~infra.config.StackConfigError` naming the key; it also gives the stack with the
 manifest's vocabulary filled in, so the plan's parameters and memory are those the VMs train.
 
@@ -40,8 +40,8 @@ from typing import Any
 
 from infra.config.loading import StackConfigError
 from infra.config.schema import StackConfig
-from training import presets
 from training.config import vocabulary_mismatch
+from training.model import presets
 
 #: Seconds the manifest request may take (connect, and each read of the answer); a manifest is
 #: a few hundred bytes per shard.
@@ -85,10 +85,12 @@ class DatasetCheck:
 def manifest_location(source: str) -> str | None:
     """Where the manifest of ``source`` (``training.data.source``) would be, or None when the
     source can only be bytes: ``stdlib``, a wildcard, a scheme other than ``gs://``, a local
-    file (the trainer's rule, ``training.data.is_prepared_dataset``)."""
+    file (the trainer's rule, ``training.data.sources.is_prepared_dataset``)."""
     if source == "stdlib" or any(ch in source for ch in "*?["):
         return None
-    from training import manifest as manifest_lib  # here: it imports numpy, which a preview of a byte stack never needs
+    from training.data import (
+        manifest as manifest_lib,  # here: it imports numpy, which a preview of a byte stack never needs
+    )
 
     if "://" in source:
         return f"{source.rstrip('/')}/{manifest_lib.MANIFEST}" if source.startswith("gs://") else None
@@ -134,7 +136,7 @@ def read_manifest_bytes(
         try:
             return bucket.blob(name).download_as_bytes(**bounded)
         except api_exceptions.NotFound:
-            from training.manifest import MANIFEST
+            from training.data.manifest import MANIFEST
 
             source = name[: -len(MANIFEST)].rstrip("/")  # "" for a bucket's root
             if source and bucket.blob(source).exists(**bounded):
@@ -176,7 +178,7 @@ def _credentials(project: str, environ: Mapping[str, str]) -> object:
 def vocabulary_problems(config: StackConfig, data_vocab: int) -> list[str]:
     """``key: problem`` lines for a model of ``config`` on data of ``data_vocab`` token ids (its
     prepared dataset's manifest): a vocabulary that is smaller (stated, or a preset's), or one the
-    tensor mesh axis does not divide; the refusals of ``training.data.with_vocabulary``."""
+    tensor mesh axis does not divide; the refusals of ``training.data.sources.with_vocabulary``."""
     model = config.training.model
     tensor = config.training.parallelism.mesh_shape["tensor"]
     stated = model.vocab_size
@@ -231,7 +233,7 @@ def check_dataset(
     if data is None:
         return DatasetCheck(config)
     summary = f"stack {config.stack!r} does not fit its training data:"
-    from training import manifest as manifest_lib
+    from training.data import manifest as manifest_lib
 
     try:
         manifest = manifest_lib.parse(data, location)

@@ -3,16 +3,16 @@
 ``multislice bench shardings --dcn-data 2`` on a machine without TPU slices runs here: one
 process per slice with the ici product of CPU devices (``JAX_NUM_CPU_DEVICES``), joined by
 ``jax.distributed`` on 127.0.0.1 (a free coordinator port) and grouped into slices by
-``training.mesh``, each running ``training.bench.measure_shardings``. When the machine has
+``training.mesh``, each running ``training.bench.shardings.measure_shardings``. When the machine has
 at least as many cores as processes, each process is pinned to its own share of the cores;
 the reference matmul runs in the launching process on the whole machine while no slice
-runs (see ``training.bench`` for the figures). Every child is its own process group
+runs (see ``training.bench.shardings`` for the figures). Every child is its own process group
 (``infra.local.supervisor``), killed on error, timeout or Ctrl-C, SIGTERM or SIGHUP, and
 dies with the launcher (Linux ``PR_SET_PDEATHSIG``; a child whose launcher died before
 that was armed exits at once).
 
 This is local-emulation code, like ``infra.local.emulator``: it is not part of the trainer
-bundle that ships to the TPU VMs (``training/`` is), which runs ``training.bench`` directly.
+bundle that ships to the TPU VMs (``training/`` is), which runs ``training.bench.shardings`` directly.
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ from infra.local.ports import free_port
 from infra.local.supervisor import ProcessGroup
 from infra.local.tails import last_lines
 from infra.startup.contract import HEARTBEAT_TIMEOUT_ENV, INIT_TIMEOUT_ENV
-from training import bench
-from training.bench import (
+from training.bench import shardings as bench
+from training.bench.shardings import (
     REFERENCE_SAMPLES,
     BenchError,
     figures,
@@ -40,7 +40,7 @@ from training.bench import (
     measure_shardings,
     reference_rows,
 )
-from training.bench_spec import BenchSpec
+from training.bench.spec import BenchSpec
 
 #: Seconds a child waits for the others in jax.distributed.initialize, and its heartbeat.
 CHILD_INIT_TIMEOUT_S = 60
@@ -185,7 +185,7 @@ def run(
     report: Callable[[str], None] = lambda s: None,
 ) -> dict[str, Any]:
     """The benchmark where this machine can run it: emulated CPU slices when
-    :func:`training.bench.needs_emulated_slices`, otherwise :func:`training.bench.run`.
+    :func:`training.bench.shardings.needs_emulated_slices`, otherwise :func:`training.bench.shardings.run`.
 
     Raises:
       BenchConfigError: the mesh does not match the devices.

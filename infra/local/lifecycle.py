@@ -234,7 +234,7 @@ def train(resource: LocalQueuedResource, options: Options, fresh: bool, say: Cal
 
     with signals_held():  # a stop during jax's import would abort the process: it is raised after it
         from infra.local import state as local_state, summary
-        from training.checkpointing import is_complete  # jax, orbax: seconds
+        from training.checkpoint.manager import is_complete  # jax, orbax: seconds
 
     config, run_dir, total = resource.config, resource.run_dir, resource.config.total_steps
     if fresh:
@@ -309,7 +309,8 @@ def check_data_source(config: StackConfig, *, stored: bool) -> None:
         )
     if remote != stored:
         return
-    from training.data import DataError, check_source
+    from training.data.base import DataError
+    from training.data.sources import check_source
 
     try:
         check_source(source)  # a prepared dataset (its manifest) or a glob of text files

@@ -5,7 +5,7 @@ and systemd.kill(5) (https://www.freedesktop.org/software/systemd/man/) describe
 unit file with :mod:`infra.local.units`:
 
 * ``ExecStart=`` in a process group of its own (the unit's cgroup), with the manager's
-  environment plus ``Environment=``, in ``WorkingDirectory=``;
+  environment plus ``Environment=`` (:func:`unit_environment`), in ``WorkingDirectory=``;
 * after the main process exits: the rest of the group gets ``KillSignal=``; ``ExecStopPost=``
   runs with ``SERVICE_RESULT``, ``EXIT_CODE``, ``EXIT_STATUS``; ``Restart=on-failure``
   restarts after ``RestartSec=`` unless the exit was clean (0, ``SuccessExitStatus=``, or
@@ -30,6 +30,25 @@ from collections.abc import Callable
 from pathlib import Path
 
 from infra.local.units import ServiceUnit, UnitError, parse_service
+
+#: The emulated VM's site directory (``infra.local.topology.VM_SITE_DIR``), named in the VM's
+#: environment: the emulation's stand-in for libtpu, which a TPU VM has installed for every
+#: Python whatever a unit's ``PYTHONPATH``.
+VM_SITE_ENV = "MULTISLICE_VM_SITE"
+
+
+def unit_environment(base: dict[str, str], unit: dict[str, str]) -> dict[str, str]:
+    """A unit's processes' environment: ``base`` (the manager's) updated with the unit's
+    ``Environment=``; where ``base`` names the VM's site directory (:data:`VM_SITE_ENV`), it
+    stays on ``PYTHONPATH`` after the unit's own entries, so every Python of the VM loads the
+    stand-in for libtpu (infra/local/vm_site/sitecustomize.py)."""
+    env = {**base, **unit}
+    site = base.get(VM_SITE_ENV)
+    if site and "PYTHONPATH" in unit:
+        parts = [p for p in unit["PYTHONPATH"].split(os.pathsep) if p]
+        env["PYTHONPATH"] = os.pathsep.join(parts + ([site] if site not in parts else []))
+    return env
+
 
 #: systemd's default stop timeout (DefaultTimeoutStopSec=, systemd-system.conf(5)), used
 #: for the startup script's unit, which sets none.
@@ -134,7 +153,7 @@ class Manager:
                 service.proc = subprocess.Popen(
                     list(unit.exec_start),
                     cwd=unit.working_directory,
-                    env={**self.env, **unit.environment},
+                    env=unit_environment(self.env, unit.environment),
                     stdin=subprocess.DEVNULL,
                     process_group=0,  # its own group: the unit's cgroup
                 )
@@ -218,8 +237,7 @@ class Manager:
         if not clean:
             self.say(f"{unit.name}: Main process exited, code={service.exit_code}, status={service.exit_status}")
         post_env = {
-            **self.env,
-            **unit.environment,
+            **unit_environment(self.env, unit.environment),
             "SERVICE_RESULT": result,
             "EXIT_CODE": service.exit_code,
             "EXIT_STATUS": service.exit_status,

@@ -1,7 +1,7 @@
 """Following what processes write: the trainer's records and the VMs' logs.
 
 * :class:`RecordTail`: the new records of one of the trainer's logs (``metrics``, ``events``:
-  ``training.run_log``) since the last poll, read from the run directory through its storage
+  ``training.metrics.run_log``) since the last poll, read from the run directory through its storage
   API. The trainer writes each sync window as a new object and never rewrites one, so a poll
   lists the log's objects (one request) and reads only those it has not read. A listing
   that went backwards (the run was discarded and started again) is read from its start.
@@ -20,8 +20,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from training.metrics.run_log import parse_records, segments
 from training.run_dir import RunDir
-from training.run_log import parse_records, segments
 
 #: Fields that must be numbers (not booleans, not null) where a record has them.
 _NUMBERS = ("loss", "eval_loss", "tokens_per_s", "time", "step_time_s")

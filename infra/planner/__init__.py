@@ -54,7 +54,7 @@ from infra.planner.memory import (
     parameter_shapes,
 )
 from infra.planner.result import Plan
-from training.shapes import param_count
+from training.model.shapes import param_count
 
 __all__ = [
     "BACKWARD_FLOPS_PER_PARAMETER_PER_TOKEN",

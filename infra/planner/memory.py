@@ -1,12 +1,12 @@
 """Memory per chip: float32 training state sharded like the parameters, plus activations.
 
-Parameters, gradients and optimizer state are float32 (``training.model``,
+Parameters, gradients and optimizer state are float32 (``training.model.transformer``,
 ``training.optimizer``: AdamW keeps two float32 moments, ``mu`` and ``nu``, shaped like the
 parameters; its int32 step counters are ignored). All three are sharded exactly like the
 parameters: each dimension's logical axis is split over the mesh axes
-``training.shapes.LOGICAL_AXIS_RULES`` assigns it (``embed`` over fsdp; ``heads``, ``mlp``,
+``training.model.shapes.LOGICAL_AXIS_RULES`` assigns it (``embed`` over fsdp; ``heads``, ``mlp``,
 ``vocab`` over tensor), as ``training.train`` shards its state. Parameter shapes and logical
-axes are ``training.shapes``, the jax-free module ``training.model.init_params`` creates its
+axes are ``training.model.shapes``, the jax-free module ``training.model.transformer.init_params`` creates its
 parameters from (tests/training/test_shapes.py checks both against ``jax.eval_shape`` of the real
 init), so the arithmetic is exact and needs no jax.
 
@@ -14,7 +14,7 @@ Activations are the tensors autodiff keeps for the backward pass. The structure 
 Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models"
 (arXiv:2205.05198), §4.1 (per layer: what each sublayer keeps, split over t-way tensor
 parallelism or not); the counts are this model's own, read with
-``jax.ad_checkpoint.print_saved_residuals`` of ``training.model.loss_fn`` (JAX's list of the
+``jax.ad_checkpoint.print_saved_residuals`` of ``training.model.transformer.loss_fn`` (JAX's list of the
 residuals autodiff saves, https://docs.jax.dev/en/latest/gradient-checkpointing.html) and
 checked against XLA's compiled memory (``infra/planner/compiled.py``, docs/model.md). With
 ``e`` bytes per element of ``compute_dtype``, ``b`` sequences per chip and microbatch
@@ -28,7 +28,7 @@ and v (key/value heads × head dim: grouped-query attention) and t the tensor ax
 * split over tensor: ``(e·s·b·(2h + 2·g·k) + 6·e·s·b·f + a·s²·b·(4 + e)) / t``: q after RoPE and
   the attention output (h wide), k after RoPE and v (g·k wide); six f-wide MLP tensors (GELU's
   tanh form and SwiGLU alike); the float32 softmax and its ``e``-byte probabilities. A fused
-  kernel (splash, cudnn; ``auto`` counts as TPU's choice, ``training.kernels.attention_kernel``)
+  kernel (splash, cudnn; ``auto`` counts as TPU's choice, ``training.model.kernels.attention_kernel``)
   keeps a float32 log-sum-exp per query instead, ``4·a·s·b``;
 * with a 16-bit ``compute_dtype``, each layer's weights cast to it (``e`` bytes per weight,
   sharded like the parameters; a float32 cast is the weight itself);
@@ -54,10 +54,10 @@ import dataclasses
 import math
 from collections.abc import Mapping
 
-from training import shapes
 from training.config import TrainConfig
-from training.kernels import attention_kernel
-from training.shapes import LOGICAL_AXIS_RULES
+from training.model import shapes
+from training.model.kernels import attention_kernel
+from training.model.shapes import LOGICAL_AXIS_RULES
 
 __all__ = [
     "ACTIVATIONS_SOURCE",
@@ -97,7 +97,7 @@ _MLP_SAVED = 6
 
 def parameter_shapes(train: TrainConfig) -> dict[str, tuple[tuple[int, ...], tuple[str | None, ...]]]:
     """Every parameter of the trainer's model: ``path -> (shape, logical axes)``, from
-    ``training.shapes.flat_params`` (paths are ``/``-joined tree keys, e.g. ``layers/wq``)."""
+    ``training.model.shapes.flat_params`` (paths are ``/``-joined tree keys, e.g. ``layers/wq``)."""
     return {
         path: (param.shape, param.axes) for path, param in shapes.flat_params(train.model, train.vocab_size).items()
     }
@@ -105,7 +105,7 @@ def parameter_shapes(train: TrainConfig) -> dict[str, tuple[tuple[int, ...], tup
 
 def _shard_elements(shape: tuple[int, ...], axes: tuple[str | None, ...], mesh_shape: Mapping[str, int]) -> int:
     """Elements of one device's shard: each dimension split over the mesh axes its logical
-    axis maps to (training.shapes.LOGICAL_AXIS_RULES), rounded up like a padded shard."""
+    axis maps to (training.model.shapes.LOGICAL_AXIS_RULES), rounded up like a padded shard."""
     elements = 1
     for dim, name in zip(shape, axes, strict=True):
         rule = LOGICAL_AXIS_RULES[name] if name is not None else None
@@ -128,7 +128,7 @@ def _layer_weight_bytes_per_chip(train: TrainConfig, mesh_shape: Mapping[str, in
 def activation_bytes_per_chip(train: TrainConfig, platform: str = "tpu") -> int:
     """Activation bytes one chip keeps for the backward pass at the configured batch and
     sequence length (formula and source: the module docstring). ``platform`` decides what
-    ``model.attention: auto`` runs (``training.kernels.attention_kernel``): ``tpu`` for a stack,
+    ``model.attention: auto`` runs (``training.model.kernels.attention_kernel``): ``tpu`` for a stack,
     ``cpu`` to compare with a compile on a virtual CPU mesh.
 
     ``train`` is validated: its global batch splits evenly over the data × fsdp axes and its

@@ -24,7 +24,7 @@ class Plan:
       parallelism: the ICI and DCN axis sizes.
       mesh: derived from ``parallelism``: ``axis -> {"dcn": n, "ici": n, "size": n}`` for
         data, fsdp, tensor.
-      parameters: parameter count (``training.shapes.param_count``).
+      parameters: parameter count (``training.model.shapes.param_count``).
       sequence_length, global_batch_size: sequences of tokens per step.
       global_batch_tokens: tokens per optimizer step over all slices.
       dcn: the DCN check.

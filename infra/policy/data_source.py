@@ -1,7 +1,7 @@
 """Does a ``gs://`` training data source match any object? Checked at review time, when the
 credentials at hand may list the bucket (the policy ``data-source-exists``).
 
-The trainer refuses a source that matches no non-empty file (``training.data.DataError``, exit
+The trainer refuses a source that matches no non-empty file (``training.data.base.DataError``, exit
 78, not restarted), but only once the queued resource is ACTIVE and paid for. Listing uses
 gcsfs (the same client the VMs use for ``gs://``; anonymous against ``STORAGE_EMULATOR_HOST``)
 with the credentials the queued-resource provider would use (:mod:`infra.credentials`: the

@@ -50,16 +50,22 @@ def release_id_of(script_text: str) -> str | None:
     return match.group(1) if match else None
 
 
-#: Modules of ``training/`` that run only on the user's machine, never on a TPU VM: ``data
-#: prepare`` (``multislice data prepare`` / ``python -m training data prepare``) tokenizes a corpus
-#: once, and the VMs only read its shards (``training.token_data``). Leaving them out keeps the
-#: startup script under its size target and the ``tokenizers`` package off the VMs' pins.
-MACHINE_ONLY_MODULES: frozenset[str] = frozenset({"prepare.py", "text_stream.py", "tokenizer.py"})
+#: Packages of ``training/`` that run only on the user's machine, never on a TPU VM: ``data
+#: prepare`` (``multislice data prepare`` / ``python -m training data prepare``: the package
+#: ``training.prepare``) tokenizes a corpus once, and the VMs only read its shards
+#: (``training.data.tokens``). Leaving the whole folder out keeps the startup script under its size
+#: target and the ``tokenizers`` package off the VMs' pins.
+MACHINE_ONLY_PACKAGES: frozenset[str] = frozenset({"prepare"})
+
+
+def is_machine_only(relative: str) -> bool:
+    """True for a POSIX path relative to ``training/`` inside one of :data:`MACHINE_ONLY_PACKAGES`."""
+    return relative.split("/", 1)[0] in MACHINE_ONLY_PACKAGES
 
 
 def bundle_files(training_dir: Path) -> list[Path]:
     """The files that go into the bundle: ``*.py`` under ``training_dir`` (recursively, no
-    ``__pycache__``, none of :data:`MACHINE_ONLY_MODULES` at its top level), sorted by their
+    ``__pycache__``, nothing in :data:`MACHINE_ONLY_PACKAGES`), sorted by their
     POSIX path relative to it."""
     training_dir = Path(training_dir)
     files = [
@@ -67,7 +73,7 @@ def bundle_files(training_dir: Path) -> list[Path]:
         for p in training_dir.rglob("*.py")
         if p.is_file()
         and "__pycache__" not in p.relative_to(training_dir).parts
-        and p.relative_to(training_dir).as_posix() not in MACHINE_ONLY_MODULES
+        and not is_machine_only(p.relative_to(training_dir).as_posix())
     ]
     return sorted(files, key=lambda p: p.relative_to(training_dir).as_posix())
 

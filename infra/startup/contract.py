@@ -195,5 +195,5 @@ TRAINER_UNIT = "multislice-trainer.service"
 #: ``multislice logs`` reads.
 TRAINER_LOG = "multislice-trainer"
 #: The marker the trainer writes in the run directory once the run is complete
-#: (``training.checkpointing.COMPLETE_MARKER``); the provider reads it (deleteOnComplete).
+#: (``training.checkpoint.manager.COMPLETE_MARKER``); the provider reads it (deleteOnComplete).
 COMPLETE_MARKER = "COMPLETE"

@@ -79,7 +79,7 @@ METADATA_VALUE_LIMIT_BYTES = 256 * 1024
 #: under a third of GCE's limit, so that a stack's own additions (a command's inline source, its
 #: requirements) still fit. 64 KiB until the trainer gained its model family, prepared datasets
 #: and the workload launcher (about 70 KiB for the checked-in stacks, with ``data prepare`` left
-#: out of the VMs' bundle: infra.startup.bundle.MACHINE_ONLY_MODULES).
+#: out of the VMs' bundle: infra.startup.bundle.MACHINE_ONLY_PACKAGES).
 TARGET_SIZE_BYTES = 80 * 1024
 
 #: Restarts of a failing trainer within :data:`START_LIMIT_INTERVAL_S` before systemd gives up

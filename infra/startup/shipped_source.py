@@ -1,6 +1,6 @@
 """The trainer's Python source as it ships to the VMs: documentation removed, lines kept.
 
-Everything under ``training/`` (but ``bundle.MACHINE_ONLY_MODULES``) travels inside the startup
+Everything under ``training/`` (but ``bundle.MACHINE_ONLY_PACKAGES``) travels inside the startup
 script (:mod:`infra.startup.bundle`, :mod:`infra.startup`), which we keep under TARGET_SIZE_BYTES
 (80 KiB); about 40 % of the trainer's compressed size
 is docstrings and comments, which the VM never reads. :func:`strip_documentation` blanks them

@@ -16,7 +16,7 @@ from typing import Any
 from infra.status.progress import RunProgress, restarts_of
 from infra.status.report import badput_text
 from infra.status.store import RunStore
-from training.run_log import parse_records
+from training.metrics.run_log import parse_records
 
 #: Mark kinds, drawn in this order, with their colour and line style.
 MARK_STYLES = {

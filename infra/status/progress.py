@@ -1,9 +1,9 @@
 """A run's progress from its run directory, reading only the newest records.
 
-What the trainer writes (``training.run_dir``, ``training.run_log``): ``metrics/<n>.jsonl`` and
+What the trainer writes (``training.run_dir``, ``training.metrics.run_log``): ``metrics/<n>.jsonl`` and
 ``events/<n>.jsonl``, one object per sync window (``n`` = 00000000, 00000001, …, in the order
 written, across restarts), ``COMPLETE`` (``{"step", "loss"}``, written once the last step's
-checkpoint is finalized: ``training.checkpointing.read_completion`` reads the same format) and,
+checkpoint is finalized: ``training.checkpoint.manager.read_completion`` reads the same format) and,
 once the trainer has accounted it, ``goodput.json`` (``{"goodput", "badput", …}``: the goodput of
 every attempt so far, written at completion and at each preemption exit).
 
@@ -16,9 +16,7 @@ read (8 at a time, newest first) only while no step record has been found.
 Events (``training/train.py``): ``start`` (``step``: the step resumed from, ``restored``,
 ``time``), ``checkpoint`` (``step``, ``preemption``, ``time``), ``preempted`` (``step``,
 ``time``: the process stopped after the preemption checkpoint), ``complete``. A restart is a
-``start`` after the first; it follows a preemption when a ``preempted`` event (or a checkpoint
-saved for a preemption) lies between it and the previous ``start``, else a failure (a process
-or a VM died: the emulator's ``--kill``, a Cloud TPU maintenance event without notice).
+``start`` after the first, named by :func:`training.metrics.restarts.restarts_of`.
 """
 
 from __future__ import annotations
@@ -30,7 +28,8 @@ from typing import Any
 
 from infra.startup.contract import COMPLETE_MARKER
 from infra.status.store import Entry, RunStore
-from training.run_log import parse_records
+from training.metrics.restarts import Restart, restarts_of
+from training.metrics.run_log import parse_records
 
 #: Metrics objects read at once (the newest first) while no step record is found.
 METRICS_BATCH = 8
@@ -39,7 +38,7 @@ GOODPUT_FILE = "goodput.json"
 
 def completion_step(data: bytes | None) -> int | None:
     """The step of a ``COMPLETE`` marker, or None when absent or malformed (as
-    ``training.checkpointing.read_completion`` treats it)."""
+    ``training.checkpoint.manager.read_completion`` treats it)."""
     if data is None:
         return None
     try:
@@ -47,48 +46,6 @@ def completion_step(data: bytes | None) -> int | None:
     except (ValueError, TypeError, KeyError, UnicodeDecodeError):
         return None
     return step if isinstance(step, int) and not isinstance(step, bool) and step >= 1 else None
-
-
-@dataclass(frozen=True)
-class Restart:
-    """One restart of the trainer: ``cause`` ``"preemption"`` or ``"failure"``; the preempted
-    step and when the preempted process stopped (None for a failure); the step the run resumed
-    from (its checkpoint, when ``restored``) and when (seconds since the epoch)."""
-
-    cause: str
-    resumed_step: int
-    resumed_at: float | None
-    restored: bool
-    preempted_step: int | None = None
-    preempted_at: float | None = None
-
-
-def restarts_of(events: list[dict[str, Any]]) -> list[Restart]:
-    """The restarts recorded in ``events`` (in the order written), each with its cause (see
-    the module docstring)."""
-    restarts: list[Restart] = []
-    seen_start = False
-    notice: dict[str, Any] | None = None
-    for event in events:
-        kind = event.get("event")
-        if kind == "preempted" or (kind == "checkpoint" and event.get("preemption")):
-            if notice is None or kind == "preempted":
-                notice = event
-        elif kind == "start":
-            if seen_start:
-                restarts.append(
-                    Restart(
-                        cause="preemption" if notice is not None else "failure",
-                        resumed_step=int(event.get("step", 0)),
-                        resumed_at=_time(event),
-                        restored=bool(event.get("restored")),
-                        preempted_step=int(notice["step"]) if notice is not None and "step" in notice else None,
-                        preempted_at=_time(notice) if notice is not None else None,
-                    )
-                )
-            seen_start = True
-            notice = None
-    return restarts
 
 
 def _time(record: dict[str, Any] | None) -> float | None:

@@ -122,8 +122,8 @@ def test_the_readme_lists_every_policy_with_its_level():
 
     from infra.policy.policies import POLICIES
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    section = readme.split("## Review workflow", 1)[1].split("\n## ", 1)[0]
+    review = (Path(__file__).resolve().parents[2] / "docs" / "review.md").read_text()
+    section = review.split("## Review workflow", 1)[1].split("\n## ", 1)[0]
     mandatory_table, advisory_text = section.split("Advisory (warnings):", 1)
     for policy in POLICIES:
         where = mandatory_table if policy.enforcement_level is EnforcementLevel.MANDATORY else advisory_text

@@ -17,8 +17,8 @@ from infra.config import load_stack_file
 from infra.local import gcs
 from tests.helpers.cli_imports import DRIVER, HEAVY
 from tests.helpers.datasets import corpus
-from training import manifest
-from training.shard_io import Storage
+from training.data import manifest
+from training.data.storage import Storage
 
 STACK = Path(__file__).parents[1] / "stacks" / "Pulumi.emu.yaml"
 

@@ -45,7 +45,7 @@ def bundle_sha(training: Path) -> str:
 
 def test_a_one_line_trainer_change_updates_in_place(repo, monkeypatch):
     before = bundle_sha(repo / "training")
-    with open(repo / "training" / "model.py", "a") as f:
+    with open(repo / "training" / "model" / "transformer.py", "a") as f:
         f.write("# a one-line change\n")
     after = bundle_sha(repo / "training")
     assert before != after
@@ -58,7 +58,7 @@ def test_a_one_line_trainer_change_updates_in_place(repo, monkeypatch):
     lines = result.output.splitlines()
     assert "config: unchanged" in lines
     assert f"trainer bundle: {before[:12]} -> {after[:12]}" in lines
-    assert "  modified training/model.py" in lines
+    assert "  modified training/model/transformer.py" in lines
     changed = [line for line in lines if line.startswith("  update ") or line.startswith("  replace")]
     assert len(changed) == 1 and "queued-resource" in changed[0] and "in place" in changed[0], lines
     assert "bundleSha256" in changed[0] and "metadata" in changed[0]

@@ -13,8 +13,8 @@ from infra.startup import contract
 from tests.fakes.queued_resource import clear_ambient_credentials, refuse_connections
 from tests.helpers.datasets import VOCAB, prepared
 from tests.planner.stacks import stack
-from training import manifest as manifest_lib
-from training.shard_io import Storage
+from training.data import manifest as manifest_lib
+from training.data.storage import Storage
 
 VOCAB_KEY = "multislice:training.model.vocab_size"
 SOURCE_KEY = "multislice:training.data.source"

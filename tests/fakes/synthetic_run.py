@@ -1,4 +1,4 @@
-"""A synthetic run directory, laid out as the trainer writes one (``training.run_log``: one
+"""A synthetic run directory, laid out as the trainer writes one (``training.metrics.run_log``: one
 ``metrics``/``events`` object per sync window, numbered in the order written across restarts;
 ``COMPLETE``; ``goodput.json``), uploaded in one concurrent batch to a ``gs://`` run directory of
 the emulated Cloud Storage. Used by tests/status/ and tests/cli/test_status.py and benchmarks/status_time.py.

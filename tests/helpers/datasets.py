@@ -6,7 +6,7 @@ from __future__ import annotations
 import sysconfig
 from pathlib import Path
 
-from training import prepare
+from training.prepare import shards as prepare
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
 

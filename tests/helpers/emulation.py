@@ -14,8 +14,8 @@ import psutil
 from infra.config import load_stack_file
 from infra.local import gcs
 from tests import compilation_cache
+from training.metrics.run_log import read_records
 from training.run_dir import RunDir
-from training.run_log import read_records
 
 STACK = Path(__file__).parents[1] / "stacks" / "Pulumi.emu.yaml"
 RUN_DIR = load_stack_file(STACK).run_dir  # gs://<the stack's bucket>/runs/emu

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from training.cluster import ClusterIdentity
 from training.config import TrainConfig
+from training.metrics.run_log import read_records
 from training.run_dir import RunDir
-from training.run_log import read_records
 
 CONFIG = TrainConfig.model_validate(
     {

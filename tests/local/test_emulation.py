@@ -34,8 +34,8 @@ from tests.helpers.emulation import (
     stop_if_running,
 )
 from training import host_allocator
+from training.metrics.run_log import RecordLog
 from training.run_dir import RunDir
-from training.run_log import RecordLog
 
 
 def listening(port: int) -> bool:

@@ -206,7 +206,7 @@ def test_a_preemption_checkpoint_is_reported_before_the_repair_it_caused(resourc
     # The trainer writes its preemption checkpoint event during the grace period, before the
     # repair; the emulator reports what the events log holds before it reports the repair.
     from infra.local.tails import RecordTail
-    from training.run_log import RecordLog
+    from training.metrics.run_log import RecordLog
 
     resource.reporter.events = RecordTail(resource.run_dir, "events")
     resource.reporter.events.poll()

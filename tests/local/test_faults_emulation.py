@@ -33,8 +33,8 @@ from tests import compilation_cache
 from tests.helpers.datasets import corpus
 from training import train
 from training.cluster import ClusterIdentity
+from training.metrics.run_log import read_records
 from training.run_dir import RunDir
-from training.run_log import read_records
 
 STACK = Path(__file__).parents[1] / "stacks" / "Pulumi.emu.yaml"
 STACK_CONFIG = load_stack_file(STACK)

@@ -19,8 +19,8 @@ from infra.local.emulator import LocalQueuedResource, Options
 from infra.local.faults import Fault
 from infra.local.progress import ProgressSample
 from infra.local.state import LocalPaths
+from training.metrics.run_log import RecordLog, read_records
 from training.run_dir import RunDir
-from training.run_log import RecordLog, read_records
 
 STACK = Path(__file__).parents[1] / "stacks" / "Pulumi.emu.yaml"
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[2]
 STAND_IN = """
 import json, os, sys, time
 from training.run_dir import RunDir
-from training.run_log import RecordLog
+from training.metrics.run_log import RecordLog
 run = RunDir(sys.argv[1])
 if os.environ["MULTISLICE_HOME"].rstrip("/").endswith("slice-1-worker-0"):
     while run.read("COMPLETE") is None:

@@ -29,7 +29,7 @@ STACK = Path(__file__).parents[1] / "stacks" / "Pulumi.emu.yaml"
 STAND_IN = """
 import subprocess, sys, time
 from training.run_dir import RunDir
-from training.run_log import RecordLog
+from training.metrics.run_log import RecordLog
 subprocess.Popen(["sleep", "600"], process_group=0)
 run = RunDir(sys.argv[1])
 events, metrics = RecordLog(run, "events"), RecordLog(run, "metrics")

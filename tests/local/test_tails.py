@@ -1,5 +1,5 @@
 """infra.local.tails: following the trainer's record logs (one object per sync window,
-training.run_log) while they are written, locally and through the emulated Cloud Storage,
+training.metrics.run_log) while they are written, locally and through the emulated Cloud Storage,
 and the end of a log for error messages."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import time
 import pytest
 
 from infra.local.tails import MetricsTail, RecordTail, last_lines
+from training.metrics.run_log import RecordLog
 from training.run_dir import RunDir
-from training.run_log import RecordLog
 
 
 @pytest.fixture(params=["local", "gs"])

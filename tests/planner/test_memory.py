@@ -12,8 +12,9 @@ import pytest
 
 from infra import planner
 from tests.planner.stacks import V4
-from training import mesh as mesh_lib, model
+from training import mesh as mesh_lib
 from training.config import TrainConfig
+from training.model import transformer as model
 from training.optimizer import make_optimizer
 
 

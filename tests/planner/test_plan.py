@@ -17,7 +17,7 @@ from infra.config import load_stack, load_stack_file
 from infra.planner import result
 from tests.helpers.datasets import VOCAB, prepared
 from tests.planner.stacks import STACKS, stack
-from training.model import param_count
+from training.model.transformer import param_count
 
 
 @pytest.mark.parametrize("name", ["dev", "staging", "prod"])

@@ -15,7 +15,7 @@ from infra.cli import app
 from infra.config import load_stack
 from infra.planner.render import print_plan
 from tests.planner.stacks import STACKS, stack
-from training.model import param_count
+from training.model.transformer import param_count
 
 
 def rendered(p: planner.Plan) -> str:

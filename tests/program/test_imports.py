@@ -1,6 +1,6 @@
 """What evaluating the Pulumi program imports (issue: preview in seconds): only what it
 declares or computes with. No jax, orbax or other trainer runtime (the planner's arithmetic
-reads ``training.shapes``), and no Google API client (only the provider's API methods use one).
+reads ``training.model.shapes``), and no Google API client (only the provider's API methods use one).
 One fresh process evaluates every stack in turn, the way ``pulumi preview`` runs the program,
 and reports the modules loaded after each."""
 
@@ -20,14 +20,16 @@ ROOT = Path(__file__).resolve().parents[2]
 #: Top-level packages of the trainer's runtime (and what they pull in).
 TRAINER_RUNTIME = ("jax", "jaxlib", "orbax", "optax", "grain", "numpy", "tensorboardX", "etils", "tensorstore")
 #: The jax-free modules of training/ the program reads (config, its validation, the shapes, the
-#: model presets and the attention kernels' limits that the config validates against).
+#: model presets and the attention kernels' limits that the config validates against), and the
+#: package they are in (its __init__ holds only a docstring).
 PURE_TRAINING = {
     "training",
+    "training.model",
     "training.config",
     "training.validation",
-    "training.shapes",
-    "training.presets",
-    "training.kernels",
+    "training.model.shapes",
+    "training.model.presets",
+    "training.model.kernels",
 }
 GOOGLE_CLIENTS = ("google.cloud", "google.api_core", "google.auth")
 
@@ -56,7 +58,7 @@ def evaluated() -> dict[str, dict]:
 def test_evaluation_imports_no_trainer_runtime_and_no_google_client(evaluated, stack):
     registrations, modules = evaluated[stack]["registrations"], evaluated[stack]["modules"]
     assert registrations > 20  # the whole environment was declared
-    assert "infra.planner" in modules and "training.shapes" in modules  # the planner ran
+    assert "infra.planner" in modules and "training.model.shapes" in modules  # the planner ran
     assert [m for m in modules if m.split(".")[0] in TRAINER_RUNTIME] == []
     assert sorted(m for m in modules if m.split(".")[0] == "training" and m not in PURE_TRAINING) == []
     assert [m for m in modules if m.startswith(GOOGLE_CLIENTS)] == []

@@ -71,7 +71,7 @@ CHANGED = {
     "startupScriptSha256": "d" * 64,
     "requirementsSha256": "e" * 64,
     "startupScriptBytes": 12345,
-    "releaseFiles": {"training/model.py": "0123456789abcdef"},
+    "releaseFiles": {"training/model/transformer.py": "0123456789abcdef"},
     "waitFor": "PROVISIONING",
     "createTimeoutSeconds": 60,
     "deleteTimeoutSeconds": 60,

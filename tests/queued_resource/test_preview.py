@@ -42,10 +42,10 @@ def test_a_one_line_trainer_change_previews_as_the_changed_file(tmp_path):
         shutil.copy(ROOT / name, root / name)
     config = load_stack("dev")
     before_script = startup.render(config, project_root=root)
-    model_py = root / "training" / "model.py"
+    model_py = root / "training" / "model" / "transformer.py"
     model_py.write_text(model_py.read_text().replace('"""', '"""Reworded docs, same lines. ', 1))
     assert startup.render(config, project_root=root) == before_script  # documentation does not ship
-    with open(root / "training" / "model.py", "a") as f:
+    with open(root / "training" / "model" / "transformer.py", "a") as f:
         f.write("MODEL_REVISION = 2\n")  # a one-line code change
     after_script = startup.render(config, project_root=root)
 
@@ -54,15 +54,17 @@ def test_a_one_line_trainer_change_previews_as_the_changed_file(tmp_path):
     assert after.hide_diffs == ['metadata["startup-script"]']
 
     shown = {p: v for p, v in changed_leaves(before.inputs, after.inputs).items() if not hidden(p, after.hide_diffs)}
-    shipped_model = strip_documentation((root / "training" / "model.py").read_bytes())
+    shipped_model = strip_documentation((root / "training" / "model" / "transformer.py").read_bytes())
     model_digest = startup.file_digests({"m": shipped_model})["m"]
-    assert shown['releaseFiles["training/model.py"]'][1] == model_digest
-    assert [p for p in shown if p.startswith("releaseFiles")] == ['releaseFiles["training/model.py"]']
+    assert shown['releaseFiles["training/model/transformer.py"]'][1] == model_digest
+    assert [p for p in shown if p.startswith("releaseFiles")] == ['releaseFiles["training/model/transformer.py"]']
     # The script's size is shown when it changed. The release is xz-compressed, and xz pads
     # each block to a multiple of 4 bytes (https://tukaani.org/xz/xz-file-format.txt, 3.3
     # "Block Padding"), so a one-line change may leave the script's size as it was.
     resized = {"startupScriptBytes"} if len(before_script.text.encode()) != len(after_script.text.encode()) else set()
-    assert set(shown) == {'releaseFiles["training/model.py"]', "bundleSha256", "startupScriptSha256"} | resized
+    assert (
+        set(shown) == {'releaseFiles["training/model/transformer.py"]', "bundleSha256", "startupScriptSha256"} | resized
+    )
     assert all(len(str(value)) <= 64 for pair in shown.values() for value in pair)  # no wall of base64
     # ... and the provider's own rule: an update in place (no replacement of the capacity).
     diff = QueuedResourceProvider().diff("qr", before.inputs, after.inputs)

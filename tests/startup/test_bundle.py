@@ -16,7 +16,7 @@ import pytest
 
 from infra.startup.bundle import (
     BUNDLE_PACKAGE,
-    MACHINE_ONLY_MODULES,
+    MACHINE_ONLY_PACKAGES,
     build_archive,
     build_bundle,
     bundle_files,
@@ -37,7 +37,7 @@ def test_bundle_deterministic_and_extractable(tmp_path):
     (training / "__pycache__" / "x.cpython-311.pyc").write_bytes(b"junk")
     (training / "__pycache__" / "stray.py").write_text("x = 1\n")
     (training / "notes.txt").write_text("not shipped\n")
-    for path in training.glob("*.py"):
+    for path in training.rglob("*.py"):
         os.utime(path, (1, 1))
     assert build_bundle(training) == bundle == build_bundle(ROOT / "training")
 
@@ -46,7 +46,9 @@ def test_bundle_deterministic_and_extractable(tmp_path):
         members = tar.getmembers()
         names = [m.name for m in members]
         expected = sorted(
-            f"training/{p.name}" for p in (ROOT / "training").glob("*.py") if p.name not in MACHINE_ONLY_MODULES
+            f"training/{p.relative_to(ROOT / 'training').as_posix()}"
+            for p in (ROOT / "training").rglob("*.py")
+            if p.relative_to(ROOT / "training").parts[0] not in MACHINE_ONLY_PACKAGES
         )
         assert names == expected
         for member in members:
@@ -109,16 +111,16 @@ def test_compress_is_xz_that_the_xz_tool_reads(tmp_path):
 def test_no_shipped_module_needs_a_machine_only_one():
     """The VMs' bundle leaves ``data prepare`` out: no module it ships imports one of those, except
     ``__main__``'s ``data prepare`` command, which says where to run it instead."""
-    machine_only = {name.removesuffix(".py") for name in MACHINE_ONLY_MODULES}
+    machine_only = set(MACHINE_ONLY_PACKAGES)
     offenders = []
     for path in bundle_files(ROOT / "training"):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and node.module:
-                names = {node.module.removeprefix("training.")} | {
+                names = {node.module.removeprefix("training.").split(".")[0]} | {
                     alias.name for alias in node.names if node.module == "training"
                 }
             elif isinstance(node, ast.Import):
-                names = {alias.name.removeprefix("training.") for alias in node.names}
+                names = {alias.name.removeprefix("training.").split(".")[0] for alias in node.names}
             else:
                 continue
             if names & machine_only:

@@ -90,7 +90,9 @@ def test_the_trainer_spells_the_names_it_reads_as_the_contract_declares():
         assert f'"{key}"' in source, key  # training/cluster.py: the identity JAX's cluster code reads too
     assert f'"{contract.METADATA_HOST_ENV}", "{contract.DEFAULT_METADATA_HOST}"' in source
     assert re.search(rf'^LOG_NAME = "{contract.TRAINER_LOG}"$', source, re.M)  # training/log_shipping.py
-    assert re.search(rf'^COMPLETE_MARKER = "{contract.COMPLETE_MARKER}"$', source, re.M)  # training/checkpointing.py
+    assert re.search(
+        rf'^COMPLETE_MARKER = "{contract.COMPLETE_MARKER}"$', source, re.M
+    )  # training/checkpoint/manager.py
 
 
 def test_the_workload_launcher_spells_the_contracts_names():

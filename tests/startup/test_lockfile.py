@@ -30,7 +30,7 @@ def pinned() -> lockfile.PinnedRequirements:
 
 def _training_imports() -> dict[str, str]:
     """Top-level names of absolute imports anywhere in the training/*.py a VM runs (the bundle:
-    not ``MACHINE_ONLY_MODULES``, which only the user's machine runs) → first file seen."""
+    not ``MACHINE_ONLY_PACKAGES``, which only the user's machine runs) → first file seen."""
     found: dict[str, str] = {}
     for path in bundle_files(ROOT / "training"):
         tree = ast.parse(path.read_text(), filename=str(path))

@@ -23,7 +23,7 @@ import yaml
 from infra import startup
 from infra.config import StackConfig, load_stack
 from infra.startup import bundle, lockfile
-from infra.startup.bundle import MACHINE_ONLY_MODULES, build_bundle
+from infra.startup.bundle import MACHINE_ONLY_PACKAGES, build_bundle
 
 ROOT = Path(__file__).resolve().parents[2]
 STACKS = ("dev", "staging", "prod")
@@ -206,8 +206,10 @@ def test_another_compressor_changes_the_bytes_not_the_release(stacks, rendered):
 
 def test_release_holds_exactly_what_the_vm_runs(rendered):
     names = set(release_of(rendered["dev"].text))
-    trainer = {f"training/{p.name}" for p in (ROOT / "training").glob("*.py")} - {
-        f"training/{name}" for name in MACHINE_ONLY_MODULES
+    trainer = {
+        f"training/{p.relative_to(ROOT / 'training').as_posix()}"
+        for p in (ROOT / "training").rglob("*.py")
+        if p.relative_to(ROOT / "training").parts[0] not in MACHINE_ONLY_PACKAGES
     }
     assert names == trainer | {
         "boot.sh",

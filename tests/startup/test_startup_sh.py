@@ -19,7 +19,7 @@ import pytest
 from infra import startup
 from infra.local.units import parse_service
 from infra.startup import contract
-from infra.startup.bundle import MACHINE_ONLY_MODULES
+from infra.startup.bundle import MACHINE_ONLY_PACKAGES
 from tests.fakes.startup_vm import BUCKET, RUN_DIR, Vm, dev_stack, gcs, prefixed, script, vm  # noqa: F401 (fixtures)
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -53,7 +53,9 @@ def test_runs_the_bundled_trainer(vm, dev_stack, script):
     assert (release / "config.json").read_text() == dev_stack.training.model_dump_json() + "\n"
     bundled = sorted(p.relative_to(release).as_posix() for p in release.rglob("*.py"))
     assert bundled == sorted(
-        f"training/{p.name}" for p in (ROOT / "training").glob("*.py") if p.name not in MACHINE_ONLY_MODULES
+        f"training/{p.relative_to(ROOT / 'training').as_posix()}"
+        for p in (ROOT / "training").rglob("*.py")
+        if p.relative_to(ROOT / "training").parts[0] not in MACHINE_ONLY_PACKAGES
     )
     assert (release / ".complete").is_file()
     assert not (vm.home / "venvs").exists(), "MULTISLICE_PYTHON must skip the venv step"

@@ -15,8 +15,8 @@ import pytest
 from tests.trainer_process import Job, write_config
 from training import train
 from training.config import TrainConfig
+from training.metrics.run_log import read_records
 from training.run_dir import RunDir
-from training.run_log import read_records
 
 # Each failed orbax read in this process (none here) or a child's is logged there, not here.
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")

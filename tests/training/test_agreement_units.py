@@ -18,7 +18,8 @@ from infra.config import load_stack_file
 from infra.local.emulator import LocalQueuedResource
 from infra.local.state import LocalPaths
 from tests.helpers.checkpoint_errors import REPR, StandInManager
-from training import checkpointing, preemption
+from training import preemption
+from training.checkpoint import manager as checkpointing
 from training.config import TrainConfig
 from training.run_dir import RunDir
 

@@ -1,4 +1,4 @@
-"""training.attention: every kernel equals the materializing reference, with and without
+"""training.model.attention: every kernel equals the materializing reference, with and without
 grouped-query attention, in the forward pass and its gradients; splash (the Pallas TPU kernel)
 runs here in Pallas' interpret mode, alone and per device under shard_map on the 8-device mesh.
 cuDNN needs an NVIDIA GPU and is not run here (docs/model.md).
@@ -16,9 +16,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from training import attention, mesh as mesh_lib, model
+from training import mesh as mesh_lib
 from training.config import ModelConfig, ParallelismConfig, TrainConfig, load_train_config
-from training.kernels import attention_kernel
+from training.model import attention, transformer as model
+from training.model.kernels import attention_kernel
 
 F32_OUT, F32_GRAD, BF16 = 2e-5, 1e-4, 2e-2
 

@@ -1,4 +1,4 @@
-"""training.bench and ``multislice bench shardings`` / ``python -m training bench shardings``:
+"""training.bench.shardings and ``multislice bench shardings`` / ``python -m training bench shardings``:
 tiny CPU runs (in-process on the test's 8 CPU devices, and 2 emulated slices), and that no
 child process outlives a failure. The spec, its formulas, bad options and the shared option
 declaration: tests/training/test_bench_spec.py."""
@@ -18,9 +18,9 @@ from typer.testing import CliRunner
 
 from infra.cli import app as multislice_app
 from infra.local import bench_slices
-from training import bench
 from training.__main__ import app as training_app
-from training.bench_spec import spec_from_options
+from training.bench import shardings as bench
+from training.bench.spec import spec_from_options
 
 TINY = {"batch_size": 16, "embedding_dimension": 64, "layers": 2, "steps": 2, "warmup": 1}
 runner = CliRunner()

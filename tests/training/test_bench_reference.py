@@ -1,4 +1,4 @@
-"""training.bench: when the before/after reference matmuls disagree, or the efficiency exceeds
+"""training.bench.shardings: when the before/after reference matmuls disagree, or the efficiency exceeds
 1, the result and the summary say the efficiency is too noisy to trust. Synthetic
 timings only: nothing here times anything."""
 
@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import pytest
 
-from training import bench
-from training.bench_spec import spec_from_options
+from training.bench import shardings as bench
+from training.bench.spec import spec_from_options
 
 TINY = {"batch_size": 16, "embedding_dimension": 64, "layers": 2, "steps": 2, "warmup": 1}
 
 
 def reference(seconds: float, shape: list[int]) -> dict:
-    """A :func:`training.bench.matmul_reference` result whose every sample took ``seconds``."""
+    """A :func:`training.bench.shardings.matmul_reference` result whose every sample took ``seconds``."""
     rows, k, n = shape
     return {
         "flops_per_second": 2.0 * rows * k * n / seconds,
@@ -24,7 +24,7 @@ def reference(seconds: float, shape: list[int]) -> dict:
 
 
 def result_for(before_s: float, after_s: float, step_s: float) -> dict:
-    """:func:`training.bench.figures` on synthetic timings: reference matmuls of ``before_s``
+    """:func:`training.bench.shardings.figures` on synthetic timings: reference matmuls of ``before_s``
     and ``after_s`` seconds each, a benchmark step of ``step_s`` seconds, 8 CPU devices."""
     spec = spec_from_options(ici_fsdp=8, **TINY)
     shape = [spec.global_batch, spec.embedding_dimension, spec.ff_width]

@@ -1,4 +1,4 @@
-"""training/bench_spec.py: the benchmark's figures and bad options, and the options of
+"""training/bench/spec.py: the benchmark's figures and bad options, and the options of
 ``bench shardings``, declared once, reaching both command lines unchanged."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from infra.cli import app as multislice_app
 from training.__main__ import app as training_app
-from training.bench_spec import (
+from training.bench.spec import (
     JSON_OPTION,
     BenchConfigError,
     BenchOptions,

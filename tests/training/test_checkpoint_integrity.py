@@ -1,4 +1,4 @@
-"""training.checkpoint_integrity: checksums of the state's arrays recorded by every save and
+"""training.checkpoint.integrity: checksums of the state's arrays recorded by every save and
 checked, with finite values, on restore; and the trainer (one process, 8 CPU devices, a
 local run directory) when checkpoints fail those checks or the loss goes non-finite after a
 restore. The 2-process runs on ``gs://`` are in tests/training/test_trusted_restore.py."""
@@ -17,11 +17,12 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 from tests.checkpoint_damage import overwrite_keeping_size, poison
 from tests.helpers.checkpoint_runs import config, names
 from tests.helpers.train_runs import losses
-from training import checkpoint_integrity as integrity, checkpointing, train
+from training import train
+from training.checkpoint import integrity, manager as checkpointing
 from training.cluster import ClusterIdentity
 from training.config import TrainConfig
+from training.metrics.run_log import read_records
 from training.run_dir import RunDir
-from training.run_log import read_records
 
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 SINGLE = ClusterIdentity.single_process()

@@ -1,4 +1,4 @@
-"""training.checkpointing: every message about a checkpoint names its step and path and quotes
+"""training.checkpoint.manager: every message about a checkpoint names its step and path and quotes
 the error without object reprs or TensorStore spec dumps. A real damaged
 checkpoint (two steps of a tiny array tree, the newer one's OCDBT manifest overwritten) and a
 stand-in manager whose error carries a bound-method repr."""
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.checkpoint_errors import REPR, StandInManager
-from training import checkpointing
+from training.checkpoint import manager as checkpointing
 from training.config import TrainConfig
 from training.run_dir import RunDir
 

@@ -1,4 +1,4 @@
-"""training.data: real text, deterministic per-step batches, host row slicing, bad sources."""
+"""training.data.text and training.data.files: real text, per-step batches, host row slicing, bad sources."""
 
 from __future__ import annotations
 
@@ -8,12 +8,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from training import data
+from training.data.base import DataError
+from training.data.files import _split_glob, _stdlib_files, is_eval_file, list_source_files
+from training.data.text import ByteCorpus, TextDataset
 
 
 @pytest.fixture(scope="module")
 def stdlib_data():
-    return data.TextDataset("stdlib", sequence_length=64, eval_fraction=0.05, seed=0)
+    return TextDataset("stdlib", sequence_length=64, eval_fraction=0.05, seed=0)
 
 
 def test_default_corpus_is_the_stdlib_source(stdlib_data):
@@ -26,19 +28,19 @@ def test_train_and_eval_files_are_disjoint_and_split_by_path(stdlib_data):
     train = {f.relative for f in stdlib_data.train.corpus.files}
     held_out = {f.relative for f in stdlib_data.eval.corpus.files}
     assert train and held_out and not train & held_out
-    assert all(data.is_eval_file(name, 0.05) for name in held_out)
+    assert all(is_eval_file(name, 0.05) for name in held_out)
     share = len(held_out) / (len(train) + len(held_out))
     assert 0.02 < share < 0.10
 
 
 def test_rows_are_a_pure_function_of_the_step(stdlib_data):
-    again = data.TextDataset("stdlib", sequence_length=64, eval_fraction=0.05, seed=0)
+    again = TextDataset("stdlib", sequence_length=64, eval_fraction=0.05, seed=0)
     a = stdlib_data.train_rows(7, 16, 0, 16)
     b = again.train_rows(7, 16, 0, 16)
     assert a.shape == (16, 65) and a.dtype == np.int32
     np.testing.assert_array_equal(a, b)
     assert not np.array_equal(a, stdlib_data.train_rows(8, 16, 0, 16))
-    other_seed = data.TextDataset("stdlib", sequence_length=64, eval_fraction=0.05, seed=1)
+    other_seed = TextDataset("stdlib", sequence_length=64, eval_fraction=0.05, seed=1)
     assert not np.array_equal(a, other_seed.train_rows(7, 16, 0, 16))
 
 
@@ -52,7 +54,7 @@ def test_examples_are_windows_of_the_concatenated_files(tmp_path):
     (tmp_path / "a.txt").write_bytes(b"0123456789")
     (tmp_path / "b.txt").write_bytes(b"abcdefghij")
     (tmp_path / "c.txt").write_bytes(b"ABCDEFGHIJ")
-    corpus = data.ByteCorpus(data.list_source_files(str(tmp_path / "*.txt")))
+    corpus = ByteCorpus(list_source_files(str(tmp_path / "*.txt")))
     assert corpus.size == 33
     assert bytes(corpus.read(8, 6)) == b"89\nabc"
     assert bytes(corpus.read(20, 5)) == b"j\nABC"
@@ -61,7 +63,7 @@ def test_examples_are_windows_of_the_concatenated_files(tmp_path):
 def test_each_epoch_visits_every_example_once(tmp_path):
     (tmp_path / "a.txt").write_bytes(bytes(range(32, 127)) * 3)
     (tmp_path / "z.txt").write_bytes(b"held out? " * 20)
-    ds = data.TextDataset(str(tmp_path / "*.txt"), sequence_length=8, eval_fraction=0.01, seed=3)
+    ds = TextDataset(str(tmp_path / "*.txt"), sequence_length=8, eval_fraction=0.01, seed=3)
     n = ds.train.num_examples
     order = [ds.train_order[i] for i in range(n)]
     assert sorted(order) == list(range(n))
@@ -69,20 +71,20 @@ def test_each_epoch_visits_every_example_once(tmp_path):
 
 
 def test_glob_matching_nothing_is_a_clear_error(tmp_path):
-    with pytest.raises(data.DataError, match=r"training.data.source '.*nothing-\*.txt' matches no non-empty file"):
-        data.TextDataset(str(tmp_path / "nothing-*.txt"), 8, 0.05, 0)
+    with pytest.raises(DataError, match=r"training.data.source '.*nothing-\*.txt' matches no non-empty file"):
+        TextDataset(str(tmp_path / "nothing-*.txt"), 8, 0.05, 0)
 
 
 def test_corpus_shorter_than_one_sequence_is_a_clear_error(tmp_path):
     (tmp_path / "a.txt").write_bytes(b"tiny")
     (tmp_path / "b.txt").write_bytes(b"tiny")
-    with pytest.raises(data.DataError, match="fewer than one sequence"):
-        data.TextDataset(str(tmp_path / "*.txt"), 64, 0.05, 0)
+    with pytest.raises(DataError, match="fewer than one sequence"):
+        TextDataset(str(tmp_path / "*.txt"), 64, 0.05, 0)
 
 
 def test_gcs_glob_splits_into_bucket_prefix_and_pattern():
-    assert data._split_glob("gs://bucket/corpora/bytes/*.txt") == ("gs://bucket/corpora/bytes", "*.txt")
-    assert data._split_glob("/data/**/*.txt") == ("/data", "**/*.txt")
+    assert _split_glob("gs://bucket/corpora/bytes/*.txt") == ("gs://bucket/corpora/bytes", "*.txt")
+    assert _split_glob("/data/**/*.txt") == ("/data", "**/*.txt")
 
 
 def test_a_gcs_glob_is_listed_and_read_through_the_storage_api(bucket):
@@ -98,14 +100,14 @@ def test_a_gcs_glob_is_listed_and_read_through_the_storage_api(bucket):
         ("e.txt", b""),
     ):
         (base / name).write_bytes(content)
-    files = data.list_source_files(f"gs://{bucket}/corpora/bytes/*.txt")
+    files = list_source_files(f"gs://{bucket}/corpora/bytes/*.txt")
     assert [(f.relative, f.size) for f in files] == [("a.txt", 10), ("b.txt", 10), ("c.txt", 10)]  # empty e.txt skipped
-    corpus = data.ByteCorpus(files)
+    corpus = ByteCorpus(files)
     assert corpus.size == 33
     assert bytes(corpus.read(8, 6)) == b"89\nabc"
     assert bytes(corpus.read(20, 5)) == b"j\nABC"
-    with pytest.raises(data.DataError, match="matches no non-empty file"):
-        data.list_source_files(f"gs://{bucket}/corpora/none/*.txt")
+    with pytest.raises(DataError, match="matches no non-empty file"):
+        list_source_files(f"gs://{bucket}/corpora/none/*.txt")
 
 
 def _rglob_stdlib_files(root: Path) -> list[tuple[str, str, int]]:
@@ -125,7 +127,7 @@ def _listed(files) -> list[tuple[str, str, int]]:
 
 def test_stdlib_listing_matches_rglob_on_the_real_stdlib():
     root = Path(sysconfig.get_paths()["stdlib"])
-    assert _listed(data.list_source_files("stdlib")) == _rglob_stdlib_files(root)
+    assert _listed(list_source_files("stdlib")) == _rglob_stdlib_files(root)
 
 
 def test_stdlib_listing_skips_packages_caches_and_symlinked_directories(tmp_path):
@@ -143,6 +145,6 @@ def test_stdlib_listing_skips_packages_caches_and_symlinked_directories(tmp_path
         (tmp_path / relative).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / relative).write_text(text)
     (tmp_path / "linked").symlink_to(tmp_path / "pkg", target_is_directory=True)  # not followed
-    listed = _listed(data._stdlib_files(tmp_path))
+    listed = _listed(_stdlib_files(tmp_path))
     assert listed == _rglob_stdlib_files(tmp_path)
     assert [relative for _, relative, _ in listed] == [".hidden/f.py", "a.py", "pkg/b.py", "pkg/deep/c.py"]

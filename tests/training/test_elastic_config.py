@@ -1,4 +1,4 @@
-"""training.checkpointing.check_run_config: what an existing run directory lets a config
+"""training.checkpoint.manager.check_run_config: what an existing run directory lets a config
 change (parallelism, slice count, steps, schedule, checkpoint policy) and what it refuses
 (model, global batch, sequence length, data, seed) with one line naming both sides; the
 trainer turns a refusal into exit 78 (EXIT_CONFIG) before it builds a mesh or restores."""
@@ -10,12 +10,13 @@ import logging
 
 import pytest
 
-from training import checkpointing, train
-from training.checkpointing import RunConfigMismatch, check_run_config, record_run_config
+from training import train
+from training.checkpoint import manager as checkpointing
+from training.checkpoint.manager import RunConfigMismatch, check_run_config, record_run_config
 from training.cluster import ClusterIdentity
 from training.config import TrainConfig
+from training.model.shapes import param_count
 from training.run_dir import RunDir
-from training.shapes import param_count
 
 RECORDED = TrainConfig.model_validate(
     {

@@ -2,7 +2,7 @@
 ICI split of the 8 devices: data×fsdp×tensor 2×2×2, then 8×1×1) with the same global batch.
 
 * No sample is seen twice or skipped: every data step 0..11 is read exactly once over the two
-  attempts, always as rows [0, 8) of the global batch (training.data: the batch of step s is
+  attempts, always as rows [0, 8) of the global batch (training.data.text: the batch of step s is
   a pure function of s; training.mesh.process_batch_rows: the rows of this process's devices).
 * The steps before the checkpoint are bit-identical to the uninterrupted run (same mesh);
   after it, the losses stay within ``LOSS_RTOL`` of the uninterrupted run. Restoring onto the
@@ -25,11 +25,12 @@ import numpy as np
 import pytest
 
 from tests import compilation_cache
-from training import compile_cache, data, train
+from training import compile_cache, train
 from training.cluster import ClusterIdentity
 from training.config import TrainConfig
+from training.data.text import TextDataset
+from training.metrics.run_log import read_records
 from training.run_dir import RunDir
-from training.run_log import read_records
 
 #: Relative tolerance on per-step losses after a resume on another mesh: 6 steps of a 30k
 #: parameter model in float32, whose losses differ across meshes by reduction order only
@@ -65,7 +66,7 @@ def uninterrupted(config: TrainConfig, run_dir: Path) -> dict[int, float]:
 def reads(monkeypatch) -> list[tuple[int, int, int]]:
     """Every (data step, first row, end row) the trainer reads; SIGTERM at ``PREEMPT_AT``
     once (a preemption notice: the trainer saves the step it reaches and exits 75)."""
-    real_rows = data.TextDataset.train_rows
+    real_rows = TextDataset.train_rows
     seen: list[tuple[int, int, int]] = []
 
     def recording(self, step, global_batch_size, start, stop):
@@ -74,7 +75,7 @@ def reads(monkeypatch) -> list[tuple[int, int, int]]:
         seen.append((step, start, stop))
         return real_rows(self, step, global_batch_size, start, stop)
 
-    monkeypatch.setattr(data.TextDataset, "train_rows", recording)
+    monkeypatch.setattr(TextDataset, "train_rows", recording)
     return seen
 
 

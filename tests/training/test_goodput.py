@@ -1,4 +1,4 @@
-"""training.goodput: goodput and badput by cause from hand-made event and metrics records,
+"""training.metrics.goodput: goodput and badput by cause from hand-made event and metrics records,
 the expected numbers worked out here from each scenario's timeline (seconds since the epoch)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from training import goodput
+from training.metrics import goodput
 
 
 def step(number: int, at: float, seconds: float, first: bool = False) -> dict:
@@ -203,7 +203,7 @@ def test_the_process_start_time_is_when_the_process_started():
         [
             sys.executable,
             "-c",
-            "import time; time.sleep(0.5); from training import goodput; print(goodput.process_start_time())",
+            "import time; time.sleep(0.5); from training.metrics import goodput; print(goodput.process_start_time())",
         ],
         capture_output=True,
         text=True,

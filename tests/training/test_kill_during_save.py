@@ -26,8 +26,8 @@ import pytest
 from training import train
 from training.cluster import ClusterIdentity
 from training.config import TrainConfig
+from training.metrics.run_log import read_records
 from training.run_dir import RunDir
-from training.run_log import read_records
 
 IN_FLIGHT = 8  # the save that is killed; the previous finalized one is step 4
 
@@ -135,7 +135,7 @@ def test_a_kill_during_an_async_save_resumes_from_the_previous_finalized_step(ki
     assert result.loss == uninterrupted[12]
     # The re-saved step 8 and the later ones are finalized and restorable; nothing of the
     # killed attempt's save is mistaken for a checkpoint.
-    from training import checkpointing
+    from training.checkpoint import manager as checkpointing
 
     manager = checkpointing.make_manager(run, CONFIG)
     assert sorted(manager.all_steps()) == [4, 8, 12]

@@ -1,4 +1,4 @@
-"""training.layer_scan: the layer stack's scan with bit-pattern residuals, against JAX's own
+"""training.model.layer_scan: the layer stack's scan with bit-pattern residuals, against JAX's own
 differentiation of ``jax.lax.scan`` (the reference: the model with ``scan_layers`` swapped for
 ``jax.lax.scan``)."""
 
@@ -11,8 +11,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from training import aot, layer_scan, model
+from training import aot
 from training.config import ModelConfig, TrainConfig
+from training.model import layer_scan, transformer as model
 
 
 def lax_scan_layers(layer, x, stacked):
@@ -87,7 +88,7 @@ def whole_stack_upcasts(hlo: str, n_layers: int) -> list[str]:
 
 
 def test_the_compiled_step_updates_bfloat16_residual_stacks_in_place(monkeypatch):
-    # XLA's CPU compiler normalizes bfloat16 data movement to float32 (training.layer_scan): with
+    # XLA's CPU compiler normalizes bfloat16 data movement to float32 (training.model.layer_scan): with
     # jax.lax.scan every residual stack is converted whole to float32 and back; with the
     # bit-pattern stacks, none is.
     config = TrainConfig.model_validate(

@@ -12,9 +12,10 @@ import pytest
 
 from tests.helpers.checkpoint_runs import config, names
 from tests.helpers.train_runs import losses
-from training import data, train
+from training import train
 from training.cluster import ClusterIdentity
 from training.config import TrainConfig
+from training.data.text import TextDataset
 
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 SINGLE = ClusterIdentity.single_process()
@@ -37,17 +38,17 @@ def test_a_resumed_run_with_microbatches_is_bit_identical_to_an_uninterrupted_on
     assert train.run(cfg, str(uninterrupted), SINGLE).exit_code == train.EXIT_COMPLETE
 
     resumed = tmp_path / "resumed"
-    real_rows = data.TextDataset.train_rows
+    real_rows = TextDataset.train_rows
 
     def crash_at_step_6(self, step, *args):
         if step == 6:
             raise RuntimeError("injected crash")
         return real_rows(self, step, *args)
 
-    monkeypatch.setattr(data.TextDataset, "train_rows", crash_at_step_6)
+    monkeypatch.setattr(TextDataset, "train_rows", crash_at_step_6)
     with pytest.raises(RuntimeError, match="injected crash"):
         train.run(cfg, str(resumed), SINGLE)
-    monkeypatch.setattr(data.TextDataset, "train_rows", real_rows)
+    monkeypatch.setattr(TextDataset, "train_rows", real_rows)
     assert names(resumed) == ["4"]
     assert train.run(cfg, str(resumed), SINGLE).exit_code == train.EXIT_COMPLETE
 

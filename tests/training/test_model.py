@@ -1,4 +1,4 @@
-"""training.model and training.optimizer on CPU."""
+"""training.model.transformer and training.optimizer on CPU."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from training import model
 from training.config import ModelConfig, OptimizerConfig
+from training.model import transformer as model
 from training.optimizer import learning_rate_schedule, make_optimizer
 
 CFG = ModelConfig(d_model=32, n_layers=2, n_heads=4, compute_dtype="float32")

@@ -1,4 +1,4 @@
-"""training.prepare: token shards and a manifest from text, with bytes, a tokenizer file or a
+"""training.prepare.shards: token shards and a manifest from text, with bytes, a tokenizer file or a
 trained BPE; resumable after an interruption, never rewriting a finished dataset; bad input."""
 
 from __future__ import annotations
@@ -10,8 +10,10 @@ import numpy as np
 import pytest
 
 from tests.helpers.datasets import corpus
-from training import data, manifest as manifest_lib, prepare
-from training.shard_io import Storage
+from training.data import manifest as manifest_lib
+from training.data.storage import Storage
+from training.data.text import TextDataset
+from training.prepare import shards as prepare
 
 
 def tokens_of(root: str, split: str) -> np.ndarray:
@@ -30,7 +32,7 @@ def test_a_byte_dataset_holds_exactly_the_text_the_byte_reader_reads(tmp_path):
     manifest = result.manifest
     assert (manifest.dtype, manifest.vocab_size, manifest.tokenizer.kind) == ("uint16", 256, "bytes")
     assert len(manifest.splits["train"].shards) > 2  # several shards: the corpus is several times a shard
-    text = data.TextDataset(source, 8, 0.05, 0)
+    text = TextDataset(source, 8, 0.05, 0)
     expected = text.train.corpus.read(0, text.train.corpus.size)
     np.testing.assert_array_equal(tokens_of(out, "train"), expected)
     held_out = text.eval.corpus.read(0, text.eval.corpus.size)

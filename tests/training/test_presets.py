@@ -1,13 +1,13 @@
-"""training.presets: named model shapes, selected by ``model.preset`` and overridden key by key;
-each Llama-architecture preset's parameter count, computed from training.shapes, is the one its
+"""training.model.presets: named model shapes, selected by ``model.preset`` and overridden key by key;
+each Llama-architecture preset's parameter count, computed from training.model.shapes, is the one its
 model page publishes (within 0.5 %: the pages print three significant figures)."""
 
 from __future__ import annotations
 
 import pytest
 
-from training import presets, shapes
 from training.config import ModelConfig, TrainConfig, load_train_config
+from training.model import presets, shapes
 
 #: The exact counts of the published checkpoints (the sum of their tensors' elements, as
 #: ``transformers`` counts them), recomputed here by hand from each config.json: embedding

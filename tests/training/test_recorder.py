@@ -1,4 +1,4 @@
-"""training.recorder: the per-step metrics records, TensorBoard scalars and syncs, from given
+"""training.metrics.recorder: the per-step metrics records, TensorBoard scalars and syncs, from given
 losses and an injected clock (no wall-clock time), written to a local run directory."""
 
 from __future__ import annotations
@@ -11,10 +11,11 @@ import pytest
 
 from tests.helpers.tensorboard_events import tensorboard_scalars
 from tests.helpers.train_step import CONFIG
-from training import compile_cache, model
-from training.recorder import MetricsRecorder
+from training import compile_cache
+from training.metrics.recorder import MetricsRecorder
+from training.metrics.run_log import RecordLog, TensorBoardLog, read_records
+from training.model import transformer as model
 from training.run_dir import RunDir
-from training.run_log import RecordLog, TensorBoardLog, read_records
 
 CFG = CONFIG.model_copy(update={"log_every_steps": 2, "steps": 5})
 DEVICES = 8

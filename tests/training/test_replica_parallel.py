@@ -1,8 +1,8 @@
-"""training.checkpointing: a save of small replicated arrays compiles no slicing programs.
+"""training.checkpoint.manager: a save of small replicated arrays compiles no slicing programs.
 
 Orbax splits the write of a replicated shard among its replicas by slicing each array with an
 eager jax.lax.slice_in_dim, one XLA program per slice shape (orbax's replica_slices.py);
-training.checkpointing lets it do so only for slices of at least
+training.checkpoint.manager lets it do so only for slices of at least
 REPLICA_PARALLEL_MIN_SLICE_BYTES, so the first save of a start compiles nothing but the
 state's checksums."""
 
@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from training import checkpoint_integrity, checkpointing
+from training.checkpoint import integrity as checkpoint_integrity, manager as checkpointing
 from training.config import TrainConfig
 from training.run_dir import RunDir
 

@@ -1,4 +1,4 @@
-"""training.run_log: records are written one object per sync window (never rewritten, so a
+"""training.metrics.run_log: records are written one object per sync window (never rewritten, so a
 sync costs its own window whatever the run's length), read back in order, locally and on
 gs:// (the emulated Cloud Storage of tests/conftest.py); TensorBoard files likewise."""
 
@@ -9,8 +9,8 @@ import json
 import pytest
 
 from tests.helpers.tensorboard_events import tensorboard_scalars
+from training.metrics.run_log import RecordLog, TensorBoardLog, parse_records, read_records
 from training.run_dir import RunDir
-from training.run_log import RecordLog, TensorBoardLog, parse_records, read_records
 
 
 @pytest.fixture(params=["local", "gs"])

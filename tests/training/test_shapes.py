@@ -1,5 +1,5 @@
-"""training.shapes, the jax-free parameter shapes the planner reads, against the real model:
-``jax.eval_shape`` of ``training.model.init_params`` for several configs."""
+"""training.model.shapes, the jax-free parameter shapes the planner reads, against the real model:
+``jax.eval_shape`` of ``training.model.transformer.init_params`` for several configs."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ from pathlib import Path
 import jax
 import pytest
 
-from training import mesh, model, shapes
+from training import mesh
 from training.config import ModelConfig, TrainConfig
+from training.model import shapes, transformer as model
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -119,7 +120,7 @@ def test_logical_axes_come_from_shapes_and_every_axis_has_a_rule():
 
 def test_shapes_import_no_jax():
     code = (
-        "import sys, training.shapes; "
+        "import sys, training.model.shapes; "
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('jax', 'jaxlib', 'numpy')))"
     )
     out = subprocess.run(

@@ -8,9 +8,11 @@ import numpy as np
 import pytest
 
 from tests.helpers.train_step import CONFIG
-from training import checkpointing, mesh as mesh_lib, model, optimizer as optimizer_lib, state as state_lib
+from training import mesh as mesh_lib, optimizer as optimizer_lib, state as state_lib
+from training.checkpoint import manager as checkpointing
+from training.model import transformer as model
+from training.model.shapes import Param, params as param_shapes
 from training.run_dir import RunDir
-from training.shapes import Param, params as param_shapes
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,5 @@
 """training.step: the jitted train and eval steps on a tiny model over the 8 CPU devices
-(data 2 x fsdp 2 x tensor 2), checked against a direct evaluation of training.model."""
+(data 2 x fsdp 2 x tensor 2), checked against a direct evaluation of training.model.transformer."""
 
 from __future__ import annotations
 
@@ -13,8 +13,9 @@ import optax
 import pytest
 
 from tests.helpers.train_step import CONFIG
-from training import mesh as mesh_lib, model, optimizer as optimizer_lib, state as state_lib, step as step_lib
+from training import mesh as mesh_lib, optimizer as optimizer_lib, state as state_lib, step as step_lib
 from training.config import TrainConfig, load_train_config
+from training.model import transformer as model
 
 
 @pytest.fixture(scope="module")

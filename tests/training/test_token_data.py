@@ -1,6 +1,6 @@
-"""training.token_data: a prepared dataset read by row with ranged reads and prefetch; batches a
+"""training.data.tokens: a prepared dataset read by row with ranged reads and prefetch; batches a
 pure function of the step; damaged shards and small datasets stopped before training; the
-model's vocabulary from the manifest (training.data.with_vocabulary)."""
+model's vocabulary from the manifest (training.data.sources.with_vocabulary)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,13 @@ import numpy as np
 import pytest
 
 from tests.helpers.datasets import corpus
-from training import data, prepare, token_data
 from training.config import TrainConfig, load_train_config
-from training.shard_io import Storage
+from training.data import tokens as token_data
+from training.data.base import DataError
+from training.data.sources import check_source, is_prepared_dataset, open_dataset, with_vocabulary
+from training.data.storage import Storage
+from training.data.text import TextDataset
+from training.prepare import shards as prepare
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +34,7 @@ def test_rows_equal_the_byte_readers_rows(byte_dataset):
     # A byte dataset holds the byte reader's text, and both cut and order examples alike.
     source, root = byte_dataset
     tokens = token_data.TokenDataset(root, 64, 16, seed=3)
-    text = data.TextDataset(source, 64, 0.05, 3)
+    text = TextDataset(source, 64, 0.05, 3)
     assert tokens.train.num_examples == text.train.num_examples
     for step in (0, 7, 1000):
         rows = tokens.train_rows(step, 16, 0, 16)
@@ -122,7 +126,7 @@ def test_a_damaged_shard_stops_training_before_the_first_step_naming_it(tmp_path
         "replaced": "does not match its checksum",
         "missing": "is missing",
     }
-    with pytest.raises(data.DataError, match=rf"shard {root}/train/{shard.name} .*{expected[damage]}"):
+    with pytest.raises(DataError, match=rf"shard {root}/train/{shard.name} .*{expected[damage]}"):
         token_data.TokenDataset(str(root), 32, 8, seed=0)
 
 
@@ -134,7 +138,7 @@ def test_a_replaced_shard_in_the_bucket_is_caught_by_its_md5(tmp_path, bucket):
     original = storage.read("train/00000.bin")
     assert original is not None
     storage.write_bytes("train/00000.bin", bytes(reversed(original)))  # same size, other bytes
-    with pytest.raises(data.DataError, match=r"shard gs://.*/train/00000.bin does not match its checksum: md5"):
+    with pytest.raises(DataError, match=r"shard gs://.*/train/00000.bin does not match its checksum: md5"):
         token_data.TokenDataset(root, 32, 8, seed=0)
     storage.write_bytes("train/00000.bin", original)
     dataset = token_data.TokenDataset(root, 32, 8, seed=0)
@@ -154,37 +158,37 @@ def test_fewer_tokens_than_one_global_batch_is_a_clear_error(tmp_path):
     (tmp_path / "a.txt").write_text("a few words\n" * 20)
     (tmp_path / "b.txt").write_text("held out\n")
     prepare.prepare(prepare.PrepareSpec(str(tmp_path / "*.txt"), str(tmp_path / "ds")))
-    with pytest.raises(data.DataError, match=r"the train split has \d+ tokens, fewer than one global batch needs"):
+    with pytest.raises(DataError, match=r"the train split has \d+ tokens, fewer than one global batch needs"):
         token_data.TokenDataset(str(tmp_path / "ds"), 32, 16, seed=0)
 
 
 def test_the_source_names_a_prepared_dataset_or_text(byte_dataset, tmp_path):
     source, root = byte_dataset
     config = TrainConfig.model_validate({"sequence_length": 32, "global_batch_size": 8, "data": {"source": root}})
-    dataset = data.open_dataset(config)
+    dataset = open_dataset(config)
     assert isinstance(dataset, token_data.TokenDataset) and dataset.vocab_size == 256
     dataset.close()
-    assert not data.is_prepared_dataset(source) and not data.is_prepared_dataset(str(tmp_path))
-    data.check_source(root)
-    with pytest.raises(data.DataError, match="matches no non-empty file"):
-        data.check_source(str(tmp_path / "nothing"))
+    assert not is_prepared_dataset(source) and not is_prepared_dataset(str(tmp_path))
+    check_source(root)
+    with pytest.raises(DataError, match="matches no non-empty file"):
+        check_source(str(tmp_path / "nothing"))
 
 
 def test_the_vocabulary_comes_from_the_data_unless_the_stack_sets_it():
     config = TrainConfig.model_validate({"parallelism": {"ici": {"tensor": 2}}})
     assert config.model.vocab_size is None and config.vocab_size == 256
-    assert data.with_vocabulary(config, 600).vocab_size == 600
+    assert with_vocabulary(config, 600).vocab_size == 600
     padded = config.model_copy(update={"model": config.model.model_copy(update={"vocab_size": 640})})
-    assert data.with_vocabulary(padded, 600).vocab_size == 640  # larger than the data's: padding
+    assert with_vocabulary(padded, 600).vocab_size == 640  # larger than the data's: padding
     small = config.model_copy(update={"model": config.model.model_copy(update={"vocab_size": 512})})
     with pytest.raises(
-        data.DataError, match=r"training.model.vocab_size is 512, smaller than the vocabulary .* \(600 ids\)"
+        DataError, match=r"training.model.vocab_size is 512, smaller than the vocabulary .* \(600 ids\)"
     ):
-        data.with_vocabulary(small, 600)
+        with_vocabulary(small, 600)
     with pytest.raises(
-        data.DataError, match="not divisible by the tensor mesh axis size 2; set training.model.vocab_size to 602"
+        DataError, match="not divisible by the tensor mesh axis size 2; set training.model.vocab_size to 602"
     ):
-        data.with_vocabulary(config, 601)
+        with_vocabulary(config, 601)
     with pytest.raises(ValueError, match="model.vocab_size: 601 is not divisible by the tensor mesh axis size 2"):
         load_train_config({"model": {"vocab_size": 601}, "parallelism": {"ici": {"tensor": 2}}})
     with pytest.raises(ValueError, match="model.vocab_size"):

@@ -19,10 +19,12 @@ import pytest
 
 from tests.helpers.tensorboard_events import tensorboard_scalars
 from tests.helpers.train_runs import CONFIG, SINGLE, losses
-from training import checkpointing, data, train
+from training import train
+from training.checkpoint import manager as checkpointing
 from training.config import TrainConfig
+from training.data.text import TextDataset
+from training.metrics.run_log import read_records
 from training.run_dir import RunDir
-from training.run_log import read_records
 
 # Failed restores (the damaged-checkpoint tests) leave orbax coroutines that are collected
 # later, in whichever test runs then; they are expected and harmless here.
@@ -132,7 +134,7 @@ def test_goodput_json_and_the_tensorboard_scalars(uninterrupted):
 
 
 def read_records_of(run: RunDir, name: str) -> list[dict]:
-    from training.run_log import parse_records
+    from training.metrics.run_log import parse_records
 
     return parse_records(run.read(name))
 
@@ -164,17 +166,17 @@ def test_a_finished_run_exits_at_once(uninterrupted, config):
 
 def crash_at_data_step_9(config: TrainConfig, run_dir: str, monkeypatch) -> None:
     """Run ``config`` in ``run_dir`` until it crashes while loading the batch of data step 9."""
-    real_rows = data.TextDataset.train_rows
+    real_rows = TextDataset.train_rows
 
     def crash_at_step_9(self, step, *args):
         if step == 9:
             raise RuntimeError("injected crash")
         return real_rows(self, step, *args)
 
-    monkeypatch.setattr(data.TextDataset, "train_rows", crash_at_step_9)
+    monkeypatch.setattr(TextDataset, "train_rows", crash_at_step_9)
     with pytest.raises(RuntimeError, match="injected crash"):
         train.run(config, run_dir, SINGLE)
-    monkeypatch.setattr(data.TextDataset, "train_rows", real_rows)
+    monkeypatch.setattr(TextDataset, "train_rows", real_rows)
 
 
 def test_crash_then_resume_gives_bit_identical_losses(uninterrupted, config, tmp_path, monkeypatch):
@@ -203,14 +205,14 @@ def test_crash_then_resume_gives_bit_identical_losses(uninterrupted, config, tmp
 def test_sigterm_saves_the_current_step_then_resume_completes(uninterrupted, config, gs_run, monkeypatch):
     # Synchronous checkpoints here (the other runs save asynchronously).
     config = config.model_copy(update={"checkpoint": config.checkpoint.model_copy(update={"async_save": False})})
-    real_rows = data.TextDataset.train_rows
+    real_rows = TextDataset.train_rows
 
     def preempt_at_step_5(self, step, *args):
         if step == 5:
             os.kill(os.getpid(), signal.SIGTERM)
         return real_rows(self, step, *args)
 
-    monkeypatch.setattr(data.TextDataset, "train_rows", preempt_at_step_5)
+    monkeypatch.setattr(TextDataset, "train_rows", preempt_at_step_5)
     previous = signal.getsignal(signal.SIGTERM)
     result = train.run(config, gs_run, SINGLE)
     assert signal.getsignal(signal.SIGTERM) == previous  # handler restored
@@ -219,7 +221,7 @@ def test_sigterm_saves_the_current_step_then_resume_completes(uninterrupted, con
     assert checkpoint_names(gs_run) == ["4", "6"]
     report = json.loads(RunDir(gs_run).read("goodput.json"))  # written at the preemption exit too
     assert (report["attempts"], report["complete"]) == (1, False) and 0 < report["goodput"] <= 1
-    monkeypatch.setattr(data.TextDataset, "train_rows", real_rows)
+    monkeypatch.setattr(TextDataset, "train_rows", real_rows)
     result = train.run(config, gs_run, SINGLE)
     assert result.exit_code == train.EXIT_COMPLETE
     report = json.loads(RunDir(gs_run).read("goodput.json"))

@@ -14,10 +14,13 @@ import pytest
 
 from tests.helpers.datasets import corpus
 from tests.helpers.train_runs import CONFIG, SINGLE, losses
-from training import checkpointing, model, prepare, train
+from training import train
+from training.checkpoint import manager as checkpointing
 from training.config import TrainConfig
+from training.data.tokens import TokenDataset
+from training.model import transformer as model
+from training.prepare import shards as prepare
 from training.run_dir import RunDir
-from training.token_data import TokenDataset
 
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 logging.getLogger("asyncio").disabled = True  # as tests/training/test_train.py
@@ -111,7 +114,7 @@ def test_a_stack_vocabulary_smaller_than_the_manifests_is_a_config_error(config,
 
 
 def test_a_damaged_shard_is_a_config_error_before_any_step(config, dataset, caplog):
-    from training.shard_io import Storage
+    from training.data.storage import Storage
 
     storage = Storage(dataset)
     original = storage.read("train/00001.bin")

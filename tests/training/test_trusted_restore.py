@@ -23,8 +23,8 @@ from tests.checkpoint_damage import overwrite_keeping_size, poison
 from tests.trainer_process import Job, write_config
 from training import train
 from training.config import TrainConfig
+from training.metrics.run_log import read_records
 from training.run_dir import RunDir
-from training.run_log import read_records
 
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 
@@ -167,7 +167,7 @@ def test_bytes_overwritten_in_the_newest_checkpoint_are_detected_and_every_proce
     uninterrupted, bucket_name, corpus, config_path, tmp_path, jobs
 ):
     """Step 16's bytes are changed with its size kept, in one of its data files (process 0
-    writes this small model's replicated arrays whole: training.checkpointing's
+    writes this small model's replicated arrays whole: training.checkpoint.manager's
     REPLICA_PARALLEL_MIN_SLICE_BYTES; each process reads every array it restores, so where the
     damage lies does not matter): Orbax reads it without complaint; the checksums recorded by its save do not match the
     restored arrays, so both processes skip it, restore step 12, pass the next saves and

@@ -1,4 +1,4 @@
-"""training.train's start-up warm-up: the restore's checksums and the train and eval steps,
+"""training.setup.warm_up, the start-up warm-up: the restore's checksums and the train and eval steps,
 compiled from the state's shapes in a thread while the main thread restores, leave nothing to
 compile when they are first called on the restored state."""
 
@@ -7,16 +7,11 @@ from __future__ import annotations
 import jax
 import numpy as np
 
-from training import (
-    checkpoint_integrity,
-    mesh as mesh_lib,
-    model,
-    optimizer as optimizer_lib,
-    state as state_lib,
-    step as step_lib,
-    train,
-)
+from training import mesh as mesh_lib, optimizer as optimizer_lib, state as state_lib, step as step_lib
+from training.checkpoint import integrity as checkpoint_integrity
 from training.config import TrainConfig
+from training.model import transformer as model
+from training.setup import warm_up
 
 COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 CONFIG = TrainConfig.model_validate(
@@ -39,7 +34,7 @@ def test_the_first_calls_after_the_warm_up_compile_nothing():
     eval_step = step_lib.make_eval_step(CONFIG.model, mesh, shardings["params"], batch_sharding)
     shape = (CONFIG.global_batch_size, CONFIG.sequence_length + 1)
     spec = jax.ShapeDtypeStruct(shape, np.int32, sharding=batch_sharding)
-    train._warm_up(train_step, eval_step, state_lib.abstract(CONFIG, opt, shardings), spec).result()
+    warm_up(train_step, eval_step, state_lib.abstract(CONFIG, opt, shardings), spec).result()
 
     # A "restored" state and a batch, as the loop has them (their own transfers compile nothing).
     def init():

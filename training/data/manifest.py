@@ -27,7 +27,7 @@ import numpy as np
 import pydantic
 from pydantic import Field
 
-from training.shard_io import Storage
+from training.data.storage import Storage
 
 MANIFEST = "manifest.json"
 TOKENIZER_FILE = "tokenizer.json"

@@ -1,4 +1,4 @@
-"""Streaming a prepared dataset's source text for ``data prepare`` (:mod:`training.prepare`):
+"""Streaming a prepared dataset's source text for ``data prepare`` (:mod:`training.prepare.shards`):
 a file's piece read in segments cut after newlines, segments batched by size, and the batches
 read ahead on a thread, so that memory stays bounded by a few batches whatever the corpus size.
 """
@@ -8,6 +8,7 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Iterator
+from typing import BinaryIO
 
 import fsspec
 
@@ -25,7 +26,7 @@ def open_binary(path: str):
     return fs.open(inner, "rb")
 
 
-def edge(f, position: int, size: int) -> int:
+def edge(f: BinaryIO, position: int, size: int) -> int:
     """Where a piece boundary at nominal ``position`` really is: just after the first newline at
     or after ``position - 1`` (0 and ``size`` stay)."""
     if position <= 0 or position >= size:
@@ -108,7 +109,7 @@ def read_ahead(batches: Iterator, depth: int, stop: threading.Event) -> Iterator
     buffer: queue.Queue = queue.Queue(maxsize=depth)
     done = object()
 
-    def put(item) -> bool:
+    def put(item: object) -> bool:
         while not stop.is_set():
             try:
                 buffer.put(item, timeout=0.1)

@@ -19,9 +19,8 @@ Data movement is normalized too, so the ``dynamic-update-slice`` that writes one
 bfloat16 residual into its ``[n_layers, ...]`` stack becomes a convert of the *whole* stack to
 float32, the update, and a convert back: every layer rewrites every stack, O(n_layers²) memory
 traffic, no longer in place; and the backward pass converts whole stacks again. Integers are
-not normalized, so a ``uint16`` stack is updated in place. Measured on this project's 2-core
-CPU (docs/model.md "Throughput"): the 30-layer smollm2-135m step in bfloat16 spent about 2.9 s
-of 11.2 s in those updates and 1.9 s in whole-stack converts.
+not normalized, so a ``uint16`` stack is updated in place. On XLA's CPU backend those updates
+and converts were a large share of a bfloat16 step (measured: docs/model.md, "The layer scan against").
 
 Other backends keep bfloat16 data movement as it is (TPU and GPU support it natively), so there
 the bit pattern changes nothing but the stack's declared type.
@@ -71,20 +70,19 @@ def scan_layers(layer: Callable[[jax.Array, Any], tuple[jax.Array, Any]], x: jax
     ``jax.nn.dot_product_attention`` saves broadcast to ``[B, G, H/G, S, S]`` booleans, one byte
     per score beside the two float32 and one bfloat16 copies of the scores it also saves (11 bytes
     per score per layer). In float32, where no stack is normalized, that makes XLA's compiled
-    memory of the step 1.5-1.9 % larger than with ``jax.lax.scan`` (measured: smollm2-135m at
-    batch 8, 7,388.1 against 7,253.9 MiB; the default model, 1,647.5 against 1,623.0 MiB); in
-    bfloat16 it is smaller (docs/model.md, "Memory plan against the compiler"). Reverse mode
+    memory of the step slightly larger than with ``jax.lax.scan``; in bfloat16 it is smaller
+    (measured: docs/model.md, "The layer scan against"). Reverse mode
     only: a ``jax.custom_vjp`` has no forward-mode derivative (``jax.jvp``, ``jax.hessian``
     raise), which the trainer never takes.
     """
     structure: dict[str, Any] = {}
 
     @jax.custom_vjp
-    def run(x, stacked):
+    def run(x: jax.Array, stacked: Any) -> jax.Array:
         return jax.lax.scan(layer, x, stacked)[0]
 
-    def run_fwd(x, stacked):
-        def body(x, p):
+    def run_fwd(x: jax.Array, stacked: Any) -> tuple[jax.Array, list[jax.Array]]:
+        def body(x: jax.Array, p: Any) -> tuple[jax.Array, list[jax.Array]]:
             y, pullback = jax.vjp(lambda x, p: layer(x, p)[0], x, p)
             # pullback is a jax.tree_util.Partial: its leaves are the residual arrays.
             leaves, treedef = jax.tree.flatten(pullback)
@@ -93,8 +91,8 @@ def scan_layers(layer: Callable[[jax.Array, Any], tuple[jax.Array, Any]], x: jax
 
         return jax.lax.scan(body, x, stacked)
 
-    def run_bwd(residuals, g):
-        def body(g, stacked_residuals):
+    def run_bwd(residuals: list[jax.Array], g: jax.Array) -> tuple[jax.Array, Any]:
+        def body(g: jax.Array, stacked_residuals: list[jax.Array]) -> tuple[jax.Array, Any]:
             leaves = [_unpack(r, d) for r, d in zip(stacked_residuals, structure["dtypes"], strict=True)]
             return jax.tree.unflatten(structure["treedef"], leaves)(g)
 

@@ -1,6 +1,6 @@
 """The model's parameters without jax: shape and logical axes (D d_model, H query heads, G
 key/value heads, K head_dim, F d_ff, L layers, V the vocabulary: ``TrainConfig.vocab_size``),
-and the mesh axes each logical axis is split over. ``training.model.init_params`` creates its
+and the mesh axes each logical axis is split over. ``training.model.transformer.init_params`` creates its
 parameters from these shapes; the planner (``multislice plan``, ``pulumi preview``) counts and
 shards them.
 

@@ -12,7 +12,7 @@ The policy (:func:`save_policy`, Orbax's save-decision policies): save every
 ``interval_steps``, at the last step, and at a preemption sync point (all hosts agree on the
 step: ``CheckpointManager.reached_preemption``, backed by ``jax.distributed``'s preemption
 sync manager). Every save records checksums of the state's arrays in the checkpoint
-(training.checkpoint_integrity). Restore (:func:`restore`, training.checkpoint_restore):
+(training.checkpoint.integrity). Restore (:func:`restore`, training.checkpoint.restore):
 every process restores the same step, the newest all of them can read and whose state passes
 its checks, or all of them fail.
 """
@@ -24,9 +24,10 @@ import logging
 import math
 from typing import Any
 
-from training import checkpoint_integrity
-from training.checkpoint_messages import ERROR_TEXT_LIMIT, describe, error_text, step_path  # noqa: F401 (part of this module's names)
-from training.checkpoint_restore import (  # noqa: F401 (part of this module's names)
+from training.checkpoint import integrity as checkpoint_integrity
+from training.checkpoint.messages import ERROR_TEXT_LIMIT, describe, error_text, step_path  # noqa: F401 (part of this module's names)
+from training.checkpoint.orbax_import import ocp
+from training.checkpoint.restore import (  # noqa: F401 (part of this module's names)
     CheckpointRestoreError,
     Fallback,
     agree_on_steps,
@@ -36,9 +37,8 @@ from training.checkpoint_restore import (  # noqa: F401 (part of this module's n
     set_aside_steps,
 )
 from training.config import ModelConfig, TrainConfig
-from training.orbax_import import ocp
+from training.model.shapes import param_count
 from training.run_dir import RunDir
-from training.shapes import param_count
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +108,7 @@ def write_completion(run_dir: RunDir, record: dict[str, Any]) -> None:
 
 #: What identifies a run: the model (the checkpoint's shapes), the global batch, the sequence
 #: length and the data (the batch of step ``s`` is rows ``s × global_batch ...`` of the data
-#: order: training.data), and the init seed. Everything else may change between attempts,
+#: order: training.data.text), and the init seed. Everything else may change between attempts,
 #: parallelism, slice count, microbatches, the attention kernel and remat included: checkpoints
 #: are resharded onto the new mesh on restore (docs/faults.md, "Elastic resume"). The model is
 #: compared by ``ModelConfig.architecture`` (defaults resolved, so a record written before an
@@ -260,10 +260,9 @@ class CheckpointManager(ocp.CheckpointManager):
 #: replicas (``ArrayHandler(min_slice_bytes_for_replica_parallel=...)``; Orbax's default splits
 #: every replicated array). Splitting slices each array with an eager ``jax.lax.slice_in_dim``
 #: (orbax/checkpoint/_src/serialization/replica_slices.py ``ReplicaSlice.data``): one XLA program
-#: per slice shape, compiled, or loaded from the compilation cache, at every start. For the dev
-#: stack's model (parameters replicated over 2 slices) that was 64 programs and 1.8 s (cache
-#: warm) to 5.5 s (cold) of the first save of every start, against 0.04-0.06 s with this floor
-#: (measured on this project's 2-core machine; docs/goodput.md, "Checkpoint saves"). Slices at
+#: per slice shape, compiled, or loaded from the compilation cache, at every start: for a small
+#: model, seconds of the first save of every start that this floor removes (measured:
+#: docs/goodput.md, "Checkpoint saves"). Slices at
 #: least this large are still split: on large models a shard's write dominates its slicing.
 REPLICA_PARALLEL_MIN_SLICE_BYTES = 8 << 20
 
@@ -306,7 +305,7 @@ def make_manager(run_dir: RunDir, config: TrainConfig) -> CheckpointManager:
 
 def save(manager: ocp.CheckpointManager, step: int, state: Any) -> None:
     """Save ``state`` as checkpoint ``step`` with the checksums of its arrays in the step's
-    ``custom_metadata`` (training.checkpoint_integrity: a restore checks them). A collective:
+    ``custom_metadata`` (training.checkpoint.integrity: a restore checks them). A collective:
     every process calls it.
 
     Raises:

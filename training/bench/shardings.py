@@ -46,7 +46,7 @@ Where it runs:
 * ``dcn > 1`` without TPU slices: ``multislice bench shardings`` emulates the slices as
   local CPU processes (``infra.local.bench_slices``), each calling :func:`measure_shardings`.
 
-The benchmark's definition and command-line options are :mod:`training.bench_spec`. This
+The benchmark's definition and command-line options are :mod:`training.bench.spec`. This
 module ships to the TPU VMs: it imports nothing from ``infra``.
 """
 
@@ -59,7 +59,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from training.bench_spec import BenchConfigError, BenchSpec
+from training.bench.spec import BenchConfigError, BenchSpec
 from training.config import MESH_AXES
 
 #: Learning rate of the benchmark's SGD update (its value does not change the work).
@@ -102,7 +102,7 @@ def matmul_reference(
     *,
     steps: int = 5,
     warmup: int = 2,
-    device=None,
+    device: Any = None,
     accumulation_dtype: str | None = None,
 ) -> dict[str, Any]:
     """FLOP/s of one ``[rows, k] · [k, n]`` matmul on one device (``jax.devices()[0]`` by
@@ -111,7 +111,7 @@ def matmul_reference(
     Both operands are in ``dtype``, and so is the product. ``accumulation_dtype`` None: the
     product is ``a @ b``, accumulated as XLA chooses for ``dtype``; ``"float32"``: the dot
     accumulates in float32 (``preferred_element_type``) and is rounded to ``dtype``, as the
-    trainer's weight matmuls are (``training.model``; on XLA's CPU backend this is the form
+    trainer's weight matmuls are (``training.model.transformer``; on XLA's CPU backend this is the form
     that reaches its bfloat16 dot kernels).
 
     Returns:
@@ -144,7 +144,7 @@ def matmul_reference(
     }
 
 
-def measure_shardings(spec: BenchSpec, mesh, dtype: str) -> dict[str, Any]:
+def measure_shardings(spec: BenchSpec, mesh: Any, dtype: str) -> dict[str, Any]:
     """Time the MLP training step of ``spec`` on ``mesh`` (every process of the job calls it).
 
     Returns:
@@ -175,16 +175,16 @@ def measure_shardings(spec: BenchSpec, mesh, dtype: str) -> dict[str, Any]:
     def init_data():
         return jax.random.uniform(jax.random.key(1), (spec.global_batch, e), jnp.float32).astype(dt)
 
-    def constrain(x, axes):
+    def constrain(x: Any, axes: tuple[str, ...]) -> Any:
         return jax.lax.with_sharding_constraint(x, mesh_lib.sharding_for(mesh, axes))
 
-    def loss(params, x):
+    def loss(params: list[dict[str, Any]], x: Any) -> Any:
         for layer in params:
             h = constrain(jax.nn.relu(x @ layer["w_in"]), ("batch", "mlp"))
             x = constrain(jax.nn.relu(h @ layer["w_out"]), ("batch", "activation_embed"))
         return jnp.sum(x.astype(jnp.float32))
 
-    def train_step(params, x):
+    def train_step(params: list[dict[str, Any]], x: Any) -> list[dict[str, Any]]:
         _, grads = jax.value_and_grad(loss)(params, x)
         return jax.tree.map(lambda p, g: p - jnp.asarray(SGD_LEARNING_RATE, p.dtype) * g, params, grads)
 

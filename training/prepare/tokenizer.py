@@ -3,7 +3,7 @@ trained on the source.
 
 * ``bytes``: one token per byte (ids 0–255), the trainer's embedded default; documents are
   separated by a newline byte, so a prepared byte dataset holds exactly the text
-  :class:`training.data.ByteCorpus` reads.
+  :class:`training.data.text.ByteCorpus` reads.
 * a tokenizer file: the JSON a Hugging Face ``tokenizers.Tokenizer`` saves
   (https://huggingface.co/docs/tokenizers/api/tokenizer#tokenizers.Tokenizer.from_file), local
   or ``gs://``; documents are separated by its end-of-text token when it has one of the usual

@@ -1,5 +1,5 @@
-"""Per-step training metrics: records (training.run_log), TensorBoard scalars, the log line;
-and the run's goodput (training.goodput) as ``goodput.json`` and TensorBoard scalars."""
+"""Per-step training metrics: records (training.metrics.run_log), TensorBoard scalars, the log line;
+and the run's goodput (training.metrics.goodput) as ``goodput.json`` and TensorBoard scalars."""
 
 from __future__ import annotations
 
@@ -12,9 +12,11 @@ from collections.abc import Callable
 import numpy as np
 import optax
 
-from training import compile_cache, goodput, model
+from training import compile_cache
 from training.config import TrainConfig
-from training.run_log import RecordLog, TensorBoardLog, read_records
+from training.metrics import goodput
+from training.metrics.run_log import RecordLog, TensorBoardLog, read_records
+from training.model import transformer as model
 
 #: The goodput report process 0 writes in the run directory at completion and at each preemption exit.
 GOODPUT_FILE = "goodput.json"
@@ -26,7 +28,7 @@ class MetricsRecorder:
     """Writes one ``metrics`` record per step. Step time is ``clock()`` (seconds) since the
     previous record, :meth:`lap` or construction, so the first one ``includes_compile``;
     ``time`` is seconds since the epoch. TFLOP/s per device uses
-    :func:`training.model.flops_per_token` over ``devices`` (one device per TPU chip), MFU
+    :func:`training.model.transformer.flops_per_token` over ``devices`` (one device per TPU chip), MFU
     divides it by ``cfg.peak_flops_per_chip``. ``metrics_log`` and ``events_log`` sync every
     ``log_every_steps`` and at the last step."""
 
@@ -91,7 +93,7 @@ class MetricsRecorder:
         names = ("loss", "grad_norm", "learning_rate", "tokens_per_s", "tflops_per_device", "mfu")
         self.tensorboard.scalars(step, {f"train/{k}": entry[k] for k in names if k in entry})
         if step % self.cfg.log_every_steps == 0 or step == self.cfg.steps:
-            self.metrics_log.sync()  # one object per window: training.run_log
+            self.metrics_log.sync()  # one object per window: training.metrics.run_log
             self.events_log.sync()
             log.info(
                 "step %d/%d loss %.4f  %.3f s/step  %.0f tokens/s  %.4f TFLOP/s/device",
@@ -116,7 +118,7 @@ class MetricsRecorder:
 
     def write_goodput(self, step: int) -> dict | None:
         """Process 0: sync the records, account the run's goodput over every attempt
-        (training.goodput), write it as ``goodput.json`` and as ``goodput/*`` TensorBoard
+        (training.metrics.goodput), write it as ``goodput.json`` and as ``goodput/*`` TensorBoard
         scalars at ``step``; the report (None on other processes or before any start)."""
         if not self.metrics_log.enabled:
             return None

@@ -9,7 +9,7 @@
   (``jax.experimental.pallas.ops.tpu.splash_attention``), one kernel per device under
   ``jax.shard_map`` (batch over data × fsdp, heads over tensor). Elsewhere than on a TPU it runs
   in Pallas' interpret mode: the same kernel, correct but slow (a warning says so).
-* ``auto``: ``training.kernels.attention_kernel`` picks per platform at trace time.
+* ``auto``: ``training.model.kernels.attention_kernel`` picks per platform at trace time.
 
 Grouped-query attention: ``G`` key/value heads each serve ``H/G`` consecutive query heads
 (query head ``h`` reads key/value head ``h // (H/G)``), as ``jax.nn.dot_product_attention``
@@ -29,7 +29,7 @@ from jax.sharding import Mesh
 
 from training import mesh as mesh_lib
 from training.config import ModelConfig
-from training.kernels import attention_kernel
+from training.model.kernels import attention_kernel
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +48,7 @@ def attend(q: jax.Array, k: jax.Array, v: jax.Array, cfg: ModelConfig, mesh: Mes
 
     Raises:
       ValueError: cudnn on a backend without cuDNN (from JAX), or a kernel that cannot take
-        the shapes (``training.kernels.kernel_problem`` refuses those at validation).
+        the shapes (``training.model.kernels.kernel_problem`` refuses those at validation).
     """
     kernel = attention_kernel(cfg, jax.default_backend(), q.shape[1])
     scale = 1.0 / math.sqrt(q.shape[-1])
@@ -97,7 +97,7 @@ def splash(q: jax.Array, k: jax.Array, v: jax.Array, scale: float, mesh: Mesh | 
         block_kv_dq=block,
     )
 
-    def local(q, k, v):  # [b, H, S, K] and [b, G, S, K] on one device
+    def local(q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:  # [b, H, S, K] and [b, G, S, K] on one device
         mask = mask_lib.MultiHeadMask([mask_lib.CausalMask((seq, seq)) for _ in range(q.shape[1])])
         kernel = kernel_lib.make_splash_mha(mask, block_sizes=sizes, head_shards=1, q_seq_shards=1, interpret=interpret)
         return typing.cast(jax.Array, jax.vmap(kernel)(q, k, v))  # no residuals: save_residuals is off

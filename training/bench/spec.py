@@ -13,10 +13,9 @@ import functools
 import inspect
 import typing
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from training.config import ParallelismConfig
+from training.config import MESH_AXES, AxisSizes, ParallelismConfig
 
 
 class BenchConfigError(ValueError):
@@ -81,8 +80,6 @@ class BenchSpec:
     )
 
     def __post_init__(self) -> None:
-        from training.config import MESH_AXES
-
         problems = []
         for net in ("ici", "dcn"):
             sizes = getattr(self, net)
@@ -124,8 +121,6 @@ class BenchSpec:
 
     @property
     def parallelism(self) -> ParallelismConfig:
-        from training.config import AxisSizes, ParallelismConfig
-
         return ParallelismConfig(ici=AxisSizes(**self.ici), dcn=AxisSizes(**self.dcn))
 
     @property

@@ -5,14 +5,14 @@ with rotary position embeddings (``n_heads`` query heads, ``n_kv_heads`` key/val
 grouped-query attention, Ainslie et al. 2023, arXiv:2305.13245) → residual; RMSNorm → GELU or
 SwiGLU MLP → residual] → RMSNorm → unembedding to the vocabulary's logits (its own matrix, or
 the embedding table transposed: ``tie_embeddings``). Layers are stacked along a leading
-``layers`` axis and run in one scan (``training.layer_scan``: one compiled layer body, fast
+``layers`` axis and run in one scan (``training.model.layer_scan``: one compiled layer body, fast
 compiles); with ``remat`` the body is wrapped in ``jax.checkpoint`` with the named policy.
 
 Parameters are float32; matmuls and activations use ``ModelConfig.compute_dtype``, the
 weight matmuls accumulating in float32 (:func:`weight_dot`); the softmax and the loss are
-computed in float32. Attention kernels: ``training.attention``.
+computed in float32. Attention kernels: ``training.model.attention``.
 
-Parameter shapes and logical axes: ``training.shapes`` (no jax; the planner reads it too).
+Parameter shapes and logical axes: ``training.model.shapes`` (no jax; the planner reads it too).
 """
 
 from __future__ import annotations
@@ -28,11 +28,13 @@ import optax
 from jax.ad_checkpoint import checkpoint_name
 from jax.sharding import Mesh
 
-from training import attention, layer_scan, shapes
 from training.config import ModelConfig
-from training.shapes import param_count as param_count  # re-exported (training.train)
+from training.model import attention, layer_scan, shapes
+from training.model.shapes import param_count as param_count  # re-exported (training.train)
 
 Params = dict[str, Any]
+#: ``constrain(x, logical axes) -> x`` with a sharding constraint (training.step), or the identity.
+Constrain = Callable[[jax.Array, tuple[str | None, ...]], jax.Array]
 
 INIT_STD = 0.02  # GPT-2 initialization (Radford et al. 2019)
 
@@ -59,7 +61,7 @@ def logical_axes(cfg: ModelConfig, vocab_size: int) -> Params:
 
 
 def init_params(cfg: ModelConfig, vocab_size: int, key: jax.Array) -> Params:
-    """Random float32 parameters shaped as ``training.shapes.params(cfg, vocab_size)``: unit
+    """Random float32 parameters shaped as ``training.model.shapes.params(cfg, vocab_size)``: unit
     norm scales, N(0, 0.02²) weights, output projections (wo, w_out) scaled by 1/√(2L) (GPT-2).
 
     Weights draw their keys in tree order from ``split(key, 7)`` then ``fold_in(key, i)`` for
@@ -85,7 +87,7 @@ def flops_per_token(cfg: ModelConfig, sequence_length: int, vocab_size: int) -> 
     12·L·H·K·S for attention scores and values (PaLM, Chowdhery et al. 2022, arXiv:2204.02311,
     Appendix B: ``6N + 12·L·H·Q·T``).
 
-    N counts the weights used in matmuls (``training.shapes.matmul_params``: SwiGLU's three MLP
+    N counts the weights used in matmuls (``training.model.shapes.matmul_params``: SwiGLU's three MLP
     matrices, grouped-query attention's narrower key/value projections, the unembedding even
     when tied; not norms nor the embedding gather). The attention term uses the query heads
     (H·K = d_model): key/value heads do not change the score and value FLOPs. Rematerialized
@@ -143,11 +145,15 @@ def _accumulating_dot(equation: str, x: jax.Array, w: jax.Array, out_dtype: Any)
     return jnp.einsum(equation, x, w, preferred_element_type=jnp.float32).astype(out_dtype)
 
 
-def _accumulating_dot_fwd(equation, x, w, out_dtype):
+def _accumulating_dot_fwd(
+    equation: str, x: jax.Array, w: jax.Array, out_dtype: Any
+) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
     return _accumulating_dot(equation, x, w, out_dtype), (x, w)
 
 
-def _accumulating_dot_bwd(equation, out_dtype, residuals, g):
+def _accumulating_dot_bwd(
+    equation: str, out_dtype: Any, residuals: tuple[jax.Array, jax.Array], g: jax.Array
+) -> tuple[jax.Array, jax.Array]:
     x, w = residuals
     inputs, out = equation.split("->")
     lhs, rhs = inputs.split(",")
@@ -164,7 +170,7 @@ def forward(
     params: Params,
     tokens: jax.Array,
     cfg: ModelConfig,
-    constrain=lambda x, axes: x,
+    constrain: Constrain = lambda x, axes: x,
     mesh: Mesh | None = None,
 ) -> jax.Array:
     """Logits for every position.
@@ -188,7 +194,7 @@ def forward(
     x = embed[tokens].astype(dtype)
     x = constrain(x, ("batch", "sequence", "activation_embed"))
 
-    def layer(x, p):
+    def layer(x: jax.Array, p: Params) -> tuple[jax.Array, None]:
         bsd = ("batch", "sequence", "activation_embed")
         bshk = ("batch", "sequence", "heads", "head_dim")
         bsgk = ("batch", "sequence", "kv_heads", "head_dim")
@@ -218,7 +224,11 @@ def forward(
 
 
 def loss_fn(
-    params: Params, batch: jax.Array, cfg: ModelConfig, constrain=lambda x, axes: x, mesh: Mesh | None = None
+    params: Params,
+    batch: jax.Array,
+    cfg: ModelConfig,
+    constrain: Constrain = lambda x, axes: x,
+    mesh: Mesh | None = None,
 ) -> jax.Array:
     """Mean next-token cross-entropy (nats/token) of a ``[B, S+1]`` int32 batch.
 

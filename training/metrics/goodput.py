@@ -1,6 +1,6 @@
 """Goodput of a run: productive step time ÷ wall time, and badput seconds by cause.
 
-From the ``events`` and ``metrics`` records of every attempt (training.run_log); wall time
+From the ``events`` and ``metrics`` records of every attempt (training.metrics.run_log); wall time
 runs from the first process start to the ``complete`` event. Causes and how each is
 measured: docs/goodput.md. Not ml-goodput-measurement (https://pypi.org/project/
 ml-goodput-measurement/): it records to and reads from Google Cloud Logging only, needs
@@ -58,7 +58,7 @@ def account(
       metrics: step records (``step``, ``time``, ``step_time_s``, ``includes_compile``) and
         eval records (``eval_s``).
       tokens_per_step, flops_per_step: for the rates; FLOPs per step as
-        training.model.flops_per_token × tokens.
+        training.model.transformer.flops_per_token × tokens.
       peak_flops_per_chip: FLOP/s, for MFU.
 
     Returns:

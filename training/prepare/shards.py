@@ -6,21 +6,21 @@
 Steps (:func:`prepare`):
 
 1. **Plan.** The source's files (a glob, local or ``gs://``, or ``stdlib``:
-   :func:`training.data.list_source_files`) are split into train and eval by a hash of their
-   path (:func:`training.data.is_eval_file`, as the byte reader splits them). A file larger than
+   :func:`training.data.files.list_source_files`) are split into train and eval by a hash of their
+   path (:func:`training.data.files.is_eval_file`, as the byte reader splits them). A file larger than
    a shard's worth of text is cut into pieces of ``shard_mb`` MB, each boundary moved to just
    after the next newline; pieces are grouped in order into shards of about ``shard_mb`` MB of
    text. The plan depends only on the source listing and the options, and is stored as
    ``prepare/plan.json``.
-2. **Tokenizer** (:mod:`training.tokenizer`): bytes, a tokenizer file, or a BPE trained on the
+2. **Tokenizer** (:mod:`training.prepare.tokenizer`): bytes, a tokenizer file, or a BPE trained on the
    train split (at most ``bpe_train_mb`` MB of it), stored as ``tokenizer.json`` before any shard.
 3. **Shards**, one after the other: a reader thread streams the shard's text in segments of
-   :data:`training.text_stream.SEGMENT_BYTES` cut after a newline, batched by
+   :data:`training.prepare.text_stream.SEGMENT_BYTES` cut after a newline, batched by
    :data:`BATCH_BYTES` (a queue of :data:`READ_AHEAD` batches); each batch is encoded on every core
    (``encode_batch_fast``), written to a staging file and hashed (sha256, MD5). Memory is
    bounded by a few batches whatever the corpus size. A finished shard is made visible
-   atomically (:mod:`training.shard_io`), then recorded in ``prepare/done/<shard>.json``.
-4. **Manifest** (:mod:`training.manifest`), written last, from the shard records.
+   atomically (:mod:`training.data.storage`), then recorded in ``prepare/done/<shard>.json``.
+4. **Manifest** (:mod:`training.data.manifest`), written last, from the shard records.
 
 Idempotent and resumable: a dataset whose manifest exists is never rewritten; a re-run after an
 interruption checks the stored plan against the new one (same source files and options, else
@@ -42,10 +42,12 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 
-from training import manifest as manifest_lib, text_stream, tokenizer as tokenizer_lib
-from training.data import DataError, SourceFile, is_eval_file, list_source_files
-from training.manifest import MANIFEST, TOKENIZER_FILE, Manifest, ManifestError, Shard
-from training.shard_io import Storage, StorageError, md5_base64
+from training.data import manifest as manifest_lib
+from training.data.base import DataError
+from training.data.files import SourceFile, is_eval_file, list_source_files
+from training.data.manifest import MANIFEST, TOKENIZER_FILE, Manifest, ManifestError, Shard
+from training.data.storage import Storage, StorageError, md5_base64
+from training.prepare import text_stream, tokenizer as tokenizer_lib
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +130,7 @@ def make_plan(spec: PrepareSpec, tokenizer_sha: str | None) -> dict:
         raise PrepareError(str(err).replace("training.data.source", "the source")) from None
     train = [i for i, f in enumerate(files) if not is_eval_file(f.relative, spec.eval_fraction)]
     held_out = [i for i, f in enumerate(files) if is_eval_file(f.relative, spec.eval_fraction)]
-    if not held_out and len(train) > 1:  # as training.data.TextDataset: tiny corpora still hold one file out
+    if not held_out and len(train) > 1:  # as training.data.text.TextDataset: tiny corpora still hold one file out
         held_out, train = train[-1:], train[:-1]
     splits = {}
     for split, indices in (("train", train), ("eval", held_out)):
@@ -181,7 +183,13 @@ class _Progress:
 
 
 def _write_shard(
-    storage: Storage, name: str, files: list, pieces: list, tokenizer, dtype: str, progress: _Progress
+    storage: Storage,
+    name: str,
+    files: list,
+    pieces: list,
+    tokenizer: tokenizer_lib.Tokenizer,
+    dtype: str,
+    progress: _Progress,
 ) -> Shard:
     """Tokenize ``pieces`` into the shard ``name`` (staged, then committed atomically)."""
     import numpy as np
@@ -281,7 +289,7 @@ def prepare(spec: PrepareSpec, report: Callable[[str], None] = log.info) -> Prep
     Raises:
       PrepareError: bad options, a source matching nothing, an output holding another dataset
         or another unfinished prepare, a tokenizer that does not load
-        (:class:`training.tokenizer.TokenizerError` is a subclass of ValueError and is
+        (:class:`training.prepare.tokenizer.TokenizerError` is a subclass of ValueError and is
         re-raised as PrepareError), a vocabulary the token dtype cannot hold.
       StorageError: the output cannot be written.
     """

@@ -5,9 +5,8 @@ for nothing.
 ``CloudLogger``, inside ``try: ... except ImportError: pass``
 (orbax/checkpoint/logging/__init__.py, orbax-checkpoint as pinned in uv.lock). That package is
 installed on every VM for the log shipper (training/log_shipping.py, a process of its own), so
-every trainer start paid for loading it: 0.30 s of the trainer's 1.2 s of imports with bytecode
-cached, 0.80 s of 3.2 s without (``python -X importtime -c "import training.train"`` on this
-project's 2-core machine; docs/goodput.md, "Start-up"). The trainer never uses ``CloudLogger``:
+every trainer start paid for loading it, a quarter of the trainer's imports (measured:
+docs/goodput.md, "Start-up"). The trainer never uses ``CloudLogger``:
 while orbax is imported, the module is hidden (a ``None`` in ``sys.modules`` makes its import
 raise ImportError: https://docs.python.org/3/reference/import.html#the-module-cache), and
 afterwards importing it works as before.

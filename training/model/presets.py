@@ -25,7 +25,7 @@ rotary positions, SwiGLU MLP, grouped-query attention, no biases), taken from ea
 Llama 3.x's long-context RoPE frequency scaling (``rope_scaling``) is not modelled: it changes
 neither a shape nor a FLOP. :data:`PUBLISHED_PARAMETERS` holds each model's parameter count as
 its Hub page prints it (three significant figures); tests/training/test_presets.py checks
-``training.shapes.param_count`` of every preset against it.
+``training.model.shapes.param_count`` of every preset against it.
 """
 
 from __future__ import annotations

@@ -1,13 +1,13 @@
 """A prepared dataset (``data prepare``) read by row: batches that are a pure function of the step.
 
-Each split is the concatenation of its shards (:mod:`training.manifest`). Example ``i`` is the
+Each split is the concatenation of its shards (:mod:`training.data.manifest`). Example ``i`` is the
 window of ``sequence_length + 1`` tokens starting at token ``i × sequence_length``, as
-:class:`training.data.TextDataset` cuts bytes. Order: ``grain.MapDataset.range(n).shuffle(seed)
+:class:`training.data.text.TextDataset` cuts bytes. Order: ``grain.MapDataset.range(n).shuffle(seed)
 .repeat()``; row ``r`` of the global batch of step ``s`` is example ``order[s × global_batch +
 r]``: nothing depends on history, so a resumed run reads exactly what an uninterrupted one would.
 
 Reading: a process reads only its own rows ``[start, stop)`` (``training.mesh.process_batch_rows``),
-each row with one ranged read per shard it spans (:meth:`training.shard_io.Storage.read_ranges`;
+each row with one ranged read per shard it spans (:meth:`training.data.storage.Storage.read_ranges`;
 the rows of one step go out as one concurrent batch), never a whole shard.
 
 Prefetch: :data:`PREFETCH_DEPTH` steps ahead on a thread pool of that many threads. When step
@@ -18,7 +18,7 @@ batches of this process's rows (``2 × rows × (sequence_length + 1) × 4`` byte
 returns does not depend on the prefetch: a read that failed raises at the step that needs it.
 
 Before the first step, every shard is checked against the manifest
-(:func:`training.manifest.verify_shards`): a truncated or replaced shard stops the run with its
+(:func:`training.data.manifest.verify_shards`): a truncated or replaced shard stops the run with its
 name before any training.
 """
 
@@ -31,8 +31,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import grain
 import numpy as np
 
-from training import manifest as manifest_lib
-from training.shard_io import Storage, StorageError
+from training.data import manifest as manifest_lib
+from training.data.base import DataError
+from training.data.storage import Storage, StorageError
 
 log = logging.getLogger(__name__)
 
@@ -92,13 +93,11 @@ class TokenDataset:
       vocab_size: the manifest's vocabulary.
 
     Raises:
-      DataError: (from :func:`training.data.open_dataset`) the manifest or a shard is bad, or the
+      DataError: (from :func:`training.data.sources.open_dataset`) the manifest or a shard is bad, or the
         train split holds fewer tokens than one global batch.
     """
 
     def __init__(self, root: str, sequence_length: int, global_batch_size: int, seed: int, steps: int | None = None):
-        from training.data import DataError
-
         self.storage = Storage(root)
         try:
             self.manifest = manifest_lib.load(self.storage)

@@ -1,6 +1,6 @@
 """How every message and error about a checkpoint names it (:func:`describe`: its step and
 path) and quotes an error (:func:`error_text`: one line, without TensorStore's spec dumps or
-Python object reprs); used by training.checkpointing."""
+Python object reprs); used by training.checkpoint.manager."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import re
 
 from etils import epath
 
-from training.orbax_import import ocp
+from training.checkpoint.orbax_import import ocp
 
 #: TensorStore appends the full JSON spec of the array it failed on to its errors, as
 #: ``[tensorstore_spec='{...}']`` (and ``[tensorstore_spec[1]='...']``): kilobytes of driver

@@ -1,13 +1,32 @@
 """Which attention kernel runs, and which shapes each fused kernel takes: no jax, so the
 trainer's config validation and the planner (``multislice plan``) decide as the trainer does.
-The kernels themselves: ``training.attention``; sources: docs/model.md."""
+The kernels themselves: ``training.model.attention``; sources: docs/model.md."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from training.config import ModelConfig
+
+class AttentionShape(Protocol):
+    """What the kernel choice reads of a model's configuration (``training.config.ModelConfig``
+    has each as a field or property); a protocol, so that the config, which validates with
+    :func:`kernel_problem`, and this module need not import each other."""
+
+    @property
+    def attention(self) -> str: ...  # "auto" or a kernel name (training.config.ATTENTION_KERNELS)
+
+    @property
+    def compute_dtype(self) -> str: ...  # "float32" or "bfloat16"
+
+    @property
+    def d_model(self) -> int: ...
+
+    @property
+    def n_heads(self) -> int: ...
+
+    @property
+    def head_dim(self) -> int: ...  # d_model / n_heads
+
 
 #: What each fused kernel takes (checked at validation):
 #: cuDNN flash attention: bf16/fp16 inputs, head dim a multiple of 8 and at most 256 (128 before
@@ -19,7 +38,7 @@ CUDNN_HEAD_DIM_MULTIPLE, CUDNN_MAX_HEAD_DIM = 8, 256
 SPLASH_LANES = 128
 
 
-def attention_kernel(model: ModelConfig, platform: str, sequence_length: int) -> str:
+def attention_kernel(model: AttentionShape, platform: str, sequence_length: int) -> str:
     """The kernel ``model.attention`` runs on ``platform`` (``jax.default_backend()``: ``tpu``,
     ``gpu``/``cuda``/``rocm``, ``cpu``): itself unless ``auto``, which picks ``splash`` on TPU and
     ``cudnn`` on NVIDIA GPUs where the kernel takes the shapes (:func:`kernel_problem`), else
@@ -33,7 +52,7 @@ def attention_kernel(model: ModelConfig, platform: str, sequence_length: int) ->
     return "xla"
 
 
-def kernel_problem(kernel: str, model: ModelConfig, sequence_length: int) -> str | None:
+def kernel_problem(kernel: str, model: AttentionShape, sequence_length: int) -> str | None:
     """Why ``kernel`` cannot take this model's attention, or None (limits: the constants above)."""
     k = model.head_dim
     if kernel == "cudnn":

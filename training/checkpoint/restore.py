@@ -2,7 +2,7 @@
 every process can read and that passes the check it is given, or all of them fail
 (:func:`restore`); afterwards every process's manager lists the same steps
 (:func:`agree_on_steps`), so all make the same save decisions. Used through
-training.checkpointing, which keeps these names; the reasons and measurements:
+training.checkpoint.manager, which keeps these names; the reasons and measurements:
 docs/jax-on-cpu.md, "Failures" (restore agreement) and "Checkpoints (Orbax)".
 """
 
@@ -19,11 +19,11 @@ from typing import Any
 from etils import epath
 
 from training import agreement
-from training.checkpoint_messages import describe, error_text, step_path
-from training.orbax_import import ocp
+from training.checkpoint.messages import describe, error_text, step_path
+from training.checkpoint.orbax_import import ocp
 
-#: One logger for every message about checkpoints (training.checkpointing's).
-log = logging.getLogger("training.checkpointing")
+#: One logger for every message about checkpoints (training.checkpoint.manager's).
+log = logging.getLogger("training.checkpoint.manager")
 
 
 def drop_listing_cache(path: Any) -> None:
@@ -43,7 +43,7 @@ def agree_on_steps(manager: ocp.CheckpointManager, attempts: int = 3) -> list[in
     processes wait for each other (one inside Orbax's save, the other in the next step's
     collective). Each process shares its listing (:func:`training.agreement.all_gather`);
     while they differ, every process lists anew (``reload``, from a fresh listing:
-    ``training.checkpointing.CheckpointManager.reload``), 1 s apart.
+    ``training.checkpoint.manager.CheckpointManager.reload``), 1 s apart.
 
     Raises:
       training.agreement.AgreementError: the listings still differ after ``attempts`` rounds
