@@ -4,6 +4,7 @@ server, as GceTpuCluster does on a TPU VM; elsewhere it changes nothing."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -14,6 +15,7 @@ from infra.config import load_stack_file
 from infra.local import topology
 from infra.local.metadata import MetadataServer
 from infra.local.ports import free_port
+from infra.startup import contract
 
 STACK = Path(__file__).parents[1] / "stacks" / "Pulumi.emu-command.yaml"
 
@@ -150,3 +152,13 @@ def test_the_chips_belong_to_one_process_of_the_vm_as_libtpu_s_lock_makes_them(t
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_the_hook_names_the_vm_s_disk_as_the_contract_does():
+    # sitecustomize.py imports nothing of infra/ (it runs in every Python of a VM), so it spells
+    # the variable itself.
+    spec = importlib.util.spec_from_file_location("vm_sitecustomize", topology.VM_SITE_DIR / "sitecustomize.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.HOME_ENV == contract.HOME_ENV

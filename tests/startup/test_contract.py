@@ -116,6 +116,9 @@ def test_the_contract_imports_nothing():
 #: and imports nothing of infra/).
 ELSEWHERE = {
     ("infra/local/vm_site/sitecustomize.py", "agent-worker-number"),
+    # The VM's local disk, where it keeps the emulated chips' lock; tests/local/test_vm_site.py
+    # checks it equals contract.HOME_ENV.
+    ("infra/local/vm_site/sitecustomize.py", "MULTISLICE_HOME"),
     ("infra/credentials.py", "GCE_METADATA_IP"),
     ("infra/local/vm.py", "startup-script"),
     ("infra/status/plot.py", "COMPLETE"),
