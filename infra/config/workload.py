@@ -6,9 +6,9 @@ systemd unit, restart policy, exit-code contract, log shipping and run directory
 (docs/workloads.md is the contract a command can rely on)::
 
     multislice:workload:
-      command: [python3, -m, MaxText.train, MaxText/configs/base.yml, steps=2000]
-      source: ../maxtext            # a directory, relative to the stack file (or absolute)
-      requirements: ../maxtext/requirements-tpu.txt   # pinned, with --hash lines
+      command: [python3, -m, maxtext.trainers.pre_train.train, maxtext/configs/base.yml, steps=2000]
+      source: ../maxtext/src        # a directory, relative to the stack file (or absolute)
+      requirements: ../maxtext/requirements-vm.txt    # pinned, with --hash lines
       env: {XLA_FLAGS: --xla_dump_to=/tmp/dump}
       steps: 2000
 
