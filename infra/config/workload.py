@@ -6,9 +6,9 @@ systemd unit, restart policy, exit-code contract, log shipping and run directory
 (docs/workloads.md is the contract a command can rely on)::
 
     multislice:workload:
-      command: [python3, -m, MaxText.train, MaxText/configs/base.yml, steps=2000]
-      source: ../maxtext            # a directory, relative to the stack file (or absolute)
-      requirements: ../maxtext/requirements-tpu.txt   # pinned, with --hash lines
+      command: [python3, -m, maxtext.trainers.pre_train.train, maxtext/configs/base.yml, steps=2000]
+      source: ../maxtext/src        # a directory, relative to the stack file (or absolute)
+      requirements: ../maxtext/requirements-vm.txt    # pinned, with --hash lines
       env: {XLA_FLAGS: --xla_dump_to=/tmp/dump}
       steps: 2000
 
@@ -20,11 +20,21 @@ Keys (every error names its key path, e.g. ``multislice:workload.source``):
   run is complete at this step (the command exits 0: the completion marker says so);
 * ``source``: a directory shipped with the release (every regular file below it except
   ``.git/`` and ``__pycache__/``; no symbolic links), at most :data:`MAX_SOURCE_BYTES`;
-* ``requirements``: a requirements file in which every requirement is pinned (``name==version``)
-  and carries at least one ``--hash=sha256:…`` (``uv pip compile --generate-hashes`` or
-  ``pip-compile --generate-hashes`` write such files); the VM installs it with
-  ``uv pip install --require-hashes``, as it installs the trainer's pins. Without it the command
-  runs with the trainer's own environment (jax, orbax, optax, grain, …);
+* ``requirements``: a requirements file in which every requirement is pinned and carries at
+  least one ``--hash=sha256:…`` (``uv pip compile --generate-hashes`` or ``pip-compile
+  --generate-hashes`` write such files); the VM installs it with ``uv pip install
+  --require-hashes``, as it installs the trainer's pins. Without it the command runs with the
+  trainer's own environment (jax, orbax, optax, grain, …). Pinned is ``name==version`` (a file of
+  the index) or ``name @ https://…`` (PEP 508's direct reference to an archive, e.g. GitHub's
+  ``…/archive/<commit>.zip``, which MaxText's requirements use). For a URL the hash is the pin: it
+  names the archive's bytes, so the VM installs those bytes or nothing, whatever the URL serves
+  later; and hash-checking mode needs a hash for every requirement, so a URL without one could
+  not install anyway. Refused, each with what to write instead: a VCS checkout (``git+https://…``:
+  no archive to hash; uv refuses it in that mode), a URL other than https (the hash would catch
+  changed bytes; https also keeps the fetch authenticated and private, and every archive host
+  serves it), a URL without a hash,
+  a local path or ``file:`` URL (not on the VMs), and a GitHub branch archive
+  (``…/archive/refs/heads/…``: its bytes change with every push, so its hash soon fails);
 * ``env``: extra environment variables (names ``[A-Za-z_][A-Za-z0-9_]*``; values strings or
   numbers) that may not override the contract's own (:data:`RESERVED_PREFIXES`,
   :data:`RESERVED_NAMES`).
@@ -38,9 +48,12 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
+from packaging.requirements import InvalidRequirement, Requirement
 from pydantic import Field, ValidationInfo, field_validator
 
 from training.validation import StrictModel
@@ -83,12 +96,98 @@ JOB_IDENTITY_NAMES = frozenset(
 )
 RESERVED_NAMES = frozenset({"PATH", "VIRTUAL_ENV", "PYTHONUNBUFFERED"}) | JOB_IDENTITY_NAMES
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-#: ``name[extras]==version`` (PEP 508 name, PEP 440 version without wildcards) with an optional marker.
-_PINNED = re.compile(
-    r"^(?P<name>[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)(?:\[[A-Za-z0-9._,\s-]*\])?\s*==\s*"
-    r"(?P<version>[A-Za-z0-9.!+_-]+)\s*(?:;(?P<marker>.*))?$"
-)
 _HASH = re.compile(r"^--hash[=\s]sha256:[0-9a-f]{64}$")
+#: The VCS schemes of PEP 440 direct references (``name @ git+https://…``): a checkout, never hash-checked.
+_VCS_PREFIXES = ("git+", "hg+", "svn+", "bzr+")
+#: A URL (``https://…``, ``file:…``) at the head of a requirement line: a requirement without its name.
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+:")
+#: Archive names pip installs from a path (``./dist/pkg-1.0.tar.gz``, ``pkg.whl``).
+_ARCHIVE_SUFFIXES = (".whl", ".zip", ".tar.gz", ".tgz", ".tar.bz2", ".tbz", ".tar.xz", ".txz", ".tar")
+#: ``git+https://github.com/OWNER/REPO(.git)@REF``: the archive URL of REF can be named.
+_GITHUB_GIT = re.compile(r"^git\+https://github\.com/([^/@#]+)/([^/@#]+?)(?:\.git)?/?(?:@([^#]+))?(?:#.*)?$")
+_COMMIT = re.compile(r"^[0-9a-f]{40}$")
+
+
+def _hash_how(url: str = "URL") -> str:
+    return f"its sha256 is `curl -fsSL {url} | sha256sum`, or write the file with `uv pip compile --generate-hashes`"
+
+
+@dataclass(frozen=True)
+class PinnedRequirement:
+    """One requirement of a hash-pinned requirements file (:func:`parse_requirements`).
+
+    Attributes:
+      name: the project name as written.
+      version: the pinned version of ``name==version``; None for a URL requirement.
+      url: the https URL of ``name @ URL``; None for ``name==version``.
+      marker: the PEP 508 marker as written (after ``;``), or None.
+      hashes: the sha256 hex digests of its ``--hash`` options, sorted.
+    """
+
+    name: str
+    version: str | None
+    url: str | None
+    marker: str | None
+    hashes: tuple[str, ...]
+
+    def __str__(self) -> str:
+        return f"{self.name}=={self.version}" if self.url is None else f"{self.name} @ {self.url}"
+
+
+def _looks_like_path(head: str) -> bool:
+    return head.startswith((".", "~")) or "/" in head or "\\" in head or head.lower().endswith(_ARCHIVE_SUFFIXES)
+
+
+def _local_path(shown: str) -> str:
+    return (
+        f"{shown!r} is a local path: the VMs do not have your files. Put the code in `source` (the command runs "
+        "in that directory, so it imports from there), or install an https archive of it with its "
+        f"--hash=sha256:… ({_hash_how()})"
+    )
+
+
+def _url_problem(name: str | None, url: str, hashes: list[str]) -> str | None:
+    """Why a direct reference cannot be installed hash-checked on the VM, or None (module docstring)."""
+    shown = f"{name} @ {url}" if name else url
+    shown = shown if len(shown) <= 120 else shown[:117] + "..."
+    lower = url.lower()
+    if lower.startswith(_VCS_PREFIXES):
+        github = _GITHUB_GIT.match(url)
+        ref = github[3] if github else None
+        archive = (
+            f"https://github.com/{github[1]}/{github[2]}/archive/"
+            f"{ref if ref and _COMMIT.match(ref) else '<40-hex commit>'}.zip"
+            if github
+            else "the https archive of one commit (GitHub: https://github.com/OWNER/REPO/archive/<40-hex commit>.zip)"
+        )
+        return (
+            f"{shown!r} is a {lower.split('+', 1)[0]} checkout, which cannot be hash-checked (uv pip install "
+            f"--require-hashes on the VM refuses it); install {archive} instead, as "
+            f"`{name or 'NAME'} @ <that URL> --hash=sha256:<its sha256>` ({_hash_how()})"
+        )
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    if scheme == "file" or len(scheme) <= 1:  # a path (one letter: a Windows drive)
+        return _local_path(shown)
+    if scheme == "http":
+        return f"{shown!r} is plain http; write its https URL (with its --hash=sha256:…)"
+    if scheme != "https":
+        return f"{shown!r}: only https URLs are installed (with their --hash=sha256:…)"
+    if not parts.netloc:
+        return f"{shown!r} is not an https URL with a host"
+    if not name:
+        return f"{shown!r} has no name; write `NAME @ {url}` with its --hash=sha256:…"
+    if "/archive/refs/heads/" in lower:
+        return (
+            f"{shown!r} is the archive of a branch, which changes with every push (its hash then stops "
+            "matching and the VMs cannot install it): use the archive of a commit, …/archive/<40-hex commit>.zip"
+        )
+    if not hashes:
+        return (
+            f"{shown!r} has no --hash=sha256:… option; a URL requirement needs the sha256 of the archive, as every "
+            f"requirement does (uv pip install --require-hashes on the VM): {_hash_how(url)}"
+        )
+    return None
 
 
 def _resolve(value: Any, info: ValidationInfo) -> Path:
@@ -132,17 +231,21 @@ def source_files(root: Path) -> list[Path]:
     return sorted(files, key=lambda p: p.relative_to(root).as_posix())
 
 
-def parse_requirements(text: str) -> list[tuple[str, str, str | None, list[str]]]:
-    """``(name, version, marker, hashes)`` of each requirement of a hash-pinned requirements file.
+def parse_requirements(text: str) -> list[PinnedRequirement]:
+    """Each requirement of a hash-pinned requirements file, in file order.
 
     The accepted form is what ``uv pip compile --generate-hashes`` and ``pip-compile
     --generate-hashes`` write (https://pip.pypa.io/en/stable/topics/secure-installs/#hash-checking-mode):
-    one ``name==version`` per requirement (extras and a ``; marker`` allowed), each with one or more
-    ``--hash=sha256:<hex>`` options, lines continued with ``\\``, ``#`` comments.
+    one requirement per logical line, pinned either as ``name==version`` or as a direct reference
+    to an https archive, ``name @ https://…`` (PEP 508; extras and a ``; marker`` allowed), each
+    with one or more ``--hash=sha256:<hex>`` options; lines continued with ``\\``, ``#`` comments.
+    The hash is what pins a URL requirement: it names the archive's bytes, whatever the URL
+    serves later (the module docstring has the rule and its reasons).
 
     Raises:
-      ValueError: a requirement that is not pinned with ``==``, lacks a hash, or a line with
-        anything else (``-e``, ``-r``, ``--index-url``, a URL): the message names the line.
+      ValueError: a requirement that is not pinned with ``==``, lacks a hash, is a VCS checkout,
+        a local path or a URL other than https (or a GitHub branch archive), or a line with
+        anything else (``-e``, ``-r``, ``--index-url``): the message names the line and what to do.
     """
     requirements = []
     logical: list[tuple[int, str]] = []
@@ -168,12 +271,6 @@ def parse_requirements(text: str) -> list[tuple[str, str, str | None, list[str]]
                 f"line {number}: {head.split()[0]!r}: only pinned requirements with --hash options are allowed "
                 "(no -e, -r, -c or index options: the VM installs from PyPI with --require-hashes)"
             )
-        match = _PINNED.match(head)
-        if not match:
-            raise ValueError(
-                f"line {number}: {head[:80]!r} is not pinned as name==version (the VM installs exactly the pinned "
-                "files: write the file with `uv pip compile --generate-hashes`)"
-            )
         hashes = []
         for option in options:
             if not _HASH.match(option.strip()):
@@ -181,16 +278,54 @@ def parse_requirements(text: str) -> list[tuple[str, str, str | None, list[str]]
                     f"line {number}: {option.strip()[:80]!r}: only --hash=sha256:<64 hex digits> may follow"
                 )
             hashes.append(option.strip()[-64:])
-        if not hashes:
-            raise ValueError(
-                f"line {number}: {match['name']}=={match['version']} has no --hash=sha256:… option; every "
-                "requirement needs one (uv pip install --require-hashes on the VM)"
-            )
-        marker = match["marker"].strip() if match["marker"] else None
-        requirements.append((match["name"], match["version"], marker, sorted(hashes)))
+        requirements.append(_requirement(number, head, hashes))
     if not requirements:
         raise ValueError("holds no requirement; leave requirements out to run with the trainer's environment")
     return requirements
+
+
+def _requirement(number: int, head: str, hashes: list[str]) -> PinnedRequirement:
+    """The requirement ``head`` of line ``number`` with its ``hashes`` (:func:`parse_requirements`)."""
+    not_pinned = (
+        f"line {number}: {head[:80]!r} is not pinned as name==version or name @ https://… (the VM installs "
+        "exactly the pinned files: write the file with `uv pip compile --generate-hashes`)"
+    )
+    if head.lower().startswith(_VCS_PREFIXES) or _SCHEME.match(head):  # a URL without its name
+        raise ValueError(f"line {number}: {_url_problem(None, head.split(';', 1)[0].strip(), hashes)}")
+    try:
+        requirement = Requirement(head)
+    except InvalidRequirement as err:
+        if _looks_like_path(head):
+            raise ValueError(f"line {number}: {_local_path(head)}") from None
+        if ";" in head:
+            try:
+                Requirement(head.split(";", 1)[0])
+            except InvalidRequirement:
+                pass
+            else:
+                reason = str(err).splitlines()[0]
+                raise ValueError(f"line {number}: {head[:80]!r}: its marker does not parse ({reason})") from None
+        raise ValueError(not_pinned) from None
+    if requirement.url is not None:
+        problem = _url_problem(requirement.name, requirement.url, hashes)
+        if problem:
+            raise ValueError(f"line {number}: {problem}")
+        after = head[head.index(requirement.url) + len(requirement.url) :].strip()
+        marker = after.removeprefix(";").strip() if requirement.marker is not None else None
+        return PinnedRequirement(requirement.name, None, requirement.url, marker, tuple(sorted(hashes)))
+    specifiers = list(requirement.specifier)
+    if len(specifiers) != 1 or specifiers[0].operator != "==" or "*" in specifiers[0].version:
+        if not specifiers and _looks_like_path(head):
+            raise ValueError(f"line {number}: {_local_path(head)}")
+        raise ValueError(not_pinned)
+    version = specifiers[0].version
+    if not hashes:
+        raise ValueError(
+            f"line {number}: {requirement.name}=={version} has no --hash=sha256:… option; every "
+            "requirement needs one (uv pip install --require-hashes on the VM)"
+        )
+    marker = head.split(";", 1)[1].strip() if requirement.marker is not None else None
+    return PinnedRequirement(requirement.name, version, None, marker, tuple(sorted(hashes)))
 
 
 class WorkloadSettings(StrictModel):

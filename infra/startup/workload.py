@@ -19,9 +19,11 @@ requirement's PEP 508 marker is evaluated for the VM (:class:`~infra.startup.ins
 InstallTarget`: CPython of ``.python-version`` on manylinux_2_35 x86_64); a ``uv pip compile``
 header that names another Python version or platform is refused; and a requirement whose
 ``name==version`` this project's ``uv.lock`` also records must hash at least one file the VM
-can install (a wheel whose tags it accepts, or the sdist). Requirements the lock does not know
-are checked on the VM by uv (a hash-pinned file names no files: which wheel exists for the VM
-is known only to the index).
+can install (a wheel whose tags it accepts, or the sdist). Requirements the lock does not know,
+and URL requirements (``name @ https://…``, :func:`infra.config.workload.parse_requirements`:
+the lock records no archive of theirs), are checked on the VM by uv (a hash-pinned file names
+no files: which wheel exists for the VM is known only to the index; an archive's hash is checked
+when uv downloads it).
 """
 
 from __future__ import annotations
@@ -125,13 +127,14 @@ def check_requirements(text: str, target: InstallTarget, lock: Lock | None) -> N
         requirements = parse_requirements(text)
     except ValueError as err:
         raise WorkloadError(f"{key}: {err}") from None
-    for name, version, marker, hashes in requirements:
+    for requirement in requirements:
+        name, version, hashes = requirement.name, requirement.version, requirement.hashes
         try:
-            if not target.evaluate(marker, context=f"{name}=={version}"):
+            if not target.evaluate(requirement.marker, context=str(requirement)):
                 continue
         except LockfileError as err:
             raise WorkloadError(f"{key}: {err}") from None
-        if lock is None:
+        if lock is None or version is None:  # a URL requirement: uv checks its archive's hash on the VM
             continue
         known = [p for p in lock.candidates(name) if p.get("version") == version]
         if not known:

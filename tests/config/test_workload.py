@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from infra.config import StackConfigError, load_stack_file, validate_stack, workload as workload_config
+from infra.config.workload import PinnedRequirement
 
 HASH = "a" * 64
 BASE = {"gcp:project": "my-project-123", "gcp:zone": "us-central2-b", "multislice:acceleratorType": "v4-8"}
@@ -157,9 +158,86 @@ def test_requirements_as_uv_writes_them_parse():
         f"numpy[extra]==2.0.0 ; python_version >= '3.11' \\\n    --hash=sha256:{HASH}\n"
     )
     assert workload_config.parse_requirements(text) == [
-        ("absl-py", "2.1.0", None, [HASH, "b" * 64]),
-        ("numpy", "2.0.0", "python_version >= '3.11'", [HASH]),
+        PinnedRequirement("absl-py", "2.1.0", None, None, (HASH, "b" * 64)),
+        PinnedRequirement("numpy", "2.0.0", None, "python_version >= '3.11'", (HASH,)),
     ]
+
+
+#: A GitHub archive of one commit, as MaxText's requirements name them (docs/workloads.md).
+ARCHIVE = "https://github.com/AI-Hypercomputer/JetStream/archive/29329e8e73820993f77cfc8efe34eb2a73f5de98.zip"
+
+
+def test_a_hash_pinned_url_requirement_is_accepted(tmp_path):
+    # As `uv pip compile --generate-hashes` writes a direct reference: the URL, then its hash.
+    text = (
+        f"absl-py==2.1.0 \\\n    --hash=sha256:{HASH}\n"
+        f"google-jetstream @ {ARCHIVE} \\\n    --hash=sha256:{'b' * 64}\n    # via -r requirements.in\n"
+        f"mlperf-logging[x] @ https://example.com/logging.tar.gz ; sys_platform == 'linux' --hash=sha256:{HASH}\n"
+    )
+    assert workload_config.parse_requirements(text) == [
+        PinnedRequirement("absl-py", "2.1.0", None, None, (HASH,)),
+        PinnedRequirement("google-jetstream", None, ARCHIVE, None, ("b" * 64,)),
+        PinnedRequirement(
+            "mlperf-logging", None, "https://example.com/logging.tar.gz", "sys_platform == 'linux'", (HASH,)
+        ),
+    ]
+    (tmp_path / "req.txt").write_text(text)
+    config = load_stack_file(stack_file(tmp_path, {"command": ["x"], "steps": 1, "requirements": "../req.txt"}))
+    assert config.workload is not None and config.workload.requirements == tmp_path / "req.txt"
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        # A VCS checkout has no archive to hash: the message names the commit's archive URL.
+        (
+            "google-jetstream @ git+https://github.com/AI-Hypercomputer/JetStream.git@"
+            f"29329e8e73820993f77cfc8efe34eb2a73f5de98 --hash=sha256:{HASH}",
+            f"line 2: 'google-jetstream @ git+https://github.com/AI-Hypercomputer/JetStream.git@29329e8e7382099"
+            f"3f77cfc8efe34eb2a73f5de98' is a git checkout, which cannot be hash-checked (uv pip install "
+            f"--require-hashes on the VM refuses it); install {ARCHIVE} instead, as `google-jetstream @ <that URL> "
+            "--hash=sha256:<its sha256>` (its sha256 is `curl -fsSL URL | sha256sum`",
+        ),
+        ("git+https://github.com/o/r@main", "https://github.com/o/r/archive/<40-hex commit>.zip instead"),
+        (f"x @ http://example.com/x.zip --hash=sha256:{HASH}", "'x @ http://example.com/x.zip' is plain http;"),
+        (
+            f"google-jetstream @ {ARCHIVE}",
+            f"line 2: 'google-jetstream @ {ARCHIVE}' has no --hash=sha256:… option; a URL requirement needs the "
+            f"sha256 of the archive, as every requirement does (uv pip install --require-hashes on the VM): its "
+            f"sha256 is `curl -fsSL {ARCHIVE} | sha256sum`",
+        ),
+        (f"./vendor/pkg --hash=sha256:{HASH}", "line 2: './vendor/pkg' is a local path: the VMs do not have"),
+        (f"pkg @ file:///home/me/pkg.whl --hash=sha256:{HASH}", "'pkg @ file:///home/me/pkg.whl' is a local path"),
+        (f"dist/pkg-1.0.tar.gz --hash=sha256:{HASH}", "'dist/pkg-1.0.tar.gz' is a local path"),
+        (f"pkg @ ftp://example.com/p.zip --hash=sha256:{HASH}", "only https URLs are installed"),
+        (f"https://example.com/p.zip --hash=sha256:{HASH}", "'https://example.com/p.zip' has no name"),
+        (
+            f"pkg @ https://github.com/o/r/archive/refs/heads/main.zip --hash=sha256:{HASH}",
+            "is the archive of a branch, which changes with every push",
+        ),
+        (f"numpy==2.0.* --hash=sha256:{HASH}", "'numpy==2.0.*' is not pinned as name==version or name @ https://"),
+        (f"numpy==2.0 ; python_version >> '3' --hash=sha256:{HASH}", "its marker does not parse"),
+    ],
+    ids=[
+        "git",
+        "git-without-name",
+        "http",
+        "url-without-hash",
+        "path",
+        "file-url",
+        "archive-path",
+        "ftp",
+        "url-without-name",
+        "branch-archive",
+        "wildcard",
+        "bad-marker",
+    ],
+)
+def test_unpinnable_requirements_are_refused_with_what_to_do(tmp_path, line, expected):
+    (tmp_path / "req.txt").write_text(f"absl-py==2.1.0 --hash=sha256:{HASH}\n{line}\n")
+    (message,) = error_lines(tmp_path, {"command": ["x"], "steps": 1, "requirements": str(tmp_path / "req.txt")})
+    assert message.startswith(f"multislice:workload.requirements: {tmp_path / 'req.txt'}: "), message
+    assert expected in message, message
 
 
 def test_training_and_workload_together_are_refused(tmp_path):

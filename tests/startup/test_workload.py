@@ -1,13 +1,23 @@
 """A stack's own command in the release (infra/startup/workload.py, script.py, boot.sh.in,
 trainer.sh): what the release holds, what changes it, the render-time check of the command's
-requirements for the VM, and the boot of a VM whose command's source comes through the bucket."""
+requirements for the VM, the install of a hash-pinned URL requirement (the boot's uv command,
+run for real), and the boot of a VM whose command's source comes through the bucket."""
 
 from __future__ import annotations
 
+import base64
+import functools
 import hashlib
+import http.server
 import io
 import json
+import os
+import subprocess
+import sys
 import tarfile
+import threading
+import zipfile
+from pathlib import Path
 
 import pytest
 
@@ -133,6 +143,124 @@ def test_requirements_ship_and_are_checked_for_the_vm(tmp_path):
     boot = tarfile.open(fileobj=io.BytesIO(rendered.release)).extractfile("boot.sh").read().decode()  # type: ignore[union-attr]
     sha = hashlib.sha256((tmp_path / "req.txt").read_bytes()).hexdigest()
     assert f"readonly WORKLOAD_REQUIREMENTS_SHA256={sha}\n" in boot
+
+
+#: A hash-pinned direct reference, as MaxText's requirements end (docs/workloads.md).
+URL_REQUIREMENT = (
+    "google-jetstream @ https://github.com/AI-Hypercomputer/JetStream/archive/"
+    f"29329e8e73820993f77cfc8efe34eb2a73f5de98.zip \\\n    --hash=sha256:{'d' * 64}\n"
+)
+
+
+def test_a_url_requirement_ships_and_the_vm_installs_it_hash_checked(tmp_path, gcs):  # noqa: F811
+    target = lockfile.install_target(ROOT)
+    lock = Lock(ROOT / "uv.lock")
+    numpy = next(p for p in lock.candidates("numpy"))
+    good = next(
+        w["hash"].split(":", 1)[1]
+        for w in numpy["wheels"]
+        if target.wheel_rank(w["url"].rsplit("/", 1)[-1]) is not None
+    )
+    text = f"numpy=={numpy['version']} --hash=sha256:{good}\n" + URL_REQUIREMENT
+    workload_release.check_requirements(text, target, lock)
+    # A name uv.lock knows, as a URL: the lock records no archive of it, so uv checks its hash on the VM.
+    workload_release.check_requirements(
+        f"numpy @ https://example.com/numpy.zip --hash=sha256:{'e' * 64}\n", target, lock
+    )
+    with pytest.raises(
+        workload_release.WorkloadError, match=r"^multislice:workload.requirements: line 1: .* plain http"
+    ):
+        workload_release.check_requirements(f"x @ http://example.com/x.zip --hash=sha256:{'e' * 64}\n", target, lock)
+    (tmp_path / "req.txt").write_text(text)
+    rendered = render(command_stack(tmp_path, requirements=str(tmp_path / "req.txt")))
+    shipped = tarfile.open(fileobj=io.BytesIO(rendered.release)).extractfile("workload-requirements.txt")
+    assert shipped is not None and shipped.read() == text.encode()  # as written: uv reads it on the VM
+    # The VM builds the command's virtualenv from it in hash-checking mode, as it builds the trainer's.
+    attributes = {"agent-worker-number": "2", "tpu-env": TPU_ENV, "multislice-run-dir": RUN_DIR}
+    (tmp_path / "vm").mkdir()
+    machine = Vm(tmp_path / "vm", rendered.text, attributes, gcs)
+    with machine.metadata:
+        result = machine.run(use_fake_python=False)
+    assert result.returncode == 0, result.stdout
+    release = machine.home / "releases" / rendered.release_id
+    installs = [c for c in (machine.fake_dir / "calls").read_text().splitlines() if c.startswith("uv --no-config pip ")]
+    assert len(installs) == 2 and all(" --require-hashes -r " in c for c in installs), installs
+    assert f"-r {release}/workload-requirements.txt " in installs[1]
+    assert (machine.fake_dir / "requirements.txt").read_text() == text  # what the last install read
+    sha = hashlib.sha256(text.encode()).hexdigest()
+    assert (machine.home / "venvs" / sha / ".complete").read_text().strip() == sha
+    assert machine.argv(1)[-1] == str((machine.home / "venvs" / sha / "bin").resolve())
+
+
+def wheel(directory: Path) -> Path:
+    """A minimal pure-Python wheel, ``demo_pkg-1.0-py3-none-any.whl``, written in ``directory``."""
+    files = {
+        "demo_pkg/__init__.py": b"VALUE = 42\n",
+        "demo_pkg-1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: demo-pkg\nVersion: 1.0\n",
+        "demo_pkg-1.0.dist-info/WHEEL": b"Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = [
+        f"{name},sha256={base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()},{len(data)}"
+        for name, data in files.items()
+    ]
+    files["demo_pkg-1.0.dist-info/RECORD"] = ("\n".join([*record, "demo_pkg-1.0.dist-info/RECORD,,"]) + "\n").encode()
+    path = directory / "demo_pkg-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, data in files.items():
+            archive.writestr(name, data)
+    return path
+
+
+def test_the_vms_install_command_installs_a_hash_pinned_url_archive(tmp_path):
+    """The real uv (the one uv.lock pins for the VMs), run as boot.sh runs it, installs a
+    ``name @ URL --hash=sha256:…`` requirement and refuses it with a wrong hash or none. The URL
+    is a loopback http server (no network here, and no certificate for one); the check that a
+    stack's URLs are https is the config's (tests/config/test_workload.py), not uv's."""
+    uv = Path(sys.prefix) / "bin" / "uv"
+    if not uv.is_file():
+        pytest.skip("no uv in this environment (uv sync installs the dev group)")
+    boot = (ROOT / "infra" / "startup" / "boot.sh.in").read_text()
+    assert '"$uv" --no-config pip install --python "$tmp/venv/bin/python" --require-hashes -r "$requirements"' in boot
+    served = tmp_path / "served"
+    served.mkdir()
+    sha = hashlib.sha256(wheel(served).read_bytes()).hexdigest()
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(served))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/demo_pkg-1.0-py3-none-any.whl"
+    env = {**os.environ, "UV_CACHE_DIR": str(tmp_path / "cache"), "NO_PROXY": "127.0.0.1", "no_proxy": "127.0.0.1"}
+    venv = tmp_path / "venv"
+    subprocess.run(
+        [str(uv), "--no-config", "venv", "--offline", "--python", sys.executable, str(venv)],
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+
+    def install(line: str) -> subprocess.CompletedProcess[str]:
+        (tmp_path / "req.txt").write_text(line + "\n")
+        command = [str(uv), "--no-config", "pip", "install", "--python", str(venv / "bin" / "python")]
+        command += ["--require-hashes", "-r", str(tmp_path / "req.txt"), "--no-index"]  # --no-index: no PyPI here
+        return subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+
+    try:
+        missing = install(f"demo-pkg @ {url}")
+        assert missing.returncode != 0 and "all requirements must have a hash" in missing.stderr, missing.stderr
+        wrong = install(f"demo-pkg @ {url} --hash=sha256:{'0' * 64}")
+        assert wrong.returncode != 0 and "Hash mismatch" in wrong.stderr, wrong.stderr
+        good = install(f"demo-pkg @ {url} \\\n    --hash=sha256:{sha}")
+        assert good.returncode == 0, good.stderr
+    finally:
+        server.shutdown()
+        server.server_close()
+    out = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", "import demo_pkg; print(demo_pkg.VALUE)"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.stdout.strip() == "42", out.stderr
 
 
 def test_a_vm_fetches_a_large_source_and_starts_the_command(tmp_path, monkeypatch, gcs):  # noqa: F811
