@@ -20,8 +20,8 @@ from training.validation import StrictModel
 #: Orbax and gcsfs list the run directory. https://cloud.google.com/storage/docs/access-control/iam-roles
 READ_ROLE = "roles/storage.objectViewer"
 #: Bucket-level role on the checkpoint bucket, confined by an IAM condition to
-#: :data:`WRITE_PREFIXES`: create, overwrite and delete objects there (Orbax writes, renames
-#: (copy + delete) and garbage-collects checkpoints; JAX fills the compilation cache).
+#: :data:`WRITE_PREFIXES`: create, overwrite and delete objects there (Orbax writes checkpoints
+#: and deletes superseded ones; JAX fills the compilation cache).
 CHECKPOINT_ROLE = "roles/storage.objectUser"
 #: Where in the checkpoint bucket the VMs write: the run directories and the stack's
 #: compilation cache. Not ``multislice/`` (the release record, payloads and workload sources
@@ -103,11 +103,11 @@ class ServiceAccount(pulumi.ComponentResource):
     :data:`CHECKPOINT_ROLE` under the condition :func:`write_condition` (write under
     :data:`WRITE_PREFIXES` only: the VMs cannot write the release record that every boot
     runs); :data:`DATA_ROLE` on the training-data bucket only when the trainer reads ``gs://``
-    data; :data:`PROJECT_ROLES`
-    (log and metric writing) on the project; with ``delete_on_complete``, a custom role of
-    :data:`DELETE_PERMISSIONS` alone on the project (:func:`delete_role_id`): worker 0
-    deletes the queued resource when the run completes. Nothing else project-wide: no
-    editor, no storage admin, no TPU admin.
+    data; :data:`PROJECT_ROLES` (log and metric writing) on the project; with
+    ``delete_on_complete``, a custom role of :data:`DELETE_PERMISSIONS` alone on the project
+    (:func:`delete_role_id`): worker 0 deletes the queued resource when the run completes.
+    Nothing else project-wide: no editor, no storage admin, no TPU admin. docs/deploying.md
+    ("What the VMs may read and write") lists each grant and why.
 
     The custom role's id ends in the account's unique id (:func:`delete_role_id`), so a stack
     destroyed and deployed again gets a role id IAM has never seen: a deleted custom role's id
