@@ -32,7 +32,6 @@ from infra.startup.contract import (
     STARTUP_SCRIPT_KEY,
     workload_source_object,
 )
-from tests.config.test_dataset import VOCAB, prepared
 from tests.fakes.pulumi_program import (
     FIREWALL,
     QR_TYPE,
@@ -43,6 +42,7 @@ from tests.fakes.pulumi_program import (
     stack_map,
     unique_id,
 )
+from tests.helpers.datasets import VOCAB, prepared
 
 STACKS = available_stacks()
 
