@@ -10,12 +10,31 @@ import pulumi
 import pulumi_gcp as gcp
 
 from infra import naming
+from infra.naming import RUNS_PREFIX
+from infra.startup.contract import COMPILATION_CACHE_FOLDER
 from training.validation import StrictModel
 
-#: Bucket-level role on the checkpoint bucket: create, read, list, overwrite and delete
-#: objects (Orbax writes, finalizes and garbage-collects checkpoints); nothing on the bucket
-#: itself. https://cloud.google.com/storage/docs/access-control/iam-roles
+#: Bucket-level role on the whole checkpoint bucket, without a condition: read and list
+#: objects (the release record and its payloads, ``datasets/``, checkpoints). Listing is
+#: authorized against the bucket, not an object, so it cannot be confined to a prefix, and
+#: Orbax and gcsfs list the run directory. https://cloud.google.com/storage/docs/access-control/iam-roles
+READ_ROLE = "roles/storage.objectViewer"
+#: Bucket-level role on the checkpoint bucket, confined by an IAM condition to
+#: :data:`WRITE_PREFIXES`: create, overwrite and delete objects there (Orbax writes checkpoints
+#: and deletes superseded ones; JAX fills the compilation cache).
 CHECKPOINT_ROLE = "roles/storage.objectUser"
+#: Where in the checkpoint bucket the VMs write: the run directories and the stack's
+#: compilation cache. Not ``multislice/`` (the release record, payloads and workload sources
+#: that every boot runs as root: only ``pulumi up`` writes them) and not ``datasets/``
+#: (``multislice data prepare`` writes them from the operator's machine).
+WRITE_PREFIXES = (RUNS_PREFIX, f"{COMPILATION_CACHE_FOLDER}/")
+#: The write grant's condition title (with the description and expression, the binding's
+#: identity for the provider: keep it stable).
+WRITE_CONDITION_TITLE = "multislice-vm-writes"
+WRITE_CONDITION_DESCRIPTION = (
+    "The TPU VMs write run directories and the compilation cache only, never the release record under "
+    "multislice/ that every boot runs."
+)
 #: Bucket-level role on a ``gs://`` training-data bucket: read and list objects.
 DATA_ROLE = "roles/storage.objectViewer"
 #: The only project-level roles: write log entries and metric points.
@@ -34,6 +53,27 @@ DELETE_PERMISSIONS = ("tpu.nodes.delete",)
 #: URNs of existing stacks (the account and its grants are not replaced).
 #: https://www.pulumi.com/docs/iac/concepts/options/aliases/
 FORMER_TYPE = "multislice:gcp:Identity"
+
+
+def object_prefix_condition(bucket: str, prefixes: tuple[str, ...]) -> str:
+    """A CEL expression true for the objects of ``bucket`` whose names start with one of
+    ``prefixes``: ``resource.name.startsWith("projects/_/buckets/<bucket>/objects/<prefix>")``
+    for each, joined by ``||`` (the resource name of an object in an IAM condition:
+    https://cloud.google.com/iam/docs/conditions-resource-attributes#resource-name). It is
+    false for the bucket itself, so it grants nothing that is checked against the bucket
+    (listing objects)."""
+    return " || ".join(
+        f'resource.name.startsWith("projects/_/buckets/{bucket}/objects/{prefix}")' for prefix in prefixes
+    )
+
+
+def write_condition(bucket: pulumi.Input[str]) -> gcp.storage.BucketIAMMemberConditionArgs:
+    """The condition of the VMs' write grant on ``bucket``: objects under :data:`WRITE_PREFIXES`."""
+    return gcp.storage.BucketIAMMemberConditionArgs(
+        title=WRITE_CONDITION_TITLE,
+        description=WRITE_CONDITION_DESCRIPTION,
+        expression=pulumi.Output.from_input(bucket).apply(lambda name: object_prefix_condition(name, WRITE_PREFIXES)),
+    )
 
 
 def data_bucket(source: str, checkpoint_bucket: str) -> str | None:
@@ -59,12 +99,15 @@ class ServiceAccountArgs(StrictModel):
 class ServiceAccount(pulumi.ComponentResource):
     """A dedicated service account for the TPU VMs, with least privilege.
 
-    Grants: :data:`CHECKPOINT_ROLE` on the checkpoint bucket only; :data:`DATA_ROLE` on the
-    training-data bucket only when the trainer reads ``gs://`` data; :data:`PROJECT_ROLES`
-    (log and metric writing) on the project; with ``delete_on_complete``, a custom role of
-    :data:`DELETE_PERMISSIONS` alone on the project (:func:`delete_role_id`): worker 0
-    deletes the queued resource when the run completes. Nothing else project-wide: no
-    editor, no storage admin, no TPU admin.
+    Grants: on the checkpoint bucket only, :data:`READ_ROLE` (read and list every object) and
+    :data:`CHECKPOINT_ROLE` under the condition :func:`write_condition` (write under
+    :data:`WRITE_PREFIXES` only: the VMs cannot write the release record that every boot
+    runs); :data:`DATA_ROLE` on the training-data bucket only when the trainer reads ``gs://``
+    data; :data:`PROJECT_ROLES` (log and metric writing) on the project; with
+    ``delete_on_complete``, a custom role of :data:`DELETE_PERMISSIONS` alone on the project
+    (:func:`delete_role_id`): worker 0 deletes the queued resource when the run completes.
+    Nothing else project-wide: no editor, no storage admin, no TPU admin. docs/deploying.md
+    ("What the VMs may read and write") lists each grant and why.
 
     The custom role's id ends in the account's unique id (:func:`delete_role_id`), so a stack
     destroyed and deployed again gets a role id IAM has never seen: a deleted custom role's id
@@ -97,11 +140,22 @@ class ServiceAccount(pulumi.ComponentResource):
         )
         self.email = self.account.email
         self.member = self.account.email.apply(lambda email: f"serviceAccount:{email}")
-        self.grants: list[pulumi.CustomResource] = [
+        self.grants: list[pulumi.CustomResource] = []
+        self.grants.append(
             gcp.storage.BucketIAMMember(
-                f"{name}-checkpoints", bucket=bucket, role=CHECKPOINT_ROLE, member=self.member, opts=child
+                f"{name}-checkpoints-read", bucket=bucket, role=READ_ROLE, member=self.member, opts=child
             )
-        ]
+        )
+        self.grants.append(
+            gcp.storage.BucketIAMMember(
+                f"{name}-checkpoints",
+                bucket=bucket,
+                role=CHECKPOINT_ROLE,
+                member=self.member,
+                condition=write_condition(bucket),
+                opts=child,
+            )
+        )
         if args.data_bucket is not None:
             self.grants.append(
                 gcp.storage.BucketIAMMember(

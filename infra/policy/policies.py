@@ -30,6 +30,10 @@ Mandatory (a violation fails the preview/update; ``multislice check`` exits 1):
   accelerator's HBM, unless the pack config sets ``allowOverHbm: true``;
 * ``data-source-exists``: a ``gs://`` ``training.data.source`` matches a non-empty object,
   checked when the credentials at hand can list it (:mod:`infra.policy.data_source`);
+* ``vm-cannot-write-release``: no IAM grant (bucket, managed folder or project; member,
+  binding or policy) gives the TPU VMs' service account a role that creates or deletes objects
+  unless its IAM condition keeps it out of ``multislice/``, where ``pulumi up`` writes the
+  release record every boot runs (:mod:`infra.policy.release_grants`);
 * ``multislice-program``: the stack declares a multislice queued resource (the pack was not
   pointed at another program).
 
@@ -55,8 +59,10 @@ from pulumi_policy import (
 
 from infra import accelerators
 from infra.components.network import IAP_SSH_RANGE, SSH_PORT
+from infra.naming import RUNS_PREFIX
+from infra.policy import release_grants
 from infra.policy.secret_patterns import find_secrets
-from infra.startup.contract import STARTUP_SCRIPT_KEY
+from infra.startup.contract import COMPILATION_CACHE_FOLDER, RELEASE_PREFIX, STARTUP_SCRIPT_KEY
 from infra.startup.script import METADATA_VALUE_LIMIT_BYTES
 
 __all__ = ["POLICIES", "QUEUED_RESOURCE_TYPE", "REQUIRED_LABELS", "DEFAULT_COMPUTE_SA_SUFFIX"]
@@ -314,6 +320,27 @@ def _data_source_exists(args: ResourceValidationArgs, report: Report) -> None:
         )
 
 
+def _vm_cannot_write_release(args: ResourceValidationArgs, report: Report) -> None:
+    for grant in release_grants.grants_of(args.resource_type, args.props):
+        for member in release_grants.unconfined(grant):
+            where = (
+                f"bucket {grant.bucket}" + (f" (managed folder {grant.folder})" if grant.folder else "")
+                if grant.bucket is not None
+                else "the project (every bucket)"
+            )
+            how = (
+                "without a condition"
+                if grant.expression is None
+                else f"under a condition that does not keep it out of {RELEASE_PREFIX} ({grant.expression!r})"
+            )
+            report(
+                f"IAM grant {args.name!r} gives {member} {grant.role} on {where} {how}: the TPU VMs could write "
+                f"the release record under {RELEASE_PREFIX} that every boot runs as root; confine it with "
+                f'resource.name.startsWith("projects/_/buckets/<bucket>/objects/<prefix>") to the prefixes the '
+                f"VMs write ({RUNS_PREFIX}, {COMPILATION_CACHE_FOLDER}/)"
+            )
+
+
 def _multislice_program(args: StackValidationArgs, report: Report) -> None:
     if not any(r.resource_type == QUEUED_RESOURCE_TYPE for r in args.resources):
         report(
@@ -421,6 +448,12 @@ POLICIES = [
         "data-source-exists",
         "A gs:// training data source matches a non-empty object (when listable).",
         _data_source_exists,
+        MANDATORY,
+    ),
+    _resource(
+        "vm-cannot-write-release",
+        "The TPU VMs' service account cannot write the release record under multislice/ that every boot runs.",
+        _vm_cannot_write_release,
         MANDATORY,
     ),
     StackValidationPolicy(

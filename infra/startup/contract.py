@@ -61,6 +61,11 @@ def node_metadata(
 
 # The release record: bucket objects ``pulumi up`` writes and ``boot.sh`` reads ---------------
 
+#: Where in the bucket ``pulumi up`` writes what the VMs boot (``multislice/<stack>/``: the
+#: record, the release payloads and the workload sources). Only ``pulumi up`` writes it: the
+#: VMs' service account reads it and cannot write it (``infra.components.service_account``;
+#: the policy ``vm-cannot-write-release``).
+RELEASE_PREFIX = "multislice/"
 #: Version of the record's JSON shape.
 RECORD_FORMAT = 1
 #: The record's fields that ``boot.sh`` reads (the others describe it: ``format``, ``stack``).
@@ -69,12 +74,12 @@ RECORD_FIELDS_READ = ("release", "payload", "runDir")
 
 def record_object(stack: str) -> str:
     """Bucket object of the stack's release record (JSON, :func:`release_record`)."""
-    return f"multislice/{stack}/release.json"
+    return f"{RELEASE_PREFIX}{stack}/release.json"
 
 
 def release_object(stack: str, release_id: str) -> str:
     """Bucket object holding release ``release_id`` (its tar, base64)."""
-    return f"multislice/{stack}/releases/{release_id}.tar.b64"
+    return f"{RELEASE_PREFIX}{stack}/releases/{release_id}.tar.b64"
 
 
 def release_record(*, stack: str, release_id: str, run_dir: str) -> dict[str, object]:
@@ -92,7 +97,7 @@ def release_record(*, stack: str, release_id: str, run_dir: str) -> dict[str, ob
 def workload_source_object(stack: str, source_sha256: str) -> str:
     """Bucket object holding a ``multislice:workload.source`` too large for the startup script
     (its tar; ``boot.sh`` fetches it and checks ``source_sha256``)."""
-    return f"multislice/{stack}/sources/{source_sha256}.tar"
+    return f"{RELEASE_PREFIX}{stack}/sources/{source_sha256}.tar"
 
 
 # Environment variables ----------------------------------------------------------------------

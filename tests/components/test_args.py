@@ -474,7 +474,11 @@ def test_each_component_is_declared_from_its_own_args_alone():
     assert bucket.inputs["softDeletePolicy"]["retentionDurationSeconds"] == 7 * 86400
     assert world.one("gcp:serviceaccount/account:Account").inputs["accountId"] == "multislice-qa-tpu"
     grants = {(g.inputs["bucket"], g.inputs["role"]) for g in world.of("gcp:storage/bucketIAMMember:BucketIAMMember")}
-    assert grants == {("acme-ml-qa-qa-ckpt", "roles/storage.objectUser"), ("corpora", "roles/storage.objectViewer")}
+    assert grants == {
+        ("acme-ml-qa-qa-ckpt", "roles/storage.objectViewer"),
+        ("acme-ml-qa-qa-ckpt", "roles/storage.objectUser"),
+        ("corpora", "roles/storage.objectViewer"),
+    }
     # pulumi-gcp marks BucketObject.content secret: the engine sees it wrapped.
     objects = {
         r.inputs["name"]: r.inputs["content"]["value"] for r in world.of("gcp:storage/bucketObject:BucketObject")

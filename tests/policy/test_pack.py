@@ -68,6 +68,26 @@ def test_a_public_firewall_is_a_mandatory_violation(analyzer):
     assert all("0.0.0.0/0" in d.message for d in diagnostics)
 
 
+def test_a_vm_write_grant_on_the_release_is_a_mandatory_violation(analyzer):
+    grant = {
+        "bucket": "acme-ml-dev-dev-ckpt",
+        "role": "roles/storage.objectUser",
+        "member": "serviceAccount:multislice-dev-tpu@acme-ml-dev.iam.gserviceaccount.com",
+    }
+    typ = "gcp:storage/bucketIAMMember:BucketIAMMember"
+
+    def analyze(props: dict) -> list:
+        urn = f"urn:pulumi:dev::multislice::{typ}::identity-checkpoints"
+        request = analyzer_pb2.AnalyzeRequest(type=typ, properties=struct(props), urn=urn, name="identity-checkpoints")
+        return list(analyzer.Analyze(request, timeout=30).diagnostics)
+
+    (diagnostic,) = analyze(grant)
+    assert (diagnostic.policyName, diagnostic.enforcementLevel) == ("vm-cannot-write-release", analyzer_pb2.MANDATORY)
+    objects = "projects/_/buckets/acme-ml-dev-dev-ckpt/objects"
+    expression = f'resource.name.startsWith("{objects}/runs/")'
+    assert analyze({**grant, "condition": {"title": "t", "expression": expression}}) == []
+
+
 def test_the_stack_policy_names_a_program_that_is_not_ours(analyzer):
     bucket = analyzer_pb2.AnalyzerResource(
         type="gcp:storage/bucket:Bucket",

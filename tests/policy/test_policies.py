@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import json
 from inspect import isawaitable
 from typing import Any
 
@@ -92,6 +93,7 @@ def test_policy_levels_and_names():
         "startup-script-safe",
         "training-fits-hbm",
         "data-source-exists",
+        "vm-cannot-write-release",
         "multislice-program",
     }
     assert advisory == {"required-labels", "prod-capacity"}
@@ -302,6 +304,147 @@ def test_a_gs_data_source_is_unchecked_without_credentials(dev_qr, monkeypatch, 
     assert violations("data-source-exists", QR_TYPE, with_source(dev_qr, "gs://acme-ml-prod-corpora/bytes/*.txt")) == []
     assert violations("data-source-exists", QR_TYPE, with_source(dev_qr, "stdlib")) == []
     assert attempts == []
+
+
+BUCKET_MEMBER = "gcp:storage/bucketIAMMember:BucketIAMMember"
+BUCKET_BINDING = "gcp:storage/bucketIAMBinding:BucketIAMBinding"
+BUCKET_POLICY = "gcp:storage/bucketIAMPolicy:BucketIAMPolicy"
+FOLDER_MEMBER = "gcp:storage/managedFolderIamMember:ManagedFolderIamMember"
+PROJECT_MEMBER = "gcp:projects/iAMMember:IAMMember"
+PROJECT_BINDING = "gcp:projects/iAMBinding:IAMBinding"
+VM = "serviceAccount:multislice-dev-tpu@acme-ml-dev.iam.gserviceaccount.com"
+CKPT = "acme-ml-dev-dev-ckpt"
+
+
+def objects(prefix: str, bucket: str = CKPT) -> str:
+    return f'resource.name.startsWith("projects/_/buckets/{bucket}/objects/{prefix}")'
+
+
+def write_grant(condition: str | None = None, *, role: str = "roles/storage.objectUser", member: str = VM) -> dict:
+    grant = {"bucket": CKPT, "role": role, "member": member}
+    if condition is not None:
+        grant["condition"] = {"title": "t", "expression": condition}
+    return grant
+
+
+@pytest.mark.parametrize("stack", ["dev", "staging", "prod"])
+def test_the_programs_own_grants_keep_the_vms_out_of_their_release(stack):
+    world = evaluate(stack)
+    grants = [r for r in world.registrations if r.typ in (BUCKET_MEMBER, PROJECT_MEMBER)]
+    assert len(grants) >= 4  # read and write on the bucket, logs and metrics on the project
+    for grant in grants:
+        assert violations("vm-cannot-write-release", grant.typ, grant.inputs) == [], grant.name
+
+
+def test_a_vm_write_grant_without_a_condition_is_refused():
+    # The grant the program made before: objectUser on the whole checkpoint bucket.
+    (message,) = violations("vm-cannot-write-release", BUCKET_MEMBER, write_grant())
+    assert message.startswith(
+        f"IAM grant 'r' gives {VM} roles/storage.objectUser on bucket {CKPT} without a condition: the TPU VMs "
+        "could write the release record under multislice/"
+    )
+    assert "runs/, compilation-cache/" in message
+
+
+@pytest.mark.parametrize(
+    "condition",
+    [
+        objects(""),  # every object
+        objects("multislice/"),
+        objects("multislice/dev/releases/"),
+        objects("multi"),  # a prefix of multislice/
+        f'resource.name.startsWith("projects/_/buckets/{CKPT}")',  # the bucket and every object in it
+        f'resource.name.startsWith("projects/_/buckets/{CKPT[:5]}")',  # a prefix of its name
+        f"{objects('runs/')} || {objects('multislice/')}",  # one alternative reaches the release
+        f"!{objects('runs/')}",  # not read: taken as not confining
+        "true",
+        'request.time < timestamp("2030-01-01T00:00:00Z")',
+    ],
+)
+def test_a_condition_that_does_not_keep_the_vms_out_of_multislice_is_refused(condition):
+    (message,) = violations("vm-cannot-write-release", BUCKET_MEMBER, write_grant(condition))
+    assert f"under a condition that does not keep it out of multislice/ ({condition!r})" in message
+
+
+@pytest.mark.parametrize(
+    "condition",
+    [
+        objects("runs/"),
+        f"{objects('runs/')} || {objects('compilation-cache/')}",
+        f"({objects('runs/')}) || ({objects('compilation-cache/')})",
+        f'resource.type == "storage.googleapis.com/Object" && {objects("runs/")}',
+        objects("", bucket="another-bucket"),  # no object of this bucket
+        objects("runs/||multislice/"),  # one literal: an operator inside the quotes is text
+        objects("runs/").replace('"', "'"),
+    ],
+)
+def test_a_condition_that_keeps_the_vms_out_of_multislice_passes(condition):
+    assert violations("vm-cannot-write-release", BUCKET_MEMBER, write_grant(condition)) == []
+
+
+@pytest.mark.parametrize(
+    "role, member",
+    [
+        ("roles/storage.objectViewer", VM),  # reading the release is what the VMs do
+        ("roles/storage.objectUser", "user:ops@acme.example"),  # not the VMs
+        ("roles/storage.objectUser", "serviceAccount:deployer@acme-ml-dev.iam.gserviceaccount.com"),
+        ("projects/acme-ml-dev/roles/custom", VM),  # a custom role's permissions are not in the grant
+    ],
+)
+def test_other_roles_and_members_are_not_this_policys_concern(role, member):
+    assert violations("vm-cannot-write-release", BUCKET_MEMBER, write_grant(role=role, member=member)) == []
+
+
+@pytest.mark.parametrize(
+    "role",
+    [
+        "roles/storage.objectCreator",
+        "roles/storage.objectAdmin",
+        "roles/storage.admin",
+        "roles/storage.legacyBucketWriter",
+        "roles/storage.legacyBucketOwner",
+    ],
+)
+def test_every_role_that_writes_objects_is_held_to_it(role):
+    assert violations("vm-cannot-write-release", BUCKET_MEMBER, write_grant(role=role))
+    assert violations("vm-cannot-write-release", BUCKET_MEMBER, write_grant(objects("runs/"), role=role)) == []
+
+
+def test_bindings_policies_folders_and_project_grants_are_held_to_it():
+    binding = {"bucket": CKPT, "role": "roles/storage.objectAdmin", "members": ["user:ops@acme.example", VM]}
+    (message,) = violations("vm-cannot-write-release", BUCKET_BINDING, binding)
+    assert f"gives {VM} roles/storage.objectAdmin on bucket {CKPT} without a condition" in message
+    policy_data = json.dumps({"bindings": [{"role": "roles/storage.objectUser", "members": [VM]}]})
+    assert violations("vm-cannot-write-release", BUCKET_POLICY, {"bucket": CKPT, "policyData": policy_data})
+    folder = {"bucket": CKPT, "managedFolder": "multislice/", "role": "roles/storage.objectUser", "member": VM}
+    (message,) = violations("vm-cannot-write-release", FOLDER_MEMBER, folder)
+    assert f"on bucket {CKPT} (managed folder multislice/)" in message
+    assert violations("vm-cannot-write-release", FOLDER_MEMBER, {**folder, "managedFolder": "runs/"}) == []
+    # A project-level grant reaches every bucket: a condition must name the bucket's objects.
+    project = {"project": "acme-ml-dev", "role": "roles/storage.admin", "member": VM}
+    (message,) = violations("vm-cannot-write-release", PROJECT_MEMBER, project)
+    assert "on the project (every bucket) without a condition" in message
+    editor = {"project": "acme-ml-dev", "role": "roles/editor", "members": [VM]}
+    assert violations("vm-cannot-write-release", PROJECT_BINDING, editor)
+    confined = {**project, "condition": {"title": "t", "expression": objects("runs/")}}
+    assert violations("vm-cannot-write-release", PROJECT_MEMBER, confined) == []
+    any_bucket = {
+        **project,
+        "condition": {"title": "t", "expression": 'resource.name.startsWith("projects/_/buckets/")'},
+    }
+    assert violations("vm-cannot-write-release", PROJECT_MEMBER, any_bucket)
+
+
+def test_multislice_check_refuses_the_program_with_its_write_grant_unconditioned():
+    from infra.policy.evaluate import check_world
+
+    world = evaluate("dev")
+    assert not [v for v in check_world(world) if v.policy == "vm-cannot-write-release"]
+    (grant,) = [r for r in world.of(BUCKET_MEMBER) if r.inputs["role"] == "roles/storage.objectUser"]
+    del grant.inputs["condition"]  # the grant as it was before the condition
+    (found,) = [v for v in check_world(world) if v.policy == "vm-cannot-write-release"]
+    assert found.mandatory and found.resource == grant.urn
+    assert found.message.startswith("IAM grant 'identity-checkpoints' gives serviceAccount:multislice-dev-tpu@")
 
 
 def stack_violations(resources: list[tuple[str, dict]]) -> list[str]:

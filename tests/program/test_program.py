@@ -25,7 +25,13 @@ from infra.components.network import IAP_SSH_RANGE
 from infra.components.service_account import delete_role_id
 from infra.config import StackConfigError, available_stacks, load_stack
 from infra.startup.bundle import build_archive
-from infra.startup.contract import DELETE_QUEUED_RESOURCE_KEY, RUN_DIR_KEY, STARTUP_SCRIPT_KEY
+from infra.startup.contract import (
+    COMPILATION_CACHE_FOLDER,
+    DELETE_QUEUED_RESOURCE_KEY,
+    RUN_DIR_KEY,
+    STARTUP_SCRIPT_KEY,
+    workload_source_object,
+)
 from tests.fakes.pulumi_program import (
     FIREWALL,
     QR_TYPE,
@@ -206,7 +212,11 @@ def test_nodes_run_as_our_service_account_with_least_privilege(worlds, stack):
     assert world.exports["serviceAccountEmail"] == email
     bucket_grants = world.of("gcp:storage/bucketIAMMember:BucketIAMMember")
     ours = [g.inputs for g in bucket_grants if g.inputs["bucket"] == config.bucket_name]
-    assert [(g["role"], g["member"]) for g in ours] == [("roles/storage.objectUser", f"serviceAccount:{email}")]
+    # Read and list the whole bucket; write only where the VMs write (test_the_vms_cannot_write_what_they_boot).
+    assert [(g["role"], g["member"], "condition" in g) for g in ours] == [
+        ("roles/storage.objectViewer", f"serviceAccount:{email}", False),
+        ("roles/storage.objectUser", f"serviceAccount:{email}", True),
+    ]
     project_roles = sorted(g.inputs["role"] for g in world.of("gcp:projects/iAMMember:IAMMember"))
     # The custom role's id ends in the last 10 digits of the account's unique id (new on every deployment).
     role_id = f"multisliceDeleteOnComplete_{stack}_{unique_id(email)[-10:]}"
@@ -223,6 +233,52 @@ def test_nodes_run_as_our_service_account_with_least_privilege(worlds, stack):
         assert [(g["bucket"], g["role"]) for g in others] == [(data_bucket, "roles/storage.objectViewer")]
     else:
         assert others == []
+
+
+def _granted(expression: str, resource_name: str) -> bool:
+    """Evaluate a condition of the form the program writes: ``resource.name.startsWith("…")``
+    terms joined by ``||`` (anything else fails the test)."""
+    terms = expression.split(" || ")
+    literals = [re.fullmatch(r'resource\.name\.startsWith\("([^"]+)"\)', term) for term in terms]
+    assert all(literals), expression
+    return any(resource_name.startswith(match.group(1)) for match in literals if match)
+
+
+@pytest.mark.parametrize("preview", [False, True])
+@pytest.mark.parametrize("stack", STACKS)
+def test_the_vms_cannot_write_what_they_boot(worlds, stack, preview):
+    """The VMs write checkpoints, metrics and the compilation cache; the release record and its
+    payloads under multislice/<stack>/, which every boot runs as root, and datasets/ only read.
+    ``pulumi preview`` shows the same grants with their condition."""
+    world = evaluate(stack, preview=True) if preview else worlds[stack]
+    config = load_stack(stack)
+    bucket = config.bucket_name
+    grants = {
+        g.inputs["role"]: g.inputs
+        for g in world.of("gcp:storage/bucketIAMMember:BucketIAMMember")
+        if g.inputs["bucket"] == bucket
+    }
+    assert set(grants) == {"roles/storage.objectViewer", "roles/storage.objectUser"}
+    assert "condition" not in grants["roles/storage.objectViewer"]  # listing is checked on the bucket
+    condition = grants["roles/storage.objectUser"]["condition"]
+    assert condition["title"] == "multislice-vm-writes" and "multislice/" in condition["description"]
+    assert condition["expression"] == (
+        f'resource.name.startsWith("projects/_/buckets/{bucket}/objects/runs/") || '
+        f'resource.name.startsWith("projects/_/buckets/{bucket}/objects/compilation-cache/")'
+    )
+
+    def writable(object_name: str) -> bool:
+        return _granted(condition["expression"], f"projects/_/buckets/{bucket}/objects/{object_name}")
+
+    run_dir = config.run_dir.removeprefix(f"gs://{bucket}/")
+    for written in (f"{run_dir}/checkpoints/12/_METADATA", f"{run_dir}/COMPLETE", f"{run_dir}/metrics/0.jsonl"):
+        assert writable(written), written
+    assert writable(f"{COMPILATION_CACHE_FOLDER}/jit_step-abc")
+    released = [o.inputs["name"] for o in world.of("gcp:storage/bucketObject:BucketObject")]
+    assert released and all(name.startswith(f"multislice/{stack}/") for name in released)
+    for read_only in [*released, workload_source_object(stack, "0" * 64), "datasets/web/manifest.json"]:
+        assert not writable(read_only), read_only
+    assert not _granted(condition["expression"], f"projects/_/buckets/{bucket}")  # the bucket: no listing
 
 
 @pytest.mark.parametrize("stack", STACKS)
@@ -551,6 +607,7 @@ def test_the_service_account_keeps_the_urns_it_had_as_identity(worlds):
     # dev (spot) deletes its queued resource on complete: its custom role and grant are new children.
     assert children == [
         "identity-checkpoints",
+        "identity-checkpoints-read",
         "identity-delete-on-complete",
         "identity-delete-role",
         "identity-logging-logwriter",
