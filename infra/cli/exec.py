@@ -8,8 +8,8 @@ output is kept in ``<log dir>/slice-S-worker-W.log`` (default ``./multislice-exe
 time>/`` for a deployed stack, ``<local state>/<stack>/exec/<UTC time>/`` for the emulation).
 Exit 0 when every worker's command exited 0; else 1, naming each failed worker and its exit
 status. Bad input (no command, a slice or worker the stack lacks, a stack not deployed or not
-running, SSH not enabled) is one ``error:`` line, exit 2, and nothing runs. The work is done
-by :mod:`infra.remote` (docs/exec-and-reset.md).
+running, SSH not enabled, no gcloud or OpenSSH client, broken SSH key files) is one ``error:``
+line, exit 2, and nothing runs. The work is done by :mod:`infra.remote` (docs/exec-and-reset.md).
 """
 
 from __future__ import annotations
@@ -74,8 +74,11 @@ def _run(targets, log_dir: Path, what: str) -> None:
         sys.stdout.write(line + "\n")
         sys.stdout.flush()
 
+    def notice(message: str) -> None:
+        err_console.print(message, markup=False, soft_wrap=True)
+
     try:
-        run = run_all(targets, log_dir, emit)
+        run = run_all(targets, log_dir, emit, notice)
     except KeyboardInterrupt:
         raise fail(f"interrupted: every worker's command was stopped; output so far: {log_dir}", 130) from None
     except OSError as err:
@@ -113,10 +116,19 @@ def exec_command(
                 f"`pulumi up --stack {config.stack}` (a firewall rule for IAP's range, TCP 22 only), then exec"
             )
         executable = gcloud.gcloud_executable()
+        keygen = gcloud.require_ssh_tools()
         gcloud.check_deployed(executable, config)
+        created = gcloud.ensure_ssh_key(keygen)
         targets = gcloud.targets(executable, config, workers, line)
     except RemoteError as err:
         raise fail(str(err), err.exit_code) from None
+    if created is not None:
+        err_console.print(
+            f"made gcloud's SSH key {created} (ssh-keygen -t rsa, no passphrase, as gcloud --quiet makes it); "
+            "the first worker of each node puts it on the node before the others start",
+            markup=False,
+            soft_wrap=True,
+        )
     _run(targets, _log_dir(log_dir, Path("multislice-exec") / config.stack), f"stack {config.stack}")
 
 
