@@ -8,8 +8,9 @@ output is kept in ``<log dir>/slice-S-worker-W.log`` (default ``./multislice-exe
 time>/`` for a deployed stack, ``<local state>/<stack>/exec/<UTC time>/`` for the emulation).
 Exit 0 when every worker's command exited 0; else 1, naming each failed worker and its exit
 status. Bad input (no command, a slice or worker the stack lacks, a stack not deployed or not
-running, SSH not enabled, no gcloud or OpenSSH client, broken SSH key files) is one ``error:``
-line, exit 2, and nothing runs. The work is done by :mod:`infra.remote` (docs/exec-and-reset.md).
+running, SSH not enabled, no gcloud or OpenSSH client, gcloud without credentials, broken SSH
+key files) is one ``error:`` line, exit 2, and nothing runs. The work is done by
+:mod:`infra.remote` (docs/exec-and-reset.md).
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ Before any ssh starts: :func:`require_ssh_tools` finds OpenSSH's ``ssh``, ``scp`
 ``ssh-keygen``, which gcloud requires (``Environment.RequireSSH`` in gcloud's
 ``lib/googlecloudsdk/command_lib/util/ssh/ssh.py``); :func:`check_deployed` reads the queued
 resource with ``gcloud compute tpus queued-resources describe`` (the same credentials the ssh
-uses) and refuses a stack that is not deployed or not ACTIVE;
+uses) and refuses a stack that is not deployed or not ACTIVE, or credentials gcloud cannot use;
 :func:`ensure_ssh_key` makes gcloud's key pair once, as gcloud would.
 
 Why the key first, and one worker per node first: each ``tpu-vm ssh`` prepares its node
@@ -211,9 +211,15 @@ def describe_argv(gcloud: str, config) -> list[str]:
 def check_deployed(gcloud: str, config) -> dict:
     """The stack's queued resource as gcloud describes it, if it is ACTIVE.
 
+    gcloud without usable credentials fails with a message that names ``gcloud auth login``
+    (``AuthenticationException`` and ``ReauthenticationException`` in gcloud's
+    ``lib/googlecloudsdk/core/credentials/exceptions.py``: no active account, a token that does
+    not refresh, reauthentication); that is refused with the command to run.
+
     Raises:
       RemoteError: not deployed (NOT_FOUND: one line naming the stack and ``pulumi up``), not
-        ACTIVE, or gcloud failed (its last error line).
+        ACTIVE, no usable credentials (naming ``gcloud auth login``; exit 2), or gcloud failed
+        (its last error line; exit 1).
     """
     stack, qr = config.stack, config.queued_resource_id
     where = f"projects/{config.project}/locations/{config.zone}"
@@ -227,6 +233,12 @@ def check_deployed(gcloud: str, config) -> dict:
         ) from None
     if proc.returncode != 0:
         error = _last_error(proc.stderr)
+        if _credentials_error(proc.stderr):
+            reason = error.split(") ", 1)[1] if error.startswith("ERROR: (") and ") " in error else error
+            raise RemoteError(
+                f"gcloud has no usable credentials ({reason.rstrip('.')}): run `gcloud auth login` (or `gcloud config "
+                f"set account ACCOUNT` for an account already logged in), then exec; nothing was run"
+            )
         if "NOT_FOUND" in error or "not found" in error.lower():
             raise RemoteError(
                 f"stack {stack} is not deployed: queued resource {qr} not found in {where} (deleted once its run "
@@ -246,6 +258,19 @@ def check_deployed(gcloud: str, config) -> dict:
             f"see `multislice status --stack {stack}`"
         )
     return described
+
+
+def _credentials_error(stderr: str) -> bool:
+    """gcloud's stderr says its credentials cannot be used (see :func:`check_deployed`)."""
+    return any(
+        text in stderr
+        for text in (
+            "gcloud auth login",
+            "You do not currently have an active account selected",
+            "There was a problem refreshing",
+            "There was a problem reauthenticating",
+        )
+    )
 
 
 def _last_error(stderr: str) -> str:

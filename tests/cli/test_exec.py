@@ -283,3 +283,31 @@ def test_without_ssh_keygen_nothing_runs(tmp_path):
     )
     assert len(result.stderr.strip().splitlines()) == 1
     assert gcloud_cli.calls(tmp_path / "gcloud") == [] and not (tmp_path / "gcloud" / "home" / ".ssh").exists()
+
+
+@pytest.mark.parametrize(
+    ("stderr", "reason"),
+    [
+        (
+            # gcloud 528's NoActiveAccountException (core/credentials/exceptions.py), as printed.
+            "ERROR: (gcloud.compute.tpus.queued-resources.describe) You do not currently have an active account "
+            "selected.\nPlease run:\n\n  $ gcloud auth login\n\nto obtain new credentials.\n\nIf you have already "
+            "logged in with a different account, run:\n\n  $ gcloud config set account ACCOUNT\n\nto select an "
+            "already authenticated account to use.",
+            "You do not currently have an active account selected",
+        ),
+        (
+            "ERROR: (gcloud.compute.tpus.queued-resources.describe) There was a problem refreshing your current auth "
+            "tokens: ('invalid_grant: Bad Request', {'error': 'invalid_grant'})\nPlease run:\n\n  $ gcloud auth login",
+            "There was a problem refreshing your current auth tokens",
+        ),
+    ],
+)
+def test_without_credentials_the_error_says_gcloud_auth_login(tmp_path, stderr, reason):
+    result = run_exec(tmp_path, {"describe": {"exit": 1, "stderr": stderr}}, "--", "hostname")
+    assert result.exit_code == 2, result.output
+    error = " ".join(result.stderr.split())
+    assert error.startswith(f"error: gcloud has no usable credentials ({reason}")
+    assert "run `gcloud auth login`" in error and "nothing was run" in error
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert ssh_calls(tmp_path) == [] and gcloud_cli.keygen_calls(tmp_path / "gcloud") == []
