@@ -61,9 +61,12 @@ def _log_dir(log_dir: Path | None, default_parent: Path) -> Path:
         raise fail(f"--log-dir {log_dir or default_parent}: {err.strerror or err}") from None
 
 
-def _run(targets, log_dir: Path, what: str) -> None:
-    """Run the targets, print their lines, and end as the module docstring says."""
+def _run(targets, log_dir: Path, what: str, describe=None) -> None:
+    """Run the targets, print their lines, and end as the module docstring says; ``describe``
+    words a failed worker's ending (default: its exit status)."""
     from infra.remote.fanout import describe_code, run_all
+
+    describe = describe or (lambda outcome: describe_code(outcome.code))
 
     err_console.print(
         f"running on {len(targets)} worker(s) of {what} at once; each worker's output: {log_dir}",
@@ -85,7 +88,7 @@ def _run(targets, log_dir: Path, what: str) -> None:
     except OSError as err:
         raise fail(f"cannot run the command: {err.strerror or err}", 1) from None
     if run.failed:
-        named = ", ".join(f"{o.target.name} ({describe_code(o.code)})" for o in run.failed)
+        named = ", ".join(f"{o.target.name} ({describe(o)})" for o in run.failed)
         raise fail(f"{len(run.failed)} of {len(run.outcomes)} worker(s) failed: {named}; their output: {log_dir}", 1)
     err_console.print(
         f"all {len(run.outcomes)} worker(s) exited 0 in {run.seconds:.1f} s; output: {log_dir}",
@@ -130,7 +133,12 @@ def exec_command(
             markup=False,
             soft_wrap=True,
         )
-    _run(targets, _log_dir(log_dir, Path("multislice-exec") / config.stack), f"stack {config.stack}")
+    _run(
+        targets,
+        _log_dir(log_dir, Path("multislice-exec") / config.stack),
+        f"stack {config.stack}",
+        gcloud.describe,
+    )
 
 
 def local_exec(

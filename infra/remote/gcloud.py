@@ -16,7 +16,8 @@ gets::
 for a multislice queued resource, the id itself for one slice); ``--worker`` takes one index
 (https://cloud.google.com/sdk/gcloud/reference/compute/tpus/tpu-vm/ssh); ``--quiet`` (a
 gcloud-wide flag) answers every prompt with its default, since no one can answer one per
-worker.
+worker. ``<line>`` is the command behind :func:`infra.remote.command.run_once`'s guard, because
+gcloud's TPU ssh sends the whole command again whenever ssh exits 255.
 
 Before any ssh starts: :func:`require_ssh_tools` finds OpenSSH's ``ssh``, ``scp`` and
 ``ssh-keygen``, which gcloud requires (``Environment.RequireSSH`` in gcloud's
@@ -50,7 +51,8 @@ import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
-from infra.remote.fanout import Target
+from infra.remote.command import RERUN_REFUSED_EXIT, RERUN_REFUSED_MESSAGE, run_id, run_once
+from infra.remote.fanout import Outcome, Target, describe_code
 from infra.remote.selection import RemoteError, Worker
 
 #: Environment variable naming the gcloud executable.
@@ -279,21 +281,57 @@ def _last_error(stderr: str) -> str:
     return (errors or lines or ["gcloud failed with no message"])[-1]
 
 
-def targets(gcloud: str, config, workers: Sequence[Worker], line: str) -> list[Target]:
-    """One :class:`~infra.remote.fanout.Target` per worker: its ``gcloud … ssh`` process. The
-    first worker of each node starts at once; the node's others start after it, on
+def targets(gcloud: str, config, workers: Sequence[Worker], line: str, run: str | None = None) -> list[Target]:
+    """One :class:`~infra.remote.fanout.Target` per worker: its ``gcloud … ssh`` process, whose
+    command is ``line`` behind :func:`~infra.remote.command.run_once`'s guard (marker
+    ``<run>-slice-S-worker-W``; ``run`` defaults to a new :func:`~infra.remote.command.run_id`).
+    The first worker of each node starts at once; the node's others start after it, on
     :data:`READY_MARKER` (see the module docstring)."""
+    run = run or run_id()
     first: dict[str, int] = {}
     result = []
     for index, w in enumerate(workers):
         leader = first.setdefault(w.node, index)
+        guarded = run_once(line, f"{run}-slice-{w.slice_id}-worker-{w.worker}")
         result.append(
             Target(
                 w.slice_id,
                 w.worker,
-                ssh_argv(gcloud, config, w, line),
+                ssh_argv(gcloud, config, w, guarded),
                 after=None if leader == index else leader,
                 ready_marker=READY_MARKER,
             )
         )
     return result
+
+
+def rerun_refused(outcome: Outcome) -> bool:
+    """The worker's command was not run again by :func:`~infra.remote.command.run_once`'s guard:
+    its status is :data:`~infra.remote.command.RERUN_REFUSED_EXIT` and its output holds the
+    guard's line.
+
+    Raises:
+      OSError: the worker's log cannot be read (other than missing).
+    """
+    if outcome.code != RERUN_REFUSED_EXIT:
+        return False
+    try:
+        with open(outcome.log_path, encoding="utf-8", errors="replace") as log:
+            return any(RERUN_REFUSED_MESSAGE in line for line in log)
+    except FileNotFoundError:
+        return False
+
+
+def describe(outcome: Outcome) -> str:
+    """How a Cloud TPU worker ended, for the failure line: ``exit 3``, or for a command the guard
+    did not run again ``exit 75: ssh failed after the command started (a dropped connection, or
+    the command's own 255); not run again``.
+
+    Raises:
+      OSError: the worker's log cannot be read (other than missing).
+    """
+    code = describe_code(outcome.code)
+    if rerun_refused(outcome):
+        why = "ssh failed after the command started (a dropped connection, or the command's own 255)"
+        return f"{code}: {why}; not run again"
+    return code

@@ -2,12 +2,13 @@
 describe, then one ``gcloud alpha compute tpus tpu-vm ssh`` per worker, all at once (the first
 worker of each node a moment before the node's others), with the argument lists Cloud TPU needs;
 output prefixed per worker, logs kept, failures named with their exit statuses; the SSH key made
-once and put on each node once on a first use; bad input refused with one line and nothing
-run."""
+once and put on each node once on a first use; a command not run again when gcloud retries a
+dropped connection; bad input refused with one line and nothing run."""
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -59,6 +60,30 @@ def ssh_calls(tmp_path: Path) -> list[dict]:
     return [c for c in gcloud_cli.calls(tmp_path / "gcloud") if c["argv"][0] == "alpha"]
 
 
+#: The guard line :func:`infra.remote.command.run_once` puts before the command.
+GUARD = re.compile(
+    r"^--command=if \[ -e multislice-exec/\.started/(\d{8}T\d{6}Z-[0-9a-f]{8})-slice-(\d)-worker-(\d) \]; then "
+    r"echo '.+' >&2; exit 75; fi; .+$"
+)
+
+
+def remote_line(argv: list[str]) -> str:
+    """The command line an ssh argument list runs, after the guard (which must be there, naming
+    the worker of the argument list)."""
+    guard, line = argv[-1].split("\n", 1)
+    match = GUARD.match(guard)
+    assert match, guard
+    assert f"--worker={match.group(3)}" in argv and argv[5].endswith(f"-{match.group(2)}")
+    return line
+
+
+def run_of(argv: list[str]) -> str:
+    """The run id of an ssh argument list's guard."""
+    match = GUARD.match(argv[-1].split("\n", 1)[0])
+    assert match
+    return match.group(1)
+
+
 def key_pair(tmp_path: Path) -> tuple[Path, Path]:
     key = tmp_path / "gcloud" / "home" / ".ssh" / "google_compute_engine"
     return key, key.with_name(key.name + ".pub")
@@ -87,7 +112,7 @@ def test_every_worker_gets_its_ssh_at_once_with_the_arguments_cloud_tpu_needs(tm
         "--format=json",
     ]
     ssh = sorted((c["argv"] for c in calls[1:]), key=lambda argv: (argv[5], argv[8]))
-    assert ssh == [
+    assert [argv[:-1] for argv in ssh] == [
         [
             "alpha",
             "compute",
@@ -100,11 +125,12 @@ def test_every_worker_gets_its_ssh_at_once_with_the_arguments_cloud_tpu_needs(tm
             f"--worker={worker}",
             "--tunnel-through-iap",
             "--quiet",
-            "--command=python3 shardings.py --dcn_data_parallelism 2",
         ]
         for node in ("multislice-emu-0", "multislice-emu-1")
         for worker in (0, 1)
     ]
+    assert [remote_line(argv) for argv in ssh] == ["python3 shardings.py --dcn_data_parallelism 2"] * 4
+    assert len({run_of(argv) for argv in ssh}) == 1  # one exec: one run id, a marker per worker
     lines = result.stdout.splitlines()
     for s in range(2):
         for w in range(2):
@@ -155,8 +181,8 @@ def test_background_wraps_the_command_with_nohup_and_a_log_on_the_worker(tmp_pat
     assert result.exit_code == 0, result.output
     (call,) = ssh_calls(tmp_path)
     assert call["argv"][5] == "multislice-emu-1" and "--worker=0" in call["argv"]
-    command = call["argv"][-1]
-    assert command.startswith("--command=mkdir -p multislice-exec && { nohup bash -c train > multislice-exec/")
+    command = remote_line(call["argv"])
+    assert command.startswith("mkdir -p multislice-exec && { nohup bash -c train > multislice-exec/")
     assert "2>&1 < /dev/null &" in command
 
 
@@ -258,6 +284,39 @@ def test_half_a_key_pair_is_refused_before_any_ssh(tmp_path):
     assert f"error: gcloud's SSH key files are broken ({key} exists, {public} is missing)" in error
     assert ssh_calls(tmp_path) == [] and gcloud_cli.keygen_calls(tmp_path / "gcloud") == []
     assert len(result.stderr.strip().splitlines()) == 1 and not public.exists()
+
+
+def test_a_dropped_connection_does_not_run_the_command_again(tmp_path):
+    # slice 0 worker 1's connection drops after its command ran; gcloud retries the whole ssh
+    # (the stand-in as gcloud 528's AttemptRunWithRetries does). The guard refuses the retry.
+    run = {"run": True}
+    plan = {"describe": ACTIVE, "ssh": {"multislice-emu-0/1": {"run": True, "drops": 1}}}
+    plan["ssh"] |= {f"multislice-emu-{s}/{w}": run for s, w in ((0, 0), (1, 0), (1, 1))}
+    result = run_exec(tmp_path, plan, "--", "echo ran >> ran.txt; echo done")
+    assert result.exit_code == 1, result.output
+    vms = tmp_path / "gcloud" / "vms"
+    for s in range(2):
+        for w in range(2):
+            assert (vms / f"multislice-emu-{s}-{w}" / "ran.txt").read_text() == "ran\n"  # once each
+    error = " ".join(result.stderr.split())
+    assert (
+        "error: 1 of 4 worker(s) failed: slice 0 worker 1 (exit 75: ssh failed after the command started (a dropped "
+        "connection, or the command's own 255); not run again)" in error
+    )
+    lines = result.stdout.splitlines()
+    assert "[slice 0 worker 1] multislice exec: this command already started on this worker" in " ".join(lines)
+    assert (
+        next(c["attempts"] for c in ssh_calls(tmp_path) if node_of(c) == "multislice-emu-0" and worker_of(c) == 1) == 2
+    )
+
+
+def test_a_retry_before_the_command_started_runs_it_once(tmp_path):
+    # The retries gcloud makes for: the key not yet on the VM, so ssh cannot log in (255).
+    plan = {"describe": ACTIVE, "ssh": {"multislice-emu-1/0": {"run": True, "unreachable": 2}}}
+    result = run_exec(tmp_path, plan, "--slice", "1", "--worker", "0", "--", "echo ran >> ran.txt")
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "gcloud" / "vms" / "multislice-emu-1-0" / "ran.txt").read_text() == "ran\n"
+    assert ssh_calls(tmp_path)[0]["attempts"] == 3
 
 
 def test_without_gcloud_nothing_runs(tmp_path):

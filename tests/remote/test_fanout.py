@@ -1,7 +1,7 @@
 """infra.remote.fanout, command and selection: every worker's process at once, each line
 prefixed as it comes, each worker's output in its own file, exit statuses kept; a target that
-starts after another's marker line, its end or a timeout; the shell line and its --background
-wrapping; the workers a stack has."""
+starts after another's marker line, its end or a timeout; the shell line, its --background
+wrapping and its run-once guard; the workers a stack has."""
 
 from __future__ import annotations
 
@@ -15,7 +15,16 @@ import time
 import pytest
 
 from infra.config import load_stack
-from infra.remote.command import EmptyCommand, background_log, command_line, in_background
+from infra.remote.command import (
+    RERUN_REFUSED_EXIT,
+    RERUN_REFUSED_MESSAGE,
+    EmptyCommand,
+    background_log,
+    command_line,
+    in_background,
+    run_id,
+    run_once,
+)
 from infra.remote.fanout import Target, describe_code, new_log_dir, run_all
 from infra.remote.selection import RemoteError, select_workers
 
@@ -179,6 +188,28 @@ def test_a_follower_must_follow_an_earlier_leader(tmp_path):
             tmp_path,
             lambda line: None,
         )
+
+
+def test_the_guard_runs_a_command_once_per_marker(tmp_path):
+    line = run_once("echo ran >> ran.txt; echo 'it ran'", f"{run_id()}-slice-0-worker-1")
+    first = subprocess.run(["bash", "-c", line], cwd=tmp_path, capture_output=True, text=True, timeout=10)
+    assert (first.returncode, first.stdout, first.stderr) == (0, "it ran\n", "")
+    again = subprocess.run(["bash", "-c", line], cwd=tmp_path, capture_output=True, text=True, timeout=10)
+    assert again.returncode == RERUN_REFUSED_EXIT and again.stdout == ""
+    assert again.stderr.startswith(RERUN_REFUSED_MESSAGE) and "--background" in again.stderr
+    assert (tmp_path / "ran.txt").read_text() == "ran\n"
+    # Another exec (another marker) runs; a marker older than 30 days is removed, a newer one kept.
+    old = tmp_path / "multislice-exec" / ".started" / "old"
+    old.touch()
+    os.utime(old, (time.time() - 31 * 86400,) * 2)
+    other = subprocess.run(["bash", "-c", run_once("echo ran >> ran.txt", run_id())], cwd=tmp_path, timeout=10)
+    assert other.returncode == 0 and (tmp_path / "ran.txt").read_text() == "ran\nran\n"
+    assert not old.exists() and len(list(old.parent.iterdir())) == 2
+    # The exit status of the command is the line's; a multi-line command is kept as written.
+    status = subprocess.run(["bash", "-c", run_once("if true\nthen exit 3\nfi", run_id())], cwd=tmp_path, timeout=10)
+    assert status.returncode == 3
+    with pytest.raises(ValueError, match="letters, digits"):
+        run_once("true", "a/b")
 
 
 def test_new_log_dirs_never_collide(tmp_path):
