@@ -18,6 +18,8 @@ from tests import compile_flags
 
 #: Keeps the tests that share a module-scoped fixture on one pytest-xdist worker.
 pytest_plugins = ["tests.xdist_groups"]
+# The helpers the test modules share assert as a test module does (pytest explains a failure).
+pytest.register_assert_rewrite("tests.helpers")
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("JAX_NUM_CPU_DEVICES", "8")

@@ -4,19 +4,8 @@ from __future__ import annotations
 
 import ast
 import re
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def imported_modules(path: Path) -> set[str]:
-    names = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            names |= {alias.name for alias in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module)
-    return names
+from tests.helpers.repo import ROOT, imported_modules
 
 
 def test_training_never_imports_infra():
@@ -51,7 +40,13 @@ TEST_FOLDERS = {
     "training": "training",
 }
 #: Tests of the repository as a whole, kept at the top of tests/.
-TOP_LEVEL_TESTS = {"test_import_graph.py", "test_layout.py", "test_readme.py", "test_xdist_groups.py"}
+TOP_LEVEL_TESTS = {
+    "test_import_graph.py",
+    "test_layout.py",
+    "test_pre_commit.py",
+    "test_readme.py",
+    "test_xdist_groups.py",
+}
 
 
 def test_tests_mirror_the_packages():
@@ -72,3 +67,64 @@ def test_no_test_is_named_after_an_issue():
         if issue.search(p.read_text()) and p.name != "test_layout.py"
     ]
     assert named == [] and cited == []
+
+
+def imported_test_modules(source: str, package: str) -> list[str]:
+    """The test modules (``tests.….test_*``) that ``source``, a module of ``package``, imports,
+    at the top or in a function, absolutely or relatively."""
+    parts = package.split(".")
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names if _is_test_module(alias.name)}
+        elif isinstance(node, ast.ImportFrom):
+            base = parts[: len(parts) - node.level + 1] if node.level else []
+            module = ".".join(base + ([node.module] if node.module else []))
+            if _is_test_module(module):
+                found.add(module)
+            else:
+                found |= {f"{module}.{a.name}" for a in node.names if _is_test_module(f"{module}.{a.name}")}
+    return sorted(found)
+
+
+def _is_test_module(name: str) -> bool:
+    parts = name.split(".")
+    return parts[0] == "tests" and any(part.startswith("test_") for part in parts)
+
+
+def test_no_module_of_the_tests_imports_a_test_module():
+    # What several test modules share lives in a module of its own (tests/helpers/, tests/fakes/).
+    offenders = {
+        str(path.relative_to(ROOT)): imported_test_modules(
+            path.read_text(), ".".join(path.relative_to(ROOT).parent.parts)
+        )
+        for path in (ROOT / "tests").rglob("*.py")
+    }
+    assert {name: modules for name, modules in offenders.items() if modules} == {}
+
+
+def test_an_imported_test_module_is_found_in_each_form_of_import():
+    source = """
+import tests.local.test_a
+from tests.training.test_b import corpus
+from tests.training import test_c, stacks
+from .test_d import STACK
+from ..config.test_e import VOCAB
+from . import test_f
+
+def later():
+    from tests.test_g import ROOT
+import tests.helpers.emulation
+from tests.helpers.datasets import corpus
+from tests.fakes import gcs_server
+from .stacks import stack
+"""
+    assert imported_test_modules(source, "tests.local") == [
+        "tests.config.test_e",
+        "tests.local.test_a",
+        "tests.local.test_d",
+        "tests.local.test_f",
+        "tests.test_g",
+        "tests.training.test_b",
+        "tests.training.test_c",
+    ]

@@ -41,6 +41,8 @@ def print_summary(result: dict) -> None:
         "final_loss",
         "final_eval_loss",
         "restarts",
+        "restart_causes",
+        "unplanned_restarts",
         "steps_lost",
         "training_seconds",
         "wall_seconds",
@@ -158,6 +160,7 @@ def local_up(
     """
     from infra.local import lifecycle
     from infra.local.faults import FaultSpecError, parse_fault
+    from infra.local.options import Options
     from infra.local.ports import bind_error
 
     # Options first, with nothing heavy imported: a typo is reported at once.
@@ -177,7 +180,7 @@ def local_up(
             f"--coordinator-port {coordinator_port} is already in use ({problem}); choose another port or "
             "omit the option to use a free one"
         )
-    options = dict(
+    options = Options(
         faults=faults,
         coordinator_port=coordinator_port,
         heartbeat_timeout_s=heartbeat_timeout,
@@ -185,8 +188,8 @@ def local_up(
         timeout_s=timeout,
         stall_timeout_s=stall_timeout,
     )
-    if boot_timeout is not None:
-        options["boot_timeout_s"] = boot_timeout
+    if boot_timeout is not None:  # else the default: $MULTISLICE_BOOT_TIMEOUT, else 120
+        options.boot_timeout_s = boot_timeout
     try:
         lifecycle.check_data_source(config, stored=False)
         outcome = lifecycle.run_recorded(

@@ -63,15 +63,25 @@ MAX_STEPS = 10**8
 #: (``GCE_METADATA…`` and ``STORAGE_EMULATOR…``: where the VM's metadata server and Cloud Storage
 #: are, ``infra.startup.contract``'s ``METADATA_HOST_ENV`` and ``STORAGE_ENDPOINT_ENV``.)
 RESERVED_PREFIXES = ("MULTISLICE_", "MEGASCALE_", "GCE_METADATA", "STORAGE_EMULATOR")
-RESERVED_NAMES = frozenset(
+#: The variables through which JAX finds the job, its coordinator and this process's place in it
+#: (read in jax/_src/distributed.py and jax/_src/clusters/cloud_tpu_cluster.py, jax 0.10): an
+#: ``env`` that set one would point the command at another coordinator or make it claim another
+#: process's identity, and the job would hang or abort.
+JOB_IDENTITY_NAMES = frozenset(
     {
-        "PATH",
-        "VIRTUAL_ENV",
-        "PYTHONUNBUFFERED",
         "JAX_COORDINATOR_ADDRESS",
         "JAX_COORDINATOR_PORT",
+        "JAX_COORDINATOR_BIND_ADDRESS",
+        "JAX_PARTITION_INDEX",
+        "JAX_SLICE_INDEX",
+        "JAX_LOCAL_DEVICE_IDS",
+        "TPU_WORKER_ID",
+        "TPU_WORKER_HOSTNAMES",
+        "TPU_PROCESS_ADDRESSES",
+        "TPU_SKIP_MDS_QUERY",
     }
 )
+RESERVED_NAMES = frozenset({"PATH", "VIRTUAL_ENV", "PYTHONUNBUFFERED"}) | JOB_IDENTITY_NAMES
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 #: ``name[extras]==version`` (PEP 508 name, PEP 440 version without wildcards) with an optional marker.
 _PINNED = re.compile(
@@ -252,6 +262,12 @@ class WorkloadSettings(StrictModel):
         for name, item in value.items():
             if not isinstance(name, str) or not _ENV_NAME.match(name):
                 raise ValueError(f"{name!r} is not an environment variable name ([A-Za-z_][A-Za-z0-9_]*)")
+            if name in JOB_IDENTITY_NAMES or name.startswith("MEGASCALE_"):
+                raise ValueError(
+                    f"{name} is set by the workload contract (docs/workloads.md) and cannot be overridden: it tells "
+                    "JAX where the run's coordinator is and which slice and process this is, which the VM's metadata "
+                    "gives every process alike; remove it from env"
+                )
             if name.startswith(RESERVED_PREFIXES) or name in RESERVED_NAMES:
                 raise ValueError(
                     f"{name} is set by the workload contract (docs/workloads.md) and cannot be overridden; "

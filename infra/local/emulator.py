@@ -89,7 +89,7 @@ class LocalQueuedResource:
         progress: Callable[[ProgressSample], None] | None = None,
         emulation_id: str | None = None,
         uploads: dict[str, bytes] | None = None,
-    ):
+    ) -> None:
         self.config = config
         self.uploads = dict(uploads or {})
         self.paths = paths
@@ -106,6 +106,8 @@ class LocalQueuedResource:
         #: For each fault in :attr:`faults_fired`, the newest step the attempt it struck
         #: reported (read once every process of that attempt was gone): where it really fired.
         self.fault_steps: list[int] = []
+        #: ResetQueuedResource requests carried out (``multislice local reset``).
+        self.resets = 0
         self.storage = GcsServer(
             paths.gcs_root, paths.gcs_log, port=gcs_port, env={EMULATION_ID_ENV: self.emulation_id}
         )
@@ -267,6 +269,7 @@ class LocalQueuedResource:
         finalized checkpoint."""
         self.reporter.drain()
         self.report("reset: restarting every VM of the queued resource (ResetQueuedResource)")
+        self.resets += 1
         supervisor.stop_groups(process_groups(self.vms), options.reboot_grace_s)
         self.boot_all(options)
 
@@ -307,6 +310,7 @@ class LocalQueuedResource:
           Interrupted: Ctrl-C / SIGTERM; every VM is stopped first.
         """
         start = time.monotonic()
+        started_at = time.time()  # restarts of this `local up`: those whose start event is later
         tail = ProgressTail(self.run_dir, warn=self.report)
         tail.poll()
         events = self.reporter.events = RecordTail(self.run_dir, "events", warn=self.report)
@@ -332,8 +336,17 @@ class LocalQueuedResource:
         from infra.local import summary as summary_lib  # reads checkpoints: jax, orbax
 
         result = summary_lib.summarize(self.run_dir, total)
+        unplanned = summary_lib.unplanned_restarts(
+            self.run_dir, since=started_at, planned=len(self.faults_fired) + self.resets
+        )
+        if unplanned:
+            self.report(
+                f"warning: {len(unplanned)} restart(s) that no fault or reset asked for ({'; '.join(unplanned)}); "
+                f"the VMs' logs: {self.paths.logs_dir}"
+            )
         result.update(
             {
+                "unplanned_restarts": unplanned,
                 "wall_seconds": round(time.monotonic() - start, 3),
                 "repairs": self.repairs,
                 "faults": self.faults_fired,

@@ -98,7 +98,7 @@ class FaultSchedule:
         a new run); faults at or below it are :attr:`skipped` (the run is already past them).
     """
 
-    def __init__(self, faults: list[Fault], run_step: int = 0):
+    def __init__(self, faults: list[Fault], run_step: int = 0) -> None:
         ordered = sorted(faults, key=lambda f: f.step)
         self.skipped = [f for f in ordered if f.step <= run_step]
         self.pending = [f for f in ordered if f.step > run_step]

@@ -176,7 +176,7 @@ class GcsServer:
         ``multislice local down`` find it).
     """
 
-    def __init__(self, root: Path, log_path: Path, port: int | None = None, env: dict[str, str] | None = None):
+    def __init__(self, root: Path, log_path: Path, port: int | None = None, env: dict[str, str] | None = None) -> None:
         self.root = root
         self.log_path = log_path
         self.fixed_port = port
@@ -332,7 +332,7 @@ class GcsServer:
         self.start()
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
 

@@ -15,7 +15,18 @@ import sys
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # imported by the functions that need them: nothing heavy before the emulation
+    from infra.config import StackConfig
+    from infra.local.emulator import LocalQueuedResource
+    from infra.local.options import Options
+    from infra.local.progress import ProgressSample
+    from infra.local.state import LocalPaths
+
+#: ``local up``'s progress display: called with the run's total steps, it opens a block that
+#: yields the callback each :class:`infra.local.progress.ProgressSample` is given (or None).
+ProgressDisplay = Callable[[int], AbstractContextManager[Callable[["ProgressSample"], None] | None]]
 
 #: Exit statuses of a run stopped by SIGHUP, SIGINT, SIGTERM (128 + the signal's number).
 STOP_EXIT_CODES = (129, 130, 143)
@@ -24,7 +35,7 @@ STOP_EXIT_CODES = (129, 130, 143)
 class UpError(Exception):
     """``local up`` cannot go on: the message (one line) and the exit status."""
 
-    def __init__(self, message: str, exit_code: int = 2):
+    def __init__(self, message: str, exit_code: int = 2) -> None:
         super().__init__(message)
         self.exit_code = exit_code
 
@@ -55,19 +66,19 @@ def stopped(name: str) -> UpError:
 
 
 def run_recorded(
-    config,
-    paths,
-    options: dict,
+    config: StackConfig,
+    paths: LocalPaths,
+    options: Options,
     *,
     fresh: bool,
     gcs_port: int | None,
     say: Callable[[str], None],
-    progress: Callable[[int], AbstractContextManager],
+    progress: ProgressDisplay,
     on_stop: Callable[[UpError], None],
 ) -> Outcome:
     """Hold the stack's lock and record this process in the state file before anything is
     started (so that `local down` finds and stops it at any moment), run, and forget the
-    state whatever happens. ``options``: :class:`infra.local.emulator.Options`' fields;
+    state whatever happens. ``options``: the command's flags;
     ``say`` prints a progress line; ``progress(total_steps)`` opens the progress display.
 
     SIGTERM / SIGINT / SIGHUP anywhere in here stop what was started, ignore further stop
@@ -109,7 +120,16 @@ def run_recorded(
         os._exit(stop.exit_code)
 
 
-def _run_locked(config, paths, options: dict, *, fresh: bool, gcs_port, say, progress) -> Outcome:
+def _run_locked(
+    config: StackConfig,
+    paths: LocalPaths,
+    options: Options,
+    *,
+    fresh: bool,
+    gcs_port: int | None,
+    say: Callable[[str], None],
+    progress: ProgressDisplay,
+) -> Outcome:
     """The body of :func:`run_recorded`, inside its signal handlers."""
     import uuid
 
@@ -157,7 +177,17 @@ def _run_locked(config, paths, options: dict, *, fresh: bool, gcs_port, say, pro
         raise stopped(str(err)) from None
 
 
-def _emulate(config, paths, options: dict, *, fresh: bool, gcs_port, say, progress, emulation_id: str) -> Outcome:
+def _emulate(
+    config: StackConfig,
+    paths: LocalPaths,
+    options: Options,
+    *,
+    fresh: bool,
+    gcs_port: int | None,
+    say: Callable[[str], None],
+    progress: ProgressDisplay,
+    emulation_id: str,
+) -> Outcome:
     """Render the startup script, serve the stack's storage, boot the VMs and train."""
     from infra import startup
     from infra.local import emulator, state as local_state
@@ -186,7 +216,7 @@ def _emulate(config, paths, options: dict, *, fresh: bool, gcs_port, say, progre
                 say(
                     f"emulated Cloud Storage at {resource.storage.url}; loading jax and orbax to read the run directory"
                 )
-                return train(resource, emulator.Options(**options), fresh, say)
+                return train(resource, options, fresh, say)
         except GcsServerError as err:
             raise UpError(f"{err}; nothing was started", 2) from None
         except emulator.Interrupted as err:
@@ -195,7 +225,7 @@ def _emulate(config, paths, options: dict, *, fresh: bool, gcs_port, say, progre
             raise UpError(str(err), 1) from None
 
 
-def train(resource, options, fresh: bool, say: Callable[[str], None]) -> Outcome:
+def train(resource: LocalQueuedResource, options: Options, fresh: bool, say: Callable[[str], None]) -> Outcome:
     """``local up`` once the stack's storage serves (inside ``resource.running()``): discard
     (``--fresh``) or report a finished run, else train."""
     from infra.clock import clock
@@ -262,7 +292,7 @@ def _seconds_since_start() -> float:
     return round(time.time() - started, 3) if started else 0.0
 
 
-def check_data_source(config, *, stored: bool) -> None:
+def check_data_source(config: StackConfig, *, stored: bool) -> None:
     """Raise :class:`UpError` before any VM starts if the emulated VMs could not read the
     training data: a local glob must match files; a ``gs://`` source must lie in the stack's
     bucket (the only one the emulation serves) and, once the storage serves (``stored``),

@@ -36,7 +36,7 @@ EMULATED_TOKEN = "emulated-access-token"
 class MetadataServer:
     """Serve ``attributes`` until :meth:`stop`; usable as a context manager."""
 
-    def __init__(self, attributes: Mapping[str, str]):
+    def __init__(self, attributes: Mapping[str, str]) -> None:
         self._attributes = dict(attributes)
         self._lock = threading.Lock()
         self._faults: dict[str, list[tuple[int, str]]] = {}
@@ -45,7 +45,7 @@ class MetadataServer:
         server = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self):  # noqa: N802 (http.server naming)
+            def do_GET(self) -> None:  # noqa: N802 (http.server naming)
                 server.requests.append(self.path)
                 if self.headers.get("Metadata-Flavor") != "Google":
                     self._reply(403, "Missing Metadata-Flavor:Google header.\n")
@@ -117,5 +117,5 @@ class MetadataServer:
     def __enter__(self) -> MetadataServer:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()

@@ -24,9 +24,14 @@ import re
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from infra.local.tails import MetricsTail, RecordTail
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from training.run_dir import RunDir
 
 #: A boot-phase line of the console log: the startup script's phases and the trainer's INFO
 #: lines (``HH:MM:SS INFO [pN] training...: text``), after the ``[slice S worker W] `` prefix.
@@ -39,7 +44,7 @@ _PHASE = re.compile(
 class BootLines:
     """New boot-phase lines of the console log ``path`` of VM ``name`` (``slice S worker W``)."""
 
-    def __init__(self, name: str, path: Path):
+    def __init__(self, name: str, path: Path) -> None:
         self.name = name
         self.path = path
         self._offset = path.stat().st_size if path.exists() else 0
@@ -70,7 +75,7 @@ class BootLines:
 class ProgressTail(MetricsTail):
     """:class:`MetricsTail` that also keeps ``last_tokens_per_s`` (the trainer's own figure)."""
 
-    def __init__(self, run_dir, warn: Callable[[str], None] | None = None):
+    def __init__(self, run_dir: RunDir, warn: Callable[[str], None] | None = None) -> None:
         super().__init__(run_dir, warn)
         self.last_tokens_per_s: float | None = None
 
@@ -120,7 +125,7 @@ class RunReporter:
     VM's console log) once they exist.
     """
 
-    def __init__(self, report: Callable[[str], None], progress: Callable[[ProgressSample], None] | None = None):
+    def __init__(self, report: Callable[[str], None], progress: Callable[[ProgressSample], None] | None = None) -> None:
         self.report = report
         self.on_progress = progress
         self.events: RecordTail | None = None
@@ -198,7 +203,7 @@ class plain_reporter:
     (returning itself), on leaving it prints the newest sample if it was not printed: piped
     output ends at the step the terminal's bar ends at (a run stopped between two tenths)."""
 
-    def __init__(self, report: Callable[[str], None], min_interval_s: float = 10.0):
+    def __init__(self, report: Callable[[str], None], min_interval_s: float = 10.0) -> None:
         self.report = report
         self.min_interval_s = min_interval_s
         self.last: ProgressSample | None = None  # the last one printed
@@ -223,7 +228,7 @@ class plain_reporter:
     def __enter__(self) -> plain_reporter:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         if self.newest is not None and self.newest is not self.last:
             try:
                 self.report(self.newest.line())
@@ -236,7 +241,7 @@ class live_reporter:
     """A rich progress bar on ``console`` for the block (a context manager returning the
     ``(ProgressSample) -> None`` callback); lines printed on ``console`` meanwhile appear above it."""
 
-    def __init__(self, console, total: int):
+    def __init__(self, console: Console, total: int) -> None:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
         self.progress = Progress(
@@ -255,7 +260,7 @@ class live_reporter:
         self.progress.start()
         return self.show
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.progress.stop()
 
     def show(self, progress: ProgressSample) -> None:

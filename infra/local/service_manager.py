@@ -5,7 +5,7 @@ and systemd.kill(5) (https://www.freedesktop.org/software/systemd/man/) describe
 unit file with :mod:`infra.local.units`:
 
 * ``ExecStart=`` in a process group of its own (the unit's cgroup), with the manager's
-  environment plus ``Environment=``, in ``WorkingDirectory=``;
+  environment plus ``Environment=`` (:func:`unit_environment`), in ``WorkingDirectory=``;
 * after the main process exits: the rest of the group gets ``KillSignal=``; ``ExecStopPost=``
   runs with ``SERVICE_RESULT``, ``EXIT_CODE``, ``EXIT_STATUS``; ``Restart=on-failure``
   restarts after ``RestartSec=`` unless the exit was clean (0, ``SuccessExitStatus=``, or
@@ -26,9 +26,29 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from infra.local.units import ServiceUnit, UnitError, parse_service
+
+#: The emulated VM's site directory (``infra.local.topology.VM_SITE_DIR``), named in the VM's
+#: environment: the emulation's stand-in for libtpu, which a TPU VM has installed for every
+#: Python whatever a unit's ``PYTHONPATH``.
+VM_SITE_ENV = "MULTISLICE_VM_SITE"
+
+
+def unit_environment(base: dict[str, str], unit: dict[str, str]) -> dict[str, str]:
+    """A unit's processes' environment: ``base`` (the manager's) updated with the unit's
+    ``Environment=``; where ``base`` names the VM's site directory (:data:`VM_SITE_ENV`), it
+    stays on ``PYTHONPATH`` after the unit's own entries, so every Python of the VM loads the
+    stand-in for libtpu (infra/local/vm_site/sitecustomize.py)."""
+    env = {**base, **unit}
+    site = base.get(VM_SITE_ENV)
+    if site and "PYTHONPATH" in unit:
+        parts = [p for p in unit["PYTHONPATH"].split(os.pathsep) if p]
+        env["PYTHONPATH"] = os.pathsep.join(parts + ([site] if site not in parts else []))
+    return env
+
 
 #: systemd's default stop timeout (DefaultTimeoutStopSec=, systemd-system.conf(5)), used
 #: for the startup script's unit, which sets none.
@@ -41,7 +61,7 @@ CLEAN_SIGNALS = frozenset({signal.SIGHUP, signal.SIGINT, signal.SIGTERM, signal.
 class JobFailed(Exception):
     """A systemctl request failed; ``code`` is systemctl's exit status."""
 
-    def __init__(self, message: str, code: int = 1):
+    def __init__(self, message: str, code: int = 1) -> None:
         super().__init__(message)
         self.code = code
 
@@ -49,7 +69,7 @@ class JobFailed(Exception):
 class Service:
     """The runtime state of one service unit (what ``systemctl show`` reports)."""
 
-    def __init__(self, unit: ServiceUnit):
+    def __init__(self, unit: ServiceUnit) -> None:
         self.unit = unit
         self.state = "inactive"  # inactive | active | deactivating | activating (auto-restart) | failed
         self.result = "success"
@@ -81,7 +101,7 @@ class Service:
 class Manager:
     """The service manager of one emulated VM (see the module docstring)."""
 
-    def __init__(self, unit_dir: Path, env: dict[str, str]):
+    def __init__(self, unit_dir: Path, env: dict[str, str]) -> None:
         self.unit_dir = Path(unit_dir)
         self.env = env
         self.services: dict[str, Service] = {}
@@ -133,7 +153,7 @@ class Manager:
                 service.proc = subprocess.Popen(
                     list(unit.exec_start),
                     cwd=unit.working_directory,
-                    env={**self.env, **unit.environment},
+                    env=unit_environment(self.env, unit.environment),
                     stdin=subprocess.DEVNULL,
                     process_group=0,  # its own group: the unit's cgroup
                 )
@@ -217,8 +237,7 @@ class Manager:
         if not clean:
             self.say(f"{unit.name}: Main process exited, code={service.exit_code}, status={service.exit_status}")
         post_env = {
-            **self.env,
-            **unit.environment,
+            **unit_environment(self.env, unit.environment),
             "SERVICE_RESULT": result,
             "EXIT_CODE": service.exit_code,
             "EXIT_STATUS": service.exit_status,
@@ -280,7 +299,7 @@ class Manager:
             self.stop(name)
 
 
-def _live_pids(matches, exclude: int | None = None) -> list[int]:
+def _live_pids(matches: Callable[[int], bool], exclude: int | None = None) -> list[int]:
     """Non-zombie processes for which ``matches(pid)`` holds (a zombie whose parent has not
     reaped it yet is gone for our purposes)."""
     import psutil

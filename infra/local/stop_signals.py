@@ -12,6 +12,7 @@ import contextlib
 import signal
 import sys
 from collections.abc import Callable, Iterator, Sequence
+from types import FrameType
 
 #: How many :func:`signals_deferred` blocks are open (their signals are ignored meanwhile).
 _deferred = 0
@@ -67,7 +68,7 @@ def signals_raise(
     Previous handlers are restored on exit. Outside the main thread handlers cannot be set,
     and they are left alone."""
 
-    def handler(signum, frame):
+    def handler(signum: int, frame: FrameType | None) -> None:
         global _signalled, _pending
         if _deferred:
             return
@@ -77,7 +78,7 @@ def signals_raise(
             return
         raise exception(signal.Signals(signum).name)
 
-    def unraisable(info) -> None:  # a dropped raise: the sender repeats its signal
+    def unraisable(info: sys.UnraisableHookArgs) -> None:  # a dropped raise: the sender repeats its signal
         if not isinstance(info.exc_value, Interrupt):
             hook(info)
 

@@ -4,6 +4,9 @@ through the run directory's storage API, as the trainer wrote it: ``training.run
 * ``steps_completed``: highest step with a metrics record (or the completion marker's);
 * ``final_loss``: training loss of that step's last record;
 * ``restarts``: trainer starts after the first (``start`` events);
+* ``restart_causes``: each restart named (:func:`describe_restart`): ``preemption`` when the
+  attempt before it recorded a preemption notice, else ``failure`` (a fault, a reset, a trainer
+  that ended with an error: ``training.metrics.restarts.restarts_of``), and the step it resumed at;
 * ``steps_lost``: step records written again after a restart — work computed, lost with
   the process and recomputed from the last checkpoint (steps of a window that was never
   synced are not seen, so this is a lower bound: ``training.metrics.run_log``);
@@ -22,6 +25,7 @@ from typing import Any
 from infra.local.tails import valid_records
 from training.checkpoint.manager import read_completion
 from training.metrics import goodput
+from training.metrics.restarts import Restart, restarts_of
 from training.metrics.run_log import read_records
 from training.run_dir import RunDir
 
@@ -56,8 +60,29 @@ def summarize(run_dir: RunDir, total_steps: int) -> dict[str, Any]:
         "final_loss": float(final[-1]["loss"]) if final else None,
         "final_eval_loss": float(evals[-1]["eval_loss"]) if evals else None,
         "restarts": max(len(starts) - 1, 0),
+        "restart_causes": [describe_restart(r) for r in restarts_of(events)],
         "steps_lost": len(steps) - len({int(m["step"]) for m in steps}),
         "training_seconds": round(max(times) - min(times), 3) if times else None,
         "goodput": report["goodput"] if report else None,
         "badput": Badput(report["badput"] if report else {}),
     }
+
+
+def describe_restart(restart: Restart) -> str:
+    """``failure: resumed at step 40`` / ``preemption at step 60: resumed at step 60`` /
+    ``failure: started again from the seed``."""
+    cause = restart.cause
+    if restart.cause == "preemption" and restart.preempted_step is not None:
+        cause += f" at step {restart.preempted_step}"
+    resumed = f"resumed at step {restart.resumed_step}" if restart.restored else "started again from the seed"
+    return f"{cause}: {resumed}"
+
+
+def unplanned_restarts(run_dir: RunDir, since: float, planned: int) -> list[str]:
+    """The restarts of the run in ``run_dir`` whose start came at or after ``since`` (Unix
+    seconds) beyond the first ``planned`` of them (the faults and resets the emulator carried
+    out), each described (:func:`describe_restart`): restarts nothing asked for, such as a
+    trainer that failed or was disturbed by another process."""
+    events = valid_records("events", read_records(run_dir, "events"))[0]
+    recent = [r for r in restarts_of(events) if r.resumed_at is not None and r.resumed_at >= since]
+    return [describe_restart(r) for r in recent[planned:]]

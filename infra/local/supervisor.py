@@ -43,7 +43,7 @@ _POLL_S = 0.05
 class GroupFailed(RuntimeError):
     """A supervised group's leader exited with a non-zero status."""
 
-    def __init__(self, group: ProcessGroup, code: int):
+    def __init__(self, group: ProcessGroup, code: int) -> None:
         super().__init__(f"{group.name} exited with status {code}")
         self.group = group
         self.code = code
@@ -52,7 +52,7 @@ class GroupFailed(RuntimeError):
 class DeadlineExceeded(RuntimeError):
     """The deadline passed while the named groups still ran."""
 
-    def __init__(self, running: list[str]):
+    def __init__(self, running: list[str]) -> None:
         super().__init__(f"still running: {', '.join(running)}")
         self.running = running
 
@@ -66,7 +66,7 @@ class ProcessGroup:
       proc: the group leader.
     """
 
-    def __init__(self, name: str, proc: subprocess.Popen, log_path: Path):
+    def __init__(self, name: str, proc: subprocess.Popen, log_path: Path) -> None:
         self.name = name
         self.proc = proc
         self.log_path = log_path

@@ -35,7 +35,7 @@ import subprocess
 import sys
 import threading
 import time
-from multiprocessing.connection import Client, Listener
+from multiprocessing.connection import Client, Connection, Listener
 from pathlib import Path
 
 from infra.local import lifeline
@@ -115,7 +115,7 @@ def _show(service: Service, properties: list[str], value_only: bool, status: boo
 
 
 def _serve(manager: Manager, listener: Listener) -> None:
-    def handle(conn) -> None:
+    def handle(conn: Connection) -> None:
         with conn:
             try:
                 argv = conn.recv()

@@ -72,7 +72,7 @@ class RecordTail:
     ``warn`` (once per tail), with how to find the others.
     """
 
-    def __init__(self, run_dir: RunDir, name: str, warn: Callable[[str], None] | None = None):
+    def __init__(self, run_dir: RunDir, name: str, warn: Callable[[str], None] | None = None) -> None:
         self.run_dir = run_dir
         self.name = name
         self.warn = warn
@@ -110,7 +110,7 @@ class MetricsTail(RecordTail):
         construction, or of the caller's reset).
     """
 
-    def __init__(self, run_dir: RunDir, warn: Callable[[str], None] | None = None):
+    def __init__(self, run_dir: RunDir, warn: Callable[[str], None] | None = None) -> None:
         super().__init__(run_dir, "metrics", warn)
         self.last_step = 0
         self.last_loss: float | None = None

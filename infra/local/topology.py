@@ -27,6 +27,7 @@ import sys
 from pathlib import Path
 
 from infra.config import StackConfig
+from infra.local.service_manager import VM_SITE_ENV
 from infra.local.state import EMULATION_ID_ENV
 from infra.startup import contract
 
@@ -101,8 +102,10 @@ def vm_environment(
     this machine's source tree or virtualenv, as the variable asks.
     ``PYTHONPATH`` starts with :data:`VM_SITE_DIR` and ``MULTISLICE_EMULATED_TPU`` and
     ``JAX_COORDINATOR_PORT`` are set: a stack's own command calling ``jax.distributed.initialize()``
-    without arguments joins the emulated job (docs/workloads.md; the trainer's unit sets its own
-    ``PYTHONPATH`` and passes the coordinator explicitly)."""
+    without arguments, or not at all, joins the emulated job, and the VM's chips belong to one
+    process at a time (docs/workloads.md; vm_site/sitecustomize.py). ``MULTISLICE_VM_SITE`` keeps
+    that directory on the ``PYTHONPATH`` of units that set their own, the trainer's included
+    (``infra.local.service_manager.unit_environment``)."""
     env = {key: value for key, value in os.environ.items() if not key.startswith(_HOST_ONLY_PREFIXES)}
     env.update(
         {
@@ -118,6 +121,7 @@ def vm_environment(
             EMULATED_TPU_ENV: "1",
             "JAX_COORDINATOR_PORT": str(coordinator_port),
             "PYTHONPATH": os.pathsep.join(p for p in (str(VM_SITE_DIR), os.environ.get("PYTHONPATH", "")) if p),
+            VM_SITE_ENV: str(VM_SITE_DIR),
             "PYTHONUNBUFFERED": "1",
             **storage_env,
         }

@@ -99,7 +99,7 @@ class EmulatedTpuApi:
         *,
         resettable: str | None = None,
         on_reset: Callable[[str], None] = lambda name: None,
-    ):
+    ) -> None:
         self.queued_resource = queued_resource
         self._on_delete = on_delete
         self._token = token
@@ -116,12 +116,12 @@ class EmulatedTpuApi:
         api = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
-            def do_DELETE(self):  # noqa: N802 (http.server naming)
+            def do_DELETE(self) -> None:  # noqa: N802 (http.server naming)
                 if RESET_PATH.match(urlsplit(self.path).path):
                     return self._refuse_method()
                 self._reply(*api._delete(self.path, self.headers.get("Authorization", "")))
 
-            def do_POST(self):  # noqa: N802
+            def do_POST(self) -> None:  # noqa: N802
                 if not RESET_PATH.match(urlsplit(self.path).path):
                     return self._refuse_method()
                 length = int(self.headers.get("Content-Length") or 0)
@@ -129,7 +129,7 @@ class EmulatedTpuApi:
                     self.rfile.read(length)  # ResetQueuedResourceRequest's body: only the name, in the path
                 self._reply(*api._reset(self.path, self.headers.get("Authorization", "")))
 
-            def _refuse_method(self):
+            def _refuse_method(self) -> None:
                 allowed = "POST" if RESET_PATH.match(urlsplit(self.path).path) else "DELETE"
                 self._reply(
                     405,
@@ -246,7 +246,7 @@ class EmulatedTpuApi:
     def __enter__(self) -> EmulatedTpuApi:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
 
@@ -265,7 +265,7 @@ class DeleteOnComplete:
       paths: where the deletion is recorded.
     """
 
-    def __init__(self, config: StackConfig, paths: LocalPaths):
+    def __init__(self, config: StackConfig, paths: LocalPaths) -> None:
         self.config = config
         self.paths = paths
         #: The metadata attribute every VM gets, as ``pulumi up`` sets it (``{}`` when off).

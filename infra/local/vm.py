@@ -68,7 +68,9 @@ class EmulatedVM:
       metadata: the VM's metadata server (attributes may change between boots).
     """
 
-    def __init__(self, slice_id: int, worker: int, node: str, home: Path, log_path: Path, metadata: MetadataServer):
+    def __init__(
+        self, slice_id: int, worker: int, node: str, home: Path, log_path: Path, metadata: MetadataServer
+    ) -> None:
         self.slice_id = slice_id
         self.worker = worker
         self.node = node

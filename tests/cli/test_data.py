@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 from infra.cli import app
 from infra.config import load_stack_file
 from infra.local import gcs
-from tests.cli.test_light_imports import DRIVER, HEAVY
-from tests.training.test_prepare import corpus
+from tests.helpers.cli_imports import DRIVER, HEAVY
+from tests.helpers.datasets import corpus
 from training.data import manifest
 from training.data.storage import Storage
 

@@ -11,22 +11,9 @@ from pathlib import Path
 
 import pytest
 
-STACK = Path(__file__).parents[1] / "stacks" / "Pulumi.emu.yaml"
-HEAVY = ("jax", "jaxlib", "orbax", "tensorstore")
+from tests.helpers.cli_imports import DRIVER, HEAVY
 
-# Runs the CLI in this interpreter, then writes the names of every imported module to argv[1].
-DRIVER = """
-import json, sys
-out, sys.argv = sys.argv[1], ["multislice", *sys.argv[2:]]
-from infra.cli import app
-try:
-    app()
-except SystemExit as exit:
-    code = exit.code
-else:
-    code = 0
-json.dump({"code": code, "modules": sorted(sys.modules)}, open(out, "w"))
-"""
+STACK = Path(__file__).parents[1] / "stacks" / "Pulumi.emu.yaml"
 
 LIGHT_COMMANDS = {
     "help": (["--help"], 0),

@@ -15,7 +15,7 @@ from infra.config import load_stack_file
 from tests.fakes.queued_resource import no_ambient_credentials, props_for, provider_for, qr_name  # noqa: F401 (fixture)
 from tests.fakes.synthetic_run import Fault, SyntheticRun, upload
 from tests.fakes.tpu_api import FakeTpuApi
-from tests.local.test_emulation import STACK
+from tests.helpers.emulation import STACK
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

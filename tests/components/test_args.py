@@ -499,7 +499,7 @@ def test_each_component_is_declared_from_its_own_args_alone():
 
 def test_components_and_the_provider_never_import_the_stack_config():
     # Their args (and the provider's inputs) are built by the program, infra/__main__.py.
-    from tests.test_layout import ROOT, imported_modules
+    from tests.helpers.repo import ROOT, imported_modules
 
     for folder in ("components", "queued_resource"):
         for path in sorted((ROOT / "infra" / folder).glob("*.py")):
@@ -521,7 +521,7 @@ def test_importing_the_provider_imports_no_stack_config():
     import subprocess
     import sys
 
-    from tests.test_layout import ROOT
+    from tests.helpers.repo import ROOT
 
     probe = (
         "import sys, infra.queued_resource; "

@@ -11,24 +11,13 @@ from infra.config import StackConfigError, dataset as dataset_lib
 from infra.config.dataset import DatasetCheck, check_dataset, manifest_location
 from infra.startup import contract
 from tests.fakes.queued_resource import clear_ambient_credentials, refuse_connections
+from tests.helpers.datasets import VOCAB, prepared
 from tests.planner.stacks import stack
-from tests.training.test_prepare import corpus
 from training.data import manifest as manifest_lib
 from training.data.storage import Storage
-from training.prepare import shards as prepare
 
-#: The BPE's vocabulary: not a multiple of 4, so a tensor axis of 4 does not divide it.
-VOCAB = 302
 VOCAB_KEY = "multislice:training.model.vocab_size"
 SOURCE_KEY = "multislice:training.data.source"
-
-
-def prepared(output: str, text_dir: Path, vocab_size: int = VOCAB) -> str:
-    """A dataset prepared by ``data prepare`` (a BPE of ``vocab_size`` tokens trained on six files
-    of the standard library) at ``output``, local or gs://; returns ``output``."""
-    text_dir.mkdir(parents=True, exist_ok=True)
-    prepare.prepare(prepare.PrepareSpec(corpus(text_dir, files=6), output, tokenizer="bpe", vocab_size=vocab_size))
-    return output
 
 
 @pytest.fixture(scope="module")

@@ -87,6 +87,14 @@ def test_the_pulumi_config_map_reads_the_same_model(tmp_path, monkeypatch):
             {"command": ["x"], "steps": 1, "env": {"MEGASCALE_SLICE_ID": "0"}},
             "multislice:workload.env: MEGASCALE_SLICE_ID is set by",
         ),
+        *(
+            (
+                {"command": ["x"], "steps": 1, "env": {name: "10.0.0.2:8482"}},
+                f"multislice:workload.env: {name} is set by the workload contract (docs/workloads.md) and cannot be "
+                "overridden: it tells JAX where the run's coordinator is",
+            )
+            for name in ("JAX_COORDINATOR_ADDRESS", "JAX_COORDINATOR_BIND_ADDRESS", "TPU_WORKER_HOSTNAMES")
+        ),
         ({"command": ["x"], "steps": 1, "env": {"A": True}}, "multislice:workload.env: A: True is not a string"),
         ({"command": ["x"], "steps": 1, "extra": 1}, "multislice:workload.extra:"),
     ],

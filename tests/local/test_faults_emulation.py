@@ -30,7 +30,7 @@ from infra.cli import app
 from infra.config import load_stack_file
 from infra.local import gcs
 from tests import compilation_cache
-from tests.training.test_prepare import corpus
+from tests.helpers.datasets import corpus
 from training import train
 from training.cluster import ClusterIdentity
 from training.metrics.run_log import read_records

@@ -79,6 +79,7 @@ def test_a_full_disk_met_during_the_run_is_named(tmp_path, monkeypatch):
 
     from infra.config import load_stack_file
     from infra.local import lifecycle, state
+    from infra.local.options import Options
 
     def full(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "emu" / "emulator.json"))
@@ -89,7 +90,7 @@ def test_a_full_disk_met_during_the_run_is_named(tmp_path, monkeypatch):
         lifecycle.run_recorded(
             config,
             state.LocalPaths(tmp_path / "emu"),
-            {},
+            Options(),
             fresh=False,
             gcs_port=None,
             say=lambda line: None,

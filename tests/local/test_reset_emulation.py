@@ -1,8 +1,9 @@
 """``multislice local reset`` and ``multislice local exec`` on a real emulation of the tests' emu
 stack (2 slices × 1 worker, a checkpoint every 6 steps; 64 steps here, so that the reset, sent at
 step 8, lands while it trains: a new CLI process and the emulator take about 20 steps for it):
-the reset restarts every VM through the emulated TPU API, exec then runs in each emulated VM with
-its new boot's metadata server, and the run resumes from its newest checkpoint and completes. One
+a JAX program run by exec first is refused on every worker (the run holds the chips), the reset
+restarts every VM through the emulated TPU API, exec then runs in each emulated VM with its new
+boot's metadata server, and the run resumes from its newest checkpoint and completes. One
 run (about a minute); run it alone (``-n 0``)."""
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import time
 
 import pytest
 
-from tests.local.test_emulation import CLI, STACK, cli_env, processes_under, run_cli, run_records, stop_if_running
+from tests.helpers.emulation import CLI, STACK, cli_env, processes_under, run_cli, run_records, stop_if_running
 
 
 @pytest.mark.slow
@@ -39,6 +40,26 @@ def test_exec_then_reset_of_a_run_in_progress_resumes_it_from_its_last_checkpoin
         while not any(int(m[1]) >= 8 for line in lines if (m := re.search(r"step (\d+)/64", line))):
             assert proc.poll() is None and time.monotonic() < deadline, "".join(lines) + proc.stderr.read()
             time.sleep(0.1)
+        # A JAX program run by exec while the run trains: the chips are the run's, as on a TPU VM
+        # (libtpu's lock): it fails on each worker at once with libtpu's message, whether it only
+        # asks for devices or first tries to join a job, and the run goes on untouched.
+        for program in ("print(jax.device_count())", "jax.distributed.initialize(); print(jax.device_count())"):
+            refused = run_cli(
+                [
+                    "local",
+                    "exec",
+                    "--config-file",
+                    str(stack),
+                    "--",
+                    f'"$MULTISLICE_PYTHON" -c "import jax; {program}"',
+                ],
+                tmp_path,
+            )
+            assert refused.returncode == 1, refused.stdout + refused.stderr
+            for worker in ("[slice 0 worker 0]", "[slice 1 worker 0]"):
+                assert re.search(
+                    rf"^{re.escape(worker)} .*The TPU is already in use by process with pid \d+", refused.stdout, re.M
+                ), refused.stdout
         reset = run_cli(["local", "reset", "--config-file", str(stack), "--yes"], tmp_path)
         assert reset.returncode == 0, reset.stdout + reset.stderr
         assert "slice 0 worker 0: booted again" in reset.stdout and "slice 1 worker 0: booted again" in reset.stdout
@@ -59,6 +80,8 @@ def test_exec_then_reset_of_a_run_in_progress_resumes_it_from_its_last_checkpoin
     assert "reset: restarting every VM of the queued resource (ResetQueuedResource)" in out
     summary = json.loads(summary_path.read_text())
     assert summary["complete"] is True and summary["steps_completed"] == 64 and summary["restarts"] == 1
+    # The reset's restart is the only one: nothing the refused programs did restarted the run.
+    assert len(summary["restart_causes"]) == 1 and summary["unplanned_restarts"] == []
     starts = [e["step"] for e in run_records(tmp_path, "events") if e["event"] == "start"]
     assert len(starts) == 2 and starts[1] >= 6  # resumed from a checkpoint, not from scratch
     assert f"training resumed from the checkpoint of step {starts[1]}" in out

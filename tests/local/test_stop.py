@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.local.test_emulation import CLI, cli_env, long_stack, processes_under, run_cli
+from tests.helpers.emulation import CLI, cli_env, long_stack, processes_under, run_cli
 
 
 def start_up(tmp_path: Path) -> subprocess.Popen:
@@ -98,6 +98,7 @@ def test_a_stop_signal_that_arrives_as_another_exception_still_exits_as_a_stop()
     code = """if True:
         import os, signal, sys
         from infra.local import lifecycle
+        from infra.local.options import Options
 
         def run_locked(*args, **kwargs):
             try:
@@ -109,7 +110,7 @@ def test_a_stop_signal_that_arrives_as_another_exception_still_exits_as_a_stop()
             sys.exit("the stop signal never arrived")
 
         lifecycle._run_locked = run_locked
-        lifecycle.run_recorded(None, None, {}, fresh=False, gcs_port=None, say=print, progress=None,
+        lifecycle.run_recorded(None, None, Options(), fresh=False, gcs_port=None, say=print, progress=None,
                                on_stop=lambda stop: print(f"error: {stop}", file=sys.stderr))
         sys.exit("run_recorded returned")
     """

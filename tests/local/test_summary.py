@@ -10,7 +10,7 @@ import json
 import pytest
 
 from infra.cli.local import print_summary
-from infra.local.summary import summarize
+from infra.local.summary import summarize, unplanned_restarts
 from training.checkpoint.manager import write_completion
 from training.metrics.run_log import RecordLog
 from training.run_dir import RunDir
@@ -63,6 +63,7 @@ def test_a_run_killed_once_and_resumed(tmp_run):
         "final_loss": loss(total),
         "final_eval_loss": 1.25,
         "restarts": 1,
+        "restart_causes": ["failure: resumed at step 6"],  # killed, no preemption notice
         "steps_lost": killed_at - restored,
         "training_seconds": 42.25,
         # These records carry no step times: nothing is productive. Attempt 1 spans
@@ -145,6 +146,7 @@ def test_an_empty_run_directory(tmp_run):
         "final_loss": None,
         "final_eval_loss": None,
         "restarts": 0,
+        "restart_causes": [],
         "steps_lost": 0,
         "training_seconds": None,
         "goodput": None,
@@ -200,3 +202,30 @@ def test_malformed_records_are_left_out_of_the_summary(tmp_run):
 def test_the_table_says_at_which_step_each_fault_fired(capsys):
     print_summary({"complete": True, "faults": ["kill slice 1 at step 8"], "fault_steps": [11]})
     assert "kill slice 1 at step 8 (fired after step 11)" in capsys.readouterr().out
+
+
+def test_every_restart_is_named_and_those_nothing_asked_for_are_unplanned(tmp_run):
+    # Three restarts: a kill before the `local up` at time 1500 (an earlier up's fault), a
+    # preemption, and one more failure. This up fired one fault (the preemption); the failure
+    # after it is unplanned, whatever caused it.
+    events = [
+        {"event": "start", "step": 0, "restored": False, "time": 1000.0},
+        {"event": "start", "step": 6, "restored": True, "time": 1100.0},
+        {"event": "preempted", "step": 10, "time": 1590.0},
+        {"event": "start", "step": 10, "restored": True, "time": 1600.0},
+        {"event": "start", "step": 0, "restored": False, "time": 1700.0},
+    ]
+    write_run(tmp_run, steps(1, 12), events)
+    summary = summarize(tmp_run, total_steps=24)
+    assert summary["restarts"] == 3
+    assert summary["restart_causes"] == [
+        "failure: resumed at step 6",
+        "preemption at step 10: resumed at step 10",
+        "failure: started again from the seed",
+    ]
+    assert unplanned_restarts(tmp_run, since=1500.0, planned=1) == ["failure: started again from the seed"]
+    assert unplanned_restarts(tmp_run, since=1500.0, planned=2) == []
+    assert unplanned_restarts(tmp_run, since=1000.5, planned=1) == [
+        "preemption at step 10: resumed at step 10",
+        "failure: started again from the seed",
+    ]

@@ -13,6 +13,7 @@ from pathlib import Path
 from infra.config import load_stack_file
 from infra.local import topology
 from infra.local.metadata import MetadataServer
+from infra.local.ports import free_port
 
 STACK = Path(__file__).parents[1] / "stacks" / "Pulumi.emu-command.yaml"
 
@@ -48,3 +49,104 @@ def test_the_emulated_job_is_detected_through_the_metadata_server():
         assert detect(env) == ["127.0.0.1:12345", 2, 1, None]
         # Outside an emulated VM nothing is detected (JAX's own environments only).
         assert detect({**env, topology.EMULATED_TPU_ENV: ""}) == [None, None, None, None]
+
+
+def vm_env(base: dict[str, str], server: MetadataServer | None, home: Path, port: int) -> dict[str, str]:
+    """An emulated VM's environment as the emulator gives it (topology.vm_environment's JAX part)."""
+    return {
+        **base,
+        "PYTHONPATH": str(topology.VM_SITE_DIR),
+        topology.EMULATED_TPU_ENV: "1",
+        "JAX_COORDINATOR_PORT": str(port),
+        "GCE_METADATA_IP": server.address if server else "127.0.0.1:9",  # port 9: nothing answers
+        "JAX_PLATFORMS": "cpu",
+        "JAX_NUM_CPU_DEVICES": "4",
+        "MULTISLICE_HOME": str(home),
+    }
+
+
+def clean_base() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "MULTISLICE_", "GCE_", "TPU_", "XLA_"))}
+
+
+#: The Multislice overview's shardings.py does not call jax.distributed.initialize(): on Cloud TPU
+#: the runtime finds every host of every slice. Neither does this program.
+NO_INITIALIZE = """
+import json, jax
+print(json.dumps([jax.device_count(), jax.local_device_count(), jax.process_count(), jax.process_index()]))
+"""
+
+
+def test_a_program_that_never_initializes_sees_every_chip_of_every_slice(tmp_path):
+    config = load_stack_file(STACK)  # 2 slices × 1 worker of v4-8: 8 chips, 4 per VM
+    port = free_port()
+    servers = [
+        MetadataServer(topology.vm_metadata(config, s, 0, startup_script="", run_dir=config.run_dir)) for s in (0, 1)
+    ]
+    with servers[0], servers[1]:
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-c", NO_INITIALIZE],
+                env=vm_env(clean_base(), servers[s], tmp_path / f"vm{s}", port),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for s in (0, 1)
+        ]
+        outputs = [p.communicate(timeout=240) for p in procs]
+    for proc, (_, err) in zip(procs, outputs, strict=True):
+        assert proc.returncode == 0, err
+    seen = sorted(json.loads(out.splitlines()[-1]) for out, _ in outputs)
+    assert seen == [[8, 4, 2, 0], [8, 4, 2, 1]]
+
+
+HOLD = """
+import sys, time, jax
+jax.devices()
+print("holding", flush=True)
+time.sleep(300)
+"""
+
+USE = """
+import sys, jax
+if sys.argv[1] == "initialize":
+    jax.distributed.initialize(coordinator_address="127.0.0.1:9", num_processes=2, process_id=1,
+                               initialization_timeout=5)
+print(len(jax.devices()))
+"""
+
+
+def test_the_chips_belong_to_one_process_of_the_vm_as_libtpu_s_lock_makes_them(tmp_path):
+    # A process holds the VM's chips (as the run's trainer does); a second JAX process on the same
+    # VM, whether it only asks for devices or first tries to join a job, fails at once with
+    # libtpu's message naming the holder, and never contacts any coordinator. Once the holder is
+    # gone (even killed), the chips are free again. Without metadata (port 9) nothing is joined.
+    env = vm_env(clean_base(), None, tmp_path / "vm", free_port())
+    holder = subprocess.Popen([sys.executable, "-c", HOLD], env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "holding"
+        for mode in ("devices", "initialize"):
+            second = subprocess.run(
+                [sys.executable, "-c", USE, mode], env=env, capture_output=True, text=True, timeout=60
+            )
+            assert second.returncode != 0
+            assert f"The TPU is already in use by process with pid {holder.pid}" in second.stderr, second.stderr
+            assert "multislice local down" in second.stderr
+    finally:
+        holder.kill()
+        holder.wait()
+    after = subprocess.run([sys.executable, "-c", USE, "devices"], env=env, capture_output=True, text=True, timeout=60)
+    assert after.returncode == 0 and after.stdout.split()[-1] == "4", after.stderr
+    # Another VM (its own local disk) has chips of its own.
+    other = vm_env(clean_base(), None, tmp_path / "other-vm", free_port())
+    holder = subprocess.Popen([sys.executable, "-c", HOLD], env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "holding"
+        elsewhere = subprocess.run(
+            [sys.executable, "-c", USE, "devices"], env=other, capture_output=True, text=True, timeout=60
+        )
+        assert elsewhere.returncode == 0, elsewhere.stderr
+    finally:
+        holder.kill()
+        holder.wait()

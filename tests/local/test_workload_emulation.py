@@ -19,8 +19,8 @@ import pytest
 
 from infra.config import load_stack_file
 from infra.local import gcs
-from infra.status.progress import restarts_of
 from tests import compilation_cache
+from training.metrics.restarts import restarts_of
 from training.metrics.run_log import read_records
 from training.run_dir import RunDir
 

@@ -15,7 +15,7 @@ from infra import planner
 from infra.cli import app
 from infra.config import load_stack, load_stack_file
 from infra.planner import result
-from tests.config.test_dataset import VOCAB, prepared
+from tests.helpers.datasets import VOCAB, prepared
 from tests.planner.stacks import STACKS, stack
 from training.model.transformer import param_count
 

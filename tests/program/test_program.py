@@ -26,7 +26,6 @@ from infra.components.service_account import delete_role_id
 from infra.config import StackConfigError, available_stacks, load_stack
 from infra.startup.bundle import build_archive
 from infra.startup.contract import DELETE_QUEUED_RESOURCE_KEY, RUN_DIR_KEY, STARTUP_SCRIPT_KEY
-from tests.config.test_dataset import VOCAB, prepared
 from tests.fakes.pulumi_program import (
     FIREWALL,
     QR_TYPE,
@@ -37,6 +36,7 @@ from tests.fakes.pulumi_program import (
     stack_map,
     unique_id,
 )
+from tests.helpers.datasets import VOCAB, prepared
 
 STACKS = available_stacks()
 

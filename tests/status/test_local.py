@@ -21,7 +21,7 @@ from infra.local.state import LocalPaths, record_deletion
 from infra.status import capacity
 from infra.status.plot import kept_and_recomputed, marks
 from tests.fakes.synthetic_run import Fault, SyntheticRun, upload
-from tests.local.test_emulation import RUN_DIR, STACK
+from tests.helpers.emulation import RUN_DIR, STACK
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

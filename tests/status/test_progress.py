@@ -7,9 +7,10 @@ import json
 
 import pytest
 
-from infra.status.progress import read_progress, restarts_of
+from infra.status.progress import read_progress
 from infra.status.store import RunStore
 from tests.fakes.synthetic_run import Fault, SyntheticRun, upload
+from training.metrics.restarts import restarts_of
 
 
 class CountingStore(RunStore):

@@ -17,7 +17,7 @@ import pytest
 from infra.config import load_stack_file
 from infra.local.emulator import LocalQueuedResource
 from infra.local.state import LocalPaths
-from tests.training.test_checkpointing_messages import REPR, StandInManager
+from tests.helpers.checkpoint_errors import REPR, StandInManager
 from training import preemption
 from training.checkpoint import manager as checkpointing
 from training.config import TrainConfig

@@ -15,6 +15,8 @@ import pytest
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from tests.checkpoint_damage import overwrite_keeping_size, poison
+from tests.helpers.checkpoint_runs import config, names
+from tests.helpers.train_runs import losses
 from training import train
 from training.checkpoint import integrity, manager as checkpointing
 from training.cluster import ClusterIdentity
@@ -87,24 +89,6 @@ def test_a_save_records_the_checksums_and_refuses_a_non_finite_state(tmp_path):
 
 # --- the trainer ------------------------------------------------------------------------
 
-STEPS = 12
-
-
-def config(corpus: str) -> TrainConfig:
-    return TrainConfig.model_validate(
-        {
-            "model": {"d_model": 32, "n_layers": 1, "n_heads": 2, "compute_dtype": "float32"},
-            "sequence_length": 32,
-            "global_batch_size": 8,
-            "steps": STEPS,
-            "optimizer": {"warmup_steps": 2},
-            "checkpoint": {"interval_steps": 4, "keep": 3, "async_save": False},
-            "log_every_steps": 1,
-            "parallelism": {"ici": {"data": 2, "fsdp": 2, "tensor": 2}},
-            "data": {"source": corpus},
-        }
-    )
-
 
 @pytest.fixture(scope="module")
 def cfg(tmp_path_factory) -> TrainConfig:
@@ -121,14 +105,6 @@ def uninterrupted(cfg, tmp_path_factory) -> Path:
     assert train.run(cfg, str(run_dir), SINGLE).exit_code == train.EXIT_COMPLETE
     assert names(run_dir) == ["12", "4", "8"]
     return run_dir
-
-
-def names(run_dir: Path) -> list[str]:
-    return sorted(p.name for p in (run_dir / "checkpoints").iterdir())
-
-
-def losses(run_dir: Path) -> list[tuple[int, float]]:
-    return [(r["step"], r["loss"]) for r in read_records(RunDir(str(run_dir)), "metrics") if "loss" in r]
 
 
 def events(run_dir: Path, kind: str) -> list[dict]:

@@ -6,11 +6,11 @@ stand-in manager whose error carries a bound-method repr."""
 from __future__ import annotations
 
 import logging
-import re
 from pathlib import Path
 
 import pytest
 
+from tests.helpers.checkpoint_errors import REPR, StandInManager
 from training.checkpoint import manager as checkpointing
 from training.config import TrainConfig
 from training.run_dir import RunDir
@@ -18,8 +18,6 @@ from training.run_dir import RunDir
 # A failed orbax read leaves asyncio tasks whose exceptions nobody retrieves (see tests/training/test_train.py).
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 logging.getLogger("asyncio").disabled = True
-
-REPR = re.compile(r"<bound method|object at 0x|tensorstore_spec")
 
 
 class Store:
@@ -91,24 +89,6 @@ def test_a_damaged_checkpoint_is_named_by_step_and_path(damaged, caplog):
     (moved,) = [m for m in messages if m.startswith("moving")]
     assert moved == f"moving unreadable checkpoint {newest} to {directory / '2.unreadable'}"
     assert all(not REPR.search(m) and len(m) < 1200 for m in messages), messages
-
-
-class StandInManager:
-    """A CheckpointManager whose step 12 fails with an error that carries object reprs."""
-
-    def __init__(self, directory: Path, fail: set[int]):
-        self.directory, self.fail = directory, fail
-
-    def all_steps(self):
-        return [8, 12]
-
-    def restore(self, step, args):
-        if step in self.fail:
-            raise KeyError(f'{Store().read} [tensorstore_spec=\'{{"driver":"zarr"}}\']')
-        return {"step": step}
-
-    def reload(self):
-        pass
 
 
 def test_the_fallback_message_has_no_bound_method_repr(tmp_path, caplog):

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.training.test_checkpoint_integrity import config, losses, names
+from tests.helpers.checkpoint_runs import config, names
+from tests.helpers.train_runs import losses
 from training import train
 from training.cluster import ClusterIdentity
 from training.config import TrainConfig

@@ -4,28 +4,16 @@ trained BPE; resumable after an interruption, never rewriting a finished dataset
 from __future__ import annotations
 
 import json
-import sysconfig
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from tests.helpers.datasets import corpus
 from training.data import manifest as manifest_lib
 from training.data.storage import Storage
 from training.data.text import TextDataset
 from training.prepare import shards as prepare
-
-STDLIB = Path(sysconfig.get_paths()["stdlib"])
-
-
-def corpus(tmp_path: Path, files: int = 12) -> str:
-    """``files`` text files of the standard library's json, email and http packages."""
-    sources = sorted(p for package in ("json", "email", "http") for p in (STDLIB / package).glob("*.py"))[:files]
-    root = tmp_path / "text"
-    root.mkdir()
-    for path in sources:
-        (root / f"{path.parent.name}-{path.stem}.txt").write_bytes(path.read_bytes())
-    return str(root / "*.txt")
 
 
 def tokens_of(root: str, split: str) -> np.ndarray:

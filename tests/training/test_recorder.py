@@ -9,8 +9,8 @@ import time
 import numpy as np
 import pytest
 
-from tests.training.test_run_log import tensorboard_scalars
-from tests.training.test_step import CONFIG
+from tests.helpers.tensorboard_events import tensorboard_scalars
+from tests.helpers.train_step import CONFIG
 from training import compile_cache
 from training.metrics.recorder import MetricsRecorder
 from training.metrics.run_log import RecordLog, TensorBoardLog, read_records

@@ -5,10 +5,10 @@ gs:// (the emulated Cloud Storage of tests/conftest.py); TensorBoard files likew
 from __future__ import annotations
 
 import json
-import struct
 
 import pytest
 
+from tests.helpers.tensorboard_events import tensorboard_scalars
 from training.metrics.run_log import RecordLog, TensorBoardLog, parse_records, read_records
 from training.run_dir import RunDir
 
@@ -66,23 +66,6 @@ def test_lines_that_are_not_records_are_skipped():
         {"step": 1},
         {"step": 3},
     ]
-
-
-def tensorboard_scalars(run_dir: RunDir, tag: str) -> list[tuple[int, float]]:
-    """(step, value) of ``tag`` from every event file in ``<run>/tensorboard``, in name order,
-    parsed as TFRecords (length, crc, data, crc) of tensorboardX's Event protos."""
-    from tensorboardX.proto.event_pb2 import Event
-
-    found = []
-    for name in run_dir.list("tensorboard/*"):
-        data = run_dir.read(name)
-        offset = 0
-        while offset < len(data):
-            (length,) = struct.unpack("<Q", data[offset : offset + 8])
-            event = Event.FromString(data[offset + 12 : offset + 12 + length])
-            offset += 12 + length + 4
-            found += [(event.step, v.simple_value) for v in event.summary.value if v.tag == tag]
-    return found
 
 
 def test_tensorboard_uploads_each_window_once(run_dir):

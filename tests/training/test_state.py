@@ -7,7 +7,7 @@ import jax
 import numpy as np
 import pytest
 
-from tests.training.test_step import CONFIG
+from tests.helpers.train_step import CONFIG
 from training import mesh as mesh_lib, optimizer as optimizer_lib, state as state_lib
 from training.checkpoint import manager as checkpointing
 from training.model import transformer as model

@@ -12,20 +12,10 @@ import numpy as np
 import optax
 import pytest
 
+from tests.helpers.train_step import CONFIG
 from training import mesh as mesh_lib, optimizer as optimizer_lib, state as state_lib, step as step_lib
 from training.config import TrainConfig, load_train_config
 from training.model import transformer as model
-
-CONFIG = TrainConfig.model_validate(
-    {
-        "model": {"d_model": 32, "n_layers": 1, "n_heads": 2, "compute_dtype": "float32"},
-        "sequence_length": 16,
-        "global_batch_size": 8,
-        "steps": 20,
-        "optimizer": {"warmup_steps": 0, "schedule": "constant"},
-        "parallelism": {"ici": {"data": 2, "fsdp": 2, "tensor": 2}},
-    }
-)
 
 
 @pytest.fixture(scope="module")

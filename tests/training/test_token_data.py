@@ -10,7 +10,7 @@ import threading
 import numpy as np
 import pytest
 
-from tests.training.test_prepare import corpus
+from tests.helpers.datasets import corpus
 from training.config import TrainConfig, load_train_config
 from training.data import tokens as token_data
 from training.data.base import DataError

@@ -17,29 +17,14 @@ from pathlib import Path
 import fsspec
 import pytest
 
-from tests.training.test_run_log import tensorboard_scalars
+from tests.helpers.tensorboard_events import tensorboard_scalars
+from tests.helpers.train_runs import CONFIG, SINGLE, losses
 from training import train
 from training.checkpoint import manager as checkpointing
-from training.cluster import ClusterIdentity
 from training.config import TrainConfig
 from training.data.text import TextDataset
 from training.metrics.run_log import read_records
 from training.run_dir import RunDir
-
-CONFIG = TrainConfig.model_validate(
-    {
-        "model": {"d_model": 32, "n_layers": 1, "n_heads": 2, "compute_dtype": "float32"},
-        "sequence_length": 32,
-        "global_batch_size": 8,
-        "steps": 12,
-        "optimizer": {"warmup_steps": 2},
-        "checkpoint": {"interval_steps": 4, "keep": 2},
-        "eval_every_steps": 6,
-        "parallelism": {"ici": {"data": 2, "fsdp": 2, "tensor": 2}},
-        "peak_flops_per_chip": 275e12,  # TPU v4's (the devices here are CPUs: a tiny MFU)
-    }
-)
-SINGLE = ClusterIdentity.single_process()
 
 # Failed restores (the damaged-checkpoint tests) leave orbax coroutines that are collected
 # later, in whichever test runs then; they are expected and harmless here.
@@ -80,11 +65,6 @@ def config(train_bucket) -> TrainConfig:
 def gs_run(train_bucket) -> str:
     """A new run directory in the bucket."""
     return f"gs://{train_bucket}/runs/{uuid.uuid4().hex[:8]}"
-
-
-def losses(run_dir: str) -> list[tuple[int, float]]:
-    """(step, loss) of every training record of the run, in the order written."""
-    return [(r["step"], r["loss"]) for r in read_records(RunDir(run_dir), "metrics") if "loss" in r]
 
 
 def checkpoint_names(run_dir: str) -> list[str]:

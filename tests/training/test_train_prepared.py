@@ -12,8 +12,8 @@ import uuid
 
 import pytest
 
-from tests.training.test_prepare import corpus
-from tests.training.test_train import CONFIG, SINGLE, losses
+from tests.helpers.datasets import corpus
+from tests.helpers.train_runs import CONFIG, SINGLE, losses
 from training import train
 from training.checkpoint import manager as checkpointing
 from training.config import TrainConfig

@@ -125,7 +125,7 @@ def test_start_event_and_completion_marker(tmp_path):
 
 def test_a_preempted_command_is_recorded_as_the_trainer_records_it(tmp_path):
     """After exit 75, the ``preempted`` event makes status count the next start as a preemption."""
-    from infra.status.progress import restarts_of
+    from training.metrics.restarts import restarts_of
 
     run = RunDir(str(tmp_path / "run"))
     (tmp_path / "run" / "checkpoints" / "6").mkdir(parents=True)

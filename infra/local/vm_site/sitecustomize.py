@@ -1,23 +1,40 @@
-"""Run at the start of every Python of an emulated TPU VM's command (``site`` imports
-``sitecustomize`` from ``sys.path``: https://docs.python.org/3/library/site.html; the emulation
-puts this directory on the VM's ``PYTHONPATH``): makes ``jax.distributed.initialize()`` with no
-arguments join the emulated job as it joins the real one on a TPU VM.
+"""Run at the start of every Python of an emulated TPU VM (``site`` imports ``sitecustomize``
+from ``sys.path``: https://docs.python.org/3/library/site.html; the emulation puts this directory
+on the VM's ``PYTHONPATH``, and the VM's service manager keeps it there for every unit,
+``infra.local.service_manager``). It stands in for what libtpu and the TPU runtime do on a Cloud
+TPU VM, for the three things a JAX program there can observe
+(docs/emulation.md, "What a JAX program on an emulated VM sees"):
 
-On a Cloud TPU VM JAX finds its cluster through ``GceTpuCluster``
-(``jax/_src/clusters/cloud_tpu_cluster.py``): the process id, process count and coordinator
-come from the GCE metadata server (``agent-worker-number``, ``worker-network-endpoints``,
-``tpu-env`` with the ``MEGASCALE_*`` values), at ``$GCE_METADATA_IP`` when set. Every emulated VM
-has such a server, answering the values its real counterpart would (``infra.local.topology``).
-But ``GceTpuCluster.is_env_present`` also requires ``running_in_cloud_tpu_vm`` (libtpu and TPU
-chips found) and no ``TPU_SKIP_MDS_QUERY``, which JAX sets itself when it finds no TPU chip: on
-CPU it never applies. So once ``jax._src.clusters.cloud_tpu_cluster`` is imported (JAX imports
-it with ``jax.distributed``), this hook defines ``EmulatedTpuCluster``, a ``GceTpuCluster`` whose
-``is_env_present`` asks only the metadata server, as ``GceTpuCluster`` does after its TPU check.
-``ClusterEnv`` registers every subclass when it is defined (``__init_subclass__``), and
-``jax.distributed.initialize()`` then reads the coordinator, the process count and the process
-id through ``GceTpuCluster``'s own code, from the emulated metadata. The coordinator's port is
-``$JAX_COORDINATOR_PORT`` (JAX reads it for every detected cluster; the emulation sets a free
-port per boot, a TPU VM uses JAX's 8482).
+1. **The cluster.** On a Cloud TPU VM JAX finds its cluster through ``GceTpuCluster``
+   (``jax/_src/clusters/cloud_tpu_cluster.py``): the process id, process count and coordinator
+   come from the GCE metadata server (``agent-worker-number``, ``worker-network-endpoints``,
+   ``tpu-env`` with the ``MEGASCALE_*`` values), at ``$GCE_METADATA_IP`` when set. Every emulated
+   VM has such a server (``infra.local.topology``). But ``GceTpuCluster.is_env_present`` also
+   requires ``running_in_cloud_tpu_vm`` (libtpu and TPU chips found), which never holds on CPU.
+   So once ``jax._src.clusters.cloud_tpu_cluster`` is imported, ``EmulatedTpuCluster`` is
+   defined: a ``GceTpuCluster`` whose ``is_env_present`` asks only the metadata server.
+   ``ClusterEnv`` registers every subclass when it is defined (``__init_subclass__``). The
+   coordinator's port is ``$JAX_COORDINATOR_PORT`` (a TPU VM uses JAX's 8482).
+
+2. **Every chip of every host, without ``jax.distributed.initialize()``.** On Cloud TPU the call
+   is optional: "On Cloud TPU, Slurm, Open MPI and Kubernetes environments, you can simply call
+   jax.distributed.initialize() with no arguments" and a program that never calls it still sees
+   every device of the slice (the TPU runtime discovers its hosts; the ``MEGASCALE_*`` values
+   link the slices: https://docs.jax.dev/en/latest/multi_process.html). On CPU nothing does
+   that, so when a program's JAX first creates its backends without having initialized the
+   distributed runtime, and the VM's metadata names more than one process, this hook calls
+   ``jax.distributed.initialize()`` first, as the TPU runtime would have joined the job.
+
+3. **The chips belong to one process.** libtpu takes an exclusive ``lockf`` on
+   ``/tmp/libtpu_lockfile`` when it loads and holds it until the process exits
+   (tensorflow/core/tpu/tpu_initializer_helper.cc ``TryAcquireTpuLock``); a second JAX
+   process on the VM fails with "ABORTED: The TPU is already in use by process with pid N"
+   (jax-ml/jax issue 13260). Here each VM's lock file is ``$MULTISLICE_HOME/tmp/libtpu_lockfile``,
+   taken (with the same ``lockf``) before a process joins a distributed job or creates its
+   backends; a second process gets the same message and never reaches the run's coordinator. So
+   ``multislice local exec`` of a JAX program while the run trains fails on each worker with
+   that message and the run is untouched, as on a TPU VM; the lock goes with the process that
+   held it, however it ended (``lockf`` locks are released when the process exits).
 
 Nothing is imported before the program imports JAX itself, and nothing happens unless
 ``MULTISLICE_EMULATED_TPU`` is set (the emulated VMs' environment).
@@ -25,19 +42,92 @@ Nothing is imported before the program imports JAX itself, and nothing happens u
 
 from __future__ import annotations
 
+import functools
 import importlib.abc
 import importlib.machinery
 import os
 import sys
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
 
 #: Set in every emulated VM's environment (``infra.local.topology.vm_environment``).
 EMULATED_TPU_ENV = "MULTISLICE_EMULATED_TPU"
-#: The module that defines ``GceTpuCluster``.
-TARGET = "jax._src.clusters.cloud_tpu_cluster"
+#: The VM's local disk (``infra.startup.contract.HOME_ENV``).
+HOME_ENV = "MULTISLICE_HOME"
+#: The lock file under the VM's local disk, as libtpu's ``/tmp/libtpu_lockfile`` on a TPU VM.
+LOCKFILE = os.path.join("tmp", "libtpu_lockfile")
+#: The module that defines ``GceTpuCluster``, where the distributed runtime starts, and where
+#: the backends are created.
+CLUSTERS = "jax._src.clusters.cloud_tpu_cluster"
+DISTRIBUTED = "jax._src.distributed"
+XLA_BRIDGE = "jax._src.xla_bridge"
+
+_lock_fd: int | None = None
 
 
-def register(module) -> None:
-    """Define ``EmulatedTpuCluster`` on top of ``module.GceTpuCluster`` (see the module docstring)."""
+class TpuInUse(RuntimeError):
+    """Another process of this emulated VM holds its chips (libtpu's lock)."""
+
+
+def lock_path() -> str | None:
+    """This VM's lock file, or None outside an emulated VM (no ``$MULTISLICE_HOME``)."""
+    home = os.environ.get(HOME_ENV)
+    return os.path.join(home, LOCKFILE) if home else None
+
+
+def acquire_chips() -> None:
+    """Take this VM's chips for this process, once (a second call does nothing).
+
+    Raises:
+      TpuInUse: another live process holds them (the message names its pid, as libtpu's does).
+    """
+    global _lock_fd
+    path = lock_path()
+    if _lock_fd is not None or path is None:
+        return
+    import fcntl
+
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+        os.close(fd)
+        raise TpuInUse(
+            f"Unable to initialize backend 'tpu': ABORTED: The TPU is already in use by process with pid {holder}. "
+            "Not attempting to load libtpu.so in this process. (multislice emulation: on this emulated TPU VM, as "
+            "on a real one, the chips belong to one process, here the stack's run; stop it first with "
+            "`multislice local down`, or run a command that does not use JAX)"
+        ) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, str(os.getpid()).encode(), 0)
+    _lock_fd = fd
+
+
+def _distributed_initialized() -> bool:
+    distributed = sys.modules.get(DISTRIBUTED)
+    return distributed is not None and distributed.global_state.client is not None
+
+
+def _join_as_the_tpu_runtime_would() -> None:
+    """``jax.distributed.initialize()`` when the VM's metadata names a job of more than one
+    process and this program has not joined one (see the module docstring, point 2)."""
+    if _distributed_initialized():
+        return
+    from jax._src.clusters import cloud_tpu_cluster
+
+    cluster = getattr(cloud_tpu_cluster, "EmulatedTpuCluster", None)
+    if cluster is None or not cluster.is_env_present() or cluster.get_process_count() < 2:
+        return
+    import jax
+
+    jax.distributed.initialize()
+
+
+def register_cluster(module: Any) -> None:
+    """Define ``EmulatedTpuCluster`` on top of ``module.GceTpuCluster`` (point 1)."""
 
     class EmulatedTpuCluster(module.GceTpuCluster):
         name = "emulatedtpu"
@@ -54,27 +144,68 @@ def register(module) -> None:
     module.EmulatedTpuCluster = EmulatedTpuCluster
 
 
-class _Loader(importlib.abc.Loader):
-    def __init__(self, loader):
-        self.loader = loader
+def guard_distributed(module: Any) -> None:
+    """``jax.distributed.initialize`` takes the VM's chips before it reaches any coordinator
+    (point 3): a second process never joins, confuses or ends the run's job."""
+    initialize: Callable[..., Any] = module.initialize
 
-    def create_module(self, spec):
+    def guarded(*args: Any, **kwargs: Any) -> Any:
+        acquire_chips()
+        return initialize(*args, **kwargs)
+
+    functools.update_wrapper(guarded, initialize)
+    module.initialize = guarded
+
+
+def guard_backends(module: Any) -> None:
+    """The first creation of JAX's backends takes the VM's chips (point 3) and, where the
+    program joined no job, joins the VM's (point 2)."""
+    backends: Callable[[], Any] = module.backends
+    first = [True]
+
+    def guarded() -> Any:
+        if first[0] and not module.backends_are_initialized():
+            first[0] = False  # before the join: initialize() must not come back here
+            acquire_chips()
+            _join_as_the_tpu_runtime_would()
+        return backends()
+
+    functools.update_wrapper(guarded, backends)
+    module.backends = guarded
+
+
+HOOKS: dict[str, Callable[[ModuleType], None]] = {
+    CLUSTERS: register_cluster,
+    DISTRIBUTED: guard_distributed,
+    XLA_BRIDGE: guard_backends,
+}
+
+
+class _Loader(importlib.abc.Loader):
+    def __init__(self, loader: importlib.abc.Loader, hook: Callable[[ModuleType], None]) -> None:
+        self.loader, self.hook = loader, hook
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
         return self.loader.create_module(spec)
 
-    def exec_module(self, module) -> None:
+    def exec_module(self, module: ModuleType) -> None:
         self.loader.exec_module(module)
-        register(module)
+        self.hook(module)
 
 
 class _Finder(importlib.abc.MetaPathFinder):
-    """Wraps the loader of :data:`TARGET` so that :func:`register` runs right after it."""
+    """Wraps the loaders of the modules of :data:`HOOKS` so that each hook runs right after its
+    module is executed, before anything imports names from it."""
 
-    def find_spec(self, fullname, path, target=None):
-        if fullname != TARGET:
+    def find_spec(
+        self, fullname: str, path: Any, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        hook = HOOKS.get(fullname)
+        if hook is None:
             return None
         spec = importlib.machinery.PathFinder.find_spec(fullname, path)
         if spec is not None and spec.loader is not None:
-            spec.loader = _Loader(spec.loader)
+            spec.loader = _Loader(spec.loader, hook)
         return spec
 
 
