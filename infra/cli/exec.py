@@ -8,8 +8,9 @@ output is kept in ``<log dir>/slice-S-worker-W.log`` (default ``./multislice-exe
 time>/`` for a deployed stack, ``<local state>/<stack>/exec/<UTC time>/`` for the emulation).
 Exit 0 when every worker's command exited 0; else 1, naming each failed worker and its exit
 status. Bad input (no command, a slice or worker the stack lacks, a stack not deployed or not
-running, SSH not enabled) is one ``error:`` line, exit 2, and nothing runs. The work is done
-by :mod:`infra.remote` (docs/exec-and-reset.md).
+running, SSH not enabled, no gcloud or OpenSSH client, gcloud without credentials, broken SSH
+key files) is one ``error:`` line, exit 2, and nothing runs. The work is done by
+:mod:`infra.remote` (docs/exec-and-reset.md).
 """
 
 from __future__ import annotations
@@ -60,9 +61,12 @@ def _log_dir(log_dir: Path | None, default_parent: Path) -> Path:
         raise fail(f"--log-dir {log_dir or default_parent}: {err.strerror or err}") from None
 
 
-def _run(targets, log_dir: Path, what: str) -> None:
-    """Run the targets, print their lines, and end as the module docstring says."""
+def _run(targets, log_dir: Path, what: str, describe=None) -> None:
+    """Run the targets, print their lines, and end as the module docstring says; ``describe``
+    words a failed worker's ending (default: its exit status)."""
     from infra.remote.fanout import describe_code, run_all
+
+    describe = describe or (lambda outcome: describe_code(outcome.code))
 
     err_console.print(
         f"running on {len(targets)} worker(s) of {what} at once; each worker's output: {log_dir}",
@@ -74,14 +78,17 @@ def _run(targets, log_dir: Path, what: str) -> None:
         sys.stdout.write(line + "\n")
         sys.stdout.flush()
 
+    def notice(message: str) -> None:
+        err_console.print(message, markup=False, soft_wrap=True)
+
     try:
-        run = run_all(targets, log_dir, emit)
+        run = run_all(targets, log_dir, emit, notice)
     except KeyboardInterrupt:
         raise fail(f"interrupted: every worker's command was stopped; output so far: {log_dir}", 130) from None
     except OSError as err:
         raise fail(f"cannot run the command: {err.strerror or err}", 1) from None
     if run.failed:
-        named = ", ".join(f"{o.target.name} ({describe_code(o.code)})" for o in run.failed)
+        named = ", ".join(f"{o.target.name} ({describe(o)})" for o in run.failed)
         raise fail(f"{len(run.failed)} of {len(run.outcomes)} worker(s) failed: {named}; their output: {log_dir}", 1)
     err_console.print(
         f"all {len(run.outcomes)} worker(s) exited 0 in {run.seconds:.1f} s; output: {log_dir}",
@@ -113,11 +120,25 @@ def exec_command(
                 f"`pulumi up --stack {config.stack}` (a firewall rule for IAP's range, TCP 22 only), then exec"
             )
         executable = gcloud.gcloud_executable()
+        keygen = gcloud.require_ssh_tools()
         gcloud.check_deployed(executable, config)
+        created = gcloud.ensure_ssh_key(keygen)
         targets = gcloud.targets(executable, config, workers, line)
     except RemoteError as err:
         raise fail(str(err), err.exit_code) from None
-    _run(targets, _log_dir(log_dir, Path("multislice-exec") / config.stack), f"stack {config.stack}")
+    if created is not None:
+        err_console.print(
+            f"made gcloud's SSH key {created} (ssh-keygen -t rsa, no passphrase, as gcloud --quiet makes it); "
+            "the first worker of each node puts it on the node before the others start",
+            markup=False,
+            soft_wrap=True,
+        )
+    _run(
+        targets,
+        _log_dir(log_dir, Path("multislice-exec") / config.stack),
+        f"stack {config.stack}",
+        gcloud.describe,
+    )
 
 
 def local_exec(

@@ -4,7 +4,8 @@
   stack; :class:`~infra.remote.selection.RemoteError`, the one-line refusal;
 * :mod:`infra.remote.command`: the shell line a worker runs, and ``--background``'s wrapping;
 * :mod:`infra.remote.fanout`: every worker's process at once, lines prefixed, logs kept;
-* :mod:`infra.remote.gcloud`: Cloud TPU workers through ``gcloud … tpu-vm ssh`` over IAP;
+* :mod:`infra.remote.gcloud`: Cloud TPU workers through ``gcloud … tpu-vm ssh`` over IAP (the SSH
+  key made once, one worker per node first, a command never run twice);
 * :mod:`infra.remote.emulated`: the emulated VMs of a running ``multislice local up``;
 * :mod:`infra.remote.reset` / :mod:`infra.remote.emulated_reset`: ResetQueuedResource, waited for.
 

@@ -1,13 +1,30 @@
 """A stand-in ``gcloud`` for the tests of ``multislice exec``: :func:`install` puts an executable
-``gcloud`` on a ``PATH`` directory; each call appends its argument list (and when it started and
-ended) to a JSON-lines file and answers from a plan:
+``gcloud`` on a ``PATH`` directory, with stand-ins for OpenSSH's ``ssh``, ``scp`` and
+``ssh-keygen``, and a ``HOME`` of its own; each call appends its argument list (and when it
+started and ended) to a JSON-lines file and answers from a plan:
 
 * ``compute tpus queued-resources describe <id> …``: ``plan["describe"]`` = ``{"exit": 0,
   "stdout": <JSON value printed>, "stderr": "<text>"}``;
-* ``alpha compute tpus tpu-vm ssh <node> … --worker=W …``: ``plan["ssh"]["<node>/<W>"]`` =
-  ``{"lines": [...], "delay": seconds before each line, "first_delay": seconds before the
-  first, "exit": status}`` (default: one line naming the node and worker, exit 0); with
-  ``"run": true`` it runs the ``--command`` line with ``bash -c`` instead, as the VM's shell would.
+* ``alpha compute tpus tpu-vm ssh <node> … --worker=W …``: first what gcloud 528's
+  ``PrepareNodeForSSH`` does with the key (``lib/googlecloudsdk/command_lib/compute/tpus/
+  tpu_vm/ssh.py``): ``ssh-keygen -N '' -t rsa -f ~/.ssh/google_compute_engine`` when neither
+  file of the pair exists (a broken pair fails, as with ``--quiet``), then an "UpdateNode" that
+  adds the public key to ``<dir>/nodes/<node>.ssh-keys`` unless it is there, taking
+  ``plan["update_node_s"]`` seconds (recorded in the call as ``update_node``: [start, end]).
+  Then gcloud's ``AttemptRunWithRetries``: up to 10 attempts, each announced on stderr with
+  ``SSH: Attempting to connect to worker W...``; an attempt whose "ssh" exits 255 is retried
+  (after ``plan["retry_s"]`` seconds, default 0). ``plan["ssh"]["<node>/<W>"]`` = ``{"lines":
+  [...], "delay": seconds before each line, "first_delay": seconds before the first, "exit":
+  status}`` (default: one line naming the node and worker, exit 0); with ``"run": true`` it runs
+  the ``--command`` line with ``bash -c`` instead, as the VM's shell would, in
+  ``<dir>/vms/<node>-<W>`` (its home); ``"unreachable": n``: the first n attempts fail to
+  connect (255, the command not run); ``"drops": n``: the next n attempts run the command and
+  then lose the connection (255).
+
+The stand-in ``ssh-keygen`` appends its arguments to ``<dir>/keygen-calls.txt``; when its
+``-f`` file exists it asks "Overwrite (y/n)?" and, with no answer on its standard input, exits
+1, as OpenSSH's does; else it writes the private key, waits ``plan["keygen_s"]`` seconds, and
+writes the public key (a key of its own process id).
 
 Anything else exits 2 with gcloud's own kind of message.
 """
@@ -25,25 +42,59 @@ PLAN_ENV = "FAKE_GCLOUD_PLAN"
 CALLS_ENV = "FAKE_GCLOUD_CALLS"
 
 
-def install(directory: Path, plan: dict) -> dict[str, str]:
-    """Write ``directory/bin/gcloud`` and the plan; the environment variables to run it with
-    (``PATH`` first)."""
+KEYGEN = """#!/bin/sh
+echo "$*" >> "$FAKE_KEYGEN_CALLS"
+while [ $# -gt 0 ]; do
+  case "$1" in -f) key=$2; shift ;; esac
+  shift
+done
+if [ -e "$key" ]; then
+  echo "$key already exists."
+  printf 'Overwrite (y/n)? '
+  read -r answer || exit 1
+  [ "$answer" = y ] || exit 1
+fi
+printf '%s\\n' '-----BEGIN OPENSSH PRIVATE KEY-----' "stand-in $$" '-----END OPENSSH PRIVATE KEY-----' > "$key"
+sleep "${FAKE_KEYGEN_SECONDS:-0}"
+echo "ssh-rsa AAAAstandin$$ stand-in@workstation" > "$key.pub"
+"""
+
+
+def install(directory: Path, plan: dict, tools: tuple[str, ...] = ("ssh", "scp", "ssh-keygen")) -> dict[str, str]:
+    """Write ``directory/bin/gcloud``, the stand-ins of ``tools`` and the plan; the environment
+    variables to run them with (``PATH`` first, ``HOME`` = ``directory/home``)."""
     bin_dir = directory / "bin"
     bin_dir.mkdir(parents=True, exist_ok=True)
     script = bin_dir / "gcloud"
     script.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{Path(__file__).resolve()}" "$@"\n')
     script.chmod(0o755)
+    for tool in tools:
+        stand_in = bin_dir / tool
+        stand_in.write_text(KEYGEN if tool == "ssh-keygen" else f"#!/bin/sh\necho '{tool}: a stand-in' >&2\nexit 255\n")
+        stand_in.chmod(0o755)
     plan_path = directory / "gcloud-plan.json"
     plan_path.write_text(json.dumps(plan))
+    (directory / "home").mkdir(exist_ok=True)
     return {
         "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+        "HOME": str(directory / "home"),
         PLAN_ENV: str(plan_path),
         CALLS_ENV: str(directory / "gcloud-calls.jsonl"),
+        "FAKE_KEYGEN_CALLS": str(directory / "keygen-calls.txt"),
+        "FAKE_KEYGEN_SECONDS": str(plan.get("keygen_s", 0)),
     }
 
 
+def keygen_calls(directory: Path) -> list[str]:
+    """The stand-in ``ssh-keygen``'s argument lists, one string each."""
+    path = directory / "keygen-calls.txt"
+    return path.read_text().splitlines() if path.exists() else []
+
+
 def calls(directory: Path) -> list[dict]:
-    """Every call recorded: ``{"argv", "start", "end", "pid"}`` (``time.time()`` seconds)."""
+    """Every call recorded: ``{"argv", "start", "end", "pid"}`` (``time.time()`` seconds), and for
+    an ssh ``attempts``, ``update_node`` ([start, end]) and ``keygen`` (its exit status) when
+    they happened."""
     path = directory / "gcloud-calls.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
@@ -55,7 +106,7 @@ def _flag(argv: list[str], name: str) -> str | None:
     return None
 
 
-def _serve(argv: list[str], plan: dict) -> int:
+def _serve(argv: list[str], plan: dict, record: dict) -> int:
     if argv[:4] == ["compute", "tpus", "queued-resources", "describe"]:
         answer = plan.get("describe") or {}
         if "stdout" in answer:
@@ -65,25 +116,94 @@ def _serve(argv: list[str], plan: dict) -> int:
         return int(answer.get("exit", 0))
     if argv[:5] == ["alpha", "compute", "tpus", "tpu-vm", "ssh"]:
         node, worker = argv[5], _flag(argv, "worker")
+        directory = Path(os.environ[PLAN_ENV]).parent
+        prepared = _prepare_node(node, plan, directory, record)
+        if prepared:
+            return prepared
         answer = (plan.get("ssh") or {}).get(f"{node}/{worker}") or {}
-        if answer.get("run"):
-            return subprocess.call(["bash", "-c", _flag(argv, "command") or ""])
-        time.sleep(float(answer.get("first_delay", 0)))
-        for line in answer.get("lines", [f"hello from {node} worker {worker}"]):
-            time.sleep(float(answer.get("delay", 0)))
-            print(line, flush=True)
-        return int(answer.get("exit", 0))
+        unreachable, drops = int(answer.get("unreachable", 0)), int(answer.get("drops", 0))
+        for attempt in range(10):
+            print(f"SSH: Attempting to connect to worker {worker}...", file=sys.stderr, flush=True)
+            if attempt < unreachable:
+                print(
+                    f"ssh: connect to host {node}-{worker} port 22: Connection timed out", file=sys.stderr, flush=True
+                )
+                code = 255
+            else:
+                code = _remote(node, worker, argv, answer, directory)
+                if attempt < unreachable + drops:
+                    print(f"Connection to {node}-{worker} closed by remote host.", file=sys.stderr, flush=True)
+                    code = 255
+            record["attempts"] = attempt + 1
+            if code != 255:
+                return code
+            if attempt < 9:
+                print("Retrying: SSH command error: [/usr/bin/ssh] exited with return code [255].", file=sys.stderr)
+                time.sleep(float(plan.get("retry_s", 0)))
+        print(
+            "ERROR: (gcloud.alpha.compute.tpus.tpu-vm.ssh) [/usr/bin/ssh] exited with return code [255].",
+            file=sys.stderr,
+        )
+        return 255
     print(f"ERROR: (gcloud) Invalid choice: {' '.join(argv[:5])!r}.", file=sys.stderr)
     return 2
+
+
+def _prepare_node(node: str, plan: dict, directory: Path, record: dict) -> int:
+    """gcloud's ``Keys.EnsureKeysExist`` and ``AddSSHKeyIfNeeded`` (see the module docstring):
+    0, or gcloud's exit status when it fails."""
+    key = Path(os.environ["HOME"]) / ".ssh" / "google_compute_engine"
+    public = key.with_name(key.name + ".pub")
+    present = [path.exists() and bool(path.read_text().strip()) for path in (key, public)]
+    if present == [False, False] and not key.exists() and not public.exists():
+        print("WARNING: You do not have an SSH key for gcloud.", file=sys.stderr)
+        key.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        code = subprocess.call(["ssh-keygen", "-N", "", "-t", "rsa", "-f", str(key)], stdin=subprocess.DEVNULL)
+        record["keygen"] = code
+        if code:
+            print(
+                f"ERROR: (gcloud.alpha.compute.tpus.tpu-vm.ssh) [ssh-keygen] exited with return code [{code}].",
+                file=sys.stderr,
+            )
+            return 1
+    elif present != [True, True]:
+        print("ERROR: (gcloud.alpha.compute.tpus.tpu-vm.ssh) Your SSH key files are broken.", file=sys.stderr)
+        print("Operation aborted.", file=sys.stderr)
+        return 1
+    entry = " ".join(public.read_text().split()[:2])
+    metadata = directory / "nodes" / f"{node}.ssh-keys"
+    if entry not in (metadata.read_text() if metadata.exists() else ""):
+        start = time.time()
+        time.sleep(float(plan.get("update_node_s", 0)))
+        metadata.parent.mkdir(exist_ok=True)
+        with open(metadata, "a") as f:
+            f.write(entry + "\n")
+        record["update_node"] = [start, time.time()]
+    return 0
+
+
+def _remote(node: str, worker: str | None, argv: list[str], answer: dict, directory: Path) -> int:
+    """One connection's remote side: the plan's lines, or the ``--command`` line run."""
+    if answer.get("run"):
+        home = directory / "vms" / f"{node}-{worker}"
+        home.mkdir(parents=True, exist_ok=True)
+        command = _flag(argv, "command") or ""
+        return subprocess.call(["bash", "-c", command], cwd=home, env={**os.environ, "HOME": str(home)})
+    time.sleep(float(answer.get("first_delay", 0)))
+    for line in answer.get("lines", [f"hello from {node} worker {worker}"]):
+        time.sleep(float(answer.get("delay", 0)))
+        print(line, flush=True)
+    return int(answer.get("exit", 0))
 
 
 def main() -> int:
     argv = sys.argv[1:]
     plan = json.loads(Path(os.environ[PLAN_ENV]).read_text())
     start = time.time()
-    code = _serve(argv, plan)
+    record: dict = {}
+    code = _serve(argv, plan, record)
     with open(os.environ[CALLS_ENV], "a") as f:
-        f.write(json.dumps({"argv": argv, "start": start, "end": time.time(), "pid": os.getpid()}) + "\n")
+        f.write(json.dumps({"argv": argv, "start": start, "end": time.time(), "pid": os.getpid(), **record}) + "\n")
     return code
 
 

@@ -1,6 +1,7 @@
 """infra.remote.fanout, command and selection: every worker's process at once, each line
-prefixed as it comes, each worker's output in its own file, exit statuses kept; the shell line
-and its --background wrapping; the workers a stack has."""
+prefixed as it comes, each worker's output in its own file, exit statuses kept; a target that
+starts after another's marker line, its end or a timeout; the shell line, its --background
+wrapping and its run-once guard; the workers a stack has."""
 
 from __future__ import annotations
 
@@ -14,7 +15,16 @@ import time
 import pytest
 
 from infra.config import load_stack
-from infra.remote.command import EmptyCommand, background_log, command_line, in_background
+from infra.remote.command import (
+    RERUN_REFUSED_EXIT,
+    RERUN_REFUSED_MESSAGE,
+    EmptyCommand,
+    background_log,
+    command_line,
+    in_background,
+    run_id,
+    run_once,
+)
 from infra.remote.fanout import Target, describe_code, new_log_dir, run_all
 from infra.remote.selection import RemoteError, select_workers
 
@@ -121,6 +131,85 @@ def test_an_interrupt_stops_every_process(tmp_path):
     assert len(pids) == 2 and time.monotonic() - start < 20
     for pid in pids:
         assert subprocess.run(["kill", "-0", str(pid)], capture_output=True).returncode != 0
+
+
+def test_a_follower_starts_when_its_leader_prints_its_marker_or_ends(tmp_path):
+    # Leader 0 prints its marker, then runs on; leader 2 prints no marker and ends. Each
+    # follower starts once its own leader is ready, not when the other is.
+    stamp = "import time; print(time.time(), flush=True)"
+    targets = [
+        Target(
+            0,
+            0,
+            py("import time; time.sleep(0.3); print('ready now', flush=True); time.sleep(3)"),
+            ready_marker="ready",
+        ),
+        Target(0, 1, py(stamp), after=0),
+        Target(1, 0, py("import time; time.sleep(0.8); print('no marker')"), ready_marker="ready"),
+        Target(1, 1, py(stamp), after=2),
+    ]
+    lines: list[str] = []
+    start = time.time()
+    run = run_all(targets, tmp_path, lines.append)
+    assert run.failed == []
+    started = {
+        line.split("]")[0] + "]": float(line.split()[-1]) - start for line in lines if line.split()[-1][0].isdigit()
+    }
+    assert 0.3 <= started["[slice 0 worker 1]"] < 3.0  # after the marker, before the leader ended
+    assert started["[slice 1 worker 1]"] >= 0.8  # after its leader's end
+    assert lines.index("[slice 0 worker 0] ready now") < lines.index(
+        next(line for line in lines if line.startswith("[slice 0 worker 1]"))
+    )
+
+
+def test_a_follower_starts_after_the_timeout_when_its_leader_is_silent(tmp_path):
+    notices: list[str] = []
+    targets = [
+        Target(0, 0, py("import time; time.sleep(3)"), ready_marker="ready"),
+        Target(0, 1, py("print('started')"), after=0),
+    ]
+    start = time.monotonic()
+    lines: list[str] = []
+    run = run_all(targets, tmp_path, lines.append, notices.append, gate_timeout_s=0.5)
+    assert run.failed == [] and lines == ["[slice 0 worker 1] started"]
+    assert run.outcomes[1].first_output_s is not None and 0.5 <= run.outcomes[1].first_output_s < 2.5
+    assert time.monotonic() - start < 5
+    assert notices == [
+        "slice 0 worker 0 did not report ready within 0.5 s; starting the 1 worker(s) that wait for it anyway"
+    ]
+
+
+def test_a_follower_must_follow_an_earlier_leader(tmp_path):
+    with pytest.raises(ValueError, match="slice 0 worker 0: after=1"):
+        run_all([Target(0, 0, py(""), after=1), Target(0, 1, py(""))], tmp_path, lambda line: None)
+    with pytest.raises(ValueError, match="slice 0 worker 2: after=1"):
+        run_all(
+            [Target(0, 0, py("")), Target(0, 1, py(""), after=0), Target(0, 2, py(""), after=1)],
+            tmp_path,
+            lambda line: None,
+        )
+
+
+def test_the_guard_runs_a_command_once_per_marker(tmp_path):
+    line = run_once("echo ran >> ran.txt; echo 'it ran'", f"{run_id()}-slice-0-worker-1")
+    first = subprocess.run(["bash", "-c", line], cwd=tmp_path, capture_output=True, text=True, timeout=10)
+    assert (first.returncode, first.stdout, first.stderr) == (0, "it ran\n", "")
+    again = subprocess.run(["bash", "-c", line], cwd=tmp_path, capture_output=True, text=True, timeout=10)
+    assert again.returncode == RERUN_REFUSED_EXIT and again.stdout == ""
+    assert again.stderr.startswith(RERUN_REFUSED_MESSAGE) and "--background" in again.stderr
+    assert (tmp_path / "ran.txt").read_text() == "ran\n"
+    # Another exec (another marker) runs; a marker older than 30 days is removed, a newer one kept.
+    old = tmp_path / "multislice-exec" / ".started" / "old"
+    old.touch()
+    os.utime(old, (time.time() - 31 * 86400,) * 2)
+    other = subprocess.run(["bash", "-c", run_once("echo ran >> ran.txt", run_id())], cwd=tmp_path, timeout=10)
+    assert other.returncode == 0 and (tmp_path / "ran.txt").read_text() == "ran\nran\n"
+    assert not old.exists() and len(list(old.parent.iterdir())) == 2
+    # The exit status of the command is the line's; a multi-line command is kept as written.
+    status = subprocess.run(["bash", "-c", run_once("if true\nthen exit 3\nfi", run_id())], cwd=tmp_path, timeout=10)
+    assert status.returncode == 3
+    with pytest.raises(ValueError, match="letters, digits"):
+        run_once("true", "a/b")
 
 
 def test_new_log_dirs_never_collide(tmp_path):
