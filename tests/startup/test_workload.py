@@ -245,10 +245,11 @@ def test_the_vms_install_command_installs_a_hash_pinned_url_archive(tmp_path):
         return subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
 
     try:
+        # uv wraps its messages to the terminal's width (COLUMNS): compare them with their lines joined.
         missing = install(f"demo-pkg @ {url}")
-        assert missing.returncode != 0 and "all requirements must have a hash" in missing.stderr, missing.stderr
+        assert missing.returncode != 0 and "all requirements must have a hash" in " ".join(missing.stderr.split())
         wrong = install(f"demo-pkg @ {url} --hash=sha256:{'0' * 64}")
-        assert wrong.returncode != 0 and "Hash mismatch" in wrong.stderr, wrong.stderr
+        assert wrong.returncode != 0 and "Hash mismatch" in " ".join(wrong.stderr.split()), wrong.stderr
         good = install(f"demo-pkg @ {url} \\\n    --hash=sha256:{sha}")
         assert good.returncode == 0, good.stderr
     finally:

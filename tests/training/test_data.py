@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import sysconfig
 from pathlib import Path
 
@@ -148,3 +150,16 @@ def test_stdlib_listing_skips_packages_caches_and_symlinked_directories(tmp_path
     listed = _listed(_stdlib_files(tmp_path))
     assert listed == _rglob_stdlib_files(tmp_path)
     assert [relative for _, relative, _ in listed] == [".hidden/f.py", "a.py", "pkg/b.py", "pkg/deep/c.py"]
+
+
+def test_the_readers_dependencies_are_imported_before_the_start_up_thread():
+    # training.train.run opens the data set in a thread while its main thread goes on importing
+    # (gcsfs's modules, reading the run directory). Importing grain runs etils'
+    # `epy.lazy_imports()`, which swaps builtins.__import__ for the whole process while it lasts:
+    # done in that thread, it made a main-thread import fail at random ("Relative import
+    # statements not supported"; seen in test_trusted_restore on a loaded machine). Importing the
+    # trainer must have imported both readers' dependencies already.
+    code = "import sys, training.train; print(sorted(m for m in ('grain', 'training.data.tokens') if m in sys.modules))"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split("\n")[-2] == "['grain', 'training.data.tokens']"

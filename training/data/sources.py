@@ -16,6 +16,7 @@ from training.data.base import DataError, Dataset
 from training.data.files import list_source_files
 from training.data.storage import Storage
 from training.data.text import TextDataset
+from training.data.tokens import TokenDataset
 
 
 def is_prepared_dataset(source: str) -> bool:
@@ -37,10 +38,6 @@ def open_dataset(config: TrainConfig) -> Dataset:
     """
     data = config.data
     if is_prepared_dataset(data.source):
-        # Imported here: it imports grain, and with it jax, which a source check (check_source,
-        # run by `multislice local up` and the planner) does without.
-        from training.data.tokens import TokenDataset
-
         return TokenDataset(data.source, config.sequence_length, config.global_batch_size, data.seed, config.steps)
     return TextDataset(data.source, config.sequence_length, data.eval_fraction, data.seed)
 

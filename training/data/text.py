@@ -34,6 +34,12 @@ import dataclasses
 import functools
 import logging
 
+# At the top, not where it is used: importing grain runs `etils.epy.lazy_imports()` (in
+# grain.experimental), which swaps builtins.__import__ for the whole process while it lasts, so an
+# import in another thread then fails ("Relative import statements not supported"). The trainer
+# opens the data set in a start-up thread while its main thread imports gcsfs's modules
+# (training.train.run): this module must be imported before that thread starts, and is.
+import grain
 import numpy as np
 from etils import epath
 
@@ -110,8 +116,6 @@ class TextDataset:
         self.vocab_size = BYTE_VOCAB_SIZE
         self.train = self._split(train, "train")
         self.eval = self._split(held_out or train, "eval")
-        import grain  # here: it imports jax, which `data prepare` (training.prepare.shards) does without
-
         self.train_order = grain.MapDataset.range(self.train.num_examples).shuffle(seed=seed).repeat()
         log.info(
             "data %s: %d train files (%.1f MB, %d examples), %d eval files (%d examples)",
