@@ -6,41 +6,18 @@ resources the program declares under mocks (:mod:`infra.policy.evaluate`), witho
 cloud credentials. A resource policy gets the resource's *inputs* (``args.props``), camelCase
 as the engine has them; numbers may arrive as floats.
 
-Mandatory (a violation fails the preview/update; ``multislice check`` exits 1):
-
-* ``firewall-no-public-ingress``: no INGRESS rule from ``0.0.0.0/0`` or ``::/0``;
-* ``firewall-ssh-iap-only``: an INGRESS rule that admits TCP port 22 from address ranges admits
-  it from Identity-Aware Proxy's TCP-forwarding range only, and a rule from that range opens TCP
-  port 22 and nothing else (https://cloud.google.com/iap/docs/using-tcp-forwarding; the stack's
-  own rule exists only with ``multislice:network.iapSsh``);
-* ``tpu-no-external-ips``: TPU nodes have no external IPs unless the pack config sets
-  ``allowExternalIps: true`` for the stack;
-* ``bucket-private-uniform``: public access prevention ``enforced`` and uniform bucket-level
-  access (https://cloud.google.com/storage/docs/public-access-prevention,
-  https://cloud.google.com/storage/docs/uniform-bucket-level-access);
-* ``tpu-dedicated-service-account``: the nodes run as a named service account, never the
-  Compute Engine default one (``<number>-compute@developer.gserviceaccount.com``, which has
-  the Editor role by default: https://cloud.google.com/compute/docs/access/service-accounts#default_service_account);
-* ``dcn-tensor-parallelism-one``: ``training.parallelism.dcn.tensor == 1``;
-* ``multislice-v4-or-later``: more than one slice only on TPU v4 and later, at most 256 slices
-  (https://cloud.google.com/tpu/docs/multislice-introduction);
-* ``startup-script-safe``: the startup script within one GCE metadata value (256 KiB) and free
-  of credentials (:mod:`infra.policy.secret_patterns`);
-* ``training-fits-hbm``: the per-chip memory estimate (``multislice plan``) within the
-  accelerator's HBM, unless the pack config sets ``allowOverHbm: true``;
-* ``data-source-exists``: a ``gs://`` ``training.data.source`` matches a non-empty object,
-  checked when the credentials at hand can list it (:mod:`infra.policy.data_source`);
-* ``vm-cannot-write-release``: no IAM grant (bucket, managed folder or project; member,
-  binding or policy) gives the TPU VMs' service account a role that creates or deletes objects
-  unless its IAM condition keeps it out of ``multislice/``, where ``pulumi up`` writes the
-  release record every boot runs (:mod:`infra.policy.release_grants`);
-* ``multislice-program``: the stack declares a multislice queued resource (the pack was not
-  pointed at another program).
-
-Advisory (printed as warnings): ``required-labels`` (env, owner, cost-center on every resource
-that takes labels) and ``prod-capacity`` (a prod queued resource on reserved or on-demand
-capacity, or protected; Spot capacity can be preempted at any time:
-https://cloud.google.com/tpu/docs/spot).
+Each policy, its enforcement level (mandatory: a violation fails the preview/update and
+``multislice check`` exits 1; advisory: printed as a warning) and its rule are listed once, in
+docs/review.md, "Review workflow" (tests/cli/test_check.py checks that table against
+:data:`POLICIES`). The rules' sources: Identity-Aware Proxy's TCP forwarding range
+(https://cloud.google.com/iap/docs/using-tcp-forwarding), public access prevention and uniform
+bucket-level access (https://cloud.google.com/storage/docs/public-access-prevention,
+https://cloud.google.com/storage/docs/uniform-bucket-level-access), the Compute Engine default
+service account's Editor role
+(https://cloud.google.com/compute/docs/access/service-accounts#default_service_account),
+Multislice's limits (https://cloud.google.com/tpu/docs/multislice-introduction), one GCE metadata
+value's size (:data:`infra.startup.script.METADATA_VALUE_LIMIT_BYTES`), the release grants
+(:mod:`infra.policy.release_grants`) and Spot preemption (https://cloud.google.com/tpu/docs/spot).
 """
 
 from __future__ import annotations

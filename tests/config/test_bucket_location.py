@@ -9,7 +9,7 @@ from infra.bucket_location import STORAGE_REGIONS, bucket_location as location_o
 
 
 def test_every_catalog_zone_maps_to_a_storage_location():
-    # Walks the catalog: a zone added to accelerators.py without a known bucket location fails here.
+    # Walks the catalog: a zone added to infra/accelerators/catalog.py without a known bucket location fails here.
     walked = set()
     for gen in accelerators.GENERATIONS.values():
         for zone in gen.zones:
