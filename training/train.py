@@ -58,6 +58,13 @@ from training.checkpoint.fallback import RestoredStateDiverged, TrainingDiverged
 from training.config import TrainConfig
 from training.data.base import DataError, Dataset
 from training.data.sources import open_dataset
+
+# The readers open_dataset constructs in run()'s start-up thread, imported before that thread
+# starts: importing grain runs etils' `epy.lazy_imports()` (grain.experimental), which swaps
+# builtins.__import__ for the whole process while it lasts, and an import of the main thread
+# meanwhile failed ("Relative import statements not supported").
+from training.data.text import TextDataset  # noqa: F401  (imported for the reason above)
+from training.data.tokens import TokenDataset  # noqa: F401  (imported for the reason above)
 from training.metrics.goodput import process_start_time
 from training.metrics.recorder import MetricsRecorder
 from training.metrics.run_log import RecordLog, TensorBoardLog

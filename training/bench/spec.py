@@ -13,9 +13,10 @@ import functools
 import inspect
 import typing
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from training.config import MESH_AXES, AxisSizes, ParallelismConfig
+if TYPE_CHECKING:  # an annotation only: see the module docstring
+    from training.config import ParallelismConfig
 
 
 class BenchConfigError(ValueError):
@@ -80,6 +81,8 @@ class BenchSpec:
     )
 
     def __post_init__(self) -> None:
+        from training.config import MESH_AXES
+
         problems = []
         for net in ("ici", "dcn"):
             sizes = getattr(self, net)
@@ -121,6 +124,8 @@ class BenchSpec:
 
     @property
     def parallelism(self) -> ParallelismConfig:
+        from training.config import AxisSizes, ParallelismConfig
+
         return ParallelismConfig(ici=AxisSizes(**self.ici), dcn=AxisSizes(**self.dcn))
 
     @property

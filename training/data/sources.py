@@ -15,8 +15,6 @@ from training.data import manifest
 from training.data.base import DataError, Dataset
 from training.data.files import list_source_files
 from training.data.storage import Storage
-from training.data.text import TextDataset
-from training.data.tokens import TokenDataset
 
 
 def is_prepared_dataset(source: str) -> bool:
@@ -36,6 +34,12 @@ def open_dataset(config: TrainConfig) -> Dataset:
     Raises:
       DataError: the source cannot be read, is too small, or is a damaged dataset.
     """
+    # The readers are imported here: they import grain, and with it jax, which a source check
+    # (check_source, run by `multislice local up`) does without. The trainer imports both before
+    # its start-up thread calls this (training.train says why).
+    from training.data.text import TextDataset
+    from training.data.tokens import TokenDataset
+
     data = config.data
     if is_prepared_dataset(data.source):
         return TokenDataset(data.source, config.sequence_length, config.global_batch_size, data.seed, config.steps)

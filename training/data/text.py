@@ -34,11 +34,8 @@ import dataclasses
 import functools
 import logging
 
-# At the top, not where it is used: importing grain runs `etils.epy.lazy_imports()` (in
-# grain.experimental), which swaps builtins.__import__ for the whole process while it lasts, so an
-# import in another thread then fails ("Relative import statements not supported"). The trainer
-# opens the data set in a start-up thread while its main thread imports gcsfs's modules
-# (training.train.run): this module must be imported before that thread starts, and is.
+# At the top, not where it is used: importing grain swaps builtins.__import__ for a moment
+# (training.train says why that matters), so it happens when this module is imported.
 import grain
 import numpy as np
 from etils import epath
