@@ -17,6 +17,7 @@ a manifest, locally or from Cloud Storage: its callers import it, and parsing a 
 
 from infra.config.environment import (
     BucketSettings,
+    ComputeEngineSettings,
     Duration,
     NetworkSettings,
     QueuedResourceSettings,
@@ -37,7 +38,7 @@ from infra.config.loading import (
     stack_file,
     validate_stack,
 )
-from infra.config.schema import CAPACITY_TYPES, Capacity, StackConfig
+from infra.config.schema import BACKENDS, CAPACITY_TYPES, Backend, Capacity, StackConfig
 from infra.config.workload import WorkloadSettings
 from infra.naming import RESERVED_LABELS, gce_name, label_value
 
@@ -53,6 +54,9 @@ __all__ = [
     "Duration",
     "NetworkSettings",
     "QueuedResourceSettings",
+    "ComputeEngineSettings",
+    "BACKENDS",
+    "Backend",
     "StackConfig",
     "StackConfigError",
     "WorkloadSettings",

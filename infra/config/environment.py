@@ -391,3 +391,34 @@ class QueuedResourceSettings(_Settings):
                 f"deleteOnComplete are set: keep only deleteOnComplete",
             )
         return self
+
+
+#: The longest run a flex-start VM may have, seconds: "run for up to seven days"
+#: (https://cloud.google.com/compute/docs/instances/about-flex-start-vms); a MIG resize
+#: request's run duration is bounded the same way, 10 minutes to 7 days (gcloud 528's
+#: ``compute instance-groups managed resize-requests create --requested-run-duration`` help).
+MAX_RUN_DURATION_LIMIT = 7 * 24 * 3600
+#: The shortest one, seconds (same gcloud help: at least ``10m``).
+MIN_RUN_DURATION = 600
+
+
+class ComputeEngineSettings(_Settings):
+    """``multislice:computeEngine``: how a ``multislice:backend: compute-engine`` stack's TPU VMs
+    are requested (docs/compute-engine.md)."""
+
+    max_run_duration: Duration | None = Field(
+        default=None,
+        alias="maxRunDuration",
+        description="How long the VMs may run before Compute Engine deletes them (required with flex-start; ≤ 7d).",
+    )
+
+    @model_validator(mode="after")
+    def _bounds(self) -> ComputeEngineSettings:
+        limit = self.max_run_duration
+        if limit is not None and not MIN_RUN_DURATION <= limit <= MAX_RUN_DURATION_LIMIT:
+            raise invalid(
+                "maxRunDuration",
+                f"{limit}s is outside 10m..7d (600..604800 s): flex-start VMs run for at most seven days "
+                "(https://cloud.google.com/compute/docs/instances/about-flex-start-vms)",
+            )
+        return self

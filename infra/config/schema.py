@@ -45,6 +45,7 @@ from infra import accelerators, bucket_location as locations, naming
 from infra.config.environment import (
     FORMER_DELETE_ON_COMPLETE_KEY,
     BucketSettings,
+    ComputeEngineSettings,
     NetworkSettings,
     QueuedResourceSettings,
 )
@@ -52,9 +53,16 @@ from infra.config.workload import WorkloadSettings
 from training.config import TrainConfig
 from training.validation import StrictModel, invalid
 
-#: How the slices are paid for (``multislice:capacity``).
-Capacity = Literal["spot", "on-demand", "reserved"]
+#: How the slices are paid for (``multislice:capacity``); ``flex-start`` only on Compute Engine.
+Capacity = Literal["spot", "on-demand", "reserved", "flex-start"]
 CAPACITY_TYPES: tuple[str, ...] = typing.get_args(Capacity)
+#: Where the TPU VMs come from (``multislice:backend``): a multislice queued resource of the
+#: Cloud TPU API, or Compute Engine instances in one managed instance group per slice
+#: (docs/compute-engine.md).
+Backend = Literal["queued-resource", "compute-engine"]
+BACKENDS: tuple[str, ...] = typing.get_args(Backend)
+#: Capacity that only Compute Engine offers (the ``tpu_v2`` QueuedResource has no flex-start field).
+COMPUTE_ENGINE_ONLY_CAPACITY = ("flex-start",)
 #: Soft-delete retention of a production stack's checkpoint bucket, days (the smallest nonzero
 #: value GCS allows: https://cloud.google.com/storage/docs/soft-delete).
 PRODUCTION_SOFT_DELETE_DAYS = 7
@@ -103,8 +111,15 @@ class StackConfig(StrictModel):
         alias="multislice:runtimeVersion",
         description="TPU software version; catalog default.",
     )
+    backend: Backend = Field(
+        default="queued-resource",
+        alias="multislice:backend",
+        description="queued-resource (Cloud TPU API) or compute-engine (MIGs of TPU VMs).",
+    )
     capacity: Annotated[Capacity, BeforeValidator(_capacity)] = Field(
-        default="on-demand", alias="multislice:capacity", description="spot, on-demand or reserved."
+        default="on-demand",
+        alias="multislice:capacity",
+        description="spot, on-demand, reserved or (compute-engine only) flex-start.",
     )
     reservation_name: str | None = Field(default=None, min_length=1, alias="multislice:reservationName")
     run_name: str | None = Field(
@@ -114,6 +129,7 @@ class StackConfig(StrictModel):
     network: NetworkSettings = Field(default=NetworkSettings(), alias="multislice:network")
     bucket: BucketSettings = Field(default=BucketSettings(), alias="multislice:bucket")
     queued_resource: QueuedResourceSettings = Field(default=QueuedResourceSettings(), alias="multislice:queuedResource")
+    compute_engine: ComputeEngineSettings = Field(default=ComputeEngineSettings(), alias="multislice:computeEngine")
     labels: Annotated[dict[str, str], BeforeValidator(naming.check_labels)] = Field(
         default_factory=dict, alias="multislice:labels", description="Extra labels on every labelled resource."
     )
@@ -220,6 +236,7 @@ class StackConfig(StrictModel):
                 "multislice:slices",
                 f"Multislice needs TPU v4 or later; {self.accelerator_type} allows only 1 slice",
             )
+        self._backend_capacity()
         if self.reservation_name is not None and self.capacity != "reserved":
             raise invalid(
                 "multislice:reservationName",
@@ -255,6 +272,32 @@ class StackConfig(StrictModel):
                 f"must equal multislice:slices: {self.slices}",
             )
         return self
+
+    def _backend_capacity(self) -> None:
+        """Capacity and its settings against ``multislice:backend`` (docs/compute-engine.md)."""
+        if self.capacity in COMPUTE_ENGINE_ONLY_CAPACITY and self.backend != "compute-engine":
+            raise invalid(
+                "multislice:capacity",
+                f"{self.capacity} is offered by the compute-engine backend only (the queued-resource backend's "
+                "tpu_v2 API has spot, on-demand and reserved); set multislice:backend: compute-engine",
+            )
+        run_limit = self.compute_engine.max_run_duration
+        if self.capacity == "flex-start" and run_limit is None:
+            raise invalid(
+                "multislice:computeEngine.maxRunDuration",
+                "required with multislice:capacity flex-start: flex-start VMs run for at most seven days and "
+                "Compute Engine deletes them at the end (e.g. maxRunDuration: 3d)",
+            )
+        if self.backend != "compute-engine" and "multislice:computeEngine" in self.model_fields_set_aliases:
+            raise invalid(
+                "multislice:computeEngine",
+                "configures the compute-engine backend; this stack's multislice:backend is queued-resource",
+            )
+
+    @property
+    def model_fields_set_aliases(self) -> set[str]:
+        """The stack-file keys this stack sets (aliases of the fields set)."""
+        return {type(self).model_fields[name].alias or name for name in self.model_fields_set}
 
     def _reused_subnetwork(self) -> None:
         """A reused subnetwork is in the network's project and the zone's region."""

@@ -30,6 +30,32 @@ WORKER_NUMBER_KEY = "agent-worker-number"
 WORKER_ENDPOINTS_KEY = "worker-network-endpoints"
 TPU_ENV_KEY = "tpu-env"
 ACCELERATOR_TYPE_KEY = "accelerator-type"
+#: Set by ``pulumi up`` on the compute-engine backend only (docs/compute-engine.md, "How a VM
+#: learns its place"): Compute Engine documents none of Cloud TPU's identity keys for its TPU
+#: VMs, so the program gives every VM what it needs to find its place itself.
+#: ``compute-engine`` on such a VM (absent on a queued resource's VMs).
+BACKEND_KEY = "multislice-backend"
+#: The slices' managed instance groups, comma-separated in slice order (the instance template).
+INSTANCE_GROUPS_KEY = "multislice-instance-groups"
+#: This VM's slice index (the group's ``all_instances_config`` metadata).
+SLICE_ID_KEY = "multislice-slice-id"
+#: VMs per slice (the instance template): a VM waits until its group lists that many.
+WORKERS_PER_SLICE_KEY = "multislice-workers-per-slice"
+#: The accelerator type (the instance template); Cloud TPU's ``accelerator-type`` is not set there.
+COMPUTE_ENGINE_ACCELERATOR_KEY = "multislice-accelerator-type"
+#: The backend value of :data:`BACKEND_KEY`.
+COMPUTE_ENGINE_BACKEND = "compute-engine"
+#: The identity ``boot.sh`` exports to the trainer's unit on the compute-engine backend, as
+#: GKE gives it to a TPU Pod (JAX's ``GkeTpuCluster`` reads the first two from the environment,
+#: ``BaseTpuCluster`` reads the ``MEGASCALE_*`` values from the environment first:
+#: ``jax/_src/clusters/cloud_tpu_cluster.py``).
+COMPUTE_ENGINE_IDENTITY_ENV = (
+    "TPU_WORKER_ID",
+    "TPU_WORKER_HOSTNAMES",
+    "MEGASCALE_COORDINATOR_ADDRESS",
+    "MEGASCALE_NUM_SLICES",
+    "MEGASCALE_SLICE_ID",
+)
 #: The metadata keys ``pulumi up`` sets (:func:`node_metadata`).
 PULUMI_KEYS = (STARTUP_SCRIPT_KEY, RUN_DIR_KEY, DELETE_QUEUED_RESOURCE_KEY)
 #: The metadata keys Cloud TPU sets.

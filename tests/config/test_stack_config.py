@@ -148,7 +148,7 @@ def test_reservation_name_needs_reserved_capacity():
 def test_capacity_lists_allowed_values():
     config = dev_map() | {"multislice:capacity": "cheap"}
     (line,) = errors_of(config)
-    assert line == "multislice:capacity: got 'cheap'; allowed: 'spot', 'on-demand' or 'reserved'"
+    assert line == "multislice:capacity: got 'cheap'; allowed: 'spot', 'on-demand', 'reserved' or 'flex-start'"
 
 
 def test_best_effort_capacity_is_refused_by_validation_not_at_preview(tmp_path):
@@ -156,8 +156,8 @@ def test_best_effort_capacity_is_refused_by_validation_not_at_preview(tmp_path):
     config = dev_map() | {"multislice:capacity": "best-effort"}
     (line,) = errors_of(config)
     assert line.startswith("multislice:capacity: got 'best-effort'; the tpu_v2 API has no best-effort tier")
-    assert line.endswith("allowed: spot, on-demand, reserved")
-    assert config_mod.CAPACITY_TYPES == ("spot", "on-demand", "reserved")
+    assert line.endswith("allowed: spot, on-demand, reserved, flex-start")
+    assert config_mod.CAPACITY_TYPES == ("spot", "on-demand", "reserved", "flex-start")
     path = tmp_path / "Pulumi.be.yaml"
     path.write_text(yaml.safe_dump({"config": config}))
     with pytest.raises(StackConfigError) as info:
@@ -379,6 +379,7 @@ def test_object_valued_keys_are_the_ones_the_engine_sends_as_json_text():
         "multislice:network",
         "multislice:bucket",
         "multislice:queuedResource",
+        "multislice:computeEngine",
         "multislice:labels",
         "multislice:allowUnlisted",
     }

@@ -126,7 +126,16 @@ ELSEWHERE = {
     # the config layer, which sits below infra.startup (tests/test_import_graph.py); a test in
     # tests/config/test_dataset.py checks it equals contract.STORAGE_ENDPOINT_ENV.
     ("infra/config/dataset.py", "STORAGE_EMULATOR_HOST"),
+    # multislice:backend's value, which the VMs' metadata repeats: the config layer sits below
+    # infra.startup; test_backend_value_is_the_config_value checks they are equal.
+    ("infra/config/schema.py", "compute-engine"),
 }
+
+
+def test_backend_value_is_the_config_value():
+    from infra.config import BACKENDS
+
+    assert contract.COMPUTE_ENGINE_BACKEND in BACKENDS
 
 
 def _literals(path: Path) -> set[str]:
