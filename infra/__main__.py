@@ -1,10 +1,10 @@
-"""The Pulumi program: StackConfig → project APIs, network, bucket, service account, queued resource.
+"""The Pulumi program: StackConfig → project APIs, network, bucket, service account, TPU slices.
 
 ``pulumi up -s <stack>`` reads ``stacks/Pulumi.<stack>.yaml`` through :mod:`infra.config`
 (every validation error names its key, before any resource exists), renders the startup
 script (:mod:`infra.startup`) and declares (each component takes its own args object, built
 here from the StackConfig by :func:`component_args`; the queued resource's inputs by
-:func:`queued_resource_inputs`)::
+:func:`queued_resource_inputs`, the Compute Engine slices' by :func:`compute_engine_inputs`)::
 
     ProjectServices   tpu, compute, storage, iam, ... APIs enabled (everything depends on it)
     Network           VPC + subnetwork + Cloud NAT + firewall (tag-scoped, IAP-only SSH)
@@ -12,15 +12,26 @@ here from the StackConfig by :func:`component_args`; the queued resource's input
     ServiceAccount    the VMs' service account: bucket objects, logs, metrics; with deleteOnComplete
                       a custom role of tpu.nodes.delete (worker 0 deletes the QR when the run is done)
     ReleaseRecord     the release every VM boot runs, in the bucket
-    QueuedResource    the Multislice QR (dynamic provider, infra/queued_resource/)
+    QueuedResource    multislice:backend queued-resource (default): the Multislice QR
+                      (dynamic provider, infra/queued_resource/)
+    ComputeEngineSlices  multislice:backend compute-engine: workload policy, instance template,
+                      one managed instance group per slice (infra/compute_engine/)
 
 The first five are components of :mod:`infra.components`; the provider package never sees the
-StackConfig either: it gets a :class:`~infra.queued_resource.QueuedResourceInputs`.
+StackConfig either: it gets a :class:`~infra.queued_resource.QueuedResourceInputs` (and the
+Compute Engine component a :class:`~infra.compute_engine.ComputeEngineInputs`).
 
-Exports: bucketUrl, bucketOnDestroy (what ``pulumi destroy`` does with the bucket), runDir,
-checkpointPath, queuedResourceName, queuedResourceState, nodeNames, serviceAccountEmail,
-networkName, subnetworkName, networkTag, loggingFilter, sshHint, startupScriptBytes,
-startupScriptSha256, bundleSha256.
+Before any resource is registered, the program reads what the stack deployed last (a
+``StackReference`` to the stack itself) and refuses a change of ``multislice:backend`` unless
+the stack confirms it (:mod:`infra.backend_change`; :func:`backend_gate`): the first resource
+(``ProjectServices``, on which everything depends) depends on that check.
+
+Exports: backend (``multislice:backend``), bucketUrl, bucketOnDestroy (what ``pulumi destroy``
+does with the bucket), runDir, checkpointPath, serviceAccountEmail, networkName,
+subnetworkName, networkTag, loggingFilter, sshHint, startupScriptBytes, startupScriptSha256,
+bundleSha256; on the queued-resource backend queuedResourceName, queuedResourceState and
+nodeNames; on the compute-engine backend instanceGroupNames (the slices' managed instance
+groups, in slice order).
 
 Errors: a stack that cannot work stops ``pulumi preview``/``up`` with one message naming the
 key (:func:`main` raises it as ``pulumi.RunError``). The Python language host prints a
@@ -44,11 +55,13 @@ from typing import Any
 import pulumi
 
 from infra import config as stack_config, planner, startup
+from infra.backend_change import BackendChangeRefused, check_backend_change, deployed_backend
 from infra.components.network import Network, NetworkArgs
 from infra.components.release import ReleaseRecord, ReleaseRecordArgs
 from infra.components.service_account import ServiceAccount, ServiceAccountArgs, data_bucket
 from infra.components.services import ProjectServices, ServicesArgs
 from infra.components.storage import BucketArgs, CheckpointBucket
+from infra.compute_engine import ComputeEngineInputs, ComputeEngineSlices
 from infra.config import StackConfig
 from infra.config.dataset import check_dataset
 from infra.logs.filter import logging_filter  # the filter `multislice logs` builds on
@@ -66,12 +79,26 @@ def ssh_hint(config: StackConfig) -> str:
     """How to reach worker 0 of slice 0: SSH is open only through IAP TCP forwarding, and only
     with ``multislice:network.iapSsh`` (gcloud's GA ``tpu-vm ssh`` has no
     ``--tunnel-through-iap``; its alpha track has:
-    https://cloud.google.com/sdk/gcloud/reference/alpha/compute/tpus/tpu-vm/ssh; docs/exec-and-reset.md)."""
-    command = (
-        f"gcloud alpha compute tpus tpu-vm ssh {config.node_ids[0]} --worker=0 --zone={config.zone} "
-        f"--project={config.project} --tunnel-through-iap "
-        "--command='sudo journalctl -u google-startup-scripts.service -f'"
-    )
+    https://cloud.google.com/sdk/gcloud/reference/alpha/compute/tpus/tpu-vm/ssh; docs/exec-and-reset.md).
+
+    On the compute-engine backend worker 0 is the first VM, by name, of slice 0's group (the
+    order ``boot.sh`` gives the workers): ``gcloud compute instance-groups managed
+    list-instances`` names it (its ``name`` field, the command's default table's first column)
+    and GA ``gcloud compute ssh`` has ``--tunnel-through-iap`` (``iap_tunnel.AddSshTunnelArgs``
+    in the installed SDK's ``lib/surface/compute/ssh.py``)."""
+    journal = "--command='sudo journalctl -u google-startup-scripts.service -f'"
+    if config.backend == "compute-engine":
+        where = f"--zone={config.zone} --project={config.project}"
+        first = (
+            f"$(gcloud compute instance-groups managed list-instances {config.node_ids[0]} {where} "
+            "--format='value(name)' --sort-by=name --limit=1)"
+        )
+        command = f"gcloud compute ssh {first} {where} --tunnel-through-iap {journal}"
+    else:
+        command = (
+            f"gcloud alpha compute tpus tpu-vm ssh {config.node_ids[0]} --worker=0 --zone={config.zone} "
+            f"--project={config.project} --tunnel-through-iap {journal}"
+        )
     if config.network.iap_ssh:
         return command
     return f"SSH is closed (set multislice:network.iapSsh: true and run pulumi up), then: {command}"
@@ -196,17 +223,109 @@ def queued_resource_inputs(
     )
 
 
+def compute_engine_inputs(
+    config: StackConfig,
+    script: startup.RenderedScript,
+    *,
+    network: pulumi.Input[str],
+    subnetwork: pulumi.Input[str],
+    service_account: pulumi.Input[str],
+    tags: list[str],
+    replaces_queued_resource: pulumi.Input[bool] = False,
+) -> ComputeEngineInputs:
+    """The Compute Engine slices' inputs for a ``multislice:backend: compute-engine`` stack.
+
+    One group per slice, named as the queued resource's nodes are (``config.node_ids``); the
+    template's metadata holds the startup script and the run directory as on the queued
+    resource (:func:`infra.startup.contract.node_metadata`, never the delete-on-complete key:
+    not on this backend). The machine type and topology come from the catalog
+    (:mod:`infra.accelerators`). ``replaces_queued_resource``: the stack's last deployment used
+    the queued-resource backend (:func:`backend_gate`). Pure: equal configs give equal inputs.
+    """
+    accelerator = config.accelerator
+    return ComputeEngineInputs(
+        stack=config.stack,
+        project=config.project,
+        zone=config.zone,
+        region=config.region,
+        group_names=tuple(config.node_ids),
+        machine_type=accelerator.machine_type,
+        topology=accelerator.topology,
+        accelerator_type=config.accelerator_type,
+        generation=accelerator.generation.name,
+        vms_per_slice=config.workers_per_slice,
+        capacity=config.capacity,
+        reservation_name=config.reservation_name,
+        max_run_duration_seconds=config.compute_engine.max_run_duration,
+        network=network,
+        subnetwork=subnetwork,
+        service_account=service_account,
+        tags=tuple(tags),
+        labels=dict(sorted(config.resource_labels.items())),
+        metadata=contract.node_metadata(
+            startup_script=script.text,
+            run_dir=config.run_dir,
+            queued_resource_name=config.queued_resource_name,
+            delete_on_complete=False,
+        ),
+        replaces_queued_resource=replaces_queued_resource,
+    )
+
+
+@dataclass(frozen=True)
+class BackendCheck:
+    """What :func:`backend_gate` found: the warning of a confirmed change (None: unchanged or a
+    new stack) and the backend the stack's last deployment used (None: never deployed)."""
+
+    warning: str | None
+    deployed: str | None
+
+
+def check_backend(outputs: Any, config: StackConfig) -> BackendCheck:
+    """:func:`infra.backend_change.check_backend_change` of the stack's last ``outputs``; a
+    confirmed change is warned once (``pulumi preview`` prints it).
+
+    Raises:
+      pulumi.RunError: the backend changes without ``multislice:allowBackendChange`` (the
+        message names ``multislice:backend``).
+    """
+    outputs = dict(outputs or {})
+    try:
+        warning = check_backend_change(
+            outputs,
+            wanted=config.backend,
+            stack=config.stack,
+            confirmed=bool(getattr(config, "allow_backend_change", False)),
+        )
+    except BackendChangeRefused as err:
+        raise pulumi.RunError(str(err)) from None
+    if warning is not None:
+        pulumi.log.warn(warning)
+    return BackendCheck(warning, deployed_backend(outputs))
+
+
+def backend_gate(config: StackConfig) -> pulumi.Output[BackendCheck]:
+    """:func:`check_backend` of what the stack deployed last, read through a ``StackReference``
+    to the stack itself (``<organization>/<project>/<stack>``; a program may read its own
+    stack's last outputs: https://github.com/pulumi/pulumi/issues/3722)."""
+    name = f"{pulumi.get_organization()}/{pulumi.get_project()}/{pulumi.get_stack()}"
+    reference = pulumi.StackReference(name)
+    return reference.outputs.apply(lambda outputs: check_backend(outputs, config))
+
+
 @dataclass
 class Environment:
-    """What :func:`define` declared (for tests and for readers)."""
+    """What :func:`define` declared (for tests and for readers): ``queued_resource`` on the
+    queued-resource backend, ``slices`` on the compute-engine one (the other is None)."""
 
     services: ProjectServices
     network: Network
     bucket: CheckpointBucket
     service_account: ServiceAccount
-    queued_resource: QueuedResource
+    queued_resource: QueuedResource | None
     script: startup.RenderedScript
     exports: dict[str, Any]
+    slices: ComputeEngineSlices | None = None
 
 
 def _require_ready(args: list[Any]) -> None:
@@ -247,7 +366,9 @@ def define(config: StackConfig, script: startup.RenderedScript | None = None) ->
     script = script if script is not None else startup.render(config)
 
     args = component_args(config, script)
-    services = ProjectServices("apis", args.services)
+    # Nothing is registered before the backend check passes: everything depends on the APIs.
+    check = backend_gate(config)
+    services = ProjectServices("apis", args.services, opts=pulumi.ResourceOptions(depends_on=check.apply(lambda _: [])))
     after_apis = pulumi.ResourceOptions(depends_on=[services])
     network = Network("network", args.network, opts=after_apis)
     bucket = CheckpointBucket("checkpoints", args.bucket, opts=after_apis)
@@ -255,32 +376,52 @@ def define(config: StackConfig, script: startup.RenderedScript | None = None) ->
     service_account = ServiceAccount("identity", args.service_account, bucket=bucket.name, opts=after_apis)
     release = ReleaseRecord("release", args.release_record, bucket=bucket.name, opts=after_apis)  # what every boot runs
 
-    inputs = queued_resource_inputs(
-        config,
-        script,
-        network=network.network,
-        subnetwork=network.subnetwork,
-        service_account=service_account.email,
-        tags=[network.tag],
-    )
-    queued_resource = QueuedResource(
-        "queued-resource",
-        inputs,
-        # The VMs boot into the script at once: NAT, firewall, bucket grants must exist first.
-        opts=pulumi.ResourceOptions(depends_on=[services, network, bucket, service_account, release]),
-    )
-    pulumi.Output.all(queued_resource.ready, queued_resource.statusMessage, queued_resource.deletedOnComplete).apply(
-        _require_ready
-    )
+    # The VMs boot into the script at once: NAT, firewall, bucket grants must exist first.
+    after_all = pulumi.ResourceOptions(depends_on=[services, network, bucket, service_account, release])
+    queued_resource: QueuedResource | None = None
+    slices: ComputeEngineSlices | None = None
+    tpu_exports: dict[str, Any]
+    if config.backend == "compute-engine":
+        slices = ComputeEngineSlices(
+            "slices",
+            compute_engine_inputs(
+                config,
+                script,
+                network=network.network,
+                subnetwork=network.subnetwork,
+                service_account=service_account.email,
+                tags=[network.tag],
+                replaces_queued_resource=check.apply(lambda found: found.deployed == "queued-resource"),
+            ),
+            opts=after_all,
+        )
+        tpu_exports = {"instanceGroupNames": slices.group_names}
+    else:
+        inputs = queued_resource_inputs(
+            config,
+            script,
+            network=network.network,
+            subnetwork=network.subnetwork,
+            service_account=service_account.email,
+            tags=[network.tag],
+        )
+        queued_resource = QueuedResource("queued-resource", inputs, opts=after_all)
+        pulumi.Output.all(
+            queued_resource.ready, queued_resource.statusMessage, queued_resource.deletedOnComplete
+        ).apply(_require_ready)
+        tpu_exports = {
+            "queuedResourceName": queued_resource.queuedResourceName,
+            "queuedResourceState": queued_resource.state,
+            "nodeNames": queued_resource.nodeNames,
+        }
 
     exports: dict[str, Any] = {
+        "backend": config.backend,
         "bucketUrl": bucket.url,
         "bucketOnDestroy": bucket.on_destroy,
         "runDir": bucket.run_dir,
         "checkpointPath": bucket.run_dir.apply(lambda d: f"{d}/checkpoints"),
-        "queuedResourceName": queued_resource.queuedResourceName,
-        "queuedResourceState": queued_resource.state,
-        "nodeNames": queued_resource.nodeNames,
+        **tpu_exports,
         "serviceAccountEmail": service_account.email,
         "networkName": network.network_name,
         "subnetworkName": network.subnetwork_name,
@@ -293,7 +434,7 @@ def define(config: StackConfig, script: startup.RenderedScript | None = None) ->
     }
     for key, value in exports.items():
         pulumi.export(key, value)
-    return Environment(services, network, bucket, service_account, queued_resource, script, exports)
+    return Environment(services, network, bucket, service_account, queued_resource, script, exports, slices)
 
 
 #: Errors that mean "this stack cannot work as configured": shown as their message alone.

@@ -30,6 +30,11 @@ import infra.__main__ as program
 from infra.config import stack_file
 
 QR_TYPE = "pulumi-python:dynamic/tpu:QueuedResource"
+#: The program reads its own stack's last outputs through one (infra/__main__.py, backend_gate).
+STACK_REFERENCE = "pulumi:pulumi:StackReference"
+TEMPLATE_TYPE = "gcp:compute/instanceTemplate:InstanceTemplate"
+GROUP_TYPE = "gcp:compute/instanceGroupManager:InstanceGroupManager"
+WORKLOAD_POLICY_TYPE = "gcp:compute/resourcePolicy:ResourcePolicy"
 FIREWALL = "gcp:compute/firewall:Firewall"
 #: ipCidrRange the getSubnetwork lookup answers for a reused subnetwork.
 LOOKED_UP_CIDR = "10.20.0.0/16"
@@ -76,13 +81,22 @@ class Mocks(pulumi.runtime.Mocks):
 
     ``subnet_network``: the ``network`` URL getSubnetwork answers for a reused subnetwork (the
     Compute API's ``https://www.googleapis.com/compute/v1/projects/<p>/global/networks/<n>``);
-    None answers without one.
+    None answers without one. ``stack_outputs``: the outputs of the stack's last deployment, as a
+    ``StackReference`` to the stack reads them (None: never deployed).
     """
 
-    def __init__(self, world: World, *, qr_ready: bool = True, subnet_network: str | None = None):
+    def __init__(
+        self,
+        world: World,
+        *,
+        qr_ready: bool = True,
+        subnet_network: str | None = None,
+        stack_outputs: dict[str, Any] | None = None,
+    ):
         self.world = world
         self.qr_ready = qr_ready
         self.subnet_network = subnet_network
+        self.stack_outputs = stack_outputs
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs):
         inputs = dict(args.inputs)
@@ -118,6 +132,18 @@ class Mocks(pulumi.runtime.Mocks):
                 nodeNames=names,
                 nodes=[],
             )
+        elif typ == STACK_REFERENCE:
+            id_ = inputs["name"]
+            outs.update(outputs=dict(self.stack_outputs or {}), secretOutputNames=[])
+        elif typ == TEMPLATE_TYPE:
+            id_ = f"projects/{project}/global/instanceTemplates/{inputs['namePrefix']}{args.name}"
+            outs.update(selfLink=id_, selfLinkUnique=f"{id_}?uniqueId={unique_id(json.dumps(inputs, sort_keys=True))}")
+        elif typ == WORKLOAD_POLICY_TYPE:
+            id_ = f"projects/{project}/regions/{inputs['region']}/resourcePolicies/{args.name}"
+            outs["selfLink"] = id_
+        elif typ == GROUP_TYPE:
+            id_ = f"projects/{project}/zones/{inputs['zone']}/instanceGroupManagers/{inputs['name']}"
+            outs["selfLink"] = id_
         else:
             id_ = f"{args.name}-id"
         return id_, outs
@@ -214,15 +240,16 @@ def evaluate(
     as_main: bool = False,
     script: Any = None,
     subnet_network: str | None = None,
+    stack_outputs: dict[str, Any] | None = None,
 ) -> World:
     """Run the program for ``stack`` under mocks (an update, or a preview); return what it
     registered and exported (``as_main``: run the project's program directory with runpy as
     the language host does, see :func:`program_directory`; exports are then not captured;
     ``script``: an ``infra.startup.RenderedScript`` to declare instead of rendering one from
-    this checkout, e.g. one rendered from another revision's trainer; ``subnet_network``: see
-    :class:`Mocks`)."""
+    this checkout, e.g. one rendered from another revision's trainer; ``subnet_network``,
+    ``stack_outputs``: see :class:`Mocks`)."""
     config = engine_config(config_map if config_map is not None else stack_map(stack))
-    world = _start(stack, config, qr_ready, preview, subnet_network)
+    world = _start(stack, config, qr_ready, preview, subnet_network, stack_outputs)
 
     @pulumi.runtime.test
     def run():
@@ -251,10 +278,15 @@ def _ensure_event_loop() -> None:
 
 
 def _start(
-    stack: str, config: dict[str, str], qr_ready: bool, preview: bool, subnet_network: str | None = None
+    stack: str,
+    config: dict[str, str],
+    qr_ready: bool,
+    preview: bool,
+    subnet_network: str | None = None,
+    stack_outputs: dict[str, Any] | None = None,
 ) -> World:
     world = World()
-    mocks = Mocks(world, qr_ready=qr_ready, subnet_network=subnet_network)
+    mocks = Mocks(world, qr_ready=qr_ready, subnet_network=subnet_network, stack_outputs=stack_outputs)
     settings.ROOT.set(None)  # a fresh root Stack resource per evaluation
     _ensure_event_loop()
     pulumi.runtime.set_mocks(mocks, project="multislice", stack=stack, preview=preview, monitor=RecordingMonitor(mocks))

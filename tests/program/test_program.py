@@ -386,6 +386,7 @@ def test_exports(worlds, stack):
     world = worlds[stack]
     config = load_stack(stack)
     assert set(world.exports) == {
+        "backend",
         "bucketUrl",
         "bucketOnDestroy",
         "runDir",
@@ -403,6 +404,7 @@ def test_exports(worlds, stack):
         "startupScriptSha256",
         "bundleSha256",
     }
+    assert world.exports["backend"] == "queued-resource"  # what the next update's backend check reads
     assert world.exports["queuedResourceName"] == (
         f"projects/{config.project}/locations/{config.zone}/queuedResources/{config.queued_resource_id}"
     )
