@@ -281,6 +281,11 @@ class BackendCheck:
     deployed: str | None
 
 
+def backend_change_confirmed(config: StackConfig) -> bool:
+    """``multislice:allowBackendChange`` of the stack (False where the config has no such key)."""
+    return bool(getattr(config, "allow_backend_change", False))
+
+
 def check_backend(outputs: Any, config: StackConfig) -> BackendCheck:
     """:func:`infra.backend_change.check_backend_change` of the stack's last ``outputs``; a
     confirmed change is warned once (``pulumi preview`` prints it).
@@ -295,7 +300,7 @@ def check_backend(outputs: Any, config: StackConfig) -> BackendCheck:
             outputs,
             wanted=config.backend,
             stack=config.stack,
-            confirmed=bool(getattr(config, "allow_backend_change", False)),
+            confirmed=backend_change_confirmed(config),
         )
     except BackendChangeRefused as err:
         raise pulumi.RunError(str(err)) from None

@@ -57,6 +57,8 @@ class Registration:
     retain_on_delete: bool = False
     #: The ``import`` option's id ("" when the resource is created, not imported).
     import_id: str = ""
+    #: ``deleteBeforeReplace``: a replacement deletes this one first (else the new one comes first).
+    delete_before_replace: bool = False
 
 
 @dataclass
@@ -183,6 +185,7 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
                     aliases=[_alias(alias) for alias in request.aliases],
                     retain_on_delete=bool(request.retainOnDelete),
                     import_id=request.importId,
+                    delete_before_replace=bool(request.deleteBeforeReplace),
                 )
             )
         return response
