@@ -135,7 +135,9 @@ def component_args(config: StackConfig, script: startup.RenderedScript) -> Compo
             stack=config.stack,
             project=config.project,
             data_bucket=data_bucket(config.training.data.source, config.bucket_name),
-            delete_on_complete=config.delete_on_complete,
+            # deleteOnComplete is the queued resource's: the compute-engine backend has none.
+            delete_on_complete=config.delete_on_complete and config.backend != "compute-engine",
+            compute_engine=config.backend == "compute-engine",
         ),
         release_record=ReleaseRecordArgs(
             stack=config.stack,

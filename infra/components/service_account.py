@@ -47,6 +47,18 @@ PROJECT_ROLES = ("roles/logging.logWriter", "roles/monitoring.metricWriter")
 #: and the force delete of its nodes is part of that call. The narrowest predefined role with
 #: it, ``roles/tpu.editor``, also creates, starts, stops and resets TPUs, hence a custom role.
 DELETE_PERMISSIONS = ("tpu.nodes.delete",)
+#: The permissions of the custom role that lets a VM of the compute-engine backend find its place
+#: in the job: ``boot.sh`` lists its slice's and slice 0's managed instance groups
+#: (``instanceGroupManagers.listManagedInstances``, authorized by
+#: ``compute.instanceGroupManagers.get`` on the group:
+#: https://cloud.google.com/compute/docs/reference/rest/v1/instanceGroupManagers/listManagedInstances;
+#: gcloud's ``list-instances`` help names ``compute.instanceGroupManagers.list`` for its own
+#: command, but the REST method the VMs call names ``get``) and reads each listed VM's internal
+#: IP (``instances.get``, authorized by ``compute.instances.get``:
+#: https://cloud.google.com/compute/docs/reference/rest/v1/instances/get). The predefined role
+#: with both, ``roles/compute.viewer``, reads every Compute Engine resource of the project, hence
+#: a custom role of the two.
+COMPUTE_READ_PERMISSIONS = ("compute.instanceGroupManagers.get", "compute.instances.get")
 
 
 #: The component's type token before it was renamed from ``Identity``; the alias keeps the
@@ -94,6 +106,8 @@ class ServiceAccountArgs(StrictModel):
     data_bucket: str | None = None
     #: Grant :data:`DELETE_PERMISSIONS` (``multislice:queuedResource.deleteOnComplete``).
     delete_on_complete: bool = False
+    #: Grant :data:`COMPUTE_READ_PERMISSIONS` (``multislice:backend: compute-engine``).
+    compute_engine: bool = False
 
 
 class ServiceAccount(pulumi.ComponentResource):
@@ -105,12 +119,14 @@ class ServiceAccount(pulumi.ComponentResource):
     runs); :data:`DATA_ROLE` on the training-data bucket only when the trainer reads ``gs://``
     data; :data:`PROJECT_ROLES` (log and metric writing) on the project; with
     ``delete_on_complete``, a custom role of :data:`DELETE_PERMISSIONS` alone on the project
-    (:func:`delete_role_id`): worker 0 deletes the queued resource when the run completes.
-    Nothing else project-wide: no editor, no storage admin, no TPU admin. docs/deploying.md
-    ("What the VMs may read and write") lists each grant and why.
+    (:func:`delete_role_id`): worker 0 deletes the queued resource when the run completes; with
+    ``compute_engine``, a custom role of :data:`COMPUTE_READ_PERMISSIONS` alone on the project
+    (:func:`compute_read_role_id`): each VM lists its slices' groups and reads their VMs' IPs.
+    Nothing else project-wide: no editor, no storage admin, no TPU admin, no compute viewer.
+    docs/deploying.md ("What the VMs may read and write") lists each grant and why.
 
-    The custom role's id ends in the account's unique id (:func:`delete_role_id`), so a stack
-    destroyed and deployed again gets a role id IAM has never seen: a deleted custom role's id
+    The custom roles' ids end in the account's unique id (:func:`delete_role_id`), so a stack
+    destroyed and deployed again gets role ids IAM has never seen: a deleted custom role's id
     stays taken for up to 37 days.
 
     The account id is ``infra.naming.service_account_id`` (``multislice-<stack>-tpu``);
@@ -193,6 +209,27 @@ class ServiceAccount(pulumi.ComponentResource):
                     opts=child,
                 )
             )
+        self.compute_read_role: gcp.projects.IAMCustomRole | None = None
+        if args.compute_engine:
+            self.compute_read_role = gcp.projects.IAMCustomRole(
+                f"{name}-compute-read-role",
+                project=args.project,
+                role_id=self.account.unique_id.apply(lambda unique_id: compute_read_role_id(args.stack, unique_id)),
+                title=f"Multislice {args.stack}: find the slices' VMs",
+                description="Lets the stack's TPU VMs list their slices' managed instance groups and read the "
+                "listed VMs' internal IPs (multislice:backend compute-engine).",
+                permissions=list(COMPUTE_READ_PERMISSIONS),
+                opts=child,
+            )
+            self.grants.append(
+                gcp.projects.IAMMember(
+                    f"{name}-compute-read",
+                    project=args.project,
+                    role=self.compute_read_role.name,
+                    member=self.member,
+                    opts=child,
+                )
+            )
         self.register_outputs({"email": self.email, "member": self.member})
 
 
@@ -228,6 +265,21 @@ def delete_role_id(stack: str, account_unique_id: str) -> str:
     Raises:
       ValueError: ``account_unique_id`` is not a string of digits.
     """
+    return _role_id("multisliceDeleteOnComplete", stack, account_unique_id)
+
+
+def compute_read_role_id(stack: str, account_unique_id: str) -> str:
+    """Id of the stack's custom role of :data:`COMPUTE_READ_PERMISSIONS`:
+    ``multisliceComputeRead_<stack>_<last 10 digits of the account's unique id>`` (why the
+    suffix: :func:`delete_role_id`; the longest stack name gives 21 + 1 + 15 + 1 + 10 = 48).
+
+    Raises:
+      ValueError: ``account_unique_id`` is not a string of digits.
+    """
+    return _role_id("multisliceComputeRead", stack, account_unique_id)
+
+
+def _role_id(prefix: str, stack: str, account_unique_id: str) -> str:
     if not account_unique_id.isdigit():
         raise ValueError(f"a service account's unique id is a number; got {account_unique_id[:40]!r}")
-    return f"multisliceDeleteOnComplete_{stack.replace('-', '_')}_{account_unique_id[-ROLE_SUFFIX_DIGITS:]}"
+    return f"{prefix}_{stack.replace('-', '_')}_{account_unique_id[-ROLE_SUFFIX_DIGITS:]}"

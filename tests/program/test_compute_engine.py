@@ -15,6 +15,7 @@ import pulumi
 import pytest
 
 from infra.backend_change import CONFIRM_KEY
+from infra.components.service_account import compute_read_role_id
 from infra.compute_engine.inputs import GROUP_DESCRIPTION, REPLACES_QUEUED_RESOURCE
 from infra.startup.contract import (
     BACKEND_KEY,
@@ -27,7 +28,7 @@ from infra.startup.contract import (
     WORKERS_PER_SLICE_KEY,
 )
 from tests.fakes import pulumi_program
-from tests.fakes.pulumi_program import QR_TYPE, World, evaluate, stack_map
+from tests.fakes.pulumi_program import QR_TYPE, World, evaluate, stack_map, unique_id
 
 TEMPLATE = "gcp:compute/instanceTemplate:InstanceTemplate"
 GROUP = "gcp:compute/instanceGroupManager:InstanceGroupManager"
@@ -140,6 +141,28 @@ def test_the_template_carries_the_vms_identity_network_labels_and_metadata(v5p):
     assert metadata[STARTUP_SCRIPT_KEY].startswith("#!/bin/bash")
     # The script's diff is hidden, as on the queued resource.
     assert v5p.one(TEMPLATE).hide_diffs == [f'metadata["{STARTUP_SCRIPT_KEY}"]']
+
+
+def test_the_vms_account_may_read_the_groups_and_their_vms_and_nothing_more(v5p):
+    email = v5p.exports["serviceAccountEmail"]
+    role_id = f"multisliceComputeRead_dev_{unique_id(email)[-10:]}"
+    assert compute_read_role_id("dev", unique_id(email)) == role_id
+    (role,) = v5p.of("gcp:projects/iAMCustomRole:IAMCustomRole")  # and no delete-on-complete role
+    assert role.inputs["roleId"] == role_id and role.inputs["project"] == "acme-ml-dev"
+    assert role.inputs["permissions"] == ["compute.instanceGroupManagers.get", "compute.instances.get"]
+    project_grants = sorted((g.inputs["role"], g.inputs["member"]) for g in v5p.of("gcp:projects/iAMMember:IAMMember"))
+    member = f"serviceAccount:{email}"
+    assert project_grants == [
+        (f"projects/acme-ml-dev/roles/{role_id}", member),
+        ("roles/logging.logWriter", member),
+        ("roles/monitoring.metricWriter", member),
+    ]
+
+
+def test_the_queued_resource_backend_grants_no_compute_read_role():
+    world = evaluate("dev")  # spot: deleteOnComplete's role only
+    roles = [r.inputs["permissions"] for r in world.of("gcp:projects/iAMCustomRole:IAMCustomRole")]
+    assert roles == [["tpu.nodes.delete"]]
 
 
 def test_the_slices_wait_for_the_network_bucket_and_grants(v5p):
