@@ -18,12 +18,21 @@ service account's Editor role
 Multislice's limits (https://cloud.google.com/tpu/docs/multislice-introduction), one GCE metadata
 value's size (:data:`infra.startup.script.METADATA_VALUE_LIMIT_BYTES`), the release grants
 (:mod:`infra.policy.release_grants`) and Spot preemption (https://cloud.google.com/tpu/docs/spot).
+
+The compute-engine backend's resources are held to the queued resource's node rules: its
+instance template (``gcp:compute/instanceTemplate:InstanceTemplate``) is what every VM of every
+slice is created from, so its network interfaces (an ``accessConfigs`` entry is an external IP:
+pulumi-gcp's ``InstanceTemplateNetworkInterfaceArgs.access_configs``, "Access configurations,
+i.e. IPs via which this instance can be accessed via the Internet"), service account, startup
+script, labels and Spot scheduling are checked as the queued resource's are; its managed
+instance groups carry the mark of a change of backend (``backend-change``,
+:mod:`infra.backend_change`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 from pulumi_policy import (
     EnforcementLevel,
@@ -38,23 +47,26 @@ from infra import accelerators
 from infra.components.network import IAP_SSH_RANGE, SSH_PORT
 from infra.naming import RUNS_PREFIX
 from infra.policy import release_grants
+from infra.policy.advisory import backend_change, prod_capacity, required_labels
+from infra.policy.resource_types import (
+    BUCKET_TYPE,
+    DEFAULT_COMPUTE_SA_SUFFIX,
+    FIREWALL_TYPE,
+    GCP_QUEUED_RESOURCE_TYPE,
+    INSTANCE_GROUP_TYPE,
+    INSTANCE_TEMPLATE_TYPE,
+    PUBLIC_RANGES,
+    QUEUED_RESOURCE_TYPE,
+    REQUIRED_LABELS,
+    TPU_PROGRAM_TYPES,
+    TPU_VM_TYPE,
+    Report,
+)
 from infra.policy.secret_patterns import find_secrets
 from infra.startup.contract import COMPILATION_CACHE_FOLDER, RELEASE_PREFIX, STARTUP_SCRIPT_KEY
 from infra.startup.script import METADATA_VALUE_LIMIT_BYTES
 
 __all__ = ["POLICIES", "QUEUED_RESOURCE_TYPE", "REQUIRED_LABELS", "DEFAULT_COMPUTE_SA_SUFFIX"]
-
-QUEUED_RESOURCE_TYPE = "pulumi-python:dynamic/tpu:QueuedResource"
-FIREWALL_TYPE = "gcp:compute/firewall:Firewall"
-BUCKET_TYPE = "gcp:storage/bucket:Bucket"
-#: pulumi-gcp's single TPU VM, held to the same node rules as the queued resource's nodes.
-TPU_VM_TYPE = "gcp:tpu/v2Vm:V2Vm"
-#: pulumi-gcp's own (single-slice) queued resource.
-GCP_QUEUED_RESOURCE_TYPE = "gcp:tpu/v2QueuedResource:V2QueuedResource"
-
-PUBLIC_RANGES = ("0.0.0.0/0", "::/0")
-DEFAULT_COMPUTE_SA_SUFFIX = "-compute@developer.gserviceaccount.com"
-REQUIRED_LABELS = ("env", "owner", "cost-center")
 
 MANDATORY = EnforcementLevel.MANDATORY
 ADVISORY = EnforcementLevel.ADVISORY
@@ -63,19 +75,11 @@ ADVISORY = EnforcementLevel.ADVISORY
 def _tpu_nodes(args: ResourceValidationArgs) -> list[Mapping[str, Any]]:
     """The node-shaped inputs of a TPU resource: the multislice QR's own props, a V2Vm's, or
     each node spec of pulumi-gcp's queued resource."""
-    if args.resource_type in (QUEUED_RESOURCE_TYPE, TPU_VM_TYPE):
+    if args.resource_type in (QUEUED_RESOURCE_TYPE, TPU_VM_TYPE, INSTANCE_TEMPLATE_TYPE):
         return [args.props]
     if args.resource_type == GCP_QUEUED_RESOURCE_TYPE:
         return [spec.get("node") or {} for spec in (args.props.get("tpu") or {}).get("nodeSpecs") or []]
     return []
-
-
-class Report(Protocol):
-    """The callback a validation reports a violation to: a message and, optionally, the URN of
-    the resource it concerns (pulumi_policy's ``ReportViolation`` alias makes the URN a required
-    positional argument, where its documentation and its callbacks make it optional)."""
-
-    def __call__(self, message: str, urn: str | None = None, /) -> None: ...
 
 
 # Mandatory ------------------------------------------------------------------------------------
@@ -146,6 +150,8 @@ def _tpu_no_external_ips(args: ResourceValidationArgs, report: Report) -> None:
         external = node.get("enableExternalIps")
         if external is None:
             external = (node.get("networkConfig") or {}).get("enableExternalIps")
+        if args.resource_type == INSTANCE_TEMPLATE_TYPE:
+            external = any(nic.get("accessConfigs") for nic in node.get("networkInterfaces") or [])
         if external:
             report(
                 f"TPU resource {args.name!r} gives its VMs external IPs; use Cloud NAT, or set "
@@ -319,38 +325,10 @@ def _vm_cannot_write_release(args: ResourceValidationArgs, report: Report) -> No
 
 
 def _multislice_program(args: StackValidationArgs, report: Report) -> None:
-    if not any(r.resource_type == QUEUED_RESOURCE_TYPE for r in args.resources):
+    if not any(r.resource_type in TPU_PROGRAM_TYPES for r in args.resources):
         report(
-            f"this stack declares no {QUEUED_RESOURCE_TYPE}: the multislice policy pack checks the "
-            "multislice program only"
-        )
-
-
-# Advisory -------------------------------------------------------------------------------------
-
-
-def _required_labels(args: ResourceValidationArgs, report: Report) -> None:
-    if "labels" not in args.props or args.resource_type not in (QUEUED_RESOURCE_TYPE, BUCKET_TYPE, TPU_VM_TYPE):
-        return
-    labels = args.props.get("labels") or {}
-    missing = [key for key in REQUIRED_LABELS if not labels.get(key)]
-    if missing:
-        report(f"{args.name!r} lacks the label(s) {', '.join(missing)} (cost attribution)")
-
-
-def _is_prod(labels: Mapping[str, Any]) -> bool:
-    stack = str(labels.get("multislice-stack") or "")
-    return labels.get("env") == "prod" or stack == "prod" or stack.startswith("prod-")
-
-
-def _prod_capacity(args: ResourceValidationArgs, report: Report) -> None:
-    if args.resource_type != QUEUED_RESOURCE_TYPE or not _is_prod(args.props.get("labels") or {}):
-        return
-    capacity = args.props.get("capacity")
-    if capacity not in ("reserved", "on-demand") and not args.opts.protect:
-        report(
-            f"prod queued resource {args.name!r} is on {capacity} capacity and not protected: "
-            "it can be preempted at any time; use reserved capacity or protect it"
+            f"this stack declares no {QUEUED_RESOURCE_TYPE} and no {INSTANCE_GROUP_TYPE}: the multislice "
+            "policy pack checks the multislice program only"
         )
 
 
@@ -440,11 +418,17 @@ POLICIES = [
         validate=_multislice_program,  # pyright: ignore[reportArgumentType]
         enforcement_level=MANDATORY,
     ),
-    _resource("required-labels", "Resources carry the env, owner and cost-center labels.", _required_labels, ADVISORY),
+    _resource("required-labels", "Resources carry the env, owner and cost-center labels.", required_labels, ADVISORY),
     _resource(
         "prod-capacity",
         "Prod queued resources use reserved or on-demand capacity, or are protected.",
-        _prod_capacity,
+        prod_capacity,
+        ADVISORY,
+    ),
+    _resource(
+        "backend-change",
+        "No managed instance group replaces the stack's queued resource (a change of multislice:backend).",
+        backend_change,
         ADVISORY,
     ),
 ]

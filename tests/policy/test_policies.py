@@ -96,7 +96,7 @@ def test_policy_levels_and_names():
         "vm-cannot-write-release",
         "multislice-program",
     }
-    assert advisory == {"required-labels", "prod-capacity"}
+    assert advisory == {"required-labels", "prod-capacity", "backend-change"}
 
 
 @pytest.mark.parametrize("ranges", [["0.0.0.0/0"], ["10.0.0.0/8", "::/0"]])

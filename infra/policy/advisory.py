@@ -1,0 +1,69 @@
+"""The advisory policies of the pack (:data:`infra.policy.policies.POLICIES` lists them with their levels;
+``stacks/policy.prod.json`` makes them mandatory on prod)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pulumi_policy import ResourceValidationArgs
+
+from infra.policy.resource_types import (
+    BUCKET_TYPE,
+    INSTANCE_GROUP_TYPE,
+    INSTANCE_TEMPLATE_TYPE,
+    QUEUED_RESOURCE_TYPE,
+    REQUIRED_LABELS,
+    TPU_VM_TYPE,
+    Report,
+)
+
+
+def required_labels(args: ResourceValidationArgs, report: Report) -> None:
+    labelled = (QUEUED_RESOURCE_TYPE, BUCKET_TYPE, TPU_VM_TYPE, INSTANCE_TEMPLATE_TYPE)
+    if "labels" not in args.props or args.resource_type not in labelled:
+        return
+    labels = args.props.get("labels") or {}
+    missing = [key for key in REQUIRED_LABELS if not labels.get(key)]
+    if missing:
+        report(f"{args.name!r} lacks the label(s) {', '.join(missing)} (cost attribution)")
+
+
+def _is_prod(labels: Mapping[str, Any]) -> bool:
+    stack = str(labels.get("multislice-stack") or "")
+    return labels.get("env") == "prod" or stack == "prod" or stack.startswith("prod-")
+
+
+def prod_capacity(args: ResourceValidationArgs, report: Report) -> None:
+    if not _is_prod(args.props.get("labels") or {}):
+        return
+    if args.resource_type == INSTANCE_TEMPLATE_TYPE:
+        # Spot VMs are preempted at any time; flex-start, on-demand and reserved VMs are not.
+        scheduling = args.props.get("scheduling") or {}
+        if (scheduling.get("provisioningModel") == "SPOT" or scheduling.get("preemptible")) and not args.opts.protect:
+            report(
+                f"prod instance template {args.name!r} makes Spot VMs and is not protected: they can be "
+                "preempted at any time; use reserved, on-demand or flex-start capacity or protect it"
+            )
+        return
+    if args.resource_type != QUEUED_RESOURCE_TYPE:
+        return
+    capacity = args.props.get("capacity")
+    if capacity not in ("reserved", "on-demand") and not args.opts.protect:
+        report(
+            f"prod queued resource {args.name!r} is on {capacity} capacity and not protected: "
+            "it can be preempted at any time; use reserved capacity or protect it"
+        )
+
+
+def backend_change(args: ResourceValidationArgs, report: Report) -> None:
+    if args.resource_type != INSTANCE_GROUP_TYPE:
+        return
+    from infra.compute_engine.inputs import REPLACES_QUEUED_RESOURCE
+
+    if args.props.get("description") == REPLACES_QUEUED_RESOURCE:
+        report(
+            f"managed instance group {args.name!r} replaces the stack's queued resource "
+            "(multislice:backend changed, confirmed by multislice:allowBackendChange): every TPU VM is deleted and "
+            "its capacity requested again"
+        )

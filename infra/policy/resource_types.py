@@ -1,0 +1,30 @@
+"""The resource types the policies look at, and the callback they report to (:mod:`infra.policy.policies`)."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+QUEUED_RESOURCE_TYPE = "pulumi-python:dynamic/tpu:QueuedResource"
+#: The compute-engine backend's instance template and its managed instance groups (infra/compute_engine/).
+INSTANCE_TEMPLATE_TYPE = "gcp:compute/instanceTemplate:InstanceTemplate"
+INSTANCE_GROUP_TYPE = "gcp:compute/instanceGroupManager:InstanceGroupManager"
+#: The stack's TPU resources, one of which a multislice program declares.
+TPU_PROGRAM_TYPES = (QUEUED_RESOURCE_TYPE, INSTANCE_GROUP_TYPE)
+FIREWALL_TYPE = "gcp:compute/firewall:Firewall"
+BUCKET_TYPE = "gcp:storage/bucket:Bucket"
+#: pulumi-gcp's single TPU VM, held to the same node rules as the queued resource's nodes.
+TPU_VM_TYPE = "gcp:tpu/v2Vm:V2Vm"
+#: pulumi-gcp's own (single-slice) queued resource.
+GCP_QUEUED_RESOURCE_TYPE = "gcp:tpu/v2QueuedResource:V2QueuedResource"
+
+PUBLIC_RANGES = ("0.0.0.0/0", "::/0")
+DEFAULT_COMPUTE_SA_SUFFIX = "-compute@developer.gserviceaccount.com"
+REQUIRED_LABELS = ("env", "owner", "cost-center")
+
+
+class Report(Protocol):
+    """The callback a validation reports a violation to: a message and, optionally, the URN of
+    the resource it concerns (pulumi_policy's ``ReportViolation`` alias makes the URN a required
+    positional argument, where its documentation and its callbacks make it optional)."""
+
+    def __call__(self, message: str, urn: str | None = None, /) -> None: ...
