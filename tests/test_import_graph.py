@@ -195,11 +195,19 @@ def test_a_cycle_in_training_through_a_type_checking_import_is_found(tmp_path):
 #: -> (components | queued_resource | planner | logs) -> startup -> config -> the catalog, names
 #: and the VM contract.
 LAYERS: list[list[str]] = [
-    ["infra", "infra.accelerators", "infra.naming", "infra.bucket_location", "infra.credentials", "infra.clock"],
+    [
+        "infra",
+        "infra.accelerators",
+        "infra.naming",
+        "infra.bucket_location",
+        "infra.credentials",
+        "infra.clock",
+        "infra.backend_change",
+    ],
     ["infra.startup.contract"],
     ["infra.config"],
     ["infra.startup"],
-    ["infra.components", "infra.queued_resource", "infra.planner", "infra.logs"],
+    ["infra.components", "infra.queued_resource", "infra.compute_engine", "infra.planner", "infra.logs"],
     ["infra.__main__"],
     ["infra.review", "infra.policy", "infra.local", "infra.status", "infra.remote"],
     ["infra.cli"],

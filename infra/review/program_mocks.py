@@ -264,8 +264,33 @@ def evaluate(
         # The Python language host runs the program directory with runpy (first on sys.path).
         runpy.run_path(str(program_directory()), run_name="__main__")
 
-    (run_as_pulumi_does if as_main else run)()
+    try:
+        (run_as_pulumi_does if as_main else run)()
+    except BaseException:
+        _cancel_leftovers()
+        raise
     return world
+
+
+def _cancel_leftovers() -> None:
+    """Cancel what a failed evaluation left pending (registrations waiting on the failed
+    Output): on the shared event loop they would otherwise run into the next evaluation's mocks.
+    Then collect the failed futures here, in this thread: asyncio logs each one's traceback when
+    it is collected ("Future exception was never retrieved"), and Python 3.11 formats a
+    traceback with ``ast.parse``, whose recursion counter is not thread-safe: formatted from
+    another thread while the next evaluation parses the trainer's source
+    (``infra.startup.shipped_source``), it fails that parse with "AST constructor recursion
+    depth mismatch" (https://github.com/python/cpython/issues/106905)."""
+    import asyncio
+    import gc
+
+    loop = asyncio.get_event_loop_policy().get_event_loop()
+    pending = [task for task in asyncio.all_tasks(loop) if not task.done()]
+    for task in pending:
+        task.cancel()
+    if pending:
+        loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+    gc.collect()
 
 
 def _ensure_event_loop() -> None:

@@ -16,8 +16,8 @@ from infra.compute_engine.inputs import GROUP_DESCRIPTION, REPLACES_QUEUED_RESOU
 from infra.policy.evaluate import check_world
 from infra.startup.contract import STARTUP_SCRIPT_KEY
 from tests.fakes.pulumi_program import evaluate
-from tests.policy.test_policies import changed, stack_violations, violations
-from tests.program.test_compute_engine import GROUP, TEMPLATE, ce_map
+from tests.helpers.compute_engine import GROUP, TEMPLATE, ce_map
+from tests.helpers.policies import changed, stack_violations, violations
 
 PROD_POLICY_CONFIG = json.loads((Path(__file__).resolve().parents[2] / "stacks" / "policy.prod.json").read_text())
 

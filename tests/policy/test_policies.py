@@ -8,61 +8,24 @@ each failing one changes exactly the property the policy is about.
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import json
-from inspect import isawaitable
 from typing import Any
 
 import pytest
 from pulumi_policy import (
     EnforcementLevel,
-    PolicyCustomTimeouts,
-    PolicyResource,
-    PolicyResourceOptions,
-    ResourceValidationArgs,
-    ResourceValidationPolicy,
-    StackValidationArgs,
-    StackValidationPolicy,
 )
-from pulumi_policy.proxy import unknown_checking_proxy
 
 from infra.policy import policies
 from infra.policy.policies import POLICIES
 from infra.startup import METADATA_VALUE_LIMIT_BYTES
 from tests.fakes.pulumi_program import QR_TYPE, evaluate
 from tests.fakes.queued_resource import clear_ambient_credentials, refuse_connections
+from tests.helpers.policies import changed, stack_violations, violations
 
-BY_NAME = {policy.name: policy for policy in POLICIES}
 FIREWALL = "gcp:compute/firewall:Firewall"
 BUCKET = "gcp:storage/bucket:Bucket"
-
-
-def options(protect: bool = False) -> PolicyResourceOptions:
-    return PolicyResourceOptions(protect, [], None, [], PolicyCustomTimeouts(0, 0, 0), [])
-
-
-def violations(
-    name: str, typ: str, props: dict[str, Any], *, config: dict | None = None, protect: bool = False
-) -> list[str]:
-    """Messages ``policy.validate`` reports for one resource."""
-    policy = BY_NAME[name]
-    assert isinstance(policy, ResourceValidationPolicy)
-    found: list[str] = []
-    # wrapped as pulumi_policy's analyzer wraps the inputs it deserializes (Mapping/Sequence proxies)
-    args = ResourceValidationArgs(
-        typ,
-        unknown_checking_proxy(props),
-        f"urn:pulumi:t::multislice::{typ}::r",
-        "r",
-        options(protect),
-        None,
-        config or {},
-    )
-    result = policy.validate(args, lambda message, urn=None: found.append(message))
-    if isawaitable(result):
-        asyncio.run(result)
-    return found
 
 
 @pytest.fixture(scope="module")
@@ -71,12 +34,6 @@ def dev_qr() -> dict[str, Any]:
     props = dict(world.one(QR_TYPE).inputs)
     props.pop("__provider", None)
     return props
-
-
-def changed(props: dict[str, Any], **updates: Any) -> dict[str, Any]:
-    out = copy.deepcopy(props)
-    out.update(updates)
-    return out
 
 
 def test_policy_levels_and_names():
@@ -445,18 +402,6 @@ def test_multislice_check_refuses_the_program_with_its_write_grant_unconditioned
     (found,) = [v for v in check_world(world) if v.policy == "vm-cannot-write-release"]
     assert found.mandatory and found.resource == grant.urn
     assert found.message.startswith("IAM grant 'identity-checkpoints' gives serviceAccount:multislice-dev-tpu@")
-
-
-def stack_violations(resources: list[tuple[str, dict]]) -> list[str]:
-    policy = BY_NAME["multislice-program"]
-    assert isinstance(policy, StackValidationPolicy)
-    found: list[str] = []
-    stack = [
-        PolicyResource(t, unknown_checking_proxy(p), f"urn:{i}", f"r{i}", options(), None, None, [], {})
-        for i, (t, p) in enumerate(resources)
-    ]
-    policy.validate(StackValidationArgs(stack), lambda message, urn=None: found.append(message))
-    return found
 
 
 def test_a_program_that_is_not_ours_is_named(dev_qr):
