@@ -11,50 +11,12 @@ import re
 from pathlib import Path
 
 import pytest
-import yaml
 from typer.testing import CliRunner
 
 from infra.cli import app
 from infra.remote.gcloud import GCLOUD_ENV
 from tests.fakes import gcloud_cli
-
-ROOT = Path(__file__).resolve().parents[2]
-#: v5p-16: 8 chips, 4 per VM (ct5p-hightpu-4t), so 2 VMs per slice; 2 slices.
-GROUPS = ("multislice-ceops-0", "multislice-ceops-1")
-#: Names as a MIG makes them (base name + suffix), listed out of order on purpose.
-NAMES = {
-    "multislice-ceops-0": ["multislice-ceops-0-zq7w", "multislice-ceops-0-b2kx"],
-    "multislice-ceops-1": ["multislice-ceops-1-m4dd", "multislice-ceops-1-c9aa"],
-}
-
-
-def stack_file(tmp_path: Path, *, iap_ssh: bool = True) -> Path:
-    data = yaml.safe_load((ROOT / "tests" / "stacks" / "Pulumi.emu.yaml").read_text())
-    config = data["config"]
-    config["gcp:zone"] = "us-east5-a"
-    config["multislice:backend"] = "compute-engine"
-    config["multislice:acceleratorType"] = "v5p-16"
-    config["multislice:training"]["parallelism"]["ici"]["fsdp"] = 8
-    config["multislice:training"]["global_batch_size"] = 16
-    if iap_ssh:
-        config["multislice:network"] = {"iapSsh": True}
-    path = tmp_path / "Pulumi.ceops.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path
-
-
-def listed(group: str, status: str = "RUNNING", action: str = "NONE") -> list[dict]:
-    """``list-instances --format=json`` of a group (ManagedInstance fields)."""
-    return [
-        {
-            "name": name,
-            "instance": f"https://www.googleapis.com/compute/v1/projects/multislice-tests/zones/us-east5-a/instances/{name}",
-            "instanceStatus": status,
-            "currentAction": action,
-            "id": str(1000 + i),
-        }
-        for i, name in enumerate(NAMES[group])
-    ]
+from tests.helpers.compute_engine_stack import GROUPS, NAMES, listed, stack_file
 
 
 def plan(**extra) -> dict:
