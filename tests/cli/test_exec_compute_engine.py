@@ -25,9 +25,10 @@ def plan(**extra) -> dict:
 
 def run(tmp_path: Path, the_plan: dict, *args: str, command: str = "exec"):
     installed = gcloud_cli.install(tmp_path / "gcloud", the_plan)
+    log_dir = ["--log-dir", str(tmp_path / "logs")] if command == "exec" and "--log-dir" not in args else []
     return CliRunner().invoke(
         app,
-        [command, "--config-file", str(stack_file(tmp_path)), *args],
+        [command, "--config-file", str(stack_file(tmp_path)), *log_dir, *args],
         env={**installed, "COLUMNS": "250", GCLOUD_ENV: None},
         color=False,
     )
