@@ -121,3 +121,26 @@ def test_gcloud_failing_is_one_line(tmp_path, stack):
     assert result.stderr.count("\n") == 1
     assert "gcloud could not list instance group multislice-ceops-0" in result.stderr
     assert "PERMISSION_DENIED" in result.stderr
+
+
+def test_an_emulated_compute_engine_stack_is_shown_as_emulated_instance_groups():
+    # `multislice local status` of a compute-engine stack: the emulator's state, worded per backend.
+    from rich.console import Console
+
+    from infra.status.capacity import CapacityStatus, SliceStatus
+    from infra.status.progress import RunProgress
+    from infra.status.report import StackStatus, render
+
+    cap = CapacityStatus(
+        "multislice-ceops",
+        "ACTIVE",
+        emulated=True,
+        detail="emulator pid 7",
+        slices=[SliceStatus(0, "multislice-ceops-0", "READY", None, 2, 2)],
+        backend="compute-engine",
+    )
+    console = Console(width=200, record=True)
+    console.print(render(StackStatus("ceops", cap, RunProgress("gs://b/runs/ceops", 24))))
+    text = console.export_text()
+    assert "emulated instance groups" in text and "multislice-ceops-0  READY  2/2 VMs running" in text
+    assert "queued resource" not in text
