@@ -12,7 +12,7 @@ an RFC 3339 string).
 On the compute-engine backend (``multislice:backend: compute-engine``) the VMs are Compute
 Engine instances, whose monitored resource is ``gce_instance`` with the labels ``project_id``,
 ``instance_id`` (a number) and ``zone`` (the ``MonitoredResource`` reference:
-https://cloud.google.com/logging/docs/reference/v2/rest/v2/MonitoredResource, and
+https://cloud.google.com/monitoring/api/ref_v3/rest/Shared.Types/MonitoredResource, and
 https://cloud.google.com/logging/docs/api/v2/resource-list). No documented resource label names
 the instance, its group or the stack, and the instance ids are only known once the groups made
 them, so the stack's trainer lines are told by the entry labels the trainer writes on every VM:

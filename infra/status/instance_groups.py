@@ -1,8 +1,9 @@
 """The capacity of a ``multislice:backend: compute-engine`` stack: each slice's managed instance
 group and its VMs, as ``gcloud compute instance-groups managed list-instances`` lists them
-(:mod:`infra.remote.instance_groups`, which cites the command and its fields). The Cloud TPU API
-is never called for such a stack (it knows nothing of Compute Engine TPU VMs:
-docs/compute-engine.md section 1).
+(:func:`infra.remote.instance_groups.list_group`, which cites the command and its fields; the
+command line passes it in, since :mod:`infra.remote` reads this package and not the other way
+round). The Cloud TPU API is never called for such a stack (it knows nothing of Compute Engine
+TPU VMs: docs/compute-engine.md section 1).
 
 A slice is ``READY`` when its group lists exactly the slice's VMs and every one is ``RUNNING``
 with no action scheduled by the group (``currentAction`` ``NONE``), ``MISSING`` when the group
@@ -13,24 +14,29 @@ does not exist, else ``NOT_READY`` (VMs being created, recreated, stopped, …).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from typing import Any
+
 from infra.status.capacity import CapacityStatus, InstanceStatus, QueuedResourceNotFound, SliceStatus
+
+#: Lists one group: its instances sorted by name (each with ``name``, ``status``, ``action`` and
+#: ``up``), or None when the group does not exist.
+GroupLister = Callable[[str], Sequence[Any] | None]
 
 READY, NOT_READY, MISSING = "READY", "NOT_READY", "MISSING"
 BACKEND = "compute-engine"
 
 
-def read(config, gcloud: str) -> CapacityStatus:
-    """Every slice's group of ``config``'s stack, listed with ``gcloud``.
+def read(config, list_group: GroupLister) -> CapacityStatus:
+    """Every slice's group of ``config``'s stack, listed with ``list_group``.
 
     Raises:
       QueuedResourceNotFound: none of the groups exists.
-      infra.remote.selection.RemoteError: gcloud failed (its exit status as the error's).
+      whatever ``list_group`` raises.
     """
-    from infra.remote.instance_groups import list_group
-
     slices = []
     for index, group in enumerate(config.node_ids):
-        listed = list_group(gcloud, config, group)
+        listed = list_group(group)
         if listed is None:
             slices.append(SliceStatus(index, group, MISSING, vms_running=0, vms=config.workers_per_slice))
             continue

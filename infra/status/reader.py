@@ -16,6 +16,10 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from infra.status.instance_groups import GroupLister
 
 
 class StatusError(Exception):
@@ -27,8 +31,10 @@ class StatusError(Exception):
 
 
 @contextmanager
-def cloud_reader(config) -> Iterator[StackReader]:
-    """A function that reads the deployed stack's status (credentials checked first)."""
+def cloud_reader(config, list_group: GroupLister | None = None) -> Iterator[StackReader]:
+    """A function that reads the deployed stack's status (credentials checked first); on the
+    compute-engine backend its groups through ``list_group``
+    (:data:`infra.status.instance_groups.GroupLister`, raising :class:`StatusError`)."""
     from infra import credentials as gcp
     from infra.startup.contract import STORAGE_ENDPOINT_ENV
     from infra.status import capacity
@@ -37,7 +43,9 @@ def cloud_reader(config) -> Iterator[StackReader]:
     settings = gcp.CredentialSettings.resolve({}, os.environ)
     emulated_storage = bool(os.environ.get(STORAGE_ENDPOINT_ENV))
     if config.backend == "compute-engine":
-        yield _compute_engine_reader(config, settings, emulated_storage)
+        if list_group is None:
+            raise StatusError(f"stack {config.stack} uses the compute-engine backend: no instance group reader", 2)
+        yield _compute_engine_reader(config, settings, emulated_storage, list_group)
         return
     url = capacity.endpoint()
     needed = not (capacity.is_local_endpoint(url) and emulated_storage)
@@ -69,12 +77,10 @@ def cloud_reader(config) -> Iterator[StackReader]:
     yield StackReader(config, store, read_capacity)
 
 
-def _compute_engine_reader(config, settings, emulated_storage: bool) -> StackReader:
-    """A compute-engine stack's reader: its instance groups through gcloud
+def _compute_engine_reader(config, settings, emulated_storage: bool, list_group: GroupLister) -> StackReader:
+    """A compute-engine stack's reader: its instance groups through ``list_group``
     (:mod:`infra.status.instance_groups`; no Cloud TPU API), its run as on Cloud TPU."""
     from infra import credentials as gcp
-    from infra.remote.gcloud import gcloud_executable
-    from infra.remote.selection import RemoteError
     from infra.status import instance_groups
     from infra.status.store import RunStore
 
@@ -87,18 +93,8 @@ def _compute_engine_reader(config, settings, emulated_storage: bool) -> StackRea
             credentials = gcp.load(settings, quota_project=settings.quota_project(config.project))
         except gcp.CredentialsError as err:
             raise StatusError(str(err), 2) from None
-    try:
-        gcloud = gcloud_executable()
-    except RemoteError as err:
-        raise StatusError(str(err), 2) from None
-
-    def read_capacity():
-        try:
-            return instance_groups.read(config, gcloud)
-        except RemoteError as err:
-            raise StatusError(str(err).replace("; nothing was run", ""), err.exit_code) from None
-
-    return StackReader(config, RunStore(config.run_dir, None if emulated_storage else credentials), read_capacity)
+    store = RunStore(config.run_dir, None if emulated_storage else credentials)
+    return StackReader(config, store, lambda: instance_groups.read(config, list_group))
 
 
 @contextmanager
