@@ -44,7 +44,8 @@ def status(
     interval: float = INTERVAL_OPTION,
     plot: Path | None = PLOT_OPTION,
 ) -> None:
-    """A deployed stack: its queued resource and slices (Cloud TPU API) and its run's progress
+    """A deployed stack: its queued resource and slices (Cloud TPU API; on the compute-engine
+    backend its instance groups and VMs, through gcloud) and its run's progress
     (the run directory in the checkpoint bucket): step, loss, tokens/s, ETA, checkpoints,
     restarts and preemptions, goodput, COMPLETE."""
     from infra.status.reader import StatusError, cloud_reader
