@@ -415,7 +415,18 @@ class StackConfig(StrictModel):
 
     @property
     def effective_runtime_version(self) -> str:
-        return self.runtime_version or self.accelerator.generation.default_runtime_version
+        """``multislice:runtimeVersion``, else the generation's default: the queued resource's
+        TPU software version.
+
+        Raises:
+            ValueError: the generation has none (TPU7x: the Cloud TPU API does not offer it, and a
+                compute-engine stack has no runtime version; ``_consistent`` refuses such a stack
+                on the queued-resource backend).
+        """
+        version = self.runtime_version or self.accelerator.generation.default_runtime_version
+        if version is None:
+            raise ValueError(f"{self.accelerator_type} has no TPU software version (not on the Cloud TPU API)")
+        return version
 
     @property
     def effective_run_name(self) -> str:
