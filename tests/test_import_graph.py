@@ -199,7 +199,7 @@ LAYERS: list[list[str]] = [
     ["infra.startup.contract"],
     ["infra.config"],
     ["infra.startup"],
-    ["infra.components", "infra.queued_resource", "infra.planner", "infra.logs"],
+    ["infra.components", "infra.queued_resource", "infra.planner", "infra.logs", "infra.backend_change"],
     ["infra.__main__"],
     ["infra.review", "infra.policy", "infra.local", "infra.status", "infra.remote"],
     ["infra.cli"],

@@ -30,9 +30,9 @@ WORKER_NUMBER_KEY = "agent-worker-number"
 WORKER_ENDPOINTS_KEY = "worker-network-endpoints"
 TPU_ENV_KEY = "tpu-env"
 ACCELERATOR_TYPE_KEY = "accelerator-type"
-#: Set by ``pulumi up`` on the compute-engine backend only (docs/compute-engine.md, "How a VM
-#: learns its place"): Compute Engine documents none of Cloud TPU's identity keys for its TPU
-#: VMs, so the program gives every VM what it needs to find its place itself.
+#: Set by ``pulumi up`` on the compute-engine backend only: Compute Engine documents none of
+#: Cloud TPU's identity keys for its TPU VMs, so the program gives every VM what it needs to
+#: find its place itself (docs/compute-engine.md, "4. How a VM learns its place in the job").
 #: ``compute-engine`` on such a VM (absent on a queued resource's VMs).
 BACKEND_KEY = "multislice-backend"
 #: The slices' managed instance groups, comma-separated in slice order (the instance template).

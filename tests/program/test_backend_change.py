@@ -6,7 +6,10 @@ import pytest
 
 from infra.backend_change import BackendChangeRefused, check_backend_change, deployed_backend
 
-QR_OUTPUTS = {"queuedResourceName": "projects/p/locations/us-east5-a/queuedResources/multislice-prod", "bucketUrl": "gs://b"}
+QR_OUTPUTS = {
+    "queuedResourceName": "projects/p/locations/us-east5-a/queuedResources/multislice-prod",
+    "bucketUrl": "gs://b",
+}
 
 
 @pytest.mark.parametrize(
