@@ -89,6 +89,12 @@ def test_the_trainer_spells_the_names_it_reads_as_the_contract_declares():
     for key in (contract.WORKER_NUMBER_KEY, contract.WORKER_ENDPOINTS_KEY, contract.TPU_ENV_KEY):
         assert f'"{key}"' in source, key  # training/cluster.py: the identity JAX's cluster code reads too
     assert f'"{contract.METADATA_HOST_ENV}", "{contract.DEFAULT_METADATA_HOST}"' in source
+    # Compute Engine: the identity boot.sh exports (training/cluster.py reads it as JAX's GkeTpuCluster
+    # does), and the program's keys the trainer reads there (cluster.py, log_shipping.py).
+    for name in contract.COMPUTE_ENGINE_IDENTITY_ENV:
+        assert f'"{name}"' in source, name
+    for key in (contract.COMPUTE_ENGINE_ACCELERATOR_KEY, contract.INSTANCE_GROUPS_KEY):
+        assert f'"{key}"' in source or f"attributes/{key}" in source, key
     assert re.search(rf'^LOG_NAME = "{contract.TRAINER_LOG}"$', source, re.M)  # training/log_shipping.py
     assert re.search(
         rf'^COMPLETE_MARKER = "{contract.COMPLETE_MARKER}"$', source, re.M
