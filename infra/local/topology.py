@@ -65,9 +65,7 @@ def is_compute_engine(config: StackConfig) -> bool:
     return config.backend == contract.COMPUTE_ENGINE_BACKEND
 
 
-def compute_engine_metadata(
-    config: StackConfig, slice_id: int, *, startup_script: str, run_dir: str
-) -> dict[str, str]:
+def compute_engine_metadata(config: StackConfig, slice_id: int, *, startup_script: str, run_dir: str) -> dict[str, str]:
     """A compute-engine backend VM's metadata attributes: the instance template's (the startup
     script, the run directory, the backend, the groups in slice order, the VMs per slice, the
     accelerator type) and its group's (the slice index)."""
