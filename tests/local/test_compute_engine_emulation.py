@@ -21,7 +21,7 @@ STEPS = 12
 
 
 def compute_engine_stack(tmp_path: Path) -> Path:
-    """The emu stack on the compute-engine backend, with 12 steps and a checkpoint every 4 (its
+    """The emu stack on the compute-engine backend, with 12 steps and a synchronous checkpoint every 4 (its
     name, bucket and run directory are the emu stack's: tests.helpers.emulation reads them)."""
     path = tmp_path / "stack" / STACK.name
     path.parent.mkdir()
@@ -29,7 +29,9 @@ def compute_engine_stack(tmp_path: Path) -> Path:
     for old, new in (
         ("  multislice:capacity: spot\n", "  multislice:capacity: spot\n  multislice:backend: compute-engine\n"),
         ("    steps: 24\n", f"    steps: {STEPS}\n"),
-        ("checkpoint: {interval_steps: 6, keep: 2}", "checkpoint: {interval_steps: 4, keep: 2}"),
+        # Synchronous saves: step 4's checkpoint is finalized before step 5 starts, so the kill
+        # (at a step ≥ 6) always finds it (tests/local/test_emulation.py, synchronous_saves).
+        ("checkpoint: {interval_steps: 6, keep: 2}", "checkpoint: {interval_steps: 4, keep: 2, async_save: false}"),
     ):
         assert old in text
         text = text.replace(old, new)
@@ -45,7 +47,7 @@ def test_a_compute_engine_stack_trains_is_repaired_and_resumes(tmp_path):
     assert config.backend == "compute-engine" and config.slices == 2 and config.accelerator.hosts == 1
     summary_path = tmp_path / "summary.json"
     result = run_cli(
-        ["local", "up", "--config-file", str(stack), "--summary-json", str(summary_path), "--kill", "1@4"],
+        ["local", "up", "--config-file", str(stack), "--summary-json", str(summary_path), "--kill", "1@6"],
         tmp_path,
         timeout=850,
     )
@@ -75,9 +77,9 @@ def test_a_compute_engine_stack_trains_is_repaired_and_resumes(tmp_path):
     events = run_records(tmp_path, "events")
     starts = [e for e in events if e.get("event") == "start"]
     assert [e["processes"] for e in starts] == [2, 2]
-    # The kill lands at some step ≥ 4 (the emulator polls); the second attempt resumed from a
-    # checkpoint (every 4 steps) no later than the newest step the killed attempt reported.
+    # The kill lands at some step K ≥ 6 (the emulator polls); the second attempt resumed from the
+    # newest checkpoint R ≤ K (every 4 steps, so R ≥ 4).
     assert starts[0]["step"] == 0 and starts[1]["restored"]
-    assert 0 < starts[1]["step"] <= summary["fault_steps"][0] and starts[1]["step"] % 4 == 0
+    assert 4 <= starts[1]["step"] <= summary["fault_steps"][0] and starts[1]["step"] % 4 == 0
     losses = {r["step"] for r in run_records(tmp_path, "metrics") if "loss" in r}
     assert losses == set(range(1, STEPS + 1))
