@@ -208,6 +208,9 @@ def test_on_compute_engine_the_command_gets_the_identity_of_the_units_environmen
     with MetadataServer({"multislice-accelerator-type": "v5p-16"}) as server:
         monkeypatch.setenv("GCE_METADATA_IP", server.address)
         assert workload.run(spec, str(tmp_path / "run"), None) == 0
+        asked = [path.rsplit("/", 1)[-1] for path in server.requests]
+    # Only the accelerator type comes from the metadata there: no Cloud TPU key is asked for.
+    assert asked == ["multislice-accelerator-type"]
     seen = json.loads(env_file.read_text())
     assert {k: seen[k] for k in identity_env if k.startswith("MEGASCALE_")} == {
         "MEGASCALE_COORDINATOR_ADDRESS": "10.1.0.3",
