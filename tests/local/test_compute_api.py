@@ -10,7 +10,6 @@ import json
 import urllib.error
 import urllib.request
 
-
 from infra.local.compute_api import ComputeApi
 
 BASE = "/compute/v1/projects/p1/zones/us-central2-b/"
