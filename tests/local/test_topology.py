@@ -181,52 +181,6 @@ def test_vms_keep_their_bytecode_where_this_machine_does_not_write_it(tmp_path, 
 # The compute-engine backend --------------------------------------------------------------------
 
 
-def compute_engine_stack(tmp_path: Path, *, accelerator: str = "v4-16", slices: int = 2) -> StackConfig:
-    config = stack(tmp_path, accelerator=accelerator, slices=slices, ici_fsdp=8 if accelerator == "v4-16" else 4)
-    return config.model_copy(update={"backend": "compute-engine"})
-
-
-def test_a_compute_engine_vm_has_the_program_s_keys_and_none_of_cloud_tpu_s(tmp_path):
-    from infra.startup import contract
-
-    config = compute_engine_stack(tmp_path)  # 2 slices × 2 VMs of v4-16
-    for slice_id in range(2):
-        for worker in range(2):
-            attributes = topology.vm_metadata(config, slice_id, worker, startup_script="echo hi", run_dir="/r")
-            # What docs/compute-engine.md has pulumi up set (template + the group's slice index).
-            assert attributes == {
-                "startup-script": "echo hi",
-                "multislice-run-dir": "/r",
-                "multislice-backend": "compute-engine",
-                "multislice-instance-groups": f"{config.node_ids[0]},{config.node_ids[1]}",
-                "multislice-workers-per-slice": "2",
-                "multislice-accelerator-type": "v4-16",
-                "multislice-slice-id": str(slice_id),
-            }
-            assert not set(attributes) & set(contract.CLOUD_TPU_KEYS)
-    # deleteOnComplete is not built for the backend: never the key, whatever the stack says.
-    assert config.delete_on_complete and contract.DELETE_QUEUED_RESOURCE_KEY not in attributes
-
-
-def test_compute_engine_vms_are_named_as_a_managed_instance_group_names_them(tmp_path):
-    import random
-    import re
-
-    config = compute_engine_stack(tmp_path, slices=3)
-    names = topology.compute_engine_names(config, random.Random(7))
-    assert len(names) == 3
-    for group, vms in zip(config.node_ids, names, strict=True):
-        assert len(vms) == config.accelerator.hosts == 2
-        assert vms == sorted(vms) and len(set(vms)) == 2
-        assert all(re.fullmatch(rf"{re.escape(group)}-[a-z0-9]{{4}}", name) for name in vms), vms
-    values = topology.compute_engine_values(config, names[1][0])
-    assert values["instance/name"] == names[1][0]
-    assert values["instance/zone"].endswith(f"/zones/{config.zone}") and values["instance/zone"].startswith("projects/")
-    assert values["project/project-id"] == config.project
-    # A queued-resource stack's VMs are untouched by the backend's functions.
-    assert not topology.is_compute_engine(stack(tmp_path))
-
-
 def test_a_compute_engine_vm_gets_the_template_s_and_group_s_keys_and_none_of_cloud_tpu_s(tmp_path):
     config = stack(tmp_path, accelerator="v4-16", slices=2, ici_fsdp=8).model_copy(
         update={"backend": contract.COMPUTE_ENGINE_BACKEND}
