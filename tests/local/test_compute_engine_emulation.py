@@ -83,3 +83,34 @@ def test_a_compute_engine_stack_trains_is_repaired_and_resumes(tmp_path):
     assert 4 <= starts[1]["step"] <= summary["fault_steps"][0] and starts[1]["step"] % 4 == 0
     losses = {r["step"] for r in run_records(tmp_path, "metrics") if "loss" in r}
     assert losses == set(range(1, STEPS + 1))
+
+
+COMMAND_STACK = Path(__file__).parents[1] / "stacks" / "Pulumi.emu-command.yaml"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_jax_program_s_argumentless_initialize_finds_every_chip_across_the_groups_vms(tmp_path):
+    """The emu-command stack (tests/fakes/workload/workload_program.py: ``jax.distributed.initialize()``
+    with no arguments, then exit 78 unless ``jax.device_count()`` is every chip of both slices) on
+    the compute-engine backend: JAX finds the job from the environment boot.sh gave the unit
+    (vm_site's EmulatedGkeTpuCluster, as GkeTpuCluster on a TPU VM)."""
+    stack = tmp_path / "stack" / COMMAND_STACK.name
+    stack.parent.mkdir()
+    text = COMMAND_STACK.read_text()
+    text = text.replace(
+        "  multislice:capacity: spot\n", "  multislice:capacity: spot\n  multislice:backend: compute-engine\n"
+    )
+    text = text.replace("source: ../fakes/workload", f"source: {COMMAND_STACK.parents[1] / 'fakes' / 'workload'}")
+    stack.write_text(text)
+    config = load_stack_file(stack)
+    assert config.backend == "compute-engine" and config.workload is not None
+    summary_path = tmp_path / "summary.json"
+    result = run_cli(["local", "up", "--config-file", str(stack), "--summary-json", str(summary_path)], tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert processes_under(tmp_path) == []
+    summary = json.loads(summary_path.read_text())
+    assert summary["complete"] is True and summary["restarts"] == 0
+    logs = "".join((tmp_path / config.stack / "logs" / f"slice-{s}-worker-0.log").read_text() for s in (0, 1))
+    assert logs.count("compute engine: worker 0 of slice") == 2
+    assert "exited with status 78" not in logs and "trained 24 steps" in logs
