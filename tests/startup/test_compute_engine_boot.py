@@ -111,11 +111,11 @@ def test_it_waits_for_a_late_vm_and_a_late_group(machine, api):
     api.remove_group(CE_GROUPS[0])  # slice 0's group is not created yet either
     proc = machine.popen(**{contract.COMPUTE_API_ENDPOINT_ENV: api.endpoint, contract.GROUP_WAIT_ENV: "120"})
     try:
-        machine.wait_for_output(proc, "lists VM multislice-dev-1-c8d2, which has no internal IP yet")
+        machine.wait_for_output(proc, "lists VM multislice-dev-1-c8d2, which has no internal IP yet", timeout=120)
         api.set_vm("multislice-dev-1-c8d2", ip="10.1.0.7")
-        machine.wait_for_output(proc, f"group {CE_GROUPS[0]} does not exist yet")
+        machine.wait_for_output(proc, f"group {CE_GROUPS[0]} does not exist yet", timeout=120)
         api.add_group(CE_GROUPS[0])
-        machine.wait_for_output(proc, f"group {CE_GROUPS[0]} lists 0 of its 2 VMs")
+        machine.wait_for_output(proc, f"group {CE_GROUPS[0]} lists 0 of its 2 VMs", timeout=120)
         late = threading.Timer(0.3, lambda: [api.add_vm(CE_GROUPS[0], n, ip) for n, ip in SLICE_0.items()])
         late.start()
         machine.wait_for_file("count", proc, timeout=120)
