@@ -1,5 +1,5 @@
 """`multislice local up` of a ``multislice:backend: compute-engine`` stack: the emu stack (2 slices
-× 1 VM × 4 CPU devices) on managed instance groups. Its VMs have none of Cloud TPU's identity keys;
+× 1 VM × 4 CPU devices, as v5p-8) on managed instance groups. Its VMs have none of Cloud TPU's identity keys;
 each one's boot.sh asks the emulated Compute API (infra.local.compute_api) for its group and slice
 0's, and gives the trainer the identity in the environment. The trainer runs as 2 processes, a
 killed slice is recreated and training resumes from the last checkpoint to completion.
@@ -18,6 +18,13 @@ from infra.config import load_stack_file
 from tests.helpers.emulation import STACK, processes_under, run_cli, run_records
 
 STEPS = 12
+#: The emu stacks' v4-8 is offered by the Cloud TPU API only; on Compute Engine the same shape
+#: (1 VM × 4 chips a slice) is a v5p-8 (ct5p-hightpu-4t), in a zone Compute Engine offers v5p in
+#: (docs/compute-engine.md section 1). The emulation runs on CPU either way.
+ON_COMPUTE_ENGINE = (
+    ("  multislice:acceleratorType: v4-8\n", "  multislice:acceleratorType: v5p-8\n"),
+    ("  gcp:zone: us-central2-b\n", "  gcp:zone: us-east5-a\n"),
+)
 
 
 def compute_engine_stack(tmp_path: Path) -> Path:
@@ -28,6 +35,7 @@ def compute_engine_stack(tmp_path: Path) -> Path:
     text = STACK.read_text()
     for old, new in (
         ("  multislice:capacity: spot\n", "  multislice:capacity: spot\n  multislice:backend: compute-engine\n"),
+        *ON_COMPUTE_ENGINE,
         ("    steps: 24\n", f"    steps: {STEPS}\n"),
         # Synchronous saves: step 4's checkpoint is finalized before step 5 starts, so the kill
         # (at a step ≥ 6) always finds it (tests/local/test_emulation.py, synchronous_saves).
@@ -101,6 +109,9 @@ def test_a_jax_program_s_argumentless_initialize_finds_every_chip_across_the_gro
     text = text.replace(
         "  multislice:capacity: spot\n", "  multislice:capacity: spot\n  multislice:backend: compute-engine\n"
     )
+    for old, new in ON_COMPUTE_ENGINE:
+        assert old in text
+        text = text.replace(old, new)
     text = text.replace("source: ../fakes/workload", f"source: {COMMAND_STACK.parents[1] / 'fakes' / 'workload'}")
     stack.write_text(text)
     config = load_stack_file(stack)
