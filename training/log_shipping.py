@@ -32,13 +32,28 @@ def target(
     slice_id: str, worker: str, run: str, get: Callable[[str], str | None] = metadata
 ) -> tuple[dict[str, str], dict[str, str]] | None:
     """(tpu_worker resource labels, entry labels); None unless the metadata names a project,
-    zone and TPU node (not in the local emulation)."""
+    zone and TPU node (not in the local emulation).
+
+    The node is ``tpu-env``'s ``NODE_ID`` on a queued resource's VM; a Compute Engine TPU VM
+    has no ``tpu-env``, and its node is its slice's managed instance group (the metadata key
+    ``multislice-instance-groups`` lists them in slice order; the groups are named as the
+    queued resource's nodes are, so ``multislice logs`` filters both alike).
+    """
     project, zone = get("project/project-id"), get("instance/zone")
-    node = re.search(r"^NODE_ID:\s*'?([^'\s]+)", get("instance/attributes/tpu-env") or "", re.M)
+    found = re.search(r"^NODE_ID:\s*'?([^'\s]+)", get("instance/attributes/tpu-env") or "", re.M)
+    node = found[1] if found else compute_engine_node(slice_id, get)
     if project and zone and node:
-        resource = {"project_id": project, "zone": zone.rsplit("/", 1)[-1], "node_id": node[1], "worker_id": worker}
+        resource = {"project_id": project, "zone": zone.rsplit("/", 1)[-1], "node_id": node, "worker_id": worker}
         return resource, {"slice": slice_id, "worker": worker, "run": run}
     return None
+
+
+def compute_engine_node(slice_id: str, get: Callable[[str], str | None] = metadata) -> str | None:
+    """The managed instance group of slice ``slice_id`` on a Compute Engine TPU VM, else None."""
+    groups = (get("instance/attributes/multislice-instance-groups") or "").split(",")
+    if not slice_id.isdigit() or int(slice_id) >= len(groups):
+        return None
+    return groups[int(slice_id)].strip() or None
 
 
 def ship(lines: queue.Queue, found: tuple[dict[str, str], dict[str, str]], say: Callable[[str], None]) -> None:
@@ -94,7 +109,11 @@ def main(argv: list[str]) -> int:
 
     def work() -> None:
         try:
-            found = target(slice_id, worker, os.path.basename(argv[0].rstrip("/")) if argv else "")
+            # The local emulation's VMs keep their lines on their consoles: a compute-engine
+            # backend VM there has a project and zone in its metadata (its boot.sh asks the
+            # emulated Compute API with them), and nothing of the emulation may reach Google.
+            run = os.path.basename(argv[0].rstrip("/")) if argv else ""
+            found = None if os.environ.get("MULTISLICE_EMULATED_TPU") else target(slice_id, worker, run)
             if found:
                 return ship(lines, found, say)
         except Exception as err:  # the trainer goes on; its lines stay in the journal

@@ -63,9 +63,27 @@ def test_metadata_keys_the_templates_read_are_the_contracts():
         contract.TPU_ENV_KEY,
         "@@RUN_DIR_ATTRIBUTE@@",
         contract.DELETE_QUEUED_RESOURCE_KEY,
+        # The compute-engine backend's (boot.sh finds the VM's place from them).
+        contract.BACKEND_KEY,
+        contract.SLICE_ID_KEY,
+        contract.INSTANCE_GROUPS_KEY,
+        contract.WORKERS_PER_SLICE_KEY,
     }
     assert script.RUN_DIR_ATTRIBUTE == contract.RUN_DIR_KEY  # what fills the placeholder
     assert f"attributes/{contract.DELETE_QUEUED_RESOURCE_KEY}" in template_text(script.DELETE_ON_COMPLETE_RESOURCE)
+
+
+def test_boot_exports_the_compute_engine_identity_the_contract_names():
+    """On the compute-engine backend boot.sh writes the identity into the unit's environment, under
+    the names the contract declares (and training/cluster.py reads: the test above)."""
+    boot = template_text(script.BOOT_RESOURCE)
+    assert f"[[ $backend == {contract.COMPUTE_ENGINE_BACKEND} ]]" in boot
+    assignments = "\n".join(re.findall(r"compute_engine_env\+?=(.*)", boot))
+    exported = set(re.findall(r"\b([A-Z][A-Z_]+)=\$", assignments))
+    assert exported == set(contract.COMPUTE_ENGINE_IDENTITY_ENV)
+    assert "${compute_engine_env:+Environment=$compute_engine_env}" in boot
+    assert f"${{{contract.COMPUTE_API_ENDPOINT_ENV}:-@@DEFAULT_COMPUTE_API_ENDPOINT@@}}" in boot
+    assert script.DEFAULT_COMPUTE_API_ENDPOINT == contract.DEFAULT_COMPUTE_API_ENDPOINT  # fills the placeholder
 
 
 def test_the_release_record_fields_boot_reads_are_the_ones_the_record_has():
@@ -89,6 +107,12 @@ def test_the_trainer_spells_the_names_it_reads_as_the_contract_declares():
     for key in (contract.WORKER_NUMBER_KEY, contract.WORKER_ENDPOINTS_KEY, contract.TPU_ENV_KEY):
         assert f'"{key}"' in source, key  # training/cluster.py: the identity JAX's cluster code reads too
     assert f'"{contract.METADATA_HOST_ENV}", "{contract.DEFAULT_METADATA_HOST}"' in source
+    # Compute Engine: the identity boot.sh exports (training/cluster.py reads it as JAX's GkeTpuCluster
+    # does), and the program's keys the trainer reads there (cluster.py, log_shipping.py).
+    for name in contract.COMPUTE_ENGINE_IDENTITY_ENV:
+        assert f'"{name}"' in source, name
+    for key in (contract.COMPUTE_ENGINE_ACCELERATOR_KEY, contract.INSTANCE_GROUPS_KEY):
+        assert f'"{key}"' in source or f"attributes/{key}" in source, key
     assert re.search(rf'^LOG_NAME = "{contract.TRAINER_LOG}"$', source, re.M)  # training/log_shipping.py
     assert re.search(
         rf'^COMPLETE_MARKER = "{contract.COMPLETE_MARKER}"$', source, re.M

@@ -220,3 +220,22 @@ def test_sigterm_does_not_stop_the_shipper_before_the_trainer(fake):
         proc.stdin.close()
         assert proc.stdout.read() == b"[slice 0 worker 0] saved a checkpoint after the preemption notice\n"
         assert proc.wait(timeout=60) == 0
+
+
+def compute_engine_vm_metadata() -> dict[str, str]:
+    """A Compute Engine TPU VM's: no tpu-env; the program's list of the slices' groups."""
+    return {
+        "project/project-id": DEV.project,
+        "instance/zone": f"projects/123456789/zones/{DEV.zone}",
+        "instance/attributes/multislice-instance-groups": ",".join(DEV.node_ids),
+    }
+
+
+def test_on_compute_engine_the_node_is_the_slices_instance_group():
+    found = log_shipping.target("1", "2", "dev", get=compute_engine_vm_metadata().get)
+    assert found == (
+        {"project_id": "acme-ml-dev", "zone": "us-central2-b", "node_id": "multislice-dev-1", "worker_id": "2"},
+        {"slice": "1", "worker": "2", "run": "dev"},
+    )
+    for slice_id in ("2", "?", ""):  # outside the list, or unknown: nothing to ship to
+        assert log_shipping.target(slice_id, "0", "dev", get=compute_engine_vm_metadata().get) is None
