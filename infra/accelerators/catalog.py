@@ -71,7 +71,7 @@ GENERATIONS: dict[str, Generation] = {
                 "8x8x12",
                 "8x8x16",
                 "8x16x16",
-            ),  # fmt: skip
+            ),
             sources={
                 "topologies": f"{_XPK} (v4 default_topologies: the topology each v4-N maps to); "
                 f'{_TYPES} "v4-128 specifies ... 128 TensorCores" and its example "2x2x4 (16 chips)", '
@@ -181,7 +181,7 @@ GENERATIONS: dict[str, Generation] = {
                 "8x16x16",
                 "16x16x16",
                 "16x16x24",
-            ),  # fmt: skip
+            ),
             backends=(QUEUED_RESOURCE, COMPUTE_ENGINE),
             compute_engine_zones=("us-central1-a", "us-east5-a"),
             compute_engine_machine_types={4: "ct5p-hightpu-4t"},
@@ -301,7 +301,7 @@ GENERATIONS: dict[str, Generation] = {
                 "16x16x24",
                 "16x16x32",
                 "16x24x24",
-            ),  # fmt: skip
+            ),
             backends=(COMPUTE_ENGINE,),
             compute_engine_zones=("us-central1-c", "us-central1-ai1a"),
             compute_engine_machine_types={1: "tpu7x-standard-1t", 4: "tpu7x-standard-4t"},
