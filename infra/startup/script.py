@@ -42,8 +42,8 @@ names are declared in :mod:`infra.startup.contract`):
   without ``agent-worker-number`` and with ``attributes/multislice-backend`` = ``compute-engine``,
   the compute-engine backend's keys instead of Cloud TPU's, ``name``, ``zone``, the project id,
   the token and the Compute API (``MULTISLICE_COMPUTE_API_ENDPOINT``; waiting at most
-  ``MULTISLICE_GROUP_WAIT_S``, :data:`GROUP_WAIT_S`): docs/vm-boot.md, "On the compute-engine
-  backend";
+  ``MULTISLICE_GROUP_WAIT_S``, :data:`GROUP_WAIT_S`; docs/vm-boot.md,
+  "On the compute-engine backend");
 * every output line starts with ``[slice S worker W] ``;
 * ``systemctl daemon-reload | reset-failed | start | restart | is-active | show`` on
   :data:`TRAINER_UNIT`; the trainer exits 0 (complete: not restarted), 75 (preempted: saved;
