@@ -16,7 +16,7 @@ local emulator points each emulated VM at its own loopback metadata server.
 
 A Compute Engine TPU VM (``multislice:backend: compute-engine``) has none of those keys:
 ``boot.sh`` finds its place from the Compute API and writes it into the trainer unit's
-environment as GKE gives it to a TPU Pod (docs/compute-engine.md, "How a VM learns its place"):
+environment as GKE gives it to a TPU Pod (docs/compute-engine.md, "4. How a VM learns its place"):
 
 * ``TPU_WORKER_ID``: this VM's worker index inside its slice;
 * ``TPU_WORKER_HOSTNAMES``: comma list of the slice's workers' addresses, in worker order;
