@@ -245,13 +245,16 @@ def compute_engine_inputs(
     the queued-resource backend (:func:`backend_gate`). Pure: equal configs give equal inputs.
     """
     accelerator = config.accelerator
+    machine_type = accelerator.machine_type
+    if machine_type is None:  # the config refuses such a stack (Generation.backends); a guard
+        raise ValueError(f"Compute Engine offers no machine type for {config.accelerator_type}")
     return ComputeEngineInputs(
         stack=config.stack,
         project=config.project,
         zone=config.zone,
         region=config.region,
         group_names=tuple(config.node_ids),
-        machine_type=accelerator.machine_type,
+        machine_type=machine_type,
         topology=accelerator.topology,
         accelerator_type=config.accelerator_type,
         generation=accelerator.generation.name,

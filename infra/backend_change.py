@@ -50,9 +50,8 @@ def deployed_backend(outputs: Mapping[str, Any] | None) -> str | None:
 def describe_change(deployed: str, wanted: str, *, stack: str, deployed_outputs: Mapping[str, Any]) -> str:
     """One plain sentence: what changing from ``deployed`` to ``wanted`` replaces."""
     if deployed == "queued-resource":
-        what = (
-            f"the queued resource {deployed_outputs.get(QUEUED_RESOURCE_OUTPUT) or '(unnamed)'} and its slices' TPU VMs"
-        )
+        name = deployed_outputs.get(QUEUED_RESOURCE_OUTPUT) or "(unnamed)"
+        what = f"the queued resource {name} and its slices' TPU VMs"
     else:
         groups = deployed_outputs.get("instanceGroupNames") or []
         what = f"the managed instance groups {', '.join(map(str, groups)) or '(unnamed)'} and their TPU VMs"

@@ -195,19 +195,18 @@ def test_a_cycle_in_training_through_a_type_checking_import_is_found(tmp_path):
 #: -> (components | queued_resource | planner | logs) -> startup -> config -> the catalog, names
 #: and the VM contract.
 LAYERS: list[list[str]] = [
-    [
-        "infra",
-        "infra.accelerators",
-        "infra.naming",
-        "infra.bucket_location",
-        "infra.credentials",
-        "infra.clock",
-        "infra.backend_change",
-    ],
+    ["infra", "infra.accelerators", "infra.naming", "infra.bucket_location", "infra.credentials", "infra.clock"],
     ["infra.startup.contract"],
     ["infra.config"],
     ["infra.startup"],
-    ["infra.components", "infra.queued_resource", "infra.compute_engine", "infra.planner", "infra.logs"],
+    [
+        "infra.components",
+        "infra.queued_resource",
+        "infra.compute_engine",
+        "infra.planner",
+        "infra.logs",
+        "infra.backend_change",
+    ],
     ["infra.__main__"],
     ["infra.review", "infra.policy", "infra.local", "infra.status", "infra.remote"],
     ["infra.cli"],

@@ -63,7 +63,7 @@ def run(
         identity = cluster.ClusterIdentity.single_process()
     else:
         try:
-            identity = cluster.identity_from_metadata()
+            identity = cluster.current_identity()
         except cluster.MetadataError as err:
             typer.echo(f"error: {err}", err=True)
             raise typer.Exit(train.EXIT_FAILED) from None

@@ -14,6 +14,21 @@ the MEGASCALE coordinator host, or the slice's first worker for a single slice, 
 8482 (JAX ≥ 0.8.1). The metadata host is ``$GCE_METADATA_IP`` (host[:port]) when set: the
 local emulator points each emulated VM at its own loopback metadata server.
 
+A Compute Engine TPU VM (``multislice:backend: compute-engine``) has none of those keys:
+``boot.sh`` finds its place from the Compute API and writes it into the trainer unit's
+environment as GKE gives it to a TPU Pod (docs/compute-engine.md, "4. How a VM learns its place"):
+
+* ``TPU_WORKER_ID``: this VM's worker index inside its slice;
+* ``TPU_WORKER_HOSTNAMES``: comma list of the slice's workers' addresses, in worker order;
+* ``MEGASCALE_COORDINATOR_ADDRESS``, ``MEGASCALE_NUM_SLICES``, ``MEGASCALE_SLICE_ID`` (more
+  than one slice only).
+
+:func:`identity_from_environment` reads them as JAX's ``GkeTpuCluster`` and
+``BaseTpuCluster`` do (``get_tpu_env_value``: the environment first), and
+:func:`current_identity` picks it whenever ``TPU_WORKER_HOSTNAMES`` is set, as JAX checks
+``GkeTpuCluster`` before ``GceTpuCluster``. The accelerator type is then the metadata key
+``multislice-accelerator-type`` (``pulumi up`` sets it in the instance template).
+
 Identity is read afresh at every start and never cached: after auto-repair the MEGASCALE
 values can change, and stale ones point at VMs that are gone (docs/cloud-tpu.md).
 
@@ -33,6 +48,7 @@ import os
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
 from typing import Literal, overload
 
 log = logging.getLogger(__name__)
@@ -184,6 +200,94 @@ def identity_from_metadata() -> ClusterIdentity:
         coordinator_address=f"{coordinator_host}:{port}",
         accelerator_type=(accelerator_type or "").strip() or None,
     )
+
+
+#: The environment a Compute Engine TPU VM's trainer unit gets from ``boot.sh`` (JAX's
+#: ``GkeTpuCluster`` reads the first two, ``BaseTpuCluster`` the ``MEGASCALE_*`` ones).
+WORKER_ID_ENV = "TPU_WORKER_ID"
+WORKER_HOSTNAMES_ENV = "TPU_WORKER_HOSTNAMES"
+MEGASCALE_COORDINATOR_ENV = "MEGASCALE_COORDINATOR_ADDRESS"
+MEGASCALE_NUM_SLICES_ENV = "MEGASCALE_NUM_SLICES"
+MEGASCALE_SLICE_ID_ENV = "MEGASCALE_SLICE_ID"
+#: The accelerator type on a Compute Engine TPU VM (Cloud TPU's ``accelerator-type`` is not set).
+COMPUTE_ENGINE_ACCELERATOR_KEY = "multislice-accelerator-type"
+
+
+def _count(name: str, text: str | None, default: int | None = None) -> int:
+    """``text`` as a non-negative integer; ``default`` when it is None or empty."""
+    if text is None or not text.strip():
+        if default is None:
+            raise MetadataError(f"{name} is not set")
+        return default
+    try:
+        value = int(text.strip())
+    except ValueError:
+        raise MetadataError(f"{name}={text!r} is not an integer") from None
+    if value < 0:
+        raise MetadataError(f"{name}={text!r} is negative")
+    return value
+
+
+def identity_from_environment(
+    environ: Mapping[str, str] | None = None, *, accelerator_type: str | None = None
+) -> ClusterIdentity:
+    """This VM's identity from ``TPU_WORKER_ID``, ``TPU_WORKER_HOSTNAMES`` and ``MEGASCALE_*``.
+
+    Mirrors ``GkeTpuCluster`` (worker = ``int(TPU_WORKER_ID)``, hosts = the comma split of
+    ``TPU_WORKER_HOSTNAMES``) and ``BaseTpuCluster`` (slices = ``MEGASCALE_NUM_SLICES`` or 1,
+    slice = ``MEGASCALE_SLICE_ID`` or 0, coordinator = ``MEGASCALE_COORDINATOR_ADDRESS`` or the
+    slice's first host, without any port) of ``jax/_src/clusters/cloud_tpu_cluster.py``; the
+    port is :func:`identity_from_metadata`'s.
+
+    Args:
+      environ: the environment (default ``os.environ``).
+      accelerator_type: e.g. ``v5p-8``, when known.
+
+    Raises:
+      MetadataError: a value is missing or malformed (names the variable).
+    """
+    env = os.environ if environ is None else environ
+    hosts_text = env.get(WORKER_HOSTNAMES_ENV)
+    if hosts_text is None:
+        raise MetadataError(f"{WORKER_HOSTNAMES_ENV} is not set")
+    hosts = [host.strip() for host in hosts_text.split(",")]
+    if not all(hosts):
+        raise MetadataError(f"{WORKER_HOSTNAMES_ENV}={hosts_text!r} has an empty entry")
+    worker = _count(WORKER_ID_ENV, env.get(WORKER_ID_ENV))
+    num_slices = _count(MEGASCALE_NUM_SLICES_ENV, env.get(MEGASCALE_NUM_SLICES_ENV), 1)
+    slice_id = _count(MEGASCALE_SLICE_ID_ENV, env.get(MEGASCALE_SLICE_ID_ENV), 0)
+    if worker >= len(hosts):
+        raise MetadataError(f"{WORKER_ID_ENV} {worker} is outside the slice's {len(hosts)} workers")
+    if num_slices < 1 or slice_id >= num_slices:
+        raise MetadataError(f"{MEGASCALE_SLICE_ID_ENV} {slice_id} is outside {MEGASCALE_NUM_SLICES_ENV} {num_slices}")
+    coordinator_host = (env.get(MEGASCALE_COORDINATOR_ENV) or hosts[0]).split(":")[0]
+    port = int(env.get("MULTISLICE_COORDINATOR_PORT", DEFAULT_COORDINATOR_PORT))
+    return ClusterIdentity(
+        worker=worker,
+        workers_per_slice=len(hosts),
+        slice_id=slice_id,
+        num_slices=num_slices,
+        coordinator_address=f"{coordinator_host}:{port}",
+        accelerator_type=(accelerator_type or "").strip() or None,
+    )
+
+
+def identity_in_environment() -> bool:
+    """Whether this VM's identity is in the environment (``TPU_WORKER_HOSTNAMES`` is set)."""
+    return WORKER_HOSTNAMES_ENV in os.environ
+
+
+def current_identity() -> ClusterIdentity:
+    """This VM's identity: :func:`identity_from_environment` when ``TPU_WORKER_HOSTNAMES`` is
+    set (a Compute Engine TPU VM), else :func:`identity_from_metadata` (a queued resource's).
+
+    Raises:
+      MetadataError: a required value is missing or malformed.
+    """
+    if identity_in_environment():
+        accelerator_type = get_metadata(COMPUTE_ENGINE_ACCELERATOR_KEY, required=False)
+        return identity_from_environment(accelerator_type=accelerator_type)
+    return identity_from_metadata()
 
 
 def initialize(identity: ClusterIdentity) -> None:

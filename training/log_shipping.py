@@ -28,33 +28,57 @@ def metadata(path: str) -> str | None:
         return None
 
 
-def target(
-    slice_id: str, worker: str, run: str, get: Callable[[str], str | None] = metadata
-) -> tuple[dict[str, str], dict[str, str]] | None:
-    """(tpu_worker resource labels, entry labels); None unless the metadata names a project,
-    zone and TPU node (not in the local emulation)."""
+#: A shipping target: (monitored resource type, its labels, the entries' labels).
+Target = tuple[str, dict[str, str], dict[str, str]]
+
+
+def target(slice_id: str, worker: str, run: str, get: Callable[[str], str | None] = metadata) -> Target | None:
+    """Where this VM's lines go; None unless the metadata names a project, a zone and the VM's
+    place (never in the local emulation, whose VMs do not ship).
+
+    * A queued resource's VM: ``tpu_worker`` with its node (``tpu-env``'s ``NODE_ID``).
+    * A Compute Engine TPU VM (metadata ``multislice-backend: compute-engine``, no ``tpu-env``):
+      ``gce_instance``, whose labels are ``project_id``, ``instance_id`` (the metadata server's
+      ``instance/id``) and ``zone`` (https://cloud.google.com/logging/docs/api/v2/resource-list);
+      ``multislice logs`` finds the stack's lines by the entries' labels (infra/logs/filter.py).
+
+    The entries' labels are ``slice``, ``worker`` and ``run`` on both.
+    """
     project, zone = get("project/project-id"), get("instance/zone")
+    if not (project and zone):
+        return None
+    zone = zone.rsplit("/", 1)[-1]
+    labels = {"slice": slice_id, "worker": worker, "run": run}
     node = re.search(r"^NODE_ID:\s*'?([^'\s]+)", get("instance/attributes/tpu-env") or "", re.M)
-    if project and zone and node:
-        resource = {"project_id": project, "zone": zone.rsplit("/", 1)[-1], "node_id": node[1], "worker_id": worker}
-        return resource, {"slice": slice_id, "worker": worker, "run": run}
+    if node:
+        return "tpu_worker", {"project_id": project, "zone": zone, "node_id": node[1], "worker_id": worker}, labels
+    instance_id = (get("instance/id") or "").strip()
+    backend = (get("instance/attributes/multislice-backend") or "").strip()
+    if backend == "compute-engine" and instance_id.isdigit():
+        return "gce_instance", {"project_id": project, "instance_id": instance_id, "zone": zone}, labels
     return None
 
 
-def ship(lines: queue.Queue, found: tuple[dict[str, str], dict[str, str]], say: Callable[[str], None]) -> None:
+def ship(lines: queue.Queue, found: Target, say: Callable[[str], None]) -> None:
     """Write ``(time, text)`` items of ``lines`` in batches until None; failures are dropped."""
     from google.auth.credentials import AnonymousCredentials
     from google.cloud.logging_v2 import Client, Resource
 
     endpoint = os.environ.get("MULTISLICE_LOGGING_ENDPOINT")  # a loopback fake in tests
+    kind, resource_labels, entry_labels = found
     client = Client(
-        project=found[0]["project_id"],
+        project=resource_labels["project_id"],
         credentials=AnonymousCredentials() if endpoint else None,
         client_options={"api_endpoint": endpoint} if endpoint else None,
         _use_grpc=False,
     )
-    logger, resource = client.logger(LOG_NAME, labels=found[1]), Resource(type="tpu_worker", labels=found[0])
-    say(f"log shipping: to Cloud Logging, log {LOG_NAME}, node {found[0]['node_id']} worker {found[0]['worker_id']}")
+    logger, resource = client.logger(LOG_NAME, labels=entry_labels), Resource(type=kind, labels=resource_labels)
+    place = (
+        f"node {resource_labels['node_id']}"
+        if kind == "tpu_worker"
+        else f"instance {resource_labels['instance_id']}, slice {entry_labels['slice']}"
+    )
+    say(f"log shipping: to Cloud Logging, log {LOG_NAME}, {place} worker {entry_labels['worker']}")
     failed, item = 0, ()
     while item is not None:
         batch = logger.batch()
@@ -94,7 +118,11 @@ def main(argv: list[str]) -> int:
 
     def work() -> None:
         try:
-            found = target(slice_id, worker, os.path.basename(argv[0].rstrip("/")) if argv else "")
+            # The local emulation's VMs keep their lines on their consoles: a compute-engine
+            # backend VM there has a project and zone in its metadata (its boot.sh asks the
+            # emulated Compute API with them), and nothing of the emulation may reach Google.
+            run = os.path.basename(argv[0].rstrip("/")) if argv else ""
+            found = None if os.environ.get("MULTISLICE_EMULATED_TPU") else target(slice_id, worker, run)
             if found:
                 return ship(lines, found, say)
         except Exception as err:  # the trainer goes on; its lines stay in the journal

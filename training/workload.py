@@ -5,9 +5,10 @@ same systemd unit (``trainer.sh command``, docs/vm-boot.md). This module is the 
 the unit and the command, shipped with the release like the trainer:
 
 * ``run --spec workload.json --run-dir RUN_DIR [--bin DIR]``: reads this VM's place in the job
-  from the metadata server (:func:`training.cluster.identity_from_metadata`, the trainer's
-  own reader), writes a ``start`` event in the run directory (process 0), builds the
-  command's environment (:func:`command_environment`, the contract of docs/workloads.md)
+  from the metadata server, or on a Compute Engine TPU VM from the environment ``boot.sh``
+  gave the unit (:func:`training.cluster.current_identity`, the trainer's own reader),
+  writes a ``start`` event in the run directory (process 0), builds the command's
+  environment (:func:`command_environment`, the contract of docs/workloads.md)
   and runs the command in the shipped source directory (:func:`supervise`: the exit status is
   the command's own, except that exit 0 after SIGTERM is 75, preempted);
 * ``complete --spec workload.json --run-dir RUN_DIR``: after the command exited 0 on worker 0
@@ -73,7 +74,8 @@ def command_environment(
     ``MULTISLICE_COORDINATOR_ADDRESS`` (``host:port`` of process 0, as JAX's Cloud TPU cluster
     detection computes it), ``MULTISLICE_ACCELERATOR_TYPE`` and the ``MEGASCALE_*`` lines of the
     ``tpu-env`` metadata exactly as Cloud TPU set them (only a multislice queued resource has
-    them). ``user_env`` cannot hold any of these names (``infra.config.workload`` refuses them).
+    them; on a multislice Compute Engine backend, the unit's environment holds them instead:
+    :func:`megascale_values`). ``user_env`` cannot hold any of these names (``infra.config.workload`` refuses them).
     """
     env = dict(base)
     paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and os.path.abspath(p) != release]
@@ -106,6 +108,19 @@ def command_environment(
     env.update({k: v for k, v in tpu_env.items() if k.startswith("MEGASCALE_")})
     env.update(user_env)
     return env
+
+
+def megascale_values() -> dict[str, str]:
+    """This VM's ``MEGASCALE_*`` values: on a Compute Engine TPU VM the environment's
+    (``boot.sh`` writes them into the unit, :mod:`training.cluster`; they reach the command
+    with the rest of the environment), else the ``tpu-env`` metadata's lines.
+
+    Raises:
+      cluster.MetadataError: the metadata server is unreachable.
+    """
+    if cluster.identity_in_environment():
+        return {k: v for k, v in os.environ.items() if k.startswith("MEGASCALE_")}
+    return cluster.parse_tpu_env(cluster.get_metadata("tpu-env", required=False) or "")
 
 
 def read_spec(path: Path) -> dict[str, Any]:
@@ -167,8 +182,8 @@ def run(spec_path: Path, run_dir: str, bin_dir: str | None) -> int:
         return EXIT_CONFIG
     release = str(spec_path.resolve().parent)
     try:
-        identity = cluster.identity_from_metadata()
-        tpu_env = cluster.parse_tpu_env(cluster.get_metadata("tpu-env", required=False) or "")
+        identity = cluster.current_identity()
+        tpu_env = megascale_values()
     except cluster.MetadataError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_FAILED

@@ -8,6 +8,10 @@ An accelerator type is ``f"{type_prefix}-{N}"``. What ``N`` counts depends on th
   v5p-32 specifies a v5p TPU slice with 32 TensorCores (16 chips)"
   (https://cloud.google.com/tpu/docs/v5p). Both have 2 TensorCores per chip, so
   chips = N / 2 (v4-8 = 4 chips, v4-16 = 8 chips).
+* **TPU7x (``tpu7x-N``) counts TensorCores too**, 2 per chip (tpu7x-8 = 2x2x1 = 4 chips), the
+  way Google's AI-Hypercomputer/xpk ``system_characteristics.py`` names its tpu7x types; no
+  Google page read names TPU7x accelerator types, since Compute Engine takes a machine type
+  and a topology instead (``Generation.sources`` says so).
 * **v5e (``v5litepod-N``) and v6e count chips.** "The value you specify for AcceleratorType is
   a string with the format: v$VERSION_NUMBER-$CHIP_COUNT" (https://cloud.google.com/tpu/docs/v5e);
   the v6e table lists v6e-1 for 1x1, v6e-4 for 2x2, v6e-8 for 2x4
@@ -38,6 +42,20 @@ catalog once the page lists it. ``Generation.runtime_versions`` are the TPU soft
 the "PyTorch and JAX" table of https://cloud.google.com/tpu/docs/runtimes names for the
 generation (one each); ``multislice:allowUnlisted: [runtimeVersion]`` admits another one.
 
+Topology and machine type: ``AcceleratorType.topology`` is the slice's chip arrangement as the
+docs' tables write it (v4, v5p, TPU7x 3-D ``2x2x1``; v5e, v6e 2-D ``4x4``), and
+``AcceleratorType.machine_type`` the Compute Engine machine type of its VMs (``ct5p-hightpu-4t``,
+``ct6e-standard-1t/-4t/-8t``, ``tpu7x-standard-1t/-4t``), None where Compute Engine does not offer
+the generation.
+
+Backends (``multislice:backend``): ``Generation.backends`` says which offer the generation.
+"Compute Engine supports the following TPU versions: TPU7x, TPU v6e, TPU v5p"
+(https://docs.cloud.google.com/compute/docs/tpus/tpu-machines) and "The Cloud TPU API is not
+supported on TPU7x and later TPU versions" (https://docs.cloud.google.com/tpu/docs/consume-reservation),
+so v4 and v5e are queued-resource only, v5p and v6e both, TPU7x compute-engine only (it has no
+Cloud TPU API zones and no runtime version). ``Generation.compute_engine_zones`` are the zones
+docs/compute-engine.md (section 1) reads for Compute Engine.
+
 Every number carries its source in ``Generation.sources``. Pure data and arithmetic: no I/O.
 """
 
@@ -46,18 +64,29 @@ from __future__ import annotations
 import re
 
 from infra.accelerators.catalog import GENERATIONS, MULTISLICE_OVERVIEW
-from infra.accelerators.generation import AcceleratorType, Generation
+from infra.accelerators.generation import (
+    BACKENDS,
+    COMPUTE_ENGINE,
+    QUEUED_RESOURCE,
+    AcceleratorType,
+    Generation,
+    topology_chips,
+)
 
 __all__ = [
+    "BACKENDS",
+    "COMPUTE_ENGINE",
     "GENERATIONS",
     "MAX_SLICES",
     "MULTISLICE_OVERVIEW",
+    "QUEUED_RESOURCE",
     "SOFTWARE_CHECKED",
     "AcceleratorType",
     "Generation",
     "UnknownAcceleratorType",
     "accelerator_types",
     "parse_accelerator_type",
+    "topology_chips",
 ]
 
 MAX_SLICES: int = 256
@@ -108,7 +137,7 @@ def parse_accelerator_type(name: object) -> AcceleratorType:
 
     Returns the slice's chips, TensorCores, TPU VMs (hosts) and chips per VM. Examples:
     v4-8 -> 4 chips on 1 VM; v4-16 -> 8 chips on 2 VMs; v5p-8 -> 4 chips on 1 VM;
-    v5litepod-8 -> 8 chips on 1 VM; v6e-16 -> 16 chips on 4 VMs.
+    v5litepod-8 -> 8 chips on 1 VM; v6e-16 -> 16 chips on 4 VMs; tpu7x-8 -> 4 chips on 1 VM.
 
     Raises:
         UnknownAcceleratorType: the string is malformed, the generation prefix is unknown, or

@@ -4,7 +4,7 @@ versions are read from them)."""
 
 from __future__ import annotations
 
-from infra.accelerators.generation import Generation
+from infra.accelerators.generation import COMPUTE_ENGINE, QUEUED_RESOURCE, Generation
 
 # Source addresses (the stored copies of these pages were read; row names are quoted).
 _V4 = "https://cloud.google.com/tpu/docs/v4"
@@ -17,6 +17,22 @@ _XPK = "https://github.com/AI-Hypercomputer/xpk/blob/main/src/xpk/core/system_ch
 _RUNTIME_ROW = _RUNTIMES + ' table "PyTorch and JAX" (TPU version -> TPU software version), row '
 _ZONES = "https://cloud.google.com/tpu/docs/regions-zones"
 _ZONE_ROW = _ZONES + ' table "TPU type ({gen}) | TPU cores | Supported zones", row "All {gen} configurations"'
+_TPU7X = "https://docs.cloud.google.com/tpu/docs/tpu7x"
+_TPU_MACHINES = "https://docs.cloud.google.com/compute/docs/tpus/tpu-machines"
+_TPU_IN_CE = "https://docs.cloud.google.com/tpu/docs/tpus-in-compute-engine"
+_TPU_MIGS = "https://docs.cloud.google.com/tpu/docs/tpus-and-migs"
+_CONSUME_RESERVATION = "https://docs.cloud.google.com/tpu/docs/consume-reservation"
+_CE_ZONES = "https://docs.cloud.google.com/tpu/docs/regions-zones"
+_IRONWOOD_GKE = "https://docs.cloud.google.com/kubernetes-engine/docs/concepts/tpu-ironwood"
+_XPK_GCE = f"{_XPK} (field gce_machine_type of get_tpu_system_characteristics_map; chips_per_vm)"
+_CE_VERSIONS = (
+    f'{_TPU_MACHINES} "Compute Engine supports the following TPU versions: TPU7x, TPU v6e, TPU v5p"; '
+    f'{_TPU_MIGS}: MIGs "for TPU versions v5p, v6e, and TPU7x"'
+)
+_NOT_ON_CE = f"none: {_CE_VERSIONS} (this generation is not among them)"
+_QR_AND_CE = f"queued-resource: {_ZONES} lists the generation for the Cloud TPU API; compute-engine: {_CE_VERSIONS}"
+_QR_ONLY = f"queued-resource: {_ZONES} lists the generation for the Cloud TPU API; not compute-engine: {_CE_VERSIONS}"
+_CE_ZONE_ROW = f"{_CE_ZONES} North America table (as docs/compute-engine.md section 1 reads it): "
 #: The Cloud TPU Multislice overview: Multislice concepts, limits and the DCN arithmetic.
 MULTISLICE_OVERVIEW = "https://cloud.google.com/tpu/docs/multislice-introduction"
 _OVERVIEW = f"Cloud TPU Multislice overview ({MULTISLICE_OVERVIEW})"
@@ -43,7 +59,27 @@ GENERATIONS: dict[str, Generation] = {
             max_single_vm_chips=4,
             multi_host_chips_per_vm=4,
             zones=("us-central2-b",),
+            topologies=(
+                "2x2x1",
+                "2x2x2",
+                "2x2x4",
+                "2x4x4",
+                "4x4x4",
+                "4x4x8",
+                "4x8x8",
+                "8x8x8",
+                "8x8x12",
+                "8x8x16",
+                "8x16x16",
+            ),
             sources={
+                "topologies": f"{_XPK} (v4 default_topologies: the topology each v4-N maps to); "
+                f'{_TYPES} "v4-128 specifies ... 128 TensorCores" and its example "2x2x4 (16 chips)", '
+                'and the v4 page\'s torus examples "4x4x8, 4x8x8 or 12x12x24". PROXY: the v4 configuration '
+                f"table of {_V4} could not be read in the stored copy",
+                "backends": _QR_ONLY,
+                "compute_engine_zones": _NOT_ON_CE,
+                "compute_engine_machine_types": f"{_NOT_ON_CE}; ct4p-hightpu-4t is a GKE machine type ({_XPK})",
                 "tensorcores_per_chip": f'{_V4} "Each TPU v4 chip contains two TensorCores"',
                 "suffix_counts": f'{_TYPES} "v4-128 specifies a configuration with v4 TPUs '
                 f'and 128 TensorCores"; 2 TensorCores per chip, so v4-8 = 4 chips ({_OVERVIEW})',
@@ -82,7 +118,14 @@ GENERATIONS: dict[str, Generation] = {
             max_single_vm_chips=8,
             multi_host_chips_per_vm=4,
             zones=("us-central1-a", "us-south1-a", "us-west1-c", "us-west4-a"),
+            topologies=("1x1", "2x2", "2x4", "4x4", "4x8", "8x8", "8x16", "16x16"),
             sources={
+                "topologies": f'{_V5E} 2D slice shapes table "Topology | Number of TPU chips | Number of '
+                'hosts": 1x1=1, 2x2=4, 2x4=8, 4x4=16, 4x8=32, 8x8=64, 8x16=128, 16x16=256',
+                "backends": _QR_ONLY,
+                "compute_engine_zones": _NOT_ON_CE,
+                "compute_engine_machine_types": f"{_NOT_ON_CE}; ct5lp-hightpu-1t/-4t/-8t are the GKE machine "
+                f'types of {_V5E} ("Machine type (GKE API)")',
                 "tensorcores_per_chip": f'{_V5E} "Each v5e chip contains one TensorCore"',
                 "suffix_counts": f'{_V5E} "The value you specify for AcceleratorType is a '
                 'string with the format: v$VERSION_NUMBER-$CHIP_COUNT"',
@@ -125,7 +168,31 @@ GENERATIONS: dict[str, Generation] = {
             max_single_vm_chips=4,
             multi_host_chips_per_vm=4,
             zones=("us-central1-a", "us-east5-a"),
+            topologies=(
+                "2x2x1",
+                "2x2x2",
+                "2x2x4",
+                "2x4x4",
+                "4x4x4",
+                "4x4x8",
+                "4x8x8",
+                "8x8x8",
+                "8x8x16",
+                "8x16x16",
+                "16x16x16",
+                "16x16x24",
+            ),
+            backends=(QUEUED_RESOURCE, COMPUTE_ENGINE),
+            compute_engine_zones=("us-central1-a", "us-east5-a"),
+            compute_engine_machine_types={4: "ct5p-hightpu-4t"},
             sources={
+                "topologies": f'{_V5P} configurations table "Topology | Cores | Chips | Hosts": 2x2x1 | 8, '
+                "2x2x2 | 16, 2x4x4 | 64, 4x4x4 | 128, 4x4x8 | 256, 4x8x8 | 512, 8x8x8 | 1024, 8x8x16 | 2048, "
+                "8x16x16 | 4096, 16x16x16 | 8192, 16x16x24 | 12288; v5p-32 (16 chips, not in that table): "
+                f"2x2x4, from {_XPK} (v5p default_topologies) and {_TYPES} (2x2x4 = 16 chips)",
+                "backends": _QR_AND_CE,
+                "compute_engine_zones": _CE_ZONE_ROW + "v5p: us-central1-a, us-east5-a",
+                "compute_engine_machine_types": f'ct5p-hightpu-4t (4-chip VM): {_XPK_GCE}; {_V5P} rows "(4-chip VM)"',
                 "tensorcores_per_chip": f'{_V5P} row "Number of TensorCores per chip | 2"; '
                 '"v5p-32 specifies a v5p TPU slice with 32 TensorCores (16 chips)"',
                 "suffix_counts": f'{_V5P} "--accelerator-type is a formatted string v$VERSION_NUMBERp-$CORES_COUNT"',
@@ -166,7 +233,19 @@ GENERATIONS: dict[str, Generation] = {
             max_single_vm_chips=8,
             multi_host_chips_per_vm=4,
             zones=("us-central1-b", "us-east1-d", "us-east5-a", "us-east5-b", "europe-west4-a"),
+            topologies=("1x1", "2x2", "2x4", "4x4", "4x8", "8x8", "8x16", "16x16"),
+            backends=(QUEUED_RESOURCE, COMPUTE_ENGINE),
+            compute_engine_zones=("us-central1-b", "us-east1-d", "us-east5-a", "us-east5-b"),
+            compute_engine_machine_types={1: "ct6e-standard-1t", 4: "ct6e-standard-4t", 8: "ct6e-standard-8t"},
             sources={
+                "topologies": f'{_V6E} supported configurations table "Topology | TPU chips": 1x1=1, 2x2=4, '
+                "2x4=8, 4x4=16, 4x8=32, 8x8=64, 8x16=128, 16x16=256",
+                "backends": _QR_AND_CE,
+                "compute_engine_zones": _CE_ZONE_ROW + "v6e: us-central1-b, us-east1-d, us-east5-a, us-east5-b",
+                "compute_engine_machine_types": f"ct6e-standard-1t (1x1), ct6e-standard-4t (2x2 and every "
+                f"multi-host slice): {_XPK_GCE}; ct6e-standard-8t (2x4, one 8-chip VM): {_V6E} supported "
+                "configurations table, and the example MACHINE_TYPE of "
+                "https://docs.cloud.google.com/tpu/docs/consume-reservation-compute",
                 "tensorcores_per_chip": f'{_V6E} "Each v6e chip contains one TensorCore"',
                 "suffix_counts": f'{_V6E} supported configurations table "Accelerator type (TPU '
                 'API)": 1x1 -> v6e-1, 2x2 -> v6e-4, 2x4 -> v6e-8 (suffix = chips)',
@@ -189,6 +268,80 @@ GENERATIONS: dict[str, Generation] = {
                 + ": us-central1-b, us-east1-d, us-east5-a, us-east5-b (North America table), "
                 "europe-west4-a (Europe table)",
                 "runtime_versions": _RUNTIME_ROW + '"Trillium (v6e) | v2-alpha-tpuv6e"',
+            },
+        ),
+        Generation(
+            name="tpu7x",
+            type_prefix="tpu7x",
+            tensorcores_per_chip=2,
+            suffix_counts="tensorcores",
+            sizes=(2, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 12288, 16384, 18432),
+            default_runtime_version=None,
+            peak_bf16_flops_per_chip=2307e12,
+            hbm_bytes_per_chip=192 * _GiB,
+            dcn_bits_per_second_per_host=4 * 100e9,
+            supports_multislice=True,
+            chips_per_physical_host=4,
+            max_single_vm_chips=4,
+            multi_host_chips_per_vm=4,
+            zones=(),
+            topologies=(
+                "1x1x1",
+                "2x2x1",
+                "2x2x2",
+                "2x2x4",
+                "2x4x4",
+                "4x4x4",
+                "4x4x8",
+                "4x8x8",
+                "8x8x8",
+                "8x8x16",
+                "8x16x16",
+                "16x16x16",
+                "16x16x24",
+                "16x16x32",
+                "16x24x24",
+            ),
+            backends=(COMPUTE_ENGINE,),
+            compute_engine_zones=("us-central1-c", "us-central1-ai1a"),
+            compute_engine_machine_types={1: "tpu7x-standard-1t", 4: "tpu7x-standard-4t"},
+            sources={
+                "tensorcores_per_chip": f'{_TPU7X} "Each TPU7x chip contains two TensorCores and four '
+                'SparseCores"; row "Number of TensorCores per chip | ... | 2"',
+                "suffix_counts": f"{_XPK} (tpu7x entries: device_type = f'{{prefix}}-{{num_tensorcores}}', "
+                "tensorcores_per_chip=2, so tpu7x-8 = 2x2x1 = 4 chips, as v5p's names count). PROXY: no "
+                "Google page read names TPU7x accelerator types (Compute Engine takes a machine type and a "
+                "workload policy's topology instead); the name is this catalog's key",
+                "sizes": f"{_XPK}: tpu7x-standard-1t supports 1x1x1 (tpu7x-2); tpu7x-standard-4t supports "
+                "generate_tpu_topologies(max_cubes=144): 2x2x1, 2x2x2, 2x2x4, 2x4x4 and AxBxC multiples of 4 up "
+                "to 144 cubes. Listed here: a subset, 1x1x1 and the topologies of xpk's tpu7x default_topologies "
+                "that this catalog lists for v5p (2x2x1 ... 16x16x24), plus 16x16x32 and 16x24x24 = "
+                f'9216 chips, the Pod ({_TPU7X} row "Number of chips per pod | ... | 9216"); xpk has more shapes '
+                "(4x4x12 and others), not listed",
+                "topologies": f"{_XPK} (the topology each tpu7x-N maps to: tpu7x default_topologies); "
+                f'{_TPU7X} row "Number of chips per pod | 9216" bounds them',
+                "chips_per_host": f'{_IRONWOOD_GKE} "Each Ironwood (TPU7x) virtual machine (VM) contains '
+                f'four chips and two NICs"; {_TPU7X} rows "(4-chip VM)"; {_XPK} (chips_per_vm 1 for 1x1x1, '
+                "else 4)",
+                "default_runtime_version": f"none: the Cloud TPU API does not offer TPU7x ({_CONSUME_RESERVATION} "
+                '"The Cloud TPU API is not supported on TPU7x and later TPU versions"); Compute Engine VMs '
+                "boot an image, not a TPU software version",
+                "peak_bf16_flops_per_chip": f'{_TPU7X} row "Peak compute per chip (BF16) (TFLOPs) | ... | 2307"',
+                "hbm_bytes_per_chip": f'{_TPU7X} row "HBM capacity per chip (GiB) | ... | 192" (192 * 2**30 bytes)',
+                "dcn_bits_per_second_per_host": f'{_TPU7X} row "Data center network (DCN) bandwidth per chip '
+                '(Gbps) | ... | 100" times 4 chips per VM; the docs give it per chip, the per-host value is '
+                "derived (as for v5p)",
+                "chips_per_physical_host": f'{_TPU7X} rows "(4-chip VM)"; {_IRONWOOD_GKE} "four chips" per VM',
+                "supports_multislice": f"{_OVERVIEW}: only TPU v4 and later support Multislice; on Compute "
+                "Engine each slice is its own MIG (docs/compute-engine.md section 2)",
+                "zones": f"none: the Cloud TPU API does not offer TPU7x ({_CONSUME_RESERVATION}; {_TPU_IN_CE}: "
+                'new generations "starting with TPU7x (Ironwood), are supported only through Compute Engine or '
+                'GKE")',
+                "runtime_versions": f"none: the Cloud TPU API does not offer TPU7x ({_CONSUME_RESERVATION})",
+                "backends": f'compute-engine only: {_CE_VERSIONS}; {_CONSUME_RESERVATION} "The Cloud TPU API is '
+                'not supported on TPU7x and later TPU versions"',
+                "compute_engine_zones": _CE_ZONE_ROW + "TPU7x: us-central1-c, us-central1-ai1a",
+                "compute_engine_machine_types": f"tpu7x-standard-1t (1x1x1) and tpu7x-standard-4t: {_XPK_GCE}",
             },
         ),
     )

@@ -4,7 +4,20 @@ holds the generations, :mod:`infra.accelerators` parses names)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
+
+#: The backends a generation can be offered by (``multislice:backend`` in
+#: :mod:`infra.config.schema`): the Cloud TPU API's queued resources, or Compute Engine
+#: instances in managed instance groups (docs/compute-engine.md, section 1).
+QUEUED_RESOURCE = "queued-resource"
+COMPUTE_ENGINE = "compute-engine"
+BACKENDS: tuple[str, ...] = (QUEUED_RESOURCE, COMPUTE_ENGINE)
+
+
+def topology_chips(topology: str) -> int:
+    """Chips in a topology string such as ``"2x2x1"`` or ``"16x16"``: the product of its dims."""
+    return math.prod(int(dim) for dim in topology.split("x"))
 
 
 @dataclass(frozen=True)
@@ -15,12 +28,14 @@ class Generation:
     document (URL + table row) it came from, and says when a value is a proxy.
 
     Attributes:
-        name: generation name used in configs: "v4", "v5e", "v5p", "v6e".
-        type_prefix: accelerator-type prefix: "v4", "v5litepod", "v5p", "v6e".
-        tensorcores_per_chip: TensorCores on one chip (2 for v4/v5p, 1 for v5e/v6e).
+        name: generation name used in configs: "v4", "v5e", "v5p", "v6e", "tpu7x".
+        type_prefix: accelerator-type prefix: "v4", "v5litepod", "v5p", "v6e", "tpu7x".
+        tensorcores_per_chip: TensorCores on one chip (2 for v4/v5p/TPU7x, 1 for v5e/v6e).
         suffix_counts: what N in ``f"{type_prefix}-{N}"`` counts: "tensorcores" or "chips".
         sizes: every valid N, ascending.
-        default_runtime_version: TPU software (runtime) version the docs recommend for JAX.
+        default_runtime_version: TPU software (runtime) version the docs recommend for JAX;
+            None for a generation the Cloud TPU API does not offer (TPU7x): a runtime version
+            is a queued resource's setting, and such a generation has none.
         peak_bf16_flops_per_chip: peak dense bf16 compute of one chip, FLOP/s.
         hbm_bytes_per_chip: HBM capacity of one chip in bytes, converted with the unit the
             doc prints (GiB -> 2**30, GB -> 10**9); ``sources`` says which.
@@ -37,6 +52,14 @@ class Generation:
         zones: zones that offer the generation (see the module docstring for what is listed).
         runtime_versions: TPU software versions known to work for JAX on the generation;
             ``default_runtime_version`` is always among them (added first when missing).
+        topologies: the chip topology of each listed size, index for index with ``sizes``,
+            as the docs' tables write it (v4, v5p, TPU7x: 3-D "2x2x1"; v5e, v6e: 2-D "4x4");
+            the product of its dims is the slice's chips.
+        backends: the backends that offer the generation (:data:`BACKENDS`).
+        compute_engine_zones: zones where Compute Engine offers the generation's TPU
+            machine types (empty when it does not offer the generation).
+        compute_engine_machine_types: chips per VM -> the Compute Engine machine type of such
+            a VM (``ct5p-hightpu-4t``); empty when Compute Engine does not offer the generation.
     """
 
     name: str
@@ -44,7 +67,7 @@ class Generation:
     tensorcores_per_chip: int
     suffix_counts: str
     sizes: tuple[int, ...]
-    default_runtime_version: str
+    default_runtime_version: str | None
     peak_bf16_flops_per_chip: float
     hbm_bytes_per_chip: int
     dcn_bits_per_second_per_host: float
@@ -55,17 +78,45 @@ class Generation:
     multi_host_chips_per_vm: int = 4
     zones: tuple[str, ...] = ()
     runtime_versions: tuple[str, ...] = ()
+    topologies: tuple[str, ...] = ()
+    backends: tuple[str, ...] = (QUEUED_RESOURCE,)
+    compute_engine_zones: tuple[str, ...] = ()
+    compute_engine_machine_types: dict[int, str] = field(default_factory=dict[int, str], hash=False)
 
     def __post_init__(self) -> None:
-        if self.default_runtime_version not in self.runtime_versions:  # the default is always known
-            object.__setattr__(self, "runtime_versions", (self.default_runtime_version, *self.runtime_versions))
+        default = self.default_runtime_version
+        if default is not None and default not in self.runtime_versions:  # the default is always known
+            object.__setattr__(self, "runtime_versions", (default, *self.runtime_versions))
+        self._check_backends()
         if self.suffix_counts not in ("tensorcores", "chips"):
             raise ValueError(f"suffix_counts must be 'tensorcores' or 'chips', not {self.suffix_counts!r}")
         if list(self.sizes) != sorted(set(self.sizes)) or not self.sizes:
             raise ValueError(f"{self.name}: sizes must be non-empty, unique and ascending")
-        for size in self.sizes:
+        if len(self.topologies) != len(self.sizes):
+            raise ValueError(f"{self.name}: one topology per size ({len(self.sizes)}), not {len(self.topologies)}")
+        for size, topology in zip(self.sizes, self.topologies, strict=True):
             # Raises if a listed size does not map to a whole number of chips and VMs.
-            self.chips_per_host(self.chips_for_size(size))
+            chips = self.chips_for_size(size)
+            per_vm = self.chips_per_host(chips)
+            if topology_chips(topology) != chips:
+                raise ValueError(f"{self.type_name(size)}: topology {topology} does not hold {chips} chips")
+            if COMPUTE_ENGINE in self.backends and per_vm not in self.compute_engine_machine_types:
+                raise ValueError(f"{self.type_name(size)}: no Compute Engine machine type for {per_vm}-chip VMs")
+
+    def _check_backends(self) -> None:
+        unknown = set(self.backends) - set(BACKENDS)
+        if not self.backends or unknown:
+            raise ValueError(f"{self.name}: backends must be among {BACKENDS}, not {self.backends}")
+        on_compute_engine = COMPUTE_ENGINE in self.backends
+        if on_compute_engine != bool(self.compute_engine_zones) or on_compute_engine != bool(
+            self.compute_engine_machine_types
+        ):
+            raise ValueError(
+                f"{self.name}: Compute Engine zones and machine types are listed exactly when compute-engine "
+                "is among its backends"
+            )
+        if (QUEUED_RESOURCE in self.backends) != (self.default_runtime_version is not None):
+            raise ValueError(f"{self.name}: a runtime version exactly when the queued-resource backend offers it")
 
     # --- naming arithmetic -------------------------------------------------------------
 
@@ -129,6 +180,24 @@ class Generation:
         TPU Multislice overview (:data:`infra.accelerators.catalog.MULTISLICE_OVERVIEW`)."""
         return self.peak_bf16_flops_per_chip / self.dcn_bits_per_second_per_chip
 
+    def topology_for_size(self, size: int) -> str:
+        """The chip topology of the listed size ``size`` (``topology_for_size(8) == "2x2x1"`` for v4).
+
+        Raises:
+            ValueError: ``size`` is not listed.
+        """
+        if size not in self.sizes:
+            raise ValueError(f"{self.type_name(size)} is not a listed {self.name} size")
+        return self.topologies[self.sizes.index(size)]
+
+    def size_for_chips(self, chips: int) -> int:
+        """The accelerator-type suffix of a ``chips``-chip slice (the inverse of :meth:`chips_for_size`)."""
+        return chips if self.suffix_counts == "chips" else chips * self.tensorcores_per_chip
+
+    def offered_by(self, backend: str) -> bool:
+        """Whether ``backend`` (``multislice:backend``) offers this generation."""
+        return backend in self.backends
+
     def allowed_compact(self) -> str:
         """All valid type names of this generation, compactly: ``"v4-{8,16,...,4096}"``."""
         return f"{self.type_prefix}-{{{','.join(str(s) for s in self.sizes)}}}"
@@ -169,6 +238,19 @@ class AcceleratorType:
     def hbm_bytes_per_slice(self) -> int:
         """HBM of the whole slice in bytes (chips * HBM per chip)."""
         return self.chips * self.generation.hbm_bytes_per_chip
+
+    @property
+    def topology(self) -> str:
+        """The slice's chip topology as the docs' tables write it ("2x2x1", "4x4"); the product
+        of its dims is :attr:`chips`. Source: the "topologies" entry of the generation's sources."""
+        return self.generation.topology_for_size(self.generation.size_for_chips(self.chips))
+
+    @property
+    def machine_type(self) -> str | None:
+        """The Compute Engine machine type of the slice's VMs (``ct6e-standard-4t``), or None where
+        Compute Engine does not offer the generation (v4, v5e). Source: the generation's
+        "compute_engine_machine_types" entry."""
+        return self.generation.compute_engine_machine_types.get(self.chips_per_host)
 
     @property
     def is_multi_host(self) -> bool:

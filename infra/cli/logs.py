@@ -153,9 +153,14 @@ def logs(
 
         printed = stream(without_library_notices(poll, libraries), follow, polls, cloud.POLL_SECONDS)
         if printed == 0 and not follow and not tail.any_entry():
+            whose = (
+                f"trainer lines of run {config.effective_run_name} in project {config.project} (Compute Engine "
+                f"VMs in {config.zone})"
+                if config.backend == "compute-engine"
+                else f"log entries in project {config.project} (nodes {', '.join(config.node_ids)} in {config.zone})"
+            )
             raise fail(
-                f"stack {config.stack} has no log entries in project {config.project} (nodes "
-                f"{', '.join(config.node_ids)} in {config.zone}): it was never deployed (pulumi up), "
+                f"stack {config.stack} has no {whose}: it was never deployed (pulumi up), "
                 "or its TPU VMs have not booted yet",
                 1,
             )

@@ -8,7 +8,9 @@ ResetQueuedResource, asked for confirmation unless ``--yes`` (without a terminal
 passes. Exit 0 when it finished; 2 for bad input or a queued resource that is missing,
 deleted or not ACTIVE (nothing sent); 1 when not confirmed, refused, or not finished in time.
 The work is done by :mod:`infra.remote.reset` and :mod:`infra.remote.emulated_reset`
-(docs/exec-and-reset.md).
+(docs/exec-and-reset.md). A ``multislice:backend: compute-engine`` stack has no reset: both
+commands refuse it with one line saying what to do instead, exit 2, nothing sent
+(:func:`infra.remote.compute_ssh.reset_refusal`).
 """
 
 from __future__ import annotations
@@ -50,6 +52,10 @@ def reset(
     from infra.remote.selection import RemoteError
 
     config = load_config(stack, config_file)
+    if config.backend == "compute-engine":
+        from infra.remote.compute_ssh import reset_refusal
+
+        raise fail(reset_refusal(config.stack))
     try:
         client = resetting.client_for_stack(config)
         result = resetting.reset(config, client, confirm=_confirm(yes), say=say, timeout_s=timeout)
@@ -78,6 +84,13 @@ def local_reset(
     from infra.remote.selection import RemoteError
 
     config = load_config(stack, config_file)
+    if config.backend == "compute-engine":
+        raise fail(
+            f"stack {config.stack} uses multislice:backend: compute-engine, which has no reset "
+            "(docs/compute-engine.md, section 5), so its emulation has none either; nothing was sent. "
+            f"To start every emulated VM again, `multislice local down --stack {config.stack}` then "
+            f"`multislice local up --stack {config.stack}`"
+        )
     try:
         seconds = emulated_reset.reset(
             config,

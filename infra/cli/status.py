@@ -4,7 +4,8 @@
     multislice local status --stack S [same options]        (the local emulation: infra/cli/local.py)
 
 Both read the run directory the same way (:mod:`infra.status`); only where the capacity comes
-from differs: the Cloud TPU API, or the emulator's state file (:mod:`infra.status.reader`).
+from differs: the Cloud TPU API, on the compute-engine backend the slices' instance groups
+through gcloud (:func:`group_lister`), or the emulator's state file (:mod:`infra.status.reader`).
 This module prints: once, refreshed in place (``--watch``), as JSON lines, and the plot.
 Errors: one ``error:`` line; exit 2 for bad input (stack file, options, credentials), 1 when
 there is nothing to show (no queued resource, no run yet) or the API cannot be read.
@@ -43,17 +44,43 @@ def status(
     interval: float = INTERVAL_OPTION,
     plot: Path | None = PLOT_OPTION,
 ) -> None:
-    """A deployed stack: its queued resource and slices (Cloud TPU API) and its run's progress
+    """A deployed stack: its queued resource and slices (Cloud TPU API; on the compute-engine
+    backend its instance groups and VMs, through gcloud) and its run's progress
     (the run directory in the checkpoint bucket): step, loss, tokens/s, ETA, checkpoints,
     restarts and preemptions, goodput, COMPLETE."""
     from infra.status.reader import StatusError, cloud_reader
 
     config = load_config(stack, config_file)
     try:
-        with cloud_reader(config) as read:
+        lister = group_lister(config) if config.backend == "compute-engine" else None
+        with cloud_reader(config, lister) as read:
             show(read, config.stack, json_output=json_output, watch=watch, interval=interval, plot=plot)
     except StatusError as err:
         raise fail(str(err), err.exit_code) from None
+
+
+def group_lister(config):
+    """On the compute-engine backend, how ``status`` lists a slice's instance group: gcloud
+    (:func:`infra.remote.instance_groups.list_group`), its failures as
+    :class:`~infra.status.reader.StatusError` (gcloud missing or without credentials: exit 2;
+    failed: exit 1)."""
+    from infra.remote.gcloud import gcloud_executable
+    from infra.remote.instance_groups import list_group
+    from infra.remote.selection import RemoteError
+    from infra.status.reader import StatusError
+
+    try:
+        gcloud = gcloud_executable()
+    except RemoteError as err:
+        raise StatusError(str(err), 2) from None
+
+    def listed(group: str):
+        try:
+            return list_group(gcloud, config, group)
+        except RemoteError as err:
+            raise StatusError(str(err).replace("; nothing was run", ""), err.exit_code) from None
+
+    return listed
 
 
 def show_local(config, paths, *, json_output: bool, watch: bool, interval: float, plot: Path | None) -> None:

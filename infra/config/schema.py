@@ -30,7 +30,17 @@ Rules and their sources:
   (``[a-z0-9.-]``): the TPU API would refuse anything else only after the network, bucket and
   service account exist;
 * a reused subnetwork is in the zone's region, and the bucket has a location
-  (``infra.bucket_location``: ``us-central2``, the v4 region, is not a storage location).
+  (``infra.bucket_location``: ``us-central2``, the v4 region, is not a storage location);
+* ``multislice:backend`` offers the accelerator's generation (``Generation.backends``:
+  Compute Engine supports TPU7x, v6e and v5p, the Cloud TPU API every generation but TPU7x:
+  docs/compute-engine.md section 1). On ``compute-engine``, ``gcp:zone`` is checked against
+  ``Generation.compute_engine_zones`` instead (``allowUnlisted: [zone]`` relaxes it the same
+  way), and the keys that only configure a queued resource are refused:
+  ``multislice:runtimeVersion`` (the TPU software version a queued resource boots; Compute
+  Engine VMs boot an image) and any key of ``multislice:queuedResource``; on
+  ``queued-resource``, any key of ``multislice:computeEngine``. A key set to its default
+  configures nothing and is not refused (a stack dumped and validated again holds every key).
+  Slices > 1 are allowed on both (one managed instance group per slice on Compute Engine).
 """
 
 from __future__ import annotations
@@ -133,6 +143,11 @@ class StackConfig(StrictModel):
     labels: Annotated[dict[str, str], BeforeValidator(naming.check_labels)] = Field(
         default_factory=dict, alias="multislice:labels", description="Extra labels on every labelled resource."
     )
+    allow_backend_change: bool = Field(
+        default=False,
+        alias="multislice:allowBackendChange",
+        description="Confirms a change of multislice:backend on a deployed stack (infra/backend_change.py).",
+    )
     allow_unlisted: tuple[Unlisted, ...] = Field(
         default=(), alias="multislice:allowUnlisted", description="Catalog checks that only warn: zone, runtimeVersion."
     )
@@ -231,6 +246,7 @@ class StackConfig(StrictModel):
     def _consistent(self) -> StackConfig:
         acc = accelerators.parse_accelerator_type(self.accelerator_type)
         gen = acc.generation
+        self._backend_generation(gen)
         if self.slices > 1 and not gen.supports_multislice:
             raise invalid(
                 "multislice:slices",
@@ -288,10 +304,41 @@ class StackConfig(StrictModel):
                 "required with multislice:capacity flex-start: flex-start VMs run for at most seven days and "
                 "Compute Engine deletes them at the end (e.g. maxRunDuration: 3d)",
             )
-        if self.backend != "compute-engine" and "multislice:computeEngine" in self.model_fields_set_aliases:
+        if self.backend != "compute-engine" and self.compute_engine != ComputeEngineSettings():
             raise invalid(
                 "multislice:computeEngine",
                 "configures the compute-engine backend; this stack's multislice:backend is queued-resource",
+            )
+
+    def _backend_generation(self, gen: accelerators.Generation) -> None:
+        """The generation against ``multislice:backend``, and the keys only the other backend reads."""
+        if not gen.offered_by(self.backend):
+            (offered,) = gen.backends  # every generation is offered by at least one backend
+            why = {
+                "compute-engine": "the Cloud TPU API does not support TPU7x and later",
+                "queued-resource": "Compute Engine offers TPU7x, v6e and v5p",
+            }[offered]
+            raise invalid(
+                "multislice:acceleratorType",
+                f"{self.accelerator_type} is offered by the {offered} backend only, not by {self.backend} ({why}: "
+                f"docs/compute-engine.md); set multislice:backend: {offered}",
+            )
+        if self.backend != "compute-engine":
+            return
+        if self.runtime_version is not None:
+            raise invalid(
+                "multislice:runtimeVersion",
+                "configures the TPU software version a queued resource boots; compute-engine VMs boot an image "
+                "instead: remove it (or set multislice:backend: queued-resource)",
+            )
+        defaults = QueuedResourceSettings().model_dump(by_alias=True)
+        settings = self.queued_resource.model_dump(by_alias=True)
+        changed = [key for key, value in settings.items() if value != defaults[key]]
+        if changed:
+            raise invalid(
+                "multislice:queuedResource",
+                f"configures the queued resource of the queued-resource backend ({', '.join(changed)}); this stack's "
+                "multislice:backend is compute-engine: remove it (deleteOnComplete is not built on compute-engine)",
             )
 
     @property
@@ -321,17 +368,23 @@ class StackConfig(StrictModel):
 
     def _catalog_lists(self, gen: accelerators.Generation) -> None:
         """``gcp:zone`` and the runtime version against the catalog (see the module docstring)."""
-        override = "if Cloud TPU offers it now, add 'multislice:allowUnlisted: [{key}]' to the stack"
-        if self.zone not in gen.zones and "zone" not in self.allow_unlisted:
-            others = sorted(g.name for g in accelerators.GENERATIONS.values() if self.zone in g.zones)
+        on_compute_engine = self.backend == "compute-engine"
+        service = "Compute Engine" if on_compute_engine else "Cloud TPU"
+        override = f"if {service} offers it now, add 'multislice:allowUnlisted: [{{key}}]' to the stack"
+        zones, source = self._catalog_zones(gen)
+        if self.zone not in zones and "zone" not in self.allow_unlisted:
+            others = sorted(g.name for g in accelerators.GENERATIONS.values() if self.zone in self._catalog_zones(g)[0])
             raise invalid(
                 "gcp:zone",
-                f"{self.zone} does not offer TPU {gen.name} ({self.accelerator_type}); zones that do: "
-                f"{', '.join(gen.zones)} ({gen.sources['zones'].split(' ')[0]})"
+                f"{self.zone} does not offer TPU {gen.name} ({self.accelerator_type})"
+                + (" on Compute Engine" if on_compute_engine else "")
+                + f"; zones that do: {', '.join(zones)} ({source.split(' ')[0]})"
                 + (f"; {self.zone} offers {', '.join(others)}" if others else "")
                 + "; "
                 + override.format(key="zone"),
             )
+        if on_compute_engine:
+            return  # no runtime version there (_backend_generation refused one)
         version = self.runtime_version
         if version is not None and version not in gen.runtime_versions and "runtimeVersion" not in self.allow_unlisted:
             raise invalid(
@@ -340,6 +393,12 @@ class StackConfig(StrictModel):
                 f"(https://cloud.google.com/tpu/docs/runtimes); " + override.format(key="runtimeVersion"),
             )
 
+    def _catalog_zones(self, gen: accelerators.Generation) -> tuple[tuple[str, ...], str]:
+        """The zones of the stack's backend that offer ``gen``, and their source."""
+        if self.backend == "compute-engine":
+            return gen.compute_engine_zones, gen.sources["compute_engine_zones"]
+        return gen.zones, gen.sources["zones"]
+
     # Derived values -------------------------------------------------------------------------
 
     @property
@@ -347,11 +406,15 @@ class StackConfig(StrictModel):
         """What ``multislice:allowUnlisted`` let through (``pulumi preview`` prints each)."""
         gen = self.accelerator.generation
         warnings = []
-        if self.zone not in gen.zones:
+        zones, _ = self._catalog_zones(gen)
+        where = " on Compute Engine" if self.backend == "compute-engine" else ""
+        if self.zone not in zones:
             warnings.append(
-                f"gcp:zone {self.zone} is not in the catalog's zones for TPU {gen.name} ({', '.join(gen.zones)}); "
+                f"gcp:zone {self.zone} is not in the catalog's zones for TPU {gen.name}{where} ({', '.join(zones)}); "
                 "allowed by multislice:allowUnlisted"
             )
+        if self.backend == "compute-engine":
+            return warnings  # no runtime version there
         if self.effective_runtime_version not in gen.runtime_versions:
             warnings.append(
                 f"multislice:runtimeVersion {self.effective_runtime_version!r} is not in the catalog for TPU "
@@ -391,7 +454,14 @@ class StackConfig(StrictModel):
     def delete_on_complete(self) -> bool:
         """``multislice:queuedResource.deleteOnComplete``, else on for ``spot`` and ``on-demand``
         capacity (billed while it exists) and off for ``reserved`` (the reservation is paid for
-        whether or not a queued resource holds it)."""
+        whether or not a queued resource holds it).
+
+        Always False on the compute-engine backend: deleting the slices once the run is complete
+        is built for the queued resource only (``delete_on_complete.sh`` deletes a queued
+        resource); nothing deletes a Compute Engine stack's instance groups yet, and
+        ``multislice:queuedResource`` is refused there."""
+        if self.backend == "compute-engine":
+            return False
         for value in (self.queued_resource.delete_on_complete, self.queued_resource.delete_on_complete_former_key):
             if value is not None:
                 return value
@@ -415,7 +485,18 @@ class StackConfig(StrictModel):
 
     @property
     def effective_runtime_version(self) -> str:
-        return self.runtime_version or self.accelerator.generation.default_runtime_version
+        """``multislice:runtimeVersion``, else the generation's default: the queued resource's
+        TPU software version.
+
+        Raises:
+            ValueError: the generation has none (TPU7x: the Cloud TPU API does not offer it, and a
+                compute-engine stack has no runtime version; ``_consistent`` refuses such a stack
+                on the queued-resource backend).
+        """
+        version = self.runtime_version or self.accelerator.generation.default_runtime_version
+        if version is None:
+            raise ValueError(f"{self.accelerator_type} has no TPU software version (not on the Cloud TPU API)")
+        return version
 
     @property
     def effective_run_name(self) -> str:

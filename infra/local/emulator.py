@@ -46,6 +46,7 @@ from typing import Any
 from infra.config import StackConfig
 from infra.local import state as state_lib, stop_signals, supervisor, topology
 from infra.local.boot_watch import BootWatch
+from infra.local.compute_api import ComputeApi
 from infra.local.faults import Fault, FaultSchedule
 from infra.local.gcs import GcsServer, GcsServerError, bucket_name_error, point_clients_at
 from infra.local.metadata import MetadataServer
@@ -57,6 +58,7 @@ from infra.local.supervisor import GroupFailed
 from infra.local.tails import MetricsTail, RecordTail, indented_tail
 from infra.local.tpu_api import DeleteOnComplete
 from infra.local.vm import EmulatedVM, process_groups
+from infra.startup.contract import COMPUTE_API_ENDPOINT_ENV
 from training.run_dir import RunDir
 
 #: Seconds :meth:`LocalQueuedResource.shutdown` gives the VMs between SIGTERM and SIGKILL.
@@ -116,6 +118,8 @@ class LocalQueuedResource:
         self.delete_on_complete = DeleteOnComplete(config, paths)
         #: The run directory, read by this process through :attr:`storage`.
         self.run_dir = RunDir(config.run_dir)
+        #: The compute-engine backend: the emulated Compute API listing the slices' groups.
+        self.compute_api: ComputeApi | None = None
 
     # Lifecycle ------------------------------------------------------------------------------
 
@@ -170,11 +174,23 @@ class LocalQueuedResource:
         )
 
     def create(self) -> None:
-        """Create the queued resource (its TPU API served) and VMs (one metadata server each)."""
+        """Create the queued resource (its TPU API served) and VMs (one metadata server each).
+        On the compute-engine backend, the slices' managed instance groups instead: the
+        emulated Compute API lists each group's VMs (named as a group names them, all at
+        127.0.0.1), and each VM's metadata server answers its name, zone and project."""
         self.delete_on_complete.start()
+        names: list[list[str]] = []
+        if topology.is_compute_engine(self.config):
+            names = topology.compute_engine_names(self.config)
+            self.compute_api = ComputeApi(self.config.project, self.config.zone)
+            for group, vms in zip(self.config.node_ids, names, strict=True):
+                self.compute_api.add_group(group)
+                for name in vms:
+                    self.compute_api.add_vm(group, name, topology.EMULATED_VM_IP)
         for slice_id, node in enumerate(self.config.node_ids):
             for worker in range(self.config.accelerator.hosts):
-                server = MetadataServer({})
+                values = topology.compute_engine_values(self.config, names[slice_id][worker]) if names else None
+                server = MetadataServer({}, values)
                 self.servers.append(server)
                 self.vms.append(
                     EmulatedVM(
@@ -203,6 +219,8 @@ class LocalQueuedResource:
             )
             | self.delete_on_complete.environment()
         )
+        if self.compute_api is not None:
+            env[COMPUTE_API_ENDPOINT_ENV] = self.compute_api.endpoint
         for vm in self.vms:
             vm.metadata.update(
                 topology.vm_metadata(
@@ -280,6 +298,8 @@ class LocalQueuedResource:
             server.stop()
         self.servers.clear()
         self.delete_on_complete.stop()
+        if self.compute_api is not None:
+            self.compute_api.stop()
 
     def shutdown(self) -> None:
         """Stop every VM and metadata server, then the storage server; forget the state file."""
@@ -332,7 +352,13 @@ class LocalQueuedResource:
             self._supervise(options, schedule, tail, events, start)
         finally:
             self.stop_vms()
-        self.report(self.delete_on_complete.line())
+        if self.compute_api is not None:
+            self.report(
+                "capacity: kept: deleteOnComplete is not built for the compute-engine backend; "
+                "the instance groups' VMs are billed until pulumi destroy"
+            )
+        else:
+            self.report(self.delete_on_complete.line())
         from infra.local import summary as summary_lib  # reads checkpoints: jax, orbax
 
         result = summary_lib.summarize(self.run_dir, total)

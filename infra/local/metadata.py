@@ -9,7 +9,10 @@ emulated GCS server accepts without checking. The keys a TPU VM of a multislice 
 has and that JAX and our startup script read: ``agent-worker-number``,
 ``worker-network-endpoints``, ``tpu-env`` (with ``MEGASCALE_*``), ``accelerator-type``,
 ``startup-script``, plus our ``multislice-run-dir``. Attributes can be replaced while it
-runs (a repaired slice gets new values).
+runs (a repaired slice gets new values). Other values (``values``, by path under
+``/computeMetadata/v1/``) are what a Compute Engine TPU VM's ``boot.sh`` reads besides:
+``instance/name``, ``instance/zone`` (``projects/<number>/zones/<zone>``) and
+``project/project-id`` (https://cloud.google.com/compute/docs/metadata/predefined-metadata-keys).
 
 Bound to 127.0.0.1 on a free port; point a process at it with
 ``GCE_METADATA_IP=127.0.0.1:<port>`` (the variable JAX's cloud_tpu_cluster honours).
@@ -26,7 +29,8 @@ from collections.abc import Mapping
 
 from infra.local.loopback_http import LoopbackServer
 
-INSTANCE = "/computeMetadata/v1/instance/"
+ROOT = "/computeMetadata/v1/"
+INSTANCE = ROOT + "instance/"
 PREFIX = INSTANCE + "attributes/"
 TOKEN_PATH = INSTANCE + "service-accounts/default/token"
 #: The access token the emulated VMs get (an emulated GCS server does not check it).
@@ -36,8 +40,9 @@ EMULATED_TOKEN = "emulated-access-token"
 class MetadataServer:
     """Serve ``attributes`` until :meth:`stop`; usable as a context manager."""
 
-    def __init__(self, attributes: Mapping[str, str]) -> None:
+    def __init__(self, attributes: Mapping[str, str], values: Mapping[str, str] | None = None) -> None:
         self._attributes = dict(attributes)
+        self._values = {ROOT + path: value for path, value in (values or {}).items()}
         self._lock = threading.Lock()
         self._faults: dict[str, list[tuple[int, str]]] = {}
         #: Paths requested so far, in order (what a VM asked its metadata server for).
@@ -58,6 +63,9 @@ class MetadataServer:
                 if path == TOKEN_PATH:
                     token = {"access_token": EMULATED_TOKEN, "expires_in": 3599, "token_type": "Bearer"}
                     self._reply(200, json.dumps(token), "application/json")
+                    return
+                if path in server._values:
+                    self._reply(200, server._values[path])
                     return
                 if not path.startswith(PREFIX):
                     self._reply(404, "not found\n")

@@ -18,15 +18,24 @@ same keys (``infra.local.metadata``), with the values a real TPU VM of the stack
 
 The node (slice) names are the stack's real ones, :attr:`infra.config.StackConfig.node_ids`,
 the ids the queued resource's nodes get on Cloud TPU.
+
+A ``multislice:backend: compute-engine`` stack's VMs get none of Cloud TPU's keys; they get what
+``pulumi up`` puts in its instance template and its groups (docs/compute-engine.md), and find
+their place themselves through the emulated Compute API (``infra.local.compute_api``), as
+``boot.sh`` does on Compute Engine (:func:`compute_engine_metadata`, :func:`compute_engine_values`,
+:func:`compute_engine_names`). deleteOnComplete is not built for that backend, so its VMs never
+get ``multislice-delete-queued-resource``.
 """
 
 from __future__ import annotations
 
 import os
+import random
 import sys
 from pathlib import Path
 
 from infra.config import StackConfig
+from infra.local.compute_api import instance_name
 from infra.local.service_manager import VM_SITE_ENV
 from infra.local.state import EMULATION_ID_ENV
 from infra.startup import contract
@@ -44,10 +53,67 @@ VM_SITE_DIR = Path(__file__).resolve().parent / "vm_site"
 EMULATED_TPU_ENV = "MULTISLICE_EMULATED_TPU"
 
 
+#: The project number in an emulated VM's ``instance/zone`` (``projects/<number>/zones/<zone>``,
+#: https://cloud.google.com/compute/docs/metadata/predefined-metadata-keys): a placeholder.
+EMULATED_PROJECT_NUMBER = "123456789012"
+#: Every emulated VM's internal IP (they all run on this machine).
+EMULATED_VM_IP = "127.0.0.1"
+
+
+def is_compute_engine(config: StackConfig) -> bool:
+    """Whether the stack's VMs come from managed instance groups (``multislice:backend``)."""
+    return config.backend == contract.COMPUTE_ENGINE_BACKEND
+
+
+def compute_engine_metadata(config: StackConfig, slice_id: int, *, startup_script: str, run_dir: str) -> dict[str, str]:
+    """A compute-engine backend VM's metadata attributes: the instance template's (the startup
+    script, the run directory, the backend, the groups in slice order, the VMs per slice, the
+    accelerator type) and its group's (the slice index)."""
+    return {
+        **contract.node_metadata(
+            startup_script=startup_script,
+            run_dir=run_dir,
+            queued_resource_name=config.queued_resource_name,
+            delete_on_complete=False,
+        ),
+        contract.BACKEND_KEY: contract.COMPUTE_ENGINE_BACKEND,
+        contract.INSTANCE_GROUPS_KEY: ",".join(config.node_ids),
+        contract.WORKERS_PER_SLICE_KEY: str(config.accelerator.hosts),
+        contract.COMPUTE_ENGINE_ACCELERATOR_KEY: config.accelerator.name,
+        contract.SLICE_ID_KEY: str(slice_id),
+    }
+
+
+def compute_engine_values(config: StackConfig, name: str) -> dict[str, str]:
+    """The other metadata a compute-engine backend VM's ``boot.sh`` reads (paths under
+    ``/computeMetadata/v1/``): its name, zone and project."""
+    return {
+        "instance/name": name,
+        "instance/zone": f"projects/{EMULATED_PROJECT_NUMBER}/zones/{config.zone}",
+        "project/project-id": config.project,
+    }
+
+
+def compute_engine_names(config: StackConfig, rng: random.Random | None = None) -> list[list[str]]:
+    """For each slice, its group's VM names as a managed instance group makes them
+    (``<group>-<4 of [a-z0-9]>``), sorted: worker ``i`` is the ``i``-th, as ``boot.sh`` counts."""
+    rng = rng or random.Random()
+    slices = []
+    for group in config.node_ids:
+        names: set[str] = set()
+        while len(names) < config.accelerator.hosts:
+            names.add(instance_name(group, rng))
+        slices.append(sorted(names))
+    return slices
+
+
 def vm_metadata(
     config: StackConfig, slice_id: int, worker: int, *, startup_script: str, run_dir: str
 ) -> dict[str, str]:
-    """The metadata attributes of worker ``worker`` of slice ``slice_id`` (keys as on GCE)."""
+    """The metadata attributes of worker ``worker`` of slice ``slice_id`` (keys as on GCE; a
+    compute-engine backend VM's are :func:`compute_engine_metadata`)."""
+    if is_compute_engine(config):
+        return compute_engine_metadata(config, slice_id, startup_script=startup_script, run_dir=run_dir)
     acc = config.accelerator
     node = config.node_ids[slice_id]
     endpoints = ",".join(f"{node}-w-{i}:{i}:127.0.0.1" for i in range(acc.hosts))

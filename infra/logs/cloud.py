@@ -25,7 +25,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from infra.config import StackConfig
-from infra.logs.filter import resource_filter, trainer_filter
+from infra.logs.filter import stack_filter, trainer_filter
 from infra.logs.lines import LogLine, strip_prefix
 from infra.startup.contract import LOGGING_ENDPOINT_ENV
 
@@ -185,13 +185,13 @@ class CloudTail:
 
     def any_entry(self) -> bool:
         """Whether Cloud Logging has any entry at all of the stack's TPU nodes (of any log, at
-        any time in its retention): False for a stack that was never deployed.
+        any time in its retention; on the compute-engine backend any trainer line of its run:
+        :func:`infra.logs.filter.stack_filter`): False for a stack that was never deployed.
 
         Raises:
           CloudLogsError: the call failed.
         """
-        config = self.config
-        return bool(self._list(resource_filter(config.project, config.zone, config.node_ids), limit=1))
+        return bool(self._list(stack_filter(self.config), limit=1))
 
     def _list(self, filter_: str, limit: int | None = None) -> list[Any]:
         from google.api_core import exceptions

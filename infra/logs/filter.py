@@ -8,6 +8,17 @@ The trainer's lines are written by ``training/log_shipping.py`` on every VM to t
 and the labels ``slice``, ``worker`` and ``run`` (the run name). Filter syntax:
 https://cloud.google.com/logging/docs/view/logging-query-language (``timestamp`` compares as
 an RFC 3339 string).
+
+On the compute-engine backend (``multislice:backend: compute-engine``) the VMs are Compute
+Engine instances, whose monitored resource is ``gce_instance`` with the labels ``project_id``,
+``instance_id`` (a number) and ``zone`` (the ``MonitoredResource`` reference:
+https://cloud.google.com/monitoring/api/ref_v3/rest/Shared.Types/MonitoredResource, and
+https://cloud.google.com/logging/docs/api/v2/resource-list). No documented resource label names
+the instance, its group or the stack, and the instance ids are only known once the groups made
+them, so the stack's trainer lines are told by the entry labels the trainer writes on every VM:
+``run`` (the run name), ``slice`` and ``worker`` (:func:`compute_engine_filter`). The VMs'
+log shipping must write the trainer's lines to :data:`TRAINER_LOG` with that resource and those
+labels (training/log_shipping.py).
 """
 
 from __future__ import annotations
@@ -34,12 +45,40 @@ def resource_filter(project: str, zone: str, nodes: Sequence[str]) -> str:
     )
 
 
+#: ``resource.type`` of a Compute Engine VM's entries (see the module docstring).
+GCE_INSTANCE = "gce_instance"
+
+
+def compute_engine_filter(config: StackConfig, run: str | None = None) -> str:
+    """The trainer's lines of run ``run`` (default: the stack's run name) on the stack's Compute
+    Engine VMs: ``gce_instance`` entries in the stack's project and zone, of the log
+    :data:`TRAINER_LOG`, labelled with the run (see the module docstring)."""
+    return " AND ".join(
+        (
+            f'resource.type="{GCE_INSTANCE}"',
+            f'resource.labels.project_id="{config.project}"',
+            f'resource.labels.zone="{config.zone}"',
+            f'logName="projects/{config.project}/logs/{TRAINER_LOG}"',
+            f'labels.run="{run if run is not None else config.effective_run_name}"',
+        )
+    )
+
+
+def stack_filter(config: StackConfig) -> str:
+    """Any entry of the stack's VMs: its TPU nodes' (:func:`resource_filter`), or on the
+    compute-engine backend its run's trainer lines (:func:`compute_engine_filter`)."""
+    if config.backend == "compute-engine":
+        return compute_engine_filter(config)
+    return resource_filter(config.project, config.zone, config.node_ids)
+
+
 def logging_filter(config: StackConfig) -> str:
     """Cloud Logging filter for the VM logs of this stack's nodes (every worker of every slice;
     the trainer's lines start with ``[slice S worker W]`` on the VM's console and carry the
-    labels ``slice``/``worker``/``run`` in Cloud Logging). The Pulumi program exports it as
-    ``loggingFilter``."""
-    return resource_filter(config.project, config.zone, config.node_ids)
+    labels ``slice``/``worker``/``run`` in Cloud Logging); on the compute-engine backend the
+    trainer's lines of the stack's run (see the module docstring). The Pulumi program exports it
+    as ``loggingFilter``."""
+    return stack_filter(config)
 
 
 def rfc3339(moment: datetime) -> str:
@@ -58,10 +97,22 @@ def trainer_filter(
     run: str | None = None,
 ) -> str:
     """The trainer's lines of the stack's run ``run`` (default: the stack's run name), of one
-    slice (its node) and/or one worker, at or after ``since``.
+    slice (its node; on the compute-engine backend its ``slice`` label) and/or one worker, at or
+    after ``since``.
 
     The caller checks ``slice_id`` and ``worker`` against the stack (``IndexError`` otherwise).
     """
+    if config.backend == "compute-engine":
+        clauses = [compute_engine_filter(config, run)]
+        if slice_id is not None:
+            if not 0 <= slice_id < config.slices:
+                raise IndexError(f"slice {slice_id} of {config.slices}")
+            clauses.append(f'labels.slice="{slice_id}"')
+        if worker is not None:
+            clauses.append(f'labels.worker="{worker}"')
+        if since is not None:
+            clauses.append(f'timestamp>="{rfc3339(since)}"')
+        return " AND ".join(clauses)
     nodes = config.node_ids if slice_id is None else [config.node_ids[slice_id]]
     clauses = [
         resource_filter(config.project, config.zone, nodes),

@@ -234,8 +234,8 @@ def check_deployed(gcloud: str, config) -> dict:
             f"gcloud did not describe queued resource {qr} within {DESCRIBE_TIMEOUT_S:.0f} s; nothing was run", 1
         ) from None
     if proc.returncode != 0:
-        error = _last_error(proc.stderr)
-        if _credentials_error(proc.stderr):
+        error = last_error(proc.stderr)
+        if credentials_error(proc.stderr):
             reason = error.split(") ", 1)[1] if error.startswith("ERROR: (") and ") " in error else error
             raise RemoteError(
                 f"gcloud has no usable credentials ({reason.rstrip('.')}): run `gcloud auth login` (or `gcloud config "
@@ -262,7 +262,7 @@ def check_deployed(gcloud: str, config) -> dict:
     return described
 
 
-def _credentials_error(stderr: str) -> bool:
+def credentials_error(stderr: str) -> bool:
     """gcloud's stderr says its credentials cannot be used (see :func:`check_deployed`)."""
     return any(
         text in stderr
@@ -275,7 +275,7 @@ def _credentials_error(stderr: str) -> bool:
     )
 
 
-def _last_error(stderr: str) -> str:
+def last_error(stderr: str) -> str:
     lines = [line.strip() for line in stderr.splitlines() if line.strip()]
     errors = [line for line in lines if line.startswith("ERROR")]
     return (errors or lines or ["gcloud failed with no message"])[-1]

@@ -30,9 +30,9 @@ WORKER_NUMBER_KEY = "agent-worker-number"
 WORKER_ENDPOINTS_KEY = "worker-network-endpoints"
 TPU_ENV_KEY = "tpu-env"
 ACCELERATOR_TYPE_KEY = "accelerator-type"
-#: Set by ``pulumi up`` on the compute-engine backend only (docs/compute-engine.md, "How a VM
-#: learns its place"): Compute Engine documents none of Cloud TPU's identity keys for its TPU
-#: VMs, so the program gives every VM what it needs to find its place itself.
+#: Set by ``pulumi up`` on the compute-engine backend only: Compute Engine documents none of
+#: Cloud TPU's identity keys for its TPU VMs, so the program gives every VM what it needs to
+#: find its place itself (docs/compute-engine.md, "4. How a VM learns its place in the job").
 #: ``compute-engine`` on such a VM (absent on a queued resource's VMs).
 BACKEND_KEY = "multislice-backend"
 #: The slices' managed instance groups, comma-separated in slice order (the instance template).
@@ -135,6 +135,12 @@ METADATA_HOST_ENV = "GCE_METADATA_IP"
 STORAGE_ENDPOINT_ENV = "STORAGE_EMULATOR_HOST"
 #: Cloud TPU API endpoint (the provider, ``status`` and ``delete_on_complete.sh``).
 TPU_API_ENDPOINT_ENV = "MULTISLICE_TPU_API_ENDPOINT"
+#: Compute API endpoint (``boot.sh`` on the compute-engine backend: the slices' managed instance
+#: groups and their VMs; a loopback fake in tests and in the local emulation).
+COMPUTE_API_ENDPOINT_ENV = "MULTISLICE_COMPUTE_API_ENDPOINT"
+#: Seconds ``boot.sh`` waits on the compute-engine backend for the groups to list every VM
+#: (default ``infra.startup.script.GROUP_WAIT_S``).
+GROUP_WAIT_ENV = "MULTISLICE_GROUP_WAIT_S"
 #: Cloud Logging endpoint (the trainer's log shipper and ``multislice logs``).
 LOGGING_ENDPOINT_ENV = "MULTISLICE_LOGGING_ENDPOINT"
 #: The VM's state directory (releases, virtualenvs, boot lock).
@@ -170,6 +176,8 @@ SCRIPT_ENV = (
     METADATA_HOST_ENV,
     STORAGE_ENDPOINT_ENV,
     TPU_API_ENDPOINT_ENV,
+    COMPUTE_API_ENDPOINT_ENV,
+    GROUP_WAIT_ENV,
     HOME_ENV,
     PYTHON_ENV,
     SYSTEMD_DIR_ENV,
@@ -220,6 +228,9 @@ MEGASCALE_ENV = ("MEGASCALE_COORDINATOR_ADDRESS", "MEGASCALE_NUM_SLICES", "MEGAS
 DEFAULT_METADATA_HOST = "metadata.google.internal"
 DEFAULT_STORAGE_ENDPOINT = "https://storage.googleapis.com"
 DEFAULT_TPU_API_ENDPOINT = "https://tpu.googleapis.com"
+#: The Compute API's endpoint (``BASE_URL`` of gcloud's compute v1 client is
+#: ``https://compute.googleapis.com/compute/v1/``: googlecloudsdk/generated_clients/apis/compute/v1).
+DEFAULT_COMPUTE_API_ENDPOINT = "https://compute.googleapis.com"
 #: The systemd unit that runs the trainer (written by ``boot.sh``; docs/vm-boot.md).
 TRAINER_UNIT = "multislice-trainer.service"
 #: The Cloud Logging log the VMs write (``training.log_shipping.LOG_NAME``) and

@@ -39,6 +39,11 @@ names are declared in :mod:`infra.startup.contract`):
   ``attributes/tpu-env`` (``MEGASCALE_SLICE_ID: '<n>'``; absent → slice 0),
   ``attributes/multislice-run-dir`` (required: ``gs://bucket/path`` or a local path),
   ``service-accounts/default/token`` (for the release record, only with a ``gs://`` run dir);
+  without ``agent-worker-number`` and with ``attributes/multislice-backend`` = ``compute-engine``,
+  the compute-engine backend's keys instead of Cloud TPU's, ``name``, ``zone``, the project id,
+  the token and the Compute API (``MULTISLICE_COMPUTE_API_ENDPOINT``; waiting at most
+  ``MULTISLICE_GROUP_WAIT_S``, :data:`GROUP_WAIT_S`; docs/vm-boot.md,
+  "On the compute-engine backend");
 * every output line starts with ``[slice S worker W] ``;
 * ``systemctl daemon-reload | reset-failed | start | restart | is-active | show`` on
   :data:`TRAINER_UNIT`; the trainer exits 0 (complete: not restarted), 75 (preempted: saved;
@@ -63,6 +68,7 @@ from infra.startup import bundle, content_cache, lockfile, workload as workload_
 from infra.startup.bundle import BUNDLE_PACKAGE, release_id_of  # noqa: F401 (part of this module's API)
 from infra.startup.contract import (  # noqa: F401 (record_object, release_object: part of this module's API)
     COMPILATION_CACHE_FOLDER,
+    DEFAULT_COMPUTE_API_ENDPOINT,
     DEFAULT_METADATA_HOST,
     RUN_DIR_KEY,
     TRAINER_UNIT,
@@ -110,6 +116,12 @@ ATTEMPTS = 6
 RETRY_DELAY_S = 1
 BUILD_ATTEMPTS = 4
 BUILD_RETRY_DELAY_S = 15
+#: Seconds a Compute Engine TPU VM waits for its slice's group (and slice 0's) to list every VM
+#: with an internal IP before its boot stops (``boot.sh``; ``MULTISLICE_GROUP_WAIT_S``). A
+#: managed instance group creates its VMs one by one, and the groups of a stack are created side
+#: by side by ``pulumi up``: half an hour covers a slow creation, and a VM whose slice never
+#: fills stops with one line rather than waiting for ever (a reboot tries again).
+GROUP_WAIT_S = 1800
 
 #: Defaults of a real TPU VM: state directory, unit directory (the metadata host,
 #: :data:`~infra.startup.contract.DEFAULT_METADATA_HOST`, is the contract's).
@@ -225,6 +237,8 @@ def boot_script(
         "STOP_TIMEOUT_S": str(STOP_TIMEOUT_S),
         "DEFAULT_HOME": DEFAULT_HOME,
         "DEFAULT_METADATA_HOST": DEFAULT_METADATA_HOST,
+        "DEFAULT_COMPUTE_API_ENDPOINT": DEFAULT_COMPUTE_API_ENDPOINT,
+        "GROUP_WAIT_S": str(GROUP_WAIT_S),
         "DEFAULT_UNIT_DIR": DEFAULT_UNIT_DIR,
         "RUN_DIR_ATTRIBUTE": RUN_DIR_ATTRIBUTE,
         "RECORD_OBJECT": record_object(config.stack),

@@ -52,10 +52,22 @@ class CapacityError(RuntimeError):
 
 
 @dataclass(frozen=True)
+class InstanceStatus:
+    """One VM of a compute-engine slice (:mod:`infra.status.instance_groups`): its name, its
+    status (``RUNNING``, …; ``""`` before it exists) and its group's current action on it
+    (``NONE``, ``CREATING``, …)."""
+
+    name: str
+    status: str
+    action: str
+
+
+@dataclass(frozen=True)
 class SliceStatus:
-    """One slice: its index, node id, node state (e.g. ``READY``, ``PREEMPTED``; ``MISSING``
-    when the node does not exist) and health (``HEALTHY``, … or None when not reported), and
-    for an emulated slice how many of its VMs run."""
+    """One slice: its index, node id (on the compute-engine backend: its instance group),
+    node state (e.g. ``READY``, ``PREEMPTED``; ``MISSING`` when the node does not exist) and
+    health (``HEALTHY``, … or None when not reported), for an emulated or compute-engine slice
+    how many of its VMs run, and for a compute-engine slice its VMs in worker order."""
 
     slice: int
     node: str
@@ -63,19 +75,23 @@ class SliceStatus:
     health: str | None = None
     vms_running: int | None = None
     vms: int | None = None
+    instances: list[InstanceStatus] | None = None
 
 
 @dataclass
 class CapacityStatus:
     """The queued resource ``id`` and its ``state`` (a QR state, ``DELETED`` when it is gone
     after its run completed, or ``NOT_RUNNING`` for a local emulation that is not running),
-    ``detail`` (the API's failure reason, or what the emulator left behind), and its slices."""
+    ``detail`` (the API's failure reason, or what the emulator left behind), and its slices.
+    On the compute-engine ``backend`` (:mod:`infra.status.instance_groups`) ``id`` is the
+    stem of the slices' instance group names and ``state`` is ``READY`` or ``NOT_READY``."""
 
     id: str
     state: str
     emulated: bool = False
     detail: str | None = None
     slices: list[SliceStatus] = field(default_factory=list)
+    backend: str = "queued-resource"
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

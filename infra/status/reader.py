@@ -1,6 +1,7 @@
 """Where ``multislice status`` reads a stack from: a function returning a fresh
 :class:`~infra.status.report.StackStatus` each call, for a deployed stack
-(:func:`cloud_reader`: the Cloud TPU API and the checkpoint bucket) or a local emulation
+(:func:`cloud_reader`: the Cloud TPU API, or on the compute-engine backend the slices'
+instance groups through gcloud, and the checkpoint bucket) or a local emulation
 (:func:`local_reader`: the emulator's state file and its emulated Cloud Storage). Capacity
 and progress are read concurrently.
 
@@ -15,6 +16,10 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from infra.status.instance_groups import GroupLister
 
 
 class StatusError(Exception):
@@ -26,16 +31,23 @@ class StatusError(Exception):
 
 
 @contextmanager
-def cloud_reader(config) -> Iterator[StackReader]:
-    """A function that reads the deployed stack's status (credentials checked first)."""
+def cloud_reader(config, list_group: GroupLister | None = None) -> Iterator[StackReader]:
+    """A function that reads the deployed stack's status (credentials checked first); on the
+    compute-engine backend its groups through ``list_group``
+    (:data:`infra.status.instance_groups.GroupLister`, raising :class:`StatusError`)."""
     from infra import credentials as gcp
     from infra.startup.contract import STORAGE_ENDPOINT_ENV
     from infra.status import capacity
     from infra.status.store import RunStore
 
     settings = gcp.CredentialSettings.resolve({}, os.environ)
-    url = capacity.endpoint()
     emulated_storage = bool(os.environ.get(STORAGE_ENDPOINT_ENV))
+    if config.backend == "compute-engine":
+        if list_group is None:
+            raise StatusError(f"stack {config.stack} uses the compute-engine backend: no instance group reader", 2)
+        yield _compute_engine_reader(config, settings, emulated_storage, list_group)
+        return
+    url = capacity.endpoint()
     needed = not (capacity.is_local_endpoint(url) and emulated_storage)
     problem = gcp.problem(settings, os.environ, require_credentials=needed)
     if problem:
@@ -65,6 +77,26 @@ def cloud_reader(config) -> Iterator[StackReader]:
     yield StackReader(config, store, read_capacity)
 
 
+def _compute_engine_reader(config, settings, emulated_storage: bool, list_group: GroupLister) -> StackReader:
+    """A compute-engine stack's reader: its instance groups through ``list_group``
+    (:mod:`infra.status.instance_groups`; no Cloud TPU API), its run as on Cloud TPU."""
+    from infra import credentials as gcp
+    from infra.status import instance_groups
+    from infra.status.store import RunStore
+
+    problem = gcp.problem(settings, os.environ, require_credentials=not emulated_storage)
+    if problem:
+        raise StatusError(problem, 2)
+    credentials = None
+    if not emulated_storage or settings.explicit:
+        try:
+            credentials = gcp.load(settings, quota_project=settings.quota_project(config.project))
+        except gcp.CredentialsError as err:
+            raise StatusError(str(err), 2) from None
+    store = RunStore(config.run_dir, None if emulated_storage else credentials)
+    return StackReader(config, store, lambda: instance_groups.read(config, list_group))
+
+
 @contextmanager
 def local_reader(config, paths) -> Iterator[StackReader]:
     """A function that reads the emulated stack whose state is in ``paths`` (``multislice
@@ -76,7 +108,9 @@ def local_reader(config, paths) -> Iterator[StackReader]:
     from infra.status.store import RunStore
 
     def read_capacity():
-        return capacity.read_local(paths, config.queued_resource_id, config.node_ids, config.workers_per_slice)
+        cap = capacity.read_local(paths, config.queued_resource_id, config.node_ids, config.workers_per_slice)
+        cap.backend = config.backend  # what the emulation stands in for (the same state file)
+        return cap
 
     state = local_state.read_state(paths)
     url = state.get("storage_url") if state and local_state.emulator_alive(state) else None
@@ -114,11 +148,12 @@ class StackReader:
             try:
                 cap = read_capacity()
             except capacity.QueuedResourceNotFound as err:
+                what = "instance groups were" if config.backend == "compute-engine" else "queued resource was"
                 cap, gone = (
                     None,
                     StatusError(
-                        f"stack {config.stack}: {err}: the stack was never deployed, or its queued "
-                        f"resource was deleted (deploy it with: pulumi up -s {config.stack})",
+                        f"stack {config.stack}: {err}: the stack was never deployed, or its {what} "
+                        f"deleted (deploy it with: pulumi up -s {config.stack})",
                         1,
                     ),
                 )
@@ -130,9 +165,16 @@ class StackReader:
             if not run.complete:
                 assert gone is not None  # cap is None only when the queued resource was not found
                 raise gone
-            cap = capacity.deleted(
-                config.queued_resource_id,
-                f"gone after its run completed at step {run.completed_step} "
-                "(deleteOnComplete, or deleted by hand); pulumi up does not create it again",
-            )
+            if config.backend == "compute-engine":
+                cap = capacity.deleted(
+                    config.resource_prefix,
+                    f"instance groups gone after the run completed at step {run.completed_step} (deleted by hand)",
+                )
+                cap.backend = "compute-engine"
+            else:
+                cap = capacity.deleted(
+                    config.queued_resource_id,
+                    f"gone after its run completed at step {run.completed_step} "
+                    "(deleteOnComplete, or deleted by hand); pulumi up does not create it again",
+                )
         return StackStatus(config.stack, cap, run)

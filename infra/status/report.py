@@ -7,12 +7,17 @@ not known yet is ``null``::
     stack                 the stack name
     emulated              true for ``multislice local status``
     checked_at            when the status was read
-    queued_resource       {id, state, emulated, detail, slices: [{slice, node, state, health,
-                          vms_running, vms}]}; state is a queued-resource state (ACTIVE,
-                          WAITING_FOR_RESOURCES, FAILED, SUSPENDED, …), DELETED (gone after
-                          its run completed: deleteOnComplete; no slices) or NOT_RUNNING (an
-                          emulation that is not running); a slice's state is its node's
-                          (READY, PREEMPTED, …, MISSING when the node does not exist)
+    queued_resource       {id, state, emulated, detail, backend, slices: [{slice, node, state,
+                          health, vms_running, vms, instances}]}; state is a queued-resource
+                          state (ACTIVE, WAITING_FOR_RESOURCES, FAILED, SUSPENDED, …), DELETED
+                          (gone after its run completed: deleteOnComplete; no slices) or
+                          NOT_RUNNING (an emulation that is not running); a slice's state is
+                          its node's (READY, PREEMPTED, …, MISSING when the node does not
+                          exist). backend is multislice:backend; on compute-engine id is the
+                          stem of the instance group names, state READY or NOT_READY, a
+                          slice's node its instance group, its state READY, NOT_READY or
+                          MISSING, and instances its VMs in worker order ([{name, status,
+                          action}]: infra/status/instance_groups.py); null elsewhere
     run                   run_dir, exists, step, total_steps, fraction (in [0, 1]), loss (the
                           latest step's training loss), eval_loss, tokens_per_s and
                           step_time_s (this attempt's latest window, the compile step left
@@ -65,10 +70,14 @@ def headline(status: StackStatus) -> str:
     cap = status.capacity
     if cap.emulated:
         if cap.state == "DELETED":
-            return f"stack {status.stack}: not running; its queued resource {cap.id} was deleted"
+            what = "instance groups" if cap.backend == "compute-engine" else f"queued resource {cap.id}"
+            return f"stack {status.stack}: not running; its {what} was deleted"
         if cap.state == "NOT_RUNNING":
             return f"stack {status.stack}: {cap.detail}" if cap.detail else f"stack {status.stack}: not running"
         return f"stack {status.stack}: running ({cap.detail})"
+    if cap.backend == "compute-engine":
+        groups = ", ".join(item.node for item in cap.slices) or f"{cap.id}-*"
+        return f"stack {status.stack}: instance groups {groups} are {cap.state}"
     return f"stack {status.stack}: queued resource {cap.id} is {cap.state}"
 
 
@@ -108,7 +117,8 @@ def restart_lines(run: RunProgress) -> list[str]:
 
 
 def _capacity_rows(table: Table, capacity: CapacityStatus) -> None:
-    label = "emulated queued resource" if capacity.emulated else "queued resource"
+    label = "instance groups" if capacity.backend == "compute-engine" else "queued resource"
+    label = f"emulated {label}" if capacity.emulated else label
     table.add_row(
         label, Text(f"{capacity.id}: {capacity.state}" + (f" ({capacity.detail})" if capacity.detail else ""))
     )
@@ -119,6 +129,10 @@ def _capacity_rows(table: Table, capacity: CapacityStatus) -> None:
         if item.vms is not None:
             parts.append(f"{item.vms_running}/{item.vms} VMs running")
         table.add_row(f"slice {item.slice}", Text("  ".join(parts)))
+        for worker, instance in enumerate(item.instances or []):
+            table.add_row(
+                "", Text(f"worker {worker}: {instance.name}  {instance.status or 'not created'}  {instance.action}")
+            )
 
 
 def render(status: StackStatus) -> Table:

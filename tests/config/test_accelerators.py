@@ -116,8 +116,8 @@ def test_generation_invariants(gen: Generation):
 
 
 def test_catalog_order_and_keys():
-    assert list(GENERATIONS) == ["v4", "v5e", "v5p", "v6e"]
-    assert {g.type_prefix for g in GENERATIONS.values()} == {"v4", "v5litepod", "v5p", "v6e"}
+    assert list(GENERATIONS) == ["v4", "v5e", "v5p", "v6e", "tpu7x"]
+    assert {g.type_prefix for g in GENERATIONS.values()} == {"v4", "v5litepod", "v5p", "v6e", "tpu7x"}
     assert ALL[0] == "v4-8"
     assert len(ALL) == len(set(ALL)) == sum(len(g.sizes) for g in GENERATIONS.values())
     assert accelerator_types() is not accelerator_types()  # callers may mutate their copy
@@ -225,8 +225,13 @@ def test_zones_and_runtime_versions_per_generation():
         "v5e": ("us-central1-a", "us-south1-a", "us-west1-c", "us-west4-a"),
         "v5p": ("us-central1-a", "us-east5-a"),
         "v6e": ("us-central1-b", "us-east1-d", "us-east5-a", "us-east5-b", "europe-west4-a"),
+        "tpu7x": (),  # "The Cloud TPU API is not supported on TPU7x and later TPU versions"
     }
     for gen in GENERATIONS.values():
+        if gen.default_runtime_version is None:  # not on the Cloud TPU API: neither zones nor versions
+            assert gen.zones == gen.runtime_versions == () and "queued-resource" not in gen.backends
+            assert gen.sources["zones"].startswith("none: the Cloud TPU API does not offer")
+            continue
         assert all(ZONE.match(z) for z in gen.zones) and len(set(gen.zones)) == len(gen.zones)
         assert gen.runtime_versions == (gen.default_runtime_version,)
         assert gen.sources["zones"].startswith("https://cloud.google.com/tpu/docs/regions-zones")
@@ -290,4 +295,5 @@ def test_the_jax_and_libtpu_pins_are_the_ones_checked_for_every_generation():
     for version in SOFTWARE_CHECKED.values():
         assert version in section
     for generation in GENERATIONS.values():
-        assert f"`{generation.type_prefix}`" in section and generation.default_runtime_version in section
+        assert f"`{generation.type_prefix}`" in section
+        assert generation.default_runtime_version is None or generation.default_runtime_version in section

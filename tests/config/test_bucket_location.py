@@ -12,11 +12,11 @@ def test_every_catalog_zone_maps_to_a_storage_location():
     # Walks the catalog: a zone added to infra/accelerators/catalog.py without a known bucket location fails here.
     walked = set()
     for gen in accelerators.GENERATIONS.values():
-        for zone in gen.zones:
+        for zone in (*gen.zones, *gen.compute_engine_zones):
             location = location_of(region_of(zone))
             assert location in STORAGE_REGIONS, (gen.name, zone, location)
             walked.add(zone)
-    assert {"us-central2-b", "us-east5-a", "europe-west4-a"} <= walked
+    assert {"us-central2-b", "us-east5-a", "europe-west4-a", "us-central1-ai1a"} <= walked
 
 
 def test_the_v4_region_is_not_a_storage_location():

@@ -21,6 +21,20 @@ started and ended) to a JSON-lines file and answers from a plan:
   connect (255, the command not run); ``"drops": n``: the next n attempts run the command and
   then lose the connection (255).
 
+The compute-engine backend's calls (gcloud 528's ``lib/surface/compute/instance_groups/managed/
+list_instances.py`` and ``lib/surface/compute/ssh.py``):
+
+* ``compute instance-groups managed list-instances <group> … --format=json``:
+  ``plan["groups"][<group>]`` = a list of ``ManagedInstance`` objects printed as JSON, or
+  ``{"exit", "stdout", "stderr"}``; a group not in the plan fails as gcloud does for a missing
+  one (``Could not fetch resource:`` / `` - The resource '…' was not found``);
+* ``compute ssh <instance> …``: the key pair as above, then ``EnsureSSHKeyIsInProject``: unless
+  the public key is in ``<dir>/project.ssh-keys`` already, ``Updating project ssh metadata...``,
+  ``plan["update_project_s"]`` seconds, the key appended (recorded as ``update_project``:
+  [start, end]), ``Waiting for SSH key to propagate.``; then one connection, no retry:
+  ``plan["ssh"]["<instance>"]`` as above (``lines``/``exit``/``run``; ``"drops": 1``: the
+  command runs and the connection is lost, exit 255).
+
 The stand-in ``ssh-keygen`` appends its arguments to ``<dir>/keygen-calls.txt``; when its
 ``-f`` file exists it asks "Overwrite (y/n)?" and, with no answer on its standard input, exits
 1, as OpenSSH's does; else it writes the private key, waits ``plan["keygen_s"]`` seconds, and
@@ -145,6 +159,39 @@ def _serve(argv: list[str], plan: dict, record: dict) -> int:
             file=sys.stderr,
         )
         return 255
+    if argv[:4] == ["compute", "instance-groups", "managed", "list-instances"]:
+        group = argv[4]
+        answer = (plan.get("groups") or {}).get(group)
+        if answer is None:
+            print(
+                "ERROR: (gcloud.compute.instance-groups.managed.list-instances) Could not fetch resource:",
+                file=sys.stderr,
+            )
+            print(
+                f" - The resource 'projects/{_flag(argv, 'project')}/zones/{_flag(argv, 'zone')}/"
+                f"instanceGroupManagers/{group}' was not found",
+                file=sys.stderr,
+            )
+            return 1
+        reply: dict = {"stdout": answer} if isinstance(answer, list) else answer
+        if "stdout" in reply:
+            print(json.dumps(reply["stdout"]))
+        if reply.get("stderr"):
+            print(reply["stderr"], file=sys.stderr)
+        return int(reply.get("exit", 0))
+    if argv[:2] == ["compute", "ssh"] and len(argv) > 2:
+        instance = argv[2]
+        directory = Path(os.environ[PLAN_ENV]).parent
+        prepared = _prepare_key(plan, directory / "project.ssh-keys", "update_project", "compute.ssh", record)
+        if prepared:
+            return prepared
+        answer = (plan.get("ssh") or {}).get(instance) or {}
+        code = _remote(instance, None, argv, answer, directory)
+        if answer.get("drops"):
+            print(f"Connection to {instance} closed by remote host.", file=sys.stderr, flush=True)
+            print("ERROR: (gcloud.compute.ssh) [/usr/bin/ssh] exited with return code [255].", file=sys.stderr)
+            return 255
+        return code
     print(f"ERROR: (gcloud) Invalid choice: {' '.join(argv[:5])!r}.", file=sys.stderr)
     return 2
 
@@ -152,6 +199,14 @@ def _serve(argv: list[str], plan: dict, record: dict) -> int:
 def _prepare_node(node: str, plan: dict, directory: Path, record: dict) -> int:
     """gcloud's ``Keys.EnsureKeysExist`` and ``AddSSHKeyIfNeeded`` (see the module docstring):
     0, or gcloud's exit status when it fails."""
+    return _prepare_key(
+        plan, directory / "nodes" / f"{node}.ssh-keys", "update_node", "alpha.compute.tpus.tpu-vm.ssh", record
+    )
+
+
+def _prepare_key(plan: dict, metadata: Path, update: str, command: str, record: dict) -> int:
+    """The key pair made when missing, then the public key added to ``metadata`` unless there
+    (``plan["<update>_s"]`` seconds, recorded as ``record[update]``); 0, or gcloud's exit status."""
     key = Path(os.environ["HOME"]) / ".ssh" / "google_compute_engine"
     public = key.with_name(key.name + ".pub")
     present = [path.exists() and bool(path.read_text().strip()) for path in (key, public)]
@@ -162,35 +217,40 @@ def _prepare_node(node: str, plan: dict, directory: Path, record: dict) -> int:
         record["keygen"] = code
         if code:
             print(
-                f"ERROR: (gcloud.alpha.compute.tpus.tpu-vm.ssh) [ssh-keygen] exited with return code [{code}].",
+                f"ERROR: (gcloud.{command}) [ssh-keygen] exited with return code [{code}].",
                 file=sys.stderr,
             )
             return 1
     elif present != [True, True]:
-        print("ERROR: (gcloud.alpha.compute.tpus.tpu-vm.ssh) Your SSH key files are broken.", file=sys.stderr)
+        print(f"ERROR: (gcloud.{command}) Your SSH key files are broken.", file=sys.stderr)
         print("Operation aborted.", file=sys.stderr)
         return 1
     entry = " ".join(public.read_text().split()[:2])
-    metadata = directory / "nodes" / f"{node}.ssh-keys"
     if entry not in (metadata.read_text() if metadata.exists() else ""):
         start = time.time()
-        time.sleep(float(plan.get("update_node_s", 0)))
+        if update == "update_project":
+            print("Updating project ssh metadata...", end="", file=sys.stderr, flush=True)
+        time.sleep(float(plan.get(f"{update}_s", 0)))
         metadata.parent.mkdir(exist_ok=True)
         with open(metadata, "a") as f:
             f.write(entry + "\n")
-        record["update_node"] = [start, time.time()]
+        record[update] = [start, time.time()]
+        if update == "update_project":
+            print("done.", file=sys.stderr, flush=True)
+            print("Waiting for SSH key to propagate.", file=sys.stderr, flush=True)
     return 0
 
 
 def _remote(node: str, worker: str | None, argv: list[str], answer: dict, directory: Path) -> int:
     """One connection's remote side: the plan's lines, or the ``--command`` line run."""
     if answer.get("run"):
-        home = directory / "vms" / f"{node}-{worker}"
+        home = directory / "vms" / (node if worker is None else f"{node}-{worker}")
         home.mkdir(parents=True, exist_ok=True)
         command = _flag(argv, "command") or ""
         return subprocess.call(["bash", "-c", command], cwd=home, env={**os.environ, "HOME": str(home)})
     time.sleep(float(answer.get("first_delay", 0)))
-    for line in answer.get("lines", [f"hello from {node} worker {worker}"]):
+    greeting = f"hello from {node}" if worker is None else f"hello from {node} worker {worker}"
+    for line in answer.get("lines", [greeting]):
         time.sleep(float(answer.get("delay", 0)))
         print(line, flush=True)
     return int(answer.get("exit", 0))

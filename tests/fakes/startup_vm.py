@@ -4,7 +4,9 @@ metadata server, a loopback GCS, and fake interpreters that record what they wer
 
 Fixtures (import them by name): ``dev_stack``, ``script`` (the dev stack's rendered script),
 ``gcs`` (fake-gcs-server with the dev stack's bucket), ``vm`` (slice 1, worker 2, run dir
-:data:`RUN_DIR`).
+:data:`RUN_DIR`). :func:`compute_engine_vm` is a VM of the compute-engine backend instead: the
+program's metadata keys, and a loopback Compute API (``infra.local.compute_api``) that lists its
+slice's managed instance group.
 """
 
 from __future__ import annotations
@@ -106,7 +108,14 @@ esac
 class Vm:
     """One emulated VM: its disk, fake interpreters and metadata server (see the module docstring)."""
 
-    def __init__(self, tmp: Path, script_text: str, attributes: dict[str, str], gcs: FakeGcs | None = None):
+    def __init__(
+        self,
+        tmp: Path,
+        script_text: str,
+        attributes: dict[str, str],
+        gcs: FakeGcs | None = None,
+        values: dict[str, str] | None = None,
+    ):
         self.tmp = tmp
         self.script = tmp / "startup-script"
         self.script.write_text(script_text)
@@ -123,7 +132,7 @@ class Vm:
             path = self.bin / name
             path.write_text(text)
             path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
-        self.metadata = MetadataServer(attributes)
+        self.metadata = MetadataServer(attributes, values)
         self.gcs = gcs
         self.console = tmp / "console.log"
         self.boots = 0
@@ -307,3 +316,34 @@ def vm(tmp_path, script, gcs) -> Iterator[Vm]:
     machine = Vm(tmp_path, script.text, attributes, gcs)
     with machine.metadata:
         yield machine
+
+
+#: The compute-engine backend's VMs (:func:`compute_engine_vm`): project, zone and groups.
+CE_PROJECT = "acme-ml-dev"
+CE_ZONE = "us-central2-b"
+CE_GROUPS = ("multislice-dev-0", "multislice-dev-1")
+
+
+def compute_engine_vm(
+    tmp: Path, script_text: str, gcs: FakeGcs | None, *, name: str, slice_id: int, workers_per_slice: int
+) -> Vm:
+    """A Compute Engine TPU VM named ``name`` of slice ``slice_id`` (group :data:`CE_GROUPS`
+    [slice_id]): the metadata the program sets in the instance template and the group
+    (docs/compute-engine.md), and the VM's own name, zone and project. Its boot asks the Compute
+    API that :meth:`Vm.env` names with ``MULTISLICE_COMPUTE_API_ENDPOINT``."""
+    from infra.startup import contract
+
+    attributes = {
+        contract.BACKEND_KEY: contract.COMPUTE_ENGINE_BACKEND,
+        contract.INSTANCE_GROUPS_KEY: ",".join(CE_GROUPS),
+        contract.SLICE_ID_KEY: str(slice_id),
+        contract.WORKERS_PER_SLICE_KEY: str(workers_per_slice),
+        contract.COMPUTE_ENGINE_ACCELERATOR_KEY: "v5p-16",
+        contract.RUN_DIR_KEY: RUN_DIR,
+    }
+    values = {
+        "instance/name": name,
+        "instance/zone": f"projects/123456789/zones/{CE_ZONE}",
+        "project/project-id": CE_PROJECT,
+    }
+    return Vm(tmp, script_text, attributes, gcs, values)

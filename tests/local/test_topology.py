@@ -14,6 +14,7 @@ from infra.local import topology
 from infra.local.gcs import client_env
 from infra.local.metadata import MetadataServer
 from infra.local.state import EMULATION_ID_ENV
+from infra.startup import contract
 from training import cluster
 
 STACK = Path(__file__).parents[1] / "stacks" / "Pulumi.emu.yaml"
@@ -175,3 +176,40 @@ def test_vms_keep_their_bytecode_where_this_machine_does_not_write_it(tmp_path, 
     monkeypatch.delenv("PYTHONDONTWRITEBYTECODE")  # Python's default: __pycache__ next to the sources
     env = topology.vm_environment(config, **kwargs)
     assert "PYTHONPYCACHEPREFIX" not in env and "PYTHONDONTWRITEBYTECODE" not in env
+
+
+# The compute-engine backend --------------------------------------------------------------------
+
+
+def test_a_compute_engine_vm_gets_the_template_s_and_group_s_keys_and_none_of_cloud_tpu_s(tmp_path):
+    config = stack(tmp_path, accelerator="v4-16", slices=2, ici_fsdp=8).model_copy(
+        update={"backend": contract.COMPUTE_ENGINE_BACKEND}
+    )  # 2 slices × 2 workers
+    attributes = topology.vm_metadata(config, 1, 1, startup_script="#!/bin/bash", run_dir=config.run_dir)
+    assert attributes == {
+        contract.STARTUP_SCRIPT_KEY: "#!/bin/bash",
+        contract.RUN_DIR_KEY: config.run_dir,
+        contract.BACKEND_KEY: "compute-engine",
+        contract.INSTANCE_GROUPS_KEY: "multislice-emu-0,multislice-emu-1",
+        contract.SLICE_ID_KEY: "1",
+        contract.WORKERS_PER_SLICE_KEY: "2",
+        contract.COMPUTE_ENGINE_ACCELERATOR_KEY: "v4-16",
+    }  # no deleteOnComplete key either: not built on this backend
+    values = topology.compute_engine_values(config, "multislice-emu-1-ab12")
+    assert values == {
+        "instance/name": "multislice-emu-1-ab12",
+        "instance/zone": f"projects/{topology.EMULATED_PROJECT_NUMBER}/zones/us-central2-b",
+        "project/project-id": "multislice-tests",
+    }
+
+
+def test_compute_engine_names_are_a_mig_s_sorted_per_slice(tmp_path):
+    import random
+    import re
+
+    config = stack(tmp_path, accelerator="v4-16", slices=2, ici_fsdp=8)
+    names = topology.compute_engine_names(config, random.Random(7))
+    assert len(names) == 2
+    for group, vms in zip(config.node_ids, names, strict=True):
+        assert len(vms) == 2 and vms == sorted(set(vms))
+        assert all(re.fullmatch(rf"{group}-[a-z0-9]{{4}}", name) for name in vms), vms

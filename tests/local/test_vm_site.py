@@ -162,3 +162,70 @@ def test_the_hook_names_the_vm_s_disk_as_the_contract_does():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     assert module.HOME_ENV == contract.HOME_ENV
+
+
+# The compute-engine backend: no Cloud TPU metadata; boot.sh gives the trainer's unit the identity
+# in the environment, as GKE gives it to a TPU Pod, and JAX's GkeTpuCluster reads it there.
+def compute_engine_vm(config, slice_id: int) -> tuple[MetadataServer, dict[str, str]]:
+    """An emulated compute-engine VM of ``config`` (1 worker a slice): its metadata server and the
+    identity its boot.sh writes into the unit (worker 0 of its slice, every host 127.0.0.1)."""
+    name = topology.compute_engine_names(config)[slice_id][0]
+    server = MetadataServer(
+        topology.compute_engine_metadata(config, slice_id, startup_script="", run_dir=config.run_dir),
+        topology.compute_engine_values(config, name),
+    )
+    identity = {
+        "TPU_WORKER_ID": "0",
+        "TPU_WORKER_HOSTNAMES": topology.EMULATED_VM_IP,
+        "MEGASCALE_COORDINATOR_ADDRESS": topology.EMULATED_VM_IP,
+        "MEGASCALE_NUM_SLICES": str(config.slices),
+        "MEGASCALE_SLICE_ID": str(slice_id),
+    }
+    return server, identity
+
+
+def compute_engine_stack():
+    return load_stack_file(STACK).model_copy(update={"backend": contract.COMPUTE_ENGINE_BACKEND})
+
+
+def test_a_compute_engine_vm_s_job_is_detected_from_the_environment():
+    config = compute_engine_stack()  # 2 slices × 1 worker of v4-8
+    server, identity = compute_engine_vm(config, 1)
+    assert contract.WORKER_NUMBER_KEY not in server.attributes and contract.TPU_ENV_KEY not in server.attributes
+    with server:
+        env = {
+            **clean_base(),
+            "PYTHONPATH": str(topology.VM_SITE_DIR),
+            topology.EMULATED_TPU_ENV: "1",
+            "JAX_COORDINATOR_PORT": "12345",
+            "GCE_METADATA_IP": server.address,
+            "JAX_PLATFORMS": "cpu",
+            **identity,
+        }
+        # Slice 1's only worker: process 1 × 1 + 0 of 2 (BaseTpuCluster.get_process_id), the
+        # coordinator the MEGASCALE host, on the port given.
+        assert detect(env) == ["127.0.0.1:12345", 2, 1, None]
+        # Without the identity in the environment (and no Cloud TPU keys) nothing is detected.
+        assert detect({k: v for k, v in env.items() if k not in identity}) == [None, None, None, None]
+
+
+def test_a_program_that_never_initializes_sees_every_chip_on_compute_engine(tmp_path):
+    config = compute_engine_stack()  # 8 chips, 4 per VM
+    port = free_port()
+    vms = [compute_engine_vm(config, s) for s in (0, 1)]
+    with vms[0][0], vms[1][0]:
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-c", NO_INITIALIZE],
+                env={**vm_env(clean_base(), vms[s][0], tmp_path / f"vm{s}", port), **vms[s][1]},
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for s in (0, 1)
+        ]
+        outputs = [p.communicate(timeout=240) for p in procs]
+    for proc, (_, err) in zip(procs, outputs, strict=True):
+        assert proc.returncode == 0, err
+    seen = sorted(json.loads(out.splitlines()[-1]) for out, _ in outputs)
+    assert seen == [[8, 4, 2, 0], [8, 4, 2, 1]]

@@ -63,9 +63,27 @@ def test_metadata_keys_the_templates_read_are_the_contracts():
         contract.TPU_ENV_KEY,
         "@@RUN_DIR_ATTRIBUTE@@",
         contract.DELETE_QUEUED_RESOURCE_KEY,
+        # The compute-engine backend's (boot.sh finds the VM's place from them).
+        contract.BACKEND_KEY,
+        contract.SLICE_ID_KEY,
+        contract.INSTANCE_GROUPS_KEY,
+        contract.WORKERS_PER_SLICE_KEY,
     }
     assert script.RUN_DIR_ATTRIBUTE == contract.RUN_DIR_KEY  # what fills the placeholder
     assert f"attributes/{contract.DELETE_QUEUED_RESOURCE_KEY}" in template_text(script.DELETE_ON_COMPLETE_RESOURCE)
+
+
+def test_boot_exports_the_compute_engine_identity_the_contract_names():
+    """On the compute-engine backend boot.sh writes the identity into the unit's environment, under
+    the names the contract declares (and training/cluster.py reads: the test above)."""
+    boot = template_text(script.BOOT_RESOURCE)
+    assert f"[[ $backend == {contract.COMPUTE_ENGINE_BACKEND} ]]" in boot
+    assignments = "\n".join(re.findall(r"compute_engine_env\+?=(.*)", boot))
+    exported = set(re.findall(r"\b([A-Z][A-Z_]+)=\$", assignments))
+    assert exported == set(contract.COMPUTE_ENGINE_IDENTITY_ENV)
+    assert "${compute_engine_env:+Environment=$compute_engine_env}" in boot
+    assert f"${{{contract.COMPUTE_API_ENDPOINT_ENV}:-@@DEFAULT_COMPUTE_API_ENDPOINT@@}}" in boot
+    assert script.DEFAULT_COMPUTE_API_ENDPOINT == contract.DEFAULT_COMPUTE_API_ENDPOINT  # fills the placeholder
 
 
 def test_the_release_record_fields_boot_reads_are_the_ones_the_record_has():
@@ -89,6 +107,12 @@ def test_the_trainer_spells_the_names_it_reads_as_the_contract_declares():
     for key in (contract.WORKER_NUMBER_KEY, contract.WORKER_ENDPOINTS_KEY, contract.TPU_ENV_KEY):
         assert f'"{key}"' in source, key  # training/cluster.py: the identity JAX's cluster code reads too
     assert f'"{contract.METADATA_HOST_ENV}", "{contract.DEFAULT_METADATA_HOST}"' in source
+    # Compute Engine: the identity boot.sh exports (training/cluster.py reads it as JAX's GkeTpuCluster
+    # does), and the program's keys the trainer reads there (cluster.py, log_shipping.py).
+    for name in contract.COMPUTE_ENGINE_IDENTITY_ENV:
+        assert f'"{name}"' in source, name
+    for key in (contract.COMPUTE_ENGINE_ACCELERATOR_KEY, contract.BACKEND_KEY):
+        assert f'"{key}"' in source or f"attributes/{key}" in source, key
     assert re.search(rf'^LOG_NAME = "{contract.TRAINER_LOG}"$', source, re.M)  # training/log_shipping.py
     assert re.search(
         rf'^COMPLETE_MARKER = "{contract.COMPLETE_MARKER}"$', source, re.M
@@ -126,9 +150,6 @@ ELSEWHERE = {
     # the config layer, which sits below infra.startup (tests/test_import_graph.py); a test in
     # tests/config/test_dataset.py checks it equals contract.STORAGE_ENDPOINT_ENV.
     ("infra/config/dataset.py", "STORAGE_EMULATOR_HOST"),
-    # multislice:backend's value, which the VMs' metadata repeats: the config layer sits below
-    # infra.startup; test_backend_value_is_the_config_value checks they are equal.
-    ("infra/config/schema.py", "compute-engine"),
 }
 
 
@@ -156,7 +177,13 @@ def _literals(path: Path) -> set[str]:
 
 
 def test_no_module_of_infra_spells_a_contract_value_outside_the_contract():
-    values = {value for name, value in vars(contract).items() if name.isupper() and isinstance(value, str)}
+    # multislice:backend's values are the config's own (the VMs' metadata repeats one:
+    # test_backend_value_is_the_config_value), spelled wherever a command tells the backends apart.
+    from infra.config import BACKENDS
+
+    values = {value for name, value in vars(contract).items() if name.isupper() and isinstance(value, str)} - set(
+        BACKENDS
+    )
     found = {
         (str(path.relative_to(ROOT)), literal)
         for path in sorted((ROOT / "infra").rglob("*.py"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
@@ -91,3 +92,76 @@ def test_worker_outside_slice_is_rejected(monkeypatch):
         monkeypatch.setenv("GCE_METADATA_IP", server.address)
         with pytest.raises(cluster.MetadataError, match="agent-worker-number 3 is outside the slice's 1 workers"):
             cluster.identity_from_metadata()
+
+
+# Compute Engine: the identity boot.sh writes into the unit's environment -------------------------
+# Expected values follow JAX's own rules (jax/_src/clusters/cloud_tpu_cluster.py): GkeTpuCluster's
+# process id in slice = int(TPU_WORKER_ID), worker list = TPU_WORKER_HOSTNAMES.split(','), and
+# BaseTpuCluster's process id = in-slice id + slice id × workers per slice.
+CE_MULTISLICE = {
+    "TPU_WORKER_ID": "2",
+    "TPU_WORKER_HOSTNAMES": "10.2.0.4,10.2.0.9,10.2.0.11,10.2.0.12",
+    "MEGASCALE_COORDINATOR_ADDRESS": "10.1.0.3",
+    "MEGASCALE_NUM_SLICES": "3",
+    "MEGASCALE_SLICE_ID": "1",
+}
+
+
+def test_identity_from_the_environment_of_a_multislice_compute_engine_vm():
+    identity = cluster.identity_from_environment(CE_MULTISLICE, accelerator_type="v5p-32")
+    assert (identity.worker, identity.workers_per_slice, identity.slice_id, identity.num_slices) == (2, 4, 1, 3)
+    assert identity.process_id == 1 * 4 + 2
+    assert identity.num_processes == 12
+    assert identity.coordinator_address == "10.1.0.3:8482"
+    assert identity.accelerator_type == "v5p-32"
+
+
+def test_a_single_slice_compute_engine_vm_uses_its_first_host_and_the_port_knob():
+    env = {"TPU_WORKER_ID": "0", "TPU_WORKER_HOSTNAMES": "10.9.0.2,10.9.0.3", "MULTISLICE_COORDINATOR_PORT": "9999"}
+    identity = cluster.identity_from_environment(env)
+    assert (identity.process_id, identity.num_processes) == (0, 2)
+    assert identity.coordinator_address == "10.9.0.2:9999"
+    assert identity.accelerator_type is None
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"TPU_WORKER_ID": None}, "TPU_WORKER_ID is not set"),
+        ({"TPU_WORKER_ID": "two"}, "TPU_WORKER_ID='two' is not an integer"),
+        ({"TPU_WORKER_ID": "-1"}, "TPU_WORKER_ID='-1' is negative"),
+        ({"TPU_WORKER_ID": "4"}, "TPU_WORKER_ID 4 is outside the slice's 4 workers"),
+        ({"TPU_WORKER_HOSTNAMES": "10.2.0.4,,10.2.0.9"}, "TPU_WORKER_HOSTNAMES='10.2.0.4,,10.2.0.9' has an empty"),
+        ({"TPU_WORKER_HOSTNAMES": None}, "TPU_WORKER_HOSTNAMES is not set"),
+        ({"MEGASCALE_NUM_SLICES": "x"}, "MEGASCALE_NUM_SLICES='x' is not an integer"),
+        ({"MEGASCALE_SLICE_ID": "3"}, "MEGASCALE_SLICE_ID 3 is outside MEGASCALE_NUM_SLICES 3"),
+        ({"MEGASCALE_NUM_SLICES": "0", "MEGASCALE_SLICE_ID": "0"}, "outside MEGASCALE_NUM_SLICES 0"),
+    ],
+)
+def test_a_malformed_environment_identity_names_the_variable(change, message):
+    env = {**CE_MULTISLICE, **change}
+    env = {k: v for k, v in env.items() if v is not None}
+    with pytest.raises(cluster.MetadataError, match=re.escape(message)):
+        cluster.identity_from_environment(env)
+
+
+def test_current_identity_prefers_the_environment_and_reads_the_accelerator_from_metadata(monkeypatch):
+    # A Compute Engine VM's metadata has no Cloud TPU keys, only the program's accelerator key.
+    with MetadataServer({"multislice-accelerator-type": "v5p-32"}) as server:
+        monkeypatch.setenv("GCE_METADATA_IP", server.address)
+        monkeypatch.delenv("MULTISLICE_COORDINATOR_PORT", raising=False)
+        for name, value in CE_MULTISLICE.items():
+            monkeypatch.setenv(name, value)
+        identity = cluster.current_identity()
+    assert (identity.process_id, identity.num_processes, identity.accelerator_type) == (6, 12, "v5p-32")
+
+
+def test_current_identity_without_the_environment_reads_the_metadata(monkeypatch):
+    for name in CE_MULTISLICE:
+        monkeypatch.delenv(name, raising=False)
+    attributes = {"agent-worker-number": "0", "worker-network-endpoints": "n:0:10.1.1.1", "tpu-env": ""}
+    with MetadataServer(attributes) as server:
+        monkeypatch.setenv("GCE_METADATA_IP", server.address)
+        monkeypatch.delenv("MULTISLICE_COORDINATOR_PORT", raising=False)
+        identity = cluster.current_identity()
+    assert identity.coordinator_address == "10.1.1.1:8482"

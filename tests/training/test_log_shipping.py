@@ -128,6 +128,7 @@ def test_the_vm_writes_the_log_multislice_logs_reads():
 def test_labels_come_from_the_tpu_vm_metadata():
     found = log_shipping.target("1", "0", "dev", get=tpu_vm_metadata(1).get)
     assert found == (
+        "tpu_worker",
         {"project_id": "acme-ml-dev", "zone": "us-central2-b", "node_id": "multislice-dev-1", "worker_id": "0"},
         {"slice": "1", "worker": "0", "run": "dev"},
     )
@@ -220,3 +221,47 @@ def test_sigterm_does_not_stop_the_shipper_before_the_trainer(fake):
         proc.stdin.close()
         assert proc.stdout.read() == b"[slice 0 worker 0] saved a checkpoint after the preemption notice\n"
         assert proc.wait(timeout=60) == 0
+
+
+def compute_engine_vm_metadata() -> dict[str, str]:
+    """A Compute Engine TPU VM's: no tpu-env; the program's backend key; the instance's id."""
+    return {
+        "project/project-id": DEV.project,
+        "instance/zone": f"projects/123456789/zones/{DEV.zone}",
+        "instance/id": "4242424242",
+        "instance/attributes/multislice-backend": "compute-engine",
+        "instance/attributes/multislice-instance-groups": ",".join(DEV.node_ids),
+    }
+
+
+def test_on_compute_engine_the_lines_go_to_the_instance_with_the_run_labels():
+    found = log_shipping.target("1", "2", "dev", get=compute_engine_vm_metadata().get)
+    assert found == (
+        "gce_instance",
+        {"project_id": "acme-ml-dev", "instance_id": "4242424242", "zone": "us-central2-b"},
+        {"slice": "1", "worker": "2", "run": "dev"},
+    )
+    for missing in ("instance/id", "instance/attributes/multislice-backend", "project/project-id", "instance/zone"):
+        values = {k: v for k, v in compute_engine_vm_metadata().items() if k != missing}
+        assert log_shipping.target("1", "2", "dev", get=values.get) is None, missing
+
+
+def test_compute_engine_lines_are_what_multislice_logs_reads(tmp_path):
+    """The shipper's entry of a Compute Engine VM matches the filter `multislice logs` sends there."""
+    from infra.config import load_stack_file
+    from infra.logs.filter import compute_engine_filter
+    from tests.helpers.compute_engine_stack import stack_file
+
+    config = load_stack_file(stack_file(tmp_path))
+    values = compute_engine_vm_metadata() | {
+        "project/project-id": config.project,
+        "instance/zone": f"projects/1/zones/{config.zone}",
+    }
+    found = log_shipping.target("0", "0", config.effective_run_name, get=values.get)
+    assert found is not None
+    kind, resource, labels = found
+    clauses = dict(clause.split("=", 1) for clause in compute_engine_filter(config).split(" AND "))
+    assert clauses["resource.type"] == f'"{kind}"'
+    assert clauses["resource.labels.project_id"] == f'"{resource["project_id"]}"'
+    assert clauses["resource.labels.zone"] == f'"{resource["zone"]}"'
+    assert clauses["labels.run"] == f'"{labels["run"]}"'

@@ -184,3 +184,41 @@ def test_a_command_killed_by_a_signal_kills_the_launcher_with_it(tmp_path):
 
 def test_a_command_that_cannot_start_is_a_config_error(tmp_path):
     assert workload.supervise([str(tmp_path / "missing")], dict(os.environ), tmp_path) == workload.EXIT_CONFIG
+
+
+def test_on_compute_engine_the_command_gets_the_identity_of_the_units_environment(tmp_path, monkeypatch):
+    """A Compute Engine TPU VM has no Cloud TPU metadata: the launcher reads the identity boot.sh
+    wrote into the unit's environment, and the command sees the MEGASCALE_* values of it."""
+    from infra.local.metadata import MetadataServer
+
+    env_file = tmp_path / "env.json"
+    spec = tmp_path / "workload.json"
+    dump = f"import json, os; json.dump(dict(os.environ), open({str(env_file)!r}, 'w'))"
+    spec.write_text(json.dumps({"command": [sys.executable, "-c", dump], "steps": 3}))
+    identity_env = {
+        "TPU_WORKER_ID": "1",
+        "TPU_WORKER_HOSTNAMES": "10.2.0.4,10.2.0.9",
+        "MEGASCALE_COORDINATOR_ADDRESS": "10.1.0.3",
+        "MEGASCALE_NUM_SLICES": "2",
+        "MEGASCALE_SLICE_ID": "1",
+    }
+    for name, value in identity_env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("MULTISLICE_COORDINATOR_PORT", raising=False)
+    with MetadataServer({"multislice-accelerator-type": "v5p-16"}) as server:
+        monkeypatch.setenv("GCE_METADATA_IP", server.address)
+        assert workload.run(spec, str(tmp_path / "run"), None) == 0
+        asked = [path.rsplit("/", 1)[-1] for path in server.requests]
+    # Only the accelerator type comes from the metadata there: no Cloud TPU key is asked for.
+    assert asked == ["multislice-accelerator-type"]
+    seen = json.loads(env_file.read_text())
+    assert {k: seen[k] for k in identity_env if k.startswith("MEGASCALE_")} == {
+        "MEGASCALE_COORDINATOR_ADDRESS": "10.1.0.3",
+        "MEGASCALE_NUM_SLICES": "2",
+        "MEGASCALE_SLICE_ID": "1",
+    }
+    # process id = slice × workers per slice + worker (JAX's BaseTpuCluster.get_process_id)
+    assert (seen["MULTISLICE_PROCESS_ID"], seen["MULTISLICE_NUM_PROCESSES"]) == ("3", "4")
+    assert seen["MULTISLICE_COORDINATOR_ADDRESS"] == "10.1.0.3:8482"
+    assert seen["MULTISLICE_ACCELERATOR_TYPE"] == "v5p-16"
+    assert not (tmp_path / "run" / "events").exists()  # process 3 is not process 0: no start event

@@ -366,7 +366,7 @@ def run(
         from training import cluster
 
         try:
-            identity = cluster.identity_from_metadata()
+            identity = cluster.current_identity()
         except cluster.MetadataError as err:
             raise BenchError(f"--from-metadata: {err}") from None
         cluster.initialize(identity)

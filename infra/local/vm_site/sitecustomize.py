@@ -15,6 +15,14 @@ TPU VM, for the three things a JAX program there can observe
    defined: a ``GceTpuCluster`` whose ``is_env_present`` asks only the metadata server.
    ``ClusterEnv`` registers every subclass when it is defined (``__init_subclass__``). The
    coordinator's port is ``$JAX_COORDINATOR_PORT`` (a TPU VM uses JAX's 8482).
+   A Compute Engine TPU VM (``multislice:backend: compute-engine``) has none of those metadata
+   keys: its ``boot.sh`` writes ``TPU_WORKER_ID``, ``TPU_WORKER_HOSTNAMES`` and the
+   ``MEGASCALE_*`` values into the trainer's environment, where JAX's ``GkeTpuCluster`` reads
+   them (``BaseTpuCluster.get_tpu_env_value``: the environment first). Its ``is_env_present``
+   requires ``running_in_cloud_tpu_vm`` too, so ``EmulatedGkeTpuCluster`` is defined beside it:
+   a ``GkeTpuCluster`` whose ``is_env_present`` reads only the environment. It is defined
+   first, so it is asked first (``auto_detect_unset_distributed_params`` takes the first
+   registered cluster present), as JAX asks ``GkeTpuCluster`` before ``GceTpuCluster``.
 
 2. **Every chip of every host, without ``jax.distributed.initialize()``.** On Cloud TPU the call
    is optional: "On Cloud TPU, Slurm, Open MPI and Kubernetes environments, you can simply call
@@ -118,8 +126,9 @@ def _join_as_the_tpu_runtime_would() -> None:
         return
     from jax._src.clusters import cloud_tpu_cluster
 
-    cluster = getattr(cloud_tpu_cluster, "EmulatedTpuCluster", None)
-    if cluster is None or not cluster.is_env_present() or cluster.get_process_count() < 2:
+    names = ("EmulatedGkeTpuCluster", "EmulatedTpuCluster")  # JAX's order: the environment first
+    found = [c for c in (getattr(cloud_tpu_cluster, n, None) for n in names) if c is not None and c.is_env_present()]
+    if not found or found[0].get_process_count() < 2:
         return
     import jax
 
@@ -127,7 +136,17 @@ def _join_as_the_tpu_runtime_would() -> None:
 
 
 def register_cluster(module: Any) -> None:
-    """Define ``EmulatedTpuCluster`` on top of ``module.GceTpuCluster`` (point 1)."""
+    """Define ``EmulatedGkeTpuCluster`` on top of ``module.GkeTpuCluster``, then
+    ``EmulatedTpuCluster`` on top of ``module.GceTpuCluster`` (point 1)."""
+
+    class EmulatedGkeTpuCluster(module.GkeTpuCluster):
+        name = "emulatedgketpu"
+
+        @classmethod
+        def is_env_present(cls) -> bool:
+            return bool(os.environ.get(EMULATED_TPU_ENV)) and cls._get_worker_host_names_env_var() is not None
+
+    module.EmulatedGkeTpuCluster = EmulatedGkeTpuCluster
 
     class EmulatedTpuCluster(module.GceTpuCluster):
         name = "emulatedtpu"

@@ -1,0 +1,214 @@
+"""A loopback Compute API for the compute-engine backend: the slices' managed instance groups and
+their VMs, as a Compute Engine TPU VM's ``boot.sh`` asks for them (its startup tests and the local
+emulation).
+
+Serves the two methods ``boot.sh`` calls (Compute API v1,
+https://cloud.google.com/compute/docs/reference/rest/v1; the shapes of gcloud's own client,
+``googlecloudsdk/generated_clients/apis/compute/v1/compute_v1_client.py`` and
+``compute_v1_messages.py``):
+
+* ``instanceGroupManagers.listManagedInstances``: ``POST compute/v1/projects/P/zones/Z/
+  instanceGroupManagers/G/listManagedInstances`` (query ``pageToken``, ``maxResults``) →
+  ``{"managedInstances": [{"instance": <the VM's URL>, "id", "instanceStatus",
+  "currentAction"}], "nextPageToken"}`` (the token only when more pages follow);
+* ``instances.get``: ``GET compute/v1/projects/P/zones/Z/instances/NAME`` → ``{"name",
+  "status", "networkInterfaces": [{"name": "nic0", "networkIP"}]}``.
+
+An unknown group or VM is HTTP 404, a request without ``Authorization: Bearer`` 401, a POST
+without ``Content-Length`` 411 (as Google's front end answers one), each with Google's error JSON
+(``{"error": {"code", "message", "status"}}``). A VM can be listed before it exists (its
+``currentAction`` is ``CREATING`` and ``instances.get`` is 404 until it has an IP), as
+``ManagedInstance.instance`` "can exist even if the instance has not yet been created".
+
+Bound to 127.0.0.1 on a free port; point ``boot.sh`` at it with
+``MULTISLICE_COMPUTE_API_ENDPOINT=http://127.0.0.1:<port>``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import http.server
+import json
+import random
+import string
+import threading
+import urllib.parse
+
+from infra.local.loopback_http import LoopbackServer
+
+#: A managed instance group's VM names: its base instance name, ``-`` and four characters
+#: (``InstanceGroupManager.baseInstanceName``: "When a VM is created in the group, the MIG appends
+#: a hyphen and a random four-character string to the base instance name": gcloud's
+#: compute_v1_messages.py; pulumi_gcp/compute/instance_group_manager.py: "lowercase letters,
+#: numbers, and hyphens").
+SUFFIX_ALPHABET = string.ascii_lowercase + string.digits
+SUFFIX_LENGTH = 4
+
+
+def instance_name(base_instance_name: str, rng: random.Random | None = None) -> str:
+    """A new VM name of a group with ``base_instance_name``: ``<base>-<4 of [a-z0-9]>``."""
+    pick = (rng or random.Random()).choice
+    return f"{base_instance_name}-{''.join(pick(SUFFIX_ALPHABET) for _ in range(SUFFIX_LENGTH))}"
+
+
+@dataclasses.dataclass
+class ManagedVm:
+    """One VM of a group: its name, internal IP (None: not created yet) and current action."""
+
+    name: str
+    ip: str | None = None
+    current_action: str = "NONE"
+
+
+class ComputeApi:
+    """Serve the groups of ``project``/``zone`` until :meth:`stop`; usable as a context manager.
+
+    Args:
+      project: the project id the VMs' paths name.
+      zone: the zone the VMs' paths name.
+      page_size: at most this many VMs per ``listManagedInstances`` page (None: one page, as a
+        group whose ``listManagedInstancesResults`` is ``PAGELESS``, the default, answers).
+    """
+
+    def __init__(self, project: str, zone: str, *, page_size: int | None = None) -> None:
+        self.project, self.zone, self.page_size = project, zone, page_size
+        self._groups: dict[str, list[ManagedVm]] = {}
+        self._lock = threading.Lock()
+        #: ``(method, path)`` of every request so far, in order.
+        self.requests: list[tuple[str, str]] = []
+        api = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 (http.server naming)
+                self._answer("GET")
+
+            def do_POST(self) -> None:  # noqa: N802
+                self._answer("POST")
+
+            def _answer(self, method: str) -> None:
+                api.requests.append((method, self.path))
+                if method == "POST":
+                    if self.headers.get("Content-Length") is None:
+                        self._error(411, "LENGTH_REQUIRED", "POST requests require a Content-length header.")
+                        return
+                    self.rfile.read(int(self.headers["Content-Length"]))
+                if not (self.headers.get("Authorization") or "").startswith("Bearer "):
+                    self._error(401, "UNAUTHENTICATED", "Request is missing required authentication credential.")
+                    return
+                url = urllib.parse.urlsplit(self.path)
+                query = urllib.parse.parse_qs(url.query)
+                prefix = f"/compute/v1/projects/{api.project}/zones/{api.zone}/"
+                if not url.path.startswith(prefix):
+                    self._error(404, "NOT_FOUND", f"The resource '{url.path}' was not found")
+                    return
+                parts = url.path[len(prefix) :].split("/")
+                if method == "POST" and len(parts) == 3 and parts[0] == "instanceGroupManagers":
+                    if parts[2] == "listManagedInstances":
+                        self._reply(api._list(parts[1], query.get("pageToken", [""])[0]))
+                        return
+                if method == "GET" and len(parts) == 2 and parts[0] == "instances":
+                    self._reply(api._instance(parts[1]))
+                    return
+                self._error(404, "NOT_FOUND", f"The resource '{url.path}' was not found")
+
+            def _reply(self, answer: dict[str, object] | None) -> None:
+                if answer is None:
+                    self._error(404, "NOT_FOUND", f"The resource '{self.path}' was not found")
+                else:
+                    self._send(200, answer)
+
+            def _error(self, code: int, status: str, message: str) -> None:
+                self._send(code, {"error": {"code": code, "message": message, "status": status}})
+
+            def _send(self, code: int, body: dict[str, object]) -> None:
+                data = json.dumps(body).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json; charset=UTF-8")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, format: str, *args: object) -> None:  # keep the console clean
+                pass
+
+        self._server = LoopbackServer(Handler, "compute-api")
+
+    @property
+    def endpoint(self) -> str:
+        """``http://127.0.0.1:<port>``, the value for ``MULTISLICE_COMPUTE_API_ENDPOINT``."""
+        host, port = self._server.host_port
+        return f"http://{host}:{port}"
+
+    def instance_url(self, name: str) -> str:
+        """A VM's URL as ``ManagedInstance.instance`` spells it."""
+        return f"https://www.googleapis.com/compute/v1/projects/{self.project}/zones/{self.zone}/instances/{name}"
+
+    def add_group(self, group: str) -> None:
+        """Create an empty group (it exists: ``listManagedInstances`` answers, with no VMs)."""
+        with self._lock:
+            self._groups.setdefault(group, [])
+
+    def remove_group(self, group: str) -> None:
+        """Delete a group (``listManagedInstances`` answers 404 again)."""
+        with self._lock:
+            self._groups.pop(group, None)
+
+    def add_vm(self, group: str, name: str, ip: str | None, current_action: str = "NONE") -> None:
+        """List a VM in ``group`` (created with it); ``ip`` None: listed, not created yet."""
+        with self._lock:
+            self._groups.setdefault(group, []).append(ManagedVm(name, ip, current_action))
+
+    def set_vm(self, name: str, *, ip: str | None, current_action: str = "NONE") -> None:
+        """Change a listed VM's IP and current action (e.g. its creation finished)."""
+        with self._lock:
+            for vms in self._groups.values():
+                for vm in vms:
+                    if vm.name == name:
+                        vm.ip, vm.current_action = ip, current_action
+
+    def remove_vm(self, name: str) -> None:
+        with self._lock:
+            for group, vms in self._groups.items():
+                self._groups[group] = [vm for vm in vms if vm.name != name]
+
+    def _list(self, group: str, page_token: str) -> dict[str, object] | None:
+        with self._lock:
+            if group not in self._groups:
+                return None
+            vms = list(self._groups[group])
+        start = int(page_token or 0)
+        end = len(vms) if self.page_size is None else min(len(vms), start + self.page_size)
+        answer: dict[str, object] = {
+            "managedInstances": [
+                {
+                    "instance": self.instance_url(vm.name),
+                    "id": str(abs(hash(vm.name)) % 10**18),
+                    "instanceStatus": "RUNNING" if vm.ip else "PROVISIONING",
+                    "currentAction": vm.current_action,
+                }
+                for vm in vms[start:end]
+            ]
+        }
+        if end < len(vms):
+            answer["nextPageToken"] = str(end)
+        return answer
+
+    def _instance(self, name: str) -> dict[str, object] | None:
+        with self._lock:
+            found = [vm for vms in self._groups.values() for vm in vms if vm.name == name and vm.ip]
+        if not found:
+            return None
+        return {
+            "name": name,
+            "status": "RUNNING",
+            "networkInterfaces": [{"name": "nic0", "networkIP": found[0].ip}],
+        }
+
+    def stop(self) -> None:
+        self._server.stop()
+
+    def __enter__(self) -> ComputeApi:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

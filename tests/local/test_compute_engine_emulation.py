@@ -1,0 +1,127 @@
+"""`multislice local up` of a ``multislice:backend: compute-engine`` stack: the emu stack (2 slices
+× 1 VM × 4 CPU devices, as v5p-8) on managed instance groups. Its VMs have none of Cloud TPU's identity keys;
+each one's boot.sh asks the emulated Compute API (infra.local.compute_api) for its group and slice
+0's, and gives the trainer the identity in the environment. The trainer runs as 2 processes, a
+killed slice is recreated and training resumes from the last checkpoint to completion.
+
+One short emulation (about two minutes on 2 cores); run it alone (``-n 0``)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from infra.config import load_stack_file
+from tests.helpers.emulation import STACK, processes_under, run_cli, run_records
+
+STEPS = 12
+#: The emu stacks' v4-8 is offered by the Cloud TPU API only; on Compute Engine the same shape
+#: (1 VM × 4 chips a slice) is a v5p-8 (ct5p-hightpu-4t), in a zone Compute Engine offers v5p in
+#: (docs/compute-engine.md section 1). The emulation runs on CPU either way.
+ON_COMPUTE_ENGINE = (
+    ("  multislice:acceleratorType: v4-8\n", "  multislice:acceleratorType: v5p-8\n"),
+    ("  gcp:zone: us-central2-b\n", "  gcp:zone: us-east5-a\n"),
+)
+
+
+def compute_engine_stack(tmp_path: Path) -> Path:
+    """The emu stack on the compute-engine backend, with 12 steps and a synchronous checkpoint every 4 (its
+    name, bucket and run directory are the emu stack's: tests.helpers.emulation reads them)."""
+    path = tmp_path / "stack" / STACK.name
+    path.parent.mkdir()
+    text = STACK.read_text()
+    for old, new in (
+        ("  multislice:capacity: spot\n", "  multislice:capacity: spot\n  multislice:backend: compute-engine\n"),
+        *ON_COMPUTE_ENGINE,
+        ("    steps: 24\n", f"    steps: {STEPS}\n"),
+        # Synchronous saves: step 4's checkpoint is finalized before step 5 starts, so the kill
+        # (at a step ≥ 6) always finds it (tests/local/test_emulation.py, synchronous_saves).
+        ("checkpoint: {interval_steps: 6, keep: 2}", "checkpoint: {interval_steps: 4, keep: 2, async_save: false}"),
+    ):
+        assert old in text
+        text = text.replace(old, new)
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_a_compute_engine_stack_trains_is_repaired_and_resumes(tmp_path):
+    stack = compute_engine_stack(tmp_path)
+    config = load_stack_file(stack)
+    assert config.backend == "compute-engine" and config.slices == 2 and config.accelerator.hosts == 1
+    summary_path = tmp_path / "summary.json"
+    result = run_cli(
+        ["local", "up", "--config-file", str(stack), "--summary-json", str(summary_path), "--kill", "1@6"],
+        tmp_path,
+        timeout=850,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert processes_under(tmp_path) == []
+    summary = json.loads(summary_path.read_text())
+    assert summary["complete"] is True and summary["steps_completed"] == STEPS
+    assert (summary["repairs"], summary["restarts"], summary["capacity"]) == (1, 1, "kept")
+    assert "deleteOnComplete is not built for the compute-engine backend" in result.stdout
+
+    logs = {s: (tmp_path / config.stack / "logs" / f"slice-{s}-worker-0.log").read_text() for s in (0, 1)}
+    for slice_id, log in logs.items():
+        group = config.node_ids[slice_id]
+        # Each boot (2: the first, and the one after the repair) found its place from the groups:
+        # its own name is a MIG's (<group>-<4 of [a-z0-9]>), worker 0 of its slice, slice 0's host
+        # the coordinator; the trainer then ran as one of 2 processes.
+        found = re.findall(
+            rf"\[slice {slice_id} worker \?\] compute engine: VM ({re.escape(group)}-[a-z0-9]{{4}}) of group "
+            rf"{re.escape(group)} in {config.project}/{config.zone}",
+            log,
+        )
+        assert len(found) == 2 and found[0] == found[1], log
+        assert log.count(f"compute engine: worker 0 of slice {slice_id}, hosts 127.0.0.1, coordinator 127.0.0.1") == 2
+        assert f"process {slice_id}/2" in log
+        assert "agent-worker-number is absent" not in log
+
+    events = run_records(tmp_path, "events")
+    starts = [e for e in events if e.get("event") == "start"]
+    assert [e["processes"] for e in starts] == [2, 2]
+    # The kill lands at some step K ≥ 6 (the emulator polls); the second attempt resumed from the
+    # newest checkpoint R ≤ K (every 4 steps, so R ≥ 4).
+    assert starts[0]["step"] == 0 and starts[1]["restored"]
+    assert 4 <= starts[1]["step"] <= summary["fault_steps"][0] and starts[1]["step"] % 4 == 0
+    losses = {r["step"] for r in run_records(tmp_path, "metrics") if "loss" in r}
+    assert losses == set(range(1, STEPS + 1))
+
+
+COMMAND_STACK = Path(__file__).parents[1] / "stacks" / "Pulumi.emu-command.yaml"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_jax_program_s_argumentless_initialize_finds_every_chip_across_the_groups_vms(tmp_path):
+    """The emu-command stack (tests/fakes/workload/workload_program.py: ``jax.distributed.initialize()``
+    with no arguments, then exit 78 unless ``jax.device_count()`` is every chip of both slices) on
+    the compute-engine backend: JAX finds the job from the environment boot.sh gave the unit
+    (vm_site's EmulatedGkeTpuCluster, as GkeTpuCluster on a TPU VM)."""
+    stack = tmp_path / "stack" / COMMAND_STACK.name
+    stack.parent.mkdir()
+    text = COMMAND_STACK.read_text()
+    text = text.replace(
+        "  multislice:capacity: spot\n", "  multislice:capacity: spot\n  multislice:backend: compute-engine\n"
+    )
+    for old, new in ON_COMPUTE_ENGINE:
+        assert old in text
+        text = text.replace(old, new)
+    text = text.replace("source: ../fakes/workload", f"source: {COMMAND_STACK.parents[1] / 'fakes' / 'workload'}")
+    stack.write_text(text)
+    config = load_stack_file(stack)
+    assert config.backend == "compute-engine" and config.workload is not None
+    summary_path = tmp_path / "summary.json"
+    result = run_cli(["local", "up", "--config-file", str(stack), "--summary-json", str(summary_path)], tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert processes_under(tmp_path) == []
+    summary = json.loads(summary_path.read_text())
+    assert summary["complete"] is True and summary["restarts"] == 0
+    logs = "".join((tmp_path / config.stack / "logs" / f"slice-{s}-worker-0.log").read_text() for s in (0, 1))
+    assert logs.count("compute engine: worker 0 of slice") == 2
+    assert "exited with status 78" not in logs and "trained 24 steps" in logs
