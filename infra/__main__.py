@@ -135,8 +135,7 @@ def component_args(config: StackConfig, script: startup.RenderedScript) -> Compo
             stack=config.stack,
             project=config.project,
             data_bucket=data_bucket(config.training.data.source, config.bucket_name),
-            # deleteOnComplete is the queued resource's: the compute-engine backend has none.
-            delete_on_complete=config.delete_on_complete and config.backend != "compute-engine",
+            delete_on_complete=config.delete_on_complete,  # always off on compute-engine (the config's)
             compute_engine=config.backend == "compute-engine",
         ),
         release_record=ReleaseRecordArgs(
@@ -286,11 +285,6 @@ class BackendCheck:
     deployed: str | None
 
 
-def backend_change_confirmed(config: StackConfig) -> bool:
-    """``multislice:allowBackendChange`` of the stack (False where the config has no such key)."""
-    return bool(getattr(config, "allow_backend_change", False))
-
-
 def check_backend(outputs: Any, config: StackConfig) -> BackendCheck:
     """:func:`infra.backend_change.check_backend_change` of the stack's last ``outputs``; a
     confirmed change is warned once (``pulumi preview`` prints it).
@@ -305,7 +299,7 @@ def check_backend(outputs: Any, config: StackConfig) -> BackendCheck:
             outputs,
             wanted=config.backend,
             stack=config.stack,
-            confirmed=backend_change_confirmed(config),
+            confirmed=config.allow_backend_change,
         )
     except BackendChangeRefused as err:
         raise pulumi.RunError(str(err)) from None

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from infra.backend_change import CONFIRM_KEY
 from infra.compute_engine.inputs import GROUP_DESCRIPTION, REPLACES_QUEUED_RESOURCE
 from infra.policy.evaluate import check_world
 from infra.startup.contract import STARTUP_SCRIPT_KEY
@@ -92,12 +93,9 @@ def test_a_group_that_replaces_the_queued_resource_is_flagged(group):
     assert len(found) == 1 and "replaces the stack's queued resource" in found[0]
 
 
-def test_a_confirmed_backend_change_is_advisory_by_default_and_mandatory_on_prod(monkeypatch):
-    import infra.__main__ as program
-
-    monkeypatch.setattr(program, "backend_change_confirmed", lambda config: True)
+def test_a_confirmed_backend_change_is_advisory_by_default_and_mandatory_on_prod():
     outputs = {"backend": "queued-resource", "queuedResourceName": "projects/p/locations/z/queuedResources/q"}
-    world = evaluate("dev", ce_map("v5p-16"), stack_outputs=outputs)
+    world = evaluate("dev", ce_map("v5p-16", **{CONFIRM_KEY: True}), stack_outputs=outputs)
     flagged = [v for v in check_world(world) if v.policy == "backend-change"]
     assert len(flagged) == 2 and not any(v.mandatory for v in flagged)  # one per slice's group
     assert PROD_POLICY_CONFIG["backend-change"] == "mandatory"

@@ -283,8 +283,7 @@ def test_a_confirmed_change_warns_and_marks_the_groups(monkeypatch):
 
     warned: list[str] = []
     monkeypatch.setattr(program.pulumi.log, "warn", lambda message, *a, **k: warned.append(message))
-    monkeypatch.setattr(program, "backend_change_confirmed", lambda config: True)
-    world = evaluate("dev", ce_map("v5p-16"), stack_outputs=QR_DEPLOYED)
+    world = evaluate("dev", ce_map("v5p-16", **{CONFIRM_KEY: True}), stack_outputs=QR_DEPLOYED)
     changes = [w for w in warned if w.startswith("multislice:backend queued-resource -> compute-engine")]
     assert len(changes) == 1 and "multislice-dev" in changes[0]
     assert {g["description"] for g in groups(world)} == {REPLACES_QUEUED_RESOURCE}
