@@ -213,3 +213,17 @@ def test_compute_engine_names_are_a_mig_s_sorted_per_slice(tmp_path):
     for group, vms in zip(config.node_ids, names, strict=True):
         assert len(vms) == 2 and vms == sorted(set(vms))
         assert all(re.fullmatch(rf"{group}-[a-z0-9]{{4}}", name) for name in vms), vms
+
+
+def test_an_emulated_compute_engine_vm_has_the_metadata_the_program_declares():
+    """The emulation's VM metadata is the program's template metadata plus its group's."""
+    from infra import __main__ as program, startup
+    from infra.config import validate_stack
+    from tests.helpers.compute_engine import ce_map
+
+    config = validate_stack("dev", ce_map("v5p-16", slices=2), "test")
+    script = startup.render(config)
+    inputs = program.compute_engine_inputs(config, script, network="n", subnetwork="s", service_account="a", tags=["t"])
+    for slice_id in range(config.slices):
+        emulated = topology.vm_metadata(config, slice_id, 0, startup_script=script.text, run_dir=config.run_dir)
+        assert emulated == inputs.template_metadata() | inputs.group_metadata(slice_id)
