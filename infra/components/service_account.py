@@ -6,6 +6,8 @@ worker and rank.)
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pulumi
 import pulumi_gcp as gcp
 
@@ -188,47 +190,51 @@ class ServiceAccount(pulumi.ComponentResource):
                     opts=child,
                 )
             )
-        self.delete_role: gcp.projects.IAMCustomRole | None = None
-        if args.delete_on_complete:
-            self.delete_role = gcp.projects.IAMCustomRole(
-                f"{name}-delete-role",
+
+        def custom_role(
+            role_name: str,
+            grant_name: str,
+            role_id: Callable[[str], str],
+            title: str,
+            description: str,
+            permissions: tuple[str, ...],
+        ) -> gcp.projects.IAMCustomRole:
+            """A project custom role of ``permissions``, granted to the VMs' account."""
+            role = gcp.projects.IAMCustomRole(
+                role_name,
                 project=args.project,
-                role_id=self.account.unique_id.apply(lambda unique_id: delete_role_id(args.stack, unique_id)),
-                title=f"Multislice {args.stack}: delete the queued resource on complete",
-                description="Lets the stack's TPU VMs delete their queued resource once the run is complete "
-                "(multislice:queuedResource.deleteOnComplete).",
-                permissions=list(DELETE_PERMISSIONS),
+                role_id=self.account.unique_id.apply(role_id),
+                title=title,
+                description=description,
+                permissions=list(permissions),
                 opts=child,
             )
             self.grants.append(
-                gcp.projects.IAMMember(
-                    f"{name}-delete-on-complete",
-                    project=args.project,
-                    role=self.delete_role.name,
-                    member=self.member,
-                    opts=child,
-                )
+                gcp.projects.IAMMember(grant_name, project=args.project, role=role.name, member=self.member, opts=child)
+            )
+            return role
+
+        self.delete_role: gcp.projects.IAMCustomRole | None = None
+        if args.delete_on_complete:
+            self.delete_role = custom_role(
+                f"{name}-delete-role",
+                f"{name}-delete-on-complete",
+                lambda unique_id: delete_role_id(args.stack, unique_id),
+                f"Multislice {args.stack}: delete the queued resource on complete",
+                "Lets the stack's TPU VMs delete their queued resource once the run is complete "
+                "(multislice:queuedResource.deleteOnComplete).",
+                DELETE_PERMISSIONS,
             )
         self.compute_read_role: gcp.projects.IAMCustomRole | None = None
         if args.compute_engine:
-            self.compute_read_role = gcp.projects.IAMCustomRole(
+            self.compute_read_role = custom_role(
                 f"{name}-compute-read-role",
-                project=args.project,
-                role_id=self.account.unique_id.apply(lambda unique_id: compute_read_role_id(args.stack, unique_id)),
-                title=f"Multislice {args.stack}: find the slices' VMs",
-                description="Lets the stack's TPU VMs list their slices' managed instance groups and read the "
+                f"{name}-compute-read",
+                lambda unique_id: compute_read_role_id(args.stack, unique_id),
+                f"Multislice {args.stack}: find the slices' VMs",
+                "Lets the stack's TPU VMs list their slices' managed instance groups and read the "
                 "listed VMs' internal IPs (multislice:backend compute-engine).",
-                permissions=list(COMPUTE_READ_PERMISSIONS),
-                opts=child,
-            )
-            self.grants.append(
-                gcp.projects.IAMMember(
-                    f"{name}-compute-read",
-                    project=args.project,
-                    role=self.compute_read_role.name,
-                    member=self.member,
-                    opts=child,
-                )
+                COMPUTE_READ_PERMISSIONS,
             )
         self.register_outputs({"email": self.email, "member": self.member})
 
