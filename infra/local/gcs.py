@@ -165,6 +165,29 @@ def create_bucket(url: str, name: str) -> bool:
         raise GcsServerError(f"fake-gcs-server on {url} did not answer: {err}") from None
 
 
+def upload(url: str, bucket: str, name: str, data: bytes) -> None:
+    """Write object ``name`` of ``bucket`` on the server at ``url`` (JSON API ``objects.insert``,
+    ``uploadType=media``), as ``pulumi up`` writes the release's objects to the real bucket.
+
+    Raises:
+      GcsServerError: the server refused it or did not answer.
+    """
+    query = urllib.parse.urlencode({"uploadType": "media", "name": name})
+    request = urllib.request.Request(
+        f"{url}/upload/storage/v1/b/{urllib.parse.quote(bucket, safe='')}/o?{query}",
+        data=data,
+        headers={"Content-Type": "application/octet-stream"},
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=60):
+            return
+    except urllib.error.HTTPError as err:
+        raise GcsServerError(f"fake-gcs-server refused gs://{bucket}/{name}: HTTP {err.code}") from None
+    except OSError as err:
+        raise GcsServerError(f"fake-gcs-server on {url} did not answer: {err}") from None
+
+
 class GcsServer:
     """A fake-gcs-server process serving ``root`` on 127.0.0.1 (see the module docstring).
 
@@ -302,26 +325,8 @@ class GcsServer:
         return create_bucket(self.url, name)
 
     def upload(self, bucket: str, name: str, data: bytes) -> None:
-        """Write object ``name`` of ``bucket`` (JSON API ``objects.insert``, ``uploadType=media``),
-        as ``pulumi up`` writes the release's objects to the real bucket.
-
-        Raises:
-          GcsServerError: the server refused it or did not answer.
-        """
-        query = urllib.parse.urlencode({"uploadType": "media", "name": name})
-        request = urllib.request.Request(
-            f"{self.url}/upload/storage/v1/b/{urllib.parse.quote(bucket, safe='')}/o?{query}",
-            data=data,
-            headers={"Content-Type": "application/octet-stream"},
-            method="POST",
-        )
-        try:
-            with urllib.request.urlopen(request, timeout=60):
-                return
-        except urllib.error.HTTPError as err:
-            raise GcsServerError(f"fake-gcs-server refused gs://{bucket}/{name}: HTTP {err.code}") from None
-        except OSError as err:
-            raise GcsServerError(f"fake-gcs-server on {self.url} did not answer: {err}") from None
+        """Write object ``name`` of ``bucket`` on this server (:func:`upload`)."""
+        upload(self.url, bucket, name, data)
 
     def stop(self) -> None:
         """Stop the server (SIGTERM, ``STOP_GRACE_S``, SIGKILL); nothing if it is not running."""

@@ -4,9 +4,13 @@ processes and records of the local emulations it starts."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -40,6 +44,52 @@ def stop_if_running(proc: subprocess.Popen) -> None:
     if proc.poll() is None:
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=60)
+
+
+class BackgroundCli:
+    """``multislice ARGS`` started in the background (a context manager: leaving it stops a
+    command still running, :func:`stop_if_running`); its stdout lines collected as they come."""
+
+    def __init__(self, args: list[str], state_dir: Path) -> None:
+        self.proc = subprocess.Popen(
+            CLI + args, env=cli_env(state_dir), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        self.lines: list[str] = []
+        stdout = self.proc.stdout
+        assert stdout is not None
+        self._reader = threading.Thread(target=lambda: self.lines.extend(iter(stdout.readline, "")), daemon=True)
+        self._reader.start()
+
+    def __enter__(self) -> BackgroundCli:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        stop_if_running(self.proc)
+
+    def reached(self, step: int, total: int) -> bool:
+        """Whether a progress line ``step N/total`` with N ≥ ``step`` came out."""
+        return any(int(m[1]) >= step for line in self.lines if (m := re.search(rf"step (\d+)/{total}", line)))
+
+    def wait_until(self, condition: Callable[[], bool], timeout: float) -> None:
+        """Poll ``condition`` until true; fail the test (with the output) if the command ends or
+        ``timeout`` seconds pass first."""
+        deadline = time.monotonic() + timeout
+        while not condition():
+            assert self.proc.poll() is None and time.monotonic() < deadline, self.output() + self.stderr()
+            time.sleep(0.1)
+
+    def finish(self, timeout: float) -> int:
+        """Wait for the command to end; its exit status."""
+        self.proc.wait(timeout=timeout)
+        self._reader.join(timeout=10)
+        return self.proc.returncode
+
+    def output(self) -> str:
+        return "".join(self.lines)
+
+    def stderr(self) -> str:
+        assert self.proc.stderr is not None
+        return self.proc.stderr.read() if self.proc.poll() is not None else ""
 
 
 def processes_under(root: Path) -> list[int]:

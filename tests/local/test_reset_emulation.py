@@ -1,5 +1,5 @@
 """``multislice local reset`` and ``multislice local exec`` on a real emulation of the tests' emu
-stack (2 slices × 1 worker, a checkpoint every 6 steps; 96 steps here, so that the reset, sent at
+stack (2 slices × 1 worker, a checkpoint every 6 steps; 160 steps here, so that the reset, sent at
 step 8, lands while it trains: a new CLI process and the emulator take about 20 steps for it):
 a JAX program run by exec first is refused on every worker (the run holds the chips), the reset
 restarts every VM through the emulated TPU API, exec then runs in each emulated VM with its new
@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import threading
-import time
 
 import pytest
 
-from tests.helpers.emulation import CLI, STACK, cli_env, processes_under, run_cli, run_records, stop_if_running
+from tests.helpers.emulation import STACK, BackgroundCli, processes_under, run_cli, run_records
+
+#: Enough that the reset lands while the run trains, even when other emulations share the cores.
+STEPS = 160
 
 
 @pytest.mark.slow
@@ -24,22 +24,10 @@ def test_exec_then_reset_of_a_run_in_progress_resumes_it_from_its_last_checkpoin
     summary_path = tmp_path / "summary.json"
     stack = tmp_path / "stack" / "Pulumi.emu.yaml"
     stack.parent.mkdir()
-    stack.write_text(STACK.read_text().replace("    steps: 24", "    steps: 96"))
-    proc = subprocess.Popen(
-        CLI + ["local", "up", "--config-file", str(stack), "--summary-json", str(summary_path)],
-        env=cli_env(tmp_path),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True)
-    reader.start()
-    try:
-        deadline = time.monotonic() + 300
-        while not any(int(m[1]) >= 8 for line in lines if (m := re.search(r"step (\d+)/96", line))):
-            assert proc.poll() is None and time.monotonic() < deadline, "".join(lines) + proc.stderr.read()
-            time.sleep(0.1)
+    stack.write_text(STACK.read_text().replace("    steps: 24", f"    steps: {STEPS}"))
+    args = ["local", "up", "--config-file", str(stack), "--summary-json", str(summary_path)]
+    with BackgroundCli(args, tmp_path) as run:
+        run.wait_until(lambda: run.reached(8, STEPS), 300)
         # A JAX program run by exec while the run trains: the chips are the run's, as on a TPU VM
         # (libtpu's lock): it fails on each worker at once with libtpu's message, whether it only
         # asks for devices or first tries to join a job, and the run goes on untouched.
@@ -66,15 +54,12 @@ def test_exec_then_reset_of_a_run_in_progress_resumes_it_from_its_last_checkpoin
         got = sorted(exec_result.stdout.splitlines())
         assert [line.split(" 127.0.0.1:")[0] for line in got] == ["[slice 0 worker 0]", "[slice 1 worker 0]"]
         assert [line.rsplit(" ", 1)[1] for line in got] == ["slice-0-worker-0", "slice-1-worker-0"]
-        proc.wait(timeout=300)
-        reader.join(timeout=10)
-    finally:
-        stop_if_running(proc)
-    out = "".join(lines)
-    assert proc.returncode == 0, out + proc.stderr.read()
+        code = run.finish(300)
+    out = run.output()
+    assert code == 0, out + run.stderr()
     assert "reset: restarting every VM of the queued resource (ResetQueuedResource)" in out
     summary = json.loads(summary_path.read_text())
-    assert summary["complete"] is True and summary["steps_completed"] == 96 and summary["restarts"] == 1
+    assert summary["complete"] is True and summary["steps_completed"] == STEPS and summary["restarts"] == 1
     # The reset's restart is the only one: nothing the refused programs did restarted the run.
     assert len(summary["restart_causes"]) == 1 and summary["unplanned_restarts"] == []
     starts = [e["step"] for e in run_records(tmp_path, "events") if e["event"] == "start"]
