@@ -27,15 +27,13 @@ release id, do not depend on the operator's compressor: a no-op ``pulumi up`` st
 
 from __future__ import annotations
 
-import base64
 import hashlib
-import json
 from pathlib import Path
 
 import pulumi
 import pulumi_gcp as gcp
 
-from infra.startup import contract
+from infra.startup import contract, script
 from training.validation import StrictModel
 
 
@@ -56,13 +54,12 @@ class ReleaseRecordArgs(StrictModel):
 
 def record_json(args: ReleaseRecordArgs) -> str:
     """The record's content: one line of JSON, keys sorted (equal inputs give equal bytes)."""
-    record = contract.release_record(stack=args.stack, release_id=args.release_id, run_dir=args.run_dir)
-    return json.dumps(record, sort_keys=True) + "\n"
+    return script.record_text(args.stack, args.release_id, args.run_dir)
 
 
 def payload_text(args: ReleaseRecordArgs) -> str:
     """The release tar as base64 text (a ``BucketObject``'s ``content`` is a string)."""
-    return base64.encodebytes(args.release).decode("ascii")
+    return script.payload_text(args.release)
 
 
 def source_file(args: ReleaseRecordArgs, directory: Path) -> Path:

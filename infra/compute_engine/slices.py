@@ -48,15 +48,13 @@ class ComputeEngineSlices(pulumi.ComponentResource):
     template is replaced, new one first (pulumi-gcp replaces a template on any change, and with
     ``name_prefix`` the new one can exist beside the old one), and each group is updated to point
     at it. The groups' opportunistic update policy recreates no VM: running VMs keep their
-    capacity and run the new release at their next boot, because every boot reads the release
-    record in the bucket (docs/vm-boot.md); new or repaired VMs come from the new template.
-
-    What this backend does not have: a live restart. The queued resource's
-    ``ResetQueuedResource`` reboots every VM of every slice; no equivalent is documented for a
-    multi-host slice of Compute Engine (docs/compute-engine.md, section 5: ``recreate-instances``,
-    ``instances reset`` and ``report-host-as-faulty`` are not documented for TPU slices), so a
-    new release reaches running VMs only when they boot again. ``deleteOnComplete`` is not
-    offered on this backend either.
+    capacity; new or repaired VMs come from the new template. The running VMs switch by
+    themselves: the queued resource's ``ResetQueuedResource`` reboots every VM, and no equivalent
+    is documented for a multi-host slice of Compute Engine (docs/compute-engine.md, section 5), so
+    each VM's release watch (``multislice-release-watch.service``, written by ``boot.sh``) reads
+    the release record that the same ``pulumi up`` writes and boots the new release in place
+    within ``infra.startup.script.RELEASE_POLL_S`` seconds
+    (docs/vm-boot.md, "The release watch"). ``deleteOnComplete`` is not offered on this backend.
 
     Attributes: ``template``, ``workload_policy`` (None for single-host slices), ``groups``
     (one per slice), ``group_names`` (an Output of their names, in slice order).

@@ -58,9 +58,13 @@ from infra.local.supervisor import GroupFailed
 from infra.local.tails import MetricsTail, RecordTail, indented_tail
 from infra.local.tpu_api import DeleteOnComplete
 from infra.local.vm import EmulatedVM, process_groups
-from infra.startup.contract import COMPUTE_API_ENDPOINT_ENV
+from infra.startup.contract import COMPUTE_API_ENDPOINT_ENV, RELEASE_POLL_ENV
 from training.run_dir import RunDir
 
+#: Seconds between two reads of the release record by a compute-engine VM's release watch here
+#: (a TPU VM's default is ``infra.startup.script.RELEASE_POLL_S``): an emulated VM whose run is
+#: complete ends within about this long, when its watch sees the trainer's unit done.
+RELEASE_POLL_S = 2
 #: Seconds :meth:`LocalQueuedResource.shutdown` gives the VMs between SIGTERM and SIGKILL.
 SHUTDOWN_GRACE_S = 5.0
 
@@ -221,6 +225,7 @@ class LocalQueuedResource:
         )
         if self.compute_api is not None:
             env[COMPUTE_API_ENDPOINT_ENV] = self.compute_api.endpoint
+            env[RELEASE_POLL_ENV] = str(RELEASE_POLL_S)
         for vm in self.vms:
             vm.metadata.update(
                 topology.vm_metadata(

@@ -200,7 +200,9 @@ def _emulate(
     if fresh:
         local_state.discard_machines(paths)
     with progress(config.total_steps) as reporter:
-        uploads = {script.workload_source_object: script.workload_source} if script.workload_source_object else {}
+        # What pulumi up writes to the bucket: the release record (and the release it names),
+        # which every boot and, on the compute-engine backend, the release watch read.
+        uploads = startup.bucket_objects(config.stack, config.run_dir, script)
         resource = emulator.LocalQueuedResource(
             config,
             paths,

@@ -57,8 +57,8 @@ def reset_refusal(stack: str) -> str:
         f"stack {stack} uses multislice:backend: compute-engine, which has no reset: Compute Engine documents no "
         "equivalent of ResetQueuedResource for a multi-host slice (docs/compute-engine.md, section 5); nothing was "
         f"sent. To restart the trainer on every VM run `multislice exec --stack {stack} -- sudo systemctl restart "
-        f"{TRAINER_UNIT}` (it restarts the release the VM booted: a release from a later `pulumi up` runs from the "
-        "VM's next boot); to replace the VMs, `pulumi destroy` and `pulumi up` the stack"
+        f"{TRAINER_UNIT}` (it restarts the release the VM booted: a release from a later `pulumi up` reaches "
+        "running VMs through their release watch); to replace the VMs, `pulumi destroy` and `pulumi up` the stack"
     )
 
 

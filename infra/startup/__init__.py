@@ -17,7 +17,7 @@ Modules:
 
 Templates (package data, read with :mod:`importlib.resources`): ``startup.sh.in`` (the
 bootstrap), ``boot.sh.in`` (the release's boot logic), ``trainer.sh`` (the unit's launcher)
-and ``delete_on_complete.sh`` (docs/vm-boot.md).
+``delete_on_complete.sh`` and ``release_watch.sh`` (docs/vm-boot.md).
 
 The public names of :mod:`~infra.startup.script` are also names of this package
 (``from infra import startup; startup.render(config)``), loaded on first use: importing
@@ -46,6 +46,10 @@ if TYPE_CHECKING:  # pragma: no cover
         MAX_RESTARTS,
         METADATA_VALUE_LIMIT_BYTES,
         PAYLOAD_ALPHABET,
+        RELEASE_POLL_S,
+        RELEASE_SUPERSEDED_STATUS,
+        RELEASE_WATCH_RESOURCE,
+        RELEASE_WATCH_UNIT,
         RESTART_BACKOFF_MAX_S,
         RESTART_BACKOFF_S,
         RESTART_SEC,
@@ -60,6 +64,7 @@ if TYPE_CHECKING:  # pragma: no cover
         RenderedScript,
         StartupScriptTooLarge,
         boot_script,
+        bucket_objects,
         encode_payload,
         file_digests,
         fill,
@@ -87,6 +92,10 @@ __all__ = [
     "METADATA_VALUE_LIMIT_BYTES",
     "PAYLOAD_ALPHABET",
     "DELETE_ON_COMPLETE_RESOURCE",
+    "RELEASE_POLL_S",
+    "RELEASE_SUPERSEDED_STATUS",
+    "RELEASE_WATCH_RESOURCE",
+    "RELEASE_WATCH_UNIT",
     "RESTART_BACKOFF_MAX_S",
     "RESTART_BACKOFF_S",
     "RESTART_SEC",
@@ -101,6 +110,7 @@ __all__ = [
     "RenderedScript",
     "StartupScriptTooLarge",
     "boot_script",
+    "bucket_objects",
     "encode_payload",
     "file_digests",
     "fill",

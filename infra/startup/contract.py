@@ -156,6 +156,12 @@ RESTART_BACKOFF_ENV = "MULTISLICE_RESTART_BACKOFF_S"
 RESTART_BACKOFF_MAX_ENV = "MULTISLICE_RESTART_BACKOFF_MAX_S"
 #: Seconds ``delete_on_complete.sh`` keeps retrying the delete.
 DELETE_DEADLINE_ENV = "MULTISLICE_DELETE_DEADLINE_S"
+#: Seconds between two reads of the release record by the release watch (``release_watch.sh``;
+#: default ``infra.startup.script.RELEASE_POLL_S``).
+RELEASE_POLL_ENV = "MULTISLICE_RELEASE_POLL_S"
+#: Set by ``boot.sh`` in the trainer's unit on the compute-engine backend: the release record
+#: (``gs://<bucket>/<record object>``) that ``trainer.sh`` reads before it starts the trainer.
+RELEASE_RECORD_ENV = "MULTISLICE_RELEASE_RECORD"
 #: Set by ``boot.sh`` in the trainer's unit: this VM's slice and worker (every line's prefix).
 SLICE_ENV = "MULTISLICE_SLICE"
 WORKER_ENV = "MULTISLICE_WORKER"
@@ -185,13 +191,20 @@ SCRIPT_ENV = (
     RESTART_BACKOFF_ENV,
     RESTART_BACKOFF_MAX_ENV,
     DELETE_DEADLINE_ENV,
+    RELEASE_POLL_ENV,
+    RELEASE_RECORD_ENV,
     SLICE_ENV,
     WORKER_ENV,
     COMPILATION_CACHE_ENV,
 )
 #: Passed between the release's own scripts (the bootstrap → ``boot.sh``, ``trainer.sh`` →
-#: ``delete_on_complete.sh``); nothing outside the release sets them.
-SCRIPT_INTERNAL_ENV = ("MULTISLICE_RELEASE_ID", "MULTISLICE_RELEASE_FETCHED", "MULTISLICE_LINE_PREFIX")
+#: ``delete_on_complete.sh``, ``release_watch.sh`` → ``boot.sh``); nothing outside the release sets them.
+SCRIPT_INTERNAL_ENV = (
+    "MULTISLICE_RELEASE_ID",
+    "MULTISLICE_RELEASE_FETCHED",
+    "MULTISLICE_RELEASE_WATCHING",
+    "MULTISLICE_LINE_PREFIX",
+)
 #: What the trainer (``training/``) reads (each appears in its source).
 TRAINER_ENV = (
     METADATA_HOST_ENV,
@@ -233,6 +246,9 @@ DEFAULT_TPU_API_ENDPOINT = "https://tpu.googleapis.com"
 DEFAULT_COMPUTE_API_ENDPOINT = "https://compute.googleapis.com"
 #: The systemd unit that runs the trainer (written by ``boot.sh``; docs/vm-boot.md).
 TRAINER_UNIT = "multislice-trainer.service"
+#: The unit that reads the release record on a compute-engine VM (written by ``boot.sh``,
+#: run by ``release_watch.sh``; docs/vm-boot.md, "The release watch").
+RELEASE_WATCH_UNIT = "multislice-release-watch.service"
 #: The Cloud Logging log the VMs write (``training.log_shipping.LOG_NAME``) and
 #: ``multislice logs`` reads.
 TRAINER_LOG = "multislice-trainer"

@@ -49,7 +49,12 @@ names are declared in :mod:`infra.startup.contract`):
   :data:`TRAINER_UNIT`; the trainer exits 0 (complete: not restarted), 75 (preempted: saved;
   restarted unless the unit is being stopped), 78 (:data:`CONFIG_ERROR_STATUS`: never
   restarted) or other (restarted after the backoff, at most :data:`MAX_RESTARTS` times within
-  :data:`START_LIMIT_INTERVAL_S`).
+  :data:`START_LIMIT_INTERVAL_S`); ``trainer.sh`` itself exits 76
+  (:data:`RELEASE_SUPERSEDED_STATUS`, not restarted) on the compute-engine backend when the
+  release record names a newer release;
+* on the compute-engine backend with a ``gs://`` run dir, :data:`RELEASE_WATCH_UNIT` too: it
+  reads the release record every :data:`RELEASE_POLL_S` seconds and boots a new release in
+  place (``release_watch.sh``; docs/vm-boot.md, "The release watch").
 """
 
 from __future__ import annotations
@@ -57,6 +62,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import hashlib
+import json
 import re
 import shlex
 from dataclasses import dataclass
@@ -70,10 +76,12 @@ from infra.startup.contract import (  # noqa: F401 (record_object, release_objec
     COMPILATION_CACHE_FOLDER,
     DEFAULT_COMPUTE_API_ENDPOINT,
     DEFAULT_METADATA_HOST,
+    RELEASE_WATCH_UNIT,
     RUN_DIR_KEY,
     TRAINER_UNIT,
     record_object,
     release_object,
+    release_record,
 )
 from infra.startup.uv_lock import Lock
 
@@ -96,6 +104,15 @@ START_LIMIT_INTERVAL_S = 3600
 #: Trainer exit status for a configuration that can never work (EX_CONFIG from sysexits.h;
 #: ``training.train.EXIT_CONFIG``): ``RestartPreventExitStatus=`` keeps systemd from restarting it.
 CONFIG_ERROR_STATUS = 78
+
+#: Exit status of ``trainer.sh`` when the release record names another release than the unit's
+#: (compute-engine backend): an older trainer never starts beside updated slices, and systemd
+#: does not restart it (``RestartPreventExitStatus=``); the release watch boots the recorded one.
+RELEASE_SUPERSEDED_STATUS = 76
+#: Seconds between two reads of the release record by a compute-engine VM's release watch
+#: (``release_watch.sh``; ``MULTISLICE_RELEASE_POLL_S``): a ``pulumi up`` that changes the
+#: trainer reaches the VMs within about this long (one small object read a minute per VM).
+RELEASE_POLL_S = 60
 
 #: First trainer restart delay and its cap, seconds (``trainer.sh`` doubles it per restart:
 #: systemd 249 of Ubuntu 22.04 has no ``RestartSteps=``, added in systemd 254).
@@ -138,6 +155,9 @@ TRAINER_RESOURCE = "trainer.sh"
 #: ``delete-on-complete.sh`` of the release: deletes the queued resource once the run is
 #: complete (``multislice:queuedResource.deleteOnComplete``; run by trainer.sh).
 DELETE_ON_COMPLETE_RESOURCE = "delete_on_complete.sh"
+#: ``release-watch.sh`` of the release: on the compute-engine backend, reads the release record
+#: and boots a new release on a running VM (``multislice-release-watch.service``).
+RELEASE_WATCH_RESOURCE = "release_watch.sh"
 
 _PLACEHOLDER = re.compile(r"@@([A-Z0-9_]+)@@")
 
@@ -176,6 +196,32 @@ class RenderedScript:
     files: dict[str, str] = dataclasses.field(default_factory=dict)
     workload_source: bytes = b""
     workload_source_object: str | None = None
+
+
+def record_text(stack: str, release_id: str, run_dir: str) -> str:
+    """The release record's content (``multislice/<stack>/release.json``, :func:`record_object`):
+    one line of JSON, keys sorted, so equal inputs give equal bytes
+    (docs/vm-boot.md, "The release record")."""
+    record = release_record(stack=stack, release_id=release_id, run_dir=run_dir)
+    return json.dumps(record, sort_keys=True) + "\n"
+
+
+def payload_text(release: bytes) -> str:
+    """The release tar as the base64 text of its bucket object (:func:`release_object`)."""
+    return base64.encodebytes(release).decode("ascii")
+
+
+def bucket_objects(stack: str, run_dir: str, rendered: RenderedScript) -> dict[str, bytes]:
+    """Object name → content of what ``pulumi up`` writes to the stack's bucket for a release
+    (``infra.components.release``): the record, the release's payload, and a command's source
+    when it travels through the bucket. The local emulation uploads the same objects."""
+    objects = {
+        record_object(stack): record_text(stack, rendered.release_id, run_dir).encode(),
+        release_object(stack, rendered.release_id): payload_text(rendered.release).encode(),
+    }
+    if rendered.workload_source_object:
+        objects[rendered.workload_source_object] = rendered.workload_source
+    return objects
 
 
 def template(resource: str = TEMPLATE_RESOURCE) -> str:
@@ -234,6 +280,9 @@ def boot_script(
         "START_LIMIT_INTERVAL_S": str(START_LIMIT_INTERVAL_S),
         "START_LIMIT_BURST": str(MAX_RESTARTS + 1),
         "CONFIG_ERROR_STATUS": str(CONFIG_ERROR_STATUS),
+        "RELEASE_SUPERSEDED_STATUS": str(RELEASE_SUPERSEDED_STATUS),
+        "WATCH_UNIT": RELEASE_WATCH_UNIT,
+        "RELEASE_POLL_S": str(RELEASE_POLL_S),
         "STOP_TIMEOUT_S": str(STOP_TIMEOUT_S),
         "DEFAULT_HOME": DEFAULT_HOME,
         "DEFAULT_METADATA_HOST": DEFAULT_METADATA_HOST,
@@ -288,6 +337,7 @@ def release_files(
             "boot.sh": boot_script(config, pins, workload).encode(),
             "trainer.sh": template(TRAINER_RESOURCE).encode(),
             "delete-on-complete.sh": template(DELETE_ON_COMPLETE_RESOURCE).encode(),
+            "release-watch.sh": template(RELEASE_WATCH_RESOURCE).encode(),
             "requirements.txt": pins.requirements_text.encode(),
             "uv-requirements.txt": pins.uv_requirement_text.encode(),
         }

@@ -12,6 +12,8 @@
 #       The same for a stack's own command (multislice:workload): after the backoff, become
 #       `python -m training.workload run` (the release on its PYTHONPATH), which becomes the
 #       command with the workload contract's environment and BIN first on PATH (docs/workloads.md).
+#   On the compute-engine backend both first read the release record (MULTISLICE_RELEASE_RECORD)
+#   and exit 76 instead when it names another release (see superseded below).
 #   trainer.sh stopped [PYTHON RUN_DIR]
 #       One line saying how the trainer ended (systemd sets SERVICE_RESULT, EXIT_CODE and
 #       EXIT_STATUS for ExecStopPost=); after status 0, a command's run is marked complete
@@ -28,6 +30,20 @@ say() { printf '%s%s\n' "$prefix" "$*"; }
 ship() {
   exec > >(trap '' TERM INT HUP; PYTHONPATH=$release exec "$1" -m training.log_shipping "$2") 2>&1
   prefix=''
+}
+# superseded: on the compute-engine backend (MULTISLICE_RELEASE_RECORD, set by boot.sh), stop with
+# status 76 (not restarted) when the release record names another release than this one: an older
+# trainer never starts beside updated slices; the release watch boots the recorded release. A
+# record that cannot be read is no reason not to start (the boot read it moments before).
+superseded() {
+  local current
+  [[ -n ${MULTISLICE_RELEASE_RECORD:-} ]] || return 0
+  current=$(bash "$release/release-watch.sh" current "$MULTISLICE_RELEASE_RECORD") || return 0
+  [[ $current != "${release##*/}" ]] || return 0
+  say "$1: the release record names release ${current:0:12}, not this unit's ${release##*/}: not starting an older $1 beside updated slices; multislice-release-watch.service boots the recorded one"
+  exec >&- 2>&- # let the shipper write the line out before systemd stops the unit's processes
+  wait "$!" || true
+  exit 76
 }
 # backoff: before a restart, wait MULTISLICE_RESTART_BACKOFF_S doubled per restart (at most _MAX_S).
 backoff() {
@@ -47,6 +63,7 @@ case ${1:-} in
     (($# == 4)) || { say "usage: trainer.sh run PYTHON CONFIG RUN_DIR"; exit 2; }
     py=$2 config=$3 run_dir=$4
     ship "$py" "$run_dir"
+    superseded trainer
     backoff trainer
     say "trainer: starting $py -m training run --config $config --run-dir $run_dir"
     exec "$py" -m training run --config "$config" --run-dir "$run_dir"
@@ -55,6 +72,7 @@ case ${1:-} in
     (($# == 4)) || { say "usage: trainer.sh command PYTHON RUN_DIR BIN"; exit 2; }
     py=$2 run_dir=$3 bin=$4
     ship "$py" "$run_dir"
+    superseded workload
     backoff workload
     say "workload: starting the command of $release/workload.json (run dir $run_dir)"
     PYTHONPATH=$release${PYTHONPATH:+:$PYTHONPATH} exec "$py" -m training.workload run --spec "$release/workload.json" --run-dir "$run_dir" --bin "$bin"
@@ -65,6 +83,7 @@ case ${1:-} in
     case ${EXIT_CODE:-}:$status in
       exited:0) say "trainer: exited with status 0: training is complete" ;;
       exited:75) say "trainer: exited with status 75: it saved a checkpoint after a preemption notice" ;;
+      exited:76) say "trainer: exited with status 76: the release record names a newer release; the release watch boots it" ;;
       exited:78) say "trainer: exited with status 78: its configuration cannot work here; it is not restarted" ;;
       exited:*) say "trainer: exited with status $status ($SERVICE_RESULT)" ;;
       *) say "trainer: ended by signal $status (${SERVICE_RESULT:-?})" ;;

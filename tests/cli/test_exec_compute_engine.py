@@ -201,7 +201,7 @@ def test_reset_is_refused_with_what_to_do_instead(tmp_path):
     assert len(lines) == 1
     assert lines[0].startswith("error: stack ceops uses multislice:backend: compute-engine, which has no reset")
     assert "sudo systemctl restart multislice-trainer.service" in lines[0]
-    assert "runs from the VM's next boot" in lines[0]  # a restart does not switch releases
+    assert "reaches running VMs through their release watch" in lines[0]  # a restart does not switch releases
     assert gcloud_cli.calls(tmp_path / "gcloud") == []
 
 

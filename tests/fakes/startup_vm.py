@@ -146,6 +146,8 @@ class Vm:
             "MULTISLICE_HOME": str(self.home),
             "MULTISLICE_RETRY_DELAY_S": "0.01",
             "MULTISLICE_RESTART_BACKOFF_S": "0.01",
+            # The compute-engine backend's release watch: a VM whose trainer is done ends soon.
+            "MULTISLICE_RELEASE_POLL_S": "0.2",
             "FAKE_DIR": str(self.fake_dir),
             "FAKE_BIN": str(self.bin),
             "FAKE_REAL_PYTHON": sys.executable,

@@ -2,9 +2,11 @@
 × 1 VM × 4 CPU devices, as v5p-8) on managed instance groups. Its VMs have none of Cloud TPU's identity keys;
 each one's boot.sh asks the emulated Compute API (infra.local.compute_api) for its group and slice
 0's, and gives the trainer the identity in the environment. The trainer runs as 2 processes, a
-killed slice is recreated and training resumes from the last checkpoint to completion.
+killed slice is recreated and training resumes from the last checkpoint; a release written to the
+bucket mid-run is booted in place by every VM's release watch, and the run resumes from the
+checkpoint saved at the agreed step, to completion.
 
-One short emulation (about two minutes on 2 cores); run it alone (``-n 0``)."""
+Two short emulations (about a minute each on 2 cores)."""
 
 from __future__ import annotations
 
@@ -14,10 +16,15 @@ from pathlib import Path
 
 import pytest
 
+from infra import startup
 from infra.config import load_stack_file
-from tests.helpers.emulation import STACK, processes_under, run_cli, run_records
+from infra.local import gcs
+from tests.helpers.emulation import STACK, BackgroundCli, processes_under, run_cli, run_records
 
-STEPS = 12
+STEPS = 80
+#: The step after the repair at which the test writes a new release; its steps.
+SWITCH_AT = 12
+NEW_STEPS = 88
 #: The emu stacks' v4-8 is offered by the Cloud TPU API only; on Compute Engine the same shape
 #: (1 VM × 4 chips a slice) is a v5p-8 (ct5p-hightpu-4t), in a zone Compute Engine offers v5p in
 #: (docs/compute-engine.md section 1). The emulation runs on CPU either way.
@@ -49,22 +56,33 @@ def compute_engine_stack(tmp_path: Path) -> Path:
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_a_compute_engine_stack_trains_is_repaired_and_resumes(tmp_path):
+def test_a_compute_engine_stack_is_repaired_switches_release_in_place_and_resumes(tmp_path):
+    """Killed at step 6, the slice is recreated and training resumes; then, while it trains, a
+    new release is written to the bucket as ``pulumi up`` writes it (the same stack with
+    :data:`NEW_STEPS` steps): each VM's release watch boots it in place, the trainers save at
+    the agreed step and resume from it with the new release, which trains to its own end."""
     stack = compute_engine_stack(tmp_path)
     config = load_stack_file(stack)
     assert config.backend == "compute-engine" and config.slices == 2 and config.accelerator.hosts == 1
-    summary_path = tmp_path / "summary.json"
-    result = run_cli(
-        ["local", "up", "--config-file", str(stack), "--summary-json", str(summary_path), "--kill", "1@6"],
-        tmp_path,
-        timeout=850,
+    first = startup.render(config)
+    second = startup.render(
+        config.model_copy(update={"training": config.training.model_copy(update={"steps": NEW_STEPS})})
     )
-    assert result.returncode == 0, result.stdout + result.stderr
+    summary_path = tmp_path / "summary.json"
+    args = ["local", "up", "--config-file", str(stack), "--summary-json", str(summary_path), "--kill", "1@6"]
+    with BackgroundCli(args, tmp_path) as run:
+        # After the repair (its restart reported), once the run trains again past step SWITCH_AT.
+        run.wait_until(lambda: any("repair" in line for line in run.lines) and run.reached(SWITCH_AT, STEPS), 600)
+        storage = next(m[1] for line in run.lines if (m := re.search(r"emulated Cloud Storage at (\S+);", line)))
+        for name, data in startup.bucket_objects(config.stack, config.run_dir, second).items():
+            gcs.upload(storage, config.bucket_name, name, data)  # pulumi up #2
+        code = run.finish(600)
+    out = run.output()
+    assert code == 0, out + run.stderr()
     assert processes_under(tmp_path) == []
     summary = json.loads(summary_path.read_text())
-    assert summary["complete"] is True and summary["steps_completed"] == STEPS
-    assert (summary["repairs"], summary["restarts"], summary["capacity"]) == (1, 1, "kept")
-    assert "deleteOnComplete is not built for the compute-engine backend" in result.stdout
+    assert summary["complete"] is True and summary["repairs"] == 1 and summary["capacity"] == "kept"
+    assert "deleteOnComplete is not built for the compute-engine backend" in out
 
     logs = {s: (tmp_path / config.stack / "logs" / f"slice-{s}-worker-0.log").read_text() for s in (0, 1)}
     for slice_id, log in logs.items():
@@ -77,20 +95,32 @@ def test_a_compute_engine_stack_trains_is_repaired_and_resumes(tmp_path):
             rf"{re.escape(group)} in {config.project}/{config.zone}",
             log,
         )
-        assert len(found) == 2 and found[0] == found[1], log
-        assert log.count(f"compute engine: worker 0 of slice {slice_id}, hosts 127.0.0.1, coordinator 127.0.0.1") == 2
+        assert len(found) >= 2 and len(set(found)) == 1, log
         assert f"process {slice_id}/2" in log
         assert "agent-worker-number is absent" not in log
+        # The switch: the watch booted the new release, the old trainer saved and exited 75.
+        prefix = f"[slice {slice_id} worker 0] "
+        switch = log.index(
+            f"{prefix}release: the record names release {second.release_id[:12]}, not this VM's "
+            f"{first.release_id[:12]}: booting it"
+        )
+        assert f"{prefix}release: running release {second.release_id[:12]} (verified)" in log[switch:]
+        assert f"{prefix}trainer: exited with status 75" in log[switch:]
+        assert f"{prefix}release watch: release {second.release_id[:12]}; the record" in log[switch:]
+        assert f"{prefix}release watch: multislice-trainer.service ended with success; the watch ends" in log
 
     events = run_records(tmp_path, "events")
     starts = [e for e in events if e.get("event") == "start"]
-    assert [e["processes"] for e in starts] == [2, 2]
+    assert [e["processes"] for e in starts][:3] == [2, 2, 2]
     # The kill lands at some step K ≥ 6 (the emulator polls); the second attempt resumed from the
     # newest checkpoint R ≤ K (every 4 steps, so R ≥ 4).
     assert starts[0]["step"] == 0 and starts[1]["restored"]
     assert 4 <= starts[1]["step"] <= summary["fault_steps"][0] and starts[1]["step"] % 4 == 0
+    # The new release resumed from the checkpoint its predecessor saved at the agreed step, at
+    # or after the step the test saw, and trained to the new release's end.
+    assert starts[-1]["restored"] and starts[-1]["step"] >= SWITCH_AT
     losses = {r["step"] for r in run_records(tmp_path, "metrics") if "loss" in r}
-    assert losses == set(range(1, STEPS + 1))
+    assert losses == set(range(1, NEW_STEPS + 1))
 
 
 COMMAND_STACK = Path(__file__).parents[1] / "stacks" / "Pulumi.emu-command.yaml"

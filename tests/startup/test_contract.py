@@ -22,6 +22,7 @@ TEMPLATES = (
     script.BOOT_RESOURCE,
     script.TRAINER_RESOURCE,
     script.DELETE_ON_COMPLETE_RESOURCE,
+    script.RELEASE_WATCH_RESOURCE,
 )
 #: Environment variable names as the templates spell them (ours, and the two Google ones).
 ENV_NAME = re.compile(r"\b(MULTISLICE_[A-Z0-9_]+|GCE_METADATA_IP|STORAGE_EMULATOR_HOST)\b")
@@ -97,7 +98,21 @@ def test_the_release_record_fields_boot_reads_are_the_ones_the_record_has():
 
 def test_the_trainer_unit_is_the_contracts():
     assert f"readonly UNIT={contract.TRAINER_UNIT}\n" in template_text(script.TRAINER_RESOURCE)
+    assert f"readonly TRAINER_UNIT={contract.TRAINER_UNIT}\n" in template_text(script.RELEASE_WATCH_RESOURCE)
     assert script.TRAINER_UNIT == contract.TRAINER_UNIT  # fills boot.sh's @@UNIT@@
+    assert script.RELEASE_WATCH_UNIT == contract.RELEASE_WATCH_UNIT  # fills boot.sh's @@WATCH_UNIT@@
+
+
+def test_the_release_watch_numbers_are_the_scripts():
+    """trainer.sh's status for a superseded release is the one the unit does not restart, and the
+    watch's default poll is the one boot.sh announces (both fill boot.sh from infra/startup/script.py)."""
+    assert re.findall(r"^  exit (\d+)$", template_text(script.TRAINER_RESOURCE), re.M) == [
+        str(script.RELEASE_SUPERSEDED_STATUS)
+    ]
+    assert "RestartPreventExitStatus=@@CONFIG_ERROR_STATUS@@ @@RELEASE_SUPERSEDED_STATUS@@" in template_text(
+        script.BOOT_RESOURCE
+    )
+    assert f"${{{contract.RELEASE_POLL_ENV}:-{script.RELEASE_POLL_S}}}" in template_text(script.RELEASE_WATCH_RESOURCE)
 
 
 def test_the_trainer_spells_the_names_it_reads_as_the_contract_declares():

@@ -82,7 +82,10 @@ def test_the_unit_is_what_systemd_reads(vm, script):
         f"{release}/config.json",
         RUN_DIR,
     )
-    assert unit.restart == "on-failure" and unit.restart_prevent_exit_status == {startup.CONFIG_ERROR_STATUS}
+    assert unit.restart == "on-failure" and unit.restart_prevent_exit_status == {
+        startup.CONFIG_ERROR_STATUS,
+        startup.RELEASE_SUPERSEDED_STATUS,
+    }
     assert unit.kill_signal == signal.SIGTERM and unit.kill_mode == "control-group"
     assert unit.timeout_stop_sec == startup.STOP_TIMEOUT_S >= 30  # covers a Spot VM's whole notice
     assert (unit.start_limit_burst, unit.start_limit_interval_sec) == (
