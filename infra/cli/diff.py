@@ -56,4 +56,6 @@ def diff(
             detail += f" (replaced because of: {', '.join(change.replace_keys)})"
         elif change.action == "update":
             detail += " (in place; no capacity given up)"
+        if change.note:
+            detail += f"; {change.note}"
         say(f"  {change.action:17} {change.name} ({change.typ}){': ' + detail if detail else ''}")

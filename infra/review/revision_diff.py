@@ -11,8 +11,13 @@ of REV. Reported:
 * each resource created, deleted or changed, with the changed input keys. The queued resource
   is classified by its provider's own ``diff`` (``QueuedResourceProvider.diff``: replace on
   :data:`infra.queued_resource.inputs.REPLACE_KEYS`, else update in place), from a healthy
-  ACTIVE recorded state. Other resources are pulumi-gcp's: whether a changed key replaces
-  them is the provider schema's call (shown as ``update or replace``).
+  ACTIVE recorded state. On the compute-engine backend, the instance template is replaced
+  whatever changed (Compute Engine cannot change a template:
+  https://cloud.google.com/compute/docs/instance-templates; the program makes the new one
+  first), and a group whose only change is ``versions`` is updated in place to point at the new
+  template (``instanceGroupManagers.patch``; its ``OPPORTUNISTIC`` update policy recreates no
+  VM: docs/deploying.md). Other resources are pulumi-gcp's: whether a changed key replaces them
+  is the provider schema's call (shown as ``update or replace``).
 
 No cloud credentials and no Pulumi CLI are needed.
 """
@@ -46,6 +51,8 @@ class ResourceChange:
     action: str
     keys: tuple[str, ...] = ()
     replace_keys: tuple[str, ...] = ()
+    #: What the change means for the running VMs, when the action alone does not say it.
+    note: str = ""
 
 
 @dataclass
@@ -160,6 +167,24 @@ def _queued_resource_change(name: str, typ: str, old: dict[str, Any], new: dict[
     return ResourceChange(name, typ, "replace" if replaces else "update", keys, replaces)
 
 
+#: The compute-engine backend's notes (:func:`_pulumi_gcp_change`).
+TEMPLATE_NOTE = "a new template is made first and the groups move to it; no VM is recreated"
+GROUP_NOTE = (
+    "the group points at the new template; no VM is recreated (OPPORTUNISTIC); running VMs boot a new "
+    "release through their release watch"
+)
+
+
+def _pulumi_gcp_change(name: str, typ: str, keys: tuple[str, ...]) -> ResourceChange:
+    from infra.review.program_mocks import GROUP_TYPE, TEMPLATE_TYPE
+
+    if typ == TEMPLATE_TYPE:
+        return ResourceChange(name, typ, "replace", keys, keys, TEMPLATE_NOTE)
+    if typ == GROUP_TYPE and keys == ("versions",):
+        return ResourceChange(name, typ, "update", keys, (), GROUP_NOTE)
+    return ResourceChange(name, typ, "update-or-replace", keys)
+
+
 def _resource_changes(old_world: Any, new_world: Any) -> list[ResourceChange]:
     from infra.review.program_mocks import QR_TYPE
 
@@ -179,7 +204,7 @@ def _resource_changes(old_world: Any, new_world: Any) -> list[ResourceChange]:
                 changes.append(change)
         elif inputs_a != inputs_b:
             keys = tuple(sorted(k for k in inputs_a.keys() | inputs_b.keys() if inputs_a.get(k) != inputs_b.get(k)))
-            changes.append(ResourceChange(b.name, b.typ, "update-or-replace", keys))
+            changes.append(_pulumi_gcp_change(b.name, b.typ, keys))
     return sorted(changes, key=lambda c: (c.typ, c.name))
 
 

@@ -109,3 +109,40 @@ def test_a_stack_file_that_does_not_validate_names_the_side(repo):
     path.write_text(path.read_text().replace("multislice:slices: 2", "multislice:slices: 0"))
     with pytest.raises(DiffError, match=r"^stack 'dev' in the working tree: .*multislice:slices"):
         diff_stack("dev", "HEAD", repo)
+
+
+def test_a_trainer_change_on_the_compute_engine_backend_replaces_the_template_only(repo, monkeypatch):
+    """The dev stack on the compute-engine backend: a one-line trainer change replaces the instance
+    template and updates each group in place, with what that means for the VMs."""
+    path = repo / "stacks" / "Pulumi.dev.yaml"
+    text = path.read_text()
+    for old, new in (
+        ("multislice:acceleratorType: v4-8", "multislice:acceleratorType: v5p-8"),
+        ("gcp:zone: us-central2-b", "gcp:zone: us-east5-a"),
+        ("  multislice:capacity: spot\n", "  multislice:capacity: spot\n  multislice:backend: compute-engine\n"),
+    ):
+        assert old in text
+        text = text.replace(old, new)
+    path.write_text(text)
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-q", "-am", "compute engine")
+    with open(repo / "training" / "model" / "transformer.py", "a") as f:
+        f.write("# a one-line change\n")
+
+    monkeypatch.setenv("MULTISLICE_STACKS_DIR", str(repo / "stacks"))
+    result = CliRunner().invoke(
+        app, ["diff", "--stack", "dev", "--against", "HEAD"], env={"COLUMNS": "250"}, color=False
+    )
+    assert result.exit_code == 0, result.output
+    changed = {
+        line.split()[1]: line for line in result.output.splitlines() if line.startswith("  ") and "(gcp:" in line
+    }
+    assert changed["slices-template"].split()[0] == "replace"
+    assert "(replaced because of: metadata); a new template is made first" in changed["slices-template"]
+    for group in ("slices-0", "slices-1"):
+        assert changed[group].split()[0] == "update", changed[group]
+        assert "versions (in place; no capacity given up); the group points at the new template" in changed[group]
+    assert not [
+        name
+        for name, line in changed.items()
+        if "InstanceGroupManager" in line and name not in ("slices-0", "slices-1")
+    ]
