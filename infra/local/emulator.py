@@ -62,8 +62,8 @@ from infra.startup.contract import COMPUTE_API_ENDPOINT_ENV, RELEASE_POLL_ENV
 from training.run_dir import RunDir
 
 #: Seconds between two reads of the release record by a compute-engine VM's release watch here
-#: (a TPU VM's default is ``infra.startup.script.RELEASE_POLL_S``): an emulated VM whose run is
-#: complete ends within about this long, when its watch sees the trainer's unit done.
+#: (a TPU VM's default is ``infra.startup.script.RELEASE_POLL_S``): a release written to the
+#: emulated bucket mid-run is booted within about this long.
 RELEASE_POLL_S = 2
 #: Seconds :meth:`LocalQueuedResource.shutdown` gives the VMs between SIGTERM and SIGKILL.
 SHUTDOWN_GRACE_S = 5.0

@@ -291,9 +291,6 @@ class Manager:
                 except JobFailed:
                     pass
 
-    def busy(self) -> bool:
-        return any(s.state in ("active", "deactivating", "activating") for s in self.services.values())
-
     def stop_all(self) -> None:
         for name in list(self.services):
             self.stop(name)

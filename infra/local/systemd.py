@@ -23,7 +23,9 @@ process, leader of its session (:mod:`infra.local.vm`). It
 Emulation only: when the startup script has ended and no unit runs or waits to restart, the
 VM has nothing left to do and this process exits — 0, or the script's failing status, or a
 failed unit's exit status (1 if it ended by a signal or hit the start limit). The emulator
-(``infra.local.emulator``) reads that as the VM's result.
+(``infra.local.emulator``) reads that as the VM's result. A compute-engine VM's release watch,
+which runs as long as a real VM does, is no work of its own (it is stopped then), except while
+the trainer has stopped to wait for it (``trainer.sh``'s status 76: a newer release is recorded).
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from pathlib import Path
 
 from infra.local import lifeline
 from infra.local.service_manager import DEFAULT_TIMEOUT_STOP_S, POLL_S, JobFailed, Manager, Service, session_pids
-from infra.startup.contract import SYSTEMD_DIR_ENV
+from infra.startup.contract import RELEASE_SUPERSEDED_STATUS, RELEASE_WATCH_UNIT, SYSTEMD_DIR_ENV
 
 UNIT_DIR_ENV = SYSTEMD_DIR_ENV
 ADDRESS_ENV = "MULTISLICE_SYSTEMD_ADDRESS"
@@ -180,7 +182,9 @@ def boot(script: Path, unit_dir: Path, runtime_dir: Path) -> int:
                         else f"Main process exited, status={script_status}"
                     )
                 )
-            if script_status is not None and not manager.busy():
+            if script_status is not None and not _has_work(manager):
+                if RELEASE_WATCH_UNIT in manager.services:
+                    manager.stop(RELEASE_WATCH_UNIT)
                 return _result(manager, script_status)
             time.sleep(POLL_S)
         manager.say(f"Received {stopping[0].name}: stopping every unit (shutdown)")
@@ -196,6 +200,21 @@ def boot(script: Path, unit_dir: Path, runtime_dir: Path) -> int:
         return 128 + stopping[0]
     finally:
         listener.close()
+
+
+def _has_work(manager: Manager) -> bool:
+    """Whether a unit runs or waits to restart, the release watch counting only while a unit
+    that exited with :data:`RELEASE_SUPERSEDED_STATUS` waits for it (see the module docstring)."""
+    busy = ("active", "deactivating", "activating")
+    others = [s for name, s in manager.services.items() if name != RELEASE_WATCH_UNIT]
+    if any(s.state in busy for s in others):
+        return True
+    watch = manager.services.get(RELEASE_WATCH_UNIT)
+    waiting = any(
+        s.state == "failed" and (s.exit_code, s.exit_status) == ("exited", str(RELEASE_SUPERSEDED_STATUS))
+        for s in others
+    )
+    return waiting and watch is not None and watch.state in busy
 
 
 def _result(manager: Manager, script_status: int) -> int:

@@ -249,6 +249,10 @@ TRAINER_UNIT = "multislice-trainer.service"
 #: The unit that reads the release record on a compute-engine VM (written by ``boot.sh``,
 #: run by ``release_watch.sh``; docs/vm-boot.md, "The release watch").
 RELEASE_WATCH_UNIT = "multislice-release-watch.service"
+#: Exit status of ``trainer.sh`` when the release record names another release than the unit's
+#: (compute-engine backend): an older trainer never starts beside updated slices, and systemd
+#: does not restart it (``RestartPreventExitStatus=``); the release watch boots the recorded one.
+RELEASE_SUPERSEDED_STATUS = 76
 #: The Cloud Logging log the VMs write (``training.log_shipping.LOG_NAME``) and
 #: ``multislice logs`` reads.
 TRAINER_LOG = "multislice-trainer"

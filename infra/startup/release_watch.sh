@@ -8,19 +8,19 @@
 #       Print the release id that the record names. Status 3: there is no record; 2: it could not
 #       be read or names no release (one attempt; the reason on stdout).
 #   release-watch.sh watch RELEASE_ID HOME gs://BUCKET/OBJECT
-#       ExecStart= of multislice-release-watch.service (written by boot.sh). Every
-#       MULTISLICE_RELEASE_POLL_S seconds (default 60): when the trainer unit has ended with
-#       success (the run is complete), end; when the record names another release, run this
-#       release's boot.sh under the boot lock with MULTISLICE_RELEASE_WATCHING=1. That boot
+#       ExecStart= of multislice-release-watch.service (written by boot.sh), for as long as the VM
+#       runs: every MULTISLICE_RELEASE_POLL_S seconds (default 60), when the record names another
+#       release, run this release's boot.sh under the boot lock with MULTISLICE_RELEASE_WATCHING=1. That boot
 #       fetches and verifies the recorded release and runs its boot.sh, which rewrites the trainer
 #       unit and restarts it: systemd's SIGTERM makes every process of the job save a checkpoint at
 #       the agreed step (docs/vm-boot.md, "The trainer service"). Then this watch becomes the new
 #       release's. A boot that fails leaves the trainer as it was and is tried again next time.
+#       As a queued resource's reset does, a new release also restarts a trainer that completed
+#       its run (raising training.steps continues it) or stopped on a configuration error.
 #
 # Environment variables: GCE_METADATA_IP, STORAGE_EMULATOR_HOST, MULTISLICE_RELEASE_POLL_S.
 set -uo pipefail
 
-readonly TRAINER_UNIT=multislice-trainer.service
 readonly METADATA="http://${GCE_METADATA_IP:-metadata.google.internal}/computeMetadata/v1/instance"
 storage=${STORAGE_EMULATOR_HOST:-https://storage.googleapis.com}
 [[ $storage == *://* ]] || storage="http://$storage"
@@ -58,13 +58,6 @@ current() {
   return 2
 }
 
-# complete: the trainer unit ended with success (the run is complete, or it was stopped by hand).
-complete() {
-  local state
-  state=$(systemctl show --property=ActiveState,Result "$TRAINER_UNIT" 2>/dev/null) || return 1
-  [[ $state == *ActiveState=inactive* && $state == *Result=success* ]]
-}
-
 watch() {
   local release_id=$1 home=$2 record=$3 poll=${MULTISLICE_RELEASE_POLL_S:-60} now status problem='' reported=''
   [[ $release_id =~ ^[0-9a-f]{64}$ && -d $home ]] || { say "release watch: usage: release-watch.sh watch RELEASE_ID HOME gs://BUCKET/OBJECT"; return 2; }
@@ -72,10 +65,6 @@ watch() {
   say "release watch: release ${release_id:0:12}; the record $record is read every ${poll}s"
   while true; do
     sleep "$poll"
-    if complete; then
-      say "release watch: $TRAINER_UNIT ended with success; the watch ends"
-      return 0
-    fi
     status=0
     now=$(current "$record") || status=$?
     if ((status != 0)); then

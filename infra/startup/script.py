@@ -76,6 +76,7 @@ from infra.startup.contract import (  # noqa: F401 (record_object, release_objec
     COMPILATION_CACHE_FOLDER,
     DEFAULT_COMPUTE_API_ENDPOINT,
     DEFAULT_METADATA_HOST,
+    RELEASE_SUPERSEDED_STATUS,
     RELEASE_WATCH_UNIT,
     RUN_DIR_KEY,
     TRAINER_UNIT,
@@ -105,10 +106,6 @@ START_LIMIT_INTERVAL_S = 3600
 #: ``training.train.EXIT_CONFIG``): ``RestartPreventExitStatus=`` keeps systemd from restarting it.
 CONFIG_ERROR_STATUS = 78
 
-#: Exit status of ``trainer.sh`` when the release record names another release than the unit's
-#: (compute-engine backend): an older trainer never starts beside updated slices, and systemd
-#: does not restart it (``RestartPreventExitStatus=``); the release watch boots the recorded one.
-RELEASE_SUPERSEDED_STATUS = 76
 #: Seconds between two reads of the release record by a compute-engine VM's release watch
 #: (``release_watch.sh``; ``MULTISLICE_RELEASE_POLL_S``): a ``pulumi up`` that changes the
 #: trainer reaches the VMs within about this long (one small object read a minute per VM).

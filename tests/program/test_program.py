@@ -213,9 +213,10 @@ def test_nodes_run_as_our_service_account_with_least_privilege(worlds, stack):
     bucket_grants = world.of("gcp:storage/bucketIAMMember:BucketIAMMember")
     ours = [g.inputs for g in bucket_grants if g.inputs["bucket"] == config.bucket_name]
     # Read and list the whole bucket; write only where the VMs write (test_the_vms_cannot_write_what_they_boot).
-    assert [(g["role"], g["member"], "condition" in g) for g in ours] == [
-        ("roles/storage.objectViewer", f"serviceAccount:{email}", False),
+    # (in either order: the mocks register resources as their inputs resolve)
+    assert sorted((g["role"], g["member"], "condition" in g) for g in ours) == [
         ("roles/storage.objectUser", f"serviceAccount:{email}", True),
+        ("roles/storage.objectViewer", f"serviceAccount:{email}", False),
     ]
     project_roles = sorted(g.inputs["role"] for g in world.of("gcp:projects/iAMMember:IAMMember"))
     # The custom role's id ends in the last 10 digits of the account's unique id (new on every deployment).

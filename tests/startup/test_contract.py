@@ -98,7 +98,6 @@ def test_the_release_record_fields_boot_reads_are_the_ones_the_record_has():
 
 def test_the_trainer_unit_is_the_contracts():
     assert f"readonly UNIT={contract.TRAINER_UNIT}\n" in template_text(script.TRAINER_RESOURCE)
-    assert f"readonly TRAINER_UNIT={contract.TRAINER_UNIT}\n" in template_text(script.RELEASE_WATCH_RESOURCE)
     assert script.TRAINER_UNIT == contract.TRAINER_UNIT  # fills boot.sh's @@UNIT@@
     assert script.RELEASE_WATCH_UNIT == contract.RELEASE_WATCH_UNIT  # fills boot.sh's @@WATCH_UNIT@@
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import subprocess
+import time
 
 import pytest
 
@@ -130,6 +131,9 @@ def test_an_older_trainer_never_restarts_after_the_record_moved_on(machine, api,
         machine.wait_for_output(proc, "trainer: exited with status 76: the release record names a newer release")
         # Not restarted (RestartPreventExitStatus=): the unit fails and stays so.
         machine.wait_for_output(proc, f"{contract.TRAINER_UNIT}: Failed with result 'exit-code'")
+        # The emulated VM waits for its watch (five polls here), as a real VM goes on running.
+        time.sleep(1.0)
+        assert proc.poll() is None, machine.console.read_text()
         console = machine.console.read_text()
     finally:
         machine.kill_all(proc)
@@ -141,14 +145,18 @@ def test_an_older_trainer_never_restarts_after_the_record_moved_on(machine, api,
     assert machine.attempts == 1, "no older trainer may start once the record names another release"
 
 
-def test_the_watch_ends_with_the_run(machine, api):
-    proc = boot(machine, api, FAKE_MODE="ok")
+@pytest.mark.parametrize(("mode", "status"), [("ok", 0), ("config-error", startup.CONFIG_ERROR_STATUS)])
+def test_the_emulated_vm_ends_with_its_trainer_and_stops_the_watch(machine, api, mode, status):
+    """The watch runs as long as a real VM does; an emulated VM whose trainer completed, or will
+    never be restarted, has nothing left to do: it stops the watch and ends with the trainer's status."""
+    proc = boot(machine, api, FAKE_MODE=mode)
     try:
-        assert proc.wait(timeout=120) == 0, machine.console.read_text()
+        assert proc.wait(timeout=120) == status, machine.console.read_text()
     finally:
         machine.kill_all(proc)
-    lines = own(machine.console.read_text())
-    assert lines[-1] == "release watch: multislice-trainer.service ended with success; the watch ends", lines
+    console = machine.console.read_text()
+    assert "release watch: starting multislice-release-watch.service (the release record every 0.2s)" in own(console)
+    assert console.rstrip().endswith(f"{contract.RELEASE_WATCH_UNIT}: Deactivated successfully."), console
 
 
 def test_a_queued_resource_vm_has_no_watch(vm, gcs, script):
