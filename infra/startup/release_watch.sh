@@ -59,7 +59,7 @@ current() {
 }
 
 watch() {
-  local release_id=$1 home=$2 record=$3 poll=${MULTISLICE_RELEASE_POLL_S:-60} now status problem='' reported=''
+  local release_id=$1 home=$2 record=$3 poll=${MULTISLICE_RELEASE_POLL_S:-60} now status reported='' running
   [[ $release_id =~ ^[0-9a-f]{64}$ && -d $home ]] || { say "release watch: usage: release-watch.sh watch RELEASE_ID HOME gs://BUCKET/OBJECT"; return 2; }
   [[ $poll =~ ^[0-9]+([.][0-9]+)?$ ]] || { say "release watch: MULTISLICE_RELEASE_POLL_S='$poll' is not a number of seconds"; return 2; }
   say "release watch: release ${release_id:0:12}; the record $record is read every ${poll}s"
@@ -68,10 +68,9 @@ watch() {
     status=0
     now=$(current "$record") || status=$?
     if ((status != 0)); then
-      problem=$now
       # One line per new problem, not one a minute.
-      [[ $problem == "$reported" ]] || say "release watch: warning: $problem; this VM keeps release ${release_id:0:12}"
-      reported=$problem
+      [[ $now == "$reported" ]] || say "release watch: warning: $now; this VM keeps release ${release_id:0:12}"
+      reported=$now
       continue
     fi
     reported=''
@@ -83,8 +82,12 @@ watch() {
       flock 9
       MULTISLICE_RELEASE_ID=$release_id MULTISLICE_RELEASE_WATCHING=1 exec bash "$release/boot.sh"
     ) || status=$?
-    if ((status == 0)) && [[ -f $home/releases/$now/.complete && -f $home/releases/$now/release-watch.sh ]]; then
-      exec bash "$home/releases/$now/release-watch.sh" watch "$now" "$home" "$record"
+    # A boot that succeeded leaves one release on the disk, the one it runs (the record's, or a
+    # newer one if the record changed again meanwhile): this watch becomes that release's.
+    running=("$home"/releases/*/release-watch.sh)
+    if ((status == 0 && ${#running[@]} == 1)) && [[ -f ${running[0]} ]]; then
+      now=${running[0]%/release-watch.sh}
+      exec bash "${running[0]}" watch "${now##*/}" "$home" "$record"
     fi
     say "release watch: warning: the boot of release ${now:0:12} failed (status $status); this VM keeps release ${release_id:0:12} and tries again in ${poll}s"
   done
