@@ -8,15 +8,17 @@
 #       Print the release id that the record names. Status 3: there is no record; 2: it could not
 #       be read or names no release (one attempt; the reason on stdout).
 #   release-watch.sh watch RELEASE_ID HOME gs://BUCKET/OBJECT
-#       ExecStart= of multislice-release-watch.service (written by boot.sh), for as long as the VM
-#       runs: every MULTISLICE_RELEASE_POLL_S seconds (default 60), when the record names another
-#       release, run this release's boot.sh under the boot lock with MULTISLICE_RELEASE_WATCHING=1. That boot
-#       fetches and verifies the recorded release and runs its boot.sh, which rewrites the trainer
-#       unit and restarts it: systemd's SIGTERM makes every process of the job save a checkpoint at
-#       the agreed step (docs/vm-boot.md, "The trainer service"). Then this watch becomes the new
-#       release's. A boot that fails leaves the trainer as it was and is tried again next time.
-#       As a queued resource's reset does, a new release also restarts a trainer that completed
-#       its run (raising training.steps continues it) or stopped on a configuration error.
+#       ExecStart= of multislice-release-watch.service (written by boot.sh), for as long as the
+#       VM runs: every MULTISLICE_RELEASE_POLL_S seconds (default 60), when the record names
+#       another release, run this release's boot.sh under the boot lock with
+#       MULTISLICE_RELEASE_WATCHING=1. That boot fetches and verifies the recorded release and
+#       runs its boot.sh, which rewrites the trainer unit and restarts it: systemd's SIGTERM makes
+#       every process of the job save a checkpoint at the agreed step
+#       (docs/vm-boot.md, "The trainer service"). Then this watch becomes that of the release the
+#       boot left running (the only one left on the disk). A boot that fails leaves the trainer as it was and is
+#       tried again next time. As a queued resource's reset does, a new release also restarts a
+#       trainer that completed its run (raising training.steps continues it) or stopped on a
+#       configuration error.
 #
 # Environment variables: GCE_METADATA_IP, STORAGE_EMULATOR_HOST, MULTISLICE_RELEASE_POLL_S.
 set -uo pipefail
