@@ -175,11 +175,11 @@ def synchronous_saves(directory: Path) -> Path:
 def faulted(tmp_path_factory) -> dict:
     """One run with two faults, read by the kill and the preemption tests: slice 1 killed at
     step 8 (SIGKILL: the steps since the last checkpoint are lost and computed again), then
-    slice 0 preempted at step 16 of the repaired run (SIGTERM: a preemption checkpoint, no step
+    slice 0 preempted at step 14 of the repaired run (SIGTERM: a preemption checkpoint, no step
     lost). Its summary (with the stdout), events, per-step losses and goodput report (whose
     causes add up: :func:`assert_causes_add_up`)."""
     state_dir = tmp_path_factory.mktemp("faulted")
-    faulted = up(state_dir, "--kill", "1@8", "--preempt", "0@16", stack=synchronous_saves(state_dir / "stack"))
+    faulted = up(state_dir, "--kill", "1@8", "--preempt", "0@14", stack=synchronous_saves(state_dir / "stack"))
     faulted.update(
         events=run_records(state_dir, "events"), records=step_losses(state_dir), report=assert_causes_add_up(state_dir)
     )
@@ -189,7 +189,7 @@ def faulted(tmp_path_factory) -> dict:
 @pytest.mark.slow
 def test_killed_slice_is_repaired_and_resumes_bit_identically(uninterrupted, faulted):
     assert faulted["complete"] is True
-    assert faulted["restarts"] == 2 and faulted["faults"] == ["kill slice 1 at step 8", "preempt slice 0 at step 16"]
+    assert faulted["restarts"] == 2 and faulted["faults"] == ["kill slice 1 at step 8", "preempt slice 0 at step 14"]
     assert "repair: recreating slice 1, restarting slice(s) 0" in faulted["stdout"]
     # The emulator polls for progress, so the SIGKILL lands at some step K ≥ 8 (later on a
     # loaded machine); training resumes from the newest checkpoint R ≤ K (interval 6, so R ≥ 6)
@@ -224,10 +224,10 @@ def test_preempted_slice_saves_then_resumes_without_losing_steps(uninterrupted, 
     assert faulted["complete"] is True
     assert faulted["restarts"] == 2  # the kill's, then the preemption's
     assert "repair: recreating slice 0, restarting slice(s) 1" in faulted["stdout"]
-    # The preemption struck the attempt that resumed after the kill, at a step P ≥ 16 of it;
+    # The preemption struck the attempt that resumed after the kill, at a step P ≥ 14 of it;
     # the trainer saved a checkpoint at P and stopped, the next attempt resumed from it.
     starts = [e["step"] for e in faulted["events"] if e["event"] == "start"]
-    assert len(starts) == 3 and starts[2] >= 16
+    assert len(starts) == 3 and starts[2] >= 14
     assert f"preemption checkpoint saved at step {starts[2]}" in faulted["stdout"]
     assert f"training resumed from the checkpoint of step {starts[2]}" in faulted["stdout"]
     # No step lost to it: from the kill's resume point R on, through the preemption, every step
