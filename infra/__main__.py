@@ -3,8 +3,8 @@
 ``pulumi up -s <stack>`` reads ``stacks/Pulumi.<stack>.yaml`` through :mod:`infra.config`
 (every validation error names its key, before any resource exists), renders the startup
 script (:mod:`infra.startup`) and declares (each component takes its own args object, built
-here from the StackConfig by :func:`component_args`; the queued resource's inputs by
-:func:`queued_resource_inputs`, the Compute Engine slices' by :func:`compute_engine_inputs`)::
+here from the StackConfig by :func:`component_args`; the slices are the stack's backend's, which
+builds their typed inputs itself: :meth:`infra.backends.interface.Backend.declare`)::
 
     ProjectServices   tpu, compute, storage, iam, ... APIs enabled (everything depends on it)
     Network           VPC + subnetwork + Cloud NAT + firewall (tag-scoped, IAP-only SSH)
@@ -12,18 +12,16 @@ here from the StackConfig by :func:`component_args`; the queued resource's input
     ServiceAccount    the VMs' service account: bucket objects, logs, metrics; with deleteOnComplete
                       a custom role of tpu.nodes.delete (worker 0 deletes the QR when the run is done)
     ReleaseRecord     the release every VM boot runs, in the bucket
-    QueuedResource    multislice:backend queued-resource (default): the Multislice QR
-                      (dynamic provider, infra/queued_resource/)
-    ComputeEngineSlices  multislice:backend compute-engine: workload policy, instance template,
-                      one managed instance group per slice (infra/compute_engine/)
+    the slices        the backend's (infra/backends/, keyed by multislice:backend): on queued-resource
+                      (default) the Multislice QR (a dynamic provider); on compute-engine a workload
+                      policy, an instance template and one managed instance group per slice
 
-The first five are components of :mod:`infra.components`; the provider package never sees the
-StackConfig either: it gets a :class:`~infra.queued_resource.QueuedResourceInputs` (and the
-Compute Engine component a :class:`~infra.compute_engine.ComputeEngineInputs`).
+The first five are components of :mod:`infra.components`; the backends' resources never see the
+StackConfig either: each takes its typed inputs (``QueuedResourceInputs``, ``ComputeEngineInputs``).
 
 Before any resource is registered, the program reads what the stack deployed last (a
 ``StackReference`` to the stack itself) and refuses a change of ``multislice:backend`` unless
-the stack confirms it (:mod:`infra.backend_change`; :func:`backend_gate`): the first resource
+the stack confirms it (:mod:`infra.backends.change`; :func:`backend_gate`): the first resource
 (``ProjectServices``, on which everything depends) depends on that check.
 
 Exports: backend (``multislice:backend``), bucketUrl, bucketOnDestroy (what ``pulumi destroy``
@@ -55,18 +53,16 @@ from typing import Any
 import pulumi
 
 from infra import config as stack_config, planner, startup
-from infra.backend_change import BackendChangeRefused, check_backend_change, deployed_backend
+from infra.backends.change import BackendChangeRefused, check_backend_change, deployed_backend
+from infra.backends.registry import backend_of
 from infra.components.network import Network, NetworkArgs
 from infra.components.release import ReleaseRecord, ReleaseRecordArgs
 from infra.components.service_account import ServiceAccount, ServiceAccountArgs, data_bucket
 from infra.components.services import ProjectServices, ServicesArgs
 from infra.components.storage import BucketArgs, CheckpointBucket
-from infra.compute_engine import ComputeEngineInputs, ComputeEngineSlices
 from infra.config import StackConfig
 from infra.config.dataset import check_dataset
 from infra.logs.filter import logging_filter  # the filter `multislice logs` builds on
-from infra.queued_resource import QueuedResource, QueuedResourceInputs
-from infra.startup import contract
 from infra.startup.workload import WorkloadError
 
 
@@ -76,29 +72,10 @@ def load_config() -> StackConfig:
 
 
 def ssh_hint(config: StackConfig) -> str:
-    """How to reach worker 0 of slice 0: SSH is open only through IAP TCP forwarding, and only
-    with ``multislice:network.iapSsh`` (gcloud's GA ``tpu-vm ssh`` has no
-    ``--tunnel-through-iap``; its alpha track has:
-    https://cloud.google.com/sdk/gcloud/reference/alpha/compute/tpus/tpu-vm/ssh; docs/exec-and-reset.md).
-
-    On the compute-engine backend worker 0 is the first VM, by name, of slice 0's group (the
-    order ``boot.sh`` gives the workers): ``gcloud compute instance-groups managed
-    list-instances`` names it (its ``name`` field, the command's default table's first column)
-    and GA ``gcloud compute ssh`` has ``--tunnel-through-iap`` (``iap_tunnel.AddSshTunnelArgs``
-    in the installed SDK's ``lib/surface/compute/ssh.py``)."""
-    journal = "--command='sudo journalctl -u google-startup-scripts.service -f'"
-    if config.backend == "compute-engine":
-        where = f"--zone={config.zone} --project={config.project}"
-        first = (
-            f"$(gcloud compute instance-groups managed list-instances {config.node_ids[0]} {where} "
-            "--format='value(name)' --sort-by=name --limit=1)"
-        )
-        command = f"gcloud compute ssh {first} {where} --tunnel-through-iap {journal}"
-    else:
-        command = (
-            f"gcloud alpha compute tpus tpu-vm ssh {config.node_ids[0]} --worker=0 --zone={config.zone} "
-            f"--project={config.project} --tunnel-through-iap {journal}"
-        )
+    """How to reach worker 0 of slice 0 (the backend's command:
+    :meth:`infra.backends.interface.Backend.ssh_command`): SSH is open only through IAP TCP
+    forwarding, and only with ``multislice:network.iapSsh`` (docs/exec-and-reset.md)."""
+    command = backend_of(config).ssh_command(config)
     if config.network.iap_ssh:
         return command
     return f"SSH is closed (set multislice:network.iapSsh: true and run pulumi up), then: {command}"
@@ -135,8 +112,8 @@ def component_args(config: StackConfig, script: startup.RenderedScript) -> Compo
             stack=config.stack,
             project=config.project,
             data_bucket=data_bucket(config.training.data.source, config.bucket_name),
-            delete_on_complete=config.delete_on_complete,  # always off on compute-engine (the config's)
-            compute_engine=config.backend == "compute-engine",
+            delete_on_complete=config.delete_on_complete,  # the backend's answer (its spec)
+            reads_instance_groups=config.backend_spec.vm_reads_instance_groups,
         ),
         release_record=ReleaseRecordArgs(
             stack=config.stack,
@@ -146,133 +123,6 @@ def component_args(config: StackConfig, script: startup.RenderedScript) -> Compo
             workload_source=script.workload_source,
             workload_source_object=script.workload_source_object,
         ),
-    )
-
-
-def reservation_path(config: StackConfig) -> str | None:
-    """The QR's ``reservation_name`` for ``capacity: reserved``.
-
-    A short name becomes ``projects/<project>/locations/<zone>/reservations/<name>``; without
-    a name it is ``.../reservations/-`` (any reservation of the project in the zone), as
-    ``gcloud compute tpus queued-resources create --reserved`` sends it (gcloud's
-    ``queued_resource_util.CreateReservationName``).
-    """
-    if config.capacity != "reserved":
-        return None
-    name = config.reservation_name or "-"
-    if "/" in name:
-        return name
-    return f"projects/{config.project}/locations/{config.zone}/reservations/{name}"
-
-
-def queued_resource_inputs(
-    config: StackConfig,
-    script: startup.RenderedScript,
-    *,
-    network: pulumi.Input[str],
-    subnetwork: pulumi.Input[str],
-    service_account: pulumi.Input[str],
-    tags: pulumi.Input[list[str]],
-) -> QueuedResourceInputs:
-    """The QR's inputs for a stack (some values may be Outputs of the other components).
-
-    ``metadata`` holds the startup script, the run directory and, with ``deleteOnComplete``,
-    the QR's own name (:func:`infra.startup.contract.node_metadata`); ``trainer`` (the
-    TrainConfig as a plain object) and the sha256 values describe the script so ``pulumi
-    preview --diff`` shows which key changed while the script's own diff is hidden. Pure:
-    equal configs give equal inputs. ``config`` is already valid (its capacity is one the
-    ``tpu_v2`` API can express: :data:`infra.queued_resource.inputs.CAPACITY_TYPES`).
-    """
-    settings = config.queued_resource
-    return QueuedResourceInputs(
-        project=config.project,
-        zone=config.zone,
-        queued_resource_id=config.queued_resource_id,
-        node_id=None if config.slices > 1 else config.queued_resource_id,
-        node_id_prefix=config.queued_resource_id if config.slices > 1 else None,
-        accelerator_type=config.accelerator_type,
-        runtime_version=config.effective_runtime_version,
-        slices=config.slices,
-        capacity=config.capacity,
-        reservation_name=reservation_path(config),
-        network=network,
-        subnetwork=subnetwork,
-        service_account=service_account,
-        tags=tags,
-        labels=dict(sorted(config.resource_labels.items())),
-        metadata=contract.node_metadata(
-            startup_script=script.text,
-            run_dir=config.run_dir,
-            queued_resource_name=config.queued_resource_name,
-            delete_on_complete=config.delete_on_complete,
-        ),
-        # None values are dropped: the engine stores no nulls, so previews compare like with like.
-        # A command (multislice:workload) is described by its command, env and steps instead.
-        trainer=config.workload.description()
-        if config.workload is not None
-        else config.training.model_dump(mode="json", exclude_none=True),
-        run_dir=config.run_dir,
-        bundle_sha256=script.bundle_sha256,
-        startup_script_sha256=script.sha256,
-        requirements_sha256=script.requirements_sha256,
-        startup_script_bytes=script.size_bytes,
-        release_files=dict(script.files) or None,
-        wait_for=settings.wait_for,
-        create_timeout_seconds=settings.create_timeout,
-        delete_timeout_seconds=settings.delete_timeout,
-        valid_until_seconds=settings.valid_until,
-    )
-
-
-def compute_engine_inputs(
-    config: StackConfig,
-    script: startup.RenderedScript,
-    *,
-    network: pulumi.Input[str],
-    subnetwork: pulumi.Input[str],
-    service_account: pulumi.Input[str],
-    tags: list[str],
-    replaces_queued_resource: pulumi.Input[bool] = False,
-) -> ComputeEngineInputs:
-    """The Compute Engine slices' inputs for a ``multislice:backend: compute-engine`` stack.
-
-    One group per slice, named as the queued resource's nodes are (``config.node_ids``); the
-    template's metadata holds the startup script and the run directory as on the queued
-    resource (:func:`infra.startup.contract.node_metadata`, never the delete-on-complete key:
-    not on this backend). The machine type and topology come from the catalog
-    (:mod:`infra.accelerators`). ``replaces_queued_resource``: the stack's last deployment used
-    the queued-resource backend (:func:`backend_gate`). Pure: equal configs give equal inputs.
-    """
-    accelerator = config.accelerator
-    machine_type = accelerator.machine_type
-    if machine_type is None:  # the config refuses such a stack (Generation.backends); a guard
-        raise ValueError(f"Compute Engine offers no machine type for {config.accelerator_type}")
-    return ComputeEngineInputs(
-        stack=config.stack,
-        project=config.project,
-        zone=config.zone,
-        region=config.region,
-        group_names=tuple(config.node_ids),
-        machine_type=machine_type,
-        topology=accelerator.topology,
-        accelerator_type=config.accelerator_type,
-        generation=accelerator.generation.name,
-        vms_per_slice=config.workers_per_slice,
-        capacity=config.capacity,
-        reservation_name=config.reservation_name,
-        max_run_duration_seconds=config.compute_engine.max_run_duration,
-        network=network,
-        subnetwork=subnetwork,
-        service_account=service_account,
-        tags=tuple(tags),
-        labels=dict(sorted(config.resource_labels.items())),
-        metadata=contract.node_metadata(
-            startup_script=script.text,
-            run_dir=config.run_dir,
-            queued_resource_name=config.queued_resource_name,
-            delete_on_complete=False,
-        ),
-        replaces_queued_resource=replaces_queued_resource,
     )
 
 
@@ -286,7 +136,7 @@ class BackendCheck:
 
 
 def check_backend(outputs: Any, config: StackConfig) -> BackendCheck:
-    """:func:`infra.backend_change.check_backend_change` of the stack's last ``outputs``; a
+    """:func:`infra.backends.change.check_backend_change` of the stack's last ``outputs``; a
     confirmed change is warned once (``pulumi preview`` prints it).
 
     Raises:
@@ -319,28 +169,15 @@ def backend_gate(config: StackConfig) -> pulumi.Output[BackendCheck]:
 
 @dataclass
 class Environment:
-    """What :func:`define` declared (for tests and for readers): ``queued_resource`` on the
-    queued-resource backend, ``slices`` on the compute-engine one (the other is None)."""
+    """What :func:`define` declared (for tests and for readers); the slices are the backend's
+    (their outputs among ``exports``)."""
 
     services: ProjectServices
     network: Network
     bucket: CheckpointBucket
     service_account: ServiceAccount
-    queued_resource: QueuedResource | None
     script: startup.RenderedScript
     exports: dict[str, Any]
-    slices: ComputeEngineSlices | None = None
-
-
-def _require_ready(args: list[Any]) -> None:
-    ready, message, deleted_on_complete = args
-    if deleted_on_complete:  # gone because its run completed (deleteOnComplete): say why nothing is created
-        pulumi.log.warn(f"queued resource {message}")
-        return
-    if ready is False and not pulumi.runtime.is_dry_run():  # a preview only shows the plan
-        # The QR exists and is recorded in the stack (create returned); fail the update so
-        # nobody mistakes a still-queued request for a running job.
-        raise pulumi.RunError(message or "the queued resource is not ready")
 
 
 def define(config: StackConfig, script: startup.RenderedScript | None = None) -> Environment:
@@ -382,42 +219,14 @@ def define(config: StackConfig, script: startup.RenderedScript | None = None) ->
 
     # The VMs boot into the script at once: NAT, firewall, bucket grants must exist first.
     after_all = pulumi.ResourceOptions(depends_on=[services, network, bucket, service_account, release])
-    queued_resource: QueuedResource | None = None
-    slices: ComputeEngineSlices | None = None
-    tpu_exports: dict[str, Any]
-    if config.backend == "compute-engine":
-        slices = ComputeEngineSlices(
-            "slices",
-            compute_engine_inputs(
-                config,
-                script,
-                network=network.network,
-                subnetwork=network.subnetwork,
-                service_account=service_account.email,
-                tags=[network.tag],
-                replaces_queued_resource=check.apply(lambda found: found.deployed == "queued-resource"),
-            ),
-            opts=after_all,
-        )
-        tpu_exports = {"instanceGroupNames": slices.group_names}
-    else:
-        inputs = queued_resource_inputs(
-            config,
-            script,
-            network=network.network,
-            subnetwork=network.subnetwork,
-            service_account=service_account.email,
-            tags=[network.tag],
-        )
-        queued_resource = QueuedResource("queued-resource", inputs, opts=after_all)
-        pulumi.Output.all(
-            queued_resource.ready, queued_resource.statusMessage, queued_resource.deletedOnComplete
-        ).apply(_require_ready)
-        tpu_exports = {
-            "queuedResourceName": queued_resource.queuedResourceName,
-            "queuedResourceState": queued_resource.state,
-            "nodeNames": queued_resource.nodeNames,
-        }
+    tpu_exports = backend_of(config).declare(
+        config,
+        script,
+        network=network,
+        service_account=service_account.email,
+        deployed=check.apply(lambda found: found.deployed),
+        opts=after_all,
+    )
 
     exports: dict[str, Any] = {
         "backend": config.backend,
@@ -438,7 +247,7 @@ def define(config: StackConfig, script: startup.RenderedScript | None = None) ->
     }
     for key, value in exports.items():
         pulumi.export(key, value)
-    return Environment(services, network, bucket, service_account, queued_resource, script, exports, slices)
+    return Environment(services, network, bucket, service_account, script, exports)
 
 
 #: Errors that mean "this stack cannot work as configured": shown as their message alone.

@@ -64,8 +64,19 @@ def imports_of(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
         if target not in modules:
             continue  # outside the package (the other package, third parties, the standard library)
         edges.add(target)
-        edges |= {p for p in _ancestors(target) if p in modules and p not in importer_packages}
+        edges |= {
+            p
+            for p in _ancestors(target)
+            if p in modules and p not in importer_packages and not imports_nothing(modules[p])
+        }
     return edges
+
+
+def imports_nothing(path: Path) -> bool:
+    """Whether the module at ``path`` has no import statement (a package's ``__init__`` that is
+    only its docstring: executing it runs no other module, so the packages below it are free
+    to sit in different layers, as infra/backends/<backend>/ does)."""
+    return not any(isinstance(node, (ast.Import, ast.ImportFrom)) for node in ast.walk(ast.parse(path.read_text())))
 
 
 def import_graph(root: Path = ROOT, package: str = PACKAGE) -> dict[str, set[str]]:
@@ -168,6 +179,12 @@ def test_the_graph_sees_every_kind_of_import(tmp_path):
     (package / "leaf.py").write_text("import infra.sub.inner\n")
     graph = import_graph(tmp_path)
     assert graph["infra.leaf"] == {"infra.sub", "infra.sub.inner"}
+    (package / "empty").mkdir()
+    (package / "empty" / "__init__.py").write_text('"""A package that imports nothing."""\n')
+    (package / "empty" / "mod.py").write_text("")
+    (package / "leaf2.py").write_text("import infra.empty.mod\n")
+    graph = import_graph(tmp_path)
+    assert graph["infra.leaf2"] == {"infra.empty.mod"}  # its empty package runs nothing
     assert graph["infra.sub.inner"] == {"infra.top"}
     assert cycles(graph) == [["infra.sub", "infra.sub.inner", "infra.top", "infra.sub"]]
     (package / "sub" / "inner.py").write_text("def thing():\n    return 1\n")
@@ -191,24 +208,38 @@ def test_a_cycle_in_training_through_a_type_checking_import_is_found(tmp_path):
 
 #: The layers of infra/, lowest first: a module imports only from its own layer or below, and
 #: the units (packages, or top-level modules) of one layer depend on each other without a cycle.
-#: The order is the data flow of the design: cli -> (program | review | policy | status | local)
-#: -> (components | queued_resource | planner | logs) -> startup -> config -> the catalog, names
-#: and the VM contract.
+#: The order is the data flow of the design: cli -> (review | policy) -> the modules that ask
+#: the backend registry (the program, status's reader and report, the log filter and reader, the
+#: emulator) -> the backends (infra/backends: each backend's resources and operations) -> what
+#: the backends build on (status's types and store, remote's fan-out, the emulation's VMs and
+#: servers) -> (components | planner | logs) -> startup -> config -> the backends' specs (each
+#: backend's keys, read by config) -> the catalog, names and the VM contract.
 LAYERS: list[list[str]] = [
     ["infra", "infra.accelerators", "infra.naming", "infra.bucket_location", "infra.credentials", "infra.clock"],
-    ["infra.startup.contract"],
+    ["infra.startup.contract", "infra.durations"],
+    [
+        "infra.backends.spec",
+        "infra.backends.specs",
+        "infra.backends.queued_resource.spec",
+        "infra.backends.compute_engine.spec",
+    ],
     ["infra.config"],
     ["infra.startup"],
+    ["infra.components", "infra.planner", "infra.logs"],
+    ["infra.status", "infra.remote", "infra.local"],
+    ["infra.backends", "infra.queued_resource"],
     [
-        "infra.components",
-        "infra.queued_resource",
-        "infra.compute_engine",
-        "infra.planner",
-        "infra.logs",
-        "infra.backend_change",
+        "infra.__main__",
+        "infra.status.reader",
+        "infra.status.report",
+        "infra.logs.filter",
+        "infra.logs.cloud",
+        "infra.status.plot",
+        "infra.local.topology",
+        "infra.local.emulator",
+        "infra.local.lifecycle",
     ],
-    ["infra.__main__"],
-    ["infra.review", "infra.policy", "infra.local", "infra.status", "infra.remote"],
+    ["infra.review", "infra.policy"],
     ["infra.cli"],
 ]
 

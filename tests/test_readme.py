@@ -354,7 +354,7 @@ NOT_RUN = {
     r"^multislice local (status|logs) ": "reads the run `local up` left in .multislice/: tests/local/, tests/status/",
     r"^multislice (status|logs) ": "reads Cloud TPU, Cloud Storage or Cloud Logging with credentials",
     r"^multislice (exec|reset) ": "acts on a deployed stack's VMs: tests/cli/test_exec.py and "
-    "tests/remote/test_reset.py run them against a stand-in gcloud and the TPU API fake",
+    "tests/backends/queued_resource/test_reset.py run them against a stand-in gcloud and the TPU API fake",
     r"^multislice local (exec|reset) ": "acts on a running local up: tests/local/test_reset_emulation.py",
     r"^multislice local down ": "stops a running local up: tests/local/test_emulation.py, tests/cli/test_local_down.py",
     r"^sed 's/steps: ": "writes the day-one stack file: "

@@ -24,9 +24,11 @@ environment as GKE gives it to a TPU Pod (docs/compute-engine.md, "4. How a VM l
   than one slice only).
 
 :func:`identity_from_environment` reads them as JAX's ``GkeTpuCluster`` and
-``BaseTpuCluster`` do (``get_tpu_env_value``: the environment first), and
-:func:`current_identity` picks it whenever ``TPU_WORKER_HOSTNAMES`` is set, as JAX checks
-``GkeTpuCluster`` before ``GceTpuCluster``. The accelerator type is then the metadata key
+``BaseTpuCluster`` do (``get_tpu_env_value``: the environment first). Which of the two a VM's
+trainer reads is what its boot wrote into the unit from the stack's backend:
+``MULTISLICE_IDENTITY`` = ``metadata`` or ``environment`` (:func:`identity_in_environment`); a
+trainer started without it (by hand) reads the environment whenever ``TPU_WORKER_HOSTNAMES`` is
+set, as JAX checks ``GkeTpuCluster`` before ``GceTpuCluster``. The accelerator type is then the metadata key
 ``multislice-accelerator-type`` (``pulumi up`` sets it in the instance template).
 
 Identity is read afresh at every start and never cached: after auto-repair the MEGASCALE
@@ -272,14 +274,31 @@ def identity_from_environment(
     )
 
 
+#: Where this VM's identity is, as the boot wrote it into the trainer's unit from the stack's
+#: backend: one of :data:`IDENTITY_SOURCES`.
+IDENTITY_ENV = "MULTISLICE_IDENTITY"
+IDENTITY_SOURCES = ("metadata", "environment")
+
+
 def identity_in_environment() -> bool:
-    """Whether this VM's identity is in the environment (``TPU_WORKER_HOSTNAMES`` is set)."""
-    return WORKER_HOSTNAMES_ENV in os.environ
+    """Whether this VM's identity is in the environment: ``MULTISLICE_IDENTITY`` says so
+    (``environment``) or not (``metadata``); without it, whether ``TPU_WORKER_HOSTNAMES`` is set.
+
+    Raises:
+      MetadataError: ``MULTISLICE_IDENTITY`` holds another value.
+    """
+    source = os.environ.get(IDENTITY_ENV, "").strip()
+    if not source:
+        return WORKER_HOSTNAMES_ENV in os.environ
+    if source not in IDENTITY_SOURCES:
+        raise MetadataError(f"{IDENTITY_ENV}={source!r} is not one of {', '.join(IDENTITY_SOURCES)}")
+    return source == IDENTITY_SOURCES[1]
 
 
 def current_identity() -> ClusterIdentity:
-    """This VM's identity: :func:`identity_from_environment` when ``TPU_WORKER_HOSTNAMES`` is
-    set (a Compute Engine TPU VM), else :func:`identity_from_metadata` (a queued resource's).
+    """This VM's identity: :func:`identity_from_environment` when it is in the environment (a
+    Compute Engine TPU VM: :func:`identity_in_environment`), else :func:`identity_from_metadata`
+    (a queued resource's).
 
     Raises:
       MetadataError: a required value is missing or malformed.

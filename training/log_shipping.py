@@ -32,17 +32,34 @@ def metadata(path: str) -> str | None:
 Target = tuple[str, dict[str, str], dict[str, str]]
 
 
-def target(slice_id: str, worker: str, run: str, get: Callable[[str], str | None] = metadata) -> Target | None:
+#: Where the lines go, as the boot wrote it into the trainer's unit from the stack's backend: the
+#: Cloud Logging monitored resource type of the VM (``tpu_worker`` or ``gce_instance``).
+LOG_RESOURCE_ENV = "MULTISLICE_LOG_RESOURCE"
+TPU_WORKER, GCE_INSTANCE = "tpu_worker", "gce_instance"
+
+
+def target(
+    slice_id: str,
+    worker: str,
+    run: str,
+    get: Callable[[str], str | None] = metadata,
+    resource: str | None = None,
+) -> Target | None:
     """Where this VM's lines go; None unless the metadata names a project, a zone and the VM's
     place (never in the local emulation, whose VMs do not ship).
 
-    * A queued resource's VM: ``tpu_worker`` with its node (``tpu-env``'s ``NODE_ID``).
-    * A Compute Engine TPU VM (metadata ``multislice-backend: compute-engine``, no ``tpu-env``):
-      ``gce_instance``, whose labels are ``project_id``, ``instance_id`` (the metadata server's
-      ``instance/id``) and ``zone`` (https://cloud.google.com/logging/docs/api/v2/resource-list);
-      ``multislice logs`` finds the stack's lines by the entries' labels (infra/logs/filter.py).
+    ``resource`` (default ``$MULTISLICE_LOG_RESOURCE``, which the boot writes from the stack's
+    backend) is the VM's monitored resource type:
 
-    The entries' labels are ``slice``, ``worker`` and ``run`` on both.
+    * ``tpu_worker`` (a queued resource's VM), with its node (``tpu-env``'s ``NODE_ID``);
+    * ``gce_instance`` (a Compute Engine TPU VM), whose labels are ``project_id``, ``instance_id``
+      (the metadata server's ``instance/id``) and ``zone``
+      (https://cloud.google.com/logging/docs/api/v2/resource-list); ``multislice logs`` finds the
+      stack's lines by the entries' labels (infra/logs/filter.py).
+
+    A trainer started without it (by hand) takes ``tpu_worker`` when ``tpu-env`` names a node,
+    else ``gce_instance`` when the program's ``multislice-backend`` metadata key is set. Another
+    value ships nothing. The entries' labels are ``slice``, ``worker`` and ``run`` on both.
     """
     project, zone = get("project/project-id"), get("instance/zone")
     if not (project and zone):
@@ -50,12 +67,20 @@ def target(slice_id: str, worker: str, run: str, get: Callable[[str], str | None
     zone = zone.rsplit("/", 1)[-1]
     labels = {"slice": slice_id, "worker": worker, "run": run}
     node = re.search(r"^NODE_ID:\s*'?([^'\s]+)", get("instance/attributes/tpu-env") or "", re.M)
-    if node:
-        return "tpu_worker", {"project_id": project, "zone": zone, "node_id": node[1], "worker_id": worker}, labels
     instance_id = (get("instance/id") or "").strip()
-    backend = (get("instance/attributes/multislice-backend") or "").strip()
-    if backend == "compute-engine" and instance_id.isdigit():
-        return "gce_instance", {"project_id": project, "instance_id": instance_id, "zone": zone}, labels
+    kind = resource or os.environ.get(LOG_RESOURCE_ENV, "").strip()
+    if not kind:
+        kind = (
+            TPU_WORKER
+            if node
+            else GCE_INSTANCE
+            if (get("instance/attributes/multislice-backend") or "").strip()
+            else ""
+        )
+    if kind == TPU_WORKER and node:
+        return kind, {"project_id": project, "zone": zone, "node_id": node[1], "worker_id": worker}, labels
+    if kind == GCE_INSTANCE and instance_id.isdigit():
+        return kind, {"project_id": project, "instance_id": instance_id, "zone": zone}, labels
     return None
 
 

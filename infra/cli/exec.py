@@ -11,8 +11,8 @@ status. Bad input (no command, a slice or worker the stack lacks, a stack not de
 running, SSH not enabled, no gcloud or OpenSSH client, gcloud without credentials, broken SSH
 key files) is one ``error:`` line, exit 2, and nothing runs. The work is done by
 :mod:`infra.remote` (docs/exec-and-reset.md): on Cloud TPU :mod:`infra.remote.gcloud`, on the
-compute-engine backend :mod:`infra.remote.instance_groups` (the VMs, each slice's group listed)
-and :mod:`infra.remote.compute_ssh` (``gcloud compute ssh``).
+compute-engine backend :mod:`infra.backends.compute_engine.instance_groups` (the VMs, each slice's group listed)
+and :mod:`infra.backends.compute_engine.ssh` (``gcloud compute ssh``).
 """
 
 from __future__ import annotations
@@ -110,6 +110,7 @@ def exec_command(
 ) -> None:
     """Run a command on every worker of a deployed stack at once (gcloud ssh through IAP, no batches;
     on the compute-engine backend `gcloud compute ssh` to each VM of the slices' instance groups)."""
+    from infra.backends.registry import backend_of
     from infra.remote import gcloud
     from infra.remote.selection import RemoteError, select_workers
 
@@ -124,32 +125,15 @@ def exec_command(
             )
         executable = gcloud.gcloud_executable()
         keygen = gcloud.require_ssh_tools()
-        if config.backend == "compute-engine":
-            from infra.remote import compute_ssh, instance_groups
-
-            slices = sorted({w.slice_id for w in workers})
-            instances = {
-                s: instance_groups.workers_of(
-                    config, s, instance_groups.list_group(executable, config, config.node_ids[s])
-                )
-                for s in slices
-            }
-            created = gcloud.ensure_ssh_key(keygen)
-            targets = compute_ssh.targets(executable, config, workers, instances, line)
-        else:
-            gcloud.check_deployed(executable, config)
-            created = gcloud.ensure_ssh_key(keygen)
-            targets = gcloud.targets(executable, config, workers, line)
+        plan = backend_of(config).exec_plan(executable, config, workers, line)
+        created = gcloud.ensure_ssh_key(keygen)
+        targets = plan.targets()
     except RemoteError as err:
         raise fail(str(err), err.exit_code) from None
     if created is not None:
-        who = (
-            "the first worker connects (its key in the project's metadata) before the others start"
-            if config.backend == "compute-engine"
-            else "the first worker of each node puts it on the node before the others start"
-        )
         err_console.print(
-            f"made gcloud's SSH key {created} (ssh-keygen -t rsa, no passphrase, as gcloud --quiet makes it); {who}",
+            f"made gcloud's SSH key {created} (ssh-keygen -t rsa, no passphrase, as gcloud --quiet makes it); "
+            f"{plan.key_note}",
             markup=False,
             soft_wrap=True,
         )

@@ -153,12 +153,9 @@ def logs(
 
         printed = stream(without_library_notices(poll, libraries), follow, polls, cloud.POLL_SECONDS)
         if printed == 0 and not follow and not tail.any_entry():
-            whose = (
-                f"trainer lines of run {config.effective_run_name} in project {config.project} (Compute Engine "
-                f"VMs in {config.zone})"
-                if config.backend == "compute-engine"
-                else f"log entries in project {config.project} (nodes {', '.join(config.node_ids)} in {config.zone})"
-            )
+            from infra.backends.registry import backend_of
+
+            whose = backend_of(config).log_source(config)
             raise fail(
                 f"stack {config.stack} has no {whose}: it was never deployed (pulumi up), "
                 "or its TPU VMs have not booted yet",

@@ -7,10 +7,10 @@ ResetQueuedResource, asked for confirmation unless ``--yes`` (without a terminal
 ``--yes`` is required), followed with progress until every VM is back or ``--timeout``
 passes. Exit 0 when it finished; 2 for bad input or a queued resource that is missing,
 deleted or not ACTIVE (nothing sent); 1 when not confirmed, refused, or not finished in time.
-The work is done by :mod:`infra.remote.reset` and :mod:`infra.remote.emulated_reset`
-(docs/exec-and-reset.md). A ``multislice:backend: compute-engine`` stack has no reset: both
-commands refuse it with one line saying what to do instead, exit 2, nothing sent
-(:func:`infra.remote.compute_ssh.reset_refusal`).
+The work is done by :mod:`infra.backends.queued_resource.reset` and :mod:`infra.backends.queued_resource.emulated_reset`
+(docs/exec-and-reset.md). A backend without a reset (``multislice:backend: compute-engine``)
+refuses both commands with one line saying what to do instead, exit 2, nothing sent
+(:meth:`infra.backends.interface.Backend.reset_refusal`, ``local_reset_refusal``).
 """
 
 from __future__ import annotations
@@ -48,25 +48,19 @@ def reset(
 ) -> None:
     """Reset a deployed stack's queued resource (ResetQueuedResource): reboot every VM; a
     checkpointing workload resumes from its newest checkpoint."""
-    from infra.remote import reset as resetting
+    from infra.backends.registry import backend_of
     from infra.remote.selection import RemoteError
 
     config = load_config(stack, config_file)
-    if config.backend == "compute-engine":
-        from infra.remote.compute_ssh import reset_refusal
-
-        raise fail(reset_refusal(config.stack))
+    backend = backend_of(config)
+    refusal = backend.reset_refusal(config)
+    if refusal is not None:
+        raise fail(refusal)
     try:
-        client = resetting.client_for_stack(config)
-        result = resetting.reset(config, client, confirm=_confirm(yes), say=say, timeout_s=timeout)
+        done = backend.reset(config, confirm=_confirm(yes), say=say, timeout_s=timeout)
     except RemoteError as err:
         raise fail(str(err), err.exit_code) from None
-    console.print(
-        f"reset: every VM of {config.queued_resource_id} rebooted in {result.seconds:.0f} s "
-        f"({', '.join(f'{n} {s}' for n, s in result.nodes.items())}); each runs its startup script again",
-        markup=False,
-        soft_wrap=True,
-    )
+    console.print(done, markup=False, soft_wrap=True)
 
 
 def local_reset(
@@ -79,20 +73,17 @@ def local_reset(
 ) -> None:
     """Reset the emulated queued resource of a running `local up`: restart every emulated VM;
     training resumes from its newest checkpoint."""
+    from infra.backends.registry import backend_of
     from infra.local.state import LocalPaths
-    from infra.remote import emulated_reset
     from infra.remote.selection import RemoteError
 
     config = load_config(stack, config_file)
-    if config.backend == "compute-engine":
-        raise fail(
-            f"stack {config.stack} uses multislice:backend: compute-engine, which has no reset "
-            "(docs/compute-engine.md, section 5), so its emulation has none either; nothing was sent. "
-            f"To start every emulated VM again, `multislice local down --stack {config.stack}` then "
-            f"`multislice local up --stack {config.stack}`"
-        )
+    backend = backend_of(config)
+    refusal = backend.local_reset_refusal(config)
+    if refusal is not None:
+        raise fail(refusal)
     try:
-        seconds = emulated_reset.reset(
+        seconds = backend.local_reset(
             config,
             LocalPaths(state_root() / config.stack),
             confirm=_confirm(yes),

@@ -52,35 +52,10 @@ def status(
 
     config = load_config(stack, config_file)
     try:
-        lister = group_lister(config) if config.backend == "compute-engine" else None
-        with cloud_reader(config, lister) as read:
+        with cloud_reader(config) as read:
             show(read, config.stack, json_output=json_output, watch=watch, interval=interval, plot=plot)
     except StatusError as err:
         raise fail(str(err), err.exit_code) from None
-
-
-def group_lister(config):
-    """On the compute-engine backend, how ``status`` lists a slice's instance group: gcloud
-    (:func:`infra.remote.instance_groups.list_group`), its failures as
-    :class:`~infra.status.reader.StatusError` (gcloud missing or without credentials: exit 2;
-    failed: exit 1)."""
-    from infra.remote.gcloud import gcloud_executable
-    from infra.remote.instance_groups import list_group
-    from infra.remote.selection import RemoteError
-    from infra.status.reader import StatusError
-
-    try:
-        gcloud = gcloud_executable()
-    except RemoteError as err:
-        raise StatusError(str(err), 2) from None
-
-    def listed(group: str):
-        try:
-            return list_group(gcloud, config, group)
-        except RemoteError as err:
-            raise StatusError(str(err).replace("; nothing was run", ""), err.exit_code) from None
-
-    return listed
 
 
 def show_local(config, paths, *, json_output: bool, watch: bool, interval: float, plot: Path | None) -> None:

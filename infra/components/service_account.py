@@ -108,8 +108,9 @@ class ServiceAccountArgs(StrictModel):
     data_bucket: str | None = None
     #: Grant :data:`DELETE_PERMISSIONS` (``multislice:queuedResource.deleteOnComplete``).
     delete_on_complete: bool = False
-    #: Grant :data:`COMPUTE_READ_PERMISSIONS` (``multislice:backend: compute-engine``).
-    compute_engine: bool = False
+    #: Grant :data:`COMPUTE_READ_PERMISSIONS`: the backend's VMs find their place from their
+    #: instance groups (``BackendSpec.vm_reads_instance_groups``: ``multislice:backend: compute-engine``).
+    reads_instance_groups: bool = False
 
 
 class ServiceAccount(pulumi.ComponentResource):
@@ -122,7 +123,7 @@ class ServiceAccount(pulumi.ComponentResource):
     data; :data:`PROJECT_ROLES` (log and metric writing) on the project; with
     ``delete_on_complete``, a custom role of :data:`DELETE_PERMISSIONS` alone on the project
     (:func:`delete_role_id`): worker 0 deletes the queued resource when the run completes; with
-    ``compute_engine``, a custom role of :data:`COMPUTE_READ_PERMISSIONS` alone on the project
+    ``reads_instance_groups``, a custom role of :data:`COMPUTE_READ_PERMISSIONS` alone on the project
     (:func:`compute_read_role_id`): each VM lists its slices' groups and reads their VMs' IPs.
     Nothing else project-wide: no editor, no storage admin, no TPU admin, no compute viewer.
     docs/deploying.md ("What the VMs may read and write") lists each grant and why.
@@ -226,7 +227,7 @@ class ServiceAccount(pulumi.ComponentResource):
                 DELETE_PERMISSIONS,
             )
         self.compute_read_role: gcp.projects.IAMCustomRole | None = None
-        if args.compute_engine:
+        if args.reads_instance_groups:
             self.compute_read_role = custom_role(
                 f"{name}-compute-read-role",
                 f"{name}-compute-read",

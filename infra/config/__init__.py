@@ -2,8 +2,8 @@
 
 * :mod:`infra.config.schema`: :class:`StackConfig`, the validated model of a stack's
   ``config:`` map (its derived names delegate to :mod:`infra.naming`);
-* :mod:`infra.config.environment`: the ``multislice:network``, ``multislice:bucket`` and
-  ``multislice:queuedResource`` models and durations;
+* :mod:`infra.config.environment`: the ``multislice:network`` and ``multislice:bucket`` models
+  (each backend's own key is its settings model: :mod:`infra.backends`, re-exported here);
 * :mod:`infra.config.workload`: ``multislice:workload``, the user's command instead of the
   bundled trainer (docs/workloads.md);
 * :mod:`infra.config.loading`: the stack file (YAML, duplicate keys refused) and the Pulumi
@@ -15,14 +15,9 @@ Everything but :mod:`infra.config.dataset` is importable from ``infra.config`` i
 a manifest, locally or from Cloud Storage: its callers import it, and parsing a stack sends no request).
 """
 
-from infra.config.environment import (
-    BucketSettings,
-    ComputeEngineSettings,
-    Duration,
-    NetworkSettings,
-    QueuedResourceSettings,
-    parse_duration,
-)
+from infra.backends.compute_engine.spec import ComputeEngineSettings
+from infra.backends.queued_resource.spec import QueuedResourceSettings
+from infra.config.environment import BucketSettings, Duration, NetworkSettings, parse_duration
 from infra.config.loading import (
     GCP_KEYS,
     NAMESPACE,

@@ -1,8 +1,9 @@
-"""The environment keys of a stack: ``multislice:network``, ``multislice:bucket`` and
-``multislice:queuedResource``.
+"""The environment keys of a stack: ``multislice:network`` and ``multislice:bucket`` (each
+backend's own key, such as ``multislice:queuedResource``, is its settings model in
+:mod:`infra.backends`).
 
 Their defaults give a complete environment around the slices (a VPC with NAT and firewall,
-a regional checkpoint bucket, a queued resource that ``pulumi up`` waits for until ACTIVE).
+a regional checkpoint bucket).
 GCP naming rules come from the Compute Engine and Cloud Storage references cited on each
 check (:mod:`infra.naming` holds the rules themselves).
 """
@@ -11,11 +12,11 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from infra import naming
+from infra.durations import Duration, parse_duration  # noqa: F401 (part of this module's API)
 from training.validation import StrictModel, invalid
 
 #: A network or subnetwork given as a path: https://cloud.google.com/compute/docs/naming-resources
@@ -24,33 +25,6 @@ _GCE_PATH = re.compile(
 )
 #: A Cloud Storage location as written: a region, a dual-region or a multi-region.
 _LOCATION = re.compile(r"^[A-Za-z]+(?:-[A-Za-z]+[0-9]+|[0-9]*)$")
-_DURATION = re.compile(r"^(?:(?P<d>\d+)d)?(?:(?P<h>\d+)h)?(?:(?P<m>\d+)m)?(?:(?P<s>\d+)s)?$")
-
-
-def parse_duration(value: Any) -> int:
-    """Seconds in a duration written ``"90s"``, ``"30m"``, ``"2h"``, ``"1d"``, ``"1h30m"`` or as a
-    number of seconds.
-
-    Raises:
-      ValueError: anything else (pydantic turns it into a key-path error line).
-    """
-    if isinstance(value, bool):
-        raise ValueError(f"{value!r} is not a duration; write e.g. '90s', '30m', '2h', '1d'")
-    if isinstance(value, int):
-        seconds = value
-    elif isinstance(value, str) and value.strip().isdigit():
-        seconds = int(value.strip())
-    elif isinstance(value, str) and value.strip() and (m := _DURATION.match(value.strip())):
-        seconds = int(m["d"] or 0) * 86400 + int(m["h"] or 0) * 3600 + int(m["m"] or 0) * 60 + int(m["s"] or 0)
-    else:
-        raise ValueError(f"{value!r} is not a duration; write e.g. '90s', '30m', '2h', '1d' or seconds")
-    if seconds <= 0:
-        raise ValueError(f"{value!r}: the duration must be positive")
-    return seconds
-
-
-#: A positive duration in whole seconds, written as seconds or ``"30m"``-style text.
-Duration = Annotated[int, BeforeValidator(parse_duration)]
 
 
 #: IPv4 ranges Google Cloud refuses for any subnet ("Prohibited IPv4 subnet ranges"
@@ -335,90 +309,5 @@ class BucketSettings(_Settings):
                 "deleteAfterDays",
                 f"{self.delete_after_days} must be greater than nearlineAfterDays ({self.nearline_after_days}), "
                 "or set nearlineAfterDays to null",
-            )
-        return self
-
-
-#: The key ``multislice:queuedResource.deleteOnComplete`` had before "release" came to mean a
-#: software release only; read as its deprecated alias.
-FORMER_DELETE_ON_COMPLETE_KEY = "releaseOnComplete"
-
-
-class QueuedResourceSettings(_Settings):
-    """``multislice:queuedResource``: how the queued resource is requested and waited for."""
-
-    #: States in the order a queued resource passes them (tpu_v2 QueuedResourceState).
-    wait_for: Literal["ACCEPTED", "WAITING_FOR_RESOURCES", "PROVISIONING", "ACTIVE"] = Field(
-        default="ACTIVE",
-        alias="waitFor",
-        description="`pulumi up` returns once the QR reached this state or a later one.",
-    )
-    create_timeout: Duration = Field(
-        default=1800,
-        alias="createTimeout",
-        description="Longest wait for waitFor; past it the QR stays recorded, still queued.",
-    )
-    delete_timeout: Duration = Field(
-        default=1200, alias="deleteTimeout", description="Longest wait for a delete (2–5 min typical)."
-    )
-    valid_until: Duration | None = Field(
-        default=None,
-        alias="validUntil",
-        description="Queueing policy valid_until_duration: the API fails the request after it.",
-    )
-    #: None: on for spot and on-demand capacity, off for reserved (``StackConfig.delete_on_complete``).
-    delete_on_complete: bool | None = Field(
-        default=None,
-        alias="deleteOnComplete",
-        description="Worker 0 of slice 0 deletes the queued resource once the run is COMPLETE (docs/deploying.md).",
-    )
-    #: The former spelling of ``deleteOnComplete`` (same meaning), still read: a stack that
-    #: uses it gets a warning naming the new key (``StackConfig.deprecation_warnings``).
-    delete_on_complete_former_key: bool | None = Field(
-        default=None,
-        alias=FORMER_DELETE_ON_COMPLETE_KEY,
-        description="Deprecated spelling of deleteOnComplete.",
-    )
-
-    @model_validator(mode="after")
-    def _bounds(self) -> QueuedResourceSettings:
-        if self.valid_until is not None and self.valid_until < 600:
-            raise invalid("validUntil", f"{self.valid_until}s is shorter than 10 minutes; allow the queue time to work")
-        if self.delete_on_complete is not None and self.delete_on_complete_former_key is not None:
-            raise invalid(
-                FORMER_DELETE_ON_COMPLETE_KEY,
-                f"the deprecated spelling of deleteOnComplete; both {FORMER_DELETE_ON_COMPLETE_KEY} and "
-                f"deleteOnComplete are set: keep only deleteOnComplete",
-            )
-        return self
-
-
-#: The longest run a flex-start VM may have, seconds: "run for up to seven days"
-#: (https://cloud.google.com/compute/docs/instances/about-flex-start-vms); a MIG resize
-#: request's run duration is bounded the same way, 10 minutes to 7 days (gcloud 528's
-#: ``compute instance-groups managed resize-requests create --requested-run-duration`` help).
-MAX_RUN_DURATION_LIMIT = 7 * 24 * 3600
-#: The shortest one, seconds (same gcloud help: at least ``10m``).
-MIN_RUN_DURATION = 600
-
-
-class ComputeEngineSettings(_Settings):
-    """``multislice:computeEngine``: how a ``multislice:backend: compute-engine`` stack's TPU VMs
-    are requested (docs/compute-engine.md)."""
-
-    max_run_duration: Duration | None = Field(
-        default=None,
-        alias="maxRunDuration",
-        description="How long the VMs may run before Compute Engine deletes them (required with flex-start; ≤ 7d).",
-    )
-
-    @model_validator(mode="after")
-    def _bounds(self) -> ComputeEngineSettings:
-        limit = self.max_run_duration
-        if limit is not None and not MIN_RUN_DURATION <= limit <= MAX_RUN_DURATION_LIMIT:
-            raise invalid(
-                "maxRunDuration",
-                f"{limit}s is outside 10m..7d (600..604800 s): flex-start VMs run for at most seven days "
-                "(https://cloud.google.com/compute/docs/instances/about-flex-start-vms)",
             )
         return self

@@ -3,7 +3,8 @@
 Field aliases are the stack-file keys (``gcp:project``, ``multislice:slices`` …); reading the
 file or the Pulumi engine's config map into this model is :mod:`infra.config.loading`, the
 environment keys' models are :mod:`infra.config.environment`, and every derived resource
-name comes from :mod:`infra.naming` (the properties below delegate to it).
+name comes from :mod:`infra.naming` (:class:`~infra.config.resource_names.ResourceNames`, which
+the model inherits, delegates to it).
 
 Rules and their sources:
 
@@ -31,16 +32,15 @@ Rules and their sources:
   service account exist;
 * a reused subnetwork is in the zone's region, and the bucket has a location
   (``infra.bucket_location``: ``us-central2``, the v4 region, is not a storage location);
-* ``multislice:backend`` offers the accelerator's generation (``Generation.backends``:
-  Compute Engine supports TPU7x, v6e and v5p, the Cloud TPU API every generation but TPU7x:
-  docs/compute-engine.md section 1). On ``compute-engine``, ``gcp:zone`` is checked against
-  ``Generation.compute_engine_zones`` instead (``allowUnlisted: [zone]`` relaxes it the same
-  way), and the keys that only configure a queued resource are refused:
-  ``multislice:runtimeVersion`` (the TPU software version a queued resource boots; Compute
-  Engine VMs boot an image) and any key of ``multislice:queuedResource``; on
-  ``queued-resource``, any key of ``multislice:computeEngine``. A key set to its default
-  configures nothing and is not refused (a stack dumped and validated again holds every key).
-  Slices > 1 are allowed on both (one managed instance group per slice on Compute Engine).
+* ``multislice:backend`` is a registered backend (:data:`infra.backends.specs.SPECS`) and the
+  stack is checked through its spec (:class:`infra.backends.spec.BackendSpec`): the backend offers
+  the accelerator's generation and the capacity (the catalog keeps the facts, the spec answers
+  from them; docs/compute-engine.md section 1), ``gcp:zone`` is among the backend's zones for the
+  generation (``allowUnlisted: [zone]`` relaxes it the same way), a runtime version is checked
+  only where the backend has one, and each backend refuses the keys it cannot honour and its own
+  settings key (``multislice:queuedResource``, ``multislice:computeEngine``) on another backend's
+  stack. A key set to its default configures nothing and is not refused (a stack dumped and
+  validated again holds every key).
 """
 
 from __future__ import annotations
@@ -52,13 +52,13 @@ from typing import Annotated, Any, Literal
 from pydantic import BeforeValidator, Field, field_validator, model_validator
 
 from infra import accelerators, bucket_location as locations, naming
-from infra.config.environment import (
-    FORMER_DELETE_ON_COMPLETE_KEY,
-    BucketSettings,
-    ComputeEngineSettings,
-    NetworkSettings,
-    QueuedResourceSettings,
-)
+from infra.backends import specs
+from infra.backends.compute_engine.spec import ComputeEngineSettings
+from infra.backends.queued_resource.spec import FORMER_DELETE_ON_COMPLETE_KEY, QueuedResourceSettings
+from infra.backends.spec import BackendSpec
+from infra.config import backend_checks
+from infra.config.environment import BucketSettings, NetworkSettings
+from infra.config.resource_names import ResourceNames
 from infra.config.workload import WorkloadSettings
 from training.config import TrainConfig
 from training.validation import StrictModel, invalid
@@ -66,13 +66,11 @@ from training.validation import StrictModel, invalid
 #: How the slices are paid for (``multislice:capacity``); ``flex-start`` only on Compute Engine.
 Capacity = Literal["spot", "on-demand", "reserved", "flex-start"]
 CAPACITY_TYPES: tuple[str, ...] = typing.get_args(Capacity)
-#: Where the TPU VMs come from (``multislice:backend``): a multislice queued resource of the
-#: Cloud TPU API, or Compute Engine instances in one managed instance group per slice
-#: (docs/compute-engine.md).
-Backend = Literal["queued-resource", "compute-engine"]
-BACKENDS: tuple[str, ...] = typing.get_args(Backend)
-#: Capacity that only Compute Engine offers (the ``tpu_v2`` QueuedResource has no flex-start field).
-COMPUTE_ENGINE_ONLY_CAPACITY = ("flex-start",)
+#: Where the TPU VMs come from (``multislice:backend``): one of :data:`BACKENDS`, the registered
+#: backends (:data:`infra.backends.specs.SPECS`: a multislice queued resource of the Cloud TPU
+#: API, or Compute Engine instances in one managed instance group per slice).
+Backend = str
+BACKENDS: tuple[str, ...] = specs.NAMES
 #: Soft-delete retention of a production stack's checkpoint bucket, days (the smallest nonzero
 #: value GCS allows: https://cloud.google.com/storage/docs/soft-delete).
 PRODUCTION_SOFT_DELETE_DAYS = 7
@@ -102,7 +100,15 @@ def _capacity(value: Any) -> Any:
     return value
 
 
-class StackConfig(StrictModel):
+def _backend(value: Any) -> Any:
+    """A registered backend's name (the message pydantic gives a ``Literal`` of them)."""
+    if value not in BACKENDS:
+        quoted = [repr(name) for name in BACKENDS]
+        raise ValueError(f"Input should be {', '.join(quoted[:-1])} or {quoted[-1]}")
+    return value
+
+
+class StackConfig(ResourceNames, StrictModel):
     """A validated stack. Field aliases are the stack-file keys.
 
     ``stack`` is the stack name (from the file name or ``pulumi.get_stack()``), not a key.
@@ -121,10 +127,10 @@ class StackConfig(StrictModel):
         alias="multislice:runtimeVersion",
         description="TPU software version; catalog default.",
     )
-    backend: Backend = Field(
-        default="queued-resource",
+    backend: Annotated[Backend, BeforeValidator(_backend)] = Field(
+        default=specs.DEFAULT,
         alias="multislice:backend",
-        description="queued-resource (Cloud TPU API) or compute-engine (MIGs of TPU VMs).",
+        description=" or ".join(f"{spec.name} ({spec.summary})" for spec in specs.SPECS.values()) + ".",
     )
     capacity: Annotated[Capacity, BeforeValidator(_capacity)] = Field(
         default="on-demand",
@@ -246,19 +252,19 @@ class StackConfig(StrictModel):
     def _consistent(self) -> StackConfig:
         acc = accelerators.parse_accelerator_type(self.accelerator_type)
         gen = acc.generation
-        self._backend_generation(gen)
+        backend_checks.check_generation(self, gen)
         if self.slices > 1 and not gen.supports_multislice:
             raise invalid(
                 "multislice:slices",
                 f"Multislice needs TPU v4 or later; {self.accelerator_type} allows only 1 slice",
             )
-        self._backend_capacity()
+        backend_checks.check_capacity(self)
         if self.reservation_name is not None and self.capacity != "reserved":
             raise invalid(
                 "multislice:reservationName",
                 f"is only used with multislice:capacity 'reserved' (capacity is {self.capacity!r})",
             )
-        self._catalog_lists(gen)
+        backend_checks.check_catalog(self, gen)
         self._reused_subnetwork()
         if self.bucket.location is None and locations.bucket_location(self.region) is None:
             raise invalid(
@@ -289,57 +295,10 @@ class StackConfig(StrictModel):
             )
         return self
 
-    def _backend_capacity(self) -> None:
-        """Capacity and its settings against ``multislice:backend`` (docs/compute-engine.md)."""
-        if self.capacity in COMPUTE_ENGINE_ONLY_CAPACITY and self.backend != "compute-engine":
-            raise invalid(
-                "multislice:capacity",
-                f"{self.capacity} is offered by the compute-engine backend only (the queued-resource backend's "
-                "tpu_v2 API has spot, on-demand and reserved); set multislice:backend: compute-engine",
-            )
-        run_limit = self.compute_engine.max_run_duration
-        if self.capacity == "flex-start" and run_limit is None:
-            raise invalid(
-                "multislice:computeEngine.maxRunDuration",
-                "required with multislice:capacity flex-start: flex-start VMs run for at most seven days and "
-                "Compute Engine deletes them at the end (e.g. maxRunDuration: 3d)",
-            )
-        if self.backend != "compute-engine" and self.compute_engine != ComputeEngineSettings():
-            raise invalid(
-                "multislice:computeEngine",
-                "configures the compute-engine backend; this stack's multislice:backend is queued-resource",
-            )
-
-    def _backend_generation(self, gen: accelerators.Generation) -> None:
-        """The generation against ``multislice:backend``, and the keys only the other backend reads."""
-        if not gen.offered_by(self.backend):
-            (offered,) = gen.backends  # every generation is offered by at least one backend
-            why = {
-                "compute-engine": "the Cloud TPU API does not support TPU7x and later",
-                "queued-resource": "Compute Engine offers TPU7x, v6e and v5p",
-            }[offered]
-            raise invalid(
-                "multislice:acceleratorType",
-                f"{self.accelerator_type} is offered by the {offered} backend only, not by {self.backend} ({why}: "
-                f"docs/compute-engine.md); set multislice:backend: {offered}",
-            )
-        if self.backend != "compute-engine":
-            return
-        if self.runtime_version is not None:
-            raise invalid(
-                "multislice:runtimeVersion",
-                "configures the TPU software version a queued resource boots; compute-engine VMs boot an image "
-                "instead: remove it (or set multislice:backend: queued-resource)",
-            )
-        defaults = QueuedResourceSettings().model_dump(by_alias=True)
-        settings = self.queued_resource.model_dump(by_alias=True)
-        changed = [key for key, value in settings.items() if value != defaults[key]]
-        if changed:
-            raise invalid(
-                "multislice:queuedResource",
-                f"configures the queued resource of the queued-resource backend ({', '.join(changed)}); this stack's "
-                "multislice:backend is compute-engine: remove it (deleteOnComplete is not built on compute-engine)",
-            )
+    @property
+    def backend_spec(self) -> BackendSpec:
+        """The spec of the stack's ``multislice:backend`` (:mod:`infra.backends`)."""
+        return specs.spec_of(self.backend)
 
     @property
     def model_fields_set_aliases(self) -> set[str]:
@@ -366,75 +325,17 @@ class StackConfig(StrictModel):
                 "a subnetwork of their zone's region",
             )
 
-    def _catalog_lists(self, gen: accelerators.Generation) -> None:
-        """``gcp:zone`` and the runtime version against the catalog (see the module docstring)."""
-        on_compute_engine = self.backend == "compute-engine"
-        service = "Compute Engine" if on_compute_engine else "Cloud TPU"
-        override = f"if {service} offers it now, add 'multislice:allowUnlisted: [{{key}}]' to the stack"
-        zones, source = self._catalog_zones(gen)
-        if self.zone not in zones and "zone" not in self.allow_unlisted:
-            others = sorted(g.name for g in accelerators.GENERATIONS.values() if self.zone in self._catalog_zones(g)[0])
-            raise invalid(
-                "gcp:zone",
-                f"{self.zone} does not offer TPU {gen.name} ({self.accelerator_type})"
-                + (" on Compute Engine" if on_compute_engine else "")
-                + f"; zones that do: {', '.join(zones)} ({source.split(' ')[0]})"
-                + (f"; {self.zone} offers {', '.join(others)}" if others else "")
-                + "; "
-                + override.format(key="zone"),
-            )
-        if on_compute_engine:
-            return  # no runtime version there (_backend_generation refused one)
-        version = self.runtime_version
-        if version is not None and version not in gen.runtime_versions and "runtimeVersion" not in self.allow_unlisted:
-            raise invalid(
-                "multislice:runtimeVersion",
-                f"{version!r} is not a TPU software version for {gen.name}; known: {', '.join(gen.runtime_versions)} "
-                f"(https://cloud.google.com/tpu/docs/runtimes); " + override.format(key="runtimeVersion"),
-            )
-
-    def _catalog_zones(self, gen: accelerators.Generation) -> tuple[tuple[str, ...], str]:
-        """The zones of the stack's backend that offer ``gen``, and their source."""
-        if self.backend == "compute-engine":
-            return gen.compute_engine_zones, gen.sources["compute_engine_zones"]
-        return gen.zones, gen.sources["zones"]
-
     # Derived values -------------------------------------------------------------------------
 
     @property
     def catalog_warnings(self) -> list[str]:
         """What ``multislice:allowUnlisted`` let through (``pulumi preview`` prints each)."""
-        gen = self.accelerator.generation
-        warnings = []
-        zones, _ = self._catalog_zones(gen)
-        where = " on Compute Engine" if self.backend == "compute-engine" else ""
-        if self.zone not in zones:
-            warnings.append(
-                f"gcp:zone {self.zone} is not in the catalog's zones for TPU {gen.name}{where} ({', '.join(zones)}); "
-                "allowed by multislice:allowUnlisted"
-            )
-        if self.backend == "compute-engine":
-            return warnings  # no runtime version there
-        if self.effective_runtime_version not in gen.runtime_versions:
-            warnings.append(
-                f"multislice:runtimeVersion {self.effective_runtime_version!r} is not in the catalog for TPU "
-                f"{gen.name} ({', '.join(gen.runtime_versions)}); allowed by multislice:allowUnlisted"
-            )
-        return warnings
-
-    @property
-    def accelerator(self) -> accelerators.AcceleratorType:
-        return accelerators.parse_accelerator_type(self.accelerator_type)
+        return backend_checks.catalog_warnings(self)
 
     @property
     def region(self) -> str:
         """The zone's region: ``us-central2-b`` → ``us-central2``."""
         return locations.region_of(self.zone)
-
-    @property
-    def is_production(self) -> bool:
-        """A production stack: named ``prod`` or ``prod-*`` (protected bucket, soft delete on)."""
-        return self.stack == "prod" or self.stack.startswith("prod-")
 
     @property
     def bucket_location(self) -> str:
@@ -452,20 +353,13 @@ class StackConfig(StrictModel):
 
     @property
     def delete_on_complete(self) -> bool:
-        """``multislice:queuedResource.deleteOnComplete``, else on for ``spot`` and ``on-demand``
-        capacity (billed while it exists) and off for ``reserved`` (the reservation is paid for
-        whether or not a queued resource holds it).
-
-        Always False on the compute-engine backend: deleting the slices once the run is complete
-        is built for the queued resource only (``delete_on_complete.sh`` deletes a queued
-        resource); nothing deletes a Compute Engine stack's instance groups yet, and
-        ``multislice:queuedResource`` is refused there."""
-        if self.backend == "compute-engine":
-            return False
-        for value in (self.queued_resource.delete_on_complete, self.queued_resource.delete_on_complete_former_key):
-            if value is not None:
-                return value
-        return self.capacity != "reserved"
+        """Whether worker 0 of slice 0 deletes the stack's slices once the run is complete: the
+        backend's answer (:meth:`infra.backends.spec.BackendSpec.delete_on_complete`). On the
+        queued resource ``multislice:queuedResource.deleteOnComplete``, else on for ``spot`` and
+        ``on-demand`` capacity and off for ``reserved``; not built on compute-engine (False:
+        ``delete_on_complete.sh`` deletes a queued resource, and ``multislice:queuedResource`` is
+        refused there)."""
+        return self.backend_spec.delete_on_complete(self)
 
     @property
     def deprecation_warnings(self) -> list[str]:
@@ -497,64 +391,3 @@ class StackConfig(StrictModel):
         if version is None:
             raise ValueError(f"{self.accelerator_type} has no TPU software version (not on the Cloud TPU API)")
         return version
-
-    @property
-    def effective_run_name(self) -> str:
-        return self.run_name or self.stack
-
-    # Names of the cloud resources (infra.naming; deterministic, so local tools find them) --
-
-    @property
-    def resource_prefix(self) -> str:
-        """``multislice-<stack>`` as a GCE name: the stem of every resource name."""
-        return naming.resource_prefix(self.stack)
-
-    @property
-    def queued_resource_id(self) -> str:
-        """Id of the queued resource; also the node id (1 slice) or node id prefix (slices > 1)."""
-        return naming.queued_resource_id(self.stack)
-
-    @property
-    def queued_resource_name(self) -> str:
-        """The QR's resource name, ``projects/<project>/locations/<zone>/queuedResources/<id>``."""
-        return f"projects/{self.project}/locations/{self.zone}/queuedResources/{self.queued_resource_id}"
-
-    @property
-    def node_ids(self) -> list[str]:
-        """Node (slice) ids the QR creates: ``<prefix>-0 … <prefix>-<n-1>``, or ``<id>`` for 1 slice."""
-        return naming.node_ids(self.stack, self.slices)
-
-    @property
-    def network_tag(self) -> str:
-        """Network tag on every TPU VM; the firewall rules target and admit it."""
-        return naming.network_tag(self.stack)
-
-    @property
-    def bucket_name(self) -> str:
-        """Checkpoint bucket: ``multislice:bucket.name`` or ``<project>-<stack>-ckpt``."""
-        return naming.bucket_name(self.project, self.stack, self.bucket.name)
-
-    @property
-    def run_dir(self) -> str:
-        """``gs://<bucket>/runs/<run name>``: the value of the nodes' ``multislice-run-dir`` metadata."""
-        return naming.run_dir(self.bucket_name, self.effective_run_name)
-
-    @property
-    def bucket_protected(self) -> bool:
-        """Pulumi ``protect`` on the bucket: ``multislice:bucket.protect``, default on for prod stacks."""
-        if self.bucket.protect is not None:
-            return self.bucket.protect
-        return self.is_production
-
-    @property
-    def resource_labels(self) -> dict[str, str]:
-        """Labels on every labelled resource: ``multislice:labels`` plus the reserved ones."""
-        return naming.resource_labels(self.stack, self.effective_run_name, self.labels)
-
-    @property
-    def workers_per_slice(self) -> int:
-        return self.accelerator.hosts
-
-    @property
-    def total_workers(self) -> int:
-        return self.slices * self.accelerator.hosts

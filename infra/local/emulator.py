@@ -17,7 +17,7 @@ runs on Cloud TPU:
   clients at the server. The emulator reads the run through the same API.
 
 With ``multislice:queuedResource.deleteOnComplete`` worker 0 of slice 0 deletes the queued
-resource once the run is complete, through a loopback Cloud TPU API (``infra.local.tpu_api``);
+resource once the run is complete, through a loopback Cloud TPU API (``infra.backends.queued_resource.emulated_api``);
 the emulator then records the deletion and stops the VMs still running.
 
 It injects faults (infra.local.faults) when training reports the given step, then repairs
@@ -43,10 +43,10 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from infra.backends.registry import backend_of
 from infra.config import StackConfig
 from infra.local import state as state_lib, stop_signals, supervisor, topology
 from infra.local.boot_watch import BootWatch
-from infra.local.compute_api import ComputeApi
 from infra.local.faults import Fault, FaultSchedule
 from infra.local.gcs import GcsServer, GcsServerError, bucket_name_error, point_clients_at
 from infra.local.metadata import MetadataServer
@@ -56,15 +56,9 @@ from infra.local.progress import BootLines, ProgressSample, ProgressTail, RunRep
 from infra.local.state import EMULATION_ID_ENV, LocalPaths
 from infra.local.supervisor import GroupFailed
 from infra.local.tails import MetricsTail, RecordTail, indented_tail
-from infra.local.tpu_api import DeleteOnComplete
 from infra.local.vm import EmulatedVM, process_groups
-from infra.startup.contract import COMPUTE_API_ENDPOINT_ENV, RELEASE_POLL_ENV
 from training.run_dir import RunDir
 
-#: Seconds between two reads of the release record by a compute-engine VM's release watch here
-#: (a TPU VM's default is ``infra.startup.script.RELEASE_POLL_S``): a release written to the
-#: emulated bucket mid-run is booted within about this long.
-RELEASE_POLL_S = 2
 #: Seconds :meth:`LocalQueuedResource.shutdown` gives the VMs between SIGTERM and SIGKILL.
 SHUTDOWN_GRACE_S = 5.0
 
@@ -118,12 +112,11 @@ class LocalQueuedResource:
             paths.gcs_root, paths.gcs_log, port=gcs_port, env={EMULATION_ID_ENV: self.emulation_id}
         )
         self._restore_env: Callable[[], None] = lambda: None
-        #: deleteOnComplete: the emulated TPU API and the record of the deletion.
-        self.delete_on_complete = DeleteOnComplete(config, paths)
+        #: The backend's side: its emulated API (on the queued resource, the TPU API that serves
+        #: deleteOnComplete and reset), what each VM's metadata server answers, the capacity's fate.
+        self.capacity = backend_of(config).emulation(config, paths)
         #: The run directory, read by this process through :attr:`storage`.
         self.run_dir = RunDir(config.run_dir)
-        #: The compute-engine backend: the emulated Compute API listing the slices' groups.
-        self.compute_api: ComputeApi | None = None
 
     # Lifecycle ------------------------------------------------------------------------------
 
@@ -174,27 +167,16 @@ class LocalQueuedResource:
             emulation_id=self.emulation_id,
             vms=[{"slice": vm.slice_id, "worker": vm.worker, "node": vm.node, "pgid": vm.pgid} for vm in self.vms],
             storage_url=self.storage.url if self.storage.alive() else None,
-            tpu_api_url=self.delete_on_complete.api.endpoint if self.delete_on_complete.api else None,
+            tpu_api_url=self.capacity.api_url,
         )
 
     def create(self) -> None:
-        """Create the queued resource (its TPU API served) and VMs (one metadata server each).
-        On the compute-engine backend, the slices' managed instance groups instead: the
-        emulated Compute API lists each group's VMs (named as a group names them, all at
-        127.0.0.1), and each VM's metadata server answers its name, zone and project."""
-        self.delete_on_complete.start()
-        names: list[list[str]] = []
-        if topology.is_compute_engine(self.config):
-            names = topology.compute_engine_names(self.config)
-            self.compute_api = ComputeApi(self.config.project, self.config.zone)
-            for group, vms in zip(self.config.node_ids, names, strict=True):
-                self.compute_api.add_group(group)
-                for name in vms:
-                    self.compute_api.add_vm(group, name, topology.EMULATED_VM_IP)
+        """Create the slices (the backend's emulated API: :meth:`infra.backends.interface.Emulation.start`)
+        and their VMs (one metadata server each, answering what the backend's VMs are told)."""
+        self.capacity.start()
         for slice_id, node in enumerate(self.config.node_ids):
             for worker in range(self.config.accelerator.hosts):
-                values = topology.compute_engine_values(self.config, names[slice_id][worker]) if names else None
-                server = MetadataServer({}, values)
+                server = MetadataServer({}, self.capacity.metadata_values(slice_id, worker))
                 self.servers.append(server)
                 self.vms.append(
                     EmulatedVM(
@@ -221,11 +203,8 @@ class LocalQueuedResource:
                 storage_env=self.storage.client_env(),
                 bytecode_dir=self.paths.bytecode_dir,
             )
-            | self.delete_on_complete.environment()
+            | self.capacity.environment()
         )
-        if self.compute_api is not None:
-            env[COMPUTE_API_ENDPOINT_ENV] = self.compute_api.endpoint
-            env[RELEASE_POLL_ENV] = str(RELEASE_POLL_S)
         for vm in self.vms:
             vm.metadata.update(
                 topology.vm_metadata(
@@ -284,6 +263,7 @@ class LocalQueuedResource:
         )
         settle()
         self.repairs += 1
+        self.capacity.repaired(failed_slice)
         self.boot_all(options)
 
     def reset_vms(self, options: Options) -> None:
@@ -302,9 +282,7 @@ class LocalQueuedResource:
         for server in self.servers:
             server.stop()
         self.servers.clear()
-        self.delete_on_complete.stop()
-        if self.compute_api is not None:
-            self.compute_api.stop()
+        self.capacity.stop()
 
     def shutdown(self) -> None:
         """Stop every VM and metadata server, then the storage server; forget the state file."""
@@ -357,13 +335,7 @@ class LocalQueuedResource:
             self._supervise(options, schedule, tail, events, start)
         finally:
             self.stop_vms()
-        if self.compute_api is not None:
-            self.report(
-                "capacity: kept: deleteOnComplete is not built for the compute-engine backend; "
-                "the instance groups' VMs are billed until pulumi destroy"
-            )
-        else:
-            self.report(self.delete_on_complete.line())
+        self.report(self.capacity.line())
         from infra.local import summary as summary_lib  # reads checkpoints: jax, orbax
 
         result = summary_lib.summarize(self.run_dir, total)
@@ -382,7 +354,7 @@ class LocalQueuedResource:
                 "repairs": self.repairs,
                 "faults": self.faults_fired,
                 "fault_steps": self.fault_steps,
-                "capacity": self.delete_on_complete.outcome,
+                "capacity": self.capacity.outcome,
                 "logs_dir": str(self.paths.logs_dir),
             }
         )
@@ -426,12 +398,12 @@ class LocalQueuedResource:
                 raise self.storage_stopped()
             schedule.observe(*read())
             reached = schedule.attempt_step or 0
-            fault = schedule.due() if not self.delete_on_complete.deleted else None  # a deleted QR is not repaired
+            fault = schedule.due() if not self.capacity.deleted else None  # a deleted QR is not repaired
             if fault is not None:
                 self.inject(fault, options, reached, settle)
                 tail.last_change = time.monotonic()
                 continue
-            if self.delete_on_complete.take_reset():
+            if self.capacity.take_reset():
                 self.reset_vms(options)
                 tail.last_change = time.monotonic()
                 continue
@@ -439,7 +411,7 @@ class LocalQueuedResource:
                 if supervisor.check_groups(process_groups(self.vms)):
                     read()  # the last window the VMs wrote before they exited: its step is shown too
                     return
-                if self.delete_on_complete.delete_nodes(self.vms, options.node_delete_delay_s, self.report):
+                if self.capacity.delete_nodes(self.vms, options.node_delete_delay_s, self.report):
                     return
             except GroupFailed as failed:
                 raise EmulationError(

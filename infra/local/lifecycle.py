@@ -230,9 +230,9 @@ def _emulate(
 def train(resource: LocalQueuedResource, options: Options, fresh: bool, say: Callable[[str], None]) -> Outcome:
     """``local up`` once the stack's storage serves (inside ``resource.running()``): discard
     (``--fresh``) or report a finished run, else train."""
+    from infra.backends.interface import DELETED, KEPT
     from infra.clock import clock
     from infra.local.stop_signals import signals_held
-    from infra.local.tpu_api import DELETED, KEPT
 
     with signals_held():  # a stop during jax's import would abort the process: it is raised after it
         from infra.local import state as local_state, summary
@@ -278,7 +278,7 @@ def train(resource: LocalQueuedResource, options: Options, fresh: bool, say: Cal
                 "repairs": resource.repairs,
                 "faults": resource.faults_fired,
                 "fault_steps": resource.fault_steps,
-                "capacity": resource.delete_on_complete.outcome,
+                "capacity": resource.capacity.outcome,
                 "logs_dir": str(resource.paths.logs_dir),
             }
         )

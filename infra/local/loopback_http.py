@@ -1,5 +1,5 @@
 """An HTTP server on 127.0.0.1 that serves from a thread of this process: the emulation's
-GCE metadata servers (``infra.local.metadata``) and its TPU API (``infra.local.tpu_api``) are
+GCE metadata servers (``infra.local.metadata``) and its TPU API (``infra.backends.queued_resource.emulated_api``) are
 each one, with their own request handler (stdlib ``http.server``)."""
 
 from __future__ import annotations

@@ -108,6 +108,12 @@ class MetadataServer:
         with self._lock:
             self._attributes.update(attributes)
 
+    def remove(self, *keys: str) -> None:
+        """Answer 404 for the attributes ``keys`` from now on."""
+        with self._lock:
+            for key in keys:
+                self._attributes.pop(key, None)
+
     def fail(self, key: str, times: int, code: int = 503, body: str = "Service Unavailable\n") -> None:
         """Answer the next ``times`` requests for ``key`` (a path under ``instance/``, e.g.
         ``attributes/multislice-run-dir``) with HTTP ``code`` and ``body``, then normally."""

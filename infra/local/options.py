@@ -8,7 +8,12 @@ import dataclasses
 
 from infra.local.boot_watch import default_boot_timeout
 from infra.local.faults import Fault
-from infra.local.tpu_api import NODE_DELETE_DELAY_S
+
+#: Seconds the VMs get to end on their own after their capacity was deleted on completion (worker
+#: 0 of slice 0 writes its last ``capacity:`` line, the others are done too); then those left are
+#: stopped (``--node-delete-delay``; the queued resource's emulation,
+#: :class:`infra.backends.queued_resource.emulated_api.DeleteOnComplete`).
+NODE_DELETE_DELAY_S = 30.0
 
 
 class EmulationError(RuntimeError):

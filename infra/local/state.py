@@ -15,7 +15,7 @@
   ``multislice local down`` can stop a run whose emulator died and ``multislice local
   status`` can read a running one, and its emulated TPU API's URL (``multislice local reset``);
 * ``deleted.json``: the emulated queued resource was deleted by its worker 0 of slice 0 once
-  the run completed (``deleteOnComplete``; ``infra.local.tpu_api``): its resource name, when
+  the run completed (``deleteOnComplete``; ``infra.backends.queued_resource.emulated_api``): its resource name, when
   (seconds since the epoch) and the run directory. Written when the emulated TPU API accepts
   the delete, removed when ``local up`` creates the queued resource again (a new run, or more
   steps); ``multislice local status`` reports it as ``DELETED``.
@@ -152,7 +152,7 @@ def write_state(
       vms: one ``{"slice", "worker", "node", "pgid"}`` record per emulated VM (the pgid is
         also the pid of the VM's first process, its systemd).
       storage_url: the emulated Cloud Storage's URL (``http://127.0.0.1:<port>``).
-      tpu_api_url: the emulated Cloud TPU API's (``infra.local.tpu_api``), where ``multislice
+      tpu_api_url: the emulated Cloud TPU API's (``infra.backends.queued_resource.emulated_api``), where ``multislice
         local reset`` sends its reset.
     """
     state = {

@@ -1,47 +1,26 @@
-"""What each emulated TPU VM is told about its place in the queued resource.
+"""What each emulated TPU VM is told about its place in the job, and the environment it runs in.
 
-A TPU VM of a queued resource learns its place from GCE metadata; the emulator serves the
-same keys (``infra.local.metadata``), with the values a real TPU VM of the stack would get:
-
-* ``agent-worker-number``: the worker index inside the slice;
-* ``worker-network-endpoints``: ``<node>-w-<i>:<i>:<ip>`` for each worker of the slice
-  (every worker is 127.0.0.1 here);
-* ``tpu-env``: ``ACCELERATOR_TYPE``, ``WORKER_ID``, ``NODE_ID`` and, for more than one
-  slice, the ``MEGASCALE_*`` values of a multislice queued resource;
-* ``accelerator-type``, ``startup-script``, and this project's ``multislice-run-dir``: the
-  stack's ``gs://<bucket>/runs/<run>``, as ``pulumi up`` sets it; the emulated Cloud Storage
-  serves it (``infra.local.gcs``), found through the environment (:func:`vm_environment`);
-* with ``multislice:queuedResource.deleteOnComplete``, ``multislice-delete-queued-resource``:
-  the queued resource's name, from the same function as ``pulumi up``
-  (:func:`infra.startup.contract.delete_on_complete_metadata`); worker 0 of slice 0 deletes it
-  through the emulated TPU API once the run is complete (``infra.local.tpu_api``).
-
-The node (slice) names are the stack's real ones, :attr:`infra.config.StackConfig.node_ids`,
-the ids the queued resource's nodes get on Cloud TPU.
-
-A ``multislice:backend: compute-engine`` stack's VMs get none of Cloud TPU's keys; they get what
-``pulumi up`` puts in its instance template and its groups (docs/compute-engine.md), and find
-their place themselves through the emulated Compute API (``infra.local.compute_api``), as
-``boot.sh`` does on Compute Engine (:func:`compute_engine_metadata`, :func:`compute_engine_values`,
-:func:`compute_engine_names`). deleteOnComplete is not built for that backend, so its VMs never
-get ``multislice-delete-queued-resource``.
+A TPU VM learns its place from GCE metadata; the emulator serves the keys the stack's backend
+gives its VMs (:func:`vm_metadata`: the backend's own, :meth:`infra.backends.interface.Backend.vm_metadata`;
+a queued resource's VMs get Cloud TPU's keys, :mod:`infra.backends.queued_resource.emulation`, a
+compute-engine stack's VMs get its instance template's and groups', and find their place through
+the emulated Compute API, :mod:`infra.backends.compute_engine.emulation`), with the values a real
+VM of the stack would get; the emulated Cloud Storage serves the run directory (``infra.local.gcs``),
+found through the environment (:func:`vm_environment`).
 """
 
 from __future__ import annotations
 
 import os
-import random
 import sys
 from pathlib import Path
 
+from infra.backends.registry import backend_of
 from infra.config import StackConfig
-from infra.local.compute_api import instance_name
 from infra.local.service_manager import VM_SITE_ENV
 from infra.local.state import EMULATION_ID_ENV
 from infra.startup import contract
 
-#: Port part of ``MEGASCALE_COORDINATOR_ADDRESS`` as a queued resource sets it (JAX replaces it).
-MEGASCALE_PORT = 8080
 #: Environment prefixes the emulator's own environment may carry but a VM must not inherit.
 #: The trainer's ``training.compile_cache.SHARED_DIR_ENV``: passed on to the VMs when set.
 SHARED_COMPILATION_CACHE_ENV = contract.COMPILATION_CACHE_ENV
@@ -53,94 +32,14 @@ VM_SITE_DIR = Path(__file__).resolve().parent / "vm_site"
 EMULATED_TPU_ENV = "MULTISLICE_EMULATED_TPU"
 
 
-#: The project number in an emulated VM's ``instance/zone`` (``projects/<number>/zones/<zone>``,
-#: https://cloud.google.com/compute/docs/metadata/predefined-metadata-keys): a placeholder.
-EMULATED_PROJECT_NUMBER = "123456789012"
-#: Every emulated VM's internal IP (they all run on this machine).
-EMULATED_VM_IP = "127.0.0.1"
-
-
-def is_compute_engine(config: StackConfig) -> bool:
-    """Whether the stack's VMs come from managed instance groups (``multislice:backend``)."""
-    return config.backend == contract.COMPUTE_ENGINE_BACKEND
-
-
-def compute_engine_metadata(config: StackConfig, slice_id: int, *, startup_script: str, run_dir: str) -> dict[str, str]:
-    """A compute-engine backend VM's metadata attributes: the instance template's (the startup
-    script, the run directory, the backend, the groups in slice order, the VMs per slice, the
-    accelerator type) and its group's (the slice index)."""
-    return {
-        **contract.node_metadata(
-            startup_script=startup_script,
-            run_dir=run_dir,
-            queued_resource_name=config.queued_resource_name,
-            delete_on_complete=False,
-        ),
-        contract.BACKEND_KEY: contract.COMPUTE_ENGINE_BACKEND,
-        contract.INSTANCE_GROUPS_KEY: ",".join(config.node_ids),
-        contract.WORKERS_PER_SLICE_KEY: str(config.accelerator.hosts),
-        contract.COMPUTE_ENGINE_ACCELERATOR_KEY: config.accelerator.name,
-        contract.SLICE_ID_KEY: str(slice_id),
-    }
-
-
-def compute_engine_values(config: StackConfig, name: str) -> dict[str, str]:
-    """The other metadata a compute-engine backend VM's ``boot.sh`` reads (paths under
-    ``/computeMetadata/v1/``): its name, zone and project."""
-    return {
-        "instance/name": name,
-        "instance/zone": f"projects/{EMULATED_PROJECT_NUMBER}/zones/{config.zone}",
-        "project/project-id": config.project,
-    }
-
-
-def compute_engine_names(config: StackConfig, rng: random.Random | None = None) -> list[list[str]]:
-    """For each slice, its group's VM names as a managed instance group makes them
-    (``<group>-<4 of [a-z0-9]>``), sorted: worker ``i`` is the ``i``-th, as ``boot.sh`` counts."""
-    rng = rng or random.Random()
-    slices = []
-    for group in config.node_ids:
-        names: set[str] = set()
-        while len(names) < config.accelerator.hosts:
-            names.add(instance_name(group, rng))
-        slices.append(sorted(names))
-    return slices
-
-
 def vm_metadata(
     config: StackConfig, slice_id: int, worker: int, *, startup_script: str, run_dir: str
 ) -> dict[str, str]:
-    """The metadata attributes of worker ``worker`` of slice ``slice_id`` (keys as on GCE; a
-    compute-engine backend VM's are :func:`compute_engine_metadata`)."""
-    if is_compute_engine(config):
-        return compute_engine_metadata(config, slice_id, startup_script=startup_script, run_dir=run_dir)
-    acc = config.accelerator
-    node = config.node_ids[slice_id]
-    endpoints = ",".join(f"{node}-w-{i}:{i}:127.0.0.1" for i in range(acc.hosts))
-    tpu_env = [
-        f"ACCELERATOR_TYPE: '{acc.name}'",
-        f"WORKER_ID: '{worker}'",
-        f"NODE_ID: '{node}'",
-    ]
-    if config.slices > 1:
-        tpu_env += [
-            f"MEGASCALE_COORDINATOR_ADDRESS: '127.0.0.1:{MEGASCALE_PORT}'",
-            f"MEGASCALE_NUM_SLICES: '{config.slices}'",
-            f"MEGASCALE_SLICE_ID: '{slice_id}'",
-            f"MEGASCALE_PORT: '{MEGASCALE_PORT}'",
-        ]
-    return {
-        contract.WORKER_NUMBER_KEY: str(worker),
-        contract.WORKER_ENDPOINTS_KEY: endpoints,
-        contract.TPU_ENV_KEY: "\n".join(tpu_env) + "\n",
-        contract.ACCELERATOR_TYPE_KEY: acc.name,
-        **contract.node_metadata(
-            startup_script=startup_script,
-            run_dir=run_dir,
-            queued_resource_name=config.queued_resource_name,
-            delete_on_complete=config.delete_on_complete,
-        ),
-    }
+    """The metadata attributes of worker ``worker`` of slice ``slice_id`` (keys as on GCE), as the
+    stack's backend gives them to its VMs (:meth:`infra.backends.interface.Backend.vm_metadata`)."""
+    return backend_of(config).vm_metadata(config, slice_id, worker, startup_script=startup_script, run_dir=run_dir)
+
+    return backend_of(config).vm_metadata(config, slice_id, worker, startup_script=startup_script, run_dir=run_dir)
 
 
 def vm_environment(

@@ -59,7 +59,7 @@ def prod_capacity(args: ResourceValidationArgs, report: Report) -> None:
 def backend_change(args: ResourceValidationArgs, report: Report) -> None:
     if args.resource_type != INSTANCE_GROUP_TYPE:
         return
-    from infra.compute_engine.inputs import REPLACES_QUEUED_RESOURCE
+    from infra.backends.compute_engine.inputs import REPLACES_QUEUED_RESOURCE
 
     if args.props.get("description") == REPLACES_QUEUED_RESOURCE:
         report(

@@ -26,7 +26,7 @@ pulumi-gcp's ``InstanceTemplateNetworkInterfaceArgs.access_configs``, "Access co
 i.e. IPs via which this instance can be accessed via the Internet"), service account, startup
 script, labels and Spot scheduling are checked as the queued resource's are; its managed
 instance groups carry the mark of a change of backend (``backend-change``,
-:mod:`infra.backend_change`).
+:mod:`infra.backends.change`).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Protocol
 
 QUEUED_RESOURCE_TYPE = "pulumi-python:dynamic/tpu:QueuedResource"
-#: The compute-engine backend's instance template and its managed instance groups (infra/compute_engine/).
+#: The compute-engine backend's instance template and its managed instance groups (infra/backends/compute_engine/).
 INSTANCE_TEMPLATE_TYPE = "gcp:compute/instanceTemplate:InstanceTemplate"
 INSTANCE_GROUP_TYPE = "gcp:compute/instanceGroupManager:InstanceGroupManager"
 #: The stack's TPU resources, one of which a multislice program declares.

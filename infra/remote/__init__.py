@@ -4,13 +4,14 @@
   stack; :class:`~infra.remote.selection.RemoteError`, the one-line refusal;
 * :mod:`infra.remote.command`: the shell line a worker runs, and ``--background``'s wrapping;
 * :mod:`infra.remote.fanout`: every worker's process at once, lines prefixed, logs kept;
-* :mod:`infra.remote.gcloud`: Cloud TPU workers through ``gcloud … tpu-vm ssh`` over IAP (the SSH
-  key made once, one worker per node first, a command never run twice);
-* :mod:`infra.remote.instance_groups` / :mod:`infra.remote.compute_ssh`: the compute-engine
-  backend's VMs (each slice's managed instance group listed) through ``gcloud compute ssh``
-  over IAP, and its refusal of ``reset``;
-* :mod:`infra.remote.emulated`: the emulated VMs of a running ``multislice local up``;
-* :mod:`infra.remote.reset` / :mod:`infra.remote.emulated_reset`: ResetQueuedResource, waited for.
+* :mod:`infra.remote.gcloud`: gcloud, OpenSSH's tools and gcloud's SSH key made once, whatever the
+  backend;
+* :mod:`infra.remote.emulated`: the emulated VMs of a running ``multislice local up``.
+
+Each backend's own transport and reset live with it (:meth:`infra.backends.interface.Backend.exec_plan`,
+``reset``): ``gcloud … tpu-vm ssh`` and ResetQueuedResource in :mod:`infra.backends.queued_resource`,
+``gcloud compute ssh`` to each slice's instance group and the refusal of a reset in
+:mod:`infra.backends.compute_engine`.
 
 docs/exec-and-reset.md says how they are used and what each relies on.
 """

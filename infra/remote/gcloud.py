@@ -1,66 +1,32 @@
-"""``multislice exec`` on Cloud TPU: one ``gcloud … tpu-vm ssh`` per selected worker, through IAP.
-
-The TPU VMs have no external IPs, so SSH reaches them through Identity-Aware Proxy TCP
-forwarding (https://cloud.google.com/iap/docs/using-tcp-forwarding): the stack's firewall must
-admit IAP's range on port 22, which ``multislice:network.iapSsh: true`` does
-(``infra.components.network``). gcloud 528's GA ``compute tpus tpu-vm ssh`` has no
-``--tunnel-through-iap`` (its GA command class sets ``_ENABLE_IAP = False``; the flag is
-refused as "available in one or more alternate release tracks"); the alpha track has it
-(https://cloud.google.com/sdk/gcloud/reference/alpha/compute/tpus/tpu-vm/ssh), so each worker
-gets::
-
-    gcloud alpha compute tpus tpu-vm ssh <node> --zone=<zone> --project=<project> \\
-        --worker=<w> --tunnel-through-iap --quiet --command=<line>
-
-``<node>`` is the slice's node id (``StackConfig.node_ids``: ``<queued resource id>-<slice>``
-for a multislice queued resource, the id itself for one slice); ``--worker`` takes one index
-(https://cloud.google.com/sdk/gcloud/reference/compute/tpus/tpu-vm/ssh); ``--quiet`` (a
-gcloud-wide flag) answers every prompt with its default, since no one can answer one per
-worker. ``<line>`` is the command behind :func:`infra.remote.command.run_once`'s guard, because
-gcloud's TPU ssh sends the whole command again whenever ssh exits 255.
+"""gcloud for ``multislice exec``, whatever the backend: the executable, OpenSSH's tools, gcloud's
+SSH key pair made once, and how a worker's ssh ended.
 
 Before any ssh starts: :func:`require_ssh_tools` finds OpenSSH's ``ssh``, ``scp`` and
 ``ssh-keygen``, which gcloud requires (``Environment.RequireSSH`` in gcloud's
-``lib/googlecloudsdk/command_lib/util/ssh/ssh.py``); :func:`check_deployed` reads the queued
-resource with ``gcloud compute tpus queued-resources describe`` (the same credentials the ssh
-uses) and refuses a stack that is not deployed or not ACTIVE, or credentials gcloud cannot use;
-:func:`ensure_ssh_key` makes gcloud's key pair once, as gcloud would.
-
-Why the key first, and one worker per node first: each ``tpu-vm ssh`` prepares its node
-(``PrepareNodeForSSH`` in gcloud's ``lib/googlecloudsdk/command_lib/compute/tpus/tpu_vm/ssh.py``):
-it runs ``ssh-keygen`` when ``~/.ssh/google_compute_engine`` is missing
-(``Keys.EnsureKeysExist``; concurrent processes race on the same files: a second ``ssh-keygen``
-asks to overwrite and, without a terminal, fails; a process that sees one file of the pair
-written calls the pair broken, which ``--quiet`` does not repair), then adds the public key to
-the node's ``ssh-keys`` metadata unless it is there or in the project's metadata
-(``AddSSHKeyIfNeeded``: an UpdateNode, waited for; only an HTTP 409 from it is ignored), and
-only then connects (``AttemptRunWithRetries``, which prints ``SSH: Attempting to connect to
-worker W...`` first). So :func:`targets` starts the first selected worker of each node at once
-and the node's other workers once it has printed that line (:data:`READY_MARKER`), when the key
-is on the node and theirs finds it there.
+``lib/googlecloudsdk/command_lib/util/ssh/ssh.py``); :func:`ensure_ssh_key` makes gcloud's key pair
+once, as gcloud would. Each gcloud ssh runs ``ssh-keygen`` when ``~/.ssh/google_compute_engine``
+is missing (``Keys.EnsureKeysExist``; concurrent processes race on the same files: a second
+``ssh-keygen`` asks to overwrite and, without a terminal, fails; a process that sees one file of
+the pair written calls the pair broken, which ``--quiet`` does not repair): so the key first.
+The transport of each backend (``tpu-vm ssh`` to a queued resource's nodes, ``compute ssh`` to a
+compute-engine stack's VMs) is the backend's own (:meth:`infra.backends.interface.Backend.exec_plan`).
 
 ``$MULTISLICE_GCLOUD`` names the gcloud to run (default ``gcloud`` on ``PATH``).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
-from collections.abc import Sequence
 from pathlib import Path
 
-from infra.remote.command import RERUN_REFUSED_EXIT, RERUN_REFUSED_MESSAGE, run_id, run_once
-from infra.remote.fanout import Outcome, Target, describe_code
-from infra.remote.selection import RemoteError, Worker
+from infra.remote.command import RERUN_REFUSED_EXIT, RERUN_REFUSED_MESSAGE
+from infra.remote.fanout import Outcome, describe_code
+from infra.remote.selection import RemoteError
 
 #: Environment variable naming the gcloud executable.
 GCLOUD_ENV = "MULTISLICE_GCLOUD"
-#: The ssh command group: alpha, the track whose ``tpu-vm ssh`` has ``--tunnel-through-iap``.
-SSH_COMMAND = ("alpha", "compute", "tpus", "tpu-vm", "ssh")
-#: Seconds the ``describe`` of :func:`check_deployed` may take.
-DESCRIBE_TIMEOUT_S = 120.0
 #: The OpenSSH programs gcloud requires before any ssh (``Environment.COMMANDS`` and
 #: ``RequireSSH`` in gcloud's ``lib/googlecloudsdk/command_lib/util/ssh/ssh.py``).
 SSH_TOOLS = ("ssh", "scp", "ssh-keygen")
@@ -69,10 +35,6 @@ SSH_TOOLS = ("ssh", "scp", "ssh-keygen")
 KEY_FILE = "~/.ssh/google_compute_engine"
 #: Seconds ``ssh-keygen`` may take.
 KEYGEN_TIMEOUT_S = 60.0
-#: The status line gcloud's TPU ssh prints once the node is prepared (key on the node), before
-#: each connection attempt: ``'{}: Attempting to connect to worker {}...'.format('SSH', worker)``
-#: (``AttemptRunWithRetries`` in gcloud's ``command_lib/compute/tpus/tpu_vm/ssh.py``).
-READY_MARKER = "Attempting to connect to worker"
 
 
 def gcloud_executable() -> str:
@@ -180,88 +142,6 @@ def _key_file_state(path: Path) -> str:
         return "broken"
 
 
-def ssh_argv(gcloud: str, config, worker: Worker, line: str) -> list[str]:
-    """The gcloud argument list that runs ``line`` on ``worker`` (see the module docstring)."""
-    return [
-        gcloud,
-        *SSH_COMMAND,
-        worker.node,
-        f"--zone={config.zone}",
-        f"--project={config.project}",
-        f"--worker={worker.worker}",
-        "--tunnel-through-iap",
-        "--quiet",
-        f"--command={line}",
-    ]
-
-
-def describe_argv(gcloud: str, config) -> list[str]:
-    """``gcloud compute tpus queued-resources describe <id> --zone --project --format=json``."""
-    return [
-        gcloud,
-        "compute",
-        "tpus",
-        "queued-resources",
-        "describe",
-        config.queued_resource_id,
-        f"--zone={config.zone}",
-        f"--project={config.project}",
-        "--format=json",
-    ]
-
-
-def check_deployed(gcloud: str, config) -> dict:
-    """The stack's queued resource as gcloud describes it, if it is ACTIVE.
-
-    gcloud without usable credentials fails with a message that names ``gcloud auth login``
-    (``AuthenticationException`` and ``ReauthenticationException`` in gcloud's
-    ``lib/googlecloudsdk/core/credentials/exceptions.py``: no active account, a token that does
-    not refresh, reauthentication); that is refused with the command to run.
-
-    Raises:
-      RemoteError: not deployed (NOT_FOUND: one line naming the stack and ``pulumi up``), not
-        ACTIVE, no usable credentials (naming ``gcloud auth login``; exit 2), or gcloud failed
-        (its last error line; exit 1).
-    """
-    stack, qr = config.stack, config.queued_resource_id
-    where = f"projects/{config.project}/locations/{config.zone}"
-    try:
-        proc = subprocess.run(
-            describe_argv(gcloud, config), capture_output=True, text=True, timeout=DESCRIBE_TIMEOUT_S, check=False
-        )
-    except subprocess.TimeoutExpired:
-        raise RemoteError(
-            f"gcloud did not describe queued resource {qr} within {DESCRIBE_TIMEOUT_S:.0f} s; nothing was run", 1
-        ) from None
-    if proc.returncode != 0:
-        error = last_error(proc.stderr)
-        if credentials_error(proc.stderr):
-            reason = error.split(") ", 1)[1] if error.startswith("ERROR: (") and ") " in error else error
-            raise RemoteError(
-                f"gcloud has no usable credentials ({reason.rstrip('.')}): run `gcloud auth login` (or `gcloud config "
-                f"set account ACCOUNT` for an account already logged in), then exec; nothing was run"
-            )
-        if "NOT_FOUND" in error or "not found" in error.lower():
-            raise RemoteError(
-                f"stack {stack} is not deployed: queued resource {qr} not found in {where} (deleted once its run "
-                f"completed, or never created); run `pulumi up --stack {stack}` first"
-            )
-        raise RemoteError(f"gcloud could not describe queued resource {qr} in {where}: {error}; nothing was run", 1)
-    try:
-        described = json.loads(proc.stdout)
-        state = (described.get("state") or {}).get("state") or "STATE_UNSPECIFIED"
-    except (ValueError, AttributeError):
-        raise RemoteError(
-            f"gcloud described queued resource {qr} in a form not understood: {proc.stdout[:200]!r}", 1
-        ) from None
-    if state != "ACTIVE":
-        raise RemoteError(
-            f"stack {stack}'s queued resource {qr} is {state}, not ACTIVE: its VMs are not all up; "
-            f"see `multislice status --stack {stack}`"
-        )
-    return described
-
-
 def credentials_error(stderr: str) -> bool:
     """gcloud's stderr says its credentials cannot be used (see :func:`check_deployed`)."""
     return any(
@@ -279,30 +159,6 @@ def last_error(stderr: str) -> str:
     lines = [line.strip() for line in stderr.splitlines() if line.strip()]
     errors = [line for line in lines if line.startswith("ERROR")]
     return (errors or lines or ["gcloud failed with no message"])[-1]
-
-
-def targets(gcloud: str, config, workers: Sequence[Worker], line: str, run: str | None = None) -> list[Target]:
-    """One :class:`~infra.remote.fanout.Target` per worker: its ``gcloud … ssh`` process, whose
-    command is ``line`` behind :func:`~infra.remote.command.run_once`'s guard (marker
-    ``<run>-slice-S-worker-W``; ``run`` defaults to a new :func:`~infra.remote.command.run_id`).
-    The first worker of each node starts at once; the node's others start after it, on
-    :data:`READY_MARKER` (see the module docstring)."""
-    run = run or run_id()
-    first: dict[str, int] = {}
-    result = []
-    for index, w in enumerate(workers):
-        leader = first.setdefault(w.node, index)
-        guarded = run_once(line, f"{run}-slice-{w.slice_id}-worker-{w.worker}")
-        result.append(
-            Target(
-                w.slice_id,
-                w.worker,
-                ssh_argv(gcloud, config, w, guarded),
-                after=None if leader == index else leader,
-                ready_marker=READY_MARKER,
-            )
-        )
-    return result
 
 
 def rerun_refused(outcome: Outcome) -> bool:

@@ -10,7 +10,7 @@ of REV. Reported:
 * the trainer bundle's sha256 on both sides and the bundled files added, removed or modified;
 * each resource created, deleted or changed, with the changed input keys. The queued resource
   is classified by its provider's own ``diff`` (``QueuedResourceProvider.diff``: replace on
-  :data:`infra.queued_resource.inputs.REPLACE_KEYS`, else update in place), from a healthy
+  :data:`infra.backends.queued_resource.provider.inputs.REPLACE_KEYS`, else update in place), from a healthy
   ACTIVE recorded state. On the compute-engine backend, the instance template is replaced
   whatever changed (Compute Engine cannot change a template:
   https://cloud.google.com/compute/docs/instance-templates; the program makes the new one
@@ -155,8 +155,8 @@ def _side(stack: str, project_root: Path, label: str) -> tuple[dict[str, Any], A
 
 
 def _queued_resource_change(name: str, typ: str, old: dict[str, Any], new: dict[str, Any]) -> ResourceChange | None:
-    from infra.queued_resource import QueuedResourceProvider
-    from infra.queued_resource.inputs import INPUT_KEYS, differs
+    from infra.backends.queued_resource.provider import QueuedResourceProvider
+    from infra.backends.queued_resource.provider.inputs import INPUT_KEYS, differs
 
     recorded = {**old, "state": "ACTIVE", "ready": True, "nodesInSync": True}  # a healthy QR, as REV left it
     result = QueuedResourceProvider().diff("diff", recorded, new)

@@ -33,7 +33,8 @@ ACCELERATOR_TYPE_KEY = "accelerator-type"
 #: Set by ``pulumi up`` on the compute-engine backend only: Compute Engine documents none of
 #: Cloud TPU's identity keys for its TPU VMs, so the program gives every VM what it needs to
 #: find its place itself (docs/compute-engine.md, "4. How a VM learns its place in the job").
-#: ``compute-engine`` on such a VM (absent on a queued resource's VMs).
+#: ``compute-engine`` on such a VM (absent on a queued resource's VMs); that backend's identity
+#: phase checks it (a release knows its backend: it was rendered for it).
 BACKEND_KEY = "multislice-backend"
 #: The slices' managed instance groups, comma-separated in slice order (the instance template).
 INSTANCE_GROUPS_KEY = "multislice-instance-groups"
@@ -165,6 +166,12 @@ RELEASE_RECORD_ENV = "MULTISLICE_RELEASE_RECORD"
 #: Set by ``boot.sh`` in the trainer's unit: this VM's slice and worker (every line's prefix).
 SLICE_ENV = "MULTISLICE_SLICE"
 WORKER_ENV = "MULTISLICE_WORKER"
+#: Set by ``boot.sh`` in the trainer's unit, from the stack's backend (``BackendSpec`` of
+#: :mod:`infra.backends`): where the trainer finds this VM's identity (``metadata``: Cloud TPU's
+#: keys; ``environment``: ``TPU_WORKER_ID`` and the rest, :data:`COMPUTE_ENGINE_IDENTITY_ENV`) and
+#: the Cloud Logging monitored resource its lines go to (``tpu_worker``, ``gce_instance``).
+IDENTITY_ENV = "MULTISLICE_IDENTITY"
+LOG_RESOURCE_ENV = "MULTISLICE_LOG_RESOURCE"
 #: Set by ``boot.sh`` in the trainer's unit: the stack's compilation cache, shared by every run
 #: (``gs://<bucket>/``:data:`COMPILATION_CACHE_FOLDER`; ``training.compile_cache``), unless the
 #: VM's environment already names one (the test suite's, through the local emulation).
@@ -195,6 +202,8 @@ SCRIPT_ENV = (
     RELEASE_RECORD_ENV,
     SLICE_ENV,
     WORKER_ENV,
+    IDENTITY_ENV,
+    LOG_RESOURCE_ENV,
     COMPILATION_CACHE_ENV,
 )
 #: Passed between the release's own scripts (the bootstrap → ``boot.sh``, ``trainer.sh`` →
@@ -211,6 +220,8 @@ TRAINER_ENV = (
     LOGGING_ENDPOINT_ENV,
     SLICE_ENV,
     WORKER_ENV,
+    IDENTITY_ENV,
+    LOG_RESOURCE_ENV,
     COORDINATOR_PORT_ENV,
     HEARTBEAT_TIMEOUT_ENV,
     INIT_TIMEOUT_ENV,

@@ -12,6 +12,8 @@ The script is a bootstrap (``infra/startup/startup.sh.in``) plus a **release**: 
   and shape checks, checks the release record in the bucket (:mod:`infra.components.release`), builds
   the virtualenv with bounded retries, writes and starts the ``multislice-trainer.service``
   systemd unit (docs/vm-boot.md);
+* ``identity.sh`` (the stack's backend's ``boot_identity.sh``, filled here: :func:`identity_script`):
+  the phase of the boot that finds the VM's worker and slice, which ``boot.sh`` sources;
 * ``trainer.sh`` (``infra/startup/trainer.sh``): the unit's ``ExecStart=`` (restart backoff, line
   prefix, ``exec`` of the trainer) and ``ExecStopPost=`` (one line per trainer exit);
 * ``delete-on-complete.sh`` (``infra/startup/delete_on_complete.sh``): after the trainer exits 0,
@@ -35,24 +37,27 @@ names are declared in :mod:`infra.startup.contract`):
   (unit files, default :data:`DEFAULT_UNIT_DIR`), ``MULTISLICE_RETRY_DELAY_S`` (first delay of
   every boot retry), ``MULTISLICE_RESTART_BACKOFF_S`` / ``MULTISLICE_RESTART_BACKOFF_MAX_S``
   (trainer restart backoff), ``STORAGE_EMULATOR_HOST`` (GCS endpoint);
-* metadata (``instance/``): ``attributes/agent-worker-number`` (a number; absent → 0),
-  ``attributes/tpu-env`` (``MEGASCALE_SLICE_ID: '<n>'``; absent → slice 0),
-  ``attributes/multislice-run-dir`` (required: ``gs://bucket/path`` or a local path),
-  ``service-accounts/default/token`` (for the release record, only with a ``gs://`` run dir);
-  without ``agent-worker-number`` and with ``attributes/multislice-backend`` = ``compute-engine``,
-  the compute-engine backend's keys instead of Cloud TPU's, ``name``, ``zone``, the project id,
-  the token and the Compute API (``MULTISLICE_COMPUTE_API_ENDPOINT``; waiting at most
-  ``MULTISLICE_GROUP_WAIT_S``, :data:`GROUP_WAIT_S`; docs/vm-boot.md,
-  "On the compute-engine backend");
+* metadata (``instance/``): ``attributes/multislice-run-dir`` (required: ``gs://bucket/path`` or
+  a local path), ``service-accounts/default/token`` (for the release record, only with a
+  ``gs://`` run dir), and what the backend's identity phase reads: on a queued resource
+  ``attributes/agent-worker-number`` (a number; absent → 0) and ``attributes/tpu-env``
+  (``MEGASCALE_SLICE_ID: '<n>'``; absent → slice 0); on the compute-engine backend its own keys
+  (``attributes/multislice-backend`` = ``compute-engine``, the slice, the groups), ``name``,
+  ``zone``, the project id, the token and the Compute API (``MULTISLICE_COMPUTE_API_ENDPOINT``;
+  waiting at most ``MULTISLICE_GROUP_WAIT_S``, ``infra.backends.compute_engine.spec.GROUP_WAIT_S``;
+  docs/vm-boot.md, "On the compute-engine backend");
+* the trainer's unit carries ``MULTISLICE_IDENTITY`` (where the trainer finds its identity) and
+  ``MULTISLICE_LOG_RESOURCE`` (where its lines go), from the backend's spec;
 * every output line starts with ``[slice S worker W] ``;
 * ``systemctl daemon-reload | reset-failed | start | restart | is-active | show`` on
   :data:`TRAINER_UNIT`; the trainer exits 0 (complete: not restarted), 75 (preempted: saved;
   restarted unless the unit is being stopped), 78 (:data:`CONFIG_ERROR_STATUS`: never
   restarted) or other (restarted after the backoff, at most :data:`MAX_RESTARTS` times within
   :data:`START_LIMIT_INTERVAL_S`); ``trainer.sh`` itself exits 76
-  (:data:`RELEASE_SUPERSEDED_STATUS`, not restarted) on the compute-engine backend when the
+  (:data:`RELEASE_SUPERSEDED_STATUS`, not restarted) on a backend with a release watch when the
   release record names a newer release;
-* on the compute-engine backend with a ``gs://`` run dir, :data:`RELEASE_WATCH_UNIT` too: it
+* on a backend with a release watch (``BackendSpec.release_watch``: the compute-engine backend)
+  with a ``gs://`` run dir, :data:`RELEASE_WATCH_UNIT` too: it
   reads the release record every :data:`RELEASE_POLL_S` seconds and boots a new release in
   place (``release_watch.sh``; docs/vm-boot.md, "The release watch").
 """
@@ -62,7 +67,6 @@ from __future__ import annotations
 import base64
 import dataclasses
 import hashlib
-import json
 import re
 import shlex
 from dataclasses import dataclass
@@ -84,6 +88,7 @@ from infra.startup.contract import (  # noqa: F401 (record_object, release_objec
     release_object,
     release_record,
 )
+from infra.startup.release_objects import bucket_objects, payload_text, record_text  # noqa: F401 (this module's API)
 from infra.startup.uv_lock import Lock
 
 #: GCE limit on one metadata value: "less than or equal to 262144 bytes (256 KiB)"
@@ -130,12 +135,6 @@ ATTEMPTS = 6
 RETRY_DELAY_S = 1
 BUILD_ATTEMPTS = 4
 BUILD_RETRY_DELAY_S = 15
-#: Seconds a Compute Engine TPU VM waits for its slice's group (and slice 0's) to list every VM
-#: with an internal IP before its boot stops (``boot.sh``; ``MULTISLICE_GROUP_WAIT_S``). A
-#: managed instance group creates its VMs one by one, and the groups of a stack are created side
-#: by side by ``pulumi up``: half an hour covers a slow creation, and a VM whose slice never
-#: fills stops with one line rather than waiting for ever (a reboot tries again).
-GROUP_WAIT_S = 1800
 
 #: Defaults of a real TPU VM: state directory, unit directory (the metadata host,
 #: :data:`~infra.startup.contract.DEFAULT_METADATA_HOST`, is the contract's).
@@ -195,32 +194,6 @@ class RenderedScript:
     workload_source_object: str | None = None
 
 
-def record_text(stack: str, release_id: str, run_dir: str) -> str:
-    """The release record's content (``multislice/<stack>/release.json``, :func:`record_object`):
-    one line of JSON, keys sorted, so equal inputs give equal bytes
-    (docs/vm-boot.md, "The release record")."""
-    record = release_record(stack=stack, release_id=release_id, run_dir=run_dir)
-    return json.dumps(record, sort_keys=True) + "\n"
-
-
-def payload_text(release: bytes) -> str:
-    """The release tar as the base64 text of its bucket object (:func:`release_object`)."""
-    return base64.encodebytes(release).decode("ascii")
-
-
-def bucket_objects(stack: str, run_dir: str, rendered: RenderedScript) -> dict[str, bytes]:
-    """Object name → content of what ``pulumi up`` writes to the stack's bucket for a release
-    (``infra.components.release``): the record, the release's payload, and a command's source
-    when it travels through the bucket. The local emulation uploads the same objects."""
-    objects = {
-        record_object(stack): record_text(stack, rendered.release_id, run_dir).encode(),
-        release_object(stack, rendered.release_id): payload_text(rendered.release).encode(),
-    }
-    if rendered.workload_source_object:
-        objects[rendered.workload_source_object] = rendered.workload_source
-    return objects
-
-
 def template(resource: str = TEMPLATE_RESOURCE) -> str:
     """A template of the script, placeholders unfilled (package data of :mod:`infra.startup`).
 
@@ -254,6 +227,7 @@ def boot_script(
 ) -> str:
     """``boot.sh`` of the release: ``infra/startup/boot.sh.in`` filled for ``config`` (and its
     command's release files, with ``multislice:workload``)."""
+    spec = config.backend_spec
     values = {
         "WORKLOAD": "trainer" if workload is None else "command",
         "WORKLOAD_REQUIREMENTS_SHA256": workload.requirements_sha256 if workload else "",
@@ -283,14 +257,36 @@ def boot_script(
         "STOP_TIMEOUT_S": str(STOP_TIMEOUT_S),
         "DEFAULT_HOME": DEFAULT_HOME,
         "DEFAULT_METADATA_HOST": DEFAULT_METADATA_HOST,
-        "DEFAULT_COMPUTE_API_ENDPOINT": DEFAULT_COMPUTE_API_ENDPOINT,
-        "GROUP_WAIT_S": str(GROUP_WAIT_S),
         "DEFAULT_UNIT_DIR": DEFAULT_UNIT_DIR,
         "RUN_DIR_ATTRIBUTE": RUN_DIR_ATTRIBUTE,
         "RECORD_OBJECT": record_object(config.stack),
         "COMPILATION_CACHE_FOLDER": COMPILATION_CACHE_FOLDER,
+        # What the stack's backend tells the boot and the trainer (infra.backends.spec.BackendSpec).
+        "BACKEND": spec.name,
+        "RELEASE_WATCH": "yes" if spec.release_watch else "no",
+        "IDENTITY_SOURCE": spec.identity_source,
+        "LOG_RESOURCE": spec.log_resource,
     }
     return fill(template(BOOT_RESOURCE), values, BOOT_RESOURCE)
+
+
+#: The contract's endpoint defaults, offered to every backend's identity phase (each takes those
+#: its template names).
+ENDPOINT_DEFAULTS = {
+    "DEFAULT_METADATA_HOST": DEFAULT_METADATA_HOST,
+    "DEFAULT_COMPUTE_API_ENDPOINT": DEFAULT_COMPUTE_API_ENDPOINT,
+}
+
+
+def identity_script(config: StackConfig) -> str:
+    """``identity.sh`` of the release: the identity phase of the stack's backend
+    (:attr:`infra.backends.spec.BackendSpec.boot_identity`, which ``boot.sh`` sources), filled with
+    the backend's values and the contract's endpoint defaults it names."""
+    spec = config.backend_spec
+    text = spec.boot_identity_template()
+    used = set(_PLACEHOLDER.findall(text))
+    values = {name: value for name, value in ENDPOINT_DEFAULTS.items() if name in used} | spec.boot_values()
+    return fill(text, values, f"{spec.name}'s {spec.boot_identity}")
 
 
 #: Hex digits of each file's sha256 a preview shows (64 bits: a changed file is never missed
@@ -332,6 +328,7 @@ def release_files(
     files.update(
         {
             "boot.sh": boot_script(config, pins, workload).encode(),
+            "identity.sh": identity_script(config).encode(),
             "trainer.sh": template(TRAINER_RESOURCE).encode(),
             "delete-on-complete.sh": template(DELETE_ON_COMPLETE_RESOURCE).encode(),
             "release-watch.sh": template(RELEASE_WATCH_RESOURCE).encode(),

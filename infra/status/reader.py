@@ -1,7 +1,6 @@
 """Where ``multislice status`` reads a stack from: a function returning a fresh
 :class:`~infra.status.report.StackStatus` each call, for a deployed stack
-(:func:`cloud_reader`: the Cloud TPU API, or on the compute-engine backend the slices'
-instance groups through gcloud, and the checkpoint bucket) or a local emulation
+(:func:`cloud_reader`: the capacity as the stack's backend reads it, and the checkpoint bucket) or a local emulation
 (:func:`local_reader`: the emulator's state file and its emulated Cloud Storage). Capacity
 and progress are read concurrently.
 
@@ -16,10 +15,6 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from infra.status.instance_groups import GroupLister
 
 
 class StatusError(Exception):
@@ -31,70 +26,31 @@ class StatusError(Exception):
 
 
 @contextmanager
-def cloud_reader(config, list_group: GroupLister | None = None) -> Iterator[StackReader]:
-    """A function that reads the deployed stack's status (credentials checked first); on the
-    compute-engine backend its groups through ``list_group``
-    (:data:`infra.status.instance_groups.GroupLister`, raising :class:`StatusError`)."""
+def cloud_reader(config) -> Iterator[StackReader]:
+    """A function that reads the deployed stack's status: its capacity as its backend reads it
+    (:meth:`infra.backends.interface.Backend.capacity_source`, credentials checked first), its
+    run from the bucket."""
     from infra import credentials as gcp
+    from infra.backends.registry import backend_of
     from infra.startup.contract import STORAGE_ENDPOINT_ENV
-    from infra.status import capacity
+    from infra.status.capacity import CapacityError
     from infra.status.store import RunStore
 
     settings = gcp.CredentialSettings.resolve({}, os.environ)
     emulated_storage = bool(os.environ.get(STORAGE_ENDPOINT_ENV))
-    if config.backend == "compute-engine":
-        if list_group is None:
-            raise StatusError(f"stack {config.stack} uses the compute-engine backend: no instance group reader", 2)
-        yield _compute_engine_reader(config, settings, emulated_storage, list_group)
-        return
-    url = capacity.endpoint()
-    needed = not (capacity.is_local_endpoint(url) and emulated_storage)
-    problem = gcp.problem(settings, os.environ, require_credentials=needed)
-    if problem:
-        raise StatusError(problem, 2)
-    credentials = None
-    if needed or settings.explicit:
-        try:
-            credentials = gcp.load(settings, quota_project=settings.quota_project(config.project))
-        except gcp.CredentialsError as err:
-            raise StatusError(str(err), 2) from None
     try:
-        base, session = capacity.tpu_session(
-            url, None if capacity.is_local_endpoint(url) and not settings.explicit else credentials
-        )
-    except capacity.CapacityError as err:
-        raise StatusError(str(err), 2) from None
-    store = RunStore(config.run_dir, None if emulated_storage else credentials)
+        source = backend_of(config).capacity_source(config, settings, emulated_storage)
+    except CapacityError as err:
+        raise StatusError(str(err), err.exit_code) from None
+    store = RunStore(config.run_dir, None if emulated_storage else source.credentials)
 
     def read_capacity():
         try:
-            return capacity.read_cloud(
-                session, base, config.project, config.zone, config.queued_resource_id, config.node_ids
-            )
-        except capacity.CapacityError as err:
-            raise StatusError(str(err), 1) from None
+            return source.read()
+        except CapacityError as err:
+            raise StatusError(str(err), err.exit_code) from None
 
     yield StackReader(config, store, read_capacity)
-
-
-def _compute_engine_reader(config, settings, emulated_storage: bool, list_group: GroupLister) -> StackReader:
-    """A compute-engine stack's reader: its instance groups through ``list_group``
-    (:mod:`infra.status.instance_groups`; no Cloud TPU API), its run as on Cloud TPU."""
-    from infra import credentials as gcp
-    from infra.status import instance_groups
-    from infra.status.store import RunStore
-
-    problem = gcp.problem(settings, os.environ, require_credentials=not emulated_storage)
-    if problem:
-        raise StatusError(problem, 2)
-    credentials = None
-    if not emulated_storage or settings.explicit:
-        try:
-            credentials = gcp.load(settings, quota_project=settings.quota_project(config.project))
-        except gcp.CredentialsError as err:
-            raise StatusError(str(err), 2) from None
-    store = RunStore(config.run_dir, None if emulated_storage else credentials)
-    return StackReader(config, store, lambda: instance_groups.read(config, list_group))
 
 
 @contextmanager
@@ -148,7 +104,8 @@ class StackReader:
             try:
                 cap = read_capacity()
             except capacity.QueuedResourceNotFound as err:
-                what = "instance groups were" if config.backend == "compute-engine" else "queued resource was"
+                spec = config.backend_spec
+                what = f"{spec.capacity_noun} {'were' if spec.capacity_plural else 'was'}"
                 cap, gone = (
                     None,
                     StatusError(
@@ -165,16 +122,7 @@ class StackReader:
             if not run.complete:
                 assert gone is not None  # cap is None only when the queued resource was not found
                 raise gone
-            if config.backend == "compute-engine":
-                cap = capacity.deleted(
-                    config.resource_prefix,
-                    f"instance groups gone after the run completed at step {run.completed_step} (deleted by hand)",
-                )
-                cap.backend = "compute-engine"
-            else:
-                cap = capacity.deleted(
-                    config.queued_resource_id,
-                    f"gone after its run completed at step {run.completed_step} "
-                    "(deleteOnComplete, or deleted by hand); pulumi up does not create it again",
-                )
+            from infra.backends.registry import backend_of
+
+            cap = backend_of(config).gone_after_completion(config, run.completed_step)
         return StackStatus(config.stack, cap, run)

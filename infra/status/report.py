@@ -41,6 +41,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
+from infra.backends import registry
 from infra.clock import clock
 from infra.status.capacity import CapacityStatus
 from infra.status.progress import RunProgress
@@ -68,17 +69,14 @@ class StackStatus:
 def headline(status: StackStatus) -> str:
     """The first line: the stack and its capacity state in words."""
     cap = status.capacity
+    backend = registry.backend(cap.backend)
     if cap.emulated:
         if cap.state == "DELETED":
-            what = "instance groups" if cap.backend == "compute-engine" else f"queued resource {cap.id}"
-            return f"stack {status.stack}: not running; its {what} was deleted"
+            return f"stack {status.stack}: not running; its {backend.deleted_name(cap)} was deleted"
         if cap.state == "NOT_RUNNING":
             return f"stack {status.stack}: {cap.detail}" if cap.detail else f"stack {status.stack}: not running"
         return f"stack {status.stack}: running ({cap.detail})"
-    if cap.backend == "compute-engine":
-        groups = ", ".join(item.node for item in cap.slices) or f"{cap.id}-*"
-        return f"stack {status.stack}: instance groups {groups} are {cap.state}"
-    return f"stack {status.stack}: queued resource {cap.id} is {cap.state}"
+    return backend.headline(status.stack, cap)
 
 
 def duration(seconds: float | None) -> str:
@@ -117,7 +115,7 @@ def restart_lines(run: RunProgress) -> list[str]:
 
 
 def _capacity_rows(table: Table, capacity: CapacityStatus) -> None:
-    label = "instance groups" if capacity.backend == "compute-engine" else "queued resource"
+    label = registry.backend(capacity.backend).spec.capacity_noun
     label = f"emulated {label}" if capacity.emulated else label
     table.add_row(
         label, Text(f"{capacity.id}: {capacity.state}" + (f" ({capacity.detail})" if capacity.detail else ""))

@@ -121,8 +121,8 @@ def test_a_command_is_not_run_twice_on_a_vm(tmp_path):
     the_plan = plan(ssh={name: {"run": True} for names in NAMES.values() for name in names})
     installed = gcloud_cli.install(tmp_path / "gcloud", the_plan)
     # one run id for two sends of the same worker's line: the second is refused by the guard.
+    from infra.backends.compute_engine import ssh as compute_ssh
     from infra.config import load_stack_file
-    from infra.remote import compute_ssh
     from infra.remote.fanout import run_all
     from infra.remote.selection import select_workers
 

@@ -11,10 +11,10 @@ import socket
 import pytest
 from typer.testing import CliRunner
 
+from infra.backends.queued_resource.capacity import ENDPOINT_ENV
 from infra.cli import app
 from infra.config import load_stack_file
 from infra.remote.gcloud import GCLOUD_ENV
-from infra.status.capacity import ENDPOINT_ENV
 from tests.fakes import gcloud_cli
 from tests.fakes.synthetic_run import SyntheticRun, upload
 from tests.helpers.compute_engine_stack import GROUPS, NAMES, listed, stack_file

@@ -16,7 +16,7 @@ import pytest
 from google.cloud import tpu_v2
 
 from infra import credentials
-from infra.__main__ import queued_resource_inputs
+from infra.backends.queued_resource.program import queued_resource_inputs
 from infra.config import load_stack
 from infra.queued_resource import QueuedResourceProvider
 from tests.fakes.tpu_api import FakeTpuApi

@@ -5,7 +5,7 @@ metadata server, a loopback GCS, and fake interpreters that record what they wer
 Fixtures (import them by name): ``dev_stack``, ``script`` (the dev stack's rendered script),
 ``gcs`` (fake-gcs-server with the dev stack's bucket), ``vm`` (slice 1, worker 2, run dir
 :data:`RUN_DIR`). :func:`compute_engine_vm` is a VM of the compute-engine backend instead: the
-program's metadata keys, and a loopback Compute API (``infra.local.compute_api``) that lists its
+program's metadata keys, and a loopback Compute API (``infra.backends.compute_engine.emulated_api``) that lists its
 slice's managed instance group.
 """
 
@@ -303,6 +303,21 @@ def dev_stack() -> StackConfig:
 @pytest.fixture(scope="module")
 def script(dev_stack) -> startup.RenderedScript:
     return startup.render(dev_stack, project_root=ROOT)
+
+
+@pytest.fixture(scope="module")
+def ce_stack() -> StackConfig:
+    """The dev stack on the compute-engine backend (2 × v5p-16 in us-east5-a): its release boots
+    as a Compute Engine TPU VM does (:func:`compute_engine_vm`)."""
+    from infra.config import validate_stack
+    from tests.helpers.compute_engine import ce_map
+
+    return validate_stack("dev", ce_map("v5p-16"), "tests")
+
+
+@pytest.fixture(scope="module")
+def ce_script(ce_stack) -> startup.RenderedScript:
+    return startup.render(ce_stack, project_root=ROOT)
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
 """`multislice local up` of a ``multislice:backend: compute-engine`` stack: the emu stack (2 slices
 × 1 VM × 4 CPU devices, as v5p-8) on managed instance groups. Its VMs have none of Cloud TPU's identity keys;
-each one's boot.sh asks the emulated Compute API (infra.local.compute_api) for its group and slice
+each one's boot.sh asks the emulated Compute API (infra.backends.compute_engine.emulated_api) for its group and slice
 0's, and gives the trainer the identity in the environment. The trainer runs as 2 processes, a
 killed slice is recreated and training resumes from the last checkpoint; a release written to the
 bucket mid-run is booted in place by every VM's release watch, and the run resumes from the

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from infra.backends.compute_engine import emulation as ce_emulation
 from infra.config import StackConfig, load_stack_file
 from infra.local import topology
 from infra.local.gcs import client_env
@@ -82,7 +83,7 @@ def test_one_slice_has_no_megascale_settings(tmp_path):
     ],
 )
 def test_delete_on_complete_names_the_queued_resource_as_pulumi_up_does(tmp_path, capacity, key, expected):
-    from infra.__main__ import queued_resource_inputs
+    from infra.backends.queued_resource.program import queued_resource_inputs
     from infra.startup import render
     from infra.startup.contract import DELETE_QUEUED_RESOURCE_KEY
 
@@ -195,10 +196,10 @@ def test_a_compute_engine_vm_gets_the_template_s_and_group_s_keys_and_none_of_cl
         contract.WORKERS_PER_SLICE_KEY: "2",
         contract.COMPUTE_ENGINE_ACCELERATOR_KEY: "v4-16",
     }  # no deleteOnComplete key either: not built on this backend
-    values = topology.compute_engine_values(config, "multislice-emu-1-ab12")
+    values = ce_emulation.compute_engine_values(config, "multislice-emu-1-ab12")
     assert values == {
         "instance/name": "multislice-emu-1-ab12",
-        "instance/zone": f"projects/{topology.EMULATED_PROJECT_NUMBER}/zones/us-central2-b",
+        "instance/zone": f"projects/{ce_emulation.EMULATED_PROJECT_NUMBER}/zones/us-central2-b",
         "project/project-id": "multislice-tests",
     }
 
@@ -208,7 +209,7 @@ def test_compute_engine_names_are_a_mig_s_sorted_per_slice(tmp_path):
     import re
 
     config = stack(tmp_path, accelerator="v4-16", slices=2, ici_fsdp=8)
-    names = topology.compute_engine_names(config, random.Random(7))
+    names = ce_emulation.compute_engine_names(config, random.Random(7))
     assert len(names) == 2
     for group, vms in zip(config.node_ids, names, strict=True):
         assert len(vms) == 2 and vms == sorted(set(vms))
@@ -217,13 +218,16 @@ def test_compute_engine_names_are_a_mig_s_sorted_per_slice(tmp_path):
 
 def test_an_emulated_compute_engine_vm_has_the_metadata_the_program_declares():
     """The emulation's VM metadata is the program's template metadata plus its group's."""
-    from infra import __main__ as program, startup
+    from infra import startup
+    from infra.backends.compute_engine import program as ce_program
     from infra.config import validate_stack
     from tests.helpers.compute_engine import ce_map
 
     config = validate_stack("dev", ce_map("v5p-16", slices=2), "test")
     script = startup.render(config)
-    inputs = program.compute_engine_inputs(config, script, network="n", subnetwork="s", service_account="a", tags=["t"])
+    inputs = ce_program.compute_engine_inputs(
+        config, script, network="n", subnetwork="s", service_account="a", tags=["t"]
+    )
     for slice_id in range(config.slices):
         emulated = topology.vm_metadata(config, slice_id, 0, startup_script=script.text, run_dir=config.run_dir)
         assert emulated == inputs.template_metadata() | inputs.group_metadata(slice_id)

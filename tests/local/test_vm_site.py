@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from infra.backends.compute_engine import emulation as ce_emulation
 from infra.config import load_stack_file
 from infra.local import topology
 from infra.local.metadata import MetadataServer
@@ -169,15 +170,15 @@ def test_the_hook_names_the_vm_s_disk_as_the_contract_does():
 def compute_engine_vm(config, slice_id: int) -> tuple[MetadataServer, dict[str, str]]:
     """An emulated compute-engine VM of ``config`` (1 worker a slice): its metadata server and the
     identity its boot.sh writes into the unit (worker 0 of its slice, every host 127.0.0.1)."""
-    name = topology.compute_engine_names(config)[slice_id][0]
+    name = ce_emulation.compute_engine_names(config)[slice_id][0]
     server = MetadataServer(
-        topology.compute_engine_metadata(config, slice_id, startup_script="", run_dir=config.run_dir),
-        topology.compute_engine_values(config, name),
+        ce_emulation.compute_engine_metadata(config, slice_id, startup_script="", run_dir=config.run_dir),
+        ce_emulation.compute_engine_values(config, name),
     )
     identity = {
         "TPU_WORKER_ID": "0",
-        "TPU_WORKER_HOSTNAMES": topology.EMULATED_VM_IP,
-        "MEGASCALE_COORDINATOR_ADDRESS": topology.EMULATED_VM_IP,
+        "TPU_WORKER_HOSTNAMES": ce_emulation.EMULATED_VM_IP,
+        "MEGASCALE_COORDINATOR_ADDRESS": ce_emulation.EMULATED_VM_IP,
         "MEGASCALE_NUM_SLICES": str(config.slices),
         "MEGASCALE_SLICE_ID": str(slice_id),
     }

@@ -1,4 +1,4 @@
-"""The policy pack on the compute-engine backend's resources (infra/policy/, infra/compute_engine/).
+"""The policy pack on the compute-engine backend's resources (infra/policy/, infra/backends/compute_engine/).
 
 The passing template and groups are the ones the program declares for a v5p compute-engine
 stack under mocks; each failing one changes exactly the property the policy is about.
@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from infra.backend_change import CONFIRM_KEY
-from infra.compute_engine.inputs import GROUP_DESCRIPTION, REPLACES_QUEUED_RESOURCE
+from infra.backends.change import CONFIRM_KEY
+from infra.backends.compute_engine.inputs import GROUP_DESCRIPTION, REPLACES_QUEUED_RESOURCE
 from infra.policy.evaluate import check_world
 from infra.startup.contract import STARTUP_SCRIPT_KEY
 from tests.fakes.pulumi_program import evaluate

@@ -1,10 +1,10 @@
-"""A change of multislice:backend on a deployed stack: refused unless confirmed (infra.backend_change)."""
+"""A change of multislice:backend on a deployed stack: refused unless confirmed (infra.backends.change)."""
 
 from __future__ import annotations
 
 import pytest
 
-from infra.backend_change import BackendChangeRefused, check_backend_change, deployed_backend
+from infra.backends.change import BackendChangeRefused, check_backend_change, deployed_backend
 
 QR_OUTPUTS = {
     "queuedResourceName": "projects/p/locations/us-east5-a/queuedResources/multislice-prod",

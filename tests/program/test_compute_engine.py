@@ -1,4 +1,5 @@
-"""The program on ``multislice:backend: compute-engine`` (infra/__main__.py, infra/compute_engine/) under mocks.
+"""The program on ``multislice:backend: compute-engine`` (infra/__main__.py,
+infra/backends/compute_engine/) under mocks.
 
 The stacks are built from the dev stack's file with a v5p or v6e accelerator in a zone that
 offers it. Expected values are written out by hand from Google's tables (v5p-16: 8 chips, 4 per
@@ -13,9 +14,9 @@ from typing import Any
 import pulumi
 import pytest
 
-from infra.backend_change import CONFIRM_KEY
+from infra.backends.change import CONFIRM_KEY
+from infra.backends.compute_engine.inputs import GROUP_DESCRIPTION, REPLACES_QUEUED_RESOURCE
 from infra.components.service_account import compute_read_role_id
-from infra.compute_engine.inputs import GROUP_DESCRIPTION, REPLACES_QUEUED_RESOURCE
 from infra.startup.contract import (
     BACKEND_KEY,
     COMPUTE_ENGINE_ACCELERATOR_KEY,

@@ -724,7 +724,7 @@ def test_release_on_complete_warns_once_at_preview_naming_delete_on_complete():
 def test_a_queued_resource_deleted_on_complete_warns_why_nothing_is_created(monkeypatch):
     """A QR the provider reads as deleted on complete (its run completed): `pulumi preview`/`up` print its
     status line as a warning, and neither fails for the QR not being ready."""
-    import infra.__main__ as program
+    import infra.backends.queued_resource.program as program
 
     warned: list[str] = []
     monkeypatch.setattr(program.pulumi.log, "warn", lambda message, *args, **kwargs: warned.append(message))

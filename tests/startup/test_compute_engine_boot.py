@@ -1,6 +1,6 @@
 """The rendered startup script on a Compute Engine TPU VM (``multislice:backend: compute-engine``):
 the VM has none of Cloud TPU's identity keys, finds its place from its slice's managed instance
-group and slice 0's (a loopback Compute API, ``infra.local.compute_api``), and writes it into
+group and slice 0's (a loopback Compute API, ``infra.backends.compute_engine.emulated_api``), and writes it into
 the trainer unit's environment as GKE gives it to a TPU Pod. Waits for late VMs; gives up with
 one clear line; refuses a group that does not list it."""
 
@@ -12,17 +12,17 @@ from collections.abc import Mapping
 
 import pytest
 
-from infra.local.compute_api import ComputeApi
+from infra.backends.compute_engine.emulated_api import ComputeApi
 from infra.startup import contract
 from tests.fakes.startup_vm import (  # noqa: F401 (fixtures)
     CE_GROUPS,
     CE_PROJECT,
     CE_ZONE,
+    ce_script,
+    ce_stack,
     compute_engine_vm,
-    dev_stack,
     gcs,
     prefixed,
-    script,
 )
 from training import cluster
 
@@ -47,8 +47,8 @@ def fill(api: ComputeApi, *groups: Mapping[str, str | None]) -> None:
 
 
 @pytest.fixture
-def machine(tmp_path, script, gcs):
-    vm = compute_engine_vm(tmp_path, script.text, gcs, name=OWN, slice_id=1, workers_per_slice=2)
+def machine(tmp_path, ce_script, gcs):
+    vm = compute_engine_vm(tmp_path, ce_script.text, gcs, name=OWN, slice_id=1, workers_per_slice=2)
     with vm.metadata:
         yield vm
 
@@ -89,13 +89,13 @@ def test_the_identity_is_exported_to_the_trainer(machine, api):
     assert f"{base}instanceGroupManagers/{CE_GROUPS[0]}/listManagedInstances?pageToken=1" in lists
     gets = {path for method, path in api.requests if method == "GET"}
     assert gets == {f"{base}instances/{name}" for name in (*SLICE_1, *SLICE_0)}
-    # Cloud TPU's worker key is asked once (its absence is what leads to the backend key).
+    # The release knows its backend: the program's own key is asked first, Cloud TPU's never.
     asked = [r.split("?")[0].rsplit("/", 1)[-1] for r in machine.metadata.requests]
-    assert asked[:2] == ["agent-worker-number", "multislice-backend"] and asked.count("agent-worker-number") == 1
+    assert asked[0] == "multislice-backend" and "agent-worker-number" not in asked
 
 
-def test_a_single_slice_exports_no_megascale_values(tmp_path, script, gcs, api):
-    vm = compute_engine_vm(tmp_path, script.text, gcs, name=OWN, slice_id=0, workers_per_slice=2)
+def test_a_single_slice_exports_no_megascale_values(tmp_path, ce_script, gcs, api):
+    vm = compute_engine_vm(tmp_path, ce_script.text, gcs, name=OWN, slice_id=0, workers_per_slice=2)
     vm.metadata.update({contract.INSTANCE_GROUPS_KEY: CE_GROUPS[0]})
     fill(api, SLICE_1)  # as slice 0's group's VMs
     with vm.metadata:
@@ -150,3 +150,33 @@ def test_a_group_that_does_not_list_this_vm_is_refused(machine, api):
         f"{CE_GROUPS[1]} (multislice-dev-1-c8d2 multislice-dev-1-zz99); not starting the trainer"
     ) in result.stdout.splitlines()
     assert machine.attempts == 0
+
+
+def test_cloud_tpus_keys_on_a_compute_engine_vm_do_not_decide_its_place(machine, api):
+    """A Compute Engine TPU VM may carry Cloud TPU's keys too (public TPU7x deployments read them:
+    docs/compute-engine.md): a compute-engine release still finds its slice from its groups."""
+    machine.metadata.update(
+        {
+            contract.WORKER_NUMBER_KEY: "0",
+            contract.TPU_ENV_KEY: "ACCELERATOR_TYPE: 'v5p-16'\nWORKER_ID: '0'\n",  # no MEGASCALE_SLICE_ID: "slice 0"
+        }
+    )
+    fill(api, SLICE_0, SLICE_1)
+    result = boot(machine, api)
+    assert result.returncode == 0, result.stdout
+    env = machine.environ(1)
+    assert (env["MULTISLICE_SLICE"], env["MULTISLICE_WORKER"], env["MEGASCALE_SLICE_ID"]) == ("1", "1", "1")
+    assert (env[contract.IDENTITY_ENV], env[contract.LOG_RESOURCE_ENV]) == ("environment", "gce_instance")
+
+
+def test_a_compute_engine_release_on_a_vm_without_its_backend_key_stops_with_one_line(machine, api):
+    machine.metadata.remove(contract.BACKEND_KEY)
+    fill(api, SLICE_0, SLICE_1)
+    result = boot(machine, api)
+    assert result.returncode == 1, result.stdout
+    errors = [line for line in result.stdout.splitlines() if "error: " in line]
+    assert errors == [
+        "[slice ? worker ?] error: metadata key multislice-backend is missing: this release is for the "
+        "compute-engine backend, whose instance template sets it"
+    ]
+    assert machine.attempts == 0 and api.requests == []

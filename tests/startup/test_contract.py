@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import ast
 import re
+from importlib import resources
 from pathlib import Path
 
 import pytest
 
+from infra.backends.spec import IDENTITY_SOURCES
+from infra.backends.specs import SPECS
 from infra.startup import contract, script
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -24,6 +27,11 @@ TEMPLATES = (
     script.DELETE_ON_COMPLETE_RESOURCE,
     script.RELEASE_WATCH_RESOURCE,
 )
+#: Each backend's identity phase of the boot (``identity.sh`` of a release, which boot.sh sources).
+IDENTITY_PHASES = {
+    spec.name: Path(str(resources.files(type(spec).__module__.rpartition(".")[0]).joinpath(spec.boot_identity)))
+    for spec in SPECS.values()
+}
 #: Environment variable names as the templates spell them (ours, and the two Google ones).
 ENV_NAME = re.compile(r"\b(MULTISLICE_[A-Z0-9_]+|GCE_METADATA_IP|STORAGE_EMULATOR_HOST)\b")
 #: The bootstrap's quoted heredoc delimiter: a word of bash, not an environment variable.
@@ -34,12 +42,19 @@ def template_text(name: str) -> str:
     return (STARTUP / name).read_text(encoding="utf-8")
 
 
+def every_template_text() -> list[str]:
+    """The startup templates' and the backends' identity phases' text."""
+    return [template_text(t) for t in TEMPLATES] + [
+        path.read_text(encoding="utf-8") for path in IDENTITY_PHASES.values()
+    ]
+
+
 def training_source() -> str:
     return "\n".join(path.read_text(encoding="utf-8") for path in sorted((ROOT / "training").glob("*.py")))
 
 
 def test_every_environment_name_a_template_uses_is_declared_and_each_declared_one_is_used():
-    spelled = {name for t in TEMPLATES for name in ENV_NAME.findall(template_text(t))} - {HEREDOC_DELIMITER}
+    spelled = {name for text in every_template_text() for name in ENV_NAME.findall(text)} - {HEREDOC_DELIMITER}
     declared = set(contract.SCRIPT_ENV) | set(contract.SCRIPT_INTERNAL_ENV)
     assert spelled == declared
 
@@ -58,7 +73,7 @@ def test_endpoint_defaults_are_the_contracts(name, default, template):
 
 
 def test_metadata_keys_the_templates_read_are_the_contracts():
-    read = {key for t in TEMPLATES for key in re.findall(r"attributes/([A-Za-z0-9@_-]+)", template_text(t))}
+    read = {key for text in every_template_text() for key in re.findall(r"attributes/([A-Za-z0-9@_-]+)", text)}
     assert read == {
         contract.WORKER_NUMBER_KEY,
         contract.TPU_ENV_KEY,
@@ -75,16 +90,34 @@ def test_metadata_keys_the_templates_read_are_the_contracts():
 
 
 def test_boot_exports_the_compute_engine_identity_the_contract_names():
-    """On the compute-engine backend boot.sh writes the identity into the unit's environment, under
+    """On the compute-engine backend the boot writes the identity into the unit's environment, under
     the names the contract declares (and training/cluster.py reads: the test above)."""
     boot = template_text(script.BOOT_RESOURCE)
-    assert f"[[ $backend == {contract.COMPUTE_ENGINE_BACKEND} ]]" in boot
-    assignments = "\n".join(re.findall(r"compute_engine_env\+?=(.*)", boot))
+    phase = IDENTITY_PHASES[contract.COMPUTE_ENGINE_BACKEND].read_text(encoding="utf-8")
+    assert f"[[ $backend == {contract.COMPUTE_ENGINE_BACKEND} ]]" in phase
+    assignments = "\n".join(re.findall(r"identity_env\+?=(.*)", phase))
     exported = set(re.findall(r"\b([A-Z][A-Z_]+)=\$", assignments))
     assert exported == set(contract.COMPUTE_ENGINE_IDENTITY_ENV)
-    assert "${compute_engine_env:+Environment=$compute_engine_env}" in boot
-    assert f"${{{contract.COMPUTE_API_ENDPOINT_ENV}:-@@DEFAULT_COMPUTE_API_ENDPOINT@@}}" in boot
-    assert script.DEFAULT_COMPUTE_API_ENDPOINT == contract.DEFAULT_COMPUTE_API_ENDPOINT  # fills the placeholder
+    assert "${identity_env:+Environment=$identity_env}" in boot
+    assert f"${{{contract.COMPUTE_API_ENDPOINT_ENV}:-@@DEFAULT_COMPUTE_API_ENDPOINT@@}}" in phase
+    # What fills the placeholder.
+    assert script.ENDPOINT_DEFAULTS["DEFAULT_COMPUTE_API_ENDPOINT"] == contract.DEFAULT_COMPUTE_API_ENDPOINT
+
+
+def test_what_a_backend_tells_the_trainer_is_what_the_trainer_reads():
+    """The unit's MULTISLICE_IDENTITY and MULTISLICE_LOG_RESOURCE (boot.sh, from the spec) take the
+    values training/cluster.py and training/log_shipping.py act on."""
+    from training import cluster, log_shipping
+
+    boot = template_text(script.BOOT_RESOURCE)
+    assert (
+        f"Environment={contract.IDENTITY_ENV}=@@IDENTITY_SOURCE@@ {contract.LOG_RESOURCE_ENV}=@@LOG_RESOURCE@@"
+    ) in boot
+    assert (cluster.IDENTITY_ENV, log_shipping.LOG_RESOURCE_ENV) == (contract.IDENTITY_ENV, contract.LOG_RESOURCE_ENV)
+    assert IDENTITY_SOURCES == cluster.IDENTITY_SOURCES
+    for spec in SPECS.values():
+        assert spec.identity_source in cluster.IDENTITY_SOURCES, spec.name
+        assert spec.log_resource in (log_shipping.TPU_WORKER, log_shipping.GCE_INSTANCE), spec.name
 
 
 def test_the_release_record_fields_boot_reads_are_the_ones_the_record_has():

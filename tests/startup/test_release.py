@@ -3,7 +3,7 @@ last ``pulumi up`` wrote to the bucket (infra/components/release.py) decides whi
 The record is read over the GCS JSON API (fake-gcs-server at STORAGE_EMULATOR_HOST) with the
 metadata server's token; another release is fetched and verified before it runs; a payload
 that fails verification stops the boot. The happy path of a recreated node is
-tests/queued_resource/test_release.py."""
+tests/backends/queued_resource/test_release.py."""
 
 from __future__ import annotations
 

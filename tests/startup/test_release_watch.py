@@ -14,7 +14,7 @@ import time
 import pytest
 
 from infra import startup
-from infra.local.compute_api import ComputeApi
+from infra.backends.compute_engine.emulated_api import ComputeApi
 from infra.startup import contract
 from tests.fakes.gcs_server import FakeGcs
 from tests.fakes.startup_vm import (  # noqa: F401 (fixtures)
@@ -23,6 +23,8 @@ from tests.fakes.startup_vm import (  # noqa: F401 (fixtures)
     CE_PROJECT,
     CE_ZONE,
     RUN_DIR,
+    ce_script,
+    ce_stack,
     compute_engine_vm,
     dev_stack,
     script,
@@ -52,21 +54,21 @@ def api():
 
 
 @pytest.fixture
-def machine(tmp_path, script, gcs):
+def machine(tmp_path, ce_script, gcs):
     """Worker 0 of slice 0 (one VM a slice), its release recorded as the current one."""
-    for name, data in startup.bucket_objects("dev", RUN_DIR, script).items():
+    for name, data in startup.bucket_objects("dev", RUN_DIR, ce_script).items():
         gcs.put(BUCKET, name, data)
-    vm = compute_engine_vm(tmp_path, script.text, gcs, name=OWN, slice_id=0, workers_per_slice=1)
+    vm = compute_engine_vm(tmp_path, ce_script.text, gcs, name=OWN, slice_id=0, workers_per_slice=1)
     vm.metadata.update({contract.INSTANCE_GROUPS_KEY: CE_GROUPS[0]})
     with vm.metadata:
         yield vm
 
 
 @pytest.fixture(scope="module")
-def second(dev_stack):
-    """The release a later ``pulumi up`` records: the dev stack with 7 more steps."""
-    training = dev_stack.training.model_copy(update={"steps": dev_stack.training.steps + 7})
-    return startup.render(dev_stack.model_copy(update={"training": training}))
+def second(ce_stack):
+    """The release a later ``pulumi up`` records: the stack with 7 more steps."""
+    training = ce_stack.training.model_copy(update={"steps": ce_stack.training.steps + 7})
+    return startup.render(ce_stack.model_copy(update={"training": training}))
 
 
 def own(console: str) -> list[str]:
@@ -78,12 +80,12 @@ def boot(machine, api, **env):
     return machine.popen(**{contract.COMPUTE_API_ENDPOINT_ENV: api.endpoint, "FAKE_MODE": "save-on-term", **env})
 
 
-def test_a_new_record_is_booted_in_place_and_the_trainer_saves_first(machine, api, gcs, script, second):
-    assert second.release_id != script.release_id
+def test_a_new_record_is_booted_in_place_and_the_trainer_saves_first(machine, api, gcs, ce_script, second):
+    assert second.release_id != ce_script.release_id
     proc = boot(machine, api)
     try:
         machine.wait_for_file("ready.1", proc)
-        machine.wait_for_output(proc, f"release watch: release {script.release_id[:12]}; the record {RECORD}")
+        machine.wait_for_output(proc, f"release watch: release {ce_script.release_id[:12]}; the record {RECORD}")
         for name, data in startup.bucket_objects("dev", RUN_DIR, second).items():
             gcs.put(BUCKET, name, data)  # pulumi up #2
         machine.wait_for_file("ready.2", proc)
@@ -93,17 +95,17 @@ def test_a_new_record_is_booted_in_place_and_the_trainer_saves_first(machine, ap
         machine.kill_all(proc)
     lines = own(console)
     switch = lines.index(
-        f"release: the record names release {second.release_id[:12]}, not this VM's {script.release_id[:12]}: "
+        f"release: the record names release {second.release_id[:12]}, not this VM's {ce_script.release_id[:12]}: "
         "booting it (the trainer saves a checkpoint at the agreed step first)"
     )
     assert (
-        f"release: running release {second.release_id[:12]} (verified) instead of the embedded {script.release_id[:12]}"
-        in lines[switch:]
+        f"release: running release {second.release_id[:12]} (verified) instead of the embedded "
+        f"{ce_script.release_id[:12]}" in lines[switch:]
     )
     # The first trainer got systemd's SIGTERM and saved before the second one started.
     assert (machine.fake_dir / "saved.1").exists()
     assert "trainer: exited with status 75: it saved a checkpoint after a preemption notice" in lines[switch:]
-    assert machine.argv(1)[5] == str(machine.home / "releases" / script.release_id / "config.json")
+    assert machine.argv(1)[5] == str(machine.home / "releases" / ce_script.release_id / "config.json")
     assert machine.argv(2)[5] == str(machine.home / "releases" / second.release_id / "config.json")
     # The units are the new release's; the old release is gone from the disk; the trainer knows the record.
     units = {p.name: p.read_text() for p in machine.unit_dir.iterdir()}
@@ -116,7 +118,7 @@ def test_a_new_record_is_booted_in_place_and_the_trainer_saves_first(machine, ap
     assert machine.environ(2)[contract.RELEASE_RECORD_ENV] == RECORD
 
 
-def test_an_older_trainer_never_restarts_after_the_record_moved_on(machine, api, gcs, script):
+def test_an_older_trainer_never_restarts_after_the_record_moved_on(machine, api, gcs, ce_script):
     other = hashlib.sha256(b"a release whose payload never arrives").hexdigest()
     proc = boot(machine, api)
     try:
@@ -139,7 +141,7 @@ def test_an_older_trainer_never_restarts_after_the_record_moved_on(machine, api,
         machine.kill_all(proc)
     lines = own(console)
     assert (
-        f"trainer: the release record names release {other[:12]}, not this unit's {script.release_id}: not "
+        f"trainer: the release record names release {other[:12]}, not this unit's {ce_script.release_id}: not "
         "starting an older trainer beside updated slices; multislice-release-watch.service boots the recorded one"
     ) in lines
     assert machine.attempts == 1, "no older trainer may start once the record names another release"

@@ -213,6 +213,7 @@ def test_release_holds_exactly_what_the_vm_runs(rendered):
     }
     assert names == trainer | {
         "boot.sh",
+        "identity.sh",
         "trainer.sh",
         "release-watch.sh",
         "delete-on-complete.sh",

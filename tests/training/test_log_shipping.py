@@ -248,8 +248,8 @@ def test_on_compute_engine_the_lines_go_to_the_instance_with_the_run_labels():
 
 def test_compute_engine_lines_are_what_multislice_logs_reads(tmp_path):
     """The shipper's entry of a Compute Engine VM matches the filter `multislice logs` sends there."""
+    from infra.backends.compute_engine.logs import compute_engine_filter
     from infra.config import load_stack_file
-    from infra.logs.filter import compute_engine_filter
     from tests.helpers.compute_engine_stack import stack_file
 
     config = load_stack_file(stack_file(tmp_path))

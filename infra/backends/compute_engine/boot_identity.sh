@@ -1,0 +1,178 @@
+# The compute-engine backend's identity phase of the boot: this VM's worker and slice, and the
+# identity its trainer's unit gets in its environment. Sourced by boot.sh (infra/startup/boot.sh.in),
+# whose functions (read_metadata, log, die, sample, doubled) and settings (ATTEMPTS, retry_delay)
+# it uses; it sets worker, slice and identity_env. Rendered into the release as identity.sh by
+# infra/startup/script.py from infra/backends/compute_engine/boot_identity.sh; docs/vm-boot.md.
+#
+# Environment variables (optional): MULTISLICE_COMPUTE_API_ENDPOINT (Compute API, default
+# @@DEFAULT_COMPUTE_API_ENDPOINT@@) and MULTISLICE_GROUP_WAIT_S (how long this VM waits for the
+# groups, default @@GROUP_WAIT_S@@ s).
+# shellcheck shell=bash disable=SC2034,SC2154
+# The compute-engine backend: Compute Engine sets none of Cloud TPU's identity keys on its TPU VMs,
+# so this VM finds its place from the slices' managed instance groups (docs/compute-engine.md,
+# "How a VM learns its place"). Compute API v1, the VM's token
+# (https://cloud.google.com/compute/docs/reference/rest/v1; gcloud's own client,
+# googlecloudsdk/generated_clients/apis/compute/v1/compute_v1_client.py):
+#  * instanceGroupManagers.listManagedInstances: POST .../zones/Z/instanceGroupManagers/G/listManagedInstances
+#    -> managedInstances[].instance (the instance's URL, which "can exist even if the instance has not
+#    yet been created"), .currentAction, and nextPageToken (query parameter pageToken);
+#  * instances.get: GET .../zones/Z/instances/NAME -> networkInterfaces[].networkIP (internal IPv4).
+# The worker is the index of this VM's name among its group's sorted names, the slice's hosts
+# are their internal IPs in that order, and the coordinator is slice 0's first host: exported to
+# the trainer's unit as GKE gives them to a TPU Pod (TPU_WORKER_ID, TPU_WORKER_HOSTNAMES and, with
+# more than one slice, MEGASCALE_COORDINATOR_ADDRESS, MEGASCALE_NUM_SLICES, MEGASCALE_SLICE_ID),
+# which the trainer and JAX's GkeTpuCluster read (jax/_src/clusters/cloud_tpu_cluster.py).
+compute_api=${MULTISLICE_COMPUTE_API_ENDPOINT:-@@DEFAULT_COMPUTE_API_ENDPOINT@@}
+group_wait=${MULTISLICE_GROUP_WAIT_S:-@@GROUP_WAIT_S@@}
+readonly NAME_RE='[a-z]([-a-z0-9]*[a-z0-9])?'
+is_name() { [[ $1 =~ ^$NAME_RE$ ]]; }
+is_groups() { [[ $1 =~ ^$NAME_RE(,$NAME_RE)*$ ]]; }
+is_zone() { [[ $1 =~ ^projects/[^/[:space:]]+/zones/[a-z0-9-]+$ ]]; }
+is_project() { [[ $1 =~ ^[a-z][-a-z0-9.:]*[a-z0-9]$ ]]; }
+is_ipv4() { [[ $1 =~ ^[0-9]{1,3}([.][0-9]{1,3}){3}$ ]]; }
+# The JSON of the Compute API's answers, read with the VM's python3 (the bootstrap decodes the
+# release with it too). Names of a listManagedInstances page (not those being deleted or abandoned),
+# after a first line with its nextPageToken (empty on the last page):
+readonly LIST_NAMES='import json, sys
+page = json.load(sys.stdin)
+print(page.get("nextPageToken", ""))
+for m in page.get("managedInstances", []):
+    if m.get("instance") and m.get("currentAction") not in ("DELETING", "ABANDONING"):
+        print(m["instance"].rsplit("/", 1)[-1])'
+# instances.get: the first network interface's internal IP, or nothing.
+readonly NETWORK_IP='import json, sys
+nics = json.load(sys.stdin).get("networkInterfaces") or [{}]
+print(nics[0].get("networkIP", ""))'
+
+# compute_call METHOD PATH: the Compute API's JSON answer for PATH (under compute/v1/projects/<project>/
+# zones/<zone>/) in $answer; status 3 if it does not exist (HTTP 404: a group or VM not created yet).
+# Connection errors, 429 and 5xx are retried (ATTEMPTS in all); a refusal (401, 403) stops the boot.
+compute_call() {
+  local method=$1 url="$compute_api/compute/v1/projects/$project/zones/$zone/$2" attempt=1 delay=$retry_delay code why
+  local body=()
+  if [[ $method == POST ]]; then body=(-H 'Content-Type: application/json' --data ''); fi
+  while true; do
+    code=0
+    answer=$(curl -sS --connect-timeout 5 --max-time 30 -X "$method" -H "Authorization: Bearer $token" \
+      "${body[@]}" -w '\n%{http_code}' "$url" 2>/dev/null) || code=$?
+    if ((code != 0)); then
+      why="no answer (curl status $code)"
+    else
+      code=${answer##*$'\n'}
+      answer=${answer%$'\n'*}
+      case $code in
+        200) return 0 ;;
+        404) return 3 ;;
+        401 | 403) die "compute engine: $method $url: HTTP $code '$(sample "$answer")': the VMs' service account needs compute.instanceGroupManagers.get and compute.instances.get" ;;
+        *) why="HTTP $code '$(sample "$answer")'" ;;
+      esac
+    fi
+    ((attempt < ATTEMPTS)) || die "compute engine: $method $url: $why after $attempt attempts"
+    log "compute engine: $method $url: $why; retry $attempt/$((ATTEMPTS - 1)) in ${delay}s"
+    sleep "$delay"
+    attempt=$((attempt + 1))
+    delay=$(doubled "$delay")
+  done
+}
+
+# group_members GROUP: the group's VMs, sorted by name, in the array $members; status 3 while it
+# does not exist.
+group_members() {
+  local page_token='' path names status
+  members=()
+  while true; do
+    path="instanceGroupManagers/$1/listManagedInstances${page_token:+?pageToken=$page_token}"
+    status=0
+    compute_call POST "$path" || status=$?
+    ((status == 0)) || return "$status"
+    names=$(python3 -c "$LIST_NAMES" <<<"$answer") || die "compute engine: group $1: malformed answer '$(sample "$answer")'"
+    page_token=${names%%$'\n'*}
+    if [[ $names == *$'\n'* ]]; then mapfile -t -O "${#members[@]}" members <<<"${names#*$'\n'}"; fi
+    [[ -n $page_token ]] || break
+  done
+  mapfile -t members < <(printf '%s\n' "${members[@]}" | LC_ALL=C sort)
+  if [[ -z ${members[0]:-} ]]; then members=(); fi
+}
+
+# wait_for_group GROUP COUNT: wait (until the deadline; delays doubling to 10 s) for GROUP to list
+# COUNT VMs, each with an internal IP; then $members holds their names (sorted) and $hosts their
+# IPs, in the same order.
+wait_for_group() {
+  local group=$1 want=$2 delay=$retry_delay why status name ip
+  while true; do
+    hosts=()
+    status=0
+    group_members "$group" || status=$?
+    if ((status == 3)); then
+      why="does not exist yet"
+    elif ((${#members[@]} != want)); then
+      why="lists ${#members[@]} of its $want VMs"
+    else
+      why=''
+      for name in "${members[@]}"; do
+        is_name "$name" || die "compute engine: group $group lists a VM named '$(sample "$name")'"
+        status=0
+        compute_call GET "instances/$name" || status=$?
+        ip=''
+        if ((status == 0)); then ip=$(python3 -c "$NETWORK_IP" <<<"$answer") || ip=''; fi
+        if ! is_ipv4 "$ip"; then
+          why="lists VM $name, which has no internal IP yet"
+          break
+        fi
+        hosts+=("$ip")
+      done
+      [[ -n $why ]] || return 0
+    fi
+    ((SECONDS < deadline)) || die "compute engine: group $group $why after ${group_wait}s; not starting the trainer (this VM's boot stops here; a reboot tries again)"
+    log "compute engine: group $group $why; asking again in ${delay}s"
+    sleep "$delay"
+    delay=$(awk -v d="$delay" 'BEGIN { d *= 2; print (d < 10) ? d : 10 }') # a late VM is seen within 10 s
+  done
+}
+
+# The program's own metadata first: the instance template says this VM belongs to a compute-engine
+# stack (metadata multislice-backend), whatever else Compute Engine sets on a TPU VM.
+backend='' coordinator='' status=0
+read_metadata backend instance/attributes/multislice-backend is_name || status=$?
+((status != 3)) || die "metadata key multislice-backend is missing: this release is for the compute-engine backend, whose instance template sets it"
+[[ $backend == compute-engine ]] || die "metadata key multislice-backend is '$(sample "$backend")', but this release is for the compute-engine backend"
+is_count "$group_wait" || die "group_wait=$group_wait (MULTISLICE_GROUP_WAIT_S) is not a whole number of seconds"
+command -v python3 >/dev/null 2>&1 || die "compute engine: python3 is needed to read the Compute API's answers and is not on PATH"
+read_metadata slice instance/attributes/multislice-slice-id is_count
+slice=$((10#$slice))
+log_prefix="[slice $slice worker ?] "
+read_metadata groups instance/attributes/multislice-instance-groups is_groups
+read_metadata workers_per_slice instance/attributes/multislice-workers-per-slice is_count
+workers_per_slice=$((10#$workers_per_slice))
+((workers_per_slice > 0)) || die "metadata key multislice-workers-per-slice is 0"
+read_metadata own_name instance/name is_name
+read_metadata zone instance/zone is_zone
+zone=${zone##*/}
+read_metadata project project/project-id is_project
+read_metadata token instance/service-accounts/default/token is_token
+[[ $token =~ \"access_token\":[[:space:]]*\"([^\"]+)\" ]]
+token=${BASH_REMATCH[1]}
+IFS=, read -r -a group_list <<<"$groups"
+((slice < ${#group_list[@]})) || die "metadata key multislice-slice-id $slice is outside the ${#group_list[@]} groups of multislice-instance-groups ($groups)"
+deadline=$((SECONDS + group_wait))
+log "compute engine: VM $own_name of group ${group_list[slice]} in $project/$zone; waiting up to ${group_wait}s for the groups' $workers_per_slice VMs"
+wait_for_group "${group_list[slice]}" "$workers_per_slice"
+worker=''
+for i in "${!members[@]}"; do
+  if [[ ${members[i]} == "$own_name" ]]; then worker=$i; fi
+done
+[[ -n $worker ]] || die "compute engine: this VM ($own_name) is not among the VMs of its group ${group_list[slice]} (${members[*]}); not starting the trainer"
+worker_hosts=$(
+  IFS=,
+  printf '%s' "${hosts[*]}"
+)
+identity_env="TPU_WORKER_ID=$worker TPU_WORKER_HOSTNAMES=$worker_hosts"
+if ((${#group_list[@]} > 1)); then
+  coordinator=${hosts[0]}
+  if ((slice != 0)); then
+    wait_for_group "${group_list[0]}" "$workers_per_slice"
+    coordinator=${hosts[0]}
+  fi
+  identity_env+=" MEGASCALE_COORDINATOR_ADDRESS=$coordinator MEGASCALE_NUM_SLICES=${#group_list[@]} MEGASCALE_SLICE_ID=$slice"
+fi
+log "compute engine: worker $worker of slice $slice, hosts $worker_hosts${coordinator:+, coordinator $coordinator}"

@@ -1,0 +1,117 @@
+"""The compute-engine backend in ``multislice local up``: what each emulated VM is told, and the
+emulated Compute API.
+
+A compute-engine stack's VMs get none of Cloud TPU's identity keys; they get what ``pulumi up``
+puts in its instance template and its groups (docs/compute-engine.md,
+:func:`compute_engine_metadata`), and the metadata server's own values (:func:`compute_engine_values`:
+the VM's name, zone and project), and find their place themselves through the emulated Compute
+API (:mod:`~infra.backends.compute_engine.emulated_api`, served by :class:`ComputeEngineEmulation`),
+as ``boot_identity.sh`` does on Compute Engine. deleteOnComplete is not built for this backend,
+so its VMs never get ``multislice-delete-queued-resource`` and the capacity is always kept.
+"""
+
+from __future__ import annotations
+
+import random
+
+from infra.backends.compute_engine.emulated_api import ComputeApi, instance_name
+from infra.backends.interface import KEPT, Emulation
+from infra.config import StackConfig
+from infra.startup import contract
+
+#: The project number in an emulated VM's ``instance/zone`` (``projects/<number>/zones/<zone>``,
+#: https://cloud.google.com/compute/docs/metadata/predefined-metadata-keys): a placeholder.
+EMULATED_PROJECT_NUMBER = "123456789012"
+#: Every emulated VM's internal IP (they all run on this machine).
+EMULATED_VM_IP = "127.0.0.1"
+#: Seconds between two reads of the release record by an emulated VM's release watch (a TPU VM's
+#: default is ``infra.startup.script.RELEASE_POLL_S``): a release written to the emulated bucket
+#: mid-run is booted within about this long.
+RELEASE_POLL_S = 2
+
+
+def compute_engine_metadata(config: StackConfig, slice_id: int, *, startup_script: str, run_dir: str) -> dict[str, str]:
+    """A compute-engine backend VM's metadata attributes: the instance template's (the startup
+    script, the run directory, the backend, the groups in slice order, the VMs per slice, the
+    accelerator type) and its group's (the slice index)."""
+    return {
+        **contract.node_metadata(
+            startup_script=startup_script,
+            run_dir=run_dir,
+            queued_resource_name=config.queued_resource_name,
+            delete_on_complete=False,
+        ),
+        contract.BACKEND_KEY: contract.COMPUTE_ENGINE_BACKEND,
+        contract.INSTANCE_GROUPS_KEY: ",".join(config.node_ids),
+        contract.WORKERS_PER_SLICE_KEY: str(config.accelerator.hosts),
+        contract.COMPUTE_ENGINE_ACCELERATOR_KEY: config.accelerator.name,
+        contract.SLICE_ID_KEY: str(slice_id),
+    }
+
+
+def compute_engine_values(config: StackConfig, name: str) -> dict[str, str]:
+    """The other metadata a compute-engine backend VM's ``boot.sh`` reads (paths under
+    ``/computeMetadata/v1/``): its name, zone and project."""
+    return {
+        "instance/name": name,
+        "instance/zone": f"projects/{EMULATED_PROJECT_NUMBER}/zones/{config.zone}",
+        "project/project-id": config.project,
+    }
+
+
+def compute_engine_names(config: StackConfig, rng: random.Random | None = None) -> list[list[str]]:
+    """For each slice, its group's VM names as a managed instance group makes them
+    (``<group>-<4 of [a-z0-9]>``), sorted: worker ``i`` is the ``i``-th, as ``boot.sh`` counts."""
+    rng = rng or random.Random()
+    slices = []
+    for group in config.node_ids:
+        names: set[str] = set()
+        while len(names) < config.accelerator.hosts:
+            names.add(instance_name(group, rng))
+        slices.append(sorted(names))
+    return slices
+
+
+class ComputeEngineEmulation(Emulation):
+    """The emulated slices' managed instance groups: the Compute API lists each group's VMs (named as
+    a group names them, all at :data:`EMULATED_VM_IP`), and each VM's metadata server answers its
+    name, zone and project. A repaired slice keeps its VMs' names (a group recreates a VM under
+    its name)."""
+
+    def __init__(self, config: StackConfig, rng: random.Random | None = None) -> None:
+        self.config = config
+        self.names = compute_engine_names(config, rng)
+        self.api: ComputeApi | None = None
+
+    def start(self) -> None:
+        self.stop()
+        self.api = ComputeApi(self.config.project, self.config.zone)
+        for group, vms in zip(self.config.node_ids, self.names, strict=True):
+            self.api.add_group(group)
+            for name in vms:
+                self.api.add_vm(group, name, EMULATED_VM_IP)
+
+    def stop(self) -> None:
+        if self.api is not None:
+            self.api.stop()
+
+    def metadata_values(self, slice_id: int, worker: int) -> dict[str, str] | None:
+        return compute_engine_values(self.config, self.names[slice_id][worker])
+
+    def environment(self) -> dict[str, str]:
+        """The Compute API's endpoint, and the release watch's poll (:data:`RELEASE_POLL_S`)."""
+        assert self.api is not None, "ComputeEngineEmulation.start() first"
+        return {
+            contract.COMPUTE_API_ENDPOINT_ENV: self.api.endpoint,
+            contract.RELEASE_POLL_ENV: str(RELEASE_POLL_S),
+        }
+
+    @property
+    def outcome(self) -> str:
+        return KEPT
+
+    def line(self) -> str:
+        return (
+            "capacity: kept: deleteOnComplete is not built for the compute-engine backend; "
+            "the instance groups' VMs are billed until pulumi destroy"
+        )

@@ -1,0 +1,101 @@
+"""What :class:`~infra.backends.compute_engine.slices.ComputeEngineSlices` declares, as plain values.
+
+The program (``infra/__main__.py``, ``compute_engine_inputs``) builds a
+:class:`ComputeEngineInputs` from the StackConfig; the component never sees the StackConfig.
+Network, subnetwork and service account may be Outputs of the other components.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+
+from infra.startup.contract import (
+    BACKEND_KEY,
+    COMPUTE_ENGINE_ACCELERATOR_KEY,
+    COMPUTE_ENGINE_BACKEND,
+    INSTANCE_GROUPS_KEY,
+    SLICE_ID_KEY,
+    WORKERS_PER_SLICE_KEY,
+)
+
+#: The OAuth scope of the VMs' service account: the account's IAM grants decide what it may do
+#: (https://cloud.google.com/compute/docs/access/service-accounts#scopes_best_practice).
+CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
+
+#: The groups' ``description`` on a stack whose last deployment used the queued-resource backend
+#: (the program confirmed the change: ``multislice:allowBackendChange``); the policy
+#: ``backend-change`` of the policy pack looks for it.
+REPLACES_QUEUED_RESOURCE = "replaces the stack's queued resource (multislice:backend changed)"
+#: The groups' ``description`` otherwise.
+GROUP_DESCRIPTION = "One TPU slice of a multislice stack (multislice:backend compute-engine)."
+
+
+@dataclass(frozen=True)
+class ComputeEngineInputs:
+    """A compute-engine stack's slices.
+
+    Attributes:
+      stack, project, zone, region: where (the workload policy is regional, the groups zonal).
+      group_names: one managed instance group per slice, in slice order (``config.node_ids``).
+      machine_type: the TPU machine type of one VM (e.g. ``ct5p-hightpu-4t``).
+      topology: the slice's accelerator topology (e.g. ``2x2x2``), the workload policy's.
+      accelerator_type: the accelerator type (e.g. ``v5p-16``), told to the VMs in metadata.
+      generation: the TPU generation (boot image family: :mod:`~infra.backends.compute_engine.images`).
+      vms_per_slice: VMs per slice, each group's target size.
+      capacity, reservation_name, max_run_duration_seconds: :mod:`~infra.backends.compute_engine.scheduling`.
+      metadata: the template's metadata before the compute-engine keys (startup script, run dir).
+      replaces_queued_resource: the stack's last deployment used the queued-resource backend (an
+        Output of the program's backend check).
+    """
+
+    stack: str
+    project: str
+    zone: str
+    region: str
+    group_names: tuple[str, ...]
+    machine_type: str
+    topology: str
+    accelerator_type: str
+    generation: str
+    vms_per_slice: int
+    capacity: str
+    network: pulumi.Input[str]
+    subnetwork: pulumi.Input[str]
+    service_account: pulumi.Input[str]
+    tags: tuple[str, ...]
+    labels: dict[str, str]
+    metadata: dict[str, str]
+    reservation_name: str | None = None
+    max_run_duration_seconds: int | None = None
+    replaces_queued_resource: pulumi.Input[bool] = False
+
+    @property
+    def multi_host(self) -> bool:
+        """Whether a slice spans more than one VM: only then a workload policy (docs/compute-engine.md,
+        section 2: required for a MIG "with a multi-host TPU slice")."""
+        return self.vms_per_slice > 1
+
+    def template_metadata(self) -> dict[str, str]:
+        """The template's metadata: :attr:`metadata` plus what a VM needs to find its place
+        (``boot.sh`` reads them: :mod:`infra.startup.contract`)."""
+        return {
+            **self.metadata,
+            BACKEND_KEY: COMPUTE_ENGINE_BACKEND,
+            INSTANCE_GROUPS_KEY: ",".join(self.group_names),
+            WORKERS_PER_SLICE_KEY: str(self.vms_per_slice),
+            COMPUTE_ENGINE_ACCELERATOR_KEY: self.accelerator_type,
+        }
+
+    @staticmethod
+    def group_metadata(slice_index: int) -> dict[str, str]:
+        """One group's ``all_instances_config.metadata``: its slice index."""
+        return {SLICE_ID_KEY: str(slice_index)}
+
+    def group_description(self) -> pulumi.Output[str]:
+        """The groups' ``description``: :data:`REPLACES_QUEUED_RESOURCE` when the stack's last
+        deployment used the queued-resource backend, else :data:`GROUP_DESCRIPTION`."""
+        return pulumi.Output.from_input(self.replaces_queued_resource).apply(
+            lambda replaces: REPLACES_QUEUED_RESOURCE if replaces else GROUP_DESCRIPTION
+        )

@@ -1,0 +1,127 @@
+"""The queued-resource backend's spec: ``multislice:queuedResource`` and what the Cloud TPU API offers.
+
+* capacity: the ``tpu_v2`` QueuedResource can request ``spot``, ``guaranteed`` (on-demand) and
+  ``reservation_name`` (https://cloud.google.com/tpu/docs/reference/rest/v2/projects.locations.queuedResources);
+  flex-start is not among its fields (the v2alpha1 API's preview only);
+* zones and runtime versions: the catalog's ``Generation.zones`` and ``runtime_versions``
+  (Cloud TPU's regions-zones and runtimes pages);
+* the VM: Cloud TPU sets ``agent-worker-number``, ``worker-network-endpoints`` and ``tpu-env`` on
+  every VM of a queued resource (JAX's ``cloud_tpu_cluster.py`` reads the same keys), which
+  ``boot_identity.sh`` reads; a ``ResetQueuedResource`` reboots every VM into the current
+  startup script, so no release watch; lines go to the ``tpu_worker`` resource
+  (https://cloud.google.com/logging/docs/api/v2/resource-list).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+
+from infra.accelerators import Generation
+from infra.backends.spec import BackendSpec
+from infra.durations import Duration
+from training.validation import StrictModel, invalid
+
+#: The key ``multislice:queuedResource.deleteOnComplete`` had before "release" came to mean a
+#: software release only; read as its deprecated alias.
+FORMER_DELETE_ON_COMPLETE_KEY = "releaseOnComplete"
+
+
+class QueuedResourceSettings(StrictModel):
+    """``multislice:queuedResource``: how the queued resource is requested and waited for."""
+
+    model_config = StrictModel.model_config | {"populate_by_name": True}
+
+    #: States in the order a queued resource passes them (tpu_v2 QueuedResourceState).
+    wait_for: Literal["ACCEPTED", "WAITING_FOR_RESOURCES", "PROVISIONING", "ACTIVE"] = Field(
+        default="ACTIVE",
+        alias="waitFor",
+        description="`pulumi up` returns once the QR reached this state or a later one.",
+    )
+    create_timeout: Duration = Field(
+        default=1800,
+        alias="createTimeout",
+        description="Longest wait for waitFor; past it the QR stays recorded, still queued.",
+    )
+    delete_timeout: Duration = Field(
+        default=1200, alias="deleteTimeout", description="Longest wait for a delete (2–5 min typical)."
+    )
+    valid_until: Duration | None = Field(
+        default=None,
+        alias="validUntil",
+        description="Queueing policy valid_until_duration: the API fails the request after it.",
+    )
+    #: None: on for spot and on-demand capacity, off for reserved (``StackConfig.delete_on_complete``).
+    delete_on_complete: bool | None = Field(
+        default=None,
+        alias="deleteOnComplete",
+        description="Worker 0 of slice 0 deletes the queued resource once the run is COMPLETE (docs/deploying.md).",
+    )
+    #: The former spelling of ``deleteOnComplete`` (same meaning), still read: a stack that
+    #: uses it gets a warning naming the new key (``StackConfig.deprecation_warnings``).
+    delete_on_complete_former_key: bool | None = Field(
+        default=None,
+        alias=FORMER_DELETE_ON_COMPLETE_KEY,
+        description="Deprecated spelling of deleteOnComplete.",
+    )
+
+    @model_validator(mode="after")
+    def _bounds(self) -> QueuedResourceSettings:
+        if self.valid_until is not None and self.valid_until < 600:
+            raise invalid("validUntil", f"{self.valid_until}s is shorter than 10 minutes; allow the queue time to work")
+        if self.delete_on_complete is not None and self.delete_on_complete_former_key is not None:
+            raise invalid(
+                FORMER_DELETE_ON_COMPLETE_KEY,
+                f"the deprecated spelling of deleteOnComplete; both {FORMER_DELETE_ON_COMPLETE_KEY} and "
+                f"deleteOnComplete are set: keep only deleteOnComplete",
+            )
+        return self
+
+
+class QueuedResourceSpec(BackendSpec):
+    """``multislice:backend: queued-resource`` (the default)."""
+
+    name = "queued-resource"
+    summary = "Cloud TPU API"
+    settings_key = "multislice:queuedResource"
+    settings_field = "queued_resource"
+    settings_model = QueuedResourceSettings
+    capacities = ("spot", "on-demand", "reserved")
+    capacity_source = "tpu_v2 API"
+    service = "Cloud TPU"
+    sole_offer_reason = "Compute Engine offers TPU7x, v6e and v5p"
+    has_runtime_version = True
+    capacity_noun = "queued resource"
+    legacy_output = "queuedResourceName"
+    boot_identity = "boot_identity.sh"
+    identity_source = "metadata"
+    log_resource = "tpu_worker"
+
+    def zones(self, gen: Generation) -> tuple[tuple[str, ...], str]:
+        return gen.zones, gen.sources["zones"]
+
+    def refuse_settings(self, changed: list[str], backend: str) -> Exception:
+        return invalid(
+            self.settings_key,
+            f"configures the queued resource of the queued-resource backend ({', '.join(changed)}); this stack's "
+            f"multislice:backend is {backend}: remove it (deleteOnComplete is not built on {backend})",
+        )
+
+    def describe_deployment(self, outputs: Mapping[str, Any]) -> str:
+        name = outputs.get(self.legacy_output or "") or "(unnamed)"
+        return f"the queued resource {name} and its slices' TPU VMs"
+
+    def delete_on_complete(self, config: Any) -> bool:
+        """``multislice:queuedResource.deleteOnComplete``, else on for ``spot`` and ``on-demand``
+        capacity (billed while it exists) and off for ``reserved`` (the reservation is paid for
+        whether or not a queued resource holds it)."""
+        settings: QueuedResourceSettings = config.queued_resource
+        for value in (settings.delete_on_complete, settings.delete_on_complete_former_key):
+            if value is not None:
+                return value
+        return config.capacity != "reserved"
+
+
+SPEC = QueuedResourceSpec()

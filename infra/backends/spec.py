@@ -1,0 +1,137 @@
+"""What a backend *is*, as a stack file and a TPU VM see it: :class:`BackendSpec`.
+
+The config layer's half of the seam (:mod:`infra.backends`): :mod:`infra.config` validates a
+stack through the spec of its ``multislice:backend`` (:data:`infra.backends.specs.SPECS`), and
+:mod:`infra.startup` renders the VM's boot from it. A spec answers from the catalog
+(:mod:`infra.accelerators`, which keeps the facts and their sources) and from its own settings
+model; it imports nothing above the catalog and never the stack config (``config`` arguments are
+a :class:`~infra.config.StackConfig`, read by attribute).
+
+Errors: the ``check_*`` methods raise what :func:`training.validation.invalid` makes, naming the
+stack key, as the schema's own rules do.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from importlib import resources
+from typing import Any, ClassVar
+
+from pydantic import BaseModel
+
+from infra.accelerators import Generation
+
+#: Where a VM's trainer finds its place in the job (the trainer unit's ``MULTISLICE_IDENTITY``,
+#: written by the boot from the spec; ``training.cluster``): Cloud TPU's metadata keys
+#: (``agent-worker-number``, ``worker-network-endpoints``, ``tpu-env``), or the environment the
+#: boot or the platform exports (``TPU_WORKER_ID``, ``TPU_WORKER_HOSTNAMES``, ``MEGASCALE_*``).
+IDENTITY_SOURCES = ("metadata", "environment")
+
+
+class BackendSpec(ABC):
+    """One backend's static description (one instance per backend, in :data:`~infra.backends.specs.SPECS`).
+
+    Class attributes every backend sets:
+
+    * ``name``: its ``multislice:backend`` value; ``summary``: a few words for the key's description;
+    * ``settings_key`` / ``settings_field`` / ``settings_model``: the stack key it owns (a map),
+      the :class:`~infra.config.StackConfig` attribute holding it, and its pydantic model (every
+      field defaulted: an absent key configures nothing);
+    * ``capacities``: the ``multislice:capacity`` values it can request, and ``capacity_source``,
+      what offers them (for the refusal of the others);
+    * ``service``: who offers its TPUs, as messages name it; ``catalog_qualifier``: what the
+      zone messages add after a generation (``" on Compute Engine"``);
+    * ``sole_offer_reason``: why a generation only this backend offers is not on the others;
+    * ``has_runtime_version``: whether a stack names a TPU software version (``runtimeVersion``);
+    * ``capacity_noun``: what ``status`` calls the stack's capacity (``queued resource``), and
+      ``capacity_plural``: whether that is a plural (``instance groups``);
+    * ``vm_reads_instance_groups``: whether its VMs' service account may read Compute Engine's
+      instance groups and instances (how such a VM finds its place);
+    * ``legacy_output``: a stack output only its deployments have, for a deployment older than the
+      ``backend`` output (None: none older);
+    * the VM contract: ``boot_identity`` (the file of this package that ``boot.sh`` runs to learn
+      the VM's worker and slice, filled with :meth:`boot_values`), ``release_watch`` (the VM
+      reads the release record itself: no platform operation reboots it into a new release),
+      ``identity_source`` (one of :data:`IDENTITY_SOURCES`) and ``log_resource`` (the Cloud
+      Logging monitored resource type of its VMs' lines).
+    """
+
+    name: ClassVar[str]
+    summary: ClassVar[str]
+    settings_key: ClassVar[str]
+    settings_field: ClassVar[str]
+    settings_model: ClassVar[type[BaseModel]]
+    capacities: ClassVar[tuple[str, ...]]
+    capacity_source: ClassVar[str]
+    service: ClassVar[str]
+    catalog_qualifier: ClassVar[str] = ""
+    sole_offer_reason: ClassVar[str]
+    has_runtime_version: ClassVar[bool]
+    capacity_noun: ClassVar[str]
+    capacity_plural: ClassVar[bool] = False
+    vm_reads_instance_groups: ClassVar[bool] = False
+    legacy_output: ClassVar[str | None] = None
+    boot_identity: ClassVar[str]
+    release_watch: ClassVar[bool] = False
+    identity_source: ClassVar[str]
+    log_resource: ClassVar[str]
+
+    # --- the catalog's answers ----------------------------------------------------------------
+
+    def offers(self, gen: Generation) -> bool:
+        """Whether this backend offers ``gen`` (the catalog's ``Generation.backends``)."""
+        return gen.offered_by(self.name)
+
+    @abstractmethod
+    def zones(self, gen: Generation) -> tuple[tuple[str, ...], str]:
+        """The zones where this backend offers ``gen``, and their source (the catalog's)."""
+
+    # --- the stack's keys --------------------------------------------------------------------
+
+    def settings(self, config: Any) -> BaseModel:
+        """The stack's value of :attr:`settings_key` (its model; defaults when absent)."""
+        return getattr(config, self.settings_field)
+
+    def settings_set(self, config: Any) -> list[str]:
+        """The keys of :attr:`settings_key` the stack sets to a value other than the default (a
+        key set to its default configures nothing)."""
+        defaults = self.settings_model().model_dump(by_alias=True)
+        settings = self.settings(config).model_dump(by_alias=True)
+        return [key for key, value in settings.items() if value != defaults[key]]
+
+    def check_keys(self, config: Any) -> None:
+        """Refuse the stack keys this backend cannot honour (after its generation was found
+        offered). Default: none."""
+        return None
+
+    def check_capacity(self, config: Any) -> None:
+        """Refuse a capacity setting this backend cannot honour (after the capacity was found
+        offered). Default: none."""
+        return None
+
+    @abstractmethod
+    def refuse_settings(self, changed: list[str], backend: str) -> Exception:
+        """The error for a stack of ``backend`` that sets this backend's key (``changed``: the
+        keys set), naming :attr:`settings_key`."""
+
+    @abstractmethod
+    def describe_deployment(self, outputs: Mapping[str, Any]) -> str:
+        """What a deployment of this backend holds, from its stack ``outputs`` (what a change of
+        backend deletes: ``the queued resource <name> and its slices' TPU VMs``)."""
+
+    def delete_on_complete(self, config: Any) -> bool:
+        """Whether worker 0 of slice 0 deletes the stack's slices once its run is complete.
+        Default: not built (False)."""
+        return False
+
+    # --- the VM contract ---------------------------------------------------------------------
+
+    def boot_values(self) -> dict[str, str]:
+        """The placeholders of :attr:`boot_identity` and their values. Default: none."""
+        return {}
+
+    def boot_identity_template(self) -> str:
+        """The text of :attr:`boot_identity` (package data of the backend's package)."""
+        package = type(self).__module__.rpartition(".")[0]
+        return resources.files(package).joinpath(self.boot_identity).read_text(encoding="utf-8")
