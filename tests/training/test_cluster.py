@@ -165,3 +165,29 @@ def test_current_identity_without_the_environment_reads_the_metadata(monkeypatch
         monkeypatch.delenv("MULTISLICE_COORDINATOR_PORT", raising=False)
         identity = cluster.current_identity()
     assert identity.coordinator_address == "10.1.1.1:8482"
+
+
+def test_the_units_identity_source_decides_whatever_else_is_set(monkeypatch):
+    """The boot writes MULTISLICE_IDENTITY from the stack's backend: a queued resource's trainer reads
+    Cloud TPU's keys even where TPU_WORKER_HOSTNAMES happens to be set, a Compute Engine VM's the
+    environment even where Cloud TPU's keys are served too."""
+    attributes = {
+        "agent-worker-number": "0",
+        "worker-network-endpoints": "n:0:10.1.1.1",
+        "tpu-env": "",
+        "multislice-accelerator-type": "v5p-32",
+    }
+    with MetadataServer(attributes) as server:
+        monkeypatch.setenv("GCE_METADATA_IP", server.address)
+        monkeypatch.delenv("MULTISLICE_COORDINATOR_PORT", raising=False)
+        for name, value in CE_MULTISLICE.items():
+            monkeypatch.setenv(name, value)
+        monkeypatch.setenv(cluster.IDENTITY_ENV, "metadata")
+        assert cluster.current_identity().coordinator_address == "10.1.1.1:8482"
+        monkeypatch.setenv(cluster.IDENTITY_ENV, "environment")
+        assert cluster.current_identity().num_processes == 12
+        monkeypatch.setenv(cluster.IDENTITY_ENV, "gke")
+        with pytest.raises(
+            cluster.MetadataError, match="MULTISLICE_IDENTITY='gke' is not one of metadata, environment"
+        ):
+            cluster.current_identity()

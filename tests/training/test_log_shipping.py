@@ -246,6 +246,19 @@ def test_on_compute_engine_the_lines_go_to_the_instance_with_the_run_labels():
         assert log_shipping.target("1", "2", "dev", get=values.get) is None, missing
 
 
+def test_the_units_log_resource_decides_whatever_metadata_the_vm_carries(monkeypatch):
+    """MULTISLICE_LOG_RESOURCE (written by the boot from the stack's backend) picks the resource: a
+    Compute Engine TPU VM that also carries Cloud TPU's tpu-env ships to its instance."""
+    both = compute_engine_vm_metadata() | tpu_vm_metadata(1)
+    monkeypatch.setenv(log_shipping.LOG_RESOURCE_ENV, "gce_instance")
+    assert log_shipping.target("1", "2", "dev", get=both.get)[0] == "gce_instance"
+    monkeypatch.setenv(log_shipping.LOG_RESOURCE_ENV, "tpu_worker")
+    assert log_shipping.target("1", "2", "dev", get=both.get)[0] == "tpu_worker"
+    assert log_shipping.target("1", "2", "dev", get=compute_engine_vm_metadata().get) is None  # no node to name
+    monkeypatch.setenv(log_shipping.LOG_RESOURCE_ENV, "k8s_container")  # not one this shipper writes
+    assert log_shipping.target("1", "2", "dev", get=both.get) is None
+
+
 def test_compute_engine_lines_are_what_multislice_logs_reads(tmp_path):
     """The shipper's entry of a Compute Engine VM matches the filter `multislice logs` sends there."""
     from infra.backends.compute_engine.logs import compute_engine_filter
