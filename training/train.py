@@ -52,7 +52,7 @@ from typing import Any, NoReturn
 
 import jax
 
-from training import agreement, cluster, compile_cache, mesh as mesh_lib, preemption
+from training import agreement, cluster, compile_cache, fault_gate, mesh as mesh_lib, preemption
 from training.checkpoint import manager as checkpointing
 from training.checkpoint.fallback import RestoredStateDiverged, TrainingDiverged, fall_back_once, fallback_event
 from training.config import TrainConfig
@@ -254,6 +254,7 @@ def _loop(
     pending: tuple[int, dict[str, jax.Array]] | None = None
     exit_code = EXIT_COMPLETE
     step = setup.start_step
+    gate = fault_gate.FaultGate.from_env()  # the local emulation's only (training.fault_gate)
     setup.warmed.result()  # its errors are the first step's
     for data_step in range(setup.start_step, config.steps):
         batch = setup.global_batch(dataset.train_rows(data_step, config.global_batch_size, *rows))
@@ -301,6 +302,13 @@ def _loop(
             )
             exit_code = EXIT_PREEMPTED
             break
+        if gate.holds(step):  # an emulated fault aims at this step: show it, then wait for it
+            if pending is not None:
+                recorder.train(*pending)
+                pending = None
+            metrics_log.sync()
+            events_log.sync()
+            gate.wait(step, stop=lambda: notice.local)
     if pending is not None:
         recorder.train(*pending)
     return exit_code, step

@@ -47,7 +47,7 @@ from infra.backends.registry import backend_of
 from infra.config import StackConfig
 from infra.local import state as state_lib, stop_signals, supervisor, topology
 from infra.local.boot_watch import BootWatch
-from infra.local.faults import Fault, FaultSchedule
+from infra.local.faults import Fault, FaultGates, FaultSchedule
 from infra.local.gcs import GcsServer, GcsServerError, bucket_name_error, point_clients_at
 from infra.local.metadata import MetadataServer
 from infra.local.options import EmulationError, Interrupted, Options
@@ -102,6 +102,8 @@ class LocalQueuedResource:
         self.servers: list[MetadataServer] = []
         self.repairs = 0
         self.boot_watch = BootWatch()
+        #: Every boot holds its trainers at the steps of the faults still to strike, until struck.
+        self.gates = FaultGates(paths.root / "fault-gate", bundled_trainer=config.workload is None)
         self.faults_fired: list[str] = []
         #: For each fault in :attr:`faults_fired`, the newest step the attempt it struck
         #: reported (read once every process of that attempt was gone): where it really fired.
@@ -205,6 +207,7 @@ class LocalQueuedResource:
             )
             | self.capacity.environment()
         )
+        env.update(self.gates.boot())
         for vm in self.vms:
             vm.metadata.update(
                 topology.vm_metadata(
@@ -231,9 +234,12 @@ class LocalQueuedResource:
         self.report(f"fault: {fault} ({how}; training had reported step {observed_step})")
         self.faults_fired.append(str(fault))
         if fault.kind == "preempt":
-            supervisor.stop_groups(targets, options.preempt_grace_s)
+            # The trainers wait at the fault's step (training.fault_gate): the notice reaches them
+            # there, then they go on to the job's agreed step and save.
+            supervisor.stop_groups(targets, options.preempt_grace_s, after_signal=lambda: self.gates.strike(fault.step))
         else:
             supervisor.kill_groups(targets)
+            self.gates.strike(fault.step)
         reached = [observed_step]
 
         def settled() -> None:
@@ -321,6 +327,7 @@ class LocalQueuedResource:
         self.reporter.starts = sum(e.get("event") == "start" for e in events.poll())
         total = self.config.total_steps
         schedule = FaultSchedule(options.faults, run_step=tail.last_step)
+        self.gates.follow(schedule)
         for fault in schedule.skipped:
             self.report(f"note: {fault} will not fire: the run is already at step {tail.last_step}")
         try:
@@ -403,6 +410,7 @@ class LocalQueuedResource:
                 self.inject(fault, options, reached, settle)
                 tail.last_change = time.monotonic()
                 continue
+            self.gates.open_up_to(schedule.attempt_step)  # no fault strikes there: training goes on
             if self.capacity.take_reset():
                 self.reset_vms(options)
                 tail.last_change = time.monotonic()

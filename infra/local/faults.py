@@ -9,8 +9,10 @@ The fault fires once, the first time the emulator sees (it polls the run's ``met
 every ``poll_s``; the trainer syncs it every ``log_every_steps`` and at each checkpoint) a
 completed step ≥ STEP *of the current attempt* (:class:`FaultSchedule`): steps reported
 before a repair never count, so a second fault waits until the repaired run has started and
-reached its step. Training may be a few steps further by then, and the steps it loses are
-counted from where it really was. Afterwards
+reached its step. The bundled trainer waits at STEP until the fault strikes
+(:class:`FaultGates`, :mod:`training.fault_gate`), so the fault lands at STEP on any machine
+and the run cannot end first; a stack's own command is not held, and may be a few steps
+further by then (the steps it loses are counted from where it really was). Afterwards
 the emulator repairs the queued resource the way Cloud TPU auto-repair does: the failed
 slice is recreated as a whole (fresh local disks; the instances of a slice are recovered
 together: https://cloud.google.com/tpu/docs/failure-recovery) and every other slice is
@@ -21,7 +23,11 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import shutil
+from pathlib import Path
 from typing import Any, Literal
+
+from training import fault_gate
 
 FaultKind = Literal["preempt", "kill"]
 _SPEC = re.compile(r"^\s*([0-9]+)\s*@\s*([0-9]+)\s*$")  # ASCII digits only
@@ -125,3 +131,54 @@ class FaultSchedule:
             self.attempt_step = None
             return self.pending.pop(0)
         return None
+
+
+class FaultGates:
+    """Where the emulated trainers wait for the faults still to strike (:mod:`training.fault_gate`):
+    one gate directory per boot of the VMs under ``root`` (a repaired run's trainers wait afresh
+    at a step struck twice), for the steps of the schedule's pending faults.
+
+    Use: :meth:`follow` the run's schedule; :meth:`boot` for each boot's environment;
+    :meth:`strike` as a fault's signal is sent; :meth:`open_up_to` the current attempt's newest
+    step whenever no fault is due (none strikes at those steps in this attempt).
+
+    Args:
+      root: the emulation's directory for the gates (emptied by :meth:`follow`).
+      bundled_trainer: whether the VMs run the bundled trainer (a stack's own command knows no gate).
+    """
+
+    def __init__(self, root: Path, *, bundled_trainer: bool = True) -> None:
+        self.root = root
+        self.bundled_trainer = bundled_trainer
+        self.schedule: FaultSchedule | None = None
+        self.boots = 0
+        self.steps: list[int] = []
+
+    @property
+    def directory(self) -> Path:
+        """The current boot's gate directory."""
+        return self.root / str(self.boots)
+
+    def follow(self, schedule: FaultSchedule) -> None:
+        """Hold the trainers at ``schedule``'s pending faults from the next boot on."""
+        self.schedule = schedule
+        shutil.rmtree(self.root, ignore_errors=True)  # an earlier `local up`'s
+
+    def boot(self) -> dict[str, str]:
+        """A new boot: the environment variables of its gate (none when no fault is pending)."""
+        self.boots += 1
+        pending = self.schedule.pending if self.schedule is not None and self.bundled_trainer else []
+        self.steps = sorted({fault.step for fault in pending})
+        if not self.steps:
+            return {}
+        return {fault_gate.DIR_ENV: str(self.directory), fault_gate.STEPS_ENV: ",".join(map(str, self.steps))}
+
+    def strike(self, step: int) -> None:
+        """The fault aimed at ``step`` sends its signal: open the gate its trainers wait at."""
+        fault_gate.open_gate(self.directory, step)
+
+    def open_up_to(self, step: int | None) -> None:
+        """Open every gate of the current boot at or below ``step`` (None: nothing reported yet)."""
+        for held in self.steps if step is not None else []:
+            if held <= step:
+                fault_gate.open_gate(self.directory, held)

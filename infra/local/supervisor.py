@@ -156,13 +156,15 @@ class ProcessGroup:
         _wait_until(lambda: not self.alive(), time.monotonic() + KILL_WAIT_S)
 
 
-def stop_groups(groups: Iterable[ProcessGroup], grace_s: float) -> None:
-    """SIGTERM every live group, wait up to ``grace_s`` seconds until all are empty, then
-    SIGKILL whatever is left (:meth:`ProcessGroup.kill`)."""
+def stop_groups(groups: Iterable[ProcessGroup], grace_s: float, after_signal: Callable[[], None] | None = None) -> None:
+    """SIGTERM every live group, call ``after_signal`` (if any), wait up to ``grace_s`` seconds
+    until all are empty, then SIGKILL whatever is left (:meth:`ProcessGroup.kill`)."""
     groups = list(groups)
     alive = [group for group in groups if group.alive()]
     for group in alive:
         group.signal(signal.SIGTERM)
+    if after_signal is not None:
+        after_signal()
     _wait_until(lambda: not any(group.alive() for group in alive), time.monotonic() + grace_s)
     for group in groups:
         group.kill()

@@ -66,5 +66,4 @@ exec sleep 600
     message = str(raised.value)
     assert message.startswith("slice 1 worker 0: not booting (no trainer 3 s after its boot; --boot-timeout)")
     assert "slice 0 worker 0" not in message.splitlines()[0]
-    assert took < 3 + 15, took
     assert all(not vm.group.alive() for vm in resource.vms)

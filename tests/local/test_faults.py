@@ -214,3 +214,30 @@ def test_faults_the_run_is_already_past_are_skipped():
     schedule = FaultSchedule([kill(0, 5), kill(1, 20), kill(0, 12)], run_step=12)
     assert schedule.skipped == [kill(0, 5), kill(0, 12)]
     assert schedule.pending == [kill(1, 20)]
+
+
+def test_each_boot_holds_the_trainers_at_the_faults_still_to_strike(tmp_path):
+    from infra.local.faults import FaultGates, FaultSchedule
+    from training import fault_gate
+
+    schedule = FaultSchedule([Fault("kill", 1, 8), Fault("preempt", 0, 14), Fault("kill", 1, 3)], run_step=4)
+    gates = FaultGates(tmp_path / "gates")
+    gates.follow(schedule)
+    first = gates.boot()
+    assert first == {fault_gate.DIR_ENV: str(tmp_path / "gates" / "1"), fault_gate.STEPS_ENV: "8,14"}  # 3 is past
+    held = fault_gate.FaultGate.from_env(first)
+    schedule.observe([{"event": "start", "step": 4}], [{"step": 8, "loss": 1.0}])
+    assert schedule.due() == Fault("kill", 1, 8)
+    gates.strike(8)  # the struck attempt's trainers go on (into the repair)
+    assert (tmp_path / "gates" / "1" / "8").exists() and not (tmp_path / "gates" / "1" / "14").exists()
+    assert held.holds(14)
+    second = gates.boot()  # the repaired run waits afresh, and only for what is left
+    assert second[fault_gate.STEPS_ENV] == "14" and second[fault_gate.DIR_ENV].endswith("/2")
+    gates.open_up_to(None)
+    gates.open_up_to(13)
+    assert not (tmp_path / "gates" / "2" / "14").exists()
+    gates.open_up_to(20)  # reported past 14 with no fault due there (e.g. one for a later attempt)
+    assert (tmp_path / "gates" / "2" / "14").exists()
+    command = FaultGates(tmp_path / "cmd", bundled_trainer=False)
+    command.follow(schedule)
+    assert command.boot() == {}  # a stack's own command knows no gate

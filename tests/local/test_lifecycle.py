@@ -16,9 +16,8 @@ import pytest
 
 STACK = Path(__file__).parents[1] / "stacks" / "Pulumi.emu.yaml"
 #: Seconds to the first line: under a second on an idle machine (measured 0.4-0.6 s; 1.4 s
-#: and 4.2 s at a load average of 10 on 2 cores); generous here for a loaded test machine
-#: (the content of the first two lines is what fails when the early line is removed).
-FIRST_LINE_S = 10.0
+#: and 4.2 s at a load average of 10 on 2 cores). Printed, not asserted: the content of the
+#: first two lines is what fails when the early line is removed, whatever the machine's load.
 
 
 def test_the_first_line_comes_at_once_and_says_what_local_up_waits_for(tmp_path):
@@ -41,7 +40,6 @@ def test_the_first_line_comes_at_once_and_says_what_local_up_waits_for(tmp_path)
     print(f"first line after {took:.2f} s")
     assert "local up of stack emu: rendering the startup script, starting the emulated Cloud Storage" in first
     assert "loading jax and orbax" in first
-    assert took < FIRST_LINE_S, took
     # Then: the storage serves; what comes next is the libraries' load.
     assert "emulated Cloud Storage at http://127.0.0.1:" in second and "loading jax and orbax" in second
 
