@@ -47,6 +47,9 @@ class Notice:
         self.trained = False  # this start completed a training step
         self.honouring = False  # the loop reached the agreed step and saves
         self.joined = False  # jax.distributed is connected: the job's notices can be read
+        #: Set once a notice reached this process or the job (the watchdog saw it): whatever waits
+        #: outside the step loop (the emulation's fault gate) stops waiting.
+        self.noticed = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -90,6 +93,7 @@ class Notice:
     def _handle(self, signum: int, frame: object) -> None:
         del signum, frame
         self.local = True
+        self.noticed.set()
 
     def _watch(self) -> None:
         noticed_at = None
@@ -98,6 +102,7 @@ class Notice:
                 source = self._wait_for_notice()
                 if source:
                     noticed_at = time.monotonic()
+                    self.noticed.set()
                     log.warning("preemption notice (%s)", source)
                 continue
             if self.honouring:

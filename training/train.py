@@ -308,7 +308,7 @@ def _loop(
                 pending = None
             metrics_log.sync()
             events_log.sync()
-            gate.wait(step, stop=lambda: notice.local)
+            gate.wait(step, stop=notice.noticed.is_set)
     if pending is not None:
         recorder.train(*pending)
     return exit_code, step

@@ -103,6 +103,15 @@ def local_up(
         metavar="SLICE@STEP",
         help="SIGTERM a slice's VMs at a step (preemption notice), SIGKILL after the grace period. Repeatable.",
     ),
+    hold_at: list[int] = typer.Option(
+        [],
+        "--hold-at",
+        min=1,
+        metavar="STEP",
+        hidden=True,
+        help="The emulated trainers wait after STEP until the file <state>/holds/STEP exists (for tests and "
+        "scripts that act on a run in progress: docs/emulation.md). Repeatable.",
+    ),
     fresh: bool = typer.Option(False, "--fresh", help="Discard the stack's previous local run and start over."),
     summary_json: Path | None = typer.Option(
         None, "--summary-json", metavar="PATH", help="Also write the summary as JSON here."
@@ -171,6 +180,9 @@ def local_up(
         faults += [parse_fault("preempt", spec, slices=config.slices, total_steps=total) for spec in preempt]
     except FaultSpecError as err:
         raise fail(str(err)) from None
+    for step in hold_at:
+        if step >= total:
+            raise fail(f"--hold-at {step}: step {step} is outside the run: a hold can wait at steps 1..{total - 1}")
     if summary_json is not None:
         problem = _unwritable(summary_json)
         if problem:
@@ -182,6 +194,7 @@ def local_up(
         )
     options = Options(
         faults=faults,
+        holds=sorted(set(hold_at)),
         coordinator_port=coordinator_port,
         heartbeat_timeout_s=heartbeat_timeout,
         preempt_grace_s=preempt_grace,

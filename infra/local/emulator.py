@@ -103,7 +103,9 @@ class LocalQueuedResource:
         self.repairs = 0
         self.boot_watch = BootWatch()
         #: Every boot holds its trainers at the steps of the faults still to strike, until struck.
-        self.gates = FaultGates(paths.root / "fault-gate", bundled_trainer=config.workload is None)
+        self.gates = FaultGates(
+            paths.root / "fault-gate", holds_dir=paths.holds_dir, bundled_trainer=config.workload is None
+        )
         self.faults_fired: list[str] = []
         #: For each fault in :attr:`faults_fired`, the newest step the attempt it struck
         #: reported (read once every process of that attempt was gone): where it really fired.
@@ -327,7 +329,7 @@ class LocalQueuedResource:
         self.reporter.starts = sum(e.get("event") == "start" for e in events.poll())
         total = self.config.total_steps
         schedule = FaultSchedule(options.faults, run_step=tail.last_step)
-        self.gates.follow(schedule)
+        self.gates.follow(schedule, options.holds)
         for fault in schedule.skipped:
             self.report(f"note: {fault} will not fire: the run is already at step {tail.last_step}")
         try:

@@ -134,23 +134,32 @@ class FaultSchedule:
 
 
 class FaultGates:
-    """Where the emulated trainers wait for the faults still to strike (:mod:`training.fault_gate`):
-    one gate directory per boot of the VMs under ``root`` (a repaired run's trainers wait afresh
-    at a step struck twice), for the steps of the schedule's pending faults.
+    """Where the emulated trainers wait (:mod:`training.fault_gate`): at the steps of the faults
+    still to strike, until struck, and at the steps ``local up --hold-at`` names, until released.
+    One gate directory per boot of the VMs under ``root`` (a repaired run's trainers wait afresh
+    at a step struck twice).
 
     Use: :meth:`follow` the run's schedule; :meth:`boot` for each boot's environment;
     :meth:`strike` as a fault's signal is sent; :meth:`open_up_to` the current attempt's newest
-    step whenever no fault is due (none strikes at those steps in this attempt).
+    step whenever no fault is due (none strikes at those steps in this attempt; a hold opens only
+    once released).
+
+    A hold is released by creating the file ``<holds_dir>/<step>`` (what a test or a script does
+    once it has acted on the held run: ``local reset``, a new release, ``local exec``); every
+    later boot's trainers then go on past that step.
 
     Args:
       root: the emulation's directory for the gates (emptied by :meth:`follow`).
+      holds_dir: where holds are released (emptied by :meth:`follow`).
       bundled_trainer: whether the VMs run the bundled trainer (a stack's own command knows no gate).
     """
 
-    def __init__(self, root: Path, *, bundled_trainer: bool = True) -> None:
+    def __init__(self, root: Path, *, holds_dir: Path | None = None, bundled_trainer: bool = True) -> None:
         self.root = root
+        self.holds_dir = holds_dir if holds_dir is not None else root.parent / "holds"
         self.bundled_trainer = bundled_trainer
         self.schedule: FaultSchedule | None = None
+        self.holds: set[int] = set()
         self.boots = 0
         self.steps: list[int] = []
 
@@ -159,16 +168,29 @@ class FaultGates:
         """The current boot's gate directory."""
         return self.root / str(self.boots)
 
-    def follow(self, schedule: FaultSchedule) -> None:
-        """Hold the trainers at ``schedule``'s pending faults from the next boot on."""
+    def follow(self, schedule: FaultSchedule, holds: list[int] | tuple[int, ...] = ()) -> None:
+        """Hold the trainers at ``schedule``'s pending faults, and at ``holds`` until released,
+        from the next boot on."""
         self.schedule = schedule
+        self.holds = set(holds)
         shutil.rmtree(self.root, ignore_errors=True)  # an earlier `local up`'s
+        shutil.rmtree(self.holds_dir, ignore_errors=True)
+        if self.holds:
+            self.holds_dir.mkdir(parents=True, exist_ok=True)
+
+    def released(self, step: int) -> bool:
+        """Whether the hold at ``step`` was released (its file exists)."""
+        return (self.holds_dir / str(step)).exists()
 
     def boot(self) -> dict[str, str]:
-        """A new boot: the environment variables of its gate (none when no fault is pending)."""
+        """A new boot: the environment variables of its gate (none when nothing is held)."""
         self.boots += 1
-        pending = self.schedule.pending if self.schedule is not None and self.bundled_trainer else []
-        self.steps = sorted({fault.step for fault in pending})
+        if not self.bundled_trainer:
+            self.steps = []
+            return {}
+        pending = self.schedule.pending if self.schedule is not None else []
+        self.holds = {step for step in self.holds if not self.released(step)}
+        self.steps = sorted({fault.step for fault in pending} | self.holds)
         if not self.steps:
             return {}
         return {fault_gate.DIR_ENV: str(self.directory), fault_gate.STEPS_ENV: ",".join(map(str, self.steps))}
@@ -178,7 +200,11 @@ class FaultGates:
         fault_gate.open_gate(self.directory, step)
 
     def open_up_to(self, step: int | None) -> None:
-        """Open every gate of the current boot at or below ``step`` (None: nothing reported yet)."""
-        for held in self.steps if step is not None else []:
-            if held <= step:
+        """Open every gate of the current boot at or below ``step`` (None: nothing reported yet)
+        but a hold, and every released hold."""
+        for held in self.steps:
+            if held in self.holds:
+                if self.released(held):
+                    fault_gate.open_gate(self.directory, held)
+            elif step is not None and held <= step:
                 fault_gate.open_gate(self.directory, held)

@@ -29,6 +29,8 @@ class Options:
     """Emulation knobs (CLI flags of ``multislice local up``)."""
 
     faults: list[Fault] = dataclasses.field(default_factory=list)
+    #: Steps the emulated trainers wait after until released (``--hold-at``; FaultGates).
+    holds: list[int] = dataclasses.field(default_factory=list)
     coordinator_port: int | None = None  # None: a free port per boot
     heartbeat_timeout_s: int = 10
     init_timeout_s: int = 300

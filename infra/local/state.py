@@ -75,6 +75,12 @@ class LocalPaths:
         (``topology.vm_environment``)."""
         return self.root / "bytecode"
 
+    @property
+    def holds_dir(self) -> Path:
+        """Where a hold of ``local up --hold-at STEP`` is released: create ``<holds_dir>/<STEP>``
+        (:class:`infra.local.faults.FaultGates`)."""
+        return self.root / "holds"
+
     def vm_home(self, slice_id: int, worker: int) -> Path:
         return self.root / "vms" / f"slice-{slice_id}-worker-{worker}"
 

@@ -21,10 +21,11 @@ from infra.config import load_stack_file
 from infra.local import gcs
 from tests.helpers.emulation import STACK, BackgroundCli, processes_under, run_cli, run_records
 
-STEPS = 80
-#: The step after the repair at which the test writes a new release; its steps.
+STEPS = 24
+#: The step after the repair at which the test writes a new release (the trainers are held there
+#: until it did: ``--hold-at``); the new release's steps.
 SWITCH_AT = 12
-NEW_STEPS = 88
+NEW_STEPS = 32
 #: The emu stacks' v4-8 is offered by the Cloud TPU API only; on Compute Engine the same shape
 #: (1 VM × 4 chips a slice) is a v5p-8 (ct5p-hightpu-4t), in a zone Compute Engine offers v5p in
 #: (docs/compute-engine.md section 1). The emulation runs on CPU either way.
@@ -70,12 +71,17 @@ def test_a_compute_engine_stack_is_repaired_switches_release_in_place_and_resume
     )
     summary_path = tmp_path / "summary.json"
     args = ["local", "up", "--config-file", str(stack), "--summary-json", str(summary_path), "--kill", "1@6"]
+    args += ["--hold-at", str(SWITCH_AT)]  # the trainers wait there: the run cannot end before the switch
     with BackgroundCli(args, tmp_path) as run:
-        # After the repair (its restart reported), once the run trains again past step SWITCH_AT.
+        # After the repair (its restart reported), once the run trains again to step SWITCH_AT.
         run.wait_until(lambda: any("repair" in line for line in run.lines) and run.reached(SWITCH_AT, STEPS), 600)
         storage = next(m[1] for line in run.lines if (m := re.search(r"emulated Cloud Storage at (\S+);", line)))
         for name, data in startup.bucket_objects(config.stack, config.run_dir, second).items():
             gcs.upload(storage, config.bucket_name, name, data)  # pulumi up #2
+        # The watches stop the held trainers (a notice: they save at the agreed step) and boot
+        # the new release, which resumes past the hold; then the hold is released for good.
+        run.wait_until(lambda: sum("training resumed from the checkpoint" in line for line in run.lines) >= 2, 600)
+        (tmp_path / config.stack / "holds" / str(SWITCH_AT)).touch()
         code = run.finish(600)
     out = run.output()
     assert code == 0, out + run.stderr()

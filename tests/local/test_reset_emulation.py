@@ -1,7 +1,7 @@
 """``multislice local reset`` and ``multislice local exec`` on a real emulation of the tests' emu
-stack (2 slices × 1 worker, a checkpoint every 6 steps; 160 steps here, so that the reset, sent at
-step 8, lands while it trains: a new CLI process and the emulator take about 20 steps for it):
-a JAX program run by exec first is refused on every worker (the run holds the chips), the reset
+stack (2 slices × 1 worker, a checkpoint every 6 steps, 24 steps), held at step 8 until the test has
+acted (``local up --hold-at 8``: the trainers wait there, so the run cannot end first however slow
+the machine): a JAX program run by exec first is refused on every worker (the run holds the chips), the reset
 restarts every VM through the emulated TPU API, exec then runs in each emulated VM with its new
 boot's metadata server, and the run resumes from its newest checkpoint and completes. One
 run (about a minute); run it alone (``-n 0``)."""
@@ -15,8 +15,9 @@ import pytest
 
 from tests.helpers.emulation import STACK, BackgroundCli, processes_under, run_cli, run_records
 
-#: Enough that the reset lands while the run trains, even when other emulations share the cores.
-STEPS = 160
+STEPS = 24
+#: The step the trainers wait at until the test releases it (after the reset and the second exec).
+HOLD_AT = 8
 
 
 @pytest.mark.slow
@@ -25,13 +26,12 @@ def test_exec_then_reset_of_a_run_in_progress_resumes_it_from_its_last_checkpoin
     stack = tmp_path / "stack" / "Pulumi.emu.yaml"
     stack.parent.mkdir()
     stack.write_text(STACK.read_text().replace("    steps: 24", f"    steps: {STEPS}"))
-    args = ["local", "up", "--config-file", str(stack), "--summary-json", str(summary_path)]
+    args = ["local", "up", "--config-file", str(stack), "--summary-json", str(summary_path), "--hold-at", str(HOLD_AT)]
     with BackgroundCli(args, tmp_path) as run:
-        run.wait_until(lambda: run.reached(8, STEPS), 300)
-        # A JAX program run by exec while the run trains: the chips are the run's, as on a TPU VM
-        # (libtpu's lock): it fails on each worker at once with libtpu's message, whether it only
-        # asks for devices or first tries to join a job, and the run goes on untouched.
-        # Both programs in one exec (one CLI start: the run must still be training after it).
+        run.wait_until(lambda: run.reached(HOLD_AT, STEPS), 300)
+        # A JAX program run by exec while the run holds the chips, as on a TPU VM (libtpu's lock):
+        # it fails on each worker at once with libtpu's message, whether it only asks for devices
+        # or first tries to join a job, and the run goes on untouched.
         line = "; ".join(
             f'"$MULTISLICE_PYTHON" -c "import jax; {program}"'
             for program in ("print(jax.device_count())", "jax.distributed.initialize(); print(jax.device_count())")
@@ -54,6 +54,7 @@ def test_exec_then_reset_of_a_run_in_progress_resumes_it_from_its_last_checkpoin
         got = sorted(exec_result.stdout.splitlines())
         assert [line.split(" 127.0.0.1:")[0] for line in got] == ["[slice 0 worker 0]", "[slice 1 worker 0]"]
         assert [line.rsplit(" ", 1)[1] for line in got] == ["slice-0-worker-0", "slice-1-worker-0"]
+        (tmp_path / "emu" / "holds" / str(HOLD_AT)).touch()  # acted on: the run may go on to its end
         code = run.finish(300)
     out = run.output()
     assert code == 0, out + run.stderr()
