@@ -100,3 +100,14 @@ def main_thread_has_an_event_loop():
         asyncio.get_event_loop_policy().get_event_loop()
     except RuntimeError:
         asyncio.set_event_loop(asyncio.new_event_loop())
+
+
+@pytest.fixture(autouse=True)
+def logging_as_it_was():
+    """A command run in this process (typer's CliRunner: `python -m training run`, `data
+    prepare`) configures the root logger with a handler on the runner's stderr, closed once the
+    command returns: put the root logger back after every test (tests.helpers.logging_state)."""
+    from tests.helpers.logging_state import root_logger_kept
+
+    with root_logger_kept():
+        yield

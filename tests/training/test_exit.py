@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from training import train
-from training.__main__ import app
+from training.__main__ import _setup_logging, app
 from training.config import TrainConfig
 
 
@@ -67,3 +67,21 @@ def test_exit_process_passes_any_code(code):
         [sys.executable, "-c", f"from training import train; train.exit_process({code})"], timeout=120, check=False
     )
     assert result.returncode == code
+
+
+def test_a_command_run_in_this_process_leaves_no_handler_on_a_closed_stream(capfd):
+    """`python -m training` configures the root logger on the stderr CliRunner gives it, closed
+    once the command returns; the suite puts the logger back (tests.helpers.logging_state), so a
+    later record of this process prints no "--- Logging error ---"."""
+    import logging
+
+    from tests.helpers.logging_state import root_logger_kept
+
+    import typer
+
+    command = typer.Typer()
+    command.command()(lambda: _setup_logging("p0"))  # what `run` and `data prepare` do first
+    with root_logger_kept():
+        assert CliRunner().invoke(command, []).exit_code == 0
+    logging.getLogger("training").warning("a record after the command")
+    assert "Logging error" not in capfd.readouterr().err
