@@ -75,9 +75,9 @@ def test_a_command_run_in_this_process_leaves_no_handler_on_a_closed_stream(capf
     later record of this process prints no "--- Logging error ---"."""
     import logging
 
-    from tests.helpers.logging_state import root_logger_kept
-
     import typer
+
+    from tests.helpers.logging_state import root_logger_kept
 
     command = typer.Typer()
     command.command()(lambda: _setup_logging("p0"))  # what `run` and `data prepare` do first
