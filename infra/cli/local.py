@@ -108,9 +108,8 @@ def local_up(
         "--hold-at",
         min=1,
         metavar="STEP",
-        hidden=True,
-        help="The emulated trainers wait after STEP until the file <state>/holds/STEP exists (for tests and "
-        "scripts that act on a run in progress: docs/emulation.md). Repeatable.",
+        help="The emulated trainers wait after STEP until the file <state dir>/<stack>/holds/STEP exists "
+        "(for scripts and tests that act on a run in progress: docs/emulation.md). Repeatable.",
     ),
     fresh: bool = typer.Option(False, "--fresh", help="Discard the stack's previous local run and start over."),
     summary_json: Path | None = typer.Option(
