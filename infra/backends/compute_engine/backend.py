@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from infra.backends.compute_engine import logs
@@ -70,16 +69,8 @@ class ComputeEngineBackend(Backend):
         journal = "--command='sudo journalctl -u google-startup-scripts.service -f'"
         return f"gcloud compute ssh {first} {where} --tunnel-through-iap {journal}"
 
-    def trainer_filter(
-        self,
-        config: StackConfig,
-        *,
-        slice_id: int | None = None,
-        worker: int | None = None,
-        since: datetime | None = None,
-        run: str | None = None,
-    ) -> str:
-        return logs.trainer_filter(config, slice_id=slice_id, worker=worker, since=since, run=run)
+    def trainer_filter(self, config: StackConfig, **narrowing: Any) -> str:
+        return logs.trainer_filter(config, **narrowing)
 
     def logging_filter(self, config: StackConfig) -> str:
         return logs.compute_engine_filter(config)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from infra.backends.interface import Backend, CapacitySource, Emulation, ExecPlan
@@ -56,16 +55,8 @@ class QueuedResourceBackend(Backend):
             "--command='sudo journalctl -u google-startup-scripts.service -f'"
         )
 
-    def trainer_filter(
-        self,
-        config: StackConfig,
-        *,
-        slice_id: int | None = None,
-        worker: int | None = None,
-        since: datetime | None = None,
-        run: str | None = None,
-    ) -> str:
-        return logs.trainer_filter(config, slice_id=slice_id, worker=worker, since=since, run=run)
+    def trainer_filter(self, config: StackConfig, **narrowing: Any) -> str:
+        return logs.trainer_filter(config, **narrowing)
 
     def logging_filter(self, config: StackConfig) -> str:
         return logs.resource_filter(config.project, config.zone, config.node_ids)
