@@ -51,7 +51,7 @@ def run_once(command: list[str], log: Path) -> tuple[int, str, float, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--runs", type=int, default=3, help="Runs of the whole suite (default 3).")
     parser.add_argument("--busy", type=int, default=2, help="CPU-bound processes beside it (default 2).")
     parser.add_argument("--repeat-tests", nargs="+", default=[], metavar="NODEID", help="Run these tests instead.")
