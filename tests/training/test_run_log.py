@@ -82,3 +82,20 @@ def test_tensorboard_uploads_each_window_once(run_dir):
     assert len(files) == 2 and files[0] == first[0]
     assert tensorboard_scalars(run_dir, "train/loss") == [(1, 1.0), (2, 0.5), (3, 0.25)]
     assert [step for step, _ in tensorboard_scalars(RunDir(str(run_dir)), "train/loss")] == [1, 2, 3]
+
+
+def test_two_starts_in_one_second_keep_both_files(run_dir, monkeypatch):
+    # tensorboardX names a file by the whole second it opened in; a crash and an in-process
+    # restart open their first files within one second (seen in CI: the restart's file
+    # replaced the first start's, and steps 1-4 were gone).
+    import time
+
+    monkeypatch.setattr(time, "time", lambda: 1_800_000_000.25)
+    first = TensorBoardLog(run_dir, start_step=0)
+    first.scalars(1, {"train/loss": 1.0})
+    first.close()
+    restart = TensorBoardLog(run_dir, start_step=1)
+    restart.scalars(2, {"train/loss": 0.5})
+    restart.close()
+    assert len(run_dir.list("tensorboard/*")) == 2
+    assert tensorboard_scalars(run_dir, "train/loss") == [(1, 1.0), (2, 0.5)]

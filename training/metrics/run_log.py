@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -104,10 +105,15 @@ class TensorBoardLog:
         if self._writer is None:
             from tensorboardX import SummaryWriter
 
-            self._files += 1  # unique names within a second: time, host, then this suffix
-            self._writer = SummaryWriter(
-                str(self._spool), purge_step=self._purge_step, filename_suffix=f".{self._files:06d}"
-            )
+            # tensorboardX names a file events.out.tfevents.<whole seconds>.<host><suffix>; two
+            # starts of one run can open their first file in the same second (a crash and an
+            # in-process restart do), and the later would replace the earlier's upload. The
+            # suffix (the time in nanoseconds, then this start's file count) keeps every file's
+            # name unique and sorted in the order written, which is the order TensorBoard
+            # reads them in and applies each start's purge_step.
+            self._files += 1
+            suffix = f".{time.time_ns():020d}.{self._files:06d}"
+            self._writer = SummaryWriter(str(self._spool), purge_step=self._purge_step, filename_suffix=suffix)
             self._purge_step = None
         for name, value in values.items():
             self._writer.add_scalar(name, value, step)
