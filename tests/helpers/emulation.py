@@ -70,13 +70,23 @@ class BackgroundCli:
         """Whether a progress line ``step N/total`` with N ≥ ``step`` came out."""
         return any(int(m[1]) >= step for line in self.lines if (m := re.search(rf"step (\d+)/{total}", line)))
 
-    def wait_until(self, condition: Callable[[], bool], timeout: float) -> None:
-        """Poll ``condition`` until true; fail the test (with the output) if the command ends or
-        ``timeout`` seconds pass first."""
+    def wait_until(self, condition: Callable[[], bool], timeout: float, what: str = "") -> None:
+        """Poll ``condition`` until true; fail the test if the command ends or ``timeout``
+        seconds pass first, saying what it waited for (``what``, else the condition's name) and
+        showing the command's last lines."""
         deadline = time.monotonic() + timeout
         while not condition():
-            assert self.proc.poll() is None and time.monotonic() < deadline, self.output() + self.stderr()
+            code = self.proc.poll()
+            if code is not None or time.monotonic() >= deadline:
+                ended = f"the command ended with status {code}" if code is not None else f"{timeout:.0f} s passed"
+                waited = what or getattr(condition, "__name__", "the condition")
+                raise AssertionError(f"waited for {waited}, but {ended}; its last lines:\n{self.last_lines()}")
             time.sleep(0.1)
+
+    def last_lines(self, count: int = 40) -> str:
+        """The last ``count`` lines of the command's output (and of its stderr, once it ended)."""
+        lines = (self.output() + self.stderr()).splitlines()
+        return "\n".join(lines[-count:])
 
     def finish(self, timeout: float) -> int:
         """Wait for the command to end; its exit status."""

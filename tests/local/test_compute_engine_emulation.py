@@ -74,13 +74,21 @@ def test_a_compute_engine_stack_is_repaired_switches_release_in_place_and_resume
     args += ["--hold-at", str(SWITCH_AT)]  # the trainers wait there: the run cannot end before the switch
     with BackgroundCli(args, tmp_path) as run:
         # After the repair (its restart reported), once the run trains again to step SWITCH_AT.
-        run.wait_until(lambda: any("repair" in line for line in run.lines) and run.reached(SWITCH_AT, STEPS), 600)
+        run.wait_until(
+            lambda: any("repair" in line for line in run.lines) and run.reached(SWITCH_AT, STEPS),
+            600,
+            f"the repair, then step {SWITCH_AT} of the repaired run",
+        )
         storage = next(m[1] for line in run.lines if (m := re.search(r"emulated Cloud Storage at (\S+);", line)))
         for name, data in startup.bucket_objects(config.stack, config.run_dir, second).items():
             gcs.upload(storage, config.bucket_name, name, data)  # pulumi up #2
         # The watches stop the held trainers (a notice: they save at the agreed step) and boot
         # the new release, which resumes past the hold; then the hold is released for good.
-        run.wait_until(lambda: sum("training resumed from the checkpoint" in line for line in run.lines) >= 2, 600)
+        run.wait_until(
+            lambda: sum("training resumed from the checkpoint" in line for line in run.lines) >= 2,
+            600,
+            "the new release to resume training",
+        )
         (tmp_path / config.stack / "holds" / str(SWITCH_AT)).touch()
         code = run.finish(600)
     out = run.output()

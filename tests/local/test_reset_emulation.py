@@ -28,7 +28,7 @@ def test_exec_then_reset_of_a_run_in_progress_resumes_it_from_its_last_checkpoin
     stack.write_text(STACK.read_text().replace("    steps: 24", f"    steps: {STEPS}"))
     args = ["local", "up", "--config-file", str(stack), "--summary-json", str(summary_path), "--hold-at", str(HOLD_AT)]
     with BackgroundCli(args, tmp_path) as run:
-        run.wait_until(lambda: run.reached(HOLD_AT, STEPS), 300)
+        run.wait_until(lambda: run.reached(HOLD_AT, STEPS), 300, f"step {HOLD_AT}, where the run is held")
         # A JAX program run by exec while the run holds the chips, as on a TPU VM (libtpu's lock):
         # it fails on each worker at once with libtpu's message, whether it only asks for devices
         # or first tries to join a job, and the run goes on untouched.

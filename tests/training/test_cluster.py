@@ -83,7 +83,7 @@ def test_unreachable_metadata_server_fails_within_bounded_time(monkeypatch):
     start = time.monotonic()
     with pytest.raises(cluster.MetadataError, match="metadata server unreachable"):
         cluster.get_metadata("agent-worker-number", attempts=3, timeout_s=1)
-    assert time.monotonic() - start < 10
+    assert time.monotonic() - start < 60  # gave up (3 attempts, 1 s each), not a hang
 
 
 def test_worker_outside_slice_is_rejected(monkeypatch):
