@@ -360,7 +360,7 @@ NOT_RUN = {
     r"^sed 's/steps: ": "writes the day-one stack file: "
     "test_the_day_one_stack_is_the_dev_stack_with_more_steps runs it",
     r"^multislice bench shardings ": "measures JAX meshes for tens of seconds: tests/training/ run it",
-    r"^python benchmarks/": "a benchmark: measures for minutes",
+    r"^python3? benchmarks/": "a benchmark: measures for minutes",
     r"^multislice data prepare .* --emulated\b": "tokenizes into a stack's emulated bucket for a minute: "
     "tests/local/test_faults_emulation.py runs one; test_emulated_datasets_go_to_the_stacks_bucket checks the bucket",
     r"^multislice data prepare \S+ /": "tokenizes into a local directory for a minute: tests/cli/test_data.py runs the "

@@ -47,12 +47,19 @@ STACKS: dict[str, dict[str, Any]] = {
     },
     "compute-engine": ce_map("v5p-16", slices=2, capacity="spot"),
 }
-#: The metadata the program declares for slice ``s``'s VMs, as each backend's resources hold it.
+#: The metadata the program declares for slice ``s``'s VMs, as each backend's resources hold it
+#: (found by name: the mocks record registrations in whatever order the program's outputs resolve).
 DECLARED: dict[str, Any] = {
-    "queued-resource": lambda world, s: world.one("pulumi-python:dynamic/tpu:QueuedResource").inputs["metadata"],
-    "compute-engine": lambda world, s: (
+    "queued-resource": lambda world, config, s: world.one("pulumi-python:dynamic/tpu:QueuedResource").inputs[
+        "metadata"
+    ],
+    "compute-engine": lambda world, config, s: (
         world.one("gcp:compute/instanceTemplate:InstanceTemplate").inputs["metadata"]
-        | world.of("gcp:compute/instanceGroupManager:InstanceGroupManager")[s].inputs["allInstancesConfig"]["metadata"]
+        | next(
+            group.inputs["allInstancesConfig"]["metadata"]
+            for group in world.of("gcp:compute/instanceGroupManager:InstanceGroupManager")
+            if group.inputs["name"] == config.node_ids[s]
+        )
     ),
 }
 
@@ -91,7 +98,7 @@ def test_the_program_exports_what_the_backend_says(declared):
 def test_every_vm_is_given_the_metadata_the_program_declares(declared):
     backend, config, world = declared
     for slice_id in range(config.slices):
-        program = DECLARED[backend.name](world, slice_id)
+        program = DECLARED[backend.name](world, config, slice_id)
         for worker in range(config.workers_per_slice):
             emulated = backend.vm_metadata(
                 config,
