@@ -89,9 +89,11 @@ def test_the_identity_is_exported_to_the_trainer(machine, api):
     assert f"{base}instanceGroupManagers/{CE_GROUPS[0]}/listManagedInstances?pageToken=1" in lists
     gets = {path for method, path in api.requests if method == "GET"}
     assert gets == {f"{base}instances/{name}" for name in (*SLICE_1, *SLICE_0)}
-    # The release knows its backend: the program's own key is asked first, Cloud TPU's never.
+    # The release knows its backend: the program's own keys are asked first; Cloud TPU's keys,
+    # which Compute Engine may set too, only to check the place found from the groups.
     asked = [r.split("?")[0].rsplit("/", 1)[-1] for r in machine.metadata.requests]
-    assert asked[0] == "multislice-backend" and "agent-worker-number" not in asked
+    assert asked[0] == "multislice-backend"
+    assert asked.index(contract.INSTANCE_GROUPS_KEY) < asked.index(contract.WORKER_NUMBER_KEY)
 
 
 def test_a_single_slice_exports_no_megascale_values(tmp_path, ce_script, gcs, api):
@@ -152,21 +154,64 @@ def test_a_group_that_does_not_list_this_vm_is_refused(machine, api):
     assert machine.attempts == 0
 
 
-def test_cloud_tpus_keys_on_a_compute_engine_vm_do_not_decide_its_place(machine, api):
-    """A Compute Engine TPU VM may carry Cloud TPU's keys too (public TPU7x deployments read them:
-    docs/compute-engine.md): a compute-engine release still finds its slice from its groups."""
-    machine.metadata.update(
-        {
-            contract.WORKER_NUMBER_KEY: "0",
-            contract.TPU_ENV_KEY: "ACCELERATOR_TYPE: 'v5p-16'\nWORKER_ID: '0'\n",  # no MEGASCALE_SLICE_ID: "slice 0"
-        }
-    )
+#: Cloud TPU's keys as a public TPU7x deployment reports Compute Engine sets them on a slice's VMs
+#: (docs/compute-engine.md, section 4), agreeing with the groups: this VM is worker 1 of hosts
+#: 10.1.0.7 and 10.1.0.3. tpu-env has no MEGASCALE_SLICE_ID: read as Cloud TPU's, "slice 0".
+CLOUD_TPU_KEYS = {
+    contract.WORKER_NUMBER_KEY: "1",
+    contract.WORKER_ENDPOINTS_KEY: "unknown:unknown:10.1.0.7,unknown:unknown:10.1.0.3",
+    contract.TPU_ENV_KEY: "ACCELERATOR_TYPE: 'v5p-16'\nWORKER_ID: '1'\n",
+}
+
+
+@pytest.mark.parametrize(
+    "keys",
+    [CLOUD_TPU_KEYS, {**CLOUD_TPU_KEYS, contract.WORKER_ENDPOINTS_KEY: "10.1.0.7,10.1.0.3"}, {}],
+    ids=["name-id-ip-endpoints", "bare-endpoints", "none"],
+)
+def test_cloud_tpus_keys_on_a_compute_engine_vm_do_not_decide_its_place(machine, api, keys):
+    """A Compute Engine TPU VM may carry Cloud TPU's keys too (a public TPU7x deployment reads
+    them: docs/compute-engine.md): a compute-engine release still finds its slice from its
+    program's keys and its groups, with them or without."""
+    machine.metadata.update(keys)
     fill(api, SLICE_0, SLICE_1)
     result = boot(machine, api)
     assert result.returncode == 0, result.stdout
     env = machine.environ(1)
     assert (env["MULTISLICE_SLICE"], env["MULTISLICE_WORKER"], env["MEGASCALE_SLICE_ID"]) == ("1", "1", "1")
+    assert (env["TPU_WORKER_ID"], env["TPU_WORKER_HOSTNAMES"]) == ("1", "10.1.0.7,10.1.0.3")
     assert (env[contract.IDENTITY_ENV], env[contract.LOG_RESOURCE_ENV]) == ("environment", "gce_instance")
+
+
+@pytest.mark.parametrize(
+    ("keys", "error"),
+    [
+        (
+            {contract.WORKER_NUMBER_KEY: "0"},
+            f"compute engine: metadata key agent-worker-number says this VM ({OWN}) is worker 0, but it is worker 1 "
+            f"of group {CE_GROUPS[1]} by sorted name (multislice-dev-1-c8d2 {OWN}); not starting the trainer",
+        ),
+        (
+            {contract.WORKER_ENDPOINTS_KEY: "unknown:unknown:10.1.0.3,unknown:unknown:10.1.0.7"},
+            "compute engine: metadata key worker-network-endpoints lists hosts 10.1.0.3,10.1.0.7, but group "
+            f"{CE_GROUPS[1]} lists 10.1.0.7,10.1.0.3 in worker order; not starting the trainer",
+        ),
+        (
+            {contract.WORKER_ENDPOINTS_KEY: "10.1.0.7,10.1.0.3,10.1.0.9"},
+            "compute engine: metadata key worker-network-endpoints lists hosts 10.1.0.7,10.1.0.3,10.1.0.9, but group "
+            f"{CE_GROUPS[1]} lists 10.1.0.7,10.1.0.3 in worker order; not starting the trainer",
+        ),
+    ],
+    ids=["worker", "order", "hosts"],
+)
+def test_cloud_tpus_keys_that_disagree_with_the_groups_stop_the_boot_with_one_line(machine, api, keys, error):
+    machine.metadata.update(keys)
+    fill(api, SLICE_0, SLICE_1)
+    result = boot(machine, api)
+    assert result.returncode == 1, result.stdout
+    errors = [line for line in result.stdout.splitlines() if "error: " in line]
+    assert errors == [f"[slice 1 worker ?] error: {error}"]
+    assert machine.attempts == 0
 
 
 def test_a_compute_engine_release_on_a_vm_without_its_backend_key_stops_with_one_line(machine, api):

@@ -84,6 +84,8 @@ def test_metadata_keys_the_templates_read_are_the_contracts():
         contract.SLICE_ID_KEY,
         contract.INSTANCE_GROUPS_KEY,
         contract.WORKERS_PER_SLICE_KEY,
+        # Cloud TPU's, which the compute-engine identity phase checks where Compute Engine sets them.
+        contract.WORKER_ENDPOINTS_KEY,
     }
     assert script.RUN_DIR_ATTRIBUTE == contract.RUN_DIR_KEY  # what fills the placeholder
     assert f"attributes/{contract.DELETE_QUEUED_RESOURCE_KEY}" in template_text(script.DELETE_ON_COMPLETE_RESOURCE)

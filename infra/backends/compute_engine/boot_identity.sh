@@ -166,6 +166,35 @@ worker_hosts=$(
   IFS=,
   printf '%s' "${hosts[*]}"
 )
+# What Compute Engine itself may set on a TPU VM: the third-party vllm-project/ci-infra TPU7x
+# module says "Compute Engine still fills in the TPU metadata … (accelerator-type,
+# agent-worker-number, worker-network-endpoints, tpu-env)"; no Google page read says so
+# (docs/compute-engine.md, section 4). The identity above comes from the program's own keys and
+# the groups; where Compute Engine's keys are present they must agree with it, or the boot stops
+# with one line (a trainer started with two different orders would never form its slice).
+is_endpoints() { [[ $1 =~ ^[^,[:space:]]+(,[^,[:space:]]+)*$ ]]; }
+status=0 ce_worker=''
+read_metadata ce_worker instance/attributes/agent-worker-number is_count || status=$?
+if [[ $status == 0 ]] && ((10#$ce_worker != worker)); then
+  die "compute engine: metadata key agent-worker-number says this VM ($own_name) is worker $((10#$ce_worker)), but it is worker $worker of group ${group_list[slice]} by sorted name (${members[*]}); not starting the trainer"
+fi
+status=0
+read_metadata ce_endpoints instance/attributes/worker-network-endpoints is_endpoints || status=$?
+if ((status == 0)); then
+  ce_hosts=()
+  IFS=, read -r -a entries <<<"$ce_endpoints"
+  for entry in "${entries[@]}"; do # bare hosts, or name:id:ip as JAX reads them (cloud_tpu_cluster.py)
+    if [[ $entry == *:*:* ]]; then
+      IFS=: read -r _ _ entry _ <<<"$entry"
+    fi
+    ce_hosts+=("$entry")
+  done
+  ce_list=$(
+    IFS=,
+    printf '%s' "${ce_hosts[*]}"
+  )
+  [[ $ce_list == "$worker_hosts" ]] || die "compute engine: metadata key worker-network-endpoints lists hosts $(sample "$ce_list"), but group ${group_list[slice]} lists $worker_hosts in worker order; not starting the trainer"
+fi
 identity_env="TPU_WORKER_ID=$worker TPU_WORKER_HOSTNAMES=$worker_hosts"
 if ((${#group_list[@]} > 1)); then
   coordinator=${hosts[0]}
