@@ -222,6 +222,7 @@ LAYERS: list[list[str]] = [
         "infra.backends.specs",
         "infra.backends.queued_resource.spec",
         "infra.backends.compute_engine.spec",
+        "infra.backends.compute_engine.provisioning",
     ],
     ["infra.config"],
     ["infra.startup"],

@@ -110,6 +110,11 @@ class BackendSpec(ABC):
         offered). Default: none."""
         return None
 
+    def capacity_plan(self, config: Any) -> str | None:
+        """One line for ``multislice plan`` on how the capacity is requested and kept, when the
+        backend's resources depend on it beyond the capacity's name. Default: None (no line)."""
+        return None
+
     @abstractmethod
     def refuse_settings(self, changed: list[str], backend: str) -> Exception:
         """The error for a stack of ``backend`` that sets this backend's key (``changed``: the

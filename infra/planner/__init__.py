@@ -147,6 +147,7 @@ def plan(config: StackConfig, *, vocab_source: str | None = None) -> Plan:
         recommendations=(),
         sources=sources,
         dcn_batch=dcn_batch,
+        capacity=config.backend_spec.capacity_plan(config),
     )
     return dataclasses.replace(partial, recommendations=advice.recommendations(partial, config))
 

@@ -27,6 +27,8 @@ def print_plan(p: Plan, console: Console) -> None:
         f"{p.hosts} TPU VMs ({p.hosts_per_slice} per slice, {p.chips_per_host} chips each); "
         f"{p.parameters:,} parameters"
     )
+    if p.capacity is not None:
+        console.print(p.capacity, markup=False, highlight=False)
     mesh = Table(title="mesh (size = dcn × ici)", title_justify="left")
     for column in ("axis", "dcn", "ici", "size"):
         mesh.add_column(column, justify="left" if column == "axis" else "right")

@@ -34,6 +34,9 @@ class Plan:
       sources: figure -> where it comes from.
       dcn_batch: when the stack is DCN-bound, the DCN minimum batch against HBM: the
         microbatch count and remat policy that fit it (:mod:`infra.planner.levers`); else None.
+      capacity: how the backend requests and keeps the capacity, when its resources depend on
+        it beyond the capacity's name (``BackendSpec.capacity_plan``); else None. ``capacity_plan``
+        in ``--json``.
     """
 
     stack: str
@@ -56,6 +59,7 @@ class Plan:
     recommendations: tuple[str, ...]
     sources: dict[str, str]
     dcn_batch: DcnBatchFit | None = dataclasses.field(default=None, metadata={"json": "dcn_min_batch_in_hbm"})
+    capacity: str | None = dataclasses.field(default=None, metadata={"json": "capacity_plan"})
 
     def __post_init__(self) -> None:
         par = self.parallelism

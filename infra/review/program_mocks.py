@@ -34,6 +34,7 @@ QR_TYPE = "pulumi-python:dynamic/tpu:QueuedResource"
 STACK_REFERENCE = "pulumi:pulumi:StackReference"
 TEMPLATE_TYPE = "gcp:compute/instanceTemplate:InstanceTemplate"
 GROUP_TYPE = "gcp:compute/instanceGroupManager:InstanceGroupManager"
+RESIZE_REQUEST_TYPE = "gcp:compute/resizeRequest:ResizeRequest"
 WORKLOAD_POLICY_TYPE = "gcp:compute/resourcePolicy:ResourcePolicy"
 FIREWALL = "gcp:compute/firewall:Firewall"
 #: ipCidrRange the getSubnetwork lookup answers for a reused subnetwork.
@@ -59,6 +60,10 @@ class Registration:
     import_id: str = ""
     #: ``deleteBeforeReplace``: a replacement deletes this one first (else the new one comes first).
     delete_before_replace: bool = False
+    #: ``replaceOnChanges``: input keys whose change replaces the resource whatever its provider says.
+    replace_on_changes: list[str] = field(default_factory=list)
+    #: ``ignoreChanges``: input keys whose change (or drift) the deployment leaves as it is.
+    ignore_changes: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -186,6 +191,8 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
                     retain_on_delete=bool(request.retainOnDelete),
                     import_id=request.importId,
                     delete_before_replace=bool(request.deleteBeforeReplace),
+                    replace_on_changes=list(request.replaceOnChanges),
+                    ignore_changes=list(request.ignoreChanges),
                 )
             )
         return response

@@ -16,8 +16,11 @@ of REV. Reported:
   https://cloud.google.com/compute/docs/instance-templates; the program makes the new one
   first), and a group whose only change is ``versions`` is updated in place to point at the new
   template (``instanceGroupManagers.patch``; its ``OPPORTUNISTIC`` update policy recreates no
-  VM: docs/deploying.md). Other resources are pulumi-gcp's: whether a changed key replaces them
-  is the provider schema's call (shown as ``update or replace``).
+  VM: docs/deploying.md). A key the program marks ``replaceOnChanges`` (a group's target size
+  policy, which cannot change on an existing group) replaces its resource, and a flex-start
+  slice's resize request is replaced on any change (pulumi-gcp cannot update one). Other
+  resources are pulumi-gcp's: whether a changed key replaces them is the provider schema's call
+  (shown as ``update or replace``).
 
 No cloud credentials and no Pulumi CLI are needed.
 """
@@ -175,11 +178,30 @@ GROUP_NOTE = (
 )
 
 
-def _pulumi_gcp_change(name: str, typ: str, keys: tuple[str, ...]) -> ResourceChange:
-    from infra.review.program_mocks import GROUP_TYPE, TEMPLATE_TYPE
+GROUP_REPLACE_NOTE = (
+    "the group is deleted with its VMs and created again: its target size policy cannot change on an existing group "
+    "(https://cloud.google.com/compute/docs/instance-groups/about-bulk-mode)"
+)
+RESIZE_REQUEST_NOTE = (
+    "a new resize request: its group asks for the slice's VMs again, beside any the last request made that still "
+    "run; change it after those ended (Compute Engine deletes them when their run duration ends)"
+)
+
+
+def _pulumi_gcp_change(
+    name: str, typ: str, keys: tuple[str, ...], replace_on_changes: tuple[str, ...] = ()
+) -> ResourceChange:
+    """A pulumi-gcp resource's change: the program's own ``replaceOnChanges`` first, then what
+    the module docstring says of each type."""
+    from infra.review.program_mocks import GROUP_TYPE, RESIZE_REQUEST_TYPE, TEMPLATE_TYPE
 
     if typ == TEMPLATE_TYPE:
         return ResourceChange(name, typ, "replace", keys, keys, TEMPLATE_NOTE)
+    if typ == RESIZE_REQUEST_TYPE:  # pulumi-gcp replaces a resize request on any change
+        return ResourceChange(name, typ, "replace", keys, keys, RESIZE_REQUEST_NOTE)
+    replacing = tuple(key for key in keys if key in replace_on_changes)
+    if replacing:
+        return ResourceChange(name, typ, "replace", keys, replacing, GROUP_REPLACE_NOTE if typ == GROUP_TYPE else "")
     if typ == GROUP_TYPE and keys == ("versions",):
         return ResourceChange(name, typ, "update", keys, (), GROUP_NOTE)
     return ResourceChange(name, typ, "update-or-replace", keys)
@@ -204,7 +226,7 @@ def _resource_changes(old_world: Any, new_world: Any) -> list[ResourceChange]:
                 changes.append(change)
         elif inputs_a != inputs_b:
             keys = tuple(sorted(k for k in inputs_a.keys() | inputs_b.keys() if inputs_a.get(k) != inputs_b.get(k)))
-            changes.append(_pulumi_gcp_change(b.name, b.typ, keys))
+            changes.append(_pulumi_gcp_change(b.name, b.typ, keys, tuple(b.replace_on_changes)))
     return sorted(changes, key=lambda c: (c.typ, c.name))
 
 

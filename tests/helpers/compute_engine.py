@@ -24,6 +24,8 @@ SHAPES = {
     "v5p-16": ("us-east5-a", 8, 2, "2x2x2", "ct5p-hightpu-4t"),
     "v6e-16": ("us-east5-b", 16, 4, "4x4", "ct6e-standard-4t"),
     "v6e-8": ("us-east5-b", 8, 1, "2x4", "ct6e-standard-8t"),
+    # Google's tpu-operator test group: nodeCount 2, topology 2x2x2, tpu7x-standard-4t.
+    "tpu7x-16": ("us-central1-c", 8, 2, "2x2x2", "tpu7x-standard-4t"),
 }
 
 
@@ -45,5 +47,5 @@ def ce_map(accelerator: str = "v5p-16", *, slices: int = 2, capacity: str = "spo
         "dcn": {"data": slices, "fsdp": 1, "tensor": 1},
     }
     config["multislice:training"]["global_batch_size"] = 2 * chips * slices  # divisible by the data-parallel size
-    config.update(extra)
+    config.update(copy.deepcopy(extra))  # a caller may change what it gets back; never its arguments
     return config

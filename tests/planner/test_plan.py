@@ -115,6 +115,7 @@ def reference_json(p: planner.Plan) -> dict:
         "recommendations": list(p.recommendations),
         "sources": dict(p.sources),
         "dcn_min_batch_in_hbm": None if p.dcn_batch is None else dcn_batch_json(p.dcn_batch),
+        "capacity_plan": p.capacity,
     }
 
 

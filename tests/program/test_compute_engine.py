@@ -158,7 +158,11 @@ SPOT = {"provisioningModel": "SPOT", "onHostMaintenance": "TERMINATE", "preempti
         (
             "reserved",
             {"multislice:reservationName": "acme-v5p"},
-            {"provisioningModel": "STANDARD", "onHostMaintenance": "TERMINATE"},
+            {
+                "provisioningModel": "RESERVATION_BOUND",
+                "onHostMaintenance": "TERMINATE",
+                "instanceTerminationAction": "DELETE",
+            },
             {
                 "type": "SPECIFIC_RESERVATION",
                 "specificReservation": {"key": "compute.googleapis.com/reservation-name", "values": ["acme-v5p"]},

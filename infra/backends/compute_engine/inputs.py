@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import pulumi
 
+from infra.backends.compute_engine import provisioning
 from infra.startup.contract import (
     BACKEND_KEY,
     COMPUTE_ENGINE_ACCELERATOR_KEY,
@@ -48,6 +49,7 @@ class ComputeEngineInputs:
       metadata: the template's metadata before the compute-engine keys (startup script, run dir).
       replaces_queued_resource: the stack's last deployment used the queued-resource backend (an
         Output of the program's backend check).
+      requested_target_size_policy_mode: the stack's choice of ``BULK``/``INDIVIDUAL``, if any.
     """
 
     stack: str
@@ -70,6 +72,25 @@ class ComputeEngineInputs:
     reservation_name: str | None = None
     max_run_duration_seconds: int | None = None
     replaces_queued_resource: pulumi.Input[bool] = False
+    #: ``multislice:computeEngine.targetSizePolicyMode`` (None: chosen by the capacity).
+    requested_target_size_policy_mode: str | None = None
+
+    @property
+    def target_size_policy_mode(self) -> str:
+        """``BULK`` or ``INDIVIDUAL`` (:func:`~infra.backends.compute_engine.provisioning.target_size_policy_mode`)."""
+        return provisioning.target_size_policy_mode(
+            self.capacity, self.reservation_name, self.vms_per_slice, self.requested_target_size_policy_mode
+        )
+
+    @property
+    def resize_request(self) -> bool:
+        """Each group starts empty and gets its VMs from a resize request (flex-start)."""
+        return provisioning.requested_by_resize_request(self.capacity)
+
+    @property
+    def repairs_vms(self) -> bool:
+        """Each group recreates a failed VM by itself (per-VM repair)."""
+        return provisioning.repairs_vms(self.capacity, self.vms_per_slice)
 
     @property
     def multi_host(self) -> bool:

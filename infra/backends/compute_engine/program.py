@@ -51,6 +51,7 @@ def compute_engine_inputs(
         capacity=config.capacity,
         reservation_name=config.reservation_name,
         max_run_duration_seconds=config.compute_engine.max_run_duration,
+        requested_target_size_policy_mode=config.compute_engine.target_size_policy_mode,
         network=network,
         subnetwork=subnetwork,
         service_account=service_account,

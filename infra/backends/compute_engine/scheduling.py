@@ -12,12 +12,18 @@ Per ``multislice:capacity`` (docs/compute-engine.md, section 3, which quotes Goo
   pulumi-gcp's ``InstanceTemplateSchedulingArgs.provisioning_model`` says the same).
 * ``on-demand`` – STANDARD, ``on_host_maintenance`` TERMINATE (TPU VMs cannot live-migrate:
   every TPU example of docs/compute-engine.md passes ``--maintenance-policy=TERMINATE``).
-* ``reserved`` – STANDARD, TERMINATE, and ``reservation_affinity``: SPECIFIC_RESERVATION with
-  key ``compute.googleapis.com/reservation-name`` and the reservation's name when
-  ``multislice:reservationName`` is set (pulumi-gcp's
+* ``reserved`` with ``multislice:reservationName`` – RESERVATION_BOUND, TERMINATE, termination
+  action DELETE, and ``reservation_affinity`` SPECIFIC_RESERVATION with key
+  ``compute.googleapis.com/reservation-name`` and the reservation's name (pulumi-gcp's
   ``InstanceTemplateReservationAffinitySpecificReservationArgs.key``: "To target a
   SPECIFIC_RESERVATION by name, specify compute.googleapis.com/reservation-name as the key and
-  specify the name of your reservation as the only value"), else ANY_RESERVATION.
+  specify the name of your reservation as the only value"). The model and the action are those
+  of Google's gke-labs/tpu-operator for a TPU group with a reservation (its converter:
+  ``case "RESERVATION_BOUND": … InstanceTerminationAction = "DELETE"``; its validator: "instance
+  termination action must be DELETE when provisioning model is RESERVATION_BOUND") and of the
+  third-party vllm-project/ci-infra TPU7x module (:mod:`~infra.backends.compute_engine.provisioning`).
+* ``reserved`` without a name – STANDARD, TERMINATE, ``reservation_affinity`` ANY_RESERVATION
+  (tpu-operator: STANDARD when no reservation is set).
 * ``flex-start`` – FLEX_START, ``max_run_duration`` (``multislice:computeEngine.maxRunDuration``,
   required by the config), ``instance_termination_action`` DELETE, ``automatic_restart`` false,
   TERMINATE (pulumi-gcp's rule for FLEX_START in ``pulumi_gcp/compute/_inputs.py``:
@@ -34,30 +40,38 @@ from __future__ import annotations
 
 from typing import Any
 
+from infra.backends.compute_engine.provisioning import (
+    DELETE,
+    provisioning_model,
+    reservation_bound,
+    reservation_short_name,
+)
+
 #: The reservation-affinity key that names a reservation (pulumi-gcp, see the module docstring).
 RESERVATION_NAME_KEY = "compute.googleapis.com/reservation-name"
 
-_PROVISIONING_MODEL = {"spot": "SPOT", "on-demand": "STANDARD", "reserved": "STANDARD", "flex-start": "FLEX_START"}
 
-
-def scheduling(capacity: str, max_run_duration_seconds: int | None) -> dict[str, Any]:
+def scheduling(
+    capacity: str, max_run_duration_seconds: int | None, reservation_name: str | None = None
+) -> dict[str, Any]:
     """The template's ``scheduling`` (pulumi-gcp argument names) for ``capacity``.
 
     Raises:
       ValueError: an unknown capacity, or flex-start without a run duration (the config refuses
         both first: ``infra.config``).
     """
-    if capacity not in _PROVISIONING_MODEL:
-        raise ValueError(f"capacity {capacity!r}; allowed: {', '.join(_PROVISIONING_MODEL)}")
+    model = provisioning_model(capacity, reservation_name)
     if capacity == "flex-start" and max_run_duration_seconds is None:
         raise ValueError("flex-start needs a max run duration (multislice:computeEngine.maxRunDuration)")
-    out: dict[str, Any] = {"provisioning_model": _PROVISIONING_MODEL[capacity], "on_host_maintenance": "TERMINATE"}
+    out: dict[str, Any] = {"provisioning_model": model, "on_host_maintenance": "TERMINATE"}
     if capacity == "spot":
         out.update(preemptible=True, automatic_restart=False, instance_termination_action="STOP")
     if capacity == "flex-start":
         out["automatic_restart"] = False
+    if reservation_bound(capacity, reservation_name):
+        out["instance_termination_action"] = DELETE
     if max_run_duration_seconds is not None:
-        out.update(max_run_duration={"seconds": int(max_run_duration_seconds)}, instance_termination_action="DELETE")
+        out.update(max_run_duration={"seconds": int(max_run_duration_seconds)}, instance_termination_action=DELETE)
     return out
 
 
@@ -70,7 +84,7 @@ def reservation_affinity(capacity: str, reservation_name: str | None) -> dict[st
     """
     if capacity != "reserved":
         return None
-    if reservation_name is None or reservation_name.rsplit("/", 1)[-1] in ("", "-"):
+    name = reservation_short_name(reservation_name)
+    if name is None:
         return {"type": "ANY_RESERVATION"}
-    name = reservation_name.rsplit("/", 1)[-1]
     return {"type": "SPECIFIC_RESERVATION", "specific_reservation": {"key": RESERVATION_NAME_KEY, "values": [name]}}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pulumi
 import pulumi_gcp as gcp
 
-from infra.backends.compute_engine import images
+from infra.backends.compute_engine import images, machine, provisioning
 from infra.backends.compute_engine.inputs import CLOUD_PLATFORM_SCOPE, ComputeEngineInputs
 from infra.backends.compute_engine.scheduling import reservation_affinity, scheduling
 from infra.startup.contract import STARTUP_SCRIPT_KEY
@@ -23,6 +23,8 @@ UPDATE_POLICY_TYPE = "OPPORTUNISTIC"
 UPDATE_MINIMAL_ACTION = "NONE"
 #: The name of the groups' one version (the template it points to changes, not the name).
 VERSION_NAME = "multislice"
+#: A flex-start group's resize request is named ``<group>-<this>``.
+RESIZE_REQUEST_SUFFIX = "flex-start"
 
 
 class ComputeEngineSlices(pulumi.ComponentResource):
@@ -76,7 +78,7 @@ class ComputeEngineSlices(pulumi.ComponentResource):
                 opts=child,
             )
         affinity = reservation_affinity(args.capacity, args.reservation_name)
-        timing = scheduling(args.capacity, args.max_run_duration_seconds)
+        timing = scheduling(args.capacity, args.max_run_duration_seconds, args.reservation_name)
         run_limit = timing.pop("max_run_duration", None)
         self.template = gcp.compute.InstanceTemplate(
             f"{name}-template",
@@ -86,12 +88,17 @@ class ComputeEngineSlices(pulumi.ComponentResource):
             machine_type=args.machine_type,
             disks=[
                 gcp.compute.InstanceTemplateDiskArgs(
-                    boot=True, auto_delete=True, source_image=images.source_image(args.generation)
+                    boot=True,
+                    auto_delete=True,
+                    source_image=images.source_image(args.generation),
+                    disk_type=machine.boot_disk_type(args.generation),
                 )
             ],
             # No access_configs: no external IP (egress through the stack's Cloud NAT).
             network_interfaces=[
-                gcp.compute.InstanceTemplateNetworkInterfaceArgs(network=args.network, subnetwork=args.subnetwork)
+                gcp.compute.InstanceTemplateNetworkInterfaceArgs(
+                    network=args.network, subnetwork=args.subnetwork, nic_type=machine.nic_type(args.generation)
+                )
             ],
             service_account=gcp.compute.InstanceTemplateServiceAccountArgs(
                 email=args.service_account, scopes=[CLOUD_PLATFORM_SCOPE]
@@ -110,6 +117,8 @@ class ComputeEngineSlices(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, hide_diffs=[f'metadata["{STARTUP_SCRIPT_KEY}"]']),
         )
         self.groups: list[gcp.compute.InstanceGroupManager] = []
+        self.resize_requests: list[gcp.compute.ResizeRequest] = []
+        bulk = args.target_size_policy_mode == provisioning.BULK
         for index, group in enumerate(args.group_names):
             self.groups.append(
                 gcp.compute.InstanceGroupManager(
@@ -119,7 +128,15 @@ class ComputeEngineSlices(pulumi.ComponentResource):
                     name=group,
                     base_instance_name=group,
                     description=args.group_description(),
-                    target_size=args.vms_per_slice,
+                    target_size=0 if args.resize_request else args.vms_per_slice,
+                    target_size_policies=[gcp.compute.InstanceGroupManagerTargetSizePolicyArgs(mode=provisioning.BULK)]
+                    if bulk
+                    else None,
+                    instance_lifecycle_policy=None
+                    if args.repairs_vms
+                    else gcp.compute.InstanceGroupManagerInstanceLifecyclePolicyArgs(
+                        default_action_on_failure=provisioning.DO_NOTHING
+                    ),
                     versions=[
                         gcp.compute.InstanceGroupManagerVersionArgs(
                             name=VERSION_NAME, instance_template=self.template.self_link_unique
@@ -137,11 +154,44 @@ class ComputeEngineSlices(pulumi.ComponentResource):
                         type=UPDATE_POLICY_TYPE, minimal_action=UPDATE_MINIMAL_ACTION
                     ),
                     # Fixed names: a group that must be replaced goes before its successor comes.
-                    opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True),
+                    # The target size policy cannot change on an existing group ("About bulk
+                    # mode"): a change replaces the group, and the preview says so. A group
+                    # filled by a resize request grows from 0 by it: its target size is the
+                    # request's to set, not the program's.
+                    opts=pulumi.ResourceOptions(
+                        parent=self,
+                        delete_before_replace=True,
+                        replace_on_changes=["targetSizePolicies"],
+                        ignore_changes=["targetSize"] if args.resize_request else None,
+                    ),
                 )
             )
+            if args.resize_request:
+                self.resize_requests.append(_resize_request_of(name, index, args, self.groups[-1], self))
         self.group_names = pulumi.Output.all(*[g.name for g in self.groups])
         self.register_outputs({"groupNames": self.group_names})
+
+
+def _resize_request_of(
+    name: str, index: int, args: ComputeEngineInputs, group: gcp.compute.InstanceGroupManager, parent: pulumi.Resource
+) -> gcp.compute.ResizeRequest:
+    """Slice ``index``'s resize request: the slice's VMs, all at once, for the run duration."""
+    assert args.max_run_duration_seconds is not None  # flex-start: the config requires it
+    return gcp.compute.ResizeRequest(
+        f"{name}-{index}-resize-request",
+        project=args.project,
+        zone=args.zone,
+        name=f"{args.group_names[index]}-{RESIZE_REQUEST_SUFFIX}",
+        instance_group_manager=group.name,
+        resize_by=args.vms_per_slice,
+        requested_run_duration=gcp.compute.ResizeRequestRequestedRunDurationArgs(
+            seconds=str(args.max_run_duration_seconds)
+        ),
+        description=f"The {args.vms_per_slice} flex-start VMs of slice {index} of multislice stack {args.stack}.",
+        # A request is never changed in place (pulumi-gcp replaces it on any change); a fixed
+        # name goes before its successor comes.
+        opts=pulumi.ResourceOptions(parent=parent, delete_before_replace=True),
+    )
 
 
 def _affinity_args(affinity: dict | None) -> gcp.compute.InstanceTemplateReservationAffinityArgs | None:

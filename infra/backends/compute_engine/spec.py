@@ -16,11 +16,12 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
 from infra.accelerators import Generation
+from infra.backends.compute_engine import provisioning
 from infra.backends.spec import BackendSpec
 from infra.durations import Duration
 from training.validation import StrictModel, invalid
@@ -44,6 +45,15 @@ class ComputeEngineSettings(StrictModel):
         default=None,
         alias="maxRunDuration",
         description="How long the VMs may run before Compute Engine deletes them (required with flex-start; ≤ 7d).",
+    )
+
+    target_size_policy_mode: Literal["BULK", "INDIVIDUAL"] | None = Field(
+        default=None,
+        alias="targetSizePolicyMode",
+        description=(
+            "BULK (each slice's VMs created all at once or not at all) or INDIVIDUAL; default BULK for "
+            "multi-host slices of a named reservation, else INDIVIDUAL."
+        ),
     )
 
     @model_validator(mode="after")
@@ -106,6 +116,18 @@ class ComputeEngineSpec(BackendSpec):
                 "required with multislice:capacity flex-start: flex-start VMs run for at most seven days and "
                 "Compute Engine deletes them at the end (e.g. maxRunDuration: 3d)",
             )
+        if config.compute_engine.target_size_policy_mode == provisioning.BULK:
+            _check_bulk(config)
+
+    def capacity_plan(self, config: Any) -> str | None:
+        limit = config.compute_engine.max_run_duration
+        return provisioning.describe(
+            config.capacity,
+            config.reservation_name,
+            config.accelerator.hosts,
+            config.compute_engine.target_size_policy_mode,
+            run_duration=None if limit is None else _duration(limit),
+        )
 
     def refuse_settings(self, changed: list[str], backend: str) -> Exception:
         return invalid(
@@ -118,6 +140,49 @@ class ComputeEngineSpec(BackendSpec):
 
     def boot_values(self) -> dict[str, str]:
         return {"GROUP_WAIT_S": str(GROUP_WAIT_S)}
+
+
+def _duration(seconds: int) -> str:
+    """``seconds`` in the largest whole unit of d, h, m (else s): 259200 -> ``3d``."""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds % size == 0:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+#: Google's page on bulk mode (its rules: :mod:`~infra.backends.compute_engine.provisioning`).
+BULK_MODE_PAGE = "https://cloud.google.com/compute/docs/instance-groups/about-bulk-mode"
+
+
+def _check_bulk(config: Any) -> None:
+    """``targetSizePolicyMode: BULK`` only where bulk mode can be: one message naming the key."""
+    key = "multislice:computeEngine.targetSizePolicyMode"
+    if config.capacity in ("spot", "on-demand"):
+        raise invalid(
+            key,
+            f"BULK cannot be used with multislice:capacity {config.capacity}: bulk mode takes only reservation-bound "
+            f"and flex-start VMs ({BULK_MODE_PAGE}); use capacity reserved with multislice:reservationName, or "
+            "remove the key",
+        )
+    if config.capacity == "flex-start":
+        raise invalid(
+            key,
+            "BULK cannot be used with multislice:capacity flex-start here: each flex-start slice is requested by a "
+            f"resize request, which bulk mode does not support ({BULK_MODE_PAGE}); remove the key",
+        )
+    if not provisioning.reservation_bound(config.capacity, config.reservation_name):
+        raise invalid(
+            key,
+            "BULK needs reservation-bound VMs, and a reserved stack's VMs are reservation-bound only with a named "
+            f"reservation ({BULK_MODE_PAGE}): set multislice:reservationName, or remove the key",
+        )
+    if config.accelerator.hosts == 1:
+        raise invalid(
+            key,
+            f"BULK needs a slice of several VMs; {config.accelerator_type} is one VM per slice (Google's "
+            'gke-labs/tpu-operator: "targetSizePolicyMode must be INDIVIDUAL when nodeCount is 1 or less"): '
+            "remove the key",
+        )
 
 
 SPEC = ComputeEngineSpec()
