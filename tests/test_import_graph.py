@@ -238,6 +238,7 @@ LAYERS: list[list[str]] = [
         "infra.status.plot",
         "infra.local.topology",
         "infra.local.emulator",
+        "infra.local.recreation",
         "infra.local.lifecycle",
     ],
     ["infra.review", "infra.policy"],

@@ -80,6 +80,9 @@ class Emulation(ABC):
     :meth:`stop` with the VMs. Repair is the emulator's, the same on every backend: the failed
     slice's VMs are recreated with empty disks and every other slice is restarted (Cloud TPU's
     auto-repair; docs/faults.md); :meth:`repaired` tells the backend, whose VMs keep their names.
+    Where the platform does not recreate a slice by itself (:attr:`repairs_slices` False: a
+    compute-engine group without per-VM repair), the repair waits until a VM asks for it through
+    the emulated API (:meth:`lost`, :meth:`take_recreated`).
     """
 
     @abstractmethod
@@ -122,6 +125,21 @@ class Emulation(ABC):
     def repaired(self, slice_id: int) -> None:
         """Slice ``slice_id`` was recreated (see the class docstring). Default: nothing changes."""
         return None
+
+    @property
+    def repairs_slices(self) -> bool:
+        """Whether the platform recreates a failed slice by itself (Cloud TPU's auto-repair; a
+        group's per-VM repair of its one VM). When False, a struck slice is :meth:`lost` and is
+        recreated only once a VM asks for it (:meth:`take_recreated`). Default: True."""
+        return True
+
+    def lost(self, slice_id: int) -> None:
+        """Slice ``slice_id``'s VMs were struck and stay down (only when not :attr:`repairs_slices`)."""
+        return None
+
+    def take_recreated(self) -> list[int]:
+        """The slices a VM asked to recreate since the last call. Default: none."""
+        return []
 
     @property
     @abstractmethod

@@ -136,7 +136,18 @@ class BackendSpec(ABC):
         """The placeholders of :attr:`boot_identity` and their values. Default: none."""
         return {}
 
+    def slice_watch(self, config: Any) -> str | None:
+        """The file of this package the stack's release carries as ``slice-watch.sh``, which the
+        release watch runs once per poll to recreate a slice whose VMs were lost (filled with the
+        contract's endpoint defaults, as :attr:`boot_identity`); None when the platform repairs
+        the slices itself. Default: None."""
+        return None
+
+    def package_text(self, file: str) -> str:
+        """The text of ``file``, package data of the backend's package."""
+        package = type(self).__module__.rpartition(".")[0]
+        return resources.files(package).joinpath(file).read_text(encoding="utf-8")
+
     def boot_identity_template(self) -> str:
         """The text of :attr:`boot_identity` (package data of the backend's package)."""
-        package = type(self).__module__.rpartition(".")[0]
-        return resources.files(package).joinpath(self.boot_identity).read_text(encoding="utf-8")
+        return self.package_text(self.boot_identity)

@@ -61,6 +61,17 @@ DELETE_PERMISSIONS = ("tpu.nodes.delete",)
 #: with both, ``roles/compute.viewer``, reads every Compute Engine resource of the project, hence
 #: a custom role of the two.
 COMPUTE_READ_PERMISSIONS = ("compute.instanceGroupManagers.get", "compute.instances.get")
+#: The permission of the custom role that lets a VM of the compute-engine backend recreate a slice
+#: whose VMs were lost, where its group does not repair a VM by itself (``slice-watch.sh``):
+#: ``instanceGroupManagers.recreateInstances`` is authorized by
+#: ``compute.instanceGroupManagers.update`` on the group
+#: (https://cloud.google.com/compute/docs/reference/rest/v1/instanceGroupManagers/recreateInstances).
+#: Granted on the project without a condition: IAM Conditions' resource attributes list Compute
+#: Engine's instances and instance templates but not its instance group managers
+#: (https://cloud.google.com/iam/docs/conditions-resource-attributes), so a condition on the
+#: group's name would deny the call. The VMs can therefore update any group of the project
+#: (docs/deploying.md, "What the VMs may read and write").
+RECREATE_PERMISSIONS = ("compute.instanceGroupManagers.update",)
 
 
 #: The component's type token before it was renamed from ``Identity``; the alias keeps the
@@ -111,6 +122,9 @@ class ServiceAccountArgs(StrictModel):
     #: Grant :data:`COMPUTE_READ_PERMISSIONS`: the backend's VMs find their place from their
     #: instance groups (``BackendSpec.vm_reads_instance_groups``: ``multislice:backend: compute-engine``).
     reads_instance_groups: bool = False
+    #: Grant :data:`RECREATE_PERMISSIONS`: the VMs recreate a lost slice's group
+    #: (``BackendSpec.slice_watch``: a compute-engine group without per-VM repair).
+    recreates_slices: bool = False
 
 
 class ServiceAccount(pulumi.ComponentResource):
@@ -124,7 +138,9 @@ class ServiceAccount(pulumi.ComponentResource):
     ``delete_on_complete``, a custom role of :data:`DELETE_PERMISSIONS` alone on the project
     (:func:`delete_role_id`): worker 0 deletes the queued resource when the run completes; with
     ``reads_instance_groups``, a custom role of :data:`COMPUTE_READ_PERMISSIONS` alone on the project
-    (:func:`compute_read_role_id`): each VM lists its slices' groups and reads their VMs' IPs.
+    (:func:`compute_read_role_id`): each VM lists its slices' groups and reads their VMs' IPs;
+    with ``recreates_slices``, a custom role of :data:`RECREATE_PERMISSIONS` alone on the project
+    (:func:`slice_repair_role_id`): a VM recreates a slice whose VMs were lost.
     Nothing else project-wide: no editor, no storage admin, no TPU admin, no compute viewer.
     docs/deploying.md ("What the VMs may read and write") lists each grant and why.
 
@@ -237,6 +253,17 @@ class ServiceAccount(pulumi.ComponentResource):
                 "listed VMs' internal IPs (multislice:backend compute-engine).",
                 COMPUTE_READ_PERMISSIONS,
             )
+        self.slice_repair_role: gcp.projects.IAMCustomRole | None = None
+        if args.recreates_slices:
+            self.slice_repair_role = custom_role(
+                f"{name}-slice-repair-role",
+                f"{name}-slice-repair",
+                lambda unique_id: slice_repair_role_id(args.stack, unique_id),
+                f"Multislice {args.stack}: recreate a lost slice",
+                "Lets the stack's TPU VMs recreate every VM of a slice whose VMs were lost, as its "
+                "managed instance group does not repair one VM alone (multislice:backend compute-engine).",
+                RECREATE_PERMISSIONS,
+            )
         self.register_outputs({"email": self.email, "member": self.member})
 
 
@@ -284,6 +311,17 @@ def compute_read_role_id(stack: str, account_unique_id: str) -> str:
       ValueError: ``account_unique_id`` is not a string of digits.
     """
     return _role_id("multisliceComputeRead", stack, account_unique_id)
+
+
+def slice_repair_role_id(stack: str, account_unique_id: str) -> str:
+    """Id of the stack's custom role of :data:`RECREATE_PERMISSIONS`:
+    ``multisliceSliceRepair_<stack>_<last 10 digits of the account's unique id>`` (why the
+    suffix: :func:`delete_role_id`; the longest stack name gives 21 + 1 + 15 + 1 + 10 = 48).
+
+    Raises:
+      ValueError: ``account_unique_id`` is not a string of digits.
+    """
+    return _role_id("multisliceSliceRepair", stack, account_unique_id)
 
 
 def _role_id(prefix: str, stack: str, account_unique_id: str) -> str:

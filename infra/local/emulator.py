@@ -16,13 +16,13 @@ runs on Cloud TPU:
   ``gs://<bucket>/runs/<run name>``, and the environment that points the trainer's storage
   clients at the server. The emulator reads the run through the same API.
 
-With ``multislice:queuedResource.deleteOnComplete`` worker 0 of slice 0 deletes the queued
-resource once the run is complete, through a loopback Cloud TPU API (``infra.backends.queued_resource.emulated_api``);
-the emulator then records the deletion and stops the VMs still running.
+With ``multislice:queuedResource.deleteOnComplete`` worker 0 of slice 0 deletes the queued resource
+once the run is complete, through a loopback Cloud TPU API (``infra.backends.queued_resource.emulated_api``): the
+emulator then records the deletion and stops the VMs still running.
 
-It injects faults (infra.local.faults) when training reports the given step, then repairs
-like Cloud TPU auto-repair: the failed slice is recreated (its VMs get fresh disks), every
-other slice is restarted, and the trainer resumes from the newest finalized checkpoint.
+It injects faults (infra.local.faults) when training reports the given step, then repairs like
+Cloud TPU auto-repair (elsewhere once a VM asked: infra.local.recreation): the failed slice is
+recreated (fresh disks), every other slice restarted; training resumes from the newest checkpoint.
 
 Nothing is left behind: Ctrl-C / SIGTERM / errors stop every VM (SIGTERM, grace, SIGKILL:
 ``infra.local.supervisor``), every metadata server and the storage server. If the emulator
@@ -53,6 +53,7 @@ from infra.local.metadata import MetadataServer
 from infra.local.options import EmulationError, Interrupted, Options
 from infra.local.ports import free_port
 from infra.local.progress import BootLines, ProgressSample, ProgressTail, RunReporter
+from infra.local.recreation import await_recreation
 from infra.local.state import EMULATION_ID_ENV, LocalPaths
 from infra.local.supervisor import GroupFailed
 from infra.local.tails import MetricsTail, RecordTail, indented_tail
@@ -182,16 +183,8 @@ class LocalQueuedResource:
             for worker in range(self.config.accelerator.hosts):
                 server = MetadataServer({}, self.capacity.metadata_values(slice_id, worker))
                 self.servers.append(server)
-                self.vms.append(
-                    EmulatedVM(
-                        slice_id,
-                        worker,
-                        node,
-                        self.paths.vm_home(slice_id, worker),
-                        self.paths.vm_log(slice_id, worker),
-                        server,
-                    )
-                )
+                home, log = self.paths.vm_home(slice_id, worker), self.paths.vm_log(slice_id, worker)
+                self.vms.append(EmulatedVM(slice_id, worker, node, home, log, server))
 
     def boot_all(self, options: Options) -> None:
         """Give every VM its metadata (a fresh coordinator port unless fixed), boot it, and
@@ -242,6 +235,9 @@ class LocalQueuedResource:
         else:
             supervisor.kill_groups(targets)
             self.gates.strike(fault.step)
+        if not self.capacity.repairs_slices:
+            self.reporter.drain()
+            await_recreation(self.capacity, self.config, fault.slice_id, self.vms, options, self.report)
         reached = [observed_step]
 
         def settled() -> None:

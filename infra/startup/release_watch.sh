@@ -18,7 +18,7 @@
 #       boot left running (the only one left on the disk). A boot that fails leaves the trainer as it was and is
 #       tried again next time. As a queued resource's reset does, a new release also restarts a
 #       trainer that completed its run (raising training.steps continues it) or stopped on a
-#       configuration error.
+#       configuration error. Each poll first runs this release's slice-watch.sh, if it has one.
 #
 # Environment variables: GCE_METADATA_IP, STORAGE_EMULATOR_HOST, MULTISLICE_RELEASE_POLL_S.
 set -uo pipefail
@@ -67,6 +67,9 @@ watch() {
   say "release watch: release ${release_id:0:12}; the record $record is read every ${poll}s"
   while true; do
     sleep "$poll"
+    # The backend's slice watch, where the release carries one (slice-watch.sh: a compute-engine
+    # group that does not repair a VM by itself); it says what it does, and fails only this poll.
+    if [[ -f $release/slice-watch.sh ]]; then bash "$release/slice-watch.sh" "$home" || true; fi
     status=0
     now=$(current "$record") || status=$?
     if ((status != 0)); then

@@ -16,6 +16,8 @@ The script is a bootstrap (``infra/startup/startup.sh.in``) plus a **release**: 
   the phase of the boot that finds the VM's worker and slice, which ``boot.sh`` sources;
 * ``trainer.sh`` (``infra/startup/trainer.sh``): the unit's ``ExecStart=`` (restart backoff, line
   prefix, ``exec`` of the trainer) and ``ExecStopPost=`` (one line per trainer exit);
+* ``slice-watch.sh`` (the backend's, :func:`slice_watch_script`; a compute-engine group that does
+  not repair a VM by itself): run by the release watch each poll, it recreates a lost slice whole;
 * ``delete-on-complete.sh`` (``infra/startup/delete_on_complete.sh``): after the trainer exits 0,
   worker 0 of slice 0 deletes the queued resource named by the metadata attribute
   ``multislice-delete-queued-resource`` (present only with ``deleteOnComplete``);
@@ -283,10 +285,20 @@ def identity_script(config: StackConfig) -> str:
     (:attr:`infra.backends.spec.BackendSpec.boot_identity`, which ``boot.sh`` sources), filled with
     the backend's values and the contract's endpoint defaults it names."""
     spec = config.backend_spec
-    text = spec.boot_identity_template()
+    return _backend_script(spec.boot_identity_template(), spec.boot_values(), f"{spec.name}'s {spec.boot_identity}")
+
+
+def slice_watch_script(config: StackConfig) -> str | None:
+    """``slice-watch.sh`` of the release (:meth:`infra.backends.spec.BackendSpec.slice_watch`),
+    filled with the contract's endpoint defaults it names; None when the backend has none."""
+    spec = config.backend_spec
+    file = spec.slice_watch(config)
+    return None if file is None else _backend_script(spec.package_text(file), {}, f"{spec.name}'s {file}")
+
+
+def _backend_script(text: str, values: dict[str, str], what: str) -> str:
     used = set(_PLACEHOLDER.findall(text))
-    values = {name: value for name, value in ENDPOINT_DEFAULTS.items() if name in used} | spec.boot_values()
-    return fill(text, values, f"{spec.name}'s {spec.boot_identity}")
+    return fill(text, {name: value for name, value in ENDPOINT_DEFAULTS.items() if name in used} | values, what)
 
 
 #: Hex digits of each file's sha256 a preview shows (64 bits: a changed file is never missed
@@ -336,6 +348,8 @@ def release_files(
             "uv-requirements.txt": pins.uv_requirement_text.encode(),
         }
     )
+    if (watch := slice_watch_script(config)) is not None:
+        files["slice-watch.sh"] = watch.encode()
     if workload is None:
         files["config.json"] = (config.training.model_dump_json() + "\n").encode()
     else:

@@ -132,3 +132,39 @@ def long_stack(tmp_path: Path) -> Path:
     path.parent.mkdir(exist_ok=True)
     path.write_text(STACK.read_text().replace("    steps: 24", "    steps: 100000"))
     return path
+
+
+#: The emu stacks' v4-8 is offered by the Cloud TPU API only; on Compute Engine the same shape
+#: (1 VM × 4 chips a slice) is a v5p-8 (ct5p-hightpu-4t), in a zone Compute Engine offers v5p in
+#: (docs/compute-engine.md section 1). The emulation runs on CPU either way.
+ON_COMPUTE_ENGINE = (
+    ("  multislice:acceleratorType: v4-8\n", "  multislice:acceleratorType: v5p-8\n"),
+    ("  gcp:zone: us-central2-b\n", "  gcp:zone: us-east5-a\n"),
+)
+#: A multi-host slice instead: v5p-16, 2 VMs × 4 chips (Google's v5p table), fsdp over its 8 chips.
+MULTI_HOST = (
+    ("  multislice:acceleratorType: v5p-8\n", "  multislice:acceleratorType: v5p-16\n"),
+    ("ici: {data: 1, fsdp: 4, tensor: 1}", "ici: {data: 1, fsdp: 8, tensor: 1}"),
+    ("global_batch_size: 8", "global_batch_size: 16"),
+)
+
+
+def compute_engine_stack(tmp_path: Path) -> Path:
+    """The emu stack on the compute-engine backend, 2 slices × 2 VMs (:data:`MULTI_HOST`), with a
+    synchronous checkpoint every 4 steps (its name, bucket and run directory are the emu stack's,
+    which the helpers here read)."""
+    path = tmp_path / "stack" / STACK.name
+    path.parent.mkdir()
+    text = STACK.read_text()
+    for old, new in (
+        ("  multislice:capacity: spot\n", "  multislice:capacity: spot\n  multislice:backend: compute-engine\n"),
+        *ON_COMPUTE_ENGINE,
+        *MULTI_HOST,
+        # Synchronous saves: step 4's checkpoint is finalized before step 5 starts, so the kill
+        # (at a step ≥ 6) always finds it (tests/local/test_emulation.py, synchronous_saves).
+        ("checkpoint: {interval_steps: 6, keep: 2}", "checkpoint: {interval_steps: 4, keep: 2, async_save: false}"),
+    ):
+        assert old in text
+        text = text.replace(old, new)
+    path.write_text(text)
+    return path

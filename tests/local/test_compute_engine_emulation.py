@@ -1,12 +1,13 @@
-"""`multislice local up` of a ``multislice:backend: compute-engine`` stack: the emu stack (2 slices
-× 1 VM × 4 CPU devices, as v5p-8) on managed instance groups. Its VMs have none of Cloud TPU's identity keys;
+"""`multislice local up` of a ``multislice:backend: compute-engine`` stack: the emu stack as 2 slices
+× 2 VMs × 4 CPU devices (v5p-16) on managed instance groups. Its VMs have none of Cloud TPU's identity keys;
 each one's boot.sh asks the emulated Compute API (infra.backends.compute_engine.emulated_api) for its group and slice
-0's, and gives the trainer the identity in the environment. The trainer runs as 2 processes, a
-killed slice is recreated and training resumes from the last checkpoint; a release written to the
-bucket mid-run is booted in place by every VM's release watch, and the run resumes from the
-checkpoint saved at the agreed step, to completion.
+0's, and gives the trainer the identity in the environment. The trainer runs as 4 processes. A
+killed slice stays down, as a preempted Spot slice whose group does not repair a VM alone, until
+a VM of the other slice's slice watch asks to recreate its whole group; then training resumes from
+the last checkpoint. A release written to the bucket mid-run is booted in place by every VM's
+release watch, and the run resumes from the checkpoint saved at the agreed step, to completion.
 
-Two short emulations (about a minute each on 2 cores)."""
+Two short emulations (one to two minutes each on 2 cores)."""
 
 from __future__ import annotations
 
@@ -19,52 +20,35 @@ import pytest
 from infra import startup
 from infra.config import load_stack_file
 from infra.local import gcs
-from tests.helpers.emulation import STACK, BackgroundCli, processes_under, run_cli, run_records
+from tests.helpers.emulation import (
+    ON_COMPUTE_ENGINE,
+    BackgroundCli,
+    compute_engine_stack,
+    processes_under,
+    run_cli,
+    run_records,
+)
 
+#: The emu stack's steps.
 STEPS = 24
+
 #: The step after the repair at which the test writes a new release (the trainers are held there
 #: until it did: ``--hold-at``); the new release's steps.
 SWITCH_AT = 12
 NEW_STEPS = 32
-#: The emu stacks' v4-8 is offered by the Cloud TPU API only; on Compute Engine the same shape
-#: (1 VM × 4 chips a slice) is a v5p-8 (ct5p-hightpu-4t), in a zone Compute Engine offers v5p in
-#: (docs/compute-engine.md section 1). The emulation runs on CPU either way.
-ON_COMPUTE_ENGINE = (
-    ("  multislice:acceleratorType: v4-8\n", "  multislice:acceleratorType: v5p-8\n"),
-    ("  gcp:zone: us-central2-b\n", "  gcp:zone: us-east5-a\n"),
-)
-
-
-def compute_engine_stack(tmp_path: Path) -> Path:
-    """The emu stack on the compute-engine backend, with 12 steps and a synchronous checkpoint every 4 (its
-    name, bucket and run directory are the emu stack's: tests.helpers.emulation reads them)."""
-    path = tmp_path / "stack" / STACK.name
-    path.parent.mkdir()
-    text = STACK.read_text()
-    for old, new in (
-        ("  multislice:capacity: spot\n", "  multislice:capacity: spot\n  multislice:backend: compute-engine\n"),
-        *ON_COMPUTE_ENGINE,
-        ("    steps: 24\n", f"    steps: {STEPS}\n"),
-        # Synchronous saves: step 4's checkpoint is finalized before step 5 starts, so the kill
-        # (at a step ≥ 6) always finds it (tests/local/test_emulation.py, synchronous_saves).
-        ("checkpoint: {interval_steps: 6, keep: 2}", "checkpoint: {interval_steps: 4, keep: 2, async_save: false}"),
-    ):
-        assert old in text
-        text = text.replace(old, new)
-    path.write_text(text)
-    return path
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_a_compute_engine_stack_is_repaired_switches_release_in_place_and_resumes(tmp_path):
-    """Killed at step 6, the slice is recreated and training resumes; then, while it trains, a
-    new release is written to the bucket as ``pulumi up`` writes it (the same stack with
-    :data:`NEW_STEPS` steps): each VM's release watch boots it in place, the trainers save at
-    the agreed step and resume from it with the new release, which trains to its own end."""
+def test_a_compute_engine_stack_is_repaired_whole_switches_release_in_place_and_resumes(tmp_path):
+    """Killed at step 6, slice 1 stays down until slice 0's first VM's slice watch asks to recreate
+    its group's 2 VMs together; then training resumes; then, while it trains, a new release is
+    written to the bucket as ``pulumi up`` writes it (the same stack with :data:`NEW_STEPS` steps):
+    each VM's release watch boots it in place, the trainers save at the agreed step and resume
+    from it with the new release, which trains to its own end."""
     stack = compute_engine_stack(tmp_path)
     config = load_stack_file(stack)
-    assert config.backend == "compute-engine" and config.slices == 2 and config.accelerator.hosts == 1
+    assert config.backend == "compute-engine" and config.slices == 2 and config.accelerator.hosts == 2
     first = startup.render(config)
     second = startup.render(
         config.model_copy(update={"training": config.training.model_copy(update={"steps": NEW_STEPS})})
@@ -97,21 +81,44 @@ def test_a_compute_engine_stack_is_repaired_switches_release_in_place_and_resume
     summary = json.loads(summary_path.read_text())
     assert summary["complete"] is True and summary["repairs"] == 1 and summary["capacity"] == "kept"
     assert "deleteOnComplete is not built for the compute-engine backend" in out
+    # The struck slice waited for a VM to ask, and was then recreated whole.
+    lost, asked, repaired = (
+        out.index("repair: slice 1's VMs are down and its group does not recreate a VM by itself"),
+        out.index(f"repair: a VM asked to recreate group {config.node_ids[1]} (instanceGroupManagers."),
+        out.index("repair: recreating slice 1, restarting slice(s) 0"),
+    )
+    assert lost < asked < repaired
 
-    logs = {s: (tmp_path / config.stack / "logs" / f"slice-{s}-worker-0.log").read_text() for s in (0, 1)}
-    for slice_id, log in logs.items():
+    logs = {
+        (s, w): (tmp_path / config.stack / "logs" / f"slice-{s}-worker-{w}.log").read_text()
+        for s in (0, 1)
+        for w in (0, 1)
+    }
+    # The first VM up outside slice 1 (slice 0's worker 0, first by name) saw it lost on one poll,
+    # and asked for both of its VMs at the next; no other VM asked.
+    watch_lines = {key: [line for line in log.splitlines() if "slice watch:" in line] for key, log in logs.items()}
+    group_1 = config.node_ids[1]
+    assert len(watch_lines[0, 0]) == 2, watch_lines[0, 0]
+    assert all(line.startswith(f"[slice 0 worker 0] slice watch: group {group_1}: ") for line in watch_lines[0, 0])
+    assert "lost VM" in watch_lines[0, 0][0] and "(TERMINATED)" in watch_lines[0, 0][0]
+    assert f"group {group_1}: recreating all 2 of its VMs together" in watch_lines[0, 0][1]
+    assert all(watch_lines[key] == [] for key in ((0, 1), (1, 0), (1, 1))), watch_lines
+    for (slice_id, worker), log in logs.items():
         group = config.node_ids[slice_id]
         # Each boot (2: the first, and the one after the repair) found its place from the groups:
-        # its own name is a MIG's (<group>-<4 of [a-z0-9]>), worker 0 of its slice, slice 0's host
-        # the coordinator; the trainer then ran as one of 2 processes.
+        # its own name is a MIG's (<group>-<4 of [a-z0-9]>), its worker by sorted name, slice 0's
+        # first host the coordinator; the trainer then ran as one of 4 processes.
         found = re.findall(
             rf"\[slice {slice_id} worker \?\] compute engine: VM ({re.escape(group)}-[a-z0-9]{{4}}) of group "
             rf"{re.escape(group)} in {config.project}/{config.zone}",
             log,
         )
         assert len(found) >= 2 and len(set(found)) == 1, log
-        assert f"process {slice_id}/2" in log
+        assert f"compute engine: worker {worker} of slice {slice_id}," in log
+        assert f"process {2 * slice_id + worker}/4" in log
         assert "agent-worker-number is absent" not in log
+    for slice_id in (0, 1):
+        log = logs[slice_id, 0]
         # The switch: the watch booted the new release. (The first VM to switch stops its trainer;
         # the job's processes save at the agreed step and exit 75; a VM whose watch had not read
         # the record yet refuses to restart its older trainer, status 76, until it has.)
@@ -126,7 +133,7 @@ def test_a_compute_engine_stack_is_repaired_switches_release_in_place_and_resume
 
     events = run_records(tmp_path, "events")
     starts = [e for e in events if e.get("event") == "start"]
-    assert [e["processes"] for e in starts][:3] == [2, 2, 2]
+    assert [e["processes"] for e in starts][:3] == [4, 4, 4]
     # The kill lands at some step K ≥ 6 (the emulator polls); the second attempt resumed from the
     # newest checkpoint R ≤ K (every 4 steps, so R ≥ 4).
     assert starts[0]["step"] == 0 and starts[1]["restored"]

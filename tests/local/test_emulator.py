@@ -2,7 +2,8 @@
 (served by their metadata servers, like the real one) with the stack's gs:// run directory and
 an emulated Cloud Storage, and a fault's repair recreates the failed slice (its disk wiped)
 and restarts every other slice (SIGTERM first) on the emu stack's 2 slices × 1 worker. A
-storage server that dies stops the run with one message."""
+storage server that dies stops the run with one message. On the compute-engine backend (2 slices ×
+2 VMs, spot) a struck slice waits for a VM to ask the emulated Compute API to recreate it."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from infra.config import load_stack_file
 from infra.local.emulator import EmulationError, LocalQueuedResource, Options
 from infra.local.faults import Fault
 from infra.local.state import EMULATION_ID_ENV, LocalPaths
+from tests.helpers.emulation import compute_engine_stack
 
 STACK = Path(__file__).parents[1] / "stacks" / "Pulumi.emu.yaml"
 # Stands in for the startup script: says where it booted, keeps running like a trainer, and
@@ -221,3 +223,90 @@ def test_a_preemption_checkpoint_is_reported_before_the_repair_it_caused(resourc
         "training stopped after the preemption checkpoint of step 7",
         "repair: recreating slice 0, restarting slice(s) 1",
     ]
+
+
+@pytest.fixture
+def compute_engine_resource(tmp_path, request):
+    """The compute-engine emu stack (2 slices × 2 VMs of v5p-16, spot: its groups do not repair a
+    VM alone), or with ``request.param`` slices, booted with the stand-in script."""
+    path = compute_engine_stack(tmp_path)
+    slices = getattr(request, "param", 2)
+    if slices != 2:
+        text = path.read_text().replace("multislice:slices: 2", f"multislice:slices: {slices}")
+        path.write_text(text.replace("dcn: {data: 2,", f"dcn: {{data: {slices},"))
+    config = load_stack_file(path)
+    lines: list[str] = []
+    resource = LocalQueuedResource(config, LocalPaths(tmp_path / "emu"), SCRIPT, report=lines.append)
+    resource.lines = lines
+    try:
+        resource.open_storage()
+        resource.create()
+        resource.boot_all(Options(reboot_grace_s=120, preempt_grace_s=120))
+        wait_until_up(resource)
+        yield resource
+    finally:
+        resource.shutdown()
+
+
+def test_a_struck_compute_engine_slice_stays_down_until_a_vm_asks_to_recreate_it(compute_engine_resource):
+    """The struck group's VMs are listed TERMINATED; the repair starts only once a request to
+    recreate them reached the emulated Compute API (as slice-watch.sh sends it)."""
+    resource = compute_engine_resource
+    api = resource.capacity.api
+    group = resource.config.node_ids[1]
+    asked = threading.Event()
+    repairs_before_asking: list[int] = []
+
+    def watch() -> None:  # stands in for slice 0's slice watch
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            request = urllib.request.Request(
+                f"{api.endpoint}/compute/v1/projects/{resource.config.project}/zones/{resource.config.zone}"
+                f"/instanceGroupManagers/{group}/listManagedInstances",
+                method="POST",
+                data=b"",
+                headers={"Authorization": "Bearer t"},
+            )
+            with urllib.request.urlopen(request, timeout=10) as response:
+                listed = json.loads(response.read())["managedInstances"]
+            if all(m["instanceStatus"] == "TERMINATED" for m in listed):
+                time.sleep(0.5)  # the emulator waits meanwhile
+                repairs_before_asking.append(resource.repairs)
+                names = [m["instance"] for m in listed]
+                request = urllib.request.Request(
+                    request.full_url.replace("listManagedInstances", "recreateInstances"),
+                    method="POST",
+                    data=json.dumps({"instances": names}).encode(),
+                    headers={"Authorization": "Bearer t"},
+                )
+                urllib.request.urlopen(request, timeout=10).close()
+                asked.set()
+                return
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=watch)
+    thread.start()
+    resource.inject(Fault("kill", 1, 5), Options(reboot_grace_s=120, poll_s=0.05), observed_step=5)
+    thread.join(60)
+    assert asked.is_set() and repairs_before_asking == [0] and resource.repairs == 1
+    assert resource.lines == [
+        "fault: kill slice 1 at step 5 (SIGKILL; training had reported step 5)",
+        "repair: slice 1's VMs are down and its group does not recreate a VM by itself; "
+        "waiting for a VM's slice watch to recreate the whole group",
+        f"repair: a VM asked to recreate group {group} (instanceGroupManagers.recreateInstances)",
+        "repair: recreating slice 1, restarting slice(s) 0",
+    ]
+    # Recreated: running again under the same names, with no action on them.
+    listed = api._list(group, "")
+    assert listed is not None
+    assert {(m["instanceStatus"], m["currentAction"]) for m in listed["managedInstances"]} == {("RUNNING", "NONE")}
+
+
+@pytest.mark.parametrize("compute_engine_resource", [1], indirect=True)
+def test_a_one_slice_compute_engine_stack_that_loses_its_slice_says_how_to_recreate_it(compute_engine_resource):
+    resource = compute_engine_resource
+    with pytest.raises(EmulationError, match="no other slice is left whose slice watch could recreate it") as err:
+        resource.inject(Fault("kill", 0, 5), Options(reboot_grace_s=120), observed_step=5)
+    group = resource.config.node_ids[0]
+    assert f"gcloud compute instance-groups managed recreate-instances {group}" in str(err.value)
+    assert resource.repairs == 0

@@ -16,7 +16,7 @@ import pytest
 
 from infra.backends.change import CONFIRM_KEY
 from infra.backends.compute_engine.inputs import GROUP_DESCRIPTION, REPLACES_QUEUED_RESOURCE
-from infra.components.service_account import compute_read_role_id
+from infra.components.service_account import compute_read_role_id, slice_repair_role_id
 from infra.startup.contract import (
     BACKEND_KEY,
     COMPUTE_ENGINE_ACCELERATOR_KEY,
@@ -108,20 +108,33 @@ def test_the_template_carries_the_vms_identity_network_labels_and_metadata(v5p):
     assert v5p.one(TEMPLATE).hide_diffs == [f'metadata["{STARTUP_SCRIPT_KEY}"]']
 
 
-def test_the_vms_account_may_read_the_groups_and_their_vms_and_nothing_more(v5p):
+def test_the_vms_account_may_read_the_groups_recreate_a_lost_slice_and_nothing_more(v5p):
+    """A multi-host spot slice's group does not repair a VM alone: the VMs may also recreate a
+    group (instanceGroupManagers.recreateInstances needs compute.instanceGroupManagers.update)."""
     email = v5p.exports["serviceAccountEmail"]
     role_id = f"multisliceComputeRead_dev_{unique_id(email)[-10:]}"
+    repair_id = f"multisliceSliceRepair_dev_{unique_id(email)[-10:]}"
     assert compute_read_role_id("dev", unique_id(email)) == role_id
-    (role,) = v5p.of("gcp:projects/iAMCustomRole:IAMCustomRole")  # and no delete-on-complete role
-    assert role.inputs["roleId"] == role_id and role.inputs["project"] == "acme-ml-dev"
-    assert role.inputs["permissions"] == ["compute.instanceGroupManagers.get", "compute.instances.get"]
+    assert slice_repair_role_id("dev", unique_id(email)) == repair_id
+    roles = {r.inputs["roleId"]: r.inputs for r in v5p.of("gcp:projects/iAMCustomRole:IAMCustomRole")}
+    assert sorted(roles) == [role_id, repair_id]  # and no delete-on-complete role
+    assert {r["project"] for r in roles.values()} == {"acme-ml-dev"}
+    assert roles[role_id]["permissions"] == ["compute.instanceGroupManagers.get", "compute.instances.get"]
+    assert roles[repair_id]["permissions"] == ["compute.instanceGroupManagers.update"]
     project_grants = sorted((g.inputs["role"], g.inputs["member"]) for g in v5p.of("gcp:projects/iAMMember:IAMMember"))
     member = f"serviceAccount:{email}"
     assert project_grants == [
         (f"projects/acme-ml-dev/roles/{role_id}", member),
+        (f"projects/acme-ml-dev/roles/{repair_id}", member),
         ("roles/logging.logWriter", member),
         ("roles/monitoring.metricWriter", member),
     ]
+
+
+def test_a_single_host_slice_repaired_by_its_group_gets_no_slice_repair_role():
+    world = evaluate("dev", ce_map("v6e-8", capacity="spot"))
+    roles = [r.inputs["permissions"] for r in world.of("gcp:projects/iAMCustomRole:IAMCustomRole")]
+    assert roles == [["compute.instanceGroupManagers.get", "compute.instances.get"]]
 
 
 def test_the_queued_resource_backend_grants_no_compute_read_role():

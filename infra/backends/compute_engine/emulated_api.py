@@ -2,7 +2,7 @@
 their VMs, as a Compute Engine TPU VM's ``boot.sh`` asks for them (its startup tests and the local
 emulation).
 
-Serves the two methods ``boot.sh`` calls (Compute API v1,
+Serves the methods ``boot.sh`` and ``slice-watch.sh`` call (Compute API v1,
 https://cloud.google.com/compute/docs/reference/rest/v1; the shapes of gcloud's own client,
 ``googlecloudsdk/generated_clients/apis/compute/v1/compute_v1_client.py`` and
 ``compute_v1_messages.py``):
@@ -12,7 +12,13 @@ https://cloud.google.com/compute/docs/reference/rest/v1; the shapes of gcloud's 
   ``{"managedInstances": [{"instance": <the VM's URL>, "id", "instanceStatus",
   "currentAction"}], "nextPageToken"}`` (the token only when more pages follow);
 * ``instances.get``: ``GET compute/v1/projects/P/zones/Z/instances/NAME`` → ``{"name",
-  "status", "networkInterfaces": [{"name": "nic0", "networkIP"}]}``.
+  "status", "networkInterfaces": [{"name": "nic0", "networkIP"}]}``;
+* ``instanceGroupManagers.recreateInstances``: ``POST compute/v1/projects/P/zones/Z/
+  instanceGroupManagers/G/recreateInstances`` with ``{"instances": [<URL or partial URL>, …]}`` →
+  an ``Operation`` marked ``DONE`` ("when the flag is set even if the instances have not yet been
+  recreated"); each named VM's ``currentAction`` becomes ``RECREATING`` and the request is
+  recorded (:meth:`ComputeApi.take_recreations`) for the emulation to carry out. A VM that is not
+  the group's is HTTP 400.
 
 An unknown group or VM is HTTP 404, a request without ``Authorization: Bearer`` 401, a POST
 without ``Content-Length`` 411 (as Google's front end answers one), each with Google's error JSON
@@ -58,6 +64,8 @@ class ManagedVm:
     name: str
     ip: str | None = None
     current_action: str = "NONE"
+    #: ``instanceStatus`` when set (e.g. ``TERMINATED``); None: RUNNING with an IP, else PROVISIONING.
+    status: str | None = None
 
 
 class ComputeApi:
@@ -76,6 +84,7 @@ class ComputeApi:
         self._lock = threading.Lock()
         #: ``(method, path)`` of every request so far, in order.
         self.requests: list[tuple[str, str]] = []
+        self._recreations: list[tuple[str, list[str]]] = []
         api = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -87,11 +96,12 @@ class ComputeApi:
 
             def _answer(self, method: str) -> None:
                 api.requests.append((method, self.path))
+                body = b""
                 if method == "POST":
                     if self.headers.get("Content-Length") is None:
                         self._error(411, "LENGTH_REQUIRED", "POST requests require a Content-length header.")
                         return
-                    self.rfile.read(int(self.headers["Content-Length"]))
+                    body = self.rfile.read(int(self.headers["Content-Length"]))
                 if not (self.headers.get("Authorization") or "").startswith("Bearer "):
                     self._error(401, "UNAUTHENTICATED", "Request is missing required authentication credential.")
                     return
@@ -105,6 +115,13 @@ class ComputeApi:
                 if method == "POST" and len(parts) == 3 and parts[0] == "instanceGroupManagers":
                     if parts[2] == "listManagedInstances":
                         self._reply(api._list(parts[1], query.get("pageToken", [""])[0]))
+                        return
+                    if parts[2] == "recreateInstances":
+                        answer = api._recreate(parts[1], body)
+                        if isinstance(answer, str):
+                            self._error(400, "INVALID_ARGUMENT", answer)
+                        else:
+                            self._reply(answer)
                         return
                 if method == "GET" and len(parts) == 2 and parts[0] == "instances":
                     self._reply(api._instance(parts[1]))
@@ -158,13 +175,20 @@ class ComputeApi:
         with self._lock:
             self._groups.setdefault(group, []).append(ManagedVm(name, ip, current_action))
 
-    def set_vm(self, name: str, *, ip: str | None, current_action: str = "NONE") -> None:
-        """Change a listed VM's IP and current action (e.g. its creation finished)."""
+    def set_vm(self, name: str, *, ip: str | None, current_action: str = "NONE", status: str | None = None) -> None:
+        """Change a listed VM's IP, current action and status (e.g. its creation finished, or it was
+        preempted: ``status="TERMINATED"``)."""
         with self._lock:
             for vms in self._groups.values():
                 for vm in vms:
                     if vm.name == name:
-                        vm.ip, vm.current_action = ip, current_action
+                        vm.ip, vm.current_action, vm.status = ip, current_action, status
+
+    def take_recreations(self) -> list[tuple[str, list[str]]]:
+        """``(group, VM names)`` of each ``recreateInstances`` request since the last call."""
+        with self._lock:
+            taken, self._recreations = self._recreations, []
+        return taken
 
     def remove_vm(self, name: str) -> None:
         with self._lock:
@@ -183,7 +207,7 @@ class ComputeApi:
                 {
                     "instance": self.instance_url(vm.name),
                     "id": str(abs(hash(vm.name)) % 10**18),
-                    "instanceStatus": "RUNNING" if vm.ip else "PROVISIONING",
+                    "instanceStatus": vm.status or ("RUNNING" if vm.ip else "PROVISIONING"),
                     "currentAction": vm.current_action,
                 }
                 for vm in vms[start:end]
@@ -192,6 +216,30 @@ class ComputeApi:
         if end < len(vms):
             answer["nextPageToken"] = str(end)
         return answer
+
+    def _recreate(self, group: str, body: bytes) -> dict[str, object] | str | None:
+        try:
+            urls = json.loads(body or b"{}").get("instances") or []
+        except (ValueError, AttributeError):
+            return "Invalid JSON payload received."
+        names = [str(url).rsplit("/", 1)[-1] for url in urls]
+        with self._lock:
+            if group not in self._groups:
+                return None
+            vms = {vm.name: vm for vm in self._groups[group]}
+            if not names or any(name not in vms for name in names):
+                return f"Invalid value for field 'instances': {urls}: not VMs of group {group}"
+            for name in names:
+                vms[name].current_action = "RECREATING"
+            self._recreations.append((group, names))
+        return {
+            "kind": "compute#operation",
+            "name": f"operation-recreate-{group}-{len(self.requests)}",
+            "operationType": "recreateInstances",
+            "status": "DONE",
+            "targetLink": f"https://www.googleapis.com/compute/v1/projects/{self.project}/zones/{self.zone}"
+            f"/instanceGroupManagers/{group}",
+        }
 
     def _instance(self, name: str) -> dict[str, object] | None:
         with self._lock:

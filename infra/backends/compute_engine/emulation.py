@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import random
 
+from infra.backends.compute_engine import provisioning
 from infra.backends.compute_engine.emulated_api import ComputeApi, instance_name
 from infra.backends.interface import KEPT, Emulation
 from infra.config import StackConfig
@@ -94,6 +95,31 @@ class ComputeEngineEmulation(Emulation):
     def stop(self) -> None:
         if self.api is not None:
             self.api.stop()
+
+    @property
+    def repairs_slices(self) -> bool:
+        """Only a group of one VM with per-VM repair on recreates its slice by itself
+        (:func:`~infra.backends.compute_engine.provisioning.repairs_vms`); the others wait for a
+        VM's slice watch (``slice-watch.sh``) to ask the emulated API."""
+        return provisioning.repairs_vms(self.config.capacity, self.config.accelerator.hosts)
+
+    def lost(self, slice_id: int) -> None:
+        """The slice's VMs are listed TERMINATED with no action, as a preempted Spot VM of a group
+        without per-VM repair stays."""
+        assert self.api is not None, "ComputeEngineEmulation.start() first"
+        for name in self.names[slice_id]:
+            self.api.set_vm(name, ip=EMULATED_VM_IP, status="TERMINATED")
+
+    def take_recreated(self) -> list[int]:
+        assert self.api is not None, "ComputeEngineEmulation.start() first"
+        groups = list(self.config.node_ids)
+        return sorted({groups.index(group) for group, _ in self.api.take_recreations() if group in groups})
+
+    def repaired(self, slice_id: int) -> None:
+        """The recreated VMs run again under their names, with no action on them."""
+        if self.api is not None:
+            for name in self.names[slice_id]:
+                self.api.set_vm(name, ip=EMULATED_VM_IP)
 
     def metadata_values(self, slice_id: int, worker: int) -> dict[str, str] | None:
         return compute_engine_values(self.config, self.names[slice_id][worker])

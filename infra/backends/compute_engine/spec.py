@@ -119,6 +119,11 @@ class ComputeEngineSpec(BackendSpec):
         if config.compute_engine.target_size_policy_mode == provisioning.BULK:
             _check_bulk(config)
 
+    def slice_watch(self, config: Any) -> str | None:
+        """``slice_watch.sh`` where the groups do not repair a VM by themselves
+        (:func:`~infra.backends.compute_engine.provisioning.repairs_vms` is False)."""
+        return None if provisioning.repairs_vms(config.capacity, config.accelerator.hosts) else "slice_watch.sh"
+
     def capacity_plan(self, config: Any) -> str | None:
         limit = config.compute_engine.max_run_duration
         return provisioning.describe(

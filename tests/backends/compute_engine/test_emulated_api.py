@@ -61,3 +61,31 @@ def test_a_post_without_content_length_is_refused_as_google_s_front_end_does():
         connection.endheaders()
         assert connection.getresponse().status == 411
         connection.close()
+
+
+def test_recreate_instances_marks_the_vms_and_records_the_request():
+    """recreateInstances (Compute API v1: body ``{"instances": [URL…]}``, partial URLs allowed;
+    the operation is DONE once the flag is set) sets each VM's action to RECREATING; a VM of
+    another group is refused."""
+    with ComputeApi("p1", "us-central2-b") as api:
+        for group, vm in (("g", "g-aaaa"), ("g", "g-bbbb"), ("h", "h-cccc")):
+            api.add_group(group)
+            api.add_vm(group, vm, "10.0.0.1")
+        api.set_vm("g-bbbb", ip="10.0.0.1", status="TERMINATED")
+        code, page = call(api, "POST", "instanceGroupManagers/g/listManagedInstances")
+        assert [(m["instanceStatus"], m["currentAction"]) for m in page["managedInstances"]] == [
+            ("RUNNING", "NONE"),
+            ("TERMINATED", "NONE"),
+        ]
+        partial = ["zones/us-central2-b/instances/g-aaaa", "zones/us-central2-b/instances/g-bbbb"]
+        body = json.dumps({"instances": partial})
+        code, operation = call(api, "POST", "instanceGroupManagers/g/recreateInstances", body=body.encode())
+        assert code == 200 and (operation["operationType"], operation["status"]) == ("recreateInstances", "DONE")
+        assert api.take_recreations() == [("g", ["g-aaaa", "g-bbbb"])] and api.take_recreations() == []
+        code, page = call(api, "POST", "instanceGroupManagers/g/listManagedInstances")
+        assert {m["currentAction"] for m in page["managedInstances"]} == {"RECREATING"}
+        other = json.dumps({"instances": ["zones/us-central2-b/instances/h-cccc"]}).encode()
+        code, error = call(api, "POST", "instanceGroupManagers/g/recreateInstances", body=other)
+        assert code == 400 and error["error"]["status"] == "INVALID_ARGUMENT"
+        assert call(api, "POST", "instanceGroupManagers/x/recreateInstances", body=other)[0] == 404
+        assert api.take_recreations() == []
