@@ -73,7 +73,7 @@ class LocalQueuedResource:
       startup_script: the rendered startup script text.
       report: ``(message) -> None`` for progress and events.
       gcs_port: a fixed port for the storage server (None: a free one).
-      progress: ``(ProgressSample) -> None``, called at each new training step seen (None: a
+      progress: ``(ProgressSample) -> None``, called at each new training step or restart seen (None: a
         ``report`` line at each tenth of the run).
       emulation_id: the id its processes carry (``state.EMULATION_ID_ENV``; None: a new one).
       uploads: bucket objects ``pulumi up`` writes that the VMs read (name → bytes; a command's
@@ -369,12 +369,12 @@ class LocalQueuedResource:
         self, options: Options, schedule: FaultSchedule, tail: MetricsTail, events: RecordTail, start: float
     ) -> None:
         """Follow the run until every VM's startup script exited 0 (see :meth:`up`)."""
-        last_report_step = tail.last_step
+        last_report_step, last_report_restarts = tail.last_step, self.reporter.restarts
 
         def read() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
             """New (events, metrics) records, reported. Events first: an attempt writes its
             ``start`` before its first step, so its steps never arrive ahead of it."""
-            nonlocal last_report_step
+            nonlocal last_report_step, last_report_restarts
             try:
                 new_events = events.poll()
                 new_metrics = tail.poll()
@@ -387,9 +387,11 @@ class LocalQueuedResource:
                     self.boot_watch.trainer_started()
                 self.reporter.event(event)
             self.reporter.boot()
-            if tail.last_step != last_report_step:
+            # A new step, or a restart that resumed where training already was (a fault that found
+            # the run past its step): the restarts shown agree with the summary's.
+            if (tail.last_step, self.reporter.restarts) != (last_report_step, last_report_restarts):
                 self.reporter.progress(tail, last_report_step, self.config.total_steps, self.reporter.restarts)
-                last_report_step = tail.last_step
+                last_report_step, last_report_restarts = tail.last_step, self.reporter.restarts
             return new_events, new_metrics
 
         def settle() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

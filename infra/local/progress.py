@@ -118,7 +118,7 @@ class RunReporter:
 
     Args:
       report: ``(line) -> None``.
-      progress: ``(ProgressSample) -> None`` at each new training step seen (None: a
+      progress: ``(ProgressSample) -> None`` at each new training step or restart seen (None: a
         ``report`` line at each tenth of the run).
 
     The emulator sets :attr:`events` (the run's events log) and :attr:`boot_lines` (the first
@@ -181,9 +181,9 @@ class RunReporter:
                     self.following_boot = False
 
     def progress(self, tail: MetricsTail, previous_step: int, total: int, restarts: int) -> None:
-        """Report progress: to ``progress`` at each new step seen, else a line each time
-        training passes a tenth of the run (records arrive one sync window at a time) and at
-        the last step."""
+        """Report progress: to ``progress`` at each new step or restart seen, else a line each
+        time training passes a tenth of the run (records arrive one sync window at a time) and
+        at the last step."""
         if self.on_progress is not None:
             self.on_progress(
                 ProgressSample(
@@ -192,7 +192,9 @@ class RunReporter:
             )
             return
         every = max(1, total // 10)
-        if tail.last_step // every != previous_step // every or tail.last_step == total:
+        if tail.last_step != previous_step and (
+            tail.last_step // every != previous_step // every or tail.last_step == total
+        ):
             self.report(f"step {tail.last_step}/{total}  loss {tail.last_loss:.4f}")
 
 

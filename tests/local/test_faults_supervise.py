@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from infra.config import load_stack_file
+from infra.local import emulator as emulator_module
 from infra.local.emulator import LocalQueuedResource, Options
 from infra.local.faults import Fault
 from infra.local.progress import ProgressSample
@@ -146,3 +147,36 @@ def test_a_resumed_run_shows_the_restarts_of_its_earlier_attempts_as_the_summary
         summary = resource.up(Options(poll_s=0.05, stall_timeout_s=120, timeout_s=250))
     assert summary["complete"] is True and summary["restarts"] == 2
     assert samples and {s.restarts for s in samples} == {2}
+
+
+@pytest.mark.timeout(300)
+def test_a_fault_that_found_the_run_at_its_end_still_shows_its_restart(tmp_path, monkeypatch):
+    """The emulator's first look at the run comes only once the run is complete (its first sleep
+    waits for COMPLETE): the fault at step 8 strikes then, and the repaired attempt resumes at
+    step 24 with no new step to show. Its restart is shown all the same, as the summary counts it."""
+    config = load_stack_file(STACK)
+    samples: list[ProgressSample] = []
+    resource = LocalQueuedResource(
+        config,
+        LocalPaths(tmp_path / "emu"),
+        startup_script(config.run_dir),
+        report=lambda line: None,
+        progress=samples.append,
+    )
+    sleep, poll_s = time.sleep, 0.0503  # the loop's sleeps: no other caller sleeps that long
+    first = [True]
+
+    def first_sleep_waits_for_the_end(seconds: float) -> None:  # time.sleep, for every caller
+        if first[0] and seconds == poll_s:
+            first[0] = False
+            deadline = time.monotonic() + 120
+            while RunDir(config.run_dir).read("COMPLETE") is None:
+                assert time.monotonic() < deadline, "the stand-in never completed"
+                sleep(0.05)
+        sleep(seconds)
+
+    monkeypatch.setattr(emulator_module.time, "sleep", first_sleep_waits_for_the_end)
+    with resource.running():
+        summary = resource.up(Options(faults=[Fault("kill", 1, 8)], poll_s=poll_s, reboot_grace_s=10, timeout_s=250))
+    assert summary["complete"] is True and summary["fault_steps"] == [24]
+    assert summary["restarts"] == 1 and samples[-1].restarts == 1
