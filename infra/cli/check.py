@@ -15,16 +15,18 @@ from pathlib import Path
 import typer
 from rich.text import Text
 
-from infra.cli.options import CONFIG_FILE_OPTION, STACK_OPTION, console, err_console, fail, load_config
+from infra.cli.options import CONFIG_FILE_OPTION, STACK_OPTION, console, err_console, fail, load_config, render_release
 
 
 def _stack_and_config_map(stack: str, config_file: Path | None) -> tuple[str, dict]:
-    """The stack name and its raw ``config:`` map, after validating it (one ``error:`` line)."""
+    """The stack name and its raw ``config:`` map, after validating it and building its release (one
+    ``error:`` line and exit 2 for either)."""
     import yaml
 
     from infra.config import stack_file
 
     config = load_config(stack, config_file)  # exits 2 with the key's message if invalid
+    render_release(config)  # and if its release cannot be built, as `render` says it
     path = config_file or stack_file(config.stack)
     return config.stack, yaml.safe_load(path.read_text())["config"]
 

@@ -103,6 +103,19 @@ def load_config(stack: str, config_file: Path | None):
     return config
 
 
+def render_release(config):
+    """The stack's rendered startup script (:func:`infra.startup.render`), or the ``error:`` line and
+    exit 2 when the release cannot be built from the stack's input (a workload's requirements or
+    source, a script over its limit: every such error is a ``ValueError`` naming the key). Every
+    review command calls it, so each refuses what ``render`` refuses, the same way."""
+    from infra import startup
+
+    try:
+        return startup.render(config)
+    except ValueError as err:
+        raise fail(str(err)) from None
+
+
 def state_root() -> Path:
     """Where local emulations keep their state: ``$MULTISLICE_STATE_DIR`` or
     ``<project>/.multislice/local``."""

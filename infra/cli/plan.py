@@ -10,7 +10,7 @@ from pathlib import Path
 import typer
 from rich.text import Text
 
-from infra.cli.options import CONFIG_FILE_OPTION, STACK_OPTION, console, err_console, fail, load_config
+from infra.cli.options import CONFIG_FILE_OPTION, STACK_OPTION, console, err_console, fail, load_config, render_release
 
 
 def plan(
@@ -30,6 +30,7 @@ def plan(
     from infra.planner.render import print_compiled, print_plan
 
     config = load_config(stack, config_file)
+    render_release(config)  # a release that cannot be built is refused as `render` refuses it
     if config.workload is not None:
         # The plan models the bundled trainer (its model, batch and mesh); a command brings its own.
         message = (

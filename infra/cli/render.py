@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from infra.cli.options import CONFIG_FILE_OPTION, STACK_OPTION, err_console, fail, load_config
+from infra.cli.options import CONFIG_FILE_OPTION, STACK_OPTION, err_console, fail, load_config, render_release
 
 
 def render(
@@ -18,18 +18,13 @@ def render(
     ),
 ) -> None:
     """Print the stack's startup script: the exact bytes every TPU VM of the stack boots."""
-    from infra import startup
-
     config = load_config(stack, config_file)
     if resolved_config:
         from infra.config.resolved import resolved_config_yaml
 
         typer.echo(resolved_config_yaml(config), nl=False)
         return
-    try:
-        script = startup.render(config)
-    except ValueError as err:
-        raise fail(str(err)) from None
+    script = render_release(config)
     if output:
         try:
             output.write_text(script.text)

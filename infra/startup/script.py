@@ -431,10 +431,15 @@ def render(
     text = fill(template(), values)
     data = text.encode("utf-8")
     if len(data) > METADATA_VALUE_LIMIT_BYTES:
+        what, shrink = (
+            ("multislice:workload: the startup script", "shrink the workload's env or requirements")
+            if config.workload is not None
+            else ("the startup script", "shrink training/ or the requirements")
+        )
         raise StartupScriptTooLarge(
-            f"startup script of stack {config.stack!r} is {len(data)} bytes ({len(data) / 1024:.1f} KiB), "
+            f"{what} of stack {config.stack!r} is {len(data)} bytes ({len(data) / 1024:.1f} KiB), "
             f"over the GCE metadata value limit of {METADATA_VALUE_LIMIT_BYTES} bytes "
-            f"({METADATA_VALUE_LIMIT_BYTES // 1024} KiB); shrink training/ or the requirements"
+            f"({METADATA_VALUE_LIMIT_BYTES // 1024} KiB); {shrink}"
         )
     return RenderedScript(
         text=text,

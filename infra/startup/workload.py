@@ -85,10 +85,20 @@ def source_archive(root: Path) -> tuple[dict[str, bytes], bytes]:
 
 
 def _compiled_for(text: str) -> dict[str, str]:
-    """``--python-version`` / ``--python-platform`` of a ``uv pip compile`` header line, if any."""
+    """``--python-version`` / ``--python-platform`` of a ``uv pip compile`` header line, if any.
+
+    Raises:
+      WorkloadError: the header line does not split as a shell command (an unbalanced quote).
+    """
     for line in text.splitlines()[:5]:
         if line.startswith("#") and "uv pip compile" in line:
-            words = shlex.split(line.lstrip("# "))
+            try:
+                words = shlex.split(line.lstrip("# "))
+            except ValueError as err:  # shlex: "No closing quotation", "No escaped character"
+                raise WorkloadError(
+                    f"multislice:workload.requirements: its uv pip compile header {line.strip()[:120]!r} does not "
+                    f"parse ({err}); compile the file again with uv pip compile"
+                ) from None
             found = {}
             for i, word in enumerate(words):
                 for option in ("--python-version", "--python-platform"):
