@@ -8,6 +8,8 @@ once, as gcloud would. Each gcloud ssh runs ``ssh-keygen`` when ``~/.ssh/google_
 is missing (``Keys.EnsureKeysExist``; concurrent processes race on the same files: a second
 ``ssh-keygen`` asks to overwrite and, without a terminal, fails; a process that sees one file of
 the pair written calls the pair broken, which ``--quiet`` does not repair): so the key first.
+Two ``multislice exec`` at once race the same way, so :func:`ensure_ssh_key` makes the pair under
+a lock file beside the key (:func:`key_lock_path`) and calls a pair broken only while it holds it.
 The transport of each backend (``tpu-vm ssh`` to a queued resource's nodes, ``compute ssh`` to a
 compute-engine stack's VMs) is the backend's own (:meth:`infra.backends.interface.Backend.exec_plan`).
 
@@ -16,9 +18,13 @@ compute-engine stack's VMs) is the backend's own (:meth:`infra.backends.interfac
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from infra.remote.command import RERUN_REFUSED_EXIT, RERUN_REFUSED_MESSAGE
@@ -35,6 +41,11 @@ SSH_TOOLS = ("ssh", "scp", "ssh-keygen")
 KEY_FILE = "~/.ssh/google_compute_engine"
 #: Seconds ``ssh-keygen`` may take.
 KEYGEN_TIMEOUT_S = 60.0
+#: Seconds a process waits for the key's lock (:func:`key_lock_path`) while another makes the
+#: pair: longer than that one's ``ssh-keygen`` may take.
+KEY_LOCK_TIMEOUT_S = KEYGEN_TIMEOUT_S + 30.0
+#: Seconds between tries of the key's lock.
+KEY_LOCK_POLL_S = 0.05
 
 
 def gcloud_executable() -> str:
@@ -83,6 +94,14 @@ def key_paths() -> tuple[Path, Path]:
     return private, private.with_name(private.name + ".pub")
 
 
+def key_lock_path(private: Path) -> Path:
+    """The lock file beside the private key, ``<key>.lock`` (``~/.ssh/google_compute_engine.lock``):
+    :func:`ensure_ssh_key` holds an exclusive ``flock`` on it while it checks and makes the pair.
+    gcloud itself does not know it. It is left in place (removing it would let a process that
+    waits on the old file and one that opens a new one both hold "the" lock)."""
+    return private.with_name(private.name + ".lock")
+
+
 def ensure_ssh_key(keygen: str) -> Path | None:
     """Make gcloud's key pair if neither file exists, the way ``tpu-vm ssh --quiet`` would, and
     return the private key's path; None when both files are already there.
@@ -96,11 +115,73 @@ def ensure_ssh_key(keygen: str) -> Path | None:
     declines (``RemoveKeyFilesIfPermittedOrFail``: ``PromptContinue(default=False,
     cancel_on_no=True)``), so every worker would fail: it is refused here first.
 
+    Unless both files are there, the pair is checked and made under an exclusive ``flock`` of
+    :func:`key_lock_path` (``~/.ssh/google_compute_engine.lock``, made in the key's directory,
+    mode 0600), waited for up to :data:`KEY_LOCK_TIMEOUT_S` (90 s) while another process holds
+    it: so a second ``multislice exec`` that finds the private key written and not yet its
+    ``.pub`` waits for the first one's ``ssh-keygen`` to end, then checks again, and calls the
+    pair broken only when no other process is making it.
+
     Raises:
-      RemoteError: one file of the pair missing, empty or unreadable (exit 2); ``ssh-keygen``
-        failed or timed out, or the directory cannot be made (exit 1).
+      RemoteError: one file of the pair missing, empty or unreadable, with no other process
+        making the pair (exit 2); ``ssh-keygen`` failed or timed out, the directory cannot be
+        made, the lock file cannot be opened or locked, or the lock is still held by another
+        process after :data:`KEY_LOCK_TIMEOUT_S` (the lock file named) (exit 1).
     """
     private, public = key_paths()
+    if all(_key_file_state(path) == "present" for path in (private, public)):
+        return None
+    try:
+        private.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as err:
+        raise RemoteError(f"cannot make {private}: {err.strerror or err}; nothing was run", 1) from None
+    with _key_lock(key_lock_path(private)):
+        return _make_key_pair(keygen, private, public)
+
+
+@contextmanager
+def _key_lock(lock: Path) -> Iterator[None]:
+    """Hold an exclusive ``flock`` of ``lock`` (made if missing), trying every
+    :data:`KEY_LOCK_POLL_S` for up to :data:`KEY_LOCK_TIMEOUT_S`; closing the file releases it
+    (and so does the end of the process, however it ends).
+
+    Raises:
+      RemoteError: the file cannot be opened or locked, or another process held it throughout
+        (exit 1).
+    """
+    try:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError as err:
+        raise RemoteError(f"cannot open {lock}: {err.strerror or err}; nothing was run", 1) from None
+    try:
+        deadline = time.monotonic() + KEY_LOCK_TIMEOUT_S
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise RemoteError(
+                        f"another process (a multislice exec making gcloud's SSH key) held {lock} for "
+                        f"{KEY_LOCK_TIMEOUT_S:.0f} s; nothing was run: let it end, then exec",
+                        1,
+                    ) from None
+                _wait_for_holder(lock)
+            except OSError as err:
+                raise RemoteError(f"cannot lock {lock}: {err.strerror or err}; nothing was run", 1) from None
+        yield
+    finally:
+        os.close(fd)
+
+
+def _wait_for_holder(lock: Path) -> None:
+    """Wait before the next try of ``lock``, which another process holds."""
+    del lock
+    time.sleep(KEY_LOCK_POLL_S)
+
+
+def _make_key_pair(keygen: str, private: Path, public: Path) -> Path | None:
+    """:func:`ensure_ssh_key`'s check and ``ssh-keygen``, with the key's lock held."""
     states = {path: _key_file_state(path) for path in (private, public)}
     if all(state == "present" for state in states.values()):
         return None
@@ -113,7 +194,6 @@ def ensure_ssh_key(keygen: str) -> Path | None:
         )
     argv = [keygen, "-N", "", "-t", "rsa", "-f", str(private)]
     try:
-        private.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         proc = subprocess.run(
             argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=KEYGEN_TIMEOUT_S, check=False
         )
