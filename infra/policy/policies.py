@@ -48,7 +48,9 @@ from infra.components.network import IAP_SSH_RANGE, SSH_PORT
 from infra.naming import RUNS_PREFIX
 from infra.policy import release_grants
 from infra.policy.advisory import backend_change, prod_capacity, required_labels
+from infra.policy.release_contents import asset_files, embedded_release, stack_content
 from infra.policy.resource_types import (
+    BUCKET_OBJECT_TYPE,
     BUCKET_TYPE,
     DEFAULT_COMPUTE_SA_SUFFIX,
     FIREWALL_TYPE,
@@ -62,7 +64,7 @@ from infra.policy.resource_types import (
     TPU_VM_TYPE,
     Report,
 )
-from infra.policy.secret_patterns import find_secrets
+from infra.policy.secret_patterns import find_secrets, find_secrets_in_files
 from infra.startup.contract import COMPILATION_CACHE_FOLDER, RELEASE_PREFIX, STARTUP_SCRIPT_KEY
 from infra.startup.script import METADATA_VALUE_LIMIT_BYTES
 
@@ -239,6 +241,21 @@ def _startup_script_safe(args: ResourceValidationArgs, report: Report) -> None:
                 f"TPU resource {args.name!r}: startup script line {found.line} holds {found.kind}; "
                 "node metadata is readable on the VM and by project viewers: use the service account"
             )
+        stack_files = {path: data for path, data in embedded_release(script).items() if stack_content(path)}
+        for path, found in find_secrets_in_files(stack_files):
+            report(
+                f"TPU resource {args.name!r}: its release's {path} line {found.line} holds {found.kind}; "
+                "the release is readable on the VM, in the bucket and by project viewers: give the workload "
+                "its credentials at run time (the VMs' service account, or Secret Manager)"
+            )
+    name = str(args.props.get("name") or "") if args.resource_type == BUCKET_OBJECT_TYPE else ""
+    if name.startswith(RELEASE_PREFIX) and "/sources/" in name:  # a command's source (contract.workload_source_object)
+        for path, found in find_secrets_in_files(asset_files(args.props.get("source"))):
+            report(
+                f"bucket object {name!r} (multislice:workload.source): {path} line {found.line} "
+                f"holds {found.kind}; the source is readable on the VMs and in the bucket: keep credentials out "
+                "of multislice:workload.source"
+            )
 
 
 def _integral(value: Any) -> Any:
@@ -388,7 +405,7 @@ POLICIES = [
     ),
     _resource(
         "startup-script-safe",
-        "The startup script fits one metadata value and holds no credentials.",
+        "The startup script fits one metadata value; neither it nor what its release carries holds credentials.",
         _startup_script_safe,
         MANDATORY,
     ),

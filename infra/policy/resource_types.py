@@ -12,6 +12,8 @@ INSTANCE_GROUP_TYPE = "gcp:compute/instanceGroupManager:InstanceGroupManager"
 TPU_PROGRAM_TYPES = (QUEUED_RESOURCE_TYPE, INSTANCE_GROUP_TYPE)
 FIREWALL_TYPE = "gcp:compute/firewall:Firewall"
 BUCKET_TYPE = "gcp:storage/bucket:Bucket"
+#: An object the program writes to the bucket (the release record, its payload, a command's source).
+BUCKET_OBJECT_TYPE = "gcp:storage/bucketObject:BucketObject"
 #: pulumi-gcp's single TPU VM, held to the same node rules as the queued resource's nodes.
 TPU_VM_TYPE = "gcp:tpu/v2Vm:V2Vm"
 #: pulumi-gcp's own (single-slice) queued resource.

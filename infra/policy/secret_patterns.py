@@ -16,20 +16,28 @@ and need none. The patterns are the documented shapes of each credential:
 * GitHub tokens, ``ghp_``/``gho_``/``ghu_``/``ghs_``/``ghr_`` + 36 characters
   (https://github.blog/engineering/platform-security/behind-githubs-new-authentication-token-formats/);
 * a quoted literal assigned to a name that says password, secret, token or API key
-  (``PASSWORD="hunter22"``, ``api_key: 'abc…'``), at least 8 characters, the way secret
-  scanners flag hard-coded passwords. A value taken from a variable or a command
-  (``TOKEN="$(curl …)"``) is not a literal and is not flagged.
+  (``PASSWORD="hunter22"``, ``api_key: 'abc…'``, ``"AWS_SECRET_ACCESS_KEY": "…"`` as JSON writes a
+  workload's ``env``), at least 8 characters, the way secret scanners flag hard-coded passwords;
+  ``token`` and ``api_key`` count as whole words of the name only (``HF_TOKEN``, not
+  ``TOKENIZER_FILE`` or ``num_tokens``).
+  A value taken from a variable or a command (``TOKEN="$(curl …)"``) is not a literal and is not
+  flagged;
+* a password in a URL's user-info part, ``scheme://user:password@host`` (RFC 3986 §3.2.1 calls
+  that form deprecated: a requirement fetched from a private index this way carries it).
 
-The trainer bundle inside the script is base85 of an xz tar: its contents are not
-scanned here (the bundle is built from the checkout's ``training/`` package).
+The startup-script policy scans the script's text and everything its release carries (the
+embedded tar, and a command's source when it travels through the bucket:
+:mod:`infra.policy.release_contents`), with these same patterns. Each pattern runs in time
+linear in the text (no nested or adjacent unbounded repetitions of overlapping characters).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-__all__ = ["PATTERNS", "SecretMatch", "find_secrets"]
+__all__ = ["PATTERNS", "SecretMatch", "find_secrets", "find_secrets_in_files"]
 
 #: (what it is, pattern); each is searched over the whole text.
 PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
@@ -42,10 +50,11 @@ PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     (
         "a hard-coded password or token",
         re.compile(
-            r"(?i)\b[a-z0-9_]*(?:password|passwd|secret|token|api[_-]?key)[a-z0-9_]*\s*[:=]\s*"
-            r"([\"'])[^\"'\s$`]{8,}\1"
+            r"(?i)\b(?:[a-z0-9_]{0,40}(?:password|passwd|secret)|(?:[a-z0-9]{1,40}_){0,6}(?:token|api[_-]?key))"
+            r"(?:_[a-z0-9]{1,40}){0,6}[\"']?[ \t]*[:=][ \t]*([\"'])[^\"'\s$`]{8,}\1"
         ),
     ),
+    ("a password in a URL", re.compile(r"(?i)\b[a-z][a-z0-9+.-]{0,20}://[^/\s:@\"']{1,256}:[^/\s@\"']{1,256}@")),
 )
 
 
@@ -55,6 +64,12 @@ class SecretMatch:
 
     kind: str
     line: int
+
+
+def find_secrets_in_files(files: Mapping[str, bytes]) -> list[tuple[str, SecretMatch]]:
+    """Every credential-shaped string in each file (read as Latin-1: every byte is a character),
+    as ``(path, match)`` in path order."""
+    return [(path, match) for path in sorted(files) for match in find_secrets(files[path].decode("latin-1"))]
 
 
 def find_secrets(text: str) -> list[SecretMatch]:

@@ -212,7 +212,17 @@ def _alias(alias: Any) -> dict[str, Any]:
 
 
 def _plain(value: Any) -> Any:
-    return json.loads(json.dumps(value, default=str))
+    """``value`` as JSON: a file asset as the engine's wire form (its signature and ``path``, which
+    ``pulumi_policy`` turns back into a ``FileAsset``), anything else unknown as its ``str``."""
+    return json.loads(json.dumps(value, default=_wire))
+
+
+def _wire(value: Any) -> Any:
+    if isinstance(value, pulumi.FileAsset):
+        from pulumi.runtime import rpc
+
+        return {rpc._special_sig_key: rpc._special_asset_sig, "path": value.path}  # noqa: SLF001 (the wire keys)
+    return str(value)
 
 
 def engine_config(stack_config: dict[str, Any]) -> dict[str, str]:

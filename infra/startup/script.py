@@ -1,9 +1,8 @@
 """The TPU VM startup script, rendered for a stack: a small bootstrap carrying one release.
 
 :func:`render` turns a :class:`~infra.config.StackConfig` into the bash script every TPU VM
-of the stack boots with (metadata key ``startup-script``). The same bytes run in the local
-emulator (``infra/local``). Equal inputs give equal bytes: no timestamps, no absolute local
-paths, sorted everything.
+of the stack boots with (metadata key ``startup-script``). The same bytes run in the local emulator
+(``infra/local``). Equal inputs give equal bytes: no timestamps, no absolute local paths, sorted.
 
 The script is a bootstrap (``infra/startup/startup.sh.in``) plus a **release**: an uncompressed tar
 (:func:`infra.startup.bundle.build_archive`) of
@@ -16,8 +15,7 @@ The script is a bootstrap (``infra/startup/startup.sh.in``) plus a **release**: 
   the phase of the boot that finds the VM's worker and slice, which ``boot.sh`` sources;
 * ``trainer.sh`` (``infra/startup/trainer.sh``): the unit's ``ExecStart=`` (restart backoff, line
   prefix, ``exec`` of the trainer) and ``ExecStopPost=`` (one line per trainer exit);
-* ``slice-watch.sh`` (the backend's, :func:`slice_watch_script`; a compute-engine group that does
-  not repair a VM by itself): run by the release watch each poll, it recreates a lost slice whole;
+* ``slice-watch.sh`` (the backend's, :func:`slice_watch_script`): the release watch runs it to recreate a lost slice;
 * ``delete-on-complete.sh`` (``infra/startup/delete_on_complete.sh``): after the trainer exits 0,
   worker 0 of slice 0 deletes the queued resource named by the metadata attribute
   ``multislice-delete-queued-resource`` (present only with ``deleteOnComplete``);
@@ -431,11 +429,8 @@ def render(
     text = fill(template(), values)
     data = text.encode("utf-8")
     if len(data) > METADATA_VALUE_LIMIT_BYTES:
-        what, shrink = (
-            ("multislice:workload: the startup script", "shrink the workload's env or requirements")
-            if config.workload is not None
-            else ("the startup script", "shrink training/ or the requirements")
-        )
+        what = "multislice:workload: the startup script" if config.workload else "the startup script"
+        shrink = "shrink the workload's env or requirements" if config.workload else "shrink training/ or requirements"
         raise StartupScriptTooLarge(
             f"{what} of stack {config.stack!r} is {len(data)} bytes ({len(data) / 1024:.1f} KiB), "
             f"over the GCE metadata value limit of {METADATA_VALUE_LIMIT_BYTES} bytes "

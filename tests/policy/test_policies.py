@@ -190,6 +190,9 @@ def test_startup_script_limit_and_credentials(dev_qr):
         ("AWS_ACCESS_KEY_ID=AKIAIOSFODNN7EXAMPLE", "AWS access key"),
         ("git clone https://ghp_" + "a" * 36 + "@github.com/x/y", "GitHub token"),
         ("api_key: 'abcdefgh12345'", "password or token"),
+        ('{"env": {"AWS_SECRET_ACCESS_KEY": "wJalrXUtnFEMI/K7MDENG"}}', "password or token"),  # as JSON writes env
+        ('"HF_TOKEN": "hf_abcdefghijkl"', "password or token"),
+        ("pkg @ https://ci:pa55word@pypi.example.com/pkg.tar.gz", "password in a URL"),
     ],
 )
 def test_secret_patterns(line, kind):
@@ -201,7 +204,15 @@ def test_secret_patterns(line, kind):
 
 @pytest.mark.parametrize(
     "line",
-    ['TOKEN="${VAULT_TOKEN_VALUE}"', 'PASSWORD="$(cat /run/secrets/db)"', "password_file=/etc/pw", 'secret="short"'],
+    [
+        'TOKEN="${VAULT_TOKEN_VALUE}"',
+        'PASSWORD="$(cat /run/secrets/db)"',
+        "password_file=/etc/pw",
+        'secret="short"',
+        'TOKENIZER_FILE = "tokenizer.json"',  # "token" is not a word of the name
+        'num_tokens = "12345678"',
+        "https://user@example.com/x.tar.gz",  # a user, no password
+    ],
 )
 def test_secret_patterns_leave_non_literals_alone(line):
     from infra.policy.secret_patterns import find_secrets

@@ -1,0 +1,105 @@
+"""The mandatory ``startup-script-safe`` policy scans everything a command's release carries, not
+only the startup script's text: the workload's ``env`` (in ``workload.json``), its requirements
+(a password in a URL's user-info part), its source files inline, and a source too large for the
+script that travels as its own bucket object. Each is found through ``multislice check``, named
+by where it is, and the secret itself is never printed. The credentials below are made up in the
+documented shapes (infra/policy/secret_patterns.py)."""
+
+from __future__ import annotations
+
+import json
+import random
+import string
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from infra.cli import app
+from infra.policy.release_contents import embedded_release
+
+COMMAND_STACK = Path(__file__).parents[1] / "stacks" / "Pulumi.emu-command.yaml"
+AWS_KEY_ID = "AKIA" + "Q7ZK3M9WX2PLR5TN"
+AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYzz3kq9v2Lp"
+GITHUB_TOKEN = "ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"
+URL_PASSWORD = "s3cr3t-pw-77"
+
+
+def command_stack(tmp_path: Path, *, env=None, requirements: str | None = None, files=None) -> Path:
+    source = tmp_path / "src"
+    source.mkdir()
+    for name, text in {"train.py": "print('training')\n", **(files or {})}.items():
+        (source / name).write_text(text)
+    document = yaml.safe_load(COMMAND_STACK.read_text())
+    workload = document["config"]["multislice:workload"]
+    workload["source"] = str(source)
+    if env is not None:
+        workload["env"] = env
+    if requirements is not None:
+        (tmp_path / "requirements.txt").write_text(requirements)
+        workload["requirements"] = str(tmp_path / "requirements.txt")
+    path = tmp_path / "Pulumi.leaky.yaml"
+    path.write_text(yaml.safe_dump(document))
+    return path
+
+
+def check(path: Path):
+    return CliRunner().invoke(app, ["check", "--config-file", str(path)])
+
+
+#: Random letters: a source this large (over the 32 KiB inline limit) travels through the bucket.
+FILLER = "".join(random.Random(1).choices(string.ascii_letters, k=64 * 1024))
+
+LEAKS = {
+    "env-aws-secret": ({"env": {"AWS_SECRET_ACCESS_KEY": AWS_SECRET}}, "workload.json", AWS_SECRET),
+    "env-aws-key-id": ({"env": {"AWS_ACCESS_KEY_ID": AWS_KEY_ID}}, "workload.json", AWS_KEY_ID),
+    "requirement-url-password": (
+        {"requirements": f"pkg @ https://ci:{URL_PASSWORD}@pypi.example.com/pkg-1.0.tar.gz --hash=sha256:{'e' * 64}\n"},
+        "workload-requirements.txt",
+        URL_PASSWORD,
+    ),
+    "source-file": (
+        {"files": {"settings.py": f"TOKEN = load() or '{GITHUB_TOKEN}'\n"}},
+        "workload/settings.py",
+        GITHUB_TOKEN,
+    ),
+    "large-source-file": (
+        {"files": {"settings.py": f"GH = '{GITHUB_TOKEN}'\n", "blob.txt": FILLER}},
+        "settings.py",
+        GITHUB_TOKEN,
+    ),
+}
+
+
+@pytest.mark.parametrize("leak", sorted(LEAKS))
+def test_a_credential_anywhere_in_the_release_is_a_mandatory_violation(tmp_path, leak):
+    spec, where, secret = LEAKS[leak]
+    result = check(command_stack(tmp_path, **spec))
+    assert result.exit_code == 1, result.output
+    output = " ".join(result.output.split())
+    assert "[startup-script-safe]" in output and f"{where} line " in output, result.output
+    assert "startup-script-safe" in output.split("violates mandatory policies:")[-1]
+    assert secret not in result.output  # where and what, never the value
+
+
+def test_a_clean_release_is_no_violation(tmp_path):
+    path = command_stack(tmp_path, env={"LOG_LEVEL": "info", "TOKENIZER": "bpe"}, files={"util.py": "x = 1\n"})
+    result = check(path)
+    assert result.exit_code == 0, result.output
+    assert "startup-script-safe" not in result.output
+
+
+def test_the_release_is_read_back_from_the_script_it_is_embedded_in(tmp_path):
+    """What the scan reads is the release the script carries, byte for byte."""
+    from infra import startup
+    from infra.config import load_stack_file
+
+    config = load_stack_file(command_stack(tmp_path, env={"A": "1"}))
+    rendered = startup.render(config)
+    carried = embedded_release(rendered.text)
+    assert carried["workload.json"] == json.dumps(
+        {"command": config.workload.command, "env": {"A": "1"}, "steps": config.workload.steps}
+    ).encode() or json.loads(carried["workload.json"])["env"] == {"A": "1"}
+    assert set(carried) == set(rendered.files)  # every file of the release, read back
+    assert embedded_release("#!/bin/bash\necho no release\n") == {}
