@@ -13,7 +13,9 @@ Validation happens before any resource exists. A :class:`StackConfigError` lists
 problem as ``<key path>: <what is wrong; what is allowed>``: a key of a namespace other than
 :data:`NAMESPACES` is refused, a misspelt key names the nearest one, and no message echoes a
 whole value. A stack file over :data:`MAX_FILE_BYTES`, or one that expands to more than
-:data:`MAX_NODES` YAML nodes through its aliases, is refused before it is expanded.
+:data:`MAX_NODES` YAML nodes through its aliases, is refused before it is expanded; an integer
+longer than :data:`MAX_INT_CHARS` (YAML, or the engine's JSON) is refused, naming its key path,
+before it is converted.
 
 The YAML reader refuses a key repeated in one mapping, as Pulumi's own reader (go-yaml v3)
 does, and names both lines. It is PyYAML's SafeLoader with one override rather than
@@ -55,8 +57,15 @@ MAX_FILE_BYTES = 1 << 20
 #: hold under 200. A few lines of nested aliases can otherwise expand to billions of nodes
 #: (the "billion laughs" document) and exhaust memory before any key is checked.
 MAX_NODES = 10_000
+#: Longest integer a stack file may write, in characters (digits, sign, ``0x``, ``_``): every count a
+#: key takes has under 20 digits. Checked before the value is built: Python refuses to convert a decimal
+#: of over 4,300 digits (a ValueError, not a YAML error); another base (``0x…``, YAML 1.1's sexagesimal
+#: ``1:30``, in time quadratic in its length) converts to a number no message can print.
+MAX_INT_CHARS = 100
 #: Longest key shown in an error message.
 _KEY_LIMIT = 100
+#: The tag PyYAML's resolver gives a plain scalar that reads as an integer (or ``!!int``).
+_INT_TAG = "tag:yaml.org,2002:int"
 
 
 def _object_valued(annotation: Any) -> bool:
@@ -132,10 +141,14 @@ def validate_stack(stack: str, config: dict[str, Any], source: str, base_dir: Pa
             )
         if full_key in STRUCTURED_KEYS and isinstance(value, str):
             try:
-                value = json.loads(value)
+                value = json.loads(value, parse_int=_bounded_int)
             except json.JSONDecodeError as err:
                 raise StackConfigError(
                     f"stack {stack!r} ({source}) is invalid:", [f"{full_key}: not a JSON object ({err})"]
+                ) from None
+            except ValueError as err:  # _bounded_int
+                raise StackConfigError(
+                    f"stack {stack!r} ({source}) is invalid:", [f"{full_key}: holds {err}"]
                 ) from None
         values[full_key] = value
     for key in ("gcp:project", "gcp:zone", "multislice:acceleratorType"):
@@ -150,6 +163,21 @@ def validate_stack(stack: str, config: dict[str, Any], source: str, base_dir: Pa
         raise StackConfigError(
             f"stack {stack!r} ({source}) is invalid:", format_errors(err, model=StackConfig)
         ) from None
+
+
+def _bounded_int(text: str) -> int:
+    """``int(text)`` for :func:`json.loads` (``parse_int``).
+
+    Raises:
+      ValueError: ``text`` is longer than :data:`MAX_INT_CHARS`.
+    """
+    if len(text) > MAX_INT_CHARS:
+        raise ValueError(_long_int(text))
+    return int(text)
+
+
+def _long_int(text: str) -> str:
+    return f"an integer {len(text):,} characters long; a stack file's integers have at most {MAX_INT_CHARS}"
 
 
 def _short_key(key: str) -> str:
@@ -178,7 +206,7 @@ def default_stacks_dir() -> Path:
         if project.is_file():
             try:
                 data = yaml.safe_load(project.read_text()) or {}
-            except yaml.YAMLError:
+            except (yaml.YAMLError, ValueError):  # ValueError: an integer int() refuses
                 continue
             if data.get("name") == "multislice":
                 return parent / str(data.get("stackConfigDir", "."))
@@ -281,6 +309,48 @@ def expanded_nodes(root: yaml.Node, limit: int = MAX_NODES) -> int:
     return sizes[id(root)]
 
 
+class IntegerSizeError(yaml.YAMLError):
+    """An integer longer than :data:`MAX_INT_CHARS` in a stack file; ``line`` is ``key path: problem``."""
+
+    def __init__(self, line: str):
+        super().__init__(line)
+        self.line = line
+
+
+def check_integers(root: yaml.Node) -> None:
+    """Refuse an integer scalar of the composed document ``root`` longer than :data:`MAX_INT_CHARS`,
+    before anything converts it. Iterative; each node is visited once (an alias shares its anchor's).
+
+    Raises:
+      IntegerSizeError: the first such integer in document order, named by its key path: the
+        ``config:`` key as :func:`validate_stack` names it, then ``.``-joined keys and list indexes
+        (``multislice:training.steps``).
+    """
+    seen: set[int] = set()
+    stack: list[tuple[yaml.Node, tuple[str, ...]]] = [(root, ())]
+    while stack:
+        node, path = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, yaml.ScalarNode) and node.tag == _INT_TAG and len(node.value) > MAX_INT_CHARS:
+            raise IntegerSizeError(f"{_key_path(path)}: is {_long_int(node.value)}")
+        if isinstance(node, yaml.MappingNode):
+            for key, value in reversed(node.value):
+                name = _short_key(key.value) if isinstance(key, yaml.ScalarNode) else "(a non-scalar key)"
+                stack.extend([(value, (*path, name)), (key, (*path, name))])
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend((item, (*path, str(index))) for index, item in reversed(list(enumerate(node.value))))
+
+
+def _key_path(path: tuple[str, ...]) -> str:
+    """``("config", "training", "steps")`` → ``multislice:training.steps`` (outside ``config:``, as written)."""
+    if len(path) >= 2 and path[0] == "config":
+        key = path[1] if ":" in path[1] else f"{NAMESPACE}:{path[1]}"
+        return ".".join([key, *path[2:]])
+    return ".".join(path) or "(top level)"
+
+
 def _load_yaml(text: str, name: str) -> Any:
     loader = _UniqueKeyLoader(text)
     loader.name = name  # error marks say the file, not "<unicode string>"
@@ -289,6 +359,7 @@ def _load_yaml(text: str, name: str) -> Any:
         if node is None:
             return None
         expanded_nodes(node)  # before constructing: the expansion is what exhausts memory
+        check_integers(node)  # before constructing: int() refuses, or is slow on, a long one
         return loader.construct_document(node)
     finally:
         loader.dispose()
@@ -302,7 +373,8 @@ def load_stack_file(path: Path, stack: str | None = None) -> StackConfig:
       stack: stack name; by default taken from the file name.
 
     Raises:
-      StackConfigError: missing or malformed file, or invalid keys.
+      StackConfigError: missing or malformed file, an integer longer than :data:`MAX_INT_CHARS`
+        (one line naming its key path), or invalid keys.
     """
     path = Path(path)
     if stack is None:
@@ -325,6 +397,8 @@ def load_stack_file(path: Path, stack: str | None = None) -> StackConfig:
         raise StackConfigError(f"stack file {path} is not UTF-8 text ({err.reason} at byte {err.start})") from None
     except RecursionError:
         raise StackConfigError(f"stack file {path} nests too deeply to be a stack file") from None
+    except IntegerSizeError as err:
+        raise StackConfigError(f"stack {stack!r} ({path}) is invalid:", [err.line]) from None
     except DuplicateKeyError as err:
         raise StackConfigError(f"stack file {path}: {err}; keep one of them") from None
     except ExpansionError as err:

@@ -19,7 +19,8 @@ Keys (every error names its key path, e.g. ``multislice:workload.source``):
 * ``steps`` (required): the steps the command trains; ``status`` shows step/steps and the
   run is complete at this step (the command exits 0: the completion marker says so);
 * ``source``: a directory shipped with the release (every regular file below it except
-  ``.git/`` and ``__pycache__/``; no symbolic links), at most :data:`MAX_SOURCE_BYTES`;
+  ``.git/`` and ``__pycache__/``; no symbolic links), at most :data:`MAX_SOURCE_BYTES` in
+  :data:`MAX_SOURCE_FILES` files, no deeper than :data:`MAX_SOURCE_DEPTH` folders;
 * ``requirements``: a requirements file in which every requirement is pinned and carries at
   least one ``--hash=sha256:…`` (``uv pip compile --generate-hashes`` or ``pip-compile
   --generate-hashes`` write such files); the VM installs it with ``uv pip install
@@ -66,6 +67,8 @@ from training.validation import StrictModel
 MAX_SOURCE_BYTES = 64 * 1024 * 1024
 #: Most files in a source directory (each is a tar entry and a line of the preview's file list).
 MAX_SOURCE_FILES = 20_000
+#: Most folders between a source directory and its deepest file (code is a few levels deep).
+MAX_SOURCE_DEPTH = 64
 #: Directories never shipped (version control and bytecode caches).
 SKIPPED_DIRS = frozenset({".git", "__pycache__"})
 #: Largest requirements file read, bytes.
@@ -106,6 +109,13 @@ _ARCHIVE_SUFFIXES = (".whl", ".zip", ".tar.gz", ".tgz", ".tar.bz2", ".tbz", ".ta
 #: ``git+https://github.com/OWNER/REPO(.git)@REF``: the archive URL of REF can be named.
 _GITHUB_GIT = re.compile(r"^git\+https://github\.com/([^/@#]+)/([^/@#]+?)(?:\.git)?/?(?:@([^#]+))?(?:#.*)?$")
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
+#: A ``#`` comment to the end of a requirements line. Every pattern here meets user text and runs in time
+#: linear in it (tests/config/test_hostile_input.py tries each on long runs of every kind of character).
+_COMMENT = re.compile(r"(^|\s)#.*$")
+#: The whitespace before an option (``--hash…``): a requirement line splits there. Without the lookbehind,
+#: ``\s+(?=--)`` retried a whitespace run not followed by ``--`` from each of its characters (quadratic:
+#: minutes for a run of 200,000 spaces); with it a match starts only at a run's first character.
+_OPTION_BREAK = re.compile(r"(?<!\s)\s+(?=--)")
 
 
 def _hash_how(url: str = "URL") -> str:
@@ -201,33 +211,49 @@ def _resolve(value: Any, info: ValidationInfo) -> Path:
 
 
 def source_files(root: Path) -> list[Path]:
-    """The files of a source directory that ship, sorted by POSIX path relative to ``root``.
+    """The files of a source directory that ship, sorted by POSIX path relative to ``root``; an
+    iterative walk (a stack of folders, no recursion) at most :data:`MAX_SOURCE_DEPTH` folders deep.
 
     Raises:
-      ValueError: a symbolic link, or more than :data:`MAX_SOURCE_FILES` files or
-        :data:`MAX_SOURCE_BYTES` bytes (the message names the limit, the size and why).
+      ValueError: a symbolic link, more than :data:`MAX_SOURCE_FILES` files or :data:`MAX_SOURCE_BYTES`
+        bytes, folders nested deeper than :data:`MAX_SOURCE_DEPTH`, or a folder that cannot be read
+        (the message names the limit or the folder, and why).
     """
     files: list[Path] = []
     total = 0
-    for directory, dirs, names in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if d not in SKIPPED_DIRS)
-        for name in [*names, *(d for d in dirs if os.path.islink(os.path.join(directory, d)))]:
-            path = Path(directory) / name
-            if path.is_symlink():
+    pending = [(root, 0)]
+    while pending:
+        directory, depth = pending.pop()
+        try:  # is_dir() follows a link to a folder, as os.walk does: such a link is refused below
+            with os.scandir(directory) as listing:
+                entries = sorted(((entry, entry.is_dir()) for entry in listing), key=lambda pair: pair[0].name)
+        except OSError as err:  # permissions, or a path longer than the OS allows
+            raise ValueError(f"{directory} cannot be read ({err.strerror or err})") from None
+        for entry, is_dir in entries:
+            path = Path(entry.path)
+            if is_dir and entry.name in SKIPPED_DIRS:
+                continue
+            if entry.is_symlink():
                 raise ValueError(
                     f"{path.relative_to(root)} under {root} is a symbolic link; a source directory ships regular "
                     "files only (copy the target in, or point source at the directory it is in)"
                 )
-            if not path.is_file():
-                continue
-            files.append(path)
-            total += path.stat().st_size
-            if len(files) > MAX_SOURCE_FILES or total > MAX_SOURCE_BYTES:
+            if is_dir and depth == MAX_SOURCE_DEPTH:
                 raise ValueError(
-                    f"{root} holds more than {MAX_SOURCE_FILES:,} files or {MAX_SOURCE_BYTES // 2**20} MiB "
-                    "(the limit of a source directory: it is hashed at every preview and shipped to every VM with "
-                    "each release); ship the code only and keep data in the bucket"
+                    f"{root} is nested deeper than {MAX_SOURCE_DEPTH} folders ({path.relative_to(root).as_posix()[:60]}"
+                    "…); a source directory ships code, a few folders deep: point source at the code's own folder"
                 )
+            if is_dir:
+                pending.append((path, depth + 1))
+            elif entry.is_file():
+                files.append(path)
+                total += entry.stat().st_size
+                if len(files) > MAX_SOURCE_FILES or total > MAX_SOURCE_BYTES:
+                    raise ValueError(
+                        f"{root} holds more than {MAX_SOURCE_FILES:,} files or {MAX_SOURCE_BYTES // 2**20} MiB "
+                        "(the limit of a source directory: it is hashed at every preview and shipped to every VM "
+                        "with each release); ship the code only and keep data in the bucket"
+                    )
     return sorted(files, key=lambda p: p.relative_to(root).as_posix())
 
 
@@ -240,7 +266,8 @@ def parse_requirements(text: str) -> list[PinnedRequirement]:
     to an https archive, ``name @ https://…`` (PEP 508; extras and a ``; marker`` allowed), each
     with one or more ``--hash=sha256:<hex>`` options; lines continued with ``\\``, ``#`` comments.
     The hash is what pins a URL requirement: it names the archive's bytes, whatever the URL
-    serves later (the module docstring has the rule and its reasons).
+    serves later (the module docstring has the rule and its reasons). The parse takes time linear
+    in the text's length (the file is at most :data:`MAX_REQUIREMENTS_BYTES`).
 
     Raises:
       ValueError: a requirement that is not pinned with ``==``, lacks a hash, is a VCS checkout,
@@ -251,7 +278,7 @@ def parse_requirements(text: str) -> list[PinnedRequirement]:
     logical: list[tuple[int, str]] = []
     buffer, start = "", 0
     for number, raw in enumerate(text.splitlines(), start=1):
-        line = re.sub(r"(^|\s)#.*$", "", raw).rstrip()
+        line = _COMMENT.sub("", raw).rstrip()
         if not buffer:
             start = number
         if line.endswith("\\"):
@@ -264,7 +291,7 @@ def parse_requirements(text: str) -> list[PinnedRequirement]:
     if buffer.strip():
         logical.append((start, buffer.strip()))
     for number, line in logical:
-        parts = re.split(r"\s+(?=--)", line)
+        parts = _OPTION_BREAK.split(line)
         head, options = parts[0], parts[1:]
         if head.startswith("-"):
             raise ValueError(

@@ -244,17 +244,15 @@ def _startup_script_safe(args: ResourceValidationArgs, report: Report) -> None:
         stack_files = {path: data for path, data in embedded_release(script).items() if stack_content(path)}
         for path, found in find_secrets_in_files(stack_files):
             report(
-                f"TPU resource {args.name!r}: its release's {path} line {found.line} holds {found.kind}; "
-                "the release is readable on the VM, in the bucket and by project viewers: give the workload "
-                "its credentials at run time (the VMs' service account, or Secret Manager)"
+                f"TPU resource {args.name!r}: its release's {path} line {found.line} holds {found.kind}; the release "
+                "is readable on the VM, in the bucket and by project viewers: pass credentials at run time"
             )
     name = str(args.props.get("name") or "") if args.resource_type == BUCKET_OBJECT_TYPE else ""
     if name.startswith(RELEASE_PREFIX) and "/sources/" in name:  # a command's source (contract.workload_source_object)
         for path, found in find_secrets_in_files(asset_files(args.props.get("source"))):
             report(
-                f"bucket object {name!r} (multislice:workload.source): {path} line {found.line} "
-                f"holds {found.kind}; the source is readable on the VMs and in the bucket: keep credentials out "
-                "of multislice:workload.source"
+                f"bucket object {name!r} (multislice:workload.source): {path} line {found.line} holds "
+                f"{found.kind}; the source is readable on the VMs and in the bucket: keep credentials out of it"
             )
 
 
