@@ -242,6 +242,22 @@ class StackConfig(ResourceNames, StrictModel):
             )
         return value
 
+    def _reservation_in_the_stacks_zone(self) -> None:
+        """A reservation path names the stack's own project and zone: each backend sends the path
+        or its last segment for the VMs of ``gcp:zone`` in ``gcp:project``, so another one would be
+        dropped or fail only when the capacity is requested."""
+        path = self.reservation_name or ""
+        if "/" not in path:
+            return
+        parts = path.split("/")  # <kind>/<id>/locations/<zone>/reservations/<name> (the field's pattern)
+        if parts[3] != self.zone or (parts[0] == "projects" and parts[1] != self.project):
+            raise invalid(
+                "multislice:reservationName",
+                f"{path!r} names {parts[0]}/{parts[1]} in {parts[3]}, but the stack's VMs are in project "
+                f"{self.project!r}, zone {self.zone!r} (gcp:project, gcp:zone): name a reservation there, or "
+                "give its name alone",
+            )
+
     @field_validator("accelerator_type")
     @classmethod
     def _known_type(cls, value: str) -> str:
@@ -264,6 +280,7 @@ class StackConfig(ResourceNames, StrictModel):
                 "multislice:reservationName",
                 f"is only used with multislice:capacity 'reserved' (capacity is {self.capacity!r})",
             )
+        self._reservation_in_the_stacks_zone()
         backend_checks.check_catalog(self, gen)
         self._reused_subnetwork()
         if self.bucket.location is None and locations.bucket_location(self.region) is None:

@@ -145,6 +145,36 @@ def test_reservation_name_needs_reserved_capacity():
     assert line.startswith("multislice:reservationName: is only used with multislice:capacity 'reserved'")
 
 
+@pytest.mark.parametrize("backend", ["queued-resource", "compute-engine"])
+@pytest.mark.parametrize(
+    ("path", "names"),
+    [
+        ("projects/other-project/locations/{zone}/reservations/r", "projects/other-project in {zone}"),
+        ("projects/{project}/locations/us-east1-d/reservations/r", "projects/{project} in us-east1-d"),
+        ("folders/7/locations/us-east1-d/reservations/r", "folders/7 in us-east1-d"),
+    ],
+)
+def test_a_reservation_path_elsewhere_than_the_stack_is_refused_not_cut(backend, path, names):
+    """Each backend would send the path (queued resource) or its last segment (Compute Engine's
+    affinity) for the stack's own project and zone: another one is refused before any resource."""
+    from tests.helpers.compute_engine import ce_map
+
+    base = dev_map() if backend == "queued-resource" else ce_map("v5p-16")
+    project, zone = base["gcp:project"], base["gcp:zone"]
+    config = base | {
+        "multislice:capacity": "reserved",
+        "multislice:reservationName": path.format(zone=zone, project=project),
+    }
+    (line,) = errors_of(config)
+    assert line.startswith(f"multislice:reservationName: '{path.format(zone=zone, project=project)}' names ")
+    assert names.format(zone=zone, project=project) in line and f"zone {zone!r}" in line
+    same = base | {
+        "multislice:capacity": "reserved",
+        "multislice:reservationName": f"projects/{project}/locations/{zone}/reservations/r",
+    }
+    assert validate_stack("t", same, "test").reservation_name == same["multislice:reservationName"]
+
+
 def test_capacity_lists_allowed_values():
     config = dev_map() | {"multislice:capacity": "cheap"}
     (line,) = errors_of(config)
