@@ -24,11 +24,13 @@ def _stack_and_config_map(stack: str, config_file: Path | None) -> tuple[str, di
     import yaml
 
     from infra.config import stack_file
+    from infra.review.stack_paths import with_absolute_workload_paths
 
     config = load_config(stack, config_file)  # exits 2 with the key's message if invalid
     render_release(config)  # and if its release cannot be built, as `render` says it
     path = config_file or stack_file(config.stack)
-    return config.stack, yaml.safe_load(path.read_text())["config"]
+    # Relative to the stack file, as the config check read them (the program reads them from stacks/).
+    return config.stack, with_absolute_workload_paths(yaml.safe_load(path.read_text())["config"], path.parent)
 
 
 def _resource_label(urn: str | None) -> str:

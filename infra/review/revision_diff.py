@@ -136,25 +136,30 @@ def trainer_file_changes(old_training: Path, new_training: Path) -> list[tuple[s
     return sorted(status.items())
 
 
-def _side(stack: str, project_root: Path, label: str) -> tuple[dict[str, Any], Any]:
+def _side(stack: str, project_root: Path, label: str, outside: Path | None = None) -> tuple[dict[str, Any], Any]:
     """The raw ``config:`` map and the evaluated World of ``stack`` in ``project_root``
-    (``label`` names the side in errors: the revision, or "the working tree")."""
+    (``label`` names the side in errors: the revision, or "the working tree"). For a revision's
+    tree, ``outside`` is the working tree's ``stacks/``: a workload path that leaves the tree is
+    read there (:func:`infra.review.stack_paths.with_absolute_workload_paths`)."""
     import yaml
 
     from infra import startup
-    from infra.config import StackConfigError, load_stack_file
+    from infra.config import StackConfigError, load_stack_file, validate_stack
     from infra.review import program_mocks
+    from infra.review.stack_paths import with_absolute_workload_paths
 
     path = project_root / "stacks" / f"Pulumi.{stack}.yaml"
     try:
-        config = load_stack_file(path, stack)
+        config = load_stack_file(path, stack) if outside is None else None
+        config_map = yaml.safe_load(path.read_text())["config"]
+        absolute = with_absolute_workload_paths(config_map, path.parent, tree=project_root, outside=outside)
+        config = config or validate_stack(stack, absolute, str(path), base_dir=path.parent)
         script = startup.render(config, project_root=project_root)
     except StackConfigError as err:  # the problems, not the summary that names a temporary path
         raise DiffError(f"stack {stack!r} in {label}: {'; '.join(err.lines) or err.summary}") from None
     except (ValueError, FileNotFoundError) as err:
         raise DiffError(f"stack {stack!r} in {label}: {str(err).splitlines()[0]}") from None
-    config_map = yaml.safe_load(path.read_text())["config"]
-    return config_map, (program_mocks.evaluate(stack, config_map, script=script, preview=True), script)
+    return config_map, (program_mocks.evaluate(stack, absolute, script=script, preview=True), script)
 
 
 def _queued_resource_change(name: str, typ: str, old: dict[str, Any], new: dict[str, Any]) -> ResourceChange | None:
@@ -241,7 +246,7 @@ def diff_stack(stack: str, against: str, project_root: Path) -> StackDiff:
         raise DiffError(f"stack {stack!r} does not exist in the working tree (no stacks/Pulumi.{stack}.yaml)")
     with tempfile.TemporaryDirectory(prefix="multislice-diff-") as tmp:
         commit, old_root = _revision_tree(project_root, against, stack, Path(tmp))
-        old_map, (old_world, old_script) = _side(stack, old_root, against)
+        old_map, (old_world, old_script) = _side(stack, old_root, against, outside=project_root / "stacks")
         new_map, (new_world, new_script) = _side(stack, project_root, "the working tree")
         return StackDiff(
             stack=stack,

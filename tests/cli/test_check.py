@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -142,3 +143,16 @@ def test_a_value_unknown_until_the_update_is_advisory_as_in_the_cli():
     qr.inputs["serviceAccount"] = UNKNOWN_STRING_VALUE
     found = [v for v in check_world(world) if v.policy == "tpu-dedicated-service-account"]
     assert len(found) == 1 and not found[0].mandatory and "during preview" in found[0].message
+
+
+def test_a_relative_source_is_read_beside_the_stack_file_as_plan_and_render_read_it(tmp_path):
+    """A stack file kept outside stacks/ (the README's day one) names its source relative to itself."""
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "train.py").write_text("print('training')\n")
+    document = yaml.safe_load((Path(__file__).parents[1] / "stacks" / "Pulumi.emu-command.yaml").read_text())
+    document["config"]["multislice:workload"]["source"] = "src"
+    path = tmp_path / "Pulumi.mine.yaml"
+    path.write_text(yaml.safe_dump(document))
+    for command in ("plan", "render", "check"):
+        result = CliRunner().invoke(app, [command, "--config-file", str(path)])
+        assert result.exit_code == 0, (command, result.output)

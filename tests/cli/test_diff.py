@@ -146,3 +146,19 @@ def test_a_trainer_change_on_the_compute_engine_backend_replaces_the_template_on
         for name, line in changed.items()
         if "InstanceGroupManager" in line and name not in ("slices-0", "slices-1")
     ]
+
+
+def test_a_workload_source_outside_the_repository_is_read_on_both_sides(repo, tmp_path):
+    """MaxText's layout (docs/workloads.md): the source sits beside the repository, named relative
+    to stacks/. It is not versioned, so the revision's side reads the same folder as the working
+    tree's, not one relative to the revision's temporary checkout."""
+    source = tmp_path / "maxtext" / "src"
+    source.mkdir(parents=True)
+    (source / "train.py").write_text("print('training')\n")
+    document = yaml.safe_load((ROOT / "tests" / "stacks" / "Pulumi.emu-command.yaml").read_text())
+    document["config"]["multislice:workload"]["source"] = "../../maxtext/src"
+    (repo / "stacks" / "Pulumi.cmd.yaml").write_text(yaml.safe_dump(document))
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@example.com", "add", "-A")
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-q", "-m", "a command stack")
+    result = diff_stack("cmd", "HEAD", repo)
+    assert (result.config_changes, result.resources) == ([], [])
