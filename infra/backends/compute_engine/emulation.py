@@ -137,6 +137,15 @@ class ComputeEngineEmulation(Emulation):
         return KEPT
 
     def line(self) -> str:
+        """What becomes of the VMs: billed until ``pulumi destroy``, except flex-start VMs, which
+        Compute Engine deletes when their run duration ends (docs/compute-engine.md, section 3b)."""
+        limit = self.config.compute_engine.max_run_duration
+        if self.config.capacity == "flex-start" and limit is not None:
+            return (
+                "capacity: kept: deleteOnComplete is not built for the compute-engine backend; the flex-start VMs "
+                f"run at most {limit // 3600} h {limit % 3600 // 60} min (multislice:computeEngine.maxRunDuration), "
+                "then Compute Engine deletes them; until then they are billed"
+            )
         return (
             "capacity: kept: deleteOnComplete is not built for the compute-engine backend; "
             "the instance groups' VMs are billed until pulumi destroy"

@@ -156,3 +156,20 @@ def test_plan_says_how_each_group_gets_its_vms(tmp_path, capacity, extra, words)
     document = CliRunner().invoke(app, ["plan", "--config-file", str(path), "--json"])
     assert document.exit_code == 0, document.output
     assert words in json.loads(document.output)["capacity_plan"]
+
+
+@pytest.mark.parametrize(
+    ("capacity", "extra", "words"),
+    [
+        ("flex-start", {"multislice:computeEngine": {"maxRunDuration": "36h"}}, "run at most 36 h 0 min"),
+        ("spot", {}, "billed until pulumi destroy"),
+    ],
+)
+def test_the_emulation_tells_what_becomes_of_the_vms_per_capacity(capacity, extra, words):
+    """Flex-start VMs are deleted by Compute Engine when their run duration ends ("About resize
+    requests in a MIG"); other VMs stay until pulumi destroy."""
+    from infra.backends.compute_engine.emulation import ComputeEngineEmulation
+
+    config = validate_stack("dev", ce_map("v5p-16", capacity=capacity, **extra), "test")
+    line = ComputeEngineEmulation(config).line()
+    assert words in line and (("Compute Engine deletes them" in line) == (capacity == "flex-start"))
