@@ -7,6 +7,7 @@ storage server that dies stops the run with one message. On the compute-engine b
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -59,11 +60,11 @@ def boot_log(log: Path, boot: int) -> str:
     return text[start : end if end >= 0 else None]
 
 
-@pytest.fixture
-def resource(tmp_path):
-    config = load_stack_file(STACK)
+@contextlib.contextmanager
+def booted(stack: Path, tmp_path: Path):
+    """The stack's emulation with the stand-in script, booted (its report lines in ``.lines``)."""
     lines: list[str] = []
-    resource = LocalQueuedResource(config, LocalPaths(tmp_path / "emu"), SCRIPT, report=lines.append)
+    resource = LocalQueuedResource(load_stack_file(stack), LocalPaths(tmp_path / "emu"), SCRIPT, report=lines.append)
     resource.lines = lines
     try:
         resource.open_storage()
@@ -73,6 +74,12 @@ def resource(tmp_path):
         yield resource
     finally:
         resource.shutdown()
+
+
+@pytest.fixture
+def resource(tmp_path):
+    with booted(STACK, tmp_path) as resource:
+        yield resource
 
 
 def leaders(resource) -> dict[int, int]:
@@ -234,18 +241,8 @@ def compute_engine_resource(tmp_path, request):
     if slices != 2:
         text = path.read_text().replace("multislice:slices: 2", f"multislice:slices: {slices}")
         path.write_text(text.replace("dcn: {data: 2,", f"dcn: {{data: {slices},"))
-    config = load_stack_file(path)
-    lines: list[str] = []
-    resource = LocalQueuedResource(config, LocalPaths(tmp_path / "emu"), SCRIPT, report=lines.append)
-    resource.lines = lines
-    try:
-        resource.open_storage()
-        resource.create()
-        resource.boot_all(Options(reboot_grace_s=120, preempt_grace_s=120))
-        wait_until_up(resource)
+    with booted(path, tmp_path) as resource:
         yield resource
-    finally:
-        resource.shutdown()
 
 
 def test_a_struck_compute_engine_slice_stays_down_until_a_vm_asks_to_recreate_it(compute_engine_resource):
