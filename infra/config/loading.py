@@ -27,17 +27,16 @@ spells ``true`` as ``True`` — the one-line message below would need the same b
 from __future__ import annotations
 
 import difflib
-import json
 import os
-import types
-import typing
 from pathlib import Path
 from typing import Any
 
 import pydantic
 import yaml
 
+from infra.config import structured
 from infra.config.schema import StackConfig
+from infra.config.structured import STRUCTURED_KEYS
 from training.validation import format_errors, unknown_key_message
 
 #: Keys of other namespaces that this program reads. All other ``gcp:*`` keys (credentials,
@@ -68,18 +67,6 @@ _KEY_LIMIT = 100
 _INT_TAG = "tag:yaml.org,2002:int"
 
 
-def _object_valued(annotation: Any) -> bool:
-    if typing.get_origin(annotation) in (typing.Union, types.UnionType):  # an optional object: ``X | None``
-        return any(_object_valued(member) for member in typing.get_args(annotation) if member is not type(None))
-    return (isinstance(annotation, type) and issubclass(annotation, pydantic.BaseModel)) or typing.get_origin(
-        annotation
-    ) in (dict, list, tuple)
-
-
-#: Keys whose value is an object or a list (Pulumi hands these to programs as JSON text).
-STRUCTURED_KEYS = tuple(
-    field.alias for field in StackConfig.model_fields.values() if field.alias and _object_valued(field.annotation)
-)
 #: The checkout's own stacks/ (infra/config/loading.py → the repository root).
 _CHECKOUT_STACKS = Path(__file__).resolve().parents[2] / "stacks"
 
@@ -139,17 +126,12 @@ def validate_stack(stack: str, config: dict[str, Any], source: str, base_dir: Pa
                 f"stack {stack!r} ({source}) is invalid:",
                 [f"{full_key}: secret values are not supported for this key; store it in plain text"],
             )
-        if full_key in STRUCTURED_KEYS and isinstance(value, str):
+        if full_key in STRUCTURED_KEYS:
             try:
-                value = json.loads(value, parse_int=_bounded_int)
-            except json.JSONDecodeError as err:
-                raise StackConfigError(
-                    f"stack {stack!r} ({source}) is invalid:", [f"{full_key}: not a JSON object ({err})"]
-                ) from None
-            except ValueError as err:  # _bounded_int
-                raise StackConfigError(
-                    f"stack {stack!r} ({source}) is invalid:", [f"{full_key}: holds {err}"]
-                ) from None
+                value = structured.parse(full_key, value, _bounded_int)
+            except ValueError as err:
+                lines.append(f"{full_key}: {err}")
+                continue
         values[full_key] = value
     for key in ("gcp:project", "gcp:zone", "multislice:acceleratorType"):
         if key not in values:
@@ -373,19 +355,16 @@ def load_stack_file(path: Path, stack: str | None = None) -> StackConfig:
       stack: stack name; by default taken from the file name.
 
     Raises:
-      StackConfigError: missing or malformed file, an integer longer than :data:`MAX_INT_CHARS`
-        (one line naming its key path), or invalid keys.
+      StackConfigError: missing or malformed file, one not named ``Pulumi.<stack>.yaml`` (without
+        ``stack``), an integer longer than :data:`MAX_INT_CHARS` (one line naming its key path), or
+        invalid keys.
     """
     path = Path(path)
-    if stack is None:
-        name = path.name
-        stack = (
-            name[len("Pulumi.") : -len(".yaml")] if name.startswith("Pulumi.") and name.endswith(".yaml") else path.stem
-        )
     if path.is_dir():
         raise StackConfigError(f"stack file {path} is a directory, not a Pulumi.<stack>.yaml file")
     if not path.is_file():
         raise StackConfigError(f"stack file {path} does not exist")
+    stack = _stack_of_file(path) if stack is None else stack
     size = path.stat().st_size
     if size > MAX_FILE_BYTES:
         raise StackConfigError(
@@ -408,6 +387,26 @@ def load_stack_file(path: Path, stack: str | None = None) -> StackConfig:
     if not isinstance(data, dict) or not isinstance(data.get("config", {}), dict):
         raise StackConfigError(f"stack file {path} must be a mapping with a 'config:' mapping inside")
     return validate_stack(stack, data.get("config") or {}, str(path), base_dir=path.absolute().parent)
+
+
+def _stack_of_file(path: Path) -> str:
+    """The stack of a file named ``Pulumi.<stack>.yaml``, the one name Pulumi reads a stack's settings from
+    (https://www.pulumi.com/docs/iac/concepts/projects/stack-settings-file/).
+
+    Raises:
+      StackConfigError: another name (``Pulumi.dev.yml``, ``dev.yaml``), with the name to give it.
+    """
+    name = path.name
+    if name.startswith("Pulumi.") and name.endswith(".yaml") and len(name) > len("Pulumi..yaml"):
+        return name[len("Pulumi.") : -len(".yaml")]
+    if name.lower() in ("pulumi.yaml", "pulumi.yml"):
+        fix = "this is the project file (Pulumi.yaml): give a stack's file, e.g. stacks/Pulumi.dev.yaml"
+    else:
+        stem = name[len("Pulumi.") :] if name.lower().startswith("pulumi.") else name
+        stem = stem.rpartition(".")[0] or stem  # the extension, if any
+        stem = stem.rpartition(".")[0] if stem.lower().endswith((".yaml", ".yml")) else stem  # dev.yaml.bak
+        fix = f"rename it to Pulumi.{stem}.yaml" if stem else "rename it to Pulumi.<stack>.yaml, e.g. Pulumi.dev.yaml"
+    raise StackConfigError(f"stack file {path}: Pulumi reads stack files named Pulumi.<stack>.yaml; {fix}")
 
 
 def load_stack(stack: str, stacks_dir: Path | None = None) -> StackConfig:

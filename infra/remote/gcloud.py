@@ -52,17 +52,33 @@ def gcloud_executable() -> str:
     """``$MULTISLICE_GCLOUD`` or ``gcloud``, resolved on ``PATH``.
 
     Raises:
-      RemoteError: not found (exit 2).
+      RemoteError: not found, or ``$MULTISLICE_GCLOUD`` names no executable (exit 2).
     """
-    name = os.environ.get(GCLOUD_ENV) or "gcloud"
-    found = shutil.which(name)
-    if found is None:
-        raise RemoteError(
-            f"{name!r} was not found on PATH: install the Google Cloud CLI "
-            "(https://cloud.google.com/sdk/docs/install) with its alpha component, or set "
-            f"{GCLOUD_ENV} to its path"
-        )
-    return found
+    override = os.environ.get(GCLOUD_ENV)
+    found = shutil.which(override or "gcloud")
+    if found is not None:
+        return found
+    if override:
+        raise RemoteError(f"{GCLOUD_ENV} is set to {override!r}, {_not_executable(override)}")
+    raise RemoteError(
+        "'gcloud' was not found on PATH: install the Google Cloud CLI "
+        "(https://cloud.google.com/sdk/docs/install) with its alpha component, or set "
+        f"{GCLOUD_ENV} to its path"
+    )
+
+
+def _not_executable(value: str) -> str:
+    """Why ``$MULTISLICE_GCLOUD``'s ``value`` runs nothing, and what to set it to."""
+    fix = "set it to the gcloud executable (e.g. ~/google-cloud-sdk/bin/gcloud), or unset it to run gcloud from PATH"
+    path = Path(value)
+    if os.sep not in value:
+        return f"which is not on PATH: {fix}"
+    if path.is_dir():
+        inside = [p for p in (path / "bin" / "gcloud", path / "gcloud") if p.is_file() and os.access(p, os.X_OK)]
+        return f"a directory: set it to the gcloud executable in it, {inside[0]}" if inside else f"a directory: {fix}"
+    if path.is_file():
+        return f"a file that is not executable: {fix}"
+    return f"which {'is not a file' if path.exists() else 'does not exist'}: {fix}"
 
 
 def require_ssh_tools() -> str:
