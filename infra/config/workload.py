@@ -34,11 +34,13 @@ Keys (every error names its key path, e.g. ``multislice:workload.source``):
   no archive to hash; uv refuses it in that mode), a URL other than https (the hash would catch
   changed bytes; https also keeps the fetch authenticated and private, and every archive host
   serves it), a URL without a hash,
-  a local path or ``file:`` URL (not on the VMs), and a GitHub branch archive
-  (``…/archive/refs/heads/…``: its bytes change with every push, so its hash soon fails);
+  a local path or ``file:`` URL (not on the VMs), and a GitHub archive of a branch
+  (``…/archive/refs/heads/…``, or any ``…/archive/<name>.zip`` whose name is not a 40-hex commit:
+  GitHub resolves a name when the archive is downloaded, and a branch's bytes change with every
+  push, so its hash soon fails; a tag is written ``…/archive/refs/tags/<tag>.zip``);
 * ``env``: extra environment variables (names ``[A-Za-z_][A-Za-z0-9_]*``; values strings or
-  numbers) that may not override the contract's own (:data:`RESERVED_PREFIXES`,
-  :data:`RESERVED_NAMES`).
+  numbers) except those of :data:`infra.config.workload_env.REFUSED_ENV` (the contract's own, JAX's
+  job identity, those that move Python's imports or make JAX detect another launcher's cluster).
 
 Relative paths are resolved against the directory of the stack file (``pulumi up`` reads
 ``stacks/Pulumi.<stack>.yaml``: against ``stacks/``), passed as the validation context
@@ -47,17 +49,20 @@ Relative paths are resolved against the directory of the stack file (``pulumi up
 
 from __future__ import annotations
 
+import errno
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from packaging.requirements import InvalidRequirement, Requirement
 from pydantic import Field, ValidationInfo, field_validator
 
-from training.validation import StrictModel
+from infra.config.requirement_urls import VCS_PREFIXES, local_path_problem, url_problem
+from infra.config.vm_python import compile_command
+from infra.config.workload_env import refused_env
+from training.validation import StrictModel, invalid
 
 #: Largest source directory shipped, bytes (sum of its files). The source travels with every
 #: release: it is hashed at every ``pulumi preview`` (the release id depends on it), written to
@@ -75,40 +80,12 @@ SKIPPED_DIRS = frozenset({".git", "__pycache__"})
 MAX_REQUIREMENTS_BYTES = 1024 * 1024
 #: Most steps a command may declare (as ``multislice:training.steps``).
 MAX_STEPS = 10**8
-#: Environment names the contract sets (docs/workloads.md): ``env`` may not override them.
-#: (``GCE_METADATA…`` and ``STORAGE_EMULATOR…``: where the VM's metadata server and Cloud Storage
-#: are, ``infra.startup.contract``'s ``METADATA_HOST_ENV`` and ``STORAGE_ENDPOINT_ENV``.)
-RESERVED_PREFIXES = ("MULTISLICE_", "MEGASCALE_", "GCE_METADATA", "STORAGE_EMULATOR")
-#: The variables through which JAX finds the job, its coordinator and this process's place in it
-#: (read in jax/_src/distributed.py and jax/_src/clusters/cloud_tpu_cluster.py, jax 0.10): an
-#: ``env`` that set one would point the command at another coordinator or make it claim another
-#: process's identity, and the job would hang or abort.
-JOB_IDENTITY_NAMES = frozenset(
-    {
-        "JAX_COORDINATOR_ADDRESS",
-        "JAX_COORDINATOR_PORT",
-        "JAX_COORDINATOR_BIND_ADDRESS",
-        "JAX_PARTITION_INDEX",
-        "JAX_SLICE_INDEX",
-        "JAX_LOCAL_DEVICE_IDS",
-        "TPU_WORKER_ID",
-        "TPU_WORKER_HOSTNAMES",
-        "TPU_PROCESS_ADDRESSES",
-        "TPU_SKIP_MDS_QUERY",
-    }
-)
-RESERVED_NAMES = frozenset({"PATH", "VIRTUAL_ENV", "PYTHONUNBUFFERED"}) | JOB_IDENTITY_NAMES
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _HASH = re.compile(r"^--hash[=\s]sha256:[0-9a-f]{64}$")
-#: The VCS schemes of PEP 440 direct references (``name @ git+https://…``): a checkout, never hash-checked.
-_VCS_PREFIXES = ("git+", "hg+", "svn+", "bzr+")
 #: A URL (``https://…``, ``file:…``) at the head of a requirement line: a requirement without its name.
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+:")
 #: Archive names pip installs from a path (``./dist/pkg-1.0.tar.gz``, ``pkg.whl``).
 _ARCHIVE_SUFFIXES = (".whl", ".zip", ".tar.gz", ".tgz", ".tar.bz2", ".tbz", ".tar.xz", ".txz", ".tar")
-#: ``git+https://github.com/OWNER/REPO(.git)@REF``: the archive URL of REF can be named.
-_GITHUB_GIT = re.compile(r"^git\+https://github\.com/([^/@#]+)/([^/@#]+?)(?:\.git)?/?(?:@([^#]+))?(?:#.*)?$")
-_COMMIT = re.compile(r"^[0-9a-f]{40}$")
 #: A ``#`` comment to the end of a requirements line. Every pattern here meets user text and runs in time
 #: linear in it (tests/config/test_hostile_input.py tries each on long runs of every kind of character).
 _COMMENT = re.compile(r"(^|\s)#.*$")
@@ -116,10 +93,6 @@ _COMMENT = re.compile(r"(^|\s)#.*$")
 #: ``\s+(?=--)`` retried a whitespace run not followed by ``--`` from each of its characters (quadratic:
 #: minutes for a run of 200,000 spaces); with it a match starts only at a run's first character.
 _OPTION_BREAK = re.compile(r"(?<!\s)\s+(?=--)")
-
-
-def _hash_how(url: str = "URL") -> str:
-    return f"its sha256 is `curl -fsSL {url} | sha256sum`, or write the file with `uv pip compile --generate-hashes`"
 
 
 @dataclass(frozen=True)
@@ -132,6 +105,7 @@ class PinnedRequirement:
       url: the https URL of ``name @ URL``; None for ``name==version``.
       marker: the PEP 508 marker as written (after ``;``), or None.
       hashes: the sha256 hex digests of its ``--hash`` options, sorted.
+      line: the number of the line it starts on (0: not read from a file).
     """
 
     name: str
@@ -139,6 +113,7 @@ class PinnedRequirement:
     url: str | None
     marker: str | None
     hashes: tuple[str, ...]
+    line: int = field(default=0, compare=False)
 
     def __str__(self) -> str:
         return f"{self.name}=={self.version}" if self.url is None else f"{self.name} @ {self.url}"
@@ -148,56 +123,22 @@ def _looks_like_path(head: str) -> bool:
     return head.startswith((".", "~")) or "/" in head or "\\" in head or head.lower().endswith(_ARCHIVE_SUFFIXES)
 
 
-def _local_path(shown: str) -> str:
-    return (
-        f"{shown!r} is a local path: the VMs do not have your files. Put the code in `source` (the command runs "
-        "in that directory, so it imports from there), or install an https archive of it with its "
-        f"--hash=sha256:… ({_hash_how()})"
-    )
-
-
-def _url_problem(name: str | None, url: str, hashes: list[str]) -> str | None:
-    """Why a direct reference cannot be installed hash-checked on the VM, or None (module docstring)."""
-    shown = f"{name} @ {url}" if name else url
-    shown = shown if len(shown) <= 120 else shown[:117] + "..."
-    lower = url.lower()
-    if lower.startswith(_VCS_PREFIXES):
-        github = _GITHUB_GIT.match(url)
-        ref = github[3] if github else None
-        archive = (
-            f"https://github.com/{github[1]}/{github[2]}/archive/"
-            f"{ref if ref and _COMMIT.match(ref) else '<40-hex commit>'}.zip"
-            if github
-            else "the https archive of one commit (GitHub: https://github.com/OWNER/REPO/archive/<40-hex commit>.zip)"
-        )
-        return (
-            f"{shown!r} is a {lower.split('+', 1)[0]} checkout, which cannot be hash-checked (uv pip install "
-            f"--require-hashes on the VM refuses it); install {archive} instead, as "
-            f"`{name or 'NAME'} @ <that URL> --hash=sha256:<its sha256>` ({_hash_how()})"
-        )
-    parts = urlsplit(url)
-    scheme = parts.scheme.lower()
-    if scheme == "file" or len(scheme) <= 1:  # a path (one letter: a Windows drive)
-        return _local_path(shown)
-    if scheme == "http":
-        return f"{shown!r} is plain http; write its https URL (with its --hash=sha256:…)"
-    if scheme != "https":
-        return f"{shown!r}: only https URLs are installed (with their --hash=sha256:…)"
-    if not parts.netloc:
-        return f"{shown!r} is not an https URL with a host"
-    if not name:
-        return f"{shown!r} has no name; write `NAME @ {url}` with its --hash=sha256:…"
-    if "/archive/refs/heads/" in lower:
-        return (
-            f"{shown!r} is the archive of a branch, which changes with every push (its hash then stops "
-            "matching and the VMs cannot install it): use the archive of a commit, …/archive/<40-hex commit>.zip"
-        )
-    if not hashes:
-        return (
-            f"{shown!r} has no --hash=sha256:… option; a URL requirement needs the sha256 of the archive, as every "
-            f"requirement does (uv pip install --require-hashes on the VM): {_hash_how(url)}"
-        )
-    return None
+def _existing(path: Path, kind: str) -> None:
+    """Refuse a path that leads to no ``kind`` ("directory", "file"), saying why (a link loop, a dangling link)."""
+    try:
+        path.stat()
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise ValueError(
+                f"{path} is a symbolic link loop (it, or a folder on its way, is a link that leads back to itself), "
+                f"so it leads to no {kind}: write the path of the real {kind} (a source directory ships regular files "
+                "only: links in it are refused)"
+            ) from None
+        if path.is_symlink():
+            raise ValueError(f"{path} is a symbolic link to {os.readlink(path)}, which does not exist") from None
+        if err.errno in (errno.ENOENT, errno.ENOTDIR):
+            raise ValueError(f"{path} does not exist (a path relative to the stack file, or absolute)") from None
+        raise ValueError(f"{path} cannot be read ({err.strerror or err})") from None
 
 
 def _resolve(value: Any, info: ValidationInfo) -> Path:
@@ -224,13 +165,17 @@ def source_files(root: Path) -> list[Path]:
     pending = [(root, 0)]
     while pending:
         directory, depth = pending.pop()
-        try:  # is_dir() follows a link to a folder, as os.walk does: such a link is refused below
+        try:
             with os.scandir(directory) as listing:
-                entries = sorted(((entry, entry.is_dir()) for entry in listing), key=lambda pair: pair[0].name)
+                entries = sorted(listing, key=lambda entry: entry.name)
         except OSError as err:  # permissions, or a path longer than the OS allows
             raise ValueError(f"{directory} cannot be read ({err.strerror or err})") from None
-        for entry, is_dir in entries:
+        for entry in entries:
             path = Path(entry.path)
+            try:  # is_dir() follows a link to a folder, as os.walk does: such a link is refused below
+                is_dir = entry.is_dir()
+            except OSError:  # a link that loops: refused below as a link
+                is_dir = False
             if is_dir and entry.name in SKIPPED_DIRS:
                 continue
             if entry.is_symlink():
@@ -315,15 +260,15 @@ def _requirement(number: int, head: str, hashes: list[str]) -> PinnedRequirement
     """The requirement ``head`` of line ``number`` with its ``hashes`` (:func:`parse_requirements`)."""
     not_pinned = (
         f"line {number}: {head[:80]!r} is not pinned as name==version or name @ https://… (the VM installs "
-        "exactly the pinned files: write the file with `uv pip compile --generate-hashes`)"
+        f"exactly the pinned files: write the file for the VMs with `{compile_command()}`)"
     )
-    if head.lower().startswith(_VCS_PREFIXES) or _SCHEME.match(head):  # a URL without its name
-        raise ValueError(f"line {number}: {_url_problem(None, head.split(';', 1)[0].strip(), hashes)}")
+    if head.lower().startswith(VCS_PREFIXES) or _SCHEME.match(head):  # a URL without its name
+        raise ValueError(f"line {number}: {url_problem(None, head.split(';', 1)[0].strip(), hashes)}")
     try:
         requirement = Requirement(head)
     except InvalidRequirement as err:
         if _looks_like_path(head):
-            raise ValueError(f"line {number}: {_local_path(head)}") from None
+            raise ValueError(f"line {number}: {local_path_problem(head)}") from None
         if ";" in head:
             try:
                 Requirement(head.split(";", 1)[0])
@@ -334,16 +279,16 @@ def _requirement(number: int, head: str, hashes: list[str]) -> PinnedRequirement
                 raise ValueError(f"line {number}: {head[:80]!r}: its marker does not parse ({reason})") from None
         raise ValueError(not_pinned) from None
     if requirement.url is not None:
-        problem = _url_problem(requirement.name, requirement.url, hashes)
+        problem = url_problem(requirement.name, requirement.url, hashes)
         if problem:
             raise ValueError(f"line {number}: {problem}")
         after = head[head.index(requirement.url) + len(requirement.url) :].strip()
         marker = after.removeprefix(";").strip() if requirement.marker is not None else None
-        return PinnedRequirement(requirement.name, None, requirement.url, marker, tuple(sorted(hashes)))
+        return PinnedRequirement(requirement.name, None, requirement.url, marker, tuple(sorted(hashes)), number)
     specifiers = list(requirement.specifier)
     if len(specifiers) != 1 or specifiers[0].operator != "==" or "*" in specifiers[0].version:
         if not specifiers and _looks_like_path(head):
-            raise ValueError(f"line {number}: {_local_path(head)}")
+            raise ValueError(f"line {number}: {local_path_problem(head)}")
         raise ValueError(not_pinned)
     version = specifiers[0].version
     if not hashes:
@@ -352,7 +297,7 @@ def _requirement(number: int, head: str, hashes: list[str]) -> PinnedRequirement
             "requirement needs one (uv pip install --require-hashes on the VM)"
         )
     marker = head.split(";", 1)[1].strip() if requirement.marker is not None else None
-    return PinnedRequirement(requirement.name, version, None, marker, tuple(sorted(hashes)))
+    return PinnedRequirement(requirement.name, version, None, marker, tuple(sorted(hashes)), number)
 
 
 class WorkloadSettings(StrictModel):
@@ -390,8 +335,7 @@ class WorkloadSettings(StrictModel):
         if value is None:
             return None
         path = _resolve(value, info)
-        if not path.exists():
-            raise ValueError(f"{path} does not exist (a path relative to the stack file, or absolute)")
+        _existing(path, "directory")
         if not path.is_dir():
             raise ValueError(f"{path} is not a directory")
         source_files(path)  # the size limit and symbolic links
@@ -403,6 +347,7 @@ class WorkloadSettings(StrictModel):
         if value is None:
             return None
         path = _resolve(value, info)
+        _existing(path, "file")
         if not path.is_file():
             raise ValueError(f"{path} is not a file (a path relative to the stack file, or absolute)")
         if path.stat().st_size > MAX_REQUIREMENTS_BYTES:
@@ -424,18 +369,9 @@ class WorkloadSettings(StrictModel):
         for name, item in value.items():
             if not isinstance(name, str) or not _ENV_NAME.match(name):
                 raise ValueError(f"{name!r} is not an environment variable name ([A-Za-z_][A-Za-z0-9_]*)")
-            if name in JOB_IDENTITY_NAMES or name.startswith("MEGASCALE_"):
-                raise ValueError(
-                    f"{name} is set by the workload contract (docs/workloads.md) and cannot be overridden: it tells "
-                    "JAX where the run's coordinator is and which slice and process this is, which the VM's metadata "
-                    "gives every process alike; remove it from env"
-                )
-            if name.startswith(RESERVED_PREFIXES) or name in RESERVED_NAMES:
-                raise ValueError(
-                    f"{name} is set by the workload contract (docs/workloads.md) and cannot be overridden; "
-                    f"names starting with {', '.join(RESERVED_PREFIXES)} and {', '.join(sorted(RESERVED_NAMES))} "
-                    "are reserved"
-                )
+            refusal = refused_env(name)
+            if refusal is not None:  # multislice:workload.env.<NAME>: why (infra.config.workload_env)
+                raise invalid(name, refusal)
             if isinstance(item, bool) or not isinstance(item, (str, int, float)):
                 raise ValueError(f"{name}: {item!r} is not a string or a number (quote it)")
             if "\0" in str(item):

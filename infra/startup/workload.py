@@ -16,7 +16,8 @@
 
 :func:`check_requirements` is the platform check done at render time (``pulumi preview``): each
 requirement's PEP 508 marker is evaluated for the VM (:class:`~infra.startup.install_target.
-InstallTarget`: CPython of ``.python-version`` on manylinux_2_35 x86_64); a ``uv pip compile``
+InstallTarget`: CPython of ``.python-version`` on manylinux_2_35 x86_64; a marker whose value
+depends on a Python patch release ``.python-version`` does not pin is refused); a ``uv pip compile``
 header that names another Python version or platform is refused; and a requirement whose
 ``name==version`` this project's ``uv.lock`` also records must hash at least one file the VM
 can install (a wheel whose tags it accepts, or the sdist). Requirements the lock does not know,
@@ -84,7 +85,7 @@ def source_archive(root: Path) -> tuple[dict[str, bytes], bytes]:
     return {f"{SOURCE_DIR}/{name}": data for name, data in files.items()}, build_archive(files)
 
 
-def _compiled_for(text: str) -> dict[str, str]:
+def _compiled_for(text: str, target: InstallTarget) -> dict[str, str]:
     """``--python-version`` / ``--python-platform`` of a ``uv pip compile`` header line, if any.
 
     Raises:
@@ -97,7 +98,7 @@ def _compiled_for(text: str) -> dict[str, str]:
             except ValueError as err:  # shlex: "No closing quotation", "No escaped character"
                 raise WorkloadError(
                     f"multislice:workload.requirements: its uv pip compile header {line.strip()[:120]!r} does not "
-                    f"parse ({err}); compile the file again with uv pip compile"
+                    f"parse ({err}); compile the file again for the VMs: `{target.compile_command}`"
                 ) from None
             found = {}
             for i, word in enumerate(words):
@@ -118,20 +119,20 @@ def check_requirements(text: str, target: InstallTarget, lock: Lock | None) -> N
         another Python or platform, or a known package whose hashed files none installs on the VM.
     """
     key = "multislice:workload.requirements"
-    compiled = _compiled_for(text)
+    compiled = _compiled_for(text, target)
     version = compiled.get("--python-version")
     if version is not None and not (
         version == target.python_version or version.startswith(target.python_version + ".")
     ):
         raise WorkloadError(
             f"{key}: compiled for Python {version} (its uv pip compile header), but the VMs run {target.description}; "
-            f"compile it with --python-version {target.python_version}"
+            f"compile it for them: `{target.compile_command}`"
         )
     platform = compiled.get("--python-platform")
     if platform is not None and ("linux" not in platform or "x86_64" not in platform):
         raise WorkloadError(
             f"{key}: compiled for platform {platform} (its uv pip compile header), but the VMs run "
-            f"{target.description}; compile it with --python-platform x86_64-manylinux_2_35"
+            f"{target.description}; compile it for them: `{target.compile_command}`"
         )
     try:
         requirements = parse_requirements(text)
@@ -140,7 +141,7 @@ def check_requirements(text: str, target: InstallTarget, lock: Lock | None) -> N
     for requirement in requirements:
         name, version, hashes = requirement.name, requirement.version, requirement.hashes
         try:
-            if not target.evaluate(requirement.marker, context=str(requirement)):
+            if not target.evaluate(requirement.marker, context=f"line {requirement.line}: {requirement}"):
                 continue
         except LockfileError as err:
             raise WorkloadError(f"{key}: {err}") from None
@@ -161,8 +162,8 @@ def check_requirements(text: str, target: InstallTarget, lock: Lock | None) -> N
             raise WorkloadError(
                 f"{key}: {canonicalize_name(name)}=={version}: none of its hashed files installs on "
                 f"{target.description} "
-                "(uv.lock records them as wheels for other platforms); compile the file for the VM with "
-                f"--python-platform x86_64-manylinux_2_35 --python-version {target.python_version}"
+                "(uv.lock records them as wheels for other platforms); compile the file for the VMs: "
+                f"`{target.compile_command}`"
             )
 
 

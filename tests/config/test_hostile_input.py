@@ -24,7 +24,7 @@ import yaml
 from typer.testing import CliRunner
 
 from infra.cli import app
-from infra.config import StackConfigError, load_stack_file, loading, validate_stack, workload
+from infra.config import StackConfigError, load_stack_file, loading, requirement_urls, validate_stack, workload
 from infra.config.loading import MAX_INT_CHARS
 from infra.config.workload import MAX_SOURCE_DEPTH, parse_requirements, source_files
 
@@ -97,7 +97,7 @@ HOSTILE = [
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("module", [workload, loading], ids=lambda module: module.__name__)
+@pytest.mark.parametrize("module", [workload, requirement_urls, loading], ids=lambda module: module.__name__)
 def test_every_pattern_of_the_stack_reader_is_linear_on_long_runs(module):
     patterns = [value for value in vars(module).values() if isinstance(value, re.Pattern)]
     assert patterns or module is loading  # loading.py has no pattern today: the test covers a new one

@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from typer.testing import CliRunner
 
+from infra.cli import app
 from infra.config import StackConfigError, load_stack_file, validate_stack, workload as workload_config
 from infra.config.workload import PinnedRequirement
 
@@ -82,16 +84,16 @@ def test_the_pulumi_config_map_reads_the_same_model(tmp_path, monkeypatch):
         ({"command": ["x"], "steps": 1, "env": {"1A": "x"}}, "multislice:workload.env: '1A' is not an environment"),
         (
             {"command": ["x"], "steps": 1, "env": {"MULTISLICE_RUN_DIR": "x"}},
-            "multislice:workload.env: MULTISLICE_RUN_DIR is set by",
+            "multislice:workload.env.MULTISLICE_RUN_DIR: is set by",
         ),
         (
             {"command": ["x"], "steps": 1, "env": {"MEGASCALE_SLICE_ID": "0"}},
-            "multislice:workload.env: MEGASCALE_SLICE_ID is set by",
+            "multislice:workload.env.MEGASCALE_SLICE_ID: is set by",
         ),
         *(
             (
                 {"command": ["x"], "steps": 1, "env": {name: "10.0.0.2:8482"}},
-                f"multislice:workload.env: {name} is set by the workload contract (docs/workloads.md) and cannot be "
+                f"multislice:workload.env.{name}: is set by the workload contract (docs/workloads.md) and cannot be "
                 "overridden: it tells JAX where the run's coordinator is",
             )
             for name in ("JAX_COORDINATOR_ADDRESS", "JAX_COORDINATOR_BIND_ADDRESS", "TPU_WORKER_HOSTNAMES")
@@ -246,3 +248,39 @@ def test_training_and_workload_together_are_refused(tmp_path):
         "multislice:training: configures the bundled trainer, and multislice:workload runs a command instead: keep "
         "one of them"
     ]
+
+
+def test_a_source_that_is_a_symbolic_link_loop_says_so(tmp_path):
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    for source, shown in [("../loop", tmp_path / "loop"), ("../loop/src", tmp_path / "loop" / "src")]:
+        (line,) = error_lines(tmp_path, {"command": ["x"], "steps": 1, "source": source})
+        assert line == (
+            f"multislice:workload.source: {shown} is a symbolic link loop (it, or a folder on its way, is a link that "
+            "leads back to itself), so it leads to no directory: write the path of the real directory (a source "
+            "directory ships regular files only: links in it are refused)"
+        ), line
+    (line,) = error_lines(tmp_path, {"command": ["x"], "steps": 1, "requirements": "../loop"})
+    assert line.startswith(f"multislice:workload.requirements: {tmp_path / 'loop'} is a symbolic link loop"), line
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    (line,) = error_lines(tmp_path, {"command": ["x"], "steps": 1, "source": "../dangling"})
+    dangling, nowhere = tmp_path / "dangling", tmp_path / "nowhere"
+    assert line == f"multislice:workload.source: {dangling} is a symbolic link to {nowhere}, which does not exist"
+
+
+def test_a_link_loop_inside_the_source_is_named_as_a_link(tmp_path):
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "train.py").write_text("x = 1\n")
+    (tmp_path / "src" / "loop").symlink_to(tmp_path / "src" / "loop")
+    (line,) = error_lines(tmp_path, {"command": ["x"], "steps": 1, "source": "../src"})
+    assert line.startswith(f"multislice:workload.source: loop under {tmp_path / 'src'} is a symbolic link;"), line
+
+
+def test_cli_plan_refuses_a_source_link_loop_with_exit_2(tmp_path):
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    path = stack_file(tmp_path, {"command": ["x"], "steps": 1, "source": "../loop"})
+    result = CliRunner().invoke(app, ["plan", "--config-file", str(path)])
+    assert result.exit_code == 2 and isinstance(result.exception, SystemExit), result.output
+    lines = result.output.splitlines()
+    assert lines[0] == f"error: stack 'wl' ({path}) is invalid:" and len(lines) == 2, lines
+    assert lines[1].startswith(f"  multislice:workload.source: {tmp_path / 'loop'} is a symbolic link loop"), lines
+    assert "does not exist" not in result.output

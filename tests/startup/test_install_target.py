@@ -72,3 +72,67 @@ def test_wheel_rank_prefers_the_most_specific_installable_wheel():
         "numpy-2.4.6.tar.gz",  # not a wheel name
     ):
         assert target.wheel_rank(filename) is None, filename
+
+
+@pytest.mark.parametrize(
+    "marker",
+    [
+        "python_full_version == '3.11.3'",  # holds on the VM only if uv installs 3.11.3: 3.11.0 and 3.11.99 miss it
+        'python_full_version == "3.11.3"',
+        "python_full_version != '3.11.3'",
+        "python_full_version in '3.11.3, 3.11.4'",  # in: a substring test (PEP 508)
+        "python_full_version in '3.11.10'",  # holds for 3.11.1 and 3.11.10
+        "'3.11.3' in python_full_version",
+        "python_full_version < '3.11.4'",
+        "implementation_version == '3.11.3'",
+        "python_full_version === '3.11.3'",
+        "sys_platform == 'linux' and python_full_version == '3.11.12'",
+    ],
+)
+def test_a_marker_on_a_patch_release_the_target_does_not_pin_is_refused(marker):
+    with pytest.raises(LockfileError) as err:
+        InstallTarget("3.11").evaluate(marker, context="line 2: numpy==2.0.0")
+    assert str(err.value) == (
+        f"line 2: numpy==2.0.0: marker {marker!r} depends on the patch release of Python 3.11, which .python-version "
+        "does not pin (the VMs run the 3.11 release `uv python install 3.11` picks); write the marker on "
+        "python_version, or pin a full version (e.g. 3.11.9) in .python-version"
+    )
+
+
+def test_a_marker_on_a_patch_release_is_evaluated_on_a_pinned_full_version():
+    assert InstallTarget("3.11.3").evaluate("python_full_version == '3.11.3'", context="x") is True
+    assert InstallTarget("3.11.9").evaluate("python_full_version == '3.11.3'", context="x") is False
+    assert InstallTarget("3.11.9").evaluate("python_full_version != '3.11.3'", context="x") is True
+    assert InstallTarget("3.11.10").evaluate("python_full_version in '3.11.1'", context="x") is False
+
+
+@pytest.mark.parametrize(
+    ("marker", "holds"),
+    [
+        ("python_full_version < '3.12'", True),
+        ("python_full_version >= '3.11'", True),
+        ("python_full_version == '3.12.1'", False),  # another minor release: no 3.11 patch matches
+        ("python_full_version == '3.11.*'", True),
+        ("python_version == '3.11'", True),
+        ("python_full_version in '3.12.11'", False),
+    ],
+)
+def test_a_marker_that_no_patch_release_changes_is_decided(marker, holds):
+    assert InstallTarget("3.11").evaluate(marker, context="x") is holds
+
+
+def test_the_patch_releases_tried_are_those_a_marker_names_and_their_neighbours():
+    target = InstallTarget("3.11")
+    assert target.patch_releases() == [0, 99]
+    assert target.patch_releases("python_full_version == '3.11.3'") == [0, 2, 3, 4, 99]
+    assert target.patch_releases("python_full_version in '3.11.10'") == [0, 1, 2, 9, 10, 11, 99]
+    assert [v["python_full_version"] for v in target.marker_values("python_full_version < '3.11.4'")] == [
+        "3.11.0",
+        "3.11.3",
+        "3.11.4",
+        "3.11.5",
+        "3.11.99",
+    ]
+    many = " or ".join(f"python_full_version == '3.11.{n}'" for n in range(100, 200, 3))
+    with pytest.raises(LockfileError, match="^x: marker names more than 64 Python patch releases$"):
+        target.evaluate(many, context="x")
