@@ -287,13 +287,38 @@ class GcsServer:
             )
 
     def _wait_ready(self) -> bool:
+        """Until this start's server answers on its port, and the answer is its own: another
+        server that took the port first (a free port is free only until someone binds it: another
+        emulation, another test) answers too, while this one exits with "address already in use"."""
         deadline = time.monotonic() + READY_TIMEOUT_S
         assert self.group is not None  # start() started it
         while self.group.poll() is None and time.monotonic() < deadline:
-            if self._answers():
+            if self._answers() and self._listens():
                 return True
             time.sleep(0.05)
         return False
+
+    def _listens(self) -> bool:
+        """Whether a process of this server's group listens on :attr:`port` (psutil); True too when
+        none of its processes could be inspected (the answer is then trusted, as it was before)."""
+        import psutil
+
+        assert self.group is not None
+        try:
+            leader = psutil.Process(self.group.pgid)
+            processes = [leader, *leader.children(recursive=True)]
+        except psutil.Error:
+            return False
+        inspected = False
+        for process in processes:
+            try:
+                connections = process.net_connections(kind="tcp")
+            except psutil.Error:
+                continue
+            inspected = True
+            if any(c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == self.port for c in connections):
+                return True
+        return not inspected
 
     def _answers(self) -> bool:
         return _answers(self.url)

@@ -118,3 +118,38 @@ def test_clients_are_pointed_at_a_running_or_a_temporary_server(tmp_path):
         assert stored and url != running.url and os.environ["TENSORSTORE_GCS_HTTP_URL"] == url
     assert os.environ.get("STORAGE_EMULATOR_HOST") == before
     assert not listening(int(url.rsplit(":", 1)[1]))  # the temporary server was stopped
+
+
+def test_a_port_another_server_took_first_is_not_taken_for_this_one(tmp_path, monkeypatch):
+    """A free port is free only until someone binds it: when another storage server (another
+    emulation, another test) takes it first, it answers on it while this one exits with "address
+    already in use". The start must not take that answer for its own (its clients would write to
+    the other server's buckets): it tries another port."""
+    import http.server
+    import threading
+
+    class Answers(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 (http.server naming)
+            body = b'{"kind": "storage#buckets"}'
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    other = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Answers)
+    threading.Thread(target=other.serve_forever, daemon=True).start()
+    taken = other.server_address[1]
+    ports = iter([taken])
+    real = gcs.free_port
+    monkeypatch.setattr(gcs, "free_port", lambda: next(ports, None) or real())
+    server = GcsServer(tmp_path / "gcs", tmp_path / "server.log")
+    try:
+        server.start()
+        assert server.port != taken and server.create_bucket("mine")  # its own, empty server
+    finally:
+        server.stop()
+        other.shutdown()
+        other.server_close()
