@@ -11,6 +11,7 @@ otherwise (advisory violations print as warnings), 2 on bad input.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.text import Text
@@ -18,19 +19,20 @@ from rich.text import Text
 from infra.cli.options import CONFIG_FILE_OPTION, STACK_OPTION, console, err_console, fail, load_config, render_release
 
 
-def _stack_and_config_map(stack: str, config_file: Path | None) -> tuple[str, dict]:
-    """The stack name and its raw ``config:`` map, after validating it and building its release (one
-    ``error:`` line and exit 2 for either)."""
+def _stack_and_config_map(stack: str, config_file: Path | None) -> tuple[str, dict, Any]:
+    """The stack name, its raw ``config:`` map and its rendered script, after validating it and
+    building its release (one ``error:`` line and exit 2 for either)."""
     import yaml
 
     from infra.config import stack_file
     from infra.review.stack_paths import with_absolute_workload_paths
 
     config = load_config(stack, config_file)  # exits 2 with the key's message if invalid
-    render_release(config)  # and if its release cannot be built, as `render` says it
+    script = render_release(config)  # and if its release cannot be built, as `render` says it
     path = config_file or stack_file(config.stack)
     # Relative to the stack file, as the config check read them (the program reads them from stacks/).
-    return config.stack, with_absolute_workload_paths(yaml.safe_load(path.read_text())["config"], path.parent)
+    config_map = with_absolute_workload_paths(yaml.safe_load(path.read_text())["config"], path.parent)
+    return config.stack, config_map, script
 
 
 def _resource_label(urn: str | None) -> str:
@@ -55,10 +57,10 @@ def check(
     from infra.policy.evaluate import PolicyConfigError, check_stack, load_policy_config
     from infra.policy.policies import POLICIES
 
-    name, config_map = _stack_and_config_map(stack, config_file)
+    name, config_map, script = _stack_and_config_map(stack, config_file)
     try:
         raw = load_policy_config(policy_config) if policy_config else {}
-        violations = check_stack(name, config_map, raw)
+        violations = check_stack(name, config_map, raw, script=script)
     except PolicyConfigError as err:
         raise fail(str(err)) from None
     for v in violations:

@@ -206,10 +206,14 @@ def check_world(
 
 
 def check_stack(
-    stack: str, config_map: Mapping[str, Any] | None = None, raw_config: Mapping[str, Any] | None = None
+    stack: str,
+    config_map: Mapping[str, Any] | None = None,
+    raw_config: Mapping[str, Any] | None = None,
+    script: Any = None,
 ) -> list[Violation]:
     """Evaluate the program for ``stack`` under mocks (its stack file's config, or
-    ``config_map``) and run every policy over the resources it declares.
+    ``config_map``) and run every policy over the resources it declares (``script``: the stack's
+    ``RenderedScript`` when the caller rendered it already, else the program renders it).
 
     Raises:
       infra.config.StackConfigError: the stack's config is invalid (before any policy runs).
@@ -218,5 +222,6 @@ def check_stack(
     from infra.review import program_mocks
 
     parse_policy_config(raw_config or {})  # a bad policy config fails before the evaluation
-    world = program_mocks.evaluate(stack, dict(config_map) if config_map is not None else None, preview=True)
+    config = dict(config_map) if config_map is not None else None
+    world = program_mocks.evaluate(stack, config, preview=True, script=script)
     return check_world(world, raw_config)
