@@ -144,10 +144,15 @@ def _existing(path: Path, kind: str) -> None:
 def _resolve(value: Any, info: ValidationInfo) -> Path:
     if not isinstance(value, (str, os.PathLike)) or not str(value).strip():
         raise ValueError(f"{value!r} is not a path; write a path relative to the stack file or an absolute one")
-    path = Path(os.path.expanduser(str(value)))
+    return resolve_path(str(value), (info.context or {}).get("base_dir") if info.context else None)
+
+
+def resolve_path(value: str, base_dir: Path | None) -> Path:
+    """A workload path as the config reads it: ``~`` expanded, relative to ``base_dir`` (the stack
+    file's folder; None: the working directory), normalized, absolute."""
+    path = Path(os.path.expanduser(value))
     if not path.is_absolute():
-        base = (info.context or {}).get("base_dir") if info.context else None
-        path = Path(base or Path.cwd()) / path
+        path = Path(base_dir or Path.cwd()) / path
     return Path(os.path.normpath(path.absolute()))
 
 

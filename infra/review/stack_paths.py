@@ -6,8 +6,8 @@ project's ``stacks/`` folder (where ``pulumi up`` reads ``Pulumi.<stack>.yaml``)
 review command resolves them against the folder of the stack file it was given
 (:mod:`infra.config.workload`). A stack file kept elsewhere (``--config-file``), or a revision's
 copy of one in a temporary tree, would then name other folders in the program than in the config
-check. :func:`with_absolute_workload_paths` resolves them once, the way the config check does, so
-the program sees the same files.
+check. :func:`with_absolute_workload_paths` resolves them once, with the config check's own
+:func:`infra.config.workload.resolve_path`, so the program sees the same files.
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ import copy
 import os
 from pathlib import Path
 from typing import Any
+
+from infra.config.workload import resolve_path
 
 WORKLOAD_KEY = "multislice:workload"
 #: The keys of ``multislice:workload`` that name files on this machine.
@@ -38,8 +40,8 @@ def with_absolute_workload_paths(
         value = workload.get(key)
         if not isinstance(value, str) or not value.strip() or os.path.isabs(os.path.expanduser(value)):
             continue
-        path = Path(os.path.normpath(stacks_dir.absolute() / value))
+        path = resolve_path(value, stacks_dir)
         if tree is not None and outside is not None and not path.is_relative_to(tree.absolute()):
-            path = Path(os.path.normpath(outside.absolute() / value))
+            path = resolve_path(value, outside)
         workload[key] = str(path)
     return out
