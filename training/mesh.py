@@ -7,10 +7,13 @@ create_hybrid_device_mesh`` does (the Cloud TPU Multislice overview: XLA generat
 communication, user code only builds the mesh; docs/cloud-tpu.md). The difference is how
 devices are grouped into slices ("granules"):
 
-* on Cloud TPU, by ``device.slice_index`` (set by the multislice runtime);
-* elsewhere (CPU emulation, GPU), every device reports slice 0, so slices are emulated by
-  grouping processes: ``process_index // workers_per_slice`` (docs/jax-on-cpu.md,
-  "Devices").
+* by ``device.slice_index``, as a TPU runtime gives it (Cloud TPU's multislice runtime, and the
+  local emulation's chips: docs/emulation.md), on TPU always, elsewhere when it names as many
+  slices as the job has;
+* where no runtime tells the job's slices — XLA's CPU and GPU clients number ``slice_index`` by
+  host (one machine's processes all say 0), and a single CPU process has none — by process:
+  ``process_index // workers_per_slice``, which is how JAX numbers a Multislice job's processes
+  (docs/jax-on-cpu.md, "Devices").
 
 Sharding rules (``training.model.shapes.LOGICAL_AXIS_RULES``) map each array dimension's *logical*
 axis name (declared by the model) to mesh axes, MaxText-style: the batch splits over ``data``
@@ -43,17 +46,30 @@ class MeshError(ValueError):
 
 
 def slice_granules(devices: Sequence[Device], workers_per_slice: int) -> list[list[Device]]:
-    """Group devices by slice, in slice order.
+    """Group devices by slice, in slice order (each slice's devices by process, then id).
 
-    Uses ``device.slice_index`` on TPU; elsewhere emulates slices as consecutive groups of
-    ``workers_per_slice`` processes.
+    Groups by ``device.slice_index`` where :func:`slices_from_runtime` says so; otherwise as
+    consecutive groups of ``workers_per_slice`` processes.
     """
-    on_tpu = devices[0].platform == "tpu" and hasattr(devices[0], "slice_index")
+    by_slice_index = slices_from_runtime(devices, workers_per_slice)
     groups: dict[int, list[Device]] = collections.defaultdict(list)
     for device in devices:
-        key = device.slice_index if on_tpu else device.process_index // workers_per_slice
+        key = device.slice_index if by_slice_index else device.process_index // workers_per_slice
         groups[key].append(device)
     return [sorted(groups[key], key=lambda d: (d.process_index, d.id)) for key in sorted(groups)]
+
+
+def slices_from_runtime(devices: Sequence[Device], workers_per_slice: int) -> bool:
+    """Whether the devices' own ``slice_index`` tells their slices: on TPU whenever they carry
+    it (a mismatch with the config is then a :class:`MeshError`), elsewhere when it names as many
+    slices as the job's processes make (``processes / workers_per_slice``), as the emulation's
+    chips do; XLA's CPU and GPU clients number it by host instead (module docstring)."""
+    if not hasattr(devices[0], "slice_index"):
+        return False
+    if devices[0].platform == "tpu":
+        return True
+    processes = len({d.process_index for d in devices})
+    return len({d.slice_index for d in devices}) == max(1, processes // workers_per_slice)
 
 
 def hybrid_device_array(

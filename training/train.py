@@ -188,6 +188,7 @@ def _train(
     tensorboard = TensorBoardLog(run_dir, setup.start_step, enabled=is_writer)
     for fallback in setup.fallbacks:  # the CLI prints these (infra/local/emulator.py)
         events_log.append(fallback_event(fallback))
+    slices_by = "slice_index" if mesh_lib.slices_from_runtime(jax.devices(), identity.workers_per_slice) else "process"
     events_log.append(
         {
             "event": "start",
@@ -195,6 +196,7 @@ def _train(
             "restored": setup.restored,
             "processes": identity.num_processes,
             "devices": jax.device_count(),
+            "slices_by": slices_by,  # how the mesh found each device's slice (training.mesh)
             "time": time.time(),
             "process_start": process_start_time(),  # goodput: from here to "time" is start-up
             "restore_s": round(setup.restore_s, 3),
@@ -203,13 +205,14 @@ def _train(
     )
     events_log.sync()
     log.info(
-        "%s at step %d/%d: %d processes, %d devices, mesh %s, %.2fM parameters, rows [%d, %d) of %d",
+        "%s at step %d/%d: %d processes, %d devices, mesh %s (slices by %s), %.2fM parameters, rows [%d, %d) of %d",
         "resuming" if setup.restored else "starting",
         setup.start_step,
         config.steps,
         identity.num_processes,
         jax.device_count(),
         dict(setup.mesh.shape),
+        slices_by,
         param_count(config.model, config.vocab_size) / 1e6,
         setup.rows[0],
         setup.rows[1],

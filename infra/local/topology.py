@@ -30,6 +30,8 @@ _HOST_ONLY_PREFIXES = ("JAX_", "XLA_", "MULTISLICE_", "GCE_METADATA", "TPU_", "M
 VM_SITE_DIR = Path(__file__).resolve().parent / "vm_site"
 #: What tells that hook it runs in an emulated VM.
 EMULATED_TPU_ENV = "MULTISLICE_EMULATED_TPU"
+#: The emulated job's slice count, from which that hook gives each chip its ``slice_index``.
+EMULATED_SLICES_ENV = "MULTISLICE_EMULATED_SLICES"
 
 
 def vm_metadata(
@@ -84,6 +86,7 @@ def vm_environment(
             # A stack's own command: jax.distributed.initialize() auto-detects the emulated job
             # (vm_site/sitecustomize.py) and JAX takes the coordinator's port from here.
             EMULATED_TPU_ENV: "1",
+            EMULATED_SLICES_ENV: str(config.slices),  # each chip's slice_index (sitecustomize.py)
             "JAX_COORDINATOR_PORT": str(coordinator_port),
             "PYTHONPATH": os.pathsep.join(p for p in (str(VM_SITE_DIR), os.environ.get("PYTHONPATH", "")) if p),
             VM_SITE_ENV: str(VM_SITE_DIR),

@@ -134,6 +134,7 @@ def test_a_compute_engine_stack_is_repaired_whole_switches_release_in_place_and_
     events = run_records(tmp_path, "events")
     starts = [e for e in events if e.get("event") == "start"]
     assert [e["processes"] for e in starts][:3] == [4, 4, 4]
+    assert {e["slices_by"] for e in starts} == {"slice_index"}  # 2 VMs a slice: the chips' slice_index
     # The kill lands at some step K ≥ 6 (the emulator polls); the second attempt resumed from the
     # newest checkpoint R ≤ K (every 4 steps, so R ≥ 4).
     assert starts[0]["step"] == 0 and starts[1]["restored"]

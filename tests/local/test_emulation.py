@@ -228,6 +228,8 @@ def test_preempted_slice_saves_then_resumes_without_losing_steps(uninterrupted, 
     # the trainer saved a checkpoint at P and stopped, the next attempt resumed from it.
     starts = [e["step"] for e in faulted["events"] if e["event"] == "start"]
     assert len(starts) == 3 and starts[2] >= 14
+    # Every attempt found each device's slice as on Cloud TPU: from the emulated chips' slice_index.
+    assert {e["slices_by"] for e in faulted["events"] if e["event"] == "start"} == {"slice_index"}
     # The notice reached the trainers waiting at step 14 (training.fault_gate), not later.
     assert (
         "fault: preempt slice 0 at step 14 (SIGTERM, then SIGKILL after grace; training had reported step 14)"

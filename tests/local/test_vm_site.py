@@ -65,6 +65,7 @@ def vm_env(base: dict[str, str], server: MetadataServer | None, home: Path, port
         "JAX_PLATFORMS": "cpu",
         "JAX_NUM_CPU_DEVICES": "4",
         "MULTISLICE_HOME": str(home),
+        topology.EMULATED_SLICES_ENV: "2",
     }
 
 
@@ -76,8 +77,11 @@ def clean_base() -> dict[str, str]:
 #: the runtime finds every host of every slice. Neither does this program.
 NO_INITIALIZE = """
 import json, jax
-print(json.dumps([jax.device_count(), jax.local_device_count(), jax.process_count(), jax.process_index()]))
+counts = [jax.device_count(), jax.local_device_count(), jax.process_count(), jax.process_index()]
+print(json.dumps(counts + [[d.slice_index for d in jax.devices()]]))
 """
+#: Each emulated chip's slice (point 4): slice 0's VM owns devices 0-3, slice 1's devices 4-7.
+SLICES = [0] * 4 + [1] * 4
 
 
 def test_a_program_that_never_initializes_sees_every_chip_of_every_slice(tmp_path):
@@ -101,7 +105,42 @@ def test_a_program_that_never_initializes_sees_every_chip_of_every_slice(tmp_pat
     for proc, (_, err) in zip(procs, outputs, strict=True):
         assert proc.returncode == 0, err
     seen = sorted(json.loads(out.splitlines()[-1]) for out, _ in outputs)
-    assert seen == [[8, 4, 2, 0], [8, 4, 2, 1]]
+    assert seen == [[8, 4, 2, 0, SLICES], [8, 4, 2, 1, SLICES]]
+
+
+#: A program that joins its job with arguments, as the trainer does, then reports each device's
+#: process and slice.
+JOINED = """
+import json, sys, jax
+jax.distributed.initialize(coordinator_address=sys.argv[1], num_processes=int(sys.argv[2]), process_id=int(sys.argv[3]))
+print(json.dumps([[d.process_index, getattr(d, "slice_index", None)] for d in jax.devices()]))
+"""
+
+
+def run_joined(tmp_path: Path, processes: int, slices: int) -> list:
+    """Every process's report of :data:`JOINED` in a job of ``processes`` emulated VMs (2 chips
+    each) whose environment names ``slices`` slices."""
+    address = f"127.0.0.1:{free_port()}"
+    procs = []
+    for index in range(processes):
+        env = {**vm_env(clean_base(), None, tmp_path / f"vm{index}", 9), "JAX_NUM_CPU_DEVICES": "2"}
+        env[topology.EMULATED_SLICES_ENV] = str(slices)
+        command = [sys.executable, "-c", JOINED, address, str(processes), str(index)]
+        procs.append(subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    outputs = [p.communicate(timeout=240) for p in procs]
+    for proc, (_, err) in zip(procs, outputs, strict=True):
+        assert proc.returncode == 0, err
+    return [json.loads(out.splitlines()[-1]) for out, _ in outputs]
+
+
+def test_each_chip_carries_the_slice_of_the_vm_that_owns_it(tmp_path):
+    # 2 slices × 2 workers: processes 0-1 are slice 0's VMs, 2-3 slice 1's (JAX numbers a job's
+    # processes slice after slice); every process sees the same.
+    seen = run_joined(tmp_path, 4, 2)
+    assert seen == [[[p, p // 2] for p in (0, 0, 1, 1, 2, 2, 3, 3)]] * 4
+    # Processes that do not split evenly into the slices keep what XLA's CPU client says (one
+    # slice per host: 0 on this machine).
+    assert run_joined(tmp_path / "uneven", 3, 2) == [[[p, 0] for p in (0, 0, 1, 1, 2, 2)]] * 3
 
 
 HOLD = """
@@ -229,4 +268,4 @@ def test_a_program_that_never_initializes_sees_every_chip_on_compute_engine(tmp_
     for proc, (_, err) in zip(procs, outputs, strict=True):
         assert proc.returncode == 0, err
     seen = sorted(json.loads(out.splitlines()[-1]) for out, _ in outputs)
-    assert seen == [[8, 4, 2, 0], [8, 4, 2, 1]]
+    assert seen == [[8, 4, 2, 0, SLICES], [8, 4, 2, 1, SLICES]]

@@ -31,6 +31,29 @@ def test_tpu_devices_group_by_slice_index():
     assert [len(g) for g in granules] == [4, 8]
 
 
+def test_cpu_devices_that_know_their_slice_group_by_it():
+    # The emulation's chips (infra/local/vm_site/sitecustomize.py) carry the slice of the VM that
+    # owns them; when that names as many slices as the job has, it is what groups them, as on TPU
+    # (here against process order, so only slice_index can give this grouping).
+    devices = [fake_device(i, i // 2, slice_index=1 - i // 4) for i in range(8)]  # 4 processes, 2 slices
+    assert mesh_lib.slices_from_runtime(devices, workers_per_slice=2)
+    granules = mesh_lib.slice_granules(devices, workers_per_slice=2)
+    assert [[d.id for d in g] for g in granules] == [[4, 5, 6, 7], [0, 1, 2, 3]]
+
+
+def test_cpu_devices_numbered_by_host_group_by_process():
+    # XLA's CPU client numbers slice_index by host: every process of one machine says 0. That
+    # names 1 slice for a job of 2, so the processes tell the slices.
+    devices = [fake_device(i, i // 2, slice_index=0) for i in range(8)]
+    assert not mesh_lib.slices_from_runtime(devices, workers_per_slice=2)
+    granules = mesh_lib.slice_granules(devices, workers_per_slice=2)
+    assert [[d.id for d in g] for g in granules] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    # On TPU the runtime's slice_index is the truth, even against the job's shape.
+    tpu = [fake_device(i, i // 2, platform="tpu", slice_index=0) for i in range(8)]
+    assert mesh_lib.slices_from_runtime(tpu, workers_per_slice=2)
+    assert len(mesh_lib.slice_granules(tpu, workers_per_slice=2)) == 1
+
+
 def test_mesh_shape_is_dcn_times_ici():
     par = ParallelismConfig.model_validate({"ici": {"data": 2, "fsdp": 2, "tensor": 2}})
     mesh = mesh_lib.build_mesh(par)

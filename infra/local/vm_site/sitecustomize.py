@@ -2,7 +2,7 @@
 from ``sys.path``: https://docs.python.org/3/library/site.html; the emulation puts this directory
 on the VM's ``PYTHONPATH``, and the VM's service manager keeps it there for every unit,
 ``infra.local.service_manager``). It stands in for what libtpu and the TPU runtime do on a Cloud
-TPU VM, for the three things a JAX program there can observe
+TPU VM, for the four things a JAX program there can observe
 (docs/emulation.md, "What a JAX program on an emulated VM sees"):
 
 1. **The cluster.** On a Cloud TPU VM JAX finds its cluster through ``GceTpuCluster``
@@ -44,6 +44,23 @@ TPU VM, for the three things a JAX program there can observe
    that message and the run is untouched, as on a TPU VM; the lock goes with the process that
    held it, however it ended (``lockf`` locks are released when the process exits).
 
+4. **Every chip knows its slice.** On Cloud TPU every device carries ``slice_index``, the slice
+   it belongs to, and the field's multislice programs lay out their mesh from it:
+   ``jax.experimental.mesh_utils.create_hybrid_device_mesh`` groups devices by it unless told
+   ``process_is_granule``, and MaxText's ``pedagogical_examples/shardings.py`` (the Multislice
+   overview's experiment) asserts its slice count equals ``1 + max(d.slice_index)``. XLA's CPU
+   client gives its devices none in a single process, and in a job of several processes gives
+   every device of one machine the same one (IFRT's ``PjRtClient::Create`` numbers slices by
+   ``/proc/sys/kernel/random/boot_id``: one per host), so every emulated chip would say slice 0.
+   When ``jax._src.xla_bridge`` is loaded, ``jax.Device`` gets a ``slice_index`` property: for
+   a CPU device, ``process_index // (processes / slices)``, the slices being
+   ``$MULTISLICE_EMULATED_SLICES`` (the emulated job's, ``infra.local.topology.vm_environment``)
+   and the processes those of the job the program is in; JAX numbers a Multislice job's
+   processes slice after slice (``BaseTpuCluster.get_process_id``: ``worker + slice ×
+   workers per slice``). Any other device, or a job whose processes do not split evenly into
+   the slices, keeps what XLA gives it. ``coords`` and ``core_on_chip`` stay absent: JAX's mesh
+   utilities read them only for ``platform == "tpu"``, and lay out CPU devices in the order given.
+
 Nothing is imported before the program imports JAX itself, and nothing happens unless
 ``MULTISLICE_EMULATED_TPU`` is set (the emulated VMs' environment).
 """
@@ -61,6 +78,8 @@ from typing import Any
 
 #: Set in every emulated VM's environment (``infra.local.topology.vm_environment``).
 EMULATED_TPU_ENV = "MULTISLICE_EMULATED_TPU"
+#: The emulated job's slice count, in the same environment (point 4).
+SLICES_ENV = "MULTISLICE_EMULATED_SLICES"
 #: The VM's local disk (``infra.startup.contract.HOME_ENV``).
 HOME_ENV = "MULTISLICE_HOME"
 #: The lock file under the VM's local disk, as libtpu's ``/tmp/libtpu_lockfile`` on a TPU VM.
@@ -193,10 +212,32 @@ def guard_backends(module: Any) -> None:
     module.backends = guarded
 
 
+def emulated_slice_index(device: Any) -> int:
+    """The slice whose emulated VM owns ``device``, a CPU device of this job (point 4).
+
+    Raises:
+      AttributeError: ``device`` is no CPU device, or the job's processes do not split evenly
+        into ``$MULTISLICE_EMULATED_SLICES`` slices; Python then asks XLA's own attributes
+        (``jax.Device.__getattr__``), as it does for a device without this property.
+    """
+    client = device.client
+    processes = client.device_count() // max(1, client.local_device_count())
+    slices = int(os.environ.get(SLICES_ENV) or "1")
+    if device.platform != "cpu" or slices < 1 or processes % slices:
+        raise AttributeError("slice_index")
+    return int(device.process_index) // (processes // slices)
+
+
+def give_chips_their_slice(module: Any) -> None:
+    """``jax.Device.slice_index`` from the emulated topology (point 4), then the backends' guard."""
+    module._jax.Device.slice_index = property(emulated_slice_index, doc=emulated_slice_index.__doc__)
+    guard_backends(module)
+
+
 HOOKS: dict[str, Callable[[ModuleType], None]] = {
     CLUSTERS: register_cluster,
     DISTRIBUTED: guard_distributed,
-    XLA_BRIDGE: guard_backends,
+    XLA_BRIDGE: give_chips_their_slice,
 }
 
 
