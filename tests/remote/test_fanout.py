@@ -96,7 +96,9 @@ def test_the_slow_worker_does_not_hold_back_the_others(tmp_path):
     run = run_all(targets, tmp_path, lines.append)
     assert lines[-1] == "[slice 0 worker 0] 0"  # the slow one's line comes last, and it did not time out
     assert all(o.first_output_s is not None for o in run.outcomes)
-    assert max(o.first_output_s for o in run.outcomes[1:]) < run.outcomes[0].first_output_s
+    # Worker 0 printed only after the others had run (their files), so they printed no later; the
+    # times are rounded to the millisecond, and under load both can fall in the same one.
+    assert max(o.first_output_s for o in run.outcomes[1:]) <= run.outcomes[0].first_output_s
 
 
 def test_failed_workers_keep_their_statuses_and_output(tmp_path):
