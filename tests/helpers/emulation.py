@@ -134,6 +134,20 @@ def long_stack(tmp_path: Path) -> Path:
     return path
 
 
+def waiting_stack(tmp_path: Path) -> Path:
+    """The emu stack whose workload only waits (a shell loop, no JAX): for tests of stopping
+    ``local up`` while its VMs run, which need the emulated VMs up, not a trainer's start-up."""
+    import yaml
+
+    path = tmp_path / "waiting" / "Pulumi.emu.yaml"
+    path.parent.mkdir(exist_ok=True)
+    document = yaml.safe_load(STACK.read_text())
+    del document["config"]["multislice:training"]
+    document["config"]["multislice:workload"] = {"command": ["sh", "-c", "while :; do sleep 1; done"], "steps": 100000}
+    path.write_text(yaml.safe_dump(document))
+    return path
+
+
 #: The emu stacks' v4-8 is offered by the Cloud TPU API only; on Compute Engine the same shape
 #: (1 VM × 4 chips a slice) is a v5p-8 (ct5p-hightpu-4t), in a zone Compute Engine offers v5p in
 #: (docs/compute-engine.md section 1). The emulation runs on CPU either way.

@@ -32,6 +32,7 @@ from tests.helpers.emulation import (
     run_cli,
     run_records,
     stop_if_running,
+    waiting_stack,
 )
 from training import host_allocator
 from training.metrics.run_log import RecordLog
@@ -371,10 +372,10 @@ def test_status_reads_a_stored_run_through_the_storage_api(tmp_path):
     assert empty.returncode == 1 and f"no run in {RUN_DIR} yet" in empty.stderr
 
 
-def _start_background(tmp_path: Path) -> subprocess.Popen:
+def _start_background(tmp_path: Path, stack: Path | None = None) -> subprocess.Popen:
     env = cli_env(tmp_path)
     return subprocess.Popen(
-        CLI + ["local", "up", "--config-file", str(long_stack(tmp_path))],
+        CLI + ["local", "up", "--config-file", str(stack or long_stack(tmp_path))],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -411,7 +412,7 @@ def storage_port(state_dir: Path) -> int:
 def test_ctrl_c_stops_every_vm(tmp_path):
     import signal
 
-    proc = _start_background(tmp_path)
+    proc = _start_background(tmp_path, waiting_stack(tmp_path))  # the VMs' workload only waits
     _wait_for_training(tmp_path, proc)
     assert processes_under(tmp_path)  # the emulated VMs are running
     port = storage_port(tmp_path)
