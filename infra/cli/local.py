@@ -202,6 +202,7 @@ def local_up(
     )
     if boot_timeout is not None:  # else the default: $MULTISLICE_BOOT_TIMEOUT, else 120
         options.boot_timeout_s = boot_timeout
+    _record_stack_file(config, config_file)
     try:
         lifecycle.check_data_source(config, stored=False)
         outcome = lifecycle.run_recorded(
@@ -230,6 +231,20 @@ def local_up(
         return  # the run is complete; nobody reads the summary table
     if not result["complete"]:
         raise fail("the VMs exited but the run is not complete", 1)
+
+
+def _record_stack_file(config, config_file: Path | None) -> None:
+    """Record where the stack came from, so that ``--stack <name>`` reaches this run on every
+    command (``infra.cli.options.stack_source``); a run from ``stacks/`` needs no record."""
+    record = local_paths(config).stack_file_record
+    try:
+        if config_file is None:
+            record.unlink(missing_ok=True)
+        else:
+            record.parent.mkdir(parents=True, exist_ok=True)
+            record.write_text(f"{config_file.resolve()}\n")
+    except OSError as err:
+        raise fail(f"{record}: {err.strerror or err}", 1) from None
 
 
 def _progress_display(total: int):
@@ -269,12 +284,17 @@ def local_down(
     stack: str | None = typer.Option(
         None, "--stack", "-s", metavar="NAME", help="Only this stack (default: every stack)."
     ),
+    config_file: Path | None = typer.Option(
+        None, "--config-file", metavar="PATH", help="Only the stack of this stack file (instead of --stack)."
+    ),
 ) -> None:
     """Stop local runs (every emulated VM process and the emulator), keeping their run directories."""
     from infra.local.state import LocalPaths, stop_recorded
 
     root = state_root()
-    if stack is not None:
+    if config_file is not None:
+        stack = load_config(stack or "dev", config_file).stack
+    elif stack is not None:
         _check_stack_name(stack, root)
     stacks = [stack] if stack else sorted(p.parent.name for p in root.glob("*/emulator.json"))
     stopped = False

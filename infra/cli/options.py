@@ -70,7 +70,11 @@ def _flags_take_no_value() -> None:
 _flags_take_no_value()
 
 STACK_OPTION = typer.Option(
-    "dev", "--stack", "-s", metavar="NAME", help="Stack name: the file stacks/Pulumi.NAME.yaml."
+    "dev",
+    "--stack",
+    "-s",
+    metavar="NAME",
+    help="Stack name: the file stacks/Pulumi.NAME.yaml, or the stack file a local run of NAME was started from.",
 )
 CONFIG_FILE_OPTION = typer.Option(
     None,
@@ -91,13 +95,46 @@ def fail(message: str, code: int = 2) -> typer.Exit:
     return typer.Exit(code)
 
 
-def load_config(stack: str, config_file: Path | None):
-    from infra.config import StackConfigError, load_stack, load_stack_file
+def recorded_stack_file(stack: str) -> Path | None:
+    """The stack file a ``local up --config-file`` of stack ``stack`` ran from, if it still
+    exists (``infra.local.state.LocalPaths.stack_file_record``)."""
+    from infra.local.state import LocalPaths
 
     try:
-        config = load_stack_file(config_file) if config_file else load_stack(stack)
+        recorded = Path(LocalPaths(state_root() / stack).stack_file_record.read_text().strip())
+    except (OSError, ValueError):
+        return None
+    return recorded if recorded.is_absolute() and recorded.is_file() else None
+
+
+def stack_source(stack: str, config_file: Path | None) -> Path | None:
+    """The file that names the stack, the same way for every command: ``--config-file``, else
+    ``stacks/Pulumi.<stack>.yaml``, else the stack file a local run of ``stack`` was started from;
+    None when neither exists."""
+    from infra.config import stack_file
+
+    if config_file is not None:
+        return config_file
+    in_stacks = stack_file(stack)
+    return in_stacks if in_stacks.is_file() else recorded_stack_file(stack)
+
+
+def load_config(stack: str, config_file: Path | None):
+    """The stack named by ``--stack`` / ``--config-file`` (:func:`stack_source`), validated; the
+    ``error:`` line and exit 2 when it cannot be read or named."""
+    from infra.config import StackConfigError, load_stack, load_stack_file, stack_file
+
+    source = stack_source(stack, config_file)
+    try:
+        if source is None or source == stack_file(stack):
+            config = load_stack(stack)  # when missing, its error lists the stacks there
+        else:
+            config = load_stack_file(source)
     except StackConfigError as err:
-        raise fail(str(err)) from None
+        message = str(err)
+        if source is None:
+            message += "; no local run of it was started from a stack file; a stack file anywhere: --config-file PATH"
+        raise fail(message) from None
     for warning in config.deprecation_warnings:
         err_console.print(Text.assemble(("warning:", "bold yellow"), " ", warning), soft_wrap=True)
     return config

@@ -8,6 +8,8 @@
   bundled trainer (docs/workloads.md);
 * :mod:`infra.config.loading`: the stack file (YAML, duplicate keys refused) and the Pulumi
   engine's config map → :class:`StackConfig`, stack discovery, :class:`StackConfigError`;
+* :mod:`infra.config.stack_naming`: :func:`stack_args`, how a printed hint names a stack so that
+  it works as printed;
 * :mod:`infra.config.dataset`: a prepared dataset's manifest (local or ``gs://``) against the
   model's vocabulary, read by ``multislice plan`` and the program before any resource exists.
 
@@ -34,6 +36,7 @@ from infra.config.loading import (
     validate_stack,
 )
 from infra.config.schema import BACKENDS, CAPACITY_TYPES, Backend, Capacity, StackConfig
+from infra.config.stack_naming import stack_args
 from infra.config.workload import WorkloadSettings
 from infra.naming import RESERVED_LABELS, gce_name, label_value
 
@@ -64,6 +67,7 @@ __all__ = [
     "load_stack_file",
     "parse_duration",
     "pulumi_config_map",
+    "stack_args",
     "stack_file",
     "validate_stack",
 ]

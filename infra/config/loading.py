@@ -34,7 +34,7 @@ from typing import Any
 import pydantic
 import yaml
 
-from infra.config import structured
+from infra.config import stack_naming, structured
 from infra.config.schema import StackConfig
 from infra.config.structured import STRUCTURED_KEYS
 from training.validation import format_errors, unknown_key_message
@@ -386,7 +386,9 @@ def load_stack_file(path: Path, stack: str | None = None) -> StackConfig:
         raise StackConfigError(f"stack file {path} is not valid YAML: {err}") from None
     if not isinstance(data, dict) or not isinstance(data.get("config", {}), dict):
         raise StackConfigError(f"stack file {path} must be a mapping with a 'config:' mapping inside")
-    return validate_stack(stack, data.get("config") or {}, str(path), base_dir=path.absolute().parent)
+    config = validate_stack(stack, data.get("config") or {}, str(path), base_dir=path.absolute().parent)
+    stack_naming.remember(config.stack, path, in_stacks_dir=path.absolute() == stack_file(config.stack).absolute())
+    return config
 
 
 def _stack_of_file(path: Path) -> str:

@@ -14,6 +14,8 @@
   storage server), the VMs' process groups and the storage server's URL, so that
   ``multislice local down`` can stop a run whose emulator died and ``multislice local
   status`` can read a running one, and its emulated TPU API's URL (``multislice local reset``);
+* ``stack-file``: the stack file a ``local up --config-file`` ran from (every command then finds
+  the stack by its name too: ``infra.cli.options.load_config``);
 * ``deleted.json``: the emulated queued resource was deleted by its worker 0 of slice 0 once
   the run completed (``deleteOnComplete``; ``infra.backends.queued_resource.emulated_api``): its resource name, when
   (seconds since the epoch) and the run directory. Written when the emulated TPU API accepts
@@ -64,6 +66,12 @@ class LocalPaths:
     @property
     def logs_dir(self) -> Path:
         return self.root / "logs"
+
+    @property
+    def stack_file_record(self) -> Path:
+        """The absolute path of the stack file ``local up --config-file`` ran from (one line), so
+        that ``--stack <name>`` finds a stack kept outside ``stacks/`` once it ran here."""
+        return self.root / "stack-file"
 
     @property
     def deletion_file(self) -> Path:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from infra.config.stack_naming import stack_args
 from infra.local import state as local_state
 from infra.local.state import EMULATION_ID_ENV, LocalPaths
 from infra.remote.fanout import Target
@@ -39,10 +40,10 @@ def running_state(config, paths: LocalPaths) -> dict:
     if local_state.read_deletion(paths) is not None:
         raise RemoteError(
             f"stack {stack}'s emulated queued resource was deleted once its run completed (deleteOnComplete): "
-            f"nothing runs; start a new run with `multislice local up --stack {stack} --fresh` first"
+            f"nothing runs; start a new run with `multislice local up {stack_args(stack)} --fresh` first"
         )
     raise RemoteError(
-        f"stack {stack} has no local run: start one with `multislice local up --stack {stack}` first "
+        f"stack {stack} has no local run: start one with `multislice local up {stack_args(stack)}` first "
         "(in another terminal)"
     )
 
@@ -89,7 +90,7 @@ def targets(config, paths: LocalPaths, workers: Sequence[Worker], line: str) -> 
         raise RemoteError(
             f"{', '.join(missing)} of stack {config.stack}'s local run "
             f"{'is' if len(missing) == 1 else 'are'} not running now (booting, or restarted by a reset or repair); "
-            f"nothing was run; try again in a moment (multislice local status --stack {config.stack})",
+            f"nothing was run; try again in a moment (multislice local status {stack_args(config.stack)})",
             1,
         )
     return found

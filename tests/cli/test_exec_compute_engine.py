@@ -215,4 +215,4 @@ def test_local_reset_is_refused_too(tmp_path):
     )
     assert result.exit_code == 2, result.output
     assert "compute-engine, which has no reset" in result.output
-    assert "multislice local down --stack ceops" in result.output
+    assert f"multislice local down --config-file {stack_file(tmp_path)}` then" in " ".join(result.output.split())

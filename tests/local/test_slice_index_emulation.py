@@ -52,3 +52,6 @@ def test_a_field_s_multislice_programs_find_each_chip_s_slice(tmp_path):
             assert re.search(spans, result.stdout, re.M), result.stdout
         assert run.finish(120) == 0, run.last_lines()
     assert processes_under(tmp_path) == []
+    # The run was started from a file outside stacks/: its name reaches it too.
+    status = run_cli(["local", "status", "--stack", "slices"], tmp_path)
+    assert status.returncode == 0 and "complete" in status.stdout.lower(), status.stdout + status.stderr

@@ -16,6 +16,7 @@ from infra.backends.compute_engine import logs
 from infra.backends.compute_engine.spec import SPEC
 from infra.backends.interface import Backend, CapacitySource, Emulation, ExecPlan
 from infra.backends.queued_resource.spec import SPEC as QUEUED_RESOURCE
+from infra.config.stack_naming import stack_args
 
 if TYPE_CHECKING:
     import pulumi
@@ -156,8 +157,8 @@ class ComputeEngineBackend(Backend):
         return (
             f"stack {config.stack} uses multislice:backend: compute-engine, which has no reset "
             "(docs/compute-engine.md, section 5), so its emulation has none either; nothing was sent. "
-            f"To start every emulated VM again, `multislice local down --stack {config.stack}` then "
-            f"`multislice local up --stack {config.stack}`"
+            f"To start every emulated VM again, `multislice local down {stack_args(config.stack)}` then "
+            f"`multislice local up {stack_args(config.stack)}`"
         )
 
     def vm_metadata(

@@ -15,6 +15,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from infra.config.stack_naming import stack_args
 from infra.local import state as local_state
 from infra.local.state import LocalPaths
 from infra.remote.emulated import running_state
@@ -93,7 +94,7 @@ def reset(
         if time.monotonic() >= deadline:
             raise RemoteError(
                 f"{vms - len(back)} of {vms} VM(s) not booted again after {timeout_s:.0f} s; "
-                f"see `multislice local status --stack {config.stack}` and the VMs' logs in {paths.logs_dir}",
+                f"see `multislice local status {stack_args(config.stack)}` and the VMs' logs in {paths.logs_dir}",
                 1,
             )
         time.sleep(poll_s)

@@ -1,0 +1,98 @@
+"""One way to name a stack on every command that takes one: ``--stack NAME`` (``stacks/``, or
+the stack file a local run of NAME was started from) or ``--config-file PATH``, with the same
+error on every command when neither resolves; and the hints the commands print name the stack
+the way it was named, so that they work as printed for a stack kept outside ``stacks/``."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from infra import planner
+from infra.cli import app
+from infra.config import load_stack_file, stack_args
+from infra.local.state import LocalPaths
+
+EMU = Path(__file__).parents[1] / "stacks" / "Pulumi.emu.yaml"
+
+#: Every command that takes a stack, with the arguments it needs besides the stack.
+COMMANDS = {
+    "plan": ["plan"],
+    "render": ["render"],
+    "check": ["check"],
+    "status": ["status"],
+    "logs": ["logs"],
+    "exec": ["exec", "--", "true"],
+    "reset": ["reset", "--yes"],
+    "data prepare": ["data", "prepare", "in", "gs://b/out", "--emulated"],
+    "local up": ["local", "up"],
+    "local status": ["local", "status"],
+    "local logs": ["local", "logs"],
+    "local exec": ["local", "exec", "--", "true"],
+    "local reset": ["local", "reset", "--yes"],
+}
+
+
+def invoke(tmp_path: Path, args: list[str]):
+    env = {"COLUMNS": "250", "MULTISLICE_STATE_DIR": str(tmp_path / "state")}
+    return CliRunner().invoke(app, args, env=env, color=False)
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_a_stack_that_does_not_resolve_gets_the_same_error_everywhere(tmp_path, command):
+    args = COMMANDS[command]
+    split = args.index("--") if "--" in args else len(args)
+    result = invoke(tmp_path, [*args[:split], "--stack", "nope", *args[split:]])
+    assert result.exit_code == 2, result.output
+    error = " ".join(result.stderr.split())
+    assert error.startswith("error: no stack 'nope': ") and "Pulumi.nope.yaml does not exist; stacks here: " in error
+    assert error.endswith(
+        "; no local run of it was started from a stack file; a stack file anywhere: --config-file PATH"
+    )
+
+
+def outside_stack(tmp_path: Path) -> Path:
+    """The emu stack kept in a file of the user's own, as stack ``long``."""
+    path = tmp_path / "mine" / "Pulumi.long.yaml"
+    path.parent.mkdir()
+    path.write_text(EMU.read_text())
+    return path
+
+
+def test_a_stack_started_from_a_file_is_reached_by_its_name_on_every_command(tmp_path):
+    path = outside_stack(tmp_path)
+    assert invoke(tmp_path, ["plan", "--stack", "long"]).exit_code == 2  # not in stacks/, never run here
+    # What `local up --config-file` records for it (infra.cli.local._record_stack_file).
+    record = LocalPaths(tmp_path / "state" / "long").stack_file_record
+    record.parent.mkdir(parents=True)
+    record.write_text(f"{path}\n")
+    for args in (["plan", "--stack", "long"], ["plan", "--config-file", str(path)], ["render", "--stack", "long"]):
+        result = invoke(tmp_path, args)
+        assert result.exit_code == 0, (args, result.output)
+    assert "stack long" in invoke(tmp_path, ["plan", "--stack", "long"]).output
+    # `local down` takes either too; nothing of long runs.
+    for args in (["local", "down", "--stack", "long"], ["local", "down", "--config-file", str(path)]):
+        result = invoke(tmp_path, args)
+        assert result.exit_code == 0 and "no local run of stack 'long' is running" in result.output, result.output
+    # A record whose file is gone resolves nothing: the same error as an unknown stack.
+    path.unlink()
+    assert "no local run of it was started from a stack file" in invoke(tmp_path, ["plan", "--stack", "long"]).stderr
+
+
+def test_a_hint_names_a_stack_kept_outside_stacks_by_its_file_and_works_as_printed(tmp_path):
+    path = outside_stack(tmp_path)
+    config = load_stack_file(path)  # global batch 8 over 2 slices: predicted DCN-bound
+    assert stack_args("long") == f"--config-file {shlex.quote(str(path.absolute()))}"
+    lines = planner.advisories(config)
+    hints = [line.rsplit("(see: ", 1)[1].rstrip(")") for line in lines if "(see: " in line]
+    assert hints and all(h == f"multislice plan --config-file {path.absolute()}" for h in hints), lines
+    result = invoke(tmp_path, shlex.split(hints[0])[1:])  # run as printed
+    assert result.exit_code == 0, result.output
+    # A stack of stacks/ keeps its name.
+    from infra.config import load_stack
+
+    load_stack("dev")
+    assert stack_args("dev") == "--stack dev"
