@@ -8,7 +8,9 @@ from differs: the Cloud TPU API, on the compute-engine backend the slices' insta
 through gcloud (:func:`group_lister`), or the emulator's state file (:mod:`infra.status.reader`).
 This module prints: once, refreshed in place (``--watch``), as JSON lines, and the plot.
 Errors: one ``error:`` line; exit 2 for bad input (stack file, options, credentials), 1 when
-there is nothing to show (no queued resource, no run yet) or the API cannot be read.
+there is nothing to show (no queued resource; no run and no capacity about to start one) or the API
+cannot be read. A run whose capacity is up but whose VMs have not written the run directory yet is
+starting: a line saying so, exit 0.
 """
 
 from __future__ import annotations
@@ -56,6 +58,12 @@ def status(
             show(read, config.stack, json_output=json_output, watch=watch, interval=interval, plot=plot)
     except StatusError as err:
         raise fail(str(err), err.exit_code) from None
+
+
+#: Capacity states in which a stack without a run record is not about to have one: ``status``
+#: then exits 1 (nothing is running); in any other (``ACTIVE``, ``PROVISIONING``, ``READY``, …)
+#: the run is starting and ``status`` exits 0.
+NOT_STARTING = ("NOT_RUNNING", "DELETED", "FAILED", "SUSPENDED", "SUSPENDING")
 
 
 def show_local(config, paths, *, json_output: bool, watch: bool, interval: float, plot: Path | None) -> None:
@@ -112,7 +120,10 @@ def show(read: StackReader, stack: str, *, json_output: bool, watch: bool, inter
     if plot is not None:
         _plot(read.store, status, plot)
     if not status.run.exists and not watch:
-        raise fail(f"no run in {status.run.run_dir} yet ({headline(status)})", 1)
+        if status.capacity.state in NOT_STARTING:
+            raise fail(f"no run in {status.run.run_dir} yet ({headline(status)})", 1)
+        # Capacity up or on its way, no run record yet: the VMs are booting. Not a problem.
+        console.print(f"the run is starting: its VMs have not written {status.run.run_dir} yet", markup=False)
 
 
 def _plot(store, status, path: Path) -> None:
