@@ -19,7 +19,17 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from infra.cli.options import CONFIG_FILE_OPTION, STACK_OPTION, console, fail, load_config, print_error, say, state_root
+from infra.cli.options import (
+    CONFIG_FILE_OPTION,
+    STACK_OPTION,
+    console,
+    err_console,
+    fail,
+    load_config,
+    print_error,
+    say,
+    state_root,
+)
 from infra.cli.status import INTERVAL_OPTION, JSON_OPTION, PLOT_OPTION, WATCH_OPTION, show_local
 
 #: The ``local`` command group.
@@ -213,7 +223,7 @@ def local_up(
             gcs_port=gcs_port,
             say=say,
             progress=_progress_display,
-            on_stop=lambda stop: print_error(str(stop)),
+            on_stop=_print_stop,
         )
     except lifecycle.UpError as err:
         raise fail(str(err), err.exit_code) from None
@@ -233,9 +243,18 @@ def local_up(
         raise fail("the VMs exited but the run is not complete", 1)
 
 
+def _print_stop(stop) -> None:
+    """A stop the user asked for (``local down``, Ctrl-C) is one plain line; any other an error."""
+    if stop.on_purpose:
+        err_console.print(str(stop), markup=False, soft_wrap=True)
+    else:
+        print_error(str(stop))
+
+
 def _record_stack_file(config, config_file: Path | None) -> None:
     """Record where the stack came from, so that ``--stack <name>`` reaches this run on every
-    command (``infra.cli.options.stack_source``); a run from ``stacks/`` needs no record."""
+    command (``infra.cli.options.stack_source``); a run from ``stacks/`` needs no record. A state
+    directory that cannot be written is left to the run's own check, which names the problem."""
     record = local_paths(config).stack_file_record
     try:
         if config_file is None:
@@ -243,8 +262,8 @@ def _record_stack_file(config, config_file: Path | None) -> None:
         else:
             record.parent.mkdir(parents=True, exist_ok=True)
             record.write_text(f"{config_file.resolve()}\n")
-    except OSError as err:
-        raise fail(f"{record}: {err.strerror or err}", 1) from None
+    except OSError:
+        pass
 
 
 def _progress_display(total: int):

@@ -344,6 +344,7 @@ class LocalQueuedResource:
         from infra.local import summary as summary_lib  # reads checkpoints: jax, orbax
 
         result = summary_lib.summarize(self.run_dir, total)
+        summary_lib.name_own_resume(result, self.run_dir, since=started_at)  # the user's own stop
         unplanned = summary_lib.unplanned_restarts(
             self.run_dir, since=started_at, planned=len(self.faults_fired) + self.resets
         )

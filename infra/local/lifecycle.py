@@ -17,6 +17,8 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from infra.config.stack_naming import stack_args
+
 if TYPE_CHECKING:  # imported by the functions that need them: nothing heavy before the emulation
     from infra.config import StackConfig
     from infra.local.emulator import LocalQueuedResource
@@ -35,9 +37,10 @@ STOP_EXIT_CODES = (129, 130, 143)
 class UpError(Exception):
     """``local up`` cannot go on: the message (one line) and the exit status."""
 
-    def __init__(self, message: str, exit_code: int = 2) -> None:
+    def __init__(self, message: str, exit_code: int = 2, *, on_purpose: bool = False) -> None:
         super().__init__(message)
         self.exit_code = exit_code
+        self.on_purpose = on_purpose  # a stop the user asked for: not an error (:func:`ending`)
 
 
 @dataclass(frozen=True)
@@ -114,10 +117,27 @@ def run_recorded(
         # Stopped by a signal, everything already stopped and forgotten: exit now.
         for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             signal.signal(signum, signal.SIG_IGN)
+        stop = ending(stop, config, paths)
         on_stop(stop)
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(stop.exit_code)
+
+
+def ending(stop: UpError, config: StackConfig | None, paths: LocalPaths | None) -> UpError:
+    """How a run stopped by a signal ends: stopped on purpose — by ``multislice local down``
+    (its SIGTERM, with the request it recorded: :attr:`LocalPaths.down_request`) or by Ctrl-C
+    (SIGINT) — exit 0 or 130 and ``on_purpose`` (a line, not an error); any other SIGTERM or a
+    SIGHUP (a closed terminal) keeps 143 or 129 and is an error. Each says how to resume."""
+    again = f"multislice local up {stack_args(config.stack)}" if config is not None else "multislice local up"
+    resume = f"every emulated VM was stopped; resume with: {again}"
+    if stop.exit_code == 143 and paths is not None and paths.down_request.exists():
+        paths.down_request.unlink(missing_ok=True)
+        return UpError(f"stopped by `multislice local down`: {resume}", 0, on_purpose=True)
+    if stop.exit_code == 130:
+        return UpError(f"interrupted (Ctrl-C): {resume}", 130, on_purpose=True)
+    why = "stopped by SIGTERM" if stop.exit_code == 143 else "interrupted (SIGHUP: the terminal closed)"
+    return UpError(f"{why}: {resume}", stop.exit_code)
 
 
 def _run_locked(
@@ -148,7 +168,7 @@ def _run_locked(
             pid = state.get("pid", "?") if state else "?"
             raise UpError(
                 f"a local run of stack {config.stack!r} is already running (pid {pid}); "
-                f"stop it with: multislice local down --stack {config.stack}"
+                f"stop it with: multislice local down {stack_args(config.stack)}"
             )
         # The first line, at once: what the next seconds are spent on.
         say(
@@ -160,6 +180,7 @@ def _run_locked(
                 for action in local_state.stop_recorded(paths, signal_emulator=False):
                     say(f"cleanup of an earlier run: {action}")
             emulation_id = uuid.uuid4().hex
+            paths.down_request.unlink(missing_ok=True)  # an earlier `local down`'s, not this run's
             local_state.write_state(paths, stack=config.stack, emulation_id=emulation_id, vms=[])
             return _emulate(
                 config,

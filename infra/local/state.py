@@ -68,6 +68,12 @@ class LocalPaths:
         return self.root / "logs"
 
     @property
+    def down_request(self) -> Path:
+        """Written by ``multislice local down`` before its SIGTERM: the emulator then ends as
+        stopped on purpose (exit 0), not as killed (``infra.local.lifecycle.ending``)."""
+        return self.root / "down-requested"
+
+    @property
     def stack_file_record(self) -> Path:
         """The absolute path of the stack file ``local up --config-file`` ran from (one line), so
         that ``--stack <name>`` finds a stack kept outside ``stacks/`` once it ran here."""
@@ -250,6 +256,10 @@ def stop_recorded(paths: LocalPaths, wait_s: float = 30.0, signal_emulator: bool
     pid = int(state.get("pid", 0) or 0)
     emulation_id = str(state.get("emulation_id") or "")
     if signal_emulator and pid != os.getpid() and emulator_alive(state):
+        try:
+            paths.down_request.write_text(f"{os.getpid()}\n")
+        except OSError:
+            pass  # the emulator then reports a plain SIGTERM: still stopped
         os.kill(pid, signal.SIGTERM)
         actions.append(f"asked emulator pid {pid} to stop")
         members = set(find_processes(emulation_id)) if emulation_id else set()

@@ -78,11 +78,44 @@ def describe_restart(restart: Restart) -> str:
     return f"{cause}: {resumed}"
 
 
+#: How the summary names the restart with which a ``local up`` resumed a run an earlier one left
+#: (stopped by ``local down``, Ctrl-C, a closed terminal, or an emulator that died).
+RESUMED_BY_YOU = "your earlier local up stopped"
+
+
+def own_resume(run_dir: RunDir, since: float) -> int | None:
+    """The index, in the run's restarts (``restart_causes``), of the restart with which the
+    ``local up`` started at ``since`` (Unix seconds) resumed the run: its first start, when the run
+    had started before; None for a new run."""
+    events = valid_records("events", read_records(run_dir, "events"))[0]
+    if not any(e.get("event") == "start" and _before(e, since) for e in events):
+        return None
+    restarts = restarts_of(events)
+    return next((i for i, r in enumerate(restarts) if r.resumed_at is not None and r.resumed_at >= since), None)
+
+
+def name_own_resume(summary: dict, run_dir: RunDir, since: float) -> None:
+    """Name, in ``summary["restart_causes"]``, the restart with which this ``local up`` resumed
+    the run as the user's (:data:`RESUMED_BY_YOU`: ``your earlier local up stopped: resumed at step
+    40``), not as a failure or a preemption."""
+    index = own_resume(run_dir, since)
+    causes = summary.get("restart_causes") or []
+    if index is not None and index < len(causes):
+        causes[index] = f"{RESUMED_BY_YOU}: {causes[index].split(': ', 1)[-1]}"
+
+
+def _before(event: dict, since: float) -> bool:
+    value = event.get("time")
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value < since
+
+
 def unplanned_restarts(run_dir: RunDir, since: float, planned: int) -> list[str]:
     """The restarts of the run in ``run_dir`` whose start came at or after ``since`` (Unix
     seconds) beyond the first ``planned`` of them (the faults and resets the emulator carried
-    out), each described (:func:`describe_restart`): restarts nothing asked for, such as a
-    trainer that failed or was disturbed by another process."""
+    out) and beyond this ``local up``'s own resume of an earlier run (:func:`own_resume`), each
+    described (:func:`describe_restart`): restarts nothing asked for, such as a trainer that
+    failed or was disturbed by another process."""
     events = valid_records("events", read_records(run_dir, "events"))[0]
     recent = [r for r in restarts_of(events) if r.resumed_at is not None and r.resumed_at >= since]
-    return [describe_restart(r) for r in recent[planned:]]
+    resumed = 1 if own_resume(run_dir, since) is not None else 0
+    return [describe_restart(r) for r in recent[planned + resumed :]]

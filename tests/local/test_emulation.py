@@ -420,7 +420,12 @@ def test_ctrl_c_stops_every_vm(tmp_path):
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, out + err
-    assert "error: interrupted (SIGINT); every emulated VM was stopped" in err
+    # Stopped on purpose: one plain line saying how to resume, not an error.
+    assert err.strip().splitlines()[-1] == (
+        f"interrupted (Ctrl-C): every emulated VM was stopped; resume with: multislice local up "
+        f"--config-file {tmp_path / 'waiting' / 'Pulumi.emu.yaml'}"
+    ), err
+    assert "error:" not in err
     assert processes_under(tmp_path) == []  # the VMs and the storage server
     assert not listening(port)
     assert not (tmp_path / "emu" / "emulator.json").exists()
@@ -477,8 +482,10 @@ def test_local_down_stops_a_running_emulation(tmp_path):
     assert down.returncode == 0, down.stderr
     assert "asked emulator pid" in down.stdout
     _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 143  # 128 + SIGTERM
-    assert "error: stopped by SIGTERM (e.g. `multislice local down`); every emulated VM was stopped" in err
+    assert proc.returncode == 0, err  # stopped the documented way: on purpose, not a failure
+    resume = f"resume with: multislice local up --config-file {long_stack(tmp_path)}"
+    assert f"stopped by `multislice local down`: every emulated VM was stopped; {resume}" in err
+    assert "error:" not in err
     assert processes_under(tmp_path) == []
     assert not listening(port)
     assert "no local run is running" in run_cli(["local", "down"], tmp_path).stdout
@@ -582,6 +589,10 @@ def test_a_killed_emulators_vms_stop_by_themselves_and_the_next_up_resumes_bit_i
     assert resumed["complete"] is True
     starts = [e for e in run_records(tmp_path, "events") if e["event"] == "start"]
     assert len(starts) == 2 and starts[1]["restored"] and starts[1]["step"] >= 6
+    # This up's resume is the user's (the earlier up was stopped): named so, never unplanned.
+    resume = f"your earlier local up stopped: resumed at step {starts[1]['step']}"
+    assert resumed["restart_causes"] == [resume] and resumed["unplanned_restarts"] == []
+    assert "warning:" not in resumed["stdout"]
     assert f"training resumed from the checkpoint of step {starts[1]['step']}" in resumed["stdout"]
     records = step_losses(tmp_path)
     reference = dict(step_losses(uninterrupted["state_dir"]))

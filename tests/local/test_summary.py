@@ -10,7 +10,7 @@ import json
 import pytest
 
 from infra.cli.local import print_summary
-from infra.local.summary import summarize, unplanned_restarts
+from infra.local.summary import name_own_resume, summarize, unplanned_restarts
 from training.checkpoint.manager import write_completion
 from training.metrics.run_log import RecordLog
 from training.run_dir import RunDir
@@ -205,27 +205,38 @@ def test_the_table_says_at_which_step_each_fault_fired(capsys):
 
 
 def test_every_restart_is_named_and_those_nothing_asked_for_are_unplanned(tmp_run):
-    # Three restarts: a kill before the `local up` at time 1500 (an earlier up's fault), a
-    # preemption, and one more failure. This up fired one fault (the preemption); the failure
-    # after it is unplanned, whatever caused it.
+    # Four restarts: a kill before the `local up` at time 1500 (an earlier up's fault), this up's
+    # resume of the run the earlier one left, a preemption, and one more failure. This up fired
+    # one fault (the preemption); its own resume is the user's, and the failure after the
+    # preemption is unplanned, whatever caused it.
     events = [
         {"event": "start", "step": 0, "restored": False, "time": 1000.0},
         {"event": "start", "step": 6, "restored": True, "time": 1100.0},
+        {"event": "start", "step": 6, "restored": True, "time": 1510.0},
         {"event": "preempted", "step": 10, "time": 1590.0},
         {"event": "start", "step": 10, "restored": True, "time": 1600.0},
         {"event": "start", "step": 0, "restored": False, "time": 1700.0},
     ]
     write_run(tmp_run, steps(1, 12), events)
     summary = summarize(tmp_run, total_steps=24)
-    assert summary["restarts"] == 3
+    assert summary["restarts"] == 4
     assert summary["restart_causes"] == [
+        "failure: resumed at step 6",
         "failure: resumed at step 6",
         "preemption at step 10: resumed at step 10",
         "failure: started again from the seed",
     ]
     assert unplanned_restarts(tmp_run, since=1500.0, planned=1) == ["failure: started again from the seed"]
     assert unplanned_restarts(tmp_run, since=1500.0, planned=2) == []
-    assert unplanned_restarts(tmp_run, since=1000.5, planned=1) == [
+    name_own_resume(summary, tmp_run, since=1500.0)
+    assert summary["restart_causes"][1] == "your earlier local up stopped: resumed at step 6"
+    assert summary["restart_causes"][0] == "failure: resumed at step 6"
+    # An up that started the run (nothing before its start) has no resume of its own.
+    assert unplanned_restarts(tmp_run, since=999.0, planned=1) == [
+        "failure: resumed at step 6",
         "preemption at step 10: resumed at step 10",
         "failure: started again from the seed",
     ]
+    fresh = {"restart_causes": ["failure: resumed at step 6"]}
+    name_own_resume(fresh, tmp_run, since=999.0)
+    assert fresh["restart_causes"] == ["failure: resumed at step 6"]
