@@ -44,7 +44,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from infra.backends.registry import backend_of
-from infra.config import StackConfig
+from infra.config import StackConfig, stack_args
 from infra.local import state as state_lib, stop_signals, supervisor, topology
 from infra.local.boot_watch import BootWatch
 from infra.local.faults import Fault, FaultGates, FaultSchedule
@@ -253,7 +253,7 @@ class LocalQueuedResource:
         wiped), restart every other slice (SIGTERM, ``reboot_grace_s``, SIGKILL), then call
         ``settle`` (no process of the old attempt is left to write a record) and boot all."""
         others = sorted({vm.slice_id for vm in self.vms if vm.slice_id != failed_slice})
-        self.reporter.drain()
+        self.reporter.drain(repair=True)
         self.report(
             f"repair: recreating slice {failed_slice}"
             + (f", restarting slice(s) {', '.join(map(str, others))}" if others else "")
@@ -335,7 +335,8 @@ class LocalQueuedResource:
                 f"worker(s) of {self.config.accelerator_type}, "
                 f"{self.config.accelerator.chips_per_host} CPU devices each"
             )
-            self.reporter.boot_lines = BootLines(self.vms[0].name, self.vms[0].log_path)
+            every_vm = f"multislice local logs {stack_args(self.config.stack)}"
+            self.reporter.boot_lines = BootLines(self.vms[0].name, self.vms[0].log_path, every_vm)
             self.boot_all(options)
             self._supervise(options, schedule, tail, events, start)
         finally:

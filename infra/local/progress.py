@@ -41,12 +41,19 @@ _PHASE = re.compile(
 )
 
 
-class BootLines:
-    """New boot-phase lines of the console log ``path`` of VM ``name`` (``slice S worker W``)."""
+#: Trainer exit statuses of the exit-code contract (docs/workloads.md): complete, preempted,
+#: superseded by a newer release, a configuration that cannot work. Any other is a failure.
+CONTRACT_STATUSES = (0, 75, 76, 78)
 
-    def __init__(self, name: str, path: Path) -> None:
+
+class BootLines:
+    """New boot-phase lines of the console log ``path`` of VM ``name`` (``slice S worker W``);
+    ``every_vm``: the command that shows every VM's lines (said once, with the first line shown)."""
+
+    def __init__(self, name: str, path: Path, every_vm: str = "") -> None:
         self.name = name
         self.path = path
+        self.every_vm = every_vm
         self._offset = path.stat().st_size if path.exists() else 0
         self._partial = b""
 
@@ -131,6 +138,8 @@ class RunReporter:
         self.events: RecordTail | None = None
         self.boot_lines: BootLines | None = None
         self.following_boot = True  # reporting boot lines until training starts
+        self.after_repair = False  # the boot lines shown follow a repair (:meth:`drain`)
+        self._said_whose = False
         #: Trainer ``start`` events of the run seen (the caller adds those of earlier runs).
         self.starts = 0
 
@@ -158,27 +167,41 @@ class RunReporter:
                 f"{event.get('reason')}; resuming from step {step}"
             )
 
-    def drain(self) -> None:
+    def drain(self, repair: bool = False) -> None:
         """Report the events written so far (e.g. the preemption checkpoint a fault caused)
-        before what follows them (the repair): events print in causal order. Boot lines are
-        followed again for the next boot."""
+        before what follows them (``repair``: a repair; else a reset): events print in causal
+        order. Boot lines are followed again for the next boot."""
         if self.events is not None:
             for event in self.events.poll():
                 self.event(event)
         if self.boot_lines is not None:
             self.boot_lines.poll()  # skip the stopped boot's last lines
             self.following_boot = True
+            self.after_repair = repair
 
     def boot(self) -> None:
-        """Until training starts, the first VM's boot-phase lines as they are written."""
+        """Until training starts, the first VM's boot-phase lines as they are written (the first
+        time, with a line saying whose they are and how to see every VM's). After a repair, a
+        trainer that ended with a status outside the exit-code contract (its job lost a peer)
+        is said to be part of the repair."""
         if self.boot_lines is None:
             return
         lines = self.boot_lines.poll()
-        if self.following_boot:
-            for line in lines:
-                self.report(f"{self.boot_lines.name}: {line}")
-                if line.startswith("training: starting at step"):
-                    self.following_boot = False
+        if not self.following_boot:
+            return
+        name = self.boot_lines.name
+        if lines and not self._said_whose and self.boot_lines.every_vm:
+            self._said_whose = True
+            self.report(f"{name}'s lines only, for brevity; every VM's: {self.boot_lines.every_vm}")
+        for line in lines:
+            exited = re.match(r"trainer: exited with status (\d+) ", line)
+            if self.after_repair and exited and int(exited[1]) not in CONTRACT_STATUSES:
+                line += ": expected in the repair (its job lost a peer); the repair restarts it"
+            self.report(f"{name}: {line}")
+            if line.startswith("training: starting at step"):
+                self.following_boot = False
+                self.after_repair = False
+                break  # what follows in this poll is training's, not the boot's
 
     def progress(self, tail: MetricsTail, previous_step: int, total: int, restarts: int) -> None:
         """Report progress: to ``progress`` at each new step or restart seen, else a line each

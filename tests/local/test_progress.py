@@ -43,6 +43,42 @@ def test_boot_lines_are_the_first_vm_s_phases_as_they_are_written(tmp_path):
     assert BootLines(VM, tmp_path / "missing.log").poll() == []
 
 
+def test_the_first_vm_s_lines_say_whose_they_are_and_a_peer_s_end_reads_as_part_of_the_repair(tmp_path):
+    from infra.local.progress import RunReporter
+
+    log = tmp_path / "slice-0-worker-0.log"
+    log.write_text("")
+    shown: list[str] = []
+    tail = RunReporter(shown.append)
+    tail.boot_lines = BootLines(VM, log, every_vm="multislice local logs --stack emu")
+
+    def written(*lines: str) -> list[str]:
+        with open(log, "a") as out:
+            out.writelines(f"[{VM}] {line}\n" for line in lines)
+        shown.clear()
+        tail.boot()
+        return list(shown)
+
+    assert written("boot: stack emu (v4-8 x 2)", "12:00:00 INFO [p0] training: starting at step 0") == [
+        f"{VM}'s lines only, for brevity; every VM's: multislice local logs --stack emu",
+        f"{VM}: boot: stack emu (v4-8 x 2)",
+        f"{VM}: training: starting at step 0",
+    ]
+    assert written("trainer: exited with status 1 (exit-code)") == []  # training: no boot lines shown
+    tail.drain(repair=True)  # slice 1 was struck: this VM's trainer ends as its peer is gone
+    after = written("trainer: exited with status 1 (exit-code)", "trainer: exited with status 75: it saved")
+    assert after == [
+        f"{VM}: trainer: exited with status 1 (exit-code): expected in the repair (its job lost a peer); "
+        "the repair restarts it",
+        f"{VM}: trainer: exited with status 75: it saved",
+    ]
+    assert written("12:00:09 INFO [p0] training: starting at step 6", "trainer: exited with status 1 (exit-code)") == [
+        f"{VM}: training: starting at step 6"
+    ]
+    tail.drain()  # a reset: an exit outside the contract is not explained away
+    assert written("trainer: exited with status 1 (exit-code)") == [f"{VM}: trainer: exited with status 1 (exit-code)"]
+
+
 def test_a_progress_line_has_step_loss_tokens_per_second_and_restarts():
     assert ProgressSample(40, 120, 2.36021, 1234.5, 1).line() == "step 40/120  loss 2.3602  1,234 tokens/s  restarts 1"
     assert ProgressSample(0, 120, None, None, 0).line() == "step 0/120  restarts 0"
