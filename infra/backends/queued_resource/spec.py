@@ -123,5 +123,22 @@ class QueuedResourceSpec(BackendSpec):
                 return value
         return config.capacity != "reserved"
 
+    def capacity_plan(self, config: Any) -> str | None:
+        """The capacity mode and what it costs: whose VMs, whether they can be preempted, and
+        until when they are billed (deleteOnComplete, :meth:`delete_on_complete`)."""
+        vms = {
+            "spot": "Spot VMs: Cloud TPU can preempt them at any time; the run then resumes from its newest checkpoint",
+            "on-demand": "on-demand VMs",
+            "reserved": f"VMs of reservation {config.reservation_name}" if config.reservation_name else "reserved VMs",
+        }.get(config.capacity, f"{config.capacity} VMs")
+        if self.delete_on_complete(config):
+            kept = "worker 0 of slice 0 deletes the queued resource once the run is complete (deleteOnComplete), "
+            kept += "which ends their billing; until then, or if the run never completes, until pulumi destroy"
+        else:
+            kept = "the queued resource is kept after the run (deleteOnComplete off)"
+            kept += "; the reservation is paid for either way" if config.capacity == "reserved" else ""
+            kept += "; billed until pulumi destroy" if config.capacity != "reserved" else ""
+        return f"capacity: {config.capacity} ({vms}); {kept}"
+
 
 SPEC = QueuedResourceSpec()
