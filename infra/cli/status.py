@@ -55,7 +55,15 @@ def status(
     config = load_config(stack, config_file)
     try:
         with cloud_reader(config) as read:
-            show(read, config.stack, json_output=json_output, watch=watch, interval=interval, plot=plot)
+            show(
+                read,
+                config.stack,
+                json_output=json_output,
+                watch=watch,
+                interval=interval,
+                plot=plot,
+                capacity=config.backend_spec.capacity_plan(config),
+            )
     except StatusError as err:
         raise fail(str(err), err.exit_code) from None
 
@@ -72,13 +80,32 @@ def show_local(config, paths, *, json_output: bool, watch: bool, interval: float
 
     try:
         with local_reader(config, paths) as read:
-            show(read, config.stack, json_output=json_output, watch=watch, interval=interval, plot=plot)
+            show(
+                read,
+                config.stack,
+                json_output=json_output,
+                watch=watch,
+                interval=interval,
+                plot=plot,
+                capacity=config.backend_spec.capacity_plan(config),
+            )
     except StatusError as err:
         raise fail(str(err), err.exit_code) from None
 
 
-def show(read: StackReader, stack: str, *, json_output: bool, watch: bool, interval: float, plot: Path | None) -> None:
-    """Read and print the status once, or refresh it in place (``watch``); draw ``plot``."""
+def show(
+    read: StackReader,
+    stack: str,
+    *,
+    json_output: bool,
+    watch: bool,
+    interval: float,
+    plot: Path | None,
+    capacity: str | None = None,
+) -> None:
+    """Read and print the status once, or refresh it in place (``watch``); draw ``plot``.
+    ``capacity``: the stack's capacity line (``BackendSpec.capacity_plan``: the mode and what it
+    costs), printed under the headline."""
     import json
 
     from rich.console import Group
@@ -94,7 +121,7 @@ def show(read: StackReader, stack: str, *, json_output: bool, watch: bool, inter
 
         def view(current):
             return Group(
-                Text(headline(current)),
+                Text(headline(current) + (f"\n{capacity}" if capacity else "")),
                 render(current),
                 Text(f"refreshing every {interval:g} s (Ctrl-C stops)", style="dim"),
             )
@@ -116,6 +143,8 @@ def show(read: StackReader, stack: str, *, json_output: bool, watch: bool, inter
             status = read()
     else:
         console.print(headline(status), markup=False, soft_wrap=True)
+        if capacity:
+            console.print(capacity, markup=False, soft_wrap=True)
         console.print(render(status))
     if plot is not None:
         _plot(read.store, status, plot)

@@ -173,6 +173,8 @@ def test_a_run_directory_that_does_not_exist_yet_is_a_run_starting(fake, stack):
     assert result.exit_code == 0, result.output
     run_dir = load_stack_file(stack).run_dir
     assert "stack emu: queued resource multislice-emu is ACTIVE" in result.stdout
+    # Under the headline, the capacity mode and what it costs, as plan says it.
+    assert "\ncapacity: spot (Spot VMs: Cloud TPU can preempt them at any time;" in result.stdout
     assert f"the run is starting: its VMs have not written {run_dir} yet" in result.stdout
     assert result.stderr == ""
 
