@@ -100,6 +100,7 @@ def validate_stack(stack: str, config: dict[str, Any], source: str, base_dir: Pa
     Raises:
       StackConfigError: one line per problem, each naming the key.
     """
+    stack_naming.remember(stack, None)  # not from a file (load_stack_file records its file after this)
     values: dict[str, Any] = {}
     lines: list[str] = []
     allowed = _allowed_keys()

@@ -16,9 +16,10 @@ from pathlib import Path
 _LOADED_FROM: dict[str, Path | None] = {}
 
 
-def remember(stack: str, path: Path, *, in_stacks_dir: bool) -> None:
-    """Record that ``stack`` was read from ``path``, its file in ``stacks/`` or not."""
-    _LOADED_FROM[stack] = None if in_stacks_dir else Path(path).absolute()
+def remember(stack: str, path: Path | None, *, in_stacks_dir: bool = False) -> None:
+    """Record that ``stack`` was last read from ``path`` (its file in ``stacks/`` or not), or
+    (None) from no file at all: a config map such as the Pulumi engine's."""
+    _LOADED_FROM[stack] = None if path is None or in_stacks_dir else Path(path).absolute()
 
 
 def stack_args(stack: str) -> str:

@@ -9,6 +9,7 @@ import shlex
 from pathlib import Path
 
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from infra import planner
@@ -92,7 +93,12 @@ def test_a_hint_names_a_stack_kept_outside_stacks_by_its_file_and_works_as_print
     result = invoke(tmp_path, shlex.split(hints[0])[1:])  # run as printed
     assert result.exit_code == 0, result.output
     # A stack of stacks/ keeps its name.
-    from infra.config import load_stack
+    from infra.config import load_stack, validate_stack
 
     load_stack("dev")
     assert stack_args("dev") == "--stack dev"
+    # The last read of a name decides: a config map of the same name that came from no file (the
+    # Pulumi engine's) is named by --stack again, whatever file an earlier read came from.
+    keys = yaml.safe_load(EMU.read_text())["config"]
+    validate_stack("long", keys, "a config map")
+    assert stack_args("long") == "--stack long"
