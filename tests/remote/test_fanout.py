@@ -94,11 +94,11 @@ def test_the_slow_worker_does_not_hold_back_the_others(tmp_path):
     targets += [Target(s, 0, py(touch(files[s - 1], str(s)))) for s in range(1, 4)]
     lines: list[str] = []
     run = run_all(targets, tmp_path, lines.append)
-    assert lines[-1] == "[slice 0 worker 0] 0"  # the slow one's line comes last, and it did not time out
-    assert all(o.first_output_s is not None for o in run.outcomes)
-    # Worker 0 printed only after the others had run (their files), so they printed no later; the
-    # times are rounded to the millisecond, and under load both can fall in the same one.
-    assert max(o.first_output_s for o in run.outcomes[1:]) <= run.outcomes[0].first_output_s
+    # Worker 0 printed "0", not "timed out": the three others ran while it waited. (Not the order
+    # of the lines or of their arrival times: each worker's output is read by its own thread, so
+    # the line of the last one to run can arrive after worker 0's, as a loaded CI machine showed.)
+    assert sorted(lines) == [f"[slice {s} worker 0] {s}" for s in range(4)]
+    assert all(o.first_output_s is not None for o in run.outcomes) and run.failed == []
 
 
 def test_failed_workers_keep_their_statuses_and_output(tmp_path):
@@ -203,7 +203,9 @@ def test_a_follower_starts_after_the_timeout_when_its_leader_is_silent(tmp_path)
     ]
     lines: list[str] = []
     run = run_all(targets, tmp_path, lines.append, notices.append, gate_timeout_s=0.5)
-    assert run.failed == [] and lines == ["[slice 0 worker 1] started", "[slice 0 worker 0] leader ends"]
+    # "leader ends", not "timed out": the follower ran while its leader still did. (Not their order:
+    # each worker's output is read by its own thread.)
+    assert run.failed == [] and sorted(lines) == ["[slice 0 worker 0] leader ends", "[slice 0 worker 1] started"]
     assert run.outcomes[1].first_output_s is not None and run.outcomes[1].first_output_s >= 0.5
     assert notices == [
         "slice 0 worker 0 did not report ready within 0.5 s; starting the 1 worker(s) that wait for it anyway"
