@@ -485,7 +485,7 @@ def test_the_day_one_stack_is_the_dev_stack_with_more_steps(tmp_path):
     changed = yaml.safe_load(path.read_text())
     changed["config"]["multislice:training"]["steps"] = dev.training.steps
     assert changed == yaml.safe_load((ROOT / "stacks" / "Pulumi.dev.yaml").read_text())
-    # Every day-one command acts on that file's stack: its path, or its name (`local down`).
+    # Every day-one command acts on that file's stack: its path, or its name.
     assert f"name, `{long.stack}`, comes from the file's name" in " ".join(day_one().split())
     commands = [c for c in readme_commands() if c in " ".join(day_one().split()) and multislice_words(c)]
     assert len(commands) >= 9
@@ -493,8 +493,8 @@ def test_the_day_one_stack_is_the_dev_stack_with_more_steps(tmp_path):
         words = multislice_words(command) or []
         if "--config-file" in words:
             assert stack_of(words, tmp_path).stack == long.stack, command
-        else:  # a local run's name: `local down` takes no stack file
-            assert words[:2] == ["local", "down"] and words[words.index("--stack") + 1] == long.stack, command
+        else:  # a local run's name (every command resolves it to the file its local up ran from)
+            assert words[words.index("--stack") + 1] == long.stack, command
 
 
 def test_the_day_one_data_lines_point_the_stack_at_the_prepared_dataset(tmp_path):
