@@ -53,17 +53,10 @@ def status(
     from infra.status.reader import StatusError, cloud_reader
 
     config = load_config(stack, config_file)
+    options = {"json_output": json_output, "watch": watch, "interval": interval, "plot": plot}
     try:
         with cloud_reader(config) as read:
-            show(
-                read,
-                config.stack,
-                json_output=json_output,
-                watch=watch,
-                interval=interval,
-                plot=plot,
-                capacity=config.backend_spec.capacity_plan(config),
-            )
+            show(read, config.stack, capacity=config.backend_spec.capacity_plan(config), **options)
     except StatusError as err:
         raise fail(str(err), err.exit_code) from None
 
@@ -78,17 +71,10 @@ def show_local(config, paths, *, json_output: bool, watch: bool, interval: float
     """``multislice local status``: the emulated stack whose state is in ``paths``."""
     from infra.status.reader import StatusError, local_reader
 
+    options = {"json_output": json_output, "watch": watch, "interval": interval, "plot": plot}
     try:
         with local_reader(config, paths) as read:
-            show(
-                read,
-                config.stack,
-                json_output=json_output,
-                watch=watch,
-                interval=interval,
-                plot=plot,
-                capacity=config.backend_spec.capacity_plan(config),
-            )
+            show(read, config.stack, capacity=config.backend_spec.capacity_plan(config), **options)
     except StatusError as err:
         raise fail(str(err), err.exit_code) from None
 
