@@ -83,11 +83,10 @@ def describe_restart(restart: Restart) -> str:
 RESUMED_BY_YOU = "your earlier local up stopped"
 
 
-def own_resume(run_dir: RunDir, since: float) -> int | None:
-    """The index, in the run's restarts (``restart_causes``), of the restart with which the
-    ``local up`` started at ``since`` (Unix seconds) resumed the run: its first start, when the run
-    had started before; None for a new run."""
-    events = valid_records("events", read_records(run_dir, "events"))[0]
+def own_resume(events: list[dict], since: float) -> int | None:
+    """The index, in the restarts of the run whose ``events`` these are (``restart_causes``), of
+    the restart with which the ``local up`` started at ``since`` (Unix seconds) resumed the run:
+    its first start, when the run had started before; None for a new run."""
     if not any(e.get("event") == "start" and _before(e, since) for e in events):
         return None
     restarts = restarts_of(events)
@@ -98,7 +97,7 @@ def name_own_resume(summary: dict, run_dir: RunDir, since: float) -> None:
     """Name, in ``summary["restart_causes"]``, the restart with which this ``local up`` resumed
     the run as the user's (:data:`RESUMED_BY_YOU`: ``your earlier local up stopped: resumed at step
     40``), not as a failure or a preemption."""
-    index = own_resume(run_dir, since)
+    index = own_resume(valid_records("events", read_records(run_dir, "events"))[0], since)
     causes = summary.get("restart_causes") or []
     if index is not None and index < len(causes):
         causes[index] = f"{RESUMED_BY_YOU}: {causes[index].split(': ', 1)[-1]}"
@@ -117,5 +116,5 @@ def unplanned_restarts(run_dir: RunDir, since: float, planned: int) -> list[str]
     failed or was disturbed by another process."""
     events = valid_records("events", read_records(run_dir, "events"))[0]
     recent = [r for r in restarts_of(events) if r.resumed_at is not None and r.resumed_at >= since]
-    resumed = 1 if own_resume(run_dir, since) is not None else 0
+    resumed = 1 if own_resume(events, since) is not None else 0
     return [describe_restart(r) for r in recent[planned + resumed :]]
