@@ -1,16 +1,19 @@
 """``multislice diff``: what the change from a git revision to the working tree does to a stack, offline.
 
     multislice diff --stack prod --against origin/main
+    multislice diff --config-file ~/Pulumi.long.yaml --against origin/main
 
 The comparison is :mod:`infra.review.revision_diff`; exit 0, 2 on bad input (no such revision, stack
-missing at it).
+missing at it). The stack is named as on every command (:func:`infra.cli.options.resolved_stack_source`).
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import typer
 
-from infra.cli.options import STACK_OPTION, console, fail
+from infra.cli.options import CONFIG_FILE_OPTION, STACK_OPTION, console, fail, resolved_stack_source
 
 
 def _value(value) -> str:
@@ -21,6 +24,7 @@ def _value(value) -> str:
 
 def diff(
     stack: str = STACK_OPTION,
+    config_file: Path | None = CONFIG_FILE_OPTION,
     against: str = typer.Option(
         ..., "--against", help="A git revision (commit, branch, tag) to compare the working tree with."
     ),
@@ -30,15 +34,25 @@ def diff(
     Config keys changed, the trainer bundle's hash and changed files, and which resources are
     created, deleted, replaced or updated in place (the queued resource by its provider's diff).
     """
-    from infra.config import default_stacks_dir
+    from infra.config import StackConfigError, default_stacks_dir, stack_file, stack_name_of_file
     from infra.review.revision_diff import DiffError, diff_stack
 
+    source = resolved_stack_source(stack, config_file)
     try:
-        result = diff_stack(stack, against, default_stacks_dir().resolve().parent)
-    except DiffError as err:
+        if source != stack_file(stack):
+            stack = stack_name_of_file(source)
+            result = diff_stack(stack, against, default_stacks_dir().resolve().parent, source.absolute())
+        else:
+            result = diff_stack(stack, against, default_stacks_dir().resolve().parent)
+    except (DiffError, StackConfigError) as err:
         raise fail(str(err)) from None
     say = lambda line: console.print(line, markup=False, soft_wrap=True)  # noqa: E731
     say(f"stack {stack}: working tree against {against} ({result.commit[:12]})")
+    if not result.stack_file_versioned:
+        say(
+            f"stack file {source}: not versioned in this repository, the same on both sides; "
+            "the change is the trainer's"
+        )
     say("config:" if result.config_changes else "config: unchanged")
     for key, old, new in result.config_changes:
         say(f"  {key}: {_value(old)} -> {_value(new)}")

@@ -119,22 +119,32 @@ def stack_source(stack: str, config_file: Path | None) -> Path | None:
     return in_stacks if in_stacks.is_file() else recorded_stack_file(stack)
 
 
+def resolved_stack_source(stack: str, config_file: Path | None) -> Path:
+    """:func:`stack_source`, or the ``error:`` line and exit 2 that every command gives when
+    neither ``stacks/`` nor a local run's record names the stack (the stacks there listed)."""
+    from infra.config import StackConfigError, load_stack, stack_file
+
+    source = stack_source(stack, config_file)
+    if source is not None:
+        return source
+    try:
+        load_stack(stack)  # missing: its error lists the stacks there
+    except StackConfigError as err:
+        suffix = "; no local run of it was started from a stack file; a stack file anywhere: --config-file PATH"
+        raise fail(f"{err}{suffix}") from None
+    return stack_file(stack)  # made since stack_source looked
+
+
 def load_config(stack: str, config_file: Path | None):
     """The stack named by ``--stack`` / ``--config-file`` (:func:`stack_source`), validated; the
     ``error:`` line and exit 2 when it cannot be read or named."""
     from infra.config import StackConfigError, load_stack, load_stack_file, stack_file
 
-    source = stack_source(stack, config_file)
+    source = resolved_stack_source(stack, config_file)
     try:
-        if source is None or source == stack_file(stack):
-            config = load_stack(stack)  # when missing, its error lists the stacks there
-        else:
-            config = load_stack_file(source)
+        config = load_stack(stack) if source == stack_file(stack) else load_stack_file(source)
     except StackConfigError as err:
-        message = str(err)
-        if source is None:
-            message += "; no local run of it was started from a stack file; a stack file anywhere: --config-file PATH"
-        raise fail(message) from None
+        raise fail(str(err)) from None
     for warning in config.deprecation_warnings:
         err_console.print(Text.assemble(("warning:", "bold yellow"), " ", warning), soft_wrap=True)
     return config

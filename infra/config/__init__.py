@@ -33,6 +33,7 @@ from infra.config.loading import (
     load_stack_file,
     pulumi_config_map,
     stack_file,
+    stack_name_of_file,
     validate_stack,
 )
 from infra.config.schema import BACKENDS, CAPACITY_TYPES, Backend, Capacity, StackConfig
@@ -69,5 +70,6 @@ __all__ = [
     "pulumi_config_map",
     "stack_args",
     "stack_file",
+    "stack_name_of_file",
     "validate_stack",
 ]

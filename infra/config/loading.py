@@ -365,7 +365,7 @@ def load_stack_file(path: Path, stack: str | None = None) -> StackConfig:
         raise StackConfigError(f"stack file {path} is a directory, not a Pulumi.<stack>.yaml file")
     if not path.is_file():
         raise StackConfigError(f"stack file {path} does not exist")
-    stack = _stack_of_file(path) if stack is None else stack
+    stack = stack_name_of_file(path) if stack is None else stack
     size = path.stat().st_size
     if size > MAX_FILE_BYTES:
         raise StackConfigError(
@@ -392,7 +392,7 @@ def load_stack_file(path: Path, stack: str | None = None) -> StackConfig:
     return config
 
 
-def _stack_of_file(path: Path) -> str:
+def stack_name_of_file(path: Path) -> str:
     """The stack of a file named ``Pulumi.<stack>.yaml``, the one name Pulumi reads a stack's settings from
     (https://www.pulumi.com/docs/iac/concepts/projects/stack-settings-file/).
 

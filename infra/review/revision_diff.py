@@ -1,6 +1,7 @@
 """What the change between a git revision and the working tree does to a stack, offline.
 
-``multislice diff --stack S --against REV``: REV's tree is read with ``git archive`` (no
+``multislice diff --stack S --against REV`` (or ``--config-file PATH`` for a stack file anywhere):
+REV's tree is read with ``git archive`` (no
 checkout, no worktree bookkeeping); both sides are rendered and evaluated with *this*
 checkout's program under mocks (:mod:`infra.review.program_mocks`), so the difference is the one the
 stack file and the trainer make, the way ``pulumi preview`` would see them after ``pulumi up``
@@ -21,6 +22,10 @@ of REV. Reported:
   slice's resize request is replaced on any change (pulumi-gcp cannot update one). Other
   resources are pulumi-gcp's: whether a changed key replaces them is the provider schema's call
   (shown as ``update or replace``).
+
+A stack file given by path is read at REV where git tracks it there (a file inside the checkout);
+a file outside the checkout, or one git does not track, is not versioned, so both sides read it
+from disk and the difference is the trainer's alone (:attr:`StackDiff.stack_file_versioned`).
 
 No cloud credentials and no Pulumi CLI are needed.
 """
@@ -67,6 +72,9 @@ class StackDiff:
     bundle_sha256: tuple[str, str] = ("", "")
     trainer_files: list[tuple[str, str]] = field(default_factory=list)
     resources: list[ResourceChange] = field(default_factory=list)
+    #: False when the stack file is not versioned at REV (outside the checkout, or untracked):
+    #: both sides then read the file on disk.
+    stack_file_versioned: bool = True
 
     @property
     def replaces(self) -> bool:
@@ -82,8 +90,9 @@ def _git(root: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
         raise DiffError(f"git {args[0]} took longer than {GIT_TIMEOUT_S}s") from None
 
 
-def _revision_tree(root: Path, against: str, stack: str, into: Path) -> tuple[str, Path]:
-    """Extract REV's tree into ``into``; return REV's commit and the project root inside it."""
+def _revision_tree(root: Path, against: str, stack: str, into: Path, stack_path: str | None) -> tuple[str, Path]:
+    """Extract REV's tree into ``into``; return REV's commit and the project root inside it.
+    ``stack_path``: the stack file relative to ``root`` that must exist at REV (None: none must)."""
     top = _git(root, "rev-parse", "--show-toplevel")
     if top.returncode:
         raise DiffError(f"{root} is not in a git repository")
@@ -92,10 +101,8 @@ def _revision_tree(root: Path, against: str, stack: str, into: Path) -> tuple[st
         raise DiffError(f"--against {against!r}: no such commit in {top.stdout.decode().strip()}")
     commit = resolved.stdout.decode().strip()
     prefix = _git(root, "rev-parse", "--show-prefix").stdout.decode().strip()
-    if _git(root, "cat-file", "-e", f"{commit}:{prefix}stacks/Pulumi.{stack}.yaml").returncode:
-        raise DiffError(
-            f"stack {stack!r} does not exist at {against} ({commit[:12]}): no {prefix}stacks/Pulumi.{stack}.yaml"
-        )
+    if stack_path is not None and _git(root, "cat-file", "-e", f"{commit}:{prefix}{stack_path}").returncode:
+        raise DiffError(f"stack {stack!r} does not exist at {against} ({commit[:12]}): no {prefix}{stack_path}")
     archive = _git(root, "archive", "--format=tar", commit, "--", prefix or ".")
     if archive.returncode:
         raise DiffError(f"git archive {against}: {archive.stderr.decode().strip().splitlines()[-1:]}")
@@ -136,11 +143,14 @@ def trainer_file_changes(old_training: Path, new_training: Path) -> list[tuple[s
     return sorted(status.items())
 
 
-def _side(stack: str, project_root: Path, label: str, outside: Path | None = None) -> tuple[dict[str, Any], Any]:
-    """The raw ``config:`` map and the evaluated World of ``stack`` in ``project_root``
-    (``label`` names the side in errors: the revision, or "the working tree"). For a revision's
-    tree, ``outside`` is the working tree's ``stacks/``: a workload path that leaves the tree is
-    read there (:func:`infra.review.stack_paths.with_absolute_workload_paths`)."""
+def _side(
+    stack: str, path: Path, project_root: Path, label: str, outside: Path | None = None
+) -> tuple[dict[str, Any], Any]:
+    """The raw ``config:`` map and the evaluated World of ``stack`` read from the stack file
+    ``path``, with the trainer of ``project_root`` (``label`` names the side in errors: the
+    revision, or "the working tree"). For a revision's copy of a stack file, ``outside`` is the
+    working tree's copy's folder: a workload path that leaves the revision's tree is read there
+    (:func:`infra.review.stack_paths.with_absolute_workload_paths`)."""
     import yaml
 
     from infra import startup
@@ -148,7 +158,6 @@ def _side(stack: str, project_root: Path, label: str, outside: Path | None = Non
     from infra.review import program_mocks
     from infra.review.stack_paths import with_absolute_workload_paths
 
-    path = project_root / "stacks" / f"Pulumi.{stack}.yaml"
     try:
         config = load_stack_file(path, stack) if outside is None else None
         config_map = yaml.safe_load(path.read_text())["config"]
@@ -235,19 +244,42 @@ def _resource_changes(old_world: Any, new_world: Any) -> list[ResourceChange]:
     return sorted(changes, key=lambda c: (c.typ, c.name))
 
 
-def diff_stack(stack: str, against: str, project_root: Path) -> StackDiff:
-    """The change from ``against`` (a git revision) to the working tree of ``project_root``.
+def _versioned_path(project_root: Path, path: Path) -> str | None:
+    """``path`` relative to ``project_root`` when git tracks it there, else None."""
+    try:
+        relative = path.resolve().relative_to(project_root.resolve())
+    except ValueError:
+        return None
+    tracked = _git(project_root, "ls-files", "--error-unmatch", "--", relative.as_posix())
+    return relative.as_posix() if tracked.returncode == 0 else None
+
+
+def diff_stack(stack: str, against: str, project_root: Path, stack_file: Path | None = None) -> StackDiff:
+    """The change from ``against`` (a git revision) to the working tree of ``project_root``, for
+    the stack ``stack`` of ``project_root/stacks`` or, with ``stack_file``, the stack file there
+    (read at ``against`` only where git tracks it: the module docstring).
 
     Raises:
       DiffError: not a git checkout, no such revision, the stack is missing at the revision,
         or a side's stack file does not validate.
     """
-    if not (project_root / "stacks" / f"Pulumi.{stack}.yaml").is_file():
-        raise DiffError(f"stack {stack!r} does not exist in the working tree (no stacks/Pulumi.{stack}.yaml)")
+    if stack_file is None:
+        stack_file = project_root / "stacks" / f"Pulumi.{stack}.yaml"
+        relative: str | None = f"stacks/Pulumi.{stack}.yaml"
+        if not stack_file.is_file():
+            raise DiffError(f"stack {stack!r} does not exist in the working tree (no {relative})")
+    else:
+        if not stack_file.is_file():
+            raise DiffError(f"stack file {stack_file} does not exist")
+        relative = _versioned_path(project_root, stack_file)
     with tempfile.TemporaryDirectory(prefix="multislice-diff-") as tmp:
-        commit, old_root = _revision_tree(project_root, against, stack, Path(tmp))
-        old_map, (old_world, old_script) = _side(stack, old_root, against, outside=project_root / "stacks")
-        new_map, (new_world, new_script) = _side(stack, project_root, "the working tree")
+        commit, old_root = _revision_tree(project_root, against, stack, Path(tmp), relative)
+        if relative is None:  # not versioned: both sides read the file on disk
+            old_map, (old_world, old_script) = _side(stack, stack_file, old_root, against)
+        else:
+            old_file = old_root / relative
+            old_map, (old_world, old_script) = _side(stack, old_file, old_root, against, outside=stack_file.parent)
+        new_map, (new_world, new_script) = _side(stack, stack_file, project_root, "the working tree")
         return StackDiff(
             stack=stack,
             against=against,
@@ -256,4 +288,5 @@ def diff_stack(stack: str, against: str, project_root: Path) -> StackDiff:
             bundle_sha256=(old_script.bundle_sha256, new_script.bundle_sha256),
             trainer_files=trainer_file_changes(old_root / "training", project_root / "training"),
             resources=_resource_changes(old_world, new_world),
+            stack_file_versioned=relative is not None,
         )

@@ -162,3 +162,54 @@ def test_a_workload_source_outside_the_repository_is_read_on_both_sides(repo, tm
     git(repo, "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-q", "-m", "a command stack")
     result = diff_stack("cmd", "HEAD", repo)
     assert (result.config_changes, result.resources) == ([], [])
+
+
+def test_a_stack_file_outside_the_repository_shows_the_trainer_change(repo, tmp_path, monkeypatch):
+    """``--config-file`` for a file git does not version: both sides read it, the output says so,
+    and the trainer change is the whole difference."""
+    mine = tmp_path / "mine" / "Pulumi.long.yaml"
+    mine.parent.mkdir()
+    shutil.copy(repo / "stacks" / "Pulumi.dev.yaml", mine)
+    before = bundle_sha(repo / "training")
+    with open(repo / "training" / "model" / "transformer.py", "a") as f:
+        f.write("# a one-line change\n")
+    monkeypatch.setenv("MULTISLICE_STACKS_DIR", str(repo / "stacks"))
+    result = CliRunner().invoke(
+        app, ["diff", "--config-file", str(mine), "--against", "HEAD"], env={"COLUMNS": "250"}, color=False
+    )
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[0].startswith("stack long: working tree against HEAD (")
+    assert f"stack file {mine}: not versioned in this repository, the same on both sides" in lines[1]
+    assert "config: unchanged" in lines
+    assert f"trainer bundle: {before[:12]} -> {bundle_sha(repo / 'training')[:12]}" in lines
+    assert any(line.startswith("  update ") and "queued-resource" in line for line in lines), lines
+
+
+def test_a_tracked_stack_file_given_by_path_is_read_at_the_revision(repo, monkeypatch):
+    """A stack file the repository versions outside ``stacks/``: its change at the revision shows,
+    as ``--stack`` shows a change to ``stacks/``."""
+    mine = repo / "envs" / "Pulumi.team.yaml"
+    mine.parent.mkdir()
+    shutil.copy(repo / "stacks" / "Pulumi.dev.yaml", mine)
+    git(repo, "add", "envs")
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-q", "-m", "team stack")
+    document = yaml.safe_load(mine.read_text())
+    document["config"]["multislice:slices"] = 4
+    document["config"]["multislice:training"]["parallelism"]["dcn"]["data"] = 4
+    mine.write_text(yaml.safe_dump(document))
+    result = diff_stack("team", "HEAD", repo, mine)
+    assert result.stack_file_versioned
+    assert [key for key, *_ in result.config_changes] == [
+        "multislice:slices",
+        "multislice:training.parallelism.dcn.data",
+    ]
+    assert result.replaces
+    # Not yet committed at the revision before it: named as missing there, one line.
+    with pytest.raises(DiffError, match=r"stack 'team' does not exist at HEAD~1 \([0-9a-f]{12}\): no envs/Pulumi.team"):
+        diff_stack("team", "HEAD~1", repo, mine)
+    monkeypatch.setenv("MULTISLICE_STACKS_DIR", str(repo / "stacks"))
+    result = CliRunner().invoke(
+        app, ["diff", "--config-file", str(repo / "nope" / "Pulumi.x.yaml"), "--against", "HEAD"]
+    )
+    assert result.exit_code == 2 and "stack file" in result.stderr and "does not exist" in result.stderr

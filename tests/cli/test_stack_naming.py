@@ -24,6 +24,7 @@ COMMANDS = {
     "plan": ["plan"],
     "render": ["render"],
     "check": ["check"],
+    "diff": ["diff", "--against", "HEAD"],
     "status": ["status"],
     "logs": ["logs"],
     "exec": ["exec", "--", "true"],
