@@ -137,8 +137,9 @@ class ComputeEngineEmulation(Emulation):
         return KEPT
 
     def line(self) -> str:
-        """What becomes of the VMs: billed until ``pulumi destroy``, except flex-start VMs, which
-        Compute Engine deletes when their run duration ends (docs/compute-engine.md, section 3b)."""
+        """What becomes of the VMs, naming the capacity mode: billed until ``pulumi destroy`` (a
+        reservation: paid for either way), except flex-start VMs, which Compute Engine deletes when
+        their run duration ends (docs/compute-engine.md, section 3b)."""
         limit = self.config.compute_engine.max_run_duration
         if self.config.capacity == "flex-start" and limit is not None:
             return (
@@ -146,7 +147,11 @@ class ComputeEngineEmulation(Emulation):
                 f"run at most {limit // 3600} h {limit % 3600 // 60} min (multislice:computeEngine.maxRunDuration), "
                 "then Compute Engine deletes them; until then they are billed"
             )
+        if self.config.capacity == "reserved":
+            cost = "the reservation is paid for either way"
+        else:
+            cost = "billed until pulumi destroy"
         return (
             "capacity: kept: deleteOnComplete is not built for the compute-engine backend; "
-            "the instance groups' VMs are billed until pulumi destroy"
+            f"the instance groups' {self.config.capacity} VMs: {cost}"
         )

@@ -325,20 +325,24 @@ class DeleteOnComplete:
         return DELETED if self.deleted else KEPT
 
     def line(self) -> str:
-        """What ``local up`` reports about the capacity once the VMs are gone."""
+        """What ``local up`` reports about the capacity once the VMs are gone, naming the capacity
+        mode and what it costs on Cloud TPU (as ``QueuedResourceSpec.capacity_plan`` says it)."""
+        mode = self.config.capacity
         if self.deleted:
             return (
                 f"capacity: deleted: worker 0 of slice 0 deleted the queued resource {self.queued_resource} once "
-                "the run was complete (multislice:queuedResource.deleteOnComplete)"
+                f"the run was complete (multislice:queuedResource.deleteOnComplete); its {mode} VMs' billing "
+                "ended there"
             )
+        cost = "the reservation is paid for either way" if mode == "reserved" else "billed until pulumi destroy"
         if self.queued_resource is None:
             return (
                 "capacity: kept: multislice:queuedResource.deleteOnComplete is off, so the VMs do not delete the "
-                "queued resource (on Cloud TPU it is billed until pulumi destroy)"
+                f"queued resource (on Cloud TPU its {mode} VMs: {cost})"
             )
         return (
             f"capacity: kept: the queued resource {self.queued_resource} was not deleted; "
-            "see the log of slice 0 worker 0"
+            f"see the log of slice 0 worker 0 (on Cloud TPU its {mode} VMs: {cost})"
         )
 
     def stop(self) -> None:

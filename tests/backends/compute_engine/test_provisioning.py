@@ -162,12 +162,14 @@ def test_plan_says_how_each_group_gets_its_vms(tmp_path, capacity, extra, words)
     ("capacity", "extra", "words"),
     [
         ("flex-start", {"multislice:computeEngine": {"maxRunDuration": "36h"}}, "run at most 36 h 0 min"),
-        ("spot", {}, "billed until pulumi destroy"),
+        ("spot", {}, "the instance groups' spot VMs: billed until pulumi destroy"),
+        ("on-demand", {}, "the instance groups' on-demand VMs: billed until pulumi destroy"),
+        ("reserved", {}, "the instance groups' reserved VMs: the reservation is paid for either way"),
     ],
 )
 def test_the_emulation_tells_what_becomes_of_the_vms_per_capacity(capacity, extra, words):
     """Flex-start VMs are deleted by Compute Engine when their run duration ends ("About resize
-    requests in a MIG"); other VMs stay until pulumi destroy."""
+    requests in a MIG"); other VMs stay until pulumi destroy, and the line names the mode."""
     from infra.backends.compute_engine.emulation import ComputeEngineEmulation
 
     config = validate_stack("dev", ce_map("v5p-16", capacity=capacity, **extra), "test")

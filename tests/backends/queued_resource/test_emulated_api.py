@@ -148,7 +148,7 @@ def test_the_emulated_queued_resource_is_deleted_and_its_vms_stopped(tmp_path):
     assert "capacity: the queued resource was deleted; stopping its VMs still running: slice 1 worker 0" in lines
     assert lines[-1] == (
         f"capacity: deleted: worker 0 of slice 0 deleted the queued resource {name} once the run "
-        "was complete (multislice:queuedResource.deleteOnComplete)"
+        "was complete (multislice:queuedResource.deleteOnComplete); its spot VMs' billing ended there"
     )
     log = resource.paths.vm_log(0, 0).read_text()
     assert f"[slice 0 worker 0] capacity: deleted: the TPU API accepted the delete of {name}" in log
@@ -169,6 +169,7 @@ def test_with_delete_on_complete_off_the_vms_keep_it(tmp_path):
     assert resource.capacity.api.requests == []
     assert state_lib.read_deletion(paths) is None  # created again by this `local up`: no longer deleted
     assert lines[-1].startswith("capacity: kept: multislice:queuedResource.deleteOnComplete is off")
+    assert lines[-1].endswith("(on Cloud TPU its spot VMs: billed until pulumi destroy)")
     log = paths.vm_log(0, 0).read_text()
     assert "[slice 0 worker 0] capacity: kept: no queued resource to delete in the metadata" in log
 
