@@ -2,8 +2,8 @@
 
 Set before anything imports jax (the device count is fixed at import: docs/jax-on-cpu.md).
 Subprocesses (the local emulation) get their own JAX environment from the emulator. XLA's CPU
-backend generates code without LLVM's optimizations (tests/compile_flags.py): much of the suite's
-time is compiling.
+backend generates code without LLVM's optimizations (tests/compile_flags.py), in the emulated
+VMs too: much of the suite's time is compiling.
 """
 
 import os
@@ -24,6 +24,7 @@ pytest.register_assert_rewrite("tests.helpers")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("JAX_NUM_CPU_DEVICES", "8")
 os.environ["XLA_FLAGS"] = compile_flags.with_fast_compile(os.environ.get("XLA_FLAGS"))
+os.environ.setdefault("MULTISLICE_EMULATED_XLA_FLAGS", compile_flags.EMULATED_VM_FLAGS)
 
 
 def _share_bytecode() -> str | None:

@@ -21,9 +21,13 @@ from infra.local.service_manager import VM_SITE_ENV
 from infra.local.state import EMULATION_ID_ENV
 from infra.startup import contract
 
-#: Environment prefixes the emulator's own environment may carry but a VM must not inherit.
 #: The trainer's ``training.compile_cache.SHARED_DIR_ENV``: passed on to the VMs when set.
 SHARED_COMPILATION_CACHE_ENV = contract.COMPILATION_CACHE_ENV
+#: ``XLA_FLAGS`` for the emulated VMs' processes, when set here. This process's own ``XLA_FLAGS``
+#: is never passed on (a TPU VM's trainer has none of the operator's machine's settings); the
+#: tests use this to compile the VMs' programs as they compile their own (tests/compile_flags.py).
+VM_XLA_FLAGS_ENV = "MULTISLICE_EMULATED_XLA_FLAGS"
+#: Environment prefixes the emulator's own environment may carry but a VM must not inherit.
 _HOST_ONLY_PREFIXES = ("JAX_", "XLA_", "MULTISLICE_", "GCE_METADATA", "TPU_", "MEGASCALE_")
 #: The directory whose ``sitecustomize.py`` makes ``jax.distributed.initialize()`` (no arguments)
 #: find the emulated job through the VM's metadata server, as it finds a TPU VM's job.
@@ -60,7 +64,8 @@ def vm_environment(
     the Cloud Storage clients at the emulated server (:meth:`infra.local.gcs.GcsServer.client_env`).
     ``MULTISLICE_COMPILATION_CACHE_DIR``, when set here, is passed on: the VMs then use that
     compilation cache instead of the stack's ``gs://<bucket>/compilation-cache``, which the
-    startup script gives them otherwise (:mod:`training.compile_cache`).
+    startup script gives them otherwise (:mod:`training.compile_cache`); ``XLA_FLAGS`` is
+    :data:`VM_XLA_FLAGS_ENV`'s value, when set here, else unset.
     Where this process has ``PYTHONDONTWRITEBYTECODE`` set (some CI images and sandboxes), the
     VMs keep their bytecode in ``bytecode_dir`` instead (``PYTHONPYCACHEPREFIX``,
     https://docs.python.org/3/using/cmdline.html): a TPU VM's Python caches what it compiled on
@@ -94,6 +99,8 @@ def vm_environment(
             **storage_env,
         }
     )
+    if vm_flags := os.environ.get(VM_XLA_FLAGS_ENV):
+        env["XLA_FLAGS"] = vm_flags
     if shared_cache := os.environ.get(SHARED_COMPILATION_CACHE_ENV):  # runs share compiled programs
         env[SHARED_COMPILATION_CACHE_ENV] = shared_cache
     if bytecode_dir is not None and env.get("PYTHONDONTWRITEBYTECODE") and not env.get("PYTHONPYCACHEPREFIX"):

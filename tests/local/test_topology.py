@@ -121,6 +121,7 @@ def test_the_vm_environment(tmp_path, monkeypatch):
         "MULTISLICE_HOME",
     ):
         monkeypatch.setenv(inherited, "from-the-host")
+    monkeypatch.delenv(topology.VM_XLA_FLAGS_ENV, raising=False)  # the tests' own (tests/conftest.py)
     monkeypatch.setenv("SOME_USER_SETTING", "kept")
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", "http://127.0.0.1:1")  # e.g. another emulation's
     storage = client_env("http://127.0.0.1:4443")
@@ -154,6 +155,18 @@ def test_a_shared_compilation_cache_is_passed_on_to_the_vms(tmp_path, monkeypatc
     monkeypatch.setenv(SHARED_DIR_ENV, str(tmp_path / "cache"))
     assert topology.vm_environment(config, **kwargs)[SHARED_DIR_ENV] == str(tmp_path / "cache")
     assert topology.SHARED_COMPILATION_CACHE_ENV == SHARED_DIR_ENV  # infra/ names the trainer's variable
+
+
+def test_the_vms_xla_flags_are_the_ones_named_for_them_never_the_hosts(tmp_path, monkeypatch):
+    config = stack(tmp_path)
+    kwargs = dict(emulation_id="abc", coordinator_port=4321, heartbeat_timeout_s=7, init_timeout_s=99, storage_env={})
+    monkeypatch.setenv("XLA_FLAGS", "--xla_dump_to=/host")
+    monkeypatch.delenv(topology.VM_XLA_FLAGS_ENV, raising=False)
+    assert "XLA_FLAGS" not in topology.vm_environment(config, **kwargs)
+    monkeypatch.setenv(topology.VM_XLA_FLAGS_ENV, "--xla_cpu_multi_thread_eigen=false")
+    env = topology.vm_environment(config, **kwargs)
+    assert env["XLA_FLAGS"] == "--xla_cpu_multi_thread_eigen=false"
+    assert topology.VM_XLA_FLAGS_ENV not in env  # a MULTISLICE_ setting of the host's
 
 
 def test_vms_keep_their_bytecode_where_this_machine_does_not_write_it(tmp_path, monkeypatch):
