@@ -111,7 +111,9 @@ def describe(
     requested_mode: str | None = None,
     run_duration: str | None = None,
 ) -> str:
-    """One sentence on how each group gets and keeps its VMs (``multislice plan`` prints it)."""
+    """One sentence on how each group gets and keeps its VMs, and until when they are billed
+    (``multislice plan`` and ``status`` print it; flex-start VMs: "About resize requests in a MIG",
+    docs/compute-engine.md section 3b)."""
     model = provisioning_model(capacity, reservation_name)
     vms = f"{vms_per_slice} VM{'s' if vms_per_slice != 1 else ''}"
     if requested_by_resize_request(capacity):
@@ -130,4 +132,10 @@ def describe(
         if repairs_vms(capacity, vms_per_slice)
         else "per-VM repair off (a VM recreated alone cannot rejoin its slice)"
     )
-    return f"capacity: {capacity} ({model} VMs): {how}; {repair}"
+    if requested_by_resize_request(capacity):
+        billed = "billed until their run duration ends"
+    elif capacity == "reserved":
+        billed = "the reservation is paid for either way; the VMs stay until pulumi destroy"
+    else:
+        billed = "billed until pulumi destroy (deleteOnComplete is not built for this backend)"
+    return f"capacity: {capacity} ({model} VMs): {how}; {repair}; {billed}"

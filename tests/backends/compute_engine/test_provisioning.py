@@ -141,8 +141,11 @@ def test_a_new_run_duration_replaces_each_resize_request_and_the_diff_warns_of_t
     ("capacity", "extra", "words"),
     [
         ("flex-start", FLEX, "each group is created empty (target size 0) and given one resize request for its 2 VMs"),
+        ("flex-start", FLEX, "billed until their run duration ends"),
         ("reserved", NAMED, "each group in bulk mode: its 2 VMs are created all at once or not at all"),
+        ("reserved", NAMED, "the reservation is paid for either way; the VMs stay until pulumi destroy"),
         ("spot", {}, "each group creates its 2 VMs one by one"),
+        ("spot", {}, "billed until pulumi destroy (deleteOnComplete is not built for this backend)"),
     ],
 )
 def test_plan_says_how_each_group_gets_its_vms(tmp_path, capacity, extra, words):
