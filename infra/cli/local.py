@@ -118,8 +118,10 @@ def local_up(
         "--hold-at",
         min=1,
         metavar="STEP",
+        envvar="MULTISLICE_HOLD_AT",
         help="The emulated trainers wait after STEP until the file <state dir>/<stack>/holds/STEP exists "
-        "(for scripts and tests that act on a run in progress: docs/emulation.md). Repeatable.",
+        "(for scripts and tests that act on a run in progress: docs/emulation.md). Repeatable; "
+        "$MULTISLICE_HOLD_AT: steps separated by spaces.",
     ),
     fresh: bool = typer.Option(False, "--fresh", help="Discard the stack's previous local run and start over."),
     summary_json: Path | None = typer.Option(
