@@ -62,6 +62,7 @@ COMMAND_PAGES = {
         "exec-and-reset.md",
         "data.md",
         "development.md",
+        "compute-engine.md",
     )
 }
 
@@ -350,6 +351,8 @@ NOT_RUN = {
     r"^\.venv-uv/bin/pip install uv$": "the set-up's second step: CI runs the set-up (.ci/run)",
     r"^alias uv=": "a shell alias: test_the_uv_alias_names_what_the_set_up_installs",
     r"^pytest$": "the whole suite: CI runs it (test_ci_runs_the_readme_test_command)",
+    r"^multislice \S+ --config-file ~/": "a stack file a page's example writes in ~ first: "
+    "tests/local/test_day_one.py and tests/local/test_compute_engine_example.py run these lines as written",
     r"^multislice local up ": "emulates a stack for minutes: tests/local/ run it",
     r"^multislice local (status|logs) ": "reads the run `local up` left in .multislice/: tests/local/, tests/status/",
     r"^multislice (status|logs) ": "reads Cloud TPU, Cloud Storage or Cloud Logging with credentials",
@@ -358,11 +361,14 @@ NOT_RUN = {
     r"^multislice local (exec|reset) ": "acts on a running local up: tests/local/test_reset_emulation.py",
     r"^multislice local down ": "stops a running local up: tests/local/test_emulation.py, tests/cli/test_local_down.py",
     r"^sed 's/steps: ": "writes the day-one stack file: "
-    "test_the_day_one_stack_is_the_dev_stack_with_more_steps runs it",
+    "test_the_day_one_stack_is_the_dev_stack_with_more_steps and tests/local/test_day_one.py run it",
+    r"^(sed -e 's/v4-8/v5p-8/' |echo ' multislice:backend: compute-engine' >> )": "writes the compute-engine "
+    "example's stack file: tests/local/test_compute_engine_example.py runs it",
     r"^multislice bench shardings ": "measures JAX meshes for tens of seconds: tests/training/ run it",
     r"^python3? benchmarks/": "a benchmark: measures for minutes",
     r"^multislice data prepare .* --emulated\b": "tokenizes into a stack's emulated bucket for a minute: "
-    "tests/local/test_faults_emulation.py runs one; test_emulated_datasets_go_to_the_stacks_bucket checks the bucket",
+    "tests/local/test_day_one.py runs the README's as written, tests/local/test_faults_emulation.py another; "
+    "test_emulated_datasets_go_to_the_stacks_bucket checks the bucket",
     r"^multislice data prepare \S+ /": "tokenizes into a local directory for a minute: tests/cli/test_data.py runs the "
     "command on local text",
     r"^multislice data prepare ": "writes to a real bucket: tests/cli/test_data.py runs the command on local text",
@@ -374,7 +380,7 @@ NOT_RUN = {
 def runnable(command: str) -> str | None:
     """The arguments of ``multislice`` for a README command run here, else None."""
     words = UV_RUN.sub("", command)
-    return words if RUN.match(words) else None
+    return words if RUN.match(words) and " ~/" not in words else None
 
 
 def test_every_readme_command_is_run_or_says_why_not():
@@ -461,7 +467,7 @@ def day_one() -> str:
 def day_one_stack(home: Path) -> Path:
     """Run the README's ``sed`` line as a shell would, in the repository with ``home`` as
     ``~``; the stack file it wrote."""
-    (line,) = [c for c in readme_commands() if c.startswith("sed ")]
+    (line,) = [c for c in readme_commands() if c.startswith("sed 's/steps: ")]
     assert line in " ".join(day_one().split())
     subprocess.run(["bash", "-c", line], cwd=ROOT, env=os.environ | {"HOME": str(home)}, check=True, timeout=60)
     target = re.fullmatch(r".* > (\S+)", line)

@@ -1,14 +1,14 @@
 """Every hint a command prints names a command that works as printed. Each scenario here makes a
 command print hints (a stack kept outside ``stacks/``, as a user's own): the ``multislice …``
-commands in its output are collected (in backticks, or after ``see:``/``with:``) and each is
-checked as the user would run it: the command exists, its options parse, and the stack it names
-resolves (``--stack`` or ``--config-file``) — without running it (some start an emulation). The
-advisory's hint is also run, being cheap."""
+commands in its output are collected (in backticks, or after a colon: ``see:``, ``resume with:``,
+``every VM's:``) and each is checked as the user would run it (tests/helpers/hints.py): the
+command exists, its options parse, and the stack it names resolves (``--stack`` or
+``--config-file``), without running it (some start an emulation). The advisory's hint is also run,
+being cheap. The tests that run the README's day one and docs/compute-engine.md's example as
+written check the hints of their outputs the same way."""
 
 from __future__ import annotations
 
-import re
-import shlex
 from pathlib import Path
 
 import pytest
@@ -18,36 +18,13 @@ from typer.testing import CliRunner
 
 from infra import planner
 from infra.cli import app
-from infra.cli.options import load_config
 from infra.config import load_stack_file
 from infra.local import state as state_lib
 from infra.local.state import LocalPaths
 from tests.helpers.compute_engine_stack import stack_file as compute_engine_stack_file
+from tests.helpers.hints import hints, works_as_printed
 
 EMU = Path(__file__).parents[1] / "stacks" / "Pulumi.emu.yaml"
-HINT = re.compile(r"(?:`|see: |with: )(multislice [^`)\n]+)")
-
-
-def hints(text: str) -> list[list[str]]:
-    """The ``multislice`` commands in ``text``, each as its argument list (without ``multislice``)."""
-    return [shlex.split(found.strip())[1:] for found in HINT.findall(" ".join(text.split()))]
-
-
-def works_as_printed(args: list[str]) -> None:
-    """Parse ``args`` as the CLI would (subcommands, then the command's own options) and resolve
-    the stack they name; raises if either fails (the command parser's error, or the ``typer.Exit``
-    of the stack's ``error:`` line)."""
-    command = typer.main.get_command(app)
-    rest = list(args)
-    while hasattr(command, "list_commands"):  # a group (typer's own click: no isinstance)
-        name, rest = rest[0], rest[1:]
-        found = command.get_command(command.context_class(command, info_name="multislice"), name)
-        assert found is not None, f"no command {name!r} in {args}"
-        command = found
-    parsed = command.make_context(command.name, rest)
-    assert "stack" in parsed.params, f"{args}: a hint names a command that takes no stack"
-    config_file = parsed.params.get("config_file")
-    load_config(parsed.params["stack"] or "dev", Path(config_file) if config_file else None)
 
 
 def invoke(tmp_path: Path, args: list[str]):

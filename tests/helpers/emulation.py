@@ -50,9 +50,12 @@ class BackgroundCli:
     """``multislice ARGS`` started in the background (a context manager: leaving it stops a
     command still running, :func:`stop_if_running`); its stdout lines collected as they come."""
 
-    def __init__(self, args: list[str], state_dir: Path) -> None:
+    def __init__(self, args: list[str], state_dir: Path, *, env: dict[str, str] | None = None) -> None:
+        """``args``: ``multislice``'s arguments; with ``env``, a whole command line run with that
+        environment (a README line through ``bash -c``)."""
+        command, environment = (CLI + args, cli_env(state_dir)) if env is None else (args, env)
         self.proc = subprocess.Popen(
-            CLI + args, env=cli_env(state_dir), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            command, env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )
         self.lines: list[str] = []
         stdout = self.proc.stdout
@@ -117,13 +120,14 @@ def processes_under(root: Path) -> list[int]:
     return found
 
 
-def run_records(state_dir: Path, name: str) -> list[dict]:
-    """Every record of log ``name`` of the emu stack's run under ``state_dir``, read as
-    ``local status`` reads it: through a temporary emulated Cloud Storage over the stack's
-    backend (the emulator stopped its own)."""
-    with gcs.clients_pointed_at(state_dir / "emu" / "gcs", state_dir / "reader.log") as stored:
+def run_records(state_dir: Path, name: str, stack: Path = STACK) -> list[dict]:
+    """Every record of log ``name`` of the run of ``stack`` (a stack file; the emu stack by
+    default) under ``state_dir``, read as ``local status`` reads it: through a temporary
+    emulated Cloud Storage over the stack's backend (the emulator stopped its own)."""
+    config = load_stack_file(stack)
+    with gcs.clients_pointed_at(state_dir / config.stack / "gcs", state_dir / "reader.log") as stored:
         assert stored
-        return read_records(RunDir(RUN_DIR), name)
+        return read_records(RunDir(config.run_dir), name)
 
 
 def long_stack(tmp_path: Path) -> Path:
