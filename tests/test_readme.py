@@ -28,43 +28,19 @@ from infra.queued_resource import QueuedResourceProvider
 from tests.fakes.clock import clock  # noqa: F401 (fixture)
 from tests.fakes.queued_resource import dev, no_ambient_credentials, props  # noqa: F401 (fixtures)
 from tests.fakes.tpu_api import FakeTpuApi
+from tests.helpers.readme import (
+    CONFIGURATION,
+    DEPLOYING,
+    DEVELOPMENT,
+    EMULATION,
+    README,
+    REVIEW,
+    ROOT,
+    day_one,
+    readme_commands,
+    section,
+)
 from training.config import TrainConfig
-
-ROOT = Path(__file__).resolve().parents[1]
-README = (ROOT / "README.md").read_text()
-
-
-def page(name: str) -> str:
-    return (ROOT / "docs" / name).read_text(encoding="utf-8")
-
-
-def section(text: str, heading: str) -> str:
-    """The part of ``text`` under the heading line that starts with ``heading``, up to the next
-    level-2 heading."""
-    return text.split(heading, 1)[1].split("\n## ", 1)[0]
-
-
-#: The README's former sections, now docs pages (the README links them): the same checks read
-#: them there.
-CONFIGURATION = page("configuration.md")  # "Stack configuration reference"
-EMULATION = page("emulation.md")  # "The local emulation"
-DEPLOYING = page("deploying.md")  # "Deploying for real": its first section
-REVIEW = page("review.md")  # plan, bench shardings, the review workflow
-DEVELOPMENT = page("development.md")  # set-up in detail, layout, linters
-#: The pages whose ``bash`` blocks hold the README's former commands (with the pages' own).
-COMMAND_PAGES = {
-    name: page(name)
-    for name in (
-        "emulation.md",
-        "review.md",
-        "deploying.md",
-        "status-and-logs.md",
-        "exec-and-reset.md",
-        "data.md",
-        "development.md",
-        "compute-engine.md",
-    )
-}
 
 REFERENCE = CONFIGURATION
 
@@ -283,14 +259,18 @@ def test_docs_pages_the_code_cites_exist_with_their_sections():
         if p.suffix in (".py", ".in", ".md", ".sh")
     ]
     for path in (p for p in paths if p.name != "test_readme.py"):  # this file's patterns are no citations
-        for page, section in cited.findall(path.read_text(encoding="utf-8")):
-            doc = ROOT / "docs" / page
-            assert doc.is_file(), f"{path.relative_to(ROOT)} cites docs/{page}"
+        for cited_page, heading in cited.findall(path.read_text(encoding="utf-8")):
+            doc = ROOT / "docs" / cited_page
+            assert doc.is_file(), f"{path.relative_to(ROOT)} cites docs/{cited_page}"
             headings = [line.lstrip("#").strip() for line in doc.read_text().splitlines() if line.startswith("#")]
-            assert not section or any(h.startswith(section) for h in headings), (path.relative_to(ROOT), page, section)
-            seen.append((page, section))
-    assert {"cloud-tpu.md", "jax-on-cpu.md", "deploying.md"} <= {page for page, _ in seen}
-    assert any(section for _, section in seen)
+            assert not heading or any(h.startswith(heading) for h in headings), (
+                path.relative_to(ROOT),
+                cited_page,
+                heading,
+            )
+            seen.append((cited_page, heading))
+    assert {"cloud-tpu.md", "jax-on-cpu.md", "deploying.md"} <= {name for name, _ in seen}
+    assert any(heading for _, heading in seen)
     # Every page says where its facts come from.
     for doc in (ROOT / "docs").glob("*.md"):
         assert "https://" in doc.read_text(), doc.name
@@ -322,23 +302,6 @@ def test_every_local_up_option_is_in_the_readme_table():
 
 
 # The README's command lines, run against the repository ----------------------------------------
-
-
-def readme_commands() -> list[str]:
-    """Every command of the ``bash`` blocks of the README and of ``COMMAND_PAGES``, in order:
-    continuation lines joined, comments dropped, ``a && b`` split into ``a`` and ``b``,
-    whitespace collapsed."""
-    commands = []
-    blocks = [
-        block
-        for text in (README, *COMMAND_PAGES.values())
-        for block in re.findall(r"```bash\n(.*?)```", text, flags=re.S)
-    ]
-    for block in blocks:
-        for line in block.replace("\\\n", " ").splitlines():
-            line = re.sub(r"(^|\s)#.*$", "", line).strip()
-            commands += [" ".join(part.split()) for part in line.split(" && ") if part.strip()]
-    return commands
 
 
 #: The README's uv prefix: the set-up's `.venv-uv/bin/uv` or the `uv` the examples write.
@@ -458,10 +421,6 @@ def test_the_readme_commands_use_existing_options():
         assert given <= known, (command, given - known)
         checked += sorted(given)
     assert len(checked) >= 60  # the pattern still finds the commands and their options
-
-
-def day_one() -> str:
-    return section(README, "## Day one")
 
 
 def day_one_stack(home: Path) -> Path:

@@ -12,7 +12,7 @@ import pytest
 from infra.config import load_stack_file
 from tests.helpers.documented_lines import Lines, bash_lines, shell_env
 from tests.helpers.emulation import processes_under
-from tests.test_readme import page, section
+from tests.helpers.readme import page, section
 
 LINES = bash_lines(section(page("compute-engine.md"), "## Try it on this machine"))
 
