@@ -91,8 +91,10 @@ class Lines:
         return done
 
     def check_hints(self, monkeypatch, minimum: int) -> list[list[str]]:
-        """Every hint in the outputs works as printed (:func:`tests.helpers.hints.works_as_printed`),
-        a ``--stack`` resolved through this environment's state directory; at least ``minimum``."""
+        """Every hint in the outputs works as printed: each parses and resolves its stack
+        (:func:`tests.helpers.hints.works_as_printed`, a ``--stack`` resolved through this
+        environment's state directory), and each that only reads (:data:`READING_HINTS`) is run
+        as the user would run it and exits 0; at least ``minimum`` hints."""
         from tests.helpers.hints import hints, works_as_printed
 
         monkeypatch.setenv("MULTISLICE_STATE_DIR", self.env["MULTISLICE_STATE_DIR"])
@@ -100,4 +102,12 @@ class Lines:
         assert len(found) >= minimum, self.outputs
         for args in found:
             works_as_printed(args)
+        for args in {tuple(args) for args in found if tuple(args[:2]) in READING_HINTS or args[:1] == ["plan"]}:
+            ran = shell(f"uv run --frozen multislice {shlex.join(args)}", self.env)
+            assert ran.returncode == 0, (args, ran.stdout + ran.stderr)
         return found
+
+
+#: The hints that only read (a run's logs or status), run by :meth:`Lines.check_hints`; the others
+#: start or stop runs, and are parsed and resolved only.
+READING_HINTS = {("local", "logs"), ("local", "status")}
