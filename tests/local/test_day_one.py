@@ -5,9 +5,10 @@ and the YAML lines added where the README says. The stack is kept outside ``stac
 same run, as the README says.
 
 What the environment adds, never the command lines: the state directory (``MULTISLICE_STATE_DIR``),
-the session's compilation cache, and a hold at step :data:`HOLD_AT` (``MULTISLICE_HOLD_AT``, the
-``--hold-at`` of docs/emulation.md): the 1,000-step run waits there until the test has acted, so
-it cannot end first however fast or slow the machine, and the test never releases it."""
+the session's compilation cache, and holds after steps :data:`HOLD_AT` and :data:`HOLD_AGAIN_AT`
+(``MULTISLICE_HOLD_AT``, the ``--hold-at`` of docs/emulation.md): the 1,000-step run waits there
+until the test has acted, so it cannot end first however fast or slow the machine, and the test
+never releases it (``local down`` stops it)."""
 
 from __future__ import annotations
 
