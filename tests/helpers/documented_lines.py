@@ -6,7 +6,6 @@ emulations' state and the session's compilation cache in the environment
 from __future__ import annotations
 
 import os
-import re
 import shlex
 import shutil
 import subprocess
@@ -16,29 +15,6 @@ from pathlib import Path
 from tests.helpers.emulation import cli_env
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def without_comment(line: str) -> str:
-    """``line`` less a trailing shell comment: from the first ``#`` that starts a word outside
-    quotes."""
-    for found in re.finditer(r"(?:^|\s)#", line):
-        head = line[: found.start()]
-        try:
-            shlex.split(head)
-        except ValueError:  # the ``#`` is inside quotes
-            continue
-        return head.rstrip()
-    return line.rstrip()
-
-
-def bash_lines(text: str) -> list[str]:
-    """The command lines of ``text``'s ``bash`` blocks, in order, as written: a trailing comment
-    and surrounding whitespace dropped, nothing else (the README's checks collapse whitespace to
-    compare: tests/test_readme.py)."""
-    lines = []
-    for block in re.findall(r"```bash\n(.*?)```", text, flags=re.S):
-        lines += [line for line in (without_comment(raw).strip() for raw in block.splitlines()) if line]
-    return lines
 
 
 def uv_binary() -> str:

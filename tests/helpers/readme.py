@@ -5,6 +5,7 @@ them: a page's text, a section under a heading, every command line of the blocks
 from __future__ import annotations
 
 import re
+import shlex
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,21 +45,40 @@ COMMAND_PAGES = {
 }
 
 
+def without_comment(line: str) -> str:
+    """``line`` less a trailing shell comment: from the first ``#`` that starts a word outside
+    quotes."""
+    for found in re.finditer(r"(?:^|\s)#", line):
+        head = line[: found.start()]
+        try:
+            shlex.split(head)
+        except ValueError:  # the ``#`` is inside quotes
+            continue
+        return head.rstrip()
+    return line.rstrip()
+
+
+def bash_lines(text: str) -> list[str]:
+    """The command lines of ``text``'s ``bash`` blocks, in order, as written: continuation lines
+    joined, a trailing comment and surrounding whitespace dropped, nothing else (what
+    tests/local/test_day_one.py runs; :func:`readme_commands` collapses whitespace to compare)."""
+    lines = []
+    for block in re.findall(r"```bash\n(.*?)```", text, flags=re.S):
+        joined = block.replace("\\\n", " ").splitlines()  # continuation lines joined
+        lines += [line for line in (without_comment(raw).strip() for raw in joined) if line]
+    return lines
+
+
 def readme_commands() -> list[str]:
-    """Every command of the ``bash`` blocks of the README and of ``COMMAND_PAGES``, in order:
-    continuation lines joined, comments dropped, ``a && b`` split into ``a`` and ``b``,
-    whitespace collapsed."""
-    commands = []
-    blocks = [
-        block
+    """Every command of the ``bash`` blocks of the README and of ``COMMAND_PAGES``, in order
+    (:func:`bash_lines`), ``a && b`` split into ``a`` and ``b``, whitespace collapsed."""
+    return [
+        " ".join(part.split())
         for text in (README, *COMMAND_PAGES.values())
-        for block in re.findall(r"```bash\n(.*?)```", text, flags=re.S)
+        for line in bash_lines(text)
+        for part in line.split(" && ")
+        if part.strip()
     ]
-    for block in blocks:
-        for line in block.replace("\\\n", " ").splitlines():
-            line = re.sub(r"(^|\s)#.*$", "", line).strip()
-            commands += [" ".join(part.split()) for part in line.split(" && ") if part.strip()]
-    return commands
 
 
 def day_one() -> str:

@@ -1,7 +1,8 @@
 """docs/compute-engine.md's "Try it on this machine", run exactly as written
-(tests/helpers/documented_lines.py): a compute-engine stack in a file of the user's own, planned,
-emulated with a kill of slice 1 at step 30 (its one-VM group recreates the VM; training resumes
-from the newest checkpoint and completes), then its status and slice 1's lines."""
+(tests/helpers/documented_lines.py; the lines: tests.helpers.readme.bash_lines): a compute-engine
+stack in a file of the user's own, planned, emulated with a kill of slice 1 at step 30 (its
+one-VM group recreates the VM; training resumes from the newest checkpoint and completes), then
+its status and slice 1's lines."""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ import re
 import pytest
 
 from infra.config import load_stack_file
-from tests.helpers.documented_lines import Lines, bash_lines, shell_env
+from tests.helpers.documented_lines import Lines, shell_env
 from tests.helpers.emulation import processes_under
-from tests.helpers.readme import page, section
+from tests.helpers.readme import bash_lines, page, section
 
 LINES = bash_lines(section(page("compute-engine.md"), "## Try it on this machine"))
 

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.helpers.documented_lines import Lines, bash_lines, shell_env
+from tests.helpers.documented_lines import Lines, shell_env
 from tests.helpers.emulation import BackgroundCli, processes_under, run_records
-from tests.helpers.readme import day_one, readme_commands
+from tests.helpers.readme import bash_lines, day_one, readme_commands
 
 #: The steps the day-one run waits at: before the reset, and after it (a reset stops the trainers
 #: as a preemption notice does: they save the step they agree on, past the first hold, and resume
