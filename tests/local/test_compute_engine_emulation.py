@@ -34,8 +34,8 @@ STEPS = 24
 
 #: The step after the repair at which the test writes a new release (the trainers are held there
 #: until it did: ``--hold-at``); the new release's steps.
-SWITCH_AT = 12
-NEW_STEPS = 32
+SWITCH_AT = 10
+NEW_STEPS = 28
 
 
 @pytest.mark.slow

@@ -472,7 +472,8 @@ def test_closed_stdout_after_the_last_step_still_completes(uninterrupted):
 
 @pytest.mark.slow
 def test_local_down_stops_a_running_emulation(tmp_path):
-    proc = _start_background(tmp_path)
+    stack = waiting_stack(tmp_path)  # the VMs' workload only waits
+    proc = _start_background(tmp_path, stack)
     _wait_for_training(tmp_path, proc)
     second = run_cli(["local", "up", "--config-file", str(long_stack(tmp_path))], tmp_path, timeout=60)
     assert f"a local run of stack 'emu' is already running (pid {proc.pid})" in _error_of(second)
@@ -483,7 +484,7 @@ def test_local_down_stops_a_running_emulation(tmp_path):
     assert "asked emulator pid" in down.stdout
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err  # stopped the documented way: on purpose, not a failure
-    resume = f"resume with: multislice local up --config-file {long_stack(tmp_path)}"
+    resume = f"resume with: multislice local up --config-file {stack}"
     assert f"stopped by `multislice local down`: every emulated VM was stopped; {resume}" in err
     assert "error:" not in err
     assert processes_under(tmp_path) == []
