@@ -1,0 +1,171 @@
+"""The gke backend's workload: one JobSet whose child Jobs are the slices (:func:`jobset`).
+
+Facts (docs/gke.md sections 4 and 5, each with its source there):
+
+* **Shape** ([third-party] JobSet's TPU Multislice page and API, v0.12; [Google] GKE's two-slice
+  samples; xpk agrees): ``jobset.x-k8s.io/v1alpha2`` JobSet, one replicated Job with ``replicas`` =
+  slices, ``parallelism`` = ``completions`` = VMs per slice, ``backoffLimit: 0``; the annotation
+  ``alpha.jobset.sigs.k8s.io/exclusive-topology: cloud.google.com/gke-nodepool`` gives each child
+  Job a node pool of its own; the Pods select the TPU node labels and request every chip of their
+  VM as ``google.com/tpu``.
+* **Names**: Job ``<jobset>-<replicatedJob>-<jobIndex>``, Pod hostname
+  ``<jobset>-<replicatedJob>-<jobIndex>-<podIndex>`` in the subdomain named after the JobSet; every
+  Pod carries the label ``jobset.sigs.k8s.io/job-index`` (its slice).
+* **Place within a slice** ([Google], quoted through a third party): GKE's webhook injects
+  ``TPU_WORKER_ID`` and ``TPU_WORKER_HOSTNAMES`` into the Pods of an Indexed Job with a subdomain
+  and a ``google.com/tpu`` request; the TPU device plugin injects ``TPU_SKIP_MDS_QUERY``,
+  ``TPU_TOPOLOGY``, ``TPU_ACCELERATOR_TYPE``, the host and chip bounds and the runtime metrics
+  ports ([Google] ai-on-gke/tpu-device-plugin). A workload's ``env`` may set none of them
+  (:func:`refuse_injected`).
+* **Across slices**: no page read names who sets ``MEGASCALE_*`` for a JobSet (docs/gke.md,
+  question 1), so the Pod sets them itself, as users do in jobset#787 [third-party]: the slice
+  count, the slice from the ``job-index`` label, and the coordinator at the host of process 0 (job
+  0, Pod 0), where jax 0.10.2's ``cloud_tpu_cluster.py`` says JobSet puts it [Google].
+* **Repair**: a failed Pod fails its Job (``backoffLimit: 0``), and JobSet then recreates every
+  Job, up to ``failurePolicy.maxRestarts`` times; a preempted node gives its Pods 30 s, of which an
+  ordinary Pod gets the first 15 ([Google] "Spot VMs in GKE"), so ``terminationGracePeriodSeconds``
+  above 15 buys nothing there.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from infra.backends.gke.node_pools import TPU_RESOURCE, NodePoolShape, node_selector
+
+API_VERSION = "jobset.x-k8s.io/v1alpha2"
+EXCLUSIVE_TOPOLOGY = "alpha.jobset.sigs.k8s.io/exclusive-topology"
+NODE_POOL_LABEL = "cloud.google.com/gke-nodepool"
+JOB_INDEX_LABEL = "jobset.sigs.k8s.io/job-index"
+#: The replicated Job's name: each child Job is one slice.
+REPLICATED_JOB = "slice"
+#: The container's name in every Pod.
+CONTAINER = "trainer"
+#: Seconds a Pod has between SIGTERM and SIGKILL: what a preempted node grants an ordinary Pod
+#: ("Spot VMs in GKE": the first 15 of the node's 30 s).
+TERMINATION_GRACE_S = 15
+
+#: What GKE gives a TPU Pod's environment (module docstring): a workload may not set these.
+GKE_INJECTED_ENV = frozenset(
+    {
+        "TPU_WORKER_ID",
+        "TPU_WORKER_HOSTNAMES",
+        "TPU_SKIP_MDS_QUERY",
+        "TPU_TOPOLOGY",
+        "TPU_ACCELERATOR_TYPE",
+        "TPU_HOST_BOUNDS",
+        "TPU_CHIPS_PER_HOST_BOUNDS",
+        "TPU_RUNTIME_METRICS_PORTS",
+        "VBAR_CONTROL_SERVICE_URL",
+    }
+)
+#: What the Pod itself sets (module docstring): a workload may not set these either.
+MEGASCALE_ENV = ("MEGASCALE_NUM_SLICES", "MEGASCALE_SLICE_ID", "MEGASCALE_COORDINATOR_ADDRESS")
+
+
+def refuse_injected(env: dict[str, str]) -> None:
+    """Refuse a workload ``env`` that sets what GKE or the Pod sets.
+
+    Raises:
+      ValueError: naming ``multislice:workload.env.<NAME>`` and who sets it.
+    """
+    for name in sorted(env):
+        if name in GKE_INJECTED_ENV:
+            raise ValueError(
+                f"multislice:workload.env.{name}: GKE sets it in every TPU Pod (its webhook or the TPU device "
+                "plugin, docs/gke.md section 4), and a Pod's own value would hide GKE's: remove it"
+            )
+        if name in MEGASCALE_ENV:
+            raise ValueError(
+                f"multislice:workload.env.{name}: the JobSet's Pods set it from their slice (docs/gke.md section "
+                "4): remove it"
+            )
+
+
+def coordinator_host(name: str) -> str:
+    """The hostname of process 0's Pod (job 0, Pod 0) in the JobSet's subdomain."""
+    return f"{name}-{REPLICATED_JOB}-0-0.{name}"
+
+
+def pod_env(name: str, slices: int, env: dict[str, str]) -> list[dict[str, Any]]:
+    """The container's ``env``: the workload's ``env``, then ``MEGASCALE_*`` for several slices.
+
+    Raises:
+      ValueError: ``env`` sets a name GKE or the Pod sets (:func:`refuse_injected`).
+    """
+    refuse_injected(env)
+    entries: list[dict[str, Any]] = [{"name": key, "value": value} for key, value in sorted(env.items())]
+    if slices > 1:
+        entries += [
+            {"name": "MEGASCALE_NUM_SLICES", "value": str(slices)},
+            {
+                "name": "MEGASCALE_SLICE_ID",
+                "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{JOB_INDEX_LABEL}']"}},
+            },
+            {"name": "MEGASCALE_COORDINATOR_ADDRESS", "value": coordinator_host(name)},
+        ]
+    return entries
+
+
+def jobset(
+    *,
+    name: str,
+    namespace: str,
+    shape: NodePoolShape,
+    slices: int,
+    image: str,
+    command: list[str],
+    env: dict[str, str],
+    service_account: str,
+    max_restarts: int,
+) -> dict[str, Any]:
+    """The JobSet of a run on ``slices`` node pools of ``shape``: one Pod per VM.
+
+    Args:
+      name: the JobSet's name (a DNS label: it prefixes every Job and Pod hostname).
+      namespace: its Kubernetes namespace.
+      shape: each slice's node pool (:func:`~infra.backends.gke.node_pools.slice_node_pool`).
+      slices: child Jobs (``multislice:slices``).
+      image, command: the container's image and command.
+      env: the workload's extra environment.
+      service_account: the Kubernetes service account the Pods run as.
+      max_restarts: how many times JobSet recreates every Job after a failure.
+
+    Raises:
+      ValueError: ``env`` sets a name GKE or the Pod sets; ``slices`` < 1 or ``max_restarts`` < 0.
+    """
+    if slices < 1 or max_restarts < 0:
+        raise ValueError(f"slices must be ≥ 1 and max_restarts ≥ 0, not {slices} and {max_restarts}")
+    container = {
+        "name": CONTAINER,
+        "image": image,
+        "command": list(command),
+        "env": pod_env(name, slices, env),
+        "resources": {
+            "requests": {TPU_RESOURCE: str(shape.chips_per_node)},
+            "limits": {TPU_RESOURCE: str(shape.chips_per_node)},
+        },
+    }
+    pod_spec = {
+        "restartPolicy": "Never",
+        "serviceAccountName": service_account,
+        "terminationGracePeriodSeconds": TERMINATION_GRACE_S,
+        "nodeSelector": node_selector(shape),
+        "containers": [container],
+    }
+    job_spec = {
+        "parallelism": shape.node_count,
+        "completions": shape.node_count,
+        "backoffLimit": 0,
+        "completionMode": "Indexed",
+        "template": {"spec": pod_spec},
+    }
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "JobSet",
+        "metadata": {"name": name, "namespace": namespace, "annotations": {EXCLUSIVE_TOPOLOGY: NODE_POOL_LABEL}},
+        "spec": {
+            "failurePolicy": {"maxRestarts": max_restarts},
+            "replicatedJobs": [{"name": REPLICATED_JOB, "replicas": slices, "template": {"spec": job_spec}}],
+        },
+    }

@@ -1,0 +1,188 @@
+"""One GKE TPU node pool per slice: :func:`slice_node_pool` (its shape) and :func:`node_config`
+(its ``node_config`` per capacity mode), pure functions the gke backend's program turns into
+``gcp.container.NodePool`` args.
+
+Facts (docs/gke.md sections 2 and 3, each with its source there):
+
+* A multi-host TPU slice is one node pool of VMs that GKE creates, repairs and scales as a unit,
+  and Multislice on GKE takes only multi-host slice node pools ([Google] "Deploy TPU Multislices in
+  GKE"; the page names ``ct4p-hightpu-4t`` at 2x2x1 and ``ct5lp-hightpu-4t`` at 2x2 as single-host
+  pools that cannot be used). TPU v3 is excluded; the catalog lists none.
+* Machine type and the ``cloud.google.com/gke-tpu-accelerator`` label per generation: the table of
+  docs/gke.md section 2 ([Google] GKE's pages and samples, the ai-on-gke TPU device plugin;
+  [third-party] xpk's ``system_characteristics.py``). Every multi-host VM has 4 chips.
+* Placement: ``COMPACT`` with the slice's topology (``placementPolicy.tpuTopology``) for v4, v5e,
+  v5p and v6e; TPU7x takes its placement from a workload policy instead ([Google] "Ironwood in
+  GKE"), which pulumi-gcp 10.2's ``NodePool`` cannot send as gcloud does (docs/gke.md, question 3):
+  :func:`placement_policy` refuses it rather than guess.
+* Node count = the slice's VMs ([Google] gcloud 528's ``node-pools create --help``: the topology's
+  chips divided by the machine type's).
+* Capacity ([Google] gcloud 528's flags and pulumi-gcp 10.2's ``NodePoolNodeConfig``): ``spot`` →
+  ``spot``; ``reserved`` → ``reservation_affinity`` (SPECIFIC_RESERVATION by name, else
+  ANY_RESERVATION); ``flex-start`` → ``flex_start`` with ``max_run_duration``; ``on-demand`` → none
+  of them. Every pool runs the GKE metadata server (``workload_metadata_config.mode`` GKE_METADATA),
+  which Workload Identity needs ([Google] gcloud's ``--workload-metadata``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from infra.accelerators import AcceleratorType
+
+#: Per generation: the multi-host machine type (4 chips a VM) and the node label value GKE gives
+#: its nodes (``cloud.google.com/gke-tpu-accelerator``); docs/gke.md section 2's table.
+GKE_TPUS: dict[str, tuple[str, str]] = {
+    "v4": ("ct4p-hightpu-4t", "tpu-v4-podslice"),
+    "v5e": ("ct5lp-hightpu-4t", "tpu-v5-lite-podslice"),
+    "v5p": ("ct5p-hightpu-4t", "tpu-v5p-slice"),
+    "v6e": ("ct6e-standard-4t", "tpu-v6e-slice"),
+    "tpu7x": ("tpu7x-standard-4t", "tpu7x"),
+}
+#: The generations whose multi-host pools are placed by a workload policy, not COMPACT + topology.
+WORKLOAD_POLICY_GENERATIONS = frozenset({"tpu7x"})
+#: The node labels a TPU Pod selects (docs/gke.md section 2).
+ACCELERATOR_LABEL = "cloud.google.com/gke-tpu-accelerator"
+TOPOLOGY_LABEL = "cloud.google.com/gke-tpu-topology"
+#: The extended resource a TPU container requests, in chips (docs/gke.md section 5).
+TPU_RESOURCE = "google.com/tpu"
+#: The key pulumi-gcp takes a reservation's name under (``SPECIFIC_RESERVATION``).
+RESERVATION_NAME_KEY = "compute.googleapis.com/reservation-name"
+#: The capacity modes a node pool can request (``multislice:capacity``).
+CAPACITIES = ("spot", "on-demand", "reserved", "flex-start")
+
+
+class NodePoolError(ValueError):
+    """A slice GKE cannot give as a Multislice node pool; the message names the stack key."""
+
+
+@dataclass(frozen=True)
+class NodePoolShape:
+    """What one slice's node pool is.
+
+    Attributes:
+      machine_type: the VMs' machine type (``ct5p-hightpu-4t``).
+      accelerator: the value of :data:`ACCELERATOR_LABEL` on its nodes (``tpu-v5p-slice``).
+      topology: the slice's chip topology, the value of :data:`TOPOLOGY_LABEL` (``2x2x2``).
+      node_count: VMs in the slice (one Pod each).
+      chips_per_node: chips per VM: the Pod's :data:`TPU_RESOURCE` request.
+      workload_policy: placed by a workload policy (TPU7x) rather than COMPACT + topology.
+    """
+
+    machine_type: str
+    accelerator: str
+    topology: str
+    node_count: int
+    chips_per_node: int
+    workload_policy: bool
+
+
+def slice_node_pool(accelerator: AcceleratorType) -> NodePoolShape:
+    """The node pool of one slice of ``accelerator``.
+
+    Raises:
+      NodePoolError: GKE has no node pool for the generation, or the slice is one VM (Multislice
+        on GKE takes multi-host slice node pools only); the message names
+        ``multislice:acceleratorType`` and the smallest multi-host type of the generation.
+    """
+    gen = accelerator.generation
+    if gen.name not in GKE_TPUS:
+        raise NodePoolError(
+            f"multislice:acceleratorType: {accelerator.name}: GKE offers no TPU node pool for {gen.name} "
+            f"(it offers {', '.join(GKE_TPUS)}; docs/gke.md section 2)"
+        )
+    if accelerator.hosts < 2:
+        smallest = next(
+            (gen.type_name(s) for s in gen.sizes if gen.chips_per_host(gen.chips_for_size(s)) < gen.chips_for_size(s)),
+            None,
+        )
+        hint = f"; the smallest multi-host {gen.name} slice is {smallest}" if smallest else ""
+        raise NodePoolError(
+            f"multislice:acceleratorType: {accelerator.name} is one VM per slice, and Multislice on GKE takes "
+            f"multi-host slice node pools only (Google's 'Deploy TPU Multislices in GKE'){hint}"
+        )
+    machine_type, label = GKE_TPUS[gen.name]
+    if int(machine_type.rsplit("-", 1)[1].rstrip("t")) != accelerator.chips_per_host:
+        raise NodePoolError(  # the catalog and this table disagree: a bug here, not the stack's
+            f"{accelerator.name}: {accelerator.chips_per_host} chips per VM, but {machine_type} has another count"
+        )
+    return NodePoolShape(
+        machine_type=machine_type,
+        accelerator=label,
+        topology=accelerator.topology,
+        node_count=accelerator.hosts,
+        chips_per_node=accelerator.chips_per_host,
+        workload_policy=gen.name in WORKLOAD_POLICY_GENERATIONS,
+    )
+
+
+def placement_policy(shape: NodePoolShape) -> dict[str, str]:
+    """The pool's ``placement_policy`` (pulumi-gcp ``NodePoolPlacementPolicyArgsDict``):
+    ``COMPACT`` with the slice's topology.
+
+    Raises:
+      NodePoolError: a workload-policy generation (TPU7x): pulumi-gcp 10.2 requires a placement
+        ``type`` and documents only COMPACT, which xpk says excludes a workload policy, while gcloud
+        sends the policy with no type (docs/gke.md, question 3); nothing is sent on a guess.
+    """
+    if shape.workload_policy:
+        raise NodePoolError(
+            f"multislice:acceleratorType: {shape.machine_type} node pools are placed by a workload policy, which "
+            "this backend cannot declare yet: pulumi-gcp's NodePool requires a placement type that gcloud leaves "
+            "unset for it (docs/gke.md, question 3); use the compute-engine backend for TPU7x"
+        )
+    return {"type": "COMPACT", "tpu_topology": shape.topology}
+
+
+def node_config(
+    shape: NodePoolShape,
+    capacity: str,
+    *,
+    service_account: Any,
+    reservation: str | None = None,
+    max_run_duration_s: int | None = None,
+    labels: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """The pool's ``node_config`` (pulumi-gcp ``NodePoolNodeConfigArgsDict``) for ``capacity``.
+
+    Args:
+      shape: the slice's pool (:func:`slice_node_pool`).
+      capacity: one of :data:`CAPACITIES` (``multislice:capacity``).
+      service_account: the nodes' Google service account (a pulumi Input of its email).
+      reservation: the reservation to consume (``reserved``; None: any matching reservation).
+      max_run_duration_s: seconds each node may run (required with ``flex-start``).
+      labels: the stack's labels, on the nodes' VMs.
+
+    Raises:
+      NodePoolError: an unknown capacity, or flex-start without a run duration.
+    """
+    config: dict[str, Any] = {
+        "machine_type": shape.machine_type,
+        "service_account": service_account,
+        "oauth_scopes": ["https://www.googleapis.com/auth/cloud-platform"],
+        "workload_metadata_config": {"mode": "GKE_METADATA"},
+        "resource_labels": dict(labels or {}),
+    }
+    if capacity == "spot":
+        config["spot"] = True
+    elif capacity == "reserved":
+        config["reservation_affinity"] = (
+            {"consume_reservation_type": "SPECIFIC_RESERVATION", "key": RESERVATION_NAME_KEY, "values": [reservation]}
+            if reservation
+            else {"consume_reservation_type": "ANY_RESERVATION"}
+        )
+    elif capacity == "flex-start":
+        if max_run_duration_s is None:
+            raise NodePoolError("multislice:capacity flex-start needs a run duration for the nodes (≤ 7 days)")
+        config["flex_start"] = True
+    elif capacity != "on-demand":
+        raise NodePoolError(f"multislice:capacity: {capacity!r} is not one of {', '.join(CAPACITIES)}")
+    if max_run_duration_s is not None:
+        config["max_run_duration"] = f"{max_run_duration_s}s"
+    return config
+
+
+def node_selector(shape: NodePoolShape) -> dict[str, str]:
+    """The node labels a Pod of the slice selects (docs/gke.md section 5)."""
+    return {ACCELERATOR_LABEL: shape.accelerator, TOPOLOGY_LABEL: shape.topology}

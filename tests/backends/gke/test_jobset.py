@@ -1,0 +1,109 @@
+"""The gke backend's JobSet (infra.backends.gke.jobset): its Job and Pod specs read back whole
+by the Kubernetes Python client's models (a key the API does not have is dropped there, and the
+round trip then differs), the JobSet fields of JobSet's v1alpha2 API, and the environment a Pod
+gets: MEGASCALE_* for several slices, and a workload env that would hide GKE's refused."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from kubernetes.client import ApiClient
+
+from infra.accelerators import parse_accelerator_type
+from infra.backends.gke.jobset import GKE_INJECTED_ENV, coordinator_host, jobset, refuse_injected
+from infra.backends.gke.node_pools import slice_node_pool
+
+SHAPE = slice_node_pool(parse_accelerator_type("v6e-16"))  # 4 VMs × 4 chips a slice
+
+
+def read_back(body: dict[str, Any], model: str) -> dict[str, Any]:
+    """``body`` read into the client's ``model`` and written out again."""
+    client = ApiClient()
+    written = client.sanitize_for_serialization(client.deserialize(json.dumps(body), model, "application/json"))
+    assert isinstance(written, dict)
+    return written
+
+
+def make(slices: int = 2, env: dict[str, str] | None = None) -> dict[str, Any]:
+    return jobset(
+        name="run",
+        namespace="training",
+        shape=SHAPE,
+        slices=slices,
+        image="us-docker.pkg.dev/p/r/trainer:1",
+        command=["bash", "/release/boot.sh"],
+        env=env or {"XLA_FLAGS": "--xla_dump_to=/tmp/d"},
+        service_account="multislice-run",
+        max_restarts=5,
+    )
+
+
+def test_the_job_and_pod_specs_are_kubernetes_own():
+    (replicated,) = make()["spec"]["replicatedJobs"]
+    job_spec = replicated["template"]["spec"]
+    assert read_back(job_spec, "V1JobSpec") == job_spec  # nothing dropped, nothing retyped
+    pod_spec = job_spec["template"]["spec"]
+    assert read_back(pod_spec, "V1PodSpec") == pod_spec
+
+
+def test_a_misspelt_key_would_be_caught():
+    # The check above can fail: the client drops a key its model lacks.
+    pod_spec = make()["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    assert read_back({**pod_spec, "nodeSelectors": {}}, "V1PodSpec") != {**pod_spec, "nodeSelectors": {}}
+
+
+def test_one_child_job_per_slice_one_pod_per_vm_on_a_pool_of_its_own():
+    made = make(slices=3)
+    assert (made["apiVersion"], made["kind"]) == ("jobset.x-k8s.io/v1alpha2", "JobSet")
+    assert made["metadata"]["annotations"] == {
+        "alpha.jobset.sigs.k8s.io/exclusive-topology": "cloud.google.com/gke-nodepool"
+    }
+    assert made["spec"]["failurePolicy"] == {"maxRestarts": 5}
+    (replicated,) = made["spec"]["replicatedJobs"]
+    assert replicated["replicas"] == 3
+    job = replicated["template"]["spec"]
+    assert job["parallelism"] == job["completions"] == 4 and job["backoffLimit"] == 0
+    assert job["completionMode"] == "Indexed"  # what GKE's webhook needs to inject TPU_WORKER_ID
+    pod = job["template"]["spec"]
+    assert pod["restartPolicy"] == "Never" and pod["serviceAccountName"] == "multislice-run"
+    assert pod["nodeSelector"] == {
+        "cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice",
+        "cloud.google.com/gke-tpu-topology": "4x4",
+    }
+    (container,) = pod["containers"]
+    assert container["resources"]["limits"] == container["resources"]["requests"] == {"google.com/tpu": "4"}
+
+
+def env_of(made: dict[str, Any]) -> dict[str, Any]:
+    (container,) = made["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"]
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
+
+
+def test_several_slices_find_each_other_through_megascale_variables():
+    env = env_of(make(slices=2))
+    assert env["XLA_FLAGS"] == "--xla_dump_to=/tmp/d"
+    assert env["MEGASCALE_NUM_SLICES"] == "2"
+    assert env["MEGASCALE_SLICE_ID"] == {"fieldRef": {"fieldPath": "metadata.labels['jobset.sigs.k8s.io/job-index']"}}
+    # Job 0's Pod 0 in the JobSet's subdomain: <jobset>-<replicatedJob>-<jobIndex>-<podIndex>.<jobset>.
+    assert env["MEGASCALE_COORDINATOR_ADDRESS"] == coordinator_host("run") == "run-slice-0-0.run"
+
+
+def test_one_slice_sets_no_megascale_variable():
+    assert not [name for name in env_of(make(slices=1)) if name.startswith("MEGASCALE_")]
+
+
+@pytest.mark.parametrize("name", sorted(GKE_INJECTED_ENV) + ["MEGASCALE_SLICE_ID"])
+def test_a_workload_env_that_hides_what_gke_or_the_pod_sets_is_refused_naming_the_key(name):
+    with pytest.raises(ValueError, match=rf"^multislice:workload\.env\.{name}: "):
+        make(env={name: "1"})
+
+
+def test_other_names_pass():
+    refuse_injected({"XLA_FLAGS": "x", "TPU_STDERR_LOG_LEVEL": "0"})
+
+
+def test_bad_counts_are_refused():
+    with pytest.raises(ValueError, match="slices must be ≥ 1"):
+        make(slices=0)

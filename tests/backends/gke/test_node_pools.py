@@ -1,0 +1,157 @@
+"""The gke backend's node pool per slice (infra.backends.gke.node_pools): its shape for every
+multi-host accelerator type the catalog lists, the refusals of what GKE cannot give as a Multislice
+node pool, and its ``node_config`` per capacity mode, checked against pulumi-gcp's own input types."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pulumi_gcp.container import _inputs as container_inputs
+
+from infra.accelerators import accelerator_types, parse_accelerator_type
+from infra.accelerators.generation import topology_chips
+from infra.backends.gke.node_pools import (
+    GKE_TPUS,
+    NodePoolError,
+    node_config,
+    node_selector,
+    placement_policy,
+    slice_node_pool,
+)
+
+GKE_TYPES = [name for name in accelerator_types() if parse_accelerator_type(name).generation.name in GKE_TPUS]
+MULTI_HOST = [name for name in GKE_TYPES if parse_accelerator_type(name).hosts > 1]
+SINGLE_HOST = [name for name in GKE_TYPES if parse_accelerator_type(name).hosts == 1]
+
+
+def test_the_catalog_has_types_of_both_kinds():
+    assert len(MULTI_HOST) > 10 and len(SINGLE_HOST) >= 5, (MULTI_HOST, SINGLE_HOST)
+
+
+@pytest.mark.parametrize("name", MULTI_HOST)
+def test_each_multi_host_slice_is_one_pool_of_its_vms(name):
+    accelerator = parse_accelerator_type(name)
+    shape = slice_node_pool(accelerator)
+    # The machine type's name ends in its chips per VM ("…-4t"); every chip of the slice is in a node.
+    assert shape.machine_type.endswith(f"-{shape.chips_per_node}t")
+    assert shape.node_count * shape.chips_per_node == accelerator.chips
+    assert topology_chips(shape.topology) == accelerator.chips
+    assert node_selector(shape) == {
+        "cloud.google.com/gke-tpu-accelerator": shape.accelerator,
+        "cloud.google.com/gke-tpu-topology": shape.topology,
+    }
+
+
+def test_the_documented_pools():
+    # docs/gke.md section 2: v5p-16 is 2 VMs of ct5p-hightpu-4t in 2x2x2; v6e-16 is 4 VMs of
+    # ct6e-standard-4t in 4x4 (Google's v5p and v6e tables).
+    v5p = slice_node_pool(parse_accelerator_type("v5p-16"))
+    assert (v5p.machine_type, v5p.accelerator, v5p.topology, v5p.node_count) == (
+        "ct5p-hightpu-4t",
+        "tpu-v5p-slice",
+        "2x2x2",
+        2,
+    )
+    assert placement_policy(v5p) == {"type": "COMPACT", "tpu_topology": "2x2x2"}
+    v6e = slice_node_pool(parse_accelerator_type("v6e-16"))
+    assert (v6e.machine_type, v6e.accelerator, v6e.topology, v6e.node_count) == (
+        "ct6e-standard-4t",
+        "tpu-v6e-slice",
+        "4x4",
+        4,
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "smallest"),
+    # Google's Multislice-on-GKE page names these two single-host pools as unusable; the next
+    # multi-host sizes are from Google's v4 and v5e tables (v4-16: 2 VMs; v5litepod-16: 4 VMs).
+    [("v4-8", "v4-16"), ("v5litepod-4", "v5litepod-16"), ("v5p-8", "v5p-16"), ("v6e-8", "v6e-16")],
+)
+def test_a_single_vm_slice_is_refused_naming_the_key_and_the_smallest_multi_host_type(name, smallest):
+    with pytest.raises(NodePoolError) as raised:
+        slice_node_pool(parse_accelerator_type(name))
+    message = str(raised.value)
+    assert message.startswith(f"multislice:acceleratorType: {name} is one VM per slice")
+    assert f"the smallest multi-host {parse_accelerator_type(name).generation.name} slice is {smallest}" in message
+
+
+def test_every_single_host_type_is_refused():
+    for name in SINGLE_HOST:
+        with pytest.raises(NodePoolError, match="multi-host slice node pools only"):
+            slice_node_pool(parse_accelerator_type(name))
+
+
+def test_tpu7x_pools_need_a_workload_policy_which_is_refused_rather_than_guessed():
+    name = next(n for n in MULTI_HOST if n.startswith("tpu7x-"))
+    shape = slice_node_pool(parse_accelerator_type(name))
+    assert shape.workload_policy and shape.machine_type == "tpu7x-standard-4t"
+    with pytest.raises(NodePoolError, match=r"workload policy.*question 3.*compute-engine backend"):
+        placement_policy(shape)
+
+
+def _keys(typed_dict: Any) -> set[str]:
+    """The keys a pulumi-gcp args TypedDict takes; asserts its required ones are in ``given``."""
+    return set(typed_dict.__required_keys__ | typed_dict.__optional_keys__)
+
+
+def _fits(given: dict[str, Any], typed_dict: Any) -> bool:
+    """Whether ``given`` holds only keys of ``typed_dict`` and every key it requires."""
+    return set(typed_dict.__required_keys__) <= set(given) <= _keys(typed_dict)
+
+
+SHAPE = slice_node_pool(parse_accelerator_type("v5p-16"))
+
+
+@pytest.mark.parametrize(
+    ("capacity", "reservation", "duration", "expected"),
+    [
+        ("spot", None, None, {"spot": True}),
+        ("on-demand", None, None, {}),
+        (
+            "reserved",
+            "res-a",
+            None,
+            {
+                "reservation_affinity": {
+                    "consume_reservation_type": "SPECIFIC_RESERVATION",
+                    "key": "compute.googleapis.com/reservation-name",
+                    "values": ["res-a"],
+                }
+            },
+        ),
+        ("reserved", None, None, {"reservation_affinity": {"consume_reservation_type": "ANY_RESERVATION"}}),
+        ("flex-start", None, 86400, {"flex_start": True, "max_run_duration": "86400s"}),
+    ],
+)
+def test_each_capacity_mode_is_its_node_config(capacity, reservation, duration, expected):
+    config = node_config(
+        SHAPE,
+        capacity,
+        service_account="sa@p.iam.gserviceaccount.com",
+        reservation=reservation,
+        max_run_duration_s=duration,
+        labels={"stack": "dev"},
+    )
+    capacity_keys = {"spot", "flex_start", "reservation_affinity", "max_run_duration", "preemptible"}
+    assert {k: v for k, v in config.items() if k in capacity_keys} == expected
+    assert config["machine_type"] == "ct5p-hightpu-4t"
+    assert config["workload_metadata_config"] == {"mode": "GKE_METADATA"}  # Workload Identity's metadata server
+    assert config["resource_labels"] == {"stack": "dev"}
+    # Every key is one pulumi-gcp's NodePool takes, at each level.
+    assert _fits(config, container_inputs.NodePoolNodeConfigArgsDict)
+    assert _fits(config["workload_metadata_config"], container_inputs.NodePoolNodeConfigWorkloadMetadataConfigArgsDict)
+    if "reservation_affinity" in config:
+        assert _fits(config["reservation_affinity"], container_inputs.NodePoolNodeConfigReservationAffinityArgsDict)
+
+
+def test_the_placement_policy_is_one_pulumi_gcp_takes():
+    assert _fits(placement_policy(SHAPE), container_inputs.NodePoolPlacementPolicyArgsDict)
+
+
+def test_flex_start_without_a_run_duration_and_an_unknown_capacity_are_refused():
+    with pytest.raises(NodePoolError, match="flex-start needs a run duration"):
+        node_config(SHAPE, "flex-start", service_account="sa")
+    with pytest.raises(NodePoolError, match=r"multislice:capacity: 'preemptible' is not one of"):
+        node_config(SHAPE, "preemptible", service_account="sa")
