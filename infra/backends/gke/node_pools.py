@@ -27,9 +27,12 @@ Facts (docs/gke.md sections 2 and 3, each with its source there):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from infra.accelerators import AcceleratorType
+
+if TYPE_CHECKING:  # the type checker holds the dicts below to pulumi-gcp's own input types
+    from pulumi_gcp.container._inputs import NodePoolNodeConfigArgsDict, NodePoolPlacementPolicyArgsDict
 
 #: Per generation: the multi-host machine type (4 chips a VM) and the node label value GKE gives
 #: its nodes (``cloud.google.com/gke-tpu-accelerator``); docs/gke.md section 2's table.
@@ -117,7 +120,7 @@ def slice_node_pool(accelerator: AcceleratorType) -> NodePoolShape:
     )
 
 
-def placement_policy(shape: NodePoolShape) -> dict[str, str]:
+def placement_policy(shape: NodePoolShape) -> NodePoolPlacementPolicyArgsDict:
     """The pool's ``placement_policy`` (pulumi-gcp ``NodePoolPlacementPolicyArgsDict``):
     ``COMPACT`` with the slice's topology.
 
@@ -143,7 +146,7 @@ def node_config(
     reservation: str | None = None,
     max_run_duration_s: int | None = None,
     labels: dict[str, str] | None = None,
-) -> dict[str, Any]:
+) -> NodePoolNodeConfigArgsDict:
     """The pool's ``node_config`` (pulumi-gcp ``NodePoolNodeConfigArgsDict``) for ``capacity``.
 
     Args:
@@ -157,7 +160,7 @@ def node_config(
     Raises:
       NodePoolError: an unknown capacity, or flex-start without a run duration.
     """
-    config: dict[str, Any] = {
+    config: NodePoolNodeConfigArgsDict = {
         "machine_type": shape.machine_type,
         "service_account": service_account,
         "oauth_scopes": ["https://www.googleapis.com/auth/cloud-platform"],

@@ -53,7 +53,7 @@ def test_the_documented_pools():
         "2x2x2",
         2,
     )
-    assert placement_policy(v5p) == {"type": "COMPACT", "tpu_topology": "2x2x2"}
+    assert dict(placement_policy(v5p)) == {"type": "COMPACT", "tpu_topology": "2x2x2"}
     v6e = slice_node_pool(parse_accelerator_type("v6e-16"))
     assert (v6e.machine_type, v6e.accelerator, v6e.topology, v6e.node_count) == (
         "ct6e-standard-4t",
@@ -126,13 +126,15 @@ SHAPE = slice_node_pool(parse_accelerator_type("v5p-16"))
     ],
 )
 def test_each_capacity_mode_is_its_node_config(capacity, reservation, duration, expected):
-    config = node_config(
-        SHAPE,
-        capacity,
-        service_account="sa@p.iam.gserviceaccount.com",
-        reservation=reservation,
-        max_run_duration_s=duration,
-        labels={"stack": "dev"},
+    config: dict[str, Any] = dict(
+        node_config(
+            SHAPE,
+            capacity,
+            service_account="sa@p.iam.gserviceaccount.com",
+            reservation=reservation,
+            max_run_duration_s=duration,
+            labels={"stack": "dev"},
+        )
     )
     capacity_keys = {"spot", "flex_start", "reservation_affinity", "max_run_duration", "preemptible"}
     assert {k: v for k, v in config.items() if k in capacity_keys} == expected
@@ -147,7 +149,7 @@ def test_each_capacity_mode_is_its_node_config(capacity, reservation, duration, 
 
 
 def test_the_placement_policy_is_one_pulumi_gcp_takes():
-    assert _fits(placement_policy(SHAPE), container_inputs.NodePoolPlacementPolicyArgsDict)
+    assert _fits(dict(placement_policy(SHAPE)), container_inputs.NodePoolPlacementPolicyArgsDict)
 
 
 def test_flex_start_without_a_run_duration_and_an_unknown_capacity_are_refused():
