@@ -19,14 +19,13 @@ Multislice's limits (https://cloud.google.com/tpu/docs/multislice-introduction),
 value's size (:data:`infra.startup.script.METADATA_VALUE_LIMIT_BYTES`), the release grants
 (:mod:`infra.policy.release_grants`) and Spot preemption (https://cloud.google.com/tpu/docs/spot).
 
-The compute-engine backend's resources are held to the queued resource's node rules: its
-instance template (``gcp:compute/instanceTemplate:InstanceTemplate``) is what every VM of every
-slice is created from, so its network interfaces (an ``accessConfigs`` entry is an external IP:
-pulumi-gcp's ``InstanceTemplateNetworkInterfaceArgs.access_configs``, "Access configurations,
-i.e. IPs via which this instance can be accessed via the Internet"), service account, startup
-script, labels and Spot scheduling are checked as the queued resource's are; its managed
-instance groups carry the mark of a change of backend (``backend-change``,
-:mod:`infra.backends.change`).
+The compute-engine backend's resources are held to the queued resource's node rules: its instance template
+(``gcp:compute/instanceTemplate:InstanceTemplate``) is what every VM of every slice is created from, so its network
+interfaces (an ``accessConfigs`` entry is an external IP: pulumi-gcp's
+``InstanceTemplateNetworkInterfaceArgs.access_configs``, "Access configurations, i.e. IPs via which this instance can
+be accessed via the Internet"), service account, startup script, labels and Spot scheduling are checked as the queued
+resource's are; its managed instance groups carry the mark of a change of backend (``backend-change``,
+:mod:`infra.backends.change`). The gke backend's rules: :mod:`infra.policy.gke`.
 """
 
 from __future__ import annotations
@@ -48,6 +47,7 @@ from infra.components.network import IAP_SSH_RANGE, SSH_PORT
 from infra.naming import RUNS_PREFIX
 from infra.policy import release_grants
 from infra.policy.advisory import backend_change, prod_capacity, required_labels
+from infra.policy.gke import GKE_POLICIES
 from infra.policy.release_contents import asset_files, embedded_release, stack_content
 from infra.policy.resource_types import (
     BUCKET_OBJECT_TYPE,
@@ -446,4 +446,5 @@ POLICIES = [
         backend_change,
         ADVISORY,
     ),
+    *GKE_POLICIES,
 ]

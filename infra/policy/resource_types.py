@@ -16,6 +16,9 @@ BUCKET_TYPE = "gcp:storage/bucket:Bucket"
 BUCKET_OBJECT_TYPE = "gcp:storage/bucketObject:BucketObject"
 #: pulumi-gcp's single TPU VM, held to the same node rules as the queued resource's nodes.
 TPU_VM_TYPE = "gcp:tpu/v2Vm:V2Vm"
+#: The gke backend's cluster and its slices' node pools (infra/backends/gke/).
+GKE_CLUSTER_TYPE = "gcp:container/cluster:Cluster"
+GKE_NODE_POOL_TYPE = "gcp:container/nodePool:NodePool"
 #: pulumi-gcp's own (single-slice) queued resource.
 GCP_QUEUED_RESOURCE_TYPE = "gcp:tpu/v2QueuedResource:V2QueuedResource"
 

@@ -52,6 +52,9 @@ def test_policy_levels_and_names():
         "data-source-exists",
         "vm-cannot-write-release",
         "multislice-program",
+        "gke-private-nodes",
+        "gke-workload-identity",
+        "gke-node-service-account",
     }
     assert advisory == {"required-labels", "prod-capacity", "backend-change"}
 
