@@ -28,6 +28,8 @@ LOWEST = 20000
 ATTEMPTS = 50
 
 _random = random.SystemRandom()
+#: What binding ``::`` fails with on a machine without IPv6 (then IPv4's wildcard is asked).
+_NO_IPV6 = (errno.EAFNOSUPPORT, errno.EADDRNOTAVAIL)
 
 
 def ephemeral_low() -> int:
@@ -61,10 +63,7 @@ def _wildcard_free(port: int) -> bool:
                 sock.bind((host, port))
             return True
         except OSError as err:
-            if family == socket.AF_INET6 and err.errno in (
-                errno.EAFNOSUPPORT,
-                errno.EADDRNOTAVAIL,
-            ):  # no IPv6: ask IPv4
+            if family == socket.AF_INET6 and err.errno in _NO_IPV6:
                 continue
             return False
     return False
