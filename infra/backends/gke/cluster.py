@@ -29,6 +29,7 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
+from infra.durations import Duration
 from training.validation import StrictModel
 
 #: gcloud 528's rule for a cluster name (module docstring).
@@ -36,6 +37,9 @@ CLUSTER_NAME = re.compile(r"^[a-z](?:[a-z0-9-]{0,38}[a-z0-9])?$")
 #: A Kubernetes namespace or service account name: an RFC 1123 DNS label (Kubernetes' "Object
 #: Names and IDs": at most 63 lowercase alphanumerics or '-', starting and ending alphanumeric).
 DNS_LABEL = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$")
+#: The longest a node may run, seconds: "up to seven days" (GKE's flex-start provisioning mode page;
+#: docs/gke.md section 3).
+MAX_RUN_DURATION_S = 7 * 24 * 3600
 #: The annotation that binds a Kubernetes service account to a Google one.
 GSA_ANNOTATION = "iam.gke.io/gcp-service-account"
 WORKLOAD_IDENTITY_ROLE = "roles/iam.workloadIdentityUser"
@@ -56,6 +60,11 @@ class GkeSettings(StrictModel):
         description="The existing cluster's zone or region (default: the stack's zone).",
     )
     namespace: str = Field(default="default", description="The Kubernetes namespace of the run's JobSet.")
+    max_run_duration: Duration | None = Field(
+        default=None,
+        alias="maxRunDuration",
+        description="How long each node may run (≤ 7d; default: GKE's, seven days for flex-start).",
+    )
     control_plane_cidr: str | None = Field(
         default=None,
         alias="controlPlaneCidr",
@@ -79,6 +88,15 @@ class GkeSettings(StrictModel):
             raise ValueError(
                 f"{value!r} is not a Kubernetes namespace name: at most 63 lowercase letters, digits or '-', "
                 "starting and ending with a letter or digit"
+            )
+        return value
+
+    @field_validator("max_run_duration")
+    @classmethod
+    def _run_duration(cls, value: int | None) -> int | None:
+        if value is not None and value > MAX_RUN_DURATION_S:
+            raise ValueError(
+                f"{value}s is longer than 7d ({MAX_RUN_DURATION_S} s): GKE's flex-start nodes run seven days at most"
             )
         return value
 

@@ -19,9 +19,10 @@ Facts (docs/gke.md sections 2 and 3, each with its source there):
   chips divided by the machine type's).
 * Capacity ([Google] gcloud 528's flags and pulumi-gcp 10.2's ``NodePoolNodeConfig``): ``spot`` →
   ``spot``; ``reserved`` → ``reservation_affinity`` (SPECIFIC_RESERVATION by name, else
-  ANY_RESERVATION); ``flex-start`` → ``flex_start`` with ``max_run_duration``; ``on-demand`` → none
-  of them. Every pool runs the GKE metadata server (``workload_metadata_config.mode`` GKE_METADATA),
-  which Workload Identity needs ([Google] gcloud's ``--workload-metadata``).
+  ANY_RESERVATION); ``flex-start`` → ``flex_start`` (its nodes run at most ``max_run_duration``, seven
+  days by default: GKE's flex-start page); ``on-demand`` → none of them. Every pool runs the GKE
+  metadata server (``workload_metadata_config.mode`` GKE_METADATA), which Workload Identity needs
+  ([Google] gcloud's ``--workload-metadata``).
 """
 
 from __future__ import annotations
@@ -154,11 +155,11 @@ def node_config(
       capacity: one of :data:`CAPACITIES` (``multislice:capacity``).
       service_account: the nodes' Google service account (a pulumi Input of its email).
       reservation: the reservation to consume (``reserved``; None: any matching reservation).
-      max_run_duration_s: seconds each node may run (required with ``flex-start``).
+      max_run_duration_s: seconds each node may run (None: GKE's default, seven days for flex-start).
       labels: the stack's labels, on the nodes' VMs.
 
     Raises:
-      NodePoolError: an unknown capacity, or flex-start without a run duration.
+      NodePoolError: an unknown capacity.
     """
     config: NodePoolNodeConfigArgsDict = {
         "machine_type": shape.machine_type,
@@ -175,9 +176,7 @@ def node_config(
             if reservation
             else {"consume_reservation_type": "ANY_RESERVATION"}
         )
-    elif capacity == "flex-start":
-        if max_run_duration_s is None:
-            raise NodePoolError("multislice:capacity flex-start needs a run duration for the nodes (≤ 7 days)")
+    elif capacity == "flex-start":  # its nodes run at most maxRunDuration, seven days by default
         config["flex_start"] = True
     elif capacity != "on-demand":
         raise NodePoolError(f"multislice:capacity: {capacity!r} is not one of {', '.join(CAPACITIES)}")

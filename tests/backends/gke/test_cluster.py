@@ -45,6 +45,9 @@ def test_namespace_and_control_plane_range_are_checked():
     ):
         with pytest.raises(ValidationError, match=why):
             GkeSettings(controlPlaneCidr=cidr)
+    assert GkeSettings(maxRunDuration="3d").max_run_duration == 3 * 86400
+    with pytest.raises(ValidationError, match="longer than 7d"):
+        GkeSettings(maxRunDuration="8d")
     with pytest.raises(ValidationError, match="Extra inputs are not permitted"):
         GkeSettings.model_validate({"clusterName": "dev"})
 

@@ -152,8 +152,8 @@ def test_the_placement_policy_is_one_pulumi_gcp_takes():
     assert _fits(dict(placement_policy(SHAPE)), container_inputs.NodePoolPlacementPolicyArgsDict)
 
 
-def test_flex_start_without_a_run_duration_and_an_unknown_capacity_are_refused():
-    with pytest.raises(NodePoolError, match="flex-start needs a run duration"):
-        node_config(SHAPE, "flex-start", service_account="sa")
+def test_flex_start_without_a_run_duration_takes_gke_s_and_an_unknown_capacity_is_refused():
+    config = dict(node_config(SHAPE, "flex-start", service_account="sa"))
+    assert config["flex_start"] is True and "max_run_duration" not in config  # GKE's default: seven days
     with pytest.raises(NodePoolError, match=r"multislice:capacity: 'preemptible' is not one of"):
         node_config(SHAPE, "preemptible", service_account="sa")

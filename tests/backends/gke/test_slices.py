@@ -114,7 +114,7 @@ def test_one_slice_is_one_pool():
             {"settings": GkeSettings(cluster="shared-tpu", clusterLocation="europe-west4")},
             "multislice:gke.clusterLocation: the cluster is in region europe-west4",
         ),
-        ({"capacity": "flex-start"}, "flex-start needs a run duration"),
+        ({"capacity": "preemptible"}, "multislice:capacity: 'preemptible' is not one of"),
         ({"pool_names": ()}, "multislice:slices: a gke stack needs at least one slice"),
     ],
 )
