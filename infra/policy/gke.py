@@ -22,7 +22,7 @@ from typing import Any
 
 from pulumi_policy import EnforcementLevel, ResourceValidationArgs, ResourceValidationPolicy
 
-from infra.policy.resource_types import DEFAULT_COMPUTE_SA_SUFFIX, GKE_CLUSTER_TYPE, GKE_NODE_POOL_TYPE, Report
+from infra.policy.resource_types import GKE_CLUSTER_TYPE, GKE_NODE_POOL_TYPE, Report, account_problem
 
 
 def _map(value: Any) -> Mapping[str, Any]:
@@ -58,14 +58,9 @@ def _workload_identity(args: ResourceValidationArgs, report: Report) -> None:
 def _node_service_account(args: ResourceValidationArgs, report: Report) -> None:
     if args.resource_type != GKE_NODE_POOL_TYPE:
         return
-    email = _map(args.props.get("nodeConfig")).get("serviceAccount")
-    if not email:
-        report(
-            f"GKE node pool {args.name!r} names no service account: its nodes would run as the Compute "
-            "Engine default service account"
-        )
-    elif str(email).endswith(DEFAULT_COMPUTE_SA_SUFFIX):
-        report(f"GKE node pool {args.name!r} runs as the Compute Engine default service account {email}")
+    problem = account_problem(_map(args.props.get("nodeConfig")).get("serviceAccount"))
+    if problem:
+        report(f"GKE node pool {args.name!r} {problem}")
 
 
 def _policy(name: str, description: str, validate: Any) -> ResourceValidationPolicy:

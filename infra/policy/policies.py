@@ -63,6 +63,7 @@ from infra.policy.resource_types import (
     TPU_PROGRAM_TYPES,
     TPU_VM_TYPE,
     Report,
+    account_problem,
 )
 from infra.policy.secret_patterns import find_secrets, find_secrets_in_files
 from infra.startup.contract import COMPILATION_CACHE_FOLDER, RELEASE_PREFIX, STARTUP_SCRIPT_KEY
@@ -180,17 +181,9 @@ def _service_account_email(node: Mapping[str, Any]) -> Any:
 
 def _tpu_dedicated_service_account(args: ResourceValidationArgs, report: Report) -> None:
     for node in _tpu_nodes(args):
-        email = _service_account_email(node)
-        if not email:
-            report(
-                f"TPU resource {args.name!r} names no service account: its VMs would run as the "
-                "Compute Engine default service account"
-            )
-        elif str(email).endswith(DEFAULT_COMPUTE_SA_SUFFIX):
-            report(
-                f"TPU resource {args.name!r} runs as the Compute Engine default service account "
-                f"{email}; use a dedicated, least-privilege one"
-            )
+        problem = account_problem(_service_account_email(node))
+        if problem:
+            report(f"TPU resource {args.name!r} {problem}")
 
 
 def _parallelism(args: ResourceValidationArgs) -> Mapping[str, Any]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 QUEUED_RESOURCE_TYPE = "pulumi-python:dynamic/tpu:QueuedResource"
 #: The compute-engine backend's instance template and its managed instance groups (infra/backends/compute_engine/).
@@ -33,3 +33,14 @@ class Report(Protocol):
     positional argument, where its documentation and its callbacks make it optional)."""
 
     def __call__(self, message: str, urn: str | None = None, /) -> None: ...
+
+
+def account_problem(email: Any) -> str | None:
+    """What is wrong with the service account VMs run as (``email``, as a resource names it): none
+    named, or the Compute Engine default one (its Editor role); None for a dedicated one. The text
+    follows the resource's name in a violation."""
+    if not email:
+        return "names no service account: its VMs would run as the Compute Engine default service account"
+    if str(email).endswith(DEFAULT_COMPUTE_SA_SUFFIX):
+        return f"runs as the Compute Engine default service account {email}; use a dedicated, least-privilege one"
+    return None

@@ -4,40 +4,21 @@ mocks: they pass as declared, and each rule fails when its input is changed."""
 from __future__ import annotations
 
 import copy
-import dataclasses
 
 import pytest
 
-from infra.accelerators import parse_accelerator_type
-from infra.backends.gke.cluster import GkeSettings
-from infra.backends.gke.node_pools import slice_node_pool
-from infra.backends.gke.slices import GkeInputs, GkeSlices
+from infra.backends.gke.slices import GkeSlices
 from infra.policy.resource_types import GKE_CLUSTER_TYPE, GKE_NODE_POOL_TYPE
 from infra.review.program_mocks import declare
+from tests.helpers.gke import gke_inputs
 from tests.helpers.policies import BY_NAME, violations
 
 GKE = ("gke-private-nodes", "gke-workload-identity", "gke-node-service-account")
-EMAIL = "multislice-dev@acme-ml-dev.iam.gserviceaccount.com"
 
 
 @pytest.fixture(scope="module")
 def declared() -> dict[str, dict]:
-    inputs = GkeInputs(
-        stack="dev",
-        project="acme-ml-dev",
-        zone="us-east5-a",
-        cluster_name="multislice-dev",
-        pool_names=("multislice-dev-0",),
-        shape=slice_node_pool(parse_accelerator_type("v5p-16")),
-        capacity="spot",
-        settings=GkeSettings(),
-        network="net",
-        subnetwork="subnet",
-        service_account_email=EMAIL,
-        service_account_id=f"projects/acme-ml-dev/serviceAccounts/{EMAIL}",
-        kubernetes_service_account="multislice-dev",
-    )
-    world = declare(lambda: GkeSlices("slices", dataclasses.replace(inputs)))
+    world = declare(lambda: GkeSlices("slices", gke_inputs(slices=1)))
     return {
         GKE_CLUSTER_TYPE: world.one(GKE_CLUSTER_TYPE).inputs,
         GKE_NODE_POOL_TYPE: world.one(GKE_NODE_POOL_TYPE).inputs,

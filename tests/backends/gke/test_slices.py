@@ -4,41 +4,22 @@ binding, and every refusal before the first resource exists."""
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import pytest
 
-from infra.accelerators import parse_accelerator_type
 from infra.backends.gke.cluster import GkeSettings
-from infra.backends.gke.node_pools import slice_node_pool
 from infra.backends.gke.slices import GkeInputs, GkeSlices
 from infra.review.program_mocks import World, declare
+from tests.helpers.gke import EMAIL, gke_inputs
 
 CLUSTER = "gcp:container/cluster:Cluster"
 POOL = "gcp:container/nodePool:NodePool"
 BINDING = "gcp:serviceaccount/iAMMember:IAMMember"
-EMAIL = "multislice-dev@acme-ml-dev.iam.gserviceaccount.com"
 
 
 def inputs(slices: int = 2, accelerator: str = "v5p-16", **changes: Any) -> GkeInputs:
-    made = GkeInputs(
-        stack="dev",
-        project="acme-ml-dev",
-        zone="us-east5-a",
-        cluster_name="multislice-dev",
-        pool_names=tuple(f"multislice-dev-{i}" for i in range(slices)),
-        shape=slice_node_pool(parse_accelerator_type(accelerator)),
-        capacity="spot",
-        settings=GkeSettings(),
-        network="projects/acme-ml-dev/global/networks/multislice-dev",
-        subnetwork="projects/acme-ml-dev/regions/us-east5/subnetworks/multislice-dev",
-        service_account_email=EMAIL,
-        service_account_id=f"projects/acme-ml-dev/serviceAccounts/{EMAIL}",
-        kubernetes_service_account="multislice-dev",
-        labels={"multislice-stack": "dev"},
-    )
-    return dataclasses.replace(made, **changes)
+    return gke_inputs(slices, accelerator, **changes)
 
 
 def build(made: GkeInputs) -> World:
