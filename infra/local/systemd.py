@@ -25,11 +25,13 @@ VM has nothing left to do and this process exits — 0, or the script's failing 
 failed unit's exit status (1 if it ended by a signal or hit the start limit). The emulator
 (``infra.local.emulator``) reads that as the VM's result. A compute-engine VM's release watch,
 which runs as long as a real VM does, is no work of its own (it is stopped then), except while
-the trainer has stopped to wait for it (``trainer.sh``'s status 76: a newer release is recorded).
+the trainer has stopped to wait for it (``trainer.sh``'s status 76: a newer release is recorded)
+or while a boot holds the boot lock (the watch booting a new release).
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import secrets
 import signal
@@ -42,7 +44,13 @@ from pathlib import Path
 
 from infra.local import lifeline
 from infra.local.service_manager import DEFAULT_TIMEOUT_STOP_S, POLL_S, JobFailed, Manager, Service, session_pids
-from infra.startup.contract import RELEASE_SUPERSEDED_STATUS, RELEASE_WATCH_UNIT, SYSTEMD_DIR_ENV
+from infra.startup.contract import (
+    BOOT_LOCK_FILE,
+    HOME_ENV,
+    RELEASE_SUPERSEDED_STATUS,
+    RELEASE_WATCH_UNIT,
+    SYSTEMD_DIR_ENV,
+)
 
 UNIT_DIR_ENV = SYSTEMD_DIR_ENV
 ADDRESS_ENV = "MULTISLICE_SYSTEMD_ADDRESS"
@@ -182,7 +190,7 @@ def boot(script: Path, unit_dir: Path, runtime_dir: Path) -> int:
                         else f"Main process exited, status={script_status}"
                     )
                 )
-            if script_status is not None and not _has_work(manager):
+            if script_status is not None and not _has_work(manager) and not _booting(env.get(HOME_ENV)):
                 if RELEASE_WATCH_UNIT in manager.services:
                     manager.stop(RELEASE_WATCH_UNIT)
                 return _result(manager, script_status)
@@ -215,6 +223,26 @@ def _has_work(manager: Manager) -> bool:
         for s in others
     )
     return waiting and watch is not None and watch.state in busy
+
+
+def _booting(home: str | None) -> bool:
+    """Whether a boot runs on the VM's disk: it holds the boot lock (:data:`BOOT_LOCK_FILE`) from
+    start to end. A release watch's boot stops the trainer and starts it again with the new
+    release (``reset-failed``, then ``restart``): between the two no unit runs, and without this
+    the VM would look idle and power off in the middle of its boot."""
+    if not home:
+        return False
+    try:
+        fd = os.open(Path(home) / BOOT_LOCK_FILE, os.O_RDONLY)
+    except OSError:
+        return False  # no boot has run
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # closing releases a lock this took
+    return False
 
 
 def _result(manager: Manager, script_status: int) -> int:

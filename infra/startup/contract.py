@@ -146,6 +146,9 @@ GROUP_WAIT_ENV = "MULTISLICE_GROUP_WAIT_S"
 LOGGING_ENDPOINT_ENV = "MULTISLICE_LOGGING_ENDPOINT"
 #: The VM's state directory (releases, virtualenvs, boot lock).
 HOME_ENV = "MULTISLICE_HOME"
+#: The file in it a boot holds an exclusive ``flock`` on from start to end (startup.sh.in, and
+#: release_watch.sh around the boot of a new release).
+BOOT_LOCK_FILE = ".boot.lock"
 #: A Python that already has the trainer's dependencies: no virtualenv is built.
 PYTHON_ENV = "MULTISLICE_PYTHON"
 #: Where ``boot.sh`` writes the trainer's unit file.

@@ -136,7 +136,9 @@ class ProviderProcess:
         else:  # no record to write: end it as the engine ends a plugin it is done with
             self._proc.kill()
         try:
-            self._proc.wait(timeout=30)
+            # Generous: on SIGINT the audited process stops its gRPC server and writes its record,
+            # which took over 30 s under load (two spinning processes beside the suite).
+            self._proc.wait(timeout=120)
         finally:
             if self._proc.poll() is None:
                 self._proc.kill()

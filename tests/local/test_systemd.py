@@ -20,6 +20,7 @@ from infra.local.service_manager import JobFailed, Manager, session_pids
 from infra.local.systemd import systemctl
 from infra.local.units import UnitError, parse_service, parse_statuses, parse_timespan
 from infra.local.vm import EmulatedVM
+from infra.startup.contract import BOOT_LOCK_FILE, RELEASE_WATCH_UNIT, TRAINER_UNIT
 
 UNIT = "test.service"
 
@@ -260,3 +261,48 @@ def test_power_loss_reaches_every_process_of_the_vm(tmp_path):
             group.kill()
         assert session_pids(group.pgid) == [] and not group.alive()
         assert all(gone(pid) for pid in pids)
+
+
+#: A VM whose release watch boots a new release: the trainer has stopped for it (status 76), and
+#: the watch's boot, holding the boot lock as release_watch.sh does, resets the failed trainer, takes
+#: a while (a slow machine), then starts it again with the new unit.
+WATCH_BOOTING_SCRIPT = f"""#!/bin/bash
+set -euo pipefail
+mkdir -p "$MULTISLICE_SYSTEMD_DIR"
+printf '[Service]\\nExecStart=/bin/bash -c "exit 76"\\n' >"$MULTISLICE_SYSTEMD_DIR/{TRAINER_UNIT}"
+cat >"$MULTISLICE_HOME/watch.sh" <<'WATCH'
+until systemctl show -p ExecMainStatus --value {TRAINER_UNIT} | grep -qx 76; do sleep 0.1; done
+exec 9>"$MULTISLICE_HOME/{BOOT_LOCK_FILE}"
+flock 9
+systemctl reset-failed {TRAINER_UNIT}
+sleep 3
+units=$MULTISLICE_SYSTEMD_DIR
+printf '[Service]\\nExecStart=/bin/sh -c "echo trainer of the new release; exec sleep 600"\\n' >"$units/{TRAINER_UNIT}"
+systemctl daemon-reload
+systemctl restart {TRAINER_UNIT}
+exec 9>&-
+exec sleep 600
+WATCH
+units=$MULTISLICE_SYSTEMD_DIR
+printf '[Service]\\nExecStart=/bin/bash %s\\n' "$MULTISLICE_HOME/watch.sh" >"$units/{RELEASE_WATCH_UNIT}"
+systemctl daemon-reload
+systemctl start {TRAINER_UNIT} {RELEASE_WATCH_UNIT}
+"""
+
+
+def test_a_vm_whose_release_watch_is_booting_does_not_power_off(tmp_path):
+    """Between the boot's reset-failed and its restart no unit runs; the held boot lock keeps the
+    VM up (infra.local.systemd._booting), and the new trainer starts."""
+    with MetadataServer({"startup-script": WATCH_BOOTING_SCRIPT}) as metadata:
+        vm = EmulatedVM(0, 0, "node-0", tmp_path / "disk", tmp_path / "console.log", metadata)
+        (tmp_path / "disk").mkdir()
+        group = vm.boot({"PATH": os.environ["PATH"]})
+        try:
+            deadline = time.monotonic() + 60
+            while "trainer of the new release" not in vm.log_path.read_text():
+                assert group.poll() is None, f"the VM powered off mid-boot:\n{vm.log_path.read_text()}"
+                assert time.monotonic() < deadline, vm.log_path.read_text()
+                time.sleep(0.05)
+            assert group.poll() is None  # the new trainer runs: the VM stays up
+        finally:
+            group.kill()
