@@ -1,6 +1,7 @@
-"""The gke backend's cluster and the Pods' identity: ``multislice:gke`` (:class:`GkeSettings`), the
-args of a new cluster (:func:`cluster_args`), and the Workload Identity binding that lets the
-Pods' Kubernetes service account act as the stack's Google service account.
+"""The gke backend's cluster and the Pods' identity: ``multislice:gke`` (:class:`GkeSettings`; a
+stack key once the backend is registered, not before), the args of a new cluster
+(:func:`cluster_args`), and the Workload Identity binding that lets the Pods' Kubernetes service
+account act as the stack's Google service account.
 
 Facts ([Google] unless marked; docs/gke.md sections 1 and 7):
 
