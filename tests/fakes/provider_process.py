@@ -167,14 +167,21 @@ def _serve_under_audit(report: Path) -> None:
             raise OSError(f"network access refused in the provider process: {event} {args!r}")
 
     def write_report() -> None:
-        imported.update(m for m in sys.modules if m.startswith(CLIENT_MODULES))
-        report.write_text(json.dumps({"network": network, "client_modules": sorted(imported)}))
+        # One C-level copy of each (list() holds the GIL): the server's threads may be importing,
+        # or recording, while this runs, and iterating a live dict or set would raise.
+        modules, seen = list(sys.modules), list(imported)
+        found = sorted({*seen, *(m for m in modules if m.startswith(CLIENT_MODULES))})
+        report.write_text(json.dumps({"network": list(network), "client_modules": found}))
 
     def stop_now(_signum, _frame) -> None:
         # The record is all a test needs: write it and leave without the gRPC server's shutdown
-        # and thread joins, which once took over 30 s on a loaded machine.
-        write_report()
-        os._exit(0)
+        # and thread joins, which once took over 30 s on a loaded machine. Leave whatever
+        # happens: an exception raised here would end the main thread and leave the process
+        # waiting for the server's threads (a test then waited 120 s for it, under load).
+        try:
+            write_report()
+        finally:
+            os._exit(0)
 
     sys.addaudithook(hook)
     atexit.register(write_report)

@@ -128,3 +128,13 @@ def test_the_provider_started_as_the_pulumi_cli_starts_it_answers(active, props,
         assert process.plugin_info()
         assert process.check(inputs, dict(props)) == []
         process.stop()
+
+
+def test_the_watched_process_ends_on_sigint_even_when_its_record_cannot_be_written():
+    import signal
+
+    with provider_process() as process:
+        assert process.plugin_info()
+        process._report.mkdir()  # writing the record now fails (IsADirectoryError)
+        process._proc.send_signal(signal.SIGINT)
+        assert process._proc.wait(timeout=60) == 0  # it left anyway (os._exit in the handler's finally)
