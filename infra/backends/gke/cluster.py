@@ -30,6 +30,7 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
+from infra.config.environment import check_subnet_range
 from infra.durations import Duration
 from training.validation import StrictModel
 
@@ -110,7 +111,11 @@ class GkeSettings(StrictModel):
             network = ipaddress.IPv4Network(value)
         except ValueError as err:
             raise ValueError(f"{value!r} is not an IPv4 CIDR range: {err}") from None
-        if network.prefixlen != 28 or not network.is_private:
+        try:
+            check_subnet_range(value)  # the ranges Google Cloud accepts in a VPC, private ones only
+        except ValueError as err:
+            raise ValueError(f"{value!r} must be a private /28 (gcloud's --master-ipv4-cidr): {err}") from None
+        if network.prefixlen != 28:
             raise ValueError(f"{value!r} must be a private /28 (gcloud's --master-ipv4-cidr)")
         return value
 
