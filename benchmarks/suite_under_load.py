@@ -1,7 +1,7 @@
 """The README's test command, run again and again with CPU-bound processes beside it.
 
     python3 benchmarks/suite_under_load.py [--runs 3] [--busy 2] [--repeat-tests NODEID ...]
-        [--repeat 20] [--log-dir DIR]
+        [--repeat 20] [--together] [--log-dir DIR]
 
 A suite that passes only on an idle machine fails for newcomers and for CI, whose 2 cores are
 often shared. This starts ``--busy`` processes that spin (``python3 -c 'while True: pass'``: two
@@ -9,7 +9,9 @@ keep a 2-core machine's load at 2 before the tests add their own), then runs the
 command (``.venv-uv/bin/uv run --frozen pytest``, from the repository) ``--runs`` times in a row,
 stopping at the first failure, and prints one line per run: its exit status, pytest's summary
 line, its wall time and the load average over it. With ``--repeat-tests``, it runs the given tests
-(pytest node ids) ``--repeat`` times in a row each instead, under the same load. Every run's
+(pytest node ids) ``--repeat`` times in a row each instead, under the same load; with
+``--together``, each of the ``--repeat`` runs is one pytest command of all of them (the README's
+``-n 3`` runs them side by side, which loads the machine as the suite does). Every run's
 output is kept in ``--log-dir`` (default: a new temporary directory). Exit 0 when every run
 passed.
 
@@ -56,19 +58,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--busy", type=int, default=2, help="CPU-bound processes beside it (default 2).")
     parser.add_argument("--repeat-tests", nargs="+", default=[], metavar="NODEID", help="Run these tests instead.")
     parser.add_argument("--repeat", type=int, default=20, help="Runs of each --repeat-tests test (default 20).")
+    parser.add_argument("--together", action="store_true", help="Each repeat runs every --repeat-tests test at once.")
     parser.add_argument("--log-dir", type=Path, default=None)
     args = parser.parse_args(argv)
     log_dir = args.log_dir or Path(tempfile.mkdtemp(prefix="suite-under-load-"))
     log_dir.mkdir(parents=True, exist_ok=True)
-    jobs = (
-        [(f"{i + 1}/{args.runs} suite", TEST_COMMAND) for i in range(args.runs)]
-        if not args.repeat_tests
-        else [
+    if not args.repeat_tests:
+        jobs = [(f"{i + 1}/{args.runs} suite", TEST_COMMAND) for i in range(args.runs)]
+    elif args.together:
+        named = f"{len(args.repeat_tests)} tests"
+        jobs = [(f"{i + 1}/{args.repeat} {named}", [*TEST_COMMAND, *args.repeat_tests]) for i in range(args.repeat)]
+    else:
+        jobs = [
             (f"{i + 1}/{args.repeat} {test}", [*TEST_COMMAND, test])
             for test in args.repeat_tests
             for i in range(args.repeat)
         ]
-    )
     spinners = [subprocess.Popen(SPIN) for _ in range(args.busy)]
     print(f"{args.busy} CPU-bound process(es) beside each run on {os.cpu_count()} cores; logs in {log_dir}")
     failed = 0
