@@ -83,6 +83,14 @@ class World:
         return found[0]
 
 
+GKE_CLUSTER_TYPE = "gcp:container/cluster:Cluster"
+
+
+def gke_dns_endpoint(cluster: str, location: str) -> str:
+    """The DNS-based endpoint the mocks answer for a GKE cluster (GKE's form: ``gke-HASH.LOCATION.gke.goog``)."""
+    return f"gke-{unique_id(cluster)[:12]}.{location}.gke.goog"
+
+
 class Mocks(pulumi.runtime.Mocks):
     """Cloud-like outputs: ids/paths, service account emails, and a ready QR.
 
@@ -148,6 +156,12 @@ class Mocks(pulumi.runtime.Mocks):
         elif typ == WORKLOAD_POLICY_TYPE:
             id_ = f"projects/{project}/regions/{inputs['region']}/resourcePolicies/{args.name}"
             outs["selfLink"] = id_
+        elif typ == GKE_CLUSTER_TYPE:  # GKE answers the DNS-based endpoint it made (gke-HASH.LOCATION.gke.goog)
+            id_ = f"projects/{project}/locations/{inputs['location']}/clusters/{inputs['name']}"
+            dns = dict((inputs.get("controlPlaneEndpointsConfig") or {}).get("dnsEndpointConfig") or {})
+            if dns:
+                dns["endpoint"] = gke_dns_endpoint(inputs["name"], inputs["location"])
+                outs["controlPlaneEndpointsConfig"] = {"dnsEndpointConfig": dns}
         elif typ == GROUP_TYPE:
             id_ = f"projects/{project}/zones/{inputs['zone']}/instanceGroupManagers/{inputs['name']}"
             outs["selfLink"] = id_
@@ -165,6 +179,9 @@ class Mocks(pulumi.runtime.Mocks):
                 "project": args.args.get("project"),
             }
             return answer | ({"network": self.subnet_network} if self.subnet_network else {}), []
+        if args.token == "gcp:container/getCluster:getCluster":  # an existing cluster, with a DNS-based endpoint
+            endpoint = gke_dns_endpoint(str(args.args.get("name")), str(args.args.get("location")))
+            return {"controlPlaneEndpointsConfigs": [{"dnsEndpointConfigs": [{"endpoint": endpoint}]}]}, []
         return {}, []  # (no check failures: pulumi's MockMonitor iterates them, though typed Optional)
 
 
@@ -176,7 +193,8 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
     def RegisterResource(self, request):
         response = super().RegisterResource(request)
         if request.type != "pulumi:pulumi:Stack":
-            inputs = rpc.deserialize_properties(request.object) if request.custom else {}
+            # A remote component (a provider's own component, e.g. kubernetes:yaml/v2:ConfigFile) has inputs too.
+            inputs = rpc.deserialize_properties(request.object) if request.custom or request.remote else {}
             self.world.registrations.append(
                 Registration(
                     typ=request.type,

@@ -45,6 +45,9 @@ MAX_RUN_DURATION_S = 7 * 24 * 3600
 #: The annotation that binds a Kubernetes service account to a Google one.
 GSA_ANNOTATION = "iam.gke.io/gcp-service-account"
 WORKLOAD_IDENTITY_ROLE = "roles/iam.workloadIdentityUser"
+#: The JobSet release a stack installs by default: [Google] GKE's dynamic-slicing page asks for
+#: v0.10.1 or later for Multislice, and [third-party] xpk pins it (docs/gke.md section 5).
+JOBSET_VERSION = "v0.10.1"
 
 
 class GkeSettings(StrictModel):
@@ -71,6 +74,18 @@ class GkeSettings(StrictModel):
         default=None,
         alias="controlPlaneCidr",
         description="A /28 for a new cluster's control plane (gcloud's --master-ipv4-cidr); default: none sent.",
+    )
+
+    install_jobset: bool = Field(
+        default=True,
+        alias="installJobSet",
+        description="Install the JobSet controller (jobSetVersion's release manifests); false if the cluster runs one.",
+    )
+    jobset_version: str = Field(
+        default=JOBSET_VERSION,
+        alias="jobSetVersion",
+        pattern=r"^v[0-9]+\.[0-9]+\.[0-9]+$",
+        description=f"The JobSet release installed (default {JOBSET_VERSION}: GKE's Multislice minimum, xpk's pin).",
     )
 
     @field_validator("cluster")

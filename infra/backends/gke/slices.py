@@ -5,8 +5,9 @@ A new zonal cluster (:func:`~infra.backends.gke.cluster.cluster_args`), or the e
 (:mod:`~infra.backends.gke.node_pools`); and the Workload Identity binding through which the Pods'
 Kubernetes service account acts as the stack's Google service account
 (:mod:`~infra.backends.gke.cluster`). Everything a stack's inputs can get wrong is refused by
-:func:`check` before the first resource is registered. The workload (the JobSet) is not declared
-here yet (docs/gke.md, section 0).
+:func:`check` before the first resource is registered. The workload (the JobSet and what it needs)
+is :class:`~infra.backends.gke.workload.GkeWorkload`, which reaches the cluster at the
+``dns_endpoint`` this component answers.
 """
 
 from __future__ import annotations
@@ -96,7 +97,9 @@ def _node_config(inputs: GkeInputs) -> NodePoolNodeConfigArgsDict:
 class GkeSlices(pulumi.ComponentResource):
     """The cluster (new or existing), one node pool per slice, and the Pods' identity binding.
 
-    Outputs: ``cluster_name`` and ``cluster_location`` (where the pools are), ``pool_names``.
+    Outputs: ``cluster_name`` and ``cluster_location`` (where the pools are), ``pool_names``, and
+    ``dns_endpoint`` (the control plane's DNS-based endpoint, a host name, for
+    :class:`~infra.backends.gke.workload.GkeWorkload`; "" where the cluster has none).
 
     Raises:
       ValueError: what :func:`check` refuses, before any resource is registered.
@@ -127,8 +130,11 @@ class GkeSlices(pulumi.ComponentResource):
             depends.append(cluster)
             cluster_name: pulumi.Input[str] = cluster.name
             location = inputs.zone
+            endpoint = cluster.control_plane_endpoints_config.apply(_dns_endpoint)
         else:
             cluster_name, location = settings.cluster, settings.cluster_location or inputs.zone
+            found = container.get_cluster_output(name=cluster_name, location=location, project=inputs.project)
+            endpoint = found.control_plane_endpoints_configs.apply(_looked_up_dns_endpoint)
         pools = [
             container.NodePool(
                 pool,
@@ -155,10 +161,27 @@ class GkeSlices(pulumi.ComponentResource):
         self.cluster_name = pulumi.Output.from_input(cluster_name)
         self.cluster_location = pulumi.Output.from_input(location)
         self.pool_names = pulumi.Output.all(*[pool.name for pool in pools])
+        self.dns_endpoint: pulumi.Output[str] = endpoint
         self.register_outputs(
             {
                 "cluster_name": self.cluster_name,
                 "cluster_location": self.cluster_location,
                 "pool_names": self.pool_names,
+                "dns_endpoint": self.dns_endpoint,
             }
         )
+
+
+def _dns_endpoint(config: Any) -> str:
+    """A new cluster's DNS-based endpoint ("" until GKE answers one)."""
+    dns = getattr(config, "dns_endpoint_config", None) if config is not None else None
+    return (getattr(dns, "endpoint", None) or "") if dns is not None else ""
+
+
+def _looked_up_dns_endpoint(configs: Any) -> str:
+    """An existing cluster's DNS-based endpoint, from ``getCluster``'s lists ("" when it has none)."""
+    for config in configs or []:
+        for dns in getattr(config, "dns_endpoint_configs", None) or []:
+            if getattr(dns, "endpoint", None):
+                return dns.endpoint
+    return ""

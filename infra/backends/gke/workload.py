@@ -1,0 +1,199 @@
+"""The gke backend's Kubernetes objects: :class:`GkeWorkload`, the run's JobSet and what it needs.
+
+In the cluster of :class:`~infra.backends.gke.slices.GkeSlices`, through a Kubernetes provider
+that reaches the control plane's DNS-based endpoint (the only one an operator outside the VPC can
+reach: a new cluster's IP endpoint is private, :func:`~infra.backends.gke.cluster.cluster_args`):
+
+* the namespace ``multislice:gke.namespace`` (unless ``default``, which every cluster has);
+* the Pods' Kubernetes service account, annotated with the stack's Google service account, which
+  the Workload Identity binding of :class:`~infra.backends.gke.slices.GkeSlices` lets it act as
+  ([Google] "Authenticate to Google Cloud APIs from GKE workloads": the annotation
+  ``iam.gke.io/gcp-service-account``);
+* the JobSet controller, the documented way: the release's ``manifests.yaml``, applied server-side
+  (docs/gke.md section 5; ``multislice:gke.installJobSet: false`` when the cluster already runs it);
+* the JobSet of :func:`~infra.backends.gke.jobset.jobset`. Its ``spec.replicatedJobs`` is immutable
+  (docs/gke.md section 5, "Updates"), so any change of its spec replaces it, the old one deleted
+  first (same name): every Pod of the run restarts, and the trainer resumes from the newest
+  checkpoint.
+
+**Reaching the cluster** ([Google] gcloud 528's ``googlecloudsdk/api_lib/container/kubeconfig.py``
+and ``util.py``, what ``gcloud container clusters get-credentials --dns-endpoint`` writes):
+server ``https://`` + the DNS endpoint, no certificate authority data (the endpoint presents a
+publicly trusted certificate), and credentials from the exec plugin ``gke-gcloud-auth-plugin``
+(``client.authentication.k8s.io/v1beta1``, ``provideClusterInfo: true``); the context is named
+``gke_<project>_<location>_<cluster>`` as gcloud names it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+import yaml
+
+from infra.backends.gke.cluster import GSA_ANNOTATION, GkeSettings
+
+#: The exec credential plugin gcloud's kubeconfig names, and its install hint (gcloud 528).
+AUTH_PLUGIN = "gke-gcloud-auth-plugin"
+AUTH_PLUGIN_API = "client.authentication.k8s.io/v1beta1"
+AUTH_PLUGIN_HINT = (
+    "Install gke-gcloud-auth-plugin for use with kubectl by following "
+    "https://cloud.google.com/kubernetes-engine/docs/how-to/cluster-access-for-kubectl#install_plugin"
+)
+#: The JobSet controller's release manifests (docs/gke.md section 5, "Install").
+MANIFESTS_URL = "https://github.com/kubernetes-sigs/jobset/releases/download/{version}/manifests.yaml"
+
+
+def context_name(project: str, location: str, cluster: str) -> str:
+    """gcloud's kubeconfig context name for a cluster (``util.py``'s ``KUBECONTEXT_FORMAT``)."""
+    return f"gke_{project}_{location}_{cluster}"
+
+
+def kubeconfig(*, project: str, location: str, cluster: str, dns_endpoint: str) -> str:
+    """The kubeconfig (YAML) that reaches ``cluster``'s control plane at its DNS-based endpoint
+    ``dns_endpoint`` (a host name) with ``gke-gcloud-auth-plugin``'s credentials.
+
+    Raises:
+      ValueError: ``dns_endpoint`` is empty or not a bare host name (a cluster without a DNS-based
+        endpoint answers none).
+    """
+    if not dns_endpoint or "/" in dns_endpoint or ":" in dns_endpoint:
+        raise ValueError(
+            f"cluster {cluster!r} answered no DNS-based endpoint ({dns_endpoint!r}): the stack reaches the control "
+            "plane only there; enable it (gcloud container clusters update --enable-dns-access)"
+        )
+    name = context_name(project, location, cluster)
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": name, "cluster": {"server": f"https://{dns_endpoint}"}}],
+        "users": [
+            {
+                "name": name,
+                "user": {
+                    "exec": {
+                        "apiVersion": AUTH_PLUGIN_API,
+                        "command": AUTH_PLUGIN,
+                        "installHint": AUTH_PLUGIN_HINT,
+                        "provideClusterInfo": True,
+                    }
+                },
+            }
+        ],
+        "contexts": [{"name": name, "context": {"cluster": name, "user": name}}],
+        "current-context": name,
+    }
+    return yaml.safe_dump(config, sort_keys=False)
+
+
+def manifests_url(version: str) -> str:
+    """The release asset the JobSet controller is installed from."""
+    return MANIFESTS_URL.format(version=version)
+
+
+@dataclass(frozen=True)
+class WorkloadInputs:
+    """What the workload's Kubernetes objects are made from.
+
+    Attributes:
+      project: ``gcp:project``.
+      cluster_name, location: the cluster (a ``pulumi.Input`` for a new one) and its zone or region.
+      dns_endpoint: its control plane's DNS-based endpoint (a host name; ``pulumi.Input``).
+      settings: ``multislice:gke``.
+      kubernetes_service_account: the Pods' Kubernetes service account.
+      google_service_account_email: the stack's Google service account (``pulumi.Input``).
+      jobset: the JobSet (:func:`~infra.backends.gke.jobset.jobset`), whose namespace and service
+        account must be the two above.
+    """
+
+    project: str
+    cluster_name: Any
+    location: str
+    dns_endpoint: Any
+    settings: GkeSettings
+    kubernetes_service_account: str
+    google_service_account_email: Any
+    jobset: dict[str, Any]
+
+
+def check(inputs: WorkloadInputs) -> None:
+    """Refuse a JobSet that would not run where its namespace and service account are made.
+
+    Raises:
+      ValueError: the JobSet's namespace or Pods' service account differs from the inputs'.
+    """
+    namespace = inputs.jobset["metadata"]["namespace"]
+    if namespace != inputs.settings.namespace:
+        raise ValueError(f"the JobSet's namespace {namespace!r} is not multislice:gke.namespace")
+    for replicated in inputs.jobset["spec"]["replicatedJobs"]:
+        account = replicated["template"]["spec"]["template"]["spec"]["serviceAccountName"]
+        if account != inputs.kubernetes_service_account:
+            raise ValueError(f"the Pods run as {account!r}, not {inputs.kubernetes_service_account!r}")
+
+
+class GkeWorkload(pulumi.ComponentResource):
+    """The provider for the cluster, the namespace, the Pods' service account, the JobSet
+    controller and the JobSet (see the module docstring).
+
+    Outputs: ``jobset_name``, ``namespace``.
+
+    Raises:
+      ValueError: what :func:`check` refuses, before any resource is registered.
+    """
+
+    def __init__(self, name: str, inputs: WorkloadInputs, opts: pulumi.ResourceOptions | None = None) -> None:
+        check(inputs)
+        super().__init__("multislice:gke:Workload", name, None, opts)
+        import pulumi_kubernetes as k8s
+
+        settings = inputs.settings
+        config = pulumi.Output.all(inputs.cluster_name, inputs.dns_endpoint).apply(
+            lambda values: kubeconfig(
+                project=inputs.project, location=inputs.location, cluster=values[0], dns_endpoint=values[1]
+            )
+        )
+        provider = k8s.Provider(
+            "cluster",
+            kubeconfig=pulumi.Output.secret(config),
+            enable_server_side_apply=True,
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        in_cluster = pulumi.ResourceOptions(parent=self, provider=provider)
+        before_pods: list[pulumi.Resource] = []
+        if settings.namespace != "default":
+            before_pods.append(
+                k8s.core.v1.Namespace("namespace", metadata={"name": settings.namespace}, opts=in_cluster)
+            )
+        before_pods.append(
+            k8s.core.v1.ServiceAccount(
+                "pods",
+                metadata={
+                    "name": inputs.kubernetes_service_account,
+                    "namespace": settings.namespace,
+                    "annotations": {GSA_ANNOTATION: inputs.google_service_account_email},
+                },
+                opts=pulumi.ResourceOptions.merge(in_cluster, pulumi.ResourceOptions(depends_on=list(before_pods))),
+            )
+        )
+        if settings.install_jobset:
+            before_pods.append(
+                k8s.yaml.v2.ConfigFile(
+                    "jobset-controller", file=manifests_url(settings.jobset_version), opts=in_cluster
+                )
+            )
+        spec = inputs.jobset
+        run = k8s.apiextensions.CustomResource(
+            "jobset",
+            api_version=spec["apiVersion"],
+            kind=spec["kind"],
+            metadata=spec["metadata"],
+            spec=spec["spec"],
+            opts=pulumi.ResourceOptions.merge(
+                in_cluster,
+                pulumi.ResourceOptions(depends_on=before_pods, replace_on_changes=["spec"], delete_before_replace=True),
+            ),
+        )
+        self.jobset_name = pulumi.Output.from_input(spec["metadata"]["name"])
+        self.namespace = pulumi.Output.from_input(settings.namespace)
+        self.register_outputs({"jobset_name": self.jobset_name, "namespace": self.namespace, "run": run.id})
