@@ -85,20 +85,6 @@ def test_the_kubeconfig_is_the_one_gcloud_writes_for_a_dns_endpoint():
     }
 
 
-def test_the_kubeconfig_matches_gcloud_s_own_source():
-    # The installed gcloud's module, read as text (not imported): its exec entry's keys and values.
-    from pathlib import Path
-
-    source = Path("/usr/lib/google-cloud-sdk/lib/googlecloudsdk/api_lib/container/kubeconfig.py")
-    if not source.exists():
-        pytest.skip("no Google Cloud SDK at /usr/lib/google-cloud-sdk: the check reads gcloud's own source")
-    text = source.read_text()
-    assert f"'apiVersion': '{workload.AUTH_PLUGIN_API}'" in text and "'provideClusterInfo': True" in text
-    assert f"bin_name = '{workload.AUTH_PLUGIN}'" in text
-    hint = workload.AUTH_PLUGIN_HINT.removeprefix("Install gke-gcloud-auth-plugin for use with kubectl by following ")
-    assert hint in text
-
-
 @pytest.mark.parametrize("endpoint", ["", "https://gke-x.gke.goog", "10.0.0.2:443"])
 def test_a_cluster_without_a_dns_endpoint_is_named(endpoint):
     with pytest.raises(ValueError, match="no DNS-based endpoint.*--enable-dns-access"):
