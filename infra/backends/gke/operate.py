@@ -64,13 +64,15 @@ def credentials_command(*, project: str, location: str, cluster: str) -> list[st
     ]
 
 
+def kubectl(context: str, namespace: str, *args: str) -> list[str]:
+    """kubectl with ``args`` in ``namespace`` of the cluster of kubeconfig context ``context``."""
+    return ["kubectl", "--context", context, "--namespace", namespace, *args]
+
+
 def pods_command(*, context: str, namespace: str, jobset: str) -> list[str]:
     """kubectl's listing of the run's Pods, as JSON."""
-    return [
-        "kubectl",
-        "--context",
+    return kubectl(
         context,
-        "--namespace",
         namespace,
         "get",
         "pods",
@@ -78,7 +80,7 @@ def pods_command(*, context: str, namespace: str, jobset: str) -> list[str]:
         f"{JOBSET_NAME_LABEL}={jobset}",
         "--output",
         "json",
-    ]
+    )
 
 
 def exec_command(*, context: str, namespace: str, pod: str, command: Sequence[str]) -> list[str]:
@@ -89,38 +91,13 @@ def exec_command(*, context: str, namespace: str, pod: str, command: Sequence[st
     """
     if not command:
         raise ValueError("exec needs a command to run in the Pod")
-    return [
-        "kubectl",
-        "--context",
-        context,
-        "--namespace",
-        namespace,
-        "exec",
-        pod,
-        "--container",
-        CONTAINER,
-        "--",
-        *command,
-    ]
+    return kubectl(context, namespace, "exec", pod, "--container", CONTAINER, "--", *command)
 
 
 def suspend_command(*, context: str, namespace: str, jobset: str, suspend: bool) -> list[str]:
     """kubectl's patch of the JobSet's ``spec.suspend``."""
     patch = json.dumps({"spec": {"suspend": suspend}}, separators=(",", ":"))
-    return [
-        "kubectl",
-        "--context",
-        context,
-        "--namespace",
-        namespace,
-        "patch",
-        "jobset",
-        jobset,
-        "--type",
-        "merge",
-        "--patch",
-        patch,
-    ]
+    return kubectl(context, namespace, "patch", "jobset", jobset, "--type", "merge", "--patch", patch)
 
 
 def log_filter(*, cluster: str, namespace: str, jobset: str) -> str:
