@@ -12,7 +12,12 @@ engine has them).
   ``GKE_METADATA``), without which Pods read the nodes' own credentials (gcloud's
   ``--workload-metadata``; docs/gke.md section 7);
 * ``gke-node-service-account``: every node pool names a service account, never the Compute
-  Engine default one (its Editor role: the TPU VMs' rule, ``tpu-dedicated-service-account``).
+  Engine default one (its Editor role: the TPU VMs' rule, ``tpu-dedicated-service-account``);
+* ``gke-pod-service-account``: the Pods act as a dedicated Google service account too: every Pod
+  template of a JobSet names its Kubernetes service account, never a namespace's ``default`` (which
+  no stack binds), and a Kubernetes service account's ``iam.gke.io/gcp-service-account`` annotation
+  (the Google service account it acts as through Workload Identity) is never the Compute Engine
+  default one.
 """
 
 from __future__ import annotations
@@ -22,7 +27,15 @@ from typing import Any
 
 from pulumi_policy import EnforcementLevel, ResourceValidationArgs, ResourceValidationPolicy
 
-from infra.policy.resource_types import GKE_CLUSTER_TYPE, GKE_NODE_POOL_TYPE, Report, account_problem
+from infra.backends.gke.cluster import GSA_ANNOTATION
+from infra.policy.resource_types import (
+    GKE_CLUSTER_TYPE,
+    GKE_NODE_POOL_TYPE,
+    JOBSET_TYPE,
+    K8S_SERVICE_ACCOUNT_TYPE,
+    Report,
+    account_problem,
+)
 
 
 def _map(value: Any) -> Mapping[str, Any]:
@@ -63,6 +76,25 @@ def _node_service_account(args: ResourceValidationArgs, report: Report) -> None:
         report(f"GKE node pool {args.name!r} {problem}")
 
 
+def _pod_service_account(args: ResourceValidationArgs, report: Report) -> None:
+    if args.resource_type == K8S_SERVICE_ACCOUNT_TYPE:
+        annotations = _map(_map(args.props.get("metadata")).get("annotations"))
+        if GSA_ANNOTATION in annotations:
+            problem = account_problem(annotations[GSA_ANNOTATION])
+            if problem:
+                report(f"Kubernetes service account {args.name!r} ({GSA_ANNOTATION}) {problem}")
+    elif args.resource_type == JOBSET_TYPE:
+        for job in _map(args.props.get("spec")).get("replicatedJobs") or []:
+            pod = _map(_map(_map(_map(_map(job).get("template")).get("spec")).get("template")).get("spec"))
+            account = pod.get("serviceAccountName")
+            if not account or account == "default":
+                report(
+                    f"JobSet {args.name!r}: replicated job {_map(job).get('name')!r} runs its Pods as "
+                    f"{account or 'the default'!r} Kubernetes service account; name the stack's, bound to its "
+                    "Google service account"
+                )
+
+
 def _policy(name: str, description: str, validate: Any) -> ResourceValidationPolicy:
     return ResourceValidationPolicy(
         name=name, description=description, validate=validate, enforcement_level=EnforcementLevel.MANDATORY
@@ -80,5 +112,10 @@ GKE_POLICIES = [
         "gke-node-service-account",
         "GKE node pools run as a dedicated service account, never the default compute one.",
         _node_service_account,
+    ),
+    _policy(
+        "gke-pod-service-account",
+        "JobSet Pods run as a named Kubernetes service account bound to a dedicated Google one.",
+        _pod_service_account,
     ),
 ]

@@ -19,6 +19,9 @@ TPU_VM_TYPE = "gcp:tpu/v2Vm:V2Vm"
 #: The gke backend's cluster and its slices' node pools (infra/backends/gke/).
 GKE_CLUSTER_TYPE = "gcp:container/cluster:Cluster"
 GKE_NODE_POOL_TYPE = "gcp:container/nodePool:NodePool"
+#: The gke backend's Kubernetes objects (pulumi-kubernetes' type tokens).
+K8S_SERVICE_ACCOUNT_TYPE = "kubernetes:core/v1:ServiceAccount"
+JOBSET_TYPE = "kubernetes:jobset.x-k8s.io/v1alpha2:JobSet"
 #: pulumi-gcp's own (single-slice) queued resource.
 GCP_QUEUED_RESOURCE_TYPE = "gcp:tpu/v2QueuedResource:V2QueuedResource"
 

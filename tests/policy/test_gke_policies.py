@@ -1,5 +1,5 @@
-"""The gke backend's policies (infra.policy.gke) on the resources GkeSlices declares under Pulumi's
-mocks: they pass as declared, and each rule fails when its input is changed."""
+"""The gke backend's policies (infra.policy.gke) on the resources GkeSlices and GkeWorkload declare
+under Pulumi's mocks: they pass as declared, and each rule fails when its input is changed."""
 
 from __future__ import annotations
 
@@ -7,21 +7,51 @@ import copy
 
 import pytest
 
+from infra.backends.gke.cluster import GkeSettings
+from infra.backends.gke.jobset import jobset
 from infra.backends.gke.slices import GkeSlices
-from infra.policy.resource_types import GKE_CLUSTER_TYPE, GKE_NODE_POOL_TYPE
+from infra.backends.gke.workload import GkeWorkload, WorkloadInputs
+from infra.policy.resource_types import GKE_CLUSTER_TYPE, GKE_NODE_POOL_TYPE, JOBSET_TYPE, K8S_SERVICE_ACCOUNT_TYPE
 from infra.review.program_mocks import declare
-from tests.helpers.gke import gke_inputs
+from tests.helpers.gke import EMAIL, gke_inputs
 from tests.helpers.policies import BY_NAME, violations
 
-GKE = ("gke-private-nodes", "gke-workload-identity", "gke-node-service-account")
+GKE = ("gke-private-nodes", "gke-workload-identity", "gke-node-service-account", "gke-pod-service-account")
+
+
+def _both() -> None:
+    slices = gke_inputs(slices=1)
+    GkeSlices("slices", slices)
+    spec = jobset(
+        name="dev",
+        namespace="default",
+        shape=slices.shape,
+        slices=1,
+        image="python:3.11-slim",
+        command=["python", "-m", "training"],
+        env={},
+        service_account=slices.kubernetes_service_account,
+        max_restarts=3,
+    )
+    inputs = WorkloadInputs(
+        project=slices.project,
+        cluster_name=slices.cluster_name,
+        location=slices.zone,
+        dns_endpoint="gke-x.us-east5-a.gke.goog",
+        settings=GkeSettings(),
+        kubernetes_service_account=slices.kubernetes_service_account,
+        google_service_account_email=EMAIL,
+        jobset=spec,
+    )
+    GkeWorkload("workload", inputs)
 
 
 @pytest.fixture(scope="module")
 def declared() -> dict[str, dict]:
-    world = declare(lambda: GkeSlices("slices", gke_inputs(slices=1)))
+    world = declare(_both)
     return {
-        GKE_CLUSTER_TYPE: world.one(GKE_CLUSTER_TYPE).inputs,
-        GKE_NODE_POOL_TYPE: world.one(GKE_NODE_POOL_TYPE).inputs,
+        typ: world.one(typ).inputs
+        for typ in (GKE_CLUSTER_TYPE, GKE_NODE_POOL_TYPE, K8S_SERVICE_ACCOUNT_TYPE, JOBSET_TYPE)
     }
 
 
@@ -75,3 +105,21 @@ def test_the_default_compute_service_account_is_refused(declared):
     pool["nodeConfig"]["serviceAccount"] = "123456789-compute@developer.gserviceaccount.com"
     (found,) = violations("gke-node-service-account", GKE_NODE_POOL_TYPE, pool)
     assert "Compute Engine default service account 123456789-compute@" in found
+
+
+def test_the_pods_default_kubernetes_service_account_is_refused(declared):
+    run = copy.deepcopy(declared[JOBSET_TYPE])
+    pod = run["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    pod["serviceAccountName"] = "default"
+    (found,) = violations("gke-pod-service-account", JOBSET_TYPE, run)
+    assert "replicated job 'slice' runs its Pods as 'default'" in found
+    del pod["serviceAccountName"]
+    (found,) = violations("gke-pod-service-account", JOBSET_TYPE, run)
+    assert "as 'the default' Kubernetes service account" in found
+
+
+def test_a_kubernetes_service_account_bound_to_the_default_compute_account_is_refused(declared):
+    account = copy.deepcopy(declared[K8S_SERVICE_ACCOUNT_TYPE])
+    account["metadata"]["annotations"]["iam.gke.io/gcp-service-account"] = "42-compute@developer.gserviceaccount.com"
+    (found,) = violations("gke-pod-service-account", K8S_SERVICE_ACCOUNT_TYPE, account)
+    assert "(iam.gke.io/gcp-service-account) runs as the Compute Engine default service account 42-compute@" in found

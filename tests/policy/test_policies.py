@@ -55,6 +55,7 @@ def test_policy_levels_and_names():
         "gke-private-nodes",
         "gke-workload-identity",
         "gke-node-service-account",
+        "gke-pod-service-account",
     }
     assert advisory == {"required-labels", "prod-capacity", "backend-change"}
 
