@@ -35,7 +35,9 @@ def test_a_port_taken_on_any_address_is_not_picked(tmp_path, monkeypatch):
     # still, but not on the wildcard address JAX's coordinator binds. The one left is the pick.
     (tmp_path / "range").write_text(f"{ports.LOWEST + 1000}\t60999\n")
     monkeypatch.setattr(ports, "EPHEMERAL_RANGE_FILE", tmp_path / "range")
-    monkeypatch.setattr(ports, "ATTEMPTS", 5000)
+    # Random picks among 1,000 ports with one free: 5,000 tries miss it with probability
+    # 0.999**5000 = e**-5 (0.7 %, and it failed CI once that way); 50,000 with e**-50.
+    monkeypatch.setattr(ports, "ATTEMPTS", 50_000)
     taken = []
     try:
         for port in range(ports.LOWEST, ports.LOWEST + 1000):
