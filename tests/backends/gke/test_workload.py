@@ -16,14 +16,15 @@ from infra.backends.gke.cluster import GkeSettings
 from infra.backends.gke.jobset import jobset
 from infra.backends.gke.slices import GkeSlices
 from infra.backends.gke.workload import GkeWorkload, WorkloadInputs
+from infra.policy.resource_types import JOBSET_TYPE, K8S_SERVICE_ACCOUNT_TYPE
 from infra.review.program_mocks import World, declare, gke_dns_endpoint
 from tests.helpers.gke import EMAIL, gke_inputs
 
 PROVIDER = "pulumi:providers:kubernetes"
 NAMESPACE = "kubernetes:core/v1:Namespace"
-ACCOUNT = "kubernetes:core/v1:ServiceAccount"
+ACCOUNT = K8S_SERVICE_ACCOUNT_TYPE
 CONTROLLER = "kubernetes:yaml/v2:ConfigFile"
-JOBSET = "kubernetes:jobset.x-k8s.io/v1alpha2:JobSet"
+JOBSET = JOBSET_TYPE
 
 
 def the_jobset(namespace: str = "default", account: str = "multislice-dev") -> dict[str, Any]:
