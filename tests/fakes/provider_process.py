@@ -7,8 +7,12 @@ installed first (``python -m tests.fakes.provider_process REPORT``), and plays t
 :meth:`~ProviderProcess.check` and :meth:`~ProviderProcess.diff` send the protobuf requests the
 engine sends. The hook refuses every network operation of Python code (connect, DNS lookup,
 sendto: the Google clients' HTTP and auth stacks), and records it and every import of a Google
-API client or HTTP module; :meth:`~ProviderProcess.stop` ends the process (SIGINT: it writes
-the record and exits at once) and returns that record.
+API client or HTTP module; :meth:`~ProviderProcess.stop` ends the process (it closes the
+process's stdin: a thread waiting for that end of input writes the record and exits at once) and
+returns that record. Not SIGINT: CPython runs a signal's handler in the main thread only, and a
+signal the kernel hands to one of the gRPC server's threads leaves the main thread asleep in
+``Event().wait()`` (a CI run once waited 120 s for it; ``signal.pthread_kill`` to a thread shows
+it); the end of a pipe wakes the one thread reading it, however the threads are scheduled.
 """
 
 from __future__ import annotations
@@ -17,10 +21,10 @@ import asyncio
 import atexit
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +75,7 @@ class ProviderProcess:
         self._proc = process or subprocess.Popen(
             [sys.executable, "-m", "tests.fakes.provider_process", str(self._report)],
             cwd=ROOT,
+            stdin=subprocess.PIPE if process is None else None,
             stdout=subprocess.PIPE,
             env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
         )
@@ -132,12 +137,13 @@ class ProviderProcess:
         for a process started without the audit hook)."""
         self._channel.close()
         if self._audited:
-            self._proc.send_signal(signal.SIGINT)
+            assert self._proc.stdin is not None
+            self._proc.stdin.close()  # the watcher thread writes the record and leaves
         else:  # no record to write: end it as the engine ends a plugin it is done with
             self._proc.kill()
         try:
-            # Generous: on SIGINT the audited process stops its gRPC server and writes its record,
-            # which took over 30 s under load (two spinning processes beside the suite).
+            # Generous: a loaded machine (two spinning processes beside the suite) once took
+            # over 30 s to stop the gRPC server; the audited process now skips that stop.
             self._proc.wait(timeout=120)
         finally:
             if self._proc.poll() is None:
@@ -173,19 +179,20 @@ def _serve_under_audit(report: Path) -> None:
         found = sorted({*seen, *(m for m in modules if m.startswith(CLIENT_MODULES))})
         report.write_text(json.dumps({"network": list(network), "client_modules": found}))
 
-    def stop_now(_signum, _frame) -> None:
-        # The record is all a test needs: write it and leave without the gRPC server's shutdown
-        # and thread joins, which once took over 30 s on a loaded machine. Leave whatever
-        # happens: an exception raised here would end the main thread and leave the process
-        # waiting for the server's threads (a test then waited 120 s for it, under load).
+    def stop_at_end_of_input() -> None:
+        # The record is all a test needs: once stdin ends, write it and leave without the gRPC
+        # server's shutdown and thread joins, which once took over 30 s on a loaded machine.
+        # Leave whatever happens: an exception here would end only this thread.
         try:
+            while os.read(0, 4096):
+                pass
             write_report()
         finally:
             os._exit(0)
 
     sys.addaudithook(hook)
     atexit.register(write_report)
-    signal.signal(signal.SIGINT, stop_now)
+    threading.Thread(target=stop_at_end_of_input, name="stop-at-end-of-input", daemon=True).start()
     import runpy
 
     runpy.run_module("pulumi.dynamic", run_name="__main__", alter_sys=True)
