@@ -33,6 +33,11 @@ STOP_GRACE_S = 5.0
 #: Seconds a target with ``after`` waits at most for the target it follows to print its
 #: ``ready_marker`` (then it starts anyway, with a notice).
 GATE_TIMEOUT_S = 120.0
+#: Longest sleep of the waiting main thread (seconds). CPython runs a signal's handler in the
+#: main thread only, and the kernel may hand a process-directed SIGINT to one of the output
+#: readers' threads: a main thread asleep in an unbounded ``wait()``/``join()`` would then not
+#: see Ctrl-C until every worker ended (they run in their own sessions and never get it).
+WAKE_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -204,9 +209,10 @@ def run_all(
             if waiting:
                 time.sleep(0.02)
         for index in range(len(targets)):
-            outcomes[index].code = procs[index].wait()
+            outcomes[index].code = _wait_awake(procs[index])
         for reader in readers:
-            reader.join()
+            while reader.is_alive():
+                reader.join(WAKE_S)
     except BaseException:
         _stop(list(procs.values()))
         raise
@@ -241,6 +247,15 @@ def _copy(
         if ready is not None:
             ready.set()
     proc.stdout.close()
+
+
+def _wait_awake(proc: subprocess.Popen[bytes]) -> int:
+    """``proc.wait()`` that lets Ctrl-C in within :data:`WAKE_S`: its exit code."""
+    while True:
+        try:
+            return proc.wait(timeout=WAKE_S)
+        except subprocess.TimeoutExpired:
+            continue
 
 
 def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
