@@ -177,7 +177,7 @@ def write_state(
     """
     state = {
         "pid": os.getpid(),
-        "pid_start": supervisor.start_time(os.getpid()),
+        "pid_start": supervisor.start_ticks(os.getpid()),
         "pgid": os.getpgid(0),
         "stack": stack,
         "emulation_id": emulation_id,

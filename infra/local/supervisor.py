@@ -250,16 +250,47 @@ def start_time(pid: int) -> float | None:
         return None
 
 
+#: A recorded start above this many seconds is a wall-clock time (:func:`start_time`, what state
+#: files recorded before :func:`start_ticks`), never seconds since boot (31 years of uptime).
+_EPOCH_START_THRESHOLD = 1e9
+#: How far a wall-clock start may move between two reads (seconds): ``btime`` shifts when the clock is set.
+_WALL_START_SLACK_S = 2.0
+
+
+def start_ticks(pid: int) -> float | None:
+    """When process ``pid`` started, in seconds since boot, or None if there is no such process:
+    its identity with its pid (without procfs: :func:`start_time`). ``starttime``, field 22 of
+    ``/proc/PID/stat``, in clock ticks (``sysconf(_SC_CLK_TCK)``; proc_pid_stat(5)). Not
+    :func:`start_time`: on Linux psutil adds ``btime`` to it, which the kernel recomputes at each
+    read as the wall clock minus the uptime, truncated to seconds, so it moves by a second when NTP
+    slews the clock (psutil issues #1724 and #2526); a live emulator's recorded start once stopped
+    matching it, and `local exec` answered "no local run" mid-run."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except FileNotFoundError:
+        return None if Path("/proc/self/stat").exists() else start_time(pid)  # no procfs: the wall clock's
+    except OSError:
+        return None
+    fields = stat[stat.rindex(b")") + 2 :].split()  # after "pid (comm) ": field 3 (state) onwards
+    return int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22, starttime, in clock ticks
+
+
 def same_process(pid: int, recorded_start: float | None) -> bool:
-    """True if ``pid`` runs (not a zombie) and, when ``recorded_start`` is given, is the
-    process that started then: a pid reused by another process gives False."""
+    """True if ``pid`` runs (not a zombie) and, when ``recorded_start`` (:func:`start_ticks`) is
+    given, is the process that started then: a pid reused by another process gives False. A
+    wall-clock ``recorded_start`` (:func:`start_time`, a state file of an older version) matches
+    within :data:`_WALL_START_SLACK_S`."""
     if pid <= 0:
         return False
     try:
         process = psutil.Process(pid)
         if process.status() == psutil.STATUS_ZOMBIE:
             return False
-        return recorded_start is None or process.create_time() == recorded_start
+        if recorded_start is None:
+            return True
+        if recorded_start > _EPOCH_START_THRESHOLD:
+            return abs(process.create_time() - recorded_start) <= _WALL_START_SLACK_S
+        return start_ticks(pid) == recorded_start
     except psutil.NoSuchProcess:
         return False
     except psutil.AccessDenied:

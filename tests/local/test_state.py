@@ -88,7 +88,7 @@ def test_down_stops_the_recorded_emulator_and_its_vms(tmp_path):
     bystander = start_vm(uuid.uuid4().hex)  # another run's VM
     try:
         assert emulator.stdout.readline() == "ready\n"
-        record(paths, emulator.pid, supervisor.start_time(emulator.pid), emulation_id)
+        record(paths, emulator.pid, supervisor.start_ticks(emulator.pid), emulation_id)
         deadline = time.monotonic() + 60
         while not supervisor.find_by_env(EMULATION_ID_ENV, emulation_id):  # the VM's environment is readable
             assert time.monotonic() < deadline
@@ -129,7 +129,7 @@ def test_down_waits_for_the_emulator_to_stop_its_vms(tmp_path):
     emulator = subprocess.Popen([sys.executable, "-c", STOPS_ITS_VM, str(vm.pid)], stdout=subprocess.PIPE, text=True)
     try:
         assert emulator.stdout.readline() == "ready\n"
-        record(paths, emulator.pid, supervisor.start_time(emulator.pid), emulation_id)
+        record(paths, emulator.pid, supervisor.start_ticks(emulator.pid), emulation_id)
         actions = state_lib.stop_recorded(paths, wait_s=120)
         assert emulator.poll() is not None  # down returned only once the emulator had gone
         assert vm.wait(timeout=60) == -signal.SIGTERM  # stopped by its emulator, not killed by down
@@ -168,7 +168,7 @@ def test_down_stops_the_recorded_vms_at_once_and_waits_for_the_emulator(tmp_path
     stranger = subprocess.Popen(["sleep", "600"])
     try:
         assert emulator.stdout.readline() == "ready\n"
-        record(paths, emulator.pid, supervisor.start_time(emulator.pid), emulation_id, [vm.pid, stranger.pid])
+        record(paths, emulator.pid, supervisor.start_ticks(emulator.pid), emulation_id, [vm.pid, stranger.pid])
         wait_visible(emulation_id)
         actions = state_lib.stop_recorded(paths, wait_s=60)
         assert emulator.poll() == 0  # down returned once the emulator had gone
@@ -197,7 +197,7 @@ def test_an_emulator_that_does_not_stop_keeps_its_state(tmp_path):
     )
     try:
         assert stubborn.stdout.readline() == "ready\n"
-        record(paths, stubborn.pid, supervisor.start_time(stubborn.pid), uuid.uuid4().hex)
+        record(paths, stubborn.pid, supervisor.start_ticks(stubborn.pid), uuid.uuid4().hex)
         actions = state_lib.stop_recorded(paths, wait_s=0.5)
         assert actions[-1].startswith(f"emulator pid {stubborn.pid} is still running after")
         assert paths.state_file.exists() and running(stubborn.pid)
@@ -211,8 +211,8 @@ def test_a_reused_pid_is_never_signalled(tmp_path):
     paths = LocalPaths(tmp_path / "emu")
     stranger = subprocess.Popen(["sleep", "600"])
     try:
-        started = supervisor.start_time(stranger.pid)
-        record(paths, stranger.pid, started + 1, uuid.uuid4().hex)  # that pid, but another process
+        started = supervisor.start_ticks(stranger.pid)
+        record(paths, stranger.pid, started + 0.5, uuid.uuid4().hex)  # that pid, but another process
         assert not state_lib.emulator_alive(state_lib.read_state(paths))
         assert state_lib.stop_recorded(paths, wait_s=0) == []
         assert running(stranger.pid)
@@ -228,7 +228,7 @@ def test_signal_emulator_false_only_clears_leftover_vms(tmp_path):
     emulation_id = uuid.uuid4().hex
     vm = start_vm(emulation_id)
     try:
-        record(paths, os.getpid(), supervisor.start_time(os.getpid()), emulation_id)
+        record(paths, os.getpid(), supervisor.start_ticks(os.getpid()), emulation_id)
         deadline = time.monotonic() + 60
         while not supervisor.find_by_env(EMULATION_ID_ENV, emulation_id):
             assert time.monotonic() < deadline

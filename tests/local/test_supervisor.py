@@ -190,15 +190,15 @@ def test_leftovers_are_found_by_their_environment_marker(tmp_path, groups):
 
 def test_a_recorded_pid_counts_only_with_its_start_time(tmp_path):
     me = os.getpid()
-    started = supervisor.start_time(me)
+    started = supervisor.start_ticks(me)
     assert started is not None
     assert supervisor.same_process(me, started) and supervisor.same_process(me, None)
-    assert not supervisor.same_process(me, started + 1)  # a reused pid: another process
+    assert not supervisor.same_process(me, started + 0.5)  # a reused pid: another process
     assert not supervisor.same_process(0, None) and not supervisor.same_process(-1, None)
     sleeper = subprocess.Popen(["sleep", "600"])
     try:
-        assert supervisor.start_time(sleeper.pid) >= started
-        assert supervisor.same_process(sleeper.pid, supervisor.start_time(sleeper.pid))
+        assert supervisor.start_ticks(sleeper.pid) >= started
+        assert supervisor.same_process(sleeper.pid, supervisor.start_ticks(sleeper.pid))
         assert not supervisor.wait_gone(sleeper.pid, 0.0)
         sleeper.kill()
         assert supervisor.wait_gone(sleeper.pid, 30)  # a zombie (not reaped yet) has exited
@@ -249,3 +249,19 @@ def test_a_child_whose_launcher_is_already_gone_is_told_so():
     stranger = os.getpid() + 10**7
     assert subprocess.run([sys.executable, "-c", code, str(stranger)], timeout=60).returncode == 5
     assert subprocess.run([sys.executable, "-c", code, str(os.getpid())], timeout=60).returncode == 0
+
+
+def test_a_recorded_start_survives_the_boot_time_moving_a_second(monkeypatch):
+    # Linux's btime is the wall clock minus the uptime, recomputed at each read: when NTP slews
+    # the clock it moves by a second, and so does every process's wall-clock create_time. The
+    # recorded start is the time since boot, which does not move.
+    import psutil._pslinux as pslinux
+
+    me = os.getpid()
+    recorded, recorded_wall = supervisor.start_ticks(me), supervisor.start_time(me)
+    real_boot_time = pslinux.boot_time
+    monkeypatch.setattr(pslinux, "boot_time", lambda: real_boot_time() + 1.0)
+    assert supervisor.start_time(me) == pytest.approx(recorded_wall + 1.0)  # the wall-clock start moved
+    assert supervisor.same_process(me, recorded)
+    assert supervisor.same_process(me, recorded_wall)  # a state file of an older version: within 2 s
+    assert not supervisor.same_process(me, recorded_wall - 60)

@@ -112,7 +112,7 @@ def test_a_running_emulation_reports_each_slices_vms(tmp_path):
             json.dumps(
                 {
                     "pid": os.getpid(),
-                    "pid_start": supervisor.start_time(os.getpid()),
+                    "pid_start": supervisor.start_ticks(os.getpid()),
                     "stack": "emu",
                     "emulation_id": "x",
                     "vms": [
