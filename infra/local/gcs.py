@@ -236,10 +236,11 @@ class GcsServer:
         aside = self.root.with_name(f"{self.root.name}-unacknowledged")
         moved = gcs_repair.set_aside(self.root, aside)
         if moved:
+            batch = aside / moved[0].relative_to(aside).parts[0]
+            names = ", ".join(str(p.relative_to(batch)) for p in moved)
             print(
                 f"emulated Cloud Storage: set aside {len(moved)} upload(s) that a killed server never "
-                f"finished (no object metadata; moved to {aside}): "
-                + ", ".join(str(p.relative_to(aside)) for p in moved),
+                f"finished (no object metadata; moved to {batch}): {names}",
                 file=sys.stderr,
             )
         for _ in range(3):  # a free port can be taken before the server binds it: try another

@@ -18,7 +18,10 @@ deleted, and the caller says what moved.
 
 from __future__ import annotations
 
+import errno
 import os
+import tempfile
+import time
 from pathlib import Path
 
 #: The extended attribute holding an object's metadata (``internal/backend/metadata_xattr.go``).
@@ -27,49 +30,66 @@ XATTR = "user.metadata"
 SIDECAR_SUFFIX = ".metadata"
 
 
-def _has_metadata(path: Path) -> bool:
-    if Path(f"{path}{SIDECAR_SUFFIX}").is_file():
-        return True
+def uses_xattrs(root: Path) -> bool:
+    """Whether a server on ``root`` keeps metadata in xattrs, decided as it decides
+    (``fs.go``, ``NewStorageFS``): reading the attribute on the root works or says it is absent."""
     try:
-        os.getxattr(path, XATTR)
-    except OSError:  # ENODATA: none; ENOTSUP: no user xattrs here (then only the sidecar counts)
-        return False
+        os.getxattr(root, XATTR)
+    except OSError as err:
+        return err.errno == errno.ENODATA
     return True
 
 
-def _is_sidecar(path: Path) -> bool:
-    return path.name.endswith(SIDECAR_SUFFIX) and path.with_name(path.name.removesuffix(SIDECAR_SUFFIX)).is_file()
+def _has_metadata(path: Path, xattrs: bool) -> bool:
+    if not xattrs:
+        return Path(f"{path}{SIDECAR_SUFFIX}").is_file()
+    try:
+        os.getxattr(path, XATTR)
+    except OSError as err:  # ENODATA: none; anything else (a permission): leave the file alone
+        return err.errno != errno.ENODATA
+    return True
 
 
 def unacknowledged(root: Path) -> list[Path]:
     """The files under ``root``'s bucket directories that have no object metadata, sorted.
 
     ``root`` is a fake-gcs-server ``-filesystem-root``: one directory per bucket (the files
-    beside them, ``<bucket>.bucketMetadata``, are the buckets' own and are not looked at).
+    beside them, ``<bucket>.bucketMetadata``, are the buckets' own and are not looked at). Where
+    the server keeps metadata in ``<name>.metadata`` files (:func:`uses_xattrs` false), those files
+    are its own; where it uses xattrs, they are objects like any other.
     """
     if not root.is_dir():
         return []
+    xattrs = uses_xattrs(root)
     found = []
-    for bucket in sorted(p for p in root.iterdir() if p.is_dir()):
+    for bucket in sorted(p for p in root.iterdir() if p.is_dir() and not p.is_symlink()):
         for directory, _, names in os.walk(bucket):
             for name in names:
                 path = Path(directory) / name
-                if path.is_file() and not _is_sidecar(path) and not _has_metadata(path):
+                if not xattrs and name.endswith(SIDECAR_SUFFIX):
+                    continue
+                if path.is_file() and not path.is_symlink() and not _has_metadata(path, xattrs):
                     found.append(path)
     return sorted(found)
 
 
 def set_aside(root: Path, into: Path) -> list[Path]:
-    """Move each of :func:`unacknowledged` ``root``'s files to the same relative path under
-    ``into``; the moved files' new paths, sorted. Raises OSError when a move fails."""
+    """Move each of :func:`unacknowledged` ``root``'s files to the same relative path under a new
+    directory of ``into`` (one per call, named by the time, made unique by ``tempfile.mkdtemp``: nothing set aside
+    earlier is overwritten); the moved files' new paths, sorted. A file gone meanwhile (another
+    start moved it, a live server renamed it) is skipped. Raises OSError when a move fails."""
+    found = unacknowledged(root)
+    if not found:
+        return []
+    into.mkdir(parents=True, exist_ok=True)
+    batch = Path(tempfile.mkdtemp(prefix=time.strftime("%Y%m%dT%H%M%SZ-", time.gmtime()), dir=into))
     moved = []
-    for path in unacknowledged(root):
-        target = into / path.relative_to(root)
+    for path in found:
+        target = batch / path.relative_to(root)
         target.parent.mkdir(parents=True, exist_ok=True)
-        for n in range(1, 1000):  # an earlier set-aside's file of that name stays
-            if not target.exists():
-                break
-            target = target.with_name(f"{path.name}.{n}")
-        os.replace(path, target)
+        try:
+            os.replace(path, target)
+        except FileNotFoundError:
+            continue
         moved.append(target)
     return moved

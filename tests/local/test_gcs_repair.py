@@ -11,7 +11,7 @@ from orbax.checkpoint import path as ocp_path
 
 from infra.local import gcs
 from infra.local.gcs import GcsServer
-from infra.local.gcs_repair import SIDECAR_SUFFIX, XATTR, set_aside, unacknowledged
+from infra.local.gcs_repair import SIDECAR_SUFFIX, XATTR, set_aside, unacknowledged, uses_xattrs
 from training.run_dir import RunDir
 
 BUCKET = "bkt-1"
@@ -40,7 +40,8 @@ def test_a_killed_servers_half_written_uploads_do_not_hide_the_runs_checkpoints(
     with GcsServer(root, log) as second, gcs.clients_pointed_at(root, log, second.url):
         assert ocp_path.step.checkpoint_steps(f"{RUN}/checkpoints") == [6]
         assert RunDir(RUN).read("checkpoints/6/commit_success.txt") == b"x"
-    aside = tmp_path / "gcs-unacknowledged" / BUCKET / "runs" / "r" / "checkpoints" / "12"
+    (batch,) = (tmp_path / "gcs-unacknowledged").iterdir()
+    aside = batch / BUCKET / "runs" / "r" / "checkpoints" / "12"
     assert sorted(p.name for p in aside.iterdir()) == [".commit_success.txt4081239764", "manifest.ocdbt"]
     said = capfd.readouterr().err
     assert "set aside 2 upload(s) that a killed server never finished" in said
@@ -52,23 +53,39 @@ def test_only_files_without_object_metadata_are_unacknowledged(tmp_path):
     objects = root / BUCKET / "dir"
     objects.mkdir(parents=True)
     (root / f"{BUCKET}.bucketMetadata").write_text("{}")  # the bucket's own, beside its directory
+    assert uses_xattrs(root)  # as the server decides: this root takes user xattrs
     with_xattr = objects / "a"
     with_xattr.write_bytes(b"a")
     os.setxattr(with_xattr, XATTR, b'{"name": "dir/a"}')
-    with_sidecar = objects / "b"  # a root without user xattrs: the metadata file beside it
-    with_sidecar.write_bytes(b"b")
-    (objects / f"b{SIDECAR_SUFFIX}").write_text("{}")
+    named_like_a_sidecar = objects / f"a{SIDECAR_SUFFIX}"  # an object of its own where xattrs are used
+    named_like_a_sidecar.write_bytes(b"x")
     bare = objects / "c"
     bare.write_bytes(b"c")
-    assert unacknowledged(root) == [bare]
+    assert unacknowledged(root) == [named_like_a_sidecar, bare]
     assert unacknowledged(tmp_path / "absent") == []
 
 
-def test_setting_aside_twice_keeps_both_files(tmp_path):
+def test_where_the_server_uses_metadata_files_those_are_its_own(tmp_path, monkeypatch):
+    from infra.local import gcs_repair
+
+    monkeypatch.setattr(gcs_repair, "uses_xattrs", lambda root: False)  # a root without user xattrs
+    objects = tmp_path / "gcs" / BUCKET
+    objects.mkdir(parents=True)
+    (objects / "b").write_bytes(b"b")
+    (objects / f"b{SIDECAR_SUFFIX}").write_text("{}")
+    (objects / f".c{SIDECAR_SUFFIX}4081239764").write_text("{}")  # renameio's temporary file
+    (objects / "c").write_bytes(b"c")  # its metadata file never renamed into place
+    assert unacknowledged(tmp_path / "gcs") == [objects / f".c{SIDECAR_SUFFIX}4081239764", objects / "c"]
+
+
+def test_each_set_aside_keeps_its_own_directory(tmp_path):
     root, into = tmp_path / "gcs", tmp_path / "aside"
     (root / BUCKET).mkdir(parents=True)
-    for content in (b"first", b"second"):
-        (root / BUCKET / "o").write_bytes(content)
-        set_aside(root, into)
-    assert sorted((p.name, p.read_bytes()) for p in (into / BUCKET).iterdir()) == [("o", b"first"), ("o.1", b"second")]
+    (root / BUCKET / "ckpt").write_bytes(b"first")
+    first = set_aside(root, into)
+    (root / BUCKET / "ckpt" / "7").mkdir(parents=True)  # the same name, now a directory's
+    (root / BUCKET / "ckpt" / "7" / "x").write_bytes(b"second")
+    second = set_aside(root, into)
+    assert [p.read_bytes() for p in first + second] == [b"first", b"second"]
+    assert first[0].relative_to(into).parts[0] != second[0].relative_to(into).parts[0]
     assert unacknowledged(root) == []
