@@ -233,14 +233,11 @@ class GcsServer:
                     "choose another port or omit the option"
                 )
         self.root.mkdir(parents=True, exist_ok=True)
-        aside = self.root.with_name(f"{self.root.name}-unacknowledged")
-        moved = gcs_repair.set_aside(self.root, aside)
+        batch, moved = gcs_repair.set_aside(self.root, self.root.with_name(f"{self.root.name}-unacknowledged"))
         if moved:
-            batch = aside / moved[0].relative_to(aside).parts[0]
-            names = ", ".join(str(p.relative_to(batch)) for p in moved)
             print(
                 f"emulated Cloud Storage: set aside {len(moved)} upload(s) that a killed server never "
-                f"finished (no object metadata; moved to {batch}): {names}",
+                f"finished (no object metadata; moved to {batch}): " + ", ".join(map(str, moved)),
                 file=sys.stderr,
             )
         for _ in range(3):  # a free port can be taken before the server binds it: try another

@@ -73,23 +73,24 @@ def unacknowledged(root: Path) -> list[Path]:
     return sorted(found)
 
 
-def set_aside(root: Path, into: Path) -> list[Path]:
+def set_aside(root: Path, into: Path) -> tuple[Path | None, list[Path]]:
     """Move each of :func:`unacknowledged` ``root``'s files to the same relative path under a new
-    directory of ``into`` (one per call, named by the time, made unique by ``tempfile.mkdtemp``: nothing set aside
-    earlier is overwritten); the moved files' new paths, sorted. A file gone meanwhile (another
+    directory of ``into``, one per call (``tempfile.mkdtemp``, its name starting with the UTC
+    time): nothing set aside earlier is overwritten. Returns that directory (None when nothing
+    was found) and the moved files' paths relative to it, sorted. A file gone meanwhile (another
     start moved it, a live server renamed it) is skipped. Raises OSError when a move fails."""
     found = unacknowledged(root)
     if not found:
-        return []
+        return None, []
     into.mkdir(parents=True, exist_ok=True)
     batch = Path(tempfile.mkdtemp(prefix=time.strftime("%Y%m%dT%H%M%SZ-", time.gmtime()), dir=into))
     moved = []
     for path in found:
-        target = batch / path.relative_to(root)
-        target.parent.mkdir(parents=True, exist_ok=True)
+        name = path.relative_to(root)
+        (batch / name).parent.mkdir(parents=True, exist_ok=True)
         try:
-            os.replace(path, target)
+            os.replace(path, batch / name)
         except FileNotFoundError:
             continue
-        moved.append(target)
-    return moved
+        moved.append(name)
+    return batch, moved

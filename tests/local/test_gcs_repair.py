@@ -6,6 +6,7 @@ started over from step 0."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from orbax.checkpoint import path as ocp_path
 
@@ -82,10 +83,12 @@ def test_each_set_aside_keeps_its_own_directory(tmp_path):
     root, into = tmp_path / "gcs", tmp_path / "aside"
     (root / BUCKET).mkdir(parents=True)
     (root / BUCKET / "ckpt").write_bytes(b"first")
-    first = set_aside(root, into)
+    first, first_names = set_aside(root, into)
     (root / BUCKET / "ckpt" / "7").mkdir(parents=True)  # the same name, now a directory's
     (root / BUCKET / "ckpt" / "7" / "x").write_bytes(b"second")
-    second = set_aside(root, into)
-    assert [p.read_bytes() for p in first + second] == [b"first", b"second"]
-    assert first[0].relative_to(into).parts[0] != second[0].relative_to(into).parts[0]
-    assert unacknowledged(root) == []
+    second, second_names = set_aside(root, into)
+    assert first_names == [Path(BUCKET, "ckpt")] and second_names == [Path(BUCKET, "ckpt", "7", "x")]
+    assert first != second and first.parent == second.parent == into
+    assert (first / BUCKET / "ckpt").read_bytes() == b"first"
+    assert (second / BUCKET / "ckpt" / "7" / "x").read_bytes() == b"second"
+    assert unacknowledged(root) == [] and set_aside(root, into) == (None, [])
