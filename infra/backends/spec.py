@@ -27,6 +27,10 @@ from infra.accelerators import Generation
 #: (``agent-worker-number``, ``worker-network-endpoints``, ``tpu-env``), or the environment the
 #: boot or the platform exports (``TPU_WORKER_ID``, ``TPU_WORKER_HOSTNAMES``, ``MEGASCALE_*``).
 IDENTITY_SOURCES = ("metadata", "environment")
+#: What keeps the trainer running once the boot is done: a systemd unit the boot writes (a TPU VM:
+#: ``Restart=on-failure``), or the boot's own process, the trainer in the foreground (a container:
+#: its status is the container's, and the platform's restart policy decides what follows).
+SUPERVISORS = ("systemd", "container")
 
 
 class BackendSpec(ABC):
@@ -54,7 +58,8 @@ class BackendSpec(ABC):
       the VM's worker and slice, filled with :meth:`boot_values`), ``release_watch`` (the VM
       reads the release record itself: no platform operation reboots it into a new release),
       ``identity_source`` (one of :data:`IDENTITY_SOURCES`) and ``log_resource`` (the Cloud
-      Logging monitored resource type of its VMs' lines).
+      Logging monitored resource type of its VMs' lines), and ``supervisor`` (one of
+      :data:`SUPERVISORS`; default ``systemd``).
     """
 
     name: ClassVar[str]
@@ -76,6 +81,7 @@ class BackendSpec(ABC):
     release_watch: ClassVar[bool] = False
     identity_source: ClassVar[str]
     log_resource: ClassVar[str]
+    supervisor: ClassVar[str] = "systemd"
 
     # --- the catalog's answers ----------------------------------------------------------------
 

@@ -31,21 +31,12 @@ the sha256 of the decompressed tar against the release id, unpacks it once into
 Runtime contract (the emulator, ``training/__main__.py`` and docs/vm-boot.md rely on it; the
 names are declared in :mod:`infra.startup.contract`):
 
-* environment variables, all optional (defaults are a real TPU VM): ``GCE_METADATA_IP``,
-  ``MULTISLICE_HOME`` (default :data:`DEFAULT_HOME`), ``MULTISLICE_PYTHON`` (a Python that
-  already has the trainer's dependencies: no virtualenv is built), ``MULTISLICE_SYSTEMD_DIR``
-  (unit files, default :data:`DEFAULT_UNIT_DIR`), ``MULTISLICE_RETRY_DELAY_S`` (first delay of
-  every boot retry), ``MULTISLICE_RESTART_BACKOFF_S`` / ``MULTISLICE_RESTART_BACKOFF_MAX_S``
-  (trainer restart backoff), ``STORAGE_EMULATOR_HOST`` (GCS endpoint);
-* metadata (``instance/``): ``attributes/multislice-run-dir`` (required: ``gs://bucket/path`` or
-  a local path), ``service-accounts/default/token`` (for the release record, only with a
-  ``gs://`` run dir), and what the backend's identity phase reads: on a queued resource
-  ``attributes/agent-worker-number`` (a number; absent → 0) and ``attributes/tpu-env``
-  (``MEGASCALE_SLICE_ID: '<n>'``; absent → slice 0); on the compute-engine backend its own keys
-  (``attributes/multislice-backend`` = ``compute-engine``, the slice, the groups), ``name``,
-  ``zone``, the project id, the token and the Compute API (``MULTISLICE_COMPUTE_API_ENDPOINT``;
-  waiting at most ``MULTISLICE_GROUP_WAIT_S``, ``infra.backends.compute_engine.spec.GROUP_WAIT_S``;
-  docs/vm-boot.md, "On the compute-engine backend");
+* environment variables, all optional (defaults are a real TPU VM): those ``boot.sh``'s header
+  lists (``GCE_METADATA_IP``, ``MULTISLICE_HOME``, ``MULTISLICE_PYTHON``, ``STORAGE_EMULATOR_HOST``, …);
+* metadata (``instance/``): ``attributes/multislice-run-dir`` (``gs://bucket/path`` or a local path;
+  unless the identity phase gives the run dir: a gke Pod's environment), ``service-accounts/default/token``
+  (for the release record, with a ``gs://`` run dir), and what the backend's identity phase reads
+  (``boot_identity.sh`` of each backend package; docs/vm-boot.md);
 * the trainer's unit carries ``MULTISLICE_IDENTITY`` (where the trainer finds its identity) and
   ``MULTISLICE_LOG_RESOURCE`` (where its lines go), from the backend's spec;
 * every output line starts with ``[slice S worker W] ``;
@@ -57,9 +48,10 @@ names are declared in :mod:`infra.startup.contract`):
   (:data:`RELEASE_SUPERSEDED_STATUS`, not restarted) on a backend with a release watch when the
   release record names a newer release;
 * on a backend with a release watch (``BackendSpec.release_watch``: the compute-engine backend)
-  with a ``gs://`` run dir, :data:`RELEASE_WATCH_UNIT` too: it
-  reads the release record every :data:`RELEASE_POLL_S` seconds and boots a new release in
-  place (``release_watch.sh``; docs/vm-boot.md, "The release watch").
+  with a ``gs://`` run dir, :data:`RELEASE_WATCH_UNIT` too: it reads the release record every
+  :data:`RELEASE_POLL_S` seconds and boots a new release in place (docs/vm-boot.md);
+* in a container (``BackendSpec.supervisor``: the gke backend) no unit: the boot ends as
+  ``trainer.sh foreground``, and the container's status is the trainer's.
 """
 
 from __future__ import annotations
@@ -73,6 +65,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from infra.backends.spec import BackendSpec
 from infra.config import StackConfig
 from infra.startup import bundle, content_cache, lockfile, workload as workload_release
 from infra.startup.bundle import BUNDLE_PACKAGE, release_id_of  # noqa: F401 (part of this module's API)
@@ -223,11 +216,14 @@ def fill(text: str, values: dict[str, str], name: str = TEMPLATE_RESOURCE) -> st
 
 
 def boot_script(
-    config: StackConfig, pins: lockfile.VmPins, workload: workload_release.WorkloadRelease | None = None
+    config: StackConfig,
+    pins: lockfile.VmPins,
+    workload: workload_release.WorkloadRelease | None = None,
+    spec: BackendSpec | None = None,
 ) -> str:
     """``boot.sh`` of the release: ``infra/startup/boot.sh.in`` filled for ``config`` (and its
-    command's release files, with ``multislice:workload``)."""
-    spec = config.backend_spec
+    command's release files, with ``multislice:workload``) and backend ``spec`` (default: the stack's)."""
+    spec = spec or config.backend_spec
     values = {
         "WORKLOAD": "trainer" if workload is None else "command",
         "WORKLOAD_REQUIREMENTS_SHA256": workload.requirements_sha256 if workload else "",
@@ -266,6 +262,7 @@ def boot_script(
         "RELEASE_WATCH": "yes" if spec.release_watch else "no",
         "IDENTITY_SOURCE": spec.identity_source,
         "LOG_RESOURCE": spec.log_resource,
+        "SUPERVISOR": spec.supervisor,
     }
     return fill(template(BOOT_RESOURCE), values, BOOT_RESOURCE)
 
@@ -278,18 +275,18 @@ ENDPOINT_DEFAULTS = {
 }
 
 
-def identity_script(config: StackConfig) -> str:
-    """``identity.sh`` of the release: the identity phase of the stack's backend
-    (:attr:`infra.backends.spec.BackendSpec.boot_identity`, which ``boot.sh`` sources), filled with
+def identity_script(config: StackConfig, spec: BackendSpec | None = None) -> str:
+    """``identity.sh`` of the release: the identity phase of backend ``spec`` (default: the stack's;
+    :attr:`infra.backends.spec.BackendSpec.boot_identity`, which ``boot.sh`` sources), filled with
     the backend's values and the contract's endpoint defaults it names."""
-    spec = config.backend_spec
+    spec = spec or config.backend_spec
     return _backend_script(spec.boot_identity_template(), spec.boot_values(), f"{spec.name}'s {spec.boot_identity}")
 
 
-def slice_watch_script(config: StackConfig) -> str | None:
-    """``slice-watch.sh`` of the release (:meth:`infra.backends.spec.BackendSpec.slice_watch`),
-    filled with the contract's endpoint defaults it names; None when the backend has none."""
-    spec = config.backend_spec
+def slice_watch_script(config: StackConfig, spec: BackendSpec | None = None) -> str | None:
+    """``slice-watch.sh`` of the release (:meth:`infra.backends.spec.BackendSpec.slice_watch` of ``spec``,
+    default the stack's backend), filled with the endpoint defaults it names; None when it has none."""
+    spec = spec or config.backend_spec
     file = spec.slice_watch(config)
     return None if file is None else _backend_script(spec.package_text(file), {}, f"{spec.name}'s {file}")
 
@@ -327,18 +324,19 @@ def release_files(
     project_root: Path,
     cache: content_cache.ContentCache | None = None,
     workload: workload_release.WorkloadRelease | None = None,
+    spec: BackendSpec | None = None,
 ) -> tuple[dict[str, bytes], lockfile.VmPins]:
     """Path → content of every file of the stack's release, and the VM's pins (computed once
     per content with ``cache``, :func:`infra.startup.lockfile.vm_pins`). With a command
     (``workload``, :func:`workload_files`) the release carries the command's files instead of
     the trainer's ``config.json``; the trainer package still ships (its launcher,
-    ``training.workload``, and its log shipper run the command)."""
+    ``training.workload``, and its log shipper run the command), for backend ``spec`` (default: the stack's)."""
     pins = lockfile.vm_pins(project_root, cache)
     files = bundle.trainer_files(project_root / BUNDLE_PACKAGE)
     files.update(
         {
-            "boot.sh": boot_script(config, pins, workload).encode(),
-            "identity.sh": identity_script(config).encode(),
+            "boot.sh": boot_script(config, pins, workload, spec).encode(),
+            "identity.sh": identity_script(config, spec).encode(),
             "trainer.sh": template(TRAINER_RESOURCE).encode(),
             "delete-on-complete.sh": template(DELETE_ON_COMPLETE_RESOURCE).encode(),
             "release-watch.sh": template(RELEASE_WATCH_RESOURCE).encode(),
@@ -346,7 +344,7 @@ def release_files(
             "uv-requirements.txt": pins.uv_requirement_text.encode(),
         }
     )
-    if (watch := slice_watch_script(config)) is not None:
+    if (watch := slice_watch_script(config, spec)) is not None:
         files["slice-watch.sh"] = watch.encode()
     if workload is None:
         files["config.json"] = (config.training.model_dump_json() + "\n").encode()
@@ -386,6 +384,7 @@ def render(
     *,
     project_root: Path | None = None,
     compress=None,
+    spec: BackendSpec | None = None,
 ) -> RenderedScript:
     """Render the startup script of a stack.
 
@@ -397,6 +396,7 @@ def render(
         :func:`infra.startup.bundle.compress`, done once per content (:func:`infra.startup.bundle.cached_compress`).
         Tests pass another level or implementation to show that the release id does not
         depend on it.
+      spec: the backend whose release it is (default: the stack's; the gke Pod's, until it is registered).
 
     Returns:
       RenderedScript; ``text`` is identical for identical inputs (and compressor).
@@ -412,7 +412,7 @@ def render(
     cache = content_cache.for_project(root)  # bundle, pins and compressed release: once per content
     bundle_sha256 = hashlib.sha256(bundle.cached_bundle(root / BUNDLE_PACKAGE, cache)).hexdigest()
     workload = workload_files(config, root)
-    files, pins = release_files(config, root, cache, workload)
+    files, pins = release_files(config, root, cache, workload, spec)
     release = bundle.build_archive(files)
     release_id = hashlib.sha256(release).hexdigest()
     compressed = bundle.cached_compress(release, cache) if compress is None else compress(release)

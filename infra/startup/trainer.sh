@@ -20,6 +20,12 @@
 #       (training.workload complete, on worker 0 of slice 0) and delete-on-complete.sh runs;
 #       after status 75, a command's preemption is recorded (training.workload preempted, on
 #       worker 0 of slice 0); with PYTHON, through the log shipper too.
+#   trainer.sh foreground run|command ARGS...
+#       Where no systemd runs the unit (a container: the gke backend's Pod, boot.sh): the same
+#       `run` or `command` as a child, SIGTERM and SIGINT passed on to it, then `stopped` with the
+#       variables systemd sets for ExecStopPost=; ends with the child's status (128 + N after
+#       signal N), which is the container's. Nothing restarts it here: the Pod's restart policy
+#       and the JobSet's failure policy decide what follows.
 set -euo pipefail
 
 readonly UNIT=multislice-trainer.service
@@ -107,8 +113,33 @@ case ${1:-} in
       wait "$!" || true
     fi
     ;;
+  foreground)
+    case ${2:-}:$# in
+      run:5) py=$3 run_dir=$5 ;;
+      command:5) py=$3 run_dir=$4 ;;
+      *) say "usage: trainer.sh foreground run PYTHON CONFIG RUN_DIR | trainer.sh foreground command PYTHON RUN_DIR BIN"; exit 2 ;;
+    esac
+    shift
+    /bin/bash "$0" "$@" &
+    child=$!
+    trap 'kill -TERM "$child" 2>/dev/null || true' TERM
+    trap 'kill -INT "$child" 2>/dev/null || true' INT
+    while true; do # a trapped signal ends `wait` early: wait again until the child is gone
+      status=0
+      wait "$child" || status=$?
+      kill -0 "$child" 2>/dev/null || break
+    done
+    if ((status > 128)) && signal=$(kill -l "$((status - 128))" 2>/dev/null); then
+      EXIT_CODE=killed EXIT_STATUS=$signal SERVICE_RESULT=signal /bin/bash "$0" stopped "$py" "$run_dir" || true
+    else
+      result=success
+      ((status == 0)) || result=exit-code
+      EXIT_CODE=exited EXIT_STATUS=$status SERVICE_RESULT=$result /bin/bash "$0" stopped "$py" "$run_dir" || true
+    fi
+    exit "$status"
+    ;;
   *)
-    say "usage: trainer.sh run PYTHON CONFIG RUN_DIR | trainer.sh command PYTHON RUN_DIR BIN | trainer.sh stopped [PYTHON RUN_DIR]"
+    say "usage: trainer.sh run PYTHON CONFIG RUN_DIR | trainer.sh command PYTHON RUN_DIR BIN | trainer.sh stopped [PYTHON RUN_DIR] | trainer.sh foreground run|command ..."
     exit 2
     ;;
 esac

@@ -1,0 +1,76 @@
+"""The gke backend's spec: ``multislice:gke`` and what its Pods boot (not yet registered in
+:data:`infra.backends.specs.SPECS`: no stack can name the backend, and :func:`infra.startup.render`
+takes this spec explicitly to render a Pod's release).
+
+* the Pod: a container runs the stack's startup script, the same release the VMs boot, verified the
+  same way; ``boot_identity.sh`` takes the Pod's place from the environment GKE and the JobSet give
+  it (``TPU_WORKER_ID``, ``MEGASCALE_SLICE_ID``, ``MULTISLICE_RUN_DIR``: docs/gke.md section 4), and
+  the boot runs the trainer in the foreground (no systemd in a container): the container's status
+  is the trainer's, and JobSet's failure policy restarts the run (docs/gke.md section 5);
+* a new release replaces the JobSet (its ``spec.replicatedJobs`` is immutable), so no Pod watches
+  the release record; lines go to the ``k8s_container`` resource (docs/gke.md section 8);
+* capacity: the node pool's modes (:data:`~infra.backends.gke.node_pools.CAPACITIES`); a node pool
+  runs GKE's node image, so a stack names no TPU software version.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from infra.accelerators import Generation
+from infra.backends.gke.cluster import GkeSettings
+from infra.backends.gke.node_pools import CAPACITIES
+from infra.backends.spec import BackendSpec
+from training.validation import invalid
+
+#: [Google] "Plan TPUs in GKE": "To use a TPU type in your GKE workload, your cluster must be in a
+#: supported region for that type"; its table was not readable (docs/gke.md), so the zones are the
+#: catalog's Cloud TPU and Compute Engine zones of the generation.
+ZONES_SOURCE = (
+    'https://cloud.google.com/kubernetes-engine/docs/concepts/plan-tpus ("your cluster must be in a supported '
+    'region for that type"); zones: the Cloud TPU and Compute Engine zones of the catalog'
+)
+
+
+class GkeSpec(BackendSpec):
+    """``multislice:backend: gke`` (module docstring)."""
+
+    name = "gke"
+    summary = "a JobSet on TPU node pools"
+    settings_key = "multislice:gke"
+    settings_field = "gke"
+    settings_model = GkeSettings
+    capacities = CAPACITIES
+    capacity_source = "GKE node pools"
+    service = "Google Kubernetes Engine"
+    catalog_qualifier = " on GKE"
+    sole_offer_reason = "GKE offers no generation that Compute Engine lacks"
+    has_runtime_version = False
+    capacity_noun = "node pools"
+    capacity_plural = True
+    boot_identity = "boot_identity.sh"
+    identity_source = "environment"
+    log_resource = "k8s_container"
+    supervisor = "container"
+
+    def zones(self, gen: Generation) -> tuple[tuple[str, ...], str]:
+        return tuple(dict.fromkeys(gen.zones + gen.compute_engine_zones)), ZONES_SOURCE
+
+    def check_keys(self, config: Any) -> None:
+        if config.runtime_version is not None:
+            raise invalid(
+                "multislice:runtimeVersion",
+                "configures the TPU software version a queued resource boots; GKE node pools run GKE's node image: "
+                "remove it (or set multislice:backend: queued-resource)",
+            )
+
+    def refuse_settings(self, changed: list[str], backend: str) -> Exception:
+        return invalid(self.settings_key, f"configures the gke backend; this stack's multislice:backend is {backend}")
+
+    def describe_deployment(self, outputs: Mapping[str, Any]) -> str:
+        pools = outputs.get("nodePoolNames") or []
+        return f"the node pools {', '.join(map(str, pools)) or '(unnamed)'}, their TPU VMs and the run's JobSet"
+
+
+SPEC = GkeSpec()

@@ -1,0 +1,148 @@
+"""The startup script as a gke Pod's container runs it (``/bin/bash startup.sh``, no systemd): the same
+release as a VM's, its place from the environment GKE and the JobSet give the Pod, the trainer in
+the foreground with the unit's environment, a SIGTERM to the container's process passed on to the
+trainer, and the container ending with the trainer's status (docs/gke.md sections 4 to 6)."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+from collections.abc import Iterator
+
+import pytest
+
+from infra import startup
+from infra.backends.gke.spec import SPEC as GKE
+from infra.config import StackConfig
+from tests.fakes.startup_vm import ROOT, RUN_DIR, Vm, dev_stack, gcs  # noqa: F401 (fixtures)
+
+
+@pytest.fixture(scope="module")
+def pod_script(dev_stack: StackConfig) -> startup.RenderedScript:
+    return startup.render(dev_stack, project_root=ROOT, spec=GKE)
+
+
+@pytest.fixture
+def pod(tmp_path, pod_script, gcs) -> Iterator[Vm]:
+    machine = Vm(tmp_path, pod_script.text, {}, gcs)  # GKE's metadata server: a token, no attributes of ours
+    with machine.metadata:
+        yield machine
+
+
+def container(machine: Vm, **env: str) -> subprocess.Popen:
+    """Start the Pod's container: ``/bin/bash startup.sh`` as its one process (its own session)."""
+    return subprocess.Popen(
+        ["/bin/bash", str(machine.script)],
+        env=machine.env(**env),
+        cwd=machine.home,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def finish(proc: subprocess.Popen, timeout: float = 120) -> tuple[int, str]:
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    finally:
+        Vm.kill_all(proc)
+    return proc.returncode, out
+
+
+#: What the JobSet's Pod of worker 1 of slice 1 has: GKE's TPU_WORKER_ID, the Pod's own values.
+SLICE_1_WORKER_1 = {"TPU_WORKER_ID": "1", "MEGASCALE_SLICE_ID": "1", "MULTISLICE_RUN_DIR": RUN_DIR}
+
+
+def test_the_pod_runs_the_trainer_in_the_foreground_with_the_units_environment(pod, pod_script):
+    code, out = finish(container(pod, **SLICE_1_WORKER_1))
+    assert code == 0, out
+    assert f"[slice ? worker ?] gke: worker 1 of slice 1 (TPU_WORKER_ID, MEGASCALE_SLICE_ID), run dir {RUN_DIR}" in out
+    assert "[slice 1 worker 1] boot: done; the trainer runs in the foreground: the container ends with it" in out
+    assert "[slice 1 worker 1] fake trainer attempt 1 on stdout" in out
+    assert "[slice 1 worker 1] trainer: exited with status 0: training is complete" in out
+    assert pod.attempts == 1
+    release = pod.home / "releases" / pod_script.release_id
+    assert pod.argv(1)[1:] == ["-m", "training", "run", "--config", f"{release}/config.json", "--run-dir", RUN_DIR]
+    env = pod.environ(1)
+    assert {
+        k: env.get(k) for k in ("MULTISLICE_SLICE", "MULTISLICE_WORKER", "TPU_WORKER_ID", "MEGASCALE_SLICE_ID")
+    } == {
+        "MULTISLICE_SLICE": "1",
+        "MULTISLICE_WORKER": "1",
+        "TPU_WORKER_ID": "1",
+        "MEGASCALE_SLICE_ID": "1",
+    }
+    assert env["MULTISLICE_IDENTITY"] == "environment" and env["MULTISLICE_LOG_RESOURCE"] == "k8s_container"
+    assert env["PYTHONPATH"].split(":")[0] == str(release)
+    assert not pod.unit_dir.exists()  # no systemd unit in a container
+
+
+def test_one_slice_is_slice_0_without_megascale_values(pod):
+    code, out = finish(container(pod, TPU_WORKER_ID="0", MULTISLICE_RUN_DIR=RUN_DIR))
+    assert code == 0, out
+    assert "[slice 0 worker 0] fake trainer attempt 1 on stdout" in out
+
+
+@pytest.mark.parametrize(
+    ("mode", "status", "line"),
+    [
+        ("config-error", 78, "exited with status 78: its configuration cannot work here; it is not restarted"),
+        ("always-fail", 5, "exited with status 5 (exit-code)"),
+    ],
+)
+def test_the_container_ends_with_the_trainers_status_and_nothing_restarts_it(pod, mode, status, line):
+    code, out = finish(container(pod, FAKE_MODE=mode, **SLICE_1_WORKER_1))
+    assert code == status, out
+    assert f"[slice 1 worker 1] trainer: {line}" in out
+    assert pod.attempts == 1  # the Pod's restart policy and the JobSet decide what follows
+
+
+def test_a_sigterm_to_the_container_reaches_the_trainer_which_saves_and_ends_75(pod):
+    proc = container(pod, FAKE_MODE="save-on-term", **SLICE_1_WORKER_1)
+    try:
+        pod.wait_for_file("ready.1", proc)
+        proc.send_signal(signal.SIGTERM)  # the kubelet signals the container's first process only
+        code, out = finish(proc)
+    finally:
+        Vm.kill_all(proc)
+    assert code == 75, out
+    assert (pod.fake_dir / "saved.1").is_file()
+    assert "[slice 1 worker 1] trainer: exited with status 75: it saved a checkpoint after a preemption notice" in out
+
+
+def test_a_trainer_killed_by_a_signal_ends_the_container_with_128_plus_it(pod):
+    proc = container(pod, FAKE_MODE="wait-term", **SLICE_1_WORKER_1)
+    try:
+        pod.wait_for_file("ready.1", proc)
+        (trainer,) = pod.trainer_processes()
+        subprocess.run(["kill", "-KILL", str(trainer)], check=True)
+        code, out = finish(proc)
+    finally:
+        Vm.kill_all(proc)
+    assert code == 128 + signal.SIGKILL, out
+    assert "[slice 1 worker 1] trainer: ended by signal KILL (signal)" in out
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"MULTISLICE_RUN_DIR": RUN_DIR}, "TPU_WORKER_ID='' is not a worker number: GKE sets it"),
+        ({"TPU_WORKER_ID": "one", "MULTISLICE_RUN_DIR": RUN_DIR}, "TPU_WORKER_ID='one' is not a worker number"),
+        (
+            {"TPU_WORKER_ID": "0", "MEGASCALE_SLICE_ID": "", "MULTISLICE_RUN_DIR": RUN_DIR},
+            "MEGASCALE_SLICE_ID='' is not a slice number",
+        ),
+        ({"TPU_WORKER_ID": "0"}, "MULTISLICE_RUN_DIR='' is not a run directory"),
+        (
+            {"TPU_WORKER_ID": "0", "MULTISLICE_RUN_DIR": "gs://a b"},
+            "MULTISLICE_RUN_DIR='gs://a b' is not a run directory",
+        ),
+    ],
+)
+def test_a_pod_without_its_place_stops_with_one_line_naming_the_variable(pod, env, message):
+    code, out = finish(container(pod, **env))
+    assert code == 1, out
+    assert f"[slice ? worker ?] error: {message}" in out
+    assert pod.attempts == 0
