@@ -57,6 +57,9 @@ COMPUTE_ENGINE_IDENTITY_ENV = (
     "MEGASCALE_NUM_SLICES",
     "MEGASCALE_SLICE_ID",
 )
+#: The run directory in a gke Pod's environment (the JobSet sets it; its metadata server serves no
+#: :data:`RUN_DIR_KEY`): read by the gke backend's identity phase.
+RUN_DIR_ENV = "MULTISLICE_RUN_DIR"
 #: The metadata keys ``pulumi up`` sets (:func:`node_metadata`).
 PULUMI_KEYS = (STARTUP_SCRIPT_KEY, RUN_DIR_KEY, DELETE_QUEUED_RESOURCE_KEY)
 #: The metadata keys Cloud TPU sets.

@@ -28,7 +28,8 @@ def _both() -> None:
         shape=slices.shape,
         slices=1,
         image="python:3.11-slim",
-        command=["python", "-m", "training"],
+        startup_config_map="dev-startup-0123456789ab",
+        run_dir="gs://acme-ml-dev-checkpoints/runs/dev",
         env={},
         service_account=slices.kubernetes_service_account,
         max_restarts=3,
@@ -42,6 +43,8 @@ def _both() -> None:
         kubernetes_service_account=slices.kubernetes_service_account,
         google_service_account_email=EMAIL,
         jobset=spec,
+        startup_script="#!/bin/bash\n",
+        release_id="0123456789ab" + "0" * 52,
     )
     GkeWorkload("workload", inputs)
 

@@ -48,6 +48,12 @@ WORKLOAD_IDENTITY_ROLE = "roles/iam.workloadIdentityUser"
 #: The JobSet release a stack installs by default: [Google] GKE's dynamic-slicing page asks for
 #: v0.10.1 or later for Multislice, and [third-party] xpk pins it (docs/gke.md section 5).
 JOBSET_VERSION = "v0.10.1"
+#: The Pods' default image: what the boot runs before its own Python exists (bash, curl, xz,
+#: tar, sha256sum, flock, and a python3 with pip to install uv; docs/vm-boot.md). [third-party]
+#: Docker's official ``python`` image: ``3.12/bookworm/Dockerfile`` is ``FROM buildpack-deps:bookworm``
+#: and installs pip; buildpack-deps' ``bookworm/curl`` adds curl and its ``bookworm`` adds xz-utils
+#: (docker-library/python, docker-library/buildpack-deps).
+DEFAULT_IMAGE = "python:3.12-bookworm"
 
 
 class GkeSettings(StrictModel):
@@ -80,6 +86,11 @@ class GkeSettings(StrictModel):
         default=True,
         alias="installJobSet",
         description="Install the JobSet controller (jobSetVersion's release manifests); false if the cluster runs one.",
+    )
+    image: str = Field(
+        default=DEFAULT_IMAGE,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,254}$",
+        description=f"The Pods' container image (default {DEFAULT_IMAGE}): bash, curl, xz and python3 with pip.",
     )
     jobset_version: str = Field(
         default=JOBSET_VERSION,

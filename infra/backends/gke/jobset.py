@@ -21,6 +21,11 @@ Facts (docs/gke.md sections 4 and 5, each with its source there):
   question 1), so the Pod sets them itself, as users do in jobset#787 [third-party]: the slice
   count, the slice from the ``job-index`` label, and the coordinator at the host of process 0 (job
   0, Pod 0), where jax 0.10.2's ``cloud_tpu_cluster.py`` says JobSet puts it [Google].
+* **Boot**: the container runs the stack's startup script, the release every VM boots, from a
+  ConfigMap named after the release (:func:`startup_config_map_name`; a new release is a new name,
+  so a new Pod template, so a new JobSet), as ``/bin/bash`` + the mounted file, the container's
+  first process, which the kubelet signals; the run directory is the Pod's ``MULTISLICE_RUN_DIR``
+  (GKE's metadata server serves no instance attributes of the stack's): infra/backends/gke/spec.py.
 * **Repair**: a failed Pod fails its Job (``backoffLimit: 0``), and JobSet then recreates every
   Job, up to ``failurePolicy.maxRestarts`` times; a preempted node gives its Pods 30 s, of which an
   ordinary Pod gets the first 15 ([Google] "Spot VMs in GKE"), so ``terminationGracePeriodSeconds``
@@ -32,6 +37,7 @@ from __future__ import annotations
 from typing import Any
 
 from infra.backends.gke.node_pools import TPU_RESOURCE, NodePoolShape, node_selector
+from infra.startup.contract import RUN_DIR_ENV
 
 API_VERSION = "jobset.x-k8s.io/v1alpha2"
 EXCLUSIVE_TOPOLOGY = "alpha.jobset.sigs.k8s.io/exclusive-topology"
@@ -61,6 +67,23 @@ GKE_INJECTED_ENV = frozenset(
 )
 #: What the Pod itself sets (module docstring): a workload may not set these either.
 MEGASCALE_ENV = ("MEGASCALE_NUM_SLICES", "MEGASCALE_SLICE_ID", "MEGASCALE_COORDINATOR_ADDRESS")
+#: Where the startup script's ConfigMap is mounted, and its key (the file's name there).
+STARTUP_MOUNT = "/etc/multislice"
+STARTUP_KEY = "startup.sh"
+STARTUP_VOLUME = "startup"
+#: Hex digits of the release id in the ConfigMap's name.
+RELEASE_ID_CHARS = 12
+
+
+def startup_config_map_name(name: str, release_id: str) -> str:
+    """The ConfigMap holding release ``release_id``'s startup script for JobSet ``name``.
+
+    Raises:
+      ValueError: ``release_id`` is not a sha256 in hex.
+    """
+    if len(release_id) != 64 or any(c not in "0123456789abcdef" for c in release_id):
+        raise ValueError(f"release id {release_id!r} is not a sha256 in hex")
+    return f"{name}-startup-{release_id[:RELEASE_ID_CHARS]}"
 
 
 def refuse_injected(env: dict[str, str]) -> None:
@@ -75,7 +98,7 @@ def refuse_injected(env: dict[str, str]) -> None:
                 f"multislice:workload.env.{name}: GKE sets it in every TPU Pod (its webhook or the TPU device "
                 "plugin, docs/gke.md section 4), and a Pod's own value would hide GKE's: remove it"
             )
-        if name in MEGASCALE_ENV:
+        if name in MEGASCALE_ENV or name == RUN_DIR_ENV:
             raise ValueError(
                 f"multislice:workload.env.{name}: the JobSet's Pods set it from their slice (docs/gke.md section "
                 "4): remove it"
@@ -87,14 +110,16 @@ def coordinator_host(name: str) -> str:
     return f"{name}-{REPLICATED_JOB}-0-0.{name}"
 
 
-def pod_env(name: str, slices: int, env: dict[str, str]) -> list[dict[str, Any]]:
-    """The container's ``env``: the workload's ``env``, then ``MEGASCALE_*`` for several slices.
+def pod_env(name: str, slices: int, env: dict[str, str], run_dir: str) -> list[dict[str, Any]]:
+    """The container's ``env``: the workload's ``env``, ``MULTISLICE_RUN_DIR``, then ``MEGASCALE_*``
+    for several slices.
 
     Raises:
       ValueError: ``env`` sets a name GKE or the Pod sets (:func:`refuse_injected`).
     """
     refuse_injected(env)
     entries: list[dict[str, Any]] = [{"name": key, "value": value} for key, value in sorted(env.items())]
+    entries.append({"name": RUN_DIR_ENV, "value": run_dir})
     if slices > 1:
         entries += [
             {"name": "MEGASCALE_NUM_SLICES", "value": str(slices)},
@@ -114,7 +139,8 @@ def jobset(
     shape: NodePoolShape,
     slices: int,
     image: str,
-    command: list[str],
+    startup_config_map: str,
+    run_dir: str,
     env: dict[str, str],
     service_account: str,
     max_restarts: int,
@@ -126,7 +152,10 @@ def jobset(
       namespace: its Kubernetes namespace.
       shape: each slice's node pool (:func:`~infra.backends.gke.node_pools.slice_node_pool`).
       slices: child Jobs (``multislice:slices``).
-      image, command: the container's image and command.
+      image: the container's image (bash, curl, Python 3 with pip: what the boot runs).
+      startup_config_map: the ConfigMap of the release's startup script
+        (:func:`startup_config_map_name`), key :data:`STARTUP_KEY`.
+      run_dir: the run directory (``gs://bucket/runs/<run>``).
       env: the workload's extra environment.
       service_account: the Kubernetes service account the Pods run as.
       max_restarts: how many times JobSet recreates every Job after a failure.
@@ -139,8 +168,9 @@ def jobset(
     container = {
         "name": CONTAINER,
         "image": image,
-        "command": list(command),
-        "env": pod_env(name, slices, env),
+        "command": ["/bin/bash", f"{STARTUP_MOUNT}/{STARTUP_KEY}"],
+        "env": pod_env(name, slices, env, run_dir),
+        "volumeMounts": [{"name": STARTUP_VOLUME, "mountPath": STARTUP_MOUNT, "readOnly": True}],
         "resources": {
             "requests": {TPU_RESOURCE: str(shape.chips_per_node)},
             "limits": {TPU_RESOURCE: str(shape.chips_per_node)},
@@ -152,6 +182,7 @@ def jobset(
         "terminationGracePeriodSeconds": TERMINATION_GRACE_S,
         "nodeSelector": node_selector(shape),
         "containers": [container],
+        "volumes": [{"name": STARTUP_VOLUME, "configMap": {"name": startup_config_map}}],
     }
     job_spec = {
         "parallelism": shape.node_count,

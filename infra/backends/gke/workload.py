@@ -11,6 +11,8 @@ reach: a new cluster's IP endpoint is private, :func:`~infra.backends.gke.cluste
   ``iam.gke.io/gcp-service-account``);
 * the JobSet controller, the documented way: the release's ``manifests.yaml``, applied server-side
   (docs/gke.md section 5; ``multislice:gke.installJobSet: false`` when the cluster already runs it);
+* the ConfigMap of the release's startup script, named after the release
+  (:func:`~infra.backends.gke.jobset.startup_config_map_name`), which the Pods boot;
 * the JobSet of :func:`~infra.backends.gke.jobset.jobset`. Its ``spec.replicatedJobs`` is immutable
   (docs/gke.md section 5, "Updates"), so any change of its spec replaces it, the old one deleted
   first (same name): every Pod of the run restarts, and the trainer resumes from the newest
@@ -33,6 +35,7 @@ import pulumi
 import yaml
 
 from infra.backends.gke.cluster import GSA_ANNOTATION, GkeSettings
+from infra.backends.gke.jobset import STARTUP_KEY, startup_config_map_name
 
 #: The exec credential plugin gcloud's kubeconfig names, and its install hint (gcloud 528).
 AUTH_PLUGIN = "gke-gcloud-auth-plugin"
@@ -41,6 +44,9 @@ AUTH_PLUGIN_HINT = (
     "Install gke-gcloud-auth-plugin for use with kubectl by following "
     "https://cloud.google.com/kubernetes-engine/docs/how-to/cluster-access-for-kubectl#install_plugin"
 )
+#: The most a ConfigMap holds: "The data stored in a ConfigMap cannot exceed 1 MiB" (Kubernetes'
+#: ConfigMaps page, https://kubernetes.io/docs/concepts/configuration/configmap/).
+CONFIG_MAP_LIMIT_BYTES = 1024 * 1024
 #: The JobSet controller's release manifests (docs/gke.md section 5, "Install").
 MANIFESTS_URL = "https://github.com/kubernetes-sigs/jobset/releases/download/{version}/manifests.yaml"
 
@@ -104,7 +110,8 @@ class WorkloadInputs:
       kubernetes_service_account: the Pods' Kubernetes service account.
       google_service_account_email: the stack's Google service account (``pulumi.Input``).
       jobset: the JobSet (:func:`~infra.backends.gke.jobset.jobset`), whose namespace and service
-        account must be the two above.
+        account must be the two above, and whose Pods mount the startup script's ConfigMap.
+      startup_script: the stack's startup script (``RenderedScript.text``), and release_id, its release.
     """
 
     project: str
@@ -115,13 +122,16 @@ class WorkloadInputs:
     kubernetes_service_account: str
     google_service_account_email: Any
     jobset: dict[str, Any]
+    startup_script: str
+    release_id: str
 
 
 def check(inputs: WorkloadInputs) -> None:
     """Refuse a JobSet that would not run where its namespace and service account are made.
 
     Raises:
-      ValueError: the JobSet's namespace or Pods' service account differs from the inputs'.
+      ValueError: the JobSet's namespace or Pods' service account differs from the inputs', its Pods
+        mount another ConfigMap than the release's, or the script is over a ConfigMap's 1 MiB.
     """
     namespace = inputs.jobset["metadata"]["namespace"]
     if namespace != inputs.settings.namespace:
@@ -130,6 +140,17 @@ def check(inputs: WorkloadInputs) -> None:
         account = replicated["template"]["spec"]["template"]["spec"]["serviceAccountName"]
         if account != inputs.kubernetes_service_account:
             raise ValueError(f"the Pods run as {account!r}, not {inputs.kubernetes_service_account!r}")
+        volumes = replicated["template"]["spec"]["template"]["spec"].get("volumes", [])
+        mounted = [volume["configMap"]["name"] for volume in volumes if "configMap" in volume]
+        expected = startup_config_map_name(inputs.jobset["metadata"]["name"], inputs.release_id)
+        if mounted != [expected]:
+            raise ValueError(f"the Pods mount the ConfigMaps {mounted}, not the release's {expected!r}")
+    size = len(inputs.startup_script.encode("utf-8"))
+    if size > CONFIG_MAP_LIMIT_BYTES:
+        raise ValueError(
+            f"the startup script is {size} bytes, over a ConfigMap's {CONFIG_MAP_LIMIT_BYTES} (1 MiB): "
+            "shrink training/ or the workload"
+        )
 
 
 class GkeWorkload(pulumi.ComponentResource):
@@ -165,6 +186,17 @@ class GkeWorkload(pulumi.ComponentResource):
             before_pods.append(
                 k8s.core.v1.Namespace("namespace", metadata={"name": settings.namespace}, opts=in_cluster)
             )
+        before_pods.append(
+            k8s.core.v1.ConfigMap(
+                "startup",
+                metadata={
+                    "name": startup_config_map_name(inputs.jobset["metadata"]["name"], inputs.release_id),
+                    "namespace": settings.namespace,
+                },
+                data={STARTUP_KEY: inputs.startup_script},
+                opts=pulumi.ResourceOptions.merge(in_cluster, pulumi.ResourceOptions(depends_on=list(before_pods))),
+            )
+        )
         before_pods.append(
             k8s.core.v1.ServiceAccount(
                 "pods",

@@ -52,6 +52,15 @@ def test_namespace_and_control_plane_range_are_checked():
         GkeSettings.model_validate({"clusterName": "dev"})
 
 
+def test_the_pods_image_is_one_reference_without_spaces_or_quotes():
+    assert GkeSettings().image == "python:3.12-bookworm"
+    named = "us-docker.pkg.dev/acme/ml/boot:2026-12@sha256:" + "0" * 64
+    assert GkeSettings(image=named).image == named
+    for bad in ("", "python 3", "python:3;rm", "'python'"):
+        with pytest.raises(ValidationError, match="String should match pattern"):
+            GkeSettings(image=bad)
+
+
 @pytest.mark.parametrize("location", ["us-east5-a", "us-east5-b", "us-east5"])
 def test_a_cluster_in_the_zone_s_region_can_take_its_pools(location):
     check_cluster_location(location, "us-east5-a")

@@ -12,7 +12,13 @@ import pytest
 from kubernetes.client import ApiClient
 
 from infra.accelerators import parse_accelerator_type
-from infra.backends.gke.jobset import GKE_INJECTED_ENV, coordinator_host, jobset, refuse_injected
+from infra.backends.gke.jobset import (
+    GKE_INJECTED_ENV,
+    coordinator_host,
+    jobset,
+    refuse_injected,
+    startup_config_map_name,
+)
 from infra.backends.gke.node_pools import slice_node_pool
 
 SHAPE = slice_node_pool(parse_accelerator_type("v6e-16"))  # 4 VMs × 4 chips a slice
@@ -33,7 +39,8 @@ def make(slices: int = 2, env: dict[str, str] | None = None) -> dict[str, Any]:
         shape=SHAPE,
         slices=slices,
         image="us-docker.pkg.dev/p/r/trainer:1",
-        command=["bash", "/release/boot.sh"],
+        startup_config_map="dev-startup-0123456789ab",
+        run_dir="gs://acme-ml-dev-checkpoints/runs/dev",
         env=env or {"XLA_FLAGS": "--xla_dump_to=/tmp/d"},
         service_account="multislice-run",
         max_restarts=5,
@@ -94,7 +101,7 @@ def test_one_slice_sets_no_megascale_variable():
     assert not [name for name in env_of(make(slices=1)) if name.startswith("MEGASCALE_")]
 
 
-@pytest.mark.parametrize("name", sorted(GKE_INJECTED_ENV) + ["MEGASCALE_SLICE_ID"])
+@pytest.mark.parametrize("name", sorted(GKE_INJECTED_ENV) + ["MEGASCALE_SLICE_ID", "MULTISLICE_RUN_DIR"])
 def test_a_workload_env_that_hides_what_gke_or_the_pod_sets_is_refused_naming_the_key(name):
     with pytest.raises(ValueError, match=rf"^multislice:workload\.env\.{name}: "):
         make(env={name: "1"})
@@ -102,6 +109,28 @@ def test_a_workload_env_that_hides_what_gke_or_the_pod_sets_is_refused_naming_th
 
 def test_other_names_pass():
     refuse_injected({"XLA_FLAGS": "x", "TPU_STDERR_LOG_LEVEL": "0"})
+
+
+def test_the_container_boots_the_startup_script_of_the_releases_config_map():
+    pod = make()["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    # The script is the container's first process (the one the kubelet signals), as the Pod's
+    # boot test runs it (tests/startup/test_gke_boot.py).
+    assert container["command"] == ["/bin/bash", "/etc/multislice/startup.sh"]
+    (mount,) = container["volumeMounts"]
+    (volume,) = pod["volumes"]
+    assert mount == {"name": volume["name"], "mountPath": "/etc/multislice", "readOnly": True}
+    assert volume["configMap"] == {"name": "dev-startup-0123456789ab"}
+    assert env_of(make())["MULTISLICE_RUN_DIR"] == "gs://acme-ml-dev-checkpoints/runs/dev"
+
+
+def test_a_new_release_names_a_new_config_map():
+    first = "0123456789ab" + "c" * 52
+    assert startup_config_map_name("dev", first) == "dev-startup-0123456789ab"
+    assert startup_config_map_name("dev", "f" * 64) != startup_config_map_name("dev", first)
+    for bad in ("", "0123456789ab", "G" * 64):
+        with pytest.raises(ValueError, match="is not a sha256 in hex"):
+            startup_config_map_name("dev", bad)
 
 
 def test_bad_counts_are_refused():

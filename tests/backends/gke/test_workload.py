@@ -27,6 +27,12 @@ CONTROLLER = "kubernetes:yaml/v2:ConfigFile"
 JOBSET = JOBSET_TYPE
 
 
+#: The release the Pods boot (its startup script's ConfigMap is named after it).
+RELEASE = "0123456789ab" + "0" * 52
+SCRIPT = "#!/bin/bash\n# the stack's startup script\n"
+CONFIG_MAP = "kubernetes:core/v1:ConfigMap"
+
+
 def the_jobset(namespace: str = "default", account: str = "multislice-dev") -> dict[str, Any]:
     slices = gke_inputs()
     return jobset(
@@ -35,7 +41,8 @@ def the_jobset(namespace: str = "default", account: str = "multislice-dev") -> d
         shape=slices.shape,
         slices=2,
         image="python:3.11-slim",
-        command=["python", "-m", "training", "run"],
+        startup_config_map="dev-startup-0123456789ab",
+        run_dir="gs://acme-ml-dev-checkpoints/runs/dev",
         env={},
         service_account=account,
         max_restarts=10,
@@ -53,6 +60,8 @@ def inputs(settings: GkeSettings | None = None, **changes: Any) -> WorkloadInput
         kubernetes_service_account="multislice-dev",
         google_service_account_email=EMAIL,
         jobset=the_jobset(settings.namespace),
+        startup_script=SCRIPT,
+        release_id=RELEASE,
     )
     return dataclasses.replace(made, **changes)
 
@@ -107,9 +116,13 @@ def test_the_default_namespace_the_pods_account_the_controller_and_the_jobset():
     assert controller.inputs["file"] == (
         "https://github.com/kubernetes-sigs/jobset/releases/download/v0.10.1/manifests.yaml"
     )
+    startup = world.one(CONFIG_MAP)
+    assert startup.inputs["metadata"] == {"name": "dev-startup-0123456789ab", "namespace": "default"}
+    assert startup.inputs["data"] == {"startup.sh": SCRIPT}
     run = world.one(JOBSET)
     assert run.inputs["metadata"]["name"] == "dev" and run.inputs["spec"] == the_jobset()["spec"]
-    assert {account.urn, controller.urn} <= set(run.dependencies)  # the Pods' account and JobSet's CRD first
+    # The Pods' account, their startup script and JobSet's CRD first.
+    assert {account.urn, startup.urn, controller.urn} <= set(run.dependencies)
     # spec.replicatedJobs is immutable: a new spec is a new JobSet of the same name, the old one gone first.
     assert run.replace_on_changes == ["spec"] and run.delete_before_replace
 
@@ -135,6 +148,11 @@ def test_a_jobset_version_must_be_a_release_tag():
     [
         ({"jobset": the_jobset(namespace="other")}, "namespace 'other' is not multislice:gke.namespace"),
         ({"jobset": the_jobset(account="default")}, "run as 'default', not 'multislice-dev'"),
+        (
+            {"release_id": "f" * 64},
+            r"mount the ConfigMaps \['dev-startup-0123456789ab'\], not the release's 'dev-startup-ffff",
+        ),
+        ({"startup_script": "#" * (1024 * 1024 + 1)}, "the startup script is 1048577 bytes, over a ConfigMap's"),
     ],
 )
 def test_a_jobset_that_would_run_elsewhere_is_refused_before_any_resource(changes, message):
