@@ -20,7 +20,7 @@ from typing import Any
 
 from infra.accelerators import Generation
 from infra.backends.gke.cluster import GkeSettings
-from infra.backends.gke.node_pools import CAPACITIES
+from infra.backends.gke.node_pools import CAPACITIES, NodePoolError, placement_policy, slice_node_pool
 from infra.backends.spec import BackendSpec
 from training.validation import invalid
 
@@ -58,12 +58,20 @@ class GkeSpec(BackendSpec):
         return tuple(dict.fromkeys(gen.zones + gen.compute_engine_zones)), ZONES_SOURCE
 
     def check_keys(self, config: Any) -> None:
+        """Refuse ``multislice:runtimeVersion``, and a slice GKE cannot give as a Multislice node pool
+        (a generation without TPU node pools, one VM per slice, or a TPU7x workload policy:
+        :func:`~infra.backends.gke.node_pools.slice_node_pool`), naming the key."""
         if config.runtime_version is not None:
             raise invalid(
                 "multislice:runtimeVersion",
                 "configures the TPU software version a queued resource boots; GKE node pools run GKE's node image: "
                 "remove it (or set multislice:backend: queued-resource)",
             )
+        try:
+            placement_policy(slice_node_pool(config.accelerator))
+        except NodePoolError as err:
+            key, _, why = str(err).partition(": ")
+            raise invalid(key, why) from None
 
     def refuse_settings(self, changed: list[str], backend: str) -> Exception:
         return invalid(self.settings_key, f"configures the gke backend; this stack's multislice:backend is {backend}")
