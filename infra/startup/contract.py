@@ -219,6 +219,7 @@ SCRIPT_INTERNAL_ENV = (
     "MULTISLICE_RELEASE_FETCHED",
     "MULTISLICE_RELEASE_WATCHING",
     "MULTISLICE_LINE_PREFIX",
+    "MULTISLICE_FOREGROUND",
 )
 #: What the trainer (``training/``) reads (each appears in its source).
 TRAINER_ENV = (

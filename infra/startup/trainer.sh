@@ -22,10 +22,12 @@
 #       worker 0 of slice 0); with PYTHON, through the log shipper too.
 #   trainer.sh foreground run|command ARGS...
 #       Where no systemd runs the unit (a container: the gke backend's Pod, boot.sh): the same
-#       `run` or `command` as a child, SIGTERM and SIGINT passed on to it, then `stopped` with the
-#       variables systemd sets for ExecStopPost=; ends with the child's status (128 + N after
-#       signal N), which is the container's. Nothing restarts it here: the Pod's restart policy
-#       and the JobSet's failure policy decide what follows.
+#       `run` or `command` as a child in a process group of its own, SIGTERM and SIGINT passed on
+#       to every process of that group (as systemd signals a unit's cgroup; one that arrives before
+#       the child exists is passed on once it does), then `stopped` with the variables systemd sets
+#       for ExecStopPost=; ends with the child's status (128 + N after signal N: a child that exits
+#       130 or 143 itself reads as SIGINT or SIGTERM), which is the container's. Nothing restarts it
+#       here: the Pod's restart policy and the JobSet's failure policy decide what follows.
 set -euo pipefail
 
 readonly UNIT=multislice-trainer.service
@@ -90,7 +92,13 @@ case ${1:-} in
       exited:0) say "trainer: exited with status 0: training is complete" ;;
       exited:75) say "trainer: exited with status 75: it saved a checkpoint after a preemption notice" ;;
       exited:76) say "trainer: exited with status 76: the release record names a newer release; the release watch boots it" ;;
-      exited:78) say "trainer: exited with status 78: its configuration cannot work here; it is not restarted" ;;
+      exited:78)
+        if [[ -n ${MULTISLICE_FOREGROUND:-} ]]; then
+          say "trainer: exited with status 78: its configuration cannot work here; the container ends (the JobSet's failure policy decides what follows)"
+        else
+          say "trainer: exited with status 78: its configuration cannot work here; it is not restarted"
+        fi
+        ;;
       exited:*) say "trainer: exited with status $status ($SERVICE_RESULT)" ;;
       *) say "trainer: ended by signal $status (${SERVICE_RESULT:-?})" ;;
     esac
@@ -107,7 +115,10 @@ case ${1:-} in
         say "workload: the preempted event could not be written"
     fi
     # --- deleteOnComplete: the run is complete; worker 0 of slice 0 deletes the queued resource.
-    if [[ ${EXIT_CODE:-}:$status == exited:0 ]]; then MULTISLICE_LINE_PREFIX=$prefix bash "${0%/*}/delete-on-complete.sh" || true; fi
+    # (A queued resource's; a container's capacity is not deleted from inside it.)
+    if [[ ${EXIT_CODE:-}:$status == exited:0 && -z ${MULTISLICE_FOREGROUND:-} ]]; then
+      MULTISLICE_LINE_PREFIX=$prefix bash "${0%/*}/delete-on-complete.sh" || true
+    fi
     if (($# == 3)); then # let the shipper write the line out before the unit's processes are stopped
       exec >&- 2>&-
       wait "$!" || true
@@ -120,21 +131,28 @@ case ${1:-} in
       *) say "usage: trainer.sh foreground run PYTHON CONFIG RUN_DIR | trainer.sh foreground command PYTHON RUN_DIR BIN"; exit 2 ;;
     esac
     shift
+    child='' pending=''
+    pass_on() { # the signal to every process of the child's group, or later if there is none yet
+      if [[ -n $child ]]; then kill "-$1" -- "-$child" 2>/dev/null || true; else pending=$1; fi
+    }
+    trap 'pass_on TERM' TERM # before the fork: a container's first process drops what it does not handle
+    trap 'pass_on INT' INT
+    set -m # job control: the child leads a process group, and does not start with SIGINT ignored
     /bin/bash "$0" "$@" &
     child=$!
-    trap 'kill -TERM "$child" 2>/dev/null || true' TERM
-    trap 'kill -INT "$child" 2>/dev/null || true' INT
-    while true; do # a trapped signal ends `wait` early: wait again until the child is gone
-      status=0
-      wait "$child" || status=$?
-      kill -0 "$child" 2>/dev/null || break
-    done
+    set +m
+    if [[ -n $pending ]]; then pass_on "$pending"; fi
+    while kill -0 "$child" 2>/dev/null; do wait "$child" || true; done # a trapped signal ends a wait early
+    status=0
+    wait "$child" || status=$? # the status of the child reaped above (bash keeps it)
     if ((status > 128)) && signal=$(kill -l "$((status - 128))" 2>/dev/null); then
-      EXIT_CODE=killed EXIT_STATUS=$signal SERVICE_RESULT=signal /bin/bash "$0" stopped "$py" "$run_dir" || true
+      MULTISLICE_FOREGROUND=1 EXIT_CODE=killed EXIT_STATUS=$signal SERVICE_RESULT=signal \
+        /bin/bash "$0" stopped "$py" "$run_dir" || true
     else
       result=success
       ((status == 0)) || result=exit-code
-      EXIT_CODE=exited EXIT_STATUS=$status SERVICE_RESULT=$result /bin/bash "$0" stopped "$py" "$run_dir" || true
+      MULTISLICE_FOREGROUND=1 EXIT_CODE=exited EXIT_STATUS=$status SERVICE_RESULT=$result \
+        /bin/bash "$0" stopped "$py" "$run_dir" || true
     fi
     exit "$status"
     ;;

@@ -63,6 +63,11 @@ case ${FAKE_MODE:-ok} in
     trap 'echo "fake trainer got SIGTERM"; exit 7' TERM
     touch "$FAKE_DIR/ready.$n"
     while true; do sleep 0.05; done ;;
+  group-term)  # a command's own child saves on SIGTERM; the launcher itself ignores it
+    bash -c 'trap "echo saved >\"$FAKE_DIR/child-saved.$0\"; exit 0" TERM; touch "$FAKE_DIR/ready.$0"
+      while true; do sleep 0.05; done' "$n" &
+    trap '' TERM
+    wait; exit 75 ;;
   save-on-term)
     trap 'sleep 0.5; echo checkpoint >"$FAKE_DIR/saved.$n"; echo "fake trainer saved its checkpoint"; exit 75' TERM
     touch "$FAKE_DIR/ready.$n"

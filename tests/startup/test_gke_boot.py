@@ -88,7 +88,12 @@ def test_one_slice_is_slice_0_without_megascale_values(pod):
 @pytest.mark.parametrize(
     ("mode", "status", "line"),
     [
-        ("config-error", 78, "exited with status 78: its configuration cannot work here; it is not restarted"),
+        (
+            "config-error",
+            78,
+            "exited with status 78: its configuration cannot work here; the container ends (the JobSet's failure "
+            "policy decides what follows)",
+        ),
         ("always-fail", 5, "exited with status 5 (exit-code)"),
     ],
 )
@@ -110,6 +115,33 @@ def test_a_sigterm_to_the_container_reaches_the_trainer_which_saves_and_ends_75(
     assert code == 75, out
     assert (pod.fake_dir / "saved.1").is_file()
     assert "[slice 1 worker 1] trainer: exited with status 75: it saved a checkpoint after a preemption notice" in out
+
+
+def test_the_sigterm_reaches_every_process_of_the_trainers_group(pod):
+    # As systemd signals a unit's cgroup: a command's own child saves too, though its parent ignores it.
+    proc = container(pod, FAKE_MODE="group-term", **SLICE_1_WORKER_1)
+    try:
+        pod.wait_for_file("ready.1", proc)
+        proc.send_signal(signal.SIGTERM)
+        code, out = finish(proc)
+    finally:
+        Vm.kill_all(proc)
+    assert code == 75, out
+    assert (pod.fake_dir / "child-saved.1").read_text() == "saved\n"
+
+
+def test_a_sigint_to_the_container_reaches_the_trainer(pod):
+    # The fake trainer handles SIGTERM only: SIGINT's default action ends it (a child started
+    # without job control would have it ignored, and the container would wait for ever).
+    proc = container(pod, FAKE_MODE="wait-term", **SLICE_1_WORKER_1)
+    try:
+        pod.wait_for_file("ready.1", proc)
+        proc.send_signal(signal.SIGINT)
+        code, out = finish(proc, timeout=60)
+    finally:
+        Vm.kill_all(proc)
+    assert code == 128 + signal.SIGINT, out
+    assert "[slice 1 worker 1] trainer: ended by signal INT (signal)" in out
 
 
 def test_a_trainer_killed_by_a_signal_ends_the_container_with_128_plus_it(pod):
