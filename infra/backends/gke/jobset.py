@@ -100,8 +100,8 @@ def refuse_injected(env: dict[str, str]) -> None:
             )
         if name in MEGASCALE_ENV or name == RUN_DIR_ENV:
             raise ValueError(
-                f"multislice:workload.env.{name}: the JobSet's Pods set it from their slice (docs/gke.md section "
-                "4): remove it"
+                f"multislice:workload.env.{name}: the JobSet's Pods set it themselves (docs/gke.md section 4): "
+                "remove it"
             )
 
 
