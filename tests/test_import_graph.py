@@ -215,7 +215,15 @@ def test_a_cycle_in_training_through_a_type_checking_import_is_found(tmp_path):
 #: servers) -> (components | planner | logs) -> startup -> config -> the backends' specs (each
 #: backend's keys, read by config) -> the catalog, names and the VM contract.
 LAYERS: list[list[str]] = [
-    ["infra", "infra.accelerators", "infra.naming", "infra.bucket_location", "infra.credentials", "infra.clock"],
+    [
+        "infra",
+        "infra.accelerators",
+        "infra.naming",
+        "infra.bucket_location",
+        "infra.credentials",
+        "infra.clock",
+        "infra.subnets",
+    ],
     ["infra.startup.contract", "infra.durations"],
     [
         "infra.backends.spec",
@@ -223,6 +231,9 @@ LAYERS: list[list[str]] = [
         "infra.backends.queued_resource.spec",
         "infra.backends.compute_engine.spec",
         "infra.backends.compute_engine.provisioning",
+        "infra.backends.gke.spec",
+        "infra.backends.gke.cluster",
+        "infra.backends.gke.node_pools",
     ],
     ["infra.config"],
     ["infra.startup"],

@@ -33,9 +33,11 @@ Target = tuple[str, dict[str, str], dict[str, str]]
 
 
 #: Where the lines go, as the boot wrote it into the trainer's unit from the stack's backend: the
-#: Cloud Logging monitored resource type of the VM (``tpu_worker`` or ``gce_instance``).
+#: Cloud Logging monitored resource type of the VM (``tpu_worker`` or ``gce_instance``), or of a
+#: GKE container (``k8s_container``), whose output GKE's own logging agent collects: nothing is
+#: shipped from it.
 LOG_RESOURCE_ENV = "MULTISLICE_LOG_RESOURCE"
-TPU_WORKER, GCE_INSTANCE = "tpu_worker", "gce_instance"
+TPU_WORKER, GCE_INSTANCE, K8S_CONTAINER = "tpu_worker", "gce_instance", "k8s_container"
 
 
 def target(
@@ -59,7 +61,8 @@ def target(
 
     A trainer started without it (by hand) takes ``tpu_worker`` when ``tpu-env`` names a node,
     else ``gce_instance`` when the program's ``multislice-backend`` metadata key is set. Another
-    value ships nothing. The entries' labels are ``slice``, ``worker`` and ``run`` on both.
+    value ships nothing (``k8s_container``: GKE collects the container's output itself). The
+    entries' labels are ``slice``, ``worker`` and ``run`` on both.
     """
     project, zone = get("project/project-id"), get("instance/zone")
     if not (project and zone):

@@ -67,6 +67,7 @@ from infra.accelerators.catalog import GENERATIONS, MULTISLICE_OVERVIEW
 from infra.accelerators.generation import (
     BACKENDS,
     COMPUTE_ENGINE,
+    GKE,
     QUEUED_RESOURCE,
     AcceleratorType,
     Generation,
@@ -76,6 +77,7 @@ from infra.accelerators.generation import (
 __all__ = [
     "BACKENDS",
     "COMPUTE_ENGINE",
+    "GKE",
     "GENERATIONS",
     "MAX_SLICES",
     "MULTISLICE_OVERVIEW",

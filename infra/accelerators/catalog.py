@@ -4,7 +4,7 @@ versions are read from them)."""
 
 from __future__ import annotations
 
-from infra.accelerators.generation import COMPUTE_ENGINE, QUEUED_RESOURCE, Generation
+from infra.accelerators.generation import COMPUTE_ENGINE, GKE, QUEUED_RESOURCE, Generation
 
 # Source addresses (the stored copies of these pages were read; row names are quoted).
 _V4 = "https://cloud.google.com/tpu/docs/v4"
@@ -32,6 +32,10 @@ _CE_VERSIONS = (
 _NOT_ON_CE = f"none: {_CE_VERSIONS} (this generation is not among them)"
 _QR_AND_CE = f"queued-resource: {_ZONES} lists the generation for the Cloud TPU API; compute-engine: {_CE_VERSIONS}"
 _QR_ONLY = f"queued-resource: {_ZONES} lists the generation for the Cloud TPU API; not compute-engine: {_CE_VERSIONS}"
+#: [Google] "About TPUs in GKE": the multi-host TPU slice node pools of v4, v5e, v5p, v6e and TPU7x
+#: (docs/gke.md section 2, with their machine types and node labels).
+_TPUS_IN_GKE = "https://docs.cloud.google.com/kubernetes-engine/docs/concepts/tpus"
+_ON_GKE = f"; gke: {_TPUS_IN_GKE} (multi-host TPU slice node pools of this generation; docs/gke.md section 2)"
 _CE_ZONE_ROW = f"{_CE_ZONES} North America table (as docs/compute-engine.md section 1 reads it): "
 #: The Cloud TPU Multislice overview: Multislice concepts, limits and the DCN arithmetic.
 MULTISLICE_OVERVIEW = "https://cloud.google.com/tpu/docs/multislice-introduction"
@@ -47,6 +51,7 @@ GENERATIONS: dict[str, Generation] = {
         Generation(
             name="v4",
             type_prefix="v4",
+            backends=(QUEUED_RESOURCE, GKE),
             tensorcores_per_chip=2,
             suffix_counts="tensorcores",
             sizes=(8, 16, 32, 64, 128, 256, 512, 1024, 1536, 2048, 4096),
@@ -77,7 +82,7 @@ GENERATIONS: dict[str, Generation] = {
                 f'{_TYPES} "v4-128 specifies ... 128 TensorCores" and its example "2x2x4 (16 chips)", '
                 'and the v4 page\'s torus examples "4x4x8, 4x8x8 or 12x12x24". PROXY: the v4 configuration '
                 f"table of {_V4} could not be read in the stored copy",
-                "backends": _QR_ONLY,
+                "backends": _QR_ONLY + _ON_GKE,
                 "compute_engine_zones": _NOT_ON_CE,
                 "compute_engine_machine_types": f"{_NOT_ON_CE}; ct4p-hightpu-4t is a GKE machine type ({_XPK})",
                 "tensorcores_per_chip": f'{_V4} "Each TPU v4 chip contains two TensorCores"',
@@ -106,6 +111,7 @@ GENERATIONS: dict[str, Generation] = {
         Generation(
             name="v5e",
             type_prefix="v5litepod",
+            backends=(QUEUED_RESOURCE, GKE),
             tensorcores_per_chip=1,
             suffix_counts="chips",
             sizes=(1, 4, 8, 16, 32, 64, 128, 256),
@@ -122,7 +128,7 @@ GENERATIONS: dict[str, Generation] = {
             sources={
                 "topologies": f'{_V5E} 2D slice shapes table "Topology | Number of TPU chips | Number of '
                 'hosts": 1x1=1, 2x2=4, 2x4=8, 4x4=16, 4x8=32, 8x8=64, 8x16=128, 16x16=256',
-                "backends": _QR_ONLY,
+                "backends": _QR_ONLY + _ON_GKE,
                 "compute_engine_zones": _NOT_ON_CE,
                 "compute_engine_machine_types": f"{_NOT_ON_CE}; ct5lp-hightpu-1t/-4t/-8t are the GKE machine "
                 f'types of {_V5E} ("Machine type (GKE API)")',
@@ -182,7 +188,7 @@ GENERATIONS: dict[str, Generation] = {
                 "16x16x16",
                 "16x16x24",
             ),
-            backends=(QUEUED_RESOURCE, COMPUTE_ENGINE),
+            backends=(QUEUED_RESOURCE, COMPUTE_ENGINE, GKE),
             compute_engine_zones=("us-central1-a", "us-east5-a"),
             compute_engine_machine_types={4: "ct5p-hightpu-4t"},
             sources={
@@ -190,7 +196,7 @@ GENERATIONS: dict[str, Generation] = {
                 "2x2x2 | 16, 2x4x4 | 64, 4x4x4 | 128, 4x4x8 | 256, 4x8x8 | 512, 8x8x8 | 1024, 8x8x16 | 2048, "
                 "8x16x16 | 4096, 16x16x16 | 8192, 16x16x24 | 12288; v5p-32 (16 chips, not in that table): "
                 f"2x2x4, from {_XPK} (v5p default_topologies) and {_TYPES} (2x2x4 = 16 chips)",
-                "backends": _QR_AND_CE,
+                "backends": _QR_AND_CE + _ON_GKE,
                 "compute_engine_zones": _CE_ZONE_ROW + "v5p: us-central1-a, us-east5-a",
                 "compute_engine_machine_types": f'ct5p-hightpu-4t (4-chip VM): {_XPK_GCE}; {_V5P} rows "(4-chip VM)"',
                 "tensorcores_per_chip": f'{_V5P} row "Number of TensorCores per chip | 2"; '
@@ -234,13 +240,13 @@ GENERATIONS: dict[str, Generation] = {
             multi_host_chips_per_vm=4,
             zones=("us-central1-b", "us-east1-d", "us-east5-a", "us-east5-b", "europe-west4-a"),
             topologies=("1x1", "2x2", "2x4", "4x4", "4x8", "8x8", "8x16", "16x16"),
-            backends=(QUEUED_RESOURCE, COMPUTE_ENGINE),
+            backends=(QUEUED_RESOURCE, COMPUTE_ENGINE, GKE),
             compute_engine_zones=("us-central1-b", "us-east1-d", "us-east5-a", "us-east5-b"),
             compute_engine_machine_types={1: "ct6e-standard-1t", 4: "ct6e-standard-4t", 8: "ct6e-standard-8t"},
             sources={
                 "topologies": f'{_V6E} supported configurations table "Topology | TPU chips": 1x1=1, 2x2=4, '
                 "2x4=8, 4x4=16, 4x8=32, 8x8=64, 8x16=128, 16x16=256",
-                "backends": _QR_AND_CE,
+                "backends": _QR_AND_CE + _ON_GKE,
                 "compute_engine_zones": _CE_ZONE_ROW + "v6e: us-central1-b, us-east1-d, us-east5-a, us-east5-b",
                 "compute_engine_machine_types": f"ct6e-standard-1t (1x1), ct6e-standard-4t (2x2 and every "
                 f"multi-host slice): {_XPK_GCE}; ct6e-standard-8t (2x4, one 8-chip VM): {_V6E} supported "
@@ -302,7 +308,7 @@ GENERATIONS: dict[str, Generation] = {
                 "16x16x32",
                 "16x24x24",
             ),
-            backends=(COMPUTE_ENGINE,),
+            backends=(COMPUTE_ENGINE, GKE),
             compute_engine_zones=("us-central1-c", "us-central1-ai1a"),
             compute_engine_machine_types={1: "tpu7x-standard-1t", 4: "tpu7x-standard-4t"},
             sources={
@@ -338,8 +344,8 @@ GENERATIONS: dict[str, Generation] = {
                 'new generations "starting with TPU7x (Ironwood), are supported only through Compute Engine or '
                 'GKE")',
                 "runtime_versions": f"none: the Cloud TPU API does not offer TPU7x ({_CONSUME_RESERVATION})",
-                "backends": f'compute-engine only: {_CE_VERSIONS}; {_CONSUME_RESERVATION} "The Cloud TPU API is '
-                'not supported on TPU7x and later TPU versions"',
+                "backends": f'compute-engine: {_CE_VERSIONS}; {_CONSUME_RESERVATION} "The Cloud TPU API is '
+                'not supported on TPU7x and later TPU versions"' + _ON_GKE,
                 "compute_engine_zones": _CE_ZONE_ROW + "TPU7x: us-central1-c, us-central1-ai1a",
                 "compute_engine_machine_types": f"tpu7x-standard-1t (1x1x1) and tpu7x-standard-4t: {_XPK_GCE}",
             },

@@ -8,11 +8,13 @@ import math
 from dataclasses import dataclass, field
 
 #: The backends a generation can be offered by (``multislice:backend`` in
-#: :mod:`infra.config.schema`): the Cloud TPU API's queued resources, or Compute Engine
-#: instances in managed instance groups (docs/compute-engine.md, section 1).
+#: :mod:`infra.config.schema`): the Cloud TPU API's queued resources, Compute Engine instances
+#: in managed instance groups (docs/compute-engine.md, section 1), or GKE TPU node pools running
+#: a JobSet (docs/gke.md, section 2).
 QUEUED_RESOURCE = "queued-resource"
 COMPUTE_ENGINE = "compute-engine"
-BACKENDS: tuple[str, ...] = (QUEUED_RESOURCE, COMPUTE_ENGINE)
+GKE = "gke"
+BACKENDS: tuple[str, ...] = (QUEUED_RESOURCE, COMPUTE_ENGINE, GKE)
 
 
 def topology_chips(topology: str) -> int:

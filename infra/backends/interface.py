@@ -133,6 +133,18 @@ class Emulation(ABC):
         recreated only once a VM asks for it (:meth:`take_recreated`). Default: True."""
         return True
 
+    def pod_environment(self, slice_id: int, worker: int) -> dict[str, str] | None:
+        """The environment the platform gives that VM's container, whose first process runs the
+        startup script (a Pod: :attr:`~infra.backends.spec.BackendSpec.supervisor` ``container``);
+        None for a VM whose systemd runs it. Default: None."""
+        return None
+
+    @property
+    def recreates_every_slice(self) -> bool:
+        """Whether a repair starts every slice's VMs on empty disks (JobSet recreates every Job,
+        so every Pod is new), not only the failed slice's. Default: False."""
+        return False
+
     def lost(self, slice_id: int) -> None:
         """Slice ``slice_id``'s VMs were struck and stay down (only when not :attr:`repairs_slices`)."""
         return None
@@ -234,6 +246,12 @@ class Backend(ABC):
         """What was deleted, for an emulated stack whose capacity the run deleted."""
 
     # --- exec and reset ----------------------------------------------------------------------
+
+    @property
+    def exec_needs_ssh(self) -> bool:
+        """Whether ``multislice exec`` reaches the workers over SSH (IAP admitted, ssh tools and
+        gcloud's key pair). Default: True."""
+        return True
 
     @abstractmethod
     def exec_plan(self, gcloud: str, config: StackConfig, workers: Sequence[Worker], line: str) -> ExecPlan:

@@ -11,12 +11,13 @@ from __future__ import annotations
 from typing import Any
 
 from infra.backends.compute_engine.backend import BACKEND as COMPUTE_ENGINE
+from infra.backends.gke.backend import BACKEND as GKE
 from infra.backends.interface import Backend
 from infra.backends.queued_resource.backend import BACKEND as QUEUED_RESOURCE
 from infra.backends.specs import SPECS
 
 #: Every backend, by ``multislice:backend`` value, in :data:`~infra.backends.specs.SPECS`' order.
-BACKENDS: dict[str, Backend] = {backend.name: backend for backend in (QUEUED_RESOURCE, COMPUTE_ENGINE)}
+BACKENDS: dict[str, Backend] = {backend.name: backend for backend in (QUEUED_RESOURCE, COMPUTE_ENGINE, GKE)}
 if list(BACKENDS) != list(SPECS) or any(BACKENDS[name].spec is not SPECS[name] for name in SPECS):
     raise RuntimeError(f"infra/backends: the registries disagree: {list(BACKENDS)} and {list(SPECS)}")
 

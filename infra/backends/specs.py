@@ -9,11 +9,12 @@ backend adds its spec here (docs/development.md, "Adding a backend").
 from __future__ import annotations
 
 from infra.backends.compute_engine.spec import SPEC as COMPUTE_ENGINE_SPEC
+from infra.backends.gke.spec import SPEC as GKE_SPEC
 from infra.backends.queued_resource.spec import SPEC as QUEUED_RESOURCE_SPEC
 from infra.backends.spec import BackendSpec
 
 #: Every backend's spec, by ``multislice:backend`` value; the first is the default.
-SPECS: dict[str, BackendSpec] = {spec.name: spec for spec in (QUEUED_RESOURCE_SPEC, COMPUTE_ENGINE_SPEC)}
+SPECS: dict[str, BackendSpec] = {spec.name: spec for spec in (QUEUED_RESOURCE_SPEC, COMPUTE_ENGINE_SPEC, GKE_SPEC)}
 #: ``multislice:backend``'s values, the default first.
 NAMES: tuple[str, ...] = tuple(SPECS)
 #: The backend of a stack that does not set ``multislice:backend``.

@@ -118,15 +118,20 @@ def exec_command(
     line = _line(command, background)
     try:
         workers = select_workers(config, slice_id, worker)
-        if not config.network.iap_ssh and not config.network.reuses_network:
-            raise RemoteError(
-                f"stack {config.stack} admits no SSH: set multislice:network.iapSsh: true in its stack file and run "
-                f"`pulumi up --stack {config.stack}` (a firewall rule for IAP's range, TCP 22 only), then exec"
-            )
-        executable = gcloud.gcloud_executable()
-        keygen = gcloud.require_ssh_tools()
-        plan = backend_of(config).exec_plan(executable, config, workers, line)
-        created = gcloud.ensure_ssh_key(keygen)
+        backend = backend_of(config)
+        created = None
+        if not backend.exec_needs_ssh:  # kubectl exec: no SSH, no gcloud
+            plan = backend.exec_plan("", config, workers, line)
+        else:
+            if not config.network.iap_ssh and not config.network.reuses_network:
+                raise RemoteError(
+                    f"stack {config.stack} admits no SSH: set multislice:network.iapSsh: true in its stack file and "
+                    f"run `pulumi up --stack {config.stack}` (a firewall rule for IAP's range, TCP 22 only), then exec"
+                )
+            executable = gcloud.gcloud_executable()
+            keygen = gcloud.require_ssh_tools()
+            plan = backend.exec_plan(executable, config, workers, line)
+            created = gcloud.ensure_ssh_key(keygen)
         targets = plan.targets()
     except RemoteError as err:
         raise fail(str(err), err.exit_code) from None

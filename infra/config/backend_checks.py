@@ -23,11 +23,14 @@ def check_generation(config: Any, gen: accelerators.Generation) -> None:
     and every other backend's settings key)."""
     spec = config.backend_spec
     if not spec.offers(gen):
-        (offered,) = gen.backends  # every generation is offered by at least one backend
+        offered = gen.backends[0]  # every generation is offered by at least one backend
         why = specs.spec_of(offered).sole_offer_reason
+        which = (
+            f"the {offered} backend only" if len(gen.backends) == 1 else f"the {' and '.join(gen.backends)} backends"
+        )
         raise invalid(
             "multislice:acceleratorType",
-            f"{config.accelerator_type} is offered by the {offered} backend only, not by {config.backend} ({why}: "
+            f"{config.accelerator_type} is offered by {which}, not by {config.backend} ({why}: "
             f"docs/compute-engine.md); set multislice:backend: {offered}",
         )
     spec.check_keys(config)

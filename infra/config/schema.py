@@ -54,6 +54,7 @@ from pydantic import BeforeValidator, Field, field_validator, model_validator
 from infra import accelerators, bucket_location as locations, naming
 from infra.backends import specs
 from infra.backends.compute_engine.spec import ComputeEngineSettings
+from infra.backends.gke.cluster import GkeSettings
 from infra.backends.queued_resource.spec import FORMER_DELETE_ON_COMPLETE_KEY, QueuedResourceSettings
 from infra.backends.spec import BackendSpec
 from infra.config import backend_checks
@@ -63,7 +64,7 @@ from infra.config.workload import WorkloadSettings
 from training.config import TrainConfig
 from training.validation import StrictModel, invalid
 
-#: How the slices are paid for (``multislice:capacity``); ``flex-start`` only on Compute Engine.
+#: How the slices are paid for (``multislice:capacity``); ``flex-start`` only on Compute Engine and GKE.
 Capacity = Literal["spot", "on-demand", "reserved", "flex-start"]
 CAPACITY_TYPES: tuple[str, ...] = typing.get_args(Capacity)
 #: Where the TPU VMs come from (``multislice:backend``): one of :data:`BACKENDS`, the registered
@@ -135,7 +136,7 @@ class StackConfig(ResourceNames, StrictModel):
     capacity: Annotated[Capacity, BeforeValidator(_capacity)] = Field(
         default="on-demand",
         alias="multislice:capacity",
-        description="spot, on-demand, reserved or (compute-engine only) flex-start.",
+        description="spot, on-demand, reserved or (compute-engine and gke only) flex-start.",
     )
     reservation_name: str | None = Field(default=None, min_length=1, alias="multislice:reservationName")
     run_name: str | None = Field(
@@ -146,6 +147,7 @@ class StackConfig(ResourceNames, StrictModel):
     bucket: BucketSettings = Field(default=BucketSettings(), alias="multislice:bucket")
     queued_resource: QueuedResourceSettings = Field(default=QueuedResourceSettings(), alias="multislice:queuedResource")
     compute_engine: ComputeEngineSettings = Field(default=ComputeEngineSettings(), alias="multislice:computeEngine")
+    gke: GkeSettings = Field(default=GkeSettings(), alias="multislice:gke")
     labels: Annotated[dict[str, str], BeforeValidator(naming.check_labels)] = Field(
         default_factory=dict, alias="multislice:labels", description="Extra labels on every labelled resource."
     )

@@ -47,6 +47,7 @@ EXAMPLES = {
     "multislice:bucket": "{forceDestroy: true}",
     "multislice:queuedResource": "{waitFor: ACTIVE}",
     "multislice:computeEngine": "{maxRunDuration: 3d}",
+    "multislice:gke": "{namespace: training}",
     "multislice:labels": "{team: ml}",
     "multislice:workload": "{command: [python3, train.py], steps: 100}",
     "multislice:allowUnlisted": "[zone]",

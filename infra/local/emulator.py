@@ -184,7 +184,8 @@ class LocalQueuedResource:
                 server = MetadataServer({}, self.capacity.metadata_values(slice_id, worker))
                 self.servers.append(server)
                 home, log = self.paths.vm_home(slice_id, worker), self.paths.vm_log(slice_id, worker)
-                self.vms.append(EmulatedVM(slice_id, worker, node, home, log, server))
+                pod_env = self.capacity.pod_environment(slice_id, worker)
+                self.vms.append(EmulatedVM(slice_id, worker, node, home, log, server, pod_env))
 
     def boot_all(self, options: Options) -> None:
         """Give every VM its metadata (a fresh coordinator port unless fixed), boot it, and
@@ -265,6 +266,8 @@ class LocalQueuedResource:
         supervisor.stop_groups(
             process_groups(vm for vm in self.vms if vm.slice_id != failed_slice), options.reboot_grace_s
         )
+        for vm in self.vms if self.capacity.recreates_every_slice else ():
+            vm.wipe_disk()  # JobSet recreates every Job: new Pods
         settle()
         self.repairs += 1
         self.capacity.repaired(failed_slice)

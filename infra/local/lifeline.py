@@ -12,7 +12,9 @@ the kernel closes the write end and a read of the lifeline returns end-of-file a
   process of its session (the trainer, the log shipper, ``ExecStopPost=`` helpers), then it
   exits;
 * fake-gcs-server, a Go binary, runs under :func:`main` (``python -m infra.local.lifeline --
-  BINARY ARGS``), which SIGKILLs it and exits.
+  BINARY ARGS``), which SIGKILLs it and exits;
+* an emulated Pod's container (``python -m infra.local.lifeline --forward -- /bin/bash SCRIPT``)
+  ends the same way, every process of its session with it.
 
 Unlike ``PR_SET_PDEATHSIG`` (prctl(2): it fires on the death of the parent *thread*, is
 cleared by the exec of a set-user-ID binary and is Linux-only), the pipe cannot miss a
@@ -90,20 +92,43 @@ def watch(fd: int, on_cut: Callable[[], None]) -> threading.Thread:
 
 
 def main(argv: list[str]) -> int:
-    """``python -m infra.local.lifeline -- COMMAND ARGS...``: run the command; SIGKILL it and
-    exit when the lifeline is cut. Otherwise exit as the command did (killed by the same
+    """``python -m infra.local.lifeline [--forward] -- COMMAND ARGS...``: run the command; SIGKILL
+    it and exit when the lifeline is cut. Otherwise exit as the command did (killed by the same
     signal, or with its status). Stop signals reach the command through its process group
-    (this wrapper only outlives them to report the command's status)."""
+    (this wrapper only outlives them to report the command's status); with ``--forward`` (an
+    emulated Pod's container) the command gets them only through this wrapper, which passes each
+    on, as the kubelet signals a container's first process alone, and once the command ended, or
+    the lifeline was cut, every other process of the session is killed, as a container's are."""
+    forward = argv[:1] == ["--forward"]
+    if forward:
+        argv = argv[1:]
     if argv[:1] == ["--"]:
         argv = argv[1:]
     if not argv:
-        print("usage: python -m infra.local.lifeline -- COMMAND [ARGS...]", file=sys.stderr)
+        print("usage: python -m infra.local.lifeline [--forward] -- COMMAND [ARGS...]", file=sys.stderr)
         return 2
     fd = inherited_fd()
     env = {k: v for k, v in os.environ.items() if k != LIFELINE_FD_ENV}
+    started: list[subprocess.Popen] = []
+    pending: list[int] = []
+
+    def on_signal(signum: int, frame: object) -> None:
+        if not forward:
+            return
+        if not started:
+            pending.append(signum)  # before the fork returned: passed on once it has
+            return
+        try:
+            started[0].send_signal(signum)
+        except OSError:
+            pass
+
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, lambda signum, frame: None)  # a handler, not SIG_IGN: reset by exec
+        signal.signal(sig, on_signal)  # a handler, not SIG_IGN: reset by exec
     child = subprocess.Popen(argv, env=env)
+    started.append(child)
+    for signum in pending:
+        child.send_signal(signum)
     if fd is not None:
 
         def cut() -> None:
@@ -111,6 +136,8 @@ def main(argv: list[str]) -> int:
                 child.kill()
             except OSError:
                 pass
+            if forward:
+                _kill_session()
             os._exit(128 + signal.SIGKILL)
 
         watch(fd, cut)
@@ -120,10 +147,24 @@ def main(argv: list[str]) -> int:
             break
         except InterruptedError:
             continue
+    if forward:
+        _kill_session()
     if code < 0:
         signal.signal(-code, signal.SIG_DFL)
         os.kill(os.getpid(), -code)
     return code
+
+
+def _kill_session() -> None:
+    """SIGKILL every other process of this session: a container ends with its first process (the
+    kernel kills what is left in a PID namespace whose init ends: pid_namespaces(7))."""
+    from infra.local.service_manager import session_pids
+
+    for pid in session_pids(os.getsid(0), exclude=os.getpid()):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
 
 
 if __name__ == "__main__":

@@ -66,10 +66,19 @@ class EmulatedVM:
       home: the VM's local disk (``MULTISLICE_HOME``).
       log_path: where the VM's console output is appended.
       metadata: the VM's metadata server (attributes may change between boots).
+      pod_env: a Pod's own environment (:meth:`~infra.backends.interface.Emulation.pod_environment`):
+        its container's first process runs the startup script with it, no systemd; None: a VM.
     """
 
     def __init__(
-        self, slice_id: int, worker: int, node: str, home: Path, log_path: Path, metadata: MetadataServer
+        self,
+        slice_id: int,
+        worker: int,
+        node: str,
+        home: Path,
+        log_path: Path,
+        metadata: MetadataServer,
+        pod_env: dict[str, str] | None = None,
     ) -> None:
         self.slice_id = slice_id
         self.worker = worker
@@ -77,6 +86,7 @@ class EmulatedVM:
         self.home = home
         self.log_path = log_path
         self.metadata = metadata
+        self.pod_env = pod_env
         #: The processes of the current boot; None before the first.
         self.group: VmProcesses | None = None
         self.boots = 0
@@ -117,9 +127,9 @@ class EmulatedVM:
         with signals_held():
             group = self.group = VmProcesses.start(
                 self.name,
-                boot_command(script_path, self.unit_dir, runtime),
+                boot_command(script_path, self.unit_dir, runtime) if self.pod_env is None else pod_command(script_path),
                 log_path=self.log_path,
-                env={**env, METADATA_HOST_ENV: self.metadata.address, HOME_ENV: str(self.home)},
+                env={**env, **(self.pod_env or {}), METADATA_HOST_ENV: self.metadata.address, HOME_ENV: str(self.home)},
                 cwd=self.home,
                 append=True,
                 # The boot's time: `multislice local logs --since` dates the console lines from it.
@@ -147,6 +157,12 @@ def boot_command(script: Path, unit_dir: Path, runtime_dir: Path) -> list[str]:
         str(runtime_dir),
         str(script),
     ]
+
+
+def pod_command(script: Path) -> list[str]:
+    """The command that starts an emulated Pod: its container's first process, ``/bin/bash
+    script``, under the lifeline, which passes the kubelet's signals on to it."""
+    return [sys.executable, "-m", "infra.local.lifeline", "--forward", "--", "/bin/bash", str(script)]
 
 
 def process_groups(vms: Iterable[EmulatedVM]) -> list[ProcessGroup]:

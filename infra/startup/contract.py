@@ -211,6 +211,7 @@ SCRIPT_ENV = (
     IDENTITY_ENV,
     LOG_RESOURCE_ENV,
     COMPILATION_CACHE_ENV,
+    RUN_DIR_ENV,
 )
 #: Passed between the release's own scripts (the bootstrap → ``boot.sh``, ``trainer.sh`` →
 #: ``delete_on_complete.sh``, ``release_watch.sh`` → ``boot.sh``); nothing outside the release sets them.

@@ -46,6 +46,17 @@ STACKS: dict[str, dict[str, Any]] = {
         },
     },
     "compute-engine": ce_map("v5p-16", slices=2, capacity="spot"),
+    "gke": {
+        **stack_map("dev"),
+        "multislice:backend": "gke",
+        "multislice:acceleratorType": "v4-16",
+        "multislice:capacity": "spot",
+        "multislice:training": {
+            **stack_map("dev")["multislice:training"],
+            "parallelism": {"ici": {"data": 1, "fsdp": 8, "tensor": 1}, "dcn": {"data": 2, "fsdp": 1, "tensor": 1}},
+            "global_batch_size": 32,
+        },
+    },
 }
 #: The metadata the program declares for slice ``s``'s VMs, as each backend's resources hold it
 #: (found by name: the mocks record registrations in whatever order the program's outputs resolve).
@@ -61,6 +72,17 @@ DECLARED: dict[str, Any] = {
             if group.inputs["name"] == config.node_ids[s]
         )
     ),
+    # A Pod's: the ConfigMap's script its container runs, and its MULTISLICE_RUN_DIR.
+    "gke": lambda world, config, s: {
+        contract.STARTUP_SCRIPT_KEY: world.one("kubernetes:core/v1:ConfigMap").inputs["data"]["startup.sh"],
+        contract.RUN_DIR_KEY: next(
+            entry["value"]
+            for entry in world.one("kubernetes:jobset.x-k8s.io/v1alpha2:JobSet").inputs["spec"]["replicatedJobs"][0][
+                "template"
+            ]["spec"]["template"]["spec"]["containers"][0]["env"]
+            if entry["name"] == contract.RUN_DIR_ENV
+        ),
+    },
 }
 
 NAMES = list(BACKENDS)
@@ -89,7 +111,8 @@ def test_the_program_exports_what_the_backend_says(declared):
     assert exports["backend"] == backend.name
     assert exports["loggingFilter"] == backend.logging_filter(config)
     assert backend.ssh_command(config) in exports["sshHint"]
-    assert config.node_ids[0] in backend.ssh_command(config)
+    # It follows slice 0: its node, or (gke) its Pods by JobSet's job-index label.
+    assert config.node_ids[0] in backend.ssh_command(config) or "job-index=0" in backend.ssh_command(config)
     # The backend's own outputs name what a deployment of it holds (a change of backend says so).
     sentence = backend.spec.describe_deployment(exports)
     assert "(unnamed)" not in sentence and config.resource_prefix in sentence, sentence

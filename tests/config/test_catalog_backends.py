@@ -119,13 +119,14 @@ def test_every_compute_engine_size_has_a_machine_type_of_its_chips_per_vm():
 
 def test_backends_per_generation():
     # tpu-machines: "Compute Engine supports the following TPU versions: TPU7x, TPU v6e, TPU v5p";
-    # consume-reservation: "The Cloud TPU API is not supported on TPU7x and later TPU versions".
+    # consume-reservation: "The Cloud TPU API is not supported on TPU7x and later TPU versions";
+    # About TPUs in GKE: multi-host slice node pools of v4, v5e, v5p, v6e and TPU7x (docs/gke.md section 2).
     assert {g.name: g.backends for g in GENERATIONS.values()} == {
-        "v4": ("queued-resource",),
-        "v5e": ("queued-resource",),
-        "v5p": ("queued-resource", "compute-engine"),
-        "v6e": ("queued-resource", "compute-engine"),
-        "tpu7x": ("compute-engine",),
+        "v4": ("queued-resource", "gke"),
+        "v5e": ("queued-resource", "gke"),
+        "v5p": ("queued-resource", "compute-engine", "gke"),
+        "v6e": ("queued-resource", "compute-engine", "gke"),
+        "tpu7x": ("compute-engine", "gke"),
     }
     assert BACKENDS == schema.BACKENDS  # the catalog's names are multislice:backend's values
     for gen in GENERATIONS.values():

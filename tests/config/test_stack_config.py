@@ -410,6 +410,7 @@ def test_object_valued_keys_are_the_ones_the_engine_sends_as_json_text():
         "multislice:bucket",
         "multislice:queuedResource",
         "multislice:computeEngine",
+        "multislice:gke",
         "multislice:labels",
         "multislice:allowUnlisted",
     }

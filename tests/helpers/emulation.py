@@ -209,3 +209,26 @@ def compute_engine_stack(tmp_path: Path) -> Path:
         text = text.replace(old, new)
     path.write_text(text)
     return path
+
+
+#: The emu stack on the gke backend: v4-16, 2 VMs × 4 chips a slice (GKE takes multi-host slice node
+#: pools only), fsdp over its 8 chips.
+ON_GKE = (
+    ("  multislice:capacity: spot\n", "  multislice:capacity: spot\n  multislice:backend: gke\n"),
+    ("  multislice:acceleratorType: v4-8\n", "  multislice:acceleratorType: v4-16\n"),
+    ("ici: {data: 1, fsdp: 4, tensor: 1}", "ici: {data: 1, fsdp: 8, tensor: 1}"),
+    ("global_batch_size: 8", "global_batch_size: 16"),
+)
+
+
+def gke_stack(tmp_path: Path) -> Path:
+    """The emu stack on the gke backend, 2 slices × 2 Pods (:data:`ON_GKE`; its name, bucket and run
+    directory are the emu stack's)."""
+    path = tmp_path / "stack" / STACK.name
+    path.parent.mkdir()
+    text = STACK.read_text()
+    for old, new in ON_GKE:
+        assert old in text
+        text = text.replace(old, new)
+    path.write_text(text)
+    return path

@@ -7,7 +7,6 @@ storage server that dies stops the run with one message. On the compute-engine b
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -24,56 +23,9 @@ from infra.local.emulator import EmulationError, LocalQueuedResource, Options
 from infra.local.faults import Fault
 from infra.local.state import EMULATION_ID_ENV, LocalPaths
 from tests.helpers.emulation import compute_engine_stack
+from tests.helpers.standin_vms import SCRIPT, boot_log, booted, running, wait_until_up
 
 STACK = Path(__file__).parents[1] / "stacks" / "Pulumi.emu.yaml"
-# Stands in for the startup script: says where it booted, keeps running like a trainer, and
-# on SIGTERM (shutdown, preemption notice) writes a line and exits.
-SCRIPT = """#!/bin/bash
-trap 'echo "got SIGTERM"; exit 0' TERM
-sleep 600 &
-echo "up on $MULTISLICE_HOME"
-wait
-"""
-
-
-def running(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
-def wait_until_up(resource) -> None:
-    """Until every VM's current boot has set its SIGTERM handler (60 s at most)."""
-    deadline = time.monotonic() + 60
-    for vm in resource.vms:
-        while "up on" not in boot_log(vm.log_path, vm.boots):
-            assert time.monotonic() < deadline, vm.log_path.read_text()
-            time.sleep(0.02)
-
-
-def boot_log(log: Path, boot: int) -> str:
-    """The part of a VM's console log written by boot number ``boot``."""
-    text = log.read_text()
-    start = text.index(f"===== boot {boot} of ")
-    end = text.find("===== boot ", start + 1)
-    return text[start : end if end >= 0 else None]
-
-
-@contextlib.contextmanager
-def booted(stack: Path, tmp_path: Path):
-    """The stack's emulation with the stand-in script, booted (its report lines in ``.lines``)."""
-    lines: list[str] = []
-    resource = LocalQueuedResource(load_stack_file(stack), LocalPaths(tmp_path / "emu"), SCRIPT, report=lines.append)
-    resource.lines = lines
-    try:
-        resource.open_storage()
-        resource.create()
-        resource.boot_all(Options(reboot_grace_s=120, preempt_grace_s=120))
-        wait_until_up(resource)
-        yield resource
-    finally:
-        resource.shutdown()
 
 
 @pytest.fixture

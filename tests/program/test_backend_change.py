@@ -51,3 +51,14 @@ def test_the_reverse_change_names_the_groups():
 @pytest.mark.parametrize("outputs", [None, {}, QR_OUTPUTS])
 def test_no_change_and_a_new_stack_pass_silently(outputs):
     assert check_backend_change(outputs, wanted="queued-resource", stack="s", confirmed=False) is None
+
+
+def test_a_change_to_and_from_gke_is_refused_naming_what_it_replaces():
+    with pytest.raises(BackendChangeRefused, match="multislice:allowBackendChange: true"):
+        check_backend_change(QR_OUTPUTS, wanted="gke", stack="prod", confirmed=False)
+    outputs = {"backend": "gke", "nodePoolNames": ["multislice-s-0", "multislice-s-1"], "jobSetName": "multislice-s"}
+    with pytest.raises(BackendChangeRefused) as err:
+        check_backend_change(outputs, wanted="compute-engine", stack="s", confirmed=False)
+    assert "the node pools multislice-s-0, multislice-s-1, their TPU VMs and the run's JobSet are deleted" in str(
+        err.value
+    )

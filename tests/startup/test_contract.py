@@ -119,7 +119,7 @@ def test_what_a_backend_tells_the_trainer_is_what_the_trainer_reads():
     assert IDENTITY_SOURCES == cluster.IDENTITY_SOURCES
     for spec in SPECS.values():
         assert spec.identity_source in cluster.IDENTITY_SOURCES, spec.name
-        assert spec.log_resource in (log_shipping.TPU_WORKER, log_shipping.GCE_INSTANCE), spec.name
+        assert spec.log_resource in (log_shipping.TPU_WORKER, log_shipping.GCE_INSTANCE, log_shipping.K8S_CONTAINER)
 
 
 def test_the_release_record_fields_boot_reads_are_the_ones_the_record_has():

@@ -30,8 +30,8 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
-from infra.config.environment import check_subnet_range
 from infra.durations import Duration
+from infra.subnets import check_subnet_range
 from training.validation import StrictModel
 
 #: gcloud 528's rule for a cluster name (module docstring).

@@ -37,6 +37,7 @@ from __future__ import annotations
 from typing import Any
 
 from infra.backends.gke.node_pools import TPU_RESOURCE, NodePoolShape, node_selector
+from infra.backends.gke.spec import injected_env_refusal
 from infra.startup.contract import RUN_DIR_ENV
 
 API_VERSION = "jobset.x-k8s.io/v1alpha2"
@@ -51,20 +52,6 @@ CONTAINER = "trainer"
 #: ("Spot VMs in GKE": the first 15 of the node's 30 s).
 TERMINATION_GRACE_S = 15
 
-#: What GKE gives a TPU Pod's environment (module docstring): a workload may not set these.
-GKE_INJECTED_ENV = frozenset(
-    {
-        "TPU_WORKER_ID",
-        "TPU_WORKER_HOSTNAMES",
-        "TPU_SKIP_MDS_QUERY",
-        "TPU_TOPOLOGY",
-        "TPU_ACCELERATOR_TYPE",
-        "TPU_HOST_BOUNDS",
-        "TPU_CHIPS_PER_HOST_BOUNDS",
-        "TPU_RUNTIME_METRICS_PORTS",
-        "VBAR_CONTROL_SERVICE_URL",
-    }
-)
 #: What the Pod itself sets (module docstring): a workload may not set these either.
 MEGASCALE_ENV = ("MEGASCALE_NUM_SLICES", "MEGASCALE_SLICE_ID", "MEGASCALE_COORDINATOR_ADDRESS")
 #: Where the startup script's ConfigMap is mounted, and its key (the file's name there).
@@ -93,11 +80,9 @@ def refuse_injected(env: dict[str, str]) -> None:
       ValueError: naming ``multislice:workload.env.<NAME>`` and who sets it.
     """
     for name in sorted(env):
-        if name in GKE_INJECTED_ENV:
-            raise ValueError(
-                f"multislice:workload.env.{name}: GKE sets it in every TPU Pod (its webhook or the TPU device "
-                "plugin, docs/gke.md section 4), and a Pod's own value would hide GKE's: remove it"
-            )
+        why = injected_env_refusal(name)
+        if why is not None:
+            raise ValueError(f"multislice:workload.env.{name}: {why}")
         if name in MEGASCALE_ENV or name == RUN_DIR_ENV:
             raise ValueError(
                 f"multislice:workload.env.{name}: the JobSet's Pods set it themselves (docs/gke.md section 4): "
@@ -144,6 +129,7 @@ def jobset(
     env: dict[str, str],
     service_account: str,
     max_restarts: int,
+    labels: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """The JobSet of a run on ``slices`` node pools of ``shape``: one Pod per VM.
 
@@ -159,6 +145,7 @@ def jobset(
       env: the workload's extra environment.
       service_account: the Kubernetes service account the Pods run as.
       max_restarts: how many times JobSet recreates every Job after a failure.
+      labels: the Pods' labels besides those JobSet gives them (the stack's and the run's).
 
     Raises:
       ValueError: ``env`` sets a name GKE or the Pod sets; ``slices`` < 1 or ``max_restarts`` < 0.
@@ -189,7 +176,7 @@ def jobset(
         "completions": shape.node_count,
         "backoffLimit": 0,
         "completionMode": "Indexed",
-        "template": {"spec": pod_spec},
+        "template": {"metadata": {"labels": dict(labels or {})}, "spec": pod_spec},
     }
     return {
         "apiVersion": API_VERSION,

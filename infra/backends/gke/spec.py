@@ -1,6 +1,4 @@
-"""The gke backend's spec: ``multislice:gke`` and what its Pods boot (not yet registered in
-:data:`infra.backends.specs.SPECS`: no stack can name the backend, and :func:`infra.startup.render`
-takes this spec explicitly to render a Pod's release).
+"""The gke backend's spec: ``multislice:gke``, the keys the backend refuses, and what its Pods boot.
 
 * the Pod: a container runs the stack's startup script, the same release the VMs boot, verified the
   same way; ``boot_identity.sh`` takes the Pod's place from the environment GKE and the JobSet give
@@ -33,6 +31,33 @@ ZONES_SOURCE = (
 )
 
 
+#: What GKE gives a TPU Pod's environment (docs/gke.md section 4; infra/backends/gke/jobset.py):
+#: a workload may not set these.
+GKE_INJECTED_ENV = frozenset(
+    {
+        "TPU_WORKER_ID",
+        "TPU_WORKER_HOSTNAMES",
+        "TPU_SKIP_MDS_QUERY",
+        "TPU_TOPOLOGY",
+        "TPU_ACCELERATOR_TYPE",
+        "TPU_HOST_BOUNDS",
+        "TPU_CHIPS_PER_HOST_BOUNDS",
+        "TPU_RUNTIME_METRICS_PORTS",
+        "VBAR_CONTROL_SERVICE_URL",
+    }
+)
+
+
+def injected_env_refusal(name: str) -> str | None:
+    """Why a workload's ``env`` may not set ``name`` on GKE (None: it may)."""
+    if name not in GKE_INJECTED_ENV:
+        return None
+    return (
+        "GKE sets it in every TPU Pod (its webhook or the TPU device plugin, docs/gke.md section 4), and a Pod's "
+        "own value would hide GKE's: remove it"
+    )
+
+
 class GkeSpec(BackendSpec):
     """``multislice:backend: gke`` (module docstring)."""
 
@@ -58,9 +83,10 @@ class GkeSpec(BackendSpec):
         return tuple(dict.fromkeys(gen.zones + gen.compute_engine_zones)), ZONES_SOURCE
 
     def check_keys(self, config: Any) -> None:
-        """Refuse ``multislice:runtimeVersion``, and a slice GKE cannot give as a Multislice node pool
+        """Refuse ``multislice:runtimeVersion``, a slice GKE cannot give as a Multislice node pool
         (a generation without TPU node pools, one VM per slice, or a TPU7x workload policy:
-        :func:`~infra.backends.gke.node_pools.slice_node_pool`), naming the key."""
+        :func:`~infra.backends.gke.node_pools.slice_node_pool`), and a workload ``env`` name GKE sets
+        (:data:`GKE_INJECTED_ENV`), naming the key."""
         if config.runtime_version is not None:
             raise invalid(
                 "multislice:runtimeVersion",
@@ -72,6 +98,10 @@ class GkeSpec(BackendSpec):
         except NodePoolError as err:
             key, _, why = str(err).partition(": ")
             raise invalid(key, why) from None
+        for name in sorted(config.workload.env if config.workload is not None else ()):
+            why = injected_env_refusal(name)
+            if why is not None:
+                raise invalid(f"multislice:workload.env.{name}", why)
 
     def refuse_settings(self, changed: list[str], backend: str) -> Exception:
         return invalid(self.settings_key, f"configures the gke backend; this stack's multislice:backend is {backend}")

@@ -36,6 +36,7 @@ import yaml
 
 from infra.backends.gke.cluster import GSA_ANNOTATION, GkeSettings
 from infra.backends.gke.jobset import STARTUP_KEY, startup_config_map_name
+from infra.backends.gke.names import context_name
 
 #: The exec credential plugin gcloud's kubeconfig names, and its install hint (gcloud 528).
 AUTH_PLUGIN = "gke-gcloud-auth-plugin"
@@ -49,11 +50,6 @@ AUTH_PLUGIN_HINT = (
 CONFIG_MAP_LIMIT_BYTES = 1024 * 1024
 #: The JobSet controller's release manifests (docs/gke.md section 5, "Install").
 MANIFESTS_URL = "https://github.com/kubernetes-sigs/jobset/releases/download/{version}/manifests.yaml"
-
-
-def context_name(project: str, location: str, cluster: str) -> str:
-    """gcloud's kubeconfig context name for a cluster (``util.py``'s ``KUBECONTEXT_FORMAT``)."""
-    return f"gke_{project}_{location}_{cluster}"
 
 
 def kubeconfig(*, project: str, location: str, cluster: str, dns_endpoint: str) -> str:

@@ -13,13 +13,13 @@ from kubernetes.client import ApiClient
 
 from infra.accelerators import parse_accelerator_type
 from infra.backends.gke.jobset import (
-    GKE_INJECTED_ENV,
     coordinator_host,
     jobset,
     refuse_injected,
     startup_config_map_name,
 )
 from infra.backends.gke.node_pools import slice_node_pool
+from infra.backends.gke.spec import GKE_INJECTED_ENV
 
 SHAPE = slice_node_pool(parse_accelerator_type("v6e-16"))  # 4 VMs × 4 chips a slice
 

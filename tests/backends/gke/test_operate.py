@@ -20,30 +20,7 @@ import yaml
 
 from infra.backends.gke import operate, workload
 from infra.backends.gke.operate import PodListingError, PodPlace
-
-CONTEXT = "gke_acme-ml-dev_us-east5-a_multislice-dev"
-DNS_ENDPOINT = "gke-0123456789ab.us-east5-a.gke.goog"
-
-
-def kubectl_reaches_the_server(tmp_path: Path, args: list[str]) -> str:
-    """Run ``args`` (a kubectl command) with a kubeconfig whose context :data:`CONTEXT` points at
-    a closed loopback port; return its stderr, asserting it tried the server."""
-    if shutil.which("kubectl") is None:
-        pytest.skip("no kubectl on PATH: the argument lists are checked by the installed kubectl (Cloud SDK's)")
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:9"}}],
-        "users": [{"name": "u", "user": {"token": "t"}}],
-        "contexts": [{"name": CONTEXT, "context": {"cluster": "c", "user": "u"}}],
-        "current-context": CONTEXT,
-    }
-    path = tmp_path / "kubeconfig"
-    path.write_text(yaml.safe_dump(config))
-    env = {**os.environ, "KUBECONFIG": str(path), "HOME": str(tmp_path)}
-    done = subprocess.run(args, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=60)
-    assert done.returncode != 0 and "127.0.0.1:9" in done.stderr, (args, done.stderr)
-    return done.stderr
+from tests.helpers.kubectl import CONTEXT, DNS_ENDPOINT, kubectl_reaches_the_server
 
 
 def test_the_listing_exec_and_suspend_commands_parse_in_kubectl(tmp_path):

@@ -12,7 +12,8 @@ from tests.helpers.compute_engine import ce_map
 
 
 def config_of(accelerator: str):
-    """A valid stack of ``accelerator`` (as a compute-engine stack: gke is not registered yet)."""
+    """A valid stack of ``accelerator`` (as a compute-engine stack, so that GkeSpec's checks are the
+    ones under test)."""
     return validate_stack("dev", ce_map(accelerator), "tests")
 
 
@@ -50,3 +51,21 @@ def test_the_pods_boot_as_containers_that_read_their_place_from_the_environment(
     assert not GKE.release_watch  # a new release replaces the JobSet
     identity = GKE.boot_identity_template()
     assert "TPU_WORKER_ID" in identity and "MULTISLICE_RUN_DIR" in identity
+
+
+def test_a_workload_env_that_gke_sets_is_refused_naming_the_key_before_any_resource(tmp_path):
+    """As a gke stack's validation: ``multislice:workload.env.TPU_TOPOLOGY`` (the TPU device plugin's)."""
+    from infra.config import StackConfigError
+
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    values = ce_map("v5p-16") | {
+        "multislice:backend": "gke",
+        "multislice:workload": {"command": ["python3", "train.py"], "steps": 10, "source": str(tmp_path)},
+    }
+    values.pop("multislice:training", None)
+    validate_stack("dev", values, "tests")  # without the env: valid
+    values["multislice:workload"]["env"] = {"TPU_TOPOLOGY": "2x2x2"}
+    with pytest.raises(StackConfigError) as err:
+        validate_stack("dev", values, "tests")
+    (line,) = err.value.lines
+    assert line.startswith("multislice:workload.env.TPU_TOPOLOGY: GKE sets it in every TPU Pod"), line

@@ -1,0 +1,75 @@
+"""The gke backend in ``multislice local up``: each Pod a process, with the environment GKE and the
+JobSet give it, and JobSet's repair.
+
+* **The Pod**: its container's first process runs the startup script as ``/bin/bash`` does in the
+  JobSet's container (no systemd: :attr:`~infra.backends.spec.BackendSpec.supervisor` ``container``);
+  the kubelet's SIGTERM goes to that process alone, a node's loss kills every process of the Pod.
+* **Its environment** (docs/gke.md section 4): GKE's webhook's ``TPU_WORKER_ID`` and
+  ``TPU_WORKER_HOSTNAMES`` (every host of the slice: this machine), and the JobSet's Pod spec's
+  ``MULTISLICE_RUN_DIR`` and, with several slices, ``MEGASCALE_NUM_SLICES``,
+  ``MEGASCALE_SLICE_ID`` and ``MEGASCALE_COORDINATOR_ADDRESS`` (process 0's host: this machine),
+  as :func:`~infra.backends.gke.jobset.pod_env` writes them. An unmodified
+  ``jax.distributed.initialize()`` finds its cluster from these, as on GKE.
+* **Its metadata server** answers no attributes of the stack's (GKE's serves none); the emulated
+  server stands in for the ConfigMap's mount only (the script the container runs).
+* **Repair**: a failed Pod fails its Job and JobSet recreates every Job (docs/gke.md section 5), so
+  after a fault every Pod starts again on an empty disk (:attr:`GkeEmulation.recreates_every_slice`).
+* **Capacity**: the node pools stay once the run is complete (deletion on completion is not built
+  for this backend).
+"""
+
+from __future__ import annotations
+
+from infra.backends.interface import KEPT, Emulation
+from infra.config import StackConfig
+from infra.startup import contract
+
+#: Every emulated Pod's host (they all run on this machine).
+EMULATED_POD_HOST = "127.0.0.1"
+
+
+class GkeEmulation(Emulation):
+    """The emulated JobSet's Pods (see the module docstring)."""
+
+    def __init__(self, config: StackConfig) -> None:
+        self.config = config
+
+    def start(self) -> None:
+        return None
+
+    def stop(self) -> None:
+        return None
+
+    def environment(self) -> dict[str, str]:
+        """What every Pod of the JobSet has: the run directory and, with several slices, the slice
+        count and the coordinator's host."""
+        env = {contract.RUN_DIR_ENV: self.config.run_dir}
+        if self.config.slices > 1:
+            env |= {"MEGASCALE_NUM_SLICES": str(self.config.slices), "MEGASCALE_COORDINATOR_ADDRESS": EMULATED_POD_HOST}
+        return env
+
+    def pod_environment(self, slice_id: int, worker: int) -> dict[str, str] | None:
+        """One Pod's own: its worker id and its slice's hosts (GKE's webhook) and, with several
+        slices, its slice (the Pod's ``job-index`` label)."""
+        env = {
+            "TPU_WORKER_ID": str(worker),
+            "TPU_WORKER_HOSTNAMES": ",".join([EMULATED_POD_HOST] * self.config.workers_per_slice),
+        }
+        if self.config.slices > 1:
+            env["MEGASCALE_SLICE_ID"] = str(slice_id)
+        return env
+
+    @property
+    def recreates_every_slice(self) -> bool:
+        return True
+
+    @property
+    def outcome(self) -> str:
+        return KEPT
+
+    def line(self) -> str:
+        pools = ", ".join(self.config.node_ids)
+        return (
+            f"capacity: node pools {pools} kept (deletion on completion is not built for the gke backend; "
+            f"{self.config.capacity} nodes are billed until `pulumi destroy`)"
+        )

@@ -1,0 +1,54 @@
+"""`multislice local up` of a ``multislice:backend: gke`` stack: the emu stack as a JobSet of 2 slices ×
+2 Pods × 4 CPU devices (v4-16), each Pod a process whose container runs the stack's startup script with
+the environment GKE and the JobSet give it (no systemd), so the trainer finds its place from
+``TPU_WORKER_ID``, ``MEGASCALE_SLICE_ID`` and ``MULTISLICE_RUN_DIR``. A preemption of slice 1 is the
+kubelet's SIGTERM to its Pods: every process saves the same agreed step and every container ends 75,
+which fails its Job; JobSet then recreates every Job, and new Pods on empty disks resume at that step
+and complete. One emulation (one to two minutes on 2 cores)."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from infra.config import load_stack_file
+from tests.helpers.emulation import gke_stack, processes_under, run_cli
+
+#: Where the preemption is aimed (the trainers wait at that step until it struck).
+PREEMPT_AT = 6
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_pods_train_save_the_agreed_step_on_a_preemption_and_new_pods_resume(tmp_path):
+    stack = gke_stack(tmp_path)
+    config = load_stack_file(stack)
+    assert (config.backend, config.slices, config.workers_per_slice) == ("gke", 2, 2)
+    summary_path = tmp_path / "summary.json"
+    fault = ["--preempt", f"1@{PREEMPT_AT}"]
+    result = run_cli(
+        ["local", "up", "--config-file", str(stack), *fault, "--summary-json", str(summary_path)], tmp_path
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert processes_under(tmp_path) == []
+    summary = json.loads(summary_path.read_text())
+    steps = config.training.steps
+    assert summary["complete"] is True and summary["steps_completed"] == steps
+    assert (summary["restarts"], summary["steps_lost"], summary["capacity"]) == (1, 0, "kept")
+    assert f"capacity: node pools {', '.join(config.node_ids)} kept" in result.stdout
+    saved: set[int] = set()
+    for slice_id in range(2):
+        for worker in range(2):
+            log = (tmp_path / config.stack / "logs" / f"slice-{slice_id}-worker-{worker}.log").read_text()
+            # Each boot took its place from the Pod's environment (twice: the first Pods and the new ones).
+            identity = f"gke: worker {worker} of slice {slice_id} (TPU_WORKER_ID, MEGASCALE_SLICE_ID)"
+            assert log.count(identity) == 2, log[-3000:]
+            notices = [int(step) for step in re.findall(r"preemption notice: saved step (\d+)", log)]
+            assert len(notices) == 1 and notices[0] >= PREEMPT_AT, log[-3000:]
+            saved |= set(notices)
+            assert "trainer: exited with status 75: it saved a checkpoint after a preemption notice" in log
+            assert f"resuming at step {notices[0]}/{steps}: 4 processes" in log
+            assert "trainer: exited with status 0: training is complete" in log
+    assert len(saved) == 1, saved  # every process saved the same agreed step

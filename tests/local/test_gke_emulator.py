@@ -1,0 +1,68 @@
+"""infra.local.emulator on a ``multislice:backend: gke`` stack, without a trainer: each Pod's
+container runs a stand-in startup script as ``/bin/bash`` (no systemd) with the environment GKE and
+the JobSet give it, the kubelet's SIGTERM reaches that process, and a repair starts every Pod again
+on an empty disk, as JobSet recreates every Job after a failure (docs/gke.md sections 4 and 5)."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import psutil
+import pytest
+
+from infra.local.emulator import Options
+from infra.local.service_manager import session_pids
+from infra.startup import contract
+from tests.helpers.emulation import gke_stack
+from tests.helpers.standin_vms import boot_log, booted, running, wait_until_up
+
+
+@pytest.fixture
+def pods(tmp_path):
+    with booted(gke_stack(tmp_path), tmp_path) as resource:
+        yield resource
+
+
+def test_every_pod_runs_the_script_as_its_first_process_with_gkes_environment(pods):
+    config = pods.config
+    assert [(vm.slice_id, vm.worker) for vm in pods.vms] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    for vm in pods.vms:
+        (container,) = psutil.Process(vm.pgid).children()  # the lifeline's one child: /bin/bash script
+        assert container.cmdline()[:2] == ["/bin/bash", str(vm.home / "startup-script")]
+        env = container.environ()
+        assert {key: env.get(key) for key in ("TPU_WORKER_ID", "MEGASCALE_SLICE_ID", "TPU_WORKER_HOSTNAMES")} == {
+            "TPU_WORKER_ID": str(vm.worker),
+            "MEGASCALE_SLICE_ID": str(vm.slice_id),
+            "TPU_WORKER_HOSTNAMES": "127.0.0.1,127.0.0.1",
+        }
+        assert env["MEGASCALE_NUM_SLICES"] == "2" and env[contract.RUN_DIR_ENV] == config.run_dir
+        assert not (vm.home / "run").exists() and not vm.unit_dir.exists()  # no systemd in a container
+
+
+def test_a_repair_starts_every_pod_again_on_an_empty_disk(pods):
+    for vm in pods.vms:
+        (vm.home / "checkpoint-cache").write_text(f"slice {vm.slice_id}")
+    before = {vm.name: vm.pgid for vm in pods.vms}
+    pods.repair(1, Options(reboot_grace_s=120))
+    # JobSet recreates every Job: no Pod keeps its disk, not only the failed slice's.
+    assert not [vm.name for vm in pods.vms if (vm.home / "checkpoint-cache").exists()]
+    assert not [name for name, pid in before.items() if running(pid)]
+    slice0 = pods.vms[0]
+    # The kubelet's SIGTERM reached the container's script (through the lifeline, which passes it on).
+    assert "got SIGTERM" in boot_log(slice0.log_path, 1)
+    wait_until_up(pods)
+    assert all(vm.boots == 2 and running(vm.pgid) for vm in pods.vms)
+
+
+def test_a_pods_processes_end_with_its_first_process(pods):
+    """A container ends with its first process: what the script left running (its ``sleep``) is
+    killed then, as the kernel kills a PID namespace's processes when its init ends."""
+    group = pods.vms[0].group
+    assert group is not None and len(session_pids(group.pgid)) >= 3  # the lifeline, bash, sleep
+    group.signal(signal.SIGTERM)  # the kubelet's: to the container's first process
+    assert group.proc.wait(timeout=60) == 0  # the script's trap ran and exited 0
+    deadline = time.monotonic() + 10
+    while session_pids(group.pgid):
+        assert time.monotonic() < deadline, [psutil.Process(pid).cmdline() for pid in session_pids(group.pgid)]
+        time.sleep(0.05)
