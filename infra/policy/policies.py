@@ -55,7 +55,6 @@ from infra.policy.resource_types import (
     DEFAULT_COMPUTE_SA_SUFFIX,
     FIREWALL_TYPE,
     GCP_QUEUED_RESOURCE_TYPE,
-    INSTANCE_GROUP_TYPE,
     INSTANCE_TEMPLATE_TYPE,
     PUBLIC_RANGES,
     QUEUED_RESOURCE_TYPE,
@@ -335,8 +334,8 @@ def _vm_cannot_write_release(args: ResourceValidationArgs, report: Report) -> No
 def _multislice_program(args: StackValidationArgs, report: Report) -> None:
     if not any(r.resource_type in TPU_PROGRAM_TYPES for r in args.resources):
         report(
-            f"this stack declares no {QUEUED_RESOURCE_TYPE} and no {INSTANCE_GROUP_TYPE}: the multislice "
-            "policy pack checks the multislice program only"
+            f"this stack declares none of {', '.join(TPU_PROGRAM_TYPES)}: the multislice policy pack checks the "
+            "multislice program only"
         )
 
 

@@ -8,8 +8,6 @@ QUEUED_RESOURCE_TYPE = "pulumi-python:dynamic/tpu:QueuedResource"
 #: The compute-engine backend's instance template and its managed instance groups (infra/backends/compute_engine/).
 INSTANCE_TEMPLATE_TYPE = "gcp:compute/instanceTemplate:InstanceTemplate"
 INSTANCE_GROUP_TYPE = "gcp:compute/instanceGroupManager:InstanceGroupManager"
-#: The stack's TPU resources, one of which a multislice program declares.
-TPU_PROGRAM_TYPES = (QUEUED_RESOURCE_TYPE, INSTANCE_GROUP_TYPE)
 FIREWALL_TYPE = "gcp:compute/firewall:Firewall"
 BUCKET_TYPE = "gcp:storage/bucket:Bucket"
 #: An object the program writes to the bucket (the release record, its payload, a command's source).
@@ -22,6 +20,8 @@ GKE_NODE_POOL_TYPE = "gcp:container/nodePool:NodePool"
 #: The gke backend's Kubernetes objects (pulumi-kubernetes' type tokens).
 K8S_SERVICE_ACCOUNT_TYPE = "kubernetes:core/v1:ServiceAccount"
 JOBSET_TYPE = "kubernetes:jobset.x-k8s.io/v1alpha2:JobSet"
+#: The stack's TPU resources, one of which a multislice program declares (one per backend).
+TPU_PROGRAM_TYPES = (QUEUED_RESOURCE_TYPE, INSTANCE_GROUP_TYPE, GKE_NODE_POOL_TYPE)
 #: pulumi-gcp's own (single-slice) queued resource.
 GCP_QUEUED_RESOURCE_TYPE = "gcp:tpu/v2QueuedResource:V2QueuedResource"
 

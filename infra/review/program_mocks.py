@@ -35,6 +35,7 @@ STACK_REFERENCE = "pulumi:pulumi:StackReference"
 TEMPLATE_TYPE = "gcp:compute/instanceTemplate:InstanceTemplate"
 GROUP_TYPE = "gcp:compute/instanceGroupManager:InstanceGroupManager"
 RESIZE_REQUEST_TYPE = "gcp:compute/resizeRequest:ResizeRequest"
+JOBSET_TYPE = "kubernetes:jobset.x-k8s.io/v1alpha2:JobSet"
 WORKLOAD_POLICY_TYPE = "gcp:compute/resourcePolicy:ResourcePolicy"
 FIREWALL = "gcp:compute/firewall:Firewall"
 #: ipCidrRange the getSubnetwork lookup answers for a reused subnetwork.

@@ -19,7 +19,9 @@ of REV. Reported:
   template (``instanceGroupManagers.patch``; its ``OPPORTUNISTIC`` update policy recreates no
   VM: docs/deploying.md). A key the program marks ``replaceOnChanges`` (a group's target size
   policy, which cannot change on an existing group) replaces its resource, and a flex-start
-  slice's resize request is replaced on any change (pulumi-gcp cannot update one). Other
+  slice's resize request is replaced on any change (pulumi-gcp cannot update one). On the gke
+  backend a new release is a new ConfigMap and a changed JobSet spec, which the program replaces
+  (every Pod restarts on the new release: :data:`JOBSET_NOTE`). Other
   resources are pulumi-gcp's: whether a changed key replaces them is the provider schema's call
   (shown as ``update or replace``).
 
@@ -196,6 +198,12 @@ GROUP_REPLACE_NOTE = (
     "the group is deleted with its VMs and created again: its target size policy cannot change on an existing group "
     "(https://cloud.google.com/compute/docs/instance-groups/about-bulk-mode)"
 )
+#: The gke backend's note: the program replaces the JobSet on any change of its spec
+#: (``replaceOnChanges``, deleted first: docs/gke.md section 5, "Updates").
+JOBSET_NOTE = (
+    "the JobSet is deleted, then created again: every running Pod gets SIGTERM (15 s to save) and stops, and new "
+    "Pods on empty disks boot the new release and resume from the newest checkpoint"
+)
 RESIZE_REQUEST_NOTE = (
     "a new resize request: its group asks for the slice's VMs again, beside any the last request made that still "
     "run; change it after those ended (Compute Engine deletes them when their run duration ends)"
@@ -207,7 +215,7 @@ def _pulumi_gcp_change(
 ) -> ResourceChange:
     """A pulumi-gcp resource's change: the program's own ``replaceOnChanges`` first, then what
     the module docstring says of each type."""
-    from infra.review.program_mocks import GROUP_TYPE, RESIZE_REQUEST_TYPE, TEMPLATE_TYPE
+    from infra.review.program_mocks import GROUP_TYPE, JOBSET_TYPE, RESIZE_REQUEST_TYPE, TEMPLATE_TYPE
 
     if typ == TEMPLATE_TYPE:
         return ResourceChange(name, typ, "replace", keys, keys, TEMPLATE_NOTE)
@@ -215,7 +223,8 @@ def _pulumi_gcp_change(
         return ResourceChange(name, typ, "replace", keys, keys, RESIZE_REQUEST_NOTE)
     replacing = tuple(key for key in keys if key in replace_on_changes)
     if replacing:
-        return ResourceChange(name, typ, "replace", keys, replacing, GROUP_REPLACE_NOTE if typ == GROUP_TYPE else "")
+        note = {GROUP_TYPE: GROUP_REPLACE_NOTE, JOBSET_TYPE: JOBSET_NOTE}.get(typ, "")
+        return ResourceChange(name, typ, "replace", keys, replacing, note)
     if typ == GROUP_TYPE and keys == ("versions",):
         return ResourceChange(name, typ, "update", keys, (), GROUP_NOTE)
     return ResourceChange(name, typ, "update-or-replace", keys)

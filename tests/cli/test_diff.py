@@ -213,3 +213,31 @@ def test_a_tracked_stack_file_given_by_path_is_read_at_the_revision(repo, monkey
         app, ["diff", "--config-file", str(repo / "nope" / "Pulumi.x.yaml"), "--against", "HEAD"]
     )
     assert result.exit_code == 2 and "stack file" in result.stderr and "does not exist" in result.stderr
+
+
+def test_a_trainer_change_on_the_gke_backend_says_what_it_does_to_the_running_pods(repo, monkeypatch):
+    """The dev stack on the gke backend (v4-16: multi-host slices): a one-line trainer change is a new
+    ConfigMap and a replaced JobSet, worded as what it does to the running Pods."""
+    path = repo / "stacks" / "Pulumi.dev.yaml"
+    text = path.read_text()
+    for old, new in (
+        ("multislice:acceleratorType: v4-8", "multislice:acceleratorType: v4-16"),
+        ("  multislice:capacity: spot\n", "  multislice:capacity: spot\n  multislice:backend: gke\n"),
+        ("ici: {data: 1, fsdp: 4, tensor: 1}", "ici: {data: 1, fsdp: 8, tensor: 1}"),
+    ):
+        assert old in text, old
+        text = text.replace(old, new)
+    path.write_text(text)
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-q", "-am", "gke")
+    with open(repo / "training" / "model" / "transformer.py", "a") as f:
+        f.write("# a one-line change\n")
+
+    monkeypatch.setenv("MULTISLICE_STACKS_DIR", str(repo / "stacks"))
+    result = CliRunner().invoke(
+        app, ["diff", "--stack", "dev", "--against", "HEAD"], env={"COLUMNS": "300"}, color=False
+    )
+    assert result.exit_code == 0, result.output
+    changed = {line.split()[1]: line for line in result.output.splitlines() if "(kubernetes:" in line}
+    assert changed["jobset"].split()[0] == "replace", changed
+    assert "every running Pod gets SIGTERM (15 s to save) and stops" in changed["jobset"]
+    assert "ConfigMap" in changed["startup"] and "data, metadata" in changed["startup"]  # the new release's script
