@@ -22,6 +22,8 @@ from training.metrics.run_log import read_records
 from training.run_dir import RunDir
 
 STACK = Path(__file__).parents[1] / "stacks" / "Pulumi.emu.yaml"
+#: The emu stack with a user's own JAX program as its workload (tests/fakes/workload).
+COMMAND_STACK = Path(__file__).parents[1] / "stacks" / "Pulumi.emu-command.yaml"
 RUN_DIR = load_stack_file(STACK).run_dir  # gs://<the stack's bucket>/runs/emu
 CLI = [sys.executable, "-m", "infra.cli"]
 

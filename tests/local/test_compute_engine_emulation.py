@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import pytest
 
@@ -21,6 +20,7 @@ from infra import startup
 from infra.config import load_stack_file
 from infra.local import gcs
 from tests.helpers.emulation import (
+    COMMAND_STACK,
     ON_COMPUTE_ENGINE,
     BackgroundCli,
     compute_engine_stack,
@@ -146,9 +146,6 @@ def test_a_compute_engine_stack_is_repaired_whole_switches_release_in_place_and_
     assert f"training resumed from the checkpoint of step {starts[-1]['step']}" in out
     losses = {r["step"] for r in run_records(tmp_path, "metrics") if "loss" in r}
     assert losses == set(range(1, NEW_STEPS + 1))
-
-
-COMMAND_STACK = Path(__file__).parents[1] / "stacks" / "Pulumi.emu-command.yaml"
 
 
 @pytest.mark.slow

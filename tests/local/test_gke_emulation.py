@@ -4,7 +4,9 @@ the environment GKE and the JobSet give it (no systemd), so the trainer finds it
 ``TPU_WORKER_ID``, ``MEGASCALE_SLICE_ID`` and ``MULTISLICE_RUN_DIR``. A preemption of slice 1 is the
 kubelet's SIGTERM to its Pods: every process saves the same agreed step and every container ends 75,
 which fails its Job; JobSet then recreates every Job, and new Pods on empty disks resume at that step
-and complete. One emulation (one to two minutes on 2 cores)."""
+and complete. A stack's own JAX program (``multislice:workload``) calling ``jax.distributed.initialize()``
+with no arguments finds its job of 4 processes and 16 devices from the same Pods' environment. Two
+emulations (about one minute each on 2 cores)."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ import re
 import pytest
 
 from infra.config import load_stack_file
-from tests.helpers.emulation import gke_stack, processes_under, run_cli
+from tests.helpers.emulation import COMMAND_STACK, ON_GKE, gke_stack, processes_under, run_cli
 
 #: Where the preemption is aimed (the trainers wait at that step until it struck).
 PREEMPT_AT = 6
@@ -52,3 +54,30 @@ def test_pods_train_save_the_agreed_step_on_a_preemption_and_new_pods_resume(tmp
             assert f"resuming at step {notices[0]}/{steps}: 4 processes" in log
             assert "trainer: exited with status 0: training is complete" in log
     assert len(saved) == 1, saved  # every process saved the same agreed step
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_stacks_own_jax_program_finds_its_job_from_the_pods_environment(tmp_path):
+    """tests/fakes/workload/workload_program.py checks ``jax.device_count()`` against EXPECTED_DEVICES."""
+    stack = tmp_path / "stack" / COMMAND_STACK.name
+    stack.parent.mkdir()
+    text = COMMAND_STACK.read_text()
+    for old, new in (*ON_GKE[:2], ("EXPECTED_DEVICES: 8", "EXPECTED_DEVICES: 16")):
+        assert old in text, old
+        text = text.replace(old, new)
+    stack.write_text(
+        text.replace("source: ../fakes/workload", f"source: {COMMAND_STACK.parents[1] / 'fakes' / 'workload'}")
+    )
+    config = load_stack_file(stack)
+    assert (config.backend, config.slices, config.workers_per_slice) == ("gke", 2, 2)
+    summary_path = tmp_path / "summary.json"
+    result = run_cli(["local", "up", "--config-file", str(stack), "--summary-json", str(summary_path)], tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert processes_under(tmp_path) == []
+    assert json.loads(summary_path.read_text())["complete"] is True
+    for slice_id in range(2):
+        for worker in range(2):
+            log = (tmp_path / config.stack / "logs" / f"slice-{slice_id}-worker-{worker}.log").read_text()
+            assert f"gke: worker {worker} of slice {slice_id}" in log and "trained 24 steps" in log, log[-2000:]
+            assert f"workload: process {2 * slice_id + worker}/4 starting" in log

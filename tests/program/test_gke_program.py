@@ -31,17 +31,17 @@ def gke_map(slices: int, capacity: str, **extra) -> dict:
     }
 
 
+#: Each capacity mode once, with one slice or two (a program evaluation is seconds of CPU).
 CAPACITIES = [
-    ("spot", {}),
-    ("on-demand", {}),
-    ("reserved", {"multislice:reservationName": "tpu-v4-pool"}),
-    ("flex-start", {"multislice:gke": {"maxRunDuration": "3d"}}),
+    ("spot", 2, {}),
+    ("on-demand", 1, {}),
+    ("reserved", 2, {"multislice:reservationName": "tpu-v4-pool"}),
+    ("flex-start", 1, {"multislice:gke": {"maxRunDuration": "3d"}}),
 ]
 
 
-@pytest.mark.parametrize("slices", [1, 2])
-@pytest.mark.parametrize(("capacity", "extra"), CAPACITIES, ids=[c for c, _ in CAPACITIES])
-def test_each_capacity_mode_with_one_slice_and_several(slices, capacity, extra):
+@pytest.mark.parametrize(("capacity", "slices", "extra"), CAPACITIES, ids=[c for c, _, _ in CAPACITIES])
+def test_each_capacity_mode_with_one_slice_and_several(capacity, slices, extra):
     values = gke_map(slices, capacity, **extra)
     config = validate_stack("dev", values, "test")
     world = evaluate("dev", values)
