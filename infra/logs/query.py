@@ -9,6 +9,7 @@ compares as an RFC 3339 string).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 from infra.startup import contract
@@ -23,3 +24,31 @@ def rfc3339(moment: datetime) -> str:
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def narrowed(
+    base: str,
+    slices: int,
+    *,
+    slice_id: int | None,
+    worker: int | None,
+    since: datetime | None,
+    slice_clause: Callable[[int], str],
+    worker_clause: Callable[[int], str],
+) -> str:
+    """``base`` narrowed to one slice and/or one worker (each backend's own clause for them) and
+    to entries at or after ``since``.
+
+    Raises:
+      IndexError: ``slice_id`` is not one of the stack's ``slices``.
+    """
+    clauses = [base]
+    if slice_id is not None:
+        if not 0 <= slice_id < slices:
+            raise IndexError(f"slice {slice_id} of {slices}")
+        clauses.append(slice_clause(slice_id))
+    if worker is not None:
+        clauses.append(worker_clause(worker))
+    if since is not None:
+        clauses.append(f'timestamp>="{rfc3339(since)}"')
+    return " AND ".join(clauses)

@@ -92,6 +92,27 @@ def deleted(qr_id: str, detail: str, emulated: bool = False) -> CapacityStatus:
     return CapacityStatus(qr_id, DELETED, emulated=emulated, detail=detail)
 
 
+def status_credentials(settings: Any, project: str, *, needed: bool) -> Any:
+    """The credentials ``multislice status`` reads the stack with (``settings``:
+    :class:`infra.credentials.CredentialSettings`): loaded when ``needed`` (a real API or bucket)
+    or set explicitly, else None (anonymous, for loopback fakes).
+
+    Raises:
+      CapacityError: no usable credentials (exit status 2).
+    """
+    from infra import credentials as gcp
+
+    problem = gcp.problem(settings, os.environ, require_credentials=needed)
+    if problem:
+        raise CapacityError(problem, 2)
+    if not (needed or settings.explicit):
+        return None
+    try:
+        return gcp.load(settings, quota_project=settings.quota_project(project))
+    except gcp.CredentialsError as err:
+        raise CapacityError(str(err), 2) from None
+
+
 def read_local(paths: Any, qr_id: str, node_ids: list[str], workers_per_slice: int) -> CapacityStatus:
     """The emulated queued resource of a stack whose emulation keeps its state in ``paths``
     (``infra.local.state.LocalPaths``): ACTIVE while the emulator runs, else DELETED when its

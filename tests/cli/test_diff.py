@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from typer.testing import CliRunner
+from typer.testing import CliRunner, Result
 
 from infra.cli import app
 from infra.review.revision_diff import DiffError, config_changes, diff_stack
@@ -111,26 +111,33 @@ def test_a_stack_file_that_does_not_validate_names_the_side(repo):
         diff_stack("dev", "HEAD", repo)
 
 
+def diff_after_a_trainer_change(repo: Path, monkeypatch, edits) -> Result:
+    """``multislice diff`` of the dev stack, rewritten by ``edits`` (old, new) and committed, after a
+    one-line trainer change."""
+    path = repo / "stacks" / "Pulumi.dev.yaml"
+    text = path.read_text()
+    for old, new in edits:
+        assert old in text, old
+        text = text.replace(old, new)
+    path.write_text(text)
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-q", "-am", "another backend")
+    with open(repo / "training" / "model" / "transformer.py", "a") as f:
+        f.write("# a one-line change\n")
+    monkeypatch.setenv("MULTISLICE_STACKS_DIR", str(repo / "stacks"))
+    return CliRunner().invoke(app, ["diff", "--stack", "dev", "--against", "HEAD"], env={"COLUMNS": "300"}, color=False)
+
+
 def test_a_trainer_change_on_the_compute_engine_backend_replaces_the_template_only(repo, monkeypatch):
     """The dev stack on the compute-engine backend: a one-line trainer change replaces the instance
     template and updates each group in place, with what that means for the VMs."""
-    path = repo / "stacks" / "Pulumi.dev.yaml"
-    text = path.read_text()
-    for old, new in (
-        ("multislice:acceleratorType: v4-8", "multislice:acceleratorType: v5p-8"),
-        ("gcp:zone: us-central2-b", "gcp:zone: us-east5-a"),
-        ("  multislice:capacity: spot\n", "  multislice:capacity: spot\n  multislice:backend: compute-engine\n"),
-    ):
-        assert old in text
-        text = text.replace(old, new)
-    path.write_text(text)
-    git(repo, "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-q", "-am", "compute engine")
-    with open(repo / "training" / "model" / "transformer.py", "a") as f:
-        f.write("# a one-line change\n")
-
-    monkeypatch.setenv("MULTISLICE_STACKS_DIR", str(repo / "stacks"))
-    result = CliRunner().invoke(
-        app, ["diff", "--stack", "dev", "--against", "HEAD"], env={"COLUMNS": "250"}, color=False
+    result = diff_after_a_trainer_change(
+        repo,
+        monkeypatch,
+        (
+            ("multislice:acceleratorType: v4-8", "multislice:acceleratorType: v5p-8"),
+            ("gcp:zone: us-central2-b", "gcp:zone: us-east5-a"),
+            ("  multislice:capacity: spot\n", "  multislice:capacity: spot\n  multislice:backend: compute-engine\n"),
+        ),
     )
     assert result.exit_code == 0, result.output
     changed = {
@@ -218,23 +225,14 @@ def test_a_tracked_stack_file_given_by_path_is_read_at_the_revision(repo, monkey
 def test_a_trainer_change_on_the_gke_backend_says_what_it_does_to_the_running_pods(repo, monkeypatch):
     """The dev stack on the gke backend (v4-16: multi-host slices): a one-line trainer change is a new
     ConfigMap and a replaced JobSet, worded as what it does to the running Pods."""
-    path = repo / "stacks" / "Pulumi.dev.yaml"
-    text = path.read_text()
-    for old, new in (
-        ("multislice:acceleratorType: v4-8", "multislice:acceleratorType: v4-16"),
-        ("  multislice:capacity: spot\n", "  multislice:capacity: spot\n  multislice:backend: gke\n"),
-        ("ici: {data: 1, fsdp: 4, tensor: 1}", "ici: {data: 1, fsdp: 8, tensor: 1}"),
-    ):
-        assert old in text, old
-        text = text.replace(old, new)
-    path.write_text(text)
-    git(repo, "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-q", "-am", "gke")
-    with open(repo / "training" / "model" / "transformer.py", "a") as f:
-        f.write("# a one-line change\n")
-
-    monkeypatch.setenv("MULTISLICE_STACKS_DIR", str(repo / "stacks"))
-    result = CliRunner().invoke(
-        app, ["diff", "--stack", "dev", "--against", "HEAD"], env={"COLUMNS": "300"}, color=False
+    result = diff_after_a_trainer_change(
+        repo,
+        monkeypatch,
+        (
+            ("multislice:acceleratorType: v4-8", "multislice:acceleratorType: v4-16"),
+            ("  multislice:capacity: spot\n", "  multislice:capacity: spot\n  multislice:backend: gke\n"),
+            ("ici: {data: 1, fsdp: 4, tensor: 1}", "ici: {data: 1, fsdp: 8, tensor: 1}"),
+        ),
     )
     assert result.exit_code == 0, result.output
     changed = {line.split()[1]: line for line in result.output.splitlines() if "(kubernetes:" in line}

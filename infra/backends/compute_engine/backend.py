@@ -8,7 +8,6 @@ loopback Compute API (:mod:`~infra.backends.compute_engine.emulation`).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -86,12 +85,11 @@ class ComputeEngineBackend(Backend):
         """Each slice's group through gcloud (:func:`~infra.backends.compute_engine.instance_groups.list_group`;
         the Cloud TPU API knows nothing of Compute Engine TPU VMs); credentials for the bucket
         unless Cloud Storage is a loopback fake."""
-        from infra import credentials as gcp
         from infra.backends.compute_engine import capacity
         from infra.backends.compute_engine.instance_groups import list_group
         from infra.remote.gcloud import gcloud_executable
         from infra.remote.selection import RemoteError
-        from infra.status.capacity import CapacityError
+        from infra.status.capacity import CapacityError, status_credentials
 
         try:
             gcloud = gcloud_executable()
@@ -104,16 +102,7 @@ class ComputeEngineBackend(Backend):
             except RemoteError as err:
                 raise CapacityError(str(err).replace("; nothing was run", ""), err.exit_code) from None
 
-        settings = credential_settings
-        problem = gcp.problem(settings, os.environ, require_credentials=not emulated_storage)
-        if problem:
-            raise CapacityError(problem, 2)
-        credentials = None
-        if not emulated_storage or settings.explicit:
-            try:
-                credentials = gcp.load(settings, quota_project=settings.quota_project(config.project))
-            except gcp.CredentialsError as err:
-                raise CapacityError(str(err), 2) from None
+        credentials = status_credentials(credential_settings, config.project, needed=not emulated_storage)
         return CapacitySource(lambda: capacity.read(config, listed), credentials)
 
     def gone_after_completion(self, config: StackConfig, completed_step: int | None) -> CapacityStatus:

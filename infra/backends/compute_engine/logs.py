@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from infra.logs.query import TRAINER_LOG, rfc3339
+from infra.logs.query import TRAINER_LOG, narrowed
 
 #: ``resource.type`` of a Compute Engine VM's entries (see the module docstring).
 GCE_INSTANCE = "gce_instance"
@@ -50,13 +50,12 @@ def trainer_filter(
     Raises:
       IndexError: ``slice_id`` is not a slice of the stack.
     """
-    clauses = [compute_engine_filter(config, run)]
-    if slice_id is not None:
-        if not 0 <= slice_id < config.slices:
-            raise IndexError(f"slice {slice_id} of {config.slices}")
-        clauses.append(f'labels.slice="{slice_id}"')
-    if worker is not None:
-        clauses.append(f'labels.worker="{worker}"')
-    if since is not None:
-        clauses.append(f'timestamp>="{rfc3339(since)}"')
-    return " AND ".join(clauses)
+    return narrowed(
+        compute_engine_filter(config, run),
+        config.slices,
+        slice_id=slice_id,
+        worker=worker,
+        since=since,
+        slice_clause=lambda s: f'labels.slice="{s}"',
+        worker_clause=lambda w: f'labels.worker="{w}"',
+    )

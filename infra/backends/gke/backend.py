@@ -90,13 +90,11 @@ class GkeBackend(Backend):
     def capacity_source(self, config: StackConfig, credential_settings: Any, emulated_storage: bool) -> CapacitySource:
         """The run's Pods through kubectl (:mod:`~infra.backends.gke.capacity`); credentials for the
         bucket unless Cloud Storage is a loopback fake."""
-        import os
 
-        from infra import credentials as gcp
         from infra.backends.gke import capacity
         from infra.backends.gke.kubectl import KubectlError, kubectl_executable, list_pods
         from infra.backends.gke.operate import PodListingError
-        from infra.status.capacity import CapacityError
+        from infra.status.capacity import CapacityError, status_credentials
 
         try:
             kubectl_executable()
@@ -111,16 +109,7 @@ class GkeBackend(Backend):
             except PodListingError as err:
                 raise CapacityError(str(err)) from None
 
-        settings = credential_settings
-        problem = gcp.problem(settings, os.environ, require_credentials=not emulated_storage)
-        if problem:
-            raise CapacityError(problem, 2)
-        credentials = None
-        if not emulated_storage or settings.explicit:
-            try:
-                credentials = gcp.load(settings, quota_project=settings.quota_project(config.project))
-            except gcp.CredentialsError as err:
-                raise CapacityError(str(err), 2) from None
+        credentials = status_credentials(credential_settings, config.project, needed=not emulated_storage)
         return CapacitySource(read, credentials)
 
     def gone_after_completion(self, config: StackConfig, completed_step: int | None) -> CapacityStatus:

@@ -19,7 +19,7 @@ from datetime import datetime
 from infra.backends.gke import names
 from infra.backends.gke.jobset import CONTAINER, JOB_INDEX_LABEL
 from infra.backends.gke.operate import COMPLETION_INDEX_LABEL
-from infra.logs.query import rfc3339
+from infra.logs.query import narrowed
 from infra.naming import label_value
 
 #: ``resource.type`` of a container's entries.
@@ -62,13 +62,12 @@ def trainer_filter(
     Raises:
       IndexError: ``slice_id`` is not a slice of the stack.
     """
-    clauses = [gke_filter(config, run)]
-    if slice_id is not None:
-        if not 0 <= slice_id < config.slices:
-            raise IndexError(f"slice {slice_id} of {config.slices}")
-        clauses.append(f'labels."{entry_label(JOB_INDEX_LABEL)}"="{slice_id}"')
-    if worker is not None:
-        clauses.append(f'labels."{entry_label(COMPLETION_INDEX_LABEL)}"="{worker}"')
-    if since is not None:
-        clauses.append(f'timestamp>="{rfc3339(since)}"')
-    return " AND ".join(clauses)
+    return narrowed(
+        gke_filter(config, run),
+        config.slices,
+        slice_id=slice_id,
+        worker=worker,
+        since=since,
+        slice_clause=lambda s: f'labels."{entry_label(JOB_INDEX_LABEL)}"="{s}"',
+        worker_clause=lambda w: f'labels."{entry_label(COMPLETION_INDEX_LABEL)}"="{w}"',
+    )

@@ -9,7 +9,6 @@ loopback TPU API (:mod:`~infra.backends.queued_resource.emulation`).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -67,22 +66,13 @@ class QueuedResourceBackend(Backend):
     def capacity_source(self, config: StackConfig, credential_settings: Any, emulated_storage: bool) -> CapacitySource:
         """The TPU API at ``MULTISLICE_TPU_API_ENDPOINT`` or Google's; credentials are needed unless
         both the TPU API and Cloud Storage are loopback fakes."""
-        from infra import credentials as gcp
         from infra.backends.queued_resource import capacity as tpu
-        from infra.status.capacity import CapacityError
+        from infra.status.capacity import CapacityError, status_credentials
 
         settings = credential_settings
         url = tpu.endpoint()
         needed = not (tpu.is_local_endpoint(url) and emulated_storage)
-        problem = gcp.problem(settings, os.environ, require_credentials=needed)
-        if problem:
-            raise CapacityError(problem, 2)
-        credentials = None
-        if needed or settings.explicit:
-            try:
-                credentials = gcp.load(settings, quota_project=settings.quota_project(config.project))
-            except gcp.CredentialsError as err:
-                raise CapacityError(str(err), 2) from None
+        credentials = status_credentials(settings, config.project, needed=needed)
         try:
             base, session = tpu.tpu_session(
                 url, None if tpu.is_local_endpoint(url) and not settings.explicit else credentials
