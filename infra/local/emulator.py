@@ -22,7 +22,7 @@ emulator then records the deletion and stops the VMs still running.
 
 It injects faults (infra.local.faults) when training reports the given step, then repairs like
 Cloud TPU auto-repair (elsewhere once a VM asked: infra.local.recreation): the failed slice is
-recreated (fresh disks), every other slice restarted; training resumes from the newest checkpoint.
+recreated (fresh disks), every other slice restarted (on gke, recreated too); training resumes.
 
 Nothing is left behind: Ctrl-C / SIGTERM / errors stop every VM (SIGTERM, grace, SIGKILL:
 ``infra.local.supervisor``), every metadata server and the storage server. If the emulator

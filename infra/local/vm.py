@@ -5,6 +5,8 @@ metadata server and systemd runs it in ``google-startup-scripts.service``; the s
 the trainer to ``multislice-trainer.service``. Here the first process is
 ``python -m infra.local.systemd boot`` (:mod:`infra.local.systemd`), which runs the script,
 serves its ``systemctl`` and supervises the trainer unit from the unit file the script wrote.
+An emulated GKE Pod (``pod_env`` given) has no systemd: its container's first process is
+``/bin/bash`` running the script (:func:`pod_command`), with the Pod's environment.
 The VM's processes form one session (:class:`VmProcesses`), and signals reach them as they
 reach a VM:
 
