@@ -6,6 +6,7 @@ The names its objects get: :mod:`~infra.backends.gke.names`.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pulumi
@@ -126,6 +127,7 @@ def declare(
       ValueError: what either component refuses, before any resource is registered.
     """
     inputs = gke_inputs(config, network=network.network, subnetwork=network.subnetwork, service_account=service_account)
+    # The JobSet once; its cluster and endpoint filled in when the slices answer them.
     work = workload_inputs(config, script, cluster="", dns_endpoint="", service_account=service_account)
     from infra.backends.gke import slices as slices_lib, workload as workload_lib
 
@@ -134,13 +136,7 @@ def declare(
     slices = GkeSlices("slices", inputs, opts=opts)
     workload = GkeWorkload(
         "workload",
-        workload_inputs(
-            config,
-            script,
-            cluster=slices.cluster_name,
-            dns_endpoint=slices.dns_endpoint,
-            service_account=service_account,
-        ),
+        dataclasses.replace(work, cluster_name=slices.cluster_name, dns_endpoint=slices.dns_endpoint),
         opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[slices])),
     )
     return {
