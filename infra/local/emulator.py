@@ -275,12 +275,12 @@ class LocalQueuedResource:
 
     def reset_vms(self, options: Options) -> None:
         """ResetQueuedResource (``multislice local reset``): restart every VM (SIGTERM,
-        ``reboot_grace_s``, SIGKILL) and boot it again; training resumes from the newest
-        finalized checkpoint."""
+        ``reset_grace_s``, SIGKILL) and boot it again; training resumes from the newest
+        finalized checkpoint, the one its trainers saved on the SIGTERM if they could."""
         self.reporter.drain()
         self.report("reset: restarting every VM of the queued resource (ResetQueuedResource)")
         self.resets += 1
-        supervisor.stop_groups(process_groups(self.vms), options.reboot_grace_s)
+        supervisor.stop_groups(process_groups(self.vms), options.reset_grace_s)
         self.boot_all(options)
 
     def stop_vms(self) -> None:

@@ -8,6 +8,7 @@ import dataclasses
 
 from infra.local.boot_watch import default_boot_timeout
 from infra.local.faults import Fault
+from infra.startup import STOP_TIMEOUT_S
 
 #: Seconds the VMs get to end on their own after their capacity was deleted on completion (worker
 #: 0 of slice 0 writes its last ``capacity:`` line, the others are done too); then those left are
@@ -35,7 +36,10 @@ class Options:
     heartbeat_timeout_s: int = 10
     init_timeout_s: int = 300
     preempt_grace_s: float = 30.0  # GCE's preemption notice period
-    reboot_grace_s: float = 5.0
+    reboot_grace_s: float = 5.0  # the slices a repair restarts: their job already lost a peer
+    #: A reset's SIGTERM to SIGKILL: the trainer unit's ``TimeoutStopSec=``, what each VM's own
+    #: shutdown gives it (the trainer saves the step its processes agree on, as on a notice).
+    reset_grace_s: float = float(STOP_TIMEOUT_S)
     timeout_s: float = 3600.0
     stall_timeout_s: float = 600.0
     boot_timeout_s: float = dataclasses.field(default_factory=default_boot_timeout)  # each VM, to its trainer

@@ -48,10 +48,10 @@ def boot_log(log: Path, boot: int) -> str:
 
 
 @contextlib.contextmanager
-def booted(stack: Path, tmp_path: Path):
-    """The stack's emulation with the stand-in script, booted (its report lines in ``.lines``)."""
+def booted(stack: Path, tmp_path: Path, script: str = SCRIPT):
+    """The stack's emulation with ``script`` (the stand-in), booted (its report lines in ``.lines``)."""
     lines: list[str] = []
-    resource = LocalQueuedResource(load_stack_file(stack), LocalPaths(tmp_path / "emu"), SCRIPT, report=lines.append)
+    resource = LocalQueuedResource(load_stack_file(stack), LocalPaths(tmp_path / "emu"), script, report=lines.append)
     resource.lines = lines
     try:
         resource.open_storage()

@@ -92,6 +92,25 @@ def test_repair_recreates_the_failed_slice_and_restarts_the_others(resource):
     assert [vm["pgid"] for vm in state["vms"]] == [vm.pgid for vm in resource.vms]
 
 
+#: A stand-in whose shutdown takes longer than a repair's restart grace (5 s), as a trainer's
+#: preemption save can on a loaded machine: it writes ``saved`` on its disk when done.
+SLOW_TO_SAVE = SCRIPT.replace(
+    "trap 'echo \"got SIGTERM\"; exit 0' TERM",
+    'trap \'echo "got SIGTERM"; sleep 6; echo done > "$MULTISLICE_HOME/saved"; exit 0\' TERM',
+)
+
+
+def test_a_reset_waits_for_what_each_vm_saves_on_its_sigterm(tmp_path):
+    # A reset is each VM's own shutdown: the trainer unit's TimeoutStopSec, not a repair's 5 s.
+    assert SLOW_TO_SAVE != SCRIPT
+    with booted(STACK, tmp_path, SLOW_TO_SAVE) as resource:
+        resource.reset_vms(Options())
+        assert resource.lines[-1] == "reset: restarting every VM of the queued resource (ResetQueuedResource)"
+        for vm in resource.vms:
+            assert (vm.home / "saved").read_text() == "done\n", boot_log(vm.log_path, 1)
+            assert vm.boots == 2  # and booted again, its disk kept
+
+
 @pytest.mark.parametrize("kind", ["kill", "preempt"])
 def test_a_fault_strikes_its_slice_then_repairs(resource, kind):
     put_on_disks(resource)
