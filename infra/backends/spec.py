@@ -49,7 +49,8 @@ class BackendSpec(ABC):
     * ``sole_offer_reason``: why a generation only this backend offers is not on the others;
     * ``has_runtime_version``: whether a stack names a TPU software version (``runtimeVersion``);
     * ``capacity_noun``: what ``status`` calls the stack's capacity (``queued resource``), and
-      ``capacity_plural``: whether that is a plural (``instance groups``);
+      ``capacity_plural``: whether that is a plural (``instance groups``); ``worker_noun``: what it
+      calls a slice's workers (``VMs``; ``Pods`` on GKE);
     * ``vm_reads_instance_groups``: whether its VMs' service account may read Compute Engine's
       instance groups and instances (how such a VM finds its place);
     * ``legacy_output``: a stack output only its deployments have, for a deployment older than the
@@ -75,6 +76,7 @@ class BackendSpec(ABC):
     has_runtime_version: ClassVar[bool]
     capacity_noun: ClassVar[str]
     capacity_plural: ClassVar[bool] = False
+    worker_noun: ClassVar[str] = "VMs"
     vm_reads_instance_groups: ClassVar[bool] = False
     legacy_output: ClassVar[str | None] = None
     boot_identity: ClassVar[str]

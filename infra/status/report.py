@@ -115,8 +115,8 @@ def restart_lines(run: RunProgress) -> list[str]:
 
 
 def _capacity_rows(table: Table, capacity: CapacityStatus) -> None:
-    label = registry.backend(capacity.backend).spec.capacity_noun
-    label = f"emulated {label}" if capacity.emulated else label
+    spec = registry.backend(capacity.backend).spec
+    label = f"emulated {spec.capacity_noun}" if capacity.emulated else spec.capacity_noun
     table.add_row(
         label, Text(f"{capacity.id}: {capacity.state}" + (f" ({capacity.detail})" if capacity.detail else ""))
     )
@@ -125,7 +125,7 @@ def _capacity_rows(table: Table, capacity: CapacityStatus) -> None:
         if item.health:
             parts.append(item.health)
         if item.vms is not None:
-            parts.append(f"{item.vms_running}/{item.vms} VMs running")
+            parts.append(f"{item.vms_running}/{item.vms} {spec.worker_noun} running")
         table.add_row(f"slice {item.slice}", Text("  ".join(parts)))
         for worker, instance in enumerate(item.instances or []):
             table.add_row(

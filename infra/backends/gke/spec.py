@@ -73,6 +73,7 @@ class GkeSpec(BackendSpec):
     sole_offer_reason = "GKE offers no generation that Compute Engine lacks"
     has_runtime_version = False
     capacity_noun = "node pools"
+    worker_noun = "Pods"
     capacity_plural = True
     boot_identity = "boot_identity.sh"
     identity_source = "environment"

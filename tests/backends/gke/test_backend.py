@@ -14,12 +14,15 @@ from pathlib import Path
 
 import pytest
 import yaml
+from rich.console import Console
 
 from infra.backends.gke import capacity, kubectl, logs, names
 from infra.backends.registry import BACKENDS
 from infra.config import validate_stack
 from infra.remote.selection import RemoteError, select_workers
 from infra.status.capacity import QueuedResourceNotFound
+from infra.status.progress import RunProgress
+from infra.status.report import StackStatus, render
 from tests.fakes.pulumi_program import stack_map
 from tests.helpers.kubectl import kubectl_reaches_the_server
 
@@ -74,6 +77,10 @@ def test_status_reads_each_slices_pods(config):
     ]
     pending = capacity.read(config, lambda: listing(config, ALL_RUNNING | {(1, 1): "Pending"}))
     assert pending.state == "NOT_READY" and [item.state for item in pending.slices] == ["READY", "NOT_READY"]
+    console = Console(width=200, record=True)
+    console.print(render(StackStatus("dev", pending, RunProgress(config.run_dir, 24))))
+    text = console.export_text()  # what `multislice status` prints: a slice's workers are its Pods
+    assert "node pools" in text and "multislice-dev-1  NOT_READY  1/2 Pods running" in text, text
     one_slice = capacity.read(config, lambda: listing(config, {(0, 0): "Running", (0, 1): "Running"}))
     assert one_slice.state == "NOT_READY" and one_slice.slices[1].state == "MISSING"
     done = capacity.read(config, lambda: listing(config, dict.fromkeys(ALL_RUNNING, "Succeeded")))
