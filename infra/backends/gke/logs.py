@@ -20,7 +20,6 @@ from infra.backends.gke import names
 from infra.backends.gke.jobset import CONTAINER, JOB_INDEX_LABEL
 from infra.backends.gke.operate import COMPLETION_INDEX_LABEL
 from infra.logs.query import narrowed
-from infra.naming import label_value
 
 #: ``resource.type`` of a container's entries.
 K8S_CONTAINER = "k8s_container"
@@ -35,7 +34,7 @@ def entry_label(pod_label: str) -> str:
 def gke_filter(config, run: str | None = None) -> str:
     """The trainer container's lines of run ``run`` (default: the stack's run name) in the stack's
     cluster and namespace."""
-    run_label = label_value(run if run is not None else config.effective_run_name)
+    run_label = names.pod_label_value(run if run is not None else config.effective_run_name)
     return " AND ".join(
         (
             f'resource.type="{K8S_CONTAINER}"',

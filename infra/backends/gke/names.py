@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from infra.naming import label_value
+
 StackConfig = Any  # infra.config.StackConfig (read by attribute)
 
 
@@ -44,8 +46,19 @@ def kube_context(config: StackConfig) -> str:
     return context_name(config.project, cluster_location(config), cluster_name(config))
 
 
+def pod_label_value(text: str) -> str:
+    """``text`` as a Kubernetes label value: its GCP label value (:func:`infra.naming.label_value`)
+    without the ``-`` and ``_`` at its ends, which Kubernetes refuses (a value begins and ends with a
+    letter or digit: https://kubernetes.io/docs/concepts/overview/working-with-objects/labels/).
+    A run name may end in ``-`` (``multislice:runName``); stack and run names begin with a letter or
+    digit, so the value is never empty."""
+    return label_value(text).strip("-_")
+
+
 def pod_labels(config: StackConfig) -> dict[str, str]:
     """The labels every Pod carries besides JobSet's: the stack and the run (Cloud Logging copies a
     Pod's labels into its entries as ``k8s-pod/<key>``: :mod:`~infra.backends.gke.logs`)."""
-    labels = config.resource_labels
-    return {key: labels[key] for key in ("multislice-stack", "multislice-run")}
+    return {
+        "multislice-stack": pod_label_value(config.stack),
+        "multislice-run": pod_label_value(config.effective_run_name),
+    }

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import stat
 from pathlib import Path
@@ -160,6 +161,20 @@ def test_the_log_filter_reads_the_pods_labels_as_cloud_logging_writes_them(confi
     assert 'labels."k8s-pod/jobset_sigs_k8s_io/job-index"="1"' in narrowed
     assert 'labels."k8s-pod/batch_kubernetes_io/job-completion-index"="0"' in narrowed
     assert os.path.basename(GKE.log_source(config)).startswith("trainer lines of run dev")
+
+
+#: A Kubernetes label value, as its docs give the syntax ("Labels and Selectors": at most 63
+#: characters, beginning and ending with an alphanumeric, dashes, underscores and dots between).
+K8S_LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
+
+
+@pytest.mark.parametrize("run", ["exp-1-", "_a_", "Run.Name_", "x" * 62 + "-y" + "z" * 30])
+def test_a_run_name_becomes_a_kubernetes_label_the_log_filter_names(config, run):
+    renamed = config.model_copy(update={"run_name": run})
+    labels = names.pod_labels(renamed)
+    assert all(K8S_LABEL_VALUE.fullmatch(v) and len(v) <= 63 for v in labels.values()), labels
+    assert labels["multislice-stack"] == "dev"
+    assert f'labels."k8s-pod/multislice-run"="{labels["multislice-run"]}"' in GKE.trainer_filter(renamed)
 
 
 def test_both_of_kubectls_missing_context_errors_are_read(config, tmp_path, monkeypatch):
