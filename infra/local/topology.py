@@ -45,8 +45,6 @@ def vm_metadata(
     stack's backend gives them to its VMs (:meth:`infra.backends.interface.Backend.vm_metadata`)."""
     return backend_of(config).vm_metadata(config, slice_id, worker, startup_script=startup_script, run_dir=run_dir)
 
-    return backend_of(config).vm_metadata(config, slice_id, worker, startup_script=startup_script, run_dir=run_dir)
-
 
 def vm_environment(
     config: StackConfig,
