@@ -4,8 +4,10 @@ the environment GKE and the JobSet give it (no systemd), so the trainer finds it
 ``TPU_WORKER_ID``, ``MEGASCALE_SLICE_ID`` and ``MULTISLICE_RUN_DIR``. A preemption of slice 1 is the
 kubelet's SIGTERM to its Pods: every process saves the same agreed step and every container ends 75,
 which fails its Job; JobSet then recreates every Job, and new Pods on empty disks resume at that step
-and complete. A stack's own JAX program (``multislice:workload``) calling ``jax.distributed.initialize()``
-with no arguments finds its job of 4 processes and 16 devices from the same Pods' environment. Two
+and complete. Before the preemption the run waits at a step while the README's day-one commands run on
+it (``local status`` and its plot, ``logs``, ``exec`` on every Pod; ``local reset`` says the emulation has
+none). A stack's own JAX program (``multislice:workload``) calling ``jax.distributed.initialize()`` with no
+arguments finds its job of 4 processes and 16 devices from the same Pods' environment. Two
 emulations (about one minute each on 2 cores)."""
 
 from __future__ import annotations
@@ -16,10 +18,35 @@ import re
 import pytest
 
 from infra.config import load_stack_file
-from tests.helpers.emulation import COMMAND_STACK, ON_GKE, gke_stack, processes_under, run_cli
+from tests.helpers.emulation import COMMAND_STACK, ON_GKE, BackgroundCli, gke_stack, processes_under, run_cli
+
+PODS = [(s, w) for s in range(2) for w in range(2)]
 
 #: Where the preemption is aimed (the trainers wait at that step until it struck).
 PREEMPT_AT = 6
+#: Where the run waits until the README's day-one commands have run on it.
+HOLD_AT = 4  # a step the progress lines report (every 2nd of 24)
+
+
+def operate_the_held_run(stack, config, tmp_path) -> None:
+    """The README's day-one commands on the run held at :data:`HOLD_AT`, as a newcomer types them
+    on a gke stack: status (and its plot), logs, exec on every Pod; reset says what this backend lacks."""
+    args = ["--config-file", str(stack)]
+    status = run_cli(["local", "status", *args], tmp_path)
+    assert status.returncode == 0, status.stdout + status.stderr
+    assert "emulated node pools" in status.stdout and status.stdout.count("2/2 Pods running") == 2, status.stdout
+    assert re.search(rf"│ step +│ {HOLD_AT}/{config.training.steps} ", status.stdout), status.stdout
+    plot = run_cli(["local", "status", *args, "--plot", str(tmp_path / "run.png")], tmp_path)
+    assert plot.returncode == 0 and (tmp_path / "run.png").read_bytes()[:4] == b"\x89PNG", plot.stderr
+    logs = run_cli(["local", "logs", *args, "--since", "10m"], tmp_path)
+    assert logs.returncode == 0, logs.stderr
+    for slice_id, worker in PODS:
+        assert f"[slice {slice_id} worker {worker}]" in logs.stdout, logs.stdout[-2000:]
+    echoed = run_cli(["local", "exec", *args, "--", 'echo "$TPU_WORKER_ID $MEGASCALE_SLICE_ID"'], tmp_path)
+    assert echoed.returncode == 0, echoed.stdout + echoed.stderr
+    assert sorted(echoed.stdout.splitlines()) == [f"[slice {s} worker {w}] {w} {s}" for s, w in PODS], echoed.stdout
+    reset = run_cli(["local", "reset", *args, "--yes"], tmp_path)
+    assert reset.returncode == 2 and "which has no reset" in reset.stderr and "local down" in reset.stderr, reset
 
 
 @pytest.mark.slow
@@ -29,17 +56,21 @@ def test_pods_train_save_the_agreed_step_on_a_preemption_and_new_pods_resume(tmp
     config = load_stack_file(stack)
     assert (config.backend, config.slices, config.workers_per_slice) == ("gke", 2, 2)
     summary_path = tmp_path / "summary.json"
-    fault = ["--preempt", f"1@{PREEMPT_AT}"]
-    result = run_cli(
-        ["local", "up", "--config-file", str(stack), *fault, "--summary-json", str(summary_path)], tmp_path
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
+    steps = config.training.steps
+    fault = ["--preempt", f"1@{PREEMPT_AT}", "--hold-at", str(HOLD_AT)]
+    up = ["local", "up", "--config-file", str(stack), *fault, "--summary-json", str(summary_path)]
+    with BackgroundCli(up, tmp_path) as run:
+        run.wait_until(lambda: run.reached(HOLD_AT, steps), 600, f"step {HOLD_AT}, where the run is held")
+        operate_the_held_run(stack, config, tmp_path)
+        (tmp_path / config.stack / "holds" / str(HOLD_AT)).touch()  # acted on: the preemption may come
+        code = run.finish(600)
+    result = run.output()
+    assert code == 0, result + run.stderr()
     assert processes_under(tmp_path) == []
     summary = json.loads(summary_path.read_text())
-    steps = config.training.steps
     assert summary["complete"] is True and summary["steps_completed"] == steps
     assert (summary["restarts"], summary["steps_lost"], summary["capacity"]) == (1, 0, "kept")
-    assert f"capacity: node pools {', '.join(config.node_ids)} kept" in result.stdout
+    assert f"capacity: node pools {', '.join(config.node_ids)} kept" in result
     saved: set[int] = set()
     for slice_id in range(2):
         for worker in range(2):
