@@ -7,9 +7,12 @@ ResetQueuedResource, asked for confirmation unless ``--yes`` (without a terminal
 ``--yes`` is required), followed with progress until every VM is back or ``--timeout``
 passes. Exit 0 when it finished; 2 for bad input or a queued resource that is missing,
 deleted or not ACTIVE (nothing sent); 1 when not confirmed, refused, or not finished in time.
-The work is done by :mod:`infra.backends.queued_resource.reset` and :mod:`infra.backends.queued_resource.emulated_reset`
-(docs/exec-and-reset.md). A backend without a reset (``multislice:backend: compute-engine``)
-refuses both commands with one line saying what to do instead, exit 2, nothing sent
+The work is done by :mod:`infra.backends.queued_resource.reset` and
+:mod:`infra.backends.queued_resource.emulated_reset` (docs/exec-and-reset.md); on
+``multislice:backend: gke`` by :mod:`infra.backends.gke.reset`, which suspends the run's JobSet and
+resumes it (docs/gke.md section 10). A backend without a reset (``multislice:backend:
+compute-engine``; the gke emulation's ``local reset``) refuses with one line saying what to do
+instead, exit 2, nothing sent
 (:meth:`infra.backends.interface.Backend.reset_refusal`, ``local_reset_refusal``).
 """
 
@@ -46,8 +49,9 @@ def reset(
         600, "--timeout", min=1, metavar="SECONDS", help="Stop waiting after this many seconds (the reset goes on)."
     ),
 ) -> None:
-    """Reset a deployed stack's queued resource (ResetQueuedResource): reboot every VM; a
-    checkpointing workload resumes from its newest checkpoint."""
+    """Restart a deployed stack's workers: ResetQueuedResource reboots every VM (queued resource),
+    or the JobSet is suspended and resumed (gke); a checkpointing workload resumes from its newest
+    checkpoint."""
     from infra.backends.registry import backend_of
     from infra.remote.selection import RemoteError
 

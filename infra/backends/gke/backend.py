@@ -2,15 +2,15 @@
 the run's JobSet (:mod:`~infra.backends.gke.program`), read and reached with kubectl through the
 kubeconfig context gcloud writes (:mod:`~infra.backends.gke.kubectl`): ``status`` lists the run's
 Pods, ``exec`` is ``kubectl exec`` in each Pod, ``logs`` reads the Pods' ``k8s_container`` entries
-(:mod:`~infra.backends.gke.logs`); ``reset`` is not built (it says how to suspend and resume the
-JobSet by hand), nor is deletion on completion; emulated with Pods as processes
-(:mod:`~infra.backends.gke.emulation`).
+(:mod:`~infra.backends.gke.logs`), ``reset`` suspends the JobSet and resumes it
+(:mod:`~infra.backends.gke.reset`); deletion on completion is not built; emulated with Pods as
+processes (:mod:`~infra.backends.gke.emulation`), whose emulation has no reset.
 """
 
 from __future__ import annotations
 
 import shlex
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from infra.backends.gke import logs, names, operate
@@ -182,22 +182,18 @@ class GkeBackend(Backend):
         return ExecPlan(targets, "kubectl exec does not use it")
 
     def reset_refusal(self, config: StackConfig) -> str | None:
-        suspend, resume = (
-            shlex.join(
-                operate.suspend_command(
-                    context=names.kube_context(config),
-                    namespace=config.gke.namespace,
-                    jobset=names.jobset_name(config),
-                    suspend=flag,
-                )
-            )
-            for flag in (True, False)
-        )
+        return None
+
+    def reset(
+        self, config: StackConfig, *, confirm: Callable[[str], bool], say: Callable[[str], None], timeout_s: float
+    ) -> str:
+        """The JobSet suspended and resumed (:mod:`~infra.backends.gke.reset`)."""
+        from infra.backends.gke import reset as resetting
+
+        seconds = resetting.reset(config, confirm=confirm, say=say, timeout_s=timeout_s)
         return (
-            f"stack {config.stack} uses multislice:backend: gke, whose reset is not built: JobSet documents no restart "
-            "verb (docs/gke.md, question 8); nothing was sent. To restart every Pod, suspend the JobSet (its running "
-            f"Pods are deleted) and resume it: `{suspend}`, then, once `multislice status {stack_args(config.stack)}` "
-            f"lists no Pod, `{resume}`; training resumes from the newest checkpoint"
+            f"reset: every Pod of JobSet {names.jobset_name(config)} started again in {seconds:.0f} s; "
+            "training resumes from its newest checkpoint"
         )
 
     def local_reset_refusal(self, config: StackConfig) -> str | None:

@@ -6,7 +6,6 @@ filter names the Pods' entry labels."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shlex
@@ -19,51 +18,13 @@ from rich.console import Console
 
 from infra.backends.gke import capacity, kubectl, logs, names
 from infra.backends.registry import BACKENDS
-from infra.config import validate_stack
 from infra.remote.selection import RemoteError, select_workers
 from infra.status.capacity import QueuedResourceNotFound
 from infra.status.progress import RunProgress
 from infra.status.report import StackStatus, render
-from tests.fakes.pulumi_program import stack_map
-from tests.helpers.kubectl import kubectl_reaches_the_server
+from tests.helpers.kubectl import kubectl_reaches_the_server, pod_listing as listing
 
 GKE = BACKENDS["gke"]
-
-
-@pytest.fixture
-def config():
-    training = stack_map("dev")["multislice:training"] | {
-        "parallelism": {"ici": {"data": 1, "fsdp": 8, "tensor": 1}, "dcn": {"data": 2, "fsdp": 1, "tensor": 1}},
-        "global_batch_size": 32,
-    }
-    values = stack_map("dev") | {
-        "multislice:backend": "gke",
-        "multislice:acceleratorType": "v4-16",
-        "multislice:capacity": "spot",
-        "multislice:training": training,
-    }
-    return validate_stack("dev", values, "test")
-
-
-def listing(config, phases: dict[tuple[int, int], str]) -> str:
-    """kubectl's ``get pods -o json`` of the run's Pods in the given phases (one other JobSet's Pod too)."""
-    jobset = names.jobset_name(config)
-    items = [
-        {
-            "metadata": {
-                "name": f"{jobset}-slice-{s}-{w}-x{s}{w}",
-                "labels": {
-                    "jobset.sigs.k8s.io/jobset-name": jobset,
-                    "jobset.sigs.k8s.io/job-index": str(s),
-                    "batch.kubernetes.io/job-completion-index": str(w),
-                },
-            },
-            "status": {"phase": phase},
-        }
-        for (s, w), phase in phases.items()
-    ]
-    items.append({"metadata": {"name": "other", "labels": {"jobset.sigs.k8s.io/jobset-name": "other"}}})
-    return json.dumps({"apiVersion": "v1", "kind": "List", "items": items})
 
 
 ALL_RUNNING = {(s, w): "Running" for s in (0, 1) for w in (0, 1)}
