@@ -148,9 +148,10 @@ def run_all(
 ) -> Run:
     """Start every target's process at once (a target with ``after`` once the target it follows
     is ready, see the module docstring), stream its lines to ``emit`` (prefixed, one call per
-    line, never two at a time) and to ``log_dir/<slice-S-worker-W.log>`` (unprefixed, as
-    written), and wait until all exited. ``notice`` gets one line when a target starts because
-    ``gate_timeout_s`` passed rather than on its leader's marker.
+    line, never two at a time) and then to ``log_dir/<slice-S-worker-W.log>`` (unprefixed, as
+    written: a line in a log has been passed to ``emit``), and wait until all exited. ``notice``
+    gets one line when a target starts because ``gate_timeout_s`` passed rather than on its
+    leader's marker.
 
     Raises:
       ValueError: an ``after`` that is not the index of an earlier target without ``after``.
@@ -233,16 +234,18 @@ def _copy(
     try:
         with open(outcome.log_path, "wb") as log:
             for raw in iter(proc.stdout.readline, b""):
-                log.write(raw)
-                log.flush()
                 if outcome.first_output_s is None:
                     outcome.first_output_s = round(time.monotonic() - start, 3)
                 outcome.lines += 1
                 line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
-                if ready is not None and marker is not None and marker in line:
-                    ready.set()
-                with lock:
-                    emit(f"{prefix} {line}")
+                try:
+                    if ready is not None and marker is not None and marker in line:
+                        ready.set()
+                    with lock:
+                        emit(f"{prefix} {line}")
+                finally:  # a line in the log has been shown (or its showing failed): in that order
+                    log.write(raw)
+                    log.flush()
     finally:
         if ready is not None:
             ready.set()

@@ -143,13 +143,23 @@ def test_every_worker_gets_its_ssh_at_once_with_the_arguments_cloud_tpu_needs(tm
 
 
 def test_a_failing_and_a_slow_worker_interleaved_are_named_with_their_statuses(tmp_path):
-    # Worker 0 of each slice starts at once; the interleaved pair is those two.
+    # Worker 0 of each slice prints in turn, each line once the other's previous line was shown (the
+    # fan-out logs a line after showing it); the slow worker prints once all 4 have connected.
+    logs = str(tmp_path / "logs")
+
+    def after(worker: str, line: str, text: str) -> dict:
+        return {"text": text, "after": [f"slice-{worker}-worker-0.log", line]}
+
     plan = {
         "describe": ACTIVE,
         "ssh": {
-            "multislice-emu-0/0": {"lines": ["a1", "a2", "a3"], "delay": 0.3},
-            "multislice-emu-1/0": {"lines": ["b1", "b2", "b3"], "first_delay": 0.15, "delay": 0.3, "exit": 3},
-            "multislice-emu-0/1": {"lines": ["slow"], "first_delay": 1.5},
+            "multislice-emu-0/0": {"lines": ["a1", after("1", "b1", "a2"), after("1", "b2", "a3")], "log_dir": logs},
+            "multislice-emu-1/0": {
+                "lines": [after("0", "a1", "b1"), after("0", "a2", "b2"), after("0", "a3", "b3")],
+                "log_dir": logs,
+                "exit": 3,
+            },
+            "multislice-emu-0/1": {"lines": ["slow"], "after_connections": 4},
             "multislice-emu-1/1": {"lines": ["Connection closed by remote host"], "exit": 255},
         },
     }
@@ -165,14 +175,14 @@ def test_a_failing_and_a_slow_worker_interleaved_are_named_with_their_statuses(t
         "[slice 0 worker 0] a3",
         "[slice 1 worker 0] b3",
     ]
-    assert lines[-1] == "[slice 0 worker 1] slow"
+    assert lines.count("[slice 0 worker 1] slow") == 1
     error = " ".join(result.stderr.split())
     assert "error: 2 of 4 worker(s) failed: slice 1 worker 0 (exit 3), slice 1 worker 1 (exit 255)" in error
-    # All at once: every ssh started before the slow one ended; gcloud tried the one whose ssh
-    # exits 255 ten times.
+    # All at once: every ssh started before the slow one ended (it waited for all four to connect,
+    # which one at a time could not give); gcloud tried the one whose ssh exits 255 ten times.
     calls = ssh_calls(tmp_path)
     slow_end = next(c["end"] for c in calls if "multislice-emu-0" in c["argv"] and "--worker=1" in c["argv"])
-    assert len(calls) == 4 and all(c["start"] < slow_end - 1.0 for c in calls)
+    assert len(calls) == 4 and all(c["start"] < slow_end for c in calls)
     assert next(c["attempts"] for c in calls if node_of(c) == "multislice-emu-1" and worker_of(c) == 1) == 10
 
 

@@ -15,7 +15,11 @@ started and ended) to a JSON-lines file and answers from a plan:
   ``SSH: Attempting to connect to worker W...``; an attempt whose "ssh" exits 255 is retried
   (after ``plan["retry_s"]`` seconds, default 0). ``plan["ssh"]["<node>/<W>"]`` = ``{"lines":
   [...], "delay": seconds before each line, "first_delay": seconds before the first, "exit":
-  status}`` (default: one line naming the node and worker, exit 0); with ``"run": true`` it runs
+  status}`` (default: one line naming the node and worker, exit 0); a line may be ``{"text": ...,
+  "after": [log file name, line]}``: printed once the fan-out's log file of that name under
+  ``answer["log_dir"]`` holds that line (the fan-out logs a line after showing it), and
+  ``"after_connections": n`` holds every line until n distinct workers have connected (at most
+  :data:`WAIT_LIMIT_S` either way); with ``"run": true`` it runs
   the ``--command`` line with ``bash -c`` instead, as the VM's shell would, in
   ``<dir>/vms/<node>-<W>`` (its home); ``"unreachable": n``: the first n attempts fail to
   connect (255, the command not run); ``"drops": n``: the next n attempts run the command and
@@ -50,6 +54,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 PLAN_ENV = "FAKE_GCLOUD_PLAN"
@@ -248,12 +253,37 @@ def _remote(node: str, worker: str | None, argv: list[str], answer: dict, direct
         home.mkdir(parents=True, exist_ok=True)
         command = _flag(argv, "command") or ""
         return subprocess.call(["bash", "-c", command], cwd=home, env={**os.environ, "HOME": str(home)})
+    with open(directory / "connected", "a") as f:
+        f.write(f"{node}/{worker}\n")
     time.sleep(float(answer.get("first_delay", 0)))
+    if "after_connections" in answer:  # every one of that many workers has connected
+        _wait_for(lambda: len(set((directory / "connected").read_text().split())) >= answer["after_connections"])
     greeting = f"hello from {node}" if worker is None else f"hello from {node} worker {worker}"
     for line in answer.get("lines", [greeting]):
+        if isinstance(line, dict):  # {"text": ..., "after": [log file name, line]}
+            name, shown = line["after"]
+            _wait_for(lambda name=name, shown=shown: _logged(Path(answer["log_dir"]), name, shown))
+            line = line["text"]
         time.sleep(float(answer.get("delay", 0)))
         print(line, flush=True)
     return int(answer.get("exit", 0))
+
+
+#: Seconds a line that waits for an event waits at most (then it is printed anyway, and the test's
+#: assertion on the order says what went wrong).
+WAIT_LIMIT_S = 120.0
+
+
+def _wait_for(event: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + WAIT_LIMIT_S
+    while not event() and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def _logged(log_dir: Path, name: str, line: str) -> bool:
+    """Whether a log file ``name`` under ``log_dir`` (the fan-out's, which logs a line once it has
+    shown it) holds ``line``."""
+    return any(line in path.read_text().splitlines() for path in log_dir.rglob(name))
 
 
 def main() -> int:
