@@ -12,6 +12,7 @@ from infra.backends.gke.jobset import STARTUP_KEY
 from infra.config import validate_stack
 from infra.policy.evaluate import check_world
 from tests.fakes.pulumi_program import evaluate, stack_map
+from tests.helpers.compute_engine import ce_map
 
 JOBSET = "kubernetes:jobset.x-k8s.io/v1alpha2:JobSet"
 
@@ -72,4 +73,19 @@ def test_an_existing_cluster_gets_the_pools_and_no_cluster_is_made():
     assert {pool.inputs["cluster"] for pool in pools} == {"ml-shared"}
     assert {pool.inputs["location"] for pool in pools} == {"us-central2"}
     assert world.exports["clusterName"] == "ml-shared"
+    assert [v for v in check_world(world) if v.mandatory] == []
+
+
+def test_a_tpu7x_stack_places_its_pools_by_a_workload_policy():
+    values = ce_map("tpu7x-16") | {"multislice:backend": "gke"}
+    config = validate_stack("dev", values, "test")
+    world = evaluate("dev", values)
+    (policy,) = world.of("gcp:compute/resourcePolicy:ResourcePolicy")
+    assert policy.inputs["workloadPolicy"] == {"type": "HIGH_THROUGHPUT", "acceleratorTopology": "2x2x2"}
+    assert policy.inputs["region"] == "us-central1"
+    pools = world.of("gcp:container/nodePool:NodePool")
+    assert sorted(pool.inputs["name"] for pool in pools) == config.node_ids
+    for pool in pools:
+        assert pool.inputs["placementPolicy"]["policyName"] == policy.inputs["name"]
+        assert pool.inputs["nodeConfig"]["machineType"] == "tpu7x-standard-4t"
     assert [v for v in check_world(world) if v.mandatory] == []

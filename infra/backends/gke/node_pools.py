@@ -12,9 +12,11 @@ Facts (docs/gke.md sections 2 and 3, each with its source there):
   docs/gke.md section 2 ([Google] GKE's pages and samples, the ai-on-gke TPU device plugin;
   [third-party] xpk's ``system_characteristics.py``). Every multi-host VM has 4 chips.
 * Placement: ``COMPACT`` with the slice's topology (``placementPolicy.tpuTopology``) for v4, v5e,
-  v5p and v6e; TPU7x takes its placement from a workload policy instead ([Google] "Ironwood in
-  GKE"), which pulumi-gcp 10.2's ``NodePool`` cannot send as gcloud does (docs/gke.md, question 3):
-  :func:`placement_policy` refuses it rather than guess.
+  v5p and v6e; TPU7x takes its placement from a ``HIGH_THROUGHPUT`` workload policy (a Compute
+  Engine resource policy carrying the accelerator topology) instead ([Google] "Ironwood in GKE"):
+  the pool names the policy with no placement type ([third-party] a pool created with a compact
+  policy fails, "Use workload policy instead", and GKE stores ``policyName`` and ``tpuTopology``
+  with no ``type``: vllm-project/ci-infra pull request 547, docs/gke.md question 3).
 * Node count = the slice's VMs ([Google] gcloud 528's ``node-pools create --help``: the topology's
   chips divided by the machine type's).
 * Capacity ([Google] gcloud 528's flags and pulumi-gcp 10.2's ``NodePoolNodeConfig``): ``spot`` →
@@ -46,6 +48,10 @@ GKE_TPUS: dict[str, tuple[str, str]] = {
 }
 #: The generations whose multi-host pools are placed by a workload policy, not COMPACT + topology.
 WORKLOAD_POLICY_GENERATIONS = frozenset({"tpu7x"})
+#: That policy's type, the one that takes an accelerator topology (gcloud's ``resource-policies
+#: create workload-policy --type=HIGH_THROUGHPUT --accelerator-topology``, the Ironwood page's command;
+#: pulumi-gcp ``ResourcePolicyWorkloadPolicyArgs``).
+WORKLOAD_POLICY_TYPE = "HIGH_THROUGHPUT"
 #: The node labels a TPU Pod selects (docs/gke.md section 2).
 ACCELERATOR_LABEL = "cloud.google.com/gke-tpu-accelerator"
 TOPOLOGY_LABEL = "cloud.google.com/gke-tpu-topology"
@@ -121,22 +127,27 @@ def slice_node_pool(accelerator: AcceleratorType) -> NodePoolShape:
     )
 
 
-def placement_policy(shape: NodePoolShape) -> NodePoolPlacementPolicyArgsDict:
-    """The pool's ``placement_policy`` (pulumi-gcp ``NodePoolPlacementPolicyArgsDict``):
-    ``COMPACT`` with the slice's topology.
+def placement_policy(shape: NodePoolShape, workload_policy: Any = None) -> NodePoolPlacementPolicyArgsDict:
+    """The pool's ``placement_policy`` (pulumi-gcp ``NodePoolPlacementPolicyArgsDict``): ``COMPACT``
+    with the slice's topology; for a workload-policy generation (TPU7x) the policy's name
+    ``workload_policy`` (a pulumi Input) and the topology, with an empty ``type`` (pulumi-gcp 10.2
+    requires the field; GKE stores none for such a pool, so a type would diff on every refresh).
 
     Raises:
-      NodePoolError: a workload-policy generation (TPU7x): pulumi-gcp 10.2 requires a placement
-        ``type`` and documents only COMPACT, which xpk says excludes a workload policy, while gcloud
-        sends the policy with no type (docs/gke.md, question 3); nothing is sent on a guess.
+      ValueError: a workload-policy generation without ``workload_policy`` (a bug in the caller).
     """
-    if shape.workload_policy:
-        raise NodePoolError(
-            f"multislice:acceleratorType: {shape.machine_type} node pools are placed by a workload policy, which "
-            "this backend cannot declare yet: pulumi-gcp's NodePool requires a placement type that gcloud leaves "
-            "unset for it (docs/gke.md, question 3); use the compute-engine backend for TPU7x"
-        )
-    return {"type": "COMPACT", "tpu_topology": shape.topology}
+    if not shape.workload_policy:
+        return {"type": "COMPACT", "tpu_topology": shape.topology}
+    if workload_policy is None:
+        raise ValueError(f"a {shape.machine_type} node pool needs its workload policy's name")
+    return {"type": "", "policy_name": workload_policy, "tpu_topology": shape.topology}
+
+
+def workload_policy_args(shape: NodePoolShape) -> dict[str, str]:
+    """The ``workload_policy`` of the Compute Engine resource policy a TPU7x pool names
+    (pulumi-gcp ``ResourcePolicyWorkloadPolicyArgs``): :data:`WORKLOAD_POLICY_TYPE` with the
+    slice's topology."""
+    return {"type": WORKLOAD_POLICY_TYPE, "accelerator_topology": shape.topology}
 
 
 def node_config(

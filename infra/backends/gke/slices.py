@@ -2,7 +2,8 @@
 
 A new zonal cluster (:func:`~infra.backends.gke.cluster.cluster_args`), or the existing one
 ``multislice:gke.cluster`` names; one TPU node pool per slice in the stack's zone
-(:mod:`~infra.backends.gke.node_pools`); and the Workload Identity binding through which the Pods'
+(:mod:`~infra.backends.gke.node_pools`), placed by one regional workload policy they all name on
+TPU7x; and the Workload Identity binding through which the Pods'
 Kubernetes service account acts as the stack's Google service account
 (:mod:`~infra.backends.gke.cluster`). Everything a stack's inputs can get wrong is refused by
 :func:`check` before the first resource is registered. The workload (the JobSet and what it needs)
@@ -24,7 +25,8 @@ from infra.backends.gke.cluster import (
     cluster_args,
     workload_identity_member,
 )
-from infra.backends.gke.node_pools import NodePoolShape, node_config, placement_policy
+from infra.backends.gke.node_pools import NodePoolShape, node_config, placement_policy, workload_policy_args
+from infra.naming import gce_name
 
 if TYPE_CHECKING:
     from pulumi_gcp.container._inputs import NodePoolNodeConfigArgsDict
@@ -72,14 +74,12 @@ def check(inputs: GkeInputs) -> None:
 
     Raises:
       ValueError: an existing cluster outside the zone's region (``multislice:gke.clusterLocation``),
-        a TPU7x pool (:func:`~infra.backends.gke.node_pools.placement_policy`), a capacity the pools
-        cannot request, or no slice; each message names its key.
+        a capacity the pools cannot request, or no slice; each message names its key.
     """
     if not inputs.pool_names:
         raise ValueError("multislice:slices: a gke stack needs at least one slice")
     if inputs.settings.cluster is not None:
         check_cluster_location(inputs.settings.cluster_location or inputs.zone, inputs.zone)
-    placement_policy(inputs.shape)
     _node_config(inputs)
 
 
@@ -135,6 +135,21 @@ class GkeSlices(pulumi.ComponentResource):
             cluster_name, location = settings.cluster, settings.cluster_location or inputs.zone
             found = container.get_cluster_output(name=cluster_name, location=location, project=inputs.project)
             endpoint = found.control_plane_endpoints_configs.apply(_looked_up_dns_endpoint)
+        policy_name: pulumi.Input[str] | None = None
+        if inputs.shape.workload_policy:  # TPU7x: one regional policy every slice's pool names
+            from pulumi_gcp import compute
+
+            policy = compute.ResourcePolicy(
+                "workload-policy",
+                name=gce_name("multislice", inputs.stack, "workload-policy"),
+                project=inputs.project,
+                region=inputs.zone.rsplit("-", 1)[0],
+                description=f"Accelerator topology {inputs.shape.topology} of each slice of multislice stack "
+                f"{inputs.stack}.",
+                workload_policy=compute.ResourcePolicyWorkloadPolicyArgs(**workload_policy_args(inputs.shape)),
+                opts=child,
+            )
+            policy_name = policy.name
         pools = [
             container.NodePool(
                 pool,
@@ -144,7 +159,7 @@ class GkeSlices(pulumi.ComponentResource):
                 location=location,
                 node_locations=[inputs.zone],
                 node_count=inputs.shape.node_count,
-                placement_policy=placement_policy(inputs.shape),
+                placement_policy=placement_policy(inputs.shape, policy_name),
                 node_config=_node_config(inputs),
                 opts=pulumi.ResourceOptions(parent=self, depends_on=depends),
             )

@@ -18,7 +18,7 @@ from typing import Any
 
 from infra.accelerators import Generation
 from infra.backends.gke.cluster import GkeSettings
-from infra.backends.gke.node_pools import CAPACITIES, NodePoolError, placement_policy, slice_node_pool
+from infra.backends.gke.node_pools import CAPACITIES, NodePoolError, slice_node_pool
 from infra.backends.spec import BackendSpec
 from training.validation import invalid
 
@@ -85,7 +85,7 @@ class GkeSpec(BackendSpec):
 
     def check_keys(self, config: Any) -> None:
         """Refuse ``multislice:runtimeVersion``, a slice GKE cannot give as a Multislice node pool
-        (a generation without TPU node pools, one VM per slice, or a TPU7x workload policy:
+        (a generation without TPU node pools, or one VM per slice:
         :func:`~infra.backends.gke.node_pools.slice_node_pool`), and a workload ``env`` name GKE sets
         (:data:`GKE_INJECTED_ENV`), naming the key."""
         if config.runtime_version is not None:
@@ -95,7 +95,7 @@ class GkeSpec(BackendSpec):
                 "remove it (or set multislice:backend: queued-resource)",
             )
         try:
-            placement_policy(slice_node_pool(config.accelerator))
+            slice_node_pool(config.accelerator)
         except NodePoolError as err:
             key, _, why = str(err).partition(": ")
             raise invalid(key, why) from None

@@ -18,6 +18,7 @@ from infra.backends.gke.node_pools import (
     node_selector,
     placement_policy,
     slice_node_pool,
+    workload_policy_args,
 )
 
 GKE_TYPES = [name for name in accelerator_types() if parse_accelerator_type(name).generation.name in GKE_TPUS]
@@ -83,12 +84,18 @@ def test_every_single_host_type_is_refused():
             slice_node_pool(parse_accelerator_type(name))
 
 
-def test_tpu7x_pools_need_a_workload_policy_which_is_refused_rather_than_guessed():
+def test_tpu7x_pools_name_a_high_throughput_workload_policy_and_no_placement_type():
     name = next(n for n in MULTI_HOST if n.startswith("tpu7x-"))
     shape = slice_node_pool(parse_accelerator_type(name))
     assert shape.workload_policy and shape.machine_type == "tpu7x-standard-4t"
-    with pytest.raises(NodePoolError, match=r"workload policy.*question 3.*compute-engine backend"):
+    with pytest.raises(ValueError, match="needs its workload policy's name"):
         placement_policy(shape)
+    # GKE stores policyName and tpuTopology, no type, for such a pool (docs/gke.md question 3).
+    assert placement_policy(shape, "wp") == {"type": "", "policy_name": "wp", "tpu_topology": shape.topology}
+    assert workload_policy_args(shape) == {"type": "HIGH_THROUGHPUT", "accelerator_topology": shape.topology}
+    for other in (n for n in MULTI_HOST if not n.startswith("tpu7x-")):
+        compact = slice_node_pool(parse_accelerator_type(other))
+        assert placement_policy(compact, "ignored") == {"type": "COMPACT", "tpu_topology": compact.topology}
 
 
 def _keys(typed_dict: Any) -> set[str]:

@@ -15,6 +15,7 @@ from tests.helpers.gke import EMAIL, gke_inputs
 
 CLUSTER = "gcp:container/cluster:Cluster"
 POOL = "gcp:container/nodePool:NodePool"
+POLICY = "gcp:compute/resourcePolicy:ResourcePolicy"
 BINDING = "gcp:serviceaccount/iAMMember:IAMMember"
 
 
@@ -112,15 +113,19 @@ def test_what_gke_cannot_build_is_refused_before_any_resource(changes, message):
     assert world.registrations == [] and message in registered[0], (registered, world.registrations)
 
 
-def test_tpu7x_is_refused_before_any_resource():
-    made = inputs(accelerator="tpu7x-16")
-    errors: list[str] = []
-
-    def attempt() -> None:
-        try:
-            GkeSlices("slices", made)
-        except ValueError as err:
-            errors.append(str(err))
-
-    world = declare(attempt)
-    assert world.registrations == [] and "workload policy" in errors[0]
+def test_tpu7x_pools_name_one_regional_workload_policy():
+    world = build(inputs(accelerator="tpu7x-16"))
+    policy = world.one(POLICY)
+    # tpu7x-16: 8 chips (2 TensorCores each) in 2x2x2, 2 VMs of 4 chips (Google's TPU7x table).
+    assert (policy.inputs["name"], policy.inputs["region"]) == ("multislice-dev-workload-policy", "us-east5")
+    assert policy.inputs["workloadPolicy"] == {"type": "HIGH_THROUGHPUT", "acceleratorTopology": "2x2x2"}
+    pools = world.of(POOL)
+    assert len(pools) == 2
+    for pool in pools:
+        assert pool.inputs["nodeCount"] == 2 and pool.inputs["nodeConfig"]["machineType"] == "tpu7x-standard-4t"
+        placement = pool.inputs["placementPolicy"]
+        assert placement == {"type": "", "policyName": "multislice-dev-workload-policy", "tpuTopology": "2x2x2"}
+        assert policy.urn in pool.dependencies
+    assert world.of(POLICY) == [policy] and all(
+        p.inputs["placementPolicy"] == {"type": "COMPACT", "tpuTopology": "2x2x2"} for p in build(inputs()).of(POOL)
+    )  # no policy for the other generations

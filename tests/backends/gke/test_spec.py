@@ -36,9 +36,8 @@ def test_one_vm_per_slice_is_refused_naming_the_key_and_the_smallest_multi_host_
     assert "the smallest multi-host v6e slice is v6e-16" in message
 
 
-def test_tpu7x_is_refused_until_its_workload_policy_can_be_declared():
-    path, message = refusal(config_of("tpu7x-16"))
-    assert path == "multislice:acceleratorType" and "workload policy" in message and "compute-engine" in message
+def test_a_multi_host_tpu7x_slice_passes():
+    GKE.check_keys(config_of("tpu7x-16"))  # placed by a workload policy (tests/backends/gke/test_slices.py)
 
 
 def test_a_runtime_version_is_refused():
