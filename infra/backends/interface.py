@@ -113,6 +113,11 @@ class Emulation(ABC):
         return False
 
     @property
+    def reset_line(self) -> str:
+        """What the emulator says as it carries out a reset."""
+        return "reset: restarting every VM of the queued resource (ResetQueuedResource)"
+
+    @property
     def deleted(self) -> bool:
         """Whether the VMs deleted the capacity in this run (it is then not repaired)."""
         return False

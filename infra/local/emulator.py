@@ -7,22 +7,20 @@ runs on Cloud TPU:
   booting the stack's startup script exactly as rendered for GCP (infra.startup), with its
   own loopback metadata server (infra.local.metadata) answering the keys a real TPU VM of
   the stack has (``infra.local.topology``);
-* ``chips per host`` CPU devices per VM (``JAX_NUM_CPU_DEVICES``), ``JAX_PLATFORMS=cpu``;
-* only the venv step differs: ``MULTISLICE_PYTHON`` points the script at this
-  machine's virtualenv instead of building one;
-* the checkpoint bucket is the stack's, ``StackConfig.bucket_name``, served by a loopback
-  Cloud Storage (``infra.local.gcs``, one per stack, persistent under the stack's state
-  directory); every VM gets the run directory ``pulumi up`` puts in the metadata,
-  ``gs://<bucket>/runs/<run name>``, and the environment that points the trainer's storage
-  clients at the server. The emulator reads the run through the same API.
+* ``chips per host`` CPU devices per VM (``JAX_NUM_CPU_DEVICES``), ``JAX_PLATFORMS=cpu``; only the venv
+  step differs: ``MULTISLICE_PYTHON`` points the script at this machine's virtualenv;
+* the checkpoint bucket is the stack's, ``StackConfig.bucket_name``, served by a loopback Cloud Storage
+  (``infra.local.gcs``, one per stack, persistent under the stack's state directory); every VM gets the
+  run directory ``pulumi up`` puts in the metadata, ``gs://<bucket>/runs/<run name>``, and the
+  environment that points the trainer's storage clients at the server, as the emulator reads the run.
 
-With ``multislice:queuedResource.deleteOnComplete`` worker 0 of slice 0 deletes the queued resource
-once the run is complete, through a loopback Cloud TPU API (``infra.backends.queued_resource.emulated_api``): the
-emulator then records the deletion and stops the VMs still running.
+With ``multislice:queuedResource.deleteOnComplete`` worker 0 of slice 0 deletes the queued resource once the
+run is complete, through a loopback Cloud TPU API (``infra.backends.queued_resource.emulated_api``): the emulator
+records it and stops the VMs still running. ``multislice local reset`` restarts every VM (:meth:`reset_vms`).
 
-It injects faults (infra.local.faults) when training reports the given step, then repairs like
-Cloud TPU auto-repair (elsewhere once a VM asked: infra.local.recreation): the failed slice is
-recreated (fresh disks), every other slice restarted (on gke, recreated too); training resumes.
+It injects faults (infra.local.faults) when training reports the given step, then repairs like Cloud TPU
+auto-repair (elsewhere once a VM asked: infra.local.recreation): the failed slice is recreated (fresh
+disks), every other slice restarted (on gke, recreated too); training resumes.
 
 Nothing is left behind: Ctrl-C / SIGTERM / errors stop every VM (SIGTERM, grace, SIGKILL:
 ``infra.local.supervisor``), every metadata server and the storage server. If the emulator
@@ -274,13 +272,15 @@ class LocalQueuedResource:
         self.boot_all(options)
 
     def reset_vms(self, options: Options) -> None:
-        """ResetQueuedResource (``multislice local reset``): restart every VM (SIGTERM,
-        ``reset_grace_s``, SIGKILL) and boot it again; training resumes from the newest
-        finalized checkpoint, the one its trainers saved on the SIGTERM if they could."""
+        """``multislice local reset`` (the capacity's :attr:`reset_line`): restart every VM (SIGTERM,
+        ``reset_grace_s``, SIGKILL; an empty disk where the platform makes new VMs) and boot it again;
+        training resumes from the newest finalized checkpoint, the one saved on the SIGTERM if any."""
         self.reporter.drain()
-        self.report("reset: restarting every VM of the queued resource (ResetQueuedResource)")
+        self.report(self.capacity.reset_line)
         self.resets += 1
         supervisor.stop_groups(process_groups(self.vms), options.reset_grace_s)
+        for vm in self.vms if self.capacity.recreates_every_slice else ():
+            vm.wipe_disk()  # a resumed JobSet's Pods are new Pods
         self.boot_all(options)
 
     def stop_vms(self) -> None:

@@ -17,7 +17,8 @@ down`` stops it with the rest; a VM reset or repair does not (it is not one of t
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 
 from infra.config.stack_naming import stack_args
 from infra.local import state as local_state
@@ -94,3 +95,46 @@ def targets(config, paths: LocalPaths, workers: Sequence[Worker], line: str) -> 
             1,
         )
     return found
+
+
+def booted_groups(state: dict) -> dict[tuple[int, int], int]:
+    """(slice, worker) → the process group of that VM's current boot, from the emulator's state."""
+    return {(int(vm["slice"]), int(vm["worker"])): int(vm["pgid"]) for vm in state.get("vms") or [] if vm.get("pgid")}
+
+
+def await_reboots(
+    config,
+    paths: LocalPaths,
+    before: dict[tuple[int, int], int],
+    *,
+    say: Callable[[str], None],
+    deadline: float,
+    poll_s: float = 0.2,
+) -> None:
+    """Wait until every VM of the running emulation runs a boot newer than ``before``'s (a new
+    process group recorded in the state file, and alive), saying each as it comes back.
+
+    Raises:
+      RemoteError: the emulator ended, or ``deadline`` (``time.monotonic()``) passed, first (exit 1).
+    """
+    import psutil
+
+    vms = config.slices * config.workers_per_slice
+    back: set[tuple[int, int]] = set()
+    while True:
+        current = local_state.read_state(paths)
+        if current is None or not local_state.emulator_alive(current):
+            raise RemoteError(f"stack {config.stack}'s local run ended before every VM was back", 1)
+        for key, pgid in sorted(booted_groups(current).items()):
+            if key not in back and pgid != before.get(key) and psutil.pid_exists(pgid):
+                back.add(key)
+                say(f"slice {key[0]} worker {key[1]}: booted again")
+        if len(back) == vms:
+            return
+        if time.monotonic() >= deadline:
+            raise RemoteError(
+                f"{vms - len(back)} of {vms} VM(s) not booted again in time; see `multislice local status "
+                f"{stack_args(config.stack)}` and the VMs' logs in {paths.logs_dir}",
+                1,
+            )
+        time.sleep(poll_s)

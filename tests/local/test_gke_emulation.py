@@ -1,14 +1,14 @@
 """`multislice local up` of a ``multislice:backend: gke`` stack: the emu stack as a JobSet of 2 slices ×
 2 Pods × 4 CPU devices (v4-16), each Pod a process whose container runs the stack's startup script with
 the environment GKE and the JobSet give it (no systemd), so the trainer finds its place from
-``TPU_WORKER_ID``, ``MEGASCALE_SLICE_ID`` and ``MULTISLICE_RUN_DIR``. A preemption of slice 1 is the
-kubelet's SIGTERM to its Pods: every process saves the same agreed step and every container ends 75,
-which fails its Job; JobSet then recreates every Job, and new Pods on empty disks resume at that step
-and complete. Before the preemption the run waits at a step while the README's day-one commands run on
-it (``local status`` and its plot, ``logs``, ``exec`` on every Pod; ``local reset`` says the emulation has
-none). A stack's own JAX program (``multislice:workload``) calling ``jax.distributed.initialize()`` with no
-arguments finds its job of 4 processes and 16 devices from the same Pods' environment. Two
-emulations (about one minute each on 2 cores)."""
+``TPU_WORKER_ID``, ``MEGASCALE_SLICE_ID`` and ``MULTISLICE_RUN_DIR``. While the run waits at a step, the
+README's day-one commands run on it (``local status`` and its plot, ``logs``, ``exec`` on every Pod, then
+``local reset``: every Pod saves the step after the hold and new Pods resume there). A preemption of
+slice 1 is the kubelet's SIGTERM to its Pods: every process saves the same agreed step and every
+container ends 75, which fails its Job; JobSet then recreates every Job, and new Pods on empty disks
+resume at that step and complete. A stack's own JAX program (``multislice:workload``) calling
+``jax.distributed.initialize()`` with no arguments finds its job of 4 processes and 16 devices from the
+same Pods' environment. Two emulations (one to two minutes each on 2 cores)."""
 
 from __future__ import annotations
 
@@ -30,7 +30,8 @@ HOLD_AT = 4  # a step the progress lines report (every 2nd of 24)
 
 def operate_the_held_run(stack, config, tmp_path) -> None:
     """The README's day-one commands on the run held at :data:`HOLD_AT`, as a newcomer types them
-    on a gke stack: status (and its plot), logs, exec on every Pod; reset says what this backend lacks."""
+    on a gke stack: status (and its plot), logs, exec on every Pod, and reset (the JobSet suspended
+    and resumed: every Pod saves the agreed step, new Pods resume from it)."""
     args = ["--config-file", str(stack)]
     status = run_cli(["local", "status", *args], tmp_path)
     assert status.returncode == 0, status.stdout + status.stderr
@@ -45,8 +46,9 @@ def operate_the_held_run(stack, config, tmp_path) -> None:
     echoed = run_cli(["local", "exec", *args, "--", 'echo "$TPU_WORKER_ID $MEGASCALE_SLICE_ID"'], tmp_path)
     assert echoed.returncode == 0, echoed.stdout + echoed.stderr
     assert sorted(echoed.stdout.splitlines()) == [f"[slice {s} worker {w}] {w} {s}" for s, w in PODS], echoed.stdout
-    reset = run_cli(["local", "reset", *args, "--yes"], tmp_path)
-    assert reset.returncode == 2 and "which has no reset" in reset.stderr and "local down" in reset.stderr, reset
+    reset = run_cli(["local", "reset", *args, "--yes"], tmp_path)  # the JobSet suspended and resumed
+    assert reset.returncode == 0, reset.stdout + reset.stderr
+    assert all(f"slice {s} worker {w}: booted again" in reset.stdout for s, w in PODS), reset.stdout
 
 
 @pytest.mark.slow
@@ -69,22 +71,23 @@ def test_pods_train_save_the_agreed_step_on_a_preemption_and_new_pods_resume(tmp
     assert processes_under(tmp_path) == []
     summary = json.loads(summary_path.read_text())
     assert summary["complete"] is True and summary["steps_completed"] == steps
-    assert (summary["restarts"], summary["steps_lost"], summary["capacity"]) == (1, 0, "kept")
+    # Two restarts (the reset's, the preemption's), and no step lost to either.
+    assert (summary["restarts"], summary["steps_lost"], summary["capacity"]) == (2, 0, "kept")
     assert f"capacity: node pools {', '.join(config.node_ids)} kept" in result
-    saved: set[int] = set()
-    for slice_id in range(2):
-        for worker in range(2):
-            log = (tmp_path / config.stack / "logs" / f"slice-{slice_id}-worker-{worker}.log").read_text()
-            # Each boot took its place from the Pod's environment (twice: the first Pods and the new ones).
-            identity = f"gke: worker {worker} of slice {slice_id} (TPU_WORKER_ID, MEGASCALE_SLICE_ID)"
-            assert log.count(identity) == 2, log[-3000:]
-            notices = [int(step) for step in re.findall(r"preemption notice: saved step (\d+)", log)]
-            assert len(notices) == 1 and notices[0] >= PREEMPT_AT, log[-3000:]
-            saved |= set(notices)
-            assert "trainer: exited with status 75: it saved a checkpoint after a preemption notice" in log
-            assert f"resuming at step {notices[0]}/{steps}: 4 processes" in log
-            assert "trainer: exited with status 0: training is complete" in log
-    assert len(saved) == 1, saved  # every process saved the same agreed step
+    saved: set[tuple[int, ...]] = set()
+    for slice_id, worker in PODS:
+        log = (tmp_path / config.stack / "logs" / f"slice-{slice_id}-worker-{worker}.log").read_text()
+        # Each boot took its place from the Pod's environment: the first Pods, the reset's, the repair's.
+        identity = f"gke: worker {worker} of slice {slice_id} (TPU_WORKER_ID, MEGASCALE_SLICE_ID)"
+        assert log.count(identity) == 3, log[-3000:]
+        notices = [int(step) for step in re.findall(r"preemption notice: saved step (\d+)", log)]
+        assert len(notices) == 2 and HOLD_AT < notices[0] <= PREEMPT_AT <= notices[1], log[-3000:]
+        saved.add(tuple(notices))
+        assert log.count("trainer: exited with status 75: it saved a checkpoint after a preemption notice") == 2
+        for notice in notices:
+            assert f"resuming at step {notice}/{steps}: 4 processes" in log
+        assert "trainer: exited with status 0: training is complete" in log
+    assert len(saved) == 1, saved  # every process saved the same agreed steps
 
 
 @pytest.mark.slow

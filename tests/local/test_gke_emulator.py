@@ -1,7 +1,8 @@
 """infra.local.emulator on a ``multislice:backend: gke`` stack, without a trainer: each Pod's
 container runs a stand-in startup script as ``/bin/bash`` (no systemd) with the environment GKE and
 the JobSet give it, the kubelet's SIGTERM reaches that process, and a repair starts every Pod again
-on an empty disk, as JobSet recreates every Job after a failure (docs/gke.md sections 4 and 5)."""
+on an empty disk, as JobSet recreates every Job after a failure (docs/gke.md sections 4 and 5), and so
+does a reset (the JobSet suspended and resumed)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import time
 import psutil
 import pytest
 
+from infra.backends.gke.emulation import request_reset
 from infra.local.emulator import Options
 from infra.local.service_manager import session_pids
 from infra.startup import contract
@@ -66,3 +68,19 @@ def test_a_pods_processes_end_with_its_first_process(pods):
     while session_pids(group.pgid):
         assert time.monotonic() < deadline, [psutil.Process(pid).cmdline() for pid in session_pids(group.pgid)]
         time.sleep(0.05)
+
+
+def test_a_requested_reset_starts_every_pod_again_as_a_new_pod(pods):
+    """``multislice local reset`` on gke asks through a file; the emulator takes the request once,
+    stops every Pod (the kubelet's SIGTERM reaches each script) and starts it again on an empty disk."""
+    for vm in pods.vms:
+        (vm.home / "checkpoint-cache").write_text(f"slice {vm.slice_id}")
+    assert not pods.capacity.take_reset()
+    request_reset(pods.paths)
+    assert pods.capacity.take_reset() and not pods.capacity.take_reset()  # taken once
+    pods.reset_vms(Options())
+    assert pods.lines[-1].startswith("reset: JobSet suspended and resumed: every Pod stopped (SIGTERM)")
+    assert not [vm.name for vm in pods.vms if (vm.home / "checkpoint-cache").exists()]
+    assert all("got SIGTERM" in boot_log(vm.log_path, 1) for vm in pods.vms)
+    wait_until_up(pods)
+    assert all(vm.boots == 2 and running(vm.pgid) for vm in pods.vms)

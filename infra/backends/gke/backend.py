@@ -4,7 +4,7 @@ kubeconfig context gcloud writes (:mod:`~infra.backends.gke.kubectl`): ``status`
 Pods, ``exec`` is ``kubectl exec`` in each Pod, ``logs`` reads the Pods' ``k8s_container`` entries
 (:mod:`~infra.backends.gke.logs`), ``reset`` suspends the JobSet and resumes it
 (:mod:`~infra.backends.gke.reset`); deletion on completion is not built; emulated with Pods as
-processes (:mod:`~infra.backends.gke.emulation`), whose emulation has no reset.
+processes (:mod:`~infra.backends.gke.emulation`), reset the same way.
 """
 
 from __future__ import annotations
@@ -197,11 +197,21 @@ class GkeBackend(Backend):
         )
 
     def local_reset_refusal(self, config: StackConfig) -> str | None:
-        return (
-            f"stack {config.stack} uses multislice:backend: gke, which has no reset (docs/gke.md, question 8), so its "
-            f"emulation has none either; nothing was sent. To start every emulated Pod again, `multislice local down "
-            f"{stack_args(config.stack)}` then `multislice local up {stack_args(config.stack)}`"
-        )
+        return None
+
+    def local_reset(
+        self,
+        config: StackConfig,
+        paths: LocalPaths,
+        *,
+        confirm: Callable[[str], bool],
+        say: Callable[[str], None],
+        timeout_s: float,
+    ) -> float:
+        """The emulated JobSet suspended and resumed (:mod:`~infra.backends.gke.emulated_reset`)."""
+        from infra.backends.gke import emulated_reset
+
+        return emulated_reset.reset(config, paths, confirm=confirm, say=say, timeout_s=timeout_s)
 
     def vm_metadata(
         self, config: StackConfig, slice_id: int, worker: int, *, startup_script: str, run_dir: str
@@ -214,7 +224,7 @@ class GkeBackend(Backend):
     def emulation(self, config: StackConfig, paths: LocalPaths) -> Emulation:
         from infra.backends.gke.emulation import GkeEmulation
 
-        return GkeEmulation(config)
+        return GkeEmulation(config, paths)
 
 
 BACKEND = GkeBackend()

@@ -14,14 +14,21 @@ JobSet give it, and JobSet's repair.
   server stands in for the ConfigMap's mount only (the script the container runs).
 * **Repair**: a failed Pod fails its Job and JobSet recreates every Job (docs/gke.md section 5), so
   after a fault every Pod starts again on an empty disk (:attr:`GkeEmulation.recreates_every_slice`).
+* **Reset** (``multislice local reset``, :func:`request_reset`): the JobSet suspended and resumed
+  (:mod:`~infra.backends.gke.reset`): every Pod gets SIGTERM and its grace, then starts again as a
+  new Pod on an empty disk. With no API to send it to, the request is a file in the emulation's state
+  directory that :meth:`GkeEmulation.take_reset` takes.
 * **Capacity**: the node pools stay once the run is complete (deletion on completion is not built
   for this backend).
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from infra.backends.interface import KEPT, Emulation
 from infra.config import StackConfig
+from infra.local.state import LocalPaths
 from infra.startup import contract
 
 #: Every emulated Pod's host (they all run on this machine).
@@ -31,11 +38,23 @@ EMULATED_POD_HOST = "127.0.0.1"
 class GkeEmulation(Emulation):
     """The emulated JobSet's Pods (see the module docstring)."""
 
-    def __init__(self, config: StackConfig) -> None:
+    def __init__(self, config: StackConfig, paths: LocalPaths) -> None:
         self.config = config
+        self.paths = paths
 
     def start(self) -> None:
-        return None
+        reset_request(self.paths).unlink(missing_ok=True)  # one left by an earlier run is not this run's
+
+    def take_reset(self) -> bool:
+        try:
+            reset_request(self.paths).unlink()
+        except FileNotFoundError:
+            return False
+        return True
+
+    @property
+    def reset_line(self) -> str:
+        return "reset: JobSet suspended and resumed: every Pod stopped (SIGTERM), then started again as a new Pod"
 
     def stop(self) -> None:
         return None
@@ -73,3 +92,13 @@ class GkeEmulation(Emulation):
             f"capacity: node pools {pools} kept (deletion on completion is not built for the gke backend; "
             f"{self.config.capacity} nodes are billed until `pulumi destroy`)"
         )
+
+
+def reset_request(paths: LocalPaths) -> Path:
+    """The file ``multislice local reset`` writes to ask the running emulation for a reset."""
+    return paths.root / "reset-requested"
+
+
+def request_reset(paths: LocalPaths) -> None:
+    """Ask the running emulation whose state is in ``paths`` for a reset (see the module docstring)."""
+    reset_request(paths).write_text("")
