@@ -8,8 +8,8 @@ Kubernetes deletes the running Pods of a suspended Job and creates them again wh
 grace, as on a node's preemption, so every trainer saves the step its processes agree on before it
 ends (docs/gke.md sections 5 and 6). :func:`reset`
 
-1. lists the run's Pods: none is one line and exit 2, nothing sent (never deployed, deleted, or
-   its JobSet already suspended);
+1. lists the run's Pods: none, or all completed, is one line and exit 2, nothing sent (never
+   deployed, deleted, its JobSet already suspended, or its run complete);
 2. asks ``confirm`` (the CLI's prompt, or ``--yes``);
 3. patches ``spec.suspend: true`` (:func:`~infra.backends.gke.operate.suspend_command`) and waits
    until the JobSet has no Pod left, saying the count as it changes;
@@ -71,7 +71,8 @@ def reset(
     """Restart every Pod of the stack's JobSet (see the module docstring); the seconds it took.
 
     Raises:
-      RemoteError: no Pod, kubectl missing or without the stack's context (exit 2, nothing sent);
+      RemoteError: no Pod or every Pod completed, kubectl missing or without the stack's context
+        (exit 2, nothing sent);
         not confirmed (exit 1, nothing sent); kubectl failed, or ``timeout_s`` passed (exit 1).
     """
     jobset, poll_s = names.jobset_name(config), POLL_S if poll_s is None else poll_s
@@ -84,6 +85,11 @@ def reset(
             f"stack {config.stack}: JobSet {jobset} has no Pods in namespace {config.gke.namespace} of cluster "
             f"{names.cluster_name(config)}, nothing to reset: it was never deployed, was deleted, or is suspended "
             f"(see `multislice status {stack_args(config.stack)}`)"
+        )
+    if all(pod.phase == "Succeeded" for pod in pods):
+        raise RemoteError(
+            f"stack {config.stack}: every Pod of JobSet {jobset} has completed, nothing to reset: a resumed JobSet "
+            "would not run its completed Jobs again (`pulumi up` with more training.steps or a new runName starts one)"
         )
     if not confirm(
         f"Reset JobSet {jobset} of stack {config.stack}: suspend it (its {len(pods)} Pod(s) get SIGTERM and are "

@@ -99,15 +99,19 @@ def test_the_backend_resets_and_says_how_long_it_took(config, cluster, monkeypat
     assert done.endswith(" s; training resumes from its newest checkpoint")
 
 
-def test_nothing_is_sent_without_pods_or_without_confirmation(config, cluster):
+def test_nothing_is_sent_without_pods_with_a_completed_run_or_without_confirmation(config, cluster):
     (cluster / "running.json").write_text(pod_listing(config, {}))
     with pytest.raises(RemoteError, match="JobSet multislice-dev has no Pods .* nothing to reset") as err:
         reset.reset(config, confirm=lambda q: True, say=print, timeout_s=60, poll_s=0.01)
     assert err.value.exit_code == 2 and calls(cluster) == ["get"]
+    (cluster / "running.json").write_text(pod_listing(config, dict.fromkeys(PODS, "Succeeded")))
+    with pytest.raises(RemoteError, match="every Pod of JobSet multislice-dev has completed, nothing to reset") as err:
+        reset.reset(config, confirm=lambda q: True, say=print, timeout_s=60, poll_s=0.01)
+    assert err.value.exit_code == 2 and calls(cluster) == ["get", "get"]
     (cluster / "running.json").write_text(pod_listing(config, dict.fromkeys(PODS, "Running")))
     with pytest.raises(RemoteError, match="not confirmed: nothing was reset") as err:
         reset.reset(config, confirm=lambda q: False, say=print, timeout_s=60, poll_s=0.01)
-    assert err.value.exit_code == 1 and calls(cluster) == ["get", "get"]
+    assert err.value.exit_code == 1 and calls(cluster) == ["get", "get", "get"]
 
 
 def test_pods_that_do_not_go_in_time_leave_the_jobset_suspended_and_the_resume_command_named(
