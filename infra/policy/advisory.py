@@ -10,6 +10,8 @@ from pulumi_policy import ResourceValidationArgs
 
 from infra.policy.resource_types import (
     BUCKET_TYPE,
+    GKE_CLUSTER_TYPE,
+    GKE_NODE_POOL_TYPE,
     INSTANCE_GROUP_TYPE,
     INSTANCE_TEMPLATE_TYPE,
     QUEUED_RESOURCE_TYPE,
@@ -19,11 +21,27 @@ from infra.policy.resource_types import (
 )
 
 
+def _labels(args: ResourceValidationArgs) -> Mapping[str, Any] | None:
+    """A labelled resource's labels (a GKE cluster's ``resourceLabels``, a node pool's nodes'
+    ``nodeConfig.resourceLabels``); None for a type the label rules do not cover."""
+    if args.resource_type == GKE_CLUSTER_TYPE:
+        return args.props.get("resourceLabels") or {}
+    if args.resource_type == GKE_NODE_POOL_TYPE:
+        return (args.props.get("nodeConfig") or {}).get("resourceLabels") or {}
+    if "labels" not in args.props or args.resource_type not in (
+        QUEUED_RESOURCE_TYPE,
+        BUCKET_TYPE,
+        TPU_VM_TYPE,
+        INSTANCE_TEMPLATE_TYPE,
+    ):
+        return None
+    return args.props.get("labels") or {}
+
+
 def required_labels(args: ResourceValidationArgs, report: Report) -> None:
-    labelled = (QUEUED_RESOURCE_TYPE, BUCKET_TYPE, TPU_VM_TYPE, INSTANCE_TEMPLATE_TYPE)
-    if "labels" not in args.props or args.resource_type not in labelled:
+    labels = _labels(args)
+    if labels is None:
         return
-    labels = args.props.get("labels") or {}
     missing = [key for key in REQUIRED_LABELS if not labels.get(key)]
     if missing:
         report(f"{args.name!r} lacks the label(s) {', '.join(missing)} (cost attribution)")
@@ -35,6 +53,14 @@ def _is_prod(labels: Mapping[str, Any]) -> bool:
 
 
 def prod_capacity(args: ResourceValidationArgs, report: Report) -> None:
+    if args.resource_type == GKE_NODE_POOL_TYPE:
+        node = args.props.get("nodeConfig") or {}
+        if _is_prod(node.get("resourceLabels") or {}) and node.get("spot") and not args.opts.protect:
+            report(
+                f"prod node pool {args.name!r} makes Spot VMs and is not protected: they can be preempted at any "
+                "time; use reserved, on-demand or flex-start capacity or protect it"
+            )
+        return
     if not _is_prod(args.props.get("labels") or {}):
         return
     if args.resource_type == INSTANCE_TEMPLATE_TYPE:

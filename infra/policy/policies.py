@@ -428,7 +428,7 @@ POLICIES = [
     _resource("required-labels", "Resources carry the env, owner and cost-center labels.", required_labels, ADVISORY),
     _resource(
         "prod-capacity",
-        "Prod queued resources use reserved or on-demand capacity, or are protected.",
+        "Prod TPU capacity (a queued resource, Spot instance templates or node pools) is not Spot, or is protected.",
         prod_capacity,
         ADVISORY,
     ),

@@ -126,3 +126,28 @@ def test_a_kubernetes_service_account_bound_to_the_default_compute_account_is_re
     account["metadata"]["annotations"]["iam.gke.io/gcp-service-account"] = "42-compute@developer.gserviceaccount.com"
     (found,) = violations("gke-pod-service-account", K8S_SERVICE_ACCOUNT_TYPE, account)
     assert "(iam.gke.io/gcp-service-account) runs as the Compute Engine default service account 42-compute@" in found
+
+
+def test_the_cluster_and_the_pools_nodes_carry_the_cost_labels(declared):
+    cost = {"multislice-stack": "dev", "env": "dev", "owner": "ml", "cost-center": "cc-1"}
+    cluster, pool = declared[GKE_CLUSTER_TYPE], declared[GKE_NODE_POOL_TYPE]
+    assert cluster["resourceLabels"] == pool["nodeConfig"]["resourceLabels"] == {"multislice-stack": "dev"}
+    for typ, props in ((GKE_CLUSTER_TYPE, cluster), (GKE_NODE_POOL_TYPE, pool)):
+        (found,) = violations("required-labels", typ, props)
+        assert "lacks the label(s) env, owner, cost-center" in found
+    labelled = copy.deepcopy(pool)
+    labelled["nodeConfig"]["resourceLabels"] = cost
+    assert violations("required-labels", GKE_NODE_POOL_TYPE, labelled) == []
+    assert violations("required-labels", GKE_CLUSTER_TYPE, {**cluster, "resourceLabels": cost}) == []
+
+
+def test_a_prod_pool_of_spot_vms_needs_protection(declared):
+    pool = copy.deepcopy(declared[GKE_NODE_POOL_TYPE])
+    assert pool["nodeConfig"]["spot"] is True
+    assert violations("prod-capacity", GKE_NODE_POOL_TYPE, pool) == []  # dev: not prod
+    pool["nodeConfig"]["resourceLabels"] = {"multislice-stack": "prod"}
+    (found,) = violations("prod-capacity", GKE_NODE_POOL_TYPE, pool)
+    assert "prod node pool 'r' makes Spot VMs and is not protected" in found
+    assert violations("prod-capacity", GKE_NODE_POOL_TYPE, pool, protect=True) == []
+    del pool["nodeConfig"]["spot"]  # on-demand, reserved or flex-start nodes
+    assert violations("prod-capacity", GKE_NODE_POOL_TYPE, pool) == []
