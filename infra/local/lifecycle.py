@@ -173,7 +173,7 @@ def _run_locked(
         # The first line, at once: what the next seconds are spent on.
         say(
             f"local up of stack {config.stack}: rendering the startup script, starting the emulated Cloud Storage, "
-            "then loading jax and orbax to read the run directory (seconds to a minute)"
+            "then reading the run directory (seconds)"
         )
         try:
             if state:  # leftovers of an emulator that died (we hold the lock: it is not running)
@@ -236,9 +236,7 @@ def _emulate(
         )
         try:
             with resource.running():
-                say(
-                    f"emulated Cloud Storage at {resource.storage.url}; loading jax and orbax to read the run directory"
-                )
+                say(f"emulated Cloud Storage at {resource.storage.url}; reading the run directory")
                 return train(resource, options, fresh, say)
         except GcsServerError as err:
             raise UpError(f"{err}; nothing was started", 2) from None
@@ -255,9 +253,9 @@ def train(resource: LocalQueuedResource, options: Options, fresh: bool, say: Cal
     from infra.clock import clock
     from infra.local.stop_signals import signals_held
 
-    with signals_held():  # a stop during jax's import would abort the process: it is raised after it
+    with signals_held():  # a stop during an import would abort the process: it is raised after it
         from infra.local import state as local_state, summary
-        from training.checkpoint.manager import is_complete  # jax, orbax: seconds
+        from training.checkpoint.completion import is_complete
 
     config, run_dir, total = resource.config, resource.run_dir, resource.config.total_steps
     if fresh:

@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from infra.local.tails import valid_records
-from training.checkpoint.manager import read_completion
+from training.checkpoint.completion import read_completion
 from training.metrics import goodput
 from training.metrics.restarts import Restart, restarts_of
 from training.metrics.run_log import read_records

@@ -43,3 +43,19 @@ def test_light_commands_import_no_jax_orbax_or_tensorstore(name, tmp_path):
     assert result["code"] in (expected_code, None if expected_code == 0 else expected_code), proc.stdout + proc.stderr
     heavy = sorted(m for m in result["modules"] if m.split(".")[0] in HEAVY)
     assert heavy == [], f"{name} imported {heavy[:5]}"
+
+
+def test_what_local_up_reads_before_its_vms_start_imports_nothing_heavy():
+    # `local up` reads the run directory (complete? its summary) in its own process, each time it
+    # runs: with orbax (and jax) imported for it, that cost a second or more of CPU a run.
+    modules = (
+        "infra.local.lifecycle",
+        "infra.local.emulator",
+        "infra.local.state",
+        "infra.local.summary",
+        "training.checkpoint.completion",
+    )
+    code = f"import json, sys\nimport {', '.join(modules)}\nprint(json.dumps(sorted(sys.modules)))"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
+    heavy = sorted(m for m in json.loads(proc.stdout) if m.split(".")[0] in HEAVY)
+    assert heavy == [], heavy[:5]

@@ -1,5 +1,5 @@
 """``multislice local up`` says what it does from its first second: a first line before the
-emulated Cloud Storage starts and before jax and orbax are loaded (the seconds that follow
+emulated Cloud Storage starts and before the run directory is read (the seconds that follow
 were silent: 6-26 s before the first line), naming what it waits for."""
 
 from __future__ import annotations
@@ -39,9 +39,9 @@ def test_the_first_line_comes_at_once_and_says_what_local_up_waits_for(tmp_path)
         proc.communicate(timeout=120)
     print(f"first line after {took:.2f} s")
     assert "local up of stack emu: rendering the startup script, starting the emulated Cloud Storage" in first
-    assert "loading jax and orbax" in first
-    # Then: the storage serves; what comes next is the libraries' load.
-    assert "emulated Cloud Storage at http://127.0.0.1:" in second and "loading jax and orbax" in second
+    assert "then reading the run directory" in first
+    # Then: the storage serves; what comes next is the run directory's read.
+    assert "emulated Cloud Storage at http://127.0.0.1:" in second and "reading the run directory" in second
 
 
 def _up_error(tmp_path, state_dir: str) -> subprocess.CompletedProcess:

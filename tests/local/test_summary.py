@@ -1,6 +1,6 @@
 """infra.local.summary: the run summary from what the trainer wrote in a run directory
 (synthetic ``metrics`` / ``events`` logs and ``COMPLETE`` written here, as the trainer writes
-them: training.metrics.run_log.RecordLog and training.checkpoint.manager.write_completion), locally and
+them: training.metrics.run_log.RecordLog and training.checkpoint.completion.write_completion), locally and
 through the emulated Cloud Storage."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 
 from infra.cli.local import print_summary
 from infra.local.summary import name_own_resume, summarize, unplanned_restarts
-from training.checkpoint.manager import write_completion
+from training.checkpoint.completion import write_completion
 from training.metrics.run_log import RecordLog
 from training.run_dir import RunDir
 

@@ -163,9 +163,7 @@ def test_the_trainer_spells_the_names_it_reads_as_the_contract_declares():
     for key in (contract.COMPUTE_ENGINE_ACCELERATOR_KEY, contract.BACKEND_KEY):
         assert f'"{key}"' in source or f"attributes/{key}" in source, key
     assert re.search(rf'^LOG_NAME = "{contract.TRAINER_LOG}"$', source, re.M)  # training/log_shipping.py
-    assert re.search(
-        rf'^COMPLETE_MARKER = "{contract.COMPLETE_MARKER}"$', source, re.M
-    )  # training/checkpoint/manager.py
+    assert re.search(rf'^COMPLETE_MARKER = "{contract.COMPLETE_MARKER}"$', source, re.M)  # training/workload.py
 
 
 def test_the_workload_launcher_spells_the_contracts_names():

@@ -21,10 +21,15 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 from typing import Any
 
 from training.checkpoint import integrity as checkpoint_integrity
+from training.checkpoint.completion import (  # noqa: F401 (part of this module's names)
+    COMPLETE_MARKER,
+    is_complete,
+    read_completion,
+    write_completion,
+)
 from training.checkpoint.messages import ERROR_TEXT_LIMIT, describe, error_text, step_path  # noqa: F401 (part of this module's names)
 from training.checkpoint.orbax_import import ocp
 from training.checkpoint.restore import (  # noqa: F401 (part of this module's names)
@@ -42,7 +47,6 @@ from training.run_dir import RunDir
 
 log = logging.getLogger(__name__)
 
-COMPLETE_MARKER = "COMPLETE"
 RUN_CONFIG_FILE = "train_config.json"
 
 
@@ -66,44 +70,6 @@ def save_policy(interval_steps: int, total_steps: int) -> ocp.checkpoint_manager
             policies.PreemptionCheckpointingPolicy(),
         ]
     )
-
-
-def read_completion(run_dir: RunDir) -> dict[str, Any] | None:
-    """The completion record ``{"step": int ≥ 1, "loss": float | None}``, or None.
-
-    A marker that is unreadable or malformed counts as absent (with a warning): the trainer
-    then restores the newest checkpoint, and when that is the last step it writes a fresh
-    marker at once, so a damaged marker costs nothing and never ends an unfinished run.
-    """
-    data = run_dir.read(COMPLETE_MARKER)
-    if data is None:
-        return None
-    try:
-        record = json.loads(data.decode("utf-8"))
-        step = record["step"]
-        loss = record.get("loss")
-        if isinstance(step, bool) or not isinstance(step, int) or step < 1:
-            raise ValueError(f"step {step!r} is not a positive integer")
-        if loss is not None and (
-            isinstance(loss, bool) or not isinstance(loss, (int, float)) or not math.isfinite(loss)
-        ):
-            raise ValueError(f"loss {loss!r} is not a finite number")
-    except (ValueError, TypeError, KeyError, AttributeError, UnicodeDecodeError) as err:
-        log.warning("ignoring the malformed completion marker %s (%s)", run_dir / COMPLETE_MARKER, err)
-        return None
-    return {"step": step, "loss": None if loss is None else float(loss)}
-
-
-def is_complete(run_dir: RunDir, total_steps: int) -> dict[str, Any] | None:
-    """The completion record if the run reached ``total_steps`` (raising ``steps`` in the
-    config makes a finished run continue from its last checkpoint)."""
-    record = read_completion(run_dir)
-    return record if record is not None and record["step"] >= total_steps else None
-
-
-def write_completion(run_dir: RunDir, record: dict[str, Any]) -> None:
-    """Write the completion marker (atomically; it replaces a damaged marker)."""
-    run_dir.write(COMPLETE_MARKER, json.dumps(record, sort_keys=True).encode())
 
 
 #: What identifies a run: the model (the checkpoint's shapes), the global batch, the sequence

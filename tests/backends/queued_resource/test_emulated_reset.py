@@ -1,8 +1,8 @@
 """``multislice local reset`` (infra.backends.queued_resource.emulated_reset) against the emulator itself
 (``LocalQueuedResource.up``) with a stand-in startup script and no trainer: the reset goes
 through the emulated TPU API, every VM is restarted and boots again (its disk kept, unlike a
-repair), and the waiting side sees each VM come back (about 15 s: the emulator's Cloud Storage
-and its run summary, which imports jax and orbax). The trainer's resume after a reset is
+repair), and the waiting side sees each VM come back (seconds: the emulator's Cloud Storage
+and its run summary). The trainer's resume after a reset is
 asserted in tests/local/test_reset_emulation.py."""
 
 from __future__ import annotations
