@@ -75,7 +75,7 @@ def local_reset(
         120, "--timeout", min=1, metavar="SECONDS", help="Stop waiting after this many seconds."
     ),
 ) -> None:
-    """Reset the emulated queued resource of a running `local up`: restart every emulated VM;
+    """Reset the emulated capacity of a running `local up`: restart every emulated VM (Pod on gke);
     training resumes from its newest checkpoint."""
     from infra.backends.registry import backend_of
     from infra.local.state import LocalPaths
@@ -97,7 +97,7 @@ def local_reset(
     except RemoteError as err:
         raise fail(str(err), err.exit_code) from None
     console.print(
-        f"reset: every emulated VM of stack {config.stack} restarted in {seconds:.1f} s; "
+        f"reset: the emulated {backend.spec.worker_noun} of stack {config.stack} restarted in {seconds:.1f} s; "
         "training resumes from its newest checkpoint (multislice local status)",
         markup=False,
         soft_wrap=True,

@@ -49,6 +49,7 @@ def operate_the_held_run(stack, config, tmp_path) -> None:
     reset = run_cli(["local", "reset", *args, "--yes"], tmp_path)  # the JobSet suspended and resumed
     assert reset.returncode == 0, reset.stdout + reset.stderr
     assert all(f"slice {s} worker {w}: booted again" in reset.stdout for s, w in PODS), reset.stdout
+    assert "reset: the emulated Pods of stack" in reset.stdout, reset.stdout
 
 
 @pytest.mark.slow

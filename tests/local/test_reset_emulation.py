@@ -46,7 +46,7 @@ def test_exec_then_reset_of_a_run_in_progress_resumes_it_from_its_last_checkpoin
         reset = run_cli(["local", "reset", "--config-file", str(stack), "--yes"], tmp_path)
         assert reset.returncode == 0, reset.stdout + reset.stderr
         assert "slice 0 worker 0: booted again" in reset.stdout and "slice 1 worker 0: booted again" in reset.stdout
-        assert "reset: every emulated VM of stack emu restarted in" in reset.stdout
+        assert "reset: the emulated VMs of stack emu restarted in" in reset.stdout
         exec_result = run_cli(
             ["local", "exec", "--config-file", str(stack), "--", 'echo "$GCE_METADATA_IP $(basename $PWD)"'], tmp_path
         )
