@@ -48,7 +48,7 @@ SOURCE_DIR = "workload"
 CHECKPOINTS = "checkpoints"
 METRICS = "metrics"
 EVENTS = "events"
-#: The completion marker (``training.checkpoint.manager.COMPLETE_MARKER``).
+#: The completion marker (``training.checkpoint.completion.COMPLETE_MARKER``).
 COMPLETE_MARKER = "COMPLETE"
 
 
@@ -261,7 +261,7 @@ def supervise(command: list[str], env: dict[str, str], cwd: Path) -> int:
 
 
 def completed_step(marker: bytes | None) -> int:
-    """The step of a completion marker (``training.checkpoint.manager.read_completion``'s format),
+    """The step of a completion marker (``training.checkpoint.completion.read_completion``'s format),
     0 when absent or malformed."""
     try:
         step = json.loads((marker or b"").decode("utf-8"))["step"]

@@ -276,5 +276,5 @@ RELEASE_SUPERSEDED_STATUS = 76
 #: ``multislice logs`` reads.
 TRAINER_LOG = "multislice-trainer"
 #: The marker the trainer writes in the run directory once the run is complete
-#: (``training.checkpoint.manager.COMPLETE_MARKER``); the provider reads it (deleteOnComplete).
+#: (``training.checkpoint.completion.COMPLETE_MARKER``); the provider reads it (deleteOnComplete).
 COMPLETE_MARKER = "COMPLETE"

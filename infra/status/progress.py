@@ -3,7 +3,7 @@
 What the trainer writes (``training.run_dir``, ``training.metrics.run_log``): ``metrics/<n>.jsonl`` and
 ``events/<n>.jsonl``, one object per sync window (``n`` = 00000000, 00000001, …, in the order
 written, across restarts), ``COMPLETE`` (``{"step", "loss"}``, written once the last step's
-checkpoint is finalized: ``training.checkpoint.manager.read_completion`` reads the same format) and,
+checkpoint is finalized: ``training.checkpoint.completion.read_completion`` reads the same format) and,
 once the trainer has accounted it, ``goodput.json`` (``{"goodput", "badput", …}``: the goodput of
 every attempt so far, written at completion and at each preemption exit).
 
@@ -38,7 +38,7 @@ GOODPUT_FILE = "goodput.json"
 
 def completion_step(data: bytes | None) -> int | None:
     """The step of a ``COMPLETE`` marker, or None when absent or malformed (as
-    ``training.checkpoint.manager.read_completion`` treats it)."""
+    ``training.checkpoint.completion.read_completion`` treats it)."""
     if data is None:
         return None
     try:

@@ -38,7 +38,7 @@ def world(dev, bucket, gcs_server):
 
 
 def write_marker(gcs_server, run_dir: str, record: dict) -> None:
-    """``<run_dir>/COMPLETE`` as training.checkpoint.manager.write_completion writes it."""
+    """``<run_dir>/COMPLETE`` as training.checkpoint.completion.write_completion writes it."""
     bucket, _, prefix = run_dir[len("gs://") :].partition("/")
     response = requests.post(
         f"{gcs_server.url}/upload/storage/v1/b/{bucket}/o",

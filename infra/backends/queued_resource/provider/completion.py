@@ -5,7 +5,7 @@ resource once its trainer exits 0 (the run wrote ``<run dir>/COMPLETE``; the VM 
 ``infra/startup/delete_on_complete.sh``). A later refresh then finds the QR gone; without this module
 the provider would report it gone and ``pulumi up`` would create it again, booting VMs that
 find the run complete and do nothing. Instead the provider reads the completion record the
-trainer wrote (``training.checkpoint.manager.write_completion``: JSON ``{"step": N, "loss": …}``)
+trainer wrote (``training.checkpoint.completion.write_completion``: JSON ``{"step": N, "loss": …}``)
 and reports a QR that is gone (or being deleted) while the run is complete for the recorded
 ``trainer.steps`` as **deleted on complete** (``deletedOnComplete``): converged.
 :func:`new_run_reason` says which input change starts a new run (a new run directory, or
@@ -119,7 +119,7 @@ def new_run_reason(olds: Mapping[str, Any], news: Mapping[str, Any]) -> str | No
 
     ``runDir`` when the run directory changed (``multislice:runName``), ``trainer`` when
     ``trainer.steps`` exceeds the completion step (the trainer resumes the finished run from
-    its last checkpoint: ``training.checkpoint.manager.is_complete``). Any other change leaves a
+    its last checkpoint: ``training.checkpoint.completion.is_complete``). Any other change leaves a
     finished run finished (its trainer would exit at once), so the QR stays deleted. A
     value not known yet (``pulumi preview``) counts as a new run.
     """
