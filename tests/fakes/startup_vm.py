@@ -59,19 +59,22 @@ case ${FAKE_MODE:-ok} in
   fail-twice) if ((n <= 2)); then exit 3; fi; exit 0 ;;
   always-fail) exit 5 ;;
   config-error) exit 78 ;;
-  wait-term)  # waits in `wait`, not a loop of sleeps: bash ignores a SIGINT that lands as a sleep exits 0
+  wait-term)
+    # No foreground child once the test may signal: bash ignores a SIGINT that lands as its
+    # foreground child exits 0 (a `touch`, a loop's `sleep`), so the file is written by bash itself
+    # and the wait is on a background sleep.
     trap 'echo "fake trainer got SIGTERM"; exit 7' TERM
-    touch "$FAKE_DIR/ready.$n"
+    : >"$FAKE_DIR/ready.$n"
     sleep 3600 </dev/null >/dev/null 2>&1 &
     wait "$!" ;;
   group-term)  # a command's own child saves on SIGTERM; the launcher itself ignores it
-    bash -c 'trap "echo saved >\"$FAKE_DIR/child-saved.$0\"; exit 0" TERM; touch "$FAKE_DIR/ready.$0"
+    bash -c 'trap "echo saved >\"$FAKE_DIR/child-saved.$0\"; exit 0" TERM; : >"$FAKE_DIR/ready.$0"
       while true; do sleep 0.05; done' "$n" &
     trap '' TERM
     wait; exit 75 ;;
   save-on-term)
     trap 'sleep 0.5; echo checkpoint >"$FAKE_DIR/saved.$n"; echo "fake trainer saved its checkpoint"; exit 75' TERM
-    touch "$FAKE_DIR/ready.$n"
+    : >"$FAKE_DIR/ready.$n"
     while true; do sleep 0.05; done ;;
 esac
 """
