@@ -29,10 +29,19 @@ def pod(tmp_path, pod_script, gcs) -> Iterator[Vm]:
         yield machine
 
 
+def _default_sigint() -> None:
+    # A container's process starts with SIGINT at its default action. The suite may not: started
+    # in the background (`pytest &`, `nohup`), it inherits SIGINT ignored, and bash can neither trap
+    # nor reset a signal ignored when it started, so the container would never see the SIGINT.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def container(machine: Vm, **env: str) -> subprocess.Popen:
-    """Start the Pod's container: ``/bin/bash startup.sh`` as its one process (its own session)."""
+    """Start the Pod's container: ``/bin/bash startup.sh`` as its one process (its own session),
+    with SIGINT at its default action as a container's runtime starts it."""
     return subprocess.Popen(
         ["/bin/bash", str(machine.script)],
+        preexec_fn=_default_sigint,
         env=machine.env(**env),
         cwd=machine.home,
         stdin=subprocess.DEVNULL,
