@@ -42,7 +42,8 @@ class TrainSetup:
       global_shape: ``(global_batch_size, sequence_length + 1)``, int32 token ids.
       schedule: the learning-rate schedule (step -> float).
       train_step: ``train_step(state, batch) -> (state, metrics)``, jitted.
-      eval_step: ``eval_step(params, batch) -> loss``, jitted.
+      eval_step: ``eval_step(params, batch) -> loss``, jitted; None when the run never
+        evaluates (``eval_every_steps`` 0).
       warmed: the warm-up's future (:func:`warm_up`); its errors are the first step's.
       manager: the run's checkpoint manager.
       state: the train state ``{"params", "opt_state"}``, restored or initialized.
@@ -62,7 +63,7 @@ class TrainSetup:
     global_shape: tuple[int, int]
     schedule: optax.Schedule
     train_step: Any
-    eval_step: Any
+    eval_step: Any | None
     warmed: concurrent.futures.Future[None]
     manager: checkpointing.CheckpointManager
     state: Any
@@ -113,7 +114,11 @@ def setup_train_loop(
     train_step = step_lib.make_train_step(
         config.model, opt, mesh, shardings, batch_sharding, microbatches=config.microbatches
     )
-    eval_step = step_lib.make_eval_step(config.model, mesh, shardings["params"], batch_sharding)
+    eval_step = (
+        step_lib.make_eval_step(config.model, mesh, shardings["params"], batch_sharding)
+        if config.eval_every_steps
+        else None  # never called: nothing to trace or compile at each start
+    )
     batch_spec = jax.ShapeDtypeStruct(global_shape, np.int32, sharding=batch_sharding)
     warmed = warm_up(train_step, eval_step, state_lib.abstract(config, opt, shardings), batch_spec)
 
@@ -148,18 +153,19 @@ def setup_train_loop(
 
 
 def warm_up(
-    train_step: Any, eval_step: Any, abstract_state: Any, batch_spec: jax.ShapeDtypeStruct
+    train_step: Any, eval_step: Any | None, abstract_state: Any, batch_spec: jax.ShapeDtypeStruct
 ) -> concurrent.futures.Future[None]:
     """Compile (or load from the compilation cache) the restore's checksums, the train step and
-    the eval step from the state's shapes, in a thread, while the main thread creates the
-    checkpoint manager and restores (reading the checkpoint, waiting for its peers): their
-    first calls then only run (JAX's in-memory caches hold what ``lower(...).compile()``
-    traced and compiled). docs/goodput.md, "Start-up"."""
+    the eval step (unless None: a run that never evaluates) from the state's shapes, in a
+    thread, while the main thread creates the checkpoint manager and restores (reading the
+    checkpoint, waiting for its peers): their first calls then only run (JAX's in-memory caches
+    hold what ``lower(...).compile()`` traced and compiled). docs/goodput.md, "Start-up"."""
 
     def compile_all() -> None:
         checkpoint_integrity.prepare(abstract_state)
         train_step.lower(abstract_state, batch_spec).compile()
-        eval_step.lower(abstract_state["params"], batch_spec).compile()
+        if eval_step is not None:
+            eval_step.lower(abstract_state["params"], batch_spec).compile()
 
     pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="warm-up")
     warmed = pool.submit(compile_all)

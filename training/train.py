@@ -286,7 +286,7 @@ def _loop(
             metrics_log.sync()
             events_log.sync()
             tensorboard.sync()
-        if config.eval_every_steps and step % config.eval_every_steps == 0:
+        if eval_step is not None and config.eval_every_steps and step % config.eval_every_steps == 0:
             if pending is not None:
                 recorder.train(*pending)
                 pending = None

@@ -1,17 +1,20 @@
 """training.setup.warm_up, the start-up warm-up: the restore's checksums and the train and eval steps,
 compiled from the state's shapes in a thread while the main thread restores, leave nothing to
-compile when they are first called on the restored state."""
+compile when they are first called on the restored state; a run that never evaluates traces and
+compiles no eval step."""
 
 from __future__ import annotations
 
 import jax
 import numpy as np
 
+from tests.helpers.train_runs import SINGLE
 from training import mesh as mesh_lib, optimizer as optimizer_lib, state as state_lib, step as step_lib
 from training.checkpoint import integrity as checkpoint_integrity
 from training.config import TrainConfig
 from training.model import transformer as model
-from training.setup import warm_up
+from training.run_dir import RunDir
+from training.setup import setup_train_loop, warm_up
 
 COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 CONFIG = TrainConfig.model_validate(
@@ -57,3 +60,19 @@ def test_the_first_calls_after_the_warm_up_compile_nothing():
     finally:
         listening[0] = False
     assert compiles == []
+
+
+def test_a_run_that_never_evaluates_builds_no_eval_step(tmp_path, monkeypatch):
+    """``eval_every_steps: 0`` (the default): each start skips the eval step's tracing and
+    compilation; with evaluation on, the warm-up compiles it (the test above)."""
+    built: list[int] = []
+    make_eval_step = step_lib.make_eval_step
+    monkeypatch.setattr(step_lib, "make_eval_step", lambda *args: built.append(1) or make_eval_step(*args))
+    never = CONFIG.model_copy(update={"eval_every_steps": 0})
+    setup = setup_train_loop(never, RunDir(str(tmp_path / "never")), SINGLE)
+    setup.warmed.result()
+    assert setup.eval_step is None and built == []
+    every = CONFIG.model_copy(update={"eval_every_steps": 5})
+    setup = setup_train_loop(every, RunDir(str(tmp_path / "every")), SINGLE)
+    setup.warmed.result()
+    assert setup.eval_step is not None and built == [1]
