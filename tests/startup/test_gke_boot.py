@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import signal
 import subprocess
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -29,19 +30,25 @@ def pod(tmp_path, pod_script, gcs) -> Iterator[Vm]:
         yield machine
 
 
-def _default_sigint() -> None:
-    # A container's process starts with SIGINT at its default action. The suite may not: started
-    # in the background (`pytest &`, `nohup`), it inherits SIGINT ignored, and bash can neither trap
-    # nor reset a signal ignored when it started, so the container would never see the SIGINT.
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
+#: Runs its arguments with SIGINT at its default action, as a container's runtime starts the
+#: container's process. The suite may not have it: started in the background (`pytest &`, `nohup`),
+#: it inherits SIGINT ignored, and bash can neither trap nor reset a signal ignored when it started,
+#: so the container would never see the SIGINT. An exec wrapper, not ``preexec_fn``: that runs
+#: Python in a fork of this multithreaded process (JAX's threads), where a lock another thread held
+#: can deadlock the child before its exec (https://docs.python.org/3/library/subprocess.html#popen-constructor).
+WITH_DEFAULT_SIGINT = [
+    sys.executable,
+    "-I",
+    "-c",
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv(sys.argv[1], sys.argv[1:])",
+]
 
 
 def container(machine: Vm, **env: str) -> subprocess.Popen:
     """Start the Pod's container: ``/bin/bash startup.sh`` as its one process (its own session),
     with SIGINT at its default action as a container's runtime starts it."""
     return subprocess.Popen(
-        ["/bin/bash", str(machine.script)],
-        preexec_fn=_default_sigint,
+        [*WITH_DEFAULT_SIGINT, "/bin/bash", str(machine.script)],
         env=machine.env(**env),
         cwd=machine.home,
         stdin=subprocess.DEVNULL,
