@@ -192,10 +192,15 @@ MULTI_HOST = (
 )
 
 
-def compute_engine_stack(tmp_path: Path) -> Path:
+def _steps(steps: int | None) -> list[tuple[str, str]]:
+    """The edit of the emu stack's ``steps: 24`` to ``steps``, if given."""
+    return [] if steps is None else [("    steps: 24\n", f"    steps: {steps}\n")]
+
+
+def compute_engine_stack(tmp_path: Path, steps: int | None = None) -> Path:
     """The emu stack on the compute-engine backend, 2 slices × 2 VMs (:data:`MULTI_HOST`), with a
     synchronous checkpoint every 4 steps (its name, bucket and run directory are the emu stack's,
-    which the helpers here read)."""
+    which the helpers here read), and ``steps`` steps instead of the emu stack's, if given."""
     path = tmp_path / "stack" / STACK.name
     path.parent.mkdir()
     text = STACK.read_text()
@@ -206,6 +211,7 @@ def compute_engine_stack(tmp_path: Path) -> Path:
         # Synchronous saves: step 4's checkpoint is finalized before step 5 starts, so the kill
         # (at a step ≥ 6) always finds it (tests/local/test_emulation.py, synchronous_saves).
         ("checkpoint: {interval_steps: 6, keep: 2}", "checkpoint: {interval_steps: 4, keep: 2, async_save: false}"),
+        *_steps(steps),
     ):
         assert old in text
         text = text.replace(old, new)
@@ -223,13 +229,13 @@ ON_GKE = (
 )
 
 
-def gke_stack(tmp_path: Path) -> Path:
+def gke_stack(tmp_path: Path, steps: int | None = None) -> Path:
     """The emu stack on the gke backend, 2 slices × 2 Pods (:data:`ON_GKE`; its name, bucket and run
-    directory are the emu stack's)."""
+    directory are the emu stack's), with ``steps`` steps instead of the emu stack's, if given."""
     path = tmp_path / "stack" / STACK.name
     path.parent.mkdir()
     text = STACK.read_text()
-    for old, new in ON_GKE:
+    for old, new in (*ON_GKE, *_steps(steps)):
         assert old in text
         text = text.replace(old, new)
     path.write_text(text)

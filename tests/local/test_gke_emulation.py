@@ -25,7 +25,9 @@ PODS = [(s, w) for s in range(2) for w in range(2)]
 #: Where the preemption is aimed (the trainers wait at that step until it struck).
 PREEMPT_AT = 6
 #: Where the run waits until the README's day-one commands have run on it.
-HOLD_AT = 4  # a step the progress lines report (every 2nd of 24)
+HOLD_AT = 4  # a step the progress lines report (every 2nd)
+#: The run's steps: enough to resume past the preemption and complete (fewer than the emu stack's 24).
+STEPS = 12
 
 
 def operate_the_held_run(stack, config, tmp_path) -> None:
@@ -55,9 +57,9 @@ def operate_the_held_run(stack, config, tmp_path) -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_pods_train_save_the_agreed_step_on_a_preemption_and_new_pods_resume(tmp_path):
-    stack = gke_stack(tmp_path)
+    stack = gke_stack(tmp_path, steps=STEPS)
     config = load_stack_file(stack)
-    assert (config.backend, config.slices, config.workers_per_slice) == ("gke", 2, 2)
+    assert (config.backend, config.slices, config.workers_per_slice, config.training.steps) == ("gke", 2, 2, STEPS)
     summary_path = tmp_path / "summary.json"
     steps = config.training.steps
     fault = ["--preempt", f"1@{PREEMPT_AT}", "--hold-at", str(HOLD_AT)]
