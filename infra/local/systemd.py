@@ -7,7 +7,7 @@ and the script hands the trainer to its own unit, ``multislice-trainer.service``
 ``systemctl``. Here :func:`boot` (``python -m infra.local.systemd boot``) is the VM's first
 process, leader of its session (:mod:`infra.local.vm`). It
 
-* puts a ``systemctl`` on the script's ``PATH`` (``python -m infra.local.systemd systemctl``,
+* puts a ``systemctl`` on the script's ``PATH`` (``python -m infra.local.systemctl``,
   talking to this process over a loopback connection with a random key) that implements
   ``daemon-reload``, ``start``, ``stop``, ``restart``, ``reset-failed``, ``is-active``,
   ``show`` and ``status`` for service units;
@@ -39,10 +39,10 @@ import subprocess
 import sys
 import threading
 import time
-from multiprocessing.connection import Client, Connection, Listener
+from multiprocessing.connection import Connection, Listener
 from pathlib import Path
 
-from infra.local import lifeline
+from infra.local import lifeline, systemctl as systemctl_client
 from infra.local.service_manager import DEFAULT_TIMEOUT_STOP_S, POLL_S, JobFailed, Manager, Service, session_pids
 from infra.startup.contract import (
     BOOT_LOCK_FILE,
@@ -53,8 +53,8 @@ from infra.startup.contract import (
 )
 
 UNIT_DIR_ENV = SYSTEMD_DIR_ENV
-ADDRESS_ENV = "MULTISLICE_SYSTEMD_ADDRESS"
-AUTHKEY_ENV = "MULTISLICE_SYSTEMD_AUTHKEY"
+ADDRESS_ENV = systemctl_client.ADDRESS_ENV
+AUTHKEY_ENV = systemctl_client.AUTHKEY_ENV
 STARTUP_UNIT = "google-startup-scripts.service"
 #: Seconds between SIGTERM and SIGKILL for processes left after every unit stopped.
 FINAL_KILL_WAIT_S = 5.0
@@ -158,7 +158,7 @@ def boot(script: Path, unit_dir: Path, runtime_dir: Path) -> int:
     bin_dir = runtime_dir / "bin"
     bin_dir.mkdir(parents=True, exist_ok=True)
     shim = bin_dir / "systemctl"
-    shim.write_text(f"#!/bin/sh\nexec '{sys.executable}' -m infra.local.systemd systemctl \"$@\"\n")
+    shim.write_text(f"#!/bin/sh\nexec '{sys.executable}' -m infra.local.systemctl \"$@\"\n")
     shim.chmod(0o755)
     env = dict(os.environ)
     env.update(
@@ -295,24 +295,10 @@ def _final_kill(sid: int) -> None:
             time.sleep(POLL_S)
 
 
-def systemctl_client(argv: list[str]) -> int:
-    """``systemctl ARGS``: send them to the VM's manager, print its answer."""
-    address, key = os.environ.get(ADDRESS_ENV), os.environ.get(AUTHKEY_ENV)
-    if not address or not key:
-        print("emulated systemctl: not running inside an emulated VM (no manager address)", file=sys.stderr)
-        return 1
-    host, port = address.rsplit(":", 1)
-    with Client((host, int(port)), authkey=bytes.fromhex(key)) as conn:
-        conn.send(argv)
-        code, output = conn.recv()
-    (sys.stdout if code == 0 else sys.stderr).write(output)
-    return code
-
-
 def main(argv: list[str]) -> int:
     """``boot --unit-dir DIR --runtime-dir DIR SCRIPT`` or ``systemctl ARGS...``."""
     if argv[:1] == ["systemctl"]:
-        return systemctl_client(argv[1:])
+        return systemctl_client.main(argv[1:])
     if len(argv) == 6 and argv[0] == "boot" and argv[1] == "--unit-dir" and argv[3] == "--runtime-dir":
         return boot(Path(argv[5]), Path(argv[2]), Path(argv[4]))
     print(
