@@ -115,10 +115,14 @@ def one_process_reference(training, run_dir: Path) -> dict[int, float]:
     return {r["step"]: r["loss"] for r in read_records(RunDir(str(run_dir)), "metrics") if "loss" in r}
 
 
+#: The run's steps (the emu stack's 24 are more than the kills at steps 8 and 9 need).
+STEPS = 12
+
+
 @pytest.fixture(scope="module")
 def two_kills(tmp_path_factory) -> dict:
     """The emulation every test here reads: the emu stack (tests/stacks/Pulumi.emu.yaml) as
-    stack ``emutokens``, training on a dataset prepared into its emulated bucket, with
+    stack ``emutokens`` of :data:`STEPS` steps, training on a dataset prepared into its emulated bucket, with
     ``--kill 1@8 --kill 1@9``. Its summary, stdout, VM consoles, events and per-step losses,
     the dataset's URL, and the one-process reference's losses."""
     state_dir = tmp_path_factory.mktemp("two-kills")
@@ -128,6 +132,7 @@ def two_kills(tmp_path_factory) -> dict:
         bucket = f"{document['config']['gcp:project']}-emutokens-ckpt"
         dataset = f"gs://{bucket}/datasets/stdlib-bpe512"
         document["config"]["multislice:training"]["data"] = {"source": dataset}
+        document["config"]["multislice:training"]["steps"] = STEPS
         # Synchronous saves: step 6's checkpoint is finalized before step 7 starts, so the kill
         # at step ≥ 8 always finds it. Asynchronously, a loaded machine can report step 8
         # before the save is finalized, and the run restarts from scratch (a CI run did; kills
@@ -208,13 +213,13 @@ def test_after_two_restarts_every_step_is_bit_identical_when_recomputed_and_matc
     # config in one process (its mesh is laid out differently: 1 × 8 devices instead of 2 × 4,
     # so sums are taken in another order; docs/faults.md measured ~1e-7 relative for such a change).
     records, reference = two_kills["records"], two_kills["reference"]
-    assert {step for step, _ in records} == set(range(1, 25))
+    assert {step for step, _ in records} == set(range(1, STEPS + 1))
     by_step: dict[int, set[float]] = {}
     for step, loss in records:
         by_step.setdefault(step, set()).add(loss)
     assert all(len(losses) == 1 for losses in by_step.values()), by_step
     assert all(loss == pytest.approx(reference[step], rel=1e-5) for step, loss in records)
-    assert two_kills["summary"]["final_loss"] == pytest.approx(reference[24], rel=1e-5)
+    assert two_kills["summary"]["final_loss"] == pytest.approx(reference[STEPS], rel=1e-5)
 
 
 @pytest.mark.slow

@@ -1,5 +1,5 @@
 """``multislice local reset`` and ``multislice local exec`` on a real emulation of the tests' emu
-stack (2 slices × 1 worker, a checkpoint every 6 steps, 24 steps), held at step 8 until the test has
+stack (2 slices × 1 worker, a checkpoint every 6 steps, 12 steps instead of 24), held at step 8 until the test has
 acted (``local up --hold-at 8``: the trainers wait there, so the run cannot end first however slow
 the machine): a JAX program run by exec first is refused on every worker (the run holds the chips), the reset
 restarts every VM through the emulated TPU API, exec then runs in each emulated VM with its new
@@ -15,7 +15,7 @@ import pytest
 
 from tests.helpers.emulation import STACK, BackgroundCli, processes_under, run_cli, run_records
 
-STEPS = 24
+STEPS = 12
 #: The step the trainers wait at until the test releases it (after the reset and the second exec).
 HOLD_AT = 8
 
