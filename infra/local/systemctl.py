@@ -4,8 +4,7 @@
 loopback connection, prints the answer and exits with its status.
 
 A boot calls it several times, every trainer start once more, so it imports only what a call
-needs (the manager's modules stay in the manager): about half the CPU of a start that imported
-them too (0.035 against 0.065 CPU-s, docs/development.md "Measured").
+needs: the manager's modules stay in the manager (what that saves: docs/development.md, "Measured").
 """
 
 from __future__ import annotations
