@@ -26,6 +26,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -198,27 +199,33 @@ def _slow_steps(delay_s: float) -> None:
 
 
 def _slow_compile(delay_s: float) -> None:
-    """The train step this process builds takes ``delay_s`` longer to compile (to lower, or
-    on its first call when the trainer does not compile ahead of time)."""
+    """The train step this process builds takes ``delay_s`` longer to compile, once (its first
+    lowering, or its first call when the trainer does not compile ahead of time)."""
     from training import step
 
     real_make = step.make_train_step
+
+    compiling = threading.Lock()
+    compiled = threading.Event()
+
+    def first_compile() -> None:
+        # Once a process, however many times (and from however many threads) the step is
+        # lowered: the trainer lowers it in its warm-up thread and again before the first step.
+        with compiling:
+            if not compiled.is_set():
+                time.sleep(delay_s)
+                compiled.set()
 
     def make_train_step(*args, **kwargs):
         jitted = real_make(*args, **kwargs)
 
         class SlowToCompile:
-            compiled = False
-
             def lower(self, *a, **k):
-                time.sleep(delay_s)
-                SlowToCompile.compiled = True
+                first_compile()
                 return jitted.lower(*a, **k)
 
             def __call__(self, *a, **k):
-                if not SlowToCompile.compiled:
-                    time.sleep(delay_s)
-                    SlowToCompile.compiled = True
+                first_compile()
                 return jitted(*a, **k)
 
         return SlowToCompile()

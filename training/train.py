@@ -321,11 +321,14 @@ def _compiled_in_step(train_step: Any, state: Any, batch: jax.Array, start_step:
     """The train step compiled ahead of time, once every process has compiled it.
 
     Only process 0 writes JAX's persistent compilation cache, so after a restart process 0
-    may load the step from it while a peer compiles for tens of seconds; on CPU the first
-    collective then fails ("Gloo context initialization failed: DEADLINE_EXCEEDED": gloo waits
-    a fixed 30 s for its peers). A coordination-service barrier (training.agreement, bounded
-    by ``MULTISLICE_AGREEMENT_TIMEOUT_S``) after compiling lets every process reach the first
-    step together; on TPUs it costs one round trip per start.
+    may load the step from it while a peer compiles for tens of seconds, or never finishes:
+    process 0 would wait in the first step's collectives with no bound of ours (on CPU a peer
+    that compiles for 10 minutes kept it there past the test's 240 s:
+    tests/training/test_agreement.py; a gloo context first used by peers more than 30 s apart
+    fails instead, "Gloo context initialization failed: DEADLINE_EXCEEDED"). A
+    coordination-service barrier (training.agreement, bounded by
+    ``MULTISLICE_AGREEMENT_TIMEOUT_S``) after compiling lets every process reach the first step
+    together, or ends them all; on TPUs it costs one round trip per start.
 
     Raises:
       agreement.AgreementError: a peer did not finish compiling within the bound.

@@ -262,15 +262,43 @@ def test_a_dead_peer_ends_the_survivor(preempted_run, tmp_path, jobs):
 GLOO_CONTEXT_TIMEOUT_S = 30
 
 
+def longer_run(preempted_run, tmp_path: Path, steps: int = 20) -> tuple[Path, Path]:
+    """``preempted_run``'s run, unfinished (:func:`copy_unfinished`), under a config of ``steps``
+    steps: a restart resumes it from its step 16."""
+    config_path, run_dir = copy_unfinished(preempted_run, tmp_path)
+    longer = write_config(
+        tmp_path / "longer.json",
+        TrainConfig.model_validate_json(config_path.read_text()).model_copy(update={"steps": steps}),
+    )
+    return longer, run_dir
+
+
 @pytest.mark.slow
-def test_a_peer_that_compiles_much_longer_is_waited_for(corpus, tmp_path, jobs):
+def test_a_peer_that_compiles_much_longer_is_waited_for(preempted_run, tmp_path, jobs):
     """A resumed process that loads the train step from the persistent compilation cache can
-    reach the first collective long before a peer that compiles it (only process 0 writes the
-    cache). The processes meet at a coordination-service barrier before the first step, so the
-    run completes; without it process 0 waits in gloo's context set-up and fails."""
-    config_path = write_config(tmp_path / "config.json", config(corpus, steps=4))
-    delay = {1: {"TEST_COMPILE_DELAY_S": str(GLOO_CONTEXT_TIMEOUT_S + 15)}}
-    job = Job(config_path, tmp_path / "run", tmp_path, env=delay)
+    reach the first step long before a peer that compiles it (only process 0 writes the cache):
+    a peer later than gloo's context timeout is waited for, and the run completes."""
+    config_path, run_dir = longer_run(preempted_run, tmp_path)
+    delay = {1: {"TEST_COMPILE_DELAY_S": str(GLOO_CONTEXT_TIMEOUT_S + 5)}}
+    job = Job(config_path, run_dir, tmp_path, env=delay)
     jobs.append(job)
     assert job.wait() == [0, 0], logs(job)
-    assert [e["event"] for e in events(tmp_path / "run")][-1] == "complete"
+    starts = [e for e in events(run_dir) if e["event"] == "start"]
+    assert starts[-1]["step"] == 16 and starts[-1]["restored"], starts
+    assert [e["event"] for e in events(run_dir)][-1] == "complete"
+
+
+@pytest.mark.slow
+def test_a_peer_that_compiles_past_the_agreement_bound_ends_every_process(preempted_run, tmp_path, jobs):
+    """The processes meet at a coordination-service barrier once they have compiled, before the
+    first step, bounded by ``MULTISLICE_AGREEMENT_TIMEOUT_S``: a peer still compiling past it ends
+    every process (for the supervisor to restart them) with a line that names the barrier,
+    instead of a wait in the first step's collectives that nothing of ours bounds."""
+    config_path, run_dir = longer_run(preempted_run, tmp_path)
+    short = {"MULTISLICE_AGREEMENT_TIMEOUT_S": "15"}
+    job = Job(config_path, run_dir, tmp_path, env={0: short, 1: {**short, "TEST_COMPILE_DELAY_S": "600"}})
+    jobs.append(job)
+    codes = job.wait()
+    assert all(code not in (train.EXIT_COMPLETE, train.EXIT_PREEMPTED) for code in codes), logs(job)
+    assert "not every process reached 'compiled/16' within 15 s" in job.log(0), logs(job)
+    assert not (run_dir / "COMPLETE").exists() and losses(run_dir)[-1][0] == 16  # no step trained
