@@ -137,6 +137,7 @@ def floor_once(state_dir: Path, config, config_file: Path) -> dict:
     """One round of floor processes over the stored run; process 0's phases and the end."""
     from infra.local import gcs, topology
     from infra.local.ports import free_port
+    from infra.local.state import LocalPaths
     from infra.startup import contract
 
     root = state_dir / config.stack
@@ -148,7 +149,7 @@ def floor_once(state_dir: Path, config, config_file: Path) -> dict:
             heartbeat_timeout_s=10,
             init_timeout_s=120,
             storage_env=server.client_env(),
-            bytecode_dir=root / "bytecode",
+            paths=LocalPaths(root),
         )
         env["PYTHONPATH"] = str(ROOT)
         env["PYTHONPYCACHEPREFIX"] = str(state_dir / "bytecode")  # the VMs' (benchmarks/goodput.py cli_env)

@@ -197,7 +197,7 @@ class LocalQueuedResource:
                 heartbeat_timeout_s=options.heartbeat_timeout_s,
                 init_timeout_s=options.init_timeout_s,
                 storage_env=self.storage.client_env(),
-                bytecode_dir=self.paths.bytecode_dir,
+                paths=self.paths,
             )
             | self.capacity.environment()
         )

@@ -90,6 +90,11 @@ class LocalPaths:
         return self.root / "bytecode"
 
     @property
+    def python3_dir(self) -> Path:
+        """The emulated VMs' ``python3``, where this machine's is a shim (``topology.python3_dir``)."""
+        return self.root / "bin"
+
+    @property
     def holds_dir(self) -> Path:
         """Where a hold of ``local up --hold-at STEP`` is released: create ``<holds_dir>/<STEP>``
         (:class:`infra.local.faults.FaultGates`)."""

@@ -12,13 +12,15 @@ found through the environment (:func:`vm_environment`).
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
 from infra.backends.registry import backend_of
 from infra.config import StackConfig
 from infra.local.service_manager import VM_SITE_ENV
-from infra.local.state import EMULATION_ID_ENV
+from infra.local.state import EMULATION_ID_ENV, LocalPaths
 from infra.startup import contract
 
 #: The trainer's ``training.compile_cache.SHARED_DIR_ENV``: passed on to the VMs when set.
@@ -54,7 +56,7 @@ def vm_environment(
     heartbeat_timeout_s: int,
     init_timeout_s: int,
     storage_env: dict[str, str],
-    bytecode_dir: Path | None = None,
+    paths: LocalPaths | None = None,
 ) -> dict[str, str]:
     """The environment every emulated VM's startup script runs with: this process's, less
     JAX / TPU / metadata settings, plus the emulation's (CPU devices, this virtualenv's
@@ -65,7 +67,7 @@ def vm_environment(
     startup script gives them otherwise (:mod:`training.compile_cache`); ``XLA_FLAGS`` is
     :data:`VM_XLA_FLAGS_ENV`'s value, when set here, else unset.
     Where this process has ``PYTHONDONTWRITEBYTECODE`` set (some CI images and sandboxes), the
-    VMs keep their bytecode in ``bytecode_dir`` instead (``PYTHONPYCACHEPREFIX``,
+    VMs keep their bytecode in ``paths.bytecode_dir`` instead (``PYTHONPYCACHEPREFIX``,
     https://docs.python.org/3/using/cmdline.html): a TPU VM's Python caches what it compiled on
     its first start, and without it every emulated start would compile each module of jax,
     orbax and the rest from source (seconds of CPU per process), while nothing is written into
@@ -75,7 +77,8 @@ def vm_environment(
     without arguments, or not at all, joins the emulated job, and the VM's chips belong to one
     process at a time (docs/workloads.md; vm_site/sitecustomize.py). ``MULTISLICE_VM_SITE`` keeps
     that directory on the ``PYTHONPATH`` of units that set their own, the trainer's included
-    (``infra.local.service_manager.unit_environment``)."""
+    (``infra.local.service_manager.unit_environment``). The VMs' ``python3`` is this machine's,
+    without a version manager's shim in front (:func:`python3_dir`, in ``paths.python3_dir``)."""
     env = {key: value for key, value in os.environ.items() if not key.startswith(_HOST_ONLY_PREFIXES)}
     env.update(
         {
@@ -101,7 +104,45 @@ def vm_environment(
         env["XLA_FLAGS"] = vm_flags
     if shared_cache := os.environ.get(SHARED_COMPILATION_CACHE_ENV):  # runs share compiled programs
         env[SHARED_COMPILATION_CACHE_ENV] = shared_cache
-    if bytecode_dir is not None and env.get("PYTHONDONTWRITEBYTECODE") and not env.get("PYTHONPYCACHEPREFIX"):
+    if paths is not None and env.get("PYTHONDONTWRITEBYTECODE") and not env.get("PYTHONPYCACHEPREFIX"):
         del env["PYTHONDONTWRITEBYTECODE"]
-        env["PYTHONPYCACHEPREFIX"] = str(bytecode_dir)
+        env["PYTHONPYCACHEPREFIX"] = str(paths.bytecode_dir)
+    if paths is not None and (python3 := python3_dir(paths.python3_dir, env.get("PATH", os.defpath))) is not None:
+        env["PATH"] = os.pathsep.join((str(python3), env.get("PATH", os.defpath)))
     return env
+
+
+def python3_dir(directory: Path, path: str) -> Path | None:
+    """``directory``, holding a ``python3`` link to the interpreter that ``python3`` on ``path``
+    runs, when that ``python3`` is a script: a version manager's shim (pyenv's is a bash script
+    that finds the interpreter anew on every call). The VMs' scripts call ``python3`` often (a
+    compute-engine VM reads each Compute API answer with it, every few seconds; every boot
+    decodes its bundle with it), and through pyenv's shim each call cost 0.097 CPU-s instead of
+    0.035 (docs/emulation.md, "Measured"); a TPU VM's ``python3`` is the system's interpreter.
+    Resolved once, by asking that ``python3`` for its ``sys.executable``. None, and nothing
+    written, when ``python3`` is not on ``path`` or is not a script, or does not answer."""
+    found = shutil.which("python3", path=path)
+    if found is None:
+        return None
+    try:
+        with open(found, "rb") as f:
+            if f.read(2) != b"#!":
+                return None
+        answer = subprocess.run(
+            [found, "-c", "import sys; print(sys.executable)"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    interpreter = answer.stdout.strip()
+    if not os.path.isabs(interpreter) or not os.access(interpreter, os.X_OK):
+        return None
+    directory.mkdir(parents=True, exist_ok=True)
+    staged = directory / f".python3.{os.getpid()}"
+    staged.unlink(missing_ok=True)
+    staged.symlink_to(interpreter)
+    staged.replace(directory / "python3")  # atomic: a VM never finds the link half made
+    return directory

@@ -4,6 +4,9 @@ names are the stack's real ones (StackConfig.node_ids), and the trainer's own me
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -14,7 +17,7 @@ from infra.config import StackConfig, load_stack_file
 from infra.local import topology
 from infra.local.gcs import client_env
 from infra.local.metadata import MetadataServer
-from infra.local.state import EMULATION_ID_ENV
+from infra.local.state import EMULATION_ID_ENV, LocalPaths
 from infra.startup import contract
 from training import cluster
 
@@ -177,7 +180,7 @@ def test_vms_keep_their_bytecode_where_this_machine_does_not_write_it(tmp_path, 
         heartbeat_timeout_s=7,
         init_timeout_s=99,
         storage_env={},
-        bytecode_dir=tmp_path / "bytecode",
+        paths=LocalPaths(tmp_path),
     )
     monkeypatch.delenv("PYTHONPYCACHEPREFIX", raising=False)
     monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
@@ -190,6 +193,35 @@ def test_vms_keep_their_bytecode_where_this_machine_does_not_write_it(tmp_path, 
     monkeypatch.delenv("PYTHONDONTWRITEBYTECODE")  # Python's default: __pycache__ next to the sources
     env = topology.vm_environment(config, **kwargs)
     assert "PYTHONPYCACHEPREFIX" not in env and "PYTHONDONTWRITEBYTECODE" not in env
+
+
+def test_the_vms_python3_is_the_interpreter_behind_this_machine_s_shim(tmp_path, monkeypatch):
+    """A ``python3`` that is a script (pyenv's shim) is asked once for its interpreter, which the
+    VMs' ``PATH`` then offers first; a ``python3`` that is the interpreter, none, or a script that
+    fails leave ``PATH`` as it was and write nothing."""
+    config = stack(tmp_path)
+    kwargs = dict(emulation_id="abc", coordinator_port=4321, heartbeat_timeout_s=7, init_timeout_s=99, storage_env={})
+    paths = LocalPaths(tmp_path / "emu")
+    shims, binaries = tmp_path / "shims", tmp_path / "binaries"
+    shims.mkdir()
+    binaries.mkdir()
+    (shims / "python3").write_text(f'#!/bin/bash\nexec {sys.executable} "$@"\n')
+    (shims / "python3").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{shims}{os.pathsep}/usr/bin{os.pathsep}/bin")
+    env = topology.vm_environment(config, **kwargs, paths=paths)
+    assert env["PATH"] == f"{paths.python3_dir}{os.pathsep}{shims}{os.pathsep}/usr/bin{os.pathsep}/bin"
+    assert shutil.which("python3", path=env["PATH"]) == str(paths.python3_dir / "python3")
+    assert os.readlink(paths.python3_dir / "python3") == sys.executable  # what the shim ran
+    ran = subprocess.run(["python3", "-c", "print(6 * 7)"], env=env, capture_output=True, text=True, check=True)
+    assert ran.stdout == "42\n"
+
+    shutil.rmtree(paths.python3_dir)
+    (binaries / "python3").symlink_to(sys.executable)  # the interpreter itself
+    (shims / "python3").write_text("#!/bin/bash\nexit 1\n")  # a shim that finds no interpreter
+    for path in (f"{binaries}{os.pathsep}/bin", str(shims), str(tmp_path / "nowhere")):
+        monkeypatch.setenv("PATH", path)
+        assert topology.vm_environment(config, **kwargs, paths=paths)["PATH"] == path
+        assert not paths.python3_dir.exists()
 
 
 # The compute-engine backend --------------------------------------------------------------------
