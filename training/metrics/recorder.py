@@ -9,6 +9,7 @@ import math
 import time
 from collections.abc import Callable
 
+import jax
 import numpy as np
 import optax
 
@@ -42,7 +43,11 @@ class MetricsRecorder:
         devices: int,
         clock: Callable[[], float] = time.perf_counter,
     ):
-        self.cfg, self.schedule, self.devices, self.clock = cfg, schedule, devices, clock
+        self.cfg, self.devices, self.clock = cfg, devices, clock
+        # Jitted: optax's schedules are jnp code, which run op by op would trace, lower and
+        # compile each of their primitives at a process's first record (0.36 against 0.07 CPU-s
+        # for a run's first 24 learning rates, fresh processes: docs/goodput.md, "Start-up").
+        self.schedule = jax.jit(schedule)
         self.metrics_log, self.events_log, self.tensorboard = metrics_log, events_log, tensorboard
         self.flops_per_step = (
             model.flops_per_token(cfg.model, cfg.sequence_length, cfg.vocab_size) * cfg.global_batch_tokens
