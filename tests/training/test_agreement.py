@@ -124,6 +124,17 @@ def copy_unfinished(preempted_run, target: Path) -> tuple[Path, Path]:
     return config_path, target / "run"
 
 
+def longer_run(preempted_run, tmp_path: Path, steps: int = 20) -> tuple[Path, Path]:
+    """``preempted_run``'s run, unfinished (:func:`copy_unfinished`), under a config of ``steps``
+    steps: a restart resumes it from its step 16."""
+    config_path, run_dir = copy_unfinished(preempted_run, tmp_path)
+    longer = write_config(
+        tmp_path / "longer.json",
+        TrainConfig.model_validate_json(config_path.read_text()).model_copy(update={"steps": steps}),
+    )
+    return longer, run_dir
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_restore_agrees_on_the_newest_step_every_process_can_read(preempted_run, tmp_path, jobs):
@@ -244,11 +255,7 @@ def test_a_notice_while_waiting_for_peers_ends_the_process(corpus, tmp_path, job
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_a_dead_peer_ends_the_survivor(preempted_run, tmp_path, jobs):
-    config_path, run_dir = copy_unfinished(preempted_run, tmp_path)
-    longer = write_config(
-        tmp_path / "longer.json",
-        TrainConfig.model_validate_json(config_path.read_text()).model_copy(update={"steps": 400}),
-    )
+    longer, run_dir = longer_run(preempted_run, tmp_path, steps=400)
     job = Job(longer, run_dir, tmp_path, env=BOTH_SLOW)
     jobs.append(job)
     job.wait_for(0, r"step 18/400 loss")
@@ -261,17 +268,6 @@ def test_a_dead_peer_ends_the_survivor(preempted_run, tmp_path, jobs):
 #: Gloo, JAX's CPU collectives, gives up on a peer that reaches a collective's first use more
 #: than a fixed 30 s later ("Gloo context initialization failed: DEADLINE_EXCEEDED").
 GLOO_CONTEXT_TIMEOUT_S = 30
-
-
-def longer_run(preempted_run, tmp_path: Path, steps: int = 20) -> tuple[Path, Path]:
-    """``preempted_run``'s run, unfinished (:func:`copy_unfinished`), under a config of ``steps``
-    steps: a restart resumes it from its step 16."""
-    config_path, run_dir = copy_unfinished(preempted_run, tmp_path)
-    longer = write_config(
-        tmp_path / "longer.json",
-        TrainConfig.model_validate_json(config_path.read_text()).model_copy(update={"steps": steps}),
-    )
-    return longer, run_dir
 
 
 @pytest.mark.slow
