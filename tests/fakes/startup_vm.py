@@ -81,9 +81,9 @@ esac
 
 # pip (python3 -m pip install --target DIR -r FILE) and uv, faked for the environment step.
 # FAKE_PIP_FAILURES=N: the first N pip runs fail (a flaky index); "always": every run does.
-# ``python3 -c CODE`` (the bootstrap's base85 decoder) runs the real Python (the tests' own interpreter).
+# ``python3 [-I -S] -c CODE`` (the bootstrap's base85 decoder) runs the real Python (the tests' own interpreter).
 FAKE_PYTHON3 = r"""#!/bin/bash
-if [[ ${1:-} == -c ]]; then exec @@REAL_PYTHON@@ "$@"; fi
+if [[ ${1:-} == -c || "${1:-} ${2:-} ${3:-}" == "-I -S -c" ]]; then exec @@REAL_PYTHON@@ "$@"; fi
 echo "python3 $*" >>"$FAKE_DIR/calls"
 runs=$(( $(cat "$FAKE_DIR/pip-runs" 2>/dev/null || echo 0) + 1 ))
 echo "$runs" >"$FAKE_DIR/pip-runs"

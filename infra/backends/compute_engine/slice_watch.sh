@@ -31,7 +31,8 @@ set -uo pipefail
 readonly METADATA="http://${GCE_METADATA_IP:-@@DEFAULT_METADATA_HOST@@}/computeMetadata/v1"
 compute_api=${MULTISLICE_COMPUTE_API_ENDPOINT:-@@DEFAULT_COMPUTE_API_ENDPOINT@@}
 say() { printf '[slice %s worker %s] slice watch: %s\n' "${MULTISLICE_SLICE:-?}" "${MULTISLICE_WORKER:-?}" "$*"; }
-# A managed instance's line: name, instanceStatus (- when it does not exist), currentAction.
+# A managed instance's line: name, instanceStatus (- when it does not exist), currentAction; read
+# with `python3 -I -S`, the standard library only, as boot-identity.sh reads the same answers.
 readonly LIST='import json, sys
 page = json.load(sys.stdin)
 print(page.get("nextPageToken", ""))
@@ -76,7 +77,7 @@ for group in "${group_list[@]}"; do
       say "warning: group $group could not be listed ($answer); asking again at the next poll"
       exit 1
     }
-    page=$(python3 -c "$LIST" <<<"$answer") || {
+    page=$(python3 -I -S -c "$LIST" <<<"$answer") || {
       say "warning: group $group: malformed answer"
       exit 1
     }
