@@ -25,7 +25,7 @@ from tests.helpers.readme import bash_lines, day_one, readme_commands
 #: The steps the day-one run waits at: before the reset, and after it (a reset stops the trainers
 #: as a preemption notice does: they save the step they agree on, past the first hold, and resume
 #: from it: docs/exec-and-reset.md).
-HOLD_AT, HOLD_AGAIN_AT = 10, 20
+HOLD_AT, HOLD_AGAIN_AT = 2, 4
 STEPS = 1000
 
 
