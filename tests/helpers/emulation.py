@@ -163,16 +163,34 @@ def long_stack(tmp_path: Path) -> Path:
     return path
 
 
-def waiting_stack(tmp_path: Path) -> Path:
-    """The emu stack whose workload only waits (a shell loop, no JAX): for tests of stopping
-    ``local up`` while its VMs run, which need the emulated VMs up, not a trainer's start-up."""
+#: A workload that only waits.
+WAIT = "while :; do sleep 1; done"
+
+#: A workload that only reports progress: process 0 writes a metrics record (docs/workloads.md,
+#: "Metrics") every 0.2 s, a new object of the run's metrics log uploaded with curl to the emulated
+#: Cloud Storage (``STORAGE_EMULATOR_HOST``, which the emulated VMs have); the others wait.
+REPORT = r"""[ "$MULTISLICE_PROCESS_ID" = 0 ] || exec sh -c 'while :; do sleep 1; done'
+d=${MULTISLICE_METRICS_DIR#gs://}; i=0
+upload="$STORAGE_EMULATOR_HOST/upload/storage/v1/b/${d%%/*}/o?uploadType=media"
+while :; do
+  i=$((i + 1)); name=$(printf '%s/%08d.jsonl' "${d#*/}" "$i")
+  printf '{"step": %d, "loss": 1.5, "time": %s}\n' "$i" "$(date +%s)" |
+    curl -sSf -X POST --data-binary @- "$upload&name=$name" >/dev/null
+  sleep 0.2
+done"""
+
+
+def waiting_stack(tmp_path: Path, command: str = WAIT) -> Path:
+    """The emu stack whose workload is a shell ``command`` (:data:`WAIT`, or :data:`REPORT`), no
+    JAX: for tests of stopping ``local up`` while its VMs run, which need the emulated VMs up (and
+    with :data:`REPORT`, ``local up``'s progress lines), not a trainer's start-up."""
     import yaml
 
     path = tmp_path / "waiting" / "Pulumi.emu.yaml"
     path.parent.mkdir(exist_ok=True)
     document = yaml.safe_load(STACK.read_text())
     del document["config"]["multislice:training"]
-    document["config"]["multislice:workload"] = {"command": ["sh", "-c", "while :; do sleep 1; done"], "steps": 100000}
+    document["config"]["multislice:workload"] = {"command": ["bash", "-c", command], "steps": 100000}
     path.write_text(yaml.safe_dump(document))
     return path
 

@@ -24,6 +24,7 @@ from infra.config import load_stack_file
 from infra.local import gcs
 from tests.helpers.emulation import (
     CLI,
+    REPORT,
     RUN_DIR,
     STACK,
     cli_env,
@@ -433,11 +434,9 @@ def test_ctrl_c_stops_every_vm(tmp_path):
 
 @pytest.mark.slow
 def test_closed_stdout_stops_every_vm_with_a_message(tmp_path):
-    # `multislice local up | head`: the reader leaves while training runs.
+    # `multislice local up | head`: the reader leaves while the run goes on.
     env = cli_env(tmp_path)
-    stack = tmp_path / "s" / "Pulumi.emu.yaml"  # a progress line every 10 steps
-    stack.parent.mkdir()
-    stack.write_text(STACK.read_text().replace("    steps: 24", "    steps: 100"))
+    stack = waiting_stack(tmp_path, REPORT)  # the VMs' workload reports steps, no JAX
     proc = subprocess.Popen(
         CLI + ["local", "up", "--config-file", str(stack)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
