@@ -47,8 +47,8 @@ def api():
         yield server
 
 
-def poll(watch: Path, api: ComputeApi, home: Path, own: str) -> subprocess.CompletedProcess[str]:
-    """One poll of the watch on VM ``own``."""
+def poll(watch: Path, api: ComputeApi, home: Path, own: str, **extra: str) -> subprocess.CompletedProcess[str]:
+    """One poll of the watch on VM ``own`` (``extra``: more environment variables)."""
     attributes = {contract.INSTANCE_GROUPS_KEY: ",".join(CE_GROUPS)}
     values = {
         "instance/name": own,
@@ -63,6 +63,7 @@ def poll(watch: Path, api: ComputeApi, home: Path, own: str) -> subprocess.Compl
             contract.COMPUTE_API_ENDPOINT_ENV: api.endpoint,
             "MULTISLICE_SLICE": own.split("-")[2],
             "MULTISLICE_WORKER": "0",
+            **extra,
         }
         return subprocess.run(
             ["bash", str(watch), str(home)], env=env, capture_output=True, text=True, timeout=60, check=False
@@ -100,6 +101,18 @@ def test_a_lost_vm_has_its_whole_group_recreated_by_the_first_vm_up_outside_it(w
     # The group's VMs now carry RECREATING: no VM asks again.
     assert poll(watch, api, tmp_path / "actor", GROUP_1[0]).stdout == ""
     assert recreate_requests(api) == [CE_GROUPS[0]]
+
+
+def test_a_module_on_the_vms_pythonpath_does_not_change_how_the_answers_are_read(watch, api, tmp_path):
+    """The answers are read with ``python3 -I -S``: a ``json`` module of the VM's ``PYTHONPATH``
+    (a user's, or a package's) is not the one that parses them."""
+    shadow = tmp_path / "shadow"
+    shadow.mkdir()
+    (shadow / "json.py").write_text("raise SystemExit('a json module of PYTHONPATH was imported')\n")
+    api.set_vm(GROUP_0[1], ip=None, status="TERMINATED")
+    result = poll(watch, api, tmp_path / "home", GROUP_1[0], PYTHONPATH=str(shadow))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"group {CE_GROUPS[0]}: lost VM {GROUP_0[1]} (TERMINATED)" in result.stdout
 
 
 def test_a_vm_seen_lost_once_only_is_not_recreated(watch, api, tmp_path):
