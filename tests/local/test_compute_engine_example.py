@@ -1,6 +1,6 @@
 """docs/compute-engine.md's "Try it on this machine", run exactly as written
 (tests/helpers/documented_lines.py; the lines: tests.helpers.readme.bash_lines): a compute-engine
-stack in a file of the user's own, planned, emulated with a kill of slice 1 at step 14 (its
+stack in a file of the user's own, planned, emulated with a kill of slice 1 at step 17 (its
 one-VM group recreates the VM; training resumes from the newest checkpoint and completes), then
 its status and slice 1's lines."""
 
@@ -29,7 +29,7 @@ def test_the_compute_engine_example_runs_as_written(tmp_path, monkeypatch):
         assert done.returncode == 0, done.stderr
     config = load_stack_file(tmp_path / "home" / "Pulumi.ce.yaml")
     assert (config.stack, config.backend, config.slices, config.accelerator.hosts) == ("ce", "compute-engine", 2, 1)
-    assert config.capacity == "spot" and config.training.steps == 20 and config.training.checkpoint.interval_steps == 5
+    assert config.capacity == "spot" and config.training.steps == 20 and config.training.checkpoint.interval_steps == 6
 
     planned = run_line(plan)
     assert planned.returncode == 0, planned.stdout + planned.stderr
@@ -41,9 +41,9 @@ def test_the_compute_engine_example_runs_as_written(tmp_path, monkeypatch):
     ran = run_line(up, timeout=800)
     out = ran.stdout
     assert ran.returncode == 0, out + ran.stderr
-    assert "fault: kill slice 1 at step 14" in out and "repair: recreating slice 1" in out, out
+    assert "fault: kill slice 1 at step 17" in out and "repair: recreating slice 1" in out, out
     resumed = re.search(r"training resumed from the checkpoint of step (\d+)", out)
-    assert resumed and int(resumed[1]) == 10, out  # the newest checkpoint before step 14 (every 5 steps)
+    assert resumed and int(resumed[1]) == 12, out  # the newest checkpoint before step 17 (every 6 steps)
     assert "step 20/20" in out
     assert (
         "capacity: kept: deleteOnComplete is not built for the compute-engine backend; the instance groups' spot VMs"
