@@ -211,6 +211,9 @@ def _slow_compile(delay_s: float) -> None:
     def first_compile() -> None:
         # Once a process, however many times (and from however many threads) the step is
         # lowered: the trainer lowers it in its warm-up thread and again before the first step.
+        # After that, each call only reads the event: no lock on the step's path.
+        if compiled.is_set():
+            return
         with compiling:
             if not compiled.is_set():
                 time.sleep(delay_s)

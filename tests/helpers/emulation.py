@@ -169,8 +169,9 @@ WAIT = "while :; do sleep 1; done"
 #: A workload that only reports progress: process 0 writes a metrics record (docs/workloads.md,
 #: "Metrics") every 0.2 s, a new object of the run's metrics log uploaded with curl to the emulated
 #: Cloud Storage (``STORAGE_EMULATOR_HOST``, which the emulated VMs have); the others wait.
-REPORT = r"""[ "$MULTISLICE_PROCESS_ID" = 0 ] || exec sh -c 'while :; do sleep 1; done'
-d=${MULTISLICE_METRICS_DIR#gs://}; i=0
+REPORT = (
+    f"""[ "$MULTISLICE_PROCESS_ID" = 0 ] || exec sh -c '{WAIT}'\n"""
+    + r"""d=${MULTISLICE_METRICS_DIR#gs://}; i=0
 upload="$STORAGE_EMULATOR_HOST/upload/storage/v1/b/${d%%/*}/o?uploadType=media"
 while :; do
   i=$((i + 1)); name=$(printf '%s/%08d.jsonl' "${d#*/}" "$i")
@@ -178,6 +179,7 @@ while :; do
     curl -sSf -X POST --data-binary @- "$upload&name=$name" >/dev/null
   sleep 0.2
 done"""
+)
 
 
 def waiting_stack(tmp_path: Path, command: str = WAIT) -> Path:
