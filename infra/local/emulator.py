@@ -208,9 +208,9 @@ class LocalQueuedResource:
                     self.config, vm.slice_id, vm.worker, startup_script=self.startup_script, run_dir=self.config.run_dir
                 )
             )
+        self.boot_watch.booted(self.vms)  # first: a VM may show its trainer's start before the last VM boots
         for vm in self.vms:
             vm.boot(env)
-        self.boot_watch.booted(self.vms)
         self._record_state()
 
     def inject(
