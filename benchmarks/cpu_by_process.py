@@ -1,7 +1,7 @@
 """Where a command's CPU goes, by the kind of process: trainers, pytest workers, the emulated
 systemd, the CLI, the emulated Cloud Storage, and the rest.
 
-    python3 benchmarks/cpu_by_process.py [--acct FILE] [--top 25] -- .venv-uv/bin/uv run --frozen pytest
+    python3 benchmarks/cpu_by_process.py [--acct FILE] [--top 25] [--commands 40] -- .venv-uv/bin/uv run --frozen pytest
 
 benchmarks/cpu_by_test.py says which tests use the CPU; this says which processes do, the
 short-lived ones included (a ``systemctl`` call, a ``python -c`` that reads JSON), which no
@@ -65,6 +65,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--acct", type=Path, help="the accounting file (default: a new temporary one)")
     parser.add_argument("--top", type=int, default=25)
+    parser.add_argument(
+        "--commands",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also the N command lines with most CPU (their first 100 characters, digits as #)",
+    )
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -85,6 +92,8 @@ def main(argv: list[str] | None = None) -> int:
         watcher.join()
     totals: dict[str, float] = collections.defaultdict(float)
     counts: collections.Counter[str] = collections.Counter()
+    by_command: dict[str, float] = collections.defaultdict(float)
+    command_counts: collections.Counter[str] = collections.Counter()
     dump = subprocess.run(["dump-acct", str(acct)], check=True, capture_output=True, text=True).stdout
     for line in dump.splitlines():
         fields = [field.strip() for field in line.split("|")]
@@ -92,10 +101,17 @@ def main(argv: list[str] | None = None) -> int:
         name = kind(seen.get(pid), comm)
         totals[name] += (user + system) / 100  # dump-acct prints clock ticks (AHZ = 100)
         counts[name] += 1
+        line_of = re.sub(r"\d+", "#", " ".join(seen.get(pid, f"({comm})").split()))[:100]
+        by_command[line_of] += (user + system) / 100
+        command_counts[line_of] += 1
     print(f"exit {code}; {sum(totals.values()):.0f} CPU-s in {sum(counts.values())} processes (accounting: {acct})")
     print(f"{'CPU-s':>8} {'processes':>9}  kind")
     for name, cpu in sorted(totals.items(), key=lambda item: -item[1])[: args.top]:
         print(f"{cpu:8.1f} {counts[name]:9d}  {name}")
+    if args.commands:
+        print(f"\n{'CPU-s':>8} {'processes':>9}  command line")
+        for line_of, cpu in sorted(by_command.items(), key=lambda item: -item[1])[: args.commands]:
+            print(f"{cpu:8.1f} {command_counts[line_of]:9d}  {line_of}")
     return code
 
 
