@@ -30,7 +30,7 @@ from tests.helpers.emulation import (
 )
 
 #: The first release's steps (fewer than the emu stack's 24: the run never gets past :data:`SWITCH_AT`
-#: with it).
+#: with it); the gke emulation's too, which then shares its compiled programs (tests/local/test_gke_emulation.py).
 STEPS = 16
 
 #: The step after the repair at which the test writes a new release (the trainers are held there

@@ -26,8 +26,12 @@ PODS = [(s, w) for s in range(2) for w in range(2)]
 PREEMPT_AT = 6
 #: Where the run waits until the README's day-one commands have run on it.
 HOLD_AT = 4  # a step the progress lines report (every 2nd)
-#: The run's steps: enough to resume past the preemption and complete (fewer than the emu stack's 24).
-STEPS = 12
+#: The run's steps: enough to resume past the preemption and complete (fewer than the emu stack's 24),
+#: and those of the compute-engine emulation's first release (tests/local/test_compute_engine_emulation.py),
+#: whose model and 2 × 2 × 4-device mesh are these too: the steps are in the compiled train step (its
+#: learning-rate schedule), so with the same steps the test that runs second loads the other's programs
+#: from the session's compilation cache (tests/compilation_cache.py) instead of compiling them.
+STEPS = 16
 
 
 def operate_the_held_run(stack, config, tmp_path) -> None:
