@@ -99,10 +99,11 @@ def main(argv: list[str] | None = None) -> int:
         fields = [field.strip() for field in line.split("|")]
         comm, user, system, pid = fields[0], float(fields[2]), float(fields[3]), int(fields[9])
         name = kind(seen.get(pid), comm)
-        totals[name] += (user + system) / 100  # dump-acct prints clock ticks (AHZ = 100)
+        cpu = (user + system) / 100  # dump-acct prints clock ticks (AHZ = 100)
+        totals[name] += cpu
         counts[name] += 1
         line_of = re.sub(r"\d+", "#", " ".join(seen.get(pid, f"({comm})").split()))[:100]
-        by_command[line_of] += (user + system) / 100
+        by_command[line_of] += cpu
         command_counts[line_of] += 1
     print(f"exit {code}; {sum(totals.values()):.0f} CPU-s in {sum(counts.values())} processes (accounting: {acct})")
     print(f"{'CPU-s':>8} {'processes':>9}  kind")
