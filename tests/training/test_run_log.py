@@ -99,3 +99,29 @@ def test_two_starts_in_one_second_keep_both_files(run_dir, monkeypatch):
     restart.close()
     assert len(run_dir.list("tensorboard/*")) == 2
     assert tensorboard_scalars(run_dir, "train/loss") == [(1, 1.0), (2, 0.5)]
+
+
+def test_the_tensorboard_spool_lives_only_while_a_window_is_unsent(run_dir, tmp_path, monkeypatch):
+    # A trainer killed between syncs (a preemption without notice) cannot remove its spool: it
+    # must not hold one for the whole run. A failed upload keeps its file for the next window.
+    import tempfile
+
+    spools = tmp_path / "tmp"
+    spools.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(spools))
+    board = TensorBoardLog(run_dir, start_step=0)
+    assert list(spools.iterdir()) == []
+    board.scalars(1, {"train/loss": 1.0})
+    assert len(list(spools.iterdir())) == 1
+    write = run_dir.write
+    monkeypatch.setattr(run_dir, "write", lambda *args: (_ for _ in ()).throw(OSError("storage down")))
+    with pytest.raises(OSError, match="storage down"):
+        board.sync()
+    monkeypatch.setattr(run_dir, "write", write)
+    board.scalars(2, {"train/loss": 0.5})
+    board.sync()
+    assert list(spools.iterdir()) == []
+    assert len(run_dir.list("tensorboard/*")) == 2
+    assert tensorboard_scalars(run_dir, "train/loss") == [(1, 1.0), (2, 0.5)]
+    board.close()
+    assert list(spools.iterdir()) == []

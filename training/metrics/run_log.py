@@ -13,13 +13,13 @@ its unsynced window, steps that are recomputed from the last checkpoint anyway.
 
 TensorBoard event files (tensorboardX) are written to a local spool; :meth:`TensorBoardLog.
 sync` closes the current file, uploads it once to ``<run>/tensorboard/`` and starts the
-next one, for the same reason.
+next one, for the same reason. The spool (a temporary directory) exists only while a file is
+open, so a process that dies between syncs leaves at most one window's directory behind.
 """
 
 from __future__ import annotations
 
 import json
-import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -97,7 +97,7 @@ class TensorBoardLog:
         self._purge_step: int | None = start_step
         self._writer = None
         self._files = 0
-        self._spool = Path(tempfile.mkdtemp(prefix="tensorboard-")) if enabled else None
+        self._spool: Path | None = None  # a temporary directory while a file is open or unsent
 
     def scalars(self, step: int, values: dict[str, float]) -> None:
         if not self.enabled:
@@ -113,6 +113,8 @@ class TensorBoardLog:
             # reads them in and applies each start's purge_step.
             self._files += 1
             suffix = f".{time.time_ns():020d}.{self._files:06d}"
+            if self._spool is None:
+                self._spool = Path(tempfile.mkdtemp(prefix="tensorboard-"))
             self._writer = SummaryWriter(str(self._spool), purge_step=self._purge_step, filename_suffix=suffix)
             self._purge_step = None
         for name, value in values.items():
@@ -124,12 +126,11 @@ class TensorBoardLog:
             return
         self._writer.close()
         self._writer = None
-        assert self._spool is not None  # a writer was open: enabled
-        for path in sorted(self._spool.iterdir()):
+        assert self._spool is not None  # made for the writer
+        for path in sorted(self._spool.iterdir()):  # a file a failed upload left goes now
             self.run_dir.write(f"tensorboard/{path.name}", path.read_bytes())
             path.unlink()
+        self._spool.rmdir()
+        self._spool = None
 
-    def close(self) -> None:
-        self.sync()
-        if self._spool is not None:
-            shutil.rmtree(self._spool, ignore_errors=True)
+    close = sync
