@@ -11,6 +11,7 @@ from pathlib import Path
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 from jax.sharding import NamedSharding, PartitionSpec as P
 
@@ -49,6 +50,33 @@ def test_a_checksum_does_not_depend_on_the_sharding():
     )
     assert first == second == integrity.summarize(t)
     assert set(first) == {"w", "count", "h"} and all(count == 0 for _, count in first.values())
+
+
+def reference_checksum(x: np.ndarray) -> int:
+    """The recorded checksum (integrity.ALGORITHM) in numpy, from its definition: each element's
+    bits as a uint32 word, hashed with its row-major index by murmur3's 32-bit finalizer, summed
+    modulo 2^32 (https://github.com/aappleby/smhasher/blob/master/src/MurmurHash3.cpp, fmix32)."""
+
+    def fmix32(h: np.ndarray) -> np.ndarray:
+        h = h ^ (h >> np.uint32(16))
+        h = h * np.uint32(0x85EBCA6B)
+        h = h ^ (h >> np.uint32(13))
+        h = h * np.uint32(0xC2B2AE35)
+        return h ^ (h >> np.uint32(16))
+
+    x = np.asarray(x)
+    unsigned = {1: np.uint8, 2: np.uint16, 4: np.uint32}[x.dtype.itemsize]
+    words = (x.astype(np.uint32) if x.dtype == np.bool_ else x.view(unsigned).astype(np.uint32)).ravel()
+    index = np.arange(words.size, dtype=np.uint32)
+    return int(fmix32(words ^ fmix32(index + np.uint32(0x9E3779B9))).sum(dtype=np.uint32))
+
+
+def test_the_checksums_are_the_algorithms_whatever_computes_them():
+    # Checkpoints of earlier releases carry checksums of this algorithm: a restore must compute
+    # the same numbers, or it would refuse every one of them.
+    t = {**tree(), "mask": jnp.arange(7) % 3 == 0, "bytes": jnp.arange(300, dtype=jnp.uint8).reshape(3, 100)}
+    summary = integrity.summarize(t)
+    assert summary == {name: (reference_checksum(np.asarray(x)), 0) for name, x in t.items()}
 
 
 def test_a_changed_or_moved_value_changes_the_checksum_and_non_finite_values_are_named():

@@ -82,8 +82,18 @@ def _nonfinite(x: jax.Array) -> jax.Array:
 
 
 @jax.jit
+def _summary(x: jax.Array) -> tuple[jax.Array, jax.Array]:
+    return _checksum(x), _nonfinite(x)
+
+
+@jax.jit
 def _summaries(state: Any) -> tuple[Any, Any]:
-    return jax.tree.map(_checksum, state), jax.tree.map(_nonfinite, state)
+    # One jitted call per array: JAX traces each distinct shape, dtype and sharding once (a
+    # state's parameters and its optimizer moments share theirs), which makes tracing the
+    # whole state several times cheaper than one trace of every array's operations.
+    pairs = [_summary(x) for x in jax.tree.leaves(state)]
+    treedef = jax.tree.structure(state)
+    return jax.tree.unflatten(treedef, [c for c, _ in pairs]), jax.tree.unflatten(treedef, [n for _, n in pairs])
 
 
 def prepare(abstract_state: Any) -> None:
