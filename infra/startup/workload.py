@@ -44,7 +44,7 @@ from infra.startup.install_target import InstallTarget
 from infra.startup.uv_lock import Lock, LockfileError
 
 #: A source whose tar is at most this many bytes travels inside the startup script (it stays well
-#: inside the 80 KiB the script aims for, infra.startup.script.TARGET_SIZE_BYTES, after xz); a
+#: inside the size the script aims for, infra.startup.script.TARGET_SIZE_BYTES, after xz); a
 #: larger one through the bucket.
 INLINE_SOURCE_BYTES = 32 * 1024
 #: The release's files for a command (the names ``boot.sh``, ``trainer.sh`` and
