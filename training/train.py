@@ -117,11 +117,12 @@ def run(config: TrainConfig, run_dir_uri: str, identity: cluster.ClusterIdentity
     pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="startup")
     dataset = pool.submit(open_dataset, config)
     pool.shutdown(wait=False)
+    start = _Start()
     try:
         joining = time.time()
         cluster.initialize(identity)
         notice.joined = True
-        start = _Start(timings=_start_timings(entered, joining))
+        start.timings = _start_timings(entered, joining)
         try:
             return _train(config, run_dir, identity, notice, start, dataset)
         except FloatingPointError as err:  # a non-finite loss (training.metrics.recorder) or state (checkpointing.save)
@@ -131,12 +132,15 @@ def run(config: TrainConfig, run_dir_uri: str, identity: cluster.ClusterIdentity
             raise
     finally:
         notice.uninstall()
+        if start.tensorboard is not None:
+            start.tensorboard.discard()  # after an error, its unsent window (nothing once closed)
 
 
 @dataclasses.dataclass
 class _Start:
     """What this start restored, and whether it has saved since (for
-    :func:`training.checkpoint.fallback.fall_back_once`)."""
+    :func:`training.checkpoint.fallback.fall_back_once`); its TensorBoard log, whose unsent
+    window :func:`run` discards when the start ends in an error."""
 
     manager: checkpointing.CheckpointManager | None = None
     step: int = 0
@@ -144,6 +148,7 @@ class _Start:
     saved: bool = False
     is_writer: bool = False
     events_log: RecordLog | None = None
+    tensorboard: TensorBoardLog | None = None
     timings: dict[str, float] = dataclasses.field(default_factory=dict)
 
 
@@ -185,7 +190,7 @@ def _train(
         is_writer,
         events_log,
     )
-    tensorboard = TensorBoardLog(run_dir, setup.start_step, enabled=is_writer)
+    tensorboard = start.tensorboard = TensorBoardLog(run_dir, setup.start_step, enabled=is_writer)
     for fallback in setup.fallbacks:  # the CLI prints these (infra/local/emulator.py)
         events_log.append(fallback_event(fallback))
     slices_by = "slice_index" if mesh_lib.slices_from_runtime(jax.devices(), identity.workers_per_slice) else "process"

@@ -125,3 +125,19 @@ def test_the_tensorboard_spool_lives_only_while_a_window_is_unsent(run_dir, tmp_
     assert tensorboard_scalars(run_dir, "train/loss") == [(1, 1.0), (2, 0.5)]
     board.close()
     assert list(spools.iterdir()) == []
+
+
+def test_a_discarded_window_is_not_sent_and_leaves_no_spool(run_dir, tmp_path, monkeypatch):
+    import tempfile
+
+    spools = tmp_path / "tmp"
+    spools.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(spools))
+    board = TensorBoardLog(run_dir, start_step=0)
+    board.scalars(1, {"train/loss": 1.0})
+    board.sync()
+    board.scalars(2, {"train/loss": 0.5})
+    board.discard()  # a start that ended in an error
+    assert list(spools.iterdir()) == []
+    assert tensorboard_scalars(run_dir, "train/loss") == [(1, 1.0)]
+    board.discard()  # nothing left: nothing to do

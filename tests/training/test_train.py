@@ -164,16 +164,17 @@ def test_a_finished_run_exits_at_once(uninterrupted, config):
     assert objects(uninterrupted) == before  # nothing written, nothing rewritten
 
 
-def crash_at_data_step_9(config: TrainConfig, run_dir: str, monkeypatch) -> None:
-    """Run ``config`` in ``run_dir`` until it crashes while loading the batch of data step 9."""
+def crash_at_data_step_9(config: TrainConfig, run_dir: str, monkeypatch, step: int = 9) -> None:
+    """Run ``config`` in ``run_dir`` until it crashes while loading the batch of data step 9
+    (or ``step``)."""
     real_rows = TextDataset.train_rows
 
-    def crash_at_step_9(self, step, *args):
-        if step == 9:
+    def crash_at(self, data_step, *args):
+        if data_step == step:
             raise RuntimeError("injected crash")
-        return real_rows(self, step, *args)
+        return real_rows(self, data_step, *args)
 
-    monkeypatch.setattr(TextDataset, "train_rows", crash_at_step_9)
+    monkeypatch.setattr(TextDataset, "train_rows", crash_at)
     with pytest.raises(RuntimeError, match="injected crash"):
         train.run(config, run_dir, SINGLE)
     monkeypatch.setattr(TextDataset, "train_rows", real_rows)
@@ -200,6 +201,19 @@ def test_crash_then_resume_gives_bit_identical_losses(uninterrupted, config, tmp
     # The restart loaded the compiled train step from the run directory's compilation cache.
     first_records = [r for r in read_records(RunDir(run_dir), "metrics") if r.get("includes_compile")]
     assert [r["compile_cache_hits"] > 0 for r in first_records] == [False, True]
+
+
+def test_a_crash_leaves_no_tensorboard_spool_behind(config, tmp_path, monkeypatch):
+    # Step 9's scalars are written, unsent, when the batch of step 11 fails: the spool of that
+    # window is removed with the crash, not left in the machine's temporary directory.
+    import tempfile
+
+    spools = tmp_path / "tmp"
+    spools.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(spools))
+    crash_at_data_step_9(config, str(tmp_path / "run"), monkeypatch, step=11)
+    assert list(spools.iterdir()) == []
+    assert {step for step, _ in tensorboard_scalars(RunDir(str(tmp_path / "run")), "train/loss")} == set(range(1, 9))
 
 
 def test_sigterm_saves_the_current_step_then_resume_completes(uninterrupted, config, gs_run, monkeypatch):

@@ -20,6 +20,7 @@ open, so a process that dies between syncs leaves at most one window's directory
 from __future__ import annotations
 
 import json
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -134,3 +135,14 @@ class TensorBoardLog:
         self._spool = None
 
     close = sync
+
+    def discard(self) -> None:
+        """Close the current event file and remove the spool, uploading nothing: what a start
+        that ended in an error had not synced (its metrics window is lost alike, and the restart
+        recomputes those steps)."""
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+        if self._spool is not None:
+            shutil.rmtree(self._spool, ignore_errors=True)
+            self._spool = None
