@@ -119,6 +119,11 @@ class EmulatedVM:
         with urllib.request.urlopen(request, timeout=10) as response:
             script = response.read()
         self.home.mkdir(parents=True, exist_ok=True)
+        # The VM's /tmp, on its disk (the libtpu lock file's directory too: vm_site): what its
+        # processes leave there (a killed trainer's TensorBoard spool, a script's mktemp) goes
+        # with the VM's disk, never into this machine's /tmp.
+        tmp = self.home / "tmp"
+        tmp.mkdir(exist_ok=True)
         script_path = self.home / "startup-script"
         script_path.write_bytes(script)
         runtime = self.home / "run"
@@ -131,7 +136,13 @@ class EmulatedVM:
                 self.name,
                 boot_command(script_path, self.unit_dir, runtime) if self.pod_env is None else pod_command(script_path),
                 log_path=self.log_path,
-                env={**env, **(self.pod_env or {}), METADATA_HOST_ENV: self.metadata.address, HOME_ENV: str(self.home)},
+                env={
+                    **env,
+                    **(self.pod_env or {}),
+                    METADATA_HOST_ENV: self.metadata.address,
+                    HOME_ENV: str(self.home),
+                    "TMPDIR": str(tmp),
+                },
                 cwd=self.home,
                 append=True,
                 # The boot's time: `multislice local logs --since` dates the console lines from it.

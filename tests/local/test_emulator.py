@@ -69,6 +69,8 @@ def test_every_vm_gets_the_stack_s_gs_run_dir_and_its_storage(resource):
         assert vm.metadata.attributes["multislice-run-dir"] == config.run_dir
         env = psutil.Process(vm.pgid).environ()
         assert {key: env.get(key) for key in storage.client_env()} == storage.client_env()
+        # Its /tmp is on its own disk: what a killed process leaves there goes with the VM.
+        assert env["TMPDIR"] == str(vm.home / "tmp") and (vm.home / "tmp").is_dir()
 
 
 def test_repair_recreates_the_failed_slice_and_restarts_the_others(resource):
