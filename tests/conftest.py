@@ -48,6 +48,28 @@ def _share_bytecode() -> str | None:
 
 _BYTECODE_DIR = _share_bytecode()
 
+#: Names the session's temporary directory for the workers and the processes the tests start.
+TMPDIR_ENV = "TESTS_TMPDIR"
+
+
+def _contain_temporary_files() -> str | None:
+    """The processes the tests start (trainers, emulations, CLIs) and the pytest-xdist workers get
+    a temporary directory of the session's (``TMPDIR``), removed at its end: what a process the
+    tests kill on purpose leaves there (a trainer's TensorBoard spool, Orbax's or a script's
+    temporary files) does not pile up in this machine's ``/tmp`` run after run. This process
+    keeps the machine's (it was read first: ``tempfile.gettempdir`` caches it), and so does
+    pytest's ``tmp_path``, whose directories outlive the session for a look at a failure.
+    Returns the directory in the session's main process, None in its workers."""
+    if os.environ.get(TMPDIR_ENV):
+        return None
+    tempfile.gettempdir()
+    directory = tempfile.mkdtemp(prefix="multislice-tests-tmp-")
+    os.environ[TMPDIR_ENV] = os.environ["TMPDIR"] = directory
+    return directory
+
+
+_TMPDIR = _contain_temporary_files()
+
 # Before the xdist workers start: they inherit the session's compilation cache directory.
 from tests import compilation_cache  # noqa: E402 (once the bytecode directory above is set)
 
@@ -69,6 +91,8 @@ def pytest_unconfigure(config):
         shutil.rmtree(_BYTECODE_DIR, ignore_errors=True)
     if not hasattr(config, "workerinput"):  # the session's main process: the workers have ended
         shutil.rmtree(compilation_cache.DIR, ignore_errors=True)
+        if _TMPDIR is not None:
+            shutil.rmtree(_TMPDIR, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
