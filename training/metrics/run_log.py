@@ -13,8 +13,10 @@ its unsynced window, steps that are recomputed from the last checkpoint anyway.
 
 TensorBoard event files (tensorboardX) are written to a local spool; :meth:`TensorBoardLog.
 sync` closes the current file, uploads it once to ``<run>/tensorboard/`` and starts the
-next one, for the same reason. The spool (a temporary directory) exists only while a file is
-open, so a process that dies between syncs leaves at most one window's directory behind.
+next one, for the same reason. The spool (a temporary directory) lives from a window's first
+scalar to the sync that uploads it (a failed upload keeps it for the next window's sync), and a
+start that ends in an error discards it (:meth:`TensorBoardLog.discard`): only a process killed
+between syncs leaves one behind.
 """
 
 from __future__ import annotations
