@@ -87,8 +87,6 @@ class Job:
             self.start(i, config_path, run_dir, num_processes, (env or {}).get(i, {}))
 
     def start(self, i: int, config_path: Path, run_dir: Path, num_processes: int, extra: dict[str, str]) -> None:
-        tmp = self.logs[i].parent / "tmp"  # what a killed process leaves in its TMPDIR stays in the test's
-        tmp.mkdir(exist_ok=True)
         with open(self.logs[i], "ab") as log:
             self.procs.append(
                 subprocess.Popen(
@@ -103,7 +101,7 @@ class Job:
                         str(self.port),
                     ],
                     cwd=REPO,
-                    env=environment(**{"TMPDIR": str(tmp), **extra}),
+                    env=environment(**extra),
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     start_new_session=True,

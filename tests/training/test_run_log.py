@@ -5,6 +5,8 @@ gs:// (the emulated Cloud Storage of tests/conftest.py); TensorBoard files likew
 from __future__ import annotations
 
 import json
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -101,20 +103,28 @@ def test_two_starts_in_one_second_keep_both_files(run_dir, monkeypatch):
     assert tensorboard_scalars(run_dir, "train/loss") == [(1, 1.0), (2, 0.5)]
 
 
-def test_the_tensorboard_spool_lives_only_while_a_window_is_unsent(run_dir, tmp_path, monkeypatch):
+@pytest.fixture
+def spools(tmp_path, monkeypatch) -> Path:
+    """The temporary directory this process's TensorBoard spools are made in, empty."""
+    directory = tmp_path / "tmp"
+    directory.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(directory))
+    return directory
+
+
+def test_the_tensorboard_spool_lives_only_while_a_window_is_unsent(run_dir, spools, monkeypatch):
     # A trainer killed between syncs (a preemption without notice) cannot remove its spool: it
     # must not hold one for the whole run. A failed upload keeps its file for the next window.
-    import tempfile
-
-    spools = tmp_path / "tmp"
-    spools.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(spools))
     board = TensorBoardLog(run_dir, start_step=0)
     assert list(spools.iterdir()) == []
     board.scalars(1, {"train/loss": 1.0})
     assert len(list(spools.iterdir())) == 1
+
+    def storage_down(*args) -> None:
+        raise OSError("storage down")
+
     write = run_dir.write
-    monkeypatch.setattr(run_dir, "write", lambda *args: (_ for _ in ()).throw(OSError("storage down")))
+    monkeypatch.setattr(run_dir, "write", storage_down)
     with pytest.raises(OSError, match="storage down"):
         board.sync()
     monkeypatch.setattr(run_dir, "write", write)
@@ -127,12 +137,7 @@ def test_the_tensorboard_spool_lives_only_while_a_window_is_unsent(run_dir, tmp_
     assert list(spools.iterdir()) == []
 
 
-def test_a_discarded_window_is_not_sent_and_leaves_no_spool(run_dir, tmp_path, monkeypatch):
-    import tempfile
-
-    spools = tmp_path / "tmp"
-    spools.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(spools))
+def test_a_discarded_window_is_not_sent_and_leaves_no_spool(run_dir, spools):
     board = TensorBoardLog(run_dir, start_step=0)
     board.scalars(1, {"train/loss": 1.0})
     board.sync()
