@@ -33,12 +33,13 @@ if TYPE_CHECKING:
 
     from training.run_dir import RunDir
 
-#: A boot-phase line of the console log: the startup script's phases and the trainer's INFO
-#: lines (``HH:MM:SS INFO [pN] training...: text``), after the ``[slice S worker W] `` prefix.
-_PHASE = re.compile(
-    r"^(?:(?P<phase>(?:boot|release|venv|trainer|error|warning): .*)"
-    r"|\d\d:\d\d:\d\d (?:INFO|WARNING|ERROR) \[p\d+\] (?P<trainer>training[\w.]*: .*))$"
-)
+#: A boot-phase line of the console log after the ``[slice S worker W] `` prefix: the startup
+#: script's phases, whole lines of their own.
+_PHASE = re.compile(r"^(?:boot|release|venv|trainer|error|warning): .*$")
+#: The trainer's INFO lines (``HH:MM:SS INFO [pN] training...: text``). The trainer's stdout and
+#: stderr are one stream, and gloo's C++ threads write their lines to it in pieces: one may come
+#: before a record on its line, so a record is found anywhere in the line.
+_TRAINER = re.compile(r"\d\d:\d\d:\d\d (?:INFO|WARNING|ERROR) \[p\d+\] (training[\w.]*: .*)$")
 
 
 #: Trainer exit statuses of the exit-code contract (docs/workloads.md): complete, preempted,
@@ -73,9 +74,11 @@ class BootLines:
             line = raw.decode(errors="replace")
             if not line.startswith(prefix):
                 continue
-            match = _PHASE.match(line[len(prefix) :])
-            if match:
-                found.append(match["phase"] or match["trainer"])
+            text = line[len(prefix) :]
+            if _PHASE.match(text):
+                found.append(text)
+            elif record := _TRAINER.search(text):
+                found.append(record[1])
         return found
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -108,7 +109,10 @@ class Manager:
         self.lock = threading.RLock()
 
     def say(self, text: str) -> None:
-        print(f"systemd[1]: {text}", flush=True)
+        """One status line on the console, in one write: the VM's other processes write to the same
+        console, and ``print`` under ``PYTHONUNBUFFERED`` writes the text and its newline apart."""
+        sys.stdout.write(f"systemd[1]: {text}\n")
+        sys.stdout.flush()
 
     # units ------------------------------------------------------------------------------------
 

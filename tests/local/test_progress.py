@@ -30,12 +30,16 @@ def test_boot_lines_are_the_first_vm_s_phases_as_they_are_written(tmp_path):
             "[slice 0 worker 0] [Gloo] Rank 0 is connected to 1 peer ranks.\n"
             "[slice 0 worker 0] 18:21:18 INFO [p0] training.cluster: "
             "jax.distributed.initialize coordinator=127.0.0.1:1\n"
+            # gloo's threads write in pieces to the trainer's stream: a piece before a record
+            "[slice 0 worker 0] [Gloo] Rank 2 is connected to 18:21:19 INFO [p0] training: starting at step 2\n"
+            "[slice 0 worker 0]  peer ranks. Expected number of connected peer ranks is : 3\n"
             "[slice 0 worker 0] trainer: start"
         )  # not a complete line yet
     assert lines.poll() == [
         "boot: stack emu (v4-8 x 2), release b73ca7d52daf",
         "venv: using MULTISLICE_PYTHON=/x (nothing built)",
         "training.cluster: jax.distributed.initialize coordinator=127.0.0.1:1",
+        "training: starting at step 2",
     ]
     with open(log, "a") as out:
         out.write("ing the unit\n")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import os
 import signal
+import sys
 import time
 from pathlib import Path
 
@@ -201,6 +202,24 @@ def gone_within(pid: int, seconds: float) -> bool:
             return False
         time.sleep(0.01)
     return True
+
+
+def test_each_status_line_reaches_the_console_in_one_write(manager, monkeypatch):
+    # Every process of a VM writes to its one console; a line written in two parts (print under
+    # PYTHONUNBUFFERED: the text, then the newline) can have another's line land in between.
+    writes = []
+
+    class Console:
+        def write(self, text: str) -> int:
+            writes.append(text)
+            return len(text)
+
+        def flush(self) -> None:
+            pass
+
+    monkeypatch.setattr(sys, "stdout", Console())
+    manager.say("Started multislice-trainer.service.")
+    assert writes == ["systemd[1]: Started multislice-trainer.service.\n"]
 
 
 def test_systemctl_answers_like_systemctl(manager):
