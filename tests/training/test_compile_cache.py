@@ -77,7 +77,7 @@ import jax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from training import compile_cache
 
-run_dir, process_id, port = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+run_dir, process_id, port, result = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 jax.distributed.initialize(f"127.0.0.1:{port}", num_processes=2, process_id=process_id)
 compile_cache.enable(run_dir)
 mesh = Mesh(np.array(jax.devices()).reshape(2, 2), ("data", "fsdp"))
@@ -85,21 +85,26 @@ sharding = NamedSharding(mesh, P("data", "fsdp"))
 x = jax.make_array_from_callback((8, 4), sharding, lambda index: np.arange(32.0).reshape(8, 4)[index])
 step = jax.jit(lambda x: (x @ x.T).sum(axis=0), out_shardings=NamedSharding(mesh, P()))
 y = np.asarray(step(x).addressable_data(0)).tolist()
-print(json.dumps({"hits": compile_cache.stats().hits, "y": y}), flush=True)
+with open(result, "w") as out:
+    json.dump({"hits": compile_cache.stats().hits, "y": y}, out)
 jax.distributed.shutdown()
 """
 
 
 def _job(run_dir: str) -> list[dict]:
     """A 2-process CPU job (2 devices each) that jits one sharded program: each process's
-    cache hits and result."""
+    cache hits and result, from a file of its own (gloo's threads write to the processes' stdout
+    in pieces, which may land in the middle of a printed line)."""
     from tests.trainer_process import free_port
 
     env = _env(JAX_NUM_CPU_DEVICES="2")
     port = str(free_port())
+    results = [Path(run_dir).with_name(f"result-{i}.json") for i in range(2)]
+    for result in results:
+        result.unlink(missing_ok=True)  # the previous job's
     procs = [
         subprocess.Popen(
-            [sys.executable, "-c", JOB, run_dir, str(i), port],
+            [sys.executable, "-c", JOB, run_dir, str(i), port, str(results[i])],
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -109,7 +114,7 @@ def _job(run_dir: str) -> list[dict]:
     ]
     outs = [proc.communicate(timeout=300) for proc in procs]
     assert [proc.returncode for proc in procs] == [0, 0], [err[-3000:] for _, err in outs]
-    return [json.loads(out.strip().splitlines()[-1]) for out, _ in outs]
+    return [json.loads(result.read_text()) for result in results]
 
 
 def test_every_process_of_a_restarted_cpu_job_loads_what_process_0_wrote(tmp_path):
