@@ -5,8 +5,6 @@ gs:// (the emulated Cloud Storage of tests/conftest.py); TensorBoard files likew
 from __future__ import annotations
 
 import json
-import tempfile
-from pathlib import Path
 
 import pytest
 
@@ -101,15 +99,6 @@ def test_two_starts_in_one_second_keep_both_files(run_dir, monkeypatch):
     restart.close()
     assert len(run_dir.list("tensorboard/*")) == 2
     assert tensorboard_scalars(run_dir, "train/loss") == [(1, 1.0), (2, 0.5)]
-
-
-@pytest.fixture
-def spools(tmp_path, monkeypatch) -> Path:
-    """The temporary directory this process's TensorBoard spools are made in, empty."""
-    directory = tmp_path / "tmp"
-    directory.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(directory))
-    return directory
 
 
 def test_the_tensorboard_spool_lives_only_while_a_window_is_unsent(run_dir, spools, monkeypatch):

@@ -164,9 +164,8 @@ def test_a_finished_run_exits_at_once(uninterrupted, config):
     assert objects(uninterrupted) == before  # nothing written, nothing rewritten
 
 
-def crash_at_data_step_9(config: TrainConfig, run_dir: str, monkeypatch, step: int = 9) -> None:
-    """Run ``config`` in ``run_dir`` until it crashes while loading the batch of data step 9
-    (or ``step``)."""
+def crash_at_data_step(config: TrainConfig, run_dir: str, monkeypatch, step: int = 9) -> None:
+    """Run ``config`` in ``run_dir`` until it crashes while loading the batch of data ``step``."""
     real_rows = TextDataset.train_rows
 
     def crash_at(self, data_step, *args):
@@ -184,7 +183,7 @@ def test_crash_then_resume_gives_bit_identical_losses(uninterrupted, config, tmp
     # On a local run directory (a path: a single machine, or a mounted file system), the same
     # run as on gs:// bit for bit; the gs:// restores are the tests below.
     run_dir = str(tmp_path / "run")
-    crash_at_data_step_9(config, run_dir, monkeypatch)
+    crash_at_data_step(config, run_dir, monkeypatch)
     result = train.run(config, run_dir, SINGLE)
     assert (result.exit_code, result.step) == (train.EXIT_COMPLETE, 12)
     assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir()) == ["12", "8"]
@@ -203,15 +202,10 @@ def test_crash_then_resume_gives_bit_identical_losses(uninterrupted, config, tmp
     assert [r["compile_cache_hits"] > 0 for r in first_records] == [False, True]
 
 
-def test_a_crash_leaves_no_tensorboard_spool_behind(config, tmp_path, monkeypatch):
+def test_a_crash_leaves_no_tensorboard_spool_behind(config, tmp_path, monkeypatch, spools):
     # Step 9's scalars are written, unsent, when the batch of step 11 fails: the spool of that
     # window is removed with the crash, not left in the machine's temporary directory.
-    import tempfile
-
-    spools = tmp_path / "tmp"
-    spools.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(spools))
-    crash_at_data_step_9(config, str(tmp_path / "run"), monkeypatch, step=11)
+    crash_at_data_step(config, str(tmp_path / "run"), monkeypatch, step=11)
     assert list(spools.iterdir()) == []
     assert {step for step, _ in tensorboard_scalars(RunDir(str(tmp_path / "run")), "train/loss")} == set(range(1, 9))
 
@@ -273,7 +267,7 @@ def copy_run(source: str, target: str) -> str:
 
 
 def test_a_malformed_completion_marker_does_not_end_an_unfinished_run(uninterrupted, config, gs_run, monkeypatch):
-    crash_at_data_step_9(config, gs_run, monkeypatch)
+    crash_at_data_step(config, gs_run, monkeypatch)
     for garbage in (b"garbage!!", b"[1]", b'{"step": "abc"}', b"\xff\xfe"):
         RunDir(gs_run).write("COMPLETE", garbage)
         assert checkpointing.read_completion(RunDir(gs_run)) is None
