@@ -4,7 +4,7 @@ emulator has struck (``multislice local up --kill/--preempt SLICE@STEP``). Never
 The emulator reads the run's progress by polling its ``metrics`` log; without the gate, training
 may be several steps past STEP when the fault lands (a fast step, a loaded machine), or already
 complete, so a test could not tell where its fault struck. With the gate, the emulated VMs' trainers
-get two environment variables (``infra/local/emulator.py`` sets them; nothing else does):
+get two environment variables (``infra/local/faults.py`` sets them; nothing else does):
 
 * ``MULTISLICE_FAULT_GATE``: a directory of the emulation's state, one per boot of the VMs;
 * ``MULTISLICE_FAULT_STEPS``: the steps (comma-separated) of the faults still to come.

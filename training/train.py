@@ -191,7 +191,7 @@ def _train(
         events_log,
     )
     tensorboard = start.tensorboard = TensorBoardLog(run_dir, setup.start_step, enabled=is_writer)
-    for fallback in setup.fallbacks:  # the CLI prints these (infra/local/emulator.py)
+    for fallback in setup.fallbacks:  # the CLI prints these (infra/local/progress.py)
         events_log.append(fallback_event(fallback))
     slices_by = "slice_index" if mesh_lib.slices_from_runtime(jax.devices(), identity.workers_per_slice) else "process"
     events_log.append(

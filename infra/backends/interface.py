@@ -72,7 +72,7 @@ class CapacitySource:
 
 
 class Emulation(ABC):
-    """The backend's side of ``multislice local up`` (:class:`infra.local.emulator.LocalQueuedResource`
+    """The backend's side of ``multislice local up`` (:class:`infra.local.emulated_stack.EmulatedStack`
     drives it): the emulated cloud API its VMs talk to, what each emulated VM's metadata server
     answers besides its attributes (:meth:`Backend.vm_metadata`), and what becomes of the capacity.
 

@@ -11,7 +11,7 @@ runs (see ``training.bench.shardings`` for the figures). Every child is its own 
 dies with the launcher (Linux ``PR_SET_PDEATHSIG``; a child whose launcher died before
 that was armed exits at once).
 
-This is local-emulation code, like ``infra.local.emulator``: it is not part of the trainer
+This is local-emulation code, like ``infra.local.emulated_stack``: it is not part of the trainer
 bundle that ships to the TPU VMs (``training/`` is), which runs ``training.bench.shardings`` directly.
 """
 

@@ -1,4 +1,4 @@
-"""The lifecycle of ``multislice local up`` around the emulator (:mod:`infra.local.emulator`):
+"""The lifecycle of ``multislice local up`` around the emulated stack (:mod:`infra.local.emulated_stack`):
 the stack's lock and recorded state (so that ``local down`` finds and stops the run at any
 moment), the stop signals, a run that is already complete, and the run's summary.
 
@@ -21,7 +21,7 @@ from infra.config.stack_naming import stack_args
 
 if TYPE_CHECKING:  # imported by the functions that need them: nothing heavy before the emulation
     from infra.config import StackConfig
-    from infra.local.emulator import LocalQueuedResource
+    from infra.local.emulated_stack import EmulatedStack
     from infra.local.options import Options
     from infra.local.progress import ProgressSample
     from infra.local.state import LocalPaths
@@ -211,7 +211,7 @@ def _emulate(
 ) -> Outcome:
     """Render the startup script, serve the stack's storage, boot the VMs and train."""
     from infra import startup
-    from infra.local import emulator, state as local_state
+    from infra.local import emulated_stack, state as local_state
     from infra.local.gcs import GcsServerError
 
     try:
@@ -224,7 +224,7 @@ def _emulate(
         # What pulumi up writes to the bucket: the release record (and the release it names),
         # which every boot and, on the compute-engine backend, the release watch read.
         uploads = startup.bucket_objects(config.stack, config.run_dir, script)
-        resource = emulator.LocalQueuedResource(
+        resource = emulated_stack.EmulatedStack(
             config,
             paths,
             script.text,
@@ -240,13 +240,13 @@ def _emulate(
                 return train(resource, options, fresh, say)
         except GcsServerError as err:
             raise UpError(f"{err}; nothing was started", 2) from None
-        except emulator.Interrupted as err:
+        except emulated_stack.Interrupted as err:
             raise stopped(str(err)) from None
-        except emulator.EmulationError as err:
+        except emulated_stack.EmulationError as err:
             raise UpError(str(err), 1) from None
 
 
-def train(resource: LocalQueuedResource, options: Options, fresh: bool, say: Callable[[str], None]) -> Outcome:
+def train(resource: EmulatedStack, options: Options, fresh: bool, say: Callable[[str], None]) -> Outcome:
     """``local up`` once the stack's storage serves (inside ``resource.running()``): discard
     (``--fresh``) or report a finished run, else train."""
     from infra.backends.interface import DELETED, KEPT
@@ -294,9 +294,7 @@ def train(resource: LocalQueuedResource, options: Options, fresh: bool, say: Cal
             result
             | {
                 "wall_seconds": _seconds_since_start(),
-                "repairs": resource.repairs,
-                "faults": resource.faults_fired,
-                "fault_steps": resource.fault_steps,
+                **resource.repairs.summary(),
                 "capacity": resource.capacity.outcome,
                 "logs_dir": str(resource.paths.logs_dir),
             }

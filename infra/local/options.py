@@ -1,6 +1,6 @@
 """The options of an emulation (the flags of ``multislice local up``) and how it ends when it
 cannot go on (:class:`EmulationError`) or is stopped (:class:`Interrupted`); used by
-:mod:`infra.local.emulator` and :mod:`infra.local.lifecycle`."""
+:mod:`infra.local.emulated_stack` and :mod:`infra.local.lifecycle`."""
 
 from __future__ import annotations
 

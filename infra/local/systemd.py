@@ -23,7 +23,7 @@ process, leader of its session (:mod:`infra.local.vm`). It
 Emulation only: when the startup script has ended and no unit runs or waits to restart, the
 VM has nothing left to do and this process exits — 0, or the script's failing status, or a
 failed unit's exit status (1 if it ended by a signal or hit the start limit). The emulator
-(``infra.local.emulator``) reads that as the VM's result. A compute-engine VM's release watch,
+(``infra.local.emulated_stack``) reads that as the VM's result. A compute-engine VM's release watch,
 which runs as long as a real VM does, is no work of its own (it is stopped then), except while
 the trainer has stopped to wait for it (``trainer.sh``'s status 76: a newer release is recorded)
 or while a boot holds the boot lock (the watch booting a new release).

@@ -50,7 +50,7 @@ def test_what_local_up_reads_before_its_vms_start_imports_nothing_heavy():
     # runs: with orbax (and jax) imported for it, that cost a second or more of CPU a run.
     modules = (
         "infra.local.lifecycle",
-        "infra.local.emulator",
+        "infra.local.emulated_stack",
         "infra.local.state",
         "infra.local.summary",
         "training.checkpoint.completion",

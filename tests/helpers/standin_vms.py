@@ -1,4 +1,4 @@
-"""Emulated VMs that boot a stand-in for the startup script (no trainer): infra.local.emulator's
+"""Emulated VMs that boot a stand-in for the startup script (no trainer): infra.local.emulated_stack's
 lifecycle, quickly (tests/local/test_emulator.py, tests/local/test_gke_emulator.py)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 import psutil
 
 from infra.config import load_stack_file
-from infra.local.emulator import LocalQueuedResource, Options
+from infra.local.emulated_stack import EmulatedStack, Options
 from infra.local.state import LocalPaths
 
 # Stands in for the startup script: says where it booted, keeps running like a trainer, and
@@ -51,7 +51,7 @@ def boot_log(log: Path, boot: int) -> str:
 def booted(stack: Path, tmp_path: Path, script: str = SCRIPT):
     """The stack's emulation with ``script`` (the stand-in), booted (its report lines in ``.lines``)."""
     lines: list[str] = []
-    resource = LocalQueuedResource(load_stack_file(stack), LocalPaths(tmp_path / "emu"), script, report=lines.append)
+    resource = EmulatedStack(load_stack_file(stack), LocalPaths(tmp_path / "emu"), script, report=lines.append)
     resource.lines = lines
     try:
         resource.open_storage()

@@ -12,7 +12,7 @@ import pytest
 from infra.config import load_stack_file
 from infra.local import boot_watch
 from infra.local.boot_watch import BootWatch
-from infra.local.emulator import EmulationError, LocalQueuedResource, Options
+from infra.local.emulated_stack import EmulatedStack, EmulationError, Options
 from infra.local.state import LocalPaths
 from infra.local.vm import EmulatedVM
 
@@ -60,7 +60,7 @@ def test_a_vm_that_reaches_the_trainer_as_it_boots_is_not_named(tmp_path, monkey
         return group
 
     monkeypatch.setattr(EmulatedVM, "boot", boot)
-    resource = LocalQueuedResource(
+    resource = EmulatedStack(
         load_stack_file(STACK), LocalPaths(tmp_path / "emu"), "#!/bin/bash\nexec sleep 600\n", report=lambda line: None
     )
     with resource.running(), pytest.raises(EmulationError) as raised:
@@ -81,7 +81,7 @@ esac
 exec sleep 600
 """
     config = load_stack_file(STACK)
-    resource = LocalQueuedResource(config, LocalPaths(tmp_path / "emu"), script, report=lambda line: None)
+    resource = EmulatedStack(config, LocalPaths(tmp_path / "emu"), script, report=lambda line: None)
     options = Options(poll_s=0.05, boot_timeout_s=12, stall_timeout_s=600, timeout_s=60)
     with resource.running():
         started = time.monotonic()

@@ -1,4 +1,4 @@
-"""infra.local.emulator's lifecycle without a trainer: the VMs boot a stand-in startup script
+"""infra.local.emulated_stack's lifecycle without a trainer: the VMs boot a stand-in startup script
 (served by their metadata servers, like the real one) with the stack's gs:// run directory and
 an emulated Cloud Storage, and a fault's repair recreates the failed slice (its disk wiped)
 and restarts every other slice (SIGTERM first) on the emu stack's 2 slices × 1 worker. A
@@ -19,7 +19,7 @@ import psutil
 import pytest
 
 from infra.config import load_stack_file
-from infra.local.emulator import EmulationError, LocalQueuedResource, Options
+from infra.local.emulated_stack import EmulatedStack, EmulationError, Options
 from infra.local.faults import Fault
 from infra.local.state import EMULATION_ID_ENV, LocalPaths
 from tests.helpers.emulation import compute_engine_stack
@@ -76,7 +76,7 @@ def test_every_vm_gets_the_stack_s_gs_run_dir_and_its_storage(resource):
 def test_repair_recreates_the_failed_slice_and_restarts_the_others(resource):
     put_on_disks(resource)
     before = leaders(resource)
-    resource.repair(1, Options(reboot_grace_s=120))
+    resource.repairs.repair(1, Options(reboot_grace_s=120))
     assert resource.lines[-1] == "repair: recreating slice 1, restarting slice(s) 0"
     slice0, slice1 = resource.vms
     # Recreated: a fresh disk. Restarted: the same disk.
@@ -89,7 +89,7 @@ def test_repair_recreates_the_failed_slice_and_restarts_the_others(resource):
     wait_until_up(resource)  # each VM ran its startup script again (asserts within 60 s)
     for vm in resource.vms:
         assert f"up on {vm.home}" in boot_log(vm.log_path, 2)
-    assert resource.repairs == 1
+    assert resource.repairs.repaired == 1
     state = json.loads(resource.paths.state_file.read_text())
     assert [vm["pgid"] for vm in state["vms"]] == [vm.pgid for vm in resource.vms]
 
@@ -106,7 +106,7 @@ def test_a_reset_waits_for_what_each_vm_saves_on_its_sigterm(tmp_path):
     # A reset is each VM's own shutdown: the trainer unit's TimeoutStopSec, not a repair's 5 s.
     assert SLOW_TO_SAVE != SCRIPT
     with booted(STACK, tmp_path, SLOW_TO_SAVE) as resource:
-        resource.reset_vms(Options())
+        resource.repairs.reset(Options())
         assert resource.lines[-1] == "reset: restarting every VM of the queued resource (ResetQueuedResource)"
         for vm in resource.vms:
             assert (vm.home / "saved").read_text() == "done\n", boot_log(vm.log_path, 1)
@@ -120,7 +120,7 @@ def test_a_fault_strikes_its_slice_then_repairs(resource, kind):
     # The struck attempt's last records, read once it is gone: it had synced step 8 meanwhile
     # (an eval record is not a training step).
     last = ([], [{"step": 8, "loss": 1.0}, {"step": 9, "eval_loss": 2.0}])
-    resource.inject(
+    resource.repairs.inject(
         Fault(kind, 0, 5), Options(reboot_grace_s=120, preempt_grace_s=120), observed_step=7, settle=lambda: last
     )
     how = "SIGTERM, then SIGKILL after grace" if kind == "preempt" else "SIGKILL"
@@ -128,8 +128,8 @@ def test_a_fault_strikes_its_slice_then_repairs(resource, kind):
         f"fault: {kind} slice 0 at step 5 ({how}; training had reported step 7)",
         "repair: recreating slice 0, restarting slice(s) 1",
     ]
-    assert resource.faults_fired == [f"{kind} slice 0 at step 5"]
-    assert resource.fault_steps == [8]  # where it really fired: not 5, not 7
+    assert resource.repairs.faults_fired == [f"{kind} slice 0 at step 5"]
+    assert resource.repairs.fault_steps == [8]  # where it really fired: not 5, not 7
     slice0, slice1 = resource.vms
     # A preempted VM gets the notice (SIGTERM) and may save; a killed one gets no notice.
     assert ("got SIGTERM" in boot_log(slice0.log_path, 1)) == (kind == "preempt")
@@ -156,9 +156,7 @@ def test_shutdown_stops_every_vm_and_forgets_the_state(resource):
 
 
 def test_a_storage_server_that_dies_stops_the_run_with_one_message(tmp_path):
-    resource = LocalQueuedResource(
-        load_stack_file(STACK), LocalPaths(tmp_path / "emu"), SCRIPT, report=lambda line: None
-    )
+    resource = EmulatedStack(load_stack_file(STACK), LocalPaths(tmp_path / "emu"), SCRIPT, report=lambda line: None)
 
     def kill_storage_once_the_vms_are_up():
         deadline = time.monotonic() + 60
@@ -196,7 +194,7 @@ def test_a_preemption_checkpoint_is_reported_before_the_repair_it_caused(resourc
     events.append({"event": "checkpoint", "step": 7, "preemption": True, "time": 1.0})
     events.append({"event": "preempted", "step": 7, "time": 2.0})
     events.sync()
-    resource.inject(Fault("preempt", 0, 5), Options(reboot_grace_s=120, preempt_grace_s=120), observed_step=6)
+    resource.repairs.inject(Fault("preempt", 0, 5), Options(reboot_grace_s=120, preempt_grace_s=120), observed_step=6)
     assert resource.lines == [
         "fault: preempt slice 0 at step 5 (SIGTERM, then SIGKILL after grace; training had reported step 6)",
         "preemption checkpoint saved at step 7",
@@ -241,7 +239,7 @@ def test_a_struck_compute_engine_slice_stays_down_until_a_vm_asks_to_recreate_it
                 listed = json.loads(response.read())["managedInstances"]
             if all(m["instanceStatus"] == "TERMINATED" for m in listed):
                 time.sleep(0.5)  # the emulator waits meanwhile
-                repairs_before_asking.append(resource.repairs)
+                repairs_before_asking.append(resource.repairs.repaired)
                 names = [m["instance"] for m in listed]
                 request = urllib.request.Request(
                     request.full_url.replace("listManagedInstances", "recreateInstances"),
@@ -256,9 +254,9 @@ def test_a_struck_compute_engine_slice_stays_down_until_a_vm_asks_to_recreate_it
 
     thread = threading.Thread(target=watch)
     thread.start()
-    resource.inject(Fault("kill", 1, 5), Options(reboot_grace_s=120, poll_s=0.05), observed_step=5)
+    resource.repairs.inject(Fault("kill", 1, 5), Options(reboot_grace_s=120, poll_s=0.05), observed_step=5)
     thread.join(60)
-    assert asked.is_set() and repairs_before_asking == [0] and resource.repairs == 1
+    assert asked.is_set() and repairs_before_asking == [0] and resource.repairs.repaired == 1
     assert resource.lines == [
         "fault: kill slice 1 at step 5 (SIGKILL; training had reported step 5)",
         "repair: slice 1's VMs are down and its group does not recreate a VM by itself; "
@@ -276,7 +274,7 @@ def test_a_struck_compute_engine_slice_stays_down_until_a_vm_asks_to_recreate_it
 def test_a_one_slice_compute_engine_stack_that_loses_its_slice_says_how_to_recreate_it(compute_engine_resource):
     resource = compute_engine_resource
     with pytest.raises(EmulationError, match="no other slice is left whose slice watch could recreate it") as err:
-        resource.inject(Fault("kill", 0, 5), Options(reboot_grace_s=120), observed_step=5)
+        resource.repairs.inject(Fault("kill", 0, 5), Options(reboot_grace_s=120), observed_step=5)
     group = resource.config.node_ids[0]
     assert f"gcloud compute instance-groups managed recreate-instances {group}" in str(err.value)
-    assert resource.repairs == 0
+    assert resource.repairs.repaired == 0

@@ -83,13 +83,13 @@ def nothing_may_start(monkeypatch, tmp_path):
     """``multislice local up`` with its state under ``tmp_path``, where taking the run's lock
     (the first thing that touches the state) or booting the emulated queued resource fails
     the test."""
-    from infra.local import emulator, state as local_state
+    from infra.local import emulated_stack, state as local_state
 
     def started(*args, **kwargs):
         raise AssertionError("the run started despite a bad fault spec")
 
     monkeypatch.setattr(local_state, "acquire_lock", started)
-    monkeypatch.setattr(emulator.LocalQueuedResource, "up", started)
+    monkeypatch.setattr(emulated_stack.EmulatedStack, "up", started)
     monkeypatch.setenv("MULTISLICE_STATE_DIR", str(tmp_path))
     return tmp_path
 

@@ -1,4 +1,4 @@
-"""Faults a step apart through the emulator's own loop (``LocalQueuedResource.up``) without JAX: each
+"""Faults a step apart through the emulator's own loop (``EmulatedStack.up``) without JAX: each
 emulated VM boots a stand-in trainer that writes what training.train writes to the gs:// run
 directory (a ``start`` event with the step it resumed from, one ``metrics`` window per step,
 a "checkpoint" every 6 steps, ``COMPLETE`` at the end), so the faults' timing, the repairs
@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from infra.config import load_stack_file
-from infra.local import emulator as emulator_module
-from infra.local.emulator import LocalQueuedResource, Options
+from infra.local import emulated_stack
+from infra.local.emulated_stack import EmulatedStack, Options
 from infra.local.faults import Fault
 from infra.local.progress import ProgressSample
 from infra.local.state import LocalPaths
@@ -72,7 +72,7 @@ def test_each_fault_acts_on_the_run_as_it_is_now(tmp_path, faults):
     config = load_stack_file(STACK)
     lines: list[str] = []
     samples: list[ProgressSample] = []
-    resource = LocalQueuedResource(
+    resource = EmulatedStack(
         config,
         LocalPaths(tmp_path / "emu"),
         startup_script(config.run_dir),
@@ -126,7 +126,7 @@ def test_a_resumed_run_shows_the_restarts_of_its_earlier_attempts_as_the_summary
     config = load_stack_file(STACK)
     lines: list[str] = []
     samples: list[ProgressSample] = []
-    resource = LocalQueuedResource(
+    resource = EmulatedStack(
         config,
         LocalPaths(tmp_path / "emu"),
         startup_script(config.run_dir),
@@ -156,7 +156,7 @@ def test_a_fault_that_found_the_run_at_its_end_still_shows_its_restart(tmp_path,
     step 24 with no new step to show. Its restart is shown all the same, as the summary counts it."""
     config = load_stack_file(STACK)
     samples: list[ProgressSample] = []
-    resource = LocalQueuedResource(
+    resource = EmulatedStack(
         config,
         LocalPaths(tmp_path / "emu"),
         startup_script(config.run_dir),
@@ -175,7 +175,7 @@ def test_a_fault_that_found_the_run_at_its_end_still_shows_its_restart(tmp_path,
                 sleep(0.05)
         sleep(seconds)
 
-    monkeypatch.setattr(emulator_module.time, "sleep", first_sleep_waits_for_the_end)
+    monkeypatch.setattr(emulated_stack.time, "sleep", first_sleep_waits_for_the_end)
     with resource.running():
         summary = resource.up(Options(faults=[Fault("kill", 1, 8)], poll_s=poll_s, reboot_grace_s=10, timeout_s=250))
     assert summary["complete"] is True and summary["fault_steps"] == [24]

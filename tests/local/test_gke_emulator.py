@@ -1,4 +1,4 @@
-"""infra.local.emulator on a ``multislice:backend: gke`` stack, without a trainer: each Pod's
+"""infra.local.emulated_stack on a ``multislice:backend: gke`` stack, without a trainer: each Pod's
 container runs a stand-in startup script as ``/bin/bash`` (no systemd) with the environment GKE and
 the JobSet give it, the kubelet's SIGTERM reaches that process, and a repair starts every Pod again
 on an empty disk, as JobSet recreates every Job after a failure (docs/gke.md sections 4 and 5), and so
@@ -13,7 +13,7 @@ import psutil
 import pytest
 
 from infra.backends.gke.emulation import request_reset
-from infra.local.emulator import Options
+from infra.local.emulated_stack import Options
 from infra.local.service_manager import session_pids
 from infra.startup import contract
 from tests.helpers.emulation import gke_stack
@@ -46,7 +46,7 @@ def test_a_repair_starts_every_pod_again_on_an_empty_disk(pods):
     for vm in pods.vms:
         (vm.home / "checkpoint-cache").write_text(f"slice {vm.slice_id}")
     before = {vm.name: vm.pgid for vm in pods.vms}
-    pods.repair(1, Options(reboot_grace_s=120))
+    pods.repairs.repair(1, Options(reboot_grace_s=120))
     # JobSet recreates every Job: no Pod keeps its disk, not only the failed slice's.
     assert not [vm.name for vm in pods.vms if (vm.home / "checkpoint-cache").exists()]
     assert not [name for name, pid in before.items() if running(pid)]
@@ -78,7 +78,7 @@ def test_a_requested_reset_starts_every_pod_again_as_a_new_pod(pods):
     assert not pods.capacity.take_reset()
     request_reset(pods.paths)
     assert pods.capacity.take_reset() and not pods.capacity.take_reset()  # taken once
-    pods.reset_vms(Options())
+    pods.repairs.reset(Options())
     assert pods.lines[-1].startswith("reset: JobSet suspended and resumed: every Pod stopped (SIGTERM)")
     assert not [vm.name for vm in pods.vms if (vm.home / "checkpoint-cache").exists()]
     assert all("got SIGTERM" in boot_log(vm.log_path, 1) for vm in pods.vms)

@@ -49,12 +49,12 @@ DRIVER = """
 import sys
 from pathlib import Path
 from infra.config import load_stack_file
-from infra.local.emulator import LocalQueuedResource, Options
+from infra.local.emulated_stack import EmulatedStack, Options
 from infra.local.state import LocalPaths
 config = load_stack_file(Path(sys.argv[1]))
 script = Path(sys.argv[3]).read_text() + " " + config.run_dir + "\\n"
 say = lambda line: print(line, flush=True)
-resource = LocalQueuedResource(config, LocalPaths(Path(sys.argv[2])), script, report=say)
+resource = EmulatedStack(config, LocalPaths(Path(sys.argv[2])), script, report=say)
 print("emulation", resource.emulation_id, flush=True)
 with resource.running():
     print("storage", resource.storage.url, flush=True)

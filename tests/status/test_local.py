@@ -203,7 +203,8 @@ def test_an_already_complete_run_reports_the_commands_wall_time(bucket, tmp_path
 
     import psutil
 
-    from infra.local import emulator, lifecycle
+    from infra.local import lifecycle
+    from infra.local.options import Options
     from training.run_dir import RunDir
 
     run_dir = f"gs://{bucket}/runs/done"
@@ -214,7 +215,7 @@ def test_an_already_complete_run_reports_the_commands_wall_time(bucket, tmp_path
     resource = SimpleNamespace(config=config, run_dir=RunDir(run_dir), paths=LocalPaths(tmp_path / "emu"))
     before = time.time() - psutil.Process().create_time()
     said = []
-    outcome = lifecycle.train(resource, emulator.Options(faults=[]), False, said.append)
+    outcome = lifecycle.train(resource, Options(faults=[]), False, said.append)
     after = time.time() - psutil.Process().create_time()
     assert outcome.already_complete  # reported, nothing trained
     assert said == [f"run {run_dir} is already complete; nothing to do (use --fresh to start over)"]
@@ -225,7 +226,7 @@ def test_an_already_complete_run_reports_the_commands_wall_time(bucket, tmp_path
     # Its VMs deleted the queued resource when it completed: said, and nothing is created.
     resource.paths.root.mkdir(parents=True)
     record_deletion(resource.paths, "projects/p/locations/z/queuedResources/multislice-emu", run_dir)
-    outcome = lifecycle.train(resource, emulator.Options(faults=[]), False, said.append)
+    outcome = lifecycle.train(resource, Options(faults=[]), False, said.append)
     assert outcome.already_complete and outcome.summary["capacity"] == "deleted"
     assert said[-1].startswith(f"run {run_dir} is already complete; nothing to do (its queued resource was deleted at ")
     assert not resource.paths.state_file.exists() and not (resource.paths.root / "vms").exists()

@@ -15,7 +15,7 @@ import orbax.checkpoint as ocp
 import pytest
 
 from infra.config import load_stack_file
-from infra.local.emulator import LocalQueuedResource
+from infra.local.emulated_stack import EmulatedStack
 from infra.local.state import LocalPaths
 from tests.helpers.checkpoint_errors import REPR, StandInManager
 from training import preemption
@@ -76,7 +76,7 @@ def test_a_fallback_is_recorded_with_both_steps_the_path_and_the_reason(tmp_path
 
 def test_the_cli_prints_why_restore_fell_back(tmp_path):
     lines: list[str] = []
-    resource = LocalQueuedResource(load_stack_file(STACK), LocalPaths(tmp_path / "emu"), "", report=lines.append)
+    resource = EmulatedStack(load_stack_file(STACK), LocalPaths(tmp_path / "emu"), "", report=lines.append)
     path = "gs://b/runs/dev/checkpoints/12"
     # The event as training.train writes it (tests/training/test_agreement.py checks the trainer's).
     resource.reporter.event(

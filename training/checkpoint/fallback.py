@@ -37,7 +37,7 @@ class TrainingDiverged(RuntimeError):
 def fallback_event(fallback: Fallback) -> dict[str, Any]:
     """The ``restore_fallback`` event of ``fallback``: ``step`` (the step used instead, 0 for the
     seed), ``tried`` (the step passed over), its ``path``, ``reason`` and ``time`` (Unix
-    seconds). ``multislice local up`` prints these (infra/local/emulator.py)."""
+    seconds). ``multislice local up`` prints these (infra/local/progress.py)."""
     return {
         "event": "restore_fallback",
         "step": fallback.used,

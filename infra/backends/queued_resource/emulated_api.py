@@ -28,7 +28,7 @@ docs/deploying.md) with the VM's service-account token. The emulation does the s
   (https://cloud.google.com/tpu/docs/reference/rest/v2/projects.locations.queuedResources/reset)
   with an ``Operation`` done at once whose response is the ``QueuedResource`` (its name and
   state ``ACTIVE``), for the stack's queued resource while it is not deleted (else 404, a wrong
-  token 401); the emulator then restarts every VM (``LocalQueuedResource.reset_vms``), as the
+  token 401); the emulator then restarts every VM (``Repairs.reset`` of :mod:`infra.local.repairs`), as the
   reset reboots every VM of a queued resource and their startup scripts run again;
 * :class:`DeleteOnComplete` records the deletion in the stack's state (``deleted.json``,
   :func:`infra.local.state.record_deletion`; ``multislice local status`` reports ``DELETED``)
@@ -253,7 +253,7 @@ def _error(status: str, message: str) -> tuple[int, dict]:
 
 class DeleteOnComplete:
     """The emulated queued resource's side of deleteOnComplete, for
-    :class:`infra.local.emulator.LocalQueuedResource`: :meth:`start` when the queued resource is
+    :class:`infra.local.emulated_stack.EmulatedStack`: :meth:`start` when the queued resource is
     created, :meth:`stop` with its VMs.
 
     Args:

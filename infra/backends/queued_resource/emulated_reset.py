@@ -4,7 +4,7 @@
 The request goes where a deployed stack's goes, through google-cloud-tpu's
 ``TpuClient.reset_queued_resource``, here to the emulation's loopback Cloud TPU API
 (``infra.backends.queued_resource.emulated_api``, its URL in the emulator's state file) with the emulated VMs' token.
-The emulator then restarts every VM (``LocalQueuedResource.reset_vms``: SIGTERM, the trainer
+The emulator then restarts every VM (``Repairs.reset`` of :mod:`infra.local.repairs`: SIGTERM, the trainer
 unit's stop timeout, SIGKILL, boot again; the startup script runs again and training resumes from
 its newest finalized checkpoint). :func:`reset` waits until every VM runs a new boot
 (:func:`infra.remote.emulated.await_reboots`), saying each as it comes back.

@@ -1,6 +1,6 @@
 """infra.backends.queued_resource.emulated_api: the emulated Cloud TPU API's one call (DELETE of the stack's queued
 resource, answered with a long-running Operation; every other request refused), the release's
-own script against it, and the emulator's side through ``LocalQueuedResource.up`` with a
+own script against it, and the emulator's side through ``EmulatedStack.up`` with a
 stand-in startup script (no trainer): the release recorded, the VMs still running stopped, the
 summary's ``capacity``; with deleteOnComplete off, nothing deleted. The real trainer's run is
 asserted in tests/local/test_emulation.py (test_the_completed_run_deleted_its_queued_resource)."""
@@ -19,7 +19,7 @@ from infra import startup
 from infra.backends.queued_resource.emulated_api import EmulatedTpuApi
 from infra.config import load_stack_file
 from infra.local import state as state_lib
-from infra.local.emulator import LocalQueuedResource, Options
+from infra.local.emulated_stack import EmulatedStack, Options
 from infra.local.metadata import EMULATED_TOKEN
 from infra.local.state import LocalPaths
 from tests.fakes.startup_vm import prefixed, run_delete_on_complete
@@ -125,9 +125,9 @@ fi
 """
 
 
-def emulate(tmp_path: Path, config, script: str) -> tuple[LocalQueuedResource, dict, list[str]]:
+def emulate(tmp_path: Path, config, script: str) -> tuple[EmulatedStack, dict, list[str]]:
     lines: list[str] = []
-    resource = LocalQueuedResource(config, LocalPaths(tmp_path / "emu"), script, report=lines.append)
+    resource = EmulatedStack(config, LocalPaths(tmp_path / "emu"), script, report=lines.append)
     with resource.running():
         summary = resource.up(Options(poll_s=0.05, node_delete_delay_s=1.0, stall_timeout_s=120, timeout_s=300))
     assert state_lib.find_processes(resource.emulation_id) == []

@@ -1,5 +1,5 @@
 """``multislice local reset`` (infra.backends.queued_resource.emulated_reset) against the emulator itself
-(``LocalQueuedResource.up``) with a stand-in startup script and no trainer: the reset goes
+(``EmulatedStack.up``) with a stand-in startup script and no trainer: the reset goes
 through the emulated TPU API, every VM is restarted and boots again (its disk kept, unlike a
 repair), and the waiting side sees each VM come back (seconds: the emulator's Cloud Storage
 and its run summary). The trainer's resume after a reset is
@@ -16,7 +16,7 @@ import pytest
 from infra.backends.queued_resource import emulated_reset
 from infra.config import load_stack_file
 from infra.local import state as state_lib
-from infra.local.emulator import LocalQueuedResource, Options
+from infra.local.emulated_stack import EmulatedStack, Options
 from infra.local.state import LocalPaths
 from infra.remote.selection import RemoteError
 
@@ -61,7 +61,7 @@ def test_a_reset_restarts_every_vm_and_waits_until_each_booted_again(tmp_path):
 
     resetter = threading.Thread(target=reset_once_booted)
     resetter.start()
-    resource = LocalQueuedResource(config, paths, SCRIPT, report=lines.append)
+    resource = EmulatedStack(config, paths, SCRIPT, report=lines.append)
     with resource.running():
         resource.up(Options(poll_s=0.05, stall_timeout_s=120, timeout_s=240))
     resetter.join(timeout=180)  # generous: the VMs reboot slowly on a loaded 2-core machine

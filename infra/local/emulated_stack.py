@@ -1,26 +1,28 @@
-"""The local emulation of a stack's multislice queued resource.
+"""The local emulation of a stack, on every backend: ``multislice local up``'s engine.
 
-``LocalQueuedResource(config, paths, script).up(...)`` runs, on this machine, what the stack
-runs on Cloud TPU:
+``EmulatedStack(config, paths, script).up(...)`` runs, on this machine, what the stack runs in the
+cloud, whatever its ``multislice:backend``:
 
-* one process group per TPU VM (slices × workers per slice, ``infra.local.vm``), each
-  booting the stack's startup script exactly as rendered for GCP (infra.startup), with its
-  own loopback metadata server (infra.local.metadata) answering the keys a real TPU VM of
-  the stack has (``infra.local.topology``);
-* ``chips per host`` CPU devices per VM (``JAX_NUM_CPU_DEVICES``), ``JAX_PLATFORMS=cpu``; only the venv
-  step differs: ``MULTISLICE_PYTHON`` points the script at this machine's virtualenv;
+* its workers (:mod:`infra.local.workers`): one process group per TPU VM, or per GKE Pod on a gke
+  stack (slices × workers per slice), each booting the stack's startup script exactly as rendered for
+  the cloud (infra.startup), with its own loopback metadata server answering what a worker of the stack
+  is told (``infra.local.topology``);
+* the backend's side (:meth:`infra.backends.interface.Backend.emulation`): the emulated cloud API its
+  workers talk to and how its platform repairs a slice. How ``local up`` runs a gke stack: this class
+  with :class:`infra.backends.gke.emulation.GkeEmulation` (Pods as processes, JobSet's restart of every
+  Job); a compute-engine stack: :mod:`infra.backends.compute_engine.emulation` (the emulated Compute
+  API); a queued resource: :mod:`infra.backends.queued_resource.emulation` (the loopback Cloud TPU API);
+* ``chips per host`` CPU devices per worker (``JAX_NUM_CPU_DEVICES``), ``JAX_PLATFORMS=cpu``; only the
+  venv step differs: ``MULTISLICE_PYTHON`` points the script at this machine's virtualenv;
 * the checkpoint bucket is the stack's, ``StackConfig.bucket_name``, served by a loopback Cloud Storage
-  (``infra.local.gcs``, one per stack, persistent under the stack's state directory); every VM gets the
-  run directory ``pulumi up`` puts in the metadata, ``gs://<bucket>/runs/<run name>``, and the
-  environment that points the trainer's storage clients at the server, as the emulator reads the run.
+  (``infra.local.gcs``, one per stack, persistent under the stack's state directory); every worker gets
+  the run directory ``pulumi up`` gives it, ``gs://<bucket>/runs/<run name>``, and the environment that
+  points the trainer's storage clients at the server, as the emulator reads the run.
 
-With ``multislice:queuedResource.deleteOnComplete`` worker 0 of slice 0 deletes the queued resource once the
-run is complete, through a loopback Cloud TPU API (``infra.backends.queued_resource.emulated_api``): the emulator
-records it and stops the VMs still running. ``multislice local reset`` restarts every VM (:meth:`reset_vms`).
-
-It injects faults (infra.local.faults) when training reports the given step, then repairs like Cloud TPU
-auto-repair (elsewhere once a VM asked: infra.local.recreation): the failed slice is recreated (fresh
-disks), every other slice restarted (on gke, recreated too); training resumes.
+It injects faults (infra.local.faults) when training reports the given step, and repairs the struck
+slice as the backend's platform does (:mod:`infra.local.repairs`); training resumes. ``multislice local
+reset`` restarts every worker; where the backend deletes its capacity on completion, the emulated API
+records it and the emulator stops the workers still running.
 
 Nothing is left behind: Ctrl-C / SIGTERM / errors stop every VM (SIGTERM, grace, SIGKILL:
 ``infra.local.supervisor``), every metadata server and the storage server. If the emulator
@@ -45,25 +47,25 @@ from infra.backends.registry import backend_of
 from infra.config import StackConfig, stack_args
 from infra.local import state as state_lib, stop_signals, supervisor, topology
 from infra.local.boot_watch import BootWatch
-from infra.local.faults import Fault, FaultGates, FaultSchedule
+from infra.local.faults import FaultGates, FaultSchedule
 from infra.local.gcs import GcsServer, GcsServerError, bucket_name_error, point_clients_at
-from infra.local.metadata import MetadataServer
 from infra.local.options import EmulationError, Interrupted, Options
 from infra.local.ports import free_port
 from infra.local.progress import BootLines, ProgressSample, ProgressTail, RunReporter
-from infra.local.recreation import await_recreation
+from infra.local.repairs import Repairs
 from infra.local.state import EMULATION_ID_ENV, LocalPaths
 from infra.local.supervisor import GroupFailed
 from infra.local.tails import MetricsTail, RecordTail, indented_tail
 from infra.local.vm import EmulatedVM, process_groups
+from infra.local.workers import Workers
 from training.run_dir import RunDir
 
-#: Seconds :meth:`LocalQueuedResource.shutdown` gives the VMs between SIGTERM and SIGKILL.
+#: Seconds :meth:`EmulatedStack.shutdown` gives the VMs between SIGTERM and SIGKILL.
 SHUTDOWN_GRACE_S = 5.0
 
 
-class LocalQueuedResource:
-    """Run a stack's queued resource as local processes (see module docstring).
+class EmulatedStack:
+    """Run a stack's slices, on any backend, as local processes (see the module docstring).
 
     Args:
       config: the validated stack.
@@ -97,20 +99,11 @@ class LocalQueuedResource:
         #: What the run shows while it goes on: events, the first VM's boot lines, progress.
         self.reporter = RunReporter(report, progress)
         self.emulation_id = emulation_id or uuid.uuid4().hex
-        self.vms: list[EmulatedVM] = []
-        self.servers: list[MetadataServer] = []
-        self.repairs = 0
         self.boot_watch = BootWatch()
         #: Every boot holds its trainers at the steps of the faults still to strike, until struck.
         self.gates = FaultGates(
             paths.root / "fault-gate", holds_dir=paths.holds_dir, bundled_trainer=config.workload is None
         )
-        self.faults_fired: list[str] = []
-        #: For each fault in :attr:`faults_fired`, the newest step the attempt it struck
-        #: reported (read once every process of that attempt was gone): where it really fired.
-        self.fault_steps: list[int] = []
-        #: ResetQueuedResource requests carried out (``multislice local reset``).
-        self.resets = 0
         self.storage = GcsServer(
             paths.gcs_root, paths.gcs_log, port=gcs_port, env={EMULATION_ID_ENV: self.emulation_id}
         )
@@ -118,13 +111,22 @@ class LocalQueuedResource:
         #: The backend's side: its emulated API (on the queued resource, the TPU API that serves
         #: deleteOnComplete and reset), what each VM's metadata server answers, the capacity's fate.
         self.capacity = backend_of(config).emulation(config, paths)
+        #: The run's VMs (Pods on gke), with their metadata servers.
+        self.workers = Workers(config, paths, self.capacity)
+        #: The faults struck, the repairs and resets carried out.
+        self.repairs = Repairs(config, self.workers, self.capacity, self.gates, self.reporter, report, self.boot_all)
         #: The run directory, read by this process through :attr:`storage`.
         self.run_dir = RunDir(config.run_dir)
+
+    @property
+    def vms(self) -> list[EmulatedVM]:
+        """Every worker's VM (or Pod), slice by slice."""
+        return self.workers.vms
 
     # Lifecycle ------------------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def running(self) -> Iterator[LocalQueuedResource]:
+    def running(self) -> Iterator[EmulatedStack]:
         """Serve the stack's bucket (:meth:`open_storage`) for the block; on leaving it, however
         it is left, stop every VM and server (:meth:`shutdown`). Ctrl-C, SIGTERM and SIGHUP
         raise :class:`Interrupted` inside the block.
@@ -175,19 +177,13 @@ class LocalQueuedResource:
 
     def create(self) -> None:
         """Create the slices (the backend's emulated API: :meth:`infra.backends.interface.Emulation.start`)
-        and their VMs (one metadata server each, answering what the backend's VMs are told)."""
+        and their workers (:meth:`Workers.create`)."""
         self.capacity.start()
-        for slice_id, node in enumerate(self.config.node_ids):
-            for worker in range(self.config.accelerator.hosts):
-                server = MetadataServer({}, self.capacity.metadata_values(slice_id, worker))
-                self.servers.append(server)
-                home, log = self.paths.vm_home(slice_id, worker), self.paths.vm_log(slice_id, worker)
-                pod_env = self.capacity.pod_environment(slice_id, worker)
-                self.vms.append(EmulatedVM(slice_id, worker, node, home, log, server, pod_env))
+        self.workers.create()
 
     def boot_all(self, options: Options) -> None:
-        """Give every VM its metadata (a fresh coordinator port unless fixed), boot it, and
-        record the process groups in the state file."""
+        """Give every worker its metadata and environment (a fresh coordinator port unless fixed),
+        boot it, and record the process groups in the state file."""
         port = options.coordinator_port or free_port()
         env = (
             topology.vm_environment(
@@ -202,93 +198,13 @@ class LocalQueuedResource:
             | self.capacity.environment()
         )
         env.update(self.gates.boot())
-        for vm in self.vms:
-            vm.metadata.update(
-                topology.vm_metadata(
-                    self.config, vm.slice_id, vm.worker, startup_script=self.startup_script, run_dir=self.config.run_dir
-                )
-            )
-        self.boot_watch.booted(self.vms)  # first: a VM may show its trainer's start before the last VM boots
-        for vm in self.vms:
-            vm.boot(env)
+        # The boot watch first: a VM may show its trainer's start before the last VM boots.
+        self.workers.boot(env, self.startup_script, before=lambda: self.boot_watch.booted(self.vms))
         self._record_state()
-
-    def inject(
-        self, fault: Fault, options: Options, observed_step: int, settle: Callable[[], Any] = lambda: None
-    ) -> None:
-        """Strike the fault's slice (``kill``: SIGKILL; ``preempt``: SIGTERM, then SIGKILL
-        after ``preempt_grace_s``), then :meth:`repair` (``settle`` runs once every process
-        of the struck attempt is gone, before the reboot; it may return the ``(events,
-        metrics)`` records that attempt wrote last). :attr:`fault_steps` gets the newest step
-        the struck attempt reported: ``observed_step`` or a later one it synced meanwhile."""
-        # The emulator polls the metrics log, so training may already be past the fault's step
-        # (a fast step, a loaded machine); the report says where training actually was.
-        targets = process_groups(vm for vm in self.vms if vm.slice_id == fault.slice_id)
-        how = "SIGTERM, then SIGKILL after grace" if fault.kind == "preempt" else "SIGKILL"
-        self.report(f"fault: {fault} ({how}; training had reported step {observed_step})")
-        self.faults_fired.append(str(fault))
-        if fault.kind == "preempt":
-            # The trainers wait at the fault's step (training.fault_gate): the notice reaches them
-            # there, then they go on to the job's agreed step and save.
-            supervisor.stop_groups(targets, options.preempt_grace_s, after_signal=lambda: self.gates.strike(fault.step))
-        else:
-            supervisor.kill_groups(targets)
-            self.gates.strike(fault.step)
-        if not self.capacity.repairs_slices:
-            self.reporter.drain()
-            await_recreation(self.capacity, self.config, fault.slice_id, self.vms, options, self.report)
-        reached = [observed_step]
-
-        def settled() -> None:
-            last = settle()
-            if last:
-                reached.extend(int(r["step"]) for r in last[1] if "loss" in r)
-
-        self.repair(fault.slice_id, options, settled)
-        self.fault_steps.append(max(reached))
-
-    def repair(self, failed_slice: int, options: Options, settle: Callable[[], None] = lambda: None) -> None:
-        """Cloud TPU auto-repair: recreate the failed slice (its VMs stopped and their disks
-        wiped), restart every other slice (SIGTERM, ``reboot_grace_s``, SIGKILL), then call
-        ``settle`` (no process of the old attempt is left to write a record) and boot all."""
-        others = sorted({vm.slice_id for vm in self.vms if vm.slice_id != failed_slice})
-        self.reporter.drain(repair=True)
-        self.report(
-            f"repair: recreating slice {failed_slice}"
-            + (f", restarting slice(s) {', '.join(map(str, others))}" if others else "")
-        )
-        failed = [vm for vm in self.vms if vm.slice_id == failed_slice]
-        supervisor.kill_groups(process_groups(failed))
-        for vm in failed:
-            vm.wipe_disk()
-        supervisor.stop_groups(
-            process_groups(vm for vm in self.vms if vm.slice_id != failed_slice), options.reboot_grace_s
-        )
-        for vm in self.vms if self.capacity.recreates_every_slice else ():
-            vm.wipe_disk()  # JobSet recreates every Job: new Pods
-        settle()
-        self.repairs += 1
-        self.capacity.repaired(failed_slice)
-        self.boot_all(options)
-
-    def reset_vms(self, options: Options) -> None:
-        """``multislice local reset`` (the capacity's :attr:`reset_line`): restart every VM (SIGTERM,
-        ``reset_grace_s``, SIGKILL; an empty disk where the platform makes new VMs) and boot it again;
-        training resumes from the newest finalized checkpoint, the one saved on the SIGTERM if any."""
-        self.reporter.drain()
-        self.report(self.capacity.reset_line)
-        self.resets += 1
-        supervisor.stop_groups(process_groups(self.vms), options.reset_grace_s)
-        for vm in self.vms if self.capacity.recreates_every_slice else ():
-            vm.wipe_disk()  # a resumed JobSet's Pods are new Pods
-        self.boot_all(options)
 
     def stop_vms(self) -> None:
         """Stop every VM (SIGTERM, short grace, SIGKILL), metadata server and the TPU API."""
-        supervisor.stop_groups(process_groups(self.vms), SHUTDOWN_GRACE_S)
-        for server in self.servers:
-            server.stop()
-        self.servers.clear()
+        self.workers.stop(SHUTDOWN_GRACE_S)
         self.capacity.stop()
 
     def shutdown(self) -> None:
@@ -350,7 +266,7 @@ class LocalQueuedResource:
         result = summary_lib.summarize(self.run_dir, total)
         summary_lib.name_own_resume(result, self.run_dir, since=started_at)  # the user's own stop
         unplanned = summary_lib.unplanned_restarts(
-            self.run_dir, since=started_at, planned=len(self.faults_fired) + self.resets
+            self.run_dir, since=started_at, planned=len(self.repairs.faults_fired) + self.repairs.resets
         )
         if unplanned:
             self.report(
@@ -361,9 +277,7 @@ class LocalQueuedResource:
             {
                 "unplanned_restarts": unplanned,
                 "wall_seconds": round(time.monotonic() - start, 3),
-                "repairs": self.repairs,
-                "faults": self.faults_fired,
-                "fault_steps": self.fault_steps,
+                **self.repairs.summary(),
                 "capacity": self.capacity.outcome,
                 "logs_dir": str(self.paths.logs_dir),
             }
@@ -412,12 +326,12 @@ class LocalQueuedResource:
             reached = schedule.attempt_step or 0
             fault = schedule.due() if not self.capacity.deleted else None  # a deleted QR is not repaired
             if fault is not None:
-                self.inject(fault, options, reached, settle)
+                self.repairs.inject(fault, options, reached, settle)
                 tail.last_change = time.monotonic()
                 continue
             self.gates.open_up_to(schedule.attempt_step)  # no fault strikes there: training goes on
             if self.capacity.take_reset():
-                self.reset_vms(options)
+                self.repairs.reset(options)
                 tail.last_change = time.monotonic()
                 continue
             try:

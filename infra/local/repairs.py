@@ -1,0 +1,180 @@
+"""Faults and repairs in ``multislice local up``, on every backend: a fault strikes a slice's workers,
+the platform repairs the slice, a reset restarts every worker.
+
+:class:`Repairs` does what Cloud TPU's auto-repair does after a maintenance event, a preemption or a
+hardware fault (the Multislice overview; https://cloud.google.com/tpu/docs/failure-recovery): the failed
+slice is recreated as a whole (its workers' disks wiped), every other slice is restarted (the job's
+processes cannot go on without the failed slice's), and training resumes from the newest checkpoint.
+The backend's :class:`~infra.backends.interface.Emulation` says where that differs:
+
+* **queued-resource**: as above (Cloud TPU's auto-repair);
+* **compute-engine**: a group that recreates its VMs itself (per-VM repair) is repaired as above; one
+  that does not (:attr:`~infra.backends.interface.Emulation.repairs_slices` False: a multi-host slice,
+  flex-start) leaves the struck slice down until a VM's slice watch asks the emulated Compute API to
+  recreate the group (:meth:`Repairs.await_recreation`; docs/compute-engine.md, section 5);
+* **gke**: JobSet recreates every child Job, so every slice's Pods start on empty disks
+  (:attr:`~infra.backends.interface.Emulation.recreates_every_slice`; docs/gke.md section 5).
+
+``multislice local reset`` restarts every worker (:meth:`Repairs.reset`). The faults themselves (which
+slice, at which step, SIGTERM or SIGKILL) are :mod:`infra.local.faults`'s.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from infra.backends.interface import Emulation
+from infra.config import StackConfig
+from infra.local import stop_signals, supervisor
+from infra.local.faults import Fault, FaultGates
+from infra.local.options import EmulationError, Options
+from infra.local.progress import RunReporter
+from infra.local.vm import process_groups
+from infra.local.workers import Workers
+
+
+class Repairs:
+    """The faults struck and the repairs and resets carried out in one ``local up``.
+
+    Args:
+      config: the validated stack.
+      workers: the run's workers.
+      capacity: the backend's side of the emulation (how it repairs: see the module docstring).
+      gates: where the bundled trainer waits for a fault's step (:class:`~infra.local.faults.FaultGates`).
+      reporter: what the run shows (drained before a repair's lines).
+      report: ``(message) -> None`` for events.
+      boot: boots every worker again (:meth:`infra.local.emulated_stack.EmulatedStack.boot_all`).
+    """
+
+    def __init__(
+        self,
+        config: StackConfig,
+        workers: Workers,
+        capacity: Emulation,
+        gates: FaultGates,
+        reporter: RunReporter,
+        report: Callable[[str], None],
+        boot: Callable[[Options], None],
+    ) -> None:
+        self.config = config
+        self.workers = workers
+        self.capacity = capacity
+        self.gates = gates
+        self.reporter = reporter
+        self.report = report
+        self.boot = boot
+        #: Repairs carried out (one per fault).
+        self.repaired = 0
+        #: ResetQueuedResource requests carried out (``multislice local reset``).
+        self.resets = 0
+        self.faults_fired: list[str] = []
+        #: For each fault in :attr:`faults_fired`, the newest step the attempt it struck
+        #: reported (read once every process of that attempt was gone): where it really fired.
+        self.fault_steps: list[int] = []
+
+    def summary(self) -> dict[str, Any]:
+        """The run summary's rows of this ``local up``'s repairs: ``repairs``, ``faults``, ``fault_steps``."""
+        return {"repairs": self.repaired, "faults": list(self.faults_fired), "fault_steps": list(self.fault_steps)}
+
+    def inject(
+        self, fault: Fault, options: Options, observed_step: int, settle: Callable[[], Any] = lambda: None
+    ) -> None:
+        """Strike the fault's slice (``kill``: SIGKILL; ``preempt``: SIGTERM, then SIGKILL
+        after ``preempt_grace_s``), then :meth:`repair` (``settle`` runs once every process
+        of the struck attempt is gone, before the reboot; it may return the ``(events,
+        metrics)`` records that attempt wrote last). :attr:`fault_steps` gets the newest step
+        the struck attempt reported: ``observed_step`` or a later one it synced meanwhile."""
+        # The emulator polls the metrics log, so training may already be past the fault's step
+        # (a fast step, a loaded machine); the report says where training actually was.
+        targets = process_groups(self.workers.of_slice(fault.slice_id))
+        how = "SIGTERM, then SIGKILL after grace" if fault.kind == "preempt" else "SIGKILL"
+        self.report(f"fault: {fault} ({how}; training had reported step {observed_step})")
+        self.faults_fired.append(str(fault))
+        if fault.kind == "preempt":
+            # The trainers wait at the fault's step (training.fault_gate): the notice reaches them
+            # there, then they go on to the job's agreed step and save.
+            supervisor.stop_groups(targets, options.preempt_grace_s, after_signal=lambda: self.gates.strike(fault.step))
+        else:
+            supervisor.kill_groups(targets)
+            self.gates.strike(fault.step)
+        if not self.capacity.repairs_slices:
+            self.reporter.drain()
+            self.await_recreation(fault.slice_id, options)
+        reached = [observed_step]
+
+        def settled() -> None:
+            last = settle()
+            if last:
+                reached.extend(int(r["step"]) for r in last[1] if "loss" in r)
+
+        self.repair(fault.slice_id, options, settled)
+        self.fault_steps.append(max(reached))
+
+    def repair(self, failed_slice: int, options: Options, settle: Callable[[], None] = lambda: None) -> None:
+        """Cloud TPU auto-repair: recreate the failed slice (its VMs stopped and their disks
+        wiped), restart every other slice (SIGTERM, ``reboot_grace_s``, SIGKILL), then call
+        ``settle`` (no process of the old attempt is left to write a record) and boot all."""
+        others = self.workers.slices_but(failed_slice)
+        self.reporter.drain(repair=True)
+        self.report(
+            f"repair: recreating slice {failed_slice}"
+            + (f", restarting slice(s) {', '.join(map(str, others))}" if others else "")
+        )
+        failed = self.workers.of_slice(failed_slice)
+        supervisor.kill_groups(process_groups(failed))
+        self.workers.wipe(failed)
+        supervisor.stop_groups(process_groups(self.workers.others(failed_slice)), options.reboot_grace_s)
+        if self.capacity.recreates_every_slice:
+            self.workers.wipe(self.workers.vms)  # JobSet recreates every Job: new Pods
+        settle()
+        self.repaired += 1
+        self.capacity.repaired(failed_slice)
+        self.boot(options)
+
+    def reset(self, options: Options) -> None:
+        """``multislice local reset`` (the capacity's :attr:`reset_line`): restart every VM (SIGTERM,
+        ``reset_grace_s``, SIGKILL; an empty disk where the platform makes new VMs) and boot it again;
+        training resumes from the newest finalized checkpoint, the one saved on the SIGTERM if any."""
+        self.reporter.drain()
+        self.report(self.capacity.reset_line)
+        self.resets += 1
+        supervisor.stop_groups(process_groups(self.workers.vms), options.reset_grace_s)
+        if self.capacity.recreates_every_slice:
+            self.workers.wipe(self.workers.vms)  # a resumed JobSet's Pods are new Pods
+        self.boot(options)
+
+    def await_recreation(self, lost_slice: int, options: Options) -> None:
+        """A struck slice that the platform does not recreate by itself (see the module docstring):
+        mark it lost (:meth:`Emulation.lost`) and wait, polling every ``options.poll_s`` for at most
+        ``options.stall_timeout_s``, until a VM asked to recreate it (:meth:`Emulation.take_recreated`).
+
+        Raises:
+          EmulationError: no VM of another slice is left to ask (a one-slice stack: the message says
+            how to recreate the group on Compute Engine), or none asked in time.
+          Interrupted: Ctrl-C, SIGTERM or SIGHUP meanwhile.
+        """
+        group = self.config.node_ids[lost_slice]
+        self.capacity.lost(lost_slice)
+        if self.workers.only(lost_slice):
+            raise EmulationError(
+                f"slice {lost_slice} lost its VMs, and its group {group} does not recreate a VM by itself "
+                "(per-VM repair is off: docs/compute-engine.md, section 5); no other slice is left whose slice "
+                "watch could recreate it. On Compute Engine: gcloud compute instance-groups managed "
+                f"recreate-instances {group} --instances=<every VM of the group> --zone={self.config.zone}"
+            )
+        self.report(
+            f"repair: slice {lost_slice}'s VMs are down and its group does not recreate a VM by itself; "
+            "waiting for a VM's slice watch to recreate the whole group"
+        )
+        deadline = time.monotonic() + options.stall_timeout_s
+        while lost_slice not in self.capacity.take_recreated():
+            stop_signals.raise_if_signalled()
+            if time.monotonic() > deadline:
+                raise EmulationError(
+                    f"no VM asked to recreate group {group} within {options.stall_timeout_s:.0f} s "
+                    "(--stall-timeout; the slice watch: slice-watch.sh)"
+                )
+            time.sleep(options.poll_s)
+        self.report(f"repair: a VM asked to recreate group {group} (instanceGroupManagers.recreateInstances)")

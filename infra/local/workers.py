@@ -1,0 +1,95 @@
+"""The run's workers in ``multislice local up``, on every backend: one emulated TPU VM per worker of
+each slice (queued-resource, compute-engine) or one emulated GKE Pod (gke), each with its own loopback
+metadata server.
+
+:class:`Workers` makes them (:meth:`Workers.create`), gives each the metadata and environment a worker
+of the stack's backend has and boots it (:meth:`Workers.boot`), strikes or restarts a slice's, wipes
+their disks where the platform makes new machines, and stops them all (:meth:`Workers.stop`). What
+differs by backend comes from the backend's :class:`~infra.backends.interface.Emulation`: the values
+its metadata server answers besides the attributes, and a Pod's environment (a Pod boots the script
+with ``/bin/bash`` as its container's first process; a VM boots it under its emulated systemd:
+:mod:`infra.local.vm`). What a worker is told of its place in the job is :mod:`infra.local.topology`'s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from infra.backends.interface import Emulation
+from infra.config import StackConfig
+from infra.local import supervisor, topology
+from infra.local.metadata import MetadataServer
+from infra.local.state import LocalPaths
+from infra.local.vm import EmulatedVM, process_groups
+
+
+class Workers:
+    """Every worker of a stack's slices, as local process groups (see the module docstring).
+
+    Args:
+      config: the validated stack (slices, workers per slice, node ids).
+      paths: state directories (each worker's disk and console log).
+      capacity: the backend's side of the emulation (what each worker's metadata server answers
+        besides its attributes; a Pod's environment).
+    """
+
+    def __init__(self, config: StackConfig, paths: LocalPaths, capacity: Emulation) -> None:
+        self.config = config
+        self.paths = paths
+        self.capacity = capacity
+        #: One per worker, slice by slice (``slice 0 worker 0`` first).
+        self.vms: list[EmulatedVM] = []
+        self.servers: list[MetadataServer] = []
+
+    def create(self) -> None:
+        """Make every worker (not booted) with a metadata server of its own, answering what the
+        backend's workers are told (:meth:`~infra.backends.interface.Emulation.metadata_values`)."""
+        for slice_id, node in enumerate(self.config.node_ids):
+            for worker in range(self.config.accelerator.hosts):
+                server = MetadataServer({}, self.capacity.metadata_values(slice_id, worker))
+                self.servers.append(server)
+                home, log = self.paths.vm_home(slice_id, worker), self.paths.vm_log(slice_id, worker)
+                pod_env = self.capacity.pod_environment(slice_id, worker)
+                self.vms.append(EmulatedVM(slice_id, worker, node, home, log, server, pod_env))
+
+    def boot(self, env: dict[str, str], startup_script: str, before: Callable[[], None] = lambda: None) -> None:
+        """Give every worker its metadata attributes (:func:`infra.local.topology.vm_metadata`: the
+        startup script and the run directory among them), call ``before``, then boot each with ``env``."""
+        for vm in self.vms:
+            vm.metadata.update(
+                topology.vm_metadata(
+                    self.config, vm.slice_id, vm.worker, startup_script=startup_script, run_dir=self.config.run_dir
+                )
+            )
+        before()
+        for vm in self.vms:
+            vm.boot(env)
+
+    def of_slice(self, slice_id: int) -> list[EmulatedVM]:
+        """The workers of slice ``slice_id``."""
+        return [vm for vm in self.vms if vm.slice_id == slice_id]
+
+    def others(self, slice_id: int) -> list[EmulatedVM]:
+        """The workers of every slice but ``slice_id``."""
+        return [vm for vm in self.vms if vm.slice_id != slice_id]
+
+    def slices_but(self, slice_id: int) -> list[int]:
+        """The ids of every slice but ``slice_id``, ascending."""
+        return sorted({vm.slice_id for vm in self.others(slice_id)})
+
+    def only(self, slice_id: int) -> bool:
+        """Whether every worker is of slice ``slice_id`` (a one-slice stack)."""
+        return all(vm.slice_id == slice_id for vm in self.vms)
+
+    @staticmethod
+    def wipe(vms: Iterable[EmulatedVM]) -> None:
+        """Empty the disks of ``vms`` (stopped): what recreating a VM, or a new Pod, starts from."""
+        for vm in vms:
+            vm.wipe_disk()
+
+    def stop(self, grace_s: float) -> None:
+        """Stop every worker (SIGTERM, ``grace_s``, SIGKILL) and every metadata server."""
+        supervisor.stop_groups(process_groups(self.vms), grace_s)
+        for server in self.servers:
+            server.stop()
+        self.servers.clear()
