@@ -33,7 +33,7 @@ from pathlib import Path
 import pulumi
 import pulumi_gcp as gcp
 
-from infra.startup import contract, script
+from infra.startup import contract, release_objects
 from training.validation import StrictModel
 
 
@@ -54,12 +54,12 @@ class ReleaseRecordArgs(StrictModel):
 
 def record_json(args: ReleaseRecordArgs) -> str:
     """The record's content: one line of JSON, keys sorted (equal inputs give equal bytes)."""
-    return script.record_text(args.stack, args.release_id, args.run_dir)
+    return release_objects.record_text(args.stack, args.release_id, args.run_dir)
 
 
 def payload_text(args: ReleaseRecordArgs) -> str:
     """The release tar as base64 text (a ``BucketObject``'s ``content`` is a string)."""
-    return script.payload_text(args.release)
+    return release_objects.payload_text(args.release)
 
 
 def source_file(args: ReleaseRecordArgs, directory: Path) -> Path:

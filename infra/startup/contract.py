@@ -143,7 +143,7 @@ TPU_API_ENDPOINT_ENV = "MULTISLICE_TPU_API_ENDPOINT"
 #: groups and their VMs; a loopback fake in tests and in the local emulation).
 COMPUTE_API_ENDPOINT_ENV = "MULTISLICE_COMPUTE_API_ENDPOINT"
 #: Seconds ``boot.sh`` waits on the compute-engine backend for the groups to list every VM
-#: (default ``infra.startup.script.GROUP_WAIT_S``).
+#: (default ``infra.backends.compute_engine.spec.GROUP_WAIT_S``).
 GROUP_WAIT_ENV = "MULTISLICE_GROUP_WAIT_S"
 #: Cloud Logging endpoint (the trainer's log shipper and ``multislice logs``).
 LOGGING_ENDPOINT_ENV = "MULTISLICE_LOGGING_ENDPOINT"
@@ -164,7 +164,7 @@ RESTART_BACKOFF_MAX_ENV = "MULTISLICE_RESTART_BACKOFF_MAX_S"
 #: Seconds ``delete_on_complete.sh`` keeps retrying the delete.
 DELETE_DEADLINE_ENV = "MULTISLICE_DELETE_DEADLINE_S"
 #: Seconds between two reads of the release record by the release watch (``release_watch.sh``;
-#: default ``infra.startup.script.RELEASE_POLL_S``).
+#: default ``infra.startup.boot.RELEASE_POLL_S``).
 RELEASE_POLL_ENV = "MULTISLICE_RELEASE_POLL_S"
 #: Set by ``boot.sh`` in the trainer's unit on the compute-engine backend: the release record
 #: (``gs://<bucket>/<record object>``) that ``trainer.sh`` reads before it starts the trainer.

@@ -185,7 +185,7 @@ def test_a_reset_is_built_or_refused_with_what_to_do_instead(name):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_the_identity_phase_renders_whole_and_passes_shellcheck(name, tmp_path):
-    from infra.startup.script import identity_script
+    from infra.startup.boot import identity_script
 
     config = config_of(name)
     text = identity_script(config)

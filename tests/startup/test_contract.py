@@ -16,16 +16,16 @@ import pytest
 
 from infra.backends.spec import IDENTITY_SOURCES
 from infra.backends.specs import SPECS
-from infra.startup import contract, script
+from infra.startup import boot as boot_module, contract, templates
 
 ROOT = Path(__file__).resolve().parents[2]
 STARTUP = ROOT / "infra" / "startup"
 TEMPLATES = (
-    script.TEMPLATE_RESOURCE,
-    script.BOOT_RESOURCE,
-    script.TRAINER_RESOURCE,
-    script.DELETE_ON_COMPLETE_RESOURCE,
-    script.RELEASE_WATCH_RESOURCE,
+    templates.TEMPLATE_RESOURCE,
+    templates.BOOT_RESOURCE,
+    templates.TRAINER_RESOURCE,
+    templates.DELETE_ON_COMPLETE_RESOURCE,
+    templates.RELEASE_WATCH_RESOURCE,
 )
 #: Each backend's identity phase of the boot (``identity.sh`` of a release, which boot.sh sources).
 IDENTITY_PHASES = {
@@ -62,10 +62,10 @@ def test_every_environment_name_a_template_uses_is_declared_and_each_declared_on
 @pytest.mark.parametrize(
     ("name", "default", "template"),
     [
-        (contract.STORAGE_ENDPOINT_ENV, contract.DEFAULT_STORAGE_ENDPOINT, script.BOOT_RESOURCE),
-        (contract.METADATA_HOST_ENV, contract.DEFAULT_METADATA_HOST, script.DELETE_ON_COMPLETE_RESOURCE),
-        (contract.TPU_API_ENDPOINT_ENV, contract.DEFAULT_TPU_API_ENDPOINT, script.DELETE_ON_COMPLETE_RESOURCE),
-        (contract.METADATA_HOST_ENV, "@@DEFAULT_METADATA_HOST@@", script.BOOT_RESOURCE),  # filled from the contract
+        (contract.STORAGE_ENDPOINT_ENV, contract.DEFAULT_STORAGE_ENDPOINT, templates.BOOT_RESOURCE),
+        (contract.METADATA_HOST_ENV, contract.DEFAULT_METADATA_HOST, templates.DELETE_ON_COMPLETE_RESOURCE),
+        (contract.TPU_API_ENDPOINT_ENV, contract.DEFAULT_TPU_API_ENDPOINT, templates.DELETE_ON_COMPLETE_RESOURCE),
+        (contract.METADATA_HOST_ENV, "@@DEFAULT_METADATA_HOST@@", templates.BOOT_RESOURCE),  # filled from the contract
     ],
 )
 def test_endpoint_defaults_are_the_contracts(name, default, template):
@@ -87,14 +87,14 @@ def test_metadata_keys_the_templates_read_are_the_contracts():
         # Cloud TPU's, which the compute-engine identity phase checks where Compute Engine sets them.
         contract.WORKER_ENDPOINTS_KEY,
     }
-    assert script.RUN_DIR_ATTRIBUTE == contract.RUN_DIR_KEY  # what fills the placeholder
-    assert f"attributes/{contract.DELETE_QUEUED_RESOURCE_KEY}" in template_text(script.DELETE_ON_COMPLETE_RESOURCE)
+    assert boot_module.RUN_DIR_ATTRIBUTE == contract.RUN_DIR_KEY  # what fills the placeholder
+    assert f"attributes/{contract.DELETE_QUEUED_RESOURCE_KEY}" in template_text(templates.DELETE_ON_COMPLETE_RESOURCE)
 
 
 def test_boot_exports_the_compute_engine_identity_the_contract_names():
     """On the compute-engine backend the boot writes the identity into the unit's environment, under
     the names the contract declares (and training/cluster.py reads: the test above)."""
-    boot = template_text(script.BOOT_RESOURCE)
+    boot = template_text(templates.BOOT_RESOURCE)
     phase = IDENTITY_PHASES[contract.COMPUTE_ENGINE_BACKEND].read_text(encoding="utf-8")
     assert f"[[ $backend == {contract.COMPUTE_ENGINE_BACKEND} ]]" in phase
     assignments = "\n".join(re.findall(r"identity_env\+?=(.*)", phase))
@@ -103,7 +103,7 @@ def test_boot_exports_the_compute_engine_identity_the_contract_names():
     assert "${identity_env:+Environment=$identity_env}" in boot
     assert f"${{{contract.COMPUTE_API_ENDPOINT_ENV}:-@@DEFAULT_COMPUTE_API_ENDPOINT@@}}" in phase
     # What fills the placeholder.
-    assert script.ENDPOINT_DEFAULTS["DEFAULT_COMPUTE_API_ENDPOINT"] == contract.DEFAULT_COMPUTE_API_ENDPOINT
+    assert boot_module.ENDPOINT_DEFAULTS["DEFAULT_COMPUTE_API_ENDPOINT"] == contract.DEFAULT_COMPUTE_API_ENDPOINT
 
 
 def test_what_a_backend_tells_the_trainer_is_what_the_trainer_reads():
@@ -111,7 +111,7 @@ def test_what_a_backend_tells_the_trainer_is_what_the_trainer_reads():
     values training/cluster.py and training/log_shipping.py act on."""
     from training import cluster, log_shipping
 
-    boot = template_text(script.BOOT_RESOURCE)
+    boot = template_text(templates.BOOT_RESOURCE)
     assert (
         f"Environment={contract.IDENTITY_ENV}=@@IDENTITY_SOURCE@@ {contract.LOG_RESOURCE_ENV}=@@LOG_RESOURCE@@"
     ) in boot
@@ -123,7 +123,7 @@ def test_what_a_backend_tells_the_trainer_is_what_the_trainer_reads():
 
 
 def test_the_release_record_fields_boot_reads_are_the_ones_the_record_has():
-    boot = template_text(script.BOOT_RESOURCE)
+    boot = template_text(templates.BOOT_RESOURCE)
     read = set(re.findall(r'\\"([A-Za-z]+)\\":\[\[:space:\]\]\*', boot))
     assert read == set(contract.RECORD_FIELDS_READ)
     record = contract.release_record(stack="dev", release_id="a" * 64, run_dir="gs://b/runs/dev")
@@ -132,21 +132,23 @@ def test_the_release_record_fields_boot_reads_are_the_ones_the_record_has():
 
 
 def test_the_trainer_unit_is_the_contracts():
-    assert f"readonly UNIT={contract.TRAINER_UNIT}\n" in template_text(script.TRAINER_RESOURCE)
-    assert script.TRAINER_UNIT == contract.TRAINER_UNIT  # fills boot.sh's @@UNIT@@
-    assert script.RELEASE_WATCH_UNIT == contract.RELEASE_WATCH_UNIT  # fills boot.sh's @@WATCH_UNIT@@
+    assert f"readonly UNIT={contract.TRAINER_UNIT}\n" in template_text(templates.TRAINER_RESOURCE)
+    assert boot_module.TRAINER_UNIT == contract.TRAINER_UNIT  # fills boot.sh's @@UNIT@@
+    assert boot_module.RELEASE_WATCH_UNIT == contract.RELEASE_WATCH_UNIT  # fills boot.sh's @@WATCH_UNIT@@
 
 
 def test_the_release_watch_numbers_are_the_scripts():
     """trainer.sh's status for a superseded release is the one the unit does not restart, and the
-    watch's default poll is the one boot.sh announces (both fill boot.sh from infra/startup/script.py)."""
-    assert re.findall(r"^  exit (\d+)$", template_text(script.TRAINER_RESOURCE), re.M) == [
-        str(script.RELEASE_SUPERSEDED_STATUS)
+    watch's default poll is the one boot.sh announces (both fill boot.sh from infra/startup/boot.py)."""
+    assert re.findall(r"^  exit (\d+)$", template_text(templates.TRAINER_RESOURCE), re.M) == [
+        str(boot_module.RELEASE_SUPERSEDED_STATUS)
     ]
     assert "RestartPreventExitStatus=@@CONFIG_ERROR_STATUS@@ @@RELEASE_SUPERSEDED_STATUS@@" in template_text(
-        script.BOOT_RESOURCE
+        templates.BOOT_RESOURCE
     )
-    assert f"${{{contract.RELEASE_POLL_ENV}:-{script.RELEASE_POLL_S}}}" in template_text(script.RELEASE_WATCH_RESOURCE)
+    assert f"${{{contract.RELEASE_POLL_ENV}:-{boot_module.RELEASE_POLL_S}}}" in template_text(
+        templates.RELEASE_WATCH_RESOURCE
+    )
 
 
 def test_the_trainer_spells_the_names_it_reads_as_the_contract_declares():

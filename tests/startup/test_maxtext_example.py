@@ -16,7 +16,8 @@ import yaml
 
 from infra.config.loading import load_stack_file
 from infra.config.workload import parse_requirements
-from infra.startup import lockfile, script, workload as workload_release
+from infra.startup import lockfile, workload as workload_release
+from infra.startup.release import workload_files
 from infra.startup.uv_lock import Lock
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -81,7 +82,7 @@ def test_the_worked_example_stack_validates_and_ships_maxtext(tmp_path):
     project = checkout(tmp_path)
     config = load_stack_file(project / "stacks" / "Pulumi.maxtext.yaml")
     assert config.workload is not None and config.slices == 2 and config.network.iap_ssh
-    release = script.workload_files(config, ROOT)
+    release = workload_files(config, ROOT)
     assert release is not None
     spec = json.loads(release.files["workload.json"])
     assert spec["steps"] == 20000 and spec["command"][:2] == ["bash", "-c"]

@@ -123,7 +123,9 @@ def test_an_older_trainer_never_restarts_after_the_record_moved_on(machine, api,
     proc = boot(machine, api)
     try:
         machine.wait_for_file("ready.1", proc)
-        gcs.put(BUCKET, startup.record_object("dev"), startup.script.record_text("dev", other, RUN_DIR).encode())
+        gcs.put(
+            BUCKET, startup.record_object("dev"), startup.release_objects.record_text("dev", other, RUN_DIR).encode()
+        )
         # The watch cannot fetch it: the trainer of this release goes on.
         machine.wait_for_output(proc, f"release watch: warning: the boot of release {other[:12]} failed (status 1)")
         assert len(machine.trainer_processes()) == 1 and machine.attempts == 1

@@ -15,7 +15,7 @@ import pytest
 from infra.backends.compute_engine.emulated_api import ComputeApi
 from infra.config import validate_stack
 from infra.local.metadata import MetadataServer
-from infra.startup import contract, script
+from infra.startup import boot, contract
 from tests.fakes.startup_vm import CE_GROUPS, CE_PROJECT, CE_ZONE
 from tests.helpers.compute_engine import ce_map
 
@@ -25,7 +25,7 @@ GROUP_1 = ("multislice-dev-1-c8d2", "multislice-dev-1-m4n5")
 
 
 def watch_text(accelerator: str = "v5p-16", capacity: str = "spot", **extra) -> str | None:
-    return script.slice_watch_script(validate_stack("dev", ce_map(accelerator, capacity=capacity, **extra), "test"))
+    return boot.slice_watch_script(validate_stack("dev", ce_map(accelerator, capacity=capacity, **extra), "test"))
 
 
 @pytest.fixture(scope="module")

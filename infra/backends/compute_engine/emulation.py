@@ -26,7 +26,7 @@ EMULATED_PROJECT_NUMBER = "123456789012"
 #: Every emulated VM's internal IP (they all run on this machine).
 EMULATED_VM_IP = "127.0.0.1"
 #: Seconds between two reads of the release record by an emulated VM's release watch (a TPU VM's
-#: default is ``infra.startup.script.RELEASE_POLL_S``): a release written to the emulated bucket
+#: default is ``infra.startup.boot.RELEASE_POLL_S``): a release written to the emulated bucket
 #: mid-run is booted within about this long.
 RELEASE_POLL_S = 2
 

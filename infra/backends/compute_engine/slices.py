@@ -55,7 +55,7 @@ class ComputeEngineSlices(pulumi.ComponentResource):
     is documented for a multi-host slice of Compute Engine (docs/compute-engine.md, section 5), so
     each VM's release watch (``multislice-release-watch.service``, written by ``boot.sh``) reads
     the release record that the same ``pulumi up`` writes and boots the new release in place
-    within ``infra.startup.script.RELEASE_POLL_S`` seconds
+    within ``infra.startup.boot.RELEASE_POLL_S`` seconds
     (docs/vm-boot.md, "The release watch"). ``deleteOnComplete`` is not offered on this backend.
 
     Attributes: ``template``, ``workload_policy`` (None for single-host slices), ``groups``
