@@ -54,7 +54,7 @@ import pulumi
 
 from infra import config as stack_config, planner, startup
 from infra.backends.change import BackendChangeRefused, check_backend_change, deployed_backend
-from infra.backends.registry import backend_of
+from infra.backends.operations import backend_of
 from infra.components.network import Network, NetworkArgs
 from infra.components.release import ReleaseRecord, ReleaseRecordArgs
 from infra.components.service_account import ServiceAccount, ServiceAccountArgs, data_bucket

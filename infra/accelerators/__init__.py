@@ -65,7 +65,6 @@ import re
 
 from infra.accelerators.catalog import GENERATIONS, MULTISLICE_OVERVIEW
 from infra.accelerators.generation import (
-    BACKENDS,
     COMPUTE_ENGINE,
     GKE,
     QUEUED_RESOURCE,
@@ -75,7 +74,6 @@ from infra.accelerators.generation import (
 )
 
 __all__ = [
-    "BACKENDS",
     "COMPUTE_ENGINE",
     "GKE",
     "GENERATIONS",

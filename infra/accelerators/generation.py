@@ -7,14 +7,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-#: The backends a generation can be offered by (``multislice:backend`` in
-#: :mod:`infra.config.schema`): the Cloud TPU API's queued resources, Compute Engine instances
-#: in managed instance groups (docs/compute-engine.md, section 1), or GKE TPU node pools running
-#: a JobSet (docs/gke.md, section 2).
+#: The names of the backends the catalog's records say offer a generation (``multislice:backend``
+#: values): the Cloud TPU API's queued resources, Compute Engine instances in managed instance groups
+#: (docs/compute-engine.md, section 1), or GKE TPU node pools running a JobSet (docs/gke.md, section
+#: 2). The backends themselves are listed once, in :mod:`infra.backends.registry`, which refuses a
+#: generation that names a backend it does not list.
 QUEUED_RESOURCE = "queued-resource"
 COMPUTE_ENGINE = "compute-engine"
 GKE = "gke"
-BACKENDS: tuple[str, ...] = (QUEUED_RESOURCE, COMPUTE_ENGINE, GKE)
 
 
 def topology_chips(topology: str) -> int:
@@ -57,7 +57,7 @@ class Generation:
         topologies: the chip topology of each listed size, index for index with ``sizes``,
             as the docs' tables write it (v4, v5p, TPU7x: 3-D "2x2x1"; v5e, v6e: 2-D "4x4");
             the product of its dims is the slice's chips.
-        backends: the backends that offer the generation (:data:`BACKENDS`).
+        backends: the backends that offer the generation (``multislice:backend`` values, each once).
         compute_engine_zones: zones where Compute Engine offers the generation's TPU
             machine types (empty when it does not offer the generation).
         compute_engine_machine_types: chips per VM -> the Compute Engine machine type of such
@@ -106,9 +106,8 @@ class Generation:
                 raise ValueError(f"{self.type_name(size)}: no Compute Engine machine type for {per_vm}-chip VMs")
 
     def _check_backends(self) -> None:
-        unknown = set(self.backends) - set(BACKENDS)
-        if not self.backends or unknown:
-            raise ValueError(f"{self.name}: backends must be among {BACKENDS}, not {self.backends}")
+        if not self.backends or len(set(self.backends)) != len(self.backends):
+            raise ValueError(f"{self.name}: backends must name each backend that offers it once, not {self.backends}")
         on_compute_engine = COMPUTE_ENGINE in self.backends
         if on_compute_engine != bool(self.compute_engine_zones) or on_compute_engine != bool(
             self.compute_engine_machine_types

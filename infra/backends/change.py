@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from infra.backends.specs import SPECS, spec_of
+from infra.backends.registry import SPECS, spec_of
 
 #: The stack output that records the backend of the last deployment.
 BACKEND_OUTPUT = "backend"

@@ -3,7 +3,7 @@ and :class:`Emulation`, its part of ``multislice local up``.
 
 The operations half of the seam (:mod:`infra.backends`; the spec half is
 :class:`~infra.backends.spec.BackendSpec`). The program, ``status``, ``logs``, ``exec``, ``reset``
-and the local emulation ask :func:`infra.backends.registry.backend_of` for the stack's backend and
+and the local emulation ask :func:`infra.backends.operations.backend_of` for the stack's backend and
 call these names; none of them tells the backends apart otherwise. SkyPilot's
 ``sky/provision/__init__.py`` has the same shape: one interface module, one package per provider
 implementing the same names.
@@ -169,7 +169,7 @@ class Emulation(ABC):
 
 
 class Backend(ABC):
-    """One backend's operations (one instance per backend, in :data:`~infra.backends.registry.BACKENDS`)."""
+    """One backend's operations (one instance per backend, in :data:`~infra.backends.operations.BACKENDS`)."""
 
     spec: ClassVar[BackendSpec]
 

@@ -1,7 +1,7 @@
 """What a backend *is*, as a stack file and a TPU VM see it: :class:`BackendSpec`.
 
 The config layer's half of the seam (:mod:`infra.backends`): :mod:`infra.config` validates a
-stack through the spec of its ``multislice:backend`` (:data:`infra.backends.specs.SPECS`), and
+stack through the spec of its ``multislice:backend`` (:data:`infra.backends.registry.SPECS`), and
 :mod:`infra.startup` renders the VM's boot from it. A spec answers from the catalog
 (:mod:`infra.accelerators`, which keeps the facts and their sources) and from its own settings
 model; it imports nothing above the catalog and never the stack config (``config`` arguments are
@@ -34,7 +34,7 @@ SUPERVISORS = ("systemd", "container")
 
 
 class BackendSpec(ABC):
-    """One backend's static description (one instance per backend, in :data:`~infra.backends.specs.SPECS`).
+    """One backend's static description (one instance per backend, in :data:`~infra.backends.registry.SPECS`).
 
     Class attributes every backend sets:
 

@@ -110,7 +110,7 @@ def exec_command(
 ) -> None:
     """Run a command on every worker of a deployed stack at once (gcloud ssh through IAP, no batches;
     on the compute-engine backend `gcloud compute ssh` to each VM of the slices' instance groups)."""
-    from infra.backends.registry import backend_of
+    from infra.backends.operations import backend_of
     from infra.remote import gcloud
     from infra.remote.selection import RemoteError, select_workers
 

@@ -154,7 +154,7 @@ def logs(
 
         printed = stream(without_library_notices(poll, libraries), follow, polls, cloud.POLL_SECONDS)
         if printed == 0 and not follow and not tail.any_entry():
-            from infra.backends.registry import backend_of
+            from infra.backends.operations import backend_of
 
             whose = backend_of(config).log_source(config)
             raise fail(

@@ -52,7 +52,7 @@ def reset(
     """Restart a deployed stack's workers: ResetQueuedResource reboots every VM (queued resource),
     or the JobSet is suspended and resumed (gke); a checkpointing workload resumes from its newest
     checkpoint."""
-    from infra.backends.registry import backend_of
+    from infra.backends.operations import backend_of
     from infra.remote.selection import RemoteError
 
     config = load_config(stack, config_file)
@@ -77,7 +77,7 @@ def local_reset(
 ) -> None:
     """Reset the emulated capacity of a running `local up`: restart every emulated VM (Pod on gke);
     training resumes from its newest checkpoint."""
-    from infra.backends.registry import backend_of
+    from infra.backends.operations import backend_of
     from infra.local.state import LocalPaths
     from infra.remote.selection import RemoteError
 

@@ -1,5 +1,5 @@
 """A stack's config against its backend (``multislice:backend``): the checks :class:`~infra.config.StackConfig`
-runs through the backend's spec (:mod:`infra.backends.specs`), in this order: the generation is
+runs through the backend's spec (:mod:`infra.backends.registry`), in this order: the generation is
 offered and the backend refuses the keys it cannot honour (:func:`check_generation`), the capacity
 is offered (:func:`check_capacity`), and the zone and runtime version are in the catalog for that
 backend (:func:`check_catalog`; :func:`catalog_warnings` for what ``multislice:allowUnlisted`` let
@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from infra import accelerators
-from infra.backends import specs
+from infra.backends import registry
 from training.validation import invalid
 
 
@@ -24,7 +24,7 @@ def check_generation(config: Any, gen: accelerators.Generation) -> None:
     spec = config.backend_spec
     if not spec.offers(gen):
         offered = gen.backends[0]  # every generation is offered by at least one backend
-        why = specs.spec_of(offered).sole_offer_reason
+        why = registry.spec_of(offered).sole_offer_reason
         which = (
             f"the {offered} backend only" if len(gen.backends) == 1 else f"the {' and '.join(gen.backends)} backends"
         )
@@ -34,7 +34,7 @@ def check_generation(config: Any, gen: accelerators.Generation) -> None:
             f"docs/compute-engine.md); set multislice:backend: {offered}",
         )
     spec.check_keys(config)
-    for other in specs.SPECS.values():
+    for other in registry.SPECS.values():
         changed = other.settings_set(config) if other is not spec else []
         if changed:
             raise other.refuse_settings(changed, config.backend)
@@ -44,7 +44,7 @@ def check_capacity(config: Any) -> None:
     """``multislice:capacity`` is one the backend offers, and its settings fit (the spec's check)."""
     spec = config.backend_spec
     if config.capacity not in spec.capacities:
-        offering = [other.name for other in specs.SPECS.values() if config.capacity in other.capacities]
+        offering = [other.name for other in registry.SPECS.values() if config.capacity in other.capacities]
         offered = ", ".join(spec.capacities[:-1]) + f" and {spec.capacities[-1]}"
         raise invalid(
             "multislice:capacity",

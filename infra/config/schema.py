@@ -32,7 +32,7 @@ Rules and their sources:
   service account exist;
 * a reused subnetwork is in the zone's region, and the bucket has a location
   (``infra.bucket_location``: ``us-central2``, the v4 region, is not a storage location);
-* ``multislice:backend`` is a registered backend (:data:`infra.backends.specs.SPECS`) and the
+* ``multislice:backend`` is a registered backend (:data:`infra.backends.registry.SPECS`) and the
   stack is checked through its spec (:class:`infra.backends.spec.BackendSpec`): the backend offers
   the accelerator's generation and the capacity (the catalog keeps the facts, the spec answers
   from them; docs/compute-engine.md section 1), ``gcp:zone`` is among the backend's zones for the
@@ -52,7 +52,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BeforeValidator, Field, field_validator, model_validator
 
 from infra import accelerators, bucket_location as locations, naming
-from infra.backends import specs
+from infra.backends import registry
 from infra.backends.compute_engine.spec import ComputeEngineSettings
 from infra.backends.gke.cluster import GkeSettings
 from infra.backends.queued_resource.spec import FORMER_DELETE_ON_COMPLETE_KEY, QueuedResourceSettings
@@ -68,10 +68,10 @@ from training.validation import StrictModel, invalid
 Capacity = Literal["spot", "on-demand", "reserved", "flex-start"]
 CAPACITY_TYPES: tuple[str, ...] = typing.get_args(Capacity)
 #: Where the TPU VMs come from (``multislice:backend``): one of :data:`BACKENDS`, the registered
-#: backends (:data:`infra.backends.specs.SPECS`: a multislice queued resource of the Cloud TPU
+#: backends (:data:`infra.backends.registry.SPECS`: a multislice queued resource of the Cloud TPU
 #: API, or Compute Engine instances in one managed instance group per slice).
 Backend = str
-BACKENDS: tuple[str, ...] = specs.NAMES
+BACKENDS: tuple[str, ...] = registry.NAMES
 #: Soft-delete retention of a production stack's checkpoint bucket, days (the smallest nonzero
 #: value GCS allows: https://cloud.google.com/storage/docs/soft-delete).
 PRODUCTION_SOFT_DELETE_DAYS = 7
@@ -129,9 +129,9 @@ class StackConfig(ResourceNames, StrictModel):
         description="TPU software version; catalog default.",
     )
     backend: Annotated[Backend, BeforeValidator(_backend)] = Field(
-        default=specs.DEFAULT,
+        default=registry.DEFAULT,
         alias="multislice:backend",
-        description=" or ".join(f"{spec.name} ({spec.summary})" for spec in specs.SPECS.values()) + ".",
+        description=" or ".join(f"{spec.name} ({spec.summary})" for spec in registry.SPECS.values()) + ".",
     )
     capacity: Annotated[Capacity, BeforeValidator(_capacity)] = Field(
         default="on-demand",
@@ -317,7 +317,7 @@ class StackConfig(ResourceNames, StrictModel):
     @property
     def backend_spec(self) -> BackendSpec:
         """The spec of the stack's ``multislice:backend`` (:mod:`infra.backends`)."""
-        return specs.spec_of(self.backend)
+        return registry.spec_of(self.backend)
 
     @property
     def model_fields_set_aliases(self) -> set[str]:

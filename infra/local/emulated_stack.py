@@ -43,7 +43,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from infra.backends.registry import backend_of
+from infra.backends.operations import backend_of
 from infra.config import StackConfig, stack_args
 from infra.local import state as state_lib, stop_signals, supervisor, topology
 from infra.local.boot_watch import BootWatch

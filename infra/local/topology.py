@@ -17,7 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from infra.backends.registry import backend_of
+from infra.backends.operations import backend_of
 from infra.config import StackConfig
 from infra.local.service_manager import VM_SITE_ENV
 from infra.local.state import EMULATION_ID_ENV, LocalPaths

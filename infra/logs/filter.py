@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from infra.backends.registry import backend_of
+from infra.backends.operations import backend_of
 from infra.config import StackConfig
 from infra.logs.query import TRAINER_LOG, rfc3339
 

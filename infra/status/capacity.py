@@ -21,7 +21,7 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from infra.backends.specs import DEFAULT as DEFAULT_BACKEND
+from infra.backends.registry import DEFAULT as DEFAULT_BACKEND
 
 #: The state of a queued resource gone after its run completed (not a TPU API state).
 DELETED = "DELETED"

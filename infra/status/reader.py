@@ -31,7 +31,7 @@ def cloud_reader(config) -> Iterator[StackReader]:
     (:meth:`infra.backends.interface.Backend.capacity_source`, credentials checked first), its
     run from the bucket."""
     from infra import credentials as gcp
-    from infra.backends.registry import backend_of
+    from infra.backends.operations import backend_of
     from infra.startup.contract import STORAGE_ENDPOINT_ENV
     from infra.status.capacity import CapacityError
     from infra.status.store import RunStore
@@ -122,7 +122,7 @@ class StackReader:
             if not run.complete:
                 assert gone is not None  # cap is None only when the queued resource was not found
                 raise gone
-            from infra.backends.registry import backend_of
+            from infra.backends.operations import backend_of
 
             cap = backend_of(config).gone_after_completion(config, run.completed_step)
         return StackStatus(config.stack, cap, run)

@@ -41,7 +41,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from infra.backends import registry
+from infra.backends import operations
 from infra.clock import clock
 from infra.status.capacity import CapacityStatus
 from infra.status.progress import RunProgress
@@ -69,7 +69,7 @@ class StackStatus:
 def headline(status: StackStatus) -> str:
     """The first line: the stack and its capacity state in words."""
     cap = status.capacity
-    backend = registry.backend(cap.backend)
+    backend = operations.backend(cap.backend)
     if cap.emulated:
         if cap.state == "DELETED":
             return f"stack {status.stack}: not running; its {backend.deleted_name(cap)} was deleted"
@@ -115,7 +115,7 @@ def restart_lines(run: RunProgress) -> list[str]:
 
 
 def _capacity_rows(table: Table, capacity: CapacityStatus) -> None:
-    spec = registry.backend(capacity.backend).spec
+    spec = operations.backend(capacity.backend).spec
     label = f"emulated {spec.capacity_noun}" if capacity.emulated else spec.capacity_noun
     table.add_row(
         label, Text(f"{capacity.id}: {capacity.state}" + (f" ({capacity.detail})" if capacity.detail else ""))

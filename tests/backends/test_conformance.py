@@ -1,7 +1,7 @@
 """Every registered backend through the same checks (the conformance suite of the backend seam).
 
-Each backend of :data:`infra.backends.registry.BACKENDS` is run, on a stack of its own
-(:data:`STACKS`: a new backend adds its stack there, docs/development.md "Adding a backend"),
+Each backend of :data:`infra.backends.operations.BACKENDS` is run, on a stack of its own
+(its ``conformance.py`` beside its own tests: :data:`CONFORMANCE`; docs/development.md "Adding a backend"),
 through what the program, the operator commands and the emulation ask of it: the program under
 mocks exports what the backend says (its log filter, its SSH command, its own outputs) and gives
 every VM the metadata the emulation serves; the log filters narrow the stack's filter; the status
@@ -13,6 +13,7 @@ argument lists, the TPU and Compute API fakes, the emulated runs) is tested besi
 
 from __future__ import annotations
 
+import importlib
 import re
 import shutil
 import subprocess
@@ -24,66 +25,23 @@ from typing import Any
 import pytest
 
 from infra.backends.interface import DELETED, KEPT, Backend
-from infra.backends.registry import BACKENDS
+from infra.backends.operations import BACKENDS
 from infra.config import StackConfig, validate_stack
 from infra.local.state import LocalPaths
 from infra.startup import contract
 from infra.status.capacity import CapacityStatus, SliceStatus
-from tests.fakes.pulumi_program import evaluate, stack_map
-from tests.helpers.compute_engine import ce_map
+from tests.fakes.pulumi_program import evaluate
 
 ROOT = Path(__file__).resolve().parents[2]
 
-#: A stack of each backend: 2 slices of 2 VMs (multi-host, multislice), spot capacity.
-STACKS: dict[str, dict[str, Any]] = {
-    "queued-resource": {
-        **stack_map("dev"),
-        "multislice:acceleratorType": "v4-16",
-        "multislice:training": {
-            **stack_map("dev")["multislice:training"],
-            "parallelism": {"ici": {"data": 1, "fsdp": 8, "tensor": 1}, "dcn": {"data": 2, "fsdp": 1, "tensor": 1}},
-            "global_batch_size": 32,
-        },
-    },
-    "compute-engine": ce_map("v5p-16", slices=2, capacity="spot"),
-    "gke": {
-        **stack_map("dev"),
-        "multislice:backend": "gke",
-        "multislice:acceleratorType": "v4-16",
-        "multislice:capacity": "spot",
-        "multislice:training": {
-            **stack_map("dev")["multislice:training"],
-            "parallelism": {"ici": {"data": 1, "fsdp": 8, "tensor": 1}, "dcn": {"data": 2, "fsdp": 1, "tensor": 1}},
-            "global_batch_size": 32,
-        },
-    },
+#: Each backend's part, in its own test folder (tests/backends/<package>/conformance.py): ``STACK``, a
+#: stack of 2 slices of 2 VMs (multi-host, multislice), spot capacity; ``declared(world, config, s)``,
+#: the metadata the program declares for slice ``s``'s VMs, as the backend's resources hold it.
+CONFORMANCE: dict[str, Any] = {
+    name: importlib.import_module(f"tests.backends.{name.replace('-', '_')}.conformance") for name in BACKENDS
 }
-#: The metadata the program declares for slice ``s``'s VMs, as each backend's resources hold it
-#: (found by name: the mocks record registrations in whatever order the program's outputs resolve).
-DECLARED: dict[str, Any] = {
-    "queued-resource": lambda world, config, s: world.one("pulumi-python:dynamic/tpu:QueuedResource").inputs[
-        "metadata"
-    ],
-    "compute-engine": lambda world, config, s: (
-        world.one("gcp:compute/instanceTemplate:InstanceTemplate").inputs["metadata"]
-        | next(
-            group.inputs["allInstancesConfig"]["metadata"]
-            for group in world.of("gcp:compute/instanceGroupManager:InstanceGroupManager")
-            if group.inputs["name"] == config.node_ids[s]
-        )
-    ),
-    # A Pod's: the ConfigMap's script its container runs, and its MULTISLICE_RUN_DIR.
-    "gke": lambda world, config, s: {
-        contract.STARTUP_SCRIPT_KEY: world.one("kubernetes:core/v1:ConfigMap").inputs["data"]["startup.sh"],
-        contract.RUN_DIR_KEY: next(
-            entry["value"]
-            for entry in world.one("kubernetes:jobset.x-k8s.io/v1alpha2:JobSet").inputs["spec"]["replicatedJobs"][0][
-                "template"
-            ]["spec"]["template"]["spec"]["containers"][0]["env"]
-            if entry["name"] == contract.RUN_DIR_ENV
-        ),
-    },
-}
+STACKS: dict[str, dict[str, Any]] = {name: part.STACK for name, part in CONFORMANCE.items()}
+DECLARED: dict[str, Any] = {name: part.declared for name, part in CONFORMANCE.items()}
 
 NAMES = list(BACKENDS)
 
@@ -93,7 +51,7 @@ def config_of(name: str) -> StackConfig:
 
 
 def test_every_registered_backend_has_a_conformance_stack():
-    assert set(STACKS) == set(BACKENDS) == set(DECLARED), "add the new backend's stack to STACKS and DECLARED"
+    assert set(STACKS) == set(BACKENDS) == set(DECLARED)
 
 
 @pytest.fixture(scope="module", params=NAMES)

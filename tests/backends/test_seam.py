@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from infra.backends.interface import Backend
-from infra.backends.registry import BACKENDS, backend, backend_of
+from infra.backends.operations import BACKENDS, backend, backend_of, operations_of
+from infra.backends.registry import DEFAULT, NAMES, SPECS
 from infra.backends.spec import BackendSpec
-from infra.backends.specs import DEFAULT, NAMES, SPECS
 from infra.config import BACKENDS as CONFIG_BACKENDS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -128,14 +128,31 @@ def test_the_check_fails_on_a_scratch_comparison(tmp_path):
     assert len(shell_comparisons("case $backend in\n  compute-engine) ;;\nesac\n")) == 1
 
 
-def test_one_registry_in_two_halves_in_the_same_order():
+def test_one_registry_lists_every_backend_package_once():
+    # The registry's one list is every package of infra/backends/ that has a spec (a package left
+    # out of it, or listed twice, fails here); the operations follow it, in its order.
+    packages = sorted(path.parent.name for path in SEAM.glob("*/spec.py"))
+    assert sorted(type(spec).__module__.split(".")[2] for spec in SPECS.values()) == packages
     assert list(BACKENDS) == list(SPECS) == list(NAMES) == list(CONFIG_BACKENDS)
     assert DEFAULT == NAMES[0]
     for name, each in BACKENDS.items():
         assert isinstance(each, Backend) and isinstance(each.spec, BackendSpec)
         assert each.spec is SPECS[name] and each.name == name and backend(name) is each
-        assert type(each).__module__.startswith(f"infra.backends.{name.replace('-', '_')}.")
+        assert type(each).__module__ == f"infra.backends.{name.replace('-', '_')}.backend"
         assert type(each.spec).__module__ == f"infra.backends.{name.replace('-', '_')}.spec"
+
+
+def test_a_package_that_breaks_the_convention_is_refused_by_name(monkeypatch):
+    # The operations are the BACKEND of backend.py beside the registered spec.py: another backend's
+    # there (or none) stops the lookup with a line naming the module.
+    from infra.backends.gke import backend as gke_backend
+
+    monkeypatch.setattr(gke_backend, "BACKEND", BACKENDS[DEFAULT])
+    with pytest.raises(RuntimeError, match=r"infra\.backends\.gke\.backend\.BACKEND must be the Backend of the "):
+        operations_of(SPECS["gke"])
+    monkeypatch.delattr(gke_backend, "BACKEND")
+    with pytest.raises(RuntimeError, match="found None"):
+        operations_of(SPECS["gke"])
 
 
 def test_a_stacks_backend_is_the_one_its_key_names(tmp_path):

@@ -14,13 +14,13 @@ from operator import mul
 import pytest
 
 from infra.accelerators import (
-    BACKENDS,
     GENERATIONS,
     AcceleratorType,
     Generation,
     accelerator_types,
     parse_accelerator_type,
 )
+from infra.backends.registry import NAMES, check_catalog
 from infra.config import schema
 
 
@@ -128,10 +128,20 @@ def test_backends_per_generation():
         "v6e": ("queued-resource", "compute-engine", "gke"),
         "tpu7x": ("compute-engine", "gke"),
     }
-    assert BACKENDS == schema.BACKENDS  # the catalog's names are multislice:backend's values
+    assert schema.BACKENDS == NAMES  # multislice:backend's values are the registry's
     for gen in GENERATIONS.values():
-        for backend in BACKENDS:
+        for backend in NAMES:
             assert gen.offered_by(backend) == (backend in gen.backends)
+
+
+def test_a_catalog_record_naming_an_unregistered_backend_is_refused():
+    v4 = GENERATIONS["v4"]
+    check_catalog([v4])  # every name registered
+    misspelt = dataclasses.replace(v4, backends=("queued-resource", "gke-autopilot"))
+    with pytest.raises(RuntimeError, match=r"v4 names backends \['gke-autopilot'\] that infra/backends/registry.py"):
+        check_catalog([misspelt])
+    with pytest.raises(RuntimeError, match=r"\['gke'\]"):
+        check_catalog([v4], names=("queued-resource", "compute-engine"))  # a backend removed from the registry
 
 
 def test_compute_engine_zones():

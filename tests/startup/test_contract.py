@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from infra.backends.registry import SPECS
 from infra.backends.spec import IDENTITY_SOURCES
-from infra.backends.specs import SPECS
 from infra.startup import boot as boot_module, contract, templates
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -17,7 +17,7 @@ import yaml
 from rich.console import Console
 
 from infra.backends.gke import capacity, kubectl, logs, names
-from infra.backends.registry import BACKENDS
+from infra.backends.operations import BACKENDS
 from infra.remote.selection import RemoteError, select_workers
 from infra.status.capacity import QueuedResourceNotFound
 from infra.status.progress import RunProgress

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from infra.backends.gke import names, reset
-from infra.backends.registry import BACKENDS
+from infra.backends.operations import BACKENDS
 from infra.remote.selection import RemoteError
 from tests.helpers.kubectl import kubectl_reaches_the_server, pod_listing
 
