@@ -6,6 +6,7 @@ backend generates code without LLVM's optimizations (tests/compile_flags.py), in
 VMs too: much of the suite's time is compiling.
 """
 
+import json
 import os
 import shutil
 import sys
@@ -70,6 +71,18 @@ def _contain_temporary_files() -> str | None:
 
 _TMPDIR = _contain_temporary_files()
 
+
+def _record_api_traffic() -> str:
+    """Every exchange with an emulated Google API, in this process or a process it starts (an
+    emulation's), goes to a file of this process's (:mod:`infra.local.api_traffic`), which
+    :func:`google_api_schemas` judges after each test."""
+    path = os.path.join(tempfile.gettempdir() if _TMPDIR is None else _TMPDIR, f"api-traffic-{os.getpid()}.jsonl")
+    os.environ["MULTISLICE_API_TRAFFIC"] = path
+    return path
+
+
+_API_TRAFFIC = _record_api_traffic()
+
 # Before the xdist workers start: they inherit the session's compilation cache directory.
 from tests import compilation_cache  # noqa: E402 (once the bytecode directory above is set)
 
@@ -93,6 +106,46 @@ def pytest_unconfigure(config):
         shutil.rmtree(compilation_cache.DIR, ignore_errors=True)
         if _TMPDIR is not None:
             shutil.rmtree(_TMPDIR, ignore_errors=True)
+
+
+def pytest_report_header(config):
+    from tests.fakes import discovery
+
+    return "Google discovery documents judging the fakes: " + ", ".join(discovery.revisions())
+
+
+_traffic_read = 0
+
+
+@pytest.fixture(autouse=True)
+def google_api_schemas(request):
+    """Every request to an emulated Google API is vetted by Google's discovery document while the
+    test runs (a refused one is answered with Google's error), and after it every exchange since the
+    last test's (a module fixture's emulation included) is judged, request and response: what the
+    document refuses fails the test. A test marked ``schema_refusals`` sends refused requests on
+    purpose: only their answers are judged."""
+    global _traffic_read
+    from infra.local import api_traffic
+    from tests.fakes import discovery
+
+    previous = api_traffic.set_vetter(discovery.vetter)
+    try:
+        yield
+    finally:
+        api_traffic.set_vetter(previous)
+    exchanges = []
+    if os.path.exists(_API_TRAFFIC):
+        with open(_API_TRAFFIC, "rb") as traffic:
+            traffic.seek(_traffic_read)
+            data = traffic.read()
+        complete = data[: data.rfind(b"\n") + 1]  # a line still being written waits for the next test
+        _traffic_read += len(complete)
+        exchanges = [json.loads(line) for line in complete.decode("utf-8").splitlines() if line.strip()]
+    problems = discovery.traffic_problems(
+        exchanges, requests=request.node.get_closest_marker("schema_refusals") is None
+    )
+    if problems:
+        pytest.fail("Google's discovery documents refuse this test's API traffic:\n  " + "\n  ".join(problems))
 
 
 @pytest.fixture(scope="session")

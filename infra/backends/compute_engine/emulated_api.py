@@ -20,9 +20,11 @@ https://cloud.google.com/compute/docs/reference/rest/v1; the shapes of gcloud's 
   recorded (:meth:`ComputeApi.take_recreations`) for the emulation to carry out. A VM that is not
   the group's is HTTP 400.
 
-An unknown group or VM is HTTP 404, a request without ``Authorization: Bearer`` 401, a POST
-without ``Content-Length`` 411 (as Google's front end answers one), each with Google's error JSON
-(``{"error": {"code", "message", "status"}}``). A VM can be listed before it exists (its
+Every request is vetted and every answer recorded (:mod:`infra.local.api_traffic`): the tests judge
+both by Google's discovery document of the Compute API v1. An unknown group or VM is HTTP 404 and a
+request without ``Authorization: Bearer`` 401, each with Google's error JSON (``{"error": {"code",
+"message", "status"}}``); a POST without ``Content-Length`` is 411 with the page Google's front end
+answers it with, before the API. A VM can be listed before it exists (its
 ``currentAction`` is ``CREATING`` and ``instances.get`` is 404 until it has an IP), as
 ``ManagedInstance.instance`` "can exist even if the instance has not yet been created".
 
@@ -40,7 +42,17 @@ import string
 import threading
 import urllib.parse
 
+from infra.local import api_traffic
 from infra.local.loopback_http import LoopbackServer
+
+#: The API this serves, as its discovery document is named (:mod:`infra.local.api_traffic`).
+API = "compute.v1"
+#: What Google's front end answers a POST without ``Content-Length`` (HTTP 411, an HTML page of the
+#: front end's, before any API sees the request): its sentence, as the page words it.
+FRONT_END_411 = (
+    "<!DOCTYPE html><title>Error 411 (Length Required)!!1</title><p><b>411.</b> That’s an error."
+    "<p>POST requests require a <code>Content-length</code> header. That’s all we know.\n"
+)
 
 #: A managed instance group's VM names: its base instance name, ``-`` and four characters
 #: (``InstanceGroupManager.baseInstanceName``: "When a VM is created in the group, the MIG appends
@@ -96,17 +108,23 @@ class ComputeApi:
 
             def _answer(self, method: str) -> None:
                 api.requests.append((method, self.path))
+                url = urllib.parse.urlsplit(self.path)
+                query = urllib.parse.parse_qs(url.query)
+                self.exchange = api_traffic.Exchange(API, method, url.path, query)
                 body = b""
                 if method == "POST":
                     if self.headers.get("Content-Length") is None:
-                        self._error(411, "LENGTH_REQUIRED", "POST requests require a Content-length header.")
+                        self._front_end_411()
                         return
                     body = self.rfile.read(int(self.headers["Content-Length"]))
+                    self.exchange.body = api_traffic.parse_json(body)
                 if not (self.headers.get("Authorization") or "").startswith("Bearer "):
                     self._error(401, "UNAUTHENTICATED", "Request is missing required authentication credential.")
                     return
-                url = urllib.parse.urlsplit(self.path)
-                query = urllib.parse.parse_qs(url.query)
+                refusal = api_traffic.vet(API, method, url.path, query, self.exchange.body)
+                if refusal is not None:
+                    self._send(*refusal)
+                    return
                 prefix = f"/compute/v1/projects/{api.project}/zones/{api.zone}/"
                 if not url.path.startswith(prefix):
                     self._error(404, "NOT_FOUND", f"The resource '{url.path}' was not found")
@@ -134,10 +152,22 @@ class ComputeApi:
                 else:
                     self._send(200, answer)
 
+            def _front_end_411(self) -> None:
+                """Google's front end refuses a POST without a length before the API sees it, with a
+                page of its own, not the API's JSON (so it is no exchange with the API)."""
+                data = FRONT_END_411.encode()
+                self.send_response(411)
+                self.send_header("Content-Type", "text/html; charset=UTF-8")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
             def _error(self, code: int, status: str, message: str) -> None:
                 self._send(code, {"error": {"code": code, "message": message, "status": status}})
 
             def _send(self, code: int, body: dict[str, object]) -> None:
+                self.exchange.status, self.exchange.response = code, body
+                api_traffic.record(self.exchange)
                 data = json.dumps(body).encode()
                 self.send_response(code)
                 self.send_header("Content-Type", "application/json; charset=UTF-8")
