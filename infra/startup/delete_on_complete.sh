@@ -64,11 +64,11 @@ while true; do
       200) say "deleted: the TPU API accepted the delete of $name" && exit 0 ;;
       404) say "deleted: $name is already gone" && exit 0 ;;
       401 | 403)
-        say "error: HTTP $code from the TPU API ($(short)): the VM's service account needs tpu.nodes.delete (the stack's custom role multisliceDeleteOnComplete_<stack>); the queued resource is KEPT (and billed)"
+        say "error: HTTP $code from the TPU API deleting $name ($(short)): the VM's service account needs tpu.nodes.delete (the stack's custom role multisliceDeleteOnComplete_<stack>); the queued resource is KEPT (and billed)"
         exit 0
         ;;
     esac
-    retryable "$code" || { say "error: HTTP $code from the TPU API ($(short)); the queued resource is KEPT (and billed)"; exit 0; }
+    retryable "$code" || { say "error: HTTP $code from the TPU API deleting $name ($(short)); the queued resource is KEPT (and billed)"; exit 0; }
     pause "$code" "DELETE $name" || exit 0
   else
     pause "$code" "metadata token" || exit 0

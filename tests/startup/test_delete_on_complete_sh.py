@@ -109,7 +109,7 @@ def test_permission_denied_is_not_retried_and_says_what_to_grant(fake):
     fake.fault("DeleteQueuedResource", "PERMISSION_DENIED", "Permission 'tpu.nodes.delete' denied", times=5)
     lines = run(fake, {DELETE_QUEUED_RESOURCE_KEY: NAME})
     assert [c.status for c in deletes(fake)] == [403]
-    assert lines[-1].startswith("capacity: error: HTTP 403 from the TPU API (")
+    assert lines[-1].startswith(f"capacity: error: HTTP 403 from the TPU API deleting {NAME} (")
     assert "Permission 'tpu.nodes.delete' denied" in lines[-1] and "needs tpu.nodes.delete" in lines[-1]
     assert "KEPT" in lines[-1] and NAME in fake.queued_resources
 
