@@ -153,14 +153,17 @@ def gcs_server(tmp_path_factory):
     """One emulated Cloud Storage (fake-gcs-server, infra.local.gcs) for the whole session,
     started by the first test that asks for it; this process's gcsfs and tensorstore are
     pointed at it (their settings are read before their first gs:// request)."""
-    from infra.local.gcs import GcsServer
+    from infra.local.gcs import GcsServer, client_env
+    from tests.fakes.gcs_server import JudgedProxy
 
     root = tmp_path_factory.mktemp("gcs")
     server = GcsServer(root / "data", root / "fake-gcs-server.log")
     server.start()
+    proxy = JudgedProxy(server.url)  # the clients' requests judged by Cloud Storage's discovery document
     saved = {key: os.environ.get(key) for key in server.client_env()}
-    os.environ.update(server.client_env())
+    os.environ.update(client_env(proxy.endpoint))
     yield server
+    proxy.stop()
     server.stop()
     for key, value in saved.items():
         if value is None:

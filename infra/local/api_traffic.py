@@ -47,6 +47,7 @@ class Exchange:
       body: the request's JSON body, parsed (None: none, or not JSON).
       status: the answer's HTTP status.
       response: the answer's JSON body, parsed (None: none, or not JSON).
+      media: the answer is a media download's (``alt=media``): an object's bytes, not the API's JSON.
     """
 
     api: str
@@ -56,6 +57,7 @@ class Exchange:
     body: Any = None
     status: int = 200
     response: Any = None
+    media: bool = False
 
 
 def set_vetter(vetter: Vetter | None) -> Vetter | None:

@@ -9,7 +9,9 @@ with the entries its filter matches, sorted by ``orderBy``, paged by ``pageSize`
 `` AND ``; ``path = "v"``, ``path = ("a" OR "b")``, ``path >= "v"``, ``path > "v"``; paths
 ``resource.type``, ``resource.labels.K``, ``labels.K``, ``logName``, ``timestamp``): anything
 else is answered 400 INVALID_ARGUMENT, so a filter the real service might read differently fails
-here. ``lists`` records each list request body; ``fail_next(code, status, message)`` answers
+here. Every request is vetted and every answer recorded (:mod:`infra.local.api_traffic`): the tests
+judge both by Google's discovery document of the Logging API v2.
+``lists`` records each list request body; ``fail_next(code, status, message)`` answers
 the next call with an error.
 """
 
@@ -19,8 +21,11 @@ import http.server
 import json
 import re
 import threading
+import urllib.parse
 from datetime import datetime
 from typing import Any
+
+from infra.local import api_traffic
 
 _CLAUSE = re.compile(
     r'^(?P<path>[A-Za-z_][\w.]*)\s*(?P<op>>=|<=|=|>|<)\s*(?P<value>"[^"]*"|\((?:"[^"]*"(?: OR )?)+\))$'
@@ -87,7 +92,12 @@ class FakeLoggingApi:
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_POST(self):  # noqa: N802 (http.server naming)
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
-                path = self.path.split("?", 1)[0]
+                url = urllib.parse.urlsplit(self.path)
+                path, query = url.path, urllib.parse.parse_qs(url.query)
+                self.exchange = api_traffic.Exchange("logging.v2", "POST", path, query, body)
+                refusal = api_traffic.vet("logging.v2", "POST", path, query, body)
+                if refusal is not None:
+                    return self._send(*refusal)
                 with fake._lock:
                     fault = fake._faults.pop(0) if fake._faults else None
                 if fault:
@@ -103,15 +113,15 @@ class FakeLoggingApi:
                 return self._error(404, "NOT_FOUND", f"no such method {path}")
 
             def _reply(self, payload: dict[str, Any]) -> None:
-                data = json.dumps(payload).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                self._send(200, payload)
 
             def _error(self, code: int, status: str, message: str) -> None:
-                data = json.dumps({"error": {"code": code, "status": status, "message": message}}).encode()
+                self._send(code, {"error": {"code": code, "status": status, "message": message}})
+
+            def _send(self, code: int, payload: dict[str, Any]) -> None:
+                self.exchange.status, self.exchange.response = code, payload
+                api_traffic.record(self.exchange)
+                data = json.dumps(payload).encode()
                 self.send_response(code)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))

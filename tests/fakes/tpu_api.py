@@ -46,6 +46,9 @@ Scripting (all thread-safe; the server runs in a daemon thread on 127.0.0.1:0):
 * ``auth``: callers, permissions and disabled APIs (:mod:`tests.fakes.tpu_auth`: 401, 403,
   SERVICE_DISABLED per quota project, self-signed service-account JWTs, impersonation).
 
+Every request is vetted and every answer recorded (:mod:`infra.local.api_traffic`): the tests judge
+both by Google's discovery documents (tpu v2; iamcredentials v1 for ``generateAccessToken``).
+
 ``calls`` records every request (rpc name, method, path, query, parsed body, status, the
 Authorization and X-Goog-User-Project headers) so tests can assert e.g. "UpdateNode on every
 node, then ResetQueuedResource, and no delete"; ``counts()`` tallies them by RPC.
@@ -70,6 +73,7 @@ from google.protobuf import empty_pb2, json_format, timestamp_pb2
 from google.protobuf.message import Message
 from google.rpc import code_pb2, status_pb2
 
+from infra.local import api_traffic
 from tests.fakes.rpc_errors import ApiError, error_response, quota_failure, rate_limited, service_disabled
 from tests.fakes.tpu_auth import FakeAuth
 from tests.fakes.tpu_faults import FaultPlan
@@ -333,6 +337,8 @@ class FakeTpuApi:
             k.lower(): v for k, v in handler.headers.items() if k.lower() in ("authorization", "x-goog-user-project")
         }
         call = Call(rpc=rpc, method=handler.command, path=url.path, query=query, body=body, headers=headers)
+        api = "iamcredentials.v1" if url.path.startswith("/v1/") else "tpu.v2"
+        refusal = api_traffic.vet(api, handler.command, url.path, query, body)
         with self._lock:
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
@@ -342,6 +348,8 @@ class FakeTpuApi:
             with self._lock:
                 self.calls.append(call)
                 try:
+                    if refusal is not None:
+                        raise ApiError(refusal[1]["error"]["status"], refusal[1]["error"]["message"])
                     if match is None:
                         raise ApiError("NOT_FOUND", f"no route for {handler.command} {url.path}")
                     identity = self.auth.authenticate(headers)
@@ -360,6 +368,7 @@ class FakeTpuApi:
         finally:
             with self._lock:
                 self.in_flight -= 1
+        api_traffic.record(api_traffic.Exchange(api, handler.command, url.path, query, body, status, payload))
         data = json.dumps(payload).encode()
         handler.send_response(status)
         handler.send_header("Content-Type", "application/json; charset=UTF-8")

@@ -16,6 +16,7 @@ from infra.backends.compute_engine.emulated_api import ComputeApi
 from infra.config import validate_stack
 from infra.local.metadata import MetadataServer
 from infra.startup import boot, contract
+from tests.fakes import discovery
 from tests.fakes.startup_vm import CE_GROUPS, CE_PROJECT, CE_ZONE
 from tests.helpers.compute_engine import ce_map
 
@@ -160,3 +161,28 @@ def test_the_release_carries_the_watch_where_the_group_does_not_repair_a_vm(acce
     assert (text is not None) == watched
     if text is not None:
         assert "@@" not in text and f"${{{contract.COMPUTE_API_ENDPOINT_ENV}:-" in text
+
+
+@pytest.mark.schema_refusals
+def test_a_refused_recreation_names_the_group_and_recreates_nothing(monkeypatch, watch, tmp_path):
+    """The Compute API refuses recreateInstances (its document without ``instances``, as if Google had
+    renamed it): one line naming the group, nothing recreated, asked again at the next poll."""
+
+    def rename_instances(data: dict) -> None:
+        del data["schemas"]["InstanceGroupManagersRecreateInstancesRequest"]["properties"]["instances"]
+
+    discovery.refuse_with(monkeypatch, "compute.v1", rename_instances)
+    with ComputeApi(CE_PROJECT, CE_ZONE) as api:
+        for group, vms in zip(CE_GROUPS, (GROUP_0, GROUP_1), strict=True):
+            api.add_group(group)
+            for i, name in enumerate(vms):
+                api.add_vm(group, name, f"10.0.{group[-1]}.{i + 1}")
+        api.set_vm(GROUP_1[0], ip=None, status="TERMINATED")
+        first = poll(watch, api, tmp_path / "home", GROUP_0[0])
+        second = poll(watch, api, tmp_path / "home", GROUP_0[0])
+        assert api.take_recreations() == []
+    assert first.returncode == 0
+    (line,) = second.stdout.splitlines()
+    assert second.returncode == 1 and second.stderr == ""
+    assert line.startswith(f"[slice 0 worker 0] slice watch: warning: group {CE_GROUPS[1]}: recreateInstances failed")
+    assert "HTTP 400" in line and "unknown field 'instances'" in line and line.endswith("at the next poll")

@@ -18,8 +18,9 @@ docs/deploying.md) with the VM's service-account token. The emulation does the s
   (https://cloud.google.com/tpu/docs/reference/rest/v2/projects.locations.operations#Operation,
   its ``metadata`` an ``OperationMetadata``), done at once: the emulated queued resource is
   deleted when the answer is sent. Refusals are ``google.rpc.Status`` JSON with the HTTP code of
-  its status (https://cloud.google.com/apis/design/errors#http_mapping): another method 405;
-  another path, another queued resource or one already deleted 404 ``NOT_FOUND``; a missing or
+  its status (https://cloud.google.com/apis/design/errors#http_mapping): another method of the API
+  than these two 501 ``UNIMPLEMENTED``; a delete of anything but the stack's queued resource, or of
+  one already deleted, 404 ``NOT_FOUND``; a missing or
   wrong bearer token 401 ``UNAUTHENTICATED``; with deleteOnComplete off 403
   ``PERMISSION_DENIED`` (the VMs' service account then has no ``tpu.nodes.delete``); without
   ``force=true`` 400 ``FAILED_PRECONDITION`` (the reference: without force the queued resource
@@ -30,6 +31,9 @@ docs/deploying.md) with the VM's service-account token. The emulation does the s
   state ``ACTIVE``), for the stack's queued resource while it is not deleted (else 404, a wrong
   token 401); the emulator then restarts every VM (``Repairs.reset`` of :mod:`infra.local.repairs`), as the
   reset reboots every VM of a queued resource and their startup scripts run again;
+* every request is vetted and every answer recorded (:mod:`infra.local.api_traffic`): the tests judge
+  both by Google's discovery document of the Cloud TPU API v2 (a request it refuses, such as a
+  method the API does not have, is answered with the vetter's error);
 * :class:`DeleteOnComplete` records the deletion in the stack's state (``deleted.json``,
   :func:`infra.local.state.record_deletion`; ``multislice local status`` reports ``DELETED``)
   and tells the emulator to stop the VMs still running :data:`infra.local.options.NODE_DELETE_DELAY_S` after it
@@ -52,7 +56,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from infra.backends.interface import DELETED, KEPT
 from infra.config import StackConfig
-from infra.local import state as state_lib, supervisor
+from infra.local import api_traffic, state as state_lib, supervisor
 from infra.local.loopback_http import LoopbackServer
 from infra.local.metadata import EMULATED_TOKEN
 from infra.local.state import LocalPaths
@@ -65,7 +69,15 @@ DELETE_PATH = re.compile(r"^/v2/(?P<name>projects/[^/]+/locations/[^/]+/queuedRe
 RESET_PATH = re.compile(r"^/v2/(?P<name>projects/[^/]+/locations/[^/]+/queuedResources/[^/:]+):reset$")
 #: Seconds between SIGTERM and SIGKILL for those VMs.
 STOP_GRACE_S = 5.0
-_HTTP = {"FAILED_PRECONDITION": 400, "UNAUTHENTICATED": 401, "PERMISSION_DENIED": 403, "NOT_FOUND": 404}
+_HTTP = {
+    "FAILED_PRECONDITION": 400,
+    "UNAUTHENTICATED": 401,
+    "PERMISSION_DENIED": 403,
+    "NOT_FOUND": 404,
+    "UNIMPLEMENTED": 501,
+}
+#: The API this serves, as its discovery document is named (:mod:`infra.local.api_traffic`).
+API = "tpu.v2"
 
 
 def _rfc3339(moment: float) -> str:
@@ -112,47 +124,38 @@ class EmulatedTpuApi:
         api = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
-            def do_DELETE(self) -> None:  # noqa: N802 (http.server naming)
-                if RESET_PATH.match(urlsplit(self.path).path):
-                    return self._refuse_method()
-                self._reply(*api._delete(self.path, self.headers.get("Authorization", "")))
-
-            def do_POST(self) -> None:  # noqa: N802
-                if not RESET_PATH.match(urlsplit(self.path).path):
-                    return self._refuse_method()
+            def _serve(self) -> None:
+                url = urlsplit(self.path)
+                query = parse_qs(url.query)
                 length = int(self.headers.get("Content-Length") or 0)
-                if length:
-                    self.rfile.read(length)  # ResetQueuedResourceRequest's body: only the name, in the path
-                self._reply(*api._reset(self.path, self.headers.get("Authorization", "")))
+                body = api_traffic.parse_json(self.rfile.read(length)) if length else None
+                self.exchange = api_traffic.Exchange(API, self.command, url.path, query, body)
+                refusal = api_traffic.vet(API, self.command, url.path, query, body)
+                authorization = self.headers.get("Authorization", "")
+                if refusal is not None:
+                    self._reply(*refusal)
+                elif self.command == "DELETE":  # another resource than the stack's queued resource: none here
+                    self._reply(*api._delete(self.path, authorization))
+                elif self.command == "POST" and RESET_PATH.match(url.path):
+                    self._reply(*api._reset(self.path, authorization))  # the request's name is in the path
+                else:
+                    self._reply(
+                        *_error("UNIMPLEMENTED", f"the emulated Cloud TPU API does not serve {self.command} {url.path}")
+                    )
 
-            def _refuse_method(self) -> None:
-                allowed = "POST" if RESET_PATH.match(urlsplit(self.path).path) else "DELETE"
-                self._reply(
-                    405,
-                    {
-                        "error": {
-                            "code": 405,
-                            "status": "METHOD_NOT_ALLOWED",
-                            "message": f"the emulated Cloud TPU API serves only {allowed} here, not {self.command}",
-                        }
-                    },
-                    allow=allowed,
-                )
+            do_DELETE = do_POST = do_GET = do_PUT = do_PATCH = _serve  # noqa: N815 (http.server naming)
 
-            do_GET = do_PUT = do_PATCH = do_HEAD = _refuse_method  # noqa: N815
-
-            def _reply(self, code: int, body: dict, allow: str | None = None) -> None:
+            def _reply(self, code: int, body: dict) -> None:
                 with api._lock:
                     api.requests.append((self.command, self.path, code))
+                self.exchange.status, self.exchange.response = code, body
+                api_traffic.record(self.exchange)
                 data = json.dumps(body).encode()
                 self.send_response(code)
                 self.send_header("Content-Type", "application/json; charset=UTF-8")
                 self.send_header("Content-Length", str(len(data)))
-                if allow:
-                    self.send_header("Allow", allow)
                 self.end_headers()
-                if self.command != "HEAD":
-                    self.wfile.write(data)
+                self.wfile.write(data)
 
             def log_message(self, format: str, *args: object) -> None:  # keep the emulator's console clean
                 pass

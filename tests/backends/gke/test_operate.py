@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import threading
+import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,6 +21,7 @@ import yaml
 
 from infra.backends.gke import operate, workload
 from infra.backends.gke.operate import PodListingError, PodPlace
+from infra.local import api_traffic
 from tests.helpers.kubectl import CONTEXT, DNS_ENDPOINT, kubectl_reaches_the_server
 
 
@@ -53,10 +55,17 @@ def test_exec_needs_a_command():
 
 class _ContainerApi(http.server.BaseHTTPRequestHandler):
     """Answers GET .../locations/L/clusters/C as the Container API does for a cluster with a
-    DNS-based endpoint (the fields gcloud's get-credentials reads)."""
+    DNS-based endpoint (the fields gcloud's get-credentials reads); vetted and recorded
+    (:mod:`infra.local.api_traffic`), so the Container API's discovery document judges both."""
 
     def do_GET(self) -> None:
-        parts = self.path.split("?")[0].split("/")
+        url = urllib.parse.urlsplit(self.path)
+        query = urllib.parse.parse_qs(url.query)
+        refusal = api_traffic.vet("container.v1", "GET", url.path, query, None)
+        if refusal is not None:
+            self._send(*refusal, api_traffic.Exchange("container.v1", "GET", url.path, query))
+            return
+        parts = url.path.split("/")
         body = {
             "name": parts[-1],
             "location": parts[-3],
@@ -69,8 +78,13 @@ class _ContainerApi(http.server.BaseHTTPRequestHandler):
                 "ipEndpointsConfig": {"enabled": True},
             },
         }
+        self._send(200, body, api_traffic.Exchange("container.v1", "GET", url.path, query))
+
+    def _send(self, code: int, body: dict, exchange: api_traffic.Exchange) -> None:
+        exchange.status, exchange.response = code, body
+        api_traffic.record(exchange)
         data = json.dumps(body).encode()
-        self.send_response(200)
+        self.send_response(code)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()

@@ -22,6 +22,7 @@ from infra.local import state as state_lib
 from infra.local.emulated_stack import EmulatedStack, Options
 from infra.local.metadata import EMULATED_TOKEN
 from infra.local.state import LocalPaths
+from tests.fakes import discovery
 from tests.fakes.startup_vm import prefixed, run_delete_on_complete
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -71,12 +72,15 @@ def test_a_missing_or_wrong_token_is_unauthenticated(api, headers):
     assert deleted == [] and server.deleted_at is None
 
 
+@pytest.mark.schema_refusals  # a node's delete with the queued resource's force parameter
 def test_another_queued_resource_is_not_found(api):
     server, deleted = api
     other = f"{PARENT}/queuedResources/multislice-prod"
     assert error_status(delete(server, name=other)) == (404, "NOT_FOUND")
     assert error_status(delete(server, name=NAME.replace("us-central2-b", "europe-west4-a"))) == (404, "NOT_FOUND")
-    assert error_status(delete(server, name=f"{PARENT}/nodes/multislice-emu-0")) == (404, "NOT_FOUND")
+    # nodes.delete has no force parameter (the TPU API's discovery document): Google refuses the query.
+    assert error_status(delete(server, name=f"{PARENT}/nodes/multislice-emu-0")) == (400, "INVALID_ARGUMENT")
+    assert error_status(delete(server, name=f"{PARENT}/nodes/multislice-emu-0", query="")) == (404, "NOT_FOUND")
     assert deleted == []
 
 
@@ -87,12 +91,20 @@ def test_without_force_its_running_nodes_block_the_delete(api):
     assert deleted == []
 
 
-@pytest.mark.parametrize("method", ["GET", "POST", "PATCH", "PUT"])
-def test_other_methods_are_not_allowed(api, method):
+@pytest.mark.schema_refusals
+@pytest.mark.parametrize(
+    ("method", "answer"),
+    [
+        ("GET", (501, "UNIMPLEMENTED")),  # queuedResources.get: Google's API has it, the emulation does not
+        ("POST", (404, "NOT_FOUND")),  # the TPU API v2 has no such method (its discovery document)
+        ("PATCH", (404, "NOT_FOUND")),
+        ("PUT", (404, "NOT_FOUND")),
+    ],
+)
+def test_other_methods_are_refused(api, method, answer):
     server, deleted = api
     response = requests.request(method, f"{server.endpoint}/v2/{NAME}", headers=AUTH, timeout=10)
-    assert error_status(response) == (405, "METHOD_NOT_ALLOWED")
-    assert response.headers["Allow"] == "DELETE"
+    assert error_status(response) == answer
     assert deleted == [] and [r[0] for r in server.requests] == [method]
 
 
@@ -194,9 +206,10 @@ def test_a_reset_through_the_real_client_is_accepted_and_reported():
         response = requests.post(f"{server.endpoint}/v2/{NAME}:reset", headers=wrong, json={}, timeout=10)
         assert error_status(response) == (401, "UNAUTHENTICATED")
         assert resets == [NAME]
-        # Other methods on the reset path are refused, naming POST.
+        # A GET of the reset path is no reset (the discovery document reads it as queuedResources.get
+        # of a queued resource "multislice-emu:reset", which the emulation does not serve).
         response = requests.get(f"{server.endpoint}/v2/{NAME}:reset", headers=AUTH, timeout=10)
-        assert error_status(response) == (405, "METHOD_NOT_ALLOWED") and response.headers["Allow"] == "POST"
+        assert error_status(response) == (501, "UNIMPLEMENTED") and server.resets == 1
 
 
 def test_a_deleted_queued_resource_cannot_be_reset(api):
@@ -204,3 +217,26 @@ def test_a_deleted_queued_resource_cannot_be_reset(api):
     assert delete(server).status_code == 200
     response = requests.post(f"{server.endpoint}/v2/{NAME}:reset", headers=AUTH, json={}, timeout=10)
     assert error_status(response) == (404, "NOT_FOUND") and server.resets == 0
+
+
+@pytest.mark.schema_refusals
+def test_a_refused_delete_keeps_the_queued_resource_and_names_it(monkeypatch):
+    """The TPU API refuses the delete (its document without ``force``, as if Google had renamed it):
+    one line naming the queued resource, which is kept."""
+
+    def rename_force(data: dict) -> None:
+        methods = data["resources"]["projects"]["resources"]["locations"]["resources"]["queuedResources"]["methods"]
+        del methods["delete"]["parameters"]["force"]
+
+    discovery.refuse_with(monkeypatch, "tpu.v2", rename_force)
+    deleted: list[str] = []
+    with EmulatedTpuApi(NAME, on_delete=deleted.append) as server:
+        result = run_delete_on_complete(server.endpoint, NAME)
+    lines = prefixed(result.stdout, "[slice 0 worker 0] ")
+    assert result.returncode == 0 and result.stderr == ""
+    assert lines[0].startswith("capacity: the run is complete: deleting queued resource")
+    (error,) = lines[1:]
+    assert error.startswith(f"capacity: error: HTTP 400 from the TPU API deleting {NAME} (")
+    assert "unknown query parameter 'force'" in error and error.endswith("the queued resource is KEPT (and billed)")
+    assert deleted == [] and server.deleted_at is None
+    assert server.requests == [("DELETE", f"/v2/{NAME}?force=true", 400)]

@@ -29,6 +29,7 @@ from infra.backends.queued_resource.provider.errors import (
     is_service_disabled,
     root_cause,
 )
+from tests.fakes import discovery
 from tests.fakes.queued_resource import (  # noqa: F401 (dev, fake, no_ambient_credentials, props: fixtures)
     SERVICE_ACCOUNT,
     dev,
@@ -262,3 +263,19 @@ def test_persistent_5xx_while_waiting_keeps_the_qr_recorded(fake, props):
     assert result.outs["ready"] is False
     assert "ServiceUnavailable" in result.outs["statusMessage"] or "UNAVAILABLE" in result.outs["statusMessage"].upper()
     assert qr_name(props) in fake.queued_resources
+
+
+@pytest.mark.schema_refusals
+def test_a_refused_create_names_the_queued_resource_and_leaves_none(monkeypatch, fake, props):
+    """The TPU API refuses the create (its document without ``QueuedResource.tpu``, as if Google had
+    renamed it): one line naming the queued resource, and none exists."""
+
+    def rename_tpu(data: dict) -> None:
+        del data["schemas"]["QueuedResource"]["properties"]["tpu"]
+
+    discovery.refuse_with(monkeypatch, "tpu.v2", rename_tpu)
+    with pytest.raises(QueuedResourceError) as raised:
+        provider_for(fake).create(props)
+    message = str(raised.value)
+    assert "\n" not in message and props["queuedResourceId"] in message and "unknown field 'tpu'" in message
+    assert fake.rpcs() == ["CreateQueuedResource"] and fake.queued_resources == {}

@@ -436,6 +436,7 @@ def test_a_provider_pickled_by_an_existing_stack_still_updates_and_deletes(fake,
 # the fake itself -------------------------------------------------------------------------------------
 
 
+@pytest.mark.schema_refusals  # a misspelt field, on purpose
 def test_fake_rejects_fields_the_api_does_not_have_and_lists_with_the_real_client(fake, props):
     import requests
     from google.api_core.client_options import ClientOptions
