@@ -6,7 +6,7 @@ script (:mod:`infra.startup`) and declares (each component takes its own args ob
 here from the StackConfig by :func:`component_args`; the slices are the stack's backend's, which
 builds their typed inputs itself: :meth:`infra.backends.interface.Backend.declare`)::
 
-    ProjectServices   tpu, compute, storage, iam, ... APIs enabled (everything depends on it)
+    ProjectServices   compute, storage, iam, ... and the backend's APIs enabled (everything depends on it)
     Network           VPC + subnetwork + Cloud NAT + firewall (tag-scoped, IAP-only SSH)
     CheckpointBucket  regional, private, lifecycle rules; protected on prod
     ServiceAccount    the VMs' service account: bucket objects, logs, metrics; with deleteOnComplete
@@ -58,7 +58,7 @@ from infra.backends.operations import backend_of
 from infra.components.network import Network, NetworkArgs
 from infra.components.release import ReleaseRecord, ReleaseRecordArgs
 from infra.components.service_account import ServiceAccount, ServiceAccountArgs, data_bucket
-from infra.components.services import ProjectServices, ServicesArgs
+from infra.components.services import ProjectServices, ServicesArgs, apis_for
 from infra.components.storage import BucketArgs, CheckpointBucket
 from infra.config import StackConfig
 from infra.config.dataset import check_dataset
@@ -96,7 +96,7 @@ def component_args(config: StackConfig, script: startup.RenderedScript) -> Compo
     """Each component's own args: only the keys it reads (names and labels via infra.naming);
     the release record's from ``script``, the stack's rendered startup script."""
     return ComponentArgs(
-        services=ServicesArgs(project=config.project),
+        services=ServicesArgs(project=config.project, apis=apis_for(config.backend_spec.apis)),
         network=NetworkArgs(stack=config.stack, project=config.project, region=config.region, settings=config.network),
         bucket=BucketArgs(
             stack=config.stack,

@@ -39,3 +39,12 @@ def parse_duration(value: Any) -> int:
 
 #: A positive duration in whole seconds, written as seconds or ``"30m"``-style text.
 Duration = Annotated[int, BeforeValidator(parse_duration)]
+
+
+def format_duration(seconds: int) -> str:
+    """``seconds`` in the largest whole unit of d, h, m (else s): 259200 -> ``3d``, the way a stack
+    file writes it (the inverse of :func:`parse_duration` for whole units)."""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds % size == 0:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"

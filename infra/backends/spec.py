@@ -51,6 +51,8 @@ class BackendSpec(ABC):
     * ``capacity_noun``: what ``status`` calls the stack's capacity (``queued resource``), and
       ``capacity_plural``: whether that is a plural (``instance groups``); ``worker_noun``: what it
       calls a slice's workers (``VMs``; ``Pods`` on GKE);
+    * ``apis``: the Google APIs its own resources need beside those every stack enables
+      (:data:`infra.components.services.COMMON_APIS`); the program enables them;
     * ``vm_reads_instance_groups``: whether its VMs' service account may read Compute Engine's
       instance groups and instances (how such a VM finds its place);
     * ``legacy_output``: a stack output only its deployments have, for a deployment older than the
@@ -77,6 +79,7 @@ class BackendSpec(ABC):
     capacity_noun: ClassVar[str]
     capacity_plural: ClassVar[bool] = False
     worker_noun: ClassVar[str] = "VMs"
+    apis: ClassVar[tuple[str, ...]] = ()
     vm_reads_instance_groups: ClassVar[bool] = False
     legacy_output: ClassVar[str | None] = None
     boot_identity: ClassVar[str]

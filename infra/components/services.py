@@ -1,4 +1,6 @@
-"""The Google APIs a fresh project needs before anything else can be created."""
+"""The Google APIs a fresh project needs before anything else can be created: those every stack
+uses (:data:`COMMON_APIS`) and those its backend's own resources need
+(:attr:`infra.backends.spec.BackendSpec.apis`)."""
 
 from __future__ import annotations
 
@@ -7,11 +9,18 @@ import pulumi_gcp as gcp
 
 from training.validation import StrictModel
 
-#: APIs this program uses: the TPU API (queued resources), Compute Engine (VPC, firewall,
-#: NAT; TPU VMs run on it), Cloud Storage (checkpoints), IAM (the VMs' service account),
-#: Resource Manager (project IAM bindings), and Logging/Monitoring (what the VMs write).
-REQUIRED_APIS = (
-    "tpu.googleapis.com",
+
+def apis_for(backend_apis: tuple[str, ...]) -> tuple[str, ...]:
+    """The APIs a stack enables: :data:`COMMON_APIS`, then its backend's ``backend_apis``."""
+    return tuple(dict.fromkeys(COMMON_APIS + backend_apis))
+
+
+#: The APIs every stack uses, whatever its backend: Compute Engine (VPC, firewall, NAT; every TPU VM
+#: and node runs on it), Cloud Storage (checkpoints, the release record), IAM (the VMs' service
+#: account), Resource Manager (project IAM bindings), and Logging/Monitoring (what the VMs write).
+#: A backend adds its own (``BackendSpec.apis``: the Cloud TPU API for a queued resource, the GKE API
+#: for a cluster).
+COMMON_APIS = (
     "compute.googleapis.com",
     "storage.googleapis.com",
     "iam.googleapis.com",
@@ -25,11 +34,11 @@ class ServicesArgs(StrictModel):
     """What :class:`ProjectServices` needs: the project and the APIs to enable."""
 
     project: str
-    apis: tuple[str, ...] = REQUIRED_APIS
+    apis: tuple[str, ...] = COMMON_APIS
 
 
 class ProjectServices(pulumi.ComponentResource):
-    """Enables ``args.apis`` (:data:`REQUIRED_APIS` by default) on ``args.project``.
+    """Enables ``args.apis`` (:data:`COMMON_APIS` by default) on ``args.project``.
 
     Other components take this as a ``depends_on`` so a fresh project converges in one
     ``pulumi up``. Destroying the stack leaves the APIs enabled (``disable_on_destroy=False``):

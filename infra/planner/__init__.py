@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from infra.components.services import apis_for
 from infra.config import StackConfig
 from infra.planner import advice
 from infra.planner.dcn import (
@@ -148,6 +149,7 @@ def plan(config: StackConfig, *, vocab_source: str | None = None) -> Plan:
         sources=sources,
         dcn_batch=dcn_batch,
         capacity=config.backend_spec.capacity_plan(config),
+        apis=apis_for(config.backend_spec.apis),
     )
     return dataclasses.replace(partial, recommendations=advice.recommendations(partial, config))
 

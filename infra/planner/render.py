@@ -29,6 +29,8 @@ def print_plan(p: Plan, console: Console) -> None:
     )
     if p.capacity is not None:
         console.print(p.capacity, markup=False, highlight=False, soft_wrap=True)
+    if p.apis:
+        console.print(f"Google APIs pulumi up enables: {', '.join(p.apis)}", markup=False, soft_wrap=True)
     mesh = Table(title="mesh (size = dcn × ici)", title_justify="left")
     for column in ("axis", "dcn", "ici", "size"):
         mesh.add_column(column, justify="left" if column == "axis" else "right")

@@ -37,6 +37,8 @@ class Plan:
       capacity: how the backend requests and keeps the capacity, when its resources depend on
         it beyond the capacity's name (``BackendSpec.capacity_plan``); else None. ``capacity_plan``
         in ``--json``.
+      apis: the Google APIs ``pulumi up`` enables for the stack (those of every stack and its
+        backend's: :func:`infra.components.services.apis_for`).
     """
 
     stack: str
@@ -60,6 +62,7 @@ class Plan:
     sources: dict[str, str]
     dcn_batch: DcnBatchFit | None = dataclasses.field(default=None, metadata={"json": "dcn_min_batch_in_hbm"})
     capacity: str | None = dataclasses.field(default=None, metadata={"json": "capacity_plan"})
+    apis: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         par = self.parallelism

@@ -82,6 +82,18 @@ def prod_capacity(args: ResourceValidationArgs, report: Report) -> None:
         )
 
 
+def gke_deletion_protection(args: ResourceValidationArgs, report: Report) -> None:
+    """A prod GKE cluster is protected from deletion (``deletionProtection``; a destroy of a protected
+    one fails until the stack sets it false and ``pulumi up`` runs: docs/deploying.md)."""
+    if args.resource_type != GKE_CLUSTER_TYPE or not _is_prod(args.props.get("resourceLabels") or {}):
+        return
+    if not args.props.get("deletionProtection"):
+        report(
+            f"prod GKE cluster {args.name!r} has no deletion protection: set multislice:gke.deletionProtection: true "
+            "(pulumi destroy then fails until it is set false again and applied)"
+        )
+
+
 def backend_change(args: ResourceValidationArgs, report: Report) -> None:
     if args.resource_type != INSTANCE_GROUP_TYPE:
         return

@@ -46,7 +46,7 @@ from infra import accelerators
 from infra.components.network import IAP_SSH_RANGE, SSH_PORT
 from infra.naming import RUNS_PREFIX
 from infra.policy import release_grants
-from infra.policy.advisory import backend_change, prod_capacity, required_labels
+from infra.policy.advisory import backend_change, gke_deletion_protection, prod_capacity, required_labels
 from infra.policy.gke import GKE_POLICIES
 from infra.policy.release_contents import asset_files, embedded_release, stack_content
 from infra.policy.resource_types import (
@@ -430,6 +430,12 @@ POLICIES = [
         "prod-capacity",
         "Prod TPU capacity (a queued resource, Spot instance templates or node pools) is not Spot, or is protected.",
         prod_capacity,
+        ADVISORY,
+    ),
+    _resource(
+        "gke-deletion-protection",
+        "A prod GKE cluster is protected from deletion.",
+        gke_deletion_protection,
         ADVISORY,
     ),
     _resource(

@@ -98,7 +98,9 @@ class Mocks(pulumi.runtime.Mocks):
     ``subnet_network``: the ``network`` URL getSubnetwork answers for a reused subnetwork (the
     Compute API's ``https://www.googleapis.com/compute/v1/projects/<p>/global/networks/<n>``);
     None answers without one. ``stack_outputs``: the outputs of the stack's last deployment, as a
-    ``StackReference`` to the stack reads them (None: never deployed).
+    ``StackReference`` to the stack reads them (None: never deployed). ``existing_cluster``: what
+    getCluster answers of an existing GKE cluster beside its DNS-based endpoint (None: a cluster the
+    stack can use: Workload Identity with the project's pool, a CPU pool, GKE 1.35).
     """
 
     def __init__(
@@ -108,11 +110,13 @@ class Mocks(pulumi.runtime.Mocks):
         qr_ready: bool = True,
         subnet_network: str | None = None,
         stack_outputs: dict[str, Any] | None = None,
+        existing_cluster: dict[str, Any] | None = None,
     ):
         self.world = world
         self.qr_ready = qr_ready
         self.subnet_network = subnet_network
         self.stack_outputs = stack_outputs
+        self.existing_cluster = existing_cluster
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs):
         inputs = dict(args.inputs)
@@ -182,7 +186,13 @@ class Mocks(pulumi.runtime.Mocks):
             return answer | ({"network": self.subnet_network} if self.subnet_network else {}), []
         if args.token == "gcp:container/getCluster:getCluster":  # an existing cluster, with a DNS-based endpoint
             endpoint = gke_dns_endpoint(str(args.args.get("name")), str(args.args.get("location")))
-            return {"controlPlaneEndpointsConfigs": [{"dnsEndpointConfigs": [{"endpoint": endpoint}]}]}, []
+            usable = {
+                "workloadIdentityConfigs": [{"workloadPool": f"{args.args.get('project')}.svc.id.goog"}],
+                "nodePools": [{"name": "default-pool", "nodeConfigs": [{"machineType": "e2-standard-4"}]}],
+                "masterVersion": "1.35.1-gke.1396000",
+            }
+            answer = usable if self.existing_cluster is None else self.existing_cluster
+            return {"controlPlaneEndpointsConfigs": [{"dnsEndpointConfigs": [{"endpoint": endpoint}]}], **answer}, []
         return {}, []  # (no check failures: pulumi's MockMonitor iterates them, though typed Optional)
 
 
@@ -280,15 +290,16 @@ def evaluate(
     script: Any = None,
     subnet_network: str | None = None,
     stack_outputs: dict[str, Any] | None = None,
+    existing_cluster: dict[str, Any] | None = None,
 ) -> World:
     """Run the program for ``stack`` under mocks (an update, or a preview); return what it
     registered and exported (``as_main``: run the project's program directory with runpy as
     the language host does, see :func:`program_directory`; exports are then not captured;
     ``script``: an ``infra.startup.RenderedScript`` to declare instead of rendering one from
     this checkout, e.g. one rendered from another revision's trainer; ``subnet_network``,
-    ``stack_outputs``: see :class:`Mocks`)."""
+    ``stack_outputs``, ``existing_cluster``: see :class:`Mocks`)."""
     config = engine_config(config_map if config_map is not None else stack_map(stack))
-    world = _start(stack, config, qr_ready, preview, subnet_network, stack_outputs)
+    world = _start(stack, config, qr_ready, preview, subnet_network, stack_outputs, existing_cluster)
 
     @pulumi.runtime.test
     def run():
@@ -348,9 +359,16 @@ def _start(
     preview: bool,
     subnet_network: str | None = None,
     stack_outputs: dict[str, Any] | None = None,
+    existing_cluster: dict[str, Any] | None = None,
 ) -> World:
     world = World()
-    mocks = Mocks(world, qr_ready=qr_ready, subnet_network=subnet_network, stack_outputs=stack_outputs)
+    mocks = Mocks(
+        world,
+        qr_ready=qr_ready,
+        subnet_network=subnet_network,
+        stack_outputs=stack_outputs,
+        existing_cluster=existing_cluster,
+    )
     settings.ROOT.set(None)  # a fresh root Stack resource per evaluation
     _ensure_event_loop()
     pulumi.runtime.set_mocks(mocks, project="multislice", stack=stack, preview=preview, monitor=RecordingMonitor(mocks))

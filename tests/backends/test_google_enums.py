@@ -79,7 +79,18 @@ ENUM_FIELDS: dict[tuple[str, str], tuple[str, str]] = {
         "NodePool.config.workloadMetadataConfig.mode",
     ),
     (NODE_POOL, "placementPolicy.type"): ("container.v1", "NodePool.placementPolicy.type"),
+    (NODE_POOL, "nodeConfig.taints[].effect"): ("container.v1", "NodePool.config.taints[].effect"),
+    (NODE_POOL, "autoscaling.locationPolicy"): ("container.v1", "NodePool.autoscaling.locationPolicy"),
     ("gcp:container/cluster:Cluster", "releaseChannel.channel"): ("container.v1", "Cluster.releaseChannel.channel"),
+    # The API keeps exclusions in a map of TimeWindows (MaintenanceWindow.maintenanceExclusions); their options:
+    ("gcp:container/cluster:Cluster", "maintenancePolicy.maintenanceExclusions[].exclusionOptions.scope"): (
+        "container.v1",
+        "MaintenanceExclusionOptions.scope",
+    ),
+    ("gcp:container/cluster:Cluster", "maintenancePolicy.maintenanceExclusions[].exclusionOptions.endTimeBehavior"): (
+        "container.v1",
+        "MaintenanceExclusionOptions.endTimeBehavior",
+    ),
     # Cloud Storage's document gives no enum: these fields' descriptions list the values ("Values
     # include MULTI_REGIONAL, REGIONAL, STANDARD, NEARLINE, ...").
     (BUCKET, "storageClass"): ("storage.v1", "Bucket.storageClass"),

@@ -10,6 +10,7 @@ from infra.accelerators import parse_accelerator_type
 from infra.backends.gke.cluster import GkeSettings
 from infra.backends.gke.node_pools import slice_node_pool
 from infra.backends.gke.slices import GkeInputs
+from tests.fakes.pulumi_program import stack_map
 
 EMAIL = "multislice-dev@acme-ml-dev.iam.gserviceaccount.com"
 
@@ -31,5 +32,22 @@ def gke_inputs(slices: int = 2, accelerator: str = "v5p-16", **changes: Any) -> 
         service_account_id=f"projects/acme-ml-dev/serviceAccounts/{EMAIL}",
         kubernetes_service_account="multislice-dev",
         labels={"multislice-stack": "dev"},
+        generation=parse_accelerator_type(accelerator).generation.name,
     )
     return dataclasses.replace(made, **changes)
+
+
+def gke_map(slices: int, capacity: str, accelerator: str = "v4-16", **extra) -> dict:
+    """The dev stack on gke: ``slices`` slices of ``accelerator`` (v4-16: 2 VMs of 4 chips), ``capacity``."""
+    training = stack_map("dev")["multislice:training"] | {
+        "parallelism": {"ici": {"data": 1, "fsdp": 8, "tensor": 1}, "dcn": {"data": slices, "fsdp": 1, "tensor": 1}},
+        "global_batch_size": 16 * slices,
+    }
+    return stack_map("dev") | {
+        "multislice:backend": "gke",
+        "multislice:acceleratorType": accelerator,
+        "multislice:slices": slices,
+        "multislice:capacity": capacity,
+        "multislice:training": training,
+        **extra,
+    }

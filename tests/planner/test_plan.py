@@ -13,8 +13,9 @@ from typer.testing import CliRunner
 
 from infra import planner
 from infra.cli import app
-from infra.config import load_stack, load_stack_file
+from infra.config import load_stack, load_stack_file, validate_stack
 from infra.planner import result
+from tests.fakes.pulumi_program import stack_map
 from tests.helpers.datasets import VOCAB, prepared
 from tests.planner.stacks import STACKS, stack
 from training.model.transformer import param_count
@@ -116,6 +117,7 @@ def reference_json(p: planner.Plan) -> dict:
         "sources": dict(p.sources),
         "dcn_min_batch_in_hbm": None if p.dcn_batch is None else dcn_batch_json(p.dcn_batch),
         "capacity_plan": p.capacity,
+        "apis": list(p.apis),
     }
 
 
@@ -347,3 +349,16 @@ def test_cli_plan_warns_once_when_the_datasets_manifest_cannot_be_read(tmp_path)
     warnings = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
     assert len(warnings) == 1 and f"multislice:training.data.source {source}" in warnings[0], result.stderr
     assert "vocab_size" not in json.loads(result.stdout)["sources"]
+
+
+def test_the_plan_names_the_apis_each_backend_enables():
+    # Every stack's APIs, then its backend's: the Cloud TPU API for a queued resource, the GKE API for
+    # a cluster, none more on Compute Engine (GKE's TPU pages: "Enable the Google Kubernetes Engine API").
+    from tests.helpers.compute_engine import ce_map
+
+    common = ["compute", "storage", "iam", "cloudresourcemanager", "logging", "monitoring"]
+    dev = validate_stack("dev", stack_map("dev"), "test")
+    compute_engine = validate_stack("dev", ce_map("v5p-16"), "test")
+    gke = validate_stack("dev", ce_map("v5p-16") | {"multislice:backend": "gke"}, "test")
+    for config, own in ((dev, ["tpu"]), (compute_engine, []), (gke, ["container"])):
+        assert [api.removesuffix(".googleapis.com") for api in planner.plan(config).apis] == common + own

@@ -52,17 +52,17 @@ def _both() -> None:
 @pytest.fixture(scope="module")
 def declared() -> dict[str, dict]:
     world = declare(_both)
-    return {
-        typ: world.one(typ).inputs
-        for typ in (GKE_CLUSTER_TYPE, GKE_NODE_POOL_TYPE, K8S_SERVICE_ACCOUNT_TYPE, JOBSET_TYPE)
-    }
+    found = {typ: world.one(typ).inputs for typ in (GKE_CLUSTER_TYPE, K8S_SERVICE_ACCOUNT_TYPE, JOBSET_TYPE)}
+    pools = {pool.name: pool.inputs for pool in world.of(GKE_NODE_POOL_TYPE)}
+    assert sorted(pools) == ["multislice-dev-0", "system"]
+    return found | {GKE_NODE_POOL_TYPE: pools["multislice-dev-0"], f"{GKE_NODE_POOL_TYPE}#system": pools["system"]}
 
 
 def test_the_gke_policies_are_mandatory_and_pass_what_the_backend_declares(declared):
     for name in GKE:
         assert BY_NAME[name].enforcement_level.value == "mandatory"
-        for typ, props in declared.items():
-            assert violations(name, typ, props) == [], (name, typ)
+        for typ, props in declared.items():  # the system pool too (its key: the type, then #system)
+            assert violations(name, typ.split("#")[0], props) == [], (name, typ)
 
 
 def without(props: dict, path: str) -> dict:
@@ -151,3 +151,14 @@ def test_a_prod_pool_of_spot_vms_needs_protection(declared):
     assert violations("prod-capacity", GKE_NODE_POOL_TYPE, pool, protect=True) == []
     del pool["nodeConfig"]["spot"]  # on-demand, reserved or flex-start nodes
     assert violations("prod-capacity", GKE_NODE_POOL_TYPE, pool) == []
+
+
+def test_a_prod_cluster_needs_deletion_protection(declared):
+    cluster = copy.deepcopy(declared[GKE_CLUSTER_TYPE])
+    assert cluster["deletionProtection"] is False  # sent explicitly (pulumi-gcp's default is true)
+    assert violations("gke-deletion-protection", GKE_CLUSTER_TYPE, cluster) == []  # dev: not prod
+    cluster["resourceLabels"] = {"multislice-stack": "prod"}
+    (found,) = violations("gke-deletion-protection", GKE_CLUSTER_TYPE, cluster)
+    assert "has no deletion protection: set multislice:gke.deletionProtection: true" in found
+    cluster["deletionProtection"] = True
+    assert violations("gke-deletion-protection", GKE_CLUSTER_TYPE, cluster) == []

@@ -57,7 +57,7 @@ def test_policy_levels_and_names():
         "gke-node-service-account",
         "gke-pod-service-account",
     }
-    assert advisory == {"required-labels", "prod-capacity", "backend-change"}
+    assert advisory == {"required-labels", "prod-capacity", "backend-change", "gke-deletion-protection"}
 
 
 @pytest.mark.parametrize("ranges", [["0.0.0.0/0"], ["10.0.0.0/8", "::/0"]])

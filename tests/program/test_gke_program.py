@@ -11,25 +11,11 @@ from infra import startup
 from infra.backends.gke.jobset import STARTUP_KEY
 from infra.config import validate_stack
 from infra.policy.evaluate import check_world
-from tests.fakes.pulumi_program import evaluate, stack_map
+from tests.fakes.pulumi_program import evaluate
 from tests.helpers.compute_engine import ce_map
+from tests.helpers.gke import gke_map
 
 JOBSET = "kubernetes:jobset.x-k8s.io/v1alpha2:JobSet"
-
-
-def gke_map(slices: int, capacity: str, **extra) -> dict:
-    training = stack_map("dev")["multislice:training"] | {
-        "parallelism": {"ici": {"data": 1, "fsdp": 8, "tensor": 1}, "dcn": {"data": slices, "fsdp": 1, "tensor": 1}},
-        "global_batch_size": 16 * slices,
-    }
-    return stack_map("dev") | {
-        "multislice:backend": "gke",
-        "multislice:acceleratorType": "v4-16",
-        "multislice:slices": slices,
-        "multislice:capacity": capacity,
-        "multislice:training": training,
-        **extra,
-    }
 
 
 #: Each capacity mode once, with one slice or two (a program evaluation is seconds of CPU).
@@ -37,8 +23,16 @@ CAPACITIES = [
     ("spot", 2, {}),
     ("on-demand", 1, {}),
     ("reserved", 2, {"multislice:reservationName": "tpu-v4-pool"}),
-    ("flex-start", 1, {"multislice:gke": {"maxRunDuration": "3d"}}),
+    # GKE's flex-start takes no TPU v4 ("TPU v3 and v4 are not supported"): a v5p-16 slice, 2 VMs too.
+    (
+        "flex-start",
+        1,
+        {"multislice:gke": {"maxRunDuration": "3d"}, "gcp:zone": "us-east5-a", "multislice:acceleratorType": "v5p-16"},
+    ),
 ]
+#: The reservation affinity each capacity's pools ask for (Cluster Toolkit: Spot and flex-start only
+#: with NO_RESERVATION; a reservation by name; on-demand: GKE's default, none sent).
+AFFINITY = {"spot": "NO_RESERVATION", "reserved": "SPECIFIC_RESERVATION", "flex-start": "NO_RESERVATION"}
 
 
 @pytest.mark.parametrize(("capacity", "slices", "extra"), CAPACITIES, ids=[c for c, _, _ in CAPACITIES])
@@ -47,12 +41,16 @@ def test_each_capacity_mode_with_one_slice_and_several(capacity, slices, extra):
     config = validate_stack("dev", values, "test")
     world = evaluate("dev", values)
     assert len(world.of("gcp:container/cluster:Cluster")) == 1
-    pools = world.of("gcp:container/nodePool:NodePool")
-    assert sorted(pool.inputs["name"] for pool in pools) == config.node_ids
-    assert all(pool.inputs["nodeCount"] == 2 for pool in pools)  # v4-16: 2 VMs a slice
+    everything = world.of("gcp:container/nodePool:NodePool")
+    pools = [pool for pool in everything if pool.name != "system"]
+    assert sorted(pool.inputs["name"] for pool in everything) == sorted([*config.node_ids, "system"])
+    for pool in pools:  # 2 VMs a slice: fixed, or on flex-start the autoscaler's most
+        size = pool.inputs.get("nodeCount") or pool.inputs["autoscaling"]["totalMaxNodeCount"]
+        assert size == 2 and ("nodeCount" in pool.inputs) is (capacity != "flex-start")
     node_config = pools[0].inputs["nodeConfig"]
     assert node_config.get("spot", False) is (capacity == "spot")
-    assert ("reservationAffinity" in node_config) is (capacity == "reserved")
+    affinity = node_config.get("reservationAffinity", {}).get("consumeReservationType")
+    assert affinity == AFFINITY.get(capacity)
     assert ("flexStart" in node_config) is (capacity == "flex-start")
     (jobset,) = world.of(JOBSET)
     (job,) = jobset.inputs["spec"]["replicatedJobs"]
@@ -83,9 +81,47 @@ def test_a_tpu7x_stack_places_its_pools_by_a_workload_policy():
     (policy,) = world.of("gcp:compute/resourcePolicy:ResourcePolicy")
     assert policy.inputs["workloadPolicy"] == {"type": "HIGH_THROUGHPUT", "acceleratorTopology": "2x2x2"}
     assert policy.inputs["region"] == "us-central1"
-    pools = world.of("gcp:container/nodePool:NodePool")
+    pools = [pool for pool in world.of("gcp:container/nodePool:NodePool") if pool.name != "system"]
     assert sorted(pool.inputs["name"] for pool in pools) == config.node_ids
-    for pool in pools:
-        assert pool.inputs["placementPolicy"]["policyName"] == policy.inputs["name"]
+    for pool in pools:  # Cluster Toolkit's TPU7x placement: COMPACT, the policy and the topology
+        assert pool.inputs["placementPolicy"] == {
+            "type": "COMPACT",
+            "policyName": policy.inputs["name"],
+            "tpuTopology": "2x2x2",
+        }
         assert pool.inputs["nodeConfig"]["machineType"] == "tpu7x-standard-4t"
     assert [v for v in check_world(world) if v.mandatory] == []
+
+
+@pytest.mark.parametrize(
+    ("answer", "message"),
+    [
+        (
+            {"nodePools": [{"name": "default-pool", "nodeConfigs": [{"machineType": "e2-standard-4"}]}]},
+            "multislice:gke.cluster: cluster ml-shared has no Workload Identity pool acme-ml-dev.svc.id.goog",
+        ),
+        (
+            {
+                "workloadIdentityConfigs": [{"workloadPool": "acme-ml-dev.svc.id.goog"}],
+                "nodePools": [{"name": "tpu", "nodeConfigs": [{"machineType": "ct5p-hightpu-4t"}]}],
+            },
+            "multislice:gke.cluster: cluster ml-shared has only TPU node pools",
+        ),
+        (
+            {
+                "workloadIdentityConfigs": [{"workloadPool": "acme-ml-dev.svc.id.goog"}],
+                "nodePools": [{"name": "default-pool", "nodeConfigs": [{"machineType": "e2-standard-4"}]}],
+                "masterVersion": "1.33.5-gke.1000",
+            },
+            "multislice:gke.cluster: cluster ml-shared runs GKE 1.33.5-gke.1000, below 1.34.0-gke.2201000, which",
+        ),
+    ],
+)
+def test_an_existing_cluster_that_cannot_take_the_run_is_refused_naming_the_key(answer, message):
+    values = ce_map("tpu7x-16") | {
+        "multislice:backend": "gke",
+        "multislice:gke": {"cluster": "ml-shared", "clusterLocation": "us-central1"},
+    }
+    with pytest.raises(Exception) as caught:
+        evaluate("dev", values, existing_cluster=answer)
+    assert message in str(caught.value) and "\n" not in str(caught.value).strip()

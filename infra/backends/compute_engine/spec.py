@@ -23,7 +23,7 @@ from pydantic import Field, model_validator
 from infra.accelerators import Generation
 from infra.backends.compute_engine import provisioning
 from infra.backends.spec import BackendSpec
-from infra.durations import Duration
+from infra.durations import Duration, format_duration
 from training.validation import StrictModel, invalid
 
 #: The longest run a flex-start VM may have, seconds: "run for up to seven days"
@@ -131,7 +131,7 @@ class ComputeEngineSpec(BackendSpec):
             config.reservation_name,
             config.accelerator.hosts,
             config.compute_engine.target_size_policy_mode,
-            run_duration=None if limit is None else _duration(limit),
+            run_duration=None if limit is None else format_duration(limit),
         )
 
     def refuse_settings(self, changed: list[str], backend: str) -> Exception:
@@ -145,14 +145,6 @@ class ComputeEngineSpec(BackendSpec):
 
     def boot_values(self) -> dict[str, str]:
         return {"GROUP_WAIT_S": str(GROUP_WAIT_S)}
-
-
-def _duration(seconds: int) -> str:
-    """``seconds`` in the largest whole unit of d, h, m (else s): 259200 -> ``3d``."""
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds % size == 0:
-            return f"{seconds // size}{unit}"
-    return f"{seconds}s"
 
 
 #: Google's page on bulk mode (its rules: :mod:`~infra.backends.compute_engine.provisioning`).

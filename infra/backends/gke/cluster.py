@@ -16,6 +16,19 @@ Facts ([Google] unless marked; docs/gke.md sections 1 and 7):
   plane access is recommended", ``--enable-dns-access``), and its IP endpoint is private
   (``--enable-private-endpoint``). ``--master-ipv4-cidr`` "should be used in conjunction with" private
   nodes: it is sent when ``multislice:gke.controlPlaneCidr`` is set.
+* Upgrades ([Google] Cluster Toolkit's TPU blueprints, ``examples/gke-consumption-options/*/gke-tpu-7x``
+  and ``gke-tpu-v6e``; Container API v1): the ``REGULAR`` release channel, a daily maintenance window at
+  09:00 GMT (``modules/scheduler/gke-cluster``'s default), and one maintenance exclusion of scope
+  ``NO_MINOR_OR_NODE_UPGRADES`` ("excludes all minor upgrades for the cluster, and also exclude all node
+  pool upgrades. Only control plane patches are allowed") until the minor version's end of support
+  (``UNTIL_END_OF_SUPPORT``): no upgrade recreates a multi-host pool mid-run.
+* Deletion protection: pulumi-gcp's ``deletion_protection`` defaults to true, and a destroy "will only
+  succeed if this field is false" in state; it is sent explicitly, false unless the stack asks for it
+  (``multislice:gke.deletionProtection``; Cluster Toolkit's ``deletion_protection`` defaults to false).
+* A system pool ([Google] Cluster Toolkit's ``gke-cluster`` always adds one, ``e2-standard-4`` by
+  default, autoscaled, and its TPU blueprints leave it untainted; [third-party] xpk makes a CPU default
+  pool): the JobSet controller, kube-dns and GKE's own Pods run there, never on TPU nodes, which carry
+  ``google.com/tpu=present:NoSchedule`` (:mod:`~infra.backends.gke.node_pools`).
 * Workload Identity: the only workload pool accepted is ``PROJECT_ID.svc.id.goog``
   (``--workload-pool``); the Google service account grants ``roles/iam.workloadIdentityUser`` to
   ``serviceAccount:PROJECT_ID.svc.id.goog[NAMESPACE/KSA]`` and the Kubernetes service account carries
@@ -28,8 +41,9 @@ import ipaddress
 import re
 from typing import Any
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
+from infra.backends.gke import versions
 from infra.durations import Duration
 from infra.subnets import check_subnet_range
 from training.validation import StrictModel
@@ -54,6 +68,55 @@ JOBSET_VERSION = "v0.10.1"
 #: and installs pip; buildpack-deps' ``bookworm/curl`` adds curl and its ``bookworm`` adds xz-utils
 #: (docker-library/python, docker-library/buildpack-deps).
 DEFAULT_IMAGE = "python:3.12-bookworm"
+#: The release channel of a new cluster (module docstring).
+RELEASE_CHANNEL = "REGULAR"
+#: The daily maintenance window's start, GMT ("HH:MM"; Cluster Toolkit's ``maintenance_start_time``).
+MAINTENANCE_START = "09:00"
+#: The maintenance exclusion of a new cluster: Cluster Toolkit's TPU blueprints' own (name, start time,
+#: scope, end behaviour).
+MAINTENANCE_EXCLUSION = {
+    "exclusion_name": "no-minor-or-node-upgrades-indefinite",
+    "start_time": "2025-12-01T00:00:00Z",
+    "exclusion_options": {"scope": "NO_MINOR_OR_NODE_UPGRADES", "end_time_behavior": "UNTIL_END_OF_SUPPORT"},
+}
+#: The system pool's defaults: machine type and autoscaling bounds (module docstring).
+SYSTEM_POOL_MACHINE_TYPE = "e2-standard-4"
+SYSTEM_POOL_MIN_NODES = 1
+SYSTEM_POOL_MAX_NODES = 3
+
+
+class SystemPoolSettings(StrictModel):
+    """``multislice:gke.systemPool``: a new cluster's CPU node pool for the cluster's own workloads."""
+
+    model_config = StrictModel.model_config | {"populate_by_name": True}
+
+    machine_type: str = Field(
+        default=SYSTEM_POOL_MACHINE_TYPE,
+        alias="machineType",
+        pattern=r"^[a-z][a-z0-9]*-[a-z0-9-]+$",
+        description=f"Its machine type (default {SYSTEM_POOL_MACHINE_TYPE}).",
+    )
+    min_nodes: int = Field(
+        default=SYSTEM_POOL_MIN_NODES,
+        alias="minNodes",
+        ge=1,
+        le=1000,
+        description=f"Fewest nodes (default {SYSTEM_POOL_MIN_NODES}; at least 1: the JobSet controller's webhooks "
+        "refuse every JobSet while it runs nowhere).",
+    )
+    max_nodes: int = Field(
+        default=SYSTEM_POOL_MAX_NODES,
+        alias="maxNodes",
+        ge=1,
+        le=1000,
+        description=f"Most nodes (default {SYSTEM_POOL_MAX_NODES}).",
+    )
+
+    @model_validator(mode="after")
+    def _bounds(self) -> SystemPoolSettings:
+        if self.max_nodes < self.min_nodes:
+            raise ValueError(f"maxNodes {self.max_nodes} is below minNodes {self.min_nodes}")
+        return self
 
 
 class GkeSettings(StrictModel):
@@ -81,6 +144,20 @@ class GkeSettings(StrictModel):
         alias="controlPlaneCidr",
         description="A /28 for a new cluster's control plane (gcloud's --master-ipv4-cidr); default: none sent.",
     )
+    version: str | None = Field(
+        default=None,
+        description="A new cluster's minimum GKE version (1.35 or 1.35.0-gke.N); default: the REGULAR channel's.",
+    )
+    deletion_protection: bool = Field(
+        default=False,
+        alias="deletionProtection",
+        description="Refuse to delete a new cluster (pulumi destroy fails until it is false in state).",
+    )
+    system_pool: SystemPoolSettings = Field(
+        default_factory=SystemPoolSettings,
+        alias="systemPool",
+        description="A new cluster's CPU node pool for the JobSet controller and cluster services.",
+    )
 
     install_jobset: bool = Field(
         default=True,
@@ -107,6 +184,13 @@ class GkeSettings(StrictModel):
                 f"{value!r} is not a GKE cluster name: lowercase letters, digits and '-', starting with a letter, "
                 "ending with a letter or digit, at most 40 characters (gcloud container clusters create --help)"
             )
+        return value
+
+    @field_validator("version")
+    @classmethod
+    def _version(cls, value: str | None) -> str | None:
+        if value is not None:
+            versions.parse(value)  # its message says what a version looks like
         return value
 
     @field_validator("namespace")
@@ -188,10 +272,14 @@ def cluster_args(
     subnetwork: Any,
     labels: dict[str, str],
     control_plane_cidr: str | None = None,
+    version: str | None = None,
+    deletion_protection: bool = False,
 ) -> dict[str, Any]:
     """The args of a new zonal Standard cluster (``gcp.container.Cluster``) in ``zone``: VPC-native,
     private nodes, private IP endpoint, DNS-based endpoint, Workload Identity, the stack's labels, no
-    default node pool (the slices' pools are added beside it).
+    default node pool (the system pool and the slices' pools are added beside it), the ``REGULAR``
+    channel with ``version`` as its minimum when given, the maintenance window and exclusion of the
+    module docstring, and ``deletion_protection`` explicitly.
 
     Raises:
       ValueError: ``name`` is not a GKE cluster name.
@@ -215,4 +303,11 @@ def cluster_args(
         "remove_default_node_pool": True,
         "initial_node_count": 1,
         "resource_labels": dict(labels),
+        "deletion_protection": deletion_protection,
+        "release_channel": {"channel": RELEASE_CHANNEL},
+        **({"min_master_version": version} if version is not None else {}),
+        "maintenance_policy": {
+            "daily_maintenance_window": {"start_time": MAINTENANCE_START},
+            "maintenance_exclusions": [MAINTENANCE_EXCLUSION],
+        },
     }

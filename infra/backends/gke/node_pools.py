@@ -13,18 +13,29 @@ Facts (docs/gke.md sections 2 and 3, each with its source there):
   [third-party] xpk's ``system_characteristics.py``). Every multi-host VM has 4 chips.
 * Placement: ``COMPACT`` with the slice's topology (``placementPolicy.tpuTopology``) for v4, v5e,
   v5p and v6e; TPU7x takes its placement from a ``HIGH_THROUGHPUT`` workload policy (a Compute
-  Engine resource policy carrying the accelerator topology) instead ([Google] "Ironwood in GKE"):
-  the pool names the policy with no placement type ([third-party] a pool created with a compact
-  policy fails, "Use workload policy instead", and GKE stores ``policyName`` and ``tpuTopology``
-  with no ``type``: vllm-project/ci-infra pull request 547, docs/gke.md question 3).
+  Engine resource policy carrying the accelerator topology) instead ([Google] "Ironwood in GKE"). The
+  pool sends what Google's Cluster Toolkit sends for it: ``type: COMPACT``, the policy's name and the
+  topology (``modules/compute/resource-policy``'s ``placement_policy`` output, used by its TPU7x
+  blueprints; the Container API's ``PlacementPolicy.policyName`` "refers to the name of a custom
+  resource policy"). Third parties differ: xpk sends the policy alone, and one saw an empty type come
+  up RUNNING (vllm-project/ci-infra pull request 547); docs/gke.md section 2 says which source decided.
 * Node count = the slice's VMs ([Google] gcloud 528's ``node-pools create --help``: the topology's
-  chips divided by the machine type's).
-* Capacity ([Google] gcloud 528's flags and pulumi-gcp 10.2's ``NodePoolNodeConfig``): ``spot`` →
-  ``spot``; ``reserved`` → ``reservation_affinity`` (SPECIFIC_RESERVATION by name, else
-  ANY_RESERVATION); ``flex-start`` → ``flex_start`` (its nodes run at most ``max_run_duration``, seven
-  days by default: GKE's flex-start page); ``on-demand`` → none of them. Every pool runs the GKE
-  metadata server (``workload_metadata_config.mode`` GKE_METADATA), which Workload Identity needs
-  ([Google] gcloud's ``--workload-metadata``).
+  chips divided by the machine type's), fixed, except on flex-start (below).
+* Capacity ([Google] gcloud 528's flags, pulumi-gcp 10.2's ``NodePoolNodeConfig``, and Cluster
+  Toolkit's ``gke-node-pool`` preconditions): ``spot`` → ``spot`` with reservation affinity
+  ``NO_RESERVATION`` ("Spot consumption option only works with reservation_affinity
+  consume_reservation_type NO_RESERVATION"); ``reserved`` → ``reservation_affinity`` (SPECIFIC_RESERVATION
+  by name, else ANY_RESERVATION); ``flex-start`` → ``flex_start`` with ``NO_RESERVATION``, no static node
+  count but autoscaling from 0 to the slice's VMs with ``location_policy: ANY``, and auto-repair off
+  ("enable_flex_start needs node auto_repair set to false"; "does not work with static_node_count";
+  "requires ... NO_RESERVATION"; [third-party] xpk's ``--flex-start --enable-autoscaling
+  --location-policy=ANY --reservation-affinity=none --no-enable-autorepair --num-nodes=0``); its nodes
+  run at most ``max_run_duration``, seven days by default (GKE's flex-start page); ``on-demand`` → none
+  of them. Every pool runs the GKE metadata server (``workload_metadata_config.mode`` GKE_METADATA), which
+  Workload Identity needs ([Google] gcloud's ``--workload-metadata``).
+* Taint: every TPU pool carries ``google.com/tpu=present:NoSchedule`` ([Google] Cluster Toolkit's
+  ``modules/internal/tpu-definition``), so only Pods that tolerate it (the run's) land on TPU nodes;
+  the cluster's own Pods go to the system pool (:func:`system_pool`).
 """
 
 from __future__ import annotations
@@ -61,6 +72,10 @@ TPU_RESOURCE = "google.com/tpu"
 RESERVATION_NAME_KEY = "compute.googleapis.com/reservation-name"
 #: The capacity modes a node pool can request (``multislice:capacity``).
 CAPACITIES = ("spot", "on-demand", "reserved", "flex-start")
+#: The taint of every TPU pool (module docstring), as pulumi-gcp's ``node_config.taints`` takes it, and
+#: the toleration a TPU Pod carries (Kubernetes' spelling of the same effect).
+TPU_TAINT = {"key": TPU_RESOURCE, "value": "present", "effect": "NO_SCHEDULE"}
+TPU_TOLERATION = {"key": TPU_RESOURCE, "operator": "Equal", "value": "present", "effect": "NoSchedule"}
 
 
 class NodePoolError(ValueError):
@@ -129,9 +144,8 @@ def slice_node_pool(accelerator: AcceleratorType) -> NodePoolShape:
 
 def placement_policy(shape: NodePoolShape, workload_policy: Any = None) -> NodePoolPlacementPolicyArgsDict:
     """The pool's ``placement_policy`` (pulumi-gcp ``NodePoolPlacementPolicyArgsDict``): ``COMPACT``
-    with the slice's topology; for a workload-policy generation (TPU7x) the policy's name
-    ``workload_policy`` (a pulumi Input) and the topology, with an empty ``type`` (pulumi-gcp 10.2
-    requires the field; GKE stores none for such a pool, so a type would diff on every refresh).
+    with the slice's topology, and for a workload-policy generation (TPU7x) the policy's name
+    ``workload_policy`` (a pulumi Input) too, as Cluster Toolkit sends it (module docstring).
 
     Raises:
       ValueError: a workload-policy generation without ``workload_policy`` (a bug in the caller).
@@ -140,7 +154,7 @@ def placement_policy(shape: NodePoolShape, workload_policy: Any = None) -> NodeP
         return {"type": "COMPACT", "tpu_topology": shape.topology}
     if workload_policy is None:
         raise ValueError(f"a {shape.machine_type} node pool needs its workload policy's name")
-    return {"type": "", "policy_name": workload_policy, "tpu_topology": shape.topology}
+    return {"type": "COMPACT", "policy_name": workload_policy, "tpu_topology": shape.topology}
 
 
 def workload_policy_args(shape: NodePoolShape) -> dict[str, str]:
@@ -178,9 +192,11 @@ def node_config(
         "oauth_scopes": ["https://www.googleapis.com/auth/cloud-platform"],
         "workload_metadata_config": {"mode": "GKE_METADATA"},
         "resource_labels": dict(labels or {}),
+        "taints": [{"key": TPU_TAINT["key"], "value": TPU_TAINT["value"], "effect": TPU_TAINT["effect"]}],
     }
     if capacity == "spot":
         config["spot"] = True
+        config["reservation_affinity"] = {"consume_reservation_type": "NO_RESERVATION"}
     elif capacity == "reserved":
         config["reservation_affinity"] = (
             {"consume_reservation_type": "SPECIFIC_RESERVATION", "key": RESERVATION_NAME_KEY, "values": [reservation]}
@@ -189,11 +205,44 @@ def node_config(
         )
     elif capacity == "flex-start":  # its nodes run at most maxRunDuration, seven days by default
         config["flex_start"] = True
+        config["reservation_affinity"] = {"consume_reservation_type": "NO_RESERVATION"}
     elif capacity != "on-demand":
         raise NodePoolError(f"multislice:capacity: {capacity!r} is not one of {', '.join(CAPACITIES)}")
     if max_run_duration_s is not None:
         config["max_run_duration"] = f"{max_run_duration_s}s"
     return config
+
+
+def pool_size(shape: NodePoolShape, capacity: str) -> dict[str, Any]:
+    """How many VMs the pool holds and who repairs them (pulumi-gcp ``NodePool`` args): the slice's VMs
+    as a fixed ``node_count``; on flex-start none, but ``autoscaling`` from 0 to the slice's VMs with
+    ``location_policy: ANY`` and ``management.auto_repair`` off (module docstring)."""
+    if capacity != "flex-start":
+        return {"node_count": shape.node_count}
+    return {
+        "autoscaling": {"total_min_node_count": 0, "total_max_node_count": shape.node_count, "location_policy": "ANY"},
+        "management": {"auto_repair": False, "auto_upgrade": True},
+    }
+
+
+def system_pool(
+    *, machine_type: str, min_nodes: int, max_nodes: int, service_account: Any, labels: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """The args of a new cluster's system pool (pulumi-gcp ``NodePool``, beside ``cluster`` and
+    ``location``): on-demand CPU nodes, autoscaled between ``min_nodes`` and ``max_nodes``, repaired and
+    upgraded by GKE, no taint (the JobSet controller tolerates none), the GKE metadata server and the
+    stack's service account, as Cluster Toolkit's ``gke-cluster`` makes its system pool."""
+    return {
+        "autoscaling": {"total_min_node_count": min_nodes, "total_max_node_count": max_nodes},
+        "management": {"auto_repair": True, "auto_upgrade": True},
+        "node_config": {
+            "machine_type": machine_type,
+            "service_account": service_account,
+            "oauth_scopes": ["https://www.googleapis.com/auth/cloud-platform"],
+            "workload_metadata_config": {"mode": "GKE_METADATA"},
+            "resource_labels": dict(labels or {}),
+        },
+    }
 
 
 def node_selector(shape: NodePoolShape) -> dict[str, str]:

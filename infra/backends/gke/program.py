@@ -84,6 +84,7 @@ def gke_inputs(
         reservation_name=config.reservation_name,
         max_run_duration_seconds=config.gke.max_run_duration,
         labels=dict(sorted(config.resource_labels.items())),
+        generation=config.accelerator.generation.name,
     )
 
 

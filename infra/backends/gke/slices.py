@@ -1,7 +1,8 @@
 """The gke backend's slices as Pulumi resources: :class:`GkeSlices`, from typed :class:`GkeInputs`.
 
-A new zonal cluster (:func:`~infra.backends.gke.cluster.cluster_args`), or the existing one
-``multislice:gke.cluster`` names; one TPU node pool per slice in the stack's zone
+A new zonal cluster (:func:`~infra.backends.gke.cluster.cluster_args`) with its system pool
+(:func:`~infra.backends.gke.node_pools.system_pool`), or the existing one ``multislice:gke.cluster``
+names, checked once GKE answers for it (:func:`check_existing_cluster`); one TPU node pool per slice in the stack's zone
 (:mod:`~infra.backends.gke.node_pools`), placed by one regional workload policy they all name on
 TPU7x; and the Workload Identity binding through which the Pods'
 Kubernetes service account acts as the stack's Google service account
@@ -18,15 +19,28 @@ from typing import TYPE_CHECKING, Any
 
 import pulumi
 
+from infra.backends.gke import versions
 from infra.backends.gke.cluster import (
     WORKLOAD_IDENTITY_ROLE,
     GkeSettings,
     check_cluster_location,
     cluster_args,
     workload_identity_member,
+    workload_pool,
 )
-from infra.backends.gke.node_pools import NodePoolShape, node_config, placement_policy, workload_policy_args
+from infra.backends.gke.node_pools import (
+    GKE_TPUS,
+    NodePoolShape,
+    node_config,
+    placement_policy,
+    pool_size,
+    system_pool,
+    workload_policy_args,
+)
 from infra.naming import gce_name
+
+#: The system pool's name in a new cluster.
+SYSTEM_POOL = "system"
 
 if TYPE_CHECKING:
     from pulumi_gcp.container._inputs import NodePoolNodeConfigArgsDict
@@ -43,6 +57,7 @@ class GkeInputs:
       pool_names: one node pool name per slice, in slice order.
       shape: every slice's node pool (:func:`~infra.backends.gke.node_pools.slice_node_pool`).
       capacity, reservation_name, max_run_duration_seconds: ``multislice:capacity`` and its settings.
+      generation: the TPU generation's name (its GKE version floor).
       settings: ``multislice:gke``.
       network, subnetwork: the stack's VPC and subnetwork (a new cluster's).
       service_account_email, service_account_id: the stack's Google service account (the nodes'
@@ -67,6 +82,7 @@ class GkeInputs:
     reservation_name: str | None = None
     max_run_duration_seconds: int | None = None
     labels: dict[str, str] = field(default_factory=dict[str, str])
+    generation: str = ""
 
 
 def check(inputs: GkeInputs) -> None:
@@ -80,7 +96,51 @@ def check(inputs: GkeInputs) -> None:
         raise ValueError("multislice:slices: a gke stack needs at least one slice")
     if inputs.settings.cluster is not None:
         check_cluster_location(inputs.settings.cluster_location or inputs.zone, inputs.zone)
+    versions.check_version(inputs.settings.version, inputs.generation, inputs.capacity)
     _node_config(inputs)
+
+
+class ExistingClusterError(pulumi.RunError):
+    """The cluster ``multislice:gke.cluster`` names cannot take the stack's pools or Pods; one line
+    naming the key (a :class:`pulumi.RunError`: no traceback)."""
+
+
+def check_existing_cluster(found: Any, inputs: GkeInputs) -> None:
+    """Refuse an existing cluster (``getCluster``'s answer) without what the stack needs: Workload
+    Identity with the project's pool (the Pods act as the stack's service account through it), a pool
+    that is not TPU for the JobSet controller and the cluster's services (TPU pools are tainted), and a
+    GKE version at or above the generation's and capacity's floor (:mod:`~infra.backends.gke.versions`).
+
+    Raises:
+      ExistingClusterError: naming ``multislice:gke.cluster`` and what to change.
+    """
+    name, project = inputs.settings.cluster, inputs.project
+    pools = [getattr(c, "workload_pool", None) for c in getattr(found, "workload_identity_configs", None) or []]
+    if workload_pool(project) not in pools:
+        raise ExistingClusterError(
+            f"multislice:gke.cluster: cluster {name} has no Workload Identity pool {workload_pool(project)}, "
+            "through which the run's Pods act as the stack's service account: enable it (gcloud container clusters "
+            f"update {name} --workload-pool={workload_pool(project)}) or leave multislice:gke.cluster unset"
+        )
+    tpu_machines = {machine for machine, _ in GKE_TPUS.values()}
+    machines = [
+        getattr(config, "machine_type", "")
+        for pool in getattr(found, "node_pools", None) or []
+        for config in getattr(pool, "node_configs", None) or []
+    ]
+    if machines and all(machine in tpu_machines for machine in machines):
+        raise ExistingClusterError(
+            f"multislice:gke.cluster: cluster {name} has only TPU node pools; the JobSet controller and the cluster's "
+            "services need a CPU pool (TPU nodes are tainted google.com/tpu=present:NoSchedule): add one, or leave "
+            "multislice:gke.cluster unset and the stack makes a cluster with its system pool"
+        )
+    version = (getattr(found, "master_version", None) or "").split("+")[0]
+    needed = versions.floor(inputs.generation, inputs.capacity)
+    if needed and versions.VERSION.fullmatch(version) and versions.parse(version) < versions.parse(needed[0]):
+        raise ExistingClusterError(
+            f"multislice:gke.cluster: cluster {name} runs GKE {version}, below {needed[0]}, which the stack's node "
+            f"pools need ({needed[1]}): upgrade its control plane, or leave multislice:gke.cluster unset"
+        )
 
 
 def _node_config(inputs: GkeInputs) -> NodePoolNodeConfigArgsDict:
@@ -124,6 +184,8 @@ class GkeSlices(pulumi.ComponentResource):
                     subnetwork=inputs.subnetwork,
                     labels=inputs.labels,
                     control_plane_cidr=settings.control_plane_cidr,
+                    version=settings.version,
+                    deletion_protection=settings.deletion_protection,
                 ),
                 opts=child,
             )
@@ -131,9 +193,31 @@ class GkeSlices(pulumi.ComponentResource):
             cluster_name: pulumi.Input[str] = cluster.name
             location = inputs.zone
             endpoint = cluster.control_plane_endpoints_config.apply(_dns_endpoint)
+            system = settings.system_pool
+            depends.append(
+                container.NodePool(
+                    SYSTEM_POOL,
+                    name=SYSTEM_POOL,
+                    project=inputs.project,
+                    cluster=cluster.name,
+                    location=location,
+                    node_locations=[inputs.zone],
+                    **system_pool(
+                        machine_type=system.machine_type,
+                        min_nodes=system.min_nodes,
+                        max_nodes=system.max_nodes,
+                        service_account=inputs.service_account_email,
+                        labels=inputs.labels,
+                    ),
+                    opts=pulumi.ResourceOptions(parent=self, depends_on=[cluster]),
+                )
+            )
         else:
-            cluster_name, location = settings.cluster, settings.cluster_location or inputs.zone
-            found = container.get_cluster_output(name=cluster_name, location=location, project=inputs.project)
+            location = settings.cluster_location or inputs.zone
+            found = container.get_cluster_output(name=settings.cluster, location=location, project=inputs.project)
+            # The pools wait for the cluster's check: a cluster that cannot take them stops the update first.
+            existing = settings.cluster
+            cluster_name = found.apply(lambda answer: check_existing_cluster(answer, inputs) or existing or "")
             endpoint = found.control_plane_endpoints_configs.apply(_looked_up_dns_endpoint)
         policy_name: pulumi.Input[str] | None = None
         if inputs.shape.workload_policy:  # TPU7x: one regional policy every slice's pool names
@@ -158,7 +242,7 @@ class GkeSlices(pulumi.ComponentResource):
                 cluster=cluster_name,
                 location=location,
                 node_locations=[inputs.zone],
-                node_count=inputs.shape.node_count,
+                **pool_size(inputs.shape, inputs.capacity),
                 placement_policy=placement_policy(inputs.shape, policy_name),
                 node_config=_node_config(inputs),
                 opts=pulumi.ResourceOptions(parent=self, depends_on=depends),

@@ -17,9 +17,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from infra.accelerators import Generation
-from infra.backends.gke.cluster import GkeSettings
+from infra.backends.gke import versions
+from infra.backends.gke.cluster import MAX_RUN_DURATION_S, GkeSettings
 from infra.backends.gke.node_pools import CAPACITIES, NodePoolError, slice_node_pool
 from infra.backends.spec import BackendSpec
+from infra.durations import format_duration
 from training.validation import invalid
 
 #: [Google] "Plan TPUs in GKE": "To use a TPU type in your GKE workload, your cluster must be in a
@@ -73,6 +75,10 @@ class GkeSpec(BackendSpec):
     sole_offer_reason = "GKE offers no generation that Compute Engine lacks"
     has_runtime_version = False
     capacity_noun = "node pools"
+    #: "Enable the Google Kubernetes Engine API" (GKE's Multislice and TPU pages' first step:
+    #: https://cloud.google.com/kubernetes-engine/docs/how-to/tpus); its TPU node pools draw Compute
+    #: Engine quota, not the Cloud TPU API's (same page).
+    apis = ("container.googleapis.com",)
     worker_noun = "Pods"
     capacity_plural = True
     boot_identity = "boot_identity.sh"
@@ -103,6 +109,54 @@ class GkeSpec(BackendSpec):
             why = injected_env_refusal(name)
             if why is not None:
                 raise invalid(f"multislice:workload.env.{name}", why)
+
+    def check_capacity(self, config: Any) -> None:
+        """Refuse flex-start on a generation GKE's flex-start takes no TPU of, and a pinned
+        ``multislice:gke.version`` below what the generation and capacity need
+        (:mod:`~infra.backends.gke.versions`), naming the key."""
+        gen = config.accelerator.generation.name
+        if config.capacity == "flex-start" and gen in versions.NO_FLEX_START:
+            raise invalid(
+                "multislice:capacity",
+                f'flex-start on GKE takes no TPU {gen} ("TPU v3 and v4 are not supported": '
+                f"{versions.CAPACITY_FLOORS['flex-start'][1]}): use spot, on-demand or reserved, or TPU v5e, v5p, v6e "
+                "or TPU7x",
+            )
+        try:
+            versions.check_version(config.gke.version, gen, config.capacity)
+        except ValueError as err:
+            key, _, why = str(err).partition(": ")
+            raise invalid(key, why) from None
+
+    def capacity_plan(self, config: Any) -> str | None:
+        """One line for ``multislice plan`` and ``status``: how each slice's pool gets and keeps its
+        nodes, the cluster around them, and until when they are billed."""
+        settings, vms = config.gke, config.accelerator.hosts
+        if config.capacity == "flex-start":
+            how = (
+                f"each pool autoscales from 0 to its {vms} VMs when the JobSet's Pods ask, for at most "
+                f"{format_duration(settings.max_run_duration or MAX_RUN_DURATION_S)} (GKE deletes them then); "
+                "auto-repair off"
+            )
+        else:
+            source = {
+                "spot": " (Spot: GKE may preempt them; JobSet restarts the run)",
+                "reserved": " from any reservation",
+            }
+            if config.reservation_name:
+                source["reserved"] = f" from reservation {config.reservation_name}"
+            how = f"each pool holds its {vms} VMs{source.get(config.capacity, '')}; GKE repairs a failed node"
+        if settings.cluster is not None:
+            cluster = f"in the existing cluster {settings.cluster}"
+        else:
+            system = settings.system_pool
+            cluster = (
+                f"in a new cluster (REGULAR channel, no minor or node upgrades until end of support; a system pool of "
+                f"{system.min_nodes}-{system.max_nodes} {system.machine_type}; deletion protection "
+                f"{'on: pulumi destroy fails until it is off' if settings.deletion_protection else 'off'})"
+            )
+        billed = "the reservation is paid for either way" if config.capacity == "reserved" else "billed while they run"
+        return f"capacity: {config.capacity} node pools {cluster}: {how}; {billed}, until pulumi destroy"
 
     def refuse_settings(self, changed: list[str], backend: str) -> Exception:
         return invalid(self.settings_key, f"configures the gke backend; this stack's multislice:backend is {backend}")

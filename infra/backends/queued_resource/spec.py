@@ -94,6 +94,8 @@ class QueuedResourceSpec(BackendSpec):
     sole_offer_reason = "Compute Engine offers TPU7x, v6e and v5p"
     has_runtime_version = True
     capacity_noun = "queued resource"
+    #: The Cloud TPU API serves queued resources (https://cloud.google.com/tpu/docs/queued-resources).
+    apis = ("tpu.googleapis.com",)
     legacy_output = "queuedResourceName"
     boot_identity = "boot_identity.sh"
     identity_source = "metadata"

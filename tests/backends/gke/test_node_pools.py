@@ -17,7 +17,9 @@ from infra.backends.gke.node_pools import (
     node_config,
     node_selector,
     placement_policy,
+    pool_size,
     slice_node_pool,
+    system_pool,
     workload_policy_args,
 )
 
@@ -84,14 +86,15 @@ def test_every_single_host_type_is_refused():
             slice_node_pool(parse_accelerator_type(name))
 
 
-def test_tpu7x_pools_name_a_high_throughput_workload_policy_and_no_placement_type():
+def test_tpu7x_pools_name_a_high_throughput_workload_policy_with_compact_placement():
     name = next(n for n in MULTI_HOST if n.startswith("tpu7x-"))
     shape = slice_node_pool(parse_accelerator_type(name))
     assert shape.workload_policy and shape.machine_type == "tpu7x-standard-4t"
     with pytest.raises(ValueError, match="needs its workload policy's name"):
         placement_policy(shape)
-    # GKE stores policyName and tpuTopology, no type, for such a pool (docs/gke.md question 3).
-    assert placement_policy(shape, "wp") == {"type": "", "policy_name": "wp", "tpu_topology": shape.topology}
+    # Cluster Toolkit's resource-policy module gives a TPU7x pool type COMPACT, the policy's name and
+    # the workload policy's accelerator topology (its placement_policy output).
+    assert placement_policy(shape, "wp") == {"type": "COMPACT", "policy_name": "wp", "tpu_topology": shape.topology}
     assert workload_policy_args(shape) == {"type": "HIGH_THROUGHPUT", "accelerator_topology": shape.topology}
     for other in (n for n in MULTI_HOST if not n.startswith("tpu7x-")):
         compact = slice_node_pool(parse_accelerator_type(other))
@@ -114,7 +117,8 @@ SHAPE = slice_node_pool(parse_accelerator_type("v5p-16"))
 @pytest.mark.parametrize(
     ("capacity", "reservation", "duration", "expected"),
     [
-        ("spot", None, None, {"spot": True}),
+        # Cluster Toolkit: "Spot consumption option only works with ... NO_RESERVATION".
+        ("spot", None, None, {"spot": True, "reservation_affinity": {"consume_reservation_type": "NO_RESERVATION"}}),
         ("on-demand", None, None, {}),
         (
             "reserved",
@@ -129,7 +133,17 @@ SHAPE = slice_node_pool(parse_accelerator_type("v5p-16"))
             },
         ),
         ("reserved", None, None, {"reservation_affinity": {"consume_reservation_type": "ANY_RESERVATION"}}),
-        ("flex-start", None, 86400, {"flex_start": True, "max_run_duration": "86400s"}),
+        # Cluster Toolkit: "enable_flex_start requires ... NO_RESERVATION".
+        (
+            "flex-start",
+            None,
+            86400,
+            {
+                "flex_start": True,
+                "max_run_duration": "86400s",
+                "reservation_affinity": {"consume_reservation_type": "NO_RESERVATION"},
+            },
+        ),
     ],
 )
 def test_each_capacity_mode_is_its_node_config(capacity, reservation, duration, expected):
@@ -153,6 +167,35 @@ def test_each_capacity_mode_is_its_node_config(capacity, reservation, duration, 
     assert _fits(config["workload_metadata_config"], container_inputs.NodePoolNodeConfigWorkloadMetadataConfigArgsDict)
     if "reservation_affinity" in config:
         assert _fits(config["reservation_affinity"], container_inputs.NodePoolNodeConfigReservationAffinityArgsDict)
+    # Every TPU pool is tainted as Cluster Toolkit's tpu-definition taints it.
+    assert config["taints"] == [{"key": "google.com/tpu", "value": "present", "effect": "NO_SCHEDULE"}]
+    assert _fits(config["taints"][0], container_inputs.NodePoolNodeConfigTaintArgsDict)
+
+
+@pytest.mark.parametrize("capacity", ["spot", "on-demand", "reserved", "flex-start"])
+def test_a_pool_holds_the_slices_vms_and_flex_start_scales_from_zero_without_repair(capacity):
+    # Cluster Toolkit: flex-start "does not work with static_node_count", "needs node auto_repair set to
+    # false", autoscaling with location_policy ANY; xpk: --num-nodes=0 --max-nodes=<VMs>.
+    size = pool_size(SHAPE, capacity)
+    if capacity != "flex-start":
+        assert size == {"node_count": 2}  # v5p-16: 2 VMs
+        return
+    assert size == {
+        "autoscaling": {"total_min_node_count": 0, "total_max_node_count": 2, "location_policy": "ANY"},
+        "management": {"auto_repair": False, "auto_upgrade": True},
+    }
+    assert _fits(size["autoscaling"], container_inputs.NodePoolAutoscalingArgsDict)
+    assert _fits(size["management"], container_inputs.NodePoolManagementArgsDict)
+
+
+def test_the_system_pool_is_an_autoscaled_cpu_pool_without_taints():
+    args = system_pool(machine_type="e2-standard-4", min_nodes=1, max_nodes=3, service_account="sa@p", labels={})
+    assert args["autoscaling"] == {"total_min_node_count": 1, "total_max_node_count": 3}
+    assert args["management"] == {"auto_repair": True, "auto_upgrade": True}
+    node = args["node_config"]
+    assert node["machine_type"] == "e2-standard-4" and "taints" not in node
+    assert node["workload_metadata_config"] == {"mode": "GKE_METADATA"} and node["service_account"] == "sa@p"
+    assert _fits(node, container_inputs.NodePoolNodeConfigArgsDict)
 
 
 def test_the_placement_policy_is_one_pulumi_gcp_takes():

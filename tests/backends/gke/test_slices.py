@@ -27,13 +27,18 @@ def build(made: GkeInputs) -> World:
     return declare(lambda: GkeSlices("slices", made))
 
 
+def tpu_pools(world: World) -> list:
+    """The slices' pools (a new cluster's system pool left out)."""
+    return [pool for pool in world.of(POOL) if pool.name != "system"]
+
+
 def test_a_new_cluster_and_a_pool_per_slice():
     world = build(inputs(slices=3))
     cluster = world.one(CLUSTER)
     assert cluster.inputs["name"] == "multislice-dev" and cluster.inputs["location"] == "us-east5-a"
     assert cluster.inputs["privateClusterConfig"] == {"enablePrivateNodes": True, "enablePrivateEndpoint": True}
     assert cluster.inputs["workloadIdentityConfig"] == {"workloadPool": "acme-ml-dev.svc.id.goog"}
-    pools = world.of(POOL)
+    pools = tpu_pools(world)
     # (Registered concurrently: in no particular order.)
     assert sorted(p.inputs["name"] for p in pools) == ["multislice-dev-0", "multislice-dev-1", "multislice-dev-2"]
     for pool in pools:
@@ -42,6 +47,7 @@ def test_a_new_cluster_and_a_pool_per_slice():
         assert pool.inputs["placementPolicy"] == {"type": "COMPACT", "tpuTopology": "2x2x2"}
         node = pool.inputs["nodeConfig"]
         assert node["machineType"] == "ct5p-hightpu-4t" and node["spot"] is True
+        assert node["taints"] == [{"key": "google.com/tpu", "value": "present", "effect": "NO_SCHEDULE"}]
         assert node["serviceAccount"] == EMAIL and node["workloadMetadataConfig"] == {"mode": "GKE_METADATA"}
         assert pool.inputs["location"] == "us-east5-a"
         assert cluster.urn in pool.dependencies  # a pool is added to the cluster once it exists
@@ -51,9 +57,43 @@ def test_a_new_cluster_and_a_pool_per_slice():
     assert cluster.urn in binding.dependencies  # the workload pool exists once the cluster does
 
 
+def test_a_new_cluster_has_a_system_pool_a_channel_an_exclusion_and_explicit_deletion_protection():
+    # Cluster Toolkit's gke-cluster and its TPU blueprints: REGULAR, a daily window at 09:00, the
+    # exclusion no-minor-or-node-upgrades-indefinite from 2025-12-01 until the end of support, an
+    # e2-standard-4 system pool; deletion protection false unless asked (pulumi-gcp defaults to true).
+    world = build(inputs())
+    cluster = world.one(CLUSTER).inputs
+    assert cluster["deletionProtection"] is False and "minMasterVersion" not in cluster
+    assert cluster["releaseChannel"] == {"channel": "REGULAR"}
+    assert cluster["maintenancePolicy"] == {
+        "dailyMaintenanceWindow": {"startTime": "09:00"},
+        "maintenanceExclusions": [
+            {
+                "exclusionName": "no-minor-or-node-upgrades-indefinite",
+                "startTime": "2025-12-01T00:00:00Z",
+                "exclusionOptions": {"scope": "NO_MINOR_OR_NODE_UPGRADES", "endTimeBehavior": "UNTIL_END_OF_SUPPORT"},
+            }
+        ],
+    }
+    (system,) = [pool for pool in world.of(POOL) if pool.name == "system"]
+    assert system.inputs["autoscaling"] == {"totalMinNodeCount": 1, "totalMaxNodeCount": 3}
+    assert system.inputs["nodeConfig"]["machineType"] == "e2-standard-4"
+    assert "taints" not in system.inputs["nodeConfig"] and "nodeCount" not in system.inputs
+    protected = build(
+        inputs(
+            settings=GkeSettings(deletionProtection=True, version="1.35", systemPool={"machineType": "n2-standard-8"})
+        )
+    )
+    cluster = protected.one(CLUSTER).inputs
+    assert cluster["deletionProtection"] is True and cluster["minMasterVersion"] == "1.35"
+    assert [p.inputs["nodeConfig"]["machineType"] for p in protected.of(POOL) if p.name == "system"] == [
+        "n2-standard-8"
+    ]
+
+
 def test_an_existing_cluster_gets_the_pools_and_no_cluster_is_made():
     world = build(inputs(settings=GkeSettings(cluster="shared-tpu", clusterLocation="us-east5", namespace="ml")))
-    assert world.of(CLUSTER) == []
+    assert world.of(CLUSTER) == [] and [p.name for p in world.of(POOL) if p.name == "system"] == []
     for pool in world.of(POOL):
         assert (pool.inputs["cluster"], pool.inputs["location"]) == ("shared-tpu", "us-east5")
         assert pool.inputs["nodeLocations"] == ["us-east5-a"]
@@ -75,18 +115,35 @@ def test_an_existing_cluster_gets_the_pools_and_no_cluster_is_made():
                 }
             },
         ),
-        ("flex-start", {"max_run_duration_seconds": 3600}, {"flexStart": True, "maxRunDuration": "3600s"}),
+        (
+            "flex-start",
+            {"max_run_duration_seconds": 3600},
+            {
+                "flexStart": True,
+                "maxRunDuration": "3600s",
+                "reservationAffinity": {"consumeReservationType": "NO_RESERVATION"},
+            },
+        ),
     ],
 )
 def test_each_capacity_mode_reaches_every_pool(capacity, extra, expected):
     world = build(inputs(capacity=capacity, **extra))
     keys = {"spot", "flexStart", "reservationAffinity", "maxRunDuration"}
-    for pool in world.of(POOL):
+    for pool in tpu_pools(world):
         assert {k: v for k, v in pool.inputs["nodeConfig"].items() if k in keys} == expected
+        if capacity == "flex-start":  # from 0 to the slice's 2 VMs, GKE's repair off (Cluster Toolkit)
+            assert "nodeCount" not in pool.inputs and pool.inputs["management"]["autoRepair"] is False
+            assert pool.inputs["autoscaling"] == {
+                "totalMinNodeCount": 0,
+                "totalMaxNodeCount": 2,
+                "locationPolicy": "ANY",
+            }
+        else:
+            assert pool.inputs["nodeCount"] == 2 and "autoscaling" not in pool.inputs
 
 
 def test_one_slice_is_one_pool():
-    assert len(build(inputs(slices=1)).of(POOL)) == 1
+    assert len(tpu_pools(build(inputs(slices=1)))) == 1
 
 
 @pytest.mark.parametrize(
@@ -119,13 +176,13 @@ def test_tpu7x_pools_name_one_regional_workload_policy():
     # tpu7x-16: 8 chips (2 TensorCores each) in 2x2x2, 2 VMs of 4 chips (Google's TPU7x table).
     assert (policy.inputs["name"], policy.inputs["region"]) == ("multislice-dev-workload-policy", "us-east5")
     assert policy.inputs["workloadPolicy"] == {"type": "HIGH_THROUGHPUT", "acceleratorTopology": "2x2x2"}
-    pools = world.of(POOL)
+    pools = tpu_pools(world)
     assert len(pools) == 2
     for pool in pools:
         assert pool.inputs["nodeCount"] == 2 and pool.inputs["nodeConfig"]["machineType"] == "tpu7x-standard-4t"
-        placement = pool.inputs["placementPolicy"]
-        assert placement == {"type": "", "policyName": "multislice-dev-workload-policy", "tpuTopology": "2x2x2"}
+        placement = pool.inputs["placementPolicy"]  # Cluster Toolkit's TPU7x placement
+        assert placement == {"type": "COMPACT", "policyName": "multislice-dev-workload-policy", "tpuTopology": "2x2x2"}
         assert policy.urn in pool.dependencies
     assert world.of(POLICY) == [policy] and all(
-        p.inputs["placementPolicy"] == {"type": "COMPACT", "tpuTopology": "2x2x2"} for p in build(inputs()).of(POOL)
+        p.inputs["placementPolicy"] == {"type": "COMPACT", "tpuTopology": "2x2x2"} for p in tpu_pools(build(inputs()))
     )  # no policy for the other generations

@@ -68,3 +68,89 @@ def test_a_workload_env_that_gke_sets_is_refused_naming_the_key_before_any_resou
         validate_stack("dev", values, "tests")
     (line,) = err.value.lines
     assert line.startswith("multislice:workload.env.TPU_TOPOLOGY: GKE sets it in every TPU Pod"), line
+
+
+def stack(accelerator: str, capacity: str = "spot", **gke) -> dict:
+    values = ce_map(accelerator, capacity=capacity) | {"multislice:backend": "gke"}
+    if capacity == "flex-start":
+        gke.setdefault("maxRunDuration", "3d")
+    return values | ({"multislice:gke": gke} if gke else {})
+
+
+@pytest.mark.parametrize(
+    ("accelerator", "capacity", "version", "floor"),
+    [
+        # "Ironwood in GKE": Standard 1.34.0-gke.2201000 or later.
+        ("tpu7x-16", "spot", "1.34.0-gke.2200999", "1.34.0-gke.2201000"),
+        ("tpu7x-16", "spot", "1.33", "1.34.0-gke.2201000"),
+        # GKE's flex-start page: "To run TPUs, use GKE version 1.33.0-gke.1712000 or later".
+        ("v5p-16", "flex-start", "1.33.0-gke.1711999", "1.33.0-gke.1712000"),
+        ("tpu7x-16", "flex-start", "1.33.5", "1.34.0-gke.2201000"),  # the higher of the two floors
+    ],
+)
+def test_a_pinned_version_below_the_floor_is_refused_naming_the_key(accelerator, capacity, version, floor):
+    from infra.config import StackConfigError
+
+    with pytest.raises(StackConfigError) as caught:
+        validate_stack("dev", stack(accelerator, capacity, version=version), "test")
+    assert f"multislice:gke.version: {version} is below {floor}" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("accelerator", "capacity", "version"),
+    [("tpu7x-16", "spot", "1.34.0-gke.2201000"), ("tpu7x-16", "spot", "1.35"), ("v5p-16", "flex-start", "1.34")],
+)
+def test_a_version_at_or_above_the_floor_passes(accelerator, capacity, version):
+    assert validate_stack("dev", stack(accelerator, capacity, version=version), "test").gke.version == version
+
+
+def test_no_floor_applies_to_an_unpinned_version_or_another_generation():
+    validate_stack("dev", stack("v5p-16", "spot", version="1.27"), "test")
+    validate_stack("dev", stack("tpu7x-16"), "test")  # the REGULAR channel's version
+
+
+@pytest.mark.parametrize("version", ["1", "1.35.", "2.0", "1.35.0-gke", "v1.35", "1.35.0-gke.1\n", " 1.35"])
+def test_a_version_that_is_no_gke_version_is_refused(version):
+    from infra.config import StackConfigError
+
+    with pytest.raises(StackConfigError, match=r"multislice:gke.version: .* is not a GKE version"):
+        validate_stack("dev", stack("v5p-16", version=version), "test")
+
+
+def test_flex_start_of_tpu_v4_is_refused_naming_the_capacity():
+    from infra.config import StackConfigError
+    from tests.helpers.gke import gke_map
+
+    values = gke_map(2, "flex-start", **{"multislice:gke": {"maxRunDuration": "3d"}})
+    with pytest.raises(StackConfigError) as caught:
+        validate_stack("dev", values, "test")
+    assert "multislice:capacity: flex-start on GKE takes no TPU v4" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("system_pool", "message"),
+    [
+        ({"minNodes": 0}, "multislice:gke.systemPool.minNodes"),
+        ({"maxNodes": 0}, "multislice:gke.systemPool.maxNodes"),
+        ({"minNodes": 3, "maxNodes": 2}, "maxNodes 2 is below minNodes 3"),
+        ({"machineType": "E2 standard"}, "multislice:gke.systemPool.machineType"),
+    ],
+)
+def test_a_system_pool_of_no_nodes_is_refused(system_pool, message):
+    from infra.config import StackConfigError
+
+    with pytest.raises(StackConfigError) as caught:
+        validate_stack("dev", stack("v5p-16", systemPool=system_pool), "test")
+    assert message in str(caught.value)
+
+
+def test_plan_prints_how_the_pools_get_their_nodes_and_the_cluster_around_them():
+    flex = validate_stack("dev", stack("v5p-16", "flex-start"), "test")
+    line = GKE.capacity_plan(flex)
+    assert line.startswith("capacity: flex-start node pools in a new cluster (REGULAR channel")
+    assert "each pool autoscales from 0 to its 2 VMs when the JobSet's Pods ask, for at most 3d" in line
+    assert "a system pool of 1-3 e2-standard-4; deletion protection off" in line
+    protected = validate_stack("dev", stack("v5p-16", deletionProtection=True), "test")
+    assert "deletion protection on: pulumi destroy fails until it is off" in GKE.capacity_plan(protected)
+    shared = validate_stack("dev", stack("v5p-16", cluster="shared", clusterLocation="us-east5"), "test")
+    assert GKE.capacity_plan(shared).startswith("capacity: spot node pools in the existing cluster shared: ")
