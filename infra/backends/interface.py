@@ -146,8 +146,10 @@ class Emulation(ABC):
 
     @property
     def recreates_every_slice(self) -> bool:
-        """Whether a repair starts every slice's VMs on empty disks (JobSet recreates every Job,
-        so every Pod is new), not only the failed slice's. Default: False."""
+        """Whether a repair (and a reset) starts every slice's workers as new containers, not only the
+        failed slice's (JobSet recreates every Job, so every Pod is new): each loses its container's
+        own files and keeps what its node keeps (:meth:`infra.local.vm.EmulatedVM.new_container`); the
+        failed slice's start on new nodes. Default: False."""
         return False
 
     def lost(self, slice_id: int) -> None:

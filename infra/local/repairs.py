@@ -12,8 +12,10 @@ The backend's :class:`~infra.backends.interface.Emulation` says where that diffe
   that does not (:attr:`~infra.backends.interface.Emulation.repairs_slices` False: a multi-host slice,
   flex-start) leaves the struck slice down until a VM's slice watch asks the emulated Compute API to
   recreate the group (:meth:`Repairs.await_recreation`; docs/compute-engine.md, section 5);
-* **gke**: JobSet recreates every child Job, so every slice's Pods start on empty disks
-  (:attr:`~infra.backends.interface.Emulation.recreates_every_slice`; docs/gke.md section 5).
+* **gke**: JobSet recreates every child Job, so every slice's Pods start again as new Pods
+  (:attr:`~infra.backends.interface.Emulation.recreates_every_slice`; docs/gke.md section 5): the failed
+  slice's on new nodes (empty disks), the others' on their nodes, whose cache of releases and
+  virtualenvs they find again (a ``hostPath``: infra/backends/gke/jobset.py).
 
 ``multislice local reset`` restarts every worker (:meth:`Repairs.reset`). The faults themselves (which
 slice, at which step, SIGTERM or SIGKILL) are :mod:`infra.local.faults`'s.
@@ -127,7 +129,7 @@ class Repairs:
         self.workers.wipe(failed)
         supervisor.stop_groups(process_groups(self.workers.others(failed_slice)), options.reboot_grace_s)
         if self.capacity.recreates_every_slice:
-            self.workers.wipe(self.workers.vms)  # JobSet recreates every Job: new Pods
+            self.workers.new_containers(self.workers.others(failed_slice))  # JobSet recreates every Job
         settle()
         self.repaired += 1
         self.capacity.repaired(failed_slice)
@@ -135,14 +137,14 @@ class Repairs:
 
     def reset(self, options: Options) -> None:
         """``multislice local reset`` (the capacity's :attr:`reset_line`): restart every VM (SIGTERM,
-        ``reset_grace_s``, SIGKILL; an empty disk where the platform makes new VMs) and boot it again;
+        ``reset_grace_s``, SIGKILL; a new container where the platform makes new Pods) and boot it again;
         training resumes from the newest finalized checkpoint, the one saved on the SIGTERM if any."""
         self.reporter.drain()
         self.report(self.capacity.reset_line)
         self.resets += 1
         supervisor.stop_groups(process_groups(self.workers.vms), options.reset_grace_s)
         if self.capacity.recreates_every_slice:
-            self.workers.wipe(self.workers.vms)  # a resumed JobSet's Pods are new Pods
+            self.workers.new_containers(self.workers.vms)  # a resumed JobSet's Pods are new Pods
         self.boot(options)
 
     def await_recreation(self, lost_slice: int, options: Options) -> None:

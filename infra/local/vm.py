@@ -155,6 +155,13 @@ class EmulatedVM:
         """Recreating a VM gives it a fresh boot disk."""
         shutil.rmtree(self.home, ignore_errors=True)
 
+    def new_container(self) -> None:
+        """A new Pod on the same node: its container's own files go (its ``/tmp``, its ``/run``), what
+        the node keeps for it stays (``MULTISLICE_HOME``, a ``hostPath``: the releases and virtualenvs
+        the boot made; infra/backends/gke/jobset.py)."""
+        for ephemeral in ("tmp", "run"):
+            shutil.rmtree(self.home / ephemeral, ignore_errors=True)
+
 
 def boot_command(script: Path, unit_dir: Path, runtime_dir: Path) -> list[str]:
     """The command that boots an emulated VM: its systemd, running ``script`` as the startup

@@ -83,9 +83,15 @@ class Workers:
 
     @staticmethod
     def wipe(vms: Iterable[EmulatedVM]) -> None:
-        """Empty the disks of ``vms`` (stopped): what recreating a VM, or a new Pod, starts from."""
+        """Empty the disks of ``vms`` (stopped): what recreating a VM, or a new node, starts from."""
         for vm in vms:
             vm.wipe_disk()
+
+    @staticmethod
+    def new_containers(vms: Iterable[EmulatedVM]) -> None:
+        """``vms`` (stopped) start again as new Pods on their nodes (:meth:`EmulatedVM.new_container`)."""
+        for vm in vms:
+            vm.new_container()
 
     def stop(self, grace_s: float) -> None:
         """Stop every worker (SIGTERM, ``grace_s``, SIGKILL) and every metadata server."""

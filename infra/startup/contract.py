@@ -218,6 +218,7 @@ SCRIPT_ENV = (
 SCRIPT_INTERNAL_ENV = (
     "MULTISLICE_RELEASE_ID",
     "MULTISLICE_RELEASE_FETCHED",
+    "MULTISLICE_RELEASE_UNPACKED",
     "MULTISLICE_RELEASE_WATCHING",
     "MULTISLICE_LINE_PREFIX",
     "MULTISLICE_FOREGROUND",
@@ -272,6 +273,12 @@ RELEASE_WATCH_UNIT = "multislice-release-watch.service"
 #: (compute-engine backend): an older trainer never starts beside updated slices, and systemd
 #: does not restart it (``RestartPreventExitStatus=``); the release watch boots the recorded one.
 RELEASE_SUPERSEDED_STATUS = 76
+#: Exit status of the startup script and ``boot.sh`` when the release cannot be verified: the
+#: embedded release does not decode or its sha256 is not the release id, or the recorded release's
+#: or the command's source's payload is corrupt (EX_DATAERR of sysexits.h, "The input data was
+#: incorrect in some way"). No retry mends that; on GKE it fails the JobSet at once
+#: (infra/backends/gke/jobset.py, ``podFailurePolicy``), where other failures restart it.
+RELEASE_UNVERIFIED_STATUS = 65
 #: The Cloud Logging log the VMs write (``training.log_shipping.LOG_NAME``) and
 #: ``multislice logs`` reads.
 TRAINER_LOG = "multislice-trainer"

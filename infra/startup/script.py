@@ -72,6 +72,7 @@ from infra.config import StackConfig
 from infra.startup import bundle, content_cache, lockfile
 from infra.startup.boot import DEFAULT_HOME
 from infra.startup.bundle import BUNDLE_PACKAGE
+from infra.startup.contract import RELEASE_UNVERIFIED_STATUS
 from infra.startup.release import file_digests, release_files, workload_files
 from infra.startup.templates import fill, template
 
@@ -194,6 +195,7 @@ def render(
         "BUNDLE_SHA256": bundle_sha256,
         "REQUIREMENTS_SHA256": pins.requirements_sha256,
         "DEFAULT_HOME": DEFAULT_HOME,
+        "RELEASE_UNVERIFIED_STATUS": str(RELEASE_UNVERIFIED_STATUS),
         "RELEASE_BASE85": encode_payload(compressed),
     }
     text = fill(template(), values)

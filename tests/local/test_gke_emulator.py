@@ -42,13 +42,27 @@ def test_every_pod_runs_the_script_as_its_first_process_with_gkes_environment(po
         assert not (vm.home / "run").exists() and not vm.unit_dir.exists()  # no systemd in a container
 
 
-def test_a_repair_starts_every_pod_again_on_an_empty_disk(pods):
+def write_node_and_container_files(pods) -> None:
+    """A file in each Pod's node cache (its MULTISLICE_HOME, a hostPath) and in its container (/tmp)."""
     for vm in pods.vms:
-        (vm.home / "checkpoint-cache").write_text(f"slice {vm.slice_id}")
+        (vm.home / "releases").mkdir(exist_ok=True)
+        (vm.home / "releases" / "node-cache").write_text(f"slice {vm.slice_id}")
+        (vm.home / "tmp").mkdir(exist_ok=True)
+        (vm.home / "tmp" / "container-file").write_text(f"slice {vm.slice_id}")
+
+
+def kept(pods, path: str) -> list[str]:
+    return [vm.name for vm in pods.vms if (vm.home / path).exists()]
+
+
+def test_a_repair_starts_every_pod_again_and_the_surviving_nodes_keep_their_cache(pods):
+    write_node_and_container_files(pods)
     before = {vm.name: vm.pgid for vm in pods.vms}
     pods.repairs.repair(1, Options(reboot_grace_s=120))
-    # JobSet recreates every Job: no Pod keeps its disk, not only the failed slice's.
-    assert not [vm.name for vm in pods.vms if (vm.home / "checkpoint-cache").exists()]
+    # JobSet recreates every Job: every Pod is new (no container file is left), but only the failed
+    # slice's nodes are new: slice 0's nodes keep the releases and virtualenvs their boots made.
+    assert kept(pods, "tmp/container-file") == []
+    assert kept(pods, "releases/node-cache") == ["slice 0 worker 0", "slice 0 worker 1"]
     assert not [name for name, pid in before.items() if running(pid)]
     slice0 = pods.vms[0]
     # The kubelet's SIGTERM reached the container's script (through the lifeline, which passes it on).
@@ -72,15 +86,15 @@ def test_a_pods_processes_end_with_its_first_process(pods):
 
 def test_a_requested_reset_starts_every_pod_again_as_a_new_pod(pods):
     """``multislice local reset`` on gke asks through a file; the emulator takes the request once,
-    stops every Pod (the kubelet's SIGTERM reaches each script) and starts it again on an empty disk."""
-    for vm in pods.vms:
-        (vm.home / "checkpoint-cache").write_text(f"slice {vm.slice_id}")
+    stops every Pod (the kubelet's SIGTERM reaches each script) and starts it again as a new Pod on
+    its node, whose cache it finds again."""
+    write_node_and_container_files(pods)
     assert not pods.capacity.take_reset()
     request_reset(pods.paths)
     assert pods.capacity.take_reset() and not pods.capacity.take_reset()  # taken once
     pods.repairs.reset(Options())
     assert pods.lines[-1].startswith("reset: JobSet suspended and resumed: every Pod stopped (SIGTERM)")
-    assert not [vm.name for vm in pods.vms if (vm.home / "checkpoint-cache").exists()]
+    assert kept(pods, "tmp/container-file") == [] and len(kept(pods, "releases/node-cache")) == len(pods.vms)
     assert all("got SIGTERM" in boot_log(vm.log_path, 1) for vm in pods.vms)
     wait_until_up(pods)
     assert all(vm.boots == 2 and running(vm.pgid) for vm in pods.vms)

@@ -36,7 +36,9 @@ def test_503_with_a_body_twice_then_the_run_dir(vm):
         "metadata key multislice-run-dir: HTTP 503 '<html>503 Service Unavailable</html>'; retry 1/5 in 0.01s",
         "metadata key multislice-run-dir: HTTP 503 '<html>503 Service Unavailable</html>'; retry 2/5 in 0.02s",
     ]
-    assert f"boot: stack dev (v4-8 x 2), release {vm.release_id[:12]}, run dir {RUN_DIR}" in lines
+    assert (
+        f"boot: stack dev (v4-8 x 2), release {vm.release_id[:12]} (unpacked by this boot), run dir {RUN_DIR}" in lines
+    )
 
 
 def test_a_garbled_value_is_read_again_not_used(vm):

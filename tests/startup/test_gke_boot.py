@@ -44,12 +44,13 @@ WITH_DEFAULT_SIGINT = [
 ]
 
 
-def container(machine: Vm, **env: str) -> subprocess.Popen:
+def container(machine: Vm, *, use_fake_python: bool = True, **env: str) -> subprocess.Popen:
     """Start the Pod's container: ``/bin/bash startup.sh`` as its one process (its own session),
-    with SIGINT at its default action as a container's runtime starts it."""
+    with SIGINT at its default action as a container's runtime starts it (``use_fake_python``
+    False: the boot builds its virtualenv, with the harness's fake uv)."""
     return subprocess.Popen(
         [*WITH_DEFAULT_SIGINT, "/bin/bash", str(machine.script)],
-        env=machine.env(**env),
+        env=machine.env(use_fake_python=use_fake_python, **env),
         cwd=machine.home,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
@@ -194,3 +195,21 @@ def test_a_pod_without_its_place_stops_with_one_line_naming_the_variable(pod, en
     assert code == 1, out
     assert f"[slice ? worker ?] error: {message}" in out
     assert pod.attempts == 0
+
+
+def test_a_pod_started_again_on_its_node_reuses_the_release_and_the_virtualenv(pod, pod_script):
+    """The Pod's MULTISLICE_HOME is the node's (a hostPath: infra/backends/gke/jobset.py): the first
+    Pod on a node unpacks the release and builds the virtualenv; the next one on that node (JobSet
+    recreates every Job after another slice's preemption) finds both and builds nothing."""
+    code, first = finish(container(pod, use_fake_python=False, **SLICE_1_WORKER_1))
+    assert code == 0, first
+    sha = pod_script.requirements_sha256
+    assert f"release {pod_script.release_id[:12]} (unpacked by this boot)" in first
+    assert f"[slice 1 worker 1] venv: building venvs/{sha[:12]}" in first
+    built = (pod.fake_dir / "calls").read_text().splitlines()
+    assert len(built) == 4  # pip (uv), uv python install, uv venv, uv pip install (tests/startup/test_faults.py)
+    code, again = finish(container(pod, use_fake_python=False, **SLICE_1_WORKER_1))
+    assert code == 0, again
+    assert f"release {pod_script.release_id[:12]} (found on this disk, unpacked by an earlier boot)" in again
+    assert f"[slice 1 worker 1] venv: reusing venvs/{sha[:12]} (requirements unchanged)" in again
+    assert "venv: building" not in again and (pod.fake_dir / "calls").read_text().splitlines() == built

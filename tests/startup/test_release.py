@@ -14,6 +14,7 @@ import json
 import pytest
 
 from infra import startup
+from infra.startup import contract
 from tests.fakes.gcs_server import FakeGcs
 from tests.fakes.startup_vm import BUCKET, RUN_DIR, dev_stack, prefixed, script, vm  # noqa: F401 (fixtures)
 
@@ -67,6 +68,7 @@ def test_a_corrupt_payload_stops_the_boot(vm, gcs):
     lines = prefixed(result.stdout)
     payload = startup.release_object("dev", other)
     assert any(f"error: release payload gs://{BUCKET}/{payload} is corrupt: sha256 " in line for line in lines), lines
+    assert result.returncode == contract.RELEASE_UNVERIFIED_STATUS  # no retry mends it
     assert vm.attempts == 0, "no trainer may start when the current release cannot be verified"
     assert not (vm.home / "releases" / other).exists()
 

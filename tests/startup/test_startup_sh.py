@@ -251,6 +251,6 @@ def test_a_corrupt_embedded_release_is_refused(tmp_path, script, gcs, stray):
     machine = Vm(tmp_path, corrupt, {"agent-worker-number": "0", "multislice-run-dir": "/tmp/x"}, gcs)
     with machine.metadata:
         result = machine.run()
-    assert result.returncode == 1
+    assert result.returncode == contract.RELEASE_UNVERIFIED_STATUS == 65  # no retry mends it (EX_DATAERR)
     assert re.search(r"error: the embedded release (is corrupt|does not decode)", result.stdout), result.stdout
     assert machine.attempts == 0 and not (machine.home / "releases" / script.release_id).exists()

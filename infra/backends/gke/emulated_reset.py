@@ -2,8 +2,8 @@
 to the JobSet (:mod:`~infra.backends.gke.reset`: suspended, then resumed), done to the emulated
 Pods. The request is a file the emulator takes (:func:`~infra.backends.gke.emulation.request_reset`);
 the emulator stops every Pod (SIGTERM, the trainers save the step they agree on, SIGKILL after the
-grace) and starts each again as a new Pod on an empty disk, and the run resumes from its newest
-finalized checkpoint. :func:`reset` waits until every Pod runs again
+grace) and starts each again as a new Pod on its node (its node cache kept), and the run resumes
+from its newest finalized checkpoint. :func:`reset` waits until every Pod runs again
 (:func:`infra.remote.emulated.await_reboots`), saying each as it comes back.
 """
 

@@ -13,10 +13,12 @@ JobSet give it, and JobSet's repair.
 * **Its metadata server** answers no attributes of the stack's (GKE's serves none); the emulated
   server stands in for the ConfigMap's mount only (the script the container runs).
 * **Repair**: a failed Pod fails its Job and JobSet recreates every Job (docs/gke.md section 5), so
-  after a fault every Pod starts again on an empty disk (:attr:`GkeEmulation.recreates_every_slice`).
+  after a fault every Pod starts again as a new Pod (:attr:`GkeEmulation.recreates_every_slice`): the
+  struck slice's on new nodes (empty disks), the others' on their nodes, whose cache of releases and
+  virtualenvs (a ``hostPath``: infra/backends/gke/jobset.py) they find again.
 * **Reset** (``multislice local reset``, :func:`request_reset`): the JobSet suspended and resumed
   (:mod:`~infra.backends.gke.reset`): every Pod gets SIGTERM and its grace, then starts again as a
-  new Pod on an empty disk. With no API to send it to, the request is a file in the emulation's state
+  new Pod on its node. With no API to send it to, the request is a file in the emulation's state
   directory that :meth:`GkeEmulation.take_reset` takes.
 * **Capacity**: the node pools stay once the run is complete (deletion on completion is not built
   for this backend).

@@ -30,15 +30,28 @@ Facts (docs/gke.md sections 4 and 5, each with its source there):
   Job, up to ``failurePolicy.maxRestarts`` times; a preempted node gives its Pods 30 s, of which an
   ordinary Pod gets the first 15 ([Google] "Spot VMs in GKE"), so ``terminationGracePeriodSeconds``
   above 15 buys nothing there.
+* **Failures no restart mends** ([third-party] xpk's JobSet, ``src/xpk/commands/workload.py``: a
+  ``podFailurePolicy`` rule ``FailJob`` on exit codes, and the JobSet rule ``FailJobSet`` on the job
+  failure reason ``PodFailurePolicy``; Kubernetes' Job API and JobSet v0.10.1's CRD name both): the
+  trainer's exit 78 (a configuration that cannot work) and the boot's 65 (a release it cannot verify)
+  fail the Job at once, and the JobSet with it, the reason in its status; every other failure
+  (preemption, a lost node, a crash) restarts the run as above.
+* **The node's cache**: the boot keeps releases and virtualenvs under ``MULTISLICE_HOME``, keyed by
+  release id and requirements sha256 (docs/vm-boot.md); a ``hostPath`` on the node
+  (:data:`NODE_CACHE_ROOT`, a folder per JobSet) holds it, so a Pod started again on a node that
+  already ran the release (JobSet recreates every Job, on the surviving nodes too) reuses them
+  instead of building the environment again; only a new node builds. xpk builds an image per workload
+  instead; a hostPath needs no registry and keeps the release the stack rendered.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from infra.backends.gke.node_pools import TPU_RESOURCE, NodePoolShape, node_selector
+from infra.backends.gke.node_pools import TPU_RESOURCE, TPU_TOLERATION, NodePoolShape, node_selector
 from infra.backends.gke.spec import injected_env_refusal
-from infra.startup.contract import RUN_DIR_ENV
+from infra.startup.boot import CONFIG_ERROR_STATUS, DEFAULT_HOME
+from infra.startup.contract import RELEASE_UNVERIFIED_STATUS, RUN_DIR_ENV
 
 API_VERSION = "jobset.x-k8s.io/v1alpha2"
 EXCLUSIVE_TOPOLOGY = "alpha.jobset.sigs.k8s.io/exclusive-topology"
@@ -60,6 +73,13 @@ STARTUP_KEY = "startup.sh"
 STARTUP_VOLUME = "startup"
 #: Hex digits of the release id in the ConfigMap's name.
 RELEASE_ID_CHARS = 12
+#: The node folder under which each JobSet keeps its Pods' ``MULTISLICE_HOME`` (module docstring).
+NODE_CACHE_ROOT = "/var/lib/multislice"
+NODE_CACHE_VOLUME = "node-cache"
+#: The container's exit codes that end the run at once (module docstring).
+FATAL_EXIT_CODES = (RELEASE_UNVERIFIED_STATUS, CONFIG_ERROR_STATUS)
+#: JobSet's rule for them: a Job failed by its ``podFailurePolicy`` fails the JobSet.
+FAIL_JOBSET_RULE = {"name": "noRetryMends", "action": "FailJobSet", "onJobFailureReasons": ["PodFailurePolicy"]}
 
 
 def startup_config_map_name(name: str, release_id: str) -> str:
@@ -157,7 +177,10 @@ def jobset(
         "image": image,
         "command": ["/bin/bash", f"{STARTUP_MOUNT}/{STARTUP_KEY}"],
         "env": pod_env(name, slices, env, run_dir),
-        "volumeMounts": [{"name": STARTUP_VOLUME, "mountPath": STARTUP_MOUNT, "readOnly": True}],
+        "volumeMounts": [
+            {"name": STARTUP_VOLUME, "mountPath": STARTUP_MOUNT, "readOnly": True},
+            {"name": NODE_CACHE_VOLUME, "mountPath": DEFAULT_HOME},  # the boot's MULTISLICE_HOME
+        ],
         "resources": {
             "requests": {TPU_RESOURCE: str(shape.chips_per_node)},
             "limits": {TPU_RESOURCE: str(shape.chips_per_node)},
@@ -168,14 +191,29 @@ def jobset(
         "serviceAccountName": service_account,
         "terminationGracePeriodSeconds": TERMINATION_GRACE_S,
         "nodeSelector": node_selector(shape),
+        "tolerations": [dict(TPU_TOLERATION)],
         "containers": [container],
-        "volumes": [{"name": STARTUP_VOLUME, "configMap": {"name": startup_config_map}}],
+        "volumes": [
+            {"name": STARTUP_VOLUME, "configMap": {"name": startup_config_map}},
+            {
+                "name": NODE_CACHE_VOLUME,
+                "hostPath": {"path": f"{NODE_CACHE_ROOT}/{name}", "type": "DirectoryOrCreate"},
+            },
+        ],
     }
     job_spec = {
         "parallelism": shape.node_count,
         "completions": shape.node_count,
         "backoffLimit": 0,
         "completionMode": "Indexed",
+        "podFailurePolicy": {
+            "rules": [
+                {
+                    "action": "FailJob",
+                    "onExitCodes": {"containerName": CONTAINER, "operator": "In", "values": list(FATAL_EXIT_CODES)},
+                }
+            ]
+        },
         "template": {"metadata": {"labels": dict(labels or {})}, "spec": pod_spec},
     }
     return {
@@ -183,7 +221,7 @@ def jobset(
         "kind": "JobSet",
         "metadata": {"name": name, "namespace": namespace, "annotations": {EXCLUSIVE_TOPOLOGY: NODE_POOL_LABEL}},
         "spec": {
-            "failurePolicy": {"maxRestarts": max_restarts},
+            "failurePolicy": {"maxRestarts": max_restarts, "rules": [dict(FAIL_JOBSET_RULE)]},
             "replicatedJobs": [{"name": REPLICATED_JOB, "replicas": slices, "template": {"spec": job_spec}}],
         },
     }

@@ -67,13 +67,28 @@ def test_one_child_job_per_slice_one_pod_per_vm_on_a_pool_of_its_own():
     assert made["metadata"]["annotations"] == {
         "alpha.jobset.sigs.k8s.io/exclusive-topology": "cloud.google.com/gke-nodepool"
     }
-    assert made["spec"]["failurePolicy"] == {"maxRestarts": 5}
+    # xpk's rule: a Job its podFailurePolicy failed fails the JobSet; other failures restart it (bounded).
+    assert made["spec"]["failurePolicy"] == {
+        "maxRestarts": 5,
+        "rules": [{"name": "noRetryMends", "action": "FailJobSet", "onJobFailureReasons": ["PodFailurePolicy"]}],
+    }
     (replicated,) = made["spec"]["replicatedJobs"]
     assert replicated["replicas"] == 3
     job = replicated["template"]["spec"]
     assert job["parallelism"] == job["completions"] == 4 and job["backoffLimit"] == 0
     assert job["completionMode"] == "Indexed"  # what GKE's webhook needs to inject TPU_WORKER_ID
+    # Exit 65 (a release the boot cannot verify) and 78 (a configuration that cannot work) fail the Job
+    # at once (EX_DATAERR and EX_CONFIG of sysexits.h); any other exit is a failure to restart.
+    assert job["podFailurePolicy"] == {
+        "rules": [
+            {"action": "FailJob", "onExitCodes": {"containerName": "trainer", "operator": "In", "values": [65, 78]}}
+        ]
+    }
     pod = job["template"]["spec"]
+    # Cluster Toolkit taints TPU pools google.com/tpu=present:NoSchedule; the run's Pods tolerate it.
+    assert pod["tolerations"] == [
+        {"key": "google.com/tpu", "operator": "Equal", "value": "present", "effect": "NoSchedule"}
+    ]
     assert pod["restartPolicy"] == "Never" and pod["serviceAccountName"] == "multislice-run"
     assert pod["nodeSelector"] == {
         "cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice",
@@ -117,10 +132,14 @@ def test_the_container_boots_the_startup_script_of_the_releases_config_map():
     # The script is the container's first process (the one the kubelet signals), as the Pod's
     # boot test runs it (tests/startup/test_gke_boot.py).
     assert container["command"] == ["/bin/bash", "/etc/multislice/startup.sh"]
-    (mount,) = container["volumeMounts"]
-    (volume,) = pod["volumes"]
+    mount, cache_mount = container["volumeMounts"]
+    volume, cache = pod["volumes"]
     assert mount == {"name": volume["name"], "mountPath": "/etc/multislice", "readOnly": True}
     assert volume["configMap"] == {"name": "dev-startup-0123456789ab"}
+    # The boot's MULTISLICE_HOME (/var/lib/multislice, a TPU VM's) is a folder of the node's, one per
+    # JobSet: a Pod started again on the same node finds the release and its virtualenv there.
+    assert cache_mount == {"name": cache["name"], "mountPath": "/var/lib/multislice"}
+    assert cache["hostPath"] == {"path": "/var/lib/multislice/run", "type": "DirectoryOrCreate"}
     assert env_of(make())["MULTISLICE_RUN_DIR"] == "gs://acme-ml-dev-checkpoints/runs/dev"
 
 
