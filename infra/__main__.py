@@ -29,7 +29,8 @@ does with the bucket), runDir, checkpointPath, serviceAccountEmail, networkName,
 subnetworkName, networkTag, loggingFilter, sshHint, startupScriptBytes, startupScriptSha256,
 bundleSha256; on the queued-resource backend queuedResourceName, queuedResourceState and
 nodeNames; on the compute-engine backend instanceGroupNames (the slices' managed instance
-groups, in slice order).
+groups, in slice order); on the gke backend clusterOnDestroy (what ``pulumi destroy`` does with
+the cluster), clusterName, clusterLocation, nodePoolNames, jobSetName and namespace.
 
 Errors: a stack that cannot work stops ``pulumi preview``/``up`` with one message naming the
 key (:func:`main` raises it as ``pulumi.RunError``). The Python language host prints a

@@ -60,6 +60,9 @@ def test_each_capacity_mode_with_one_slice_and_several(capacity, slices, extra):
     (config_map,) = world.of("kubernetes:core/v1:ConfigMap")
     assert config_map.inputs["data"][STARTUP_KEY] == startup.render(config).text  # the release every VM boots
     assert world.exports["nodePoolNames"] == config.node_ids and world.exports["jobSetName"] == "multislice-dev"
+    # Deletion protection off, sent explicitly: a destroy deletes the cluster (pulumi-gcp's default refuses).
+    assert world.exports["clusterOnDestroy"] == "deleted: cluster multislice-dev, its system pool and its node pools"
+    assert world.one("gcp:container/cluster:Cluster").inputs["deletionProtection"] is False
     assert [v for v in check_world(world) if v.mandatory] == []
 
 
@@ -71,6 +74,7 @@ def test_an_existing_cluster_gets_the_pools_and_no_cluster_is_made():
     assert {pool.inputs["cluster"] for pool in pools} == {"ml-shared"}
     assert {pool.inputs["location"] for pool in pools} == {"us-central2"}
     assert world.exports["clusterName"] == "ml-shared"
+    assert world.exports["clusterOnDestroy"].startswith("kept: cluster ml-shared is not the stack's")
     assert [v for v in check_world(world) if v.mandatory] == []
 
 
@@ -125,3 +129,13 @@ def test_an_existing_cluster_that_cannot_take_the_run_is_refused_naming_the_key(
     with pytest.raises(Exception) as caught:
         evaluate("dev", values, existing_cluster=answer)
     assert message in str(caught.value) and "\n" not in str(caught.value).strip()
+
+
+def test_a_protected_cluster_says_how_to_destroy_it():
+    values = gke_map(2, "spot", **{"multislice:gke": {"deletionProtection": True}})
+    world = evaluate("dev", values)
+    assert world.one("gcp:container/cluster:Cluster").inputs["deletionProtection"] is True
+    assert world.exports["clusterOnDestroy"] == (
+        "refused: cluster multislice-dev has deletion protection; set multislice:gke.deletionProtection: false, "
+        "run pulumi up, then pulumi destroy"
+    )

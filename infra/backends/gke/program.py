@@ -111,6 +111,22 @@ def workload_inputs(
     )
 
 
+def cluster_on_destroy(config: StackConfig) -> str:
+    """What ``pulumi destroy`` does to the stack's cluster, as the ``bucketOnDestroy`` output says it of
+    the bucket (pulumi-gcp's refusal of a protected cluster: "Cannot destroy cluster because
+    deletion_protection is set to true. Set it to false to proceed with cluster deletion")."""
+    settings = config.gke
+    if settings.cluster is not None:
+        return f"kept: cluster {settings.cluster} is not the stack's (its node pools {', '.join(config.node_ids)} go)"
+    name = cluster_name(config)
+    if settings.deletion_protection:
+        return (
+            f"refused: cluster {name} has deletion protection; set multislice:gke.deletionProtection: false, "
+            "run pulumi up, then pulumi destroy"
+        )
+    return f"deleted: cluster {name}, its system pool and its node pools"
+
+
 def declare(
     config: StackConfig,
     script: startup.RenderedScript,
@@ -121,8 +137,8 @@ def declare(
 ) -> dict[str, Any]:
     """The stack's :class:`~infra.backends.gke.slices.GkeSlices` (logical name ``slices``) on the
     stack's network, then its :class:`~infra.backends.gke.workload.GkeWorkload` (``workload``) in
-    that cluster. Returns the stack outputs ``clusterName``, ``clusterLocation``, ``nodePoolNames``,
-    ``jobSetName`` and ``namespace``.
+    that cluster. Returns the stack outputs ``clusterOnDestroy`` (:func:`cluster_on_destroy`),
+    ``clusterName``, ``clusterLocation``, ``nodePoolNames``, ``jobSetName`` and ``namespace``.
 
     Raises:
       ValueError: what either component refuses, before any resource is registered.
@@ -141,6 +157,7 @@ def declare(
         opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[slices])),
     )
     return {
+        "clusterOnDestroy": cluster_on_destroy(config),
         "clusterName": slices.cluster_name,
         "clusterLocation": slices.cluster_location,
         "nodePoolNames": slices.pool_names,
