@@ -115,7 +115,7 @@ def component_args(config: StackConfig, script: startup.RenderedScript) -> Compo
             data_bucket=data_bucket(config.training.data.source, config.bucket_name),
             delete_on_complete=config.delete_on_complete,  # the backend's answer (its spec)
             reads_instance_groups=config.backend_spec.vm_reads_instance_groups,
-            recreates_slices=config.backend_spec.slice_watch(config) is not None,
+            recreates_slices=config.backend_spec.slice_watch_recreates(config),
         ),
         release_record=ReleaseRecordArgs(
             stack=config.stack,

@@ -19,7 +19,8 @@ A Compute Engine TPU VM (``multislice:backend: compute-engine``) has none of tho
 environment as GKE gives it to a TPU Pod (docs/compute-engine.md, "4. How a VM learns its place"):
 
 * ``TPU_WORKER_ID``: this VM's worker index inside its slice;
-* ``TPU_WORKER_HOSTNAMES``: comma list of the slice's workers' addresses, in worker order;
+* ``TPU_PROCESS_ADDRESSES`` and ``TPU_WORKER_HOSTNAMES``: comma lists of the slice's workers'
+  addresses (``host:port``), in worker order (JAX reads the first where both are set);
 * ``MEGASCALE_COORDINATOR_ADDRESS``, ``MEGASCALE_NUM_SLICES``, ``MEGASCALE_SLICE_ID`` (more
   than one slice only).
 
@@ -27,9 +28,10 @@ environment as GKE gives it to a TPU Pod (docs/compute-engine.md, "4. How a VM l
 ``BaseTpuCluster`` do (``get_tpu_env_value``: the environment first). Which of the two a VM's
 trainer reads is what its boot wrote into the unit from the stack's backend:
 ``MULTISLICE_IDENTITY`` = ``metadata`` or ``environment`` (:func:`identity_in_environment`); a
-trainer started without it (by hand) reads the environment whenever ``TPU_WORKER_HOSTNAMES`` is
-set, as JAX checks ``GkeTpuCluster`` before ``GceTpuCluster``. The accelerator type is then the metadata key
-``multislice-accelerator-type`` (``pulumi up`` sets it in the instance template).
+trainer started without it (by hand) reads the environment whenever ``TPU_WORKER_HOSTNAMES`` (or
+``TPU_PROCESS_ADDRESSES``) is set, as JAX checks ``GkeTpuCluster`` before ``GceTpuCluster``. The
+accelerator type is then the metadata key ``multislice-accelerator-type`` (``pulumi up`` sets it
+in the instance template).
 
 Identity is read afresh at every start and never cached: after auto-repair the MEGASCALE
 values can change, and stale ones point at VMs that are gone (docs/cloud-tpu.md).
@@ -208,6 +210,7 @@ def identity_from_metadata() -> ClusterIdentity:
 #: ``GkeTpuCluster`` reads the first two, ``BaseTpuCluster`` the ``MEGASCALE_*`` ones).
 WORKER_ID_ENV = "TPU_WORKER_ID"
 WORKER_HOSTNAMES_ENV = "TPU_WORKER_HOSTNAMES"
+PROCESS_ADDRESSES_ENV = "TPU_PROCESS_ADDRESSES"
 MEGASCALE_COORDINATOR_ENV = "MEGASCALE_COORDINATOR_ADDRESS"
 MEGASCALE_NUM_SLICES_ENV = "MEGASCALE_NUM_SLICES"
 MEGASCALE_SLICE_ID_ENV = "MEGASCALE_SLICE_ID"
@@ -233,10 +236,12 @@ def _count(name: str, text: str | None, default: int | None = None) -> int:
 def identity_from_environment(
     environ: Mapping[str, str] | None = None, *, accelerator_type: str | None = None
 ) -> ClusterIdentity:
-    """This VM's identity from ``TPU_WORKER_ID``, ``TPU_WORKER_HOSTNAMES`` and ``MEGASCALE_*``.
+    """This VM's identity from ``TPU_WORKER_ID``, ``TPU_PROCESS_ADDRESSES`` or
+    ``TPU_WORKER_HOSTNAMES``, and ``MEGASCALE_*``.
 
     Mirrors ``GkeTpuCluster`` (worker = ``int(TPU_WORKER_ID)``, hosts = the comma split of
-    ``TPU_WORKER_HOSTNAMES``) and ``BaseTpuCluster`` (slices = ``MEGASCALE_NUM_SLICES`` or 1,
+    ``TPU_PROCESS_ADDRESSES`` if set, else of ``TPU_WORKER_HOSTNAMES``: its
+    ``_get_worker_host_names_env_var``) and ``BaseTpuCluster`` (slices = ``MEGASCALE_NUM_SLICES`` or 1,
     slice = ``MEGASCALE_SLICE_ID`` or 0, coordinator = ``MEGASCALE_COORDINATOR_ADDRESS`` or the
     slice's first host, without any port) of ``jax/_src/clusters/cloud_tpu_cluster.py``; the
     port is :func:`identity_from_metadata`'s.
@@ -249,12 +254,13 @@ def identity_from_environment(
       MetadataError: a value is missing or malformed (names the variable).
     """
     env = os.environ if environ is None else environ
-    hosts_text = env.get(WORKER_HOSTNAMES_ENV)
+    hosts_name = PROCESS_ADDRESSES_ENV if env.get(PROCESS_ADDRESSES_ENV) is not None else WORKER_HOSTNAMES_ENV
+    hosts_text = env.get(hosts_name)
     if hosts_text is None:
         raise MetadataError(f"{WORKER_HOSTNAMES_ENV} is not set")
     hosts = [host.strip() for host in hosts_text.split(",")]
     if not all(hosts):
-        raise MetadataError(f"{WORKER_HOSTNAMES_ENV}={hosts_text!r} has an empty entry")
+        raise MetadataError(f"{hosts_name}={hosts_text!r} has an empty entry")
     worker = _count(WORKER_ID_ENV, env.get(WORKER_ID_ENV))
     num_slices = _count(MEGASCALE_NUM_SLICES_ENV, env.get(MEGASCALE_NUM_SLICES_ENV), 1)
     slice_id = _count(MEGASCALE_SLICE_ID_ENV, env.get(MEGASCALE_SLICE_ID_ENV), 0)
@@ -282,14 +288,15 @@ IDENTITY_SOURCES = ("metadata", "environment")
 
 def identity_in_environment() -> bool:
     """Whether this VM's identity is in the environment: ``MULTISLICE_IDENTITY`` says so
-    (``environment``) or not (``metadata``); without it, whether ``TPU_WORKER_HOSTNAMES`` is set.
+    (``environment``) or not (``metadata``); without it, whether ``TPU_WORKER_HOSTNAMES`` or
+    ``TPU_PROCESS_ADDRESSES`` is set.
 
     Raises:
       MetadataError: ``MULTISLICE_IDENTITY`` holds another value.
     """
     source = os.environ.get(IDENTITY_ENV, "").strip()
     if not source:
-        return WORKER_HOSTNAMES_ENV in os.environ
+        return WORKER_HOSTNAMES_ENV in os.environ or PROCESS_ADDRESSES_ENV in os.environ
     if source not in IDENTITY_SOURCES:
         raise MetadataError(f"{IDENTITY_ENV}={source!r} is not one of {', '.join(IDENTITY_SOURCES)}")
     return source == IDENTITY_SOURCES[1]

@@ -138,6 +138,11 @@ class Emulation(ABC):
         recreated only once a VM asks for it (:meth:`take_recreated`). Default: True."""
         return True
 
+    @property
+    def repair_note(self) -> str:
+        """Who recreates a failed slice, for the repair line ("" says nothing more). Default: ""."""
+        return ""
+
     def pod_environment(self, slice_id: int, worker: int) -> dict[str, str] | None:
         """The environment the platform gives that VM's container, whose first process runs the
         startup script (a Pod: :attr:`~infra.backends.spec.BackendSpec.supervisor` ``container``);

@@ -154,6 +154,16 @@ class BackendSpec(ABC):
         the slices itself. Default: None."""
         return None
 
+    def slice_watch_recreates(self, config: Any) -> bool:
+        """Whether :meth:`slice_watch` recreates a lost slice (its VMs then need the permission to;
+        elsewhere it only reports). Default: False."""
+        return False
+
+    def slice_watch_values(self, config: Any) -> dict[str, str]:
+        """The placeholders of :meth:`slice_watch`'s file besides the endpoint defaults, and their
+        values for ``config``. Default: none."""
+        return {}
+
     def package_text(self, file: str) -> str:
         """The text of ``file``, package data of the backend's package."""
         package = type(self).__module__.rpartition(".")[0]

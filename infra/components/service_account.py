@@ -62,10 +62,10 @@ DELETE_PERMISSIONS = ("tpu.nodes.delete",)
 #: a custom role of the two.
 COMPUTE_READ_PERMISSIONS = ("compute.instanceGroupManagers.get", "compute.instances.get")
 #: The permission of the custom role that lets a VM of the compute-engine backend recreate a slice
-#: whose VMs were lost, where its group does not repair a VM by itself (``slice-watch.sh``):
-#: ``instanceGroupManagers.recreateInstances`` is authorized by
+#: whose VMs were lost, where neither its group nor Compute Engine does (a multi-host Spot slice;
+#: ``slice-watch.sh``): ``instanceGroupManagers.resize`` is authorized by
 #: ``compute.instanceGroupManagers.update`` on the group
-#: (https://cloud.google.com/compute/docs/reference/rest/v1/instanceGroupManagers/recreateInstances).
+#: (https://cloud.google.com/compute/docs/reference/rest/v1/instanceGroupManagers/resize).
 #: Granted on the project without a condition: IAM Conditions' resource attributes list Compute
 #: Engine's instances and instance templates but not its instance group managers
 #: (https://cloud.google.com/iam/docs/conditions-resource-attributes), so a condition on the
@@ -122,8 +122,8 @@ class ServiceAccountArgs(StrictModel):
     #: Grant :data:`COMPUTE_READ_PERMISSIONS`: the backend's VMs find their place from their
     #: instance groups (``BackendSpec.vm_reads_instance_groups``: ``multislice:backend: compute-engine``).
     reads_instance_groups: bool = False
-    #: Grant :data:`RECREATE_PERMISSIONS`: the VMs recreate a lost slice's group
-    #: (``BackendSpec.slice_watch``: a compute-engine group without per-VM repair).
+    #: Grant :data:`RECREATE_PERMISSIONS`: the VMs recreate a lost slice's VMs
+    #: (``BackendSpec.slice_watch_recreates``: a compute-engine multi-host Spot slice).
     recreates_slices: bool = False
 
 

@@ -8,10 +8,11 @@ processes cannot go on without the failed slice's), and training resumes from th
 The backend's :class:`~infra.backends.interface.Emulation` says where that differs:
 
 * **queued-resource**: as above (Cloud TPU's auto-repair);
-* **compute-engine**: a group that recreates its VMs itself (per-VM repair) is repaired as above; one
-  that does not (:attr:`~infra.backends.interface.Emulation.repairs_slices` False: a multi-host slice,
-  flex-start) leaves the struck slice down until a VM's slice watch asks the emulated Compute API to
-  recreate the group (:meth:`Repairs.await_recreation`; docs/compute-engine.md, section 5);
+* **compute-engine**: a group that recreates its VM itself (per-VM repair), and a slice in a managed
+  capacity mode, which Compute Engine recovers itself, are repaired as above; a multi-host Spot slice
+  (:attr:`~infra.backends.interface.Emulation.repairs_slices` False) stays down until a VM's slice
+  watch asks the emulated Compute API to recreate its VMs (:meth:`Repairs.await_recreation`;
+  docs/compute-engine.md, section 5);
 * **gke**: JobSet recreates every child Job, so every slice's Pods start again as new Pods
   (:attr:`~infra.backends.interface.Emulation.recreates_every_slice`; docs/gke.md section 5): the failed
   slice's on new nodes (empty disks), the others' on their nodes, whose cache of releases and
@@ -120,9 +121,11 @@ class Repairs:
         ``settle`` (no process of the old attempt is left to write a record) and boot all."""
         others = self.workers.slices_but(failed_slice)
         self.reporter.drain(repair=True)
+        note = self.capacity.repair_note
         self.report(
             f"repair: recreating slice {failed_slice}"
             + (f", restarting slice(s) {', '.join(map(str, others))}" if others else "")
+            + (f" ({note})" if note else "")
         )
         failed = self.workers.of_slice(failed_slice)
         supervisor.kill_groups(process_groups(failed))
@@ -160,15 +163,16 @@ class Repairs:
         group = self.config.node_ids[lost_slice]
         self.capacity.lost(lost_slice)
         if self.workers.only(lost_slice):
+            hosts = self.config.accelerator.hosts
             raise EmulationError(
-                f"slice {lost_slice} lost its VMs, and its group {group} does not recreate a VM by itself "
-                "(per-VM repair is off: docs/compute-engine.md, section 5); no other slice is left whose slice "
-                "watch could recreate it. On Compute Engine: gcloud compute instance-groups managed "
-                f"recreate-instances {group} --instances=<every VM of the group> --zone={self.config.zone}"
+                f"slice {lost_slice} lost its VMs, and neither its group {group} nor Compute Engine recreates a "
+                "Spot slice (docs/compute-engine.md, section 5); no other slice is left whose slice watch could "
+                f"recreate it. On Compute Engine: gcloud compute instance-groups managed resize {group} --size=0 "
+                f"--zone={self.config.zone} --project={self.config.project}, then the same with --size={hosts}"
             )
         self.report(
-            f"repair: slice {lost_slice}'s VMs are down and its group does not recreate a VM by itself; "
-            "waiting for a VM's slice watch to recreate the whole group"
+            f"repair: slice {lost_slice}'s VMs are down and neither its group nor Compute Engine recreates a Spot "
+            "slice; waiting for a VM's slice watch to recreate the slice's VMs"
         )
         deadline = time.monotonic() + options.stall_timeout_s
         while lost_slice not in self.capacity.take_recreated():
@@ -179,4 +183,4 @@ class Repairs:
                     "(--stall-timeout; the slice watch: slice-watch.sh)"
                 )
             time.sleep(options.poll_s)
-        self.report(f"repair: a VM asked to recreate group {group} (instanceGroupManagers.recreateInstances)")
+        self.report(f"repair: a VM asked to recreate group {group}'s VMs (instanceGroupManagers.resize to 0 and back)")

@@ -159,7 +159,9 @@ class Mocks(pulumi.runtime.Mocks):
             id_ = f"projects/{project}/global/instanceTemplates/{inputs['namePrefix']}{args.name}"
             outs.update(selfLink=id_, selfLinkUnique=f"{id_}?uniqueId={unique_id(json.dumps(inputs, sort_keys=True))}")
         elif typ == WORKLOAD_POLICY_TYPE:
-            id_ = f"projects/{project}/regions/{inputs['region']}/resourcePolicies/{args.name}"
+            # Pulumi auto-names it (a random suffix), and a changed policy is a new one: a new name.
+            suffix = hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:7]
+            id_ = f"projects/{project}/regions/{inputs['region']}/resourcePolicies/{args.name}-{suffix}"
             outs["selfLink"] = id_
         elif typ == GKE_CLUSTER_TYPE:  # GKE answers the DNS-based endpoint it made (gke-HASH.LOCATION.gke.goog)
             id_ = f"projects/{project}/locations/{inputs['location']}/clusters/{inputs['name']}"

@@ -18,7 +18,8 @@ of REV. Reported:
   first), and a group whose only change is ``versions`` is updated in place to point at the new
   template (``instanceGroupManagers.patch``; its ``OPPORTUNISTIC`` update policy recreates no
   VM: docs/deploying.md). A key the program marks ``replaceOnChanges`` (a group's target size
-  policy, which cannot change on an existing group) replaces its resource, and a flex-start
+  policy, workload policy, accelerator type or bulk target size, which Compute Engine does not
+  change on a group with VMs) replaces its resource, and a flex-start
   slice's resize request is replaced on any change (pulumi-gcp cannot update one). On the gke
   backend a new release is a new ConfigMap and a changed JobSet spec, which the program replaces
   (every Pod restarts on the new release: :data:`JOBSET_NOTE`). Other
@@ -195,8 +196,9 @@ GROUP_NOTE = (
 
 
 GROUP_REPLACE_NOTE = (
-    "the group is deleted with its VMs and created again: its target size policy cannot change on an existing group "
-    "(https://cloud.google.com/compute/docs/instance-groups/about-bulk-mode)"
+    "the slice's VMs are replaced: the group is deleted with its VMs and created again, because Compute Engine "
+    "changes none of these on a group with VMs (its target size policy, its workload policy, its accelerator type, "
+    "its target size in bulk mode: docs/compute-engine.md, section 3b); training resumes from the newest checkpoint"
 )
 #: The gke backend's note: the program replaces the JobSet on any change of its spec
 #: (``replaceOnChanges``, deleted first: docs/gke.md section 5, "Updates").

@@ -152,7 +152,9 @@ def slice_watch_script(config: StackConfig, spec: BackendSpec | None = None) -> 
     default the stack's backend), filled with the endpoint defaults it names; None when it has none."""
     spec = spec or config.backend_spec
     file = spec.slice_watch(config)
-    return None if file is None else _backend_script(spec.package_text(file), {}, f"{spec.name}'s {file}")
+    if file is None:
+        return None
+    return _backend_script(spec.package_text(file), spec.slice_watch_values(config), f"{spec.name}'s {file}")
 
 
 def _backend_script(text: str, values: dict[str, str], what: str) -> str:

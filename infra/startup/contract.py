@@ -44,6 +44,9 @@ SLICE_ID_KEY = "multislice-slice-id"
 WORKERS_PER_SLICE_KEY = "multislice-workers-per-slice"
 #: The accelerator type (the instance template); Cloud TPU's ``accelerator-type`` is not set there.
 COMPUTE_ENGINE_ACCELERATOR_KEY = "multislice-accelerator-type"
+#: The trainer's TPU environment that does not depend on the VMs' addresses (the instance template;
+#: ``infra.backends.compute_engine.tpu_env``): ``NAME=value`` pairs separated by spaces.
+COMPUTE_ENGINE_TPU_ENV_KEY = "multislice-tpu-env"
 #: The backend value of :data:`BACKEND_KEY`.
 COMPUTE_ENGINE_BACKEND = "compute-engine"
 #: The identity ``boot.sh`` exports to the trainer's unit on the compute-engine backend, as
@@ -53,6 +56,7 @@ COMPUTE_ENGINE_BACKEND = "compute-engine"
 COMPUTE_ENGINE_IDENTITY_ENV = (
     "TPU_WORKER_ID",
     "TPU_WORKER_HOSTNAMES",
+    "TPU_PROCESS_ADDRESSES",
     "MEGASCALE_COORDINATOR_ADDRESS",
     "MEGASCALE_NUM_SLICES",
     "MEGASCALE_SLICE_ID",
@@ -166,6 +170,10 @@ DELETE_DEADLINE_ENV = "MULTISLICE_DELETE_DEADLINE_S"
 #: Seconds between two reads of the release record by the release watch (``release_watch.sh``;
 #: default ``infra.startup.boot.RELEASE_POLL_S``).
 RELEASE_POLL_ENV = "MULTISLICE_RELEASE_POLL_S"
+#: Seconds a multi-host Spot slice must have been seen lost before the compute-engine slice watch
+#: recreates its VMs (``slice_watch.sh``; default
+#: ``infra.backends.compute_engine.spec.SLICE_WATCH_GRACE_S``).
+SLICE_WATCH_GRACE_ENV = "MULTISLICE_SLICE_WATCH_GRACE_S"
 #: Set by ``boot.sh`` in the trainer's unit on the compute-engine backend: the release record
 #: (``gs://<bucket>/<record object>``) that ``trainer.sh`` reads before it starts the trainer.
 RELEASE_RECORD_ENV = "MULTISLICE_RELEASE_RECORD"
@@ -205,6 +213,7 @@ SCRIPT_ENV = (
     RESTART_BACKOFF_MAX_ENV,
     DELETE_DEADLINE_ENV,
     RELEASE_POLL_ENV,
+    SLICE_WATCH_GRACE_ENV,
     RELEASE_RECORD_ENV,
     SLICE_ENV,
     WORKER_ENV,

@@ -213,6 +213,7 @@ def test_every_enum_value_the_program_sends_is_googles(sent):
     # The stacks reach the values that matter: every provisioning model and both target size modes' bulk.
     assert sent[(TEMPLATE, "scheduling.provisioningModel")] == {"SPOT", "STANDARD", "RESERVATION_BOUND", "FLEX_START"}
     assert "BULK" in sent[(IGM, "targetSizePolicies[].mode")]
+    assert sent[(TEMPLATE, "reservationAffinity.type")] >= {"NO_RESERVATION", "SPECIFIC_RESERVATION"}
 
 
 def test_a_value_google_never_had_fails(sent):

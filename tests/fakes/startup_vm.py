@@ -348,15 +348,30 @@ def vm(tmp_path, script, gcs) -> Iterator[Vm]:
 CE_PROJECT = "acme-ml-dev"
 CE_ZONE = "us-central2-b"
 CE_GROUPS = ("multislice-dev-0", "multislice-dev-1")
+#: The instance template's TPU environment for v5p-16 (2 VMs of 4 chips, topology 2x2x2), written
+#: out from tpu-operator's sample for the same shape (its README; docs/compute-engine.md, section 4b).
+V5P_16_TPU_ENV = (
+    "TPU_TOPOLOGY=2x2x2 TPU_HOST_BOUNDS=1,1,2 TPU_CHIPS_PER_HOST_BOUNDS=2,2,1 TPU_PROCESS_PORT=8470 "
+    "TPU_RUNTIME_METRICS_PORTS=8431,8432,8433,8434"
+)
 
 
 def compute_engine_vm(
-    tmp: Path, script_text: str, gcs: FakeGcs | None, *, name: str, slice_id: int, workers_per_slice: int
+    tmp: Path,
+    script_text: str,
+    gcs: FakeGcs | None,
+    *,
+    name: str,
+    slice_id: int,
+    workers_per_slice: int,
+    accelerator: str = "v5p-16",
+    tpu_env: str | None = V5P_16_TPU_ENV,
 ) -> Vm:
     """A Compute Engine TPU VM named ``name`` of slice ``slice_id`` (group :data:`CE_GROUPS`
     [slice_id]): the metadata the program sets in the instance template and the group
-    (docs/compute-engine.md), and the VM's own name, zone and project. Its boot asks the Compute
-    API that :meth:`Vm.env` names with ``MULTISLICE_COMPUTE_API_ENDPOINT``."""
+    (docs/compute-engine.md; ``tpu_env`` None: a template from before the TPU environment), and
+    the VM's own name, zone and project. Its boot asks the Compute API that :meth:`Vm.env` names
+    with ``MULTISLICE_COMPUTE_API_ENDPOINT``."""
     from infra.startup import contract
 
     attributes = {
@@ -364,9 +379,11 @@ def compute_engine_vm(
         contract.INSTANCE_GROUPS_KEY: ",".join(CE_GROUPS),
         contract.SLICE_ID_KEY: str(slice_id),
         contract.WORKERS_PER_SLICE_KEY: str(workers_per_slice),
-        contract.COMPUTE_ENGINE_ACCELERATOR_KEY: "v5p-16",
+        contract.COMPUTE_ENGINE_ACCELERATOR_KEY: accelerator,
         contract.RUN_DIR_KEY: RUN_DIR,
     }
+    if tpu_env is not None:
+        attributes[contract.COMPUTE_ENGINE_TPU_ENV_KEY] = tpu_env
     values = {
         "instance/name": name,
         "instance/zone": f"projects/123456789/zones/{CE_ZONE}",

@@ -2,8 +2,8 @@
 × 2 VMs × 4 CPU devices (v5p-16) on managed instance groups. Its VMs have none of Cloud TPU's identity keys;
 each one's boot.sh asks the emulated Compute API (infra.backends.compute_engine.emulated_api) for its group and slice
 0's, and gives the trainer the identity in the environment. The trainer runs as 4 processes. A
-killed slice stays down, as a preempted Spot slice whose group does not repair a VM alone, until
-a VM of the other slice's slice watch asks to recreate its whole group; then training resumes from
+killed slice stays down, as a preempted Spot slice that neither its group nor Compute Engine
+recovers, until a VM of the other slice's slice watch resizes its group to 0 and back; then training resumes from
 the last checkpoint. A release written to the bucket mid-run is booted in place by every VM's
 release watch, and the run resumes from the checkpoint saved at the agreed step, to completion.
 
@@ -42,8 +42,8 @@ NEW_STEPS = 20
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_a_compute_engine_stack_is_repaired_whole_switches_release_in_place_and_resumes(tmp_path):
-    """Killed at step 6, slice 1 stays down until slice 0's first VM's slice watch asks to recreate
-    its group's 2 VMs together; then training resumes; then, while it trains, a new release is
+    """Killed at step 6, slice 1 stays down until slice 0's first VM's slice watch resizes its
+    group to 0 and back (its 2 VMs recreated together); then training resumes; then, while it trains, a new release is
     written to the bucket as ``pulumi up`` writes it (the same stack with :data:`NEW_STEPS` steps):
     each VM's release watch boots it in place, the trainers save at the agreed step and resume
     from it with the new release, which trains to its own end."""
@@ -85,8 +85,8 @@ def test_a_compute_engine_stack_is_repaired_whole_switches_release_in_place_and_
     assert "deleteOnComplete is not built for the compute-engine backend" in out
     # The struck slice waited for a VM to ask, and was then recreated whole.
     lost, asked, repaired = (
-        out.index("repair: slice 1's VMs are down and its group does not recreate a VM by itself"),
-        out.index(f"repair: a VM asked to recreate group {config.node_ids[1]} (instanceGroupManagers."),
+        out.index("repair: slice 1's VMs are down and neither its group nor Compute Engine recreates a Spot slice"),
+        out.index(f"repair: a VM asked to recreate group {config.node_ids[1]}'s VMs (instanceGroupManagers.resize"),
         out.index("repair: recreating slice 1, restarting slice(s) 0"),
     )
     assert lost < asked < repaired
@@ -97,13 +97,15 @@ def test_a_compute_engine_stack_is_repaired_whole_switches_release_in_place_and_
         for w in (0, 1)
     }
     # The first VM up outside slice 1 (slice 0's worker 0, first by name) saw it lost on one poll,
-    # and asked for both of its VMs at the next; no other VM asked.
+    # resized its group to 0 at a later one (past the grace) and back to 2 once it listed none; no
+    # other VM asked.
     watch_lines = {key: [line for line in log.splitlines() if "slice watch:" in line] for key, log in logs.items()}
     group_1 = config.node_ids[1]
-    assert len(watch_lines[0, 0]) == 2, watch_lines[0, 0]
-    assert all(line.startswith(f"[slice 0 worker 0] slice watch: group {group_1}: ") for line in watch_lines[0, 0])
+    assert len(watch_lines[0, 0]) == 3, watch_lines[0, 0]
+    assert all(line.startswith(f"[slice 0 worker 0] slice watch: group {group_1}") for line in watch_lines[0, 0])
     assert "lost VM" in watch_lines[0, 0][0] and "(TERMINATED)" in watch_lines[0, 0][0]
-    assert f"group {group_1}: recreating all 2 of its VMs together" in watch_lines[0, 0][1]
+    assert f"group {group_1}: resizing it to 0 to recreate all 2 of its VMs together" in watch_lines[0, 0][1]
+    assert f"group {group_1} lists no VM: resizing it to its slice's 2 VMs" in watch_lines[0, 0][2]
     assert all(watch_lines[key] == [] for key in ((0, 1), (1, 0), (1, 1))), watch_lines
     for (slice_id, worker), log in logs.items():
         group = config.node_ids[slice_id]
@@ -116,7 +118,7 @@ def test_a_compute_engine_stack_is_repaired_whole_switches_release_in_place_and_
             log,
         )
         assert len(found) >= 2 and len(set(found)) == 1, log
-        assert f"compute engine: worker {worker} of slice {slice_id}," in log
+        assert f"compute engine: worker {worker} of slice {slice_id} (sorted names)," in log
         assert f"process {2 * slice_id + worker}/4" in log
         assert "agent-worker-number is absent" not in log
     for slice_id in (0, 1):

@@ -35,7 +35,7 @@ def test_the_compute_engine_example_runs_as_written(tmp_path, monkeypatch):
     assert planned.returncode == 0, planned.stdout + planned.stderr
     said = " ".join(planned.stdout.split())
     assert "stack ce: 2 × v5p-8 (v5p) = 8 chips on 2 TPU VMs" in said
-    assert "capacity: spot (SPOT VMs): each group creates its 1 VM one by one; the group recreates a failed VM" in said
+    assert "capacity: spot (SPOT VMs): each group creates its 1 VM; the group recreates a failed VM" in said
     assert "billed until pulumi destroy" in said
 
     ran = run_line(up, timeout=800)

@@ -205,20 +205,25 @@ def test_a_preemption_checkpoint_is_reported_before_the_repair_it_caused(resourc
 
 @pytest.fixture
 def compute_engine_resource(tmp_path, request):
-    """The compute-engine emu stack (2 slices × 2 VMs of v5p-16, spot: its groups do not repair a
-    VM alone), or with ``request.param`` slices, booted with the stand-in script."""
+    """The compute-engine emu stack (2 slices × 2 VMs of v5p-16, spot: neither its groups nor
+    Compute Engine recover a lost slice), or with ``request.param`` slices (or a capacity),
+    booted with the stand-in script."""
     path = compute_engine_stack(tmp_path)
-    slices = getattr(request, "param", 2)
-    if slices != 2:
-        text = path.read_text().replace("multislice:slices: 2", f"multislice:slices: {slices}")
-        path.write_text(text.replace("dcn: {data: 2,", f"dcn: {{data: {slices},"))
+    param = getattr(request, "param", 2)
+    text = path.read_text()
+    if isinstance(param, str):
+        text = text.replace("  multislice:capacity: spot\n", f"  multislice:capacity: {param}\n")
+    elif param != 2:
+        text = text.replace("multislice:slices: 2", f"multislice:slices: {param}")
+        text = text.replace("dcn: {data: 2,", f"dcn: {{data: {param},")
+    path.write_text(text)
     with booted(path, tmp_path) as resource:
         yield resource
 
 
-def test_a_struck_compute_engine_slice_stays_down_until_a_vm_asks_to_recreate_it(compute_engine_resource):
-    """The struck group's VMs are listed TERMINATED; the repair starts only once a request to
-    recreate them reached the emulated Compute API (as slice-watch.sh sends it)."""
+def test_a_struck_compute_engine_spot_slice_stays_down_until_a_vm_recreates_its_vms(compute_engine_resource):
+    """The struck group's VMs are listed TERMINATED; the repair starts only once its group was
+    resized to 0 and back on the emulated Compute API (as slice-watch.sh does)."""
     resource = compute_engine_resource
     api = resource.capacity.api
     group = resource.config.node_ids[1]
@@ -237,17 +242,19 @@ def test_a_struck_compute_engine_slice_stays_down_until_a_vm_asks_to_recreate_it
             )
             with urllib.request.urlopen(request, timeout=10) as response:
                 listed = json.loads(response.read())["managedInstances"]
-            if all(m["instanceStatus"] == "TERMINATED" for m in listed):
+            if listed and all(m["instanceStatus"] == "TERMINATED" for m in listed):
                 time.sleep(0.5)  # the emulator waits meanwhile
                 repairs_before_asking.append(resource.repairs.repaired)
-                names = [m["instance"] for m in listed]
-                request = urllib.request.Request(
-                    request.full_url.replace("listManagedInstances", "recreateInstances"),
-                    method="POST",
-                    data=json.dumps({"instances": names}).encode(),
-                    headers={"Authorization": "Bearer t"},
-                )
-                urllib.request.urlopen(request, timeout=10).close()
+                for size in (0, 2):
+                    resize = urllib.request.Request(
+                        request.full_url.replace("listManagedInstances", f"resize?size={size}"),
+                        method="POST",
+                        data=b"",
+                        headers={"Authorization": "Bearer t"},
+                    )
+                    urllib.request.urlopen(resize, timeout=10).close()
+                    time.sleep(0.2)
+                    repairs_before_asking.append(resource.repairs.repaired)
                 asked.set()
                 return
             time.sleep(0.05)
@@ -256,13 +263,14 @@ def test_a_struck_compute_engine_slice_stays_down_until_a_vm_asks_to_recreate_it
     thread.start()
     resource.repairs.inject(Fault("kill", 1, 5), Options(reboot_grace_s=120, poll_s=0.05), observed_step=5)
     thread.join(60)
-    assert asked.is_set() and repairs_before_asking == [0] and resource.repairs.repaired == 1
+    # Not repaired before the group was asked for its VMs again (resized to 0, then back to 2).
+    assert asked.is_set() and repairs_before_asking[:2] == [0, 0] and resource.repairs.repaired == 1
     assert resource.lines == [
         "fault: kill slice 1 at step 5 (SIGKILL; training had reported step 5)",
-        "repair: slice 1's VMs are down and its group does not recreate a VM by itself; "
-        "waiting for a VM's slice watch to recreate the whole group",
-        f"repair: a VM asked to recreate group {group} (instanceGroupManagers.recreateInstances)",
-        "repair: recreating slice 1, restarting slice(s) 0",
+        "repair: slice 1's VMs are down and neither its group nor Compute Engine recreates a Spot slice; "
+        "waiting for a VM's slice watch to recreate the slice's VMs",
+        f"repair: a VM asked to recreate group {group}'s VMs (instanceGroupManagers.resize to 0 and back)",
+        "repair: recreating slice 1, restarting slice(s) 0 (the slice watch resized its group to 0 and back)",
     ]
     # Recreated: running again under the same names, with no action on them.
     listed = api._list(group, "")
@@ -275,6 +283,24 @@ def test_a_one_slice_compute_engine_stack_that_loses_its_slice_says_how_to_recre
     resource = compute_engine_resource
     with pytest.raises(EmulationError, match="no other slice is left whose slice watch could recreate it") as err:
         resource.repairs.inject(Fault("kill", 0, 5), Options(reboot_grace_s=120), observed_step=5)
-    group = resource.config.node_ids[0]
-    assert f"gcloud compute instance-groups managed recreate-instances {group}" in str(err.value)
+    group, config = resource.config.node_ids[0], resource.config
+    assert (
+        f"gcloud compute instance-groups managed resize {group} --size=0 --zone={config.zone} "
+        f"--project={config.project}, then the same with --size=2"
+    ) in str(err.value)
     assert resource.repairs.repaired == 0
+
+
+@pytest.mark.parametrize("compute_engine_resource", ["on-demand"], indirect=True)
+def test_a_struck_compute_engine_on_demand_slice_is_recovered_by_compute_engine(compute_engine_resource):
+    """On-demand (a managed capacity mode: "Compute Engine automatically recovers TPU instances and
+    slices"): the struck slice is recreated at once, with no VM asking, and the line says who did it."""
+    resource = compute_engine_resource
+    resource.repairs.inject(Fault("kill", 1, 5), Options(reboot_grace_s=120, poll_s=0.05), observed_step=5)
+    assert resource.repairs.repaired == 1
+    assert resource.lines == [
+        "fault: kill slice 1 at step 5 (SIGKILL; training had reported step 5)",
+        "repair: recreating slice 1, restarting slice(s) 0 (Compute Engine recovers a slice of on-demand VMs itself "
+        "(managed capacity mode))",
+    ]
+    assert not [path for _, path in resource.capacity.api.requests if "/resize" in path]

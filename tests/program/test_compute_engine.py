@@ -20,6 +20,7 @@ from infra.components.service_account import compute_read_role_id, slice_repair_
 from infra.startup.contract import (
     BACKEND_KEY,
     COMPUTE_ENGINE_ACCELERATOR_KEY,
+    COMPUTE_ENGINE_TPU_ENV_KEY,
     DELETE_QUEUED_RESOURCE_KEY,
     INSTANCE_GROUPS_KEY,
     RUN_DIR_KEY,
@@ -63,16 +64,19 @@ def test_one_group_per_slice_of_the_slices_vms_under_one_workload_policy(request
         assert group["baseInstanceName"] == names[index]
         assert group["zone"] == zone and group["project"] == "acme-ml-dev"
         assert group["targetSize"] == vms
-        policy_path = f"projects/acme-ml-dev/regions/us-east5/resourcePolicies/{policy.name}"
-        assert group["resourcePolicies"] == {"workloadPolicy": policy_path}
-        assert group["allInstancesConfig"] == {"metadata": {SLICE_ID_KEY: str(index)}}
+        # The policy's link: Pulumi auto-names it (the mocks: its logical name and a hash of its inputs).
+        policy_path = f"projects/acme-ml-dev/regions/us-east5/resourcePolicies/{policy.name}-"
+        assert group["resourcePolicies"]["workloadPolicy"].startswith(policy_path)
+        assert group["allInstancesConfig"] == {
+            "metadata": {SLICE_ID_KEY: str(index), COMPUTE_ENGINE_ACCELERATOR_KEY: accelerator}
+        }
         assert group["updatePolicy"] == {"type": "OPPORTUNISTIC", "minimalAction": "NONE"}
         (version,) = group["versions"]
         assert version["instanceTemplate"].startswith("projects/acme-ml-dev/global/instanceTemplates/multislice-dev-")
         assert group["description"] == GROUP_DESCRIPTION
     assert template.inputs["machineType"] == machine_type
     assert template.inputs["namePrefix"] == "multislice-dev-"
-    assert template.inputs["disks"] == [{"boot": True, "autoDelete": True, "sourceImage": IMAGE}]
+    assert template.inputs["disks"] == [{"boot": True, "autoDelete": True, "sourceImage": IMAGE, "diskSizeGb": 100}]
     assert world.exports["instanceGroupNames"] == names and world.exports["backend"] == "compute-engine"
 
 
@@ -96,7 +100,13 @@ def test_the_template_carries_the_vms_identity_network_labels_and_metadata(v5p):
         INSTANCE_GROUPS_KEY,
         WORKERS_PER_SLICE_KEY,
         COMPUTE_ENGINE_ACCELERATOR_KEY,
+        COMPUTE_ENGINE_TPU_ENV_KEY,
     }
+    # The TPU environment of tpu-operator's sample for 2 VMs of a 2x2x2 slice (its README).
+    assert metadata[COMPUTE_ENGINE_TPU_ENV_KEY] == (
+        "TPU_TOPOLOGY=2x2x2 TPU_HOST_BOUNDS=1,1,2 TPU_CHIPS_PER_HOST_BOUNDS=2,2,1 TPU_PROCESS_PORT=8470 "
+        "TPU_RUNTIME_METRICS_PORTS=8431,8432,8433,8434"
+    )
     assert DELETE_QUEUED_RESOURCE_KEY not in metadata  # deleteOnComplete: not on this backend
     assert metadata[BACKEND_KEY] == "compute-engine"
     assert metadata[INSTANCE_GROUPS_KEY] == "multislice-dev-0,multislice-dev-1"
@@ -109,8 +119,8 @@ def test_the_template_carries_the_vms_identity_network_labels_and_metadata(v5p):
 
 
 def test_the_vms_account_may_read_the_groups_recreate_a_lost_slice_and_nothing_more(v5p):
-    """A multi-host spot slice's group does not repair a VM alone: the VMs may also recreate a
-    group (instanceGroupManagers.recreateInstances needs compute.instanceGroupManagers.update)."""
+    """Neither a multi-host spot slice's group nor Compute Engine recovers it: the VMs may also
+    recreate its VMs (instanceGroupManagers.resize needs compute.instanceGroupManagers.update)."""
     email = v5p.exports["serviceAccountEmail"]
     role_id = f"multisliceComputeRead_dev_{unique_id(email)[-10:]}"
     repair_id = f"multisliceSliceRepair_dev_{unique_id(email)[-10:]}"
@@ -131,8 +141,18 @@ def test_the_vms_account_may_read_the_groups_recreate_a_lost_slice_and_nothing_m
     ]
 
 
-def test_a_single_host_slice_repaired_by_its_group_gets_no_slice_repair_role():
-    world = evaluate("dev", ce_map("v6e-8", capacity="spot"))
+@pytest.mark.parametrize(
+    ("accelerator", "capacity", "extra"),
+    [
+        ("v6e-8", "spot", {}),  # its group repairs its one VM
+        # Managed capacity modes: Compute Engine recovers the slice; the watch only reports.
+        ("v5p-16", "on-demand", {}),
+        ("v5p-16", "reserved", {"multislice:reservationName": "r"}),
+        ("v5p-16", "flex-start", {"multislice:computeEngine": {"maxRunDuration": "1d"}}),
+    ],
+)
+def test_a_slice_its_group_or_compute_engine_recovers_gets_no_slice_repair_role(accelerator, capacity, extra):
+    world = evaluate("dev", ce_map(accelerator, capacity=capacity, **extra))
     roles = [r.inputs["permissions"] for r in world.of("gcp:projects/iAMCustomRole:IAMCustomRole")]
     assert roles == [["compute.instanceGroupManagers.get", "compute.instances.get"]]
 
@@ -197,7 +217,7 @@ SPOT = {"provisioningModel": "SPOT", "onHostMaintenance": "TERMINATE", "preempti
                 "instanceTerminationAction": "DELETE",
                 "maxRunDuration": {"seconds": 3 * 86400},
             },
-            None,
+            {"type": "NO_RESERVATION"},  # as every resize-request example sets it
         ),
         (
             "spot",

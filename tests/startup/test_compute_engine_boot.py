@@ -1,8 +1,10 @@
 """The rendered startup script on a Compute Engine TPU VM (``multislice:backend: compute-engine``):
-the VM has none of Cloud TPU's identity keys, finds its place from its slice's managed instance
-group and slice 0's (a loopback Compute API, ``infra.backends.compute_engine.emulated_api``), and writes it into
-the trainer unit's environment as GKE gives it to a TPU Pod. Waits for late VMs; gives up with
-one clear line; refuses a group that does not list it."""
+the VM finds its place from its slice's managed instance group and slice 0's (a loopback Compute
+API, ``infra.backends.compute_engine.emulated_api``) and from the keys Compute Engine may set
+(``agent-worker-number``, ``worker-network-endpoints`` in each format jax reads), and writes it
+into the trainer unit's environment with the TPU environment of Google's tpu-operator sample.
+Waits for late VMs; gives up with one clear line; refuses a group that does not list it and a value
+no format explains."""
 
 from __future__ import annotations
 
@@ -64,7 +66,7 @@ def test_the_identity_is_exported_to_the_trainer(machine, api):
     result = boot(machine, api)
     assert result.returncode == 0, result.stdout
     # The slice is known from the metadata, the worker once the group is listed.
-    finding, found = result.stdout.split("[slice 1 worker ?] compute engine: worker 1 of slice 1, ", 1)
+    finding, found = result.stdout.split("[slice 1 worker ?] compute engine: worker 1 of slice 1 (sorted names), ", 1)
     assert prefixed(finding, "[slice 1 worker ?] ")
     lines = prefixed(found.split("\n", 1)[1], "[slice 1 worker 1] ")
     assert "fake trainer attempt 1 on stdout" in lines
@@ -72,7 +74,9 @@ def test_the_identity_is_exported_to_the_trainer(machine, api):
     env = machine.environ(1)
     assert {name: env.get(name) for name in contract.COMPUTE_ENGINE_IDENTITY_ENV} == {
         "TPU_WORKER_ID": "1",
-        "TPU_WORKER_HOSTNAMES": "10.1.0.7,10.1.0.3",  # sorted-name order
+        # Sorted-name order, with the ports of tpu-operator's sample.
+        "TPU_WORKER_HOSTNAMES": "10.1.0.7:8471,10.1.0.3:8471",
+        "TPU_PROCESS_ADDRESSES": "10.1.0.7:8470,10.1.0.3:8470",
         "MEGASCALE_COORDINATOR_ADDRESS": "10.0.0.4",
         "MEGASCALE_NUM_SLICES": "2",
         "MEGASCALE_SLICE_ID": "1",
@@ -104,7 +108,7 @@ def test_a_single_slice_exports_no_megascale_values(tmp_path, ce_script, gcs, ap
         result = boot(vm, api, wait_s=20)
     assert result.returncode == 0, result.stdout
     env = vm.environ(1)
-    assert (env["TPU_WORKER_ID"], env["TPU_WORKER_HOSTNAMES"]) == ("1", "10.1.0.7,10.1.0.3")
+    assert (env["TPU_WORKER_ID"], env["TPU_PROCESS_ADDRESSES"]) == ("1", "10.1.0.7:8470,10.1.0.3:8470")
     assert not {name for name in env if name.startswith("MEGASCALE_")}
 
 
@@ -154,64 +158,252 @@ def test_a_group_that_does_not_list_this_vm_is_refused(machine, api):
     assert machine.attempts == 0
 
 
-#: Cloud TPU's keys as a public TPU7x deployment reports Compute Engine sets them on a slice's VMs
-#: (docs/compute-engine.md, section 4), agreeing with the groups: this VM is worker 1 of hosts
-#: 10.1.0.7 and 10.1.0.3. tpu-env has no MEGASCALE_SLICE_ID: read as Cloud TPU's, "slice 0".
-CLOUD_TPU_KEYS = {
-    contract.WORKER_NUMBER_KEY: "1",
-    contract.WORKER_ENDPOINTS_KEY: "unknown:unknown:10.1.0.7,unknown:unknown:10.1.0.3",
-    contract.TPU_ENV_KEY: "ACCELERATOR_TYPE: 'v5p-16'\nWORKER_ID: '1'\n",
-}
+#: Slice 1's VMs as Compute Engine may number them (agent-worker-number on each, worker-network-
+#: endpoints on every VM of the slice): the other way round from their sorted names.
+SWAPPED = "10.1.0.3,10.1.0.7"
 
 
 @pytest.mark.parametrize(
-    "keys",
-    [CLOUD_TPU_KEYS, {**CLOUD_TPU_KEYS, contract.WORKER_ENDPOINTS_KEY: "10.1.0.7,10.1.0.3"}, {}],
-    ids=["name-id-ip-endpoints", "bare-endpoints", "none"],
+    ("endpoints", "hosts"),
+    [
+        # Each format jax's cloud_tpu_cluster.py reads, in sorted-name order.
+        ("unknown:unknown:10.1.0.7,unknown:unknown:10.1.0.3", "10.1.0.7,10.1.0.3"),  # name:id:ip
+        ("10.1.0.7,10.1.0.3", "10.1.0.7,10.1.0.3"),  # bare IPs
+        ("multislice-dev-1-c8d2,multislice-dev-1-m4n5", "10.1.0.7,10.1.0.3"),  # host names
+        (
+            "multislice-dev-1-c8d2.us-central2-b.c.acme-ml-dev.internal,"
+            "multislice-dev-1-m4n5.us-central2-b.c.acme-ml-dev.internal",
+            "10.1.0.7,10.1.0.3",
+        ),  # zonal DNS names
+        (None, "10.1.0.7,10.1.0.3"),
+    ],
+    ids=["name-id-ip", "bare-ips", "hostnames", "dns-names", "none"],
 )
-def test_cloud_tpus_keys_on_a_compute_engine_vm_do_not_decide_its_place(machine, api, keys):
-    """A Compute Engine TPU VM may carry Cloud TPU's keys too (a public TPU7x deployment reads
-    them: docs/compute-engine.md): a compute-engine release still finds its slice from its
-    program's keys and its groups, with them or without."""
-    machine.metadata.update(keys)
+def test_worker_network_endpoints_in_each_format_jax_reads_are_accepted(machine, api, endpoints, hosts):
+    """``worker-network-endpoints`` as Compute Engine may set it ("In the new format, it is just a
+    list of hostnames. In the old format, it is a list of name:id:ip triples": jax 0.10's
+    cloud_tpu_cluster.py), compared like with like: the boot goes on, this VM worker 1."""
+    if endpoints is not None:
+        machine.metadata.update({contract.WORKER_ENDPOINTS_KEY: endpoints})
     fill(api, SLICE_0, SLICE_1)
     result = boot(machine, api)
     assert result.returncode == 0, result.stdout
     env = machine.environ(1)
     assert (env["MULTISLICE_SLICE"], env["MULTISLICE_WORKER"], env["MEGASCALE_SLICE_ID"]) == ("1", "1", "1")
-    assert (env["TPU_WORKER_ID"], env["TPU_WORKER_HOSTNAMES"]) == ("1", "10.1.0.7,10.1.0.3")
+    assert env["TPU_PROCESS_ADDRESSES"] == ",".join(f"{h}:8470" for h in hosts.split(","))
+    source = "sorted names" if endpoints is None else "worker-network-endpoints"
+    assert f"compute engine: worker 1 of slice 1 ({source}), hosts {hosts}, coordinator 10.0.0.4" in result.stdout
+    assert "Google's numbering decides" not in result.stdout
     assert (env[contract.IDENTITY_ENV], env[contract.LOG_RESOURCE_ENV]) == ("environment", "gce_instance")
 
 
 @pytest.mark.parametrize(
-    ("keys", "error"),
+    "endpoints",
+    ["unknown:unknown:10.1.0.3,unknown:unknown:10.1.0.7", SWAPPED, "multislice-dev-1-m4n5,multislice-dev-1-c8d2"],
+    ids=["name-id-ip", "bare-ips", "hostnames"],
+)
+def test_where_google_numbers_the_vms_otherwise_its_numbering_decides_the_worker(machine, api, endpoints):
+    """worker-network-endpoints in the other order than the sorted names (with this VM's
+    agent-worker-number agreeing): this VM is worker 0, the hosts in Google's order, and the boot
+    says so."""
+    machine.metadata.update({contract.WORKER_ENDPOINTS_KEY: endpoints, contract.WORKER_NUMBER_KEY: "0"})
+    fill(api, SLICE_0, SLICE_1)
+    result = boot(machine, api)
+    assert result.returncode == 0, result.stdout
+    env = machine.environ(1)
+    assert (env["TPU_WORKER_ID"], env["MULTISLICE_WORKER"]) == ("0", "0")
+    assert env["TPU_WORKER_HOSTNAMES"] == "10.1.0.3:8471,10.1.0.7:8471"
+    assert (
+        f"compute engine: group {CE_GROUPS[1]}'s workers in worker-network-endpoints order are "
+        f"{OWN},multislice-dev-1-c8d2, not their sorted names multislice-dev-1-c8d2,{OWN}: Google's numbering decides"
+    ) in result.stdout
+    assert f"compute engine: worker 0 of slice 1 (worker-network-endpoints), hosts {SWAPPED}," in result.stdout
+
+
+def test_agent_worker_numbers_on_every_vm_decide_the_order_of_each_slice(machine, api):
+    """Compute Engine's agent-worker-number on each VM (instances.get's metadata items): slice 1 and
+    slice 0 in their numbers' order (so slice 0's worker 0, the coordinator, is its other VM)."""
+    for group, vms, numbers in ((CE_GROUPS[0], SLICE_0, ("0", "1")), (CE_GROUPS[1], SLICE_1, ("1", "0"))):
+        api.add_group(group)
+        for (name, ip), number in zip(vms.items(), numbers, strict=True):
+            api.add_vm(group, name, ip, metadata={contract.WORKER_NUMBER_KEY: number})
+    machine.metadata.update({contract.WORKER_NUMBER_KEY: "0"})
+    result = boot(machine, api)
+    assert result.returncode == 0, result.stdout
+    env = machine.environ(1)
+    assert (env["TPU_WORKER_ID"], env["MEGASCALE_COORDINATOR_ADDRESS"]) == ("0", "10.0.0.5")  # dev-0-k2m9
+    assert env["TPU_PROCESS_ADDRESSES"] == "10.1.0.3:8470,10.1.0.7:8470"
+    assert "compute engine: worker 0 of slice 1 (Compute Engine's agent-worker-number), hosts 10.1.0.3,10.1.0.7, " in (
+        result.stdout
+    )
+
+
+@pytest.mark.parametrize(
+    ("keys", "numbers", "error"),
     [
         (
             {contract.WORKER_NUMBER_KEY: "0"},
-            f"compute engine: metadata key agent-worker-number says this VM ({OWN}) is worker 0, but it is worker 1 "
-            f"of group {CE_GROUPS[1]} by sorted name (multislice-dev-1-c8d2 {OWN}); not starting the trainer",
-        ),
-        (
-            {contract.WORKER_ENDPOINTS_KEY: "unknown:unknown:10.1.0.3,unknown:unknown:10.1.0.7"},
-            "compute engine: metadata key worker-network-endpoints lists hosts 10.1.0.3,10.1.0.7, but group "
-            f"{CE_GROUPS[1]} lists 10.1.0.7,10.1.0.3 in worker order; not starting the trainer",
+            None,
+            f"compute engine: metadata key agent-worker-number says this VM ({OWN}) is worker 0, but sorted names "
+            f"make it worker 1 of group {CE_GROUPS[1]} (multislice-dev-1-c8d2,{OWN}); not starting the trainer",
         ),
         (
             {contract.WORKER_ENDPOINTS_KEY: "10.1.0.7,10.1.0.3,10.1.0.9"},
-            "compute engine: metadata key worker-network-endpoints lists hosts 10.1.0.7,10.1.0.3,10.1.0.9, but group "
-            f"{CE_GROUPS[1]} lists 10.1.0.7,10.1.0.3 in worker order; not starting the trainer",
+            None,
+            f"compute engine: metadata key worker-network-endpoints (10.1.0.7,10.1.0.3,10.1.0.9) does not list each VM "
+            f"of group {CE_GROUPS[1]} once (names multislice-dev-1-c8d2 {OWN}, IPs 10.1.0.7 10.1.0.3); not starting "
+            "the trainer",
+        ),
+        (
+            {contract.WORKER_ENDPOINTS_KEY: "10.1.0.7,10.1.0.7"},
+            None,
+            f"compute engine: metadata key worker-network-endpoints (10.1.0.7,10.1.0.7) does not list each VM of group "
+            f"{CE_GROUPS[1]} once (names multislice-dev-1-c8d2 {OWN}, IPs 10.1.0.7 10.1.0.3); not starting the trainer",
+        ),
+        (
+            {contract.WORKER_ENDPOINTS_KEY: "10.1.0.7"},
+            None,
+            f"compute engine: metadata key worker-network-endpoints (10.1.0.7) lists 1 VMs; group {CE_GROUPS[1]} has "
+            "2; not starting the trainer",
+        ),
+        (
+            {contract.WORKER_ENDPOINTS_KEY: "a:10.1.0.7,b:10.1.0.3"},
+            None,
+            "compute engine: metadata key worker-network-endpoints has the entry 'a:10.1.0.7', neither a host nor "
+            "name:id:ip (the forms jax's cloud_tpu_cluster.py reads); not starting the trainer",
+        ),
+        (
+            {contract.WORKER_ENDPOINTS_KEY: SWAPPED},
+            ("0", "1"),
+            f"compute engine: metadata key worker-network-endpoints orders group {CE_GROUPS[1]}'s VMs "
+            f"{OWN},multislice-dev-1-c8d2, but their agent-worker-number orders them multislice-dev-1-c8d2,{OWN}; "
+            "not starting the trainer",
+        ),
+        (
+            {},
+            ("1", ""),
+            f"compute engine: Compute Engine numbered only some of group {CE_GROUPS[1]}'s VMs (agent-worker-number: "
+            f"multislice-dev-1-c8d2=1, {OWN}=none); not starting the trainer",
+        ),
+        (
+            {},
+            ("1", "1"),
+            f"compute engine: the agent-worker-number of group {CE_GROUPS[1]}'s VMs (multislice-dev-1-c8d2=1, "
+            f"{OWN}=1) are not 0..1 each once; not starting the trainer",
         ),
     ],
-    ids=["worker", "order", "hosts"],
+    ids=[
+        "worker",
+        "extra-host",
+        "twice",
+        "short",
+        "two-fields",
+        "endpoints-vs-numbers",
+        "some-numbered",
+        "not-a-permutation",
+    ],
 )
-def test_cloud_tpus_keys_that_disagree_with_the_groups_stop_the_boot_with_one_line(machine, api, keys, error):
+def test_values_no_format_explains_stop_the_boot_with_one_line(machine, api, keys, numbers, error):
     machine.metadata.update(keys)
-    fill(api, SLICE_0, SLICE_1)
+    api.add_group(CE_GROUPS[0])
+    for name, ip in SLICE_0.items():
+        api.add_vm(CE_GROUPS[0], name, ip)
+    api.add_group(CE_GROUPS[1])
+    for (name, ip), number in zip(SLICE_1.items(), numbers or ("", ""), strict=True):
+        api.add_vm(CE_GROUPS[1], name, ip, metadata={contract.WORKER_NUMBER_KEY: number} if number else None)
     result = boot(machine, api)
     assert result.returncode == 1, result.stdout
     errors = [line for line in result.stdout.splitlines() if "error: " in line]
     assert errors == [f"[slice 1 worker ?] error: {error}"]
     assert machine.attempts == 0
+
+
+#: The trainer's TPU environment per slice size, written out by hand: tpu-operator's sample for 2
+#: VMs of TPU7x 2x2x2 (its README, "Step 4"), and the same derivation (docs/compute-engine.md,
+#: section 4b) for one 8-chip v6e VM (2x4) and 4 v6e VMs of 4 chips (4x4).
+TPU_ENVIRONMENTS = {
+    "tpu7x-16": {
+        "TPU_TOPOLOGY": "2x2x2",
+        "TPU_HOST_BOUNDS": "1,1,2",
+        "TPU_CHIPS_PER_HOST_BOUNDS": "2,2,1",
+        "TPU_PROCESS_PORT": "8470",
+        "TPU_RUNTIME_METRICS_PORTS": "8431,8432,8433,8434",
+    },
+    "v6e-8": {
+        "TPU_TOPOLOGY": "2x4",
+        "TPU_HOST_BOUNDS": "1,1,1",
+        "TPU_CHIPS_PER_HOST_BOUNDS": "2,4,1",
+        "TPU_PROCESS_PORT": "8470",
+        "TPU_RUNTIME_METRICS_PORTS": "8431,8432,8433,8434,8435,8436,8437,8438",
+    },
+    "v6e-16": {
+        "TPU_TOPOLOGY": "4x4",
+        "TPU_HOST_BOUNDS": "2,2,1",
+        "TPU_CHIPS_PER_HOST_BOUNDS": "2,2,1",
+        "TPU_PROCESS_PORT": "8470",
+        "TPU_RUNTIME_METRICS_PORTS": "8431,8432,8433,8434",
+    },
+}
+
+
+@pytest.mark.parametrize("accelerator", sorted(TPU_ENVIRONMENTS))
+def test_the_trainer_gets_the_tpu_environment_of_googles_sample(tmp_path, gcs, api, accelerator):
+    """1, 2 and 4 VMs a slice: the instance template's metadata (the program under mocks) on the
+    VM, the boot exports it with the slice's addresses in worker order, as tpu-operator's sample
+    sets them: TPU_PROCESS_ADDRESSES on port 8470 and TPU_WORKER_HOSTNAMES on 8471."""
+    from tests.fakes.pulumi_program import evaluate
+    from tests.helpers.compute_engine import SHAPES, TEMPLATE, ce_map
+
+    stack = ce_map(accelerator, slices=1)
+    template = evaluate("dev", stack).one(TEMPLATE).inputs
+    vms = SHAPES[accelerator][2]
+    names = [f"multislice-dev-0-{chr(97 + i) * 4}" for i in range(vms)]
+    ips = [f"10.0.0.{10 + i}" for i in range(vms)]
+    api.add_group(CE_GROUPS[0])
+    for name, ip in zip(names, ips, strict=True):
+        api.add_vm(CE_GROUPS[0], name, ip)
+    from infra import startup
+    from infra.config import validate_stack
+
+    script = startup.render(validate_stack("dev", stack, "tests"))
+    vm = compute_engine_vm(
+        tmp_path,
+        script.text,
+        gcs,
+        name=names[-1],
+        slice_id=0,
+        workers_per_slice=vms,
+        accelerator=accelerator,
+        tpu_env=template["metadata"][contract.COMPUTE_ENGINE_TPU_ENV_KEY],
+    )
+    vm.metadata.update({contract.INSTANCE_GROUPS_KEY: CE_GROUPS[0]})
+    with vm.metadata:
+        result = boot(vm, api, wait_s=20)
+    assert result.returncode == 0, result.stdout
+    env = vm.environ(1)
+    assert {name: env[name] for name in TPU_ENVIRONMENTS[accelerator]} == TPU_ENVIRONMENTS[accelerator]
+    assert env["TPU_WORKER_ID"] == str(vms - 1)
+    assert env["TPU_PROCESS_ADDRESSES"] == ",".join(f"{ip}:8470" for ip in ips)
+    assert env["TPU_WORKER_HOSTNAMES"] == ",".join(f"{ip}:8471" for ip in ips)
+    # What the trainer makes of it (training/cluster.py reads TPU_PROCESS_ADDRESSES first, as JAX).
+    identity = cluster.identity_from_environment(env)
+    assert (identity.process_id, identity.num_processes, identity.coordinator_address) == (
+        vms - 1,
+        vms,
+        f"{ips[0]}:8482",
+    )
+
+
+def test_a_vm_of_an_older_template_boots_without_the_tpu_environment(tmp_path, ce_script, gcs, api):
+    """A running VM that its release watch moves to this release was created from a template
+    without the TPU environment: it says so and starts the trainer with the identity alone."""
+    vm = compute_engine_vm(tmp_path, ce_script.text, gcs, name=OWN, slice_id=1, workers_per_slice=2, tpu_env=None)
+    fill(api, SLICE_0, SLICE_1)
+    with vm.metadata:
+        result = boot(vm, api)
+    assert result.returncode == 0, result.stdout
+    assert "metadata key multislice-tpu-env is absent (a VM created from an older instance template)" in result.stdout
+    assert "TPU_TOPOLOGY" not in vm.environ(1) and vm.environ(1)["TPU_WORKER_ID"] == "1"
 
 
 def test_a_compute_engine_release_on_a_vm_without_its_backend_key_stops_with_one_line(machine, api):

@@ -32,6 +32,14 @@ IDENTITY_PHASES = {
     spec.name: Path(str(resources.files(type(spec).__module__.rpartition(".")[0]).joinpath(spec.boot_identity)))
     for spec in SPECS.values()
 }
+#: The backends' slice watches (``BackendSpec.slice_watch``), templates of the release too.
+SLICE_WATCHES = [
+    path
+    for spec in SPECS.values()
+    if (
+        path := Path(str(resources.files(type(spec).__module__.rpartition(".")[0]).joinpath("slice_watch.sh")))
+    ).is_file()
+]
 #: Environment variable names as the templates spell them (ours, and the two Google ones).
 ENV_NAME = re.compile(r"\b(MULTISLICE_[A-Z0-9_]+|GCE_METADATA_IP|STORAGE_EMULATOR_HOST)\b")
 #: The bootstrap's quoted heredoc delimiter: a word of bash, not an environment variable.
@@ -43,9 +51,9 @@ def template_text(name: str) -> str:
 
 
 def every_template_text() -> list[str]:
-    """The startup templates' and the backends' identity phases' text."""
+    """The startup templates', the backends' identity phases' and their slice watches' text."""
     return [template_text(t) for t in TEMPLATES] + [
-        path.read_text(encoding="utf-8") for path in IDENTITY_PHASES.values()
+        path.read_text(encoding="utf-8") for path in [*IDENTITY_PHASES.values(), *SLICE_WATCHES]
     ]
 
 
@@ -84,6 +92,7 @@ def test_metadata_keys_the_templates_read_are_the_contracts():
         contract.SLICE_ID_KEY,
         contract.INSTANCE_GROUPS_KEY,
         contract.WORKERS_PER_SLICE_KEY,
+        contract.COMPUTE_ENGINE_TPU_ENV_KEY,
         # Cloud TPU's, which the compute-engine identity phase checks where Compute Engine sets them.
         contract.WORKER_ENDPOINTS_KEY,
     }

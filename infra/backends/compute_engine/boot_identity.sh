@@ -41,10 +41,14 @@ print(page.get("nextPageToken", ""))
 for m in page.get("managedInstances", []):
     if m.get("instance") and m.get("currentAction") not in ("DELETING", "ABANDONING"):
         print(m["instance"].rsplit("/", 1)[-1])'
-# instances.get: the first network interface's internal IP, or nothing.
+# instances.get: the first network interface's internal IP (or nothing) and, on a second line, the
+# VM's agent-worker-number metadata item where Compute Engine set one (or nothing).
 readonly NETWORK_IP='import json, sys
-nics = json.load(sys.stdin).get("networkInterfaces") or [{}]
-print(nics[0].get("networkIP", ""))'
+vm = json.load(sys.stdin)
+nics = vm.get("networkInterfaces") or [{}]
+print(nics[0].get("networkIP", ""))
+items = (vm.get("metadata") or {}).get("items") or []
+print(next((str(i.get("value", "")) for i in items if i.get("key") == "agent-worker-number"), ""))'
 
 # compute_call METHOD PATH: the Compute API's JSON answer for PATH (under compute/v1/projects/<project>/
 # zones/<zone>/) in $answer; status 3 if it does not exist (HTTP 404: a group or VM not created yet).
@@ -97,12 +101,12 @@ group_members() {
 }
 
 # wait_for_group GROUP COUNT: wait (until the deadline; delays doubling to 10 s) for GROUP to list
-# COUNT VMs, each with an internal IP; then $members holds their names (sorted) and $hosts their
-# IPs, in the same order.
+# COUNT VMs, each with an internal IP; then $members holds their names (sorted), $hosts their IPs
+# and $numbers the agent-worker-number Compute Engine gave each ('' where none), in the same order.
 wait_for_group() {
-  local group=$1 want=$2 delay=$retry_delay why status name ip
+  local group=$1 want=$2 delay=$retry_delay why status name ip_number
   while true; do
-    hosts=()
+    hosts=() numbers=()
     status=0
     group_members "$group" || status=$?
     if ((status == 3)); then
@@ -115,13 +119,14 @@ wait_for_group() {
         is_name "$name" || die "compute engine: group $group lists a VM named '$(sample "$name")'"
         status=0
         compute_call GET "instances/$name" || status=$?
-        ip=''
-        if ((status == 0)); then ip=$(python3 -I -S -c "$NETWORK_IP" <<<"$answer") || ip=''; fi
-        if ! is_ipv4 "$ip"; then
+        ip_number=()
+        if ((status == 0)); then mapfile -t ip_number < <(python3 -I -S -c "$NETWORK_IP" <<<"$answer" || true); fi
+        if ! is_ipv4 "${ip_number[0]:-}"; then
           why="lists VM $name, which has no internal IP yet"
           break
         fi
-        hosts+=("$ip")
+        hosts+=("${ip_number[0]}")
+        numbers+=("${ip_number[1]:-}")
       done
       [[ -n $why ]] || return 0
     fi
@@ -130,6 +135,44 @@ wait_for_group() {
     sleep "$delay"
     delay=$(awk -v d="$delay" 'BEGIN { d *= 2; print (d < 10) ? d : 10 }') # a late VM is seen within 10 s
   done
+}
+
+# order_group GROUP: the worker order of GROUP's VMs ($members, $hosts, $numbers of wait_for_group)
+# in $order (indexes into them), and what decided it in $order_source. Google's numbering decides
+# where Compute Engine gave every VM an agent-worker-number (they must be 0..COUNT-1, each once);
+# where it gave none, the sorted names do. Some VMs numbered and others not, or numbers that are
+# not a permutation, stop the boot: no format explains them.
+order_group() {
+  local group=$1 i numbered=0 number
+  order=()
+  for i in "${!members[@]}"; do
+    if [[ -n ${numbers[i]} ]]; then numbered=$((numbered + 1)); fi
+  done
+  if ((numbered == 0)); then
+    order=("${!members[@]}")
+    order_source="sorted names"
+    return 0
+  fi
+  local listed=''
+  for i in "${!members[@]}"; do listed+="${listed:+, }${members[i]}=${numbers[i]:-none}"; done
+  ((numbered == ${#members[@]})) || die "compute engine: Compute Engine numbered only some of group $group's VMs (agent-worker-number: $listed); not starting the trainer"
+  for i in "${!members[@]}"; do
+    number=${numbers[i]}
+    if ! [[ $number =~ ^[0-9]{1,6}$ ]] || ((10#$number >= ${#members[@]})) || [[ -n ${order[10#$number]:-} ]]; then
+      die "compute engine: the agent-worker-number of group $group's VMs ($listed) are not 0..$((${#members[@]} - 1)) each once; not starting the trainer"
+    fi
+    order[10#$number]=$i
+  done
+  order_source="Compute Engine's agent-worker-number"
+}
+
+# ordered ARRAY [ORDER]: the elements of ARRAY (members or hosts) in the order of the indexes in the
+# array ORDER (default: order), comma-separated.
+ordered() {
+  local -n values=$1 indexes=${2:-order}
+  local i out=''
+  for i in "${indexes[@]}"; do out+="${out:+,}${values[i]}"; done
+  printf '%s' "$out"
 }
 
 # The program's own metadata first: the instance template says this VM belongs to a compute-engine
@@ -159,51 +202,90 @@ IFS=, read -r -a group_list <<<"$groups"
 deadline=$((SECONDS + group_wait))
 log "compute engine: VM $own_name of group ${group_list[slice]} in $project/$zone; waiting up to ${group_wait}s for the groups' $workers_per_slice VMs"
 wait_for_group "${group_list[slice]}" "$workers_per_slice"
-worker=''
-for i in "${!members[@]}"; do
-  if [[ ${members[i]} == "$own_name" ]]; then worker=$i; fi
-done
-[[ -n $worker ]] || die "compute engine: this VM ($own_name) is not among the VMs of its group ${group_list[slice]} (${members[*]}); not starting the trainer"
-worker_hosts=$(
+order_group "${group_list[slice]}"
+sorted_order=$(
   IFS=,
-  printf '%s' "${hosts[*]}"
+  printf '%s' "${members[*]}"
 )
-# What Compute Engine itself may set on a TPU VM: the third-party vllm-project/ci-infra TPU7x
-# module says "Compute Engine still fills in the TPU metadata … (accelerator-type,
-# agent-worker-number, worker-network-endpoints, tpu-env)"; no Google page read says so
-# (docs/compute-engine.md, section 4). The identity above comes from the program's own keys and
-# the groups; where Compute Engine's keys are present they must agree with it, or the boot stops
-# with one line (a trainer started with two different orders would never form its slice).
+# worker-network-endpoints, where Compute Engine sets it (the third-party vllm-project/ci-infra TPU7x
+# module says it does: docs/compute-engine.md, section 4): every format jax's cloud_tpu_cluster.py
+# reads ("In the new format, it is just a list of hostnames. In the old format, it is a list of
+# name:id:ip triples"), compared like with like: an IP with the VMs' internal IPs, a host name (its
+# first label: a name or name.zone.c.project.internal) with their names. It must list each VM of the
+# group once; it decides the order where the VMs carry no agent-worker-number, and must agree with
+# them where they do.
 is_endpoints() { [[ $1 =~ ^[^,[:space:]]+(,[^,[:space:]]+)*$ ]]; }
-status=0 ce_worker=''
-read_metadata ce_worker instance/attributes/agent-worker-number is_count || status=$?
-if [[ $status == 0 ]] && ((10#$ce_worker != worker)); then
-  die "compute engine: metadata key agent-worker-number says this VM ($own_name) is worker $((10#$ce_worker)), but it is worker $worker of group ${group_list[slice]} by sorted name (${members[*]}); not starting the trainer"
-fi
 status=0
 read_metadata ce_endpoints instance/attributes/worker-network-endpoints is_endpoints || status=$?
 if ((status == 0)); then
-  ce_hosts=()
   IFS=, read -r -a entries <<<"$ce_endpoints"
-  for entry in "${entries[@]}"; do # bare hosts, or name:id:ip as JAX reads them (cloud_tpu_cluster.py)
-    if [[ $entry == *:*:* ]]; then
-      IFS=: read -r _ _ entry _ <<<"$entry"
-    fi
-    ce_hosts+=("$entry")
+  endpoint_order=()
+  declare -A seen_entry=()
+  for entry in "${entries[@]}"; do
+    IFS=: read -r -a parts <<<"$entry"
+    case ${#parts[@]} in
+      1) host=${parts[0]} ;;
+      3) host=${parts[2]} ;;
+      *) die "compute engine: metadata key worker-network-endpoints has the entry '$(sample "$entry")', neither a host nor name:id:ip (the forms jax's cloud_tpu_cluster.py reads); not starting the trainer" ;;
+    esac
+    found=''
+    for i in "${!members[@]}"; do
+      if is_ipv4 "$host"; then
+        if [[ ${hosts[i]} == "$host" ]]; then found=$i; fi
+      elif [[ ${members[i]} == "${host%%.*}" ]]; then
+        found=$i
+      fi
+    done
+    [[ -n $found && -z ${seen_entry[$found]:-} ]] ||
+      die "compute engine: metadata key worker-network-endpoints ($(sample "$ce_endpoints")) does not list each VM of group ${group_list[slice]} once (names ${members[*]}, IPs ${hosts[*]}); not starting the trainer"
+    seen_entry[$found]=1
+    endpoint_order+=("$found")
   done
-  ce_list=$(
-    IFS=,
-    printf '%s' "${ce_hosts[*]}"
-  )
-  [[ $ce_list == "$worker_hosts" ]] || die "compute engine: metadata key worker-network-endpoints lists hosts $(sample "$ce_list"), but group ${group_list[slice]} lists $worker_hosts in worker order; not starting the trainer"
+  ((${#endpoint_order[@]} == ${#members[@]})) ||
+    die "compute engine: metadata key worker-network-endpoints ($(sample "$ce_endpoints")) lists ${#endpoint_order[@]} VMs; group ${group_list[slice]} has ${#members[@]}; not starting the trainer"
+  if [[ $order_source == "sorted names" ]]; then
+    order=("${endpoint_order[@]}")
+    order_source="worker-network-endpoints"
+  elif [[ ${endpoint_order[*]} != "${order[*]}" ]]; then
+    die "compute engine: metadata key worker-network-endpoints orders group ${group_list[slice]}'s VMs $(ordered members endpoint_order), but their agent-worker-number orders them $(ordered members); not starting the trainer"
+  fi
 fi
-identity_env="TPU_WORKER_ID=$worker TPU_WORKER_HOSTNAMES=$worker_hosts"
+worker=''
+for position in "${!order[@]}"; do
+  if [[ ${members[order[position]]} == "$own_name" ]]; then worker=$position; fi
+done
+[[ -n $worker ]] || die "compute engine: this VM ($own_name) is not among the VMs of its group ${group_list[slice]} (${members[*]}); not starting the trainer"
+status=0 ce_worker=''
+read_metadata ce_worker instance/attributes/agent-worker-number is_count || status=$?
+if [[ $status == 0 ]] && ((10#$ce_worker != worker)); then
+  die "compute engine: metadata key agent-worker-number says this VM ($own_name) is worker $((10#$ce_worker)), but $order_source make it worker $worker of group ${group_list[slice]} ($(ordered members)); not starting the trainer"
+fi
+worker_order=$(ordered members)
+if [[ $worker_order != "$sorted_order" ]]; then
+  log "compute engine: group ${group_list[slice]}'s workers in $order_source order are $worker_order, not their sorted names $sorted_order: Google's numbering decides"
+fi
+worker_hosts=$(ordered hosts)
+# The TPU environment of Google's sample for TPU VMs of instance groups (gke-labs/tpu-operator's
+# README; infra/backends/compute_engine/tpu_env.py): the slice's addresses in worker order, the
+# TPU runtime's port on each (TPU_PROCESS_ADDRESSES) and the sample's port of TPU_WORKER_HOSTNAMES,
+# and the values the instance template carries (topology, bounds, ports).
+process_addresses=${worker_hosts//,/:@@PROCESS_PORT@@,}:@@PROCESS_PORT@@
+worker_hostnames=${worker_hosts//,/:@@WORKER_HOSTNAME_PORT@@,}:@@WORKER_HOSTNAME_PORT@@
+is_tpu_env() { [[ $1 =~ ^TPU_[A-Z_]+=[0-9x,]+( TPU_[A-Z_]+=[0-9x,]+)*$ ]]; }
+status=0 tpu_env=''
+read_metadata tpu_env instance/attributes/multislice-tpu-env is_tpu_env || status=$?
+if ((status == 3)); then
+  log "compute engine: metadata key multislice-tpu-env is absent (a VM created from an older instance template): the trainer gets no TPU topology environment until the VM is recreated"
+fi
+identity_env="TPU_WORKER_ID=$worker TPU_WORKER_HOSTNAMES=$worker_hostnames TPU_PROCESS_ADDRESSES=$process_addresses${tpu_env:+ $tpu_env}"
+own_order_source=$order_source
 if ((${#group_list[@]} > 1)); then
-  coordinator=${hosts[0]}
+  coordinator=${hosts[order[0]]}
   if ((slice != 0)); then
     wait_for_group "${group_list[0]}" "$workers_per_slice"
-    coordinator=${hosts[0]}
+    order_group "${group_list[0]}"
+    coordinator=${hosts[order[0]]}
   fi
   identity_env+=" MEGASCALE_COORDINATOR_ADDRESS=$coordinator MEGASCALE_NUM_SLICES=${#group_list[@]} MEGASCALE_SLICE_ID=$slice"
 fi
-log "compute engine: worker $worker of slice $slice, hosts $worker_hosts${coordinator:+, coordinator $coordinator}"
+log "compute engine: worker $worker of slice $slice ($own_order_source), hosts $worker_hosts${coordinator:+, coordinator $coordinator}"

@@ -12,13 +12,20 @@ https://cloud.google.com/compute/docs/reference/rest/v1; the shapes of gcloud's 
   ``{"managedInstances": [{"instance": <the VM's URL>, "id", "instanceStatus",
   "currentAction"}], "nextPageToken"}`` (the token only when more pages follow);
 * ``instances.get``: ``GET compute/v1/projects/P/zones/Z/instances/NAME`` → ``{"name",
-  "status", "networkInterfaces": [{"name": "nic0", "networkIP"}]}``;
-* ``instanceGroupManagers.recreateInstances``: ``POST compute/v1/projects/P/zones/Z/
-  instanceGroupManagers/G/recreateInstances`` with ``{"instances": [<URL or partial URL>, …]}`` →
-  an ``Operation`` marked ``DONE`` ("when the flag is set even if the instances have not yet been
-  recreated"); each named VM's ``currentAction`` becomes ``RECREATING`` and the request is
-  recorded (:meth:`ComputeApi.take_recreations`) for the emulation to carry out. A VM that is not
-  the group's is HTTP 400.
+  "status", "networkInterfaces": [{"name": "nic0", "networkIP"}]}``, and ``"metadata": {"items":
+  [{"key", "value"}]}`` where the VM was given metadata of its own (:meth:`ComputeApi.add_vm`:
+  e.g. the ``agent-worker-number`` Compute Engine may set);
+* ``instanceGroupManagers.get``: ``GET compute/v1/projects/P/zones/Z/instanceGroupManagers/G`` →
+  ``{"name", "zone", "selfLink", "baseInstanceName", "targetSize"}`` (what gcloud's ``managed
+  resize`` reads back after its request: the fake is checked with that command, docs/compute-engine.md
+  section 7);
+* ``instanceGroupManagers.resize``: ``POST compute/v1/projects/P/zones/Z/instanceGroupManagers/G/
+  resize?size=N`` → an ``Operation`` marked ``DONE`` ("when the resize actions are scheduled even
+  if the group has not yet added or deleted any instances"). As a group in bulk mode: size 0
+  deletes every VM of the group (they are no longer listed); a size above 0 adds VMs only to an
+  empty group ("About bulk mode"; else HTTP 400), all at once, listed ``CREATING`` under the
+  names the group had (a simplification: Compute Engine names new VMs anew), and is recorded
+  (:meth:`ComputeApi.take_recreations`) for the emulation to carry out.
 
 Every request is vetted and every answer recorded (:mod:`infra.local.api_traffic`): the tests judge
 both by Google's discovery document of the Compute API v1. An unknown group or VM is HTTP 404 and a
@@ -78,6 +85,8 @@ class ManagedVm:
     current_action: str = "NONE"
     #: ``instanceStatus`` when set (e.g. ``TERMINATED``); None: RUNNING with an IP, else PROVISIONING.
     status: str | None = None
+    #: The VM's own metadata items, as ``instances.get`` answers them (``metadata.items``).
+    metadata: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 class ComputeApi:
@@ -97,6 +106,8 @@ class ComputeApi:
         #: ``(method, path)`` of every request so far, in order.
         self.requests: list[tuple[str, str]] = []
         self._recreations: list[tuple[str, list[str]]] = []
+        #: The VM names of each group resized to 0, which a resize back reuses.
+        self._emptied: dict[str, list[str]] = {}
         api = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -134,8 +145,8 @@ class ComputeApi:
                     if parts[2] == "listManagedInstances":
                         self._reply(api._list(parts[1], query.get("pageToken", [""])[0]))
                         return
-                    if parts[2] == "recreateInstances":
-                        answer = api._recreate(parts[1], body)
+                    if parts[2] == "resize":
+                        answer = api._resize(parts[1], query.get("size", [""])[0])
                         if isinstance(answer, str):
                             self._error(400, "INVALID_ARGUMENT", answer)
                         else:
@@ -143,6 +154,9 @@ class ComputeApi:
                         return
                 if method == "GET" and len(parts) == 2 and parts[0] == "instances":
                     self._reply(api._instance(parts[1]))
+                    return
+                if method == "GET" and len(parts) == 2 and parts[0] == "instanceGroupManagers":
+                    self._reply(api._group(parts[1]))
                     return
                 self._error(404, "NOT_FOUND", f"The resource '{url.path}' was not found")
 
@@ -200,10 +214,20 @@ class ComputeApi:
         with self._lock:
             self._groups.pop(group, None)
 
-    def add_vm(self, group: str, name: str, ip: str | None, current_action: str = "NONE") -> None:
-        """List a VM in ``group`` (created with it); ``ip`` None: listed, not created yet."""
+    def add_vm(
+        self,
+        group: str,
+        name: str,
+        ip: str | None,
+        current_action: str = "NONE",
+        metadata: dict[str, str] | None = None,
+    ) -> None:
+        """List a VM in ``group`` (created with it); ``ip`` None: listed, not created yet;
+        ``metadata``: its own metadata items (``instances.get``)."""
         with self._lock:
-            self._groups.setdefault(group, []).append(ManagedVm(name, ip, current_action))
+            self._groups.setdefault(group, []).append(
+                ManagedVm(name, ip, current_action, metadata=dict(metadata or {}))
+            )
 
     def set_vm(self, name: str, *, ip: str | None, current_action: str = "NONE", status: str | None = None) -> None:
         """Change a listed VM's IP, current action and status (e.g. its creation finished, or it was
@@ -215,7 +239,7 @@ class ComputeApi:
                         vm.ip, vm.current_action, vm.status = ip, current_action, status
 
     def take_recreations(self) -> list[tuple[str, list[str]]]:
-        """``(group, VM names)`` of each ``recreateInstances`` request since the last call."""
+        """``(group, VM names)`` of each empty group resized back to its VMs since the last call."""
         with self._lock:
             taken, self._recreations = self._recreations, []
         return taken
@@ -247,28 +271,54 @@ class ComputeApi:
             answer["nextPageToken"] = str(end)
         return answer
 
-    def _recreate(self, group: str, body: bytes) -> dict[str, object] | str | None:
+    def _resize(self, group: str, size_text: str) -> dict[str, object] | str | None:
         try:
-            urls = json.loads(body or b"{}").get("instances") or []
-        except (ValueError, AttributeError):
-            return "Invalid JSON payload received."
-        names = [str(url).rsplit("/", 1)[-1] for url in urls]
+            size = int(size_text)
+        except ValueError:
+            return f"Invalid value for field 'size': '{size_text}'. Must be an integer."
         with self._lock:
             if group not in self._groups:
                 return None
-            vms = {vm.name: vm for vm in self._groups[group]}
-            if not names or any(name not in vms for name in names):
-                return f"Invalid value for field 'instances': {urls}: not VMs of group {group}"
-            for name in names:
-                vms[name].current_action = "RECREATING"
-            self._recreations.append((group, names))
+            vms = self._groups[group]
+            if size == 0:
+                self._emptied[group] = [vm.name for vm in vms] or self._emptied.get(group, [])
+                self._groups[group] = []
+            elif size != len(vms):
+                if vms:
+                    return (
+                        f"Invalid value for field 'size': {size}. A managed instance group in bulk mode adds "
+                        f"instances only when its target size is 0; group {group} has {len(vms)}."
+                    )
+                names = self._emptied.pop(group, [])[:size]
+                names += [instance_name(group) for _ in range(size - len(names))]
+                self._groups[group] = [ManagedVm(name, None, "CREATING") for name in names]
+                self._recreations.append((group, names))
+        zone = f"https://www.googleapis.com/compute/v1/projects/{self.project}/zones/{self.zone}"
+        name = f"operation-resize-{group}-{len(self.requests)}"
         return {
             "kind": "compute#operation",
-            "name": f"operation-recreate-{group}-{len(self.requests)}",
-            "operationType": "recreateInstances",
+            "name": name,
+            "zone": zone,
+            "selfLink": f"{zone}/operations/{name}",
+            "operationType": "compute.instanceGroupManagers.resize",
             "status": "DONE",
-            "targetLink": f"https://www.googleapis.com/compute/v1/projects/{self.project}/zones/{self.zone}"
-            f"/instanceGroupManagers/{group}",
+            "progress": 100,
+            "targetLink": f"{zone}/instanceGroupManagers/{group}",
+        }
+
+    def _group(self, group: str) -> dict[str, object] | None:
+        with self._lock:
+            if group not in self._groups:
+                return None
+            size = len(self._groups[group])
+        zone = f"https://www.googleapis.com/compute/v1/projects/{self.project}/zones/{self.zone}"
+        return {
+            "kind": "compute#instanceGroupManager",
+            "name": group,
+            "zone": zone,
+            "selfLink": f"{zone}/instanceGroupManagers/{group}",
+            "baseInstanceName": group,
+            "targetSize": size,
         }
 
     def _instance(self, name: str) -> dict[str, object] | None:
@@ -276,11 +326,14 @@ class ComputeApi:
             found = [vm for vms in self._groups.values() for vm in vms if vm.name == name and vm.ip]
         if not found:
             return None
-        return {
+        answer: dict[str, object] = {
             "name": name,
             "status": "RUNNING",
             "networkInterfaces": [{"name": "nic0", "networkIP": found[0].ip}],
         }
+        if found[0].metadata:
+            answer["metadata"] = {"items": [{"key": k, "value": v} for k, v in found[0].metadata.items()]}
+        return answer
 
     def stop(self) -> None:
         self._server.stop()

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import random
 
-from infra.backends.compute_engine import provisioning
+from infra.backends.compute_engine import provisioning, tpu_env
 from infra.backends.compute_engine.emulated_api import ComputeApi, instance_name
 from infra.backends.interface import KEPT, Emulation
 from infra.config import StackConfig
@@ -25,6 +25,9 @@ from infra.startup import contract
 EMULATED_PROJECT_NUMBER = "123456789012"
 #: Every emulated VM's internal IP (they all run on this machine).
 EMULATED_VM_IP = "127.0.0.1"
+#: Seconds an emulated Spot slice must have been seen lost before a VM's slice watch recreates it (a
+#: TPU VM's default is ``infra.backends.compute_engine.spec.SLICE_WATCH_GRACE_S``).
+SLICE_WATCH_GRACE_S = 2
 #: Seconds between two reads of the release record by an emulated VM's release watch (a TPU VM's
 #: default is ``infra.startup.boot.RELEASE_POLL_S``): a release written to the emulated bucket
 #: mid-run is booted within about this long.
@@ -34,7 +37,7 @@ RELEASE_POLL_S = 2
 def compute_engine_metadata(config: StackConfig, slice_id: int, *, startup_script: str, run_dir: str) -> dict[str, str]:
     """A compute-engine backend VM's metadata attributes: the instance template's (the startup
     script, the run directory, the backend, the groups in slice order, the VMs per slice, the
-    accelerator type) and its group's (the slice index)."""
+    accelerator type, the TPU environment) and its group's (the slice index)."""
     return {
         **contract.node_metadata(
             startup_script=startup_script,
@@ -46,6 +49,11 @@ def compute_engine_metadata(config: StackConfig, slice_id: int, *, startup_scrip
         contract.INSTANCE_GROUPS_KEY: ",".join(config.node_ids),
         contract.WORKERS_PER_SLICE_KEY: str(config.accelerator.hosts),
         contract.COMPUTE_ENGINE_ACCELERATOR_KEY: config.accelerator.name,
+        contract.COMPUTE_ENGINE_TPU_ENV_KEY: tpu_env.metadata_value(
+            tpu_env.static_environment(
+                config.accelerator.topology, config.accelerator.hosts, config.accelerator.chips_per_host
+            )
+        ),
         contract.SLICE_ID_KEY: str(slice_id),
     }
 
@@ -98,10 +106,22 @@ class ComputeEngineEmulation(Emulation):
 
     @property
     def repairs_slices(self) -> bool:
-        """Only a group of one VM with per-VM repair on recreates its slice by itself
-        (:func:`~infra.backends.compute_engine.provisioning.repairs_vms`); the others wait for a
-        VM's slice watch (``slice-watch.sh``) to ask the emulated API."""
-        return provisioning.repairs_vms(self.config.capacity, self.config.accelerator.hosts)
+        """Whether the slice comes back without a VM asking: a group of one VM with per-VM repair on
+        recreates it, and Compute Engine recovers a slice in a managed capacity mode itself
+        (:func:`~infra.backends.compute_engine.provisioning.recovered_by_compute_engine`). Only a
+        multi-host Spot slice waits for a VM's slice watch (``slice-watch.sh``) to ask the emulated API
+        (:func:`~infra.backends.compute_engine.provisioning.watch_recreates`)."""
+        return not provisioning.watch_recreates(self.config.capacity, self.config.accelerator.hosts)
+
+    @property
+    def repair_note(self) -> str:
+        """Who recreates the slice (the repair line names it)."""
+        config = self.config
+        if provisioning.repairs_vms(config.capacity, config.accelerator.hosts):
+            return "its group recreates its VM (per-VM repair)"
+        if provisioning.recovered_by_compute_engine(config.capacity):
+            return f"Compute Engine recovers a slice of {config.capacity} VMs itself (managed capacity mode)"
+        return "the slice watch resized its group to 0 and back"
 
     def lost(self, slice_id: int) -> None:
         """The slice's VMs are listed TERMINATED with no action, as a preempted Spot VM of a group
@@ -125,11 +145,13 @@ class ComputeEngineEmulation(Emulation):
         return compute_engine_values(self.config, self.names[slice_id][worker])
 
     def environment(self) -> dict[str, str]:
-        """The Compute API's endpoint, and the release watch's poll (:data:`RELEASE_POLL_S`)."""
+        """The Compute API's endpoint, the release watch's poll (:data:`RELEASE_POLL_S`) and the slice
+        watch's grace (:data:`SLICE_WATCH_GRACE_S`)."""
         assert self.api is not None, "ComputeEngineEmulation.start() first"
         return {
             contract.COMPUTE_API_ENDPOINT_ENV: self.api.endpoint,
             contract.RELEASE_POLL_ENV: str(RELEASE_POLL_S),
+            contract.SLICE_WATCH_GRACE_ENV: str(SLICE_WATCH_GRACE_S),
         }
 
     @property

@@ -7,15 +7,16 @@ Network, subnetwork and service account may be Outputs of the other components.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pulumi
 
-from infra.backends.compute_engine import provisioning
+from infra.backends.compute_engine import provisioning, tpu_env
 from infra.startup.contract import (
     BACKEND_KEY,
     COMPUTE_ENGINE_ACCELERATOR_KEY,
     COMPUTE_ENGINE_BACKEND,
+    COMPUTE_ENGINE_TPU_ENV_KEY,
     INSTANCE_GROUPS_KEY,
     SLICE_ID_KEY,
     WORKERS_PER_SLICE_KEY,
@@ -49,7 +50,9 @@ class ComputeEngineInputs:
       metadata: the template's metadata before the compute-engine keys (startup script, run dir).
       replaces_queued_resource: the stack's last deployment used the queued-resource backend (an
         Output of the program's backend check).
-      requested_target_size_policy_mode: the stack's choice of ``BULK``/``INDIVIDUAL``, if any.
+      boot_disk_size_gb: each VM's boot disk, GB (:func:`~infra.backends.compute_engine.machine.boot_disk_size_gb`).
+      tpu_environment: the trainer's TPU environment that does not depend on the VMs' addresses
+        (:func:`~infra.backends.compute_engine.tpu_env.static_environment`).
     """
 
     stack: str
@@ -72,20 +75,18 @@ class ComputeEngineInputs:
     reservation_name: str | None = None
     max_run_duration_seconds: int | None = None
     replaces_queued_resource: pulumi.Input[bool] = False
-    #: ``multislice:computeEngine.targetSizePolicyMode`` (None: chosen by the capacity).
-    requested_target_size_policy_mode: str | None = None
+    boot_disk_size_gb: int = 100
+    tpu_environment: dict[str, str] = field(default_factory=dict)
 
     @property
     def target_size_policy_mode(self) -> str:
         """``BULK`` or ``INDIVIDUAL`` (:func:`~infra.backends.compute_engine.provisioning.target_size_policy_mode`)."""
-        return provisioning.target_size_policy_mode(
-            self.capacity, self.reservation_name, self.vms_per_slice, self.requested_target_size_policy_mode
-        )
+        return provisioning.target_size_policy_mode(self.vms_per_slice)
 
     @property
     def resize_request(self) -> bool:
-        """Each group starts empty and gets its VMs from a resize request (flex-start)."""
-        return provisioning.requested_by_resize_request(self.capacity)
+        """Each group starts empty and gets its VM from a resize request (a one-VM flex-start slice)."""
+        return provisioning.requested_by_resize_request(self.capacity, self.vms_per_slice)
 
     @property
     def repairs_vms(self) -> bool:
@@ -107,12 +108,16 @@ class ComputeEngineInputs:
             INSTANCE_GROUPS_KEY: ",".join(self.group_names),
             WORKERS_PER_SLICE_KEY: str(self.vms_per_slice),
             COMPUTE_ENGINE_ACCELERATOR_KEY: self.accelerator_type,
+            COMPUTE_ENGINE_TPU_ENV_KEY: tpu_env.metadata_value(self.tpu_environment),
         }
 
-    @staticmethod
-    def group_metadata(slice_index: int) -> dict[str, str]:
-        """One group's ``all_instances_config.metadata``: its slice index."""
-        return {SLICE_ID_KEY: str(slice_index)}
+    def group_metadata(self, slice_index: int) -> dict[str, str]:
+        """One group's ``all_instances_config.metadata``: its slice index, and the accelerator type
+        (the template has it too): a new accelerator type changes the group's own inputs, which the
+        program replaces the group on (``replaceOnChanges``: Compute Engine refuses a new workload
+        policy, or a new target size in bulk mode, on a group with VMs; docs/compute-engine.md,
+        section 3b)."""
+        return {SLICE_ID_KEY: str(slice_index), COMPUTE_ENGINE_ACCELERATOR_KEY: self.accelerator_type}
 
     def group_description(self) -> pulumi.Output[str]:
         """The groups' ``description``: :data:`REPLACES_QUEUED_RESOURCE` when the stack's last

@@ -8,6 +8,7 @@ from typing import Any
 import pulumi
 
 from infra import startup
+from infra.backends.compute_engine import machine, tpu_env
 from infra.backends.compute_engine.inputs import ComputeEngineInputs
 from infra.backends.compute_engine.slices import ComputeEngineSlices
 from infra.config import StackConfig
@@ -51,7 +52,10 @@ def compute_engine_inputs(
         capacity=config.capacity,
         reservation_name=config.reservation_name,
         max_run_duration_seconds=config.compute_engine.max_run_duration,
-        requested_target_size_policy_mode=config.compute_engine.target_size_policy_mode,
+        boot_disk_size_gb=machine.boot_disk_size_gb(
+            accelerator.generation.name, config.compute_engine.boot_disk_size_gb
+        ),
+        tpu_environment=tpu_env.static_environment(accelerator.topology, accelerator.hosts, accelerator.chips_per_host),
         network=network,
         subnetwork=subnetwork,
         service_account=service_account,

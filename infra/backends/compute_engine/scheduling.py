@@ -28,7 +28,13 @@ Per ``multislice:capacity`` (docs/compute-engine.md, section 3, which quotes Goo
   required by the config), ``instance_termination_action`` DELETE, ``automatic_restart`` false,
   TERMINATE (pulumi-gcp's rule for FLEX_START in ``pulumi_gcp/compute/_inputs.py``:
   "``automatic_restart`` should be ``false`` and ``instance_termination_action`` should be set to
-  ``DELETE``. A ``max_run_duration`` must also be specified").
+  ``DELETE``. A ``max_run_duration`` must also be specified"), and ``reservation_affinity``
+  NO_RESERVATION: every resize-request example sets it (terraform-provider-google's
+  ``compute_resize_request`` and ``compute_region_resize_request``, pulumi-gcp's
+  ``RegionResizeRequest``: ``reservation_affinity { type = "NO_RESERVATION" }``); without it the
+  API's default, ANY_RESERVATION ("Consume any allocation available": the Compute API's
+  ``ReservationAffinity.consumeReservationType``), applies. A flex-start stack names no reservation
+  (the config refuses ``multislice:reservationName`` with it).
 
 ``maxRunDuration`` with ``spot``/``on-demand``/``reserved`` also sets ``max_run_duration`` and
 the termination action DELETE: the VMs are deleted when it ends (gcloud's
@@ -76,12 +82,15 @@ def scheduling(
 
 
 def reservation_affinity(capacity: str, reservation_name: str | None) -> dict[str, Any] | None:
-    """The template's ``reservation_affinity`` for ``capacity: reserved``; None otherwise.
+    """The template's ``reservation_affinity``: ``capacity: reserved``'s, NO_RESERVATION for
+    flex-start (the module docstring), None (the API's default) otherwise.
 
     ``reservation_name`` is a short name, or a path whose last segment is the name (the
     queued-resource backend's ``projects/P/locations/Z/reservations/R`` form): the key selects a
     reservation of the project by name.
     """
+    if capacity == "flex-start":
+        return {"type": "NO_RESERVATION"}
     if capacity != "reserved":
         return None
     name = reservation_short_name(reservation_name)

@@ -7,29 +7,41 @@
 #
 #   slice-watch.sh HOME
 #
-# A multi-host slice's VMs are recovered together or not at all ("Multi-host slices require all
-# instances in the slice to be recovered or rescheduled together … you can't reschedule individual
-# instances within a slice", Google's "Failure recovery of TPU instances"), and a Spot VM's
-# preemption is not recovered by Compute Engine ("delete and then recreate"). So every VM of the
-# stack watches every slice's group (instanceGroupManagers.listManagedInstances): a VM that is
-# TERMINATED, STOPPED or SUSPENDED with no action of its group on it (currentAction NONE) is lost,
-# and a group with a lost VM on two polls in a row is recreated whole, by one VM: the first VM
-# that is up (RUNNING, no action), in slice order and then name order, outside that group, else
-# inside it. It sends instanceGroupManagers.recreateInstances with every VM of the group ("Flags
-# the specified VM instances in the managed instance group to be immediately recreated. Each
-# instance is recreated using the group's current configuration"; the method needs
-# compute.instanceGroupManagers.update: Compute API v1 reference). The group's VMs then carry
-# the action RECREATING, so no VM asks again; the recreated VMs boot, find their place and join
-# the job, whose other trainers resume from the newest checkpoint with them.
+# A multi-host slice's VMs are recovered together or not at all ("Multi-host TPU slices require
+# all instances in the slice to be recovered or rescheduled together", Google's "Failure recovery
+# of TPU instances", https://cloud.google.com/tpu/docs/failure-recovery). Every VM of the stack
+# reads every slice's group (instanceGroupManagers.listManagedInstances): a VM TERMINATED, STOPPED
+# or SUSPENDED with no action of its group on it (currentAction NONE) is lost. What then depends
+# on the stack's capacity (LOST_SLICE_ACTION, rendered in):
 #
-# One attempt per call (the next poll tries again); one line when it acts or cannot read the
-# groups. Exit status 0, or 1 when the groups could not be read or the request failed.
+#  * report (on-demand, flex-start, reserved: Compute Engine's managed capacity modes, in which
+#    "Compute Engine automatically recovers TPU instances and slices", same page): the first VM up,
+#    outside the group if any, says so once; nothing is asked of the API.
+#  * recreate (Spot: "Compute Engine doesn't automatically recover … Spot VM preemption", same page):
+#    a group with a lost VM on two polls in a row, first seen at least MULTISLICE_SLICE_WATCH_GRACE_S
+#    seconds ago, is resized to 0 by the first VM up outside it (instanceGroupManagers.resize, size
+#    0: every VM of the group is deleted), and a group that lists no VM is resized back to the slice's
+#    VMs (multislice-workers-per-slice), which bulk mode creates all at once, in the workload
+#    policy's topology. Bulk mode adds VMs only while the target size is 0 and removes them only by a
+#    target size of 0 ("About bulk mode", https://cloud.google.com/compute/docs/instance-groups/
+#    about-bulk-mode), so this is the way to make a slice's VMs again without deleting the group,
+#    which pulumi up owns (Google's Cluster Toolkit deletes and recreates the group instead:
+#    docs/compute-engine.md, section 5). A VM of the lost group cannot do both steps (the first
+#    deletes it): with no VM up outside the group, the first VM up inside it says once how to do it
+#    by hand. The method "resizes the managed instance group … If you decrease the size, the group
+#    deletes instances" and needs compute.instanceGroupManagers.update (Compute API v1 reference).
+#
+# One attempt per call (the next poll tries again); one line when it acts, reports or cannot read
+# the groups. Exit status 0, or 1 when the groups could not be read or a request failed.
 # Environment variables: GCE_METADATA_IP, MULTISLICE_COMPUTE_API_ENDPOINT (default
-# @@DEFAULT_COMPUTE_API_ENDPOINT@@), MULTISLICE_SLICE / MULTISLICE_WORKER (the line prefix).
+# @@DEFAULT_COMPUTE_API_ENDPOINT@@), MULTISLICE_SLICE_WATCH_GRACE_S (default @@LOST_GRACE_S@@),
+# MULTISLICE_SLICE / MULTISLICE_WORKER (the line prefix).
 set -uo pipefail
 
 readonly METADATA="http://${GCE_METADATA_IP:-@@DEFAULT_METADATA_HOST@@}/computeMetadata/v1"
+readonly ACTION=@@LOST_SLICE_ACTION@@
 compute_api=${MULTISLICE_COMPUTE_API_ENDPOINT:-@@DEFAULT_COMPUTE_API_ENDPOINT@@}
+grace=${MULTISLICE_SLICE_WATCH_GRACE_S:-@@LOST_GRACE_S@@}
 say() { printf '[slice %s worker %s] slice watch: %s\n' "${MULTISLICE_SLICE:-?}" "${MULTISLICE_WORKER:-?}" "$*"; }
 # A managed instance's line: name, instanceStatus (- when it does not exist), currentAction; read
 # with `python3 -I -S`, the standard library only, as boot-identity.sh reads the same answers.
@@ -42,11 +54,11 @@ for m in page.get("managedInstances", []):
 
 metadata() { curl -sS --connect-timeout 5 --max-time 10 -f -H 'Metadata-Flavor: Google' "$METADATA/$1" 2>/dev/null; }
 
-# call METHOD PATH [BODY]: the Compute API's answer in $answer (under projects/<p>/zones/<z>/).
+# call METHOD PATH: the Compute API's answer in $answer (under projects/<p>/zones/<z>/).
 call() {
   local code
   answer=$(curl -sS --connect-timeout 5 --max-time 30 -X "$1" -H "Authorization: Bearer $token" \
-    -H 'Content-Type: application/json' --data "${3:-}" -w '\n%{http_code}' \
+    -H 'Content-Type: application/json' --data '' -w '\n%{http_code}' \
     "$compute_api/compute/v1/projects/$project/zones/$zone/$2" 2>/dev/null) || return 1
   code=${answer##*$'\n'}
   answer=${answer%$'\n'*}
@@ -58,7 +70,10 @@ call() {
 
 home=${1:?usage: slice-watch.sh HOME}
 seen_file="$home/slice-watch.lost"
+[[ $grace =~ ^[0-9]+$ ]] || { say "warning: MULTISLICE_SLICE_WATCH_GRACE_S='${grace:0:40}' is not a whole number of seconds"; exit 1; }
 groups=$(metadata instance/attributes/multislice-instance-groups) || { say "warning: no metadata key multislice-instance-groups"; exit 1; }
+vms=$(metadata instance/attributes/multislice-workers-per-slice) || { say "warning: no metadata key multislice-workers-per-slice"; exit 1; }
+[[ $vms =~ ^[1-9][0-9]*$ ]] || { say "warning: metadata key multislice-workers-per-slice is '${vms:0:40}'"; exit 1; }
 own=$(metadata instance/name) || exit 1
 zone=$(metadata instance/zone) || exit 1
 zone=${zone##*/}
@@ -68,7 +83,7 @@ token=$(metadata instance/service-accounts/default/token) || exit 1
 token=${BASH_REMATCH[1]}
 
 IFS=, read -r -a group_list <<<"$groups"
-declare -A lost=() members=()
+declare -A lost=() listed=()
 up=() # "group name" of every VM up, in slice order and then name order
 for group in "${group_list[@]}"; do
   page_token='' lines=()
@@ -86,10 +101,11 @@ for group in "${group_list[@]}"; do
     [[ -n $page_token ]] || break
   done
   mapfile -t lines < <(printf '%s\n' "${lines[@]}" | LC_ALL=C sort)
+  listed[$group]=0
   for line in "${lines[@]}"; do
     read -r name status action <<<"$line"
     [[ -n ${name:-} ]] || continue
-    members[$group]+="${members[$group]:+ }$name"
+    listed[$group]=$((listed[$group] + 1))
     if [[ $action == NONE ]]; then
       case $status in
         RUNNING) up+=("$group $name") ;;
@@ -99,36 +115,64 @@ for group in "${group_list[@]}"; do
   done
 done
 
-previous=$(cat "$seen_file" 2>/dev/null) || previous=''
+# first_up GROUP: the first VM up outside GROUP in $actor, else (inside=1) the first up inside it.
+first_up() {
+  local entry
+  actor='' inside=0
+  for entry in "${up[@]}"; do
+    if [[ ${entry% *} != "$1" ]]; then
+      actor=${entry#* }
+      return
+    fi
+  done
+  if ((${#up[@]} > 0)); then actor=${up[0]#* } inside=1; fi
+}
+
+# The groups seen lost at earlier polls, each with the time it was first seen (epoch seconds).
+declare -A first_seen=()
+while read -r group since; do
+  if [[ -n ${group:-} && ${since:-} =~ ^[0-9]+$ ]]; then first_seen[$group]=$since; fi
+done < <(cat "$seen_file" 2>/dev/null)
+now=$(date +%s)
 : >"$seen_file.new"
 status=0
 for group in "${group_list[@]}"; do
-  [[ -n ${lost[$group]:-} ]] || continue
-  echo "$group" >>"$seen_file.new"
-  actor=''
-  for entry in "${up[@]}"; do # the first VM up outside the group, else inside it
-    if [[ ${entry% *} != "$group" ]]; then
-      actor=${entry#* }
-      break
+  if [[ -z ${lost[$group]:-} ]]; then
+    # A group that lists no VM (resized to 0 for a lost Spot slice) gets the slice's VMs back.
+    [[ $ACTION == recreate && ${listed[$group]} == 0 ]] || continue
+    first_up "$group"
+    [[ $actor == "$own" ]] || continue
+    if call POST "instanceGroupManagers/$group/resize?size=$vms"; then
+      say "group $group lists no VM: resizing it to its slice's $vms VMs, created all at once (instanceGroupManagers.resize)"
+    else
+      say "warning: group $group: resize to $vms failed ($answer); trying again at the next poll"
+      status=1
     fi
-  done
-  if [[ -z $actor && ${#up[@]} -gt 0 ]]; then actor=${up[0]#* }; fi
-  [[ $actor == "$own" ]] || continue
-  if ! grep -qxF "$group" <<<"$previous"; then
-    say "group $group: lost VM ${lost[$group]}; a VM recreated alone cannot rejoin its slice, so the whole group is recreated if it is still lost at the next poll"
     continue
   fi
-  urls=()
-  read -r -a names <<<"${members[$group]}"
-  for name in "${names[@]}"; do urls+=("\"zones/$zone/instances/$name\""); done
-  body="{\"instances\": [$(
-    IFS=,
-    printf '%s' "${urls[*]}"
-  )]}"
-  if call POST "instanceGroupManagers/$group/recreateInstances" "$body"; then
-    say "group $group: recreating all ${#urls[@]} of its VMs together (instanceGroupManagers.recreateInstances; lost: ${lost[$group]})"
+  since=${first_seen[$group]:-$now}
+  echo "$group $since" >>"$seen_file.new"
+  first_up "$group"
+  [[ $actor == "$own" ]] || continue
+  if [[ $ACTION == report ]]; then
+    [[ -z ${first_seen[$group]:-} ]] || continue
+    say "group $group: lost VM ${lost[$group]}; Compute Engine recovers a slice in this capacity mode itself (managed capacity), so the slice watch only reports it"
+    continue
+  fi
+  if ((inside)); then
+    [[ -z ${first_seen[$group]:-} ]] || continue
+    say "group $group: lost VM ${lost[$group]}, and no VM outside it is up to recreate its VMs (Compute Engine does not recover a Spot slice): gcloud compute instance-groups managed resize $group --size=0 --zone=$zone --project=$project, then the same with --size=$vms"
+    continue
+  fi
+  if [[ -z ${first_seen[$group]:-} ]]; then
+    say "group $group: lost VM ${lost[$group]}; a VM recreated alone cannot rejoin its slice, so the slice's $vms VMs are recreated together if it is still lost in ${grace}s"
+    continue
+  fi
+  ((now - since >= grace)) || continue
+  if call POST "instanceGroupManagers/$group/resize?size=0"; then
+    say "group $group: resizing it to 0 to recreate all $vms of its VMs together (instanceGroupManagers.resize; lost: ${lost[$group]}); then back to $vms"
   else
-    say "warning: group $group: recreateInstances failed ($answer); trying again at the next poll"
+    say "warning: group $group: resize to 0 failed ($answer); trying again at the next poll"
     status=1
   fi
 done

@@ -23,6 +23,18 @@ UPDATE_POLICY_TYPE = "OPPORTUNISTIC"
 UPDATE_MINIMAL_ACTION = "NONE"
 #: The name of the groups' one version (the template it points to changes, not the name).
 VERSION_NAME = "multislice"
+#: The group's inputs whose change replaces it (``replaceOnChanges``), deleted first:
+#: ``targetSizePolicies`` ("You can't change the target size policy mode in an existing MIG": "About
+#: bulk mode"); ``resourcePolicies`` ("You can replace or remove a workload policy from a MIG only if
+#: there are no compute instances in the MIG": Compute Engine's "Replace, remove, or delete workload
+#: policies"); ``allInstancesConfig``, which holds the accelerator type
+#: (:meth:`~infra.backends.compute_engine.inputs.ComputeEngineInputs.group_metadata`), so that a new
+#: accelerator type (a new machine type and topology) recreates the slice's VMs as one step rather
+#: than leaving the running ones on the old template (the update policy is opportunistic); and,
+#: where the program sets it, :data:`TARGET_SIZE` (in bulk mode VMs are added only while the target
+#: size is 0: "About bulk mode").
+GROUP_REPLACE_ON_CHANGES = ("targetSizePolicies", "resourcePolicies", "allInstancesConfig")
+TARGET_SIZE = "targetSize"
 #: A flex-start group's resize request is named ``<group>-<this>``.
 RESIZE_REQUEST_SUFFIX = "flex-start"
 
@@ -35,7 +47,8 @@ class ComputeEngineSlices(pulumi.ComponentResource):
     * one workload policy (``gcp.compute.ResourcePolicy``, regional, ``HIGH_THROUGHPUT``,
       ``accelerator_topology`` = the slice's topology), only when a slice spans several VMs;
     * one instance template (``gcp.compute.InstanceTemplate``, global, ``name_prefix``): the TPU
-      machine type, the boot image (:mod:`~infra.backends.compute_engine.images`), the stack's subnetwork
+      machine type, the boot image (:mod:`~infra.backends.compute_engine.images`) on a boot disk of
+      the generation's type and size (:mod:`~infra.backends.compute_engine.machine`), the stack's subnetwork
       without an external IP (no ``access_configs``), the network tag, the VMs' service account
       with the ``cloud-platform`` scope, the labels, the capacity's ``scheduling`` and
       ``reservation_affinity`` (:mod:`~infra.backends.compute_engine.scheduling`), and the metadata
@@ -43,8 +56,10 @@ class ComputeEngineSlices(pulumi.ComponentResource):
       :meth:`~infra.backends.compute_engine.inputs.ComputeEngineInputs.template_metadata`);
     * one zonal managed instance group per slice (``gcp.compute.InstanceGroupManager``), named as
       the queued resource's nodes are (``multislice-<stack>-<i>``), ``target_size`` = VMs per
-      slice, the workload policy, ``all_instances_config.metadata`` = its slice index, and update
-      policy ``OPPORTUNISTIC``.
+      slice (0 for a one-VM flex-start slice, whose resize request fills it), bulk mode for a
+      multi-host slice (:mod:`~infra.backends.compute_engine.provisioning`), the workload policy,
+      ``all_instances_config.metadata`` = its slice index and the accelerator type, and update
+      policy ``OPPORTUNISTIC``; replaced, not patched, on :data:`GROUP_REPLACE_ON_CHANGES`.
 
     A trainer change converges in place: the startup script (template metadata) changes, so the
     template is replaced, new one first (pulumi-gcp replaces a template on any change, and with
@@ -92,6 +107,7 @@ class ComputeEngineSlices(pulumi.ComponentResource):
                     auto_delete=True,
                     source_image=images.source_image(args.generation),
                     disk_type=machine.boot_disk_type(args.generation),
+                    disk_size_gb=args.boot_disk_size_gb,
                 )
             ],
             # No access_configs: no external IP (egress through the stack's Cloud NAT).
@@ -154,15 +170,17 @@ class ComputeEngineSlices(pulumi.ComponentResource):
                         type=UPDATE_POLICY_TYPE, minimal_action=UPDATE_MINIMAL_ACTION
                     ),
                     # Fixed names: a group that must be replaced goes before its successor comes.
-                    # The target size policy cannot change on an existing group ("About bulk
-                    # mode"): a change replaces the group, and the preview says so. A group
-                    # filled by a resize request grows from 0 by it: its target size is the
-                    # request's to set, not the program's.
+                    # What Compute Engine refuses to change on a group with VMs replaces it, and the
+                    # preview says so (GROUP_REPLACE_ON_CHANGES). A group filled by a resize
+                    # request grows from 0 by it: its target size is the request's to set.
                     opts=pulumi.ResourceOptions(
                         parent=self,
                         delete_before_replace=True,
-                        replace_on_changes=["targetSizePolicies"],
-                        ignore_changes=["targetSize"] if args.resize_request else None,
+                        replace_on_changes=[
+                            *GROUP_REPLACE_ON_CHANGES,
+                            *([] if args.resize_request else [TARGET_SIZE]),
+                        ],
+                        ignore_changes=[TARGET_SIZE] if args.resize_request else None,
                     ),
                 )
             )
@@ -175,7 +193,7 @@ class ComputeEngineSlices(pulumi.ComponentResource):
 def _resize_request_of(
     name: str, index: int, args: ComputeEngineInputs, group: gcp.compute.InstanceGroupManager, parent: pulumi.Resource
 ) -> gcp.compute.ResizeRequest:
-    """Slice ``index``'s resize request: the slice's VMs, all at once, for the run duration."""
+    """Slice ``index``'s resize request: the slice's one VM, for the run duration."""
     assert args.max_run_duration_seconds is not None  # flex-start: the config requires it
     return gcp.compute.ResizeRequest(
         f"{name}-{index}-resize-request",

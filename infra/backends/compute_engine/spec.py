@@ -21,7 +21,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from infra.accelerators import Generation
-from infra.backends.compute_engine import provisioning
+from infra.backends.compute_engine import machine, provisioning, tpu_env
 from infra.backends.spec import BackendSpec
 from infra.durations import Duration, format_duration
 from training.validation import StrictModel, invalid
@@ -51,8 +51,16 @@ class ComputeEngineSettings(StrictModel):
         default=None,
         alias="targetSizePolicyMode",
         description=(
-            "BULK (each slice's VMs created all at once or not at all) or INDIVIDUAL; default BULK for "
-            "multi-host slices of a named reservation, else INDIVIDUAL."
+            "BULK (each slice's VMs created all at once or not at all) for a multi-host slice, INDIVIDUAL for a "
+            "one-VM slice: the only value allowed is the one the slice size gives, so the key may be left out."
+        ),
+    )
+
+    boot_disk_size_gb: int | None = Field(
+        default=None,
+        alias="bootDiskSizeGb",
+        description=(
+            f"Each VM's boot disk, GB ({machine.MIN_BOOT_DISK_SIZE_GB}..{machine.MAX_BOOT_DISK_SIZE_GB}; default 100)."
         ),
     )
 
@@ -65,15 +73,33 @@ class ComputeEngineSettings(StrictModel):
                 f"{limit}s is outside 10m..7d (600..604800 s): flex-start VMs run for at most seven days "
                 "(https://cloud.google.com/compute/docs/instances/about-flex-start-vms)",
             )
+        size = self.boot_disk_size_gb
+        if size is not None and not machine.MIN_BOOT_DISK_SIZE_GB <= size <= machine.MAX_BOOT_DISK_SIZE_GB:
+            raise invalid(
+                "bootDiskSizeGb",
+                f"{size} GB is outside {machine.MIN_BOOT_DISK_SIZE_GB}..{machine.MAX_BOOT_DISK_SIZE_GB}: below "
+                f"{machine.MIN_BOOT_DISK_SIZE_GB} GB the image, the releases and their virtualenvs may not fit; "
+                f"{machine.MAX_BOOT_DISK_SIZE_GB} GB (64 TiB) is the largest Compute Engine disk "
+                "(docs/compute-engine.md, section 2)",
+            )
         return self
 
 
 #: Seconds a VM's boot waits for the groups to list every VM of its slice (and slice 0's) each
-#: with an internal IP before it stops (``boot_identity.sh``; ``MULTISLICE_GROUP_WAIT_S``). A
-#: managed instance group creates its VMs one by one, and the groups of a stack are created side
-#: by side by ``pulumi up``: half an hour covers a slow creation, and a VM whose slice never
-#: fills stops with one line rather than waiting for ever (a reboot tries again).
+#: with an internal IP before it stops (``boot_identity.sh``; ``MULTISLICE_GROUP_WAIT_S``). The
+#: groups of a stack are created side by side by ``pulumi up``, each slice's VMs all at once (bulk
+#: mode) when its capacity comes, so another slice may come up much later: half an hour covers a
+#: slow creation, and a VM whose slices never fill stops with one line rather than waiting for
+#: ever (a reboot tries again).
 GROUP_WAIT_S = 1800
+#: Seconds a VM of a multi-host Spot slice must have been seen lost (and on two polls of the slice
+#: watch in a row) before the watch recreates the slice's VMs (``slice_watch.sh``;
+#: ``MULTISLICE_SLICE_WATCH_GRACE_S`` on a VM changes it). Compute Engine does not recover a Spot
+#: preemption ("Failure recovery of TPU instances"), so the wait is not for Compute Engine: a
+#: preemption notice reaches every VM of the slice within seconds, and two minutes lets their
+#: trainers save and the group's listing settle before its VMs are deleted. This project's
+#: choice, not a Google figure.
+SLICE_WATCH_GRACE_S = 120
 
 
 class ComputeEngineSpec(BackendSpec):
@@ -116,13 +142,24 @@ class ComputeEngineSpec(BackendSpec):
                 "required with multislice:capacity flex-start: flex-start VMs run for at most seven days and "
                 "Compute Engine deletes them at the end (e.g. maxRunDuration: 3d)",
             )
-        if config.compute_engine.target_size_policy_mode == provisioning.BULK:
-            _check_bulk(config)
+        requested = config.compute_engine.target_size_policy_mode
+        if requested is not None:
+            _check_mode(config, requested)
 
     def slice_watch(self, config: Any) -> str | None:
         """``slice_watch.sh`` where the groups do not repair a VM by themselves
         (:func:`~infra.backends.compute_engine.provisioning.repairs_vms` is False)."""
         return None if provisioning.repairs_vms(config.capacity, config.accelerator.hosts) else "slice_watch.sh"
+
+    def slice_watch_recreates(self, config: Any) -> bool:
+        return provisioning.watch_recreates(config.capacity, config.accelerator.hosts)
+
+    def slice_watch_values(self, config: Any) -> dict[str, str]:
+        """What the watch does with a lost slice: ``recreate`` it where neither its group nor
+        Compute Engine does (:func:`~infra.backends.compute_engine.provisioning.watch_recreates`),
+        else ``report``; and the grace before it acts (:data:`SLICE_WATCH_GRACE_S`)."""
+        acts = provisioning.watch_recreates(config.capacity, config.accelerator.hosts)
+        return {"LOST_SLICE_ACTION": "recreate" if acts else "report", "LOST_GRACE_S": str(SLICE_WATCH_GRACE_S)}
 
     def capacity_plan(self, config: Any) -> str | None:
         limit = config.compute_engine.max_run_duration
@@ -130,7 +167,6 @@ class ComputeEngineSpec(BackendSpec):
             config.capacity,
             config.reservation_name,
             config.accelerator.hosts,
-            config.compute_engine.target_size_policy_mode,
             run_duration=None if limit is None else format_duration(limit),
         )
 
@@ -144,42 +180,37 @@ class ComputeEngineSpec(BackendSpec):
         return f"the managed instance groups {', '.join(map(str, groups)) or '(unnamed)'} and their TPU VMs"
 
     def boot_values(self) -> dict[str, str]:
-        return {"GROUP_WAIT_S": str(GROUP_WAIT_S)}
+        return {
+            "GROUP_WAIT_S": str(GROUP_WAIT_S),
+            "PROCESS_PORT": str(tpu_env.PROCESS_PORT),
+            "WORKER_HOSTNAME_PORT": str(tpu_env.WORKER_HOSTNAME_PORT),
+        }
 
 
 #: Google's page on bulk mode (its rules: :mod:`~infra.backends.compute_engine.provisioning`).
 BULK_MODE_PAGE = "https://cloud.google.com/compute/docs/instance-groups/about-bulk-mode"
 
 
-def _check_bulk(config: Any) -> None:
-    """``targetSizePolicyMode: BULK`` only where bulk mode can be: one message naming the key."""
+def _check_mode(config: Any, requested: str) -> None:
+    """``targetSizePolicyMode`` other than the one the slice size gives: one message naming the key
+    (:func:`~infra.backends.compute_engine.provisioning.target_size_policy_mode`)."""
     key = "multislice:computeEngine.targetSizePolicyMode"
-    if config.capacity in ("spot", "on-demand"):
-        raise invalid(
-            key,
-            f"BULK cannot be used with multislice:capacity {config.capacity}: bulk mode takes only reservation-bound "
-            f"and flex-start VMs ({BULK_MODE_PAGE}); use capacity reserved with multislice:reservationName, or "
-            "remove the key",
-        )
-    if config.capacity == "flex-start":
-        raise invalid(
-            key,
-            "BULK cannot be used with multislice:capacity flex-start here: each flex-start slice is requested by a "
-            f"resize request, which bulk mode does not support ({BULK_MODE_PAGE}); remove the key",
-        )
-    if not provisioning.reservation_bound(config.capacity, config.reservation_name):
-        raise invalid(
-            key,
-            "BULK needs reservation-bound VMs, and a reserved stack's VMs are reservation-bound only with a named "
-            f"reservation ({BULK_MODE_PAGE}): set multislice:reservationName, or remove the key",
-        )
-    if config.accelerator.hosts == 1:
+    hosts = config.accelerator.hosts
+    if requested == provisioning.target_size_policy_mode(hosts):
+        return
+    if hosts == 1:
         raise invalid(
             key,
             f"BULK needs a slice of several VMs; {config.accelerator_type} is one VM per slice (Google's "
             'gke-labs/tpu-operator: "targetSizePolicyMode must be INDIVIDUAL when nodeCount is 1 or less"): '
             "remove the key",
         )
+    raise invalid(
+        key,
+        f"INDIVIDUAL cannot be used for {config.accelerator_type}, a slice of {hosts} VMs: each multi-host slice's "
+        "group is in bulk mode, so that its VMs are created all at once or not at all (Google's gke-labs/tpu-operator: "
+        f'multi-host slices "must explicitly configure targetSizePolicyMode: BULK"; {BULK_MODE_PAGE}): remove the key',
+    )
 
 
 SPEC = ComputeEngineSpec()

@@ -63,29 +63,43 @@ def test_a_post_without_content_length_is_refused_as_google_s_front_end_does():
         connection.close()
 
 
-def test_recreate_instances_marks_the_vms_and_records_the_request():
-    """recreateInstances (Compute API v1: body ``{"instances": [URL…]}``, partial URLs allowed;
-    the operation is DONE once the flag is set) sets each VM's action to RECREATING; a VM of
-    another group is refused."""
+def test_resize_to_zero_and_back_recreates_a_bulk_groups_vms_all_at_once():
+    """instanceGroupManagers.resize (Compute API v1: ``POST …/resize?size=N``; the operation is
+    DONE once the actions are scheduled), as a group in bulk mode takes it ("About bulk mode"): size
+    0 deletes every VM; a size above 0 adds VMs only to an empty group (else HTTP 400), all at
+    once (listed CREATING), and is recorded for the emulation."""
     with ComputeApi("p1", "us-central2-b") as api:
-        for group, vm in (("g", "g-aaaa"), ("g", "g-bbbb"), ("h", "h-cccc")):
-            api.add_group(group)
-            api.add_vm(group, vm, "10.0.0.1")
+        api.add_group("g")
+        for vm in ("g-aaaa", "g-bbbb"):
+            api.add_vm("g", vm, "10.0.0.1")
         api.set_vm("g-bbbb", ip="10.0.0.1", status="TERMINATED")
-        code, page = call(api, "POST", "instanceGroupManagers/g/listManagedInstances")
-        assert [(m["instanceStatus"], m["currentAction"]) for m in page["managedInstances"]] == [
-            ("RUNNING", "NONE"),
-            ("TERMINATED", "NONE"),
-        ]
-        partial = ["zones/us-central2-b/instances/g-aaaa", "zones/us-central2-b/instances/g-bbbb"]
-        body = json.dumps({"instances": partial})
-        code, operation = call(api, "POST", "instanceGroupManagers/g/recreateInstances", body=body.encode())
-        assert code == 200 and (operation["operationType"], operation["status"]) == ("recreateInstances", "DONE")
-        assert api.take_recreations() == [("g", ["g-aaaa", "g-bbbb"])] and api.take_recreations() == []
-        code, page = call(api, "POST", "instanceGroupManagers/g/listManagedInstances")
-        assert {m["currentAction"] for m in page["managedInstances"]} == {"RECREATING"}
-        other = json.dumps({"instances": ["zones/us-central2-b/instances/h-cccc"]}).encode()
-        code, error = call(api, "POST", "instanceGroupManagers/g/recreateInstances", body=other)
-        assert code == 400 and error["error"]["status"] == "INVALID_ARGUMENT"
-        assert call(api, "POST", "instanceGroupManagers/x/recreateInstances", body=other)[0] == 404
+        code, error = call(api, "POST", "instanceGroupManagers/g/resize?size=3")
+        assert code == 400 and "adds instances only when its target size is 0" in error["error"]["message"]
+        code, operation = call(api, "POST", "instanceGroupManagers/g/resize?size=0")
+        assert code == 200 and operation["status"] == "DONE"
+        assert operation["operationType"] == "compute.instanceGroupManagers.resize"
+        assert call(api, "POST", "instanceGroupManagers/g/listManagedInstances")[1] == {"managedInstances": []}
         assert api.take_recreations() == []
+        code, _ = call(api, "POST", "instanceGroupManagers/g/resize?size=2")
+        assert code == 200 and api.take_recreations() == [("g", ["g-aaaa", "g-bbbb"])]
+        code, page = call(api, "POST", "instanceGroupManagers/g/listManagedInstances")
+        assert [(m["currentAction"], m["instanceStatus"]) for m in page["managedInstances"]] == [
+            ("CREATING", "PROVISIONING")
+        ] * 2
+        assert call(api, "POST", "instanceGroupManagers/x/resize?size=0")[0] == 404
+        # What gcloud's `managed resize` reads back after its request (instanceGroupManagers.get).
+        code, found = call(api, "GET", "instanceGroupManagers/g", body=None)
+        assert code == 200 and (found["name"], found["targetSize"]) == ("g", 2)
+        assert found["selfLink"].endswith("/projects/p1/zones/us-central2-b/instanceGroupManagers/g")
+
+
+def test_a_vms_own_metadata_is_in_its_instances_get_answer():
+    """``Instance.metadata.items`` (Compute API v1): the items Compute Engine may set on a TPU VM."""
+    with ComputeApi("p1", "us-central2-b") as api:
+        api.add_group("g")
+        api.add_vm("g", "g-aaaa", "10.0.0.1", metadata={"agent-worker-number": "1"})
+        api.add_vm("g", "g-bbbb", "10.0.0.2")
+        assert call(api, "GET", "instances/g-aaaa", body=None)[1]["metadata"] == {
+            "items": [{"key": "agent-worker-number", "value": "1"}]
+        }
+        assert "metadata" not in call(api, "GET", "instances/g-bbbb", body=None)[1]
