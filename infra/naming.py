@@ -78,7 +78,7 @@ def check_stack_name(stack: str) -> str:
       ValueError: anything else, saying what is allowed (the message starts with the name).
     """
     rename = "rename the stack (pulumi stack rename) and its stacks/Pulumi.<stack>.yaml"
-    if not isinstance(stack, str) or not STACK_NAME.match(stack) or len(stack) > STACK_NAME_LIMIT:
+    if not isinstance(stack, str) or not STACK_NAME.fullmatch(stack) or len(stack) > STACK_NAME_LIMIT:
         raise ValueError(
             f"{stack!r} must start with a letter or digit and hold only lowercase letters, digits and single "
             f"'-' (at most {STACK_NAME_LIMIT} characters): it is spelled into every resource name unchanged, "
@@ -187,11 +187,11 @@ def check_labels(value: Any) -> dict[str, str]:
         raise ValueError("must be a mapping of label key to value")
     problems = []
     for key, item in value.items():
-        if not isinstance(key, str) or not LABEL_KEY.match(key):
+        if not isinstance(key, str) or not LABEL_KEY.fullmatch(key):
             problems.append(f"key {key!r} must be 1–63 lowercase letters, digits, '_' or '-', starting with a letter")
         elif key in RESERVED_LABELS:
             problems.append(f"key {key!r} is set by this program; reserved keys: {', '.join(RESERVED_LABELS)}")
-        if not isinstance(item, str) or not LABEL_VALUE.match(item):
+        if not isinstance(item, str) or not LABEL_VALUE.fullmatch(item):
             problems.append(f"value {item!r} of {key!r} must be a string of 0–63 lowercase letters, digits, '_' or '-'")
     allowed = MAX_LABELS - len(RESERVED_LABELS)
     if len(value) > allowed:

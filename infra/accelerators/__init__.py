@@ -126,7 +126,7 @@ def _hint(name: str) -> str:
     cleaned = name.strip().lower()
     if cleaned != name and cleaned in _ALL_NAMES:
         return f" (did you mean {cleaned!r}?)"
-    m = _NAME_RE.match(cleaned)
+    m = _NAME_RE.fullmatch(cleaned)
     if m and m["prefix"] == "v5e":
         return f" (v5e types are named v5litepod-N, e.g. 'v5litepod-{m['size']}')"
     return ""
@@ -145,7 +145,7 @@ def parse_accelerator_type(name: object) -> AcceleratorType:
     """
     if not isinstance(name, str):
         raise UnknownAcceleratorType(name, "expected a string like 'v4-8'", _allowed_all())
-    m = _NAME_RE.match(name)
+    m = _NAME_RE.fullmatch(name)
     if m is None:
         raise UnknownAcceleratorType(name, "expected '<prefix>-<N>', e.g. 'v4-8'" + _hint(name), _allowed_all())
     gen = _BY_PREFIX.get(m["prefix"])

@@ -37,7 +37,7 @@ def _project_of(path: str | None) -> str | None:
 
 
 def _gce_name_or_path(value: str | None, what: str) -> str | None:
-    if value is None or naming.GCE_NAME.match(value) or _GCE_PATH.match(value):
+    if value is None or naming.GCE_NAME.fullmatch(value) or _GCE_PATH.fullmatch(value):
         return value
     raise ValueError(
         f"{value!r} is not a {what} name (lowercase letters, digits, hyphens; starts with a letter; "
@@ -218,7 +218,9 @@ class BucketSettings(_Settings):
     @field_validator("name")
     @classmethod
     def _bucket_name(cls, value: str | None) -> str | None:
-        if value is not None and (not naming.BUCKET_NAME.match(value) or value.startswith("goog") or "google" in value):
+        if value is not None and (
+            not naming.BUCKET_NAME.fullmatch(value) or value.startswith("goog") or "google" in value
+        ):
             raise ValueError(
                 f"{value!r} is not a bucket name (3–63 lowercase letters, digits, '-', '_'; starts and ends "
                 "with a letter or digit; no 'goog' prefix or 'google')"
@@ -228,7 +230,7 @@ class BucketSettings(_Settings):
     @field_validator("location")
     @classmethod
     def _location(cls, value: str | None) -> str | None:
-        if value is not None and not _LOCATION.match(value):
+        if value is not None and not _LOCATION.fullmatch(value):
             raise ValueError(
                 f"{value!r} is not a Cloud Storage location like 'US-CENTRAL1', 'NAM4' or 'US' "
                 "(https://cloud.google.com/storage/docs/locations)"

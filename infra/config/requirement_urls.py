@@ -50,11 +50,11 @@ def url_problem(name: str | None, url: str, hashes: list[str]) -> str | None:
     shown = shown if len(shown) <= 120 else shown[:117] + "..."
     lower = url.lower()
     if lower.startswith(VCS_PREFIXES):
-        github = _GITHUB_GIT.match(url)
+        github = _GITHUB_GIT.fullmatch(url)
         ref = github[3] if github else None
         archive = (
             f"https://github.com/{github[1]}/{github[2]}/archive/"
-            f"{ref if ref and _COMMIT.match(ref) else '<40-hex commit>'}.zip"
+            f"{ref if ref and _COMMIT.fullmatch(ref) else '<40-hex commit>'}.zip"
             if github
             else "the https archive of one commit (GitHub: https://github.com/OWNER/REPO/archive/<40-hex commit>.zip)"
         )
@@ -81,12 +81,12 @@ def url_problem(name: str | None, url: str, hashes: list[str]) -> str | None:
             f"{shown!r} is the archive of a branch, which changes with every push (its hash then stops "
             "matching and the VMs cannot install it): use the archive of a commit, …/archive/<40-hex commit>.zip"
         )
-    if ref is not None and _SHORT_COMMIT.match(ref.lower()):
+    if ref is not None and _SHORT_COMMIT.fullmatch(ref.lower()):
         return (
             f"{shown!r} names {ref!r}, an abbreviated commit or a branch of that name, which GitHub resolves when "
             "the archive is downloaded: write the full commit, …/archive/<40-hex commit>.zip"
         )
-    if ref is not None and not _COMMIT.match(ref.lower()) and not ref.startswith("refs/tags/"):
+    if ref is not None and not _COMMIT.fullmatch(ref.lower()) and not ref.startswith("refs/tags/"):
         return (
             f"{shown!r} names {ref[:60]!r}, a branch or a tag, which GitHub resolves when the archive is downloaded, "
             "and a branch changes with every push (its hash then stops matching and the VMs cannot install it): use "

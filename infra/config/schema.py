@@ -87,8 +87,11 @@ _PROJECT = re.compile(r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$")
 #: Run names become directory names (``gs://<bucket>/runs/<run>``, local state): they start
 #: with a letter or digit, so "." and ".." can never name a parent directory.
 _RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+#: A reservation path as the TPU API's ``QueuedResource.reservationName`` takes it: "Format:
+#: projects/{project}/locations/{zone}/reservations/{reservation}" (its discovery document; no
+#: ``organizations/`` or ``folders/`` form exists there).
 _RESERVATION_PATH = re.compile(
-    r"^(projects|folders|organizations)/[A-Za-z0-9-]+/locations/[a-z0-9-]+/reservations/([a-z]([-a-z0-9]{0,61}[a-z0-9])?|-)$"
+    r"^projects/[A-Za-z0-9-]+/locations/[a-z0-9-]+/reservations/([a-z]([-a-z0-9]{0,61}[a-z0-9])?|-)$"
 )
 
 
@@ -200,7 +203,7 @@ class StackConfig(ResourceNames, StrictModel):
     @field_validator("run_name")
     @classmethod
     def _directory_name(cls, value: str | None) -> str | None:
-        if value is not None and not _RUN_NAME.match(value):
+        if value is not None and not _RUN_NAME.fullmatch(value):
             raise ValueError(
                 f"{value!r} must start with a letter or digit and hold only letters, digits, '.', '_' "
                 "and '-' (at most 100 characters): it names directories"
@@ -210,7 +213,7 @@ class StackConfig(ResourceNames, StrictModel):
     @field_validator("runtime_version")
     @classmethod
     def _runtime_version_spelling(cls, value: str | None) -> str | None:
-        if value is not None and not _RUNTIME_VERSION.match(value):
+        if value is not None and not _RUNTIME_VERSION.fullmatch(value):
             raise ValueError(
                 f"{value!r} is not a TPU software version name (lowercase letters, digits, '.', '-'; e.g. "
                 "'tpu-ubuntu2204-base'; https://cloud.google.com/tpu/docs/runtimes)"
@@ -220,7 +223,7 @@ class StackConfig(ResourceNames, StrictModel):
     @field_validator("project")
     @classmethod
     def _project_id(cls, value: str) -> str:
-        if not _PROJECT.match(value):
+        if not _PROJECT.fullmatch(value):
             raise ValueError(
                 f"{value!r} is not a GCP project id (6–30 characters: lowercase letters, digits, hyphens; "
                 "starts with a letter)"
@@ -230,17 +233,17 @@ class StackConfig(ResourceNames, StrictModel):
     @field_validator("zone")
     @classmethod
     def _zone_format(cls, value: str) -> str:
-        if not _ZONE.match(value):
+        if not _ZONE.fullmatch(value):
             raise ValueError(f"{value!r} is not a zone name like 'us-central2-b' (<region>-<letter>)")
         return value
 
     @field_validator("reservation_name")
     @classmethod
     def _reservation(cls, value: str | None) -> str | None:
-        if value is not None and not (naming.GCE_NAME.match(value) or _RESERVATION_PATH.match(value)):
+        if value is not None and not (naming.GCE_NAME.fullmatch(value) or _RESERVATION_PATH.fullmatch(value)):
             raise ValueError(
                 f"{value!r} is not a reservation name (lowercase letters, digits, hyphens) or a "
-                "projects/<project>/locations/<zone>/reservations/<name> path"
+                "projects/<project>/locations/<zone>/reservations/<name> path (the TPU API's only form)"
             )
         return value
 

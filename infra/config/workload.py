@@ -250,7 +250,7 @@ def parse_requirements(text: str) -> list[PinnedRequirement]:
             )
         hashes = []
         for option in options:
-            if not _HASH.match(option.strip()):
+            if not _HASH.fullmatch(option.strip()):
                 raise ValueError(
                     f"line {number}: {option.strip()[:80]!r}: only --hash=sha256:<64 hex digits> may follow"
                 )
@@ -372,7 +372,7 @@ class WorkloadSettings(StrictModel):
             raise ValueError(f"{value!r} is not a mapping of NAME: value")
         out = {}
         for name, item in value.items():
-            if not isinstance(name, str) or not _ENV_NAME.match(name):
+            if not isinstance(name, str) or not _ENV_NAME.fullmatch(name):
                 raise ValueError(f"{name!r} is not an environment variable name ([A-Za-z_][A-Za-z0-9_]*)")
             refusal = refused_env(name)
             if refusal is not None:  # multislice:workload.env.<NAME>: why (infra.config.workload_env)

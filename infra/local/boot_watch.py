@@ -11,6 +11,7 @@ The default bound is :data:`DEFAULT_BOOT_TIMEOUT_S`, or ``$MULTISLICE_BOOT_TIMEO
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Iterable
@@ -26,13 +27,29 @@ DEFAULT_BOOT_TIMEOUT_S = 120.0
 _MARKER = f"systemd[1]: Started {TRAINER_UNIT}.".encode()
 
 
+class BootTimeoutError(ValueError):
+    """``$MULTISLICE_BOOT_TIMEOUT`` set to something that is not a positive number of seconds."""
+
+
 def default_boot_timeout() -> float:
-    """``$MULTISLICE_BOOT_TIMEOUT`` if it is a positive number, else :data:`DEFAULT_BOOT_TIMEOUT_S`."""
-    try:
-        value = float(os.environ.get(BOOT_TIMEOUT_ENV, ""))
-    except ValueError:
+    """``$MULTISLICE_BOOT_TIMEOUT`` when set, else :data:`DEFAULT_BOOT_TIMEOUT_S`.
+
+    Raises:
+      BootTimeoutError: the variable is set but not a positive finite number (never ignored).
+    """
+    raw = os.environ.get(BOOT_TIMEOUT_ENV, "")
+    if not raw.strip():
         return DEFAULT_BOOT_TIMEOUT_S
-    return value if value > 0 else DEFAULT_BOOT_TIMEOUT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise BootTimeoutError(
+            f"{BOOT_TIMEOUT_ENV}={raw[:40]!r} is not a positive number of seconds; unset it for the default "
+            f"{DEFAULT_BOOT_TIMEOUT_S:g}"
+        )
+    return value
 
 
 class BootWatch:

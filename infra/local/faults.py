@@ -61,22 +61,44 @@ def parse_fault(kind: FaultKind, spec: str, *, slices: int, total_steps: int) ->
         ``[0, slices)`` (with the slice count), or a step outside ``[1, total_steps)`` (a
         fault at or after the last step could never fire; with ``training.steps``).
     """
-    match = _SPEC.match(spec)
+    shown = _shown(spec)
+    match = _SPEC.fullmatch(spec)
     if not match:
-        raise FaultSpecError(f"--{kind} {spec!r}: expected SLICE@STEP, e.g. --{kind} 1@40")
-    slice_id, step = int(match.group(1)), int(match.group(2))
-    if slice_id >= slices:
+        raise FaultSpecError(f"--{kind} {shown}: expected SLICE@STEP, e.g. --{kind} 1@40")
+    slice_id, step = _number(match.group(1)), _number(match.group(2))
+    if slice_id is None or slice_id >= slices:
         which = "slice 0" if slices == 1 else f"slices 0..{slices - 1}"
         raise FaultSpecError(
-            f"--{kind} {spec!r}: slice {slice_id} does not exist: the stack has {slices} "
+            f"--{kind} {shown}: slice {_shown_number(match.group(1))} does not exist: the stack has {slices} "
             f"slice{'s' if slices != 1 else ''} ({which})"
         )
-    if not 1 <= step < total_steps:
+    if step is None or not 1 <= step < total_steps:
         raise FaultSpecError(
-            f"--{kind} {spec!r}: step {step} is outside the run: training.steps is {total_steps}, so a fault "
-            f"can fire at steps 1..{total_steps - 1}"
+            f"--{kind} {shown}: step {_shown_number(match.group(2))} is outside the run: training.steps is "
+            f"{total_steps}, so a fault can fire at steps 1..{total_steps - 1}"
         )
     return Fault(kind, slice_id, step)
+
+
+#: The most digits (leading zeros aside) a slice or step is read with: more is past any stack's
+#: slices and steps, and Python's ``int()`` refuses strings over 4,300 digits with its own error.
+_MAX_DIGITS = 18
+
+
+def _number(digits: str) -> int | None:
+    """The value of ASCII ``digits``, or None when it has more than :data:`_MAX_DIGITS` digits."""
+    digits = digits.lstrip("0") or "0"
+    return int(digits) if len(digits) <= _MAX_DIGITS else None
+
+
+def _shown_number(digits: str) -> str:
+    digits = digits.lstrip("0") or "0"
+    return digits if len(digits) <= _MAX_DIGITS else f"{digits[:8]}… ({len(digits):,} digits)"
+
+
+def _shown(spec: str) -> str:
+    """The option's value as a message quotes it: its repr, cut short past 40 characters."""
+    return repr(spec) if len(spec) <= 40 else f"{spec[:20]!r}… ({len(spec):,} characters)"
 
 
 class FaultSchedule:

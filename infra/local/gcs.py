@@ -106,14 +106,14 @@ def bucket_name_error(name: str) -> str | None:
     (up to 222 with dots, each dot-separated part at most 63); not an IPv4 address; no
     ``goog`` prefix and no ``google`` (nor ``g00gle``) inside.
     """
-    if not _BUCKET_CHARS.match(name):
+    if not _BUCKET_CHARS.fullmatch(name):
         return (
             "only lowercase letters, digits, '-', '_' and '.' are allowed, starting and ending with a letter or digit"
         )
     limit = 222 if "." in name else 63
     if not 3 <= len(name) <= limit or any(len(part) > 63 for part in name.split(".")):
         return f"it has {len(name)} characters; allowed: 3–63 (222 with dots, at most 63 between dots)"
-    if _IPV4.match(name):
+    if _IPV4.fullmatch(name):
         return "it looks like an IP address"
     if name.startswith("goog") or "google" in name or "g00gle" in name:
         return "it starts with 'goog' or contains 'google'"

@@ -75,7 +75,7 @@ class BootLines:
             if not line.startswith(prefix):
                 continue
             text = line[len(prefix) :]
-            if _PHASE.match(text):
+            if _PHASE.fullmatch(text):
                 found.append(text)
             elif record := _TRAINER.search(text):
                 found.append(record[1])

@@ -77,7 +77,7 @@ def parse_since(value: str, now: datetime | None = None) -> datetime:
     """
     text = value.strip()
     now = now or datetime.now(UTC)
-    match = _DURATION.match(text)
+    match = _DURATION.fullmatch(text)
     if match:
         return now - timedelta(seconds=float(match[1]) * _UNIT_SECONDS[match[2]])
     try:

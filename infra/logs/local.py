@@ -32,7 +32,7 @@ _TRAINER_TIME = re.compile(r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:Z|[+-]\d{2}
 
 def stated_time(text: str) -> datetime | None:
     """The UTC time a console line (without its prefix) states, if any."""
-    match = _BOOT_TIME.match(text) or _TRAINER_TIME.match(text)
+    match = _BOOT_TIME.fullmatch(text) or _TRAINER_TIME.match(text)
     if not match:
         return None
     try:
@@ -47,7 +47,7 @@ def vm_logs(logs_dir: Path) -> dict[tuple[int, int], Path]:
     found = {}
     if logs_dir.is_dir():
         for path in logs_dir.iterdir():
-            match = VM_LOG.match(path.name)
+            match = VM_LOG.fullmatch(path.name)
             if match:
                 found[(int(match[1]), int(match[2]))] = path
     return dict(sorted(found.items()))

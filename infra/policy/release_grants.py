@@ -184,7 +184,7 @@ def confines(expression: str, bucket: str | None) -> bool:
     terms = _split(text, "&&")
     if len(terms) > 1:
         return any(confines(part, bucket) for part in terms)
-    match = _STARTS_WITH.match(text)
+    match = _STARTS_WITH.fullmatch(text)
     if match is None:
         return False
     literal = match.group(1) if match.group(1) is not None else match.group(2)
@@ -204,4 +204,4 @@ def unconfined(grant: Grant) -> list[str]:
         return []
     if grant.expression is not None and confines(grant.expression, grant.bucket):
         return []
-    return [member for member in grant.members if VM_MEMBER.match(member)]
+    return [member for member in grant.members if VM_MEMBER.fullmatch(member)]

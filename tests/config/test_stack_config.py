@@ -151,7 +151,6 @@ def test_reservation_name_needs_reserved_capacity():
     [
         ("projects/other-project/locations/{zone}/reservations/r", "projects/other-project in {zone}"),
         ("projects/{project}/locations/us-east1-d/reservations/r", "projects/{project} in us-east1-d"),
-        ("folders/7/locations/us-east1-d/reservations/r", "folders/7 in us-east1-d"),
     ],
 )
 def test_a_reservation_path_elsewhere_than_the_stack_is_refused_not_cut(backend, path, names):
@@ -173,6 +172,8 @@ def test_a_reservation_path_elsewhere_than_the_stack_is_refused_not_cut(backend,
         "multislice:reservationName": f"projects/{project}/locations/{zone}/reservations/r",
     }
     assert validate_stack("t", same, "test").reservation_name == same["multislice:reservationName"]
+    (line,) = errors_of(base | {"multislice:capacity": "reserved", "multislice:reservationName": "folders/7/r"})
+    assert "is not a reservation name" in line and "projects/<project>/locations/<zone>/reservations/<name>" in line
 
 
 def test_capacity_lists_allowed_values():

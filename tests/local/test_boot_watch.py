@@ -42,8 +42,11 @@ def test_the_default_bound_comes_from_the_environment(monkeypatch):
     assert Options().boot_timeout_s == boot_watch.DEFAULT_BOOT_TIMEOUT_S < Options().stall_timeout_s / 4
     monkeypatch.setenv(boot_watch.BOOT_TIMEOUT_ENV, "7.5")
     assert Options().boot_timeout_s == 7.5
-    monkeypatch.setenv(boot_watch.BOOT_TIMEOUT_ENV, "soon")
-    assert Options().boot_timeout_s == boot_watch.DEFAULT_BOOT_TIMEOUT_S
+    # A value that is not a positive number is refused, naming the variable, never ignored.
+    for bad in ("soon", "0", "-3", "nan", "inf"):
+        monkeypatch.setenv(boot_watch.BOOT_TIMEOUT_ENV, bad)
+        with pytest.raises(boot_watch.BootTimeoutError, match=f"MULTISLICE_BOOT_TIMEOUT='{bad}' is not a positive"):
+            Options()
 
 
 @pytest.mark.timeout(120)

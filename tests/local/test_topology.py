@@ -240,6 +240,12 @@ def test_a_compute_engine_vm_gets_the_template_s_and_group_s_keys_and_none_of_cl
         contract.SLICE_ID_KEY: "1",
         contract.WORKERS_PER_SLICE_KEY: "2",
         contract.COMPUTE_ENGINE_ACCELERATOR_KEY: "v4-16",
+        # v4-16: 8 chips in a 2x2x2 cube, 2 hosts of 2x2x1 chips stacked along z (4 chips a host,
+        # one runtime-metrics port each from 8431), as Google's tpu-operator sample writes it
+        contract.COMPUTE_ENGINE_TPU_ENV_KEY: (
+            "TPU_TOPOLOGY=2x2x2 TPU_HOST_BOUNDS=1,1,2 TPU_CHIPS_PER_HOST_BOUNDS=2,2,1 "
+            "TPU_PROCESS_PORT=8470 TPU_RUNTIME_METRICS_PORTS=8431,8432,8433,8434"
+        ),
     }  # no deleteOnComplete key either: not built on this backend
     values = ce_emulation.compute_engine_values(config, "multislice-emu-1-ab12")
     assert values == {

@@ -44,6 +44,7 @@ from typing import Any
 from pydantic import Field, field_validator, model_validator
 
 from infra.backends.gke import versions
+from infra.backends.gke.image_reference import check_image
 from infra.durations import Duration
 from infra.subnets import check_subnet_range
 from training.validation import StrictModel
@@ -56,6 +57,20 @@ DNS_LABEL = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$")
 #: The longest a node may run, seconds: "up to seven days" (GKE's flex-start provisioning mode page;
 #: docs/gke.md section 3).
 MAX_RUN_DURATION_S = 7 * 24 * 3600
+#: The shortest, seconds: flex-start nodes come from Dynamic Workload Scheduler, whose run durations
+#: are 10 minutes to 7 days ("About resize requests in a MIG", the compute-engine backend's
+#: ``MIN_RUN_DURATION``); GKE documents no other floor.
+MIN_RUN_DURATION_S = 600
+#: A GKE cluster location: a region (``us-east5``) or a zone (``us-east5-a``, or an AI zone
+#: ``us-central1-ai1a``), as the config's ``gcp:zone`` is checked.
+LOCATION = re.compile(r"[a-z]+-[a-z]+[0-9]+(?:-(?:[a-z]|ai[0-9]+[a-z]?))?")
+#: Namespaces Kubernetes, GKE or the JobSet controller own: Kubernetes reserves the ``kube-``
+#: prefix ("Avoid creating namespaces with the prefix kube-, since it is reserved for Kubernetes
+#: system namespaces": Kubernetes' "Namespaces" page); GKE runs its managed components in
+#: ``gke-*`` and Managed Service for Prometheus in ``gmp-system``/``gmp-public``; JobSet's release
+#: manifests install into ``jobset-system`` (docs/gke.md section 5).
+RESERVED_NAMESPACES = {"jobset-system": "the JobSet controller", "gmp-system": "GKE", "gmp-public": "GKE"}
+RESERVED_NAMESPACE_PREFIXES = {"kube-": "Kubernetes", "gke-": "GKE"}
 #: The annotation that binds a Kubernetes service account to a Google one.
 GSA_ANNOTATION = "iam.gke.io/gcp-service-account"
 WORKLOAD_IDENTITY_ROLE = "roles/iam.workloadIdentityUser"
@@ -166,7 +181,6 @@ class GkeSettings(StrictModel):
     )
     image: str = Field(
         default=DEFAULT_IMAGE,
-        pattern=r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,254}$",
         description=f"The Pods' container image (default {DEFAULT_IMAGE}): bash, curl, xz and python3 with pip.",
     )
     jobset_version: str = Field(
@@ -179,10 +193,25 @@ class GkeSettings(StrictModel):
     @field_validator("cluster")
     @classmethod
     def _cluster(cls, value: str | None) -> str | None:
-        if value is not None and not CLUSTER_NAME.match(value):
+        if value is not None and not CLUSTER_NAME.fullmatch(value):
             raise ValueError(
                 f"{value!r} is not a GKE cluster name: lowercase letters, digits and '-', starting with a letter, "
                 "ending with a letter or digit, at most 40 characters (gcloud container clusters create --help)"
+            )
+        return value
+
+    @field_validator("image")
+    @classmethod
+    def _image(cls, value: str) -> str:
+        return check_image(value)
+
+    @field_validator("cluster_location")
+    @classmethod
+    def _location(cls, value: str | None) -> str | None:
+        if value is not None and not LOCATION.fullmatch(value):
+            raise ValueError(
+                f"{value!r} is not a GKE cluster location: a region (us-east5) or a zone (us-east5-a), as "
+                "gcloud container clusters list shows it"
             )
         return value
 
@@ -196,11 +225,14 @@ class GkeSettings(StrictModel):
     @field_validator("namespace")
     @classmethod
     def _namespace(cls, value: str) -> str:
-        if not DNS_LABEL.match(value):
+        if not DNS_LABEL.fullmatch(value):
             raise ValueError(
                 f"{value!r} is not a Kubernetes namespace name: at most 63 lowercase letters, digits or '-', "
                 "starting and ending with a letter or digit"
             )
+        owner = reserved_namespace(value)
+        if owner is not None:
+            raise ValueError(f"{value!r} is {owner}'s namespace; the stack would declare and own it: pick another")
         return value
 
     @field_validator("max_run_duration")
@@ -209,6 +241,11 @@ class GkeSettings(StrictModel):
         if value is not None and value > MAX_RUN_DURATION_S:
             raise ValueError(
                 f"{value}s is longer than 7d ({MAX_RUN_DURATION_S} s): GKE's flex-start nodes run seven days at most"
+            )
+        if value is not None and value < MIN_RUN_DURATION_S:
+            raise ValueError(
+                f"{value}s is shorter than 10 minutes ({MIN_RUN_DURATION_S} s): Dynamic Workload Scheduler, which "
+                "provisions flex-start nodes, takes run durations of 10 minutes to 7 days, as for compute-engine"
             )
         return value
 
@@ -228,6 +265,13 @@ class GkeSettings(StrictModel):
         if network.prefixlen != 28:
             raise ValueError(f"{value!r} must be a private /28 (gcloud's --master-ipv4-cidr)")
         return value
+
+
+def reserved_namespace(name: str) -> str | None:
+    """Who owns namespace ``name`` (:data:`RESERVED_NAMESPACES`), or None when a stack may use it."""
+    if name in RESERVED_NAMESPACES:
+        return RESERVED_NAMESPACES[name]
+    return next((owner for prefix, owner in RESERVED_NAMESPACE_PREFIXES.items() if name.startswith(prefix)), None)
 
 
 def region_of(zone: str) -> str:
@@ -284,7 +328,7 @@ def cluster_args(
     Raises:
       ValueError: ``name`` is not a GKE cluster name.
     """
-    if not CLUSTER_NAME.match(name):
+    if not CLUSTER_NAME.fullmatch(name):
         raise ValueError(f"{name!r} is not a GKE cluster name (gcloud container clusters create --help)")
     private: dict[str, Any] = {"enable_private_nodes": True, "enable_private_endpoint": True}
     if control_plane_cidr is not None:

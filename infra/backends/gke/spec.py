@@ -13,12 +13,13 @@
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Mapping
 from typing import Any
 
 from infra.accelerators import Generation
 from infra.backends.gke import versions
-from infra.backends.gke.cluster import MAX_RUN_DURATION_S, GkeSettings
+from infra.backends.gke.cluster import MAX_RUN_DURATION_S, GkeSettings, check_cluster_location
 from infra.backends.gke.node_pools import CAPACITIES, NodePoolError, slice_node_pool
 from infra.backends.spec import BackendSpec
 from infra.durations import format_duration
@@ -109,6 +110,7 @@ class GkeSpec(BackendSpec):
             why = injected_env_refusal(name)
             if why is not None:
                 raise invalid(f"multislice:workload.env.{name}", why)
+        _check_cluster_keys(config)
 
     def check_capacity(self, config: Any) -> None:
         """Refuse flex-start on a generation GKE's flex-start takes no TPU of, and a pinned
@@ -164,6 +166,51 @@ class GkeSpec(BackendSpec):
     def describe_deployment(self, outputs: Mapping[str, Any]) -> str:
         pools = outputs.get("nodePoolNames") or []
         return f"the node pools {', '.join(map(str, pools)) or '(unnamed)'}, their TPU VMs and the run's JobSet"
+
+
+#: ``multislice:gke`` keys that configure the cluster a stack makes, by field name.
+NEW_CLUSTER_KEYS = {
+    "control_plane_cidr": "controlPlaneCidr",
+    "version": "version",
+    "deletion_protection": "deletionProtection",
+    "system_pool": "systemPool",
+}
+
+
+def _check_cluster_keys(config: Any) -> None:
+    """The keys of an existing cluster only with one, a new cluster's only without, an existing
+    cluster in the stack's region, and a new cluster's control plane outside the stack's subnet;
+    one message naming the key (before any resource exists, for every command)."""
+    settings = config.gke
+    if settings.cluster is None:
+        if settings.cluster_location is not None:
+            raise invalid(
+                "multislice:gke.clusterLocation",
+                "is the location of an existing cluster and applies only with multislice:gke.cluster; a cluster the "
+                "stack makes is in its zone (gcp:zone): remove it, or name the cluster",
+            )
+        cidr = settings.control_plane_cidr
+        network = config.network
+        if cidr is not None and network.existing_network is None:
+            if ipaddress.IPv4Network(cidr).overlaps(ipaddress.IPv4Network(network.subnet_cidr)):
+                raise invalid(
+                    "multislice:gke.controlPlaneCidr",
+                    f"{cidr} overlaps the stack's subnetwork {network.subnet_cidr} (multislice:network.subnetCidr): "
+                    "the control plane's range must not overlap any range of the cluster's VPC",
+                )
+        return
+    for field, key in NEW_CLUSTER_KEYS.items():
+        if field in settings.model_fields_set:
+            raise invalid(
+                f"multislice:gke.{key}",
+                f"configures the cluster the stack makes, and multislice:gke.cluster names an existing one "
+                f"({settings.cluster}), which the stack does not change: remove it",
+            )
+    try:
+        check_cluster_location(settings.cluster_location or config.zone, config.zone)
+    except ValueError as err:
+        key, _, why = str(err).partition(": ")
+        raise invalid(key, why) from None
 
 
 SPEC = GkeSpec()

@@ -136,7 +136,7 @@ class EmulatedTpuApi:
                     self._reply(*refusal)
                 elif self.command == "DELETE":  # another resource than the stack's queued resource: none here
                     self._reply(*api._delete(self.path, authorization))
-                elif self.command == "POST" and RESET_PATH.match(url.path):
+                elif self.command == "POST" and RESET_PATH.fullmatch(url.path):
                     self._reply(*api._reset(self.path, authorization))  # the request's name is in the path
                 else:
                     self._reply(
@@ -171,7 +171,7 @@ class EmulatedTpuApi:
     def _delete(self, target: str, authorization: str) -> tuple[int, dict]:
         """(HTTP status, JSON body) of ``DELETE target``."""
         parts = urlsplit(target)
-        match = DELETE_PATH.match(parts.path)
+        match = DELETE_PATH.fullmatch(parts.path)
         if match is None:
             return _error("NOT_FOUND", f"the emulated Cloud TPU API has no resource at {parts.path}")
         name = match["name"]
@@ -221,7 +221,7 @@ class EmulatedTpuApi:
 
     def _reset(self, target: str, authorization: str) -> tuple[int, dict]:
         """(HTTP status, JSON body) of ``POST target`` (``…/queuedResources/ID:reset``)."""
-        match = RESET_PATH.match(urlsplit(target).path)
+        match = RESET_PATH.fullmatch(urlsplit(target).path)
         assert match is not None  # do_POST routes only this path here
         name = match["name"]
         if authorization != f"Bearer {self._token}":

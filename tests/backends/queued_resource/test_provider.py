@@ -433,6 +433,14 @@ def test_a_provider_pickled_by_an_existing_stack_still_updates_and_deletes(fake,
     ]
 
 
+@pytest.mark.parametrize("raw", ["soon", "0", "-1", "nan", "inf"])
+def test_a_setting_from_the_environment_that_is_no_positive_number_is_refused_naming_it(monkeypatch, raw):
+    """MULTISLICE_TPU_POLL_SECONDS and the others are never ignored: one error naming the variable."""
+    monkeypatch.setenv("MULTISLICE_TPU_POLL_SECONDS", raw)
+    with pytest.raises(ValueError, match=rf"MULTISLICE_TPU_POLL_SECONDS='{raw}' is not a positive number"):
+        QueuedResourceProvider()._setting(None, "MULTISLICE_TPU_POLL_SECONDS", 10.0)
+
+
 # the fake itself -------------------------------------------------------------------------------------
 
 

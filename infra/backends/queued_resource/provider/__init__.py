@@ -79,6 +79,7 @@ loopback; it gets anonymous credentials unless a token or credentials are config
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from collections.abc import Callable
@@ -186,10 +187,23 @@ class QueuedResourceProvider(ResourceProvider):
         return bool(endpoint) and urlsplit(endpoint).scheme == "http"
 
     def _setting(self, value: float | None, env: str, default: float) -> float:
+        """``value``, else ``$env`` (a positive finite number), else ``default``.
+
+        Raises:
+          ValueError: ``$env`` set to anything else, naming the variable (never ignored).
+        """
         if value is not None:
             return float(value)
         raw = os.environ.get(env)
-        return float(raw) if raw else default
+        if not raw:
+            return default
+        try:
+            number = float(raw)
+        except ValueError:
+            number = math.nan
+        if not (math.isfinite(number) and number > 0):
+            raise ValueError(f"{env}={raw[:40]!r} is not a positive number; unset it for the default {default:g}")
+        return number
 
     def _say(self, message: str) -> None:
         if self.progress is not None:
