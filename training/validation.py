@@ -108,10 +108,56 @@ def unknown_key_message(key: str, allowed: list[str], spell: str = "{}") -> str:
     """``unknown key (did you mean <nearest>?)`` when one allowed key is close (difflib, as the
     stack keys' namespaces are matched), else ``unknown key; allowed keys: …``. ``spell``
     formats a suggestion (e.g. ``"multislice:{}"``)."""
+    return _did_you_mean(key, allowed, spell) or _allowed_keys(allowed, spell)
+
+
+def _did_you_mean(key: str, allowed: list[str], spell: str) -> str | None:
     close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
-    if close:
-        return f"unknown key (did you mean {spell.format(close[0])}?)"
+    return f"unknown key (did you mean {spell.format(close[0])}?)" if close else None
+
+
+def _allowed_keys(allowed: list[str], spell: str) -> str:
     return f"unknown key; allowed keys: {', '.join(spell.format(k) for k in allowed)}"
+
+
+#: Most unknown-key lines one error shows; the others are counted in one line (:class:`UnknownKeys`).
+UNKNOWN_KEYS_SHOWN = 20
+
+
+class UnknownKeys:
+    """The unknown-key lines of one error: a file of thousands of made-up keys gives a few lines, not
+    megabytes. Each key names its nearest allowed key (:func:`unknown_key_message`); the allowed keys
+    are listed with the first key that has none near it, and only referred to after that; past
+    ``limit`` keys, :meth:`summary` counts the rest."""
+
+    def __init__(self, limit: int = UNKNOWN_KEYS_SHOWN):
+        self.limit = limit
+        self.count = 0
+        self._listed: set[tuple[str, ...]] = set()
+
+    def message(self, key: str, allowed: list[str] | None, spell: str = "{}") -> str | None:
+        """The problem to show for ``key`` (as :func:`unknown_key_message`; ``unknown key`` alone
+        where the allowed keys are not known), or None past the limit."""
+        self.count += 1
+        if self.count > self.limit:
+            return None
+        if allowed is None:
+            return "unknown key"
+        nearest = _did_you_mean(key, allowed, spell)
+        if nearest is not None:
+            return nearest
+        listing = (spell, *allowed)
+        if listing in self._listed:
+            return "unknown key (allowed keys listed above)"
+        self._listed.add(listing)
+        return _allowed_keys(allowed, spell)
+
+    def summary(self) -> list[str]:
+        """``… and <n> more unknown keys`` when keys past the limit were left out, else nothing."""
+        hidden = self.count - self.limit
+        if hidden <= 0:
+            return []
+        return [f"… and {hidden:,} more unknown key{'' if hidden == 1 else 's'}"]
 
 
 def format_errors(error: pydantic.ValidationError, prefix: str = "", model: type[BaseModel] | None = None) -> list[str]:
@@ -124,9 +170,11 @@ def format_errors(error: pydantic.ValidationError, prefix: str = "", model: type
         key of its model (or lists them), as a typo'd stack key does.
 
     Values in the messages are shortened (:func:`shorten`) and each line is at most
-    :data:`LINE_LIMIT` characters.
+    :data:`LINE_LIMIT` characters. Unknown keys past the first :data:`UNKNOWN_KEYS_SHOWN` are
+    counted in one last line, and a model's allowed keys are listed once (:class:`UnknownKeys`).
     """
     lines = []
+    unknown = UnknownKeys()
     for item in error.errors(include_url=False):
         loc = [str(part) for part in item["loc"]]
         ctx = item.get("ctx") or {}
@@ -139,14 +187,14 @@ def format_errors(error: pydantic.ValidationError, prefix: str = "", model: type
         given = item.get("input")
         if item["type"] == "extra_forbidden":
             parent = _model_at(model, loc) if loc else None
-            message = "unknown key"
-            if parent is not None:
-                allowed = [f.alias or name for name, f in parent.model_fields.items()]
-                message = unknown_key_message(loc[-1], allowed, "{!r}")
+            allowed = None if parent is None else [f.alias or name for name, f in parent.model_fields.items()]
+            message = unknown.message(loc[-1] if loc else "", allowed, "{!r}")
+            if message is None:
+                continue  # past the limit: counted in the summary line
         elif item["type"] == "literal_error":
             message = f"got {shorten(given)}; " + message.replace("Input should be", "allowed:")
         elif given is not None and len(repr(given)) > VALUE_LIMIT:
             message = message.replace(repr(given), shorten(given))
         line = f"{path or '(top level)'}: {message}"
         lines.append(line if len(line) <= LINE_LIMIT else line[: LINE_LIMIT - 1] + "…")
-    return lines
+    return lines + unknown.summary()
