@@ -51,6 +51,7 @@ def prepare(
 
     spec = prepare_lib.PrepareSpec(source, output, tokenizer, vocab_size, dtype, eval_fraction, shard_mb, bpe_train_mb)
     try:
+        prepare_lib.check_arguments(spec)  # before --emulated starts a storage server
         with _storage(emulated, output, stack, config_file):
             prepare_lib.prepare(spec, report=say)
     except prepare_lib.PrepareError as err:
@@ -79,7 +80,10 @@ def _storage(emulated: bool, output: str, stack: str, config_file: Path | None):
             f"got {output!r}: use gs://{bucket}/datasets/NAME"
         )
     paths = local_paths(config)
-    state = local_state.read_state(paths)
+    try:
+        state = local_state.read_state(paths)
+    except local_state.StateError as err:
+        raise fail(str(err)) from None
     url = state.get("storage_url") if state and local_state.emulator_alive(state) else None
     try:
         with bucket_served(paths.gcs_root, paths.gcs_log, bucket, url) as served:

@@ -4,7 +4,9 @@ The ``local`` command group (``local logs``: :mod:`infra.cli.logs`). ``local up`
 options, runs :func:`infra.local.lifecycle.run_recorded` (the lock, the recorded state, the
 stop signals, the emulation: :mod:`infra.local`) and prints the summary. Errors as in
 :mod:`infra.cli.options`: one ``error:`` line, exit 2 for bad input, 1 for a failed run, 130
-for Ctrl-C, 143 for SIGTERM.
+for Ctrl-C, 143 for SIGTERM. A stack state that cannot be read (the state directory is not one,
+``emulator.json`` is damaged: :class:`infra.local.state.StateError`) is bad input to every
+command of the group (:class:`LocalGroup`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 from rich.text import Text
+from typer.core import TyperGroup
 
 from infra.cli.options import (
     CONFIG_FILE_OPTION,
@@ -32,8 +35,26 @@ from infra.cli.options import (
 )
 from infra.cli.status import INTERVAL_OPTION, JSON_OPTION, PLOT_OPTION, WATCH_OPTION, show_local
 
+
+class LocalGroup(TyperGroup):
+    """The ``local`` group: any of its commands (``exec``, ``reset`` and ``logs`` too, declared in
+    their own modules) that meets a state it cannot read (:class:`infra.local.state.StateError`,
+    raised by ``read_state`` wherever the command reads it) ends with its ``error:`` line, exit 2."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except Exception as err:
+            state = sys.modules.get("infra.local.state")  # not imported: the error is not one of its
+            if state is None or not isinstance(err, state.StateError):
+                raise
+            raise fail(str(err)) from None
+
+
 #: The ``local`` command group.
-app = typer.Typer(no_args_is_help=True, help="Run a stack's queued resource on this machine (no cloud).")
+app = typer.Typer(
+    cls=LocalGroup, no_args_is_help=True, help="Run a stack's queued resource on this machine (no cloud)."
+)
 
 
 def local_paths(config):
@@ -170,6 +191,7 @@ def local_up(
         10,
         "--heartbeat-timeout",
         min=2,
+        max=86400,  # a day; jax.distributed takes a C integer
         metavar="SECONDS",
         help="jax.distributed heartbeat timeout (s) in the emulated VMs.",
     ),
@@ -203,17 +225,21 @@ def local_up(
             f"--coordinator-port {coordinator_port} is already in use ({problem}); choose another port or "
             "omit the option to use a free one"
         )
-    options = Options(
-        faults=faults,
-        holds=sorted(set(hold_at)),
-        coordinator_port=coordinator_port,
-        heartbeat_timeout_s=heartbeat_timeout,
-        preempt_grace_s=preempt_grace,
-        timeout_s=timeout,
-        stall_timeout_s=stall_timeout,
-    )
-    if boot_timeout is not None:  # else the default: $MULTISLICE_BOOT_TIMEOUT, else 120
-        options.boot_timeout_s = boot_timeout
+    from infra.local.boot_watch import BootTimeoutError, default_boot_timeout
+
+    try:  # without --boot-timeout: $MULTISLICE_BOOT_TIMEOUT, else 120; a value that is no number is refused
+        options = Options(
+            faults=faults,
+            holds=sorted(set(hold_at)),
+            coordinator_port=coordinator_port,
+            heartbeat_timeout_s=heartbeat_timeout,
+            preempt_grace_s=preempt_grace,
+            timeout_s=timeout,
+            stall_timeout_s=stall_timeout,
+            boot_timeout_s=default_boot_timeout() if boot_timeout is None else boot_timeout,
+        )
+    except BootTimeoutError as err:
+        raise fail(f"{err} (or give --boot-timeout)") from None
     _record_stack_file(config, config_file)
     try:
         lifecycle.check_data_source(config, stored=False)
@@ -310,9 +336,18 @@ def local_down(
     ),
 ) -> None:
     """Stop local runs (every emulated VM process and the emulator), keeping their run directories."""
-    from infra.local.state import LocalPaths, stop_recorded
+    from infra.local.state import (
+        DamagedState,
+        LocalPaths,
+        discard_damaged,
+        state_dir_problem,
+        stop_recorded,
+        unusable_state_dir,
+    )
 
     root = state_root()
+    if problem := state_dir_problem(root):  # else a file named as the state directory would hold "no run"
+        raise fail(str(unusable_state_dir(root, problem)))
     if config_file is not None:
         stack = load_config(stack or "dev", config_file).stack
     elif stack is not None:
@@ -320,7 +355,11 @@ def local_down(
     stacks = [stack] if stack else sorted(p.parent.name for p in root.glob("*/emulator.json"))
     stopped = False
     for name in stacks:
-        actions = stop_recorded(LocalPaths(root / name))
+        paths = LocalPaths(root / name)
+        try:
+            actions = stop_recorded(paths)
+        except DamagedState as damage:  # no emulator can be found through it: remove it (LocalGroup: if held)
+            actions = [discard_damaged(paths, damage)]
         for action in actions:
             console.print(f"{name}: {action}", markup=False)
         stopped = stopped or bool(actions)

@@ -65,12 +65,20 @@ def check_range(config, slice_id: int | None, worker: int | None) -> None:
 
 
 def parse_since_option(since: str | None):
+    """The time ``--since`` names, or None; exit 2 with one line for a value that is none (or
+    reaches back before the year 1: ``datetime`` holds no earlier time)."""
     from infra.logs.lines import SinceError, parse_since
 
     try:
         return parse_since(since) if since is not None else None
     except SinceError as err:
         raise fail(str(err)) from None
+    except OverflowError:  # a duration past what timedelta or datetime holds (10**5000 seconds: inf)
+        shown = since if since is None or len(since) <= 40 else f"{since[:20]}…{since[-5:]} ({len(since):,} characters)"
+        raise fail(
+            f"--since {shown!r}: reaches back before the year 1; give a shorter duration (30s, 10m, 2h, 1d) "
+            "or an RFC 3339 time (2026-11-30T17:00:00Z)"
+        ) from None
 
 
 def without_library_notices(poll: Callable[[], list], libraries: bool) -> Callable[[], list]:

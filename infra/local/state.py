@@ -21,6 +21,10 @@
   (seconds since the epoch) and the run directory. Written when the emulated TPU API accepts
   the delete, removed when ``local up`` creates the queued resource again (a new run, or more
   steps); ``multislice local status`` reports it as ``DELETED``.
+
+A state directory that cannot be one (a file, ``/dev/null/x``) or an ``emulator.json`` this code
+did not write makes :func:`read_state` raise :class:`StateError`, one line that every ``local``
+command prints (``infra.cli.local``); ``local down`` removes a damaged file (:func:`discard_damaged`).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import dataclasses
 import errno
 import json
 import os
+import shlex
 import shutil
 import signal
 import time
@@ -195,12 +200,122 @@ def write_state(
     tmp.replace(paths.state_file)
 
 
+class StateError(Exception):
+    """The stack's state cannot be read: its directory cannot be one, or its ``emulator.json``
+    is damaged (:class:`DamagedState`). One line: the path and what to do."""
+
+
+class DamagedState(StateError):
+    """``emulator.json`` is not a state :func:`write_state` wrote; ``why`` says how, in words."""
+
+    def __init__(self, paths: LocalPaths, why: str) -> None:
+        super().__init__(
+            f"the local state file {paths.state_file} is damaged ({why}); remove it with "
+            f"`multislice local down --stack {shlex.quote(paths.root.name)}` (or delete the file), then try again"
+        )
+        self.why = why
+
+
+def state_dir_problem(root: Path) -> str | None:
+    """Why ``root`` cannot be a state directory (it, or the nearest directory above it that
+    exists, is not a directory: a file, ``/dev/null``), or None. Creates nothing."""
+    existing = next((p for p in (root, *root.parents) if os.path.lexists(p)), None)
+    if existing is not None and not existing.is_dir():
+        return f"{existing} is not a directory"
+    return None
+
+
+def unusable_state_dir(root: Path, problem: str) -> StateError:
+    """The error of a state directory that cannot be used, worded as ``local up`` words it."""
+    return StateError(
+        f"the local state directory {root} cannot be used: {problem}; "
+        "set MULTISLICE_STATE_DIR to a writable directory with free space"
+    )
+
+
 def read_state(paths: LocalPaths) -> dict[str, Any] | None:
-    """The recorded state, or None if there is none (or it is unreadable)."""
+    """The recorded state, or None if there is none.
+
+    Raises:
+      StateError: the state directory cannot be read (:func:`state_dir_problem`, or the OS's
+        reason), or :class:`DamagedState`: the file is not a state this code wrote.
+    """
     try:
-        return json.loads(paths.state_file.read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
+        data = paths.state_file.read_bytes()
+    except FileNotFoundError:
         return None
+    except OSError as err:
+        raise unusable_state_dir(paths.root, state_dir_problem(paths.root) or disk_problem(err)) from None
+    try:
+        state = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise DamagedState(paths, "not UTF-8 text") from None
+    except json.JSONDecodeError as err:
+        raise DamagedState(paths, f"not JSON: {err.msg} at line {err.lineno} column {err.colno}") from None
+    except (ValueError, RecursionError):  # an integer past 4,300 digits; nesting past the recursion limit
+        raise DamagedState(paths, "not JSON this code reads") from None
+    why = _damage(state)
+    if why is not None:
+        raise DamagedState(paths, why)
+    return state
+
+
+def _shown(value: Any) -> str:
+    """``value`` as a message shows it: its repr, cut after 40 characters (json.loads reads no
+    integer past 4,300 digits, so the repr exists)."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:40] + "…"
+
+
+def _count(value: Any) -> bool:
+    """An integer in [0, 2**31), as a pid or an index is recorded (not a boolean)."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**31
+
+
+def _damage(state: Any) -> str | None:
+    """Why ``state`` (``emulator.json`` as parsed) is not what :func:`write_state` writes, or None."""
+    if not isinstance(state, dict):
+        return f"a JSON {type(state).__name__}, not an object"
+    for key in ("pid", "pgid"):
+        if key in state and not _count(state[key]):
+            return f"its {key} is {_shown(state[key])}, not a process id"
+    start = state.get("pid_start")
+    if start is not None and (isinstance(start, bool) or not isinstance(start, (int, float))):
+        return f"its pid_start is {_shown(start)}, not a number"
+    for key in ("stack", "emulation_id", "storage_url", "tpu_api_url"):
+        if state.get(key) is not None and not isinstance(state[key], str):
+            return f"its {key} is {_shown(state[key])}, not a string"
+    vms = state.get("vms") or []
+    if not isinstance(vms, list):
+        return f"its vms are {_shown(vms)}, not a list"
+    for vm in vms:
+        if not isinstance(vm, dict) or not all(_count(vm.get(key)) for key in ("slice", "worker")):
+            return f"its vms hold {_shown(vm)}, not a VM's record"
+        if vm.get("pgid") is not None and not _count(vm["pgid"]):
+            return f"its vms hold a pgid {_shown(vm['pgid'])}, not a process id"
+    return None
+
+
+def discard_damaged(paths: LocalPaths, damage: DamagedState) -> str:
+    """``local down`` of a stack whose ``emulator.json`` is damaged: remove the file, holding the
+    lock (none holds it: no ``local up`` runs); what it did, in words.
+
+    Raises:
+      StateError: a ``local up`` holds the stack's lock.
+    """
+    lock = acquire_lock(paths)
+    if lock is None:
+        raise StateError(
+            f"the local state file {paths.state_file} is damaged ({damage.why}) and a `multislice local up` of "
+            f"stack {paths.root.name} still holds its lock ({paths.root / 'lock'}): stop that process "
+            "(Ctrl-C where it runs), then run `multislice local down` again"
+        )
+    with lock:
+        forget_state(paths)
+    return (
+        f"removed the damaged state file {paths.state_file} ({damage.why}); a process of the run it recorded, "
+        "if any is left, cannot be found through it"
+    )
 
 
 def forget_state(paths: LocalPaths) -> None:
@@ -220,8 +335,8 @@ def read_deletion(paths: LocalPaths) -> dict[str, Any] | None:
     """The deletion record (:func:`record_deletion`), or None: the emulated queued resource was
     not deleted (or the record is unreadable)."""
     try:
-        record = json.loads(paths.deletion_file.read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
+        record = json.loads(paths.deletion_file.read_bytes().decode("utf-8"))
+    except (OSError, ValueError):  # absent, or not UTF-8 JSON (UnicodeDecodeError, JSONDecodeError)
         return None
     return record if isinstance(record, dict) else None
 

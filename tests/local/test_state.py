@@ -13,6 +13,7 @@ import time
 import uuid
 
 import psutil
+import pytest
 
 from infra.local import state as state_lib, supervisor
 from infra.local.state import EMULATION_ID_ENV, LocalPaths
@@ -76,8 +77,9 @@ def test_state_written_and_read_back(tmp_path):
     assert state["pgid"] == os.getpgid(0)
     assert state_lib.emulator_alive(state)
     assert not state_lib.emulator_alive({**state, "pid_start": state["pid_start"] - 1})
-    paths.state_file.write_text("{torn")
-    assert state_lib.read_state(paths) is None
+    paths.state_file.write_text("{torn")  # never written so (write_state renames a whole file): damaged
+    with pytest.raises(state_lib.DamagedState, match=r"emulator.json is damaged \(not JSON: "):
+        state_lib.read_state(paths)
 
 
 def test_down_stops_the_recorded_emulator_and_its_vms(tmp_path):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import math
 import typing
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -23,12 +24,34 @@ class BenchConfigError(ValueError):
     """Benchmark options that cannot work; the message names the option."""
 
 
+#: The largest values the options take. Past them JAX cannot hold the arrays (an array's byte size
+#: past 2**63 aborts XLA, a random array past 2**64 bits is refused) or the run never ends; within
+#: them the largest arrays stay under 2**60 bytes, and what does not fit in memory is refused by
+#: JAX as out of memory (``multislice bench shardings`` says which options to reduce).
+MAX_DEVICES_PER_SLICE = 16_384  # the ici product: more chips than any TPU slice (v5p: 8,960)
+MAX_SLICES = 1_024  # the dcn product
+MAX_BATCH_SIZE = 65_536  # rows per device
+MAX_EMBEDDING_DIMENSION = 65_536  # the feed-forward width is 4 times it
+MAX_LAYERS = 1_024
+MAX_STEPS = 10_000  # --steps and --warmup
+
+
 def _unit_axes() -> dict[str, int]:
     return {"data": 1, "fsdp": 1, "tensor": 1}
 
 
 def _positive_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _shown(value: Any) -> str:
+    """``value`` as a message shows it: its repr, cut short past 30 characters (an integer past
+    4,300 digits, which ``repr`` refuses, by its size)."""
+    if isinstance(value, int) and value.bit_length() > 14_000:
+        return f"an integer of {value.bit_length():,} bits"
+    text = repr(value)
+    unit = "digits" if isinstance(value, int) else "characters"
+    return text if len(text) <= 30 else f"{text[:20]}… ({len(text):,} {unit})"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,12 +93,18 @@ class BenchSpec:
         },
     )
     batch_size: int = dataclasses.field(
-        default=1024, metadata={"help": "Rows per device; the global batch is this × devices."}
+        default=1024, metadata={"help": "Rows per device; the global batch is this × devices. At most 65,536."}
     )
-    embedding_dimension: int = dataclasses.field(default=512, metadata={"help": "E; the feed-forward width is 4E."})
-    layers: int = dataclasses.field(default=4, metadata={"help": "MLP blocks."})
-    steps: int = dataclasses.field(default=5, metadata={"help": "Timed steps (the median is reported)."})
-    warmup: int = dataclasses.field(default=2, metadata={"help": "Untimed steps first (the first one compiles)."})
+    embedding_dimension: int = dataclasses.field(
+        default=512, metadata={"help": "E; the feed-forward width is 4E. At most 65,536."}
+    )
+    layers: int = dataclasses.field(default=4, metadata={"help": "MLP blocks. At most 1,024."})
+    steps: int = dataclasses.field(
+        default=5, metadata={"help": "Timed steps (the median is reported). At most 10,000."}
+    )
+    warmup: int = dataclasses.field(
+        default=2, metadata={"help": "Untimed steps first (the first one compiles). At most 10,000."}
+    )
     dtype: str = dataclasses.field(
         default="auto", metadata={"help": "auto (bfloat16 on TPU/GPU, float32 on CPU), float32 or bfloat16."}
     )
@@ -91,12 +120,28 @@ class BenchSpec:
                 continue
             for axis in MESH_AXES:
                 if not _positive_int(sizes[axis]):
-                    problems.append(f"--{net}-{axis}: must be a positive integer; got {sizes[axis]!r}")
-        for name in ("batch_size", "embedding_dimension", "layers", "steps"):
-            if not _positive_int(getattr(self, name)):
-                problems.append(f"--{name.replace('_', '-')}: must be a positive integer; got {getattr(self, name)!r}")
-        if not isinstance(self.warmup, int) or self.warmup < 1:
-            problems.append(f"--warmup: must be at least 1 (the first step compiles); got {self.warmup!r}")
+                    problems.append(f"--{net}-{axis}: must be a positive integer; got {_shown(sizes[axis])}")
+        for name, most in (
+            ("batch_size", MAX_BATCH_SIZE),
+            ("embedding_dimension", MAX_EMBEDDING_DIMENSION),
+            ("layers", MAX_LAYERS),
+            ("steps", MAX_STEPS),
+        ):
+            value = getattr(self, name)
+            if not _positive_int(value):
+                problems.append(f"--{name.replace('_', '-')}: must be a positive integer; got {_shown(value)}")
+            elif value > most:
+                problems.append(f"--{name.replace('_', '-')}: at most {most:,}; got {_shown(value)}")
+        if not isinstance(self.warmup, int) or isinstance(self.warmup, bool) or self.warmup < 1:
+            problems.append(f"--warmup: must be at least 1 (the first step compiles); got {_shown(self.warmup)}")
+        elif self.warmup > MAX_STEPS:
+            problems.append(f"--warmup: at most {MAX_STEPS:,}; got {_shown(self.warmup)}")
+        if not problems:
+            for net, what, most in (("ici", "devices per slice", MAX_DEVICES_PER_SLICE), ("dcn", "slices", MAX_SLICES)):
+                sizes = getattr(self, net)
+                if (product := math.prod(sizes.values())) > most:
+                    factors = " × ".join(f"{axis} {_shown(size)}" for axis, size in sizes.items())
+                    problems.append(f"--{net}-*: {_shown(product)} {what} ({factors}); at most {most:,}")
         if self.dtype not in ("auto", "float32", "bfloat16"):
             problems.append(f"--dtype: allowed: auto, float32, bfloat16; got {self.dtype!r}")
         if problems:

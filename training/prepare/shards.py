@@ -47,7 +47,7 @@ from training.data.base import DataError
 from training.data.files import SourceFile, is_eval_file, list_source_files
 from training.data.manifest import MANIFEST, TOKENIZER_FILE, Manifest, ManifestError, Shard
 from training.data.storage import Storage, StorageError, md5_base64
-from training.prepare import text_stream, tokenizer as tokenizer_lib
+from training.prepare import arguments, text_stream, tokenizer as tokenizer_lib
 
 log = logging.getLogger(__name__)
 
@@ -283,6 +283,13 @@ def _tokenizer(spec: PrepareSpec, storage: Storage, plan_files: list, train_shar
     return tokenizer_lib.from_json(data, spec.tokenizer)
 
 
+def check_arguments(spec: PrepareSpec) -> None:
+    """Raises PrepareError, one line naming the argument (:mod:`training.prepare.arguments`)."""
+    problem = arguments.problem(spec.source, spec.output, spec.tokenizer, spec.shard_mb, spec.bpe_train_mb)
+    if problem is not None:
+        raise PrepareError(problem)
+
+
 def prepare(spec: PrepareSpec, report: Callable[[str], None] = log.info) -> PrepareResult:
     """Prepare ``spec.source`` into ``spec.output`` (module docstring).
 
@@ -294,6 +301,7 @@ def prepare(spec: PrepareSpec, report: Callable[[str], None] = log.info) -> Prep
       StorageError: the output cannot be written.
     """
     began = time.monotonic()
+    check_arguments(spec)
     if spec.tokenizer == "bpe" and not spec.vocab_size:
         raise PrepareError("--tokenizer bpe needs --vocab-size (the number of tokens to train)")
     if spec.tokenizer != "bpe" and spec.vocab_size is not None:
