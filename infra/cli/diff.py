@@ -56,6 +56,17 @@ def diff(
     say("config:" if result.config_changes else "config: unchanged")
     for key, old, new in result.config_changes:
         say(f"  {key}: {_value(old)} -> {_value(new)}")
+    if result.backend_change is not None:
+        before, after, confirmed = result.backend_change
+        say(
+            f"  note: multislice:backend {before} -> {after} replaces every TPU VM of the stack; "
+            + (
+                "multislice:allowBackendChange: true confirms it, so pulumi up carries it out"
+                if confirmed
+                else "pulumi up refuses it unless the stack sets multislice:allowBackendChange: true "
+                '(docs/deploying.md, "Changing the backend of a deployed stack")'
+            )
+        )
     old_sha, new_sha = result.bundle_sha256
     if old_sha == new_sha:
         say(f"trainer bundle: unchanged ({new_sha[:12]})")

@@ -39,6 +39,10 @@ from pulumi_policy import (
 from pulumi_policy.proxy import UnknownValueError, unknown_checking_proxy
 
 from infra.policy.policies import POLICIES
+from infra.policy.value_secrets import provider_credentials
+
+#: The policy the stack file's provider credentials are reported under (:mod:`infra.policy.value_secrets`).
+VALUES_POLICY = "values-carry-no-credentials"
 
 __all__ = ["PolicyConfigError", "Violation", "check_stack", "check_world", "load_policy_config", "parse_policy_config"]
 
@@ -213,7 +217,9 @@ def check_stack(
 ) -> list[Violation]:
     """Evaluate the program for ``stack`` under mocks (its stack file's config, or
     ``config_map``) and run every policy over the resources it declares (``script``: the stack's
-    ``RenderedScript`` when the caller rendered it already, else the program renders it).
+    ``RenderedScript`` when the caller rendered it already, else the program renders it); with
+    ``config_map``, also its provider credentials in plain text
+    (:func:`~infra.policy.value_secrets.provider_credentials`, as ``values-carry-no-credentials``).
 
     Raises:
       infra.config.StackConfigError: the stack's config is invalid (before any policy runs).
@@ -221,7 +227,11 @@ def check_stack(
     """
     from infra.review import program_mocks
 
-    parse_policy_config(raw_config or {})  # a bad policy config fails before the evaluation
+    settings = parse_policy_config(raw_config or {})  # a bad policy config fails before the evaluation
     config = dict(config_map) if config_map is not None else None
     world = program_mocks.evaluate(stack, config, preview=True, script=script)
-    return check_world(world, raw_config)
+    violations = check_world(world, raw_config)
+    level = settings[VALUES_POLICY].level
+    if config is not None and level is not EnforcementLevel.DISABLED:
+        violations += [Violation(VALUES_POLICY, level, None, message) for message in provider_credentials(config)]
+    return violations

@@ -48,40 +48,25 @@ from infra.naming import RUNS_PREFIX
 from infra.policy import release_grants
 from infra.policy.advisory import backend_change, gke_deletion_protection, prod_capacity, required_labels
 from infra.policy.gke import GKE_POLICIES
-from infra.policy.release_contents import asset_files, embedded_release, stack_content
 from infra.policy.resource_types import (
-    BUCKET_OBJECT_TYPE,
     BUCKET_TYPE,
     DEFAULT_COMPUTE_SA_SUFFIX,
     FIREWALL_TYPE,
-    GCP_QUEUED_RESOURCE_TYPE,
     INSTANCE_TEMPLATE_TYPE,
     PUBLIC_RANGES,
     QUEUED_RESOURCE_TYPE,
     REQUIRED_LABELS,
     TPU_PROGRAM_TYPES,
-    TPU_VM_TYPE,
     Report,
     account_problem,
 )
-from infra.policy.secret_patterns import find_secrets, find_secrets_in_files
-from infra.startup.contract import COMPILATION_CACHE_FOLDER, RELEASE_PREFIX, STARTUP_SCRIPT_KEY
-from infra.startup.script import METADATA_VALUE_LIMIT_BYTES
+from infra.policy.value_secrets import startup_script_safe, tpu_nodes, values_carry_no_credentials
+from infra.startup.contract import COMPILATION_CACHE_FOLDER, RELEASE_PREFIX
 
 __all__ = ["POLICIES", "QUEUED_RESOURCE_TYPE", "REQUIRED_LABELS", "DEFAULT_COMPUTE_SA_SUFFIX"]
 
 MANDATORY = EnforcementLevel.MANDATORY
 ADVISORY = EnforcementLevel.ADVISORY
-
-
-def _tpu_nodes(args: ResourceValidationArgs) -> list[Mapping[str, Any]]:
-    """The node-shaped inputs of a TPU resource: the multislice QR's own props, a V2Vm's, or
-    each node spec of pulumi-gcp's queued resource."""
-    if args.resource_type in (QUEUED_RESOURCE_TYPE, TPU_VM_TYPE, INSTANCE_TEMPLATE_TYPE):
-        return [args.props]
-    if args.resource_type == GCP_QUEUED_RESOURCE_TYPE:
-        return [spec.get("node") or {} for spec in (args.props.get("tpu") or {}).get("nodeSpecs") or []]
-    return []
 
 
 # Mandatory ------------------------------------------------------------------------------------
@@ -148,7 +133,7 @@ def _firewall_ssh_iap_only(args: ResourceValidationArgs, report: Report) -> None
 def _tpu_no_external_ips(args: ResourceValidationArgs, report: Report) -> None:
     if args.get_config().get("allowExternalIps", False):
         return
-    for node in _tpu_nodes(args):
+    for node in tpu_nodes(args):
         external = node.get("enableExternalIps")
         if external is None:
             external = (node.get("networkConfig") or {}).get("enableExternalIps")
@@ -179,7 +164,7 @@ def _service_account_email(node: Mapping[str, Any]) -> Any:
 
 
 def _tpu_dedicated_service_account(args: ResourceValidationArgs, report: Report) -> None:
-    for node in _tpu_nodes(args):
+    for node in tpu_nodes(args):
         problem = account_problem(_service_account_email(node))
         if problem:
             report(f"TPU resource {args.name!r} {problem}")
@@ -215,37 +200,6 @@ def _multislice_v4_or_later(args: ResourceValidationArgs, report: Report) -> Non
             supported = False
         if not supported:
             report(f"queued resource {args.name!r}: {slices} slices of {name}; Multislice needs TPU v4 or later")
-
-
-def _startup_script_safe(args: ResourceValidationArgs, report: Report) -> None:
-    for node in _tpu_nodes(args):
-        script = (node.get("metadata") or {}).get(STARTUP_SCRIPT_KEY)
-        if not isinstance(script, str):
-            continue
-        size = len(script.encode())
-        if size > METADATA_VALUE_LIMIT_BYTES:
-            report(
-                f"TPU resource {args.name!r}: startup script is {size} bytes; one GCE metadata value "
-                f"holds at most {METADATA_VALUE_LIMIT_BYTES}"
-            )
-        for found in find_secrets(script):
-            report(
-                f"TPU resource {args.name!r}: startup script line {found.line} holds {found.kind}; "
-                "node metadata is readable on the VM and by project viewers: use the service account"
-            )
-        stack_files = {path: data for path, data in embedded_release(script).items() if stack_content(path)}
-        for path, found in find_secrets_in_files(stack_files):
-            report(
-                f"TPU resource {args.name!r}: its release's {path} line {found.line} holds {found.kind}; the release "
-                "is readable on the VM, in the bucket and by project viewers: pass credentials at run time"
-            )
-    name = str(args.props.get("name") or "") if args.resource_type == BUCKET_OBJECT_TYPE else ""
-    if name.startswith(RELEASE_PREFIX) and "/sources/" in name:  # a command's source (contract.workload_source_object)
-        for path, found in find_secrets_in_files(asset_files(args.props.get("source"))):
-            report(
-                f"bucket object {name!r} (multislice:workload.source): {path} line {found.line} holds "
-                f"{found.kind}; the source is readable on the VMs and in the bucket: keep credentials out of it"
-            )
 
 
 def _integral(value: Any) -> Any:
@@ -395,8 +349,15 @@ POLICIES = [
     ),
     _resource(
         "startup-script-safe",
-        "The startup script fits one metadata value; neither it nor what its release carries holds credentials.",
-        _startup_script_safe,
+        "The startup script fits one metadata value; neither it (in metadata or a ConfigMap) nor its release holds "
+        "credentials.",
+        startup_script_safe,
+        MANDATORY,
+    ),
+    _resource(
+        "values-carry-no-credentials",
+        "Labels, annotations, container images and the stack file's provider settings hold no credentials.",
+        values_carry_no_credentials,
         MANDATORY,
     ),
     _resource(

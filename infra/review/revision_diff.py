@@ -78,6 +78,10 @@ class StackDiff:
     #: False when the stack file is not versioned at REV (outside the checkout, or untracked):
     #: both sides then read the file on disk.
     stack_file_versioned: bool = True
+    #: ``(old backend, new backend, confirmed)`` when ``multislice:backend`` changed: ``pulumi up``
+    #: refuses it unless the working tree sets ``multislice:allowBackendChange: true``
+    #: (:mod:`infra.backends.change`); None otherwise.
+    backend_change: tuple[str, str, bool] | None = None
 
     @property
     def replaces(self) -> bool:
@@ -121,6 +125,16 @@ def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
             out |= _flatten(item, f"{prefix}.{key}" if prefix else str(key))
         return out
     return {prefix: value}
+
+
+def _backend_change(old: dict[str, Any], new: dict[str, Any]) -> tuple[str, str, bool] | None:
+    """The change of ``multislice:backend`` between the two stack files (absent: the default), and
+    whether the new one confirms it; None when the backend is the same."""
+    from infra.backends import registry
+    from infra.backends.change import CONFIRM_KEY
+
+    before, after = (str(side.get("multislice:backend") or registry.DEFAULT) for side in (old, new))
+    return None if before == after else (before, after, new.get(CONFIRM_KEY) is True)
 
 
 def config_changes(old: dict[str, Any], new: dict[str, Any]) -> list[tuple[str, Any, Any]]:
@@ -296,6 +310,7 @@ def diff_stack(stack: str, against: str, project_root: Path, stack_file: Path | 
             against=against,
             commit=commit,
             config_changes=config_changes(old_map, new_map),
+            backend_change=_backend_change(old_map, new_map),
             bundle_sha256=(old_script.bundle_sha256, new_script.bundle_sha256),
             trainer_files=trainer_file_changes(old_root / "training", project_root / "training"),
             resources=_resource_changes(old_world, new_world),

@@ -239,3 +239,33 @@ def test_a_trainer_change_on_the_gke_backend_says_what_it_does_to_the_running_po
     assert changed["jobset"].split()[0] == "replace", changed
     assert "every running Pod gets SIGTERM (15 s to save) and stops" in changed["jobset"]
     assert "ConfigMap" in changed["startup"] and "data, metadata" in changed["startup"]  # the new release's script
+
+
+@pytest.mark.parametrize("confirmed", [False, True])
+def test_a_change_of_backend_says_whether_pulumi_up_will_carry_it_out(repo, monkeypatch, confirmed):
+    """The dev stack moved to the compute-engine backend in the working tree: the diff lists the
+    creates and deletes and says that pulumi up refuses the change without
+    multislice:allowBackendChange, or that the key confirms it (infra/backends/change.py)."""
+    path = repo / "stacks" / "Pulumi.dev.yaml"
+    text = path.read_text()
+    for old, new in (
+        ("multislice:acceleratorType: v4-8", "multislice:acceleratorType: v5p-8"),
+        ("gcp:zone: us-central2-b", "gcp:zone: us-east5-a"),
+        ("  multislice:capacity: spot\n", "  multislice:capacity: spot\n  multislice:backend: compute-engine\n"),
+    ):
+        text = text.replace(old, new)
+    if confirmed:
+        text = text.replace(
+            "  multislice:backend: compute-engine\n",
+            "  multislice:backend: compute-engine\n  multislice:allowBackendChange: true\n",
+        )
+    path.write_text(text)
+    monkeypatch.setenv("MULTISLICE_STACKS_DIR", str(repo / "stacks"))
+    result = CliRunner().invoke(app, ["diff", "--stack", "dev", "--against", "HEAD"], env={"COLUMNS": "300"})
+    assert result.exit_code == 0, result.output
+    note = " ".join(line for line in result.output.splitlines() if "note:" in line)
+    assert "multislice:backend queued-resource -> compute-engine replaces every TPU VM of the stack" in note
+    if confirmed:
+        assert "multislice:allowBackendChange: true confirms it, so pulumi up carries it out" in note
+    else:
+        assert "pulumi up refuses it unless the stack sets multislice:allowBackendChange: true" in note

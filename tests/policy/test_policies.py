@@ -48,6 +48,7 @@ def test_policy_levels_and_names():
         "dcn-tensor-parallelism-one",
         "multislice-v4-or-later",
         "startup-script-safe",
+        "values-carry-no-credentials",
         "training-fits-hbm",
         "data-source-exists",
         "vm-cannot-write-release",

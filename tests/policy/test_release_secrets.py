@@ -13,6 +13,7 @@ import re
 import string
 from pathlib import Path
 
+import pytest
 import yaml
 from typer.testing import CliRunner
 
@@ -104,3 +105,53 @@ def test_the_release_is_read_back_from_the_script_it_is_embedded_in(tmp_path):
     assert json.loads(carried["workload.json"])["env"] == {"A": "1"}
     assert set(carried) == set(rendered.files)  # every file of the release, read back
     assert embedded_release("#!/bin/bash\necho no release\n") == {}
+
+
+#: The same stack on each backend: the keys that move it there (a v5p slice for compute-engine, which
+#: offers no v4; a multi-host v4-16 slice for gke, whose Multislice pools are multi-host).
+ON_BACKEND = {
+    "queued-resource": {},
+    "compute-engine": {
+        "multislice:backend": "compute-engine",
+        "multislice:acceleratorType": "v5p-8",
+        "gcp:zone": "us-east5-a",
+    },
+    "gke": {"multislice:backend": "gke", "multislice:acceleratorType": "v4-16"},
+}
+
+
+@pytest.mark.parametrize("backend", sorted(ON_BACKEND))
+def test_the_same_secret_is_the_same_violation_on_every_backend(tmp_path, backend):
+    """A token in the workload's env: on queued-resource and compute-engine the release travels in
+    node or instance-template metadata, on gke in the startup ConfigMap; each is scanned, so the
+    finding is the same: startup-script-safe, workload.json, the kind, never the value."""
+    path = command_stack(tmp_path, env={"HF_TOKEN": GITHUB_TOKEN, "EXPECTED_DEVICES": 8})
+    document = yaml.safe_load(path.read_text())
+    document["config"].update(ON_BACKEND[backend])
+    if backend == "gke":
+        document["config"]["multislice:workload"]["env"]["EXPECTED_DEVICES"] = 16
+    path.write_text(yaml.safe_dump(document))
+    result = check(path)
+    assert_found(result, [("workload.json", "a GitHub token", GITHUB_TOKEN)])
+    where = {"gke": "ConfigMap", "compute-engine": "TPU resource", "queued-resource": "TPU resource"}[backend]
+    assert "[startup-script-safe] " in result.output and where in result.output, result.output
+
+
+def test_provider_credentials_in_plain_text_are_a_violation_and_secrets_are_not(tmp_path):
+    """gcp:accessToken / gcp:credentials written in plain text in the stack file: the stack file is
+    committed; as Pulumi secrets (``{secure: …}``) they are fine. The value is never printed."""
+    token = "ya29." + "a0AfB_" + "x" * 40
+    path = command_stack(tmp_path)
+    document = yaml.safe_load(path.read_text())
+    document["config"]["gcp:accessToken"] = token
+    path.write_text(yaml.safe_dump(document))
+    result = check(path)
+    assert result.exit_code == 1, result.output
+    output = " ".join(result.output.split())
+    assert (
+        "[values-carry-no-credentials] stack: stack file: gcp:accessToken holds a Google OAuth access token" in output
+    )
+    assert "pulumi config set --secret gcp:accessToken" in output and token not in result.output
+    document["config"]["gcp:accessToken"] = {"secure": "v1:AAAABBBBCCCC"}
+    path.write_text(yaml.safe_dump(document))
+    assert "values-carry-no-credentials" not in check(path).output
