@@ -204,3 +204,50 @@ def logging_as_it_was():
 
     with root_logger_kept():
         yield
+
+
+#: The hints already checked in this process, with the state directory they were printed for.
+_HINTS_CHECKED: set[tuple[str, str | None]] = set()
+
+
+@pytest.fixture(autouse=True)
+def printed_hints_work(monkeypatch, request):
+    """Every command a CLI run of any test prints as a hint (``see: multislice plan …``, ``resume
+    with: …``) is checked right after the run, in its environment: it names a command that
+    exists with options that parse and a stack that resolves, and a reading one (``plan``,
+    ``local status``, ``local logs``, ``render``) runs as printed (tests/helpers/hints.py). A test
+    marked ``hints_unchecked`` prints a hint that cannot work on purpose."""
+    from typer.testing import CliRunner
+
+    from tests.helpers import hints
+
+    original = CliRunner.invoke
+    marked = request.node.get_closest_marker("hints_unchecked") is not None
+
+    def invoke(self, app, args=None, *rest, **kwargs):
+        result = original(self, app, args, *rest, **kwargs)
+        env = kwargs.get("env") or {}
+        state = env.get("MULTISLICE_STATE_DIR")
+        text = result.output
+        found = [line for line in hints.printed(text) if (line, state) not in _HINTS_CHECKED]
+        if found and not marked:
+            saved = {key: os.environ.get(key) for key in env}
+
+            def run(more):
+                again = original(self, app, more, env=env)
+                return again.exit_code, again.output
+
+            try:
+                os.environ.update({key: value for key, value in env.items() if value is not None})
+                hints.check_output("\n".join(f"`{line}`" for line in found), run)
+            finally:
+                for key, value in saved.items():
+                    if value is None:
+                        os.environ.pop(key, None)
+                    else:
+                        os.environ[key] = value
+            _HINTS_CHECKED.update((line, state) for line in found)
+        return result
+
+    monkeypatch.setattr(CliRunner, "invoke", invoke)
+    yield

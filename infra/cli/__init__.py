@@ -23,7 +23,9 @@ the packages they call (:mod:`infra.local`, :mod:`infra.status`, :mod:`infra.log
 :mod:`infra.planner`, :mod:`infra.startup`, ...).
 
 Errors end with one ``error:`` line naming the cause and a non-zero exit: 2 for bad input
-(stack file, options), 1 for a failed run, 130 for Ctrl-C (SIGINT), 143 for SIGTERM.
+(stack file, options), 1 for a failed run, 130 for Ctrl-C (SIGINT), 143 for SIGTERM. A command
+whose standard output is closed under it (``| head -1``) stops quietly with exit 0
+(:class:`infra.cli.options.ClosedPipeGroup`); ``local up`` stops its VMs and says so (exit 1).
 
 Commands that neither train nor evaluate the program import nothing heavy (no jax, orbax,
 tensorstore: tests/cli/test_light_imports.py; benchmarks/cli_speed.py times them): each command
@@ -35,8 +37,10 @@ from __future__ import annotations
 import typer
 
 from infra.cli import bench, check, data, diff, exec as exec_cli, local, logs, plan, render, reset, status
+from infra.cli.options import ClosedPipeGroup
 
 app = typer.Typer(
+    cls=ClosedPipeGroup,
     add_completion=False,
     no_args_is_help=True,
     help="Converge and emulate Cloud TPU Multislice training environments.",

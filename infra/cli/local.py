@@ -111,9 +111,15 @@ def stops_when_stdout_closes(command):
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, sys.stdout.fileno())
             os.close(devnull)
+            import shlex
+
+            from infra.invocation import invocation
+
+            named = kwargs.get("config_file")
+            stack = f"--config-file {shlex.quote(str(named))}" if named else f"--stack {shlex.quote(kwargs['stack'])}"
             raise fail(
                 "standard output was closed (e.g. by `| head`); every emulated VM was stopped "
-                "(run `multislice local up` again to resume)",
+                f"(run `{invocation()} local up {stack}` again to resume)",
                 1,
             ) from None
 

@@ -23,8 +23,8 @@ from pathlib import Path
 
 import typer
 
+from infra import invocation
 from infra.cli.options import CONFIG_FILE_OPTION, STACK_OPTION, err_console, fail, load_config, state_root
-from infra.config.stack_naming import stack_args
 
 #: Seconds between two polls of ``local logs --follow`` (the files are on this machine).
 LOCAL_POLL_SECONDS = 0.5
@@ -200,7 +200,7 @@ def local_logs(
     if not vm_logs(logs_dir) and not follow:
         raise fail(
             f"stack {config.stack} was never run locally: no console logs in {logs_dir} "
-            f"(start it with: multislice local up {stack_args(config.stack)})",
+            f"(start it with: {invocation.command('local up', config.stack)})",
             1,
         )
     tail = ConsoleTail(logs_dir, slice_id=slice_id, worker=worker, since=start)

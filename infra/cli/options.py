@@ -9,6 +9,7 @@ Errors end with one ``error:`` line naming the cause and a non-zero exit: 2 for 
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 import time
@@ -17,6 +18,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 from rich.text import Text
+from typer.core import TyperGroup
 
 
 # No emoji codes (":train:" in a key typo is not an emoji) and no markup in user-provided text:
@@ -28,10 +30,57 @@ class _StdoutConsole(Console):
 
     def on_broken_pipe(self) -> None:
         self.quiet = True
+        stdout_closed()
+        raise BrokenPipeError("standard output was closed")
+
+
+def stdout_closed() -> None:
+    """Point standard output at ``/dev/null`` once its reader has gone (``| head``), so that nothing
+    written or flushed after that (at the interpreter's exit too) raises again."""
+    try:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         os.close(devnull)
-        raise BrokenPipeError("standard output was closed")
+    except (OSError, ValueError):  # no file descriptor (an in-process test runner's stream)
+        pass
+
+
+def _closed_pipe(error: BaseException | None) -> bool:
+    """Whether ``error`` (what an exit was raised while handling) is a write to a closed pipe:
+    click exits 1 on an EPIPE ``OSError``, rich on a ``BrokenPipeError``; a command's own exit
+    (``typer.Exit``) is never one."""
+    return isinstance(error, BrokenPipeError) or (isinstance(error, OSError) and error.errno == errno.EPIPE)
+
+
+class ClosedPipeGroup(TyperGroup):
+    """The ``multislice`` group: a command whose standard output's reader goes away (``| head -1``,
+    ``| less`` quit early) ends quietly with exit 0 once it has printed what the reader took,
+    not with a traceback (rich's console raises BrokenPipeError: :class:`_StdoutConsole`) or click's
+    exit 1 (a ``print``'s EPIPE). A command that must stop its work says so itself first
+    (``local up``: :func:`infra.cli.local.stops_when_stdout_closes`)."""
+
+    def main(self, *args, **kwargs):
+        try:
+            return super().main(*args, **kwargs)
+        except SystemExit as stop:
+            # Help and usage are printed before any command runs, by click (exit 1 on EPIPE) or rich
+            # (SystemExit(1)): a closed pipe there is still no failure.
+            if stop.code == 1 and _closed_pipe(stop.__context__):
+                stdout_closed()
+                raise SystemExit(0) from None
+            raise
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError:
+            stdout_closed()
+            raise typer.Exit(0) from None
+        except OSError as err:
+            if err.errno != errno.EPIPE:
+                raise
+            stdout_closed()
+            raise typer.Exit(0) from None
 
 
 #: Width of output that is not a terminal: lines are never wrapped or padded there (a grep for

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import typer
 
+from infra import invocation
 from infra.cli.options import CONFIG_FILE_OPTION, STACK_OPTION, console, fail, load_config, say, state_root
 
 YES_OPTION = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation.")
@@ -98,7 +99,7 @@ def local_reset(
         raise fail(str(err), err.exit_code) from None
     console.print(
         f"reset: the emulated {backend.spec.worker_noun} of stack {config.stack} restarted in {seconds:.1f} s; "
-        "training resumes from its newest checkpoint (multislice local status)",
+        f"training resumes from its newest checkpoint ({invocation.command('local status', config.stack)})",
         markup=False,
         soft_wrap=True,
     )

@@ -122,7 +122,8 @@ def validate_stack(stack: str, config: dict[str, Any], source: str, base_dir: Pa
     Raises:
       StackConfigError: one line per problem, each naming the key.
     """
-    stack_naming.remember(stack, None)  # not from a file (load_stack_file records its file after this)
+    # A stack read from a file keeps its record (stack_naming): the Pulumi program validates the same
+    # stack again from its config map, and its hints must still name the file.
     values: dict[str, Any] = {}
     lines: list[str] = []
     unknown = UnknownKeys()  # thousands of them: a few lines, the allowed keys listed once

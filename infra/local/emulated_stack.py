@@ -43,8 +43,9 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from infra import invocation
 from infra.backends.operations import backend_of
-from infra.config import StackConfig, stack_args
+from infra.config import StackConfig
 from infra.local import state as state_lib, stop_signals, supervisor, topology
 from infra.local.boot_watch import BootWatch
 from infra.local.faults import FaultGates, FaultSchedule
@@ -220,8 +221,7 @@ class EmulatedStack:
             f"the emulated Cloud Storage (fake-gcs-server on {self.storage.url}) "
             f"stopped ({self.storage.exit_description()}); "
             f"every emulated VM was stopped; its log: {self.storage.log_path}; "
-            "run `multislice local up` again to resume "
-            "from the last checkpoint"
+            f"run `{invocation.command('local up', self.config.stack)}` again to resume from the last checkpoint"
         )
 
     # Main loop ------------------------------------------------------------------------------
@@ -254,7 +254,7 @@ class EmulatedStack:
                 f"worker(s) of {self.config.accelerator_type}, "
                 f"{self.config.accelerator.chips_per_host} CPU devices each"
             )
-            every_vm = f"multislice local logs {stack_args(self.config.stack)}"
+            every_vm = invocation.command("local logs", self.config.stack)
             self.reporter.boot_lines = BootLines(self.vms[0].name, self.vms[0].log_path, every_vm)
             self.boot_all(options)
             self._supervise(options, schedule, tail, events, start)

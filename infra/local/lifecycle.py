@@ -17,7 +17,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from infra.config.stack_naming import stack_args
+from infra import invocation
 
 if TYPE_CHECKING:  # imported by the functions that need them: nothing heavy before the emulation
     from infra.config import StackConfig
@@ -61,9 +61,10 @@ def stopped(name: str) -> UpError:
     """The error of a run stopped by the signal ``name`` (exit 128 + its number)."""
     import signal
 
-    why = "stopped by SIGTERM (e.g. `multislice local down`)" if name == "SIGTERM" else f"interrupted ({name})"
+    down = invocation.command("local down")
+    why = f"stopped by SIGTERM (e.g. `{down}`)" if name == "SIGTERM" else f"interrupted ({name})"
     return UpError(
-        f"{why}; every emulated VM was stopped (run `multislice local up` again to resume)",
+        f"{why}; every emulated VM was stopped (run `{invocation.command('local up')}` again to resume)",
         128 + signal.Signals[name].value,
     )
 
@@ -129,7 +130,7 @@ def ending(stop: UpError, config: StackConfig | None, paths: LocalPaths | None) 
     (its SIGTERM, with the request it recorded: :attr:`LocalPaths.down_request`) or by Ctrl-C
     (SIGINT) — exit 0 or 130 and ``on_purpose`` (a line, not an error); any other SIGTERM or a
     SIGHUP (a closed terminal) keeps 143 or 129 and is an error. Each says how to resume."""
-    again = f"multislice local up {stack_args(config.stack)}" if config is not None else "multislice local up"
+    again = invocation.command("local up", None if config is None else config.stack)
     resume = f"every emulated VM was stopped; resume with: {again}"
     if stop.exit_code == 143 and paths is not None and paths.down_request.exists():
         paths.down_request.unlink(missing_ok=True)
@@ -168,7 +169,7 @@ def _run_locked(
             pid = state.get("pid", "?") if state else "?"
             raise UpError(
                 f"a local run of stack {config.stack!r} is already running (pid {pid}); "
-                f"stop it with: multislice local down {stack_args(config.stack)}"
+                f"stop it with: {invocation.command('local down', config.stack)}"
             )
         # The first line, at once: what the next seconds are spent on.
         say(

@@ -33,13 +33,13 @@ import dataclasses
 import errno
 import json
 import os
-import shlex
 import shutil
 import signal
 import time
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from infra import invocation
 from infra.local import supervisor
 
 if TYPE_CHECKING:  # imported by the functions that need it: `local down` stays light
@@ -211,7 +211,7 @@ class DamagedState(StateError):
     def __init__(self, paths: LocalPaths, why: str) -> None:
         super().__init__(
             f"the local state file {paths.state_file} is damaged ({why}); remove it with "
-            f"`multislice local down --stack {shlex.quote(paths.root.name)}` (or delete the file), then try again"
+            f"`{invocation.command('local down', paths.root.name)}` (or delete the file), then try again"
         )
         self.why = why
 
@@ -308,7 +308,7 @@ def discard_damaged(paths: LocalPaths, damage: DamagedState) -> str:
         raise StateError(
             f"the local state file {paths.state_file} is damaged ({damage.why}) and a `multislice local up` of "
             f"stack {paths.root.name} still holds its lock ({paths.root / 'lock'}): stop that process "
-            "(Ctrl-C where it runs), then run `multislice local down` again"
+            f"(Ctrl-C where it runs), then run `{invocation.command('local down', paths.root.name)}` again"
         )
     with lock:
         forget_state(paths)
@@ -388,7 +388,8 @@ def stop_recorded(paths: LocalPaths, wait_s: float = 30.0, signal_emulator: bool
             actions.append(f"sent SIGTERM to {len(systemds)} emulated VM(s)")
         if not _wait_gone_repeating(pid, signal.SIGTERM, wait_s):
             actions.append(
-                f"emulator pid {pid} is still running after {wait_s:.0f} s; run `multislice local down` again"
+                f"emulator pid {pid} is still running after {wait_s:.0f} s; "
+                f"run `{invocation.command('local down', paths.root.name)}` again"
             )
             return actions
     killed = supervisor.kill_pids(find_processes(emulation_id)) if emulation_id else []

@@ -18,7 +18,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from infra.config import StackConfig, stack_args
+from infra import invocation
+from infra.config import StackConfig
 from infra.planner.dcn import operational_intensity
 from infra.planner.levers import BatchOption, DcnBatchFit
 from infra.planner.memory import HBM_TIGHT_FRACTION, memory_per_chip
@@ -219,7 +220,7 @@ def advisory_lines(p: Plan) -> list[str]:
     estimate exceeds HBM; empty when none. Each line starts with the stack name and ends with
     how to see the full plan."""
     out = []
-    hint = f"(see: multislice plan {stack_args(p.stack)})"
+    hint = f"(see: {invocation.command('plan', p.stack)})"
     if p.dcn.dcn_bound:
         out.append(
             f"stack {p.stack}: predicted DCN-bound: {p.dcn.tokens_per_replica:,.0f} tokens per DCN replica "

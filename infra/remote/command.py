@@ -29,6 +29,8 @@ import shlex
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
+from infra import invocation
+
 #: Directory (relative to the worker's home, where its shell starts) of ``--background`` logs.
 BACKGROUND_DIR = "multislice-exec"
 #: Directory (relative to the worker's home) of :func:`run_once`'s markers; markers older than
@@ -53,7 +55,7 @@ def command_line(words: Sequence[str]) -> str:
     """
     line = " ".join(words).strip()
     if not line:
-        raise EmptyCommand("no command: write it after --, e.g. multislice exec --stack dev -- hostname")
+        raise EmptyCommand(f"no command: write it after --, e.g. {invocation.command('exec --stack dev -- hostname')}")
     return line
 
 

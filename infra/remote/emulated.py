@@ -20,7 +20,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 
-from infra.config.stack_naming import stack_args
+from infra import invocation
 from infra.local import state as local_state
 from infra.local.state import EMULATION_ID_ENV, LocalPaths
 from infra.remote.fanout import Target
@@ -41,10 +41,10 @@ def running_state(config, paths: LocalPaths) -> dict:
     if local_state.read_deletion(paths) is not None:
         raise RemoteError(
             f"stack {stack}'s emulated queued resource was deleted once its run completed (deleteOnComplete): "
-            f"nothing runs; start a new run with `multislice local up {stack_args(stack)} --fresh` first"
+            f"nothing runs; start a new run with `{invocation.command('local up', stack, after='--fresh')}` first"
         )
     raise RemoteError(
-        f"stack {stack} has no local run: start one with `multislice local up {stack_args(stack)}` first "
+        f"stack {stack} has no local run: start one with `{invocation.command('local up', stack)}` first "
         "(in another terminal)"
     )
 
@@ -91,7 +91,7 @@ def targets(config, paths: LocalPaths, workers: Sequence[Worker], line: str) -> 
         raise RemoteError(
             f"{', '.join(missing)} of stack {config.stack}'s local run "
             f"{'is' if len(missing) == 1 else 'are'} not running now (booting, or restarted by a reset or repair); "
-            f"nothing was run; try again in a moment (multislice local status {stack_args(config.stack)})",
+            f"nothing was run; try again in a moment ({invocation.command('local status', config.stack)})",
             1,
         )
     return found
@@ -133,8 +133,9 @@ def await_reboots(
             return
         if time.monotonic() >= deadline:
             raise RemoteError(
-                f"{vms - len(back)} of {vms} VM(s) not booted again in time; see `multislice local status "
-                f"{stack_args(config.stack)}` and the VMs' logs in {paths.logs_dir}",
+                f"{vms - len(back)} of {vms} VM(s) not booted again in time; "
+                f"see `{invocation.command('local status', config.stack)}` "
+                f"and the VMs' logs in {paths.logs_dir}",
                 1,
             )
         time.sleep(poll_s)

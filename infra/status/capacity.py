@@ -21,6 +21,7 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from infra import invocation
 from infra.backends.registry import DEFAULT as DEFAULT_BACKEND
 
 #: The state of a queued resource gone after its run completed (not a TPU API state).
@@ -139,7 +140,7 @@ def read_local(paths: Any, qr_id: str, node_ids: list[str], workers_per_slice: i
             assert state is not None  # the orphans carry its emulation id
             detail = (
                 f"the emulator is gone but {len(orphans)} emulated process(es) still run; "
-                f"stop them with: multislice local down --stack {state.get('stack')}"
+                f"stop them with: {invocation.command('local down', str(state.get('stack')))}"
             )
         return CapacityStatus(qr_id, "NOT_RUNNING", emulated=True, detail=detail)
     assert state is not None  # running

@@ -98,8 +98,11 @@ def test_a_hint_names_a_stack_kept_outside_stacks_by_its_file_and_works_as_print
 
     load_stack("dev")
     assert stack_args("dev") == "--stack dev"
-    # The last read of a name decides: a config map of the same name that came from no file (the
-    # Pulumi engine's) is named by --stack again, whatever file an earlier read came from.
+    # A config map of the same stack read after its file (the program `check` runs validates the
+    # stack again from the engine's config) keeps naming the file: `check --config-file`'s warnings
+    # say --config-file. A process that read no file of it (the Pulumi engine's) says --stack.
     keys = yaml.safe_load(EMU.read_text())["config"]
     validate_stack("long", keys, "a config map")
-    assert stack_args("long") == "--stack long"
+    assert stack_args("long") == f"--config-file {shlex.quote(str(path.absolute()))}"
+    validate_stack("other", keys, "a config map")
+    assert stack_args("other") == "--stack other"

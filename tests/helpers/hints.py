@@ -14,15 +14,29 @@ import typer.main
 
 from infra.cli import app
 from infra.cli.options import load_config
+from infra.invocation import invocation
 
-HINT = re.compile(r"(?:`|: )(multislice [^`)\n]+)")
+#: A printed command: the invocation (``multislice``, a path to it, ``python -m infra.cli`` or
+#: ``uv run --frozen [--project P] multislice``: infra.invocation), then its arguments.
+INVOCATION = r"(?:(?:\S*uv run --frozen(?: --project \S+)? )?\S*multislice|\S*python\S* -m infra\.cli)"
+HINT = re.compile(rf"(?:`|: )({INVOCATION} [^`)\n]+)")
+_PREFIX = re.compile(rf"^{INVOCATION} ")
+
+
+def printed(text: str) -> list[str]:
+    """The commands in ``text`` as printed, invocation included; a hint ends at its line's end (output
+    that is not a terminal is never wrapped: ``infra.cli.options.UNWRAPPED_WIDTH``)."""
+    return [found.strip() for line in text.splitlines() for found in HINT.findall(line)]
 
 
 def hints(text: str) -> list[list[str]]:
-    """The ``multislice`` commands in ``text``, each as its argument list (without ``multislice``);
-    a hint ends at its line's end (output that is not a terminal is never wrapped:
-    ``infra.cli.options.UNWRAPPED_WIDTH``)."""
-    return [shlex.split(found.strip())[1:] for line in text.splitlines() for found in HINT.findall(line)]
+    """The commands in ``text`` (:func:`printed`), each as its argument list without the invocation."""
+    return [shlex.split(_PREFIX.sub("", found)) for found in printed(text)]
+
+
+#: The commands a hint may name that only read (offline: the emulation's state, the stack), which
+#: :func:`check_output` runs as printed; the others start, stop or reach the cloud, and are parsed.
+READING = (("plan",), ("local", "status"), ("local", "logs"), ("render",))
 
 
 def works_as_printed(args: list[str]) -> None:
@@ -40,3 +54,20 @@ def works_as_printed(args: list[str]) -> None:
     assert "stack" in parsed.params, f"{args}: a hint names a command that takes no stack"
     config_file = parsed.params.get("config_file")
     load_config(parsed.params["stack"] or "dev", Path(config_file) if config_file else None)
+
+
+def check_output(output: str, run) -> list[str]:
+    """Every hint in ``output`` (a command's, run in this process) starts with the invocation that
+    reaches the CLI from where it ran (:func:`infra.invocation.invocation`), works as printed
+    (:func:`works_as_printed`), and, if it only reads (:data:`READING`), runs: ``run(args)`` gives its
+    ``(exit code, output)``, which must be 0 or 1 (the command's own failure: no run yet), never
+    a usage or stack error (2) or a traceback. Returns the hints checked."""
+    found = printed(output)
+    for line in found:
+        assert line.startswith(f"{invocation()} "), f"{line!r} does not start with {invocation()!r}"
+        args = shlex.split(_PREFIX.sub("", line))
+        works_as_printed(args)
+        if tuple(args[:2]) in READING or tuple(args[:1]) in READING:
+            code, text = run(args)
+            assert code in (0, 1) and "Traceback" not in text, f"{line!r} as printed: exit {code}\n{text}"
+    return found

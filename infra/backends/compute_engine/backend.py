@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from infra import invocation
 from infra.backends.compute_engine import logs
 from infra.backends.compute_engine.spec import SPEC
 from infra.backends.interface import Backend, CapacitySource, Emulation, ExecPlan
 from infra.backends.queued_resource.spec import SPEC as QUEUED_RESOURCE
-from infra.config.stack_naming import stack_args
 
 if TYPE_CHECKING:
     import pulumi
@@ -146,8 +146,8 @@ class ComputeEngineBackend(Backend):
         return (
             f"stack {config.stack} uses multislice:backend: compute-engine, which has no reset "
             "(docs/compute-engine.md, section 5), so its emulation has none either; nothing was sent. "
-            f"To start every emulated VM again, `multislice local down {stack_args(config.stack)}` then "
-            f"`multislice local up {stack_args(config.stack)}`"
+            f"To start every emulated VM again, `{invocation.command('local down', config.stack)}` then "
+            f"`{invocation.command('local up', config.stack)}`"
         )
 
     def vm_metadata(

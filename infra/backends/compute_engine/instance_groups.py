@@ -31,6 +31,7 @@ import json
 import subprocess
 from dataclasses import dataclass
 
+from infra import invocation
 from infra.remote.gcloud import credentials_error, last_error
 from infra.remote.selection import RemoteError
 
@@ -126,6 +127,6 @@ def workers_of(config, slice_id: int, instances: list[ManagedInstance] | None) -
         listed = ", ".join(f"{i.name} {i.status or 'not created'}/{i.action}" for i in instances) or "none"
         raise RemoteError(
             f"stack {config.stack}'s instance group {group} (slice {slice_id}) has {len(up)} of {wanted} VMs running "
-            f"({listed}): its slice is not up; see `multislice status --stack {config.stack}`"
+            f"({listed}): its slice is not up; see `{invocation.command('status', config.stack)}`"
         )
     return [instance.name for instance in instances]

@@ -38,6 +38,7 @@ from __future__ import annotations
 import shlex
 from collections.abc import Sequence
 
+from infra import invocation
 from infra.remote.command import run_id, run_once
 from infra.remote.fanout import Target
 from infra.remote.selection import Worker
@@ -56,7 +57,7 @@ def reset_refusal(stack: str) -> str:
     return (
         f"stack {stack} uses multislice:backend: compute-engine, which has no reset: Compute Engine documents no "
         "equivalent of ResetQueuedResource for a multi-host slice (docs/compute-engine.md, section 5); nothing was "
-        f"sent. To restart the trainer on every VM run `multislice exec --stack {stack} -- sudo systemctl restart "
+        f"sent. To restart the trainer on every VM run `{invocation.command('exec', stack)} -- sudo systemctl restart "
         f"{TRAINER_UNIT}` (it restarts the release the VM booted: a release from a later `pulumi up` reaches "
         "running VMs through their release watch); to replace the VMs, `pulumi destroy` and `pulumi up` the stack"
     )

@@ -13,11 +13,11 @@ import shlex
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from infra import invocation
 from infra.backends.gke import logs, names, operate
 from infra.backends.gke.jobset import CONTAINER, JOB_INDEX_LABEL
 from infra.backends.gke.spec import SPEC
 from infra.backends.interface import Backend, CapacitySource, Emulation, ExecPlan
-from infra.config.stack_naming import stack_args
 from infra.startup import contract
 
 if TYPE_CHECKING:
@@ -161,7 +161,7 @@ class GkeBackend(Backend):
             raise RemoteError(
                 f"stack {config.stack}'s run is not up: "
                 + "; ".join(filter(None, (f"no Pod for {', '.join(missing)}" if missing else "", ", ".join(idle))))
-                + f"; nothing was run (`multislice status {stack_args(config.stack)}` shows the Pods)"
+                + f"; nothing was run (`{invocation.command('status', config.stack)}` shows the Pods)"
             )
         run = run_id()
         context, namespace = names.kube_context(config), config.gke.namespace

@@ -27,8 +27,8 @@ import shlex
 import time
 from collections.abc import Callable
 
+from infra import invocation
 from infra.backends.gke import capacity, kubectl, names, operate
-from infra.config.stack_naming import stack_args
 from infra.remote.selection import RemoteError
 
 #: Seconds between two listings of the Pods while waiting.
@@ -84,7 +84,7 @@ def reset(
         raise RemoteError(
             f"stack {config.stack}: JobSet {jobset} has no Pods in namespace {config.gke.namespace} of cluster "
             f"{names.cluster_name(config)}, nothing to reset: it was never deployed, was deleted, or is suspended "
-            f"(see `multislice status {stack_args(config.stack)}`)"
+            f"(see `{invocation.command('status', config.stack)}`)"
         )
     if all(pod.phase == "Succeeded" for pod in pods):
         raise RemoteError(
@@ -139,7 +139,7 @@ def reset(
         if time.monotonic() >= deadline:
             raise RemoteError(
                 f"JobSet {jobset} was resumed, but its Pods are not all running after {timeout_s:.0f} s; they are "
-                f"starting: see `multislice status {stack_args(config.stack)}`",
+                f"starting: see `{invocation.command('status', config.stack)}`",
                 1,
             )
         time.sleep(min(poll_s, max(0.0, deadline - time.monotonic())))

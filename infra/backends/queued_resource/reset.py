@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from infra.config.stack_naming import stack_args
+from infra import invocation
 from infra.remote.selection import RemoteError
 
 #: Seconds between polls of the operation and the nodes: the first, doubled per poll up to the last.
@@ -112,7 +112,7 @@ def reset(
     if state != "ACTIVE":
         raise RemoteError(
             f"stack {config.stack}'s queued resource {qr_id} is {state}: only an ACTIVE queued resource has VMs to "
-            f"reset; see `multislice status {stack_args(config.stack)}`"
+            f"reset; see `{invocation.command('status', config.stack)}`"
         )
     vms = config.slices * config.workers_per_slice
     if not confirm(
@@ -150,7 +150,7 @@ def reset(
             raise RemoteError(
                 f"the reset of {qr_id} has not finished after {timeout_s:.0f} s (queued resource {active}; {states}; "
                 f"operation {'done' if done else 'running'}); Cloud TPU goes on with it: "
-                f"see `multislice status {stack_args(config.stack)}`",
+                f"see `{invocation.command('status', config.stack)}`",
                 1,
             )
         time.sleep(min(delay, max(0.0, deadline - time.monotonic())))

@@ -44,7 +44,7 @@ import json
 import subprocess
 from collections.abc import Sequence
 
-from infra.config.stack_naming import stack_args
+from infra import invocation
 from infra.remote.command import run_id, run_once
 from infra.remote.fanout import Target
 from infra.remote.gcloud import credentials_error, last_error
@@ -137,7 +137,7 @@ def check_deployed(gcloud: str, config) -> dict:
     if state != "ACTIVE":
         raise RemoteError(
             f"stack {stack}'s queued resource {qr} is {state}, not ACTIVE: its VMs are not all up; "
-            f"see `multislice status {stack_args(stack)}`"
+            f"see `{invocation.command('status', stack)}`"
         )
     return described
 
