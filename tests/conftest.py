@@ -251,3 +251,13 @@ def printed_hints_work(monkeypatch, request):
 
     monkeypatch.setattr(CliRunner, "invoke", invoke)
     yield
+
+
+@pytest.fixture(autouse=True)
+def stacks_named_afresh():
+    """Which file each stack was read from (infra.config.stack_naming) is a process's memory, as
+    one command's: a test starts with none, whatever files the tests before it read."""
+    from infra.config import stack_naming
+
+    stack_naming._LOADED_FROM.clear()
+    yield

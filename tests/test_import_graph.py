@@ -241,7 +241,7 @@ LAYERS: list[list[str]] = [
     ],
     ["infra.startup.contract", "infra.durations"],
     ["infra.backends.spec", "infra.backends.registry", *spec_modules()],
-    ["infra.config"],
+    ["infra.config", "infra.invocation"],
     ["infra.startup"],
     ["infra.components", "infra.planner", "infra.logs"],
     ["infra.status", "infra.remote", "infra.local"],

@@ -64,7 +64,7 @@ def diff(
                 "multislice:allowBackendChange: true confirms it, so pulumi up carries it out"
                 if confirmed
                 else "pulumi up refuses it unless the stack sets multislice:allowBackendChange: true "
-                '(docs/deploying.md, "Changing the backend of a deployed stack")'
+                '(docs/deploying.md, "The compute-engine backend": changing the backend of a deployed stack)'
             )
         )
     old_sha, new_sha = result.bundle_sha256

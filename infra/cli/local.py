@@ -86,6 +86,9 @@ def print_summary(result: dict) -> None:
     ):
         if key in result:
             value = result[key]
+            if value is None:
+                table.add_row(key, Text(_absent(key, result)))
+                continue
             if key == "faults" and len(result.get("fault_steps") or []) == len(value):
                 value = [f"{f} (fired after step {s})" for f, s in zip(value, result["fault_steps"], strict=True)]
             if isinstance(value, float):
@@ -95,6 +98,18 @@ def print_summary(result: dict) -> None:
             table.add_row(key, Text(str(value)))
     console.print("run summary")
     console.print(table)
+
+
+def _absent(key: str, result: dict) -> str:
+    """What the summary shows for a row with no value: a dash and why, never ``None``."""
+    if key == "final_eval_loss":
+        every = result.get("eval_every_steps") or 0
+        if not every:
+            return "— (no evaluation: multislice:training.eval_every_steps is 0)"
+        return f"— (no evaluation: eval every {every} steps, the run had {result.get('steps_completed', 0)})"
+    if key == "final_loss":
+        return "— (no step completed yet)"
+    return "— (not recorded yet)"
 
 
 def stops_when_stdout_closes(command):

@@ -263,7 +263,7 @@ class EmulatedStack:
         self.report(self.capacity.line())
         from infra.local import summary as summary_lib  # reads checkpoints: jax, orbax
 
-        result = summary_lib.summarize(self.run_dir, total)
+        result = summary_lib.summarize(self.run_dir, total, self.config.training.eval_every_steps)
         summary_lib.name_own_resume(result, self.run_dir, since=started_at)  # the user's own stop
         unplanned = summary_lib.unplanned_restarts(
             self.run_dir, since=started_at, planned=len(self.repairs.faults_fired) + self.repairs.resets

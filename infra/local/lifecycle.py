@@ -265,7 +265,7 @@ def train(resource: EmulatedStack, options: Options, fresh: bool, say: Callable[
     elif is_complete(run_dir, total):
         # Converged, as the provider treats a QR gone after its run completed: nothing is created.
         deleted = local_state.read_deletion(resource.paths)
-        result = summary.summarize(run_dir, total) | {
+        result = summary.summarize(run_dir, total, config.training.eval_every_steps) | {
             "wall_seconds": _seconds_since_start(),
             "capacity": DELETED if deleted else KEPT,
         }
@@ -290,7 +290,9 @@ def train(resource: EmulatedStack, options: Options, fresh: bool, say: Callable[
     except BrokenPipeError:
         if not is_complete(run_dir, total):
             raise  # the command says so (infra.cli.local.stops_when_stdout_closes)
-        result = summary.summarize(run_dir, total)  # the last step's line found no reader
+        result = summary.summarize(
+            run_dir, total, config.training.eval_every_steps
+        )  # the last step's line found no reader
         return Outcome(
             result
             | {

@@ -3,6 +3,8 @@ through the run directory's storage API, as the trainer wrote it: ``training.run
 
 * ``steps_completed``: highest step with a metrics record (or the completion marker's);
 * ``final_loss``: training loss of that step's last record;
+* ``final_eval_loss``: the last evaluation's loss, None when none ran (``eval_every_steps``, also
+  recorded, is 0 or past the steps the run completed);
 * ``restarts``: trainer starts after the first (``start`` events);
 * ``restart_causes``: each restart named (:func:`describe_restart`): ``preemption`` when the
   attempt before it recorded a preemption notice, else ``failure`` (a fault, a reset, a trainer
@@ -38,8 +40,10 @@ class Badput(dict):
         return "; ".join(f"{cause} {seconds:.1f} s" for seconds, cause in causes) or "none"
 
 
-def summarize(run_dir: RunDir, total_steps: int) -> dict[str, Any]:
-    """Summary dict of the run in ``run_dir`` (see module docstring)."""
+def summarize(run_dir: RunDir, total_steps: int, eval_every_steps: int = 0) -> dict[str, Any]:
+    """Summary dict of the run in ``run_dir`` (see module docstring); ``eval_every_steps`` (the
+    stack's ``multislice:training.eval_every_steps``, 0: off) is recorded with it, to say why a
+    run has no ``final_eval_loss``."""
     metrics = valid_records("metrics", read_records(run_dir, "metrics"))[0]  # malformed: skipped
     events = valid_records("events", read_records(run_dir, "events"))[0]
     steps = [m for m in metrics if "loss" in m]
@@ -59,6 +63,7 @@ def summarize(run_dir: RunDir, total_steps: int) -> dict[str, Any]:
         "total_steps": total_steps,
         "final_loss": float(final[-1]["loss"]) if final else None,
         "final_eval_loss": float(evals[-1]["eval_loss"]) if evals else None,
+        "eval_every_steps": eval_every_steps,
         "restarts": max(len(starts) - 1, 0),
         "restart_causes": [describe_restart(r) for r in restarts_of(events)],
         "steps_lost": len(steps) - len({int(m["step"]) for m in steps}),

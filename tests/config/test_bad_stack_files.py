@@ -25,8 +25,8 @@ import yaml
 from typer.testing import CliRunner
 
 from infra.cli import app
-from infra.config import StackConfigError, load_stack, load_stack_file, loading
-from infra.config.loading import MAX_FILE_BYTES, MAX_NODES
+from infra.config import StackConfigError, load_stack, load_stack_file, loading, stack_yaml
+from infra.config.stack_yaml import MAX_FILE_BYTES, MAX_NODES
 from training.validation import UNKNOWN_KEYS_SHOWN
 
 DEV = Path(__file__).resolve().parents[2] / "stacks" / "Pulumi.dev.yaml"
@@ -184,7 +184,7 @@ def test_any_other_failure_of_a_constructor_names_the_line_and_the_tag(tmp_path,
     def broken(loader, node):
         raise KeyError(node.value)
 
-    monkeypatch.setitem(loading._UniqueKeyLoader.yaml_constructors, "!broken", broken)
+    monkeypatch.setitem(stack_yaml._UniqueKeyLoader.yaml_constructors, "!broken", broken)
     text = dev_text("    iapSsh: true", "    iapSsh: !broken x")
     path = write(tmp_path, text)
     assert plan_stderr(path) == [
@@ -287,10 +287,10 @@ def test_the_parser_stops_at_the_first_node_past_the_limit(tmp_path, items, reas
 
 def test_a_document_at_the_limit_is_read(tmp_path):
     text = dev_text()
-    nodes = loading.expanded_nodes(yaml.compose(text))
+    nodes = stack_yaml.expanded_nodes(yaml.compose(text))
     items = MAX_NODES - nodes - 2  # the key and the list
     path = write(tmp_path, dev_text(new=f"  multislice:allowUnlisted: [{', '.join(['zone'] * items)}]\n"))
-    assert loading.expanded_nodes(yaml.compose(path.read_text())) == MAX_NODES
+    assert stack_yaml.expanded_nodes(yaml.compose(path.read_text())) == MAX_NODES
     assert load_stack_file(path).allow_unlisted
 
 

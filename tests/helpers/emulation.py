@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -26,6 +27,8 @@ STACK = Path(__file__).parents[1] / "stacks" / "Pulumi.emu.yaml"
 COMMAND_STACK = Path(__file__).parents[1] / "stacks" / "Pulumi.emu-command.yaml"
 RUN_DIR = load_stack_file(STACK).run_dir  # gs://<the stack's bucket>/runs/emu
 CLI = [sys.executable, "-m", "infra.cli"]
+#: How the CLI started as :data:`CLI` names itself in the commands it prints (infra/invocation.py).
+PRINTED_CLI = f"{shlex.quote(sys.executable)} -m infra.cli"
 
 
 def cli_env(state_dir: Path) -> dict[str, str]:

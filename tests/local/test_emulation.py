@@ -24,6 +24,7 @@ from infra.config import load_stack_file
 from infra.local import gcs
 from tests.helpers.emulation import (
     CLI,
+    PRINTED_CLI,
     REPORT,
     RUN_DIR,
     STACK,
@@ -423,7 +424,7 @@ def test_ctrl_c_stops_every_vm(tmp_path):
     assert proc.returncode == 130, out + err
     # Stopped on purpose: one plain line saying how to resume, not an error.
     assert err.strip().splitlines()[-1] == (
-        f"interrupted (Ctrl-C): every emulated VM was stopped; resume with: multislice local up "
+        f"interrupted (Ctrl-C): every emulated VM was stopped; resume with: {PRINTED_CLI} local up "
         f"--config-file {tmp_path / 'waiting' / 'Pulumi.emu.yaml'}"
     ), err
     assert "error:" not in err
@@ -483,7 +484,7 @@ def test_local_down_stops_a_running_emulation(tmp_path):
     assert "asked emulator pid" in down.stdout
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err  # stopped the documented way: on purpose, not a failure
-    resume = f"resume with: multislice local up --config-file {stack}"
+    resume = f"resume with: {PRINTED_CLI} local up --config-file {stack}"
     assert f"stopped by `multislice local down`: every emulated VM was stopped; {resume}" in err
     assert "error:" not in err
     assert processes_under(tmp_path) == []

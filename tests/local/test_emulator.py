@@ -178,7 +178,8 @@ def test_a_storage_server_that_dies_stops_the_run_with_one_message(tmp_path):
     assert message.startswith(
         f"the emulated Cloud Storage (fake-gcs-server on {resource.storage.url}) stopped (killed by SIGKILL)"
     )
-    assert "every emulated VM was stopped" in message and "run `multislice local up` again to resume" in message
+    assert "every emulated VM was stopped" in message
+    assert "run `multislice local up --config-file " in message and "` again to resume" in message
     assert not resource.paths.state_file.exists()
 
 

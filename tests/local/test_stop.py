@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.emulation import CLI, cli_env, long_stack, processes_under, run_cli
+from tests.helpers.emulation import CLI, PRINTED_CLI, cli_env, long_stack, processes_under, run_cli
 
 
 def start_up(tmp_path: Path) -> subprocess.Popen:
@@ -88,7 +88,7 @@ def test_sigint_to_the_process_group_returns_only_once_every_vm_is_gone(tmp_path
             proc.kill()
             proc.communicate()
     assert proc.returncode == 130, out + err
-    assert "interrupted (Ctrl-C): every emulated VM was stopped; resume with: multislice local up" in err
+    assert f"interrupted (Ctrl-C): every emulated VM was stopped; resume with: {PRINTED_CLI} local up" in err
     assert "Traceback" not in err
     assert left == []
     assert state(tmp_path) is None

@@ -62,6 +62,7 @@ def test_a_run_killed_once_and_resumed(tmp_run):
         "total_steps": total,
         "final_loss": loss(total),
         "final_eval_loss": 1.25,
+        "eval_every_steps": 0,
         "restarts": 1,
         "restart_causes": ["failure: resumed at step 6"],  # killed, no preemption notice
         "steps_lost": killed_at - restored,
@@ -145,6 +146,7 @@ def test_an_empty_run_directory(tmp_run):
         "total_steps": 5,
         "final_loss": None,
         "final_eval_loss": None,
+        "eval_every_steps": 0,
         "restarts": 0,
         "restart_causes": [],
         "steps_lost": 0,
@@ -240,3 +242,21 @@ def test_every_restart_is_named_and_those_nothing_asked_for_are_unplanned(tmp_ru
     fresh = {"restart_causes": ["failure: resumed at step 6"]}
     name_own_resume(fresh, tmp_run, since=999.0)
     assert fresh["restart_causes"] == ["failure: resumed at step 6"]
+
+
+@pytest.mark.parametrize(
+    ("result", "shown"),
+    [
+        ({"steps_completed": 20, "eval_every_steps": 40}, "— (no evaluation: eval every 40 steps, the run had 20)"),
+        (
+            {"steps_completed": 20, "eval_every_steps": 0},
+            "— (no evaluation: multislice:training.eval_every_steps is 0)",
+        ),
+        ({"steps_completed": 20}, "— (no evaluation: multislice:training.eval_every_steps is 0)"),
+    ],
+)
+def test_a_row_without_a_value_says_why_and_never_none(capsys, result, shown):
+    print_summary({"complete": True, "final_loss": None, "final_eval_loss": None, **result})
+    out = capsys.readouterr().out
+    assert "None" not in out
+    assert shown in out and "— (no step completed yet)" in out

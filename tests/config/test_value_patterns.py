@@ -1,4 +1,4 @@
-"""Bad values, round 5 (issue 66): each is one line naming its key, before any resource exists.
+"""Values the config refuses, each with one line naming its key, before any resource exists.
 
 * Every regular expression the config uses to accept a value matches the whole value: a trailing
   newline (which ``re.match(r"^…$")`` lets through: ``$`` matches before a final newline) is
