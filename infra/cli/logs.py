@@ -39,10 +39,11 @@ SINCE_OPTION = typer.Option(
     help="Only lines from this long ago (30s, 10m, 2h, 1d) or after an RFC 3339 time (2026-11-30T17:00:00Z).",
 )
 LIBRARIES_OPTION = typer.Option(
-    True,
+    False,
     "--libraries/--no-libraries",
-    help="Show (default) or leave out the notices of libraries: gloo's connection lines and the "
-    "C++ libraries' glog INFO lines (e.g. the storage client's auth notice); their warnings and errors stay.",
+    help="Show or leave out (default) the notices of libraries: gloo's connection lines and the "
+    "C++ libraries' glog INFO lines (e.g. the emulated storage's auth notice); their warnings and errors "
+    "always show.",
 )
 POLLS_OPTION = typer.Option(
     None, "--polls", hidden=True, min=1, help="With --follow: stop after this many polls (tests)."
@@ -82,12 +83,14 @@ def parse_since_option(since: str | None):
 
 
 def without_library_notices(poll: Callable[[], list], libraries: bool) -> Callable[[], list]:
-    """``poll``, leaving out library notices unless ``libraries`` (``--no-libraries``)."""
+    """``poll``, leaving out library notices (:class:`infra.logs.lines.LibraryNotices`) unless
+    ``libraries`` (``--libraries``)."""
     if libraries:
         return poll
-    from infra.logs.lines import is_library_notice
+    from infra.logs.lines import LibraryNotices
 
-    return lambda: [line for line in poll() if not is_library_notice(line.text)]
+    notices = LibraryNotices()
+    return lambda: notices.without_notices(poll())
 
 
 def emit(lines: Iterable) -> int:

@@ -10,7 +10,7 @@ Both sources print the same format, one line per log line::
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
 #: ``[slice S worker W] `` at the start of a console line (boot.sh, trainer.sh and the log
@@ -58,8 +58,44 @@ _LIBRARY_NOTICE = re.compile(
 
 def is_library_notice(text: str) -> bool:
     """True for a line (without its prefix) that a library printed as a notice (see
-    :data:`_LIBRARY_NOTICE`): what ``--no-libraries`` leaves out."""
+    :data:`_LIBRARY_NOTICE`): what the logs commands leave out unless ``--libraries``."""
     return bool(_LIBRARY_NOTICE.search(text))
+
+
+#: What is left on a line of its own when two threads write gloo's notice at once: its last
+#: number (``… Expected number of connected peer ranks is : `` of one, the other's whole line,
+#: then the first one's ``7`` and line end).
+_NOTICE_TAIL = re.compile(r"^\s*\d+\s*$")
+
+
+class LibraryNotices:
+    """Which lines of a stream of :class:`LogLine` are library notices: :func:`is_library_notice`,
+    or a line of only a number right after a notice of the same worker (the tail of a notice that
+    another thread's notice was written into). Keeps the last verdict per worker."""
+
+    def __init__(self) -> None:
+        self._after_notice: dict[tuple[int, int], bool] = {}
+
+    def leaves_out(self, line: LogLine) -> bool:
+        worker = (line.slice_id, line.worker)
+        notice = is_library_notice(line.text) or (
+            self._after_notice.get(worker, False) and bool(_NOTICE_TAIL.match(line.text))
+        )
+        self._after_notice[worker] = notice
+        return notice
+
+    def without_notices(self, lines: list[LogLine]) -> list[LogLine]:
+        """``lines`` without the notices; a line of another writer that a gloo notice was written
+        into (``… step 10/120[Gloo] Rank 0 is connected …``) is kept, cut where the notice starts."""
+        kept = []
+        for line in lines:
+            start = line.text.find("[Gloo] ")
+            if start > 0 and line.text[:start].strip() and not is_library_notice(line.text[:start]):
+                self._after_notice[(line.slice_id, line.worker)] = True
+                kept.append(replace(line, text=line.text[:start].rstrip()))
+            elif not self.leaves_out(line):
+                kept.append(line)
+        return kept
 
 
 def strip_prefix(line: str) -> str:

@@ -284,7 +284,8 @@ def test_local_logs_merges_the_vms_console_logs_by_time(tmp_path):
         "[slice 1 worker 0] 2026-11-30T18:00:30+0100 INFO [p1] training: step 10/120\n",
     )
     (logs / "fake-gcs-server.log").write_text("not a VM\n")
-    result = invoke("local", "logs", "--stack", "dev", env={"MULTISLICE_STATE_DIR": str(tmp_path)})
+    # --libraries: a line without a time of its own (gloo's) keeps the time of the line before it
+    result = invoke("local", "logs", "--stack", "dev", "--libraries", env={"MULTISLICE_STATE_DIR": str(tmp_path)})
     assert result.exit_code == 0, result.output
     assert result.stdout.splitlines() == [
         "[slice 0 worker 0] " + boot(0, T0).strip(),
@@ -392,7 +393,7 @@ def test_the_commands_import_nothing_heavy():
     assert result.stdout.strip() == "[]"
 
 
-def test_local_logs_leaves_out_library_notices_with_no_libraries(tmp_path):
+def test_local_logs_leaves_out_library_notices_unless_asked(tmp_path):
     logs = tmp_path / "dev" / "logs"
     trainer = "[slice 0 worker 0] 2026-11-30T17:00:20+0000 INFO [p0] training: step 10/120"
     write_console(
@@ -404,33 +405,41 @@ def test_local_logs_leaves_out_library_notices_with_no_libraries(tmp_path):
         "is : 1\n"
         "[slice 0 worker 0] [Gloo] Rank [Gloo] Rank 23 is connected to  is connected to 33 peer ranks. Expected\n"
         "[slice 0 worker 0]  peer ranks. Expected number of connected peer ranks is : 3\n"
+        "[slice 0 worker 0] [Gloo] Rank 1 is connected to 7 peer ranks. Expected number of connected peer ranks "
+        "is : [Gloo] Rank 2 is connected to 7 peer ranks. Expected number of connected peer ranks is : 7\n"
+        "[slice 0 worker 0] 7\n"
         f"{trainer}\n"
+        "[slice 0 worker 0] 7\n"
+        f"{trainer} eval[Gloo] Rank 0 is connected to 1 peer ranks. Expected number of connected peer ranks is : 1\n"
         "[slice 0 worker 0] I1201 16:04:32.368821   28624 google_auth_provider.cc:136] Using "
         "GOOGLE_AUTH_TOKEN_FOR_TESTING\n"
         "[slice 0 worker 0] E1201 16:04:33.000001   28624 gcs_key_value_store.cc:10] request failed\n"
         "[slice 0 worker 0] Traceback (most recent call last):\n",
     )
     env = {"MULTISLICE_STATE_DIR": str(tmp_path)}
-    everything = invoke("local", "logs", "--stack", "dev", env=env).stdout.splitlines()
-    quiet = invoke("local", "logs", "--stack", "dev", "--no-libraries", env=env).stdout.splitlines()
-    assert len(everything) == 9
+    everything = invoke("local", "logs", "--stack", "dev", "--libraries", env=env).stdout.splitlines()
+    quiet = invoke("local", "logs", "--stack", "dev", env=env).stdout.splitlines()
+    assert quiet == invoke("local", "logs", "--stack", "dev", "--no-libraries", env=env).stdout.splitlines()
+    assert len(everything) == 13
     assert quiet == [
         "[slice 0 worker 0] " + boot(0, T0).strip(),
         "[slice 0 worker 0] boot: stack dev",
         trainer,
+        "[slice 0 worker 0] 7",  # a number after a trainer's line is the trainer's
+        f"{trainer} eval",  # a trainer's line that gloo wrote into: the trainer's part
         "[slice 0 worker 0] E1201 16:04:33.000001   28624 gcs_key_value_store.cc:10] request failed",
         "[slice 0 worker 0] Traceback (most recent call last):",
     ]
 
 
-def test_logs_leaves_out_library_notices_with_no_libraries(fake, creds_env):
+def test_logs_leaves_out_library_notices_unless_asked(fake, creds_env):
     fake.add(**entry(DEV, 0, 0, "trainer: starting", T0))
     fake.add(**entry(DEV, 0, 0, "[Gloo] Rank 0 is connected to 1 peer ranks.", T0 + timedelta(seconds=1)))
     fake.add(**entry(DEV, 0, 0, "I1201 16:04:32.368821   28624 auth.cc:136] Using X", T0 + timedelta(seconds=2)))
     fake.add(**entry(DEV, 0, 0, "W1201 16:04:33.000000   28624 x.cc:1] a warning", T0 + timedelta(seconds=3)))
     env = {cloud.ENDPOINT_ENV: fake.url, "GOOGLE_APPLICATION_CREDENTIALS": str(creds_env)}
-    assert len(invoke("logs", "--stack", "dev", env=env).stdout.splitlines()) == 4
-    result = invoke("logs", "--stack", "dev", "--no-libraries", env=env)
+    assert len(invoke("logs", "--stack", "dev", "--libraries", env=env).stdout.splitlines()) == 4
+    result = invoke("logs", "--stack", "dev", env=env)
     assert result.exit_code == 0, result.output
     assert result.stdout.splitlines() == [
         "[slice 0 worker 0] trainer: starting",

@@ -6,7 +6,6 @@ emulations' state and the session's compilation cache in the environment
 from __future__ import annotations
 
 import os
-import shlex
 import shutil
 import subprocess
 import sys
@@ -67,20 +66,24 @@ class Lines:
         return done
 
     def check_hints(self, monkeypatch, minimum: int) -> list[list[str]]:
-        """Every hint in the outputs works as printed: each parses and resolves its stack
-        (:func:`tests.helpers.hints.works_as_printed`, a ``--stack`` resolved through this
+        """Every hint in the outputs works as printed: each starts with the invocation the user
+        typed (``uv run --frozen multislice``: ``uv`` is on this shell's PATH), parses and resolves
+        its stack (:func:`tests.helpers.hints.works_as_printed`, a ``--stack`` resolved through this
         environment's state directory), and each that only reads (:data:`READING_HINTS`) is run
-        as the user would run it and exits 0; at least ``minimum`` hints."""
-        from tests.helpers.hints import hints, works_as_printed
+        through bash exactly as printed and exits 0; at least ``minimum`` hints."""
+        from tests.helpers.hints import hints, printed, works_as_printed
 
         monkeypatch.setenv("MULTISLICE_STATE_DIR", self.env["MULTISLICE_STATE_DIR"])
+        lines = [line for output in self.outputs for line in printed(output)]
         found = [h for output in self.outputs for h in hints(output)]
         assert len(found) >= minimum, self.outputs
+        assert all(line.startswith("uv run --frozen multislice ") for line in lines), lines
         for args in found:
             works_as_printed(args)
-        for args in {tuple(args) for args in found if tuple(args[:2]) in READING_HINTS or args[:1] == ["plan"]}:
-            ran = shell(f"uv run --frozen multislice {shlex.join(args)}", self.env)
-            assert ran.returncode == 0, (args, ran.stdout + ran.stderr)
+        for line, args in dict(zip(lines, found, strict=True)).items():
+            if tuple(args[:2]) in READING_HINTS or args[:1] == ["plan"]:
+                ran = shell(line, self.env)
+                assert ran.returncode == 0, (line, ran.stdout + ran.stderr)
         return found
 
 

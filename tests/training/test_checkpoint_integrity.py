@@ -5,6 +5,7 @@ restore. The 2-process runs on ``gs://`` are in tests/training/test_trusted_rest
 
 from __future__ import annotations
 
+import logging
 import shutil
 import sysconfig
 from pathlib import Path
@@ -20,6 +21,7 @@ from tests.helpers.checkpoint_runs import config, names
 from tests.helpers.train_runs import losses
 from training import train
 from training.checkpoint import integrity, manager as checkpointing
+from training.checkpoint.orbax_import import ocp
 from training.cluster import ClusterIdentity
 from training.config import TrainConfig
 from training.metrics.run_log import read_records
@@ -113,6 +115,23 @@ def test_a_save_records_the_checksums_and_refuses_a_non_finite_state(tmp_path):
     assert manager.all_steps() == [1]
     assert manager.custom_metadata(1) == integrity.record(integrity.summarize(t))
     manager.close()
+
+
+def test_reading_a_checkpoint_back_logs_no_orbax_warning(tmp_path, caplog):
+    """What restore reads (a step's metadata, then the step, on this process alone) warns of
+    nothing: no "read only" directory (the reader is read-only on purpose), no item that "could
+    not be restored" (the reader knows the item's handler), no type handler "overriding"."""
+    config = TrainConfig.model_validate({"checkpoint": {"interval_steps": 1, "keep": 3, "async_save": False}})
+    t = tree()
+    with caplog.at_level(logging.WARNING, logger="absl"):
+        manager = checkpointing.make_manager(RunDir(str(tmp_path / "run")), config)
+        checkpointing.save(manager, 1, t)
+        manager.wait_until_finished()
+        assert manager.custom_metadata(1) == integrity.record(integrity.summarize(t))
+        restored = manager.restore(1, args=ocp.args.StandardRestore(t))
+        manager.close()
+    assert all(bool(jnp.array_equal(restored[k], t[k])) for k in t)
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
 
 
 # --- the trainer ------------------------------------------------------------------------
