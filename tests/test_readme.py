@@ -519,7 +519,7 @@ def test_uv_run_needs_the_repository_or_its_path(tmp_path):
     path = os.pathsep.join(p for p in os.environ.get("PATH", "").split(os.pathsep) if p not in venv_bins)
     env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"} | {"PATH": path}
     text = " ".join(README.split())
-    said = re.search(r"Elsewhere it fails with `([^`]+)`", text)
+    said = re.search(r"anywhere else uv says `([^`]+)`", text)
     assert said and "--project" in text
     plan = ["multislice", "plan", "--stack", "prod", "--json"]
 

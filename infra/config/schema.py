@@ -57,7 +57,8 @@ from infra.backends.compute_engine.spec import ComputeEngineSettings
 from infra.backends.gke.cluster import GkeSettings
 from infra.backends.queued_resource.spec import FORMER_DELETE_ON_COMPLETE_KEY, QueuedResourceSettings
 from infra.backends.spec import BackendSpec
-from infra.config import backend_checks
+from infra.config import backend_checks, elastic
+from infra.config.elastic import ElasticSettings
 from infra.config.environment import BucketSettings, NetworkSettings
 from infra.config.resource_names import ResourceNames
 from infra.config.workload import WorkloadSettings
@@ -151,6 +152,7 @@ class StackConfig(ResourceNames, StrictModel):
     queued_resource: QueuedResourceSettings = Field(default=QueuedResourceSettings(), alias="multislice:queuedResource")
     compute_engine: ComputeEngineSettings = Field(default=ComputeEngineSettings(), alias="multislice:computeEngine")
     gke: GkeSettings = Field(default=GkeSettings(), alias="multislice:gke")
+    elastic: ElasticSettings = Field(default=ElasticSettings(), alias="multislice:elastic")
     labels: Annotated[dict[str, str], BeforeValidator(naming.check_labels)] = Field(
         default_factory=dict, alias="multislice:labels", description="Extra labels on every labelled resource."
     )
@@ -295,6 +297,7 @@ class StackConfig(ResourceNames, StrictModel):
                 "(https://cloud.google.com/storage/docs/locations); set a location, e.g. a nearby region",
             )
         if self.workload is not None:
+            elastic.check(self)
             return self  # the command brings its own parallelism; the trainer's checks do not apply
         if self.training.model.attention == "cudnn":
             raise invalid(
@@ -315,6 +318,7 @@ class StackConfig(ResourceNames, StrictModel):
                 f"data×fsdp×tensor = {par.dcn.data}×{par.dcn.fsdp}×{par.dcn.tensor} = {par.dcn.product} "
                 f"must equal multislice:slices: {self.slices}",
             )
+        elastic.check(self)
         return self
 
     @property
@@ -385,14 +389,21 @@ class StackConfig(ResourceNames, StrictModel):
 
     @property
     def deprecation_warnings(self) -> list[str]:
-        """Deprecated keys the stack uses, each with its replacement (``pulumi preview`` and the
-        ``multislice`` commands that load the stack print each)."""
-        if self.queued_resource.delete_on_complete_former_key is None:
-            return []
-        return [
-            f"multislice:queuedResource.{FORMER_DELETE_ON_COMPLETE_KEY} is deprecated: rename it to "
-            "multislice:queuedResource.deleteOnComplete (same meaning)"
-        ]
+        """Deprecated keys the stack uses, each with its replacement, and keys this release reads but
+        does not act on yet (``pulumi preview`` and the ``multislice`` commands that load the stack
+        print each)."""
+        warnings = []
+        if self.queued_resource.delete_on_complete_former_key is not None:
+            warnings.append(
+                f"multislice:queuedResource.{FORMER_DELETE_ON_COMPLETE_KEY} is deprecated: rename it to "
+                "multislice:queuedResource.deleteOnComplete (same meaning)"
+            )
+        if self.elastic.min_slices is not None and self.elastic.min_slices < self.slices:
+            warnings.append(
+                "multislice:elastic is checked and planned, not carried out yet: a lost slice still stops the run "
+                'until it is back (docs/faults.md, "Elastic slices")'
+            )
+        return warnings
 
     @property
     def total_steps(self) -> int:

@@ -48,6 +48,7 @@ EXAMPLES = {
     "multislice:queuedResource": "{waitFor: ACTIVE}",
     "multislice:computeEngine": "{maxRunDuration: 3d}",
     "multislice:gke": "{namespace: training}",
+    "multislice:elastic": "{minSlices: 1, shrinkAfter: 2m}",
     "multislice:labels": "{team: ml}",
     "multislice:workload": "{command: [python3, train.py], steps: 100}",
     "multislice:allowUnlisted": "[zone]",

@@ -79,7 +79,7 @@ class LibraryNotices:
     def leaves_out(self, line: LogLine) -> bool:
         worker = (line.slice_id, line.worker)
         notice = is_library_notice(line.text) or (
-            self._after_notice.get(worker, False) and bool(_NOTICE_TAIL.match(line.text))
+            self._after_notice.get(worker, False) and bool(_NOTICE_TAIL.fullmatch(line.text))
         )
         self._after_notice[worker] = notice
         return notice

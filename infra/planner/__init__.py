@@ -44,6 +44,7 @@ from infra.planner.dcn import (
     min_tokens_per_replica,
     operational_intensity,
 )
+from infra.planner.elastic import PEAK_TOKENS_SOURCE, elastic_plan
 from infra.planner.levers import dcn_batch_fit
 from infra.planner.memory import (
     ACTIVATIONS_SOURCE,
@@ -128,6 +129,9 @@ def plan(config: StackConfig, *, vocab_source: str | None = None) -> Plan:
             "the DCN minimum batch priced with each remat policy and microbatch count (infra/planner/levers.py), "
             f"fitting at most {HBM_TIGHT_FRACTION:.0%} of HBM"
         )
+    parameters = param_count(train.model, train.vocab_size)
+    if config.workload is None:
+        sources["peak_tokens_per_s"] = PEAK_TOKENS_SOURCE
     partial = Plan(
         stack=config.stack,
         accelerator_type=accelerator.name,
@@ -139,7 +143,7 @@ def plan(config: StackConfig, *, vocab_source: str | None = None) -> Plan:
         hosts=config.slices * accelerator.hosts,
         chips_per_host=accelerator.chips_per_host,
         parallelism=train.parallelism,
-        parameters=param_count(train.model, train.vocab_size),
+        parameters=parameters,
         sequence_length=train.sequence_length,
         global_batch_size=train.global_batch_size,
         global_batch_tokens=train.global_batch_tokens,
@@ -150,6 +154,7 @@ def plan(config: StackConfig, *, vocab_source: str | None = None) -> Plan:
         dcn_batch=dcn_batch,
         capacity=config.backend_spec.capacity_plan(config),
         apis=apis_for(config.backend_spec.apis),
+        elastic=None if config.workload is not None else elastic_plan(config, parameters),
     )
     return dataclasses.replace(partial, recommendations=advice.recommendations(partial, config))
 

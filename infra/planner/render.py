@@ -7,6 +7,7 @@ from rich.table import Table
 
 from infra.planner import Plan
 from infra.planner.compiled import AGREEMENT, CompiledComparison
+from infra.planner.elastic import describe as describe_elastic
 
 __all__ = ["print_compiled", "print_plan"]
 
@@ -31,6 +32,8 @@ def print_plan(p: Plan, console: Console) -> None:
         console.print(p.capacity, markup=False, highlight=False, soft_wrap=True)
     if p.apis:
         console.print(f"Google APIs pulumi up enables: {', '.join(p.apis)}", markup=False, soft_wrap=True)
+    if p.elastic is not None:
+        console.print(describe_elastic(p.elastic), markup=False, soft_wrap=True)
     mesh = Table(title="mesh (size = dcn × ici)", title_justify="left")
     for column in ("axis", "dcn", "ici", "size"):
         mesh.add_column(column, justify="left" if column == "axis" else "right")

@@ -8,6 +8,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from infra.planner.dcn import DcnCheck
+from infra.planner.elastic import ElasticPlan
 from infra.planner.levers import DcnBatchFit
 from infra.planner.memory import MemoryEstimate
 from training.config import MESH_AXES, ParallelismConfig
@@ -39,6 +40,8 @@ class Plan:
         in ``--json``.
       apis: the Google APIs ``pulumi up`` enables for the stack (those of every stack and its
         backend's: :func:`infra.components.services.apis_for`).
+      elastic: the slice counts the run may train on (``multislice:elastic``), each with its
+        accumulation factor and tokens/s ceiling (:mod:`infra.planner.elastic`).
     """
 
     stack: str
@@ -63,6 +66,7 @@ class Plan:
     dcn_batch: DcnBatchFit | None = dataclasses.field(default=None, metadata={"json": "dcn_min_batch_in_hbm"})
     capacity: str | None = dataclasses.field(default=None, metadata={"json": "capacity_plan"})
     apis: tuple[str, ...] = ()
+    elastic: ElasticPlan | None = None
 
     def __post_init__(self) -> None:
         par = self.parallelism

@@ -2,15 +2,13 @@
 directory above a clone named ``multislice``, uv finds no project there and runs the clone's
 directory as a Python program with another interpreter (no pulumi); the repository's
 ``__main__.py`` then prints one line naming the repository and the ``--project`` form, exit 2,
-instead of a traceback. Anywhere else uv finds no ``multislice`` to run."""
+instead of a traceback. Anywhere else uv finds no ``multislice`` to run (tests/test_readme.py)."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 from pathlib import Path
-
-from tests.helpers.documented_lines import shell_env, uv_binary
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -29,18 +27,3 @@ def test_the_repository_run_as_a_program_without_pulumi_says_how_to_run_the_cli(
         f"`uv run --project {ROOT} --frozen multislice …`\n"
     )
     assert result.stdout == ""
-
-
-def test_uv_run_where_no_project_and_no_clone_are_fails_to_spawn(tmp_path):
-    elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir()
-    result = subprocess.run(
-        [uv_binary(), "run", "--frozen", "multislice", "--help"],
-        cwd=elsewhere,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=shell_env(tmp_path) | {"UV_NO_CONFIG": "1"},
-    )
-    assert result.returncode != 0
-    assert "Failed to spawn: multislice" in result.stderr, result.stderr

@@ -412,6 +412,7 @@ def test_object_valued_keys_are_the_ones_the_engine_sends_as_json_text():
         "multislice:queuedResource",
         "multislice:computeEngine",
         "multislice:gke",
+        "multislice:elastic",
         "multislice:labels",
         "multislice:allowUnlisted",
     }

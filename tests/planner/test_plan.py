@@ -118,6 +118,24 @@ def reference_json(p: planner.Plan) -> dict:
         "dcn_min_batch_in_hbm": None if p.dcn_batch is None else dcn_batch_json(p.dcn_batch),
         "capacity_plan": p.capacity,
         "apis": list(p.apis),
+        "elastic": None if p.elastic is None else elastic_json(p.elastic),
+    }
+
+
+def elastic_json(plan) -> dict:
+    return {
+        "counts": [
+            {
+                "slices": c.slices,
+                "accumulation": c.accumulation,
+                "microbatches": c.microbatches,
+                "chips": c.chips,
+                "peak_tokens_per_s": c.peak_tokens_per_s,
+            }
+            for c in plan.counts
+        ],
+        "shrink_after_s": plan.shrink_after_s,
+        "grow_after_s": plan.grow_after_s,
     }
 
 

@@ -1,0 +1,132 @@
+"""``multislice:elastic``: the slice counts a run may train on, and when it changes count.
+
+A run whose stack sets ``minSlices`` below ``multislice:slices`` may go on with fewer slices while
+one is lost, and return to the full count when it is back; unset, a lost slice stops the run
+until it is back (the behaviour of every stack before this key).
+
+The training stays the same at every count: the global batch, the step → data mapping and the
+learning-rate schedule are the stack's; with ``n`` of ``N`` slices each data-parallel replica
+takes ``N / n`` times the sequences, as ``N / n`` times the microbatches (gradient accumulation).
+So a count ``n`` is allowed only where ``N / n`` is a whole number and the DCN data axis, the one
+axis that shrinks, divides by it (``parallelism.dcn.data``; DCN fsdp, which shards the
+parameters, keeps its size). marin/levanter's "limping multislice" keeps the global batch the
+same way (https://github.com/marin-community/marin, ``num_slices`` as a list of allowed counts).
+
+Defaults: ``shrinkAfter`` 2 minutes (a Spot slice that the platform brings back sooner costs one
+restart, not two) and ``growAfter`` 3 hours, marin's shortest interval between two scale-ups.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from pydantic import Field
+
+from infra.durations import Duration
+from training.validation import StrictModel, invalid
+
+#: ``shrinkAfter``'s default (seconds).
+DEFAULT_SHRINK_AFTER_S = 120
+#: ``growAfter``'s default (seconds): marin's ``3h`` between scale-ups.
+DEFAULT_GROW_AFTER_S = 3 * 3600
+
+
+class ElasticSettings(StrictModel):
+    """``multislice:elastic``: ``{minSlices, shrinkAfter, growAfter}`` (durations positive:
+    :func:`infra.durations.parse_duration`)."""
+
+    model_config = StrictModel.model_config | {"populate_by_name": True}
+
+    min_slices: int | None = Field(
+        default=None,
+        ge=1,
+        alias="minSlices",
+        description="Fewest slices the run trains on while others are lost; unset: every slice (not elastic).",
+    )
+    shrink_after: Duration = Field(
+        default=DEFAULT_SHRINK_AFTER_S,
+        alias="shrinkAfter",
+        description="How long a lost slice may stay away before the others go on without it.",
+    )
+    grow_after: Duration = Field(
+        default=DEFAULT_GROW_AFTER_S,
+        alias="growAfter",
+        description="Least time after a change of count before the run grows back to a returned slice.",
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class SliceCount:
+    """One slice count a run may train on.
+
+    Attributes:
+      slices: the slices training together.
+      accumulation: how many times the full count's microbatches each replica runs (``N / n``).
+      microbatches: the trainer's microbatches per step at this count.
+      dcn_data: the DCN data axis at this count (the full count's ÷ ``accumulation``).
+      chips: chips training together.
+    """
+
+    slices: int
+    accumulation: int
+    microbatches: int
+    dcn_data: int
+    chips: int
+
+
+def slice_counts(
+    slices: int, dcn_data: int, microbatches: int, chips_per_slice: int, min_slices: int
+) -> list[SliceCount]:
+    """The allowed counts from ``slices`` down to ``min_slices``, most first: those ``n`` where
+    ``slices / n`` is whole and divides ``dcn_data`` (see the module docstring)."""
+    counts = []
+    for n in range(slices, min_slices - 1, -1):
+        factor, rest = divmod(slices, n)
+        if rest == 0 and dcn_data % factor == 0:
+            counts.append(SliceCount(n, factor, microbatches * factor, dcn_data // factor, n * chips_per_slice))
+    return counts
+
+
+def allowed(config: Any) -> list[SliceCount]:
+    """The slice counts the stack ``config`` (a :class:`infra.config.StackConfig`) may train on: the
+    full count alone unless ``multislice:elastic.minSlices`` is set."""
+    par = config.training.parallelism
+    chips = config.accelerator.chips
+    minimum = config.slices if config.elastic.min_slices is None else config.elastic.min_slices
+    return slice_counts(config.slices, par.dcn.data, config.training.microbatches, chips, minimum)
+
+
+def check(config: Any) -> None:
+    """Refuse a ``minSlices`` the stack cannot train on.
+
+    Raises:
+      PydanticCustomError: (:func:`training.validation.invalid`) at ``multislice:elastic.minSlices``:
+        above ``multislice:slices``, a count whose accumulation factor is not whole, or one the DCN
+        data axis cannot shrink to.
+    """
+    minimum = config.elastic.min_slices
+    if minimum is None:
+        return
+    key = "multislice:elastic.minSlices"
+    if minimum > config.slices:
+        raise invalid(key, f"{minimum} is above multislice:slices {config.slices}; use 1 to {config.slices}")
+    if config.workload is not None:
+        return  # the command brings its own parallelism: it gets the new MEGASCALE_* and a restart
+    par = config.training.parallelism
+    every = slice_counts(config.slices, par.dcn.data, config.training.microbatches, config.accelerator.chips, 1)
+    counts = [c.slices for c in every]
+    if minimum in counts:
+        return
+    dcn_data = par.dcn.data
+    if config.slices % minimum:
+        why = (
+            f"{config.slices} slices' work on {minimum} is {config.slices}/{minimum} times the microbatches, not a "
+            "whole number"
+        )
+    else:
+        why = (
+            f"the DCN data axis ({dcn_data}, multislice:training.parallelism.dcn.data) does not divide by "
+            f"{config.slices // minimum}, and only it shrinks"
+        )
+    raise invalid(key, f"{minimum}: {why}; allowed counts: {', '.join(map(str, counts))}")
