@@ -284,6 +284,12 @@ class TrainConfig(StrictModel):
         description="Peak dense bf16 FLOP/s of one chip, the denominator of MFU; infra.config fills it "
         "from the accelerator catalog; null: no MFU.",
     )
+    min_slices: int | None = Field(
+        default=None,
+        ge=1,
+        description="Fewest slices the run may train on (elastic: training.elastic); the program fills it from "
+        "multislice:elastic.minSlices; null: exactly the slices of parallelism.dcn.",
+    )
 
     @property
     def global_batch_tokens(self) -> int:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import logging
 import time
 from typing import Any
 
@@ -19,12 +20,21 @@ import jax
 import numpy as np
 import optax
 
-from training import cluster, mesh as mesh_lib, optimizer as optimizer_lib, state as state_lib, step as step_lib
+from training import (
+    cluster,
+    elastic,
+    mesh as mesh_lib,
+    optimizer as optimizer_lib,
+    state as state_lib,
+    step as step_lib,
+)
 from training.checkpoint import integrity as checkpoint_integrity, manager as checkpointing
 from training.config import TrainConfig
 from training.data.base import Dataset
 from training.data.sources import open_dataset, with_vocabulary
 from training.run_dir import RunDir
+
+log = logging.getLogger("training")
 
 
 @dataclasses.dataclass
@@ -101,10 +111,21 @@ def setup_train_loop(
     is_writer = jax.process_index() == 0
     checkpointing.check_run_config(run_dir, config)
 
+    stacks = config
+    config = elastic.for_slices(config, identity.num_slices)  # fewer slices: more microbatches, same batch
+    if config is not stacks:
+        log.info(
+            "elastic: training on %d of %d slices: dcn data %d, %d microbatches per step (global batch %d)",
+            identity.num_slices,
+            stacks.parallelism.dcn.product,
+            config.parallelism.dcn.data,
+            config.microbatches,
+            config.global_batch_size,
+        )
     mesh = mesh_lib.build_mesh(config.parallelism, workers_per_slice=identity.workers_per_slice)
     # bytes, or a prepared dataset read by row with prefetch (opened while peers joined)
     dataset = dataset_future.result() if dataset_future is not None else open_dataset(config)
-    recorded_config, config = config, with_vocabulary(config, dataset.vocab_size)
+    recorded_config, config = stacks, with_vocabulary(config, dataset.vocab_size)  # the stack's, at any count
     batch_sharding = mesh_lib.batch_sharding(mesh)
     rows = mesh_lib.process_batch_rows(mesh, config.global_batch_size, config.sequence_length + 1)
     global_shape = (config.global_batch_size, config.sequence_length + 1)

@@ -299,6 +299,11 @@ class StackConfig(ResourceNames, StrictModel):
         if self.workload is not None:
             elastic.check(self)
             return self  # the command brings its own parallelism; the trainer's checks do not apply
+        if self.training.min_slices is not None:
+            raise invalid(
+                "multislice:training.min_slices",
+                "is the program's, filled from multislice:elastic.minSlices: set that key instead",
+            )
         if self.training.model.attention == "cudnn":
             raise invalid(
                 "multislice:training.model.attention",

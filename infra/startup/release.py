@@ -64,7 +64,8 @@ def release_files(
     if (watch := slice_watch_script(config, spec)) is not None:
         files["slice-watch.sh"] = watch.encode()
     if workload is None:
-        files["config.json"] = (config.training.model_dump_json() + "\n").encode()
+        training = config.training.model_copy(update={"min_slices": config.elastic.min_slices})  # training/elastic.py
+        files["config.json"] = (training.model_dump_json() + "\n").encode()
     else:
         files.update(workload.files)
     return files, pins

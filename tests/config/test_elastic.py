@@ -111,3 +111,18 @@ def test_a_workload_command_may_be_elastic_without_the_trainers_rules():
     del config["multislice:training"]
     config["multislice:elastic"] = {"minSlices": 1}
     assert validate_stack("t", config, "test").elastic.min_slices == 1
+
+
+def test_the_trainers_config_carries_min_slices_and_only_the_program_sets_it():
+    from infra.startup.release import release_files
+
+    config = validate_stack("t", four_slices({"data": 4}, minSlices=2), "test")
+    root = Path(__file__).resolve().parents[2]
+    files, _ = release_files(config, root)
+    assert json.loads(files["config.json"])["min_slices"] == 2
+    plain, _ = release_files(validate_stack("t", dev_map(), "test"), root)
+    assert json.loads(plain["config.json"])["min_slices"] is None
+    direct = dev_map()
+    direct["multislice:training"]["min_slices"] = 1
+    (line,) = errors_of(direct)
+    assert line.startswith("multislice:training.min_slices: is the program's, filled from multislice:elastic")
