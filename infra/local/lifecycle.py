@@ -134,7 +134,7 @@ def ending(stop: UpError, config: StackConfig | None, paths: LocalPaths | None) 
     resume = f"every emulated VM was stopped; resume with: {again}"
     if stop.exit_code == 143 and paths is not None and paths.down_request.exists():
         paths.down_request.unlink(missing_ok=True)
-        return UpError(f"stopped by `multislice local down`: {resume}", 0, on_purpose=True)
+        return UpError(f"stopped by `{invocation.command('local down')}`: {resume}", 0, on_purpose=True)
     if stop.exit_code == 130:
         return UpError(f"interrupted (Ctrl-C): {resume}", 130, on_purpose=True)
     why = "stopped by SIGTERM" if stop.exit_code == 143 else "interrupted (SIGHUP: the terminal closed)"

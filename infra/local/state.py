@@ -306,7 +306,8 @@ def discard_damaged(paths: LocalPaths, damage: DamagedState) -> str:
     lock = acquire_lock(paths)
     if lock is None:
         raise StateError(
-            f"the local state file {paths.state_file} is damaged ({damage.why}) and a `multislice local up` of "
+            f"the local state file {paths.state_file} is damaged ({damage.why}) and a "
+            f"`{invocation.command('local up')}` of "
             f"stack {paths.root.name} still holds its lock ({paths.root / 'lock'}): stop that process "
             f"(Ctrl-C where it runs), then run `{invocation.command('local down', paths.root.name)}` again"
         )

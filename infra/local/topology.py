@@ -17,6 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from infra import invocation
 from infra.backends.operations import backend_of
 from infra.config import StackConfig
 from infra.local.service_manager import VM_SITE_ENV
@@ -38,6 +39,9 @@ VM_SITE_DIR = Path(__file__).resolve().parent / "vm_site"
 EMULATED_TPU_ENV = "MULTISLICE_EMULATED_TPU"
 #: The emulated job's slice count, from which that hook gives each chip its ``slice_index``.
 EMULATED_SLICES_ENV = "MULTISLICE_EMULATED_SLICES"
+#: The command that stops the emulation, as the user's shell runs it (infra/invocation.py): what a
+#: VM's message names (vm_site/sitecustomize.py), which cannot know how the CLI was started.
+LOCAL_DOWN_ENV = "MULTISLICE_LOCAL_DOWN"
 
 
 def vm_metadata(
@@ -93,6 +97,7 @@ def vm_environment(
             # (vm_site/sitecustomize.py) and JAX takes the coordinator's port from here.
             EMULATED_TPU_ENV: "1",
             EMULATED_SLICES_ENV: str(config.slices),  # each chip's slice_index (sitecustomize.py)
+            LOCAL_DOWN_ENV: invocation.command("local down", config.stack),
             "JAX_COORDINATOR_PORT": str(coordinator_port),
             "PYTHONPATH": os.pathsep.join(p for p in (str(VM_SITE_DIR), os.environ.get("PYTHONPATH", "")) if p),
             VM_SITE_ENV: str(VM_SITE_DIR),

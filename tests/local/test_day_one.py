@@ -114,7 +114,7 @@ def test_the_readme_day_one_runs_as_written(tmp_path, monkeypatch):
     assert code == 0, out + err
     assert "reset: restarting every VM of the queued resource (ResetQueuedResource)" in out
     # Stopped on purpose: one plain line on stderr with how to resume, no error.
-    assert "stopped by `multislice local down`" in err and "error:" not in out + err, err
+    assert "stopped by `uv run --frozen multislice local down`" in err and "error:" not in out + err, err
     starts = [e["step"] for e in run_records(state, "events", home / "Pulumi.long.yaml") if e["event"] == "start"]
     assert len(starts) == 2 and starts[0] == 0 and starts[1] >= HOLD_AT, starts  # resumed, not from scratch
     assert processes_under(tmp_path) == []

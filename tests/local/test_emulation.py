@@ -485,7 +485,7 @@ def test_local_down_stops_a_running_emulation(tmp_path):
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err  # stopped the documented way: on purpose, not a failure
     resume = f"resume with: {PRINTED_CLI} local up --config-file {stack}"
-    assert f"stopped by `multislice local down`: every emulated VM was stopped; {resume}" in err
+    assert f"stopped by `{PRINTED_CLI} local down`: every emulated VM was stopped; {resume}" in err
     assert "error:" not in err
     assert processes_under(tmp_path) == []
     assert not listening(port)

@@ -62,7 +62,7 @@ def test_local_down_right_after_local_up_starts_stops_it(tmp_path):
             proc.kill()
             proc.communicate()
     assert proc.returncode == 0, out + err  # the documented stop: on purpose
-    assert "stopped by `multislice local down`: every emulated VM was stopped; resume with: " in err
+    assert f"stopped by `{PRINTED_CLI} local down`: every emulated VM was stopped; resume with: " in err
     assert "error:" not in err
     assert processes_under(tmp_path) == []
     assert state(tmp_path) is None

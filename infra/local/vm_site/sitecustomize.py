@@ -126,7 +126,8 @@ def acquire_chips() -> None:
             f"Unable to initialize backend 'tpu': ABORTED: The TPU is already in use by process with pid {holder}. "
             "Not attempting to load libtpu.so in this process. (multislice emulation: on this emulated TPU VM, as "
             "on a real one, the chips belong to one process, here the stack's run; stop it first with "
-            "`multislice local down`, or run a command that does not use JAX)"
+            f"`{os.environ.get('MULTISLICE_LOCAL_DOWN') or 'multislice local down'}`, or run a command that does not "
+            "use JAX)"
         ) from None
     os.ftruncate(fd, 0)
     os.pwrite(fd, str(os.getpid()).encode(), 0)
