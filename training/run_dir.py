@@ -18,6 +18,7 @@ renames a synced temporary file over the target.
 from __future__ import annotations
 
 import os
+import uuid
 
 from etils import epath
 
@@ -68,6 +69,44 @@ class RunDir:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, target)
+
+    def create(self, name: str, data: bytes) -> bool:
+        """Write ``<run>/<name>`` whole only if it does not exist yet: True if this call created it,
+        False if it was there (another writer's, even one racing this call: exactly one of them
+        gets True). On ``gs://`` one upload with ``ifGenerationMatch=0`` (gcsfs' ``mode="create"``;
+        Cloud Storage answers 412 when the object exists: https://cloud.google.com/storage/docs/
+        request-preconditions); on a local disk a synced temporary file hard-linked to the name
+        (``link`` fails where the name exists), so a reader never sees part of it.
+
+        Raises:
+          OSError: the write itself failed.
+        """
+        target = self.path / name
+        if self.remote:
+            filesystem = getattr(getattr(target, "_backend", None), "fs", None)  # etils.epath's fsspec backend
+            fs = filesystem(os.fspath(target)) if filesystem is not None else None
+            if fs is None:
+                import fsspec
+
+                fs = fsspec.filesystem(self.root.split("://", 1)[0])
+            try:
+                fs.pipe_file(os.fspath(target), data, mode="create")
+            except FileExistsError:
+                return False
+            return True
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = f"{target}.{uuid.uuid4().hex}.tmp"  # one per writer, threads of one process too
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        try:
+            os.link(tmp, target)
+        except FileExistsError:
+            return False
+        finally:
+            os.unlink(tmp)
+        return True
 
     def list(self, pattern: str) -> list[str]:
         """Names (relative to the run directory) matching the glob ``pattern``, sorted.

@@ -1,0 +1,62 @@
+"""The run's membership record (training/membership.py): each change is the next epoch, created
+only if absent, so of writers racing from one epoch exactly one decides; on a local run directory
+and on the emulated Cloud Storage (its 412 on ``ifGenerationMatch=0``: tests/local/test_gcs_preconditions.py)."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from training import membership
+from training.membership import Membership, MembershipError
+from training.run_dir import RunDir
+
+
+@pytest.fixture(params=["local", "gs"])
+def run_dir(request, tmp_path) -> RunDir:
+    if request.param == "local":
+        return RunDir(str(tmp_path / "run"))
+    bucket = request.getfixturevalue("bucket")
+    return RunDir(f"gs://{bucket}/runs/membership")
+
+
+def test_create_writes_once_and_keeps_the_first_writers_bytes(run_dir):
+    assert run_dir.create("marker", b"first") is True
+    assert run_dir.create("marker", b"second") is False
+    assert run_dir.read("marker") == b"first"
+
+
+def test_the_first_epoch_then_a_change(run_dir):
+    assert membership.current(run_dir) is None
+    start, won = membership.propose(run_dir, None, (1, 0), step=None, reason="start", now=10.0)
+    assert won and start == Membership(0, (0, 1), None, "start", 10.0)
+    assert membership.current(run_dir) == start
+    shrunk, won = membership.propose(run_dir, start, (0,), step=50, reason="slice 1 preempted", now=20.0)
+    assert won and shrunk.epoch == 1 and membership.current(run_dir) == shrunk
+
+
+def test_of_slices_that_each_believe_the_others_lost_exactly_one_decides(run_dir):
+    start, _ = membership.propose(run_dir, None, (0, 1, 2, 3), step=None, reason="start", now=1.0)
+
+    def alone(slice_id: int) -> tuple[Membership, bool]:
+        return membership.propose(run_dir, start, (slice_id,), step=40, reason=f"slice {slice_id} alone", now=2.0)
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        results = list(pool.map(alone, range(4)))
+    assert [won for _, won in results].count(True) == 1, results
+    (decided,) = {m for m, _ in results}  # every writer now holds the same membership
+    assert decided.epoch == 1 and len(decided.slices) == 1
+    assert membership.current(run_dir) == decided
+    assert [name for name in run_dir.list("membership/*") if not name.endswith(".json")] == []
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [b"{not json", b'{"epoch": 0}', b'{"epoch": 3, "slices": [0], "step": null, "reason": "", "time": 1}', b"\xff"],
+)
+def test_a_record_this_trainer_did_not_write_is_named_never_taken_for_none(tmp_path, damage):
+    run_dir = RunDir(str(tmp_path / "run"))
+    run_dir.write("membership/00000000.json", damage)
+    with pytest.raises(MembershipError, match=r"^membership record membership/00000000\.json "):
+        membership.current(run_dir)
