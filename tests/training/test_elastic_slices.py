@@ -111,3 +111,50 @@ def test_a_run_that_shrinks_to_one_slice_and_grows_back_stays_the_same_training(
     # "Elastic resume": 1e-7 measured there). Measured here: see docs/faults.md, "Elastic slices".
     assert drift < 1e-4, {s: (got[s], expected[s]) for s in range(5, 13)}
     print(f"largest relative loss drift, steps 5-12: {drift:.2e}")
+
+
+def decision(**changes):
+    """``elastic.decide`` for 4 slices that may train as 4, 2 or 1 (shrink after 120 s, grow after 3 h)."""
+    given = {
+        "counts": [4, 2, 1],
+        "members": (0, 1, 2, 3),
+        "healthy": {0, 1, 2, 3},
+        "lost_since": {},
+        "last_change": 0.0,
+        "now": 1000.0,
+        "shrink_after_s": 120,
+        "grow_after_s": 3 * 3600,
+    }
+    return elastic.decide(**(given | changes))
+
+
+def test_a_lost_slice_is_waited_for_then_left_behind_at_an_allowed_count():
+    lost = {"healthy": {0, 1, 2}, "lost_since": {3: 950.0}}
+    assert decision(**lost) is None  # away 50 s of the 120
+    # away 120 s: 3 alive, but 3 of 4 is no allowed count: the 2 lowest
+    assert decision(**lost, now=1070.0) == ((0, 1), "slice 3 lost, not back within 2m")
+    assert decision(healthy={0}, lost_since={1: 0.0, 2: 0.0, 3: 0.0}) == (
+        (0,),
+        "slice 1, slice 2, slice 3 lost, not back within 2m",
+    )
+    # no allowed count left (all lost): keep waiting, as a stack that is not elastic does
+    assert decision(healthy=set(), lost_since={s: 0.0 for s in range(4)}) is None
+    # already at the count the alive slices allow
+    assert decision(members=(0, 1), healthy={0, 1, 2}, lost_since={3: 0.0}, counts=[4, 2, 1]) is None
+
+
+def test_a_returned_slice_is_taken_back_only_after_grow_after():
+    shrunk = {"members": (0, 1), "last_change": 1000.0}
+    assert decision(**shrunk, now=1000.0 + 3 * 3600 - 1) is None
+    assert decision(**shrunk, now=1000.0 + 3 * 3600) == (
+        (0, 1, 2, 3),
+        "slice 2, slice 3 back, 3h after the last change",
+    )
+    # one back of two: 3 is no allowed count, so it waits for the fourth
+    assert decision(**shrunk, healthy={0, 1, 2}, now=20000.0) is None
+    assert decision(members=(0,), healthy={0, 2}, last_change=0.0, now=20000.0) == (
+        (0, 2),
+        "slice 2 back, 3h after the last change",
+    )
+    # a member lost meanwhile: no grow
+    assert decision(**shrunk, healthy={0, 2, 3}, lost_since={1: 19990.0}, now=20000.0) is None
