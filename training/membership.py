@@ -108,3 +108,24 @@ def propose(
     theirs = read(run_dir, epoch)
     assert theirs is not None  # it was there: created by another writer, never removed
     return theirs, False
+
+
+def history(run_dir: RunDir) -> list[Membership]:
+    """Every epoch's record, oldest first (a fresh listing).
+
+    Raises:
+      MembershipError: a record does not parse.
+    """
+    names = sorted(name for name in run_dir.list(f"{MEMBERSHIP_DIR}/*.json") if _NAME.fullmatch(name))
+    records = [_parse(name, data) for name in names if (data := run_dir.read(name)) is not None]
+    return records
+
+
+def describe_changes(records: list[Membership]) -> list[str]:
+    """Each change of slice count, as the run's summary and ``status`` print it:
+    ``slices 2 → 1 at step 50 (slice 1 lost, not back within 2m)``."""
+    lines = []
+    for before, after in zip(records, records[1:], strict=False):
+        at = "" if after.step is None else f" at step {after.step}"
+        lines.append(f"slices {len(before.slices)} → {len(after.slices)}{at} ({after.reason})")
+    return lines

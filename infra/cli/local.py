@@ -73,6 +73,7 @@ def print_summary(result: dict) -> None:
         "final_eval_loss",
         "restarts",
         "restart_causes",
+        "slice_changes",
         "unplanned_restarts",
         "steps_lost",
         "training_seconds",

@@ -15,6 +15,8 @@ through the run directory's storage API, as the trainer wrote it: ``training.run
 * ``complete``: a valid completion marker for at least ``total_steps`` exists;
 * ``training_seconds``: from the run's first start to its last event (all attempts, across
   every ``local up`` of the run);
+* ``slice_changes``: each change of the slice count (elastic slices), from the run's membership
+  records (:mod:`training.membership`);
 * ``goodput`` (in [0, 1]) and ``badput`` (seconds by cause): :func:`training.metrics.goodput.account`
   over every attempt, from the first process start to the ``complete`` event (or the last
   record); the trainer writes the same report as ``goodput.json``.
@@ -25,6 +27,7 @@ from __future__ import annotations
 from typing import Any
 
 from infra.local.tails import valid_records
+from training import membership
 from training.checkpoint.completion import read_completion
 from training.metrics import goodput
 from training.metrics.restarts import Restart, restarts_of
@@ -70,7 +73,17 @@ def summarize(run_dir: RunDir, total_steps: int, eval_every_steps: int = 0) -> d
         "training_seconds": round(max(times) - min(times), 3) if times else None,
         "goodput": report["goodput"] if report else None,
         "badput": Badput(report["badput"] if report else {}),
+        "slice_changes": slice_changes(run_dir),
     }
+
+
+def slice_changes(run_dir: RunDir) -> list[str]:
+    """Each change of the run's slice count (elastic slices: :func:`training.membership.describe_changes`),
+    or the one line of a membership record that cannot be read; empty for a run that never changed."""
+    try:
+        return membership.describe_changes(membership.history(run_dir))
+    except membership.MembershipError as err:
+        return [str(err)]
 
 
 def describe_restart(restart: Restart) -> str:

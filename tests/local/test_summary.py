@@ -81,6 +81,7 @@ def test_a_run_killed_once_and_resumed(tmp_run):
             "boot": 1030.5 - 1010.0,
             "other": (1010.0 - 1000.0) + (1042.25 - 1030.5),
         },
+        "slice_changes": [],  # never elastic
     }
 
 
@@ -153,6 +154,7 @@ def test_an_empty_run_directory(tmp_run):
         "training_seconds": None,
         "goodput": None,
         "badput": {},
+        "slice_changes": [],
     }
 
 
@@ -260,3 +262,22 @@ def test_a_row_without_a_value_says_why_and_never_none(capsys, result, shown):
     out = capsys.readouterr().out
     assert "None" not in out
     assert shown in out and "— (no step completed yet)" in out
+
+
+def test_the_summary_names_each_change_of_slice_count(tmp_run, capsys):
+    from training import membership
+
+    start, _ = membership.propose(tmp_run, None, (0, 1), step=None, reason="start", now=1.0)
+    shrunk, _ = membership.propose(tmp_run, start, (0,), step=50, reason="slice 1 lost, not back within 2m", now=2.0)
+    membership.propose(tmp_run, shrunk, (0, 1), step=90, reason="slice 1 back, 3h after the last change", now=3.0)
+    result = summarize(tmp_run, 100)
+    assert result["slice_changes"] == [
+        "slices 2 → 1 at step 50 (slice 1 lost, not back within 2m)",
+        "slices 1 → 2 at step 90 (slice 1 back, 3h after the last change)",
+    ]
+    print_summary(result)
+    table = " ".join(capsys.readouterr().out.replace("│", " ").split())
+    assert "slice_changes slices 2 → 1 at step 50 (slice 1 lost, not back within 2m); slices 1 → 2" in table
+    tmp_run.write("membership/00000003.json", b"{torn")
+    (damaged,) = summarize(tmp_run, 100)["slice_changes"]
+    assert damaged.startswith("membership record membership/00000003.json is not one this trainer wrote")

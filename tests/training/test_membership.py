@@ -60,3 +60,17 @@ def test_a_record_this_trainer_did_not_write_is_named_never_taken_for_none(tmp_p
     run_dir.write("membership/00000000.json", damage)
     with pytest.raises(MembershipError, match=r"^membership record membership/00000000\.json "):
         membership.current(run_dir)
+
+
+def test_the_history_says_each_change_of_count_with_its_step_and_reason(tmp_path):
+    run_dir = RunDir(str(tmp_path / "run"))
+    start, _ = membership.propose(run_dir, None, (0, 1), step=None, reason="start", now=1.0)
+    shrunk, _ = membership.propose(run_dir, start, (0,), step=50, reason="slice 1 lost, not back within 2m", now=2.0)
+    membership.propose(run_dir, shrunk, (0, 1), step=90, reason="slice 1 back, 3h after the last change", now=3.0)
+    records = membership.history(run_dir)
+    assert [r.epoch for r in records] == [0, 1, 2]
+    assert membership.describe_changes(records) == [
+        "slices 2 → 1 at step 50 (slice 1 lost, not back within 2m)",
+        "slices 1 → 2 at step 90 (slice 1 back, 3h after the last change)",
+    ]
+    assert membership.describe_changes(records[:1]) == []
