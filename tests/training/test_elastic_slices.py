@@ -6,11 +6,11 @@ that went from 2 slices to 1 and back stays within float32 rounding of one that 
 from __future__ import annotations
 
 import shutil
-import sysconfig
 from pathlib import Path
 
 import pytest
 
+from tests.helpers import datasets
 from tests.trainer_process import Job, write_config
 from training import elastic
 from training.config import TrainConfig
@@ -65,12 +65,9 @@ def test_a_count_the_config_does_not_allow_is_a_mesh_error(full, slices, words):
 
 
 @pytest.fixture(scope="module")
-def corpus(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("corpus")
-    stdlib = Path(sysconfig.get_paths()["stdlib"])
-    for path in sorted(p for package in ("json", "http") for p in (stdlib / package).glob("*.py"))[:20]:
-        (root / f"{path.parent.name}-{path.stem}.txt").write_bytes(path.read_bytes())
-    return root
+def corpus(tmp_path_factory) -> str:
+    """A glob of 20 files of the standard library as text (tests/helpers/datasets.py)."""
+    return datasets.corpus(tmp_path_factory.mktemp("corpus"), files=20)
 
 
 def losses(run_dir: Path) -> dict[int, float]:
@@ -90,7 +87,7 @@ def run(tmp: Path, name: str, train: TrainConfig, run_dir: Path, processes: int)
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_a_run_that_shrinks_to_one_slice_and_grows_back_stays_the_same_training(corpus, tmp_path):
-    base = config({"data": 2}, data={"source": f"{corpus}/*.txt"})
+    base = config({"data": 2}, data={"source": corpus})
     steady, elastic_run = tmp_path / "steady", tmp_path / "elastic"
     run(tmp_path, "first", base, steady, processes=2)  # steps 1-4 on both slices
     shutil.copytree(steady, elastic_run)
