@@ -33,7 +33,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from infra.local.gcs import GcsServer, point_clients_at  # noqa: E402
+from infra.local.gcs import GcsServer  # noqa: E402
+from infra.local.gcs_clients import point_clients_at  # noqa: E402
 from training.metrics.run_log import RecordLog  # noqa: E402
 from training.run_dir import RunDir  # noqa: E402
 

@@ -70,7 +70,8 @@ def _storage(emulated: bool, output: str, stack: str, config_file: Path | None):
         return
     from infra.cli.local import local_paths
     from infra.local import state as local_state
-    from infra.local.gcs import GcsServerError, bucket_served
+    from infra.local.gcs import GcsServerError
+    from infra.local.gcs_clients import bucket_served
 
     config = load_config(stack, config_file)
     bucket = config.bucket_name

@@ -49,7 +49,8 @@ from infra.config import StackConfig
 from infra.local import state as state_lib, stop_signals, supervisor, topology
 from infra.local.boot_watch import BootWatch
 from infra.local.faults import FaultGates, FaultSchedule
-from infra.local.gcs import GcsServer, GcsServerError, bucket_name_error, point_clients_at
+from infra.local.gcs import GcsServer, GcsServerError, bucket_name_error
+from infra.local.gcs_clients import point_clients_at
 from infra.local.options import EmulationError, Interrupted, Options
 from infra.local.ports import free_port
 from infra.local.progress import BootLines, ProgressSample, ProgressTail, RunReporter

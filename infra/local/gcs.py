@@ -27,7 +27,6 @@ wheel (published for Linux x86_64 only; elsewhere install fake-gcs-server and se
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import platform
@@ -38,7 +37,6 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from infra.local import gcs_repair, stop_signals, supervisor
@@ -131,7 +129,7 @@ def client_env(url: str) -> dict[str, str]:
     }
 
 
-def _answers(url: str) -> bool:
+def answers(url: str) -> bool:
     """True if a GCS JSON API server answers ``GET <url>/storage/v1/b`` with 200 (2 s timeout)."""
     try:
         with urllib.request.urlopen(f"{url}/storage/v1/b", timeout=2) as response:
@@ -329,7 +327,7 @@ class GcsServer:
         return not inspected
 
     def _answers(self) -> bool:
-        return _answers(self.url)
+        return answers(self.url)
 
     def _last_log_line(self) -> str:
         """The last line this start of the server wrote (an error, when it exited)."""
@@ -372,69 +370,3 @@ class GcsServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-@contextlib.contextmanager
-def clients_pointed_at(root: Path, log_path: Path, url: str | None = None) -> Iterator[bool]:
-    """Point this process's storage clients (:meth:`GcsServer.client_env`) at a stack's
-    emulated Cloud Storage for the block: the running server at ``url`` if it answers, else a
-    temporary server over ``root`` (stopped on leaving). Yields False, starting nothing, when
-    ``root`` does not exist (no run was ever stored). The environment is restored after.
-
-    Raises:
-      GcsServerError: a temporary server cannot start.
-    """
-    if url is not None and _answers(url):
-        server = None
-    elif root.is_dir():
-        server = GcsServer(root, log_path)
-        server.start()
-        url = server.url
-    else:
-        yield False
-        return
-    restore = point_clients_at(url)
-    try:
-        yield True
-    finally:
-        restore()
-        if server is not None:
-            server.stop()
-
-
-def point_clients_at(url: str) -> Callable[[], None]:
-    """Set :func:`client_env` of ``url`` in this process's environment; returns the function
-    that restores the previous values."""
-    env = client_env(url)
-    saved = {key: os.environ.get(key) for key in env}
-    os.environ.update(env)
-
-    def restore() -> None:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-
-    return restore
-
-
-@contextlib.contextmanager
-def bucket_served(root: Path, log_path: Path, bucket: str, url: str | None = None) -> Iterator[str]:
-    """Point this process's storage clients at a stack's emulated Cloud Storage for the block, as
-    :func:`clients_pointed_at` does, but for writing: the stored root is created when no run
-    was ever stored, and so is ``bucket``. Yields the server's URL.
-
-    Raises:
-      GcsServerError: the bucket name would be refused by Cloud Storage, or a temporary server
-        cannot start.
-    """
-    problem = bucket_name_error(bucket)
-    if problem:
-        raise GcsServerError(f"bucket name {bucket!r} would be refused by Cloud Storage: {problem}")
-    root.mkdir(parents=True, exist_ok=True)
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with clients_pointed_at(root, log_path, url):
-        served = os.environ[STORAGE_ENDPOINT_ENV]
-        create_bucket(served, bucket)
-        yield served

@@ -59,7 +59,8 @@ def local_reader(config, paths) -> Iterator[StackReader]:
     local status``), through its emulated Cloud Storage: the running emulator's, else one
     started over the stored objects while inside."""
     from infra.local import state as local_state
-    from infra.local.gcs import GcsServerError, clients_pointed_at
+    from infra.local.gcs import GcsServerError
+    from infra.local.gcs_clients import clients_pointed_at
     from infra.status import capacity
     from infra.status.store import RunStore
 

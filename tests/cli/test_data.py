@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from infra.cli import app
 from infra.config import load_stack_file
-from infra.local import gcs
+from infra.local import gcs_clients
 from tests.helpers.cli_imports import DRIVER, HEAVY
 from tests.helpers.datasets import corpus
 from training.data import manifest
@@ -65,7 +65,7 @@ def test_emulated_writes_into_the_stacks_emulated_bucket(tmp_path):
     result = multislice(source, out, "--emulated", "--config-file", str(STACK), env=env)
     assert result.exit_code == 0, result.output
     assert f"writing to the emulated Cloud Storage of stack '{config.stack}'" in result.output
-    with gcs.clients_pointed_at(tmp_path / "state" / config.stack / "gcs", tmp_path / "reader.log") as stored:
+    with gcs_clients.clients_pointed_at(tmp_path / "state" / config.stack / "gcs", tmp_path / "reader.log") as stored:
         assert stored
         assert manifest.load(Storage(out)).splits["train"].tokens > 0
     elsewhere = multislice(source, "gs://another-bucket/datasets/x", "--emulated", "--config-file", str(STACK), env=env)

@@ -17,7 +17,7 @@ from pathlib import Path
 import psutil
 
 from infra.config import load_stack_file
-from infra.local import gcs
+from infra.local import gcs_clients
 from tests import compilation_cache
 from training.metrics.run_log import read_records
 from training.run_dir import RunDir
@@ -153,7 +153,7 @@ def run_records(state_dir: Path, name: str, stack: Path = STACK) -> list[dict]:
     default) under ``state_dir``, read as ``local status`` reads it: through a temporary
     emulated Cloud Storage over the stack's backend (the emulator stopped its own)."""
     config = load_stack_file(stack)
-    with gcs.clients_pointed_at(state_dir / config.stack / "gcs", state_dir / "reader.log") as stored:
+    with gcs_clients.clients_pointed_at(state_dir / config.stack / "gcs", state_dir / "reader.log") as stored:
         assert stored
         return read_records(RunDir(config.run_dir), name)
 

@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from infra.config import load_stack_file
-from infra.local import gcs
+from infra.local import gcs, gcs_clients
 from tests.helpers.emulation import (
     CLI,
     PRINTED_CLI,
@@ -63,7 +63,7 @@ def assert_causes_add_up(state_dir: Path) -> dict:
     badput causes add up to the wall time, so no cause counts time twice (``other``, what no
     record explains, is never negative, and is a small part here); each attempt's causes add up
     to the run's. The report."""
-    with gcs.clients_pointed_at(state_dir / "emu" / "gcs", state_dir / "reader.log") as stored:
+    with gcs_clients.clients_pointed_at(state_dir / "emu" / "gcs", state_dir / "reader.log") as stored:
         assert stored
         report = json.loads(RunDir(RUN_DIR).read("goodput.json") or b"null")
     badput, wall = report["badput"], report["wall_seconds"]
@@ -345,7 +345,7 @@ def test_status_reads_a_stored_run_through_the_storage_api(tmp_path):
     t0 = time.time() - 60
     with gcs.GcsServer(tmp_path / "emu" / "gcs", tmp_path / "writer.log") as server:
         server.create_bucket(config.bucket_name)
-        restore = gcs.point_clients_at(server.url)
+        restore = gcs_clients.point_clients_at(server.url)
         try:
             run = RunDir(RUN_DIR)
             metrics, events = RecordLog(run, "metrics"), RecordLog(run, "events")

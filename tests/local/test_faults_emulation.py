@@ -28,7 +28,7 @@ from typer.testing import CliRunner
 
 from infra.cli import app
 from infra.config import load_stack_file
-from infra.local import gcs
+from infra.local import gcs_clients
 from tests import compilation_cache
 from tests.helpers.datasets import corpus
 from training import train
@@ -156,7 +156,7 @@ def two_kills(tmp_path_factory) -> dict:
         summary, stdout = local_up(state_dir, "--kill", "1@8", "--kill", "1@9", stack=stack_file)
         logs = state_dir / config.stack / "logs"
         console = "".join(p.read_text() for p in sorted(logs.glob("slice-*-worker-*.log")))
-        with gcs.clients_pointed_at(state_dir / config.stack / "gcs", state_dir / "reader.log") as stored:
+        with gcs_clients.clients_pointed_at(state_dir / config.stack / "gcs", state_dir / "reader.log") as stored:
             assert stored
             run_dir = RunDir(config.run_dir)
             events = read_records(run_dir, "events")

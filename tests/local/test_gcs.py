@@ -11,7 +11,7 @@ import socket
 import psutil
 import pytest
 
-from infra.local import gcs
+from infra.local import gcs, gcs_clients
 from infra.local.gcs import GcsServer, GcsServerError
 from training.run_dir import RunDir
 
@@ -46,14 +46,14 @@ def test_objects_survive_a_restart_of_the_server(tmp_path):
     first = GcsServer(tmp_path / "gcs", tmp_path / "server.log")
     with first:
         assert first.create_bucket("b-1") is True
-        restore = gcs.point_clients_at(first.url)
+        restore = gcs_clients.point_clients_at(first.url)
         try:
             RunDir("gs://b-1/runs/r").write("metrics/00000000.jsonl", b'{"step": 1}\n')
         finally:
             restore()
     assert (tmp_path / "gcs" / "b-1" / "runs" / "r" / "metrics" / "00000000.jsonl").is_file()  # the backend's layout
     second = GcsServer(tmp_path / "gcs", tmp_path / "server.log")
-    with second, gcs.clients_pointed_at(tmp_path / "gcs", tmp_path / "server.log", second.url) as stored:
+    with second, gcs_clients.clients_pointed_at(tmp_path / "gcs", tmp_path / "server.log", second.url) as stored:
         assert stored
         assert second.create_bucket("b-1") is False  # it still exists
         assert RunDir("gs://b-1/runs/r").read("metrics/00000000.jsonl") == b'{"step": 1}\n'
@@ -107,13 +107,13 @@ def test_a_server_that_exits_at_start_is_reported_with_its_last_line(tmp_path, m
 
 def test_clients_are_pointed_at_a_running_or_a_temporary_server(tmp_path):
     before = os.environ.get("STORAGE_EMULATOR_HOST")
-    with gcs.clients_pointed_at(tmp_path / "none", tmp_path / "server.log") as stored:
+    with gcs_clients.clients_pointed_at(tmp_path / "none", tmp_path / "server.log") as stored:
         assert stored is False  # nothing stored yet: no server started
     with GcsServer(tmp_path / "gcs", tmp_path / "server.log") as running:
-        with gcs.clients_pointed_at(tmp_path / "gcs", tmp_path / "server.log", running.url) as stored:
+        with gcs_clients.clients_pointed_at(tmp_path / "gcs", tmp_path / "server.log", running.url) as stored:
             assert stored and os.environ["STORAGE_EMULATOR_HOST"] == running.url
         assert os.environ.get("STORAGE_EMULATOR_HOST") == before
-    with gcs.clients_pointed_at(tmp_path / "gcs", tmp_path / "server.log", running.url) as stored:
+    with gcs_clients.clients_pointed_at(tmp_path / "gcs", tmp_path / "server.log", running.url) as stored:
         url = os.environ["STORAGE_EMULATOR_HOST"]  # the recorded server is gone: a temporary one
         assert stored and url != running.url and os.environ["TENSORSTORE_GCS_HTTP_URL"] == url
     assert os.environ.get("STORAGE_EMULATOR_HOST") == before

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from orbax.checkpoint import path as ocp_path
 
-from infra.local import gcs
+from infra.local import gcs_clients
 from infra.local.gcs import GcsServer
 from infra.local.gcs_repair import SIDECAR_SUFFIX, XATTR, set_aside, unacknowledged, uses_xattrs
 from training.run_dir import RunDir
@@ -23,7 +23,7 @@ def test_a_killed_servers_half_written_uploads_do_not_hide_the_runs_checkpoints(
     root, log = tmp_path / "gcs", tmp_path / "server.log"
     with GcsServer(root, log) as first:
         first.create_bucket(BUCKET)
-        restore = gcs.point_clients_at(first.url)
+        restore = gcs_clients.point_clients_at(first.url)
         try:
             run = RunDir(RUN)
             for name in ("checkpoints/6/commit_success.txt", "checkpoints/6/default/manifest.ocdbt"):
@@ -38,7 +38,7 @@ def test_a_killed_servers_half_written_uploads_do_not_hide_the_runs_checkpoints(
     (step_12 / ".commit_success.txt4081239764").write_bytes(b"x")
     (step_12 / "manifest.ocdbt").write_bytes(b"x")
     capfd.readouterr()
-    with GcsServer(root, log) as second, gcs.clients_pointed_at(root, log, second.url):
+    with GcsServer(root, log) as second, gcs_clients.clients_pointed_at(root, log, second.url):
         assert ocp_path.step.checkpoint_steps(f"{RUN}/checkpoints") == [6]
         assert RunDir(RUN).read("checkpoints/6/commit_success.txt") == b"x"
     (batch,) = (tmp_path / "gcs-unacknowledged").iterdir()

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from infra.config import load_stack_file
-from infra.local import gcs
+from infra.local import gcs_clients
 from tests import compilation_cache
 from training.metrics.restarts import restarts_of
 from training.metrics.run_log import read_records
@@ -52,7 +52,7 @@ def test_a_command_survives_a_kill_and_a_preemption_and_completes(tmp_path):
     # itself asserted jax.device_count() == 8 (it exits 78 otherwise, never restarted).
     assert logs.count("exited with status 75: it saved a checkpoint after a preemption notice") == 2
     assert "exited with status 78" not in logs
-    with gcs.clients_pointed_at(tmp_path / STACK_CONFIG.stack / "gcs", tmp_path / "reader.log") as stored:
+    with gcs_clients.clients_pointed_at(tmp_path / STACK_CONFIG.stack / "gcs", tmp_path / "reader.log") as stored:
         assert stored
         run_dir = RunDir(STACK_CONFIG.run_dir)
         events = read_records(run_dir, "events")

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from infra.cli import app
 from infra.config import load_stack_file
-from infra.local import gcs, supervisor
+from infra.local import gcs, gcs_clients, supervisor
 from infra.local.state import LocalPaths, record_deletion
 from infra.status import capacity
 from infra.status.plot import kept_and_recomputed, marks
@@ -37,7 +37,7 @@ def store_run(state_dir: Path, run: SyntheticRun) -> None:
     config = load_stack_file(STACK)
     with gcs.GcsServer(state_dir / "emu" / "gcs", state_dir / "writer.log") as server:
         server.create_bucket(config.bucket_name)
-        restore = gcs.point_clients_at(server.url)
+        restore = gcs_clients.point_clients_at(server.url)
         try:
             upload(RUN_DIR, run.objects())
         finally:
