@@ -5,7 +5,8 @@ starts with the invocation that reached this process, not a bare ``multislice`` 
 shell may not find:
 
 * under ``uv run`` (uv sets ``UV_RUN_RECURSION_DEPTH`` and ``UV``, the path of its own executable,
-  in the command's environment: https://docs.astral.sh/uv/reference/environment/), ``<uv> run
+  in the command's environment: https://docs.astral.sh/uv/reference/environment/; and, where the
+  parent process can be read, that uv is this process's parent), ``<uv> run
   --frozen multislice``, where ``<uv>`` is ``uv`` when that name finds the same executable on the
   user's ``PATH`` (without the project environment's ``bin`` that ``uv run`` put first), else
   its path (relative to the working directory when below it: ``.venv-uv/bin/uv``), and with
@@ -50,10 +51,24 @@ def _as_typed(path: str) -> str:
         return shlex.quote(str(absolute))
 
 
-def _under_uv_run(environ: os._Environ[str] | dict[str, str]) -> str | None:
+def parent_executable() -> str | None:
+    """The executable of this process's parent (Linux's ``/proc/<ppid>/exe``), or None where it
+    cannot be read (another system, a parent that already exited)."""
+    try:
+        return os.readlink(f"/proc/{os.getppid()}/exe")
+    except OSError:
+        return None
+
+
+def _under_uv_run(environ: os._Environ[str] | dict[str, str], parent: str | None) -> str | None:
     if not environ.get("UV_RUN_RECURSION_DEPTH"):
         return None
     uv = environ.get("UV") or "uv"
+    # uv run starts the command as its child; the variables pass on to every process below it (a
+    # test suite under `uv run pytest` that starts `python -m infra.cli`), so where the parent can
+    # be read it must be that uv.
+    if parent is not None and not _same_file(parent, shutil.which(uv, path=environ.get("PATH")) or uv):
+        return None
     # The user's PATH: uv run put the project's environment first, and it may hold a uv of its own.
     venv_bin = os.path.join(environ.get("VIRTUAL_ENV", ""), "bin")
     users_path = os.pathsep.join(
@@ -66,20 +81,26 @@ def _under_uv_run(environ: os._Environ[str] | dict[str, str]) -> str | None:
     return f"{shown} run --frozen{project} {SCRIPT}"
 
 
-def invocation(argv0: str | None = None, environ: os._Environ[str] | dict[str, str] | None = None) -> str:
+def invocation(
+    argv0: str | None = None,
+    environ: os._Environ[str] | dict[str, str] | None = None,
+    parent: str | None = "",
+) -> str:
     """The words that run this CLI again from the user's shell (see the module docstring), shell-quoted.
 
     Args:
       argv0: the program as started (default ``sys.argv[0]``).
       environ: the environment (default ``os.environ``).
+      parent: the parent process's executable (default :func:`parent_executable`; None: unknown).
     """
     argv0 = sys.argv[0] if argv0 is None else argv0
     environ = os.environ if environ is None else environ
+    parent = parent_executable() if parent == "" else parent
     name = Path(argv0).name
     as_module = name == "__main__.py" and Path(argv0).parent.name == "cli"
     if name != SCRIPT and not as_module:
         return SCRIPT  # not this CLI's process: a test runner, the Pulumi engine's program
-    if (uv := _under_uv_run(environ)) is not None:
+    if (uv := _under_uv_run(environ, parent)) is not None:
         return uv
     if as_module:
         return f"{shlex.quote(sys.executable)} -m infra.cli"

@@ -59,13 +59,26 @@ def test_under_uv_run_the_uv_that_ran_it(tmp_path, monkeypatch):
     venv = executable(tmp_path / "venv" / "bin" / "uv").parent.parent  # the project's own uv, first
     on_path = {"UV_RUN_RECURSION_DEPTH": "1", "UV": str(uv), "VIRTUAL_ENV": str(venv)}
     on_path["PATH"] = f"{venv / 'bin'}{os.pathsep}{uv.parent}"
-    assert invocation.invocation(script, on_path) == "uv run --frozen multislice"
+    assert invocation.invocation(script, on_path, str(uv)) == "uv run --frozen multislice"
     on_path["PATH"] = f"{venv / 'bin'}{os.pathsep}/usr/bin"  # uv not on the user's PATH: its path
-    assert invocation.invocation(script, on_path) == f"{uv} run --frozen multislice"
+    assert invocation.invocation(script, on_path, None) == f"{uv} run --frozen multislice"
     monkeypatch.chdir(tmp_path)  # below the cwd: relative; and outside the checkout: --project
-    assert invocation.invocation(script, on_path) == f"tools/uv run --frozen --project {ROOT} multislice"
+    assert invocation.invocation(script, on_path, str(uv)) == f"tools/uv run --frozen --project {ROOT} multislice"
     monkeypatch.chdir(ROOT / "docs")  # below the checkout: uv finds the project
-    assert invocation.invocation(script, on_path) == f"{uv} run --frozen multislice"
+    assert invocation.invocation(script, on_path, str(uv)) == f"{uv} run --frozen multislice"
+
+
+def test_a_process_below_uv_run_that_uv_did_not_start_is_not_under_uv_run(tmp_path):
+    """uv's variables pass on to every process below it (``uv run pytest`` starting ``python -m
+    infra.cli``): where the parent can be read, only uv's own child prints ``uv run``."""
+    uv = executable(tmp_path / "tools" / "uv")
+    environ = {"UV_RUN_RECURSION_DEPTH": "1", "UV": str(uv), "PATH": ""}
+    argv0 = str(ROOT / "infra" / "cli" / "__main__.py")
+    import sys
+
+    assert invocation.invocation(argv0, environ, sys.executable) == f"{shlex.quote(sys.executable)} -m infra.cli"
+    assert invocation.invocation(argv0, environ, str(uv)).endswith("run --frozen multislice")
+    assert invocation.invocation(argv0, environ, None).endswith("run --frozen multislice")  # cannot tell
 
 
 def test_a_hint_printed_under_uv_run_runs_as_printed(tmp_path):
