@@ -112,6 +112,13 @@ class RunDir:
         """Names (relative to the run directory) matching the glob ``pattern``, sorted.
 
         A fresh listing each call: gcsfs answers ``iterdir`` from a cache of earlier listings,
-        which would miss what other processes wrote since; ``glob`` asks the server.
+        which would miss what other processes wrote since; ``glob`` asks the server. It also fills
+        that cache, which Orbax's listing of checkpoints would then answer from (a restore that
+        misses a newer step); so the cache is dropped afterwards.
         """
-        return sorted(str(p)[len(self.root) + 1 :] for p in self.path.glob(pattern))
+        names = sorted(str(p)[len(self.root) + 1 :] for p in self.path.glob(pattern))
+        if self.remote:
+            filesystem = getattr(getattr(self.path, "_backend", None), "fs", None)  # etils.epath's fsspec backend
+            if filesystem is not None:
+                filesystem(os.fspath(self.path)).invalidate_cache()
+        return names

@@ -74,3 +74,18 @@ def test_the_history_says_each_change_of_count_with_its_step_and_reason(tmp_path
         "slices 1 → 2 at step 90 (slice 1 back, 3h after the last change)",
     ]
     assert membership.describe_changes(records[:1]) == []
+
+
+def test_a_listing_leaves_no_cached_listing_behind(bucket):
+    """RunDir.list asks the server, and must not leave gcsfs' cache of the listing behind: Orbax
+    lists checkpoints through the same filesystem, and a restore that answered from a listing the
+    elastic gate made before another slice saved a newer step would resume from an older one."""
+    import gcsfs
+    from etils import epath
+
+    run_dir = RunDir(f"gs://{bucket}/runs/cache")
+    run_dir.write("checkpoints/40/marker", b"")
+    assert run_dir.list("checkpoints/*") == ["checkpoints/40"]
+    other = gcsfs.GCSFileSystem(skip_instance_cache=True)  # another process's client
+    other.pipe_file(f"{bucket}/runs/cache/checkpoints/80/marker", b"")
+    assert sorted(p.name for p in epath.Path(f"gs://{bucket}/runs/cache/checkpoints").iterdir()) == ["40", "80"]
