@@ -146,6 +146,7 @@ class ClusterIdentity:
       num_slices: slices in the job.
       coordinator_address: ``host:port`` of process 0's coordination service.
       accelerator_type: e.g. ``v4-8``; None outside a TPU VM.
+      host: this worker's own host (its slice's entry ``worker``, without a port); empty when unknown.
     """
 
     worker: int
@@ -154,6 +155,7 @@ class ClusterIdentity:
     num_slices: int
     coordinator_address: str
     accelerator_type: str | None = None
+    host: str = ""
 
     @property
     def process_id(self) -> int:
@@ -203,6 +205,7 @@ def identity_from_metadata() -> ClusterIdentity:
         num_slices=num_slices,
         coordinator_address=f"{coordinator_host}:{port}",
         accelerator_type=(accelerator_type or "").strip() or None,
+        host=hosts[worker].split(":")[0],
     )
 
 
@@ -277,6 +280,7 @@ def identity_from_environment(
         num_slices=num_slices,
         coordinator_address=f"{coordinator_host}:{port}",
         accelerator_type=(accelerator_type or "").strip() or None,
+        host=hosts[worker].split(":")[0],
     )
 
 

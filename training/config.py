@@ -290,6 +290,18 @@ class TrainConfig(StrictModel):
         description="Fewest slices the run may train on (elastic: training.elastic); the program fills it from "
         "multislice:elastic.minSlices; null: exactly the slices of parallelism.dcn.",
     )
+    shrink_after_s: float = Field(
+        default=120.0,
+        gt=0,
+        description="Seconds a lost slice may stay away before the others train without it (elastic); the "
+        "program fills it from multislice:elastic.shrinkAfter.",
+    )
+    grow_after_s: float = Field(
+        default=3 * 3600.0,
+        ge=0,
+        description="Least seconds after a change of slice count before the run grows back (elastic); the "
+        "program fills it from multislice:elastic.growAfter.",
+    )
 
     @property
     def global_batch_tokens(self) -> int:

@@ -121,11 +121,19 @@ def history(run_dir: RunDir) -> list[Membership]:
     return records
 
 
-def describe_changes(records: list[Membership]) -> list[str]:
+def describe_changes(records: list[Membership], resized_at: dict[int, int] | None = None) -> list[str]:
     """Each change of slice count, as the run's summary and ``status`` print it:
-    ``slices 2 → 1 at step 50 (slice 1 lost, not back within 2m)``."""
+    ``slices 2 → 1 at step 50 (slice 1 lost, not back within 2m)``.
+
+    Args:
+      records: the run's records, oldest first (:func:`history`).
+      resized_at: epoch → the step a running job stopped at to change into it (its ``preempted``
+        event's ``membership_epoch``: training/train.py), where that is known; else the record's step
+        (the newest checkpoint when the change was proposed).
+    """
     lines = []
     for before, after in zip(records, records[1:], strict=False):
-        at = "" if after.step is None else f" at step {after.step}"
+        step = (resized_at or {}).get(after.epoch, after.step)
+        at = "" if step is None else f" at step {step}"
         lines.append(f"slices {len(before.slices)} → {len(after.slices)}{at} ({after.reason})")
     return lines

@@ -52,7 +52,15 @@ from typing import Any, NoReturn
 
 import jax
 
-from training import agreement, cluster, compile_cache, fault_gate, mesh as mesh_lib, preemption
+from training import (
+    agreement,
+    cluster,
+    compile_cache,
+    fault_gate,
+    membership_gate,
+    mesh as mesh_lib,
+    preemption,
+)
 from training.checkpoint import manager as checkpointing
 from training.checkpoint.fallback import RestoredStateDiverged, TrainingDiverged, fall_back_once, fallback_event
 from training.config import TrainConfig
@@ -118,8 +126,11 @@ def run(config: TrainConfig, run_dir_uri: str, identity: cluster.ClusterIdentity
     dataset = pool.submit(open_dataset, config)
     pool.shutdown(wait=False)
     start = _Start()
+    beat = None
     try:
         joining = time.time()
+        if membership_gate.is_elastic(config, identity):  # which slices train: training/membership_gate.py
+            beat, identity, start.resizer = membership_gate.enter(config, run_dir, identity)
         cluster.initialize(identity)
         notice.joined = True
         start.timings = _start_timings(entered, joining)
@@ -131,6 +142,8 @@ def run(config: TrainConfig, run_dir_uri: str, identity: cluster.ClusterIdentity
                 fall_back_once(err, start.manager, start.step, start.is_writer, start.events_log)
             raise
     finally:
+        if beat is not None:
+            beat.stop()
         notice.uninstall()
         if start.tensorboard is not None:
             start.tensorboard.discard()  # after an error, its unsent window (nothing once closed)
@@ -150,6 +163,10 @@ class _Start:
     events_log: RecordLog | None = None
     tensorboard: TensorBoardLog | None = None
     timings: dict[str, float] = dataclasses.field(default_factory=dict)
+    #: The elastic job's side of a change of slice count (None: not elastic).
+    resizer: membership_gate.Resizer | None = None
+    #: The epoch this start stopped to restart into (a change of slice count), or None.
+    resized: int | None = None
 
 
 def _start_timings(entered: float, joining: float) -> dict[str, float]:
@@ -202,6 +219,9 @@ def _train(
             "processes": identity.num_processes,
             "devices": jax.device_count(),
             "slices_by": slices_by,  # how the mesh found each device's slice (training.mesh)
+            # fewer than the stack's while elastic slices are lost: reduced capacity (docs/goodput.md)
+            "slices": identity.num_slices,
+            "full_slices": setup.recorded_config.parallelism.dcn.product,
             "time": time.time(),
             "process_start": process_start_time(),  # goodput: from here to "time" is start-up
             "restore_s": round(setup.restore_s, 3),
@@ -230,7 +250,8 @@ def _train(
     setup.manager.wait_until_finished()
     save_s = round(time.time() - waiting, 3)  # goodput: the loop blocked by the last async save
     if exit_code == EXIT_PREEMPTED:
-        events_log.append({"event": "preempted", "step": step, "time": time.time(), "save_s": save_s})
+        resized = {} if start.resized is None else {"membership_epoch": start.resized}  # a change, not a notice
+        events_log.append({"event": "preempted", "step": step, "time": time.time(), "save_s": save_s, **resized})
     else:
         events_log.append({"event": "complete", "step": step, "loss": last_loss, "time": time.time(), "save_s": save_s})
         if is_writer:
@@ -291,6 +312,20 @@ def _loop(
             metrics_log.sync()
             events_log.sync()
             tensorboard.sync()
+            if start.resizer is not None and not preempted and step < config.steps:
+                after = start.resizer.at_checkpoint(step, jax.process_index() == 0)
+                if after is not None:
+                    log.warning(
+                        "elastic: epoch %d (slices %s: %s): saved step %d; restarting as %d slice(s)",
+                        after.epoch,
+                        ", ".join(map(str, after.slices)),
+                        after.reason,
+                        step,
+                        len(after.slices),
+                    )
+                    start.resized = after.epoch
+                    exit_code = EXIT_PREEMPTED
+                    break
         if eval_step is not None and config.eval_every_steps and step % config.eval_every_steps == 0:
             if pending is not None:
                 recorder.train(*pending)

@@ -97,6 +97,16 @@ def allowed(config: Any) -> list[SliceCount]:
     return slice_counts(config.slices, par.dcn.data, config.training.microbatches, chips, minimum)
 
 
+def carried_out(config: Any) -> bool:
+    """Whether the stack ``config``'s elastic settings are acted on: True for a stack that is not elastic;
+    else where the trainer runs under a systemd unit (``BackendSpec.supervisor``), which restarts it as
+    a job of the slices present (training/membership_gate.py); not in a container (gke: the JobSet's
+    failure policy restarts every Job; docs/faults.md, "Elastic slices")."""
+    if config.elastic.min_slices is None or config.elastic.min_slices >= config.slices:
+        return True
+    return config.backend_spec.supervisor == "systemd"
+
+
 def check(config: Any) -> None:
     """Refuse a ``minSlices`` the stack cannot train on.
 
@@ -111,8 +121,15 @@ def check(config: Any) -> None:
     key = "multislice:elastic.minSlices"
     if minimum > config.slices:
         raise invalid(key, f"{minimum} is above multislice:slices {config.slices}; use 1 to {config.slices}")
+    if config.workload is not None and minimum < config.slices:
+        raise invalid(
+            key,
+            f"{minimum}: elastic slices are carried out by the bundled trainer only; a workload command "
+            "(multislice:workload) cannot be restarted as a job of fewer slices from our checkpoints: unset "
+            'minSlices (docs/faults.md, "Elastic slices")',
+        )
     if config.workload is not None:
-        return  # the command brings its own parallelism: it gets the new MEGASCALE_* and a restart
+        return
     par = config.training.parallelism
     every = slice_counts(config.slices, par.dcn.data, config.training.microbatches, config.accelerator.chips, 1)
     counts = [c.slices for c in every]

@@ -299,11 +299,13 @@ class StackConfig(ResourceNames, StrictModel):
         if self.workload is not None:
             elastic.check(self)
             return self  # the command brings its own parallelism; the trainer's checks do not apply
-        if self.training.min_slices is not None:
-            raise invalid(
-                "multislice:training.min_slices",
-                "is the program's, filled from multislice:elastic.minSlices: set that key instead",
-            )
+        elastic_fields = (("min_slices", "minSlices"), ("shrink_after_s", "shrinkAfter"), ("grow_after_s", "growAfter"))
+        for field, key in elastic_fields:  # at its default (a full dump read again) it says nothing
+            if getattr(self.training, field) != type(self.training).model_fields[field].default:
+                raise invalid(
+                    f"multislice:training.{field}",
+                    f"is the program's, filled from multislice:elastic.{key}: set that key instead",
+                )
         if self.training.model.attention == "cudnn":
             raise invalid(
                 "multislice:training.model.attention",
@@ -403,10 +405,11 @@ class StackConfig(ResourceNames, StrictModel):
                 f"multislice:queuedResource.{FORMER_DELETE_ON_COMPLETE_KEY} is deprecated: rename it to "
                 "multislice:queuedResource.deleteOnComplete (same meaning)"
             )
-        if self.elastic.min_slices is not None and self.elastic.min_slices < self.slices:
+        if not elastic.carried_out(self):
             warnings.append(
-                "multislice:elastic is checked and planned, not carried out yet: a lost slice still stops the run "
-                'until it is back (docs/faults.md, "Elastic slices")'
+                f"multislice:elastic is checked and planned, not carried out on the {self.backend} backend yet: its "
+                "trainer runs in a container, which no unit restarts as a job of other slices; a lost slice still "
+                'stops the run until it is back (docs/faults.md, "Elastic slices")'
             )
         return warnings
 

@@ -42,6 +42,8 @@ class ElasticPlan:
     counts: tuple[CountPlan, ...]
     shrink_after_s: int | None
     grow_after_s: int | None
+    #: Whether the backend acts on it (:func:`infra.config.elastic.carried_out`).
+    carried_out: bool = True
 
 
 def elastic_plan(config: Any, parameters: int) -> ElasticPlan:
@@ -53,7 +55,12 @@ def elastic_plan(config: Any, parameters: int) -> ElasticPlan:
     )
     settings = config.elastic
     on = settings.min_slices is not None and settings.min_slices < config.slices
-    return ElasticPlan(counts, settings.shrink_after if on else None, settings.grow_after if on else None)
+    return ElasticPlan(
+        counts,
+        settings.shrink_after if on else None,
+        settings.grow_after if on else None,
+        elastic.carried_out(config),
+    )
 
 
 def _duration(seconds: int) -> str:
@@ -74,6 +81,10 @@ def describe(plan: ElasticPlan) -> str:
         return f"slice counts: {shown} (not elastic: multislice:elastic.minSlices is unset)"
     return (
         f"slice counts (multislice:elastic): {shown}; after {_duration(plan.shrink_after_s)} without a slice the "
-        f"others would go on, back to more at a checkpoint ≥ {_duration(plan.grow_after_s)} after the last change "
-        "(not carried out yet: a lost slice still stops the run until it is back)"
+        f"others go on, back to more at a checkpoint ≥ {_duration(plan.grow_after_s)} after the last change"
+        + (
+            ""
+            if plan.carried_out
+            else " (not carried out on this backend yet: a lost slice stops the run until it is back)"
+        )
     )

@@ -197,6 +197,8 @@ COMPILATION_CACHE_FOLDER = "compilation-cache"
 COORDINATOR_PORT_ENV = "MULTISLICE_COORDINATOR_PORT"
 HEARTBEAT_TIMEOUT_ENV = "MULTISLICE_HEARTBEAT_TIMEOUT_S"
 INIT_TIMEOUT_ENV = "MULTISLICE_INIT_TIMEOUT_S"
+#: Seconds between two heartbeats of an elastic run's trainer (``training.heartbeats``; 10 on a VM).
+ELASTIC_HEARTBEAT_ENV = "MULTISLICE_ELASTIC_HEARTBEAT_S"
 
 #: What the VM's scripts read or pass on (each appears in a template).
 SCRIPT_ENV = (
@@ -243,6 +245,7 @@ TRAINER_ENV = (
     COORDINATOR_PORT_ENV,
     HEARTBEAT_TIMEOUT_ENV,
     INIT_TIMEOUT_ENV,
+    ELASTIC_HEARTBEAT_ENV,
     COMPILATION_CACHE_ENV,
 )
 

@@ -64,7 +64,13 @@ def release_files(
     if (watch := slice_watch_script(config, spec)) is not None:
         files["slice-watch.sh"] = watch.encode()
     if workload is None:
-        training = config.training.model_copy(update={"min_slices": config.elastic.min_slices})  # training/elastic.py
+        training = config.training.model_copy(  # the elastic settings: training/membership_gate.py
+            update={
+                "min_slices": config.elastic.min_slices,
+                "shrink_after_s": float(config.elastic.shrink_after),
+                "grow_after_s": float(config.elastic.grow_after),
+            }
+        )
         files["config.json"] = (training.model_dump_json() + "\n").encode()
     else:
         files.update(workload.files)

@@ -14,7 +14,8 @@ sync every 10 steps has 1,000 metrics objects; 2 of them are read. Older metrics
 read (8 at a time, newest first) only while no step record has been found.
 
 Events (``training/train.py``): ``start`` (``step``: the step resumed from, ``restored``,
-``time``), ``checkpoint`` (``step``, ``preemption``, ``time``), ``preempted`` (``step``,
+``time``; ``slices`` and ``full_slices``: the job's slices and the stack's), ``checkpoint``
+(``step``, ``preemption``, ``time``), ``preempted`` (``step``,
 ``time``: the process stopped after the preemption checkpoint), ``complete``. A restart is a
 ``start`` after the first, named by :func:`training.metrics.restarts.restarts_of`.
 """
@@ -79,6 +80,9 @@ class RunProgress:
     goodput: float | None = None
     badput: dict[str, float] | None = None
     goodput_at: float | None = None
+    #: The slices the newest start trained on, of the stack's (elastic slices: fewer while some are lost).
+    slices: int | None = None
+    full_slices: int | None = None
 
     @property
     def fraction(self) -> float:
@@ -176,6 +180,8 @@ def read_progress(store: RunStore, total_steps: int) -> RunProgress:
         )
     starts = [e for e in events if e.get("event") == "start"]
     progress.started_at = _time(starts[0]) if starts else None
+    if starts and isinstance(starts[-1].get("slices"), int) and isinstance(starts[-1].get("full_slices"), int):
+        progress.slices, progress.full_slices = int(starts[-1]["slices"]), int(starts[-1]["full_slices"])
     progress.restarts = restarts_of(events)
 
     completed = completion_step(blobs.get(COMPLETE_MARKER))

@@ -103,6 +103,8 @@ def restart_lines(run: RunProgress) -> list[str]:
     for restart in run.restarts:
         if restart.cause == "preemption":
             why = f"preemption at step {restart.preempted_step} ({clock(restart.preempted_at)})"
+        elif restart.cause == "resize":
+            why = f"change of slice count (elastic) at step {restart.preempted_step} ({clock(restart.preempted_at)})"
         else:
             why = "failure"
         source = (
@@ -167,6 +169,9 @@ def render(status: StackStatus) -> Table:
         table.add_row(
             "goodput", Text(f"{run.goodput:.3f} (as of {clock(run.goodput_at)}); badput {badput_text(run.badput)}")
         )
+    if run.slices is not None and run.full_slices is not None and not run.complete:
+        fewer = " (elastic: the others are lost; training at reduced capacity)" if run.slices < run.full_slices else ""
+        table.add_row("slices", Text(f"{run.slices} of {run.full_slices}{fewer}"))
     table.add_row("restarts", Text(f"{len(run.restarts)} ({run.preemptions} after a preemption)"))
     for line in restart_lines(run):
         table.add_row("", Text(line))

@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 from infra import planner
 from infra.cli import app
 from infra.config import StackConfigError, elastic, validate_stack
+from tests.helpers.gke import gke_map
 
 STACKS = Path(__file__).resolve().parents[2] / "stacks"
 
@@ -94,23 +95,32 @@ def test_plan_prints_each_count_with_its_factor_and_ceiling():
     assert [c["accumulation"] for c in as_json["counts"]] == [1, 2, 4]
 
 
-def test_plan_and_every_command_say_elastic_is_not_carried_out_yet(tmp_path):
+def test_plan_prints_the_counts_and_only_gke_says_elastic_is_not_carried_out(tmp_path):
     stack = tmp_path / "Pulumi.el.yaml"
     stack.write_text(yaml.safe_dump({"config": four_slices({"data": 4}, minSlices=2)}))
     result = CliRunner().invoke(app, ["plan", "--config-file", str(stack)], env={"COLUMNS": "250"})
     assert result.exit_code == 0, result.output
-    assert "warning: multislice:elastic is checked and planned, not carried out yet" in result.stderr
+    assert "multislice:elastic" not in result.stderr, result.stderr  # carried out on the queued resource
     said = " ".join(result.stdout.split())
     assert "slice counts (multislice:elastic): 4 slices: accumulation ×1 (1 microbatch)" in said
     assert "2 slices: accumulation ×2 (2 microbatches)" in said and "after 2m without a slice" in said
-    assert "≥ 3h after the last change" in said
+    assert "≥ 3h after the last change" in said and "not carried out" not in said
+    on_gke = tmp_path / "Pulumi.elgke.yaml"
+    on_gke.write_text(yaml.safe_dump({"config": gke_map(2, "spot", **{"multislice:elastic": {"minSlices": 1}})}))
+    result = CliRunner().invoke(app, ["plan", "--config-file", str(on_gke)], env={"COLUMNS": "250"})
+    assert result.exit_code == 0, result.output
+    assert "warning: multislice:elastic is checked and planned, not carried out on the gke backend yet" in result.stderr
+    assert "(not carried out on this backend yet" in " ".join(result.stdout.split())
 
 
-def test_a_workload_command_may_be_elastic_without_the_trainers_rules():
+def test_a_workload_command_is_not_elastic():
     config = dev_map(**{"multislice:workload": {"command": ["python3", "train.py"], "steps": 10}})
     del config["multislice:training"]
     config["multislice:elastic"] = {"minSlices": 1}
-    assert validate_stack("t", config, "test").elastic.min_slices == 1
+    (line,) = errors_of(config)
+    assert line.startswith("multislice:elastic.minSlices: 1: elastic slices are carried out by the bundled trainer")
+    config["multislice:elastic"] = {"minSlices": 2}  # every slice: not elastic, allowed
+    assert validate_stack("t", config, "test").elastic.min_slices == 2
 
 
 def test_the_trainers_config_carries_min_slices_and_only_the_program_sets_it():
@@ -126,3 +136,17 @@ def test_the_trainers_config_carries_min_slices_and_only_the_program_sets_it():
     direct["multislice:training"]["min_slices"] = 1
     (line,) = errors_of(direct)
     assert line.startswith("multislice:training.min_slices: is the program's, filled from multislice:elastic")
+    for field, key in (("shrink_after_s", "shrinkAfter"), ("grow_after_s", "growAfter")):
+        direct = dev_map()
+        direct["multislice:training"][field] = 7
+        (line,) = errors_of(direct)
+        assert line.startswith(f"multislice:training.{field}: is the program's, filled from multislice:elastic.{key}")
+
+
+def test_the_trainers_config_carries_the_elastic_timings_in_seconds():
+    from infra.startup.release import release_files
+
+    config = validate_stack("t", four_slices({"data": 4}, minSlices=2, shrinkAfter="90s", growAfter="1h"), "test")
+    files, _ = release_files(config, Path(__file__).resolve().parents[2])
+    trainer = json.loads(files["config.json"])
+    assert (trainer["shrink_after_s"], trainer["grow_after_s"]) == (90.0, 3600.0)

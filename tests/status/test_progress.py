@@ -135,6 +135,16 @@ def test_restart_causes_come_from_the_events_between_starts():
     ]
 
 
+def test_a_stop_to_change_the_slice_count_is_a_resize_not_a_preemption():
+    events = [
+        {"event": "start", "step": 0, "time": 1.0, "slices": 1, "full_slices": 2},
+        {"event": "checkpoint", "step": 20, "preemption": False, "time": 2.0},
+        {"event": "preempted", "step": 20, "time": 2.5, "membership_epoch": 2},  # elastic: growing back
+        {"event": "start", "step": 20, "restored": True, "time": 3.0, "slices": 2, "full_slices": 2},
+    ]
+    assert [(r.cause, r.preempted_step) for r in restarts_of(events)] == [("resize", 20)]
+
+
 def test_the_json_keys_are_stable(bucket):
     run = SyntheticRun(
         total_steps=40, steps_done=30, log_every=10, checkpoint_every=10, faults=[Fault("preemption", 25)]
@@ -165,6 +175,8 @@ def test_the_json_keys_are_stable(bucket):
         "goodput",
         "badput",
         "goodput_at",
+        "slices",
+        "full_slices",
     }
     assert data["restarts"] == 1 and data["preemptions"] == 1
     assert set(data["restart_history"][0]) == {

@@ -226,3 +226,45 @@ def test_the_stack_renders_the_catalogs_peak_into_the_trainer_config_unless_set(
     config = stack_map("dev")
     config["multislice:training"]["peak_flops_per_chip"] = 1e12
     assert validate_stack("dev", config, "test").training.peak_flops_per_chip == 1e12
+
+
+def test_steps_on_fewer_slices_are_productive_at_reduced_capacity_not_badput():
+    # Elastic slices: two slices, then slice 1 lost (an attempt on 1 of 2), then both again.
+    events = [
+        {
+            "event": "start",
+            "step": 0,
+            "restored": False,
+            "time": 10.0,
+            "process_start": 9.0,
+            "slices": 2,
+            "full_slices": 2,
+        },
+        {
+            "event": "start",
+            "step": 2,
+            "restored": True,
+            "time": 20.0,
+            "process_start": 19.0,
+            "slices": 1,
+            "full_slices": 2,
+        },
+        {"event": "preempted", "step": 4, "time": 25.0, "membership_epoch": 2},
+        {
+            "event": "start",
+            "step": 4,
+            "restored": True,
+            "time": 30.0,
+            "process_start": 29.0,
+            "slices": 2,
+            "full_slices": 2,
+        },
+        {"event": "complete", "step": 5, "time": 32.0},
+    ]
+    metrics = [step(1, 11.0, 1.0), step(2, 12.0, 1.0), step(3, 22.0, 2.0), step(4, 24.0, 2.0), step(5, 31.0, 1.0)]
+    report = goodput.account(events, metrics)
+    assert report is not None
+    assert report["productive_seconds"] == pytest.approx(1.0 + 1.0 + 2.0 + 2.0 + 1.0)
+    assert report["reduced_capacity_seconds"] == pytest.approx(2.0 + 2.0)  # the attempt on 1 of 2 slices
+    assert [a.get("slices") for a in report["per_attempt"]] == [2, 1, 2]
+    assert report["productive_seconds"] + sum(report["badput"].values()) == pytest.approx(32.0 - 9.0)

@@ -62,8 +62,10 @@ def account(
       peak_flops_per_chip: FLOP/s, for MFU.
 
     Returns:
-      ``goodput`` (in [0, 1]), ``wall_seconds``, ``productive_seconds``, ``badput`` (seconds
-      by cause, :data:`CAUSES`), ``steps_lost``, ``attempts``, ``complete``, ``per_attempt``
+      ``goodput`` (in [0, 1]), ``wall_seconds``, ``productive_seconds``, ``reduced_capacity_seconds``
+      (the productive seconds of attempts on fewer slices than the stack's: elastic slices; part of
+      ``productive_seconds``, never badput), ``badput`` (seconds by cause, :data:`CAUSES`), ``steps_lost``,
+      ``attempts``, ``complete``, ``per_attempt``
       (one dict per attempt: its ``badput`` by cause, ``boot`` being the time before it,
       ``productive_seconds``, ``start_step``, ``restored``, ``ended`` — ``complete``,
       ``preempted`` or ``lost`` — and the ``start`` event's ``import_s``/``join_s`` when
@@ -94,8 +96,12 @@ def account(
     badput: dict[str, float] = {cause: sum(a["badput"][cause] for a in attempts) for cause in CAUSES}
     productive = sum(a["productive_seconds"] for a in attempts)
     badput["other"] = max(0.0, wall - productive - sum(v for c, v in badput.items() if c != "other"))
+    # Elastic slices: steps trained on fewer slices than the stack's are productive (the run advanced),
+    # at reduced capacity; how long, so a reader sees it (docs/goodput.md, "Reduced capacity").
+    reduced = sum(a["productive_seconds"] for a in attempts if a.get("slices", 0) < a.get("full_slices", 0))
     result = {
         "goodput": round(min(productive / wall, 1.0), 4) if wall > 0 else 0.0,
+        "reduced_capacity_seconds": round(reduced, 3),
         "wall_seconds": round(wall, 3),
         "productive_seconds": round(productive, 3),
         "badput": {cause: round(seconds, 3) for cause, seconds in badput.items()},
@@ -150,6 +156,9 @@ def _attempt(
     for phase in ("import_s", "join_s"):
         if phase in start:
             attempt[phase] = float(start[phase])
+    for count in ("slices", "full_slices"):  # elastic slices: the job's and the stack's
+        if isinstance(start.get(count), int):
+            attempt[count] = int(start[count])
     return attempt
 
 

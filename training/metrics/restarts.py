@@ -4,7 +4,9 @@ Events (``training/train.py``): ``start`` (``step``: the step resumed from, ``re
 ``time``), ``checkpoint`` (``step``, ``preemption``, ``time``), ``preempted`` (``step``,
 ``time``: the process stopped after the preemption checkpoint), ``complete``. A restart is a
 ``start`` after the first; it follows a preemption when a ``preempted`` event (or a checkpoint
-saved for a preemption) lies between it and the previous ``start``, else a failure (a process
+saved for a preemption) lies between it and the previous ``start`` (a ``resize`` when that
+``preempted`` event names a ``membership_epoch``: an elastic run stopped to change its slice count,
+training/membership_gate.py), else a failure (a process
 or a VM died: the emulator's ``--kill``, a Cloud TPU maintenance event without notice, a trainer
 that ended with an error). ``multislice status`` and the emulation's summary both name restarts
 this way.
@@ -18,7 +20,7 @@ from typing import Any
 
 @dataclass(frozen=True)
 class Restart:
-    """One restart of the trainer: ``cause`` ``"preemption"`` or ``"failure"``; the preempted
+    """One restart of the trainer: ``cause`` ``"preemption"``, ``"resize"`` or ``"failure"``; the preempted
     step and when the preempted process stopped (None for a failure); the step the run resumed
     from (its checkpoint, when ``restored``) and when (seconds since the epoch)."""
 
@@ -45,7 +47,13 @@ def restarts_of(events: list[dict[str, Any]]) -> list[Restart]:
             if seen_start:
                 restarts.append(
                     Restart(
-                        cause="preemption" if notice is not None else "failure",
+                        cause=(
+                            "failure"
+                            if notice is None
+                            else "resize"
+                            if notice.get("membership_epoch") is not None
+                            else "preemption"
+                        ),
                         resumed_step=int(event.get("step", 0)),
                         resumed_at=_time(event),
                         restored=bool(event.get("restored")),
