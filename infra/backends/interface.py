@@ -150,6 +150,15 @@ class Emulation(ABC):
         return None
 
     @property
+    def restarts_every_slice(self) -> bool:
+        """Whether the platform restarts every other slice once it has recreated a failed one (Cloud
+        TPU's auto-repair: the Multislice overview; JobSet's failure policy recreates every Job). False
+        where nothing outside the VMs restarts them (a Compute Engine group recreates its own VMs
+        only): after a slice whose capacity was withheld comes back (``local up --withhold``), only it
+        boots, and the running slices take it in at their next checkpoint (elastic slices). Default: True."""
+        return True
+
+    @property
     def recreates_every_slice(self) -> bool:
         """Whether a repair (and a reset) starts every slice's workers as new containers, not only the
         failed slice's (JobSet recreates every Job, so every Pod is new): each loses its container's

@@ -79,6 +79,7 @@ def print_summary(result: dict) -> None:
         "training_seconds",
         "wall_seconds",
         "goodput",
+        "reduced_capacity_seconds",
         "badput",
         "faults",
         "capacity",
@@ -156,6 +157,13 @@ def local_up(
         metavar="SLICE@STEP",
         help="SIGTERM a slice's VMs at a step (preemption notice), SIGKILL after the grace period. Repeatable.",
     ),
+    withhold: list[str] = typer.Option(
+        [],
+        "--withhold",
+        metavar="SLICE:DURATION",
+        help="After the first fault that strikes SLICE, leave it without capacity for DURATION (e.g. 1:120s) "
+        "before it is recreated; an elastic stack trains on without it (docs/faults.md). Repeatable.",
+    ),
     hold_at: list[int] = typer.Option(
         [],
         "--hold-at",
@@ -223,7 +231,7 @@ def local_up(
     Resumes an unfinished run; reports a finished one without retraining (--fresh starts over).
     """
     from infra.local import lifecycle
-    from infra.local.faults import FaultSpecError, parse_fault
+    from infra.local.faults import FaultSpecError, parse_fault, parse_withhold
     from infra.local.options import Options
     from infra.local.ports import bind_error
 
@@ -233,6 +241,7 @@ def local_up(
     try:
         faults = [parse_fault("kill", spec, slices=config.slices, total_steps=total) for spec in kill]
         faults += [parse_fault("preempt", spec, slices=config.slices, total_steps=total) for spec in preempt]
+        withheld = dict(parse_withhold(spec, slices=config.slices, faults=faults) for spec in withhold)
     except FaultSpecError as err:
         raise fail(str(err)) from None
     for step in hold_at:
@@ -252,6 +261,7 @@ def local_up(
     try:  # without --boot-timeout: $MULTISLICE_BOOT_TIMEOUT, else 120; a value that is no number is refused
         options = Options(
             faults=faults,
+            withhold=withheld,
             holds=sorted(set(hold_at)),
             coordinator_port=coordinator_port,
             heartbeat_timeout_s=heartbeat_timeout,

@@ -53,7 +53,7 @@ from infra.local.gcs import GcsServer, GcsServerError, bucket_name_error
 from infra.local.gcs_clients import point_clients_at
 from infra.local.options import EmulationError, Interrupted, Options
 from infra.local.ports import free_port
-from infra.local.progress import BootLines, ProgressSample, ProgressTail, RunReporter
+from infra.local.progress import BootLines, MembershipChanges, ProgressSample, ProgressTail, RunReporter
 from infra.local.repairs import Repairs
 from infra.local.state import EMULATION_ID_ENV, LocalPaths
 from infra.local.supervisor import GroupFailed
@@ -110,6 +110,7 @@ class EmulatedStack:
             paths.gcs_root, paths.gcs_log, port=gcs_port, env={EMULATION_ID_ENV: self.emulation_id}
         )
         self._restore_env: Callable[[], None] = lambda: None
+        self._port = 0  # the coordinator port of the last boot
         #: The backend's side: its emulated API (on the queued resource, the TPU API that serves
         #: deleteOnComplete and reset), what each VM's metadata server answers, the capacity's fate.
         self.capacity = backend_of(config).emulation(config, paths)
@@ -183,10 +184,12 @@ class EmulatedStack:
         self.capacity.start()
         self.workers.create()
 
-    def boot_all(self, options: Options) -> None:
+    def boot_all(self, options: Options, only: list[EmulatedVM] | None = None) -> None:
         """Give every worker its metadata and environment (a fresh coordinator port unless fixed),
-        boot it, and record the process groups in the state file."""
-        port = options.coordinator_port or free_port()
+        boot it, and record the process groups in the state file. With ``only``, boot those workers
+        alone, with the coordinator port of the running ones (a slice recreated beside them)."""
+        port = self._port if only is not None and self._port else (options.coordinator_port or free_port())
+        self._port = port
         env = (
             topology.vm_environment(
                 self.config,
@@ -199,9 +202,10 @@ class EmulatedStack:
             )
             | self.capacity.environment()
         )
-        env.update(self.gates.boot())
+        env.update(self.gates.boot() if only is None else self.gates.beside())
         # The boot watch first: a VM may show its trainer's start before the last VM boots.
-        self.workers.boot(env, self.startup_script, before=lambda: self.boot_watch.booted(self.vms))
+        booting = self.vms if only is None else only
+        self.workers.boot(env, self.startup_script, before=lambda: self.boot_watch.booted(booting), only=only)
         self._record_state()
 
     def stop_vms(self) -> None:
@@ -267,7 +271,9 @@ class EmulatedStack:
         result = summary_lib.summarize(self.run_dir, total, self.config.training.eval_every_steps)
         summary_lib.name_own_resume(result, self.run_dir, since=started_at)  # the user's own stop
         unplanned = summary_lib.unplanned_restarts(
-            self.run_dir, since=started_at, planned=len(self.repairs.faults_fired) + self.repairs.resets
+            self.run_dir,
+            since=started_at,
+            planned=len(self.repairs.faults_fired) + self.repairs.resets + self.repairs.returned_with_restart,
         )
         if unplanned:
             self.report(
@@ -318,9 +324,11 @@ class EmulatedStack:
             """Read the struck attempt's last records: reported, never fed to the schedule."""
             return read()
 
+        changes = MembershipChanges(self.run_dir, self.report)
         while True:
             time.sleep(options.poll_s)
             stop_signals.raise_if_signalled()
+            changes.poll()
             if not self.storage.alive():
                 raise self.storage_stopped()
             schedule.observe(*read())
@@ -331,12 +339,15 @@ class EmulatedStack:
                 tail.last_change = time.monotonic()
                 continue
             self.gates.open_up_to(schedule.attempt_step)  # no fault strikes there: training goes on
+            if self.repairs.release_withheld(options):
+                tail.last_change = time.monotonic()
+                continue
             if self.capacity.take_reset():
                 self.repairs.reset(options)
                 tail.last_change = time.monotonic()
                 continue
             try:
-                if supervisor.check_groups(process_groups(self.vms)):
+                if supervisor.check_groups(process_groups(self.repairs.running())):
                     read()  # the last window the VMs wrote before they exited: its step is shown too
                     return
                 if self.capacity.delete_nodes(self.vms, options.node_delete_delay_s, self.report):

@@ -80,6 +80,43 @@ def parse_fault(kind: FaultKind, spec: str, *, slices: int, total_steps: int) ->
     return Fault(kind, slice_id, step)
 
 
+_WITHHOLD = re.compile(r"^\s*([0-9]+)\s*:\s*(\S+)\s*$")
+
+
+def parse_withhold(spec: str, *, slices: int, faults: list[Fault]) -> tuple[int, float]:
+    """Parse ``--withhold SLICE:DURATION`` (``1:120s``, ``0:2m``): the first fault that strikes the slice
+    leaves it without capacity for that long before the platform recreates it (a Spot slice that does
+    not come back at once; docs/emulation.md).
+
+    Returns:
+      ``(slice, seconds)``.
+
+    Raises:
+      FaultSpecError: one line naming the option: wrong shape, a slice that does not exist or that no
+        ``--kill``/``--preempt`` strikes, or a duration :func:`infra.durations.parse_duration` refuses.
+    """
+    from infra.durations import parse_duration
+
+    shown = _shown(spec)
+    match = _WITHHOLD.fullmatch(spec)
+    if not match:
+        raise FaultSpecError(f"--withhold {shown}: expected SLICE:DURATION, e.g. --withhold 1:120s")
+    slice_id = _number(match.group(1))
+    if slice_id is None or slice_id >= slices:
+        raise FaultSpecError(
+            f"--withhold {shown}: slice {_shown_number(match.group(1))} does not exist (slices 0..{slices - 1})"
+        )
+    if not any(f.slice_id == slice_id for f in faults):
+        raise FaultSpecError(
+            f"--withhold {shown}: no --kill or --preempt strikes slice {slice_id}, so it never loses its capacity"
+        )
+    try:
+        seconds = parse_duration(match.group(2))
+    except ValueError as err:
+        raise FaultSpecError(f"--withhold {shown}: {err}") from None
+    return slice_id, float(seconds)
+
+
 #: The most digits (leading zeros aside) a slice or step is read with: more is past any stack's
 #: slices and steps, and Python's ``int()`` refuses strings over 4,300 digits with its own error.
 _MAX_DIGITS = 18
@@ -213,6 +250,13 @@ class FaultGates:
         pending = self.schedule.pending if self.schedule is not None else []
         self.holds = {step for step in self.holds if not self.released(step)}
         self.steps = sorted({fault.step for fault in pending} | self.holds)
+        if not self.steps:
+            return {}
+        return {fault_gate.DIR_ENV: str(self.directory), fault_gate.STEPS_ENV: ",".join(map(str, self.steps))}
+
+    def beside(self) -> dict[str, str]:
+        """The environment of the current boot's gate, for workers booted beside running ones (a slice
+        recreated while the others train): they wait at the same gates, opened in the same directory."""
         if not self.steps:
             return {}
         return {fault_gate.DIR_ENV: str(self.directory), fault_gate.STEPS_ENV: ",".join(map(str, self.steps))}

@@ -30,6 +30,8 @@ class Options:
     """Emulation knobs (CLI flags of ``multislice local up``)."""
 
     faults: list[Fault] = dataclasses.field(default_factory=list)
+    #: Slice → seconds its capacity is withheld after the first fault that strikes it (``--withhold``).
+    withhold: dict[int, float] = dataclasses.field(default_factory=dict)
     #: Steps the emulated trainers wait after until released (``--hold-at``; FaultGates).
     holds: list[int] = dataclasses.field(default_factory=list)
     coordinator_port: int | None = None  # None: a free port per boot

@@ -159,9 +159,13 @@ class RunReporter:
             self.starts += 1
             how = "resumed from the checkpoint of step" if event.get("restored") else "started at step"
             sizes = ", ".join(f"{event[k]} {k}" for k in ("processes", "devices") if event.get(k) is not None)
+            if event.get("full_slices") and event.get("slices") != event.get("full_slices"):
+                sizes += f"; {event.get('slices')} of {event['full_slices']} slices"  # elastic: some are lost
             self.report(f"training {how} {step}" + (f" ({sizes})" if sizes else ""))
         elif kind == "checkpoint" and event.get("preemption"):
             self.report(f"preemption checkpoint saved at step {step}")
+        elif kind == "preempted" and event.get("membership_epoch") is not None:
+            self.report(f"training stopped at the checkpoint of step {step} to change its slice count (elastic)")
         elif kind == "preempted":
             self.report(f"training stopped after the preemption checkpoint of step {step}")
         elif kind == "restore_fallback":
@@ -293,3 +297,32 @@ class live_reporter:
 
     def show(self, progress: ProgressSample) -> None:
         self.progress.update(self.task, completed=progress.step, detail=progress.detail())
+
+
+class MembershipChanges:
+    """Each change of an elastic run's slice count, reported once as the membership records show it
+    (:func:`training.membership.describe_changes`: ``elastic: slices 2 → 1 at step 40 (…)``), read at
+    most every ``every_s`` seconds (a listing of the run directory each time)."""
+
+    def __init__(self, run_dir: Any, report: Callable[[str], None], every_s: float = 2.0) -> None:
+        self.run_dir, self.report, self.every_s = run_dir, report, every_s
+        self.said = 0
+        self.read_at = 0.0
+        self.warned = False
+
+    def poll(self) -> None:
+        from training import membership
+
+        if time.monotonic() - self.read_at < self.every_s:
+            return
+        self.read_at = time.monotonic()
+        try:
+            lines = membership.describe_changes(membership.history(self.run_dir))
+        except (OSError, membership.MembershipError) as err:
+            if not self.warned:
+                self.report(f"warning: the membership records cannot be read ({err})")
+            self.warned = True
+            return
+        for line in lines[self.said :]:
+            self.report(f"elastic: {line}")
+        self.said = max(self.said, len(lines))

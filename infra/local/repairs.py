@@ -59,7 +59,7 @@ class Repairs:
         gates: FaultGates,
         reporter: RunReporter,
         report: Callable[[str], None],
-        boot: Callable[[Options], None],
+        boot: Callable[..., None],
     ) -> None:
         self.config = config
         self.workers = workers
@@ -76,6 +76,11 @@ class Repairs:
         #: For each fault in :attr:`faults_fired`, the newest step the attempt it struck
         #: reported (read once every process of that attempt was gone): where it really fired.
         self.fault_steps: list[int] = []
+        #: Slice → when (``time.monotonic()``) its withheld capacity returns (``--withhold``).
+        self.withheld: dict[int, float] = {}
+        self._withhold_left: dict[int, float] | None = None
+        #: Withheld slices recreated with a restart of every other slice (a restart the emulation asked for).
+        self.returned_with_restart = 0
 
     def summary(self) -> dict[str, Any]:
         """The run summary's rows of this ``local up``'s repairs: ``repairs``, ``faults``, ``fault_steps``."""
@@ -102,7 +107,10 @@ class Repairs:
         else:
             supervisor.kill_groups(targets)
             self.gates.strike(fault.step)
-        if not self.capacity.repairs_slices:
+        if self._withhold_left is None:
+            self._withhold_left = dict(options.withhold)
+        withhold_s = self._withhold_left.pop(fault.slice_id, None)
+        if not self.capacity.repairs_slices and withhold_s is None:
             self.reporter.drain()
             self.await_recreation(fault.slice_id, options)
         reached = [observed_step]
@@ -112,8 +120,52 @@ class Repairs:
             if last:
                 reached.extend(int(r["step"]) for r in last[1] if "loss" in r)
 
-        self.repair(fault.slice_id, options, settled)
+        if withhold_s is not None:
+            self.withhold(fault.slice_id, withhold_s, settled)
+        else:
+            self.repair(fault.slice_id, options, settled)
         self.fault_steps.append(max(reached))
+
+    def withhold(self, slice_id: int, seconds: float, settle: Callable[[], None]) -> None:
+        """The struck slice gets no capacity for ``seconds`` (``--withhold``): its VMs stay down (their
+        disks wiped) and the other slices are left as they are (their trainers end on the lost peer and
+        their units restart them; an elastic run goes on without it: training/membership_gate.py) until
+        :meth:`release_withheld`."""
+        struck = self.workers.of_slice(slice_id)
+        supervisor.kill_groups(process_groups(struck))
+        self.workers.wipe(struck)
+        settle()
+        self.withheld[slice_id] = time.monotonic() + seconds
+        self.reporter.drain()
+        self.report(f"capacity: none for slice {slice_id} for {seconds:g} s (--withhold); the other slices run on")
+
+    def release_withheld(self, options: Options) -> bool:
+        """Recreate a slice whose withheld capacity is back, as the platform does: where it restarts every
+        other slice (:attr:`~infra.backends.interface.Emulation.restarts_every_slice`), :meth:`repair`;
+        else the slice alone boots (after a VM asked to recreate it, where the platform does not by itself).
+        Returns whether one was recreated."""
+        due = [s for s, at in self.withheld.items() if time.monotonic() >= at]
+        if not due:
+            return False
+        slice_id = due[0]
+        del self.withheld[slice_id]
+        self.report(f"capacity: slice {slice_id}'s capacity is back")
+        if not self.capacity.repairs_slices:
+            self.await_recreation(slice_id, options)
+        if self.capacity.restarts_every_slice:
+            self.repair(slice_id, options)
+            self.returned_with_restart += 1
+            return True
+        self.reporter.drain(repair=True)
+        self.report(f"repair: recreating slice {slice_id}; the other slices go on")
+        self.repaired += 1
+        self.capacity.repaired(slice_id)
+        self.boot(options, only=self.workers.of_slice(slice_id))
+        return True
+
+    def running(self) -> list[Any]:
+        """The workers whose capacity is not withheld: those the emulation expects to be running."""
+        return [vm for vm in self.workers.vms if vm.slice_id not in self.withheld]
 
     def repair(self, failed_slice: int, options: Options, settle: Callable[[], None] = lambda: None) -> None:
         """Cloud TPU auto-repair: recreate the failed slice (its VMs stopped and their disks

@@ -72,16 +72,28 @@ def summarize(run_dir: RunDir, total_steps: int, eval_every_steps: int = 0) -> d
         "steps_lost": len(steps) - len({int(m["step"]) for m in steps}),
         "training_seconds": round(max(times) - min(times), 3) if times else None,
         "goodput": report["goodput"] if report else None,
+        # elastic slices: productive time on fewer slices than the stack's (never badput); shown when any
+        **(
+            {"reduced_capacity_seconds": report["reduced_capacity_seconds"]}
+            if report and report.get("reduced_capacity_seconds")
+            else {}
+        ),
         "badput": Badput(report["badput"] if report else {}),
-        "slice_changes": slice_changes(run_dir),
+        "slice_changes": slice_changes(run_dir, events),
     }
 
 
-def slice_changes(run_dir: RunDir) -> list[str]:
-    """Each change of the run's slice count (elastic slices: :func:`training.membership.describe_changes`),
-    or the one line of a membership record that cannot be read; empty for a run that never changed."""
+def slice_changes(run_dir: RunDir, events: list[dict[str, Any]] | None = None) -> list[str]:
+    """Each change of the run's slice count (elastic slices: :func:`training.membership.describe_changes`,
+    at the step a running job stopped for it where its ``events`` say), or the one line of a membership
+    record that cannot be read; empty for a run that never changed."""
+    resized_at = {
+        int(e["membership_epoch"]): int(e["step"])
+        for e in events or []
+        if e.get("event") == "preempted" and isinstance(e.get("membership_epoch"), int) and "step" in e
+    }
     try:
-        return membership.describe_changes(membership.history(run_dir))
+        return membership.describe_changes(membership.history(run_dir), resized_at)
     except membership.MembershipError as err:
         return [str(err)]
 
@@ -89,8 +101,8 @@ def slice_changes(run_dir: RunDir) -> list[str]:
 def describe_restart(restart: Restart) -> str:
     """``failure: resumed at step 40`` / ``preemption at step 60: resumed at step 60`` /
     ``failure: started again from the seed``."""
-    cause = restart.cause
-    if restart.cause == "preemption" and restart.preempted_step is not None:
+    cause = "elastic resize" if restart.cause == "resize" else restart.cause
+    if restart.cause in ("preemption", "resize") and restart.preempted_step is not None:
         cause += f" at step {restart.preempted_step}"
     resumed = f"resumed at step {restart.resumed_step}" if restart.restored else "started again from the seed"
     return f"{cause}: {resumed}"
@@ -129,10 +141,12 @@ def _before(event: dict, since: float) -> bool:
 def unplanned_restarts(run_dir: RunDir, since: float, planned: int) -> list[str]:
     """The restarts of the run in ``run_dir`` whose start came at or after ``since`` (Unix
     seconds) beyond the first ``planned`` of them (the faults and resets the emulator carried
-    out) and beyond this ``local up``'s own resume of an earlier run (:func:`own_resume`), each
-    described (:func:`describe_restart`): restarts nothing asked for, such as a trainer that
-    failed or was disturbed by another process."""
+    out; an elastic run's changes of slice count are its own) and beyond this ``local up``'s own
+    resume of an earlier run (:func:`own_resume`), each described (:func:`describe_restart`):
+    restarts nothing asked for, such as a trainer that failed or was disturbed by another process."""
     events = valid_records("events", read_records(run_dir, "events"))[0]
-    recent = [r for r in restarts_of(events) if r.resumed_at is not None and r.resumed_at >= since]
+    recent = [
+        r for r in restarts_of(events) if r.resumed_at is not None and r.resumed_at >= since and r.cause != "resize"
+    ]
     resumed = 1 if own_resume(events, since) is not None else 0
     return [describe_restart(r) for r in recent[planned + resumed :]]

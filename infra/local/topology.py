@@ -52,6 +52,11 @@ def vm_metadata(
     return backend_of(config).vm_metadata(config, slice_id, worker, startup_script=startup_script, run_dir=run_dir)
 
 
+#: Seconds between two heartbeats of an elastic run's emulated trainers (10 on a VM: training.heartbeats):
+#: a lost slice shows within three of them, so a short ``shrinkAfter`` is honoured.
+ELASTIC_HEARTBEAT_S = 1.0
+
+
 def vm_environment(
     config: StackConfig,
     *,
@@ -91,6 +96,7 @@ def vm_environment(
             contract.COORDINATOR_PORT_ENV: str(coordinator_port),
             contract.HEARTBEAT_TIMEOUT_ENV: str(heartbeat_timeout_s),
             contract.INIT_TIMEOUT_ENV: str(init_timeout_s),
+            contract.ELASTIC_HEARTBEAT_ENV: str(ELASTIC_HEARTBEAT_S),
             "JAX_PLATFORMS": "cpu",
             "JAX_NUM_CPU_DEVICES": str(config.accelerator.chips_per_host),
             # A stack's own command: jax.distributed.initialize() auto-detects the emulated job

@@ -52,17 +52,24 @@ class Workers:
                 pod_env = self.capacity.pod_environment(slice_id, worker)
                 self.vms.append(EmulatedVM(slice_id, worker, node, home, log, server, pod_env))
 
-    def boot(self, env: dict[str, str], startup_script: str, before: Callable[[], None] = lambda: None) -> None:
-        """Give every worker its metadata attributes (:func:`infra.local.topology.vm_metadata`: the
-        startup script and the run directory among them), call ``before``, then boot each with ``env``."""
-        for vm in self.vms:
+    def boot(
+        self,
+        env: dict[str, str],
+        startup_script: str,
+        before: Callable[[], None] = lambda: None,
+        only: list[EmulatedVM] | None = None,
+    ) -> None:
+        """Give every worker (or ``only`` those) its metadata attributes (:func:`infra.local.topology.vm_metadata`:
+        the startup script and the run directory among them), call ``before``, then boot each with ``env``."""
+        booting = self.vms if only is None else only
+        for vm in booting:
             vm.metadata.update(
                 topology.vm_metadata(
                     self.config, vm.slice_id, vm.worker, startup_script=startup_script, run_dir=self.config.run_dir
                 )
             )
         before()
-        for vm in self.vms:
+        for vm in booting:
             vm.boot(env)
 
     def of_slice(self, slice_id: int) -> list[EmulatedVM]:

@@ -114,6 +114,10 @@ class ComputeEngineEmulation(Emulation):
         return not provisioning.watch_recreates(self.config.capacity, self.config.accelerator.hosts)
 
     @property
+    def restarts_every_slice(self) -> bool:
+        return False  # a group recreates its own VMs; nothing restarts the other groups'
+
+    @property
     def repair_note(self) -> str:
         """Who recreates the slice (the repair line names it)."""
         config = self.config
