@@ -136,6 +136,36 @@ def test_local_up_checks_every_fault_before_starting(nothing_may_start):
     )
 
 
+@pytest.mark.parametrize(
+    ("withhold", "says"),
+    [
+        ("1", "--withhold '1': expected SLICE:DURATION, e.g. --withhold 1:120s"),
+        ("1@120s", "--withhold '1@120s': expected SLICE:DURATION"),
+        ("2:120s", "--withhold '2:120s': slice 2 does not exist (slices 0..1)"),
+        ("0:120s", "--withhold '0:120s': no --kill or --preempt strikes slice 0, so it never loses its capacity"),
+        ("1:-5s", "--withhold '1:-5s': '-5s' is not a duration"),
+        ("1:soon", "--withhold '1:soon': 'soon' is not a duration"),
+        ("1:0", "--withhold '1:0': '0': the duration must be positive"),
+        ("1:" + "9" * 5000, "--withhold '1:999999999999999999'… (5,002 characters): '99999999999999999999'…: longer"),
+    ],
+)
+def test_local_up_refuses_a_withhold_it_cannot_carry_out(nothing_may_start, withhold, says):
+    slices, steps = emu_stack()
+    result = local_up("--kill", f"1@{steps // 2}", "--withhold", withhold)
+    assert result.exit_code == 2, result.output
+    (line,) = result.output.splitlines()
+    assert line.startswith(f"error: {says}"), line
+    assert list(nothing_may_start.iterdir()) == []
+
+
+def test_a_withhold_names_the_slice_and_its_seconds():
+    from infra.local.faults import parse_withhold
+
+    faults = [Fault("kill", 1, 5)]
+    assert parse_withhold("1:2m", slices=2, faults=faults) == (1, 120.0)
+    assert parse_withhold(" 1 : 90 ", slices=2, faults=faults) == (1, 90.0)
+
+
 # --- FaultSchedule: when a fault fires, from the trainer's records alone -----------------------
 
 from infra.local.faults import FaultSchedule  # noqa: E402
