@@ -222,6 +222,7 @@ def _train(
             # fewer than the stack's while elastic slices are lost: reduced capacity (docs/goodput.md)
             "slices": identity.num_slices,
             "full_slices": setup.recorded_config.parallelism.dcn.product,
+            **({} if start.resizer is None else {"membership_epoch": start.resizer.record.epoch}),  # elastic
             "time": time.time(),
             "process_start": process_start_time(),  # goodput: from here to "time" is start-up
             "restore_s": round(setup.restore_s, 3),
