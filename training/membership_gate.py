@@ -88,6 +88,8 @@ def renumbered(identity: ClusterIdentity, record: membership.Membership, coordin
     """``identity`` in the job of ``record``'s slices (see the module docstring); the port of the
     coordinator address is kept."""
     port = identity.coordinator_address.rsplit(":", 1)[1] if ":" in identity.coordinator_address else ""
+    # A worker whose host is not known (an identity built by hand) leaves the one the VM was given.
+    coordinator_host = coordinator_host or identity.coordinator_address.rsplit(":", 1)[0]
     return dataclasses.replace(
         identity,
         slice_id=record.slices.index(identity.slice_id),

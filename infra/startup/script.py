@@ -80,12 +80,14 @@ from infra.startup.templates import fill, template
 #: (https://cloud.google.com/compute/docs/reference/rest/v1/Metadata, ``items[].value``).
 METADATA_VALUE_LIMIT_BYTES = 256 * 1024
 
-#: What we aim for (and what tests/startup/test_script.py checks for the checked-in stacks): a third
-#: of GCE's limit, so that a stack's own additions (a command's inline source, its requirements)
+#: What we aim for (and what tests/startup/test_script.py checks for the checked-in stacks): well
+#: under GCE's limit, so that a stack's own additions (a command's inline source, its requirements)
 #: still fit. 64 KiB until the trainer gained its model family, prepared datasets and the workload
 #: launcher (``data prepare`` is left out of the VMs' bundle: infra.startup.bundle.MACHINE_ONLY_PACKAGES);
-#: then 80 KiB, a round number under the third, until the checked-in stacks reached it (prod 81,950).
-TARGET_SIZE_BYTES = METADATA_VALUE_LIMIT_BYTES // 3
+#: then 80 KiB, a round number under the third, until the checked-in stacks reached it (prod 81,950);
+#: then a third (87,381) until elastic slices (training/heartbeats.py, training/membership_gate.py)
+#: took prod to 89,315; now 96 KiB, which leaves 160 KiB of the limit to a stack's own additions.
+TARGET_SIZE_BYTES = 96 * 1024
 
 
 class StartupScriptTooLarge(ValueError):

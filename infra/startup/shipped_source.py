@@ -2,7 +2,7 @@
 
 Everything under ``training/`` (but ``bundle.MACHINE_ONLY_PACKAGES``) travels inside the startup
 script (:mod:`infra.startup.bundle`, :mod:`infra.startup`), which we keep under TARGET_SIZE_BYTES
-(a third of GCE's 256 KiB); about 40 % of the trainer's compressed size
+(96 KiB of GCE's 256 KiB); about 40 % of the trainer's compressed size
 is docstrings and comments, which the VM never reads. :func:`strip_documentation` blanks them
 and keeps every other byte and **every line number**, so a traceback from a TPU VM points at the
 same line of the repository's file. Consequences, both intended: a change to a docstring or a

@@ -97,7 +97,7 @@ def account(
     productive = sum(a["productive_seconds"] for a in attempts)
     badput["other"] = max(0.0, wall - productive - sum(v for c, v in badput.items() if c != "other"))
     # Elastic slices: steps trained on fewer slices than the stack's are productive (the run advanced),
-    # at reduced capacity; how long, so a reader sees it (docs/goodput.md, "Reduced capacity").
+    # at reduced capacity; how long, so a reader sees it (docs/goodput.md, "Causes").
     reduced = sum(a["productive_seconds"] for a in attempts if a.get("slices", 0) < a.get("full_slices", 0))
     result = {
         "goodput": round(min(productive / wall, 1.0), 4) if wall > 0 else 0.0,
