@@ -23,6 +23,20 @@ import uuid
 from etils import epath
 
 
+def fsspec_filesystem(path: epath.Path):
+    """The fsspec filesystem etils.epath uses for ``path`` (gcsfs on ``gs://``), or None for a local path."""
+    filesystem = getattr(getattr(path, "_backend", None), "fs", None)  # etils.epath's fsspec backend
+    return filesystem(os.fspath(path)) if filesystem is not None else None
+
+
+def drop_listing_cache(path: str | os.PathLike[str] | epath.Path) -> None:
+    """Forget the directory listings this process's fsspec filesystem of ``path`` cached
+    (gcsfs on ``gs://``); the next listing asks the server. Nothing for a local path."""
+    fs = fsspec_filesystem(epath.Path(path))
+    if fs is not None:
+        fs.invalidate_cache()
+
+
 class RunDirError(ValueError):
     """The run directory argument cannot be a run directory."""
 
@@ -83,8 +97,7 @@ class RunDir:
         """
         target = self.path / name
         if self.remote:
-            filesystem = getattr(getattr(target, "_backend", None), "fs", None)  # etils.epath's fsspec backend
-            fs = filesystem(os.fspath(target)) if filesystem is not None else None
+            fs = fsspec_filesystem(target)
             if fs is None:
                 import fsspec
 
@@ -118,7 +131,5 @@ class RunDir:
         """
         names = sorted(str(p)[len(self.root) + 1 :] for p in self.path.glob(pattern))
         if self.remote:
-            filesystem = getattr(getattr(self.path, "_backend", None), "fs", None)  # etils.epath's fsspec backend
-            if filesystem is not None:
-                filesystem(os.fspath(self.path)).invalidate_cache()
+            drop_listing_cache(self.path)
         return names

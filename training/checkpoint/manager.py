@@ -38,14 +38,16 @@ from training.checkpoint.restore import (  # noqa: F401 (part of this module's n
     CheckpointRestoreError,
     Fallback,
     agree_on_steps,
-    drop_listing_cache,
     restore,
     set_aside,
     set_aside_steps,
 )
 from training.config import ModelConfig, TrainConfig
 from training.model.shapes import param_count
-from training.run_dir import RunDir
+from training.run_dir import (
+    RunDir,
+    drop_listing_cache,  # noqa: F401 (part of this module's names)
+)
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -24,15 +23,6 @@ from training.checkpoint.orbax_import import ocp
 
 #: One logger for every message about checkpoints (training.checkpoint.manager's).
 log = logging.getLogger("training.checkpoint.manager")
-
-
-def drop_listing_cache(path: Any) -> None:
-    """Forget the directory listings this process's fsspec filesystem of ``path`` cached
-    (gcsfs on ``gs://``); the next listing asks the server. Nothing for a local path."""
-    path = epath.Path(path)
-    filesystem = getattr(getattr(path, "_backend", None), "fs", None)  # etils.epath's fsspec backend
-    if filesystem is not None:
-        filesystem(os.fspath(path)).invalidate_cache()
 
 
 def agree_on_steps(manager: ocp.CheckpointManager, attempts: int = 3) -> list[int]:
