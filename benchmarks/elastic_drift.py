@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from infra.config import load_stack_file  # noqa: E402
-from infra.local import gcs_clients  # noqa: E402
+from infra.emulated import gcs_clients  # noqa: E402
 from training.metrics.run_log import read_records  # noqa: E402
 from training.run_dir import RunDir  # noqa: E402
 

@@ -41,8 +41,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from infra.config import load_stack_file  # noqa: E402
-from infra.local import state as local_state  # noqa: E402
-from infra.local.state import LocalPaths  # noqa: E402
+from infra.emulated import state as local_state  # noqa: E402
+from infra.emulated.state import LocalPaths  # noqa: E402
 from infra.remote import emulated  # noqa: E402
 from infra.remote.fanout import run_all  # noqa: E402
 from infra.remote.selection import select_workers  # noqa: E402

@@ -109,7 +109,7 @@ def stack_config(up: list[str]):
 def run_records(state_dir: Path, config) -> tuple[list[dict], list[dict]]:
     """The events and metrics of the stack's run stored in ``state_dir``, read through a
     temporary storage server over its emulated bucket."""
-    from infra.local import gcs_clients
+    from infra.emulated import gcs_clients
     from training.metrics.run_log import read_records
     from training.run_dir import RunDir
 

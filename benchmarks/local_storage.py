@@ -12,7 +12,7 @@
 
     uv run --frozen python benchmarks/local_storage.py [--repeat 1] [--baseline REF] [--json]
 
-``--baseline`` defaults to the parent of the commit that added ``infra/local/gcs.py``; its
+``--baseline`` defaults to the parent of the commit that added ``infra/emulated/gcs.py``; its
 tree is exported (``git archive``) into a temporary directory and run with this
 virtualenv's Python. Each ``local up`` gets its own state directory. The machine's load
 average is printed with the figures: on a shared machine, compare runs at similar load.
@@ -33,8 +33,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from infra.local.gcs import GcsServer  # noqa: E402
-from infra.local.gcs_clients import point_clients_at  # noqa: E402
+from infra.emulated.gcs import GcsServer  # noqa: E402
+from infra.emulated.gcs_clients import point_clients_at  # noqa: E402
 from training.metrics.run_log import RecordLog  # noqa: E402
 from training.run_dir import RunDir  # noqa: E402
 
@@ -44,14 +44,14 @@ TARGET_WALL_RATIO = 1.25
 
 def baseline_commit() -> str:
     added = subprocess.run(
-        ["git", "log", "--format=%H", "--diff-filter=A", "--", "infra/local/gcs.py"],
+        ["git", "log", "--format=%H", "--diff-filter=A", "--", "infra/emulated/gcs.py"],
         cwd=ROOT,
         capture_output=True,
         text=True,
         check=True,
     ).stdout.split()
     if not added:
-        raise SystemExit("no commit adds infra/local/gcs.py here; give --baseline REF")
+        raise SystemExit("no commit adds infra/emulated/gcs.py here; give --baseline REF")
     return f"{added[-1]}^"
 
 

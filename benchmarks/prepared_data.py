@@ -133,8 +133,8 @@ def memory(tmp: Path, tokenizer_file: str, scale: int, shard_mb: float) -> dict:
 
 
 def input_time(tmp: Path, tokenizer_file: str, steps: int) -> dict:
-    from infra.local.gcs import GcsServer
-    from infra.local.gcs_clients import point_clients_at
+    from infra.emulated.gcs import GcsServer
+    from infra.emulated.gcs_clients import point_clients_at
     from training import train
     from training.cluster import ClusterIdentity
     from training.config import CheckpointConfig, TrainConfig

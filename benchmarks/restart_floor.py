@@ -135,10 +135,11 @@ def worker(args: argparse.Namespace) -> None:
 
 def floor_once(state_dir: Path, config, config_file: Path) -> dict:
     """One round of floor processes over the stored run; process 0's phases and the end."""
-    from infra.local import gcs, topology
-    from infra.local.ports import free_port
-    from infra.local.state import LocalPaths
-    from infra.startup import contract
+    from infra import vm_contract as contract
+    from infra.emulated import gcs
+    from infra.emulated.ports import free_port
+    from infra.emulated.state import LocalPaths
+    from infra.local import topology
 
     root = state_dir / config.stack
     with gcs.GcsServer(root / "gcs", state_dir / "floor-gcs.log") as server:

@@ -5,7 +5,7 @@
 Builds a synthetic run directory as the trainer writes one (tests/fakes/synthetic_run.py:
 10,000 steps, a metrics and events object per 10-step sync window — 1,000 metrics objects —,
 a checkpoint every 100 steps, a failure and a preemption, COMPLETE not yet written) in an
-emulated Cloud Storage (fake-gcs-server, infra/local/gcs.py) and an ACTIVE 2-slice queued
+emulated Cloud Storage (fake-gcs-server, infra/emulated/gcs.py) and an ACTIVE 2-slice queued
 resource in the loopback Cloud TPU API fake (tests/fakes/tpu_api.py), then runs
 ``multislice status --config-file <stack> --json`` as a fresh process ``--repeat`` times (after
 one untimed run that fills a private bytecode cache, ``PYTHONPYCACHEPREFIX``, as a user's machine
@@ -49,7 +49,7 @@ def main() -> int:
     import yaml
 
     from infra.config import load_stack_file
-    from infra.local.gcs import GcsServer
+    from infra.emulated.gcs import GcsServer
     from infra.status.progress import read_progress
     from infra.status.store import RunStore
     from tests.fakes.queued_resource import props_for, provider_for

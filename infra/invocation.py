@@ -17,7 +17,7 @@ shell may not find:
 * ``<python> -m infra.cli`` when run that way;
 * else (an embedding program, the tests' in-process runner) ``multislice``.
 
-The stack part is :func:`infra.config.stack_naming.stack_args`: ``--stack NAME`` or ``--config-file
+The stack part is :func:`infra.stack_naming.stack_args`: ``--stack NAME`` or ``--config-file
 PATH``, as this process read the stack.
 """
 
@@ -111,13 +111,13 @@ def invocation(
 
 def command(words: str, stack: str | None = None, after: str = "") -> str:
     """A command line to print: :func:`invocation`, ``words`` (a subcommand and its options, already
-    quoted), the stack as this process read it (:func:`infra.config.stack_naming.stack_args`), then
+    quoted), the stack as this process read it (:func:`infra.stack_naming.stack_args`), then
     ``after`` (more options, quoted).
 
     >>> command("local status", "dev")  # doctest: +SKIP
     'uv run --frozen multislice local status --stack dev'
     """
-    from infra.config.stack_naming import stack_args
+    from infra.stack_naming import stack_args
 
     parts = [invocation(), words, "" if stack is None else stack_args(stack), after]
     return " ".join(part for part in parts if part)

@@ -74,7 +74,7 @@ _TMPDIR = _contain_temporary_files()
 
 def _record_api_traffic() -> str:
     """Every exchange with an emulated Google API, in this process or a process it starts (an
-    emulation's), goes to a file of this process's (:mod:`infra.local.api_traffic`), which
+    emulation's), goes to a file of this process's (:mod:`infra.emulated.api_traffic`), which
     :func:`google_api_schemas` judges after each test."""
     path = os.path.join(tempfile.gettempdir() if _TMPDIR is None else _TMPDIR, f"api-traffic-{os.getpid()}.jsonl")
     os.environ["MULTISLICE_API_TRAFFIC"] = path
@@ -125,7 +125,7 @@ def google_api_schemas(request):
     document refuses fails the test. A test marked ``schema_refusals`` sends refused requests on
     purpose: only their answers are judged."""
     global _traffic_read
-    from infra.local import api_traffic
+    from infra.emulated import api_traffic
     from tests.fakes import discovery
 
     previous = api_traffic.set_vetter(discovery.vetter)
@@ -150,10 +150,10 @@ def google_api_schemas(request):
 
 @pytest.fixture(scope="session")
 def gcs_server(tmp_path_factory):
-    """One emulated Cloud Storage (fake-gcs-server, infra.local.gcs) for the whole session,
+    """One emulated Cloud Storage (fake-gcs-server, infra.emulated.gcs) for the whole session,
     started by the first test that asks for it; this process's gcsfs and tensorstore are
     pointed at it (their settings are read before their first gs:// request)."""
-    from infra.local.gcs import GcsServer, client_env
+    from infra.emulated.gcs import GcsServer, client_env
     from tests.fakes.gcs_server import JudgedProxy
 
     root = tmp_path_factory.mktemp("gcs")
@@ -255,9 +255,9 @@ def printed_hints_work(monkeypatch, request):
 
 @pytest.fixture(autouse=True)
 def stacks_named_afresh():
-    """Which file each stack was read from (infra.config.stack_naming) is a process's memory, as
+    """Which file each stack was read from (infra.stack_naming) is a process's memory, as
     one command's: a test starts with none, whatever files the tests before it read."""
-    from infra.config import stack_naming
+    from infra import stack_naming
 
     stack_naming._LOADED_FROM.clear()
     yield

@@ -221,15 +221,18 @@ def spec_modules() -> list[str]:
     return sorted(found)
 
 
-#: The layers of infra/, lowest first: a module imports only from its own layer or below, and
-#: the units (packages, or top-level modules) of one layer depend on each other without a cycle.
-#: The order is the data flow of the design: cli -> (review | policy) -> the modules that ask
-#: the backend registry (the program, status's reader and report, the log filter and reader, the
-#: emulator) -> the backends (infra/backends: each backend's resources and operations) -> what
-#: the backends build on (status's types and store, remote's fan-out, the emulation's VMs and
-#: servers) -> (components | planner | logs) -> startup -> config -> the backends' specs (each
-#: backend's keys, read by config) -> the catalog, names and the VM contract.
-LAYERS: list[list[str]] = [
+#: The floors of infra/, lowest first, at the scale of its top folders: a module imports only from
+#: its own floor or below, and the parts of one floor depend on each other without a cycle. A part
+#: is a top folder (``infra.status``: every module under infra/status/), a top-level module
+#: (``infra.naming``), or the one exception, the backends' specs (:func:`spec_modules`): each
+#: backend's stack keys, which config reads, live in the backend's own package so that a backend is
+#: one package. The order is the data flow of the design: cli -> (review | policy) -> what asks a
+#: stack's backend for its operations (the program, status, logs, the emulator's driver in
+#: infra/local) -> the backends -> what the backends stand on (the components, the planner, the
+#: emulated platform of infra/emulated, remote's fan-out) -> startup (the VM's script) -> config ->
+#: the backends' specs -> the catalog, names, durations, the VM contract and the readers of outside
+#: bytes (infra/readers).
+FLOORS: list[list[str]] = [
     [
         "infra",
         "infra.accelerators",
@@ -238,59 +241,95 @@ LAYERS: list[list[str]] = [
         "infra.credentials",
         "infra.clock",
         "infra.subnets",
+        "infra.durations",
+        "infra.invocation",
+        "infra.stack_naming",
+        "infra.vm_contract",
+        "infra.readers",
     ],
-    ["infra.startup.contract", "infra.durations"],
-    ["infra.backends.spec", "infra.backends.registry", *spec_modules()],
-    ["infra.config", "infra.invocation"],
+    ["backends' specs"],
+    ["infra.config"],
     ["infra.startup"],
-    ["infra.components", "infra.planner", "infra.logs"],
-    ["infra.status", "infra.remote", "infra.local"],
+    ["infra.components", "infra.planner", "infra.emulated", "infra.remote"],
     ["infra.backends", "infra.queued_resource"],
-    [
-        "infra.__main__",
-        "infra.status.reader",
-        "infra.status.report",
-        "infra.logs.filter",
-        "infra.logs.cloud",
-        "infra.status.plot",
-        "infra.local.topology",
-        "infra.local.emulated_stack",
-        "infra.local.workers",
-        "infra.local.repairs",
-        "infra.local.lifecycle",
-    ],
+    ["infra.__main__", "infra.status", "infra.logs", "infra.local"],
     ["infra.review", "infra.policy"],
     ["infra.cli"],
 ]
+SPECS = "backends' specs"
 
 
-def unit_of(module: str) -> tuple[int, str]:
-    """The layer and the unit (the longest entry of :data:`LAYERS` that contains ``module``)."""
-    matches = [
-        (layer, unit)
-        for layer, units in enumerate(LAYERS)
-        for unit in units
-        if module == unit or (unit != "infra" and module.startswith(unit + "."))
-    ]
-    assert matches, f"{module} is in no layer of LAYERS: add it"
-    return max(matches, key=lambda match: len(match[1]))
+def part_of(module: str, specs: frozenset[str] = frozenset()) -> str:
+    """The part of :data:`FLOORS` that ``module`` belongs to: its top folder (``infra.x``), a
+    top-level module itself, or :data:`SPECS` for a module of ``specs``."""
+    if module in specs:
+        return SPECS
+    return ".".join(module.split(".")[:2])
 
 
-def test_no_module_imports_from_a_higher_layer():
-    graph = import_graph()
-    upward = [
+def floor_of(part: str) -> int:
+    matches = [floor for floor, parts in enumerate(FLOORS) if part in parts]
+    assert matches, f"{part} is on no floor of FLOORS: add it"
+    return matches[0]
+
+
+def upward_imports(graph: dict[str, set[str]], specs: frozenset[str]) -> list[str]:
+    """Every import that runs from a lower floor up to a higher one, as ``module -> target``."""
+    return [
         f"{module} -> {target}"
         for module, targets in sorted(graph.items())
         for target in sorted(targets)
-        if unit_of(target)[0] > unit_of(module)[0]
+        if floor_of(part_of(target, specs)) > floor_of(part_of(module, specs))
     ]
-    assert upward == [], "imports that climb the layers:\n" + "\n".join(upward)
 
 
-def test_the_units_of_one_layer_depend_on_each_other_without_a_cycle():
-    units: dict[str, set[str]] = {}
+def the_specs() -> frozenset[str]:
+    return frozenset({"infra.backends.spec", "infra.backends.registry", *spec_modules()})
+
+
+def test_no_module_imports_from_a_higher_floor():
+    upward = upward_imports(import_graph(), the_specs())
+    assert upward == [], "imports that climb the floors (tests/test_import_graph.py, FLOORS):\n" + "\n".join(upward)
+
+
+def test_the_parts_of_one_floor_depend_on_each_other_without_a_cycle():
+    specs = the_specs()
+    parts: dict[str, set[str]] = {}
     for module, targets in import_graph().items():
-        source = unit_of(module)[1]
-        units.setdefault(source, set())
-        units[source] |= {unit_of(target)[1] for target in targets} - {source}
-    assert cycles(units) == []
+        source = part_of(module, specs)
+        parts.setdefault(source, set())
+        parts[source] |= {part_of(target, specs) for target in targets} - {source}
+    assert cycles(parts) == []
+
+
+def test_a_backend_takes_from_the_emulated_platform_only_its_kit():
+    # infra/emulated/kit.py is the one face a backend's emulation half may use.
+    graph = import_graph()
+    taken = sorted(
+        f"{module} -> {target}"
+        for module, targets in graph.items()
+        if module.startswith("infra.backends.")
+        for target in targets
+        if target.startswith("infra.emulated") and target != "infra.emulated.kit"
+    )
+    assert taken == []
+
+
+def test_an_import_that_climbs_a_floor_is_found(tmp_path):
+    # The check itself, on a tree of its own: an emulated part importing the driver above the
+    # backends, and a backend reaching past the kit, are both found; without them, nothing is.
+    package = tmp_path / "infra"
+    for folder in ("emulated", "local", "backends", "backends/gke"):
+        (package / folder).mkdir(parents=True, exist_ok=True)
+    (package / "__init__.py").write_text("")
+    for init in ("emulated", "local", "backends", "backends/gke"):
+        (package / init / "__init__.py").write_text('"""A package."""\n')
+    (package / "emulated" / "kit.py").write_text("from infra.emulated.vm import VM\n")
+    (package / "emulated" / "vm.py").write_text("def boot():\n    from infra.local import driver\n    return driver\n")
+    (package / "local" / "driver.py").write_text("from infra.backends.gke import emulation\n")
+    (package / "backends" / "gke" / "emulation.py").write_text("from infra.emulated.vm import boot\n")
+    graph = import_graph(tmp_path)
+    assert upward_imports(graph, frozenset()) == ["infra.emulated.vm -> infra.local.driver"]
+    assert graph["infra.backends.gke.emulation"] == {"infra.emulated.vm"}  # not the kit: the test above fails on it
+    (package / "emulated" / "vm.py").write_text("def boot():\n    return None\n")
+    assert upward_imports(import_graph(tmp_path), frozenset()) == []

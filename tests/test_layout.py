@@ -30,6 +30,7 @@ TEST_FOLDERS = {
     "cli": "infra/cli",
     "components": "infra/components",
     "config": "infra/config",
+    "emulated": "infra/emulated",
     "local": "infra/local",
     "planner": "infra/planner",
     "policy": "infra/policy",
@@ -54,14 +55,42 @@ TOP_LEVEL_TESTS = {
 MAX_MODULE_LINES = 450
 
 
-def test_no_module_is_longer_than_the_limit():
-    lengths = {
+#: The modules the next rounds grow (the train loop and its config, the membership gate, the
+#: emulator's state, the CLI's local commands, the config schema, the VM boot): each keeps this
+#: much room below :data:`MAX_MODULE_LINES`, so that growing one does not force a split mid-feature.
+ROOM_TO_GROW = 50
+GROWING = (
+    "training/train.py",
+    "training/config.py",
+    "training/membership_gate.py",
+    "infra/emulated/state.py",
+    "infra/cli/local.py",
+    "infra/config/schema.py",
+    "infra/startup/boot.sh.in",
+)
+
+
+def module_lengths() -> dict[str, int]:
+    """Lines of every Python module and shell script or template of infra/, training/, benchmarks/."""
+    return {
         str(path.relative_to(ROOT)): len(path.read_text(encoding="utf-8").splitlines())
         for folder in ("infra", "training", "benchmarks")
-        for path in (ROOT / folder).rglob("*.py")
+        for pattern in ("*.py", "*.sh", "*.sh.in")
+        for path in (ROOT / folder).rglob(pattern)
     }
+
+
+def test_no_module_is_longer_than_the_limit():
+    lengths = module_lengths()
     assert {name: n for name, n in lengths.items() if n > MAX_MODULE_LINES} == {}
     assert max(lengths.values()) > MAX_MODULE_LINES // 2  # the walk found the modules
+    assert "infra/startup/boot.sh.in" in lengths  # and the shell templates
+
+
+def test_the_modules_that_grow_next_have_room():
+    lengths = module_lengths()
+    crowded = {name: lengths[name] for name in GROWING if lengths[name] > MAX_MODULE_LINES - ROOM_TO_GROW}
+    assert crowded == {}, f"these modules have less than {ROOM_TO_GROW} lines of room: divide them by concern"
 
 
 def test_tests_mirror_the_packages():

@@ -75,4 +75,4 @@ def test_the_shellcheck_hook_selects_the_scripts_ci_lint_checks():
     ).stdout.split()
     assert listed  # the scripts .ci/lint checks
     assert [p for p in listed if not re.search(shellcheck["files"], p)] == []
-    assert not re.search(shellcheck["files"], "infra/startup/contract.py")
+    assert not re.search(shellcheck["files"], "infra/vm_contract.py")

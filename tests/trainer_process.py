@@ -36,8 +36,8 @@ PROCESS_TIMEOUT_S = 240
 
 
 def free_port() -> int:
-    """A loopback port for a coordinator (outside the kernel's ephemeral range: infra.local.ports)."""
-    from infra.local.ports import free_port as pick
+    """A loopback port for a coordinator (outside the kernel's ephemeral range: infra.emulated.ports)."""
+    from infra.emulated.ports import free_port as pick
 
     return pick()
 

@@ -69,7 +69,7 @@ log = logging.getLogger(__name__)
 #: Name of the cache directory inside the run directory (without ``SHARED_DIR_ENV``).
 CACHE_DIR_NAME = "compilation_cache"
 #: Environment variable naming the cache shared by every run of the stack (local path or URI);
-#: the startup script sets it (``infra.startup.contract.COMPILATION_CACHE_ENV``).
+#: the startup script sets it (``infra.vm_contract.COMPILATION_CACHE_ENV``).
 SHARED_DIR_ENV = "MULTISLICE_COMPILATION_CACHE_DIR"
 #: First line of every entry :class:`CheckedCache` writes; the second names the JAX versions.
 ENTRY_MAGIC = b"multislice-compilation-cache-entry/1\n"

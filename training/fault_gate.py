@@ -14,7 +14,7 @@ it at once), every process of the job waits until the file ``<directory>/<step>`
 emulator creates it as it sends the fault's signal (a preemption's SIGTERM is then honoured at the
 job's agreed step, as on a TPU VM). The wait is bounded (:data:`WAIT_S`): a trainer left waiting
 by a gone emulator goes on with a warning (the emulator's lifeline stops its VMs anyway:
-``infra.local.lifeline``). A step the attempt started past is not held: the emulator then strikes
+``infra.emulated.lifeline``). A step the attempt started past is not held: the emulator then strikes
 at the attempt's first reported step, as before.
 """
 

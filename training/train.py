@@ -48,12 +48,11 @@ import logging
 import os
 import sys
 import time
-from typing import Any, NoReturn
+from typing import NoReturn
 
 import jax
 
 from training import (
-    agreement,
     cluster,
     compile_cache,
     fault_gate,
@@ -79,6 +78,7 @@ from training.metrics.run_log import RecordLog, TensorBoardLog
 from training.model.shapes import param_count
 from training.run_dir import RunDir, RunDirError
 from training.setup import TrainSetup, setup_train_loop
+from training.start import Start, compiled_in_step, start_timings
 
 log = logging.getLogger("training")
 
@@ -125,7 +125,7 @@ def run(config: TrainConfig, run_dir_uri: str, identity: cluster.ClusterIdentity
     pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="startup")
     dataset = pool.submit(open_dataset, config)
     pool.shutdown(wait=False)
-    start = _Start()
+    start = Start()
     beat = None
     try:
         joining = time.time()
@@ -133,7 +133,7 @@ def run(config: TrainConfig, run_dir_uri: str, identity: cluster.ClusterIdentity
             beat, identity, start.resizer = membership_gate.enter(config, run_dir, identity)
         cluster.initialize(identity)
         notice.joined = True
-        start.timings = _start_timings(entered, joining)
+        start.timings = start_timings(entered, joining)
         try:
             return _train(config, run_dir, identity, notice, start, dataset)
         except FloatingPointError as err:  # a non-finite loss (training.metrics.recorder) or state (checkpointing.save)
@@ -149,52 +149,16 @@ def run(config: TrainConfig, run_dir_uri: str, identity: cluster.ClusterIdentity
             start.tensorboard.discard()  # after an error, its unsent window (nothing once closed)
 
 
-@dataclasses.dataclass
-class _Start:
-    """What this start restored, and whether it has saved since (for
-    :func:`training.checkpoint.fallback.fall_back_once`); its TensorBoard log, whose unsent
-    window :func:`run` discards when the start ends in an error."""
-
-    manager: checkpointing.CheckpointManager | None = None
-    step: int = 0
-    restored: bool = False
-    saved: bool = False
-    is_writer: bool = False
-    events_log: RecordLog | None = None
-    tensorboard: TensorBoardLog | None = None
-    timings: dict[str, float] = dataclasses.field(default_factory=dict)
-    #: The elastic job's side of a change of slice count (None: not elastic).
-    resizer: membership_gate.Resizer | None = None
-    #: The epoch this start stopped to restart into (a change of slice count), or None.
-    resized: int | None = None
-
-
-def _start_timings(entered: float, joining: float) -> dict[str, float]:
-    """The start event's ``import_s`` (process start to :func:`run`: the interpreter and its
-    imports; absent without /proc) and ``join_s`` (``jax.distributed.initialize``: waiting
-    for the peers), in seconds (docs/goodput.md)."""
-    global _imported
-    timings = {"join_s": round(time.time() - joining, 3)}
-    process_start = process_start_time()
-    if process_start is not None and not _imported:  # a second run in one process imported nothing
-        timings["import_s"] = round(max(0.0, entered - process_start), 3)
-    _imported = True
-    return timings
-
-
-_imported = False
-
-
 def _train(
     config: TrainConfig,
     run_dir: RunDir,
     identity: cluster.ClusterIdentity,
     notice: preemption.Notice,
-    start: _Start | None = None,
+    start: Start | None = None,
     dataset_future: concurrent.futures.Future[Dataset] | None = None,
 ) -> RunResult:
     """Set up (training.setup), record the start, then run the step loop (:func:`_loop`)."""
-    start = start if start is not None else _Start()
+    start = start if start is not None else Start()
     is_writer = jax.process_index() == 0
     setup = setup_train_loop(config, run_dir, identity, dataset_future)
     config = setup.config
@@ -271,7 +235,7 @@ def _loop(
     setup: TrainSetup,
     identity: cluster.ClusterIdentity,
     notice: preemption.Notice,
-    start: _Start,
+    start: Start,
     recorder: MetricsRecorder,
     metrics_log: RecordLog,
     events_log: RecordLog,
@@ -289,7 +253,7 @@ def _loop(
     for data_step in range(setup.start_step, config.steps):
         batch = setup.global_batch(dataset.train_rows(data_step, config.global_batch_size, *rows))
         if data_step == setup.start_step and identity.num_processes > 1:
-            train_step = _compiled_in_step(train_step, state, batch, setup.start_step)
+            train_step = compiled_in_step(train_step, state, batch, setup.start_step)
         state, metrics = train_step(state, batch)
         step = data_step + 1
         if pending is not None:
@@ -356,27 +320,6 @@ def _loop(
     if pending is not None:
         recorder.train(*pending)
     return exit_code, step
-
-
-def _compiled_in_step(train_step: Any, state: Any, batch: jax.Array, start_step: int) -> Any:
-    """The train step compiled ahead of time, once every process has compiled it.
-
-    Only process 0 writes JAX's persistent compilation cache, so after a restart process 0
-    may load the step from it while a peer compiles for tens of seconds, or never finishes:
-    process 0 would wait in the first step's collectives with no bound of ours (on CPU a peer
-    that compiles for 10 minutes kept it there past the test's 240 s:
-    tests/training/test_agreement.py; a gloo context first used by peers more than 30 s apart
-    fails instead, "Gloo context initialization failed: DEADLINE_EXCEEDED"). A
-    coordination-service barrier (training.agreement, bounded by
-    ``MULTISLICE_AGREEMENT_TIMEOUT_S``) after compiling lets every process reach the first step
-    together, or ends them all; on TPUs it costs one round trip per start.
-
-    Raises:
-      agreement.AgreementError: a peer did not finish compiling within the bound.
-    """
-    compiled = train_step.lower(state, batch).compile()
-    agreement.barrier(f"compiled/{start_step}")
-    return compiled
 
 
 def main(config: TrainConfig, run_dir: str, identity: cluster.ClusterIdentity) -> int:

@@ -26,14 +26,13 @@ from infra.backends.spec import BackendSpec
 if TYPE_CHECKING:
     import pulumi
 
+    from infra.backends.capacity import CapacityStatus
     from infra.components.network import Network
     from infra.config import StackConfig
-    from infra.local.state import LocalPaths
-    from infra.local.vm import EmulatedVM
+    from infra.emulated.kit import EmulatedVM, LocalPaths
     from infra.remote.fanout import Target
     from infra.remote.selection import Worker
     from infra.startup import RenderedScript
-    from infra.status.capacity import CapacityStatus
 
 
 #: ``summary["capacity"]`` of ``multislice local up`` (:attr:`Emulation.outcome`): the run's VMs
@@ -60,9 +59,9 @@ class CapacitySource:
     """Where ``multislice status`` reads a deployed stack's capacity.
 
     Attributes:
-      read: returns a fresh :class:`~infra.status.capacity.CapacityStatus`; raises
-        :class:`~infra.status.capacity.QueuedResourceNotFound` when nothing of the stack's capacity
-        exists, :class:`~infra.status.capacity.CapacityError` (with its exit status) otherwise.
+      read: returns a fresh :class:`~infra.backends.capacity.CapacityStatus`; raises
+        :class:`~infra.backends.capacity.QueuedResourceNotFound` when nothing of the stack's capacity
+        exists, :class:`~infra.backends.capacity.CapacityError` (with its exit status) otherwise.
       credentials: the credentials the run's bucket is read with (None: anonymous, for an emulated
         Cloud Storage).
     """
@@ -162,7 +161,7 @@ class Emulation(ABC):
     def recreates_every_slice(self) -> bool:
         """Whether a repair (and a reset) starts every slice's workers as new containers, not only the
         failed slice's (JobSet recreates every Job, so every Pod is new): each loses its container's
-        own files and keeps what its node keeps (:meth:`infra.local.vm.EmulatedVM.new_container`); the
+        own files and keeps what its node keeps (:meth:`infra.emulated.vm.EmulatedVM.new_container`); the
         failed slice's start on new nodes. Default: False."""
         return False
 
@@ -251,7 +250,7 @@ class Backend(ABC):
         ``credential_settings``: :class:`infra.credentials.CredentialSettings`).
 
         Raises:
-          infra.status.capacity.CapacityError: no usable credentials or tool (exit status 2).
+          infra.backends.capacity.CapacityError: no usable credentials or tool (exit status 2).
         """
 
     @abstractmethod

@@ -69,9 +69,9 @@ def _storage(emulated: bool, output: str, stack: str, config_file: Path | None):
         yield
         return
     from infra.cli.local import local_paths
-    from infra.local import state as local_state
-    from infra.local.gcs import GcsServerError
-    from infra.local.gcs_clients import bucket_served
+    from infra.emulated import state as local_state
+    from infra.emulated.gcs import GcsServerError
+    from infra.emulated.gcs_clients import bucket_served
 
     config = load_config(stack, config_file)
     bucket = config.bucket_name

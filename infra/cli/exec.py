@@ -160,7 +160,7 @@ def local_exec(
     log_dir: Path | None = LOG_DIR_OPTION,
 ) -> None:
     """Run a command in every emulated VM of a running `local up` at once (its directory and environment)."""
-    from infra.local.state import LocalPaths
+    from infra.emulated.state import LocalPaths
     from infra.remote import emulated
     from infra.remote.selection import RemoteError, select_workers
 

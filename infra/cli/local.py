@@ -5,7 +5,7 @@ options, runs :func:`infra.local.lifecycle.run_recorded` (the lock, the recorded
 stop signals, the emulation: :mod:`infra.local`) and prints the summary. Errors as in
 :mod:`infra.cli.options`: one ``error:`` line, exit 2 for bad input, 1 for a failed run, 130
 for Ctrl-C, 143 for SIGTERM. A stack state that cannot be read (the state directory is not one,
-``emulator.json`` is damaged: :class:`infra.local.state.StateError`) is bad input to every
+``emulator.json`` is damaged: :class:`infra.emulated.state.StateError`) is bad input to every
 command of the group (:class:`LocalGroup`).
 """
 
@@ -18,8 +18,6 @@ import sys
 from pathlib import Path
 
 import typer
-from rich.table import Table
-from rich.text import Text
 from typer.core import TyperGroup
 
 from infra.cli.options import (
@@ -33,19 +31,20 @@ from infra.cli.options import (
     say,
     state_root,
 )
+from infra.cli.run_summary import print_summary
 from infra.cli.status import INTERVAL_OPTION, JSON_OPTION, PLOT_OPTION, WATCH_OPTION, show_local
 
 
 class LocalGroup(TyperGroup):
     """The ``local`` group: any of its commands (``exec``, ``reset`` and ``logs`` too, declared in
-    their own modules) that meets a state it cannot read (:class:`infra.local.state.StateError`,
+    their own modules) that meets a state it cannot read (:class:`infra.emulated.state.StateError`,
     raised by ``read_state`` wherever the command reads it) ends with its ``error:`` line, exit 2."""
 
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
         except Exception as err:
-            state = sys.modules.get("infra.local.state")  # not imported: the error is not one of its
+            state = sys.modules.get("infra.emulated.state")  # not imported: the error is not one of its
             if state is None or not isinstance(err, state.StateError):
                 raise
             raise fail(str(err)) from None
@@ -58,60 +57,9 @@ app = typer.Typer(
 
 
 def local_paths(config):
-    from infra.local.state import LocalPaths
+    from infra.emulated.state import LocalPaths
 
     return LocalPaths(state_root() / config.stack)
-
-
-def print_summary(result: dict) -> None:
-    table = Table(show_header=False)  # the title on its own line: a table title is padded to the table's width
-    for key in (
-        "complete",
-        "steps_completed",
-        "total_steps",
-        "final_loss",
-        "final_eval_loss",
-        "restarts",
-        "restart_causes",
-        "slice_changes",
-        "unplanned_restarts",
-        "steps_lost",
-        "training_seconds",
-        "wall_seconds",
-        "goodput",
-        "reduced_capacity_seconds",
-        "badput",
-        "faults",
-        "capacity",
-        "run_dir",
-        "logs_dir",
-    ):
-        if key in result:
-            value = result[key]
-            if value is None:
-                table.add_row(key, Text(_absent(key, result)))
-                continue
-            if key == "faults" and len(result.get("fault_steps") or []) == len(value):
-                value = [f"{f} (fired after step {s})" for f, s in zip(value, result["fault_steps"], strict=True)]
-            if isinstance(value, float):
-                value = f"{value:.4f}"
-            elif isinstance(value, list):
-                value = "; ".join(value) or "none"
-            table.add_row(key, Text(str(value)))
-    console.print("run summary")
-    console.print(table)
-
-
-def _absent(key: str, result: dict) -> str:
-    """What the summary shows for a row with no value: a dash and why, never ``None``."""
-    if key == "final_eval_loss":
-        every = result.get("eval_every_steps") or 0
-        if not every:
-            return "— (no evaluation: multislice:training.eval_every_steps is 0)"
-        return f"— (no evaluation: eval every {every} steps, the run had {result.get('steps_completed', 0)})"
-    if key == "final_loss":
-        return "— (no step completed yet)"
-    return "— (not recorded yet)"
 
 
 def stops_when_stdout_closes(command):
@@ -230,10 +178,10 @@ def local_up(
 
     Resumes an unfinished run; reports a finished one without retraining (--fresh starts over).
     """
+    from infra.emulated.ports import bind_error
     from infra.local import lifecycle
     from infra.local.faults import FaultSpecError, parse_fault, parse_withhold
     from infra.local.options import Options
-    from infra.local.ports import bind_error
 
     # Options first, with nothing heavy imported: a typo is reported at once.
     config = load_config(stack, config_file)
@@ -368,14 +316,14 @@ def local_down(
     ),
 ) -> None:
     """Stop local runs (every emulated VM process and the emulator), keeping their run directories."""
-    from infra.local.state import (
+    from infra.emulated.state import (
         DamagedState,
         LocalPaths,
         discard_damaged,
         state_dir_problem,
-        stop_recorded,
         unusable_state_dir,
     )
+    from infra.emulated.teardown import stop_recorded
 
     root = state_root()
     if problem := state_dir_problem(root):  # else a file named as the state directory would hold "no run"

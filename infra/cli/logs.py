@@ -199,7 +199,7 @@ def local_logs(
     config = load_config(stack, config_file)
     check_range(config, slice_id, worker)
     start = parse_since_option(since)
-    logs_dir = state_root() / config.stack / "logs"  # infra.local.state.LocalPaths.logs_dir
+    logs_dir = state_root() / config.stack / "logs"  # infra.emulated.state.LocalPaths.logs_dir
     if not vm_logs(logs_dir) and not follow:
         raise fail(
             f"stack {config.stack} was never run locally: no console logs in {logs_dir} "

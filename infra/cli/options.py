@@ -146,14 +146,11 @@ def fail(message: str, code: int = 2) -> typer.Exit:
 
 def recorded_stack_file(stack: str) -> Path | None:
     """The stack file a ``local up --config-file`` of stack ``stack`` ran from, if it still
-    exists (``infra.local.state.LocalPaths.stack_file_record``)."""
-    from infra.local.state import LocalPaths
+    exists (``infra.emulated.state.LocalPaths.stack_file_record``)."""
+    from infra.emulated.state import LocalPaths
+    from infra.readers.state_records import recorded_stack_file as read_record
 
-    try:
-        recorded = Path(LocalPaths(state_root() / stack).stack_file_record.read_text().strip())
-    except (OSError, ValueError):
-        return None
-    return recorded if recorded.is_absolute() and recorded.is_file() else None
+    return read_record(LocalPaths(state_root() / stack).stack_file_record)
 
 
 def stack_source(stack: str, config_file: Path | None) -> Path | None:
@@ -216,6 +213,6 @@ def state_root() -> Path:
     """Where local emulations keep their state: ``$MULTISLICE_STATE_DIR`` or
     ``<project>/.multislice/local``."""
     from infra.config import default_stacks_dir
+    from infra.readers import environment
 
-    env = os.environ.get("MULTISLICE_STATE_DIR")
-    return Path(env) if env else default_stacks_dir().resolve().parent / ".multislice" / "local"
+    return environment.state_dir() or default_stacks_dir().resolve().parent / ".multislice" / "local"

@@ -79,7 +79,7 @@ def local_reset(
     """Reset the emulated capacity of a running `local up`: restart every emulated VM (Pod on gke);
     training resumes from its newest checkpoint."""
     from infra.backends.operations import backend_of
-    from infra.local.state import LocalPaths
+    from infra.emulated.state import LocalPaths
     from infra.remote.selection import RemoteError
 
     config = load_config(stack, config_file)

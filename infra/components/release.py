@@ -11,7 +11,7 @@ script of that time. So every ``pulumi up`` also writes two objects to the check
   startup script embeds, :attr:`infra.startup.RenderedScript.release`), base64;
 * ``multislice/<stack>/release.json`` (:func:`record_json`): ``{"format": 1, "payload":
   <that object>, "release": <release id>, "runDir": <run dir>, "stack": <stack>}``, written
-  after the payload exists (object names and fields: :mod:`infra.startup.contract`);
+  after the payload exists (object names and fields: :mod:`infra.vm_contract`);
 * with a ``multislice:workload`` source too large for the startup script,
   ``multislice/<stack>/sources/<sha256>.tar``: the source's tar, which ``boot.sh`` fetches and
   checks against the sha256 its release names (:mod:`infra.startup.workload`). It is uploaded
@@ -33,7 +33,8 @@ from pathlib import Path
 import pulumi
 import pulumi_gcp as gcp
 
-from infra.startup import contract, release_objects
+from infra import vm_contract as contract
+from infra.startup import release_objects
 from training.validation import StrictModel
 
 

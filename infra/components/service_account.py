@@ -13,7 +13,7 @@ import pulumi_gcp as gcp
 
 from infra import naming
 from infra.naming import RUNS_PREFIX
-from infra.startup.contract import COMPILATION_CACHE_FOLDER
+from infra.vm_contract import COMPILATION_CACHE_FOLDER
 from training.validation import StrictModel
 
 #: Bucket-level role on the whole checkpoint bucket, without a condition: read and list

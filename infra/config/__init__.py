@@ -8,7 +8,7 @@
   bundled trainer (docs/workloads.md);
 * :mod:`infra.config.loading`: the stack file (YAML, duplicate keys refused) and the Pulumi
   engine's config map → :class:`StackConfig`, stack discovery, :class:`StackConfigError`;
-* :mod:`infra.config.stack_naming`: :func:`stack_args`, how a printed hint names a stack so that
+* :mod:`infra.stack_naming`: :func:`stack_args`, how a printed hint names a stack so that
   it works as printed;
 * :mod:`infra.config.dataset`: a prepared dataset's manifest (local or ``gs://``) against the
   model's vocabulary, read by ``multislice plan`` and the program before any resource exists.
@@ -37,9 +37,9 @@ from infra.config.loading import (
     validate_stack,
 )
 from infra.config.schema import BACKENDS, CAPACITY_TYPES, Backend, Capacity, StackConfig
-from infra.config.stack_naming import stack_args
 from infra.config.workload import WorkloadSettings
 from infra.naming import RESERVED_LABELS, gce_name, label_value
+from infra.stack_naming import stack_args
 
 __all__ = [
     "CAPACITY_TYPES",

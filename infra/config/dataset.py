@@ -48,7 +48,7 @@ from training.model import presets
 MANIFEST_TIMEOUT_S = 20.0
 
 #: The variable google-cloud-storage (and gcsfs) read an emulator's address from; the same name as
-#: ``infra.startup.contract.STORAGE_ENDPOINT_ENV``, written out: the startup package is a layer above.
+#: ``infra.vm_contract.STORAGE_ENDPOINT_ENV``, written out: the startup package is a layer above.
 EMULATOR_ENV = "STORAGE_EMULATOR_HOST"
 
 _SOURCE = "multislice:training.data.source"

@@ -1,13 +1,8 @@
-"""The error of a stack that cannot be used (its file or its values)."""
+"""The error of a stack that cannot be used (its file or its values): defined beside the stack
+file's reader (:mod:`infra.readers.stack_file`), which raises it first."""
 
 from __future__ import annotations
 
+from infra.readers.stack_file import StackConfigError
 
-class StackConfigError(ValueError):
-    """A stack file that cannot be used; ``lines`` holds one ``key path: problem`` each."""
-
-    def __init__(self, summary: str, lines: list[str] | None = None):
-        self.summary = summary
-        self.lines = list(lines or [])
-        text = summary if not self.lines else summary + "\n" + "\n".join(f"  {line}" for line in self.lines)
-        super().__init__(text)
+__all__ = ["StackConfigError"]

@@ -13,26 +13,28 @@ Validation happens before any resource exists. A :class:`StackConfigError` lists
 problem as ``<key path>: <what is wrong; what is allowed>``: a key of a namespace other than
 :data:`NAMESPACES` is refused, a misspelt key names the nearest one, and no message echoes a
 whole value; thousands of unknown keys give a few lines (:class:`training.validation.UnknownKeys`).
-The file's YAML is read by :mod:`infra.config.stack_yaml` (special files, sizes, node counts, long
+The file's YAML is read by :mod:`infra.readers.stack_file` (special files, sizes, node counts, long
 integers, tags and dates, repeated keys); an integer of the engine's JSON longer than
-:data:`~infra.config.stack_yaml.MAX_INT_CHARS` is refused here, naming its key path, before it is
+:data:`~infra.readers.stack_file.MAX_INT_CHARS` is refused here, naming its key path, before it is
 converted.
 """
 
 from __future__ import annotations
 
 import difflib
-import os
 from pathlib import Path
 from typing import Any
 
 import pydantic
 import yaml
 
-from infra.config import stack_naming, structured
+from infra import stack_naming
+from infra.config import structured
 from infra.config.errors import StackConfigError
 from infra.config.schema import StackConfig
-from infra.config.stack_yaml import (
+from infra.config.structured import STRUCTURED_KEYS
+from infra.readers import environment
+from infra.readers.stack_file import (
     MAX_INT_CHARS,
     NAMESPACE,
     DuplicateKeyError,
@@ -44,7 +46,6 @@ from infra.config.stack_yaml import (
     read_stack_text,
     short_key,
 )
-from infra.config.structured import STRUCTURED_KEYS
 from training.validation import UnknownKeys, format_errors
 
 #: Keys of other namespaces that this program reads. All other ``gcp:*`` keys (credentials,
@@ -158,9 +159,9 @@ def _unknown_namespace(namespace: str, key: str) -> str:
 def default_stacks_dir() -> Path:
     """``stacks/`` of the project: the nearest Pulumi.yaml above the working directory that
     names this project, else the checkout this package was installed from."""
-    env = os.environ.get("MULTISLICE_STACKS_DIR")
-    if env:
-        return Path(env)
+    env = environment.stacks_dir()
+    if env is not None:
+        return env
     for parent in [Path.cwd(), *Path.cwd().parents]:
         project = parent / "Pulumi.yaml"
         if project.is_file():

@@ -55,12 +55,12 @@ from infra import accelerators, bucket_location as locations, naming
 from infra.backends import registry
 from infra.backends.compute_engine.spec import ComputeEngineSettings
 from infra.backends.gke.cluster import GkeSettings
-from infra.backends.queued_resource.spec import FORMER_DELETE_ON_COMPLETE_KEY, QueuedResourceSettings
+from infra.backends.queued_resource.spec import QueuedResourceSettings
 from infra.backends.spec import BackendSpec
 from infra.config import backend_checks, elastic
+from infra.config.derived import DerivedValues
 from infra.config.elastic import ElasticSettings
 from infra.config.environment import BucketSettings, NetworkSettings
-from infra.config.resource_names import ResourceNames
 from infra.config.workload import WorkloadSettings
 from training.config import TrainConfig
 from training.validation import StrictModel, invalid
@@ -73,9 +73,6 @@ CAPACITY_TYPES: tuple[str, ...] = typing.get_args(Capacity)
 #: API, or Compute Engine instances in one managed instance group per slice).
 Backend = str
 BACKENDS: tuple[str, ...] = registry.NAMES
-#: Soft-delete retention of a production stack's checkpoint bucket, days (the smallest nonzero
-#: value GCS allows: https://cloud.google.com/storage/docs/soft-delete).
-PRODUCTION_SOFT_DELETE_DAYS = 7
 
 #: ``<region>-<letter>``, or an AI zone ``<region>-ai<n><letter>`` (the regions-zones page lists
 #: e.g. us-central1-ai1a: https://cloud.google.com/tpu/docs/regions-zones).
@@ -113,7 +110,7 @@ def _backend(value: Any) -> Any:
     return value
 
 
-class StackConfig(ResourceNames, StrictModel):
+class StackConfig(DerivedValues, StrictModel):
     """A validated stack. Field aliases are the stack-file keys.
 
     ``stack`` is the stack name (from the file name or ``pulumi.get_stack()``), not a key.
@@ -357,78 +354,3 @@ class StackConfig(ResourceNames, StrictModel):
                 f"is in region {subnet_region!r} but gcp:zone {self.zone} is in {self.region!r}; the TPU VMs need "
                 "a subnetwork of their zone's region",
             )
-
-    # Derived values -------------------------------------------------------------------------
-
-    @property
-    def catalog_warnings(self) -> list[str]:
-        """What ``multislice:allowUnlisted`` let through (``pulumi preview`` prints each)."""
-        return backend_checks.catalog_warnings(self)
-
-    @property
-    def region(self) -> str:
-        """The zone's region: ``us-central2-b`` → ``us-central2``."""
-        return locations.region_of(self.zone)
-
-    @property
-    def bucket_location(self) -> str:
-        """``multislice:bucket.location``, else the storage location of the zone's region."""
-        location = self.bucket.location or locations.bucket_location(self.region)
-        assert location is not None  # _consistent refused the stack otherwise
-        return location
-
-    @property
-    def bucket_soft_delete_days(self) -> int:
-        """``multislice:bucket.softDeleteDays``, else 7 on production stacks and 0 elsewhere."""
-        if self.bucket.soft_delete_days is not None:
-            return self.bucket.soft_delete_days
-        return PRODUCTION_SOFT_DELETE_DAYS if self.is_production else 0
-
-    @property
-    def delete_on_complete(self) -> bool:
-        """Whether worker 0 of slice 0 deletes the stack's slices once the run is complete: the
-        backend's answer (:meth:`infra.backends.spec.BackendSpec.delete_on_complete`). On the
-        queued resource ``multislice:queuedResource.deleteOnComplete``, else on for ``spot`` and
-        ``on-demand`` capacity and off for ``reserved``; not built on compute-engine (False:
-        ``delete_on_complete.sh`` deletes a queued resource, and ``multislice:queuedResource`` is
-        refused there)."""
-        return self.backend_spec.delete_on_complete(self)
-
-    @property
-    def deprecation_warnings(self) -> list[str]:
-        """Deprecated keys the stack uses, each with its replacement, and keys this release reads but
-        does not act on yet (``pulumi preview`` and the ``multislice`` commands that load the stack
-        print each)."""
-        warnings = []
-        if self.queued_resource.delete_on_complete_former_key is not None:
-            warnings.append(
-                f"multislice:queuedResource.{FORMER_DELETE_ON_COMPLETE_KEY} is deprecated: rename it to "
-                "multislice:queuedResource.deleteOnComplete (same meaning)"
-            )
-        if not elastic.carried_out(self):
-            warnings.append(
-                f"multislice:elastic is checked and planned, not carried out on the {self.backend} backend yet: its "
-                "trainer runs in a container, which no unit restarts as a job of other slices; a lost slice still "
-                'stops the run until it is back (docs/faults.md, "Elastic slices")'
-            )
-        return warnings
-
-    @property
-    def total_steps(self) -> int:
-        """The run's steps: ``multislice:workload.steps`` for a command, else ``training.steps``."""
-        return self.workload.steps if self.workload is not None else self.training.steps
-
-    @property
-    def effective_runtime_version(self) -> str:
-        """``multislice:runtimeVersion``, else the generation's default: the queued resource's
-        TPU software version.
-
-        Raises:
-            ValueError: the generation has none (TPU7x: the Cloud TPU API does not offer it, and a
-                compute-engine stack has no runtime version; ``_consistent`` refuses such a stack
-                on the queued-resource backend).
-        """
-        version = self.runtime_version or self.accelerator.generation.default_runtime_version
-        if version is None:
-            raise ValueError(f"{self.accelerator_type} has no TPU software version (not on the Cloud TPU API)")
-        return version

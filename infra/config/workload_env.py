@@ -7,12 +7,12 @@ message gives; :func:`refused_env` asks it and :mod:`infra.config.workload` rais
 
 * the contract's own variables (docs/workloads.md, "The contract"; ``training.workload.command_environment``
   sets them, and ``GCE_METADATA…`` / ``STORAGE_EMULATOR…`` say where the VM's metadata server and Cloud
-  Storage are: ``infra.startup.contract``'s ``METADATA_HOST_ENV`` and ``STORAGE_ENDPOINT_ENV``);
+  Storage are: ``infra.vm_contract``'s ``METADATA_HOST_ENV`` and ``STORAGE_ENDPOINT_ENV``);
 * the variables through which JAX finds the job, its coordinator and this process's place in it
   (jax/_src/distributed.py, jax/_src/clusters/cloud_tpu_cluster.py and cluster.py, jax 0.10.2);
 * the variables that move where Python imports from
   (https://docs.python.org/3/using/cmdline.html#environment-variables): ``PYTHONPATH``
-  (``command_environment`` replaces the launcher's value with it, which drops ``infra/local/vm_site``
+  (``command_environment`` replaces the launcher's value with it, which drops ``infra/emulated/vm_site``
   in the emulation, and its folders come before the virtualenv's packages), ``PYTHONHOME`` and
   ``PYTHONPLATLIBDIR`` (another standard library prefix or ``lib`` folder: the virtualenv's Python
   stops at start-up, "Fatal Python error: init_fs_encoding … No module named 'encodings'"), and
@@ -85,7 +85,7 @@ REFUSED_ENV: tuple[RefusedEnv, ...] = (
         ),
         prefixes=("MEGASCALE_",),
     ),
-    # The launcher's own: training/workload.py command_environment, infra/startup/contract.py.
+    # The launcher's own: training/workload.py command_environment, infra/vm_contract.py.
     RefusedEnv(
         why=f"{_CONTRACT}; the launcher sets PATH, VIRTUAL_ENV, PYTHONUNBUFFERED and the names starting with "
         "MULTISLICE_, GCE_METADATA and STORAGE_EMULATOR",
@@ -94,7 +94,7 @@ REFUSED_ENV: tuple[RefusedEnv, ...] = (
     ),
     # Python's imports: https://docs.python.org/3/using/cmdline.html#environment-variables.
     RefusedEnv(
-        why="would replace the PYTHONPATH the launcher sets (in the local emulation it holds infra/local/vm_site, "
+        why="would replace the PYTHONPATH the launcher sets (in the local emulation it holds infra/emulated/vm_site, "
         "through which jax.distributed.initialize() finds the job) and put its folders before the virtualenv's "
         "packages; the command runs in its source directory, so `python3 -m pkg` imports from there: point source "
         "at the folder to import from, or extend the path in the command, "

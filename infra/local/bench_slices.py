@@ -7,7 +7,7 @@ process per slice with the ici product of CPU devices (``JAX_NUM_CPU_DEVICES``),
 at least as many cores as processes, each process is pinned to its own share of the cores;
 the reference matmul runs in the launching process on the whole machine while no slice
 runs (see ``training.bench.shardings`` for the figures). Every child is its own process group
-(``infra.local.supervisor``), killed on error, timeout or Ctrl-C, SIGTERM or SIGHUP, and
+(``infra.emulated.supervisor``), killed on error, timeout or Ctrl-C, SIGTERM or SIGHUP, and
 dies with the launcher (Linux ``PR_SET_PDEATHSIG``; a child whose launcher died before
 that was armed exits at once).
 
@@ -26,11 +26,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from infra.local import stop_signals, supervisor
-from infra.local.ports import free_port
-from infra.local.supervisor import ProcessGroup
+from infra.emulated import stop_signals, supervisor
+from infra.emulated.ports import free_port
+from infra.emulated.supervisor import ProcessGroup
 from infra.local.tails import last_lines
-from infra.startup.contract import HEARTBEAT_TIMEOUT_ENV, INIT_TIMEOUT_ENV
+from infra.vm_contract import HEARTBEAT_TIMEOUT_ENV, INIT_TIMEOUT_ENV
 from training.bench import shardings as bench
 from training.bench.shardings import (
     REFERENCE_SAMPLES,

@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from infra.startup.contract import TRAINER_UNIT
+from infra.vm_contract import TRAINER_UNIT
 
 #: Environment variable: the default of ``local up --boot-timeout`` (seconds).
 BOOT_TIMEOUT_ENV = "MULTISLICE_BOOT_TIMEOUT"

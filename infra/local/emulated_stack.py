@@ -15,7 +15,7 @@ cloud, whatever its ``multislice:backend``:
 * ``chips per host`` CPU devices per worker (``JAX_NUM_CPU_DEVICES``), ``JAX_PLATFORMS=cpu``; only the
   venv step differs: ``MULTISLICE_PYTHON`` points the script at this machine's virtualenv;
 * the checkpoint bucket is the stack's, ``StackConfig.bucket_name``, served by a loopback Cloud Storage
-  (``infra.local.gcs``, one per stack, persistent under the stack's state directory); every worker gets
+  (``infra.emulated.gcs``, one per stack, persistent under the stack's state directory); every worker gets
   the run directory ``pulumi up`` gives it, ``gs://<bucket>/runs/<run name>``, and the environment that
   points the trainer's storage clients at the server, as the emulator reads the run.
 
@@ -25,9 +25,9 @@ reset`` restarts every worker; where the backend deletes its capacity on complet
 records it and the emulator stops the workers still running.
 
 Nothing is left behind: Ctrl-C / SIGTERM / errors stop every VM (SIGTERM, grace, SIGKILL:
-``infra.local.supervisor``), every metadata server and the storage server. If the emulator
+``infra.emulated.supervisor``), every metadata server and the storage server. If the emulator
 itself dies (SIGKILL included), every VM and the storage server stop by themselves within
-``lifeline.ORPHAN_STOP_S`` (``infra.local.lifeline``); ``emulator.json`` in the stack's state
+``lifeline.ORPHAN_STOP_S`` (``infra.emulated.lifeline``); ``emulator.json`` in the stack's state
 directory records them so ``multislice local down`` can stop anything left. If the storage
 server stops during a run, every VM is stopped and the run can be resumed by running
 ``multislice local up`` again. A VM whose trainer has not started ``boot_timeout_s`` after its
@@ -46,19 +46,20 @@ from typing import Any
 from infra import invocation
 from infra.backends.operations import backend_of
 from infra.config import StackConfig
-from infra.local import state as state_lib, stop_signals, supervisor, topology
+from infra.emulated import state as state_lib, stop_signals, supervisor
+from infra.emulated.gcs import GcsServer, GcsServerError, bucket_name_error
+from infra.emulated.gcs_clients import point_clients_at
+from infra.emulated.ports import free_port
+from infra.emulated.state import EMULATION_ID_ENV, LocalPaths
+from infra.emulated.supervisor import GroupFailed
+from infra.emulated.vm import EmulatedVM, process_groups
+from infra.local import topology
 from infra.local.boot_watch import BootWatch
 from infra.local.faults import FaultGates, FaultSchedule
-from infra.local.gcs import GcsServer, GcsServerError, bucket_name_error
-from infra.local.gcs_clients import point_clients_at
 from infra.local.options import EmulationError, Interrupted, Options
-from infra.local.ports import free_port
 from infra.local.progress import BootLines, MembershipChanges, ProgressSample, ProgressTail, RunReporter
 from infra.local.repairs import Repairs
-from infra.local.state import EMULATION_ID_ENV, LocalPaths
-from infra.local.supervisor import GroupFailed
 from infra.local.tails import MetricsTail, RecordTail, indented_tail
-from infra.local.vm import EmulatedVM, process_groups
 from infra.local.workers import Workers
 from training.run_dir import RunDir
 

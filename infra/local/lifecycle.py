@@ -21,10 +21,10 @@ from infra import invocation
 
 if TYPE_CHECKING:  # imported by the functions that need them: nothing heavy before the emulation
     from infra.config import StackConfig
+    from infra.emulated.state import LocalPaths
     from infra.local.emulated_stack import EmulatedStack
     from infra.local.options import Options
     from infra.local.progress import ProgressSample
-    from infra.local.state import LocalPaths
 
 #: ``local up``'s progress display: called with the run's total steps, it opens a block that
 #: yields the callback each :class:`infra.local.progress.ProgressSample` is given (or None).
@@ -92,7 +92,7 @@ def run_recorded(
     could crash (SIGSEGV) when one arrived. Any other failure raises :class:`UpError`."""
     import signal
 
-    from infra.local import state as local_state, stop_signals
+    from infra.emulated import state as local_state, stop_signals
 
     try:
         with stop_signals.signals_raise(_Stopped, (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)):
@@ -154,7 +154,7 @@ def _run_locked(
     """The body of :func:`run_recorded`, inside its signal handlers."""
     import uuid
 
-    from infra.local import state as local_state
+    from infra.emulated import state as local_state, teardown
 
     problem = local_state.check_writable(paths)
     if problem:
@@ -178,7 +178,7 @@ def _run_locked(
         )
         try:
             if state:  # leftovers of an emulator that died (we hold the lock: it is not running)
-                for action in local_state.stop_recorded(paths, signal_emulator=False):
+                for action in teardown.stop_recorded(paths, signal_emulator=False):
                     say(f"cleanup of an earlier run: {action}")
             emulation_id = uuid.uuid4().hex
             paths.down_request.unlink(missing_ok=True)  # an earlier `local down`'s, not this run's
@@ -212,15 +212,16 @@ def _emulate(
 ) -> Outcome:
     """Render the startup script, serve the stack's storage, boot the VMs and train."""
     from infra import startup
-    from infra.local import emulated_stack, state as local_state
-    from infra.local.gcs import GcsServerError
+    from infra.emulated import teardown
+    from infra.emulated.gcs import GcsServerError
+    from infra.local import emulated_stack
 
     try:
         script = startup.render(config)
     except ValueError as err:
         raise UpError(str(err)) from None
     if fresh:
-        local_state.discard_machines(paths)
+        teardown.discard_machines(paths)
     with progress(config.total_steps) as reporter:
         # What pulumi up writes to the bucket: the release record (and the release it names),
         # which every boot and, on the compute-engine backend, the release watch read.
@@ -252,15 +253,16 @@ def train(resource: EmulatedStack, options: Options, fresh: bool, say: Callable[
     (``--fresh``) or report a finished run, else train."""
     from infra.backends.interface import DELETED, KEPT
     from infra.clock import clock
-    from infra.local.stop_signals import signals_held
+    from infra.emulated.stop_signals import signals_held
 
     with signals_held():  # a stop during an import would abort the process: it is raised after it
-        from infra.local import state as local_state, summary
+        from infra.emulated import state as local_state, teardown
+        from infra.local import summary
         from training.checkpoint.completion import is_complete
 
     config, run_dir, total = resource.config, resource.run_dir, resource.config.total_steps
     if fresh:
-        if local_state.discard_run(run_dir):
+        if teardown.discard_run(run_dir):
             say(f"--fresh: discarded the previous run of stack {config.stack!r}")
     elif is_complete(run_dir, total):
         # Converged, as the provider treats a QR gone after its run completed: nothing is created.
@@ -308,7 +310,7 @@ def _seconds_since_start() -> float:
     """Seconds since this process started (the command's wall time so far)."""
     import time
 
-    from infra.local.supervisor import start_time
+    from infra.emulated.supervisor import start_time
 
     started = start_time(os.getpid())
     return round(time.time() - started, 3) if started else 0.0

@@ -30,11 +30,11 @@ from typing import Any
 
 from infra.backends.interface import Emulation
 from infra.config import StackConfig
-from infra.local import stop_signals, supervisor
+from infra.emulated import stop_signals, supervisor
+from infra.emulated.vm import process_groups
 from infra.local.faults import Fault, FaultGates
 from infra.local.options import EmulationError, Options
 from infra.local.progress import RunReporter
-from infra.local.vm import process_groups
 from infra.local.workers import Workers
 
 

@@ -5,7 +5,7 @@ gives its VMs (:func:`vm_metadata`: the backend's own, :meth:`infra.backends.int
 a queued resource's VMs get Cloud TPU's keys, :mod:`infra.backends.queued_resource.emulation`, a
 compute-engine stack's VMs get its instance template's and groups', and find their place through
 the emulated Compute API, :mod:`infra.backends.compute_engine.emulation`), with the values a real
-VM of the stack would get; the emulated Cloud Storage serves the run directory (``infra.local.gcs``),
+VM of the stack would get; the emulated Cloud Storage serves the run directory (``infra.emulated.gcs``),
 found through the environment (:func:`vm_environment`).
 """
 
@@ -17,12 +17,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from infra import invocation
+from infra import invocation, vm_contract as contract
 from infra.backends.operations import backend_of
 from infra.config import StackConfig
-from infra.local.service_manager import VM_SITE_ENV
-from infra.local.state import EMULATION_ID_ENV, LocalPaths
-from infra.startup import contract
+from infra.emulated.service_manager import VM_SITE_ENV
+from infra.emulated.state import EMULATION_ID_ENV, LocalPaths
 
 #: The trainer's ``training.compile_cache.SHARED_DIR_ENV``: passed on to the VMs when set.
 SHARED_COMPILATION_CACHE_ENV = contract.COMPILATION_CACHE_ENV
@@ -34,7 +33,7 @@ VM_XLA_FLAGS_ENV = "MULTISLICE_EMULATED_XLA_FLAGS"
 _HOST_ONLY_PREFIXES = ("JAX_", "XLA_", "MULTISLICE_", "GCE_METADATA", "TPU_", "MEGASCALE_")
 #: The directory whose ``sitecustomize.py`` makes ``jax.distributed.initialize()`` (no arguments)
 #: find the emulated job through the VM's metadata server, as it finds a TPU VM's job.
-VM_SITE_DIR = Path(__file__).resolve().parent / "vm_site"
+VM_SITE_DIR = Path(__file__).resolve().parents[1] / "emulated" / "vm_site"
 #: What tells that hook it runs in an emulated VM.
 EMULATED_TPU_ENV = "MULTISLICE_EMULATED_TPU"
 #: The emulated job's slice count, from which that hook gives each chip its ``slice_index``.
@@ -70,7 +69,7 @@ def vm_environment(
     """The environment every emulated VM's startup script runs with: this process's, less
     JAX / TPU / metadata settings, plus the emulation's (CPU devices, this virtualenv's
     Python, the coordinator port, the run's emulation id) and ``storage_env``, which points
-    the Cloud Storage clients at the emulated server (:meth:`infra.local.gcs.GcsServer.client_env`).
+    the Cloud Storage clients at the emulated server (:meth:`infra.emulated.gcs.GcsServer.client_env`).
     ``MULTISLICE_COMPILATION_CACHE_DIR``, when set here, is passed on: the VMs then use that
     compilation cache instead of the stack's ``gs://<bucket>/compilation-cache``, which the
     startup script gives them otherwise (:mod:`training.compile_cache`); ``XLA_FLAGS`` is
@@ -86,7 +85,7 @@ def vm_environment(
     without arguments, or not at all, joins the emulated job, and the VM's chips belong to one
     process at a time (docs/workloads.md; vm_site/sitecustomize.py). ``MULTISLICE_VM_SITE`` keeps
     that directory on the ``PYTHONPATH`` of units that set their own, the trainer's included
-    (``infra.local.service_manager.unit_environment``). The VMs' ``python3`` is this machine's,
+    (``infra.emulated.service_manager.unit_environment``). The VMs' ``python3`` is this machine's,
     without a version manager's shim in front (:func:`python3_dir`, in ``paths.python3_dir``)."""
     env = {key: value for key, value in os.environ.items() if not key.startswith(_HOST_ONLY_PREFIXES)}
     env.update(

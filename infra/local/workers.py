@@ -8,7 +8,7 @@ their disks where the platform makes new machines, and stops them all (:meth:`Wo
 differs by backend comes from the backend's :class:`~infra.backends.interface.Emulation`: the values
 its metadata server answers besides the attributes, and a Pod's environment (a Pod boots the script
 with ``/bin/bash`` as its container's first process; a VM boots it under its emulated systemd:
-:mod:`infra.local.vm`). What a worker is told of its place in the job is :mod:`infra.local.topology`'s.
+:mod:`infra.emulated.vm`). What a worker is told of its place in the job is :mod:`infra.local.topology`'s.
 """
 
 from __future__ import annotations
@@ -17,10 +17,11 @@ from collections.abc import Callable, Iterable
 
 from infra.backends.interface import Emulation
 from infra.config import StackConfig
-from infra.local import supervisor, topology
-from infra.local.metadata import MetadataServer
-from infra.local.state import LocalPaths
-from infra.local.vm import EmulatedVM, process_groups
+from infra.emulated import supervisor
+from infra.emulated.metadata import MetadataServer
+from infra.emulated.state import LocalPaths
+from infra.emulated.vm import EmulatedVM, process_groups
+from infra.local import topology
 
 
 class Workers:

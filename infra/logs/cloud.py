@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 from infra.config import StackConfig
 from infra.logs.filter import stack_filter, trainer_filter
 from infra.logs.lines import LogLine, strip_prefix
-from infra.startup.contract import LOGGING_ENDPOINT_ENV
+from infra.vm_contract import LOGGING_ENDPOINT_ENV
 
 #: Environment variable naming another Cloud Logging endpoint (a loopback fake in tests).
 ENDPOINT_ENV = LOGGING_ENDPOINT_ENV

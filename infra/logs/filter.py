@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from infra.backends.log_query import TRAINER_LOG, rfc3339
 from infra.backends.operations import backend_of
 from infra.config import StackConfig
-from infra.logs.query import TRAINER_LOG, rfc3339
 
 __all__ = ["TRAINER_LOG", "logging_filter", "rfc3339", "stack_filter", "trainer_filter"]
 

@@ -1,8 +1,8 @@
 """The trainer log lines of a local emulation: each emulated VM's console log.
 
 ``multislice local up`` appends each VM's console output to
-``<state>/<stack>/logs/slice-S-worker-W.log`` (:class:`infra.local.state.LocalPaths`,
-:mod:`infra.local.vm`): a ``===== boot N of slice S worker W at <RFC 3339 time> =====`` line
+``<state>/<stack>/logs/slice-S-worker-W.log`` (:class:`infra.emulated.state.LocalPaths`,
+:mod:`infra.emulated.vm`): a ``===== boot N of slice S worker W at <RFC 3339 time> =====`` line
 per boot, then the boot's and the trainer's lines, most of them prefixed
 ``[slice S worker W]``. A console line has no time of its own; a line counts as written at
 the newest time stated at or before it in its file: the boot line's, or that of a trainer

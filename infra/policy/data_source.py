@@ -17,7 +17,7 @@ import os
 from collections.abc import Mapping
 from typing import Any, cast
 
-from infra.startup.contract import STORAGE_ENDPOINT_ENV
+from infra.vm_contract import STORAGE_ENDPOINT_ENV
 
 #: Seconds one listing request may take.
 LIST_TIMEOUT_S = 20.0

@@ -61,7 +61,7 @@ from infra.policy.resource_types import (
     account_problem,
 )
 from infra.policy.value_secrets import startup_script_safe, tpu_nodes, values_carry_no_credentials
-from infra.startup.contract import COMPILATION_CACHE_FOLDER, RELEASE_PREFIX
+from infra.vm_contract import COMPILATION_CACHE_FOLDER, RELEASE_PREFIX
 
 __all__ = ["POLICIES", "QUEUED_RESOURCE_TYPE", "REQUIRED_LABELS", "DEFAULT_COMPUTE_SA_SUFFIX"]
 

@@ -35,7 +35,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from infra.startup.contract import RELEASE_PREFIX
+from infra.vm_contract import RELEASE_PREFIX
 
 __all__ = ["OBJECT_WRITE_ROLES", "VM_MEMBER", "Grant", "confines", "grants_of", "unconfined"]
 

@@ -39,8 +39,8 @@ from infra.policy.resource_types import (
     Report,
 )
 from infra.policy.secret_patterns import find_secrets, find_secrets_in_files
-from infra.startup.contract import RELEASE_PREFIX, STARTUP_SCRIPT_KEY
 from infra.startup.script import METADATA_VALUE_LIMIT_BYTES
+from infra.vm_contract import RELEASE_PREFIX, STARTUP_SCRIPT_KEY
 
 __all__ = [
     "CONFIG_MAP_TYPE",

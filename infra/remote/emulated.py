@@ -1,6 +1,6 @@
 """``multislice local exec``: the command in each emulated VM of a running ``local up``.
 
-An emulated TPU VM (``infra.local.vm``) is a process session led by its emulated systemd,
+An emulated TPU VM (``infra.emulated.vm``) is a process session led by its emulated systemd,
 started in the VM's local disk (``<state>/vms/slice-S-worker-W``, ``MULTISLICE_HOME``) with the
 environment the emulator gives every VM: its own metadata server (``GCE_METADATA_IP``), the
 emulated Cloud Storage, the CPU devices, the emulation id (``infra.local.topology``). A command
@@ -8,7 +8,7 @@ runs there as a login on the VM would: ``bash -c <line>`` in the VM's directory 
 environment, read from the VM's systemd process at the time of the call (``psutil``,
 https://psutil.readthedocs.io/en/latest/#psutil.Process.environ), so it sees the VM as booted
 now (after a repair, the new metadata server). The VMs are found through the running
-emulator's state file (``infra.local.state``); a VM that is not running at that moment (being
+emulator's state file (``infra.emulated.state``); a VM that is not running at that moment (being
 restarted or repaired) is refused, with nothing started.
 
 A command started with ``--background`` carries the run's emulation id, so ``multislice local
@@ -21,8 +21,8 @@ import time
 from collections.abc import Callable, Sequence
 
 from infra import invocation
-from infra.local import state as local_state
-from infra.local.state import EMULATION_ID_ENV, LocalPaths
+from infra.emulated import state as local_state
+from infra.emulated.state import EMULATION_ID_ENV, LocalPaths
 from infra.remote.fanout import Target
 from infra.remote.selection import RemoteError, Worker
 

@@ -7,7 +7,7 @@ Modules:
   :mod:`~infra.startup.boot` (``boot.sh``, the backend's identity phase and slice watch, and the
   systemd/retry settings they carry), :mod:`~infra.startup.templates` (the templates and how they
   are filled);
-* :mod:`~infra.startup.contract`: the names both sides spell: node metadata keys, the
+* :mod:`~infra.vm_contract`: the names both sides spell: node metadata keys, the
   release record's bucket objects and fields, the environment variables of the VM's scripts
   and trainer, and the default endpoints (the program, the provider, the emulator and
   ``status`` import them from here);
@@ -24,7 +24,7 @@ bootstrap), ``boot.sh.in`` (the release's boot logic), ``trainer.sh`` (the unit'
 
 The public names of those modules are also names of this package (``from infra import startup;
 startup.render(config)``; :data:`SOURCES` says which module each comes from), loaded on first use: importing
-:mod:`~infra.startup.contract` or :mod:`~infra.startup.bundle` alone (as the queued-resource
+:mod:`~infra.vm_contract` or :mod:`~infra.startup.bundle` alone (as the queued-resource
 provider does) does not import the stack config.
 """
 
@@ -53,14 +53,6 @@ if TYPE_CHECKING:  # pragma: no cover
         boot_script,
     )
     from infra.startup.bundle import BUNDLE_PACKAGE, release_id_of  # noqa: F401
-    from infra.startup.contract import (  # noqa: F401
-        DEFAULT_METADATA_HOST,
-        RELEASE_SUPERSEDED_STATUS,
-        RELEASE_WATCH_UNIT,
-        TRAINER_UNIT,
-        record_object,
-        release_object,
-    )
     from infra.startup.release import FILE_DIGEST_CHARS, file_digests, release_files  # noqa: F401
     from infra.startup.release_objects import bucket_objects  # noqa: F401
     from infra.startup.script import (  # noqa: F401
@@ -80,6 +72,14 @@ if TYPE_CHECKING:  # pragma: no cover
         TRAINER_RESOURCE,
         fill,
         template,
+    )
+    from infra.vm_contract import (  # noqa: F401
+        DEFAULT_METADATA_HOST,
+        RELEASE_SUPERSEDED_STATUS,
+        RELEASE_WATCH_UNIT,
+        TRAINER_UNIT,
+        record_object,
+        release_object,
     )
 
 #: The module of :mod:`infra.startup` each name of this package comes from.
@@ -140,7 +140,7 @@ SOURCES: dict[str, str] = {
             "record_object",
             "release_object",
         ),
-        "infra.startup.contract",
+        "infra.vm_contract",
     ),
     **dict.fromkeys(("bucket_objects",), "infra.startup.release_objects"),
 }

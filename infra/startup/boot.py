@@ -22,7 +22,8 @@ import shlex
 from infra.backends.spec import BackendSpec
 from infra.config import StackConfig
 from infra.startup import lockfile, workload as workload_release
-from infra.startup.contract import (
+from infra.startup.templates import BOOT_RESOURCE, PLACEHOLDER, fill, template
+from infra.vm_contract import (
     COMPILATION_CACHE_FOLDER,
     DEFAULT_COMPUTE_API_ENDPOINT,
     DEFAULT_METADATA_HOST,
@@ -33,7 +34,6 @@ from infra.startup.contract import (
     TRAINER_UNIT,
     record_object,
 )
-from infra.startup.templates import BOOT_RESOURCE, PLACEHOLDER, fill, template
 
 #: Restarts of a failing trainer within :data:`START_LIMIT_INTERVAL_S` before systemd gives up
 #: (``StartLimitBurst=`` is this + 1 starts; systemd.unit(5)).
@@ -70,7 +70,7 @@ BUILD_ATTEMPTS = 4
 BUILD_RETRY_DELAY_S = 15
 
 #: Defaults of a real TPU VM: state directory, unit directory (the metadata host,
-#: :data:`~infra.startup.contract.DEFAULT_METADATA_HOST`, is the contract's).
+#: :data:`~infra.vm_contract.DEFAULT_METADATA_HOST`, is the contract's).
 DEFAULT_HOME = "/var/lib/multislice"
 DEFAULT_UNIT_DIR = "/etc/systemd/system"
 

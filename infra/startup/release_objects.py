@@ -10,7 +10,7 @@ import base64
 import json
 from typing import Any
 
-from infra.startup.contract import record_object, release_object, release_record
+from infra.vm_contract import record_object, release_object, release_record
 
 
 def record_text(stack: str, release_id: str, run_dir: str) -> str:

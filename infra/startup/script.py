@@ -32,7 +32,7 @@ the sha256 of the decompressed tar against the release id, unpacks it once into
 ``$MULTISLICE_HOME/releases/<release id>/`` and runs its ``boot.sh``.
 
 Runtime contract (the emulator, ``training/__main__.py`` and docs/vm-boot.md rely on it; the
-names are declared in :mod:`infra.startup.contract`):
+names are declared in :mod:`infra.vm_contract`):
 
 * environment variables, all optional (defaults are a real TPU VM): those ``boot.sh``'s header
   lists (``GCE_METADATA_IP``, ``MULTISLICE_HOME``, ``MULTISLICE_PYTHON``, ``STORAGE_EMULATOR_HOST``, …);
@@ -44,15 +44,15 @@ names are declared in :mod:`infra.startup.contract`):
   ``MULTISLICE_LOG_RESOURCE`` (where its lines go), from the backend's spec;
 * every output line starts with ``[slice S worker W] ``;
 * ``systemctl daemon-reload | reset-failed | start | restart | is-active | show`` on
-  :data:`~infra.startup.contract.TRAINER_UNIT`; the trainer exits 0 (complete: not restarted), 75
+  :data:`~infra.vm_contract.TRAINER_UNIT`; the trainer exits 0 (complete: not restarted), 75
   (preempted: saved; restarted unless the unit is being stopped), 78
   (:data:`~infra.startup.boot.CONFIG_ERROR_STATUS`: never restarted) or other (restarted after the
   backoff, at most :data:`~infra.startup.boot.MAX_RESTARTS` times within
   :data:`~infra.startup.boot.START_LIMIT_INTERVAL_S`); ``trainer.sh`` itself exits 76
-  (:data:`~infra.startup.contract.RELEASE_SUPERSEDED_STATUS`, not restarted) on a backend with a
+  (:data:`~infra.vm_contract.RELEASE_SUPERSEDED_STATUS`, not restarted) on a backend with a
   release watch when the release record names a newer release;
 * on a backend with a release watch (``BackendSpec.release_watch``: the compute-engine backend)
-  with a ``gs://`` run dir, :data:`~infra.startup.contract.RELEASE_WATCH_UNIT` too: it reads the
+  with a ``gs://`` run dir, :data:`~infra.vm_contract.RELEASE_WATCH_UNIT` too: it reads the
   release record every :data:`~infra.startup.boot.RELEASE_POLL_S` seconds and boots a new release in
   place (docs/vm-boot.md);
 * in a container (``BackendSpec.supervisor``: the gke backend) no unit: the boot ends as
@@ -72,9 +72,9 @@ from infra.config import StackConfig
 from infra.startup import bundle, content_cache, lockfile
 from infra.startup.boot import DEFAULT_HOME
 from infra.startup.bundle import BUNDLE_PACKAGE
-from infra.startup.contract import RELEASE_UNVERIFIED_STATUS
 from infra.startup.release import file_digests, release_files, workload_files
 from infra.startup.templates import fill, template
+from infra.vm_contract import RELEASE_UNVERIFIED_STATUS
 
 #: GCE limit on one metadata value: "less than or equal to 262144 bytes (256 KiB)"
 #: (https://cloud.google.com/compute/docs/reference/rest/v1/Metadata, ``items[].value``).

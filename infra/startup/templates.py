@@ -1,8 +1,9 @@
 """The startup script's templates, package data of :mod:`infra.startup`, and how they are filled.
 
 Each template is literal bash but for its ``@@NAME@@`` placeholders (:func:`fill`): ``startup.sh.in``
-(the bootstrap that carries the release: :mod:`infra.startup.script`), ``boot.sh.in`` (the release's
-boot logic: :mod:`infra.startup.boot`), ``trainer.sh`` (the trainer unit's launcher),
+(the bootstrap that carries the release: :mod:`infra.startup.script`), ``boot.sh.in`` and
+``boot_units.sh.in`` (the release's boot logic, one script in two files, :data:`JOINED`:
+:mod:`infra.startup.boot`), ``trainer.sh`` (the trainer unit's launcher),
 ``delete_on_complete.sh`` and ``release_watch.sh`` (docs/vm-boot.md). A backend's own scripts
 (``boot_identity.sh``, ``slice_watch.sh``) are package data of its package and filled the same way.
 """
@@ -15,6 +16,8 @@ from importlib import resources
 #: Package data of :mod:`infra.startup`: the bootstrap, the boot logic and the unit's launcher.
 TEMPLATE_RESOURCE = "startup.sh.in"
 BOOT_RESOURCE = "boot.sh.in"
+#: The second half of ``boot.sh`` (phases 4 and 5: the trainer's service, the release watch).
+BOOT_UNITS_RESOURCE = "boot_units.sh.in"
 TRAINER_RESOURCE = "trainer.sh"
 #: ``delete-on-complete.sh`` of the release: deletes the queued resource once the run is
 #: complete (``multislice:queuedResource.deleteOnComplete``; run by trainer.sh).
@@ -22,6 +25,12 @@ DELETE_ON_COMPLETE_RESOURCE = "delete_on_complete.sh"
 #: ``release-watch.sh`` of the release: on the compute-engine backend, reads the release record
 #: and boots a new release on a running VM (``multislice-release-watch.service``).
 RELEASE_WATCH_RESOURCE = "release_watch.sh"
+
+#: Templates kept in more than one file, each under 450 lines: :func:`template` joins the parts in
+#: order. A part after the first starts with lines (a shebang, a comment, shellcheck directives for
+#: the variables the first part sets) that let shellcheck read it alone; the join drops them, up to
+#: and including the first empty line.
+JOINED: dict[str, tuple[str, ...]] = {BOOT_RESOURCE: (BOOT_RESOURCE, BOOT_UNITS_RESOURCE)}
 
 #: A placeholder of a template: ``@@NAME@@``, NAME in capitals, digits and underscores.
 PLACEHOLDER = re.compile(r"@@([A-Z0-9_]+)@@")
@@ -32,8 +41,17 @@ def template(resource: str = TEMPLATE_RESOURCE) -> str:
 
     Everything but the ``@@NAME@@`` placeholders is literal bash. A payload placeholder has a
     line of its own, followed by the line that ends its quoted heredoc, so that the template
-    itself is a well-formed script that shellcheck can lint.
+    itself is a well-formed script that shellcheck can lint. A template of :data:`JOINED` comes
+    back whole, its parts joined.
     """
+    first, *rest = JOINED.get(resource, (resource,))
+    text = _part(first)
+    for part in rest:
+        text += "\n" + _part(part).split("\n\n", 1)[1]
+    return text
+
+
+def _part(resource: str) -> str:
     return resources.files("infra.startup").joinpath(resource).read_text(encoding="utf-8")
 
 

@@ -39,9 +39,9 @@ from packaging.utils import canonicalize_name
 
 from infra.config.workload import WorkloadSettings, parse_requirements, source_files
 from infra.startup.bundle import build_archive
-from infra.startup.contract import workload_source_object
 from infra.startup.install_target import InstallTarget
 from infra.startup.uv_lock import Lock, LockfileError
+from infra.vm_contract import workload_source_object
 
 #: A source whose tar is at most this many bytes travels inside the startup script (it stays well
 #: inside the size the script aims for, infra.startup.script.TARGET_SIZE_BYTES, after xz); a

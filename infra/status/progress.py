@@ -27,8 +27,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from infra.startup.contract import COMPLETE_MARKER
 from infra.status.store import Entry, RunStore
+from infra.vm_contract import COMPLETE_MARKER
 from training.metrics.restarts import Restart, restarts_of
 from training.metrics.run_log import parse_records
 

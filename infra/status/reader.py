@@ -31,10 +31,10 @@ def cloud_reader(config) -> Iterator[StackReader]:
     (:meth:`infra.backends.interface.Backend.capacity_source`, credentials checked first), its
     run from the bucket."""
     from infra import credentials as gcp
+    from infra.backends.capacity import CapacityError
     from infra.backends.operations import backend_of
-    from infra.startup.contract import STORAGE_ENDPOINT_ENV
-    from infra.status.capacity import CapacityError
     from infra.status.store import RunStore
+    from infra.vm_contract import STORAGE_ENDPOINT_ENV
 
     settings = gcp.CredentialSettings.resolve({}, os.environ)
     emulated_storage = bool(os.environ.get(STORAGE_ENDPOINT_ENV))
@@ -58,9 +58,9 @@ def local_reader(config, paths) -> Iterator[StackReader]:
     """A function that reads the emulated stack whose state is in ``paths`` (``multislice
     local status``), through its emulated Cloud Storage: the running emulator's, else one
     started over the stored objects while inside."""
-    from infra.local import state as local_state
-    from infra.local.gcs import GcsServerError
-    from infra.local.gcs_clients import clients_pointed_at
+    from infra.emulated import state as local_state
+    from infra.emulated.gcs import GcsServerError
+    from infra.emulated.gcs_clients import clients_pointed_at
     from infra.status import capacity
     from infra.status.store import RunStore
 
@@ -93,7 +93,7 @@ class StackReader:
     def __call__(self):
         from concurrent.futures import ThreadPoolExecutor
 
-        from infra.status import capacity
+        from infra.backends import capacity
         from infra.status.progress import RunProgress, read_progress
         from infra.status.report import StackStatus
         from infra.status.store import StoreError

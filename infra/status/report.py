@@ -42,8 +42,8 @@ from rich.table import Table
 from rich.text import Text
 
 from infra.backends import operations
+from infra.backends.capacity import CapacityStatus
 from infra.clock import clock
-from infra.status.capacity import CapacityStatus
 from infra.status.progress import RunProgress
 
 

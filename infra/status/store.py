@@ -22,7 +22,7 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import quote
 
-from infra.startup.contract import DEFAULT_STORAGE_ENDPOINT, STORAGE_ENDPOINT_ENV
+from infra.vm_contract import DEFAULT_STORAGE_ENDPOINT, STORAGE_ENDPOINT_ENV
 
 #: Seconds one storage request may take.
 REQUEST_TIMEOUT_S = 30.0

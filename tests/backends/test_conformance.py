@@ -24,12 +24,12 @@ from typing import Any
 
 import pytest
 
+from infra import vm_contract as contract
+from infra.backends.capacity import CapacityStatus, SliceStatus
 from infra.backends.interface import DELETED, KEPT, Backend
 from infra.backends.operations import BACKENDS
 from infra.config import StackConfig, validate_stack
-from infra.local.state import LocalPaths
-from infra.startup import contract
-from infra.status.capacity import CapacityStatus, SliceStatus
+from infra.emulated.state import LocalPaths
 from tests.fakes.pulumi_program import evaluate
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -21,6 +21,7 @@ from infra.backends.operations import BACKENDS, backend, backend_of, operations_
 from infra.backends.registry import DEFAULT, NAMES, SPECS
 from infra.backends.spec import BackendSpec
 from infra.config import BACKENDS as CONFIG_BACKENDS
+from infra.startup.templates import BOOT_RESOURCE, template
 
 ROOT = Path(__file__).resolve().parents[2]
 SEAM = ROOT / "infra" / "backends"
@@ -122,7 +123,7 @@ def test_the_check_fails_on_a_scratch_comparison(tmp_path):
     module = ROOT / "infra" / "status" / "report.py"
     scratch = module.read_text() + '\n\nif __name__ == "compute-engine" or __name__ != "queued-resource":\n    pass\n'
     assert len(comparisons(scratch, set())) == 2 + len(comparisons(module.read_text(), set()))
-    boot = (ROOT / "infra" / "startup" / "boot.sh.in").read_text()
+    boot = template(BOOT_RESOURCE)  # both files of boot.sh
     assert shell_comparisons(boot) == []
     assert len(shell_comparisons(boot + "\nif [[ $backend == compute-engine ]]; then :; fi\n")) == 1
     assert len(shell_comparisons("case $backend in\n  compute-engine) ;;\nesac\n")) == 1

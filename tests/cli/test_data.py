@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from infra.cli import app
 from infra.config import load_stack_file
-from infra.local import gcs_clients
+from infra.emulated import gcs_clients
 from tests.helpers.cli_imports import DRIVER, HEAVY
 from tests.helpers.datasets import corpus
 from training.data import manifest

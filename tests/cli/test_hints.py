@@ -19,8 +19,8 @@ from typer.testing import CliRunner
 from infra import planner
 from infra.cli import app
 from infra.config import load_stack_file
-from infra.local import state as state_lib
-from infra.local.state import LocalPaths
+from infra.emulated import state as state_lib
+from infra.emulated.state import LocalPaths
 from tests.helpers.compute_engine_stack import stack_file as compute_engine_stack_file
 from tests.helpers.hints import hints, works_as_printed
 

@@ -51,7 +51,7 @@ def test_what_local_up_reads_before_its_vms_start_imports_nothing_heavy():
     modules = (
         "infra.local.lifecycle",
         "infra.local.emulated_stack",
-        "infra.local.state",
+        "infra.emulated.state",
         "infra.local.summary",
         "training.checkpoint.completion",
     )

@@ -12,8 +12,8 @@ import pytest
 from typer.testing import CliRunner
 
 from infra.cli import app
-from infra.local import state as state_lib
-from infra.local.state import LocalPaths
+from infra.emulated import state as state_lib
+from infra.emulated.state import LocalPaths
 
 #: Each reading command of the ``local`` group, refused before it reads a run.
 COMMANDS = {

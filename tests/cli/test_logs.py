@@ -311,7 +311,7 @@ def test_local_logs_merges_the_vms_console_logs_by_time(tmp_path):
 
 
 def test_local_logs_reads_where_the_emulator_writes(tmp_path):
-    from infra.local.state import LocalPaths
+    from infra.emulated.state import LocalPaths
 
     write_console(LocalPaths(tmp_path / "dev").logs_dir, 0, 0, boot(0, T0) + "[slice 0 worker 0] hello\n")
     result = invoke("local", "logs", "--stack", "dev", env={"MULTISLICE_STATE_DIR": str(tmp_path)})

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from infra import planner
 from infra.cli import app
 from infra.config import load_stack_file, stack_args
-from infra.local.state import LocalPaths
+from infra.emulated.state import LocalPaths
 
 EMU = Path(__file__).parents[1] / "stacks" / "Pulumi.emu.yaml"
 

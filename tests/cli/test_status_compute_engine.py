@@ -127,7 +127,7 @@ def test_an_emulated_compute_engine_stack_is_shown_as_emulated_instance_groups()
     # `multislice local status` of a compute-engine stack: the emulator's state, worded per backend.
     from rich.console import Console
 
-    from infra.status.capacity import CapacityStatus, SliceStatus
+    from infra.backends.capacity import CapacityStatus, SliceStatus
     from infra.status.progress import RunProgress
     from infra.status.report import StackStatus, render
 

@@ -26,7 +26,7 @@ from infra.config import (
 )
 from infra.queued_resource import QueuedResource, QueuedResourceInputs
 from infra.startup import RenderedScript
-from infra.startup.contract import RUN_DIR_KEY, STARTUP_SCRIPT_KEY
+from infra.vm_contract import RUN_DIR_KEY, STARTUP_SCRIPT_KEY
 from tests.fakes.pulumi_program import FIREWALL, QR_TYPE, declare, engine_config, evaluate, stack_map, unique_id
 
 ENVIRONMENT = {

@@ -25,8 +25,9 @@ import yaml
 from typer.testing import CliRunner
 
 from infra.cli import app
-from infra.config import StackConfigError, load_stack, load_stack_file, loading, stack_yaml
-from infra.config.stack_yaml import MAX_FILE_BYTES, MAX_NODES
+from infra.config import StackConfigError, load_stack, load_stack_file, loading
+from infra.readers import stack_file as stack_yaml
+from infra.readers.stack_file import MAX_FILE_BYTES, MAX_NODES
 from training.validation import UNKNOWN_KEYS_SHOWN
 
 DEV = Path(__file__).resolve().parents[2] / "stacks" / "Pulumi.dev.yaml"

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from infra import vm_contract as contract
 from infra.config import StackConfigError, dataset as dataset_lib
 from infra.config.dataset import DatasetCheck, check_dataset, manifest_location
-from infra.startup import contract
 from tests.fakes.queued_resource import clear_ambient_credentials, refuse_connections
 from tests.helpers.datasets import VOCAB, prepared
 from tests.planner.stacks import stack

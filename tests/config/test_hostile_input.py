@@ -25,8 +25,8 @@ from typer.testing import CliRunner
 
 from infra.cli import app
 from infra.config import StackConfigError, load_stack_file, loading, requirement_urls, validate_stack, workload
-from infra.config.stack_yaml import MAX_INT_CHARS
 from infra.config.workload import MAX_SOURCE_DEPTH, parse_requirements, source_files
+from infra.readers.stack_file import MAX_INT_CHARS
 
 STACKS = Path(__file__).resolve().parents[2] / "stacks"
 HASH = "a" * 64

@@ -12,7 +12,7 @@ import yaml
 
 from infra.config import StackConfigError, load_stack_file, validate_stack
 from infra.config.environment import PROHIBITED_SUBNET_RANGES, check_subnet_range
-from infra.config.stack_yaml import MAX_FILE_BYTES, MAX_NODES, expanded_nodes
+from infra.readers.stack_file import MAX_FILE_BYTES, MAX_NODES, expanded_nodes
 from tests.fakes.pulumi_program import evaluate
 
 STACKS = Path(__file__).resolve().parents[2] / "stacks"

@@ -147,7 +147,7 @@ def test_kubernetes_detection_reads_kubernetes_service_host(monkeypatch):
 
 def test_a_user_pythonpath_replaces_the_launchers(tmp_path):
     """training/workload.py's ``command_environment``: the user's env is applied last, so the
-    emulation's ``infra/local/vm_site`` (on the unit's PYTHONPATH) would be gone."""
+    emulation's ``infra/emulated/vm_site`` (on the unit's PYTHONPATH) would be gone."""
     identity = ClusterIdentity(worker=0, workers_per_slice=1, slice_id=0, num_slices=1, coordinator_address="h:8482")
     base = {"PYTHONPATH": str(ROOT / "infra" / "local" / "vm_site"), "PATH": "/usr/bin"}
     env = launcher.command_environment(

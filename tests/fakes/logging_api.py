@@ -9,7 +9,7 @@ with the entries its filter matches, sorted by ``orderBy``, paged by ``pageSize`
 `` AND ``; ``path = "v"``, ``path = ("a" OR "b")``, ``path >= "v"``, ``path > "v"``; paths
 ``resource.type``, ``resource.labels.K``, ``labels.K``, ``logName``, ``timestamp``): anything
 else is answered 400 INVALID_ARGUMENT, so a filter the real service might read differently fails
-here. Every request is vetted and every answer recorded (:mod:`infra.local.api_traffic`): the tests
+here. Every request is vetted and every answer recorded (:mod:`infra.emulated.api_traffic`): the tests
 judge both by Google's discovery document of the Logging API v2.
 ``lists`` records each list request body; ``fail_next(code, status, message)`` answers
 the next call with an error.
@@ -25,7 +25,7 @@ import urllib.parse
 from datetime import datetime
 from typing import Any
 
-from infra.local import api_traffic
+from infra.emulated import api_traffic
 
 _CLAUSE = re.compile(
     r'^(?P<path>[A-Za-z_][\w.]*)\s*(?P<op>>=|<=|=|>|<)\s*(?P<value>"[^"]*"|\((?:"[^"]*"(?: OR )?)+\))$'

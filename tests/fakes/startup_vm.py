@@ -1,5 +1,5 @@
 """An emulated TPU VM for the startup-script tests: the rendered script booted by the VM's
-emulated systemd (``infra.local.vm.boot_command``, as the emulator boots it), with a loopback
+emulated systemd (``infra.emulated.vm.boot_command``, as the emulator boots it), with a loopback
 metadata server, a loopback GCS, and fake interpreters that record what they were run with.
 
 Fixtures (import them by name): ``dev_stack``, ``script`` (the dev stack's rendered script),
@@ -26,9 +26,9 @@ import pytest
 
 from infra import startup
 from infra.config import StackConfig, load_stack
-from infra.local.metadata import MetadataServer
-from infra.local.service_manager import session_pids
-from infra.local.vm import boot_command
+from infra.emulated.metadata import MetadataServer
+from infra.emulated.service_manager import session_pids
+from infra.emulated.vm import boot_command
 from tests.fakes.gcs_server import FakeGcs
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -275,7 +275,7 @@ def run_delete_on_complete(tpu_api_endpoint: str, queued_resource: str) -> subpr
     """The release's ``delete-on-complete.sh`` as worker 0 of slice 0 runs it after its trainer
     exited 0: the metadata names ``queued_resource`` (a loopback metadata server), the TPU API
     is ``tpu_api_endpoint``. Its output is returned, not checked."""
-    from infra.startup.contract import DELETE_QUEUED_RESOURCE_KEY
+    from infra.vm_contract import DELETE_QUEUED_RESOURCE_KEY
 
     with MetadataServer({DELETE_QUEUED_RESOURCE_KEY: queued_resource}) as metadata:
         env = {
@@ -372,7 +372,7 @@ def compute_engine_vm(
     (docs/compute-engine.md; ``tpu_env`` None: a template from before the TPU environment), and
     the VM's own name, zone and project. Its boot asks the Compute API that :meth:`Vm.env` names
     with ``MULTISLICE_COMPUTE_API_ENDPOINT``."""
-    from infra.startup import contract
+    from infra import vm_contract as contract
 
     attributes = {
         contract.BACKEND_KEY: contract.COMPUTE_ENGINE_BACKEND,

@@ -46,7 +46,7 @@ Scripting (all thread-safe; the server runs in a daemon thread on 127.0.0.1:0):
 * ``auth``: callers, permissions and disabled APIs (:mod:`tests.fakes.tpu_auth`: 401, 403,
   SERVICE_DISABLED per quota project, self-signed service-account JWTs, impersonation).
 
-Every request is vetted and every answer recorded (:mod:`infra.local.api_traffic`): the tests judge
+Every request is vetted and every answer recorded (:mod:`infra.emulated.api_traffic`): the tests judge
 both by Google's discovery documents (tpu v2; iamcredentials v1 for ``generateAccessToken``).
 
 ``calls`` records every request (rpc name, method, path, query, parsed body, status, the
@@ -73,7 +73,7 @@ from google.protobuf import empty_pb2, json_format, timestamp_pb2
 from google.protobuf.message import Message
 from google.rpc import code_pb2, status_pb2
 
-from infra.local import api_traffic
+from infra.emulated import api_traffic
 from tests.fakes.rpc_errors import ApiError, error_response, quota_failure, rate_limited, service_disabled
 from tests.fakes.tpu_auth import FakeAuth
 from tests.fakes.tpu_faults import FaultPlan

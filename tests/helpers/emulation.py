@@ -17,7 +17,7 @@ from pathlib import Path
 import psutil
 
 from infra.config import load_stack_file
-from infra.local import gcs_clients
+from infra.emulated import gcs_clients
 from tests import compilation_cache
 from training.metrics.run_log import read_records
 from training.run_dir import RunDir

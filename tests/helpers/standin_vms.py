@@ -10,8 +10,8 @@ from pathlib import Path
 import psutil
 
 from infra.config import load_stack_file
+from infra.emulated.state import LocalPaths
 from infra.local.emulated_stack import EmulatedStack, Options
-from infra.local.state import LocalPaths
 
 # Stands in for the startup script: says where it booted, keeps running like a trainer, and
 # on SIGTERM (shutdown, preemption notice) writes a line and exits.

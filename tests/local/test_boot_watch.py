@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from infra.config import load_stack_file
+from infra.emulated.state import LocalPaths
+from infra.emulated.vm import EmulatedVM
 from infra.local import boot_watch
 from infra.local.boot_watch import BootWatch
 from infra.local.emulated_stack import EmulatedStack, EmulationError, Options
-from infra.local.state import LocalPaths
-from infra.local.vm import EmulatedVM
 
 STACK = Path(__file__).parents[1] / "stacks" / "Pulumi.emu.yaml"
 MARKER = "systemd[1]: Started multislice-trainer.service."

@@ -18,7 +18,7 @@ import pytest
 
 from infra import startup
 from infra.config import load_stack_file
-from infra.local import gcs
+from infra.emulated import gcs
 from tests.helpers.emulation import (
     COMMAND_STACK,
     ON_COMPUTE_ENGINE,

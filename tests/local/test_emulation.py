@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from infra.config import load_stack_file
-from infra.local import gcs, gcs_clients
+from infra.emulated import gcs, gcs_clients
 from tests.helpers.emulation import (
     CLI,
     PRINTED_CLI,
@@ -531,12 +531,12 @@ def test_a_stale_state_file_never_signals_an_unrelated_process(tmp_path):
 @pytest.mark.slow
 def test_a_killed_emulators_vms_stop_by_themselves_and_the_next_up_resumes_bit_identically(uninterrupted, tmp_path):
     # `local up` SIGKILLed mid-run (no cleanup of its own): its VMs, trainers, log shippers and
-    # the emulated Cloud Storage stop by themselves (the lifeline: infra.local.lifeline) within
+    # the emulated Cloud Storage stop by themselves (the lifeline: infra.emulated.lifeline) within
     # the stated bound; the next `local up` resumes from the last finalized checkpoint and every
     # step's loss is the uninterrupted run's.
     import time
 
-    from infra.local.lifeline import ORPHAN_STOP_S
+    from infra.emulated.lifeline import ORPHAN_STOP_S
 
     proc = subprocess.Popen(
         CLI + ["local", "up", "--config-file", str(STACK)],

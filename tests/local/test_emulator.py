@@ -19,9 +19,9 @@ import psutil
 import pytest
 
 from infra.config import load_stack_file
+from infra.emulated.state import EMULATION_ID_ENV, LocalPaths
 from infra.local.emulated_stack import EmulatedStack, EmulationError, Options
 from infra.local.faults import Fault
-from infra.local.state import EMULATION_ID_ENV, LocalPaths
 from tests.helpers.emulation import compute_engine_stack
 from tests.helpers.standin_vms import SCRIPT, boot_log, booted, running, wait_until_up
 

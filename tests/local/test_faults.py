@@ -83,7 +83,8 @@ def nothing_may_start(monkeypatch, tmp_path):
     """``multislice local up`` with its state under ``tmp_path``, where taking the run's lock
     (the first thing that touches the state) or booting the emulated queued resource fails
     the test."""
-    from infra.local import emulated_stack, state as local_state
+    from infra.emulated import state as local_state
+    from infra.local import emulated_stack
 
     def started(*args, **kwargs):
         raise AssertionError("the run started despite a bad fault spec")

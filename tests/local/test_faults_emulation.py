@@ -28,7 +28,7 @@ from typer.testing import CliRunner
 
 from infra.cli import app
 from infra.config import load_stack_file
-from infra.local import gcs_clients
+from infra.emulated import gcs_clients
 from tests import compilation_cache
 from tests.helpers.datasets import corpus
 from training import train

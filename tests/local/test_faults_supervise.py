@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 
 from infra.config import load_stack_file
+from infra.emulated.state import LocalPaths
 from infra.local import emulated_stack
 from infra.local.emulated_stack import EmulatedStack, Options
 from infra.local.faults import Fault
 from infra.local.progress import ProgressSample
-from infra.local.state import LocalPaths
 from training.metrics.run_log import RecordLog, read_records
 from training.run_dir import RunDir
 

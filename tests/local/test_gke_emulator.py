@@ -12,10 +12,10 @@ import time
 import psutil
 import pytest
 
+from infra import vm_contract as contract
 from infra.backends.gke.emulation import request_reset
+from infra.emulated.service_manager import session_pids
 from infra.local.emulated_stack import Options
-from infra.local.service_manager import session_pids
-from infra.startup import contract
 from tests.helpers.emulation import gke_stack
 from tests.helpers.standin_vms import boot_log, booted, running, wait_until_up
 

@@ -76,7 +76,8 @@ def test_a_full_disk_met_during_the_run_is_named(tmp_path, monkeypatch):
     import errno
 
     from infra.config import load_stack_file
-    from infra.local import lifecycle, state
+    from infra.emulated import state
+    from infra.local import lifecycle
     from infra.local.options import Options
 
     def full(*args, **kwargs):

@@ -112,7 +112,7 @@ def test_the_live_bar_shows_step_total_loss_tokens_per_second_eta_and_restarts()
 
 
 SAY_AND_SUMMARY = """
-from infra.cli.local import print_summary
+from infra.cli.run_summary import print_summary
 from infra.cli.options import say
 say("a progress sentence that is much longer than the forty columns this test's COLUMNS allows, on one line")
 print_summary({"complete": True, "run_dir": "gs://a-bucket-name/runs/" + "r" * 80})

@@ -11,7 +11,7 @@ from tests.helpers import emulation
 
 
 def test_a_command_past_its_bound_is_stopped_and_named_with_its_last_lines(tmp_path, monkeypatch):
-    # Its own SIGINT handler, as `local up` installs one (infra.local.stop_signals): an xdist
+    # Its own SIGINT handler, as `local up` installs one (infra.emulated.stop_signals): an xdist
     # worker starts its children with SIGINT ignored.
     script = (
         "import signal, time\nsignal.signal(signal.SIGINT, signal.default_int_handler)\n"

@@ -3,7 +3,7 @@
 only waits), finds each device's slice in ``slice_index`` as on Cloud TPU — it builds its hybrid mesh
 with ``create_hybrid_device_mesh`` over ``slice_index`` (tests/fakes/slices/hybrid_mesh.py) and
 passes the Multislice overview's slice check (tests/fakes/slices/slice_count.py). One emulation of
-two VMs (infra/local/vm_site/sitecustomize.py, point 4; docs/emulation.md)."""
+two VMs (infra/emulated/vm_site/sitecustomize.py, point 4; docs/emulation.md)."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from infra.cli.local import print_summary
+from infra.cli.run_summary import print_summary
 from infra.local.summary import name_own_resume, summarize, unplanned_restarts
 from training.checkpoint.completion import write_completion
 from training.metrics.run_log import RecordLog

@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
+from infra import vm_contract as contract
 from infra.backends.compute_engine import emulation as ce_emulation
 from infra.config import StackConfig, load_stack_file
+from infra.emulated.gcs import client_env
+from infra.emulated.metadata import MetadataServer
+from infra.emulated.state import EMULATION_ID_ENV, LocalPaths
 from infra.local import topology
-from infra.local.gcs import client_env
-from infra.local.metadata import MetadataServer
-from infra.local.state import EMULATION_ID_ENV, LocalPaths
-from infra.startup import contract
 from training import cluster
 
 STACK = Path(__file__).parents[1] / "stacks" / "Pulumi.emu.yaml"
@@ -88,7 +88,7 @@ def test_one_slice_has_no_megascale_settings(tmp_path):
 def test_delete_on_complete_names_the_queued_resource_as_pulumi_up_does(tmp_path, capacity, key, expected):
     from infra.backends.queued_resource.program import queued_resource_inputs
     from infra.startup import render
-    from infra.startup.contract import DELETE_QUEUED_RESOURCE_KEY
+    from infra.vm_contract import DELETE_QUEUED_RESOURCE_KEY
 
     path = tmp_path / "Pulumi.emu.yaml"
     variant = STACK.read_text().replace("multislice:capacity: spot", f"multislice:capacity: {capacity}")
@@ -143,7 +143,7 @@ def test_the_vm_environment(tmp_path, monkeypatch):
         env["MULTISLICE_HEARTBEAT_TIMEOUT_S"],
         env["MULTISLICE_INIT_TIMEOUT_S"],
     ) == ("4321", "7", "99")
-    # The trainer's storage clients reach the emulated Cloud Storage (infra.local.gcs).
+    # The trainer's storage clients reach the emulated Cloud Storage (infra.emulated.gcs).
     assert env["STORAGE_EMULATOR_HOST"] == env["TENSORSTORE_GCS_HTTP_URL"] == "http://127.0.0.1:4443"
     assert {key: env[key] for key in storage} == storage
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from infra.config import load_stack_file
-from infra.local import gcs_clients
+from infra.emulated import gcs_clients
 from tests import compilation_cache
 from training.metrics.restarts import restarts_of
 from training.metrics.run_log import read_records

@@ -15,7 +15,7 @@ import pytest
 from infra.backends.change import CONFIRM_KEY
 from infra.backends.compute_engine.inputs import GROUP_DESCRIPTION, REPLACES_QUEUED_RESOURCE
 from infra.policy.evaluate import check_world
-from infra.startup.contract import STARTUP_SCRIPT_KEY
+from infra.vm_contract import STARTUP_SCRIPT_KEY
 from tests.fakes.pulumi_program import evaluate
 from tests.helpers.compute_engine import GROUP, TEMPLATE, ce_map
 from tests.helpers.policies import changed, stack_violations, violations

@@ -17,7 +17,7 @@ import pytest
 from infra.backends.change import CONFIRM_KEY
 from infra.backends.compute_engine.inputs import GROUP_DESCRIPTION, REPLACES_QUEUED_RESOURCE
 from infra.components.service_account import compute_read_role_id, slice_repair_role_id
-from infra.startup.contract import (
+from infra.vm_contract import (
     BACKEND_KEY,
     COMPUTE_ENGINE_ACCELERATOR_KEY,
     COMPUTE_ENGINE_TPU_ENV_KEY,

@@ -26,6 +26,7 @@ PURE_TRAINING = {
     "training",
     "training.model",
     "training.config",
+    "training.model.config",
     "training.validation",
     "training.model.shapes",
     "training.model.presets",

@@ -25,7 +25,7 @@ from infra.components.network import IAP_SSH_RANGE
 from infra.components.service_account import delete_role_id
 from infra.config import StackConfigError, available_stacks, load_stack
 from infra.startup.bundle import build_archive
-from infra.startup.contract import (
+from infra.vm_contract import (
     COMPILATION_CACHE_FOLDER,
     DELETE_QUEUED_RESOURCE_KEY,
     RUN_DIR_KEY,

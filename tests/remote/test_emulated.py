@@ -17,8 +17,8 @@ from typer.testing import CliRunner
 
 from infra.cli import app
 from infra.config import load_stack_file
-from infra.local import state as state_lib
-from infra.local.state import EMULATION_ID_ENV, LocalPaths
+from infra.emulated import state as state_lib
+from infra.emulated.state import EMULATION_ID_ENV, LocalPaths
 
 STACK = Path(__file__).parents[1] / "stacks" / "Pulumi.emu.yaml"
 

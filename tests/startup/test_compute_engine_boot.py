@@ -14,8 +14,8 @@ from collections.abc import Mapping
 
 import pytest
 
+from infra import vm_contract as contract
 from infra.backends.compute_engine.emulated_api import ComputeApi
-from infra.startup import contract
 from tests.fakes.startup_vm import (  # noqa: F401 (fixtures)
     CE_GROUPS,
     CE_PROJECT,

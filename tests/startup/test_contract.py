@@ -1,4 +1,4 @@
-"""infra/startup/contract.py: the names ``pulumi up`` and a TPU VM agree on are declared once.
+"""infra/vm_contract.py: the names ``pulumi up`` and a TPU VM agree on are declared once.
 
 Each name a shell template (infra/startup/*.sh, *.sh.in) spells is one the contract declares,
 and each one the contract declares for the scripts is spelled where a template uses it; the
@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from infra import vm_contract as contract
 from infra.backends.registry import SPECS
 from infra.backends.spec import IDENTITY_SOURCES
-from infra.startup import boot as boot_module, contract, templates
+from infra.startup import boot as boot_module, templates
 
 ROOT = Path(__file__).resolve().parents[2]
 STARTUP = ROOT / "infra" / "startup"
@@ -47,7 +48,8 @@ HEREDOC_DELIMITER = "MULTISLICE_RELEASE"
 
 
 def template_text(name: str) -> str:
-    return (STARTUP / name).read_text(encoding="utf-8")
+    """A template's whole text (both files of boot.sh.in: templates.JOINED)."""
+    return templates.template(name)
 
 
 def every_template_text() -> list[str]:
@@ -186,7 +188,7 @@ def test_the_workload_launcher_spells_the_contracts_names():
 
 
 def test_the_contract_imports_nothing():
-    tree = ast.parse((STARTUP / "contract.py").read_text())
+    tree = ast.parse((ROOT / "infra" / "vm_contract.py").read_text())
     imports = [node for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))]
     assert [getattr(node, "module", None) for node in imports] == ["__future__"]
 
@@ -197,12 +199,12 @@ def test_the_contract_imports_nothing():
 #: GceTpuCluster asks the metadata server (the emulated VM's sitecustomize.py runs in any Python
 #: and imports nothing of infra/).
 ELSEWHERE = {
-    ("infra/local/vm_site/sitecustomize.py", "agent-worker-number"),
-    # The VM's local disk, where it keeps the emulated chips' lock; tests/local/test_vm_site.py
+    ("infra/emulated/vm_site/sitecustomize.py", "agent-worker-number"),
+    # The VM's local disk, where it keeps the emulated chips' lock; tests/emulated/test_vm_site.py
     # checks it equals contract.HOME_ENV.
-    ("infra/local/vm_site/sitecustomize.py", "MULTISLICE_HOME"),
+    ("infra/emulated/vm_site/sitecustomize.py", "MULTISLICE_HOME"),
     ("infra/credentials.py", "GCE_METADATA_IP"),
-    ("infra/local/vm.py", "startup-script"),
+    ("infra/emulated/vm.py", "startup-script"),
     ("infra/status/plot.py", "COMPLETE"),
     # The Cloud Storage emulator's variable (google-cloud-storage's own name), read at preview by
     # the config layer, which sits below infra.startup (tests/test_import_graph.py); a test in
@@ -245,7 +247,7 @@ def test_no_module_of_infra_spells_a_contract_value_outside_the_contract():
     found = {
         (str(path.relative_to(ROOT)), literal)
         for path in sorted((ROOT / "infra").rglob("*.py"))
-        if path.name != "contract.py"
+        if path.name != "vm_contract.py"
         for literal in _literals(path) & values
     }
     assert found <= ELSEWHERE

@@ -12,8 +12,8 @@ import pytest
 from google.cloud import tpu_v2
 
 from infra import startup
-from infra.local.metadata import EMULATED_TOKEN, MetadataServer
-from infra.startup.contract import DELETE_QUEUED_RESOURCE_KEY
+from infra.emulated.metadata import EMULATED_TOKEN, MetadataServer
+from infra.vm_contract import DELETE_QUEUED_RESOURCE_KEY
 from tests.fakes.startup_vm import RUN_DIR, Vm, dev_stack, gcs, prefixed, script  # noqa: F401 (fixtures)
 from tests.fakes.tpu_api import FakeTpuApi
 

@@ -13,8 +13,7 @@ import json
 
 import pytest
 
-from infra import startup
-from infra.startup import contract
+from infra import startup, vm_contract as contract
 from tests.fakes.gcs_server import FakeGcs
 from tests.fakes.startup_vm import BUCKET, RUN_DIR, dev_stack, prefixed, script, vm  # noqa: F401 (fixtures)
 

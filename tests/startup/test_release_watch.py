@@ -13,9 +13,8 @@ import time
 
 import pytest
 
-from infra import startup
+from infra import startup, vm_contract as contract
 from infra.backends.compute_engine.emulated_api import ComputeApi
-from infra.startup import contract
 from tests.fakes.gcs_server import FakeGcs
 from tests.fakes.startup_vm import (  # noqa: F401 (fixtures)
     BUCKET,

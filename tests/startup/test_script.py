@@ -24,6 +24,7 @@ from infra import startup
 from infra.config import StackConfig, load_stack
 from infra.startup import bundle, lockfile
 from infra.startup.bundle import MACHINE_ONLY_PACKAGES, build_bundle
+from infra.startup.templates import JOINED
 
 ROOT = Path(__file__).resolve().parents[2]
 STACKS = ("dev", "staging", "prod")
@@ -284,8 +285,17 @@ TEMPLATES = (
 @pytest.mark.parametrize("resource", TEMPLATES)
 def test_template_is_package_data(resource):
     """render() reads the templates through importlib.resources (what an installed wheel
-    has), and they are the checked-in files."""
-    assert startup.template(resource) == (ROOT / "infra" / "startup" / resource).read_text(encoding="utf-8")
+    has), and they are the checked-in files: boot.sh.in's two files joined, each after the first
+    without the lines that let shellcheck read it alone (templates.JOINED)."""
+    first, *rest = (ROOT / "infra" / "startup" / part for part in JOINED.get(resource, (resource,)))
+    checked_in = first.read_text(encoding="utf-8")
+    for part in rest:
+        lint_lines, body = part.read_text(encoding="utf-8").split("\n\n", 1)
+        assert all(
+            line.startswith("#") for line in lint_lines.splitlines()
+        )  # comments only: nothing of boot.sh is dropped
+        checked_in += "\n" + body
+    assert startup.template(resource) == checked_in
     assert startup.template(resource).startswith("#!/bin/bash\n")
 
 

@@ -18,10 +18,11 @@ from pathlib import Path
 
 import pytest
 
+from infra import vm_contract as contract
 from infra.backends.compute_engine.emulated_api import ComputeApi
 from infra.config import validate_stack
-from infra.local.metadata import MetadataServer
-from infra.startup import boot, contract
+from infra.emulated.metadata import MetadataServer
+from infra.startup import boot
 from tests.fakes import discovery
 from tests.fakes.startup_vm import CE_GROUPS, CE_PROJECT, CE_ZONE
 from tests.helpers.compute_engine import ce_map

@@ -16,9 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from infra import startup
-from infra.local.units import parse_service
-from infra.startup import contract
+from infra import startup, vm_contract as contract
+from infra.emulated.units import parse_service
 from infra.startup.bundle import MACHINE_ONLY_PACKAGES
 from tests.fakes.startup_vm import BUCKET, RUN_DIR, Vm, dev_stack, gcs, prefixed, script, vm  # noqa: F401 (fixtures)
 

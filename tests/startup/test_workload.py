@@ -24,6 +24,7 @@ import pytest
 from infra import startup
 from infra.config import StackConfig
 from infra.startup import lockfile, workload as workload_release
+from infra.startup.templates import BOOT_RESOURCE, template
 from infra.startup.uv_lock import Lock
 from tests.fakes.startup_vm import (
     BUCKET,
@@ -219,7 +220,7 @@ def test_the_vms_install_command_installs_a_hash_pinned_url_archive(tmp_path):
     uv = Path(sys.prefix) / "bin" / "uv"
     if not uv.is_file():
         pytest.skip("no uv in this environment (uv sync installs the dev group)")
-    boot = (ROOT / "infra" / "startup" / "boot.sh.in").read_text()
+    boot = template(BOOT_RESOURCE)
     assert '"$uv" --no-config pip install --python "$tmp/venv/bin/python" --require-hashes -r "$requirements"' in boot
     served = tmp_path / "served"
     served.mkdir()

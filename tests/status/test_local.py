@@ -16,8 +16,8 @@ from typer.testing import CliRunner
 
 from infra.cli import app
 from infra.config import load_stack_file
-from infra.local import gcs, gcs_clients, supervisor
-from infra.local.state import LocalPaths, record_deletion
+from infra.emulated import gcs, gcs_clients, supervisor
+from infra.emulated.state import LocalPaths, record_deletion
 from infra.status import capacity
 from infra.status.plot import kept_and_recomputed, marks
 from tests.fakes.synthetic_run import Fault, SyntheticRun, upload

@@ -15,8 +15,8 @@ import orbax.checkpoint as ocp
 import pytest
 
 from infra.config import load_stack_file
+from infra.emulated.state import LocalPaths
 from infra.local.emulated_stack import EmulatedStack
-from infra.local.state import LocalPaths
 from tests.helpers.checkpoint_errors import REPR, StandInManager
 from training import preemption
 from training.checkpoint import manager as checkpointing

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from infra.local.metadata import MetadataServer
+from infra.emulated.metadata import MetadataServer
 from training import cluster
 
 TPU_ENV = (
@@ -77,7 +77,7 @@ def test_metadata_needs_the_flavor_header_and_reports_missing_keys(monkeypatch):
 
 
 def test_unreachable_metadata_server_fails_within_bounded_time(monkeypatch):
-    from infra.local.ports import free_port
+    from infra.emulated.ports import free_port
 
     monkeypatch.setenv("GCE_METADATA_IP", f"127.0.0.1:{free_port()}")
     start = time.monotonic()

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from infra.cli import app
 from infra.config import load_stack
-from infra.local.metadata import MetadataServer
+from infra.emulated.metadata import MetadataServer
 from infra.logs import cloud
 from infra.logs.filter import TRAINER_LOG
 from tests.fakes.logging_api import FakeLoggingApi

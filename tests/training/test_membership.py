@@ -1,6 +1,6 @@
 """The run's membership record (training/membership.py): each change is the next epoch, created
 only if absent, so of writers racing from one epoch exactly one decides; on a local run directory
-and on the emulated Cloud Storage (its 412 on ``ifGenerationMatch=0``: tests/local/test_gcs_preconditions.py)."""
+and on the emulated Cloud Storage (its 412 on ``ifGenerationMatch=0``: tests/emulated/test_gcs_preconditions.py)."""
 
 from __future__ import annotations
 

@@ -32,7 +32,7 @@ def test_tpu_devices_group_by_slice_index():
 
 
 def test_cpu_devices_that_know_their_slice_group_by_it():
-    # The emulation's chips (infra/local/vm_site/sitecustomize.py) carry the slice of the VM that
+    # The emulation's chips (infra/emulated/vm_site/sitecustomize.py) carry the slice of the VM that
     # owns them; when that names as many slices as the job has, it is what groups them, as on TPU
     # (here against process order, so only slice_index can give this grouping).
     devices = [fake_device(i, i // 2, slice_index=1 - i // 4) for i in range(8)]  # 4 processes, 2 slices

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from infra.startup import contract
+from infra import vm_contract as contract
 from training import workload
 from training.cluster import ClusterIdentity, parse_tpu_env
 from training.metrics.run_log import read_records
@@ -189,7 +189,7 @@ def test_a_command_that_cannot_start_is_a_config_error(tmp_path):
 def test_on_compute_engine_the_command_gets_the_identity_of_the_units_environment(tmp_path, monkeypatch):
     """A Compute Engine TPU VM has no Cloud TPU metadata: the launcher reads the identity boot.sh
     wrote into the unit's environment, and the command sees the MEGASCALE_* values of it."""
-    from infra.local.metadata import MetadataServer
+    from infra.emulated.metadata import MetadataServer
 
     env_file = tmp_path / "env.json"
     spec = tmp_path / "workload.json"

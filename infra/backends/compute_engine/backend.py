@@ -20,11 +20,11 @@ from infra.backends.queued_resource.spec import SPEC as QUEUED_RESOURCE
 if TYPE_CHECKING:
     import pulumi
 
+    from infra.backends.capacity import CapacityStatus
     from infra.config import StackConfig
-    from infra.local.state import LocalPaths
+    from infra.emulated.kit import LocalPaths
     from infra.remote.selection import Worker
     from infra.startup import RenderedScript
-    from infra.status.capacity import CapacityStatus
 
 
 class ComputeEngineBackend(Backend):
@@ -85,11 +85,11 @@ class ComputeEngineBackend(Backend):
         """Each slice's group through gcloud (:func:`~infra.backends.compute_engine.instance_groups.list_group`;
         the Cloud TPU API knows nothing of Compute Engine TPU VMs); credentials for the bucket
         unless Cloud Storage is a loopback fake."""
+        from infra.backends.capacity import CapacityError, status_credentials
         from infra.backends.compute_engine import capacity
         from infra.backends.compute_engine.instance_groups import list_group
         from infra.remote.gcloud import gcloud_executable
         from infra.remote.selection import RemoteError
-        from infra.status.capacity import CapacityError, status_credentials
 
         try:
             gcloud = gcloud_executable()
@@ -106,7 +106,7 @@ class ComputeEngineBackend(Backend):
         return CapacitySource(lambda: capacity.read(config, listed), credentials)
 
     def gone_after_completion(self, config: StackConfig, completed_step: int | None) -> CapacityStatus:
-        from infra.status.capacity import deleted
+        from infra.backends.capacity import deleted
 
         cap = deleted(
             config.resource_prefix,

@@ -9,7 +9,7 @@ A slice is ``READY`` when its group lists exactly the slice's VMs and every one 
 with no action scheduled by the group (``currentAction`` ``NONE``), ``MISSING`` when the group
 does not exist, else ``NOT_READY`` (VMs being created, recreated, stopped, …). The stack is
 ``READY`` when every slice is. When no group exists the stack is not deployed
-(:class:`~infra.status.capacity.QueuedResourceNotFound`, which the reader words per backend).
+(:class:`~infra.backends.capacity.QueuedResourceNotFound`, which the reader words per backend).
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from infra.backends.capacity import CapacityStatus, InstanceStatus, QueuedResourceNotFound, SliceStatus
 from infra.backends.compute_engine.spec import SPEC
-from infra.status.capacity import CapacityStatus, InstanceStatus, QueuedResourceNotFound, SliceStatus
 
 #: Lists one group: its instances sorted by name (each with ``name``, ``status``, ``action`` and
 #: ``up``), or None when the group does not exist.

@@ -27,7 +27,7 @@ https://cloud.google.com/compute/docs/reference/rest/v1; the shapes of gcloud's 
   names the group had (a simplification: Compute Engine names new VMs anew), and is recorded
   (:meth:`ComputeApi.take_recreations`) for the emulation to carry out.
 
-Every request is vetted and every answer recorded (:mod:`infra.local.api_traffic`): the tests judge
+Every request is vetted and every answer recorded (:mod:`infra.emulated.api_traffic`): the tests judge
 both by Google's discovery document of the Compute API v1. An unknown group or VM is HTTP 404 and a
 request without ``Authorization: Bearer`` 401, each with Google's error JSON (``{"error": {"code",
 "message", "status"}}``); a POST without ``Content-Length`` is 411 with the page Google's front end
@@ -49,10 +49,9 @@ import string
 import threading
 import urllib.parse
 
-from infra.local import api_traffic
-from infra.local.loopback_http import LoopbackServer
+from infra.emulated.kit import LoopbackServer, api_traffic
 
-#: The API this serves, as its discovery document is named (:mod:`infra.local.api_traffic`).
+#: The API this serves, as its discovery document is named (:mod:`infra.emulated.api_traffic`).
 API = "compute.v1"
 #: What Google's front end answers a POST without ``Content-Length`` (HTTP 411, an HTML page of the
 #: front end's, before any API sees the request): its sentence, as the page words it.

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import random
 
+from infra import vm_contract as contract
 from infra.backends.compute_engine import provisioning, tpu_env
 from infra.backends.compute_engine.emulated_api import ComputeApi, instance_name
 from infra.backends.interface import KEPT, Emulation
 from infra.config import StackConfig
-from infra.startup import contract
 
 #: The project number in an emulated VM's ``instance/zone`` (``projects/<number>/zones/<zone>``,
 #: https://cloud.google.com/compute/docs/metadata/predefined-metadata-keys): a placeholder.

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import pulumi
 
 from infra.backends.compute_engine import provisioning, tpu_env
-from infra.startup.contract import (
+from infra.vm_contract import (
     BACKEND_KEY,
     COMPUTE_ENGINE_ACCELERATOR_KEY,
     COMPUTE_ENGINE_BACKEND,
@@ -101,7 +101,7 @@ class ComputeEngineInputs:
 
     def template_metadata(self) -> dict[str, str]:
         """The template's metadata: :attr:`metadata` plus what a VM needs to find its place
-        (``boot.sh`` reads them: :mod:`infra.startup.contract`)."""
+        (``boot.sh`` reads them: :mod:`infra.vm_contract`)."""
         return {
             **self.metadata,
             BACKEND_KEY: COMPUTE_ENGINE_BACKEND,

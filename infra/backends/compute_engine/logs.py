@@ -7,7 +7,7 @@ https://cloud.google.com/logging/docs/api/v2/resource-list). No documented resou
 the instance, its group or the stack, and the instance ids are only known once the groups made
 them, so the stack's trainer lines are told by the entry labels the trainer writes on every VM:
 ``run`` (the run name), ``slice`` and ``worker`` (:func:`compute_engine_filter`). The VMs' log
-shipping writes the trainer's lines to :data:`~infra.logs.query.TRAINER_LOG` with that resource
+shipping writes the trainer's lines to :data:`~infra.backends.log_query.TRAINER_LOG` with that resource
 and those labels (training/log_shipping.py).
 """
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from infra.logs.query import TRAINER_LOG, narrowed
+from infra.backends.log_query import TRAINER_LOG, narrowed
 
 #: ``resource.type`` of a Compute Engine VM's entries (see the module docstring).
 GCE_INSTANCE = "gce_instance"
@@ -24,7 +24,7 @@ GCE_INSTANCE = "gce_instance"
 def compute_engine_filter(config, run: str | None = None) -> str:
     """The trainer's lines of run ``run`` (default: the stack's run name) on the stack's Compute
     Engine VMs: ``gce_instance`` entries in the stack's project and zone, of the log
-    :data:`~infra.logs.query.TRAINER_LOG`, labelled with the run (see the module docstring)."""
+    :data:`~infra.backends.log_query.TRAINER_LOG`, labelled with the run (see the module docstring)."""
     return " AND ".join(
         (
             f'resource.type="{GCE_INSTANCE}"',

@@ -7,12 +7,11 @@ from typing import Any
 
 import pulumi
 
-from infra import startup
+from infra import startup, vm_contract as contract
 from infra.backends.compute_engine import machine, tpu_env
 from infra.backends.compute_engine.inputs import ComputeEngineInputs
 from infra.backends.compute_engine.slices import ComputeEngineSlices
 from infra.config import StackConfig
-from infra.startup import contract
 
 
 def compute_engine_inputs(
@@ -29,7 +28,7 @@ def compute_engine_inputs(
 
     One group per slice, named as the queued resource's nodes are (``config.node_ids``); the
     template's metadata holds the startup script and the run directory as on the queued
-    resource (:func:`infra.startup.contract.node_metadata`, never the delete-on-complete key:
+    resource (:func:`infra.vm_contract.node_metadata`, never the delete-on-complete key:
     not on this backend). The machine type and topology come from the catalog
     (:mod:`infra.accelerators`). ``replaces_queued_resource``: the stack's last deployment used
     the queued-resource backend (:func:`backend_gate`). Pure: equal configs give equal inputs.

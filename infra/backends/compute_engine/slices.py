@@ -8,7 +8,7 @@ import pulumi_gcp as gcp
 from infra.backends.compute_engine import images, machine, provisioning
 from infra.backends.compute_engine.inputs import CLOUD_PLATFORM_SCOPE, ComputeEngineInputs
 from infra.backends.compute_engine.scheduling import reservation_affinity, scheduling
-from infra.startup.contract import STARTUP_SCRIPT_KEY
+from infra.vm_contract import STARTUP_SCRIPT_KEY
 
 #: The workload policy's type: the only one that takes an accelerator topology (gcloud's
 #: ``ValidateWorkloadPolicy``; pulumi-gcp ``ResourcePolicyWorkloadPolicyArgs.accelerator_topology``:

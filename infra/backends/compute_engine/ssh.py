@@ -42,7 +42,7 @@ from infra import invocation
 from infra.remote.command import run_id, run_once
 from infra.remote.fanout import Target
 from infra.remote.selection import Worker
-from infra.startup.contract import TRAINER_UNIT
+from infra.vm_contract import TRAINER_UNIT
 
 #: The ssh command group (GA).
 SSH_COMMAND = ("compute", "ssh")

@@ -8,7 +8,7 @@ Google's gke-labs/tpu-operator README ("Step 4: Schedule Your Workloads") runs a
 ``TPU_WORKER_HOSTNAMES=<host>:8471,…`` (worker order), and passes the process id to
 ``jax.distributed.initialize`` itself. The values that do not depend on the VMs' addresses are
 derived here from the slice's shape and go into the instance template's metadata
-(``infra.startup.contract.COMPUTE_ENGINE_TPU_ENV_KEY``, as :func:`metadata_value` writes them);
+(``infra.vm_contract.COMPUTE_ENGINE_TPU_ENV_KEY``, as :func:`metadata_value` writes them);
 ``boot_identity.sh`` adds the two host lists once it knows the slice's hosts, and the trainer
 passes the process id explicitly (``training.cluster.initialize``).
 

@@ -13,21 +13,20 @@ import shlex
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from infra import invocation
+from infra import invocation, vm_contract as contract
 from infra.backends.gke import logs, names, operate
 from infra.backends.gke.jobset import CONTAINER, JOB_INDEX_LABEL
 from infra.backends.gke.spec import SPEC
 from infra.backends.interface import Backend, CapacitySource, Emulation, ExecPlan
-from infra.startup import contract
 
 if TYPE_CHECKING:
     import pulumi
 
+    from infra.backends.capacity import CapacityStatus
     from infra.config import StackConfig
-    from infra.local.state import LocalPaths
+    from infra.emulated.kit import LocalPaths
     from infra.remote.selection import Worker
     from infra.startup import RenderedScript
-    from infra.status.capacity import CapacityStatus
 
 
 class GkeBackend(Backend):
@@ -91,10 +90,10 @@ class GkeBackend(Backend):
         """The run's Pods through kubectl (:mod:`~infra.backends.gke.capacity`); credentials for the
         bucket unless Cloud Storage is a loopback fake."""
 
+        from infra.backends.capacity import CapacityError, status_credentials
         from infra.backends.gke import capacity
         from infra.backends.gke.kubectl import KubectlError, kubectl_executable, list_pods
         from infra.backends.gke.operate import PodListingError
-        from infra.status.capacity import CapacityError, status_credentials
 
         try:
             kubectl_executable()
@@ -113,7 +112,7 @@ class GkeBackend(Backend):
         return CapacitySource(read, credentials)
 
     def gone_after_completion(self, config: StackConfig, completed_step: int | None) -> CapacityStatus:
-        from infra.status.capacity import deleted
+        from infra.backends.capacity import deleted
 
         cap = deleted(
             names.jobset_name(config),

@@ -7,17 +7,17 @@ A slice is ``READY`` when it has one Pod per VM and every one is ``Running``, ``
 every Pod ended 0, ``MISSING`` when it has no Pod (the JobSet is being recreated, suspended, or
 gone), else ``NOT_READY`` (Pods pending, failed, or being replaced). The stack's state is the
 slices' common state, else ``NOT_READY``. No Pod at all is a stack without a run
-(:class:`~infra.status.capacity.QueuedResourceNotFound`).
+(:class:`~infra.backends.capacity.QueuedResourceNotFound`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from infra.backends.capacity import CapacityStatus, InstanceStatus, QueuedResourceNotFound, SliceStatus
 from infra.backends.gke import names
 from infra.backends.gke.operate import PodPlace, pods_of
 from infra.backends.gke.spec import SPEC
-from infra.status.capacity import CapacityStatus, InstanceStatus, QueuedResourceNotFound, SliceStatus
 
 READY, SUCCEEDED, NOT_READY, MISSING = "READY", "SUCCEEDED", "NOT_READY", "MISSING"
 

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 
 from infra.backends.gke.emulation import request_reset
-from infra.local.state import LocalPaths
+from infra.emulated.kit import LocalPaths
 from infra.remote.emulated import await_reboots, booted_groups, running_state
 from infra.remote.selection import RemoteError
 

@@ -28,10 +28,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from infra import vm_contract as contract
 from infra.backends.interface import KEPT, Emulation
 from infra.config import StackConfig
-from infra.local.state import LocalPaths
-from infra.startup import contract
+from infra.emulated.kit import LocalPaths
 
 #: Every emulated Pod's host (they all run on this machine).
 EMULATED_POD_HOST = "127.0.0.1"

@@ -51,7 +51,7 @@ from typing import Any
 from infra.backends.gke.node_pools import TPU_RESOURCE, TPU_TOLERATION, NodePoolShape, node_selector
 from infra.backends.gke.spec import injected_env_refusal
 from infra.startup.boot import CONFIG_ERROR_STATUS, DEFAULT_HOME
-from infra.startup.contract import RELEASE_UNVERIFIED_STATUS, RUN_DIR_ENV
+from infra.vm_contract import RELEASE_UNVERIFIED_STATUS, RUN_DIR_ENV
 
 API_VERSION = "jobset.x-k8s.io/v1alpha2"
 EXCLUSIVE_TOPOLOGY = "alpha.jobset.sigs.k8s.io/exclusive-topology"

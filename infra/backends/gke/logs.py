@@ -19,7 +19,7 @@ from datetime import datetime
 from infra.backends.gke import names
 from infra.backends.gke.jobset import CONTAINER, JOB_INDEX_LABEL
 from infra.backends.gke.operate import COMPLETION_INDEX_LABEL
-from infra.logs.query import narrowed
+from infra.backends.log_query import narrowed
 
 #: ``resource.type`` of a container's entries.
 K8S_CONTAINER = "k8s_container"

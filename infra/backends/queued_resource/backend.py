@@ -19,11 +19,11 @@ from infra.backends.queued_resource.spec import SPEC
 if TYPE_CHECKING:
     import pulumi
 
+    from infra.backends.capacity import CapacityStatus
     from infra.config import StackConfig
-    from infra.local.state import LocalPaths
+    from infra.emulated.kit import LocalPaths
     from infra.remote.selection import Worker
     from infra.startup import RenderedScript
-    from infra.status.capacity import CapacityStatus
 
 
 class QueuedResourceBackend(Backend):
@@ -66,8 +66,8 @@ class QueuedResourceBackend(Backend):
     def capacity_source(self, config: StackConfig, credential_settings: Any, emulated_storage: bool) -> CapacitySource:
         """The TPU API at ``MULTISLICE_TPU_API_ENDPOINT`` or Google's; credentials are needed unless
         both the TPU API and Cloud Storage are loopback fakes."""
+        from infra.backends.capacity import CapacityError, status_credentials
         from infra.backends.queued_resource import capacity as tpu
-        from infra.status.capacity import CapacityError, status_credentials
 
         settings = credential_settings
         url = tpu.endpoint()
@@ -88,7 +88,7 @@ class QueuedResourceBackend(Backend):
         return CapacitySource(read, credentials)
 
     def gone_after_completion(self, config: StackConfig, completed_step: int | None) -> CapacityStatus:
-        from infra.status.capacity import deleted
+        from infra.backends.capacity import deleted
 
         return deleted(
             config.queued_resource_id,

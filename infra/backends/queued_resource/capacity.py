@@ -19,8 +19,8 @@ import os
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-from infra.startup.contract import DEFAULT_TPU_API_ENDPOINT, TPU_API_ENDPOINT_ENV
-from infra.status.capacity import CapacityError, CapacityStatus, QueuedResourceNotFound, SliceStatus
+from infra.backends.capacity import CapacityError, CapacityStatus, QueuedResourceNotFound, SliceStatus
+from infra.vm_contract import DEFAULT_TPU_API_ENDPOINT, TPU_API_ENDPOINT_ENV
 
 #: Hosts a plain-http TPU API endpoint may name (a local fake).
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")

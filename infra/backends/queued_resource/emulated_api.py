@@ -7,9 +7,9 @@ by its metadata attribute ``multislice-delete-queued-resource`` (``infra/startup
 docs/deploying.md) with the VM's service-account token. The emulation does the same:
 
 * the VMs get the attribute exactly as ``pulumi up`` sets it
-  (:func:`infra.startup.contract.delete_on_complete_metadata`: only with
+  (:func:`infra.vm_contract.delete_on_complete_metadata`: only with
   ``multislice:queuedResource.deleteOnComplete``), the token from their emulated metadata
-  server (:data:`infra.local.metadata.EMULATED_TOKEN`), and ``MULTISLICE_TPU_API_ENDPOINT``
+  server (:data:`infra.emulated.metadata.EMULATED_TOKEN`), and ``MULTISLICE_TPU_API_ENDPOINT``
   pointing at :class:`EmulatedTpuApi` on 127.0.0.1 (always: an emulated VM never reaches
   Google's API);
 * :class:`EmulatedTpuApi` answers ``DELETE /v2/projects/P/locations/Z/queuedResources/ID?force=true``
@@ -31,11 +31,11 @@ docs/deploying.md) with the VM's service-account token. The emulation does the s
   state ``ACTIVE``), for the stack's queued resource while it is not deleted (else 404, a wrong
   token 401); the emulator then restarts every VM (``Repairs.reset`` of :mod:`infra.local.repairs`), as the
   reset reboots every VM of a queued resource and their startup scripts run again;
-* every request is vetted and every answer recorded (:mod:`infra.local.api_traffic`): the tests judge
+* every request is vetted and every answer recorded (:mod:`infra.emulated.api_traffic`): the tests judge
   both by Google's discovery document of the Cloud TPU API v2 (a request it refuses, such as a
   method the API does not have, is answered with the vetter's error);
 * :class:`DeleteOnComplete` records the deletion in the stack's state (``deleted.json``,
-  :func:`infra.local.state.record_deletion`; ``multislice local status`` reports ``DELETED``)
+  :func:`infra.emulated.state.record_deletion`; ``multislice local status`` reports ``DELETED``)
   and tells the emulator to stop the VMs still running :data:`infra.local.options.NODE_DELETE_DELAY_S` after it
   (the force delete deletes the nodes). ``local up``'s summary says ``capacity``:
   ``deleted`` (the queued resource was deleted on completion) or ``kept`` (it was not:
@@ -56,12 +56,17 @@ from urllib.parse import parse_qs, urlsplit
 
 from infra.backends.interface import DELETED, KEPT
 from infra.config import StackConfig
-from infra.local import api_traffic, state as state_lib, supervisor
-from infra.local.loopback_http import LoopbackServer
-from infra.local.metadata import EMULATED_TOKEN
-from infra.local.state import LocalPaths
-from infra.local.vm import EmulatedVM
-from infra.startup.contract import DELETE_QUEUED_RESOURCE_KEY, TPU_API_ENDPOINT_ENV, delete_on_complete_metadata
+from infra.emulated.kit import (
+    EMULATED_TOKEN,
+    EmulatedVM,
+    LocalPaths,
+    LoopbackServer,
+    api_traffic,
+    forget_deletion,
+    record_deletion,
+    stop_groups,
+)
+from infra.vm_contract import DELETE_QUEUED_RESOURCE_KEY, TPU_API_ENDPOINT_ENV, delete_on_complete_metadata
 
 #: ``/v2/<queued resource name>``, the path of queuedResources.delete.
 DELETE_PATH = re.compile(r"^/v2/(?P<name>projects/[^/]+/locations/[^/]+/queuedResources/[^/:]+)$")
@@ -76,7 +81,7 @@ _HTTP = {
     "NOT_FOUND": 404,
     "UNIMPLEMENTED": 501,
 }
-#: The API this serves, as its discovery document is named (:mod:`infra.local.api_traffic`).
+#: The API this serves, as its discovery document is named (:mod:`infra.emulated.api_traffic`).
 API = "tpu.v2"
 
 
@@ -279,7 +284,7 @@ class DeleteOnComplete:
     def start(self) -> None:
         """The queued resource is (created again and) not deleted: forget an earlier deletion
         and serve the API for this run."""
-        state_lib.forget_deletion(self.paths)
+        forget_deletion(self.paths)
         self.stop()
         self._reset_due.clear()
         self.api = EmulatedTpuApi(
@@ -290,7 +295,7 @@ class DeleteOnComplete:
         )
 
     def _record(self, name: str) -> None:
-        state_lib.record_deletion(self.paths, name, self.config.run_dir)
+        record_deletion(self.paths, name, self.config.run_dir)
 
     def environment(self) -> dict[str, str]:
         """What the VMs' environment needs: the TPU API endpoint (:meth:`start` first)."""
@@ -319,7 +324,7 @@ class DeleteOnComplete:
         running = [vm.name for vm in vms if vm.group is not None and vm.group.poll() is None]
         if running:
             report(f"capacity: the queued resource was deleted; stopping its VMs still running: {', '.join(running)}")
-        supervisor.stop_groups(groups, STOP_GRACE_S)
+        stop_groups(groups, STOP_GRACE_S)
         return True
 
     @property

@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from infra.local.state import LocalPaths
+from infra.emulated.kit import LocalPaths
 from infra.remote.emulated import await_reboots, booted_groups, running_state
 from infra.remote.selection import RemoteError
 
@@ -41,7 +41,7 @@ def reset(
     from google.oauth2.credentials import Credentials
 
     from infra.backends.queued_resource.provider.api import TpuApi
-    from infra.local.metadata import EMULATED_TOKEN
+    from infra.emulated.kit import EMULATED_TOKEN
 
     state = running_state(config, paths)
     url = state.get("tpu_api_url")

@@ -2,7 +2,7 @@
 emulated Cloud TPU API.
 
 A TPU VM of a queued resource learns its place from GCE metadata; the emulator serves the same keys
-(``infra.local.metadata``), with the values a real TPU VM of the stack would get
+(``infra.emulated.metadata``), with the values a real TPU VM of the stack would get
 (:func:`vm_metadata`):
 
 * ``agent-worker-number``: the worker index inside the slice;
@@ -14,7 +14,7 @@ A TPU VM of a queued resource learns its place from GCE metadata; the emulator s
   stack's ``gs://<bucket>/runs/<run>``, as ``pulumi up`` sets it;
 * with ``multislice:queuedResource.deleteOnComplete``, ``multislice-delete-queued-resource``:
   the queued resource's name, from the same function as ``pulumi up``
-  (:func:`infra.startup.contract.delete_on_complete_metadata`); worker 0 of slice 0 deletes it
+  (:func:`infra.vm_contract.delete_on_complete_metadata`); worker 0 of slice 0 deletes it
   through the emulated TPU API once the run is complete (:mod:`~infra.backends.queued_resource.emulated_api`).
 
 The node (slice) names are the stack's real ones, :attr:`infra.config.StackConfig.node_ids`,
@@ -24,10 +24,10 @@ the emulated TPU API (deleteOnComplete, and ``multislice local reset``'s ResetQu
 
 from __future__ import annotations
 
+from infra import vm_contract as contract
 from infra.backends.interface import Emulation
 from infra.backends.queued_resource.emulated_api import DeleteOnComplete
 from infra.config import StackConfig
-from infra.startup import contract
 
 #: Port part of ``MEGASCALE_COORDINATOR_ADDRESS`` as a queued resource sets it (JAX replaces it).
 MEGASCALE_PORT = 8080

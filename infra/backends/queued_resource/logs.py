@@ -2,7 +2,7 @@
 
 TPU VM logs have the monitored resource type ``tpu_worker`` with the labels ``project_id``,
 ``zone``, ``node_id`` and ``worker_id`` (https://cloud.google.com/logging/docs/api/v2/resource-list);
-the trainer's lines (:data:`infra.logs.query.TRAINER_LOG`) carry that resource (node = the VM's
+the trainer's lines (:data:`infra.backends.log_query.TRAINER_LOG`) carry that resource (node = the VM's
 slice, worker = its worker number) and the labels ``slice``, ``worker`` and ``run``.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from infra.logs.query import TRAINER_LOG, rfc3339
+from infra.backends.log_query import TRAINER_LOG, rfc3339
 
 
 def resource_filter(project: str, zone: str, nodes: Sequence[str]) -> str:

@@ -7,10 +7,9 @@ from typing import Any
 
 import pulumi
 
-from infra import startup
+from infra import startup, vm_contract as contract
 from infra.backends.queued_resource.provider import QueuedResource, QueuedResourceInputs
 from infra.config import StackConfig
-from infra.startup import contract
 
 
 def reservation_path(config: StackConfig) -> str | None:
@@ -41,7 +40,7 @@ def queued_resource_inputs(
     """The QR's inputs for a stack (some values may be Outputs of the other components).
 
     ``metadata`` holds the startup script, the run directory and, with ``deleteOnComplete``,
-    the QR's own name (:func:`infra.startup.contract.node_metadata`); ``trainer`` (the
+    the QR's own name (:func:`infra.vm_contract.node_metadata`); ``trainer`` (the
     TrainConfig as a plain object) and the sha256 values describe the script so ``pulumi
     preview --diff`` shows which key changed while the script's own diff is hidden. Pure:
     equal configs give equal inputs. ``config`` is already valid (its capacity is one the

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from infra.startup import contract
+from infra import vm_contract as contract
 from tests.fakes.pulumi_program import stack_map
 
 STACK: dict[str, Any] = {

@@ -16,10 +16,10 @@ import pytest
 import yaml
 from rich.console import Console
 
+from infra.backends.capacity import QueuedResourceNotFound
 from infra.backends.gke import capacity, kubectl, logs, names
 from infra.backends.operations import BACKENDS
 from infra.remote.selection import RemoteError, select_workers
-from infra.status.capacity import QueuedResourceNotFound
 from infra.status.progress import RunProgress
 from infra.status.report import StackStatus, render
 from tests.helpers.kubectl import kubectl_reaches_the_server, pod_listing as listing

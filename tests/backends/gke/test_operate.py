@@ -21,7 +21,7 @@ import yaml
 
 from infra.backends.gke import operate, workload
 from infra.backends.gke.operate import PodListingError, PodPlace
-from infra.local import api_traffic
+from infra.emulated import api_traffic
 from tests.helpers.kubectl import CONTEXT, DNS_ENDPOINT, kubectl_reaches_the_server
 
 
@@ -56,7 +56,7 @@ def test_exec_needs_a_command():
 class _ContainerApi(http.server.BaseHTTPRequestHandler):
     """Answers GET .../locations/L/clusters/C as the Container API does for a cluster with a
     DNS-based endpoint (the fields gcloud's get-credentials reads); vetted and recorded
-    (:mod:`infra.local.api_traffic`), so the Container API's discovery document judges both."""
+    (:mod:`infra.emulated.api_traffic`), so the Container API's discovery document judges both."""
 
     def do_GET(self) -> None:
         url = urllib.parse.urlsplit(self.path)

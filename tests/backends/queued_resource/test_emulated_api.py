@@ -18,10 +18,10 @@ from google.protobuf import json_format
 from infra import startup
 from infra.backends.queued_resource.emulated_api import EmulatedTpuApi
 from infra.config import load_stack_file
-from infra.local import state as state_lib
+from infra.emulated import state as state_lib
+from infra.emulated.metadata import EMULATED_TOKEN
+from infra.emulated.state import LocalPaths
 from infra.local.emulated_stack import EmulatedStack, Options
-from infra.local.metadata import EMULATED_TOKEN
-from infra.local.state import LocalPaths
 from tests.fakes import discovery
 from tests.fakes.startup_vm import prefixed, run_delete_on_complete
 

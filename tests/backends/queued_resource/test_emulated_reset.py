@@ -15,9 +15,9 @@ import pytest
 
 from infra.backends.queued_resource import emulated_reset
 from infra.config import load_stack_file
-from infra.local import state as state_lib
+from infra.emulated import state as state_lib
+from infra.emulated.state import LocalPaths
 from infra.local.emulated_stack import EmulatedStack, Options
-from infra.local.state import LocalPaths
 from infra.remote.selection import RemoteError
 
 STACK = Path(__file__).parents[2] / "stacks" / "Pulumi.emu.yaml"

@@ -35,7 +35,7 @@ from infra.backends.queued_resource.provider.inputs import (
 )
 from infra.config import load_stack
 from infra.queued_resource import QueuedResourceProvider
-from infra.startup.contract import RUN_DIR_KEY, STARTUP_SCRIPT_KEY
+from infra.vm_contract import RUN_DIR_KEY, STARTUP_SCRIPT_KEY
 from tests.fakes.queued_resource import (  # noqa: F401 (dev, no_ambient_credentials, props: fixtures)
     dev,
     no_ambient_credentials,

@@ -24,7 +24,7 @@ from infra.__main__ import component_args
 from infra.backends.queued_resource.provider.nodes import node_in_sync
 from infra.components import release
 from infra.config import load_stack
-from infra.startup.contract import RUN_DIR_KEY, STARTUP_SCRIPT_KEY
+from infra.vm_contract import RUN_DIR_KEY, STARTUP_SCRIPT_KEY
 from tests.fakes.queued_resource import dev, fake, no_ambient_credentials, props_for, provider_for, qr_name  # noqa: F401 (fixtures)
 from tests.fakes.startup_vm import TPU_ENV, Vm, gcs, prefixed  # noqa: F401 (fixtures)
 

@@ -125,7 +125,7 @@ from infra.backends.queued_resource.provider.nodes import DEFAULT_CONCURRENCY
 from infra.backends.queued_resource.provider.polling import Deadline, PollSchedule, duration_text
 from infra.backends.queued_resource.provider.refresh import read
 from infra.backends.queued_resource.provider.states import FAILED_STATES
-from infra.startup.contract import STARTUP_SCRIPT_KEY, STORAGE_ENDPOINT_ENV, TPU_API_ENDPOINT_ENV
+from infra.vm_contract import STARTUP_SCRIPT_KEY, STORAGE_ENDPOINT_ENV, TPU_API_ENDPOINT_ENV
 
 #: The module existing stacks pickled the provider under (``infra/queued_resource.py`` once, now a
 #: re-export of this package): the provider and the resource class name it as theirs.

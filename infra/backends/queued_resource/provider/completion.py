@@ -29,7 +29,7 @@ from urllib.parse import quote
 from pulumi.runtime.rpc import UNKNOWN
 
 from infra.backends.queued_resource.provider.inputs import outputs_for
-from infra.startup.contract import COMPLETE_MARKER, DEFAULT_STORAGE_ENDPOINT, STORAGE_ENDPOINT_ENV
+from infra.vm_contract import COMPLETE_MARKER, DEFAULT_STORAGE_ENDPOINT, STORAGE_ENDPOINT_ENV
 
 #: Seconds one read of the marker may take.
 READ_TIMEOUT_S = 20.0

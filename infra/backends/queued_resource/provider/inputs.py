@@ -26,7 +26,7 @@ from pulumi.dynamic import CheckFailure
 from pulumi.runtime.rpc import UNKNOWN
 
 from infra.backends.queued_resource.provider.states import STATE_ORDER, state_name
-from infra.startup.contract import RUN_DIR_KEY, STARTUP_SCRIPT_KEY
+from infra.vm_contract import RUN_DIR_KEY, STARTUP_SCRIPT_KEY
 
 if TYPE_CHECKING:  # pragma: no cover
     from google.cloud import tpu_v2

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from infra.backends.queued_resource.provider.inputs import metadata_content
-from infra.startup.contract import RUN_DIR_KEY, STARTUP_SCRIPT_KEY
+from infra.vm_contract import RUN_DIR_KEY, STARTUP_SCRIPT_KEY
 
 #: Concurrent node requests (``MULTISLICE_TPU_CONCURRENCY`` overrides). Cloud TPU's request
 #: quotas are per minute and per project (https://cloud.google.com/tpu/docs/quota); a few

@@ -1,0 +1,61 @@
+"""The run summary ``multislice local up`` prints when a run ends: one row per figure of the
+summary :mod:`infra.local.summary` computes, in a fixed order; a figure with no value says why
+(a dash and the reason, never ``None``)."""
+
+from __future__ import annotations
+
+from rich.table import Table
+from rich.text import Text
+
+from infra.cli.options import console
+
+
+def print_summary(result: dict) -> None:
+    table = Table(show_header=False)  # the title on its own line: a table title is padded to the table's width
+    for key in (
+        "complete",
+        "steps_completed",
+        "total_steps",
+        "final_loss",
+        "final_eval_loss",
+        "restarts",
+        "restart_causes",
+        "slice_changes",
+        "unplanned_restarts",
+        "steps_lost",
+        "training_seconds",
+        "wall_seconds",
+        "goodput",
+        "reduced_capacity_seconds",
+        "badput",
+        "faults",
+        "capacity",
+        "run_dir",
+        "logs_dir",
+    ):
+        if key in result:
+            value = result[key]
+            if value is None:
+                table.add_row(key, Text(_absent(key, result)))
+                continue
+            if key == "faults" and len(result.get("fault_steps") or []) == len(value):
+                value = [f"{f} (fired after step {s})" for f, s in zip(value, result["fault_steps"], strict=True)]
+            if isinstance(value, float):
+                value = f"{value:.4f}"
+            elif isinstance(value, list):
+                value = "; ".join(value) or "none"
+            table.add_row(key, Text(str(value)))
+    console.print("run summary")
+    console.print(table)
+
+
+def _absent(key: str, result: dict) -> str:
+    """What the summary shows for a row with no value: a dash and why, never ``None``."""
+    if key == "final_eval_loss":
+        every = result.get("eval_every_steps") or 0
+        if not every:
+            return "— (no evaluation: multislice:training.eval_every_steps is 0)"
+        return f"— (no evaluation: eval every {every} steps, the run had {result.get('steps_completed', 0)})"
+    if key == "final_loss":
+        return "— (no step completed yet)"
+    return "— (not recorded yet)"
