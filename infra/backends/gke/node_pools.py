@@ -26,7 +26,8 @@ Facts (docs/gke.md sections 2 and 3, each with its source there):
   ``NO_RESERVATION`` ("Spot consumption option only works with reservation_affinity
   consume_reservation_type NO_RESERVATION"); ``reserved`` → ``reservation_affinity`` (SPECIFIC_RESERVATION
   by name, else ANY_RESERVATION); ``flex-start`` → ``flex_start`` with ``NO_RESERVATION``, no static node
-  count but autoscaling from 0 to the slice's VMs with ``location_policy: ANY``, and auto-repair off
+  count but autoscaling from 0 to the slice's VMs in its zone (per-zone bounds: :func:`pool_size`) with
+  ``location_policy: ANY``, and auto-repair off
   ("enable_flex_start needs node auto_repair set to false"; "does not work with static_node_count";
   "requires ... NO_RESERVATION"; [third-party] xpk's ``--flex-start --enable-autoscaling
   --location-policy=ANY --reservation-affinity=none --no-enable-autorepair --num-nodes=0``); its nodes
@@ -216,11 +217,21 @@ def node_config(
 def pool_size(shape: NodePoolShape, capacity: str) -> dict[str, Any]:
     """How many VMs the pool holds and who repairs them (pulumi-gcp ``NodePool`` args): the slice's VMs
     as a fixed ``node_count``; on flex-start none, but ``autoscaling`` from 0 to the slice's VMs with
-    ``location_policy: ANY`` and ``management.auto_repair`` off (module docstring)."""
+    ``location_policy: ANY`` and ``management.auto_repair`` off (module docstring).
+
+    The flex-start bounds are the per-zone ones (``min_node_count``, ``max_node_count``; the pool has one
+    zone), never the total ones: GKE checks a TPU slice pool's per-zone maximum against its topology,
+    and with only total bounds that maximum is 0, which it refuses ("Maximum node count 0 is not a valid
+    size of TPU pod slice with topology 2x2x2", [third-party] vllm-project/ci-infra pull request 545).
+    [Google] Cluster Toolkit sets the per-zone bounds "to satisfy API requirements for fixed-size TPU
+    slices" (its pull request 5111; ``modules/compute/gke-node-pool/main.tf`` at 1047080, whose
+    ``dws-flex-start`` v6e and TPU7x blueprints set ``autoscaling_min_node_count: 0`` and
+    ``autoscaling_max_node_count`` to the slice's VMs with one zone); xpk passes ``--max-nodes``.
+    """
     if capacity != "flex-start":
         return {"node_count": shape.node_count}
     return {
-        "autoscaling": {"total_min_node_count": 0, "total_max_node_count": shape.node_count, "location_policy": "ANY"},
+        "autoscaling": {"min_node_count": 0, "max_node_count": shape.node_count, "location_policy": "ANY"},
         "management": {"auto_repair": False, "auto_upgrade": True},
     }
 

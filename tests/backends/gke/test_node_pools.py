@@ -181,7 +181,9 @@ def test_a_pool_holds_the_slices_vms_and_flex_start_scales_from_zero_without_rep
         assert size == {"node_count": 2}  # v5p-16: 2 VMs
         return
     assert size == {
-        "autoscaling": {"total_min_node_count": 0, "total_max_node_count": 2, "location_policy": "ANY"},
+        # Per-zone bounds, as Cluster Toolkit's dws-flex-start TPU blueprints set them (autoscaling_min_node_count 0,
+        # autoscaling_max_node_count = the slice's VMs): GKE refuses a TPU slice pool whose per-zone maximum is 0.
+        "autoscaling": {"min_node_count": 0, "max_node_count": 2, "location_policy": "ANY"},
         "management": {"auto_repair": False, "auto_upgrade": True},
     }
     assert _fits(size["autoscaling"], container_inputs.NodePoolAutoscalingArgsDict)

@@ -133,11 +133,7 @@ def test_each_capacity_mode_reaches_every_pool(capacity, extra, expected):
         assert {k: v for k, v in pool.inputs["nodeConfig"].items() if k in keys} == expected
         if capacity == "flex-start":  # from 0 to the slice's 2 VMs, GKE's repair off (Cluster Toolkit)
             assert "nodeCount" not in pool.inputs and pool.inputs["management"]["autoRepair"] is False
-            assert pool.inputs["autoscaling"] == {
-                "totalMinNodeCount": 0,
-                "totalMaxNodeCount": 2,
-                "locationPolicy": "ANY",
-            }
+            assert pool.inputs["autoscaling"] == {"minNodeCount": 0, "maxNodeCount": 2, "locationPolicy": "ANY"}
         else:
             assert pool.inputs["nodeCount"] == 2 and "autoscaling" not in pool.inputs
 

@@ -1,0 +1,108 @@
+"""The gke stacks' node pools and clusters against GKE's own rules (tests/fakes/gke_rules.py): every
+capacity mode and TPU7x under mocks passes them, and the pools GKE refuses (today's flex-start pool
+before it took per-zone bounds among them) fail them."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from tests.fakes import gke_rules
+from tests.fakes.pulumi_program import evaluate
+from tests.helpers.compute_engine import ce_map
+
+POOL = "gcp:container/nodePool:NodePool"
+CLUSTER = "gcp:container/cluster:Cluster"
+
+
+def gke(accelerator: str, capacity: str, **extra: Any) -> dict[str, Any]:
+    values = {**ce_map(accelerator, capacity=capacity), "multislice:backend": "gke"}
+    if capacity == "reserved":
+        values["multislice:reservationName"] = "tpu-pool"
+    values.update(extra)
+    return values
+
+
+#: Every capacity mode on v5p and v6e, TPU7x on each mode it takes, and a pinned version.
+STACKS = {
+    **{f"{acc} {cap}": gke(acc, cap) for acc in ("v5p-16", "v6e-16") for cap in ("spot", "on-demand", "reserved")},
+    "v5p-16 flex-start": gke("v5p-16", "flex-start", **{"multislice:gke": {"maxRunDuration": "3d"}}),
+    "v6e-16 flex-start": gke("v6e-16", "flex-start"),
+    "tpu7x-16 on-demand": gke("tpu7x-16", "on-demand"),
+    "tpu7x-16 flex-start": gke("tpu7x-16", "flex-start"),
+    "tpu7x-16 pinned": gke("tpu7x-16", "spot", **{"multislice:gke": {"version": "1.35"}}),
+}
+
+
+@pytest.fixture(scope="module")
+def declared() -> dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]]]]:
+    """stack -> (its TPU node pools' inputs, its clusters' inputs)."""
+    out = {}
+    for name, values in STACKS.items():
+        world = evaluate("dev", values)
+        pools = [r.inputs for r in world.of(POOL) if gke_rules.is_tpu_pool(r.inputs)]
+        out[name] = (pools, [r.inputs for r in world.of(CLUSTER)])
+    return out
+
+
+@pytest.mark.parametrize("stack", list(STACKS))
+def test_every_gke_stack_declares_pools_gke_accepts(declared, stack):
+    pools, clusters = declared[stack]
+    assert len(pools) == 2  # one a slice
+    assert [refusal for pool in pools for refusal in gke_rules.node_pool_refusals(pool)] == []
+    assert [refusal for cluster in clusters for refusal in gke_rules.version_refusals(cluster, pools)] == []
+
+
+def test_a_flex_start_pool_with_total_bounds_is_refused_as_gke_refused_it(declared):
+    # The pool this backend declared before: total bounds leave the per-zone maximum at 0.
+    pool = copy.deepcopy(declared["v5p-16 flex-start"][0][0])
+    pool["autoscaling"] = {"totalMinNodeCount": 0, "totalMaxNodeCount": 2, "locationPolicy": "ANY"}
+    assert gke_rules.node_pool_refusals(pool) == [
+        "Maximum node count 0 is not a valid size of TPU pod slice with topology 2x2x2"
+    ]
+
+
+def test_each_rule_refuses_what_gke_refuses(declared):
+    flex = declared["v5p-16 flex-start"][0][0]
+    tpu7x = declared["tpu7x-16 on-demand"][0][0]
+    spot = declared["v5p-16 spot"][0][0]
+
+    def changed(pool: dict[str, Any], **changes: Any) -> dict[str, Any]:
+        out = copy.deepcopy(pool)
+        for path, value in changes.items():
+            *parents, key = path.split("__")
+            node = out
+            for parent in parents:
+                node = node.setdefault(parent, {})
+            if value is None:
+                node.pop(key, None)
+            else:
+                node[key] = value
+        return out
+
+    assert gke_rules.node_pool_refusals(changed(spot, nodeCount=3)) == [
+        "node count 3 is not a valid size of TPU pod slice with topology 2x2x2"
+    ]
+    assert gke_rules.node_pool_refusals(changed(flex, autoscaling__minNodeCount=1)) == [
+        "Minimum node count 1 is not a valid size of TPU pod slice with topology 2x2x2"
+    ]
+    assert gke_rules.node_pool_refusals(changed(flex, management__autoRepair=True)) == [
+        "enable_flex_start needs node auto_repair set to false"
+    ]
+    assert "enable_flex_start does not work with static_node_count" in gke_rules.node_pool_refusals(
+        changed(flex, nodeCount=2)
+    )
+    assert gke_rules.node_pool_refusals(
+        changed(flex, nodeConfig__reservationAffinity={"consumeReservationType": "ANY_RESERVATION"})
+    ) == ["enable_flex_start requires reservation_affinity.consume_reservation_type to be 'NO_RESERVATION'"]
+    assert gke_rules.node_pool_refusals(changed(tpu7x, placementPolicy__policyName=None)) == [
+        "a multi-host TPU7x pool needs the workload policy it is placed by (placementPolicy.policyName)"
+    ]
+    assert gke_rules.version_refusals({"minMasterVersion": "1.33.5"}, [tpu7x]) == [
+        "GKE 1.33.5 is below 1.34.0-gke.2201000"
+    ]
+    assert gke_rules.version_refusals({"minMasterVersion": "1.33.0-gke.1711999"}, [flex]) == [
+        "GKE 1.33.0-gke.1711999 is below 1.33.0-gke.1712000"
+    ]

@@ -1,0 +1,126 @@
+"""What GKE refuses in a TPU node pool or a cluster, as the program declares them (pulumi-gcp's
+inputs as the engine sees them under mocks: camelCase), each rule with its source.
+
+The Container API's discovery document judges field names, types and enums (tests/fakes/discovery.py);
+these are the rules it does not carry, which GKE applies when it creates the pool. They are written
+from Google's pages, Google's Cluster Toolkit (GoogleCloudPlatform/cluster-toolkit at 1047080:
+``modules/compute/gke-node-pool/main.tf``) and what GKE answered third parties, independently of the
+backend's own tables, so a pool the backend gets wrong fails here:
+
+* **TPU slice size, per zone** (:func:`sizing_refusals`): a multi-host TPU slice pool holds the slice's
+  VMs (its topology's chips over 4 chips a VM, gcloud 528's ``node-pools create --help``) or none:
+  a static ``nodeCount`` is that number, and an autoscaled pool's *per-zone* bounds are 0 or that
+  number. GKE checks the per-zone maximum, which total bounds leave at 0: "Maximum node count 0 is not
+  a valid size of TPU pod slice with topology 2x2x2" (vllm-project/ci-infra pull request 545, GKE's
+  answer to a pool with total bounds); Cluster Toolkit sets the per-zone bounds "to satisfy API
+  requirements for fixed-size TPU slices" (its pull request 5111).
+* **Flex-start** (:func:`flex_start_refusals`): Cluster Toolkit's preconditions, which repeat GKE's:
+  "enable_flex_start needs node auto_repair set to false", "does not work with static_node_count",
+  "requires reservation_affinity.consume_reservation_type to be 'NO_RESERVATION'", and not with Spot.
+* **TPU7x** (:func:`tpu7x_refusals`): a multi-host TPU7x pool takes its placement from a workload
+  policy it names (``placementPolicy.policyName``; Google's "Ironwood in GKE" page: create the
+  workload policy, then the node pool with ``--placement-policy``).
+* **Versions** (:func:`version_refusals`): TPU7x needs GKE 1.34.0-gke.2201000 or later ("Ironwood in
+  GKE"), flex-start TPUs 1.33.0-gke.1712000 ("About provisioning models": "To run TPUs, use GKE version
+  1.33.0-gke.1712000 or later"), Multislice 1.27.4-gke.900 ("Deploy TPU Multislices in GKE").
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+#: Google's multi-host TPU machine types on GKE, each 4 chips a VM ("Plan TPUs in GKE"; TPU7x: "Ironwood
+#: in GKE").
+TPU_MACHINES = ("ct4p-hightpu-4t", "ct5lp-hightpu-4t", "ct5p-hightpu-4t", "ct6e-standard-4t", "tpu7x-standard-4t")
+CHIPS_PER_VM = 4
+TPU7X_MACHINE = "tpu7x-standard-4t"
+MULTISLICE_FLOOR = "1.27.4-gke.900"
+TPU7X_FLOOR = "1.34.0-gke.2201000"
+FLEX_START_FLOOR = "1.33.0-gke.1712000"
+
+
+def slice_vms(topology: str) -> int:
+    """VMs of a slice of ``topology`` (``2x2x4`` → 16 chips → 4 VMs)."""
+    return math.prod(int(side) for side in topology.split("x")) // CHIPS_PER_VM
+
+
+def is_tpu_pool(inputs: dict[str, Any]) -> bool:
+    return (inputs.get("nodeConfig") or {}).get("machineType") in TPU_MACHINES
+
+
+def sizing_refusals(inputs: dict[str, Any]) -> list[str]:
+    """A TPU slice pool not sized to its topology, per zone."""
+    topology = (inputs.get("placementPolicy") or {}).get("tpuTopology")
+    if not topology:
+        return ["a multi-host TPU pool without placementPolicy.tpuTopology: GKE cannot size the slice"]
+    vms, refusals = slice_vms(topology), []
+    invalid = f"is not a valid size of TPU pod slice with topology {topology}"
+    autoscaling = inputs.get("autoscaling")
+    if inputs.get("nodeCount") is not None and inputs["nodeCount"] != vms:
+        refusals.append(
+            f"node count {inputs['nodeCount']} is not a valid size of TPU pod slice with topology {topology}"
+        )
+    if autoscaling is not None:
+        per_zone_max = autoscaling.get("maxNodeCount", 0)  # total bounds leave the per-zone ones at 0
+        if per_zone_max != vms:
+            refusals.append(
+                f"Maximum node count {per_zone_max} is not a valid size of TPU pod slice with topology {topology}"
+            )
+        if autoscaling.get("minNodeCount", 0) not in (0, vms):
+            refusals.append(f"Minimum node count {autoscaling['minNodeCount']} {invalid}")
+    if inputs.get("nodeCount") is None and autoscaling is None:
+        refusals.append(f"a TPU slice pool with neither a node count nor autoscaling (topology {topology})")
+    return refusals
+
+
+def flex_start_refusals(inputs: dict[str, Any]) -> list[str]:
+    config = inputs.get("nodeConfig") or {}
+    if not config.get("flexStart"):
+        return []
+    refusals = []
+    if (inputs.get("management") or {}).get("autoRepair", True):
+        refusals.append("enable_flex_start needs node auto_repair set to false")
+    if inputs.get("nodeCount") is not None:
+        refusals.append("enable_flex_start does not work with static_node_count")
+    if (config.get("reservationAffinity") or {}).get("consumeReservationType") != "NO_RESERVATION":
+        refusals.append(
+            "enable_flex_start requires reservation_affinity.consume_reservation_type to be 'NO_RESERVATION'"
+        )
+    if config.get("spot"):
+        refusals.append("Both enable_flex_start and spot consumption option cannot be set to true at the same time")
+    return refusals
+
+
+def tpu7x_refusals(inputs: dict[str, Any]) -> list[str]:
+    if (inputs.get("nodeConfig") or {}).get("machineType") != TPU7X_MACHINE:
+        return []
+    if not (inputs.get("placementPolicy") or {}).get("policyName"):
+        return ["a multi-host TPU7x pool needs the workload policy it is placed by (placementPolicy.policyName)"]
+    return []
+
+
+def _version(text: str) -> tuple[int, ...]:
+    match = re.fullmatch(r"(\d+)\.(\d+)(?:\.(\d+))?(?:-gke\.(\d+))?", text)
+    if match is None:
+        raise ValueError(f"{text!r} is not a GKE version")
+    return tuple(int(part or 0) for part in match.groups())
+
+
+def version_refusals(cluster: dict[str, Any], pools: list[dict[str, Any]]) -> list[str]:
+    """A cluster whose minimum version (``minMasterVersion``, when pinned) is below what its pools need."""
+    pinned = cluster.get("minMasterVersion")
+    if not pinned:
+        return []  # the release channel's default version, above every floor today
+    floors = [MULTISLICE_FLOOR]
+    floors += [TPU7X_FLOOR for pool in pools if (pool.get("nodeConfig") or {}).get("machineType") == TPU7X_MACHINE]
+    floors += [FLEX_START_FLOOR for pool in pools if (pool.get("nodeConfig") or {}).get("flexStart")]
+    return [f"GKE {pinned} is below {floor}" for floor in floors if _version(pinned) < _version(floor)]
+
+
+def node_pool_refusals(inputs: dict[str, Any]) -> list[str]:
+    """Every rule above that a node pool breaks ([] for a pool that is not a TPU slice pool)."""
+    if not is_tpu_pool(inputs):
+        return []
+    return sizing_refusals(inputs) + flex_start_refusals(inputs) + tpu7x_refusals(inputs)
