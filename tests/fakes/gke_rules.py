@@ -124,3 +124,35 @@ def node_pool_refusals(inputs: dict[str, Any]) -> list[str]:
     if not is_tpu_pool(inputs):
         return []
     return sizing_refusals(inputs) + flex_start_refusals(inputs) + tpu7x_refusals(inputs)
+
+
+#: Node pool inputs whose change replaces the pool: ``ForceNew`` in the provider pulumi-gcp bridges
+#: (hashicorp/terraform-provider-google-beta ``google-beta/services/container/resource_container_node_pool.go``
+#: at 003e704: ``placement_policy``, ``queued_provisioning``, ``max_pods_per_node``, with ``project``,
+#: ``cluster`` and ``location``).
+FORCE_NEW = ("placementPolicy", "queuedProvisioning", "maxPodsPerNode", "project", "cluster", "location")
+
+
+def _set_path(values: dict[str, Any], path: str, value: Any) -> None:
+    *parents, key = path.split(".")
+    for parent in parents:
+        values = values.setdefault(parent, {})
+    values[key] = value
+
+
+def _get_path(values: dict[str, Any], path: str) -> Any:
+    for part in path.split("."):
+        if not isinstance(values, dict) or part not in values:
+            return None
+        values = values[part]
+    return values
+
+
+def replaced_on_update(stored: dict[str, Any], declared: dict[str, Any], ignore_changes: list[str]) -> list[str]:
+    """The inputs of :data:`FORCE_NEW` whose change would replace a pool whose state GKE ``stored``
+    when the program declares ``declared``: the engine first puts the stored value back at each
+    ``ignoreChanges`` path (Pulumi's "ignoreChanges" resource option), then the provider diffs."""
+    declared = {key: (dict(value) if isinstance(value, dict) else value) for key, value in declared.items()}
+    for path in ignore_changes:
+        _set_path(declared, path, _get_path(stored, path))
+    return [key for key in FORCE_NEW if stored.get(key) != declared.get(key)]

@@ -41,6 +41,13 @@ from infra.naming import gce_name
 
 #: The system pool's name in a new cluster.
 SYSTEM_POOL = "system"
+#: What a TPU7x pool's update leaves as GKE stored it: the placement policy's ``type``. The provider
+#: pulumi-gcp bridges replaces a pool on any change of ``placement_policy`` (``ForceNew`` on the block,
+#: hashicorp/terraform-provider-google-beta ``google-beta/services/container/resource_container_node_pool.go``
+#: at 003e704) and reads ``type`` back as the Container API stores it, and a third party saw GKE store a
+#: policy-named TPU7x pool with no type ([third-party] vllm-project/ci-infra pull request 547): without this,
+#: every ``pulumi up`` after the first would replace every TPU7x pool, a slice each.
+IGNORED_AFTER_CREATE = ["placementPolicy.type"]
 
 if TYPE_CHECKING:
     from pulumi_gcp.container._inputs import NodePoolNodeConfigArgsDict
@@ -245,7 +252,9 @@ class GkeSlices(pulumi.ComponentResource):
                 **pool_size(inputs.shape, inputs.capacity),
                 placement_policy=placement_policy(inputs.shape, policy_name),
                 node_config=_node_config(inputs),
-                opts=pulumi.ResourceOptions(parent=self, depends_on=depends),
+                opts=pulumi.ResourceOptions(
+                    parent=self, depends_on=depends, ignore_changes=IGNORED_AFTER_CREATE if policy_name else None
+                ),
             )
             for pool in inputs.pool_names
         ]

@@ -37,6 +37,16 @@ STACKS = {
 
 
 @pytest.fixture(scope="module")
+def registered() -> dict[str, list[Any]]:
+    """stack -> its TPU node pools' registrations (inputs and options)."""
+    return {
+        name: [r for r in evaluate("dev", values).of(POOL) if gke_rules.is_tpu_pool(r.inputs)]
+        for name, values in STACKS.items()
+        if name.startswith("tpu7x") or name == "v5p-16 spot"
+    }
+
+
+@pytest.fixture(scope="module")
 def declared() -> dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]]]]:
     """stack -> (its TPU node pools' inputs, its clusters' inputs)."""
     out = {}
@@ -106,3 +116,19 @@ def test_each_rule_refuses_what_gke_refuses(declared):
     assert gke_rules.version_refusals({"minMasterVersion": "1.33.0-gke.1711999"}, [flex]) == [
         "GKE 1.33.0-gke.1711999 is below 1.33.0-gke.1712000"
     ]
+
+
+@pytest.mark.parametrize("stack", ["tpu7x-16 on-demand", "tpu7x-16 flex-start", "v5p-16 spot"])
+def test_a_second_update_of_an_unchanged_stack_replaces_no_pool(registered, stack):
+    # GKE stored a policy-named TPU7x pool with no type for a third party (vllm-project/ci-infra PR 547); the
+    # provider reads type back as stored, and any change of placement_policy replaces the pool (ForceNew).
+    for pool in registered[stack]:
+        stored = copy.deepcopy(pool.inputs)
+        if stored["placementPolicy"].get("policyName"):
+            stored["placementPolicy"]["type"] = ""
+        assert gke_rules.replaced_on_update(stored, pool.inputs, pool.ignore_changes) == []
+        # The check itself: without the option, the stored type would replace a TPU7x pool.
+        if stack.startswith("tpu7x"):
+            assert gke_rules.replaced_on_update(stored, pool.inputs, []) == ["placementPolicy"]
+        else:
+            assert pool.ignore_changes == []  # COMPACT + topology: GKE stores what it was sent
