@@ -74,6 +74,8 @@ class World:
     registrations: list[Registration] = field(default_factory=list)
     exports: dict[str, Any] = field(default_factory=dict)
     calls: list[str] = field(default_factory=list)
+    #: Resources the program read rather than declared (``Resource.get``): (type, id), in order.
+    reads: list[tuple[str, str]] = field(default_factory=list)
 
     def of(self, typ: str) -> list[Registration]:
         return [r for r in self.registrations if r.typ == typ]
@@ -85,6 +87,9 @@ class World:
 
 
 GKE_CLUSTER_TYPE = "gcp:container/cluster:Cluster"
+DEPLOYMENT_TYPE = "kubernetes:apps/v1:Deployment"
+#: The JobSet controller's image an existing cluster runs, unless a test says otherwise.
+JOBSET_IMAGE = "registry.k8s.io/jobset/jobset:v0.10.1"
 
 
 def gke_dns_endpoint(cluster: str, location: str) -> str:
@@ -100,7 +105,8 @@ class Mocks(pulumi.runtime.Mocks):
     None answers without one. ``stack_outputs``: the outputs of the stack's last deployment, as a
     ``StackReference`` to the stack reads them (None: never deployed). ``existing_cluster``: what
     getCluster answers of an existing GKE cluster beside its DNS-based endpoint (None: a cluster the
-    stack can use: Workload Identity with the project's pool, a CPU pool, GKE 1.35).
+    stack can use: Workload Identity with the project's pool, a CPU pool, GKE 1.35). ``jobset_image``:
+    the JobSet controller's image a read of its Deployment answers (:data:`JOBSET_IMAGE`).
     """
 
     def __init__(
@@ -111,8 +117,10 @@ class Mocks(pulumi.runtime.Mocks):
         subnet_network: str | None = None,
         stack_outputs: dict[str, Any] | None = None,
         existing_cluster: dict[str, Any] | None = None,
+        jobset_image: str = JOBSET_IMAGE,
     ):
         self.world = world
+        self.jobset_image = jobset_image
         self.qr_ready = qr_ready
         self.subnet_network = subnet_network
         self.stack_outputs = stack_outputs
@@ -169,6 +177,13 @@ class Mocks(pulumi.runtime.Mocks):
             if dns:
                 dns["endpoint"] = gke_dns_endpoint(inputs["name"], inputs["location"])
                 outs["controlPlaneEndpointsConfig"] = {"dnsEndpointConfig": dns}
+        elif typ == DEPLOYMENT_TYPE and args.resource_id:  # a read: the JobSet controller of an existing cluster
+            id_ = args.resource_id
+            container = {"name": "manager", "image": self.jobset_image}
+            outs = {
+                "metadata": {"name": id_.split("/")[-1]},
+                "spec": {"template": {"spec": {"containers": [container]}}},
+            }
         elif typ == GROUP_TYPE:
             id_ = f"projects/{project}/zones/{inputs['zone']}/instanceGroupManagers/{inputs['name']}"
             outs["selfLink"] = id_
@@ -202,6 +217,10 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
     def __init__(self, mocks: Mocks):
         super().__init__(mocks)
         self.world = mocks.world
+
+    def ReadResource(self, request):
+        self.world.reads.append((request.type, request.id))
+        return super().ReadResource(request)
 
     def RegisterResource(self, request):
         response = super().RegisterResource(request)
@@ -293,15 +312,16 @@ def evaluate(
     subnet_network: str | None = None,
     stack_outputs: dict[str, Any] | None = None,
     existing_cluster: dict[str, Any] | None = None,
+    jobset_image: str = JOBSET_IMAGE,
 ) -> World:
     """Run the program for ``stack`` under mocks (an update, or a preview); return what it
     registered and exported (``as_main``: run the project's program directory with runpy as
     the language host does, see :func:`program_directory`; exports are then not captured;
     ``script``: an ``infra.startup.RenderedScript`` to declare instead of rendering one from
     this checkout, e.g. one rendered from another revision's trainer; ``subnet_network``,
-    ``stack_outputs``, ``existing_cluster``: see :class:`Mocks`)."""
+    ``stack_outputs``, ``existing_cluster``, ``jobset_image``: see :class:`Mocks`)."""
     config = engine_config(config_map if config_map is not None else stack_map(stack))
-    world = _start(stack, config, qr_ready, preview, subnet_network, stack_outputs, existing_cluster)
+    world = _start(stack, config, qr_ready, preview, subnet_network, stack_outputs, existing_cluster, jobset_image)
 
     @pulumi.runtime.test
     def run():
@@ -362,6 +382,7 @@ def _start(
     subnet_network: str | None = None,
     stack_outputs: dict[str, Any] | None = None,
     existing_cluster: dict[str, Any] | None = None,
+    jobset_image: str = JOBSET_IMAGE,
 ) -> World:
     world = World()
     mocks = Mocks(
@@ -370,6 +391,7 @@ def _start(
         subnet_network=subnet_network,
         stack_outputs=stack_outputs,
         existing_cluster=existing_cluster,
+        jobset_image=jobset_image,
     )
     settings.ROOT.set(None)  # a fresh root Stack resource per evaluation
     _ensure_event_loop()

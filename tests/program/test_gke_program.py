@@ -45,7 +45,7 @@ def test_each_capacity_mode_with_one_slice_and_several(capacity, slices, extra):
     pools = [pool for pool in everything if pool.name != "system"]
     assert sorted(pool.inputs["name"] for pool in everything) == sorted([*config.node_ids, "system"])
     for pool in pools:  # 2 VMs a slice: fixed, or on flex-start the autoscaler's most
-        size = pool.inputs.get("nodeCount") or pool.inputs["autoscaling"]["totalMaxNodeCount"]
+        size = pool.inputs.get("nodeCount") or pool.inputs["autoscaling"]["maxNodeCount"]
         assert size == 2 and ("nodeCount" in pool.inputs) is (capacity != "flex-start")
     node_config = pools[0].inputs["nodeConfig"]
     assert node_config.get("spot", False) is (capacity == "spot")
@@ -139,3 +139,66 @@ def test_a_protected_cluster_says_how_to_destroy_it():
         "refused: cluster multislice-dev has deletion protection; set multislice:gke.deletionProtection: false, "
         "run pulumi up, then pulumi destroy"
     )
+
+
+SHARED = {"cluster": "ml-shared", "clusterLocation": "us-central1"}
+
+
+def test_an_existing_cluster_is_left_as_it_was_found():
+    # Cluster Toolkit and xpk install JobSet only on clusters they create: the stack reads the shared cluster's
+    # controller and declares only its own objects, which pulumi destroy then removes.
+    values = ce_map("tpu7x-16") | {"multislice:backend": "gke", "multislice:gke": SHARED | {"namespace": "ml"}}
+    world = evaluate("dev", values)
+    declared = {r.typ for r in world.registrations if r.typ.startswith("kubernetes:")}
+    assert declared == {
+        "kubernetes:core/v1:ConfigMap",
+        "kubernetes:core/v1:ServiceAccount",
+        "kubernetes:jobset.x-k8s.io/v1alpha2:JobSet",
+    }  # no ConfigFile (the controller and its CRD), no Namespace (the cluster's own)
+    reads = [read for read in world.reads if read[0] != "pulumi:pulumi:StackReference"]  # the stack's own outputs
+    assert reads == [("kubernetes:apps/v1:Deployment", "jobset-system/jobset-controller-manager")]
+    assert world.of("gcp:container/cluster:Cluster") == []
+    # A cluster the stack makes gets the controller, as before.
+    own = evaluate("dev", ce_map("tpu7x-16") | {"multislice:backend": "gke"})
+    assert len(own.of("kubernetes:yaml/v2:ConfigFile")) == 1
+    assert [read for read in own.reads if read[0].startswith("kubernetes:")] == []
+
+
+@pytest.mark.parametrize(
+    ("image", "refused"),
+    [
+        (
+            "registry.k8s.io/jobset/jobset:v0.8.1",
+            "runs JobSet v0.8.1 (jobset-system/jobset-controller-manager), below v0.10.1",
+        ),
+        ("registry.k8s.io/jobset/jobset:v0.10.1", None),
+        ("registry.k8s.io/jobset/jobset:v0.12.0", None),
+        ("us-docker.pkg.dev/team/jobset:dev-build", None),  # a build of their own: a warning
+    ],
+)
+def test_an_existing_cluster_s_jobset_is_checked_naming_the_key(image, refused):
+    values = ce_map("tpu7x-16") | {"multislice:backend": "gke", "multislice:gke": SHARED}
+    if refused is None:
+        assert evaluate("dev", values, jobset_image=image).of("kubernetes:jobset.x-k8s.io/v1alpha2:JobSet")
+        return
+    with pytest.raises(Exception) as caught:
+        evaluate("dev", values, jobset_image=image)
+    message = str(caught.value).strip()
+    assert (
+        message.startswith("multislice:gke.cluster: cluster ml-shared ") and refused in message and "\n" not in message
+    )
+
+
+@pytest.mark.parametrize(
+    ("gke", "refused"),
+    [
+        (SHARED | {"installJobSet": True}, "multislice:gke.installJobSet: is true and multislice:gke.cluster names"),
+        (SHARED | {"jobSetVersion": "v0.12.0"}, "multislice:gke.jobSetVersion: configures the cluster the stack makes"),
+    ],
+)
+def test_an_existing_cluster_s_jobset_is_never_the_stack_s(gke, refused):
+    values = ce_map("tpu7x-16") | {"multislice:backend": "gke", "multislice:gke": gke}
+    with pytest.raises(ValueError, match=refused):
+        validate_stack("dev", values, "test")
+    # installJobSet: false says what the stack does anyway on an existing cluster: accepted.
+    validate_stack("dev", values | {"multislice:gke": SHARED | {"installJobSet": False}}, "test")

@@ -174,10 +174,11 @@ class GkeSettings(StrictModel):
         description="A new cluster's CPU node pool for the JobSet controller and cluster services.",
     )
 
-    install_jobset: bool = Field(
-        default=True,
+    install_jobset: bool | None = Field(
+        default=None,
         alias="installJobSet",
-        description="Install the JobSet controller (jobSetVersion's release manifests); false if the cluster runs one.",
+        description="Install the JobSet controller (jobSetVersion's release manifests) in the cluster the stack makes "
+        "(default: true there; never in an existing cluster, whose JobSet every team on it shares).",
     )
     image: str = Field(
         default=DEFAULT_IMAGE,
@@ -189,6 +190,12 @@ class GkeSettings(StrictModel):
         pattern=r"^v[0-9]+\.[0-9]+\.[0-9]+$",
         description=f"The JobSet release installed (default {JOBSET_VERSION}: GKE's Multislice minimum, xpk's pin).",
     )
+
+    @property
+    def installs_jobset(self) -> bool:
+        """Whether the stack installs (and owns) the JobSet controller: in a cluster it makes, unless
+        ``installJobSet: false``; never in an existing one (refused there: ``infra.backends.gke.spec``)."""
+        return self.cluster is None and self.install_jobset is not False
 
     @field_validator("cluster")
     @classmethod

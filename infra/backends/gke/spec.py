@@ -174,6 +174,7 @@ NEW_CLUSTER_KEYS = {
     "version": "version",
     "deletion_protection": "deletionProtection",
     "system_pool": "systemPool",
+    "jobset_version": "jobSetVersion",
 }
 
 
@@ -199,6 +200,13 @@ def _check_cluster_keys(config: Any) -> None:
                     "the control plane's range must not overlap any range of the cluster's VPC",
                 )
         return
+    if settings.install_jobset:
+        raise invalid(
+            "multislice:gke.installJobSet",
+            f"is true and multislice:gke.cluster names an existing cluster ({settings.cluster}): the stack would own "
+            "that cluster's JobSet controller and CRD, and pulumi destroy would delete them with every JobSet of every "
+            "team on it; install JobSet there once, outside the stack (docs/gke.md section 5), and remove this key",
+        )
     for field, key in NEW_CLUSTER_KEYS.items():
         if field in settings.model_fields_set:
             raise invalid(

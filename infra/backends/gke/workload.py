@@ -28,13 +28,14 @@ publicly trusted certificate), and credentials from the exec plugin ``gke-gcloud
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
 import pulumi
 import yaml
 
-from infra.backends.gke.cluster import GSA_ANNOTATION, GkeSettings
+from infra.backends.gke.cluster import GSA_ANNOTATION, JOBSET_VERSION, GkeSettings
 from infra.backends.gke.jobset import STARTUP_KEY, startup_config_map_name
 from infra.backends.gke.names import context_name
 
@@ -50,6 +51,46 @@ AUTH_PLUGIN_HINT = (
 CONFIG_MAP_LIMIT_BYTES = 1024 * 1024
 #: The JobSet controller's release manifests (docs/gke.md section 5, "Install").
 MANIFESTS_URL = "https://github.com/kubernetes-sigs/jobset/releases/download/{version}/manifests.yaml"
+#: Where those manifests put the controller (namespace/name): kubernetes-sigs/jobset's
+#: ``config/default/kustomization.yaml`` (namespace ``jobset-system``, name prefix ``jobset-``) over
+#: ``config/components/manager/manager.yaml`` (the Deployment ``controller-manager``, container ``manager``).
+JOBSET_CONTROLLER = "jobset-system/jobset-controller-manager"
+#: A release image's tag (``registry.k8s.io/jobset/jobset:v0.10.1``).
+RELEASE_TAG = re.compile(r":v([0-9]+)\.([0-9]+)\.([0-9]+)$")
+
+
+class JobSetControllerError(pulumi.RunError):
+    """The existing cluster's JobSet controller is older than the stack's JobSet needs; one line naming
+    ``multislice:gke.cluster`` and the version found (a :class:`pulumi.RunError`: no traceback)."""
+
+
+def check_jobset_controller(spec: Any, cluster: str) -> None:
+    """Refuse an existing cluster whose JobSet controller (the Deployment :data:`JOBSET_CONTROLLER`'s
+    ``spec``, as the Kubernetes provider reads it) runs a release below :data:`JOBSET_VERSION`, the
+    oldest the stack's JobSet is written for (docs/gke.md section 5). A controller image without a
+    release tag (a build of one's own) is taken as it is, with a warning.
+
+    Raises:
+      JobSetControllerError: naming ``multislice:gke.cluster`` and the version found.
+    """
+    containers = (((spec or {}).get("template") or {}).get("spec") or {}).get("containers") or []
+    images = [str(c.get("image") or "") for c in containers if isinstance(c, dict)]
+    tags = [match for match in map(RELEASE_TAG.search, images) if match]
+    if not tags:
+        pulumi.log.warn(
+            f"multislice:gke.cluster: the JobSet controller of {cluster} runs {', '.join(images) or 'no image'}, "
+            f"not a release; the stack's JobSet is written for {JOBSET_VERSION} or later"
+        )
+        return
+    found = tuple(int(part) for part in tags[0].groups())
+    needed = tuple(int(part) for part in JOBSET_VERSION.lstrip("v").split("."))
+    if found < needed:
+        version = "v" + ".".join(map(str, found))
+        raise JobSetControllerError(
+            f"multislice:gke.cluster: cluster {cluster} runs JobSet {version} ({JOBSET_CONTROLLER}), below "
+            f"{JOBSET_VERSION}, which the stack's JobSet needs: upgrade it there (its release manifests, "
+            "kubectl apply --server-side), or leave multislice:gke.cluster unset and the stack makes a cluster with it"
+        )
 
 
 def kubeconfig(*, project: str, location: str, cluster: str, dns_endpoint: str) -> str:
@@ -178,7 +219,7 @@ class GkeWorkload(pulumi.ComponentResource):
         )
         in_cluster = pulumi.ResourceOptions(parent=self, provider=provider)
         before_pods: list[pulumi.Resource] = []
-        if settings.namespace != "default":
+        if settings.namespace != "default" and settings.cluster is None:  # an existing cluster's is not ours
             before_pods.append(
                 k8s.core.v1.Namespace("namespace", metadata={"name": settings.namespace}, opts=in_cluster)
             )
@@ -204,18 +245,24 @@ class GkeWorkload(pulumi.ComponentResource):
                 opts=pulumi.ResourceOptions.merge(in_cluster, pulumi.ResourceOptions(depends_on=list(before_pods))),
             )
         )
-        if settings.install_jobset:
+        spec = inputs.jobset
+        metadata: pulumi.Input[Any] = spec["metadata"]
+        if settings.installs_jobset:
             before_pods.append(
                 k8s.yaml.v2.ConfigFile(
                     "jobset-controller", file=manifests_url(settings.jobset_version), opts=in_cluster
                 )
             )
-        spec = inputs.jobset
+        else:  # a cluster the stack does not own: read its controller, never declare it
+            controller = k8s.apps.v1.Deployment.get("jobset-controller", JOBSET_CONTROLLER, opts=in_cluster)
+            cluster = settings.cluster or "the cluster"
+            # The JobSet is declared only once the controller's version passed (a refusal stops the update first).
+            metadata = controller.spec.apply(lambda found: check_jobset_controller(found, cluster) or spec["metadata"])
         run = k8s.apiextensions.CustomResource(
             "jobset",
             api_version=spec["apiVersion"],
             kind=spec["kind"],
-            metadata=spec["metadata"],
+            metadata=metadata,
             spec=spec["spec"],
             opts=pulumi.ResourceOptions.merge(
                 in_cluster,
