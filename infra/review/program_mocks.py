@@ -17,7 +17,8 @@ from __future__ import annotations
 import hashlib
 import json
 import runpy
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -334,11 +335,40 @@ def evaluate(
         runpy.run_path(str(program_directory()), run_name="__main__")
 
     try:
-        (run_as_pulumi_does if as_main else run)()
+        with _tracebacks_parse_nothing():
+            (run_as_pulumi_does if as_main else run)()
     except BaseException:
         _cancel_leftovers()
         raise
     return world
+
+
+#: The function of Python 3.11's ``traceback`` that parses a source line (``ast.parse``) to draw the
+#: ``^~~~`` markers under a failed expression; a formatting of a traceback calls it.
+_CARET_ANCHORS = "_extract_caret_anchors_from_line_segment"
+
+
+@contextmanager
+def _tracebacks_parse_nothing() -> Iterator[None]:
+    """Format tracebacks without their ``^~~~`` markers while a program is evaluated. A refused
+    stack fails an Output while other threads of the mocks' monitor still run, and the traceback
+    formatted for it in one thread parses the failed line with ``ast.parse``, whose recursion
+    counter Python 3.11 does not keep per thread: a parse in another thread at that moment (the
+    trainer's source, read for the release) then fails with "AST constructor recursion depth
+    mismatch" instead of the stack's one-line refusal (https://github.com/python/cpython/issues/106905;
+    seen in 2 of 4 runs of tests/program with three workers). Without the markers, formatting parses
+    nothing. Where a Python's ``traceback`` has no such function, nothing is changed."""
+    import traceback
+
+    original = getattr(traceback, _CARET_ANCHORS, None)
+    if original is None:
+        yield
+        return
+    setattr(traceback, _CARET_ANCHORS, lambda segment: None)
+    try:
+        yield
+    finally:
+        setattr(traceback, _CARET_ANCHORS, original)
 
 
 def _cancel_leftovers() -> None:
