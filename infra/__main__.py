@@ -116,6 +116,7 @@ def component_args(config: StackConfig, script: startup.RenderedScript) -> Compo
             delete_on_complete=config.delete_on_complete,  # the backend's answer (its spec)
             reads_instance_groups=config.backend_spec.vm_reads_instance_groups,
             recreates_slices=config.backend_spec.slice_watch_recreates(config),
+            extra_project_roles=config.backend_spec.node_project_roles,
         ),
         release_record=ReleaseRecordArgs(
             stack=config.stack,

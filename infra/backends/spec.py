@@ -55,6 +55,8 @@ class BackendSpec(ABC):
       (:data:`infra.components.services.COMMON_APIS`); the program enables them;
     * ``vm_reads_instance_groups``: whether its VMs' service account may read Compute Engine's
       instance groups and instances (how such a VM finds its place);
+    * ``node_project_roles``: roles its VMs' service account needs on the project beyond every
+      stack's (a GKE node's agents and image pulls);
     * ``legacy_output``: a stack output only its deployments have, for a deployment older than the
       ``backend`` output (None: none older);
     * the VM contract: ``boot_identity`` (the file of this package that ``boot.sh`` runs to learn
@@ -81,6 +83,7 @@ class BackendSpec(ABC):
     worker_noun: ClassVar[str] = "VMs"
     apis: ClassVar[tuple[str, ...]] = ()
     vm_reads_instance_groups: ClassVar[bool] = False
+    node_project_roles: ClassVar[tuple[str, ...]] = ()
     legacy_output: ClassVar[str | None] = None
     boot_identity: ClassVar[str]
     release_watch: ClassVar[bool] = False

@@ -125,6 +125,8 @@ class ServiceAccountArgs(StrictModel):
     #: Grant :data:`RECREATE_PERMISSIONS`: the VMs recreate a lost slice's VMs
     #: (``BackendSpec.slice_watch_recreates``: a compute-engine multi-host Spot slice).
     recreates_slices: bool = False
+    #: Roles on the project beyond :data:`PROJECT_ROLES` (``BackendSpec.node_project_roles``: a GKE node's).
+    extra_project_roles: tuple[str, ...] = ()
 
 
 class ServiceAccount(pulumi.ComponentResource):
@@ -134,7 +136,8 @@ class ServiceAccount(pulumi.ComponentResource):
     :data:`CHECKPOINT_ROLE` under the condition :func:`write_condition` (write under
     :data:`WRITE_PREFIXES` only: the VMs cannot write the release record that every boot
     runs); :data:`DATA_ROLE` on the training-data bucket only when the trainer reads ``gs://``
-    data; :data:`PROJECT_ROLES` (log and metric writing) on the project; with
+    data; :data:`PROJECT_ROLES` (log and metric writing) and ``extra_project_roles`` (a backend's
+    nodes': the gke backend's) on the project; with
     ``delete_on_complete``, a custom role of :data:`DELETE_PERMISSIONS` alone on the project
     (:func:`delete_role_id`): worker 0 deletes the queued resource when the run completes; with
     ``reads_instance_groups``, a custom role of :data:`COMPUTE_READ_PERMISSIONS` alone on the project
@@ -197,7 +200,7 @@ class ServiceAccount(pulumi.ComponentResource):
                     f"{name}-training-data", bucket=args.data_bucket, role=DATA_ROLE, member=self.member, opts=child
                 )
             )
-        for role in PROJECT_ROLES:
+        for role in (*PROJECT_ROLES, *args.extra_project_roles):
             self.grants.append(
                 gcp.projects.IAMMember(
                     f"{name}-{role.split('/')[1].replace('.', '-').lower()}",

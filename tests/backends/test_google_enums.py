@@ -79,6 +79,7 @@ ENUM_FIELDS: dict[tuple[str, str], tuple[str, str]] = {
         "NodePool.config.workloadMetadataConfig.mode",
     ),
     (NODE_POOL, "placementPolicy.type"): ("container.v1", "NodePool.placementPolicy.type"),
+    (NODE_POOL, "upgradeSettings.strategy"): ("container.v1", "NodePool.upgradeSettings.strategy"),
     (NODE_POOL, "nodeConfig.taints[].effect"): ("container.v1", "NodePool.config.taints[].effect"),
     (NODE_POOL, "autoscaling.locationPolicy"): ("container.v1", "NodePool.autoscaling.locationPolicy"),
     ("gcp:container/cluster:Cluster", "releaseChannel.channel"): ("container.v1", "Cluster.releaseChannel.channel"),

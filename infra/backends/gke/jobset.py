@@ -201,6 +201,8 @@ def jobset(
             },
         ],
     }
+    if shape.host_network:  # as Google's TPU7x sample runs its Pods (node_pools.HOST_NETWORK_GENERATIONS)
+        pod_spec |= {"hostNetwork": True, "dnsPolicy": "ClusterFirstWithHostNet"}
     job_spec = {
         "parallelism": shape.node_count,
         "completions": shape.node_count,

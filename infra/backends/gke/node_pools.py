@@ -60,6 +60,19 @@ GKE_TPUS: dict[str, tuple[str, str]] = {
 }
 #: The generations whose multi-host pools are placed by a workload policy, not COMPACT + topology.
 WORKLOAD_POLICY_GENERATIONS = frozenset({"tpu7x"})
+#: The generations whose Pods run on the node's network (``hostNetwork: true`` with ``dnsPolicy:
+#: ClusterFirstWithHostNet``), as [Google] kubernetes-engine-samples ``ai-ml/gke-tpu-dynamic-slicing/
+#: tpu-multislice-jax.yaml`` (2b50365) runs its TPU7x JobSet; xpk does the same. Google's v6e multislice
+#: sample sets neither, so the others keep the Pod network.
+HOST_NETWORK_GENERATIONS = frozenset({"tpu7x"})
+#: The boot disk type per machine type where Google's blueprints set one: every [Google] Cluster Toolkit
+#: v6e and TPU7x blueprint (``examples/gke-tpu-v6e``, ``gke-tpu-7x``, ``gke-consumption-options/dws-flex-start*``
+#: at 1047080) sets ``disk_type: hyperdisk-balanced``; for the others GKE picks its default.
+BOOT_DISK_TYPES = {"ct6e-standard-4t": "hyperdisk-balanced", "tpu7x-standard-4t": "hyperdisk-balanced"}
+#: How GKE upgrades a TPU pool: ``SURGE`` with no surge node and one node unavailable at a time, [Google]
+#: Cluster Toolkit ``gke-node-pool``'s defaults (``max_surge`` 0, ``max_unavailable`` 1, "SURGE"); GKE's
+#: own default surge of one node asks for capacity beyond the slice.
+UPGRADE_SETTINGS = {"strategy": "SURGE", "max_surge": 0, "max_unavailable": 1}
 #: That policy's type, the one that takes an accelerator topology (gcloud's ``resource-policies
 #: create workload-policy --type=HIGH_THROUGHPUT --accelerator-topology``, the Ironwood page's command;
 #: pulumi-gcp ``ResourcePolicyWorkloadPolicyArgs``).
@@ -94,6 +107,7 @@ class NodePoolShape:
       node_count: VMs in the slice (one Pod each).
       chips_per_node: chips per VM: the Pod's :data:`TPU_RESOURCE` request.
       workload_policy: placed by a workload policy (TPU7x) rather than COMPACT + topology.
+      host_network: its Pods run on the node's network (:data:`HOST_NETWORK_GENERATIONS`).
     """
 
     machine_type: str
@@ -102,6 +116,7 @@ class NodePoolShape:
     node_count: int
     chips_per_node: int
     workload_policy: bool
+    host_network: bool = False
 
 
 def slice_node_pool(accelerator: AcceleratorType) -> NodePoolShape:
@@ -140,6 +155,7 @@ def slice_node_pool(accelerator: AcceleratorType) -> NodePoolShape:
         node_count=accelerator.hosts,
         chips_per_node=accelerator.chips_per_host,
         workload_policy=gen.name in WORKLOAD_POLICY_GENERATIONS,
+        host_network=gen.name in HOST_NETWORK_GENERATIONS,
     )
 
 
@@ -194,7 +210,11 @@ def node_config(
         "workload_metadata_config": {"mode": "GKE_METADATA"},
         "resource_labels": dict(labels or {}),
         "taints": [{"key": TPU_TAINT["key"], "value": TPU_TAINT["value"], "effect": TPU_TAINT["effect"]}],
+        # gVNIC on, as Cluster Toolkit's gke-node-pool sets it on every Container-Optimized OS pool.
+        "gvnic": {"enabled": True},
     }
+    if shape.machine_type in BOOT_DISK_TYPES:
+        config["disk_type"] = BOOT_DISK_TYPES[shape.machine_type]
     if capacity == "spot":
         config["spot"] = True
         config["reservation_affinity"] = {"consume_reservation_type": "NO_RESERVATION"}

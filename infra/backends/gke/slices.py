@@ -30,6 +30,7 @@ from infra.backends.gke.cluster import (
 )
 from infra.backends.gke.node_pools import (
     GKE_TPUS,
+    UPGRADE_SETTINGS,
     NodePoolShape,
     node_config,
     placement_policy,
@@ -250,6 +251,7 @@ class GkeSlices(pulumi.ComponentResource):
                 location=location,
                 node_locations=[inputs.zone],
                 **pool_size(inputs.shape, inputs.capacity),
+                upgrade_settings=dict(UPGRADE_SETTINGS),
                 placement_policy=placement_policy(inputs.shape, policy_name),
                 node_config=_node_config(inputs),
                 opts=pulumi.ResourceOptions(

@@ -80,6 +80,16 @@ class GkeSpec(BackendSpec):
     #: https://cloud.google.com/kubernetes-engine/docs/how-to/tpus); its TPU node pools draw Compute
     #: Engine quota, not the Cloud TPU API's (same page).
     apis = ("container.googleapis.com",)
+    #: The nodes run as the stack's service account: beside every stack's log and metric writing, what
+    #: [Google] Cluster Toolkit's TPU blueprints grant their node pools' account (``examples/gke-tpu-v6e``'s
+    #: ``node_pool_service_account`` at 1047080): the node agents read metrics and write resource metadata,
+    #: and a Pod's image may come from the project's Artifact Registry. Its ``storage.objectViewer`` is
+    #: granted on the checkpoint bucket alone, as on every backend.
+    node_project_roles = (
+        "roles/monitoring.viewer",
+        "roles/stackdriver.resourceMetadata.writer",
+        "roles/artifactregistry.reader",
+    )
     worker_noun = "Pods"
     capacity_plural = True
     boot_identity = "boot_identity.sh"

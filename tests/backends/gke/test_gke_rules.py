@@ -63,6 +63,10 @@ def test_every_gke_stack_declares_pools_gke_accepts(declared, stack):
     assert len(pools) == 2  # one a slice
     assert [refusal for pool in pools for refusal in gke_rules.node_pool_refusals(pool)] == []
     assert [refusal for cluster in clusters for refusal in gke_rules.version_refusals(cluster, pools)] == []
+    # Upgrades never ask for a node beyond the slice (Cluster Toolkit's gke-node-pool defaults).
+    assert [pool["upgradeSettings"] for pool in pools] == [
+        {"strategy": "SURGE", "maxSurge": 0, "maxUnavailable": 1}
+    ] * 2
 
 
 def test_a_flex_start_pool_with_total_bounds_is_refused_as_gke_refused_it(declared):

@@ -155,3 +155,27 @@ def test_a_new_release_names_a_new_config_map():
 def test_bad_counts_are_refused():
     with pytest.raises(ValueError, match="slices must be ≥ 1"):
         make(slices=0)
+
+
+@pytest.mark.parametrize(("accelerator", "host_network"), [("tpu7x-16", True), ("v6e-16", False), ("v5p-16", False)])
+def test_tpu7x_pods_run_on_the_node_network_as_google_s_sample_runs_them(accelerator, host_network):
+    # kubernetes-engine-samples ai-ml/gke-tpu-dynamic-slicing/tpu-multislice-jax.yaml (tpu7x): hostNetwork with
+    # ClusterFirstWithHostNet, so the Pod still resolves the JobSet's cluster DNS names; the v6e sample sets neither.
+    made = jobset(
+        name="run",
+        namespace="training",
+        shape=slice_node_pool(parse_accelerator_type(accelerator)),
+        slices=2,
+        image="python:3.12-bookworm",
+        startup_config_map="dev-startup-0123456789ab",
+        run_dir="gs://b/runs/dev",
+        env={},
+        service_account="multislice-run",
+        max_restarts=5,
+    )
+    pod_spec = made["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    assert read_back(pod_spec, "V1PodSpec") == pod_spec
+    if host_network:
+        assert (pod_spec["hostNetwork"], pod_spec["dnsPolicy"]) == (True, "ClusterFirstWithHostNet")
+    else:
+        assert "hostNetwork" not in pod_spec and "dnsPolicy" not in pod_spec

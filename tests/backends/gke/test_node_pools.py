@@ -209,3 +209,16 @@ def test_flex_start_without_a_run_duration_takes_gke_s_and_an_unknown_capacity_i
     assert config["flex_start"] is True and "max_run_duration" not in config  # GKE's default: seven days
     with pytest.raises(NodePoolError, match=r"multislice:capacity: 'preemptible' is not one of"):
         node_config(SHAPE, "preemptible", service_account="sa")
+
+
+@pytest.mark.parametrize(
+    ("accelerator", "disk"),
+    [("v6e-16", "hyperdisk-balanced"), ("tpu7x-16", "hyperdisk-balanced"), ("v5p-16", None), ("v4-16", None)],
+)
+def test_the_boot_disk_and_gvnic_are_what_google_s_blueprints_give_each_generation(accelerator, disk):
+    # Cluster Toolkit: every v6e and TPU7x blueprint sets disk_type hyperdisk-balanced; gke-node-pool enables gVNIC
+    # on every Container-Optimized OS pool. Elsewhere GKE's default disk.
+    config = node_config(slice_node_pool(parse_accelerator_type(accelerator)), "spot", service_account="sa")
+    assert config["gvnic"] == {"enabled": True}
+    assert config.get("disk_type") == disk
+    assert _fits(dict(config), container_inputs.NodePoolNodeConfigArgsDict)
