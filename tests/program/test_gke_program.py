@@ -202,3 +202,61 @@ def test_an_existing_cluster_s_jobset_is_never_the_stack_s(gke, refused):
         validate_stack("dev", values, "test")
     # installJobSet: false says what the stack does anyway on an existing cluster: accepted.
     validate_stack("dev", values | {"multislice:gke": SHARED | {"installJobSet": False}}, "test")
+
+
+HOST = "acme-net-host"
+SHARED_VPC = {
+    "existingNetwork": f"projects/{HOST}/global/networks/shared",
+    "existingSubnetwork": "tpus",
+    "nat": False,
+}
+NETWORK_URL = f"https://www.googleapis.com/compute/v1/projects/{HOST}/global/networks/shared"
+
+
+def test_a_new_cluster_on_a_shared_vpc_takes_the_subnetwork_s_named_ranges():
+    # Cluster Toolkit's gke-cluster names both ranges (pods_ip_range_name, services_ip_range_name); the Container
+    # API takes "an existing secondary range associated with the cluster subnetwork".
+    values = gke_map(2, "spot") | {
+        "multislice:network": SHARED_VPC,
+        "multislice:gke": {"podRange": "tpu-pods", "serviceRange": "tpu-services"},
+    }
+    world = evaluate("dev", values, subnet_network=NETWORK_URL)
+    cluster = world.one("gcp:container/cluster:Cluster").inputs
+    assert cluster["ipAllocationPolicy"] == {
+        "clusterSecondaryRangeName": "tpu-pods",
+        "servicesSecondaryRangeName": "tpu-services",
+    }
+    assert cluster["subnetwork"] == f"projects/{HOST}/regions/us-central2/subnetworks/tpus"
+    # Without them GKE adds ranges to the subnetwork, which only a network of the stack's project allows.
+    own = evaluate("dev", gke_map(2, "spot")).one("gcp:container/cluster:Cluster").inputs
+    assert own["ipAllocationPolicy"] == {}
+
+
+@pytest.mark.parametrize(
+    ("network", "gke", "refused"),
+    [
+        (SHARED_VPC, {}, "multislice:gke.podRange: is required on the Shared VPC subnetwork of project acme-net-host"),
+        (None, {"podRange": "a", "serviceRange": "b"}, "multislice:gke.podRange: names a secondary range of a reused"),
+        (SHARED_VPC, {"podRange": "a"}, "podRange and serviceRange are named together"),
+        (SHARED_VPC, {"podRange": "Pods", "serviceRange": "b"}, "is not a subnetwork secondary range name"),
+        (
+            SHARED_VPC,
+            {"cluster": "ml-shared", "clusterLocation": "us-central2", "podRange": "a", "serviceRange": "b"},
+            "multislice:gke.podRange: configures the cluster the stack makes",
+        ),
+    ],
+)
+def test_pod_and_service_ranges_are_refused_naming_the_key(network, gke, refused):
+    values = gke_map(2, "spot") | {"multislice:gke": gke}
+    if network is not None:
+        values["multislice:network"] = network
+    with pytest.raises(ValueError, match=refused):
+        validate_stack("dev", values, "test")
+
+
+def test_an_existing_cluster_on_a_shared_vpc_needs_no_ranges():
+    values = gke_map(2, "spot") | {
+        "multislice:network": SHARED_VPC,
+        "multislice:gke": {"cluster": "ml-shared", "clusterLocation": "us-central2"},
+    }
+    validate_stack("dev", values, "test")  # its ranges are the cluster's own

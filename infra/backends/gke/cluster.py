@@ -53,6 +53,8 @@ from training.validation import StrictModel
 CLUSTER_NAME = re.compile(r"^[a-z](?:[a-z0-9-]{0,38}[a-z0-9])?$")
 #: A Kubernetes namespace or service account name: an RFC 1123 DNS label (Kubernetes' "Object
 #: Names and IDs": at most 63 lowercase alphanumerics or '-', starting and ending alphanumeric).
+#: A subnetwork secondary range's name (RFC 1035, as the Compute API's ``rangeName`` takes it).
+RANGE_NAME = re.compile(r"^[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?$")
 DNS_LABEL = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$")
 #: The longest a node may run, seconds: "up to seven days" (GKE's flex-start provisioning mode page;
 #: docs/gke.md section 3).
@@ -174,6 +176,17 @@ class GkeSettings(StrictModel):
         description="A new cluster's CPU node pool for the JobSet controller and cluster services.",
     )
 
+    pod_range: str | None = Field(
+        default=None,
+        alias="podRange",
+        description="The secondary range of a reused subnetwork a new cluster's Pods take their IPs from (default: GKE "
+        "adds one; required on a Shared VPC subnetwork of another project, beside serviceRange).",
+    )
+    service_range: str | None = Field(
+        default=None,
+        alias="serviceRange",
+        description="The secondary range of a reused subnetwork a new cluster's Services take their IPs from.",
+    )
     install_jobset: bool | None = Field(
         default=None,
         alias="installJobSet",
@@ -196,6 +209,23 @@ class GkeSettings(StrictModel):
         """Whether the stack installs (and owns) the JobSet controller: in a cluster it makes, unless
         ``installJobSet: false``; never in an existing one (refused there: ``infra.backends.gke.spec``)."""
         return self.cluster is None and self.install_jobset is not False
+
+    @field_validator("pod_range", "service_range")
+    @classmethod
+    def _range_name(cls, value: str | None) -> str | None:
+        if value is not None and not RANGE_NAME.fullmatch(value):
+            raise ValueError(
+                f"{value!r} is not a subnetwork secondary range name: a lowercase letter, then up to 62 lowercase "
+                "letters, digits or '-', not ending with '-' (the Compute API's SubnetworkSecondaryRange.rangeName)"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _both_ranges(self) -> GkeSettings:
+        if (self.pod_range is None) != (self.service_range is None):
+            missing = "serviceRange" if self.service_range is None else "podRange"
+            raise ValueError(f"podRange and serviceRange are named together (both or neither): set {missing} too")
+        return self
 
     @field_validator("cluster")
     @classmethod
@@ -325,12 +355,17 @@ def cluster_args(
     control_plane_cidr: str | None = None,
     version: str | None = None,
     deletion_protection: bool = False,
+    pod_range: str | None = None,
+    service_range: str | None = None,
 ) -> dict[str, Any]:
     """The args of a new zonal Standard cluster (``gcp.container.Cluster``) in ``zone``: VPC-native,
     private nodes, private IP endpoint, DNS-based endpoint, Workload Identity, the stack's labels, no
     default node pool (the system pool and the slices' pools are added beside it), the ``REGULAR``
     channel with ``version`` as its minimum when given, the maintenance window and exclusion of the
-    module docstring, and ``deletion_protection`` explicitly.
+    module docstring, and ``deletion_protection`` explicitly. Pods and Services take their IPs from the
+    subnetwork's secondary ranges ``pod_range`` and ``service_range`` when named (the Container API's
+    ``IPAllocationPolicy.clusterSecondaryRangeName``: "an existing secondary range associated with the
+    cluster subnetwork"), else from ranges GKE adds to the subnetwork.
 
     Raises:
       ValueError: ``name`` is not a GKE cluster name.
@@ -347,7 +382,11 @@ def cluster_args(
         "network": network,
         "subnetwork": subnetwork,
         "networking_mode": "VPC_NATIVE",
-        "ip_allocation_policy": {},
+        "ip_allocation_policy": (
+            {"cluster_secondary_range_name": pod_range, "services_secondary_range_name": service_range}
+            if pod_range is not None and service_range is not None
+            else {}
+        ),
         "private_cluster_config": private,
         "control_plane_endpoints_config": {"dns_endpoint_config": {"allow_external_traffic": True}},
         "workload_identity_config": {"workload_pool": workload_pool(project)},

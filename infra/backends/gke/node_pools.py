@@ -47,7 +47,11 @@ from typing import TYPE_CHECKING, Any
 from infra.accelerators import AcceleratorType
 
 if TYPE_CHECKING:  # the type checker holds the dicts below to pulumi-gcp's own input types
-    from pulumi_gcp.container._inputs import NodePoolNodeConfigArgsDict, NodePoolPlacementPolicyArgsDict
+    from pulumi_gcp.container._inputs import (
+        NodePoolNodeConfigArgsDict,
+        NodePoolPlacementPolicyArgsDict,
+        NodePoolUpgradeSettingsArgsDict,
+    )
 
 #: Per generation: the multi-host machine type (4 chips a VM) and the node label value GKE gives
 #: its nodes (``cloud.google.com/gke-tpu-accelerator``); docs/gke.md section 2's table.
@@ -69,10 +73,8 @@ HOST_NETWORK_GENERATIONS = frozenset({"tpu7x"})
 #: v6e and TPU7x blueprint (``examples/gke-tpu-v6e``, ``gke-tpu-7x``, ``gke-consumption-options/dws-flex-start*``
 #: at 1047080) sets ``disk_type: hyperdisk-balanced``; for the others GKE picks its default.
 BOOT_DISK_TYPES = {"ct6e-standard-4t": "hyperdisk-balanced", "tpu7x-standard-4t": "hyperdisk-balanced"}
-#: How GKE upgrades a TPU pool: ``SURGE`` with no surge node and one node unavailable at a time, [Google]
-#: Cluster Toolkit ``gke-node-pool``'s defaults (``max_surge`` 0, ``max_unavailable`` 1, "SURGE"); GKE's
-#: own default surge of one node asks for capacity beyond the slice.
-UPGRADE_SETTINGS = {"strategy": "SURGE", "max_surge": 0, "max_unavailable": 1}
+
+
 #: That policy's type, the one that takes an accelerator topology (gcloud's ``resource-policies
 #: create workload-policy --type=HIGH_THROUGHPUT --accelerator-topology``, the Ironwood page's command;
 #: pulumi-gcp ``ResourcePolicyWorkloadPolicyArgs``).
@@ -279,3 +281,11 @@ def system_pool(
 def node_selector(shape: NodePoolShape) -> dict[str, str]:
     """The node labels a Pod of the slice selects (docs/gke.md section 5)."""
     return {ACCELERATOR_LABEL: shape.accelerator, TOPOLOGY_LABEL: shape.topology}
+
+
+def upgrade_settings() -> NodePoolUpgradeSettingsArgsDict:
+    """A TPU pool's ``upgrade_settings`` (pulumi-gcp ``NodePoolUpgradeSettingsArgsDict``): ``SURGE`` with no
+    surge node and one node unavailable at a time, [Google] Cluster Toolkit ``gke-node-pool``'s defaults
+    (``max_surge`` 0, ``max_unavailable`` 1, strategy ``SURGE``, 1047080); GKE's own default surge of one
+    node asks for capacity beyond the slice."""
+    return {"strategy": "SURGE", "max_surge": 0, "max_unavailable": 1}

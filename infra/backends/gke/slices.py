@@ -30,12 +30,12 @@ from infra.backends.gke.cluster import (
 )
 from infra.backends.gke.node_pools import (
     GKE_TPUS,
-    UPGRADE_SETTINGS,
     NodePoolShape,
     node_config,
     placement_policy,
     pool_size,
     system_pool,
+    upgrade_settings,
     workload_policy_args,
 )
 from infra.naming import gce_name
@@ -194,6 +194,8 @@ class GkeSlices(pulumi.ComponentResource):
                     control_plane_cidr=settings.control_plane_cidr,
                     version=settings.version,
                     deletion_protection=settings.deletion_protection,
+                    pod_range=settings.pod_range,
+                    service_range=settings.service_range,
                 ),
                 opts=child,
             )
@@ -251,7 +253,7 @@ class GkeSlices(pulumi.ComponentResource):
                 location=location,
                 node_locations=[inputs.zone],
                 **pool_size(inputs.shape, inputs.capacity),
-                upgrade_settings=dict(UPGRADE_SETTINGS),
+                upgrade_settings=upgrade_settings(),
                 placement_policy=placement_policy(inputs.shape, policy_name),
                 node_config=_node_config(inputs),
                 opts=pulumi.ResourceOptions(

@@ -162,9 +162,14 @@ class GkeSpec(BackendSpec):
             cluster = f"in the existing cluster {settings.cluster}"
         else:
             system = settings.system_pool
+            ranges = (
+                f"Pods and Services in the subnetwork's ranges {settings.pod_range} and {settings.service_range}"
+                if settings.pod_range is not None
+                else "Pods and Services in ranges GKE adds to the subnetwork"
+            )
             cluster = (
                 f"in a new cluster (REGULAR channel, no minor or node upgrades until end of support; a system pool of "
-                f"{system.min_nodes}-{system.max_nodes} {system.machine_type}; deletion protection "
+                f"{system.min_nodes}-{system.max_nodes} {system.machine_type}; {ranges}; deletion protection "
                 f"{'on: pulumi destroy fails until it is off' if settings.deletion_protection else 'off'})"
             )
         billed = "the reservation is paid for either way" if config.capacity == "reserved" else "billed while they run"
@@ -178,6 +183,29 @@ class GkeSpec(BackendSpec):
         return f"the node pools {', '.join(map(str, pools)) or '(unnamed)'}, their TPU VMs and the run's JobSet"
 
 
+def _check_ranges(settings: Any, network: Any, project: str) -> None:
+    """A new cluster's Pod and Service ranges: named ranges need a reused subnetwork (the one the stack
+    makes has no secondary range), and a Shared VPC subnetwork of another project needs them: GKE would
+    otherwise add ranges to a subnetwork of the host project, whose subnets Shared VPC leaves to the host
+    project's network admins (https://cloud.google.com/vpc/docs/shared-vpc: the host project holds the
+    network and its subnets). Cluster Toolkit's ``gke-cluster`` always names them (``pods_ip_range_name``,
+    ``services_ip_range_name``)."""
+    if settings.pod_range is not None and not network.reuses_network:
+        raise invalid(
+            "multislice:gke.podRange",
+            "names a secondary range of a reused subnetwork (multislice:network.existingSubnetwork), and the "
+            "subnetwork the stack makes has none: remove podRange and serviceRange, or reuse a subnetwork",
+        )
+    host = network.host_project(project)
+    if settings.pod_range is None and host != project:
+        raise invalid(
+            "multislice:gke.podRange",
+            f"is required on the Shared VPC subnetwork of project {host}: a new cluster would add its Pod and "
+            "Service ranges to a subnetwork of another project, which Shared VPC leaves to that project's "
+            "network admins; create two secondary ranges there and name them (podRange, serviceRange)",
+        )
+
+
 #: ``multislice:gke`` keys that configure the cluster a stack makes, by field name.
 NEW_CLUSTER_KEYS = {
     "control_plane_cidr": "controlPlaneCidr",
@@ -185,6 +213,8 @@ NEW_CLUSTER_KEYS = {
     "deletion_protection": "deletionProtection",
     "system_pool": "systemPool",
     "jobset_version": "jobSetVersion",
+    "pod_range": "podRange",
+    "service_range": "serviceRange",
 }
 
 
@@ -200,8 +230,9 @@ def _check_cluster_keys(config: Any) -> None:
                 "is the location of an existing cluster and applies only with multislice:gke.cluster; a cluster the "
                 "stack makes is in its zone (gcp:zone): remove it, or name the cluster",
             )
-        cidr = settings.control_plane_cidr
         network = config.network
+        _check_ranges(settings, network, config.project)
+        cidr = settings.control_plane_cidr
         if cidr is not None and network.existing_network is None:
             if ipaddress.IPv4Network(cidr).overlaps(ipaddress.IPv4Network(network.subnet_cidr)):
                 raise invalid(

@@ -149,7 +149,10 @@ def test_plan_prints_how_the_pools_get_their_nodes_and_the_cluster_around_them()
     line = GKE.capacity_plan(flex)
     assert line.startswith("capacity: flex-start node pools in a new cluster (REGULAR channel")
     assert "each pool autoscales from 0 to its 2 VMs when the JobSet's Pods ask, for at most 3d" in line
-    assert "a system pool of 1-3 e2-standard-4; deletion protection off" in line
+    assert (
+        "a system pool of 1-3 e2-standard-4; Pods and Services in ranges GKE adds to the subnetwork; "
+        "deletion protection off"
+    ) in line
     protected = validate_stack("dev", stack("v5p-16", deletionProtection=True), "test")
     assert "deletion protection on: pulumi destroy fails until it is off" in GKE.capacity_plan(protected)
     shared = validate_stack("dev", stack("v5p-16", cluster="shared", clusterLocation="us-east5"), "test")
