@@ -17,8 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import runpy
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -334,9 +333,9 @@ def evaluate(
         # The Python language host runs the program directory with runpy (first on sys.path).
         runpy.run_path(str(program_directory()), run_name="__main__")
 
+    _tracebacks_parse_nothing()
     try:
-        with _tracebacks_parse_nothing():
-            (run_as_pulumi_does if as_main else run)()
+        (run_as_pulumi_does if as_main else run)()
     except BaseException:
         _cancel_leftovers()
         raise
@@ -348,27 +347,27 @@ def evaluate(
 _CARET_ANCHORS = "_extract_caret_anchors_from_line_segment"
 
 
-@contextmanager
-def _tracebacks_parse_nothing() -> Iterator[None]:
-    """Format tracebacks without their ``^~~~`` markers while a program is evaluated. A refused
-    stack fails an Output while other threads of the mocks' monitor still run, and the traceback
-    formatted for it in one thread parses the failed line with ``ast.parse``, whose recursion
+def _tracebacks_parse_nothing() -> None:
+    """Format tracebacks without their ``^~~~`` markers in this process, from its first evaluation on.
+    A refused stack fails an Output while other threads of the mocks' monitor still run, and a
+    traceback formatted for it in one thread parses the failed line with ``ast.parse``, whose recursion
     counter Python 3.11 does not keep per thread: a parse in another thread at that moment (the
-    trainer's source, read for the release) then fails with "AST constructor recursion depth
-    mismatch" instead of the stack's one-line refusal (https://github.com/python/cpython/issues/106905;
-    seen in 2 of 4 runs of tests/program with three workers). Without the markers, formatting parses
-    nothing. Where a Python's ``traceback`` has no such function, nothing is changed."""
+    trainer's source, read for the release; a test reading modules) then fails with "AST constructor
+    recursion depth mismatch" instead of the stack's one-line refusal
+    (https://github.com/python/cpython/issues/106905; seen in 2 of 4 runs of tests/program with three
+    workers). A failed evaluation's leftovers can still be collected, and their tracebacks formatted,
+    after it returned, so the markers stay off for the rest of the process (``multislice check`` and
+    ``diff``, or a test session). Without them, formatting parses nothing. Where a Python's
+    ``traceback`` has no such function, nothing is changed."""
     import traceback
 
-    original = getattr(traceback, _CARET_ANCHORS, None)
-    if original is None:
-        yield
-        return
-    setattr(traceback, _CARET_ANCHORS, lambda segment: None)
-    try:
-        yield
-    finally:
-        setattr(traceback, _CARET_ANCHORS, original)
+    if getattr(traceback, _CARET_ANCHORS, None) is not None:
+        setattr(traceback, _CARET_ANCHORS, _no_anchors)
+
+
+def _no_anchors(segment: str) -> None:
+    """No ``^~~~`` markers for ``segment`` (what ``traceback`` draws when the function finds none)."""
+    return None
 
 
 def _cancel_leftovers() -> None:
