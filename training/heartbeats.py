@@ -29,6 +29,7 @@ import time
 from typing import Any
 
 from training.run_dir import RunDir
+from training.run_objects import json_record
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +92,7 @@ def read_all(run_dir: RunDir) -> list[Beat]:
         if data is None:
             continue
         try:
-            record: Any = json.loads(data.decode("utf-8"))
+            record: Any = json_record(data)
             beat = Beat(
                 slice_id=int(record["slice_id"]),
                 worker=int(record["worker"]),

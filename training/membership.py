@@ -18,6 +18,7 @@ import re
 from typing import Any
 
 from training.run_dir import RunDir
+from training.run_objects import json_record
 
 #: The records' folder in the run directory.
 MEMBERSHIP_DIR = "membership"
@@ -56,7 +57,7 @@ def _name(epoch: int) -> str:
 
 def _parse(name: str, data: bytes) -> Membership:
     try:
-        record: Any = json.loads(data.decode("utf-8"))
+        record: Any = json_record(data)
         membership = Membership(
             epoch=int(record["epoch"]),
             slices=tuple(sorted(int(s) for s in record["slices"])),

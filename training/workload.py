@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from training import cluster
+from training.run_objects import json_record
 
 #: Exit statuses of this launcher (those of ``training.train``: 1 restarted, 78 never restarted).
 EXIT_FAILED = 1
@@ -264,7 +265,7 @@ def completed_step(marker: bytes | None) -> int:
     """The step of a completion marker (``training.checkpoint.completion.read_completion``'s format),
     0 when absent or malformed."""
     try:
-        step = json.loads((marker or b"").decode("utf-8"))["step"]
+        step = json_record(marker or b"")["step"]
     except (ValueError, TypeError, KeyError, UnicodeDecodeError):
         return 0
     return step if isinstance(step, int) and not isinstance(step, bool) and step > 0 else 0

@@ -9,9 +9,7 @@ read here, with a bound on its size and shape, into a value or one line saying w
 
 They stand on the ground floor of ``infra/`` (``tests/test_import_graph.py``): they import nothing
 of the project, so that config, the emulated platform and the commands read through the same ones.
-The run directory's objects (membership records, heartbeats, run logs, the completion marker) are
-still decoded beside the types they build (``training/membership.py``, ``heartbeats.py``,
-``metrics/run_log.py``, ``checkpoint/completion.py``; ``infra/status/progress.py``): the trainer
-imports nothing of ``infra/``, so their one reader will be the trainer's, which this package's
-commands import.
+The run directory's objects (membership records, heartbeats, the completion marker, the recorded
+config) are decoded by the trainer's :mod:`training.run_objects` (the trainer imports nothing of
+``infra/``), which this package's commands use too.
 """

@@ -31,6 +31,7 @@ from infra.status.store import Entry, RunStore
 from infra.vm_contract import COMPLETE_MARKER
 from training.metrics.restarts import Restart, restarts_of
 from training.metrics.run_log import parse_records
+from training.run_objects import json_record
 
 #: Metrics objects read at once (the newest first) while no step record is found.
 METRICS_BATCH = 8
@@ -43,7 +44,7 @@ def completion_step(data: bytes | None) -> int | None:
     if data is None:
         return None
     try:
-        step = json.loads(data.decode("utf-8"))["step"]
+        step = json_record(data)["step"]
     except (ValueError, TypeError, KeyError, UnicodeDecodeError):
         return None
     return step if isinstance(step, int) and not isinstance(step, bool) and step >= 1 else None

@@ -15,6 +15,7 @@ import math
 from typing import Any
 
 from training.run_dir import RunDir
+from training.run_objects import json_record
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +33,7 @@ def read_completion(run_dir: RunDir) -> dict[str, Any] | None:
     if data is None:
         return None
     try:
-        record = json.loads(data.decode("utf-8"))
+        record = json_record(data)
         step = record["step"]
         loss = record.get("loss")
         if isinstance(step, bool) or not isinstance(step, int) or step < 1:

@@ -48,6 +48,7 @@ from training.run_dir import (
     RunDir,
     drop_listing_cache,  # noqa: F401 (part of this module's names)
 )
+from training.run_objects import json_record
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +130,7 @@ def check_run_config(run_dir: RunDir, config: TrainConfig) -> None:
     if data is None:
         return
     try:
-        recorded = json.loads(data.decode("utf-8"))
+        recorded = json_record(data)
         if not isinstance(recorded, dict):
             raise ValueError("not a JSON object")
     except (ValueError, UnicodeDecodeError) as err:
