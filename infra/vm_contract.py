@@ -151,8 +151,13 @@ COMPUTE_API_ENDPOINT_ENV = "MULTISLICE_COMPUTE_API_ENDPOINT"
 GROUP_WAIT_ENV = "MULTISLICE_GROUP_WAIT_S"
 #: Cloud Logging endpoint (the trainer's log shipper and ``multislice logs``).
 LOGGING_ENDPOINT_ENV = "MULTISLICE_LOGGING_ENDPOINT"
-#: The VM's state directory (releases, virtualenvs, boot lock).
+#: The VM's state directory (releases, virtualenvs, boot lock); in a Pod, a folder of its
+#: container's own filesystem (executable, gone with the Pod).
 HOME_ENV = "MULTISLICE_HOME"
+#: A Pod's node cache: a folder its node keeps across Pods (a ``hostPath``), which the boot only
+#: stores archives of its virtualenvs in and unpacks them from, never runs anything from (a GKE node
+#: mounts it non-executable: infra/emulated/node_mounts.py; docs/gke.md section 6).
+NODE_CACHE_ENV = "MULTISLICE_NODE_CACHE"
 #: The file in it a boot holds an exclusive ``flock`` on from start to end (startup.sh.in, and
 #: release_watch.sh around the boot of a new release).
 BOOT_LOCK_FILE = ".boot.lock"
@@ -208,6 +213,7 @@ SCRIPT_ENV = (
     COMPUTE_API_ENDPOINT_ENV,
     GROUP_WAIT_ENV,
     HOME_ENV,
+    NODE_CACHE_ENV,
     PYTHON_ENV,
     SYSTEMD_DIR_ENV,
     RETRY_DELAY_ENV,

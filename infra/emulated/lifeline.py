@@ -31,6 +31,9 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable
+from pathlib import Path
+
+from infra.emulated.node_mounts import MountUnavailable, enter_noexec
 
 #: Environment variable carrying the read end's descriptor number to a supervised process.
 LIFELINE_FD_ENV = "MULTISLICE_LIFELINE_FD"
@@ -92,16 +95,23 @@ def watch(fd: int, on_cut: Callable[[], None]) -> threading.Thread:
 
 
 def main(argv: list[str]) -> int:
-    """``python -m infra.emulated.lifeline [--forward] -- COMMAND ARGS...``: run the command; SIGKILL
+    """``python -m infra.emulated.lifeline [--forward] [--noexec DIR]... -- COMMAND ARGS...``: run the command; SIGKILL
     it and exit when the lifeline is cut. Otherwise exit as the command did (killed by the same
     signal, or with its status). Stop signals reach the command through its process group
     (this wrapper only outlives them to report the command's status); with ``--forward`` (an
     emulated Pod's container) the command gets them only through this wrapper, which passes each
     on, as the kubelet signals a container's first process alone, and once the command ended, or
-    the lifeline was cut, every other process of the session is killed, as a container's are."""
+    the lifeline was cut, every other process of the session is killed, as a container's are. Each
+    ``--noexec DIR`` is non-executable for the command and all it starts (an emulated node's folder as
+    Container-Optimized OS mounts it: :mod:`infra.emulated.node_mounts`); where this machine cannot
+    do that, one line says so and the command runs with the folder as it is."""
     forward = argv[:1] == ["--forward"]
     if forward:
         argv = argv[1:]
+    noexec: list[Path] = []
+    while argv[:1] == ["--noexec"] and len(argv) > 1:
+        noexec.append(Path(argv[1]))
+        argv = argv[2:]
     if argv[:1] == ["--"]:
         argv = argv[1:]
     if not argv:
@@ -123,6 +133,11 @@ def main(argv: list[str]) -> int:
         except OSError:
             pass
 
+    if noexec:  # before any thread starts: unshare(2) needs a process of one thread
+        try:
+            enter_noexec(noexec)
+        except MountUnavailable as err:
+            print(f"emulated node: {', '.join(map(str, noexec))} stays executable: {err.strerror}", file=sys.stderr)
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, on_signal)  # a handler, not SIG_IGN: reset by exec
     child = subprocess.Popen(argv, env=env)

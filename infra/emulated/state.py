@@ -5,7 +5,10 @@
 * ``gcs/``: the emulated Cloud Storage's backend (``infra.emulated.gcs``): the stack's bucket
   is ``gcs/<bucket>/``, and the run directory ``gs://<bucket>/runs/<run name>`` its objects
   under ``runs/<run name>/``; read them through the server, not as files;
-* ``vms/slice-S-worker-W/``: each emulated VM's local disk (``MULTISLICE_HOME``);
+* ``vms/slice-S-worker-W/``: each emulated VM's local disk (``MULTISLICE_HOME``); of an emulated
+  GKE Pod, its container's own filesystem;
+* ``nodes/slice-S-worker-W/``: of an emulated GKE Pod, its node's folder (``MULTISLICE_NODE_CACHE``,
+  the JobSet's ``hostPath``), kept across the Pods of that node;
 * ``logs/slice-S-worker-W.log``: each VM's console output; ``logs/fake-gcs-server.log``;
 * ``lock``: held (flock) by the running emulator for its whole life;
 * ``emulator.json``: the running emulator's pid, start time and process group (written as
@@ -106,6 +109,10 @@ class LocalPaths:
 
     def vm_home(self, slice_id: int, worker: int) -> Path:
         return self.root / "vms" / f"slice-{slice_id}-worker-{worker}"
+
+    def node_cache(self, slice_id: int, worker: int) -> Path:
+        """An emulated Pod's node folder (the module docstring)."""
+        return self.root / "nodes" / f"slice-{slice_id}-worker-{worker}"
 
     def vm_log(self, slice_id: int, worker: int) -> Path:
         return self.logs_dir / f"slice-{slice_id}-worker-{worker}.log"

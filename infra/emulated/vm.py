@@ -35,7 +35,7 @@ from infra.emulated.metadata import PREFIX, MetadataServer
 from infra.emulated.service_manager import session_pids
 from infra.emulated.stop_signals import signals_held
 from infra.emulated.supervisor import ProcessGroup
-from infra.vm_contract import HOME_ENV, METADATA_HOST_ENV, STARTUP_SCRIPT_KEY
+from infra.vm_contract import HOME_ENV, METADATA_HOST_ENV, NODE_CACHE_ENV, STARTUP_SCRIPT_KEY
 
 
 class VmProcesses(ProcessGroup):
@@ -70,6 +70,10 @@ class EmulatedVM:
       metadata: the VM's metadata server (attributes may change between boots).
       pod_env: a Pod's own environment (:meth:`~infra.backends.interface.Emulation.pod_environment`):
         its container's first process runs the startup script with it, no systemd; None: a VM.
+      node_cache: a Pod's node folder (``MULTISLICE_NODE_CACHE``), which outlives its Pods; ``home``
+        is then the container's own filesystem, which does not.
+      noexec: mount ``node_cache`` non-executable for the Pod, as its node's OS does
+        (:mod:`infra.emulated.node_mounts`).
     """
 
     def __init__(
@@ -81,6 +85,8 @@ class EmulatedVM:
         log_path: Path,
         metadata: MetadataServer,
         pod_env: dict[str, str] | None = None,
+        node_cache: Path | None = None,
+        noexec: bool = False,
     ) -> None:
         self.slice_id = slice_id
         self.worker = worker
@@ -89,6 +95,8 @@ class EmulatedVM:
         self.log_path = log_path
         self.metadata = metadata
         self.pod_env = pod_env
+        self.node_cache = node_cache
+        self.noexec = noexec
         #: The processes of the current boot; None before the first.
         self.group: VmProcesses | None = None
         self.boots = 0
@@ -128,17 +136,25 @@ class EmulatedVM:
         script_path.write_bytes(script)
         runtime = self.home / "run"
         shutil.rmtree(runtime, ignore_errors=True)  # /run is empty at every boot
+        node_env: dict[str, str] = {}
+        if self.node_cache is not None:
+            self.node_cache.mkdir(parents=True, exist_ok=True)
+            node_env[NODE_CACHE_ENV] = str(self.node_cache)
+        noexec = [self.node_cache] if self.noexec and self.node_cache is not None else []
         self.boots += 1
         # A stop between the fork and the assignment would leave the VM out of the emulator's
         # shutdown: it is raised once self.group holds it.
         with signals_held():
             group = self.group = VmProcesses.start(
                 self.name,
-                boot_command(script_path, self.unit_dir, runtime) if self.pod_env is None else pod_command(script_path),
+                boot_command(script_path, self.unit_dir, runtime)
+                if self.pod_env is None
+                else pod_command(script_path, noexec),
                 log_path=self.log_path,
                 env={
                     **env,
                     **(self.pod_env or {}),
+                    **node_env,
                     METADATA_HOST_ENV: self.metadata.address,
                     HOME_ENV: str(self.home),
                     "TMPDIR": str(tmp),
@@ -152,15 +168,16 @@ class EmulatedVM:
         return group
 
     def wipe_disk(self) -> None:
-        """Recreating a VM gives it a fresh boot disk."""
+        """Recreating a VM (or a Pod's node) gives it a fresh boot disk."""
         shutil.rmtree(self.home, ignore_errors=True)
+        if self.node_cache is not None:
+            shutil.rmtree(self.node_cache, ignore_errors=True)
 
     def new_container(self) -> None:
-        """A new Pod on the same node: its container's own files go (its ``/tmp``, its ``/run``), what
-        the node keeps for it stays (``MULTISLICE_HOME``, a ``hostPath``: the releases and virtualenvs
-        the boot made; infra/backends/gke/jobset.py)."""
-        for ephemeral in ("tmp", "run"):
-            shutil.rmtree(self.home / ephemeral, ignore_errors=True)
+        """A new Pod on the same node: its container's own filesystem goes (``MULTISLICE_HOME``: the
+        releases and virtualenvs unpacked there, its ``/tmp``, its ``/run``), what the node keeps for it
+        stays (``node_cache``, a ``hostPath``: the virtualenvs' archives; infra/backends/gke/jobset.py)."""
+        shutil.rmtree(self.home, ignore_errors=True)
 
 
 def boot_command(script: Path, unit_dir: Path, runtime_dir: Path) -> list[str]:
@@ -179,10 +196,12 @@ def boot_command(script: Path, unit_dir: Path, runtime_dir: Path) -> list[str]:
     ]
 
 
-def pod_command(script: Path) -> list[str]:
+def pod_command(script: Path, noexec: Iterable[Path] = ()) -> list[str]:
     """The command that starts an emulated Pod: its container's first process, ``/bin/bash
-    script``, under the lifeline, which passes the kubelet's signals on to it."""
-    return [sys.executable, "-m", "infra.emulated.lifeline", "--forward", "--", "/bin/bash", str(script)]
+    script``, under the lifeline, which passes the kubelet's signals on to it and mounts each of
+    ``noexec`` non-executable for it (:mod:`infra.emulated.node_mounts`)."""
+    mounts = [arg for folder in noexec for arg in ("--noexec", str(folder))]
+    return [sys.executable, "-m", "infra.emulated.lifeline", "--forward", *mounts, "--", "/bin/bash", str(script)]
 
 
 def process_groups(vms: Iterable[EmulatedVM]) -> list[ProcessGroup]:

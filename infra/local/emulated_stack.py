@@ -260,6 +260,8 @@ class EmulatedStack:
                 f"worker(s) of {self.config.accelerator_type}, "
                 f"{self.config.accelerator.chips_per_host} CPU devices each"
             )
+            if self.workers.node_line is not None:
+                self.report(self.workers.node_line)
             every_vm = invocation.command("local logs", self.config.stack)
             self.reporter.boot_lines = BootLines(self.vms[0].name, self.vms[0].log_path, every_vm)
             self.boot_all(options)

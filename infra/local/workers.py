@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 
 from infra.backends.interface import Emulation
 from infra.config import StackConfig
-from infra.emulated import supervisor
+from infra.emulated import node_mounts, supervisor
 from infra.emulated.metadata import MetadataServer
 from infra.emulated.state import LocalPaths
 from infra.emulated.vm import EmulatedVM, process_groups
@@ -41,17 +41,38 @@ class Workers:
         #: One per worker, slice by slice (``slice 0 worker 0`` first).
         self.vms: list[EmulatedVM] = []
         self.servers: list[MetadataServer] = []
+        #: What ``local up`` says of the Pods' node folders (None: VMs, which have none).
+        self.node_line: str | None = None
+        self._noexec = False
 
     def create(self) -> None:
         """Make every worker (not booted) with a metadata server of its own, answering what the
-        backend's workers are told (:meth:`~infra.backends.interface.Emulation.metadata_values`)."""
+        backend's workers are told (:meth:`~infra.backends.interface.Emulation.metadata_values`); a
+        Pod with its node's folder, non-executable as a GKE node mounts it where this machine can
+        (:mod:`infra.emulated.node_mounts`; :attr:`node_line` says which)."""
         for slice_id, node in enumerate(self.config.node_ids):
             for worker in range(self.config.accelerator.hosts):
                 server = MetadataServer({}, self.capacity.metadata_values(slice_id, worker))
                 self.servers.append(server)
                 home, log = self.paths.vm_home(slice_id, worker), self.paths.vm_log(slice_id, worker)
                 pod_env = self.capacity.pod_environment(slice_id, worker)
-                self.vms.append(EmulatedVM(slice_id, worker, node, home, log, server, pod_env))
+                node_cache, noexec = None, False
+                if pod_env is not None:
+                    node_cache, noexec = self.paths.node_cache(slice_id, worker), self._noexec_nodes()
+                self.vms.append(EmulatedVM(slice_id, worker, node, home, log, server, pod_env, node_cache, noexec))
+
+    def _noexec_nodes(self) -> bool:
+        if self.node_line is None:
+            problem = node_mounts.noexec_problem()
+            self.node_line = (
+                "node cache: each Pod's node folder is mounted non-executable, as Container-Optimized OS mounts "
+                "/var on a GKE node"
+                if problem is None
+                else f"warning: node cache: each Pod's node folder stays executable here ({problem}); a GKE node "
+                "mounts it non-executable"
+            )
+            self._noexec = problem is None
+        return self._noexec
 
     def boot(
         self,

@@ -2,7 +2,7 @@
 
 Each template is literal bash but for its ``@@NAME@@`` placeholders (:func:`fill`): ``startup.sh.in``
 (the bootstrap that carries the release: :mod:`infra.startup.script`), ``boot.sh.in`` and
-``boot_units.sh.in`` (the release's boot logic, one script in two files, :data:`JOINED`:
+``boot_venv.sh.in`` and ``boot_units.sh.in`` (the release's boot logic, one script in three files, :data:`JOINED`:
 :mod:`infra.startup.boot`), ``trainer.sh`` (the trainer unit's launcher),
 ``delete_on_complete.sh`` and ``release_watch.sh`` (docs/vm-boot.md). A backend's own scripts
 (``boot_identity.sh``, ``slice_watch.sh``) are package data of its package and filled the same way.
@@ -16,7 +16,9 @@ from importlib import resources
 #: Package data of :mod:`infra.startup`: the bootstrap, the boot logic and the unit's launcher.
 TEMPLATE_RESOURCE = "startup.sh.in"
 BOOT_RESOURCE = "boot.sh.in"
-#: The second half of ``boot.sh`` (phases 4 and 5: the trainer's service, the release watch).
+#: The middle of ``boot.sh`` (phase 3: the virtualenvs, and a Pod's node cache of them).
+BOOT_VENV_RESOURCE = "boot_venv.sh.in"
+#: The last part of ``boot.sh`` (phases 4 and 5: the trainer's service, the release watch).
 BOOT_UNITS_RESOURCE = "boot_units.sh.in"
 TRAINER_RESOURCE = "trainer.sh"
 #: ``delete-on-complete.sh`` of the release: deletes the queued resource once the run is
@@ -30,7 +32,7 @@ RELEASE_WATCH_RESOURCE = "release_watch.sh"
 #: order. A part after the first starts with lines (a shebang, a comment, shellcheck directives for
 #: the variables the first part sets) that let shellcheck read it alone; the join drops them, up to
 #: and including the first empty line.
-JOINED: dict[str, tuple[str, ...]] = {BOOT_RESOURCE: (BOOT_RESOURCE, BOOT_UNITS_RESOURCE)}
+JOINED: dict[str, tuple[str, ...]] = {BOOT_RESOURCE: (BOOT_RESOURCE, BOOT_VENV_RESOURCE, BOOT_UNITS_RESOURCE)}
 
 #: A placeholder of a template: ``@@NAME@@``, NAME in capitals, digits and underscores.
 PLACEHOLDER = re.compile(r"@@([A-Z0-9_]+)@@")

@@ -23,6 +23,13 @@ backend's own tables, so a pool the backend gets wrong fails here:
 * **Versions** (:func:`version_refusals`): TPU7x needs GKE 1.34.0-gke.2201000 or later ("Ironwood in
   GKE"), flex-start TPUs 1.33.0-gke.1712000 ("About provisioning models": "To run TPUs, use GKE version
   1.33.0-gke.1712000 or later"), Multislice 1.27.4-gke.900 ("Deploy TPU Multislices in GKE").
+* **What a TPU node executes** (:func:`pod_exec_refusals`): GKE's TPU nodes run Container-Optimized OS,
+  whose ``/home``, ``/var`` and ``/tmp`` are non-executable, but ``/var/lib/google``, ``/var/lib/docker``
+  and ``/var/lib/toolbox`` (and ``/var/lib/cloud``, ``/etc``, ``/mnt/disks``) executable (COS "Disks and
+  file system overview"); a ``hostPath`` volume is a bind mount, which keeps its source's flags (mount(8)),
+  so a container cannot execute what lies under a mount of such a node path. The container executes
+  its ``command[0]`` and, running the multislice boot, everything under the boot's ``MULTISLICE_HOME``
+  (uv, its Python, the virtualenvs: docs/vm-boot.md; default ``/var/lib/multislice`` in the container).
 """
 
 from __future__ import annotations
@@ -156,3 +163,47 @@ def replaced_on_update(stored: dict[str, Any], declared: dict[str, Any], ignore_
     for path in ignore_changes:
         _set_path(declared, path, _get_path(stored, path))
     return [key for key in FORCE_NEW if stored.get(key) != declared.get(key)]
+
+
+#: Node paths Container-Optimized OS mounts non-executable, and the executable ones below them (COS
+#: "Disks and file system overview").
+COS_NOEXEC = ("/home", "/var", "/tmp")
+COS_EXEC_BELOW_NOEXEC = ("/var/lib/google", "/var/lib/docker", "/var/lib/toolbox", "/var/lib/cloud")
+#: The multislice boot's default MULTISLICE_HOME (docs/vm-boot.md), where it executes uv and Python.
+BOOT_HOME = "/var/lib/multislice"
+
+
+def _under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def cos_noexec(node_path: str) -> bool:
+    """Whether Container-Optimized OS mounts ``node_path`` non-executable."""
+    if any(_under(node_path, root) for root in COS_EXEC_BELOW_NOEXEC):
+        return False
+    return any(_under(node_path, root) for root in COS_NOEXEC)
+
+
+def pod_exec_refusals(pod_spec: dict[str, Any]) -> list[str]:
+    """Each container path the Pod would execute from a mount of a non-executable node path."""
+    volumes = {v["name"]: v for v in pod_spec.get("volumes") or []}
+    refusals = []
+    for container in pod_spec.get("containers") or []:
+        noexec = []
+        for mount in container.get("volumeMounts") or []:
+            host = (volumes.get(mount["name"]) or {}).get("hostPath")
+            if host and cos_noexec(host["path"]):
+                noexec.append((mount["mountPath"], host["path"]))
+        env = {e["name"]: e.get("value") for e in container.get("env") or []}
+        executed = [(container["command"][0], "its command")] if container.get("command") else []
+        executed.append(
+            (env.get("MULTISLICE_HOME") or BOOT_HOME, "the boot's MULTISLICE_HOME (uv, Python, virtualenvs)")
+        )
+        for path, what in executed:
+            for mount_path, host_path in noexec:
+                if _under(path, mount_path):
+                    refusals.append(
+                        f"container {container['name']} executes {what} at {path}, on hostPath {host_path}, "
+                        "which Container-Optimized OS mounts non-executable"
+                    )
+    return refusals

@@ -6,8 +6,9 @@ README's day-one commands run on it (``local status`` and its plot, ``logs``, ``
 ``local reset``: every Pod saves the step after the hold and new Pods resume there). A preemption of
 slice 1 is the kubelet's SIGTERM to its Pods: every process saves the same agreed step and every
 container ends 75, which fails its Job; JobSet then recreates every Job: slice 1's new Pods start on new
-nodes (empty disks), slice 0's on their nodes, whose cache (the release, and on a TPU VM its virtualenv:
-tests/startup/test_gke_boot.py) they find again; all resume at that step and complete. A stack's own JAX
+nodes (empty disks), slice 0's on their nodes, whose folder (mounted non-executable, as a GKE node's OS
+mounts it; the virtualenvs' archives on a TPU node: tests/startup/test_gke_boot.py) they find again; all
+resume at that step and complete. A stack's own JAX
 program (``multislice:workload``) calling
 ``jax.distributed.initialize()`` with no arguments finds its job of 4 processes and 16 devices from the
 same Pods' environment. Two emulations (one to two minutes each on 2 cores)."""
@@ -102,11 +103,10 @@ def test_pods_train_save_the_agreed_step_on_a_preemption_and_new_pods_resume(tmp
         for notice in notices:
             assert f"resuming at step {notice}/{steps}: 4 processes" in log
         assert "trainer: exited with status 0: training is complete" in log
-        # The first boot unpacks the release on the node; the reset's new Pod finds it there; after slice
-        # 1's preemption only slice 1's nodes are new.
+        # Every new Pod unpacks the release in its own container (from the ConfigMap's script), as on GKE.
         found = re.findall(r"release [0-9a-f]{12} \((unpacked by this boot|found on this disk)", log)
-        repair = "unpacked by this boot" if slice_id == 1 else "found on this disk"
-        assert found == ["unpacked by this boot", "found on this disk", repair], log[-3000:]
+        assert found == ["unpacked by this boot"] * 3, log[-3000:]
+    assert "node cache: each Pod's node folder is " in result
     assert len(saved) == 1, saved  # every process saved the same agreed steps
 
 

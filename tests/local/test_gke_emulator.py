@@ -1,19 +1,23 @@
 """infra.local.emulated_stack on a ``multislice:backend: gke`` stack, without a trainer: each Pod's
 container runs a stand-in startup script as ``/bin/bash`` (no systemd) with the environment GKE and
-the JobSet give it, the kubelet's SIGTERM reaches that process, and a repair starts every Pod again
-on an empty disk, as JobSet recreates every Job after a failure (docs/gke.md sections 4 and 5), and so
-does a reset (the JobSet suspended and resumed)."""
+the JobSet give it, the kubelet's SIGTERM reaches that process, its node's folder is mounted
+non-executable for it as a GKE node mounts it, and a repair starts every Pod again in a new container
+(the failed slice's on new nodes), as JobSet recreates every Job after a failure (docs/gke.md sections 4
+to 6), and so does a reset (the JobSet suspended and resumed)."""
 
 from __future__ import annotations
 
+import os
 import signal
 import time
+from pathlib import Path
 
 import psutil
 import pytest
 
 from infra import vm_contract as contract
 from infra.backends.gke.emulation import request_reset
+from infra.emulated import node_mounts
 from infra.emulated.service_manager import session_pids
 from infra.local.emulated_stack import Options
 from tests.helpers.emulation import gke_stack
@@ -39,20 +43,44 @@ def test_every_pod_runs_the_script_as_its_first_process_with_gkes_environment(po
             "TPU_WORKER_HOSTNAMES": "127.0.0.1,127.0.0.1",
         }
         assert env["MEGASCALE_NUM_SLICES"] == "2" and env[contract.RUN_DIR_ENV] == config.run_dir
+        assert env[contract.NODE_CACHE_ENV] == str(vm.node_cache) and env[contract.HOME_ENV] == str(vm.home)
         assert not (vm.home / "run").exists() and not vm.unit_dir.exists()  # no systemd in a container
 
 
-def write_node_and_container_files(pods) -> None:
-    """A file in each Pod's node cache (its MULTISLICE_HOME, a hostPath) and in its container (/tmp)."""
+def mount_options(pid: int, folder: Path) -> set[str] | None:
+    """The per-mount options of the mount at ``folder`` as process ``pid`` sees it (proc(5),
+    /proc/PID/mountinfo: field 5 the mount point, field 6 its options); None: no mount there."""
+    for line in Path(f"/proc/{pid}/mountinfo").read_text().splitlines():
+        fields = line.split()
+        if fields[4] == str(folder):
+            return set(fields[5].split(","))
+    return None
+
+
+def test_each_pods_node_folder_is_non_executable_for_it_alone(pods):
+    problem = node_mounts.noexec_problem()
+    if problem is not None:
+        pytest.skip(f"this machine cannot mount a folder non-executable for a process: {problem}")
+    assert pods.workers.node_line is not None and "mounted non-executable" in pods.workers.node_line
     for vm in pods.vms:
+        (container,) = psutil.Process(vm.pgid).children()
+        assert "noexec" in (mount_options(container.pid, vm.node_cache) or set()), vm.name
+        assert mount_options(container.pid, vm.home) is None  # the container's own files: executable
+        assert mount_options(os.getpid(), vm.node_cache) is None  # this machine's view is unchanged
+
+
+def write_node_and_container_files(pods) -> None:
+    """A file in each Pod's node cache (MULTISLICE_NODE_CACHE, a hostPath) and in its container (its
+    MULTISLICE_HOME: the releases and virtualenvs unpacked there, its /tmp)."""
+    for vm in pods.vms:
+        (vm.node_cache / "venvs").mkdir(parents=True, exist_ok=True)
+        (vm.node_cache / "venvs" / "node-file").write_text(f"slice {vm.slice_id}")
         (vm.home / "releases").mkdir(exist_ok=True)
-        (vm.home / "releases" / "node-cache").write_text(f"slice {vm.slice_id}")
-        (vm.home / "tmp").mkdir(exist_ok=True)
-        (vm.home / "tmp" / "container-file").write_text(f"slice {vm.slice_id}")
+        (vm.home / "releases" / "container-file").write_text(f"slice {vm.slice_id}")
 
 
 def kept(pods, path: str) -> list[str]:
-    return [vm.name for vm in pods.vms if (vm.home / path).exists()]
+    return [vm.name for vm in pods.vms if (vm.home / path).exists() or (vm.node_cache / path).exists()]
 
 
 def test_a_repair_starts_every_pod_again_and_the_surviving_nodes_keep_their_cache(pods):
@@ -60,9 +88,9 @@ def test_a_repair_starts_every_pod_again_and_the_surviving_nodes_keep_their_cach
     before = {vm.name: vm.pgid for vm in pods.vms}
     pods.repairs.repair(1, Options(reboot_grace_s=120))
     # JobSet recreates every Job: every Pod is new (no container file is left), but only the failed
-    # slice's nodes are new: slice 0's nodes keep the releases and virtualenvs their boots made.
-    assert kept(pods, "tmp/container-file") == []
-    assert kept(pods, "releases/node-cache") == ["slice 0 worker 0", "slice 0 worker 1"]
+    # slice's nodes are new: slice 0's nodes keep the virtualenvs' archives their boots made.
+    assert kept(pods, "releases/container-file") == []
+    assert kept(pods, "venvs/node-file") == ["slice 0 worker 0", "slice 0 worker 1"]
     assert not [name for name, pid in before.items() if running(pid)]
     slice0 = pods.vms[0]
     # The kubelet's SIGTERM reached the container's script (through the lifeline, which passes it on).
@@ -94,7 +122,7 @@ def test_a_requested_reset_starts_every_pod_again_as_a_new_pod(pods):
     assert pods.capacity.take_reset() and not pods.capacity.take_reset()  # taken once
     pods.repairs.reset(Options())
     assert pods.lines[-1].startswith("reset: JobSet suspended and resumed: every Pod stopped (SIGTERM)")
-    assert kept(pods, "tmp/container-file") == [] and len(kept(pods, "releases/node-cache")) == len(pods.vms)
+    assert kept(pods, "releases/container-file") == [] and len(kept(pods, "venvs/node-file")) == len(pods.vms)
     assert all("got SIGTERM" in boot_log(vm.log_path, 1) for vm in pods.vms)
     wait_until_up(pods)
     assert all(vm.boots == 2 and running(vm.pgid) for vm in pods.vms)

@@ -5,16 +5,20 @@ trainer, and the container ending with the trainer's status (docs/gke.md section
 
 from __future__ import annotations
 
+import shutil
 import signal
 import subprocess
 import sys
+import tarfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from infra import startup
 from infra.backends.gke.spec import SPEC as GKE
 from infra.config import StackConfig
+from infra.emulated import node_mounts
 from tests.fakes.startup_vm import ROOT, RUN_DIR, Vm, dev_stack, gcs  # noqa: F401 (fixtures)
 
 
@@ -44,12 +48,35 @@ WITH_DEFAULT_SIGINT = [
 ]
 
 
-def container(machine: Vm, *, use_fake_python: bool = True, **env: str) -> subprocess.Popen:
+#: Runs its arguments with the folder its first argument names mounted non-executable, as a GKE node's
+#: Container-Optimized OS mounts the node folder a hostPath brings into the container.
+WITH_NOEXEC = [
+    sys.executable,
+    "-c",
+    "import os, sys; from pathlib import Path; from infra.emulated.node_mounts import enter_noexec; "
+    "enter_noexec([Path(sys.argv[1])]); os.execv(sys.argv[2], sys.argv[2:])",
+]
+
+
+def cache_env(node: Path) -> dict[str, str]:
+    """A Pod's MULTISLICE_NODE_CACHE: its node's folder (the JobSet's hostPath)."""
+    return {"MULTISLICE_NODE_CACHE": str(node)}
+
+
+def container(machine: Vm, *, use_fake_python: bool = True, noexec: Path | None = None, **env: str) -> subprocess.Popen:
     """Start the Pod's container: ``/bin/bash startup.sh`` as its one process (its own session),
     with SIGINT at its default action as a container's runtime starts it (``use_fake_python``
-    False: the boot builds its virtualenv, with the harness's fake uv)."""
+    False: the boot builds its virtualenv, with the harness's fake uv; ``noexec``: a folder mounted
+    non-executable for it, created if missing)."""
+    mount: list[str] = []
+    if noexec is not None:
+        problem = node_mounts.noexec_problem()
+        if problem is not None:
+            pytest.skip(f"this machine cannot mount a folder non-executable for a process: {problem}")
+        noexec.mkdir(parents=True, exist_ok=True)
+        mount = [*WITH_NOEXEC, str(noexec)]
     return subprocess.Popen(
-        [*WITH_DEFAULT_SIGINT, "/bin/bash", str(machine.script)],
+        [*mount, *WITH_DEFAULT_SIGINT, "/bin/bash", str(machine.script)],
         env=machine.env(use_fake_python=use_fake_python, **env),
         cwd=machine.home,
         stdin=subprocess.DEVNULL,
@@ -200,19 +227,53 @@ def test_a_pod_without_its_place_stops_with_one_line_naming_the_variable(pod, en
     assert pod.attempts == 0
 
 
-def test_a_pod_started_again_on_its_node_reuses_the_release_and_the_virtualenv(pod, pod_script):
-    """The Pod's MULTISLICE_HOME is the node's (a hostPath: infra/backends/gke/jobset.py): the first
-    Pod on a node unpacks the release and builds the virtualenv; the next one on that node (JobSet
-    recreates every Job after another slice's preemption) finds both and builds nothing."""
-    code, first = finish(container(pod, use_fake_python=False, **SLICE_1_WORKER_1))
+def test_a_pod_started_again_on_its_node_unpacks_the_virtualenv_its_node_keeps(pod, pod_script):
+    """The Pod's MULTISLICE_HOME is its container's own filesystem; its node keeps a folder across Pods
+    (a hostPath: infra/backends/gke/jobset.py), mounted non-executable as a GKE node's OS mounts it. The
+    first Pod on a node builds the virtualenv and archives it there; the next one on that node (JobSet
+    recreates every Job after another slice's preemption), in a new container, unpacks it and builds
+    nothing."""
+    node = pod.tmp / "node"
+    code, first = finish(container(pod, use_fake_python=False, noexec=node, **SLICE_1_WORKER_1, **cache_env(node)))
     assert code == 0, first
     sha = pod_script.requirements_sha256
     assert f"release {pod_script.release_id[:12]} (unpacked by this boot)" in first
     assert f"[slice 1 worker 1] venv: building venvs/{sha[:12]}" in first
+    assert f"[slice 1 worker 1] venv: archived venvs/{sha[:12]} in the node cache" in first
     built = (pod.fake_dir / "calls").read_text().splitlines()
     assert len(built) == 4  # pip (uv), uv python install, uv venv, uv pip install (tests/startup/test_faults.py)
-    code, again = finish(container(pod, use_fake_python=False, **SLICE_1_WORKER_1))
+    assert sorted(p.name for p in (node / "venvs").iterdir()) == [f"{sha}.tar"]
+    shutil.rmtree(pod.home)  # a new Pod: a new container, the node's folder as it was
+    pod.home.mkdir()
+    code, again = finish(container(pod, use_fake_python=False, noexec=node, **SLICE_1_WORKER_1, **cache_env(node)))
     assert code == 0, again
-    assert f"release {pod_script.release_id[:12]} (found on this disk, unpacked by an earlier boot)" in again
-    assert f"[slice 1 worker 1] venv: reusing venvs/{sha[:12]} (requirements unchanged)" in again
+    assert f"[slice 1 worker 1] venv: unpacked venvs/{sha[:12]} from the node cache" in again
     assert "venv: building" not in again and (pod.fake_dir / "calls").read_text().splitlines() == built
+    assert "[slice 1 worker 1] fake trainer attempt 2 on stdout" in again  # the unpacked virtualenv's Python
+    assert pod.argv(2)[0] == str(pod.home / "venvs" / sha / "bin" / "python")
+
+
+def test_a_damaged_archive_in_the_node_cache_is_removed_and_the_virtualenv_built(pod, pod_script):
+    node = pod.tmp / "node"
+    sha = pod_script.requirements_sha256
+    (node / "venvs").mkdir(parents=True)
+    (node / "venvs" / f"{sha}.tar").write_bytes(b"not a tar")
+    code, out = finish(container(pod, use_fake_python=False, noexec=node, **SLICE_1_WORKER_1, **cache_env(node)))
+    assert code == 0, out
+    assert f"venv: the node cache's archive of venvs/{sha[:12]} is damaged; removing it" in out
+    assert f"venv: building venvs/{sha[:12]}" in out and f"venv: archived venvs/{sha[:12]}" in out
+    assert tarfile.is_tarfile(node / "venvs" / f"{sha}.tar")
+
+
+def test_the_virtualenv_cannot_run_from_a_non_executable_node_folder(pod):
+    """Why the node's folder holds archives only: with MULTISLICE_HOME on it (a hostPath under a GKE
+    node's /var, as the JobSet mounted it before), uv cannot be run from there, nor the virtualenv."""
+    node = pod.tmp / "node"
+    node.mkdir()
+    code, out = finish(
+        container(pod, use_fake_python=False, noexec=node, MULTISLICE_HOME=str(node), **SLICE_1_WORKER_1)
+    )
+    assert code == 1, out
+    assert f"venv: pip did not install the uv binary at {node}/venvs/.build." in out
+    assert "[slice 1 worker 1] error: venv: the build failed" in out
+    assert pod.attempts == 0

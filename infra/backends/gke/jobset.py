@@ -36,12 +36,17 @@ Facts (docs/gke.md sections 4 and 5, each with its source there):
   trainer's exit 78 (a configuration that cannot work) and the boot's 65 (a release it cannot verify)
   fail the Job at once, and the JobSet with it, the reason in its status; every other failure
   (preemption, a lost node, a crash) restarts the run as above.
-* **The node's cache**: the boot keeps releases and virtualenvs under ``MULTISLICE_HOME``, keyed by
-  release id and requirements sha256 (docs/vm-boot.md); a ``hostPath`` on the node
-  (:data:`NODE_CACHE_ROOT`, a folder per JobSet) holds it, so a Pod started again on a node that
-  already ran the release (JobSet recreates every Job, on the surviving nodes too) reuses them
-  instead of building the environment again; only a new node builds. xpk builds an image per workload
-  instead; a hostPath needs no registry and keeps the release the stack rendered.
+* **The node's cache** (docs/gke.md section 6): a GKE TPU node runs Container-Optimized OS, which
+  mounts ``/var`` writable but non-executable ([Google] "Disks and file system overview"), and a
+  ``hostPath`` keeps the flag, so nothing may run from the node's folder. The boot's
+  ``MULTISLICE_HOME`` (releases, virtualenvs, the uv-managed Python) is therefore a folder of the
+  container's own filesystem (:data:`~infra.startup.boot.DEFAULT_HOME`, not a mount: it goes with the
+  Pod), and the node's folder (:data:`NODE_CACHE_ROOT`, one per JobSet) is mounted at
+  :data:`NODE_CACHE_MOUNT` as ``MULTISLICE_NODE_CACHE``, where the boot keeps only an archive of each
+  virtualenv it built: a Pod started again on a node that already ran the release (JobSet recreates
+  every Job, on the surviving nodes too) unpacks it instead of building the environment again; only a
+  new node builds. xpk builds an image per workload instead; the archive needs no registry and keeps
+  the release the stack rendered.
 """
 
 from __future__ import annotations
@@ -50,8 +55,8 @@ from typing import Any
 
 from infra.backends.gke.node_pools import TPU_RESOURCE, TPU_TOLERATION, NodePoolShape, node_selector
 from infra.backends.gke.spec import injected_env_refusal
-from infra.startup.boot import CONFIG_ERROR_STATUS, DEFAULT_HOME
-from infra.vm_contract import RELEASE_UNVERIFIED_STATUS, RUN_DIR_ENV
+from infra.startup.boot import CONFIG_ERROR_STATUS
+from infra.vm_contract import HOME_ENV, NODE_CACHE_ENV, RELEASE_UNVERIFIED_STATUS, RUN_DIR_ENV
 
 API_VERSION = "jobset.x-k8s.io/v1alpha2"
 EXCLUSIVE_TOPOLOGY = "alpha.jobset.sigs.k8s.io/exclusive-topology"
@@ -73,9 +78,11 @@ STARTUP_KEY = "startup.sh"
 STARTUP_VOLUME = "startup"
 #: Hex digits of the release id in the ConfigMap's name.
 RELEASE_ID_CHARS = 12
-#: The node folder under which each JobSet keeps its Pods' ``MULTISLICE_HOME`` (module docstring).
+#: The node folder under which each JobSet keeps its Pods' node cache (module docstring).
 NODE_CACHE_ROOT = "/var/lib/multislice"
 NODE_CACHE_VOLUME = "node-cache"
+#: Where the container finds it (``MULTISLICE_NODE_CACHE``): not under its ``MULTISLICE_HOME``.
+NODE_CACHE_MOUNT = "/mnt/multislice-node-cache"
 #: The container's exit codes that end the run at once (module docstring).
 FATAL_EXIT_CODES = (RELEASE_UNVERIFIED_STATUS, CONFIG_ERROR_STATUS)
 #: JobSet's rule for them: a Job failed by its ``podFailurePolicy`` fails the JobSet.
@@ -103,7 +110,7 @@ def refuse_injected(env: dict[str, str]) -> None:
         why = injected_env_refusal(name)
         if why is not None:
             raise ValueError(f"multislice:workload.env.{name}: {why}")
-        if name in MEGASCALE_ENV or name == RUN_DIR_ENV:
+        if name in MEGASCALE_ENV or name in (RUN_DIR_ENV, NODE_CACHE_ENV, HOME_ENV):
             raise ValueError(
                 f"multislice:workload.env.{name}: the JobSet's Pods set it themselves (docs/gke.md section 4): "
                 "remove it"
@@ -116,8 +123,8 @@ def coordinator_host(name: str) -> str:
 
 
 def pod_env(name: str, slices: int, env: dict[str, str], run_dir: str) -> list[dict[str, Any]]:
-    """The container's ``env``: the workload's ``env``, ``MULTISLICE_RUN_DIR``, then ``MEGASCALE_*``
-    for several slices.
+    """The container's ``env``: the workload's ``env``, ``MULTISLICE_RUN_DIR``, ``MULTISLICE_NODE_CACHE``,
+    then ``MEGASCALE_*`` for several slices.
 
     Raises:
       ValueError: ``env`` sets a name GKE or the Pod sets (:func:`refuse_injected`).
@@ -125,6 +132,7 @@ def pod_env(name: str, slices: int, env: dict[str, str], run_dir: str) -> list[d
     refuse_injected(env)
     entries: list[dict[str, Any]] = [{"name": key, "value": value} for key, value in sorted(env.items())]
     entries.append({"name": RUN_DIR_ENV, "value": run_dir})
+    entries.append({"name": NODE_CACHE_ENV, "value": NODE_CACHE_MOUNT})
     if slices > 1:
         entries += [
             {"name": "MEGASCALE_NUM_SLICES", "value": str(slices)},
@@ -179,7 +187,7 @@ def jobset(
         "env": pod_env(name, slices, env, run_dir),
         "volumeMounts": [
             {"name": STARTUP_VOLUME, "mountPath": STARTUP_MOUNT, "readOnly": True},
-            {"name": NODE_CACHE_VOLUME, "mountPath": DEFAULT_HOME},  # the boot's MULTISLICE_HOME
+            {"name": NODE_CACHE_VOLUME, "mountPath": NODE_CACHE_MOUNT},  # archives only: never run there
         ],
         "resources": {
             "requests": {TPU_RESOURCE: str(shape.chips_per_node)},

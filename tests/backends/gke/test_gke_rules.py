@@ -15,6 +15,7 @@ from tests.helpers.compute_engine import ce_map
 
 POOL = "gcp:container/nodePool:NodePool"
 CLUSTER = "gcp:container/cluster:Cluster"
+JOBSET = "kubernetes:jobset.x-k8s.io/v1alpha2:JobSet"
 
 
 def gke(accelerator: str, capacity: str, **extra: Any) -> dict[str, Any]:
@@ -47,19 +48,20 @@ def registered() -> dict[str, list[Any]]:
 
 
 @pytest.fixture(scope="module")
-def declared() -> dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]]]]:
-    """stack -> (its TPU node pools' inputs, its clusters' inputs)."""
+def declared() -> dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]]:
+    """stack -> (its TPU node pools' inputs, its clusters' inputs, its JobSet's Pod spec)."""
     out = {}
     for name, values in STACKS.items():
         world = evaluate("dev", values)
         pools = [r.inputs for r in world.of(POOL) if gke_rules.is_tpu_pool(r.inputs)]
-        out[name] = (pools, [r.inputs for r in world.of(CLUSTER)])
+        (replicated,) = world.one(JOBSET).inputs["spec"]["replicatedJobs"]
+        out[name] = (pools, [r.inputs for r in world.of(CLUSTER)], replicated["template"]["spec"]["template"]["spec"])
     return out
 
 
 @pytest.mark.parametrize("stack", list(STACKS))
 def test_every_gke_stack_declares_pools_gke_accepts(declared, stack):
-    pools, clusters = declared[stack]
+    pools, clusters, _ = declared[stack]
     assert len(pools) == 2  # one a slice
     assert [refusal for pool in pools for refusal in gke_rules.node_pool_refusals(pool)] == []
     assert [refusal for cluster in clusters for refusal in gke_rules.version_refusals(cluster, pools)] == []
@@ -120,6 +122,30 @@ def test_each_rule_refuses_what_gke_refuses(declared):
     assert gke_rules.version_refusals({"minMasterVersion": "1.33.0-gke.1711999"}, [flex]) == [
         "GKE 1.33.0-gke.1711999 is below 1.33.0-gke.1712000"
     ]
+
+
+@pytest.mark.parametrize("stack", list(STACKS))
+def test_every_gke_stacks_pods_execute_nothing_from_a_non_executable_node_path(declared, stack):
+    assert gke_rules.pod_exec_refusals(declared[stack][2]) == []
+
+
+def test_a_pod_running_its_boot_from_the_node_folder_is_refused_as_cos_would_refuse_it(declared):
+    # The JobSet's Pods before: the node's folder (a hostPath under /var) mounted as the boot's MULTISLICE_HOME.
+    pod = copy.deepcopy(declared["v6e-16 flex-start"][2])
+    (container,) = pod["containers"]
+    (cache,) = [m for m in container["volumeMounts"] if m["name"] == "node-cache"]
+    cache["mountPath"] = "/var/lib/multislice"
+    assert gke_rules.pod_exec_refusals(pod) == [
+        "container trainer executes the boot's MULTISLICE_HOME (uv, Python, virtualenvs) at /var/lib/multislice, on "
+        "hostPath /var/lib/multislice/multislice-dev, which Container-Optimized OS mounts non-executable"
+    ]
+    # An executable node path (COS: /var/lib/toolbox is) or a command from it would pass or fail as COS has it.
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "node-cache"]
+    volume["hostPath"]["path"] = "/var/lib/toolbox/multislice"
+    assert gke_rules.pod_exec_refusals(pod) == []
+    volume["hostPath"]["path"] = "/home/multislice"
+    container["command"] = ["/var/lib/multislice/bin/bash"]
+    assert len(gke_rules.pod_exec_refusals(pod)) == 2
 
 
 @pytest.mark.parametrize("stack", ["tpu7x-16 on-demand", "tpu7x-16 flex-start", "v5p-16 spot"])

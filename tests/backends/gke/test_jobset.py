@@ -116,7 +116,10 @@ def test_one_slice_sets_no_megascale_variable():
     assert not [name for name in env_of(make(slices=1)) if name.startswith("MEGASCALE_")]
 
 
-@pytest.mark.parametrize("name", sorted(GKE_INJECTED_ENV) + ["MEGASCALE_SLICE_ID", "MULTISLICE_RUN_DIR"])
+@pytest.mark.parametrize(
+    "name",
+    sorted(GKE_INJECTED_ENV) + ["MEGASCALE_SLICE_ID", "MULTISLICE_RUN_DIR", "MULTISLICE_NODE_CACHE", "MULTISLICE_HOME"],
+)
 def test_a_workload_env_that_hides_what_gke_or_the_pod_sets_is_refused_naming_the_key(name):
     with pytest.raises(ValueError, match=rf"^multislice:workload\.env\.{name}: "):
         make(env={name: "1"})
@@ -136,10 +139,13 @@ def test_the_container_boots_the_startup_script_of_the_releases_config_map():
     volume, cache = pod["volumes"]
     assert mount == {"name": volume["name"], "mountPath": "/etc/multislice", "readOnly": True}
     assert volume["configMap"] == {"name": "dev-startup-0123456789ab"}
-    # The boot's MULTISLICE_HOME (/var/lib/multislice, a TPU VM's) is a folder of the node's, one per
-    # JobSet: a Pod started again on the same node finds the release and its virtualenv there.
-    assert cache_mount == {"name": cache["name"], "mountPath": "/var/lib/multislice"}
+    # The node keeps a folder per JobSet (under /var: non-executable on Container-Optimized OS), mounted
+    # away from the boot's MULTISLICE_HOME (the container's own /var/lib/multislice, executable): the
+    # boot keeps only its virtualenvs' archives there (tests/startup/test_gke_boot.py).
+    assert cache_mount == {"name": cache["name"], "mountPath": "/mnt/multislice-node-cache"}
     assert cache["hostPath"] == {"path": "/var/lib/multislice/run", "type": "DirectoryOrCreate"}
+    assert env_of(make())["MULTISLICE_NODE_CACHE"] == "/mnt/multislice-node-cache"
+    assert "MULTISLICE_HOME" not in env_of(make())
     assert env_of(make())["MULTISLICE_RUN_DIR"] == "gs://acme-ml-dev-checkpoints/runs/dev"
 
 
