@@ -193,6 +193,7 @@ def test_a_control_plane_overlapping_the_subnetwork_is_refused():
         ("version", "1.35"),
         ("deletionProtection", True),
         ("systemPool", {"minNodes": 2}),
+        ("regional", True),
     ],
 )
 def test_a_new_clusters_key_with_an_existing_cluster_is_refused(key, value):

@@ -22,6 +22,14 @@ Facts ([Google] unless marked; docs/gke.md sections 1 and 7):
   ``NO_MINOR_OR_NODE_UPGRADES`` ("excludes all minor upgrades for the cluster, and also exclude all node
   pool upgrades. Only control plane patches are allowed") until the minor version's end of support
   (``UNTIL_END_OF_SUPPORT``): no upgrade recreates a multi-host pool mid-run.
+* Regional or zonal: a regional cluster's control plane is replicated across zones of its region and
+  stays available through a zone's outage and its own upgrades ("Regional clusters"; "Use regional
+  clusters to run your production workloads", "Creating a zonal cluster"); Standard node pools take
+  the zones they run in (``node_locations``, all in the cluster's region), by default every zone of a
+  regional cluster; a regional cluster cannot become zonal later, and takes more regional quota. A
+  zonal cluster's ``node_locations`` omits its own zone (pulumi-gcp's ``Cluster.node_locations``), so
+  it is sent only for a regional one. Cluster Toolkit's ``gke-cluster`` defaults to regional
+  (``cluster_availability_type = "REGIONAL"``).
 * Deletion protection: pulumi-gcp's ``deletion_protection`` defaults to true, and a destroy "will only
   succeed if this field is false" in state; it is sent explicitly, false unless the stack asks for it
   (``multislice:gke.deletionProtection``; Cluster Toolkit's ``deletion_protection`` defaults to false).
@@ -164,6 +172,11 @@ class GkeSettings(StrictModel):
     version: str | None = Field(
         default=None,
         description="A new cluster's minimum GKE version (1.35 or 1.35.0-gke.N); default: the REGULAR channel's.",
+    )
+    regional: bool = Field(
+        default=False,
+        description="Make the new cluster regional: its control plane replicated in the zone's region, its nodes "
+        "still in the stack's zone (default false: a zonal control plane; docs/gke.md section 11).",
     )
     deletion_protection: bool = Field(
         default=False,
@@ -357,8 +370,10 @@ def cluster_args(
     deletion_protection: bool = False,
     pod_range: str | None = None,
     service_range: str | None = None,
+    regional: bool = False,
 ) -> dict[str, Any]:
-    """The args of a new zonal Standard cluster (``gcp.container.Cluster``) in ``zone``: VPC-native,
+    """The args of a new Standard cluster (``gcp.container.Cluster``) in ``zone`` (``regional``: in its
+    region, its nodes in ``zone``; module docstring): VPC-native,
     private nodes, private IP endpoint, DNS-based endpoint, Workload Identity, the stack's labels, no
     default node pool (the system pool and the slices' pools are added beside it), the ``REGULAR``
     channel with ``version`` as its minimum when given, the maintenance window and exclusion of the
@@ -378,7 +393,8 @@ def cluster_args(
     return {
         "name": name,
         "project": project,
-        "location": zone,
+        "location": region_of(zone) if regional else zone,
+        **({"node_locations": [zone]} if regional else {}),
         "network": network,
         "subnetwork": subnetwork,
         "networking_mode": "VPC_NATIVE",

@@ -27,8 +27,11 @@ def cluster_name(config: StackConfig) -> str:
 
 
 def cluster_location(config: StackConfig) -> str:
-    """The cluster's zone or region: ``multislice:gke.clusterLocation``, else the stack's zone."""
-    return config.gke.cluster_location or config.zone
+    """The cluster's zone or region: ``multislice:gke.clusterLocation``, else the stack's zone (its
+    region with ``multislice:gke.regional``)."""
+    if config.gke.cluster_location:
+        return config.gke.cluster_location
+    return config.zone.rsplit("-", 1)[0] if config.gke.regional else config.zone
 
 
 def jobset_name(config: StackConfig) -> str:

@@ -1,6 +1,7 @@
 """The gke backend's slices as Pulumi resources: :class:`GkeSlices`, from typed :class:`GkeInputs`.
 
-A new zonal cluster (:func:`~infra.backends.gke.cluster.cluster_args`) with its system pool
+A new zonal (or, with ``multislice:gke.regional``, regional) cluster
+(:func:`~infra.backends.gke.cluster.cluster_args`) with its system pool
 (:func:`~infra.backends.gke.node_pools.system_pool`), or the existing one ``multislice:gke.cluster``
 names, checked once GKE answers for it (:func:`check_existing_cluster`); one TPU node pool per slice in the stack's zone
 (:mod:`~infra.backends.gke.node_pools`), placed by one regional workload policy they all name on
@@ -25,6 +26,7 @@ from infra.backends.gke.cluster import (
     GkeSettings,
     check_cluster_location,
     cluster_args,
+    region_of,
     workload_identity_member,
     workload_pool,
 )
@@ -196,12 +198,13 @@ class GkeSlices(pulumi.ComponentResource):
                     deletion_protection=settings.deletion_protection,
                     pod_range=settings.pod_range,
                     service_range=settings.service_range,
+                    regional=settings.regional,
                 ),
                 opts=child,
             )
             depends.append(cluster)
             cluster_name: pulumi.Input[str] = cluster.name
-            location = inputs.zone
+            location = region_of(inputs.zone) if settings.regional else inputs.zone
             endpoint = cluster.control_plane_endpoints_config.apply(_dns_endpoint)
             system = settings.system_pool
             depends.append(
@@ -237,7 +240,7 @@ class GkeSlices(pulumi.ComponentResource):
                 "workload-policy",
                 name=gce_name("multislice", inputs.stack, "workload-policy"),
                 project=inputs.project,
-                region=inputs.zone.rsplit("-", 1)[0],
+                region=region_of(inputs.zone),
                 description=f"Accelerator topology {inputs.shape.topology} of each slice of multislice stack "
                 f"{inputs.stack}.",
                 workload_policy=compute.ResourcePolicyWorkloadPolicyArgs(**workload_policy_args(inputs.shape)),

@@ -167,8 +167,13 @@ class GkeSpec(BackendSpec):
                 if settings.pod_range is not None
                 else "Pods and Services in ranges GKE adds to the subnetwork"
             )
+            kind = (
+                f"regional cluster (control plane in {config.zone.rsplit('-', 1)[0]}; "
+                if settings.regional
+                else ("zonal cluster (")
+            )
             cluster = (
-                f"in a new cluster (REGULAR channel, no minor or node upgrades until end of support; a system pool of "
+                f"in a new {kind}REGULAR channel, no minor or node upgrades until end of support; a system pool of "
                 f"{system.min_nodes}-{system.max_nodes} {system.machine_type}; {ranges}; deletion protection "
                 f"{'on: pulumi destroy fails until it is off' if settings.deletion_protection else 'off'})"
             )
@@ -210,6 +215,7 @@ def _check_ranges(settings: Any, network: Any, project: str) -> None:
 NEW_CLUSTER_KEYS = {
     "control_plane_cidr": "controlPlaneCidr",
     "version": "version",
+    "regional": "regional",
     "deletion_protection": "deletionProtection",
     "system_pool": "systemPool",
     "jobset_version": "jobSetVersion",
@@ -228,7 +234,8 @@ def _check_cluster_keys(config: Any) -> None:
             raise invalid(
                 "multislice:gke.clusterLocation",
                 "is the location of an existing cluster and applies only with multislice:gke.cluster; a cluster the "
-                "stack makes is in its zone (gcp:zone): remove it, or name the cluster",
+                "stack makes is in its zone (gcp:zone), or its region with multislice:gke.regional: remove it, or "
+                "name the cluster",
             )
         network = config.network
         _check_ranges(settings, network, config.project)

@@ -57,6 +57,17 @@ def test_a_new_cluster_and_a_pool_per_slice():
     assert cluster.urn in binding.dependencies  # the workload pool exists once the cluster does
 
 
+def test_a_regional_cluster_keeps_every_node_in_the_stacks_zone():
+    # GKE's "Regional clusters": the control plane is replicated in the region, and a pool's nodes go to the
+    # zones it names (every zone of the region by default); a zonal cluster's node_locations omits its zone.
+    world = build(inputs(settings=GkeSettings(regional=True)))
+    cluster = world.one(CLUSTER)
+    assert (cluster.inputs["location"], cluster.inputs["nodeLocations"]) == ("us-east5", ["us-east5-a"])
+    for pool in world.of(POOL):  # the system pool and the slices' pools
+        assert (pool.inputs["location"], pool.inputs["nodeLocations"]) == ("us-east5", ["us-east5-a"]), pool.name
+    assert "nodeLocations" not in build(inputs()).one(CLUSTER).inputs
+
+
 def test_a_new_cluster_has_a_system_pool_a_channel_an_exclusion_and_explicit_deletion_protection():
     # Cluster Toolkit's gke-cluster and its TPU blueprints: REGULAR, a daily window at 09:00, the
     # exclusion no-minor-or-node-upgrades-indefinite from 2025-12-01 until the end of support, an

@@ -147,7 +147,7 @@ def test_a_system_pool_of_no_nodes_is_refused(system_pool, message):
 def test_plan_prints_how_the_pools_get_their_nodes_and_the_cluster_around_them():
     flex = validate_stack("dev", stack("v5p-16", "flex-start"), "test")
     line = GKE.capacity_plan(flex)
-    assert line.startswith("capacity: flex-start node pools in a new cluster (REGULAR channel")
+    assert line.startswith("capacity: flex-start node pools in a new zonal cluster (REGULAR channel")
     assert "each pool autoscales from 0 to its 2 VMs when the JobSet's Pods ask, for at most 3d" in line
     assert (
         "a system pool of 1-3 e2-standard-4; Pods and Services in ranges GKE adds to the subnetwork; "
@@ -155,5 +155,7 @@ def test_plan_prints_how_the_pools_get_their_nodes_and_the_cluster_around_them()
     ) in line
     protected = validate_stack("dev", stack("v5p-16", deletionProtection=True), "test")
     assert "deletion protection on: pulumi destroy fails until it is off" in GKE.capacity_plan(protected)
+    regional = validate_stack("dev", stack("v5p-16", regional=True), "test")
+    assert "in a new regional cluster (control plane in us-east5; REGULAR channel" in GKE.capacity_plan(regional)
     shared = validate_stack("dev", stack("v5p-16", cluster="shared", clusterLocation="us-east5"), "test")
     assert GKE.capacity_plan(shared).startswith("capacity: spot node pools in the existing cluster shared: ")
