@@ -213,7 +213,8 @@ def test_a_stack_that_is_not_deployed_is_named_with_what_to_run_first(tmp_path):
 
 
 def test_a_queued_resource_that_is_not_active_is_refused(tmp_path):
-    plan = {"describe": {"exit": 0, "stdout": {"state": {"state": "SUSPENDED"}}}}
+    name = "projects/multislice-tests/locations/us-central2-b/queuedResources/multislice-emu"
+    plan = {"describe": {"exit": 0, "stdout": {"name": name, "state": {"state": "SUSPENDED"}}}}
     result = run_exec(tmp_path, plan, "--", "hostname")
     assert result.exit_code == 2 and "is SUSPENDED, not ACTIVE" in result.stderr
     assert ssh_calls(tmp_path) == []

@@ -14,8 +14,10 @@ refuses: an unknown method, an unknown or mistyped query parameter, a value outs
 field the request schema does not have or of the wrong type, a required field missing.
 :func:`check_response` does the same for a response body (an error body must have Google's shape:
 ``{"error": {"code", "message", "status"}}``, https://cloud.google.com/apis/design/errors).
-What a document cannot say (state transitions, timings, which enum value comes when) the fakes'
-docstrings cite from Google's pages.
+No document marks a response field required, so :data:`ALWAYS_RETURNED` lists, per schema a fake
+answers with, the fields Google always returns, each with its source; :func:`check_response` refuses
+an answer without one of them, at any depth. What a document cannot say (state transitions, timings,
+which enum value comes when) the fakes' docstrings cite from Google's pages.
 """
 
 from __future__ import annotations
@@ -40,6 +42,32 @@ DOCUMENTS = (
     ("logging", "v2"),
     ("iamcredentials", "v1"),
 )
+
+#: The fields Google always returns in a resource of a schema, (api, schema) → fields. Sources:
+#:
+#: * Compute Engine: every resource carries the server-set ``kind`` (its type, e.g. "[Output Only] Type
+#:   of the resource. Always compute#instance for instances"), ``id`` ("[Output Only] The unique
+#:   identifier for the resource. This identifier is defined by the server."), ``name`` and ``selfLink``
+#:   ("[Output Only] Server-defined URL for the resource"), and a zonal one its ``zone`` (the
+#:   discovery document's descriptions; https://cloud.google.com/compute/docs/reference/rest/v1).
+#:   gcloud polls an Operation through its ``name`` and ``zone`` (a zonal operation without ``zone``
+#:   makes gcloud fail "Request missing required parameter zone", seen against this repository's
+#:   emulated API) and reads its ``status``; ``operationType`` and ``targetLink`` name what it acts on.
+#:   A group's ``ManagedInstance`` has its ``instance`` URL and its ``name``, which "always exists even
+#:   if the instance has not yet been created" (the document's description of ``name``).
+#: * Cloud TPU: a QueuedResource is named by its resource ``name`` (AIP-122: "All resource messages
+#:   must contain a string name field"), and a long-running Operation by its ``name``
+#:   (google.longrunning.Operation: "The server-assigned name, which is only unique within the same
+#:   service that originally returns it"). Not a Node: a queued resource's ``nodeSpec[].node`` is a
+#:   Node without its name (the spec's ``nodeId`` names it).
+ALWAYS_RETURNED: dict[tuple[str, str], tuple[str, ...]] = {
+    ("compute", "Operation"): ("kind", "id", "name", "zone", "selfLink", "status", "operationType", "targetLink"),
+    ("compute", "Instance"): ("kind", "id", "name", "zone", "selfLink", "status"),
+    ("compute", "InstanceGroupManager"): ("kind", "id", "name", "zone", "selfLink", "baseInstanceName", "targetSize"),
+    ("compute", "ManagedInstance"): ("instance", "name"),
+    ("tpu", "QueuedResource"): ("name",),
+    ("tpu", "Operation"): ("name",),
+}
 
 #: google.rpc.Code's names (https://github.com/googleapis/googleapis/blob/master/google/rpc/code.proto),
 #: the ``status`` of an error body.
@@ -302,6 +330,10 @@ def check_value(doc: Document, schema: dict[str, Any], value: Any, where: str, m
             )
             if required and key not in value:
                 problems.append(f"{where}: required field {key!r} missing")
+        if method_id is None:  # an answer: what Google always returns in it
+            for key in ALWAYS_RETURNED.get((doc.name, schema.get("$ref_name", "")), ()):
+                if value.get(key) in (None, ""):
+                    problems.append(f"{where}: {key!r} missing (Google always returns it: discovery.ALWAYS_RETURNED)")
         return problems
     if kind == "array":
         if not isinstance(value, list):

@@ -45,6 +45,13 @@ The stand-in ``ssh-keygen`` appends its arguments to ``<dir>/keygen-calls.txt``;
 writes the public key (a key of its own process id).
 
 Anything else exits 2 with gcloud's own kind of message.
+
+What the plan scripts gcloud to print is judged, when it is installed, by the schema the API answers
+it in (tests/fakes/discovery.py: the discovery document and the fields Google always returns): a
+group's list as the Compute API's ``ManagedInstance`` objects, a ``describe`` answer that is an object
+as Cloud TPU's ``QueuedResource``; so this fake and the emulated APIs cannot disagree. A plan that
+scripts an answer Google would not give, on purpose (how the product meets a malformed one), says so
+with ``"unlike_google": true``.
 """
 
 from __future__ import annotations
@@ -91,6 +98,9 @@ def install(directory: Path, plan: dict, tools: tuple[str, ...] = ("ssh", "scp",
         stand_in = bin_dir / tool
         stand_in.write_text(KEYGEN if tool == "ssh-keygen" else f"#!/bin/sh\necho '{tool}: a stand-in' >&2\nexit 255\n")
         stand_in.chmod(0o755)
+    if not plan.get("unlike_google"):
+        problems = scripted_answer_problems(plan)
+        assert not problems, "the gcloud plan scripts answers Google would not give:\n  " + "\n  ".join(problems)
     plan_path = directory / "gcloud-plan.json"
     plan_path.write_text(json.dumps(plan))
     (directory / "home").mkdir(exist_ok=True)
@@ -123,6 +133,23 @@ def _flag(argv: list[str], name: str) -> str | None:
         if arg.startswith(f"--{name}="):
             return arg.split("=", 1)[1]
     return None
+
+
+def scripted_answer_problems(plan: dict) -> list[str]:
+    """What the discovery documents refuse in the plan's scripted answers (the module docstring)."""
+    from tests.fakes import discovery
+
+    compute, tpu = discovery.document("compute", "v1"), discovery.document("tpu", "v2")
+    problems = []
+    for group, answer in (plan.get("groups") or {}).items():
+        if isinstance(answer, list):
+            for i, item in enumerate(answer):
+                where = f"groups[{group!r}][{i}]"
+                problems += discovery.check_value(compute, {"$ref": "ManagedInstance"}, item, where, None)
+    described = (plan.get("describe") or {}).get("stdout")
+    if isinstance(described, dict):
+        problems += discovery.check_value(tpu, {"$ref": "QueuedResource"}, described, "describe", None)
+    return problems
 
 
 def _serve(argv: list[str], plan: dict, record: dict) -> int:

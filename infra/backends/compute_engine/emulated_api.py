@@ -9,16 +9,18 @@ https://cloud.google.com/compute/docs/reference/rest/v1; the shapes of gcloud's 
 
 * ``instanceGroupManagers.listManagedInstances``: ``POST compute/v1/projects/P/zones/Z/
   instanceGroupManagers/G/listManagedInstances`` (query ``pageToken``, ``maxResults``) →
-  ``{"managedInstances": [{"instance": <the VM's URL>, "id", "instanceStatus",
+  ``{"managedInstances": [{"instance": <the VM's URL>, "name", "id", "instanceStatus",
   "currentAction"}], "nextPageToken"}`` (the token only when more pages follow);
-* ``instances.get``: ``GET compute/v1/projects/P/zones/Z/instances/NAME`` → ``{"name",
-  "status", "networkInterfaces": [{"name": "nic0", "networkIP"}]}``, and ``"metadata": {"items":
+* ``instances.get``: ``GET compute/v1/projects/P/zones/Z/instances/NAME`` → ``{"kind", "id", "name",
+  "zone", "selfLink", "status", "networkInterfaces": [{"name": "nic0", "networkIP"}]}``, and ``"metadata": {"items":
   [{"key", "value"}]}`` where the VM was given metadata of its own (:meth:`ComputeApi.add_vm`:
   e.g. the ``agent-worker-number`` Compute Engine may set);
 * ``instanceGroupManagers.get``: ``GET compute/v1/projects/P/zones/Z/instanceGroupManagers/G`` →
-  ``{"name", "zone", "selfLink", "baseInstanceName", "targetSize"}`` (what gcloud's ``managed
+  ``{"kind", "id", "name", "zone", "selfLink", "baseInstanceName", "targetSize"}`` (what gcloud's ``managed
   resize`` reads back after its request: the fake is checked with that command, docs/compute-engine.md
   section 7);
+* ``autoscalers.list``: ``GET compute/v1/projects/P/zones/Z/autoscalers`` → none (``{"kind", "id",
+  "items": [], "selfLink"}``): gcloud's ``managed describe`` asks whether the group is autoscaled;
 * ``instanceGroupManagers.resize``: ``POST compute/v1/projects/P/zones/Z/instanceGroupManagers/G/
   resize?size=N`` → an ``Operation`` marked ``DONE`` ("when the resize actions are scheduled even
   if the group has not yet added or deleted any instances"). As a group in bulk mode: size 0
@@ -27,13 +29,15 @@ https://cloud.google.com/compute/docs/reference/rest/v1; the shapes of gcloud's 
   names the group had (a simplification: Compute Engine names new VMs anew), and is recorded
   (:meth:`ComputeApi.take_recreations`) for the emulation to carry out.
 
-Every request is vetted and every answer recorded (:mod:`infra.emulated.api_traffic`): the tests judge
-both by Google's discovery document of the Compute API v1. An unknown group or VM is HTTP 404 and a
-request without ``Authorization: Bearer`` 401, each with Google's error JSON (``{"error": {"code",
-"message", "status"}}``); a POST without ``Content-Length`` is 411 with the page Google's front end
-answers it with, before the API. A VM can be listed before it exists (its
-``currentAction`` is ``CREATING`` and ``instances.get`` is 404 until it has an IP), as
-``ManagedInstance.instance`` "can exist even if the instance has not yet been created".
+Every request is vetted and every answer recorded (:mod:`infra.emulated.api_traffic`): the tests
+judge both by Google's discovery document of the Compute API v1, and each answer for the fields
+Google always returns (``kind``, ``id``, ``name``, ``selfLink``, ``zone``; a managed instance's
+``name``). An unknown group or VM is HTTP 404 and a request without ``Authorization: Bearer`` 401,
+each with Google's error JSON (``{"error": {"code", "message", "status"}}``); a POST without
+``Content-Length`` is 411 with the page Google's front end answers it with, before the API. A VM can
+be listed before it exists (its ``currentAction`` is ``CREATING`` and ``instances.get`` is 404 until
+it has an IP), as ``ManagedInstance.instance`` "can exist even if the instance has not yet been
+created".
 
 Bound to 127.0.0.1 on a free port; point ``boot.sh`` at it with
 ``MULTISLICE_COMPUTE_API_ENDPOINT=http://127.0.0.1:<port>``.
@@ -42,6 +46,7 @@ Bound to 127.0.0.1 on a free port; point ``boot.sh`` at it with
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import http.server
 import json
 import random
@@ -67,6 +72,13 @@ FRONT_END_411 = (
 #: numbers, and hyphens").
 SUFFIX_ALPHABET = string.ascii_lowercase + string.digits
 SUFFIX_LENGTH = 4
+
+
+def resource_id(name: str) -> str:
+    """A resource's ``id`` as Compute Engine answers it ("[Output Only] The unique identifier for the
+    resource. This identifier is defined by the server": a uint64 in decimal), the same for a name
+    in every run (the sha256 of the name)."""
+    return str(int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big"))
 
 
 def instance_name(base_instance_name: str, rng: random.Random | None = None) -> str:
@@ -157,6 +169,9 @@ class ComputeApi:
                 if method == "GET" and len(parts) == 2 and parts[0] == "instanceGroupManagers":
                     self._reply(api._group(parts[1]))
                     return
+                if method == "GET" and parts == ["autoscalers"]:
+                    self._reply(api._autoscalers())
+                    return
                 self._error(404, "NOT_FOUND", f"The resource '{url.path}' was not found")
 
             def _reply(self, answer: dict[str, object] | None) -> None:
@@ -199,9 +214,14 @@ class ComputeApi:
         host, port = self._server.host_port
         return f"http://{host}:{port}"
 
+    @property
+    def zone_url(self) -> str:
+        """The zone's URL, as a zonal resource's ``zone`` spells it."""
+        return f"https://www.googleapis.com/compute/v1/projects/{self.project}/zones/{self.zone}"
+
     def instance_url(self, name: str) -> str:
-        """A VM's URL as ``ManagedInstance.instance`` spells it."""
-        return f"https://www.googleapis.com/compute/v1/projects/{self.project}/zones/{self.zone}/instances/{name}"
+        """A VM's URL as ``ManagedInstance.instance`` and its ``selfLink`` spell it."""
+        return f"{self.zone_url}/instances/{name}"
 
     def add_group(self, group: str) -> None:
         """Create an empty group (it exists: ``listManagedInstances`` answers, with no VMs)."""
@@ -259,7 +279,8 @@ class ComputeApi:
             "managedInstances": [
                 {
                     "instance": self.instance_url(vm.name),
-                    "id": str(abs(hash(vm.name)) % 10**18),
+                    "name": vm.name,  # "always exists even if the instance has not yet been created"
+                    "id": resource_id(vm.name),
                     "instanceStatus": vm.status or ("RUNNING" if vm.ip else "PROVISIONING"),
                     "currentAction": vm.current_action,
                 }
@@ -292,10 +313,11 @@ class ComputeApi:
                 names += [instance_name(group) for _ in range(size - len(names))]
                 self._groups[group] = [ManagedVm(name, None, "CREATING") for name in names]
                 self._recreations.append((group, names))
-        zone = f"https://www.googleapis.com/compute/v1/projects/{self.project}/zones/{self.zone}"
+        zone = self.zone_url
         name = f"operation-resize-{group}-{len(self.requests)}"
         return {
             "kind": "compute#operation",
+            "id": resource_id(name),
             "name": name,
             "zone": zone,
             "selfLink": f"{zone}/operations/{name}",
@@ -310,14 +332,25 @@ class ComputeApi:
             if group not in self._groups:
                 return None
             size = len(self._groups[group])
-        zone = f"https://www.googleapis.com/compute/v1/projects/{self.project}/zones/{self.zone}"
+        zone = self.zone_url
         return {
             "kind": "compute#instanceGroupManager",
+            "id": resource_id(group),
             "name": group,
             "zone": zone,
             "selfLink": f"{zone}/instanceGroupManagers/{group}",
             "baseInstanceName": group,
             "targetSize": size,
+        }
+
+    def _autoscalers(self) -> dict[str, object]:
+        """The zone's autoscalers: none (the groups are sized by the program and the slices, never
+        autoscaled)."""
+        return {
+            "kind": "compute#autoscalerList",
+            "id": resource_id(f"{self.zone_url}/autoscalers"),
+            "items": [],
+            "selfLink": f"{self.zone_url}/autoscalers",
         }
 
     def _instance(self, name: str) -> dict[str, object] | None:
@@ -326,7 +359,11 @@ class ComputeApi:
         if not found:
             return None
         answer: dict[str, object] = {
+            "kind": "compute#instance",
+            "id": resource_id(name),
             "name": name,
+            "zone": self.zone_url,
+            "selfLink": self.instance_url(name),
             "status": "RUNNING",
             "networkInterfaces": [{"name": "nic0", "networkIP": found[0].ip}],
         }

@@ -5,12 +5,14 @@ InstancesResponse.managedInstances/nextPageToken, ManagedInstance.instance, Inst
 
 from __future__ import annotations
 
+import copy
 import http.client
 import json
 import urllib.error
 import urllib.request
 
 from infra.backends.compute_engine.emulated_api import ComputeApi
+from tests.fakes import discovery
 
 BASE = "/compute/v1/projects/p1/zones/us-central2-b/"
 
@@ -103,3 +105,34 @@ def test_a_vms_own_metadata_is_in_its_instances_get_answer():
             "items": [{"key": "agent-worker-number", "value": "1"}]
         }
         assert "metadata" not in call(api, "GET", "instances/g-bbbb", body=None)[1]
+
+
+def test_every_answer_has_what_google_always_returns_and_dropping_any_is_refused():
+    """The schema judge (tests/fakes/discovery.py, ALWAYS_RETURNED) holds every answer of the emulated
+    API to the fields Google always returns, and refuses a copy of it without any one of them."""
+    compute = discovery.document("compute", "v1")
+    with ComputeApi("p1", "us-central2-b") as api:
+        api.add_group("g")
+        api.add_vm("g", "g-aaaa", "10.0.0.1")
+        api.add_vm("g", "g-bbbb", None, "CREATING")  # listed before it exists: its name is there already
+        answers = {
+            ("POST", "instanceGroupManagers/g/listManagedInstances"): "ManagedInstance",
+            ("GET", "instances/g-aaaa"): "Instance",
+            ("GET", "instanceGroupManagers/g"): "InstanceGroupManager",
+            ("POST", "instanceGroupManagers/g/resize?size=2"): "Operation",
+        }
+        for (verb, path), schema in answers.items():
+            code, body = call(api, verb, path, body=None if verb == "GET" else b"")
+            assert code == 200, body
+            method, _ = discovery.find_method(compute, verb, BASE + path.split("?")[0])
+            assert discovery.check_response(compute, method, code, body) == []
+            for field in discovery.ALWAYS_RETURNED[("compute", schema)]:
+                dropped = copy.deepcopy(body)
+                for resource in dropped.get("managedInstances", [dropped]):
+                    del resource[field]
+                problems = discovery.check_response(compute, method, code, dropped)
+                assert problems and all(f"{field!r} missing (Google always returns it" in p for p in problems), (
+                    schema,
+                    field,
+                    problems,
+                )
