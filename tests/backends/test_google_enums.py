@@ -214,6 +214,7 @@ def test_every_enum_value_the_program_sends_is_googles(sent):
     # The stacks reach the values that matter: every provisioning model and both target size modes' bulk.
     assert sent[(TEMPLATE, "scheduling.provisioningModel")] == {"SPOT", "STANDARD", "RESERVATION_BOUND", "FLEX_START"}
     assert "BULK" in sent[(IGM, "targetSizePolicies[].mode")]
+    assert sent[(IGM, "instanceLifecyclePolicy.defaultActionOnFailure")] == {"REPAIR", "DO_NOTHING"}
     assert sent[(TEMPLATE, "reservationAffinity.type")] >= {"NO_RESERVATION", "SPECIFIC_RESERVATION"}
 
 

@@ -76,7 +76,10 @@ def test_one_group_per_slice_of_the_slices_vms_under_one_workload_policy(request
         assert group["description"] == GROUP_DESCRIPTION
     assert template.inputs["machineType"] == machine_type
     assert template.inputs["namePrefix"] == "multislice-dev-"
-    assert template.inputs["disks"] == [{"boot": True, "autoDelete": True, "sourceImage": IMAGE, "diskSizeGb": 100}]
+    disk = {"boot": True, "autoDelete": True, "sourceImage": IMAGE, "diskSizeGb": 100}
+    if world_name == "v6e":  # Cluster Toolkit's v6e blueprints (infra/backends/compute_engine/machine.py)
+        disk["diskType"] = "hyperdisk-balanced"
+    assert template.inputs["disks"] == [disk]
     assert world.exports["instanceGroupNames"] == names and world.exports["backend"] == "compute-engine"
 
 
@@ -103,9 +106,10 @@ def test_the_template_carries_the_vms_identity_network_labels_and_metadata(v5p):
         COMPUTE_ENGINE_TPU_ENV_KEY,
     }
     # The TPU environment of tpu-operator's sample for 2 VMs of a 2x2x2 slice (its README).
+    # And JAX held to the TPU, as the sample sets it (tpu_env.py).
     assert metadata[COMPUTE_ENGINE_TPU_ENV_KEY] == (
         "TPU_TOPOLOGY=2x2x2 TPU_HOST_BOUNDS=1,1,2 TPU_CHIPS_PER_HOST_BOUNDS=2,2,1 TPU_PROCESS_PORT=8470 "
-        "TPU_RUNTIME_METRICS_PORTS=8431,8432,8433,8434"
+        "TPU_RUNTIME_METRICS_PORTS=8431,8432,8433,8434 JAX_PLATFORMS=tpu"
     )
     assert DELETE_QUEUED_RESOURCE_KEY not in metadata  # deleteOnComplete: not on this backend
     assert metadata[BACKEND_KEY] == "compute-engine"
@@ -186,7 +190,7 @@ SPOT = {"provisioningModel": "SPOT", "onHostMaintenance": "TERMINATE", "preempti
 @pytest.mark.parametrize(
     ("capacity", "extra", "scheduling", "affinity"),
     [
-        ("spot", {}, {**SPOT, "instanceTerminationAction": "STOP"}, None),
+        ("spot", {}, {**SPOT, "instanceTerminationAction": "STOP"}, {"type": "NO_RESERVATION"}),
         ("on-demand", {}, {"provisioningModel": "STANDARD", "onHostMaintenance": "TERMINATE"}, None),
         (
             "reserved",
@@ -223,7 +227,7 @@ SPOT = {"provisioningModel": "SPOT", "onHostMaintenance": "TERMINATE", "preempti
             "spot",
             {"multislice:computeEngine": {"maxRunDuration": "12h"}},
             {**SPOT, "instanceTerminationAction": "DELETE", "maxRunDuration": {"seconds": 12 * 3600}},
-            None,
+            {"type": "NO_RESERVATION"},
         ),
         (
             "on-demand",

@@ -323,6 +323,7 @@ def test_values_no_format_explains_stop_the_boot_with_one_line(machine, api, key
 #: section 4b) for one 8-chip v6e VM (2x4) and 4 v6e VMs of 4 chips (4x4).
 TPU_ENVIRONMENTS = {
     "tpu7x-16": {
+        "JAX_PLATFORMS": "tpu",
         "TPU_TOPOLOGY": "2x2x2",
         "TPU_HOST_BOUNDS": "1,1,2",
         "TPU_CHIPS_PER_HOST_BOUNDS": "2,2,1",
@@ -330,6 +331,7 @@ TPU_ENVIRONMENTS = {
         "TPU_RUNTIME_METRICS_PORTS": "8431,8432,8433,8434",
     },
     "v6e-8": {
+        "JAX_PLATFORMS": "tpu",
         "TPU_TOPOLOGY": "2x4",
         "TPU_HOST_BOUNDS": "1,1,1",
         "TPU_CHIPS_PER_HOST_BOUNDS": "2,4,1",
@@ -337,6 +339,7 @@ TPU_ENVIRONMENTS = {
         "TPU_RUNTIME_METRICS_PORTS": "8431,8432,8433,8434,8435,8436,8437,8438",
     },
     "v6e-16": {
+        "JAX_PLATFORMS": "tpu",
         "TPU_TOPOLOGY": "4x4",
         "TPU_HOST_BOUNDS": "2,2,1",
         "TPU_CHIPS_PER_HOST_BOUNDS": "2,2,1",
@@ -404,6 +407,21 @@ def test_a_vm_of_an_older_template_boots_without_the_tpu_environment(tmp_path, c
     assert result.returncode == 0, result.stdout
     assert "metadata key multislice-tpu-env is absent (a VM created from an older instance template)" in result.stdout
     assert "TPU_TOPOLOGY" not in vm.environ(1) and vm.environ(1)["TPU_WORKER_ID"] == "1"
+
+
+@pytest.mark.parametrize(
+    "tpu_env",
+    ["PATH=/tmp/x TPU_TOPOLOGY=2x2x2", "TPU_TOPOLOGY=2x2x2 JAX_PLATFORMS=tpu;true", "LD_PRELOAD=/tmp/x.so"],
+)
+def test_a_tpu_environment_of_other_names_or_characters_is_refused(tmp_path, ce_script, gcs, api, tpu_env):
+    """Only TPU_* and JAX_PLATFORMS, with plain values, reach the trainer's unit from the metadata."""
+    vm = compute_engine_vm(tmp_path, ce_script.text, gcs, name=OWN, slice_id=1, workers_per_slice=2, tpu_env=tpu_env)
+    fill(api, SLICE_0, SLICE_1)
+    with vm.metadata:
+        result = boot(vm, api)
+    assert result.returncode == 1, result.stdout
+    assert "error: metadata key multislice-tpu-env: malformed value" in result.stdout
+    assert vm.attempts == 0
 
 
 def test_a_compute_engine_release_on_a_vm_without_its_backend_key_stops_with_one_line(machine, api):

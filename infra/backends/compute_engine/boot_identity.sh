@@ -268,10 +268,12 @@ worker_hosts=$(ordered hosts)
 # The TPU environment of Google's sample for TPU VMs of instance groups (gke-labs/tpu-operator's
 # README; infra/backends/compute_engine/tpu_env.py): the slice's addresses in worker order, the
 # TPU runtime's port on each (TPU_PROCESS_ADDRESSES) and the sample's port of TPU_WORKER_HOSTNAMES,
-# and the values the instance template carries (topology, bounds, ports).
+# and the values the instance template carries (topology, bounds, ports, and JAX_PLATFORMS=tpu):
+# names TPU_* or JAX_PLATFORMS, values of letters, digits, ',', '.' and '-'.
 process_addresses=${worker_hosts//,/:@@PROCESS_PORT@@,}:@@PROCESS_PORT@@
 worker_hostnames=${worker_hosts//,/:@@WORKER_HOSTNAME_PORT@@,}:@@WORKER_HOSTNAME_PORT@@
-is_tpu_env() { [[ $1 =~ ^TPU_[A-Z_]+=[0-9x,]+( TPU_[A-Z_]+=[0-9x,]+)*$ ]]; }
+tpu_entry='(TPU_[A-Z_]+|JAX_PLATFORMS)=[A-Za-z0-9,.-]+'
+is_tpu_env() { [[ $1 =~ ^$tpu_entry( $tpu_entry)*$ ]]; }
 status=0 tpu_env=''
 read_metadata tpu_env instance/attributes/multislice-tpu-env is_tpu_env || status=$?
 if ((status == 3)); then

@@ -50,7 +50,7 @@ def compute_engine_metadata(config: StackConfig, slice_id: int, *, startup_scrip
         contract.WORKERS_PER_SLICE_KEY: str(config.accelerator.hosts),
         contract.COMPUTE_ENGINE_ACCELERATOR_KEY: config.accelerator.name,
         contract.COMPUTE_ENGINE_TPU_ENV_KEY: tpu_env.metadata_value(
-            tpu_env.static_environment(
+            tpu_env.static_environment(  # without JAX_PLATFORMS=tpu: the emulated VMs have CPU devices
                 config.accelerator.topology, config.accelerator.hosts, config.accelerator.chips_per_host
             )
         ),

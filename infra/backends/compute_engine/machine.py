@@ -5,9 +5,13 @@ per generation (the boot image is :mod:`~infra.backends.compute_engine.images`).
   (``internal/controllers/tpunodegroup/testdata/test_nodegroup_multi_host.yaml`` at 5c36b36:
   ``diskType: hyperdisk-balanced`` with
   ``machineType: tpu7x-standard-4t``) and the third-party vllm-project/ci-infra TPU7x module
-  (``disk_type = "hyperdisk-balanced"``) agree. v5p and v6e keep the template's default type: no
-  page read here names the disk types their machine types take (docs/compute-engine.md, open
-  question 8).
+  (``disk_type = "hyperdisk-balanced"``) agree. ``hyperdisk-balanced`` for v6e too: Google's Cluster
+  Toolkit creates ``ct6e-standard-4t`` VMs (GKE nodes) with it in its v6e blueprints
+  (``examples/gke-consumption-options/dws-flex-start/gke-tpu-v6e/gke-tpu-v6e.yaml`` at 1047080,
+  ``disk_type: hyperdisk-balanced``). v5p keeps the template's default type: no source read here
+  names the disk types ``ct5p-hightpu-4t`` takes, and the plan says so (:func:`boot_disk_note`): if
+  the machine type refused the default, ``pulumi up`` would succeed and the groups stay empty
+  (docs/compute-engine.md, open question 8).
 * **NIC** ``GVNIC`` for TPU7x: the third-party vllm-project/ci-infra module
   (``nic_type = "GVNIC"``) only; no Google page read requires it, and tpu-operator sets none. v5p
   and v6e keep the default.
@@ -42,7 +46,7 @@ MIN_BOOT_DISK_SIZE_GB = 50
 MAX_BOOT_DISK_SIZE_GB = 65536
 
 #: Boot disk type per generation (None: the template's default).
-BOOT_DISK_TYPES: dict[str, str] = {"tpu7x": HYPERDISK_BALANCED}
+BOOT_DISK_TYPES: dict[str, str] = {"tpu7x": HYPERDISK_BALANCED, "v6e": HYPERDISK_BALANCED}
 #: Network interface type per generation (None: the default).
 NIC_TYPES: dict[str, str] = {"tpu7x": GVNIC}
 
@@ -50,6 +54,16 @@ NIC_TYPES: dict[str, str] = {"tpu7x": GVNIC}
 def boot_disk_type(generation: str) -> str | None:
     """The boot disk's ``disk_type`` for ``generation``, or None for the default."""
     return BOOT_DISK_TYPES.get(generation)
+
+
+def boot_disk_note(generation: str, machine_type: str) -> str | None:
+    """What the plan says of a generation whose boot disk type no source decides (None: one does)."""
+    if generation in BOOT_DISK_TYPES:
+        return None
+    return (
+        f"boot disk: the template's default type (no Google source read names the disk types {machine_type} "
+        "takes; if it refuses it, the groups stay empty: gcloud compute instance-groups managed list-errors)"
+    )
 
 
 def boot_disk_size_gb(generation: str, requested: int | None = None) -> int:

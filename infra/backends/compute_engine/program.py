@@ -54,7 +54,9 @@ def compute_engine_inputs(
         boot_disk_size_gb=machine.boot_disk_size_gb(
             accelerator.generation.name, config.compute_engine.boot_disk_size_gb
         ),
-        tpu_environment=tpu_env.static_environment(accelerator.topology, accelerator.hosts, accelerator.chips_per_host),
+        tpu_environment=tpu_env.on_tpu(
+            tpu_env.static_environment(accelerator.topology, accelerator.hosts, accelerator.chips_per_host)
+        ),
         network=network,
         subnetwork=subnetwork,
         service_account=service_account,

@@ -33,7 +33,7 @@ rule's source is named there and below, Google's or third-party):
   bulk mode instead, which takes no resize request: its group is created with the slice's VMs as
   its target size, and the template's run duration bounds them.
 * **per-VM repair** (:func:`repairs_vms`): off (``DO_NOTHING``) for a multi-host slice and for
-  flex-start, on (the API's default ``REPAIR``) otherwise. A VM recreated alone cannot rejoin its
+  flex-start, on (``REPAIR``, sent explicitly) otherwise. A VM recreated alone cannot rejoin its
   slice's ICI domain ("Multi-host slices require all instances in the slice to be recovered or
   rescheduled together", Google's "Failure recovery of TPU instances"), bulk mode adds VMs only
   to an empty group, and "About bulk mode" requires ``DO_NOTHING`` with a flex-start template;
@@ -55,8 +55,12 @@ Errors: none; the config refuses the combinations these functions do not cover
 from __future__ import annotations
 
 BULK, INDIVIDUAL = "BULK", "INDIVIDUAL"
-#: ``instance_lifecycle_policy.default_action_on_failure`` with per-VM repair off.
+#: ``instance_lifecycle_policy.default_action_on_failure`` with per-VM repair off, and on. Both are
+#: sent, never left to the API's default: a provider that keeps the old value when an argument is
+#: removed would leave a group that moved from flex-start to Spot at ``DO_NOTHING``, with nothing to
+#: repair its VM.
 DO_NOTHING = "DO_NOTHING"
+REPAIR = "REPAIR"
 #: The termination action of a reservation-bound or flex-start VM: the VM is deleted, not stopped.
 DELETE = "DELETE"
 

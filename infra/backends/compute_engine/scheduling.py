@@ -4,7 +4,11 @@
 Per ``multislice:capacity`` (docs/compute-engine.md, section 3, which quotes Google's pages):
 
 * ``spot`` – ``provisioning_model`` SPOT, ``instance_termination_action`` STOP,
-  ``on_host_maintenance`` TERMINATE, ``automatic_restart`` false and ``preemptible`` true
+  ``on_host_maintenance`` TERMINATE, ``automatic_restart`` false, ``preemptible`` true and
+  ``reservation_affinity`` NO_RESERVATION (a Spot VM consumes no reservation: Google's Cluster
+  Toolkit refuses a Spot node pool with any other, "Spot consumption option only works with
+  reservation_affinity consume_reservation_type NO_RESERVATION", ``modules/compute/gke-node-pool/
+  main.tf`` at 1047080, and the gke backend sends it; the API's default is ANY_RESERVATION)
   ("Request TPU Spot VMs", https://docs.cloud.google.com/tpu/docs/spot-compute:
   ``--provisioning-model=SPOT --instance-termination-action=STOP --maintenance-policy=TERMINATE``;
   gcloud itself sends ``automaticRestart=False, preemptible=True`` for SPOT:
@@ -83,13 +87,13 @@ def scheduling(
 
 def reservation_affinity(capacity: str, reservation_name: str | None) -> dict[str, Any] | None:
     """The template's ``reservation_affinity``: ``capacity: reserved``'s, NO_RESERVATION for
-    flex-start (the module docstring), None (the API's default) otherwise.
+    flex-start and Spot (the module docstring), None (the API's default) for on-demand.
 
     ``reservation_name`` is a short name, or a path whose last segment is the name (the
     queued-resource backend's ``projects/P/locations/Z/reservations/R`` form): the key selects a
     reservation of the project by name.
     """
-    if capacity == "flex-start":
+    if capacity in ("flex-start", "spot"):
         return {"type": "NO_RESERVATION"}
     if capacity != "reserved":
         return None

@@ -148,10 +148,8 @@ class ComputeEngineSlices(pulumi.ComponentResource):
                     target_size_policies=[gcp.compute.InstanceGroupManagerTargetSizePolicyArgs(mode=provisioning.BULK)]
                     if bulk
                     else None,
-                    instance_lifecycle_policy=None
-                    if args.repairs_vms
-                    else gcp.compute.InstanceGroupManagerInstanceLifecyclePolicyArgs(
-                        default_action_on_failure=provisioning.DO_NOTHING
+                    instance_lifecycle_policy=gcp.compute.InstanceGroupManagerInstanceLifecyclePolicyArgs(
+                        default_action_on_failure=provisioning.REPAIR if args.repairs_vms else provisioning.DO_NOTHING
                     ),
                     versions=[
                         gcp.compute.InstanceGroupManagerVersionArgs(

@@ -163,12 +163,15 @@ class ComputeEngineSpec(BackendSpec):
 
     def capacity_plan(self, config: Any) -> str | None:
         limit = config.compute_engine.max_run_duration
-        return provisioning.describe(
+        line = provisioning.describe(
             config.capacity,
             config.reservation_name,
             config.accelerator.hosts,
             run_duration=None if limit is None else format_duration(limit),
         )
+        generation = config.accelerator.generation.name
+        note = machine.boot_disk_note(generation, config.accelerator.machine_type)
+        return f"{line}; {note}" if note else line
 
     def refuse_settings(self, changed: list[str], backend: str) -> Exception:
         return invalid(

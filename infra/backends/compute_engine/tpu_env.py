@@ -23,7 +23,17 @@ Derivation, for a slice of ``hosts`` VMs of ``chips_per_host`` chips with topolo
 * ``TPU_HOST_BOUNDS``: the topology divided by the chips-per-host bounds, dim by dim (the
   sample: ``2x2x2`` / ``2,2,1`` = ``1,1,2``); its product is the slice's VM count;
 * ``TPU_PROCESS_PORT``: 8470, and the addresses' ports 8470 and 8471 (the sample's);
-* ``TPU_RUNTIME_METRICS_PORTS``: one port per chip from 8431 (the sample's four for 4 chips).
+* ``TPU_RUNTIME_METRICS_PORTS``: one port per chip from 8431 (the sample's four for 4 chips);
+* ``JAX_PLATFORMS=tpu`` on a TPU VM, as the sample sets it (:func:`on_tpu`): JAX then fails at its first use when libtpu
+  cannot start instead of falling back to CPU devices and training there (JAX's
+  ``jax_platforms`` option: "Comma-separated list of platform names specifying which platforms jax
+  should initialize"; an explicitly named platform that fails to initialize is an error).
+
+Not set (docs/compute-engine.md, section 4b, says why): the sample's ``TPU_ACCELERATOR_TYPE``
+(``tpu7x-4``, which matches neither its 8-chip topology nor Cloud TPU's ``tpu7x-16``) and its
+``VBAR_CONTROL_SERVICE_URL`` (``127.0.0.1:8353``), with which GKE's TPU device plugin points libtpu
+*in a container* at the node's TPU service (``$NODE_IP:8353`` or a unix socket); the trainer here
+runs on the TPU VM itself, not in a container, and libtpu's default applies (not tried on a VM).
 
 Errors: :class:`ValueError` from :func:`chips_per_host_bounds` and :func:`host_bounds` for a shape
 the derivation does not cover (a catalog test runs every compute-engine type through it).
@@ -96,6 +106,12 @@ def static_environment(topology: str, hosts: int, chips_per_host: int) -> dict[s
         "TPU_PROCESS_PORT": str(PROCESS_PORT),
         "TPU_RUNTIME_METRICS_PORTS": ",".join(str(FIRST_METRICS_PORT + i) for i in range(chips_per_host)),
     }
+
+
+def on_tpu(environment: dict[str, str]) -> dict[str, str]:
+    """``environment`` with ``JAX_PLATFORMS=tpu``: what a TPU VM's trainer gets (the module
+    docstring); the local emulation, whose devices are CPUs, serves the environment without it."""
+    return environment | {"JAX_PLATFORMS": "tpu"}
 
 
 def metadata_value(environment: dict[str, str]) -> str:

@@ -25,6 +25,8 @@ RESIZE_REQUEST = "gcp:compute/resizeRequest:ResizeRequest"
 FLEX = {"multislice:computeEngine": {"maxRunDuration": "3d"}}
 NAMED = {"multislice:reservationName": "acme-v5p"}
 DO_NOTHING = {"defaultActionOnFailure": "DO_NOTHING"}
+#: Repair on, sent explicitly: a group moved from flex-start keeps no DO_NOTHING left behind.
+REPAIR = {"defaultActionOnFailure": "REPAIR"}
 BULK = [{"mode": "BULK"}]
 #: What Compute Engine does not change on a group with VMs, so the program replaces the group.
 REPLACED_ON = ["targetSizePolicies", "resourcePolicies", "allInstancesConfig"]
@@ -45,8 +47,8 @@ REPLACED_ON = ["targetSizePolicies", "resourcePolicies", "allInstancesConfig"]
         ("tpu7x-16", "spot", {}, 2, BULK, DO_NOTHING, None),
         ("tpu7x-16", "flex-start", FLEX, 2, BULK, DO_NOTHING, None),
         # Single-host: individual mode (the API's default, not sent); the group repairs its VM.
-        ("v6e-8", "spot", {}, 1, None, None, None),
-        ("v6e-8", "reserved", NAMED, 1, None, None, None),
+        ("v6e-8", "spot", {}, 1, None, REPAIR, None),
+        ("v6e-8", "reserved", NAMED, 1, None, REPAIR, None),
         # One-VM flex-start: an empty group and one resize request for the VM (Cluster Toolkit's way).
         ("v6e-8", "flex-start", FLEX, 0, None, DO_NOTHING, 1),
     ],
@@ -93,7 +95,8 @@ def test_each_capacity_mode_gives_its_groups_their_size_mode_and_repair(
             },
         ),
         ("reserved", {}, {"type": "ANY_RESERVATION"}),
-        ("spot", {}, None),
+        # Spot consumes no reservation (Cluster Toolkit's rule, as the gke backend sends it).
+        ("spot", {}, {"type": "NO_RESERVATION"}),
         ("on-demand", {}, None),
     ],
 )
@@ -105,7 +108,7 @@ def test_each_capacity_mode_gives_the_template_its_reservation_affinity(accelera
 
 @pytest.mark.parametrize(
     ("accelerator", "disk_type", "nic_type"),
-    [("tpu7x-16", "hyperdisk-balanced", "GVNIC"), ("v5p-16", None, None), ("v6e-16", None, None)],
+    [("tpu7x-16", "hyperdisk-balanced", "GVNIC"), ("v5p-16", None, None), ("v6e-16", "hyperdisk-balanced", None)],
 )
 def test_the_boot_disk_and_nic_follow_the_generation(accelerator, disk_type, nic_type):
     template = evaluate("dev", ce_map(accelerator, capacity="spot")).one(TEMPLATE).inputs
@@ -283,3 +286,11 @@ def test_the_emulation_tells_what_becomes_of_the_vms_per_capacity(capacity, extr
     config = validate_stack("dev", ce_map("v5p-16", capacity=capacity, **extra), "test")
     line = ComputeEngineEmulation(config).line()
     assert words in line and (("Compute Engine deletes them" in line) == (capacity == "flex-start"))
+
+
+@pytest.mark.parametrize(("accelerator", "told"), [("v5p-16", True), ("v6e-16", False), ("tpu7x-16", False)])
+def test_the_plan_says_where_no_source_decides_the_boot_disk_type(accelerator, told):
+    config = validate_stack("dev", ce_map(accelerator), "test")
+    line = config.backend_spec.capacity_plan(config)
+    note = "boot disk: the template's default type (no Google source read names the disk types ct5p-hightpu-4t takes"
+    assert (note in line) is told, line
