@@ -6,11 +6,14 @@ capacity mode (:data:`STACKS`), and every upper-case constant found in a resourc
 at its field (:data:`ENUM_FIELDS`): a value Google renames or never had fails here. A constant at a
 field this module does not know fails too, so a new field is judged as soon as the program sends it.
 The states the queued-resource provider waits for and the VM states and actions the compute-engine
-scripts compare with are checked the same way.
+scripts compare with are checked the same way. Every Google resource's inputs are judged, field by
+field, by the API schema the provider turns them into (tests/fakes/pulumi_inputs.py): names, nesting
+and types.
 """
 
 from __future__ import annotations
 
+import copy
 import re
 from pathlib import Path
 from typing import Any
@@ -18,7 +21,7 @@ from typing import Any
 import pytest
 
 from infra.backends.queued_resource.provider import states
-from tests.fakes import discovery
+from tests.fakes import discovery, pulumi_inputs
 from tests.fakes.pulumi_program import QR_TYPE, evaluate, stack_map
 from tests.helpers.compute_engine import ce_map
 
@@ -184,14 +187,54 @@ def constants(value: Any, path: str = "") -> list[tuple[str, str]]:
 
 
 @pytest.fixture(scope="module")
-def sent() -> dict[tuple[str, str], set[str]]:
+def registered() -> list[Any]:
+    """Every resource the program declares over :data:`STACKS` (their registrations)."""
+    return [registration for stack, values in STACKS.values() for registration in evaluate(stack, values).registrations]
+
+
+@pytest.fixture(scope="module")
+def sent(registered) -> dict[tuple[str, str], set[str]]:
     """Every constant the program declares, by (resource type, input path), over :data:`STACKS`."""
     found: dict[tuple[str, str], set[str]] = {}
-    for stack, values in STACKS.values():
-        for registration in evaluate(stack, values).registrations:
-            for path, value in constants(registration.inputs):
-                found.setdefault((registration.typ, path), set()).add(value)
+    for registration in registered:
+        for path, value in constants(registration.inputs):
+            found.setdefault((registration.typ, path), set()).add(value)
     return found
+
+
+def test_every_google_resource_the_program_declares_has_the_api_schemas_fields(registered):
+    # Field names, nesting and types, as the API the provider sends them to has them
+    # (tests/fakes/pulumi_inputs.py maps pulumi-gcp's names to the discovery documents').
+    google = [r for r in registered if r.typ.startswith("gcp:")]
+    assert {r.typ for r in google} >= {
+        "gcp:compute/instanceTemplate:InstanceTemplate",
+        "gcp:compute/instanceGroupManager:InstanceGroupManager",
+        "gcp:compute/resizeRequest:ResizeRequest",
+        "gcp:compute/resourcePolicy:ResourcePolicy",
+        "gcp:container/cluster:Cluster",
+        "gcp:container/nodePool:NodePool",
+        "gcp:projects/iAMMember:IAMMember",
+        "gcp:projects/service:Service",
+    }
+    assert sorted({p for r in google for p in pulumi_inputs.input_problems(r.typ, r.inputs)}) == []
+
+
+def test_a_misspelt_or_mistyped_input_fails_the_schema(registered):
+    # The check itself: a field renamed at any depth, a boolean given as text, a type with no schema.
+    def first(typ: str) -> dict[str, Any]:
+        return copy.deepcopy(next(r.inputs for r in registered if r.typ == typ))
+
+    template = first("gcp:compute/instanceTemplate:InstanceTemplate")
+    template["scheduling"]["provisioningMode"] = template["scheduling"].pop("provisioningModel")
+    (problem,) = pulumi_inputs.input_problems("gcp:compute/instanceTemplate:InstanceTemplate", template)
+    assert "has no field 'provisioningMode'" in problem
+    pool = next(r.inputs for r in registered if r.typ == NODE_POOL and "spot" in (r.inputs.get("nodeConfig") or {}))
+    pool = copy.deepcopy(pool)
+    pool["nodeConfig"]["spot"] = "yes"
+    pool["upgradeSettings"]["maxSurg"] = pool["upgradeSettings"].pop("maxSurge")
+    problems = pulumi_inputs.input_problems(NODE_POOL, pool)
+    assert len(problems) == 2 and "expected a boolean, got 'yes'" in problems[0] + problems[1]
+    assert pulumi_inputs.input_problems("gcp:compute/disk:Disk", {}) != []
 
 
 def test_the_documents_revisions_are_the_pinned_ones():
