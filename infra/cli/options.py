@@ -146,11 +146,19 @@ def fail(message: str, code: int = 2) -> typer.Exit:
 
 def recorded_stack_file(stack: str) -> Path | None:
     """The stack file a ``local up --config-file`` of stack ``stack`` ran from, if it still
-    exists (``infra.emulated.state.LocalPaths.stack_file_record``)."""
+    exists (``infra.emulated.state.LocalPaths.stack_file_record``); the ``error:`` line and exit 2
+    when that record is damaged."""
     from infra.emulated.state import LocalPaths
-    from infra.readers.state_records import recorded_stack_file as read_record
+    from infra.readers.state_records import DamagedRecord, recorded_stack_file as read_record
 
-    return read_record(LocalPaths(state_root() / stack).stack_file_record)
+    record = LocalPaths(state_root() / stack).stack_file_record
+    try:
+        return read_record(record)
+    except DamagedRecord as err:
+        raise fail(
+            f"the record of the stack file a local run of stack {stack} started from ({record}) is damaged: "
+            f"{err.why}; remove it, or name the stack file with --config-file"
+        ) from None
 
 
 def stack_source(stack: str, config_file: Path | None) -> Path | None:

@@ -43,6 +43,7 @@ from typing import IO, TYPE_CHECKING, Any
 from infra import invocation
 from infra.emulated import supervisor
 from infra.readers import state_records
+from infra.readers.files import UnreadableFile, read_bounded
 
 if TYPE_CHECKING:  # imported by the functions that need it: `local down` stays light
     pass
@@ -247,9 +248,13 @@ def read_state(paths: LocalPaths) -> dict[str, Any] | None:
         reason), or :class:`DamagedState`: the file is not a state this code wrote.
     """
     try:
-        data = paths.state_file.read_bytes()
+        data = read_bounded(paths.state_file, state_records.STATE_BYTES)
     except FileNotFoundError:
         return None
+    except UnreadableFile as err:
+        if err.kind is not None or err.too_long:  # a FIFO, a device, a huge file: not what local up writes
+            raise DamagedState(paths, err.why) from None
+        raise unusable_state_dir(paths.root, state_dir_problem(paths.root) or err.why) from None
     except OSError as err:
         raise unusable_state_dir(paths.root, state_dir_problem(paths.root) or disk_problem(err)) from None
     try:

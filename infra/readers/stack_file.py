@@ -17,12 +17,12 @@ spells ``true`` as ``True`` — the one-line message below would need the same b
 
 from __future__ import annotations
 
-import os
-import stat
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from infra.readers.files import UnreadableFile, read_bounded, special_kind
 
 #: The project's namespace of stack keys (Pulumi.yaml's ``name``): ``config:`` keys without one are its.
 NAMESPACE = "multislice"
@@ -307,15 +307,6 @@ def load_yaml(text: str, name: str) -> Any:
         loader.dispose()
 
 
-#: What a file that is not a regular file is, by its ``stat`` mode (``stat.S_IS*``).
-_FILE_KINDS = (
-    (stat.S_ISFIFO, "a FIFO"),
-    (stat.S_ISCHR, "a character device"),
-    (stat.S_ISBLK, "a block device"),
-    (stat.S_ISSOCK, "a socket"),
-)
-
-
 def check_file(path: Path, mode: int | None = None) -> None:
     """Refuse ``path`` unless it is a regular file (symbolic links followed), from its ``stat``
     alone: opening a FIFO for reading waits for a writer, and reading ``/dev/zero`` never ends.
@@ -330,18 +321,20 @@ def check_file(path: Path, mode: int | None = None) -> None:
             raise StackConfigError(f"stack file {path} does not exist") from None
         except OSError as err:  # a loop of symbolic links, a folder it may not search, …
             raise StackConfigError(f"stack file {path} cannot be read: {err.strerror or err}") from None
-    if stat.S_ISDIR(mode):
+    _refuse_kind(path, special_kind(mode))
+
+
+def _refuse_kind(path: Path, kind: str | None) -> None:
+    if kind == "a directory":
         raise StackConfigError(f"stack file {path} is a directory, not a Pulumi.<stack>.yaml file")
-    if not stat.S_ISREG(mode):
-        kind = next((name for test, name in _FILE_KINDS if test(mode)), "a special file")
+    if kind is not None:
         raise StackConfigError(f"stack file {path} is not a regular file ({kind}); give a Pulumi.<stack>.yaml file")
 
 
 def read_stack_text(path: Path) -> str:
-    """The text of the stack file ``path``: a regular file (:func:`check_file`, before it is opened
-    and again on the open file, in case it was replaced), at most :data:`MAX_FILE_BYTES` long, UTF-8, its
-    line ends read as :meth:`Path.read_text` reads them. A file whose size ``stat`` does not tell (``/proc``
-    files show 0) is read no further than the limit; a read that would wait (``O_NONBLOCK``) fails.
+    """The text of the stack file ``path``: a regular file (:func:`check_file`, before it is opened,
+    and :func:`infra.readers.files.read_bounded` on the open file, in case it was replaced), at most
+    :data:`MAX_FILE_BYTES` long, UTF-8, its line ends read as :meth:`Path.read_text` reads them.
 
     Raises:
       StackConfigError: a special or oversized file, or one that cannot be opened or read.
@@ -349,32 +342,15 @@ def read_stack_text(path: Path) -> str:
     """
     check_file(path)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
-    except OSError as err:
-        raise StackConfigError(f"stack file {path} cannot be read: {err.strerror or err}") from None
-    try:
-        info = os.fstat(fd)
-        check_file(path, info.st_mode)
-        if info.st_size > MAX_FILE_BYTES:
+        data = read_bounded(path, MAX_FILE_BYTES)
+    except FileNotFoundError:
+        raise StackConfigError(f"stack file {path} does not exist") from None
+    except UnreadableFile as err:
+        _refuse_kind(path, err.kind)
+        if err.too_long:
+            size = f"{err.size:,} bytes" if err.size is not None else f"over {MAX_FILE_BYTES:,} bytes"
             raise StackConfigError(
-                f"stack file {path} is {info.st_size:,} bytes; a stack file is a few KB (at most {MAX_FILE_BYTES:,} "
-                "bytes are read)"
-            )
-        chunks: list[bytes] = []
-        length = 0
-        while length <= MAX_FILE_BYTES:
-            chunk = os.read(fd, MAX_FILE_BYTES + 1 - length)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            length += len(chunk)
-    except OSError as err:
-        raise StackConfigError(f"stack file {path} cannot be read: {err.strerror or err}") from None
-    finally:
-        os.close(fd)
-    if length > MAX_FILE_BYTES:
-        raise StackConfigError(
-            f"stack file {path} is over {MAX_FILE_BYTES:,} bytes; a stack file is a few KB (at most "
-            f"{MAX_FILE_BYTES:,} bytes are read)"
-        )
-    return b"".join(chunks).decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
+                f"stack file {path} is {size}; a stack file is a few KB (at most {MAX_FILE_BYTES:,} bytes are read)"
+            ) from None
+        raise StackConfigError(f"stack file {path} cannot be read: {err.why}") from None
+    return data.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")

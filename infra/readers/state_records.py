@@ -2,9 +2,10 @@
 wrote (``emulator.json``), the deleted queued resource (``deleted.json``) and the stack file a run
 was started from (``stack-file``). Where they live and who writes them: :mod:`infra.emulated.state`.
 
-Each reader takes the bytes (or the path) and checks them against what the writer writes: a record
-that is not gives :class:`DamagedRecord` with the reason in words, or None where an unreadable
-record means "none".
+Each reader takes the bytes (or the path, read with :func:`infra.readers.files.read_bounded`: a
+special file or one over the record's size is never read) and checks them against what the writer
+writes: a record that is not gives :class:`DamagedRecord` with the reason in words, or None where an
+unreadable record means "none".
 """
 
 from __future__ import annotations
@@ -12,6 +13,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from typing import Any
+
+from infra.readers.files import UnreadableFile, read_bounded
+
+#: The most bytes read of ``emulator.json`` (a few hundred per VM), of ``deleted.json`` and of the
+#: ``stack-file`` record (a path: PATH_MAX is 4,096 bytes on Linux).
+STATE_BYTES = 1 << 20
+DELETION_BYTES = 1 << 16
+STACK_FILE_RECORD_BYTES = 4096
 
 
 class DamagedRecord(ValueError):
@@ -47,20 +56,37 @@ def deletion_record(path: Path) -> dict[str, Any] | None:
     """``deleted.json`` (:func:`infra.emulated.state.record_deletion`), or None: absent, or not a
     UTF-8 JSON object (the queued resource then counts as not deleted)."""
     try:
-        record = json.loads(path.read_bytes().decode("utf-8"))
-    except (OSError, ValueError):  # absent, or not UTF-8 JSON (UnicodeDecodeError, JSONDecodeError)
+        record = json.loads(read_bounded(path, DELETION_BYTES).decode("utf-8"))
+    except (OSError, ValueError, RecursionError):  # absent, unreadable, or not UTF-8 JSON
         return None
     return record if isinstance(record, dict) else None
 
 
 def recorded_stack_file(path: Path) -> Path | None:
     """The stack file named by the ``stack-file`` record at ``path`` (written by ``local up
-    --config-file``), if the record can be read and names an absolute path to a file that exists."""
+    --config-file``): None when there is no record, or it names a file that no longer exists.
+
+    Raises:
+      DamagedRecord: the record cannot be read (a special file, over 4,096 bytes, the OS's refusal)
+        or is not an absolute path in UTF-8 (its reason in words).
+    """
     try:
-        recorded = Path(path.read_text().strip())
-    except (OSError, ValueError):
+        data = read_bounded(path, STACK_FILE_RECORD_BYTES)
+    except (FileNotFoundError, NotADirectoryError):
         return None
-    return recorded if recorded.is_absolute() and recorded.is_file() else None
+    except UnreadableFile as err:
+        raise DamagedRecord(err.why) from None
+    try:
+        text = data.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        raise DamagedRecord("not UTF-8 text") from None
+    if "\0" in text or "\n" in text or not text.startswith("/"):
+        raise DamagedRecord(f"{_shown(text)} is not an absolute path")
+    recorded = Path(text)
+    try:
+        return recorded if recorded.is_file() else None
+    except OSError as err:  # a name too long, a loop of links
+        raise DamagedRecord(f"it names {_shown(text)}, which cannot be looked up: {err.strerror or err}") from None
 
 
 def _shown(value: Any) -> str:

@@ -22,7 +22,6 @@ Events (``training/train.py``): ``start`` (``step``: the step resumed from, ``re
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -220,8 +219,8 @@ def _goodput(data: bytes | None) -> dict[str, Any] | None:
     if data is None:
         return None
     try:
-        report = json.loads(data)
-    except (ValueError, UnicodeDecodeError):
+        report = json_record(data)
+    except ValueError:
         return None
     value = report.get("goodput") if isinstance(report, dict) else None
     if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 <= value <= 1:

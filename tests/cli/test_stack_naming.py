@@ -5,6 +5,7 @@ the way it was named, so that they work as printed for a stack kept outside ``st
 
 from __future__ import annotations
 
+import os
 import shlex
 from pathlib import Path
 
@@ -106,3 +107,39 @@ def test_a_hint_names_a_stack_kept_outside_stacks_by_its_file_and_works_as_print
     assert stack_args("long") == f"--config-file {shlex.quote(str(path.absolute()))}"
     validate_stack("other", keys, "a config map")
     assert stack_args("other") == "--stack other"
+
+
+@pytest.mark.parametrize(
+    ("damage", "why"),
+    [
+        ("long path", "cannot be looked up: File name too long"),
+        ("fifo", "a FIFO, not a regular file"),
+        ("link to /dev/zero", "a character device, not a regular file"),
+        ("huge", "bytes, over the 4,096 read"),
+        ("not utf-8", "not UTF-8 text"),
+        ("relative", "is not an absolute path"),
+    ],
+)
+@pytest.mark.parametrize("command", ["plan", "local status", "render"])
+def test_a_damaged_stack_file_record_is_one_line_naming_it_and_hangs_nothing(tmp_path, damage, why, command):
+    """The record is read within bounds (infra/readers/files.py): a special file is never opened for a
+    blocking read, a huge one never read whole, and what it says is checked before it is used."""
+    record = LocalPaths(tmp_path / "state" / "long").stack_file_record
+    record.parent.mkdir(parents=True)
+    if damage == "long path":
+        record.write_text("/" + "x" * 300 + "\n")  # one name over 255 bytes
+    elif damage == "fifo":
+        os.mkfifo(record)
+    elif damage == "link to /dev/zero":
+        record.symlink_to("/dev/zero")
+    elif damage == "huge":
+        record.write_text("/" + "y" * 10_000)
+    elif damage == "not utf-8":
+        record.write_bytes(b"/tmp/\xff\xfe/Pulumi.long.yaml\n")
+    else:
+        record.write_text("mine/Pulumi.long.yaml\n")
+    result = invoke(tmp_path, [*command.split(), "--stack", "long"])
+    assert result.exit_code == 2, result.output
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("error: the record of the stack file a local run of stack long started from (")
+    assert why in line and line.endswith("; remove it, or name the stack file with --config-file"), line

@@ -20,7 +20,6 @@ The token dtype is uint16 when every id fits (vocabulary ≤ 65,536), else uint3
 
 from __future__ import annotations
 
-import json
 from typing import Literal
 
 import numpy as np
@@ -28,6 +27,7 @@ import pydantic
 from pydantic import Field
 
 from training.data.storage import Storage
+from training.run_objects import json_record
 
 MANIFEST = "manifest.json"
 TOKENIZER_FILE = "tokenizer.json"
@@ -145,7 +145,7 @@ def parse(data: bytes, where: str) -> Manifest:
         its dtype cannot hold, shard sizes that disagree with their token counts).
     """
     try:
-        manifest = Manifest.model_validate(json.loads(data))
+        manifest = Manifest.model_validate(json_record(data))
     except (ValueError, pydantic.ValidationError) as err:
         first = str(err).splitlines()[:3]
         raise ManifestError(f"{where} is not a dataset manifest: {' '.join(first)}") from None

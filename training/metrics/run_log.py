@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from training.run_dir import RunDir
+from training.run_objects import json_record
 
 
 def segments(run_dir: RunDir, name: str) -> list[str]:
@@ -41,8 +42,8 @@ def parse_records(data: bytes) -> list[dict[str, Any]]:
     records = []
     for line in data.splitlines():
         try:
-            record = json.loads(line)
-        except (json.JSONDecodeError, UnicodeDecodeError):
+            record = json_record(line)
+        except ValueError:  # not UTF-8 JSON, nested too deep, an integer too long
             continue
         if isinstance(record, dict):
             records.append(record)

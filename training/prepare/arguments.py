@@ -18,23 +18,16 @@ import math
 import os
 from pathlib import Path
 
+from training import redaction
+
 #: The most megabytes ``--shard-mb`` and ``--bpe-train-mb`` take: a petabyte, far past any
 #: corpus, and still an exact byte count (``training.prepare.shards.PrepareSpec.shard_bytes``).
 MAX_MB = 1e9
 
 
 def redacted(uri: str) -> str:
-    """``uri`` with the password of its ``user:password@`` replaced by ``***`` (a lone
-    ``token@`` too): ``https://user:***@host/path``. Anything else is returned as is."""
-    scheme, separator, rest = uri.partition("://")
-    if not separator:
-        return uri
-    authority, slash, path = rest.partition("/")
-    userinfo, at, host = authority.rpartition("@")
-    if not at:
-        return uri
-    user, colon, _ = userinfo.partition(":")
-    return f"{scheme}://{user + ':***' if colon else '***'}@{host}{slash}{path}"
+    """``uri`` as a message shows it (:func:`training.redaction.redacted`): ``https://user:***@host/path``."""
+    return redaction.redacted(uri)
 
 
 def _uri_problem(name: str, value: str, what: str) -> str | None:

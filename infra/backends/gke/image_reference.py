@@ -26,12 +26,15 @@ component is a domain only if it holds a ``.`` or a ``:`` or is ``localhost`` (`
 ``python:3.12`` is the ``python`` repository with tag ``3.12``. A sha256 digest has 64 hex digits.
 
 Errors: :func:`check_image` raises :class:`ValueError` with the reason, which the config turns into
-one line naming the key.
+one line naming the key; the value is shown through :func:`training.redaction.redacted` (no
+credentials, no token echoed).
 """
 
 from __future__ import annotations
 
 import re
+
+from training.redaction import redacted
 
 _DOMAIN_COMPONENT = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
 _DOMAIN = rf"(?:{_DOMAIN_COMPONENT}(?:\.{_DOMAIN_COMPONENT})*|\[[0-9A-Fa-f:.]+\])(?::[0-9]+)?"
@@ -51,14 +54,13 @@ def check_image(value: str) -> str:
     """``value`` if it is an image reference (the module docstring), else :class:`ValueError`
     saying what is wrong. Returns it unchanged."""
     if value != value.strip() or not value:
-        raise ValueError(f"{value!r} is not an image reference: it is empty or has spaces around it")
+        raise ValueError(f"{redacted(value)[:80]!r} is not an image reference: it is empty or has spaces around it")
     match = REFERENCE.fullmatch(value)
     if match is None:
-        hint, shown = "", value[:80]
-        head = value.split("/", 1)[0]
-        if "@" in head and ":" in head.split("@", 1)[0]:  # user:password@registry/…: never echo it
+        hint, shown = "", redacted(value)[:80]
+        head = value.partition("://")[2].split("/", 1)[0] if "://" in value else value.split("/", 1)[0]
+        if "@" in head:  # user:password@registry/…, token@registry/…: never echo it
             hint = " (credentials have no place in an image reference: use an image pull secret)"
-            shown = f"{head.split(':', 1)[0]}:***@{value.split('@', 1)[1]}"[:80]
         elif any(c.isupper() for c in value.split("@", 1)[0].split(":")[0].split("/", 1)[-1]):
             hint = " (the repository path is lowercase)"
         raise ValueError(
@@ -67,10 +69,14 @@ def check_image(value: str) -> str:
         )
     name, digest = match["name"], match["digest"]
     if len(name) > NAME_TOTAL_LENGTH_MAX:
-        raise ValueError(f"{value[:80]!r}: the image name is {len(name)} characters, over {NAME_TOTAL_LENGTH_MAX}")
+        raise ValueError(
+            f"{redacted(value)[:80]!r}: the image name is {len(name)} characters, over {NAME_TOTAL_LENGTH_MAX}"
+        )
     if digest is not None:
         algorithm, hex_digits = digest.split(":", 1)
         want = DIGEST_HEX_LENGTHS.get(algorithm)
         if want is not None and len(hex_digits) != want:
-            raise ValueError(f"{value[:80]!r}: a {algorithm} digest has {want} hex digits, not {len(hex_digits)}")
+            raise ValueError(
+                f"{redacted(value)[:80]!r}: a {algorithm} digest has {want} hex digits, not {len(hex_digits)}"
+            )
     return value
