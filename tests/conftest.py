@@ -22,6 +22,12 @@ pytest_plugins = ["tests.xdist_groups"]
 # The helpers the test modules share assert as a test module does (pytest explains a failure).
 pytest.register_assert_rewrite("tests.helpers")
 
+#: The user's own MULTISLICE_* settings (a stacks or state folder of theirs, a log level) are not the
+#: suite's: the session drops them before anything reads them (its xdist workers inherit what the
+#: session then sets: the compilation cache, the API traffic file).
+if os.environ.get("PYTEST_XDIST_WORKER") is None:
+    for _name in [name for name in os.environ if name.startswith("MULTISLICE_")]:
+        del os.environ[_name]
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("JAX_NUM_CPU_DEVICES", "8")
 os.environ["XLA_FLAGS"] = compile_flags.with_fast_compile(os.environ.get("XLA_FLAGS"))
@@ -251,6 +257,14 @@ def printed_hints_work(monkeypatch, request):
 
     monkeypatch.setattr(CliRunner, "invoke", invoke)
     yield
+
+
+@pytest.fixture(autouse=True)
+def own_state_dir(tmp_path_factory, monkeypatch):
+    """Each test's local runs live in a folder of its own (``MULTISLICE_STATE_DIR``), never in the
+    clone's ``.multislice/local``, where the README's day one leaves runs of its own (stack ``long``)
+    that a test naming that stack would otherwise find. A test that names a state folder still does."""
+    monkeypatch.setenv("MULTISLICE_STATE_DIR", str(tmp_path_factory.mktemp("state")))
 
 
 @pytest.fixture(autouse=True)
