@@ -35,6 +35,7 @@ TEST_FOLDERS = {
     "planner": "infra/planner",
     "policy": "infra/policy",
     "program": "infra/__main__.py",
+    "readers": "infra/readers",
     "remote": "infra/remote",
     "startup": "infra/startup",
     "status": "infra/status",

@@ -171,7 +171,7 @@ _SCALARS = st.one_of(
 
 @given(key=st.sampled_from(["steps", "slices", "accelerator", "bucket"]), scalar=_SCALARS)
 def test_a_stack_with_any_scalar_is_a_stack_or_one_error_naming_the_key(tmp_path_factory, key, scalar):
-    text = (Path(__file__).parent / "stacks" / "Pulumi.emu.yaml").read_text()
+    text = (Path(__file__).parents[1] / "stacks" / "Pulumi.emu.yaml").read_text()
     if key == "steps":
         text = text.replace("    steps: 24", f"    steps: {scalar}", 1)
     else:
