@@ -397,13 +397,19 @@ def test_the_trainer_gets_the_tpu_environment_of_googles_sample(tmp_path, gcs, a
     )
 
 
+def boot_with_tpu_env(tmp_path, ce_script, gcs, api, tpu_env: str | None):
+    """Boot worker 1 of slice 1 (both slices listed) with ``tpu_env`` as its template's
+    ``multislice-tpu-env`` (None: a template without the key); the VM and the boot's result."""
+    vm = compute_engine_vm(tmp_path, ce_script.text, gcs, name=OWN, slice_id=1, workers_per_slice=2, tpu_env=tpu_env)
+    fill(api, SLICE_0, SLICE_1)
+    with vm.metadata:
+        return vm, boot(vm, api)
+
+
 def test_a_vm_of_an_older_template_boots_without_the_tpu_environment(tmp_path, ce_script, gcs, api):
     """A running VM that its release watch moves to this release was created from a template
     without the TPU environment: it says so and starts the trainer with the identity alone."""
-    vm = compute_engine_vm(tmp_path, ce_script.text, gcs, name=OWN, slice_id=1, workers_per_slice=2, tpu_env=None)
-    fill(api, SLICE_0, SLICE_1)
-    with vm.metadata:
-        result = boot(vm, api)
+    vm, result = boot_with_tpu_env(tmp_path, ce_script, gcs, api, None)
     assert result.returncode == 0, result.stdout
     assert "metadata key multislice-tpu-env is absent (a VM created from an older instance template)" in result.stdout
     assert "TPU_TOPOLOGY" not in vm.environ(1) and vm.environ(1)["TPU_WORKER_ID"] == "1"
@@ -415,10 +421,7 @@ def test_a_vm_of_an_older_template_boots_without_the_tpu_environment(tmp_path, c
 )
 def test_a_tpu_environment_of_other_names_or_characters_is_refused(tmp_path, ce_script, gcs, api, tpu_env):
     """Only TPU_* and JAX_PLATFORMS, with plain values, reach the trainer's unit from the metadata."""
-    vm = compute_engine_vm(tmp_path, ce_script.text, gcs, name=OWN, slice_id=1, workers_per_slice=2, tpu_env=tpu_env)
-    fill(api, SLICE_0, SLICE_1)
-    with vm.metadata:
-        result = boot(vm, api)
+    vm, result = boot_with_tpu_env(tmp_path, ce_script, gcs, api, tpu_env)
     assert result.returncode == 1, result.stdout
     assert "error: metadata key multislice-tpu-env: malformed value" in result.stdout
     assert vm.attempts == 0
