@@ -14,7 +14,14 @@ and need none. The patterns are the documented shapes of each credential:
 * AWS access key ids, ``AKIA``/``ASIA`` + 16 upper-case letters or digits
   (https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_identifiers.html);
 * GitHub tokens, ``ghp_``/``gho_``/``ghu_``/``ghs_``/``ghr_`` + 36 characters
-  (https://github.blog/engineering/platform-security/behind-githubs-new-authentication-token-formats/);
+  (https://github.blog/engineering/platform-security/behind-githubs-new-authentication-token-formats/),
+  and fine-grained personal access tokens, ``github_pat_`` + 22 or more word characters
+  (GitHub's "Managing your personal access tokens");
+* Hugging Face user access tokens, ``hf_`` + 30 or more letters and digits (Hugging Face's "User
+  access tokens": "start with hf_");
+* Slack tokens, ``xoxb-``/``xoxp-``/``xoxa-``/``xoxr-``/``xoxs-``/``xapp-`` (Slack's "Token types"), and
+  Slack incoming-webhook URLs, ``https://hooks.slack.com/services/`` + the workspace, channel and secret
+  (Slack's "Sending messages using incoming webhooks": "Keep it secret, keep it safe");
 * a quoted literal assigned to a name that says password, secret, token or API key
   (``PASSWORD="hunter22"``, ``api_key: 'abc…'``, ``"AWS_SECRET_ACCESS_KEY": "…"`` as JSON writes a
   workload's ``env``), at least 8 characters, the way secret scanners flag hard-coded passwords;
@@ -46,7 +53,10 @@ PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("a Google OAuth access token", re.compile(r"\bya29\.[0-9A-Za-z_-]{20,}")),
     ("a Google API key", re.compile(r"\bAIza[0-9A-Za-z_-]{35}\b")),
     ("an AWS access key id", re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b")),
-    ("a GitHub token", re.compile(r"\bgh[pousr]_[A-Za-z0-9]{36}\b")),
+    ("a GitHub token", re.compile(r"\bgh[pousr]_[A-Za-z0-9]{36}\b|\bgithub_pat_[A-Za-z0-9_]{22,255}")),
+    ("a Hugging Face token", re.compile(r"\bhf_[A-Za-z0-9]{30,64}\b")),
+    ("a Slack token", re.compile(r"\bxox[baprs]-[A-Za-z0-9-]{10,255}|\bxapp-[A-Za-z0-9-]{10,255}")),
+    ("a Slack webhook URL", re.compile(r"https://hooks\.slack\.com/services/T[A-Za-z0-9_]{1,64}/B[A-Za-z0-9_]{1,64}/")),
     (
         "a hard-coded password or token",
         re.compile(

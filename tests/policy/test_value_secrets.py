@@ -5,6 +5,8 @@ documented shapes (infra/policy/secret_patterns.py)."""
 
 from __future__ import annotations
 
+import pytest
+
 from tests.helpers.policies import violations
 
 POLICY = "values-carry-no-credentials"
@@ -41,3 +43,24 @@ def test_a_credential_in_a_container_image_is_a_violation():
         "JobSet 'r': a container image holds a user:password in front of the registry; use an image pull secret"
     ]
     assert "hunter22" not in found[0]
+
+
+@pytest.mark.parametrize(
+    ("value", "kind"),
+    [
+        ("hf_" + "Ab1" * 12, "a Hugging Face token"),
+        ("xoxb-1234567890-0987654321-" + "a" * 24, "a Slack token"),
+        ("https://hooks.slack.com/services/T0123ABCD/B0456EFGH/" + "x" * 24, "a Slack webhook URL"),
+        ("github_pat_11ABCDEFG0" + "x" * 60, "a GitHub token"),
+    ],
+)
+def test_the_common_token_shapes_are_found(value, kind):
+    from infra.policy.secret_patterns import find_secrets
+
+    assert [found.kind for found in find_secrets(f"NOTE={value}")] == [kind]
+    # and the one redaction function hides each (training.redaction), save the webhook's URL path,
+    # which carries no token prefix: its secret is its last segment, not shown by any message.
+    from training.redaction import redacted
+
+    if kind != "a Slack webhook URL":
+        assert value not in redacted(value)
