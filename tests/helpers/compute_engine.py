@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from infra import vm_contract as contract
 from tests.fakes.pulumi_program import stack_map
 
 TEMPLATE = "gcp:compute/instanceTemplate:InstanceTemplate"
@@ -49,3 +50,12 @@ def ce_map(accelerator: str = "v5p-16", *, slices: int = 2, capacity: str = "spo
     config["multislice:training"]["global_batch_size"] = 2 * chips * slices  # divisible by the data-parallel size
     config.update(copy.deepcopy(extra))  # a caller may change what it gets back; never its arguments
     return config
+
+
+def on_cpu(metadata: dict[str, str]) -> dict[str, str]:
+    """The program's metadata as an emulated VM gets it: the TPU environment without
+    ``JAX_PLATFORMS=tpu`` (its devices are CPUs: infra/backends/compute_engine/tpu_env.py, ``on_tpu``)."""
+    key = contract.COMPUTE_ENGINE_TPU_ENV_KEY
+    if key not in metadata:
+        return metadata
+    return metadata | {key: metadata[key].replace(" JAX_PLATFORMS=tpu", "")}

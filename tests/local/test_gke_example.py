@@ -36,7 +36,7 @@ def test_the_gke_example_runs_as_written(tmp_path, monkeypatch):
     assert planned.returncode == 0, planned.stdout + planned.stderr
     said = " ".join(planned.stdout.split())
     assert "stack gke: 2 × v4-16 (v4) = 16 chips on 4 TPU VMs (2 per slice, 4 chips each)" in said
-    assert "capacity: spot node pools in a new cluster" in said and "a system pool of" in said
+    assert "capacity: spot node pools in a new zonal cluster" in said and "a system pool of" in said
     assert "each pool holds its 2 VMs" in said and "until pulumi destroy" in said
     assert re.search(r"Google APIs pulumi up enables: [^\n]*container\.googleapis\.com", planned.stdout)
 

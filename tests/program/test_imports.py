@@ -20,8 +20,9 @@ ROOT = Path(__file__).resolve().parents[2]
 #: Top-level packages of the trainer's runtime (and what they pull in).
 TRAINER_RUNTIME = ("jax", "jaxlib", "orbax", "optax", "grain", "numpy", "tensorboardX", "etils", "tensorstore")
 #: The jax-free modules of training/ the program reads (config, its validation, the shapes, the
-#: model presets and the attention kernels' limits that the config validates against), and the
-#: package they are in (its __init__ holds only a docstring).
+#: model presets and the attention kernels' limits that the config validates against, and the one
+#: redaction of values its messages quote), and the package they are in (its __init__ holds only a
+#: docstring).
 PURE_TRAINING = {
     "training",
     "training.model",
@@ -31,6 +32,7 @@ PURE_TRAINING = {
     "training.model.shapes",
     "training.model.presets",
     "training.model.kernels",
+    "training.redaction",
 }
 GOOGLE_CLIENTS = ("google.cloud", "google.api_core", "google.auth")
 
