@@ -6,8 +6,9 @@ read it and must give equal models (tests/config/test_stack_config.py checks thi
 
 * inside ``pulumi up``/``preview``: :func:`from_pulumi_config` reads the engine's config map
   (scalars arrive as strings, objects as JSON text);
-* everywhere else (local emulation, ``multislice plan``, rendering): :func:`load_stack`
-  reads the YAML file directly.
+* everywhere else (local emulation, ``multislice plan``, rendering): :func:`load_stack` reads the
+  YAML file as the engine does (:func:`pulumi_config_of_file`, :mod:`infra.readers.engine_config`),
+  refusing what YAML 1.1 and the engine read differently, and validates the same map.
 
 Validation happens before any resource exists. A :class:`StackConfigError` lists every
 problem as ``<key path>: <what is wrong; what is allowed>``: a key of a namespace other than
@@ -33,7 +34,7 @@ from infra.config import structured
 from infra.config.errors import StackConfigError
 from infra.config.schema import StackConfig
 from infra.config.structured import STRUCTURED_KEYS
-from infra.readers import environment
+from infra.readers import engine_config, environment
 from infra.readers.stack_file import (
     MAX_INT_CHARS,
     NAMESPACE,
@@ -45,6 +46,7 @@ from infra.readers.stack_file import (
     long_int,
     read_stack_text,
     short_key,
+    yaml_problem,
 )
 from training.validation import UnknownKeys, format_errors
 
@@ -184,23 +186,44 @@ def available_stacks(stacks_dir: Path | None = None) -> list[str]:
 
 
 def load_stack_file(path: Path, stack: str | None = None) -> StackConfig:
-    """Read and validate a stack file anywhere on disk.
+    """Read and validate a stack file anywhere on disk, as ``pulumi up`` reads it
+    (:func:`pulumi_config_of_file`, then :func:`validate_stack`, as :func:`from_pulumi_config`).
 
     Args:
       path: a ``Pulumi.<stack>.yaml`` file.
       stack: stack name; by default taken from the file name.
 
     Raises:
-      StackConfigError: missing, special (:func:`read_stack_text`) or malformed file, one not named
-        ``Pulumi.<stack>.yaml`` (without ``stack``), a scalar that is not what YAML reads it as or is
-        a date, an integer longer than :data:`MAX_INT_CHARS` (one line naming its key path), or
-        invalid keys.
+      StackConfigError: :func:`pulumi_config_of_file`'s, or invalid keys.
+    """
+    path = Path(path)
+    check_file(path)  # a device or a FIFO is named as one before its name is judged
+    stack = stack_name_of_file(path) if stack is None else stack
+    config = validate_stack(stack, pulumi_config_of_file(path, stack), str(path), base_dir=path.absolute().parent)
+    stack_naming.remember(config.stack, path, in_stacks_dir=path.absolute() == stack_file(config.stack).absolute())
+    return config
+
+
+def pulumi_config_of_file(path: Path, stack: str | None = None) -> dict[str, Any]:
+    """The config map the Pulumi engine hands the program for the stack file ``path``
+    (:func:`infra.readers.engine_config.config_map`: ``namespace:key`` → text, a map or a list as JSON; a
+    ``{secure: …}`` value as its map), read with the stack file's bounds (:mod:`infra.readers.stack_file`).
+
+    Raises:
+      StackConfigError: missing, special (:func:`read_stack_text`) or malformed file (one line, with its
+        line and column), one not named ``Pulumi.<stack>.yaml`` (without ``stack``), a scalar that is not
+        what YAML reads it as, is a date, or that YAML 1.1 and the engine read differently, an integer
+        longer than :data:`MAX_INT_CHARS` (one line naming its key path), a top-level key the engine
+        ignores.
     """
     path = Path(path)
     check_file(path)
     stack = stack_name_of_file(path) if stack is None else stack
+    text = ""
     try:
-        data = load_yaml(read_stack_text(path), str(path))
+        text = read_stack_text(path)
+        data = load_yaml(text, str(path), check=engine_config.check_agreement)
+        config_map = engine_config.config_map(data)
     except UnicodeDecodeError as err:
         raise StackConfigError(f"stack file {path} is not UTF-8 text ({err.reason} at byte {err.start})") from None
     except RecursionError:
@@ -212,12 +235,11 @@ def load_stack_file(path: Path, stack: str | None = None) -> StackConfig:
     except ExpansionError as err:
         raise StackConfigError(f"stack file {path} {err}") from None
     except yaml.YAMLError as err:
-        raise StackConfigError(f"stack file {path} is not valid YAML: {err}") from None
-    if not isinstance(data, dict) or not isinstance(data.get("config", {}), dict):
+        raise StackConfigError(f"stack file {path} is not valid YAML: {yaml_problem(err, text)}") from None
+    data = {} if data is None else data  # an empty file: Pulumi reads a stack without config (its keys missing)
+    if not isinstance(data, dict) or not isinstance(data.get("config") or {}, dict):
         raise StackConfigError(f"stack file {path} must be a mapping with a 'config:' mapping inside")
-    config = validate_stack(stack, data.get("config") or {}, str(path), base_dir=path.absolute().parent)
-    stack_naming.remember(config.stack, path, in_stacks_dir=path.absolute() == stack_file(config.stack).absolute())
-    return config
+    return config_map
 
 
 def stack_name_of_file(path: Path) -> str:

@@ -84,7 +84,8 @@ def parse(key: str, value: Any, parse_int: Callable[[str], int]) -> Any:
         return None
     if isinstance(value, (list, tuple) if takes_list(key) else (dict, pydantic.BaseModel)):
         return value  # a model: a StackConfig's own value, validated again
-    shown = value if text is None or value is None or isinstance(value, (dict, list)) else text
+    # A number or a boolean as itself (the engine hands ``3`` and ``true`` over as JSON), other text quoted.
+    shown = value if text is None or value is None or isinstance(value, (dict, list, bool, int, float)) else text
     shape = "a list" if takes_list(key) else "a map of keys"
     example = EXAMPLES.get(key, "[value]" if takes_list(key) else "{key: value}")
     raise ValueError(f"{_described(shown)}; it takes {shape}, e.g. {key}: {example}")

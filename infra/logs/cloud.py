@@ -56,12 +56,13 @@ def is_loopback(endpoint: str | None) -> bool:
 
 
 def _config_map(path: Path) -> dict:
-    """The stack file's raw ``config:`` map (its ``gcp:*`` credential keys); empty if unreadable."""
-    import yaml
+    """The stack file's config map as ``pulumi up`` hands it over (its ``gcp:*`` credential keys, a map as
+    its JSON text, as pulumi-gcp gets it); empty if unreadable."""
+    from infra.config import StackConfigError, pulumi_config_of_file
 
     try:
-        return (yaml.safe_load(path.read_text()) or {}).get("config") or {}
-    except (OSError, yaml.YAMLError, AttributeError):
+        return pulumi_config_of_file(path)
+    except StackConfigError:
         return {}
 
 

@@ -17,6 +17,7 @@ spells ``true`` as ``True`` — the one-line message below would need the same b
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -114,7 +115,13 @@ class _UniqueKeyLoader(yaml.SafeLoader):
             )
         if self.nodes + self.aliases > MAX_NODES:
             raise ExpansionError(_through_aliases(MAX_NODES))
-        return super().compose_node(parent, index)
+        event = self.peek_event()
+        node = super().compose_node(parent, index)
+        if node is not None and not isinstance(event, yaml.AliasEvent):
+            # The tag as written (None: none written), which the composed node no longer tells apart
+            # from the one YAML 1.1 resolves: infra.readers.engine_config reads it as Pulumi's reader does.
+            node.written_tag = getattr(event, "tag", None)  # pyright: ignore[reportAttributeAccessIssue]
+        return node
 
     def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
         try:
@@ -293,7 +300,15 @@ def _key_path(path: tuple[str, ...]) -> str:
     return ".".join(path) or "(top level)"
 
 
-def load_yaml(text: str, name: str) -> Any:
+def load_yaml(text: str, name: str, check: Callable[[yaml.Node, yaml.SafeLoader], None] | None = None) -> Any:
+    """The document ``text`` (named ``name`` in error marks), read with the bounds above; ``check`` is
+    called with the composed document and the loader (a stack file's:
+    :func:`infra.readers.engine_config.check_agreement`), once it is constructed (the constructor refuses
+    repeated keys first, and flattens merge keys into their mappings).
+
+    Raises:
+      yaml.YAMLError: a syntax error, or one of the subclasses above; ``check``'s own errors.
+    """
     loader = _UniqueKeyLoader(text)
     loader.name = name  # error marks say the file, not "<unicode string>"
     try:
@@ -302,7 +317,10 @@ def load_yaml(text: str, name: str) -> Any:
             return None
         expanded_nodes(node)  # before constructing: the expansion is what exhausts memory
         check_scalars(node, loader)  # before constructing: int() refuses, or is slow on, a long one
-        return loader.construct_document(node)
+        data = loader.construct_document(node)  # merge keys are flattened into their mappings here
+        if check is not None:
+            check(node, loader)
+        return data
     finally:
         loader.dispose()
 
@@ -354,3 +372,22 @@ def read_stack_text(path: Path) -> str:
             ) from None
         raise StackConfigError(f"stack file {path} cannot be read: {err.why}") from None
     return data.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
+
+
+def yaml_problem(err: yaml.YAMLError, text: str) -> str:
+    """``err``, a YAML error in ``text``, in one line: the problem and where (line and column, 1-based),
+    with what was being read (``while parsing a flow sequence`` at its line), without PyYAML's quoted
+    lines and carets; a character YAML does not allow (a NUL, a control character) by its code point."""
+    if isinstance(err, yaml.reader.ReaderError):
+        before = text[: err.position]
+        line, column = before.count("\n") + 1, err.position - (before.rfind("\n") + 1) + 1
+        return f"the character U+{err.character:04X} (line {line}, column {column}) is not allowed in YAML: remove it"
+    if isinstance(err, yaml.MarkedYAMLError):
+        mark = err.problem_mark or err.context_mark
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+        problem = (err.problem or err.context or "not YAML").strip()
+        context = err.context.strip() if err.context and err.problem else ""
+        if context and err.context_mark is not None:
+            context += f" at line {err.context_mark.line + 1}"
+        return f"{problem}{where}" + (f", {context}" if context else "")
+    return " ".join(str(err).split())

@@ -27,7 +27,8 @@ import yaml
 from pulumi.runtime import mocks as pulumi_mocks, rpc, settings
 
 import infra.__main__ as program
-from infra.config import stack_file
+from infra.config import pulumi_config_of_file, stack_file
+from infra.config.structured import STRUCTURED_KEYS
 from infra.review import event_loop
 
 QR_TYPE = "pulumi-python:dynamic/tpu:QueuedResource"
@@ -290,7 +291,28 @@ def engine_config(stack_config: dict[str, Any]) -> dict[str, str]:
 
 
 def stack_map(stack: str) -> dict[str, Any]:
-    return yaml.safe_load(stack_file(stack).read_text())["config"]
+    """The config map ``pulumi up`` hands the program for ``stack``'s file (:func:`infra.config.pulumi_config_of_file`),
+    a map or a list decoded from its JSON text (:func:`engine_config` writes it back as the engine did), so
+    that a caller can change a value of it.
+
+    Raises:
+      StackConfigError: the file cannot be read as the engine reads it.
+    """
+    return decoded(pulumi_config_of_file(stack_file(stack), stack))
+
+
+def decoded(engine: dict[str, Any]) -> dict[str, Any]:
+    """The engine's config map ``engine`` with its values decoded where they are JSON: a map or a list (of a
+    key that takes one), a number, a boolean; :func:`engine_config` writes them back as the engine did."""
+    out = {}
+    for key, value in engine.items():
+        try:
+            parsed = json.loads(value) if isinstance(value, str) and value.strip() else value
+        except ValueError:
+            parsed = value  # text, or broken JSON the config check names
+        structured = key in STRUCTURED_KEYS and isinstance(parsed, (dict, list))
+        out[key] = parsed if structured or isinstance(parsed, (bool, int, float)) else value
+    return out
 
 
 def program_directory() -> Path:

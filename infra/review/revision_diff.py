@@ -168,16 +168,14 @@ def _side(
     revision, or "the working tree"). For a revision's copy of a stack file, ``outside`` is the
     working tree's copy's folder: a workload path that leaves the revision's tree is read there
     (:func:`infra.review.stack_paths.with_absolute_workload_paths`)."""
-    import yaml
-
     from infra import startup
-    from infra.config import StackConfigError, load_stack_file, validate_stack
+    from infra.config import StackConfigError, load_stack_file, pulumi_config_of_file, validate_stack
     from infra.review import program_mocks
     from infra.review.stack_paths import with_absolute_workload_paths
 
     try:
         config = load_stack_file(path, stack) if outside is None else None
-        config_map = yaml.safe_load(path.read_text())["config"]
+        config_map = program_mocks.decoded(pulumi_config_of_file(path, stack))
         absolute = with_absolute_workload_paths(config_map, path.parent, tree=project_root, outside=outside)
         config = config or validate_stack(stack, absolute, str(path), base_dir=path.parent)
         script = startup.render(config, project_root=project_root)

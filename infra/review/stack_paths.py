@@ -13,6 +13,7 @@ check. :func:`with_absolute_workload_paths` resolves them once, with the config 
 from __future__ import annotations
 
 import copy
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -31,9 +32,16 @@ def with_absolute_workload_paths(
     ``stacks_dir`` (the stack file's folder). With ``tree`` and ``outside``, a path that leaves
     ``tree`` (a revision's checkout) is taken relative to ``outside`` instead (the working tree's
     ``stacks/``): files outside the repository are not versioned, so both sides of a diff read the
-    ones on disk. Values that are not non-empty strings are left for the config check to refuse."""
+    ones on disk. Values that are not non-empty strings are left for the config check to refuse. The
+    workload may be a map (a typed map) or its JSON text (the engine's map); it is returned the same way."""
     out = copy.deepcopy(config_map)
     workload = out.get(WORKLOAD_KEY)
+    as_json = isinstance(workload, str)  # the engine's map (infra.config.pulumi_config_of_file): JSON text
+    if as_json:
+        try:
+            workload = json.loads(workload)
+        except ValueError:
+            return out  # the config check refuses it
     if not isinstance(workload, dict):
         return out
     for key in PATH_KEYS:
@@ -44,4 +52,5 @@ def with_absolute_workload_paths(
         if tree is not None and outside is not None and not path.is_relative_to(tree.absolute()):
             path = resolve_path(value, outside)
         workload[key] = str(path)
+    out[WORKLOAD_KEY] = json.dumps(workload) if as_json else workload
     return out

@@ -178,7 +178,9 @@ def test_a_bad_tag_outside_config_is_refused_too(tmp_path):
 def test_a_collection_tag_on_a_scalar_is_a_yaml_error(tmp_path):
     path = write(tmp_path, dev_text("    iapSsh: true", "    iapSsh: !!map x"))
     (line, *_) = plan_stderr(path)
-    assert line == f"error: stack file {path} is not valid YAML: expected a mapping node, but found scalar"
+    assert line == (
+        f"error: stack file {path} is not valid YAML: expected a mapping node, but found scalar (line 13, column 13)"
+    )
 
 
 def test_any_other_failure_of_a_constructor_names_the_line_and_the_tag(tmp_path, monkeypatch):

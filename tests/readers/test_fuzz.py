@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
 from infra.backends.gke.image_reference import check_image
 from infra.config import StackConfigError, load_stack_file
-from infra.readers import environment, files, stack_file, state_records
+from infra.readers import engine_config, environment, files, stack_file, state_records
 from training import redaction, run_objects
 
 settings.register_profile(
@@ -38,6 +38,8 @@ FUZZED = {
     files: {"read_bounded", "special_kind"},
     state_records: {"emulator_state", "deletion_record", "recorded_stack_file", "state_damage"},
     stack_file: {"read_stack_text", "load_yaml", "check_file"},
+    # tests/readers/test_engine_reading.py drives these: the engine's corpus, and generated scalars
+    engine_config: {"check_agreement", "config_map", "v3_plain", "v3_scalar", "go_parse_int"},
     environment: {"stacks_dir", "state_dir"},
     run_objects: {"json_record"},
 }
@@ -58,7 +60,7 @@ _BYTES = st.one_of(
 
 def test_every_reader_is_fuzzed():
     listed = {module.__name__: names for module, names in FUZZED.items()}
-    for module in (files, state_records, stack_file, environment, run_objects):
+    for module in (files, state_records, stack_file, engine_config, environment, run_objects):
         public = {
             name
             for name, value in vars(module).items()
@@ -77,6 +79,11 @@ _NOT_READERS = {
         "expanded_nodes",  # driven through load_yaml
         "long_int",  # formats a scalar for a message
         "short_key",  # formats a key for a message
+        "yaml_problem",  # formats a YAML error for a message
+    },
+    "infra.readers.engine_config": {
+        "engine_text",  # writes a value as the engine hands it over
+        "go_number_text",  # writes a float as the engine hands it over
     },
 }
 

@@ -1,0 +1,465 @@
+"""A stack file's ``config:`` as the Pulumi engine hands it to the program: one reading for the review
+(``plan``, ``check``, ``diff``, ``render``, ``local up``) and the deploy (``pulumi up``).
+
+``pulumi up`` does not give the program the stack file: the engine reads it with Go's YAML library
+(gopkg.in/yaml.v3 v3.0.1, a YAML 1.2 reader), writes it out and reads it again, and hands each
+``config:`` value over as text (:func:`config_map`). This module reads the file the same way, so that
+:func:`infra.config.loading.validate_stack` gets the same strings in both places. Where YAML 1.1 (what a
+reader of the file, PyYAML, and many editors take it as) and the engine read a scalar differently, the
+scalar is refused in one line naming its key and saying how to write it (:func:`check_agreement`), so a
+reviewer never approves a value the deploy reads otherwise.
+
+The engine's rules, from its source (pulumi/pulumi at 1b5949891b3c, 3.259.0; the Python SDK that
+``uv.lock`` pins, 3.272.0, reads what the engine hands it and does not parse YAML):
+
+* ``sdk/go/common/workspace/loaders.go`` ``LoadProjectStackBytes``: the document is decoded, every
+  ``config:`` key without a namespace gets the project's (``steps`` → ``multislice:steps``), the whole is
+  encoded again (``util/yamlutil.YamlEncode``) and decoded into ``ProjectStack``, whose keys are
+  ``secretsprovider``, ``encryptedkey``, ``encryptionsalt``, ``config``, ``environment``
+  (``workspace/project.go``); any other top-level key is dropped without a word.
+* ``sdk/go/common/resource/config/object.go``: a value decoded as a boolean, an integer or a float is
+  handed over as its JSON text (``true``, ``24``, ``1.5``), text as itself, a date as Go's
+  ``time.Time.String()`` (``2024-01-01 00:00:00 +0000 UTC``), a map or a list as JSON (keys sorted),
+  ``.inf`` and ``.nan`` not at all (``json: unsupported value``: the engine refuses the stack); an empty
+  value becomes the empty text (``loaders.go`` ``checkForEmptyConfig`` warns so).
+* ``resource/config/key.go`` ``ParseKey``: a key is ``<namespace>:<name>``, or the old
+  ``<namespace>:config:<name>``.
+* gopkg.in/yaml.v3 v3.0.1 ``resolve.go``: only ``true``/``false`` (and their capitalized forms) are
+  booleans (``yes``, ``on``, ``y`` are text), ``~``/``null``/empty are null, integers are Go's
+  ``strconv.ParseInt(s, 0, 64)`` of the text without ``_`` (``0x18``, ``0o17``, ``0b101``, ``010`` octal),
+  then unsigned, then floats (``1e3`` is one: YAML 1.1 needs a dot), and there is no base 60 (``1:30`` is
+  text); a plain scalar that begins with four digits and ``-`` is tried as a date first.
+  ``decode.go``: a quoted or block scalar, or one tagged ``!!str``, is text.
+
+What the engine's writing out and reading again changes: a float prints in Go's shortest form and is
+read again (``1e3`` → ``1000``, an integer); :func:`go_number_text` gives the text the program gets.
+
+The test ``tests/readers/test_engine_reading.py`` checks this reading against the engine's own code: a
+Go program (``tests/readers/engine_oracle.go``, Pulumi's functions with the real yaml.v3) read a corpus
+of odd scalars and the shipped stacks, and its answers are kept as test data.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import math
+import re
+from decimal import Decimal
+from typing import Any
+
+import yaml
+
+from infra.readers.stack_file import NAMESPACE, ScalarError, short_key
+
+#: The top-level keys of a stack file (``ProjectStack`` in pulumi/pulumi ``sdk/go/common/workspace/project.go``).
+STACK_FILE_KEYS = ("config", "secretsprovider", "encryptedkey", "encryptionsalt", "environment")
+#: Tags a value under ``config:`` may be written with: both readers read these alike (where the text fits).
+_PLAIN_TAGS = {
+    "tag:yaml.org,2002:str",
+    "tag:yaml.org,2002:int",
+    "tag:yaml.org,2002:float",
+    "tag:yaml.org,2002:bool",
+    "tag:yaml.org,2002:null",
+    "tag:yaml.org,2002:map",
+    "tag:yaml.org,2002:seq",
+}
+_STR, _INT, _FLOAT = "tag:yaml.org,2002:str", "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"
+_BOOL, _NULL = "tag:yaml.org,2002:bool", "tag:yaml.org,2002:null"
+#: yaml.v3 ``resolve.go``: the texts it looks up (when the first character hints so).
+_LOOKUP: dict[str, Any] = {
+    **dict.fromkeys(("true", "True", "TRUE"), True),
+    **dict.fromkeys(("false", "False", "FALSE"), False),
+    **dict.fromkeys(("", "~", "null", "Null", "NULL"), None),
+    **dict.fromkeys((".nan", ".NaN", ".NAN"), math.nan),
+    **dict.fromkeys((".inf", ".Inf", ".INF", "+.inf", "+.Inf", "+.INF"), math.inf),
+    **dict.fromkeys(("-.inf", "-.Inf", "-.INF"), -math.inf),
+}
+#: yaml.v3 ``resolve.go``'s ``resolveTable``: the first characters that make it look further than text.
+_HINTED = set("+-0123456789yYnNtTfFoO~.")
+#: yaml.v3 ``resolve.go``'s ``yamlStyleFloat``.
+_YAML_FLOAT = re.compile(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?\Z")
+#: What yaml.v3 tries as a date before anything else (``parseTimestamp``'s quick check).
+_DATE_LIKE = re.compile(r"[0-9]{4}-")
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+_UINT64 = (0, (1 << 64) - 1)
+_DIGITS = {2: "01", 8: "01234567", 10: "0123456789", 16: "0123456789abcdefABCDEF"}
+
+
+def go_parse_int(text: str, base: int = 0, *, signed: bool = True) -> int | None:
+    """Go's ``strconv.ParseInt(text, base, 64)`` (``ParseUint`` with ``signed=False``): the integer, or
+    None where Go returns an error (bad syntax, out of range). With ``base`` 0 the prefix chooses it
+    (``0x``, ``0o``, ``0b``, a leading ``0`` is octal). The text has no ``_`` (the caller removed them)."""
+    sign, body = 1, text
+    if signed and body[:1] in ("+", "-"):
+        sign, body = (-1 if body[0] == "-" else 1), body[1:]
+    if base == 0:
+        base = 10
+        if body[:2].lower() in ("0x", "0o", "0b"):
+            base, body = {"x": 16, "o": 8, "b": 2}[body[1].lower()], body[2:]
+        elif len(body) > 1 and body[0] == "0":
+            base, body = 8, body[1:]
+    if not body or any(c not in _DIGITS[base] for c in body):
+        return None
+    value = sign * int(body, base)
+    low, high = _INT64 if signed else _UINT64
+    return value if low <= value <= high else None
+
+
+def _go_parse_float(text: str) -> float | None:
+    """Go's ``strconv.ParseFloat(text, 64)`` for the texts yaml.v3 gives it (decimal, no ``_``): None where
+    Go returns an error, overflow included (Go answers ±Inf with ``ErrRange``; Python's ``float`` does not)."""
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return None if math.isinf(value) or math.isnan(value) else value
+
+
+def v3_plain(text: str) -> Any:
+    """The value yaml.v3 v3.0.1 gives an untagged plain scalar (``resolve.go`` ``resolve``): None, a bool,
+    an int, a float (``math.inf``/``math.nan`` included) or the text itself. A date-like text (four digits
+    and ``-``) is not resolved here: :func:`check_agreement` refuses it first."""
+    if text and text[0] not in _HINTED:
+        return text
+    if text in _LOOKUP:
+        return _LOOKUP[text]
+    hint = text[:1]
+    if hint == ".":
+        value = _go_parse_float(text) if re.fullmatch(r"\.[0-9]+([eE][-+]?[0-9]+)?", text) else None
+        return text if value is None else value
+    if hint not in set("+-0123456789"):
+        return text
+    plain = text.replace("_", "")
+    for parsed in (go_parse_int(plain), go_parse_int(plain, signed=False)):
+        if parsed is not None:
+            return parsed
+    if _YAML_FLOAT.match(plain):
+        value = _go_parse_float(plain)
+        if value is not None:
+            return value
+    for prefix, base in (("0b", 2), ("0o", 8)):
+        if plain.startswith(prefix):
+            parsed = go_parse_int(plain[2:], base) or go_parse_int(plain[2:], base, signed=False)
+            if parsed is not None:
+                return parsed
+        elif plain.startswith("-" + prefix):
+            parsed = go_parse_int("-" + plain[3:], base)
+            if parsed is not None:
+                return parsed
+    return text
+
+
+class _EngineRefuses(ValueError):
+    """The engine itself refuses the scalar (a tag its text does not fit)."""
+
+
+def v3_scalar(node: yaml.ScalarNode) -> Any:
+    """The value yaml.v3 gives ``node`` (``decode.go`` ``scalar``): a quoted or block scalar, or one tagged
+    ``!!str``, is text; an untagged plain one :func:`v3_plain`; one tagged ``!!int``, ``!!float``,
+    ``!!bool`` or ``!!null`` must resolve to that (an integer may be a ``!!float``).
+
+    Raises:
+      _EngineRefuses: the tag does not fit the text (yaml.v3: ``cannot decode !!str `x` as a !!int``).
+    """
+    tag = getattr(node, "written_tag", None)
+    tag = None if tag == "!" else tag  # the non-specific tag: what the scalar's style makes it
+    if tag is None and node.style is not None or tag == _STR:
+        return node.value
+    value = v3_plain(node.value)
+    if tag is None:
+        return value
+    kind = _kind(value)
+    if tag == _FLOAT and kind == "integer":
+        return float(value)
+    if {_INT: "integer", _FLOAT: "number", _BOOL: "boolean", _NULL: "null"}.get(tag) != kind:
+        raise _EngineRefuses(tag)
+    return value
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    return "text" if isinstance(value, str) else type(value).__name__
+
+
+def _same(yaml11: Any, engine: Any) -> bool:
+    if _kind(yaml11) in ("integer", "number") and _kind(engine) in ("integer", "number"):
+        return yaml11 == engine  # exact: an integer of 21 digits is not the float the engine keeps
+    return _kind(yaml11) == _kind(engine) and yaml11 == engine
+
+
+def _described(value: Any) -> str:
+    kind = _kind(value)
+    if kind == "text":
+        return "text"
+    if kind == "null":
+        return "empty"
+    if kind == "boolean":
+        return f"the boolean {'true' if value else 'false'}"
+    if kind in ("integer", "number"):
+        return f"the {kind} {_written(value)}"
+    return {"bytes": "base64 data", "date": "a date", "datetime": "a date"}.get(kind, kind)
+
+
+def _written(value: Any) -> str:
+    """How a stack file writes ``value`` so that both readers agree."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return go_number_text(value)
+    return str(value)
+
+
+def check_agreement(root: yaml.Node, loader: yaml.SafeLoader) -> None:
+    """Refuse what the engine and YAML 1.1 would read differently in the composed stack file ``root``
+    (``loader`` constructs YAML 1.1's values; the document is constructed, so merge keys, which both
+    readers merge alike, are flattened): a top-level key the engine drops (``conifg:``), and under
+    ``config:`` a key that is not text to both, a tag other than ``!!str``, ``!!int``, ``!!float``,
+    ``!!bool``, ``!!null``, ``!!map``, ``!!seq``, a plain scalar that begins like a date, ``.inf`` or
+    ``.nan`` (which the engine cannot hand over), an integer outside the 64-bit range, or a scalar the two
+    read as different values (``yes``, ``1:30``, ``0o17``, ``1e3``, ``08``).
+
+    Raises:
+      ScalarError: the first one, ``key path: what; how to write it``.
+    """
+    if not isinstance(root, yaml.MappingNode):
+        return  # the caller refuses a file that is not a mapping
+    for key_node, value_node in root.value:
+        key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
+        if key not in STACK_FILE_KEYS:
+            raise ScalarError(_top_level_key(key, key_node))
+        if key == "config" and isinstance(value_node, yaml.MappingNode):
+            _check_config(value_node, loader)
+
+
+def _top_level_key(key: str | None, node: yaml.Node) -> str:
+    shown = "(a key that is not text)" if key is None else short_key(key)
+    close = difflib.get_close_matches(key or "", list(STACK_FILE_KEYS), n=1, cutoff=0.6)
+    hint = f"did you mean {close[0]}:?" if close else f"a stack file's keys are {', '.join(STACK_FILE_KEYS)}"
+    return f"{shown} (line {node.start_mark.line + 1}): Pulumi ignores this top-level key; {hint}"
+
+
+def _check_config(config: yaml.MappingNode, loader: yaml.SafeLoader) -> None:
+    seen: set[int] = set()
+    stack: list[tuple[yaml.Node, tuple[str, ...]]] = [(config, ())]
+    while stack:
+        node, path = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        tag = getattr(node, "written_tag", None)
+        if tag not in (None, "!") and tag not in _PLAIN_TAGS:
+            raise ScalarError(
+                f"{_path(path)}: the tag {_short(tag)} ({_where(node)}) is read differently by Pulumi: drop it"
+            )
+        if isinstance(node, yaml.MappingNode):
+            for key, value in reversed(node.value):
+                name = _key_text(key, path, loader)
+                stack.extend([(value, (*path, name))])
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend((item, (*path, str(index))) for index, item in reversed(list(enumerate(node.value))))
+        elif isinstance(node, yaml.ScalarNode):
+            _check_scalar(node, path, loader)
+
+
+def _key_text(key: yaml.Node, path: tuple[str, ...], loader: yaml.SafeLoader) -> str:
+    if not isinstance(key, yaml.ScalarNode):
+        raise ScalarError(f"{_path(path)}: a key at {_where(key)} is a map or a list: keys are text")
+    yaml11 = loader.yaml_constructors[key.tag](loader, key) if key.tag in loader.yaml_constructors else None
+    engine = v3_scalar(key) if key.style is not None or not _DATE_LIKE.match(key.value) else None
+    if not isinstance(yaml11, str) or not isinstance(engine, str):
+        raise ScalarError(
+            f"{_path(path)}: the key {short_key(key.value)!r} ({_where(key)}) is not text to YAML: quote it, or name "
+            "the key in words"
+        )
+    return short_key(yaml11)
+
+
+def _check_scalar(node: yaml.ScalarNode, path: tuple[str, ...], loader: yaml.SafeLoader) -> None:
+    key = _path(path)
+    written = _shown(node.value)
+    plain = node.style is None and getattr(node, "written_tag", None) is None
+    if plain and _DATE_LIKE.match(node.value):
+        raise ScalarError(
+            f"{key}: {written} ({_where(node)}) begins like a date, which Pulumi's YAML reader reads as one "
+            f"where it can: quote it ('{written}') to give text"
+        )
+    try:
+        engine = v3_scalar(node)
+    except _EngineRefuses:
+        raise ScalarError(
+            f"{key}: {_short(node.written_tag)} {written!r} ({_where(node)}) is refused by Pulumi's YAML reader: "  # pyright: ignore[reportAttributeAccessIssue]
+            "drop the tag, or write a value of that type"
+        ) from None
+    if isinstance(engine, float) and not math.isfinite(engine):
+        raise ScalarError(
+            f"{key}: {written} ({_where(node)}) is {'not a number' if math.isnan(engine) else 'infinite'}, which "
+            "Pulumi cannot hand to a program (its config is JSON): write a number, or quote it for text"
+        )
+    yaml11 = loader.yaml_constructors[node.tag](loader, node)
+    if _kind(yaml11) == "integer" and not _INT64[0] <= yaml11 <= _INT64[1]:
+        raise ScalarError(
+            f"{key}: {written} ({_where(node)}) is an integer outside the 64-bit range, which Pulumi does not keep "
+            "exactly: write a smaller one, or quote it for text"
+        )
+    # A value of config: itself reaches the program as text: what matters is the text (YAML 1.1's text 1e-7
+    # and the engine's float 1e-7 are both handed over as "1e-7"); inside a map or a list, the JSON value.
+    if (
+        _same(yaml11, engine)
+        or len(path) == 1
+        and _kind(yaml11) != "bytes"
+        and engine_text(yaml11) == engine_text(engine)
+    ):
+        return
+    if _kind(engine) == "text":
+        instead = f"quote it ('{written}') for text, or write {_written(yaml11)}" if _kind(yaml11) != "bytes" else ""
+    elif _kind(yaml11) == "text":
+        instead = f"quote it ('{written}') for text, or write {_written(engine)}"
+    else:
+        instead = f"quote it ('{written}') for text"
+    instead = instead or "write the text itself"
+    raise ScalarError(
+        f"{key}: {written} ({_where(node)}) is {_described(yaml11)} to YAML 1.1 but {_described(engine)} to "
+        f"Pulumi's YAML reader: {instead}"
+    )
+
+
+def _path(path: tuple[str, ...]) -> str:
+    """``("training", "steps")`` → ``multislice:training.steps`` (the config key namespaced as Pulumi does)."""
+    if not path:
+        return "config"
+    key = path[0] if ":" in path[0] else f"{NAMESPACE}:{path[0]}"
+    return ".".join([key, *path[1:]])
+
+
+def _shown(text: str) -> str:
+    return text if len(text) <= 60 else f"{text[:59]}… ({len(text):,} characters)"
+
+
+def _short(tag: str | None) -> str:
+    tag = tag or ""
+    return "!!" + tag.removeprefix("tag:yaml.org,2002:") if tag.startswith("tag:yaml.org,2002:") else tag
+
+
+def _where(node: yaml.Node) -> str:
+    return f"line {node.start_mark.line + 1}, column {node.start_mark.column + 1}"
+
+
+def go_number_text(value: float) -> str:
+    """The text the engine hands over for the float ``value``: Go's ``encoding/json`` form of the float64
+    (shortest digits; positional for 1e-6 ≤ |x| < 1e21, else ``1e+21``, ``1e-7``), ``0`` for zero (the
+    engine's YAML round trip reads ``-0`` as the integer 0).
+
+    Raises:
+      ValueError: ``value`` is infinite or not a number (the engine refuses such a stack).
+    """
+    if not math.isfinite(value):
+        raise ValueError(f"{value} has no JSON form")
+    if value == 0:
+        return "0"
+    sign, digits, exponent = Decimal(repr(value)).normalize().as_tuple()
+    assert isinstance(exponent, int)  # finite
+    text = "".join(map(str, digits))
+    minus = "-" if sign else ""
+    if 1e-6 <= abs(value) < 1e21:
+        point = len(text) + exponent  # digits before the decimal point
+        if point <= 0:
+            return f"{minus}0.{'0' * -point}{text}"
+        if point >= len(text):
+            return f"{minus}{text}{'0' * (point - len(text))}"
+        return f"{minus}{text[:point]}.{text[point:]}"
+    power = len(text) - 1 + exponent
+    mantissa = text[0] + (f".{text[1:]}" if len(text) > 1 else "")
+    return f"{minus}{mantissa}e{'-' if power < 0 else '+'}{abs(power):02d}".replace("e-0", "e-")
+
+
+def config_map(data: Any) -> dict[str, Any]:
+    """The config map the engine hands the program for the constructed stack file ``data`` (checked by
+    :func:`check_agreement`): each key namespaced (``steps`` → ``multislice:steps``,
+    ``ns:config:name`` → ``ns:name``), each value text — a scalar as :func:`engine_text`, a map or a list as
+    JSON — except a ``{secure: …}`` map, kept as it is (the engine would decrypt it; the caller refuses it).
+
+    Raises:
+      ScalarError: a key the engine cannot parse (``a:b:c``), or one written twice (``steps`` and
+        ``multislice:steps``: the engine would keep either).
+    """
+    config = data.get("config") if isinstance(data, dict) else None
+    if not isinstance(config, dict):
+        return {}  # the caller refuses a config: that is not a map
+    out: dict[str, Any] = {}
+    written: dict[str, str] = {}
+    for key, value in config.items():
+        full = _engine_key(str(key))
+        if full in out:
+            raise ScalarError(
+                f"{short_key(full)}: written twice ({short_key(written[full])!r} and {short_key(str(key))!r}); Pulumi "
+                "would keep either: keep one"
+            )
+        written[full] = str(key)
+        if isinstance(value, dict) and set(value) == {"secure"} and isinstance(value["secure"], str):
+            out[full] = value
+        else:
+            out[full] = engine_text(value)
+    return out
+
+
+def _engine_key(key: str) -> str:
+    parts = key.split(":")
+    if len(parts) == 1:
+        return f"{NAMESPACE}:{key}"
+    if len(parts) == 2:
+        return key
+    if len(parts) == 3 and parts[1] == "config" and parts[0] and parts[2]:
+        return f"{parts[0]}:{parts[2]}"
+    raise ScalarError(
+        f"{short_key(key)}: Pulumi cannot parse this key: a key is <namespace>:<name>, e.g. {NAMESPACE}:slices"
+    )
+
+
+def engine_text(value: Any) -> str:
+    """The text the engine hands over for the constructed value ``value``: ``""`` for an empty one,
+    ``true``/``false``, an integer's digits, :func:`go_number_text` for a float, text as itself, a map or a
+    list as Go's ``json.Marshal`` writes it (keys sorted, ``<``, ``>``, ``&`` escaped)."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    return _json(value)
+
+
+def _json(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return go_number_text(value)
+    if isinstance(value, str):
+        text = json.dumps(value, ensure_ascii=False)
+        for char, escape in (
+            ("<", "\\u003c"),
+            (">", "\\u003e"),
+            ("&", "\\u0026"),
+            ("\u2028", "\\u2028"),
+            ("\u2029", "\\u2029"),
+        ):
+            text = text.replace(char, escape)
+        return text
+    if isinstance(value, dict):
+        return (
+            "{"
+            + ",".join(f"{_json(str(k))}:{_json(v)}" for k, v in sorted(value.items(), key=lambda kv: str(kv[0])))
+            + "}"
+        )
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(_json(v) for v in value) + "]"
+    return _json(str(value))
