@@ -24,9 +24,11 @@ backend starts (JAX reads them there before the VM's ``tpu-env``: jax
 ``_src/clusters/cloud_tpu_cluster.py``). While the job trains, its process 0 asks :func:`grow_to`
 at every checkpoint (``training.train``): a returned slice is taken in by saving and restarting.
 
-The waits log a line every :data:`REPORT_S` and never end on their own: a stack that is not
+The waits log a line every :data:`REPORT_S` and end only when the run does: a stack that is not
 elastic waits for its lost slice the same way (the platform repairs it), and a standby slice is
-capacity that is there to be used.
+capacity that is there to be used. At every look the gate reads the completion marker: once the run
+is complete, a waiting process leaves with :class:`RunComplete` (its trainer exits 0), and once the
+final step's checkpoint is saved no change is proposed (the run completes in the epoch it has).
 """
 
 from __future__ import annotations
@@ -36,8 +38,10 @@ import logging
 import os
 import re
 import time
+from typing import Any
 
 from training import elastic, heartbeats, membership
+from training.checkpoint import completion
 from training.cluster import (
     MEGASCALE_COORDINATOR_ENV,
     MEGASCALE_NUM_SLICES_ENV,
@@ -108,6 +112,15 @@ def set_megascale_environment(job: ClusterIdentity, original_address: str | None
     os.environ[MEGASCALE_COORDINATOR_ENV] = f"{host}:{port}" if port else host
 
 
+class RunComplete(Exception):  # noqa: N818 (not an error: the run ended while this process waited)
+    """The run completed while this process waited in :func:`join` (a standby slice, or one whose peers
+    finished without it): ``record`` is the completion marker (``step``, ``loss``); the process exits 0."""
+
+    def __init__(self, record: dict[str, Any]) -> None:
+        super().__init__(f"the run is complete (step {record.get('step')})")
+        self.record = record
+
+
 @dataclasses.dataclass
 class _Wait:
     """One wait's log lines: at most one per :data:`REPORT_S` for the same state."""
@@ -144,6 +157,7 @@ def join(
       poll_s: seconds between two looks.
 
     Raises:
+      RunComplete: the run completed meanwhile (its marker, read at every look): nothing is left to join.
       membership.MembershipError: a record does not parse.
       OSError: the run directory cannot be read or written.
     """
@@ -152,6 +166,12 @@ def join(
     entered = time.time()
     wait = _Wait()
     while True:
+        done = completion.is_complete(run_dir, config.steps)
+        if done is not None:
+            log.info(
+                "elastic: the run is complete (step %s): slice %d leaves the gate", done["step"], identity.slice_id
+            )
+            raise RunComplete(done)
         now = time.time()
         record = membership.current(run_dir)
         if record is None:
@@ -173,9 +193,11 @@ def join(
             grow_after_s=grow_after_s,
         )
         growing = choice is not None and len(choice[0]) > len(record.slices)
+        step = newest_checkpoint_step(run_dir) if choice is not None else None
+        if step is not None and step >= config.steps:
+            choice = None  # the final checkpoint is saved: the run completes as it is, no change after it
         if choice is not None and not (growing and beat.ready == record.epoch):
             slices, reason = choice
-            step = newest_checkpoint_step(run_dir)
             after, mine = membership.propose(run_dir, record, slices, step=step, reason=reason, now=now)
             if mine:
                 log.warning(
@@ -242,6 +264,8 @@ def grow_to(
       membership.MembershipError: a record does not parse.
       OSError: the run directory cannot be read or written.
     """
+    if step >= config.steps:
+        return None  # the final checkpoint: the run completes in this epoch
     newest = membership.current(run_dir)
     if newest is not None and newest.epoch != record.epoch:
         return newest
@@ -272,14 +296,18 @@ def enter(
     heartbeat, to stop when the process ends; the identity in the job; its Resizer)``.
 
     Raises:
-      membership.MembershipError, OSError: as :func:`join`.
+      RunComplete, membership.MembershipError, OSError: as :func:`join` (the heartbeat stopped).
     """
     beat = heartbeats.Heartbeat(run_dir, identity.slice_id, identity.worker, identity.workers_per_slice, identity.host)
     beat.start()
     original_address = os.environ.get(MEGASCALE_COORDINATOR_ENV)
-    job, record = join(
-        config, run_dir, identity, beat, shrink_after_s=config.shrink_after_s, grow_after_s=config.grow_after_s
-    )
+    try:
+        job, record = join(
+            config, run_dir, identity, beat, shrink_after_s=config.shrink_after_s, grow_after_s=config.grow_after_s
+        )
+    except BaseException:
+        beat.stop()
+        raise
     set_megascale_environment(job, original_address)
     return beat, job, Resizer(config, run_dir, record)
 

@@ -130,7 +130,10 @@ def run(config: TrainConfig, run_dir_uri: str, identity: cluster.ClusterIdentity
     try:
         joining = time.time()
         if membership_gate.is_elastic(config, identity):  # which slices train: training/membership_gate.py
-            beat, identity, start.resizer = membership_gate.enter(config, run_dir, identity)
+            try:
+                beat, identity, start.resizer = membership_gate.enter(config, run_dir, identity)
+            except membership_gate.RunComplete as complete:  # it completed while this slice waited
+                return RunResult(EXIT_COMPLETE, int(complete.record["step"]), complete.record.get("loss"))
         cluster.initialize(identity)
         notice.joined = True
         start.timings = start_timings(entered, joining)

@@ -13,6 +13,7 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 import pytest
 
 from training import heartbeats, membership, membership_gate
+from training.checkpoint import completion
 from training.cluster import ClusterIdentity
 from training.config import TrainConfig
 from training.run_dir import RunDir
@@ -188,3 +189,55 @@ def test_a_damaged_heartbeat_says_nothing_about_its_slice(tmp_path):
     run_dir.write(heartbeats.name(1, 0), heartbeats.Beat(0, 0, 1, "h", time.time()).to_json())  # names another
     old_heartbeat(run_dir, 2, age_s=0.0)
     assert [b.slice_id for b in heartbeats.read_all(run_dir)] == [2]
+
+
+def test_a_standby_slice_leaves_the_gate_once_the_run_is_complete(tmp_path, stop):
+    """Slice 1 came back while slice 0 alone finished the run: it stands by, then leaves when the
+    completion marker appears (its trainer exits 0), instead of waiting for an epoch forever."""
+    run_dir = RunDir(str(tmp_path / "run"))
+    membership.propose(run_dir, None, (0,), step=40, reason="slice 1 lost", now=time.time())
+    old_heartbeat(run_dir, 0, age_s=0.0)
+    with ThreadPoolExecutor(1) as pool:
+        waiting = pool.submit(start, run_dir, identity(1, 0), grow=3600.0)
+        try:
+            deadline = time.monotonic() + 60
+            while run_dir.read(heartbeats.name(1, 0)) is None and time.monotonic() < deadline:
+                time.sleep(0.05)  # slice 1 is in the gate (its heartbeat is written)
+            assert not waiting.done()
+            completion.write_completion(run_dir, {"step": CONFIG.steps, "loss": 2.5})
+            with pytest.raises(membership_gate.RunComplete) as complete:
+                waiting.result(timeout=60)
+        finally:
+            stop.set()  # a join still waiting (the test failed) ends at its next sleep
+    assert complete.value.record == {"step": CONFIG.steps, "loss": 2.5}
+    assert [m.epoch for m in membership.history(run_dir)] == [0]  # no change on the way out
+
+
+def test_no_change_is_proposed_once_the_final_checkpoint_is_saved(tmp_path, stop):
+    """A returning slice that finds the final checkpoint saved (the marker not yet written) neither
+    declares the finished slice lost nor takes itself in: it waits for the marker."""
+    run_dir = RunDir(str(tmp_path / "run"))
+    membership.propose(run_dir, None, (0,), step=40, reason="slice 1 lost", now=time.time() - 100)
+    old_heartbeat(run_dir, 0, age_s=0.0)  # slice 0 saved the final checkpoint a moment ago, then stopped beating
+    run_dir.write(f"checkpoints/{CONFIG.steps}/marker", b"")
+    with ThreadPoolExecutor(1) as pool:
+        waiting = pool.submit(start, run_dir, identity(1, 0), shrink=0.1, grow=0.1)
+        try:
+            time.sleep(1.0)  # many looks (poll 0.05 s), each of which would have proposed a change
+            assert [m.epoch for m in membership.history(run_dir)] == [0] and not waiting.done()
+            completion.write_completion(run_dir, {"step": CONFIG.steps, "loss": 2.5})
+            with pytest.raises(membership_gate.RunComplete):
+                waiting.result(timeout=60)
+        finally:
+            stop.set()
+    assert [m.epoch for m in membership.history(run_dir)] == [0]
+
+
+def test_no_grow_is_asked_at_the_final_checkpoint(tmp_path):
+    run_dir = RunDir(str(tmp_path / "run"))
+    shrunk, _ = membership.propose(run_dir, None, (0,), step=40, reason="slice 1 lost", now=time.time() - 30)
+    for s in (0, 1):
+        old_heartbeat(run_dir, s, age_s=0.0)
+    final = CONFIG.steps
+    assert membership_gate.grow_to(CONFIG, run_dir, shrunk, step=final, shrink_after_s=10, grow_after_s=1) is None
+    assert membership_gate.grow_to(CONFIG, run_dir, shrunk, step=final - 1, shrink_after_s=10, grow_after_s=1)
