@@ -72,6 +72,21 @@ def run(
     train.exit_process(train.main(train_config, run_dir, identity))  # no interpreter teardown: it only costs time
 
 
+@app.command("completed-by")
+def completed_by(run_dir: str = typer.Argument(..., help="The run directory (a path or gs:// URI).")) -> None:
+    """Print the slice whose trainer wrote the run's completion marker; exit 1 without a marker.
+
+    trainer.sh asks it after a trainer exited 0: that slice's worker 0 releases the capacity.
+    """
+    from training.checkpoint.completion import completed_by as writer_of
+    from training.run_dir import RunDir
+
+    writer = writer_of(RunDir(run_dir))
+    if writer is None:
+        raise typer.Exit(1)
+    typer.echo(writer)
+
+
 @app.command()
 def version() -> None:
     """Print the versions of the trainer's key libraries."""

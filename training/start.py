@@ -35,6 +35,9 @@ class Start:
     resizer: membership_gate.Resizer | None = None
     #: The epoch this start stopped to restart into (a change of slice count), or None.
     resized: int | None = None
+    #: The slice this process's VM was allocated as (before an elastic job renumbers it): the
+    #: completion marker names it, and that slice's worker 0 releases the capacity (trainer.sh).
+    allocated_slice: int = 0
 
 
 def start_timings(entered: float, joining: float) -> dict[str, float]:

@@ -129,6 +129,7 @@ def run(config: TrainConfig, run_dir_uri: str, identity: cluster.ClusterIdentity
     beat = None
     try:
         joining = time.time()
+        start.allocated_slice = identity.slice_id
         if membership_gate.is_elastic(config, identity):  # which slices train: training/membership_gate.py
             try:
                 beat, identity, start.resizer = membership_gate.enter(config, run_dir, identity)
@@ -223,7 +224,7 @@ def _train(
     else:
         events_log.append({"event": "complete", "step": step, "loss": last_loss, "time": time.time(), "save_s": save_s})
         if is_writer:
-            checkpointing.write_completion(run_dir, {"step": step, "loss": last_loss})
+            checkpointing.write_completion(run_dir, {"step": step, "loss": last_loss, "slice": start.allocated_slice})
         log.info("training complete at step %d, loss %s", step, last_loss)
     recorder.write_goodput(step)  # goodput.json over every attempt so far (process 0)
     setup.manager.close()

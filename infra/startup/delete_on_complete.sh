@@ -2,7 +2,9 @@
 # Delete the queued resource once the run is complete (multislice:queuedResource.deleteOnComplete;
 # part of the release as delete-on-complete.sh; docs/deploying.md). trainer.sh runs it from
 # ExecStopPost= when the trainer exited 0 (it wrote, or found, <run dir>/COMPLETE).
-# On worker 0 of slice 0 only, when the metadata attribute multislice-delete-queued-resource
+# On worker 0 of slice MULTISLICE_COMPLETION_SLICE only (default 0; trainer.sh sets the slice that
+# wrote the completion marker: an elastic run may finish without slice 0), when the metadata
+# attribute multislice-delete-queued-resource
 # names the queued resource: DELETE <api>/v2/<name>?force=true (its nodes are deleted first,
 # then the QR: https://cloud.google.com/tpu/docs/reference/rest/v2/projects.locations.queuedResources/delete)
 # with the VM's service-account token. No answer, 429 and 5xx are retried (doubling delays
@@ -15,7 +17,7 @@ set -uo pipefail
 # MULTISLICE_LINE_PREFIX: set (possibly empty) by trainer.sh when its log shipper adds the prefix.
 readonly PREFIX=${MULTISLICE_LINE_PREFIX-"[slice ${MULTISLICE_SLICE:-?} worker ${MULTISLICE_WORKER:-?}] "}
 say() { printf '%scapacity: %s\n' "$PREFIX" "$*"; }
-[[ ${MULTISLICE_SLICE:-} == 0 && ${MULTISLICE_WORKER:-} == 0 ]] || exit 0
+[[ ${MULTISLICE_SLICE:-} == "${MULTISLICE_COMPLETION_SLICE:-0}" && ${MULTISLICE_WORKER:-} == 0 ]] || exit 0
 readonly METADATA="http://${GCE_METADATA_IP:-metadata.google.internal}/computeMetadata/v1/instance"
 readonly API=${MULTISLICE_TPU_API_ENDPOINT:-https://tpu.googleapis.com}
 readonly DEADLINE=${MULTISLICE_DELETE_DEADLINE_S:-60}

@@ -17,7 +17,8 @@
 #   trainer.sh stopped [PYTHON RUN_DIR]
 #       One line saying how the trainer ended (systemd sets SERVICE_RESULT, EXIT_CODE and
 #       EXIT_STATUS for ExecStopPost=); after status 0, a command's run is marked complete
-#       (training.workload complete, on worker 0 of slice 0) and delete-on-complete.sh runs;
+#       (training.workload complete, on worker 0 of slice 0) and delete-on-complete.sh runs (on
+#       worker 0 of the slice that wrote the marker: python -m training completed-by);
 #       after status 75, a command's preemption is recorded (training.workload preempted, on
 #       worker 0 of slice 0); with PYTHON, through the log shipper too.
 #   trainer.sh foreground run|command ARGS...
@@ -114,10 +115,17 @@ case ${1:-} in
       PYTHONPATH=$release "$2" -m training.workload preempted --spec "$release/workload.json" --run-dir "$3" ||
         say "workload: the preempted event could not be written"
     fi
-    # --- deleteOnComplete: the run is complete; worker 0 of slice 0 deletes the queued resource.
-    # (A queued resource's; a container's capacity is not deleted from inside it.)
+    # --- deleteOnComplete: the run is complete; worker 0 of the slice whose trainer wrote the
+    # completion marker deletes the queued resource (slice 0 unless an elastic run finished without
+    # it; python -m training completed-by). (A queued resource's; a container's capacity is not
+    # deleted from inside it.)
     if [[ ${EXIT_CODE:-}:$status == exited:0 && -z ${MULTISLICE_FOREGROUND:-} ]]; then
-      MULTISLICE_LINE_PREFIX=$prefix bash "${0%/*}/delete-on-complete.sh" || true
+      writer=0
+      if (($# == 3)) && [[ ${MULTISLICE_WORKER:-} == 0 ]]; then
+        writer=$(PYTHONPATH=$release "$2" -m training completed-by "$3" 2>/dev/null) || writer=0
+        [[ $writer =~ ^[0-9]+$ ]] || writer=0
+      fi
+      MULTISLICE_COMPLETION_SLICE=$writer MULTISLICE_LINE_PREFIX=$prefix bash "${0%/*}/delete-on-complete.sh" || true
     fi
     if (($# == 3)); then # let the shipper write the line out before the unit's processes are stopped
       exec >&- 2>&-

@@ -46,6 +46,8 @@ TPU_ENV = (
 FAKE_PYTHON = r"""#!/bin/bash
 # The log shipper that trainer.sh pipes the trainer through is the real one (this machine's Python).
 if [[ ${1:-} == -m && ${2:-} == training.log_shipping ]]; then exec "$FAKE_REAL_PYTHON" "$@"; fi
+# So is trainer.sh's question after an exit 0: which slice wrote the completion marker.
+if [[ ${1:-} == -m && ${2:-} == training && ${3:-} == completed-by ]]; then exec "$FAKE_REAL_PYTHON" "$@"; fi
 # The boot's check that an unpacked virtualenv runs here (`python -I -S -c ''`) is no trainer attempt.
 if [[ "${1:-} ${2:-} ${3:-}" == "-I -S -c" ]]; then exec "$FAKE_REAL_PYTHON" "$@"; fi
 # Stands in for "python -m training run ...": records argv/cwd/env, then acts per FAKE_MODE.

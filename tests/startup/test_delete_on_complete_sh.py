@@ -90,6 +90,29 @@ def test_other_workers_leave_it_to_worker_zero(fake, slice_, worker):
     assert deletes(fake) == [] and NAME in fake.queued_resources
 
 
+def test_the_slice_that_wrote_the_completion_marker_deletes_when_it_is_not_slice_0(fake):
+    """An elastic run that finished without slice 0: trainer.sh names the marker's writer, slice 1."""
+    lines = run(fake, {DELETE_QUEUED_RESOURCE_KEY: NAME}, slice_="1", MULTISLICE_COMPLETION_SLICE="1")
+    assert lines[-1] == f"capacity: deleted: the TPU API accepted the delete of {NAME}"
+    assert len(deletes(fake)) == 1 and NAME not in fake.queued_resources
+
+
+def test_slice_0_leaves_it_to_the_slice_that_wrote_the_completion_marker(fake):
+    with MetadataServer({DELETE_QUEUED_RESOURCE_KEY: NAME}) as metadata:
+        env = {
+            "PATH": os.environ["PATH"],
+            "GCE_METADATA_IP": metadata.address,
+            "MULTISLICE_TPU_API_ENDPOINT": fake.endpoint,
+            "MULTISLICE_SLICE": "0",
+            "MULTISLICE_WORKER": "0",
+            "MULTISLICE_COMPLETION_SLICE": "1",
+        }
+        result = subprocess.run(["bash", str(SCRIPT)], env=env, capture_output=True, text=True, timeout=60)
+        assert metadata.requests == []
+    assert (result.returncode, result.stdout, result.stderr) == (0, "", "")
+    assert deletes(fake) == [] and NAME in fake.queued_resources
+
+
 def test_without_the_metadata_key_the_capacity_is_kept(fake):
     lines = run(fake, {})
     assert lines == ["capacity: kept: no queued resource to delete in the metadata (deleteOnComplete off)"]

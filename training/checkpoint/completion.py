@@ -1,5 +1,7 @@
-"""The run's completion marker ``<run dir>/COMPLETE``: JSON ``{"step": N, "loss": float | null}``,
-written by the trainer once its last step's checkpoint is finalized.
+"""The run's completion marker ``<run dir>/COMPLETE``: JSON ``{"step": N, "loss": float | null,
+"slice": S}``, written by the trainer once its last step's checkpoint is finalized; ``slice`` is the
+slice the writing process's VM was allocated as (absent in a marker of ``training.workload complete``
+and of older releases: slice 0), whose worker 0 releases the capacity (:func:`completed_by`).
 
 Apart from the checkpoint manager (:mod:`training.checkpoint.manager`, which re-exports these
 names) because readers outside the trainer need it without jax and orbax: ``multislice local up``
@@ -58,3 +60,15 @@ def is_complete(run_dir: RunDir, total_steps: int) -> dict[str, Any] | None:
 def write_completion(run_dir: RunDir, record: dict[str, Any]) -> None:
     """Write the completion marker (atomically; it replaces a damaged marker)."""
     run_dir.write(COMPLETE_MARKER, json.dumps(record, sort_keys=True).encode())
+
+
+def completed_by(run_dir: RunDir) -> int | None:
+    """The slice whose process wrote the completion marker (0 when the marker names none), or None
+    without a marker: after an elastic run its last job may not include slice 0, and the capacity is
+    released by the slice that finished (``trainer.sh stopped``, ``delete-on-complete.sh``)."""
+    record = read_completion(run_dir)
+    if record is None:
+        return None
+    data = json_record(run_dir.read(COMPLETE_MARKER) or b"{}")
+    writer = data.get("slice", 0) if isinstance(data, dict) else 0
+    return writer if isinstance(writer, int) and not isinstance(writer, bool) and 0 <= writer < 1 << 16 else 0
