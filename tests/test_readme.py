@@ -59,7 +59,7 @@ def tables(text: str) -> list[list[list[str]]]:
     return found
 
 
-STACK_TABLE, TRAINING_TABLE = tables(REFERENCE)
+STACK_TABLE, TRAINING_TABLE, *_ = tables(REFERENCE)  # then the stack-file reading's table
 
 
 def ticked(cell: str) -> list[str]:

@@ -196,25 +196,18 @@ def _same(yaml11: Any, engine: Any) -> bool:
 
 
 def _described(value: Any) -> str:
+    """YAML 1.1's or the engine's value of a scalar (None, a bool, an int, a float or text) in words."""
     kind = _kind(value)
-    if kind == "text":
-        return "text"
-    if kind == "null":
-        return "empty"
-    if kind == "boolean":
-        return f"the boolean {'true' if value else 'false'}"
-    if kind in ("integer", "number"):
-        return f"the {kind} {_written(value)}"
-    return {"bytes": "base64 data", "date": "a date", "datetime": "a date"}.get(kind, kind)
+    if kind in ("text", "null"):
+        return {"text": "text", "null": "empty"}[kind]
+    return f"the {kind} {_written(value)}"
 
 
 def _written(value: Any) -> str:
     """How a stack file writes ``value`` so that both readers agree."""
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, float):
-        return go_number_text(value)
-    return str(value)
+    return go_number_text(value) if isinstance(value, float) else str(value)
 
 
 def check_agreement(root: yaml.Node, loader: yaml.SafeLoader) -> None:
@@ -311,20 +304,11 @@ def _check_scalar(node: yaml.ScalarNode, path: tuple[str, ...], loader: yaml.Saf
         )
     # A value of config: itself reaches the program as text: what matters is the text (YAML 1.1's text 1e-7
     # and the engine's float 1e-7 are both handed over as "1e-7"); inside a map or a list, the JSON value.
-    if (
-        _same(yaml11, engine)
-        or len(path) == 1
-        and _kind(yaml11) != "bytes"
-        and engine_text(yaml11) == engine_text(engine)
-    ):
+    if _same(yaml11, engine) or len(path) == 1 and engine_text(yaml11) == engine_text(engine):
         return
-    if _kind(engine) == "text":
-        instead = f"quote it ('{written}') for text, or write {_written(yaml11)}" if _kind(yaml11) != "bytes" else ""
-    elif _kind(yaml11) == "text":
-        instead = f"quote it ('{written}') for text, or write {_written(engine)}"
-    else:
-        instead = f"quote it ('{written}') for text"
-    instead = instead or "write the text itself"
+    instead = f"quote it ('{written}') for text"
+    if "text" in (_kind(engine), _kind(yaml11)):
+        instead += f", or write {_written(yaml11 if _kind(engine) == 'text' else engine)}"
     raise ScalarError(
         f"{key}: {written} ({_where(node)}) is {_described(yaml11)} to YAML 1.1 but {_described(engine)} to "
         f"Pulumi's YAML reader: {instead}"
@@ -429,37 +413,21 @@ def engine_text(value: Any) -> str:
     list as Go's ``json.Marshal`` writes it (keys sorted, ``<``, ``>``, ``&`` escaped)."""
     if value is None:
         return ""
-    if isinstance(value, str):
-        return value
-    return _json(value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return value if isinstance(value, str) else _json(value)
+
+
+#: What Go's ``encoding/json`` escapes in text that Python's ``json.dumps`` leaves as it is.
+_GO_ESCAPES = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"})
 
 
 def _json(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        return go_number_text(value)
-    if isinstance(value, str):
-        text = json.dumps(value, ensure_ascii=False)
-        for char, escape in (
-            ("<", "\\u003c"),
-            (">", "\\u003e"),
-            ("&", "\\u0026"),
-            ("\u2028", "\\u2028"),
-            ("\u2029", "\\u2029"),
-        ):
-            text = text.replace(char, escape)
-        return text
+    if value is None or isinstance(value, (bool, int, float)):
+        return "null" if value is None else engine_text(value) if isinstance(value, bool) else _written(value)
     if isinstance(value, dict):
-        return (
-            "{"
-            + ",".join(f"{_json(str(k))}:{_json(v)}" for k, v in sorted(value.items(), key=lambda kv: str(kv[0])))
-            + "}"
-        )
+        items = sorted((str(k), v) for k, v in value.items())
+        return "{" + ",".join(f"{_json(k)}:{_json(v)}" for k, v in items) + "}"
     if isinstance(value, (list, tuple)):
         return "[" + ",".join(_json(v) for v in value) + "]"
-    return _json(str(value))
+    return json.dumps(str(value), ensure_ascii=False).translate(_GO_ESCAPES)
