@@ -27,7 +27,7 @@ from pydantic import Field, field_validator, model_validator
 
 from training.model.config import ModelConfig
 from training.model.kernels import kernel_problem
-from training.validation import StrictModel, format_errors, invalid
+from training.validation import ConfigBool, StrictModel, format_errors, invalid
 
 #: The vocabulary of byte-level data: one token per byte (``TrainConfig.data_vocab_size``).
 VOCAB_SIZE = 256
@@ -117,7 +117,7 @@ class CheckpointConfig(StrictModel):
 
     interval_steps: int = Field(default=50, ge=1)
     keep: int = Field(default=3, ge=1, description="Finalized checkpoints kept (older ones are deleted).")
-    async_save: bool = Field(default=True, description="Write checkpoints in the background while training.")
+    async_save: ConfigBool = Field(default=True, description="Write checkpoints in the background while training.")
 
 
 class DataConfig(StrictModel):

@@ -1,10 +1,12 @@
 """Validation helpers shared by every config model: strictness and one-line error messages.
 
 :class:`StrictModel` rejects unknown keys, refuses booleans where a number is expected and
-makes instances immutable; :func:`invalid` raises a cross-field error that points at a key
-path; :func:`format_errors` turns a pydantic ``ValidationError`` into
+makes instances immutable; :data:`ConfigBool` is the boolean every config key takes (``true`` or
+``false``, nothing pydantic's lax mode reads as one); :func:`invalid` raises a cross-field error that
+points at a key path; :func:`format_errors` turns a pydantic ``ValidationError`` into
 ``"<key path>: <what is wrong and what is allowed>"`` lines (an unknown key names the nearest
-allowed one; a long value is shortened, never echoed whole: :func:`shorten`). Used by the trainer's
+allowed one, a snake_case spelling its camelCase key; a long value is shortened, never echoed whole:
+:func:`shorten`). Used by the trainer's
 ``TrainConfig`` (``training.config``) and by the stack schema (``infra.config``), which is
 why it lives in ``training/``: the trainer ships to the VMs and never imports ``infra/``.
 """
@@ -14,11 +16,13 @@ from __future__ import annotations
 import difflib
 import types
 import typing
-from typing import Any
+from typing import Annotated, Any
 
 import pydantic
-from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
+
+from training.redaction import redacted
 
 
 class StrictModel(BaseModel):
@@ -52,6 +56,35 @@ def _numeric_not_bool(annotation: Any) -> bool:
     return bool not in members and any(m in (int, float) for m in members)
 
 
+#: The texts a boolean key takes besides a boolean: what the Pulumi Python SDK's own
+#: ``Config.get_bool`` reads (``pulumi/config.py``, ``_get_bool``: ``"true"``/``"True"`` and
+#: ``"false"``/``"False"``, anything else a ``ConfigTypeError``), and so what the Pulumi engine hands
+#: the program for a YAML boolean of the stack file (``true``).
+BOOLEAN_TEXTS = {"true": True, "True": True, "false": False, "False": False}
+
+
+def config_bool(value: Any) -> Any:
+    """A config key's boolean: ``True``/``False``, or one of :data:`BOOLEAN_TEXTS`; ``None`` passes
+    (an optional key's "unset").
+
+    pydantic's lax mode would read ``"yes"``, ``"on"``, ``"1"``, ``1`` or ``"t"`` as true: in a stack
+    file each is a value the platform's own reader (Pulumi's ``get_bool``) refuses, or a typo.
+
+    Raises:
+      ValueError: anything else, shown shortened and without secrets (:func:`training.redaction.redacted`).
+    """
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value in BOOLEAN_TEXTS:
+        return BOOLEAN_TEXTS[value]
+    shown = shorten(redacted(value), 60) if isinstance(value, str) else shorten(value, 60)
+    raise ValueError(f"got {shown}; takes true or false (as Pulumi's Config.get_bool reads it)")
+
+
+#: A boolean config key (:func:`config_bool`); ``ConfigBool | None`` for one that may be unset.
+ConfigBool = Annotated[bool, BeforeValidator(config_bool)]
+
+
 def invalid(path: str, message: str) -> PydanticCustomError:
     """An error for a cross-field rule, pointing at ``path`` below the model that raised it.
 
@@ -70,11 +103,14 @@ LINE_LIMIT = 1000
 def shorten(value: Any, limit: int = VALUE_LIMIT) -> str:
     """``repr(value)``, cut to ``limit`` characters with ``…`` and the full length when longer:
     error messages name a value, never echo a huge one (a stack file can expand a few bytes
-    into megabytes through YAML aliases)."""
-    text = repr(value)
-    if len(text) <= limit:
+    into megabytes through YAML aliases), nor a secret it carries (:func:`training.redaction.redacted`)."""
+    full = repr(value)
+    # Without a password or token it carries (training.redaction), even cut: every shape is far shorter than the
+    # margin redacted past the cut, and a huge value is not scanned whole.
+    text = redacted(full[: limit + 1024])
+    if len(full) <= limit:
         return text
-    return f"{text[: limit - 1]}… ({len(text)} characters)"
+    return f"{text[: limit - 1]}… ({len(full)} characters)"
 
 
 def _model_at(model: type[BaseModel] | None, loc: list[str]) -> type[BaseModel] | None:
@@ -112,7 +148,10 @@ def unknown_key_message(key: str, allowed: list[str], spell: str = "{}") -> str:
 
 
 def _did_you_mean(key: str, allowed: list[str], spell: str) -> str | None:
-    close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
+    head, *rest = key.split("_")
+    camel = head + "".join(part[:1].upper() + part[1:] for part in rest)
+    # A snake_case spelling of a camelCase key (``min_slices``): that key, whatever difflib ranks first.
+    close = [camel] if rest and camel in allowed else difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
     return f"unknown key (did you mean {spell.format(close[0])}?)" if close else None
 
 
@@ -195,6 +234,7 @@ def format_errors(error: pydantic.ValidationError, prefix: str = "", model: type
             message = f"got {shorten(given)}; " + message.replace("Input should be", "allowed:")
         elif given is not None and len(repr(given)) > VALUE_LIMIT:
             message = message.replace(repr(given), shorten(given))
-        line = f"{path or '(top level)'}: {message}"
+        # a message quotes the value it refuses: never with a secret it carries (training.redaction)
+        line = redacted(f"{path or '(top level)'}: {message}")
         lines.append(line if len(line) <= LINE_LIMIT else line[: LINE_LIMIT - 1] + "…")
     return lines + unknown.summary()

@@ -31,6 +31,11 @@ IDENTITY_SOURCES = ("metadata", "environment")
 #: ``Restart=on-failure``), or the boot's own process, the trainer in the foreground (a container:
 #: its status is the container's, and the platform's restart policy decides what follows).
 SUPERVISORS = ("systemd", "container")
+#: The reservation paths a backend's API takes beside a name (``multislice:reservationName``;
+#: :mod:`infra.config.reservations` has the sources): the Cloud TPU API's
+#: ``projects/<p>/locations/<zone>/reservations/<name>`` (``tpu``), and the form of Compute Engine's
+#: ``reservationAffinity``, ``projects/<p>/reservations/<name>`` (``compute``), which GKE's node pools take too.
+RESERVATION_FORMS = ("tpu", "compute")
 
 
 class BackendSpec(ABC):
@@ -64,7 +69,9 @@ class BackendSpec(ABC):
       reads the release record itself: no platform operation reboots it into a new release),
       ``identity_source`` (one of :data:`IDENTITY_SOURCES`) and ``log_resource`` (the Cloud
       Logging monitored resource type of its VMs' lines), and ``supervisor`` (one of
-      :data:`SUPERVISORS`; default ``systemd``).
+      :data:`SUPERVISORS`; default ``systemd``);
+    * ``reservation_forms``: the reservation paths (of :data:`RESERVATION_FORMS`) a stack may give it,
+      the one its API takes first (the one a refusal names), then any it also reads.
     """
 
     name: ClassVar[str]
@@ -90,6 +97,7 @@ class BackendSpec(ABC):
     identity_source: ClassVar[str]
     log_resource: ClassVar[str]
     supervisor: ClassVar[str] = "systemd"
+    reservation_forms: ClassVar[tuple[str, ...]]
 
     # --- the catalog's answers ----------------------------------------------------------------
 

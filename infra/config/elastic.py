@@ -14,6 +14,14 @@ same way (https://github.com/marin-community/marin, ``num_slices`` as a list of 
 
 Defaults: ``shrinkAfter`` 2 minutes (a Spot slice that the platform brings back sooner costs one
 restart, not two) and ``growAfter`` 3 hours, marin's shortest interval between two scale-ups.
+
+Bounds: each at most seven days (:data:`MAX_ELASTIC_WAIT_S`). While a lost slice is waited for, every
+slice present is held, stopped and billed; and seven days is the longest run Google gives any TPU
+capacity with a run limit (flex-start VMs and nodes "run for up to seven days":
+https://cloud.google.com/compute/docs/instances/about-flex-start-vms, the limit of
+``multislice:computeEngine.maxRunDuration`` and ``multislice:gke.maxRunDuration``), so a longer
+``shrinkAfter`` is never shrinking (leave ``minSlices`` unset for that) and a longer ``growAfter``
+never growing back within such a run. docs/faults.md, "Elastic slices", says the same.
 """
 
 from __future__ import annotations
@@ -21,10 +29,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, ValidationInfo, field_validator
 
-from infra.durations import Duration
+from infra.durations import Duration, format_duration
 from training.validation import StrictModel, invalid
+
+#: The longest ``shrinkAfter`` and ``growAfter``, seconds (module docstring).
+MAX_ELASTIC_WAIT_S = 7 * 24 * 3600
 
 #: ``shrinkAfter``'s default (seconds).
 DEFAULT_SHRINK_AFTER_S = 120
@@ -34,9 +45,8 @@ DEFAULT_GROW_AFTER_S = 3 * 3600
 
 class ElasticSettings(StrictModel):
     """``multislice:elastic``: ``{minSlices, shrinkAfter, growAfter}`` (durations positive:
-    :func:`infra.durations.parse_duration`)."""
-
-    model_config = StrictModel.model_config | {"populate_by_name": True}
+    :func:`infra.durations.parse_duration`, and at most :data:`MAX_ELASTIC_WAIT_S`). Keys by their
+    stack-file names only: ``min_slices`` is an unknown key that names ``minSlices``."""
 
     min_slices: int | None = Field(
         default=None,
@@ -47,13 +57,29 @@ class ElasticSettings(StrictModel):
     shrink_after: Duration = Field(
         default=DEFAULT_SHRINK_AFTER_S,
         alias="shrinkAfter",
-        description="How long a lost slice may stay away before the others go on without it.",
+        description="How long a lost slice may stay away before the others go on without it (≤ 7d).",
     )
     grow_after: Duration = Field(
         default=DEFAULT_GROW_AFTER_S,
         alias="growAfter",
-        description="Least time after a change of count before the run grows back to a returned slice.",
+        description="Least time after a change of count before the run grows back to a returned slice (≤ 7d).",
     )
+
+    @field_validator("shrink_after", "grow_after")
+    @classmethod
+    def _at_most_seven_days(cls, seconds: int, info: ValidationInfo) -> int:
+        if seconds <= MAX_ELASTIC_WAIT_S:
+            return seconds
+        why = (
+            "the slices present wait that long for a lost one, held and billed; to never go on without it, leave "
+            "minSlices unset"
+            if info.field_name == "shrink_after"
+            else "the run would never grow back within one; to train on fewer slices for good, lower multislice:slices"
+        )
+        raise ValueError(
+            f"{format_duration(seconds)} is longer than 7d ({MAX_ELASTIC_WAIT_S} s), the longest run of any TPU "
+            f"capacity with a run limit (flex-start): {why}"
+        )
 
 
 @dataclasses.dataclass(frozen=True)

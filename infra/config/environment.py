@@ -21,7 +21,7 @@ from infra.subnets import (  # noqa: F401 (part of this module's API)
     VALID_SUBNET_RANGES,
     check_subnet_range,
 )
-from training.validation import StrictModel, invalid
+from training.validation import ConfigBool, StrictModel, invalid
 
 #: A network or subnetwork given as a path: https://cloud.google.com/compute/docs/naming-resources
 _GCE_PATH = re.compile(
@@ -46,7 +46,8 @@ def _gce_name_or_path(value: str | None, what: str) -> str | None:
 
 
 class _Settings(StrictModel):
-    model_config = StrictModel.model_config | {"populate_by_name": True}
+    """The keys are read by their stack-file names only (``existingNetwork``, not ``existing_network``:
+    a snake_case spelling is an unknown key that names the camelCase one)."""
 
 
 class NetworkSettings(_Settings):
@@ -94,10 +95,10 @@ class NetworkSettings(_Settings):
     subnet_cidr: str = Field(
         default="10.130.0.0/20", alias="subnetCidr", description="Primary range of the created subnetwork."
     )
-    nat: bool | None = Field(
+    nat: ConfigBool | None = Field(
         default=None, description="Cloud Router + NAT; default: on for a created VPC, off for a reused one."
     )
-    iap_ssh: bool = Field(
+    iap_ssh: ConfigBool = Field(
         default=False,
         alias="iapSsh",
         description="Admit SSH to the TPU VMs through Identity-Aware Proxy TCP forwarding: a firewall rule from "
@@ -198,17 +199,17 @@ class BucketSettings(_Settings):
     location: str | None = Field(
         default=None, description="Cloud Storage location (region, dual- or multi-region); default: the TPU region's."
     )
-    force_destroy: bool = Field(
+    force_destroy: ConfigBool = Field(
         default=False,
         alias="forceDestroy",
         description="`pulumi destroy` deletes the bucket and its objects; else it keeps both (retainOnDelete).",
     )
-    adopt: bool = Field(
+    adopt: ConfigBool = Field(
         default=False,
         description="Import the existing bucket of this name (kept by an earlier `pulumi destroy`) instead of "
         "creating it.",
     )
-    protect: bool | None = Field(
+    protect: ConfigBool | None = Field(
         default=None, description="Pulumi `protect`; default: on for stacks named prod or prod-*."
     )
     nearline_after_days: int | None = Field(default=30, ge=1, alias="nearlineAfterDays")

@@ -12,6 +12,7 @@ import re
 from urllib.parse import SplitResult, urlsplit
 
 from infra.config.vm_python import compile_command
+from training.redaction import redacted
 
 #: The VCS schemes of PEP 440 direct references (``name @ git+https://…``): a checkout, never hash-checked.
 VCS_PREFIXES = ("git+", "hg+", "svn+", "bzr+")
@@ -27,6 +28,8 @@ _GITHUB_GIT = re.compile(r"^git\+https://github\.com/([^/@#]+)/([^/@#]+?)(?:\.gi
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
 #: What an abbreviated commit looks like (GitHub also serves ``…/archive/<7+ hex>.zip``).
 _SHORT_COMMIT = re.compile(r"^[0-9a-f]{7,39}$")
+#: The largest port number a URL may name (a TCP port: RFC 6335, section 6; 0 is reserved).
+MAX_PORT = 65535
 
 
 def hash_how(url: str = "URL") -> str:
@@ -45,8 +48,9 @@ def local_path_problem(shown: str) -> str:
 
 def url_problem(name: str | None, url: str, hashes: list[str]) -> str | None:
     """Why a direct reference cannot be installed hash-checked on the VM, or None (the rule:
-    :mod:`infra.config.workload`'s docstring)."""
-    shown = f"{name} @ {url}" if name else url
+    :mod:`infra.config.workload`'s docstring). The URL is shown without its user information or a
+    token (:func:`training.redaction.redacted`)."""
+    shown = redacted(f"{name} @ {url}" if name else url)
     shown = shown if len(shown) <= 120 else shown[:117] + "..."
     lower = url.lower()
     if lower.startswith(VCS_PREFIXES):
@@ -73,8 +77,12 @@ def url_problem(name: str | None, url: str, hashes: list[str]) -> str | None:
         return f"{shown!r}: only https URLs are installed (with their --hash=sha256:…)"
     if not parts.netloc:
         return f"{shown!r} is not an https URL with a host"
+    if not _valid_port(parts):
+        safe = f"{name} @ {redacted(url)}" if name else redacted(url)
+        safe = safe if len(safe) <= 120 else safe[:117] + "..."
+        return f"{safe!r}: its port is not a TCP port (1 to {MAX_PORT}: RFC 6335, section 6)"
     if not name:
-        return f"{shown!r} has no name; write `NAME @ {url}` with its --hash=sha256:…"
+        return f"{shown!r} has no name; write `NAME @ {redacted(url)}` with its --hash=sha256:…"
     ref = _github_ref(parts)
     if "/archive/refs/heads/" in lower or (ref or "").startswith("refs/heads/"):
         return (
@@ -96,9 +104,19 @@ def url_problem(name: str | None, url: str, hashes: list[str]) -> str | None:
     if not hashes:
         return (
             f"{shown!r} has no --hash=sha256:… option; a URL requirement needs the sha256 of the archive, as every "
-            f"requirement does (uv pip install --require-hashes on the VM): {hash_how(url)}"
+            f"requirement does (uv pip install --require-hashes on the VM): {hash_how(redacted(url))}"
         )
     return None
+
+
+def _valid_port(parts: SplitResult) -> bool:
+    """Whether the URL names no port, or a TCP port 1 to :data:`MAX_PORT` (``urlsplit`` reads any run of
+    digits, and ``SplitResult.port`` refuses only past 65535)."""
+    try:
+        port = parts.port
+    except ValueError:  # "Port out of range 0-65535", or not a number
+        return False
+    return port is None or port >= 1
 
 
 def _github_ref(parts: SplitResult) -> str | None:

@@ -19,8 +19,12 @@ Rules and their sources:
   QueuedResource can request (``spot``, ``guaranteed``, ``reservation_name``:
   https://cloud.google.com/tpu/docs/reference/rest/v2/projects.locations.queuedResources);
   ``best-effort`` exists only in the v2alpha1 API, and Spot supersedes it;
-* ``reservationName`` only with ``capacity: reserved``; a reservation name or a full
-  ``projects/<p>/locations/<zone>/reservations/<name>`` path;
+* ``reservationName`` only with ``capacity: reserved``; a reservation name or a path of the form the
+  stack's backend sends it in (the Cloud TPU API's ``projects/<p>/locations/<zone>/reservations/<name>``,
+  Compute Engine's ``projects/<p>/reservations/<name>``: :mod:`infra.config.reservations`), naming the
+  stack's own project and zone;
+* every boolean key takes ``true`` or ``false`` only (:data:`training.validation.ConfigBool`: what
+  Pulumi's ``Config.get_bool`` reads), and every key of a nested map its stack-file (camelCase) name only;
 * the stack name is spelled the way GCP names are (``infra.naming.check_stack_name``): two
   stacks never map to one set of resource names;
 * ``gcp:zone`` offers the accelerator's generation and ``runtimeVersion`` is one the
@@ -49,7 +53,7 @@ import re
 import typing
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field, field_validator, model_validator
+from pydantic import BeforeValidator, Field, ValidationInfo, field_validator, model_validator
 
 from infra import accelerators, bucket_location as locations, naming
 from infra.backends import registry
@@ -57,13 +61,13 @@ from infra.backends.compute_engine.spec import ComputeEngineSettings
 from infra.backends.gke.cluster import GkeSettings
 from infra.backends.queued_resource.spec import QueuedResourceSettings
 from infra.backends.spec import BackendSpec
-from infra.config import backend_checks, elastic
+from infra.config import backend_checks, elastic, reservations
 from infra.config.derived import DerivedValues
 from infra.config.elastic import ElasticSettings
 from infra.config.environment import BucketSettings, NetworkSettings
 from infra.config.workload import WorkloadSettings
 from training.config import TrainConfig
-from training.validation import StrictModel, invalid
+from training.validation import ConfigBool, StrictModel, invalid
 
 #: How the slices are paid for (``multislice:capacity``); ``flex-start`` only on Compute Engine and GKE.
 Capacity = Literal["spot", "on-demand", "reserved", "flex-start"]
@@ -85,12 +89,6 @@ _PROJECT = re.compile(r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$")
 #: Run names become directory names (``gs://<bucket>/runs/<run>``, local state): they start
 #: with a letter or digit, so "." and ".." can never name a parent directory.
 _RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
-#: A reservation path as the TPU API's ``QueuedResource.reservationName`` takes it: "Format:
-#: projects/{project}/locations/{zone}/reservations/{reservation}" (its discovery document; no
-#: ``organizations/`` or ``folders/`` form exists there).
-_RESERVATION_PATH = re.compile(
-    r"^projects/[A-Za-z0-9-]+/locations/[a-z0-9-]+/reservations/([a-z]([-a-z0-9]{0,61}[a-z0-9])?|-)$"
-)
 
 
 def _capacity(value: Any) -> Any:
@@ -153,7 +151,7 @@ class StackConfig(DerivedValues, StrictModel):
     labels: Annotated[dict[str, str], BeforeValidator(naming.check_labels)] = Field(
         default_factory=dict, alias="multislice:labels", description="Extra labels on every labelled resource."
     )
-    allow_backend_change: bool = Field(
+    allow_backend_change: ConfigBool = Field(
         default=False,
         alias="multislice:allowBackendChange",
         description="Confirms a change of multislice:backend on a deployed stack (infra/backend_change.py).",
@@ -238,29 +236,20 @@ class StackConfig(DerivedValues, StrictModel):
 
     @field_validator("reservation_name")
     @classmethod
-    def _reservation(cls, value: str | None) -> str | None:
-        if value is not None and not (naming.GCE_NAME.fullmatch(value) or _RESERVATION_PATH.fullmatch(value)):
-            raise ValueError(
-                f"{value!r} is not a reservation name (lowercase letters, digits, hyphens) or a "
-                "projects/<project>/locations/<zone>/reservations/<name> path (the TPU API's only form)"
-            )
-        return value
+    def _reservation(cls, value: str | None, info: ValidationInfo) -> str | None:
+        """A name, or a path of the form the backend sends (lowercase letters, digits, hyphens)."""
+        if value is None:
+            return value
+        spec = registry.spec_of(info.data.get("backend", registry.DEFAULT))
+        return reservations.check_form(value, spec.name, spec.reservation_forms, naming.GCE_NAME, info.data.get("zone"))
 
     def _reservation_in_the_stacks_zone(self) -> None:
         """A reservation path names the stack's own project and zone: each backend sends the path
         or its last segment for the VMs of ``gcp:zone`` in ``gcp:project``, so another one would be
         dropped or fail only when the capacity is requested."""
-        path = self.reservation_name or ""
-        if "/" not in path:
-            return
-        parts = path.split("/")  # <kind>/<id>/locations/<zone>/reservations/<name> (the field's pattern)
-        if parts[3] != self.zone or (parts[0] == "projects" and parts[1] != self.project):
-            raise invalid(
-                "multislice:reservationName",
-                f"{path!r} names {parts[0]}/{parts[1]} in {parts[3]}, but the stack's VMs are in project "
-                f"{self.project!r}, zone {self.zone!r} (gcp:project, gcp:zone): name a reservation there, or "
-                "give its name alone",
-            )
+        problem = reservations.place_problem(self.reservation_name or "", self.project, self.zone)
+        if problem is not None:
+            raise invalid("multislice:reservationName", problem)
 
     @field_validator("accelerator_type")
     @classmethod

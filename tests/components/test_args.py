@@ -413,7 +413,7 @@ def test_each_component_is_declared_from_its_own_args_alone():
                 labels={"team": "x"},
                 protect=True,
                 soft_delete_days=7,
-                settings=BucketSettings(nearline_after_days=None),
+                settings=BucketSettings(nearlineAfterDays=None),
             ),
         )
         account = ServiceAccount(

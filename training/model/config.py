@@ -12,7 +12,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from training.model import presets
-from training.validation import StrictModel, invalid, shorten
+from training.validation import ConfigBool, StrictModel, invalid, shorten
 
 #: RoPE base wavelength (Su et al. 2021, "RoFormer", arXiv:2104.09864, eq. 15).
 ROPE_THETA = 10_000.0
@@ -67,7 +67,7 @@ class ModelConfig(StrictModel):
         description="Embedding rows and logits; null: from the data (a prepared dataset's manifest; 256 for bytes). "
         "May exceed the data's vocabulary (padding), never be smaller.",
     )
-    tie_embeddings: bool = Field(default=False, description="Unembed with the transposed embedding table.")
+    tie_embeddings: ConfigBool = Field(default=False, description="Unembed with the transposed embedding table.")
     rope_theta: float = Field(default=ROPE_THETA, gt=1, description="Rotary embedding base wavelength.")
     norm_eps: float = Field(default=1e-6, gt=0, lt=1, description="RMSNorm epsilon.")
     compute_dtype: Literal["float32", "bfloat16"] = Field(

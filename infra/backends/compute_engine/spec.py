@@ -37,9 +37,8 @@ MIN_RUN_DURATION = 600
 
 class ComputeEngineSettings(StrictModel):
     """``multislice:computeEngine``: how a ``multislice:backend: compute-engine`` stack's TPU VMs
-    are requested (docs/compute-engine.md)."""
-
-    model_config = StrictModel.model_config | {"populate_by_name": True}
+    are requested (docs/compute-engine.md). Keys by their stack-file names only: a snake_case spelling
+    is an unknown key that names the camelCase one."""
 
     max_run_duration: Duration | None = Field(
         default=None,
@@ -123,6 +122,9 @@ class ComputeEngineSpec(BackendSpec):
     release_watch = True
     identity_source = "environment"
     log_resource = "gce_instance"
+    #: The template's ``reservationAffinity`` (Compute Engine's form); the backend sends the reservation's name
+    #: (``scheduling.reservation_affinity``), so it also reads the queued-resource backend's path.
+    reservation_forms = ("compute", "tpu")
 
     def zones(self, gen: Generation) -> tuple[tuple[str, ...], str]:
         return gen.compute_engine_zones, gen.sources["compute_engine_zones"]

@@ -36,7 +36,8 @@ Facts ([Google] unless marked; docs/gke.md sections 1 and 7):
 * A system pool ([Google] Cluster Toolkit's ``gke-cluster`` always adds one, ``e2-standard-4`` by
   default, autoscaled, and its TPU blueprints leave it untainted; [third-party] xpk makes a CPU default
   pool): the JobSet controller, kube-dns and GKE's own Pods run there, never on TPU nodes, which carry
-  ``google.com/tpu=present:NoSchedule`` (:mod:`~infra.backends.gke.node_pools`).
+  ``google.com/tpu=present:NoSchedule`` (:mod:`~infra.backends.gke.node_pools`). Its machine type is therefore a
+  Compute Engine machine type and not a TPU one (:mod:`~infra.backends.gke.machine_types`).
 * Workload Identity: the only workload pool accepted is ``PROJECT_ID.svc.id.goog``
   (``--workload-pool``); the Google service account grants ``roles/iam.workloadIdentityUser`` to
   ``serviceAccount:PROJECT_ID.svc.id.goog[NAMESPACE/KSA]`` and the Kubernetes service account carries
@@ -51,11 +52,11 @@ from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
-from infra.backends.gke import versions
+from infra.backends.gke import machine_types, versions
 from infra.backends.gke.image_reference import check_image
 from infra.durations import Duration
 from infra.subnets import check_subnet_range
-from training.validation import StrictModel
+from training.validation import ConfigBool, StrictModel
 
 #: gcloud 528's rule for a cluster name (module docstring).
 CLUSTER_NAME = re.compile(r"^[a-z](?:[a-z0-9-]{0,38}[a-z0-9])?$")
@@ -87,6 +88,12 @@ WORKLOAD_IDENTITY_ROLE = "roles/iam.workloadIdentityUser"
 #: The JobSet release a stack installs by default: [Google] GKE's dynamic-slicing page asks for
 #: v0.10.1 or later for Multislice, and [third-party] xpk pins it (docs/gke.md section 5).
 JOBSET_VERSION = "v0.10.1"
+#: The oldest release ``multislice:gke.jobSetVersion`` may install, and the oldest controller an existing
+#: cluster may run (:func:`infra.backends.gke.workload.check_jobset_controller`): the stack's JobSet is
+#: written for v0.10.1's API (its failure policy's named rules with ``onJobFailureReasons``, checked against
+#: v0.10.1's CRD by tests/backends/gke/test_jobset_schema.py), and GKE asks for v0.10.1 or later for
+#: Multislice (the line above).
+JOBSET_FLOOR = JOBSET_VERSION
 #: The Pods' default image: what the boot runs before its own Python exists (bash, curl, xz,
 #: tar, sha256sum, flock, and a python3 with pip to install uv; docs/vm-boot.md). [third-party]
 #: Docker's official ``python`` image: ``3.12/bookworm/Dockerfile`` is ``FROM buildpack-deps:bookworm``
@@ -111,15 +118,13 @@ SYSTEM_POOL_MAX_NODES = 3
 
 
 class SystemPoolSettings(StrictModel):
-    """``multislice:gke.systemPool``: a new cluster's CPU node pool for the cluster's own workloads."""
-
-    model_config = StrictModel.model_config | {"populate_by_name": True}
+    """``multislice:gke.systemPool``: a new cluster's CPU node pool for the cluster's own workloads (keys by
+    their stack-file names only, as every key of ``multislice:gke``)."""
 
     machine_type: str = Field(
         default=SYSTEM_POOL_MACHINE_TYPE,
         alias="machineType",
-        pattern=r"^[a-z][a-z0-9]*-[a-z0-9-]+$",
-        description=f"Its machine type (default {SYSTEM_POOL_MACHINE_TYPE}).",
+        description=f"Its machine type (default {SYSTEM_POOL_MACHINE_TYPE}): a Compute Engine one, not a TPU one.",
     )
     min_nodes: int = Field(
         default=SYSTEM_POOL_MIN_NODES,
@@ -137,6 +142,11 @@ class SystemPoolSettings(StrictModel):
         description=f"Most nodes (default {SYSTEM_POOL_MAX_NODES}).",
     )
 
+    @field_validator("machine_type")
+    @classmethod
+    def _machine_type(cls, value: str) -> str:
+        return machine_types.check_system_machine_type(value, SYSTEM_POOL_MACHINE_TYPE)
+
     @model_validator(mode="after")
     def _bounds(self) -> SystemPoolSettings:
         if self.max_nodes < self.min_nodes:
@@ -145,9 +155,9 @@ class SystemPoolSettings(StrictModel):
 
 
 class GkeSettings(StrictModel):
-    """``multislice:gke``: where a ``multislice:backend: gke`` stack's slices and Pods go (docs/gke.md)."""
-
-    model_config = StrictModel.model_config | {"populate_by_name": True}
+    """``multislice:gke``: where a ``multislice:backend: gke`` stack's slices and Pods go (docs/gke.md). Keys by
+    their stack-file names only: a snake_case spelling (``deletion_protection``) is an unknown key that names
+    the camelCase one."""
 
     cluster: str | None = Field(
         default=None,
@@ -173,12 +183,12 @@ class GkeSettings(StrictModel):
         default=None,
         description="A new cluster's minimum GKE version (1.35 or 1.35.0-gke.N); default: the REGULAR channel's.",
     )
-    regional: bool = Field(
+    regional: ConfigBool = Field(
         default=False,
         description="Make the new cluster regional: its control plane replicated in the zone's region, its nodes "
         "still in the stack's zone (default false: a zonal control plane; docs/gke.md section 11).",
     )
-    deletion_protection: bool = Field(
+    deletion_protection: ConfigBool = Field(
         default=False,
         alias="deletionProtection",
         description="Refuse to delete a new cluster (pulumi destroy fails until it is false in state).",
@@ -200,7 +210,7 @@ class GkeSettings(StrictModel):
         alias="serviceRange",
         description="The secondary range of a reused subnetwork a new cluster's Services take their IPs from.",
     )
-    install_jobset: bool | None = Field(
+    install_jobset: ConfigBool | None = Field(
         default=None,
         alias="installJobSet",
         description="Install the JobSet controller (jobSetVersion's release manifests) in the cluster the stack makes "
@@ -214,7 +224,8 @@ class GkeSettings(StrictModel):
         default=JOBSET_VERSION,
         alias="jobSetVersion",
         pattern=r"^v[0-9]+\.[0-9]+\.[0-9]+$",
-        description=f"The JobSet release installed (default {JOBSET_VERSION}: GKE's Multislice minimum, xpk's pin).",
+        description=f"The JobSet release installed (default {JOBSET_VERSION}: GKE's Multislice minimum, xpk's pin; "
+        f"{JOBSET_FLOOR} or later).",
     )
 
     @property
@@ -254,6 +265,17 @@ class GkeSettings(StrictModel):
     @classmethod
     def _image(cls, value: str) -> str:
         return check_image(value)
+
+    @field_validator("jobset_version")
+    @classmethod
+    def _jobset_floor(cls, value: str) -> str:
+        if release(value) < release(JOBSET_FLOOR):
+            raise ValueError(
+                f"{value} is below {JOBSET_FLOOR}, the oldest JobSet release the stack's JobSet is written for (its "
+                f"failure policy's named rules; GKE asks for {JOBSET_FLOOR} or later for Multislice: docs/gke.md "
+                f"section 5): use {JOBSET_FLOOR} or later"
+            )
+        return value
 
     @field_validator("cluster_location")
     @classmethod
@@ -315,6 +337,11 @@ class GkeSettings(StrictModel):
         if network.prefixlen != 28:
             raise ValueError(f"{value!r} must be a private /28 (gcloud's --master-ipv4-cidr)")
         return value
+
+
+def release(version: str) -> tuple[int, ...]:
+    """A JobSet release ``v0.10.1`` as ``(0, 10, 1)`` (the field's pattern has checked its form)."""
+    return tuple(int(part) for part in version.removeprefix("v").split("."))
 
 
 def reserved_namespace(name: str) -> str | None:

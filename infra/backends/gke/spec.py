@@ -96,6 +96,8 @@ class GkeSpec(BackendSpec):
     identity_source = "environment"
     log_resource = "k8s_container"
     supervisor = "container"
+    #: A node pool's ``reservationAffinity``, sent as written (``node_pools.node_config``): Compute Engine's form.
+    reservation_forms = ("compute",)
 
     def zones(self, gen: Generation) -> tuple[tuple[str, ...], str]:
         return tuple(dict.fromkeys(gen.zones + gen.compute_engine_zones)), ZONES_SOURCE

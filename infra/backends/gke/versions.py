@@ -1,8 +1,13 @@
-"""GKE versions: the floor a TPU generation or capacity mode needs (:data:`FLOORS`), a stack's pinned
+"""GKE versions: the floor every gke stack needs (:data:`MULTISLICE_FLOOR`) and those a TPU generation or
+capacity mode adds (:data:`GENERATION_FLOORS`, :data:`CAPACITY_FLOORS`), a stack's pinned
 ``multislice:gke.version`` read (:func:`parse`) and held against them (:func:`check_version`).
 
 Facts ([Google], docs/gke.md sections 1 and 3):
 
+* Multislice: "Standard supports Multislice in version 1.27.4-gke.900 and later" ("Deploy TPU Multislices
+  in GKE", https://cloud.google.com/kubernetes-engine/docs/how-to/tpu-multislice). Every gke stack's slices
+  are multi-host TPU slice node pools of a Standard cluster under one JobSet (the backend refuses a
+  one-VM slice), so the floor applies to each, one slice or several;
 * TPU7x: "Ironwood in GKE" (https://cloud.google.com/kubernetes-engine/docs/concepts/tpu-ironwood) needs
   Standard **1.34.0-gke.2201000** or later;
 * flex-start TPUs: "To run TPUs, use GKE version 1.33.0-gke.1712000 or later", and "TPU v3 and v4 are not
@@ -20,7 +25,12 @@ import re
 
 #: ``1.34``, ``1.34.0`` or ``1.34.0-gke.2201000``: what ``multislice:gke.version`` takes.
 VERSION = re.compile(r"1\.([0-9]{1,3})(?:\.([0-9]{1,3})(?:-gke\.([0-9]{1,12}))?)?")
-#: (what needs it, its floor, the page that says so), per generation and per capacity mode.
+#: The floor of every gke stack (module docstring): (its floor, the page that says so).
+MULTISLICE_FLOOR: tuple[str, str] = (
+    "1.27.4-gke.900",
+    "https://cloud.google.com/kubernetes-engine/docs/how-to/tpu-multislice",
+)
+#: (its floor, the page that says so), per generation and per capacity mode.
 GENERATION_FLOORS: dict[str, tuple[str, str]] = {
     "tpu7x": ("1.34.0-gke.2201000", "https://cloud.google.com/kubernetes-engine/docs/concepts/tpu-ironwood"),
 }
@@ -44,27 +54,38 @@ def parse(version: str) -> tuple[int, int, int, int]:
     return (1, *(int(part or 0) for part in match.groups()))  # type: ignore[return-value]
 
 
-def floor(generation: str, capacity: str) -> tuple[str, str] | None:
-    """The highest floor the generation and the capacity mode need, with its source; None: none."""
-    floors = [f for f in (GENERATION_FLOORS.get(generation), CAPACITY_FLOORS.get(capacity)) if f is not None]
-    return max(floors, key=lambda f: parse(f[0]), default=None)
+def _floors(generation: str, capacity: str) -> list[tuple[str, str, str]]:
+    """(what needs it, its floor, its source) of every floor that applies."""
+    found: list[tuple[str, str, str]] = [("Multislice", *MULTISLICE_FLOOR)]
+    if generation in GENERATION_FLOORS:
+        found.append(("TPU7x", *GENERATION_FLOORS[generation]))
+    if capacity in CAPACITY_FLOORS:
+        found.append((capacity, *CAPACITY_FLOORS[capacity]))
+    return found
+
+
+def floor(generation: str, capacity: str) -> tuple[str, str]:
+    """The highest floor the stack needs (Multislice's, or the generation's or the capacity mode's when
+    higher), with its source."""
+    _, version, source = max(_floors(generation, capacity), key=lambda f: parse(f[1]))
+    return version, source
 
 
 def check_version(version: str | None, generation: str, capacity: str) -> None:
-    """Refuse a pinned ``version`` below what ``generation`` and ``capacity`` need (None: the release
-    channel's default version, which the program cannot read before GKE answers).
+    """Refuse a pinned ``version`` below what every gke stack, ``generation`` and ``capacity`` need (None:
+    the release channel's default version, which the program cannot read before GKE answers). A prefix
+    (``1.27``) is held to its lowest version (:func:`parse`): GKE may pick any version it names.
 
     Raises:
-      ValueError: naming ``multislice:gke.version``, the floor and its source.
+      ValueError: naming ``multislice:gke.version``, the floor, what needs it and its source.
     """
-    needed = floor(generation, capacity)
-    if version is None or needed is None or parse(version) >= parse(needed[0]):
+    if version is None:
         return
-    what = " and ".join(
-        w
-        for w, table, key in (("TPU7x", GENERATION_FLOORS, generation), ("flex-start", CAPACITY_FLOORS, capacity))
-        if key in table
-    )
+    needed = floor(generation, capacity)
+    if parse(version) >= parse(needed[0]):
+        return
+    below = [name for name, floor_version, _ in _floors(generation, capacity) if parse(version) < parse(floor_version)]
+    what = " and ".join([", ".join(below[:-1]), below[-1]] if len(below) > 1 else below)
     raise ValueError(
         f"multislice:gke.version: {version} is below {needed[0]}, the GKE version {what} node pools need "
         f"({needed[1]}): pin {needed[0]} or later, or leave it unset for the release channel's"

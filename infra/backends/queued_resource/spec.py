@@ -21,18 +21,26 @@ from pydantic import Field, model_validator
 
 from infra.accelerators import Generation
 from infra.backends.spec import BackendSpec
-from infra.durations import Duration
-from training.validation import StrictModel, invalid
+from infra.durations import Duration, format_duration
+from training.validation import ConfigBool, StrictModel, invalid
 
 #: The key ``multislice:queuedResource.deleteOnComplete`` had before "release" came to mean a
 #: software release only; read as its deprecated alias.
 FORMER_DELETE_ON_COMPLETE_KEY = "releaseOnComplete"
+#: The longest ``createTimeout`` and ``deleteTimeout``, seconds: seven days. They bound a wait of
+#: ``pulumi up`` (or ``destroy``) itself, which holds the stack's update the whole time; a queued
+#: resource not yet in ``waitFor``'s state when the wait ends stays recorded and queued, and the next
+#: ``pulumi up`` waits again (docs/deploying.md), so a longer wait buys nothing. Seven days is also the
+#: longest run Google gives any TPU capacity with a run limit (flex-start: "up to seven days",
+#: https://cloud.google.com/compute/docs/instances/about-flex-start-vms). ``validUntil``, which the
+#: Cloud TPU API takes (``QueueingPolicy.validUntilDuration``, no maximum documented there), keeps
+#: the largest protobuf Duration (:data:`infra.durations.MAX_DURATION_S`).
+MAX_WAIT_S = 7 * 24 * 3600
 
 
 class QueuedResourceSettings(StrictModel):
-    """``multislice:queuedResource``: how the queued resource is requested and waited for."""
-
-    model_config = StrictModel.model_config | {"populate_by_name": True}
+    """``multislice:queuedResource``: how the queued resource is requested and waited for (keys by their
+    stack-file names only: a snake_case spelling is an unknown key that names the camelCase one)."""
 
     #: States in the order a queued resource passes them (tpu_v2 QueuedResourceState).
     wait_for: Literal["ACCEPTED", "WAITING_FOR_RESOURCES", "PROVISIONING", "ACTIVE"] = Field(
@@ -43,10 +51,10 @@ class QueuedResourceSettings(StrictModel):
     create_timeout: Duration = Field(
         default=1800,
         alias="createTimeout",
-        description="Longest wait for waitFor; past it the QR stays recorded, still queued.",
+        description="Longest wait for waitFor (≤ 7d); past it the QR stays recorded, still queued.",
     )
     delete_timeout: Duration = Field(
-        default=1200, alias="deleteTimeout", description="Longest wait for a delete (2–5 min typical)."
+        default=1200, alias="deleteTimeout", description="Longest wait for a delete (2–5 min typical; ≤ 7d)."
     )
     valid_until: Duration | None = Field(
         default=None,
@@ -54,14 +62,14 @@ class QueuedResourceSettings(StrictModel):
         description="Queueing policy valid_until_duration: the API fails the request after it.",
     )
     #: None: on for spot and on-demand capacity, off for reserved (``StackConfig.delete_on_complete``).
-    delete_on_complete: bool | None = Field(
+    delete_on_complete: ConfigBool | None = Field(
         default=None,
         alias="deleteOnComplete",
         description="Worker 0 of slice 0 deletes the queued resource once the run is COMPLETE (docs/deploying.md).",
     )
     #: The former spelling of ``deleteOnComplete`` (same meaning), still read: a stack that
     #: uses it gets a warning naming the new key (``StackConfig.deprecation_warnings``).
-    delete_on_complete_former_key: bool | None = Field(
+    delete_on_complete_former_key: ConfigBool | None = Field(
         default=None,
         alias=FORMER_DELETE_ON_COMPLETE_KEY,
         description="Deprecated spelling of deleteOnComplete.",
@@ -69,6 +77,14 @@ class QueuedResourceSettings(StrictModel):
 
     @model_validator(mode="after")
     def _bounds(self) -> QueuedResourceSettings:
+        for key, seconds in (("createTimeout", self.create_timeout), ("deleteTimeout", self.delete_timeout)):
+            if seconds > MAX_WAIT_S:
+                raise invalid(
+                    key,
+                    f"{format_duration(seconds)} is longer than 7d ({MAX_WAIT_S} s): pulumi up holds the stack's "
+                    "update while it waits, and a queued resource still waiting stays queued for the next pulumi "
+                    "up to wait again",
+                )
         if self.valid_until is not None and self.valid_until < 600:
             raise invalid("validUntil", f"{self.valid_until}s is shorter than 10 minutes; allow the queue time to work")
         if self.delete_on_complete is not None and self.delete_on_complete_former_key is not None:
@@ -100,6 +116,8 @@ class QueuedResourceSpec(BackendSpec):
     boot_identity = "boot_identity.sh"
     identity_source = "metadata"
     log_resource = "tpu_worker"
+    #: ``QueuedResource.reservationName``: "Format: projects/{project}/locations/{zone}/reservations/{reservation}".
+    reservation_forms = ("tpu",)
 
     def zones(self, gen: Generation) -> tuple[tuple[str, ...], str]:
         return gen.zones, gen.sources["zones"]

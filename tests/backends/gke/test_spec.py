@@ -104,8 +104,8 @@ def test_a_version_at_or_above_the_floor_passes(accelerator, capacity, version):
     assert validate_stack("dev", stack(accelerator, capacity, version=version), "test").gke.version == version
 
 
-def test_no_floor_applies_to_an_unpinned_version_or_another_generation():
-    validate_stack("dev", stack("v5p-16", "spot", version="1.27"), "test")
+def test_only_the_multislice_floor_applies_to_another_generation_and_none_to_an_unpinned_version():
+    validate_stack("dev", stack("v5p-16", "spot", version="1.28"), "test")  # Multislice's 1.27.4-gke.900 only
     validate_stack("dev", stack("tpu7x-16"), "test")  # the REGULAR channel's version
 
 
