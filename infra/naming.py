@@ -36,6 +36,8 @@ import hashlib
 import re
 from typing import Any
 
+from training.redaction import redacted
+
 #: A Compute Engine resource name (RFC 1035).
 GCE_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
 #: A Cloud Storage bucket name without dots.
@@ -181,18 +183,21 @@ def check_labels(value: Any) -> dict[str, str]:
 
     Raises:
       ValueError: not a mapping, a bad key or value, a reserved key, or too many labels
-        (one message listing every problem).
+        (one message listing every problem). A key is shown without a secret it carries
+        (:func:`training.redaction.redacted`); a value is never shown: the key names it, and a label
+        value may be a secret by its key alone (``db-password``).
     """
     if not isinstance(value, dict):
         raise ValueError("must be a mapping of label key to value")
     problems = []
     for key, item in value.items():
+        shown = redacted(repr(key))[:80]
         if not isinstance(key, str) or not LABEL_KEY.fullmatch(key):
-            problems.append(f"key {key!r} must be 1–63 lowercase letters, digits, '_' or '-', starting with a letter")
+            problems.append(f"key {shown} must be 1–63 lowercase letters, digits, '_' or '-', starting with a letter")
         elif key in RESERVED_LABELS:
-            problems.append(f"key {key!r} is set by this program; reserved keys: {', '.join(RESERVED_LABELS)}")
+            problems.append(f"key {shown} is set by this program; reserved keys: {', '.join(RESERVED_LABELS)}")
         if not isinstance(item, str) or not LABEL_VALUE.fullmatch(item):
-            problems.append(f"value {item!r} of {key!r} must be a string of 0–63 lowercase letters, digits, '_' or '-'")
+            problems.append(f"the value of {shown} must be a string of 0–63 lowercase letters, digits, '_' or '-'")
     allowed = MAX_LABELS - len(RESERVED_LABELS)
     if len(value) > allowed:
         problems.append(f"at most {allowed} labels (GCP allows {MAX_LABELS} per resource)")

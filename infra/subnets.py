@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import ipaddress
 
+from training.redaction import redacted
+
 #: IPv4 ranges Google Cloud refuses for any subnet ("Prohibited IPv4 subnet ranges"
 #: https://cloud.google.com/vpc/docs/subnets), with the page's reason.
 #: The page also prohibits the public ranges of Google APIs and services: every public range is
@@ -53,7 +55,9 @@ def check_subnet_range(value: str) -> str:
     try:
         net = ipaddress.IPv4Network(value, strict=True)
     except ValueError as err:
-        raise ValueError(f"{value!r} is not an IPv4 CIDR range like '10.130.0.0/20' ({err})") from None
+        shown = redacted(repr(value))[:80]  # the value, and the error that quotes it, without a secret
+        why = redacted(str(err))[:120]
+        raise ValueError(f"{shown} is not an IPv4 CIDR range like '10.130.0.0/20' ({why})") from None
     if net.prefixlen < 8 or net.prefixlen > 29:
         raise ValueError(f"{value!r}: a subnet's primary range has a prefix length from /8 to /29")
     for prohibited, reason in PROHIBITED_SUBNET_RANGES:

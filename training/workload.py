@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from training import cluster
+from training.redaction import redacted
 from training.run_objects import json_record
 
 #: Exit statuses of this launcher (those of ``training.train``: 1 restarted, 78 never restarted).
@@ -136,9 +137,11 @@ def read_spec(path: Path) -> dict[str, Any]:
         raise ValueError(f"workload spec {path}: {err}") from None
     command, env, steps = spec.get("command"), spec.get("env", {}), spec.get("steps")
     if not isinstance(command, list) or not command or not all(isinstance(a, str) for a in command):
-        raise ValueError(f"workload spec {path}: command {command!r} is not a non-empty list of strings")
+        shown = redacted(repr(command))[:200]  # an argument may carry a token
+        raise ValueError(f"workload spec {path}: command {shown} is not a non-empty list of strings")
     if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
-        raise ValueError(f"workload spec {path}: env {env!r} is not a mapping of strings")
+        # the values are not shown: under a name such as DB_PASSWORD any value is a secret
+        raise ValueError(f"workload spec {path}: env is not a mapping of strings to strings")
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise ValueError(f"workload spec {path}: steps {steps!r} is not a positive integer")
     return spec

@@ -15,6 +15,7 @@ from typing import Any
 
 from infra import accelerators
 from infra.backends import registry
+from training.redaction import redacted
 from training.validation import invalid
 
 
@@ -77,7 +78,8 @@ def check_catalog(config: Any, gen: accelerators.Generation) -> None:
     if version is not None and version not in gen.runtime_versions and "runtimeVersion" not in config.allow_unlisted:
         raise invalid(
             "multislice:runtimeVersion",
-            f"{version!r} is not a TPU software version for {gen.name}; known: {', '.join(gen.runtime_versions)} "
+            f"{redacted(repr(version))} is not a TPU software version for {gen.name}; known: "
+            f"{', '.join(gen.runtime_versions)} "
             f"(https://cloud.google.com/tpu/docs/runtimes); " + override.format(key="runtimeVersion"),
         )
 

@@ -48,6 +48,7 @@ from infra.readers.stack_file import (
     short_key,
     yaml_problem,
 )
+from training.redaction import redacted
 from training.validation import UnknownKeys, format_errors
 
 #: Keys of other namespaces that this program reads. All other ``gcp:*`` keys (credentials,
@@ -102,12 +103,12 @@ def validate_stack(stack: str, config: dict[str, Any], source: str, base_dir: Pa
             continue  # engine options
         if namespace not in NAMESPACES:
             if unknown.message(key, None) is not None:
-                lines.append(f"{short_key(key)}: {_unknown_namespace(namespace, key)}")
+                lines.append(redacted(f"{short_key(key)}: {_unknown_namespace(namespace, key)}"))
             continue
         if full_key not in allowed:
             message = unknown.message(full_key.split(":", 1)[1], [k.split(":", 1)[1] for k in ours], "multislice:{}")
             if message is not None:
-                lines.append(f"{short_key(full_key)}: {message}")
+                lines.append(redacted(f"{short_key(full_key)}: {message}"))  # a key may be a pasted token
             continue
         if isinstance(value, dict) and set(value) == {"secure"}:
             raise StackConfigError(

@@ -19,6 +19,7 @@ from typing import Any
 import pydantic
 
 from infra.config.schema import StackConfig
+from training.redaction import redacted
 
 
 def _members(annotation: Any) -> tuple[Any, ...]:
@@ -102,4 +103,4 @@ def _described(value: Any) -> str:
     text = repr(value) if isinstance(value, str) else str(value).lower() if isinstance(value, bool) else str(value)
     if len(text) > _SCALAR_LIMIT:
         return f"is a scalar {len(text):,} characters long"
-    return f"is the scalar {text}"
+    return f"is the scalar {redacted(text)}"  # a URL with a password, a token pasted in the wrong key

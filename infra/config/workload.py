@@ -62,6 +62,7 @@ from pydantic import Field, ValidationInfo, field_validator
 from infra.config.requirement_urls import VCS_PREFIXES, local_path_problem, url_problem
 from infra.config.vm_python import compile_command
 from infra.config.workload_env import refused_env
+from training.redaction import redacted
 from training.validation import StrictModel, invalid
 
 #: Largest source directory shipped, bytes (sum of its files). The source travels with every
@@ -128,22 +129,26 @@ def _existing(path: Path, kind: str) -> None:
     try:
         path.stat()
     except OSError as err:
+        shown = redacted(str(path))  # a path built from a value: no user:password@ of a URI written as a path
         if err.errno == errno.ELOOP:
             raise ValueError(
-                f"{path} is a symbolic link loop (it, or a folder on its way, is a link that leads back to itself), "
+                f"{shown} is a symbolic link loop (it, or a folder on its way, is a link that leads back to itself), "
                 f"so it leads to no {kind}: write the path of the real {kind} (a source directory ships regular files "
                 "only: links in it are refused)"
             ) from None
         if path.is_symlink():
-            raise ValueError(f"{path} is a symbolic link to {os.readlink(path)}, which does not exist") from None
+            target = redacted(os.readlink(path))
+            raise ValueError(f"{shown} is a symbolic link to {target}, which does not exist") from None
         if err.errno in (errno.ENOENT, errno.ENOTDIR):
-            raise ValueError(f"{path} does not exist (a path relative to the stack file, or absolute)") from None
-        raise ValueError(f"{path} cannot be read ({err.strerror or err})") from None
+            raise ValueError(f"{shown} does not exist (a path relative to the stack file, or absolute)") from None
+        raise ValueError(f"{shown} cannot be read ({err.strerror or 'unreadable'})") from None
 
 
 def _resolve(value: Any, info: ValidationInfo) -> Path:
     if not isinstance(value, (str, os.PathLike)) or not str(value).strip():
-        raise ValueError(f"{value!r} is not a path; write a path relative to the stack file or an absolute one")
+        raise ValueError(
+            f"{redacted(repr(value))[:80]} is not a path; write a path relative to the stack file or an absolute one"
+        )
     return resolve_path(str(value), (info.context or {}).get("base_dir") if info.context else None)
 
 
@@ -245,14 +250,15 @@ def parse_requirements(text: str) -> list[PinnedRequirement]:
         head, options = parts[0], parts[1:]
         if head.startswith("-"):
             raise ValueError(
-                f"line {number}: {head.split()[0]!r}: only pinned requirements with --hash options are allowed "
+                f"line {number}: {redacted(head.split()[0])[:80]!r}: only pinned requirements with --hash options are "
+                "allowed "
                 "(no -e, -r, -c or index options: the VM installs from PyPI with --require-hashes)"
             )
         hashes = []
         for option in options:
             if not _HASH.fullmatch(option.strip()):
                 raise ValueError(
-                    f"line {number}: {option.strip()[:80]!r}: only --hash=sha256:<64 hex digits> may follow"
+                    f"line {number}: {redacted(option.strip())[:80]!r}: only --hash=sha256:<64 hex digits> may follow"
                 )
             hashes.append(option.strip()[-64:])
         requirements.append(_requirement(number, head, hashes))
@@ -264,7 +270,7 @@ def parse_requirements(text: str) -> list[PinnedRequirement]:
 def _requirement(number: int, head: str, hashes: list[str]) -> PinnedRequirement:
     """The requirement ``head`` of line ``number`` with its ``hashes`` (:func:`parse_requirements`)."""
     not_pinned = (
-        f"line {number}: {head[:80]!r} is not pinned as name==version or name @ https://… (the VM installs "
+        f"line {number}: {redacted(head)[:80]!r} is not pinned as name==version or name @ https://… (the VM installs "
         f"exactly the pinned files: write the file for the VMs with `{compile_command()}`)"
     )
     if head.lower().startswith(VCS_PREFIXES) or _SCHEME.match(head):  # a URL without its name
@@ -281,7 +287,9 @@ def _requirement(number: int, head: str, hashes: list[str]) -> PinnedRequirement
                 pass
             else:
                 reason = str(err).splitlines()[0]
-                raise ValueError(f"line {number}: {head[:80]!r}: its marker does not parse ({reason})") from None
+                raise ValueError(
+                    f"line {number}: {redacted(head)[:80]!r}: its marker does not parse ({redacted(reason)})"
+                ) from None
         raise ValueError(not_pinned) from None
     if requirement.url is not None:
         problem = url_problem(requirement.name, requirement.url, hashes)
@@ -321,13 +329,15 @@ class WorkloadSettings(StrictModel):
     def _argument_list(cls, value: Any) -> Any:
         if isinstance(value, str) or not isinstance(value, (list, tuple)):
             raise ValueError(
-                f"{value!r} is not a list of strings; write the argument list, e.g. [python3, train.py, --steps, '100']"
+                f"{redacted(repr(value))} is not a list of strings; write the argument list, e.g. "
+                "[python3, train.py, --steps, '100']"
             )
         if not value:
             raise ValueError("is empty; give at least the program to run")
         for index, arg in enumerate(value):
             if not isinstance(arg, str):
-                raise ValueError(f"item {index} ({arg!r}) is not a string; quote it in YAML, e.g. '{arg}'")
+                shown = redacted(repr(arg))[:80]
+                raise ValueError(f"item {index} ({shown}) is not a string; quote it in YAML, e.g. '{shown}'")
             if "\0" in arg:
                 raise ValueError(f"item {index} holds a NUL character")
         if not value[0].strip():
@@ -369,16 +379,18 @@ class WorkloadSettings(StrictModel):
     @classmethod
     def _environment(cls, value: Any) -> Any:
         if not isinstance(value, dict):
-            raise ValueError(f"{value!r} is not a mapping of NAME: value")
+            raise ValueError(f"is a {type(value).__name__}, not a mapping of NAME: value")  # values unshown: secrets
         out = {}
         for name, item in value.items():
             if not isinstance(name, str) or not _ENV_NAME.fullmatch(name):
-                raise ValueError(f"{name!r} is not an environment variable name ([A-Za-z_][A-Za-z0-9_]*)")
+                shown = redacted(repr(name.split("=", 1)[0] + "=…" if isinstance(name, str) and "=" in name else name))
+                raise ValueError(f"{shown[:80]} is not an environment variable name ([A-Za-z_][A-Za-z0-9_]*)")
             refusal = refused_env(name)
             if refusal is not None:  # multislice:workload.env.<NAME>: why (infra.config.workload_env)
                 raise invalid(name, refusal)
             if isinstance(item, bool) or not isinstance(item, (str, int, float)):
-                raise ValueError(f"{name}: {item!r} is not a string or a number (quote it)")
+                # the value is not shown: under a name such as DB_PASSWORD any value is a secret
+                raise ValueError(f"{name}: a {type(item).__name__} is not a string or a number (quote it)")
             if "\0" in str(item):
                 raise ValueError(f"{name}: the value holds a NUL character")
             out[name] = str(item)

@@ -39,9 +39,9 @@ from pulumi_policy import (
 from pulumi_policy.proxy import UnknownValueError, unknown_checking_proxy
 
 from infra.policy.policies import POLICIES
-from infra.policy.value_secrets import provider_credentials
+from infra.policy.value_secrets import stack_file_credentials
 
-#: The policy the stack file's provider credentials are reported under (:mod:`infra.policy.value_secrets`).
+#: The policy the stack file's plain-text credentials are reported under (:mod:`infra.policy.value_secrets`).
 VALUES_POLICY = "values-carry-no-credentials"
 
 __all__ = ["PolicyConfigError", "Violation", "check_stack", "check_world", "load_policy_config", "parse_policy_config"]
@@ -218,8 +218,8 @@ def check_stack(
     """Evaluate the program for ``stack`` under mocks (its stack file's config, or
     ``config_map``) and run every policy over the resources it declares (``script``: the stack's
     ``RenderedScript`` when the caller rendered it already, else the program renders it); with
-    ``config_map``, also its provider credentials in plain text
-    (:func:`~infra.policy.value_secrets.provider_credentials`, as ``values-carry-no-credentials``).
+    ``config_map``, also the credentials its stack file holds in plain text
+    (:func:`~infra.policy.value_secrets.stack_file_credentials`, as ``values-carry-no-credentials``).
 
     Raises:
       infra.config.StackConfigError: the stack's config is invalid (before any policy runs).
@@ -233,5 +233,5 @@ def check_stack(
     violations = check_world(world, raw_config)
     level = settings[VALUES_POLICY].level
     if config is not None and level is not EnforcementLevel.DISABLED:
-        violations += [Violation(VALUES_POLICY, level, None, message) for message in provider_credentials(config)]
+        violations += [Violation(VALUES_POLICY, level, None, message) for message in stack_file_credentials(config)]
     return violations

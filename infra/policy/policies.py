@@ -356,7 +356,8 @@ POLICIES = [
     ),
     _resource(
         "values-carry-no-credentials",
-        "Labels, annotations, container images and the stack file's provider settings hold no credentials.",
+        "Labels, annotations, environment variables, container images and the stack file's plain-text settings hold "
+        "no credentials.",
         values_carry_no_credentials,
         MANDATORY,
     ),

@@ -91,7 +91,7 @@ def test_user_labels_follow_the_label_rules():
     with pytest.raises(ValueError, match=r"at most 61 labels \(GCP allows 64 per resource\)"):
         naming.check_labels(too_many)
     with pytest.raises(
-        ValueError, match=r"key 'multislice-run' is set by this program.*value 1 of 'a' must be a string"
+        ValueError, match=r"key 'multislice-run' is set by this program.*the value of 'a' must be a string"
     ):
         naming.check_labels({"multislice-run": "x", "a": 1})
 
