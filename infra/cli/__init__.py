@@ -18,9 +18,10 @@
     multislice local reset --stack dev [--yes]                      (reset.py)
 
 The console, ``fail``/``say`` and the ``--stack``/``--config-file`` options all commands share
-are in :mod:`infra.cli.options`. Command modules parse options and print; the work is done by
-the packages they call (:mod:`infra.local`, :mod:`infra.status`, :mod:`infra.logs`,
-:mod:`infra.planner`, :mod:`infra.startup`, ...).
+are in :mod:`infra.cli.options`; the parsers every option's value is read by while the command
+line is (numbers, paths, fault specs) in :mod:`infra.cli.option_values`. Command modules parse
+options and print; the work is done by the packages they call (:mod:`infra.local`,
+:mod:`infra.status`, :mod:`infra.logs`, :mod:`infra.planner`, :mod:`infra.startup`, ...).
 
 Errors end with one ``error:`` line naming the cause and a non-zero exit: 2 for bad input
 (stack file, options), 1 for a failed run, 130 for Ctrl-C (SIGINT), 143 for SIGTERM. A command

@@ -16,22 +16,22 @@ from typing import Any
 import typer
 from rich.text import Text
 
+from infra.cli.option_values import PATH
 from infra.cli.options import CONFIG_FILE_OPTION, STACK_OPTION, console, err_console, fail, load_config, render_release
 
 
 def _stack_and_config_map(stack: str, config_file: Path | None) -> tuple[str, dict, Any]:
     """The stack name, its raw ``config:`` map and its rendered script, after validating it and
     building its release (one ``error:`` line and exit 2 for either)."""
-    import yaml
-
-    from infra.config import stack_file
+    from infra.config import pulumi_config_of_file, stack_file
     from infra.review.stack_paths import with_absolute_workload_paths
 
     config = load_config(stack, config_file)  # exits 2 with the key's message if invalid
     script = render_release(config)  # and if its release cannot be built, as `render` says it
     path = config_file or stack_file(config.stack)
-    # Relative to the stack file, as the config check read them (the program reads them from stacks/).
-    config_map = with_absolute_workload_paths(yaml.safe_load(path.read_text())["config"], path.parent)
+    # What pulumi up hands the program (read as load_config read it: a second read of the same bounded
+    # reader), its workload paths relative to the stack file (the program reads them from stacks/).
+    config_map = with_absolute_workload_paths(pulumi_config_of_file(path, config.stack), path.parent)
     return config.stack, config_map, script
 
 
@@ -46,7 +46,11 @@ def check(
     stack: str = STACK_OPTION,
     config_file: Path | None = CONFIG_FILE_OPTION,
     policy_config: Path | None = typer.Option(
-        None, "--policy-config", help="Policy configuration: the JSON file `pulumi preview --policy-pack-config` takes."
+        None,
+        "--policy-config",
+        metavar="PATH",
+        parser=PATH,
+        help="Policy configuration: the JSON file `pulumi preview --policy-pack-config` takes.",
     ),
 ) -> None:
     """Run the policy pack (infra/policy) over the resources the stack would declare, offline.

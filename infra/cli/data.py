@@ -10,7 +10,10 @@ one ``multislice local up`` serves, started for this command when no emulation r
 ``training.data.source: gs://<bucket>/datasets/<name>`` trains on it in ``local up``.
 Errors: one ``error:`` line; exit 2 for bad input (options, source, tokenizer, an output
 holding another dataset), 1 when the output cannot be written, 130 for Ctrl-C (finished shards
-are kept: the same command resumes).
+are kept: the same command resumes). Every option and argument is checked before anything
+starts (the numbers while the command line is read; the rest by
+:func:`training.prepare.shards.check_arguments`), so a bad one never waits for ``--emulated``'s
+storage server.
 """
 
 from __future__ import annotations
@@ -20,11 +23,21 @@ from pathlib import Path
 
 import typer
 
+from infra.cli.option_values import Number, parsed
 from infra.cli.options import CONFIG_FILE_OPTION, STACK_OPTION, err_console, fail, load_config, say
 from training.data import prepare_options as opts
 
 #: The ``data`` command group.
 app = typer.Typer(no_args_is_help=True, help="Prepare token datasets for training.data.source.")
+
+# The numbers, read by the rules of every option (infra.cli.option_values) while the command line
+# is: a vocabulary of the 256 bytes and a separator up to what uint32 ids hold
+# (training.data.manifest.DTYPE_LIMITS), a megabyte count up to a petabyte
+# (training.prepare.arguments.MAX_MB), an eval share in (0, 0.5).
+VOCAB_SIZE = parsed(opts.VOCAB_SIZE, Number(257, 1 << 32, "tokens", whole=True, note="what uint32 ids hold"))
+EVAL_FRACTION = parsed(opts.EVAL_FRACTION, Number(0, 0.5, open_low=True, open_high=True))
+SHARD_MB = parsed(opts.SHARD_MB, Number(0.001, 1e9, "megabytes", note="a petabyte"))
+BPE_TRAIN_MB = parsed(opts.BPE_TRAIN_MB, Number(0.001, 1e9, "megabytes", note="a petabyte"))
 
 
 @app.command("prepare")
@@ -32,11 +45,11 @@ def prepare(
     source: str = opts.SOURCE,
     output: str = opts.OUTPUT,
     tokenizer: str = opts.TOKENIZER,
-    vocab_size: int | None = opts.VOCAB_SIZE,
+    vocab_size: int | None = VOCAB_SIZE,
     dtype: str = opts.DTYPE,
-    eval_fraction: float = opts.EVAL_FRACTION,
-    shard_mb: float = opts.SHARD_MB,
-    bpe_train_mb: float = opts.BPE_TRAIN_MB,
+    eval_fraction: float = EVAL_FRACTION,
+    shard_mb: float = SHARD_MB,
+    bpe_train_mb: float = BPE_TRAIN_MB,
     emulated: bool = typer.Option(
         False,
         "--emulated",
@@ -51,7 +64,7 @@ def prepare(
 
     spec = prepare_lib.PrepareSpec(source, output, tokenizer, vocab_size, dtype, eval_fraction, shard_mb, bpe_train_mb)
     try:
-        prepare_lib.check_arguments(spec)  # before --emulated starts a storage server
+        prepare_lib.check_arguments(spec)  # every argument, before --emulated starts a storage server
         with _storage(emulated, output, stack, config_file):
             prepare_lib.prepare(spec, report=say)
     except prepare_lib.PrepareError as err:

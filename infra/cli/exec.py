@@ -22,11 +22,14 @@ from pathlib import Path
 
 import typer
 
+from infra.cli.option_values import PATH, SLICE, WORKER
 from infra.cli.options import CONFIG_FILE_OPTION, STACK_OPTION, err_console, fail, load_config, state_root
 
-SLICE_OPTION = typer.Option(None, "--slice", min=0, metavar="N", help="Only the workers of slice N (default: all).")
+SLICE_OPTION = typer.Option(
+    None, "--slice", parser=SLICE, metavar="N", help="Only the workers of slice N (default: all)."
+)
 WORKER_OPTION = typer.Option(
-    None, "--worker", min=0, metavar="W", help="Only worker W of each selected slice (default: all)."
+    None, "--worker", parser=WORKER, metavar="W", help="Only worker W of each selected slice (default: all)."
 )
 BACKGROUND_OPTION = typer.Option(
     False,
@@ -34,7 +37,11 @@ BACKGROUND_OPTION = typer.Option(
     help="Start the command detached (nohup, output to ~/multislice-exec/<time>.log on each worker) and return.",
 )
 LOG_DIR_OPTION = typer.Option(
-    None, "--log-dir", metavar="DIR", help="Keep each worker's output here (default: a new timestamped directory)."
+    None,
+    "--log-dir",
+    metavar="DIR",
+    parser=PATH,
+    help="Keep each worker's output here (default: a new timestamped directory).",
 )
 COMMAND_ARGUMENT = typer.Argument(
     ..., metavar="-- CMD...", help="The command, after --; its words are joined into one shell line, as ssh does."

@@ -20,6 +20,7 @@ from pathlib import Path
 import typer
 from typer.core import TyperGroup
 
+from infra.cli import option_values as values
 from infra.cli.options import (
     CONFIG_FILE_OPTION,
     STACK_OPTION,
@@ -97,25 +98,32 @@ def local_up(
     stack: str = STACK_OPTION,
     config_file: Path | None = CONFIG_FILE_OPTION,
     kill: list[str] = typer.Option(
-        [], "--kill", metavar="SLICE@STEP", help="SIGKILL a slice's VMs at a step (hardware fault). Repeatable."
+        [],
+        "--kill",
+        metavar="SLICE@STEP",
+        parser=values.KILL,
+        help="SIGKILL a slice's VMs at a step (hardware fault). Repeatable.",
     ),
     preempt: list[str] = typer.Option(
         [],
         "--preempt",
         metavar="SLICE@STEP",
+        parser=values.PREEMPT,
         help="SIGTERM a slice's VMs at a step (preemption notice), SIGKILL after the grace period. Repeatable.",
     ),
     withhold: list[str] = typer.Option(
         [],
         "--withhold",
         metavar="SLICE:DURATION",
+        parser=values.WITHHOLD,
+        callback=values.distinct_withholds,
         help="After the first fault that strikes SLICE, leave it without capacity for DURATION (e.g. 1:120s) "
-        "before it is recreated; an elastic stack trains on without it (docs/faults.md). Repeatable.",
+        "before it is recreated; an elastic stack trains on without it (docs/faults.md). Repeatable, once per slice.",
     ),
     hold_at: list[int] = typer.Option(
         [],
         "--hold-at",
-        min=1,
+        parser=values.STEP,
         metavar="STEP",
         envvar="MULTISLICE_HOLD_AT",
         help="The emulated trainers wait after STEP until the file <state dir>/<stack>/holds/STEP exists "
@@ -124,36 +132,36 @@ def local_up(
     ),
     fresh: bool = typer.Option(False, "--fresh", help="Discard the stack's previous local run and start over."),
     summary_json: Path | None = typer.Option(
-        None, "--summary-json", metavar="PATH", help="Also write the summary as JSON here."
+        None, "--summary-json", metavar="PATH", parser=values.PATH, help="Also write the summary as JSON here."
     ),
     coordinator_port: int | None = typer.Option(
         None,
         "--coordinator-port",
-        min=1,
-        max=65535,
+        parser=values.PORT,
         metavar="PORT",
         help="Fixed jax.distributed coordinator port (default: a free one).",
     ),
     gcs_port: int | None = typer.Option(
         None,
         "--gcs-port",
-        min=1,
-        max=65535,
+        parser=values.PORT,
         metavar="PORT",
         help="Fixed port of the emulated Cloud Storage (default: a free one).",
     ),
-    timeout: float = typer.Option(3600, "--timeout", min=1, metavar="SECONDS", help="Give up after this many seconds."),
+    timeout: float = typer.Option(
+        3600, "--timeout", parser=values.seconds(1), metavar="SECONDS", help="Give up after this many seconds."
+    ),
     stall_timeout: float = typer.Option(
         600,
         "--stall-timeout",
-        min=1,
+        parser=values.seconds(1),
         metavar="SECONDS",
         help="Give up after this many seconds without a new training step.",
     ),
     boot_timeout: float | None = typer.Option(
         None,
         "--boot-timeout",
-        min=1,
+        parser=values.seconds(1),
         metavar="SECONDS",
         help="Name a VM whose trainer has not started this many seconds after its boot "
         "(default: $MULTISLICE_BOOT_TIMEOUT, else 120).",
@@ -161,15 +169,14 @@ def local_up(
     preempt_grace: float = typer.Option(
         30,
         "--preempt-grace",
-        min=0,
+        parser=values.seconds(0),
         metavar="SECONDS",
         help="Seconds between SIGTERM and SIGKILL for --preempt (GCE: 30).",
     ),
     heartbeat_timeout: int = typer.Option(
         10,
         "--heartbeat-timeout",
-        min=2,
-        max=86400,  # a day; jax.distributed takes a C integer
+        parser=values.seconds(2, 86_400, whole=True, note="a day; jax.distributed takes a C integer"),
         metavar="SECONDS",
         help="jax.distributed heartbeat timeout (s) in the emulated VMs.",
     ),
@@ -180,7 +187,7 @@ def local_up(
     """
     from infra.emulated.ports import bind_error
     from infra.local import lifecycle
-    from infra.local.faults import FaultSpecError, parse_fault, parse_withhold
+    from infra.local.faults import FaultSpecError, parse_fault, parse_withholds
     from infra.local.options import Options
 
     # Options first, with nothing heavy imported: a typo is reported at once.
@@ -189,7 +196,7 @@ def local_up(
     try:
         faults = [parse_fault("kill", spec, slices=config.slices, total_steps=total) for spec in kill]
         faults += [parse_fault("preempt", spec, slices=config.slices, total_steps=total) for spec in preempt]
-        withheld = dict(parse_withhold(spec, slices=config.slices, faults=faults) for spec in withhold)
+        withheld = parse_withholds(withhold, slices=config.slices, faults=faults)
     except FaultSpecError as err:
         raise fail(str(err)) from None
     for step in hold_at:
@@ -309,10 +316,20 @@ def _write_summary(path: Path | None, result: dict) -> None:
 @app.command("down")
 def local_down(
     stack: str | None = typer.Option(
-        None, "--stack", "-s", metavar="NAME", help="Only this stack (default: every stack)."
+        None,
+        "--stack",
+        "-s",
+        metavar="NAME",
+        callback=values.one_stack_source,
+        help="Only this stack (default: every stack).",
     ),
     config_file: Path | None = typer.Option(
-        None, "--config-file", metavar="PATH", help="Only the stack of this stack file (instead of --stack)."
+        None,
+        "--config-file",
+        metavar="PATH",
+        parser=values.PATH,
+        callback=values.one_stack_source,
+        help="Only the stack of this stack file (instead of --stack).",
     ),
 ) -> None:
     """Stop local runs (every emulated VM process and the emulator), keeping their run directories."""

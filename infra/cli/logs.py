@@ -24,18 +24,22 @@ from pathlib import Path
 import typer
 
 from infra import invocation
+from infra.cli.option_values import SLICE, WORKER, Number, Since
 from infra.cli.options import CONFIG_FILE_OPTION, STACK_OPTION, err_console, fail, load_config, state_root
 
 #: Seconds between two polls of ``local logs --follow`` (the files are on this machine).
 LOCAL_POLL_SECONDS = 0.5
 
-SLICE_OPTION = typer.Option(None, "--slice", min=0, help="Only this slice (0-based).")
-WORKER_OPTION = typer.Option(None, "--worker", min=0, help="Only this worker (TPU VM, 0-based) of each slice.")
+SLICE_OPTION = typer.Option(None, "--slice", parser=SLICE, metavar="N", help="Only this slice (0-based).")
+WORKER_OPTION = typer.Option(
+    None, "--worker", parser=WORKER, metavar="W", help="Only this worker (TPU VM, 0-based) of each slice."
+)
 FOLLOW_OPTION = typer.Option(False, "--follow", "-f", help="Keep printing new lines until Ctrl-C.")
 SINCE_OPTION = typer.Option(
     None,
     "--since",
     metavar="TIME",
+    parser=Since(),
     help="Only lines from this long ago (30s, 10m, 2h, 1d) or after an RFC 3339 time (2026-11-30T17:00:00Z).",
 )
 LIBRARIES_OPTION = typer.Option(
@@ -46,7 +50,11 @@ LIBRARIES_OPTION = typer.Option(
     "always show.",
 )
 POLLS_OPTION = typer.Option(
-    None, "--polls", hidden=True, min=1, help="With --follow: stop after this many polls (tests)."
+    None,
+    "--polls",
+    hidden=True,
+    parser=Number(1, 1_000_000, whole=True),
+    help="With --follow: stop after this many polls (tests).",
 )
 
 

@@ -4,7 +4,12 @@
 emulations keep their state).
 
 Errors end with one ``error:`` line naming the cause and a non-zero exit: 2 for bad input
-(stack file, options), 1 for a failed run, 130 for Ctrl-C (SIGINT), 143 for SIGTERM.
+(stack file, options, the tool's environment variables), 1 for a failed run, 130 for Ctrl-C
+(SIGINT), 143 for SIGTERM. Before any command runs, :class:`ClosedPipeGroup` refuses, each in that
+one line with exit 2, a ``MULTISLICE_*`` variable that cannot mean what it names
+(:func:`infra.readers.environment.check_all`) and an option value the command line's parsers
+refuse (:mod:`infra.cli.option_values`: numbers, paths, fault specs, ``--stack`` with
+``--config-file``).
 """
 
 from __future__ import annotations
@@ -18,7 +23,10 @@ from pathlib import Path
 import typer
 from rich.console import Console
 from rich.text import Text
+from typer._click.exceptions import UsageError  # typer 0.29 carries its own click
 from typer.core import TyperGroup
+
+from infra.cli.option_values import PATH, error_line, one_stack_source
 
 
 # No emoji codes (":train:" in a key typo is not an emoji) and no markup in user-provided text:
@@ -57,7 +65,11 @@ class ClosedPipeGroup(TyperGroup):
     ``| less`` quit early) ends quietly with exit 0 once it has printed what the reader took,
     not with a traceback (rich's console raises BrokenPipeError: :class:`_StdoutConsole`) or click's
     exit 1 (a ``print``'s EPIPE). A command that must stop its work says so itself first
-    (``local up``: :func:`infra.cli.local.stops_when_stdout_closes`)."""
+    (``local up``: :func:`infra.cli.local.stops_when_stdout_closes`).
+
+    Before any command runs it refuses, in one ``error:`` line with exit 2, a ``MULTISLICE_*``
+    variable :func:`infra.readers.environment.check_all` refuses and a command line the parsers
+    refuse (:func:`infra.cli.option_values.error_line`; typer would print a usage box)."""
 
     def main(self, *args, **kwargs):
         try:
@@ -70,9 +82,22 @@ class ClosedPipeGroup(TyperGroup):
                 raise SystemExit(0) from None
             raise
 
-    def invoke(self, ctx):
+    def parse_args(self, ctx, args):
         try:
+            return super().parse_args(ctx, args)
+        except UsageError as error:
+            raise _refused(error) from None
+
+    def invoke(self, ctx):
+        from infra.readers import environment
+
+        try:
+            environment.check_all()
             return super().invoke(ctx)
+        except environment.VariableError as err:
+            raise fail(str(err)) from None
+        except UsageError as error:  # a subcommand's options (typer would print a multi-line box)
+            raise _refused(error) from None
         except BrokenPipeError:
             stdout_closed()
             raise typer.Exit(0) from None
@@ -81,6 +106,15 @@ class ClosedPipeGroup(TyperGroup):
                 raise
             stdout_closed()
             raise typer.Exit(0) from None
+
+
+def _refused(error: UsageError) -> Exception:
+    """The ``error:`` line of a command line the parsers refused (:func:`infra.cli.option_values.error_line`),
+    printed; the exit (2) to raise. A group called without a command shows its help as typer does."""
+    if type(error).__name__ == "NoArgsIsHelpError":
+        return error
+    print_error(error_line(error))
+    return typer.Exit(error.exit_code)
 
 
 #: Width of output that is not a terminal: lines are never wrapped or padded there (a grep for
@@ -123,13 +157,16 @@ STACK_OPTION = typer.Option(
     "--stack",
     "-s",
     metavar="NAME",
+    callback=one_stack_source,
     help="Stack name: the file stacks/Pulumi.NAME.yaml, or the stack file a local run of NAME was started from.",
 )
 CONFIG_FILE_OPTION = typer.Option(
     None,
     "--config-file",
     metavar="PATH",
-    help="A stack file anywhere (instead of --stack); the stack name is taken from it.",
+    parser=PATH,
+    callback=one_stack_source,
+    help="A stack file anywhere (instead of --stack, which it cannot be given with); the stack name is taken from it.",
 )
 
 

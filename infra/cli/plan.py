@@ -10,6 +10,7 @@ from pathlib import Path
 import typer
 from rich.text import Text
 
+from infra.cli.option_values import seconds
 from infra.cli.options import CONFIG_FILE_OPTION, STACK_OPTION, console, err_console, fail, load_config, render_release
 
 
@@ -23,7 +24,9 @@ def plan(
         help="Also compile the real train step ahead of time for the stack's mesh on virtual CPU devices "
         "(nothing is allocated; seconds to minutes) and print XLA's memory per device beside the estimate.",
     ),
-    compile_timeout: float = typer.Option(600.0, "--compile-timeout", min=1, help="Seconds the compile may take."),
+    compile_timeout: float = typer.Option(
+        600.0, "--compile-timeout", parser=seconds(1), metavar="SECONDS", help="Seconds the compile may take."
+    ),
 ) -> None:
     """Before `pulumi up`: the mesh, per-chip memory against HBM, and the Multislice overview's DCN check."""
     from infra import planner

@@ -6,13 +6,16 @@ from pathlib import Path
 
 import typer
 
+from infra.cli.option_values import PATH
 from infra.cli.options import CONFIG_FILE_OPTION, STACK_OPTION, err_console, fail, load_config, render_release
 
 
 def render(
     stack: str = STACK_OPTION,
     config_file: Path | None = CONFIG_FILE_OPTION,
-    output: Path | None = typer.Option(None, "--output", "-o", help="Write the script here instead of stdout."),
+    output: Path | None = typer.Option(
+        None, "--output", "-o", metavar="PATH", parser=PATH, help="Write the script here instead of stdout."
+    ),
     resolved_config: bool = typer.Option(
         False, "--config", help="Print the resolved stack config (every key, defaults filled in) instead of the script."
     ),

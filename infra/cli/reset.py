@@ -25,6 +25,7 @@ from pathlib import Path
 import typer
 
 from infra import invocation
+from infra.cli.option_values import seconds
 from infra.cli.options import CONFIG_FILE_OPTION, STACK_OPTION, console, fail, load_config, say, state_root
 
 YES_OPTION = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation.")
@@ -47,7 +48,11 @@ def reset(
     config_file: Path | None = CONFIG_FILE_OPTION,
     yes: bool = YES_OPTION,
     timeout: float = typer.Option(
-        600, "--timeout", min=1, metavar="SECONDS", help="Stop waiting after this many seconds (the reset goes on)."
+        600,
+        "--timeout",
+        parser=seconds(1),
+        metavar="SECONDS",
+        help="Stop waiting after this many seconds (the reset goes on).",
     ),
 ) -> None:
     """Restart a deployed stack's workers: ResetQueuedResource reboots every VM (queued resource),
@@ -73,7 +78,7 @@ def local_reset(
     config_file: Path | None = CONFIG_FILE_OPTION,
     yes: bool = YES_OPTION,
     timeout: float = typer.Option(
-        120, "--timeout", min=1, metavar="SECONDS", help="Stop waiting after this many seconds."
+        120, "--timeout", parser=seconds(1), metavar="SECONDS", help="Stop waiting after this many seconds."
     ),
 ) -> None:
     """Reset the emulated capacity of a running `local up`: restart every emulated VM (Pod on gke);

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from infra.cli.option_values import PATH, seconds
 from infra.cli.options import CONFIG_FILE_OPTION, STACK_OPTION, console, err_console, fail, load_config
 
 if TYPE_CHECKING:
@@ -29,11 +30,14 @@ if TYPE_CHECKING:
 # The options ``multislice status`` and ``multislice local status`` share.
 JSON_OPTION = typer.Option(False, "--json", help="Print the status as JSON (stable keys: infra/status/report.py).")
 WATCH_OPTION = typer.Option(False, "--watch", "-w", help="Refresh in place until the run is COMPLETE (Ctrl-C stops).")
-INTERVAL_OPTION = typer.Option(10.0, "--interval", min=0.5, help="Seconds between refreshes of --watch.")
+INTERVAL_OPTION = typer.Option(
+    10.0, "--interval", parser=seconds(0.5), metavar="SECONDS", help="Seconds between refreshes of --watch."
+)
 PLOT_OPTION = typer.Option(
     None,
     "--plot",
     metavar="PATH",
+    parser=PATH,
     help="Also draw loss and tokens/s against step, restarts and preemptions marked, as a PNG.",
 )
 

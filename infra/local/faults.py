@@ -47,6 +47,19 @@ class Fault:
         return f"{self.kind} slice {self.slice_id} at step {self.step}"
 
 
+def fault_shape(kind: FaultKind, spec: str) -> tuple[str, str]:
+    """The slice's and the step's digits of ``SLICE@STEP`` (ASCII digits, spaces around them
+    allowed), checked without the stack: what the command line checks first.
+
+    Raises:
+      FaultSpecError: ``spec`` is malformed; the line names the option, the value and the form.
+    """
+    match = _SPEC.fullmatch(spec)
+    if not match:
+        raise FaultSpecError(f"--{kind} {_shown(spec)} is malformed: the form is SLICE@STEP, e.g. --{kind} 1@40")
+    return match.group(1), match.group(2)
+
+
 def parse_fault(kind: FaultKind, spec: str, *, slices: int, total_steps: int) -> Fault:
     """Parse ``SLICE@STEP``.
 
@@ -57,30 +70,70 @@ def parse_fault(kind: FaultKind, spec: str, *, slices: int, total_steps: int) ->
       total_steps: the run's ``training.steps``.
 
     Raises:
-      FaultSpecError: one line naming the option and its value: wrong shape, a slice outside
-        ``[0, slices)`` (with the slice count), or a step outside ``[1, total_steps)`` (a
-        fault at or after the last step could never fire; with ``training.steps``).
+      FaultSpecError: one line naming the option and its value: malformed (:func:`fault_shape`), a
+        slice outside ``[0, slices)`` (with the slice count), or a step outside ``[1, total_steps)``
+        (a fault at or after the last step could never fire; with ``training.steps``).
     """
     shown = _shown(spec)
-    match = _SPEC.fullmatch(spec)
-    if not match:
-        raise FaultSpecError(f"--{kind} {shown}: expected SLICE@STEP, e.g. --{kind} 1@40")
-    slice_id, step = _number(match.group(1)), _number(match.group(2))
+    slice_digits, step_digits = fault_shape(kind, spec)
+    slice_id, step = _number(slice_digits), _number(step_digits)
     if slice_id is None or slice_id >= slices:
         which = "slice 0" if slices == 1 else f"slices 0..{slices - 1}"
         raise FaultSpecError(
-            f"--{kind} {shown}: slice {_shown_number(match.group(1))} does not exist: the stack has {slices} "
+            f"--{kind} {shown}: slice {_shown_number(slice_digits)} does not exist: the stack has {slices} "
             f"slice{'s' if slices != 1 else ''} ({which})"
         )
     if step is None or not 1 <= step < total_steps:
         raise FaultSpecError(
-            f"--{kind} {shown}: step {_shown_number(match.group(2))} is outside the run: training.steps is "
+            f"--{kind} {shown}: step {_shown_number(step_digits)} is outside the run: training.steps is "
             f"{total_steps}, so a fault can fire at steps 1..{total_steps - 1}"
         )
     return Fault(kind, slice_id, step)
 
 
 _WITHHOLD = re.compile(r"^\s*([0-9]+)\s*:\s*(\S+)\s*$")
+
+
+_WITHHOLD_FORM = "the form is SLICE:DURATION, e.g. --withhold 1:120s"
+
+
+def withhold_shape(spec: str) -> tuple[str, int]:
+    """The slice's digits and the seconds of ``--withhold SLICE:DURATION`` (``1:120s``, ``0:2m``),
+    checked without the stack: what the command line checks first.
+
+    Raises:
+      FaultSpecError: ``spec`` is malformed: not of that form, or a duration
+        :func:`infra.durations.parse_duration` refuses (the line says which, and the form).
+    """
+    from infra.durations import parse_duration
+
+    shown = _shown(spec)
+    match = _WITHHOLD.fullmatch(spec)
+    if not match:
+        raise FaultSpecError(f"--withhold {shown} is malformed: {_WITHHOLD_FORM}")
+    try:
+        seconds = parse_duration(match.group(2))
+    except ValueError as err:
+        raise FaultSpecError(f"--withhold {shown} is malformed: {err}; {_WITHHOLD_FORM}") from None
+    return match.group(1), seconds
+
+
+def check_withholds(specs: list[str] | tuple[str, ...]) -> None:
+    """Each ``--withhold`` is well formed (:func:`withhold_shape`) and no slice is withheld twice.
+
+    Raises:
+      FaultSpecError: the first malformed value, or the second ``--withhold`` of a slice (the line
+        names the slice and both values).
+    """
+    first: dict[str, str] = {}
+    for spec in specs:
+        digits = withhold_shape(spec)[0].lstrip("0") or "0"
+        if digits in first:
+            raise FaultSpecError(
+                f"--withhold {_shown(spec)}: slice {_shown_number(digits)} is withheld twice (also --withhold "
+                f"{_shown(first[digits])}); give one --withhold per slice"
+            )
+        first[digits] = spec
 
 
 def parse_withhold(spec: str, *, slices: int, faults: list[Fault]) -> tuple[int, float]:
@@ -92,29 +145,31 @@ def parse_withhold(spec: str, *, slices: int, faults: list[Fault]) -> tuple[int,
       ``(slice, seconds)``.
 
     Raises:
-      FaultSpecError: one line naming the option: wrong shape, a slice that does not exist or that no
-        ``--kill``/``--preempt`` strikes, or a duration :func:`infra.durations.parse_duration` refuses.
+      FaultSpecError: one line naming the option, in this order: malformed (:func:`withhold_shape`),
+        a slice that does not exist, or one that no ``--kill``/``--preempt`` strikes.
     """
-    from infra.durations import parse_duration
-
     shown = _shown(spec)
-    match = _WITHHOLD.fullmatch(spec)
-    if not match:
-        raise FaultSpecError(f"--withhold {shown}: expected SLICE:DURATION, e.g. --withhold 1:120s")
-    slice_id = _number(match.group(1))
+    digits, seconds = withhold_shape(spec)
+    slice_id = _number(digits)
     if slice_id is None or slice_id >= slices:
         raise FaultSpecError(
-            f"--withhold {shown}: slice {_shown_number(match.group(1))} does not exist (slices 0..{slices - 1})"
+            f"--withhold {shown}: slice {_shown_number(digits)} does not exist (slices 0..{slices - 1})"
         )
     if not any(f.slice_id == slice_id for f in faults):
         raise FaultSpecError(
             f"--withhold {shown}: no --kill or --preempt strikes slice {slice_id}, so it never loses its capacity"
         )
-    try:
-        seconds = parse_duration(match.group(2))
-    except ValueError as err:
-        raise FaultSpecError(f"--withhold {shown}: {err}") from None
     return slice_id, float(seconds)
+
+
+def parse_withholds(specs: list[str], *, slices: int, faults: list[Fault]) -> dict[int, float]:
+    """Every ``--withhold`` of a command line: slice → seconds (:func:`parse_withhold`).
+
+    Raises:
+      FaultSpecError: as :func:`check_withholds` (a slice withheld twice), then :func:`parse_withhold`.
+    """
+    check_withholds(specs)
+    return dict(parse_withhold(spec, slices=slices, faults=faults) for spec in specs)
 
 
 #: The most digits (leading zeros aside) a slice or step is read with: more is past any stack's

@@ -120,10 +120,11 @@ def parse_since(value: str, now: datetime | None = None) -> datetime:
         moment = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
     except ValueError:
         moment = None
+    shown = repr(value) if len(value) <= 40 else f"{value[:20]!r}… ({len(value):,} characters)"
     if moment is None or "T" not in text.upper():
         raise SinceError(
-            f"--since {value!r} is neither a duration (30s, 10m, 2h, 1d) nor an RFC 3339 time (2026-11-30T17:00:00Z)"
+            f"--since {shown} is neither a duration (30s, 10m, 2h, 1d) nor an RFC 3339 time (2026-11-30T17:00:00Z)"
         )
     if moment.tzinfo is None:
-        raise SinceError(f"--since {value!r} has no UTC offset: end it with Z or +HH:MM (RFC 3339)")
+        raise SinceError(f"--since {shown} has no UTC offset: end it with Z or +HH:MM (RFC 3339)")
     return moment.astimezone(UTC)

@@ -5,7 +5,8 @@ read here, with a bound on its size and shape, into a value or one line saying w
   read with the limits and refusals documented there, and :class:`~.stack_file.StackConfigError`;
 * :mod:`.state_records`: the records of a local run's state directory (``emulator.json``,
   ``deleted.json``, ``stack-file``);
-* :mod:`.environment`: the environment variables that move the tool's own directories.
+* :mod:`.environment`: the tool's own environment variables (its directories, the trainer's log
+  level), each refused in one line when it cannot mean what it names.
 
 They stand on the ground floor of ``infra/`` (``tests/test_import_graph.py``): they import nothing
 of the project, so that config, the emulated platform and the commands read through the same ones.

@@ -44,7 +44,7 @@ def test_prepare_writes_a_dataset_once(tmp_path):
         (["--tokenizer", "{bad}"], "the tokenizer file {bad} does not parse as a Hugging Face tokenizers JSON file"),
         (["--tokenizer", "bpe"], "--tokenizer bpe needs --vocab-size"),
         (["--dtype", "int8"], "token dtype 'int8' is not one of auto, uint16, uint32"),
-        (["--eval-fraction", "0.7"], "--eval-fraction must be in (0, 0.5)"),
+        (["--eval-fraction", "0.7"], "--eval-fraction '0.7': must be a finite number greater than 0 and less than 0.5"),
     ],
 )
 def test_bad_input_is_one_error_line_and_exit_2(tmp_path, args, message):

@@ -62,24 +62,25 @@ def test_logs_refuse_a_since_before_the_year_1(tmp_path, command, since):
 @pytest.mark.parametrize("value", ["inf", "1e300"])
 def test_data_prepare_refuses_megabytes_past_a_petabyte(tmp_path, option, value):
     line = refusal(invoke(tmp_path, "data", "prepare", "stdlib", str(tmp_path / "ds"), option, value), option)
-    assert "at most 1,000,000,000 (a petabyte)" in line, line
+    assert "a finite number of megabytes from 0.001 to 1,000,000,000 (a petabyte)" in line, line
     assert not (tmp_path / "ds").exists()
 
 
 @pytest.mark.parametrize("value", ["nan", "-1", "0"])
 def test_data_prepare_refuses_megabytes_that_are_none(tmp_path, value):
-    # typer's own range check (min=0.001) answers first: its usage error names the option.
-    result = invoke(tmp_path, "data", "prepare", "stdlib", str(tmp_path / "ds"), "--shard-mb", value)
-    assert result.exit_code == 2, result.output
-    assert "--shard-mb" in result.output and "Traceback" not in result.output
+    # The option's rule (infra.cli.option_values.Number) answers while the command line is read.
+    line = refusal(
+        invoke(tmp_path, "data", "prepare", "stdlib", str(tmp_path / "ds"), "--shard-mb", value), "--shard-mb"
+    )
+    assert "from 0.001 to 1,000,000,000" in line, line
     assert not (tmp_path / "ds").exists()
 
 
 @pytest.mark.parametrize(
     ("option", "value", "bound"),
     [
-        ("--embedding-dimension", "1000000000000", "at most 65,536"),
-        ("--batch-size", "100000000000000000000", "at most 65,536"),
+        ("--embedding-dimension", "1000000000000", "a whole number from 1 to 65,536"),
+        ("--batch-size", "100000000000000000000", "a whole number from 1 to 65,536"),
     ],
 )
 def test_bench_shardings_refuses_dimensions_past_its_bounds(tmp_path, option, value, bound):
@@ -117,7 +118,8 @@ def test_bench_spec_takes_its_bounds():
 
 def test_local_up_refuses_a_heartbeat_timeout_past_a_day(tmp_path):
     result = invoke(tmp_path, "local", "up", "--heartbeat-timeout", "100000000000000000000")
-    assert result.exit_code == 2 and "--heartbeat-timeout" in result.output and "86400" in result.output
+    line = refusal(result, "--heartbeat-timeout")
+    assert "a whole number of seconds from 2 to 86,400" in line, line
 
 
 @pytest.mark.parametrize("value", ["abc", "0", "-5", "inf", "nan", "1e999"])

@@ -28,14 +28,14 @@ def test_the_kind_is_kept():
 def test_malformed_specs_name_the_option_and_the_shape(spec):
     with pytest.raises(FaultSpecError) as err:
         parse_fault("preempt", spec, slices=2, total_steps=10)
-    assert str(err.value) == f"--preempt {spec!r}: expected SLICE@STEP, e.g. --preempt 1@40"
+    assert str(err.value) == f"--preempt {spec!r} is malformed: the form is SLICE@STEP, e.g. --preempt 1@40"
 
 
 @pytest.mark.parametrize("spec", ["１@3", "1@３", "٣@2", "1@²"])
 def test_only_ascii_digits(spec):
     # str.isdigit() and int() accept these (fullwidth, Arabic-Indic, superscript digits);
     # a spec is a command-line value and takes ASCII digits only.
-    with pytest.raises(FaultSpecError, match="expected SLICE@STEP"):
+    with pytest.raises(FaultSpecError, match="is malformed: the form is SLICE@STEP"):
         parse_fault("kill", spec, slices=10, total_steps=10)
 
 
@@ -140,19 +140,25 @@ def test_local_up_checks_every_fault_before_starting(nothing_may_start):
 @pytest.mark.parametrize(
     ("withhold", "says"),
     [
-        ("1", "--withhold '1': expected SLICE:DURATION, e.g. --withhold 1:120s"),
-        ("1@120s", "--withhold '1@120s': expected SLICE:DURATION"),
+        ("1", "--withhold '1' is malformed: the form is SLICE:DURATION, e.g. --withhold 1:120s"),
+        ("1@120s", "--withhold '1@120s' is malformed: the form is SLICE:DURATION"),
         ("2:120s", "--withhold '2:120s': slice 2 does not exist (slices 0..1)"),
         ("0:120s", "--withhold '0:120s': no --kill or --preempt strikes slice 0, so it never loses its capacity"),
-        ("1:-5s", "--withhold '1:-5s': '-5s' is not a duration"),
-        ("1:soon", "--withhold '1:soon': 'soon' is not a duration"),
-        ("1:0", "--withhold '1:0': '0': the duration must be positive"),
-        ("1:" + "9" * 5000, "--withhold '1:999999999999999999'… (5,002 characters): '99999999999999999999'…: longer"),
+        ("1:-5s", "--withhold '1:-5s' is malformed: '-5s' is not a duration"),
+        ("1:soon", "--withhold '1:soon' is malformed: 'soon' is not a duration"),
+        ("1:0", "--withhold '1:0' is malformed: '0': the duration must be positive"),
+        (
+            "1:" + "9" * 5000,
+            "--withhold '1:999999999999999999'… (5,002 characters) is malformed: '99999999999999999999'…",
+        ),
+        ("0:soon", "--withhold '0:soon' is malformed: 'soon' is not a duration"),  # before "no fault strikes slice 0"
+        ("1:40s --withhold 01:10s", "--withhold '01:10s': slice 1 is withheld twice (also --withhold '1:40s')"),
     ],
 )
 def test_local_up_refuses_a_withhold_it_cannot_carry_out(nothing_may_start, withhold, says):
     slices, steps = emu_stack()
-    result = local_up("--kill", f"1@{steps // 2}", "--withhold", withhold)
+    withholds = [arg for value in withhold.split(" --withhold ") for arg in ("--withhold", value)]
+    result = local_up("--kill", f"1@{steps // 2}", *withholds)
     assert result.exit_code == 2, result.output
     (line,) = result.output.splitlines()
     assert line.startswith(f"error: {says}"), line

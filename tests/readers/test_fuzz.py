@@ -40,7 +40,7 @@ FUZZED = {
     stack_file: {"read_stack_text", "load_yaml", "check_file"},
     # tests/readers/test_engine_reading.py drives these: the engine's corpus, and generated scalars
     engine_config: {"check_agreement", "config_map", "v3_plain", "v3_scalar", "go_parse_int"},
-    environment: {"stacks_dir", "state_dir"},
+    environment: {"stacks_dir", "state_dir", "log_level", "check_all"},  # tests/readers/test_environment.py
     run_objects: {"json_record"},
 }
 

@@ -284,10 +284,35 @@ def _tokenizer(spec: PrepareSpec, storage: Storage, plan_files: list, train_shar
 
 
 def check_arguments(spec: PrepareSpec) -> None:
-    """Raises PrepareError, one line naming the argument (:mod:`training.prepare.arguments`)."""
+    """Check every argument of ``spec`` without reading or writing anything: the command lines
+    call it before they start anything (``multislice data prepare --emulated``: a storage server).
+
+    Raises:
+      PrepareError: one line naming the argument (:mod:`training.prepare.arguments`): a source,
+        output or tokenizer of a scheme not read, megabytes past their bounds, ``--vocab-size``
+        without ``--tokenizer bpe`` or missing with it, ``--eval-fraction`` outside (0, 0.5), a
+        local tokenizer file that is not there, or a ``--dtype`` that is none or cannot hold the
+        vocabulary.
+    """
     problem = arguments.problem(spec.source, spec.output, spec.tokenizer, spec.shard_mb, spec.bpe_train_mb)
     if problem is not None:
         raise PrepareError(problem)
+    if spec.tokenizer == "bpe" and not spec.vocab_size:
+        raise PrepareError("--tokenizer bpe needs --vocab-size (the number of tokens to train)")
+    if spec.tokenizer != "bpe" and spec.vocab_size is not None:
+        raise PrepareError("--vocab-size applies only to --tokenizer bpe (a tokenizer file has its own)")
+    if not 0 < spec.eval_fraction < 0.5:
+        raise PrepareError(f"--eval-fraction must be in (0, 0.5); got {spec.eval_fraction}")
+    local_file = spec.tokenizer not in ("bytes", "bpe") and "://" not in spec.tokenizer
+    if local_file and not os.path.isfile(spec.tokenizer):
+        raise PrepareError(f"cannot read the tokenizer file {spec.tokenizer} (--tokenizer): it is not a file")
+    try:
+        if spec.tokenizer == "bpe":
+            manifest_lib.token_dtype(spec.vocab_size or 0, spec.dtype)  # before training it
+        elif spec.dtype != "auto":
+            manifest_lib.token_dtype(2, spec.dtype)
+    except ManifestError as err:
+        raise PrepareError(str(err)) from None
 
 
 def prepare(spec: PrepareSpec, report: Callable[[str], None] = log.info) -> PrepareResult:
@@ -302,19 +327,6 @@ def prepare(spec: PrepareSpec, report: Callable[[str], None] = log.info) -> Prep
     """
     began = time.monotonic()
     check_arguments(spec)
-    if spec.tokenizer == "bpe" and not spec.vocab_size:
-        raise PrepareError("--tokenizer bpe needs --vocab-size (the number of tokens to train)")
-    if spec.tokenizer != "bpe" and spec.vocab_size is not None:
-        raise PrepareError("--vocab-size applies only to --tokenizer bpe (a tokenizer file has its own)")
-    if not 0 < spec.eval_fraction < 0.5:
-        raise PrepareError(f"--eval-fraction must be in (0, 0.5); got {spec.eval_fraction}")
-    try:
-        if spec.tokenizer == "bpe":
-            manifest_lib.token_dtype(spec.vocab_size or 0, spec.dtype)  # before training it
-        elif spec.dtype != "auto":
-            manifest_lib.token_dtype(2, spec.dtype)
-    except ManifestError as err:
-        raise PrepareError(str(err)) from None
     storage = Storage(spec.output)
     if manifest_lib.is_dataset(storage):
         existing = manifest_lib.load(storage)
