@@ -37,7 +37,8 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
-from infra.config.workload import WorkloadSettings, parse_requirements, source_files
+from infra.config.workload import MAX_REQUIREMENTS_BYTES, WorkloadSettings, parse_requirements, source_files
+from infra.readers.files import read_bounded
 from infra.startup.bundle import build_archive
 from infra.startup.install_target import InstallTarget
 from infra.startup.uv_lock import Lock, LockfileError
@@ -173,6 +174,8 @@ def workload_files(stack: str, workload: WorkloadSettings, target: InstallTarget
     Raises:
       WorkloadError: as :func:`check_requirements`.
       ValueError: the source directory changed since validation and breaks its limits.
+      infra.readers.files.UnreadableFile: the requirements file is no longer a regular file of at most
+        ``MAX_REQUIREMENTS_BYTES`` (it changed since validation).
     """
     spec = {"command": list(workload.command), "env": dict(workload.env), "steps": workload.steps}
     files = {SPEC_FILE: (json.dumps(spec, sort_keys=True, indent=1) + "\n").encode()}
@@ -188,7 +191,9 @@ def workload_files(stack: str, workload: WorkloadSettings, target: InstallTarget
             files[SOURCE_REF_FILE] = (json.dumps(reference, sort_keys=True) + "\n").encode()
     requirements_sha256 = ""
     if workload.requirements is not None:
-        text = workload.requirements.read_text(encoding="utf-8")
+        # Bounded as validated (a file swapped since is refused), newlines as read_text's universal newlines.
+        data = read_bounded(workload.requirements, MAX_REQUIREMENTS_BYTES).decode("utf-8")
+        text = data.replace("\r\n", "\n").replace("\r", "\n")
         check_requirements(text, target, lock)
         files[REQUIREMENTS_FILE] = text.encode()
         requirements_sha256 = hashlib.sha256(text.encode()).hexdigest()

@@ -20,7 +20,6 @@ Nothing here imports jax or the trainer: this runs in the Pulumi provider proces
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -62,8 +61,10 @@ def marker_url(run_dir: str, environ: Mapping[str, str] | None = None) -> str:
 def completed_step(record: bytes, total_steps: int) -> int | None:
     """The step of a completion record when it reaches ``total_steps``, else None (also for a
     malformed record: the trainer, too, treats one as absent)."""
+    from training.run_objects import json_record  # jax-free; here, not above: the program never imports it
+
     try:
-        step = json.loads(record.decode("utf-8"))["step"]
+        step = json_record(record)["step"]
     except (ValueError, KeyError, TypeError, UnicodeDecodeError):
         return None
     if isinstance(step, bool) or not isinstance(step, int) or step < 1:
