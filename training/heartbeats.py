@@ -14,6 +14,12 @@ The times are the writers' clocks; Compute Engine VMs (TPU VMs and GKE nodes amo
 theirs synchronized to Google's NTP service (https://cloud.google.com/compute/docs/instances/
 configure-ntp), well inside an interval.
 
+A heartbeat is checked, not believed (:func:`read_all`): at most :data:`MAX_BEAT_BYTES`, its slice and
+worker the ones its name says and in the run's range, its worker count the run's, its host a host
+name or address (the coordinator's address is built from it), its time finite and not ahead of the
+reader's clock by more than one interval (a beat from the future would keep a lost slice "up"), its
+``ready`` an epoch. One that fails is logged and left out: it says nothing about its slice.
+
 Environment: ``MULTISLICE_ELASTIC_HEARTBEAT_S`` (default 10 s; the local emulation sets less).
 """
 
@@ -22,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import math
 import os
 import re
 import threading
@@ -38,6 +45,11 @@ HEARTBEAT_DIR = "membership/heartbeats"
 INTERVAL_ENV = "MULTISLICE_ELASTIC_HEARTBEAT_S"
 DEFAULT_INTERVAL_S = 10.0
 _NAME = re.compile(r"^membership/heartbeats/slice-(\d+)-worker-(\d+)\.json$")
+#: Largest heartbeat read (bytes): one is about 120.
+MAX_BEAT_BYTES = 4096
+#: A host as a heartbeat may name it: a DNS name, an IPv4 or IPv6 address (RFC 1123 characters), or
+#: none (a process whose host is not known keeps the coordinator address its VM was given).
+_HOST = re.compile(r"^([A-Za-z0-9][A-Za-z0-9.:_-]{0,252})?$")
 
 
 def interval_s() -> float:
@@ -81,9 +93,41 @@ def name(slice_id: int, worker: int) -> str:
     return f"{HEARTBEAT_DIR}/slice-{slice_id}-worker-{worker}.json"
 
 
-def read_all(run_dir: RunDir) -> list[Beat]:
-    """Every process's newest heartbeat (a fresh listing); one that does not parse, or whose name
-    and content disagree, is logged and left out (it says nothing about the slice being up)."""
+def _count(value: Any, what: str, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < high:
+        raise ValueError(f"{what} {str(value)[:40]} is not an integer in [0, {high})")
+    return value
+
+
+def _beat(record: Any, num_slices: int | None, workers_per_slice: int | None, now: float) -> Beat:
+    """The heartbeat ``record`` holds, checked (the module docstring); a ValueError says why not."""
+    workers = _count(record["workers"], "workers", 1 << 12)
+    if workers_per_slice is not None and workers != workers_per_slice:
+        raise ValueError(f"{workers} workers per slice, not the run's {workers_per_slice}")
+    host, when, ready = record["host"], record["time"], record.get("ready")
+    if not isinstance(host, str) or not _HOST.fullmatch(host):
+        raise ValueError(f"host {str(host)[:40]!r} is not a host name or address")
+    if isinstance(when, bool) or not isinstance(when, (int, float)) or not math.isfinite(when) or when < 0:
+        raise ValueError(f"time {str(when)[:40]} is not a time")
+    if when > now + interval_s():
+        raise ValueError(f"time {when} is ahead of this clock by more than {interval_s():g} s")
+    return Beat(
+        slice_id=_count(record["slice_id"], "slice", num_slices if num_slices is not None else 1 << 16),
+        worker=_count(record["worker"], "worker", workers),
+        workers=workers,
+        host=host,
+        time=float(when),
+        ready=None if ready is None else _count(ready, "ready", 1 << 62),
+    )
+
+
+def read_all(
+    run_dir: RunDir, num_slices: int | None = None, workers_per_slice: int | None = None, now: float | None = None
+) -> list[Beat]:
+    """Every process's newest heartbeat (a fresh listing), each checked (the module docstring) against
+    the run's ``num_slices`` and ``workers_per_slice`` where given and the clock ``now`` (default: this
+    one); one that fails, or whose name and content disagree, is logged and left out."""
+    now = time.time() if now is None else now
     beats = []
     for entry in run_dir.list(f"{HEARTBEAT_DIR}/*.json"):
         if not (match := _NAME.fullmatch(entry)):
@@ -92,19 +136,13 @@ def read_all(run_dir: RunDir) -> list[Beat]:
         if data is None:
             continue
         try:
-            record: Any = json_record(data)
-            beat = Beat(
-                slice_id=int(record["slice_id"]),
-                worker=int(record["worker"]),
-                workers=int(record["workers"]),
-                host=str(record["host"]),
-                time=float(record["time"]),
-                ready=None if record.get("ready") is None else int(record["ready"]),
-            )
+            if len(data) > MAX_BEAT_BYTES:
+                raise ValueError(f"{len(data):,} bytes, over {MAX_BEAT_BYTES:,}")
+            beat = _beat(json_record(data), num_slices, workers_per_slice, now)
         except (ValueError, TypeError, KeyError, AttributeError) as err:
-            log.warning("heartbeat %s is not one this trainer wrote (%r); left out", entry, err)
+            log.warning("heartbeat %s is not one this trainer wrote (%s); left out", entry, err)
             continue
-        if (beat.slice_id, beat.worker) != (int(match[1]), int(match[2])) or not 0 <= beat.worker < beat.workers:
+        if (beat.slice_id, beat.worker) != (int(match[1]), int(match[2])):
             log.warning("heartbeat %s names slice %d worker %d; left out", entry, beat.slice_id, beat.worker)
             continue
         beats.append(beat)

@@ -8,21 +8,41 @@ epoch (slice 0 alone, slice 1 alone: each believing the other lost) exactly one 
 every other reads the winner's. So two groups of slices never both decide to train on their own
 in one run directory. A record is one object written whole: it is read whole or not at all; one
 that does not parse is refused, named, never taken for no record.
+
+A record is checked, not believed (:func:`_parse`): at most :data:`MAX_RECORD_BYTES`, its epoch the
+one its name says, its slices distinct ids of the run's slices, its step a count, its reason text of
+at most :data:`MAX_REASON_CHARS`, its time finite and not ahead of the reader's clock by more than
+:data:`MAX_CLOCK_AHEAD_S`. The gate and the summaries skip a record that fails (logged, never a
+decision taken from it): :func:`current` is the newest record that passes, :func:`propose` writes past
+an epoch whose record fails, :func:`history` leaves it out.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import logging
+import math
 import re
+import time
 from typing import Any
 
 from training.run_dir import RunDir
 from training.run_objects import json_record
 
+log = logging.getLogger(__name__)
+
 #: The records' folder in the run directory.
 MEMBERSHIP_DIR = "membership"
-_NAME = re.compile(r"^membership/(\d{8})\.json$")
+#: An epoch's name: at least 8 digits (``00000001``; epoch 100000000 has 9).
+_NAME = re.compile(r"^membership/(\d{8,})\.json$")
+#: Largest record read (bytes): one is about 150.
+MAX_RECORD_BYTES = 64 * 1024
+#: Longest reason kept (characters): the gate writes under 100.
+MAX_REASON_CHARS = 1000
+#: How far ahead of the reader's clock a record's time may be (seconds): the VMs' clocks follow
+#: Google's NTP service (training/heartbeats.py), so a record from further ahead is not one of theirs.
+MAX_CLOCK_AHEAD_S = 300.0
 
 
 class MembershipError(ValueError):
@@ -55,41 +75,83 @@ def _name(epoch: int) -> str:
     return f"{MEMBERSHIP_DIR}/{epoch:08d}.json"
 
 
-def _parse(name: str, data: bytes) -> Membership:
+def _count(value: Any, what: str, high: int) -> int:
+    """``value`` if it is an integer (not a boolean) in ``[0, high)``; else a ValueError naming ``what``."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < high:
+        raise ValueError(f"{what} {str(value)[:40]} is not an integer in [0, {high})")
+    return value
+
+
+def _parse(name: str, data: bytes, num_slices: int | None = None, now: float | None = None) -> Membership:
+    """The record ``name`` holds, checked (the module docstring); ``num_slices``: the run's slice count.
+
+    Raises:
+      MembershipError: it is not one this module wrote, naming it and why.
+    """
     try:
+        if len(data) > MAX_RECORD_BYTES:
+            raise ValueError(f"{len(data):,} bytes, over {MAX_RECORD_BYTES:,}")
         record: Any = json_record(data)
+        slices = record["slices"]
+        if not isinstance(slices, list) or not slices:
+            raise ValueError("slices is not a list of slice ids")
+        high = num_slices if num_slices is not None else 1 << 16
+        ids = tuple(sorted(_count(s, "slice", high) for s in slices))
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"slices {list(ids)} repeat an id")
+        reason, when = record["reason"], record["time"]
+        if not isinstance(reason, str) or len(reason) > MAX_REASON_CHARS:
+            raise ValueError(f"reason is not text of at most {MAX_REASON_CHARS} characters")
+        if isinstance(when, bool) or not isinstance(when, (int, float)) or not math.isfinite(when) or when < 0:
+            raise ValueError(f"time {str(when)[:40]} is not a time")
+        if when > (time.time() if now is None else now) + MAX_CLOCK_AHEAD_S:
+            raise ValueError(f"time {when} is ahead of this clock by more than {MAX_CLOCK_AHEAD_S:g} s")
         membership = Membership(
-            epoch=int(record["epoch"]),
-            slices=tuple(sorted(int(s) for s in record["slices"])),
-            step=None if record["step"] is None else int(record["step"]),
-            reason=str(record["reason"]),
-            time=float(record["time"]),
+            epoch=_count(record["epoch"], "epoch", 1 << 62),
+            slices=ids,
+            step=None if record["step"] is None else _count(record["step"], "step", 1 << 62),
+            reason=reason,
+            time=float(when),
         )
     except (ValueError, TypeError, KeyError, AttributeError) as err:
-        raise MembershipError(f"membership record {name} is not one this trainer wrote ({err!r})") from None
-    if _name(membership.epoch) != name or not membership.slices or min(membership.slices) < 0:
-        raise MembershipError(f"membership record {name} names epoch {membership.epoch} or no slices")
+        raise MembershipError(f"membership record {name} is not one this trainer wrote ({err})") from None
+    if _name(membership.epoch) != name:
+        raise MembershipError(
+            f"membership record {name} is not one this trainer wrote (it names epoch {membership.epoch})"
+        )
     return membership
 
 
-def read(run_dir: RunDir, epoch: int) -> Membership | None:
-    """Epoch ``epoch``'s record, or None if it does not exist.
+def read(run_dir: RunDir, epoch: int, num_slices: int | None = None) -> Membership | None:
+    """Epoch ``epoch``'s record, or None if it does not exist (``num_slices``: the run's, to check it).
 
     Raises:
-      MembershipError: it exists and does not parse.
+      MembershipError: it exists and does not pass :func:`_parse`.
     """
     data = run_dir.read(_name(epoch))
-    return None if data is None else _parse(_name(epoch), data)
+    return None if data is None else _parse(_name(epoch), data, num_slices)
 
 
-def current(run_dir: RunDir) -> Membership | None:
-    """The newest epoch's record (a fresh listing), or None before the first.
+def _epochs(run_dir: RunDir) -> list[int]:
+    return sorted(int(m[1]) for name in run_dir.list(f"{MEMBERSHIP_DIR}/*.json") if (m := _NAME.fullmatch(name)))
 
-    Raises:
-      MembershipError: the newest record does not parse.
-    """
-    epochs = [int(m[1]) for name in run_dir.list(f"{MEMBERSHIP_DIR}/*.json") if (m := _NAME.fullmatch(name))]
-    return None if not epochs else read(run_dir, max(epochs))
+
+def _valid(run_dir: RunDir, epoch: int, num_slices: int | None) -> Membership | None:
+    """Epoch ``epoch``'s record, or None when it is missing or fails :func:`_parse` (logged)."""
+    try:
+        return read(run_dir, epoch, num_slices)
+    except MembershipError as err:
+        log.warning("%s; left out", err)
+        return None
+
+
+def current(run_dir: RunDir, num_slices: int | None = None) -> Membership | None:
+    """The newest epoch's record that passes :func:`_parse` (a fresh listing; one that fails is logged
+    and skipped), or None before the first."""
+    for epoch in reversed(_epochs(run_dir)):
+        if (record := _valid(run_dir, epoch, num_slices)) is not None:
+            return record
+    return None
 
 
 def propose(
@@ -99,27 +161,23 @@ def propose(
     writer made that epoch first: ``(the epoch's membership, whether it is this call's)``.
 
     Raises:
-      MembershipError: the epoch exists and its record does not parse.
       OSError: the write failed.
     """
     epoch = 0 if after is None else after.epoch + 1
-    mine = Membership(epoch, tuple(sorted(slices)), step, reason, now)
-    if run_dir.create(_name(epoch), mine.to_json()):
-        return mine, True
-    theirs = read(run_dir, epoch)
-    assert theirs is not None  # it was there: created by another writer, never removed
-    return theirs, False
+    while True:
+        mine = Membership(epoch, tuple(sorted(slices)), step, reason, now)
+        if run_dir.create(_name(epoch), mine.to_json()):
+            return mine, True
+        theirs = _valid(run_dir, epoch, None)
+        if theirs is not None:  # created by another writer, never removed
+            return theirs, False
+        epoch += 1  # a record that fails the checks holds this epoch: every writer goes past it alike
 
 
 def history(run_dir: RunDir) -> list[Membership]:
-    """Every epoch's record, oldest first (a fresh listing).
-
-    Raises:
-      MembershipError: a record does not parse.
-    """
-    names = sorted(name for name in run_dir.list(f"{MEMBERSHIP_DIR}/*.json") if _NAME.fullmatch(name))
-    records = [_parse(name, data) for name in names if (data := run_dir.read(name)) is not None]
-    return records
+    """Every epoch's record that passes :func:`_parse`, oldest first (a fresh listing; one that fails
+    is logged and left out)."""
+    return [record for epoch in _epochs(run_dir) if (record := _valid(run_dir, epoch, None)) is not None]
 
 
 def describe_changes(records: list[Membership], resized_at: dict[int, int] | None = None) -> list[str]:

@@ -173,10 +173,10 @@ def join(
             )
             raise RunComplete(done)
         now = time.time()
-        record = membership.current(run_dir)
+        record = membership.current(run_dir, identity.num_slices)
         if record is None:
             record, _ = membership.propose(run_dir, None, full, step=None, reason="the run's start", now=now)
-        beats = heartbeats.read_all(run_dir)
+        beats = heartbeats.read_all(run_dir, identity.num_slices, identity.workers_per_slice, now)
         up = heartbeats.healthy(beats, now)
         seen = heartbeats.last_seen(beats)
         # Lost since its last heartbeat, but never before the epoch began: a member restarting for
@@ -230,7 +230,7 @@ def join(
             beat.beat()
             continue
         if all(b.ready == record.epoch for s in record.slices for b in up[s]):
-            newest = membership.current(run_dir)
+            newest = membership.current(run_dir, identity.num_slices)
             if newest is not None and newest.epoch == record.epoch:
                 job = renumbered(identity, record, up[record.slices[0]][0].host)
                 log.info(
@@ -266,13 +266,14 @@ def grow_to(
     """
     if step >= config.steps:
         return None  # the final checkpoint: the run completes in this epoch
-    newest = membership.current(run_dir)
+    slices = config.parallelism.dcn.product
+    newest = membership.current(run_dir, slices)
     if newest is not None and newest.epoch != record.epoch:
         return newest
     now = time.time()
     if now - record.time < grow_after_s:
         return None
-    up = heartbeats.healthy(heartbeats.read_all(run_dir), now)
+    up = heartbeats.healthy(heartbeats.read_all(run_dir, slices, now=now), now)
     choice = elastic.decide(
         counts=counts(config),
         members=record.slices,
@@ -353,4 +354,4 @@ class Resizer:
         answers = [a for a in agreement.all_gather(f"elastic/{step}", epoch) if a]
         if not answers:
             return None
-        return membership.read(self.run_dir, int(answers[0]))
+        return membership.read(self.run_dir, int(answers[0]), self.config.parallelism.dcn.product)

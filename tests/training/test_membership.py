@@ -4,6 +4,7 @@ and on the emulated Cloud Storage (its 412 on ``ifGenerationMatch=0``: tests/emu
 
 from __future__ import annotations
 
+import json
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -55,11 +56,58 @@ def test_of_slices_that_each_believe_the_others_lost_exactly_one_decides(run_dir
     "damage",
     [b"{not json", b'{"epoch": 0}', b'{"epoch": 3, "slices": [0], "step": null, "reason": "", "time": 1}', b"\xff"],
 )
-def test_a_record_this_trainer_did_not_write_is_named_never_taken_for_none(tmp_path, damage):
+def test_a_record_this_trainer_did_not_write_is_named_and_written_past(tmp_path, damage, caplog):
+    """Logged, never a decision taken from it: no record is current, and the next writer's epoch is
+    the one after it (every writer skips it alike)."""
     run_dir = RunDir(str(tmp_path / "run"))
     run_dir.write("membership/00000000.json", damage)
     with pytest.raises(MembershipError, match=r"^membership record membership/00000000\.json "):
-        membership.current(run_dir)
+        membership.read(run_dir, 0)
+    assert membership.current(run_dir) is None
+    assert "membership record membership/00000000.json is not one this trainer wrote" in caplog.text
+    made, mine = membership.propose(run_dir, None, (0, 1), step=None, reason="the run's start", now=1.0)
+    assert mine and made.epoch == 1 and membership.current(run_dir) == made
+    assert membership.history(run_dir) == [made]
+
+
+@pytest.mark.parametrize(
+    ("record", "why"),
+    [
+        ({"slices": [0, 7]}, "slice 7 is not an integer in [0, 2)"),
+        ({"slices": [0, 0]}, "repeat an id"),
+        ({"slices": [0, True]}, "slice True"),
+        ({"slices": []}, "slices is not a list"),
+        ({"step": -5}, "step -5"),
+        ({"step": 1.5}, "step 1.5"),
+        ({"time": float("inf")}, "time inf"),
+        ({"time": float("nan")}, "time nan"),
+        ({"time": 10.0**12}, "ahead of this clock"),
+        ({"reason": "x" * 5000}, "reason is not text"),
+        ({"reason": ["nested"]}, "reason is not text"),
+        ({"epoch": 2}, "names epoch 2"),
+    ],
+)
+def test_a_tampered_record_is_left_out(tmp_path, caplog, record, why):
+    run_dir = RunDir(str(tmp_path / "run"))
+    good, _ = membership.propose(run_dir, None, (0, 1), step=None, reason="start", now=100.0)
+    tampered = {"epoch": 1, "slices": [0], "step": 40, "reason": "slice 1 lost", "time": 200.0} | record
+    run_dir.write("membership/00000001.json", json.dumps(tampered, allow_nan=True).encode())
+    assert membership.current(run_dir, num_slices=2) == good
+    assert why in caplog.text
+
+
+def test_a_huge_record_is_refused_before_it_is_parsed(tmp_path):
+    run_dir = RunDir(str(tmp_path / "run"))
+    run_dir.write("membership/00000000.json", b'{"reason": "' + b"x" * 50_000_000 + b'"}')
+    with pytest.raises(MembershipError, match="over 65,536"):
+        membership.read(run_dir, 0)
+
+
+def test_an_epoch_past_eight_digits_is_read(tmp_path):
+    run_dir = RunDir(str(tmp_path / "run"))
+    record = membership.Membership(100_000_000, (0,), 40, "far", 1.0)
+    run_dir.write("membership/100000000.json", record.to_json())
+    assert membership.current(run_dir) == record
 
 
 def test_the_history_says_each_change_of_count_with_its_step_and_reason(tmp_path):

@@ -5,6 +5,7 @@ both train; a returned slice is taken in at a checkpoint once growAfter has pass
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -127,7 +128,7 @@ def test_two_slices_that_each_believe_the_other_lost_never_both_train(tmp_path, 
     monkeypatch.setattr(
         membership_gate.heartbeats,
         "read_all",
-        lambda rd: [b for b in read_all(rd) if b.slice_id == seen_by.slice_id],
+        lambda rd, *args, **kwargs: [b for b in read_all(rd, *args, **kwargs) if b.slice_id == seen_by.slice_id],
     )
 
     def partitioned(who: ClusterIdentity):
@@ -241,3 +242,45 @@ def test_no_grow_is_asked_at_the_final_checkpoint(tmp_path):
     final = CONFIG.steps
     assert membership_gate.grow_to(CONFIG, run_dir, shrunk, step=final, shrink_after_s=10, grow_after_s=1) is None
     assert membership_gate.grow_to(CONFIG, run_dir, shrunk, step=final - 1, shrink_after_s=10, grow_after_s=1)
+
+
+@pytest.mark.parametrize(
+    ("change", "why"),
+    [
+        ({"slice_id": 7}, "slice 7 is not an integer in [0, 2)"),
+        ({"time": 10.0**12}, "ahead of this clock"),
+        ({"time": float("inf")}, "time inf is not a time"),
+        ({"time": float("nan")}, "time nan is not a time"),
+        ({"host": "10.0.0.1 --evil"}, "is not a host name or address"),
+        ({"host": "http://x:1/"}, "is not a host name or address"),
+        ({"host": ["10.0.0.1"]}, "is not a host name or address"),
+        ({"worker": 3}, "worker 3 is not an integer in [0, 1)"),
+        ({"workers": 2}, "2 workers per slice, not the run's 1"),
+        ({"ready": -1}, "ready -1"),
+        ({"slice_id": 1.0}, "slice 1.0"),
+    ],
+)
+def test_a_tampered_heartbeat_says_nothing_about_its_slice(tmp_path, caplog, change, why):
+    run_dir = RunDir(str(tmp_path / "run"))
+    old_heartbeat(run_dir, 0, age_s=0.0)
+    record = {"slice_id": 1, "worker": 0, "workers": 1, "host": "10.0.1.0", "time": time.time(), "ready": None}
+    slice_id = change.get("slice_id", 1) if isinstance(change.get("slice_id", 1), int) else 1
+    run_dir.write(heartbeats.name(slice_id, 0), json.dumps(record | change).encode())
+    beats = heartbeats.read_all(run_dir, num_slices=2, workers_per_slice=1)
+    assert [b.slice_id for b in beats] == [0]
+    assert why in caplog.text
+
+
+def test_a_stray_heartbeat_never_makes_a_grow_propose_a_slice_the_run_lacks(tmp_path):
+    run_dir = RunDir(str(tmp_path / "run"))
+    shrunk, _ = membership.propose(run_dir, None, (0,), step=40, reason="slice 1 lost", now=time.time() - 30)
+    old_heartbeat(run_dir, 0, age_s=0.0)
+    old_heartbeat(run_dir, 7, age_s=0.0)  # no slice 7 in a run of 2
+    assert membership_gate.grow_to(CONFIG, run_dir, shrunk, step=80, shrink_after_s=10, grow_after_s=1) is None
+
+
+def test_a_huge_or_deep_heartbeat_is_left_out(tmp_path):
+    run_dir = RunDir(str(tmp_path / "run"))
+    run_dir.write(heartbeats.name(0, 0), b"[" * 200_000)
+    run_dir.write(heartbeats.name(1, 0), b'{"host": "' + b"x" * 50_000 + b'"}')
+    assert heartbeats.read_all(run_dir, num_slices=2) == []
