@@ -576,3 +576,22 @@ def test_the_readme_download_figures_are_the_locks():
     assert count and total
     mb = round(sum(sizes.values()) / 1e6)
     assert (int(count[1]), int(total[1]), int(total[2])) == (len(sizes), mb, round(sizes["jaxlib"] / 1e6))
+
+
+def test_the_docs_commands_run_uv_alike_and_write_over_no_tracked_file():
+    """Every ``uv run`` in a command block is ``uv run --frozen`` (the lock, never a re-resolve), and no
+    command writes its plot, summary or output over a file the repository tracks."""
+    tracked = set(
+        subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    )
+    unfrozen, overwritten = [], []
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for block in re.findall(r"```[a-z]*\n(.*?)```", page.read_text(encoding="utf-8"), re.S):
+            for line in block.splitlines():
+                where = f"{page.relative_to(ROOT)}: {line.strip()}"
+                if re.search(r"\buv run\b", line) and not re.search(r"\buv run (--project \S+ )?--frozen\b", line):
+                    unfrozen.append(where)
+                for target in re.findall(r"(?:--(?:plot|summary-json|out|output)[ =]|>>?\s*)([^\s;&|]+)", line):
+                    if target.lstrip("./") in tracked:
+                        overwritten.append(where)
+    assert unfrozen == [] and overwritten == [], (unfrozen, overwritten)
