@@ -58,6 +58,7 @@ from training import (
     fault_gate,
     membership_gate,
     mesh as mesh_lib,
+    peer_loss,
     preemption,
 )
 from training.checkpoint import manager as checkpointing
@@ -348,8 +349,14 @@ def main(config: TrainConfig, run_dir: str, identity: cluster.ClusterIdentity) -
         return _finish(EXIT_CONFIG, distributed)
     except RestoredStateDiverged:  # logged where it was raised
         return _finish(EXIT_FAILED, distributed)
-    except Exception:
-        log.exception("training failed")
+    except Exception as err:
+        if distributed and peer_loss.is_peer_loss(err):  # a peer's end, not this process's fault
+            log.error(
+                "training stopped: another process of the job is gone (%s); exiting to restart", peer_loss.summary(err)
+            )
+            log.debug("the error", exc_info=True)
+        else:
+            log.exception("training failed")
         return _finish(EXIT_FAILED, distributed)
     if distributed and result.exit_code in (EXIT_COMPLETE, EXIT_PREEMPTED):
         jax.distributed.shutdown()
