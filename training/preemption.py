@@ -103,7 +103,10 @@ class Notice:
                 if source:
                     noticed_at = time.monotonic()
                     self.noticed.set()
-                    log.warning("preemption notice (%s)", source)
+                    log.warning(
+                        "stop notice (%s): a preemption, a maintenance event or a stop; saving at the agreed step",
+                        source,
+                    )
                 continue
             if self.honouring:
                 return
@@ -113,12 +116,12 @@ class Notice:
             if not self.trained and waited >= SETTLE_S * (2 if self.joined and _process_index() == 0 else 1):
                 _exit(
                     EXIT_PREEMPTED,
-                    "preemption notice before the first training step of this start: nothing to save; exiting",
+                    "stop notice before the first training step of this start: nothing to save; exiting",
                 )
             if waited >= self.grace_s:
                 _exit(
                     EXIT_FAILED,
-                    f"preemption notice not honoured within {self.grace_s:.0f} s (the process is blocked); exiting",
+                    f"stop notice not honoured within {self.grace_s:.0f} s (the process is blocked); exiting",
                 )
             self._stop.wait(0.2)
 

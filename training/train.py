@@ -309,7 +309,7 @@ def _loop(
             recorder.eval(step, [float(loss) for loss in losses])
         if preempted:
             log.warning(
-                "preemption notice: saved step %d (%s); exiting for restart",
+                "stop notice: saved step %d (%s); exiting with 75 to resume from it",
                 step,
                 checkpointing.step_path(manager, step),
             )

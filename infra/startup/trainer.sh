@@ -91,7 +91,7 @@ case ${1:-} in
     status=${EXIT_STATUS:-?}
     case ${EXIT_CODE:-}:$status in
       exited:0) say "trainer: exited with status 0: training is complete" ;;
-      exited:75) say "trainer: exited with status 75: it saved a checkpoint after a preemption notice or to change its slice count (elastic)" ;;
+      exited:75) say "trainer: exited with status 75: it saved a checkpoint after a stop notice (a preemption, a maintenance event, a stop) or to change its slice count (elastic)" ;;
       exited:76) say "trainer: exited with status 76: the release record names a newer release; the release watch boots it" ;;
       exited:78)
         if [[ -n ${MULTISLICE_FOREGROUND:-} ]]; then

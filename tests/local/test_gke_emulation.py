@@ -90,12 +90,13 @@ def test_pods_train_save_the_agreed_step_on_a_preemption_and_new_pods_resume(tmp
         # Each boot took its place from the Pod's environment: the first Pods, the reset's, the repair's.
         identity = f"gke: worker {worker} of slice {slice_id} (TPU_WORKER_ID, MEGASCALE_SLICE_ID)"
         assert log.count(identity) == 3, log[-3000:]
-        notices = [int(step) for step in re.findall(r"preemption notice: saved step (\d+)", log)]
+        notices = [int(step) for step in re.findall(r"stop notice: saved step (\d+)", log)]
         assert len(notices) == 2 and HOLD_AT < notices[0] <= PREEMPT_AT <= notices[1], log[-3000:]
         saved.add(tuple(notices))
         assert (
             log.count(
-                "trainer: exited with status 75: it saved a checkpoint after a preemption notice"
+                "trainer: exited with status 75: it saved a checkpoint after a stop notice "
+                "(a preemption, a maintenance event, a stop)"
                 " or to change its slice count (elastic)"
             )
             == 2

@@ -52,7 +52,8 @@ def test_a_command_survives_a_kill_and_a_preemption_and_completes(tmp_path):
     # itself asserted jax.device_count() == 8 (it exits 78 otherwise, never restarted).
     assert (
         logs.count(
-            "exited with status 75: it saved a checkpoint after a preemption notice"
+            "exited with status 75: it saved a checkpoint after a stop notice "
+            "(a preemption, a maintenance event, a stop)"
             " or to change its slice count (elastic)"
         )
         == 2

@@ -159,7 +159,8 @@ def test_a_sigterm_to_the_container_reaches_the_trainer_which_saves_and_ends_75(
     assert code == 75, out
     assert (pod.fake_dir / "saved.1").is_file()
     assert (
-        "[slice 1 worker 1] trainer: exited with status 75: it saved a checkpoint after a preemption notice"
+        "[slice 1 worker 1] trainer: exited with status 75: it saved a checkpoint after a stop notice "
+        "(a preemption, a maintenance event, a stop)"
         " or to change its slice count (elastic)" in out
     )
 

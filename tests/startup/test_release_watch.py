@@ -104,7 +104,8 @@ def test_a_new_record_is_booted_in_place_and_the_trainer_saves_first(machine, ap
     # The first trainer got systemd's SIGTERM and saved before the second one started.
     assert (machine.fake_dir / "saved.1").exists()
     assert (
-        "trainer: exited with status 75: it saved a checkpoint after a preemption notice"
+        "trainer: exited with status 75: it saved a checkpoint after a stop notice "
+        "(a preemption, a maintenance event, a stop)"
         " or to change its slice count (elastic)" in lines[switch:]
     )
     assert machine.argv(1)[5] == str(machine.home / "releases" / ce_script.release_id / "config.json")

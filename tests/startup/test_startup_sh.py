@@ -204,7 +204,8 @@ def test_sigterm_to_the_vm_stops_the_trainer_after_it_saves(vm):
     assert (vm.fake_dir / "saved.1").read_text() == "checkpoint\n"
     assert "fake trainer saved its checkpoint" in lines
     assert (
-        "trainer: exited with status 75: it saved a checkpoint after a preemption notice"
+        "trainer: exited with status 75: it saved a checkpoint after a stop notice "
+        "(a preemption, a maintenance event, a stop)"
         " or to change its slice count (elastic)" in lines
     )
     assert "State 'stop-sigterm' timed out" not in output

@@ -62,7 +62,7 @@ def events(run_dir: Path) -> list[dict]:
     return read_records(RunDir(str(run_dir)), "events")
 
 
-SAVED = re.compile(r"preemption notice: saved step (\d+) \((\S+)\); exiting for restart")
+SAVED = re.compile(r"stop notice: saved step (\d+) \((\S+)\); exiting with 75 to resume from it")
 BOTH_SLOW = {0: {"TEST_STEP_DELAY_S": "0.3"}, 1: {"TEST_STEP_DELAY_S": "0.3"}}  # test-only: a notice lands mid-run
 
 
@@ -235,9 +235,7 @@ def test_a_notice_while_blocked_in_restore_ends_every_process(preempted_run, tmp
     job.signal(1)
     assert job.wait() == [train.EXIT_PREEMPTED, train.EXIT_PREEMPTED], logs(job)
     for i in range(2):
-        assert "preemption notice before the first training step of this start: nothing to save; exiting 75" in job.log(
-            i
-        )
+        assert "stop notice before the first training step of this start: nothing to save; exiting 75" in job.log(i)
 
 
 @pytest.mark.timeout(300)
@@ -249,7 +247,7 @@ def test_a_notice_while_waiting_for_peers_ends_the_process(corpus, tmp_path, job
     job.wait_for(0, r"jax.distributed.initialize coordinator=")
     job.signal(0)
     assert job.wait() == [train.EXIT_PREEMPTED], logs(job)
-    assert "preemption notice before the first training step of this start: nothing to save; exiting 75" in job.log(0)
+    assert "stop notice before the first training step of this start: nothing to save; exiting 75" in job.log(0)
 
 
 @pytest.mark.slow

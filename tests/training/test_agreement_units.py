@@ -152,7 +152,7 @@ time.sleep(600)  # blocked: never asks reached()
         (
             "trained",
             preemption.EXIT_FAILED,
-            "preemption notice not honoured within 3 s (the process is blocked); exiting 1",
+            "stop notice not honoured within 3 s (the process is blocked); exiting 1",
         ),
     ],
 )
@@ -174,4 +174,4 @@ def test_the_watchdog_ends_a_blocked_process_after_a_notice(progress, code, mess
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     assert proc.returncode == code, out
-    assert "preemption notice (SIGTERM to this process)" in out and message in out
+    assert "stop notice (SIGTERM to this process)" in out and message in out
