@@ -54,12 +54,17 @@ superseded() {
   wait "$!" || true
   exit 76
 }
-# backoff: before a restart, wait MULTISLICE_RESTART_BACKOFF_S doubled per restart (at most _MAX_S).
+# backoff: before a restart, wait MULTISLICE_RESTART_BACKOFF_S doubled per restart (at most _MAX_S);
+# none after a planned stop: status 75 (ExecMainStatus, the last run's), a checkpoint saved to resume
+# from (an elastic resize, a stop notice honoured), is no failure to slow down for.
 backoff() {
-  local restarts delay
+  local restarts delay last
   restarts=$(systemctl show --property=NRestarts --value "$UNIT" 2>/dev/null) || restarts=0
   [[ $restarts =~ ^[0-9]+$ ]] || restarts=0
-  if ((restarts > 0)); then
+  last=$(systemctl show --property=ExecMainStatus --value "$UNIT" 2>/dev/null) || last=''
+  if ((restarts > 0)) && [[ $last == 75 ]]; then
+    say "$1: restart $restarts, at once: the last run saved a checkpoint and stopped as planned (status 75)"
+  elif ((restarts > 0)); then
     delay=$(awk -v b="${MULTISLICE_RESTART_BACKOFF_S:-1}" -v m="${MULTISLICE_RESTART_BACKOFF_MAX_S:-60}" -v n="$restarts" \
       'BEGIN { d = b * 2 ^ (n - 1); print (d < m) ? d : m }')
     say "$1: restart $restarts, after ${delay}s of backoff"

@@ -61,6 +61,7 @@ echo "fake trainer attempt $n on stderr" >&2
 case ${FAKE_MODE:-ok} in
   ok) exit 0 ;;
   fail-twice) if ((n <= 2)); then exit 3; fi; exit 0 ;;
+  resize-then-fail) if ((n == 1)); then exit 75; fi; if ((n == 2)); then exit 3; fi; exit 0 ;;
   always-fail) exit 5 ;;
   config-error) exit 78 ;;
   wait-term)

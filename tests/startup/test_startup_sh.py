@@ -148,6 +148,20 @@ def test_restarts_with_capped_backoff(vm):
     assert started[1] - started[0] >= 0.19 and started[2] - started[1] >= 0.29
 
 
+def test_a_planned_stop_restarts_without_the_failure_backoff(vm):
+    """Status 75 (an elastic resize, a stop notice honoured: a checkpoint saved to resume from)
+    restarts at once; a failure after it still waits its backoff."""
+    result = vm.run(
+        FAKE_MODE="resize-then-fail", MULTISLICE_RESTART_BACKOFF_S="0.2", MULTISLICE_RESTART_BACKOFF_MAX_S="0.3"
+    )
+    assert result.returncode == 0, result.stdout
+    lines = prefixed(result.stdout)
+    assert vm.attempts == 3
+    assert "trainer: restart 1, at once: the last run saved a checkpoint and stopped as planned (status 75)" in lines
+    assert "trainer: restart 2, after 0.3s of backoff" in lines  # 0.2 × 2 capped at 0.3
+    assert [line for line in lines if "of backoff" in line] == ["trainer: restart 2, after 0.3s of backoff"]
+
+
 def test_gives_up_at_the_start_limit(vm):
     result = vm.run(
         FAKE_MODE="always-fail", MULTISLICE_RESTART_BACKOFF_S="0.01", MULTISLICE_RESTART_BACKOFF_MAX_S="0.02"
