@@ -57,6 +57,11 @@ log = logging.getLogger("training")
 POLL_S = 1.0
 #: Seconds between two log lines of one wait.
 REPORT_S = 30.0
+#: At the run's first start (epoch 0, no checkpoint yet) a slice never seen is waited for this long, or
+#: ``shrinkAfter`` if longer, before the run starts without it: capacity arrives slice by slice
+#: (flex-start above all), and a slice late by minutes is no lost slice. One that is still late is
+#: taken in at the run's first checkpoint, without waiting ``growAfter``.
+FIRST_START_WAIT_S = 600.0
 _STEP = re.compile(r"^checkpoints/(\d+)$")
 
 
@@ -182,6 +187,9 @@ def join(
         # Lost since its last heartbeat, but never before the epoch began: a member restarting for
         # a change (its heartbeat stale for a moment) is not taken for lost.
         lost_since = {s: max(seen.get(s, entered), record.time) for s in record.slices if s not in up}
+        if record.epoch == 0 and record.step is None:  # the first start: a slice never seen may be late
+            late = record.time + max(0.0, FIRST_START_WAIT_S - shrink_after_s)
+            lost_since |= {s: max(since, late) for s, since in lost_since.items() if s not in seen}
         choice = elastic.decide(
             counts=allowed,
             members=record.slices,
@@ -190,7 +198,7 @@ def join(
             last_change=record.time,
             now=now,
             shrink_after_s=shrink_after_s,
-            grow_after_s=grow_after_s,
+            grow_after_s=_grow_after(record, grow_after_s),
         )
         growing = choice is not None and len(choice[0]) > len(record.slices)
         step = newest_checkpoint_step(run_dir) if choice is not None else None
@@ -271,6 +279,7 @@ def grow_to(
     if newest is not None and newest.epoch != record.epoch:
         return newest
     now = time.time()
+    grow_after_s = _grow_after(record, grow_after_s)
     if now - record.time < grow_after_s:
         return None
     up = heartbeats.healthy(heartbeats.read_all(run_dir, slices, now=now), now)
@@ -288,6 +297,12 @@ def grow_to(
         return None
     after, _ = membership.propose(run_dir, record, choice[0], step=step, reason=choice[1], now=now)
     return after
+
+
+def _grow_after(record: membership.Membership, grow_after_s: float) -> float:
+    """``growAfter`` for a job of ``record``'s slices: none when it left slices out before the run's
+    first checkpoint (late at the first start: :data:`FIRST_START_WAIT_S`), else ``grow_after_s``."""
+    return 0.0 if record.step is None and record.epoch > 0 else grow_after_s
 
 
 def enter(

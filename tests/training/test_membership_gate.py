@@ -123,6 +123,7 @@ def test_two_slices_that_each_believe_the_other_lost_never_both_train(tmp_path, 
     epoch 0; the record lets exactly one of them train, and the other stands by."""
     run_dir = RunDir(str(tmp_path / "run"))
     membership.propose(run_dir, None, (0, 1), step=None, reason="the run's start", now=time.time() - 100)
+    monkeypatch.setattr(membership_gate, "FIRST_START_WAIT_S", 0.0)  # neither slice has seen the other
     seen_by = threading.local()
     read_all = heartbeats.read_all
     monkeypatch.setattr(
@@ -284,3 +285,39 @@ def test_a_huge_or_deep_heartbeat_is_left_out(tmp_path):
     run_dir.write(heartbeats.name(0, 0), b"[" * 200_000)
     run_dir.write(heartbeats.name(1, 0), b'{"host": "' + b"x" * 50_000 + b'"}')
     assert heartbeats.read_all(run_dir, num_slices=2) == []
+
+
+def test_a_slice_late_at_the_first_start_is_waited_for(tmp_path, stop, monkeypatch):
+    """Slice 1 has not booted yet (no heartbeat ever): slice 0 waits FIRST_START_WAIT_S, not only
+    shrinkAfter, before it starts the run alone."""
+    monkeypatch.setattr(membership_gate, "FIRST_START_WAIT_S", 2.0)
+    run_dir = RunDir(str(tmp_path / "run"))
+    began = time.monotonic()
+    job, record = start(run_dir, identity(0, 0), shrink=0.2)
+    assert time.monotonic() - began >= 1.9  # the first-start wait, well past shrinkAfter
+    assert record.epoch == 1 and record.slices == (0,) and record.step is None
+    assert job.num_slices == 1
+
+
+def test_a_slice_seen_then_lost_at_the_first_start_is_not_waited_for_longer(tmp_path, stop, monkeypatch):
+    monkeypatch.setattr(membership_gate, "FIRST_START_WAIT_S", 3600.0)
+    run_dir = RunDir(str(tmp_path / "run"))
+    membership.propose(run_dir, None, (0, 1), step=None, reason="the run's start", now=time.time())
+    old_heartbeat(run_dir, 1, age_s=0.0)  # it booted, then went away: lost, as before
+    job, record = start(run_dir, identity(0, 0), shrink=0.5)
+    assert record.slices == (0,) and job.num_slices == 1
+
+
+def test_a_slice_late_at_the_first_start_is_taken_in_at_the_first_checkpoint(tmp_path):
+    """The run started without it (epoch 1, before any checkpoint): growAfter (an hour here) is not
+    waited for; the next checkpoint takes it in."""
+    run_dir = RunDir(str(tmp_path / "run"))
+    first, _ = membership.propose(run_dir, None, (0, 1), step=None, reason="start", now=time.time() - 20)
+    alone, _ = membership.propose(run_dir, first, (0,), step=None, reason="slice 1 late", now=time.time() - 10)
+    for s in (0, 1):
+        old_heartbeat(run_dir, s, age_s=0.0)
+    grown = membership_gate.grow_to(CONFIG, run_dir, alone, step=20, shrink_after_s=10, grow_after_s=3600)
+    assert grown is not None and grown.slices == (0, 1) and grown.step == 20
+    # Lost after a checkpoint: growAfter holds as before.
+    later, _ = membership.propose(run_dir, grown, (0,), step=40, reason="slice 1 lost", now=time.time())
+    assert membership_gate.grow_to(CONFIG, run_dir, later, step=60, shrink_after_s=10, grow_after_s=3600) is None
