@@ -62,6 +62,10 @@ REPORT_S = 30.0
 #: (flex-start above all), and a slice late by minutes is no lost slice. One that is still late is
 #: taken in at the run's first checkpoint, without waiting ``growAfter``.
 FIRST_START_WAIT_S = 600.0
+#: Once every member is ready, the gate waits this long before it leaves and reads the newest epoch
+#: again (the last call): a returned slice whose proposal lands in that window (a grow decided as the
+#: members became ready) is joined in the same start instead of one more restart at the next checkpoint.
+LAST_CALL_S = 2.0
 _STEP = re.compile(r"^checkpoints/(\d+)$")
 
 
@@ -170,6 +174,7 @@ def join(
     allowed = counts(config)
     entered = time.time()
     wait = _Wait()
+    all_ready: tuple[int, float] | None = None  # (epoch, when every member was first seen ready)
     while True:
         done = completion.is_complete(run_dir, config.steps)
         if done is not None:
@@ -238,6 +243,11 @@ def join(
             beat.beat()
             continue
         if all(b.ready == record.epoch for s in record.slices for b in up[s]):
+            if all_ready is None or all_ready[0] != record.epoch:
+                all_ready = (record.epoch, time.monotonic())
+            if time.monotonic() - all_ready[1] < LAST_CALL_S:  # the last call: a proposal may still land
+                time.sleep(min(poll_s, LAST_CALL_S))
+                continue
             newest = membership.current(run_dir, identity.num_slices)
             if newest is not None and newest.epoch == record.epoch:
                 job = renumbered(identity, record, up[record.slices[0]][0].host)

@@ -321,3 +321,33 @@ def test_a_slice_late_at_the_first_start_is_taken_in_at_the_first_checkpoint(tmp
     # Lost after a checkpoint: growAfter holds as before.
     later, _ = membership.propose(run_dir, grown, (0,), step=40, reason="slice 1 lost", now=time.time())
     assert membership_gate.grow_to(CONFIG, run_dir, later, step=60, shrink_after_s=10, grow_after_s=3600) is None
+
+
+def test_a_grow_proposed_at_the_last_call_is_joined_in_the_same_start(tmp_path, stop, monkeypatch):
+    """Slice 0 alone is ready for epoch 1 when slice 1's proposal (epoch 2: both) lands: within the
+    last call, slice 0 reads it and starts as a job of both, not alone (one restart saved). The window
+    stays open until the test closes it, so no timing of the machine decides the outcome."""
+    monkeypatch.setattr(membership_gate, "LAST_CALL_S", 3600.0)
+    run_dir = RunDir(str(tmp_path / "run"))
+    first, _ = membership.propose(run_dir, None, (0, 1), step=None, reason="start", now=time.time() - 60)
+    alone, _ = membership.propose(run_dir, first, (0,), step=40, reason="slice 1 lost", now=time.time() - 30)
+    newcomer = heartbeats.Heartbeat(run_dir, 1, 0, 1, "10.0.1.0")
+    with ThreadPoolExecutor(1) as pool:
+        joining = pool.submit(start, run_dir, identity(0, 0))
+        try:
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:  # slice 0 is ready for epoch 1
+                beat = run_dir.read(heartbeats.name(0, 0))
+                if beat is not None and json.loads(beat).get("ready") == alone.epoch:
+                    break
+                time.sleep(0.05)
+            assert not joining.done()
+            grown, _ = membership.propose(run_dir, alone, (0, 1), step=40, reason="slice 1 back", now=time.time())
+            newcomer.ready = grown.epoch
+            newcomer.start()
+            monkeypatch.setattr(membership_gate, "LAST_CALL_S", 0.0)
+            job, record = joining.result(timeout=120)
+        finally:
+            newcomer.stop()
+            stop.set()
+    assert record == grown and job.num_slices == 2
