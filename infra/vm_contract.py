@@ -239,6 +239,9 @@ SCRIPT_INTERNAL_ENV = (
     "MULTISLICE_RELEASE_WATCHING",
     "MULTISLICE_LINE_PREFIX",
     "MULTISLICE_FOREGROUND",
+    # trainer.sh → delete_on_complete.sh: the slice that wrote the completion marker (python -m training
+    # completed-by), whose worker 0 deletes the queued resource
+    "MULTISLICE_COMPLETION_SLICE",
 )
 #: What the trainer (``training/``) reads (each appears in its source).
 TRAINER_ENV = (

@@ -511,7 +511,7 @@ def test_unwritable_summary_path_fails_before_anything_runs(tmp_path):
 
 def test_fault_specs_take_ascii_digits_only(tmp_path):
     text = _error_of(run_cli(["local", "up", "--config-file", str(STACK), "--kill", "１@3"], tmp_path))
-    assert "expected SLICE@STEP" in text
+    assert "is malformed: the form is SLICE@STEP" in text
 
 
 def test_a_stale_state_file_never_signals_an_unrelated_process(tmp_path):
