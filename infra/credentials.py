@@ -57,6 +57,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from infra.readers.files import UnreadableFile, read_bounded
+
 #: Stack config key → the environment variables pulumi-gcp falls back to, in order.
 SOURCES: dict[str, tuple[str, ...]] = {
     "gcp:accessToken": ("GOOGLE_OAUTH_ACCESS_TOKEN",),
@@ -86,6 +88,13 @@ HOW_TO_SET = (
     'set gcp:credentials or gcp:accessToken (`pulumi config set --secret gcp:credentials "$(cat key.json)"`), '
     "or GOOGLE_CREDENTIALS / GOOGLE_APPLICATION_CREDENTIALS, or run `gcloud auth application-default login`"
 )
+
+
+#: The most bytes of a credentials file read, and of credentials JSON decoded (``json_record``, which
+#: bounds its nesting too): a service-account key is about 2.4 KB, and every type of
+#: :data:`FILE_TYPES` a few KB; an access token is under 2 KB. A larger file is not credentials (a
+#: device, a log or an archive named by mistake), and is refused unread.
+MAX_CREDENTIALS_BYTES = 1 << 20
 
 
 class CredentialsError(ValueError):
@@ -138,16 +147,38 @@ def _delegates(setting: Setting | None) -> tuple[str, ...]:
 
 def path_or_contents(value: str) -> tuple[str, bool]:
     """``(contents, was_a_path)``: the file's text when ``value`` (``~`` expanded) names an
-    existing file, else ``value`` itself (terraform-provider-google ``verify.PathOrContents``)."""
+    existing file, else ``value`` itself (terraform-provider-google ``verify.PathOrContents``).
+    The file is read by ``read_bounded``: a regular file of at most :data:`MAX_CREDENTIALS_BYTES`.
+
+    Raises:
+      UnreadableFile: ``value`` names a file that cannot be read as credentials (a FIFO or a
+        device it was replaced by, over the limit, not UTF-8, or the OS refused it); the message
+        names the file and why.
+    """
     if value.lstrip().startswith("{") or "\n" in value:
         return value, False
     try:
         path = Path(value).expanduser()
-        if path.is_file():
-            return path.read_text(), True
+        if not path.is_file():
+            return value, False
     except (OSError, RuntimeError):  # not a usable path (too long, no home directory): contents
-        pass
-    return value, False
+        return value, False
+    return _file_text(path), True
+
+
+def _file_text(path: Path) -> str:
+    """The text of the credentials file ``path`` (see :func:`path_or_contents`).
+
+    Raises:
+      UnreadableFile: as :func:`path_or_contents` says (a file gone since it was found, too).
+    """
+    try:
+        return read_bounded(path, MAX_CREDENTIALS_BYTES).decode("utf-8")
+    except UnicodeDecodeError:
+        raise UnreadableFile(f"{path} is not UTF-8 text") from None
+    except OSError as err:
+        why = err.why if isinstance(err, UnreadableFile) else err.strerror or str(err)
+        raise UnreadableFile(f"{path} cannot be read ({why})") from None
 
 
 @dataclass(frozen=True)
@@ -212,9 +243,11 @@ class CredentialSettings:
 def _check_file_json(text: str, origin: str) -> str | None:
     """Why ``text`` is not a credentials JSON google-auth can load (else None)."""
     try:
-        info = json.loads(text)
+        info = _json(text)
     except json.JSONDecodeError as exc:
         return f"{origin} is neither an existing file nor credentials JSON ({exc.msg} at line {exc.lineno})"
+    except ValueError as exc:  # over the limit, nested past the parser, an integer past 4,300 digits
+        return f"{origin} is not credentials JSON ({exc})"
     if not isinstance(info, dict):
         return f"{origin} is not a credentials JSON object"
     kind = info.get("type")
@@ -224,6 +257,18 @@ def _check_file_json(text: str, origin: str) -> str | None:
     if missing:
         return f"{origin} ({kind}) lacks {', '.join(missing)}"
     return None
+
+
+def _json(text: str) -> Any:
+    """The JSON value of credentials ``text``, through ``training.run_objects.json_record`` (at most
+    :data:`MAX_CREDENTIALS_BYTES`, nesting the parser takes).
+
+    Raises:
+      ValueError: not JSON (a ``json.JSONDecodeError`` for a syntax error), or past those bounds.
+    """
+    from training.run_objects import json_record  # jax-free; here, not above: the program never imports it
+
+    return json_record(text.encode("utf-8", "surrogatepass"), MAX_CREDENTIALS_BYTES)
 
 
 def _adc_file(environ: Mapping[str, str]) -> tuple[Path, str] | None:
@@ -273,26 +318,31 @@ def problem(
       require_credentials: False for a local fake of the API, which takes anonymous calls
         (configured credentials are still checked).
     """
-    if settings.access_token is not None:
-        token, _ = path_or_contents(settings.access_token.value)
-        if not token.strip():
-            return f"{settings.access_token.origin} is empty; {HOW_TO_SET}"
-    elif settings.credentials is not None:
-        text, _ = path_or_contents(settings.credentials.value)
-        reason = _check_file_json(text, settings.credentials.origin)
-        if reason:
-            return f"{reason}; {HOW_TO_SET}"
-    elif require_credentials:
-        adc = _adc_file(environ)
-        if adc is not None:
-            path, origin = adc
-            if not path.is_file():
-                return f"{origin} names {str(path)!r}, which does not exist; {HOW_TO_SET}"
-            reason = _check_file_json(path.read_text(), f"{origin} ({path})")
+    try:
+        if settings.access_token is not None:
+            token, _ = path_or_contents(settings.access_token.value)
+            if not token.strip():
+                return f"{settings.access_token.origin} is empty; {HOW_TO_SET}"
+        elif settings.credentials is not None:
+            text, _ = path_or_contents(settings.credentials.value)
+            reason = _check_file_json(text, settings.credentials.origin)
             if reason:
                 return f"{reason}; {HOW_TO_SET}"
-        elif not _metadata_server_expected(environ):
-            return f"no Google Cloud credentials found: {HOW_TO_SET}"
+        elif require_credentials:
+            adc = _adc_file(environ)
+            if adc is not None:
+                path, origin = adc
+                if not path.is_file():
+                    return f"{origin} names {str(path)!r}, which does not exist; {HOW_TO_SET}"
+                reason = _check_file_json(_file_text(path), f"{origin} ({path})")
+                if reason:
+                    return f"{reason}; {HOW_TO_SET}"
+            elif not _metadata_server_expected(environ):
+                return f"no Google Cloud credentials found: {HOW_TO_SET}"
+    except UnreadableFile as err:
+        named = settings.access_token or settings.credentials
+        where = named.origin if named is not None else "Application Default Credentials"
+        return f"{where}: {err}; {HOW_TO_SET}"
     account = settings.impersonate_service_account
     if account is not None and "@" not in account.value:
         return f"{account.origin} must be a service account email; got {account.value!r}"
@@ -353,10 +403,10 @@ def load(settings: CredentialSettings, *, quota_project: str | None, iam_endpoin
             )
         elif settings.credentials is not None:
             text, _ = path_or_contents(settings.credentials.value)
-            base = _from_info(json.loads(text), scopes)
+            base = _from_info(_json(text), scopes)
         else:
             base, _ = google.auth.default(scopes=scopes)
-    except (exceptions.GoogleAuthError, ValueError) as exc:
+    except (exceptions.GoogleAuthError, ValueError, UnreadableFile) as exc:
         origin = settings.access_token or settings.credentials
         where = origin.origin if origin is not None else "Application Default Credentials"
         raise CredentialsError(f"{where}: {exc}; {HOW_TO_SET}") from None

@@ -6,7 +6,7 @@ Where each part lives:
   optimizer, jitted steps, restore and warm-up before the first step), :mod:`training.step`,
   :mod:`training.state`, :mod:`training.optimizer`, :mod:`training.mesh`;
 * who this process is and how the job agrees: :mod:`training.cluster`, :mod:`training.agreement`,
-  :mod:`training.preemption`;
+  :mod:`training.preemption`, their environment knobs checked by :mod:`training.knobs`;
 * configuration: :mod:`training.config` (validated by :mod:`training.validation`);
 * :mod:`training.model` (the transformer, attention kernels, the layer scan, parameter shapes),
   :mod:`training.data` (byte and token readers, prepared datasets), :mod:`training.checkpoint`

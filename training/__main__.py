@@ -51,9 +51,13 @@ def run(
     single_process: bool = typer.Option(False, help="Run as the whole job, without TPU metadata."),
 ) -> None:
     """Train (or resume) until the configured number of steps; exit 0 when complete."""
-    from training import cluster, train
+    from training import cluster, knobs, train
     from training.config import load_train_config
 
+    problem = knobs.problem()  # before anything starts: the timeouts, the port, the preemption grace
+    if problem is not None:
+        typer.echo(f"error: {problem}", err=True)
+        raise typer.Exit(train.EXIT_CONFIG)
     try:
         train_config = load_train_config(config.read_bytes())
     except ValueError as err:
@@ -115,10 +119,13 @@ def bench_shardings(
     """The seed's MLP-stack shardings experiment: TFLOP/s per device and efficiency."""
     import json
 
+    from training import knobs
     from training.bench import shardings as bench_lib
 
     try:
         spec = options.spec()
+        if (problem := knobs.problem()) is not None:  # the timeouts and port of jax.distributed
+            raise bench_lib.BenchConfigError(problem)
     except bench_lib.BenchConfigError as err:
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(2) from None

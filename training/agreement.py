@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-import os
+from training import knobs
 
 DEFAULT_TIMEOUT_S = 300
 _PREFIX = "multislice/"
@@ -17,7 +17,8 @@ class AgreementError(RuntimeError):
 
 
 def timeout_s() -> int:
-    return int(os.environ.get("MULTISLICE_AGREEMENT_TIMEOUT_S", DEFAULT_TIMEOUT_S))
+    """``MULTISLICE_AGREEMENT_TIMEOUT_S`` (:mod:`training.knobs`: 1 s to a day). Raises KnobError."""
+    return knobs.integer("MULTISLICE_AGREEMENT_TIMEOUT_S", DEFAULT_TIMEOUT_S)
 
 
 def client():

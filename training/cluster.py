@@ -41,7 +41,8 @@ Environment knobs (the emulator sets them; real VMs use the defaults), passed to
 ``MULTISLICE_COORDINATOR_PORT`` (8482), ``MULTISLICE_INIT_TIMEOUT_S`` →
 ``initialization_timeout`` (900 s, JAX's is 300: the slices of a cold multislice start boot
 minutes apart), ``MULTISLICE_HEARTBEAT_TIMEOUT_S`` → ``heartbeat_timeout_seconds`` (100 s:
-a dead peer ends every process within it). Bounds: docs/jax-on-cpu.md, "Failures".
+a dead peer ends every process within it). Bounds: docs/jax-on-cpu.md, "Failures"; each value is
+checked by :mod:`training.knobs` (a bad one is one line naming the variable).
 """
 
 from __future__ import annotations
@@ -54,6 +55,8 @@ import urllib.error
 import urllib.request
 from collections.abc import Mapping
 from typing import Literal, overload
+
+from training import knobs
 
 log = logging.getLogger(__name__)
 
@@ -175,6 +178,19 @@ class ClusterIdentity:
         return cls(worker=0, workers_per_slice=1, slice_id=0, num_slices=1, coordinator_address="")
 
 
+def coordinator_port(environ: Mapping[str, str] | None = None) -> int:
+    """``MULTISLICE_COORDINATOR_PORT`` of ``environ`` (default: this process's environment), else
+    :data:`DEFAULT_COORDINATOR_PORT`.
+
+    Raises:
+      MetadataError: not a port (:mod:`training.knobs`; the message names the variable).
+    """
+    try:
+        return knobs.integer("MULTISLICE_COORDINATOR_PORT", DEFAULT_COORDINATOR_PORT, environ)
+    except knobs.KnobError as err:
+        raise MetadataError(str(err)) from None
+
+
 def identity_from_metadata() -> ClusterIdentity:
     """Read this VM's identity from the metadata server (see module docstring).
 
@@ -197,7 +213,7 @@ def identity_from_metadata() -> ClusterIdentity:
         raise MetadataError(f"MEGASCALE_SLICE_ID {slice_id} is outside MEGASCALE_NUM_SLICES {num_slices}")
     coordinator_host = tpu_env.get("MEGASCALE_COORDINATOR_ADDRESS") or hosts[0]
     coordinator_host = coordinator_host.split(":")[0]
-    port = int(os.environ.get("MULTISLICE_COORDINATOR_PORT", DEFAULT_COORDINATOR_PORT))
+    port = coordinator_port()
     return ClusterIdentity(
         worker=worker,
         workers_per_slice=len(hosts),
@@ -272,7 +288,7 @@ def identity_from_environment(
     if num_slices < 1 or slice_id >= num_slices:
         raise MetadataError(f"{MEGASCALE_SLICE_ID_ENV} {slice_id} is outside {MEGASCALE_NUM_SLICES_ENV} {num_slices}")
     coordinator_host = (env.get(MEGASCALE_COORDINATOR_ENV) or hosts[0]).split(":")[0]
-    port = int(env.get("MULTISLICE_COORDINATOR_PORT", DEFAULT_COORDINATOR_PORT))
+    port = coordinator_port(env)
     return ClusterIdentity(
         worker=worker,
         workers_per_slice=len(hosts),
@@ -330,8 +346,8 @@ def initialize(identity: ClusterIdentity) -> None:
         return
     import jax
 
-    init_timeout = int(os.environ.get("MULTISLICE_INIT_TIMEOUT_S", DEFAULT_INIT_TIMEOUT_S))
-    heartbeat = int(os.environ.get("MULTISLICE_HEARTBEAT_TIMEOUT_S", DEFAULT_HEARTBEAT_TIMEOUT_S))
+    init_timeout = knobs.integer("MULTISLICE_INIT_TIMEOUT_S", DEFAULT_INIT_TIMEOUT_S)
+    heartbeat = knobs.integer("MULTISLICE_HEARTBEAT_TIMEOUT_S", DEFAULT_HEARTBEAT_TIMEOUT_S)
     log.info(
         "jax.distributed.initialize coordinator=%s process %d/%d (init timeout %ds, heartbeat %ds)",
         identity.coordinator_address,

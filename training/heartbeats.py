@@ -132,10 +132,10 @@ def read_all(
     for entry in run_dir.list(f"{HEARTBEAT_DIR}/*.json"):
         if not (match := _NAME.fullmatch(entry)):
             continue
-        data = run_dir.read(entry)
-        if data is None:
-            continue
         try:
+            data = run_dir.read(entry)  # a local FIFO or device there: UnreadableObject, a ValueError
+            if data is None:
+                continue
             if len(data) > MAX_BEAT_BYTES:
                 raise ValueError(f"{len(data):,} bytes, over {MAX_BEAT_BYTES:,}")
             beat = _beat(json_record(data), num_slices, workers_per_slice, now)

@@ -15,6 +15,10 @@ from datetime import UTC, datetime
 
 LOG_NAME = "multislice-trainer"
 FLUSH_AT_EXIT_S = 10.0
+#: The longest line read at once: a longer one goes on in pieces of this size, each a line of its own
+#: (Cloud Logging takes entries of up to 256 KB; a trainer's line is under 1 KB), so that one line
+#: without an end never holds more than this in memory.
+MAX_LINE_BYTES = 64 << 10
 _LEVEL = re.compile(r"^\S+ (DEBUG|INFO|WARNING|ERROR|CRITICAL) ")
 
 
@@ -159,7 +163,7 @@ def main(argv: list[str]) -> int:
 
     thread = threading.Thread(target=work, daemon=True)
     thread.start()
-    for raw in sys.stdin.buffer:
+    for raw in iter(lambda: sys.stdin.buffer.readline(MAX_LINE_BYTES), b""):
         line = raw.rstrip(b"\r\n")
         try:
             sys.stdout.buffer.write(prefix.encode() + line + b"\n")

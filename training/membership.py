@@ -28,7 +28,7 @@ import time
 from typing import Any
 
 from training.run_dir import RunDir
-from training.run_objects import json_record
+from training.run_objects import UnreadableObject, json_record
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +128,10 @@ def read(run_dir: RunDir, epoch: int, num_slices: int | None = None) -> Membersh
     Raises:
       MembershipError: it exists and does not pass :func:`_parse`.
     """
-    data = run_dir.read(_name(epoch))
+    try:
+        data = run_dir.read(_name(epoch))
+    except UnreadableObject as err:  # a local FIFO or device there
+        raise MembershipError(f"membership record {_name(epoch)} is not one this trainer wrote ({err})") from None
     return None if data is None else _parse(_name(epoch), data, num_slices)
 
 

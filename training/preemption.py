@@ -22,7 +22,7 @@ import threading
 import time
 from typing import Any
 
-from training import agreement
+from training import agreement, knobs
 
 log = logging.getLogger(__name__)
 
@@ -40,9 +40,7 @@ class Notice:
     the service earlier is fatal); the loop asks :meth:`reached` after every step."""
 
     def __init__(self, grace_s: float | None = None):
-        self.grace_s = (
-            float(os.environ.get("MULTISLICE_PREEMPTION_GRACE_S", DEFAULT_GRACE_S)) if grace_s is None else grace_s
-        )
+        self.grace_s = knobs.seconds("MULTISLICE_PREEMPTION_GRACE_S", DEFAULT_GRACE_S) if grace_s is None else grace_s
         self.local = False  # a SIGTERM reached this module's handler
         self.trained = False  # this start completed a training step
         self.honouring = False  # the loop reached the agreed step and saves

@@ -22,6 +22,8 @@ import uuid
 
 from etils import epath
 
+from training.run_objects import file_bytes
+
 
 def fsspec_filesystem(path: epath.Path):
     """The fsspec filesystem etils.epath uses for ``path`` (gcsfs on ``gs://``), or None for a local path."""
@@ -64,8 +66,14 @@ class RunDir:
         return self.path / name
 
     def read(self, name: str) -> bytes | None:
-        """The bytes of ``<run>/<name>``, or None if it does not exist."""
+        """The bytes of ``<run>/<name>``, or None if it does not exist. A local object is read by
+        :func:`training.run_objects.file_bytes`: a FIFO, a device or a file over
+        :data:`~training.run_objects.MAX_OBJECT_BYTES` (more than any reader decodes) is refused
+        unread, as an :class:`~training.run_objects.UnreadableObject` (an ``OSError`` and a
+        ``ValueError``: a reader that takes a damaged object as absent takes this one so too)."""
         try:
+            if not self.remote:
+                return file_bytes(self.path / name)
             return (self.path / name).read_bytes()
         except FileNotFoundError:
             return None

@@ -56,6 +56,7 @@ from training import (
     cluster,
     compile_cache,
     fault_gate,
+    knobs,
     membership_gate,
     mesh as mesh_lib,
     peer_loss,
@@ -344,6 +345,7 @@ def main(config: TrainConfig, run_dir: str, identity: cluster.ClusterIdentity) -
         mesh_lib.MeshError,
         DataError,
         RunDirError,
+        knobs.KnobError,  # python -m training run checks them first; a caller that did not, here
     ) as err:
         log.error("configuration error: %s", err)
         return _finish(EXIT_CONFIG, distributed)

@@ -202,7 +202,7 @@ def local_logs(
     polls: int | None = POLLS_OPTION,
 ) -> None:
     """The console log lines of the stack's emulated VMs (multislice local up), oldest first."""
-    from infra.logs.local import ConsoleTail, vm_logs
+    from infra.logs.local import ConsoleLogError, ConsoleTail, vm_logs
 
     config = load_config(stack, config_file)
     check_range(config, slice_id, worker)
@@ -215,9 +215,12 @@ def local_logs(
             1,
         )
     tail = ConsoleTail(logs_dir, slice_id=slice_id, worker=worker, since=start)
-    printed = stream(
-        without_library_notices(lambda: tail.poll(final=not follow), libraries), follow, polls, LOCAL_POLL_SECONDS
-    )
+    try:
+        printed = stream(
+            without_library_notices(lambda: tail.poll(final=not follow), libraries), follow, polls, LOCAL_POLL_SECONDS
+        )
+    except ConsoleLogError as err:  # a FIFO or a device where a VM's log is
+        raise fail(str(err), 1) from None
     if printed == 0 and not follow:
         err_console.print(
             f"no lines match in {logs_dir}{' since ' + since if since else ''}", markup=False, soft_wrap=True

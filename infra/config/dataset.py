@@ -40,6 +40,7 @@ from typing import Any
 
 from infra.config.loading import StackConfigError
 from infra.config.schema import StackConfig
+from infra.readers.files import UnreadableFile, read_bounded
 from training.config import vocabulary_mismatch
 from training.model import presets
 
@@ -110,8 +111,10 @@ def read_manifest_bytes(
         request failed or took longer than ``timeout`` seconds.
     """
     if not location.startswith("gs://"):
+        from training.run_objects import MAX_OBJECT_BYTES  # the most the manifest's reader decodes
+
         try:
-            return Path(location).read_bytes()
+            return read_bounded(location, MAX_OBJECT_BYTES)  # a FIFO or a device is refused unread
         except FileNotFoundError:
             source = Path(location).parent
             raise ManifestUnreadable(
@@ -119,6 +122,8 @@ def read_manifest_bytes(
                 if source.is_dir()
                 else f"{source} does not exist on this machine (a path on the VMs is checked where it exists here too)"
             ) from None
+        except UnreadableFile as err:
+            raise ManifestUnreadable(f"cannot read {location}: {err.why}") from None
         except OSError as err:
             raise ManifestUnreadable(f"cannot read {location}: {err.strerror or err}") from None
     environ = os.environ if environ is None else environ

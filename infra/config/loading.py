@@ -35,7 +35,9 @@ from infra.config.errors import StackConfigError
 from infra.config.schema import StackConfig
 from infra.config.structured import STRUCTURED_KEYS
 from infra.readers import engine_config, environment
+from infra.readers.files import read_bounded
 from infra.readers.stack_file import (
+    MAX_FILE_BYTES,
     MAX_INT_CHARS,
     NAMESPACE,
     DuplicateKeyError,
@@ -168,11 +170,11 @@ def default_stacks_dir() -> Path:
     for parent in [Path.cwd(), *Path.cwd().parents]:
         project = parent / "Pulumi.yaml"
         if project.is_file():
-            try:
-                data = yaml.safe_load(project.read_text()) or {}
-            except (yaml.YAMLError, ValueError):  # ValueError: an integer int() refuses
+            try:  # any project's file: read as a stack file is (a regular file of 1 MiB, its YAML bounded)
+                data = load_yaml(read_bounded(project, MAX_FILE_BYTES).decode("utf-8"), str(project))
+            except (OSError, yaml.YAMLError, ValueError, RecursionError):  # ValueError: not UTF-8, a bad int
                 continue
-            if data.get("name") == "multislice":
+            if isinstance(data, dict) and data.get("name") == "multislice":
                 return parent / str(data.get("stackConfigDir", "."))
     return _CHECKOUT_STACKS
 

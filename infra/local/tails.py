@@ -15,11 +15,13 @@
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from infra.readers.files import open_regular
 from training.metrics.run_log import parse_records, segments
 from training.run_dir import RunDir
 
@@ -126,13 +128,27 @@ class MetricsTail(RecordTail):
         return records
 
 
+#: The most of a log's end read for its last lines (:func:`last_lines`): the 20 lines an error message
+#: quotes, each up to 12 KB. A longer log is read from this far before its end.
+MAX_TAIL_BYTES = 256 << 10
+
+
 def last_lines(path: Path, lines: int) -> list[str] | None:
-    """The last ``lines`` lines of the text file ``path`` (undecodable bytes replaced), or
-    None if it cannot be read."""
+    """The last ``lines`` lines of the text file ``path`` (undecodable bytes replaced), read from its
+    last :data:`MAX_TAIL_BYTES`, or None if it cannot be read (not a regular file: a FIFO would
+    block, a device never ends; ``infra.readers.files.open_regular``)."""
     try:
-        return path.read_text(errors="replace").splitlines()[-lines:]
+        fd = open_regular(path)
+        try:
+            size = os.fstat(fd).st_size
+            start = max(0, size - MAX_TAIL_BYTES)
+            data = os.pread(fd, size - start, start)
+        finally:
+            os.close(fd)
     except OSError:
         return None
+    text = data.decode("utf-8", errors="replace").splitlines()
+    return (text[1:] if start else text)[-lines:]  # the first line read began before the start
 
 
 def indented_tail(log: Path, lines: int = 15) -> str:

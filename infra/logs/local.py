@@ -9,7 +9,9 @@ the newest time stated at or before it in its file: the boot line's, or that of 
 log line (``2026-11-30T17:31:41+0000 INFO ...``, training/__main__.py).
 
 :class:`ConsoleTail` reads every VM's log and, polled again, what was appended since (a log
-that was removed or truncated, by ``local up --fresh``, is read again from its start).
+that was removed or truncated, by ``local up --fresh``, is read again from its start). A log is
+read only as a regular file (a FIFO or a device in its place is a :class:`ConsoleLogError`), and at
+most :data:`MAX_POLL_BYTES` of it a poll.
 """
 
 from __future__ import annotations
@@ -22,6 +24,18 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from infra.logs.lines import LogLine, strip_prefix
+from infra.readers.files import UnreadableFile, open_regular
+
+#: The most of one VM's console log read in one poll: some 200,000 lines of 160 bytes. A log with more
+#: unread (the first poll of a long run's log) is read from this far before its end, the newest lines,
+#: and a line says how much was skipped: memory is bounded by the number of VMs, not their logs' length.
+MAX_POLL_BYTES = 32 << 20
+
+
+class ConsoleLogError(OSError):
+    """A console log that is there but cannot be read (a FIFO or a device in its place, or the OS's
+    refusal); the message names it."""
+
 
 #: The console log of one emulated VM.
 VM_LOG = re.compile(r"^slice-(\d+)-worker-(\d+)\.log$")
@@ -51,6 +65,15 @@ def vm_logs(logs_dir: Path) -> dict[tuple[int, int], Path]:
             if match:
                 found[(int(match[1]), int(match[2]))] = path
     return dict(sorted(found.items()))
+
+
+def _read_to(fd: int, start: int, end: int) -> bytes:
+    """Bytes ``[start, end)`` of the open file ``fd`` (fewer if it is shorter now)."""
+    chunks, offset = [], start
+    while offset < end and (chunk := os.pread(fd, min(end - offset, 1 << 20), offset)):
+        chunks.append(chunk)
+        offset += len(chunk)
+    return b"".join(chunks)
 
 
 @dataclass
@@ -90,22 +113,34 @@ class ConsoleTail:
     def _read(self, slice_id: int, worker: int, path: Path, final: bool) -> list[LogLine]:
         position = self._positions.setdefault((slice_id, worker), _Position())
         try:
-            with open(path, "rb") as handle:
-                stat = os.fstat(handle.fileno())
-                size, inode = stat.st_size, stat.st_ino
-                if inode != position.inode or size < position.offset:  # new or truncated: from the start
-                    self._positions[(slice_id, worker)] = position = _Position(inode=inode)
-                handle.seek(position.offset)
-                data = position.pending + handle.read()
-                position.offset = handle.tell()
-        except FileNotFoundError:
+            fd = open_regular(path)  # a FIFO would block the open, a device never ends
+        except (FileNotFoundError, NotADirectoryError):
             return []
+        except UnreadableFile as err:
+            raise ConsoleLogError(f"cannot read the console log {path}: {err.why}") from None
+        try:
+            stat = os.fstat(fd)
+            if stat.st_ino != position.inode or stat.st_size < position.offset:  # new or truncated: from the start
+                self._positions[(slice_id, worker)] = position = _Position(inode=stat.st_ino)
+            start = max(position.offset, stat.st_size - MAX_POLL_BYTES)
+            skipped, new = start - position.offset, _read_to(fd, start, stat.st_size)
+        except OSError as err:
+            raise ConsoleLogError(f"cannot read the console log {path}: {err.strerror or err}") from None
+        finally:
+            os.close(fd)
+        position.offset = start + len(new)
+        lines: list[LogLine] = []
+        if skipped:  # the newest MAX_POLL_BYTES, from the first line that begins in them
+            cut = new.find(b"\n") + 1
+            skipped, new, position.pending = skipped + len(position.pending) + cut, new[cut:], b""
+            note = f"({skipped:,} earlier bytes of {path.name} not shown: over {MAX_POLL_BYTES:,} unread at once)"
+            lines.append(LogLine(slice_id, worker, note, position.time))
+        data = position.pending + new
         *complete, rest = data.split(b"\n")
         position.pending = rest
         if final and rest:
             complete.append(rest)
             position.pending = b""
-        lines = []
         for raw in complete:
             text = strip_prefix(raw.decode("utf-8", errors="replace").rstrip("\r"))
             position.time = stated_time(text) or position.time

@@ -40,11 +40,17 @@ from pulumi_policy.proxy import UnknownValueError, unknown_checking_proxy
 
 from infra.policy.policies import POLICIES
 from infra.policy.value_secrets import stack_file_credentials
+from infra.readers.files import UnreadableFile, read_bounded
+from training.run_objects import json_record
 
 #: The policy the stack file's plain-text credentials are reported under (:mod:`infra.policy.value_secrets`).
 VALUES_POLICY = "values-carry-no-credentials"
 
 __all__ = ["PolicyConfigError", "Violation", "check_stack", "check_world", "load_policy_config", "parse_policy_config"]
+
+#: The most bytes of a ``--policy-pack-config`` file read: a level or a few properties for each of the
+#: pack's policies is a few KB; a larger file is not one (a device or a log named by mistake).
+MAX_POLICY_CONFIG_BYTES = 1 << 20
 
 #: Inputs the engine adds to a dynamic resource (the pickled provider): not the resource's own.
 _ENGINE_INPUTS = ("__provider",)
@@ -118,17 +124,22 @@ def parse_policy_config(raw: Mapping[str, Any], policies: Sequence[Policy] = POL
 
 
 def load_policy_config(path: Path) -> dict[str, Any]:
-    """Read a ``--policy-pack-config`` JSON file.
+    """Read a ``--policy-pack-config`` JSON file: a regular file of at most
+    :data:`MAX_POLICY_CONFIG_BYTES` (``read_bounded``), decoded by ``json_record`` (nesting bounded).
 
     Raises:
-      PolicyConfigError: the file is missing or not a JSON object.
+      PolicyConfigError: the file is missing, special (a FIFO, a device), too long, or not a JSON object.
     """
     try:
-        raw = json.loads(path.read_text())
+        raw = json_record(read_bounded(path, MAX_POLICY_CONFIG_BYTES))
+    except UnreadableFile as err:
+        raise PolicyConfigError(f"policy config {path}: {err.why}") from None
     except OSError as err:
         raise PolicyConfigError(f"policy config {path}: {err.strerror or err}") from None
     except json.JSONDecodeError as err:
         raise PolicyConfigError(f"policy config {path}: not JSON ({err.msg}, line {err.lineno})") from None
+    except ValueError as err:  # not UTF-8, nested past the parser, an integer past 4,300 digits
+        raise PolicyConfigError(f"policy config {path}: not JSON ({err})") from None
     if not isinstance(raw, dict):
         raise PolicyConfigError(f"policy config {path}: expected a JSON object of policy names")
     return raw

@@ -8,6 +8,10 @@ check and the open is judged as it is opened). It reads at most ``limit`` bytes:
 ``stat`` does not tell (``/proc`` files show 0) is read no further. What the OS refuses (a name too
 long, a folder it may not search, a loop of links) is the same error with the OS's reason.
 
+:func:`open_regular` is its first half, for a reader that reads part of a file (its first line, its
+end, what was appended since the last read): the descriptor of a regular file, judged the same
+way; the caller bounds what it reads and closes it.
+
 Errors: :class:`FileNotFoundError` when there is no file (:class:`NotADirectoryError` when a folder
 of its path is a file); :class:`UnreadableFile`, with the reason in words (``why``), for everything
 else.
@@ -50,13 +54,14 @@ def special_kind(mode: int) -> str | None:
     return next((name for test, name in FILE_KINDS if test(mode)), "a special file")
 
 
-def read_bounded(path: Path | str, limit: int) -> bytes:
-    """The bytes of the regular file ``path``, at most ``limit`` of them (see the module docstring).
+def open_regular(path: Path | str) -> int:
+    """A descriptor of the regular file ``path``, opened ``O_NONBLOCK`` (no wait for a FIFO's writer)
+    and judged by ``fstat`` on it (see the module docstring); the caller closes it.
 
     Raises:
       FileNotFoundError: there is no file at ``path`` (or a folder of it is missing).
       NotADirectoryError: a folder of ``path`` is a file.
-      UnreadableFile: not a regular file, over ``limit`` bytes, or the OS refused it (its reason).
+      UnreadableFile: not a regular file (``kind`` says what), or the OS refused it (its reason).
     """
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
@@ -67,10 +72,27 @@ def read_bounded(path: Path | str, limit: int) -> bytes:
     except OSError as err:
         raise UnreadableFile(err.strerror or str(err)) from None
     try:
+        kind = special_kind(os.fstat(fd).st_mode)
+    except OSError as err:
+        os.close(fd)
+        raise UnreadableFile(err.strerror or str(err)) from None
+    if kind is not None:
+        os.close(fd)
+        raise UnreadableFile(f"{kind}, not a regular file", kind)
+    return fd
+
+
+def read_bounded(path: Path | str, limit: int) -> bytes:
+    """The bytes of the regular file ``path``, at most ``limit`` of them (see the module docstring).
+
+    Raises:
+      FileNotFoundError: there is no file at ``path`` (or a folder of it is missing).
+      NotADirectoryError: a folder of ``path`` is a file.
+      UnreadableFile: not a regular file, over ``limit`` bytes, or the OS refused it (its reason).
+    """
+    fd = open_regular(path)
+    try:
         info = os.fstat(fd)
-        kind = special_kind(info.st_mode)
-        if kind is not None:
-            raise UnreadableFile(f"{kind}, not a regular file", kind)
         if info.st_size > limit:
             raise UnreadableFile(f"{info.st_size:,} bytes, over the {limit:,} read", too_long=True, size=info.st_size)
         chunks: list[bytes] = []

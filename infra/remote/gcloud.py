@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from infra.readers.files import open_regular
 from infra.remote.command import RERUN_REFUSED_EXIT, RERUN_REFUSED_MESSAGE
 from infra.remote.fanout import Outcome, describe_code
 from infra.remote.selection import RemoteError
@@ -39,6 +40,9 @@ SSH_TOOLS = ("ssh", "scp", "ssh-keygen")
 #: gcloud's private key without ``--ssh-key-file`` (``Keys.DEFAULT_KEY_FILE``, same file); the
 #: public key is this plus ``.pub``.
 KEY_FILE = "~/.ssh/google_compute_engine"
+#: The most of a key file's first line read (:func:`_key_file_state`): a key's first line is a PEM
+#: header (under 40 bytes) or a public key (under 1 KB for RSA 4096); only whether it is blank counts.
+KEY_LINE_BYTES = 4096
 #: Seconds ``ssh-keygen`` may take.
 KEYGEN_TIMEOUT_S = 60.0
 #: Seconds a process waits for the key's lock (:func:`key_lock_path`) while another makes the
@@ -228,14 +232,22 @@ def _make_key_pair(keygen: str, private: Path, public: Path) -> Path | None:
 
 def _key_file_state(path: Path) -> str:
     """``present``, ``absent`` or ``broken`` (empty or unreadable), as gcloud's
-    ``Keys._WarnOrReadFirstKeyLine`` tells them (a present file has a non-blank first line)."""
+    ``Keys._WarnOrReadFirstKeyLine`` tells them (a present file has a non-blank first line): a
+    regular file (``open_regular``: a FIFO is broken, not waited on) of whose first line at most
+    :data:`KEY_LINE_BYTES` are read."""
     try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            return "present" if f.readline().strip() else "broken"
+        fd = open_regular(path)
     except FileNotFoundError:
         return "absent"
     except OSError:
         return "broken"
+    try:
+        first = os.read(fd, KEY_LINE_BYTES).split(b"\n", 1)[0]
+    except OSError:
+        return "broken"
+    finally:
+        os.close(fd)
+    return "present" if first.decode("utf-8", errors="replace").strip() else "broken"
 
 
 def credentials_error(stderr: str) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -82,6 +83,14 @@ def test_a_bad_policy_config_is_one_line(tmp_path):
         "error: policy config: unknown policy 'training-fits-hmb'; policies: "
         + ", ".join(p.name for p in __import__("infra.policy.policies", fromlist=["POLICIES"]).POLICIES)
     )
+
+
+def test_a_fifo_as_policy_config_is_one_line_not_a_wait(tmp_path):
+    fifo = tmp_path / "policy.json"
+    os.mkfifo(fifo)  # reading it whole would wait for a writer: read_bounded refuses it on its descriptor
+    result = invoke("check", "--stack", "dev", "--policy-config", str(fifo))
+    assert result.exit_code == 2
+    assert result.output.strip() == f"error: policy config {fifo}: a FIFO, not a regular file"
 
 
 def test_an_invalid_stack_names_the_key(tmp_path):

@@ -345,6 +345,34 @@ def test_local_follow_through_the_command_stops_after_the_test_hooks_polls(tmp_p
     assert result.stdout.splitlines()[-1] == "[slice 0 worker 0] line"
 
 
+def test_a_fifo_in_place_of_a_console_log_is_one_line_not_a_wait(tmp_path):
+    logs = tmp_path / "dev" / "logs"
+    logs.mkdir(parents=True)
+    os.mkfifo(logs / "slice-0-worker-0.log")  # opening it for reading would wait for a writer
+    result = invoke("local", "logs", "--stack", "dev", env={"MULTISLICE_STATE_DIR": str(tmp_path)})
+    assert result.exit_code == 1
+    assert result.stderr.splitlines() == [
+        f"error: cannot read the console log {logs / 'slice-0-worker-0.log'}: a FIFO, not a regular file"
+    ]
+
+
+def test_a_console_log_longer_than_a_poll_reads_is_shown_from_its_newest_lines(tmp_path, monkeypatch):
+    from infra.logs import local
+
+    monkeypatch.setattr(local, "MAX_POLL_BYTES", 100)
+    logs = tmp_path / "logs"
+    old = "".join(f"[slice 0 worker 0] old line {n}\n" for n in range(50))  # 1,450 bytes
+    write_console(logs, 0, 0, boot(0, T0) + old + "[slice 0 worker 0] newest line\n")
+    tail = ConsoleTail(logs)
+    lines = [line.text for line in tail.poll()]
+    assert lines[0].startswith("(") and lines[0].endswith(
+        "earlier bytes of slice-0-worker-0.log not shown: over 100 unread at once)"
+    )
+    assert lines[-1] == "newest line" and 2 <= len(lines) <= 5  # 100 bytes: the last few lines, whole
+    write_console(logs, 0, 0, "[slice 0 worker 0] appended\n")
+    assert [line.text for line in tail.poll()] == ["appended"]  # what is appended next, as before
+
+
 def test_a_stack_never_run_locally_is_one_line(tmp_path):
     result = invoke("local", "logs", "--stack", "dev", env={"MULTISLICE_STATE_DIR": str(tmp_path)})
     assert result.exit_code == 1

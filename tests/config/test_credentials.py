@@ -146,6 +146,41 @@ def test_missing_or_malformed_credentials_are_one_line_naming_what_to_set(config
         assert message.endswith(HOW_TO_SET)
 
 
+def test_credentials_past_their_bounds_are_one_line_not_a_traceback(tmp_path):
+    from infra.credentials import MAX_CREDENTIALS_BYTES
+
+    big = tmp_path / "key.json"
+    big.write_bytes(b" " * (MAX_CREDENTIALS_BYTES + 1))  # a regular file, too long to be a key: refused unread
+    nested = "[" * 100_000  # nested past the parser: a RecursionError escapes `except ValueError`, were it raised
+    cases = [
+        (
+            resolve(GOOGLE_CREDENTIALS=str(big)),
+            f"GOOGLE_CREDENTIALS: {big} cannot be read (1,048,577 bytes, over the 1,048,576 read); ",
+        ),
+        (
+            resolve(GOOGLE_OAUTH_ACCESS_TOKEN=str(big)),
+            f"GOOGLE_OAUTH_ACCESS_TOKEN: {big} cannot be read (1,048,577 bytes, over the 1,048,576 read); ",
+        ),
+        (
+            resolve({"gcp:credentials": nested}),
+            "gcp:credentials is not credentials JSON (JSON nested deeper than this reader takes); ",
+        ),
+    ]
+    for settings, expected in cases:
+        assert problem(settings, {}) == expected + HOW_TO_SET
+    adc = tmp_path / "adc.json"
+    adc.write_text("[" * 100_000)
+    environ = {"GOOGLE_APPLICATION_CREDENTIALS": str(adc)}
+    assert problem(resolve(), environ) == (
+        f"GOOGLE_APPLICATION_CREDENTIALS ({adc}) is not credentials JSON (JSON nested deeper than this reader "
+        f"takes); {HOW_TO_SET}"
+    )
+    with pytest.raises(CredentialsError, match=r"^gcp:credentials: JSON nested deeper than this reader takes; set "):
+        load(resolve({"gcp:credentials": nested}), quota_project="p")
+    with pytest.raises(CredentialsError, match=r"^GOOGLE_CREDENTIALS: .* cannot be read \(1,048,577 bytes, over"):
+        load(resolve(GOOGLE_CREDENTIALS=str(big)), quota_project="p")
+
+
 def test_an_empty_token_file_is_reported(tmp_path):
     empty = tmp_path / "token"
     empty.write_text("\n")

@@ -106,6 +106,26 @@ def test_an_unreadable_manifest_is_one_warning_naming_the_source(tmp_path):
         assert "was not checked" in checked.warning and reason in checked.warning
 
 
+def test_a_fifo_or_an_oversized_manifest_is_one_warning_not_a_wait(tmp_path, monkeypatch):
+    import os
+
+    from training import run_objects
+
+    fifo = tmp_path / "fifo"
+    fifo.mkdir()
+    os.mkfifo(fifo / "manifest.json")  # reading it whole would wait for a writer: refused on its descriptor
+    big = tmp_path / "big"
+    big.mkdir()
+    (big / "manifest.json").write_bytes(b" " * 65)
+    monkeypatch.setattr(run_objects, "MAX_OBJECT_BYTES", 64)  # the most the manifest's reader decodes
+    for source, reason in [
+        (fifo, f"cannot read {fifo}/manifest.json: a FIFO, not a regular file"),
+        (big, f"cannot read {big}/manifest.json: 65 bytes, over the 64 read"),
+    ]:
+        checked = check_dataset(stack(training=on(str(source))))
+        assert checked.warning is not None and checked.warning.endswith(reason)
+
+
 def test_byte_sources_read_nothing(tmp_path):
     text = tmp_path / "corpus.txt"
     text.write_text("some text\n")

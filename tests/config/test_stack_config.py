@@ -403,6 +403,26 @@ def test_stacks_dir_discovery(tmp_path, monkeypatch):
     assert config_mod.default_stacks_dir() == tmp_path / "env"
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[" * 100_000,  # nested past the parser: a RecursionError, were it not bounded
+        "name: multislice\nstackConfigDir: cfg\n" + "#" * (1 << 20),  # over the stack file's 1 MiB
+        "- name: multislice\n",  # a list, not a project
+        "name: multislice\nname: again\n",  # a repeated key, as a stack file may not have
+    ],
+    ids=["nested", "oversized", "a-list", "repeated-key"],
+)
+def test_a_pulumi_yaml_above_past_the_stack_files_bounds_is_passed_over(tmp_path, monkeypatch, text):
+    monkeypatch.delenv("MULTISLICE_STACKS_DIR", raising=False)
+    (tmp_path / "Pulumi.yaml").write_text("name: multislice\nstackConfigDir: outer\n")
+    inner = tmp_path / "inner"
+    inner.mkdir()
+    (inner / "Pulumi.yaml").write_text(text)
+    monkeypatch.chdir(inner)
+    assert config_mod.default_stacks_dir() == tmp_path / "outer"
+
+
 def test_object_valued_keys_are_the_ones_the_engine_sends_as_json_text():
     assert set(config_mod.STRUCTURED_KEYS) == {
         "multislice:workload",  # optional (None: the trainer), still an object when set

@@ -4,7 +4,9 @@ and the end of a log for error messages."""
 
 from __future__ import annotations
 
+import os
 import time
+from pathlib import Path
 
 import pytest
 
@@ -89,6 +91,19 @@ def test_last_lines(tmp_path):
     assert last_lines(log, 3) == ["line 28", "line 29", "bad \ufffd byte"]
     assert last_lines(log, 100)[0] == "line 0"
     assert last_lines(tmp_path / "absent.log", 3) is None
+
+
+def test_last_lines_reads_only_the_end_of_a_regular_file(tmp_path, monkeypatch):
+    from infra.local import tails
+
+    monkeypatch.setattr(tails, "MAX_TAIL_BYTES", 40)
+    log = tmp_path / "vm.log"
+    log.write_bytes(b"".join(f"line {i}\n".encode() for i in range(1000)))
+    assert last_lines(log, 100) == ["line 996", "line 997", "line 998", "line 999"]  # whole lines of the last 40 bytes
+    fifo = tmp_path / "fifo.log"
+    os.mkfifo(fifo)
+    assert last_lines(fifo, 3) is None  # refused on its descriptor, not waited on
+    assert last_lines(Path("/dev/zero"), 3) is None  # never read: it would never end
 
 
 @pytest.mark.parametrize(

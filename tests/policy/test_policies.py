@@ -448,3 +448,26 @@ def test_a_command_workload_is_not_held_to_the_trainers_policies(dev_qr):
     command = changed(dev_qr, trainer={"command": ["python3", "train.py"], "env": {}, "steps": 100.0})
     for policy in ("training-fits-hbm", "data-source-exists", "dcn-tensor-parallelism-one"):
         assert violations(policy, QR_TYPE, command) == [], policy
+
+
+def test_a_policy_config_file_past_its_bounds_is_one_line(tmp_path):
+    import os
+
+    from infra.policy.evaluate import MAX_POLICY_CONFIG_BYTES, PolicyConfigError, load_policy_config
+
+    fifo, big, deep = tmp_path / "fifo.json", tmp_path / "big.json", tmp_path / "deep.json"
+    os.mkfifo(fifo)  # read_text would wait for a writer
+    big.write_bytes(b" " * (MAX_POLICY_CONFIG_BYTES + 1) + b"{}")
+    deep.write_text("[" * 100_000)  # a RecursionError escapes `except ValueError`, were it raised
+    expected = {
+        fifo: "a FIFO, not a regular file",
+        big: "1,048,579 bytes, over the 1,048,576 read",
+        deep: "not JSON (JSON nested deeper than this reader takes)",
+    }
+    for path, why in expected.items():
+        with pytest.raises(PolicyConfigError) as raised:
+            load_policy_config(path)
+        assert str(raised.value) == f"policy config {path}: {why}"
+    good = tmp_path / "good.json"
+    good.write_text('{"training-fits-hbm": "advisory"}')
+    assert load_policy_config(good) == {"training-fits-hbm": "advisory"}

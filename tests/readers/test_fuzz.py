@@ -35,13 +35,13 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "suite"))
 
 #: Module → the public readers in it that this file drives (and how).
 FUZZED = {
-    files: {"read_bounded", "special_kind"},
+    files: {"read_bounded", "open_regular", "special_kind"},
     state_records: {"emulator_state", "deletion_record", "recorded_stack_file", "state_damage"},
     stack_file: {"read_stack_text", "load_yaml", "check_file"},
     # tests/readers/test_engine_reading.py drives these: the engine's corpus, and generated scalars
     engine_config: {"check_agreement", "config_map", "v3_plain", "v3_scalar", "go_parse_int"},
     environment: {"stacks_dir", "state_dir", "log_level", "check_all"},  # tests/readers/test_environment.py
-    run_objects: {"json_record"},
+    run_objects: {"json_record", "file_bytes", "open_regular"},
 }
 
 #: JSON-ish bytes: nested values, odd numbers, and raw bytes.
@@ -114,10 +114,33 @@ def test_a_file_is_read_within_its_limit_or_refused(tmp_path_factory, data, limi
         assert files.read_bounded(path, limit) == data and len(data) <= limit
     except files.UnreadableFile as err:
         assert err.too_long and len(data) > limit
+    try:  # the trainer's twin
+        assert run_objects.file_bytes(path, limit) == data and len(data) <= limit
+    except run_objects.UnreadableObject as err:
+        assert isinstance(err, ValueError) and "over" in str(err) and len(data) > limit
+    fd = files.open_regular(path)  # a regular file's descriptor, whatever its bytes
+    os.close(fd)
 
 
+def _open_and_close(open_regular):
+    def opened(path, _limit):
+        os.close(open_regular(path))
+
+    return opened
+
+
+READS = {
+    "read_bounded": (files.read_bounded, files.UnreadableFile),
+    "open_regular": (_open_and_close(files.open_regular), files.UnreadableFile),
+    "file_bytes": (run_objects.file_bytes, run_objects.UnreadableObject),
+    "run_objects.open_regular": (_open_and_close(run_objects.open_regular), run_objects.UnreadableObject),
+}
+
+
+@pytest.mark.parametrize("reader", list(READS))
 @pytest.mark.parametrize("make", ["fifo", "dir", "dev", "missing", "through-a-file"])
-def test_special_files_are_refused_before_a_read(tmp_path, make):
+def test_special_files_are_refused_before_a_read(tmp_path, make, reader):
+    read, refusal = READS[reader]
     path = tmp_path / "f"
     if make == "fifo":
         os.mkfifo(path)
@@ -128,8 +151,9 @@ def test_special_files_are_refused_before_a_read(tmp_path, make):
     elif make == "through-a-file":
         path.write_text("x")
         path = path / "g"
-    with pytest.raises((files.UnreadableFile, FileNotFoundError, NotADirectoryError)):
-        files.read_bounded(path, 1 << 20)
+    expected = {"missing": FileNotFoundError, "through-a-file": NotADirectoryError}.get(make, refusal)
+    with pytest.raises(expected):
+        read(path, 1 << 20)
 
 
 @given(_BYTES)

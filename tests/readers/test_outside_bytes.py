@@ -267,20 +267,10 @@ INVENTORY: dict[str, tuple[str, str, str]] = {
         "a request body the emulated Compute API gets from this program's own clients",
         "loopback test double; Content-Length bytes, decoded by `api_traffic.parse_json` (None when not JSON)",
     ),
-    "infra/backends/compute_engine/instance_groups.py::list_group::json.loads(proc.stdout or '[]')": (
-        GAP,
-        "gcloud's JSON listing of a managed instance group",
-        "no size or nesting bound (a `RecursionError` escapes the `except`); its fields are checked",
-    ),
     "infra/backends/gke/kubectl.py::kubectl_executable::os.environ.get('MULTISLICE_KUBECTL')": (
         ELSEWHERE,
         "`MULTISLICE_KUBECTL`, kubectl's path",
         "run as a command: one that does not start is a `KubectlError` (`infra/backends/gke/kubectl.py`)",
-    ),
-    "infra/backends/gke/operate.py::pods_of::json.loads(listing)": (
-        GAP,
-        "kubectl's JSON Pod listing",
-        "no size or nesting bound (a `RecursionError` escapes the `except ValueError`); its fields are checked",
     ),
     "infra/backends/queued_resource/capacity.py::endpoint::os.environ.get(ENDPOINT_ENV)": (
         ELSEWHERE,
@@ -357,11 +347,6 @@ INVENTORY: dict[str, tuple[str, str, str]] = {
         "the environment's credential settings",
         "`infra/credentials.py` `problem()` checks them, one line naming what to set",
     ),
-    "infra/backends/queued_resource/ssh.py::check_deployed::json.loads(proc.stdout)": (
-        GAP,
-        "gcloud's JSON description of the queued resource",
-        "no size or nesting bound (a `RecursionError` escapes the `except`); its fields are checked",
-    ),
     "infra/backends/spec.py::BackendSpec.package_text::resources.files(package).joinpath(file).read_text()": (
         OWN,
         "a backend's package data (its shell templates)",
@@ -374,11 +359,6 @@ INVENTORY: dict[str, tuple[str, str, str]] = {
         "an endpoint for the Logging client; `is_loopback` decides anonymous access (`infra/logs/cloud.py`)",
     ),
     # infra/config -------------------------------------------------------------------------------
-    "infra/config/dataset.py::read_manifest_bytes::Path(location).read_bytes()": (
-        GAP,
-        "a local dataset manifest (`multislice:training.data.source`)",
-        "read whole: a FIFO or a device is not refused (then `json_record`, 64 MiB); wants `read_bounded`",
-    ),
     "infra/config/dataset.py::read_manifest_bytes::os.environ": (
         ELSEWHERE,
         "`STORAGE_EMULATOR_HOST` and the credential settings",
@@ -388,11 +368,6 @@ INVENTORY: dict[str, tuple[str, str, str]] = {
         READER,
         "a dataset manifest in Cloud Storage",
         "decoded by `training.run_objects.json_record` (64 MiB, once fetched) in `training/data/manifest.py`",
-    ),
-    "infra/config/loading.py::default_stacks_dir::yaml.safe_load(project.read_text())": (
-        GAP,
-        "a `Pulumi.yaml` above the working directory",
-        "any project's file: read whole, YAML without the stack file's limits (only `name` is used)",
     ),
     "infra/config/structured.py::parse::json.loads(text)": (
         ELSEWHERE,
@@ -415,30 +390,10 @@ INVENTORY: dict[str, tuple[str, str, str]] = {
         "a credential setting's delegate list",
         "from the stack file (1 MiB reader) or an environment variable; non-JSON is split on commas",
     ),
-    "infra/credentials.py::path_or_contents::path.read_text()": (
-        GAP,
-        "a credentials file a setting names",
-        "read whole after `is_file()`: no size bound",
-    ),
-    "infra/credentials.py::_check_file_json::json.loads(text)": (
-        GAP,
-        "credentials JSON (a setting's value or file)",
-        "no size or nesting bound (a `RecursionError` escapes); its fields are checked",
-    ),
     "infra/credentials.py::_metadata_server_expected::PRODUCT_NAME_FILE.read_text()": (
         ELSEWHERE,
         "the SMBIOS product name, `/sys/class/dmi/id/product_name`",
         "a sysfs attribute: the kernel serves at most a page",
-    ),
-    "infra/credentials.py::problem::path.read_text()": (
-        GAP,
-        "the Application Default Credentials file",
-        "read whole after `is_file()`: no size bound",
-    ),
-    "infra/credentials.py::load::json.loads(text)": (
-        GAP,
-        "credentials JSON, for google-auth",
-        "checked by `problem()` first, itself without a bound",
     ),
     # infra/emulated -----------------------------------------------------------------------------
     "infra/emulated/api_traffic.py::record::os.environ.get(TRAFFIC_ENV)": (
@@ -633,10 +588,10 @@ INVENTORY: dict[str, tuple[str, str, str]] = {
         "the console log of a VM this command booted",
         "from the last offset; shown as text (errors replaced)",
     ),
-    "infra/local/tails.py::last_lines::path.read_text()": (
-        GAP,
-        "a VM's console log in the state directory, for its last lines",
-        "read whole to keep a few lines: no size bound",
+    "infra/local/tails.py::last_lines::os.pread(fd)": (
+        READER,
+        "the end of a log (a VM's console, a benchmark's child), for an error message's last lines",
+        "a regular file (`infra.readers.files.open_regular`); its last `MAX_TAIL_BYTES` (256 KiB)",
     ),
     "infra/local/topology.py::vm_environment::os.environ.items": (
         PASSED,
@@ -674,10 +629,10 @@ INVENTORY: dict[str, tuple[str, str, str]] = {
         "the environment's credential settings",
         "`infra/credentials.py` `problem()` checks them, one line naming what to set",
     ),
-    "infra/logs/local.py::ConsoleTail._read::open(path)": (
-        GAP,
+    "infra/logs/local.py::_read_to::os.pread(fd)": (
+        READER,
         "a VM's console log in the state directory (`local logs`)",
-        "from the last offset to the end: the first read takes the whole log, no size bound",
+        "a regular file (`infra.readers.files.open_regular`); at most `MAX_POLL_BYTES` (32 MiB) a poll, the newest",
     ),
     # infra/planner ------------------------------------------------------------------------------
     "infra/planner/compiled.py::compiled_memory::os.environ": (
@@ -695,11 +650,6 @@ INVENTORY: dict[str, tuple[str, str, str]] = {
         ELSEWHERE,
         "`STORAGE_EMULATOR_HOST` and the credential settings",
         "`infra/credentials.py` `problem()` checks them, offline",
-    ),
-    "infra/policy/evaluate.py::load_policy_config::json.loads(path.read_text())": (
-        GAP,
-        "a `--policy-pack-config` JSON file",
-        "read whole (a FIFO blocks), no nesting bound; wants `read_bounded` and `json_record`",
     ),
     "infra/policy/release_contents.py::tar_files::tarfile.open(fileobj=io.BytesIO(data))": (
         ELSEWHERE,
@@ -737,10 +687,10 @@ INVENTORY: dict[str, tuple[str, str, str]] = {
         "`MULTISLICE_STACKS_DIR`, `MULTISLICE_STATE_DIR`",
         "`infra.readers.environment.stacks_dir`, `infra.readers.environment.state_dir`",
     ),
-    "infra/readers/files.py::read_bounded::os.open(path)": (
+    "infra/readers/files.py::open_regular::os.open(path)": (
         READER,
         "any file a reader is given",
-        "`infra.readers.files.read_bounded`",
+        "`infra.readers.files.open_regular` (for `infra.readers.files.read_bounded` too)",
     ),
     "infra/readers/files.py::read_bounded::os.read(fd)": (
         READER,
@@ -778,10 +728,10 @@ INVENTORY: dict[str, tuple[str, str, str]] = {
         "the SSH key's lock file",
         "only locked (`flock`), never read",
     ),
-    "infra/remote/gcloud.py::_key_file_state::open(path)": (
-        GAP,
+    "infra/remote/gcloud.py::_key_file_state::os.read(fd)": (
+        READER,
         "gcloud's SSH key file, its first line",
-        "`readline()` without a length cap",
+        "a regular file (`infra.readers.files.open_regular`); its first `KEY_LINE_BYTES` (4,096)",
     ),
     "infra/remote/gcloud.py::rerun_refused::open(outcome.log_path)": (
         OWN,
@@ -937,11 +887,6 @@ INVENTORY: dict[str, tuple[str, str, str]] = {
         "`GLIBC_TUNABLES`, for a log line",
         "set by `training/host_allocator.py` before it re-ran this process",
     ),
-    "training/agreement.py::timeout_s::os.environ.get('MULTISLICE_AGREEMENT_TIMEOUT_S')": (
-        GAP,
-        "`MULTISLICE_AGREEMENT_TIMEOUT_S`",
-        "`int()` of the raw value: a bad one is a `ValueError` traceback, not one line",
-    ),
     "training/aot.py::main::sys.stdin.read": (
         OWN,
         "a `TrainConfig` on stdin",
@@ -987,11 +932,6 @@ INVENTORY: dict[str, tuple[str, str, str]] = {
         "a key of the VM's metadata server",
         "Google's answer on the VM (Cloud TPU's keys); each parsed and checked in `training/cluster.py`",
     ),
-    "training/cluster.py::identity_from_metadata::os.environ.get('MULTISLICE_COORDINATOR_PORT')": (
-        GAP,
-        "`MULTISLICE_COORDINATOR_PORT`",
-        "`int()` of the raw value: a bad one is a `ValueError` traceback, not one line",
-    ),
     "training/cluster.py::identity_from_environment::os.environ": (
         ELSEWHERE,
         "`TPU_WORKER_ID`, `TPU_WORKER_HOSTNAMES`, `TPU_PROCESS_ADDRESSES`, `MEGASCALE_*`",
@@ -1012,35 +952,15 @@ INVENTORY: dict[str, tuple[str, str, str]] = {
         "whether `TPU_PROCESS_ADDRESSES` is set",
         "only tested for being set",
     ),
-    "training/cluster.py::initialize::os.environ.get('MULTISLICE_INIT_TIMEOUT_S')": (
-        GAP,
-        "`MULTISLICE_INIT_TIMEOUT_S`",
-        "`int()` of the raw value: a bad one is a `ValueError` traceback, not one line",
-    ),
-    "training/cluster.py::initialize::os.environ.get('MULTISLICE_HEARTBEAT_TIMEOUT_S')": (
-        GAP,
-        "`MULTISLICE_HEARTBEAT_TIMEOUT_S`",
-        "`int()` of the raw value: a bad one is a `ValueError` traceback, not one line",
-    ),
     "training/compile_cache.py::enable::os.environ.get(SHARED_DIR_ENV)": (
         ELSEWHERE,
         "`MULTISLICE_COMPILATION_CACHE_DIR`",
         "a folder for JAX's cache; its entries are checked (`CheckedCache`)",
     ),
-    "training/data/storage.py::Storage.read::Path(self._path(name)).read_bytes()": (
-        GAP,
-        "an object of a local prepared dataset (manifest, plan)",
-        "read whole: a FIFO or a device is not refused; the manifest then goes through `json_record`",
-    ),
-    "training/data/storage.py::Storage._pread::os.open(self._path(name))": (
-        GAP,
-        "a shard of a local prepared dataset",
-        "only the manifest's byte ranges are read, but a FIFO there is not refused (the open blocks)",
-    ),
     "training/data/storage.py::Storage._pread::os.pread(fd)": (
         ELSEWHERE,
         "a byte range of a shard",
-        "the range the checked manifest gives",
+        "the range the checked manifest gives, of a regular file (`training.run_objects.open_regular`)",
     ),
     "training/data/text.py::ByteCorpus._file_bytes::epath.Path(path).read_bytes()": (
         ELSEWHERE,
@@ -1056,6 +976,11 @@ INVENTORY: dict[str, tuple[str, str, str]] = {
         ELSEWHERE,
         "`MULTISLICE_ELASTIC_HEARTBEAT_S`",
         "checked here: a number in (0, 3600), else the default",
+    ),
+    "training/knobs.py::_parsed::os.environ": (
+        ELSEWHERE,
+        "`MULTISLICE_*_TIMEOUT_S`, `MULTISLICE_COORDINATOR_PORT`, `MULTISLICE_PREEMPTION_GRACE_S`",
+        "checked here: a number in the knob's range, else one line naming it (`python -m training run`: all first)",
     ),
     "training/host_allocator.py::reexec_with_tunable::os.environ": (
         PASSED,
@@ -1098,9 +1023,9 @@ INVENTORY: dict[str, tuple[str, str, str]] = {
         "set by the emulator for its VMs; only tested for being set",
     ),
     "training/log_shipping.py::main::sys.stdin.buffer": (
-        GAP,
+        ELSEWHERE,
         "the trainer's output lines, piped in",
-        "10,000 lines queued at most (more are dropped, counted), but one line's length is not capped",
+        "lines of at most `MAX_LINE_BYTES` (64 KiB; a longer one goes on in pieces), 10,000 queued (more are dropped)",
     ),
     "training/membership_gate.py::enter::os.environ.get(MEGASCALE_COORDINATOR_ENV)": (
         ELSEWHERE,
@@ -1117,11 +1042,6 @@ INVENTORY: dict[str, tuple[str, str, str]] = {
         "a TensorBoard event file this process's writer spooled",
         "in its own spool folder, uploaded as it is",
     ),
-    "training/preemption.py::Notice.__init__::os.environ.get('MULTISLICE_PREEMPTION_GRACE_S')": (
-        GAP,
-        "`MULTISLICE_PREEMPTION_GRACE_S`",
-        "`float()` of the raw value: a bad one is a `ValueError` traceback, not one line",
-    ),
     "training/preemption.py::Notice._wait_for_notice::os.read(self._pipe[0])": (
         OWN,
         "this process's signal wake-up pipe",
@@ -1132,25 +1052,30 @@ INVENTORY: dict[str, tuple[str, str, str]] = {
         "a plan this process just serialized",
         "`json.dumps` of its own value",
     ),
-    "training/prepare/shards.py::prepare::json.loads(stored_plan)": (
-        GAP,
-        "`plan.json` of an unfinished prepare in the output",
-        "no size or nesting bound; wants `training.run_objects.json_record`",
-    ),
     "training/prepare/text_stream.py::open_binary::fs.open(inner)": (
-        GAP,
-        "the source text (`data prepare`), or a tokenizer file",
-        "the text is read in segments; a tokenizer file is read whole by `training/prepare/shards.py`",
+        ELSEWHERE,
+        "the source text (`data prepare`), or a tokenizer file, in Cloud Storage",
+        "text read in segments; a tokenizer file up to `MAX_OBJECT_BYTES` (`shards.py`); a local file: `open_regular`",
     ),
     "training/run_dir.py::RunDir.read::(self.path / name).read_bytes()": (
-        GAP,
-        "an object of a local run directory",
-        "read whole: a FIFO or a device is not refused; then `json_record` (64 MiB)",
+        READER,
+        "an object of a `gs://` run directory",
+        "decoded by `training.run_objects.json_record` (64 MiB once fetched); local: `training.run_objects.file_bytes`",
     ),
     "training/run_objects.py::json_record::json.loads(data.decode('utf-8'))": (
         READER,
         "a run-directory object's bytes",
         "`training.run_objects.json_record`",
+    ),
+    "training/run_objects.py::open_regular::os.open(path)": (
+        READER,
+        "a local object, shard, source text or tokenizer file",
+        "`training.run_objects.open_regular` (for `training.run_objects.file_bytes` too)",
+    ),
+    "training/run_objects.py::file_bytes::os.read(fd)": (
+        READER,
+        "a local object of a run directory or a prepared dataset",
+        "`training.run_objects.file_bytes`",
     ),
     "training/workload.py::megascale_values::os.environ.items": (
         PASSED,

@@ -149,6 +149,19 @@ def test_a_broken_pair_no_one_is_making_is_refused_at_once(home, monkeypatch, pr
     assert raised.value.exit_code == 2
 
 
+def test_a_fifo_in_place_of_a_key_is_broken_not_waited_on(home, monkeypatch):
+    private, public = gcloud.key_paths()
+    private.parent.mkdir(mode=0o700)
+    os.mkfifo(private)  # opening it for reading would wait for a writer: refused on its descriptor
+    public.write_text(PUBLIC.strip() + "x" * (1 << 20))  # one long line: only its first KEY_LINE_BYTES are read
+    monkeypatch.setattr(gcloud, "_wait_for_holder", lambda lock: pytest.fail(f"waited for {lock}, held by no one"))
+    with pytest.raises(RemoteError) as raised:
+        gcloud.ensure_ssh_key(str(home / "no-ssh-keygen"))
+    assert str(raised.value).startswith(
+        f"gcloud's SSH key files are broken ({private} is empty or unreadable, {public} exists); "
+    )
+
+
 def test_the_wait_for_the_lock_is_bounded_and_names_the_lock_file(home, monkeypatch):
     assert gcloud.KEY_LOCK_TIMEOUT_S > gcloud.KEYGEN_TIMEOUT_S  # outlasts the holder's ssh-keygen
     private, public = half_pair()

@@ -175,6 +175,28 @@ def test_the_local_emulation_ships_nothing(fake):
     assert result.stderr == "" and fake.writes == []
 
 
+def test_a_line_longer_than_the_most_read_at_once_goes_on_in_pieces():
+    """One line is read at most ``MAX_LINE_BYTES`` at a time: a line without an end never fills memory."""
+    longest = log_shipping.MAX_LINE_BYTES
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "MULTISLICE_EMULATED_TPU": "1", "MULTISLICE_SLICE": "0"}
+    env["MULTISLICE_WORKER"] = "0"  # the emulation's VMs ship nothing: the console only
+    result = subprocess.run(
+        [sys.executable, "-m", "training.log_shipping", "/tmp/run"],
+        input="x" * (2 * longest + 10) + "\nafter\n",
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        "[slice 0 worker 0] " + "x" * longest,
+        "[slice 0 worker 0] " + "x" * longest,
+        "[slice 0 worker 0] " + "x" * 10,
+        "[slice 0 worker 0] after",
+    ]
+
+
 def test_an_unreachable_cloud_logging_changes_nothing_for_the_trainer(fake):
     fake.stop()  # nothing listens there any more
     metadata = VmMetadata(tpu_vm_metadata(0))

@@ -178,6 +178,37 @@ def test_bad_input_is_one_clear_error(tmp_path):
     assert not any((tmp_path / name).exists() for name in "abcd")  # nothing written
 
 
+def test_a_tokenizer_file_or_a_stored_plan_past_its_bounds_is_one_clear_error(tmp_path, monkeypatch):
+    import os
+
+    from training.prepare import text_stream
+    from training.run_objects import UnreadableObject
+
+    source = corpus(tmp_path, files=3)
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)  # reading it whole would wait for a writer: refused on its descriptor
+    with pytest.raises(prepare.PrepareError, match=r"fifo.json \(--tokenizer\): it is not a file"):
+        prepare.prepare(prepare.PrepareSpec(source, str(tmp_path / "a"), tokenizer=str(fifo)))  # checked first
+    with pytest.raises(prepare.PrepareError) as raised:  # and when it became one since: refused on its descriptor
+        prepare._tokenizer(prepare.PrepareSpec(source, str(tmp_path / "a"), tokenizer=str(fifo)), None, [], [])
+    assert str(raised.value) == f"cannot read the tokenizer file {fifo}: a FIFO, not a regular file"
+    with pytest.raises(UnreadableObject, match=rf"^cannot read {fifo}: a FIFO, not a regular file$"):  # source text
+        list(text_stream.segments(str(fifo), 0, 10, 10))
+    big = tmp_path / "big.json"
+    big.write_bytes(b" " * 65)
+    monkeypatch.setattr(prepare, "MAX_OBJECT_BYTES", 64)
+    with pytest.raises(prepare.PrepareError, match=rf"^the tokenizer file {big} is over 64 bytes, the most read; "):
+        prepare.prepare(prepare.PrepareSpec(source, str(tmp_path / "b"), tokenizer=str(big)))
+    plan = tmp_path / "c" / "prepare" / "plan.json"
+    plan.parent.mkdir(parents=True)
+    plan.write_bytes(b"[" * 100_000)  # nested past the parser: a RecursionError, were it not bounded
+    with pytest.raises(prepare.PrepareError) as raised:
+        prepare.prepare(prepare.PrepareSpec(source, str(tmp_path / "c")))
+    assert str(raised.value) == (
+        f"{plan} is not a plan a prepare wrote (JSON nested deeper than this reader takes); delete {tmp_path / 'c'}"
+    )
+
+
 def test_a_gs_dataset_is_written_through_the_storage_api(tmp_path, bucket):
     source = corpus(tmp_path, files=6)
     out = f"gs://{bucket}/datasets/small"

@@ -3,6 +3,7 @@ Storage of tests/conftest.py), with whole-object atomic writes and fresh listing
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -45,3 +46,33 @@ def test_unusable_run_directories(tmp_path):
     with pytest.raises(RunDirError, match="is empty"):
         RunDir("  ")
     assert str(RunDir("gs://b/runs/x/")) == "gs://b/runs/x"
+
+
+def test_a_local_object_that_is_not_a_regular_file_or_too_long_is_refused_unread(tmp_path, monkeypatch):
+    # training.run_objects.file_bytes: a FIFO would block the read, /dev/zero never ends. The refusal is an
+    # OSError and a ValueError: each reader takes it as it takes a damaged object, in one line.
+    from training import heartbeats, membership, run_objects
+    from training.checkpoint import completion, manager
+
+    run = tmp_path / "run"
+    run_dir = RunDir(str(run))
+    for folder in ("heartbeats", "membership"):
+        (run / folder).mkdir(parents=True)
+    os.mkfifo(run / "COMPLETE")
+    os.symlink("/dev/zero", run / "heartbeats" / "slice-0-worker-0.json")
+    os.mkfifo(run / "membership" / "00000001.json")
+    os.mkfifo(run / "train_config.json")
+    with pytest.raises(run_objects.UnreadableObject, match="^a FIFO, not a regular file$") as raised:
+        run_dir.read("COMPLETE")
+    assert isinstance(raised.value, OSError) and isinstance(raised.value, ValueError)
+    assert completion.read_completion(run_dir) is None  # a damaged marker counts as absent
+    assert heartbeats.read_all(run_dir) == []  # a heartbeat that is not one is left out
+    with pytest.raises(membership.MembershipError, match=r"00000001.json is not one .* \(a FIFO, not a regular"):
+        membership.read(run_dir, 1)
+    with pytest.raises(manager.RunConfigMismatch, match=r"train_config.json is unreadable \(a FIFO, not a regular"):
+        manager.check_run_config(run_dir, None)  # refused before the config is looked at
+    (run / "train_config.json").unlink()
+    run_dir.write("train_config.json", b"{}" + b" " * 100)
+    monkeypatch.setattr(run_objects.file_bytes, "__defaults__", (64,))
+    with pytest.raises(run_objects.UnreadableObject, match="^102 bytes, over the 64 read$"):
+        run_dir.read("train_config.json")

@@ -5,6 +5,7 @@ model's vocabulary from the manifest (training.data.sources.with_vocabulary)."""
 from __future__ import annotations
 
 import concurrent.futures
+import os
 import threading
 
 import numpy as np
@@ -15,7 +16,7 @@ from training.config import TrainConfig, load_train_config
 from training.data import tokens as token_data
 from training.data.base import DataError
 from training.data.sources import check_source, is_prepared_dataset, open_dataset, with_vocabulary
-from training.data.storage import Storage
+from training.data.storage import Storage, StorageError
 from training.data.text import TextDataset
 from training.prepare import shards as prepare
 
@@ -193,3 +194,18 @@ def test_the_vocabulary_comes_from_the_data_unless_the_stack_sets_it():
         load_train_config({"model": {"vocab_size": 601}, "parallelism": {"ici": {"tensor": 2}}})
     with pytest.raises(ValueError, match="model.vocab_size"):
         load_train_config({"model": {"vocab_size": 1}})
+
+
+def test_a_local_object_or_shard_that_is_not_a_regular_file_is_refused_not_waited_on(tmp_path):
+    # training.run_objects.file_bytes and open_regular: a FIFO would block the open, a device never ends.
+    (tmp_path / "train").mkdir()
+    os.mkfifo(tmp_path / "manifest.json")
+    os.mkfifo(tmp_path / "train" / "00000.bin")
+    storage = Storage(str(tmp_path))
+    with pytest.raises(StorageError) as raised:
+        storage.read("manifest.json")
+    assert str(raised.value) == f"cannot read {tmp_path}/manifest.json: a FIFO, not a regular file"
+    with pytest.raises(StorageError) as raised:
+        storage.read_ranges([("train/00000.bin", 0, 4)])
+    assert str(raised.value) == f"cannot read bytes 0-4 of {tmp_path}/train/00000.bin: a FIFO, not a regular file"
+    storage.close()

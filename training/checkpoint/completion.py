@@ -31,10 +31,10 @@ def read_completion(run_dir: RunDir) -> dict[str, Any] | None:
     then restores the newest checkpoint, and when that is the last step it writes a fresh
     marker at once, so a damaged marker costs nothing and never ends an unfinished run.
     """
-    data = run_dir.read(COMPLETE_MARKER)
-    if data is None:
-        return None
     try:
+        data = run_dir.read(COMPLETE_MARKER)  # a local FIFO or device there: UnreadableObject, a ValueError
+        if data is None:
+            return None
         record = json_record(data)
         step = record["step"]
         loss = record.get("loss")

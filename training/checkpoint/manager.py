@@ -126,10 +126,10 @@ def check_run_config(run_dir: RunDir, config: TrainConfig) -> None:
         and what the config asks (a model by its shape: :func:`_describe_value`), or saying
         the record is unreadable.
     """
-    data = run_dir.read(RUN_CONFIG_FILE)
-    if data is None:
-        return
     try:
+        data = run_dir.read(RUN_CONFIG_FILE)  # a local FIFO or device there: UnreadableObject, a ValueError
+        if data is None:
+            return
         recorded = json_record(data)
         if not isinstance(recorded, dict):
             raise ValueError("not a JSON object")

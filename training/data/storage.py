@@ -28,6 +28,8 @@ import os
 import threading
 from pathlib import Path
 
+from training.run_objects import file_bytes, open_regular
+
 
 class StorageError(OSError):
     """An object of a dataset cannot be read or written; the message names it."""
@@ -43,6 +45,12 @@ def md5_base64(data_or_digest: bytes, *, digest: bool = False) -> str:
     """Base64 of an MD5 digest, the form of Cloud Storage's ``md5Hash``."""
     raw = data_or_digest if digest else hashlib.md5(data_or_digest).digest()
     return base64.b64encode(raw).decode()
+
+
+def _open_regular_file(path: str, mode: str):
+    """The local file ``path`` opened ``mode`` (``rb``) only if it is a regular file (a FIFO would block
+    the open): :func:`training.run_objects.open_regular`."""
+    return os.fdopen(open_regular(path), mode)
 
 
 class Storage:
@@ -73,15 +81,18 @@ class Storage:
         return f"{self._base}/{name}"
 
     def read(self, name: str) -> bytes | None:
-        """The whole object ``name``, or None if it does not exist.
+        """The whole object ``name``, or None if it does not exist. A local one is read by
+        :func:`training.run_objects.file_bytes`: a regular file of at most
+        :data:`~training.run_objects.MAX_OBJECT_BYTES` (a manifest, a plan, a tokenizer file;
+        the largest, a tokenizer's JSON, is tens of MB).
 
         Raises:
-          StorageError: it exists but cannot be read.
+          StorageError: it exists but cannot be read (a FIFO, a device, over the limit).
         """
         try:
             if self.fs is not None:
                 return self.fs.cat_file(self._path(name))
-            return Path(self._path(name)).read_bytes()
+            return file_bytes(self._path(name))
         except FileNotFoundError:
             return None
         except OSError as err:
@@ -177,8 +188,8 @@ class Storage:
         try:
             with self._lock:
                 fd = self._fds.get(name)
-                if fd is None:
-                    fd = self._fds[name] = os.open(self._path(name), os.O_RDONLY)
+                if fd is None:  # a regular file (a FIFO there would block the open): run_objects.open_regular
+                    fd = self._fds[name] = open_regular(self._path(name))
             return os.pread(fd, end - start, start)
         except OSError as err:
             return err
@@ -186,7 +197,7 @@ class Storage:
     def sha256(self, name: str) -> str:
         """Hex sha256 of the whole object (read in 8 MiB blocks)."""
         digest = hashlib.sha256()
-        opener = self.fs.open if self.fs is not None else open
+        opener = self.fs.open if self.fs is not None else _open_regular_file
         with opener(self._path(name), "rb") as f:
             while block := f.read(8 << 20):
                 digest.update(block)

@@ -48,6 +48,7 @@ from training.data.files import SourceFile, is_eval_file, list_source_files
 from training.data.manifest import MANIFEST, TOKENIZER_FILE, Manifest, ManifestError, Shard
 from training.data.storage import Storage, StorageError, md5_base64
 from training.prepare import arguments, text_stream, tokenizer as tokenizer_lib
+from training.run_objects import MAX_OBJECT_BYTES, json_record
 
 log = logging.getLogger(__name__)
 
@@ -277,9 +278,14 @@ def _tokenizer(spec: PrepareSpec, storage: Storage, plan_files: list, train_shar
         return trained
     try:
         with text_stream.open_binary(spec.tokenizer) as f:
-            data = f.read()
+            data = f.read(MAX_OBJECT_BYTES + 1)
     except (OSError, ValueError) as err:
         raise PrepareError(f"cannot read the tokenizer file {spec.tokenizer}: {err}") from None
+    if len(data) > MAX_OBJECT_BYTES:  # stored as the dataset's tokenizer file, which is read up to this
+        raise PrepareError(
+            f"the tokenizer file {spec.tokenizer} is over {MAX_OBJECT_BYTES:,} bytes, the most read; "
+            "a tokenizer's JSON is a few to tens of MB"
+        )
     return tokenizer_lib.from_json(data, spec.tokenizer)
 
 
@@ -341,7 +347,13 @@ def prepare(spec: PrepareSpec, report: Callable[[str], None] = log.info) -> Prep
         given = None if spec.tokenizer in ("bytes", "bpe") else _tokenizer(spec, storage, [], [])
         plan = make_plan(spec, given.sha256 if given else None)
         stored_plan = storage.read(PLAN)
-        if stored_plan is not None and json.loads(stored_plan) != plan:
+        try:  # json_record: 64 MiB, nesting bounded; anything else is a ValueError
+            stored = None if stored_plan is None else json_record(stored_plan)
+        except ValueError as err:
+            raise PrepareError(
+                f"{storage.uri(PLAN)} is not a plan a prepare wrote ({err}); delete {spec.output}"
+            ) from None
+        if stored_plan is not None and stored != plan:
             raise PrepareError(
                 f"{spec.output} holds an unfinished prepare of another source listing or other options "
                 f"({storage.uri(PLAN)}); re-run it with the same source and options, or delete {spec.output}"

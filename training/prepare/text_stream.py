@@ -5,12 +5,16 @@ read ahead on a thread, so that memory stays bounded by a few batches whatever t
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 from collections.abc import Iterator
 from typing import BinaryIO
 
 import fsspec
+from fsspec.implementations.local import LocalFileSystem
+
+from training.run_objects import UnreadableObject, open_regular
 
 #: Text per encoded segment; a segment ends after a newline when one is within it.
 SEGMENT_BYTES = 64 << 10
@@ -21,8 +25,16 @@ class SourceChanged(ValueError):
 
 
 def open_binary(path: str):
-    """A binary file object of ``path`` (local or ``gs://``, through fsspec)."""
+    """A binary file object of ``path`` (local or ``gs://``, through fsspec). A local one is a
+    regular file, judged on its open descriptor (:func:`training.run_objects.open_regular`: a FIFO
+    would block the open, a device never ends).
+
+    Raises:
+      UnreadableObject: a local path that is not a regular file, or the OS's refusal (why, not the path).
+    """
     fs, inner = fsspec.core.url_to_fs(path)
+    if isinstance(fs, LocalFileSystem):
+        return os.fdopen(open_regular(inner), "rb")
     return fs.open(inner, "rb")
 
 
@@ -43,8 +55,16 @@ def edge(f: BinaryIO, position: int, size: int) -> int:
 
 def segments(path: str, start: int, end: int, size: int) -> Iterator[bytes]:
     """The text of a piece in segments of about :data:`SEGMENT_BYTES`, each cut after its last
-    newline (or, in a longer line, before a UTF-8 continuation byte)."""
-    with open_binary(path) as f:
+    newline (or, in a longer line, before a UTF-8 continuation byte).
+
+    Raises:
+      UnreadableObject: a local ``path`` that is not a regular file (naming it).
+    """
+    try:
+        opened = open_binary(path)
+    except UnreadableObject as err:
+        raise UnreadableObject(f"cannot read {path}: {err}") from None
+    with opened as f:
         begin, stop = edge(f, start, size), edge(f, end, size)
         f.seek(begin)
         remaining, carry = stop - begin, b""

@@ -27,7 +27,6 @@ instance names sorted (the compute-engine boot, docs/compute-engine.md's design 
 
 from __future__ import annotations
 
-import json
 import subprocess
 from dataclasses import dataclass
 
@@ -96,8 +95,10 @@ def list_group(gcloud: str, config, group: str) -> list[ManagedInstance] | None:
         if "was not found" in proc.stderr:
             return None
         raise RemoteError(f"gcloud could not list instance group {group} in {where}: {last_error(proc.stderr)}", 1)
+    from training.run_objects import json_record  # jax-free; here, not above: the program never imports it
+
     try:
-        listed = json.loads(proc.stdout or "[]")
+        listed = json_record((proc.stdout or "[]").encode())  # 64 MiB, nesting bounded: else a ValueError
         instances = [
             ManagedInstance(str(item["name"]), str(item.get("instanceStatus") or ""), str(item.get("currentAction")))
             for item in listed

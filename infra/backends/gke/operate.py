@@ -116,8 +116,10 @@ def pods_of(listing: str, jobset: str) -> list[PodPlace]:
       PodListingError: not JSON, not a Kubernetes ``List``, or a Pod of the JobSet without its slice
         or worker index, or two Pods in one place (named in the message).
     """
+    from training.run_objects import json_record  # jax-free; here, not above: the program never imports it
+
     try:
-        answer = json.loads(listing)
+        answer = json_record(listing.encode())  # 64 MiB, nesting bounded: else a ValueError
     except ValueError as err:
         raise PodListingError(f"kubectl's Pod listing is not JSON ({err})") from None
     if not isinstance(answer, dict) or not isinstance(answer.get("items"), list):

@@ -40,7 +40,6 @@ is on the node and theirs finds it there.
 
 from __future__ import annotations
 
-import json
 import subprocess
 from collections.abc import Sequence
 
@@ -127,8 +126,10 @@ def check_deployed(gcloud: str, config) -> dict:
                 f"completed, or never created); run `pulumi up --stack {stack}` first"
             )
         raise RemoteError(f"gcloud could not describe queued resource {qr} in {where}: {error}; nothing was run", 1)
+    from training.run_objects import json_record  # jax-free; here, not above: the program never imports it
+
     try:
-        described = json.loads(proc.stdout)
+        described = json_record(proc.stdout.encode())  # 64 MiB, nesting bounded: else a ValueError
         state = (described.get("state") or {}).get("state") or "STATE_UNSPECIFIED"
     except (ValueError, AttributeError):
         raise RemoteError(

@@ -169,6 +169,7 @@ def test_the_pods_are_placed_by_their_labels_or_annotation():
     ("listing", "message"),
     [
         ("not json", "not JSON"),
+        ("[" * 100_000, r"^kubectl's Pod listing is not JSON \(JSON nested deeper than this reader takes\)$"),
         (json.dumps({"kind": "Status"}), "no 'items' list"),
         (json.dumps({"items": [pod("dev-a", "zero", "0")]}), "Pod dev-a of JobSet dev has no integer"),
         (json.dumps({"items": [pod("dev-a", "0", "0"), pod("dev-b", "0", "0")]}), "dev-a and dev-b both claim"),
