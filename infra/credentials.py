@@ -139,7 +139,7 @@ def _delegates(setting: Setting | None) -> tuple[str, ...]:
         return ()
     try:
         parsed = json.loads(setting.value)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):  # a list nested past the parser's depth is no list
         parsed = setting.value.split(",")
     items = parsed if isinstance(parsed, list) else [parsed]
     return tuple(str(item).strip() for item in items if str(item).strip())

@@ -71,6 +71,9 @@ def test_delegates_and_user_project_override_parse_as_pulumi_config_gives_them()
     assert resolve({"gcp:userProjectOverride": True}).user_project_override
     assert resolve(USER_PROJECT_OVERRIDE="true").user_project_override
     assert not resolve({"gcp:userProjectOverride": "false"}).user_project_override
+    # Nested past the JSON parser's depth: no list of accounts, read as the text it is, not a traceback.
+    deep = resolve({"gcp:impersonateServiceAccountDelegates": "[" * 100_000})
+    assert deep.delegates == ("[" * 100_000,)
 
 
 def test_requests_are_billed_to_gcp_project_unless_the_user_project_override_names_another():

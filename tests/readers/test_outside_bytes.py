@@ -388,7 +388,8 @@ INVENTORY: dict[str, tuple[str, str, str]] = {
     "infra/credentials.py::_delegates::json.loads(setting.value)": (
         ELSEWHERE,
         "a credential setting's delegate list",
-        "from the stack file (1 MiB reader) or an environment variable; non-JSON is split on commas",
+        "from the stack file (1 MiB reader) or an environment variable; non-JSON, or JSON nested past the "
+        "parser's depth, is split on commas",
     ),
     "infra/credentials.py::_metadata_server_expected::PRODUCT_NAME_FILE.read_text()": (
         ELSEWHERE,
