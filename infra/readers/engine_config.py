@@ -44,12 +44,11 @@ from __future__ import annotations
 import difflib
 import json
 import math
-import re
-from decimal import Decimal
 from typing import Any
 
 import yaml
 
+from infra.readers.go_yaml import DATE_LIKE, INT64, TagMismatch, go_number_text, kind, v3_scalar
 from infra.readers.stack_file import NAMESPACE, ScalarError, short_key
 
 #: The top-level keys of a stack file (``ProjectStack`` in pulumi/pulumi ``sdk/go/common/workspace/project.go``).
@@ -64,143 +63,20 @@ _PLAIN_TAGS = {
     "tag:yaml.org,2002:map",
     "tag:yaml.org,2002:seq",
 }
-_STR, _INT, _FLOAT = "tag:yaml.org,2002:str", "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"
-_BOOL, _NULL = "tag:yaml.org,2002:bool", "tag:yaml.org,2002:null"
-#: yaml.v3 ``resolve.go``: the texts it looks up (when the first character hints so).
-_LOOKUP: dict[str, Any] = {
-    **dict.fromkeys(("true", "True", "TRUE"), True),
-    **dict.fromkeys(("false", "False", "FALSE"), False),
-    **dict.fromkeys(("", "~", "null", "Null", "NULL"), None),
-    **dict.fromkeys((".nan", ".NaN", ".NAN"), math.nan),
-    **dict.fromkeys((".inf", ".Inf", ".INF", "+.inf", "+.Inf", "+.INF"), math.inf),
-    **dict.fromkeys(("-.inf", "-.Inf", "-.INF"), -math.inf),
-}
-#: yaml.v3 ``resolve.go``'s ``resolveTable``: the first characters that make it look further than text.
-_HINTED = set("+-0123456789yYnNtTfFoO~.")
-#: yaml.v3 ``resolve.go``'s ``yamlStyleFloat``.
-_YAML_FLOAT = re.compile(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?\Z")
-#: What yaml.v3 tries as a date before anything else (``parseTimestamp``'s quick check).
-_DATE_LIKE = re.compile(r"[0-9]{4}-")
-_INT64 = (-(1 << 63), (1 << 63) - 1)
-_UINT64 = (0, (1 << 64) - 1)
-_DIGITS = {2: "01", 8: "01234567", 10: "0123456789", 16: "0123456789abcdefABCDEF"}
-
-
-def go_parse_int(text: str, base: int = 0, *, signed: bool = True) -> int | None:
-    """Go's ``strconv.ParseInt(text, base, 64)`` (``ParseUint`` with ``signed=False``): the integer, or
-    None where Go returns an error (bad syntax, out of range). With ``base`` 0 the prefix chooses it
-    (``0x``, ``0o``, ``0b``, a leading ``0`` is octal). The text has no ``_`` (the caller removed them)."""
-    sign, body = 1, text
-    if signed and body[:1] in ("+", "-"):
-        sign, body = (-1 if body[0] == "-" else 1), body[1:]
-    if base == 0:
-        base = 10
-        if body[:2].lower() in ("0x", "0o", "0b"):
-            base, body = {"x": 16, "o": 8, "b": 2}[body[1].lower()], body[2:]
-        elif len(body) > 1 and body[0] == "0":
-            base, body = 8, body[1:]
-    if not body or any(c not in _DIGITS[base] for c in body):
-        return None
-    value = sign * int(body, base)
-    low, high = _INT64 if signed else _UINT64
-    return value if low <= value <= high else None
-
-
-def _go_parse_float(text: str) -> float | None:
-    """Go's ``strconv.ParseFloat(text, 64)`` for the texts yaml.v3 gives it (decimal, no ``_``): None where
-    Go returns an error, overflow included (Go answers ±Inf with ``ErrRange``; Python's ``float`` does not)."""
-    try:
-        value = float(text)
-    except ValueError:
-        return None
-    return None if math.isinf(value) or math.isnan(value) else value
-
-
-def v3_plain(text: str) -> Any:
-    """The value yaml.v3 v3.0.1 gives an untagged plain scalar (``resolve.go`` ``resolve``): None, a bool,
-    an int, a float (``math.inf``/``math.nan`` included) or the text itself. A date-like text (four digits
-    and ``-``) is not resolved here: :func:`check_agreement` refuses it first."""
-    if text and text[0] not in _HINTED:
-        return text
-    if text in _LOOKUP:
-        return _LOOKUP[text]
-    hint = text[:1]
-    if hint == ".":
-        value = _go_parse_float(text) if re.fullmatch(r"\.[0-9]+([eE][-+]?[0-9]+)?", text) else None
-        return text if value is None else value
-    if hint not in set("+-0123456789"):
-        return text
-    plain = text.replace("_", "")
-    for parsed in (go_parse_int(plain), go_parse_int(plain, signed=False)):
-        if parsed is not None:
-            return parsed
-    if _YAML_FLOAT.match(plain):
-        value = _go_parse_float(plain)
-        if value is not None:
-            return value
-    for prefix, base in (("0b", 2), ("0o", 8)):
-        if plain.startswith(prefix):
-            parsed = go_parse_int(plain[2:], base) or go_parse_int(plain[2:], base, signed=False)
-            if parsed is not None:
-                return parsed
-        elif plain.startswith("-" + prefix):
-            parsed = go_parse_int("-" + plain[3:], base)
-            if parsed is not None:
-                return parsed
-    return text
-
-
-class _EngineRefuses(ValueError):
-    """The engine itself refuses the scalar (a tag its text does not fit)."""
-
-
-def v3_scalar(node: yaml.ScalarNode) -> Any:
-    """The value yaml.v3 gives ``node`` (``decode.go`` ``scalar``): a quoted or block scalar, or one tagged
-    ``!!str``, is text; an untagged plain one :func:`v3_plain`; one tagged ``!!int``, ``!!float``,
-    ``!!bool`` or ``!!null`` must resolve to that (an integer may be a ``!!float``).
-
-    Raises:
-      _EngineRefuses: the tag does not fit the text (yaml.v3: ``cannot decode !!str `x` as a !!int``).
-    """
-    tag = getattr(node, "written_tag", None)
-    tag = None if tag == "!" else tag  # the non-specific tag: what the scalar's style makes it
-    if tag is None and node.style is not None or tag == _STR:
-        return node.value
-    value = v3_plain(node.value)
-    if tag is None:
-        return value
-    kind = _kind(value)
-    if tag == _FLOAT and kind == "integer":
-        return float(value)
-    if {_INT: "integer", _FLOAT: "number", _BOOL: "boolean", _NULL: "null"}.get(tag) != kind:
-        raise _EngineRefuses(tag)
-    return value
-
-
-def _kind(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    return "text" if isinstance(value, str) else type(value).__name__
 
 
 def _same(yaml11: Any, engine: Any) -> bool:
-    if _kind(yaml11) in ("integer", "number") and _kind(engine) in ("integer", "number"):
+    if kind(yaml11) in ("integer", "number") and kind(engine) in ("integer", "number"):
         return yaml11 == engine  # exact: an integer of 21 digits is not the float the engine keeps
-    return _kind(yaml11) == _kind(engine) and yaml11 == engine
+    return kind(yaml11) == kind(engine) and yaml11 == engine
 
 
 def _described(value: Any) -> str:
     """YAML 1.1's or the engine's value of a scalar (None, a bool, an int, a float or text) in words."""
-    kind = _kind(value)
-    if kind in ("text", "null"):
-        return {"text": "text", "null": "empty"}[kind]
-    return f"the {kind} {_written(value)}"
+    what = kind(value)
+    if what in ("text", "null"):
+        return {"text": "text", "null": "empty"}[what]
+    return f"the {what} {_written(value)}"
 
 
 def _written(value: Any) -> str:
@@ -266,7 +142,7 @@ def _key_text(key: yaml.Node, path: tuple[str, ...], loader: yaml.SafeLoader) ->
     if not isinstance(key, yaml.ScalarNode):
         raise ScalarError(f"{_path(path)}: a key at {_where(key)} is a map or a list: keys are text")
     yaml11 = loader.yaml_constructors[key.tag](loader, key) if key.tag in loader.yaml_constructors else None
-    engine = v3_scalar(key) if key.style is not None or not _DATE_LIKE.match(key.value) else None
+    engine = v3_scalar(key) if key.style is not None or not DATE_LIKE.match(key.value) else None
     if not isinstance(yaml11, str) or not isinstance(engine, str):
         raise ScalarError(
             f"{_path(path)}: the key {short_key(key.value)!r} ({_where(key)}) is not text to YAML: quote it, or name "
@@ -279,14 +155,14 @@ def _check_scalar(node: yaml.ScalarNode, path: tuple[str, ...], loader: yaml.Saf
     key = _path(path)
     written = _shown(node.value)
     plain = node.style is None and getattr(node, "written_tag", None) is None
-    if plain and _DATE_LIKE.match(node.value):
+    if plain and DATE_LIKE.match(node.value):
         raise ScalarError(
             f"{key}: {written} ({_where(node)}) begins like a date, which Pulumi's YAML reader reads as one "
             f"where it can: quote it ('{written}') to give text"
         )
     try:
         engine = v3_scalar(node)
-    except _EngineRefuses:
+    except TagMismatch:
         raise ScalarError(
             f"{key}: {_short(node.written_tag)} {written!r} ({_where(node)}) is refused by Pulumi's YAML reader: "  # pyright: ignore[reportAttributeAccessIssue]
             "drop the tag, or write a value of that type"
@@ -297,7 +173,7 @@ def _check_scalar(node: yaml.ScalarNode, path: tuple[str, ...], loader: yaml.Saf
             "Pulumi cannot hand to a program (its config is JSON): write a number, or quote it for text"
         )
     yaml11 = loader.yaml_constructors[node.tag](loader, node)
-    if _kind(yaml11) == "integer" and not _INT64[0] <= yaml11 <= _INT64[1]:
+    if kind(yaml11) == "integer" and not INT64[0] <= yaml11 <= INT64[1]:
         raise ScalarError(
             f"{key}: {written} ({_where(node)}) is an integer outside the 64-bit range, which Pulumi does not keep "
             "exactly: write a smaller one, or quote it for text"
@@ -307,8 +183,8 @@ def _check_scalar(node: yaml.ScalarNode, path: tuple[str, ...], loader: yaml.Saf
     if _same(yaml11, engine) or len(path) == 1 and engine_text(yaml11) == engine_text(engine):
         return
     instead = f"quote it ('{written}') for text"
-    if "text" in (_kind(engine), _kind(yaml11)):
-        instead += f", or write {_written(yaml11 if _kind(engine) == 'text' else engine)}"
+    if "text" in (kind(engine), kind(yaml11)):
+        instead += f", or write {_written(yaml11 if kind(engine) == 'text' else engine)}"
     raise ScalarError(
         f"{key}: {written} ({_where(node)}) is {_described(yaml11)} to YAML 1.1 but {_described(engine)} to "
         f"Pulumi's YAML reader: {instead}"
@@ -334,34 +210,6 @@ def _short(tag: str | None) -> str:
 
 def _where(node: yaml.Node) -> str:
     return f"line {node.start_mark.line + 1}, column {node.start_mark.column + 1}"
-
-
-def go_number_text(value: float) -> str:
-    """The text the engine hands over for the float ``value``: Go's ``encoding/json`` form of the float64
-    (shortest digits; positional for 1e-6 ≤ |x| < 1e21, else ``1e+21``, ``1e-7``), ``0`` for zero (the
-    engine's YAML round trip reads ``-0`` as the integer 0).
-
-    Raises:
-      ValueError: ``value`` is infinite or not a number (the engine refuses such a stack).
-    """
-    if not math.isfinite(value):
-        raise ValueError(f"{value} has no JSON form")
-    if value == 0:
-        return "0"
-    sign, digits, exponent = Decimal(repr(value)).normalize().as_tuple()
-    assert isinstance(exponent, int)  # finite
-    text = "".join(map(str, digits))
-    minus = "-" if sign else ""
-    if 1e-6 <= abs(value) < 1e21:
-        point = len(text) + exponent  # digits before the decimal point
-        if point <= 0:
-            return f"{minus}0.{'0' * -point}{text}"
-        if point >= len(text):
-            return f"{minus}{text}{'0' * (point - len(text))}"
-        return f"{minus}{text[:point]}.{text[point:]}"
-    power = len(text) - 1 + exponent
-    mantissa = text[0] + (f".{text[1:]}" if len(text) > 1 else "")
-    return f"{minus}{mantissa}e{'-' if power < 0 else '+'}{abs(power):02d}".replace("e-0", "e-")
 
 
 def config_map(data: Any) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from typer.testing import CliRunner
 
 from infra.cli import app
 from infra.config import StackConfigError, from_pulumi_config, load_stack_file, validate_stack
-from infra.readers import engine_config
+from infra.readers import engine_config, go_yaml
 from infra.readers.stack_file import ScalarError, load_yaml
 from tests.readers.engine_corpus import READINGS, REQUIRED, STACKS, cases
 
@@ -261,7 +261,7 @@ def test_a_key_written_with_and_without_its_namespace_is_refused():
      (1e20, "100000000000000000000"), (123456789.0, "123456789"), (0.1, "0.1"), (-2.5e-300, "-2.5e-300")],
 )  # fmt: skip
 def test_floats_are_handed_over_in_gos_json_form(value, text):
-    assert engine_config.go_number_text(value) == text
+    assert go_yaml.go_number_text(value) == text
 
 
 def test_the_oracle_source_is_kept_beside_its_readings():
@@ -294,14 +294,14 @@ def test_any_scalar_is_read_as_the_engine_would_or_refused_in_one_line(text):
 @settings(max_examples=200, derandomize=True, deadline=None)
 @given(st.integers(min_value=-(1 << 70), max_value=1 << 70))
 def test_decimal_integers_parse_as_go_parses_them(value):
-    parsed = engine_config.go_parse_int(str(value))
+    parsed = go_yaml.go_parse_int(str(value))
     assert parsed == (value if -(1 << 63) <= value < (1 << 63) else None)
-    assert engine_config.go_parse_int(str(value), signed=False) == (value if 0 <= value < (1 << 64) else None)
+    assert go_yaml.go_parse_int(str(value), signed=False) == (value if 0 <= value < (1 << 64) else None)
 
 
 @settings(max_examples=200, derandomize=True, deadline=None)
 @given(st.floats(allow_nan=False, allow_infinity=False))
 def test_a_float_s_text_reads_back_as_the_same_float(value):
-    text = engine_config.go_number_text(value)
+    text = go_yaml.go_number_text(value)
     assert float(text) == value and "E" not in text and not text.endswith(".")
     assert ("e" in text) == (value != 0 and not 1e-6 <= abs(value) < 1e21)

@@ -16,22 +16,15 @@ import os
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, assume, given, settings, strategies as st
+from hypothesis import assume, given, strategies as st
 
 from infra.backends.gke.image_reference import check_image
 from infra.config import StackConfigError, load_stack_file
-from infra.readers import engine_config, environment, files, stack_file, state_records
+from infra.readers import engine_config, environment, files, go_yaml, stack_file, state_records
+from tests.helpers.fuzzing import load_profile
 from training import redaction, run_objects
 
-settings.register_profile(
-    "suite",
-    max_examples=60,
-    derandomize=True,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
-settings.register_profile("long", max_examples=2000, deadline=None, suppress_health_check=list(HealthCheck))
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "suite"))
+load_profile()
 
 #: Module → the public readers in it that this file drives (and how).
 FUZZED = {
@@ -39,7 +32,8 @@ FUZZED = {
     state_records: {"emulator_state", "deletion_record", "recorded_stack_file", "state_damage"},
     stack_file: {"read_stack_text", "load_yaml", "check_file"},
     # tests/readers/test_engine_reading.py drives these: the engine's corpus, and generated scalars
-    engine_config: {"check_agreement", "config_map", "v3_plain", "v3_scalar", "go_parse_int"},
+    engine_config: {"check_agreement", "config_map"},
+    go_yaml: {"v3_plain", "v3_scalar", "go_parse_int"},
     environment: {"stacks_dir", "state_dir", "log_level", "check_all"},  # tests/readers/test_environment.py
     run_objects: {"json_record", "file_bytes", "open_regular"},
 }
@@ -60,7 +54,7 @@ _BYTES = st.one_of(
 
 def test_every_reader_is_fuzzed():
     listed = {module.__name__: names for module, names in FUZZED.items()}
-    for module in (files, state_records, stack_file, engine_config, environment, run_objects):
+    for module in (files, state_records, stack_file, engine_config, go_yaml, environment, run_objects):
         public = {
             name
             for name, value in vars(module).items()
@@ -81,9 +75,10 @@ _NOT_READERS = {
         "short_key",  # formats a key for a message
         "yaml_problem",  # formats a YAML error for a message
     },
-    "infra.readers.engine_config": {
-        "engine_text",  # writes a value as the engine hands it over
+    "infra.readers.engine_config": {"engine_text"},  # writes a value as the engine hands it over
+    "infra.readers.go_yaml": {
         "go_number_text",  # writes a float as the engine hands it over
+        "kind",  # names a value's kind
     },
 }
 
