@@ -34,8 +34,17 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, help="The multisli
 
 
 def _setup_logging(label: str) -> None:
+    """Log lines with a UTC-offset time and ``label``, at ``MULTISLICE_LOG_LEVEL``; a level that is no
+    level is one error line and exit 2 (``run`` refused it already: :func:`training.knobs.problem`)."""
+    from training import knobs
+
+    try:
+        level = knobs.log_level()
+    except knobs.KnobError as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(2) from None
     logging.basicConfig(
-        level=os.environ.get("MULTISLICE_LOG_LEVEL", "INFO"),
+        level=level,
         format=f"%(asctime)s %(levelname)s [{label}] %(name)s: %(message)s",
         datefmt="%Y-%m-%dT%H:%M:%S%z",  # with the UTC offset: `multislice local logs --since` reads it
         force=True,

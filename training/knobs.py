@@ -86,12 +86,37 @@ def _parsed(name: str, environ: Mapping[str, str] | None) -> float | None:
     return number
 
 
+#: The levels ``MULTISLICE_LOG_LEVEL`` may name (Python's logging; the CLI takes the same:
+#: infra/readers/environment.py).
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def log_level(environ: Mapping[str, str] | None = None) -> str:
+    """``MULTISLICE_LOG_LEVEL`` (default ``INFO``).
+
+    Raises:
+      KnobError: it names no level of :data:`LOG_LEVELS` (``debug`` too: the levels are upper case).
+    """
+    text = (os.environ if environ is None else environ).get("MULTISLICE_LOG_LEVEL", "")
+    if not text:
+        return "INFO"
+    if text not in LOG_LEVELS:
+        shown = redacted(text)
+        shown = shown if len(shown) <= 40 else f"{shown[:40]}…"
+        hint = f" (did you mean {text.strip().upper()}?)" if text.strip().upper() in LOG_LEVELS else ""
+        raise KnobError(
+            f"MULTISLICE_LOG_LEVEL={shown!r} is not a log level{hint}; allowed: {', '.join(LOG_LEVELS)} (unset: INFO)"
+        )
+    return text
+
+
 def problem(environ: Mapping[str, str] | None = None) -> str | None:
-    """The first knob of :data:`KNOBS` set to a value it refuses, as :class:`KnobError`'s line; None
-    when every one is unset or in range."""
-    for name in KNOBS:
-        try:
+    """The first knob of :data:`KNOBS`, or ``MULTISLICE_LOG_LEVEL``, set to a value it refuses, as
+    :class:`KnobError`'s line; None when every one is unset or in range."""
+    try:
+        log_level(environ)
+        for name in KNOBS:
             _parsed(name, environ)
-        except KnobError as err:
-            return str(err)
+    except KnobError as err:
+        return str(err)
     return None

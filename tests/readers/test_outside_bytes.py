@@ -873,11 +873,6 @@ INVENTORY: dict[str, tuple[str, str, str]] = {
         "decoded by `training.run_objects.json_record` (`infra/status/progress.py`, `training/metrics/run_log.py`)",
     ),
     # training -----------------------------------------------------------------------------------
-    "training/__main__.py::_setup_logging::os.environ.get('MULTISLICE_LOG_LEVEL')": (
-        ELSEWHERE,
-        "`MULTISLICE_LOG_LEVEL`",
-        "every `multislice` command checks it first (`infra/readers/environment.py`); the emulated VMs inherit it",
-    ),
     "training/__main__.py::run::config.read_bytes()": (
         OWN,
         "the `TrainConfig` JSON of the release",
@@ -977,6 +972,11 @@ INVENTORY: dict[str, tuple[str, str, str]] = {
         ELSEWHERE,
         "`MULTISLICE_ELASTIC_HEARTBEAT_S`",
         "checked here: a number in (0, 3600), else the default",
+    ),
+    "training/knobs.py::log_level::os.environ": (
+        ELSEWHERE,
+        "`MULTISLICE_LOG_LEVEL`",
+        "checked here: one of Python's level names, else one line naming it (`python -m training run`: first)",
     ),
     "training/knobs.py::_parsed::os.environ": (
         ELSEWHERE,

@@ -87,3 +87,26 @@ def test_the_benchmark_checks_them_too(monkeypatch):
         "error: MULTISLICE_COORDINATOR_PORT='x' is not a port: a whole number from 1 to 65,535; "
         "unset it for the default"
     )
+
+
+@pytest.mark.parametrize("value", ["NOPE", "debug", "10", "INFO\nx", " INFO "])
+def test_a_log_level_that_is_no_level_is_named(value):
+    with pytest.raises(knobs.KnobError, match=r"^MULTISLICE_LOG_LEVEL=.* is not a log level.*; allowed: DEBUG, INFO"):
+        knobs.log_level({"MULTISLICE_LOG_LEVEL": value})
+    assert (knobs.problem({"MULTISLICE_LOG_LEVEL": value}) or "").startswith("MULTISLICE_LOG_LEVEL=")
+    assert knobs.log_level({}) == "INFO" and knobs.log_level({"MULTISLICE_LOG_LEVEL": "DEBUG"}) == "DEBUG"
+
+
+def test_run_refuses_a_log_level_before_anything_starts(tmp_path, monkeypatch):
+    from training import train
+
+    monkeypatch.setenv("MULTISLICE_LOG_LEVEL", "NOPE")
+    config = tmp_path / "config.json"
+    config.write_text("{}")
+    result = CliRunner().invoke(training_app, ["run", "--config", str(config), "--run-dir", str(tmp_path / "run")])
+    assert result.exit_code == train.EXIT_CONFIG
+    assert result.output.strip() == (
+        "error: MULTISLICE_LOG_LEVEL='NOPE' is not a log level; allowed: DEBUG, INFO, WARNING, ERROR, CRITICAL "
+        "(unset: INFO)"
+    )
+    assert not (tmp_path / "run").exists()
