@@ -1,7 +1,7 @@
 """The gke backend's slices as Pulumi resources: :class:`GkeSlices`, from typed :class:`GkeInputs`.
 
 A new zonal (or, with ``multislice:gke.regional``, regional) cluster
-(:func:`~infra.backends.gke.cluster.cluster_args`) with its system pool
+(:func:`~infra.backends.gke.cluster_declaration.cluster_args`) with its system pool
 (:func:`~infra.backends.gke.node_pools.system_pool`), or the existing one ``multislice:gke.cluster``
 names, checked once GKE answers for it (:func:`check_existing_cluster`); one TPU node pool per slice in the stack's zone
 (:mod:`~infra.backends.gke.node_pools`), placed by one regional workload policy they all name on
@@ -25,11 +25,11 @@ from infra.backends.gke.cluster import (
     WORKLOAD_IDENTITY_ROLE,
     GkeSettings,
     check_cluster_location,
-    cluster_args,
     region_of,
     workload_identity_member,
     workload_pool,
 )
+from infra.backends.gke.cluster_declaration import cluster_args
 from infra.backends.gke.node_pools import (
     GKE_TPUS,
     NodePoolShape,

@@ -2,7 +2,7 @@
 
 In the cluster of :class:`~infra.backends.gke.slices.GkeSlices`, through a Kubernetes provider
 that reaches the control plane's DNS-based endpoint (the only one an operator outside the VPC can
-reach: a new cluster's IP endpoint is private, :func:`~infra.backends.gke.cluster.cluster_args`):
+reach: a new cluster's IP endpoint is private, :func:`~infra.backends.gke.cluster_declaration.cluster_args`):
 
 * the namespace ``multislice:gke.namespace`` (unless ``default``, which every cluster has);
 * the Pods' Kubernetes service account, annotated with the stack's Google service account, which

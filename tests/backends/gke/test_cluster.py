@@ -14,9 +14,9 @@ from pydantic import ValidationError
 from infra.backends.gke.cluster import (
     GkeSettings,
     check_cluster_location,
-    cluster_args,
     workload_identity_member,
 )
+from infra.backends.gke.cluster_declaration import cluster_args
 
 
 @pytest.mark.parametrize("name", ["a", "multislice-dev", "c1", "a" * 40])
