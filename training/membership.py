@@ -183,19 +183,51 @@ def history(run_dir: RunDir) -> list[Membership]:
     return [record for epoch in _epochs(run_dir) if (record := _valid(run_dir, epoch, None)) is not None]
 
 
-def describe_changes(records: list[Membership], resized_at: dict[int, int] | None = None) -> list[str]:
-    """Each change of slice count, as the run's summary and ``status`` print it:
-    ``slices 2 → 1 at step 50 (slice 1 lost, not back within 2m)``.
+def describe_change(before: Membership, after: Membership, step: int | None) -> str:
+    """One change of slice count: ``slices 2 → 1 at step 50 (slice 1 lost, not back within 2m)``
+    (``step``: where the job of ``after`` resumed, or None: not shown)."""
+    at = "" if step is None else f" at step {step}"
+    return f"slices {len(before.slices)} → {len(after.slices)}{at} ({after.reason})"
+
+
+def landing_steps(events: list[dict[str, Any]]) -> dict[int, int] | None:
+    """Epoch → the step its job took over at, from a run's events (training/train.py): the ``preempted``
+    event of a running job that stopped for it (its ``membership_epoch``), else the ``start`` of the
+    epoch's first job (the step it resumed from). None when no event names an epoch (a run that is not
+    elastic, or events written before they did): the records' own steps are all there is."""
+    landed: dict[int, int] = {}
+    named = False
+    for kind in ("preempted", "start"):  # a job's stop for a change precedes the new job's start
+        for event in events:
+            epoch, step = event.get("membership_epoch"), event.get("step")
+            if event.get("event") != kind or isinstance(epoch, bool) or not isinstance(epoch, int):
+                continue
+            named = True
+            if isinstance(step, int) and not isinstance(step, bool):
+                landed.setdefault(epoch, step)
+    return landed if named else None
+
+
+def describe_changes(records: list[Membership], landed: dict[int, int] | None = None) -> list[str]:
+    """Each change of slice count, as the run's summary prints it (:func:`describe_change`).
 
     Args:
       records: the run's records, oldest first (:func:`history`).
-      resized_at: epoch → the step a running job stopped at to change into it (its ``preempted``
-        event's ``membership_epoch``: training/train.py), where that is known; else the record's step
-        (the newest checkpoint when the change was proposed).
+      landed: epoch → the step the change took effect at (:func:`landing_steps`), or None where the
+        run's events are not known: each record's own step is shown then (the newest checkpoint when
+        the change was decided, which a running job may train past before it stops for it). With it,
+        a change whose epoch never trained is shown as decided and not carried out (the run ended
+        first, or a newer change took its place).
     """
     lines = []
     for before, after in zip(records, records[1:], strict=False):
-        step = (resized_at or {}).get(after.epoch, after.step)
-        at = "" if step is None else f" at step {step}"
-        lines.append(f"slices {len(before.slices)} → {len(after.slices)}{at} ({after.reason})")
+        if landed is None:
+            lines.append(describe_change(before, after, after.step))
+        elif after.epoch in landed:
+            lines.append(describe_change(before, after, landed[after.epoch]))
+        else:
+            decided = "" if after.step is None else f" after step {after.step}"
+            lines.append(
+                f"slices {len(before.slices)} → {len(after.slices)} decided{decided}, not carried out ({after.reason})"
+            )
     return lines

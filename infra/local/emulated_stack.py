@@ -299,6 +299,7 @@ class EmulatedStack:
     ) -> None:
         """Follow the run until every VM's startup script exited 0 (see :meth:`up`)."""
         last_report_step, last_report_restarts = tail.last_step, self.reporter.restarts
+        changes = MembershipChanges(self.run_dir, self.report)  # fed the events read() reads
 
         def read() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
             """New (events, metrics) records, reported. Events first: an attempt writes its
@@ -312,6 +313,7 @@ class EmulatedStack:
                     raise self.storage_stopped() from None
                 raise
             for event in new_events:
+                changes.event(event)
                 if event.get("event") == "start":
                     self.boot_watch.trainer_started()
                 self.reporter.event(event)
@@ -327,7 +329,6 @@ class EmulatedStack:
             """Read the struck attempt's last records: reported, never fed to the schedule."""
             return read()
 
-        changes = MembershipChanges(self.run_dir, self.report)
         while True:
             time.sleep(options.poll_s)
             stop_signals.raise_if_signalled()

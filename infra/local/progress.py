@@ -300,15 +300,24 @@ class live_reporter:
 
 
 class MembershipChanges:
-    """Each change of an elastic run's slice count, reported once as the membership records show it
-    (:func:`training.membership.describe_changes`: ``elastic: slices 2 → 1 at step 40 (…)``), read at
-    most every ``every_s`` seconds (a listing of the run directory each time)."""
+    """Each change of an elastic run's slice count, reported as the membership records and the run's
+    events show it, read at most every ``every_s`` seconds (a listing of the run directory each time):
+    ``elastic: slices 1 → 2 decided (…)`` once the record is there, then ``elastic: slices 1 → 2 at step
+    24 (…)`` once a job took it over (:func:`training.membership.landing_steps`: a running job may train
+    to its next checkpoint after a change is decided); only the second when both are seen at once."""
 
     def __init__(self, run_dir: Any, report: Callable[[str], None], every_s: float = 2.0) -> None:
         self.run_dir, self.report, self.every_s = run_dir, report, every_s
-        self.said = 0
+        self.events: list[dict[str, Any]] = []
+        self.decided: set[int] = set()
+        self.landed: set[int] = set()
         self.read_at = 0.0
         self.warned = False
+
+    def event(self, event: dict[str, Any]) -> None:
+        """Take in one of the run's events (those naming a membership epoch matter)."""
+        if "membership_epoch" in event:
+            self.events.append(event)
 
     def poll(self) -> None:
         from training import membership
@@ -317,12 +326,19 @@ class MembershipChanges:
             return
         self.read_at = time.monotonic()
         try:
-            lines = membership.describe_changes(membership.history(self.run_dir))
+            records = membership.history(self.run_dir)
         except (OSError, membership.MembershipError) as err:
             if not self.warned:
                 self.report(f"warning: the membership records cannot be read ({err})")
             self.warned = True
             return
-        for line in lines[self.said :]:
-            self.report(f"elastic: {line}")
-        self.said = max(self.said, len(lines))
+        landed = membership.landing_steps(self.events) or {}
+        for before, after in zip(records, records[1:], strict=False):
+            if after.epoch in self.landed:
+                continue
+            if after.epoch in landed:
+                self.report(f"elastic: {membership.describe_change(before, after, landed[after.epoch])}")
+                self.landed.add(after.epoch)
+            elif after.epoch not in self.decided:
+                self.report(f"elastic: slices {len(before.slices)} → {len(after.slices)} decided ({after.reason})")
+            self.decided.add(after.epoch)

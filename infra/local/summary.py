@@ -85,15 +85,10 @@ def summarize(run_dir: RunDir, total_steps: int, eval_every_steps: int = 0) -> d
 
 def slice_changes(run_dir: RunDir, events: list[dict[str, Any]] | None = None) -> list[str]:
     """Each change of the run's slice count (elastic slices: :func:`training.membership.describe_changes`,
-    at the step a running job stopped for it where its ``events`` say), or the one line of a membership
-    record that cannot be read; empty for a run that never changed."""
-    resized_at = {
-        int(e["membership_epoch"]): int(e["step"])
-        for e in events or []
-        if e.get("event") == "preempted" and isinstance(e.get("membership_epoch"), int) and "step" in e
-    }
+    at the step the change took effect where its ``events`` say: :func:`training.membership.landing_steps`),
+    or the one line of a membership record that cannot be read; empty for a run that never changed."""
     try:
-        return membership.describe_changes(membership.history(run_dir), resized_at)
+        return membership.describe_changes(membership.history(run_dir), membership.landing_steps(events or []))
     except membership.MembershipError as err:
         return [str(err)]
 

@@ -149,3 +149,26 @@ def test_plain_progress_shows_each_restart_and_ends_at_the_last_step_seen():
     with plain_reporter(lines.append) as show:
         pass  # nothing seen: nothing printed
     assert len(lines) == 3
+
+
+def test_a_change_of_slice_count_is_shown_decided_then_at_the_step_it_took_effect(tmp_path):
+    from infra.local.progress import MembershipChanges
+    from training import membership
+    from training.run_dir import RunDir
+
+    run_dir = RunDir(str(tmp_path / "run"))
+    start, _ = membership.propose(run_dir, None, (0,), step=None, reason="start", now=1.0)
+    lines: list[str] = []
+    changes = MembershipChanges(run_dir, lines.append, every_s=0.0)
+    changes.event({"event": "start", "step": 0, "membership_epoch": 0})
+    membership.propose(run_dir, start, (0, 1), step=18, reason="slice 1 back", now=2.0)
+    changes.poll()
+    assert lines == ["elastic: slices 1 → 2 decided (slice 1 back)"]  # the job trains on to its checkpoint
+    changes.poll()
+    assert len(lines) == 1  # said once
+    changes.event({"event": "preempted", "step": 24, "membership_epoch": 1})
+    changes.poll()
+    assert lines[1:] == ["elastic: slices 1 → 2 at step 24 (slice 1 back)"]  # where it stopped, not 18
+    changes.event({"event": "start", "step": 24, "membership_epoch": 1})
+    changes.poll()
+    assert len(lines) == 2

@@ -137,3 +137,35 @@ def test_a_listing_leaves_no_cached_listing_behind(bucket):
     other = gcsfs.GCSFileSystem(skip_instance_cache=True)  # another process's client
     other.pipe_file(f"{bucket}/runs/cache/checkpoints/80/marker", b"")
     assert sorted(p.name for p in epath.Path(f"gs://{bucket}/runs/cache/checkpoints").iterdir()) == ["40", "80"]
+
+
+def test_a_change_is_shown_at_the_step_it_took_effect_or_as_not_carried_out(tmp_path):
+    run_dir = RunDir(str(tmp_path / "run"))
+    start, _ = membership.propose(run_dir, None, (0, 1), step=None, reason="start", now=1.0)
+    shrunk, _ = membership.propose(run_dir, start, (0,), step=50, reason="slice 1 lost", now=2.0)
+    grown, _ = membership.propose(run_dir, shrunk, (0, 1), step=90, reason="slice 1 back", now=3.0)
+    records = membership.history(run_dir)
+    # The job of epoch 1 resumed from 50; epoch 2 was decided after the checkpoint of step 90 by a standby
+    # slice while the job trained on, which stopped for it at its next checkpoint, 96.
+    events = [
+        {"event": "start", "step": 0, "membership_epoch": 0},
+        {"event": "preempted", "step": 50},  # a notice: no epoch named
+        {"event": "start", "step": 50, "membership_epoch": 1},
+        {"event": "preempted", "step": 96, "membership_epoch": 2},
+        {"event": "start", "step": 96, "membership_epoch": 2},
+    ]
+    landed = membership.landing_steps(events)
+    assert landed == {0: 0, 1: 50, 2: 96}
+    assert membership.describe_changes(records, landed) == [
+        "slices 2 → 1 at step 50 (slice 1 lost)",
+        "slices 1 → 2 at step 96 (slice 1 back)",
+    ]
+    # The run completed in epoch 1 before any job took epoch 2 over: the grow never happened.
+    assert membership.describe_changes(records, membership.landing_steps(events[:3])) == [
+        "slices 2 → 1 at step 50 (slice 1 lost)",
+        "slices 1 → 2 decided after step 90, not carried out (slice 1 back)",
+    ]
+    # Events that name no epoch (a run that is not elastic): the records' own steps.
+    assert membership.landing_steps([{"event": "start", "step": 0}]) is None
+    assert membership.describe_changes(records, None)[1] == "slices 1 → 2 at step 90 (slice 1 back)"
+    assert grown.epoch == 2
