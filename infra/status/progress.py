@@ -166,10 +166,23 @@ def read_progress(store: RunStore, total_steps: int) -> RunProgress:
     events = [r for e in events_entries for r in parse_records(blobs.get(e.name, b""))]
     steps, evals, metrics_updated = _newest_steps(store, metrics)
 
+    starts = [e for e in events if e.get("event") == "start"]
     if steps:
         last = steps[-1]
         progress.step, progress.loss = int(last["step"]), float(last["loss"])
-        progress.step_time_s, progress.tokens_per_s = _rates(_current_attempt(steps))
+        attempt = _current_attempt(steps)
+        begun = _time(starts[-1]) if starts else None
+        if begun is not None and all(_time(r) is not None for r in attempt):
+            # Only the newest attempt's steps: a restart (on fewer slices, perhaps) steps at its own speed.
+            attempt = [r for r in attempt if (_time(r) or 0.0) >= begun]
+        if begun is not None and not attempt:
+            # The newest attempt has no step yet: the struck attempt's steps after its checkpoint are to
+            # be recomputed, and its speed is not this attempt's.
+            resumed = starts[-1].get("step")
+            if isinstance(resumed, int) and not isinstance(resumed, bool) and resumed <= progress.step:
+                progress.step = resumed
+                progress.loss = next((float(r["loss"]) for r in steps if r["step"] == resumed), None)
+        progress.step_time_s, progress.tokens_per_s = _rates(attempt)
     if evals:
         progress.eval_loss = float(evals[-1]["eval_loss"])
     checkpoints = [e for e in events if e.get("event") == "checkpoint" and "step" in e]
@@ -178,7 +191,6 @@ def read_progress(store: RunStore, total_steps: int) -> RunProgress:
             int(checkpoints[-1]["step"]),
             _time(checkpoints[-1]),
         )
-    starts = [e for e in events if e.get("event") == "start"]
     progress.started_at = _time(starts[0]) if starts else None
     if starts and isinstance(starts[-1].get("slices"), int) and isinstance(starts[-1].get("full_slices"), int):
         progress.slices, progress.full_slices = int(starts[-1]["slices"]), int(starts[-1]["full_slices"])

@@ -65,6 +65,32 @@ def test_a_run_in_progress_with_a_failure_and_a_preemption(bucket):
     assert progress.training_seconds == pytest.approx(checkpoints[-1]["time"] - starts[0]["time"], abs=1e-3)
 
 
+def test_a_restart_without_a_step_yet_shows_where_it_resumed_and_no_speed(bucket):
+    # Slice 1 lost at step 130 of a 2-slice run: the job of slice 0 alone started from the checkpoint of
+    # step 100 and has not finished a step. The struck attempt's step 130 and its two-slice speed are
+    # not where the run stands nor how fast it goes now.
+    run = SyntheticRun(total_steps=200, steps_done=130, log_every=10, checkpoint_every=50)
+    objects = run.objects()
+    alone = {"event": "start", "step": 100, "restored": True, "slices": 1, "full_slices": 2}
+    objects["events/99999999.jsonl"] = json.dumps(alone | {"time": run.metrics[-1]["time"] + 60}).encode() + b"\n"
+    upload(f"gs://{bucket}/runs/shrunk", objects)
+    progress = read_progress(RunStore(f"gs://{bucket}/runs/shrunk"), 200)
+    assert (progress.step, progress.slices, progress.full_slices) == (100, 1, 2)
+    assert progress.loss is None or progress.loss == next(r["loss"] for r in run.metrics if r["step"] == 100)
+    assert (progress.step_time_s, progress.tokens_per_s, progress.eta_seconds) == (None, None, None)
+    # Its first steps, at one slice's speed (1.0 s): the speed and ETA are this attempt's alone.
+    begun = run.metrics[-1]["time"] + 60
+    steps = [
+        {"step": s, "loss": 1.0, "step_time_s": 1.0, "tokens_per_s": 512.0, "time": begun + s - 100}
+        for s in range(101, 104)
+    ]
+    objects["metrics/99999999.jsonl"] = "".join(json.dumps(r) + "\n" for r in steps).encode()
+    upload(f"gs://{bucket}/runs/shrunk2", objects)
+    progress = read_progress(RunStore(f"gs://{bucket}/runs/shrunk2"), 200)
+    assert (progress.step, progress.step_time_s, progress.tokens_per_s) == (103, 1.0, 512.0)
+    assert progress.eta_seconds == pytest.approx(97 * 1.0)
+
+
 def test_only_the_newest_metrics_objects_are_read(bucket):
     run = SyntheticRun(total_steps=400, steps_done=200, log_every=10, checkpoint_every=100)
     store = stored(bucket, run)
