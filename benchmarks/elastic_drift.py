@@ -2,7 +2,7 @@
 
     uv run --frozen python benchmarks/elastic_drift.py [--json]
 
-The dev stack with ``multislice:elastic: {minSlices: 1, shrinkAfter: 15s, growAfter: 5s}``, run twice
+The dev stack with ``multislice:elastic: {minSlices: 1, shrinkAfter: 30s, growAfter: 5s}``, run twice
 with ``multislice local up --fresh``, each with its own state directory: once uninterrupted, once with
 slice 1 preempted at step 50 and its capacity withheld for 40 s (``--preempt 1@50 --withhold 1:40s``),
 held at step 70 until slice 1 is recreated (``--hold-at 70``: the return lands inside the run on any
@@ -33,7 +33,7 @@ from infra.emulated import gcs_clients  # noqa: E402
 from training.metrics.run_log import read_records  # noqa: E402
 from training.run_dir import RunDir  # noqa: E402
 
-ELASTIC = "  multislice:elastic: {minSlices: 1, shrinkAfter: 15s, growAfter: 5s}\n"
+ELASTIC = "  multislice:elastic: {minSlices: 1, shrinkAfter: 30s, growAfter: 5s}\n"
 
 
 def stack_file(directory: Path) -> Path:

@@ -15,7 +15,8 @@ same way (https://github.com/marin-community/marin, ``num_slices`` as a list of 
 Defaults: ``shrinkAfter`` 2 minutes (a Spot slice that the platform brings back sooner costs one
 restart, not two) and ``growAfter`` 3 hours, marin's shortest interval between two scale-ups.
 
-Bounds: each at most seven days (:data:`MAX_ELASTIC_WAIT_S`). While a lost slice is waited for, every
+Bounds: ``shrinkAfter`` at least 30 s (:data:`MIN_SHRINK_AFTER_S`: a trainer's restart must not look
+like a lost slice), each at most seven days (:data:`MAX_ELASTIC_WAIT_S`). While a lost slice is waited for, every
 slice present is held, stopped and billed; and seven days is the longest run Google gives any TPU
 capacity with a run limit (flex-start VMs and nodes "run for up to seven days":
 https://cloud.google.com/compute/docs/instances/about-flex-start-vms, the limit of
@@ -37,6 +38,13 @@ from training.validation import StrictModel, invalid
 #: The longest ``shrinkAfter`` and ``growAfter``, seconds (module docstring).
 MAX_ELASTIC_WAIT_S = 7 * 24 * 3600
 
+#: The shortest ``shrinkAfter`` (seconds): the heartbeats' staleness window on a VM (three 10 s
+#: intervals: training/heartbeats.py), which is also above a trainer's restart (systemd's
+#: ``RestartSec`` 100 ms, the first backoff 1 s, the interpreter and imports up to the gate: 5–13 s on a
+#: 2-core machine, benchmarks/restart_floor.py). Shorter, a member restarting into the next epoch is
+#: taken for lost and the run changes count at every restart (docs/faults.md, "Elastic slices").
+MIN_SHRINK_AFTER_S = 30
+
 #: ``shrinkAfter``'s default (seconds).
 DEFAULT_SHRINK_AFTER_S = 120
 #: ``growAfter``'s default (seconds): marin's ``3h`` between scale-ups.
@@ -45,7 +53,8 @@ DEFAULT_GROW_AFTER_S = 3 * 3600
 
 class ElasticSettings(StrictModel):
     """``multislice:elastic``: ``{minSlices, shrinkAfter, growAfter}`` (durations positive:
-    :func:`infra.durations.parse_duration`, and at most :data:`MAX_ELASTIC_WAIT_S`). Keys by their
+    :func:`infra.durations.parse_duration`, ``shrinkAfter`` at least :data:`MIN_SHRINK_AFTER_S`, each
+    at most :data:`MAX_ELASTIC_WAIT_S`). Keys by their
     stack-file names only: ``min_slices`` is an unknown key that names ``minSlices``."""
 
     min_slices: int | None = Field(
@@ -57,7 +66,7 @@ class ElasticSettings(StrictModel):
     shrink_after: Duration = Field(
         default=DEFAULT_SHRINK_AFTER_S,
         alias="shrinkAfter",
-        description="How long a lost slice may stay away before the others go on without it (≤ 7d).",
+        description="How long a lost slice may stay away before the others go on without it (30s to 7d).",
     )
     grow_after: Duration = Field(
         default=DEFAULT_GROW_AFTER_S,
@@ -67,7 +76,13 @@ class ElasticSettings(StrictModel):
 
     @field_validator("shrink_after", "grow_after")
     @classmethod
-    def _at_most_seven_days(cls, seconds: int, info: ValidationInfo) -> int:
+    def _within_bounds(cls, seconds: int, info: ValidationInfo) -> int:
+        if info.field_name == "shrink_after" and seconds < MIN_SHRINK_AFTER_S:
+            raise ValueError(
+                f"{format_duration(seconds)} is shorter than {format_duration(MIN_SHRINK_AFTER_S)}, a heartbeat's "
+                "staleness window and more than a trainer's restart: a slice restarting into the next epoch would "
+                f"be taken for lost at every change; use {format_duration(MIN_SHRINK_AFTER_S)} or more"
+            )
         if seconds <= MAX_ELASTIC_WAIT_S:
             return seconds
         why = (

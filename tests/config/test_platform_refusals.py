@@ -14,7 +14,8 @@ sources, which each rule's docstring cites:
   of the stack, through :data:`training.validation.ConfigBool`);
 * a non-ASCII image tag (the distribution reference grammar's ``\\w`` is RE2's, ASCII), shown without the
   token it carries;
-* ``multislice:elastic`` waits and ``multislice:queuedResource`` timeouts longer than seven days;
+* ``multislice:elastic`` waits and ``multislice:queuedResource`` timeouts longer than seven days, and a
+  ``shrinkAfter`` shorter than a trainer's restart;
 * a snake_case spelling of a nested key, alone or beside its camelCase one;
 * a reservation path in a form the stack's backend does not send (infra/config/reservations.py).
 """
@@ -328,6 +329,22 @@ def test_a_grow_after_longer_than_seven_days_is_refused(tmp_path):
         f"multislice:elastic.growAfter: 8d {ELASTIC_MAX}: the run would never grow back within one; to train on "
         "fewer slices for good, lower multislice:slices"
     )
+
+
+@pytest.mark.parametrize(("value", "shown"), [("5s", "5s"), (1, "1s"), ("29s", "29s")])
+def test_a_shrink_after_shorter_than_a_restart_is_refused(tmp_path, value, shown):
+    # The emulation flapped at 5 s: every restart into the next epoch made a member look lost.
+    config = with_value(DEV, "multislice:elastic", {"minSlices": 1, "shrinkAfter": value})
+    assert refusal(tmp_path, config) == (
+        f"multislice:elastic.shrinkAfter: {shown} is shorter than 30s, a heartbeat's staleness window and more "
+        "than a trainer's restart: a slice restarting into the next epoch would be taken for lost at every "
+        "change; use 30s or more"
+    )
+
+
+def test_a_shrink_after_of_thirty_seconds_is_read(tmp_path):
+    config = read(tmp_path, with_value(DEV, "multislice:elastic", {"minSlices": 1, "shrinkAfter": "30s"}))
+    assert config.elastic.shrink_after == 30
 
 
 def test_elastic_waits_of_seven_days_are_read(tmp_path):
