@@ -1,6 +1,9 @@
 """The run summary ``multislice local up`` prints when a run ends: one row per figure of the
 summary :mod:`infra.local.summary` computes, in a fixed order; a figure with no value says why
-(a dash and the reason, never ``None``)."""
+(a dash and the reason, never ``None``). The table is at most :data:`SUMMARY_WIDTH` columns wide,
+in a terminal, a pipe or a file: a list (restart causes, slice changes, faults) takes a line per item
+and a long one wraps within its cell. The run's and the logs' folders follow the table, one line
+each, never wrapped: a path is copied or searched for whole."""
 
 from __future__ import annotations
 
@@ -9,9 +12,16 @@ from rich.text import Text
 
 from infra.cli.options import console
 
+#: Widest the summary table is drawn (columns).
+SUMMARY_WIDTH = 100
+#: Rows printed after the table, unwrapped.
+_PATHS = ("run_dir", "logs_dir")
+
 
 def print_summary(result: dict) -> None:
     table = Table(show_header=False)  # the title on its own line: a table title is padded to the table's width
+    table.add_column(no_wrap=True)
+    table.add_column(overflow="fold")
     for key in (
         "complete",
         "steps_completed",
@@ -30,8 +40,6 @@ def print_summary(result: dict) -> None:
         "badput",
         "faults",
         "capacity",
-        "run_dir",
-        "logs_dir",
     ):
         if key in result:
             value = result[key]
@@ -43,10 +51,13 @@ def print_summary(result: dict) -> None:
             if isinstance(value, float):
                 value = f"{value:.4f}"
             elif isinstance(value, list):
-                value = "; ".join(value) or "none"
+                value = "\n".join(value) or "none"
             table.add_row(key, Text(str(value)))
     console.print("run summary")
-    console.print(table)
+    console.print(table, width=min(console.width, SUMMARY_WIDTH))
+    for key in _PATHS:
+        if result.get(key):
+            console.print(f"{key}: {result[key]}", markup=False, soft_wrap=True)
 
 
 def _absent(key: str, result: dict) -> str:

@@ -115,7 +115,12 @@ SAY_AND_SUMMARY = """
 from infra.cli.run_summary import print_summary
 from infra.cli.options import say
 say("a progress sentence that is much longer than the forty columns this test's COLUMNS allows, on one line")
-print_summary({"complete": True, "run_dir": "gs://a-bucket-name/runs/" + "r" * 80})
+print_summary({
+    "complete": True,
+    "restart_causes": ["preemption at step 10: resumed at step 10"] * 3,
+    "badput": "boot 12.3 s; compilation 4.5 s; " * 8,
+    "run_dir": "gs://a-bucket-name/runs/" + "r" * 80,
+})
 """
 
 
@@ -130,8 +135,12 @@ def test_without_a_terminal_lines_are_neither_wrapped_nor_padded():
         )
         for line in lines
     ), out.stdout
-    assert any("gs://a-bucket-name/runs/" + "r" * 80 in line for line in lines), out.stdout
+    assert "run_dir: gs://a-bucket-name/runs/" + "r" * 80 in lines, out.stdout  # whole, on its line
     assert all(line == line.rstrip() for line in lines), out.stdout
+    # The table fits 100 columns in a pipe: a list a line per item, a long value wrapped in its cell.
+    table = [line for line in lines if line.startswith(("│", "┌", "└"))]
+    assert table and max(len(line) for line in table) <= 100, out.stdout
+    assert sum("preemption at step 10: resumed at step 10" in line for line in table) == 3, out.stdout
 
 
 def test_plain_progress_shows_each_restart_and_ends_at_the_last_step_seen():

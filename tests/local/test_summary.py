@@ -277,6 +277,6 @@ def test_the_summary_names_each_change_of_slice_count(tmp_run, capsys):
     ]
     print_summary(result)
     table = " ".join(capsys.readouterr().out.replace("│", " ").split())
-    assert "slice_changes slices 2 → 1 at step 50 (slice 1 lost, not back within 2m); slices 1 → 2" in table
+    assert "slice_changes slices 2 → 1 at step 50 (slice 1 lost, not back within 2m) slices 1 → 2" in table
     tmp_run.write("membership/00000003.json", b"{torn")  # left out (logged), as the trainer's gate does
     assert summarize(tmp_run, 100)["slice_changes"] == result["slice_changes"]
