@@ -307,6 +307,10 @@ class EmulatedStack:
             nonlocal last_report_step, last_report_restarts
             try:
                 new_events = events.poll()
+                for event in new_events:  # before the metrics: a new attempt's steps are its own
+                    if event.get("event") == "start" and isinstance(event.get("step"), int):
+                        when = event.get("time")
+                        tail.resumed(event["step"], float(when) if isinstance(when, (int, float)) else None)
                 new_metrics = tail.poll()
             except Exception:  # gcsfs raises aiohttp's and its own errors when the server is gone
                 if not self.storage.alive():

@@ -89,10 +89,15 @@ class ProgressTail(MetricsTail):
         super().__init__(run_dir, warn)
         self.last_tokens_per_s: float | None = None
 
+    def resumed(self, step: int, began: float | None) -> None:
+        if step < self.last_step:
+            self.last_tokens_per_s = None
+        super().resumed(step, began)
+
     def poll(self) -> list[dict[str, Any]]:
         records = super().poll()
         for record in records:
-            if "tokens_per_s" in record:
+            if "tokens_per_s" in record and self._current(record):
                 self.last_tokens_per_s = float(record["tokens_per_s"])
         return records
 

@@ -117,11 +117,24 @@ class MetricsTail(RecordTail):
         self.last_step = 0
         self.last_loss: float | None = None
         self.last_change = time.monotonic()
+        self.attempt_began: float | None = None  # the newest attempt's start (seconds since the epoch)
+
+    def resumed(self, step: int, began: float | None) -> None:
+        """A new attempt started at ``step`` (its ``start`` event, read before the metrics it wrote):
+        the newest step is that one until the attempt reports its own, and a record of an earlier
+        attempt read later (its last window) no longer counts (by its ``time``, where it has one)."""
+        if step < self.last_step:
+            self.last_step, self.last_loss = step, None
+        self.attempt_began = began
+
+    def _current(self, record: dict[str, Any]) -> bool:
+        when = record.get("time")
+        return self.attempt_began is None or not isinstance(when, (int, float)) or when >= self.attempt_began
 
     def poll(self) -> list[dict[str, Any]]:
         records = super().poll()
         for record in records:
-            if "loss" in record:
+            if "loss" in record and self._current(record):
                 self.last_step = int(record["step"])
                 self.last_loss = float(record["loss"])
                 self.last_change = time.monotonic()

@@ -73,6 +73,25 @@ def test_metrics_tail_follows_training_records_only(tmp_path):
     assert (tail.last_step, tail.last_loss) == (1, 3.0)
 
 
+def test_after_a_restart_the_newest_step_is_where_the_new_attempt_resumed(tmp_path):
+    run_dir = RunDir(str(tmp_path / "run"))
+    tail = MetricsTail(run_dir)
+    write(run_dir, "metrics", *({"step": s, "loss": 10.0 / s, "time": 100.0 + s} for s in range(1, 51)))
+    tail.poll()
+    assert (tail.last_step, tail.last_loss) == (50, 0.2)
+    tail.resumed(40, began=200.0)  # killed at 50, resumed from the checkpoint of step 40
+    assert (tail.last_step, tail.last_loss) == (40, None)  # not the struck attempt's step 50 again
+    # The struck attempt's last window, read only now, is not this attempt's progress.
+    write(run_dir, "metrics", {"step": 51, "loss": 0.19, "time": 151.0})
+    tail.poll()
+    assert (tail.last_step, tail.last_loss) == (40, None)
+    write(run_dir, "metrics", {"step": 41, "loss": 0.25, "time": 205.0})
+    tail.poll()
+    assert (tail.last_step, tail.last_loss) == (41, 0.25)
+    tail.resumed(41, began=300.0)  # a preemption saved the step it stopped at: nothing to take back
+    assert (tail.last_step, tail.last_loss) == (41, 0.25)
+
+
 def test_metrics_tail_marks_when_a_step_was_last_seen(tmp_path):
     run_dir = RunDir(str(tmp_path / "run"))
     tail = MetricsTail(run_dir)
