@@ -35,15 +35,17 @@ def diff(
     created, deleted, replaced or updated in place (the queued resource by its provider's diff).
     """
     from infra.config import StackConfigError, default_stacks_dir, stack_file, stack_name_of_file
+    from infra.review.program_mocks import warnings_once
     from infra.review.revision_diff import DiffError, diff_stack
 
     source = resolved_stack_source(stack, config_file)
     try:
-        if source != stack_file(stack):
-            stack = stack_name_of_file(source)
-            result = diff_stack(stack, against, default_stacks_dir().resolve().parent, source.absolute())
-        else:
-            result = diff_stack(stack, against, default_stacks_dir().resolve().parent)
+        with warnings_once():  # both sides' program warns alike: each warning once
+            if source != stack_file(stack):
+                stack = stack_name_of_file(source)
+                result = diff_stack(stack, against, default_stacks_dir().resolve().parent, source.absolute())
+            else:
+                result = diff_stack(stack, against, default_stacks_dir().resolve().parent)
     except (DiffError, StackConfigError) as err:
         raise fail(str(err)) from None
     say = lambda line: console.print(line, markup=False, soft_wrap=True)  # noqa: E731

@@ -14,10 +14,12 @@ is ACTIVE (or still queued, on request).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import logging
 import runpy
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -92,6 +94,8 @@ GKE_CLUSTER_TYPE = "gcp:container/cluster:Cluster"
 DEPLOYMENT_TYPE = "kubernetes:apps/v1:Deployment"
 #: The JobSet controller's image an existing cluster runs, unless a test says otherwise.
 JOBSET_IMAGE = "registry.k8s.io/jobset/jobset:v0.10.1"
+#: Kueue's image an existing cluster runs (a read of ``kueue-system/kueue-controller-manager``).
+KUEUE_IMAGE = "registry.k8s.io/kueue/kueue:v0.17.1"
 
 
 def gke_dns_endpoint(cluster: str, location: str) -> str:
@@ -179,9 +183,10 @@ class Mocks(pulumi.runtime.Mocks):
             if dns:
                 dns["endpoint"] = gke_dns_endpoint(inputs["name"], inputs["location"])
                 outs["controlPlaneEndpointsConfig"] = {"dnsEndpointConfig": dns}
-        elif typ == DEPLOYMENT_TYPE and args.resource_id:  # a read: the JobSet controller of an existing cluster
+        elif typ == DEPLOYMENT_TYPE and args.resource_id:  # a read: the JobSet controller (or Kueue) of a cluster
             id_ = args.resource_id
-            container = {"name": "manager", "image": self.jobset_image}
+            image = KUEUE_IMAGE if id_.startswith("kueue-system/") else self.jobset_image
+            container = {"name": "manager", "image": image}
             outs = {
                 "metadata": {"name": id_.split("/")[-1]},
                 "spec": {"template": {"spec": {"containers": [container]}}},
@@ -322,6 +327,35 @@ def program_directory() -> Path:
     project = Path(program.__file__).resolve().parents[1]
     main = yaml.safe_load((project / "Pulumi.yaml").read_text()).get("main")
     return (project / main).resolve() if main else project
+
+
+class _OncePerMessage(logging.Filter):
+    """Lets each distinct message through once (:func:`warnings_once`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: set[tuple[int, str]] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        key = (record.levelno, record.getMessage())
+        if key in self.seen:
+            return False
+        self.seen.add(key)
+        return True
+
+
+@contextlib.contextmanager
+def warnings_once() -> Iterator[None]:
+    """While open, the program's warnings under mocks (which Pulumi's mock engine logs on the root
+    logger) are each printed once, however many evaluations repeat them: ``diff`` evaluates the
+    program of both sides, and a warning the stack gets on both is one line, not two."""
+    once = _OncePerMessage()
+    root = logging.getLogger()
+    root.addFilter(once)
+    try:
+        yield
+    finally:
+        root.removeFilter(once)
 
 
 def evaluate(

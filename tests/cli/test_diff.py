@@ -43,7 +43,7 @@ def bundle_sha(training: Path) -> str:
     return hashlib.sha256(build_bundle(training)).hexdigest()
 
 
-def test_a_one_line_trainer_change_updates_in_place(repo, monkeypatch):
+def test_a_one_line_trainer_change_updates_in_place(repo, monkeypatch, caplog):
     before = bundle_sha(repo / "training")
     with open(repo / "training" / "model" / "transformer.py", "a") as f:
         f.write("# a one-line change\n")
@@ -63,6 +63,8 @@ def test_a_one_line_trainer_change_updates_in_place(repo, monkeypatch):
     assert len(changed) == 1 and "queued-resource" in changed[0] and "in place" in changed[0], lines
     assert "bundleSha256" in changed[0] and "metadata" in changed[0]
     assert "base64" not in result.output and len(result.output) < 2000  # no wall of script text
+    # The dev stack is predicted DCN-bound on both sides: the program's warning is said once, not per side.
+    assert sum("predicted DCN-bound" in r.getMessage() for r in caplog.records) == 1, caplog.records
 
 
 def test_more_slices_replace_the_queued_resource(repo):
@@ -269,3 +271,19 @@ def test_a_change_of_backend_says_whether_pulumi_up_will_carry_it_out(repo, monk
         assert "multislice:allowBackendChange: true confirms it, so pulumi up carries it out" in note
     else:
         assert "pulumi up refuses it unless the stack sets multislice:allowBackendChange: true" in note
+
+
+def test_a_warning_both_evaluations_give_is_printed_once(caplog):
+    # Pulumi's mock engine logs the program's warnings on the root logger; diff evaluates two programs.
+    import logging
+
+    from infra.review.program_mocks import warnings_once
+
+    root = logging.getLogger()
+    with caplog.at_level(logging.WARNING), warnings_once():
+        for message in ("stack dev: predicted DCN-bound", "stack dev: predicted DCN-bound", "another"):
+            root.warning(message)
+    assert [r.getMessage() for r in caplog.records] == ["stack dev: predicted DCN-bound", "another"]
+    caplog.clear()
+    root.warning("another")  # once the diff is over, nothing is held back
+    assert [r.getMessage() for r in caplog.records] == ["another"]
