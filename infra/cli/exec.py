@@ -3,7 +3,9 @@
     multislice exec --stack S [--slice N] [--worker W] [--background] [--log-dir D] -- CMD...
     multislice local exec --stack S [same options] -- CMD...
 
-Each output line is printed as it comes, prefixed ``[slice s worker w]``; each worker's full
+Each output line is printed as it comes, prefixed ``[slice s worker w]`` (a worker's traceback whose
+exception says the TPU is already in use, as every JAX command's does while a run holds the chips, as
+that one line: :mod:`infra.remote.tpu_in_use`); each worker's full
 output is kept in ``<log dir>/slice-S-worker-W.log`` (default ``./multislice-exec/<stack>/<UTC
 time>/`` for a deployed stack, ``<local state>/<stack>/exec/<UTC time>/`` for the emulation).
 Exit 0 when every worker's command exited 0; else 1, naming each failed worker and its exit
@@ -74,6 +76,7 @@ def _run(targets, log_dir: Path, what: str, describe=None) -> None:
     """Run the targets, print their lines, and end as the module docstring says; ``describe``
     words a failed worker's ending (default: its exit status)."""
     from infra.remote.fanout import describe_code, run_all
+    from infra.remote.tpu_in_use import TracebackFold
 
     describe = describe or (lambda outcome: describe_code(outcome.code))
 
@@ -90,8 +93,12 @@ def _run(targets, log_dir: Path, what: str, describe=None) -> None:
     def notice(message: str) -> None:
         err_console.print(message, markup=False, soft_wrap=True)
 
+    fold = TracebackFold(emit)  # a worker's "TPU already in use" traceback: one line
     try:
-        run = run_all(targets, log_dir, emit, notice)
+        try:
+            run = run_all(targets, log_dir, fold, notice)
+        finally:
+            fold.flush()
     except KeyboardInterrupt:
         raise fail(f"interrupted: every worker's command was stopped; output so far: {log_dir}", 130) from None
     except OSError as err:

@@ -91,6 +91,7 @@ def test_the_readme_day_one_runs_as_written(tmp_path, monkeypatch):
         jax_line = lines["exec"].split(" -- ")[0] + ' -- \'"$MULTISLICE_PYTHON" -c "import jax; jax.devices()"\''
         refused = run_line(jax_line)
         assert refused.returncode == 1 and refused.stdout.count("The TPU is already in use") == 2, refused.stdout
+        assert "Traceback" not in refused.stdout, refused.stdout  # one line per VM, the traceback in its log
         reset = run_line(lines["reset"])
         assert reset.returncode == 0, reset.stdout + reset.stderr
         assert "slice 0 worker 0: booted again" in reset.stdout and "slice 1 worker 0: booted again" in reset.stdout
