@@ -5,12 +5,15 @@ one is lost, and return to the full count when it is back; unset, a lost slice s
 until it is back (the behaviour of every stack before this key).
 
 The training stays the same at every count: the global batch, the step → data mapping and the
-learning-rate schedule are the stack's; with ``n`` of ``N`` slices each data-parallel replica
-takes ``N / n`` times the sequences, as ``N / n`` times the microbatches (gradient accumulation).
-So a count ``n`` is allowed only where ``N / n`` is a whole number and the DCN data axis, the one
-axis that shrinks, divides by it (``parallelism.dcn.data``; DCN fsdp, which shards the
-parameters, keeps its size). marin/levanter's "limping multislice" keeps the global batch the
-same way (https://github.com/marin-community/marin, ``num_slices`` as a list of allowed counts).
+learning-rate schedule are the stack's. With ``n`` of ``N`` slices only the DCN data axis changes
+(DCN fsdp, which shards the parameters, keeps its size), and each data-parallel replica runs its
+share of the same global batch as equal microbatches no larger than the full count's (gradient
+accumulation). So a count ``n`` is allowed where it is a multiple of ``parallelism.dcn`` fsdp×tensor
+and the global batch splits evenly over the data-parallel size at ``n``: 3 slices of DCN data 3 may
+train on 2 where the batch divides by 2 × the ICI data×fsdp. The rule is the trainer's own
+(:func:`training.elastic.count_shape`), checked here before any resource exists. marin/levanter's
+"limping multislice" keeps the global batch the same way (https://github.com/marin-community/marin,
+``num_slices`` as a list of allowed counts).
 
 Defaults: ``shrinkAfter`` 2 minutes (a Spot slice that the platform brings back sooner costs one
 restart, not two) and ``growAfter`` 3 hours, marin's shortest interval between two scale-ups.
@@ -33,6 +36,8 @@ from typing import Any
 from pydantic import Field, ValidationInfo, field_validator
 
 from infra.durations import Duration, format_duration
+from training import elastic as trainer_elastic
+from training.config import TrainConfig
 from training.validation import StrictModel, invalid
 
 #: The longest ``shrinkAfter`` and ``growAfter``, seconds (module docstring).
@@ -99,43 +104,42 @@ class ElasticSettings(StrictModel):
 
 @dataclasses.dataclass(frozen=True)
 class SliceCount:
-    """One slice count a run may train on.
+    """One slice count a run may train on (:func:`training.elastic.count_shape`).
 
     Attributes:
       slices: the slices training together.
-      accumulation: how many times the full count's microbatches each replica runs (``N / n``).
       microbatches: the trainer's microbatches per step at this count.
-      dcn_data: the DCN data axis at this count (the full count's ÷ ``accumulation``).
+      microbatch_rows: sequences of one microbatch on one data-parallel replica (at most the full
+        count's: the activations a chip holds do not grow).
+      dcn_data: the DCN data axis at this count (DCN fsdp keeps its size).
       chips: chips training together.
     """
 
     slices: int
-    accumulation: int
     microbatches: int
+    microbatch_rows: int
     dcn_data: int
     chips: int
 
 
-def slice_counts(
-    slices: int, dcn_data: int, microbatches: int, chips_per_slice: int, min_slices: int
-) -> list[SliceCount]:
-    """The allowed counts from ``slices`` down to ``min_slices``, most first: those ``n`` where
-    ``slices / n`` is whole and divides ``dcn_data`` (see the module docstring)."""
+def slice_counts(training: TrainConfig, chips_per_slice: int, min_slices: int) -> list[SliceCount]:
+    """The counts the trainer config ``training`` may train on, from its ``parallelism.dcn`` count down
+    to ``min_slices``, most first (see the module docstring)."""
     counts = []
-    for n in range(slices, min_slices - 1, -1):
-        factor, rest = divmod(slices, n)
-        if rest == 0 and dcn_data % factor == 0:
-            counts.append(SliceCount(n, factor, microbatches * factor, dcn_data // factor, n * chips_per_slice))
+    for n in range(training.parallelism.dcn.product, min_slices - 1, -1):
+        try:
+            shape = trainer_elastic.count_shape(training, n)
+        except trainer_elastic.NotACount:
+            continue
+        counts.append(SliceCount(n, shape.microbatches, shape.microbatch_rows, shape.dcn_data, n * chips_per_slice))
     return counts
 
 
 def allowed(config: Any) -> list[SliceCount]:
     """The slice counts the stack ``config`` (a :class:`infra.config.StackConfig`) may train on: the
     full count alone unless ``multislice:elastic.minSlices`` is set."""
-    par = config.training.parallelism
-    chips = config.accelerator.chips
     minimum = config.slices if config.elastic.min_slices is None else config.elastic.min_slices
-    return slice_counts(config.slices, par.dcn.data, config.training.microbatches, chips, minimum)
+    return slice_counts(config.training, config.accelerator.chips, minimum)
 
 
 def carried_out(config: Any) -> bool:
@@ -153,8 +157,8 @@ def check(config: Any) -> None:
 
     Raises:
       PydanticCustomError: (:func:`training.validation.invalid`) at ``multislice:elastic.minSlices``:
-        above ``multislice:slices``, a count whose accumulation factor is not whole, or one the DCN
-        data axis cannot shrink to.
+        above ``multislice:slices``, or a count the trainer cannot train on (not a multiple of DCN
+        fsdp×tensor, or one the global batch does not split over), with the allowed counts.
     """
     minimum = config.elastic.min_slices
     if minimum is None:
@@ -171,20 +175,10 @@ def check(config: Any) -> None:
         )
     if config.workload is not None:
         return
-    par = config.training.parallelism
-    every = slice_counts(config.slices, par.dcn.data, config.training.microbatches, config.accelerator.chips, 1)
-    counts = [c.slices for c in every]
-    if minimum in counts:
-        return
-    dcn_data = par.dcn.data
-    if config.slices % minimum:
-        why = (
-            f"{config.slices} slices' work on {minimum} is {config.slices}/{minimum} times the microbatches, not a "
-            "whole number"
-        )
-    else:
-        why = (
-            f"the DCN data axis ({dcn_data}, multislice:training.parallelism.dcn.data) does not divide by "
-            f"{config.slices // minimum}, and only it shrinks"
-        )
-    raise invalid(key, f"{minimum}: {why}; allowed counts: {', '.join(map(str, counts))}")
+    try:
+        trainer_elastic.count_shape(config.training, minimum, prefix="multislice:training.")
+    except trainer_elastic.NotACount as refused:
+        counts = ", ".join(str(c.slices) for c in slice_counts(config.training, config.accelerator.chips, 1))
+        raise invalid(
+            key, f"{minimum}: {config.slices} slices cannot train as {minimum}: {refused}; allowed counts: {counts}"
+        ) from None

@@ -1,5 +1,6 @@
 """The plan's slice counts (``multislice:elastic``): each count the run may train on, with its
-gradient-accumulation factor and the tokens/s its chips can reach at most.
+gradient accumulation (microbatches per step and the sequences of one replica's microbatch) and
+the tokens/s its chips can reach at most.
 
 The ceiling is ``chips × peak FLOP/s per chip ÷ (6 × parameters)``: training costs about
 ``6N`` FLOPs per token for ``N`` parameters (forward and backward; Kaplan et al. 2020, "Scaling
@@ -24,12 +25,14 @@ PEAK_TOKENS_SOURCE = (
 
 @dataclasses.dataclass(frozen=True)
 class CountPlan:
-    """One allowed slice count: ``slices``, ``accumulation`` (× the full count's microbatches),
-    ``microbatches``, ``chips`` and ``peak_tokens_per_s`` (tokens/s at 100% MFU, float)."""
+    """One allowed slice count: ``slices``, ``dcn_data`` (the DCN data axis), ``microbatches`` (per
+    step), ``microbatch_rows`` (sequences of one microbatch on one data-parallel replica), ``chips``
+    and ``peak_tokens_per_s`` (tokens/s at 100% MFU, float)."""
 
     slices: int
-    accumulation: int
+    dcn_data: int
     microbatches: int
+    microbatch_rows: int
     chips: int
     peak_tokens_per_s: float
 
@@ -50,7 +53,7 @@ def elastic_plan(config: Any, parameters: int) -> ElasticPlan:
     """The :class:`ElasticPlan` of the validated stack ``config`` with ``parameters`` parameters."""
     peak = config.accelerator.generation.peak_bf16_flops_per_chip
     counts = tuple(
-        CountPlan(c.slices, c.accumulation, c.microbatches, c.chips, c.chips * peak / (6 * parameters))
+        CountPlan(c.slices, c.dcn_data, c.microbatches, c.microbatch_rows, c.chips, c.chips * peak / (6 * parameters))
         for c in elastic.allowed(config)
     )
     settings = config.elastic
@@ -73,8 +76,9 @@ def _duration(seconds: int) -> str:
 def describe(plan: ElasticPlan) -> str:
     """The plan's slice-count line."""
     shown = "; ".join(
-        f"{c.slices} slice{'s' if c.slices > 1 else ''}: accumulation ×{c.accumulation} ({c.microbatches} "
-        f"microbatch{'es' if c.microbatches > 1 else ''}), ≤ {c.peak_tokens_per_s:,.0f} tokens/s at 100% MFU"
+        f"{c.slices} slice{'s' if c.slices > 1 else ''} (dcn data {c.dcn_data}): {c.microbatches} "
+        f"microbatch{'es' if c.microbatches > 1 else ''} of {c.microbatch_rows} "
+        f"sequence{'s' if c.microbatch_rows > 1 else ''} per replica, ≤ {c.peak_tokens_per_s:,.0f} tokens/s at 100% MFU"
         for c in plan.counts
     )
     if plan.shrink_after_s is None or plan.grow_after_s is None:

@@ -41,7 +41,7 @@ class Plan:
       apis: the Google APIs ``pulumi up`` enables for the stack (those of every stack and its
         backend's: :func:`infra.components.services.apis_for`).
       elastic: the slice counts the run may train on (``multislice:elastic``), each with its
-        accumulation factor and tokens/s ceiling (:mod:`infra.planner.elastic`).
+        microbatches and tokens/s ceiling (:mod:`infra.planner.elastic`).
     """
 
     stack: str

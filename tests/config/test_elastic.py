@@ -1,11 +1,14 @@
-"""``multislice:elastic``: the slice counts a run may train on (infra/config/elastic.py), refused
-where the training cannot stay the same, and printed by ``plan`` with each count's accumulation
-factor and tokens/s ceiling (infra/planner/elastic.py)."""
+"""``multislice:elastic``: the slice counts a run may train on (infra/config/elastic.py, by the
+trainer's rule: every count whose global batch splits evenly, checked against the brute force of
+tests/helpers/slice_counts.py), refused where the training cannot stay the same, and printed by
+``plan`` with each count's microbatches and tokens/s ceiling (infra/planner/elastic.py)."""
 
 from __future__ import annotations
 
 import copy
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,6 +19,7 @@ from infra import planner
 from infra.cli import app
 from infra.config import StackConfigError, elastic, validate_stack
 from tests.helpers.gke import gke_map
+from tests.helpers.slice_counts import brute_force_counts
 
 STACKS = Path(__file__).resolve().parents[2] / "stacks"
 
@@ -25,10 +29,13 @@ def dev_map(**changes) -> dict:
     return config | changes
 
 
-def four_slices(dcn: dict, **elastic_settings) -> dict:
-    """dev (v4-8: 4 chips, ici fsdp 4) as 4 slices with the DCN axes ``dcn``; global batch 16."""
-    config = dev_map(**{"multislice:slices": 4})
-    config["multislice:training"]["parallelism"]["dcn"] = {"data": 1, "fsdp": 1, "tensor": 1} | dcn
+def four_slices(dcn: dict, *, batch: int = 16, **elastic_settings) -> dict:
+    """dev (v4-8: 4 chips, ici fsdp 4) as as many slices as the DCN axes ``dcn`` make (4 unless
+    told), global batch ``batch``."""
+    axes = {"data": 1, "fsdp": 1, "tensor": 1} | dcn
+    config = dev_map(**{"multislice:slices": axes["data"] * axes["fsdp"] * axes["tensor"]})
+    config["multislice:training"]["parallelism"]["dcn"] = axes
+    config["multislice:training"]["global_batch_size"] = batch
     if elastic_settings:
         config["multislice:elastic"] = elastic_settings
     return config
@@ -40,28 +47,62 @@ def errors_of(config: dict) -> list[str]:
     return info.value.lines
 
 
-def counts(config: dict) -> list[tuple[int, int, int]]:
-    return [(c.slices, c.accumulation, c.microbatches) for c in elastic.allowed(validate_stack("t", config, "test"))]
+def counts(config: dict) -> list[tuple[int, int, int, int]]:
+    """``(slices, dcn data, microbatches, sequences of one replica's microbatch)`` of each allowed count,
+    checked against the brute force; chips: 4 per slice."""
+    stack = validate_stack("t", config, "test")
+    allowed = elastic.allowed(stack)
+    assert all(c.chips == 4 * c.slices for c in allowed)
+    found = [(c.slices, c.dcn_data, c.microbatches, c.microbatch_rows) for c in allowed]
+    assert found == brute_force_counts(stack.training, stack.elastic.min_slices or stack.slices)
+    return found
 
 
 def test_unset_the_run_trains_on_every_slice_only():
-    assert counts(dev_map()) == [(2, 1, 1)]
+    assert counts(dev_map()) == [(2, 2, 1, 2)]
     assert validate_stack("t", dev_map(), "test").deprecation_warnings == []
 
 
-def test_the_counts_whose_factor_is_whole_and_divides_the_dcn_data_axis():
-    # 4 slices as DCN data 4: 4, 2 and 1 slices take 1, 2 and 4 times the microbatches; 3 would take 4/3.
-    assert counts(four_slices({"data": 4}, minSlices=1)) == [(4, 1, 1), (2, 2, 2), (1, 4, 4)]
-    assert counts(four_slices({"data": 4}, minSlices=2)) == [(4, 1, 1), (2, 2, 2)]
+def test_the_counts_that_divide_the_dcn_data_axis_are_as_before():
+    # 4 slices as DCN data 4, 16 sequences: 16 replicas of 1 row; on 2 and 1 slices 2 and 4 microbatches
+    # (the full count's × 4/n), a row each; 3 would make 12 replicas, which 16 rows do not split over.
+    assert counts(four_slices({"data": 4}, minSlices=1)) == [(4, 4, 1, 1), (2, 2, 2, 1), (1, 1, 4, 1)]
+    assert counts(four_slices({"data": 4}, minSlices=2)) == [(4, 4, 1, 1), (2, 2, 2, 1)]
     # DCN data 2 × fsdp 2: only the data axis shrinks, so 2 slices (data 1) and no fewer.
-    assert counts(four_slices({"data": 2, "fsdp": 2}, minSlices=2)) == [(4, 1, 1), (2, 2, 2)]
+    assert counts(four_slices({"data": 2, "fsdp": 2}, minSlices=2)) == [(4, 2, 1, 1), (2, 1, 2, 1)]
+
+
+def test_any_count_the_global_batch_splits_over():
+    # 3 slices, 48 sequences: 12 replicas of 4 rows. Losing one leaves 2 slices (8 replicas of 6 rows, as
+    # 2 microbatches of 3: no microbatch larger than the full count's 4), no longer 1.
+    assert counts(four_slices({"data": 3}, batch=48, minSlices=1)) == [(3, 3, 1, 4), (2, 2, 2, 3), (1, 1, 3, 4)]
+    # 4 slices, 48 sequences: 3 slices are 12 replicas of 4 rows, as 2 microbatches of 2 (≤ 3).
+    assert counts(four_slices({"data": 4}, batch=48, minSlices=3)) == [(4, 4, 1, 3), (3, 3, 2, 2)]
+    # DCN data 3 × fsdp 2 (6 slices): DCN fsdp keeps its 2, so 4 and 2 slices (DCN data 2 and 1).
+    assert counts(four_slices({"data": 3, "fsdp": 2}, batch=48, minSlices=2)) == [
+        (6, 3, 1, 2),
+        (4, 2, 3, 1),
+        (2, 1, 3, 2),
+    ]
 
 
 @pytest.mark.parametrize(
     ("config", "words"),
     [
-        (four_slices({"data": 4}, minSlices=3), "3: 4 slices' work on 3 is 4/3 times the microbatches, not a whole"),
-        (four_slices({"data": 2, "fsdp": 2}, minSlices=1), "the DCN data axis (2, multislice:training.parallelism"),
+        (
+            four_slices({"data": 4}, minSlices=3),
+            "3: 4 slices cannot train as 3: multislice:training.global_batch_size 16 does not split over the "
+            "data-parallel size 12 of 3 slices (dcn data 3 × dcn fsdp 1 × ici data 1 × ici fsdp 4)",
+        ),
+        (
+            four_slices({"data": 2, "fsdp": 2}, minSlices=1),
+            "1: 4 slices cannot train as 1: 1 is not a multiple of multislice:training.parallelism.dcn fsdp×tensor",
+        ),
+        (
+            four_slices({"data": 3}, batch=36, minSlices=2),
+            "2: 3 slices cannot train as 2: multislice:training.global_batch_size 36 does not split over the "
+            "data-parallel size 8",
+        ),
         (four_slices({"data": 4}, minSlices=5), "5 is above multislice:slices 4; use 1 to 4"),
         (four_slices({"data": 4}, minSlices=0), "greater than or equal to 1"),
         (four_slices({"data": 4}, minSlices=1, shrinkAfter="-5s"), "is not a duration"),
@@ -79,9 +120,22 @@ def test_a_count_the_run_cannot_train_on_is_one_line_naming_the_key(config, word
 def test_the_refusal_lists_the_counts_that_are_allowed():
     (line,) = errors_of(four_slices({"data": 4}, minSlices=3))
     assert line.endswith("allowed counts: 4, 2, 1"), line
+    (line,) = errors_of(four_slices({"data": 3}, batch=36, minSlices=2))
+    assert line.endswith("allowed counts: 3, 1"), line
+    (line,) = errors_of(four_slices({"data": 3, "fsdp": 2}, batch=48, minSlices=3))
+    assert line.endswith("allowed counts: 6, 4, 2"), line
 
 
-def test_plan_prints_each_count_with_its_factor_and_ceiling():
+def test_the_stacks_checks_read_the_trainers_rule_without_jax():
+    # infra/config/elastic.py calls training.elastic.count_shape: importing it must not import jax
+    # (every CLI command validates a stack, most without the trainer).
+    code = "import sys, infra.config, infra.planner; print('jax' in sys.modules)"
+    root = Path(__file__).resolve().parents[2]
+    result = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "False", result.stderr
+
+
+def test_plan_prints_each_count_with_its_microbatches_and_ceiling():
     config = validate_stack("t", four_slices({"data": 4}, minSlices=1, shrinkAfter="90s"), "test")
     plan = planner.plan(config)
     assert plan.elastic is not None
@@ -92,7 +146,14 @@ def test_plan_prints_each_count_with_its_factor_and_ceiling():
     assert [c.slices for c in plan.elastic.counts] == [4, 2, 1]
     assert (plan.elastic.shrink_after_s, plan.elastic.grow_after_s) == (90, 3 * 3600)
     as_json = json.loads(json.dumps(plan.to_json()))["elastic"]
-    assert [c["accumulation"] for c in as_json["counts"]] == [1, 2, 4]
+    assert [(c["dcn_data"], c["microbatches"], c["microbatch_rows"]) for c in as_json["counts"]] == [
+        (4, 1, 1),
+        (2, 2, 1),
+        (1, 4, 1),
+    ]
+    three = planner.plan(validate_stack("t", four_slices({"data": 3}, batch=48, minSlices=2), "test"))
+    assert three.elastic is not None
+    assert [(c.slices, c.microbatches, c.microbatch_rows) for c in three.elastic.counts] == [(3, 1, 4), (2, 2, 3)]
 
 
 def test_plan_prints_the_counts_and_only_gke_says_elastic_is_not_carried_out(tmp_path):
@@ -102,8 +163,9 @@ def test_plan_prints_the_counts_and_only_gke_says_elastic_is_not_carried_out(tmp
     assert result.exit_code == 0, result.output
     assert "multislice:elastic" not in result.stderr, result.stderr  # carried out on the queued resource
     said = " ".join(result.stdout.split())
-    assert "slice counts (multislice:elastic): 4 slices: accumulation ×1 (1 microbatch)" in said
-    assert "2 slices: accumulation ×2 (2 microbatches)" in said and "after 2m without a slice" in said
+    assert "slice counts (multislice:elastic): 4 slices (dcn data 4): 1 microbatch of 1 sequence per replica" in said
+    assert "2 slices (dcn data 2): 2 microbatches of 1 sequence per replica" in said
+    assert "after 2m without a slice" in said
     assert "≥ 3h after the last change" in said and "not carried out" not in said
     on_gke = tmp_path / "Pulumi.elgke.yaml"
     on_gke.write_text(yaml.safe_dump({"config": gke_map(2, "spot", **{"multislice:elastic": {"minSlices": 1}})}))

@@ -127,8 +127,9 @@ def elastic_json(plan) -> dict:
         "counts": [
             {
                 "slices": c.slices,
-                "accumulation": c.accumulation,
+                "dcn_data": c.dcn_data,
                 "microbatches": c.microbatches,
+                "microbatch_rows": c.microbatch_rows,
                 "chips": c.chips,
                 "peak_tokens_per_s": c.peak_tokens_per_s,
             }
