@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from infra import bucket_location as locations
 from infra.backends.queued_resource.spec import FORMER_DELETE_ON_COMPLETE_KEY
-from infra.config import backend_checks, elastic
+from infra.config import backend_checks
 from infra.config.resource_names import ResourceNames
 
 if TYPE_CHECKING:
@@ -83,12 +83,6 @@ class DerivedValues(ResourceNames):
             warnings.append(
                 f"multislice:queuedResource.{FORMER_DELETE_ON_COMPLETE_KEY} is deprecated: rename it to "
                 "multislice:queuedResource.deleteOnComplete (same meaning)"
-            )
-        if not elastic.carried_out(self):
-            warnings.append(
-                f"multislice:elastic is checked and planned, not carried out on the {self.backend} backend yet: its "
-                "trainer runs in a container, which no unit restarts as a job of other slices; a lost slice still "
-                'stops the run until it is back (docs/faults.md, "Elastic slices")'
             )
         return warnings
 

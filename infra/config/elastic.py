@@ -157,8 +157,9 @@ def check(config: Any) -> None:
 
     Raises:
       PydanticCustomError: (:func:`training.validation.invalid`) at ``multislice:elastic.minSlices``:
-        above ``multislice:slices``, or a count the trainer cannot train on (not a multiple of DCN
-        fsdp×tensor, or one the global batch does not split over), with the allowed counts.
+        above ``multislice:slices``, below it with a workload command or on a backend that does not
+        carry elastic slices out (:func:`carried_out`: gke), or a count the trainer cannot train on (not
+        a multiple of DCN fsdp×tensor, or one the global batch does not split over), with the allowed counts.
     """
     minimum = config.elastic.min_slices
     if minimum is None:
@@ -172,6 +173,14 @@ def check(config: Any) -> None:
             f"{minimum}: elastic slices are carried out by the bundled trainer only; a workload command "
             "(multislice:workload) cannot be restarted as a job of fewer slices from our checkpoints: unset "
             'minSlices (docs/faults.md, "Elastic slices")',
+        )
+    if minimum < config.slices and not carried_out(config):
+        raise invalid(
+            key,
+            f"{minimum}: elastic slices are not carried out on the {config.backend} backend: its trainer is a "
+            "container's process, and a container that ends (on a lost peer, or to change the slice count) makes "
+            "the JobSet restart every child Job, spending maxRestarts at each change; unset minSlices, and a lost "
+            'slice stops the run until it is back (docs/faults.md, "Elastic slices")',
         )
     if config.workload is not None:
         return

@@ -156,7 +156,7 @@ def test_plan_prints_each_count_with_its_microbatches_and_ceiling():
     assert [(c.slices, c.microbatches, c.microbatch_rows) for c in three.elastic.counts] == [(3, 1, 4), (2, 2, 3)]
 
 
-def test_plan_prints_the_counts_and_only_gke_says_elastic_is_not_carried_out(tmp_path):
+def test_plan_prints_the_counts_and_gke_refuses_elastic_in_one_line(tmp_path):
     stack = tmp_path / "Pulumi.el.yaml"
     stack.write_text(yaml.safe_dump({"config": four_slices({"data": 4}, minSlices=2)}))
     result = CliRunner().invoke(app, ["plan", "--config-file", str(stack)], env={"COLUMNS": "250"})
@@ -170,9 +170,14 @@ def test_plan_prints_the_counts_and_only_gke_says_elastic_is_not_carried_out(tmp
     on_gke = tmp_path / "Pulumi.elgke.yaml"
     on_gke.write_text(yaml.safe_dump({"config": gke_map(2, "spot", **{"multislice:elastic": {"minSlices": 1}})}))
     result = CliRunner().invoke(app, ["plan", "--config-file", str(on_gke)], env={"COLUMNS": "250"})
-    assert result.exit_code == 0, result.output
-    assert "warning: multislice:elastic is checked and planned, not carried out on the gke backend yet" in result.stderr
-    assert "(not carried out on this backend yet" in " ".join(result.stdout.split())
+    assert result.exit_code == 2, result.output
+    (line,) = result.stderr.strip().splitlines()[1:]  # under the stack's "is invalid:" line
+    assert "multislice:elastic.minSlices: 1: elastic slices are not carried out on the gke backend" in line, line
+    assert "spending maxRestarts at each change; unset minSlices" in line, line
+    # Every slice as the minimum is no elastic run: the gke stack is read, the gate never runs in its Pods.
+    on_gke.write_text(yaml.safe_dump({"config": gke_map(2, "spot", **{"multislice:elastic": {"minSlices": 2}})}))
+    result = CliRunner().invoke(app, ["plan", "--config-file", str(on_gke)], env={"COLUMNS": "250"})
+    assert result.exit_code == 0 and "multislice:elastic" not in result.stderr, result.output
 
 
 def test_a_workload_command_is_not_elastic():
