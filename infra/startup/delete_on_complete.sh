@@ -7,7 +7,8 @@
 # attribute multislice-delete-queued-resource
 # names the queued resource: DELETE <api>/v2/<name>?force=true (its nodes are deleted first,
 # then the QR: https://cloud.google.com/tpu/docs/reference/rest/v2/projects.locations.queuedResources/delete)
-# with the VM's service-account token. No answer, 429 and 5xx are retried (doubling delays
+# with the VM's service-account token (its User-Agent names the sender's slice and worker, which the
+# emulation reports; the API ignores it). No answer, 429 and 5xx are retried (doubling delays
 # from MULTISLICE_RETRY_DELAY_S, default 1 s, to 30 s) until MULTISLICE_DELETE_DEADLINE_S
 # (default 60 s; the unit's TimeoutStopSec is 120 s); 401/403 and other answers end it at
 # once. One "capacity:" line per outcome; always exits 0 (the run is complete either way).
@@ -61,7 +62,8 @@ say "the run is complete: deleting queued resource $name (force: its nodes first
 while true; do
   code=$(fetch "$METADATA/service-accounts/default/token" -H 'Metadata-Flavor: Google')
   if [[ $code == 200 && $(<"$body") =~ \"access_token\":[[:space:]]*\"([^\"]+)\" ]]; then
-    code=$(fetch "$API/v2/$name?force=true" -X DELETE -H "Authorization: Bearer ${BASH_REMATCH[1]}")
+    code=$(fetch "$API/v2/$name?force=true" -X DELETE -H "Authorization: Bearer ${BASH_REMATCH[1]}" \
+      -A "multislice-delete-on-complete slice/${MULTISLICE_SLICE} worker/${MULTISLICE_WORKER}")
     case $code in
       200) say "deleted: the TPU API accepted the delete of $name" && exit 0 ;;
       404) say "deleted: $name is already gone" && exit 0 ;;

@@ -276,10 +276,13 @@ class _Console:
         return self.path.read_text()
 
 
-def run_delete_on_complete(tpu_api_endpoint: str, queued_resource: str) -> subprocess.CompletedProcess[str]:
-    """The release's ``delete-on-complete.sh`` as worker 0 of slice 0 runs it after its trainer
-    exited 0: the metadata names ``queued_resource`` (a loopback metadata server), the TPU API
-    is ``tpu_api_endpoint``. Its output is returned, not checked."""
+def run_delete_on_complete(
+    tpu_api_endpoint: str, queued_resource: str, slice_id: int = 0
+) -> subprocess.CompletedProcess[str]:
+    """The release's ``delete-on-complete.sh`` as worker 0 of slice ``slice_id`` runs it after its
+    trainer exited 0, having written the completion marker: the metadata names ``queued_resource``
+    (a loopback metadata server), the TPU API is ``tpu_api_endpoint``. Its output is returned, not
+    checked."""
     from infra.vm_contract import DELETE_QUEUED_RESOURCE_KEY
 
     with MetadataServer({DELETE_QUEUED_RESOURCE_KEY: queued_resource}) as metadata:
@@ -287,8 +290,9 @@ def run_delete_on_complete(tpu_api_endpoint: str, queued_resource: str) -> subpr
             "PATH": os.environ["PATH"],
             "GCE_METADATA_IP": metadata.address,
             "MULTISLICE_TPU_API_ENDPOINT": tpu_api_endpoint,
-            "MULTISLICE_SLICE": "0",
+            "MULTISLICE_SLICE": str(slice_id),
             "MULTISLICE_WORKER": "0",
+            "MULTISLICE_COMPLETION_SLICE": str(slice_id),
         }
         return subprocess.run(
             ["bash", str(ROOT / "infra" / "startup" / startup.DELETE_ON_COMPLETE_RESOURCE)],

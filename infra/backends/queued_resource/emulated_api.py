@@ -89,6 +89,10 @@ def _rfc3339(moment: float) -> str:
     return datetime.fromtimestamp(moment, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+#: The sender in the ``User-Agent`` of delete_on_complete.sh's DELETE (``… slice/1 worker/0``).
+_SENDER = re.compile(r"\bslice/([0-9]+)\b")
+
+
 class EmulatedTpuApi:
     """Serve ``DELETE`` and ``:reset`` of one queued resource (see the module docstring) until
     :meth:`stop`.
@@ -120,6 +124,8 @@ class EmulatedTpuApi:
         self._on_reset = on_reset
         #: ``time.monotonic()`` when the delete was accepted; None while it exists.
         self.deleted_at: float | None = None
+        #: The slice whose VM sent the accepted delete (its ``User-Agent``), where it said.
+        self.deleted_by: int | None = None
         #: (method, path with query, HTTP status) of every request, in order.
         self.requests: list[tuple[str, str, int]] = []
         #: Resets accepted.
@@ -140,7 +146,7 @@ class EmulatedTpuApi:
                 if refusal is not None:
                     self._reply(*refusal)
                 elif self.command == "DELETE":  # another resource than the stack's queued resource: none here
-                    self._reply(*api._delete(self.path, authorization))
+                    self._reply(*api._delete(self.path, authorization, self.headers.get("User-Agent", "")))
                 elif self.command == "POST" and RESET_PATH.fullmatch(url.path):
                     self._reply(*api._reset(self.path, authorization))  # the request's name is in the path
                 else:
@@ -173,8 +179,9 @@ class EmulatedTpuApi:
         host, port = self._server.host_port
         return f"http://{host}:{port}"
 
-    def _delete(self, target: str, authorization: str) -> tuple[int, dict]:
-        """(HTTP status, JSON body) of ``DELETE target``."""
+    def _delete(self, target: str, authorization: str, agent: str = "") -> tuple[int, dict]:
+        """(HTTP status, JSON body) of ``DELETE target``; ``agent``: the request's ``User-Agent``, which
+        names the slice of the VM that sent it (delete_on_complete.sh: ``slice/S``)."""
         parts = urlsplit(target)
         match = DELETE_PATH.fullmatch(parts.path)
         if match is None:
@@ -202,6 +209,8 @@ class EmulatedTpuApi:
                 )
             self._on_delete(name)
             self.deleted_at = time.monotonic()
+            sender = _SENDER.search(agent)
+            self.deleted_by = int(sender[1]) if sender else None
         return 200, self._done_operation(name, "delete", {"@type": "type.googleapis.com/google.protobuf.Empty"})
 
     def _done_operation(self, name: str, verb: str, response: dict) -> dict:
@@ -337,8 +346,10 @@ class DeleteOnComplete:
         mode and what it costs on Cloud TPU (as ``QueuedResourceSpec.capacity_plan`` says it)."""
         mode = self.config.capacity
         if self.deleted:
+            by = self.api.deleted_by if self.api is not None else None
+            who = "a VM" if by is None else f"worker 0 of slice {by}"
             return (
-                f"capacity: deleted: worker 0 of slice 0 deleted the queued resource {self.queued_resource} once "
+                f"capacity: deleted: {who} deleted the queued resource {self.queued_resource} once "
                 f"the run was complete (multislice:queuedResource.deleteOnComplete); its {mode} VMs' billing "
                 "ended there"
             )

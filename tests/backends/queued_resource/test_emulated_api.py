@@ -126,6 +126,15 @@ def test_the_delete_on_complete_script_deletes_through_it(api):
     assert deleted == [NAME] and server.requests == [("DELETE", f"/v2/{NAME}?force=true", 200)]
 
 
+def test_the_delete_names_the_slice_that_sent_it(api):
+    """An elastic run that finished without slice 0: slice 1's worker 0 sends the delete, and the
+    emulator says so (the request's User-Agent), not slice 0."""
+    server, deleted = api
+    result = run_delete_on_complete(server.endpoint, NAME, slice_id=1)
+    assert result.returncode == 0 and deleted == [NAME], result.stdout + result.stderr
+    assert server.deleted_by == 1
+
+
 def stand_in(others: str) -> str:
     """A startup script: worker 0 of slice 0 runs the release's script as trainer.sh runs it
     after the trainer exited 0; the other VMs run ``others``."""
