@@ -21,8 +21,8 @@ ROOT = Path(__file__).resolve().parents[2]
 TRAINER_RUNTIME = ("jax", "jaxlib", "orbax", "optax", "grain", "numpy", "tensorboardX", "etils", "tensorstore")
 #: The jax-free modules of training/ the program reads (config, its validation, the shapes, the
 #: model presets and the attention kernels' limits that the config validates against, and the one
-#: redaction of values its messages quote), and the package they are in (its __init__ holds only a
-#: docstring).
+#: redaction of values its messages quote, the elastic slice-count rule ``multislice:elastic`` is
+#: checked against), and the package they are in (its __init__ holds only a docstring).
 PURE_TRAINING = {
     "training",
     "training.model",
@@ -33,6 +33,7 @@ PURE_TRAINING = {
     "training.model.presets",
     "training.model.kernels",
     "training.redaction",
+    "training.elastic",
 }
 GOOGLE_CLIENTS = ("google.cloud", "google.api_core", "google.auth")
 
