@@ -18,8 +18,8 @@ from collections.abc import Callable
 #: The exception text libtpu gives a second process (and the emulation's VMs give, alike).
 TPU_IN_USE = re.compile(r"The TPU is already in use by process with pid \S+")
 _STARTS = "Traceback (most recent call last):"
-#: Lines that continue a traceback after an exception line: chaining, and JAX's note on its frames.
-_CHAINED = ("During handling of the above exception", "The above exception was the direct cause", _STARTS)
+#: Lines that chain one traceback to the next (a blank line and a ``Traceback`` line follow).
+_CHAINED = ("During handling of the above exception", "The above exception was the direct cause")
 
 
 class TracebackFold:
@@ -31,7 +31,8 @@ class TracebackFold:
     def __init__(self, emit: Callable[[str], None]) -> None:
         self.emit = emit
         self.held: dict[str, list[str]] = {}
-        self.ended: dict[str, bool] = {}  # whether the held traceback's last line was an exception's
+        #: Where each held traceback is: in its frames, past its exception's line, or chained to the next.
+        self.state: dict[str, str] = {}
 
     def __call__(self, line: str) -> None:
         prefix, _, text = line.partition("] ")
@@ -39,17 +40,26 @@ class TracebackFold:
         held = self.held.get(prefix)
         if held is None:
             if text.startswith(_STARTS):
-                self.held[prefix], self.ended[prefix] = [line], False
+                self.held[prefix], self.state[prefix] = [line], "frames"
             else:
                 self.emit(line)
             return
-        inside = not text.strip() or text[0] in " \t" or text.startswith(_CHAINED)
-        if self.ended[prefix] and not inside:  # the traceback is over: this line is the command's own
+        state, blank = self.state[prefix], not text.strip()
+        if state == "frames":  # a frame's lines are indented; the first line that is not is the exception's
+            held.append(line)
+            if not blank and text[0] not in " \t":
+                self.state[prefix] = "ended"
+        elif blank:
+            held.append(line)
+        elif text.startswith(_CHAINED):
+            held.append(line)
+            self.state[prefix] = "chained"
+        elif state == "chained" and text.startswith(_STARTS):
+            held.append(line)
+            self.state[prefix] = "frames"
+        else:  # the traceback is over: this line (perhaps the next traceback's first) is the command's own
             self._release(prefix)
             self(line)
-            return
-        held.append(line)
-        self.ended[prefix] = not inside
 
     def flush(self) -> None:
         """Show every traceback still held (its worker's command exited)."""
@@ -58,7 +68,7 @@ class TracebackFold:
 
     def _release(self, prefix: str) -> None:
         held = self.held.pop(prefix)
-        self.ended.pop(prefix, None)
+        self.state.pop(prefix, None)
         in_use = [line for line in held if TPU_IN_USE.search(line)]
         if in_use:
             self.emit(f"{in_use[-1]} (its traceback: this worker's log)")

@@ -63,3 +63,13 @@ def test_any_other_traceback_is_shown_as_it_came():
         fold(line)
     fold.flush()
     assert shown == lines
+
+
+def test_two_commands_refused_one_after_the_other_are_two_lines():
+    shown: list[str] = []
+    fold = TracebackFold(shown.append)
+    w = "[slice 0 worker 0]"
+    for line in [*traceback(w, IN_USE), f"{w} ", *traceback(w, IN_USE), f"{w} done"]:
+        fold(line)
+    fold.flush()
+    assert shown == [f"{w} {IN_USE} (its traceback: this worker's log)"] * 2 + [f"{w} done"]
