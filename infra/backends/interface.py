@@ -165,6 +165,14 @@ class Emulation(ABC):
         failed slice's start on new nodes. Default: False."""
         return False
 
+    @property
+    def all_slices_or_none(self) -> bool:
+        """Whether the platform starts no slice's workers before every slice has capacity (GKE's queued
+        provisioning: Kueue admits the JobSet's one Workload once its one ProvisioningRequest, every slice's
+        nodes, is provisioned): while a slice's capacity is withheld (``local up --withhold``), no worker of
+        any slice runs, and none holds capacity. Default: False (a slice that has capacity starts)."""
+        return False
+
     def lost(self, slice_id: int) -> None:
         """Slice ``slice_id``'s VMs were struck and stay down (only when not :attr:`repairs_slices`)."""
         return None

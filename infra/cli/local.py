@@ -114,11 +114,11 @@ def local_up(
     withhold: list[str] = typer.Option(
         [],
         "--withhold",
-        metavar="SLICE:DURATION",
+        metavar="SLICE:WHEN",
         parser=values.WITHHOLD,
         callback=values.distinct_withholds,
-        help="After the first fault that strikes SLICE, leave it without capacity for DURATION (e.g. 1:120s) "
-        "before it is recreated; an elastic stack trains on without it (docs/faults.md). Repeatable, once per slice.",
+        help="After the first fault that strikes SLICE, leave it without capacity: WHEN is a duration (1:120s) or "
+        "until-step-STEP, until the run reaches STEP (1:until-step-80; elastic stacks: docs/faults.md). Once a slice.",
     ),
     hold_at: list[int] = typer.Option(
         [],
@@ -186,8 +186,8 @@ def local_up(
     Resumes an unfinished run; reports a finished one without retraining (--fresh starts over).
     """
     from infra.emulated.ports import bind_error
-    from infra.local import lifecycle
-    from infra.local.faults import FaultSpecError, parse_fault, parse_withholds
+    from infra.local import lifecycle, withholds
+    from infra.local.faults import FaultSpecError, parse_fault
     from infra.local.options import Options
 
     # Options first, with nothing heavy imported: a typo is reported at once.
@@ -196,7 +196,7 @@ def local_up(
     try:
         faults = [parse_fault("kill", spec, slices=config.slices, total_steps=total) for spec in kill]
         faults += [parse_fault("preempt", spec, slices=config.slices, total_steps=total) for spec in preempt]
-        withheld = parse_withholds(withhold, slices=config.slices, faults=faults)
+        withheld = withholds.parse_withholds(withhold, slices=config.slices, faults=faults, stack=config)
     except FaultSpecError as err:
         raise fail(str(err)) from None
     for step in hold_at:

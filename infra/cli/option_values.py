@@ -7,7 +7,8 @@ value prints.
   "must be a finite number of seconds from 1 to …", in the option's unit); each lies in its range,
   named in the refusal and in ``--help``.
 * :class:`PathValue`: every path option: not empty, no NUL, within the system's limits on a path.
-* :class:`FaultSpec`: ``--kill``/``--preempt`` ``SLICE@STEP`` and ``--withhold SLICE:DURATION``,
+* :class:`FaultSpec`: ``--kill``/``--preempt`` ``SLICE@STEP`` and ``--withhold SLICE:DURATION`` (or
+  ``SLICE:until-step-STEP``),
   their form (the stack's slices and steps are checked once it is loaded), and
   :func:`distinct_withholds`: one ``--withhold`` per slice.
 * :class:`Since`: ``--since`` (a duration or an RFC 3339 time).
@@ -170,8 +171,9 @@ class PathValue:
 
 @dataclasses.dataclass(frozen=True)
 class FaultSpec:
-    """The parser of ``--kill``/``--preempt`` (``SLICE@STEP``) and ``--withhold`` (``SLICE:DURATION``):
-    the value, once its form is checked (:func:`infra.local.faults.fault_shape`, ``withhold_shape``)."""
+    """The parser of ``--kill``/``--preempt`` (``SLICE@STEP``) and ``--withhold`` (``SLICE:DURATION`` or
+    ``SLICE:until-step-STEP``): the value, once its form is checked (:func:`infra.local.faults.fault_shape`,
+    :func:`infra.local.withholds.withhold_shape`)."""
 
     kind: str
 
@@ -181,11 +183,11 @@ class FaultSpec:
         Raises:
           OptionRefused: it is malformed (the line names the option and the form).
         """
-        from infra.local import faults
+        from infra.local import faults, withholds
 
         try:
             if self.kind == "withhold":
-                faults.withhold_shape(str(value))
+                withholds.withhold_shape(str(value))
             else:
                 faults.fault_shape("kill" if self.kind == "kill" else "preempt", str(value))
         except faults.FaultSpecError as err:
@@ -206,10 +208,10 @@ def distinct_withholds(value: list[str]) -> list[str]:
     Raises:
       OptionRefused: a second ``--withhold`` of a slice (naming the slice and both values).
     """
-    from infra.local import faults
+    from infra.local import faults, withholds
 
     try:
-        faults.check_withholds(value)
+        withholds.check_withholds(value)
     except faults.FaultSpecError as err:
         raise OptionRefused(str(err), line=str(err)) from None
     return value

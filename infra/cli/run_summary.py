@@ -37,6 +37,7 @@ def print_summary(result: dict) -> None:
         "wall_seconds",
         "goodput",
         "reduced_capacity_seconds",
+        "idle_capacity_slice_seconds",
         "badput",
         "faults",
         "capacity",

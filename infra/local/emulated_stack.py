@@ -188,7 +188,9 @@ class EmulatedStack:
     def boot_all(self, options: Options, only: list[EmulatedVM] | None = None) -> None:
         """Give every worker its metadata and environment (a fresh coordinator port unless fixed),
         boot it, and record the process groups in the state file. With ``only``, boot those workers
-        alone, with the coordinator port of the running ones (a slice recreated beside them)."""
+        alone, with the coordinator port of the running ones (a slice recreated beside them). A worker
+        of a slice whose capacity is withheld (``--withhold``: :attr:`Repairs.withheld`) is never booted:
+        whatever boots (a repair, a reset), that slice stays down until its capacity is back."""
         port = self._port if only is not None and self._port else (options.coordinator_port or free_port())
         self._port = port
         env = (
@@ -205,8 +207,9 @@ class EmulatedStack:
         )
         env.update(self.gates.boot() if only is None else self.gates.beside())
         # The boot watch first: a VM may show its trainer's start before the last VM boots.
-        booting = self.vms if only is None else only
-        self.workers.boot(env, self.startup_script, before=lambda: self.boot_watch.booted(booting), only=only)
+        down = self.repairs.without_capacity()
+        booting = [vm for vm in (self.vms if only is None else only) if vm.slice_id not in down]
+        self.workers.boot(env, self.startup_script, before=lambda: self.boot_watch.booted(booting), only=booting)
         self._record_state()
 
     def stop_vms(self) -> None:
@@ -250,7 +253,9 @@ class EmulatedStack:
         self.reporter.starts = sum(e.get("event") == "start" for e in events.poll())
         total = self.config.total_steps
         schedule = FaultSchedule(options.faults, run_step=tail.last_step)
-        self.gates.follow(schedule, options.holds)
+        pending = {fault.slice_id for fault in schedule.pending}  # a withhold whose fault is skipped never holds
+        waits = [w.until_step for s, w in options.withhold.items() if w.until_step is not None and s in pending]
+        self.gates.follow(schedule, options.holds, waits)
         for fault in schedule.skipped:
             self.report(f"note: {fault} will not fire: the run is already at step {tail.last_step}")
         try:
@@ -343,19 +348,23 @@ class EmulatedStack:
             reached = schedule.attempt_step or 0
             fault = schedule.due() if not self.capacity.deleted else None  # a deleted QR is not repaired
             if fault is not None:
-                self.repairs.inject(fault, options, reached, settle)
-                tail.last_change = time.monotonic()
+                if self.repairs.inject(fault, options, reached, settle):
+                    tail.last_change = time.monotonic()
+                else:
+                    schedule.struck_nothing(reached)  # its slice's capacity is withheld: the attempt goes on
                 continue
             self.gates.open_up_to(schedule.attempt_step)  # no fault strikes there: training goes on
-            if self.repairs.release_withheld(options):
+            if self.repairs.release_withheld(options, tail.last_step):
                 tail.last_change = time.monotonic()
                 continue
+            self.repairs.let_go_returned(self.run_dir)
             if self.capacity.take_reset():
                 self.repairs.reset(options)
                 tail.last_change = time.monotonic()
                 continue
             try:
-                if supervisor.check_groups(process_groups(self.repairs.running())):
+                running = self.repairs.running()  # none while no slice may run: not a completed run
+                if running and supervisor.check_groups(process_groups(running)):
                     read()  # the last window the VMs wrote before they exited: its step is shown too
                     return
                 if self.capacity.delete_nodes(self.vms, options.node_delete_delay_s, self.report):

@@ -91,87 +91,6 @@ def parse_fault(kind: FaultKind, spec: str, *, slices: int, total_steps: int) ->
     return Fault(kind, slice_id, step)
 
 
-_WITHHOLD = re.compile(r"^\s*([0-9]+)\s*:\s*(\S+)\s*$")
-
-
-_WITHHOLD_FORM = "the form is SLICE:DURATION, e.g. --withhold 1:120s"
-
-
-def withhold_shape(spec: str) -> tuple[str, int]:
-    """The slice's digits and the seconds of ``--withhold SLICE:DURATION`` (``1:120s``, ``0:2m``),
-    checked without the stack: what the command line checks first.
-
-    Raises:
-      FaultSpecError: ``spec`` is malformed: not of that form, or a duration
-        :func:`infra.durations.parse_duration` refuses (the line says which, and the form).
-    """
-    from infra.durations import parse_duration
-
-    shown = _shown(spec)
-    match = _WITHHOLD.fullmatch(spec)
-    if not match:
-        raise FaultSpecError(f"--withhold {shown} is malformed: {_WITHHOLD_FORM}")
-    try:
-        seconds = parse_duration(match.group(2))
-    except ValueError as err:
-        raise FaultSpecError(f"--withhold {shown} is malformed: {err}; {_WITHHOLD_FORM}") from None
-    return match.group(1), seconds
-
-
-def check_withholds(specs: list[str] | tuple[str, ...]) -> None:
-    """Each ``--withhold`` is well formed (:func:`withhold_shape`) and no slice is withheld twice.
-
-    Raises:
-      FaultSpecError: the first malformed value, or the second ``--withhold`` of a slice (the line
-        names the slice and both values).
-    """
-    first: dict[str, str] = {}
-    for spec in specs:
-        digits = withhold_shape(spec)[0].lstrip("0") or "0"
-        if digits in first:
-            raise FaultSpecError(
-                f"--withhold {_shown(spec)}: slice {_shown_number(digits)} is withheld twice (also --withhold "
-                f"{_shown(first[digits])}); give one --withhold per slice"
-            )
-        first[digits] = spec
-
-
-def parse_withhold(spec: str, *, slices: int, faults: list[Fault]) -> tuple[int, float]:
-    """Parse ``--withhold SLICE:DURATION`` (``1:120s``, ``0:2m``): the first fault that strikes the slice
-    leaves it without capacity for that long before the platform recreates it (a Spot slice that does
-    not come back at once; docs/emulation.md).
-
-    Returns:
-      ``(slice, seconds)``.
-
-    Raises:
-      FaultSpecError: one line naming the option, in this order: malformed (:func:`withhold_shape`),
-        a slice that does not exist, or one that no ``--kill``/``--preempt`` strikes.
-    """
-    shown = _shown(spec)
-    digits, seconds = withhold_shape(spec)
-    slice_id = _number(digits)
-    if slice_id is None or slice_id >= slices:
-        raise FaultSpecError(
-            f"--withhold {shown}: slice {_shown_number(digits)} does not exist (slices 0..{slices - 1})"
-        )
-    if not any(f.slice_id == slice_id for f in faults):
-        raise FaultSpecError(
-            f"--withhold {shown}: no --kill or --preempt strikes slice {slice_id}, so it never loses its capacity"
-        )
-    return slice_id, float(seconds)
-
-
-def parse_withholds(specs: list[str], *, slices: int, faults: list[Fault]) -> dict[int, float]:
-    """Every ``--withhold`` of a command line: slice → seconds (:func:`parse_withhold`).
-
-    Raises:
-      FaultSpecError: as :func:`check_withholds` (a slice withheld twice), then :func:`parse_withhold`.
-    """
-    check_withholds(specs)
-    return dict(parse_withhold(spec, slices=slices, faults=faults) for spec in specs)
-
-
 #: The most digits (leading zeros aside) a slice or step is read with: more is past any stack's
 #: slices and steps, and Python's ``int()`` refuses strings over 4,300 digits with its own error.
 _MAX_DIGITS = 18
@@ -246,17 +165,24 @@ class FaultSchedule:
             return self.pending.pop(0)
         return None
 
+    def struck_nothing(self, step: int) -> None:
+        """The fault :meth:`due` returned struck nothing (its slice had no VM: ``--withhold``): no
+        attempt ended, so the schedule stays armed at the attempt's ``step``."""
+        self.attempt_step = step
+
 
 class FaultGates:
     """Where the emulated trainers wait (:mod:`training.fault_gate`): at the steps of the faults
-    still to strike, until struck, and at the steps ``local up --hold-at`` names, until released.
+    still to strike, until struck, at the steps ``local up --hold-at`` names, until released, and at
+    the step of a ``--withhold SLICE:until-step-STEP`` (:mod:`infra.local.withholds`), until the
+    withheld slice is back and up (:meth:`let_go`).
     One gate directory per boot of the VMs under ``root`` (a repaired run's trainers wait afresh
     at a step struck twice).
 
     Use: :meth:`follow` the run's schedule; :meth:`boot` for each boot's environment;
     :meth:`strike` as a fault's signal is sent; :meth:`open_up_to` the current attempt's newest
     step whenever no fault is due (none strikes at those steps in this attempt; a hold opens only
-    once released).
+    once released, a withhold's step only at :meth:`let_go`).
 
     A hold is released by creating the file ``<holds_dir>/<step>`` (what a test or a script does
     once it has acted on the held run: ``local reset``, a new release, ``local exec``); every
@@ -274,6 +200,8 @@ class FaultGates:
         self.bundled_trainer = bundled_trainer
         self.schedule: FaultSchedule | None = None
         self.holds: set[int] = set()
+        #: The steps of ``until-step`` withholds whose slice is not back yet.
+        self.waits: set[int] = set()
         self.boots = 0
         self.steps: list[int] = []
 
@@ -282,11 +210,14 @@ class FaultGates:
         """The current boot's gate directory."""
         return self.root / str(self.boots)
 
-    def follow(self, schedule: FaultSchedule, holds: list[int] | tuple[int, ...] = ()) -> None:
-        """Hold the trainers at ``schedule``'s pending faults, and at ``holds`` until released,
-        from the next boot on."""
+    def follow(
+        self, schedule: FaultSchedule, holds: list[int] | tuple[int, ...] = (), waits: list[int] | tuple[int, ...] = ()
+    ) -> None:
+        """Hold the trainers at ``schedule``'s pending faults, at ``holds`` until released, and at
+        ``waits`` until let go, from the next boot on."""
         self.schedule = schedule
         self.holds = set(holds)
+        self.waits = set(waits)
         shutil.rmtree(self.root, ignore_errors=True)  # an earlier `local up`'s
         shutil.rmtree(self.holds_dir, ignore_errors=True)
         if self.holds:
@@ -304,7 +235,7 @@ class FaultGates:
             return {}
         pending = self.schedule.pending if self.schedule is not None else []
         self.holds = {step for step in self.holds if not self.released(step)}
-        self.steps = sorted({fault.step for fault in pending} | self.holds)
+        self.steps = sorted({fault.step for fault in pending} | self.holds | self.waits)
         if not self.steps:
             return {}
         return {fault_gate.DIR_ENV: str(self.directory), fault_gate.STEPS_ENV: ",".join(map(str, self.steps))}
@@ -320,10 +251,19 @@ class FaultGates:
         """The fault aimed at ``step`` sends its signal: open the gate its trainers wait at."""
         fault_gate.open_gate(self.directory, step)
 
+    def let_go(self, step: int, *, open_now: bool = True) -> None:
+        """The withheld slice of the ``until-step`` withhold at ``step`` is back: no later boot waits
+        there, and (``open_now``) the current boot's trainers go on."""
+        self.waits.discard(step)
+        if open_now:
+            fault_gate.open_gate(self.directory, step)
+
     def open_up_to(self, step: int | None) -> None:
         """Open every gate of the current boot at or below ``step`` (None: nothing reported yet)
-        but a hold, and every released hold."""
+        but a hold or a withhold's step, and every released hold."""
         for held in self.steps:
+            if held in self.waits:
+                continue
             if held in self.holds:
                 if self.released(held):
                     fault_gate.open_gate(self.directory, held)

@@ -8,6 +8,7 @@ import dataclasses
 
 from infra.local.boot_watch import default_boot_timeout
 from infra.local.faults import Fault
+from infra.local.withholds import Withhold
 from infra.startup import STOP_TIMEOUT_S
 
 #: Seconds the VMs get to end on their own after their capacity was deleted on completion (worker
@@ -30,8 +31,8 @@ class Options:
     """Emulation knobs (CLI flags of ``multislice local up``)."""
 
     faults: list[Fault] = dataclasses.field(default_factory=list)
-    #: Slice → seconds its capacity is withheld after the first fault that strikes it (``--withhold``).
-    withhold: dict[int, float] = dataclasses.field(default_factory=dict)
+    #: Slice → how long its capacity is withheld after the first fault that strikes it (``--withhold``).
+    withhold: dict[int, Withhold] = dataclasses.field(default_factory=dict)
     #: Steps the emulated trainers wait after until released (``--hold-at``; FaultGates).
     holds: list[int] = dataclasses.field(default_factory=list)
     coordinator_port: int | None = None  # None: a free port per boot

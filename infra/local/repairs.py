@@ -20,6 +20,11 @@ The backend's :class:`~infra.backends.interface.Emulation` says where that diffe
 
 ``multislice local reset`` restarts every worker (:meth:`Repairs.reset`). The faults themselves (which
 slice, at which step, SIGTERM or SIGKILL) are :mod:`infra.local.faults`'s.
+
+A slice whose capacity is withheld (``--withhold``: :mod:`infra.local.withholds`) has no VM until its
+capacity is back: no repair, reset or fault boots it meanwhile (the emulator boots no worker of it:
+:meth:`infra.local.emulated_stack.EmulatedStack.boot_all`), and a fault aimed at it strikes nothing; once
+back it is recreated once (:meth:`Repairs.release_withheld`).
 """
 
 from __future__ import annotations
@@ -33,8 +38,10 @@ from infra.config import StackConfig
 from infra.emulated import stop_signals, supervisor
 from infra.emulated.vm import process_groups
 from infra.local.faults import Fault, FaultGates
+from infra.local.idle_capacity import IdleCapacity
 from infra.local.options import EmulationError, Options
 from infra.local.progress import RunReporter
+from infra.local.withholds import Withhold, returned
 from infra.local.workers import Workers
 
 
@@ -76,24 +83,49 @@ class Repairs:
         #: For each fault in :attr:`faults_fired`, the newest step the attempt it struck
         #: reported (read once every process of that attempt was gone): where it really fired.
         self.fault_steps: list[int] = []
-        #: Slice → when (``time.monotonic()``) its withheld capacity returns (``--withhold``).
-        self.withheld: dict[int, float] = {}
-        self._withhold_left: dict[int, float] | None = None
+        #: Slice → its withhold, while its capacity is withheld (``--withhold``).
+        self.withheld: dict[int, Withhold] = {}
+        #: Slice → when (``time.monotonic()``) its capacity returns, for a withhold of ``seconds``.
+        self._back_at: dict[int, float] = {}
+        self._withhold_left: dict[int, Withhold] | None = None
+        #: Slice → (the ``until-step`` withhold's step, ``time.time()`` at its boot): recreated beside the
+        #: running slices, which wait at that step until its trainers are up (:meth:`let_go_returned`).
+        self.returning: dict[int, tuple[int, float]] = {}
         #: Withheld slices recreated with a restart of every other slice (a restart the emulation asked for).
         self.returned_with_restart = 0
+        #: Slice-seconds the other slices held capacity without training while one was withheld.
+        self.idle = IdleCapacity(config, capacity)
 
     def summary(self) -> dict[str, Any]:
-        """The run summary's rows of this ``local up``'s repairs: ``repairs``, ``faults``, ``fault_steps``."""
-        return {"repairs": self.repaired, "faults": list(self.faults_fired), "fault_steps": list(self.fault_steps)}
+        """The run summary's rows of this ``local up``'s repairs: ``repairs``, ``faults``, ``fault_steps``, and
+        once a slice's capacity was withheld, ``idle_capacity_slice_seconds`` (:mod:`infra.local.idle_capacity`)."""
+        rows: dict[str, Any] = {
+            "repairs": self.repaired,
+            "faults": list(self.faults_fired),
+            "fault_steps": list(self.fault_steps),
+        }
+        if self.idle.counted:
+            rows["idle_capacity_slice_seconds"] = round(self.idle.seconds, 1)
+        return rows
 
     def inject(
         self, fault: Fault, options: Options, observed_step: int, settle: Callable[[], Any] = lambda: None
-    ) -> None:
+    ) -> bool:
         """Strike the fault's slice (``kill``: SIGKILL; ``preempt``: SIGTERM, then SIGKILL
         after ``preempt_grace_s``), then :meth:`repair` (``settle`` runs once every process
         of the struck attempt is gone, before the reboot; it may return the ``(events,
         metrics)`` records that attempt wrote last). :attr:`fault_steps` gets the newest step
-        the struck attempt reported: ``observed_step`` or a later one it synced meanwhile."""
+        the struck attempt reported: ``observed_step`` or a later one it synced meanwhile.
+
+        Returns whether it struck: a slice whose capacity is withheld has no VM to strike, and is
+        not repaired (that would boot it before its capacity is back); its step's gate opens."""
+        if fault.slice_id in self.withheld:
+            self.gates.strike(fault.step)
+            self.report(
+                f"fault: {fault}: nothing to strike, slice {fault.slice_id} has no VMs (its capacity is withheld "
+                f"{self.withheld[fault.slice_id]}: --withhold)"
+            )
+            return False
         # The emulator polls the metrics log, so training may already be past the fault's step
         # (a fast step, a loaded machine); the report says where training actually was.
         targets = process_groups(self.workers.of_slice(fault.slice_id))
@@ -109,8 +141,8 @@ class Repairs:
             self.gates.strike(fault.step)
         if self._withhold_left is None:
             self._withhold_left = dict(options.withhold)
-        withhold_s = self._withhold_left.pop(fault.slice_id, None)
-        if not self.capacity.repairs_slices and withhold_s is None:
+        withhold = self._withhold_left.pop(fault.slice_id, None)
+        if not self.capacity.repairs_slices and withhold is None:
             self.reporter.drain()
             self.await_recreation(fault.slice_id, options)
         reached = [observed_step]
@@ -120,39 +152,60 @@ class Repairs:
             if last:
                 reached.extend(int(r["step"]) for r in last[1] if "loss" in r)
 
-        if withhold_s is not None:
-            self.withhold(fault.slice_id, withhold_s, settled)
+        if withhold is not None:
+            self.withhold(fault.slice_id, withhold, settled)
+            self._recreate_beside_withheld(fault.slice_id, options)
         else:
             self.repair(fault.slice_id, options, settled)
         self.fault_steps.append(max(reached))
+        return True
 
-    def withhold(self, slice_id: int, seconds: float, settle: Callable[[], None]) -> None:
-        """The struck slice gets no capacity for ``seconds`` (``--withhold``): its VMs stay down (their
-        disks wiped) and the other slices are left as they are (their trainers end on the lost peer and
-        their units restart them; an elastic run goes on without it: training/membership_gate.py) until
-        :meth:`release_withheld`."""
+    def withhold(self, slice_id: int, withhold: Withhold, settle: Callable[[], None]) -> None:
+        """The struck slice gets no capacity for ``withhold.seconds`` or until the run reaches
+        ``withhold.until_step`` (``--withhold``): its VMs stay down (their disks wiped) and the other slices
+        are left as they are (their trainers end on the lost peer and their units restart them; an elastic
+        run goes on without it: training/membership_gate.py) until :meth:`release_withheld`."""
         struck = self.workers.of_slice(slice_id)
         supervisor.kill_groups(process_groups(struck))
         self.workers.wipe(struck)
         settle()
-        self.withheld[slice_id] = time.monotonic() + seconds
+        self.withheld[slice_id] = withhold
+        self.idle.withheld(self.withheld)
+        if withhold.seconds is not None:
+            self._back_at[slice_id] = time.monotonic() + withhold.seconds
         self.reporter.drain()
-        self.report(f"capacity: none for slice {slice_id} for {seconds:g} s (--withhold); the other slices run on")
+        others = "" if self.capacity.recreates_every_slice else "; the other slices run on"  # JobSet: below
+        self.report(f"capacity: none for slice {slice_id} {withhold} (--withhold){others}")
 
-    def release_withheld(self, options: Options) -> bool:
-        """Recreate a slice whose withheld capacity is back, as the platform does: where it restarts every
-        other slice (:attr:`~infra.backends.interface.Emulation.restarts_every_slice`), :meth:`repair`;
-        else the slice alone boots (after a VM asked to recreate it, where the platform does not by itself).
+    def release_withheld(self, options: Options, step: int = 0) -> bool:
+        """Recreate a slice whose withheld capacity is back (its seconds passed, or the run reported its
+        ``until-step``: ``step`` is the run's newest), as the platform does: where it restarts every other
+        slice (:attr:`~infra.backends.interface.Emulation.restarts_every_slice`), :meth:`repair`; else the
+        slice alone boots (after a VM asked to recreate it, where the platform does not by itself), and an
+        ``until-step`` withhold's gate stays shut until its trainers are up (:meth:`let_go_returned`).
         Returns whether one was recreated."""
-        due = [s for s, at in self.withheld.items() if time.monotonic() >= at]
+        now = time.monotonic()
+        due = [
+            s
+            for s, withhold in self.withheld.items()
+            if (step >= withhold.until_step if withhold.until_step is not None else now >= self._back_at[s])
+        ]
         if not due:
             return False
         slice_id = due[0]
-        del self.withheld[slice_id]
-        self.report(f"capacity: slice {slice_id}'s capacity is back")
+        withhold = self.withheld.pop(slice_id)
+        self.idle.withheld(self.withheld)
+        self._back_at.pop(slice_id, None)
+        reached = f" (the run reached step {withhold.until_step})" if withhold.until_step is not None else ""
+        self.report(f"capacity: slice {slice_id}'s capacity is back{reached}")
         if not self.capacity.repairs_slices:
             self.await_recreation(slice_id, options)
+        if self.capacity.recreates_every_slice:  # JobSet recreated every Job at the fault: its Pods start now
+            self._start_returned(slice_id, options)
+            return True
         if self.capacity.restarts_every_slice:
+            if withhold.until_step is not None:  # every slice restarts with it: no later boot waits there
+                self.gates.let_go(withhold.until_step, open_now=False)
             self.repair(slice_id, options)
             self.returned_with_restart += 1
             return True
@@ -160,31 +213,96 @@ class Repairs:
         self.report(f"repair: recreating slice {slice_id}; the other slices go on")
         self.repaired += 1
         self.capacity.repaired(slice_id)
+        booted_at = time.time()
         self.boot(options, only=self.workers.of_slice(slice_id))
+        if withhold.until_step is not None:
+            self.returning[slice_id] = (withhold.until_step, booted_at)
         return True
+
+    def let_go_returned(self, run_dir: Any) -> None:
+        """Let the running slices go on past the step of an ``until-step`` withhold once every trainer of its
+        recreated slice heartbeats (:func:`infra.local.withholds.returned`): it stands by, and the job takes
+        it in at its next checkpoint (docs/faults.md, "Elastic slices")."""
+        for slice_id, (step, since) in list(self.returning.items()):
+            if returned(run_dir, slice_id, self.config.accelerator.hosts, since):
+                del self.returning[slice_id]
+                self.gates.let_go(step)
+                self.report(f"capacity: slice {slice_id}'s trainers are up; the run goes on past step {step}")
 
     def running(self) -> list[Any]:
         """The workers whose capacity is not withheld: those the emulation expects to be running."""
-        return [vm for vm in self.workers.vms if vm.slice_id not in self.withheld]
+        down = self.without_capacity()
+        return [vm for vm in self.workers.vms if vm.slice_id not in down]
+
+    def without_capacity(self) -> set[int]:
+        """The slices none of whose workers may run: those whose capacity is withheld and, while any is, every
+        slice where the platform starts none before all have capacity
+        (:attr:`~infra.backends.interface.Emulation.all_slices_or_none`: GKE's queued provisioning)."""
+        if self.withheld and self.capacity.all_slices_or_none:
+            return set(range(self.config.slices))
+        return set(self.withheld)
+
+    def _recreate_beside_withheld(self, slice_id: int, options: Options) -> None:
+        """Where the platform recreates every slice after a failure (JobSet:
+        :attr:`~infra.backends.interface.Emulation.recreates_every_slice`), the other slices' workers start
+        again now as new Pods on their nodes, and the withheld slice's wait for nodes (its capacity); where no
+        slice starts before every slice has capacity (GKE's queued provisioning), none starts until then."""
+        if not self.capacity.recreates_every_slice:
+            return
+        others = [vm for vm in self.workers.vms if vm.slice_id not in self.withheld]
+        supervisor.stop_groups(process_groups(others), options.reboot_grace_s)
+        self.workers.new_containers(others)
+        if self.capacity.all_slices_or_none:
+            self.report(
+                f"capacity: every slice or none (queued provisioning): no Pod starts until slice {slice_id} has "
+                "capacity too; the other slices hold none meanwhile"
+            )
+            return
+        waiting = sorted({vm.slice_id for vm in others})
+        self.report(
+            f"repair: JobSet recreates every Job: slice(s) {', '.join(map(str, waiting))} start again on their nodes "
+            f"and hold them without training until slice {slice_id} has capacity"
+        )
+        self.boot(options)
+
+    def _start_returned(self, slice_id: int, options: Options) -> None:
+        """A withheld slice's capacity is back where JobSet recreated every Job at the fault
+        (:meth:`_recreate_beside_withheld`): its Pods start on new nodes and join the waiting ones; with every
+        slice or none (queued provisioning) every Pod starts, once no slice is withheld any more."""
+        self.reporter.drain(repair=True)
+        self.repaired += 1
+        self.capacity.repaired(slice_id)
+        if self.capacity.all_slices_or_none:
+            if self.withheld:
+                return  # another slice still has no capacity: still no Pod
+            self.report("repair: every slice has capacity: every Pod starts (queued provisioning)")
+            self.boot(options)
+            return
+        self.report(f"repair: slice {slice_id}'s Pods start on new nodes; the waiting slices take them in")
+        self.boot(options, only=self.workers.of_slice(slice_id))
 
     def repair(self, failed_slice: int, options: Options, settle: Callable[[], None] = lambda: None) -> None:
         """Cloud TPU auto-repair: recreate the failed slice (its VMs stopped and their disks
         wiped), restart every other slice (SIGTERM, ``reboot_grace_s``, SIGKILL), then call
-        ``settle`` (no process of the old attempt is left to write a record) and boot all."""
-        others = self.workers.slices_but(failed_slice)
+        ``settle`` (no process of the old attempt is left to write a record) and boot all, but a slice
+        whose capacity is withheld (it has no VM: the line says it stays without capacity)."""
+        others = [s for s in self.workers.slices_but(failed_slice) if s not in self.withheld]
+        withheld = sorted(self.withheld)
         self.reporter.drain(repair=True)
         note = self.capacity.repair_note
         self.report(
             f"repair: recreating slice {failed_slice}"
             + (f", restarting slice(s) {', '.join(map(str, others))}" if others else "")
             + (f" ({note})" if note else "")
+            + (f"; slice(s) {', '.join(map(str, withheld))} stay without capacity (--withhold)" if withheld else "")
         )
         failed = self.workers.of_slice(failed_slice)
         supervisor.kill_groups(process_groups(failed))
         self.workers.wipe(failed)
-        supervisor.stop_groups(process_groups(self.workers.others(failed_slice)), options.reboot_grace_s)
+        restarted = [vm for vm in self.workers.others(failed_slice) if vm.slice_id not in self.withheld]
+        supervisor.stop_groups(process_groups(restarted), options.reboot_grace_s)
         if self.capacity.recreates_every_slice:
-            self.workers.new_containers(self.workers.others(failed_slice))  # JobSet recreates every Job
+            self.workers.new_containers(restarted)  # JobSet recreates every Job
         settle()
         self.repaired += 1
         self.capacity.repaired(failed_slice)
@@ -197,10 +315,10 @@ class Repairs:
         self.reporter.drain()
         self.report(self.capacity.reset_line)
         self.resets += 1
-        supervisor.stop_groups(process_groups(self.workers.vms), options.reset_grace_s)
+        supervisor.stop_groups(process_groups(self.running()), options.reset_grace_s)
         if self.capacity.recreates_every_slice:
-            self.workers.new_containers(self.workers.vms)  # a resumed JobSet's Pods are new Pods
-        self.boot(options)
+            self.workers.new_containers(self.running())  # a resumed JobSet's Pods are new Pods
+        self.boot(options)  # a withheld slice's workers stay down
 
     def await_recreation(self, lost_slice: int, options: Options) -> None:
         """A struck slice that the platform does not recreate by itself (see the module docstring):

@@ -75,7 +75,9 @@ KINDS = {
         "number",
     ),
     **dict.fromkeys(["--output", "--summary-json", "--plot", "--log-dir", "--policy-config"], "path"),
-    **dict.fromkeys(["--kill", "--preempt", "--withhold"], "fault"),
+    **dict.fromkeys(["--kill", "--preempt"], "fault"),
+    # SLICE:DURATION or SLICE:until-step-STEP (infra/local/withholds.py), read by the fault-spec parser.
+    "--withhold": "withhold",
     "--since": "since",
     # Words the command checks before it starts anything (a git revision, a dtype, a tokenizer, a
     # data source, the command to run).
@@ -105,7 +107,10 @@ KIND_CHECKS = {
     ),
     "number": lambda p: isinstance(cli_options.parser_of(p), Number),
     "path": lambda p: isinstance(cli_options.parser_of(p), PathValue),
-    "fault": lambda p: isinstance(cli_options.parser_of(p), FaultSpec),
+    "fault": lambda p: isinstance(cli_options.parser_of(p), FaultSpec) and cli_options.parser_of(p).kind != "withhold",
+    "withhold": lambda p: (
+        isinstance(cli_options.parser_of(p), FaultSpec) and cli_options.parser_of(p).kind == "withhold"
+    ),
     "since": lambda p: isinstance(cli_options.parser_of(p), Since),
     "text": lambda p: cli_options.parser_of(p) is None and p.type_descriptor.annotation in (str, list[str]),
     "flag": lambda p: bool(getattr(p, "is_flag", False)),
@@ -166,6 +171,13 @@ ODD = [
     "1@",
     "@",
     "1:2s",
+    "1:until-step-80",
+    "1:until-step-",
+    "1:until-step-0",
+    "1:until-step-٨",
+    "1:until-step-8x",
+    "1:UNTIL-STEP-8",
+    "1:until-step-" + "9" * 5000,
     "1:" + "9" * 5000,
     ":",
     "10m",
@@ -179,6 +191,7 @@ VALUES = st.one_of(
     st.floats(allow_nan=True, allow_infinity=True).map(repr),
     st.text(max_size=30),
     st.from_regex(r"\A[0-9]{1,3}[@:][0-9]{1,4}[smhd]?\Z"),
+    st.from_regex(r"\A[0-9]{1,3}:until-step-[0-9]{0,4}\Z"),
 )
 
 
@@ -293,7 +306,7 @@ def test_the_command_line_runs_the_command_or_refuses_in_one_error_line(stubbed,
 
 
 #: A value each kind refuses.
-REFUSED = {"number": "nan", "path": "", "stack file": "", "fault": "x", "since": "x"}
+REFUSED = {"number": "nan", "path": "", "stack file": "", "fault": "x", "withhold": "1:until-step-x", "since": "x"}
 
 
 @pytest.mark.parametrize("option", [key for key in VALUED if KINDS[key[1]] in REFUSED], ids=" ".join)

@@ -15,7 +15,8 @@ from infra.accelerators import MAX_SLICES, accelerator_types, parse_accelerator_
 from infra.cli import app, data as data_cli, option_values
 from infra.cli.option_values import MAX_SECONDS, Number
 from infra.config import load_stack_file, stack_file
-from infra.local.faults import Fault, FaultSpecError, parse_withhold, parse_withholds
+from infra.local.faults import Fault, FaultSpecError
+from infra.local.withholds import Withhold, parse_withhold, parse_withholds
 from tests.helpers import cli_options
 from training.config import MAX_STEPS
 from training.data.manifest import DTYPE_LIMITS
@@ -61,7 +62,10 @@ def test_a_slice_withheld_twice_is_refused_naming_withhold_and_the_slice(stubbed
 
 def test_withholds_are_checked_for_form_then_repeats_then_the_stack():
     kill = [Fault("kill", 0, 3), Fault("kill", 1, 3)]
-    assert parse_withholds(["0:1m", "1:30s"], slices=2, faults=kill) == {0: 60.0, 1: 30.0}
+    assert parse_withholds(["0:1m", "1:30s"], slices=2, faults=kill) == {
+        0: Withhold(seconds=60.0),
+        1: Withhold(seconds=30.0),
+    }
     with pytest.raises(FaultSpecError, match="slice 1 is withheld twice"):
         parse_withholds(["1:1m", "1:30s"], slices=2, faults=kill)
     with pytest.raises(FaultSpecError, match=r"^--withhold '1:xx' is malformed: 'xx' is not a duration"):
@@ -75,7 +79,12 @@ def test_withholds_are_checked_for_form_then_repeats_then_the_stack():
     [
         # Without any --kill: the form is what is wrong, not "no fault strikes slice 1".
         (["--withhold", "1:xx"], "--withhold '1:xx' is malformed: 'xx' is not a duration"),
-        (["--withhold", "1"], "--withhold '1' is malformed: the form is SLICE:DURATION, e.g. --withhold 1:120s"),
+        (
+            ["--withhold", "1"],
+            "--withhold '1' is malformed: the form is SLICE:DURATION or SLICE:until-step-STEP, "
+            "e.g. --withhold 1:120s or --withhold 1:until-step-80",
+        ),
+        (["--withhold", "1:until-step-x"], "--withhold '1:until-step-x' is malformed: 'until-step-x' names no step"),
         (["--withhold", "x:1m"], "--withhold 'x:1m' is malformed: the form is SLICE:DURATION"),
         (["--kill", "1@x"], "--kill '1@x' is malformed: the form is SLICE@STEP, e.g. --kill 1@40"),
         (["--preempt", "@3"], "--preempt '@3' is malformed: the form is SLICE@STEP, e.g. --preempt 1@40"),

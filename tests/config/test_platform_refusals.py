@@ -228,6 +228,8 @@ BOOLEAN_KEYS = [
     (GKE, "multislice:gke.regional"),
     (GKE, "multislice:gke.deletionProtection"),
     (GKE, "multislice:gke.installJobSet"),
+    # Queued provisioning takes flex-start capacity, which GKE offers on no TPU v4: v5p-16 slices.
+    (on_backend("compute-engine", "flex-start") | {"multislice:backend": "gke"}, "multislice:gke.queuedProvisioning"),
 ]
 KEY_IDS = [key for _, key in BOOLEAN_KEYS]
 

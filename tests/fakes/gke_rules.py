@@ -17,6 +17,13 @@ backend's own tables, so a pool the backend gets wrong fails here:
 * **Flex-start** (:func:`flex_start_refusals`): Cluster Toolkit's preconditions, which repeat GKE's:
   "enable_flex_start needs node auto_repair set to false", "does not work with static_node_count",
   "requires reservation_affinity.consume_reservation_type to be 'NO_RESERVATION'", and not with Spot.
+* **Queued provisioning** (:func:`queued_provisioning_refusals`, :func:`queued_pod_refusals`): Cluster
+  Toolkit's preconditions ("reservation_affinity should be NO_RESERVATION when enable_queued_provisioning is
+  true", "autoscaling_total_min_nodes should be 0", not with Spot); GKE taints such a pool's nodes
+  ``cloud.google.com/gke-queued=true:NoSchedule`` itself (``enable_queued_provisioning``: "adds the
+  cloud.google.com/gke-queued taint"), and Cluster Toolkit labels them so, "required for workloads using
+  nodeSelectors": a Pod meant for them tolerates the taint and selects the label (its TPU test JobSets:
+  "Mandatory for Queued Provisioning").
 * **TPU7x** (:func:`tpu7x_refusals`): a multi-host TPU7x pool takes its placement from a workload
   policy it names (``placementPolicy.policyName``; Google's "Ironwood in GKE" page: create the
   workload policy, then the node pool with ``--placement-policy``).
@@ -100,6 +107,42 @@ def flex_start_refusals(inputs: dict[str, Any]) -> list[str]:
     return refusals
 
 
+QUEUED = "cloud.google.com/gke-queued"
+
+
+def is_queued(inputs: dict[str, Any]) -> bool:
+    return bool((inputs.get("queuedProvisioning") or {}).get("enabled"))
+
+
+def queued_provisioning_refusals(inputs: dict[str, Any]) -> list[str]:
+    if not is_queued(inputs):
+        return []
+    config, refusals = inputs.get("nodeConfig") or {}, []
+    if (config.get("reservationAffinity") or {}).get("consumeReservationType") != "NO_RESERVATION":
+        refusals.append("reservation_affinity should be NO_RESERVATION when enable_queued_provisioning is true")
+    if config.get("spot"):
+        refusals.append("Both enable_queued_provisioning and spot consumption option cannot be set to true")
+    autoscaling = inputs.get("autoscaling") or {}
+    if inputs.get("nodeCount") is not None or autoscaling.get("minNodeCount", autoscaling.get("totalMinNodeCount", 0)):
+        refusals.append("autoscaling_total_min_nodes should be 0 when enable_queued_provisioning is true")
+    if (config.get("labels") or {}).get(QUEUED) != "true":
+        refusals.append(f"a queued-provisioning pool's nodes carry no {QUEUED}=true label for the Pods to select")
+    return refusals
+
+
+def queued_pod_refusals(pod_spec: dict[str, Any], pools: list[dict[str, Any]]) -> list[str]:
+    """A Pod that cannot land on the stack's queued-provisioning pools (none: no pool is queued)."""
+    if not any(is_queued(pool) for pool in pools):
+        return []
+    refusals = []
+    tolerated = {"key": QUEUED, "operator": "Equal", "value": "true", "effect": "NoSchedule"}
+    if tolerated not in (pod_spec.get("tolerations") or []):
+        refusals.append(f"the Pod does not tolerate {QUEUED}=true:NoSchedule, the taint of a queued pool's nodes")
+    if (pod_spec.get("nodeSelector") or {}).get(QUEUED) != "true":
+        refusals.append(f"the Pod does not select {QUEUED}: true")
+    return refusals
+
+
 def tpu7x_refusals(inputs: dict[str, Any]) -> list[str]:
     if (inputs.get("nodeConfig") or {}).get("machineType") != TPU7X_MACHINE:
         return []
@@ -130,7 +173,12 @@ def node_pool_refusals(inputs: dict[str, Any]) -> list[str]:
     """Every rule above that a node pool breaks ([] for a pool that is not a TPU slice pool)."""
     if not is_tpu_pool(inputs):
         return []
-    return sizing_refusals(inputs) + flex_start_refusals(inputs) + tpu7x_refusals(inputs)
+    return (
+        sizing_refusals(inputs)
+        + flex_start_refusals(inputs)
+        + queued_provisioning_refusals(inputs)
+        + tpu7x_refusals(inputs)
+    )
 
 
 #: Node pool inputs whose change replaces the pool: ``ForceNew`` in the provider pulumi-gcp bridges

@@ -127,5 +127,81 @@ def test_a_run_trains_on_without_a_withheld_slice_and_grows_back(tmp_path, state
     assert grown and int(alone[1]) < int(grown[1]) <= 24, changes
     assert summary["unplanned_restarts"] == [], out
     assert summary["reduced_capacity_seconds"] > 0, summary  # slice 0's steps alone: productive, fewer slices
-    assert "(2 processes, 8 devices)" in out.split("elastic: slices 1 → 2")[1], out
+    assert "(2 processes, 8 devices)" in out.split("elastic: slices 1 → 2 at step")[1], out
+    assert processes_under(state_dir) == []
+
+
+def three_slice_stack(tmp_path: Path, backend: str, grow_after: str) -> Path:
+    """The emu stack as 3 slices that may train on 2 (DCN data 3 → 2: 24 sequences split over 12
+    replicas and over 8), on ``backend``, with ``growAfter`` ``grow_after``."""
+    path = elastic_stack(tmp_path, backend)
+    data = yaml.safe_load(path.read_text())
+    config = data["config"]
+    config["multislice:slices"] = 3
+    config["multislice:elastic"] = {"minSlices": 2, "shrinkAfter": "30s", "growAfter": grow_after}
+    config["multislice:training"]["global_batch_size"] = 24
+    config["multislice:training"]["parallelism"]["dcn"]["data"] = 3
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("backend", ["queued-resource", "compute-engine"])
+@pytest.mark.parametrize(
+    ("grow_after", "back_at"),
+    [("10m", 20), ("5s", 36)],
+    ids=["back-before-growAfter", "back-after-the-last-checkpoint"],
+)
+def test_three_slices_lose_slice_0_train_on_two_and_end_whenever_it_returns(
+    tmp_path, state_dir, backend, grow_after, back_at
+):
+    """Slice 0 (the coordinator's) is preempted at step 8 and its capacity withheld until the run
+    reaches ``back_at``: slices 1 and 2 go on as a job of 2 (a count that does not divide 3), and
+    slice 0 comes back either before ``growAfter`` has passed (it stands by) or after the final
+    checkpoint (no change is taken after it). Either way the run completes with that one change, the
+    returned slice leaves the gate when the run is complete, and ``local up`` returns; on the queued
+    resource the slice that finished the run (1, the job's first) deletes the capacity."""
+    stack = three_slice_stack(tmp_path, backend, grow_after)
+    summary_path = tmp_path / "summary.json"
+    up = subprocess.run(
+        [
+            *CLI,
+            "local",
+            "up",
+            "--config-file",
+            str(stack),
+            "--preempt",
+            "0@8",
+            "--preempt-grace",
+            "5",
+            "--withhold",
+            f"0:until-step-{back_at}",
+            "--summary-json",
+            str(summary_path),
+        ],
+        env=cli_env(state_dir),
+        capture_output=True,
+        text=True,
+        timeout=840,
+    )
+    out = up.stdout + up.stderr
+    assert up.returncode == 0, out
+    summary = json.loads(summary_path.read_text())
+    assert summary["complete"] and summary["steps_completed"] == 36, out
+    assert re.search(r"\(2 processes, 8 devices; 2 of 3 slices\)", out), out  # slices 1 and 2 trained alone
+    (change,) = summary["slice_changes"]
+    shrunk = re.fullmatch(r"slices 3 → 2 at step (\d+) \(slice 0 lost, not back within 30s\)", change)
+    assert shrunk and 8 <= int(shrunk[1]) < back_at, change
+    assert summary["unplanned_restarts"] == [], out
+    returned = (Path(summary["logs_dir"]) / "slice-0-worker-0.log").read_text(errors="replace")
+    if backend == "queued-resource" and back_at == 36:
+        # The platform restarts every slice once slice 0 exists again: the held job's restart finds its
+        # final checkpoint and completes the run before slice 0's trainer reaches the gate.
+        assert "already complete" in returned or "leaves the gate" in returned, returned[-3000:]
+    else:  # it stood by in the gate, and left when the run completed
+        assert "elastic: the run is complete (step 36): slice 0 leaves the gate" in returned, returned[-3000:]
+    if backend == "queued-resource":
+        assert summary["capacity"] == "deleted", out
+        assert "capacity: deleted: worker 0 of slice 1 deleted the queued resource" in out, out
     assert processes_under(state_dir) == []

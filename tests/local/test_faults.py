@@ -140,7 +140,11 @@ def test_local_up_checks_every_fault_before_starting(nothing_may_start):
 @pytest.mark.parametrize(
     ("withhold", "says"),
     [
-        ("1", "--withhold '1' is malformed: the form is SLICE:DURATION, e.g. --withhold 1:120s"),
+        (
+            "1",
+            "--withhold '1' is malformed: the form is SLICE:DURATION or SLICE:until-step-STEP, "
+            "e.g. --withhold 1:120s or --withhold 1:until-step-80",
+        ),
         ("1@120s", "--withhold '1@120s' is malformed: the form is SLICE:DURATION"),
         ("2:120s", "--withhold '2:120s': slice 2 does not exist (slices 0..1)"),
         ("0:120s", "--withhold '0:120s': no --kill or --preempt strikes slice 0, so it never loses its capacity"),
@@ -166,11 +170,11 @@ def test_local_up_refuses_a_withhold_it_cannot_carry_out(nothing_may_start, with
 
 
 def test_a_withhold_names_the_slice_and_its_seconds():
-    from infra.local.faults import parse_withhold
+    from infra.local.withholds import Withhold, parse_withhold
 
     faults = [Fault("kill", 1, 5)]
-    assert parse_withhold("1:2m", slices=2, faults=faults) == (1, 120.0)
-    assert parse_withhold(" 1 : 90 ", slices=2, faults=faults) == (1, 90.0)
+    assert parse_withhold("1:2m", slices=2, faults=faults) == (1, Withhold(seconds=120.0))
+    assert parse_withhold(" 1 : 90 ", slices=2, faults=faults) == (1, Withhold(seconds=90.0))
 
 
 # --- FaultSchedule: when a fault fires, from the trainer's records alone -----------------------

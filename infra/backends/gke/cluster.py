@@ -78,8 +78,14 @@ LOCATION = re.compile(r"[a-z]+-[a-z]+[0-9]+(?:-(?:[a-z]|ai[0-9]+[a-z]?))?")
 #: prefix ("Avoid creating namespaces with the prefix kube-, since it is reserved for Kubernetes
 #: system namespaces": Kubernetes' "Namespaces" page); GKE runs its managed components in
 #: ``gke-*`` and Managed Service for Prometheus in ``gmp-system``/``gmp-public``; JobSet's release
-#: manifests install into ``jobset-system`` (docs/gke.md section 5).
-RESERVED_NAMESPACES = {"jobset-system": "the JobSet controller", "gmp-system": "GKE", "gmp-public": "GKE"}
+#: manifests install into ``jobset-system`` (docs/gke.md section 5), Kueue's into ``kueue-system`` (its
+#: ``config/default/kustomization.yaml``).
+RESERVED_NAMESPACES = {
+    "jobset-system": "the JobSet controller",
+    "kueue-system": "Kueue",
+    "gmp-system": "GKE",
+    "gmp-public": "GKE",
+}
 RESERVED_NAMESPACE_PREFIXES = {"kube-": "Kubernetes", "gke-": "GKE"}
 #: The annotation that binds a Kubernetes service account to a Google one.
 GSA_ANNOTATION = "iam.gke.io/gcp-service-account"
@@ -93,6 +99,11 @@ JOBSET_VERSION = "v0.10.1"
 #: v0.10.1's CRD by tests/backends/gke/test_jobset_schema.py), and GKE asks for v0.10.1 or later for
 #: Multislice (the line above).
 JOBSET_FLOOR = JOBSET_VERSION
+#: The Kueue release a stack with ``multislice:gke.queuedProvisioning`` installs in a cluster it makes, and the
+#: oldest an existing cluster may run: [Google] Cluster Toolkit's ``modules/management/kubectl-apply`` defaults
+#: to it at v1.95.0 (``kueue.version`` "0.17.1"), and its queues are checked against that release's CRDs
+#: (tests/data/kueue-v0.17.1; :mod:`infra.backends.gke.kueue`).
+KUEUE_VERSION = "v0.17.1"
 #: The Pods' default image: what the boot runs before its own Python exists (bash, curl, xz,
 #: tar, sha256sum, flock, and a python3 with pip to install uv; docs/vm-boot.md). [third-party]
 #: Docker's official ``python`` image: ``3.12/bookworm/Dockerfile`` is ``FROM buildpack-deps:bookworm``
@@ -203,6 +214,12 @@ class GkeSettings(StrictModel):
         alias="installJobSet",
         description="Install the JobSet controller (jobSetVersion's release manifests) in the cluster the stack makes "
         "(default: true there; never in an existing cluster, whose JobSet every team on it shares).",
+    )
+    queued_provisioning: ConfigBool = Field(
+        default=False,
+        alias="queuedProvisioning",
+        description="Ask for every slice's flex-start capacity at once (GKE's queued provisioning through Kueue "
+        f"{KUEUE_VERSION}); flex-start only (default false: each pool scales up on its own; docs/gke.md section 3).",
     )
     image: str = Field(
         default=DEFAULT_IMAGE,

@@ -21,7 +21,13 @@ JobSet give it, and JobSet's repair.
   new Pod on its node. With no API to send it to, the request is a file in the emulation's state
   directory that :meth:`GkeEmulation.take_reset` takes.
 * **Capacity**: the node pools stay once the run is complete (deletion on completion is not built
-  for this backend).
+  for this backend). A slice whose capacity is withheld (``local up --withhold``) has Pods that wait for
+  nodes: JobSet has recreated every Job, so the other slices' new Pods start at once on their nodes and hold
+  them without training until it is back (the summary's ``idle_capacity_slice_seconds``), then its Pods start
+  and join them. With ``multislice:gke.queuedProvisioning`` (:attr:`GkeEmulation.all_slices_or_none`) no
+  Pod starts before every slice has capacity: Kueue admits the JobSet's one Workload only once its one
+  ProvisioningRequest, every slice's nodes, is provisioned (docs/gke.md section 3), so the other slices hold
+  nothing meanwhile and every Pod starts together.
 """
 
 from __future__ import annotations
@@ -83,6 +89,11 @@ class GkeEmulation(Emulation):
     @property
     def recreates_every_slice(self) -> bool:
         return True
+
+    @property
+    def all_slices_or_none(self) -> bool:
+        """With ``multislice:gke.queuedProvisioning`` (module docstring, "Capacity")."""
+        return self.config.gke.queued_provisioning
 
     @property
     def outcome(self) -> str:

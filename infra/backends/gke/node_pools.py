@@ -191,6 +191,7 @@ def node_config(
     reservation: str | None = None,
     max_run_duration_s: int | None = None,
     labels: dict[str, str] | None = None,
+    node_labels: dict[str, str] | None = None,
 ) -> NodePoolNodeConfigArgsDict:
     """The pool's ``node_config`` (pulumi-gcp ``NodePoolNodeConfigArgsDict``) for ``capacity``.
 
@@ -201,6 +202,7 @@ def node_config(
       reservation: the reservation to consume (``reserved``; None: any matching reservation).
       max_run_duration_s: seconds each node may run (None: GKE's default, seven days for flex-start).
       labels: the stack's labels, on the nodes' VMs.
+      node_labels: Kubernetes labels of the nodes (a queued-provisioning pool's: :mod:`~infra.backends.gke.kueue`).
 
     Raises:
       NodePoolError: an unknown capacity.
@@ -217,6 +219,8 @@ def node_config(
     }
     if shape.machine_type in BOOT_DISK_TYPES:
         config["disk_type"] = BOOT_DISK_TYPES[shape.machine_type]
+    if node_labels:
+        config["labels"] = dict(node_labels)
     if capacity == "spot":
         config["spot"] = True
         config["reservation_affinity"] = {"consume_reservation_type": "NO_RESERVATION"}

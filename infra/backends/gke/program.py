@@ -12,6 +12,7 @@ from typing import Any
 import pulumi
 
 from infra import startup
+from infra.backends.gke import kueue
 from infra.backends.gke.jobset import jobset, startup_config_map_name
 from infra.backends.gke.names import (
     cluster_location,
@@ -33,13 +34,14 @@ MAX_RESTARTS = 100
 
 
 def run_jobset(config: StackConfig, script: startup.RenderedScript) -> dict[str, Any]:
-    """The run's JobSet for ``script``'s release.
+    """The run's JobSet for ``script``'s release, in the stack's LocalQueue with
+    ``multislice:gke.queuedProvisioning`` (:func:`~infra.backends.gke.kueue.queued_jobset`).
 
     Raises:
       ValueError: the workload's ``env`` sets what GKE or the Pod sets (naming the key).
     """
     name = jobset_name(config)
-    return jobset(
+    made = jobset(
         name=name,
         namespace=config.gke.namespace,
         shape=slice_node_pool(config.accelerator),
@@ -51,6 +53,20 @@ def run_jobset(config: StackConfig, script: startup.RenderedScript) -> dict[str,
         service_account=kubernetes_service_account(config),
         max_restarts=MAX_RESTARTS,
         labels=pod_labels(config),
+    )
+    if not config.gke.queued_provisioning:
+        return made
+    return kueue.queued_jobset(made, queue=name, max_run_duration_s=kueue.run_duration_s(config.gke.max_run_duration))
+
+
+def run_queues(config: StackConfig) -> tuple[dict[str, Any], ...]:
+    """The stack's Kueue objects (:func:`~infra.backends.gke.kueue.queue_objects`, named after the JobSet) with
+    ``multislice:gke.queuedProvisioning``; none without."""
+    if not config.gke.queued_provisioning:
+        return ()
+    shape = slice_node_pool(config.accelerator)
+    return tuple(
+        kueue.queue_objects(name=jobset_name(config), namespace=config.gke.namespace, shape=shape, slices=config.slices)
     )
 
 
@@ -96,7 +112,8 @@ def workload_inputs(
     dns_endpoint: pulumi.Input[str],
     service_account: pulumi.Input[str],
 ) -> WorkloadInputs:
-    """The workload's inputs: the JobSet of :func:`run_jobset` and the release's startup script."""
+    """The workload's inputs: the JobSet of :func:`run_jobset`, the release's startup script and the Kueue
+    objects of :func:`run_queues`."""
     return WorkloadInputs(
         project=config.project,
         cluster_name=cluster,
@@ -108,6 +125,7 @@ def workload_inputs(
         jobset=run_jobset(config, script),
         startup_script=script.text,
         release_id=script.release_id,
+        queues=run_queues(config),
     )
 
 

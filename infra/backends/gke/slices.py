@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import pulumi
 
-from infra.backends.gke import versions
+from infra.backends.gke import kueue, versions
 from infra.backends.gke.cluster import (
     WORKLOAD_IDENTITY_ROLE,
     GkeSettings,
@@ -100,13 +100,16 @@ def check(inputs: GkeInputs) -> None:
 
     Raises:
       ValueError: an existing cluster outside the zone's region (``multislice:gke.clusterLocation``),
-        a capacity the pools cannot request, or no slice; each message names its key.
+        a capacity the pools cannot request (queued provisioning without flex-start among them), or no
+        slice; each message names its key.
     """
     if not inputs.pool_names:
         raise ValueError("multislice:slices: a gke stack needs at least one slice")
     if inputs.settings.cluster is not None:
         check_cluster_location(inputs.settings.cluster_location or inputs.zone, inputs.zone)
     versions.check_version(inputs.settings.version, inputs.generation, inputs.capacity)
+    if (why := kueue.capacity_refusal(inputs.settings.queued_provisioning, inputs.capacity)) is not None:
+        raise ValueError(f"multislice:gke.queuedProvisioning: {why}")
     _node_config(inputs)
 
 
@@ -161,6 +164,7 @@ def _node_config(inputs: GkeInputs) -> NodePoolNodeConfigArgsDict:
         reservation=inputs.reservation_name,
         max_run_duration_s=inputs.max_run_duration_seconds,
         labels=inputs.labels,
+        node_labels=kueue.node_labels(inputs.settings.queued_provisioning),
     )
 
 
@@ -256,6 +260,7 @@ class GkeSlices(pulumi.ComponentResource):
                 location=location,
                 node_locations=[inputs.zone],
                 **pool_size(inputs.shape, inputs.capacity),
+                **kueue.pool_args(settings.queued_provisioning),
                 upgrade_settings=upgrade_settings(),
                 placement_policy=placement_policy(inputs.shape, policy_name),
                 node_config=_node_config(inputs),

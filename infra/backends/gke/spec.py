@@ -18,8 +18,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from infra.accelerators import Generation
-from infra.backends.gke import versions
-from infra.backends.gke.cluster import MAX_RUN_DURATION_S, GkeSettings, check_cluster_location
+from infra.backends.gke import kueue, versions
+from infra.backends.gke.cluster import KUEUE_VERSION, MAX_RUN_DURATION_S, GkeSettings, check_cluster_location
 from infra.backends.gke.node_pools import CAPACITIES, NodePoolError, slice_node_pool
 from infra.backends.spec import BackendSpec
 from infra.durations import format_duration
@@ -125,9 +125,10 @@ class GkeSpec(BackendSpec):
         _check_cluster_keys(config)
 
     def check_capacity(self, config: Any) -> None:
-        """Refuse flex-start on a generation GKE's flex-start takes no TPU of, and a pinned
+        """Refuse flex-start on a generation GKE's flex-start takes no TPU of, a pinned
         ``multislice:gke.version`` below what the generation and capacity need
-        (:mod:`~infra.backends.gke.versions`), naming the key."""
+        (:mod:`~infra.backends.gke.versions`), and ``multislice:gke.queuedProvisioning`` on another capacity
+        than flex-start (:func:`~infra.backends.gke.kueue.capacity_refusal`), naming the key."""
         gen = config.accelerator.generation.name
         if config.capacity == "flex-start" and gen in versions.NO_FLEX_START:
             raise invalid(
@@ -141,6 +142,8 @@ class GkeSpec(BackendSpec):
         except ValueError as err:
             key, _, why = str(err).partition(": ")
             raise invalid(key, why) from None
+        if (why := kueue.capacity_refusal(config.gke.queued_provisioning, config.capacity)) is not None:
+            raise invalid("multislice:gke.queuedProvisioning", why)
 
     def capacity_plan(self, config: Any) -> str | None:
         """One line for ``multislice plan`` and ``status``: how each slice's pool gets and keeps its
@@ -152,6 +155,18 @@ class GkeSpec(BackendSpec):
                 f"{format_duration(settings.max_run_duration or MAX_RUN_DURATION_S)} (GKE deletes them then); "
                 "auto-repair off"
             )
+            if settings.queued_provisioning:
+                how = how.replace(
+                    "when the JobSet's Pods ask",
+                    f"when Kueue {KUEUE_VERSION}'s one ProvisioningRequest for every slice is granted (queued "
+                    "provisioning: all slices or none)",
+                )
+            elif config.slices > 1:
+                how += (
+                    "; the pools scale up apart, so slices may wait billed for each other: a slice that gets its "
+                    "nodes first is billed, and its maximum run duration runs, until the last one has its nodes "
+                    "(multislice:gke.queuedProvisioning: true asks for every slice at once)"
+                )
         else:
             source = {
                 "spot": " (Spot: GKE may preempt them; JobSet restarts the run)",

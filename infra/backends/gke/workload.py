@@ -11,6 +11,8 @@ reach: a new cluster's IP endpoint is private, :func:`~infra.backends.gke.cluste
   ``iam.gke.io/gcp-service-account``);
 * the JobSet controller, the documented way: the release's ``manifests.yaml``, applied server-side
   (docs/gke.md section 5; ``multislice:gke.installJobSet: false`` when the cluster already runs it);
+* with ``multislice:gke.queuedProvisioning``, Kueue (installed from its release manifests in a cluster the
+  stack makes, read and checked in an existing one) and the stack's queues (:mod:`~infra.backends.gke.kueue`);
 * the ConfigMap of the release's startup script, named after the release
   (:func:`~infra.backends.gke.jobset.startup_config_map_name`), which the Pods boot;
 * the JobSet of :func:`~infra.backends.gke.jobset.jobset`. Its ``spec.replicatedJobs`` is immutable
@@ -35,6 +37,7 @@ from typing import Any
 import pulumi
 import yaml
 
+from infra.backends.gke import kueue, kueue_controller
 from infra.backends.gke.cluster import GSA_ANNOTATION, JOBSET_VERSION, GkeSettings
 from infra.backends.gke.jobset import STARTUP_KEY, startup_config_map_name
 from infra.backends.gke.names import context_name
@@ -149,6 +152,8 @@ class WorkloadInputs:
       jobset: the JobSet (:func:`~infra.backends.gke.jobset.jobset`), whose namespace and service
         account must be the two above, and whose Pods mount the startup script's ConfigMap.
       startup_script: the stack's startup script (``RenderedScript.text``), and release_id, its release.
+      queues: the stack's Kueue objects (``multislice:gke.queuedProvisioning``: :mod:`~infra.backends.gke.kueue`),
+        the JobSet's LocalQueue among them; none without.
     """
 
     project: str
@@ -161,6 +166,7 @@ class WorkloadInputs:
     jobset: dict[str, Any]
     startup_script: str
     release_id: str
+    queues: tuple[dict[str, Any], ...] = ()
 
 
 def check(inputs: WorkloadInputs) -> None:
@@ -168,7 +174,8 @@ def check(inputs: WorkloadInputs) -> None:
 
     Raises:
       ValueError: the JobSet's namespace or Pods' service account differs from the inputs', its Pods
-        mount another ConfigMap than the release's, or the script is over a ConfigMap's 1 MiB.
+        mount another ConfigMap than the release's, its queue is not the stack's
+        (:func:`~infra.backends.gke.kueue.check_queues`), or the script is over a ConfigMap's 1 MiB.
     """
     namespace = inputs.jobset["metadata"]["namespace"]
     if namespace != inputs.settings.namespace:
@@ -182,6 +189,7 @@ def check(inputs: WorkloadInputs) -> None:
         expected = startup_config_map_name(inputs.jobset["metadata"]["name"], inputs.release_id)
         if mounted != [expected]:
             raise ValueError(f"the Pods mount the ConfigMaps {mounted}, not the release's {expected!r}")
+    kueue.check_queues(inputs.jobset, inputs.queues)
     size = len(inputs.startup_script.encode("utf-8"))
     if size > CONFIG_MAP_LIMIT_BYTES:
         raise ValueError(
@@ -223,6 +231,7 @@ class GkeWorkload(pulumi.ComponentResource):
             before_pods.append(
                 k8s.core.v1.Namespace("namespace", metadata={"name": settings.namespace}, opts=in_cluster)
             )
+        namespace = list(before_pods)  # what the namespaced objects wait for
         before_pods.append(
             k8s.core.v1.ConfigMap(
                 "startup",
@@ -247,17 +256,30 @@ class GkeWorkload(pulumi.ComponentResource):
         )
         spec = inputs.jobset
         metadata: pulumi.Input[Any] = spec["metadata"]
+        cluster = settings.cluster or "the cluster"
+        jobset_controller: list[pulumi.Resource] = []
         if settings.installs_jobset:
-            before_pods.append(
+            jobset_controller.append(
                 k8s.yaml.v2.ConfigFile(
                     "jobset-controller", file=manifests_url(settings.jobset_version), opts=in_cluster
                 )
             )
+            before_pods += jobset_controller
         else:  # a cluster the stack does not own: read its controller, never declare it
             controller = k8s.apps.v1.Deployment.get("jobset-controller", JOBSET_CONTROLLER, opts=in_cluster)
-            cluster = settings.cluster or "the cluster"
             # The JobSet is declared only once the controller's version passed (a refusal stops the update first).
             metadata = controller.spec.apply(lambda found: check_jobset_controller(found, cluster) or spec["metadata"])
+        if inputs.queues:  # Kueue (installed or checked) and the stack's queues, before the JobSet
+            queued, kueue_checked = kueue_controller.declare(
+                inputs.queues,
+                installs=settings.cluster is None,
+                cluster=cluster,
+                in_cluster=in_cluster,
+                after=[*namespace, *jobset_controller],
+            )
+            before_pods += queued
+            if kueue_checked is not None:
+                metadata = pulumi.Output.all(metadata, kueue_checked).apply(lambda values: values[0])
         run = k8s.apiextensions.CustomResource(
             "jobset",
             api_version=spec["apiVersion"],

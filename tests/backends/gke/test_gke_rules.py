@@ -33,6 +33,7 @@ STACKS = {
     "v6e-16 flex-start": gke("v6e-16", "flex-start"),
     "tpu7x-16 on-demand": gke("tpu7x-16", "on-demand"),
     "tpu7x-16 flex-start": gke("tpu7x-16", "flex-start"),
+    "v6e-16 queued": gke("v6e-16", "flex-start", **{"multislice:gke": {"queuedProvisioning": True}}),
     "tpu7x-16 pinned": gke("tpu7x-16", "spot", **{"multislice:gke": {"version": "1.35"}}),
 }
 
@@ -113,6 +114,16 @@ def test_each_rule_refuses_what_gke_refuses(declared):
     assert gke_rules.node_pool_refusals(
         changed(flex, nodeConfig__reservationAffinity={"consumeReservationType": "ANY_RESERVATION"})
     ) == ["enable_flex_start requires reservation_affinity.consume_reservation_type to be 'NO_RESERVATION'"]
+    queued = declared["v6e-16 queued"][0][0]
+    assert gke_rules.node_pool_refusals(changed(queued, nodeConfig__labels=None)) == [
+        "a queued-provisioning pool's nodes carry no cloud.google.com/gke-queued=true label for the Pods to select"
+    ]
+    assert "reservation_affinity should be NO_RESERVATION when enable_queued_provisioning is true" in (
+        gke_rules.node_pool_refusals(changed(queued, nodeConfig__reservationAffinity=None))
+    )
+    assert gke_rules.node_pool_refusals(changed(queued, autoscaling__minNodeCount=4)) == [
+        "autoscaling_total_min_nodes should be 0 when enable_queued_provisioning is true"
+    ]
     assert gke_rules.node_pool_refusals(changed(tpu7x, placementPolicy__policyName=None)) == [
         "a multi-host TPU7x pool needs the workload policy it is placed by (placementPolicy.policyName)"
     ]
@@ -127,6 +138,23 @@ def test_each_rule_refuses_what_gke_refuses(declared):
 @pytest.mark.parametrize("stack", list(STACKS))
 def test_every_gke_stacks_pods_execute_nothing_from_a_non_executable_node_path(declared, stack):
     assert gke_rules.pod_exec_refusals(declared[stack][2]) == []
+
+
+@pytest.mark.parametrize("stack", list(STACKS))
+def test_every_gke_stacks_pods_land_on_its_pools(declared, stack):
+    pools, _, pod = declared[stack]
+    assert gke_rules.queued_pod_refusals(pod, pools) == []
+    assert any(gke_rules.is_queued(pool) for pool in pools) is stack.endswith("queued")
+
+
+def test_a_pod_that_ignores_the_queued_taint_is_refused_as_gke_would_leave_it_pending(declared):
+    pools, _, pod = copy.deepcopy(declared["v6e-16 queued"])
+    pod["tolerations"] = [t for t in pod["tolerations"] if t["key"] != gke_rules.QUEUED]
+    del pod["nodeSelector"][gke_rules.QUEUED]
+    assert gke_rules.queued_pod_refusals(pod, pools) == [
+        "the Pod does not tolerate cloud.google.com/gke-queued=true:NoSchedule, the taint of a queued pool's nodes",
+        "the Pod does not select cloud.google.com/gke-queued: true",
+    ]
 
 
 def test_a_pod_running_its_boot_from_the_node_folder_is_refused_as_cos_would_refuse_it(declared):
