@@ -127,7 +127,7 @@ def test_a_run_trains_on_without_a_withheld_slice_and_grows_back(tmp_path, state
     assert grown and int(alone[1]) < int(grown[1]) <= 24, changes
     assert summary["unplanned_restarts"] == [], out
     assert summary["reduced_capacity_seconds"] > 0, summary  # slice 0's steps alone: productive, fewer slices
-    assert "(2 processes, 8 devices)" in out.split("elastic: slices 1 → 2 at step")[1], out
+    assert "(2 processes, 8 devices)" in out.split("elastic: slices 1 → 2 decided")[1], out
     assert processes_under(state_dir) == []
 
 
