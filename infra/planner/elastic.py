@@ -45,8 +45,8 @@ class ElasticPlan:
     counts: tuple[CountPlan, ...]
     shrink_after_s: int | None
     grow_after_s: int | None
-    #: Whether the backend acts on it (:func:`infra.config.elastic.carried_out`).
-    carried_out: bool = True
+    #: ``multislice:elastic.minSlices`` as the stack sets it (None: unset).
+    min_slices: int | None = None
 
 
 def elastic_plan(config: Any, parameters: int) -> ElasticPlan:
@@ -62,7 +62,7 @@ def elastic_plan(config: Any, parameters: int) -> ElasticPlan:
         counts,
         settings.shrink_after if on else None,
         settings.grow_after if on else None,
-        elastic.carried_out(config),
+        settings.min_slices,
     )
 
 
@@ -82,13 +82,13 @@ def describe(plan: ElasticPlan) -> str:
         for c in plan.counts
     )
     if plan.shrink_after_s is None or plan.grow_after_s is None:
-        return f"slice counts: {shown} (not elastic: multislice:elastic.minSlices is unset)"
+        why = (
+            "multislice:elastic.minSlices is unset"
+            if plan.min_slices is None
+            else f"multislice:elastic.minSlices is {plan.min_slices}, every slice of the stack"
+        )
+        return f"slice counts: {shown} (not elastic: {why})"
     return (
         f"slice counts (multislice:elastic): {shown}; after {_duration(plan.shrink_after_s)} without a slice the "
         f"others go on, back to more at a checkpoint ≥ {_duration(plan.grow_after_s)} after the last change"
-        + (
-            ""
-            if plan.carried_out
-            else " (not carried out on this backend yet: a lost slice stops the run until it is back)"
-        )
     )

@@ -217,3 +217,13 @@ def test_the_trainers_config_carries_the_elastic_timings_in_seconds():
     files, _ = release_files(config, Path(__file__).resolve().parents[2])
     trainer = json.loads(files["config.json"])
     assert (trainer["shrink_after_s"], trainer["grow_after_s"]) == (90.0, 3600.0)
+
+
+def test_plan_says_why_a_stack_is_not_elastic():
+    from infra.planner.elastic import describe
+
+    unset = planner.plan(validate_stack("t", four_slices({"data": 4}), "test")).elastic
+    every = planner.plan(validate_stack("t", four_slices({"data": 4}, minSlices=4), "test")).elastic
+    assert unset is not None and every is not None
+    assert describe(unset).endswith("(not elastic: multislice:elastic.minSlices is unset)")
+    assert describe(every).endswith("(not elastic: multislice:elastic.minSlices is 4, every slice of the stack)")

@@ -137,7 +137,7 @@ def elastic_json(plan) -> dict:
         ],
         "shrink_after_s": plan.shrink_after_s,
         "grow_after_s": plan.grow_after_s,
-        "carried_out": plan.carried_out,
+        "min_slices": plan.min_slices,
     }
 
 
