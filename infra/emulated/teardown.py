@@ -42,6 +42,7 @@ def stop_recorded(paths: LocalPaths, wait_s: float = 30.0, signal_emulator: bool
             paths.down_request.write_text(f"{os.getpid()}\n")
         except OSError:
             pass  # the emulator then reports a plain SIGTERM: still stopped
+        _say_in_vm_logs(paths, state.get("vms", []))
         os.kill(pid, signal.SIGTERM)
         actions.append(f"asked emulator pid {pid} to stop")
         members = set(find_processes(emulation_id)) if emulation_id else set()
@@ -62,6 +63,23 @@ def stop_recorded(paths: LocalPaths, wait_s: float = 30.0, signal_emulator: bool
             time.sleep(0.05)
     forget_state(paths)
     return actions
+
+
+#: The line ``local down`` appends to each VM's log before its SIGTERM: on a TPU VM a stop notice may be a
+#: preemption, a maintenance event or a stop, and the trainer cannot tell which (training/preemption.py);
+#: here the emulator knows, and says so where the trainer's own line follows.
+DOWN_LINE = "local down: a stop you asked for (multislice local down); the trainer's stop notice below is this stop\n"
+
+
+def _say_in_vm_logs(paths: LocalPaths, vms: list) -> None:
+    """Append :data:`DOWN_LINE` to each recorded VM's log (best effort: a log that cannot be written is
+    left as it is, the stop goes on)."""
+    for vm in vms:
+        try:
+            with open(paths.vm_log(int(vm["slice"]), int(vm["worker"])), "a") as log:
+                log.write(DOWN_LINE)
+        except (OSError, KeyError, TypeError, ValueError):
+            continue
 
 
 def _wait_gone_repeating(pid: int, sig: signal.Signals, timeout_s: float, every_s: float = 3.0) -> bool:

@@ -309,3 +309,23 @@ def test_check_writable_names_what_is_wrong_with_the_state_directory(tmp_path, m
     if os.geteuid() != 0:  # root writes anywhere: the mode bits do not stop it
         (tmp_path / "ro").mkdir(mode=0o555)
         assert check_writable(LocalPaths(tmp_path / "ro" / "emu")).startswith("permission denied")
+
+
+def test_down_says_in_each_vm_log_that_the_stop_is_the_users(tmp_path):
+    # On a TPU VM the trainer cannot tell a preemption from a stop; the emulator can, and says so first.
+    paths = LocalPaths(tmp_path / "emu")
+    emulation_id = uuid.uuid4().hex
+    emulator = subprocess.Popen([sys.executable, "-c", EMULATOR], stdout=subprocess.PIPE, text=True)
+    vm = start_vm(emulation_id)
+    try:
+        assert emulator.stdout.readline() == "ready\n"
+        record(paths, emulator.pid, supervisor.start_ticks(emulator.pid), emulation_id, [vm.pid])
+        paths.logs_dir.mkdir(parents=True, exist_ok=True)
+        paths.vm_log(0, 0).write_text("[slice 0 worker 0] step 40\n")
+        teardown.stop_recorded(paths, wait_s=60)
+        assert paths.vm_log(0, 0).read_text() == "[slice 0 worker 0] step 40\n" + teardown.DOWN_LINE
+    finally:
+        for proc in (emulator, vm):
+            proc.kill()
+            proc.wait()
+        emulator.stdout.close()
