@@ -56,10 +56,11 @@ import pulumi
 from infra import config as stack_config, planner, startup
 from infra.backends.change import BackendChangeRefused, check_backend_change, deployed_backend
 from infra.backends.operations import backend_of
+from infra.components.apis import apis_for
 from infra.components.network import Network, NetworkArgs
 from infra.components.release import ReleaseRecord, ReleaseRecordArgs
 from infra.components.service_account import ServiceAccount, ServiceAccountArgs, data_bucket
-from infra.components.services import ProjectServices, ServicesArgs, apis_for
+from infra.components.services import ProjectServices, ServicesArgs
 from infra.components.storage import BucketArgs, CheckpointBucket
 from infra.config import StackConfig
 from infra.config.dataset import check_dataset

@@ -57,7 +57,7 @@ class BackendSpec(ABC):
       ``capacity_plural``: whether that is a plural (``instance groups``); ``worker_noun``: what it
       calls a slice's workers (``VMs``; ``Pods`` on GKE);
     * ``apis``: the Google APIs its own resources need beside those every stack enables
-      (:data:`infra.components.services.COMMON_APIS`); the program enables them;
+      (:data:`infra.components.apis.COMMON_APIS`); the program enables them;
     * ``vm_reads_instance_groups``: whether its VMs' service account may read Compute Engine's
       instance groups and instances (how such a VM finds its place);
     * ``node_project_roles``: roles its VMs' service account needs on the project beyond every

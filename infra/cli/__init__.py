@@ -28,9 +28,11 @@ Errors end with one ``error:`` line naming the cause and a non-zero exit: 2 for 
 whose standard output is closed under it (``| head -1``) stops quietly with exit 0
 (:class:`infra.cli.options.ClosedPipeGroup`); ``local up`` stops its VMs and says so (exit 1).
 
-Commands that neither train nor evaluate the program import nothing heavy (no jax, orbax,
-tensorstore: tests/cli/test_light_imports.py; benchmarks/cli_speed.py times them): each command
-imports what it needs inside its function, after checking its options.
+Commands that neither train nor evaluate the program import nothing heavy (no Pulumi, no jax,
+orbax or tensorstore, no ``google.cloud`` client: tests/cli/test_light_imports.py, which names the
+module that brought one in; benchmarks/cli_speed.py times them): each command imports what it needs
+inside its function, after checking its options; ``check`` and ``diff`` import Pulumi to evaluate
+the program, and nothing else heavy.
 """
 
 from __future__ import annotations

@@ -1,33 +1,13 @@
-"""The Google APIs a fresh project needs before anything else can be created: those every stack
-uses (:data:`COMMON_APIS`) and those its backend's own resources need
-(:attr:`infra.backends.spec.BackendSpec.apis`)."""
+"""The Google APIs a fresh project needs before anything else can be created, enabled: which
+they are is :mod:`infra.components.apis` (:func:`~infra.components.apis.apis_for`)."""
 
 from __future__ import annotations
 
 import pulumi
 import pulumi_gcp as gcp
 
+from infra.components.apis import COMMON_APIS
 from training.validation import StrictModel
-
-
-def apis_for(backend_apis: tuple[str, ...]) -> tuple[str, ...]:
-    """The APIs a stack enables: :data:`COMMON_APIS`, then its backend's ``backend_apis``."""
-    return tuple(dict.fromkeys(COMMON_APIS + backend_apis))
-
-
-#: The APIs every stack uses, whatever its backend: Compute Engine (VPC, firewall, NAT; every TPU VM
-#: and node runs on it), Cloud Storage (checkpoints, the release record), IAM (the VMs' service
-#: account), Resource Manager (project IAM bindings), and Logging/Monitoring (what the VMs write).
-#: A backend adds its own (``BackendSpec.apis``: the Cloud TPU API for a queued resource, the GKE API
-#: for a cluster).
-COMMON_APIS = (
-    "compute.googleapis.com",
-    "storage.googleapis.com",
-    "iam.googleapis.com",
-    "cloudresourcemanager.googleapis.com",
-    "logging.googleapis.com",
-    "monitoring.googleapis.com",
-)
 
 
 class ServicesArgs(StrictModel):

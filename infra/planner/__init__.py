@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from infra.components.services import apis_for
+from infra.components.apis import apis_for
 from infra.config import StackConfig
 from infra.planner import advice
 from infra.planner.dcn import (

@@ -39,7 +39,7 @@ class Plan:
         it beyond the capacity's name (``BackendSpec.capacity_plan``); else None. ``capacity_plan``
         in ``--json``.
       apis: the Google APIs ``pulumi up`` enables for the stack (those of every stack and its
-        backend's: :func:`infra.components.services.apis_for`).
+        backend's: :func:`infra.components.apis.apis_for`).
       elastic: the slice counts the run may train on (``multislice:elastic``), each with its
         microbatches and tokens/s ceiling (:mod:`infra.planner.elastic`).
     """

@@ -161,13 +161,16 @@ def trainer_file_changes(old_training: Path, new_training: Path) -> list[tuple[s
 
 
 def _side(
-    stack: str, path: Path, project_root: Path, label: str, outside: Path | None = None
+    stack: str, path: Path, project_root: Path, label: str, cache: Any, outside: Path | None = None
 ) -> tuple[dict[str, Any], Any]:
     """The raw ``config:`` map and the evaluated World of ``stack`` read from the stack file
     ``path``, with the trainer of ``project_root`` (``label`` names the side in errors: the
     revision, or "the working tree"). For a revision's copy of a stack file, ``outside`` is the
     working tree's copy's folder: a workload path that leaves the revision's tree is read there
-    (:func:`infra.review.stack_paths.with_absolute_workload_paths`)."""
+    (:func:`infra.review.stack_paths.with_absolute_workload_paths`). ``cache``: the working tree's
+    content cache (:mod:`infra.startup.content_cache`), for both sides: keyed by content, it holds
+    a revision's bundle, pins and compressed release as well, where the revision's temporary
+    checkout would start empty every time."""
     from infra import startup
     from infra.config import StackConfigError, load_stack_file, pulumi_config_of_file, validate_stack
     from infra.review import program_mocks
@@ -178,7 +181,7 @@ def _side(
         config_map = program_mocks.decoded(pulumi_config_of_file(path, stack))
         absolute = with_absolute_workload_paths(config_map, path.parent, tree=project_root, outside=outside)
         config = config or validate_stack(stack, absolute, str(path), base_dir=path.parent)
-        script = startup.render(config, project_root=project_root)
+        script = startup.render(config, project_root=project_root, cache=cache)
     except StackConfigError as err:  # the problems, not the summary that names a temporary path
         raise DiffError(f"stack {stack!r} in {label}: {'; '.join(err.lines) or err.summary}") from None
     except (ValueError, FileNotFoundError) as err:
@@ -295,14 +298,19 @@ def diff_stack(stack: str, against: str, project_root: Path, stack_file: Path | 
         if not stack_file.is_file():
             raise DiffError(f"stack file {stack_file} does not exist")
         relative = _versioned_path(project_root, stack_file)
+    from infra.startup import content_cache
+
+    cache = content_cache.for_project(project_root)
     with tempfile.TemporaryDirectory(prefix="multislice-diff-") as tmp:
         commit, old_root = _revision_tree(project_root, against, stack, Path(tmp), relative)
         if relative is None:  # not versioned: both sides read the file on disk
-            old_map, (old_world, old_script) = _side(stack, stack_file, old_root, against)
+            old_map, (old_world, old_script) = _side(stack, stack_file, old_root, against, cache)
         else:
             old_file = old_root / relative
-            old_map, (old_world, old_script) = _side(stack, old_file, old_root, against, outside=stack_file.parent)
-        new_map, (new_world, new_script) = _side(stack, stack_file, project_root, "the working tree")
+            old_map, (old_world, old_script) = _side(
+                stack, old_file, old_root, against, cache, outside=stack_file.parent
+            )
+        new_map, (new_world, new_script) = _side(stack, stack_file, project_root, "the working tree", cache)
         return StackDiff(
             stack=stack,
             against=against,

@@ -18,10 +18,8 @@ from __future__ import annotations
 
 import hashlib
 import shlex
+from typing import TYPE_CHECKING
 
-from infra.backends.spec import BackendSpec
-from infra.config import StackConfig
-from infra.startup import lockfile, workload as workload_release
 from infra.startup.templates import BOOT_RESOURCE, PLACEHOLDER, fill, template
 from infra.vm_contract import (
     COMPILATION_CACHE_FOLDER,
@@ -34,6 +32,11 @@ from infra.vm_contract import (
     TRAINER_UNIT,
     record_object,
 )
+
+if TYPE_CHECKING:  # the types only: who renders a release has imported them (a constant's reader need not)
+    from infra.backends.spec import BackendSpec
+    from infra.config import StackConfig
+    from infra.startup import lockfile, workload as workload_release
 
 #: Restarts of a failing trainer within :data:`START_LIMIT_INTERVAL_S` before systemd gives up
 #: (``StartLimitBurst=`` is this + 1 starts; systemd.unit(5)).

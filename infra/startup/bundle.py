@@ -15,8 +15,8 @@ uid/gid 0, no user/group names, mode 0644, POSIX ustar format (no PAX headers, w
 carry times).
 
 The expensive step, xz at its highest preset, is done once per content
-(:func:`cached_compress`, :mod:`infra.startup.content_cache`); so is the trainer bundle
-(:func:`cached_bundle`).
+(:func:`cached_compress`, :mod:`infra.startup.content_cache`); so are the trainer bundle
+(:func:`cached_bundle`) and each shipped module's stripping (:func:`cached_stripper`).
 """
 
 from __future__ import annotations
@@ -26,9 +26,10 @@ import lzma
 import re
 import sys
 import tarfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from infra.startup import shipped_source
 from infra.startup.content_cache import ContentCache, key_of
 from infra.startup.shipped_source import strip_documentation
 
@@ -78,9 +79,10 @@ def bundle_files(training_dir: Path) -> list[Path]:
     return sorted(files, key=lambda p: p.relative_to(training_dir).as_posix())
 
 
-def trainer_files(training_dir: Path) -> dict[str, bytes]:
+def trainer_files(training_dir: Path, cache: ContentCache | None = None) -> dict[str, bytes]:
     """``{"training/<relative path>": content}`` for :func:`bundle_files`, each as it ships:
-    docstrings and comments blanked, line numbers kept (:mod:`infra.startup.shipped_source`).
+    docstrings and comments blanked, line numbers kept (:mod:`infra.startup.shipped_source`),
+    with ``cache`` once per content (:func:`cached_stripper`).
 
     Raises:
       FileNotFoundError: ``training_dir`` is missing or holds no ``*.py`` file.
@@ -89,9 +91,24 @@ def trainer_files(training_dir: Path) -> dict[str, bytes]:
     files = bundle_files(training_dir) if training_dir.is_dir() else []
     if not files:
         raise FileNotFoundError(f"no *.py files under {training_dir}: nothing to bundle")
-    return {
-        f"{BUNDLE_PACKAGE}/{p.relative_to(training_dir).as_posix()}": strip_documentation(p.read_bytes()) for p in files
-    }
+    strip = strip_documentation if cache is None else cached_stripper(cache)
+    return {f"{BUNDLE_PACKAGE}/{p.relative_to(training_dir).as_posix()}": strip(p.read_bytes()) for p in files}
+
+
+def cached_stripper(cache: ContentCache) -> Callable[[bytes], bytes]:
+    """:func:`~infra.startup.shipped_source.strip_documentation`, done once per content: the
+    cache key is the module's bytes, the source of :mod:`~infra.startup.shipped_source` and the
+    Python version (its ``ast`` and ``tokenize`` read the source). Every command that builds a
+    release strips the trainer's modules (a quarter of a second of CPU for ``training/``); a
+    changed module is stripped again, the others are read back. A source that is not valid
+    Python raises ``SyntaxError`` as the uncached function does (nothing is cached)."""
+    code = Path(shipped_source.__file__).read_bytes()
+
+    def strip(source: bytes) -> bytes:
+        key = key_of(code, sys.version, source)
+        return cache.get_or_compute("shipped-source", key, lambda: strip_documentation(source))
+
+    return strip
 
 
 def build_archive(files: Mapping[str, bytes]) -> bytes:
@@ -117,14 +134,15 @@ def build_archive(files: Mapping[str, bytes]) -> bytes:
     return buffer.getvalue()
 
 
-def build_bundle(training_dir: Path) -> bytes:
+def build_bundle(training_dir: Path, cache: ContentCache | None = None) -> bytes:
     """The trainer package alone as a reproducible uncompressed tar (``training/…`` entries,
-    see :func:`build_archive`); its sha256 is the ``bundleSha256`` the program exports.
+    see :func:`build_archive`); its sha256 is the ``bundleSha256`` the program exports. Each
+    module stripped once per content with ``cache`` (:func:`trainer_files`).
 
     Raises:
       FileNotFoundError: ``training_dir`` is missing or holds no ``*.py`` file.
     """
-    return build_archive(trainer_files(training_dir))
+    return build_archive(trainer_files(training_dir, cache))
 
 
 def compress(data: bytes, preset: int = XZ_PRESET) -> bytes:
@@ -152,7 +170,7 @@ def cached_bundle(training_dir: Path, cache: ContentCache) -> bytes:
     parts: list[bytes | str] = [Path(__file__).read_bytes(), sys.version]
     for path in files:
         parts += [path.relative_to(training_dir).as_posix(), path.read_bytes()]
-    return cache.get_or_compute("bundle", key_of(*parts), lambda: build_bundle(training_dir))
+    return cache.get_or_compute("bundle", key_of(*parts), lambda: build_bundle(training_dir, cache))
 
 
 def cached_compress(data: bytes, cache: ContentCache, preset: int = XZ_PRESET) -> bytes:

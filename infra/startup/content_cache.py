@@ -1,8 +1,9 @@
 """A content-addressed on-disk cache for work that depends only on file contents.
 
-``pulumi preview`` evaluates the program in a fresh process every time, and part of that
-work (the trainer bundle, the VM's pinned requirements) depends only on files that rarely
-change. :class:`ContentCache` stores such a result under the sha256 of everything it depends
+``pulumi preview`` evaluates the program in a fresh process every time, as every review command
+(``render``, ``plan``, ``check``, ``diff``) builds the release, and part of that work (the trainer
+bundle and each of its modules as it ships, the VM's pinned requirements) depends only on files
+that rarely change. :class:`ContentCache` stores such a result under the sha256 of everything it depends
 on (:func:`key_of`): the input files' bytes, never their mtimes; the source of the code that
 computes it; the versions of the libraries it uses. So a changed input or a changed algorithm
 is a new key, an unchanged one is a hit, and nothing is ever invalidated by hand.
@@ -46,7 +47,7 @@ def key_of(*parts: bytes | str) -> str:
 @dataclass(frozen=True)
 class ContentCache:
     """Entries ``<directory>/<ENTRY_FORMAT>/<namespace>/<key>``; ``namespace`` names the kind
-    of value (``bundle``, ``vm-pins``), ``key`` comes from :func:`key_of`."""
+    of value (``bundle``, ``shipped-source``, ``release-xz``, ``vm-pins``), ``key`` comes from :func:`key_of`."""
 
     directory: Path
 

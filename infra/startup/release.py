@@ -44,12 +44,13 @@ def release_files(
     spec: BackendSpec | None = None,
 ) -> tuple[dict[str, bytes], lockfile.VmPins]:
     """Path → content of every file of the stack's release, and the VM's pins (computed once
-    per content with ``cache``, :func:`infra.startup.lockfile.vm_pins`). With a command
+    per content with ``cache``, :func:`infra.startup.lockfile.vm_pins`, as is each trainer module's
+    stripping, :func:`infra.startup.bundle.trainer_files`). With a command
     (``workload``, :func:`workload_files`) the release carries the command's files instead of
     the trainer's ``config.json``; the trainer package still ships (its launcher,
     ``training.workload``, and its log shipper run the command), for backend ``spec`` (default: the stack's)."""
     pins = lockfile.vm_pins(project_root, cache)
-    files = bundle.trainer_files(project_root / BUNDLE_PACKAGE)
+    files = bundle.trainer_files(project_root / BUNDLE_PACKAGE, cache)
     files.update(
         {
             "boot.sh": boot_script(config, pins, workload, spec).encode(),

@@ -158,6 +158,7 @@ def render(
     project_root: Path | None = None,
     compress=None,
     spec: BackendSpec | None = None,
+    cache: content_cache.ContentCache | None = None,
 ) -> RenderedScript:
     """Render the startup script of a stack.
 
@@ -170,6 +171,10 @@ def render(
         Tests pass another level or implementation to show that the release id does not
         depend on it.
       spec: the backend whose release it is (default: the stack's; the gke Pod's, until it is registered).
+      cache: where the work done once per content is kept (the bundle, the pins, each shipped
+        module, the compressed release); default: ``project_root``'s
+        (:func:`infra.startup.content_cache.for_project`). Keyed by content, so a revision's
+        checkout may share the working tree's (``multislice diff``).
 
     Returns:
       RenderedScript; ``text`` is identical for identical inputs (and compressor).
@@ -182,7 +187,8 @@ def render(
       FileNotFoundError: no ``training/*.py`` under ``project_root``.
     """
     root = Path(project_root) if project_root is not None else lockfile.default_project_root()
-    cache = content_cache.for_project(root)  # bundle, pins and compressed release: once per content
+    if cache is None:
+        cache = content_cache.for_project(root)  # bundle, pins and compressed release: once per content
     bundle_sha256 = hashlib.sha256(bundle.cached_bundle(root / BUNDLE_PACKAGE, cache)).hexdigest()
     workload = workload_files(config, root)
     files, pins = release_files(config, root, cache, workload, spec)

@@ -287,3 +287,23 @@ def test_a_warning_both_evaluations_give_is_printed_once(caplog):
     caplog.clear()
     root.warning("another")  # once the diff is over, nothing is held back
     assert [r.getMessage() for r in caplog.records] == ["another"]
+
+
+def test_the_revision_is_rendered_with_the_working_trees_cache(repo, monkeypatch):
+    """Both sides' bundle, pins and compressed release are kept in the working tree's content cache
+    (keyed by content): a second diff computes none of them again, where the revision's temporary
+    checkout would start with an empty cache every time."""
+    from infra.startup import bundle, lockfile
+
+    with open(repo / "training" / "model" / "transformer.py", "a") as f:
+        f.write("# a one-line change\n")
+    diff_stack("dev", "HEAD", repo)
+    calls: list[str] = []
+    real_pins, real_compress, real_strip = lockfile.pinned_requirements, bundle.compress, bundle.strip_documentation
+    monkeypatch.setattr(lockfile, "pinned_requirements", lambda *a, **k: calls.append("pins") or real_pins(*a, **k))
+    monkeypatch.setattr(bundle, "compress", lambda *a: calls.append("xz") or real_compress(*a))
+    monkeypatch.setattr(bundle, "strip_documentation", lambda source: calls.append("strip") or real_strip(source))
+    again = diff_stack("dev", "HEAD", repo)
+    assert calls == []
+    assert again.trainer_files == [("training/model/transformer.py", "modified")]
+    assert (repo / ".multislice" / "cache").is_dir()

@@ -786,6 +786,11 @@ INVENTORY: dict[str, tuple[str, str, str]] = {
         "the trainer's modules (`training/`), for a cache key",
         "shipped in the repository",
     ),
+    "infra/startup/bundle.py::cached_stripper::Path(shipped_source.__file__).read_bytes()": (
+        OWN,
+        "the source of `infra/startup/shipped_source.py`, for a cache key",
+        "shipped in the repository",
+    ),
     "infra/startup/bundle.py::cached_compress::Path(__file__).read_bytes()": (
         OWN,
         "this module's source, for a cache key",

@@ -37,9 +37,9 @@ def counted(monkeypatch):
     calls: list[str] = []
     real_build, real_pins, real_compress = bundle.build_bundle, lockfile.pinned_requirements, bundle.compress
 
-    def build_bundle(training_dir):
+    def build_bundle(training_dir, *args):
         calls.append("bundle")
-        return real_build(training_dir)
+        return real_build(training_dir, *args)
 
     def pinned_requirements(*args, **kwargs):
         calls.append("pins")
@@ -216,3 +216,33 @@ def test_render_uses_the_project_cache_and_gives_the_same_bytes(tmp_path, counte
     assert startup.render(config, project_root=project) == first  # a cold cache: same bytes
     assert counted == ["bundle", "pins", "xz"] * 2
     assert (tmp_path / "elsewhere").is_dir()
+
+
+def test_each_shipped_module_is_stripped_once_per_content(tmp_path, monkeypatch):
+    """``bundle.cached_stripper``: the files are those the uncached function gives; again, nothing is
+    stripped; a changed module alone is stripped again; another checkout of the same modules sharing
+    the cache (a revision ``multislice diff`` renders) strips none."""
+    project = _copy_project(tmp_path / "p")
+    cache = ContentCache(tmp_path / "cache")
+    expected = bundle.trainer_files(project / "training")
+    stripped: list[bytes] = []
+    real = bundle.strip_documentation
+
+    def strip(source: bytes) -> bytes:
+        stripped.append(source)
+        return real(source)
+
+    monkeypatch.setattr(bundle, "strip_documentation", strip)
+    assert bundle.trainer_files(project / "training", cache) == expected
+    assert len(stripped) == len(expected)
+    assert bundle.trainer_files(project / "training", cache) == expected
+    assert len(stripped) == len(expected)  # all hit
+    with open(project / "training" / "model" / "transformer.py", "a") as module:
+        module.write("CHANGED = 1  # a change\n")
+    changed = bundle.trainer_files(project / "training", cache)
+    assert len(stripped) == len(expected) + 1
+    assert changed["training/model/transformer.py"].endswith(b"CHANGED = 1\n")
+    other = _copy_project(tmp_path / "q")
+    startup.render(load_stack("dev", ROOT / "stacks"), project_root=other, cache=cache)
+    assert len(stripped) == len(expected) + 1
+    assert not (other / ".multislice").exists()  # the cache given, not the checkout's

@@ -26,10 +26,12 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from training.run_dir import RunDir
 from training.run_objects import json_record
+
+if TYPE_CHECKING:  # etils.epath (unittest.mock, asyncio): some 50 ms a reader of records (`status`) does without
+    from training.run_dir import RunDir
 
 
 def segments(run_dir: RunDir, name: str) -> list[str]:
