@@ -35,7 +35,7 @@ def diff(
     created, deleted, replaced or updated in place (the queued resource by its provider's diff).
     """
     from infra.config import StackConfigError, default_stacks_dir, stack_file, stack_name_of_file
-    from infra.review.program_mocks import warnings_once
+    from infra.review.program_warnings import warnings_once
     from infra.review.revision_diff import DiffError, diff_stack
 
     source = resolved_stack_source(stack, config_file)

@@ -14,12 +14,10 @@ is ACTIVE (or still queued, on request).
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
-import logging
 import runpy
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -327,35 +325,6 @@ def program_directory() -> Path:
     project = Path(program.__file__).resolve().parents[1]
     main = yaml.safe_load((project / "Pulumi.yaml").read_text()).get("main")
     return (project / main).resolve() if main else project
-
-
-class _OncePerMessage(logging.Filter):
-    """Lets each distinct message through once (:func:`warnings_once`)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.seen: set[tuple[int, str]] = set()
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        key = (record.levelno, record.getMessage())
-        if key in self.seen:
-            return False
-        self.seen.add(key)
-        return True
-
-
-@contextlib.contextmanager
-def warnings_once() -> Iterator[None]:
-    """While open, the program's warnings under mocks (which Pulumi's mock engine logs on the root
-    logger) are each printed once, however many evaluations repeat them: ``diff`` evaluates the
-    program of both sides, and a warning the stack gets on both is one line, not two."""
-    once = _OncePerMessage()
-    root = logging.getLogger()
-    root.addFilter(once)
-    try:
-        yield
-    finally:
-        root.removeFilter(once)
 
 
 def evaluate(

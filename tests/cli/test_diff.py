@@ -277,7 +277,7 @@ def test_a_warning_both_evaluations_give_is_printed_once(caplog):
     # Pulumi's mock engine logs the program's warnings on the root logger; diff evaluates two programs.
     import logging
 
-    from infra.review.program_mocks import warnings_once
+    from infra.review.program_warnings import warnings_once
 
     root = logging.getLogger()
     with caplog.at_level(logging.WARNING), warnings_once():
