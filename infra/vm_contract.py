@@ -287,6 +287,9 @@ DEFAULT_TPU_API_ENDPOINT = "https://tpu.googleapis.com"
 DEFAULT_COMPUTE_API_ENDPOINT = "https://compute.googleapis.com"
 #: The systemd unit that runs the trainer (written by ``boot.sh``; docs/vm-boot.md).
 TRAINER_UNIT = "multislice-trainer.service"
+#: The unit of the warm standby trainer (written by ``boot.sh`` beside the trainer's with
+#: ``multislice:warmStandby``; training/standby.py, docs/vm-boot.md "The warm standby").
+STANDBY_UNIT = "multislice-standby.service"
 #: The unit that reads the release record on a compute-engine VM (written by ``boot.sh``,
 #: run by ``release_watch.sh``; docs/vm-boot.md, "The release watch").
 RELEASE_WATCH_UNIT = "multislice-release-watch.service"

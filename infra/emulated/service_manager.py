@@ -217,13 +217,16 @@ class Manager:
             time.sleep(POLL_S)
         if not stopping and unit.kill_mode != "process":  # the rest of the cgroup goes too
             self._kill(service, unit.kill_signal)
-        while _group_alive(proc.pid) and time.monotonic() < deadline:
+        # KillMode=process: "only the main process itself is killed" (systemd.kill(5)); the unit's
+        # other processes are neither waited for nor killed (the warm standby's attempts).
+        whole_group = unit.kill_mode != "process"
+        while whole_group and _group_alive(proc.pid) and time.monotonic() < deadline:
             proc.poll()
             time.sleep(POLL_S)
-        timed_out = proc.poll() is None or _group_alive(proc.pid)
+        timed_out = proc.poll() is None or (whole_group and _group_alive(proc.pid))
         if timed_out:
             self.say(f"{unit.name}: State 'stop-sigterm' timed out. Killing.")
-            self._kill(service, signal.SIGKILL)
+            self._kill(service, signal.SIGKILL, main_only=not whole_group)
             proc.wait()
         code = proc.returncode
         if code >= 0:
@@ -296,7 +299,10 @@ class Manager:
                     pass
 
     def stop_all(self) -> None:
-        for name in list(self.services):
+        """Stop every unit, the last started first (systemd stops units in the reverse order of
+        their ``Before=``/``After=`` ordering, systemd.unit(5): the standby, ``Before=`` the trainer,
+        after it)."""
+        for name in reversed(list(self.services)):
             self.stop(name)
 
 

@@ -24,7 +24,8 @@ Emulation only: when the startup script has ended and no unit runs or waits to r
 VM has nothing left to do and this process exits — 0, or the script's failing status, or a
 failed unit's exit status (1 if it ended by a signal or hit the start limit). The emulator
 (``infra.local.emulated_stack``) reads that as the VM's result. A compute-engine VM's release watch,
-which runs as long as a real VM does, is no work of its own (it is stopped then), except while
+and the warm standby (``multislice-standby.service``: it waits for the trainer's next attempt), which
+run as long as a real VM does, are no work of their own (they are stopped then), the watch except while
 the trainer has stopped to wait for it (``trainer.sh``'s status 76: a newer release is recorded)
 or while a boot holds the boot lock (the watch booting a new release).
 """
@@ -49,6 +50,7 @@ from infra.vm_contract import (
     HOME_ENV,
     RELEASE_SUPERSEDED_STATUS,
     RELEASE_WATCH_UNIT,
+    STANDBY_UNIT,
     SYSTEMD_DIR_ENV,
 )
 
@@ -191,8 +193,9 @@ def boot(script: Path, unit_dir: Path, runtime_dir: Path) -> int:
                     )
                 )
             if script_status is not None and not _has_work(manager) and not _booting(env.get(HOME_ENV)):
-                if RELEASE_WATCH_UNIT in manager.services:
-                    manager.stop(RELEASE_WATCH_UNIT)
+                for idle in (RELEASE_WATCH_UNIT, STANDBY_UNIT):
+                    if idle in manager.services:
+                        manager.stop(idle)
                 return _result(manager, script_status)
             time.sleep(POLL_S)
         manager.say(f"Received {stopping[0].name}: stopping every unit (shutdown)")
@@ -214,7 +217,7 @@ def _has_work(manager: Manager) -> bool:
     """Whether a unit runs or waits to restart, the release watch counting only while a unit
     that exited with :data:`RELEASE_SUPERSEDED_STATUS` waits for it (see the module docstring)."""
     busy = ("active", "deactivating", "activating")
-    others = [s for name, s in manager.services.items() if name != RELEASE_WATCH_UNIT]
+    others = [s for name, s in manager.services.items() if name not in (RELEASE_WATCH_UNIT, STANDBY_UNIT)]
     if any(s.state in busy for s in others):
         return True
     watch = manager.services.get(RELEASE_WATCH_UNIT)
