@@ -195,6 +195,9 @@ LOG_RESOURCE_ENV = "MULTISLICE_LOG_RESOURCE"
 #: (``gs://<bucket>/``:data:`COMPILATION_CACHE_FOLDER`; ``training.compile_cache``), unless the
 #: VM's environment already names one (the test suite's, through the local emulation).
 COMPILATION_CACHE_ENV = "MULTISLICE_COMPILATION_CACHE_DIR"
+#: Set by ``boot.sh`` in the trainer's and the standby's units (``multislice:warmStandby``): the
+#: warm standby's folder (``training.standby_handoff``); unset, every attempt starts cold.
+STANDBY_DIR_ENV = "MULTISLICE_STANDBY_DIR"
 #: The folder of the stack's bucket that holds the compilation cache, beside ``runs/``.
 COMPILATION_CACHE_FOLDER = "compilation-cache"
 #: Trainer settings the local emulation sets (``training.cluster`` reads them; a TPU VM uses
@@ -228,6 +231,7 @@ SCRIPT_ENV = (
     IDENTITY_ENV,
     LOG_RESOURCE_ENV,
     COMPILATION_CACHE_ENV,
+    STANDBY_DIR_ENV,
     RUN_DIR_ENV,
 )
 #: Passed between the release's own scripts (the bootstrap → ``boot.sh``, ``trainer.sh`` →
@@ -256,6 +260,7 @@ TRAINER_ENV = (
     INIT_TIMEOUT_ENV,
     ELASTIC_HEARTBEAT_ENV,
     COMPILATION_CACHE_ENV,
+    STANDBY_DIR_ENV,
 )
 
 #: What a stack's own command finds in its environment (``multislice:workload``; set by

@@ -40,6 +40,8 @@ KNOBS: dict[str, Knob] = {
     "MULTISLICE_INIT_TIMEOUT_S": Knob(1, MAX_SECONDS),  # training.cluster.initialize
     "MULTISLICE_HEARTBEAT_TIMEOUT_S": Knob(1, MAX_SECONDS),  # training.cluster.initialize
     "MULTISLICE_PREEMPTION_GRACE_S": Knob(1, MAX_SECONDS, fraction=True),  # training.preemption
+    "MULTISLICE_STANDBY_WAIT_S": Knob(0, MAX_SECONDS, fraction=True),  # training.standby_handoff
+    "MULTISLICE_STANDBY_ANSWER_S": Knob(1, MAX_SECONDS, fraction=True),  # training.standby_handoff
 }
 
 

@@ -6,6 +6,7 @@ compiled it (:func:`compiled_in_step`).
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from typing import Any
 
@@ -54,6 +55,23 @@ def start_timings(entered: float, joining: float) -> dict[str, float]:
 
 
 _imported = False
+
+
+def start_kind() -> dict[str, str | float]:
+    """The start event's ``start_kind``: ``warm`` for an attempt the VM's standby forked,
+    ``cold`` otherwise, with ``cold_reason`` when the handoff said why (``MULTISLICE_START``,
+    training.standby_handoff); empty where nothing handed the attempt over (a run outside a VM)."""
+    said = os.environ.get("MULTISLICE_START", "")
+    if said == "warm":
+        return {"start_kind": "warm"}
+    if said.startswith("warm waited "):  # the attempt waited for the standby to prepare (after a boot)
+        try:
+            return {"start_kind": "warm", "standby_wait_s": float(said.split()[-1])}
+        except ValueError:
+            return {"start_kind": "warm"}
+    if said.startswith("cold: "):
+        return {"start_kind": "cold", "cold_reason": said[len("cold: ") :][:300]}
+    return {}
 
 
 def compiled_in_step(train_step: Any, state: Any, batch: jax.Array, start_step: int) -> Any:

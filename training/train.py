@@ -61,6 +61,7 @@ from training import (
     mesh as mesh_lib,
     peer_loss,
     preemption,
+    standby_handoff,
 )
 from training.checkpoint import manager as checkpointing
 from training.checkpoint.fallback import RestoredStateDiverged, TrainingDiverged, fall_back_once, fallback_event
@@ -80,7 +81,7 @@ from training.metrics.run_log import RecordLog, TensorBoardLog
 from training.model.shapes import param_count
 from training.run_dir import RunDir, RunDirError
 from training.setup import TrainSetup, setup_train_loop
-from training.start import Start, compiled_in_step, start_timings
+from training.start import Start, compiled_in_step, start_kind, start_timings
 
 log = logging.getLogger("training")
 
@@ -195,6 +196,7 @@ def _train(
             **({} if start.resizer is None else {"membership_epoch": start.resizer.record.epoch}),  # elastic
             "time": time.time(),
             "process_start": process_start_time(),  # goodput: from here to "time" is start-up
+            **start_kind(),  # warm (forked by the VM's standby) or cold, and why (training.standby_handoff)
             "restore_s": round(setup.restore_s, 3),
             **start.timings,
         }
@@ -381,8 +383,11 @@ def exit_process(code: int) -> NoReturn:
     which every preemption restart paid before the VM could be repaired (measured:
     docs/goodput.md, "Start-up"). Logging and the standard
     streams are flushed first (``os._exit``: https://docs.python.org/3/library/os.html#os._exit).
+    An attempt forked by the VM's warm standby tells its handoff the status first
+    (:func:`training.standby_handoff.report_exit`).
     """
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
+    standby_handoff.report_exit(code)
     os._exit(code)

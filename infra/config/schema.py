@@ -156,6 +156,11 @@ class StackConfig(DerivedValues, StrictModel):
         alias="multislice:allowBackendChange",
         description="Confirms a change of multislice:backend on a deployed stack (infra/backend_change.py).",
     )
+    warm_standby: ConfigBool = Field(
+        default=True,
+        alias="multislice:warmStandby",
+        description="A warm standby trainer on every VM, forked by each trainer restart (training/standby.py).",
+    )
     allow_unlisted: tuple[Unlisted, ...] = Field(
         default=(), alias="multislice:allowUnlisted", description="Catalog checks that only warn: zone, runtimeVersion."
     )

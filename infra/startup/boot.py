@@ -29,6 +29,7 @@ from infra.vm_contract import (
     RELEASE_UNVERIFIED_STATUS,
     RELEASE_WATCH_UNIT,
     RUN_DIR_KEY,
+    STANDBY_UNIT,
     TRAINER_UNIT,
     record_object,
 )
@@ -130,6 +131,8 @@ def boot_script(
         "IDENTITY_SOURCE": spec.identity_source,
         "LOG_RESOURCE": spec.log_resource,
         "SUPERVISOR": spec.supervisor,
+        "WARM_STANDBY": "yes" if config.warm_standby else "no",
+        "STANDBY_UNIT": STANDBY_UNIT,
     }
     return fill(template(BOOT_RESOURCE), values, BOOT_RESOURCE)
 

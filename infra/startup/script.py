@@ -86,8 +86,10 @@ METADATA_VALUE_LIMIT_BYTES = 256 * 1024
 #: launcher (``data prepare`` is left out of the VMs' bundle: infra.startup.bundle.MACHINE_ONLY_PACKAGES);
 #: then 80 KiB, a round number under the third, until the checked-in stacks reached it (prod 81,950);
 #: then a third (87,381) until elastic slices (training/heartbeats.py, training/membership_gate.py)
-#: took prod to 89,315; now 96 KiB, which leaves 160 KiB of the limit to a stack's own additions.
-TARGET_SIZE_BYTES = 96 * 1024
+#: took prod to 89,315; then 96 KiB until the warm standby (training/standby.py,
+#: training/standby_handoff.py) took dev to 102,756; now 104 KiB, which leaves 152 KiB of the limit to
+#: a stack's own additions.
+TARGET_SIZE_BYTES = 104 * 1024
 
 
 class StartupScriptTooLarge(ValueError):

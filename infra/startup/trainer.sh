@@ -8,6 +8,11 @@
 #       trainer (exec, so that systemd's SIGTERM reaches it). Its output goes through the log
 #       shipper (training/log_shipping.py: the prefix, and Cloud Logging on a TPU VM), which
 #       ignores SIGTERM and ends when the trainer does.
+#       With MULTISLICE_STANDBY_DIR (multislice:warmStandby), the attempt goes to the VM's warm
+#       standby when it can take it (python -m training.standby_handoff), else starts cold.
+#   trainer.sh standby PYTHON RUN_DIR
+#       ExecStart= of multislice-standby.service: the warm standby (python -m training.standby),
+#       its output through the log shipper.
 #   trainer.sh command PYTHON RUN_DIR BIN
 #       The same for a stack's own command (multislice:workload): after the backoff, become
 #       `python -m training.workload run` (the release on its PYTHONPATH), which becomes the
@@ -80,7 +85,16 @@ case ${1:-} in
     superseded trainer
     backoff trainer
     say "trainer: starting $py -m training run --config $config --run-dir $run_dir"
+    if [[ -n ${MULTISLICE_STANDBY_DIR:-} ]]; then # warm from the standby if it can, else cold (same pid)
+      exec "$py" -m training.standby_handoff --config "$config" --run-dir "$run_dir"
+    fi
     exec "$py" -m training run --config "$config" --run-dir "$run_dir"
+    ;;
+  standby)
+    (($# == 3)) || { say "usage: trainer.sh standby PYTHON RUN_DIR"; exit 2; }
+    py=$2 run_dir=$3
+    ship "$py" "$run_dir"
+    exec "$py" -m training.standby
     ;;
   command)
     (($# == 4)) || { say "usage: trainer.sh command PYTHON RUN_DIR BIN"; exit 2; }
@@ -170,7 +184,7 @@ case ${1:-} in
     exit "$status"
     ;;
   *)
-    say "usage: trainer.sh run PYTHON CONFIG RUN_DIR | trainer.sh command PYTHON RUN_DIR BIN | trainer.sh stopped [PYTHON RUN_DIR] | trainer.sh foreground run|command ..."
+    say "usage: trainer.sh run PYTHON CONFIG RUN_DIR | trainer.sh standby PYTHON RUN_DIR | trainer.sh command PYTHON RUN_DIR BIN | trainer.sh stopped [PYTHON RUN_DIR] | trainer.sh foreground run|command ..."
     exit 2
     ;;
 esac

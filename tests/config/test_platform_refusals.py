@@ -216,6 +216,7 @@ def test_a_requirement_url_port_in_range_is_read(tmp_path):
 #: Every boolean key of a stack (tests below check none is missing), with the stack it is set on.
 BOOLEAN_KEYS = [
     (DEV, "multislice:allowBackendChange"),
+    (DEV, "multislice:warmStandby"),
     (DEV, "multislice:network.iapSsh"),
     (DEV, "multislice:network.nat"),
     (DEV, "multislice:bucket.forceDestroy"),

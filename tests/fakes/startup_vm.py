@@ -48,6 +48,10 @@ FAKE_PYTHON = r"""#!/bin/bash
 if [[ ${1:-} == -m && ${2:-} == training.log_shipping ]]; then exec "$FAKE_REAL_PYTHON" "$@"; fi
 # So is trainer.sh's question after an exit 0: which slice wrote the completion marker.
 if [[ ${1:-} == -m && ${2:-} == training && ${3:-} == completed-by ]]; then exec "$FAKE_REAL_PYTHON" "$@"; fi
+# The warm standby (multislice-standby.service) is a process that waits; the handoff finds none ready
+# and starts the attempt cold, as training.standby_handoff does: here at once, as "-m training run".
+if [[ ${1:-} == -m && ${2:-} == training.standby ]]; then exec sleep 3600; fi
+if [[ ${1:-} == -m && ${2:-} == training.standby_handoff ]]; then shift 2; exec "$0" -m training run "$@"; fi
 # The boot's check that an unpacked virtualenv runs here (`python -I -S -c ''`) is no trainer attempt.
 if [[ "${1:-} ${2:-} ${3:-}" == "-I -S -c" ]]; then exec "$FAKE_REAL_PYTHON" "$@"; fi
 # Stands in for "python -m training run ...": records argv/cwd/env, then acts per FAKE_MODE.

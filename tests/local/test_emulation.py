@@ -34,6 +34,7 @@ from tests.helpers.emulation import (
     run_cli,
     run_records,
     stop_if_running,
+    trainer_attempts,
     waiting_stack,
 )
 from training import host_allocator
@@ -220,6 +221,43 @@ def test_killed_slice_is_repaired_and_resumes_bit_identically(uninterrupted, fau
     assert report["per_attempt"][1]["badput"]["checkpoint_restore"] > 0  # the kill's restore
     if reached > resumed:
         assert report["per_attempt"][0]["badput"]["recomputed_steps"] > 0
+
+
+@pytest.mark.slow
+def test_a_crashed_trainer_and_its_peers_restart_warm_on_their_vms_and_resume_bit_identically(uninterrupted, tmp_path):
+    """An application failure (slice 1's trainer SIGKILLed: an OOM kill, a runtime crash) leaves the
+    VMs up: slice 1's unit restarts its trainer, slice 0's ends on the lost peer and its unit restarts
+    it too, and every restart is forked by its VM's warm standby (docs/vm-boot.md, "The warm standby")."""
+    summary_path = tmp_path / "summary.json"
+    command = ["local", "up", "--config-file", str(STACK), "--hold-at", "8", "--summary-json", str(summary_path)]
+    proc = subprocess.Popen(CLI + command, env=cli_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        lines = [b""]
+        while b"step 8/24" not in lines[-1]:  # every trainer now waits after step 8 (--hold-at)
+            lines.append(proc.stdout.readline())
+            assert lines[-1], b"".join(lines).decode()
+        crashed = trainer_attempts(tmp_path, 1)
+        assert len(crashed) == 1, crashed
+        os.kill(crashed[0], signal.SIGKILL)
+        (tmp_path / "emu" / "holds").mkdir(parents=True, exist_ok=True)
+        (tmp_path / "emu" / "holds" / "8").touch()  # slice 0's trainer goes on, to the lost peer
+        out = b"".join(lines).decode() + proc.stdout.read().decode()
+        assert proc.wait(timeout=600) == 0, out
+    finally:
+        stop_if_running(proc)
+    summary = json.loads(summary_path.read_text())
+    assert summary["complete"] is True and summary["restarts"] >= 1, out
+    assert "repair:" not in out  # no VM was recreated or rebooted
+    for vm in ("slice-0-worker-0", "slice-1-worker-0"):
+        log = (tmp_path / "emu" / "logs" / f"{vm}.log").read_text()
+        starts = re.findall(r"trainer: (warm start at once|warm start after waiting|cold start)", log)
+        assert len(starts) >= 2 and starts[1:] == ["warm start at once"] * (len(starts) - 1), (vm, starts)
+    events = run_records(tmp_path, "events")
+    kinds = [e.get("start_kind") for e in events if e["event"] == "start"]
+    assert kinds[1:] and set(kinds[1:]) == {"warm"}, kinds
+    reference = dict(step_losses(uninterrupted["state_dir"]))
+    records = step_losses(tmp_path)
+    assert all(loss == reference[step] for step, loss in records) and dict(records) == reference
 
 
 @pytest.mark.slow

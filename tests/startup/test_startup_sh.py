@@ -19,7 +19,17 @@ import pytest
 from infra import startup, vm_contract as contract
 from infra.emulated.units import parse_service
 from infra.startup.bundle import MACHINE_ONLY_PACKAGES
-from tests.fakes.startup_vm import BUCKET, RUN_DIR, Vm, dev_stack, gcs, prefixed, script, vm  # noqa: F401 (fixtures)
+from tests.fakes.startup_vm import (  # noqa: F401 (fixtures)
+    BUCKET,
+    RUN_DIR,
+    TPU_ENV,
+    Vm,
+    dev_stack,
+    gcs,
+    prefixed,
+    script,
+    vm,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -271,3 +281,34 @@ def test_a_corrupt_embedded_release_is_refused(tmp_path, script, gcs, stray):
     assert result.returncode == contract.RELEASE_UNVERIFIED_STATUS == 65  # no retry mends it (EX_DATAERR)
     assert re.search(r"error: the embedded release (is corrupt|does not decode)", result.stdout), result.stdout
     assert machine.attempts == 0 and not (machine.home / "releases" / script.release_id).exists()
+
+
+def test_the_standby_unit_shares_the_trainers_environment_and_never_signals_its_attempts(vm, script):
+    """multislice:warmStandby (the default): the standby's unit (docs/vm-boot.md, "The warm standby")
+    runs ``trainer.sh standby`` with the trainer unit's environment (the standby takes only an attempt
+    whose environment is its own), restarts always, and a stop signals its main process alone."""
+    result = vm.run()
+    assert result.returncode == 0, result.stdout
+    release = vm.home / "releases" / script.release_id
+    standby = parse_service((vm.unit_dir / contract.STANDBY_UNIT).read_text(), contract.STANDBY_UNIT)
+    trainer = parse_service((vm.unit_dir / startup.TRAINER_UNIT).read_text(), startup.TRAINER_UNIT)
+    assert standby.exec_start == ("/bin/bash", f"{release}/trainer.sh", "standby", str(vm.bin / "python"), RUN_DIR)
+    assert standby.restart == "always" and standby.kill_mode == "process"
+    assert standby.working_directory == trainer.working_directory == str(release)
+    assert standby.environment == trainer.environment
+    assert trainer.environment[contract.STANDBY_DIR_ENV] == str(vm.home / "standby")
+    assert vm.environ(1)[contract.STANDBY_DIR_ENV] == str(vm.home / "standby")  # the attempt's handoff reads it
+    assert "standby: (re)starting multislice-standby.service" in "\n".join(prefixed(result.stdout))
+
+
+def test_a_stack_without_the_warm_standby_starts_every_attempt_cold(tmp_path, dev_stack, gcs):
+    text = startup.render(dev_stack.model_copy(update={"warm_standby": False}), project_root=ROOT).text
+    attributes = {"agent-worker-number": "2", "tpu-env": TPU_ENV, "multislice-run-dir": RUN_DIR}
+    machine = Vm(tmp_path, text, attributes, gcs)
+    with machine.metadata:
+        result = machine.run()
+    assert result.returncode == 0, result.stdout
+    assert not (machine.unit_dir / contract.STANDBY_UNIT).exists()
+    assert contract.STANDBY_DIR_ENV not in machine.environ(1)
+    assert machine.argv(1)[1:4] == ["-m", "training", "run"]
+    assert "standby" not in result.stdout
