@@ -186,6 +186,34 @@ def test_stop_signals_the_whole_group_then_kills_after_the_timeout(manager, tmp_
     assert service.state == "failed" and service.restart_at is None  # a stop is never followed by a restart
 
 
+@pytest.mark.parametrize("end", ["stopped", "exits", "killed"])
+def test_kill_mode_process_leaves_the_units_other_processes_alone(manager, tmp_path, end):
+    """systemd.kill(5): with KillMode=process "only the main process itself is killed" — on a stop, when
+    it exits, when it is killed; what it started (the warm standby's attempts) runs on and is not waited for."""
+    rest = "exit 3" if end == "exits" else "while true; do sleep 0.05; done"
+    body = 'sleep 300 & echo $! >"$RECORDS/child"; ' + rest
+    start = script_file(tmp_path, "forks.sh", "trap 'exit 0' TERM; " + body)
+    write_unit(manager.unit_dir, f"ExecStart={start}\nRestart=no\nKillMode=process\nTimeoutStopSec=20s")
+    manager.start(UNIT)
+    deadline = time.monotonic() + 30
+    while not (tmp_path / "child").exists() or not (tmp_path / "child").read_text().endswith("\n"):
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    main, child = manager.service(UNIT).proc.pid, int((tmp_path / "child").read_text())
+    try:
+        began = time.monotonic()
+        if end == "stopped":
+            assert systemctl(manager, ["stop", UNIT]) == (0, "")
+        else:
+            if end == "killed":
+                os.kill(main, signal.SIGKILL)
+            tick_until(manager, lambda: manager.service(UNIT).state in ("inactive", "failed"))
+        assert time.monotonic() - began < 15  # not TimeoutStopSec= (20 s): the child is not waited for
+        assert gone(main) and not gone(child)
+    finally:
+        os.kill(child, signal.SIGKILL)
+
+
 def gone(pid: int) -> bool:
     try:
         return not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
