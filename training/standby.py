@@ -55,6 +55,7 @@ from training.standby_handoff import (
     release_of_this_code,
     report_exit,
     report_to,
+    reported,
     send_line,
     socket_name,
     write_state,
@@ -276,7 +277,8 @@ def _end_with_handoff(conn: socket.socket) -> None:
     with contextlib.suppress(OSError):
         while conn.recv(4096):
             pass
-    os.kill(os.getpid(), signal.SIGKILL)
+    if not reported():  # else the attempt is in its own exit, its status sent: the handoff ended with it
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def main() -> NoReturn:

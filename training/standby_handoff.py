@@ -44,11 +44,15 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from training import knobs
+from training.metrics.goodput import process_start_time
+from training.run_objects import file_bytes, json_record
 
 #: The standby's folder (set in both units' environment by boot.sh).
 DIR_ENV = "MULTISLICE_STANDBY_DIR"
 #: The standby's record in that folder: ``{"pid", "state": "preparing"|"ready", "release", "since"}``.
 STATE_FILE = "standby.json"
+#: The most bytes the standby's record may have.
+STATE_LIMIT = 65536
 #: How the attempt started, for its start event: ``warm``, ``warm waited <seconds>`` (it waited for
 #: the standby to prepare) or ``cold: <why>``.
 START_ENV = "MULTISLICE_START"
@@ -97,10 +101,21 @@ def report_to(sock: socket.socket) -> None:
 
 def report_exit(code: int) -> None:
     """Tell the handoff this attempt's exit status, when a standby forked it (else nothing): the
-    handoff then ends with it even if the standby was killed meanwhile."""
+    handoff then ends with it even if the standby was killed meanwhile. The attempt is ending:
+    its handoff's exit is no reason to kill it any more (:func:`reported`)."""
+    global _reported
     if _report_to is not None:
+        _reported = True
         with contextlib.suppress(OSError):
             send_line(_report_to, {"status": code})
+
+
+_reported = False
+
+
+def reported() -> bool:
+    """Whether this attempt has told its handoff its exit status (it is ending)."""
+    return _reported
 
 
 class StandbyRefused(Exception):
@@ -122,9 +137,10 @@ def release_of_this_code() -> str:
 
 
 def read_state(directory: str | os.PathLike[str]) -> dict[str, Any] | None:
-    """The standby's record, or None when it is absent, unreadable or not an object."""
+    """The standby's record, or None when it is absent, unreadable or not an object (a regular file
+    of at most :data:`STATE_LIMIT` bytes: training.run_objects)."""
     try:
-        data = json.loads((Path(directory) / STATE_FILE).read_bytes()[:65536])
+        data = json_record(file_bytes(Path(directory) / STATE_FILE, STATE_LIMIT), STATE_LIMIT)
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
@@ -182,7 +198,7 @@ def recv_line(sock: socket.socket, limit: int = 1 << 20) -> tuple[dict[str, Any]
         buffer += data
         if len(buffer) > limit:
             raise ValueError(f"a line of more than {limit} bytes")
-    message = json.loads(buffer)
+    message = json_record(buffer, limit)
     if not isinstance(message, dict):
         raise ValueError("not a JSON object")
     return message, fds
@@ -252,7 +268,7 @@ def _hand_over(
         "env": dict(os.environ),
         "cwd": os.getcwd(),
         "release": state["release"],
-        "started": _own_start(),
+        "started": process_start_time() or time.time(),
         "waited_s": state.get("waited_s", 0.0),
     }
     try:
@@ -282,15 +298,6 @@ def _hand_over(
         sock.close()
         raise StandbyRefused(f"the standby answered {json.dumps(answer)[:200]}")
     return sock, answer["pid"]
-
-
-def _own_start() -> float:
-    try:
-        with open("/proc/self/stat") as stat:
-            ticks = int(stat.read().rsplit(")", 1)[1].split()[19])
-        return time.time() - time.clock_gettime(time.CLOCK_BOOTTIME) + ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError, AttributeError):
-        return time.time()
 
 
 def _follow(sock: socket.socket, pid: int) -> NoReturn:

@@ -193,7 +193,7 @@ def boot(script: Path, unit_dir: Path, runtime_dir: Path) -> int:
                     )
                 )
             if script_status is not None and not _has_work(manager) and not _booting(env.get(HOME_ENV)):
-                for idle in (RELEASE_WATCH_UNIT, STANDBY_UNIT):
+                for idle in (STANDBY_UNIT, RELEASE_WATCH_UNIT):
                     if idle in manager.services:
                         manager.stop(idle)
                 return _result(manager, script_status)

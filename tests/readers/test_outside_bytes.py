@@ -993,6 +993,46 @@ INVENTORY: dict[str, tuple[str, str, str]] = {
         "this process's environment",
         "handed to its re-run with `GLIBC_TUNABLES` added",
     ),
+    "training/standby.py::_become_attempt::os.environ.get('GLIBC_TUNABLES')": (
+        OWN,
+        "`GLIBC_TUNABLES` of the standby itself",
+        "set by `training/host_allocator.py` before it re-ran the standby; kept for the attempt it forks",
+    ),
+    "training/standby.py::_end_with_handoff::conn.recv()": (
+        ELSEWHERE,
+        "the handoff's side of the attempt's connection",
+        "only its end is read (the handoff is gone); the bytes are dropped, 4 KiB at a time",
+    ),
+    "training/standby.py::main::os.environ.get(DIR_ENV)": (
+        ELSEWHERE,
+        "`MULTISLICE_STANDBY_DIR`, the standby's folder (boot.sh sets it in the unit)",
+        "unset: one line and exit 2; a folder that cannot be written fails the standby's first record",
+    ),
+    "training/standby.py::serve::os.environ": (
+        ELSEWHERE,
+        "the standby's own environment",
+        "only compared with an attempt's (`standby_handoff.env_difference`): a difference is a refusal naming it",
+    ),
+    "training/standby.py::serve::wake_r.recv()": (
+        OWN,
+        "the standby's own signal wake-up socket (`signal.set_wakeup_fd`)",
+        "bytes Python writes per signal; dropped",
+    ),
+    "training/standby_handoff.py::_hand_over::os.environ": (
+        PASSED,
+        "the attempt's environment",
+        "sent unread to the standby, which compares it with its own and gives it to the attempt it forks",
+    ),
+    "training/standby_handoff.py::main::os.environ.get(DIR_ENV)": (
+        ELSEWHERE,
+        "`MULTISLICE_STANDBY_DIR`, the standby's folder",
+        "unset: a cold start; its record is read through `training.run_objects.file_bytes` (64 KiB) and `json_record`",
+    ),
+    "training/start.py::start_kind::os.environ.get('MULTISLICE_START')": (
+        OWN,
+        "`MULTISLICE_START`, set by the handoff (cold) or the standby (warm)",
+        "one of three forms; anything else records nothing, a reason is cut at 300 characters",
+    ),
     "training/log_shipping.py::metadata::os.environ.get('GCE_METADATA_IP')": (
         ELSEWHERE,
         "`GCE_METADATA_IP`, the metadata server's host",
@@ -1037,6 +1077,11 @@ INVENTORY: dict[str, tuple[str, str, str]] = {
         ELSEWHERE,
         "`MEGASCALE_COORDINATOR_ADDRESS` before the gate sets it",
         "kept to be set again as it was (`set_megascale_environment`)",
+    ),
+    "training/metrics/goodput.py::process_start_time::os.environ.get('MULTISLICE_ATTEMPT_STARTED')": (
+        OWN,
+        "`MULTISLICE_ATTEMPT_STARTED`, set by the warm standby in the attempt it forked",
+        "the handoff's process start, from its own `/proc/self/stat`; a value that is no number is ignored",
     ),
     "training/metrics/goodput.py::process_start_time::open('/proc/self/stat')": (
         ELSEWHERE,
