@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from infra.local import bench_slices  # noqa: E402
 from training.bench.spec import spec_from_options  # noqa: E402
+from training.warning_text import as_line as warning_line  # noqa: E402
 
 TARGETS = {"one process, one device": 0.8, "2 emulated slices": 0.6}
 
@@ -87,7 +88,7 @@ def main() -> int:
             f"load {result['load_average_before'][0]:.2f}"
         )
         for warning in result["warnings"]:
-            print(f"    warning: {warning}")
+            print(f"    {warning_line(warning)}")
     return 0
 
 

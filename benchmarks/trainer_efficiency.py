@@ -57,6 +57,7 @@ from training.config import CheckpointConfig, TrainConfig  # noqa: E402
 from training.metrics.run_log import read_records  # noqa: E402
 from training.model import transformer as model  # noqa: E402
 from training.run_dir import RunDir  # noqa: E402
+from training.warning_text import as_line as warning_line  # noqa: E402
 
 
 def measure(base: TrainConfig, steps: int) -> dict:
@@ -178,7 +179,7 @@ def line(run: dict) -> str:
         f"{run['dtype']} matmul, {run['plain_matmul_tflops']:.4g} TFLOP/s: {run['ratio_to_plain_matmul']:.3f}); "
         f"load average before/after {run['load_average']}"
         + (f"; GLIBC_TUNABLES={run['glibc_tunables']}" if run.get("glibc_tunables") else "")
-        + "".join(f"\n  warning: {w}" for w in run["warnings"])
+        + "".join(f"\n  {warning_line(w)}" for w in run["warnings"])
     )
 
 

@@ -66,6 +66,7 @@ from infra.config import StackConfig
 from infra.config.dataset import check_dataset
 from infra.logs.filter import logging_filter  # the filter `multislice logs` builds on
 from infra.startup.workload import WorkloadError
+from training.warning_text import WarningText, emit
 
 
 def load_config() -> StackConfig:
@@ -135,7 +136,7 @@ class BackendCheck:
     """What :func:`backend_gate` found: the warning of a confirmed change (None: unchanged or a
     new stack) and the backend the stack's last deployment used (None: never deployed)."""
 
-    warning: str | None
+    warning: WarningText | None
     deployed: str | None
 
 
@@ -158,7 +159,7 @@ def check_backend(outputs: Any, config: StackConfig) -> BackendCheck:
     except BackendChangeRefused as err:
         raise pulumi.RunError(str(err)) from None
     if warning is not None:
-        pulumi.log.warn(warning)
+        emit(warning, pulumi.log.warn)
     return BackendCheck(warning, deployed_backend(outputs))
 
 
@@ -201,13 +202,13 @@ def define(config: StackConfig, script: startup.RenderedScript | None = None) ->
     # the plan prices the vocabulary the VMs will train, while the stack is declared as written.
     checked = check_dataset(config)
     if checked.warning is not None:
-        pulumi.log.warn(checked.warning)
+        emit(checked.warning, pulumi.log.warn)
     for advisory in planner.advisories(checked.config) if config.workload is None else []:  # the trainer's plan
-        pulumi.log.warn(advisory)
+        emit(advisory, pulumi.log.warn)
     for warning in config.catalog_warnings:  # what multislice:allowUnlisted let through
-        pulumi.log.warn(warning)
+        emit(warning, pulumi.log.warn)
     for warning in config.deprecation_warnings:  # a former key still read, named with its new one
-        pulumi.log.warn(warning)
+        emit(warning, pulumi.log.warn)
     script = script if script is not None else startup.render(config)
 
     args = component_args(config, script)

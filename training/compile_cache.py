@@ -64,6 +64,8 @@ from typing import Any
 import jax
 from jax.experimental.compilation_cache import compilation_cache
 
+from training.warning_text import emit, no_action
+
 log = logging.getLogger(__name__)
 
 #: Name of the cache directory inside the run directory (without ``SHARED_DIR_ENV``).
@@ -193,16 +195,17 @@ class CheckedCache:
         self._warned: set[str] = set()
         self._writable = True
 
-    def _warn_once(self, kind: str, message: str, *args: object) -> None:
+    def _warn_once(self, kind: str, what: str, why: str) -> None:
         if kind not in self._warned:
             self._warned.add(kind)
-            log.warning(message + " (further such cases are not logged)", *args)
+            emit(no_action(f"{what} (further such cases are not logged)", why), log.warning)
 
     def get(self, key: str) -> bytes | None:
         try:
             entry = self._base.get(key)
         except Exception as err:  # a read error is a miss: the program is compiled instead
-            self._warn_once("read", "compilation cache %s: cannot read an entry (%s); compiling", self._path, err)
+            what = f"compilation cache {self._path}: cannot read an entry ({err}); compiling"
+            self._warn_once("read", what, "a miss costs compile time only")
             return None
         if entry is None:
             return None
@@ -219,7 +222,9 @@ class CheckedCache:
             return entry[digest_end:]
         self._bad.add(key)
         self._warn_once(
-            "entry", "compilation cache %s: ignoring entry %s: %s; compiling it again", self._path, key, why
+            "entry",
+            f"compilation cache {self._path}: ignoring entry {key}: {why}; compiling it again",
+            "the program is compiled again and its entry rewritten",
         )
         return None
 
@@ -239,9 +244,8 @@ class CheckedCache:
             self._writable = False
             self._warn_once(
                 "write",
-                "compilation cache %s cannot be written (%s); continuing without writing to it",
-                self._path,
-                err,
+                f"compilation cache {self._path} cannot be written ({err}); continuing without writing to it",
+                "the run goes on, compiling what it cannot cache",
             )
 
 
@@ -260,7 +264,11 @@ def _check_entries() -> None:
         try:
             opened = original(path)
         except Exception as err:
-            log.warning("compilation cache %s cannot be used (%s); continuing without it", path, err)
+            warning = no_action(
+                f"compilation cache {path} cannot be used ({err}); continuing without it",
+                "the run goes on, compiling every program",
+            )
+            emit(warning, log.warning)
             return None
         if opened is None:
             return None

@@ -27,6 +27,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from training.warning_text import emit, no_action
+
 log = logging.getLogger(__name__)
 
 DIR_ENV = "MULTISLICE_FAULT_GATE"
@@ -77,7 +79,11 @@ class FaultGate:
             if stop():
                 return False
             if time.monotonic() >= deadline:
-                log.warning("fault gate: step %d not opened within %.0f s; going on", step, self.wait_s)
+                warning = no_action(
+                    f"fault gate: step {step} not opened within {self.wait_s:.0f} s; going on",
+                    "training goes on without the emulator's fault (a local emulation only)",
+                )
+                emit(warning, log.warning)
                 return False
             time.sleep(POLL_S)
         return True

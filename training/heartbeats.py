@@ -37,6 +37,7 @@ from typing import Any
 
 from training.run_dir import RunDir
 from training.run_objects import json_record
+from training.warning_text import act, emit
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +122,10 @@ def _beat(record: Any, num_slices: int | None, workers_per_slice: int | None, no
     )
 
 
+#: What to do about a heartbeat left out that keeps being left out.
+_LEFT_OUT = "find why from the reason given (a slice counts as silent until its worker writes a valid heartbeat)"
+
+
 def read_all(
     run_dir: RunDir, num_slices: int | None = None, workers_per_slice: int | None = None, now: float | None = None
 ) -> list[Beat]:
@@ -140,10 +145,12 @@ def read_all(
                 raise ValueError(f"{len(data):,} bytes, over {MAX_BEAT_BYTES:,}")
             beat = _beat(json_record(data), num_slices, workers_per_slice, now)
         except (ValueError, TypeError, KeyError, AttributeError) as err:
-            log.warning("heartbeat %s is not one this trainer wrote (%s); left out", entry, err)
+            what = f"heartbeat {entry} is not one this trainer wrote ({err}); left out"
+            emit(act(what, _LEFT_OUT, when="it repeats"), log.warning)
             continue
         if (beat.slice_id, beat.worker) != (int(match[1]), int(match[2])):
-            log.warning("heartbeat %s names slice %d worker %d; left out", entry, beat.slice_id, beat.worker)
+            what = f"heartbeat {entry} names slice {beat.slice_id} worker {beat.worker}; left out"
+            emit(act(what, _LEFT_OUT, when="it repeats"), log.warning)
             continue
         beats.append(beat)
     return beats
@@ -194,7 +201,9 @@ class Heartbeat:
             try:
                 self.run_dir.write(name(self.slice_id, self.worker), beat.to_json())
             except Exception as err:  # gcsfs raises its own and aiohttp's errors besides OSError
-                log.warning("heartbeat not written (%s); trying again in %.0f s", err, interval_s())
+                what = f"heartbeat not written ({err}); training goes on and tries again in {interval_s():.0f} s"
+                action = "check the run directory's storage from this VM (a slice whose heartbeats stop counts as lost)"
+                emit(act(what, action, when="it repeats"), log.warning)
 
     def start(self) -> None:
         self.beat()

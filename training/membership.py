@@ -29,6 +29,7 @@ from typing import Any
 
 from training.run_dir import RunDir
 from training.run_objects import UnreadableObject, json_record
+from training.warning_text import emit, no_action
 
 log = logging.getLogger(__name__)
 
@@ -144,7 +145,7 @@ def _valid(run_dir: RunDir, epoch: int, num_slices: int | None) -> Membership | 
     try:
         return read(run_dir, epoch, num_slices)
     except MembershipError as err:
-        log.warning("%s; left out", err)
+        emit(no_action(f"{err}; left out", "the newest valid record decides the slices"), log.warning)
         return None
 
 

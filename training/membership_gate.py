@@ -50,6 +50,7 @@ from training.cluster import (
 )
 from training.config import TrainConfig
 from training.run_dir import RunDir
+from training.warning_text import emit, no_action
 
 log = logging.getLogger("training")
 
@@ -213,14 +214,11 @@ def join(
             slices, reason = choice
             after, mine = membership.propose(run_dir, record, slices, step=step, reason=reason, now=now)
             if mine:
-                log.warning(
-                    "elastic: slices %d → %d (%s); epoch %d: slices %s",
-                    len(record.slices),
-                    len(after.slices),
-                    reason,
-                    after.epoch,
-                    ", ".join(map(str, after.slices)),
+                what = (
+                    f"elastic: slices {len(record.slices)} → {len(after.slices)} ({reason}); epoch {after.epoch}: "
+                    f"slices {', '.join(map(str, after.slices))}"
                 )
+                emit(no_action(what, "the job changes its slices by itself at a checkpoint"), log.warning)
             continue
         if identity.slice_id not in record.slices:
             beat.ready = None
@@ -373,7 +371,8 @@ class Resizer:
                     grow_after_s=self.config.grow_after_s,
                 )
             except (OSError, membership.MembershipError) as err:  # no reason to stop training
-                log.warning("elastic: the membership could not be read at step %d (%s); going on", step, err)
+                what = f"elastic: the membership could not be read at step {step} ({err}); going on"
+                emit(no_action(what, "training goes on with its slices"), log.warning)
                 after = None
             epoch = "" if after is None else str(after.epoch)
         answers = [a for a in agreement.all_gather(f"elastic/{step}", epoch) if a]

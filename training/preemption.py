@@ -23,6 +23,7 @@ import time
 from typing import Any
 
 from training import agreement, knobs
+from training.warning_text import emit, no_action
 
 log = logging.getLogger(__name__)
 
@@ -101,10 +102,12 @@ class Notice:
                 if source:
                     noticed_at = time.monotonic()
                     self.noticed.set()
-                    log.warning(
-                        "stop notice (%s): a preemption, a maintenance event or a stop; saving at the agreed step",
-                        source,
+                    warning = no_action(
+                        f"stop notice ({source}): a preemption, a maintenance event or a stop; saving at the agreed "
+                        "step",
+                        "the trainer's next start resumes from that checkpoint",
                     )
+                    emit(warning, log.warning)
                 continue
             if self.honouring:
                 return

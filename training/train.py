@@ -82,6 +82,7 @@ from training.model.shapes import param_count
 from training.run_dir import RunDir, RunDirError
 from training.setup import TrainSetup, setup_train_loop
 from training.start import Start, compiled_in_step, start_kind, start_timings
+from training.warning_text import emit, no_action
 
 log = logging.getLogger("training")
 
@@ -288,14 +289,10 @@ def _loop(
             if start.resizer is not None and not preempted and step < config.steps:
                 after = start.resizer.at_checkpoint(step, jax.process_index() == 0)
                 if after is not None:
-                    log.warning(
-                        "elastic: epoch %d (slices %s: %s): saved step %d; restarting as %d slice(s)",
-                        after.epoch,
-                        ", ".join(map(str, after.slices)),
-                        after.reason,
-                        step,
-                        len(after.slices),
-                    )
+                    slices = ", ".join(map(str, after.slices))
+                    what = f"elastic: epoch {after.epoch} (slices {slices}: {after.reason}): saved step {step}; "
+                    what += f"restarting as {len(after.slices)} slice(s)"
+                    emit(no_action(what, "the trainer restarts by itself from this checkpoint"), log.warning)
                     start.resized = after.epoch
                     exit_code = EXIT_PREEMPTED
                     break
@@ -311,11 +308,9 @@ def _loop(
             ]
             recorder.eval(step, [float(loss) for loss in losses])
         if preempted:
-            log.warning(
-                "stop notice: saved step %d (%s); exiting with 75 to resume from it",
-                step,
-                checkpointing.step_path(manager, step),
-            )
+            saved = checkpointing.step_path(manager, step)
+            what = f"stop notice: saved step {step} ({saved}); exiting with 75 to resume from it"
+            emit(no_action(what, "the trainer's next start resumes from this checkpoint"), log.warning)
             exit_code = EXIT_PREEMPTED
             break
         if gate.holds(step):  # an emulated fault aims at this step: show it, then wait for it

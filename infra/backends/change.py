@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from infra.backends.registry import SPECS, spec_of
+from training.warning_text import WarningText, act
 
 #: The stack output that records the backend of the last deployment.
 BACKEND_OUTPUT = "backend"
@@ -63,8 +64,11 @@ class BackendChangeRefused(ValueError):
     """The stack changes its backend without :data:`CONFIRM_KEY`; the message names the key."""
 
 
-def check_backend_change(outputs: Mapping[str, Any] | None, *, wanted: str, stack: str, confirmed: bool) -> str | None:
-    """The warning to print for a confirmed change, None when the backend is unchanged.
+def check_backend_change(
+    outputs: Mapping[str, Any] | None, *, wanted: str, stack: str, confirmed: bool
+) -> WarningText | None:
+    """The warning to print for a confirmed change (what it replaces; action needed: remove the
+    confirmation after the update), None when the backend is unchanged.
 
     Raises:
       BackendChangeRefused: the last deployment used another backend and ``confirmed`` is False.
@@ -78,4 +82,8 @@ def check_backend_change(outputs: Mapping[str, Any] | None, *, wanted: str, stac
             f"multislice:backend: {sentence}. If that is what you want, add '{CONFIRM_KEY}: true' to the stack "
             f"(and remove it after the update); otherwise set multislice:backend back to {deployed}"
         )
-    return sentence
+    return act(
+        sentence,
+        f"once pulumi up has made the change, remove {CONFIRM_KEY} from the stack (while it is set, "
+        "a change of multislice:backend is not refused)",
+    )

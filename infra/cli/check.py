@@ -17,7 +17,16 @@ import typer
 from rich.text import Text
 
 from infra.cli.option_values import PATH
-from infra.cli.options import CONFIG_FILE_OPTION, STACK_OPTION, console, err_console, fail, load_config, render_release
+from infra.cli.options import (
+    CONFIG_FILE_OPTION,
+    STACK_OPTION,
+    console,
+    err_console,
+    fail,
+    load_config,
+    print_program_warning,
+    render_release,
+)
 
 
 def _stack_and_config_map(stack: str, config_file: Path | None) -> tuple[str, dict, Any]:
@@ -60,11 +69,13 @@ def check(
     """
     from infra.policy.evaluate import PolicyConfigError, check_stack, load_policy_config
     from infra.policy.policies import POLICIES
+    from infra.review.program_warnings import printed_as_warnings
 
     name, config_map, script = _stack_and_config_map(stack, config_file)
     try:
         raw = load_policy_config(policy_config) if policy_config else {}
-        violations = check_stack(name, config_map, raw, script=script)
+        with printed_as_warnings(print_program_warning):  # each once, load_config's too
+            violations = check_stack(name, config_map, raw, script=script)
     except PolicyConfigError as err:
         raise fail(str(err)) from None
     for v in violations:

@@ -13,7 +13,14 @@ from pathlib import Path
 
 import typer
 
-from infra.cli.options import CONFIG_FILE_OPTION, STACK_OPTION, console, fail, resolved_stack_source
+from infra.cli.options import (
+    CONFIG_FILE_OPTION,
+    STACK_OPTION,
+    console,
+    fail,
+    print_program_warning,
+    resolved_stack_source,
+)
 
 
 def _value(value) -> str:
@@ -35,12 +42,12 @@ def diff(
     created, deleted, replaced or updated in place (the queued resource by its provider's diff).
     """
     from infra.config import StackConfigError, default_stacks_dir, stack_file, stack_name_of_file
-    from infra.review.program_warnings import warnings_once
+    from infra.review.program_warnings import printed_as_warnings
     from infra.review.revision_diff import DiffError, diff_stack
 
     source = resolved_stack_source(stack, config_file)
     try:
-        with warnings_once():  # both sides' program warns alike: each warning once
+        with printed_as_warnings(print_program_warning):  # both sides' program warns alike: each warning once
             if source != stack_file(stack):
                 stack = stack_name_of_file(source)
                 result = diff_stack(stack, against, default_stacks_dir().resolve().parent, source.absolute())

@@ -25,7 +25,16 @@ import typer
 
 from infra import invocation
 from infra.cli.option_values import SLICE, WORKER, Number, Since
-from infra.cli.options import CONFIG_FILE_OPTION, STACK_OPTION, err_console, fail, load_config, state_root
+from infra.cli.options import (
+    CONFIG_FILE_OPTION,
+    STACK_OPTION,
+    err_console,
+    fail,
+    load_config,
+    print_warning,
+    state_root,
+)
+from training.warning_text import act
 
 #: Seconds between two polls of ``local logs --follow`` (the files are on this machine).
 LOCAL_POLL_SECONDS = 0.5
@@ -168,7 +177,13 @@ def logs(
             except cloud.CloudLogsError as err:
                 if not follow:
                     raise
-                err_console.print(f"warning: {err}; trying again", markup=False, soft_wrap=True)
+                print_warning(
+                    act(
+                        f"{err} (asking again every {cloud.POLL_SECONDS:g} s)",
+                        "fix the cause it names",
+                        when="no lines follow",
+                    )
+                )
                 return []
 
         printed = stream(without_library_notices(poll, libraries), follow, polls, cloud.POLL_SECONDS)

@@ -1,5 +1,6 @@
 """What every ``multislice`` command shares: the consoles, :func:`say` (a progress line),
-:func:`fail` (the one ``error:`` line and the exit status), the ``--stack`` /
+:func:`fail` (the one ``error:`` line and the exit status), :func:`print_warning` (a ``warning:``
+line, once per command run, worded by :mod:`training.warning_text`), the ``--stack`` /
 ``--config-file`` options and :func:`load_config`, and :func:`state_root` (where local
 emulations keep their state).
 
@@ -24,9 +25,11 @@ import typer
 from rich.console import Console
 from rich.text import Text
 from typer._click.exceptions import UsageError  # typer 0.29 carries its own click
+from typer._click.globals import get_current_context
 from typer.core import TyperGroup
 
 from infra.cli.option_values import PATH, error_line, one_stack_source
+from training.warning_text import PREFIX as WARNING_PREFIX, WarningText
 
 
 # No emoji codes (":train:" in a key typo is not an emoji) and no markup in user-provided text:
@@ -175,6 +178,29 @@ def print_error(message: str) -> None:
     err_console.print(Text.assemble(("error:", "bold red"), " ", message), soft_wrap=True)
 
 
+def print_warning(warning: WarningText) -> None:
+    """The ``warning: <text>`` line of ``warning`` (:mod:`training.warning_text`: it says whether the
+    user must act), on stderr, unless this command run printed it already."""
+    _print_warning_once(warning)
+
+
+def print_program_warning(text: str) -> None:
+    """A warning the Pulumi program gave under mocks (``check``, ``diff``:
+    :func:`infra.review.program_warnings.printed_as_warnings`), as :func:`print_warning` prints one:
+    once per command run, so a deprecated key ``load_config`` named is not named again, nor a warning
+    both sides of a ``diff`` give."""
+    _print_warning_once(text)
+
+
+def _print_warning_once(text: str) -> None:
+    context = get_current_context(silent=True)
+    printed: set[str] = set() if context is None else context.find_root().meta.setdefault("multislice.warned", set())
+    if text in printed:
+        return
+    printed.add(text)
+    err_console.print(Text.assemble((WARNING_PREFIX, "bold yellow"), " ", text), soft_wrap=True)
+
+
 def fail(message: str, code: int = 2) -> typer.Exit:
     """Print the ``error:`` line; the exit to raise (``raise fail(...)``)."""
     print_error(message)
@@ -237,7 +263,7 @@ def load_config(stack: str, config_file: Path | None):
     except StackConfigError as err:
         raise fail(str(err)) from None
     for warning in config.deprecation_warnings:
-        err_console.print(Text.assemble(("warning:", "bold yellow"), " ", warning), soft_wrap=True)
+        print_warning(warning)
     return config
 
 

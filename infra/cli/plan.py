@@ -8,10 +8,17 @@ import json
 from pathlib import Path
 
 import typer
-from rich.text import Text
 
 from infra.cli.option_values import seconds
-from infra.cli.options import CONFIG_FILE_OPTION, STACK_OPTION, console, err_console, fail, load_config, render_release
+from infra.cli.options import (
+    CONFIG_FILE_OPTION,
+    STACK_OPTION,
+    console,
+    fail,
+    load_config,
+    print_warning,
+    render_release,
+)
 
 
 def plan(
@@ -53,7 +60,7 @@ def plan(
     except StackConfigError as err:
         raise fail(str(err)) from None
     if checked.warning is not None:
-        err_console.print(Text.assemble(("warning:", "bold yellow"), " ", checked.warning), soft_wrap=True)
+        print_warning(checked.warning)
     vocab_source = None
     if checked.manifest is not None and config.training.model.vocab_size is None:
         vocab_source = f"{checked.manifest} (multislice:training.model.vocab_size unset: the model takes the data's)"

@@ -11,12 +11,15 @@ host project (https://cloud.google.com/vpc/docs/shared-vpc).
 
 from __future__ import annotations
 
+import functools
+
 import pulumi
 import pulumi_gcp as gcp
 
 from infra import naming
 from infra.config.environment import NetworkSettings
 from training.validation import StrictModel
+from training.warning_text import WarningText, act, emit
 
 #: The key a subnetwork that belongs to another network is reported under.
 SUBNETWORK_KEY = "multislice:network.existingSubnetwork"
@@ -65,7 +68,7 @@ def check_subnetwork_network(network_path: str, subnet_path: str, subnet_network
 TPU_SERVICE_AGENT = "service-{number}@gcp-sa-tpu.iam.gserviceaccount.com"
 
 
-def shared_vpc_notice(project: str, settings: NetworkSettings, region: str) -> str | None:
+def shared_vpc_notice(project: str, settings: NetworkSettings, region: str) -> WarningText | None:
     """The preview warning of a stack whose subnetwork is in another project (a Shared VPC
     host), else None.
 
@@ -86,12 +89,13 @@ def shared_vpc_notice(project: str, settings: NetworkSettings, region: str) -> s
         return None
     name, subnet_region = subnet.rsplit("/", 1)[-1], subnet.split("/")[3]
     agent = TPU_SERVICE_AGENT.format(number=f"$(gcloud projects describe {project} --format='value(projectNumber)')")
-    return (
-        f"Shared VPC: the TPU VMs join {subnet} of host project {host}. If the queued resource fails "
-        f"with a permission error on that subnetwork, a host project admin grants the Cloud TPU service "
-        f"agent of {project} roles/compute.networkUser on it: gcloud compute networks subnets "
-        f"add-iam-policy-binding {name} --project {host} --region {subnet_region} "
-        f'--member "serviceAccount:{agent}" --role roles/compute.networkUser (docs/deploying.md, Shared VPC)'
+    return act(
+        f"Shared VPC: the TPU VMs join {subnet} of host project {host}",
+        f"have a host project admin grant the Cloud TPU service agent of {project} roles/compute.networkUser "
+        f"on it: gcloud compute networks subnets add-iam-policy-binding {name} --project {host} "
+        f'--region {subnet_region} --member "serviceAccount:{agent}" --role roles/compute.networkUser '
+        "(docs/deploying.md, Shared VPC)",
+        when="the queued resource fails with a permission error on that subnetwork",
     )
 
 
@@ -140,7 +144,7 @@ class Network(pulumi.ComponentResource):
 
         notice = shared_vpc_notice(args.project, settings, region)
         if notice:
-            pulumi.log.warn(notice, resource=self)
+            emit(notice, functools.partial(pulumi.log.warn, resource=self))
         if settings.reuses_network:
             network_path = settings.network_path(args.project)
             subnet_path = settings.subnetwork_path(args.project, region)

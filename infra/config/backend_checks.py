@@ -17,6 +17,7 @@ from infra import accelerators
 from infra.backends import registry
 from training.redaction import redacted
 from training.validation import invalid
+from training.warning_text import WarningText, no_action
 
 
 def check_generation(config: Any, gen: accelerators.Generation) -> None:
@@ -84,22 +85,28 @@ def check_catalog(config: Any, gen: accelerators.Generation) -> None:
         )
 
 
-def catalog_warnings(config: Any) -> list[str]:
+def catalog_warnings(config: Any) -> list[WarningText]:
     """What ``multislice:allowUnlisted`` let through (``pulumi preview`` prints each)."""
     spec = config.backend_spec
     gen = config.accelerator.generation
-    warnings = []
+    warnings: list[WarningText] = []
     zones, _ = spec.zones(gen)
     if config.zone not in zones:
         warnings.append(
-            f"gcp:zone {config.zone} is not in the catalog's zones for TPU {gen.name}{spec.catalog_qualifier} "
-            f"({', '.join(zones)}); allowed by multislice:allowUnlisted"
+            no_action(
+                f"gcp:zone {config.zone} is not in the catalog's zones for TPU {gen.name}{spec.catalog_qualifier} "
+                f"({', '.join(zones)})",
+                "multislice:allowUnlisted lets it through",
+            )
         )
     if not spec.has_runtime_version:
         return warnings  # no runtime version there
     if config.effective_runtime_version not in gen.runtime_versions:
         warnings.append(
-            f"multislice:runtimeVersion {config.effective_runtime_version!r} is not in the catalog for TPU "
-            f"{gen.name} ({', '.join(gen.runtime_versions)}); allowed by multislice:allowUnlisted"
+            no_action(
+                f"multislice:runtimeVersion {config.effective_runtime_version!r} is not in the catalog for TPU "
+                f"{gen.name} ({', '.join(gen.runtime_versions)})",
+                "multislice:allowUnlisted lets it through",
+            )
         )
     return warnings

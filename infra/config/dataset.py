@@ -43,6 +43,7 @@ from infra.config.schema import StackConfig
 from infra.readers.files import UnreadableFile, read_bounded
 from training.config import vocabulary_mismatch
 from training.model import presets
+from training.warning_text import WarningText, no_action
 
 #: Seconds the manifest request may take (connect, and each read of the answer); a manifest is
 #: a few hundred bytes per shard.
@@ -73,14 +74,14 @@ class DatasetCheck:
       manifest: where the manifest was read (``gs://…/manifest.json`` or a local path); None
         when the source is not a prepared dataset or the manifest could not be read.
       vocab_size: the manifest's vocabulary (token ids), or None as for ``manifest``.
-      warning: one line saying the vocabulary check was skipped and why, naming the source;
-        None when it ran or did not apply.
+      warning: one line saying the vocabulary check was skipped and why, naming the source (no
+        action needed: the trainer checks it); None when it ran or did not apply.
     """
 
     config: StackConfig
     manifest: str | None = None
     vocab_size: int | None = None
-    warning: str | None = None
+    warning: WarningText | None = None
 
 
 def manifest_location(source: str) -> str | None:
@@ -232,8 +233,10 @@ def check_dataset(
     except ManifestUnreadable as err:
         return DatasetCheck(
             config,
-            warning=f"{_SOURCE} {source}: the model's vocabulary was not checked against the dataset's manifest "
-            f"(the trainer checks it before its first step): {err}",
+            warning=no_action(
+                f"{_SOURCE} {source}: the model's vocabulary was not checked against the dataset's manifest ({err})",
+                "the trainer checks it on the TPU VMs before its first step",
+            ),
         )
     if data is None:
         return DatasetCheck(config)

@@ -11,6 +11,7 @@ from infra import bucket_location as locations
 from infra.backends.queued_resource.spec import FORMER_DELETE_ON_COMPLETE_KEY
 from infra.config import backend_checks
 from infra.config.resource_names import ResourceNames
+from training.warning_text import WarningText, act
 
 if TYPE_CHECKING:
     from infra.backends.compute_engine.spec import ComputeEngineSettings
@@ -40,7 +41,7 @@ class DerivedValues(ResourceNames):
         def backend_spec(self) -> BackendSpec: ...
 
     @property
-    def catalog_warnings(self) -> list[str]:
+    def catalog_warnings(self) -> list[WarningText]:
         """What ``multislice:allowUnlisted`` let through (``pulumi preview`` prints each)."""
         return backend_checks.catalog_warnings(self)
 
@@ -74,15 +75,18 @@ class DerivedValues(ResourceNames):
         return self.backend_spec.delete_on_complete(self)
 
     @property
-    def deprecation_warnings(self) -> list[str]:
+    def deprecation_warnings(self) -> list[WarningText]:
         """Deprecated keys the stack uses, each with its replacement, and keys this release reads but
         does not act on yet (``pulumi preview`` and the ``multislice`` commands that load the stack
         print each)."""
-        warnings = []
+        warnings: list[WarningText] = []
         if self.queued_resource.delete_on_complete_former_key is not None:
             warnings.append(
-                f"multislice:queuedResource.{FORMER_DELETE_ON_COMPLETE_KEY} is deprecated: rename it to "
-                "multislice:queuedResource.deleteOnComplete (same meaning)"
+                act(
+                    f"multislice:queuedResource.{FORMER_DELETE_ON_COMPLETE_KEY} is deprecated "
+                    "(multislice:queuedResource.deleteOnComplete has the same meaning)",
+                    "rename it to multislice:queuedResource.deleteOnComplete",
+                )
             )
         return warnings
 

@@ -62,6 +62,7 @@ from infra.local.repairs import Repairs
 from infra.local.tails import MetricsTail, RecordTail, indented_tail
 from infra.local.workers import Workers
 from training.run_dir import RunDir
+from training.warning_text import act, as_line
 
 #: Seconds :meth:`EmulatedStack.shutdown` gives the VMs between SIGTERM and SIGKILL.
 SHUTDOWN_GRACE_S = 5.0
@@ -284,10 +285,11 @@ class EmulatedStack:
             planned=len(self.repairs.faults_fired) + self.repairs.resets + self.repairs.returned_with_restart,
         )
         if unplanned:
-            self.report(
-                f"warning: {len(unplanned)} restart(s) that no fault or reset asked for ({'; '.join(unplanned)}); "
-                f"the VMs' logs: {self.paths.logs_dir}"
+            warning = act(
+                f"{len(unplanned)} restart(s) that no fault or reset asked for ({'; '.join(unplanned)})",
+                f"find their cause in the VMs' logs: {self.paths.logs_dir}",
             )
+            self.report(as_line(warning))
         result.update(
             {
                 "unplanned_restarts": unplanned,

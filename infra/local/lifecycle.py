@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from infra import invocation
+from training.warning_text import as_line, no_action
 
 if TYPE_CHECKING:  # imported by the functions that need them: nothing heavy before the emulation
     from infra.config import StackConfig
@@ -283,10 +284,12 @@ def train(resource: EmulatedStack, options: Options, fresh: bool, say: Callable[
     )
     cores = os.cpu_count() or 1
     if config.total_workers > 2 * cores:
-        say(
-            f"warning: {config.total_workers} emulated VMs × {config.accelerator.chips_per_host} CPU devices on "
-            f"{cores} cores: expect slow steps and long compiles"
+        warning = no_action(
+            f"{config.total_workers} emulated VMs × {config.accelerator.chips_per_host} CPU devices on {cores} cores: "
+            "expect slow steps and long compiles",
+            "the run is the same, only slower",
         )
+        say(as_line(warning))
     try:
         return Outcome(resource.up(options))
     except BrokenPipeError:

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from infra.local.tails import MetricsTail, RecordTail
+from training.warning_text import as_line, no_action
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -334,7 +335,11 @@ class MembershipChanges:
             records = membership.history(self.run_dir)
         except (OSError, membership.MembershipError) as err:
             if not self.warned:
-                self.report(f"warning: the membership records cannot be read ({err})")
+                warning = no_action(
+                    f"the membership records cannot be read ({err})",
+                    "only these elastic progress lines wait for them (the trainer reads the records itself)",
+                )
+                self.report(as_line(warning))
             self.warned = True
             return
         landed = membership.landing_steps(self.events) or {}

@@ -24,6 +24,7 @@ from typing import Any
 from infra.readers.files import open_regular
 from training.metrics.run_log import parse_records, segments
 from training.run_dir import RunDir
+from training.warning_text import as_line, no_action
 
 #: Fields that must be numbers (not booleans, not null) where a record has them.
 _NUMBERS = ("loss", "eval_loss", "tokens_per_s", "time", "step_time_s")
@@ -91,11 +92,13 @@ class RecordTail:
             if name > self._last:
                 kept, skipped = valid_records(self.name, parse_records(self.run_dir.read(name) or b""))
                 if skipped and not self.skipped and self.warn is not None:
-                    self.warn(
-                        f"warning: skipped a malformed record of the run's {self.name} log ({name}): {skipped[0]}"
-                        + ("" if len(skipped) == 1 else f" (and {len(skipped) - 1} more in that object)")
-                        + "; further malformed records are skipped silently"
+                    more = "" if len(skipped) == 1 else f" (and {len(skipped) - 1} more in that object)"
+                    warning = no_action(
+                        f"skipped a malformed record of the run's {self.name} log ({name}): {skipped[0]}{more}; "
+                        "further malformed records are skipped silently",
+                        "the progress lines go on from the well-formed ones",
                     )
+                    self.warn(as_line(warning))
                 self.skipped += len(skipped)
                 records += kept
                 self._last = name

@@ -22,6 +22,7 @@ from infra.emulated.metadata import MetadataServer
 from infra.emulated.state import LocalPaths
 from infra.emulated.vm import EmulatedVM, process_groups
 from infra.local import topology
+from training.warning_text import as_line, no_action
 
 
 class Workers:
@@ -68,8 +69,13 @@ class Workers:
                 "node cache: each Pod's node folder is mounted non-executable, as Container-Optimized OS mounts "
                 "/var on a GKE node"
                 if problem is None
-                else f"warning: node cache: each Pod's node folder stays executable here ({problem}); a GKE node "
-                "mounts it non-executable"
+                else as_line(
+                    no_action(
+                        f"node cache: each Pod's node folder stays executable here ({problem}); a GKE node mounts it "
+                        "non-executable",
+                        "the run goes on; only the check that nothing runs from that folder is not made here",
+                    )
+                )
             )
             self._noexec = problem is None
         return self._noexec

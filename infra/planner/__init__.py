@@ -57,6 +57,7 @@ from infra.planner.memory import (
 )
 from infra.planner.result import Plan
 from training.model.shapes import param_count
+from training.warning_text import WarningText
 
 __all__ = [
     "BACKWARD_FLOPS_PER_PARAMETER_PER_TOKEN",
@@ -159,8 +160,8 @@ def plan(config: StackConfig, *, vocab_source: str | None = None) -> Plan:
     return dataclasses.replace(partial, recommendations=advice.recommendations(partial, config))
 
 
-def advisories(config: StackConfig) -> list[str]:
+def advisories(config: StackConfig) -> list[WarningText]:
     """Warnings for ``pulumi preview``/``up`` (:func:`infra.planner.advice.advisory_lines` of
-    the stack's plan): one line when the stack is predicted DCN-bound, one when its per-chip
-    memory estimate exceeds HBM; empty when neither."""
+    the stack's plan): one when the stack is predicted DCN-bound, one when the DCN minimum batch
+    would not fit HBM, one when its per-chip memory estimate exceeds HBM; empty when none."""
     return advice.advisory_lines(plan(config))

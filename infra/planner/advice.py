@@ -23,6 +23,7 @@ from infra.config import StackConfig
 from infra.planner.dcn import operational_intensity
 from infra.planner.levers import BatchOption, DcnBatchFit
 from infra.planner.memory import HBM_TIGHT_FRACTION, memory_per_chip
+from training.warning_text import WarningText, act, no_action
 
 if TYPE_CHECKING:
     from infra.planner.result import Plan
@@ -213,37 +214,56 @@ def _pipeline_depth(p: Plan) -> str | None:
     return None
 
 
-def advisory_lines(p: Plan) -> list[str]:
-    """Warnings for ``pulumi preview``/``up`` from the plan ``p``: one line when the stack is
-    predicted DCN-bound, one when the DCN minimum batch would not fit HBM at the stack's
-    microbatches and remat (with the setting that fits, if any), one when its per-chip memory
-    estimate exceeds HBM; empty when none. Each line starts with the stack name and ends with
-    how to see the full plan."""
-    out = []
-    hint = f"(see: {invocation.command('plan', p.stack)})"
+def advisory_lines(p: Plan) -> list[WarningText]:
+    """Warnings for ``pulumi preview``/``up`` from the plan ``p``: one when the stack is predicted
+    DCN-bound (no action needed: it trains, slower), one when the DCN minimum batch would not fit HBM
+    at the stack's microbatches and remat (action needed if the batch is raised to it: the setting
+    that fits, if any), one when its per-chip memory estimate exceeds HBM (action needed); empty when
+    none. Each starts with the stack name and names the command that prints the full plan."""
+    out: list[WarningText] = []
+    plan = f"`{invocation.command('plan', p.stack)}`"
     if p.dcn.dcn_bound:
         out.append(
-            f"stack {p.stack}: predicted DCN-bound: {p.dcn.tokens_per_replica:,.0f} tokens per DCN replica "
-            f"(operational intensity {p.dcn.operational_intensity:,.0f} FLOP/bit) < the "
-            f"{p.dcn.min_tokens_per_replica:,.0f} per replica needed on {p.accelerator_type} "
-            f"(arithmetic intensity {p.dcn.arithmetic_intensity:,.0f} FLOP/bit) {hint}"
+            no_action(
+                f"stack {p.stack}: predicted DCN-bound: {p.dcn.tokens_per_replica:,.0f} tokens per DCN replica "
+                f"(operational intensity {p.dcn.operational_intensity:,.0f} FLOP/bit) < the "
+                f"{p.dcn.min_tokens_per_replica:,.0f} per replica needed on {p.accelerator_type} "
+                f"(arithmetic intensity {p.dcn.arithmetic_intensity:,.0f} FLOP/bit)",
+                f"it trains as declared, with DCN bounding its step time; {plan} says the "
+                "multislice:training.global_batch_size that lifts the bound",
+            )
         )
     fit = p.dcn_batch
     if fit is not None and not fit.at_stack_settings.fits:
-        fix = (
-            f"microbatches: {fit.choice.microbatches} and model.remat: {fit.choice.remat} bring it within HBM "
-            f"(an estimated {_gib(fit.choice.estimate_bytes_per_chip)} per chip)"
-            if fit.choice is not None
-            else "no microbatch count or remat policy brings it within HBM"
-        )
-        out.append(
+        what = (
             f"stack {p.stack}: the DCN minimum batch ({fit.global_batch_size} sequences) would need an estimated "
-            f"{_gib(fit.at_stack_settings.estimate_bytes_per_chip)} per chip at the stack's microbatches and remat; "
-            f"{fix} {hint}"
+            f"{_gib(fit.at_stack_settings.estimate_bytes_per_chip)} per chip at the stack's microbatches and remat"
         )
+        when = "multislice:training.global_batch_size is raised to it"
+        if fit.choice is not None:
+            out.append(
+                act(
+                    what,
+                    f"also set multislice:training.microbatches: {fit.choice.microbatches} and "
+                    f"multislice:training.model.remat: {fit.choice.remat}, which bring it within HBM (an estimated "
+                    f"{_gib(fit.choice.estimate_bytes_per_chip)} per chip; {plan})",
+                    when=when,
+                )
+            )
+        else:
+            out.append(
+                act(
+                    f"{what}, and no microbatch count or remat policy brings it within HBM",
+                    f"shard more (FSDP) or use a larger slice as {plan} says",
+                    when=when,
+                )
+            )
     if not p.memory.fits:
         out.append(
-            f"stack {p.stack}: predicted over HBM: an estimated {_gib(p.memory.total)} per chip > the "
-            f"{_gib(p.memory.capacity)} HBM capacity of {p.accelerator_type} {hint}"
+            act(
+                f"stack {p.stack}: predicted over HBM: an estimated {_gib(p.memory.total)} per chip > the "
+                f"{_gib(p.memory.capacity)} HBM capacity of {p.accelerator_type}",
+                f"bring the estimate within HBM before the run ({plan} says how)",
+            )
         )
     return out

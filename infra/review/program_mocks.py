@@ -30,6 +30,7 @@ import infra.__main__ as program
 from infra.config import pulumi_config_of_file, stack_file
 from infra.config.structured import STRUCTURED_KEYS
 from infra.review import event_loop
+from infra.review.program_warnings import PROGRAM_LOG
 
 QR_TYPE = "pulumi-python:dynamic/tpu:QueuedResource"
 #: The program reads its own stack's last outputs through one (infra/__main__.py, backend_gate).
@@ -389,7 +390,14 @@ def _start(
     )
     settings.ROOT.set(None)  # a fresh root Stack resource per evaluation
     event_loop.ensure_event_loop()
-    pulumi.runtime.set_mocks(mocks, project="multislice", stack=stack, preview=preview, monitor=RecordingMonitor(mocks))
+    pulumi.runtime.set_mocks(
+        mocks,
+        project="multislice",
+        stack=stack,
+        preview=preview,
+        logger=PROGRAM_LOG,  # the program's warnings: infra.review.program_warnings
+        monitor=RecordingMonitor(mocks),
+    )
     pulumi.runtime.set_all_config(config)
     return world
 

@@ -1,41 +1,44 @@
-"""The Pulumi program's warnings under mocks, each said once (``multislice diff``).
+"""The Pulumi program's warnings under mocks, printed the way the commands print their own
+(``multislice check``, ``diff``).
 
-Pulumi's mock engine logs the program's ``pulumi.log.warn`` messages on the root logger
-(``pulumi.runtime.mocks.MockEngine.Log``); ``diff`` evaluates the program of the working tree and of
-a revision, so a warning the stack gets on both sides would be printed twice.
+Pulumi's mock engine logs the program's ``pulumi.log.warn`` messages on the logger it is given
+(``pulumi.runtime.mocks.MockEngine.Log``): :data:`PROGRAM_LOG`, which :mod:`infra.review.program_mocks`
+gives it. With no handler of its own, its records reach the root logger (the tests' ``caplog``);
+while :func:`printed_as_warnings` is open, each record at WARNING or above goes to ``say`` instead
+(``infra.cli.options.print_program_warning``: a ``warning:`` line, once per command run). The same
+warning comes more than once: ``diff`` evaluates the program of the working tree and of a revision,
+and ``check`` evaluates it after ``load_config`` printed the stack's deprecated keys.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+
+#: The logger the mock engine logs the program's messages on.
+PROGRAM_LOG = logging.getLogger("multislice.program")
 
 
-class _OncePerMessage(logging.Filter):
-    """Lets each distinct message through once (:func:`warnings_once`)."""
+class _Relay(logging.Handler):
+    """Hands each record's message to ``say``."""
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.seen: set[tuple[int, str]] = set()
+    def __init__(self, say: Callable[[str], None]) -> None:
+        super().__init__(logging.WARNING)
+        self.say = say
 
-    def filter(self, record: logging.LogRecord) -> bool:
-        key = (record.levelno, record.getMessage())
-        if key in self.seen:
-            return False
-        self.seen.add(key)
-        return True
+    def emit(self, record: logging.LogRecord) -> None:
+        self.say(record.getMessage())
 
 
 @contextlib.contextmanager
-def warnings_once() -> Iterator[None]:
-    """While open, the program's warnings under mocks (which Pulumi's mock engine logs on the root
-    logger) are each printed once, however many evaluations repeat them: ``diff`` evaluates the
-    program of both sides, and a warning the stack gets on both is one line, not two."""
-    once = _OncePerMessage()
-    root = logging.getLogger()
-    root.addFilter(once)
+def printed_as_warnings(say: Callable[[str], None]) -> Iterator[None]:
+    """While open, each warning the program logs under mocks goes to ``say`` (and nowhere else)."""
+    relay = _Relay(say)
+    PROGRAM_LOG.addHandler(relay)
+    propagate, PROGRAM_LOG.propagate = PROGRAM_LOG.propagate, False
     try:
         yield
     finally:
-        root.removeFilter(once)
+        PROGRAM_LOG.removeHandler(relay)
+        PROGRAM_LOG.propagate = propagate

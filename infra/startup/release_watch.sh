@@ -74,7 +74,7 @@ watch() {
     now=$(current "$record") || status=$?
     if ((status != 0)); then
       # One line per new problem, not one a minute.
-      [[ $now == "$reported" ]] || say "release watch: warning: $now; this VM keeps release ${release_id:0:12}"
+      [[ $now == "$reported" ]] || say "release watch: warning: $now; this VM keeps release ${release_id:0:12} and reads the record again every ${poll}s; action needed if it persists: fix the cause it names"
       reported=$now
       continue
     fi
@@ -94,7 +94,7 @@ watch() {
       now=${running[0]%/release-watch.sh}
       exec bash "${running[0]}" watch "${now##*/}" "$home" "$record"
     fi
-    say "release watch: warning: the boot of release ${now:0:12} failed (status $status); this VM keeps release ${release_id:0:12} and tries again in ${poll}s"
+    say "release watch: warning: the boot of release ${now:0:12} failed (status $status); this VM keeps release ${release_id:0:12} and tries again in ${poll}s; action needed if it fails again: find the cause in the boot's lines above"
   done
 }
 

@@ -16,6 +16,7 @@ from infra.policy.evaluate import check_world
 from infra.policy.policies import POLICIES
 from tests.fakes.pulumi_program import evaluate
 from tests.fakes.queued_resource import clear_ambient_credentials
+from training.warning_text import says_whether_to_act
 
 ENV = {"COLUMNS": "250"}
 
@@ -46,6 +47,19 @@ def test_a_good_stack_passes_with_advisories_only():
     assert result.exit_code == 0, result.output
     assert f"stack dev: {len(POLICIES)} policies, 0 mandatory and" in result.output
     assert "[required-labels]" in result.output  # advisory: printed, not fatal
+
+
+def test_each_warning_is_printed_once_and_says_whether_to_act(tmp_path):
+    # load_config names the deprecated key, and so does the program check evaluates: one line. The
+    # program's own (the dev stack is predicted DCN-bound) is a warning line too.
+    path = edited_stack(tmp_path, "dev", lambda c: c.update({"multislice:queuedResource": {"releaseOnComplete": True}}))
+    result = invoke("check", "--config-file", path)
+    assert result.exit_code == 0, result.output
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("warning: ")]
+    assert len(warnings) == len(set(warnings)) == 2, result.stderr
+    assert [w for w in warnings if "releaseOnComplete is deprecated" in w] and [w for w in warnings if "DCN" in w]
+    assert all(says_whether_to_act(w) for w in warnings), warnings
+    assert not [line for line in result.stderr.splitlines() if "predicted" in line and line not in warnings]
 
 
 def over_hbm(config):

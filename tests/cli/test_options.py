@@ -18,8 +18,8 @@ def test_a_command_warns_once_about_release_on_complete_naming_its_new_key(tmp_p
     assert result.exit_code == 0, result.output
     warnings = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
     assert warnings == [
-        "warning: multislice:queuedResource.releaseOnComplete is deprecated: rename it to "
-        "multislice:queuedResource.deleteOnComplete (same meaning)"
+        "warning: multislice:queuedResource.releaseOnComplete is deprecated (multislice:queuedResource."
+        "deleteOnComplete has the same meaning); action needed: rename it to multislice:queuedResource.deleteOnComplete"
     ]
 
 

@@ -90,7 +90,7 @@ def test_a_hint_names_a_stack_kept_outside_stacks_by_its_file_and_works_as_print
     config = load_stack_file(path)  # global batch 8 over 2 slices: predicted DCN-bound
     assert stack_args("long") == f"--config-file {shlex.quote(str(path.absolute()))}"
     lines = planner.advisories(config)
-    hints = [line.rsplit("(see: ", 1)[1].rstrip(")") for line in lines if "(see: " in line]
+    hints = [line.split("`")[1] for line in lines if "`" in line]
     assert hints and all(h == f"multislice plan --config-file {path.absolute()}" for h in hints), lines
     result = invoke(tmp_path, shlex.split(hints[0])[1:])  # run as printed
     assert result.exit_code == 0, result.output

@@ -103,7 +103,7 @@ def test_allow_unlisted_relaxes_the_compute_engine_zone_into_a_warning():
     config = validate_stack("t", ce_map() | {"gcp:zone": "us-east5-a", "multislice:allowUnlisted": ["zone"]}, "test")
     assert config.catalog_warnings == [
         "gcp:zone us-east5-a is not in the catalog's zones for TPU tpu7x on Compute Engine (us-central1-c, "
-        "us-central1-ai1a); allowed by multislice:allowUnlisted"
+        "us-central1-ai1a); no action needed: multislice:allowUnlisted lets it through"
     ]
 
 

@@ -537,8 +537,8 @@ def test_release_on_complete_is_a_deprecated_alias_of_delete_on_complete(tmp_pat
     assert config.delete_on_complete is value is validate_stack("t", current, "test").delete_on_complete
     (warning,) = config.deprecation_warnings
     assert warning == (
-        "multislice:queuedResource.releaseOnComplete is deprecated: rename it to "
-        "multislice:queuedResource.deleteOnComplete (same meaning)"
+        "multislice:queuedResource.releaseOnComplete is deprecated (multislice:queuedResource.deleteOnComplete "
+        "has the same meaning); action needed: rename it to multislice:queuedResource.deleteOnComplete"
     )
     path = tmp_path / "Pulumi.t.yaml"
     path.write_text(yaml.safe_dump({"config": former}))

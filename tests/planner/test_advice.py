@@ -97,7 +97,10 @@ def test_dcn_bound_advisory_names_the_figures():
     assert (
         "DCN-bound" in line and "176,000 per replica needed" in line and "22,000" in line and "multislice plan" in line
     )
-    assert line.startswith("stack t: ") and line.endswith("(see: multislice plan --stack t)")
+    assert line.startswith("stack t: ") and line.endswith(
+        "; no action needed: it trains as declared, with DCN bounding its step time; `multislice plan --stack t` "
+        "says the multislice:training.global_batch_size that lifts the bound"
+    )
 
 
 # --- the Pulumi program's preview advisory ---------------------------------------------------

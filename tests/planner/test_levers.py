@@ -53,8 +53,9 @@ def test_the_cheapest_setting_that_fits_the_minimum_batch_is_recommended():
         assert f"microbatches {option.microbatches} with remat {option.remat} → {gib}" in text
     lines = planner.advisories(config)
     (line,) = [a for a in lines if "DCN minimum batch" in a]
-    assert "microbatches: 11 and model.remat: none bring it within HBM" in line
-    assert line.endswith("(see: multislice plan --stack t)")
+    assert "; action needed if multislice:training.global_batch_size is raised to it: also set " in line
+    assert "multislice:training.microbatches: 11 and multislice:training.model.remat: none, which bring it" in line
+    assert line.endswith("per chip; `multislice plan --stack t`)")
     document = json.loads(json.dumps(p.to_json()))
     assert document["dcn_min_batch_in_hbm"]["choice"] == {
         "remat": "none",

@@ -22,7 +22,8 @@ TRAINER_RUNTIME = ("jax", "jaxlib", "orbax", "optax", "grain", "numpy", "tensorb
 #: The jax-free modules of training/ the program reads (config, its validation, the shapes, the
 #: model presets and the attention kernels' limits that the config validates against, and the one
 #: redaction of values its messages quote, the elastic slice-count rule ``multislice:elastic`` is
-#: checked against), and the package they are in (its __init__ holds only a docstring).
+#: checked against, the one wording of its warnings), and the package they are in (its __init__
+#: holds only a docstring).
 PURE_TRAINING = {
     "training",
     "training.model",
@@ -34,6 +35,7 @@ PURE_TRAINING = {
     "training.model.kernels",
     "training.redaction",
     "training.elastic",
+    "training.warning_text",
 }
 GOOGLE_CLIENTS = ("google.cloud", "google.api_core", "google.auth")
 

@@ -522,6 +522,7 @@ def test_a_shared_vpc_stack_warns_once_at_preview_about_the_tpu_service_agent(mo
     evaluate("dev", config, subnet_network=f"{COMPUTE}projects/{host}/global/networks/shared", preview=True)
     shared = [w for w in warned if w.startswith("Shared VPC:")]
     assert len(shared) == 1 and "roles/compute.networkUser" in shared[0] and host in shared[0]
+    assert "; action needed if the queued resource fails with a permission error on that subnetwork: " in shared[0]
     warned.clear()
     evaluate("dev", preview=True)  # a network of the stack's own project: no such warning
     assert not [w for w in warned if w.startswith("Shared VPC:")]
@@ -716,8 +717,8 @@ def test_release_on_complete_warns_once_at_preview_naming_delete_on_complete():
     assert result.returncode == 0, result.stderr
     warnings = [line for line in result.stderr.splitlines() if "releaseOnComplete" in line]
     assert warnings == [
-        "warning: multislice:queuedResource.releaseOnComplete is deprecated: rename it to "
-        "multislice:queuedResource.deleteOnComplete (same meaning)"
+        "warning: multislice:queuedResource.releaseOnComplete is deprecated (multislice:queuedResource."
+        "deleteOnComplete has the same meaning); action needed: rename it to multislice:queuedResource.deleteOnComplete"
     ]
 
 
@@ -731,7 +732,7 @@ def test_a_queued_resource_deleted_on_complete_warns_why_nothing_is_created(monk
     monkeypatch.setattr(program.pulumi.runtime, "is_dry_run", lambda: False)
     status = "deleted on complete: the run gs://b/runs/dev completed at step 120, so ... set a new multislice:runName"
     program._require_ready([True, status, True])
-    assert warned == [f"queued resource {status}"]
+    assert warned == [f"queued resource {status}; no action needed: its run is complete"]
     program._require_ready([True, "ACTIVE after 3m", False])
     assert len(warned) == 1
     with pytest.raises(program.pulumi.RunError, match="still queued"):
@@ -792,6 +793,7 @@ def test_an_unreadable_dataset_manifest_warns_once_at_preview(tmp_path, monkeypa
     world = evaluate("dev", on_dataset(source), preview=True)
     about = [w for w in warned if "manifest" in w]
     assert len(about) == 1 and about[0].startswith(f"multislice:training.data.source {source}: "), warned
+    assert about[0].endswith("; no action needed: the trainer checks it on the TPU VMs before its first step")
     assert world.one(QR_TYPE).inputs["trainer"]["data"]["source"] == source
 
 

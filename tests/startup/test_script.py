@@ -316,7 +316,10 @@ def test_every_placeholder_is_filled(rendered):
     )
     assert not re.search(r"@@[A-Z0-9_]+@@", startup.template(startup.TRAINER_RESOURCE))
     for name, script in rendered.items():
-        assert not re.search(r"@@[A-Z0-9_]+@@", script.text), name
+        # The payload is base85, whose alphabet holds @, capitals and digits: a run of it may read as a
+        # placeholder by chance (it did once, for one content of the release); it is checked decoded.
+        outside_payload = script.text.replace(_payload(script.text), "")
+        assert not re.search(r"@@[A-Z0-9_]+@@", outside_payload), name
         assert not re.search(rb"@@[A-Z0-9_]+@@", release_of(script.text)["boot.sh"]), name
 
 

@@ -258,4 +258,5 @@ def test_a_refused_resize_names_the_group_and_deletes_nothing(monkeypatch, watch
     (line,) = second.stdout.splitlines()
     assert second.returncode == 1 and second.stderr == ""
     assert line.startswith(f"[slice 0 worker 0] slice watch: warning: group {CE_GROUPS[1]}: resize to 0 failed")
-    assert "HTTP 400" in line and "size" in line and line.endswith("at the next poll")
+    assert "HTTP 400" in line and "size" in line
+    assert line.endswith("trying again at the next poll; action needed if it persists: fix the cause the answer names")

@@ -87,7 +87,10 @@ def test_a_damaged_checkpoint_is_named_by_step_and_path(damaged, caplog):
     (fell_back,) = [m for m in messages if m.startswith("fell back")]
     assert fell_back.startswith(f"fell back to checkpoint {older}: the newer {newest} could not be restored (step 2: ")
     (moved,) = [m for m in messages if m.startswith("moving")]
-    assert moved == f"moving unreadable checkpoint {newest} to {directory / '2.unreadable'}"
+    assert moved == (
+        f"moving unreadable checkpoint {newest} to {directory / '2.unreadable'}; no action needed: kept there for "
+        "inspection, out of the run's way"
+    )
     assert all(not REPR.search(m) and len(m) < 1200 for m in messages), messages
 
 
@@ -98,7 +101,8 @@ def test_the_fallback_message_has_no_bound_method_repr(tmp_path, caplog):
     (fell_back,) = [m for m in checkpoint_messages(caplog) if m.startswith("fell back")]
     assert fell_back == (
         f"fell back to checkpoint step 8 ({tmp_path / 'checkpoints' / '8'}): the newer step 12 "
-        f"({tmp_path / 'checkpoints' / '12'}) could not be restored (step 12: KeyError: 'Store.read')"
+        f"({tmp_path / 'checkpoints' / '12'}) could not be restored (step 12: KeyError: 'Store.read'); no action "
+        "needed: training goes on from it; the newer ones are set aside as <step>.unreadable"
     )
     assert not any(REPR.search(m) for m in checkpoint_messages(caplog))
 

@@ -61,6 +61,7 @@ from typing import Any
 
 from training.bench.spec import BenchConfigError, BenchSpec
 from training.config import MESH_AXES
+from training.warning_text import WarningText, act, as_line
 
 #: Learning rate of the benchmark's SGD update (its value does not change the work).
 SGD_LEARNING_RATE = 1e-4
@@ -234,17 +235,24 @@ def reference_check(
     if not rates or min(rates) <= 0:
         raise ValueError(f"reference rates must be positive; got {list(rates)!r}")
     spread = max(rates) / min(rates)
-    warnings = []
+    warnings: list[WarningText] = []
     if spread > limit:
         warnings.append(
-            f"the reference matmuls before and after the benchmark differ {spread:.2f}× (more than {limit:g}×): "
-            "the machine's speed changed during the run, so the efficiency is too noisy to trust; rerun on a "
-            "quieter machine"
+            act(
+                f"the reference matmuls before and after the benchmark differ {spread:.2f}× (more than {limit:g}×): "
+                "the machine's speed changed during the run, so the efficiency is too noisy to trust",
+                "rerun on a quieter machine",
+                when="you rely on the efficiency",
+            )
         )
     if efficiency > 1:
         warnings.append(
-            f"efficiency {efficiency:.3f} is above 1: the benchmark outran one large matmul of its own layer shape, "
-            "so the reference understated the machine's capacity; the efficiency is too noisy to trust"
+            act(
+                f"efficiency {efficiency:.3f} is above 1: the benchmark outran one large matmul of its own layer "
+                "shape, so the reference understated the machine's capacity; the efficiency is too noisy to trust",
+                "rerun it",
+                when="you rely on the efficiency",
+            )
         )
     return {"spread": spread, "trusted": not warnings, "warnings": warnings}
 
@@ -419,6 +427,6 @@ def summary(result: dict[str, Any]) -> str:
             f"(median of all samples; medians before/after: {before_after})",
             f"efficiency: {result['efficiency']:.3f} (reference spread before/after {check['spread']:.2f}×, trusted up "
             f"to {REFERENCE_SPREAD_LIMIT:g}×)",
-            *(f"warning: {line}" for line in check["warnings"]),
+            *(as_line(warning) for warning in check["warnings"]),
         ]
     )

@@ -18,6 +18,7 @@ from typing import Any
 
 from training.run_dir import RunDir
 from training.run_objects import json_record
+from training.warning_text import emit, no_action
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +46,9 @@ def read_completion(run_dir: RunDir) -> dict[str, Any] | None:
         ):
             raise ValueError(f"loss {loss!r} is not a finite number")
     except (ValueError, TypeError, KeyError, AttributeError, UnicodeDecodeError) as err:
-        log.warning("ignoring the malformed completion marker %s (%s)", run_dir / COMPLETE_MARKER, err)
+        what = f"ignoring the malformed completion marker {run_dir / COMPLETE_MARKER} ({err})"
+        why = "the trainer resumes from the newest checkpoint and, if that is the last step, writes a fresh marker"
+        emit(no_action(what, why), log.warning)
         return None
     return {"step": step, "loss": None if loss is None else float(loss)}
 

@@ -20,6 +20,7 @@ from etils import epath
 from training import agreement
 from training.checkpoint.messages import describe, error_text, step_path
 from training.checkpoint.orbax_import import ocp
+from training.warning_text import emit, no_action
 
 #: One logger for every message about checkpoints (training.checkpoint.manager's).
 log = logging.getLogger("training.checkpoint.manager")
@@ -45,7 +46,9 @@ def agree_on_steps(manager: ocp.CheckpointManager, attempts: int = 3) -> list[in
         if len(set(listings)) == 1:
             return json.loads(listings[0])
         text = "; ".join(f"process {p}: {steps}" for p, steps in enumerate(listings))
-        log.warning("the processes list different checkpoints in %s (%s); listing again", manager.directory, text)
+        what = f"the processes list different checkpoints in {manager.directory} ({text}); listing again"
+        why = f"every process lists anew, {attempts} times at most, before the job stops with an error saying so"
+        emit(no_action(what, why), log.warning)
         time.sleep(1.0)
         manager.reload()
     raise agreement.AgreementError(
@@ -129,12 +132,11 @@ def restore(
             state = None
             continue
         if failures:
-            log.warning(
-                "fell back to checkpoint %s: the newer %s could not be restored (%s)",
-                where,
-                ", ".join(describe(s, step_path(manager, s)) for s, _ in failures),
-                "; ".join(f"step {s}: {e}" for s, e in failures),
-            )
+            newer = ", ".join(describe(s, step_path(manager, s)) for s, _ in failures)
+            what = f"fell back to checkpoint {where}: the newer {newer} could not be restored ("
+            what += "; ".join(f"step {s}: {e}" for s, e in failures) + ")"
+            why = "training goes on from it; the newer ones are set aside as <step>.unreadable"
+            emit(no_action(what, why), log.warning)
             set_aside([s for s, _ in failures], manager, is_writer)
             for failed, reason in failures:
                 if on_fallback is not None:
@@ -185,7 +187,8 @@ def set_aside(steps: list[int], manager: ocp.CheckpointManager, is_writer: bool,
             source = epath.Path(manager.directory) / str(step)
             target = epath.Path(manager.directory) / f"{step}.{suffix}"
             if source.exists():
-                log.warning("moving %s checkpoint %s to %s", suffix, describe(step, str(source)), target)
+                what = f"moving {suffix} checkpoint {describe(step, str(source))} to {target}"
+                emit(no_action(what, "kept there for inspection, out of the run's way"), log.warning)
                 source.rename(target)
     agreement.barrier(f"checkpoints-set-aside-{suffix}")
     manager.reload()

@@ -30,6 +30,7 @@ from jax.sharding import Mesh
 from training import mesh as mesh_lib
 from training.config import ModelConfig
 from training.model.kernels import attention_kernel
+from training.warning_text import emit, no_action
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +118,8 @@ def splash(q: jax.Array, k: jax.Array, v: jax.Array, scale: float, mesh: Mesh | 
 
 @functools.cache
 def _warn_interpret() -> None:
-    log.warning(
-        "model.attention: splash on %s runs in Pallas interpret mode (correct but slow); on TPUs it is compiled",
-        jax.default_backend(),
+    warning = no_action(
+        f"model.attention: splash on {jax.default_backend()} runs in Pallas interpret mode (correct but slow)",
+        "on TPUs it is compiled",
     )
+    emit(warning, log.warning)

@@ -70,10 +70,10 @@ call() {
 
 home=${1:?usage: slice-watch.sh HOME}
 seen_file="$home/slice-watch.lost"
-[[ $grace =~ ^[0-9]+$ ]] || { say "warning: MULTISLICE_SLICE_WATCH_GRACE_S='${grace:0:40}' is not a whole number of seconds"; exit 1; }
-groups=$(metadata instance/attributes/multislice-instance-groups) || { say "warning: no metadata key multislice-instance-groups"; exit 1; }
-vms=$(metadata instance/attributes/multislice-workers-per-slice) || { say "warning: no metadata key multislice-workers-per-slice"; exit 1; }
-[[ $vms =~ ^[1-9][0-9]*$ ]] || { say "warning: metadata key multislice-workers-per-slice is '${vms:0:40}'"; exit 1; }
+[[ $grace =~ ^[0-9]+$ ]] || { say "warning: MULTISLICE_SLICE_WATCH_GRACE_S='${grace:0:40}' is not a whole number of seconds; action needed: set it to one, or unset it (the slice watch does nothing until then)"; exit 1; }
+groups=$(metadata instance/attributes/multislice-instance-groups) || { say "warning: no metadata key multislice-instance-groups; action needed: run pulumi up, whose instance template sets it (the slice watch does nothing until then)"; exit 1; }
+vms=$(metadata instance/attributes/multislice-workers-per-slice) || { say "warning: no metadata key multislice-workers-per-slice; action needed: run pulumi up, whose instance template sets it (the slice watch does nothing until then)"; exit 1; }
+[[ $vms =~ ^[1-9][0-9]*$ ]] || { say "warning: metadata key multislice-workers-per-slice is '${vms:0:40}'; action needed: run pulumi up, whose instance template sets it (the slice watch does nothing until then)"; exit 1; }
 own=$(metadata instance/name) || exit 1
 zone=$(metadata instance/zone) || exit 1
 zone=${zone##*/}
@@ -89,11 +89,11 @@ for group in "${group_list[@]}"; do
   page_token='' lines=()
   while true; do
     call POST "instanceGroupManagers/$group/listManagedInstances${page_token:+?pageToken=$page_token}" || {
-      say "warning: group $group could not be listed ($answer); asking again at the next poll"
+      say "warning: group $group could not be listed ($answer); asking again at the next poll; action needed if it persists: fix the cause the answer names"
       exit 1
     }
     page=$(python3 -I -S -c "$LIST" <<<"$answer") || {
-      say "warning: group $group: malformed answer"
+      say "warning: group $group: malformed answer; no action needed: the slice watch asks again at the next poll"
       exit 1
     }
     page_token=${page%%$'\n'*}
@@ -145,7 +145,7 @@ for group in "${group_list[@]}"; do
     if call POST "instanceGroupManagers/$group/resize?size=$vms"; then
       say "group $group lists no VM: resizing it to its slice's $vms VMs, created all at once (instanceGroupManagers.resize)"
     else
-      say "warning: group $group: resize to $vms failed ($answer); trying again at the next poll"
+      say "warning: group $group: resize to $vms failed ($answer); trying again at the next poll; action needed if it persists: fix the cause the answer names"
       status=1
     fi
     continue
@@ -172,7 +172,7 @@ for group in "${group_list[@]}"; do
   if call POST "instanceGroupManagers/$group/resize?size=0"; then
     say "group $group: resizing it to 0 to recreate all $vms of its VMs together (instanceGroupManagers.resize; lost: ${lost[$group]}); then back to $vms"
   else
-    say "warning: group $group: resize to 0 failed ($answer); trying again at the next poll"
+    say "warning: group $group: resize to 0 failed ($answer); trying again at the next poll; action needed if it persists: fix the cause the answer names"
     status=1
   fi
 done

@@ -13,6 +13,7 @@ import pulumi
 
 from infra.backends.gke.cluster import KUEUE_VERSION
 from infra.backends.gke.kueue import manifests_url
+from training.warning_text import act, emit
 
 #: Where Kueue's release manifests put the controller: ``config/default/kustomization.yaml`` (namespace
 #: ``kueue-system``, name prefix ``kueue-``) over ``config/components/manager/manager.yaml`` (Deployment
@@ -40,10 +41,13 @@ def check_kueue_controller(spec: Any, cluster: str) -> None:
     images = [str(c.get("image") or "") for c in containers if isinstance(c, dict)]
     tags = [match for match in map(RELEASE_TAG.search, images) if match]
     if not tags:
-        pulumi.log.warn(
-            f"multislice:gke.cluster: Kueue on {cluster} runs {', '.join(images) or 'no image'}, not a release; "
-            f"the stack's queues are written for {KUEUE_VERSION} or later"
+        warning = act(
+            f"multislice:gke.cluster: Kueue on {cluster} runs {', '.join(images) or 'no image'}, not a release, so "
+            f"its version is not checked; the stack's queues are written for {KUEUE_VERSION} or later",
+            "upgrade it there, or leave multislice:gke.cluster unset and the stack makes a cluster with it",
+            when=f"that build predates {KUEUE_VERSION}",
         )
+        emit(warning, pulumi.log.warn)
         return
     found = tuple(int(part) for part in tags[0].groups())
     if found < tuple(int(part) for part in KUEUE_VERSION.lstrip("v").split(".")):

@@ -41,6 +41,7 @@ from infra.backends.gke import kueue, kueue_controller
 from infra.backends.gke.cluster import GSA_ANNOTATION, JOBSET_VERSION, GkeSettings
 from infra.backends.gke.jobset import STARTUP_KEY, startup_config_map_name
 from infra.backends.gke.names import context_name
+from training.warning_text import act, emit
 
 #: The exec credential plugin gcloud's kubeconfig names, and its install hint (gcloud 528).
 AUTH_PLUGIN = "gke-gcloud-auth-plugin"
@@ -80,10 +81,15 @@ def check_jobset_controller(spec: Any, cluster: str) -> None:
     images = [str(c.get("image") or "") for c in containers if isinstance(c, dict)]
     tags = [match for match in map(RELEASE_TAG.search, images) if match]
     if not tags:
-        pulumi.log.warn(
+        warning = act(
             f"multislice:gke.cluster: the JobSet controller of {cluster} runs {', '.join(images) or 'no image'}, "
-            f"not a release; the stack's JobSet is written for {JOBSET_VERSION} or later"
+            f"not a release, so its version is not checked; the stack's JobSet is written for {JOBSET_VERSION} "
+            "or later",
+            "upgrade it there (its release manifests, kubectl apply --server-side), or leave multislice:gke.cluster "
+            "unset and the stack makes a cluster with it",
+            when=f"that build predates {JOBSET_VERSION}",
         )
+        emit(warning, pulumi.log.warn)
         return
     found = tuple(int(part) for part in tags[0].groups())
     needed = tuple(int(part) for part in JOBSET_VERSION.lstrip("v").split("."))

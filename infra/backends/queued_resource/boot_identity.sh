@@ -21,7 +21,7 @@ status=0
 read_metadata worker instance/attributes/agent-worker-number is_count || status=$?
 case $status in
   0) worker=$((10#$worker)) ;;
-  *) log "warning: metadata key agent-worker-number is absent; assuming worker 0"; worker=0 ;;
+  *) log "warning: metadata key agent-worker-number is absent; assuming worker 0; no action needed: Cloud TPU sets it on every VM of a queued resource, so only a single-VM slice made by hand lacks it"; worker=0 ;;
 esac
 tpu_env=''
 read_metadata tpu_env instance/attributes/tpu-env is_tpu_env || true

@@ -10,6 +10,7 @@ import pulumi
 from infra import startup, vm_contract as contract
 from infra.backends.queued_resource.provider import QueuedResource, QueuedResourceInputs
 from infra.config import StackConfig
+from training.warning_text import emit, no_action
 
 
 def reservation_path(config: StackConfig) -> str | None:
@@ -90,7 +91,7 @@ def queued_resource_inputs(
 def _require_ready(args: list[Any]) -> None:
     ready, message, deleted_on_complete = args
     if deleted_on_complete:  # gone because its run completed (deleteOnComplete): say why nothing is created
-        pulumi.log.warn(f"queued resource {message}")
+        emit(no_action(f"queued resource {message}", "its run is complete"), pulumi.log.warn)
         return
     if ready is False and not pulumi.runtime.is_dry_run():  # a preview only shows the plan
         # The QR exists and is recorded in the stack (create returned); fail the update so

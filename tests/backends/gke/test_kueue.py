@@ -170,6 +170,7 @@ def test_an_existing_cluster_s_older_kueue_is_refused_in_one_line_naming_the_key
     # A build of their own: taken, with a warning.
     kueue_controller.check_kueue_controller(kueue_spec("us-docker.pkg.dev/team/kueue:dev"), "ml-shared")
     assert len(warned) == 1 and "not a release" in warned[0]
+    assert "; action needed if that build predates v0.17.1: upgrade it there, or leave multislice:gke" in warned[0]
 
 
 @pytest.mark.parametrize("capacity", ["spot", "on-demand", "reserved"])
