@@ -246,6 +246,9 @@ SCRIPT_INTERNAL_ENV = (
     # trainer.sh → delete_on_complete.sh: the slice that wrote the completion marker (python -m training
     # completed-by), whose worker 0 deletes the queued resource
     "MULTISLICE_COMPLETION_SLICE",
+    # trainer.sh → the trainer: when the attempt started, after the restart backoff
+    # (training.metrics.goodput.process_start_time)
+    "MULTISLICE_ATTEMPT_STARTED",
 )
 #: What the trainer (``training/``) reads (each appears in its source).
 TRAINER_ENV = (

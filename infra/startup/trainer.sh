@@ -85,6 +85,9 @@ case ${1:-} in
     superseded trainer
     backoff trainer
     say "trainer: starting $py -m training run --config $config --run-dir $run_dir"
+    # The attempt starts here, after the backoff, which is a restart's boot and not its initialization
+    # (docs/goodput.md): the trainer counts its start-up from this time, not from this script's start.
+    MULTISLICE_ATTEMPT_STARTED=$(date +%s.%N) && export MULTISLICE_ATTEMPT_STARTED
     if [[ -n ${MULTISLICE_STANDBY_DIR:-} ]]; then # warm from the standby if it can, else cold (same pid)
       exec "$py" -m training.standby_handoff --config "$config" --run-dir "$run_dir"
     fi

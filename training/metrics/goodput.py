@@ -29,9 +29,10 @@ CAUSES = (
 
 def process_start_time() -> float | None:
     """This process's start, seconds since the epoch (``starttime``, field 22 of
-    ``/proc/self/stat``, in clock ticks since boot: proc(5)); None without /proc. An attempt forked
-    by the VM's warm standby started when its handoff did (``MULTISLICE_ATTEMPT_STARTED``, set by
-    training.standby), not at the fork."""
+    ``/proc/self/stat``, in clock ticks since boot: proc(5)); None without /proc. On a VM the attempt
+    starts when ``trainer.sh`` hands over to Python after its restart backoff
+    (``MULTISLICE_ATTEMPT_STARTED``, seconds since the epoch: the backoff is a restart's boot, and the
+    same process ran it), and an attempt the warm standby forked keeps its handoff's value (training.standby)."""
     handed = os.environ.get("MULTISLICE_ATTEMPT_STARTED")
     if handed:
         try:
