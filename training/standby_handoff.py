@@ -41,7 +41,7 @@ import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, BinaryIO, NoReturn
 
 from training import knobs
 from training.metrics.goodput import process_start_time
@@ -204,6 +204,25 @@ def recv_line(sock: socket.socket, limit: int = 1 << 20) -> tuple[dict[str, Any]
     return message, fds
 
 
+def read_line(stream: BinaryIO, limit: int = 1 << 20) -> dict[str, Any] | None:
+    """The next JSON line of ``stream`` (a socket's ``makefile("rb")``: what a line leaves unread stays
+    buffered for the next), or None at end of stream.
+
+    Raises:
+      ValueError: the line is not a JSON object, longer than ``limit`` bytes, or cut short.
+      TimeoutError: the socket's timeout passed.
+    """
+    line = stream.readline(limit + 1)
+    if not line:
+        return None
+    if len(line) > limit or not line.endswith(b"\n"):
+        raise ValueError(f"a line cut short or longer than {limit} bytes")
+    message = json_record(line, limit)
+    if not isinstance(message, dict):
+        raise ValueError("not a JSON object")
+    return message
+
+
 def _say(line: str) -> None:
     print(f"trainer: {line}", flush=True)
 
@@ -255,8 +274,9 @@ def _ready_standby(directory: Path, release: str, wait_s: float) -> dict[str, An
 
 def _hand_over(
     directory: Path, state: dict[str, Any], argv: list[str], answer_timeout_s: float
-) -> tuple[socket.socket, int]:
-    """Send the attempt to the ready standby; its connection and the attempt's pid.
+) -> tuple[socket.socket, BinaryIO, int]:
+    """Send the attempt to the ready standby; its connection, the connection's reader (the attempt's
+    status may follow the pid in the same read) and the attempt's pid.
 
     Raises:
       StandbyRefused: it refused, or did not answer within ``answer_timeout_s`` (then it is killed).
@@ -271,10 +291,11 @@ def _hand_over(
         "started": process_start_time() or time.time(),
         "waited_s": state.get("waited_s", 0.0),
     }
+    reader = sock.makefile("rb")
     try:
         sock.connect(socket_name(directory))
         send_line(sock, request, [0, 1, 2])
-        answer, fds = recv_line(sock)
+        answer = read_line(reader)
     except TimeoutError:
         sock.close()
         with contextlib.suppress(OSError):
@@ -286,8 +307,6 @@ def _hand_over(
     except (OSError, ValueError) as err:
         sock.close()
         raise StandbyRefused(f"the standby could not be reached ({err})") from None
-    for fd in fds:
-        os.close(fd)
     if answer is None:
         sock.close()
         raise StandbyRefused("the standby closed the connection without an answer")
@@ -297,19 +316,18 @@ def _hand_over(
     if not isinstance(answer.get("pid"), int):
         sock.close()
         raise StandbyRefused(f"the standby answered {json.dumps(answer)[:200]}")
-    return sock, answer["pid"]
+    return sock, reader, answer["pid"]
 
 
-def _follow(sock: socket.socket, pid: int) -> NoReturn:
-    """Pass signals on to attempt ``pid`` and end as it ends."""
+def _follow(sock: socket.socket, reader: BinaryIO, pid: int) -> NoReturn:
+    """Pass signals on to attempt ``pid`` and end as it ends (its status: the first line after the pid;
+    the attempt and the standby may both send it)."""
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, lambda received, _frame: _pass_on(pid, received))
     sock.settimeout(None)
     answer: dict[str, Any] | None = None
     with contextlib.suppress(OSError, ValueError):
-        answer, fds = recv_line(sock)
-        for fd in fds:
-            os.close(fd)
+        answer = read_line(reader)
     if answer is not None and isinstance(answer.get("status"), int):
         os._exit(answer["status"])
     if answer is not None and isinstance(answer.get("signal"), int):
@@ -357,13 +375,13 @@ def main(args: list[str]) -> NoReturn:
     release = release_of_this_code()
     try:
         state = _ready_standby(Path(directory), release, wait_s)
-        sock, pid = _hand_over(Path(directory), state, argv, answer_timeout_s)
+        sock, reader, pid = _hand_over(Path(directory), state, argv, answer_timeout_s)
     except StandbyRefused as err:
         cold(argv, str(err))
     waited = float(state.get("waited_s") or 0.0)
     how = f"after waiting {waited:.1f} s for it to prepare" if waited >= 0.5 else "at once"
     _say(f"warm start {how}: the standby (pid {state['pid']}) runs this attempt as pid {pid}")
-    _follow(sock, pid)
+    _follow(sock, reader, pid)
 
 
 if __name__ == "__main__":

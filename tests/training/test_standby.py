@@ -289,3 +289,30 @@ def test_the_environments_are_compared_but_for_what_differs_by_nature():
     assert standby_handoff.env_difference(mine, {"PATH": "/bin", "INVOCATION_ID": "b"}) is None
     assert standby_handoff.env_difference(mine, {"PATH": "/usr/bin"}) == "PATH"
     assert standby_handoff.env_difference(mine, {"PATH": "/bin", "JAX_PLATFORMS": "cpu"}) == "JAX_PLATFORMS"
+
+
+def test_lines_that_arrive_in_one_read_are_each_read_in_turn():
+    """The pid, the attempt's own status and the standby's can reach the handoff in one read (a short
+    attempt): each is its own line, none is lost or joined to the next."""
+    import socket
+
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        theirs.sendall(b'{"pid": 7}\n{"status": 0}\n{"status": 0}\n')
+        theirs.shutdown(socket.SHUT_WR)
+        reader = ours.makefile("rb")
+        assert standby_handoff.read_line(reader) == {"pid": 7}
+        assert standby_handoff.read_line(reader) == {"status": 0}
+        assert standby_handoff.read_line(reader) == {"status": 0}
+        assert standby_handoff.read_line(reader) is None
+
+
+def test_a_line_too_long_or_cut_short_is_refused():
+    import io
+
+    with pytest.raises(ValueError, match="cut short or longer"):
+        standby_handoff.read_line(io.BytesIO(b'{"pid": 7}'))
+    with pytest.raises(ValueError, match="cut short or longer"):
+        standby_handoff.read_line(io.BytesIO(b"x" * 100 + b"\n"), limit=50)
+    with pytest.raises(ValueError, match="not a JSON object"):
+        standby_handoff.read_line(io.BytesIO(b"[1]\n"))
