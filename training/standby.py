@@ -212,11 +212,24 @@ def _serve_one(
             raise ValueError(refusal)
         sys.stdout.flush()
         sys.stderr.flush()
+        # The attempt may end (and send its status) at once: it starts only once its pid is sent, so
+        # the handoff reads the pid first; if this process dies before sending it, the attempt ends
+        # unstarted (the gate closes without its byte) and the handoff starts cold.
+        gate, gate_open = os.pipe()
         pid = os.fork()
         if pid == 0:
+            os.close(gate_open)
+            if os.read(gate, 1) != b"1":
+                os._exit(1)
+            os.close(gate)
             _become_attempt(conn, fds, request, listener)
+        os.close(gate)
         attempts[pid] = conn
-        send_line(conn, {"pid": pid})
+        try:
+            send_line(conn, {"pid": pid})
+            os.write(gate_open, b"1")
+        finally:
+            os.close(gate_open)
         _say(f"attempt pid {pid} started (warm)")
     except (OSError, ValueError) as err:
         if not isinstance(err, ValueError) or "descriptors" in str(err):

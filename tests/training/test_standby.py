@@ -316,3 +316,42 @@ def test_a_line_too_long_or_cut_short_is_refused():
         standby_handoff.read_line(io.BytesIO(b"x" * 100 + b"\n"), limit=50)
     with pytest.raises(ValueError, match="not a JSON object"):
         standby_handoff.read_line(io.BytesIO(b"[1]\n"))
+
+
+def test_the_attempts_pid_reaches_the_handoff_before_its_status_however_soon_it_ends(monkeypatch):
+    """An attempt may end (and send its status) before the standby has sent its pid; the handoff
+    takes a first line that is not the pid for a standby's failure and starts the attempt again, cold.
+    Here the standby's pid is held back until the attempt has had a second to send its status: the
+    pid still comes first. The attempt is a stand-in that sends its status at once."""
+    import select
+    import socket
+
+    from training import standby
+
+    ours, theirs = socket.socketpair()
+
+    def attempt(conn, fds, request, listener):  # the forked child
+        standby_handoff.send_line(conn, {"status": 75})
+        os._exit(75)
+
+    def held_send(conn, message, fds=None):
+        if "pid" in message:
+            select.select([ours], [], [], 1.0)  # readable early only if the attempt wrote first
+        standby_handoff.send_line(conn, message, fds)
+
+    monkeypatch.setattr(standby, "_become_attempt", attempt)
+    monkeypatch.setattr(standby, "send_line", held_send)
+    monkeypatch.setattr(standby, "_refusal", lambda request, release, own_env: (None, False))
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    attempts: dict[int, socket.socket] = {}
+    request = {"argv": [], "env": {}, "cwd": "/", "release": "r"}
+    with ours, listener:
+        standby_handoff.send_line(ours, request, [0, 1, 2])
+        standby._serve_one(theirs, listener, "r", {}, attempts)
+        (pid,) = attempts
+        _, status = os.waitpid(pid, 0)
+        theirs.close()
+        reader = ours.makefile("rb")
+        assert standby_handoff.read_line(reader) == {"pid": pid}
+        assert standby_handoff.read_line(reader) == {"status": 75}
+    assert os.waitstatus_to_exitcode(status) == 75
