@@ -1008,6 +1008,12 @@ INVENTORY: dict[str, tuple[str, str, str]] = {
         "`MULTISLICE_STANDBY_DIR`, the standby's folder (boot.sh sets it in the unit)",
         "unset: one line and exit 2; a folder that cannot be written fails the standby's first record",
     ),
+    "training/standby.py::_serve_one::os.read(gate)": (
+        OWN,
+        "the gate pipe the standby opens before forking an attempt",
+        "one byte, written by the standby once the attempt's pid is sent; anything else (its end closed "
+        "first) ends the attempt unstarted",
+    ),
     "training/standby.py::serve::os.environ": (
         ELSEWHERE,
         "the standby's own environment",
