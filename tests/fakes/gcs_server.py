@@ -92,7 +92,10 @@ class JudgedProxy:
                     self.send_header(key, value)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
-                self.wfile.write(body)
+                try:
+                    self.wfile.write(body)
+                except (BrokenPipeError, ConnectionResetError):  # the client stopped reading (a bounded
+                    self.close_connection = True  # reader, a killed command): as a server, drop it quietly
 
             do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _serve  # noqa: N815 (http.server naming)
 
