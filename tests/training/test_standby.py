@@ -142,7 +142,10 @@ def gone(pid: int, timeout: float = 30) -> bool:
             os.kill(pid, 0)
         except ProcessLookupError:
             return True
-        if Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z":
+        try:
+            if Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z":
+                return True
+        except FileNotFoundError:  # reaped between the signal and the read
             return True
         time.sleep(0.05)
     return False
