@@ -20,8 +20,8 @@ its backends exist "will likely lead to a deadlock" (``backends()`` registers th
 ``os.register_at_fork``; jax 0.10.2). So the standby imports and nothing more, and before every fork
 checks that no backend exists and that it runs one Python thread (the OS threads of OpenBLAS, which
 numpy starts at import, survive a fork: OpenBLAS stops and restarts them around it with
-``pthread_atfork``). It opens no dataset: fsspec and gcsfs run an I/O thread that a fork would not
-carry.
+``pthread_atfork``). It imports gcsfs but opens no file system or dataset: fsspec and gcsfs run an
+I/O thread from the first file system made, which a fork would not carry.
 
 Served: only a process of the standby's own user (``SO_PEERCRED``), only ``run --config C --run-dir
 R``, only an attempt of its own release (else it refuses and exits: systemd's ``Restart=always``
@@ -64,7 +64,11 @@ from training.standby_handoff import (
 #: How long a connected process has to send its request.
 REQUEST_TIMEOUT_S = 5.0
 #: What the standby imports: everything ``python -m training run`` imports before it needs its
-#: identity (its own lazy imports included).
+#: identity (its own lazy imports included), and the modules an attempt imports later on its way:
+#: gcsfs, fsspec's ``gs://`` filesystem, for the run directory (``training.run_dir``) and tensorboardX
+#: for process 0's summaries (``training.metrics.run_log``), 0.6 CPU-s a warm attempt no longer
+#: spends (docs/goodput.md, "A warm start"). Importing them starts no thread: fsspec starts its
+#: I/O loop at the first filesystem made, which only the attempt makes.
 WARM_MODULES = (
     "jax",
     "jax.numpy",
@@ -74,6 +78,8 @@ WARM_MODULES = (
     "training.cluster",
     "training.config",
     "training.train",
+    "gcsfs",
+    "tensorboardX",
 )
 
 

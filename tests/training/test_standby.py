@@ -273,18 +273,22 @@ def test_a_process_of_another_user_is_not_served(tmp_path, env, standby):
     assert standby.proc.poll() is None
 
 
-def test_the_standby_imports_the_trainer_without_creating_a_backend():
+def test_the_standby_imports_the_trainer_without_creating_a_backend_or_a_thread():
+    # gcsfs and tensorboardX are imported too (an attempt's later imports), and nothing imported
+    # starts a Python thread, which a fork would not carry (the standby refuses to fork then).
     code = (
+        "import sys, threading\n"
         "from training import standby\n"
         "took = standby.prepare()\n"
-        "print(standby.backends_exist())\n"
+        "print(standby.backends_exist(), threading.active_count())\n"
+        "print('gcsfs' in sys.modules, 'tensorboardX' in sys.modules)\n"
         "import jax; jax.devices()\n"
         "print(standby.backends_exist())\n"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300, check=True
     ).stdout.split()
-    assert out == ["False", "True"]
+    assert out == ["False", "1", "True", "True", "True"]
 
 
 def test_the_environments_are_compared_but_for_what_differs_by_nature():
