@@ -2,7 +2,7 @@
 120 steps, ≥ 0.85 for 480).
 
     uv run --frozen python benchmarks/goodput.py [--repeat 1] [--steps 120] [--no-faults] [--warm-stack]
-        [--kill-step N] [--json]
+        [--kill-step N] [--standby on|off] [--json]
 
 Runs ``multislice local up --stack dev --fresh --preempt 0@30 --preempt 1@60 --kill 1@90
 --summary-json PATH`` (its own state directory each time) and prints, from the summary and
@@ -67,16 +67,20 @@ def faults(steps: int, interval: int, kill_step: int | None = None) -> list[str]
     return ["--preempt", f"0@{at[0]}", "--preempt", f"1@{at[1]}", "--kill", f"1@{kill}"]
 
 
-def up_args(steps: int, with_faults: bool, state_dir: Path, kill_step: int | None = None) -> list[str]:
+def up_args(
+    steps: int, with_faults: bool, state_dir: Path, kill_step: int | None = None, standby: bool = True
+) -> list[str]:
     """``local up`` arguments: the dev stack itself, or a copy of it with ``training.steps``
-    (faults: :func:`faults`)."""
+    (faults: :func:`faults`) or, ``standby`` False, ``multislice:warmStandby: false``."""
     config = yaml.safe_load((ROOT / "stacks" / "Pulumi.dev.yaml").read_text())
     training = config["config"]["multislice:training"]
     chosen = faults(steps, training["checkpoint"]["interval_steps"], kill_step) if with_faults else []
-    if steps == DEV_STEPS:
+    if steps == DEV_STEPS and standby:
         stack = ["--stack", "dev"]
     else:
         training["steps"] = steps
+        if not standby:
+            config["config"]["multislice:warmStandby"] = False
         copy = state_dir / "Pulumi.dev.yaml"  # the stack name comes from the file name
         copy.write_text(yaml.safe_dump(config, sort_keys=False))
         stack = ["--config-file", str(copy)]
@@ -213,6 +217,12 @@ def main() -> None:
         type=int,
         help="the kill's step instead of half a checkpoint interval after the one at or before 75 %% of the run",
     )
+    parser.add_argument(
+        "--standby",
+        choices=("on", "off"),
+        default="on",
+        help="multislice:warmStandby (on: the dev stack's default; off: a copy of the stack without it)",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     if args.steps < 8:
@@ -226,7 +236,7 @@ def main() -> None:
     for index in range(args.repeat):
         load_before = os.getloadavg()
         with tempfile.TemporaryDirectory(prefix="goodput-bench-") as tmp:
-            up = up_args(args.steps, not args.no_faults, Path(tmp), args.kill_step)
+            up = up_args(args.steps, not args.no_faults, Path(tmp), args.kill_step, args.standby == "on")
             warm = warm_up(Path(tmp), up) if args.warm_stack else None
             load_measured = os.getloadavg()
             run = one_run(Path(tmp), up)
@@ -258,11 +268,10 @@ def main() -> None:
                 f"  first start's compilation: {run['first_start_compilation_s']:.1f} s "
                 f"({'warm stack cache' if warm is not None else 'a new stack: cold stack cache'})"
             )
-    command = (
-        "multislice "
-        + " ".join(up)
-        + ("" if args.steps == DEV_STEPS else f" (a copy of the dev stack with training.steps {args.steps})")
-    )
+    changes = [f"training.steps {args.steps}"] if args.steps != DEV_STEPS else []
+    changes += ["multislice:warmStandby false"] if args.standby == "off" else []
+    copied = f" (a copy of the dev stack with {', '.join(changes)})" if changes else ""
+    command = "multislice " + " ".join(up) + copied
     if args.json:
         target = TARGETS.get(args.steps) if not args.no_faults else None
         print(json.dumps({"command": command, "steps": args.steps, "target": target, "runs": runs}, indent=2))

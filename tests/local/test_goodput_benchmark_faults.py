@@ -45,3 +45,13 @@ def test_up_args_use_the_dev_stack_interval(goodput, tmp_path):
     assert "--kill" not in goodput.up_args(480, False, tmp_path)
     copy = yaml.safe_load((tmp_path / "Pulumi.dev.yaml").read_text())
     assert copy["config"]["multislice:training"]["steps"] == 480
+
+
+def test_the_standby_is_turned_off_in_a_copy_of_the_stack(goodput, tmp_path):
+    assert goodput.up_args(120, True, tmp_path)[:3] == ["local", "up", "--stack"]  # the dev stack itself
+    args = goodput.up_args(120, True, tmp_path, standby=False)
+    assert args[2:4] == ["--config-file", str(tmp_path / "Pulumi.dev.yaml")]
+    copy = yaml.safe_load((tmp_path / "Pulumi.dev.yaml").read_text())["config"]
+    dev = yaml.safe_load((ROOT / "stacks" / "Pulumi.dev.yaml").read_text())["config"]
+    assert copy["multislice:warmStandby"] is False and "multislice:warmStandby" not in dev
+    assert copy["multislice:training"] == dev["multislice:training"]
