@@ -33,14 +33,16 @@ or while a boot holds the boot lock (the watch booting a new release).
 from __future__ import annotations
 
 import fcntl
+import hmac
+import json
 import os
 import secrets
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
-from multiprocessing.connection import Connection, Listener
 from pathlib import Path
 
 from infra.emulated import lifeline, systemctl as systemctl_client
@@ -126,18 +128,36 @@ def _show(service: Service, properties: list[str], value_only: bool, status: boo
     return "".join(f"{values.get(k, '')}\n" if value_only else f"{k}={values.get(k, '')}\n" for k in keys)
 
 
-def _serve(manager: Manager, listener: Listener) -> None:
-    def handle(conn: Connection) -> None:
+def _request(line: bytes, key: str) -> list[str] | None:
+    """The arguments of a ``systemctl`` request line (:func:`infra.emulated.systemctl.request_line`),
+    or None: not one whole JSON line, not the key, or arguments that are not strings."""
+    if not line.endswith(b"\n"):
+        return None
+    try:
+        request = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(request, dict) or not isinstance(request.get("key"), str):
+        return None
+    if not hmac.compare_digest(request["key"].encode(), key.encode()):
+        return None
+    argv = request.get("argv")
+    return argv if isinstance(argv, list) and all(isinstance(a, str) for a in argv) else None
+
+
+def _serve(manager: Manager, listener: socket.socket, key: str) -> None:
+    def handle(conn: socket.socket) -> None:
         with conn:
             try:
-                argv = conn.recv()
-                conn.send(systemctl(manager, list(argv)))
-            except (EOFError, OSError):
+                argv = _request(conn.makefile("rb").readline(systemctl_client.LINE_LIMIT), key)
+                if argv is not None:  # else closed unanswered: the caller says there was no answer
+                    conn.sendall((json.dumps(list(systemctl(manager, argv))) + "\n").encode())
+            except OSError:
                 pass
 
     while True:
         try:
-            conn = listener.accept()
+            conn, _ = listener.accept()
         except OSError:
             return
         threading.Thread(target=handle, args=(conn,), daemon=True).start()
@@ -155,8 +175,8 @@ def boot(script: Path, unit_dir: Path, runtime_dir: Path) -> int:
     stopping: list[signal.Signals] = []
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, lambda signum, frame: stopping.append(signal.Signals(signum)))
-    authkey = secrets.token_bytes(16)
-    listener = Listener(("127.0.0.1", 0), authkey=authkey)
+    authkey = secrets.token_hex(16)
+    listener = socket.create_server(("127.0.0.1", 0))
     bin_dir = runtime_dir / "bin"
     bin_dir.mkdir(parents=True, exist_ok=True)
     shim = bin_dir / "systemctl"
@@ -167,14 +187,14 @@ def boot(script: Path, unit_dir: Path, runtime_dir: Path) -> int:
         {
             "PATH": f"{bin_dir}:{env.get('PATH', '/usr/bin:/bin')}",
             UNIT_DIR_ENV: str(unit_dir),
-            ADDRESS_ENV: "{}:{}".format(*listener.address),
-            AUTHKEY_ENV: authkey.hex(),
+            ADDRESS_ENV: "{}:{}".format(*listener.getsockname()[:2]),
+            AUTHKEY_ENV: authkey,
         }
     )
     lifeline_fd = lifeline.inherited_fd(env)
     env.pop(lifeline.LIFELINE_FD_ENV, None)  # the VM's own processes do not watch it
     manager = Manager(unit_dir, env)
-    threading.Thread(target=_serve, args=(manager, listener), daemon=True).start()
+    threading.Thread(target=_serve, args=(manager, listener, authkey), daemon=True).start()
     if lifeline_fd is not None:
         lifeline.watch(lifeline_fd, lambda: _power_off(manager, leader))
     script_proc = subprocess.Popen(["bash", str(script)], env=env, stdin=subprocess.DEVNULL, process_group=0)

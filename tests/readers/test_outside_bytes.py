@@ -482,15 +482,15 @@ INVENTORY: dict[str, tuple[str, str, str]] = {
         "the emulated systemd's key",
         "set by `infra/emulated/systemd.py` for its VM",
     ),
-    "infra/emulated/systemctl.py::main::conn.recv()": (
+    "infra/emulated/systemctl.py::answer_of::json.loads(line)": (
         OWN,
         "the emulated systemd's answer",
-        "a connection authenticated with the key its VM's systemd made",
+        "one line of at most `LINE_LIMIT` bytes from the manager the key names; `[int, str]` or an error line",
     ),
-    "infra/emulated/systemd.py::_serve.handle::conn.recv()": (
+    "infra/emulated/systemd.py::_request::json.loads(line)": (
         OWN,
         "a `systemctl` request of the VM's own processes",
-        "a connection authenticated with the key this process made",
+        "one line of at most `LINE_LIMIT` bytes; run only with the key this process made (`hmac.compare_digest`)",
     ),
     "infra/emulated/systemd.py::boot::os.environ": (
         PASSED,
