@@ -145,14 +145,22 @@ def _request(line: bytes, key: str) -> list[str] | None:
     return argv if isinstance(argv, list) and all(isinstance(a, str) for a in argv) else None
 
 
-def _serve(manager: Manager, listener: socket.socket, key: str) -> None:
+#: How long a connected ``systemctl`` has to send its request line (the job itself is not bounded:
+#: ``systemctl restart`` waits for it, as systemd's does).
+REQUEST_TIMEOUT_S = 30.0
+
+
+def _serve(manager: Manager, listener: socket.socket, key: str, request_timeout_s: float = REQUEST_TIMEOUT_S) -> None:
     def handle(conn: socket.socket) -> None:
         with conn:
             try:
+                conn.settimeout(request_timeout_s)
                 argv = _request(conn.makefile("rb").readline(systemctl_client.LINE_LIMIT), key)
                 if argv is not None:  # else closed unanswered: the caller says there was no answer
-                    conn.sendall((json.dumps(list(systemctl(manager, argv))) + "\n").encode())
-            except OSError:
+                    answer = (json.dumps(list(systemctl(manager, argv))) + "\n").encode()
+                    conn.settimeout(None)
+                    conn.sendall(answer)
+            except OSError:  # TimeoutError included: a caller that sent nothing is dropped
                 pass
 
     while True:

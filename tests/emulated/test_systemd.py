@@ -275,7 +275,7 @@ def test_the_command_reaches_the_manager_only_with_its_key_and_imports_little(ma
     import threading
 
     from infra.emulated import systemd as emulated_systemd
-    from infra.emulated.systemctl import ADDRESS_ENV, AUTHKEY_ENV, LINE_LIMIT
+    from infra.emulated.systemctl import ADDRESS_ENV, AUTHKEY_ENV, LINE_LIMIT, request_line
 
     write_unit(manager.unit_dir, "ExecStart=/bin/sleep 300")
     listener = socket.create_server(("127.0.0.1", 0))
@@ -299,6 +299,16 @@ def test_the_command_reaches_the_manager_only_with_its_key_and_imports_little(ma
                 conn.shutdown(socket.SHUT_WR)
                 assert conn.recv(10) == b""  # closed unanswered
         assert manager.service(UNIT).proc is None
+        with socket.create_connection(listener.getsockname()[:2], timeout=30) as slow:
+            # A caller that sends nothing is dropped once its time is up (a server of 0.2 s here) ...
+            impatient = socket.create_server(("127.0.0.1", 0))
+            serve = (manager, impatient, "ab12", 0.2)
+            threading.Thread(target=emulated_systemd._serve, args=serve, daemon=True).start()
+            with impatient, socket.create_connection(impatient.getsockname()[:2], timeout=30) as conn:
+                assert conn.recv(10) == b""
+            # ... and one that sends within it is answered.
+            slow.sendall(request_line("ab12", ["is-active", UNIT]))
+            assert slow.makefile("rb").readline() == b'[3, "inactive\\n"]\n'
         started = command("start", UNIT)
         assert started.returncode == 0 and manager.service(UNIT).proc is not None
     finally:
