@@ -73,7 +73,7 @@ WARM_MODULES = (
     "jax",
     "jax.numpy",
     "optax",
-    "orbax.checkpoint",
+    "training.checkpoint.orbax_import",  # orbax without its optional Cloud Logging client, as a cold start
     "training.__main__",
     "training.cluster",
     "training.config",

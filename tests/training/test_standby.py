@@ -275,20 +275,22 @@ def test_a_process_of_another_user_is_not_served(tmp_path, env, standby):
 
 def test_the_standby_imports_the_trainer_without_creating_a_backend_or_a_thread():
     # gcsfs and tensorboardX are imported too (an attempt's later imports), and nothing imported
-    # starts a Python thread, which a fork would not carry (the standby refuses to fork then).
+    # starts a Python thread, which a fork would not carry (the standby refuses to fork then). Orbax
+    # comes without its optional Cloud Logging client, as in a cold start (training/checkpoint/orbax_import.py).
     code = (
         "import sys, threading\n"
         "from training import standby\n"
         "took = standby.prepare()\n"
         "print(standby.backends_exist(), threading.active_count())\n"
         "print('gcsfs' in sys.modules, 'tensorboardX' in sys.modules)\n"
+        "print('orbax.checkpoint' in sys.modules, 'google.cloud.logging' in sys.modules)\n"
         "import jax; jax.devices()\n"
         "print(standby.backends_exist())\n"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300, check=True
     ).stdout.split()
-    assert out == ["False", "1", "True", "True", "True"]
+    assert out == ["False", "1", "True", "True", "True", "False", "True"]
 
 
 def test_the_environments_are_compared_but_for_what_differs_by_nature():
