@@ -30,11 +30,16 @@ from pathlib import Path
 KINDS = (
     ("pytest worker", r"exec\(eval\("),
     ("trainer (emulated VM)", r"bash \S+ run \S*python|-m training run"),
+    ("standby and its attempts (emulated VM)", r"-m training\.standby\b"),
+    ("trainer handoff (emulated VM)", r"-m training\.standby_handoff"),
+    ("log shipper (emulated VM)", r"-m training\.log_shipping"),
+    ("training completed-by", r"-m training completed-by"),
     ("trainer (tests.trainer_process)", r"-m tests\.trainer_process"),
     ("emulated Cloud Storage", r"fake-gcs-server"),
-    ("emulated systemd", r"-m infra\.local\.systemd"),
+    ("emulated systemd", r"-m infra\.emulated\.systemd\b"),
+    ("emulated systemctl", r"-m infra\.emulated\.systemctl"),
     ("multislice CLI", r"-m infra\.cli|bin/multislice "),
-    ("lifeline", r"-m infra\.local\.lifeline"),
+    ("lifeline", r"-m infra\.emulated\.lifeline"),
 )
 
 
