@@ -12,7 +12,7 @@ Throughput on a CPU says nothing about TPUs; the ratios say what the sharding co
 same hardware (docs/jax-on-cpu.md, "Throughput"). Targets (issue 4): ≥ 0.8 for one process, ≥ 0.6 for 2 emulated
 slices. The machine's load average is printed with the figures: on a shared machine,
 compare runs at similar load, and run more than once. A run whose before/after reference
-matmuls differ more than ``training.bench.shardings.REFERENCE_SPREAD_LIMIT`` (1.5×), or whose efficiency
+matmuls differ more than ``training.bench.reference.REFERENCE_SPREAD_LIMIT`` (1.5×), or whose efficiency
 exceeds 1, is reported as too noisy to judge, with the warning.
 """
 

@@ -13,7 +13,7 @@ step's length, not its mix of work, apart from the unembedding's share) at 8 × 
 Model FLOP/s = :func:`training.model.transformer.flops_per_token` (6·N + 12·L·H·K·S: PaLM, Chowdhery et
 al. 2022, arXiv:2204.02311, Appendix B) × tokens per step ÷ the median ``step_time_s`` of the
 steps after the first (compile excluded); the spread of those steps is the slowest ÷ the
-fastest. The reference is :func:`training.bench.shardings.matmul_reference` of the model's MLP matmul,
+fastest. The reference is :func:`training.bench.reference.matmul_reference` of the model's MLP matmul,
 ``[batch·sequence, d_model] · [d_model, d_ff]`` in the model's compute dtype with float32
 accumulation (the form of the trainer's own weight matmuls), timed just before and just after
 the training (median of both), on the same device; the plain matmul in the compute dtype
@@ -51,7 +51,7 @@ import jax  # noqa: E402
 from jax.experimental.compilation_cache import compilation_cache as jax_compilation_cache  # noqa: E402
 
 from training import train  # noqa: E402
-from training.bench import shardings as bench  # noqa: E402
+from training.bench import reference  # noqa: E402
 from training.cluster import ClusterIdentity  # noqa: E402
 from training.config import CheckpointConfig, TrainConfig  # noqa: E402
 from training.metrics.run_log import read_records  # noqa: E402
@@ -67,8 +67,8 @@ def measure(base: TrainConfig, steps: int) -> dict:
 
     def references() -> tuple[dict, dict]:
         return (
-            bench.matmul_reference(rows, d, f, dtype, steps=10, warmup=2, accumulation_dtype="float32"),
-            bench.matmul_reference(rows, d, f, dtype, steps=10, warmup=2),
+            reference.matmul_reference(rows, d, f, dtype, steps=10, warmup=2, accumulation_dtype="float32"),
+            reference.matmul_reference(rows, d, f, dtype, steps=10, warmup=2),
         )
 
     before, plain_before = references()
@@ -90,7 +90,7 @@ def measure(base: TrainConfig, steps: int) -> dict:
     )
     matmul_rate = 2.0 * rows * d * f / statistics.median(before["times"] + after["times"])
     plain_rate = 2.0 * rows * d * f / statistics.median(plain_before["times"] + plain_after["times"])
-    check = bench.reference_check(
+    check = reference.reference_check(
         [2.0 * rows * d * f / r["seconds"] for r in (before, after)], model_rate / matmul_rate
     )
     return {

@@ -32,14 +32,8 @@ from infra.emulated.supervisor import ProcessGroup
 from infra.local.tails import last_lines
 from infra.vm_contract import HEARTBEAT_TIMEOUT_ENV, INIT_TIMEOUT_ENV
 from training.bench import shardings as bench
-from training.bench.shardings import (
-    REFERENCE_SAMPLES,
-    BenchError,
-    figures,
-    matmul_reference,
-    measure_shardings,
-    reference_rows,
-)
+from training.bench.reference import REFERENCE_SAMPLES, matmul_reference, reference_rows
+from training.bench.shardings import BenchError, figures, measure_shardings
 from training.bench.spec import BenchSpec
 
 #: Seconds a child waits for the others in jax.distributed.initialize, and its heartbeat.

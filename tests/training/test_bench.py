@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 from infra.cli import app as multislice_app
 from infra.local import bench_slices
 from training.__main__ import app as training_app
-from training.bench import shardings as bench
+from training.bench import reference, shardings as bench
 from training.bench.spec import spec_from_options
 
 TINY = {"batch_size": 16, "embedding_dimension": 64, "layers": 2, "steps": 2, "warmup": 1}
@@ -34,7 +34,9 @@ def check_result(result: dict, devices: int) -> None:
     assert result["efficiency"] == pytest.approx(result["aggregate_tflops"] / result["reference_tflops"])
     assert len(result["step_times"]) == result["spec"]["steps"]
     assert len(result["reference"]["tflops_before_after"]) == 2
-    assert len(result["reference"]["times"]) == 2 and len(result["reference"]["times"][0]) == bench.REFERENCE_SAMPLES
+    assert (
+        len(result["reference"]["times"]) == 2 and len(result["reference"]["times"][0]) == reference.REFERENCE_SAMPLES
+    )
 
 
 def test_tiny_cpu_run_in_process_reports_positive_tflops():

@@ -1,4 +1,4 @@
-"""training.bench.shardings: when the before/after reference matmuls disagree, or the efficiency exceeds
+"""training.bench.reference and .shardings: when the before/after reference matmuls disagree, or the efficiency exceeds
 1, the result and the summary say the efficiency is too noisy to trust. Synthetic
 timings only: nothing here times anything."""
 
@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import pytest
 
-from training.bench import shardings as bench
+from training.bench import reference as reference_matmul, shardings as bench
 from training.bench.spec import spec_from_options
 
 TINY = {"batch_size": 16, "embedding_dimension": 64, "layers": 2, "steps": 2, "warmup": 1}
 
 
 def reference(seconds: float, shape: list[int]) -> dict:
-    """A :func:`training.bench.shardings.matmul_reference` result whose every sample took ``seconds``."""
+    """A :func:`training.bench.reference.matmul_reference` result whose every sample took ``seconds``."""
     rows, k, n = shape
     return {
         "flops_per_second": 2.0 * rows * k * n / seconds,
@@ -41,26 +41,26 @@ def result_for(before_s: float, after_s: float, step_s: float) -> dict:
 
 
 def test_agreeing_references_and_efficiency_below_1_are_trusted():
-    check = bench.reference_check([100.0, 120.0], 0.8)
+    check = reference_matmul.reference_check([100.0, 120.0], 0.8)
     assert check == {"spread": pytest.approx(1.2), "trusted": True, "warnings": []}
 
 
 def test_a_spread_above_the_limit_is_reported_and_not_trusted():
-    check = bench.reference_check([50.0, 100.0], 0.7)
+    check = reference_matmul.reference_check([50.0, 100.0], 0.7)
     assert check["spread"] == pytest.approx(2.0) and not check["trusted"]
     (warning,) = check["warnings"]
     assert "differ 2.00× (more than 1.5×)" in warning and "too noisy to trust" in warning
 
 
 def test_the_limit_is_the_stated_factor():
-    assert bench.REFERENCE_SPREAD_LIMIT == 1.5
-    assert bench.reference_check([100.0, 150.0], 0.5)["trusted"]  # exactly 1.5×: trusted
-    assert not bench.reference_check([100.0, 151.0], 0.5)["trusted"]
-    assert bench.reference_check([100.0, 190.0], 0.5, limit=2.0)["trusted"]
+    assert reference_matmul.REFERENCE_SPREAD_LIMIT == 1.5
+    assert reference_matmul.reference_check([100.0, 150.0], 0.5)["trusted"]  # exactly 1.5×: trusted
+    assert not reference_matmul.reference_check([100.0, 151.0], 0.5)["trusted"]
+    assert reference_matmul.reference_check([100.0, 190.0], 0.5, limit=2.0)["trusted"]
 
 
 def test_an_efficiency_above_1_is_never_trusted_even_with_agreeing_references():
-    check = bench.reference_check([100.0, 101.0], 1.2)
+    check = reference_matmul.reference_check([100.0, 101.0], 1.2)
     assert not check["trusted"]
     (warning,) = check["warnings"]
     assert "efficiency 1.200 is above 1" in warning and "too noisy to trust" in warning
@@ -69,7 +69,7 @@ def test_an_efficiency_above_1_is_never_trusted_even_with_agreeing_references():
 def test_bad_rates_raise():
     for rates in ([], [0.0, 1.0], [-1.0, 2.0]):
         with pytest.raises(ValueError, match="positive"):
-            bench.reference_check(rates, 0.5)
+            reference_matmul.reference_check(rates, 0.5)
 
 
 def test_figures_carry_the_spread_and_the_warnings():

@@ -18,13 +18,13 @@ Figures (all measured in the same run):
   the input gradient of the first matmul, which autodiff never computes (x is data), so
   it overstates the work by ``1 / (12 · layers)`` (2 % at 4 layers).
 * ``tflops_per_device`` = FLOPs per step ÷ median step time ÷ devices ÷ 1e12.
-* ``efficiency`` = aggregate achieved FLOP/s ÷ the reference capacity, where the reference
-  is one large matmul of the benchmark's own layer shape (``[rows, E] · [E, 4E]``, same
-  dtype, compiled and warmed up the same way), timed :data:`REFERENCE_SAMPLES` times just
-  before and again just after the benchmark; its rate is the median of all those samples,
-  as the step time is the median of the timed steps. Medians on both sides, pooled over the
-  span of the run, keep the ratio fair on a shared machine: the best of many short matmuls
-  would catch quiet moments that multi-second steps cannot;
+* ``efficiency`` = aggregate achieved FLOP/s ÷ the reference capacity, where the reference is
+  one large matmul of the benchmark's own layer shape (``[rows, E] · [E, 4E]``, same dtype,
+  compiled and warmed up the same way; :mod:`training.bench.reference`), timed
+  :data:`REFERENCE_SAMPLES` times just before and again just after the benchmark; its rate is
+  the median of all those samples, as the step time is the median of the timed steps. Medians on
+  both sides, pooled over the span of the run, keep the ratio fair on a shared machine: the best
+  of many short matmuls would catch quiet moments that multi-second steps cannot;
 
   - on CPU, one process using the whole machine (the launching process, while no emulated
     slice runs, when the slices are emulated), over the global batch rows: emulated devices
@@ -33,10 +33,10 @@ Figures (all measured in the same run):
   - on an accelerator, one chip over its per-device rows, times the number of devices.
 
 * ``reference.spread`` = the faster ÷ the slower of the before and after reference medians.
-  Above :data:`REFERENCE_SPREAD_LIMIT` the machine's speed changed during the run, and an
+  Above :data:`training.bench.reference.REFERENCE_SPREAD_LIMIT` the machine's speed changed during the run, and an
   efficiency above 1 means the reference understated the capacity the benchmark had: either
   way ``efficiency_trusted`` is False and ``warnings`` (also printed by :func:`summary`) says
-  the efficiency is too noisy to trust (:func:`reference_check`).
+  the efficiency is too noisy to trust (:func:`training.bench.reference.reference_check`).
 
 Where it runs:
 
@@ -55,23 +55,23 @@ from __future__ import annotations
 import math
 import os
 import statistics
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from training.bench.reference import (
+    REFERENCE_SAMPLES,
+    REFERENCE_SPREAD_LIMIT,
+    matmul_reference,
+    reference_check,
+    reference_rows,
+    timed_calls,
+)
 from training.bench.spec import BenchConfigError, BenchSpec
 from training.config import MESH_AXES
-from training.warning_text import WarningText, act, as_line
+from training.warning_text import as_line
 
 #: Learning rate of the benchmark's SGD update (its value does not change the work).
 SGD_LEARNING_RATE = 1e-4
-#: Timed reference matmuls before, and again after, the benchmark (at least ``--steps``).
-REFERENCE_SAMPLES = 10
-#: Largest spread (faster ÷ slower median) of the before and after reference matmuls for which
-#: the efficiency is trusted. A heuristic of this benchmark, not from a document: a machine
-#: whose matmul speed changes by half within one run (other load, frequency scaling) gives a
-#: reference that does not say what capacity the benchmark had.
-REFERENCE_SPREAD_LIMIT = 1.5
 
 
 class BenchError(RuntimeError):
@@ -79,70 +79,6 @@ class BenchError(RuntimeError):
 
 
 # --- measurements (in-process) ---------------------------------------------------------------
-
-
-def _timed_calls(fn: Callable[[], Any], steps: int, warmup: int) -> list[float]:
-    """Wall seconds of ``steps`` calls of ``fn`` (each blocked until ready) after ``warmup``."""
-    import jax
-
-    for _ in range(warmup):
-        jax.block_until_ready(fn())
-    times = []
-    for _ in range(steps):
-        start = time.perf_counter()
-        jax.block_until_ready(fn())
-        times.append(time.perf_counter() - start)
-    return times
-
-
-def matmul_reference(
-    rows: int,
-    k: int,
-    n: int,
-    dtype: str,
-    *,
-    steps: int = 5,
-    warmup: int = 2,
-    device: Any = None,
-    accumulation_dtype: str | None = None,
-) -> dict[str, Any]:
-    """FLOP/s of one ``[rows, k] · [k, n]`` matmul on one device (``jax.devices()[0]`` by
-    default), median of ``steps`` timed calls after ``warmup``.
-
-    Both operands are in ``dtype``, and so is the product. ``accumulation_dtype`` None: the
-    product is ``a @ b``, accumulated as XLA chooses for ``dtype``; ``"float32"``: the dot
-    accumulates in float32 (``preferred_element_type``) and is rounded to ``dtype``, as the
-    trainer's weight matmuls are (``training.model.transformer``; on XLA's CPU backend this is the form
-    that reaches its bfloat16 dot kernels).
-
-    Returns:
-      ``{"flops_per_second", "seconds" (median), "times", "shape", "dtype",
-      "accumulation_dtype", "platform"}``.
-    """
-    import jax
-    import jax.numpy as jnp
-
-    device = device if device is not None else jax.local_devices()[0]
-    dt = jnp.dtype(dtype)
-    kx, kw = jax.random.split(jax.random.key(1))
-    x = jax.device_put(jax.random.normal(kx, (rows, k), dt), device)
-    w = jax.device_put(jax.random.normal(kw, (k, n), dt), device)
-    if accumulation_dtype is None:
-        matmul = jax.jit(lambda a, b: a @ b)
-    else:
-        acc = jnp.dtype(accumulation_dtype)
-        matmul = jax.jit(lambda a, b: jnp.matmul(a, b, preferred_element_type=acc).astype(dt))
-    times = _timed_calls(lambda: matmul(x, w), steps, warmup)
-    seconds = statistics.median(times)
-    return {
-        "flops_per_second": 2.0 * rows * k * n / seconds,
-        "seconds": seconds,
-        "times": times,
-        "shape": [rows, k, n],
-        "dtype": dtype,
-        "accumulation_dtype": accumulation_dtype,
-        "platform": device.platform,
-    }
 
 
 def measure_shardings(spec: BenchSpec, mesh: Any, dtype: str) -> dict[str, Any]:
@@ -200,61 +136,9 @@ def measure_shardings(spec: BenchSpec, mesh: Any, dtype: str) -> dict[str, Any]:
         state["params"] = step(state["params"], x)
         return state["params"]
 
-    times = _timed_calls(one_step, spec.steps, spec.warmup)
+    times = timed_calls(one_step, spec.steps, spec.warmup)
     seconds = statistics.median(times)
     return {"step_seconds": seconds, "step_times": times, "flops_per_second": spec.flops_per_step / seconds}
-
-
-def reference_rows(spec: BenchSpec, platform: str) -> int:
-    """Rows of the reference matmul: the global batch on CPU (the whole machine is the unit),
-    one device's rows on an accelerator (one chip is the unit)."""
-    return spec.global_batch if platform == "cpu" else spec.batch_size
-
-
-def reference_check(
-    rates: Sequence[float], efficiency: float, *, limit: float = REFERENCE_SPREAD_LIMIT
-) -> dict[str, Any]:
-    """Whether an efficiency can be trusted, from the reference matmul rates measured before
-    and after the benchmark.
-
-    Args:
-      rates: FLOP/s (any one unit) of each reference run, e.g. the before and after medians;
-        all positive.
-      efficiency: aggregate FLOP/s ÷ the reference capacity (dimensionless).
-      limit: largest trusted spread (:data:`REFERENCE_SPREAD_LIMIT`).
-
-    Returns:
-      ``{"spread": max(rates) / min(rates), "trusted": bool, "warnings": [str, ...]}``: not
-      trusted, with one warning each, when the spread exceeds ``limit`` or the efficiency
-      exceeds 1 (a sharded step faster than one large matmul of its own layer shape on the
-      same hardware means the reference understated the capacity).
-
-    Raises:
-      ValueError: no rates, or a rate that is not positive.
-    """
-    if not rates or min(rates) <= 0:
-        raise ValueError(f"reference rates must be positive; got {list(rates)!r}")
-    spread = max(rates) / min(rates)
-    warnings: list[WarningText] = []
-    if spread > limit:
-        warnings.append(
-            act(
-                f"the reference matmuls before and after the benchmark differ {spread:.2f}× (more than {limit:g}×): "
-                "the machine's speed changed during the run, so the efficiency is too noisy to trust",
-                "rerun on a quieter machine",
-                when="you rely on the efficiency",
-            )
-        )
-    if efficiency > 1:
-        warnings.append(
-            act(
-                f"efficiency {efficiency:.3f} is above 1: the benchmark outran one large matmul of its own layer "
-                "shape, so the reference understated the machine's capacity; the efficiency is too noisy to trust",
-                "rerun it",
-                when="you rely on the efficiency",
-            )
-        )
-    return {"spread": spread, "trusted": not warnings, "warnings": warnings}
 
 
 def figures(
