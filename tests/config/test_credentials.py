@@ -11,7 +11,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from infra import credentials
-from infra.credentials import HOW_TO_SET, CredentialsError, CredentialSettings, load, path_or_contents, problem
+from infra.credentials import HOW_TO_SET, CredentialsError, CredentialSettings, load, problem
+from infra.readers.credentials_file import path_or_contents
 from tests.fakes.queued_resource import no_ambient_credentials  # noqa: F401 (autouse fixture)
 
 SA_EMAIL = "deployer@acme-ml-dev.iam.gserviceaccount.com"
@@ -150,7 +151,7 @@ def test_missing_or_malformed_credentials_are_one_line_naming_what_to_set(config
 
 
 def test_credentials_past_their_bounds_are_one_line_not_a_traceback(tmp_path):
-    from infra.credentials import MAX_CREDENTIALS_BYTES
+    from infra.readers.credentials_file import MAX_CREDENTIALS_BYTES
 
     big = tmp_path / "key.json"
     big.write_bytes(b" " * (MAX_CREDENTIALS_BYTES + 1))  # a regular file, too long to be a key: refused unread
