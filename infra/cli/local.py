@@ -12,7 +12,6 @@ command of the group (:class:`LocalGroup`).
 from __future__ import annotations
 
 import functools
-import json
 import os
 import sys
 from pathlib import Path
@@ -32,7 +31,7 @@ from infra.cli.options import (
     say,
     state_root,
 )
-from infra.cli.run_summary import print_summary
+from infra.cli.run_summary import print_summary, summary_path_problem, write_summary_json
 from infra.cli.status import INTERVAL_OPTION, JSON_OPTION, PLOT_OPTION, WATCH_OPTION, show_local
 
 
@@ -111,6 +110,13 @@ def local_up(
         parser=values.PREEMPT,
         help="SIGTERM a slice's VMs at a step (preemption notice), SIGKILL after the grace period. Repeatable.",
     ),
+    crash: list[str] = typer.Option(
+        [],
+        "--crash",
+        metavar="SLICE@STEP",
+        parser=values.CRASH,
+        help="SIGKILL a slice's trainers at a step (application failure); the VMs stay up. Repeatable.",
+    ),
     withhold: list[str] = typer.Option(
         [],
         "--withhold",
@@ -186,24 +192,22 @@ def local_up(
     Resumes an unfinished run; reports a finished one without retraining (--fresh starts over).
     """
     from infra.emulated.ports import bind_error
-    from infra.local import lifecycle, withholds
-    from infra.local.faults import FaultSpecError, parse_fault
-    from infra.local.options import Options
+    from infra.local import lifecycle
+    from infra.local.faults import FaultSpecError
+    from infra.local.options import Options, fault_options
 
     # Options first, with nothing heavy imported: a typo is reported at once.
     config = load_config(stack, config_file)
     total = config.total_steps
     try:
-        faults = [parse_fault("kill", spec, slices=config.slices, total_steps=total) for spec in kill]
-        faults += [parse_fault("preempt", spec, slices=config.slices, total_steps=total) for spec in preempt]
-        withheld = withholds.parse_withholds(withhold, slices=config.slices, faults=faults, stack=config)
+        faults, withheld = fault_options(config, kill=kill, preempt=preempt, crash=crash, withhold=withhold)
     except FaultSpecError as err:
         raise fail(str(err)) from None
     for step in hold_at:
         if step >= total:
             raise fail(f"--hold-at {step}: step {step} is outside the run: a hold can wait at steps 1..{total - 1}")
     if summary_json is not None:
-        problem = _unwritable(summary_json)
+        problem = summary_path_problem(summary_json)
         if problem:
             raise fail(f"--summary-json {summary_json}: {problem}")
     if coordinator_port is not None and (problem := bind_error(coordinator_port)):
@@ -245,9 +249,9 @@ def local_up(
     result = outcome.summary
     if outcome.already_complete:  # reported, nothing started
         print_summary(result)
-        _write_summary(summary_json, result)
+        write_summary_json(summary_json, result)
         return
-    _write_summary(summary_json, result)
+    write_summary_json(summary_json, result)
     try:
         print_summary(result)
     except BrokenPipeError:
@@ -289,28 +293,6 @@ def _progress_display(total: int):
     if console.is_terminal:
         return progress.live_reporter(console, total)
     return progress.plain_reporter(say)
-
-
-def _unwritable(path: Path) -> str | None:
-    """Why ``path`` cannot be written as a file, or None (checked before any work starts)."""
-    if path.is_dir():
-        return "is a directory"
-    parent = path.parent if str(path.parent) else Path(".")
-    existing = next((p for p in [parent, *parent.parents] if p.exists()), None)
-    if existing is None or not existing.is_dir():
-        return f"{existing or parent} is not a directory"
-    if not os.access(existing, os.W_OK):
-        return f"{existing} is not writable"
-    return None
-
-
-def _write_summary(path: Path | None, result: dict) -> None:
-    if path is not None:
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
-        except OSError as err:
-            raise fail(f"--summary-json {path}: {err.strerror or err}", 1) from None
 
 
 @app.command("down")

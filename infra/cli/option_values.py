@@ -7,7 +7,7 @@ value prints.
   "must be a finite number of seconds from 1 to …", in the option's unit); each lies in its range,
   named in the refusal and in ``--help``.
 * :class:`PathValue`: every path option: not empty, no NUL, within the system's limits on a path.
-* :class:`FaultSpec`: ``--kill``/``--preempt`` ``SLICE@STEP`` and ``--withhold SLICE:DURATION`` (or
+* :class:`FaultSpec`: ``--kill``/``--preempt``/``--crash`` ``SLICE@STEP`` and ``--withhold SLICE:DURATION`` (or
   ``SLICE:until-step-STEP``),
   their form (the stack's slices and steps are checked once it is loaded), and
   :func:`distinct_withholds`: one ``--withhold`` per slice.
@@ -28,7 +28,7 @@ import math
 import os
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import typer
 
@@ -171,7 +171,7 @@ class PathValue:
 
 @dataclasses.dataclass(frozen=True)
 class FaultSpec:
-    """The parser of ``--kill``/``--preempt`` (``SLICE@STEP``) and ``--withhold`` (``SLICE:DURATION`` or
+    """The parser of ``--kill``/``--preempt``/``--crash`` (``SLICE@STEP``) and ``--withhold`` (``SLICE:DURATION`` or
     ``SLICE:until-step-STEP``): the value, once its form is checked (:func:`infra.local.faults.fault_shape`,
     :func:`infra.local.withholds.withhold_shape`)."""
 
@@ -189,7 +189,7 @@ class FaultSpec:
             if self.kind == "withhold":
                 withholds.withhold_shape(str(value))
             else:
-                faults.fault_shape("kill" if self.kind == "kill" else "preempt", str(value))
+                faults.fault_shape(cast("faults.FaultKind", self.kind), str(value))
         except faults.FaultSpecError as err:
             raise OptionRefused(str(err), value, line=str(err)) from None
         return str(value)
@@ -199,6 +199,7 @@ class FaultSpec:
 PATH = PathValue()
 KILL = FaultSpec("kill")
 PREEMPT = FaultSpec("preempt")
+CRASH = FaultSpec("crash")
 WITHHOLD = FaultSpec("withhold")
 
 

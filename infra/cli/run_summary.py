@@ -7,10 +7,14 @@ each, never wrapped: a path is copied or searched for whole."""
 
 from __future__ import annotations
 
+import json
+import os
+from pathlib import Path
+
 from rich.table import Table
 from rich.text import Text
 
-from infra.cli.options import console
+from infra.cli.options import console, fail
 
 #: Widest the summary table is drawn (columns).
 SUMMARY_WIDTH = 100
@@ -71,3 +75,26 @@ def _absent(key: str, result: dict) -> str:
     if key == "final_loss":
         return "— (no step completed yet)"
     return "— (not recorded yet)"
+
+
+def summary_path_problem(path: Path) -> str | None:
+    """Why ``--summary-json`` ``path`` cannot be written as a file, or None (checked before any work starts)."""
+    if path.is_dir():
+        return "is a directory"
+    parent = path.parent if str(path.parent) else Path(".")
+    existing = next((p for p in [parent, *parent.parents] if p.exists()), None)
+    if existing is None or not existing.is_dir():
+        return f"{existing or parent} is not a directory"
+    if not os.access(existing, os.W_OK):
+        return f"{existing} is not writable"
+    return None
+
+
+def write_summary_json(path: Path | None, result: dict) -> None:
+    """Write ``result`` to ``--summary-json`` ``path`` (None: nothing); a failure is one error line, exit 1."""
+    if path is not None:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+        except OSError as err:
+            raise fail(f"--summary-json {path}: {err.strerror or err}", 1) from None

@@ -207,3 +207,23 @@ def pod_command(script: Path, noexec: Iterable[Path] = ()) -> list[str]:
 def process_groups(vms: Iterable[EmulatedVM]) -> list[ProcessGroup]:
     """The process groups of the VMs that have booted."""
     return [vm.group for vm in vms if vm.group is not None]
+
+
+def trainer_attempts(vms: Iterable[EmulatedVM]) -> list[int]:
+    """The pids of the trainer attempts running on ``vms``: a cold ``python -m training run``, or a
+    process the VM's warm standby forked (training/standby.py: its command line is the standby's and
+    its parent is the standby). What ``local up --crash`` strikes (infra/local/faults.py)."""
+    import psutil
+
+    found = []
+    for group in process_groups(vms):
+        for pid in session_pids(group.pgid):
+            try:
+                process = psutil.Process(pid)
+                cmdline, parent = process.cmdline(), process.parent()
+                forked = "training.standby" in cmdline and parent is not None and "training.standby" in parent.cmdline()
+            except psutil.Error:  # gone meanwhile
+                continue
+            if cmdline[1:4] == ["-m", "training", "run"] or forked:
+                found.append(pid)
+    return found

@@ -4,6 +4,11 @@
   or spot preemption notice: the trainer may save), then SIGKILL after a grace period
   (GCE gives preempted Spot VMs 30 s: https://cloud.google.com/compute/docs/instances/spot#preemption-process).
 * ``--kill SLICE@STEP``: SIGKILL to every process of the slice's VMs (a hardware fault).
+* ``--crash SLICE@STEP``: SIGKILL to the trainer processes of the slice's VMs only (an application
+  failure: an OOM kill, a crash of the runtime, a bug). The VMs stay up and nothing is repaired: each
+  trainer unit restarts its trainer (``Restart=on-failure``; from the VM's warm standby), and the other
+  slices' trainers end on the lost peer and are restarted by their units (docs/faults.md,
+  "An application failure: the VMs stay up").
 
 The fault fires once, the first time the emulator sees (it polls the run's ``metrics`` log
 every ``poll_s``; the trainer syncs it every ``log_every_steps`` and at each checkpoint) a
@@ -13,7 +18,7 @@ reached its step. The bundled trainer waits at STEP until the fault strikes
 (:class:`FaultGates`, :mod:`training.fault_gate`), so the fault lands at STEP on any machine
 and the run cannot end first; a stack's own command is not held, and may be a few steps
 further by then (the steps it loses are counted from where it really was). Afterwards
-the emulator repairs the queued resource the way Cloud TPU auto-repair does: the failed
+the emulator repairs (all but ``--crash``) the queued resource the way Cloud TPU auto-repair does: the failed
 slice is recreated as a whole (fresh local disks; the instances of a slice are recovered
 together: https://cloud.google.com/tpu/docs/failure-recovery) and every other slice is
 restarted (the job's processes cannot go on without the failed slice's).
@@ -29,7 +34,7 @@ from typing import Any, Literal
 
 from training import fault_gate
 
-FaultKind = Literal["preempt", "kill"]
+FaultKind = Literal["preempt", "kill", "crash"]
 _SPEC = re.compile(r"^\s*([0-9]+)\s*@\s*([0-9]+)\s*$")  # ASCII digits only
 
 
@@ -64,7 +69,7 @@ def parse_fault(kind: FaultKind, spec: str, *, slices: int, total_steps: int) ->
     """Parse ``SLICE@STEP``.
 
     Args:
-      kind: the option (``--kill`` or ``--preempt``) the message names.
+      kind: the option (``--kill``, ``--preempt`` or ``--crash``) the message names.
       spec: the option's value.
       slices: the stack's slice count (``multislice:slices``).
       total_steps: the run's ``training.steps``.

@@ -5,10 +5,11 @@ cannot go on (:class:`EmulationError`) or is stopped (:class:`Interrupted`); use
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from infra.local.boot_watch import default_boot_timeout
-from infra.local.faults import Fault
-from infra.local.withholds import Withhold
+from infra.local.faults import Fault, FaultSpecError, parse_fault
+from infra.local.withholds import Withhold, parse_withholds
 from infra.startup import STOP_TIMEOUT_S
 
 #: Seconds the VMs get to end on their own after their capacity was deleted on completion (worker
@@ -50,3 +51,24 @@ class Options:
     node_delete_delay_s: float = (
         NODE_DELETE_DELAY_S  # after the queued resource is deleted on complete, running VMs are stopped
     )
+
+
+def fault_options(
+    config: Any, *, kill: list[str], preempt: list[str], crash: list[str], withhold: list[str]
+) -> tuple[list[Fault], dict[int, Withhold]]:
+    """The faults and withholds of ``local up``'s ``--kill``, ``--preempt``, ``--crash`` and
+    ``--withhold`` values for the stack ``config`` (a ``StackConfig``).
+
+    Raises:
+      FaultSpecError: one line naming the option: a value :func:`infra.local.faults.parse_fault` or
+        :func:`infra.local.withholds.parse_withholds` refuses, or a ``--crash`` where no bundled trainer
+        runs on a VM (the gke backend's Pods, a stack's own command: ``multislice:workload``).
+    """
+    slices, total = config.slices, config.total_steps
+    faults = [parse_fault("kill", spec, slices=slices, total_steps=total) for spec in kill]
+    faults += [parse_fault("preempt", spec, slices=slices, total_steps=total) for spec in preempt]
+    faults += [parse_fault("crash", spec, slices=slices, total_steps=total) for spec in crash]
+    if crash and (config.backend == "gke" or config.workload is not None):
+        where = "a Pod's container runs it" if config.backend == "gke" else "the stack runs its own command"
+        raise FaultSpecError(f"--crash {crash[0]}: it strikes the bundled trainer on a VM, and {where}: use --kill")
+    return faults, parse_withholds(withhold, slices=slices, faults=faults, stack=config)

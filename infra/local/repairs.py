@@ -29,6 +29,9 @@ back it is recreated once (:meth:`Repairs.release_withheld`).
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import time
 from collections.abc import Callable
 from typing import Any
@@ -36,7 +39,7 @@ from typing import Any
 from infra.backends.interface import Emulation
 from infra.config import StackConfig
 from infra.emulated import stop_signals, supervisor
-from infra.emulated.vm import process_groups
+from infra.emulated.vm import process_groups, trainer_attempts
 from infra.local.faults import Fault, FaultGates
 from infra.local.idle_capacity import IdleCapacity
 from infra.local.options import EmulationError, Options
@@ -119,6 +122,8 @@ class Repairs:
 
         Returns whether it struck: a slice whose capacity is withheld has no VM to strike, and is
         not repaired (that would boot it before its capacity is back); its step's gate opens."""
+        if fault.kind == "crash":
+            return self._crash(fault, observed_step)
         if fault.slice_id in self.withheld:
             self.gates.strike(fault.step)
             self.report(
@@ -158,6 +163,27 @@ class Repairs:
         else:
             self.repair(fault.slice_id, options, settled)
         self.fault_steps.append(max(reached))
+        return True
+
+    def _crash(self, fault: Fault, observed_step: int) -> bool:
+        """An application failure: SIGKILL the trainer attempts of the fault's slice, not its VMs, and
+        repair nothing (each trainer unit restarts its trainer; the other slices' trainers end on the
+        lost peer and are restarted by theirs). Whether any attempt was struck."""
+        attempts = trainer_attempts(self.workers.of_slice(fault.slice_id))
+        if not attempts:
+            self.gates.strike(fault.step)
+            self.report(f"fault: {fault}: nothing to strike, no trainer runs on slice {fault.slice_id}'s VMs")
+            return False
+        self.report(
+            f"fault: {fault} (SIGKILL to its trainer, pid {', '.join(map(str, attempts))}; the VMs stay up and "
+            f"their units restart the trainers; training had reported step {observed_step})"
+        )
+        self.faults_fired.append(str(fault))
+        for pid in attempts:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        self.gates.strike(fault.step)  # the other slices' trainers go on, to the lost peer
+        self.fault_steps.append(observed_step)
         return True
 
     def withhold(self, slice_id: int, withhold: Withhold, settle: Callable[[], None]) -> None:

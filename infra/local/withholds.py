@@ -95,7 +95,8 @@ def parse_withhold(spec: str, *, slices: int, faults: list[Fault], stack: Any = 
     Args:
       spec: the option's value.
       slices: the stack's slice count.
-      faults: the command line's ``--kill`` and ``--preempt``.
+      faults: the command line's ``--kill``, ``--preempt`` and ``--crash`` (a crash leaves the slice its
+        capacity: only the others count).
       stack: the :class:`infra.config.StackConfig` (needed by ``until-step``: its steps and elastic settings).
 
     Returns:
@@ -115,7 +116,7 @@ def parse_withhold(spec: str, *, slices: int, faults: list[Fault], stack: Any = 
         raise FaultSpecError(
             f"--withhold {shown}: slice {_shown_number(digits)} does not exist (slices 0..{slices - 1})"
         )
-    struck = sorted((f for f in faults if f.slice_id == slice_id), key=lambda f: f.step)
+    struck = sorted((f for f in faults if f.slice_id == slice_id and f.kind != "crash"), key=lambda f: f.step)
     if not struck:
         raise FaultSpecError(
             f"--withhold {shown}: no --kill or --preempt strikes slice {slice_id}, so it never loses its capacity"

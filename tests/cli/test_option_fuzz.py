@@ -75,7 +75,7 @@ KINDS = {
         "number",
     ),
     **dict.fromkeys(["--output", "--summary-json", "--plot", "--log-dir", "--policy-config"], "path"),
-    **dict.fromkeys(["--kill", "--preempt"], "fault"),
+    **dict.fromkeys(["--kill", "--preempt", "--crash"], "fault"),
     # SLICE:DURATION or SLICE:until-step-STEP (infra/local/withholds.py), read by the fault-spec parser.
     "--withhold": "withhold",
     "--since": "since",

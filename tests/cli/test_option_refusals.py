@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -18,6 +19,7 @@ from infra.config import load_stack_file, stack_file
 from infra.local.faults import Fault, FaultSpecError
 from infra.local.withholds import Withhold, parse_withhold, parse_withholds
 from tests.helpers import cli_options
+from tests.helpers.emulation import gke_stack
 from training.config import MAX_STEPS
 from training.data.manifest import DTYPE_LIMITS
 from training.prepare.arguments import MAX_MB
@@ -88,6 +90,7 @@ def test_withholds_are_checked_for_form_then_repeats_then_the_stack():
         (["--withhold", "x:1m"], "--withhold 'x:1m' is malformed: the form is SLICE:DURATION"),
         (["--kill", "1@x"], "--kill '1@x' is malformed: the form is SLICE@STEP, e.g. --kill 1@40"),
         (["--preempt", "@3"], "--preempt '@3' is malformed: the form is SLICE@STEP, e.g. --preempt 1@40"),
+        (["--crash", "1@x"], "--crash '1@x' is malformed: the form is SLICE@STEP, e.g. --crash 1@40"),
         (["--kill", ""], "--kill '' is malformed"),
         # Before the stack is read: a stack file that does not exist is not what is reported.
         (["--config-file", "/nonexistent/Pulumi.x.yaml", "--kill", "1@"], "--kill '1@' is malformed"),
@@ -97,6 +100,29 @@ def test_a_malformed_fault_spec_is_refused_as_malformed_with_its_form(stubbed, a
     line = refusal(invoke("local", "up", *args))
     assert line.startswith(says), line
     assert "strikes" not in line and stubbed == []
+
+
+def test_a_crash_leaves_its_slice_the_capacity_a_withhold_would_take():
+    """``--crash`` kills trainers, not VMs: a ``--withhold`` of its slice needs a --kill or --preempt."""
+    with pytest.raises(FaultSpecError, match="no --kill or --preempt strikes slice 1"):
+        parse_withholds(["1:30s"], slices=2, faults=[Fault("crash", 1, 3)])
+    assert parse_withholds(["1:30s"], slices=2, faults=[Fault("crash", 1, 3), Fault("kill", 1, 5)]) == {
+        1: Withhold(seconds=30.0)
+    }
+
+
+@pytest.mark.parametrize(
+    ("stack", "where"),
+    [
+        ("gke", "a Pod's container runs it"),
+        ("Pulumi.emu-command.yaml", "the stack runs its own command"),
+    ],
+)
+def test_a_crash_is_refused_where_no_bundled_trainer_runs_on_a_vm(monkeypatch, tmp_path, stack, where):
+    cli_options.forbid_starting_anything(monkeypatch)
+    path = gke_stack(tmp_path) if stack == "gke" else Path(__file__).parents[1] / "stacks" / stack
+    line = refusal(invoke("local", "up", "--config-file", str(path), "--crash", "1@3"))
+    assert line == f"--crash 1@3: it strikes the bundled trainer on a VM, and {where}: use --kill"
 
 
 # --- numbers -------------------------------------------------------------------------------------

@@ -148,25 +148,6 @@ def processes_under(root: Path) -> list[int]:
     return found
 
 
-def trainer_attempts(root: Path, slice_id: int) -> list[int]:
-    """The trainer attempts running on slice ``slice_id``'s emulated VMs under ``root``: a cold
-    ``python -m training run``, or a process the VM's warm standby forked (training/standby.py; its
-    command line is the standby's, its parent the standby)."""
-    found = []
-    for pid in processes_under(root):
-        try:
-            process = psutil.Process(pid)
-            if process.environ().get("MULTISLICE_SLICE") != str(slice_id):
-                continue
-            cmdline, parent = process.cmdline(), process.parent()
-            forked = "training.standby" in cmdline and parent is not None and "training.standby" in parent.cmdline()
-            if cmdline[1:4] == ["-m", "training", "run"] or forked:
-                found.append(pid)
-        except psutil.Error:
-            continue
-    return found
-
-
 def run_records(state_dir: Path, name: str, stack: Path = STACK) -> list[dict]:
     """Every record of log ``name`` of the run of ``stack`` (a stack file; the emu stack by
     default) under ``state_dir``, read as ``local status`` reads it: through a temporary
