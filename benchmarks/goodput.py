@@ -2,7 +2,7 @@
 120 steps, ≥ 0.85 for 480).
 
     uv run --frozen python benchmarks/goodput.py [--repeat 1] [--steps 120] [--no-faults] [--warm-stack]
-        [--kill-step N] [--standby on|off] [--json]
+        [--kill-step N] [--crash] [--standby on|off] [--json]
 
 Runs ``multislice local up --stack dev --fresh --preempt 0@30 --preempt 1@60 --kill 1@90
 --summary-json PATH`` (its own state directory each time) and prints, from the summary and
@@ -19,6 +19,10 @@ the dev stack with ``training.steps`` N instead (a copy of the stack file, throu
 ``--config-file``), its preemptions at the same fractions of the run (25 %, 50 %) and its kill
 half an interval after the checkpoint at or before 75 % (:func:`faults`; 480 steps: 120, 240,
 370; ``--kill-step`` puts the kill elsewhere);
+``--crash`` makes the third fault ``--crash`` instead of ``--kill`` at the same step: an application
+failure (an OOM kill, a runtime crash) that keeps the VMs, so its restarts are forked by each VM's
+warm standby instead of starting with a boot (docs/faults.md); each start's ``initialization`` and
+kind (``cold``, ``warm`` after a boot's wait for the standby, ``warm`` at once) is printed either way;
 ``--no-faults`` runs it without faults (the start-up cost alone: the best goodput this
 machine allows for that run length). Each run's state directory is new, so by default the
 run is a new stack's first: its compilation cache (``gs://<bucket>/compilation-cache``,
@@ -53,7 +57,7 @@ DEV_STEPS = 120
 TARGETS = {DEV_STEPS: 0.6, 480: 0.85}
 
 
-def faults(steps: int, interval: int, kill_step: int | None = None) -> list[str]:
+def faults(steps: int, interval: int, kill_step: int | None = None, crash: bool = False) -> list[str]:
     """The benchmark's faults: preemptions at 25 % and 50 % of a run of ``steps``, and the kill
     half a checkpoint ``interval`` after the checkpoint at or before 75 % (dev, interval 20:
     30, 60, 90; 480 steps: 120, 240, 370), or at ``kill_step``.
@@ -64,17 +68,22 @@ def faults(steps: int, interval: int, kill_step: int | None = None) -> list[str]
     worst case, measured in docs/goodput.md; ``--kill-step 360`` reproduces it)."""
     at = [round(steps * fraction) for fraction in (0.25, 0.5, 0.75)]
     kill = kill_step if kill_step is not None else at[2] // interval * interval + interval // 2
-    return ["--preempt", f"0@{at[0]}", "--preempt", f"1@{at[1]}", "--kill", f"1@{kill}"]
+    return ["--preempt", f"0@{at[0]}", "--preempt", f"1@{at[1]}", "--crash" if crash else "--kill", f"1@{kill}"]
 
 
 def up_args(
-    steps: int, with_faults: bool, state_dir: Path, kill_step: int | None = None, standby: bool = True
+    steps: int,
+    with_faults: bool,
+    state_dir: Path,
+    kill_step: int | None = None,
+    standby: bool = True,
+    crash: bool = False,
 ) -> list[str]:
     """``local up`` arguments: the dev stack itself, or a copy of it with ``training.steps``
     (faults: :func:`faults`) or, ``standby`` False, ``multislice:warmStandby: false``."""
     config = yaml.safe_load((ROOT / "stacks" / "Pulumi.dev.yaml").read_text())
     training = config["config"]["multislice:training"]
-    chosen = faults(steps, training["checkpoint"]["interval_steps"], kill_step) if with_faults else []
+    chosen = faults(steps, training["checkpoint"]["interval_steps"], kill_step, crash) if with_faults else []
     if steps == DEV_STEPS and standby:
         stack = ["--stack", "dev"]
     else:
@@ -191,6 +200,7 @@ def one_run(state_dir: Path, up: list[str]) -> dict:
     attempts = report.get("per_attempt", [])
     return data | {
         "per_attempt": attempts,
+        "start_kinds": [start_label(e) for e in events if e.get("event") == "start"],
         "first_start_compilation_s": attempts[0]["badput"]["compilation"] if attempts else None,
         "command_seconds": round(wall, 1),
         "goodput_wall_seconds": round(span, 1) if span else None,
@@ -199,6 +209,14 @@ def one_run(state_dir: Path, up: list[str]) -> dict:
         "starts": data["restarts"] + 1,
         "badput_seconds_per_start": round(badput / (data["restarts"] + 1), 1),
     }
+
+
+def start_label(start: dict) -> str:
+    """How a start began, from its event (training/start.py ``start_kind``): ``cold``, ``warm after a
+    wait`` (a boot's first, forked once the standby had prepared) or ``warm``."""
+    if start.get("start_kind") == "warm":
+        return "warm after a wait" if "standby_wait_s" in start else "warm"
+    return str(start.get("start_kind") or "cold")
 
 
 def main() -> None:
@@ -216,6 +234,11 @@ def main() -> None:
         "--kill-step",
         type=int,
         help="the kill's step instead of half a checkpoint interval after the one at or before 75 %% of the run",
+    )
+    parser.add_argument(
+        "--crash",
+        action="store_true",
+        help="the third fault an application failure (--crash: the VMs stay up) instead of a --kill, same step",
     )
     parser.add_argument(
         "--standby",
@@ -236,7 +259,7 @@ def main() -> None:
     for index in range(args.repeat):
         load_before = os.getloadavg()
         with tempfile.TemporaryDirectory(prefix="goodput-bench-") as tmp:
-            up = up_args(args.steps, not args.no_faults, Path(tmp), args.kill_step, args.standby == "on")
+            up = up_args(args.steps, not args.no_faults, Path(tmp), args.kill_step, args.standby == "on", args.crash)
             warm = warm_up(Path(tmp), up) if args.warm_stack else None
             load_measured = os.getloadavg()
             run = one_run(Path(tmp), up)
@@ -265,6 +288,12 @@ def main() -> None:
                 f"  badput: {badput}\n"
                 f"  badput per start: {run['badput_seconds_per_start']} s "
                 f"({run['badput_seconds']} s over {run['starts']} start(s))\n"
+                "  initialization by start: "
+                + ", ".join(
+                    f"{a['badput']['initialization']:.1f} s ({kind})"
+                    for a, kind in zip(run["per_attempt"], run["start_kinds"], strict=False)
+                )
+                + "\n"
                 f"  first start's compilation: {run['first_start_compilation_s']:.1f} s "
                 f"({'warm stack cache' if warm is not None else 'a new stack: cold stack cache'})"
             )

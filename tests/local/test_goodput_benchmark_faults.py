@@ -55,3 +55,17 @@ def test_the_standby_is_turned_off_in_a_copy_of_the_stack(goodput, tmp_path):
     dev = yaml.safe_load((ROOT / "stacks" / "Pulumi.dev.yaml").read_text())["config"]
     assert copy["multislice:warmStandby"] is False and "multislice:warmStandby" not in dev
     assert copy["multislice:training"] == dev["multislice:training"]
+
+
+def test_crash_makes_the_third_fault_an_application_failure_at_the_kills_step(goodput, tmp_path):
+    kill = goodput.up_args(480, True, tmp_path)
+    crash = goodput.up_args(480, True, tmp_path, crash=True)
+    assert "--kill" not in crash and crash[crash.index("--crash") + 1] == kill[kill.index("--kill") + 1] == "1@370"
+    assert crash[: crash.index("--crash")] == kill[: kill.index("--kill")]  # the preemptions as they were
+
+
+def test_each_start_is_labelled_by_how_it_began(goodput):
+    assert goodput.start_label({"event": "start"}) == "cold"  # a run outside a VM records no kind
+    assert goodput.start_label({"start_kind": "cold", "cold_reason": "no standby"}) == "cold"
+    assert goodput.start_label({"start_kind": "warm", "standby_wait_s": 1.4}) == "warm after a wait"
+    assert goodput.start_label({"start_kind": "warm"}) == "warm"
