@@ -171,6 +171,31 @@ def test_a_stop_to_change_the_slice_count_is_a_resize_not_a_preemption():
     assert [(r.cause, r.preempted_step) for r in restarts_of(events)] == [("resize", 20)]
 
 
+def test_a_stop_notice_after_which_the_run_trains_on_another_slice_count_is_a_resize():
+    """The queued resource restarts every slice as it recreates a lost one: the trainers save on that
+    stop notice (no membership epoch of their own) and the next start trains on both slices again;
+    a preempted slice that is not back makes the next start train on fewer. A failure stays one."""
+    events = [
+        {"event": "start", "step": 0, "time": 1.0, "slices": 2, "full_slices": 2},
+        {"event": "preempted", "step": 53, "time": 2.0},  # slice 1 preempted: the job saves and stops
+        {"event": "start", "step": 53, "restored": True, "time": 3.0, "slices": 1, "full_slices": 2},
+        {"event": "preempted", "step": 81, "time": 4.0},  # the platform's restart as slice 1 returns
+        {"event": "start", "step": 81, "restored": True, "time": 5.0, "slices": 2, "full_slices": 2},
+        {"event": "preempted", "step": 90, "time": 6.0},  # a preemption on the same count
+        {"event": "start", "step": 90, "restored": True, "time": 7.0, "slices": 2, "full_slices": 2},
+        {"event": "start", "step": 90, "restored": True, "time": 8.0, "slices": 1, "full_slices": 2},  # killed
+        {"event": "preempted", "step": 95, "time": 9.0},
+        {"event": "start", "step": 95, "restored": True, "time": 10.0},  # a start that records no count
+    ]
+    assert [(r.cause, r.preempted_step) for r in restarts_of(events)] == [
+        ("resize", 53),
+        ("resize", 81),
+        ("preemption", 90),
+        ("failure", None),
+        ("preemption", 95),
+    ]
+
+
 def test_the_json_keys_are_stable(bucket):
     run = SyntheticRun(
         total_steps=40, steps_done=30, log_every=10, checkpoint_every=10, faults=[Fault("preemption", 25)]

@@ -6,7 +6,9 @@ Events (``training/train.py``): ``start`` (``step``: the step resumed from, ``re
 ``start`` after the first; it follows a preemption when a ``preempted`` event (or a checkpoint
 saved for a preemption) lies between it and the previous ``start`` (a ``resize`` when that
 ``preempted`` event names a ``membership_epoch``: an elastic run stopped to change its slice count,
-training/membership_gate.py), else a failure (a process
+training/membership_gate.py; or when the ``start`` trains on another slice count than the previous
+one, its ``slices``: an elastic run that a stop notice ended and that restarted on fewer slices, or on
+more when the platform's restart brought a lost slice back), else a failure (a process
 or a VM died: the emulator's ``--kill``, a Cloud TPU maintenance event without notice, a trainer
 that ended with an error). ``multislice status`` and the emulation's summary both name restarts
 this way.
@@ -38,6 +40,7 @@ def restarts_of(events: list[dict[str, Any]]) -> list[Restart]:
     restarts: list[Restart] = []
     seen_start = False
     notice: dict[str, Any] | None = None
+    slices: Any = None  # the previous start's slice count (elastic slices), when it recorded one
     for event in events:
         kind = event.get("event")
         if kind == "preempted" or (kind == "checkpoint" and event.get("preemption")):
@@ -51,7 +54,7 @@ def restarts_of(events: list[dict[str, Any]]) -> list[Restart]:
                             "failure"
                             if notice is None
                             else "resize"
-                            if notice.get("membership_epoch") is not None
+                            if notice.get("membership_epoch") is not None or _resized(slices, event.get("slices"))
                             else "preemption"
                         ),
                         resumed_step=int(event.get("step", 0)),
@@ -63,7 +66,14 @@ def restarts_of(events: list[dict[str, Any]]) -> list[Restart]:
                 )
             seen_start = True
             notice = None
+            slices = event.get("slices")
     return restarts
+
+
+def _resized(before: Any, after: Any) -> bool:
+    """Whether two starts' ``slices`` are both counts and differ."""
+    counts = [n for n in (before, after) if isinstance(n, int) and not isinstance(n, bool)]
+    return len(counts) == 2 and before != after
 
 
 def _time(record: dict[str, Any] | None) -> float | None:
