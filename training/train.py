@@ -349,9 +349,11 @@ def main(config: TrainConfig, run_dir: str, identity: cluster.ClusterIdentity) -
     except RestoredStateDiverged:  # logged where it was raised
         return _finish(EXIT_FAILED, distributed)
     except Exception as err:
-        if distributed and peer_loss.is_peer_loss(err):  # a peer's end, not this process's fault
-            log.error(
-                "training stopped: another process of the job is gone (%s); exiting to restart", peer_loss.summary(err)
+        if distributed and peer_loss.is_peer_loss(err):  # a peer's end, not this process's fault: a warning
+            log.warning(
+                "training stopped: another process of the job is gone (%s); exiting to restart with the job "
+                "(the peer's own log says why it ended)",
+                peer_loss.summary(err),
             )
             log.debug("the error", exc_info=True)
         else:
