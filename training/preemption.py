@@ -36,6 +36,31 @@ JOB_NOTICE_KEY = "RECEIVED_PREEMPTION_NOTICE"
 EXIT_PREEMPTED, EXIT_FAILED = 75, 1
 
 
+#: Orbax's warning at the agreed step (``orbax/checkpoint/_src/multihost/multihost.py``,
+#: ``_maybe_log_reached_preemption``), logged by each of its checks of that step: ``should_save``,
+#: ``save`` and the finalize thread (``orbax/checkpoint/checkpoint_manager.py``), besides this
+#: module's own. Its arguments: the process index, the thread's name, the step.
+ORBAX_SYNC_POINT = "[process=%s][thread=%s] Reached preemption sync point, step=%s"
+
+
+class SyncPointOnce(logging.Filter):
+    """Lets Orbax's :data:`ORBAX_SYNC_POINT` warning through once per process and step (the first
+    thread's); every other record passes. Installed on the ``absl`` logger by :meth:`Notice.install`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._seen: set[tuple[Any, Any]] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.msg != ORBAX_SYNC_POINT or not isinstance(record.args, tuple) or len(record.args) != 3:
+            return True
+        key = (record.args[0], record.args[2])
+        if key in self._seen:
+            return False
+        self._seen.add(key)
+        return True
+
+
 class Notice:
     """``install()`` before ``jax.distributed.initialize``; set ``joined`` after it (asking
     the service earlier is fatal); the loop asks :meth:`reached` after every step."""
@@ -55,6 +80,8 @@ class Notice:
     def install(self) -> None:
         if threading.current_thread() is not threading.main_thread():
             return  # signal handlers belong to the main thread; the loop still asks JAX
+        self._once = SyncPointOnce()
+        logging.getLogger("absl").addFilter(self._once)
         self._previous = signal.signal(signal.SIGTERM, self._handle)
         # Written at once by the C-level handler, even while the main thread is blocked.
         self._pipe = os.pipe()
@@ -75,6 +102,7 @@ class Notice:
         except BlockingIOError:  # the pipe is full: the watchdog has bytes to read anyway
             pass
         self._thread.join(timeout=2 * POLL_S)
+        logging.getLogger("absl").removeFilter(self._once)
         signal.set_wakeup_fd(self._previous_fd)
         signal.signal(signal.SIGTERM, self._previous)
         for fd in self._pipe:

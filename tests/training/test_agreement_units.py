@@ -4,6 +4,7 @@ watchdog state."""
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -175,3 +176,27 @@ def test_the_watchdog_ends_a_blocked_process_after_a_notice(progress, code, mess
             proc.wait()
     assert proc.returncode == code, out
     assert "stop notice (SIGTERM to this process)" in out and message in out
+
+
+def test_orbax_s_sync_point_warning_is_printed_once_per_step_however_many_checks_reach_it(caplog):
+    """Orbax logs ``Reached preemption sync point`` from each of its checks of the agreed step
+    (should_save, save, the finalize thread); with the notice installed, the log shows it once a step."""
+    absl = logging.getLogger("absl")
+    notice = preemption.Notice(grace_s=60.0)
+    notice.install()
+    try:
+        with caplog.at_level(logging.WARNING, logger="absl"):
+            for thread in ("MainThread", "MainThread", "save_finalize"):
+                absl.warning(preemption.ORBAX_SYNC_POINT, 0, thread, 93)
+            absl.warning(preemption.ORBAX_SYNC_POINT, 0, "MainThread", 94)  # another step: its own line
+            absl.warning("another absl warning")
+            absl.warning("another absl warning")  # nothing else is filtered
+    finally:
+        notice.uninstall()
+    assert [r.getMessage() for r in caplog.records] == [
+        "[process=0][thread=MainThread] Reached preemption sync point, step=93",
+        "[process=0][thread=MainThread] Reached preemption sync point, step=94",
+        "another absl warning",
+        "another absl warning",
+    ]
+    assert not absl.filters  # uninstalled with the notice
