@@ -151,6 +151,8 @@ def render(status: StackStatus) -> Table:
     )
     if run.complete:
         table.add_row("complete", Text(f"COMPLETE at {clock(run.completed_at)} (step {run.completed_step})"))
+    elif status.capacity.emulated and status.capacity.state in ("NOT_RUNNING", "DELETED"):
+        table.add_row("eta", Text("- (nothing runs the trainer: `local up` resumes the run)"))
     else:
         table.add_row(
             "eta",

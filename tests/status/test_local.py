@@ -67,6 +67,7 @@ def test_local_status_of_a_stored_run(stored_run):
     rows = {row[0]: row[1] for row in cells if len(row) == 2 and row[0]}
     assert rows["emulated queued resource"] == "multislice-emu: NOT_RUNNING"
     assert rows["step"] == "20/24  83%"
+    assert rows["eta"] == "- (nothing runs the trainer: `local up` resumes the run)"  # no time while stopped
     assert rows["loss"] == f"{run.metrics[-1]['loss']:.4f} (step 20)"  # the latest loss, not a "final" one
     assert "final_loss" not in result.stdout
     starts = [e for e in run.events if e["event"] == "start"]
