@@ -350,10 +350,14 @@ def main(config: TrainConfig, run_dir: str, identity: cluster.ClusterIdentity) -
         return _finish(EXIT_FAILED, distributed)
     except Exception as err:
         if distributed and peer_loss.is_peer_loss(err):  # a peer's end, not this process's fault: a warning
-            log.warning(
-                "training stopped: another process of the job is gone (%s); exiting to restart with the job "
-                "(the peer's own log says why it ended)",
-                peer_loss.summary(err),
+            gone = (
+                f"training stopped: another process of the job is gone ({peer_loss.summary(err)}); exiting to restart"
+            )
+            emit(
+                no_action(
+                    gone, "the job restarts and resumes from its last checkpoint; the peer's own log says why it ended"
+                ),
+                log.warning,
             )
             log.debug("the error", exc_info=True)
         else:

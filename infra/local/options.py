@@ -62,13 +62,19 @@ def fault_options(
     Raises:
       FaultSpecError: one line naming the option: a value :func:`infra.local.faults.parse_fault` or
         :func:`infra.local.withholds.parse_withholds` refuses, or a ``--crash`` where no bundled trainer
-        runs on a VM (the gke backend's Pods, a stack's own command: ``multislice:workload``).
+        runs on a VM (a backend whose containers run it: gke's Pods; a stack's own command:
+        ``multislice:workload``).
     """
     slices, total = config.slices, config.total_steps
     faults = [parse_fault("kill", spec, slices=slices, total_steps=total) for spec in kill]
     faults += [parse_fault("preempt", spec, slices=slices, total_steps=total) for spec in preempt]
     faults += [parse_fault("crash", spec, slices=slices, total_steps=total) for spec in crash]
-    if crash and (config.backend == "gke" or config.workload is not None):
-        where = "a Pod's container runs it" if config.backend == "gke" else "the stack runs its own command"
+    on_a_vm = config.backend_spec.supervisor == "systemd"  # not a Pod's container (the gke backend)
+    if crash and (not on_a_vm or config.workload is not None):
+        where = (
+            f"its {config.backend_spec.worker_noun}' containers run it"
+            if not on_a_vm
+            else "the stack runs its own command"
+        )
         raise FaultSpecError(f"--crash {crash[0]}: it strikes the bundled trainer on a VM, and {where}: use --kill")
     return faults, parse_withholds(withhold, slices=slices, faults=faults, stack=config)

@@ -114,7 +114,7 @@ def test_a_crash_leaves_its_slice_the_capacity_a_withhold_would_take():
 @pytest.mark.parametrize(
     ("stack", "where"),
     [
-        ("gke", "a Pod's container runs it"),
+        ("gke", "its Pods' containers run it"),
         ("Pulumi.emu-command.yaml", "the stack runs its own command"),
     ],
 )

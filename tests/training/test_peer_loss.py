@@ -66,7 +66,8 @@ def test_main_logs_a_peer_s_end_in_one_line_without_a_traceback(monkeypatch, cap
         assert warning.getMessage() == (
             "training stopped: another process of the job is gone (INTERNAL: Gloo AllReduce failed: "
             "[external/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer [127.0.0.1]:47311); "
-            "exiting to restart with the job (the peer's own log says why it ended)"
+            "exiting to restart; no action needed: the job restarts and resumes from its last checkpoint; the peer's "
+            "own log says why it ended"
         )
         assert any(r.levelno == logging.DEBUG and r.exc_info for r in caplog.records)  # kept, below WARNING
     else:
