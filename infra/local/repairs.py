@@ -117,7 +117,8 @@ class Repairs:
         """Strike the fault's slice (``kill``: SIGKILL; ``preempt``: SIGTERM, then SIGKILL
         after ``preempt_grace_s``), then :meth:`repair` (``settle`` runs once every process
         of the struck attempt is gone, before the reboot; it may return the ``(events,
-        metrics)`` records that attempt wrote last). :attr:`fault_steps` gets the newest step
+        metrics)`` records that attempt wrote last); ``crash`` strikes the slice's trainers
+        only and repairs nothing (:meth:`_crash`). :attr:`fault_steps` gets the newest step
         the struck attempt reported: ``observed_step`` or a later one it synced meanwhile.
 
         Returns whether it struck: a slice whose capacity is withheld has no VM to strike, and is
