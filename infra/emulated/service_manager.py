@@ -9,8 +9,10 @@ unit file with :mod:`infra.emulated.units`:
 * after the main process exits: the rest of the group gets ``KillSignal=``; ``ExecStopPost=``
   runs with ``SERVICE_RESULT``, ``EXIT_CODE``, ``EXIT_STATUS``; ``Restart=on-failure``
   restarts after ``RestartSec=`` unless the exit was clean (0, ``SuccessExitStatus=``, or
-  SIGHUP/SIGINT/SIGTERM/SIGPIPE) or its status is in ``RestartPreventExitStatus=``, counting
-  ``NRestarts`` (reset by a start that is not a restart);
+  SIGHUP/SIGINT/SIGTERM/SIGPIPE) or its status is in ``RestartPreventExitStatus=``, and
+  whatever ``Restart=`` says when it is in ``RestartForceExitStatus=`` (systemd's
+  ``service_shall_restart``, src/core/service.c), counting ``NRestarts`` (reset by a start that is
+  not a restart); a clean exit that is not restarted logs ``Deactivated successfully``;
 * starts beyond ``StartLimitBurst=`` per ``StartLimitIntervalSec=`` fail with ``start-limit-hit``;
 * a stop sends ``KillSignal=`` to the group (``KillMode=control-group``; ``mixed``/``process``:
   the main process), then SIGKILL after ``TimeoutStopSec=``, and never restarts;
@@ -260,10 +262,16 @@ class Manager:
                 )
             except (OSError, subprocess.TimeoutExpired) as err:
                 self.say(f"{unit.name}: ExecStopPost= failed: {err}")
+        # systemd's service_shall_restart: a manual stop, then RestartPreventExitStatus=, then
+        # RestartForceExitStatus= (a restart whatever Restart= says), then Restart=.
         restart = (
             not stopping
             and status not in unit.restart_prevent_exit_status
-            and (unit.restart == "always" or (unit.restart == "on-failure" and not clean))
+            and (
+                status in unit.restart_force_exit_status
+                or unit.restart == "always"
+                or (unit.restart == "on-failure" and not clean)
+            )
         )
         with self.lock:
             service.result = result

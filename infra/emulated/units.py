@@ -24,8 +24,8 @@ KNOWN = {
     },
     "Service": {
         "Type", "ExecStart", "ExecStopPost", "WorkingDirectory", "Environment", "Restart", "RestartSec",
-        "RestartPreventExitStatus", "SuccessExitStatus", "KillMode", "KillSignal", "TimeoutStopSec",
-        "StandardOutput", "StandardError", "SyslogIdentifier",
+        "RestartPreventExitStatus", "RestartForceExitStatus", "SuccessExitStatus", "KillMode", "KillSignal",
+        "TimeoutStopSec", "StandardOutput", "StandardError", "SyslogIdentifier",
     },
     "Install": {"WantedBy"},
 }  # fmt: skip
@@ -63,6 +63,7 @@ class ServiceUnit:
     restart: str = "no"
     restart_sec: float = 0.1
     restart_prevent_exit_status: frozenset[int | signal.Signals] = frozenset()
+    restart_force_exit_status: frozenset[int | signal.Signals] = frozenset()
     success_exit_status: frozenset[int | signal.Signals] = frozenset()
     kill_mode: str = "control-group"
     kill_signal: signal.Signals = signal.SIGTERM
@@ -155,6 +156,7 @@ def parse_service(text: str, name: str) -> ServiceUnit:
     environment: dict[str, str] = {}
     stop_post: list[tuple[str, ...]] = []
     prevent: set[int | signal.Signals] = set()
+    force: set[int | signal.Signals] = set()
     success: set[int | signal.Signals] = set()
     for key, value in sections.get("Unit", []):
         if key == "StartLimitIntervalSec":
@@ -186,6 +188,8 @@ def parse_service(text: str, name: str) -> ServiceUnit:
             fields["restart_sec"] = parse_timespan(value)
         elif key == "RestartPreventExitStatus":
             prevent.update(parse_statuses(value))
+        elif key == "RestartForceExitStatus":
+            force.update(parse_statuses(value))
         elif key == "SuccessExitStatus":
             success.update(parse_statuses(value))
         elif key == "KillMode":
@@ -206,5 +210,6 @@ def parse_service(text: str, name: str) -> ServiceUnit:
         exec_stop_post=tuple(stop_post),
         environment=environment,
         restart_prevent_exit_status=frozenset(prevent),
+        restart_force_exit_status=frozenset(force),
         success_exit_status=frozenset(success),
     )

@@ -48,6 +48,14 @@ START_LIMIT_INTERVAL_S = 3600
 #: ``training.train.EXIT_CONFIG``): ``RestartPreventExitStatus=`` keeps systemd from restarting it.
 CONFIG_ERROR_STATUS = 78
 
+#: Trainer exit status after a planned stop: it saved a checkpoint after a stop notice, or to change
+#: its slice count (EX_TEMPFAIL; ``training.train.EXIT_PREEMPTED``). The unit lists it in both
+#: ``SuccessExitStatus=`` (systemd logs ``Deactivated successfully``, not ``Failed with result
+#: 'exit-code'``, for a stop that went as planned) and ``RestartForceExitStatus=`` (so that
+#: ``Restart=on-failure`` still restarts it: systemd.service(5); systemd's ``service_shall_restart``
+#: tests the forced statuses before ``Restart=``, and a manual stop before both).
+PLANNED_STOP_STATUS = 75
+
 #: Seconds between two reads of the release record by a compute-engine VM's release watch
 #: (``release_watch.sh``; ``MULTISLICE_RELEASE_POLL_S``): a ``pulumi up`` that changes the
 #: trainer reaches the VMs within about this long (one small object read a minute per VM).
@@ -114,6 +122,7 @@ def boot_script(
         "START_LIMIT_INTERVAL_S": str(START_LIMIT_INTERVAL_S),
         "START_LIMIT_BURST": str(MAX_RESTARTS + 1),
         "CONFIG_ERROR_STATUS": str(CONFIG_ERROR_STATUS),
+        "PLANNED_STOP_STATUS": str(PLANNED_STOP_STATUS),
         "RELEASE_SUPERSEDED_STATUS": str(RELEASE_SUPERSEDED_STATUS),
         "RELEASE_UNVERIFIED_STATUS": str(RELEASE_UNVERIFIED_STATUS),
         "WATCH_UNIT": RELEASE_WATCH_UNIT,

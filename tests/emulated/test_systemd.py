@@ -163,6 +163,43 @@ def test_only_an_unclean_exit_restarts(manager, tmp_path, command, restarted):
     assert manager.service(UNIT).state == ("activating" if restarted else "inactive")
 
 
+@pytest.mark.parametrize("stopped", [False, True])
+def test_a_forced_restart_status_that_is_also_a_success(manager, tmp_path, stopped):
+    """The trainer unit's status 75 (``SuccessExitStatus=75`` and ``RestartForceExitStatus=75``):
+    a clean exit, so no ``Failed with result`` line, yet restarted under ``Restart=on-failure``
+    (systemd's ``service_shall_restart`` tests the forced statuses before ``Restart=``); after a
+    stop (``forbid_restart``) it is not restarted, and deactivates as a success."""
+    said: list[str] = []
+    manager.say = said.append
+    body = "trap 'exit 75' TERM; while true; do sleep 0.05; done" if stopped else "exit 75"
+    start = script_file(tmp_path, "planned.sh", 'echo x >>"$RECORDS/starts"; ' + body)
+    post = script_file(tmp_path, "post.sh", POST)
+    write_unit(
+        manager.unit_dir,
+        f"ExecStart={start}\nExecStopPost={post}\nRestart=on-failure\nRestartSec=10ms\n"
+        "SuccessExitStatus=75\nRestartForceExitStatus=75",
+    )
+    manager.start(UNIT)
+    if stopped:
+        deadline = time.monotonic() + 30
+        while not (tmp_path / "starts").exists():
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert systemctl(manager, ["stop", UNIT]) == (0, "")
+        assert manager.service(UNIT).state == "inactive" and manager.service(UNIT).restart_at is None
+    else:
+        tick_until(manager, lambda: manager.service(UNIT).n_restarts >= 1)
+        assert (tmp_path / "starts").read_text().count("x") >= 1
+    assert (tmp_path / "post").read_text().splitlines()[0] == "success exited 75"
+    assert not [line for line in said if "Failed with result" in line or "Main process exited" in line]
+    assert [line for line in said if "Deactivated successfully" in line] == (
+        [f"{UNIT}: Deactivated successfully."] if stopped else []
+    )
+    assert parse_service(
+        "[Service]\nExecStart=/bin/true\nRestartForceExitStatus=75 SIGUSR1\n", UNIT
+    ).restart_force_exit_status == {75, signal.SIGUSR1}
+
+
 def test_stop_signals_the_whole_group_then_kills_after_the_timeout(manager, tmp_path):
     start = script_file(
         tmp_path, "stubborn.sh", 'trap "" TERM; sleep 300 & echo $! >"$RECORDS/child"; while true; do sleep 0.05; done'

@@ -18,6 +18,7 @@ import pytest
 
 from infra import startup, vm_contract as contract
 from infra.emulated.units import parse_service
+from infra.startup import boot
 from infra.startup.bundle import MACHINE_ONLY_PACKAGES
 from tests.fakes.startup_vm import (  # noqa: F401 (fixtures)
     BUCKET,
@@ -95,6 +96,7 @@ def test_the_unit_is_what_systemd_reads(vm, script):
         startup.CONFIG_ERROR_STATUS,
         startup.RELEASE_SUPERSEDED_STATUS,
     }
+    assert unit.success_exit_status == unit.restart_force_exit_status == {boot.PLANNED_STOP_STATUS}
     assert unit.kill_signal == signal.SIGTERM and unit.kill_mode == "control-group"
     assert unit.timeout_stop_sec == startup.STOP_TIMEOUT_S >= 30  # covers a Spot VM's whole notice
     assert (unit.start_limit_burst, unit.start_limit_interval_sec) == (
@@ -170,6 +172,11 @@ def test_a_planned_stop_restarts_without_the_failure_backoff(vm):
     assert "trainer: restart 1, at once: the last run saved a checkpoint and stopped as planned (status 75)" in lines
     assert "trainer: restart 2, after 0.3s of backoff" in lines  # 0.2 × 2 capped at 0.3
     assert [line for line in lines if "of backoff" in line] == ["trainer: restart 2, after 0.3s of backoff"]
+    # A planned stop is a success to systemd (SuccessExitStatus=75) that is restarted all the same
+    # (RestartForceExitStatus=75): no failure line for it, one for the failure after it.
+    unit_lines = [line for line in result.stdout.splitlines() if "systemd[1]: multislice-trainer.service" in line]
+    assert not [line for line in unit_lines if "status=75" in line]
+    assert len([line for line in unit_lines if "Scheduled restart job" in line]) == 2
 
 
 def test_gives_up_at_the_start_limit(vm):
@@ -188,9 +195,10 @@ def test_gives_up_at_the_start_limit(vm):
 
 
 def test_config_error_status_is_not_restarted(vm):
-    from training.train import EXIT_CONFIG
+    from training.train import EXIT_CONFIG, EXIT_PREEMPTED
 
     assert startup.CONFIG_ERROR_STATUS == EXIT_CONFIG == 78
+    assert boot.PLANNED_STOP_STATUS == EXIT_PREEMPTED == 75
     result = vm.run(FAKE_MODE="config-error")
     assert result.returncode == 78
     assert vm.attempts == 1
