@@ -28,7 +28,9 @@ the training itself diverges, and the trainer exits ``EXIT_CONFIG``
 
 Exit codes (the startup script's supervisor acts on them): ``EXIT_COMPLETE`` 0,
 ``EXIT_FAILED`` 1 (restart; also a notice the loop could not honour within the preemption
-grace, and an abort by the coordination service when a peer died), ``EXIT_PREEMPTED`` 75
+grace), ``EXIT_PEER_LOST`` 69 (EX_UNAVAILABLE of sysexits.h: another process of the job is gone,
+:mod:`training.peer_loss`; restart at once, since the failure and its backoff are the peer's own),
+``EXIT_PREEMPTED`` 75
 (state saved, or nothing trained since the restored checkpoint; restart resumes),
 ``EXIT_CONFIG`` 78 (the configuration can never work here, no checkpoint of the run can be
 restored, or the loss went non-finite again after the run fell back once; restarting will not
@@ -88,6 +90,7 @@ log = logging.getLogger("training")
 
 EXIT_COMPLETE = 0
 EXIT_FAILED = 1
+EXIT_PEER_LOST = 69
 EXIT_PREEMPTED = 75
 EXIT_CONFIG = 78
 
@@ -360,6 +363,7 @@ def main(config: TrainConfig, run_dir: str, identity: cluster.ClusterIdentity) -
                 log.warning,
             )
             log.debug("the error", exc_info=True)
+            return _finish(EXIT_PEER_LOST, distributed)
         else:
             log.exception("training failed")
         return _finish(EXIT_FAILED, distributed)

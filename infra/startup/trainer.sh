@@ -61,7 +61,10 @@ superseded() {
 }
 # backoff: before a restart, wait MULTISLICE_RESTART_BACKOFF_S doubled per restart (at most _MAX_S);
 # none after a planned stop: status 75 (ExecMainStatus, the last run's), a checkpoint saved to resume
-# from (an elastic resize, a stop notice honoured), is no failure to slow down for.
+# from (an elastic resize, a stop notice honoured), is no failure to slow down for; nor the trainer's
+# status 69: another process of the job ended (its collective or coordination service lost the peer),
+# and the next start waits in jax.distributed.initialize for that peer, whose own unit backs off.
+# (A command's 69 is its own: the workload contract gives it no meaning, docs/workloads.md.)
 backoff() {
   local restarts delay last
   restarts=$(systemctl show --property=NRestarts --value "$UNIT" 2>/dev/null) || restarts=0
@@ -69,6 +72,8 @@ backoff() {
   last=$(systemctl show --property=ExecMainStatus --value "$UNIT" 2>/dev/null) || last=''
   if ((restarts > 0)) && [[ $last == 75 ]]; then
     say "$1: restart $restarts, at once: the last run saved a checkpoint and stopped as planned (status 75)"
+  elif ((restarts > 0)) && [[ $1 == trainer && $last == 69 ]]; then
+    say "$1: restart $restarts, at once: the last run ended because another process of the job was gone (status 69); it waits for that process's restart"
   elif ((restarts > 0)); then
     delay=$(awk -v b="${MULTISLICE_RESTART_BACKOFF_S:-1}" -v m="${MULTISLICE_RESTART_BACKOFF_MAX_S:-60}" -v n="$restarts" \
       'BEGIN { d = b * 2 ^ (n - 1); print (d < m) ? d : m }')
@@ -114,6 +119,8 @@ case ${1:-} in
     case ${EXIT_CODE:-}:$status in
       exited:0) say "trainer: exited with status 0: training is complete" ;;
       exited:75) say "trainer: exited with status 75: it saved a checkpoint after a stop notice (a preemption, a maintenance event, a stop) or to change its slice count (elastic)" ;;
+      exited:69) if [[ -f $release/workload.json ]]; then say "trainer: exited with status 69 ($SERVICE_RESULT)"; else
+        say "trainer: exited with status 69: another process of the job was gone (that process's log says why)"; fi ;;
       exited:76) say "trainer: exited with status 76: the release record names a newer release; the release watch boots it" ;;
       exited:78)
         if [[ -n ${MULTISLICE_FOREGROUND:-} ]]; then
