@@ -159,4 +159,5 @@ def _plot(store, status, path: Path) -> None:
         plotting.draw(history, status.run, path, title=f"stack {status.stack}: {status.run.run_dir}")
     except OSError as err:
         raise fail(f"--plot {path}: {err.strerror or err}", 1) from None
-    err_console.print(f"wrote {path}", markup=False, soft_wrap=True)
+    note = "" if history.steps else f" ({plotting.NO_STEPS_YET})"
+    err_console.print(f"wrote {path}{note}", markup=False, soft_wrap=True)

@@ -21,6 +21,7 @@ from training.metrics.run_log import parse_records
 #: Mark kinds, drawn in this order, with their colour and line style.
 MARK_STYLES = {
     "preemption": ("tab:orange", "--"),
+    "resize": ("tab:cyan", "-."),
     "failure": ("tab:red", "-"),
     "restore": ("tab:green", ":"),
 }
@@ -64,7 +65,8 @@ def read_history(store: RunStore) -> History:
 
 
 def marks(events: list[dict[str, Any]], steps: list[dict[str, Any]] | None = None) -> list[Mark]:
-    """The marks of a run's events: each preemption notice at the step its checkpoint saved;
+    """The marks of a run's events: each preemption notice, and each elastic resize (a stop to
+    change the slice count, :func:`training.metrics.restarts.restarts_of`), at the step its checkpoint saved;
     each failure (a restart that no preemption preceded) at the last step recorded before it
     (found in ``steps``, the step records in the order written: the step where the records go
     back to the resumed step + 1), else at the step it resumed from; and each checkpoint
@@ -81,6 +83,8 @@ def marks(events: list[dict[str, Any]], steps: list[dict[str, Any]] | None = Non
                 break
         if restart.cause == "preemption" and restart.preempted_step is not None:
             found.append(Mark("preemption", restart.preempted_step, f"preemption: saved step {restart.preempted_step}"))
+        elif restart.cause == "resize" and restart.preempted_step is not None:
+            found.append(Mark("resize", restart.preempted_step, f"elastic resize: saved step {restart.preempted_step}"))
         elif restart.cause == "failure":
             at = reached if reached is not None else resumed
             found.append(
@@ -105,6 +109,9 @@ def kept_and_recomputed(steps: list[dict[str, Any]]) -> tuple[list[dict[str, Any
     lost = [r for i, r in enumerate(steps) if last[int(r["step"])] != i]
     return kept, sorted(lost, key=lambda r: int(r["step"]))
 
+
+#: The note in an empty plot: a run that has recorded no training step yet.
+NO_STEPS_YET = "no training step recorded yet: the run is starting (boot, restore, first compile)"
 
 #: Longest line of the title's goodput text (characters): a wider line is cut at the figure's edges.
 TITLE_LINE_CHARS = 90
@@ -159,6 +166,8 @@ def draw(history: History, run: RunProgress, path: Path, title: str = "") -> Pat
         )
     rated = [r for r in kept if isinstance(r.get("tokens_per_s"), (int, float)) and not r.get("includes_compile")]
     rate_ax.plot([int(r["step"]) for r in rated], [float(r["tokens_per_s"]) for r in rated], color="tab:gray")
+    if not kept:  # the run exists but has recorded no step yet (booting, the first compile)
+        loss_ax.text(0.5, 0.5, NO_STEPS_YET, transform=loss_ax.transAxes, ha="center", va="center", fontsize=10)
     loss_ax.set_ylabel("loss")
     rate_ax.set_ylabel("tokens/s")
     rate_ax.set_xlabel("step")

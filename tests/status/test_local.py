@@ -95,6 +95,33 @@ def test_local_status_plot(stored_run, tmp_path):
     assert path.read_bytes()[:8] == PNG_SIGNATURE
 
 
+def test_a_plot_before_the_first_step_says_why_it_is_empty(tmp_path):
+    from infra.status.plot import NO_STEPS_YET
+
+    store_run(tmp_path, SyntheticRun(total_steps=24, steps_done=0, log_every=2, checkpoint_every=6))
+    path = tmp_path / "run.png"
+    result = invoke(tmp_path, "local", "status", "--config-file", str(STACK), "--plot", str(path))
+    assert result.exit_code == 0, result.output
+    assert path.read_bytes()[:8] == PNG_SIGNATURE
+    assert result.stderr == f"wrote {path} ({NO_STEPS_YET})\n"
+
+
+def test_an_elastic_resize_is_marked_as_one():
+    events = [
+        {"event": "start", "step": 0, "time": 1.0, "slices": 2, "full_slices": 2},
+        {"event": "preempted", "step": 20, "time": 2.0},
+        {"event": "start", "step": 20, "restored": True, "time": 3.0, "slices": 1, "full_slices": 2},
+        {"event": "preempted", "step": 30, "time": 4.0, "membership_epoch": 2},
+        {"event": "start", "step": 30, "restored": True, "time": 5.0, "slices": 2, "full_slices": 2},
+    ]
+    assert [(m.kind, m.step, m.label) for m in marks(events)] == [
+        ("resize", 20, "elastic resize: saved step 20"),
+        ("restore", 20, "restored step 20"),
+        ("resize", 30, "elastic resize: saved step 30"),
+        ("restore", 30, "restored step 30"),
+    ]
+
+
 def test_local_status_without_a_run(tmp_path):
     result = invoke(tmp_path, "local", "status", "--config-file", str(STACK))
     assert result.exit_code == 1
