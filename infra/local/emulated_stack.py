@@ -279,6 +279,7 @@ class EmulatedStack:
 
         result = summary_lib.summarize(self.run_dir, total, self.config.training.eval_every_steps)
         summary_lib.name_own_resume(result, self.run_dir, since=started_at)  # the user's own stop
+        summary_lib.name_resets(result, self.run_dir, self.repairs.reset_times)  # and resets
         unplanned = summary_lib.unplanned_restarts(
             self.run_dir,
             since=started_at,

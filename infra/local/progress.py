@@ -151,6 +151,9 @@ class RunReporter:
         self._said_whose = False
         #: Trainer ``start`` events of the run seen (the caller adds those of earlier runs).
         self.starts = 0
+        #: What the emulator stopped the trainers for, until the next start (``"the reset"``): a stop
+        #: notice the trainer records as a preemption's, named as what it was.
+        self.stopping_for: str | None = None
 
     @property
     def restarts(self) -> int:
@@ -163,11 +166,16 @@ class RunReporter:
         kind, step = event.get("event"), event.get("step")
         if kind == "start":
             self.starts += 1
+            self.stopping_for = None
             how = "resumed from the checkpoint of step" if event.get("restored") else "started at step"
             sizes = ", ".join(f"{event[k]} {k}" for k in ("processes", "devices") if event.get(k) is not None)
             if event.get("full_slices") and event.get("slices") != event.get("full_slices"):
                 sizes += f"; {event.get('slices')} of {event['full_slices']} slices"  # elastic: some are lost
             self.report(f"training {how} {step}" + (f" ({sizes})" if sizes else ""))
+        elif kind == "checkpoint" and event.get("preemption") and self.stopping_for:
+            self.report(f"checkpoint saved at step {step} on the stop notice of {self.stopping_for}")
+        elif kind == "preempted" and self.stopping_for:
+            self.report(f"training stopped after the checkpoint of step {step} for {self.stopping_for}")
         elif kind == "checkpoint" and event.get("preemption"):
             self.report(f"preemption checkpoint saved at step {step}")
         elif kind == "preempted" and event.get("membership_epoch") is not None:

@@ -47,6 +47,13 @@ from infra.local.progress import RunReporter
 from infra.local.withholds import Withhold, returned
 from infra.local.workers import Workers
 
+#: The line ``local reset`` appends to each VM's log before its SIGTERM: the trainer cannot tell a
+#: reset's stop notice from a preemption's (training/preemption.py); the emulator knows, and says so
+#: where the trainer's own line follows (as ``local down`` does: infra/emulated/teardown.py).
+RESET_LINE = (
+    "local reset: a reset you asked for (multislice local reset); the trainer's stop notice below is this reset\n"
+)
+
 
 class Repairs:
     """The faults struck and the repairs and resets carried out in one ``local up``.
@@ -80,8 +87,9 @@ class Repairs:
         self.boot = boot
         #: Repairs carried out (one per fault).
         self.repaired = 0
-        #: ResetQueuedResource requests carried out (``multislice local reset``).
+        #: ResetQueuedResource requests carried out (``multislice local reset``), and when (``time.time()``).
         self.resets = 0
+        self.reset_times: list[float] = []
         self.faults_fired: list[str] = []
         #: For each fault in :attr:`faults_fired`, the newest step the attempt it struck
         #: reported (read once every process of that attempt was gone): where it really fired.
@@ -342,6 +350,9 @@ class Repairs:
         self.reporter.drain()
         self.report(self.capacity.reset_line)
         self.resets += 1
+        self.reset_times.append(time.time())
+        self.reporter.stopping_for = "the reset"  # its stop notice is no preemption: say so
+        self.workers.say_in_logs(self.running(), RESET_LINE)
         supervisor.stop_groups(process_groups(self.running()), options.reset_grace_s)
         if self.capacity.recreates_every_slice:
             self.workers.new_containers(self.running())  # a resumed JobSet's Pods are new Pods

@@ -7,8 +7,10 @@ through the run directory's storage API, as the trainer wrote it: ``training.run
   recorded, is 0 or past the steps the run completed);
 * ``restarts``: trainer starts after the first (``start`` events);
 * ``restart_causes``: each restart named (:func:`describe_restart`): ``preemption`` when the
-  attempt before it recorded a preemption notice, else ``failure`` (a fault, a reset, a trainer
-  that ended with an error: ``training.metrics.restarts.restarts_of``), and the step it resumed at;
+  attempt before it recorded a preemption notice, else ``failure`` (a fault, a trainer that ended
+  with an error: ``training.metrics.restarts.restarts_of``), and the step it resumed at; a
+  ``local reset``'s restart is named as the user's (:func:`name_resets`), as is the resume of an
+  earlier ``local up`` (:func:`name_own_resume`);
 * ``steps_lost``: step records written again after a restart — work computed, lost with
   the process and recomputed from the last checkpoint (steps of a window that was never
   synced are not seen, so this is a lower bound: ``training.metrics.run_log``);
@@ -126,6 +128,31 @@ def name_own_resume(summary: dict, run_dir: RunDir, since: float) -> None:
     causes = summary.get("restart_causes") or []
     if index is not None and index < len(causes):
         causes[index] = f"{RESUMED_BY_YOU}: {causes[index].split(': ', 1)[-1]}"
+
+
+#: How the summary names a restart that a ``local reset`` of this ``local up`` caused.
+RESET_BY_YOU = "your reset"
+
+
+def name_resets(summary: dict, run_dir: RunDir, reset_times: list[float]) -> None:
+    """Name, in ``summary["restart_causes"]``, each restart that a ``local reset`` at one of
+    ``reset_times`` (Unix seconds) caused: the first restart that resumed after it
+    (:data:`RESET_BY_YOU`: ``your reset at step 93: resumed at step 93``). The trainer records a
+    reset's stop notice as a preemption's (it cannot tell them apart); the emulator knows."""
+    restarts = restarts_of(valid_records("events", read_records(run_dir, "events"))[0])
+    causes = summary.get("restart_causes") or []
+    taken: set[int] = set()
+    for at in sorted(reset_times):
+        index = next(
+            (i for i, r in enumerate(restarts) if i not in taken and r.resumed_at is not None and r.resumed_at >= at),
+            None,
+        )
+        if index is None or index >= len(causes):
+            continue
+        taken.add(index)
+        restart = restarts[index]
+        where = f" at step {restart.preempted_step}" if restart.preempted_step is not None else ""
+        causes[index] = f"{RESET_BY_YOU}{where}: {causes[index].split(': ', 1)[-1]}"
 
 
 def _before(event: dict, since: float) -> bool:

@@ -10,7 +10,7 @@ import sys
 
 from rich.console import Console
 
-from infra.local.progress import BootLines, ProgressSample, live_reporter, plain_reporter
+from infra.local.progress import BootLines, ProgressSample, RunReporter, live_reporter, plain_reporter
 
 VM = "slice 0 worker 0"
 
@@ -181,3 +181,21 @@ def test_a_change_of_slice_count_is_shown_decided_then_at_the_step_it_took_effec
     changes.event({"event": "start", "step": 24, "membership_epoch": 1})
     changes.poll()
     assert len(lines) == 2
+
+
+def test_a_stop_the_emulator_asked_for_is_named_as_it_until_the_next_start():
+    shown: list[str] = []
+    reporter = RunReporter(shown.append)
+    reporter.event({"event": "checkpoint", "step": 10, "preemption": True})
+    reporter.stopping_for = "the reset"  # what Repairs.reset sets before its SIGTERM
+    reporter.event({"event": "checkpoint", "step": 14, "preemption": True})
+    reporter.event({"event": "preempted", "step": 14})
+    reporter.event({"event": "start", "step": 14, "restored": True})
+    reporter.event({"event": "preempted", "step": 20})  # a preemption after it is one
+    assert shown == [
+        "preemption checkpoint saved at step 10",
+        "checkpoint saved at step 14 on the stop notice of the reset",
+        "training stopped after the checkpoint of step 14 for the reset",
+        "training resumed from the checkpoint of step 14",
+        "training stopped after the preemption checkpoint of step 20",
+    ]

@@ -13,6 +13,7 @@ import re
 
 import pytest
 
+from infra.local.repairs import RESET_LINE
 from tests.helpers.emulation import STACK, BackgroundCli, processes_under, run_cli, run_records
 
 STEPS = 12
@@ -66,4 +67,13 @@ def test_exec_then_reset_of_a_run_in_progress_resumes_it_from_its_last_checkpoin
     starts = [e["step"] for e in run_records(tmp_path, "events") if e["event"] == "start"]
     assert len(starts) == 2 and starts[1] >= 6  # resumed from a checkpoint, not from scratch
     assert f"training resumed from the checkpoint of step {starts[1]}" in out
+    # Named as the reset it was, not as a preemption: the trainer records its stop notice as one.
+    [cause] = summary["restart_causes"]
+    assert cause.startswith("your reset") and cause.endswith(f": resumed at step {starts[1]}"), cause
+    assert "checkpoint saved at step" in out and "the preemption checkpoint" not in out, out
+    assert "preemption checkpoint saved" not in out, out
+    for log in sorted((tmp_path / "emu" / "logs").glob("slice-*-worker-0.log")):
+        text = log.read_text()
+        notice = text.index("training.preemption: stop notice (")  # the trainer's own line, after ours
+        assert 0 <= text.rfind(RESET_LINE, 0, notice), text[-3000:]
     assert processes_under(tmp_path) == []
