@@ -163,12 +163,12 @@ def _before(event: dict, since: float) -> bool:
 def unplanned_restarts(run_dir: RunDir, since: float, planned: int) -> list[str]:
     """The restarts of the run in ``run_dir`` whose start came at or after ``since`` (Unix
     seconds) beyond the first ``planned`` of them (the faults and resets the emulator carried
-    out; an elastic run's changes of slice count are its own) and beyond this ``local up``'s own
-    resume of an earlier run (:func:`own_resume`), each described (:func:`describe_restart`):
-    restarts nothing asked for, such as a trainer that failed or was disturbed by another process."""
+    out) and beyond this ``local up``'s own resume of an earlier run (:func:`own_resume`), each
+    described (:func:`describe_restart`): restarts nothing asked for, such as a trainer that failed
+    or was disturbed by another process. An elastic run's own stops to change its slice count
+    (``Restart.own_resize``) are not counted; a resize that a fault caused (a preempted slice the run
+    then trains without) is, against that fault."""
     events = valid_records("events", read_records(run_dir, "events"))[0]
-    recent = [
-        r for r in restarts_of(events) if r.resumed_at is not None and r.resumed_at >= since and r.cause != "resize"
-    ]
+    recent = [r for r in restarts_of(events) if r.resumed_at is not None and r.resumed_at >= since and not r.own_resize]
     resumed = 1 if own_resume(events, since) is not None else 0
     return [describe_restart(r) for r in recent[planned + resumed :]]

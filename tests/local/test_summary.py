@@ -246,6 +246,31 @@ def test_every_restart_is_named_and_those_nothing_asked_for_are_unplanned(tmp_ru
     assert fresh["restart_causes"] == ["failure: resumed at step 6"]
 
 
+def test_a_resize_a_fault_caused_counts_against_it_and_the_runs_own_resize_against_none(tmp_run):
+    # An elastic up with one fault (a preemption of slice 1): the job saves on the notice and trains on
+    # one slice (a resize the fault caused), grows back at its own checkpoint (a resize it decided,
+    # membership_epoch), then a trainer fails. Only the failure is unplanned.
+    events = [
+        {"event": "start", "step": 0, "restored": False, "time": 1000.0, "slices": 2},
+        {"event": "preempted", "step": 10, "time": 1100.0},
+        {"event": "start", "step": 10, "restored": True, "time": 1200.0, "slices": 1},
+        {"event": "preempted", "step": 20, "time": 1300.0, "membership_epoch": 2},
+        {"event": "start", "step": 20, "restored": True, "time": 1400.0, "slices": 2},
+        {"event": "start", "step": 20, "restored": True, "time": 1500.0, "slices": 2},
+    ]
+    write_run(tmp_run, steps(1, 24), events)
+    assert summarize(tmp_run, total_steps=24)["restart_causes"] == [
+        "elastic resize at step 10: resumed at step 10",
+        "elastic resize at step 20: resumed at step 20",
+        "failure: resumed at step 20",
+    ]
+    assert unplanned_restarts(tmp_run, since=999.0, planned=1) == ["failure: resumed at step 20"]
+    assert unplanned_restarts(tmp_run, since=999.0, planned=0) == [
+        "elastic resize at step 10: resumed at step 10",
+        "failure: resumed at step 20",
+    ]
+
+
 @pytest.mark.parametrize(
     ("result", "shown"),
     [

@@ -168,7 +168,7 @@ def test_a_stop_to_change_the_slice_count_is_a_resize_not_a_preemption():
         {"event": "preempted", "step": 20, "time": 2.5, "membership_epoch": 2},  # elastic: growing back
         {"event": "start", "step": 20, "restored": True, "time": 3.0, "slices": 2, "full_slices": 2},
     ]
-    assert [(r.cause, r.preempted_step) for r in restarts_of(events)] == [("resize", 20)]
+    assert [(r.cause, r.preempted_step, r.own_resize) for r in restarts_of(events)] == [("resize", 20, True)]
 
 
 def test_a_stop_notice_after_which_the_run_trains_on_another_slice_count_is_a_resize():
@@ -187,12 +187,12 @@ def test_a_stop_notice_after_which_the_run_trains_on_another_slice_count_is_a_re
         {"event": "preempted", "step": 95, "time": 9.0},
         {"event": "start", "step": 95, "restored": True, "time": 10.0},  # a start that records no count
     ]
-    assert [(r.cause, r.preempted_step) for r in restarts_of(events)] == [
-        ("resize", 53),
-        ("resize", 81),
-        ("preemption", 90),
-        ("failure", None),
-        ("preemption", 95),
+    assert [(r.cause, r.preempted_step, r.own_resize) for r in restarts_of(events)] == [
+        ("resize", 53, False),  # a stop notice from outside: the run did not decide it
+        ("resize", 81, False),
+        ("preemption", 90, False),
+        ("failure", None, False),
+        ("preemption", 95, False),
     ]
 
 
@@ -237,6 +237,7 @@ def test_the_json_keys_are_stable(bucket):
         "restored",
         "preempted_step",
         "preempted_at",
+        "own_resize",
     }
     json.dumps(data)
 

@@ -32,6 +32,9 @@ class Restart:
     restored: bool
     preempted_step: int | None = None
     preempted_at: float | None = None
+    #: A resize the run decided itself: its ``preempted`` event names a ``membership_epoch`` (an elastic
+    #: run that stopped at a checkpoint to change its slice count), not a stop notice from outside.
+    own_resize: bool = False
 
 
 def restarts_of(events: list[dict[str, Any]]) -> list[Restart]:
@@ -62,6 +65,7 @@ def restarts_of(events: list[dict[str, Any]]) -> list[Restart]:
                         restored=bool(event.get("restored")),
                         preempted_step=int(notice["step"]) if notice is not None and "step" in notice else None,
                         preempted_at=_time(notice) if notice is not None else None,
+                        own_resize=notice is not None and notice.get("membership_epoch") is not None,
                     )
                 )
             seen_start = True
