@@ -137,6 +137,7 @@ def test_the_venv_builds_once_and_is_reused(vm, script):
     assert f"install-dir={vm.home / 'python'}" in calls[1]
     assert calls[2].startswith("uv --no-config venv") and "--relocatable" in calls[2]
     assert calls[3].startswith("uv --no-config pip install") and "--require-hashes" in calls[3]
+    assert "--compile-bytecode" in calls[3]  # the bytecode at the build, not in the first trainer start
     assert vm.argv(1)[0] == str(env_dir / "bin" / "python")
     env = vm.environ(1)
     assert "UV_PYTHON_INSTALL_DIR" not in env and "UV_CACHE_DIR" not in env

@@ -185,7 +185,7 @@ def test_a_url_requirement_ships_and_the_vm_installs_it_hash_checked(tmp_path, g
     assert result.returncode == 0, result.stdout
     release = machine.home / "releases" / rendered.release_id
     installs = [c for c in (machine.fake_dir / "calls").read_text().splitlines() if c.startswith("uv --no-config pip ")]
-    assert len(installs) == 2 and all(" --require-hashes -r " in c for c in installs), installs
+    assert len(installs) == 2 and all(" --require-hashes --compile-bytecode -r " in c for c in installs), installs
     assert f"-r {release}/workload-requirements.txt " in installs[1]
     assert (machine.fake_dir / "requirements.txt").read_text() == text  # what the last install read
     sha = hashlib.sha256(text.encode()).hexdigest()
@@ -221,7 +221,10 @@ def test_the_vms_install_command_installs_a_hash_pinned_url_archive(tmp_path):
     if not uv.is_file():
         pytest.skip("no uv in this environment (uv sync installs the dev group)")
     boot = template(BOOT_RESOURCE)
-    assert '"$uv" --no-config pip install --python "$tmp/venv/bin/python" --require-hashes -r "$requirements"' in boot
+    assert (
+        '"$uv" --no-config pip install --python "$tmp/venv/bin/python" --require-hashes --compile-bytecode \\\n'
+        '    -r "$requirements"'
+    ) in boot
     served = tmp_path / "served"
     served.mkdir()
     sha = hashlib.sha256(wheel(served).read_bytes()).hexdigest()
@@ -230,6 +233,7 @@ def test_the_vms_install_command_installs_a_hash_pinned_url_archive(tmp_path):
     threading.Thread(target=server.serve_forever, daemon=True).start()
     url = f"http://127.0.0.1:{server.server_address[1]}/demo_pkg-1.0-py3-none-any.whl"
     env = {**os.environ, "UV_CACHE_DIR": str(tmp_path / "cache"), "NO_PROXY": "127.0.0.1", "no_proxy": "127.0.0.1"}
+    env.pop("PYTHONPYCACHEPREFIX", None)  # the tests' own (tests/conftest.py); a VM's boot sets none
     venv = tmp_path / "venv"
     subprocess.run(
         [str(uv), "--no-config", "venv", "--offline", "--python", sys.executable, str(venv)],
@@ -242,7 +246,7 @@ def test_the_vms_install_command_installs_a_hash_pinned_url_archive(tmp_path):
     def install(line: str) -> subprocess.CompletedProcess[str]:
         (tmp_path / "req.txt").write_text(line + "\n")
         command = [str(uv), "--no-config", "pip", "install", "--python", str(venv / "bin" / "python")]
-        command += ["--require-hashes", "-r", str(tmp_path / "req.txt"), "--no-index"]  # --no-index: no PyPI here
+        command += ["--require-hashes", "--compile-bytecode", "-r", str(tmp_path / "req.txt"), "--no-index"]  # no PyPI
         return subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
 
     try:
@@ -256,6 +260,8 @@ def test_the_vms_install_command_installs_a_hash_pinned_url_archive(tmp_path):
     finally:
         server.shutdown()
         server.server_close()
+    # --compile-bytecode: the installed module's bytecode is there before any import of it.
+    assert list(venv.glob("lib/python*/site-packages/demo_pkg/__pycache__/__init__.*.pyc")), list(venv.rglob("*.pyc"))
     out = subprocess.run(
         [str(venv / "bin" / "python"), "-c", "import demo_pkg; print(demo_pkg.VALUE)"],
         capture_output=True,
