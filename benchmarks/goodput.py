@@ -104,9 +104,10 @@ def cli_env(state_dir: Path) -> dict[str, str]:
         if k not in ("JAX_PLATFORMS", "JAX_NUM_CPU_DEVICES", "PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX")
     }
     env["MULTISLICE_STATE_DIR"] = str(state_dir)
-    # A TPU VM's Python keeps the bytecode it compiled on its first start; where this machine
-    # sets PYTHONDONTWRITEBYTECODE, every emulated start would compile every module from source
-    # (seconds of CPU each). The first start fills a temporary prefix, as on a VM.
+    # A TPU VM's virtualenv holds its wheels' bytecode from the build (boot.sh: uv pip install
+    # --compile-bytecode); where this machine sets PYTHONDONTWRITEBYTECODE, every emulated start
+    # would compile every module from source (seconds of CPU each). The first start fills a
+    # temporary prefix that every VM shares, as each VM's own build would.
     env["PYTHONPYCACHEPREFIX"] = str(state_dir / "bytecode")
     return env
 
