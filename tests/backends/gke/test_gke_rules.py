@@ -39,21 +39,26 @@ STACKS = {
 
 
 @pytest.fixture(scope="module")
-def registered() -> dict[str, list[Any]]:
+def worlds() -> dict[str, Any]:
+    """stack -> its program evaluated under mocks (once for every test of the module)."""
+    return {name: evaluate("dev", values) for name, values in STACKS.items()}
+
+
+@pytest.fixture(scope="module")
+def registered(worlds) -> dict[str, list[Any]]:
     """stack -> its TPU node pools' registrations (inputs and options)."""
     return {
-        name: [r for r in evaluate("dev", values).of(POOL) if gke_rules.is_tpu_pool(r.inputs)]
-        for name, values in STACKS.items()
+        name: [r for r in world.of(POOL) if gke_rules.is_tpu_pool(r.inputs)]
+        for name, world in worlds.items()
         if name.startswith("tpu7x") or name == "v5p-16 spot"
     }
 
 
 @pytest.fixture(scope="module")
-def declared() -> dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]]:
+def declared(worlds) -> dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]]:
     """stack -> (its TPU node pools' inputs, its clusters' inputs, its JobSet's Pod spec)."""
     out = {}
-    for name, values in STACKS.items():
-        world = evaluate("dev", values)
+    for name, world in worlds.items():
         pools = [r.inputs for r in world.of(POOL) if gke_rules.is_tpu_pool(r.inputs)]
         (replicated,) = world.one(JOBSET).inputs["spec"]["replicatedJobs"]
         out[name] = (pools, [r.inputs for r in world.of(CLUSTER)], replicated["template"]["spec"]["template"]["spec"])
