@@ -37,6 +37,7 @@ import errno
 import json
 import os
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -319,3 +320,15 @@ def emulator_alive(state: dict[str, Any]) -> bool:
 def find_processes(emulation_id: str) -> list[int]:
     """PIDs of live processes whose environment carries this emulation id."""
     return supervisor.find_by_env(EMULATION_ID_ENV, emulation_id)
+
+
+def say_in_logs(logs: Iterable[Path], line: str) -> None:
+    """Append ``line`` (one line, with its newline) to each VM console log of ``logs``: what the
+    emulator knows about what comes next there (``local down``, ``local reset``). Best effort: a log
+    that cannot be written is left as it is."""
+    for path in logs:
+        try:
+            with open(path, "a") as log:
+                log.write(line)
+        except OSError:
+            continue

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from infra import invocation
 from infra.emulated import supervisor
-from infra.emulated.state import LocalPaths, emulator_alive, find_processes, forget_state, read_state
+from infra.emulated.state import LocalPaths, emulator_alive, find_processes, forget_state, read_state, say_in_logs
 
 if TYPE_CHECKING:  # imported by the functions that need it: `local down` stays light
     from training.run_dir import RunDir
@@ -72,14 +72,15 @@ DOWN_LINE = "local down: a stop you asked for (multislice local down); the train
 
 
 def _say_in_vm_logs(paths: LocalPaths, vms: list) -> None:
-    """Append :data:`DOWN_LINE` to each recorded VM's log (best effort: a log that cannot be written is
-    left as it is, the stop goes on)."""
+    """Append :data:`DOWN_LINE` to each recorded VM's log (a record that names no VM is skipped; the
+    stop goes on whatever cannot be written)."""
+    logs = []
     for vm in vms:
         try:
-            with open(paths.vm_log(int(vm["slice"]), int(vm["worker"])), "a") as log:
-                log.write(DOWN_LINE)
-        except (OSError, KeyError, TypeError, ValueError):
+            logs.append(paths.vm_log(int(vm["slice"]), int(vm["worker"])))
+        except (KeyError, TypeError, ValueError):
             continue
+    say_in_logs(logs, DOWN_LINE)
 
 
 def _wait_gone_repeating(pid: int, sig: signal.Signals, timeout_s: float, every_s: float = 3.0) -> bool:

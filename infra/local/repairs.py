@@ -39,6 +39,7 @@ from typing import Any
 from infra.backends.interface import Emulation
 from infra.config import StackConfig
 from infra.emulated import stop_signals, supervisor
+from infra.emulated.state import say_in_logs
 from infra.emulated.vm import process_groups, trainer_attempts
 from infra.local.faults import Fault, FaultGates
 from infra.local.idle_capacity import IdleCapacity
@@ -352,7 +353,7 @@ class Repairs:
         self.resets += 1
         self.reset_times.append(time.time())
         self.reporter.stopping_for = "the reset"  # its stop notice is no preemption: say so
-        self.workers.say_in_logs(self.running(), RESET_LINE)
+        say_in_logs((vm.log_path for vm in self.running()), RESET_LINE)
         supervisor.stop_groups(process_groups(self.running()), options.reset_grace_s)
         if self.capacity.recreates_every_slice:
             self.workers.new_containers(self.running())  # a resumed JobSet's Pods are new Pods

@@ -128,18 +128,6 @@ class Workers:
         for vm in vms:
             vm.new_container()
 
-    @staticmethod
-    def say_in_logs(vms: Iterable[EmulatedVM], line: str) -> None:
-        """Append ``line`` (one line, with its newline) to the console log of each of ``vms``: what
-        the emulator knows about what comes next there (best effort: a log that cannot be written is
-        left as it is)."""
-        for vm in vms:
-            try:
-                with open(vm.log_path, "a") as log:
-                    log.write(line)
-            except OSError:
-                continue
-
     def stop(self, grace_s: float) -> None:
         """Stop every worker (SIGTERM, ``grace_s``, SIGKILL) and every metadata server."""
         supervisor.stop_groups(process_groups(self.vms), grace_s)
